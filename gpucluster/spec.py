@@ -1,0 +1,167 @@
+"""`ClusterSpec`: what the user asked for, validated in one place before anything is created.
+
+A spec is built from CLI flags or from Pulumi stack config (see `infra.program`) and checked by
+`validate()`, which runs the generic checks here and then the cloud's own checks against the
+shipped catalog (`gpucluster.catalog.<cloud>.validate_spec`). Validation either raises a
+`SpecError` naming the bad value and what is allowed, or returns a list of warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import ipaddress
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import SpecError, not_allowed
+
+CLOUDS = ("local", "ssh", "aws", "gcp")
+
+# Node limits per backend. Local "nodes" are processes on this machine: beyond 16 they only
+# measure contention. Cloud clusters: 1..64 (the issue's bound; quotas usually bite first).
+MAX_NODES = {"local": 16, "ssh": 64, "aws": 64, "gcp": 64}
+
+# Lifetime after which cloud nodes power themselves off even if this machine is gone.
+DEFAULT_MAX_LIFETIME_MINUTES = 240
+MAX_LIFETIME_MINUTES = 7 * 24 * 60
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+_TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+def new_run_id() -> str:
+    """Sortable, unique, short, valid as a tag value, a GCP label and a torchrun rdzv id."""
+    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    cloud: str
+    nodes: int
+    name: str = "gpucluster"
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None  # aws: g5.*; gcp: N1 machine type
+    accelerator: str | None = None  # gcp: nvidia-tesla-v100; aws: implied by the type (A10G)
+    gpus_per_node: int | None = None  # None: what the instance type carries / what is present
+    spot: bool = False
+    disk_gb: int = 100
+    disk_type: str | None = None  # aws: gp3; gcp: pd-balanced
+    max_lifetime_minutes: int = DEFAULT_MAX_LIFETIME_MINUTES
+    ssh_cidr: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+    run_id: str | None = None
+    hosts: tuple[str, ...] = ()  # ssh backend: user@host[:port], head first
+    options: tuple[tuple[str, str], ...] = ()  # cloud-specific extras (vpc_id, ami, efa, ...)
+
+    # -- convenience -------------------------------------------------------------------------
+    @property
+    def tag_dict(self) -> dict[str, str]:
+        return dict(self.tags)
+
+    @property
+    def option_dict(self) -> dict[str, str]:
+        return dict(self.options)
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return self.option_dict.get(key, default)
+
+    def replace(self, **changes: Any) -> "ClusterSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tags"] = dict(self.tags)
+        d["options"] = dict(self.options)
+        d["hosts"] = list(self.hosts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ClusterSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SpecError(not_allowed("spec key", unknown[0], sorted(known)))
+        kw = dict(d)
+        kw["tags"] = _pairs(kw.get("tags") or {})
+        kw["options"] = _pairs(kw.get("options") or {})
+        kw["hosts"] = tuple(kw.get("hosts") or ())
+        return cls(**kw)
+
+    def managed_tags(self) -> dict[str, str]:
+        """Tags/labels put on every resource: they drive cost allocation and the leftover sweep."""
+        tags = {"managed-by": "gpucluster", "gpucluster-cluster": self.name}
+        if self.run_id:
+            tags["gpucluster-run"] = self.run_id
+        tags.update(self.tag_dict)
+        return tags
+
+
+def _pairs(m: Mapping[str, Any] | tuple) -> tuple[tuple[str, str], ...]:
+    if isinstance(m, tuple):
+        return m
+    return tuple(sorted((str(k), str(v)) for k, v in m.items()))
+
+
+def parse_int(what: str, value: Any, *, low: int, high: int | None = None) -> int:
+    """An integer within [low, high], or a SpecError naming the value and the range."""
+    allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+    if isinstance(value, bool):
+        raise SpecError(not_allowed(what, value, allowed))
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise SpecError(not_allowed(what, value, allowed)) from None
+    if n < low or (high is not None and n > high):
+        raise SpecError(not_allowed(what, value, allowed))
+    return n
+
+
+def validate(spec: ClusterSpec) -> list[str]:
+    """Check a spec; raise SpecError on the first problem, return warnings otherwise."""
+    if spec.cloud not in CLOUDS:
+        raise SpecError(not_allowed("cloud", spec.cloud, CLOUDS))
+    parse_int("nodes", spec.nodes, low=1, high=MAX_NODES[spec.cloud])
+    if not _NAME_RE.match(spec.name or ""):
+        raise SpecError(
+            not_allowed(
+                "cluster name",
+                spec.name,
+                "2-40 characters: lowercase letters, digits and '-', starting with a letter",
+            )
+        )
+    if spec.gpus_per_node is not None:
+        parse_int("gpus per node", spec.gpus_per_node, low=0, high=16)
+    parse_int("disk size (GB)", spec.disk_gb, low=10, high=16384)
+    parse_int("max lifetime (minutes)", spec.max_lifetime_minutes, low=5, high=MAX_LIFETIME_MINUTES)
+    if spec.ssh_cidr is not None:
+        try:
+            ipaddress.ip_network(spec.ssh_cidr, strict=False)
+        except ValueError:
+            raise SpecError(
+                not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4/IPv6 network such as 203.0.113.7/32")
+            ) from None
+    for key, value in spec.tags:
+        if not _TAG_KEY_RE.match(key):
+            raise SpecError(
+                not_allowed("tag key", key, "lowercase letters, digits, '_' and '-' (GCP label rules)")
+            )
+        if len(value) > 63:
+            raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
+    cloud_validator = _cloud_validator(spec.cloud)
+    return list(cloud_validator(spec)) if cloud_validator else []
+
+
+def _cloud_validator(cloud: str):
+    """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
+    try:
+        module = importlib.import_module(f"gpucluster.catalog.{cloud}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"gpucluster.catalog.{cloud}":
+            return None
+        raise
+    return getattr(module, "validate_spec", None)

@@ -1,0 +1,118 @@
+"""The Provider contract, written once.
+
+A provider turns a validated `ClusterSpec` into a `Cluster` and back into nothing:
+
+- `up(spec, events) -> Cluster`: create (or find, when it already exists) the cluster named
+  `spec.name`; idempotent per name. The returned nodes are ordered **head first**: rank i is
+  node i, and node 0 hosts the rendezvous. Every resource it asks a cloud for is reported to
+  `events.resource_requested(...)` *before* the request and `events.resource_created(...)` after,
+  so a crash in between leaves a ledger row saying what may exist.
+- `down(name, events)`: delete everything the cluster owns; idempotent (a cluster that is
+  already gone is a success). Reports `events.resource_deleted(...)` per resource.
+- `leftovers(name, run_id=None) -> list[Leftover]`: what still exists, found by tag/label
+  (`managed-by=gpucluster`, `gpucluster-cluster=<name>`), independent of any local state.
+  An empty list is the teardown guarantee.
+- `status(name) -> ClusterStatus | None`.
+
+Like SkyPilot's per-cloud `provision/<cloud>/instance.py` or Ray's `NodeProvider`: one small
+contract, one module per cloud, the cloud SDKs imported lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Node:
+    rank: int
+    host: str  # address the launcher connects to (public IP, hostname, 127.0.0.1, pod name)
+    private_ip: str  # address other nodes use (rendezvous endpoint on the head)
+    user: str | None = None
+    port: int = 22
+    instance_id: str | None = None
+    gpus: int = 0
+    host_keys: tuple[str, ...] = ()  # pinned OpenSSH public host keys ("ssh-ed25519 AAAA...")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    cloud: str
+    nodes: tuple[Node, ...]  # head first
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    gpus_per_node: int = 0
+    ssh_private_key: str | None = None  # secret: never logged, never written to the ledger
+    kubeconfig: str | None = None  # secret
+    outputs: dict[str, Any] = field(default_factory=dict)  # non-secret provider outputs
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def node_ips(self) -> list[str]:
+        return [n.private_ip for n in self.nodes]
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Something that still exists and may bill."""
+
+    kind: str  # "instance", "security-group", "volume", "process", "gke-cluster", ...
+    id: str
+    region: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    cloud: str
+    state: str  # "up", "creating", "deleting", "gone", "unknown"
+    nodes: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class ProvisionEvents(Protocol):
+    """Callbacks a provider reports to; the lifecycle writes them to the ledger and the UI."""
+
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None: ...
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None: ...
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+class NullEvents:
+    """Events sink that drops everything (for tests and for providers used standalone)."""
+
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        pass
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        pass
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+@runtime_checkable
+class Provider(Protocol):
+    cloud: str
+
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster: ...
+
+    def down(self, name: str, events: ProvisionEvents) -> None: ...
+
+    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]: ...
+
+    def status(self, name: str) -> ClusterStatus | None: ...
