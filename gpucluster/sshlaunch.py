@@ -1,0 +1,609 @@
+"""The ssh launcher: torchrun on existing machines (and EC2 nodes) through the OpenSSH client.
+
+`SshLauncher.launch(cluster, job, events, log_dir)`:
+
+1. opens one multiplexed master connection per node (ControlMaster in a private temporary
+   directory; BatchMode, StrictHostKeyChecking=yes against the given known_hosts file, or against
+   the host keys pinned in `Node.host_keys` for cloud nodes);
+2. checks every node (python3, torch importable, `setsid`/`tar` present, GPU count via
+   `nvidia-smi` where the cluster expects GPUs) and names every node that is not ready;
+3. ships the built-in workloads folder, and the user's script folder when the command runs a
+   local script, into `~/.gpucluster/runs/<run_id>/node-<rank>/` on each node (a tar stream
+   over ssh; one folder per node, so hosts sharing a home directory do not collide);
+4. starts torchrun on every node under `setsid` (its own session and process group; the group
+   id is written to `node-<rank>/pgid`) with the GPUCLUSTER_* environment, the head's private
+   address as the rendezvous endpoint and the node's private address as `--local-addr`;
+5. watches the local ssh clients with `NodeSupervisor` (logs, metrics, fail fast, deadline).
+   Whenever the run ends (success, failure, time limit, Ctrl-C, exception) every node that can
+   still be reached gets its run's processes killed: the recorded process group and every
+   process whose environment carries this run's id and the node's rank (torchrun starts its
+   workers in sessions of their own), SIGTERM then SIGKILL after a grace period. Then the local
+   ssh clients are stopped, the remote run folders removed (logs are kept locally) and the
+   master connections closed.
+
+`remote_leftovers(cluster, run_id)` is the teardown check: the processes on each node whose
+environment still carries `GPUCLUSTER_RUN_ID=<run_id>`.
+
+Every remote command is a POSIX `sh -c` script built with `shlex.quote`; local commands are argv
+lists. Secrets (the cluster's private key) go to files of mode 0600 in the temporary directory,
+never onto a command line or into a log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .errors import ConfigError, LaunchError
+from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
+
+DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
+MAX_SHIP_BYTES = 200 * 1024 * 1024
+_SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache"}
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
+_READY_MARK = "@gpucluster-ready "
+_NO_PYTHON_RC = 97
+
+# Run on each node by `python3 -` (the code comes on stdin): what the node has.
+_READY_PY = r"""
+import json, os, shutil, subprocess, sys
+want_gpus = int(sys.argv[1])
+info = {"python": sys.version.split()[0], "home": os.path.expanduser("~"),
+        "setsid": bool(shutil.which("setsid")), "tar": bool(shutil.which("tar"))}
+try:
+    import torch
+    info["torch"] = torch.__version__
+except Exception as exc:
+    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+if want_gpus:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        info["gpu_error"] = "nvidia-smi not found on PATH (is the NVIDIA driver installed?)"
+    else:
+        try:
+            r = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                info["gpu_names"] = [l.strip() for l in r.stdout.splitlines() if l.strip()]
+            else:
+                info["gpu_error"] = "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-300:]
+        except Exception as exc:
+            info["gpu_error"] = "nvidia-smi failed: %s" % exc
+print("@gpucluster-ready " + json.dumps(info))
+"""
+
+# Run on each node by `python3 -`: list, or kill, the processes of a run on this node.
+# argv: mode (list|kill) run_id node_rank|"" pgid_file|"" grace_seconds
+_PROCS_PY = r"""
+import json, os, signal, sys, time
+mode, run_id, rank, pgid_file, grace = sys.argv[1:6]
+want = [b"GPUCLUSTER_RUN_ID=" + run_id.encode()] if run_id else []
+if rank:
+    want.append(b"GPUCLUSTER_NODE_RANK=" + rank.encode())
+me = os.getpid()
+def matching():
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if want and all(w in env for w in want) or not want and any(e.startswith(b"GPUCLUSTER_RUN_ID=") for e in env):
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+                with open("/proc/%s/stat" % d, "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != b"Z":
+                out[int(d)] = cmd
+    return out
+if mode == "list":
+    print(json.dumps(matching()))
+    sys.exit(0)
+own = os.getpgrp()
+def groups():
+    gs = set()
+    for pid in matching():
+        try:
+            gs.add(os.getpgid(pid))
+        except OSError:
+            pass
+    if pgid_file:
+        try:
+            with open(pgid_file) as f:
+                g = int(f.read().split()[0])
+            # only a group whose leader still carries this run's environment (pids get reused)
+            with open("/proc/%d/environ" % g, "rb") as f:
+                if all(w in f.read().split(b"\0") for w in want):
+                    gs.add(g)
+        except (OSError, ValueError, IndexError):
+            pass
+    gs.discard(own)
+    return {g for g in gs if g > 1}
+killed = set()
+for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, 2.0)):
+    gs = groups()
+    for g in gs:
+        try:
+            os.killpg(g, sig)
+            killed.add(g)
+        except OSError:
+            pass
+    for pid in matching():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    end = time.time() + wait
+    while time.time() < end and matching():
+        time.sleep(0.05)
+    if not matching():
+        break
+print(json.dumps({"groups": sorted(killed), "left": matching()}))
+"""
+
+
+def node_label(node: Any) -> str:
+    """`user@host[:port]` of a node, as people type it."""
+    host = f"[{node.host}]" if ":" in node.host and node.port != 22 else node.host
+    return f"{node.user + '@' if node.user else ''}{host}{'' if node.port == 22 else f':{node.port}'}"
+
+
+def _known_hosts_name(node: Any) -> str:
+    return node.host if node.port == 22 else f"[{node.host}]:{node.port}"
+
+
+def sh(script: str) -> str:
+    """A remote command that runs `script` with POSIX sh whatever the login shell is."""
+    return "sh -c " + shlex.quote(script)
+
+
+@dataclass
+class NodeReadiness:
+    rank: int
+    label: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    home: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    gpu_names: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_names)
+
+
+class SshLauncher:
+    """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
+
+    identity: private key file (`ssh -i`, IdentitiesOnly); default: the cluster's own key when it
+        has one (cloud nodes), else the user's agent and default keys.
+    known_hosts: file to check host keys against; default: the user's ~/.ssh/known_hosts (and the
+        system one). Host keys pinned on the nodes (`Node.host_keys`) are always trusted for them.
+    ssh_options: extra `Key=Value` OpenSSH options (e.g. "ProxyJump=bastion").
+    remote_dir: where run folders go on the nodes ("~/" is the remote user's home).
+    python: the Python on the nodes that has torch (a name on the remote PATH or a full path,
+        e.g. /opt/conda/bin/python).
+    """
+
+    def __init__(
+        self,
+        identity: str | None = None,
+        known_hosts: str | None = None,
+        ssh_options: Sequence[str] = (),
+        *,
+        remote_dir: str = DEFAULT_REMOTE_DIR,
+        connect_timeout: int = 15,
+        grace: float = 3.0,
+        ssh: str = "ssh",
+        python: str = "python3",
+    ):
+        self.identity = identity
+        self.known_hosts = known_hosts
+        self.ssh_options = tuple(ssh_options)
+        for opt in self.ssh_options:
+            if not _OPTION_RE.match(opt):
+                raise ConfigError(f"ssh option {opt!r} is not allowed: use Key=Value, e.g. ProxyJump=bastion")
+        self.remote_dir = remote_dir
+        self.connect_timeout = int(connect_timeout)
+        self.grace = float(grace)
+        self.ssh = ssh
+        if not python or any(c.isspace() for c in python):
+            raise ConfigError(f"remote python {python!r} is not allowed: a command name or path without spaces")
+        self.python = python
+
+    # -- public API --------------------------------------------------------------------------
+    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+        _check_run_id(job.run_id)
+        code_dir, program = _user_program(job)
+        bundle = _bundle(code_dir)
+        with _Session(self, cluster) as session:
+            events.on_phase("ready")
+            ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
+            dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+            try:
+                session.ship(bundle, dirs)
+                return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
+            finally:
+                session.remove_dirs(dirs)
+
+    def probe(self, cluster: Any) -> list[NodeReadiness]:
+        """Readiness of every node (reachable, python, torch, GPUs) without raising: for `status`."""
+        with _Session(self, cluster) as session:
+            return session.readiness(cluster.gpus_per_node, raise_on_problem=False)
+
+    def leftovers(self, cluster: Any, run_id: str | None) -> list:
+        from gpucluster.infra.provider import Leftover
+
+        if run_id is not None:
+            _check_run_id(run_id)
+        found: list = []
+        seen: set[tuple[str, int]] = set()
+        with _Session(self, cluster) as session:
+            results = session.each(lambda n: session.procs(n, "list", run_id or "", "", "", 0))
+            for node, (out, err) in zip(cluster.nodes, results):
+                if err is not None:
+                    found.append(Leftover("unverified", node_label(node), detail=f"could not check: {err}"))
+                    continue
+                for pid, cmd in sorted(out.items(), key=lambda kv: int(kv[0])):
+                    if (node.host, int(pid)) not in seen:
+                        seen.add((node.host, int(pid)))
+                        found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
+        return found
+
+    # -- the run -----------------------------------------------------------------------------
+    def _base(self, home: str | None) -> str:
+        base = self.remote_dir.rstrip("/")
+        if base == "~" or base.startswith("~/"):
+            if not home:
+                raise LaunchError("could not learn the remote home directory")
+            base = home.rstrip("/") + base[1:]
+        if not base.startswith("/"):
+            raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
+        return base
+
+    def _run(self, session: "_Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
+             dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
+        nodes = cluster.nodes
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes])
+        procs: dict[int, subprocess.Popen] = {}
+
+        def stop() -> None:
+            session.kill_run(job.run_id, dirs)
+            _stop_local(procs)
+
+        try:
+            for node in nodes:
+                node_dir = dirs[node.rank]
+                prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
+                argv = torchrun_argv(
+                    job, python=self.python, nnodes=len(nodes), node_rank=node.rank,
+                    rdzv_host=cluster.head.private_ip, local_addr=node.private_ip, program=prog,
+                )
+                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
+                cwd = f"{node_dir}/code" if has_code else node_dir
+                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && cd {shlex.quote(cwd)} && "
+                         f"exec {shlex.join(argv)}")
+                script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+                          + " setsid -w sh -c " + shlex.quote(inner))
+                proc = subprocess.Popen(
+                    session.argv(node, sh(script)), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )
+                procs[node.rank] = proc
+                supervisor.attach(node.rank, proc.stdout)
+        except BaseException:
+            stop()
+            raise
+        return supervisor.run(procs, stop)
+
+
+def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None = None,
+                     known_hosts: str | None = None, ssh_options: Sequence[str] = ()) -> list:
+    """Processes on the cluster's nodes whose environment carries GPUCLUSTER_RUN_ID=<run_id>
+    (any run when None), as `Leftover(kind="process")`; unreachable nodes as kind "unverified".
+    An empty list is the teardown guarantee for ssh nodes."""
+    return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
+
+
+# -- the connection ---------------------------------------------------------------------------
+class _Session:
+    """Per-launch ssh state: a private temp dir (control sockets, known_hosts, key), masters."""
+
+    def __init__(self, launcher: SshLauncher, cluster: Any):
+        self.launcher = launcher
+        self.cluster = cluster
+        self.nodes = tuple(cluster.nodes)
+        self.tmp = ""
+        self.base_opts: list[str] = []
+        self.known_hosts_files: list[str] = []
+
+    def __enter__(self) -> "_Session":
+        self.tmp = tempfile.mkdtemp(prefix="gcssh-")  # short: control socket paths are limited
+        try:
+            self.base_opts = self._options()
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _options(self) -> list[str]:
+        L = self.launcher
+        opts = [
+            "BatchMode=yes", "StrictHostKeyChecking=yes", "UpdateHostKeys=no", "CheckHostIP=no",
+            f"ConnectTimeout={L.connect_timeout}", "ServerAliveInterval=5", "ServerAliveCountMax=3",
+            f"ControlPath={self.tmp}/%C", "LogLevel=ERROR",
+        ]
+        pinned = [f"{_known_hosts_name(n)} {k.strip()}" for n in self.nodes for k in (n.host_keys or ())]
+        files = []
+        if pinned:
+            path = os.path.join(self.tmp, "known_hosts")
+            Path(path).write_text("\n".join(pinned) + "\n")
+            files.append(path)
+        if L.known_hosts:
+            kh = os.path.abspath(os.path.expanduser(L.known_hosts))
+            if not os.path.isfile(kh):
+                raise ConfigError(f"known_hosts file {L.known_hosts!r} does not exist; "
+                                  "give an OpenSSH known_hosts file with the nodes' host keys")
+            files.append(kh)
+        elif not pinned or not all(n.host_keys for n in self.nodes):
+            files.append(os.path.expanduser("~/.ssh/known_hosts"))
+        self.known_hosts_files = files
+        opts.append("UserKnownHostsFile=" + " ".join(f'"{f}"' if " " in f else f for f in files))
+        if pinned or L.known_hosts:
+            opts.append("GlobalKnownHostsFile=/dev/null")
+        identity = L.identity
+        if identity:
+            identity = os.path.abspath(os.path.expanduser(identity))
+            if not os.path.isfile(identity):
+                raise ConfigError(f"ssh identity file {L.identity!r} does not exist")
+        elif getattr(self.cluster, "ssh_private_key", None):
+            fd, identity = tempfile.mkstemp(dir=self.tmp, prefix="id-")
+            with os.fdopen(fd, "w") as f:
+                f.write(self.cluster.ssh_private_key.rstrip("\n") + "\n")
+        if identity:
+            opts += ["IdentitiesOnly=yes", f"IdentityFile={identity}"]
+        out: list[str] = []
+        for o in [*L.ssh_options, *opts]:  # the first value of an option wins: user options first
+            out += ["-o", o]
+        return out
+
+    def argv(self, node: Any, remote: str | None, *extra: str) -> list[str]:
+        dest = f"{node.user}@{node.host}" if node.user else node.host
+        argv = [self.launcher.ssh, *self.base_opts, "-p", str(node.port), *extra, "--", dest]
+        return argv + ([remote] if remote is not None else [])
+
+    def each(self, fn: Callable[[Any], Any]) -> list[Any]:
+        """fn(node) on every node in parallel; results in node order. Exceptions become (None, msg)."""
+        def safe(node: Any) -> Any:
+            try:
+                return fn(node)
+            except LaunchError as exc:
+                return None, str(exc)
+        with ThreadPoolExecutor(max_workers=min(16, len(self.nodes)) or 1) as pool:
+            return list(pool.map(safe, self.nodes))
+
+    def run(self, node: Any, script: str, *, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run `sh -c script` on a node; LaunchError naming the node when ssh itself fails."""
+        argv = self.argv(node, sh(script), "-o", "ControlMaster=no", "-T")
+        try:
+            cp = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True,
+                                timeout=timeout + self.launcher.connect_timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): no answer within "
+                              f"{timeout + self.launcher.connect_timeout:g} s") from None
+        if cp.returncode == 255:
+            raise LaunchError(self.explain(node, cp.stderr.decode("utf-8", "replace")))
+        return cp
+
+    def explain(self, node: Any, stderr: str) -> str:
+        """A one-line reason for an ssh connection failure, naming the node."""
+        who = f"node {node.rank} ({node_label(node)})"
+        low = stderr.lower()
+        files = ", ".join(self.known_hosts_files)
+        if ("host key verification failed" in low or "host key is known" in low
+                or "remote host identification has changed" in low):
+            kh = _known_hosts_name(node)
+            return (f"{who}: host key refused: no matching key for {kh} in {files}; refusing to connect. "
+                    f"Verify the host's key fingerprint and add it to the file "
+                    f"(e.g. ssh-keyscan -p {node.port} {node.host} >> FILE after checking it)")
+        if "permission denied" in low:
+            return (f"{who}: ssh authentication failed for user {node.user or '(default)'} "
+                    "(give the key with --identity, or load it into ssh-agent; passwords are not used)")
+        last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        return f"{who}: cannot connect over ssh: {last[-1] if last else 'ssh exited with code 255'}"
+
+    def open_master(self, node: Any) -> None:
+        argv = self.argv(node, None, "-o", "ControlMaster=yes", "-o", "ControlPersist=300", "-N", "-f")
+        with tempfile.TemporaryFile() as err:
+            try:
+                rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    timeout=self.launcher.connect_timeout + 30, start_new_session=True).returncode
+            except subprocess.TimeoutExpired:
+                raise LaunchError(f"node {node.rank} ({node_label(node)}): ssh connection timed out") from None
+            if rc != 0:
+                err.seek(0)
+                raise LaunchError(self.explain(node, err.read().decode("utf-8", "replace")))
+
+    def readiness(self, gpus_expected: int, *, raise_on_problem: bool) -> list[NodeReadiness]:
+        py = shlex.quote(self.launcher.python)
+        check = f"command -v {py} >/dev/null 2>&1 || exit {_NO_PYTHON_RC}; exec {py} - {int(gpus_expected or 0)}"
+
+        def one(node: Any) -> NodeReadiness:
+            r = NodeReadiness(node.rank, node_label(node), ok=False)
+            try:
+                self.open_master(node)
+                cp = self.run(node, check, stdin=_READY_PY.encode(), timeout=180)
+            except LaunchError as exc:
+                r.problems.append(str(exc).split(": ", 1)[1] if str(exc).startswith("node ") else str(exc))
+                return r
+            if cp.returncode == _NO_PYTHON_RC:
+                r.problems.append(f"{self.launcher.python} not found on the remote PATH")
+                return r
+            lines = [ln for ln in cp.stdout.decode("utf-8", "replace").splitlines() if ln.startswith(_READY_MARK)]
+            if not lines:
+                tail = cp.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit code {cp.returncode}"]
+                r.problems.append(f"readiness check failed: {tail[0]}")
+                return r
+            info = json.loads(lines[-1][len(_READY_MARK):])
+            r.home, r.python, r.torch = info.get("home"), info.get("python"), info.get("torch")
+            r.gpu_names = list(info.get("gpu_names") or [])
+            if "torch_error" in info:
+                r.problems.append(f"torch is not importable by {self.launcher.python} {r.python} ({info['torch_error']}); "
+                                  "install it on the node, e.g. pip install torch")
+            for tool in ("setsid", "tar"):
+                if not info.get(tool):
+                    r.problems.append(f"{tool} not found on the remote PATH")
+            if gpus_expected:
+                if "gpu_error" in info:
+                    r.problems.append(info["gpu_error"])
+                elif r.gpus < gpus_expected:
+                    r.problems.append(f"{r.gpus} GPU(s) visible to nvidia-smi, expected {gpus_expected}")
+            r.ok = not r.problems
+            return r
+
+        results = self.each(one)
+        bad = [r for r in results if not r.ok]
+        if bad and raise_on_problem:
+            detail = "; ".join(f"node {r.rank} ({r.label}): {', '.join(r.problems)}" for r in bad)
+            raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
+        return results
+
+    def ship(self, bundle: bytes, dirs: dict[int, str]) -> None:
+        def one(node: Any) -> tuple[Any, str | None]:
+            d = shlex.quote(dirs[node.rank])
+            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}", stdin=bundle, timeout=300)
+            if cp.returncode != 0:
+                return None, (f"node {node.rank} ({node_label(node)}): copying the job files failed: "
+                              + cp.stderr.decode("utf-8", "replace").strip()[-300:])
+            return None, None
+
+        errors = [err for _, err in self.each(one) if err]
+        if errors:
+            raise LaunchError("; ".join(errors))
+
+    def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str, grace: float) -> tuple[dict, None]:
+        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace)))
+        cp = self.run(node, f"exec {shlex.quote(self.launcher.python)} - {args}", stdin=_PROCS_PY.encode(), timeout=grace + 30)
+        out = cp.stdout.decode("utf-8", "replace").strip().splitlines()
+        if cp.returncode != 0 or not out:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): process check failed: "
+                              + (cp.stderr.decode("utf-8", "replace").strip()[-300:] or f"exit code {cp.returncode}"))
+        data = json.loads(out[-1])
+        return (data if mode == "list" else data.get("left", {})), None
+
+    def kill_run(self, run_id: str, dirs: dict[int, str]) -> dict[int, str | None]:
+        """Kill the run's processes on every reachable node; {rank: problem or None}."""
+        results = self.each(lambda n: self.procs(n, "kill", run_id, str(n.rank), f"{dirs[n.rank]}/pgid",
+                                                 self.launcher.grace))
+        problems: dict[int, str | None] = {}
+        for node, (left, err) in zip(self.nodes, results):
+            problems[node.rank] = err or (f"{len(left)} process(es) survived SIGKILL" if left else None)
+        return problems
+
+    def remove_dirs(self, dirs: dict[int, str]) -> None:
+        def one(node: Any) -> tuple[None, None]:
+            d = dirs.get(node.rank)
+            if d:
+                parent = shlex.quote(os.path.dirname(d))
+                self.run(node, f"rm -rf {shlex.quote(d)}; rmdir {parent} 2>/dev/null; true", timeout=60)
+            return None, None
+
+        self.each(one)
+
+    def close(self) -> None:
+        """Close the master connections and delete the temporary directory (sockets, key)."""
+        if not self.tmp:
+            return
+        for node in self.nodes:
+            try:
+                subprocess.run(self.argv(node, None, "-O", "exit"), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp = ""
+
+
+def _stop_local(procs: dict[int, subprocess.Popen]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    end = time.monotonic() + 3
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.05, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- what is shipped --------------------------------------------------------------------------
+def _check_run_id(run_id: str) -> None:
+    if not _RUN_ID_RE.match(run_id or ""):
+        raise LaunchError(f"run id {run_id!r} is not allowed: letters, digits, '.', '_' and '-' "
+                          "(it names a folder on every node)")
+
+
+def _user_program(job: JobSpec) -> tuple[Path | None, list[str] | None]:
+    """(local folder to ship, torchrun program relative to it) when the command runs a local
+    script (`python train.py ...`, `./run.sh ...`); (None, None) otherwise."""
+    if not job.command:
+        return None, None
+    prog = program_args(job)
+    i = 1 if prog[0] == "--no-python" else 0
+    if prog[i] == "-m":
+        return None, None
+    path = Path(prog[i])
+    if not path.is_file():
+        return None, None
+    prog[i] = path.name if i == 0 else "./" + path.name
+    return path.resolve().parent, prog
+
+
+def _bundle(code_dir: Path | None) -> bytes:
+    """A tar of workloads/ (the built-in workload scripts) and code/ (the user's script folder)."""
+    import gpucluster.workloads as workloads
+
+    buf = io.BytesIO()
+    total = 0
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
+            tar.add(f, arcname=f"workloads/{f.name}")
+        if code_dir is not None:
+            for root, dirnames, filenames in os.walk(code_dir):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+                for name in sorted(filenames):
+                    path = Path(root, name)
+                    if path.suffix == ".pyc":
+                        continue
+                    total += path.lstat().st_size
+                    if total > MAX_SHIP_BYTES:
+                        raise LaunchError(
+                            f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to "
+                            "copy to every node; put the script in a folder of its own (data belongs on the nodes "
+                            "or in object storage)")
+                    tar.add(path, arcname=f"code/{path.relative_to(code_dir).as_posix()}", recursive=False)
+    return buf.getvalue()

@@ -1,0 +1,211 @@
+"""The `ssh` provider: a cluster made of machines that already exist.
+
+Nothing is created or deleted here. `up` turns the spec's host list (`user@host[:port]`, head
+first) into a `Cluster`; `down` succeeds without doing anything; `leftovers` asks every host,
+over ssh, for processes that still carry the run's id in their environment (the only thing a run
+on existing machines can leave behind). Connecting, checking readiness and launching are the job
+of `gpucluster.sshlaunch.SshLauncher`, which the `aws` backend uses as well.
+
+Host syntax: `[user@]host[:port]` where host is a DNS name, an IPv4 address, or an IPv6 address
+(bare, or in brackets when a port follows: `user@[fe80::1]:2222`).
+
+Spec options understood here:
+- `private_ips`: comma-separated addresses the nodes use to reach each other (one per host, same
+  order). Default: the host itself. Set it when the hosts are reached through public addresses
+  but train over a private network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from gpucluster.errors import SpecError, not_allowed
+
+from .provider import Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+
+HOST_FORMAT = "[user@]host[:port], e.g. ubuntu@10.0.0.5 or ubuntu@gpu1.example.com:2222"
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
+_LABEL_RE = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def parse_host(text: str) -> tuple[str | None, str, int]:
+    """`[user@]host[:port]` -> (user, host, port); SpecError naming the value otherwise."""
+    raw = text
+    text = text.strip()
+    if not text:
+        raise SpecError(not_allowed("ssh host", raw, HOST_FORMAT))
+    user: str | None = None
+    if "@" in text:
+        user, _, text = text.rpartition("@")
+        if not _USER_RE.match(user):
+            raise SpecError(not_allowed("ssh user in host", raw, "a user name of letters, digits, '_', '.', '-'"))
+    port = 22
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise SpecError(not_allowed("ssh host", raw, HOST_FORMAT))
+        if rest:
+            port = _port(rest[1:], raw)
+        if not _is_ip(host, 6):
+            raise SpecError(not_allowed("ssh host", raw, "an IPv6 address inside [...]"))
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+        port = _port(port_text, raw)
+    else:
+        host = text  # a name, an IPv4 address, or a bare IPv6 address (no port)
+    if not (_is_ip(host, 4) or _is_ip(host, 6) or _is_hostname(host)):
+        raise SpecError(not_allowed("ssh host", raw, HOST_FORMAT))
+    return user, host, port
+
+
+def format_host(user: str | None, host: str, port: int) -> str:
+    """The canonical `user@host[:port]` text (brackets around IPv6 when a port follows)."""
+    shown = f"[{host}]" if ":" in host and port != 22 else host
+    return f"{user + '@' if user else ''}{shown}{'' if port == 22 else f':{port}'}"
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    """The CLI's `--hosts user@h1,user@h2:2222` -> canonical host strings, head first."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise SpecError(not_allowed("--hosts", text, "a comma-separated list of " + HOST_FORMAT))
+    if any(not p for p in parts):
+        raise SpecError(not_allowed("--hosts", text, "no empty entries between commas"))
+    out = tuple(format_host(*parse_host(p)) for p in parts)
+    _check_unique(out)
+    return out
+
+
+def _check_unique(hosts: tuple[str, ...]) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for h in hosts:
+        _, host, port = parse_host(h)
+        key = (host.lower(), port)
+        if key in seen:
+            raise SpecError(
+                f"ssh host {h!r} is listed twice (as {seen[key]!r} too); each node must be a different host or port"
+            )
+        seen[key] = h
+
+
+def _port(text: str, raw: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise SpecError(not_allowed("ssh port in host", raw, "a port from 1 to 65535"))
+    return int(text)
+
+
+def _is_ip(text: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version
+    except ValueError:
+        return False
+
+
+def _is_hostname(text: str) -> bool:
+    if len(text) > 253 or text.replace(".", "").isdigit():
+        return False
+    return all(_LABEL_RE.match(label) for label in text.rstrip(".").split("."))
+
+
+def nodes_from_spec(spec: Any) -> tuple[Node, ...]:
+    """Validate the spec's hosts (and `private_ips` option) and build the nodes, head first."""
+    hosts = tuple(spec.hosts or ())
+    if not hosts:
+        raise SpecError("the ssh backend needs hosts: --hosts user@host1,user@host2[:port] (head first)")
+    parsed = [parse_host(h) for h in hosts]
+    _check_unique(tuple(format_host(*p) for p in parsed))
+    if spec.nodes != len(hosts):
+        raise SpecError(
+            f"nodes {spec.nodes!r} does not match the {len(hosts)} ssh host(s) given; "
+            "leave --nodes out or give one host per node"
+        )
+    private = spec.option("private_ips")
+    if private:
+        ips = [p.strip() for p in str(private).split(",")]
+        if len(ips) != len(hosts):
+            raise SpecError(
+                not_allowed("option private_ips", private, f"one address per host ({len(hosts)}), comma-separated")
+            )
+        for ip in ips:
+            if not (_is_ip(ip, 4) or _is_ip(ip, 6) or _is_hostname(ip)):
+                raise SpecError(not_allowed("private address", ip, "an IP address or host name"))
+    else:
+        ips = [p[1] for p in parsed]
+    gpus = int(spec.gpus_per_node or 0)
+    return tuple(
+        Node(rank=i, host=host, private_ip=ips[i], user=user, port=port, gpus=gpus)
+        for i, (user, host, port) in enumerate(parsed)
+    )
+
+
+def validate_spec(spec: Any) -> list[str]:
+    """The ssh backend's spec checks (called by `gpucluster.spec.validate`); returns warnings."""
+    nodes_from_spec(spec)
+    warnings = []
+    for key in ("region", "zone", "instance_type", "accelerator"):
+        if getattr(spec, key, None):
+            warnings.append(f"{key} is ignored by the ssh backend (the machines already exist)")
+    if spec.spot:
+        warnings.append("spot is ignored by the ssh backend (the machines already exist)")
+    unknown = sorted(set(spec.option_dict) - {"private_ips"})
+    if unknown:
+        raise SpecError(not_allowed("ssh option", unknown[0], ["private_ips"]))
+    if not spec.gpus_per_node:
+        warnings.append("no GPU count given (--gpus-per-node): nodes are not checked for GPUs")
+    return warnings
+
+
+class SshProvider:
+    """Provider for existing machines: nothing to create, nothing to delete, processes to check.
+
+    `identity`, `known_hosts` and `ssh_options` are used by `leftovers` to reach the hosts (the
+    same meaning as for `SshLauncher`).
+    """
+
+    cloud = "ssh"
+
+    def __init__(self, identity: str | None = None, known_hosts: str | None = None, ssh_options: tuple[str, ...] = ()):
+        self.identity = identity
+        self.known_hosts = known_hosts
+        self.ssh_options = tuple(ssh_options)
+        self._clusters: dict[str, Cluster] = {}
+
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+        nodes = nodes_from_spec(spec)
+        cluster = Cluster(
+            name=spec.name,
+            cloud="ssh",
+            nodes=nodes,
+            gpus_per_node=int(spec.gpus_per_node or 0),
+            outputs={"hosts": [format_host(n.user, n.host, n.port) for n in nodes]},
+        )
+        self._clusters[spec.name] = cluster
+        events.message(f"ssh cluster {spec.name}: {len(nodes)} existing host(s), head {cluster.outputs['hosts'][0]}")
+        return cluster
+
+    def down(self, name: str, events: ProvisionEvents) -> None:
+        """Nothing was created, so nothing is deleted (run processes are stopped by the launcher)."""
+        self._clusters.pop(name, None)
+
+    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+        """Processes on the hosts whose environment carries the run's id (any gpucluster run when
+        `run_id` is None). A host that cannot be reached is reported as a leftover of kind
+        "unverified", since nothing can be said about it. A cluster this provider has not brought
+        up in this process is unknown: there is nothing to ask."""
+        cluster = self._clusters.get(name)
+        if cluster is None:
+            return []
+        from gpucluster.sshlaunch import remote_leftovers
+
+        return remote_leftovers(
+            cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options
+        )
+
+    def status(self, name: str) -> ClusterStatus | None:
+        cluster = self._clusters.get(name)
+        if cluster is None:
+            return None
+        return ClusterStatus(name=name, cloud="ssh", state="up", nodes=len(cluster.nodes),
+                             detail={"hosts": list(cluster.outputs["hosts"])})
