@@ -115,11 +115,15 @@ class SshdHosts:
                 time.sleep(0.05)
         raise RuntimeError(f"sshd {i} did not answer on port {port}")
 
-    def write_known_hosts(self, indexes: list[int] | None = None, keys: list[str] | None = None) -> Path:
+    def write_known_hosts(self, path: Path | None = None, indexes: list[int] | None = None,
+                          keys: list[str] | None = None) -> Path:
+        """known_hosts for the servers in `indexes` (all by default), with `keys` instead of the
+        real host keys when given (to test refusals)."""
+        path = path or self.known_hosts
         keys = keys or self.host_keys
-        chosen = range(len(self.ports)) if indexes is None else indexes
-        self.known_hosts.write_text("".join(f"[127.0.0.1]:{self.ports[i]} {keys[i]}\n" for i in chosen))
-        return self.known_hosts
+        chosen = range(len(keys)) if indexes is None else indexes
+        path.write_text("".join(f"[127.0.0.1]:{self.ports[i]} {keys[i]}\n" for i in chosen))
+        return path
 
     def stop(self) -> None:
         for proc in self.procs:

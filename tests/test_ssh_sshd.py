@@ -1,0 +1,306 @@
+"""The ssh launcher against real OpenSSH servers on loopback (tests/sshd.py starts them).
+
+Every "host" is an sshd on 127.0.0.1 with its own port and host key; the remote side runs this
+test's Python (which has torch). Because all hosts are this machine, /proc here shows every
+remote process, which is how the tests check that nothing of a run is left.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sshd import SshdHosts, free_port, missing_reason  # noqa: E402
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.sshd, pytest.mark.slow]
+if missing_reason():
+    pytest.skip(missing_reason(), allow_module_level=True)
+
+from gpucluster.errors import LaunchError  # noqa: E402
+from gpucluster.infra.provider import Cluster, Node, NullEvents  # noqa: E402
+from gpucluster.infra.ssh import SshProvider  # noqa: E402
+from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from gpucluster.sshlaunch import SshLauncher, remote_leftovers  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ddp_tiny.py"
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    h = SshdHosts.start(tmp_path_factory.mktemp("sshd"), 3)
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def remote_dir(tmp_path):
+    return tmp_path / "remote"
+
+
+def make_launcher(hosts, remote_dir, **kw):
+    kw.setdefault("identity", str(hosts.identity))
+    kw.setdefault("known_hosts", str(hosts.known_hosts))
+    kw.setdefault("python", sys.executable)
+    return SshLauncher(remote_dir=str(remote_dir), grace=2.0, **kw)
+
+
+def cluster_of(hosts, n, **kw):
+    spec = ClusterSpec(cloud="ssh", nodes=n, name="loopback", hosts=tuple(hosts.hosts[:n]), **kw)
+    return SshProvider().up(spec, NullEvents())
+
+
+def run_processes(run_id: str, node_rank: int | None = None) -> dict[int, str]:
+    """Processes on this machine whose environment carries the run id (and node rank)."""
+    want = [f"GPUCLUSTER_RUN_ID={run_id}".encode()]
+    if node_rank is not None:
+        want.append(f"GPUCLUSTER_NODE_RANK={node_rank}".encode())
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{d}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if state != b"Z" and all(w in env for w in want):
+            found[int(d)] = cmd
+    return found
+
+
+def leaked_ssh_masters() -> list[str]:
+    """ssh processes whose ControlPath lies in a directory that no longer exists."""
+    leaked = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == "ssh":
+            for a in argv:
+                if a.startswith("ControlPath=") and not os.path.isdir(os.path.dirname(a.split("=", 1)[1])):
+                    leaked.append(" ".join(argv))
+    return leaked
+
+
+class Recorder:
+    def __init__(self, on_line=None):
+        self.lines: list[tuple[int, str]] = []
+        self.phases: list[str] = []
+        self.metrics: list[tuple[int, dict]] = []
+        self._hook = on_line
+
+    def on_line(self, node_rank, line):
+        self.lines.append((node_rank, line))
+        if self._hook:
+            self._hook(node_rank, line)
+
+    def on_metric(self, node_rank, record):
+        self.metrics.append((node_rank, record))
+
+    def on_phase(self, phase):
+        self.phases.append(phase)
+
+    def envs(self) -> list[tuple[int, dict]]:
+        return [(r, json.loads(line[4:])) for r, line in self.lines if line.startswith("ENV ")]
+
+
+def user_job_dir(tmp_path, monkeypatch) -> Path:
+    """A user's project folder: the script, a data file, and a .git folder that is not shipped."""
+    job = tmp_path / "project"
+    job.mkdir()
+    shutil.copy(FIXTURE, job / "train.py")
+    (job / "labels.txt").write_text("0 1\n")
+    (job / ".git").mkdir()
+    (job / ".git" / "HEAD").write_text("ref\n")
+    monkeypatch.chdir(job)
+    return job
+
+
+def assert_nothing_left(hosts, cluster, run_id, remote_dir):
+    assert run_processes(run_id) == {}
+    assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []
+    assert not (remote_dir / run_id).exists(), list((remote_dir / run_id).rglob("*"))
+    assert leaked_ssh_masters() == []
+
+
+def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir, tmp_path, monkeypatch):
+    """`gpucluster run --cloud ssh -- python train.py`: the script's folder goes to every node."""
+    n = 2  # three hosts run in the failure tests below (and in the digits test)
+    user_job_dir(tmp_path, monkeypatch)
+    cluster = cluster_of(hosts, n)
+    run_id = f"rt-{n}-{os.getpid()}"
+    note = "it's $HOME `id` \"quoted\" ;|&"
+    job = JobSpec(run_id, command=("python", "train.py", "--steps", "3"), rdzv_port=free_port(),
+                  env=(("GPUCLUSTER_NOTE", note),), max_seconds=120)
+    events = Recorder()
+    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+
+    assert result.ok, (result.failure, events.lines[-20:])
+    assert [nr.exit_code for nr in result.nodes] == [0] * n
+    assert sorted(result.metrics.finals) == list(range(n))
+    assert {f["all_reduce_sum"] for f in result.metrics.finals.values()} == {n * (n + 1) / 2}
+    assert events.phases == ["ready", "rendezvous", "train"]
+    envs = events.envs()
+    assert sorted(int(e["RANK"]) for _, e in envs) == list(range(n))
+    assert sorted(node_rank for node_rank, _ in envs) == list(range(n))
+    for node_rank, env in envs:
+        # The node rank is the host's place in the list (head first). torchrun's c10d rendezvous
+        # orders the global ranks by (address, pid) instead, so RANK is any of 0..n-1.
+        assert env["GPUCLUSTER_NODE_RANK"] == str(node_rank)
+        assert env["GPUCLUSTER_RUN_ID"] == run_id
+        assert env["GPUCLUSTER_NUM_NODES"] == str(n) and env["WORLD_SIZE"] == str(n)
+        assert env["GPUCLUSTER_NODE_IPS"] == ",".join(["127.0.0.1"] * n)
+        assert env["GPUCLUSTER_NOTE"] == note  # survives two shells untouched
+        # the user's folder was shipped (without .git) into a folder of the node's own
+        assert env["cwd"] == str(remote_dir / run_id / f"node-{node_rank}" / "code")
+        assert env["files"] == ["labels.txt", "train.py"]
+    for i in range(n):
+        assert (tmp_path / "logs" / f"node-{i}.log").read_text().count("ENV ") == 1
+    assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gpucluster.workloads.digits") is None,
+                    reason="the digits workload is not in this tree yet")
+@pytest.mark.parametrize("n", [2, 3])
+def test_digits_workload_across_hosts(hosts, remote_dir, tmp_path, n):
+    cluster = cluster_of(hosts, n)
+    run_id = f"rd-{n}-{os.getpid()}"
+    job = JobSpec(run_id, workload="digits", workload_args=("--epochs", "1"), rdzv_port=free_port(), max_seconds=180)
+    events = Recorder()
+    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+    assert result.ok, (result.failure, events.lines[-20:])
+    assert sorted(result.metrics.finals) == list(range(n))
+    assert result.metrics.world_size == n
+    assert {r: rec.get("node_rank") for r, rec in result.metrics.finals.items()} == {i: i for i in range(n)}
+    assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+def test_losing_one_hosts_processes_fails_fast_and_leaves_nothing(hosts, remote_dir, tmp_path, monkeypatch):
+    user_job_dir(tmp_path, monkeypatch)
+    cluster = cluster_of(hosts, 3)
+    run_id = f"rk-{os.getpid()}"
+    killed_at: list[float] = []
+
+    def kill_node_1(node_rank, line):
+        if not killed_at and '"kind":"step"' in line:
+            victims = run_processes(run_id, node_rank=1)
+            assert victims
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            killed_at.append(time.monotonic())
+
+    job = JobSpec(run_id, command=("python", "train.py", "--steps", "100000", "--sleep", "0.02"),
+                  rdzv_port=free_port(), max_seconds=120)
+    events = Recorder(kill_node_1)
+    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+    took = time.monotonic() - killed_at[0]
+
+    assert not result.ok and not result.timed_out
+    assert result.failed_node is not None and "exited with code" in result.failure
+    assert took < 20, f"the failure took {took:.1f} s to stop the run"
+    assert result.metrics.finals == {}
+    assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+def test_ctrl_c_kills_every_remote_process_group(hosts, remote_dir, tmp_path, monkeypatch):
+    user_job_dir(tmp_path, monkeypatch)
+    cluster = cluster_of(hosts, 3)
+    run_id = f"ri-{os.getpid()}"
+    seen_before: list[dict] = []
+
+    def interrupt(node_rank, line):
+        if '"kind":"step"' in line:
+            seen_before.append(run_processes(run_id))
+            raise KeyboardInterrupt
+
+    job = JobSpec(run_id, command=("python", "train.py", "--steps", "100000", "--sleep", "0.02"),
+                  rdzv_port=free_port(), max_seconds=120)
+    with pytest.raises(KeyboardInterrupt):
+        make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(interrupt), tmp_path / "logs")
+    # agents and workers of all three nodes were running (workers in sessions of their own)
+    running = seen_before[0]
+    assert len(running) >= 6
+    assert [_alive(pid) for pid in running if _alive(pid)] == []
+    assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+def _alive(pid: int) -> str | None:
+    """The process's state letter and command line, None when gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+    return None if stat == "Z" else f"{stat} {cmd}"
+
+
+def test_unknown_or_wrong_host_key_is_refused(hosts, remote_dir, tmp_path):
+    cluster = cluster_of(hosts, 2)
+    partial = hosts.write_known_hosts(tmp_path / "kh_partial", indexes=[0])
+    with pytest.raises(LaunchError) as exc:
+        make_launcher(hosts, remote_dir, known_hosts=str(partial)).launch(
+            cluster, JobSpec("rh-1", workload="digits"), Recorder(), tmp_path / "logs")
+    msg = str(exc.value)
+    assert f"node 1 ({hosts.hosts[1]})" in msg and "host key refused" in msg
+    assert f"[127.0.0.1]:{hosts.ports[1]}" in msg and str(partial) in msg
+    assert "node 0" not in msg  # node 0's key is known: only node 1 is named
+    assert not remote_dir.exists()  # nothing was shipped anywhere
+
+    swapped = hosts.write_known_hosts(tmp_path / "kh_swapped", keys=[hosts.host_keys[1], hosts.host_keys[0]])
+    ready = make_launcher(hosts, remote_dir, known_hosts=str(swapped)).probe(cluster)
+    assert [r.ok for r in ready] == [False, False]
+    assert all("host key refused" in r.problems[0] for r in ready)
+    assert leaked_ssh_masters() == []
+
+
+def test_pinned_host_keys_and_cluster_key_as_cloud_nodes_use_them(hosts, remote_dir, tmp_path):
+    """The EC2 path: no known_hosts file, the nodes carry their host keys, the cluster its key."""
+    base = cluster_of(hosts, 2)
+    key = hosts.identity.read_text()
+
+    def cloud(keys):
+        nodes = tuple(Node(n.rank, n.host, n.private_ip, n.user, n.port, host_keys=(k,)) for n, k in zip(base.nodes, keys))
+        return Cluster("c", "aws", nodes, ssh_private_key=key)
+
+    launcher = SshLauncher(remote_dir=str(remote_dir), python=sys.executable)
+    ready = launcher.probe(cloud(hosts.host_keys[:2]))
+    assert [r.ok for r in ready] == [True, True], [r.problems for r in ready]
+    assert ready[0].torch and ready[0].home
+    ready = launcher.probe(cloud([hosts.host_keys[0], hosts.host_keys[2]]))  # node 1 pinned to a wrong key
+    assert [r.ok for r in ready] == [True, False] and "host key refused" in ready[1].problems[0]
+
+
+def test_readiness_names_missing_gpus_and_torch(hosts, remote_dir, tmp_path):
+    smi = hosts.bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A10G'\n")
+    smi.chmod(0o755)
+    try:
+        ready = make_launcher(hosts, remote_dir).probe(cluster_of(hosts, 2, gpus_per_node=1))
+        assert [r.ok for r in ready] == [True, True] and ready[1].gpu_names == ["NVIDIA A10G"]
+        with pytest.raises(LaunchError, match=r"2 of 2 node\(s\) not ready: node 0 .*1 GPU\(s\) visible to nvidia-smi, expected 4"):
+            make_launcher(hosts, remote_dir).launch(cluster_of(hosts, 2, gpus_per_node=4),
+                                                    JobSpec("rg-1", workload="digits"), Recorder(), tmp_path / "l")
+    finally:
+        smi.unlink()
+    bare = tmp_path / "bare"  # a Python without torch
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    ready = make_launcher(hosts, remote_dir, python=str(bare / "bin" / "python")).probe(cluster_of(hosts, 1))
+    assert not ready[0].ok and f"torch is not importable by {bare}/bin/python" in ready[0].problems[0]
+    ready = make_launcher(hosts, remote_dir, python="no-such-python").probe(cluster_of(hosts, 1))
+    assert ready[0].problems == ["no-such-python not found on the remote PATH"]
