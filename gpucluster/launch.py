@@ -126,7 +126,6 @@ def torchrun_argv(
         python, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={job.nproc_per_node}",
-        f"--node-rank={node_rank}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_host}:{job.rdzv_port}",
         f"--rdzv-id={job.run_id}",
