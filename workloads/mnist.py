@@ -37,6 +37,7 @@ _ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy", "ndarray"), ("numpy", "dtype"),
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("_codecs", "encode"),  # how Python 3 pickles bytes at protocol 2: a pure string function
 }
 
 
@@ -46,6 +47,10 @@ class _ArraysOnly(pickle.Unpickler):
             raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a data pickle")
         import numpy
 
+        if module == "_codecs":
+            import codecs
+
+            return codecs.encode
         if name == "_reconstruct":
             core = getattr(numpy, "_core", None) or numpy.core
             return core.multiarray._reconstruct
