@@ -29,7 +29,7 @@ from .errors import UsageError
 from .metrics import MetricsState, parse_line
 
 DEFAULT_RDZV_PORT = 29400
-TAIL_LINES = 20
+TAIL_LINES = 80
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,6 @@ def torchrun_argv(
         python, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={job.nproc_per_node}",
-        f"--node-rank={node_rank}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_host}:{job.rdzv_port}",
         f"--rdzv-id={job.run_id}",
@@ -248,6 +247,9 @@ class NodeSupervisor:
                         if proc.returncode != 0 and failure is None:
                             failed_node = rank
                             failure = f"node {rank} ({self.hosts[rank]}) exited with code {proc.returncode}"
+                            cause = root_cause(self.tail(rank))
+                            if cause:
+                                failure += f" ({cause})"
                 if failure is not None:
                     break
                 if len(exit_codes) == len(procs):
@@ -268,7 +270,12 @@ class NodeSupervisor:
                 exit_codes[rank] = proc.returncode
         nodes = [NodeResult(r, self.hosts[r], exit_codes.get(r), self.tail(r)) for r in sorted(procs)]
         ok = failure is None and all(n.exit_code == 0 for n in nodes)
-        if ok:
+        # Built-in workloads, and any script that speaks the metrics protocol, must show a final
+        # record from every rank: a rank can exit 0 without finishing its work. A script that
+        # reports nothing is judged by its exit codes alone (it runs unmodified).
+        speaks_protocol = self.job.workload is not None or bool(
+            self.metrics.start or self.metrics.epochs or self.metrics.finals)
+        if ok and speaks_protocol:
             world = self.metrics.world_size or self.job.nproc_per_node * len(procs)
             missing = sorted(set(range(world)) - set(self.metrics.finals))
             if missing:
@@ -280,6 +287,32 @@ class NodeSupervisor:
             timed_out=timed_out, train_started_at=self.train_started_at,
             rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
         )
+
+
+_AGENT_ERROR = re.compile(r"^E\d{4} .*elastic/multiprocessing/api\.py.*failed \(exitcode")
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def worker_lines(lines: Sequence[str]) -> list[str]:
+    """A node's log lines up to torchrun's own failure report (the worker's last words)."""
+    for i, line in enumerate(lines):
+        if _AGENT_ERROR.match(line):
+            return list(lines[:i])
+    return list(lines)
+
+
+def root_cause(lines: Sequence[str]) -> str | None:
+    """'worker rank R exit code C' from torchrun's root-cause summary, when it printed one."""
+    rank = code = None
+    for line in lines:
+        if (m := _ROOT_RANK.match(line)) and rank is None:
+            rank = m.group(1)
+        elif (m := _ROOT_EXIT.match(line)) and code is None:
+            code = m.group(1)
+    if rank is None or code is None:
+        return None
+    return f"worker rank {rank} exit code {code}"
 
 
 def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:

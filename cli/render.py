@@ -1,0 +1,210 @@
+"""Terminal rendering with rich (imported only by commands that print tables or progress)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+NODE_STYLES = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+
+
+def fmt_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_secs(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def fmt_metric(record: dict[str, Any]) -> str:
+    kind = record.get("kind")
+    parts = [kind or "?"]
+    for key, label, f in (("epoch", "epoch", "{}"), ("step", "step", "{}"), ("loss", "loss", "{:.4f}"),
+                          ("accuracy", "acc", "{:.2%}"), ("samples_per_s", "samples/s", "{:,.0f}"),
+                          ("train_time_s", "train", "{:.1f}s"), ("rank", "rank", "{}")):
+        v = record.get(key)
+        if v is not None and not (kind == "epoch" and key == "rank"):
+            try:
+                parts.append(f"{label} " + f.format(v))
+            except (ValueError, TypeError):
+                parts.append(f"{label} {v}")
+    return "  ".join(parts)
+
+
+class RichRunUI:
+    """Live logs with node prefixes above a one-line progress status (on a terminal)."""
+
+    def __init__(self, console: Console, *, quiet: bool = False, epochs: int | None = None):
+        self.console = console
+        self.quiet = quiet
+        self.epochs = epochs
+        self.phase_name = "prepare"
+        self.t0 = time.monotonic()
+        self.phase_t0 = self.t0
+        self.state: dict[str, Any] = {}
+        self.live = None
+        if console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(self._status(), console=console, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> "RichRunUI":
+        if self.live:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.stop()
+
+    def _status(self) -> Text:
+        t = Text()
+        t.append(f" {self.phase_name} ", style="bold reverse")
+        t.append(f" {fmt_secs(time.monotonic() - self.t0)}")
+        s = self.state
+        if "epoch" in s:
+            total = f"/{self.epochs}" if self.epochs else ""
+            t.append(f"  epoch {s['epoch']}{total}")
+        if "step" in s:
+            t.append(f"  step {s['step']}")
+        if s.get("loss") is not None:
+            t.append(f"  loss {s['loss']:.4f}")
+        if s.get("accuracy") is not None:
+            t.append(f"  acc {s['accuracy']:.2%}")
+        if s.get("samples_per_s") is not None:
+            t.append(f"  {s['samples_per_s']:,.0f} samples/s")
+        return t
+
+    def _refresh(self) -> None:
+        if self.live:
+            self.live.update(self._status())
+
+    def phase(self, name: str) -> None:
+        self.phase_name = name
+        self.phase_t0 = time.monotonic()
+        if not self.live and not self.quiet:
+            self.console.print(Text(f"== {name}", style="bold"), highlight=False)
+        self._refresh()
+
+    def line(self, node_rank: int, text: str) -> None:
+        if self.quiet or text.lstrip().startswith("@gpucluster-metric") or "@gpucluster-metric " in text:
+            return
+        self._print(node_rank, Text(text))
+
+    def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+        if record.get("kind") in ("epoch", "step"):
+            for k in ("epoch", "step", "loss", "accuracy", "samples_per_s"):
+                if record.get(k) is not None:
+                    self.state[k] = record[k]
+            self._refresh()
+        if self.quiet or record.get("kind") in ("util", "step"):
+            return
+        if record.get("kind") == "final" and record.get("rank") not in (0, None):
+            return
+        self._print(node_rank, Text(fmt_metric(record), style="bold"))
+
+    def _print(self, node_rank: int, body: Text) -> None:
+        prefix = Text(f"[node {node_rank}] ", style=NODE_STYLES[node_rank % len(NODE_STYLES)])
+        self.console.print(prefix + body, highlight=False, markup=False, soft_wrap=True)
+
+    def message(self, text: str) -> None:
+        self.console.print(Text(text, style="yellow"), highlight=False)
+
+
+def phase_rows(run: dict[str, Any]) -> list[tuple[str, float | None, str]]:
+    rows = []
+    for p in run.get("phases", []):
+        dur = (p["ended_at"] - p["started_at"]) if p.get("ended_at") else None
+        rows.append((p["name"], dur, p.get("status") or "running"))
+    return rows
+
+
+def run_report(console: Console, run: dict[str, Any]) -> None:
+    """The report printed at the end of `run`, and by `show`."""
+    status = run["status"]
+    style = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}.get(status, "bold")
+    wall = (run["ended_at"] - run["created_at"]) if run.get("ended_at") else None
+    head = Text()
+    head.append(f"run {run['id']} ", style="bold")
+    head.append(status.upper(), style=style)
+    head.append(f"  {run['cloud']}  cluster {run['cluster']}  {run['nodes']} node(s)  wall {fmt_secs(wall)}")
+    console.print(head, highlight=False)
+    if run.get("failure"):
+        console.print(Text(f"reason: {run['failure']}", style="red"), highlight=False)
+
+    t = Table(title="phases", show_edge=False, title_justify="left")
+    t.add_column("phase")
+    t.add_column("time", justify="right")
+    t.add_column("status")
+    for name, dur, st in phase_rows(run):
+        t.add_row(name, fmt_secs(dur), st)
+    console.print(t)
+
+    m = run.get("metrics") or {}
+    if m:
+        bits = []
+        if m.get("accuracy") is not None:
+            bits.append(f"accuracy {m['accuracy']:.2%}")
+        if m.get("loss") is not None:
+            bits.append(f"loss {m['loss']:.4f}")
+        if m.get("samples_per_s") is not None:
+            bits.append(f"{m['samples_per_s']:,.0f} samples/s")
+        if m.get("train_time_s") is not None:
+            bits.append(f"training {fmt_secs(m['train_time_s'])}")
+        if m.get("world_size"):
+            bits.append(f"world size {m['world_size']}")
+        console.print("result: " + ", ".join(bits), highlight=False)
+
+    nodes = run.get("node_results") or []
+    if nodes:
+        n = Table(title="nodes", show_edge=False, title_justify="left")
+        n.add_column("node")
+        n.add_column("host")
+        n.add_column("exit")
+        for r in nodes:
+            code = r["exit_code"]
+            n.add_row(str(r["node_rank"]), r["host"] or "-",
+                      Text("killed" if code is None else str(code), style="green" if code == 0 else "red"))
+        console.print(n)
+        failed = [r for r in nodes if r["exit_code"] not in (0,)]
+        for r in failed[:1]:
+            from gpucluster.launch import worker_lines
+
+            lines = [ln for ln in worker_lines(r.get("last_lines") or []) if "@gpucluster-metric" not in ln][-10:]
+            if lines:
+                console.print(Text(f"last lines of node {r['node_rank']}:", style="bold"), highlight=False)
+                for ln in lines:
+                    console.print(Text("  " + ln), highlight=False)
+
+    tv = run.get("teardown_verified")
+    if tv is True:
+        console.print(Text("teardown: verified, nothing left running or billing", style="green"), highlight=False)
+    elif tv is False:
+        console.print(Text(f"teardown: NOT VERIFIED, still existing: {json.dumps(run.get('leftovers'))}",
+                           style="bold red"), highlight=False)
+        console.print(Text(f"  finish it with: gpucluster down {run['cluster']}", style="red"), highlight=False)
+    else:
+        console.print("teardown: cluster kept (--keep); remove it with "
+                      f"'gpucluster down {run['cluster']}'", highlight=False)
+    cost = run.get("cost")
+    if cost and cost.get("total_usd") is not None:
+        note = f" ({cost['note']})" if cost.get("note") else ""
+        console.print(f"cost: ${cost['total_usd']}{note}", highlight=False)
+    if run.get("log_dir"):
+        console.print(f"logs: {run['log_dir']}", highlight=False)

@@ -1,0 +1,295 @@
+"""`gpucluster run`, `runs` and `show`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import sys
+
+import click
+
+from gpucluster.errors import ExitCode, SpecError, UsageError, not_allowed
+from gpucluster.spec import CLOUDS, MAX_NODES, ClusterSpec, parse_int
+
+WORKLOADS = ("digits", "mnist", "synthetic")
+
+
+def _console(stderr: bool = False):
+    import os
+
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    tags = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(not_allowed("tag", item, "KEY=VALUE"))
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+def check_command(command: tuple[str, ...]) -> None:
+    """A `--` command must exist before anything starts: script file, module or executable."""
+    from gpucluster.launch import JobSpec, program_args
+
+    prog = program_args(JobSpec(run_id="check", command=command))
+    if prog[0] == "--no-python":
+        exe = prog[1]
+        if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+            raise UsageError(not_allowed("command", exe, "an executable on PATH, or python SCRIPT.py / python -m MODULE"))
+    elif prog[0] == "-m":
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(prog[1]) is not None
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            sys.path.pop(0)
+        if not found:
+            raise UsageError(not_allowed("python module", prog[1], "a module importable from the current directory"))
+    elif not os.path.isfile(prog[0]):
+        raise UsageError(not_allowed("script", prog[0], "a Python file that exists (path relative to the current directory)"))
+
+
+def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
+               ssh_cidr, tags, hosts, run_id) -> ClusterSpec:
+    if cloud not in CLOUDS:
+        raise SpecError(not_allowed("cloud", cloud, CLOUDS))
+    n = parse_int("nodes", nodes, low=1, high=MAX_NODES[cloud])
+    g = None if gpus_per_node is None else parse_int("gpus per node", gpus_per_node, low=0, high=16)
+    return ClusterSpec(
+        cloud=cloud, nodes=n, name=name or f"gpucluster-{cloud}", region=region, zone=zone,
+        instance_type=instance_type, gpus_per_node=g, spot=spot,
+        disk_gb=parse_int("disk size (GB)", disk_gb, low=10, high=16384),
+        max_lifetime_minutes=parse_int("max lifetime (minutes)", max_lifetime, low=5, high=7 * 24 * 60),
+        ssh_cidr=ssh_cidr, tags=tuple(sorted(parse_tags(tags).items())), hosts=tuple(hosts), run_id=run_id,
+    )
+
+
+@click.command(context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
+@click.option("--cloud", default="local", show_default=True, metavar="|".join(CLOUDS), help="Where the cluster runs.")
+@click.option("--nodes", "-n", default="2", show_default=True, help="Number of nodes (local: at most 16).")
+@click.option("--gpus-per-node", default=None, help="GPUs per node [default: all the node has; local: GPUs present / nodes].")
+@click.option("--procs-per-node", default=None, help="Training processes per node [default: GPUs per node, or 1 on CPU].")
+@click.option("--workload", "-w", default=None, metavar="|".join(WORKLOADS),
+              help="Built-in workload (default digits when no command is given after --).")
+@click.option("--epochs", default=None, help="Epochs for a built-in workload.")
+@click.option("--workload-args", default="", help="More arguments for the built-in workload, e.g. \"--batch-size 64\".")
+@click.option("--name", default=None, help="Cluster name [default: gpucluster-CLOUD].")
+@click.option("--region", default=None)
+@click.option("--zone", default=None)
+@click.option("--instance-type", "--machine-type", "instance_type", default=None, help="EC2 type or GCE machine type.")
+@click.option("--spot", is_flag=True, help="Spot/preemptible capacity.")
+@click.option("--disk-gb", default="100", show_default=True)
+@click.option("--max-minutes", default=None, help="Wall-clock limit for the job; everything is stopped past it.")
+@click.option("--max-lifetime", default="240", show_default=True,
+              help="Minutes after which cloud nodes power themselves off, even if this machine is gone.")
+@click.option("--ssh-cidr", default=None, help="Who may SSH to cloud nodes (e.g. 203.0.113.7/32).")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")
+@click.option("--hosts", default=None, help="ssh backend: user@host1,user@host2[:port], head first.")
+@click.option("--identity", default=None, type=click.Path(dir_okay=False), help="ssh private key.")
+@click.option("--known-hosts", default=None, type=click.Path(dir_okay=False), help="ssh known_hosts file.")
+@click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
+@click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
+@click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run record as JSON at the end (logs go to stderr).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
+        instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, hosts, identity, known_hosts,
+        max_restarts, keep, yes, quiet, as_json, command):
+    """Provision a cluster, train on it with torchrun, tear it down, report.
+
+    \b
+    Examples:
+      gpucluster run --cloud local --nodes 4
+      gpucluster run --cloud local --nodes 2 --workload mnist --epochs 1
+      gpucluster run --cloud local --nodes 2 -- python my_train.py --epochs 3
+    """
+    from gpucluster.backends import get_backend
+    from gpucluster.home import home_dir
+    from gpucluster.launch import JobSpec
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import execute
+    from gpucluster.spec import new_run_id, validate
+
+    if command and workload:
+        raise UsageError("give either --workload or a command after --, not both")
+    if not command:
+        workload = workload or "digits"
+        if workload not in WORKLOADS:
+            raise UsageError(not_allowed("workload", workload, WORKLOADS))
+    if command and command[0] == "--":
+        command = command[1:]
+    host_list = tuple(h.strip() for h in hosts.split(",") if h.strip()) if hosts else ()
+    run_id = new_run_id()
+    spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
+                      max_lifetime, ssh_cidr, tags, host_list, run_id)
+    warnings = validate(spec)
+    wl_args = shlex.split(workload_args) if workload_args else []
+    if epochs is not None:
+        wl_args = ["--epochs", str(parse_int("epochs", epochs, low=1, high=100000))] + wl_args
+    if command:
+        check_command(command)
+    limit = None
+    if max_minutes is not None:
+        try:
+            limit = float(max_minutes)
+        except ValueError:
+            limit = -1.0
+        if not limit > 0:
+            raise UsageError(not_allowed("max minutes", max_minutes, "a number of minutes > 0"))
+    gpn = spec.gpus_per_node
+    if procs_per_node is not None:
+        nproc = parse_int("procs per node", procs_per_node, low=1, high=64)
+    else:
+        nproc = None
+    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts)
+    ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
+    home_dir()
+
+    out = _console(stderr=as_json)
+    for w in warnings:
+        out.print(f"[yellow]warning:[/yellow] {w}")
+
+    if cloud == "local":
+        from gpucluster.catalog.local import gpus_present
+
+        present = gpus_present()
+        if gpn is None:
+            gpn = present // spec.nodes if present else 0
+            spec = spec.replace(gpus_per_node=gpn)
+    nproc = nproc or (gpn or 1)
+    job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
+                  workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
+                  max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
+                  max_seconds=limit * 60 if limit else None)
+
+    estimate = _plan(out, spec, job, nproc)
+    if cloud not in ("local", "ssh") and not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")
+        if not click.confirm("Create the cluster and run?", default=False):
+            raise click.exceptions.Abort()
+
+    from gpucluster.cli.render import RichRunUI, run_report
+
+    ui = RichRunUI(out, quiet=quiet, epochs=int(epochs) if epochs else None)
+    with ui:
+        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
+                          prices=estimate, workload=workload or _command_name(command))
+    record = ledger.get_run(outcome.run_id)
+    if as_json:
+        click.echo(json.dumps(record, indent=2, default=str))
+    else:
+        out.print()
+        run_report(out, record)
+    return int(outcome.exit_code)
+
+
+def _command_name(command: tuple[str, ...]) -> str | None:
+    return os.path.basename(command[-1] if len(command) == 1 else command[1]) if command else None
+
+
+def _plan(out, spec: ClusterSpec, job, nproc: int):
+    """Print what will happen and what it is estimated to cost; returns the price snapshot."""
+    what = job.display
+    gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
+    out.print(f"[bold]plan[/bold]: {spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node), "
+              f"run {job.run_id}: {what}")
+    snapshot = None
+    try:
+        from gpucluster import cost
+    except ImportError:
+        cost = None
+    if cost is not None and hasattr(cost, "price_snapshot") and spec.cloud in ("aws", "gcp"):
+        snapshot = cost.price_snapshot(spec)
+        est = cost.estimate(spec, 1.0)
+        out.print(f"estimated cost: {est.render_line() if hasattr(est, 'render_line') else est}")
+    elif spec.cloud in ("local", "ssh"):
+        out.print("estimated cost: $0 (machines gpucluster does not rent)")
+    return snapshot
+
+
+@click.command()
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--cloud", default=None, type=click.Choice(CLOUDS))
+@click.option("--status", default=None, type=click.Choice(["running", "succeeded", "failed", "interrupted"]))
+@click.option("--json", "as_json", is_flag=True, help="JSON list for scripts.")
+def runs(limit, cloud, status, as_json):
+    """List recorded runs, newest first.
+
+    \b
+    Example:
+      gpucluster runs --limit 5
+    """
+    from gpucluster.ledger import Ledger
+
+    rows = Ledger.open_default().list_runs(limit=limit, cloud=cloud, status=status)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return 0
+    from rich.table import Table
+
+    from gpucluster.cli.render import fmt_secs, fmt_time
+
+    t = Table(show_edge=False)
+    for col in ("run", "started (UTC)", "cloud", "cluster", "nodes", "job", "status", "wall", "accuracy", "cost"):
+        t.add_column(col)
+    for r in rows:
+        wall = (r["ended_at"] - r["created_at"]) if r.get("ended_at") else None
+        m = r.get("metrics") or {}
+        acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
+        c = r.get("cost") or {}
+        cost = f"${c['total_usd']}" if c.get("total_usd") is not None else "-"
+        t.add_row(r["id"], fmt_time(r["created_at"]), r["cloud"], r["cluster"], str(r["nodes"]),
+                  r.get("workload") or "-", r["status"], fmt_secs(wall), acc, cost)
+    con = _console()
+    if not rows:
+        con.print("no runs recorded yet: try 'gpucluster run --cloud local --nodes 2'")
+    else:
+        con.print(t)
+    return 0
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="The whole record as JSON (metrics included).")
+def show(run_id, as_json):
+    """Show one run: phases, nodes, metrics, resources, teardown verdict, cost.
+
+    \b
+    Example:
+      gpucluster show r20261122-031500-1a2b3c
+    """
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger.open_default()
+    run = ledger.get_run(run_id, with_metrics=as_json)
+    if run is None:
+        raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
+    if as_json:
+        click.echo(json.dumps(run, indent=2, default=str))
+        return 0
+    from gpucluster.cli.render import run_report
+
+    con = _console()
+    run_report(con, run)
+    if run.get("resources"):
+        from rich.table import Table
+
+        t = Table(title="resources", show_edge=False, title_justify="left")
+        for col in ("kind", "name", "id", "gone"):
+            t.add_column(col)
+        for r in run["resources"]:
+            t.add_row(r["kind"], r["name"], r.get("cloud_id") or "-", "yes" if r["confirmed_gone"] else "NO")
+        con.print(t)
+    return 0

@@ -1,0 +1,20 @@
+"""Backend registry: the provider and launcher for each cloud, imported only when used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UsageError, not_allowed
+from .spec import CLOUDS
+
+
+def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
+    """(provider, launcher) for a cloud. Options: identity, known_hosts (ssh and aws), ..."""
+    if cloud == "local":
+        from .local import LocalLauncher
+        from gpucluster.infra.local import LocalProvider
+
+        return LocalProvider(), LocalLauncher()
+    if cloud not in CLOUDS:
+        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+    raise UsageError(f"cloud {cloud!r} cannot run jobs in this version yet; allowed now: local")

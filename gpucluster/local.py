@@ -1,0 +1,76 @@
+"""The `local` launcher: one torchrun agent per "node", all on this machine, joined by a c10d
+rendezvous on 127.0.0.1 under the run's unique id. gloo on CPU, nccl when CUDA GPUs are present
+(node i then sees its own slice of the GPUs through CUDA_VISIBLE_DEVICES)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from .errors import LaunchError
+from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, terminate_groups, torchrun_argv
+from .procs import kill_run_processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalLauncher:
+    def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
+        self.python = python or sys.executable
+        self.cwd = cwd
+        self.grace = grace
+
+    def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+        nnodes = len(cluster.nodes)
+        job = replace(job, rdzv_port=free_port())
+        if job.threads_per_proc is None:
+            job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
+        program = program_args(job)
+        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes])
+        procs: dict[int, subprocess.Popen] = {}
+
+        def stop() -> None:
+            terminate_groups([p.pid for p in procs.values()], grace=self.grace,
+                             reap=lambda: [p.poll() for p in procs.values()])
+            # Workers live in sessions of their own: find them by the run id they inherited.
+            kill_run_processes(job.run_id, grace=self.grace)
+            for p in procs.values():
+                try:
+                    p.wait(timeout=self.grace)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+        try:
+            for node in cluster.nodes:
+                argv = torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node.rank,
+                                     rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program)
+                env = dict(os.environ)
+                env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
+                                    gpus_per_node=cluster.gpus_per_node))
+                if cluster.gpus_per_node:
+                    first = node.rank * cluster.gpus_per_node
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))
+                else:
+                    env["CUDA_VISIBLE_DEVICES"] = ""
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True)
+                procs[node.rank] = proc
+                if hasattr(events, "on_spawn"):
+                    events.on_spawn(node.rank, "process", str(proc.pid))
+                supervisor.attach(node.rank, proc.stdout)
+        except OSError as exc:
+            stop()
+            raise LaunchError(f"could not start torchrun for local node {len(procs)}: {exc}") from None
+        except BaseException:
+            stop()
+            raise
+        return supervisor.run(procs, stop)

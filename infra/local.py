@@ -1,0 +1,42 @@
+"""The `local` provider: N "nodes" on this machine. Nothing is created in any cloud; the node
+processes themselves are started (and their absence verified) by `gpucluster.local.LocalLauncher`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .provider import Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+
+LOCALHOST = "127.0.0.1"
+
+
+class LocalProvider:
+    cloud = "local"
+
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+        from gpucluster.catalog.local import gpus_present
+
+        present = gpus_present()
+        gpn = spec.gpus_per_node if spec.gpus_per_node is not None else (present // spec.nodes if present else 0)
+        nodes = tuple(Node(rank=i, host=LOCALHOST, private_ip=LOCALHOST, gpus=gpn) for i in range(spec.nodes))
+        return Cluster(name=spec.name, cloud="local", nodes=nodes, gpus_per_node=gpn)
+
+    def down(self, name: str, events: ProvisionEvents) -> None:
+        return None
+
+    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+        if not run_id:
+            return []
+        from gpucluster.procs import run_processes
+
+        out = []
+        for p in run_processes(run_id):
+            try:
+                cmd = " ".join(p.cmdline()[:4])
+            except Exception:
+                cmd = ""
+            out.append(Leftover(kind="process", id=str(p.pid), detail=cmd))
+        return out
+
+    def status(self, name: str) -> ClusterStatus | None:
+        return None

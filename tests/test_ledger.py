@@ -1,0 +1,91 @@
+import sqlite3
+
+import pytest
+
+from gpucluster.errors import ConfigError
+from gpucluster.ledger import SCHEMA_VERSION, Ledger
+
+
+def make_run(ledger, run_id="r1", **kw):
+    ledger.create_run(run_id, cloud="aws", cluster="c1", nodes=2, gpus_per_node=1, command=["python", "t.py"],
+                      spec={"cloud": "aws"}, workload="digits", **kw)
+
+
+def test_fresh_ledger_is_migrated(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    assert led.schema_version == SCHEMA_VERSION
+    tables = {r[0] for r in sqlite3.connect(tmp_path / "l.db").execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "phases", "nodes", "metrics", "resources"} <= tables
+    # Re-opening does not migrate twice.
+    assert Ledger(tmp_path / "l.db").schema_version == SCHEMA_VERSION
+
+
+def test_newer_schema_is_refused(tmp_path):
+    db = sqlite3.connect(tmp_path / "l.db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    db.commit()
+    db.close()
+    with pytest.raises(ConfigError, match="newer"):
+        Ledger(tmp_path / "l.db")
+
+
+def test_corrupt_ledger_is_a_clear_error(tmp_path):
+    (tmp_path / "l.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(ConfigError, match="cannot be used"):
+        Ledger(tmp_path / "l.db")
+
+
+def test_crash_leaves_a_row_that_says_what_may_exist(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    make_run(led)
+    led.phase_start("r1", "provision", now=100.0)
+    led.resource_requested("r1", "instance", "node-0", region="us-east-1", detail={"instance_type": "g5.xlarge"}, now=100.0)
+    led.resource_created("r1", "instance", "node-0", "i-123", now=130.0)
+    led.resource_requested("r1", "instance", "node-1", now=100.0)
+    # ... the process dies here. A new process reads what is open:
+    again = Ledger(tmp_path / "l.db")
+    run = again.get_run("r1")
+    assert run["status"] == "running" and run["ended_at"] is None
+    assert run["phases"][0]["ended_at"] is None
+    open_res = again.open_resources("c1")
+    assert {(r["name"], r["cloud_id"]) for r in open_res} == {("node-0", "i-123"), ("node-1", None)}
+    again.resource_deleted("r1", "instance", "node-0", now=200.0)
+    assert [r["name"] for r in again.open_resources()] == ["node-1"]
+
+
+def test_finish_and_read_back(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    make_run(led, prices={"g5.xlarge": "1.006"})
+    led.add_metrics("r1", [(0, {"kind": "epoch", "epoch": 1, "loss": 0.5, "time": 1.0}),
+                           (1, {"kind": "final", "rank": 1, "time": 2.0})])
+    led.record_node("r1", 0, "10.0.0.1", 0, ["ok"])
+    led.finish_run("r1", status="failed", exit_code=1, failure="node 1 died", metrics={"loss": 0.5},
+                   teardown_verified=True, leftovers=[])
+    run = led.get_run("r1", with_metrics=True)
+    assert run["status"] == "failed" and run["failure"] == "node 1 died"
+    assert run["prices"] == {"g5.xlarge": "1.006"}
+    assert run["teardown_verified"] is True
+    assert [m["kind"] for m in run["metric_records"]] == ["epoch", "final"]
+    assert run["metric_records"][1]["node_rank"] == 1
+    assert run["node_results"] == [{"node_rank": 0, "host": "10.0.0.1", "exit_code": 0, "last_lines": ["ok"]}]
+    with pytest.raises(ValueError):
+        led.finish_run("r1", status="weird", exit_code=1)
+
+
+def test_prefix_lookup_and_filters(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    make_run(led, "r20261122-aaa", now=10.0)
+    make_run(led, "r20261122-bbb", now=20.0)
+    assert led.get_run("r20261122-a")["id"] == "r20261122-aaa"
+    assert led.get_run("r20261122") is None  # ambiguous
+    assert [r["id"] for r in led.list_runs()] == ["r20261122-bbb", "r20261122-aaa"]
+    assert [r["id"] for r in led.list_runs(since=15.0)] == ["r20261122-bbb"]
+    assert led.list_runs(cloud="gcp") == []
+
+
+def test_duplicate_run_id_is_rejected_atomically(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    make_run(led)
+    with pytest.raises(sqlite3.IntegrityError):
+        make_run(led)
+    assert len(led.list_runs()) == 1

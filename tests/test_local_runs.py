@@ -1,0 +1,157 @@
+"""Real multi-node runs on the local backend: torchrun agents, gloo, the real digits data."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
+from gpucluster.ledger import Ledger
+from gpucluster.procs import run_processes
+
+pytestmark = [needs_torch, pytest.mark.slow]
+
+
+def only_run(home):
+    runs = Ledger(home / "ledger.sqlite3").list_runs()
+    assert len(runs) == 1
+    return Ledger(home / "ledger.sqlite3").get_run(runs[0]["id"], with_metrics=True)
+
+
+def assert_nothing_left(run_id):
+    left = run_processes(run_id)
+    assert left == [], [p.cmdline() for p in left]
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_digits_multi_node(home, nodes):
+    r = run_cli("run", "--cloud", "local", "--nodes", str(nodes), "--workload", "digits", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    record = json.loads(r.stdout)
+    run = only_run(home)
+    assert record["id"] == run["id"]
+    assert run["status"] == "succeeded" and run["exit_code"] == 0
+    assert run["metrics"]["accuracy"] >= 0.95
+    assert run["metrics"]["world_size"] == nodes
+    assert run["metrics"]["final_records"] == nodes
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+    assert all(p["ended_at"] and p["status"] == "ok" for p in run["phases"])
+    assert [n["exit_code"] for n in run["node_results"]] == [0] * nodes
+    assert run["teardown_verified"] is True and run["leftovers"] == []
+    procs = [x for x in run["resources"] if x["kind"] == "process"]
+    assert len(procs) == nodes and all(x["confirmed_gone"] for x in procs)
+    finals = [m for m in run["metric_records"] if m["kind"] == "final"]
+    assert sorted(m["rank"] for m in finals) == list(range(nodes))
+    # Every rank trained its own shard: the samples seen add up to one epoch's worth per epoch.
+    epochs = [m for m in run["metric_records"] if m["kind"] == "epoch"]
+    assert len(epochs) == finals[0]["epochs"]
+    per_rank = {m["samples_seen"] for m in finals}
+    assert len(per_rank) == 1
+    train_size = 1797 - 1797 // 5
+    assert per_rank.pop() * nodes <= train_size * finals[0]["epochs"]
+    logs = [f for f in os.listdir(run["log_dir"])]
+    assert sorted(logs) == [f"node-{i}.log" for i in range(nodes)]
+    assert_nothing_left(run["id"])
+
+
+def test_unmodified_script_gets_environment(home):
+    r = run_cli("run", "--nodes", "2", "--", "python", str(FIXTURES / "print_env.py"))
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    run = only_run(home)
+    envs = []
+    for i in range(2):
+        text = open(os.path.join(run["log_dir"], f"node-{i}.log")).read()
+        envs += [json.loads(line.split("ENV ", 1)[1]) for line in text.splitlines() if line.startswith("ENV ")]
+    assert len(envs) == 2
+    assert sorted(e["GPUCLUSTER_NODE_RANK"] for e in envs) == ["0", "1"]
+    assert sorted(e["RANK"] for e in envs) == ["0", "1"]
+    for e in envs:
+        assert e["GPUCLUSTER_RUN_ID"] == run["id"]
+        assert e["GPUCLUSTER_NUM_NODES"] == "2"
+        assert e["GPUCLUSTER_NODE_IPS"] == "127.0.0.1,127.0.0.1"
+        assert e["WORLD_SIZE"] == "2" and e["LOCAL_RANK"] == "0"
+        assert e["TORCHELASTIC_RUN_ID"] == run["id"]
+        assert e["allreduce"] == 2.0
+    assert run["status"] == "succeeded" and run["teardown_verified"] is True
+
+
+def test_crashing_rank_fails_fast(home):
+    start = time.monotonic()
+    r = run_cli("run", "--nodes", "3", "--", "python", str(FIXTURES / "crashy_train.py"),
+                env={"CRASH_RANK": "1", "CRASH_STEP": "15"})
+    elapsed = time.monotonic() - start
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert elapsed < 60  # not a gloo/NCCL timeout (30 min by default)
+    run = only_run(home)
+    assert run["status"] == "failed"
+    crashed = [n for n in run["node_results"] if n["exit_code"] not in (0, None)]
+    assert crashed, run["node_results"]
+    crashed_node = crashed[0]["node_rank"]
+    assert f"node {crashed_node}" in run["failure"]
+    assert any("crashing on purpose" in ln for ln in crashed[0]["last_lines"])
+    assert "crashing on purpose" in r.stdout  # the report shows the failed node's last lines
+    assert run["teardown_verified"] is True
+    assert_nothing_left(run["id"])
+
+
+def test_max_minutes_stops_everything(home):
+    r = run_cli("run", "--nodes", "2", "--max-minutes", "0.25", "--", "python", str(FIXTURES / "crashy_train.py"))
+    assert r.returncode == 1
+    run = only_run(home)
+    assert run["status"] == "failed" and "time limit" in run["failure"]
+    assert_nothing_left(run["id"])
+
+
+def _start_and_wait_for_training(home, extra_env=None):
+    env = dict(os.environ, COLUMNS="200", **(extra_env or {}))
+    proc = subprocess.Popen(gpucluster_argv("run", "--nodes", "2", "--", "python", str(FIXTURES / "crashy_train.py")),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    seen = []
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        seen.append(line)
+        if "epoch" in line and "[node 0]" in line:
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    ledger = Ledger(home / "ledger.sqlite3")
+    run_id = ledger.list_runs()[0]["id"]
+    assert len(run_processes(run_id)) >= 4  # 2 agents + 2 workers are up
+    return proc, run_id, seen
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "interrupted")])
+def test_signal_mid_training_leaves_nothing(home, sig, status):
+    proc, run_id, _ = _start_and_wait_for_training(home)
+    # Ctrl-C in a terminal signals the whole foreground process group; SIGTERM comes from a supervisor.
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:]
+    assert_nothing_left(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    assert run["status"] == status
+    assert run["failure"] == ("stopped by Ctrl-C" if sig == signal.SIGINT else "stopped by SIGTERM")
+    assert run["teardown_verified"] is True
+    assert {p["name"]: p["status"] for p in run["phases"]}["teardown"] == "ok"
+
+
+def test_runs_and_show(home):
+    r = run_cli("run", "--nodes", "2", "--epochs", "2", "--json")
+    assert r.returncode == 0
+    run_id = json.loads(r.stdout)["id"]
+    listed = json.loads(run_cli("runs", "--json").stdout)
+    assert [x["id"] for x in listed] == [run_id]
+    shown = json.loads(run_cli("show", run_id[:12], "--json").stdout)
+    assert shown["id"] == run_id and shown["metric_records"]
+    text = run_cli("show", run_id).stdout
+    assert "SUCCEEDED" in text and "teardown: verified" in text and "node-0" in text
+    table = run_cli("runs").stdout
+    assert run_id in table and "succeeded" in table

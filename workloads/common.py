@@ -1,0 +1,259 @@
+"""What every built-in workload shares: process group set-up, sharding, explicit gradient
+all-reduce with timing, all-reduced evaluation, metric records. torch + standard library only.
+
+Data parallelism is done by hand rather than with DDP so that each step's time splits honestly
+into data (fetching the batch), compute (forward + backward + optimizer) and comm (the gradient
+all-reduce): the sweep's diagnosis reads those splits. Gradients are flattened into one buffer and
+all-reduced once per step (what DDP's buckets do, without the overlap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+try:  # run as gpucluster.workloads.<name>
+    from .protocol import emit
+except ImportError:  # run as a script from a shipped copy of this folder
+    from protocol import emit  # type: ignore[no-redef]
+
+
+@dataclass
+class Ctx:
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int
+    device: torch.device
+    backend: str | None  # None: single process, no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def base_parser(description: str, *, epochs: int, batch: int, lr: float) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs (default {epochs})")
+    p.add_argument("--batch-size", type=int, default=batch, help=f"per-rank batch size (default {batch})")
+    p.add_argument("--lr", type=float, default=lr,
+                   help=f"learning rate at a global batch of 64, scaled linearly with the global batch (default {lr})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", action="store_true", help="stay on the CPU even when CUDA is present")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=None,
+                   help="process group backend (default: nccl on CUDA, gloo otherwise)")
+    p.add_argument("--no-shard", action="store_true",
+                   help="every rank trains the full dataset (the mistake seed 003 measured; for diagnosis demos)")
+    return p
+
+
+def setup(args: argparse.Namespace) -> Ctx:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    node_rank = int(os.environ.get("GPUCLUSTER_NODE_RANK", os.environ.get("GROUP_RANK", "0")))
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        torch.set_num_threads(int(threads))
+    use_cuda = torch.cuda.is_available() and not args.cpu
+    if use_cuda:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    backend = None
+    if world > 1 or "MASTER_ADDR" in os.environ:
+        backend = args.backend or ("nccl" if use_cuda else "gloo")
+        if use_cuda and backend == "nccl":
+            dist.init_process_group(backend, device_id=device)
+        else:
+            dist.init_process_group(backend)
+        world, rank = dist.get_world_size(), dist.get_rank()
+    torch.manual_seed(args.seed)
+    return Ctx(rank, world, local_rank, node_rank, device, backend)
+
+
+def scaled_lr(args: argparse.Namespace, ctx: Ctx) -> float:
+    return args.lr * (args.batch_size * ctx.world_size) / 64.0
+
+
+def shard(n: int, ctx: Ctx, *, epoch: int, seed: int, no_shard: bool = False) -> torch.Tensor:
+    """This rank's sample indices for an epoch: one shared permutation, cut into equal slices.
+
+    Every rank gets the same number of samples (the tail that does not divide is dropped for the
+    epoch, like DistributedSampler(drop_last=True)), so every rank runs the same number of steps
+    and no collective waits for a rank that has finished. `set_epoch` is the `epoch` argument.
+    """
+    g = torch.Generator().manual_seed(seed + epoch)
+    perm = torch.randperm(n, generator=g)
+    if no_shard or ctx.world_size == 1:
+        return perm
+    per_rank = n // ctx.world_size
+    return perm[ctx.rank * per_rank:(ctx.rank + 1) * per_rank]
+
+
+class GradSync:
+    """All-reduce averaged gradients in one flat buffer, timed."""
+
+    def __init__(self, model: torch.nn.Module, ctx: Ctx):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.ctx = ctx
+
+    def __call__(self) -> float:
+        if self.ctx.backend is None:
+            return 0.0
+        grads = [p.grad for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        sync(self.ctx)
+        t0 = time.perf_counter()
+        dist.all_reduce(flat)
+        sync(self.ctx)
+        elapsed = time.perf_counter() - t0
+        flat /= self.ctx.world_size
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset:offset + n].view_as(g))
+            offset += n
+        return elapsed
+
+
+def broadcast_params(model: torch.nn.Module, ctx: Ctx) -> None:
+    """Start every rank from rank 0's weights."""
+    if ctx.backend is None:
+        return
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+
+
+def sync(ctx: Ctx) -> None:
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: Ctx, batch: int = 1000) -> tuple[float, float]:
+    """Test loss and accuracy over the WHOLE test set: each rank scores its slice, then the
+    counts (correct, seen, loss sum) are all-reduced. No shard is divided by the full size."""
+    model.eval()
+    n = x.shape[0]
+    per = (n + ctx.world_size - 1) // ctx.world_size
+    lo, hi = ctx.rank * per, min(n, (ctx.rank + 1) * per)
+    totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+    for i in range(lo, hi, batch):
+        xb, yb = x[i:min(hi, i + batch)].to(ctx.device), y[i:min(hi, i + batch)].to(ctx.device)
+        out = model(xb)
+        totals[0] += (out.argmax(1) == yb).sum()
+        totals[1] += yb.numel()
+        totals[2] += torch.nn.functional.cross_entropy(out, yb, reduction="sum")
+    if ctx.backend is not None:
+        dist.all_reduce(totals)
+    model.train()
+    seen = max(1.0, totals[1].item())
+    return totals[2].item() / seen, totals[0].item() / seen
+
+
+def mean_across_ranks(value: float, ctx: Ctx) -> float:
+    if ctx.backend is None:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t)
+    return t.item() / ctx.world_size
+
+
+def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx, *,
+                     workload: str, step_every: int = 0) -> dict:
+    """The shared training loop of the classifier workloads (digits, mnist)."""
+    x_train, y_train, x_test, y_test = data
+    model.to(ctx.device)
+    broadcast_params(model, ctx)
+    lr = scaled_lr(args, ctx)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, args.epochs))
+    sync_grads = GradSync(model, ctx)
+    if ctx.device.type == "cuda":  # keep the (small) data sets on the GPU: no loader in the way
+        x_train, y_train = x_train.to(ctx.device), y_train.to(ctx.device)
+    start_fields = dict(world_size=ctx.world_size, backend=ctx.backend or "none", device=str(ctx.device),
+                        global_batch=args.batch_size * ctx.world_size, lr=lr, workload=workload,
+                        node_rank=ctx.node_rank, train_samples=int(x_train.shape[0]))
+    if ctx.is_main:
+        emit("start", rank=ctx.rank, **start_fields)
+    step = 0
+    seen = 0
+    train_time = 0.0
+    loss_v = float("nan")
+    acc = 0.0
+    for epoch in range(1, args.epochs + 1):
+        idx = shard(x_train.shape[0], ctx, epoch=epoch, seed=args.seed, no_shard=args.no_shard)
+        sync(ctx)
+        t_epoch = time.perf_counter()
+        data_s = compute_s = comm_s = 0.0
+        step_times = []
+        loss_sum, batches = 0.0, 0
+        for i in range(0, idx.numel() - args.batch_size + 1, args.batch_size):
+            t0 = time.perf_counter()
+            b = idx[i:i + args.batch_size]
+            xb, yb = x_train[b.to(x_train.device)].to(ctx.device), y_train[b.to(y_train.device)].to(ctx.device)
+            sync(ctx)
+            t1 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            sync(ctx)
+            t2 = time.perf_counter()
+            comm = sync_grads()
+            t3 = time.perf_counter()
+            opt.step()
+            sync(ctx)
+            t4 = time.perf_counter()
+            data_s += t1 - t0
+            compute_s += (t2 - t1) + (t4 - t3)
+            comm_s += comm
+            step_times.append(t4 - t0)
+            loss_sum += loss.item()
+            batches += 1
+            step += 1
+            seen += yb.numel()
+            if step_every and ctx.is_main and step % step_every == 0:
+                emit("step", rank=ctx.rank, epoch=epoch, step=step, loss=round(loss.item(), 5))
+        sched.step()
+        epoch_time = time.perf_counter() - t_epoch
+        train_time += epoch_time
+        loss_v = mean_across_ranks(loss_sum / max(1, batches), ctx)
+        test_loss, acc = evaluate(model, x_test, y_test, ctx)
+        global_samples = batches * args.batch_size * ctx.world_size
+        timing = step_timing(step_times, data_s, compute_s, comm_s, ctx)
+        if ctx.is_main:
+            emit("epoch", rank=ctx.rank, epoch=epoch, step=step, loss=round(loss_v, 5),
+                 test_loss=round(test_loss, 5), accuracy=round(acc, 5),
+                 samples_per_s=round(global_samples / epoch_time, 2), epoch_time_s=round(epoch_time, 4),
+                 **timing)
+    return dict(epochs=args.epochs, loss=round(loss_v, 5), accuracy=round(acc, 5),
+                train_time_s=round(train_time, 4), samples_seen=seen,
+                samples_per_s=round(seen * ctx.world_size / train_time, 2) if train_time > 0 else None)
+
+
+def step_timing(step_times: list[float], data_s: float, compute_s: float, comm_s: float, ctx: Ctx) -> dict:
+    """Per-epoch timing splits, plus every rank's p90 step time (to spot stragglers)."""
+    p90 = sorted(step_times)[int(0.9 * (len(step_times) - 1))] if step_times else 0.0
+    out = dict(data_s=round(data_s, 4), compute_s=round(compute_s, 4), comm_s=round(comm_s, 4))
+    if ctx.backend is not None:
+        gathered = [None] * ctx.world_size
+        dist.all_gather_object(gathered, round(p90, 5))
+        out["step_p90_s"] = gathered
+    else:
+        out["step_p90_s"] = [round(p90, 5)]
+    return out
+
+
+def finish(ctx: Ctx, result: dict) -> None:
+    """Every rank writes its final record, then the process group is torn down."""
+    emit("final", rank=ctx.rank, node_rank=ctx.node_rank, world_size=ctx.world_size, ok=True, **result)
+    if ctx.backend is not None:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,64 @@
+"""digits: a small CNN on the 1,797 real 8x8 handwritten digits that scikit-learn ships.
+
+The data is read straight from scikit-learn's installed data file (digits.csv.gz) with the
+standard library, so scikit-learn is never imported; `--data-file` points at a copy elsewhere.
+A fixed split keeps 20 % for testing. Default run: >= 95 % test accuracy.
+
+    torchrun --nproc-per-node 2 -m gpucluster.workloads.digits --epochs 20
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+import os
+
+import torch
+from torch import nn
+
+try:
+    from . import common
+except ImportError:
+    import common  # type: ignore[no-redef]
+
+
+def digits_file() -> str:
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("digits: scikit-learn is not installed and no --data-file was given")
+    return os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+
+
+def load(path: str, seed: int = 1234) -> tuple[torch.Tensor, ...]:
+    with gzip.open(path, "rt") as f:
+        rows = [[float(v) for v in row] for row in csv.reader(f) if row]
+    data = torch.tensor(rows, dtype=torch.float32)
+    x = (data[:, :64] / 16.0).reshape(-1, 1, 8, 8)
+    y = data[:, 64].long()
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    n_test = len(y) // 5
+    test, train = perm[:n_test], perm[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def model() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.base_parser("Small CNN on scikit-learn's real handwritten digits", epochs=15, batch=32, lr=2e-3)
+    p.add_argument("--data-file", default=None, help="digits.csv.gz (default: the copy inside scikit-learn)")
+    args = p.parse_args(argv)
+    ctx = common.setup(args)
+    data = load(args.data_file or digits_file())
+    result = common.train_classifier(model(), data, args, ctx, workload="digits")
+    common.finish(ctx, result)
+
+
+if __name__ == "__main__":
+    main()

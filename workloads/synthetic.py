@@ -1,0 +1,97 @@
+"""synthetic: a compute-bound throughput benchmark (an MLP on random data, fixed steps).
+
+Compute per step grows with width^2 x depth x batch, communication with width^2 x depth: raise
+--batch-size to make a run compute-bound, lower it to make it communication-bound. Reports
+global samples/s and the per-step split into compute and all-reduce time.
+
+    torchrun --nproc-per-node 2 -m gpucluster.workloads.synthetic --width 1024 --depth 4
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+try:
+    from . import common
+    from .protocol import emit
+except ImportError:
+    import common  # type: ignore[no-redef]
+    from protocol import emit  # type: ignore[no-redef]
+
+
+def model(width: int, depth: int, classes: int = 16) -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.base_parser("Compute-bound MLP throughput benchmark on random data", epochs=3, batch=256, lr=1e-3)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--steps", type=int, default=20, help="steps per epoch (default 20)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before the first epoch")
+    args = p.parse_args(argv)
+    ctx = common.setup(args)
+    net = model(args.width, args.depth).to(ctx.device)
+    common.broadcast_params(net, ctx)
+    lr = common.scaled_lr(args, ctx)
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    sync_grads = common.GradSync(net, ctx)
+    g = torch.Generator(device="cpu").manual_seed(args.seed + ctx.rank)
+    x = torch.randn(args.batch_size, args.width, generator=g).to(ctx.device)
+    y = torch.randint(0, 16, (args.batch_size,), generator=g).to(ctx.device)
+
+    def step() -> tuple[float, float, float]:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        common.sync(ctx)
+        t1 = time.perf_counter()
+        comm = sync_grads()
+        t2 = time.perf_counter()
+        opt.step()
+        common.sync(ctx)
+        t3 = time.perf_counter()
+        return loss.item(), (t1 - t0) + (t3 - t2), comm
+
+    for _ in range(args.warmup):
+        step()
+    params = sum(p.numel() for p in net.parameters())
+    if ctx.is_main:
+        emit("start", rank=ctx.rank, world_size=ctx.world_size, backend=ctx.backend or "none",
+             device=str(ctx.device), global_batch=args.batch_size * ctx.world_size, lr=lr, workload="synthetic",
+             params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank)
+    total_time, total_steps, loss_v = 0.0, 0, float("nan")
+    for epoch in range(1, args.epochs + 1):
+        common.sync(ctx)
+        t_epoch = time.perf_counter()
+        compute_s = comm_s = 0.0
+        times = []
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            loss_v, compute, comm = step()
+            compute_s += compute
+            comm_s += comm
+            times.append(time.perf_counter() - t)
+        epoch_time = time.perf_counter() - t_epoch
+        total_time += epoch_time
+        total_steps += args.steps
+        loss_mean = common.mean_across_ranks(loss_v, ctx)
+        timing = common.step_timing(times, 0.0, compute_s, comm_s, ctx)
+        if ctx.is_main:
+            emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
+                 samples_per_s=round(args.steps * args.batch_size * ctx.world_size / epoch_time, 2),
+                 epoch_time_s=round(epoch_time, 4), **timing)
+    seen = total_steps * args.batch_size
+    common.finish(ctx, dict(epochs=args.epochs, loss=round(loss_v, 5), train_time_s=round(total_time, 4),
+                            samples_seen=seen, samples_per_s=round(seen * ctx.world_size / total_time, 2)))
+
+
+if __name__ == "__main__":
+    main()
