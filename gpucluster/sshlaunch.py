@@ -310,6 +310,8 @@ class SshLauncher:
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs[node.rank] = proc
+                if hasattr(events, "on_spawn"):  # the ledger notes where the run's processes live
+                    events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
                 supervisor.attach(node.rank, proc.stdout)
         except BaseException:
             stop()

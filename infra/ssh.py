@@ -186,8 +186,9 @@ class SshProvider:
         return cluster
 
     def down(self, name: str, events: ProvisionEvents) -> None:
-        """Nothing was created, so nothing is deleted (run processes are stopped by the launcher)."""
-        self._clusters.pop(name, None)
+        """Nothing was created, so nothing is deleted (run processes are stopped by the launcher).
+        The hosts stay known to this provider so that `leftovers` can still check them."""
+        return None
 
     def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
         """Processes on the hosts whose environment carries the run's id (any gpucluster run when

@@ -11,6 +11,7 @@ test's Python first on PATH (`SetEnv PATH=...` in sshd_config), so `python3` the
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shutil
 import socket
@@ -19,6 +20,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 SSHD = "/usr/sbin/sshd"
 
@@ -130,3 +133,104 @@ class SshdHosts:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+# -- shared by the test modules that use these servers ----------------------------------------
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    h = SshdHosts.start(tmp_path_factory.mktemp("sshd"), 3)
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def remote_dir(tmp_path):
+    return tmp_path / "remote"
+
+
+def make_launcher(hosts, remote_dir, **kw):
+    from gpucluster.sshlaunch import SshLauncher
+
+    kw.setdefault("identity", str(hosts.identity))
+    kw.setdefault("known_hosts", str(hosts.known_hosts))
+    kw.setdefault("python", sys.executable)
+    return SshLauncher(remote_dir=str(remote_dir), grace=2.0, **kw)
+
+
+def cluster_of(hosts, n, **kw):
+    from gpucluster.infra.provider import NullEvents
+    from gpucluster.infra.ssh import SshProvider
+    from gpucluster.spec import ClusterSpec
+
+    spec = ClusterSpec(cloud="ssh", nodes=n, name="loopback", hosts=tuple(hosts.hosts[:n]), **kw)
+    return SshProvider().up(spec, NullEvents())
+
+
+def run_processes(run_id: str, node_rank: int | None = None) -> dict[int, str]:
+    """Processes on this machine whose environment carries the run id (and node rank)."""
+    want = [f"GPUCLUSTER_RUN_ID={run_id}".encode()]
+    if node_rank is not None:
+        want.append(f"GPUCLUSTER_NODE_RANK={node_rank}".encode())
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{d}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if state != b"Z" and all(w in env for w in want):
+            found[int(d)] = cmd
+    return found
+
+
+def leaked_ssh_masters() -> list[str]:
+    """ssh processes whose ControlPath lies in a directory that no longer exists."""
+    leaked = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == "ssh":
+            for a in argv:
+                if a.startswith("ControlPath=") and not os.path.isdir(os.path.dirname(a.split("=", 1)[1])):
+                    leaked.append(" ".join(argv))
+    return leaked
+
+
+class Recorder:
+    def __init__(self, on_line=None):
+        self.lines: list[tuple[int, str]] = []
+        self.phases: list[str] = []
+        self.metrics: list[tuple[int, dict]] = []
+        self._hook = on_line
+
+    def on_line(self, node_rank, line):
+        self.lines.append((node_rank, line))
+        if self._hook:
+            self._hook(node_rank, line)
+
+    def on_metric(self, node_rank, record):
+        self.metrics.append((node_rank, record))
+
+    def on_phase(self, phase):
+        self.phases.append(phase)
+
+    def envs(self) -> list[tuple[int, dict]]:
+        return [(r, json.loads(line[4:])) for r, line in self.lines if line.startswith("ENV ")]
+
+
+def assert_nothing_left(hosts, cluster, run_id, remote_dir):
+    """No process of the run here (all hosts are this machine), none reported by the remote
+    check either, no run folder left on the nodes, no ssh master connection left behind."""
+    from gpucluster.sshlaunch import remote_leftovers
+
+    assert run_processes(run_id) == {}
+    assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []
+    assert not (remote_dir / run_id).exists(), list((remote_dir / run_id).rglob("*"))
+    assert leaked_ssh_masters() == []

@@ -7,8 +7,6 @@ remote process, which is how the tests check that nothing of a run is left.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -20,7 +18,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sshd import SshdHosts, free_port, missing_reason  # noqa: E402
+from sshd import (  # noqa: E402
+    Recorder, assert_nothing_left, cluster_of, free_port, hosts, leaked_ssh_masters, make_launcher,  # noqa: F401
+    missing_reason, remote_dir, run_processes,  # noqa: F401
+)
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
@@ -28,96 +29,11 @@ if missing_reason():
     pytest.skip(missing_reason(), allow_module_level=True)
 
 from gpucluster.errors import LaunchError  # noqa: E402
-from gpucluster.infra.provider import Cluster, Node, NullEvents  # noqa: E402
-from gpucluster.infra.ssh import SshProvider  # noqa: E402
+from gpucluster.infra.provider import Cluster, Node  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
-from gpucluster.spec import ClusterSpec  # noqa: E402
-from gpucluster.sshlaunch import SshLauncher, remote_leftovers  # noqa: E402
+from gpucluster.sshlaunch import SshLauncher  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ddp_tiny.py"
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    h = SshdHosts.start(tmp_path_factory.mktemp("sshd"), 3)
-    yield h
-    h.stop()
-
-
-@pytest.fixture
-def remote_dir(tmp_path):
-    return tmp_path / "remote"
-
-
-def make_launcher(hosts, remote_dir, **kw):
-    kw.setdefault("identity", str(hosts.identity))
-    kw.setdefault("known_hosts", str(hosts.known_hosts))
-    kw.setdefault("python", sys.executable)
-    return SshLauncher(remote_dir=str(remote_dir), grace=2.0, **kw)
-
-
-def cluster_of(hosts, n, **kw):
-    spec = ClusterSpec(cloud="ssh", nodes=n, name="loopback", hosts=tuple(hosts.hosts[:n]), **kw)
-    return SshProvider().up(spec, NullEvents())
-
-
-def run_processes(run_id: str, node_rank: int | None = None) -> dict[int, str]:
-    """Processes on this machine whose environment carries the run id (and node rank)."""
-    want = [f"GPUCLUSTER_RUN_ID={run_id}".encode()]
-    if node_rank is not None:
-        want.append(f"GPUCLUSTER_NODE_RANK={node_rank}".encode())
-    found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{d}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if state != b"Z" and all(w in env for w in want):
-            found[int(d)] = cmd
-    return found
-
-
-def leaked_ssh_masters() -> list[str]:
-    """ssh processes whose ControlPath lies in a directory that no longer exists."""
-    leaked = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{d}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == "ssh":
-            for a in argv:
-                if a.startswith("ControlPath=") and not os.path.isdir(os.path.dirname(a.split("=", 1)[1])):
-                    leaked.append(" ".join(argv))
-    return leaked
-
-
-class Recorder:
-    def __init__(self, on_line=None):
-        self.lines: list[tuple[int, str]] = []
-        self.phases: list[str] = []
-        self.metrics: list[tuple[int, dict]] = []
-        self._hook = on_line
-
-    def on_line(self, node_rank, line):
-        self.lines.append((node_rank, line))
-        if self._hook:
-            self._hook(node_rank, line)
-
-    def on_metric(self, node_rank, record):
-        self.metrics.append((node_rank, record))
-
-    def on_phase(self, phase):
-        self.phases.append(phase)
-
-    def envs(self) -> list[tuple[int, dict]]:
-        return [(r, json.loads(line[4:])) for r, line in self.lines if line.startswith("ENV ")]
 
 
 def user_job_dir(tmp_path, monkeypatch) -> Path:
@@ -130,13 +46,6 @@ def user_job_dir(tmp_path, monkeypatch) -> Path:
     (job / ".git" / "HEAD").write_text("ref\n")
     monkeypatch.chdir(job)
     return job
-
-
-def assert_nothing_left(hosts, cluster, run_id, remote_dir):
-    assert run_processes(run_id) == {}
-    assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []
-    assert not (remote_dir / run_id).exists(), list((remote_dir / run_id).rglob("*"))
-    assert leaked_ssh_masters() == []
 
 
 def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir, tmp_path, monkeypatch):
@@ -172,22 +81,6 @@ def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir,
         assert env["files"] == ["labels.txt", "train.py"]
     for i in range(n):
         assert (tmp_path / "logs" / f"node-{i}.log").read_text().count("ENV ") == 1
-    assert_nothing_left(hosts, cluster, run_id, remote_dir)
-
-
-@pytest.mark.skipif(importlib.util.find_spec("gpucluster.workloads.digits") is None,
-                    reason="the digits workload is not in this tree yet")
-@pytest.mark.parametrize("n", [2, 3])
-def test_digits_workload_across_hosts(hosts, remote_dir, tmp_path, n):
-    cluster = cluster_of(hosts, n)
-    run_id = f"rd-{n}-{os.getpid()}"
-    job = JobSpec(run_id, workload="digits", workload_args=("--epochs", "1"), rdzv_port=free_port(), max_seconds=180)
-    events = Recorder()
-    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
-    assert result.ok, (result.failure, events.lines[-20:])
-    assert sorted(result.metrics.finals) == list(range(n))
-    assert result.metrics.world_size == n
-    assert {r: rec.get("node_rank") for r, rec in result.metrics.finals.items()} == {i: i for i in range(n)}
     assert_nothing_left(hosts, cluster, run_id, remote_dir)
 
 
