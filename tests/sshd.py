@@ -234,3 +234,18 @@ def assert_nothing_left(hosts, cluster, run_id, remote_dir):
     assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []
     assert not (remote_dir / run_id).exists(), list((remote_dir / run_id).rglob("*"))
     assert leaked_ssh_masters() == []
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ddp_tiny.py"
+
+
+def user_job_dir(tmp_path, monkeypatch) -> Path:
+    """A user's project folder: the script, a data file, and a .git folder that is not shipped."""
+    job = tmp_path / "project"
+    job.mkdir()
+    shutil.copy(FIXTURE, job / "train.py")
+    (job / "labels.txt").write_text("0 1\n")
+    (job / ".git").mkdir()
+    (job / ".git" / "HEAD").write_text("ref\n")
+    monkeypatch.chdir(job)
+    return job

@@ -8,11 +8,8 @@ remote process, which is how the tests check that nothing of a run is left.
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd import (  # noqa: E402
     Recorder, assert_nothing_left, cluster_of, free_port, hosts, leaked_ssh_masters, make_launcher,  # noqa: F401
-    missing_reason, remote_dir, run_processes,  # noqa: F401
+    missing_reason, remote_dir, user_job_dir,  # noqa: F401
 )
 
 pytest.importorskip("torch")
@@ -33,24 +30,9 @@ from gpucluster.infra.provider import Cluster, Node  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.sshlaunch import SshLauncher  # noqa: E402
 
-FIXTURE = Path(__file__).parent / "fixtures" / "ddp_tiny.py"
-
-
-def user_job_dir(tmp_path, monkeypatch) -> Path:
-    """A user's project folder: the script, a data file, and a .git folder that is not shipped."""
-    job = tmp_path / "project"
-    job.mkdir()
-    shutil.copy(FIXTURE, job / "train.py")
-    (job / "labels.txt").write_text("0 1\n")
-    (job / ".git").mkdir()
-    (job / ".git" / "HEAD").write_text("ref\n")
-    monkeypatch.chdir(job)
-    return job
-
-
 def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir, tmp_path, monkeypatch):
     """`gpucluster run --cloud ssh -- python train.py`: the script's folder goes to every node."""
-    n = 2  # three hosts run in the failure tests below (and in the digits test)
+    n = 2  # three hosts run in test_ssh_faults.py and test_ssh_digits.py
     user_job_dir(tmp_path, monkeypatch)
     cluster = cluster_of(hosts, n)
     run_id = f"rt-{n}-{os.getpid()}"
@@ -82,65 +64,6 @@ def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir,
     for i in range(n):
         assert (tmp_path / "logs" / f"node-{i}.log").read_text().count("ENV ") == 1
     assert_nothing_left(hosts, cluster, run_id, remote_dir)
-
-
-def test_losing_one_hosts_processes_fails_fast_and_leaves_nothing(hosts, remote_dir, tmp_path, monkeypatch):
-    user_job_dir(tmp_path, monkeypatch)
-    cluster = cluster_of(hosts, 3)
-    run_id = f"rk-{os.getpid()}"
-    killed_at: list[float] = []
-
-    def kill_node_1(node_rank, line):
-        if not killed_at and '"kind":"step"' in line:
-            victims = run_processes(run_id, node_rank=1)
-            assert victims
-            for pid in victims:
-                os.kill(pid, signal.SIGKILL)
-            killed_at.append(time.monotonic())
-
-    job = JobSpec(run_id, command=("python", "train.py", "--steps", "100000", "--sleep", "0.02"),
-                  rdzv_port=free_port(), max_seconds=120)
-    events = Recorder(kill_node_1)
-    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
-    took = time.monotonic() - killed_at[0]
-
-    assert not result.ok and not result.timed_out
-    assert result.failed_node is not None and "exited with code" in result.failure
-    assert took < 20, f"the failure took {took:.1f} s to stop the run"
-    assert result.metrics.finals == {}
-    assert_nothing_left(hosts, cluster, run_id, remote_dir)
-
-
-def test_ctrl_c_kills_every_remote_process_group(hosts, remote_dir, tmp_path, monkeypatch):
-    user_job_dir(tmp_path, monkeypatch)
-    cluster = cluster_of(hosts, 3)
-    run_id = f"ri-{os.getpid()}"
-    seen_before: list[dict] = []
-
-    def interrupt(node_rank, line):
-        if '"kind":"step"' in line:
-            seen_before.append(run_processes(run_id))
-            raise KeyboardInterrupt
-
-    job = JobSpec(run_id, command=("python", "train.py", "--steps", "100000", "--sleep", "0.02"),
-                  rdzv_port=free_port(), max_seconds=120)
-    with pytest.raises(KeyboardInterrupt):
-        make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(interrupt), tmp_path / "logs")
-    # agents and workers of all three nodes were running (workers in sessions of their own)
-    running = seen_before[0]
-    assert len(running) >= 6
-    assert [_alive(pid) for pid in running if _alive(pid)] == []
-    assert_nothing_left(hosts, cluster, run_id, remote_dir)
-
-
-def _alive(pid: int) -> str | None:
-    """The process's state letter and command line, None when gone (or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return None
-    return None if stat == "Z" else f"{stat} {cmd}"
 
 
 def test_unknown_or_wrong_host_key_is_refused(hosts, remote_dir, tmp_path):
@@ -197,3 +120,14 @@ def test_readiness_names_missing_gpus_and_torch(hosts, remote_dir, tmp_path):
     assert not ready[0].ok and f"torch is not importable by {bare}/bin/python" in ready[0].problems[0]
     ready = make_launcher(hosts, remote_dir, python="no-such-python").probe(cluster_of(hosts, 1))
     assert ready[0].problems == ["no-such-python not found on the remote PATH"]
+
+
+def test_leftover_check_reports_an_unreachable_host_as_unverified(hosts, tmp_path):
+    from gpucluster.sshlaunch import remote_leftovers
+
+    dead = free_port()  # nothing listens there
+    cluster = cluster_of(hosts, 1)
+    cluster = Cluster("c", "ssh", (cluster.head, Node(1, "127.0.0.1", "127.0.0.1", hosts.user, dead)))
+    found = remote_leftovers(cluster, "rz-1", identity=str(hosts.identity), known_hosts=str(hosts.known_hosts))
+    assert [(lo.kind, lo.id) for lo in found] == [("unverified", f"{hosts.user}@127.0.0.1:{dead}")]
+    assert "Connection refused" in found[0].detail
