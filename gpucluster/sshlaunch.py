@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import ConfigError, LaunchError
+from .errors import ConfigError, LaunchError, MissingDependency
 from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
@@ -340,6 +340,9 @@ class _Session:
         self.known_hosts_files: list[str] = []
 
     def __enter__(self) -> "_Session":
+        if not shutil.which(self.launcher.ssh):
+            raise MissingDependency(f"the OpenSSH client {self.launcher.ssh!r} is not installed or not on PATH; "
+                                    "install it (Debian/Ubuntu: apt-get install openssh-client)")
         self.tmp = tempfile.mkdtemp(prefix="gcssh-")  # short: control socket paths are limited
         try:
             self.base_opts = self._options()
@@ -469,7 +472,11 @@ class _Session:
                 tail = cp.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit code {cp.returncode}"]
                 r.problems.append(f"readiness check failed: {tail[0]}")
                 return r
-            info = json.loads(lines[-1][len(_READY_MARK):])
+            try:
+                info = json.loads(lines[-1][len(_READY_MARK):])
+            except ValueError:
+                r.problems.append("readiness check printed an unreadable answer")
+                return r
             r.home, r.python, r.torch = info.get("home"), info.get("python"), info.get("torch")
             r.gpu_names = list(info.get("gpu_names") or [])
             if "torch_error" in info:
@@ -506,14 +513,20 @@ class _Session:
         if errors:
             raise LaunchError("; ".join(errors))
 
-    def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str, grace: float) -> tuple[dict, None]:
+    def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
+              grace: float) -> tuple[dict[str, str], None]:
+        """({pid: command line}, None): the run's processes on the node ("list"), or those that
+        survived SIGKILL ("kill"). LaunchError naming the node when it cannot be asked."""
         args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace)))
         cp = self.run(node, f"exec {shlex.quote(self.launcher.python)} - {args}", stdin=_PROCS_PY.encode(), timeout=grace + 30)
         out = cp.stdout.decode("utf-8", "replace").strip().splitlines()
         if cp.returncode != 0 or not out:
             raise LaunchError(f"node {node.rank} ({node_label(node)}): process check failed: "
                               + (cp.stderr.decode("utf-8", "replace").strip()[-300:] or f"exit code {cp.returncode}"))
-        data = json.loads(out[-1])
+        try:
+            data = json.loads(out[-1])
+        except ValueError:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): process check printed {out[-1][:200]!r}") from None
         return (data if mode == "list" else data.get("left", {})), None
 
     def kill_run(self, run_id: str, dirs: dict[int, str]) -> dict[int, str | None]:

@@ -174,3 +174,12 @@ def test_missing_files_are_config_errors(tmp_path):
         SshLauncher(known_hosts=str(tmp_path / "nope")).probe(cluster)
     with pytest.raises(ConfigError, match="identity file"):
         SshLauncher(identity=str(tmp_path / "nope")).probe(cluster)
+
+
+def test_missing_ssh_client_is_a_clear_error():
+    from gpucluster.errors import MissingDependency
+    from gpucluster.infra.provider import Cluster
+
+    cluster = Cluster("c", "ssh", (Node(0, "127.0.0.1", "127.0.0.1", "u", 1),))
+    with pytest.raises(MissingDependency, match="OpenSSH client 'no-such-ssh'"):
+        SshLauncher(ssh="no-such-ssh").probe(cluster)
