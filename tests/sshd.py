@@ -35,6 +35,14 @@ def missing_reason() -> str | None:
     return None
 
 
+def skip_unless_usable() -> None:
+    """Called at the top of a test module: skip it (with the reason) without torch or OpenSSH."""
+    pytest.importorskip("torch")
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,13 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd import (  # noqa: E402
-    Recorder, assert_nothing_left, cluster_of, free_port, hosts, make_launcher, missing_reason, remote_dir,  # noqa: F401
+    Recorder, assert_nothing_left, cluster_of, free_port, hosts, make_launcher, remote_dir, skip_unless_usable,  # noqa: F401
 )
 
-pytest.importorskip("torch")
+skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
-if missing_reason():
-    pytest.skip(missing_reason(), allow_module_level=True)
 
 from gpucluster.launch import JobSpec  # noqa: E402
 

@@ -15,39 +15,43 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd import (  # noqa: E402
-    Recorder, assert_nothing_left, cluster_of, free_port, hosts, make_launcher, missing_reason,  # noqa: F401
-    remote_dir, run_processes, user_job_dir,  # noqa: F401
+    Recorder, assert_nothing_left, cluster_of, free_port, hosts, make_launcher,  # noqa: F401
+    remote_dir, run_processes, skip_unless_usable, user_job_dir,  # noqa: F401
 )
 
-pytest.importorskip("torch")
+skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
-if missing_reason():
-    pytest.skip(missing_reason(), allow_module_level=True)
 
 from gpucluster.launch import JobSpec  # noqa: E402
 
-LONG = ("python", "train.py", "--steps", "100000", "--sleep", "0.02")
+
+def long_run(hosts, remote_dir, tmp_path, monkeypatch, run_id, fault):
+    """A 3-host run of a job that would go on for minutes; `fault(run_id)` is called once, on
+    the first training step. Returns (cluster, result, seconds from the fault to the return)."""
+    user_job_dir(tmp_path, monkeypatch)
+    cluster = cluster_of(hosts, 3)
+    fired: list[float] = []
+
+    def on_line(node_rank, line):
+        if not fired and '"kind":"step"' in line:
+            fired.append(time.monotonic())
+            fault(run_id)
+
+    job = JobSpec(run_id, command=("python", "train.py", "--steps", "100000", "--sleep", "0.02"),
+                  rdzv_port=free_port(), max_seconds=120)
+    result = make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(on_line), tmp_path / "logs")
+    return cluster, result, time.monotonic() - fired[0]
 
 
 def test_losing_one_hosts_processes_fails_fast_and_leaves_nothing(hosts, remote_dir, tmp_path, monkeypatch):
-    user_job_dir(tmp_path, monkeypatch)
-    cluster = cluster_of(hosts, 3)
+    def kill_node_1(run_id):
+        victims = run_processes(run_id, node_rank=1)
+        assert victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+
     run_id = f"rk-{os.getpid()}"
-    killed_at: list[float] = []
-
-    def kill_node_1(node_rank, line):
-        if not killed_at and '"kind":"step"' in line:
-            victims = run_processes(run_id, node_rank=1)
-            assert victims
-            for pid in victims:
-                os.kill(pid, signal.SIGKILL)
-            killed_at.append(time.monotonic())
-
-    job = JobSpec(run_id, command=LONG, rdzv_port=free_port(), max_seconds=120)
-    events = Recorder(kill_node_1)
-    result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
-    took = time.monotonic() - killed_at[0]
-
+    cluster, result, took = long_run(hosts, remote_dir, tmp_path, monkeypatch, run_id, kill_node_1)
     assert not result.ok and not result.timed_out
     assert result.failed_node is not None and "exited with code" in result.failure
     assert took < 20, f"the failure took {took:.1f} s to stop the run"
@@ -55,25 +59,42 @@ def test_losing_one_hosts_processes_fails_fast_and_leaves_nothing(hosts, remote_
     assert_nothing_left(hosts, cluster, run_id, remote_dir)
 
 
-def test_ctrl_c_kills_every_remote_process_group(hosts, remote_dir, tmp_path, monkeypatch):
-    user_job_dir(tmp_path, monkeypatch)
-    cluster = cluster_of(hosts, 3)
-    run_id = f"ri-{os.getpid()}"
-    seen_before: list[dict] = []
+def test_dropped_connection_fails_fast_and_the_host_is_cleaned_over_a_new_one(hosts, remote_dir, tmp_path,
+                                                                            monkeypatch):
+    """The ssh connection to host 1 dies (its sshd connection processes are killed) while the
+    job there keeps running: the run fails at once, and the stop reconnects to host 1 and kills
+    the orphaned torchrun there too."""
+    psutil = pytest.importorskip("psutil")
+    orphans: list[dict] = []
 
-    def interrupt(node_rank, line):
-        if not seen_before and '"kind":"step"' in line:  # Ctrl-C arrives once
-            seen_before.append(run_processes(run_id))
-            raise KeyboardInterrupt
+    def cut_host_1(run_id):
+        for child in psutil.Process(hosts.procs[1].pid).children(recursive=True):
+            if child.name() == "sshd":
+                child.kill()
+        orphans.append(run_processes(run_id, node_rank=1))
 
-    job = JobSpec(run_id, command=LONG, rdzv_port=free_port(), max_seconds=120)
-    with pytest.raises(KeyboardInterrupt):
-        make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(interrupt), tmp_path / "logs")
-    # agents and workers of all three nodes were running (workers in sessions of their own)
-    running = seen_before[0]
-    assert len(running) >= 6
-    assert [_alive(pid) for pid in running if _alive(pid)] == []
+    run_id = f"rc-{os.getpid()}"
+    cluster, result, took = long_run(hosts, remote_dir, tmp_path, monkeypatch, run_id, cut_host_1)
+    assert orphans[0], "host 1's job should have outlived its connection"
+    assert not result.ok and "exited with code" in result.failure
+    assert took < 25, f"the failure took {took:.1f} s to stop the run"
     assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+def test_ctrl_c_kills_every_remote_process_group(hosts, remote_dir, tmp_path, monkeypatch):
+    running: list[dict] = []
+
+    def interrupt(run_id):
+        running.append(run_processes(run_id))
+        raise KeyboardInterrupt
+
+    run_id = f"ri-{os.getpid()}"
+    with pytest.raises(KeyboardInterrupt):
+        long_run(hosts, remote_dir, tmp_path, monkeypatch, run_id, interrupt)
+    # agents and workers of all three nodes were running (workers in sessions of their own)
+    assert len(running[0]) >= 6
+    assert [_alive(pid) for pid in running[0] if _alive(pid)] == []
+    assert_nothing_left(hosts, cluster_of(hosts, 3), run_id, remote_dir)
 
 
 def _alive(pid: int) -> str | None:
@@ -84,34 +105,3 @@ def _alive(pid: int) -> str | None:
     except OSError:
         return None
     return None if stat == "Z" else f"{stat} {cmd}"
-
-
-def test_dropped_connection_fails_fast_and_the_host_is_cleaned_over_a_new_one(hosts, remote_dir, tmp_path,
-                                                                            monkeypatch):
-    """The ssh connection to host 1 dies (its sshd connection processes are killed) while the
-    job there keeps running: the run fails at once, and the stop reconnects to host 1 and kills
-    the orphaned torchrun there too."""
-    psutil = pytest.importorskip("psutil")
-    user_job_dir(tmp_path, monkeypatch)
-    cluster = cluster_of(hosts, 3)
-    run_id = f"rc-{os.getpid()}"
-    cut_at: list[float] = []
-    orphans: list[dict] = []
-
-    def cut_host_1(node_rank, line):
-        if not cut_at and '"kind":"step"' in line:
-            listener = psutil.Process(hosts.procs[1].pid)
-            for child in listener.children(recursive=True):
-                if child.name() == "sshd":
-                    child.kill()
-            cut_at.append(time.monotonic())
-            orphans.append(run_processes(run_id, node_rank=1))
-
-    job = JobSpec(run_id, command=LONG, rdzv_port=free_port(), max_seconds=120)
-    result = make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(cut_host_1), tmp_path / "logs")
-    took = time.monotonic() - cut_at[0]
-
-    assert orphans and orphans[0], "host 1's job should have outlived its connection"
-    assert not result.ok and "exited with code" in result.failure
-    assert took < 25, f"the failure took {took:.1f} s to stop the run"
-    assert_nothing_left(hosts, cluster, run_id, remote_dir)

@@ -17,13 +17,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sshd import (  # noqa: E402
     Recorder, assert_nothing_left, cluster_of, free_port, hosts, leaked_ssh_masters, make_launcher,  # noqa: F401
-    missing_reason, remote_dir, user_job_dir,  # noqa: F401
+    remote_dir, skip_unless_usable, user_job_dir,  # noqa: F401
 )
 
-pytest.importorskip("torch")
+skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
-if missing_reason():
-    pytest.skip(missing_reason(), allow_module_level=True)
 
 from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.infra.provider import Cluster, Node  # noqa: E402
