@@ -1,4 +1,5 @@
-"""The built-in `digits` workload on 2 and 3 ssh hosts (real sshd servers on loopback).
+"""The built-in `digits` workload on 3 ssh hosts, and on 2 through the whole run lifecycle
+(real sshd servers on loopback).
 
 Kept apart from test_ssh_sshd.py so that each file stays short: these are the slowest runs.
 """
@@ -22,8 +23,8 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 from gpucluster.launch import JobSpec  # noqa: E402
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_digits_workload_across_hosts(hosts, remote_dir, tmp_path, n):
+def test_digits_on_three_hosts(hosts, remote_dir, tmp_path):
+    n = 3  # two hosts: the lifecycle test below
     cluster = cluster_of(hosts, n)
     run_id = f"rd-{n}-{os.getpid()}"
     job = JobSpec(run_id, workload="digits", workload_args=("--epochs", "1", "--batch-size", "128"),
@@ -37,3 +38,32 @@ def test_digits_workload_across_hosts(hosts, remote_dir, tmp_path, n):
     assert sorted(rec["node_rank"] for rec in result.metrics.finals.values()) == list(range(n))
     assert result.metrics.accuracy is not None and result.metrics.epochs
     assert_nothing_left(hosts, cluster, run_id, remote_dir)
+
+
+def test_digits_through_the_run_lifecycle_records_a_verified_teardown(hosts, remote_dir, tmp_path, monkeypatch):
+    """The whole `run` cycle with the ssh provider and launcher: ledger row, phases, node
+    results, the run's processes recorded as resources and confirmed gone by the leftover check."""
+    from gpucluster.infra.ssh import SshProvider
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import execute
+    from gpucluster.spec import ClusterSpec, validate
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    spec = ClusterSpec(cloud="ssh", nodes=2, name="loopback", hosts=tuple(hosts.hosts[:2]))
+    validate(spec)
+    job = JobSpec(f"rl-{os.getpid()}", workload="digits", workload_args=("--epochs", "1", "--batch-size", "128"),
+                  rdzv_port=free_port(), max_seconds=180, threads_per_proc=1)
+    ledger = Ledger(tmp_path / "ledger.db")
+    provider = SshProvider(identity=str(hosts.identity), known_hosts=str(hosts.known_hosts))
+    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=make_launcher(hosts, remote_dir),
+                      log_dir=tmp_path / "logs")
+
+    assert outcome.status == "succeeded", outcome.failure
+    assert outcome.teardown_verified is True and outcome.leftovers == []
+    run = ledger.get_run(job.run_id)
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+    assert [(n["node_rank"], n["host"], n["exit_code"]) for n in run["node_results"]] == [
+        (0, hosts.hosts[0], 0), (1, hosts.hosts[1], 0)]
+    assert [(r["kind"], r["confirmed_gone"]) for r in run["resources"]] == [("process", True), ("process", True)]
+    assert ledger.open_resources("loopback") == []
+    assert_nothing_left(hosts, cluster_of(hosts, 2), job.run_id, remote_dir)
