@@ -74,10 +74,10 @@ if want_gpus:
         info["gpu_error"] = "nvidia-smi not found on PATH (is the NVIDIA driver installed?)"
     else:
         try:
-            r = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=60)
+            r = subprocess.run([smi, "--query-gpu=name,utilization.gpu,memory.used,memory.total",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60)
             if r.returncode == 0:
-                info["gpu_names"] = [l.strip() for l in r.stdout.splitlines() if l.strip()]
+                info["gpus"] = [l.strip() for l in r.stdout.splitlines() if l.strip()]
             else:
                 info["gpu_error"] = "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-300:]
         except Exception as exc:
@@ -185,11 +185,15 @@ class NodeReadiness:
     home: str | None = None
     python: str | None = None
     torch: str | None = None
-    gpu_names: list[str] = field(default_factory=list)
+    gpu_state: list[dict[str, Any]] = field(default_factory=list)  # name, util %, mem_used/total MiB
 
     @property
     def gpus(self) -> int:
-        return len(self.gpu_names)
+        return len(self.gpu_state)
+
+    @property
+    def gpu_names(self) -> list[str]:
+        return [g["name"] for g in self.gpu_state]
 
 
 class SshLauncher:
@@ -306,7 +310,7 @@ class SshLauncher:
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(
-                    session.argv(node, sh(script)), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs[node.rank] = proc
@@ -478,7 +482,7 @@ class _Session:
                 r.problems.append("readiness check printed an unreadable answer")
                 return r
             r.home, r.python, r.torch = info.get("home"), info.get("python"), info.get("torch")
-            r.gpu_names = list(info.get("gpu_names") or [])
+            r.gpu_state = [_gpu_row(line) for line in info.get("gpus") or []]
             if "torch_error" in info:
                 r.problems.append(f"torch is not importable by {self.launcher.python} {r.python} ({info['torch_error']}); "
                                   "install it on the node, e.g. pip install torch")
@@ -560,6 +564,18 @@ class _Session:
                 pass
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp = ""
+
+
+def _gpu_row(line: str) -> dict[str, Any]:
+    """One `nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total` csv row."""
+    name, *rest = [f.strip() for f in line.rsplit(",", 3)] if line.count(",") >= 3 else [line.strip()]
+    row: dict[str, Any] = {"name": name}
+    for key, value in zip(("util", "mem_used_mib", "mem_total_mib"), rest):
+        try:
+            row[key] = float(value)
+        except ValueError:
+            row[key] = None  # "[N/A]" on some boards
+    return row
 
 
 def _stop_local(procs: dict[int, subprocess.Popen]) -> None:

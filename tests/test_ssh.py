@@ -15,7 +15,7 @@ from gpucluster.infra.provider import Node, NullEvents, Provider
 from gpucluster.infra.ssh import SshProvider, format_host, parse_host, parse_hosts
 from gpucluster.launch import JobSpec
 from gpucluster.spec import ClusterSpec, validate
-from gpucluster.sshlaunch import SshLauncher, _bundle, _check_run_id, _user_program, node_label
+from gpucluster.sshlaunch import SshLauncher, _bundle, _check_run_id, _gpu_row, _user_program, node_label
 
 
 @pytest.mark.parametrize(
@@ -183,3 +183,10 @@ def test_missing_ssh_client_is_a_clear_error():
     cluster = Cluster("c", "ssh", (Node(0, "127.0.0.1", "127.0.0.1", "u", 1),))
     with pytest.raises(MissingDependency, match="OpenSSH client 'no-such-ssh'"):
         SshLauncher(ssh="no-such-ssh").probe(cluster)
+
+
+def test_gpu_rows_from_nvidia_smi():
+    assert _gpu_row("Tesla V100-SXM2-16GB, 0, 0, 16384") == {
+        "name": "Tesla V100-SXM2-16GB", "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 16384.0}
+    assert _gpu_row("NVIDIA A10G, [N/A], 5, 23028")["util"] is None
+    assert _gpu_row("Some GPU") == {"name": "Some GPU"}

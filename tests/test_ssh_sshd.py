@@ -102,11 +102,13 @@ def test_pinned_host_keys_and_cluster_key_as_cloud_nodes_use_them(hosts, remote_
 
 def test_readiness_names_missing_gpus_and_torch(hosts, remote_dir, tmp_path):
     smi = hosts.bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA A10G'\n")
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A10G, 37, 1024, 23028'\n")
     smi.chmod(0o755)
     try:
         ready = make_launcher(hosts, remote_dir).probe(cluster_of(hosts, 2, gpus_per_node=1))
         assert [r.ok for r in ready] == [True, True] and ready[1].gpu_names == ["NVIDIA A10G"]
+        assert ready[0].gpu_state == [{"name": "NVIDIA A10G", "util": 37.0, "mem_used_mib": 1024.0,
+                                       "mem_total_mib": 23028.0}]
         with pytest.raises(LaunchError, match=r"2 of 2 node\(s\) not ready: node 0 .*1 GPU\(s\) visible to nvidia-smi, expected 4"):
             make_launcher(hosts, remote_dir).launch(cluster_of(hosts, 2, gpus_per_node=4),
                                                     JobSpec("rg-1", workload="digits"), Recorder(), tmp_path / "l")
