@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError, LaunchError, MissingDependency
-from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
+from .launch import (
+    _PYTHON_RE, JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv,
+)
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 MAX_SHIP_BYTES = 200 * 1024 * 1024
@@ -238,7 +240,7 @@ class SshLauncher:
     # -- public API --------------------------------------------------------------------------
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         _check_run_id(job.run_id)
-        code_dir, program = _user_program(job)
+        code_dir, program = _user_program(job, self.python)
         bundle = _bundle(code_dir)
         with _Session(self, cluster) as session:
             events.on_phase("ready")
@@ -598,20 +600,39 @@ def _check_run_id(run_id: str) -> None:
                           "(it names a folder on every node)")
 
 
-def _user_program(job: JobSpec) -> tuple[Path | None, list[str] | None]:
+def _user_program(job: JobSpec, python: str = "python3") -> tuple[Path | None, list[str] | None]:
     """(local folder to ship, torchrun program relative to it) when the command runs a local
-    script (`python train.py ...`, `./run.sh ...`); (None, None) otherwise."""
+    script (`python train.py`, `python -u train.py`, `./run.sh`, `bash run.sh`); (None, None)
+    when it runs a module or something already on the nodes. A `python` that torchrun runs
+    as a plain command becomes the nodes' Python."""
     if not job.command:
         return None, None
     prog = program_args(job)
-    i = 1 if prog[0] == "--no-python" else 0
-    if prog[i] == "-m":
-        return None, None
-    path = Path(prog[i])
-    if not path.is_file():
-        return None, None
-    prog[i] = path.name if i == 0 else "./" + path.name
-    return path.resolve().parent, prog
+    if prog[0] != "--no-python":
+        path = Path(prog[0])
+        if prog[0] == "-m" or not path.is_file():
+            return None, None
+        return path.resolve().parent, [path.name, *prog[1:]]
+    cmd = prog[1:]
+    is_python = bool(_PYTHON_RE.match(os.path.basename(cmd[0])))
+    if is_python:
+        cmd[0] = python
+    script = None
+    if not is_python and "/" in cmd[0] and Path(cmd[0]).is_file():
+        script = 0
+    else:
+        for j, arg in enumerate(cmd[1:], start=1):
+            if arg.startswith("-"):
+                if arg in ("-m", "-c"):
+                    break
+                continue
+            script = j if Path(arg).is_file() else None
+            break
+    if script is None:
+        return None, ["--no-python", *cmd]
+    path = Path(cmd[script])
+    cmd[script] = "./" + path.name if script == 0 else path.name
+    return path.resolve().parent, ["--no-python", *cmd]
 
 
 def _bundle(code_dir: Path | None) -> bytes:

@@ -133,6 +133,15 @@ def test_user_program_ships_the_scripts_folder(tmp_path, monkeypatch):
     assert d == tmp_path and prog == ["train.py"]
     d, prog = _user_program(JobSpec("r1", command=("./run.sh", "x")))
     assert d == tmp_path and prog == ["--no-python", "./run.sh", "x"]
+    d, prog = _user_program(JobSpec("r1", command=("python", "-u", "train.py", "-x")), "/opt/py/bin/python")
+    assert d == tmp_path and prog == ["--no-python", "/opt/py/bin/python", "-u", "train.py", "-x"]
+    d, prog = _user_program(JobSpec("r1", command=("bash", "run.sh")))
+    assert d == tmp_path and prog == ["--no-python", "bash", "run.sh"]
+    assert _user_program(JobSpec("r1", command=("python", "-u", "-m", "pkg")), "py3") == (
+        None, ["--no-python", "py3", "-u", "-m", "pkg"])
+    assert _user_program(JobSpec("r1", command=("nvidia-smi",))) == (None, ["--no-python", "nvidia-smi"])
+    d, prog = _user_program(JobSpec("r1", command=("/usr/bin/python3", "-u", "train.py")), "/opt/py/bin/python")
+    assert d == tmp_path and prog == ["--no-python", "/opt/py/bin/python", "-u", "train.py"]
     assert _user_program(JobSpec("r1", command=("python", "-m", "pkg.train"))) == (None, None)
     assert _user_program(JobSpec("r1", command=("python", "missing.py"))) == (None, None)  # a path on the node
     assert _user_program(JobSpec("r1", workload="digits")) == (None, None)

@@ -35,7 +35,8 @@ def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir,
     cluster = cluster_of(hosts, n)
     run_id = f"rt-{n}-{os.getpid()}"
     note = "it's $HOME `id` \"quoted\" ;|&"
-    job = JobSpec(run_id, command=("python", "train.py", "--steps", "3"), rdzv_port=free_port(),
+    # `python -u`: torchrun runs it as a plain command; "python" becomes the nodes' Python
+    job = JobSpec(run_id, command=("python", "-u", "train.py", "--steps", "3"), rdzv_port=free_port(),
                   env=(("GPUCLUSTER_NOTE", note),), max_seconds=120)
     events = Recorder()
     result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
