@@ -28,6 +28,7 @@ allows tags):
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Optional
 
@@ -74,6 +75,7 @@ READY_SCRIPT = """\
 state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
 tries="${GPUCLUSTER_READY_TRIES:-60}"
 expected=@EXPECTED@
+rank="${1:-0}"
 mkdir -p "$state"
 count=0; driver=""; err=""
 for attempt in $(seq 1 "$tries"); do
@@ -90,8 +92,8 @@ for attempt in $(seq 1 "$tries"); do
 done
 ok=false
 [ "$count" -eq "$expected" ] && ok=true
-printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": @RANK@, "checked_at": "%s"}\\n' \\
-  "$ok" "$count" "$expected" "$driver" "$err" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
+printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
+  "$ok" "$count" "$expected" "$driver" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
 chmod 0644 "$state/ready.tmp"
 mv "$state/ready.tmp" "$state/ready"
 """
@@ -113,7 +115,7 @@ def render_user_data(
     host_public_key: str,
 ) -> str:
     """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
-    doc = {
+    keys = {
         # Replace the image's host keys with the pinned one; generate no others.
         "ssh_deletekeys": True,
         "ssh_genkeytypes": [],
@@ -121,18 +123,35 @@ def render_user_data(
             "ed25519_private": host_private_key,
             "ed25519_public": host_public_key.strip(),
         },
-        "bootcmd": [["sh", "-c", _fill(DEADMAN_SCRIPT, lifetime=int(max_lifetime_minutes))]],
-        "write_files": [
-            {
-                "path": READY_SCRIPT_PATH,
-                "permissions": "0755",
-                "owner": "root:root",
-                "content": _fill(READY_SCRIPT, expected=int(expected_gpus), cluster=cluster, rank=int(rank)),
-            }
-        ],
-        "runcmd": [[READY_SCRIPT_PATH]],
+        "runcmd": [[READY_SCRIPT_PATH, str(int(rank))]],
     }
-    return "#cloud-config\n" + yaml.dump(doc, Dumper=_CloudConfigDumper, sort_keys=False, width=1 << 16)
+    return (
+        "#cloud-config\n"
+        + _dump(keys)
+        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes))
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int) -> str:
+    """The part of the cloud-config every node shares (rendered once per cluster)."""
+    return _dump(
+        {
+            "bootcmd": [["sh", "-c", _fill(DEADMAN_SCRIPT, lifetime=max_lifetime_minutes)]],
+            "write_files": [
+                {
+                    "path": READY_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster),
+                }
+            ],
+        }
+    )
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_CloudConfigDumper, sort_keys=False, width=1 << 16)
 
 
 class _CloudConfigDumper(yaml.SafeDumper):

@@ -349,7 +349,7 @@ def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
 def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
     doc = user_data(build(s).recorder.instances()[0])
     (entry,) = doc["write_files"]
-    assert doc["runcmd"] == [[entry["path"]]] and entry["path"] == component.READY_SCRIPT_PATH
+    assert doc["runcmd"] == [[entry["path"], "0"]] and entry["path"] == component.READY_SCRIPT_PATH
     script = tmp_path / "gpucluster-ready"
     script.write_text(entry["content"])
     script.chmod(0o755)
@@ -361,10 +361,10 @@ def test_readiness_marker_reports_the_gpu_check(tmp_path):
     marker = tmp_path / "state" / "ready"
 
     bindir = _fake_bin(tmp_path, "nvidia-smi", "for i in 1 2 3 4; do echo 550.127.05; done\n")
-    subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
+    subprocess.run([str(script), "3"], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
     result = json.loads(marker.read_text())
     assert result["ok"] is True and result["gpus"] == 4 and result["expected_gpus"] == 4
-    assert result["driver"] == "550.127.05" and result["cluster"] == "demo" and result["rank"] == 0
+    assert result["driver"] == "550.127.05" and result["cluster"] == "demo" and result["rank"] == 3
 
     _fake_bin(tmp_path, "nvidia-smi", "echo 550.127.05\n")  # one GPU missing
     subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
