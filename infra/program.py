@@ -41,6 +41,11 @@ GENERIC_KEYS = {
     "tags": "tags",
     "runId": "run_id",
 }
+def _normal(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+_GENERIC_BY_NORMAL = {_normal(k): k for k in GENERIC_KEYS}
 _INT_FIELDS = {"nodes": 1, "gpus_per_node": 0, "disk_gb": 1, "max_lifetime_minutes": 1}
 
 ConfigSource = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]]
@@ -100,6 +105,9 @@ def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpe
             continue
         field = GENERIC_KEYS.get(key)
         if field is None:
+            twin = _GENERIC_BY_NORMAL.get(_normal(key))
+            if twin is not None:
+                raise ConfigError(f'config key {NAMESPACE}:{key} is misspelled (did you mean "{NAMESPACE}:{twin}"?)')
             options[key] = _option_text(value)
         elif field in _INT_FIELDS:
             fields[field] = parse_int(f"{NAMESPACE}:{key}", value, low=_INT_FIELDS[field])

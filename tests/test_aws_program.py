@@ -410,6 +410,8 @@ def test_spec_from_config_defaults_name_and_options():
         program.spec_from_config({"cloud": "aws", "nodes": "two"}, "x")
     with pytest.raises(SpecError, match="gpucluster:spot 'sometimes'"):
         program.spec_from_config({"cloud": "aws", "spot": "sometimes"}, "x")
+    with pytest.raises(ConfigError, match='did you mean "gpucluster:instanceType"'):
+        program.spec_from_config({"cloud": "aws", "instance_type": "g5.xlarge"}, "x")
     with pytest.raises(ConfigError, match="gpucluster:tags"):
         program.spec_from_config({"cloud": "aws", "tags": "[1"}, "x")
 
