@@ -53,19 +53,38 @@ READY_FILE = f"{STATE_DIR}/ready"  # JSON: {"ok": bool, "gpus": n, "expected_gpu
 DEADLINE_FILE = f"{STATE_DIR}/deadline"  # epoch seconds at which the node powers itself off
 READY_SCRIPT_PATH = "/usr/local/sbin/gpucluster-ready"
 
-# Dead-man switch, run by cloud-init's bootcmd on EVERY boot: the deadline is fixed at first boot,
-# so a reboot cannot extend the node's life. Powering off terminates the instance because
-# instance_initiated_shutdown_behavior is "terminate". GPUCLUSTER_STATE_DIR is for tests.
+DEADMAN_SCRIPT_PATH = "/usr/local/sbin/gpucluster-deadman"
+DEADMAN_UNIT = "gpucluster-deadman.service"
+
+# Dead-man switch, run by a systemd unit on EVERY boot (after D-Bus and logind, which `shutdown`
+# needs): the deadline is fixed at first boot, so a reboot cannot extend the node's life.
+# Powering off terminates the instance because instance_initiated_shutdown_behavior is
+# "terminate". GPUCLUSTER_STATE_DIR is for tests.
 DEADMAN_SCRIPT = """\
+#!/bin/sh
 state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
 mkdir -p "$state"
 [ -s "$state/deadline" ] || echo $(( $(date +%s) + 60 * @LIFETIME@ )) > "$state/deadline"
 left=$(( ( $(cat "$state/deadline") - $(date +%s) + 59 ) / 60 ))
 if [ "$left" -le 0 ]; then
-  shutdown -P now "gpucluster: max lifetime of @LIFETIME@ minutes reached"
-else
-  shutdown -P "+$left" "gpucluster dead-man switch: max lifetime @LIFETIME@ minutes"
+  exec shutdown -P now "gpucluster: max lifetime of @LIFETIME@ minutes reached"
 fi
+exec shutdown -P "+$left" "gpucluster dead-man switch: max lifetime @LIFETIME@ minutes"
+"""
+
+DEADMAN_UNIT_TEXT = f"""\
+[Unit]
+Description=gpucluster dead-man switch: power off at the deadline set at first boot
+Wants=dbus.service
+After=dbus.service systemd-logind.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={DEADMAN_SCRIPT_PATH}
+
+[Install]
+WantedBy=multi-user.target
 """
 
 # Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
@@ -123,7 +142,10 @@ def render_user_data(
             "ed25519_private": host_private_key,
             "ed25519_public": host_public_key.strip(),
         },
-        "runcmd": [[READY_SCRIPT_PATH, str(int(rank))]],
+        "runcmd": [
+            ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
+            [READY_SCRIPT_PATH, str(int(rank))],
+        ],
     }
     return (
         "#cloud-config\n"
@@ -137,8 +159,19 @@ def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minu
     """The part of the cloud-config every node shares (rendered once per cluster)."""
     return _dump(
         {
-            "bootcmd": [["sh", "-c", _fill(DEADMAN_SCRIPT, lifetime=max_lifetime_minutes)]],
             "write_files": [
+                {
+                    "path": DEADMAN_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(DEADMAN_SCRIPT, lifetime=max_lifetime_minutes),
+                },
+                {
+                    "path": f"/etc/systemd/system/{DEADMAN_UNIT}",
+                    "permissions": "0644",
+                    "owner": "root:root",
+                    "content": DEADMAN_UNIT_TEXT,
+                },
                 {
                     "path": READY_SCRIPT_PATH,
                     "permissions": "0755",
@@ -184,8 +217,13 @@ class GpuCluster(pulumi.ComponentResource):
         base_tags = spec.managed_tags()
         self._base_tags = base_tags
 
+        # An explicit provider does not read the stack's `aws:` config by itself: pass on the
+        # profile a user may have set there (credentials from the environment work unchanged).
         self._provider = aws.Provider(
-            f"{name}-provider", region=self.region, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-provider",
+            region=self.region,
+            profile=pulumi.Config("aws").get("profile"),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         invoke_opts = pulumi.InvokeOutputOptions(parent=self, provider=self._provider)
 

@@ -321,39 +321,51 @@ def _env(tmp_path, bindir, **extra):
     return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "GPUCLUSTER_STATE_DIR": str(tmp_path / "state"), **extra}
 
 
+def _written(doc: dict, path: str) -> str:
+    (entry,) = [f for f in doc["write_files"] if f["path"] == path]
+    return entry["content"]
+
+
+def _script(tmp_path, doc: dict, path: str) -> pathlib.Path:
+    script = tmp_path / pathlib.Path(path).name
+    script.write_text(_written(doc, path))
+    script.chmod(0o755)
+    return script
+
+
 def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
     rec = build(spec(max_lifetime_minutes=90)).recorder
     doc = user_data(rec.instances()[0])
-    argv = doc["bootcmd"][0]  # bootcmd runs on every boot
-    assert argv[:2] == ["sh", "-c"] and "90" in argv[2]
+    # armed first (before the GPU check), by a unit that runs again on every boot
+    assert doc["runcmd"][0] == ["systemctl", "enable", "--now", "--no-block", component.DEADMAN_UNIT]
+    unit = _written(doc, f"/etc/systemd/system/{component.DEADMAN_UNIT}")
+    assert f"ExecStart={component.DEADMAN_SCRIPT_PATH}" in unit and "WantedBy=multi-user.target" in unit
+    script = _script(tmp_path, doc, component.DEADMAN_SCRIPT_PATH)
+    assert "60 * 90" in script.read_text()
+
     log = tmp_path / "shutdown.log"
     bindir = _fake_bin(tmp_path, "shutdown", f'echo "$@" >> {log}\n')
     env = _env(tmp_path, bindir)
-
     before = int(time.time())
-    subprocess.run(argv, env=env, check=True, timeout=10)
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
     deadline = int((tmp_path / "state" / "deadline").read_text())
     assert before + 90 * 60 <= deadline <= int(time.time()) + 90 * 60
     assert log.read_text().splitlines()[0].startswith("-P +90 ")
 
     # a "reboot" 80 minutes later re-arms for the 10 minutes left, not for another 90
     (tmp_path / "state" / "deadline").write_text(str(int(time.time()) + 10 * 60 - 5))
-    subprocess.run(argv, env=env, check=True, timeout=10)
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
     assert log.read_text().splitlines()[1].startswith("-P +10 ")
     # past the deadline: power off now
     (tmp_path / "state" / "deadline").write_text(str(int(time.time()) - 1))
-    subprocess.run(argv, env=env, check=True, timeout=10)
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
     assert log.read_text().splitlines()[2].startswith("-P now")
 
 
 def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
     doc = user_data(build(s).recorder.instances()[0])
-    (entry,) = doc["write_files"]
-    assert doc["runcmd"] == [[entry["path"], "0"]] and entry["path"] == component.READY_SCRIPT_PATH
-    script = tmp_path / "gpucluster-ready"
-    script.write_text(entry["content"])
-    script.chmod(0o755)
-    return script
+    assert doc["runcmd"][1] == [component.READY_SCRIPT_PATH, "0"]
+    return _script(tmp_path, doc, component.READY_SCRIPT_PATH)
 
 
 def test_readiness_marker_reports_the_gpu_check(tmp_path):
@@ -445,6 +457,7 @@ def test_main_reads_the_stack_namespace_and_exports():
         "maxLifetimeMinutes": "30", "efa": "false",
     }.items()}
     config["other:ignored"] = "x"
+    config["aws:profile"] = "research"
     pulumi.runtime.config.set_all_config(config)
     try:
         built = build(program=lambda: program.main() or {}, stack="Team.Run-1")
@@ -453,6 +466,7 @@ def test_main_reads_the_stack_namespace_and_exports():
     assert built.error is None
     rec = built.recorder
     assert len(rec.instances()) == 3
-    assert rec.of_type("pulumi:providers:aws")[0].inputs["region"] == "eu-west-1"
+    (provider,) = rec.of_type("pulumi:providers:aws")
+    assert (provider.inputs["region"], provider.inputs["profile"]) == ("eu-west-1", "research")
     assert {i.inputs["tags"]["gpucluster-cluster"] for i in rec.instances()} == {"team-run-1"}
-    assert "60 * 30" in user_data(rec.instances()[0])["bootcmd"][0][2]
+    assert "60 * 30" in _written(user_data(rec.instances()[0]), component.DEADMAN_SCRIPT_PATH)
