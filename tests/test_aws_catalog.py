@@ -137,3 +137,12 @@ def test_unknown_option_disk_type_accelerator_and_network_options():
     with pytest.raises(SpecError, match="sshPublicKey"):
         validate(aws_spec(options={"sshPublicKey": "not a key"}))
     assert validate(aws_spec(options={"subnet_id": "subnet-1", "vpc_id": "vpc-1"})) == []
+
+
+def test_vpc_cidr_must_fit_aws_limits_and_the_nodes():
+    assert validate(aws_spec(options={"vpcCidr": "10.7.0.0/24"})) == []
+    for bad in ("10.7.0.0/8", "10.7.0.1/24", "fd00::/64", "ten"):
+        with pytest.raises(SpecError, match="option vpcCidr"):
+            validate(aws_spec(options={"vpcCidr": bad}))
+    with pytest.raises(SpecError, match="11 usable addresses, fewer than 12 nodes"):
+        validate(aws_spec(nodes=12, options={"vpcCidr": "10.7.0.0/28"}))

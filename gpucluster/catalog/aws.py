@@ -239,6 +239,10 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
     if subnet_id is not None and option(spec, "vpcCidr") is not None:
         raise SpecError("option vpcCidr only applies to a new VPC; it cannot be combined with subnetId")
 
+    cidr = option(spec, "vpcCidr")
+    if cidr is not None:
+        _check_vpc_cidr(str(cidr), spec.nodes)
+
     open_ssh = flag(spec, "allowOpenSsh")
     if spec.ssh_cidr is None:
         warnings.append("no ssh CIDR given: SSH is closed to everyone; set sshCidr to your address/32")
@@ -256,6 +260,26 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
             not_allowed("option sshPublicKey", str(key)[:20] + "...", "an OpenSSH public key line (ssh-ed25519 AAAA...)")
         )
     return warnings
+
+
+def _check_vpc_cidr(cidr: str, nodes: int) -> None:
+    """A new VPC's CIDR (its one subnet uses all of it): IPv4, /16 to /28, room for every node.
+
+    AWS allows VPC blocks from /16 to /28 and reserves 5 addresses in every subnet.
+    """
+    import ipaddress
+
+    allowed = "a private IPv4 block from /16 to /28, such as 10.42.0.0/16"
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        raise SpecError(not_allowed("option vpcCidr", cidr, allowed)) from None
+    if net.version != 4 or not 16 <= net.prefixlen <= 28:
+        raise SpecError(not_allowed("option vpcCidr", cidr, allowed))
+    if net.num_addresses - 5 < nodes:
+        raise SpecError(
+            f"option vpcCidr {cidr!r} has {net.num_addresses - 5} usable addresses, fewer than {nodes} nodes"
+        )
 
 
 def _is_open(cidr: str) -> bool:
