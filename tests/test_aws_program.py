@@ -470,3 +470,25 @@ def test_main_reads_the_stack_namespace_and_exports():
     assert (provider.inputs["region"], provider.inputs["profile"]) == ("eu-west-1", "research")
     assert {i.inputs["tags"]["gpucluster-cluster"] for i in rec.instances()} == {"team-run-1"}
     assert "60 * 30" in _written(user_data(rec.instances()[0]), component.DEADMAN_SCRIPT_PATH)
+
+
+def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs():
+    from gpucluster.errors import ProvisionError
+    from gpucluster.infra.aws_outputs import cluster_from_outputs
+
+    built = build(spec(nodes=3, instance_type="g5.12xlarge"))
+    cluster = cluster_from_outputs(built.outputs)
+    assert [n.rank for n in cluster.nodes] == [0, 1, 2]
+    assert cluster.head.private_ip == private_ip(0) and cluster.head.host == public_ip(0)
+    assert cluster.node_ips == [private_ip(i) for i in range(3)]
+    assert [n.host_keys for n in cluster.nodes] == [(k,) for k in built.outputs["host_public_keys"]]
+    assert {(n.user, n.gpus) for n in cluster.nodes} == {("ubuntu", 4)}
+    assert (cluster.region, cluster.zone, cluster.instance_type) == ("us-east-1", "us-east-1a", "g5.12xlarge")
+    assert cluster.ssh_private_key.startswith("-----BEGIN OPENSSH")
+    assert "ssh_private_key" not in cluster.outputs
+
+    broken = dict(built.outputs, public_ips=built.outputs["public_ips"][:2])
+    with pytest.raises(ProvisionError, match="disagree on the node count"):
+        cluster_from_outputs(broken)
+    with pytest.raises(ProvisionError, match="lack host_public_keys"):
+        cluster_from_outputs({k: v for k, v in built.outputs.items() if k != "host_public_keys"})
