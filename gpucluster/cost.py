@@ -181,8 +181,12 @@ def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) ->
         plan.machine = catalog.get("aws", region, "instance", itype, market)
         plan.gpus_per_node, plan.gpu_name = plan.machine.gpus, plan.machine.gpu
         if spec.gpus_per_node is not None and int(spec.gpus_per_node) != plan.machine.gpus:
-            raise UsageError(not_allowed(f"gpus per node for {itype}", spec.gpus_per_node,
-                                         f"{itype} carries exactly {plan.machine.gpus} GPU(s)"))
+            same = [t for t in catalog.items("aws", "instance")
+                    if catalog.find("aws", region, "instance", t, market)
+                    and catalog.find("aws", region, "instance", t, market).gpus == int(spec.gpus_per_node)]
+            raise UsageError(f"gpus {spec.gpus_per_node} is not allowed for {itype}: it carries exactly "
+                             f"{plan.machine.gpus} GPU(s)"
+                             + (f"; types with {spec.gpus_per_node}: {', '.join(same)}" if same else ""))
         return plan
     plan.machine = _n1_row(catalog, region, itype, market)
     gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
@@ -193,8 +197,10 @@ def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) ->
         max_cpu, max_gb = V100_LIMITS[gpus]
         cpus, gib = n1_shape(itype) or (plan.machine.vcpus, plan.machine.memory_gib)
         if cpus is not None and (cpus > max_cpu or gib > max_gb):
-            raise UsageError(not_allowed(f"{itype} with {gpus} V100", f"{cpus} vCPU / {gib} GB",
-                                         f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb} GB per VM"))
+            fits = [mt for mt in n1_machine_types() if n1_shape(mt)[0] <= max_cpu and n1_shape(mt)[1] <= max_gb]
+            raise UsageError(f"machine type {itype} ({cpus} vCPU, {gib.normalize():f} GB) cannot take {gpus} V100: "
+                             f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb} GB per VM, e.g. "
+                             + ", ".join(f for f in fits if f.startswith("n1-standard")))
         plan.gpu = catalog.get("gcp", region, "gpu", plan.gpu_name, market)
         plan.gpus_per_node = gpus
     else:
