@@ -41,7 +41,10 @@ def _boundary(fn: Callable) -> Callable:
 def _console():
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(soft_wrap=False, width=160)
+    return console
 
 
 def _warn(messages: list[str]) -> None:
@@ -90,14 +93,14 @@ def prices(ctx: click.Context, cloud: str | None, region: str | None, gpu: str |
     from rich.table import Table
 
     table = Table(title="gpucluster price catalog (USD)", show_lines=False)
-    for col, kw in (("cloud", {}), ("region", {}), ("kind", {}), ("item", {}), ("market", {}),
+    for col, kw in (("cloud", {}), ("region", {}), ("item", {}), ("market", {}),
                     ("price", {"justify": "right"}), ("unit", {}), ("GPUs", {"justify": "right"}),
-                    ("$/GPU-hour", {"justify": "right"}), ("read", {}), ("from", {})):
-        table.add_column(col, **kw)
+                    ("$/GPU-hour", {"justify": "right"}), ("read", {})):
+        table.add_column(col, overflow="fold", **kw)
     for r in rows:
-        table.add_row(r.cloud, r.region, r.kind, r.item, r.market, _dec(r.price, 6), r.unit,
+        table.add_row(r.cloud, r.region, r.item, r.market, _dec(r.price, 6), r.unit,
                       str(r.gpus or ""), _dec(r.per_gpu_hour, 4) if r.per_gpu_hour is not None else "",
-                      r.date, r.origin)
+                      r.date + (" (user)" if r.origin == "user" else ""))
     console = _console()
     console.print(table)
     sources = sorted({r.source for r in rows})
@@ -237,7 +240,7 @@ def render_estimate(est, console=None) -> None:
                         f"{_dec(est.hours, 3)} h (USD)")
     for col, kw in (("item", {}), ("what", {}), ("unit price", {"justify": "right"}), ("unit", {}),
                     ("per hour", {"justify": "right"}), ("total", {"justify": "right"}), ("note", {})):
-        table.add_column(col, **kw)
+        table.add_column(col, overflow="fold", **kw)
     for ln in est.lines:
         table.add_row(ln["category"], ln["description"], _dec(ln["unit_price"], 6), ln["unit"],
                       money_or_dash(ln["hourly"]), money_or_dash(ln["total"]), ln.get("note") or "")
