@@ -106,7 +106,10 @@ def test_cli_prices_table_json_and_corrupt_catalog(home):
     g12 = next(r for r in rows if r["item"] == "g5.12xlarge" and r["market"] == "on-demand")
     assert Decimal(g12["per_gpu_hour"]) == Decimal("1.418") and g12["source"] and g12["date"]
     res = runner.invoke(prices, ["--gpu", "V100"])
-    assert res.exit_code == 0 and "$/GPU-hour" in res.stdout
+    assert res.exit_code == 0 and "$/GPU-hour" in res.stdout and "2.48" in res.stdout
+    res = runner.invoke(prices, ["--region", "us-eas-1"])
+    assert res.exit_code == 2 and 'did you mean "us-east-1"' in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
     home.mkdir(parents=True, exist_ok=True)
     (home / "prices.json").write_text("garbage")
     res = runner.invoke(prices, [])
@@ -114,9 +117,6 @@ def test_cli_prices_table_json_and_corrupt_catalog(home):
     res = runner.invoke(prices, ["refresh", "--cloud", "aws"])
     assert res.exit_code == 2 and "not usable" in res.stderr
     assert (home / "prices.json").read_text() == "garbage"
-    res = runner.invoke(prices, ["--region", "us-eas-1"])
-    assert res.exit_code == 2 and 'did you mean "us-east-1"' in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
 
 
 # -- AWS parsers, with botocore's Stubber ---------------------------------------------------------
