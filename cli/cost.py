@@ -332,7 +332,8 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot) -> None:
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
-        rep = report(ledger.list_runs(limit=None, cloud=cloud, since=since_ts), group_by=group_by)
+        runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+        rep = report(runs, group_by=group_by)
     finally:
         ledger.close()
     if plot:

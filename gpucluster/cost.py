@@ -376,6 +376,8 @@ def run_cost(run: Mapping[str, Any], *, now: float | None = None, catalog: Catal
     billing rules. JSON-able; store it with `Ledger.set_cost(run_id, cost)`."""
     now = time.time() if now is None else now
     cloud = run.get("cloud")
+    if "resources" not in run:
+        raise ValueError("run_cost needs the run's resources: pass Ledger.get_run(run_id), not a list_runs row")
     result: dict[str, Any] = {"run_id": run.get("id"), "cloud": cloud, "currency": "USD",
                               "computed_at": _iso(now), "lines": [], "notes": [], "still_billing": []}
     if cloud in FREE_CLOUDS:
