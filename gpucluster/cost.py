@@ -231,8 +231,10 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
     prices: dict[str, Any] = {}
     for row in (plan.machine, plan.gpu, plan.disk, plan.fee):
         if row is not None:
+            # "region": where the run is; "priced_in": the catalog row's region (differs for a
+            # fallback disk price or a region-independent fee)
             prices[_snap_key(row.kind, row.item, row.market)] = {**row.cite(), "gpus": row.gpus,
-                                                                 "region": row.region}
+                                                                 "region": plan.region, "priced_in": row.region}
     return {
         "cloud": spec.cloud, "region": plan.region, "currency": "USD", "taken_at": taken,
         "prices": prices,
