@@ -395,7 +395,7 @@ def test_cli_report_plot(home, tmp_path):
 
 
 def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
-    spec = ClusterSpec(cloud="gcp", nodes=1, region="europe-west4", gpus_per_node=1, disk_gb=100)
+    spec = ClusterSpec(cloud="gcp", nodes=1, region="europe-west4", gpus_per_node=2, disk_gb=100)
     est = C.estimate(spec, 1, catalog=catalog)
     disk = next(ln for ln in est.lines if ln["category"] == "disks")
     assert disk["note"] == "" and any("used us-central1's" in n for n in est.notes)
