@@ -254,6 +254,35 @@ def render_estimate(est, console=None) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
+def render_run_cost(cost: dict, console=None) -> None:
+    """Print a run's cost (`gpucluster.cost.run_cost` output) line by line, for run reports."""
+    from decimal import Decimal
+
+    from rich.table import Table
+
+    from gpucluster.cost import money
+
+    console = console or _console()
+    if cost.get("local"):
+        console.print(f"Cost: $0 ({'; '.join(cost['notes'])})", highlight=False)
+        return
+    table = Table(title=f"Cost of run {cost.get('run_id') or ''} (USD, prices read {cost.get('price_date')})")
+    for col in ("resource", "item", "what", "billed s", "cost", "note"):
+        table.add_column(col, justify="right" if col in ("billed s", "cost") else "left", overflow="fold")
+    for ln in cost["lines"]:
+        if ln["category"] == "no charge":
+            continue
+        note = ln.get("note") or ""
+        if ln.get("still_billing"):
+            note = ("STILL BILLING; " + note).rstrip("; ")
+        table.add_row(str(ln["resource"]), ln["category"], ln["description"], str(ln.get("billed_seconds", "")),
+                      money(Decimal(ln["cost"])), note)
+    table.add_row("total", "", "", "", money(Decimal(cost["total"])), "", style="bold")
+    console.print(table)
+    for note in cost.get("notes") or []:
+        console.print(f"note: {note}", highlight=False)
+
+
 def money_or_dash(value: str) -> str:
     from decimal import Decimal
 

@@ -205,6 +205,9 @@ def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) ->
         plan.gpus_per_node = gpus
     else:
         plan.notes.append("no GPUs requested (pass --gpus to add V100s)")
+    system = spec.option("system_machine_type")
+    if system and catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
+        plan.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
     plan.fee = catalog.get("gcp", region, "cluster-fee", "gke")
     plan.zonal = spec.zone is not None
     opt = spec.option("gke_free_tier", False) if free_tier is None else free_tier

@@ -401,3 +401,31 @@ def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
     assert disk["note"] == "" and any("used us-central1's" in n for n in est.notes)
     snap = est.snapshot["prices"]["disk/pd-balanced/on-demand"]
     assert (snap["region"], snap["priced_in"]) == ("europe-west4", "us-central1")
+
+
+def test_unpriced_system_pool_is_said_not_hidden(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
+                       zone="us-central1-a", options=(("system_machine_type", "e2-standard-2"),))
+    est = C.estimate(spec, 1, catalog=catalog)
+    assert any("e2-standard-2" in n for n in est.notes)
+    run = {"id": "r", "cloud": "gcp", "prices": est.snapshot, "resources": [
+        {"kind": "node-pool", "name": "system", "region": "us-central1-a", "requested_at": T0, "created_at": T0,
+         "deleted_at": T0 + 600, "confirmed_gone": True, "detail": {"machine_type": "e2-standard-2",
+                                                                    "node_count": 1}}]}
+    out = C.run_cost(run, catalog=catalog)
+    assert out["lines"][0]["category"] == "unpriced" and out["total"] == "0"
+    assert "e2-standard-2" in out["notes"][0] and "leaves it out" in out["notes"][0]
+
+
+def test_render_run_cost_flags_still_billing(tmp_path, catalog):
+    from rich.console import Console
+
+    from gpucluster.cli.cost import render_run_cost
+
+    run = {"id": "r9", "cloud": "aws", "prices": None, "resources": [
+        {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
+         "deleted_at": None, "confirmed_gone": False, "detail": {"instance_type": "g5.xlarge"}}]}
+    console = Console(record=True, width=200)
+    render_run_cost(C.run_cost(run, now=T0 + 3600, catalog=catalog), console)
+    text = console.export_text()
+    assert "STILL BILLING" in text and "$1.01" in text
