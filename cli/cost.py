@@ -98,7 +98,7 @@ def prices(ctx: click.Context, cloud: str | None, region: str | None, gpu: str |
                     ("$/GPU-hour", {"justify": "right"}), ("read", {})):
         table.add_column(col, overflow="fold", **kw)
     for r in rows:
-        table.add_row(r.cloud, r.region, r.item, r.market, _dec(r.price, 6), r.unit,
+        table.add_row(r.cloud, r.region, r.item, r.market, f"{r.price.normalize():f}", r.unit,
                       str(r.gpus or ""), _dec(r.per_gpu_hour, 4) if r.per_gpu_hour is not None else "",
                       r.date + (" (user)" if r.origin == "user" else ""))
     console = _console()

@@ -43,7 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import ConfigError, GpuclusterError, UsageError, did_you_mean, not_allowed
+from ..errors import ConfigError, GpuclusterError, UsageError, not_allowed
 
 CLOUDS = ("aws", "gcp")
 MARKETS = ("on-demand", "spot")
@@ -227,7 +227,10 @@ class Catalog:
             name = normalize_gpu(gpu, sorted({r.gpu for r in self.rows.values() if r.gpu}))
             rows = [r for r in rows if r.gpu == name]
         order = {k: i for i, k in enumerate(KINDS)}
-        return sorted(rows, key=lambda r: (r.cloud, r.region, order[r.kind], r.item, r.market))
+        def natural(text: str) -> list:
+            return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+        return sorted(rows, key=lambda r: (r.cloud, r.region, order[r.kind], r.vcpus or 0, natural(r.item), r.market))
 
     def oldest_date(self, rows: Iterable[PriceRow] | None = None) -> str:
         dates = [r.date for r in (self.rows.values() if rows is None else rows)]
