@@ -449,6 +449,19 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     snapshot: dict[str, Any] = field(default_factory=dict)
 
+    def render_line(self) -> str:
+        """One line for a plan: total, hourly, the items, the price date."""
+        if not self.lines:
+            return f"$0 ({'; '.join(self.notes)})"
+        items = ", ".join(f"{ln['category']} {money(Decimal(ln['hourly']))}/h" for ln in self.lines
+                          if Decimal(ln["hourly"]) or ln["category"] != "gpus")
+        per_gpu = f", {money(self.per_gpu_hour)}/GPU-hour" if self.per_gpu_hour is not None else ""
+        return (f"{money(self.total)} for {self.hours.normalize():f} h at {money(self.hourly)}/h "
+                f"({items}{per_gpu}; {self.market} prices read {self.price_date})")
+
+    def __str__(self) -> str:
+        return self.render_line()
+
     def to_dict(self) -> dict[str, Any]:
         return {"cloud": self.cloud, "region": self.region, "nodes": self.nodes, "hours": str(self.hours),
                 "market": self.market, "lines": self.lines, "hourly": str(self.hourly), "total": str(self.total),

@@ -429,3 +429,12 @@ def test_render_run_cost_flags_still_billing(tmp_path, catalog):
     render_run_cost(C.run_cost(run, now=T0 + 3600, catalog=catalog), console)
     text = console.export_text()
     assert "STILL BILLING" in text and "$1.01" in text
+
+
+def test_render_line_for_the_run_plan(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
+    line = C.estimate(spec, 1, catalog=catalog).render_line()
+    assert line.startswith("$21.49 for 1 h at $21.49/h (instances $1.52/h, gpus $19.84/h, disks $0.03/h, "
+                           "cluster fee $0.10/h, $2.67/GPU-hour; on-demand prices read 2026-11-22)")
+    assert "\n" not in line
+    assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()
