@@ -167,7 +167,7 @@ def shipped_document() -> dict[str, Any]:
 def user_catalog_path() -> Path:
     from ..home import home_dir
 
-    return home_dir() / "prices.json"
+    return home_dir(create=False) / "prices.json"
 
 
 class Catalog:
