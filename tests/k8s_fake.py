@@ -66,7 +66,9 @@ class _Pod:
             state = NS(waiting=None, running=None,
                        terminated=NS(exit_code=code, reason="Completed" if code == 0 else "Error"))
         return NS(
-            metadata=NS(name=self.name, labels=dict(self.labels), annotations={INDEX: str(self.index)}),
+            metadata=NS(name=self.name, labels=dict(self.labels),
+                        annotations={} if "training.kubeflow.org/replica-type" in self.labels
+                        else {INDEX: str(self.index)}),
             status=NS(phase=self.phase, reason=None, container_statuses=[NS(name="pytorch", state=state)]),
         )
 
@@ -131,7 +133,19 @@ class FakeKubeApi:
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
-        return self._create(f"{plural}.{group}", namespace, body)
+        self._create(f"{plural}.{group}", namespace, body)
+        # the training operator's part: one pod per replica, labelled with its type and index
+        name, rank = body["metadata"]["name"], 0
+        for kind in ("Master", "Worker"):
+            spec = body["spec"]["pytorchReplicaSpecs"].get(kind)
+            for i in range(spec["replicas"] if spec else 0):
+                labels = dict(spec["template"]["metadata"]["labels"])
+                labels.update({"training.kubeflow.org/replica-type": kind.lower(),
+                               "training.kubeflow.org/replica-index": str(i)})
+                pod = f"{name}-{kind.lower()}-{i}"
+                self.pods[pod] = _Pod(pod, rank, labels, self.scripts.get(rank, PodScript()))
+                rank += 1
+        return body
 
     # -- read ------------------------------------------------------------------------------
     def list_namespaced_pod(self, namespace, label_selector=None, **kw):
@@ -177,6 +191,8 @@ class FakeKubeApi:
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
         self._delete(f"{plural}.{group}", name, namespace, body)
+        for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
+            self.pods.pop(pod_name).deleted.set()
 
     # -- inspection ------------------------------------------------------------------------
     def of(self, verb: str) -> list[tuple]:
