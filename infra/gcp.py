@@ -33,6 +33,7 @@ import pulumi_gcp as gcp
 
 from gpucluster.catalog import gcp as catalog
 from gpucluster.errors import SpecError
+from gpucluster.infra.provider import Cluster
 from gpucluster.spec import ClusterSpec, validate
 
 TYPE_TOKEN = "gpucluster:gcp:GpuCluster"
@@ -260,3 +261,25 @@ def declare(spec: ClusterSpec) -> dict[str, Any]:
     """Declare the GCP cluster for `spec` (inside a Pulumi program); the outputs to export."""
     component = GpuCluster(spec.name, spec=spec)
     return {k: v if isinstance(v, pulumi.Output) else pulumi.Output.from_input(v) for k, v in component.outputs.items()}
+
+
+def cluster_from_outputs(outputs: dict[str, Any]) -> Cluster:
+    """A `Cluster` for the Kubernetes launcher from this stack's outputs (plain values).
+
+    GKE nodes are not addressed one by one (the launcher schedules one pod per node), so `nodes` is
+    empty and the node count travels in `outputs["nodes"]`; the kubeconfig is kept out of
+    `outputs` (it is a secret) and set on `Cluster.kubeconfig`.
+    """
+
+    public = {k: v for k, v in outputs.items() if k != "kubeconfig"}
+    return Cluster(
+        name=str(outputs["cluster_name"]),
+        cloud="gcp",
+        nodes=(),
+        region=outputs.get("region"),
+        zone=outputs.get("zone") or outputs.get("location"),
+        instance_type=outputs.get("machine_type"),
+        gpus_per_node=int(outputs.get("gpus_per_node") or outputs.get("accelerator_count") or 0),
+        kubeconfig=outputs.get("kubeconfig"),
+        outputs=public,
+    )

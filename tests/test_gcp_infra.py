@@ -227,3 +227,22 @@ def test_kubeconfig_is_readable_by_the_kubernetes_client():
     loader = kubernetes.config.kube_config.KubeConfigLoader(config_dict=cfg)
     assert loader.current_context["name"] == "gke-c1"
     assert loader._cluster["server"] == "https://198.51.100.1"
+
+
+def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
+    from gpucluster.infra.gcp import cluster_from_outputs
+
+    outputs = {"cluster_name": "v100", "location": "us-central1-a", "zone": "us-central1-a",
+               "region": "us-central1", "machine_type": "n1-standard-16", "accelerator_type": "nvidia-tesla-v100",
+               "accelerator_count": 4, "gpus_per_node": 4, "nodes": 2, "node_pool_name": "gpu",
+               "kubeconfig": "{secret}"}
+    c = cluster_from_outputs(outputs)
+    assert (c.name, c.cloud, c.zone, c.gpus_per_node, c.kubeconfig) == ("v100", "gcp", "us-central1-a", 4, "{secret}")
+    assert "kubeconfig" not in c.outputs and c.outputs["nodes"] == 2
+    pytest.importorskip("kubernetes")
+    from gpucluster import k8s
+    from gpucluster.launch import JobSpec
+
+    plan = k8s.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4))
+    assert plan.nodes == 2 and plan.gpus_per_node == 4
+    assert dict(plan.node_selector)["cloud.google.com/gke-nodepool"] == "gpu"
