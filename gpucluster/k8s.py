@@ -58,6 +58,7 @@ KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL = "kubeflow.org", "v1", "pytor
 CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
 JOB_LABEL = "gpucluster-job"
 DEADLINE_MARGIN_S = 600
+MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
 TTL_AFTER_FINISHED_S = 3600
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
 FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
@@ -332,6 +333,11 @@ def _status(exc: BaseException) -> int | None:
     return getattr(exc, "status", None)
 
 
+def _is_api_error(exc: BaseException) -> bool:
+    """ApiException (status + reason) or a urllib3 connection error (reason)."""
+    return _status(exc) is not None or hasattr(exc, "reason")
+
+
 def _lines(response: Any) -> Iterator[bytes]:
     """Whole lines (with their newline) from a streamed log response that yields byte chunks."""
     buffer = b""
@@ -365,6 +371,7 @@ class _Pods:
         self.reasons: dict[int, str] = {}
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
+        self.list_errors = 0
         self._last = float("-inf")
 
     def refresh(self) -> None:
@@ -372,7 +379,17 @@ class _Pods:
         if now - self._last < self.poll_interval:
             return
         self._last = now
-        pods = self.api.core.list_namespaced_pod(self.plan.namespace, label_selector=self.plan.selector).items
+        try:
+            pods = self.api.core.list_namespaced_pod(self.plan.namespace, label_selector=self.plan.selector).items
+        except Exception as exc:
+            if not _is_api_error(exc):
+                raise
+            # A control-plane blip (GKE upgrades the master in place) is not a failed run; a run of them is.
+            self.list_errors += 1
+            if self.list_errors >= MAX_LIST_ERRORS:
+                raise LaunchError(f"lost the Kubernetes API while watching the job's pods: {exc}") from None
+            return
+        self.list_errors = 0
         current: dict[int, Any] = {}
         for pod in pods:
             rank = rank_of(pod, self.plan)
@@ -532,8 +549,11 @@ class KubernetesLauncher:
             try:
                 create()
             except Exception as exc:
-                if _status(exc) is None and not hasattr(exc, "reason"):
+                if not _is_api_error(exc):
                     raise
+                if _status(exc) is None:
+                    raise LaunchError(f"cannot reach the Kubernetes API to create {kind} {ns}/{plan.name}: "
+                                      f"{exc}") from None
                 hint = (" (is the Kubeflow training operator installed?)"
                         if kind == "pytorchjob" and _status(exc) == 404 else "")
                 raise LaunchError(f"kubernetes refused to create {kind} {ns}/{plan.name}: "

@@ -108,6 +108,8 @@ class GpuCluster(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         # Everything that can be refused is refused here, before the component registers.
+        if spec.cloud != "gcp":
+            raise SpecError(f"the GCP component got a spec for cloud {spec.cloud!r}; allowed: gcp")
         warnings = validate(spec)
         spec = catalog.resolve(spec)
         project = project_of(spec)

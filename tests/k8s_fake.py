@@ -8,7 +8,7 @@ call is one tick of a clock that moves pods to Running and then to Succeeded or 
 split across chunks on purpose); a pod that "runs forever" keeps its log stream open until it is
 deleted. Deleting the Job deletes its pods. Failure switches: a pod exit code, a container stuck
 in a waiting reason (ImagePullBackOff), an API refusal per create call, a KeyboardInterrupt on the
-n-th pod listing.
+n-th pod listing, 503 answers to chosen pod listings.
 """
 
 from __future__ import annotations
@@ -96,10 +96,11 @@ class FakeKubeApi:
     """FAKE: records calls, keeps objects in dicts, simulates pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
-                 interrupt_on_list: int | None = None):
+                 interrupt_on_list: int | None = None, list_errors: tuple[int, ...] = ()):
         self.scripts = scripts
         self.refuse = refuse or {}
         self.interrupt_on_list = interrupt_on_list
+        self.list_errors = set(list_errors)  # listing numbers (1-based) that answer 503
         self.calls: list[tuple] = []
         self.objects: dict[tuple[str, str], object] = {}
         self.pods: dict[str, _Pod] = {}
@@ -154,6 +155,8 @@ class FakeKubeApi:
             self.calls.append(("list", "pod", namespace, label_selector))
             if self.interrupt_on_list is not None and self.lists >= self.interrupt_on_list:
                 raise KeyboardInterrupt
+            if self.lists in self.list_errors:
+                raise FakeApiException(503, "Service Unavailable")
             key, _, value = (label_selector or "").partition("=")
             items = []
             for pod in list(self.pods.values()):

@@ -196,3 +196,17 @@ def test_pytorchjob_mode_runs_master_and_workers_by_operator_labels(tmp_path):
     deletes = fake.of("delete")
     assert [d[1] for d in deletes] == ["pytorchjobs.kubeflow.org", "configmap"]
     assert deletes[0][4] == "Foreground" and fake.objects == {} and fake.pods == {}
+
+
+def test_api_blips_while_watching_are_tolerated(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)}, list_errors=(2, 3, 4))
+    result, _, _ = launch(fake, tmp_path)
+    assert result.ok, result.failure
+
+
+def test_losing_the_api_while_watching_fails_the_launch_and_still_cleans_up(tmp_path):
+    fake = FakeKubeApi({0: PodScript(exit_code=None), 1: PodScript(exit_code=None)},
+                       list_errors=tuple(range(3, 100)))
+    with pytest.raises(LaunchError, match="lost the Kubernetes API.*503"):
+        launch(fake, tmp_path)
+    assert_everything_deleted(fake)
