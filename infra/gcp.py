@@ -210,6 +210,9 @@ class GpuCluster(pulumi.ComponentResource):
                         ),
                     )
                 ],
+                # GKE adds this taint itself only when a non-GPU pool already exists; with the
+                # default pool removed that can race (terraform-google-kubernetes-engine issue 703),
+                # so it is declared here. Google's cluster-toolkit declares it the same way.
                 taints=[
                     gcp.container.NodePoolNodeConfigTaintArgs(
                         key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"
