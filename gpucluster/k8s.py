@@ -43,8 +43,9 @@ from typing import Any, Iterable, Iterator, Mapping
 from .errors import LaunchError, UsageError, not_allowed, require
 from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
 
-# A public PyTorch image whose CUDA 12.4 build runs on V100 (compute capability 7.0) with the
-# driver GKE installs (LATEST/DEFAULT); docker.io/pytorch/pytorch, tag read 2026-11-22.
+# A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
+# targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
+# Tag chosen 2026-11-22; the option `image` replaces it.
 DEFAULT_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 DEFAULT_NAMESPACE = "default"
 MODES = ("job", "pytorchjob")
