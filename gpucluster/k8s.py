@@ -126,6 +126,23 @@ def _workload_files() -> list[tuple[str, str, str]]:
     return [(f"w.{p.name}", f"workloads/{p.name}", p.read_text()) for p in sorted(folder.glob("*.py"))]
 
 
+def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Ship the command's script when it is a local .py file below `workdir`; rewrite its path."""
+    if not program or program[0] in ("-m", "--no-python"):
+        return program, []
+    script = Path(program[0])
+    if script.is_absolute() or ".." in script.parts or script.suffix != ".py":
+        return program, []
+    local = workdir / script
+    if not local.is_file():
+        return program, []
+    key = "u." + "__".join(script.parts)
+    if not re.fullmatch(r"[-._a-zA-Z0-9]+", key):  # ConfigMap key rules
+        return program, []
+    path = "user/" + script.as_posix()
+    return [f"{MOUNT}/{path}", *program[1:]], [(key, path, local.read_text())]
+
+
 def plan_job(
     cluster: Any,
     job: JobSpec,
@@ -134,8 +151,14 @@ def plan_job(
     image: str | None = None,
     mode: str = "job",
     python: str = "python",
+    workdir: str | Path | None = None,
 ) -> Plan:
-    """Names, argv per node rank, environment and files for running `job` on `cluster`."""
+    """Names, argv per node rank, environment and files for running `job` on `cluster`.
+
+    A user command whose script is a local file under `workdir` (default: the current directory),
+    such as `python train.py`, gets that file shipped in the ConfigMap and run from
+    `/gpucluster/user/`; anything else in the command must be in the image.
+    """
     if mode not in MODES:
         raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
     outputs = dict(getattr(cluster, "outputs", None) or {})
@@ -148,7 +171,7 @@ def plan_job(
         hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
     else:
         hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
-    program = program_args(job, workload_dir=WORKLOAD_DIR)
+    program, user_files = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
     argv = tuple(
         tuple(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
                             local_addr=hosts[r], program=program))
@@ -157,7 +180,7 @@ def plan_job(
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
     files = [("entry.py", "entry.py", ENTRYPOINT), ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    files += _workload_files()
+    files += _workload_files() + user_files
     size = sum(len(content.encode()) for _, _, content in files)
     if size > CONFIGMAP_LIMIT:
         raise LaunchError(f"the workload files take {size} bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap "

@@ -137,9 +137,9 @@ def test_headless_service(plan):
     assert [(p.name, p.port) for p in svc.spec.ports] == [("rdzv", 29400)]
 
 
-def test_image_option_and_user_command():
+def test_image_option_and_user_command(tmp_path):
     p = k8s.plan_job(cluster(), job(workload=None, command=("python", "train.py", "--lr", "0.1")),
-                     image="registry.example/me/train:1")
+                     image="registry.example/me/train:1", workdir=tmp_path)
     assert k8s.job_manifest(p).spec.template.spec.containers[0].image == "registry.example/me/train:1"
     assert p.argv_by_rank[0][-3:] == ("train.py", "--lr", "0.1")
 
@@ -201,3 +201,19 @@ def test_entry_script_execs_the_argv_of_its_completion_index(tmp_path, plan):
     env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "RANK")}
     out = subprocess.run([sys.executable, str(tmp_path / "entry.py")], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "JOB_COMPLETION_INDEX" in out.stderr
+
+
+def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
+    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
+                     workdir=tmp_path)
+    assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
+    cm = k8s.config_map_manifest(p)
+    assert cm.data["u.jobs__train.py"] == "print('hi')\n"
+    items = {i.key: i.path for i in k8s.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
+    assert items["u.jobs__train.py"] == "user/jobs/train.py"
+    # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
+    for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
+        q = k8s.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
+        assert not any(key.startswith("u.") for key, _, _ in q.files)
