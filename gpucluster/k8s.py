@@ -396,6 +396,7 @@ class _Pods:
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
         self.list_errors = 0
+        self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
         self._last = float("-inf")
 
     def refresh(self) -> None:
@@ -439,6 +440,10 @@ class _Pods:
         if rank not in self.attached and (running or phase in ("Running", "Succeeded", "Failed")):
             self.attached.add(rank)
             self.supervisor.attach(rank, self._log_stream(pod.metadata.name))
+        self.pending.pop(rank, None)
+        for cond in getattr(status, "conditions", None) or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
         if rank in self.exit_codes:
             return
         terminated = state.terminated if state is not None else None
@@ -555,6 +560,8 @@ class KubernetesLauncher:
             self.cleanup_errors = list(created.errors)
         if result.failed_node is not None and result.failed_node in pods.reasons:
             result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
+        if result.timed_out and pods.pending:
+            result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
         return result
 
     def _create(self, api: KubeApi, plan: Plan, created: _Created) -> None:

@@ -36,6 +36,7 @@ class PodScript:
     start_after: int = 1  # ticks spent Pending
     run_ticks: int = 2  # ticks spent Running before it terminates
     waiting_reason: str | None = None  # stays Pending with this container waiting reason
+    unschedulable: bool = False  # reports PodScheduled=False (no node with a free GPU)
 
 
 class _Pod:
@@ -69,7 +70,10 @@ class _Pod:
             metadata=NS(name=self.name, labels=dict(self.labels),
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
-            status=NS(phase=self.phase, reason=None, container_statuses=[NS(name="pytorch", state=state)]),
+            status=NS(phase=self.phase, reason=None, container_statuses=[NS(name="pytorch", state=state)],
+                      conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
+                                     message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
+                      if self.script.unschedulable else []),
         )
 
 

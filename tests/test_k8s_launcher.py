@@ -132,10 +132,11 @@ def test_image_pull_failure_is_reported_without_waiting_for_the_deadline(tmp_pat
     assert_everything_deleted(fake)
 
 
-def test_deadline_stops_a_pending_job(tmp_path):
-    fake = FakeKubeApi({0: PodScript(start_after=10**6), 1: PodScript(start_after=10**6)})
+def test_deadline_stops_a_pending_job_and_says_why_it_waited(tmp_path):
+    fake = FakeKubeApi({0: PodScript(start_after=10**6), 1: PodScript(start_after=10**6, unschedulable=True)})
     result, _, _ = launch(fake, tmp_path, max_seconds=0.5)
     assert not result.ok and result.timed_out
+    assert "time limit" in result.failure and "Insufficient nvidia.com/gpu" in result.failure
     assert_everything_deleted(fake)
 
 
