@@ -366,18 +366,19 @@ def _lines(response: Any) -> Iterator[bytes]:
     """Whole lines (with their newline) from a streamed log response that yields byte chunks."""
     buffer = b""
     try:
-        for chunk in response.stream():
-            if isinstance(chunk, str):
-                chunk = chunk.encode()
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            for line in complete:
-                yield line + b"\n"
-    except Exception:  # the stream breaks when the pod is deleted: the log simply ends
-        pass
-    finally:
+        try:
+            for chunk in response.stream():
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for line in complete:
+                    yield line + b"\n"
+        except Exception:  # the stream breaks when the pod is deleted: the log simply ends
+            pass
         if buffer:
             yield buffer
+    finally:
         for method in ("release_conn", "close"):
             try:
                 getattr(response, method)()

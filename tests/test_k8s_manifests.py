@@ -217,3 +217,23 @@ def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
     for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
         q = k8s.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
         assert not any(key.startswith("u.") for key, _, _ in q.files)
+
+
+def test_log_lines_are_reassembled_from_chunks_and_the_response_released():
+    class Response:
+        released = False
+
+        def stream(self):
+            yield b"ab"
+            yield "c\nde\n\nf"  # str chunks too
+            yield b"g"
+            raise ConnectionResetError("pod deleted")
+
+        def release_conn(self):
+            Response.released = True
+
+    assert list(k8s._lines(Response())) == [b"abc\n", b"de\n", b"\n", b"fg"]
+    assert Response.released
+    gen = k8s._lines(Response())
+    next(gen)
+    gen.close()  # a reader that stops early: no RuntimeError, the connection is still released
