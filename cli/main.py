@@ -30,11 +30,14 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from gpucluster.cli import cost as cost_cmds
     from gpucluster.cli import runs as runs_cmds
 
     cli.add_command(runs_cmds.run)
     cli.add_command(runs_cmds.runs)
     cli.add_command(runs_cmds.show)
+    cli.add_command(cost_cmds.prices)
+    cli.add_command(cost_cmds.cost)
 
 
 _register()

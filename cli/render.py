@@ -203,8 +203,9 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         console.print("teardown: cluster kept (--keep); remove it with "
                       f"'gpucluster down {run['cluster']}'", highlight=False)
     cost = run.get("cost")
-    if cost and cost.get("total_usd") is not None:
-        note = f" ({cost['note']})" if cost.get("note") else ""
-        console.print(f"cost: ${cost['total_usd']}{note}", highlight=False)
+    if cost and cost.get("total") is not None:
+        from gpucluster.cli.cost import render_run_cost
+
+        render_run_cost(cost, console)
     if run.get("log_dir"):
         console.print(f"logs: {run['log_dir']}", highlight=False)

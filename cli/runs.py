@@ -97,6 +97,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--hosts", default=None, help="ssh backend: user@host1,user@host2[:port], head first.")
 @click.option("--identity", default=None, type=click.Path(dir_okay=False), help="ssh private key.")
 @click.option("--known-hosts", default=None, type=click.Path(dir_okay=False), help="ssh known_hosts file.")
+@click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
 @click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
@@ -105,7 +106,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, hosts, identity, known_hosts,
-        max_restarts, keep, yes, quiet, as_json, command):
+        threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -171,7 +172,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
                   max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
-                  max_seconds=limit * 60 if limit else None)
+                  max_seconds=limit * 60 if limit else None,
+                  threads_per_proc=None if threads_per_proc is None else parse_int(
+                      "threads per process", threads_per_proc, low=1, high=1024))
 
     estimate = _plan(out, spec, job, nproc)
     if cloud not in ("local", "ssh") and not yes:
@@ -249,7 +252,7 @@ def runs(limit, cloud, status, as_json):
         m = r.get("metrics") or {}
         acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
         c = r.get("cost") or {}
-        cost = f"${c['total_usd']}" if c.get("total_usd") is not None else "-"
+        cost = f"${float(c['total']):,.2f}" if c.get("total") is not None else "-"
         t.add_row(r["id"], fmt_time(r["created_at"]), r["cloud"], r["cluster"], str(r["nodes"]),
                   r.get("workload") or "-", r["status"], fmt_secs(wall), acc, cost)
     con = _console()

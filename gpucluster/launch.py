@@ -232,13 +232,13 @@ class NodeSupervisor:
     def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None]) -> JobResult:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop()."""
         self.rendezvous_started_at = time.time()
-        self.events.on_phase("rendezvous")
         deadline = time.monotonic() + self.job.max_seconds if self.job.max_seconds else None
         exit_codes: dict[int, int | None] = {}
         failure: str | None = None
         failed_node: int | None = None
         timed_out = False
         try:
+            self.events.on_phase("rendezvous")
             while True:
                 self._drain(0.2)
                 for rank, proc in procs.items():

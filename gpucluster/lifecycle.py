@@ -183,6 +183,9 @@ def execute(
     try:
         with sigterm_as_interrupt():
             rec.start_phase("prepare")
+            prepare = getattr(launcher, "prepare", None)
+            if prepare:
+                prepare(job)
             rec.start_phase("provision")
             cluster = provider.up(spec, rec)
             rec.start_phase("ready")
@@ -227,25 +230,38 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
 
     Returns (verified, leftovers): verified is None when the cluster was kept on purpose.
     Processes (local and ssh backends) are never kept: the launcher has stopped them already and
-    this checks that none survived.
+    this checks that none survived. A failing delete does not skip the check: the check decides.
     """
     rec.start_phase("teardown")
     if keep and spec.cloud not in ("local", "ssh"):
         rec.end_phase("ok", "cluster kept (--keep)")
         return None, []
+    problems = []
     try:
         provider.down(spec.name, rec)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, the check still runs
+        problems.append(f"delete failed: {_describe(exc)}")
+    try:
         leftovers = provider.leftovers(spec.name, run_id)
-    except GpuclusterError as exc:
-        rec.end_phase("failed", exc.message)
-        rec.ui.message(f"teardown failed: {exc.message}")
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
+        problems.append(f"leftover check failed: {_describe(exc)}")
+        rec.end_phase("failed", "; ".join(problems))
+        rec.ui.message(f"teardown could not be verified: {'; '.join(problems)}")
         return False, []
     for kind, name in rec.spawned:
         if not any(lo.kind == kind for lo in leftovers):
             rec.resource_deleted(kind, name)
     verified = not leftovers
-    rec.end_phase("ok" if verified else "failed", None if verified else f"{len(leftovers)} resource(s) left")
+    if leftovers:
+        problems.append(f"{len(leftovers)} resource(s) left")
+    if problems:
+        rec.ui.message("teardown: " + "; ".join(problems))
+    rec.end_phase("ok" if verified else "failed", "; ".join(problems) or None)
     return verified, leftovers
+
+
+def _describe(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, GpuclusterError) else f"{type(exc).__name__}: {exc}"
 
 
 def _record_cost(ledger: Ledger, run_id: str) -> None:

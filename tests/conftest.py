@@ -38,3 +38,4 @@ def have_torch() -> bool:
 
 
 needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed (pip install torch==2.13.0)")
+

@@ -1,0 +1,66 @@
+"""Time to build the AWS Pulumi program under Pulumi's mock runtime for 1, 16 and 64 nodes.
+
+Goal (issue 3): 64 nodes in under 2 s, and growth linear in the node count. Each figure is the
+best of REPEATS runs of `infra.program.run(spec)` to completion (every resource registered and
+every output resolved); imports are paid once, before timing.
+
+    .venv/bin/python benchmarks/aws_program.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+REPEATS = 3
+SIZES = (1, 16, 64)
+GOAL_64_S = 2.0
+
+
+def _bare(count: int):
+    """A baseline: `count` resources with no inputs to compute, to show the runtime's own share."""
+
+    def program():
+        import pulumi
+        import pulumi_aws as aws
+
+        eips = [aws.ec2.Eip(f"bare-{i}", domain="vpc") for i in range(count)]
+        return {"ids": pulumi.Output.all(*[e.id for e in eips])}
+
+    return program
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    from gpucluster.infra import aws  # noqa: F401  (pulumi_aws import, paid once)
+    from gpucluster.infra.aws_mocks import build
+    from gpucluster.spec import ClusterSpec
+
+    print(f"import gpucluster.infra.aws: {time.perf_counter() - t0:.2f} s")
+    build(ClusterSpec(cloud="aws", nodes=1, name="warmup", region="us-east-1", instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32"))
+
+    results: dict[int, float] = {}
+    for nodes in SIZES:
+        spec = ClusterSpec(
+            cloud="aws", nodes=nodes, name="bench", region="us-east-1",
+            instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32",
+        )
+        best = min(build(spec).seconds for _ in range(REPEATS))
+        resources = len(build(spec).recorder.resources)
+        results[nodes] = best
+        bare = min(build(program=_bare(resources)).seconds for _ in range(REPEATS))
+        print(
+            f"{nodes:>3} nodes: {best:.3f} s  ({resources} resources, {best / nodes * 1000:.1f} ms/node;"
+            f" the runtime alone registers {resources} bare resources in {bare:.3f} s)"
+        )
+
+    per_node_16 = (results[16] - results[1]) / 15
+    per_node_64 = (results[64] - results[16]) / 48
+    print(f"marginal cost per node: 1->16 {per_node_16 * 1000:.1f} ms, 16->64 {per_node_64 * 1000:.1f} ms")
+    ok = results[64] < GOAL_64_S
+    print(f"goal 64 nodes < {GOAL_64_S} s: {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,401 @@
+"""`gpucluster prices` and `gpucluster cost`: thin Click layers over gpucluster.catalog.prices and
+gpucluster.cost. Only click is imported at module level; rich and the core are imported inside
+the commands so `gpucluster --help` stays fast.
+
+Domain errors (`GpuclusterError`) leave every command as a `click.ClickException` carrying the
+error's exit code (2 for bad input), so the message is one line whether these groups are run by
+`gpucluster.cli.main` or on their own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+
+class CommandError(click.ClickException):
+    """A GpuclusterError at the CLI boundary: its message (and hint) and its exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _boundary(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpucluster.errors import GpuclusterError
+
+        try:
+            return fn(*args, **kwargs)
+        except GpuclusterError as exc:
+            raise CommandError(exc.message + (f"\nhint: {exc.hint}" if exc.hint else ""), int(exc.exit_code)) from None
+
+    return wrapper
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(soft_wrap=False, width=160)
+    return console
+
+
+def _warn(messages: list[str]) -> None:
+    for msg in messages:
+        click.echo(f"gpucluster: warning: {msg}", err=True)
+
+
+def _dec(value: Any, places: int = 4) -> str:
+    from decimal import Decimal
+
+    if value is None:
+        return "-"
+    d = Decimal(str(value))
+    return f"{d.quantize(Decimal(1).scaleb(-places)).normalize():f}" if d else "0"
+
+
+# -- prices ----------------------------------------------------------------------------------------
+@click.group(invoke_without_command=True)
+@click.option("--cloud", help="aws or gcp (default: both).")
+@click.option("--region", help="Only this region (rows priced everywhere are kept).")
+@click.option("--gpu", help="Only rows for this GPU: V100 or A10G.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (prices as strings).")
+@click.pass_context
+@_boundary
+def prices(ctx: click.Context, cloud: str | None, region: str | None, gpu: str | None, as_json: bool) -> None:
+    """Show the price catalog: every row with its source and the date it was read.
+
+    User prices fetched by `gpucluster prices refresh` override the shipped ones row by row.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from gpucluster.catalog.prices import load_catalog
+
+    catalog = load_catalog()
+    _warn(catalog.warnings)
+    rows = catalog.select(cloud=cloud, region=region, gpu=gpu)
+    if as_json:
+        out = []
+        for r in rows:
+            d = r.to_dict()
+            d["per_gpu_hour"] = None if r.per_gpu_hour is None else str(r.per_gpu_hour)
+            d["origin"] = r.origin
+            out.append(d)
+        click.echo(json.dumps({"currency": "USD", "rows": out}, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table(title="gpucluster price catalog (USD)", show_lines=False)
+    for col, kw in (("cloud", {}), ("region", {}), ("item", {}), ("market", {}),
+                    ("price", {"justify": "right"}), ("unit", {}), ("GPUs", {"justify": "right"}),
+                    ("$/GPU-hour", {"justify": "right"}), ("read", {})):
+        table.add_column(col, overflow="fold", **kw)
+    for r in rows:
+        table.add_row(r.cloud, r.region, r.item, r.market, f"{r.price.normalize():f}", r.unit,
+                      str(r.gpus or ""), _dec(r.per_gpu_hour, 4) if r.per_gpu_hour is not None else "",
+                      r.date + (" (user)" if r.origin == "user" else ""))
+    console = _console()
+    console.print(table)
+    sources = sorted({r.source for r in rows})
+    console.print("Sources:", highlight=False)
+    for s in sources:
+        console.print(f"  - {s}", highlight=False)
+
+
+@prices.command("refresh")
+@click.option("--cloud", required=True, help="aws or gcp.")
+@click.option("--region", "regions", multiple=True, help="Region to fetch (repeatable; default: the shipped ones).")
+@_boundary
+def prices_refresh(cloud: str, regions: tuple[str, ...]) -> None:
+    """Fetch current prices from the cloud's price API into the user catalog.
+
+    AWS: Price List API + spot price history (needs AWS credentials). GCP: Cloud Billing Catalog
+    (needs application-default credentials). On failure the catalog in use is unchanged.
+    """
+    from gpucluster.catalog.prices import refresh
+
+    result = refresh(cloud, regions=list(regions) or None)
+    click.echo(f"fetched {result['rows']} {cloud} price rows for {', '.join(result['regions'])} "
+               f"(read {result['date']}) into {result['path']}")
+
+
+# -- cost ------------------------------------------------------------------------------------------
+@click.group()
+def cost() -> None:
+    """Estimate costs before a run, and report what runs cost."""
+
+
+def _stack_path(stack: str) -> Path:
+    p = Path(stack)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return Path("stacks") / f"Pulumi.{stack}.yaml"
+
+
+def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | None, gpus: int | None,
+               nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
+               region: str | None, zone: str | None):
+    """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
+    from gpucluster.cost import spec_from_stack_file
+    from gpucluster.errors import UsageError
+    from gpucluster.spec import CLOUDS, ClusterSpec
+
+    if stack:
+        spec = spec_from_stack_file(_stack_path(stack))
+    elif cloud is None:
+        raise UsageError("give --cloud aws|gcp (or --stack NAME to read stacks/Pulumi.NAME.yaml)")
+    else:
+        if cloud not in CLOUDS:
+            from gpucluster.errors import not_allowed
+
+            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        spec = ClusterSpec(cloud=cloud, nodes=1)
+    changes = {k: v for k, v in dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes,
+                                     spot=spot, disk_gb=disk_gb, disk_type=disk_type, region=region,
+                                     zone=zone).items() if v is not None}
+    if "zone" in changes and "region" not in changes:
+        changes["region"] = None
+    return spec.replace(**changes)
+
+
+def _parse_nodes(value: str | None) -> list[int] | None:
+    from gpucluster.spec import parse_int
+
+    if value is None:
+        return None
+    return [parse_int("nodes", part, low=1, high=64) for part in value.split(",")]
+
+
+@cost.command("estimate")
+@click.option("--cloud", help="aws, gcp (local and ssh cost $0).")
+@click.option("--instance-type", "--machine-type", "instance_type", help="g5.* (aws) or n1-* (gcp).")
+@click.option("--gpus", type=str, help="GPUs per node (aws: what the type carries; gcp: 1, 2, 4 or 8 V100).")
+@click.option("--nodes", help="Node count, or a list (1,2,4,8) with --workload for a what-if projection.")
+@click.option("--hours", default=None, help="Hours to price (default 1).")
+@click.option("--spot/--on-demand", default=None, help="Spot (reference price) or on-demand.")
+@click.option("--disk-gb", type=str, help="Disk per node in GB (default 100).")
+@click.option("--disk-type", help="gp3 (aws), pd-standard / pd-balanced / pd-ssd (gcp).")
+@click.option("--region", help="Region (default us-east-1 / us-central1).")
+@click.option("--zone", help="GCP zone: makes the GKE cluster zonal (free-tier eligible).")
+@click.option("--stack", help="Read the spec from stacks/Pulumi.STACK.yaml (or a .yaml path); flags override it.")
+@click.option("--free-tier", is_flag=True, help="GKE: the billing account's free zonal cluster covers the fee.")
+@click.option("--workload", help="What-if: project from measured runs of this workload.")
+@click.option("--epochs", help="What-if: epochs to project.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_boundary
+def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, disk_type, region, zone, stack,
+                 free_tier, workload, epochs, as_json) -> None:
+    """Itemized cost of a cluster for some hours, or (with --workload) a what-if projection.
+
+    \b
+    Examples:
+      gpucluster cost estimate --cloud aws --instance-type g5.12xlarge --nodes 2 --hours 3 --disk-gb 200
+      gpucluster cost estimate --stack aws-g5 --hours 2
+      gpucluster cost estimate --nodes 1,2,4,8 --workload mnist --epochs 8
+    """
+    from gpucluster.errors import UsageError
+    from gpucluster.spec import parse_int
+
+    node_list = _parse_nodes(nodes)
+    gpus_n = None if gpus is None else parse_int("gpus", gpus, low=0, high=16)
+    disk_n = None if disk_gb is None else parse_int("disk size (GB)", disk_gb, low=1, high=65536)
+    if workload is not None:
+        if epochs is None:
+            raise UsageError("--workload needs --epochs (how many epochs to project)")
+        return _what_if(node_list or [1, 2, 4, 8], workload, epochs, cloud, instance_type, gpus_n, as_json)
+    if epochs is not None:
+        raise UsageError("--epochs is for what-if projections: give --workload too")
+    if node_list is not None and len(node_list) > 1:
+        raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
+    from gpucluster.cost import estimate
+
+    spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus_n,
+                      nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_n, disk_type=disk_type,
+                      region=region, zone=zone)
+    est = estimate(spec, hours if hours is not None else "1", free_tier=True if free_tier else None)
+    if as_json:
+        click.echo(json.dumps(est.to_dict(), indent=1))
+        return
+    render_estimate(est)
+
+
+def render_estimate(est, console=None) -> None:
+    """Print an Estimate as a table (also used by `gpucluster run`'s plan)."""
+    from rich.table import Table
+
+    from gpucluster.cost import money
+
+    console = console or _console()
+    if not est.lines:
+        console.print(f"Estimated cost: $0 ({'; '.join(est.notes)})", highlight=False)
+        return
+    table = Table(title=f"Estimate: {est.nodes} node(s), {est.cloud} {est.region}, {est.market}, "
+                        f"{_dec(est.hours, 3)} h (USD)")
+    for col, kw in (("item", {}), ("what", {}), ("unit price", {"justify": "right"}), ("unit", {}),
+                    ("per hour", {"justify": "right"}), ("total", {"justify": "right"}), ("note", {})):
+        table.add_column(col, overflow="fold", **kw)
+    for ln in est.lines:
+        table.add_row(ln["category"], ln["description"], _dec(ln["unit_price"], 6), ln["unit"],
+                      money_or_dash(ln["hourly"]), money_or_dash(ln["total"]), ln.get("note") or "")
+    table.add_row("total", "", "", "", money(est.hourly), money(est.total), "", style="bold")
+    console.print(table)
+    if est.per_gpu_hour is not None:
+        console.print(f"{est.gpus} GPU(s): ${_dec(est.per_gpu_hour, 4)} per GPU-hour (instances + GPUs)",
+                      highlight=False)
+    console.print(f"Prices read {est.price_date}; see `gpucluster prices` for their sources.", highlight=False)
+    for note in est.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+def render_run_cost(cost: dict, console=None) -> None:
+    """Print a run's cost (`gpucluster.cost.run_cost` output) line by line, for run reports."""
+    from decimal import Decimal
+
+    from rich.table import Table
+
+    from gpucluster.cost import money
+
+    console = console or _console()
+    if cost.get("local"):
+        console.print(f"Cost: $0 ({'; '.join(cost['notes'])})", highlight=False)
+        return
+    table = Table(title=f"Cost of run {cost.get('run_id') or ''} (USD, prices read {cost.get('price_date')})")
+    for col in ("resource", "item", "what", "billed s", "cost", "note"):
+        table.add_column(col, justify="right" if col in ("billed s", "cost") else "left", overflow="fold")
+    for ln in cost["lines"]:
+        if ln["category"] == "no charge":
+            continue
+        note = ln.get("note") or ""
+        if ln.get("still_billing"):
+            note = ("STILL BILLING; " + note).rstrip("; ")
+        table.add_row(str(ln["resource"]), ln["category"], ln["description"], str(ln.get("billed_seconds", "")),
+                      money(Decimal(ln["cost"])), note)
+    table.add_row("total", "", "", "", money(Decimal(cost["total"])), "", style="bold")
+    console.print(table)
+    for note in cost.get("notes") or []:
+        console.print(f"note: {note}", highlight=False)
+
+
+def money_or_dash(value: str) -> str:
+    from decimal import Decimal
+
+    from gpucluster.cost import money
+
+    return money(Decimal(value)) if Decimal(value) else "-"
+
+
+def _open_ledger():
+    from gpucluster.ledger import Ledger
+
+    return Ledger.open_default()
+
+
+def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -> None:
+    from gpucluster.cost import what_if
+
+    ledger = _open_ledger()
+    try:
+        runs = ledger.list_runs(limit=None)
+        result = what_if(runs, node_list, workload, epochs, cloud=cloud, instance_type=instance_type,
+                         gpus_per_node=gpus)
+    finally:
+        ledger.close()
+    if as_json:
+        click.echo(json.dumps(result, indent=1, default=str))
+        return
+    from rich.table import Table
+
+    from gpucluster.cost import money
+    from decimal import Decimal
+
+    table = Table(title=f"What-if: {workload}, {result['epochs']} epochs on {result['shape']}")
+    for col in ("nodes", "basis", "s/epoch", "train s", "wall s", "efficiency", "per hour", "cost"):
+        table.add_column(col, justify="right" if col not in ("basis",) else "left")
+    for p in result["projection"]:
+        if p.get("basis") is None:
+            table.add_row(str(p["nodes"]), "unknown", "", "", "", "", "", p["note"])
+            continue
+        table.add_row(str(p["nodes"]), p["basis"], f"{p['epoch_s']:.2f}", f"{p['train_s']:.1f}", f"{p['wall_s']:.1f}",
+                      f"{p['efficiency']:.0%}", money(Decimal(p["hourly"])), money(Decimal(p["cost"])))
+    console = _console()
+    console.print(table)
+    console.print("Measured (median per node count): " + "; ".join(
+        f"{m['nodes']} node(s) {m['epoch_s']:.2f} s/epoch, efficiency {m['efficiency']:.0%}, runs {', '.join(m['runs'])}"
+        for m in result["measured"]), highlight=False)
+    if result["fit"]:
+        console.print(f"Fitted: epoch time ~ nodes^{result['fit']['exponent']:.2f} "
+                      "(-1 = perfect scaling, 0 = none, > 0 = more nodes are slower)", highlight=False)
+
+
+@cost.command("report")
+@click.option("--since", help="Only runs started on/after this date (YYYY-MM-DD, UTC).")
+@click.option("--cloud", help="Only runs on this cloud: aws, gcp, local, ssh.")
+@click.option("--group-by", "group_by", help="Subtotals by day, cloud or cluster.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (amounts as exact decimal strings).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV, one row per run.")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), help="Write a PNG of cost and wall time per run.")
+@_boundary
+def report_cmd(since, cloud, group_by, as_json, as_csv, plot) -> None:
+    """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
+    from decimal import Decimal
+
+    from gpucluster.cost import GROUPS, money, parse_since, plot_report, report
+    from gpucluster.errors import UsageError, not_allowed
+    from gpucluster.spec import CLOUDS
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv: choose one")
+    if cloud is not None and cloud not in CLOUDS:
+        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+    if group_by is not None and group_by not in GROUPS:
+        raise UsageError(not_allowed("group-by", group_by, GROUPS))
+    if plot is not None and not str(plot).lower().endswith(".png"):
+        raise UsageError(not_allowed("plot file", plot, "a file name ending in .png"))
+    since_ts = parse_since(since)
+    ledger = _open_ledger()
+    try:
+        runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+        rep = report(runs, group_by=group_by)
+    finally:
+        ledger.close()
+    if plot:
+        plot_report(rep, plot)
+    if as_json:
+        click.echo(json.dumps(rep, indent=1))
+        return
+    if as_csv:
+        from gpucluster.cost import report_csv
+
+        click.echo(report_csv(rep), nl=False)
+        return
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title="Run costs (USD)")
+    for col in ("run", "started (UTC)", "cloud", "cluster", "status", "nodes", "wall s", "cost", "note"):
+        table.add_column(col, justify="right" if col in ("nodes", "wall s", "cost") else "left")
+    for r in rep["runs"]:
+        note = r["note"] + (" [STILL BILLING]" if r["still_billing"] else "")
+        table.add_row(r["run_id"], r["created"][:19], r["cloud"], r["cluster"], r["status"], str(r["nodes"]),
+                      "" if r["wall_s"] is None else f"{r['wall_s']:.0f}", money(Decimal(r["cost"])), note)
+    console.print(table)
+    if rep["groups"]:
+        gt = Table(title=f"By {group_by}")
+        for col in (group_by, "runs", "wall s", "cost"):
+            gt.add_column(col, justify="left" if col == group_by else "right")
+        for g in rep["groups"]:
+            gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])))
+        console.print(gt)
+    console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
+    if rep["still_billing"]:
+        console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
+                      + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)
+    if plot:
+        console.print(f"Plot written to {plot}", highlight=False)

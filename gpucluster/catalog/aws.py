@@ -1,0 +1,288 @@
+"""The EC2 g5 catalog (NVIDIA A10G) and the AWS part of spec validation.
+
+Sources, read 2026-11-22:
+
+- Instance facts (GPUs, GPU memory, vCPUs, memory, EFA, cluster placement, spot): the EC2
+  instance-type data bundled in moto 5.2.5 (`moto/ec2/resources/instance_types.json.gz`, a dump
+  of EC2 DescribeInstanceTypes); they agree with ../shared/reference/FACTS.md (SkyPilot catalog
+  v8, catalogs/v8/aws/vms.csv).
+- Regions: the per-region DescribeInstanceTypeOfferings dumps bundled in moto 5.2.5
+  (`moto/ec2/resources/instance_type_offerings/region/*.json.gz`). Every g5 size is listed in
+  the same 19 regions there. Regions that dump does not cover (or that added g5 later) are
+  refused here: pass the option `allowUnlistedRegion=true` to try one anyway.
+- Spot inside a cluster placement group must terminate (not stop or hibernate) on interruption
+  (FACTS.md, AWS EC2 user guide on placement groups).
+
+Prices are not here: they live in the price catalog with their own source and date.
+No cloud SDK is imported by this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError, did_you_mean, not_allowed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..spec import ClusterSpec
+
+SOURCE = "moto 5.2.5 bundled EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings data"
+SOURCE_DATE = "2026-11-22"
+
+DEFAULT_REGION = "us-east-1"
+DEFAULT_INSTANCE_TYPE = "g5.xlarge"
+DEFAULT_DISK_TYPE = "gp3"
+DISK_TYPES = ("gp3",)
+ACCELERATOR = "nvidia-a10g"
+SSH_USER = "ubuntu"  # the DLAMI Ubuntu images' login user
+
+# Spot inside a cluster placement group must terminate on interruption.
+SPOT_INTERRUPTION_BEHAVIORS = ("terminate",)
+
+G5_REGIONS: tuple[str, ...] = (
+    "ap-east-1",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-south-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+    "ca-central-1",
+    "eu-central-1",
+    "eu-north-1",
+    "eu-south-2",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "il-central-1",
+    "me-central-1",
+    "sa-east-1",
+    "us-east-1",
+    "us-east-2",
+    "us-west-2",
+)
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpus: int
+    gpu_memory_mib: int  # per GPU, as the driver reports it
+    vcpus: int
+    memory_gib: int
+    efa: bool
+    network: str
+    regions: tuple[str, ...] = G5_REGIONS
+    gpu_model: str = "A10G"
+
+    @property
+    def total_gpu_memory_mib(self) -> int:
+        return self.gpus * self.gpu_memory_mib
+
+
+def _g5(name: str, gpus: int, vcpus: int, memory_gib: int, efa: bool, network: str) -> InstanceType:
+    return InstanceType(name, gpus, 22888, vcpus, memory_gib, efa, network)
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        _g5("g5.xlarge", 1, 4, 16, False, "up to 10 Gigabit"),
+        _g5("g5.2xlarge", 1, 8, 32, False, "up to 10 Gigabit"),
+        _g5("g5.4xlarge", 1, 16, 64, False, "up to 25 Gigabit"),
+        _g5("g5.8xlarge", 1, 32, 128, True, "25 Gigabit"),
+        _g5("g5.12xlarge", 4, 48, 192, True, "40 Gigabit"),
+        _g5("g5.16xlarge", 1, 64, 256, True, "25 Gigabit"),
+        _g5("g5.24xlarge", 4, 96, 384, True, "50 Gigabit"),
+        _g5("g5.48xlarge", 8, 192, 768, True, "100 Gigabit"),
+    )
+}
+
+_TRUE = ("true", "yes", "1", "on")
+_FALSE = ("false", "no", "0", "off", "")
+
+
+def _snake(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
+
+
+def option(spec: "ClusterSpec", key: str, default: Any = None) -> Any:
+    """An option by its camelCase name (stack config) or its snake_case name (CLI)."""
+    opts = spec.option_dict
+    for k in (key, _snake(key)):
+        if k in opts:
+            return opts[k]
+    return default
+
+
+def flag(spec: "ClusterSpec", key: str, default: bool = False) -> bool:
+    """A boolean option; anything but a clear true/false is a SpecError."""
+    raw = option(spec, key)
+    if raw is None:
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(not_allowed(f"option {key}", raw, "true or false"))
+
+
+def region_of(spec: "ClusterSpec") -> str:
+    return spec.region or DEFAULT_REGION
+
+
+def instance_type_of(spec: "ClusterSpec") -> InstanceType:
+    name = spec.instance_type or DEFAULT_INSTANCE_TYPE
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise SpecError(not_allowed("aws instance type", name, list(INSTANCE_TYPES))) from None
+
+
+def efa_requested(spec: "ClusterSpec") -> bool:
+    return flag(spec, "efa")
+
+
+# Options the AWS component understands (camelCase as in stack config; snake_case also works).
+OPTIONS = (
+    "allowOpenSsh",
+    "allowUnlistedRegion",
+    "ami",
+    "efa",
+    "spotInterruptionBehavior",
+    "sshPublicKey",
+    "subnetId",
+    "vpcCidr",
+    "vpcId",
+)
+
+
+def validate_spec(spec: "ClusterSpec") -> list[str]:
+    """AWS checks on top of `gpucluster.spec.validate`; raise SpecError or return warnings."""
+    warnings: list[str] = []
+    known = set(OPTIONS) | {_snake(k) for k in OPTIONS}
+    for key, _ in spec.options:
+        if key not in known:
+            raise SpecError(not_allowed("aws option", key, list(OPTIONS)))
+
+    itype = instance_type_of(spec)
+    if spec.instance_type is None:
+        warnings.append(f"no instance type given: using {DEFAULT_INSTANCE_TYPE}")
+
+    region = region_of(spec)
+    if spec.region is None:
+        warnings.append(f"no region given: using {DEFAULT_REGION}")
+    if region not in itype.regions:
+        if flag(spec, "allowUnlistedRegion"):
+            warnings.append(
+                f"region {region!r} is not in the shipped catalog for {itype.name} ({SOURCE_DATE});"
+                " trying it because allowUnlistedRegion=true"
+            )
+        else:
+            raise SpecError(
+                f"aws instance type {itype.name} is not offered in region {region!r}"
+                f"{did_you_mean(region, itype.regions)}; regions: {', '.join(itype.regions)}"
+                " (set option allowUnlistedRegion=true to try anyway)"
+            )
+    if spec.zone is not None:
+        suffix = spec.zone[len(region):]
+        if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix.isalpha()):
+            raise SpecError(
+                not_allowed("aws availability zone", spec.zone, f"a zone of {region}, such as {region}a")
+            )
+
+    if spec.accelerator is not None and spec.accelerator.lower() not in (ACCELERATOR, "a10g"):
+        raise SpecError(
+            not_allowed("aws accelerator", spec.accelerator, f"{ACCELERATOR} (implied by the g5 type)")
+        )
+    if spec.gpus_per_node is not None and int(spec.gpus_per_node) != itype.gpus:
+        sizes = [t.name for t in INSTANCE_TYPES.values() if t.gpus == int(spec.gpus_per_node)]
+        allowed = f"{itype.gpus} (what {itype.name} carries)"
+        if sizes:
+            allowed += f"; types with {spec.gpus_per_node} GPUs: {', '.join(sizes)}"
+        raise SpecError(not_allowed(f"gpus per node for {itype.name}", spec.gpus_per_node, allowed))
+
+    if spec.disk_type is not None and spec.disk_type not in DISK_TYPES:
+        raise SpecError(not_allowed("aws root disk type", spec.disk_type, DISK_TYPES))
+
+    if efa_requested(spec):
+        if not itype.efa:
+            efa_types = [t.name for t in INSTANCE_TYPES.values() if t.efa]
+            raise SpecError(
+                f"EFA was asked for (option efa=true) but {itype.name} does not support it;"
+                f" types with EFA: {', '.join(efa_types)}"
+            )
+        if spec.nodes == 1:
+            warnings.append("EFA on a single node brings nothing: it only speeds up traffic between nodes")
+
+    behavior = option(spec, "spotInterruptionBehavior")
+    if behavior is not None:
+        if not spec.spot:
+            raise SpecError(
+                f"option spotInterruptionBehavior={behavior!r} needs spot=true (this spec is on-demand)"
+            )
+        if behavior not in SPOT_INTERRUPTION_BEHAVIORS:
+            raise SpecError(
+                not_allowed(
+                    "spot interruption behavior",
+                    behavior,
+                    "terminate (spot instances in a cluster placement group must terminate on interruption)",
+                )
+            )
+
+    vpc_id, subnet_id = option(spec, "vpcId"), option(spec, "subnetId")
+    if vpc_id is not None and subnet_id is None:
+        raise SpecError(f"option vpcId={vpc_id!r} needs subnetId too: the nodes go into one subnet")
+    if subnet_id is not None and option(spec, "vpcCidr") is not None:
+        raise SpecError("option vpcCidr only applies to a new VPC; it cannot be combined with subnetId")
+
+    cidr = option(spec, "vpcCidr")
+    if cidr is not None:
+        _check_vpc_cidr(str(cidr), spec.nodes)
+
+    open_ssh = flag(spec, "allowOpenSsh")
+    if spec.ssh_cidr is None:
+        warnings.append("no ssh CIDR given: SSH is closed to everyone; set sshCidr to your address/32")
+    elif _is_open(spec.ssh_cidr):
+        if not open_ssh:
+            raise SpecError(
+                f"ssh CIDR {spec.ssh_cidr!r} opens SSH to the whole internet and is not allowed;"
+                " give your own address (for example 203.0.113.7/32) or set option allowOpenSsh=true"
+            )
+        warnings.append(f"SSH is open to {spec.ssh_cidr} because allowOpenSsh=true")
+
+    key = option(spec, "sshPublicKey")
+    if key is not None and not str(key).startswith(("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-")):
+        raise SpecError(
+            not_allowed("option sshPublicKey", str(key)[:20] + "...", "an OpenSSH public key line (ssh-ed25519 AAAA...)")
+        )
+    return warnings
+
+
+def _check_vpc_cidr(cidr: str, nodes: int) -> None:
+    """A new VPC's CIDR (its one subnet uses all of it): IPv4, /16 to /28, room for every node.
+
+    AWS allows VPC blocks from /16 to /28 and reserves 5 addresses in every subnet.
+    """
+    import ipaddress
+
+    allowed = "a private IPv4 block from /16 to /28, such as 10.42.0.0/16"
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        raise SpecError(not_allowed("option vpcCidr", cidr, allowed)) from None
+    if net.version != 4 or not 16 <= net.prefixlen <= 28:
+        raise SpecError(not_allowed("option vpcCidr", cidr, allowed))
+    if net.num_addresses - 5 < nodes:
+        raise SpecError(
+            f"option vpcCidr {cidr!r} has {net.num_addresses - 5} usable addresses, fewer than {nodes} nodes"
+        )
+
+
+def _is_open(cidr: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_network(cidr, strict=False).prefixlen == 0

@@ -1,0 +1,232 @@
+"""GCP facts for GKE node pools with NVIDIA V100 GPUs on N1 hosts, and `validate_spec`.
+
+Everything here is shipped data (no cloud SDK, no network), gathered 2026-11-22:
+
+- N1 predefined machine types (vCPU, memory in GB as Google states it): Google Cloud docs,
+  "General-purpose machine family", N1 section
+  (https://cloud.google.com/compute/docs/general-purpose-machines#n1_machines), read 2026-11-22.
+- V100 per-VM limits (max vCPU / max GB of memory per GPU count) and the valid counts 1, 2, 4, 8:
+  Google Cloud docs, "GPU machine types", N1 + V100 table
+  (https://cloud.google.com/compute/docs/gpus#nvidia_v100), read 2026-11-22; the same figures
+  are in reference/FACTS.md.
+- Zones offering V100: SkyPilot's public catalog catalogs/v8/gcp/vms.csv (built from the Cloud
+  Billing Catalog), read 2026-11-22 (reference/FACTS.md). Zone offerings change and differ per
+  project: the list can be replaced per stack with the spec option `v100Zones`
+  ("us-central1-a,us-central1-b").
+- The starvation warning: the seed 003 GKE experiment, where n1-standard-4 hosting 4 V100 took
+  2m34s per MNIST epoch against 39s on n1-standard-16 (reference/FACTS.md).
+
+Defaults (documented in docs/gcp.md): accelerator `nvidia-tesla-v100`; `gpus_per_node` None
+means 1 GPU; no machine type means the n1-standard type with 4 vCPUs per GPU; no zone means the
+first V100 zone of the region (or `us-central1-a` without a region); disk type `pd-balanced`.
+`resolve(spec)` applies them, so validation and the Pulumi component see the same values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError, not_allowed
+
+ACCELERATOR = "nvidia-tesla-v100"
+ACCELERATORS = (ACCELERATOR,)
+V100_COUNTS = (1, 2, 4, 8)
+
+# GPU count -> (max vCPUs, max memory GB) of the N1 VM carrying them.
+V100_LIMITS: dict[int, tuple[int, float]] = {1: (12, 78.0), 2: (24, 156.0), 4: (48, 312.0), 8: (96, 624.0)}
+
+# Fewer vCPUs per GPU than this starves the input pipeline (seed 003: 2m34s vs 39s per epoch).
+MIN_VCPUS_PER_GPU = 4
+
+DEFAULT_V100_ZONES = (
+    "us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
+    "us-east1-b", "us-east1-c",
+    "us-west1-a", "us-west1-b",
+    "europe-west4-a", "europe-west4-b", "europe-west4-c",
+    "asia-east1-c",
+)
+DEFAULT_ZONE = "us-central1-a"
+DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd")
+DEFAULT_DISK_TYPE = "pd-balanced"
+
+# GKE settings the stack may choose (spec options); values as the GKE API spells them.
+RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")
+DEFAULT_RELEASE_CHANNEL = "REGULAR"
+GPU_DRIVER_VERSIONS = ("DEFAULT", "LATEST", "INSTALLATION_DISABLED")
+DEFAULT_GPU_DRIVER_VERSION = "LATEST"
+LAUNCHERS = ("job", "pytorchjob")
+DEFAULT_SYSTEM_MACHINE_TYPE = "e2-standard-2"
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    vcpus: int
+    memory_gb: float
+
+
+def _family(kind: str, gb_per_vcpu: float, sizes: tuple[int, ...]) -> dict[str, MachineType]:
+    return {
+        f"n1-{kind}-{n}": MachineType(f"n1-{kind}-{n}", n, round(n * gb_per_vcpu, 2)) for n in sizes
+    }
+
+
+# n1-standard: 3.75 GB per vCPU; n1-highmem: 6.5 GB; n1-highcpu: 0.9 GB (Google's N1 table).
+N1_MACHINE_TYPES: dict[str, MachineType] = {
+    **_family("standard", 3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
+    **_family("highmem", 6.5, (2, 4, 8, 16, 32, 64, 96)),
+    **_family("highcpu", 0.9, (2, 4, 8, 16, 32, 64, 96)),
+}
+
+DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
+
+_ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+_LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+def region_of(zone: str) -> str:
+    """us-central1-a -> us-central1."""
+    return zone.rsplit("-", 1)[0]
+
+
+def v100_zones(spec: Any) -> tuple[str, ...]:
+    """The shipped V100 zones, or the stack's own comma list in the option `v100Zones`."""
+    raw = spec.option("v100Zones")
+    if raw is None or not str(raw).strip():
+        return DEFAULT_V100_ZONES
+    zones = tuple(z.strip() for z in str(raw).split(",") if z.strip())
+    for z in zones:
+        if not _ZONE_RE.match(z):
+            raise SpecError(not_allowed("v100Zones entry", z, "zone names such as us-central1-a"))
+    return zones
+
+
+def option_bool(spec: Any, key: str, default: bool = False) -> bool:
+    raw = spec.option(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(not_allowed(f"option {key}", raw, "true or false"))
+
+
+def option_choice(spec: Any, key: str, choices: tuple[str, ...], default: str) -> str:
+    raw = spec.option(key)
+    if raw is None or str(raw).strip() == "":
+        return default
+    value = str(raw).strip()
+    if value.upper() in choices:
+        return value.upper()
+    if value.lower() in choices:
+        return value.lower()
+    raise SpecError(not_allowed(f"option {key}", raw, choices))
+
+
+def resolve(spec: Any) -> Any:
+    """The spec with the GCP defaults filled in (accelerator, GPUs, machine type, zone, disk).
+
+    Raises SpecError where a default cannot be chosen (a region without V100 zones, a zone that
+    contradicts the region); the remaining checks are `validate_spec`'s.
+    """
+    accelerator = spec.accelerator or ACCELERATOR
+    gpus = spec.gpus_per_node if spec.gpus_per_node is not None else 1
+    machine = spec.instance_type or DEFAULT_MACHINE_TYPE.get(gpus)
+    zone, region = spec.zone, spec.region
+    if zone is None:
+        if region is None:
+            zone = DEFAULT_ZONE
+        else:
+            in_region = [z for z in v100_zones(spec) if region_of(z) == region]
+            if not in_region:
+                regions = sorted({region_of(z) for z in v100_zones(spec)})
+                raise SpecError(not_allowed("region (no V100 zone known there)", region, regions))
+            zone = in_region[0]
+    elif region is not None and region_of(zone) != region:
+        raise SpecError(
+            not_allowed("zone", zone, f"a zone of region {region} (or leave the region out)")
+        )
+    return spec.replace(
+        accelerator=accelerator,
+        gpus_per_node=gpus,
+        instance_type=machine,
+        zone=zone,
+        region=region_of(zone),
+        disk_type=spec.disk_type or DEFAULT_DISK_TYPE,
+    )
+
+
+def validate_spec(spec: Any) -> list[str]:
+    """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
+    if spec.accelerator is not None and spec.accelerator not in ACCELERATORS:
+        raise SpecError(not_allowed("accelerator", spec.accelerator, ACCELERATORS))
+    if spec.gpus_per_node is not None and (
+        isinstance(spec.gpus_per_node, bool) or spec.gpus_per_node not in V100_COUNTS
+    ):
+        raise SpecError(
+            not_allowed("V100 GPUs per node", spec.gpus_per_node, [str(n) for n in V100_COUNTS])
+        )
+    if spec.zone is not None and not _ZONE_RE.match(spec.zone):
+        raise SpecError(not_allowed("zone", spec.zone, "a zone name such as us-central1-a"))
+    zones = v100_zones(spec)
+    r = resolve(spec)
+    if r.zone not in zones:
+        raise SpecError(not_allowed("zone (no V100 there)", r.zone, zones))
+
+    mt = N1_MACHINE_TYPES.get(r.instance_type or "")
+    if mt is None:
+        raise SpecError(
+            not_allowed("machine type (V100 needs an N1 predefined type)", r.instance_type, N1_MACHINE_TYPES)
+        )
+    max_vcpus, max_gb = V100_LIMITS[r.gpus_per_node]
+    if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
+        raise SpecError(
+            f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
+            f"{r.gpus_per_node} V100: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
+            f"use more GPUs per node or a smaller type such as {DEFAULT_MACHINE_TYPE[r.gpus_per_node]}"
+        )
+    if r.disk_type not in DISK_TYPES:
+        raise SpecError(not_allowed("disk type", r.disk_type, DISK_TYPES))
+    for key, value in spec.managed_tags().items():
+        if not _LABEL_VALUE_RE.match(value):
+            raise SpecError(
+                not_allowed(f"label {key} value", value, "lowercase letters, digits, '_' and '-' (GCP labels)")
+            )
+
+    option_choice(spec, "releaseChannel", RELEASE_CHANNELS, DEFAULT_RELEASE_CHANNEL)
+    option_choice(spec, "gpuDriverVersion", GPU_DRIVER_VERSIONS, DEFAULT_GPU_DRIVER_VERSION)
+    option_choice(spec, "launcher", LAUNCHERS, "job")
+    if option_bool(spec, "autoscale"):
+        _min_nodes(spec, r.nodes)
+
+    warnings: list[str] = []
+    if mt.vcpus < MIN_VCPUS_PER_GPU * r.gpus_per_node:
+        warnings.append(
+            f"{mt.name} has {mt.vcpus} vCPU for {r.gpus_per_node} V100 "
+            f"({mt.vcpus / r.gpus_per_node:g} per GPU, fewer than {MIN_VCPUS_PER_GPU}): the GPUs may "
+            "starve; in seed 003 n1-standard-4 with 4 V100 took 2m34s per epoch against 39s on "
+            f"n1-standard-16; consider {DEFAULT_MACHINE_TYPE[r.gpus_per_node]}"
+        )
+    return warnings
+
+
+def _min_nodes(spec: Any, nodes: int) -> int:
+    raw = spec.option("minNodes", "0")
+    try:
+        n = int(str(raw).strip())
+    except ValueError:
+        n = -1
+    if n < 0 or n > nodes:
+        raise SpecError(not_allowed("option minNodes", raw, f"an integer from 0 to {nodes} (the node count)"))
+    return n
+
+
+def min_nodes(spec: Any) -> int:
+    """The autoscaling floor (option `minNodes`, default 0) for a spec with `autoscale` on."""
+    return _min_nodes(spec, spec.nodes)

@@ -1,0 +1,563 @@
+"""The price catalog: dated, sourced prices in USD as `Decimal`.
+
+Two layers, looked up row by row:
+
+* the shipped catalog, `gpucluster/catalog/data/prices.json`, read from public sources on the date
+  each row carries;
+* the user catalog, `<home>/prices.json`, written by `refresh(cloud)` from the live price APIs. A
+  user row replaces the shipped row with the same key (cloud, region, kind, item, market). A user
+  catalog that cannot be read is reported in `Catalog.warnings` and ignored; it is never
+  overwritten (refresh refuses until the user fixes or removes it).
+
+Row kinds and units:
+
+===========  ==========================  =================================================
+kind         unit                        item
+===========  ==========================  =================================================
+instance     hour (per instance)         EC2 type (g5.*) or GCE machine type (n1-standard-*)
+gpu          gpu-hour                    accelerator short name (V100); GCE bills GPUs apart
+vcpu         vcpu-hour                   machine family (n1): prices custom/other N1 shapes
+memory       gib-hour                    machine family (n1)
+disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd
+cluster-fee  cluster-hour                gke (region "*": the same everywhere)
+===========  ==========================  =================================================
+
+`market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's
+GPU count, 1 for a gpu row), from which the $/GPU-hour column is derived.
+
+The live fetchers import boto3 / google-cloud-billing lazily, and are split from pure parsers
+(`parse_aws_price_list`, `parse_aws_spot_history`, `parse_gcp_skus`) that take the API's own
+response shapes, so the parsers are tested without network.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from ..errors import ConfigError, GpuclusterError, UsageError, not_allowed
+
+CLOUDS = ("aws", "gcp")
+MARKETS = ("on-demand", "spot")
+KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
+UNITS = {
+    "instance": "hour",
+    "gpu": "gpu-hour",
+    "vcpu": "vcpu-hour",
+    "memory": "gib-hour",
+    "disk": "gb-month",
+    "cluster-fee": "cluster-hour",
+}
+GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
+# The GPU names as users type them (--gpu) mapped to what the catalog calls them.
+GPU_ALIASES = {"v100": "V100", "nvidia-tesla-v100": "V100", "a10g": "A10G", "a10": "A10G"}
+
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_KEY_FIELDS = ("cloud", "region", "kind", "item", "market")
+_CORE_FIELDS = set(_KEY_FIELDS) | {"unit", "price", "source", "date", "gpus", "gpu", "vcpus", "memory_gib"}
+
+
+class PriceRefreshError(GpuclusterError):
+    """Live prices could not be fetched; the catalog in use is unchanged."""
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    cloud: str
+    region: str
+    kind: str
+    item: str
+    market: str
+    unit: str
+    price: Decimal
+    source: str
+    date: str
+    gpus: int = 0
+    gpu: str | None = None
+    vcpus: int | None = None
+    memory_gib: Decimal | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = "shipped"  # shipped | user
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.cloud, self.region, self.kind, self.item, self.market)
+
+    @property
+    def per_gpu_hour(self) -> Decimal | None:
+        """$/GPU-hour for rows that carry GPUs and are priced per hour."""
+        if self.gpus and self.unit in ("hour", "gpu-hour"):
+            return self.price / self.gpus
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {k: getattr(self, k) for k in _KEY_FIELDS}
+        d.update(unit=self.unit, price=str(self.price), gpus=self.gpus, source=self.source, date=self.date)
+        if self.gpu:
+            d["gpu"] = self.gpu
+        if self.vcpus is not None:
+            d["vcpus"] = self.vcpus
+        if self.memory_gib is not None:
+            d["memory_gib"] = str(self.memory_gib)
+        d.update(self.extra)
+        return d
+
+    def cite(self) -> dict[str, str]:
+        """price / unit / source / date as strings: what a snapshot or cost line keeps."""
+        return {"price": str(self.price), "unit": self.unit, "source": self.source, "date": self.date,
+                "origin": self.origin}
+
+
+def row_from_dict(d: Mapping[str, Any], origin: str = "shipped") -> PriceRow:
+    """Validate one JSON row; ValueError names the bad field."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"a row is {type(d).__name__}, not an object")
+    for name in _KEY_FIELDS + ("unit", "price", "source", "date"):
+        if name not in d or d[name] in (None, ""):
+            raise ValueError(f"a row lacks {name!r}: {dict(d)!r}"[:200])
+    if d["cloud"] not in CLOUDS:
+        raise ValueError(f"row cloud {d['cloud']!r} is not one of {', '.join(CLOUDS)}")
+    if d["kind"] not in KINDS:
+        raise ValueError(f"row kind {d['kind']!r} is not one of {', '.join(KINDS)}")
+    if d["market"] not in MARKETS:
+        raise ValueError(f"row market {d['market']!r} is not one of {', '.join(MARKETS)}")
+    if d["unit"] != UNITS[d["kind"]]:
+        raise ValueError(f"row {d['item']}: unit {d['unit']!r} should be {UNITS[d['kind']]!r}")
+    try:
+        price = Decimal(str(d["price"]))
+    except InvalidOperation:
+        raise ValueError(f"row {d['item']}: price {d['price']!r} is not a number") from None
+    if not price.is_finite() or price < 0:
+        raise ValueError(f"row {d['item']}: price {d['price']!r} is not a non-negative number")
+    if not isinstance(d["date"], str) or not _DATE_RE.match(d["date"]):
+        raise ValueError(f"row {d['item']}: date {d['date']!r} is not YYYY-MM-DD")
+    gpus = d.get("gpus", 0)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ValueError(f"row {d['item']}: gpus {gpus!r} is not a count")
+    mem = d.get("memory_gib")
+    return PriceRow(
+        cloud=d["cloud"], region=d["region"], kind=d["kind"], item=d["item"], market=d["market"],
+        unit=d["unit"], price=price, source=str(d["source"]), date=d["date"], gpus=gpus,
+        gpu=d.get("gpu"), vcpus=d.get("vcpus"), memory_gib=None if mem is None else Decimal(str(mem)),
+        extra={k: v for k, v in d.items() if k not in _CORE_FIELDS}, origin=origin,
+    )
+
+
+def parse_document(doc: Any, origin: str) -> list[PriceRow]:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("rows"), list):
+        raise ValueError('expected an object with a "rows" list')
+    if doc.get("currency", "USD") != "USD":
+        raise ValueError(f"currency {doc.get('currency')!r} is not USD")
+    return [row_from_dict(r, origin) for r in doc["rows"]]
+
+
+def shipped_document() -> dict[str, Any]:
+    text = resources.files("gpucluster.catalog").joinpath("data/prices.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def user_catalog_path() -> Path:
+    from ..home import home_dir
+
+    return home_dir(create=False) / "prices.json"
+
+
+class Catalog:
+    """Shipped rows overlaid with user rows; lookups by key."""
+
+    def __init__(self, rows: Iterable[PriceRow], warnings: list[str] | None = None,
+                 user_path: Path | None = None):
+        self.rows: dict[tuple, PriceRow] = {}
+        for row in rows:
+            self.rows[row.key] = row
+        self.warnings = list(warnings or [])
+        self.user_path = user_path
+
+    # -- lookups -----------------------------------------------------------------------------
+    def find(self, cloud: str, region: str, kind: str, item: str, market: str = "on-demand") -> PriceRow | None:
+        return self.rows.get((cloud, region, kind, item, market)) or self.rows.get((cloud, "*", kind, item, market))
+
+    def get(self, cloud: str, region: str, kind: str, item: str, market: str = "on-demand") -> PriceRow:
+        """The row, or a UsageError naming what is missing (with a did-you-mean)."""
+        row = self.find(cloud, region, kind, item, market)
+        if row is not None:
+            return row
+        regions = self.regions(cloud)
+        if region not in regions and not self.find(cloud, "*", kind, item, market):
+            raise UsageError(not_allowed(f"{cloud} region", region, regions))
+        items = sorted({r.item for r in self.rows.values() if r.cloud == cloud and r.kind == kind})
+        if item not in items:
+            raise UsageError(not_allowed(f"{cloud} {kind} type", item, items))
+        here = sorted({r.market for r in self.rows.values()
+                       if r.cloud == cloud and r.kind == kind and r.item == item and r.region == region})
+        where = sorted({r.region for r in self.rows.values()
+                        if r.cloud == cloud and r.kind == kind and r.item == item and r.market == market})
+        raise UsageError(
+            f"no {market} price for {item} in {region} in the catalog"
+            + (f" (it has {', '.join(here)} there)" if here else "")
+            + (f"; {market} prices for {item} exist in: {', '.join(where)}" if where else "")
+            + f"; run `gpucluster prices refresh --cloud {cloud}` to fetch current prices"
+        )
+
+    def regions(self, cloud: str) -> list[str]:
+        return sorted({r.region for r in self.rows.values() if r.cloud == cloud and r.region != "*"})
+
+    def items(self, cloud: str, kind: str) -> list[str]:
+        return sorted({r.item for r in self.rows.values() if r.cloud == cloud and r.kind == kind})
+
+    def select(self, cloud: str | None = None, region: str | None = None, gpu: str | None = None) -> list[PriceRow]:
+        """Rows filtered for display; unknown filter values raise a UsageError with did-you-mean."""
+        if cloud is not None and cloud not in CLOUDS:
+            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        rows = [r for r in self.rows.values() if cloud is None or r.cloud == cloud]
+        if region is not None:
+            regions = sorted({r.region for r in rows if r.region != "*"})
+            if region not in regions:
+                raise UsageError(not_allowed("region", region, regions))
+            rows = [r for r in rows if r.region in (region, "*")]
+        if gpu is not None:
+            name = normalize_gpu(gpu, sorted({r.gpu for r in self.rows.values() if r.gpu}))
+            rows = [r for r in rows if r.gpu == name]
+        order = {k: i for i, k in enumerate(KINDS)}
+        def natural(text: str) -> list:
+            return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+        return sorted(rows, key=lambda r: (r.cloud, r.region, order[r.kind], r.vcpus or 0, natural(r.item), r.market))
+
+    def oldest_date(self, rows: Iterable[PriceRow] | None = None) -> str:
+        dates = [r.date for r in (self.rows.values() if rows is None else rows)]
+        return min(dates) if dates else ""
+
+
+def normalize_gpu(name: str, known: Iterable[str] = ("A10G", "V100")) -> str:
+    known = list(known)
+    canonical = GPU_ALIASES.get(str(name).lower(), str(name))
+    if canonical not in known:
+        raise UsageError(not_allowed("gpu", name, known))
+    return canonical
+
+
+def load_catalog(user_path: Path | None | bool = None) -> Catalog:
+    """Shipped rows overlaid by the user catalog (`user_path`; None: the default under the home
+    directory; False: shipped only). A user catalog that cannot be used becomes a warning."""
+    shipped = parse_document(shipped_document(), "shipped")
+    if user_path is False:
+        return Catalog(shipped)
+    path = user_catalog_path() if user_path is None else Path(user_path)
+    if not path.exists():
+        return Catalog(shipped, user_path=path)
+    try:
+        user = read_user_rows(path)
+    except ConfigError as exc:
+        shipped_date = min(r.date for r in shipped)
+        return Catalog(shipped, [f"{exc}; using the shipped catalog (read {shipped_date}) instead"], path)
+    return Catalog(shipped + user, user_path=path)
+
+
+def read_user_rows(path: Path) -> list[PriceRow]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return parse_document(doc, "user")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise ConfigError(f"user price catalog {str(path)!r} is not usable ({exc})") from None
+
+
+def write_user_rows(path: Path, new_rows: Iterable[PriceRow]) -> int:
+    """Merge rows into the user catalog (replacing by key), atomically. A corrupt existing file is
+    never overwritten: ConfigError."""
+    existing = read_user_rows(path) if path.exists() else []
+    merged = {r.key: r for r in existing}
+    count = 0
+    for row in new_rows:
+        merged[row.key] = row
+        count += 1
+    doc = {"format": 1, "currency": "USD", "about": "written by `gpucluster prices refresh`",
+           "rows": [r.to_dict() for r in sorted(merged.values(), key=lambda r: r.key)]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".prices-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return count
+
+
+# -- N1 shapes ---------------------------------------------------------------------------------
+_N1_RE = re.compile(r"^n1-(standard|highmem|highcpu)-(\d+)$")
+_N1_GIB_PER_VCPU = {"standard": Decimal("3.75"), "highmem": Decimal("6.5"), "highcpu": Decimal("0.9")}
+_N1_VCPUS = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96),
+             "highcpu": (2, 4, 8, 16, 32, 64, 96)}
+
+
+def n1_machine_types() -> list[str]:
+    return [f"n1-{fam}-{n}" for fam, counts in _N1_VCPUS.items() for n in counts]
+
+
+def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
+    """(vCPUs, GiB) of a predefined N1 type, None if it is not one."""
+    m = _N1_RE.match(machine_type)
+    if not m or int(m.group(2)) not in _N1_VCPUS[m.group(1)]:
+        return None
+    n = int(m.group(2))
+    return n, _N1_GIB_PER_VCPU[m.group(1)] * n
+
+
+# -- live refresh: pure parsers ----------------------------------------------------------------
+def _today(now: _dt.datetime | None = None) -> str:
+    return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d")
+
+
+def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: str,
+                         known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
+    """Rows from `pricing.get_products(...)["PriceList"]` items (JSON strings).
+
+    Compute instances give on-demand "instance" rows (Hrs); EBS gp3 storage gives "disk" rows
+    (GB-Mo). `known` (instance type -> a shipped row) fills in GPU counts when the attributes lack
+    them. Items with no USD on-demand price are skipped."""
+    rows: list[PriceRow] = []
+    for item in price_list:
+        doc = json.loads(item) if isinstance(item, (str, bytes)) else item
+        product = doc.get("product", {})
+        attrs = product.get("attributes", {})
+        region = attrs.get("regionCode")
+        prices = []
+        for term in doc.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if usd is not None:
+                    prices.append((Decimal(usd), dim.get("unit", "")))
+        if not region or not prices:
+            continue
+        price, unit = max(prices)
+        family = product.get("productFamily", "")
+        src = f"AWS Price List API (pricing.get_products, AmazonEC2, sku {product.get('sku', '?')})"
+        if family == "Compute Instance" and unit == "Hrs":
+            itype = attrs.get("instanceType")
+            shipped = (known or {}).get(itype)
+            gpus = attrs.get("gpu")
+            gpus = int(gpus) if gpus and str(gpus).isdigit() else (shipped.gpus if shipped else 0)
+            vcpus = attrs.get("vcpu")
+            mem = attrs.get("memory", "").replace(" GiB", "").replace(",", "")
+            rows.append(PriceRow(
+                cloud="aws", region=region, kind="instance", item=itype, market="on-demand", unit="hour",
+                price=price, source=src, date=date, gpus=gpus, gpu=shipped.gpu if shipped else None,
+                vcpus=int(vcpus) if vcpus and str(vcpus).isdigit() else None,
+                memory_gib=Decimal(mem) if re.fullmatch(r"\d+(\.\d+)?", mem) else None, origin="user"))
+        elif family == "Storage" and unit == "GB-Mo" and attrs.get("volumeApiName"):
+            rows.append(PriceRow(
+                cloud="aws", region=region, kind="disk", item=attrs["volumeApiName"], market="on-demand",
+                unit="gb-month", price=price, source=src, date=date, origin="user"))
+    return rows
+
+
+def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, date: str,
+                           known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
+    """Rows from `ec2.describe_spot_price_history(...)["SpotPriceHistory"]`: the newest price per
+    availability zone, and per instance type the highest of those (spot is a per-AZ point-in-time
+    price; the highest is the safe one to estimate with), with the range kept."""
+    latest: dict[tuple[str, str], tuple[Any, Decimal]] = {}
+    for rec in history:
+        if "Linux/UNIX" not in rec.get("ProductDescription", "Linux/UNIX"):
+            continue
+        k = (rec["InstanceType"], rec["AvailabilityZone"])
+        ts = rec.get("Timestamp")
+        if k not in latest or (ts is not None and ts > latest[k][0]):
+            latest[k] = (ts, Decimal(str(rec["SpotPrice"])))
+    per_type: dict[str, list[Decimal]] = {}
+    for (itype, _az), (_ts, price) in latest.items():
+        per_type.setdefault(itype, []).append(price)
+    rows = []
+    for itype, prices in sorted(per_type.items()):
+        shipped = (known or {}).get(itype)
+        rows.append(PriceRow(
+            cloud="aws", region=region, kind="instance", item=itype, market="spot", unit="hour",
+            price=max(prices), date=date, gpus=shipped.gpus if shipped else 0,
+            gpu=shipped.gpu if shipped else None, vcpus=shipped.vcpus if shipped else None,
+            memory_gib=shipped.memory_gib if shipped else None,
+            source=f"AWS EC2 DescribeSpotPriceHistory, Linux/UNIX, {region}: highest of {len(prices)} AZ prices",
+            extra={"range": [str(min(prices)), str(max(prices))]}, origin="user"))
+    return rows
+
+
+_GCP_SKU_PATTERNS = [
+    # (regex on the description, kind, item, market)
+    (re.compile(r"^Nvidia Tesla V100 GPU running in "), "gpu", "V100", "on-demand"),
+    (re.compile(r"^Spot Preemptible Nvidia Tesla V100 GPU running in "), "gpu", "V100", "spot"),
+    (re.compile(r"^N1 Predefined Instance Core running in "), "vcpu", "n1", "on-demand"),
+    (re.compile(r"^Spot Preemptible N1 Predefined Instance Core running in "), "vcpu", "n1", "spot"),
+    (re.compile(r"^N1 Predefined Instance Ram running in "), "memory", "n1", "on-demand"),
+    (re.compile(r"^Spot Preemptible N1 Predefined Instance Ram running in "), "memory", "n1", "spot"),
+    (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
+    (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
+    (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
+]
+_GCP_UNITS = {"gpu": "h", "vcpu": "h", "memory": "GiBy.h", "disk": "GiBy.mo"}
+
+
+def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> list[PriceRow]:
+    """Rows from Cloud Billing Catalog SKUs (`google.cloud.billing_v1.types.Sku` messages, as
+    `CloudCatalogClient.list_skus` yields them) for the given regions. Price = units + nanos/1e9
+    of the highest tier (the rate after any free allowance). Named N1 types are then derived from
+    the vCPU and memory unit prices."""
+    wanted = set(regions)
+    rows: dict[tuple, PriceRow] = {}
+    for sku in skus:
+        desc = sku.description
+        match = next(((kind, item, market) for rx, kind, item, market in _GCP_SKU_PATTERNS if rx.search(desc)), None)
+        if match is None or not sku.pricing_info:
+            continue
+        kind, item, market = match
+        expr = sku.pricing_info[0].pricing_expression
+        if expr.usage_unit != _GCP_UNITS[kind] or not expr.tiered_rates:
+            continue
+        money = expr.tiered_rates[-1].unit_price
+        if money.currency_code and money.currency_code != "USD":
+            continue
+        price = Decimal(money.units) + Decimal(money.nanos) / Decimal(10**9)
+        sku_id = sku.sku_id or sku.name
+        for region in sku.service_regions:
+            if region not in wanted:
+                continue
+            row = PriceRow(
+                cloud="gcp", region=region, kind=kind, item=item, market=market, unit=UNITS[kind],
+                price=price, date=date, gpus=1 if kind == "gpu" else 0, gpu=item if kind == "gpu" else None,
+                source=f"Cloud Billing Catalog API, {GCP_COMPUTE_SERVICE} sku {sku_id}: {desc}", origin="user")
+            rows[row.key] = row
+    for (cloud, region, kind, item, market), vcpu in list(rows.items()):
+        if kind != "vcpu":
+            continue
+        mem = rows.get((cloud, region, "memory", item, market))
+        if mem is None:
+            continue
+        for fam, counts in (("standard", (4, 8, 16, 32)),):
+            for n in counts:
+                mt = f"n1-{fam}-{n}"
+                cpus, gib = n1_shape(mt)
+                row = PriceRow(
+                    cloud="gcp", region=region, kind="instance", item=mt, market=market, unit="hour",
+                    price=vcpu.price * cpus + mem.price * gib, date=date, vcpus=cpus, memory_gib=gib,
+                    source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
+                    origin="user")
+                rows[row.key] = row
+    return list(rows.values())
+
+
+# -- live refresh: fetching ---------------------------------------------------------------------
+def _aws_filters(**terms: str) -> list[dict[str, str]]:
+    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in terms.items()]
+
+
+def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
+              known: Mapping[str, PriceRow] | None = None, pricing_client: Any = None,
+              ec2_client_for: Callable[[str], Any] | None = None) -> list[PriceRow]:
+    """On-demand (Price List API) and spot (DescribeSpotPriceHistory) rows for the regions."""
+    if pricing_client is None or ec2_client_for is None:
+        boto3 = _require("boto3", "aws")
+        if pricing_client is None:
+            pricing_client = boto3.client("pricing", region_name="us-east-1")
+        if ec2_client_for is None:
+            ec2_client_for = lambda region: boto3.client("ec2", region_name=region)  # noqa: E731
+    rows: list[PriceRow] = []
+    for region in regions:
+        items: list[str] = []
+        queries = [_aws_filters(instanceType=t, regionCode=region, operatingSystem="Linux", tenancy="Shared",
+                                preInstalledSw="NA", capacitystatus="Used") for t in instance_types]
+        queries.append(_aws_filters(productFamily="Storage", volumeApiName="gp3", regionCode=region))
+        for filters in queries:
+            kwargs: dict[str, Any] = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1"}
+            while True:
+                resp = pricing_client.get_products(**kwargs)
+                items.extend(resp.get("PriceList", []))
+                if not resp.get("NextToken"):
+                    break
+                kwargs["NextToken"] = resp["NextToken"]
+        rows.extend(parse_aws_price_list(items, date, known))
+        ec2 = ec2_client_for(region)
+        history: list[dict[str, Any]] = []
+        kwargs = {"InstanceTypes": list(instance_types), "ProductDescriptions": ["Linux/UNIX"],
+                  "StartTime": _dt.datetime.now(_dt.timezone.utc)}
+        while True:
+            resp = ec2.describe_spot_price_history(**kwargs)
+            history.extend(resp.get("SpotPriceHistory", []))
+            if not resp.get("NextToken"):
+                break
+            kwargs["NextToken"] = resp["NextToken"]
+        rows.extend(parse_aws_spot_history(history, region, date, known))
+    return rows
+
+
+def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
+    if client is None:
+        billing = _require("google.cloud.billing_v1", "gcp")
+        client = billing.CloudCatalogClient()
+    return parse_gcp_skus(client.list_skus(parent=GCP_COMPUTE_SERVICE), regions, date)
+
+
+def _require(module: str, extra: str):
+    from ..errors import require
+
+    return require(module, extra)
+
+
+def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None = None,
+            now: _dt.datetime | None = None, **clients: Any) -> dict[str, Any]:
+    """Fetch live prices for `cloud` into the user catalog. Returns a summary dict.
+
+    Raises UsageError for a bad cloud/region, ConfigError when the existing user catalog is
+    corrupt (checked first: it is never overwritten), PriceRefreshError when the API cannot be
+    reached or refuses (no credentials, no network); the catalog in use is unchanged then.
+    `clients`: pricing_client / ec2_client_for (aws) or client (gcp), for tests."""
+    if cloud not in CLOUDS:
+        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+    path = Path(path) if path is not None else user_catalog_path()
+    if path.exists():
+        read_user_rows(path)  # raises ConfigError before any fetching; nothing is overwritten
+    shipped = Catalog(parse_document(shipped_document(), "shipped"))
+    known_regions = shipped.regions(cloud)
+    regions = list(regions or known_regions)
+    date = _today(now)
+    shipped_date = shipped.oldest_date()
+    try:
+        if cloud == "aws":
+            bad = [r for r in regions if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
+            if bad:
+                raise UsageError(not_allowed("aws region", bad[0], known_regions))
+            known = {r.item: r for r in shipped.rows.values() if r.cloud == "aws" and r.kind == "instance"}
+            rows = fetch_aws(regions, sorted(known), date=date, known=known, **clients)
+        else:
+            bad = [r for r in regions if not re.fullmatch(r"[a-z]+-[a-z]+\d+", r)]
+            if bad:
+                raise UsageError(not_allowed("gcp region", bad[0], known_regions))
+            rows = fetch_gcp(regions, date=date, **clients)
+    except GpuclusterError:
+        raise
+    except Exception as exc:  # SDK errors: no credentials, no network, access denied, throttling
+        raise PriceRefreshError(
+            f"could not fetch {cloud} prices ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            f"the catalog in use is unchanged (shipped prices read {shipped_date})",
+            hint="configure credentials for the cloud (aws configure / gcloud auth application-default login)",
+        ) from None
+    if not rows:
+        raise PriceRefreshError(f"the {cloud} price API returned no usable prices for {', '.join(regions)}; "
+                                "the catalog in use is unchanged")
+    written = write_user_rows(path, rows)
+    return {"cloud": cloud, "regions": regions, "rows": written, "path": str(path), "date": date}
+
+
+__all__ = [
+    "Catalog", "PriceRow", "PriceRefreshError", "load_catalog", "refresh", "parse_aws_price_list",
+    "parse_aws_spot_history", "parse_gcp_skus", "n1_shape", "n1_machine_types", "normalize_gpu",
+    "user_catalog_path",
+]

@@ -1,0 +1,539 @@
+"""`GpuCluster`: a Pulumi component for an EC2 g5 cluster in one subnet, one AZ, one placement group.
+
+What one component declares (every child has `parent=self` and the cluster's tags where AWS
+allows tags):
+
+- an explicit AWS provider for the spec's region (so `gpucluster:region` decides, not whatever
+  `aws:region` or AWS_REGION happens to say);
+- network: a new VPC + internet gateway + route table + one subnet in one AZ where the type is
+  offered, or the existing subnet named by option `subnetId` (with `vpcId`);
+- a security group: all traffic between members (NCCL/gloo use ephemeral ports both ways), all
+  egress, SSH only from `spec.ssh_cidr` (0.0.0.0/0 only with option `allowOpenSsh=true`,
+  enforced by the catalog's validation);
+- a cluster placement group; with option `efa=true` (types with EFA only) one EFA network
+  interface per node plus an Elastic IP for its public address;
+- the login key: generated with pulumi-tls (the private key only ever as a secret output) or
+  the user's public key from option `sshPublicKey`;
+- one ed25519 host key per node, generated here and installed by cloud-init from user data
+  (a secret), so the launcher pins host keys instead of trusting on first use;
+- an IAM role + instance profile with AmazonSSMManagedInstanceCore only;
+- N instances of the latest "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)"
+  (option `ami` overrides the lookup), IMDSv2 required, encrypted gp3 root, shutdown =
+  terminate, optional one-time spot that terminates on interruption;
+- user data that arms a dead-man switch on every boot (power off, hence terminate, at first
+  boot + max lifetime) and writes a readiness marker after checking the GPU count.
+
+`declare(spec)` builds the component and returns the outputs `infra.program` exports.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_tls as tls
+import yaml
+
+from gpucluster.catalog import aws as catalog
+from gpucluster.errors import ProvisionError
+from gpucluster.spec import ClusterSpec
+
+TYPE_TOKEN = "gpucluster:aws:GpuCluster"
+
+AMI_NAME_PATTERN = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"
+AMI_OWNERS = ("amazon",)
+SSM_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+DEFAULT_VPC_CIDR = "10.42.0.0/16"
+
+STATE_DIR = "/var/lib/gpucluster"
+READY_FILE = f"{STATE_DIR}/ready"  # JSON: {"ok": bool, "gpus": n, "expected_gpus": n, ...}
+DEADLINE_FILE = f"{STATE_DIR}/deadline"  # epoch seconds at which the node powers itself off
+READY_SCRIPT_PATH = "/usr/local/sbin/gpucluster-ready"
+
+DEADMAN_SCRIPT_PATH = "/usr/local/sbin/gpucluster-deadman"
+DEADMAN_UNIT = "gpucluster-deadman.service"
+
+# Dead-man switch, run by a systemd unit on EVERY boot (after D-Bus and logind, which `shutdown`
+# needs): the deadline is fixed at first boot, so a reboot cannot extend the node's life.
+# Powering off terminates the instance because instance_initiated_shutdown_behavior is
+# "terminate". GPUCLUSTER_STATE_DIR is for tests.
+DEADMAN_SCRIPT = """\
+#!/bin/sh
+state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
+mkdir -p "$state"
+[ -s "$state/deadline" ] || echo $(( $(date +%s) + 60 * @LIFETIME@ )) > "$state/deadline"
+left=$(( ( $(cat "$state/deadline") - $(date +%s) + 59 ) / 60 ))
+if [ "$left" -le 0 ]; then
+  exec shutdown -P now "gpucluster: max lifetime of @LIFETIME@ minutes reached"
+fi
+exec shutdown -P "+$left" "gpucluster dead-man switch: max lifetime @LIFETIME@ minutes"
+"""
+
+DEADMAN_UNIT_TEXT = f"""\
+[Unit]
+Description=gpucluster dead-man switch: power off at the deadline set at first boot
+Wants=dbus.service
+After=dbus.service systemd-logind.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={DEADMAN_SCRIPT_PATH}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
+# with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
+READY_SCRIPT = """\
+#!/bin/bash
+state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
+tries="${GPUCLUSTER_READY_TRIES:-60}"
+expected=@EXPECTED@
+rank="${1:-0}"
+mkdir -p "$state"
+count=0; driver=""; err=""
+for attempt in $(seq 1 "$tries"); do
+  if out=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); then
+    count=$(printf '%s\\n' "$out" | grep -c .)
+    driver=$(printf '%s\\n' "$out" | head -n1 | tr -cd '0-9A-Za-z.-')
+    err=""
+    [ "$count" -eq "$expected" ] && break
+  else
+    count=0
+    err=$(printf '%s' "$out" | head -n1 | tr -cd '0-9A-Za-z .:_/-')
+  fi
+  [ "$attempt" -lt "$tries" ] && sleep 10
+done
+ok=false
+[ "$count" -eq "$expected" ] && ok=true
+printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
+  "$ok" "$count" "$expected" "$driver" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
+chmod 0644 "$state/ready.tmp"
+mv "$state/ready.tmp" "$state/ready"
+"""
+
+
+def _fill(template: str, **values: Any) -> str:
+    for key, value in values.items():
+        template = template.replace(f"@{key.upper()}@", str(value))
+    return template
+
+
+def render_user_data(
+    *,
+    cluster: str,
+    rank: int,
+    expected_gpus: int,
+    max_lifetime_minutes: int,
+    host_private_key: str,
+    host_public_key: str,
+) -> str:
+    """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
+    keys = {
+        # Replace the image's host keys with the pinned one; generate no others.
+        "ssh_deletekeys": True,
+        "ssh_genkeytypes": [],
+        "ssh_keys": {
+            "ed25519_private": host_private_key,
+            "ed25519_public": host_public_key.strip(),
+        },
+        "runcmd": [
+            ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
+            [READY_SCRIPT_PATH, str(int(rank))],
+        ],
+    }
+    return (
+        "#cloud-config\n"
+        + _dump(keys)
+        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes))
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int) -> str:
+    """The part of the cloud-config every node shares (rendered once per cluster)."""
+    return _dump(
+        {
+            "write_files": [
+                {
+                    "path": DEADMAN_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(DEADMAN_SCRIPT, lifetime=max_lifetime_minutes),
+                },
+                {
+                    "path": f"/etc/systemd/system/{DEADMAN_UNIT}",
+                    "permissions": "0644",
+                    "owner": "root:root",
+                    "content": DEADMAN_UNIT_TEXT,
+                },
+                {
+                    "path": READY_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster),
+                }
+            ],
+        }
+    )
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_CloudConfigDumper, sort_keys=False, width=1 << 16)
+
+
+class _CloudConfigDumper(yaml.SafeDumper):
+    """Safe YAML with multi-line strings as literal blocks, so the console shows readable scripts."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_CloudConfigDumper.add_representer(str, _str_representer)
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """N g5 instances, head first, in one subnet/AZ/placement group (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        spec: ClusterSpec,
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        self.spec = spec
+        self.itype = catalog.instance_type_of(spec)
+        self.region = catalog.region_of(spec)
+        self.efa = catalog.efa_requested(spec)
+        base_tags = spec.managed_tags()
+        self._base_tags = base_tags
+
+        # An explicit provider does not read the stack's `aws:` config by itself: pass on the
+        # profile a user may have set there (credentials from the environment work unchanged).
+        self._provider = aws.Provider(
+            f"{name}-provider",
+            region=self.region,
+            profile=pulumi.Config("aws").get("profile"),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        invoke_opts = pulumi.InvokeOutputOptions(parent=self, provider=self._provider)
+
+        # -- network -------------------------------------------------------------------------
+        subnet_id_opt = catalog.option(spec, "subnetId")
+        self._network_deps: list[pulumi.Resource] = []
+        if subnet_id_opt:
+            existing = aws.ec2.get_subnet_output(id=subnet_id_opt, opts=invoke_opts)
+            vpc_id: pulumi.Input[str] = existing.vpc_id
+            subnet_id: pulumi.Input[str] = subnet_id_opt
+            self.availability_zone: pulumi.Output[str] = existing.availability_zone
+        else:
+            self.availability_zone = (
+                pulumi.Output.from_input(spec.zone)
+                if spec.zone
+                else self._first_zone_offering(invoke_opts)
+            )
+            cidr = catalog.option(spec, "vpcCidr", DEFAULT_VPC_CIDR)
+            vpc = aws.ec2.Vpc(
+                f"{name}-vpc",
+                cidr_block=cidr,
+                enable_dns_hostnames=True,
+                enable_dns_support=True,
+                tags=self._tags(f"{spec.name}-vpc"),
+                opts=self._opts(),
+            )
+            igw = aws.ec2.InternetGateway(
+                f"{name}-igw", vpc_id=vpc.id, tags=self._tags(f"{spec.name}-igw"), opts=self._opts()
+            )
+            subnet = aws.ec2.Subnet(
+                f"{name}-subnet",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=self.availability_zone,
+                map_public_ip_on_launch=True,
+                tags=self._tags(f"{spec.name}-subnet"),
+                opts=self._opts(),
+            )
+            routes = aws.ec2.RouteTable(
+                f"{name}-routes",
+                vpc_id=vpc.id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
+                tags=self._tags(f"{spec.name}-routes"),
+                opts=self._opts(),
+            )
+            assoc = aws.ec2.RouteTableAssociation(
+                f"{name}-routes-assoc", subnet_id=subnet.id, route_table_id=routes.id, opts=self._opts()
+            )
+            vpc_id, subnet_id = vpc.id, subnet.id
+            self._network_deps = [igw, assoc]
+        self.subnet_id = pulumi.Output.from_input(subnet_id)
+
+        # -- security group ----------------------------------------------------------------
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=vpc_id,
+            description=f"gpucluster {spec.name}: all traffic between members, SSH from the caller",
+            tags=self._tags(f"{spec.name}-sg"),
+            opts=self._opts(),
+        )
+        self.security_group = sg
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-in-members",
+            security_group_id=sg.id,
+            referenced_security_group_id=sg.id,
+            ip_protocol="-1",
+            description="all traffic between cluster members (rendezvous, NCCL, gloo, EFA)",
+            tags=self._tags(f"{spec.name}-in-members"),
+            opts=self._opts(),
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-out-members",
+            security_group_id=sg.id,
+            referenced_security_group_id=sg.id,
+            ip_protocol="-1",
+            description="all traffic to cluster members (EFA needs this rule explicitly)",
+            tags=self._tags(f"{spec.name}-out-members"),
+            opts=self._opts(),
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-out-all",
+            security_group_id=sg.id,
+            cidr_ipv4="0.0.0.0/0",
+            ip_protocol="-1",
+            description="outbound: package mirrors, data, SSM",
+            tags=self._tags(f"{spec.name}-out-all"),
+            opts=self._opts(),
+        )
+        if spec.ssh_cidr:
+            v6 = ":" in spec.ssh_cidr
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-in-ssh",
+                security_group_id=sg.id,
+                cidr_ipv4=None if v6 else spec.ssh_cidr,
+                cidr_ipv6=spec.ssh_cidr if v6 else None,
+                ip_protocol="tcp",
+                from_port=22,
+                to_port=22,
+                description="SSH from the caller",
+                tags=self._tags(f"{spec.name}-in-ssh"),
+                opts=self._opts(),
+            )
+
+        # -- placement group, keys, IAM ----------------------------------------------------
+        pg = aws.ec2.PlacementGroup(
+            f"{name}-pg", strategy="cluster", tags=self._tags(f"{spec.name}-pg"), opts=self._opts()
+        )
+        user_key = catalog.option(spec, "sshPublicKey")
+        if user_key:
+            public_key: pulumi.Input[str] = str(user_key)
+            self.ssh_private_key: pulumi.Output[Optional[str]] = pulumi.Output.secret(None)
+        else:
+            login = tls.PrivateKey(
+                f"{name}-login-key", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
+            )
+            public_key = login.public_key_openssh
+            self.ssh_private_key = pulumi.Output.secret(login.private_key_openssh)
+        key_pair = aws.ec2.KeyPair(
+            f"{name}-key", public_key=public_key, tags=self._tags(f"{spec.name}-key"), opts=self._opts()
+        )
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            description=f"gpucluster {spec.name} nodes: SSM core only",
+            tags=self._tags(f"{spec.name}-role"),
+            opts=self._opts(),
+        )
+        ssm = aws.iam.RolePolicyAttachment(
+            f"{name}-ssm", role=role.name, policy_arn=SSM_POLICY_ARN, opts=self._opts()
+        )
+        profile = aws.iam.InstanceProfile(
+            f"{name}-profile", role=role.name, tags=self._tags(f"{spec.name}-profile"), opts=self._opts()
+        )
+
+        # -- instances ---------------------------------------------------------------------
+        ami_opt = catalog.option(spec, "ami")
+        self.ami_id: pulumi.Output[str] = (
+            pulumi.Output.from_input(str(ami_opt))
+            if ami_opt
+            else aws.ec2.get_ami_output(
+                most_recent=True,
+                owners=list(AMI_OWNERS),
+                filters=[
+                    aws.ec2.GetAmiFilterArgs(name="name", values=[AMI_NAME_PATTERN]),
+                    aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
+                    aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
+                ],
+                opts=invoke_opts,
+            ).id
+        )
+        market = None
+        if spec.spot:
+            market = aws.ec2.InstanceInstanceMarketOptionsArgs(
+                market_type="spot",
+                spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+                    spot_instance_type="one-time",
+                    instance_interruption_behavior="terminate",
+                ),
+            )
+
+        self.instances: list[aws.ec2.Instance] = []
+        self.host_keys: list[tls.PrivateKey] = []
+        public_ips: list[pulumi.Output[str]] = []
+        for rank in range(spec.nodes):
+            node = f"{spec.name}-node-{rank}"
+            node_tags = self._tags(node, **{"gpucluster-rank": str(rank)})
+            host_key = tls.PrivateKey(
+                f"{name}-host-key-{rank}", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
+            )
+            self.host_keys.append(host_key)
+            user_data = pulumi.Output.secret(
+                pulumi.Output.all(host_key.private_key_openssh, host_key.public_key_openssh).apply(
+                    lambda keys, rank=rank: render_user_data(
+                        cluster=spec.name,
+                        rank=rank,
+                        expected_gpus=self.itype.gpus,
+                        max_lifetime_minutes=spec.max_lifetime_minutes,
+                        host_private_key=keys[0],
+                        host_public_key=keys[1],
+                    )
+                )
+            )
+            network: dict[str, Any]
+            eip = None
+            if self.efa:
+                eni = aws.ec2.NetworkInterface(
+                    f"{name}-efa-{rank}",
+                    subnet_id=subnet_id,
+                    security_groups=[sg.id],
+                    interface_type="efa",
+                    description=f"{node} EFA",
+                    tags=self._tags(f"{node}-efa"),
+                    opts=self._opts(),
+                )
+                network = {
+                    "primary_network_interface": aws.ec2.InstancePrimaryNetworkInterfaceArgs(
+                        network_interface_id=eni.id
+                    )
+                }
+            else:
+                network = {
+                    "subnet_id": subnet_id,
+                    "vpc_security_group_ids": [sg.id],
+                    "associate_public_ip_address": True,
+                }
+            instance = aws.ec2.Instance(
+                f"{name}-node-{rank}",
+                ami=self.ami_id,
+                instance_type=self.itype.name,
+                placement_group=pg.name,
+                key_name=key_pair.key_name,
+                iam_instance_profile=profile.name,
+                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                    http_endpoint="enabled", http_tokens="required"
+                ),
+                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                    volume_type=catalog.DEFAULT_DISK_TYPE,
+                    volume_size=int(spec.disk_gb),
+                    encrypted=True,
+                    delete_on_termination=True,
+                    tags=self._tags(f"{node}-root"),
+                ),
+                instance_initiated_shutdown_behavior="terminate",
+                instance_market_options=market,
+                user_data=user_data,
+                user_data_replace_on_change=True,
+                tags=node_tags,
+                opts=self._opts(
+                    additional_secret_outputs=["user_data"],
+                    depends_on=[ssm, *self._network_deps],
+                ),
+                **network,
+            )
+            if self.efa:
+                eip = aws.ec2.Eip(
+                    f"{name}-eip-{rank}",
+                    domain="vpc",
+                    network_interface=network["primary_network_interface"].network_interface_id,
+                    tags=self._tags(f"{node}-eip"),
+                    opts=self._opts(depends_on=[instance, *self._network_deps]),
+                )
+                public_ips.append(eip.public_ip)
+            else:
+                public_ips.append(instance.public_ip)
+            self.instances.append(instance)
+
+        self.instance_ids = pulumi.Output.all(*[i.id for i in self.instances])
+        self.private_ips = pulumi.Output.all(*[i.private_ip for i in self.instances])
+        self.public_ips = pulumi.Output.all(*public_ips)
+        self.host_public_keys = pulumi.Output.all(
+            *[k.public_key_openssh.apply(lambda s: s.strip()) for k in self.host_keys]
+        )
+        self.register_outputs(self.outputs())
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _tags(self, name: str, **extra: str) -> dict[str, str]:
+        return {**self._base_tags, "Name": name, **extra}
+
+    def _opts(self, **kw: Any) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, **kw)
+
+    def _first_zone_offering(self, invoke_opts: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:
+        """The first zone (by name) of the region where the instance type is offered."""
+        offerings = aws.ec2.get_instance_type_offerings_output(
+            location_type="availability-zone",
+            filters=[
+                aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[self.itype.name])
+            ],
+            opts=invoke_opts,
+        )
+
+        def pick(locations: list[str]) -> str:
+            if not locations:
+                raise ProvisionError(
+                    f"{self.itype.name} is not offered in any availability zone of {self.region} "
+                    "for this account; choose another region or set zone"
+                )
+            return sorted(locations)[0]
+
+        return offerings.locations.apply(pick)
+
+    def outputs(self) -> dict[str, pulumi.Output[Any]]:
+        """What the program exports (and the launcher reads): lists are head first."""
+        return {
+            "cluster_name": pulumi.Output.from_input(self.spec.name),
+            "instance_ids": self.instance_ids,
+            "private_ips": self.private_ips,
+            "public_ips": self.public_ips,
+            "ssh_user": pulumi.Output.from_input(catalog.SSH_USER),
+            "ssh_private_key": self.ssh_private_key,
+            "host_public_keys": self.host_public_keys,
+            "region": pulumi.Output.from_input(self.region),
+            "availability_zone": self.availability_zone,
+            "instance_type": pulumi.Output.from_input(self.itype.name),
+            "gpus_per_node": pulumi.Output.from_input(self.itype.gpus),
+            "ready_file": pulumi.Output.from_input(READY_FILE),
+        }
+
+
+def declare(spec: ClusterSpec) -> dict[str, pulumi.Output[Any]]:
+    """Declare the cluster for a validated spec; return the outputs to export."""
+    return GpuCluster(spec.name, spec=spec).outputs()

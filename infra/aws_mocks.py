@@ -1,0 +1,150 @@
+"""Run the Pulumi program offline under Pulumi's mock runtime and record what it declares.
+
+Used by tests/test_aws*.py and benchmarks/aws_program.py. Nothing here talks to AWS: resource
+registrations and provider calls (`aws:ec2/getAmi:getAmi`, ...) are answered by `Recorder`, which
+keeps every request so tests can assert on the exact inputs the program sends to the engine.
+Inputs are recorded as the engine sees them: camelCase names, secrets wrapped in
+`{SECRET_SIG: ..., "value": ...}`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pulumi
+
+from gpucluster.errors import GpuclusterError
+from gpucluster.spec import ClusterSpec
+
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # the engine's marker for a secret value
+
+MOCK_AMI_ID = "ami-0mockdlami0000001"
+MOCK_ZONES = ("us-east-1d", "us-east-1a", "us-east-1b")  # unsorted on purpose
+MOCK_EXISTING_SUBNET = {"id": "subnet-0existing", "vpcId": "vpc-0existing", "availabilityZone": "us-east-1c"}
+
+
+def rank_of(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
+
+
+def private_ip(rank: int) -> str:
+    return f"10.42.{rank // 200}.{10 + rank % 200}"
+
+
+def public_ip(rank: int) -> str:
+    return f"198.51.{100 + rank // 200}.{10 + rank % 200}"
+
+
+class Recorder(pulumi.runtime.Mocks):
+    """Answers the engine like a tiny fake AWS and remembers every request."""
+
+    def __init__(self) -> None:
+        self.resources: list[pulumi.runtime.MockResourceArgs] = []
+        self.calls: list[pulumi.runtime.MockCallArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self.resources.append(args)
+        state = dict(args.inputs)
+        state.setdefault("name", args.name)
+        if args.typ == "aws:ec2/instance:Instance":
+            rank = rank_of(args.name)
+            state.update(privateIp=private_ip(rank), publicIp=public_ip(rank))
+        elif args.typ == "aws:ec2/eip:Eip":
+            state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)))
+        elif args.typ == "aws:ec2/keyPair:KeyPair":
+            state.setdefault("keyName", args.name)
+        elif args.typ == "tls:index/privateKey:PrivateKey":
+            state.update(
+                privateKeyOpenssh=(
+                    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+                    f"mock-{args.name}\n-----END OPENSSH PRIVATE KEY-----\n"
+                ),
+                publicKeyOpenssh=f"ssh-ed25519 AAAAmock{args.name.replace('-', '')}\n",
+            )
+        return [f"{args.name}-id", state]
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.calls.append(args)
+        if args.token == "aws:ec2/getAmi:getAmi":
+            return {"id": MOCK_AMI_ID, "name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261120"}
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            n = len(MOCK_ZONES)
+            return {
+                "id": "offerings",
+                "locations": list(MOCK_ZONES),
+                "locationTypes": ["availability-zone"] * n,
+                "instanceTypes": [args.args["filters"][0]["values"][0]] * n,
+            }
+        if args.token == "aws:ec2/getSubnet:getSubnet":
+            return dict(MOCK_EXISTING_SUBNET, id=args.args.get("id", MOCK_EXISTING_SUBNET["id"]))
+        return {}
+
+    # -- queries used by the tests -------------------------------------------------------------
+    def of_type(self, typ: str) -> list[pulumi.runtime.MockResourceArgs]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def instances(self) -> list[pulumi.runtime.MockResourceArgs]:
+        return sorted(self.of_type("aws:ec2/instance:Instance"), key=lambda r: rank_of(r.name))
+
+    def calls_to(self, token: str) -> list[pulumi.runtime.MockCallArgs]:
+        return [c for c in self.calls if c.token == token]
+
+
+@dataclass
+class Built:
+    recorder: Recorder
+    outputs: dict[str, Any] = field(default_factory=dict)
+    secret: dict[str, bool] = field(default_factory=dict)
+    error: GpuclusterError | None = None
+    seconds: float = 0.0
+
+
+def build(
+    spec: ClusterSpec | None = None,
+    *,
+    program: Callable[[], dict[str, pulumi.Output[Any]]] | None = None,
+    stack: str = "test",
+) -> Built:
+    """Run `infra.program.run(spec)` (or `program()`) under mocks; wait for every registration.
+
+    A GpuclusterError raised by the program is caught and returned in `Built.error`, after the
+    runtime has drained, so `recorder.resources` shows whether anything was declared first.
+    """
+    from gpucluster.infra import program as program_module
+
+    recorder = Recorder()
+    pulumi.runtime.set_mocks(recorder, project="gpucluster", stack=stack, preview=False)
+    built = Built(recorder)
+
+    @pulumi.runtime.test
+    def go():
+        try:
+            outputs = program() if program is not None else program_module.run(spec)
+        except GpuclusterError as exc:
+            built.error = exc
+            return None
+
+        async def collect():
+            for key, out in (outputs or {}).items():
+                built.outputs[key] = await out.future()
+                built.secret[key] = await out.is_secret()
+
+        return collect()
+
+    start = time.perf_counter()
+    go()
+    built.seconds = time.perf_counter() - start
+    return built
+
+
+def unwrap(value: Any) -> Any:
+    """A recorded input without its secret wrapper."""
+    if isinstance(value, dict) and SECRET_SIG in value:
+        return value["value"]
+    return value
+
+
+def is_secret_input(value: Any) -> bool:
+    return isinstance(value, dict) and SECRET_SIG in value

@@ -1,0 +1,56 @@
+"""Turn the AWS stack's outputs (`infra.aws.GpuCluster.outputs()`) into a `Cluster`, head first.
+
+No Pulumi import: the Automation API driver hands over plain values (`OutputValue.value`), and
+so can anyone reading `pulumi stack output --json --show-secrets`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gpucluster.errors import ProvisionError
+
+from .provider import Cluster, Node
+
+LIST_KEYS = ("instance_ids", "private_ips", "public_ips", "host_public_keys")
+SECRET_KEYS = ("ssh_private_key",)
+
+
+def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
+    """A `Cluster` from the exported outputs; ProvisionError when they are incomplete."""
+    missing = [k for k in (*LIST_KEYS, "cluster_name", "ssh_user") if outputs.get(k) is None]
+    if missing:
+        raise ProvisionError(f"the AWS stack outputs lack {', '.join(missing)}; was `pulumi up` complete?")
+    lists = {k: list(outputs[k]) for k in LIST_KEYS}
+    lengths = {k: len(v) for k, v in lists.items()}
+    if len(set(lengths.values())) != 1 or not lists["instance_ids"]:
+        raise ProvisionError(f"the AWS stack outputs disagree on the node count: {lengths}")
+    if any(not ip for ip in lists["public_ips"]):
+        raise ProvisionError("an AWS node has no public IP yet; the launcher cannot reach it")
+    gpus = int(outputs.get("gpus_per_node") or 0)
+    user = str(outputs["ssh_user"])
+    nodes = tuple(
+        Node(
+            rank=rank,
+            host=public,
+            private_ip=private,
+            user=user,
+            instance_id=instance_id,
+            gpus=gpus,
+            host_keys=(host_key,),
+        )
+        for rank, (instance_id, private, public, host_key) in enumerate(
+            zip(lists["instance_ids"], lists["private_ips"], lists["public_ips"], lists["host_public_keys"])
+        )
+    )
+    return Cluster(
+        name=str(outputs["cluster_name"]),
+        cloud="aws",
+        nodes=nodes,
+        region=outputs.get("region"),
+        zone=outputs.get("availability_zone"),
+        instance_type=outputs.get("instance_type"),
+        gpus_per_node=gpus,
+        ssh_private_key=outputs.get("ssh_private_key") or None,
+        outputs={k: v for k, v in outputs.items() if k not in SECRET_KEYS},
+    )

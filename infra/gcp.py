@@ -1,0 +1,290 @@
+"""`gpucluster:gcp:GpuCluster`: a zonal GKE Standard cluster with a V100 node pool.
+
+What it declares (every child has `parent=self`):
+
+- `container.Cluster`: zonal (location = the zone; the GKE free-tier credit covers one zonal
+  cluster), default node pool removed (`remove_default_node_pool` + `initial_node_count=1`, the
+  provider's way), `deletion_protection=False` (pulumi-gcp defaults it to true and `pulumi destroy`
+  then fails), workload identity (`<project>.svc.id.goog`), shielded nodes, the release channel from
+  the option `releaseChannel` (REGULAR by default), the managed labels as `resource_labels`.
+- a small CPU system pool (kube-dns, metrics and other system pods land there, not on the GPUs):
+  one node of the option `systemMachineType` (e2-standard-2 by default).
+- the GPU pool: the N1 machine type (`spec.instance_type`), `guest_accelerators` V100 x
+  `gpus_per_node` with GKE installing the driver (option `gpuDriverVersion`, LATEST by default;
+  changing it recreates the pool), `node_count = nodes` or, with option `autoscale=true`,
+  autoscaling from `minNodes` (default 0) to `nodes`; spot when `spec.spot`; boot disk type/size;
+  the managed labels as GCE and Kubernetes labels; the taint nvidia.com/gpu=present:NoSchedule.
+
+Outputs (also returned by `declare`): cluster name, location, endpoint, a kubeconfig (secret) that
+authenticates with the `gke-gcloud-auth-plugin` exec flow, the GPU pool's name, machine type,
+accelerator type and count.
+
+Validation runs before anything is declared: an invalid spec raises `SpecError` and no resource
+(not even the component) exists.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from gpucluster.catalog import gcp as catalog
+from gpucluster.errors import SpecError
+from gpucluster.infra.provider import Cluster
+from gpucluster.spec import ClusterSpec, validate
+
+TYPE_TOKEN = "gpucluster:gcp:GpuCluster"
+GPU_POOL_NAME = "gpu"
+SYSTEM_POOL_NAME = "system"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "present"
+OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+
+
+def project_of(spec: ClusterSpec) -> str:
+    """The GCP project: option `project`, else `gcp:project` (or the GOOGLE_PROJECT variables)."""
+    project = spec.option("project") or gcp.config.project
+    if not project:
+        raise SpecError(
+            "no GCP project: set it in the stack (pulumi config set gcp:project MY-PROJECT) "
+            "or in the environment variable GOOGLE_PROJECT"
+        )
+    return str(project)
+
+
+def kubeconfig_for(name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig for one GKE cluster that gets its token from `gke-gcloud-auth-plugin`.
+
+    JSON is valid YAML, so kubectl and the kubernetes Python client both read it. The plugin
+    must be on PATH where the kubeconfig is used (`gcloud components install
+    gke-gcloud-auth-plugin`).
+    """
+    context = f"gke-{name}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": context,
+                "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_certificate},
+            }
+        ],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+        "users": [
+            {
+                "name": context,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "gke-gcloud-auth-plugin",
+                        "installHint": "Install gke-gcloud-auth-plugin: gcloud components install "
+                        "gke-gcloud-auth-plugin (or apt-get install google-cloud-cli-gke-gcloud-auth-plugin)",
+                        "provideClusterInfo": True,
+                        "interactiveMode": "IfAvailable",
+                    }
+                },
+            }
+        ],
+    }
+    return json.dumps(config, indent=2)
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """A GKE Standard cluster with a CPU system pool and a V100 GPU pool, built from a ClusterSpec."""
+
+    cluster: gcp.container.Cluster
+    system_pool: gcp.container.NodePool
+    gpu_pool: gcp.container.NodePool
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        spec: ClusterSpec,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        # Everything that can be refused is refused here, before the component registers.
+        if spec.cloud != "gcp":
+            raise SpecError(f"the GCP component got a spec for cloud {spec.cloud!r}; allowed: gcp")
+        warnings = validate(spec)
+        spec = catalog.resolve(spec)
+        project = project_of(spec)
+        release_channel = catalog.option_choice(
+            spec, "releaseChannel", catalog.RELEASE_CHANNELS, catalog.DEFAULT_RELEASE_CHANNEL
+        )
+        driver_version = catalog.option_choice(
+            spec, "gpuDriverVersion", catalog.GPU_DRIVER_VERSIONS, catalog.DEFAULT_GPU_DRIVER_VERSION
+        )
+        autoscale = catalog.option_bool(spec, "autoscale")
+        min_nodes = catalog.min_nodes(spec) if autoscale else None
+        system_machine_type = spec.option("systemMachineType") or catalog.DEFAULT_SYSTEM_MACHINE_TYPE
+
+        super().__init__(TYPE_TOKEN, resource_name, None, opts)
+        for text in warnings:
+            pulumi.log.warn(text, resource=self)
+
+        self.spec = spec
+        labels = spec.managed_tags()
+        child = pulumi.ResourceOptions(parent=self)
+        # Pools have fixed names, so a change that forces a new pool must delete the old one first.
+        pool_opts = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
+
+        self.cluster = gcp.container.Cluster(
+            f"{resource_name}-cluster",
+            name=spec.name,
+            project=project,
+            location=spec.zone,
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            deletion_protection=False,
+            enable_shielded_nodes=True,
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{project}.svc.id.goog",
+            ),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=release_channel),
+            resource_labels=labels,
+            opts=child,
+        )
+
+        self.system_pool = gcp.container.NodePool(
+            f"{resource_name}-system",
+            name=SYSTEM_POOL_NAME,
+            project=project,
+            cluster=self.cluster.name,
+            location=spec.zone,
+            node_count=1,
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=system_machine_type,
+                disk_size_gb=50,
+                disk_type="pd-balanced",
+                oauth_scopes=OAUTH_SCOPES,
+                resource_labels=labels,
+                labels={**labels, "gpucluster-pool": "system"},
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
+                ),
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+            ),
+            opts=pool_opts,
+        )
+
+        if autoscale:
+            count_args: dict[str, Any] = {
+                "initial_node_count": spec.nodes,
+                "autoscaling": gcp.container.NodePoolAutoscalingArgs(
+                    min_node_count=min_nodes, max_node_count=spec.nodes
+                ),
+            }
+        else:
+            count_args = {"node_count": spec.nodes}
+
+        self.gpu_pool = gcp.container.NodePool(
+            f"{resource_name}-gpu",
+            name=GPU_POOL_NAME,
+            project=project,
+            cluster=self.cluster.name,
+            location=spec.zone,
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=spec.instance_type,
+                image_type="COS_CONTAINERD",
+                spot=spec.spot,
+                disk_size_gb=spec.disk_gb,
+                disk_type=spec.disk_type,
+                oauth_scopes=OAUTH_SCOPES,
+                guest_accelerators=[
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                        type=spec.accelerator,
+                        count=spec.gpus_per_node,
+                        gpu_driver_installation_config=(
+                            gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                                gpu_driver_version=driver_version
+                            )
+                        ),
+                    )
+                ],
+                # GKE adds this taint itself only when a non-GPU pool already exists; with the
+                # default pool removed that can race (terraform-google-kubernetes-engine issue 703),
+                # so it is declared here. Google's cluster-toolkit declares it the same way.
+                taints=[
+                    gcp.container.NodePoolNodeConfigTaintArgs(
+                        key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"
+                    )
+                ],
+                resource_labels=labels,
+                labels={**labels, "gpucluster-pool": "gpu"},
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
+                ),
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+            ),
+            opts=pool_opts,
+            **count_args,
+        )
+
+        self.cluster_name = self.cluster.name
+        self.location = self.cluster.location
+        self.endpoint = self.cluster.endpoint
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
+            ).apply(lambda a: kubeconfig_for(a[0], a[1], a[2] or ""))
+        )
+        self.node_pool_name = self.gpu_pool.name
+        self.outputs: dict[str, Any] = {
+            "cloud": "gcp",
+            "cluster_name": self.cluster_name,
+            "location": self.location,
+            "zone": spec.zone,
+            "region": spec.region,
+            "project": project,
+            "endpoint": self.endpoint,
+            "kubeconfig": self.kubeconfig,
+            "node_pool_name": self.node_pool_name,
+            "system_pool_name": self.system_pool.name,
+            "machine_type": spec.instance_type,
+            "accelerator_type": spec.accelerator,
+            "accelerator_count": spec.gpus_per_node,
+            "gpus_per_node": spec.gpus_per_node,
+            "nodes": spec.nodes,
+            "spot": spec.spot,
+            "labels": labels,
+        }
+        self.register_outputs(self.outputs)
+
+
+def declare(spec: ClusterSpec) -> dict[str, Any]:
+    """Declare the GCP cluster for `spec` (inside a Pulumi program); the outputs to export."""
+    component = GpuCluster(spec.name, spec=spec)
+    return {k: v if isinstance(v, pulumi.Output) else pulumi.Output.from_input(v) for k, v in component.outputs.items()}
+
+
+def cluster_from_outputs(outputs: dict[str, Any]) -> Cluster:
+    """A `Cluster` for the Kubernetes launcher from this stack's outputs (plain values).
+
+    GKE nodes are not addressed one by one (the launcher schedules one pod per node), so `nodes` is
+    empty and the node count travels in `outputs["nodes"]`; the kubeconfig is kept out of
+    `outputs` (it is a secret) and set on `Cluster.kubeconfig`.
+    """
+
+    public = {k: v for k, v in outputs.items() if k != "kubeconfig"}
+    return Cluster(
+        name=str(outputs["cluster_name"]),
+        cloud="gcp",
+        nodes=(),
+        region=outputs.get("region"),
+        zone=outputs.get("zone") or outputs.get("location"),
+        instance_type=outputs.get("machine_type"),
+        gpus_per_node=int(outputs.get("gpus_per_node") or outputs.get("accelerator_count") or 0),
+        kubeconfig=outputs.get("kubeconfig"),
+        outputs=public,
+    )

@@ -1,0 +1,148 @@
+"""The g5 catalog and AWS spec validation (no Pulumi needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucluster.catalog import aws as catalog
+from gpucluster.errors import SpecError
+from gpucluster.spec import ClusterSpec, validate
+
+
+def aws_spec(**kw) -> ClusterSpec:
+    base = dict(
+        cloud="aws",
+        nodes=2,
+        name="demo",
+        region="us-east-1",
+        instance_type="g5.xlarge",
+        ssh_cidr="203.0.113.7/32",
+    )
+    base.update(kw)
+    if isinstance(base.get("options"), dict):
+        base["options"] = tuple(sorted(base["options"].items()))
+    return ClusterSpec(**base)
+
+
+# (gpus, vcpus, ram GiB, efa) per FACTS.md (SkyPilot catalog v8 / moto 5.2.5 instance data)
+FACTS = {
+    "g5.xlarge": (1, 4, 16, False),
+    "g5.2xlarge": (1, 8, 32, False),
+    "g5.4xlarge": (1, 16, 64, False),
+    "g5.8xlarge": (1, 32, 128, True),
+    "g5.12xlarge": (4, 48, 192, True),
+    "g5.16xlarge": (1, 64, 256, True),
+    "g5.24xlarge": (4, 96, 384, True),
+    "g5.48xlarge": (8, 192, 768, True),
+}
+
+
+def test_catalog_has_the_eight_g5_sizes_with_the_sourced_specs():
+    assert set(catalog.INSTANCE_TYPES) == set(FACTS)
+    for name, (gpus, vcpus, ram, efa) in FACTS.items():
+        t = catalog.INSTANCE_TYPES[name]
+        assert (t.gpus, t.vcpus, t.memory_gib, t.efa) == (gpus, vcpus, ram, efa), name
+        assert t.gpu_memory_mib == 22888 and t.gpu_model == "A10G"
+        for region in ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1"):
+            assert region in t.regions
+    assert catalog.INSTANCE_TYPES["g5.48xlarge"].total_gpu_memory_mib == 8 * 22888
+    assert catalog.SOURCE_DATE == "2026-11-22"
+
+
+def test_a_good_spec_passes_through_the_generic_validate():
+    assert validate(aws_spec()) == []
+
+
+def test_defaults_are_reported_as_warnings():
+    warnings = validate(aws_spec(region=None, instance_type=None, ssh_cidr=None))
+    text = " ".join(warnings)
+    assert "us-east-1" in text and "g5.xlarge" in text and "SSH is closed" in text
+    assert catalog.region_of(aws_spec(region=None)) == "us-east-1"
+
+
+def test_unknown_type_suggests_the_close_one():
+    with pytest.raises(SpecError, match=r'did you mean "g5\.xlarge"') as exc:
+        validate(aws_spec(instance_type="g5.xlarg"))
+    assert "'g5.xlarg'" in str(exc.value)
+    with pytest.raises(SpecError, match="p4d.24xlarge"):
+        validate(aws_spec(instance_type="p4d.24xlarge"))
+
+
+def test_region_where_g5_is_not_offered_is_refused_with_the_list():
+    with pytest.raises(SpecError, match=r"not offered in region 'us-west-1'.*us-west-2"):
+        validate(aws_spec(region="us-west-1"))
+    with pytest.raises(SpecError, match=r'did you mean "us-east-1"'):
+        validate(aws_spec(region="us-eats-1"))
+    warnings = validate(aws_spec(region="us-west-1", options={"allowUnlistedRegion": "true"}))
+    assert any("us-west-1" in w for w in warnings)
+
+
+def test_zone_must_belong_to_the_region():
+    assert validate(aws_spec(zone="us-east-1b")) == []
+    with pytest.raises(SpecError, match="availability zone 'eu-west-1a'"):
+        validate(aws_spec(zone="eu-west-1a"))
+
+
+@pytest.mark.parametrize("nodes", [0, 65, -1])
+def test_nodes_outside_1_to_64_are_refused(nodes):
+    with pytest.raises(SpecError, match="nodes"):
+        validate(aws_spec(nodes=nodes))
+
+
+def test_gpus_per_node_must_match_the_type():
+    assert validate(aws_spec(instance_type="g5.12xlarge", gpus_per_node=4)) == []
+    with pytest.raises(SpecError, match=r"gpus per node for g5\.xlarge.*g5\.12xlarge, g5\.24xlarge"):
+        validate(aws_spec(gpus_per_node=4))
+
+
+def test_efa_only_on_types_that_support_it():
+    with pytest.raises(SpecError, match=r"g5\.xlarge does not support it.*g5\.8xlarge"):
+        validate(aws_spec(options={"efa": "true"}))
+    assert validate(aws_spec(instance_type="g5.8xlarge", options={"efa": "true"})) == []
+    one = validate(aws_spec(instance_type="g5.8xlarge", nodes=1, options={"efa": "true"}))
+    assert any("single node" in w for w in one)
+    with pytest.raises(SpecError, match="option efa 'maybe'"):
+        validate(aws_spec(options={"efa": "maybe"}))
+
+
+def test_spot_must_terminate_on_interruption():
+    assert validate(aws_spec(spot=True, options={"spotInterruptionBehavior": "terminate"})) == []
+    with pytest.raises(SpecError, match="'stop'.*cluster placement group must terminate"):
+        validate(aws_spec(spot=True, options={"spotInterruptionBehavior": "stop"}))
+    with pytest.raises(SpecError, match="needs spot=true"):
+        validate(aws_spec(options={"spotInterruptionBehavior": "terminate"}))
+
+
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "::/0"])
+def test_ssh_open_to_the_world_needs_an_explicit_option(cidr):
+    with pytest.raises(SpecError, match="allowOpenSsh=true"):
+        validate(aws_spec(ssh_cidr=cidr))
+    for key in ("allowOpenSsh", "allow_open_ssh"):
+        warnings = validate(aws_spec(ssh_cidr=cidr, options={key: "true"}))
+        assert any("open to" in w for w in warnings)
+    with pytest.raises(SpecError):
+        validate(aws_spec(ssh_cidr=cidr, options={"allowOpenSsh": "false"}))
+
+
+def test_unknown_option_disk_type_accelerator_and_network_options():
+    with pytest.raises(SpecError, match=r'aws option .*did you mean "allowOpenSsh"'):
+        validate(aws_spec(options={"allowOpenSSH": "true"}))
+    with pytest.raises(SpecError, match="root disk type 'gp2'"):
+        validate(aws_spec(disk_type="gp2"))
+    with pytest.raises(SpecError, match="accelerator 'nvidia-tesla-v100'"):
+        validate(aws_spec(accelerator="nvidia-tesla-v100"))
+    assert validate(aws_spec(accelerator="nvidia-a10g")) == []
+    with pytest.raises(SpecError, match="needs subnetId"):
+        validate(aws_spec(options={"vpcId": "vpc-1"}))
+    with pytest.raises(SpecError, match="sshPublicKey"):
+        validate(aws_spec(options={"sshPublicKey": "not a key"}))
+    assert validate(aws_spec(options={"subnet_id": "subnet-1", "vpc_id": "vpc-1"})) == []
+
+
+def test_vpc_cidr_must_fit_aws_limits_and_the_nodes():
+    assert validate(aws_spec(options={"vpcCidr": "10.7.0.0/24"})) == []
+    for bad in ("10.7.0.0/8", "10.7.0.1/24", "fd00::/64", "ten"):
+        with pytest.raises(SpecError, match="option vpcCidr"):
+            validate(aws_spec(options={"vpcCidr": bad}))
+    with pytest.raises(SpecError, match="11 usable addresses, fewer than 12 nodes"):
+        validate(aws_spec(nodes=12, options={"vpcCidr": "10.7.0.0/28"}))

@@ -1,0 +1,494 @@
+"""The AWS component and the shared program under Pulumi's mock runtime (no CLI, no cloud)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+pytest.importorskip("pulumi_aws")
+pytest.importorskip("pulumi_tls")
+import pulumi  # noqa: E402
+import pulumi_aws as aws  # noqa: E402
+import yaml  # noqa: E402
+
+from gpucluster.errors import ConfigError, SpecError  # noqa: E402
+from gpucluster.infra import aws as component  # noqa: E402
+from gpucluster.infra import program  # noqa: E402
+from gpucluster.infra.aws_mocks import (  # noqa: E402
+    MOCK_AMI_ID,
+    MOCK_EXISTING_SUBNET,
+    build,
+    is_secret_input,
+    private_ip,
+    public_ip,
+    unwrap,
+)
+from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STACK_FILE = ROOT / "stacks" / "Pulumi.aws-g5.yaml"
+
+INSTANCE = "aws:ec2/instance:Instance"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+# Resource types that take no tags in AWS (checked against the classes below).
+UNTAGGABLE = {
+    "gpucluster:aws:GpuCluster": None,
+    "pulumi:providers:aws": None,
+    "tls:index/privateKey:PrivateKey": None,
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": aws.ec2.RouteTableAssociation,
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": aws.iam.RolePolicyAttachment,
+}
+
+
+def spec(**kw) -> ClusterSpec:
+    base = dict(
+        cloud="aws",
+        nodes=2,
+        name="demo",
+        region="us-east-1",
+        instance_type="g5.xlarge",
+        ssh_cidr="203.0.113.7/32",
+        run_id="r20261122-031500-abc123",
+        tags=(("team", "ml"),),
+    )
+    base.update(kw)
+    if isinstance(base.get("options"), dict):
+        base["options"] = tuple(sorted(base["options"].items()))
+    return ClusterSpec(**base)
+
+
+@pytest.fixture(scope="module")
+def default():
+    """One build of the default 2-node spec, shared by the read-only assertions."""
+    built = build(spec())
+    assert built.error is None
+    return built
+
+
+def user_data(resource) -> dict:
+    text = unwrap(resource.inputs["userData"])
+    assert text.startswith("#cloud-config\n")
+    return yaml.safe_load(text)
+
+
+# -- structure --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_instance_count_equals_nodes_all_in_one_subnet_zone_and_placement_group(nodes):
+    built = build(spec(nodes=nodes))
+    rec = built.recorder
+    instances = rec.instances()
+    assert len(instances) == nodes
+    (subnet,) = rec.of_type("aws:ec2/subnet:Subnet")
+    (pg,) = rec.of_type("aws:ec2/placementGroup:PlacementGroup")
+    assert pg.inputs["strategy"] == "cluster"
+    # the first zone (by name) where the mock says the type is offered
+    assert subnet.inputs["availabilityZone"] == "us-east-1a" == built.outputs["availability_zone"]
+    for inst in instances:
+        assert inst.inputs["subnetId"] == f"{subnet.name}-id"
+        assert inst.inputs["placementGroup"] == pg.name
+        assert inst.inputs["instanceType"] == "g5.xlarge"
+        assert inst.inputs["associatePublicIpAddress"] is True
+    assert len(rec.of_type("tls:index/privateKey:PrivateKey")) == nodes + 1  # host keys + login
+
+
+def test_zone_from_the_spec_skips_the_offerings_lookup():
+    rec = build(spec(zone="us-east-1f")).recorder
+    assert rec.of_type("aws:ec2/subnet:Subnet")[0].inputs["availabilityZone"] == "us-east-1f"
+    assert rec.calls_to("aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings") == []
+
+
+def test_offerings_lookup_filters_on_the_instance_type(default):
+    (call,) = default.recorder.calls_to("aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings")
+    assert call.args["locationType"] == "availability-zone"
+    assert call.args["filters"] == [{"name": "instance-type", "values": ["g5.xlarge"]}]
+
+
+def test_existing_subnet_from_options_creates_no_network():
+    built = build(spec(options={"vpcId": "vpc-0existing", "subnetId": "subnet-0existing"}))
+    rec = built.recorder
+    for typ in ("aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway"):
+        assert rec.of_type(typ) == []
+    (call,) = rec.calls_to("aws:ec2/getSubnet:getSubnet")
+    assert call.args["id"] == "subnet-0existing"
+    assert rec.of_type("aws:ec2/securityGroup:SecurityGroup")[0].inputs["vpcId"] == "vpc-0existing"
+    assert {i.inputs["subnetId"] for i in rec.instances()} == {"subnet-0existing"}
+    assert built.outputs["availability_zone"] == MOCK_EXISTING_SUBNET["availabilityZone"]
+
+
+def test_ami_lookup_filters_and_override(default):
+    (call,) = default.recorder.calls_to("aws:ec2/getAmi:getAmi")
+    assert call.args["owners"] == ["amazon"]
+    assert call.args["mostRecent"] is True
+    filters = {f["name"]: f["values"] for f in call.args["filters"]}
+    assert filters["name"] == ["Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"]
+    assert filters["architecture"] == ["x86_64"]
+    assert {i.inputs["ami"] for i in default.recorder.instances()} == {MOCK_AMI_ID}
+
+    rec = build(spec(options={"ami": "ami-0pinned"})).recorder
+    assert rec.calls_to("aws:ec2/getAmi:getAmi") == []
+    assert {i.inputs["ami"] for i in rec.instances()} == {"ami-0pinned"}
+
+
+def test_instances_require_imdsv2_encrypted_gp3_root_and_terminate_on_shutdown():
+    rec = build(spec(disk_gb=250)).recorder
+    for inst in rec.instances():
+        assert inst.inputs["metadataOptions"]["httpTokens"] == "required"
+        root = inst.inputs["rootBlockDevice"]
+        assert root["volumeType"] == "gp3"
+        assert root["encrypted"] is True
+        assert root["volumeSize"] == 250
+        assert root["deleteOnTermination"] is True
+        assert inst.inputs["instanceInitiatedShutdownBehavior"] == "terminate"
+        assert "instanceMarketOptions" not in inst.inputs  # on-demand by default
+
+
+def test_spot_is_one_time_and_terminates_on_interruption():
+    rec = build(spec(spot=True)).recorder
+    for inst in rec.instances():
+        market = inst.inputs["instanceMarketOptions"]
+        assert market["marketType"] == "spot"
+        assert market["spotOptions"]["instanceInterruptionBehavior"] == "terminate"
+        assert market["spotOptions"]["spotInstanceType"] == "one-time"
+
+
+# -- security group ---------------------------------------------------------------------------
+
+
+def _ssh_rules(rec):
+    return [r for r in rec.of_type(INGRESS) if r.inputs.get("fromPort") == 22]
+
+
+def test_ssh_only_from_the_callers_cidr_and_members_talk_freely(default):
+    rec = default.recorder
+    (sg,) = rec.of_type("aws:ec2/securityGroup:SecurityGroup")
+    sg_id = f"{sg.name}-id"
+    assert "ingress" not in sg.inputs and "egress" not in sg.inputs  # rules are separate resources
+    (ssh,) = _ssh_rules(rec)
+    assert ssh.inputs["cidrIpv4"] == "203.0.113.7/32"
+    assert (ssh.inputs["ipProtocol"], ssh.inputs["toPort"]) == ("tcp", 22)
+    for rule in rec.of_type(INGRESS):
+        assert rule.inputs.get("cidrIpv4") not in ("0.0.0.0/0",) and rule.inputs.get("cidrIpv6") != "::/0"
+    members = [
+        r
+        for r in rec.of_type(INGRESS)
+        if r.inputs.get("referencedSecurityGroupId") == sg_id and r.inputs["ipProtocol"] == "-1"
+    ]
+    assert len(members) == 1 and members[0].inputs["securityGroupId"] == sg_id
+    egress = rec.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+    assert any(r.inputs.get("referencedSecurityGroupId") == sg_id for r in egress)
+    assert {i.inputs["vpcSecurityGroupIds"][0] for i in rec.instances()} == {sg_id}
+
+
+def test_no_ssh_cidr_means_no_ssh_rule_and_open_ssh_only_when_asked():
+    assert _ssh_rules(build(spec(ssh_cidr=None)).recorder) == []
+    refused = build(spec(ssh_cidr="0.0.0.0/0"))
+    assert isinstance(refused.error, SpecError) and refused.recorder.resources == []
+    opened = build(spec(ssh_cidr="0.0.0.0/0", options={"allowOpenSsh": "true"})).recorder
+    assert [r.inputs["cidrIpv4"] for r in _ssh_rules(opened)] == ["0.0.0.0/0"]
+    v6 = build(spec(ssh_cidr="2001:db8::/64")).recorder
+    assert [r.inputs["cidrIpv6"] for r in _ssh_rules(v6)] == ["2001:db8::/64"]
+
+
+def test_iam_role_has_only_ssm_core(default):
+    rec = default.recorder
+    (role,) = rec.of_type("aws:iam/role:Role")
+    policy = json.loads(role.inputs["assumeRolePolicy"])
+    assert policy["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    attachments = rec.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert [a.inputs["policyArn"] for a in attachments] == [component.SSM_POLICY_ARN]
+    assert rec.of_type("aws:iam/rolePolicy:RolePolicy") == []
+    (profile,) = rec.of_type("aws:iam/instanceProfile:InstanceProfile")
+    assert {i.inputs["iamInstanceProfile"] for i in rec.instances()} == {profile.name}
+
+
+def test_efa_interfaces_and_elastic_ips_when_asked():
+    built = build(spec(instance_type="g5.8xlarge", options={"efa": "true"}, nodes=2))
+    rec = built.recorder
+    enis = rec.of_type("aws:ec2/networkInterface:NetworkInterface")
+    assert [e.inputs["interfaceType"] for e in enis] == ["efa", "efa"]
+    for inst in rec.instances():
+        assert "subnetId" not in inst.inputs and "vpcSecurityGroupIds" not in inst.inputs
+        assert inst.inputs["primaryNetworkInterface"]["networkInterfaceId"].endswith("-id")
+    assert len(rec.of_type("aws:ec2/eip:Eip")) == 2
+    assert built.outputs["public_ips"] == ["203.0.113.10", "203.0.113.11"]
+    # and none without the option
+    assert build(spec(instance_type="g5.8xlarge")).recorder.of_type(
+        "aws:ec2/networkInterface:NetworkInterface"
+    ) == []
+
+
+# -- tags -------------------------------------------------------------------------------------
+
+
+def test_untaggable_list_is_honest():
+    for typ, cls in UNTAGGABLE.items():
+        if cls is not None:
+            assert "tags" not in inspect.signature(cls._internal_init).parameters, typ
+
+
+@pytest.mark.parametrize("efa", [False, True])
+def test_every_taggable_resource_carries_the_cluster_tags(efa):
+    s = spec(instance_type="g5.12xlarge", options={"efa": "true"} if efa else {})
+    rec = build(s).recorder
+    want = {
+        "managed-by": "gpucluster",
+        "gpucluster-cluster": "demo",
+        "gpucluster-run": "r20261122-031500-abc123",
+        "team": "ml",
+    }
+    checked = 0
+    for r in rec.resources:
+        if r.typ in UNTAGGABLE:
+            continue
+        tags = r.inputs.get("tags")
+        assert tags is not None, f"{r.typ} {r.name} has no tags"
+        assert want.items() <= tags.items(), (r.typ, tags)
+        checked += 1
+    assert checked >= 15
+    for inst in rec.instances():
+        assert want.items() <= inst.inputs["rootBlockDevice"]["tags"].items()
+        assert inst.inputs["tags"]["gpucluster-rank"] == inst.name.rsplit("-", 1)[1]
+
+
+# -- outputs and secrets ----------------------------------------------------------------------
+
+
+def test_outputs_are_head_first_and_complete():
+    built = build(spec(nodes=5))
+    out = built.outputs
+    assert out["instance_ids"] == [f"demo-node-{i}-id" for i in range(5)]
+    assert out["private_ips"] == [private_ip(i) for i in range(5)]
+    assert out["public_ips"] == [public_ip(i) for i in range(5)]
+    assert out["host_public_keys"] == [f"ssh-ed25519 AAAAmockdemohostkey{i}" for i in range(5)]
+    assert (out["ssh_user"], out["region"], out["instance_type"], out["gpus_per_node"]) == (
+        "ubuntu",
+        "us-east-1",
+        "g5.xlarge",
+        1,
+    )
+    assert out["cluster_name"] == "demo"
+    assert out["ssh_private_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+
+
+def test_secrets_are_marked_secret(default):
+    assert default.secret["ssh_private_key"] is True
+    for key in ("instance_ids", "private_ips", "public_ips", "host_public_keys", "ssh_user"):
+        assert default.secret[key] is False, key
+    for inst in default.recorder.instances():
+        assert is_secret_input(inst.inputs["userData"])  # it carries a private host key
+        assert inst.inputs["userDataReplaceOnChange"] is True
+
+
+def test_users_public_key_replaces_the_generated_one():
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIuser me@laptop"
+    built = build(spec(options={"sshPublicKey": key}))
+    rec = built.recorder
+    assert rec.of_type("aws:ec2/keyPair:KeyPair")[0].inputs["publicKey"] == key
+    names = [r.name for r in rec.of_type("tls:index/privateKey:PrivateKey")]
+    assert sorted(names) == ["demo-host-key-0", "demo-host-key-1"]  # no login key generated
+    assert built.outputs["ssh_private_key"] is None and built.secret["ssh_private_key"] is True
+
+
+# -- user data: host keys, dead-man switch, readiness -----------------------------------------
+
+
+def test_user_data_pins_the_host_key_exported_for_the_same_node(default):
+    for rank, inst in enumerate(default.recorder.instances()):
+        doc = user_data(inst)
+        assert doc["ssh_deletekeys"] is True and doc["ssh_genkeytypes"] == []
+        assert doc["ssh_keys"]["ed25519_public"] == default.outputs["host_public_keys"][rank]
+        assert f"mock-demo-host-key-{rank}" in doc["ssh_keys"]["ed25519_private"]
+
+
+def _fake_bin(tmp_path, name: str, body: str) -> pathlib.Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    path = bindir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return bindir
+
+
+def _env(tmp_path, bindir, **extra):
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "GPUCLUSTER_STATE_DIR": str(tmp_path / "state"), **extra}
+
+
+def _written(doc: dict, path: str) -> str:
+    (entry,) = [f for f in doc["write_files"] if f["path"] == path]
+    return entry["content"]
+
+
+def _script(tmp_path, doc: dict, path: str) -> pathlib.Path:
+    script = tmp_path / pathlib.Path(path).name
+    script.write_text(_written(doc, path))
+    script.chmod(0o755)
+    return script
+
+
+def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
+    rec = build(spec(max_lifetime_minutes=90)).recorder
+    doc = user_data(rec.instances()[0])
+    # armed first (before the GPU check), by a unit that runs again on every boot
+    assert doc["runcmd"][0] == ["systemctl", "enable", "--now", "--no-block", component.DEADMAN_UNIT]
+    unit = _written(doc, f"/etc/systemd/system/{component.DEADMAN_UNIT}")
+    assert f"ExecStart={component.DEADMAN_SCRIPT_PATH}" in unit and "WantedBy=multi-user.target" in unit
+    script = _script(tmp_path, doc, component.DEADMAN_SCRIPT_PATH)
+    assert "60 * 90" in script.read_text()
+
+    log = tmp_path / "shutdown.log"
+    bindir = _fake_bin(tmp_path, "shutdown", f'echo "$@" >> {log}\n')
+    env = _env(tmp_path, bindir)
+    before = int(time.time())
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
+    deadline = int((tmp_path / "state" / "deadline").read_text())
+    assert before + 90 * 60 <= deadline <= int(time.time()) + 90 * 60
+    assert log.read_text().splitlines()[0].startswith("-P +90 ")
+
+    # a "reboot" 80 minutes later re-arms for the 10 minutes left, not for another 90
+    (tmp_path / "state" / "deadline").write_text(str(int(time.time()) + 10 * 60 - 5))
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
+    assert log.read_text().splitlines()[1].startswith("-P +10 ")
+    # past the deadline: power off now
+    (tmp_path / "state" / "deadline").write_text(str(int(time.time()) - 1))
+    subprocess.run([str(script)], env=env, check=True, timeout=10)
+    assert log.read_text().splitlines()[2].startswith("-P now")
+
+
+def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
+    doc = user_data(build(s).recorder.instances()[0])
+    assert doc["runcmd"][1] == [component.READY_SCRIPT_PATH, "0"]
+    return _script(tmp_path, doc, component.READY_SCRIPT_PATH)
+
+
+def test_readiness_marker_reports_the_gpu_check(tmp_path):
+    script = _ready_script(tmp_path, spec(instance_type="g5.12xlarge"))
+    marker = tmp_path / "state" / "ready"
+
+    bindir = _fake_bin(tmp_path, "nvidia-smi", "for i in 1 2 3 4; do echo 550.127.05; done\n")
+    subprocess.run([str(script), "3"], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
+    result = json.loads(marker.read_text())
+    assert result["ok"] is True and result["gpus"] == 4 and result["expected_gpus"] == 4
+    assert result["driver"] == "550.127.05" and result["cluster"] == "demo" and result["rank"] == 3
+
+    _fake_bin(tmp_path, "nvidia-smi", "echo 550.127.05\n")  # one GPU missing
+    subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
+    result = json.loads(marker.read_text())
+    assert (result["ok"], result["gpus"], result["expected_gpus"]) == (False, 1, 4)
+
+    _fake_bin(tmp_path, "nvidia-smi", 'echo "NVIDIA-SMI has failed because it couldn\'t communicate"; exit 9\n')
+    subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
+    result = json.loads(marker.read_text())
+    assert result["ok"] is False and result["gpus"] == 0 and "NVIDIA-SMI has failed" in result["error"]
+
+
+# -- the program: stack config -> spec -> refused or declared ---------------------------------
+
+
+def _stack_config() -> dict:
+    doc = yaml.safe_load(STACK_FILE.read_text())
+    return {k.split(":", 1)[1]: v for k, v in doc["config"].items() if k.startswith("gpucluster:")}
+
+
+def test_stack_example_parses_into_a_valid_spec():
+    s = program.spec_from_config(_stack_config(), "aws-g5")
+    assert (s.cloud, s.nodes, s.instance_type, s.region) == ("aws", 2, "g5.xlarge", "us-east-1")
+    assert s.tag_dict == {"team": "ml", "purpose": "example"}
+    assert s.option("efa") == "false"
+    assert validate(s) == []
+    # the same values as Pulumi hands them to the program (strings, objects as JSON)
+    as_strings = {k: json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool) else str(v)
+                  for k, v in _stack_config().items()}
+    assert program.spec_from_config(lambda: as_strings, "aws-g5") == s
+    built = build(s)
+    assert built.error is None and len(built.recorder.instances()) == 2
+
+
+def test_spec_from_config_defaults_name_and_options():
+    s = program.spec_from_config({"cloud": "aws", "efa": True, "allowOpenSsh": "true"}, "My_Stack.Dev")
+    assert s.name == "my-stack-dev" and s.nodes == 1
+    assert s.option_dict == {"allowOpenSsh": "true", "efa": "true"}
+    assert program.sanitize_name("9lives") == "gc-9lives"
+    with pytest.raises(ConfigError, match="gpucluster:cloud"):
+        program.spec_from_config({"nodes": 2}, "x")
+    with pytest.raises(SpecError, match="gpucluster:nodes"):
+        program.spec_from_config({"cloud": "aws", "nodes": "two"}, "x")
+    with pytest.raises(SpecError, match="gpucluster:spot 'sometimes'"):
+        program.spec_from_config({"cloud": "aws", "spot": "sometimes"}, "x")
+    with pytest.raises(ConfigError, match='did you mean "gpucluster:instanceType"'):
+        program.spec_from_config({"cloud": "aws", "instance_type": "g5.xlarge"}, "x")
+    with pytest.raises(ConfigError, match="gpucluster:tags"):
+        program.spec_from_config({"cloud": "aws", "tags": "[1"}, "x")
+
+
+BAD = {
+    "unknown type": dict(instance_type="g5.xlarg"),
+    "region not offered": dict(region="us-west-1"),
+    "too many nodes": dict(nodes=65),
+    "no nodes": dict(nodes=0),
+    "gpus mismatch": dict(gpus_per_node=8),
+    "spot stop": dict(spot=True, options={"spotInterruptionBehavior": "stop"}),
+    "efa unsupported": dict(options={"efa": "true"}),
+    "open ssh": dict(ssh_cidr="0.0.0.0/0"),
+    "bad cidr": dict(ssh_cidr="my laptop"),
+    "unknown option": dict(options={"vpcid": "vpc-1"}),
+    "bad name": dict(name="Demo_1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_every_bad_spec_is_refused_before_any_resource_is_declared(case):
+    built = build(spec(**BAD[case]))
+    assert isinstance(built.error, SpecError), case
+    assert built.recorder.resources == [] and built.recorder.calls == []
+    assert built.outputs == {}
+
+
+def test_main_reads_the_stack_namespace_and_exports():
+    config = {f"gpucluster:{k}": v for k, v in {
+        "cloud": "aws", "nodes": "3", "region": "eu-west-1", "sshCidr": "198.51.100.0/24",
+        "maxLifetimeMinutes": "30", "efa": "false",
+    }.items()}
+    config["other:ignored"] = "x"
+    config["aws:profile"] = "research"
+    pulumi.runtime.config.set_all_config(config)
+    try:
+        built = build(program=lambda: program.main() or {}, stack="Team.Run-1")
+    finally:
+        pulumi.runtime.config.set_all_config({})
+    assert built.error is None
+    rec = built.recorder
+    assert len(rec.instances()) == 3
+    (provider,) = rec.of_type("pulumi:providers:aws")
+    assert (provider.inputs["region"], provider.inputs["profile"]) == ("eu-west-1", "research")
+    assert {i.inputs["tags"]["gpucluster-cluster"] for i in rec.instances()} == {"team-run-1"}
+    assert "60 * 30" in _written(user_data(rec.instances()[0]), component.DEADMAN_SCRIPT_PATH)
+
+
+def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs():
+    from gpucluster.errors import ProvisionError
+    from gpucluster.infra.aws_outputs import cluster_from_outputs
+
+    built = build(spec(nodes=3, instance_type="g5.12xlarge"))
+    cluster = cluster_from_outputs(built.outputs)
+    assert [n.rank for n in cluster.nodes] == [0, 1, 2]
+    assert cluster.head.private_ip == private_ip(0) and cluster.head.host == public_ip(0)
+    assert cluster.node_ips == [private_ip(i) for i in range(3)]
+    assert [n.host_keys for n in cluster.nodes] == [(k,) for k in built.outputs["host_public_keys"]]
+    assert {(n.user, n.gpus) for n in cluster.nodes} == {("ubuntu", 4)}
+    assert (cluster.region, cluster.zone, cluster.instance_type) == ("us-east-1", "us-east-1a", "g5.12xlarge")
+    assert cluster.ssh_private_key.startswith("-----BEGIN OPENSSH")
+    assert "ssh_private_key" not in cluster.outputs
+
+    broken = dict(built.outputs, public_ips=built.outputs["public_ips"][:2])
+    with pytest.raises(ProvisionError, match="disagree on the node count"):
+        cluster_from_outputs(broken)
+    with pytest.raises(ProvisionError, match="lack host_public_keys"):
+        cluster_from_outputs({k: v for k, v in built.outputs.items() if k != "host_public_keys"})

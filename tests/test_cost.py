@@ -1,0 +1,440 @@
+"""Billing rules, estimates, the cost of finished/failed runs from a real ledger, what-if
+projections and reports, each checked against hand-computed figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpucluster import cost as C
+from gpucluster.catalog.prices import load_catalog
+from gpucluster.errors import UsageError
+from gpucluster.ledger import Ledger
+from gpucluster.spec import ClusterSpec
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cost"
+T0 = 1_795_000_000.0  # 2026-11-18 UTC
+
+
+@pytest.fixture()
+def catalog():
+    return load_catalog(False)
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+# -- billing rules ----------------------------------------------------------------------------
+def test_per_second_with_60s_minimum():
+    assert C.billed_seconds(59) == 60
+    assert C.billed_seconds(0.5) == 60
+    assert C.billed_seconds(60) == 60
+    assert C.billed_seconds(61.2) == 62
+    assert C.billed_seconds(0) == 0
+    # 59 s of a g5.xlarge is billed as 60 s: 1.006 / 60 = 0.016766667 (to the nano-dollar)
+    billed, cost = C.time_cost(Decimal("1.006"), 59)
+    assert billed == 60 and cost == Decimal("0.016766667")
+    # disks have no minimum: 200 GB gp3 for 59 s = 200 * 0.08 * 59 / (730 * 3600)
+    billed, cost = C.disk_cost(Decimal("0.08"), 200, 59)
+    assert billed == 59 and cost == (Decimal(16) * 59 / 2628000).quantize(C.NANO)
+
+
+def test_59_seconds_of_an_instance_from_the_ledger_is_billed_60(catalog):
+    spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge")
+    run = {"id": "r1", "cloud": "aws", "prices": C.price_snapshot(spec, catalog), "resources": [
+        {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0 + 5,
+         "deleted_at": T0 + 59, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge", "spot": False}}]}
+    out = C.run_cost(run, now=T0 + 1000, catalog=catalog)
+    (line,) = out["lines"]
+    assert line["billed_seconds"] == 60 and Decimal(out["total"]) == Decimal("0.016766667")
+    assert out["still_billing"] == []
+
+
+def test_two_g5_12xlarge_for_3h_with_200gb_gp3(catalog):
+    spec = ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge", disk_gb=200, region="us-east-1")
+    est = C.estimate(spec, 3, catalog=catalog)
+    lines = {ln["category"]: ln for ln in est.lines}
+    # 2 x 5.672 $/h x 3 h = 34.032; disks 2 x 200 GB x 0.08 $/GB-month x 3 h / 730 h = 0.131506849...
+    assert Decimal(lines["instances"]["total"]) == Decimal("34.032")
+    assert abs(Decimal(lines["disks"]["total"]) - Decimal(96) / 730) < Decimal("0.000000002")
+    assert lines["gpus"]["description"] == "8 x A10G" and Decimal(lines["gpus"]["total"]) == 0
+    assert est.total.quantize(C.CENT) == Decimal("34.16")
+    assert est.hourly.quantize(Decimal("0.0001")) == Decimal("11.3878")  # 11.344 + 400*0.08/730
+    assert est.per_gpu_hour == Decimal("1.418") and est.gpus == 8
+    assert est.price_date == "2026-11-22"
+
+
+def test_gke_two_n1_standard_16_with_4_v100_for_90_min(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4,
+                       accelerator="nvidia-tesla-v100", zone="us-central1-a", disk_gb=100, disk_type="pd-balanced")
+    # by hand: VMs 2 x 0.76 x 1.5 = 2.28; GPUs 8 x 2.48 x 1.5 = 29.76; disks 200 GB x 0.10 x 1.5/730 = 0.041095890;
+    # GKE fee 0.10 x 1.5 = 0.15
+    paid = C.estimate(spec, "1.5", catalog=catalog)
+    by = {ln["category"]: Decimal(ln["total"]) for ln in paid.lines}
+    assert by == {"instances": Decimal("2.28"), "gpus": Decimal("29.76"), "disks": Decimal("0.041095890"),
+                  "cluster fee": Decimal("0.15")}
+    assert paid.total == Decimal("32.231095890")
+    assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.48740")  # 1.52 + 19.84 + 0.10 + 0.0274
+    free = C.estimate(spec, "1.5", catalog=catalog, free_tier=True)
+    by_free = {ln["category"]: Decimal(ln["total"]) for ln in free.lines}
+    assert by_free["cluster fee"] == 0 and free.total == Decimal("32.081095890")
+    # the free tier does not cover a regional cluster
+    regional = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True)
+    assert regional.total == paid.total and any("regional" in n for n in regional.notes)
+
+
+def test_other_n1_shapes_are_priced_from_unit_prices(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-highmem-8", gpus_per_node=1, region="us-central1")
+    est = C.estimate(spec, 1, catalog=catalog)
+    inst = next(ln for ln in est.lines if ln["category"] == "instances")
+    assert Decimal(inst["unit_price"]) == Decimal("0.031612") * 8 + Decimal("0.0042368") * 52
+    assert inst["source"].startswith("derived")
+
+
+@pytest.mark.parametrize("spec, hours, message", [
+    (dict(cloud="aws", nodes=1, instance_type="g5.12xlarg"), 1, 'did you mean "g5.12xlarge"'),
+    (dict(cloud="aws", nodes=1, instance_type="g5.xlarge", region="us-east-2"), 1, "region 'us-east-2'"),
+    (dict(cloud="aws", nodes=0), 1, "nodes 0 is not allowed"),
+    (dict(cloud="aws", nodes=-2), 1, "nodes -2 is not allowed"),
+    (dict(cloud="aws", nodes=1), 0, "hours 0 is not allowed"),
+    (dict(cloud="aws", nodes=1), "-3", "hours '-3' is not allowed"),
+    (dict(cloud="aws", nodes=1), "soon", "hours 'soon'"),
+    (dict(cloud="aws", nodes=1, instance_type="g5.xlarge", gpus_per_node=4), 1, "g5.12xlarge, g5.24xlarge"),
+    (dict(cloud="gcp", nodes=1, gpus_per_node=3), 1, "V100 count per node 3"),
+    (dict(cloud="gcp", nodes=1, instance_type="n1-standard-64", gpus_per_node=4), 1, "at most 48 vCPU"),
+    (dict(cloud="gcp", nodes=1, instance_type="n2-standard-16"), 1, 'did you mean "n1-standard-16"'),
+    (dict(cloud="gcp", nodes=1, disk_type="pd-sdd"), 1, 'did you mean "pd-ssd"'),
+    (dict(cloud="aws", nodes=1, instance_type="g5.xlarge", region="eu-west-1", spot=True), 1,
+     "no spot price for g5.xlarge in eu-west-1"),
+])
+def test_bad_input_is_one_clear_usage_error(catalog, spec, hours, message):
+    with pytest.raises(UsageError) as info:
+        C.estimate(ClusterSpec(**spec), hours, catalog=catalog)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_local_runs_cost_nothing_and_say_so(catalog):
+    est = C.estimate(ClusterSpec(cloud="local", nodes=4), 1, catalog=catalog)
+    assert est.total == 0 and "$0" in est.notes[0]
+    out = C.run_cost({"id": "l1", "cloud": "local", "resources": [
+        {"kind": "process", "name": "agent-0", "requested_at": T0, "deleted_at": None, "confirmed_gone": False}]})
+    assert out["total"] == "0" and out["local"] and "$0" in out["notes"][0]
+
+
+# -- runs from a real ledger --------------------------------------------------------------------
+def _ledger(tmp_path) -> Ledger:
+    return Ledger(tmp_path / "ledger.sqlite3")
+
+
+def _record(ledger, run_id, resources):
+    for kind, name, region, detail, req, created, deleted in resources:
+        ledger.resource_requested(run_id, kind, name, region=region, detail=detail, now=req)
+        if created is not None:
+            ledger.resource_created(run_id, kind, name, cloud_id=f"id-{name}", now=created)
+        if deleted is not None:
+            ledger.resource_deleted(run_id, kind, name, now=deleted)
+
+
+def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
+    for spec in (ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge", disk_gb=200, name="est-aws"),
+                 ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4,
+                             zone="us-central1-a", disk_gb=150, name="est-gcp", spot=True)):
+        ledger = _ledger(tmp_path / spec.name)
+        est = C.estimate(spec, "2.75", catalog=catalog)
+        ledger.create_run("r-" + spec.name, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes,
+                          gpus_per_node=spec.gpus_per_node, command=["train"], spec=spec.to_dict(),
+                          prices=C.price_snapshot(spec, catalog), now=T0)
+        seconds = 2.75 * 3600
+        if spec.cloud == "aws":
+            res = [("instance", f"n{i}", "us-east-1", {"instance_type": "g5.12xlarge", "spot": False, "disk_gb": 200,
+                                                      "disk_type": "gp3"}, T0 + 10, T0 + 40, T0 + 10 + seconds)
+                   for i in range(2)]
+        else:
+            pool = {"machine_type": "n1-standard-16", "node_count": 2, "gpus_per_node": 4, "spot": True,
+                    "accelerator": "nvidia-tesla-v100", "disk_gb": 150, "disk_type": "pd-balanced"}
+            res = [("gke-cluster", "c", "us-central1-a", {"zonal": True}, T0, T0 + 300, T0 + seconds),
+                   ("node-pool", "p", "us-central1-a", pool, T0 + 5, T0 + 400, T0 + 5 + seconds),
+                   ("firewall", "fw", "us-central1", {}, T0, T0 + 1, T0 + 20)]
+        _record(ledger, "r-" + spec.name, res)
+        out = C.run_cost(ledger.get_run("r-" + spec.name), now=T0 + 99999)
+        assert Decimal(out["total"]) == est.total
+        for cat in ("instances", "gpus", "disks", "cluster fee"):
+            assert Decimal(out["by_category"][cat]) == sum(
+                (Decimal(ln["total"]) for ln in est.lines if ln["category"] == cat), Decimal(0))
+
+
+def test_failed_run_is_billed_for_what_existed(tmp_path, catalog):
+    ledger = _ledger(tmp_path)
+    spec = ClusterSpec(cloud="aws", nodes=3, instance_type="g5.xlarge", disk_gb=100, name="boom")
+    ledger.create_run("rf", cloud="aws", cluster="boom", nodes=3, gpus_per_node=1, command=["x"],
+                      spec=spec.to_dict(), prices=C.price_snapshot(spec, catalog), now=T0)
+    det = {"instance_type": "g5.xlarge", "spot": False, "disk_gb": 100, "disk_type": "gp3"}
+    _record(ledger, "rf", [
+        # created, ran 10 minutes, then the launch failed and it was deleted
+        ("instance", "n0", "us-east-1", det, T0, T0 + 30, T0 + 600),
+        # creation refused after 20 s (never confirmed created) but the request is billed as an upper bound
+        ("instance", "n1", "us-east-1", det, T0, None, T0 + 20),
+        # left behind: never confirmed deleted -> billed up to now and flagged
+        ("instance", "n2", "us-east-1", det, T0, T0 + 30, None),
+        ("security-group", "sg", "us-east-1", {}, T0, T0 + 1, T0 + 700),
+    ])
+    ledger.finish_run("rf", status="failed", exit_code=1, failure="rank 1 failed", now=T0 + 700)
+    now = T0 + 3600
+    out = C.run_cost(ledger.get_run("rf"), now=now)
+    price, gb = Decimal("1.006"), Decimal("0.08") * 100
+    expect = (price * 600 / 3600 + price * 60 / 3600 + price * 3600 / 3600  # n1: 20 s billed as 60 s
+              + gb * (600 + 20 + 3600) / 2628000)
+    assert abs(Decimal(out["total"]) - expect) < Decimal("0.00000001")
+    assert out["still_billing"] == ["n2"] and any("still billing" in n for n in out["notes"])
+    n1 = next(ln for ln in out["lines"] if ln["resource"] == "n1" and ln["category"] == "instances")
+    assert n1["billed_seconds"] == 60 and "never confirmed" in n1["note"]
+    assert any(ln["category"] == "no charge" for ln in out["lines"])
+    stored = C.record_run_cost(ledger, "rf", now=now)
+    assert ledger.get_run("rf")["cost"]["total"] == stored["total"] == out["total"]
+
+
+def test_prices_come_from_the_launch_snapshot_not_today(tmp_path, catalog):
+    spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge", disk_gb=100)
+    snap = C.price_snapshot(spec, catalog)
+    snap["prices"]["instance/g5.xlarge/on-demand"]["price"] = "2.000"  # the price at launch
+    run = {"id": "r", "cloud": "aws", "prices": snap, "resources": [
+        {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
+         "deleted_at": T0 + 3600, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge"}}]}
+    assert Decimal(C.run_cost(run, catalog=catalog)["total"]) == Decimal("2")
+    run["prices"] = None  # no snapshot: today's catalog, and the cost says so
+    out = C.run_cost(run, catalog=catalog)
+    assert Decimal(out["total"]) == Decimal("1.006") and "today's catalog" in out["notes"][0]
+
+
+# -- what-if ----------------------------------------------------------------------------------
+SEED003 = [(1, 57.0, "w1"), (2, 97.0, "w2"), (4, 103.0, "w4")]  # nodes, s for 8 epochs (FACTS.md, seed 003)
+
+
+def _whatif_ledger(tmp_path) -> Ledger:
+    ledger = _ledger(tmp_path)
+    for i, (nodes, train_s, rid) in enumerate(SEED003):
+        spec = ClusterSpec(cloud="gcp", nodes=nodes, instance_type="n1-standard-16", gpus_per_node=4,
+                           accelerator="nvidia-tesla-v100", zone="us-central1-a", name="seed003")
+        start = T0 + i * 10000
+        ledger.create_run(rid, cloud="gcp", cluster="seed003", nodes=nodes, gpus_per_node=4, command=["t"],
+                          spec=spec.to_dict(), workload="mnist", prices=C.price_snapshot(spec), now=start)
+        ledger.finish_run(rid, status="succeeded", exit_code=0, now=start + 400 + train_s,
+                          metrics={"train_time_s": train_s, "epochs": 8, "samples_per_s": 480000 / train_s,
+                                   "accuracy": 0.98, "loss": 0.05})
+    # ignored: a failed run, another workload, another shape
+    ledger.create_run("bad", cloud="gcp", cluster="x", nodes=8, gpus_per_node=4, command=["t"], workload="mnist",
+                      spec={"cloud": "gcp", "nodes": 8, "instance_type": "n1-standard-16"}, now=T0 + 90000)
+    ledger.finish_run("bad", status="failed", exit_code=1, metrics={"train_time_s": 5, "epochs": 8},
+                      now=T0 + 90100)
+    ledger.create_run("other", cloud="local", cluster="l", nodes=1, gpus_per_node=0, command=["t"],
+                      workload="digits", spec={"cloud": "local", "nodes": 1}, now=T0 + 95000)
+    ledger.finish_run("other", status="succeeded", exit_code=0, metrics={"train_time_s": 2, "epochs": 1},
+                      now=T0 + 95010)
+    return ledger
+
+
+def test_what_if_shows_seed_003_more_nodes_longer_and_dearer(tmp_path, catalog):
+    ledger = _whatif_ledger(tmp_path)
+    out = C.what_if(ledger.list_runs(limit=None), [1, 2, 4, 8], "mnist", 8, catalog=catalog)
+    assert sorted(out["runs_used"]) == ["w1", "w2", "w4"]
+    assert out["shape"] == "gcp n1-standard-16 4 x V100"
+    p = {row["nodes"]: row for row in out["projection"]}
+    assert [p[n]["basis"] for n in (1, 2, 4, 8)] == ["measured", "measured", "measured", "extrapolated"]
+    assert p[1]["train_s"] == 57.0 and p[2]["train_s"] == 97.0 and p[4]["train_s"] == 103.0
+    assert p[1]["wall_s"] == 457.0  # 57 s training + 400 s measured set-up/tear-down
+    walls = [p[n]["wall_s"] for n in (1, 2, 4, 8)]
+    costs = [Decimal(p[n]["cost"]) for n in (1, 2, 4, 8)]
+    assert walls == sorted(walls) and costs == sorted(costs) and len(set(costs)) == 4  # longer AND dearer
+    # measured efficiency, not linear: 57 / (2 x 97) on 2 nodes
+    assert p[2]["efficiency"] == round(57 / (2 * 97), 4)
+    assert out["fit"]["exponent"] > 0  # more nodes -> slower epochs
+    # the 1-node cost is the estimate for that spec over the projected wall time
+    spec1 = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
+                        accelerator="nvidia-tesla-v100", zone="us-central1-a", name="seed003")
+    assert Decimal(p[1]["cost"]) == C.estimate(spec1, Decimal("457") / 3600, catalog=catalog).total
+
+
+def test_what_if_refuses_without_runs_and_does_not_guess_scaling(tmp_path, catalog):
+    ledger = _whatif_ledger(tmp_path)
+    runs = ledger.list_runs(limit=None)
+    with pytest.raises(UsageError, match="no run of this workload"):
+        C.what_if(runs, [1, 2], "cifar", 4, catalog=catalog)
+    with pytest.raises(UsageError, match="no succeeded run"):
+        C.what_if(runs, [1, 2], "mnist", 4, cloud="aws", catalog=catalog)
+    one = [r for r in runs if r["id"] in ("w1", "other")]
+    out = C.what_if(one, [1, 4], "mnist", 4, catalog=catalog)
+    p = {row["nodes"]: row for row in out["projection"]}
+    assert p[1]["basis"] == "measured" and p[4]["basis"] is None and "not measured" in p[4]["note"]
+    local = C.what_if(runs, [1], "digits", 3, catalog=catalog)
+    assert local["projection"][0]["cost"] == "0"
+
+
+# -- reports ----------------------------------------------------------------------------------
+def test_report_json_and_csv_parse_back_to_the_same_numbers(tmp_path, catalog):
+    ledger = _whatif_ledger(tmp_path)
+    for rid in ("w1", "w2"):
+        run = ledger.get_run(rid)
+        _record(ledger, rid, [("node-pool", "p", "us-central1-a",
+                               {"machine_type": "n1-standard-16", "node_count": run["nodes"], "gpus_per_node": 4,
+                                "disk_gb": 100, "disk_type": "pd-balanced"},
+                               run["created_at"] + 10, run["created_at"] + 50, run["ended_at"])])
+    runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None)]
+    rep = C.report(runs, group_by="cloud", now=T0 + 200000, catalog=catalog)
+    assert len(rep["runs"]) == 5
+    back = json.loads(json.dumps(rep))
+    rows = list(csv.DictReader(io.StringIO(C.report_csv(rep))))
+    assert [Decimal(r["cost"]) for r in rows] == [Decimal(r["cost"]) for r in back["runs"]]
+    assert sum(Decimal(r["cost"]) for r in rows) == Decimal(back["total"]) > 0
+    groups = {g["cloud"]: Decimal(g["cost"]) for g in back["groups"]}
+    assert groups["gcp"] == Decimal(back["total"]) and groups["local"] == 0
+    local = next(r for r in rows if r["cloud"] == "local")
+    assert "$0" in local["note"]
+    by_day = C.report(runs, group_by="day", now=T0 + 200000, catalog=catalog)
+    assert sum(Decimal(g["cost"]) for g in by_day["groups"]) == Decimal(rep["total"])
+    with pytest.raises(UsageError, match="group-by 'week'"):
+        C.report(runs, group_by="week")
+
+
+def test_parse_since():
+    assert C.parse_since("2026-11-22") == 1795305600.0
+    with pytest.raises(UsageError, match="date '22/11/2026'"):
+        C.parse_since("22/11/2026")
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def test_cli_help_for_every_command():
+    from gpucluster.cli.cost import cost, prices
+
+    runner = CliRunner()
+    for group, args in ((prices, []), (prices, ["refresh"]), (cost, []), (cost, ["estimate"]), (cost, ["report"])):
+        res = runner.invoke(group, args + ["--help"])
+        assert res.exit_code == 0 and "Usage" in res.output
+
+
+def test_cli_estimate_json_and_stack(monkeypatch):
+    pytest.importorskip("yaml")
+    from gpucluster.cli.cost import cost
+
+    runner = CliRunner()
+    res = runner.invoke(cost, ["estimate", "--cloud", "aws", "--instance-type", "g5.12xlarge", "--nodes", "2",
+                               "--hours", "3", "--disk-gb", "200", "--json"])
+    assert res.exit_code == 0, res.output
+    flags = json.loads(res.stdout)
+    res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    stacked = json.loads(res.stdout)
+    assert stacked["total"] == flags["total"] == "34.163506850"
+    res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3",
+                               "--nodes", "1"])
+    assert res.exit_code == 0 and "$17.08" in res.stdout  # 5.672 x 3 + 0.0658
+    monkeypatch.chdir(FIXTURES.parent.parent.parent)
+    res = runner.invoke(cost, ["estimate", "--stack", "no-such-stack"])
+    assert res.exit_code == 2 and "stacks/Pulumi.no-such-stack.yaml" in res.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["estimate", "--cloud", "aws", "--instance-type", "g5.12xlarg"], 'did you mean "g5.12xlarge"'),
+    (["estimate", "--cloud", "aws", "--hours", "0"], "hours '0'"),
+    (["estimate", "--cloud", "aws", "--nodes", "-1"], "nodes '-1'"),
+    (["estimate", "--cloud", "aws", "--region", "us-est-1"], 'did you mean "us-east-1"'),
+    (["estimate", "--cloud", "gcp", "--gpus", "5"], "V100 count per node 5"),
+    (["estimate", "--nodes", "1,2"], "needs --workload"),
+    (["estimate"], "give --cloud"),
+    (["report", "--since", "yesterday"], "date 'yesterday'"),
+    (["report", "--group-by", "month"], "group-by 'month'"),
+    (["report", "--cloud", "azure"], "cloud 'azure'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(home, args, message):
+    from gpucluster.cli.cost import cost
+
+    res = CliRunner().invoke(cost, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cli_what_if_and_report_from_the_ledger(home, tmp_path):
+    from gpucluster.cli.cost import cost
+
+    home.mkdir(parents=True)
+    _whatif_ledger(tmp_path).close()
+    (tmp_path / "ledger.sqlite3").rename(home / "ledger.sqlite3")
+    runner = CliRunner()
+    res = runner.invoke(cost, ["estimate", "--nodes", "1,2,4,8", "--workload", "mnist", "--epochs", "8"])
+    assert res.exit_code == 0, res.output
+    assert "w1" in res.stdout and "extrapolated" in res.stdout and "nodes^" in res.stdout
+    res = runner.invoke(cost, ["estimate", "--nodes", "1,2", "--workload", "resnet", "--epochs", "8"])
+    assert res.exit_code == 2 and "no run of this workload" in res.stderr
+    res = runner.invoke(cost, ["report", "--csv", "--since", "2026-01-01"])
+    assert res.exit_code == 0 and len(list(csv.DictReader(io.StringIO(res.stdout)))) == 5
+    res = runner.invoke(cost, ["report", "--cloud", "local", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["total"] == "0"
+    res = runner.invoke(cost, ["report", "--group-by", "cluster"])
+    assert res.exit_code == 0 and "By cluster" in res.stdout and "seed003" in res.stdout
+
+
+def test_cli_report_plot(home, tmp_path):
+    pytest.importorskip("matplotlib")
+    from gpucluster.cli.cost import cost
+
+    home.mkdir(parents=True)
+    _whatif_ledger(tmp_path).close()
+    (tmp_path / "ledger.sqlite3").rename(home / "ledger.sqlite3")
+    png = tmp_path / "cost.png"
+    res = CliRunner().invoke(cost, ["report", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=1, region="europe-west4", gpus_per_node=2, disk_gb=100)
+    est = C.estimate(spec, 1, catalog=catalog)
+    disk = next(ln for ln in est.lines if ln["category"] == "disks")
+    assert disk["note"] == "" and any("used us-central1's" in n for n in est.notes)
+    snap = est.snapshot["prices"]["disk/pd-balanced/on-demand"]
+    assert (snap["region"], snap["priced_in"]) == ("europe-west4", "us-central1")
+
+
+def test_unpriced_system_pool_is_said_not_hidden(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
+                       zone="us-central1-a", options=(("system_machine_type", "e2-standard-2"),))
+    est = C.estimate(spec, 1, catalog=catalog)
+    assert any("e2-standard-2" in n for n in est.notes)
+    run = {"id": "r", "cloud": "gcp", "prices": est.snapshot, "resources": [
+        {"kind": "node-pool", "name": "system", "region": "us-central1-a", "requested_at": T0, "created_at": T0,
+         "deleted_at": T0 + 600, "confirmed_gone": True, "detail": {"machine_type": "e2-standard-2",
+                                                                    "node_count": 1}}]}
+    out = C.run_cost(run, catalog=catalog)
+    assert out["lines"][0]["category"] == "unpriced" and out["total"] == "0"
+    assert "e2-standard-2" in out["notes"][0] and "leaves it out" in out["notes"][0]
+
+
+def test_render_run_cost_flags_still_billing(tmp_path, catalog):
+    from rich.console import Console
+
+    from gpucluster.cli.cost import render_run_cost
+
+    run = {"id": "r9", "cloud": "aws", "prices": None, "resources": [
+        {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
+         "deleted_at": None, "confirmed_gone": False, "detail": {"instance_type": "g5.xlarge"}}]}
+    console = Console(record=True, width=200)
+    render_run_cost(C.run_cost(run, now=T0 + 3600, catalog=catalog), console)
+    text = console.export_text()
+    assert "STILL BILLING" in text and "$1.01" in text
+
+
+def test_render_line_for_the_run_plan(catalog):
+    spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
+    line = C.estimate(spec, 1, catalog=catalog).render_line()
+    assert line.startswith("$21.49 for 1 h at $21.49/h (instances $1.52/h, gpus $19.84/h, disks $0.03/h, "
+                           "cluster fee $0.10/h, $2.67/GPU-hour; on-demand prices read 2026-11-22)")
+    assert "\n" not in line
+    assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()

@@ -1,0 +1,249 @@
+"""`gpucluster:gcp:GpuCluster` under Pulumi's mock runtime: what would be created, field by field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pulumi = pytest.importorskip("pulumi")
+pytest.importorskip("pulumi_gcp")
+
+from gpucluster.errors import SpecError  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+
+CLUSTER = "gcp:container/cluster:Cluster"
+POOL = "gcp:container/nodePool:NodePool"
+COMPONENT = "gpucluster:gcp:GpuCluster"
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Pulumi mock engine: records every declared resource, echoes inputs, fakes GKE outputs."""
+
+    def __init__(self):
+        self.resources = []
+
+    def new_resource(self, args):
+        self.resources.append(args)
+        outputs = dict(args.inputs)
+        if args.typ == CLUSTER:
+            outputs["endpoint"] = "203.0.113.10"
+            outputs["masterAuth"] = {"clusterCaCertificate": "LS0tQ0EtLS0="}
+        return [f"{args.name}-id", outputs]
+
+    def call(self, args):
+        return {}
+
+    def of_type(self, typ):
+        return [r for r in self.resources if r.typ == typ]
+
+    def pool(self, name):
+        (pool,) = [r for r in self.of_type(POOL) if r.inputs["name"] == name]
+        return pool.inputs
+
+
+@pytest.fixture
+def mocks():
+    m = RecordingMocks()
+    pulumi.runtime.set_mocks(m, project="gpucluster", stack="gcp-v100", preview=False)
+    return m
+
+
+def spec(**kw) -> ClusterSpec:
+    base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
+                accelerator="nvidia-tesla-v100", gpus_per_node=4, run_id="r20261122-031500-abc123",
+                disk_gb=200, disk_type="pd-ssd", options=(("project", "my-proj"),))
+    base.update(kw)
+    return ClusterSpec(**base)
+
+
+def declare(s):
+    from gpucluster.infra import gcp
+
+    return gcp.declare(s)
+
+
+def after(outputs: dict, check):
+    """Run `check` once every output (so every resource behind them) has been registered."""
+    return pulumi.Output.all(*outputs.values()).apply(check)
+
+
+@pulumi.runtime.test
+def test_cluster_is_zonal_without_default_pool_or_deletion_protection(mocks):
+    outputs = declare(spec())
+
+    def check(_):
+        (cluster,) = mocks.of_type(CLUSTER)
+        i = cluster.inputs
+        assert i["name"] == "v100" and i["location"] == "us-central1-a" and i["project"] == "my-proj"
+        assert i["removeDefaultNodePool"] is True and i["initialNodeCount"] == 1
+        assert i["deletionProtection"] is False
+        assert i["enableShieldedNodes"] is True
+        assert i["workloadIdentityConfig"] == {"workloadPool": "my-proj.svc.id.goog"}
+        assert i["releaseChannel"] == {"channel": "REGULAR"}
+        assert i["resourceLabels"] == {"managed-by": "gpucluster", "gpucluster-cluster": "v100",
+                                       "gpucluster-run": "r20261122-031500-abc123"}
+        (component,) = mocks.of_type(COMPONENT)
+        assert cluster.custom is True and component.name == "v100"
+
+    return after(outputs, check)
+
+
+@pulumi.runtime.test
+def test_gpu_pool_machine_accelerator_driver_taint_disk_labels(mocks):
+    outputs = declare(spec())
+
+    def check(_):
+        gpu = mocks.pool("gpu")
+        nc = gpu["nodeConfig"]
+        assert gpu["nodeCount"] == 2 and "autoscaling" not in gpu and gpu["location"] == "us-central1-a"
+        assert gpu["cluster"] == "v100"
+        assert nc["machineType"] == "n1-standard-16"
+        assert nc["guestAccelerators"] == [{
+            "type": "nvidia-tesla-v100", "count": 4,
+            "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"},
+        }]
+        assert nc["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
+        assert nc["diskSizeGb"] == 200 and nc["diskType"] == "pd-ssd"
+        assert nc["spot"] is False
+        assert nc["imageType"] == "COS_CONTAINERD"
+        assert nc["resourceLabels"]["gpucluster-run"] == "r20261122-031500-abc123"
+        assert nc["labels"]["managed-by"] == "gpucluster" and nc["labels"]["gpucluster-pool"] == "gpu"
+        assert nc["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+        assert nc["shieldedInstanceConfig"] == {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
+
+    return after(outputs, check)
+
+
+@pulumi.runtime.test
+def test_system_pool_is_small_cpu_only_and_labelled(mocks):
+    outputs = declare(spec())
+
+    def check(_):
+        system = mocks.pool("system")
+        nc = system["nodeConfig"]
+        assert system["nodeCount"] == 1
+        assert nc["machineType"] == "e2-standard-2"
+        assert "guestAccelerators" not in nc and "taints" not in nc
+        assert nc["resourceLabels"]["gpucluster-cluster"] == "v100"
+        assert len(mocks.of_type(POOL)) == 2
+        # every child hangs off the component
+        (component,) = mocks.of_type(COMPONENT)
+        for r in mocks.of_type(POOL) + mocks.of_type(CLUSTER):
+            assert r.name.startswith("v100-")
+
+    return after(outputs, check)
+
+
+@pulumi.runtime.test
+def test_spot_autoscaling_and_options(mocks):
+    outputs = declare(spec(spot=True, options=(("project", "p2"), ("autoscale", "true"), ("minNodes", "1"),
+                                     ("releaseChannel", "stable"), ("gpuDriverVersion", "DEFAULT"),
+                                     ("systemMachineType", "e2-medium"))))
+
+    def check(_):
+        gpu = mocks.pool("gpu")
+        assert gpu["nodeConfig"]["spot"] is True
+        assert gpu["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 2}
+        assert gpu["initialNodeCount"] == 2 and "nodeCount" not in gpu
+        accel = gpu["nodeConfig"]["guestAccelerators"][0]
+        assert accel["gpuDriverInstallationConfig"] == {"gpuDriverVersion": "DEFAULT"}
+        (cluster,) = mocks.of_type(CLUSTER)
+        assert cluster.inputs["releaseChannel"] == {"channel": "STABLE"}
+        assert mocks.pool("system")["nodeConfig"]["machineType"] == "e2-medium"
+
+    return after(outputs, check)
+
+
+@pulumi.runtime.test
+def test_outputs_and_secret_kubeconfig_with_exec_plugin(mocks):
+    outputs = declare(spec())
+    assert {"cluster_name", "location", "endpoint", "kubeconfig", "node_pool_name", "machine_type",
+            "accelerator_type", "accelerator_count"} <= set(outputs)
+
+    def check(args):
+        (name, location, endpoint, pool, machine, accel, count, kubeconfig_secret) = args
+        assert (name, location, endpoint, pool) == ("v100", "us-central1-a", "203.0.113.10", "gpu")
+        assert (machine, accel, count) == ("n1-standard-16", "nvidia-tesla-v100", 4)
+        assert kubeconfig_secret is True
+        return True
+
+    def check_kubeconfig(text):
+        cfg = json.loads(text)
+        assert cfg["clusters"][0]["cluster"] == {"server": "https://203.0.113.10",
+                                                 "certificate-authority-data": "LS0tQ0EtLS0="}
+        exec_ = cfg["users"][0]["user"]["exec"]
+        assert exec_["command"] == "gke-gcloud-auth-plugin"
+        assert exec_["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+        assert cfg["current-context"] == cfg["contexts"][0]["name"]
+
+    outputs["kubeconfig"].apply(check_kubeconfig)
+    return pulumi.Output.all(
+        outputs["cluster_name"], outputs["location"], outputs["endpoint"], outputs["node_pool_name"],
+        outputs["machine_type"], outputs["accelerator_type"], outputs["accelerator_count"],
+        pulumi.Output.from_input(outputs["kubeconfig"].is_secret()),
+    ).apply(check)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(instance_type="n1-standard-32", gpus_per_node=1), "at most 12 vCPU"),
+        (dict(gpus_per_node=3), "V100 GPUs per node 3"),
+        (dict(zone="europe-west1-b"), "europe-west1-b"),
+        (dict(accelerator="nvidia-tesla-a100"), "nvidia-tesla-a100"),
+        (dict(nodes=65), "nodes 65"),
+        (dict(options=()), "no GCP project"),
+        (dict(cloud="aws"), "cloud 'aws'"),
+    ],
+)
+def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, bad, message):
+    for var in ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SpecError, match=message):
+        declare(spec(**bad))
+    assert mocks.resources == []
+
+
+@pulumi.runtime.test
+def test_starved_spec_is_declared_with_a_warning(mocks, monkeypatch):
+    warned = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **kw: warned.append(msg))
+    outputs = declare(spec(instance_type="n1-standard-8", gpus_per_node=4))
+
+    def check(_):
+        assert mocks.pool("gpu")["nodeConfig"]["machineType"] == "n1-standard-8"
+        assert len(warned) == 1 and "2m34s" in warned[0]
+
+    return after(outputs, check)
+
+
+def test_kubeconfig_is_readable_by_the_kubernetes_client():
+    kubernetes = pytest.importorskip("kubernetes")
+    from gpucluster.infra.gcp import kubeconfig_for
+
+    import yaml
+
+    cfg = yaml.safe_load(kubeconfig_for("c1", "198.51.100.1", "Q0E="))
+    loader = kubernetes.config.kube_config.KubeConfigLoader(config_dict=cfg)
+    assert loader.current_context["name"] == "gke-c1"
+    assert loader._cluster["server"] == "https://198.51.100.1"
+
+
+def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
+    from gpucluster.infra.gcp import cluster_from_outputs
+
+    outputs = {"cluster_name": "v100", "location": "us-central1-a", "zone": "us-central1-a",
+               "region": "us-central1", "machine_type": "n1-standard-16", "accelerator_type": "nvidia-tesla-v100",
+               "accelerator_count": 4, "gpus_per_node": 4, "nodes": 2, "node_pool_name": "gpu",
+               "kubeconfig": "{secret}"}
+    c = cluster_from_outputs(outputs)
+    assert (c.name, c.cloud, c.zone, c.gpus_per_node, c.kubeconfig) == ("v100", "gcp", "us-central1-a", 4, "{secret}")
+    assert "kubeconfig" not in c.outputs and c.outputs["nodes"] == 2
+    pytest.importorskip("kubernetes")
+    from gpucluster import k8s
+    from gpucluster.launch import JobSpec
+
+    plan = k8s.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4))
+    assert plan.nodes == 2 and plan.gpus_per_node == 4
+    assert dict(plan.node_selector)["cloud.google.com/gke-nodepool"] == "gpu"

@@ -1,0 +1,213 @@
+"""The Kubernetes launcher's run logic against FakeKubeApi, an in-memory FAKE of the API server.
+
+No cluster is involved: tests/k8s_fake.py simulates pods and their logs and records every call
+(create, list, log, delete), so these tests check what the launcher asks Kubernetes to do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
+
+from gpucluster import k8s  # noqa: E402
+from gpucluster.errors import LaunchError  # noqa: E402
+from gpucluster.infra.provider import Cluster  # noqa: E402
+from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.workloads.protocol import PREFIX  # noqa: E402
+
+RUN = "r20261122-040000-feed01"
+NAME = f"gpucluster-{RUN}"
+
+
+class Events:
+    def __init__(self):
+        self.lines, self.metrics, self.phases = [], [], []
+
+    def on_line(self, node_rank, line):
+        self.lines.append((node_rank, line))
+
+    def on_metric(self, node_rank, record):
+        self.metrics.append((node_rank, record))
+
+    def on_phase(self, phase):
+        self.phases.append(phase)
+
+
+def metric(kind, **fields):
+    return PREFIX + json.dumps({"kind": kind, **fields})
+
+
+def healthy(rank, world=2):
+    lines = [f"node {rank} says hello", metric("start", rank=rank, world_size=world)]
+    if rank == 0:
+        lines.append(metric("epoch", rank=0, epoch=1, loss=0.5, accuracy=0.9, samples_per_s=1000.0))
+    lines.append(metric("final", rank=rank, epochs=1, loss=0.5, accuracy=0.9, ok=True))
+    return PodScript(lines=lines)
+
+
+def cluster(nodes=2):
+    return Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig="{}",
+                   outputs={"nodes": nodes, "gpus_per_node": 1})
+
+
+def job(**kw):
+    base = dict(run_id=RUN, workload="digits", nproc_per_node=1)
+    base.update(kw)
+    return JobSpec(**base)
+
+
+def launch(fake, tmp_path, nodes=2, mode="job", **job_kw):
+    events = Events()
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, mode=mode)
+    result = launcher.launch(cluster(nodes), job(**job_kw), events, tmp_path / "logs")
+    return result, events, launcher
+
+
+def assert_everything_deleted(fake, kinds=("job", "service", "configmap")):
+    deletes = fake.of("delete")
+    assert [d[1] for d in deletes] == list(kinds)
+    assert all(d[3] == NAME and d[2] == "default" for d in deletes)
+    assert fake.objects == {} and fake.pods == {}
+
+
+def test_success_streams_logs_parses_metrics_and_cleans_up(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    result, events, launcher = launch(fake, tmp_path)
+    assert result.ok, result.failure
+    assert [n.exit_code for n in result.nodes] == [0, 0]
+    assert [n.host for n in result.nodes] == [f"{NAME}-0.{NAME}", f"{NAME}-1.{NAME}"]
+    # lines arrived whole (the fake splits them across 7-byte chunks), tagged with their node
+    assert (0, "node 0 says hello") in events.lines and (1, "node 1 says hello") in events.lines
+    assert sorted(result.metrics.finals) == [0, 1]
+    assert result.metrics.accuracy == 0.9 and result.metrics.world_size == 2
+    assert {r for r, rec in events.metrics if rec["kind"] == "final"} == {0, 1}
+    assert "rendezvous" in events.phases and "train" in events.phases
+    assert "node 1 says hello" in (tmp_path / "logs" / "node-1.log").read_text()
+    # created in order, logs followed on the training container, everything deleted
+    assert [c[1] for c in fake.of("create")] == ["configmap", "service", "job"]
+    assert {(c[4], c[5]) for c in fake.of("log")} == {("pytorch", True)}
+    assert_everything_deleted(fake)
+    job_delete = [d for d in fake.of("delete") if d[1] == "job"][0]
+    assert job_delete[4] == "Foreground"
+    assert all(r.released for r in fake.responses)
+    assert launcher.cleanup_errors == []
+
+
+def test_created_objects_are_the_typed_manifests(tmp_path):
+    fake = FakeKubeApi({0: healthy(0, 1)})
+    launch(fake, tmp_path, nodes=1)
+    # the fake kept nothing (all deleted); the calls show what was created, in what namespace
+    assert fake.of("create")[2][1:] == ("job", "default", NAME)
+    assert fake.of("list")[0][3] == f"gpucluster-job={NAME}"
+
+
+def test_one_failing_pod_fails_fast_and_the_rest_are_deleted(tmp_path):
+    fake = FakeKubeApi({
+        0: PodScript(lines=["rank 0 training forever"], exit_code=None),
+        1: PodScript(lines=["rank 1 boom", "Traceback: RuntimeError: NCCL error"], exit_code=3),
+    })
+    start = time.monotonic()
+    result, events, _ = launch(fake, tmp_path, max_seconds=15)
+    assert time.monotonic() - start < 10  # did not wait for node 0, which never ends on its own
+    assert not result.ok and not result.timed_out
+    assert result.failed_node == 1
+    assert "node 1" in result.failure and "code 3" in result.failure and "failed (Error)" in result.failure
+    assert result.nodes[0].exit_code is None and result.nodes[1].exit_code == 3
+    assert "Traceback: RuntimeError: NCCL error" in result.nodes[1].last_lines
+    assert (0, "rank 0 training forever") in events.lines
+    assert_everything_deleted(fake)
+
+
+def test_image_pull_failure_is_reported_without_waiting_for_the_deadline(tmp_path):
+    fake = FakeKubeApi({0: PodScript(waiting_reason="ImagePullBackOff"), 1: healthy(1)})
+    result, _, _ = launch(fake, tmp_path)
+    assert not result.ok and result.failed_node == 0
+    assert "ImagePullBackOff" in result.failure
+    assert_everything_deleted(fake)
+
+
+def test_deadline_stops_a_pending_job_and_says_why_it_waited(tmp_path):
+    fake = FakeKubeApi({0: PodScript(start_after=10**6), 1: PodScript(start_after=10**6, unschedulable=True)})
+    result, _, _ = launch(fake, tmp_path, max_seconds=0.5)
+    assert not result.ok and result.timed_out
+    assert "time limit" in result.failure and "Insufficient nvidia.com/gpu" in result.failure
+    assert_everything_deleted(fake)
+
+
+def test_every_node_exits_zero_but_a_final_record_is_missing(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: PodScript(lines=["no metrics from me"])})
+    result, _, _ = launch(fake, tmp_path)
+    assert not result.ok and "rank(s) 1 wrote no final record" in result.failure
+
+
+def test_keyboard_interrupt_still_deletes_everything(tmp_path):
+    fake = FakeKubeApi({0: PodScript(exit_code=None), 1: PodScript(exit_code=None)}, interrupt_on_list=3)
+    with pytest.raises(KeyboardInterrupt):
+        launch(fake, tmp_path)
+    assert_everything_deleted(fake)
+
+
+def test_refused_create_raises_and_removes_what_was_made(tmp_path):
+    fake = FakeKubeApi({}, refuse={"job": 403})
+    with pytest.raises(LaunchError, match=f"create job default/{NAME}: 403 Forbidden"):
+        launch(fake, tmp_path)
+    # the Job delete is attempted too (an interrupted create may have succeeded) and 404 is fine
+    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
+    assert fake.objects == {}
+
+
+def test_pod_that_disappears_counts_as_a_failure(tmp_path):
+    fake = FakeKubeApi({0: PodScript(exit_code=None), 1: PodScript(exit_code=None)})
+    original = fake.list_namespaced_pod
+
+    def list_and_preempt(namespace, label_selector=None, **kw):
+        out = original(namespace, label_selector=label_selector, **kw)
+        if fake.lists == 4:  # node 1's VM is preempted: its pod vanishes
+            name = [n for n in fake.pods if n.startswith(f"{NAME}-1-")][0]
+            fake.pods.pop(name).deleted.set()
+        return out
+
+    fake.list_namespaced_pod = list_and_preempt
+    result, _, _ = launch(fake, tmp_path)
+    assert not result.ok and result.failed_node == 1 and "disappeared" in result.failure
+
+
+def test_pytorchjob_mode_creates_and_deletes_the_custom_object(tmp_path):
+    fake = FakeKubeApi({}, refuse={"pytorchjobs.kubeflow.org": 404})
+    with pytest.raises(LaunchError, match="training operator installed"):
+        launch(fake, tmp_path, mode="pytorchjob")
+    assert [c[1] for c in fake.of("create")] == ["configmap", "pytorchjobs.kubeflow.org"]
+    assert [d[1] for d in fake.of("delete")] == ["pytorchjobs.kubeflow.org", "configmap"]
+    assert fake.objects == {}
+
+
+def test_pytorchjob_mode_runs_master_and_workers_by_operator_labels(tmp_path):
+    fake = FakeKubeApi({r: healthy(r, world=3) for r in range(3)})
+    result, events, _ = launch(fake, tmp_path, nodes=3, mode="pytorchjob")
+    assert result.ok, result.failure
+    assert [n.host for n in result.nodes] == [f"{NAME}-master-0", f"{NAME}-worker-0", f"{NAME}-worker-1"]
+    assert (2, "node 2 says hello") in events.lines  # worker 1 is node rank 2
+    assert sorted(result.metrics.finals) == [0, 1, 2]
+    deletes = fake.of("delete")
+    assert [d[1] for d in deletes] == ["pytorchjobs.kubeflow.org", "configmap"]
+    assert deletes[0][4] == "Foreground" and fake.objects == {} and fake.pods == {}
+
+
+def test_api_blips_while_watching_are_tolerated(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)}, list_errors=(2, 3, 4))
+    result, _, _ = launch(fake, tmp_path)
+    assert result.ok, result.failure
+
+
+def test_losing_the_api_while_watching_fails_the_launch_and_still_cleans_up(tmp_path):
+    fake = FakeKubeApi({0: PodScript(exit_code=None), 1: PodScript(exit_code=None)},
+                       list_errors=tuple(range(3, 100)))
+    with pytest.raises(LaunchError, match="lost the Kubernetes API.*503"):
+        launch(fake, tmp_path)
+    assert_everything_deleted(fake)

@@ -1,0 +1,239 @@
+"""Kubernetes launcher manifests, built with the client's typed models, checked field by field."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from gpucluster import k8s  # noqa: E402
+from gpucluster.errors import UsageError  # noqa: E402
+from gpucluster.infra.provider import Cluster, Node  # noqa: E402
+from gpucluster.launch import JobSpec  # noqa: E402
+
+RUN = "r20261122-031500-abc123"
+NAME = "gpucluster-r20261122-031500-abc123"
+
+
+def cluster(nodes=2, gpus=4, with_nodes=False):
+    node_list = tuple(Node(rank=i, host=f"gke-node-{i}", private_ip=f"10.0.0.{i + 2}") for i in range(nodes))
+    return Cluster(
+        name="v100", cloud="gcp", nodes=node_list if with_nodes else (), zone="us-central1-a",
+        instance_type="n1-standard-16", gpus_per_node=gpus, kubeconfig="{}",
+        outputs={"nodes": nodes, "gpus_per_node": gpus, "accelerator_type": "nvidia-tesla-v100",
+                 "node_pool_name": "gpu"},
+    )
+
+
+def job(**kw):
+    base = dict(run_id=RUN, workload="digits", workload_args=("--epochs", "2"), nproc_per_node=4,
+                max_seconds=1200, env=(("EXTRA", "1"),))
+    base.update(kw)
+    return JobSpec(**base)
+
+
+@pytest.fixture
+def plan():
+    return k8s.plan_job(cluster(), job())
+
+
+def serial(obj):
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+def test_plan_names_hosts_and_argv_per_rank(plan):
+    assert plan.name == NAME and plan.nodes == 2 and plan.gpus_per_node == 4
+    assert plan.hosts == (f"{NAME}-0.{NAME}", f"{NAME}-1.{NAME}")
+    for rank, argv in enumerate(plan.argv_by_rank):
+        assert argv[:3] == ("python", "-m", "torch.distributed.run")
+        assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv
+        assert f"--rdzv-endpoint={NAME}-0.{NAME}:29400" in argv
+        assert f"--rdzv-id={RUN}" in argv
+        assert f"--local-addr={plan.hosts[rank]}" in argv
+        assert argv[-3:] == ("/gpucluster/workloads/digits.py", "--epochs", "2")
+    assert "--rdzv-conf=is_host=true,join_timeout=300" in plan.argv_by_rank[0]
+    assert "--rdzv-conf=is_host=false,join_timeout=300" in plan.argv_by_rank[1]
+
+
+def test_nodes_counted_from_cluster_nodes_when_present():
+    p = k8s.plan_job(cluster(nodes=3, with_nodes=True), job())
+    assert p.nodes == 3 and len(p.argv_by_rank) == 3
+
+
+def test_job_manifest_indexed_backoff_restart_and_deadline(plan):
+    m = k8s.job_manifest(plan)
+    assert (m.api_version, m.kind, m.metadata.name, m.metadata.namespace) == ("batch/v1", "Job", NAME, "default")
+    s = m.spec
+    assert s.completion_mode == "Indexed"
+    assert s.completions == 2 and s.parallelism == 2
+    assert s.backoff_limit == 0
+    assert s.active_deadline_seconds == 1200 + 600 and s.ttl_seconds_after_finished == 3600
+    pod = s.template.spec
+    assert pod.restart_policy == "Never"
+    assert pod.subdomain == NAME  # with the headless Service: <job>-<index>.<service>
+    assert s.template.metadata.labels == {"app.kubernetes.io/managed-by": "gpucluster",
+                                          "gpucluster-run": RUN, "gpucluster-job": NAME}
+    assert serial(m)["spec"]["completionMode"] == "Indexed"
+
+
+def test_pod_requests_all_gpus_tolerates_taint_and_spreads(plan):
+    pod = k8s.job_manifest(plan).spec.template.spec
+    (c,) = pod.containers
+    assert c.name == "pytorch" and c.image == k8s.DEFAULT_IMAGE
+    assert c.resources.limits == {"nvidia.com/gpu": "4"}
+    assert c.command == ["python", "/gpucluster/entry.py"]
+    (t,) = pod.tolerations
+    assert (t.key, t.operator, t.effect) == ("nvidia.com/gpu", "Exists", "NoSchedule")
+    assert pod.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-tesla-v100",
+                                 "cloud.google.com/gke-nodepool": "gpu"}
+    (term,) = pod.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
+    assert term.topology_key == "kubernetes.io/hostname"
+    assert term.label_selector.match_labels == {"gpucluster-job": NAME}
+    assert [p.container_port for p in c.ports] == [29400]
+
+
+def test_pod_environment_matches_the_gpucluster_contract(plan):
+    (c,) = k8s.job_manifest(plan).spec.template.spec.containers
+    env = {e.name: e for e in c.env}
+    assert env["GPUCLUSTER_RUN_ID"].value == RUN
+    assert env["GPUCLUSTER_NUM_NODES"].value == "2"
+    assert env["GPUCLUSTER_NODE_IPS"].value == f"{NAME}-0.{NAME},{NAME}-1.{NAME}"
+    assert env["GPUCLUSTER_GPUS_PER_NODE"].value == "4"
+    assert env["PYTHONUNBUFFERED"].value == "1" and env["EXTRA"].value == "1"
+    rank = env["GPUCLUSTER_NODE_RANK"]
+    assert rank.value is None
+    assert rank.value_from.field_ref.field_path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+
+def test_configmap_carries_entry_argv_and_workloads_mounted(plan):
+    cm = k8s.config_map_manifest(plan)
+    assert cm.metadata.name == NAME
+    assert json.loads(cm.data["argv.json"]) == [list(a) for a in plan.argv_by_rank]
+    assert cm.data["entry.py"] == k8s.ENTRYPOINT
+    assert "w.protocol.py" in cm.data and "PREFIX" in cm.data["w.protocol.py"]
+    pod = k8s.job_manifest(plan).spec.template.spec
+    vol = {v.name: v for v in pod.volumes}
+    items = {i.key: i.path for i in vol["gpucluster"].config_map.items}
+    assert vol["gpucluster"].config_map.name == NAME
+    assert items["entry.py"] == "entry.py" and items["w.protocol.py"] == "workloads/protocol.py"
+    assert vol["dshm"].empty_dir.medium == "Memory"
+    mounts = {m.name: m for m in pod.containers[0].volume_mounts}
+    assert mounts["gpucluster"].mount_path == "/gpucluster" and mounts["gpucluster"].read_only is True
+
+
+def test_headless_service(plan):
+    svc = k8s.service_manifest(plan)
+    assert svc.metadata.name == NAME
+    assert svc.spec.cluster_ip == "None"
+    assert svc.spec.selector == {"gpucluster-job": NAME}
+    assert svc.spec.publish_not_ready_addresses is True
+    assert [(p.name, p.port) for p in svc.spec.ports] == [("rdzv", 29400)]
+
+
+def test_image_option_and_user_command(tmp_path):
+    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "train.py", "--lr", "0.1")),
+                     image="registry.example/me/train:1", workdir=tmp_path)
+    assert k8s.job_manifest(p).spec.template.spec.containers[0].image == "registry.example/me/train:1"
+    assert p.argv_by_rank[0][-3:] == ("train.py", "--lr", "0.1")
+
+
+def test_pytorchjob_manifest_master_and_workers():
+    p = k8s.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
+    assert p.hosts == (f"{NAME}-master-0", f"{NAME}-worker-0", f"{NAME}-worker-1")
+    assert all(f"--rdzv-endpoint={NAME}-master-0:29400" in a for a in p.argv_by_rank)
+    m = k8s.pytorchjob_manifest(p)
+    assert (m["apiVersion"], m["kind"], m["metadata"]["name"]) == ("kubeflow.org/v1", "PyTorchJob", NAME)
+    specs = m["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
+    assert specs["Master"]["restartPolicy"] == "Never"
+    container = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert "subdomain" not in specs["Master"]["template"]["spec"]
+    assert m["spec"]["runPolicy"]["backoffLimit"] == 0 and m["spec"]["runPolicy"]["cleanPodPolicy"] == "All"
+    assert "Worker" not in k8s.pytorchjob_manifest(k8s.plan_job(cluster(nodes=1), job(), mode="pytorchjob"))["spec"]["pytorchReplicaSpecs"]
+
+
+def test_rank_of_pods_in_both_modes(plan):
+    from types import SimpleNamespace as NS
+
+    pod = NS(metadata=NS(annotations={k8s.INDEX_ANNOTATION: "1"}, labels={}))
+    assert k8s.rank_of(pod, plan) == 1
+    pj = k8s.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
+    worker = NS(metadata=NS(annotations={}, labels={"training.kubeflow.org/replica-type": "worker",
+                                                    "training.kubeflow.org/replica-index": "1"}))
+    master = NS(metadata=NS(annotations={}, labels={"training.kubeflow.org/replica-type": "master",
+                                                    "training.kubeflow.org/replica-index": "0"}))
+    assert (k8s.rank_of(master, pj), k8s.rank_of(worker, pj)) == (0, 2)
+
+
+def test_unknown_mode_refused():
+    with pytest.raises(UsageError, match="'mpijob'.*job, pytorchjob"):
+        k8s.KubernetesLauncher(mode="mpijob")
+    assert k8s.KubernetesLauncher.from_options({"launcher": "PyTorchJob", "image": "x:1"}).mode == "pytorchjob"
+
+
+def test_dns_name_rules():
+    assert k8s.dns_name("GPUcluster_R1") == "gpucluster-r1"
+    assert k8s.dns_name("9abc") == "g-9abc"
+    assert len(k8s.dns_name("a" * 100)) == 52
+
+
+def test_entry_script_execs_the_argv_of_its_completion_index(tmp_path, plan):
+    # The real entry script, run here: it must pick argv.json[JOB_COMPLETION_INDEX] and exec it.
+    (tmp_path / "entry.py").write_text(k8s.ENTRYPOINT)
+    argv = [[sys.executable, "-c", f"print('rank{i}', __import__('os').environ['GPUCLUSTER_NODE_RANK'])"]
+            for i in range(2)]
+    (tmp_path / "argv.json").write_text(json.dumps(argv))
+    for var, value in (("JOB_COMPLETION_INDEX", "1"), ("RANK", "0")):
+        env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "RANK")}
+        env[var] = value
+        out = subprocess.run([sys.executable, str(tmp_path / "entry.py")], env=env, capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [f"rank{value}", value]
+    env = {k: v for k, v in os.environ.items() if k not in ("JOB_COMPLETION_INDEX", "RANK")}
+    out = subprocess.run([sys.executable, str(tmp_path / "entry.py")], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "JOB_COMPLETION_INDEX" in out.stderr
+
+
+def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
+    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
+                     workdir=tmp_path)
+    assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
+    cm = k8s.config_map_manifest(p)
+    assert cm.data["u.jobs__train.py"] == "print('hi')\n"
+    items = {i.key: i.path for i in k8s.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
+    assert items["u.jobs__train.py"] == "user/jobs/train.py"
+    # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
+    for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
+        q = k8s.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
+        assert not any(key.startswith("u.") for key, _, _ in q.files)
+
+
+def test_log_lines_are_reassembled_from_chunks_and_the_response_released():
+    class Response:
+        released = False
+
+        def stream(self):
+            yield b"ab"
+            yield "c\nde\n\nf"  # str chunks too
+            yield b"g"
+            raise ConnectionResetError("pod deleted")
+
+        def release_conn(self):
+            Response.released = True
+
+    assert list(k8s._lines(Response())) == [b"abc\n", b"de\n", b"\n", b"fg"]
+    assert Response.released
+    gen = k8s._lines(Response())
+    next(gen)
+    gen.close()  # a reader that stops early: no RuntimeError, the connection is still released
