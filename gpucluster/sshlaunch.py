@@ -56,6 +56,8 @@ MAX_SHIP_BYTES = 200 * 1024 * 1024
 _SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache"}
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
+_OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
+                "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
 _READY_MARK = "@gpucluster-ready "
 _NO_PYTHON_RC = 97
 
@@ -229,6 +231,9 @@ class SshLauncher:
         for opt in self.ssh_options:
             if not _OPTION_RE.match(opt):
                 raise ConfigError(f"ssh option {opt!r} is not allowed: use Key=Value, e.g. ProxyJump=bastion")
+            if opt.split("=", 1)[0].lower() in _OWN_OPTIONS:
+                raise ConfigError(f"ssh option {opt!r} is not allowed: host key checking, batch mode and "
+                                  "connection sharing are set by gpucluster (give keys with --known-hosts)")
         self.remote_dir = remote_dir
         self.connect_timeout = int(connect_timeout)
         self.grace = float(grace)

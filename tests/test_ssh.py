@@ -169,6 +169,9 @@ def test_run_ids_and_options_are_checked():
             _check_run_id(bad)
     with pytest.raises(ConfigError, match="Key=Value"):
         SshLauncher(ssh_options=("-oProxyCommand=evil",))
+    with pytest.raises(ConfigError, match="host key checking"):
+        SshLauncher(ssh_options=("StrictHostKeyChecking=no",))
+    assert SshLauncher(ssh_options=("ProxyJump=bastion",)).ssh_options == ("ProxyJump=bastion",)
     with pytest.raises(ConfigError, match="remote python"):
         SshLauncher(python="python3 -c evil")
     assert node_label(Node(0, "h", "h", "u", 2222)) == "u@h:2222"
