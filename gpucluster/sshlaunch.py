@@ -31,6 +31,7 @@ never onto a command line or into a log.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -241,6 +242,7 @@ class SshLauncher:
         if not python or any(c.isspace() for c in python):
             raise ConfigError(f"remote python {python!r} is not allowed: a command name or path without spaces")
         self.python = python
+        self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
 
     # -- public API --------------------------------------------------------------------------
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
@@ -262,11 +264,21 @@ class SshLauncher:
         with _Session(self, cluster) as session:
             return session.readiness(cluster.gpus_per_node, raise_on_problem=False)
 
-    def leftovers(self, cluster: Any, run_id: str | None) -> list:
+    def started_ranks(self, run_id: str) -> set[int]:
+        """The node ranks where this launcher started the run's processes (in this process)."""
+        return set(self._started.get(run_id, ()))
+
+    def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None) -> list:
+        """The run's processes still alive on the nodes (only the nodes in `ranks` when given);
+        an unreachable node is an "unverified" leftover."""
         from gpucluster.infra.provider import Leftover
 
         if run_id is not None:
             _check_run_id(run_id)
+        if ranks is not None:
+            cluster = dataclasses.replace(cluster, nodes=tuple(n for n in cluster.nodes if n.rank in ranks))
+            if not cluster.nodes:
+                return []
         found: list = []
         seen: set[tuple[str, int]] = set()
         with _Session(self, cluster) as session:
@@ -321,6 +333,7 @@ class SshLauncher:
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs[node.rank] = proc
+                self._started.setdefault(job.run_id, set()).add(node.rank)
                 if hasattr(events, "on_spawn"):  # the ledger notes where the run's processes live
                     events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
                 supervisor.attach(node.rank, proc.stdout)

@@ -160,16 +160,20 @@ def validate_spec(spec: Any) -> list[str]:
 class SshProvider:
     """Provider for existing machines: nothing to create, nothing to delete, processes to check.
 
-    `identity`, `known_hosts` and `ssh_options` are used by `leftovers` to reach the hosts (the
-    same meaning as for `SshLauncher`).
+    `launcher`: the `SshLauncher` that runs the jobs; `leftovers` then reaches the hosts the way
+    it does and checks only the nodes where it started something (a run refused before it
+    started, e.g. for an unknown host key, left nothing to check). Without it, `identity`,
+    `known_hosts` and `ssh_options` (as for `SshLauncher`) are used and every node is checked.
     """
 
     cloud = "ssh"
 
-    def __init__(self, identity: str | None = None, known_hosts: str | None = None, ssh_options: tuple[str, ...] = ()):
+    def __init__(self, identity: str | None = None, known_hosts: str | None = None, ssh_options: tuple[str, ...] = (),
+                 *, launcher: Any = None):
         self.identity = identity
         self.known_hosts = known_hosts
         self.ssh_options = tuple(ssh_options)
+        self.launcher = launcher
         self._clusters: dict[str, Cluster] = {}
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
@@ -198,6 +202,9 @@ class SshProvider:
         cluster = self._clusters.get(name)
         if cluster is None:
             return []
+        if self.launcher is not None:
+            ranks = self.launcher.started_ranks(run_id) if run_id else None
+            return self.launcher.leftovers(cluster, run_id, ranks=ranks)
         from gpucluster.sshlaunch import remote_leftovers
 
         return remote_leftovers(

@@ -54,9 +54,10 @@ def test_digits_through_the_run_lifecycle_records_a_verified_teardown(hosts, rem
     job = JobSpec(f"rl-{os.getpid()}", workload="digits", workload_args=("--epochs", "1", "--batch-size", "128"),
                   rdzv_port=free_port(), max_seconds=180, threads_per_proc=1)
     ledger = Ledger(tmp_path / "ledger.db")
-    provider = SshProvider(identity=str(hosts.identity), known_hosts=str(hosts.known_hosts))
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=make_launcher(hosts, remote_dir),
-                      log_dir=tmp_path / "logs")
+    launcher = make_launcher(hosts, remote_dir)
+    provider = SshProvider(launcher=launcher)  # how the backend registry pairs them
+    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
+    assert launcher.started_ranks(job.run_id) == {0, 1}
 
     assert outcome.status == "succeeded", outcome.failure
     assert outcome.teardown_verified is True and outcome.leftovers == []

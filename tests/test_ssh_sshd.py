@@ -24,8 +24,10 @@ skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 from gpucluster.errors import LaunchError  # noqa: E402
-from gpucluster.infra.provider import Cluster, Node  # noqa: E402
+from gpucluster.infra.provider import Cluster, Node, NullEvents  # noqa: E402
+from gpucluster.infra.ssh import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
 from gpucluster.sshlaunch import SshLauncher  # noqa: E402
 
 def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir, tmp_path, monkeypatch):
@@ -68,14 +70,20 @@ def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir,
 def test_unknown_or_wrong_host_key_is_refused(hosts, remote_dir, tmp_path):
     cluster = cluster_of(hosts, 2)
     partial = hosts.write_known_hosts(tmp_path / "kh_partial", indexes=[0])
+    launcher = make_launcher(hosts, remote_dir, known_hosts=str(partial))
     with pytest.raises(LaunchError) as exc:
-        make_launcher(hosts, remote_dir, known_hosts=str(partial)).launch(
+        launcher.launch(
             cluster, JobSpec("rh-1", workload="digits"), Recorder(), tmp_path / "logs")
     msg = str(exc.value)
     assert f"node 1 ({hosts.hosts[1]})" in msg and "host key refused" in msg
     assert f"[127.0.0.1]:{hosts.ports[1]}" in msg and str(partial) in msg
     assert "node 0" not in msg  # node 0's key is known: only node 1 is named
     assert not remote_dir.exists()  # nothing was shipped anywhere
+    # nothing was started, so the teardown check has nothing to ask (and no unreachable node
+    # to report as unverified)
+    provider = SshProvider(launcher=launcher)
+    provider.up(ClusterSpec(cloud="ssh", nodes=2, name="loopback", hosts=tuple(hosts.hosts[:2])), NullEvents())
+    assert provider.leftovers("loopback", "rh-1") == []
 
     swapped = hosts.write_known_hosts(tmp_path / "kh_swapped", keys=[hosts.host_keys[1], hosts.host_keys[0]])
     ready = make_launcher(hosts, remote_dir, known_hosts=str(swapped)).probe(cluster)
