@@ -76,7 +76,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 
 @click.command(context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
 @click.option("--cloud", default="local", show_default=True, metavar="|".join(CLOUDS), help="Where the cluster runs.")
-@click.option("--nodes", "-n", default="2", show_default=True, help="Number of nodes (local: at most 16).")
+@click.option("--nodes", "-n", default=None, help="Number of nodes [default: 2; ssh: the number of --hosts]. local: at most 16.")
 @click.option("--gpus-per-node", default=None, help="GPUs per node [default: all the node has; local: GPUs present / nodes].")
 @click.option("--procs-per-node", default=None, help="Training processes per node [default: GPUs per node, or 1 on CPU].")
 @click.option("--workload", "-w", default=None, metavar="|".join(WORKLOADS),
@@ -96,7 +96,9 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")
 @click.option("--hosts", default=None, help="ssh backend: user@host1,user@host2[:port], head first.")
 @click.option("--identity", default=None, type=click.Path(dir_okay=False), help="ssh private key.")
-@click.option("--known-hosts", default=None, type=click.Path(dir_okay=False), help="ssh known_hosts file.")
+@click.option("--known-hosts", default=None, type=click.Path(dir_okay=False),
+              help="ssh known_hosts file [default: ~/.ssh/known_hosts]; unknown host keys are refused.")
+@click.option("--remote-python", default=None, help="ssh: the Python (with torch) to run on the nodes [default: python3].")
 @click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
 @click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
@@ -106,7 +108,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, hosts, identity, known_hosts,
-        threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
+        remote_python, threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -114,6 +116,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
       gpucluster run --cloud local --nodes 4
       gpucluster run --cloud local --nodes 2 --workload mnist --epochs 1
       gpucluster run --cloud local --nodes 2 -- python my_train.py --epochs 3
+      gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
     """
     from gpucluster.backends import get_backend
     from gpucluster.home import home_dir
@@ -130,7 +133,15 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
             raise UsageError(not_allowed("workload", workload, WORKLOADS))
     if command and command[0] == "--":
         command = command[1:]
-    host_list = tuple(h.strip() for h in hosts.split(",") if h.strip()) if hosts else ()
+    host_list: tuple[str, ...] = ()
+    if hosts:
+        from gpucluster.infra.ssh import parse_hosts
+
+        host_list = parse_hosts(hosts)
+    elif cloud == "ssh":
+        raise UsageError("the ssh backend needs --hosts user@host1,user@host2[:port] (head first)")
+    if nodes is None:
+        nodes = str(len(host_list)) if host_list else "2"
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
                       max_lifetime, ssh_cidr, tags, host_list, run_id)
@@ -153,7 +164,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         nproc = parse_int("procs per node", procs_per_node, low=1, high=64)
     else:
         nproc = None
-    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts)
+    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python)
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     home_dir()
 

@@ -123,6 +123,13 @@ def matching():
 if mode == "list":
     print(json.dumps(matching()))
     sys.exit(0)
+if pgid_file:
+    # Mark the run cancelled BEFORE looking for its processes: a node command that starts after
+    # the scan sees the mark and exits instead of starting torchrun (see the start script).
+    try:
+        open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
+    except OSError:
+        pass
 own = os.getpgrp()
 def groups():
     gs = set()
@@ -324,7 +331,8 @@ class SshLauncher:
                 )
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
                 cwd = f"{node_dir}/code" if has_code else node_dir
-                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && cd {shlex.quote(cwd)} && "
+                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "
+                         f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && cd {shlex.quote(cwd)} && "
                          f"exec {shlex.join(argv)}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))

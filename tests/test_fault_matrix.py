@@ -7,10 +7,14 @@ provider and launcher (local: real torchrun agents and workers; ssh: real sshd h
 test_ssh_faults in the ssh tests) at the moment each phase is under way.
 """
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from conftest import needs_torch
-from gpucluster.errors import ExitCode, ProvisionError
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import needs_torch  # noqa: E402
+from gpucluster.errors import ExitCode  # noqa: E402, ProvisionError
 from gpucluster.launch import JobSpec
 from gpucluster.ledger import Ledger
 from gpucluster.lifecycle import Terminated, execute
@@ -89,24 +93,19 @@ def _local_backend():
     return LocalProvider(), LocalLauncher(grace=2.0)
 
 
-@needs_torch
-@pytest.mark.slow
-@pytest.mark.parametrize("fault_name", list(FAULTS))
-@pytest.mark.parametrize("phase", PHASES)
-def test_local_fault(home, phase, fault_name):
+JOB_ARGS = ("--epochs", "50", "--steps", "3", "--width", "64", "--batch-size", "16")
+
+
+def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
     fault, status, code = FAULTS[fault_name]
-    provider, launcher = _local_backend()
     ledger = Ledger(home / "ledger.sqlite3")
-    run_id = new_run_id()
-    spec = ClusterSpec(cloud="local", nodes=2, name="fm", gpus_per_node=0, run_id=run_id)
-    job = JobSpec(run_id=run_id, workload="synthetic",
-                  workload_args=("--epochs", "50", "--steps", "3", "--width", "64", "--batch-size", "16"),
-                  threads_per_proc=1, max_seconds=120)
+    job = JobSpec(run_id=spec.run_id, workload="synthetic", workload_args=JOB_ARGS, threads_per_proc=1,
+                  max_seconds=120)
     outcome = execute(spec, job, ledger=ledger, provider=FaultyProvider(provider, phase, fault),
                       launcher=FaultyLauncher(launcher, phase, fault))
-    # nothing left: no process carries the run id any more
-    assert run_processes(run_id) == []
-    run = ledger.get_run(run_id)
+    # nothing left: no process on this machine (every "host" is this machine) carries the run id
+    assert run_processes(spec.run_id) == []
+    run = ledger.get_run(spec.run_id)
     assert run["ended_at"] is not None
     assert run["teardown_verified"] is True and run["leftovers"] == []
     assert all(r["confirmed_gone"] for r in run["resources"])
@@ -121,3 +120,45 @@ def test_local_fault(home, phase, fault_name):
         assert phases[phase]["status"] in ("failed", "interrupted")
         assert list(phases)[-2] == phase  # nothing after the faulty phase but teardown
     assert phases["teardown"]["status"] == "ok"
+    return run
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("fault_name", list(FAULTS))
+@pytest.mark.parametrize("phase", PHASES)
+def test_local_fault(home, phase, fault_name):
+    provider, launcher = _local_backend()
+    spec = ClusterSpec(cloud="local", nodes=2, name="fm", gpus_per_node=0, run_id=new_run_id())
+    _run_with_fault(home, spec, provider, launcher, phase, fault_name)
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(tmp_path_factory):
+    import sshd
+
+    reason = sshd.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    h = sshd.SshdHosts.start(tmp_path_factory.mktemp("sshd"), 2)
+    yield h
+    h.stop()
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.sshd
+@pytest.mark.parametrize("fault_name", list(FAULTS))
+@pytest.mark.parametrize("phase", PHASES)
+def test_ssh_fault(home, tmp_path, ssh_hosts, phase, fault_name):
+    import sshd
+    from gpucluster.infra.ssh import SshProvider
+
+    remote_dir = tmp_path / "remote"
+    launcher = sshd.make_launcher(ssh_hosts, remote_dir)
+    provider = SshProvider(launcher=launcher)
+    spec = ClusterSpec(cloud="ssh", nodes=2, name="fm", gpus_per_node=0, run_id=new_run_id(),
+                       hosts=tuple(ssh_hosts.hosts[:2]))
+    _run_with_fault(home, spec, provider, launcher, phase, fault_name)
+    assert not (remote_dir / spec.run_id).exists()
+    assert sshd.leaked_ssh_masters() == []
