@@ -35,6 +35,9 @@ def _register() -> None:
     cli.add_command(runs_cmds.run)
     cli.add_command(runs_cmds.runs)
     cli.add_command(runs_cmds.show)
+    from gpucluster.cli.sweep import sweep
+
+    cli.add_command(sweep)
 
 
 _register()

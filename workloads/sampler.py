@@ -57,41 +57,43 @@ def interval_from_env(default: float = DEFAULT_INTERVAL) -> float:
 
 # -- CPU ------------------------------------------------------------------------------------
 class CpuMeter:
-    """Whole-machine CPU busy percentage since the previous call (psutil, else /proc/stat)."""
+    """Whole-machine CPU busy percentage since the previous call.
+
+    Computed from cumulative CPU times (/proc/stat, else psutil.cpu_times()), not from
+    psutil.cpu_percent(None), whose state is kept per calling thread.
+    """
 
     def __init__(self) -> None:
-        try:
-            import psutil
-        except ImportError:
-            psutil = None
-        self._psutil = psutil
-        self._last = None
-        self.percent()  # prime: the first reading covers nothing
+        self._last = self._times()
 
     @staticmethod
-    def _proc_stat() -> tuple[float, float] | None:
+    def _times() -> tuple[float, float] | None:
+        """(total, idle incl. iowait) cumulative seconds or ticks, or None when unknown."""
         try:
             with open("/proc/stat") as f:
                 fields = f.readline().split()
-        except OSError:
+            if fields and fields[0] == "cpu":
+                values = [float(v) for v in fields[1:]]
+                idle = values[3] + (values[4] if len(values) > 4 else 0.0)
+                return sum(values[:8]), idle  # guest time is already counted in user/nice
+        except (OSError, ValueError):
+            pass
+        try:
+            import psutil
+        except ImportError:
             return None
-        if not fields or fields[0] != "cpu":
-            return None
-        values = [float(v) for v in fields[1:]]
-        idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
-        return sum(values[:8]), idle  # guest time is already inside user/nice
+        t = psutil.cpu_times()
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        total = sum(v for k, v in t._asdict().items() if k not in ("guest", "guest_nice"))
+        return total, idle
 
     def percent(self) -> float | None:
-        if self._psutil is not None:
-            return float(self._psutil.cpu_percent(interval=None))
-        now = self._proc_stat()
-        if now is None:
-            return None
+        now = self._times()
         last, self._last = self._last, now
-        if last is None:
-            return 0.0
+        if now is None or last is None:
+            return None
         total, idle = now[0] - last[0], now[1] - last[1]
-        return round(100.0 * (total - idle) / total, 1) if total > 0 else 0.0
+        return round(100.0 * (total - idle) / total, 1) if total > 0 else None
 
 
 # -- GPU ------------------------------------------------------------------------------------
