@@ -37,9 +37,13 @@ SHARD_TOLERANCE = 0.9  # a rank seeing >= 90 % of the full data per epoch is not
 OVERHEAD_SHARE = 0.3  # training below 30 % of wall time: fixed costs dominate
 
 
+RULES = ("scaling", "negative-scaling", "data-not-sharded", "communication-bound", "input-bound", "cpu-starvation",
+         "straggler", "fixed-overhead", "unexplained")
+
+
 @dataclass
 class Finding:
-    rule: str  # scaling, negative-scaling, data-not-sharded, communication-bound, input-bound, cpu-starvation, straggler, fixed-overhead, unexplained
+    rule: str  # one of RULES
     nodes: int | None
     gpus_per_node: int | None
     message: str
@@ -104,6 +108,7 @@ def diagnose(results: Sequence[SizeResult], threshold: float = DEFAULT_THRESHOLD
                 f"{r.label}: none of the measured causes (sharding, communication, input, CPU starvation, "
                 "stragglers, fixed overhead) explains the slowdown; the workload may not report timing splits"))
         findings += causes
+    findings.sort(key=lambda f: (f.gpus_per_node or 0, f.nodes or 0, RULES.index(f.rule)))
     return findings
 
 
