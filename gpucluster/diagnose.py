@@ -71,20 +71,47 @@ def flagged_sizes(results: Sequence[SizeResult], threshold: float = DEFAULT_THRE
                 f"(below {threshold:g}; by {r.efficiency_basis})",
                 {"efficiency": round(r.efficiency, 4), "threshold": threshold, "baseline_nodes": r.baseline_nodes,
                  "basis": r.efficiency_basis}))
-        smaller = [s for s in results if s.gpus_per_node == r.gpus_per_node and s.nodes < r.nodes and s.train_s]
-        if r.train_s and smaller:
-            fastest = min(smaller, key=lambda s: s.train_s.median)
-            if r.train_s.median > fastest.train_s.median:
-                times = ", ".join(f"{s.nodes} node(s) {_s(s.train_s.median)}" for s in sorted(smaller, key=lambda s: s.nodes))
-                found.append(Finding(
-                    "negative-scaling", r.nodes, r.gpus_per_node,
-                    f"{r.label} trained slower than fewer nodes: {times}, {r.nodes} node(s) {_s(r.train_s.median)} "
-                    f"({r.train_s.median / fastest.train_s.median:.2f}x the time of {fastest.nodes} node(s))",
-                    {"train_s": round(r.train_s.median, 3), "faster_nodes": fastest.nodes,
-                     "faster_train_s": round(fastest.train_s.median, 3)}, severity="error"))
+        slower = _slower_than_smaller(results, r)
+        if slower:
+            found.append(slower)
         if found:
             out.append((r, found))
     return out
+
+
+def _slower_than_smaller(results: Sequence[SizeResult], r: SizeResult) -> Finding | None:
+    """More nodes, less done per second: lower global samples/s than a smaller size (or, when the
+    workload reports no samples, a longer training time for the same job)."""
+    smaller = [s for s in results if s.gpus_per_node == r.gpus_per_node and s.nodes < r.nodes]
+    if r.samples_per_s and smaller and all(s.samples_per_s for s in smaller):
+        best = max(smaller, key=lambda s: s.samples_per_s.median)
+        if r.samples_per_s.median >= best.samples_per_s.median:
+            return None
+        ratio = best.samples_per_s.median / r.samples_per_s.median
+        what = "samples/s"
+    else:
+        smaller = [s for s in smaller if s.train_s]
+        if not (r.train_s and smaller):
+            return None
+        best = min(smaller, key=lambda s: s.train_s.median)
+        if r.train_s.median <= best.train_s.median:
+            return None
+        ratio = r.train_s.median / best.train_s.median
+        what = "training time"
+    rows = sorted([*smaller, r], key=lambda s: s.nodes)
+    times = ", ".join(f"{s.nodes} node(s) {_s(s.train_s.median)}" for s in rows if s.train_s)
+    rates = ", ".join(f"{s.samples_per_s.median:,.0f}" for s in rows if s.samples_per_s)
+    tail = f" (global samples/s {rates})" if what == "samples/s" else ""
+    return Finding(
+        "negative-scaling", r.nodes, r.gpus_per_node,
+        f"{r.label} got less done than {best.nodes} node(s): training {times}{tail}; "
+        f"{ratio:.2f}x worse by {what}",
+        {"by": what, "ratio": round(ratio, 4), "better_nodes": best.nodes,
+         "train_s": round(r.train_s.median, 3) if r.train_s else None,
+         "better_train_s": round(best.train_s.median, 3) if best.train_s else None,
+         "samples_per_s": r.samples_per_s.median if r.samples_per_s else None,
+         "better_samples_per_s": best.samples_per_s.median if best.samples_per_s else None},
+        severity="error")
 
 
 def diagnose(results: Sequence[SizeResult], threshold: float = DEFAULT_THRESHOLD) -> list[Finding]:

@@ -267,7 +267,7 @@ class SizeResult:
     efficiency: float | None = None
     efficiency_range: tuple[float, float] | None = None
     efficiency_basis: str | None = None  # "samples/s" or "time"
-    speedup: float | None = None  # training time at the baseline / here
+    speedup: float | None = None  # samples/s here / at the baseline (training time ratio without samples/s)
     facts: list[RunFacts] = field(default_factory=list, repr=False)
 
     @property
@@ -326,7 +326,9 @@ def _add_efficiency(results: list[SizeResult]) -> None:
         for r in usable:
             r.baseline_nodes = base.nodes
             ratio = r.nodes / base.nodes
-            if r.train_s and base.train_s:
+            if use_sps:
+                r.speedup = r.samples_per_s.median / base.samples_per_s.median
+            elif r.train_s and base.train_s:
                 r.speedup = base.train_s.median / r.train_s.median
             if use_sps:
                 s, b = r.samples_per_s, base.samples_per_s.median
@@ -348,7 +350,7 @@ class Comparison:
     gpus_per_node: int
     cpu_train_s: float
     gpu_train_s: float
-    speedup: float
+    speedup: float  # GPU samples/s / CPU samples/s (training time ratio when samples/s is unknown)
     cpu_cost_usd: Decimal | None
     gpu_cost_usd: Decimal | None
 
@@ -365,8 +367,11 @@ def compare_cpu_gpu(results: Sequence[SizeResult]) -> list[Comparison]:
     for r in results:
         base = cpu.get(r.nodes)
         if r.gpus_per_node and base and r.train_s:
+            if r.samples_per_s and base.samples_per_s:
+                speedup = r.samples_per_s.median / base.samples_per_s.median
+            else:
+                speedup = base.train_s.median / r.train_s.median
             out.append(Comparison(
-                r.nodes, r.gpus_per_node, base.train_s.median, r.train_s.median,
-                base.train_s.median / r.train_s.median,
+                r.nodes, r.gpus_per_node, base.train_s.median, r.train_s.median, speedup,
                 base.cost_usd.median if base.cost_usd else None, r.cost_usd.median if r.cost_usd else None))
     return out

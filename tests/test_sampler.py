@@ -148,6 +148,18 @@ def test_sampler_argv():
     assert sampler_argv("/usr/bin/python3", 2, run_id="r1", interval=0.5) == [
         "/usr/bin/python3", "-m", "gpucluster.workloads.sampler", "--node-rank", "2", "--interval", "0.5",
         "--run-id", "r1"]
+    assert sampler_argv("python3", 0, workload_dir="/opt/wl/")[:2] == ["python3", "/opt/wl/sampler.py"]
+
+
+def test_runs_as_a_script_from_a_shipped_copy(tmp_path):
+    import shutil
+
+    for name in ("sampler.py", "protocol.py"):
+        shutil.copy(os.path.join(os.path.dirname(sampler_mod.__file__), name), tmp_path / name)
+    argv = sampler_argv(sys.executable, 0, interval=0.1, workload_dir=str(tmp_path)) + ["--duration", "0.3"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    assert p.returncode == 0, p.stderr
+    assert parse_line(p.stdout.splitlines()[0])["kind"] == "util"
 
 
 def test_as_a_process_beside_a_script(fake_nvml):

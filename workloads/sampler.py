@@ -240,10 +240,14 @@ class Sampler:
 
 
 def sampler_argv(python: str, node_rank: int, run_id: str | None = None,
-                 interval: float = DEFAULT_INTERVAL) -> list[str]:
-    """The command line a launcher starts beside a user's script on each node (argv list)."""
-    argv = [python, "-m", "gpucluster.workloads.sampler", "--node-rank", str(int(node_rank)),
-            "--interval", f"{float(interval):g}"]
+                 interval: float = DEFAULT_INTERVAL, workload_dir: str | None = None) -> list[str]:
+    """The command line a launcher starts beside a user's script on each node (argv list).
+
+    With `workload_dir` (a copy of this folder shipped to the node) it runs sampler.py from
+    there; otherwise the installed module.
+    """
+    prog = [f"{workload_dir.rstrip('/')}/sampler.py"] if workload_dir else ["-m", "gpucluster.workloads.sampler"]
+    argv = [python, *prog, "--node-rank", str(int(node_rank)), "--interval", f"{float(interval):g}"]
     if run_id:
         argv += ["--run-id", run_id]
     return argv
