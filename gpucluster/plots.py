@@ -120,20 +120,30 @@ def _group_label(gpn: int) -> str:
 
 
 def _stat_plot(ax, rows, getter, color, label, ideal=None, style: str = "-") -> bool:
-    pts = [(r.nodes, getter(r)) for r in rows if getter(r) is not None]
+    """Median with min-max bars; `ideal(row, median)` draws the ideal-scaling line where defined."""
+    pts = [(r, getter(r)) for r in rows if getter(r) is not None]
     if not pts:
         return False
-    xs = [p[0] for p in pts]
-    med = [float(p[1].median) for p in pts]
-    lo = [float(p[1].median) - float(p[1].min) for p in pts]
-    hi = [float(p[1].max) - float(p[1].median) for p in pts]
+    xs = [r.nodes for r, _ in pts]
+    med = [float(st.median) for _, st in pts]
+    lo = [float(st.median) - float(st.min) for _, st in pts]
+    hi = [float(st.max) - float(st.median) for _, st in pts]
     ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=3, color=color, linestyle=style,
                 label=f"{label} (median, min-max)")
     if ideal:
-        base_n, base_v = pts[0][0], med[0]
-        ax.plot(xs, [ideal(base_n, base_v, n) for n in xs], linestyle="--", color=color, alpha=0.6,
-                label=f"{label}: ideal scaling")
+        ideal_pts = [(r.nodes, ideal(r, m)) for (r, _), m in zip(pts, med)]
+        ideal_pts = [(x, y) for x, y in ideal_pts if y is not None]
+        if ideal_pts:
+            ax.plot([x for x, _ in ideal_pts], [y for _, y in ideal_pts], linestyle="--", color=color, alpha=0.6,
+                    label=f"{label}: ideal scaling")
     return True
+
+
+def _at_ideal(r, value: float) -> float | None:
+    """Time (or cost) the same work would have taken at perfect scaling: value x efficiency.
+    For a fixed job (strong scaling) that is T_base x N_base / N; for fixed work per rank (weak
+    scaling) it is T_base."""
+    return None if r.efficiency is None else value * r.efficiency
 
 
 def _nodes_axis(ax, summary) -> None:
@@ -152,11 +162,10 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
-        _stat_plot(ax, rows, lambda r: r.train_s, COLORS[i % len(COLORS)], _group_label(gpn),
-                   ideal=lambda n0, v0, n: v0 * n0 / n)
+        _stat_plot(ax, rows, lambda r: r.train_s, COLORS[i % len(COLORS)], _group_label(gpn), ideal=_at_ideal)
         _stat_plot(ax, rows, lambda r: r.wall_s, COLORS[i % len(COLORS)], f"{_group_label(gpn)} wall", style=":")
     ax.set_ylabel("seconds")
-    ax.set_title("training time vs nodes (dashed: ideal scaling from the smallest size)", fontsize=9)
+    ax.set_title("training time vs nodes (dashed: the same work at ideal scaling; dotted: wall)", fontsize=9)
     _nodes_axis(ax, summary)
     ax.legend(fontsize=7)
     out["time"] = _save(fig, outdir / "time_vs_nodes.png")
@@ -165,14 +174,14 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     drawn = False
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
         drawn |= _stat_plot(ax, rows, lambda r: r.cost_usd, COLORS[i % len(COLORS)], _group_label(gpn),
-                            ideal=lambda n0, v0, n: v0)
+                            ideal=_at_ideal)
     if not drawn:
         ax.text(0.5, 0.5, "cost unknown for these runs", ha="center", va="center", transform=ax.transAxes)
     elif all(r.cost_usd is None or r.cost_usd.max == Decimal(0) for r in summary):
         ax.text(0.5, 0.6, "$0: machines gpucluster does not rent (local/ssh)", ha="center", transform=ax.transAxes,
                 fontsize=8)
     ax.set_ylabel("USD per run")
-    ax.set_title("cost per run vs nodes (dashed: ideal scaling costs the same at every size)", fontsize=9)
+    ax.set_title("cost per run vs nodes (dashed: the same work at ideal scaling)", fontsize=9)
     _nodes_axis(ax, summary)
     if drawn:
         ax.legend(fontsize=7)
@@ -201,7 +210,7 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     drawn = False
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
         drawn |= _stat_plot(ax, rows, lambda r: r.samples_per_s, COLORS[i % len(COLORS)], _group_label(gpn),
-                            ideal=lambda n0, v0, n: v0 * n / n0)
+                            ideal=lambda r, v: v / r.efficiency if r.efficiency else None)
     if not drawn:
         ax.text(0.5, 0.5, "the workload reported no samples/s", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("global samples/s")
