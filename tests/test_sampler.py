@@ -197,3 +197,24 @@ def test_stdlib_only_without_optional_packages():
                        text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().endswith("True")
+
+
+def test_workload_hook_runs_on_local_rank_0_only(fake_nvml, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from gpucluster.workloads import common
+
+    def ctx(local_rank):
+        return common.Ctx(rank=local_rank, world_size=2, local_rank=local_rank, node_rank=5,
+                          device=torch.device("cpu"), backend=None)
+
+    monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", "0.05")
+    assert common.start_sampler(ctx(1)) is None
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    s = common.start_sampler(ctx(0))
+    time.sleep(0.2)
+    s.stop()
+    recs = [parse_line(line) for line in buf.getvalue().splitlines()]
+    assert len(recs) >= 2 and all(r["kind"] == "util" and r["node_rank"] == 5 for r in recs)
+    monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", "0")
+    assert common.start_sampler(ctx(0)) is None
