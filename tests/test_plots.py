@@ -110,3 +110,16 @@ def test_report_with_cpu_vs_gpu(tmp_path):
     text = md.read_text()
     assert "## CPU vs GPU" in text and "10.0x" in text
     assert "No size fell below efficiency" in text
+
+
+def test_report_survives_a_size_where_every_run_failed(tmp_path):
+    fx = Fixture(tmp_path)
+    fx.run(1, train_s=10.0, sps=100.0)
+    fx.run(2, train_s=1.0, sps=1.0, status="failed")
+    summary = fx.summary()
+    two = next(r for r in summary if r.nodes == 2)
+    assert two.efficiency is None and two.train_s is None and len(two.failed) == 1
+    text = write_report(tmp_path / "r", summary, diagnose(summary), sweep_id="s").read_text()
+    assert "| 2 | CPU | 0/1 |" in text
+    for p in (tmp_path / "r").glob("*.png"):
+        assert_sensible_png(p)
