@@ -32,12 +32,14 @@ def cli() -> None:
 def _register() -> None:
     from gpucluster.cli import cost as cost_cmds
     from gpucluster.cli import runs as runs_cmds
+    from gpucluster.cli import sweep as sweep_cmds
 
     cli.add_command(runs_cmds.run)
     cli.add_command(runs_cmds.runs)
     cli.add_command(runs_cmds.show)
     cli.add_command(cost_cmds.prices)
     cli.add_command(cost_cmds.cost)
+    cli.add_command(sweep_cmds.sweep)
 
 
 _register()

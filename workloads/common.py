@@ -19,8 +19,10 @@ import torch.distributed as dist
 
 try:  # run as gpucluster.workloads.<name>
     from .protocol import emit
+    from .sampler import Sampler, interval_from_env
 except ImportError:  # run as a script from a shipped copy of this folder
     from protocol import emit  # type: ignore[no-redef]
+    from sampler import Sampler, interval_from_env  # type: ignore[no-redef]
 
 
 @dataclass
@@ -166,6 +168,14 @@ def mean_across_ranks(value: float, ctx: Ctx) -> float:
     return t.item() / ctx.world_size
 
 
+def start_sampler(ctx: Ctx) -> "Sampler | None":
+    """Utilisation records on local rank 0 while training (GPUCLUSTER_UTIL_INTERVAL=0: off)."""
+    interval = interval_from_env()
+    if ctx.local_rank != 0 or interval <= 0:
+        return None
+    return Sampler(node_rank=ctx.node_rank, interval=interval).start()
+
+
 def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx, *,
                      workload: str, step_every: int = 0) -> dict:
     """The shared training loop of the classifier workloads (digits, mnist)."""
@@ -183,6 +193,7 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
                         node_rank=ctx.node_rank, train_samples=int(x_train.shape[0]))
     if ctx.is_main:
         emit("start", rank=ctx.rank, **start_fields)
+    sampler = start_sampler(ctx)
     step = 0
     seen = 0
     train_time = 0.0
@@ -233,6 +244,8 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
                  test_loss=round(test_loss, 5), accuracy=round(acc, 5),
                  samples_per_s=round(global_samples / epoch_time, 2), epoch_time_s=round(epoch_time, 4),
                  **timing)
+    if sampler:
+        sampler.stop()
     return dict(epochs=args.epochs, loss=round(loss_v, 5), accuracy=round(acc, 5),
                 train_time_s=round(train_time, 4), samples_seen=seen,
                 samples_per_s=round(seen * ctx.world_size / train_time, 2) if train_time > 0 else None)

@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         emit("start", rank=ctx.rank, world_size=ctx.world_size, backend=ctx.backend or "none",
              device=str(ctx.device), global_batch=args.batch_size * ctx.world_size, lr=lr, workload="synthetic",
              params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank)
+    sampler = common.start_sampler(ctx)
     total_time, total_steps, loss_v = 0.0, 0, float("nan")
     for epoch in range(1, args.epochs + 1):
         common.sync(ctx)
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> None:
             emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
                  samples_per_s=round(args.steps * args.batch_size * ctx.world_size / epoch_time, 2),
                  epoch_time_s=round(epoch_time, 4), **timing)
+    if sampler:
+        sampler.stop()
     seen = total_steps * args.batch_size
     common.finish(ctx, dict(epochs=args.epochs, loss=round(loss_v, 5), train_time_s=round(total_time, 4),
                             samples_seen=seen, samples_per_s=round(seen * ctx.world_size / total_time, 2)))

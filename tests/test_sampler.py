@@ -1,0 +1,220 @@
+"""The utilisation sampler with a fake NVML module (no GPU here), in-process and as a process."""
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
+
+import pytest
+
+from conftest import ROOT
+from gpucluster.metrics import parse_line
+from gpucluster.workloads import sampler as sampler_mod
+from gpucluster.workloads.sampler import GpuMeter, Sampler, interval_from_env, sampler_argv
+
+FAKE_NVML = textwrap.dedent('''
+    """A stand-in for nvidia-ml-py: 4 devices with fixed, distinct readings."""
+    import os
+    from types import SimpleNamespace
+
+    class NVMLError(Exception):
+        pass
+
+    _init = {"n": 0}
+
+    def nvmlInit():
+        if os.environ.get("FAKE_NVML_FAIL"):
+            raise NVMLError("Driver Not Loaded")
+        _init["n"] += 1
+
+    def nvmlShutdown():
+        _init["n"] -= 1
+
+    def nvmlDeviceGetCount():
+        return 4
+
+    def nvmlDeviceGetHandleByIndex(i):
+        return SimpleNamespace(i=i)
+
+    def nvmlDeviceGetUUID(h):
+        return f"GPU-0000{h.i}aaa-bbbb"
+
+    def nvmlDeviceGetUtilizationRates(h):
+        return SimpleNamespace(gpu=10 * (h.i + 1), memory=5)
+
+    def nvmlDeviceGetMemoryInfo(h):
+        return SimpleNamespace(used=(h.i + 1) * 1024 * 2**20, total=24 * 1024 * 2**20, free=0)
+
+    def nvmlDeviceGetPowerUsage(h):
+        if h.i == 3:
+            raise NVMLError("Not Supported")
+        return 50000 + 1000 * h.i  # milliwatts
+''')
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    path = tmp_path / "fakenvml"
+    path.mkdir()
+    (path / "pynvml.py").write_text(FAKE_NVML)
+    module = types.ModuleType("pynvml")
+    exec(compile(FAKE_NVML, "pynvml.py", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("FAKE_NVML_FAIL", raising=False)
+    return types.SimpleNamespace(module=module, dir=path)
+
+
+def collect():
+    out = []
+    return out, lambda kind, **fields: out.append({"kind": kind, **fields})
+
+
+def test_reads_every_visible_gpu(fake_nvml):
+    recs, emit = collect()
+    s = Sampler(node_rank=3, emit_fn=emit)
+    time.sleep(0.05)  # CPU time moves in 10 ms ticks: a reading needs some time since the last
+    fields = s.sample()
+    s.stop()
+    assert recs[0]["kind"] == "util" and recs[0]["node_rank"] == 3
+    gpus = fields["gpu"]
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    assert [g["util"] for g in gpus] == [10.0, 20.0, 30.0, 40.0]
+    assert [g["mem_used_mib"] for g in gpus] == [1024.0, 2048.0, 3072.0, 4096.0]
+    assert gpus[0]["mem_total_mib"] == 24576.0
+    assert [g["power_w"] for g in gpus] == [50.0, 51.0, 52.0, None]  # a failing reading is None
+    assert 0.0 <= fields["cpu_percent"] <= 100.0
+    assert fake_nvml.module._init["n"] == 0  # nvmlShutdown after stop
+
+
+@pytest.mark.parametrize("visible,expected", [("1,3", [1, 3]), ("", []), ("GPU-00002aaa", [2]), ("0", [0])])
+def test_cuda_visible_devices_selects_gpus(fake_nvml, visible, expected):
+    meter = GpuMeter(visible=visible)
+    assert [g["index"] for g in meter.read()] == expected
+    meter.close()
+
+
+def test_no_driver_means_no_gpu_readings_and_no_crash(fake_nvml, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_FAIL", "1")
+    recs, emit = collect()
+    s = Sampler(emit_fn=emit)
+    s.sample()
+    assert recs[0]["gpu"] == [] and not s.gpu.available and "Driver Not Loaded" in s.gpu.error
+
+
+def test_without_pynvml_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    meter = GpuMeter()
+    assert meter.read() == [] and "not installed" in meter.error
+
+
+def test_thread_samples_at_the_interval_and_once_on_stop(fake_nvml):
+    recs, emit = collect()
+    s = Sampler(node_rank=1, interval=0.1, emit_fn=emit).start()
+    end = time.monotonic() + 0.55
+    while time.monotonic() < end:
+        sum(range(5000))
+    s.stop()
+    assert 5 <= len(recs) <= 8
+    busy = [r["cpu_percent"] for r in recs]
+    assert all(x is not None and 0 <= x <= 100 for x in busy)
+    assert max(busy) > 20  # this thread kept a core busy
+    n = len(recs)
+    time.sleep(0.25)
+    assert len(recs) == n  # the thread is gone
+
+
+def test_records_go_through_the_metrics_protocol(fake_nvml, monkeypatch):
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    Sampler(node_rank=2).sample()
+    rec = parse_line(buf.getvalue().strip())
+    assert rec["kind"] == "util" and rec["node_rank"] == 2 and len(rec["gpu"]) == 4 and rec["time"] > 0
+
+
+@pytest.mark.parametrize("raw,expected", [(None, 1.0), ("0.5", 0.5), ("0", 0.0), ("x", 1.0), ("-3", 1.0)])
+def test_interval_from_env(monkeypatch, raw, expected):
+    if raw is None:
+        monkeypatch.delenv("GPUCLUSTER_UTIL_INTERVAL", raising=False)
+    else:
+        monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", raw)
+    assert interval_from_env() == expected
+
+
+def test_sampler_argv():
+    assert sampler_argv("/usr/bin/python3", 2, run_id="r1", interval=0.5) == [
+        "/usr/bin/python3", "-m", "gpucluster.workloads.sampler", "--node-rank", "2", "--interval", "0.5",
+        "--run-id", "r1"]
+    assert sampler_argv("python3", 0, workload_dir="/opt/wl/")[:2] == ["python3", "/opt/wl/sampler.py"]
+
+
+def test_runs_as_a_script_from_a_shipped_copy(tmp_path):
+    import shutil
+
+    for name in ("sampler.py", "protocol.py"):
+        shutil.copy(os.path.join(os.path.dirname(sampler_mod.__file__), name), tmp_path / name)
+    argv = sampler_argv(sys.executable, 0, interval=0.1, workload_dir=str(tmp_path)) + ["--duration", "0.3"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    assert p.returncode == 0, p.stderr
+    assert parse_line(p.stdout.splitlines()[0])["kind"] == "util"
+
+
+def test_as_a_process_beside_a_script(fake_nvml):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_nvml.dir), str(ROOT)]), CUDA_VISIBLE_DEVICES="0,1")
+    argv = sampler_argv(sys.executable, 1, run_id="r-test", interval=0.1) + ["--duration", "0.6"]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    recs = [parse_line(line) for line in p.stdout.splitlines()]
+    assert 3 <= len(recs) <= 8 and all(recs)
+    assert all(r["node_rank"] == 1 and r["run_id"] == "r-test" and r["source"] == "sampler" for r in recs)
+    assert [g["index"] for g in recs[0]["gpu"]] == [0, 1]
+    assert recs[0]["gpu"][1]["util"] == 20.0
+
+
+def test_process_stops_on_sigterm(fake_nvml):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_nvml.dir), str(ROOT)]))
+    p = subprocess.Popen(sampler_argv(sys.executable, 0, interval=0.1), stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        first = p.stdout.readline()
+        assert parse_line(first)["kind"] == "util"
+        p.terminate()
+        assert p.wait(timeout=10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_stdlib_only_without_optional_packages():
+    """The module must import where only the standard library exists (shipped to a node alone)."""
+    code = ("import sys; sys.modules['psutil'] = None; sys.modules['pynvml'] = None; sys.modules['torch'] = None;"
+            "sys.path.insert(0, sys.argv[1]); import sampler, time; s = sampler.Sampler(emit_fn=lambda k, **f: print(f));"
+            "time.sleep(0.05); f = s.sample(); print(f['cpu_percent'] is not None and f['gpu'] == [])")
+    p = subprocess.run([sys.executable, "-c", code, os.path.dirname(sampler_mod.__file__)], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("True")
+
+
+def test_workload_hook_runs_on_local_rank_0_only(fake_nvml, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from gpucluster.workloads import common
+
+    def ctx(local_rank):
+        return common.Ctx(rank=local_rank, world_size=2, local_rank=local_rank, node_rank=5,
+                          device=torch.device("cpu"), backend=None)
+
+    monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", "0.05")
+    assert common.start_sampler(ctx(1)) is None
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    s = common.start_sampler(ctx(0))
+    time.sleep(0.2)
+    s.stop()
+    recs = [parse_line(line) for line in buf.getvalue().splitlines()]
+    assert len(recs) >= 2 and all(r["kind"] == "util" and r["node_rank"] == 5 for r in recs)
+    monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", "0")
+    assert common.start_sampler(ctx(0)) is None
