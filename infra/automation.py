@@ -234,8 +234,12 @@ _held_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def owner_lock(name: str, op: str) -> Iterator[None]:
-    """Mark this process as the owner of `name` while it changes the cluster (re-entrant)."""
+def owner_lock(name: str, op: str, *, keep_on_success: bool = False) -> Iterator[None]:
+    """Mark this process as the owner of `name` while it changes the cluster (re-entrant).
+
+    With `keep_on_success` the mark stays after the block (released by a later `down` in this
+    process, or stale once the process ends): a `run` owns its cluster from up to down, so a
+    `gpucluster down` from another terminal refuses instead of pulling nodes from under it."""
     with _held_guard:
         if _held.get(name):
             _held[name] += 1
@@ -253,7 +257,7 @@ def owner_lock(name: str, op: str) -> Iterator[None]:
     if owner and int(owner["pid"]) != os.getpid():
         since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
         raise ProvisionError(
-            f"cluster {name!r} is being changed by another gpucluster process (pid {owner['pid']}, "
+            f"cluster {name!r} is in use by another gpucluster process (pid {owner['pid']}, "
             f"{owner.get('op', '?')} since {since}); wait for it to finish or stop it, then retry"
         )
     path = _locks_dir() / f"{name}.json"
@@ -262,15 +266,24 @@ def owner_lock(name: str, op: str) -> Iterator[None]:
     os.replace(tmp, path)
     with _held_guard:
         _held[name] = 1
+    ok = False
     try:
         yield
+        ok = True
     finally:
         with _held_guard:
             _held.pop(name, None)
-        with contextlib.suppress(OSError):
-            info = json.loads(path.read_text())
-            if int(info.get("pid", 0)) == os.getpid():
-                path.unlink()
+        if not (ok and keep_on_success):
+            release_owner(name)
+
+
+def release_owner(name: str) -> None:
+    """Drop this process's ownership mark of cluster `name` (no-op when another owns it)."""
+    path = _locks_dir() / f"{name}.json"
+    with contextlib.suppress(OSError, ValueError):
+        info = json.loads(path.read_text())
+        if int(info.get("pid", 0)) == os.getpid():
+            path.unlink()
 
 
 def stale_pulumi_lock(text: str) -> tuple[bool, str]:
@@ -566,7 +579,7 @@ class PulumiDriver:
 
         events = events or NullEvents()
         runner = self.program_runner
-        with owner_lock(spec.name, "up"):
+        with owner_lock(spec.name, "up", keep_on_success=True):
             self._save_meta(spec)
             stack = self.stack(spec.name, lambda: runner(spec), create=True)
             bridge = EventBridge(events, spec)

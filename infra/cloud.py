@@ -1,0 +1,133 @@
+"""`PulumiProvider`: the Provider contract for the cloud backends (aws, gcp) on top of
+`infra.automation` (Pulumi) and `infra.sweep` (the tag check).
+
+- `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
+  (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
+- `down(name, events)`: robust destroy; then the tag sweep; whatever the sweep still finds for
+  this cluster is deleted by tag and checked again. Raises `TeardownIncomplete` naming what is
+  left (and the command to finish) only when something survives both.
+- `leftovers(name, run_id)`: the tag sweep, in the region the cluster was created in.
+- `status(name)`: from the stack's outputs, without touching the cloud.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpucluster.errors import GpuclusterError, ProvisionError, TeardownIncomplete, UsageError, not_allowed
+
+from .automation import PulumiDriver
+from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
+
+CLOUDS = ("aws", "gcp")
+
+
+def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
+    """Stack outputs (plain values, secrets included) -> `Cluster`, by the cloud's own reader."""
+    if cloud == "aws":
+        from .aws_outputs import cluster_from_outputs as read
+    else:
+        from .gcp import cluster_from_outputs as read
+    return read(outputs)
+
+
+def _region(cloud: str, spec: dict[str, Any] | None) -> str | None:
+    spec = spec or {}
+    if cloud == "aws":
+        if spec.get("region"):
+            return spec["region"]
+        zone = spec.get("zone")
+        return zone[:-1] if zone else None
+    return spec.get("region") or (spec.get("zone") or "").rsplit("-", 1)[0] or None
+
+
+class PulumiProvider:
+    """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
+
+    def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
+                 find: Callable[..., list[Leftover]] | None = None,
+                 delete: Callable[[list[Leftover]], list[str]] | None = None,
+                 sweep_options: dict[str, Any] | None = None):
+        if cloud not in CLOUDS:
+            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        self.cloud = cloud
+        self.driver = driver or PulumiDriver()
+        self._find = find
+        self._delete = delete
+        self.sweep_options = dict(sweep_options or {})
+        self._regions: dict[str, str] = {}
+
+    # -- Provider ------------------------------------------------------------------------------
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+        if spec.cloud != self.cloud:
+            raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
+        region = _region(self.cloud, spec.to_dict())
+        if region:
+            self._regions[spec.name] = region
+        result = self.driver.up(spec, events)
+        return cluster_from_outputs(self.cloud, result.outputs)
+
+    def down(self, name: str, events: ProvisionEvents | None = None) -> None:
+        events = events or NullEvents()
+        self._remember_region(name)
+        destroy_error: GpuclusterError | None = None
+        try:
+            self.driver.destroy(name, events)
+        except ProvisionError as exc:
+            destroy_error = exc
+            events.message(f"{exc.message}; deleting what is left by tag")
+        left = self.leftovers(name)
+        if left:
+            events.message(f"{len(left)} resource(s) tagged gpucluster-cluster={name} still exist: deleting by tag")
+            errors = self._delete_fn()(left)
+            for err in errors:
+                events.message(f"could not delete {err}")
+            for lo in left:
+                events.resource_deleted(lo.kind, lo.id, lo.id)
+            left = self.leftovers(name)
+        if left:
+            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
+            raise TeardownIncomplete(
+                f"cluster {name!r} is not fully gone: {shown} still exist"
+                + (f" ({destroy_error.message})" if destroy_error else ""),
+                hint=f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`")
+
+    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+        self._remember_region(name)
+        opts = dict(self.sweep_options)
+        if self.cloud == "aws" and name in self._regions:
+            opts.setdefault("regions", [self._regions[name]])
+        return self._find_fn()(self.cloud, name=name, run_id=run_id, **opts)
+
+    def status(self, name: str) -> ClusterStatus | None:
+        outputs = self.driver.outputs(name)
+        if outputs is None:
+            return None
+        if not outputs:
+            return ClusterStatus(name, self.cloud, "unknown", 0, {"note": "the stack exists but has no outputs"})
+        nodes = len(outputs.get("instance_ids") or []) or int(outputs.get("nodes") or 0)
+        public = {k: v for k, v in outputs.items() if k not in ("ssh_private_key", "kubeconfig")}
+        return ClusterStatus(name, self.cloud, "up", nodes, public)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _remember_region(self, name: str) -> None:
+        if name not in self._regions:
+            meta = self.driver.read_meta(name)
+            region = _region(self.cloud, (meta or {}).get("spec"))
+            if region:
+                self._regions[name] = region
+
+    def _find_fn(self):
+        if self._find is None:
+            from .sweep import find_leftovers
+
+            self._find = find_leftovers
+        return self._find
+
+    def _delete_fn(self):
+        if self._delete is None:
+            from .sweep import delete_leftovers
+
+            opts = {k: v for k, v in self.sweep_options.items() if k in ("session", "gke_client")}
+            self._delete = lambda left: delete_leftovers(left, **opts)
+        return self._delete
