@@ -198,9 +198,9 @@ def _open_clusters(ledger: Any) -> dict[str, str]:
     return {row["cluster"]: row["cloud"] for row in ledger.open_resources()}
 
 
-def _finish_cluster_rows(ledger: Any, cluster: str) -> int:
-    """After a verified teardown: every open row of `cluster` is gone; orphaned runs are closed."""
-    run_ids = set()
+def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
+    """After a verified teardown: every open row of `cluster` is gone; orphaned runs are closed.
+    `run_ids`: the runs that had open rows before the teardown."""
     for row in ledger.open_resources(cluster):
         ledger.resource_deleted(row["run_id"], row["kind"], row["name"])
         run_ids.add(row["run_id"])
@@ -263,6 +263,7 @@ def down(cluster, all_, cloud, yes, as_json):
         say = (lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]"))
         events = LedgerEvents(ledger, name, say=say)
         verdict: dict[str, Any] = {"cluster": name, "cloud": c}
+        had_open = {r["run_id"] for r in ledger.open_resources(name)}
         try:
             provider = provider_for(c)
             provider.down(name, events)
@@ -288,7 +289,7 @@ def down(cluster, all_, cloud, yes, as_json):
             out.print(f"  finish it with: gpucluster down {name}   or   gpucluster gc --cloud {c}")
         else:
             verdict["verified"] = True
-            verdict["runs_closed"] = _finish_cluster_rows(ledger, name)
+            verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
             out.print(f"[green]{name}: down, verified by tag: nothing left[/green]")
         verdicts.append(verdict)
     if as_json:

@@ -41,6 +41,34 @@ def _region(cloud: str, spec: dict[str, Any] | None) -> str | None:
     return spec.get("region") or (spec.get("zone") or "").rsplit("-", 1)[0] or None
 
 
+class _Tracking:
+    """ProvisionEvents proxy remembering what was requested and not yet reported deleted, so a
+    teardown verified by the tag sweep can confirm the rest gone (creates that failed, pending
+    creates that `refresh --clear-pending-creates` dropped)."""
+
+    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None]):
+        self.events, self.open = events, open_
+
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        self.open[(kind, name)] = None
+        self.events.resource_requested(kind, name, **detail)
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        self.open[(kind, name)] = cloud_id
+        self.events.resource_created(kind, name, cloud_id, **detail)
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        self.open.pop((kind, name), None)
+        self.events.resource_deleted(kind, name, cloud_id)
+
+    def message(self, text: str) -> None:
+        self.events.message(text)
+
+    def confirm_rest_gone(self) -> None:
+        for (kind, name), cloud_id in list(self.open.items()):
+            self.resource_deleted(kind, name, cloud_id)
+
+
 class PulumiProvider:
     """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
 
@@ -56,6 +84,7 @@ class PulumiProvider:
         self._delete = delete
         self.sweep_options = dict(sweep_options or {})
         self._regions: dict[str, str] = {}
+        self._open: dict[str, dict[tuple[str, str], str | None]] = {}
 
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
@@ -64,11 +93,21 @@ class PulumiProvider:
         region = _region(self.cloud, spec.to_dict())
         if region:
             self._regions[spec.name] = region
-        result = self.driver.up(spec, events)
+        tracked = _Tracking(events, self._open.setdefault(spec.name, {}))
+        try:
+            result = self.driver.up(spec, tracked)
+        except (GpuclusterError, KeyboardInterrupt):
+            # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+            try:
+                if not self.leftovers(spec.name):
+                    tracked.confirm_rest_gone()
+            except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
+                pass
+            raise
         return cluster_from_outputs(self.cloud, result.outputs)
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
-        events = events or NullEvents()
+        events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
         self._remember_region(name)
         destroy_error: GpuclusterError | None = None
         try:
@@ -82,8 +121,6 @@ class PulumiProvider:
             errors = self._delete_fn()(left)
             for err in errors:
                 events.message(f"could not delete {err}")
-            for lo in left:
-                events.resource_deleted(lo.kind, lo.id, lo.id)
             left = self.leftovers(name)
         if left:
             shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
@@ -91,6 +128,7 @@ class PulumiProvider:
                 f"cluster {name!r} is not fully gone: {shown} still exist"
                 + (f" ({destroy_error.message})" if destroy_error else ""),
                 hint=f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`")
+        events.confirm_rest_gone()
 
     def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
         self._remember_region(name)

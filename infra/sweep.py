@@ -175,8 +175,9 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: SweepR
                     add("iam-role", role["RoleName"], None, tags)
         for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix="/"):
             for prof in page.get("InstanceProfiles", []):
-                tags = _tag_dict(prof.get("Tags")) or _tag_dict(
-                    iam.list_instance_profile_tags(InstanceProfileName=prof["InstanceProfileName"]).get("Tags"))
+                # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
+                tags = _tag_dict(prof.get("Tags") or iam.get_instance_profile(
+                    InstanceProfileName=prof["InstanceProfileName"])["InstanceProfile"].get("Tags"))
                 if _wanted(tags, name, run_id):
                     add("instance-profile", prof["InstanceProfileName"], None, tags)
     except (ClientError, BotoCoreError, NotImplementedError) as exc:

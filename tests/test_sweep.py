@@ -86,6 +86,7 @@ def test_finds_ours_and_leaves_theirs_alone(aws):
     assert not every_id & {theirs["sg"], theirs["vpc"], theirs["key"], theirs["volume"], *theirs["instances"]}
     # moto has no placement groups: the report says they were not checked instead of claiming "none"
     assert any("placement group" in s for s in report.skipped), report.skipped
+    assert not any("IAM" in s for s in report.skipped), report.skipped
 
 
 def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
