@@ -319,8 +319,12 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
         r["age_s"] = round(now - r["since"], 1)
         owner = lock_owner(r["cluster"])
         r["owner_pid"] = owner["pid"] if owner else None
-        r["state"] = "running a job" if latest["status"] == "running" and owner else (
-            "kept" if latest["status"] == "succeeded" else "orphaned (run ended without teardown)")
+        if latest["status"] == "running":
+            r["state"] = "in use" if owner else "orphaned (its process ended without teardown)"
+        elif latest["teardown_verified"] is None:
+            r["state"] = "kept"
+        else:
+            r["state"] = "teardown incomplete"
         r["hourly_usd"] = r["accrued_usd"] = None
         try:
             from gpucluster import cost
@@ -439,8 +443,8 @@ def live_clusters(ledger: Any) -> set[str]:
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run["status"] == "succeeded" and run["teardown_verified"] is None:
-            live.add(name)
+        elif run["status"] != "running" and run["teardown_verified"] is None:
+            live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 
 

@@ -182,7 +182,6 @@ def load_cli(pulumi_command: Any = None) -> Any:
     """A checked `PulumiCommand` (or the one given, e.g. a test fake)."""
     if pulumi_command is None:
         require("pulumi.automation", "aws")
-        from pulumi.automation import PulumiCommand
 
         if shutil.which("pulumi") is None:
             raise MissingDependency(
@@ -190,11 +189,65 @@ def load_cli(pulumi_command: Any = None) -> Any:
                 f"or newer to create cloud clusters: {INSTALL_HINT}"
             )
         try:
-            pulumi_command = PulumiCommand(skip_version_check=True)
+            pulumi_command = detached_command_class()(skip_version_check=True)
         except (OSError, subprocess.CalledProcessError) as exc:
             raise MissingDependency(f"the Pulumi CLI could not be run ({exc}): {INSTALL_HINT}") from None
     check_cli_version(getattr(pulumi_command, "version", None))
     return pulumi_command
+
+
+def detached_command_class() -> type:
+    """`PulumiCommand` whose CLI runs in its own session: a Ctrl-C at the terminal reaches only
+    gpucluster, which forwards it (SIGINT: Pulumi cancels gracefully) unless it is in a teardown,
+    where Ctrl-C is ignored so that `destroy` finishes. Upstream's `run` otherwise unchanged."""
+    from pulumi.automation import PulumiCommand
+    from pulumi.automation._cmd import CommandResult
+    from pulumi.automation.errors import create_command_error
+
+    class DetachedPulumiCommand(PulumiCommand):
+        def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+            sep = args.index("--") if "--" in args else len(args)
+            if "--non-interactive" not in args[:sep]:
+                args.insert(0, "--non-interactive")
+            env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
+            if os.path.isabs(self.command):
+                env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])
+            chunks: dict[str, list[str]] = {"out": [], "err": []}
+
+            def consume(stream, callback, key):
+                for line in iter(stream.readline, ""):
+                    line = line.rstrip()
+                    if callback:
+                        callback(line)
+                    chunks[key].append(line)
+                stream.close()
+
+            interrupted = False
+            with subprocess.Popen([self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                                  env=env, encoding="utf-8", start_new_session=True) as proc:
+                readers = [threading.Thread(target=consume, args=(proc.stdout, on_output, "out"), daemon=True),
+                           threading.Thread(target=consume, args=(proc.stderr, on_error, "err"), daemon=True)]
+                for t in readers:
+                    t.start()
+                while True:
+                    try:
+                        for t in readers:
+                            t.join()
+                        proc.wait()
+                        break
+                    except KeyboardInterrupt:
+                        interrupted = True
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.send_signal(signal.SIGINT)
+            if interrupted:
+                raise KeyboardInterrupt()
+            result = CommandResult(stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]),
+                                   code=proc.returncode)
+            if result.code != 0:
+                raise create_command_error(result)
+            return result
+
+    return DetachedPulumiCommand
 
 
 # -- who owns a cluster right now ----------------------------------------------------------------
@@ -400,11 +453,13 @@ class EventBridge:
         if ev.res_op_failed_event is not None:
             md = ev.res_op_failed_event.metadata
             self.failed.append(f"{md.op} {_urn_name(md.urn)} ({md.type})")
-        if ev.diagnostic_event is not None and ev.diagnostic_event.severity == "error":
+        if ev.diagnostic_event is not None and ev.diagnostic_event.severity in ("error", "warning"):
             text = (ev.diagnostic_event.message or "").strip()
-            if text:
+            if text and ev.diagnostic_event.severity == "error":
                 self.diagnostics.append(text)
                 self.events.message(text)
+            elif text:
+                self.events.message(f"warning: {text}")
 
 
 # -- error text -> what to tell the user ----------------------------------------------------------

@@ -373,3 +373,53 @@ def test_importing_the_driver_does_not_import_pulumi():
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# -- the real PulumiCommand path, with a stand-in `pulumi` executable (a shell script, not Pulumi) --
+STAND_IN = """#!/bin/sh
+# FAKE `pulumi` for tests: prints a version, or waits for SIGINT like an update being cancelled
+for a in "$@"; do
+  case "$a" in
+    version) echo "v3.190.0"; exit 0;;
+    whoami) echo "pgid $(ps -o pgid= -p $$ | tr -d ' ')"; exit 0;;
+    up) trap 'echo "error: update canceled" >&2; exit 255' INT; echo "Updating"; i=0
+        while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; exit 0;;
+  esac
+done
+echo "unscripted" >&2; exit 1
+"""
+
+
+@pytest.fixture
+def stand_in_pulumi(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "pulumi"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return exe
+
+
+def test_load_cli_runs_the_cli_in_its_own_session(home, stand_in_pulumi):
+    cmd = automation.load_cli(None)
+    assert str(cmd.version) == "3.190.0"
+    out = cmd.run(["whoami"], str(stand_in_pulumi.parent), {}).stdout
+    assert int(out.split()[1]) != os.getpgrp()  # a terminal Ctrl-C does not reach it directly
+
+
+def test_ctrl_c_is_forwarded_to_a_running_update(home, stand_in_pulumi):
+    import signal
+    import threading
+    import time
+
+    cmd = automation.load_cli(None)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cmd.run(["up"], str(stand_in_pulumi.parent), {})
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 5  # the CLI got SIGINT and stopped, not the full 10 s
