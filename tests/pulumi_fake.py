@@ -68,6 +68,7 @@ class FakePulumiCommand:
         self.interrupt_up_after = interrupt_up_after
         self.locked_by_pid = locked_by_pid
         self.fail_destroy_text = fail_destroy_text
+        self.inputs: dict[str, dict[str, Any]] = {}  # resource name -> engine inputs (camelCase)
 
     # -- helpers -------------------------------------------------------------------------------
     def verbs(self) -> list[str]:
@@ -106,10 +107,10 @@ class FakePulumiCommand:
             for e in stamped:
                 fh.write(json.dumps(e) + "\n")
 
-    @staticmethod
-    def _step(kind: str, op: str, type_: str, name: str, rid: str, stack: str) -> dict[str, Any]:
+    def _step(self, kind: str, op: str, type_: str, name: str, rid: str, stack: str) -> dict[str, Any]:
         urn = f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"
-        state = {"type": type_, "urn": urn, "id": rid, "inputs": {}, "outputs": {}}
+        inputs = self.inputs.get(name, {})
+        state = {"type": type_, "urn": urn, "id": rid, "inputs": inputs, "outputs": inputs}
         meta = {"op": op, "urn": urn, "type": type_, "provider": "",
                 "old": state if op == "delete" else None, "new": None if op == "delete" else state}
         return {kind: {"metadata": meta}}

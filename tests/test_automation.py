@@ -423,3 +423,44 @@ def test_ctrl_c_is_forwarded_to_a_running_update(home, stand_in_pulumi):
     finally:
         timer.cancel()
     assert time.monotonic() - start < 5  # the CLI got SIGINT and stopped, not the full 10 s
+
+
+# -- the real AWS program, run under Pulumi's mocks, replayed through the driver --------------------
+def test_real_aws_program_through_the_driver(home, tmp_path):
+    """What `infra.program.run(spec)` declares and exports (under pulumi's mock runtime) is what
+    the fake CLI replays as engine events and outputs: the driver must turn it into a head-first
+    Cluster and ledger rows the cost code can price."""
+    pytest.importorskip("pulumi_aws")
+    from gpucluster.infra import aws_mocks
+
+    s = spec(nodes=3, zone=None)
+    built = aws_mocks.build(s)
+    assert built.error is None
+    resources = [(r.typ, r.name, f"{r.name}-id") for r in built.recorder.resources]
+    fake = FakePulumiCommand(resources=resources, outputs=built.outputs,
+                             secret_keys=[k for k, v in built.secret.items() if v])
+    fake.inputs = {r.name: {k: aws_mocks.unwrap(v) for k, v in r.inputs.items()} for r in built.recorder.resources}
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=3, gpus_per_node=1, command=["x"], spec=s.to_dict())
+    from gpucluster.cli.cluster import LedgerEvents
+
+    cluster = provider(fake).up(s, LedgerEvents(ledger, "demo", s.run_id, s.region))
+    assert [n.rank for n in cluster.nodes] == [0, 1, 2]
+    assert [n.private_ip for n in cluster.nodes] == [aws_mocks.private_ip(i) for i in range(3)]
+    assert cluster.nodes[2].host_keys == (built.outputs["host_public_keys"][2],)
+    assert cluster.ssh_private_key == built.outputs["ssh_private_key"] and "ssh_private_key" not in cluster.outputs
+
+    rows = ledger.get_run(s.run_id)["resources"]
+    kinds = sorted({r["kind"] for r in rows})
+    assert {"instance", "security-group", "key-pair", "placement-group", "vpc", "subnet", "iam-role",
+            "instance-profile"} <= set(kinds)
+    instances = [r for r in rows if r["kind"] == "instance"]
+    assert len(instances) == 3 and all(r["created_at"] for r in instances)
+    d = instances[0]["detail"]
+    assert (d["instance_type"], d["disk_gb"], d["disk_type"], d["spot"]) == ("g5.xlarge", 100, "gp3", False)
+    try:
+        from gpucluster import cost
+    except ImportError:
+        return
+    priced = cost.run_cost(ledger.get_run(s.run_id))
+    assert {ln["category"] for ln in priced["lines"]} >= {"instances", "disks"}
