@@ -464,3 +464,36 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
         return
     priced = cost.run_cost(ledger.get_run(s.run_id))
     assert {ln["category"] for ln in priced["lines"]} >= {"instances", "disks"}
+
+
+def test_gke_node_pool_inputs_become_priceable_detail():
+    """The GCP program's real NodePool/Cluster inputs (pulumi mocks) -> the ledger detail."""
+    pulumi = pytest.importorskip("pulumi")
+    pytest.importorskip("pulumi_gcp")
+    from test_gcp_infra import CLUSTER, POOL, RecordingMocks, declare
+    from test_gcp_infra import spec as gcp_spec
+
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="gpucluster", stack="gcp-v100", preview=False)
+    s = gcp_spec()
+    seen = {}
+
+    @pulumi.runtime.test
+    def go():
+        outputs = declare(s)
+
+        def check(_):
+            pools = {r.inputs["name"]: automation._detail("node-pool", r.inputs, s) for r in mocks.of_type(POOL)}
+            seen["pools"] = pools
+            seen["cluster"] = automation._detail("gke-cluster", mocks.of_type(CLUSTER)[0].inputs, s)
+
+        return pulumi.Output.all(*outputs.values()).apply(check)
+
+    go()
+    gpu = [d for d in seen["pools"].values() if d["gpus_per_node"]]
+    assert len(gpu) == 1
+    d = gpu[0]
+    assert (d["machine_type"], d["node_count"], d["gpus_per_node"], d["accelerator"]) == (
+        "n1-standard-16", 2, 4, "nvidia-tesla-v100")
+    assert (d["disk_gb"], d["disk_type"]) == (200, "pd-ssd")
+    assert seen["cluster"] == {"location": "us-central1-a", "zonal": True}
