@@ -593,13 +593,17 @@ class PulumiDriver:
             pulumi_command=self.cli,
         )
 
-    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool) -> Any | None:
-        """The cluster's stack (created when `create`), or None when it does not exist."""
+    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool | str) -> Any | None:
+        """The cluster's stack, or None when it does not exist. create: False (select only), True
+        (select or create), "new" (create; it is known not to exist)."""
         require("pulumi.automation", "aws")
         from pulumi import automation as auto
 
         program = program or (lambda: None)  # refresh/destroy/outputs do not run the program
         try:
+            if create == "new":
+                return auto.create_stack(stack_name=name, project_name=PROJECT, program=program,
+                                         opts=self._options(name))
             if create:
                 return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=program,
                                                    opts=self._options(name))
@@ -636,26 +640,33 @@ class PulumiDriver:
         runner = self.program_runner
         with owner_lock(spec.name, "up", keep_on_success=True):
             self._save_meta(spec)
-            stack = self.stack(spec.name, lambda: runner(spec), create=True)
+            program = lambda: runner(spec)  # noqa: E731
+            stack = self.stack(spec.name, program, create=False)
+            existing = stack is not None and bool(stack.outputs())
+            if stack is None:
+                stack = self.stack(spec.name, program, create="new")
             bridge = EventBridge(events, spec)
             try:
                 res = self._with_lock_recovery(
                     stack, events, lambda: stack.up(on_event=bridge, color="never", on_output=lambda line: None))
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, auto.CommandError) as exc:
+                if existing:
+                    # a cluster that was up before this call is not destroyed because an update failed
+                    events.message(f"updating the existing cluster {spec.name} stopped; it was left as it is")
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+                    raise ProvisionError(
+                        f"updating the existing cluster {spec.name!r} failed: "
+                        f"{_last_error_line(_command_text(exc))}; it was left running",
+                        hint=f"remove it with `gpucluster down {spec.name}`") from None
                 with _teardown_shield():
-                    events.message(f"interrupted while creating {spec.name}: destroying what was created")
-                    self._cleanup_after_failed_up(stack, events)
-                raise
-            except auto.CommandError as exc:
-                text = "\n".join([_command_text(exc), *bridge.diagnostics])
-                with _teardown_shield():
-                    events.message(f"creating {spec.name} failed: destroying what was created")
+                    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                    events.message(f"creating {spec.name} {why}: destroying what was created")
                     cleanup_errors = self._cleanup_after_failed_up(stack, events)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                text = "\n".join([_command_text(exc), *bridge.diagnostics])
                 raise self._up_error(spec, text, cleanup_errors) from None
-            except GpuclusterError:
-                with _teardown_shield():
-                    self._cleanup_after_failed_up(stack, events)
-                raise
         outputs = {k: v.value for k, v in res.outputs.items()}
         return UpResult(outputs, {k for k, v in res.outputs.items() if v.secret})
 

@@ -204,7 +204,19 @@ def test_ctrl_c_during_up_destroys_then_reraises(home):
         provider(fake).up(spec(), rec)
     assert "destroy" in verbs_after(fake, "up")
     assert fake.stacks == {}
-    assert any("interrupted" in e[1] for e in rec.log if e[0] == "message")
+    assert ("message", "creating demo interrupted: destroying what was created") in rec.log
+
+
+def test_failed_update_of_an_existing_cluster_leaves_it_alone(home):
+    fake = FakePulumiCommand()
+    prov = provider(fake)
+    prov.up(spec(), Recorder())
+    fake.fail_up_after, fake.fail_text = 0, CAPACITY
+    rec = Recorder()
+    with pytest.raises(ProvisionError, match="existing cluster 'demo' failed.*left running") as err:
+        prov.up(spec(nodes=3), rec)
+    assert "gpucluster down demo" in err.value.hint
+    assert "destroy" not in fake.verbs() and len(fake.stacks["demo"]) == 6  # all still there
 
 
 def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
