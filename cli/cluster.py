@@ -217,6 +217,19 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
     return len(run_ids)
 
 
+def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str]) -> list[Any]:
+    """The independent check: by tag for clouds; per run for local/ssh processes (a local run's
+    stray processes, e.g. after a crash, are killed first)."""
+    if cloud in CLOUD_CLOUDS:
+        return provider.leftovers(name)
+    if cloud == "local":
+        from gpucluster.procs import kill_run_processes
+
+        for rid in run_ids:
+            kill_run_processes(rid)
+    return [lo for rid in sorted(run_ids) for lo in provider.leftovers(name, rid)]
+
+
 @click.command()
 @click.argument("cluster", required=False)
 @click.option("--all", "all_", is_flag=True, help="Every cluster the ledger says may still exist.")
@@ -267,7 +280,7 @@ def down(cluster, all_, cloud, yes, as_json):
         try:
             provider = provider_for(c)
             provider.down(name, events)
-            left = provider.leftovers(name)
+            left = _leftovers_after_down(provider, c, name, had_open)
         except TeardownIncomplete as exc:
             verdict.update(verified=False, error=exc.message)
             left = None

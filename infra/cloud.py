@@ -85,14 +85,13 @@ class PulumiProvider:
         self.sweep_options = dict(sweep_options or {})
         self._regions: dict[str, str] = {}
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
+        self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
 
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:
             raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
-        region = _region(self.cloud, spec.to_dict())
-        if region:
-            self._regions[spec.name] = region
+        self._remember(spec.name, spec.to_dict())
         tracked = _Tracking(events, self._open.setdefault(spec.name, {}))
         try:
             result = self.driver.up(spec, tracked)
@@ -135,6 +134,8 @@ class PulumiProvider:
         opts = dict(self.sweep_options)
         if self.cloud == "aws" and name in self._regions:
             opts.setdefault("regions", [self._regions[name]])
+        if self.cloud == "gcp" and name in self._projects:
+            opts.setdefault("project", self._projects[name])
         return self._find_fn()(self.cloud, name=name, run_id=run_id, **opts)
 
     def status(self, name: str) -> ClusterStatus | None:
@@ -148,12 +149,17 @@ class PulumiProvider:
         return ClusterStatus(name, self.cloud, "up", nodes, public)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
+        region = _region(self.cloud, spec)
+        if region:
+            self._regions[name] = region
+        project = ((spec or {}).get("options") or {}).get("project")
+        if project:
+            self._projects[name] = project
+
     def _remember_region(self, name: str) -> None:
-        if name not in self._regions:
-            meta = self.driver.read_meta(name)
-            region = _region(self.cloud, (meta or {}).get("spec"))
-            if region:
-                self._regions[name] = region
+        if name not in self._regions and name not in self._projects:
+            self._remember(name, (self.driver.read_meta(name) or {}).get("spec"))
 
     def _find_fn(self):
         if self._find is None:

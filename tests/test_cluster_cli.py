@@ -275,3 +275,26 @@ def test_doctor_with_a_working_pulumi(home):
     assert "aws" in plugins["detail"] and "gcp" in plugins["detail"]  # gcp, tls not yet installed: noted
     old = cli.check_pulumi(FakePulumiCommand(version="3.100.0"))[0]
     assert old["ok"] is False and "get.pulumi.com" in old["fix"]
+
+
+def test_down_finishes_a_crashed_local_run(home, capsys):
+    """A local run whose gpucluster process died: its stray node process is killed by `down`."""
+    import os
+    import subprocess
+
+    ledger = Ledger.open_default()
+    rid = "r20261122-010101-cccccc"
+    ledger.create_run(rid, cloud="local", cluster="gpucluster-local", nodes=1, gpus_per_node=0, command=["x"], spec={})
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, "GPUCLUSTER_RUN_ID": rid})
+    try:
+        ledger.resource_requested(rid, "process", "node-0", detail={"pid": stray.pid})
+        ledger.resource_created(rid, "process", "node-0", str(stray.pid))
+        assert invoke(cli.down, "gpucluster-local", "--yes") == 0
+        assert stray.wait(timeout=10) is not None  # killed
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+    assert ledger.open_resources() == []
+    run = ledger.get_run(rid)
+    assert run["status"] == "failed" and run["teardown_verified"] is True
