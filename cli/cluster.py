@@ -245,8 +245,6 @@ def down(cluster, all_, cloud, yes, as_json):
       gpucluster down gpucluster-aws
       gpucluster down --all --yes
     """
-    from gpucluster.infra.provider import Leftover  # noqa: F401 - light
-
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
     ledger = _ledger()

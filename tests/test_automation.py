@@ -509,3 +509,32 @@ def test_gke_node_pool_inputs_become_priceable_detail():
         "n1-standard-16", 2, 4, "nvidia-tesla-v100")
     assert (d["disk_gb"], d["disk_type"]) == (200, "pd-ssd")
     assert seen["cluster"] == {"location": "us-central1-a", "zonal": True}
+
+
+def test_gcp_provider_outputs_and_sweep_project(home):
+    pytest.importorskip("pulumi_gcp")
+    outputs = {"cluster_name": "v100", "location": "us-central1-a", "endpoint": "203.0.113.10",
+               "kubeconfig": "apiVersion: v1\nkind: Config\n", "node_pool_name": "v100-gpu",
+               "machine_type": "n1-standard-16", "accelerator_type": "nvidia-tesla-v100", "accelerator_count": 4,
+               "gpus_per_node": 4, "nodes": 2}
+    fake = FakePulumiCommand(resources=[("gcp:container/cluster:Cluster", "v100", "projects/p/locations/z/clusters/v100"),
+                                        ("gcp:container/nodePool:NodePool", "v100-gpu", "pool-id")],
+                             outputs=outputs, secret_keys=["kubeconfig"])
+    asked = []
+
+    def find(cloud, name=None, run_id=None, **kw):
+        asked.append((cloud, name, kw))
+        return []
+
+    prov = PulumiProvider("gcp", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+                          find=find, delete=lambda items: [])
+    s = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
+                    accelerator="nvidia-tesla-v100", gpus_per_node=4, options=(("project", "my-proj"),))
+    rec = Recorder()
+    cluster = prov.up(s, rec)
+    assert cluster.cloud == "gcp" and cluster.kubeconfig.startswith("apiVersion") and "kubeconfig" not in cluster.outputs
+    assert cluster.gpus_per_node == 4 and cluster.zone == "us-central1-a"
+    assert [e[1] for e in rec.log if e[0] == "created"] == ["gke-cluster", "node-pool"]
+    assert prov.status("v100").nodes == 2
+    prov.down("v100", rec)
+    assert asked[-1] == ("gcp", "v100", {"project": "my-proj"})
