@@ -136,8 +136,9 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
     hourly = _hourly(spec)
+    rate = f"about {_money(hourly)}/hour" if hourly is not None else "billed by the hour (no price known here)"
     out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
-              f"about {_money(hourly)}/hour until `gpucluster down {spec.name}`")
+              f"{rate} until `gpucluster down {spec.name}`")
     _confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
 
     snapshot = None
@@ -181,7 +182,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     for n in nodes_out:
         t.add_row(str(n["rank"]), n["host"] or "-", n["private_ip"] or "-", n["instance_id"] or "-", str(n["gpus"]))
     out.print(t)
-    out.print(f"hourly cost: about {_money(hourly)}/hour while it runs; remove it with: gpucluster down {cluster.name}")
+    out.print(f"hourly cost: {rate} while it runs; remove it with: gpucluster down {cluster.name}")
     return 0
 
 

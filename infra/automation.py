@@ -88,6 +88,11 @@ _GCP_ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
 _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 
 
+class ClusterBusy(ProvisionError):
+    """Another live process owns the cluster or holds its Pulumi lock: nothing was changed, and
+    nothing may be deleted by tag from under it either."""
+
+
 class CapacityError(ProvisionError):
     """The cloud had no capacity for the request in a zone; what was created has been destroyed."""
 
@@ -309,7 +314,7 @@ def owner_lock(name: str, op: str, *, keep_on_success: bool = False) -> Iterator
     owner = lock_owner(name)
     if owner and int(owner["pid"]) != os.getpid():
         since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
-        raise ProvisionError(
+        raise ClusterBusy(
             f"cluster {name!r} is in use by another gpucluster process (pid {owner['pid']}, "
             f"{owner.get('op', '?')} since {since}); wait for it to finish or stop it, then retry"
         )
@@ -624,7 +629,7 @@ class PulumiDriver:
             text = _command_text(exc)
             stale, who = stale_pulumi_lock(text)
             if not stale:
-                raise ProvisionError(
+                raise ClusterBusy(
                     f"stack {stack.name!r} is locked by {who}; wait for it, or if you are sure nothing runs, "
                     f"remove the lock with `pulumi cancel --yes -s {stack.name}`") from None
             events.message(f"removing a stale Pulumi lock on {stack.name} left by {who} (process gone)")

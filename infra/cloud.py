@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from gpucluster.errors import GpuclusterError, ProvisionError, TeardownIncomplete, UsageError, not_allowed
 
-from .automation import PulumiDriver
+from .automation import ClusterBusy, PulumiDriver
 from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
 CLOUDS = ("aws", "gcp")
@@ -111,6 +111,8 @@ class PulumiProvider:
         destroy_error: GpuclusterError | None = None
         try:
             self.driver.destroy(name, events)
+        except ClusterBusy:
+            raise  # someone is using it: no sweep from under them
         except ProvisionError as exc:
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")

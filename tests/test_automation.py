@@ -312,6 +312,11 @@ def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
         with pytest.raises(ProvisionError, match=f"in use by another gpucluster process \\(pid {owner.pid}"):
             PulumiDriver(pulumi_command=fake).destroy("demo")
         assert fake.calls == []  # nothing was run against the stack
+        swept = []
+        prov = provider(fake, deleted=swept)
+        with pytest.raises(ProvisionError, match="in use"):
+            prov.down("demo", Recorder())
+        assert prov.found_calls == [] and swept == []  # and nothing deleted by tag from under it
     finally:
         owner.kill()
         owner.wait()
