@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpucluster.errors import GpuclusterError, ProvisionError, TeardownIncomplete, UsageError, not_allowed
+from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
+                               not_allowed)
 
 from .automation import ClusterBusy, PulumiDriver
 from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
@@ -113,6 +114,9 @@ class PulumiProvider:
             self.driver.destroy(name, events)
         except ClusterBusy:
             raise  # someone is using it: no sweep from under them
+        except MissingDependency as exc:  # no Pulumi CLI here: the tag sweep still works
+            destroy_error = exc
+            events.message(f"cannot run Pulumi ({exc.message.split(';')[0]}); deleting by tag instead")
         except ProvisionError as exc:
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")

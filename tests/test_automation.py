@@ -543,3 +543,15 @@ def test_gcp_provider_outputs_and_sweep_project(home):
     assert prov.status("v100").nodes == 2
     prov.down("v100", rec)
     assert asked[-1] == ("gcp", "v100", {"project": "my-proj"})
+
+
+def test_down_without_a_pulumi_cli_still_sweeps_by_tag(home, monkeypatch):
+    monkeypatch.setattr(automation.shutil, "which", lambda name: None)
+    left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
+    deleted: list = []
+    prov = PulumiProvider("aws", driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],
+                          delete=lambda items: deleted.append(items) or [])
+    rec = Recorder()
+    prov.down("demo", rec)
+    assert deleted == [left]
+    assert any("deleting by tag instead" in e[1] for e in rec.log if e[0] == "message")
