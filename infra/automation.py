@@ -227,7 +227,7 @@ def detached_command_class() -> type:
                     chunks[key].append(line)
                 stream.close()
 
-            interrupted = False
+            interrupted: BaseException | None = None
             with subprocess.Popen([self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                                   env=env, encoding="utf-8", start_new_session=True) as proc:
                 readers = [threading.Thread(target=consume, args=(proc.stdout, on_output, "out"), daemon=True),
@@ -240,12 +240,12 @@ def detached_command_class() -> type:
                             t.join()
                         proc.wait()
                         break
-                    except KeyboardInterrupt:
-                        interrupted = True
+                    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM turned into one by the lifecycle
+                        interrupted = exc
                         with contextlib.suppress(ProcessLookupError):
                             proc.send_signal(signal.SIGINT)
-            if interrupted:
-                raise KeyboardInterrupt()
+            if interrupted is not None:
+                raise interrupted
             result = CommandResult(stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]),
                                    code=proc.returncode)
             if result.code != 0:
