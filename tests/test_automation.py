@@ -350,6 +350,7 @@ def test_status_reads_outputs_without_secrets(home):
     prov = provider(fake)
     assert prov.status("demo") is None
     prov.up(spec(), Recorder())
+    assert prov.driver.list_stacks() == {"demo": 6}
     st = prov.status("demo")
     assert st.state == "up" and st.nodes == 2 and "ssh_private_key" not in st.detail
 
