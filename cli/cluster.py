@@ -135,6 +135,10 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
+    provider = provider_for(cloud)
+    preflight = getattr(provider, "preflight", None)
+    if preflight:
+        preflight()  # a missing Pulumi CLI is reported before anything is asked or recorded
     hourly = _hourly(spec)
     rate = f"about {_money(hourly)}/hour" if hourly is not None else "billed by the hour (no price known here)"
     out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
@@ -153,7 +157,6 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
                       command=["gpucluster", "up"], spec=spec.to_dict(), workload=None, prices=snapshot)
     ledger.phase_start(run_id, "provision")
     events = LedgerEvents(ledger, spec.name, run_id, spec.region, say=lambda t: out.print(f"[yellow]{t}[/yellow]"))
-    provider = provider_for(cloud)
     try:
         cluster = provider.up(spec, events)
     except KeyboardInterrupt:

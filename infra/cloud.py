@@ -88,6 +88,15 @@ class PulumiProvider:
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
 
+    def preflight(self) -> None:
+        """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
+        the state directory with its passphrase."""
+        from .automation import backend_url, passphrase_file
+
+        self.driver.cli  # noqa: B018 - loads and checks the CLI
+        backend_url()
+        passphrase_file()
+
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:

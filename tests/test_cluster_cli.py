@@ -98,8 +98,10 @@ def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="'local'.*need no `up`"):
         invoke(cli.up, "--cloud", "local", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    monkeypatch.setattr(cli, "provider_for", lambda cloud: SimpleNamespace())  # never reached: no --yes
     with pytest.raises(UsageError, match="--yes"):
         invoke(cli.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
+    assert Ledger.open_default().list_runs() == []
     with pytest.raises(UsageError, match="name a cluster or pass --all"):
         invoke(cli.down)
     ledger = Ledger.open_default()
@@ -108,6 +110,18 @@ def test_bad_input(home, monkeypatch):
         invoke(cli.down, "demo-onee", "--yes")
     with pytest.raises(click.exceptions.BadParameter):
         invoke(cli.gc, "--cloud", "azure")
+
+
+def test_up_without_pulumi_fails_before_recording_anything(home, monkeypatch):
+    pytest.importorskip("pulumi.automation")
+    import shutil
+
+    from gpucluster.errors import MissingDependency
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(MissingDependency, match="get.pulumi.com"):
+        invoke(cli.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32", "--yes")
+    assert Ledger.open_default().list_runs() == []
 
 
 def test_down_all_with_nothing_open(home, capsys):
