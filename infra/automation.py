@@ -500,7 +500,7 @@ def aws_zones_offering(region: str, instance_type: str | None) -> list[str]:
 
 
 def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
-                   ) -> CapacityError | None:
+                   cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
     """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure."""
     marker = next((m for m in CAPACITY_MARKERS if m.lower() in text.lower()), None)
     if marker is None:
@@ -538,8 +538,7 @@ def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None]
         what = f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"
     suggested = [z for z in dict.fromkeys(suggested) if z != zone]
     where = zone or "the requested zone"
-    msg = (f"no capacity for {what} in {where} right now ({marker}); everything this attempt created "
-           "was destroyed")
+    msg = f"no capacity for {what} in {where} right now ({marker}); {cleanup}"
     if suggested:
         hint = f"try the next zone: --zone {suggested[0]}" + (
             f" (other candidates: {', '.join(suggested[1:5])})" if len(suggested) > 1 else "")
@@ -683,18 +682,14 @@ class PulumiDriver:
             return [exc.message]
 
     def _up_error(self, spec: Any, text: str, cleanup_errors: list[str]) -> ProvisionError:
-        cap = capacity_error(spec, text, self.zone_lister)
-        tail = ""
+        cleanup = "what was created has been destroyed"
         if cleanup_errors:
-            tail = (f"; the cleanup did not finish ({cleanup_errors[0]}): run `gpucluster down {spec.name}` "
-                    f"and `gpucluster gc --cloud {spec.cloud}`")
+            cleanup = (f"the cleanup did not finish ({cleanup_errors[0]}): run `gpucluster down {spec.name}` "
+                       f"and `gpucluster gc --cloud {spec.cloud}`")
+        cap = capacity_error(spec, text, self.zone_lister, cleanup=cleanup)
         if cap is not None:
-            if tail:
-                cap.message = cap.message.replace("everything this attempt created was destroyed", "") + tail
-                cap.args = (cap.message,)
             return cap
-        return ProvisionError(f"creating cluster {spec.name!r} failed: {_last_error_line(text)}"
-                              + (tail or "; what was created has been destroyed"))
+        return ProvisionError(f"creating cluster {spec.name!r} failed: {_last_error_line(text)}; {cleanup}")
 
     def destroy(self, name: str, events: ProvisionEvents | None = None) -> bool:
         """Destroy the cluster's stack. False when there was no stack (already down).

@@ -162,7 +162,7 @@ def test_up_failing_halfway_destroys_and_names_the_next_zone(home):
         provider(fake).up(spec(), rec)
     assert err.value.zone == "us-east-1a"
     assert err.value.suggested_zones[:3] == ["us-east-1b", "us-east-1c", "us-east-1d"]
-    assert "us-east-1a" in err.value.message and "destroyed" in err.value.message
+    assert "us-east-1a" in err.value.message and "has been destroyed" in err.value.message
     assert "--zone us-east-1b" in err.value.hint
     after = [v for v in verbs_after(fake, "up") if v != "stack history"]
     assert after == ["refresh", "destroy", "stack rm"]
@@ -556,3 +556,12 @@ def test_down_without_a_pulumi_cli_still_sweeps_by_tag(home, monkeypatch):
     prov.down("demo", rec)
     assert deleted == [left]
     assert any("deleting by tag instead" in e[1] for e in rec.log if e[0] == "message")
+
+
+def test_up_failure_whose_cleanup_also_fails_says_how_to_finish(home):
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_destroy_text="error: DependencyViolation")
+    with pytest.raises(CapacityError) as err:
+        PulumiDriver(pulumi_command=fake, program_runner=lambda s: None).up(spec(), Recorder())
+    msg = err.value.message
+    assert "cleanup did not finish" in msg and "gpucluster down demo" in msg and "gc --cloud aws" in msg
+    assert "has been destroyed" not in msg
