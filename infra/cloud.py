@@ -1,0 +1,192 @@
+"""`PulumiProvider`: the Provider contract for the cloud backends (aws, gcp) on top of
+`infra.automation` (Pulumi) and `infra.sweep` (the tag check).
+
+- `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
+  (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
+- `down(name, events)`: robust destroy; then the tag sweep; whatever the sweep still finds for
+  this cluster is deleted by tag and checked again. Raises `TeardownIncomplete` naming what is
+  left (and the command to finish) only when something survives both.
+- `leftovers(name, run_id)`: the tag sweep, in the region the cluster was created in.
+- `status(name)`: from the stack's outputs, without touching the cloud.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
+                               not_allowed)
+
+from .automation import ClusterBusy, PulumiDriver
+from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
+
+CLOUDS = ("aws", "gcp")
+
+
+def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
+    """Stack outputs (plain values, secrets included) -> `Cluster`, by the cloud's own reader."""
+    if cloud == "aws":
+        from .aws_outputs import cluster_from_outputs as read
+    else:
+        from .gcp import cluster_from_outputs as read
+    return read(outputs)
+
+
+def _region(cloud: str, spec: dict[str, Any] | None) -> str | None:
+    spec = spec or {}
+    if cloud == "aws":
+        if spec.get("region"):
+            return spec["region"]
+        zone = spec.get("zone")
+        return zone[:-1] if zone else None
+    return spec.get("region") or (spec.get("zone") or "").rsplit("-", 1)[0] or None
+
+
+class _Tracking:
+    """ProvisionEvents proxy remembering what was requested and not yet reported deleted, so a
+    teardown verified by the tag sweep can confirm the rest gone (creates that failed, pending
+    creates that `refresh --clear-pending-creates` dropped)."""
+
+    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None]):
+        self.events, self.open = events, open_
+
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        self.open[(kind, name)] = None
+        self.events.resource_requested(kind, name, **detail)
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        self.open[(kind, name)] = cloud_id
+        self.events.resource_created(kind, name, cloud_id, **detail)
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        self.open.pop((kind, name), None)
+        self.events.resource_deleted(kind, name, cloud_id)
+
+    def message(self, text: str) -> None:
+        self.events.message(text)
+
+    def confirm_rest_gone(self) -> None:
+        for (kind, name), cloud_id in list(self.open.items()):
+            self.resource_deleted(kind, name, cloud_id)
+
+
+class PulumiProvider:
+    """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
+
+    def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
+                 find: Callable[..., list[Leftover]] | None = None,
+                 delete: Callable[[list[Leftover]], list[str]] | None = None,
+                 sweep_options: dict[str, Any] | None = None):
+        if cloud not in CLOUDS:
+            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        self.cloud = cloud
+        self.driver = driver or PulumiDriver()
+        self._find = find
+        self._delete = delete
+        self.sweep_options = dict(sweep_options or {})
+        self._regions: dict[str, str] = {}
+        self._open: dict[str, dict[tuple[str, str], str | None]] = {}
+        self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
+
+    def preflight(self) -> None:
+        """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
+        the state directory with its passphrase."""
+        from .automation import backend_url, passphrase_file
+
+        self.driver.cli  # noqa: B018 - loads and checks the CLI
+        backend_url()
+        passphrase_file()
+
+    # -- Provider ------------------------------------------------------------------------------
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+        if spec.cloud != self.cloud:
+            raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
+        self._remember(spec.name, spec.to_dict())
+        tracked = _Tracking(events, self._open.setdefault(spec.name, {}))
+        try:
+            result = self.driver.up(spec, tracked)
+        except (GpuclusterError, KeyboardInterrupt):
+            # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+            try:
+                if not self.leftovers(spec.name):
+                    tracked.confirm_rest_gone()
+            except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
+                pass
+            raise
+        return cluster_from_outputs(self.cloud, result.outputs)
+
+    def down(self, name: str, events: ProvisionEvents | None = None) -> None:
+        events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
+        self._remember_region(name)
+        destroy_error: GpuclusterError | None = None
+        try:
+            self.driver.destroy(name, events)
+        except ClusterBusy:
+            raise  # someone is using it: no sweep from under them
+        except MissingDependency as exc:  # no Pulumi CLI here: the tag sweep still works
+            destroy_error = exc
+            events.message(f"cannot run Pulumi ({exc.message.split(';')[0]}); deleting by tag instead")
+        except ProvisionError as exc:
+            destroy_error = exc
+            events.message(f"{exc.message}; deleting what is left by tag")
+        left = self.leftovers(name)
+        if left:
+            events.message(f"{len(left)} resource(s) tagged gpucluster-cluster={name} still exist: deleting by tag")
+            errors = self._delete_fn()(left)
+            for err in errors:
+                events.message(f"could not delete {err}")
+            left = self.leftovers(name)
+        if left:
+            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
+            raise TeardownIncomplete(
+                f"cluster {name!r} is not fully gone: {shown} still exist"
+                + (f" ({destroy_error.message})" if destroy_error else ""),
+                hint=f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`")
+        events.confirm_rest_gone()
+
+    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+        self._remember_region(name)
+        opts = dict(self.sweep_options)
+        if self.cloud == "aws" and name in self._regions:
+            opts.setdefault("regions", [self._regions[name]])
+        if self.cloud == "gcp" and name in self._projects:
+            opts.setdefault("project", self._projects[name])
+        return self._find_fn()(self.cloud, name=name, run_id=run_id, **opts)
+
+    def status(self, name: str) -> ClusterStatus | None:
+        outputs = self.driver.outputs(name)
+        if outputs is None:
+            return None
+        if not outputs:
+            return ClusterStatus(name, self.cloud, "unknown", 0, {"note": "the stack exists but has no outputs"})
+        nodes = len(outputs.get("instance_ids") or []) or int(outputs.get("nodes") or 0)
+        public = {k: v for k, v in outputs.items() if k not in ("ssh_private_key", "kubeconfig")}
+        return ClusterStatus(name, self.cloud, "up", nodes, public)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
+        region = _region(self.cloud, spec)
+        if region:
+            self._regions[name] = region
+        project = ((spec or {}).get("options") or {}).get("project")
+        if project:
+            self._projects[name] = project
+
+    def _remember_region(self, name: str) -> None:
+        if name not in self._regions and name not in self._projects:
+            self._remember(name, (self.driver.read_meta(name) or {}).get("spec"))
+
+    def _find_fn(self):
+        if self._find is None:
+            from .sweep import find_leftovers
+
+            self._find = find_leftovers
+        return self._find
+
+    def _delete_fn(self):
+        if self._delete is None:
+            from .sweep import delete_leftovers
+
+            opts = {k: v for k, v in self.sweep_options.items() if k in ("session", "gke_client")}
+            self._delete = lambda left: delete_leftovers(left, **opts)
+        return self._delete

@@ -1,0 +1,211 @@
+"""FAKE Pulumi CLI for tests: a stand-in for `pulumi.automation.PulumiCommand`.
+
+THIS IS A TEST DOUBLE, NOT PULUMI. It records every argv the Automation API would have run
+(`calls`), keeps a tiny in-memory model of stacks and their resources, writes engine events to
+the `--event-log` target (a file, or the gRPC `tcp://` endpoint newer CLIs use) the way the real
+engine does, and returns scripted outputs and failures:
+
+- `fail_up_after=N, fail_text=...`: `up` creates N resources, then fails with that stderr;
+- `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
+- `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
+- `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from pulumi.automation import CommandResult
+from pulumi.automation.errors import create_command_error
+from semver import VersionInfo
+
+AWS_RESOURCES = [
+    ("aws:ec2/vpc:Vpc", "demo-vpc", "vpc-0a1"),
+    ("aws:ec2/securityGroup:SecurityGroup", "demo-sg", "sg-0b2"),
+    ("aws:ec2/rule:Rule", "demo-in-members", "sgr-1"),  # not recorded (a rule)
+    ("aws:ec2/keyPair:KeyPair", "demo-key", "key-0c3"),
+    ("aws:ec2/instance:Instance", "demo-node-0", "i-0000000000000000a"),
+    ("aws:ec2/instance:Instance", "demo-node-1", "i-0000000000000000b"),
+]
+
+
+def aws_outputs(n: int = 2) -> dict[str, Any]:
+    return {
+        "cluster_name": "demo",
+        "instance_ids": [f"i-00000000000000{i:02d}" for i in range(n)],
+        "private_ips": [f"10.42.0.{10 + i}" for i in range(n)],
+        "public_ips": [f"203.0.113.{10 + i}" for i in range(n)],
+        "host_public_keys": [f"ssh-ed25519 AAAAHOST{i}" for i in range(n)],
+        "ssh_user": "ubuntu",
+        "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE\n-----END OPENSSH PRIVATE KEY-----",
+        "region": "us-east-1",
+        "availability_zone": "us-east-1a",
+        "instance_type": "g5.xlarge",
+        "gpus_per_node": 1,
+    }
+
+
+class FakePulumiCommand:
+    """FAKE `PulumiCommand`: records argv, scripts results. Not the Pulumi CLI."""
+
+    command = "pulumi(FAKE)"
+
+    def __init__(self, *, version: str = "3.200.0", resources=None, outputs=None, secret_keys=("ssh_private_key",),
+                 fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
+                 locked_by_pid: int | None = None, fail_destroy_text: str = ""):
+        self.version = VersionInfo.parse(version)
+        self.calls: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
+        self.stacks: dict[str, list[tuple[str, str, str]]] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        self.resources = list(AWS_RESOURCES if resources is None else resources)
+        self.scripted_outputs = aws_outputs() if outputs is None else outputs
+        self.secret_keys = set(secret_keys)
+        self.fail_up_after, self.fail_text = fail_up_after, fail_text
+        self.interrupt_up_after = interrupt_up_after
+        self.locked_by_pid = locked_by_pid
+        self.fail_destroy_text = fail_destroy_text
+        self.inputs: dict[str, dict[str, Any]] = {}  # resource name -> engine inputs (camelCase)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def verbs(self) -> list[str]:
+        """The command of each call, e.g. 'stack select', 'up', 'destroy'."""
+        out = []
+        for argv in self.calls:
+            words = [a for a in argv if not a.startswith("-")]
+            out.append(" ".join(words[:2]) if words and words[0] in ("stack", "plugin", "config") else words[0])
+        return out
+
+    def _fail(self, stderr: str, stdout: str = "", code: int = 255):
+        raise create_command_error(CommandResult(stdout=stdout, stderr=stderr, code=code))
+
+    @staticmethod
+    def _flag(args: list[str], name: str) -> str | None:
+        for i, a in enumerate(args):
+            if a == name and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(name + "="):
+                return a.split("=", 1)[1]
+        return None
+
+    def _emit(self, target: str | None, events: list[dict[str, Any]]) -> None:
+        if not target:
+            return
+        stamped = [{"sequence": i, "timestamp": int(time.time()), **e} for i, e in enumerate(events)]
+        if target.startswith("tcp://"):
+            import grpc
+            from pulumi.runtime.proto import events_pb2, events_pb2_grpc
+
+            with grpc.insecure_channel(target[len("tcp://"):]) as channel:
+                stub = events_pb2_grpc.EventsStub(channel)
+                stub.StreamEvents(iter([events_pb2.EventRequest(event=json.dumps(e)) for e in stamped]))
+            return
+        with open(target, "a", encoding="utf-8") as fh:
+            for e in stamped:
+                fh.write(json.dumps(e) + "\n")
+
+    def _step(self, kind: str, op: str, type_: str, name: str, rid: str, stack: str) -> dict[str, Any]:
+        urn = f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"
+        inputs = self.inputs.get(name, {})
+        state = {"type": type_, "urn": urn, "id": rid, "inputs": inputs, "outputs": inputs}
+        meta = {"op": op, "urn": urn, "type": type_, "provider": "",
+                "old": state if op == "delete" else None, "new": None if op == "delete" else state}
+        return {kind: {"metadata": meta}}
+
+    # -- the PulumiCommand interface -------------------------------------------------------------
+    def run(self, args, cwd, additional_env, on_output=None, on_error=None) -> CommandResult:
+        args = [a for a in args if a != "--non-interactive"]
+        self.calls.append(list(args))
+        self.envs.append(dict(additional_env))
+        stack = self._flag(args, "--stack")
+        words = [a for a in args if not a.startswith("-")]
+        if args[:2] == ["stack", "select"]:
+            if stack not in self.stacks:
+                self._fail(f"error: no stack named '{stack}' found")
+            return CommandResult("", "", 0)
+        if args[:2] == ["stack", "init"]:
+            self.stacks.setdefault(words[2], [])
+            return CommandResult("", "", 0)
+        if args[:2] == ["stack", "rm"]:
+            self.stacks.pop(words[-1], None)
+            self.outputs.pop(words[-1], None)
+            return CommandResult("", "", 0)
+        if args[:2] == ["stack", "ls"]:
+            rows = [{"name": f"organization/gpucluster/{n}", "current": False, "resourceCount": len(r)}
+                    for n, r in self.stacks.items()]
+            return CommandResult(json.dumps(rows), "", 0)
+        if args[:2] == ["stack", "output"]:
+            outs = dict(self.outputs.get(stack, {}))
+            if "--show-secrets" not in args:
+                outs = {k: ("[secret]" if k in self.secret_keys else v) for k, v in outs.items()}
+            return CommandResult(json.dumps(outs), "", 0)
+        if args[:2] == ["stack", "history"]:
+            row = {"kind": "update", "startTime": "2026-11-22T03:00:00.000000Z", "message": "", "environment": {},
+                   "config": {}, "result": "succeeded", "endTime": "2026-11-22T03:01:00.000000Z", "version": 1}
+            return CommandResult(json.dumps([row]), "", 0)
+        if words and words[0] in ("up", "refresh", "destroy") and self.locked_by_pid is not None:
+            self._fail("error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) "
+                       "to end or delete the lock file with `pulumi cancel`.\n  file:///x/.pulumi/locks/organization/"
+                       f"gpucluster/{stack}/abc.json: created by me@{socket.gethostname()} (pid {self.locked_by_pid}) "
+                       "at 2026-11-22T03:00:00Z")
+        if words and words[0] == "cancel":
+            self.locked_by_pid = None
+            return CommandResult("", "", 0)
+        if words and words[0] == "up":
+            return self._up(args, stack)
+        if words and words[0] == "refresh":
+            self._emit(self._flag(args, "--event-log"), [{"cancelEvent": {}}])
+            return CommandResult("Refreshing (FAKE)", "", 0)
+        if words and words[0] == "destroy":
+            return self._destroy(args, stack)
+        if words and words[0] == "version":
+            return CommandResult(f"v{self.version}", "", 0)
+        if args[:2] == ["plugin", "ls"]:
+            return CommandResult(json.dumps([{"name": "aws", "kind": "resource", "version": "7.0.0"}]), "", 0)
+        self._fail(f"FAKE pulumi: unscripted command {args}")
+
+    def _up(self, args, stack):
+        target = self._flag(args, "--event-log")
+        made = self.stacks.setdefault(stack, [])
+        limit = len(self.resources)
+        for cutoff in (self.fail_up_after, self.interrupt_up_after):
+            if cutoff is not None:
+                limit = min(limit, cutoff)
+        events: list[dict[str, Any]] = [{"preludeEvent": {"config": {}}}]
+        for type_, name, rid in self.resources[:limit]:
+            events.append(self._step("resourcePreEvent", "create", type_, name, rid, stack))
+            events.append(self._step("resOutputsEvent", "create", type_, name, rid, stack))
+            made.append((type_, name, rid))
+        if self.fail_up_after is not None:
+            type_, name, rid = self.resources[limit]
+            events.append(self._step("resourcePreEvent", "create", type_, name, rid, stack))
+            events.append({"diagnosticEvent": {"message": self.fail_text, "color": "never", "severity": "error",
+                                               "urn": f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"}})
+            events.append(self._step("resOpFailedEvent", "create", type_, name, rid, stack))
+            events.append({"cancelEvent": {}})
+            self._emit(target, events)
+            self._fail(f"error: update failed\n{self.fail_text}", stdout="Updating (FAKE)")
+        if self.interrupt_up_after is not None:
+            self._emit(target, events + [{"cancelEvent": {}}])
+            raise KeyboardInterrupt()
+        self._emit(target, events + [{"cancelEvent": {}}])
+        self.outputs[stack] = dict(self.scripted_outputs)
+        return CommandResult("Updating (FAKE)\nResources: created", "", 0)
+
+    def _destroy(self, args, stack):
+        target = self._flag(args, "--event-log")
+        if self.fail_destroy_text:
+            text, self.fail_destroy_text = self.fail_destroy_text, ""
+            self._emit(target, [{"cancelEvent": {}}])
+            self._fail(f"error: destroy failed\n{text}")
+        events = []
+        for type_, name, rid in reversed(self.stacks.get(stack, [])):
+            events.append(self._step("resourcePreEvent", "delete", type_, name, rid, stack))
+            events.append(self._step("resOutputsEvent", "delete", type_, name, rid, stack))
+        self._emit(target, events + [{"cancelEvent": {}}])
+        self.stacks[stack] = []
+        self.outputs.pop(stack, None)
+        return CommandResult("Destroying (FAKE)", "", 0)

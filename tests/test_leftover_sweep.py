@@ -1,0 +1,182 @@
+"""The tag sweep behind `gc` and the teardown check, against moto (boto3) and a fake GKE client.
+
+Ours (tagged managed-by=gpucluster) is found and deleted; someone else's untagged resources in the
+same account are left alone; another live cluster's resources are not touched by `gc`."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("boto3")
+moto = pytest.importorskip("moto")
+
+from gpucluster.infra import sweep  # noqa: E402
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with moto.mock_aws():
+        import boto3
+
+        yield boto3.session.Session(region_name=REGION)
+
+
+def tags(cluster: str | None, run: str | None = None, name: str = "x"):
+    t = [{"Key": "Name", "Value": name}]
+    if cluster:
+        t += [{"Key": "managed-by", "Value": "gpucluster"}, {"Key": "gpucluster-cluster", "Value": cluster}]
+    if run:
+        t.append({"Key": "gpucluster-run", "Value": run})
+    return t
+
+
+def spec_tags(kind: str, cluster: str | None, run: str | None = None):
+    return [{"ResourceType": kind, "Tags": tags(cluster, run, f"{cluster or 'theirs'}-{kind}")}]
+
+
+def make_cluster(session, cluster: str | None, run: str | None = None) -> dict:
+    """A small cluster's worth of EC2/IAM resources; cluster=None makes someone else's (untagged)."""
+    ec2 = session.client("ec2", region_name=REGION)
+    iam = session.client("iam")
+    label = cluster or "theirs"
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16", TagSpecifications=spec_tags("vpc", cluster, run))["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24",
+                               TagSpecifications=spec_tags("subnet", cluster, run))["Subnet"]["SubnetId"]
+    sg = ec2.create_security_group(GroupName=f"{label}-sg", Description="t", VpcId=vpc,
+                                   TagSpecifications=spec_tags("security-group", cluster, run))["GroupId"]
+    key = ec2.create_key_pair(KeyName=f"{label}-key", TagSpecifications=spec_tags("key-pair", cluster, run))
+    vol = ec2.create_volume(AvailabilityZone=f"{REGION}a", Size=10,
+                            TagSpecifications=spec_tags("volume", cluster, run))["VolumeId"]
+    inst = ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="g5.xlarge",
+                             SubnetId=subnet, SecurityGroupIds=[sg],
+                             TagSpecifications=spec_tags("instance", cluster, run))["Instances"]
+    role_tags = tags(cluster, run) if cluster else []
+    iam.create_role(RoleName=f"{label}-role", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17",
+                    "Statement": []}), **({"Tags": role_tags} if role_tags else {}))
+    iam.create_instance_profile(InstanceProfileName=f"{label}-profile", **({"Tags": role_tags} if role_tags else {}))
+    iam.add_role_to_instance_profile(InstanceProfileName=f"{label}-profile", RoleName=f"{label}-role")
+    return {"vpc": vpc, "subnet": subnet, "sg": sg, "key": key["KeyName"], "volume": vol,
+            "instances": [i["InstanceId"] for i in inst]}
+
+
+def test_finds_ours_and_leaves_theirs_alone(aws):
+    ours = make_cluster(aws, "demo", run="r1")
+    theirs = make_cluster(aws, None)
+    report = sweep.scan("aws", name="demo", regions=[REGION], session=aws)
+    by_kind: dict[str, set[str]] = {}
+    for lo in report.leftovers:
+        by_kind.setdefault(lo.kind, set()).add(lo.id)
+    assert by_kind["instance"] == set(ours["instances"])
+    assert by_kind["security-group"] == {ours["sg"]}
+    assert by_kind["key-pair"] == {ours["key"]}
+    assert by_kind["volume"] == {ours["volume"]}
+    assert by_kind["vpc"] == {ours["vpc"]} and by_kind["subnet"] == {ours["subnet"]}
+    assert by_kind["iam-role"] == {"demo-role"} and by_kind["instance-profile"] == {"demo-profile"}
+    every_id = {lo.id for lo in report.leftovers}
+    assert not every_id & {theirs["sg"], theirs["vpc"], theirs["key"], theirs["volume"], *theirs["instances"]}
+    # moto has no placement groups: the report says they were not checked instead of claiming "none"
+    assert any("placement group" in s for s in report.skipped), report.skipped
+    assert not any("IAM" in s for s in report.skipped), report.skipped
+
+
+def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
+    ours = make_cluster(aws, "demo")
+    theirs = make_cluster(aws, None)
+    found = sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    assert found
+    errors = sweep.delete_leftovers(found, session=aws, wait_seconds=30)
+    assert errors == []
+    assert sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws) == []
+
+    ec2 = aws.client("ec2", region_name=REGION)
+    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert all(states[i] == "terminated" for i in ours["instances"])
+    assert all(states[i] == "running" for i in theirs["instances"])
+    assert ec2.describe_security_groups(GroupIds=[theirs["sg"]])["SecurityGroups"]
+    assert ec2.describe_volumes(VolumeIds=[theirs["volume"]])["Volumes"]
+    assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == [theirs["key"]]
+    assert ec2.describe_vpcs(VpcIds=[theirs["vpc"]])["Vpcs"]
+    iam = aws.client("iam")
+    assert {r["RoleName"] for r in iam.list_roles()["Roles"]} == {"theirs-role"}
+
+
+def test_gc_view_skips_live_clusters_and_filters_by_run(aws):
+    make_cluster(aws, "kept", run="r-old")
+    make_cluster(aws, "crashed", run="r-new")
+    everything = sweep.scan("aws", regions=[REGION], session=aws)
+    assert {f.cluster for f in everything.found} == {"kept", "crashed"}
+    not_live = sweep.scan("aws", regions=[REGION], session=aws, live_clusters=["kept"])
+    assert {f.cluster for f in not_live.found} == {"crashed"}
+    by_run = sweep.find_leftovers("aws", run_id="r-old", regions=[REGION], session=aws)
+    assert by_run and all("cluster=kept" in lo.detail for lo in by_run)
+
+
+def test_terminated_instances_are_not_leftovers(aws):
+    ours = make_cluster(aws, "demo")
+    ec2 = aws.client("ec2", region_name=REGION)
+    ec2.terminate_instances(InstanceIds=ours["instances"])
+    kinds = {lo.kind for lo in sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)}
+    assert "instance" not in kinds and "security-group" in kinds
+
+
+def test_bad_cloud_is_named():
+    from gpucluster.errors import UsageError
+
+    with pytest.raises(UsageError, match="'azure'.*allowed: aws, gcp"):
+        sweep.scan("azure")
+
+
+# -- GKE with a fake ClusterManagerClient (clearly a fake: records calls) -------------------------
+class FakeGke:
+    """FAKE google.cloud.container_v1.ClusterManagerClient: list_clusters/delete_cluster only."""
+
+    def __init__(self, clusters):
+        self.clusters = clusters
+        self.deleted: list[str] = []
+        self.parents: list[str] = []
+
+    def list_clusters(self, parent):
+        self.parents.append(parent)
+        alive = [c for c in self.clusters if c.name not in {d.rsplit("/", 1)[-1] for d in self.deleted}]
+        return SimpleNamespace(clusters=alive)
+
+    def delete_cluster(self, name):
+        self.deleted.append(name)
+
+
+def gke(name, labels, location="us-central1-a"):
+    return SimpleNamespace(name=name, location=location, resource_labels=labels,
+                           status=SimpleNamespace(name="RUNNING"))
+
+
+def test_gke_sweep_by_label():
+    client = FakeGke([
+        gke("demo", {"managed-by": "gpucluster", "gpucluster-cluster": "demo"}),
+        gke("other-team", {"team": "ml"}),
+        gke("kept", {"managed-by": "gpucluster", "gpucluster-cluster": "kept"}),
+    ])
+    report = sweep.scan("gcp", project="p1", gke_client=client, live_clusters=["kept"])
+    assert client.parents == ["projects/p1/locations/-"]
+    assert [lo.id for lo in report.leftovers] == ["projects/p1/locations/us-central1-a/clusters/demo"]
+    assert sweep.delete_leftovers(report.leftovers, gke_client=client) == []
+    assert client.deleted == ["projects/p1/locations/us-central1-a/clusters/demo"]
+    assert sweep.find_leftovers("gcp", name="demo", project="p1", gke_client=client) == []
+
+
+def test_gke_without_project_is_reported_not_silently_empty(monkeypatch):
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
+    monkeypatch.setattr(sweep, "gcp_project", lambda: None)
+    report = sweep.scan("gcp", gke_client=FakeGke([]))
+    assert report.leftovers == [] and "GOOGLE_CLOUD_PROJECT" in report.skipped[0]
