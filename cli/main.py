@@ -30,6 +30,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from gpucluster.cli import cluster as cluster_cmds
     from gpucluster.cli import cost as cost_cmds
     from gpucluster.cli import runs as runs_cmds
     from gpucluster.cli import sweep as sweep_cmds
@@ -40,6 +41,8 @@ def _register() -> None:
     cli.add_command(cost_cmds.prices)
     cli.add_command(cost_cmds.cost)
     cli.add_command(sweep_cmds.sweep)
+    for name in ("up", "down", "status", "logs", "gc", "doctor"):
+        cli.add_command(getattr(cluster_cmds, name))
 
 
 _register()

@@ -164,9 +164,13 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         nproc = parse_int("procs per node", procs_per_node, low=1, high=64)
     else:
         nproc = None
-    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python)
+    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
+                                     spec_options=spec.option_dict)
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     home_dir()
+    preflight = getattr(provider, "preflight", None)
+    if preflight:
+        preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
 
     out = _console(stderr=as_json)
     for w in warnings:
@@ -277,12 +281,15 @@ def runs(limit, cloud, status, as_json):
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="The whole record as JSON (metrics included).")
-def show(run_id, as_json):
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
+              help="Write GPU/CPU utilisation over time (one line per node) to this PNG.")
+def show(run_id, as_json, plot_path):
     """Show one run: phases, nodes, metrics, resources, teardown verdict, cost.
 
     \b
     Example:
       gpucluster show r20261122-031500-1a2b3c
+      gpucluster show r20261122-031500-1a2b3c --plot util.png
     """
     from gpucluster.ledger import Ledger
 
@@ -290,6 +297,11 @@ def show(run_id, as_json):
     run = ledger.get_run(run_id, with_metrics=as_json)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
+    if plot_path:
+        from gpucluster.plots import plot_run
+
+        written = plot_run(ledger, run["id"], plot_path)
+        click.echo(f"utilisation plot: {written}", err=as_json)
     if as_json:
         click.echo(json.dumps(run, indent=2, default=str))
         return 0

@@ -25,6 +25,16 @@ def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
         launcher = SshLauncher(**kw)
         # The provider asks only the nodes where this launcher started the run for leftovers.
         return SshProvider(launcher=launcher), launcher
-    if cloud not in CLOUDS:
-        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    raise UsageError(f"cloud {cloud!r} cannot run jobs in this version yet; allowed now: local")
+    if cloud == "aws":
+        # EC2 nodes are reached like any ssh host, with the cluster's own key and pinned host keys.
+        from .sshlaunch import SshLauncher
+        from gpucluster.infra.cloud import PulumiProvider
+
+        kw = {"python": options["remote_python"]} if options.get("remote_python") else {}
+        return PulumiProvider("aws"), SshLauncher(**kw)
+    if cloud == "gcp":
+        from .k8s import KubernetesLauncher
+        from gpucluster.infra.cloud import PulumiProvider
+
+        return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {})
+    raise UsageError(not_allowed("cloud", cloud, CLOUDS))
