@@ -22,11 +22,7 @@ CLOUD_CLOUDS = ("aws", "gcp")
 EC2_GVT_QUOTA = "L-DB2E81BA"  # "Running On-Demand G and VT instances" (vCPUs)
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
-    return Console(stderr=stderr, highlight=False, width=width)
+from gpucluster.cli.console import make_console as _console  # noqa: E402
 
 
 def provider_for(cloud: str) -> Any:

@@ -38,13 +38,7 @@ def _boundary(fn: Callable) -> Callable:
     return wrapper
 
 
-def _console():
-    from rich.console import Console
-
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(soft_wrap=False, width=160)
-    return console
+from gpucluster.cli.console import make_console as _console  # noqa: E402
 
 
 def _warn(messages: list[str]) -> None:

@@ -11,19 +11,13 @@ import sys
 
 import click
 
-from gpucluster.errors import ExitCode, SpecError, UsageError, not_allowed
+from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.spec import CLOUDS, MAX_NODES, ClusterSpec, parse_int
 
 WORKLOADS = ("digits", "mnist", "synthetic")
 
 
-def _console(stderr: bool = False):
-    import os
-
-    from rich.console import Console
-
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
-    return Console(stderr=stderr, highlight=False, width=width)
+from gpucluster.cli.console import make_console as _console  # noqa: E402
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:

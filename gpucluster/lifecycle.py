@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
-from .errors import ExitCode, GpuclusterError, Interrupted, LaunchError
+from .errors import ExitCode, GpuclusterError
 from .launch import JobResult, JobSpec
 from .ledger import Ledger
 

@@ -14,7 +14,7 @@ import ipaddress
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import SpecError, not_allowed
@@ -119,6 +119,24 @@ def parse_int(what: str, value: Any, *, low: int, high: int | None = None) -> in
     if n < low or (high is not None and n > high):
         raise SpecError(not_allowed(what, value, allowed))
     return n
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off", ""}
+
+
+def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
+    """A config/option boolean (true/false, yes/no, 1/0, on/off), or a SpecError naming it."""
+    if raw is None:
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(not_allowed(what, raw, "true or false"))
 
 
 def validate(spec: ClusterSpec) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import needs_torch  # noqa: E402
-from gpucluster.errors import ExitCode  # noqa: E402, ProvisionError
+from gpucluster.errors import ExitCode, ProvisionError  # noqa: E402
 from gpucluster.launch import JobSpec
 from gpucluster.ledger import Ledger
 from gpucluster.lifecycle import Terminated, execute
@@ -27,6 +27,12 @@ FAULTS = {
     "sigterm": (Terminated, "interrupted", ExitCode.INTERRUPTED),
     "crash": (lambda: RuntimeError("injected bug"), "failed", ExitCode.FAILURE),
     "error": (lambda: ProvisionError("injected cloud error"), "failed", ExitCode.FAILURE),
+}
+FAILURE_TEXT = {
+    "ctrl-c": "stopped by Ctrl-C",
+    "sigterm": "stopped by SIGTERM",
+    "crash": "internal error: RuntimeError: injected bug",
+    "error": "injected cloud error",
 }
 
 
@@ -117,6 +123,7 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
         assert "delete failed" in (phases["teardown"]["detail"] or "")
     else:
         assert run["status"] == status and outcome.exit_code == code
+        assert run["failure"] == FAILURE_TEXT[fault_name]
         assert phases[phase]["status"] in ("failed", "interrupted")
         assert list(phases)[-2] == phase  # nothing after the faulty phase but teardown
     assert phases["teardown"]["status"] == "ok"

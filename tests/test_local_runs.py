@@ -4,10 +4,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
-import psutil
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli

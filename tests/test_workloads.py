@@ -1,7 +1,6 @@
 """Workload data handling: the restricted unpickler, IDX files, sharding, evaluation counts."""
 
 import gzip
-import io
 import os
 import pickle
 import struct

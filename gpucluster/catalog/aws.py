@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, did_you_mean, not_allowed
+from ..spec import parse_bool
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..spec import ClusterSpec
@@ -98,8 +99,6 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     )
 }
 
-_TRUE = ("true", "yes", "1", "on")
-_FALSE = ("false", "no", "0", "off", "")
 
 
 def _snake(key: str) -> str:
@@ -117,17 +116,7 @@ def option(spec: "ClusterSpec", key: str, default: Any = None) -> Any:
 
 def flag(spec: "ClusterSpec", key: str, default: bool = False) -> bool:
     """A boolean option; anything but a clear true/false is a SpecError."""
-    raw = option(spec, key)
-    if raw is None:
-        return default
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise SpecError(not_allowed(f"option {key}", raw, "true or false"))
+    return parse_bool(f"option {key}", option(spec, key), default)
 
 
 def region_of(spec: "ClusterSpec") -> str:

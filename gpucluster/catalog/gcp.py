@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError, not_allowed
+from ..spec import parse_bool
 
 ACCELERATOR = "nvidia-tesla-v100"
 ACCELERATORS = (ACCELERATOR,)
@@ -84,8 +85,6 @@ DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-
 
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off", "")
 
 
 def region_of(zone: str) -> str:
@@ -106,15 +105,7 @@ def v100_zones(spec: Any) -> tuple[str, ...]:
 
 
 def option_bool(spec: Any, key: str, default: bool = False) -> bool:
-    raw = spec.option(key)
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise SpecError(not_allowed(f"option {key}", raw, "true or false"))
+    return parse_bool(f"option {key}", spec.option(key), default)
 
 
 def option_choice(spec: Any, key: str, choices: tuple[str, ...], default: str) -> str:
