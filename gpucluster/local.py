@@ -36,13 +36,14 @@ class LocalLauncher:
         program = program_args(job)
         supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes])
         procs: dict[int, subprocess.Popen] = {}
+        samplers: list[subprocess.Popen] = []
 
         def stop() -> None:
-            terminate_groups([p.pid for p in procs.values()], grace=self.grace,
-                             reap=lambda: [p.poll() for p in procs.values()])
+            started = list(procs.values()) + samplers
+            terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
             # Workers live in sessions of their own: find them by the run id they inherited.
             kill_run_processes(job.run_id, grace=self.grace)
-            for p in procs.values():
+            for p in list(procs.values()) + samplers:
                 try:
                     p.wait(timeout=self.grace)
                 except subprocess.TimeoutExpired:
@@ -67,6 +68,18 @@ class LocalLauncher:
                 if hasattr(events, "on_spawn"):
                     events.on_spawn(node.rank, "process", str(proc.pid))
                 supervisor.attach(node.rank, proc.stdout)
+                if job.command:
+                    # A user's script reports no utilisation: a sampler runs beside it on each node
+                    # (built-in workloads sample themselves). It carries the run id in its
+                    # environment, so stop() finds it; its exit code is not the node's.
+                    from gpucluster.workloads.sampler import sampler_argv
+
+                    sampler = subprocess.Popen(sampler_argv(self.python, node.rank, run_id=job.run_id),
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                               stderr=subprocess.DEVNULL, env=env, cwd=self.cwd,
+                                               start_new_session=True)
+                    samplers.append(sampler)
+                    supervisor.attach(node.rank, sampler.stdout)
         except OSError as exc:
             stop()
             raise LaunchError(f"could not start torchrun for local node {len(procs)}: {exc}") from None

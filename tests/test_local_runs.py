@@ -76,6 +76,10 @@ def test_unmodified_script_gets_environment(home):
         assert e["TORCHELASTIC_RUN_ID"] == run["id"]
         assert e["allreduce"] == 2.0
     assert run["status"] == "succeeded" and run["teardown_verified"] is True
+    # a utilisation sampler ran beside the script on every node, and is gone with the run
+    util = Ledger(home / "ledger.sqlite3").metrics(run["id"], kind="util")
+    assert {u["node_rank"] for u in util} <= {0, 1}
+    assert all(u.get("source") == "sampler" and "cpu_percent" in u for u in util)
 
 
 def test_crashing_rank_fails_fast(home):
@@ -103,6 +107,10 @@ def test_max_minutes_stops_everything(home):
     run = only_run(home)
     assert run["status"] == "failed" and "time limit" in run["failure"]
     assert_nothing_left(run["id"])
+    # the sampler beside the user's script recorded both nodes' utilisation while it ran
+    util = Ledger(home / "ledger.sqlite3").metrics(run["id"], kind="util")
+    assert {u["node_rank"] for u in util} == {0, 1}
+    assert all(u["source"] == "sampler" and 0 <= u["cpu_percent"] <= 100 for u in util)
 
 
 def _start_and_wait_for_training(home, extra_env=None):
