@@ -350,18 +350,43 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: x["since"])
 
 
+def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
+    """Per-node GPU state of a live cluster, asked over ssh (aws): one dict per node with
+    reachable, problems and gpus (name, utilisation %, memory used/total MiB)."""
+    if cloud != "aws":
+        return [{"note": f"per-node GPU state is read over ssh; not available for {cloud} clusters"}]
+    from gpucluster.infra.aws_outputs import cluster_from_outputs
+    from gpucluster.sshlaunch import SshLauncher
+
+    outputs = provider_for(cloud).driver.outputs(name)
+    if not outputs:
+        return [{"note": "no stack outputs: the cluster is not up"}]
+    cluster = cluster_from_outputs(outputs)
+    return [{"node": r.rank, "host": r.label, "reachable": r.ok or bool(r.gpu_state), "problems": r.problems,
+             "gpus": r.gpu_state} for r in SshLauncher().probe(cluster)]
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="JSON list for scripts.")
-def status(as_json):
+@click.option("--gpus", "with_gpus", is_flag=True,
+              help="Also ask every reachable node for its GPU state (utilisation, memory) over ssh.")
+def status(as_json, with_gpus):
     """Clusters that may still exist: state, age, hourly and accrued cost.
 
     \b
-    Example:
+    Examples:
       gpucluster status
+      gpucluster status --gpus
     """
     from gpucluster.cli.render import fmt_secs
 
     rows = cluster_rows(_ledger())
+    if with_gpus:
+        for r in rows:
+            try:
+                r["node_gpus"] = node_gpu_state(r["cloud"], r["cluster"])
+            except GpuclusterError as exc:
+                r["node_gpus"] = [{"note": f"not reachable: {exc.message}"}]
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return 0
@@ -379,6 +404,15 @@ def status(as_json):
                   _money(None if r["hourly_usd"] is None else Decimal(r["hourly_usd"])),
                   _money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"]))
     con.print(t)
+    for r in rows:
+        for n in r.get("node_gpus") or []:
+            if "note" in n:
+                con.print(f"{r['cluster']}: {n['note']}")
+                continue
+            gpus = ", ".join(f"{g.get('name')} {g.get('util')}% {g.get('mem_used_mib')}/{g.get('mem_total_mib')} MiB"
+                             for g in n["gpus"]) or "no GPU visible"
+            problems = f"  ({'; '.join(n['problems'])})" if n["problems"] else ""
+            con.print(f"{r['cluster']} node {n['node']} {n['host']}: {gpus}{problems}")
     con.print("remove one with: gpucluster down CLUSTER   (all: gpucluster down --all)")
     return 0
 

@@ -140,6 +140,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
                       max_lifetime, ssh_cidr, tags, host_list, run_id)
     warnings = validate(spec)
+    out = _console(stderr=as_json)
+    for w in warnings:
+        out.print(f"[yellow]warning:[/yellow] {w}")
     wl_args = shlex.split(workload_args) if workload_args else []
     if epochs is not None:
         wl_args = ["--epochs", str(parse_int("epochs", epochs, low=1, high=100000))] + wl_args
@@ -165,10 +168,6 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     preflight = getattr(provider, "preflight", None)
     if preflight:
         preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
-
-    out = _console(stderr=as_json)
-    for w in warnings:
-        out.print(f"[yellow]warning:[/yellow] {w}")
 
     if cloud == "local":
         from gpucluster.catalog.local import gpus_present

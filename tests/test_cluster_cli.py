@@ -312,3 +312,39 @@ def test_down_finishes_a_crashed_local_run(home, capsys):
     assert ledger.open_resources() == []
     run = ledger.get_run(rid)
     assert run["status"] == "failed" and run["teardown_verified"] is True
+
+
+def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):
+    """`status --gpus` builds the cluster from the stack outputs (pinned host keys, the cluster's
+    key) and prints each node's GPU state; the ssh probe itself is STUBBED here (the real one is
+    tested against sshd in test_ssh_sshd.py)."""
+    from gpucluster import sshlaunch
+
+    outputs = {"instance_ids": ["i-1", "i-2"], "private_ips": ["10.0.0.1", "10.0.0.2"],
+               "public_ips": ["198.51.100.1", "198.51.100.2"], "host_public_keys": ["ssh-ed25519 AAAA1", "ssh-ed25519 AAAA2"],
+               "cluster_name": "c1", "ssh_user": "ubuntu", "ssh_private_key": "KEY", "region": "us-east-1",
+               "availability_zone": "us-east-1a", "instance_type": "g5.xlarge", "gpus_per_node": 1}
+    monkeypatch.setattr(cli, "cluster_rows", lambda ledger: [{"cluster": "c1", "cloud": "aws", "state": "up",
+                                                               "nodes": 2, "age_s": 60, "hourly_usd": "2.012",
+                                                               "accrued_usd": "0.03", "resources": 9}])
+    monkeypatch.setattr(cli, "provider_for", lambda cloud: SimpleNamespace(driver=SimpleNamespace(outputs=lambda n: outputs)))
+    seen = {}
+
+    def probe(self, cluster):
+        seen["hosts"] = [n.host for n in cluster.nodes]
+        seen["keys"] = [n.host_keys for n in cluster.nodes]
+        return [sshlaunch.NodeReadiness(0, "ubuntu@198.51.100.1", True,
+                                        gpu_state=[{"name": "NVIDIA A10G", "util": 97, "mem_used_mib": 20000,
+                                                    "mem_total_mib": 22888}]),
+                sshlaunch.NodeReadiness(1, "ubuntu@198.51.100.2", False, problems=["ssh: connection timed out"])]
+
+    monkeypatch.setattr(sshlaunch.SshLauncher, "probe", probe)
+    assert invoke(cli.status, "--gpus") == 0
+    out = capsys.readouterr().out
+    assert seen["hosts"] == ["198.51.100.1", "198.51.100.2"]
+    assert seen["keys"] == [("ssh-ed25519 AAAA1",), ("ssh-ed25519 AAAA2",)]
+    assert "c1 node 0 ubuntu@198.51.100.1: NVIDIA A10G 97% 20000/22888 MiB" in out
+    assert "c1 node 1 ubuntu@198.51.100.2: no GPU visible  (ssh: connection timed out)" in out
+    assert invoke(cli.status, "--gpus", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["node_gpus"][1]["reachable"] is False
