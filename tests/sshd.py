@@ -63,15 +63,18 @@ class SshdHosts:
     known_hosts: Path
     bin_dir: Path  # first on the remote PATH: tests may drop fake tools here (nvidia-smi)
     ports: list[int] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)  # one loopback address per server
     host_keys: list[str] = field(default_factory=list)  # "ssh-ed25519 AAAA..." per server
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
     def hosts(self) -> list[str]:
-        return [f"{self.user}@127.0.0.1:{p}" for p in self.ports]
+        return [f"{self.user}@{a}:{p}" for a, p in zip(self.addresses, self.ports)]
 
     @classmethod
-    def start(cls, root: Path, n: int) -> "SshdHosts":
+    def start(cls, root: Path, n: int, *, addresses: list[str] | None = None, port: int | None = None) -> "SshdHosts":
+        """n servers on 127.0.0.1 with free ports, or on the given loopback `addresses` all on `port`
+        (port 22 makes them look like cloud nodes; binding it needs root)."""
         root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
@@ -89,10 +92,11 @@ class SshdHosts:
                 d.mkdir()
                 key = d / "host_ed25519"
                 host_pub = keygen(key)
-                port = free_port()
+                address = addresses[i] if addresses else "127.0.0.1"
+                port_i = port or free_port()
                 config = d / "sshd_config"
                 config.write_text(
-                    f"Port {port}\nListenAddress 127.0.0.1\nHostKey {key}\nPidFile {d / 'sshd.pid'}\n"
+                    f"Port {port_i}\nListenAddress {address}\nHostKey {key}\nPidFile {d / 'sshd.pid'}\n"
                     f"AuthorizedKeysFile {root / 'authorized_keys'}\n"
                     "UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                     "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
@@ -103,10 +107,11 @@ class SshdHosts:
                                         stdout=log, stderr=log, start_new_session=True)
                 log.close()
                 self.procs.append(proc)
-                self.ports.append(port)
+                self.ports.append(port_i)
+                self.addresses.append(address)
                 self.host_keys.append(" ".join(host_pub.split()[:2]))
-            for i, port in enumerate(self.ports):
-                self._wait(i, port)
+            for i, port_i in enumerate(self.ports):
+                self._wait(i, port_i)
             self.write_known_hosts()
         except BaseException:
             self.stop()
@@ -119,7 +124,7 @@ class SshdHosts:
             if self.procs[i].poll() is not None:
                 raise RuntimeError(f"sshd {i} exited: {(self.root / f'host{i}' / 'sshd.log').read_text()[-2000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                with socket.create_connection((self.addresses[i], port), timeout=1) as s:
                     if s.recv(4).startswith(b"SSH-"):
                         return
             except OSError:
@@ -133,7 +138,7 @@ class SshdHosts:
         path = path or self.known_hosts
         keys = keys or self.host_keys
         chosen = range(len(keys)) if indexes is None else indexes
-        path.write_text("".join(f"[127.0.0.1]:{self.ports[i]} {keys[i]}\n" for i in chosen))
+        path.write_text("".join(f"[{self.addresses[i]}]:{self.ports[i]} {keys[i]}\n" for i in chosen))
         return path
 
     def stop(self) -> None:
