@@ -200,8 +200,12 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
                            style="bold red"), highlight=False)
         console.print(Text(f"  finish it with: gpucluster down {run['cluster']}", style="red"), highlight=False)
     else:
-        console.print("teardown: cluster kept (--keep); remove it with "
-                      f"'gpucluster down {run['cluster']}'", highlight=False)
+        detail = next((p.get("detail") for p in run.get("phases", []) if p["name"] == "teardown"), None)
+        if detail and "--keep" not in detail:
+            console.print(f"teardown: {detail}", highlight=False)
+        else:
+            console.print("teardown: cluster kept (--keep); remove it with "
+                          f"'gpucluster down {run['cluster']}'", highlight=False)
     cost = run.get("cost")
     if cost and cost.get("total") is not None:
         from gpucluster.cli.cost import render_run_cost

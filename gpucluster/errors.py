@@ -51,6 +51,11 @@ class ProvisionError(GpuclusterError):
     """The cloud refused or failed to create the cluster."""
 
 
+class ClusterBusy(ProvisionError):
+    """Another live process owns the cluster or holds its Pulumi lock: nothing was changed, and
+    nothing may be deleted (not even by tag) from under it."""
+
+
 class LaunchError(GpuclusterError):
     """The training job could not be started or failed."""
 

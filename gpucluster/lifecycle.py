@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol
 
-from .errors import ExitCode, GpuclusterError
+from .errors import ClusterBusy, ExitCode, GpuclusterError
 from .launch import JobResult, JobSpec
 from .ledger import Ledger
 
@@ -179,6 +179,7 @@ def execute(
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
     result: JobResult | None = None
     cluster = None
+    busy = False
     try:
         with sigterm_as_interrupt():
             rec.start_phase("prepare")
@@ -205,6 +206,7 @@ def execute(
         failure = "stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
         rec.end_phase("interrupted", failure)
     except GpuclusterError as exc:
+        busy = isinstance(exc, ClusterBusy)
         failure = exc.message
         exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
         rec.end_phase("failed", failure)
@@ -213,7 +215,7 @@ def execute(
         rec.end_phase("failed", failure)
     finally:
         with shielded(ui):
-            verified, leftovers = _teardown(spec, run_id, provider, rec, keep=keep)
+            verified, leftovers = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
     leftover_dicts = [lo.__dict__ for lo in leftovers]
     if verified is False and status == "succeeded":
         exit_code = ExitCode.LEFTOVERS
@@ -224,7 +226,7 @@ def execute(
     return RunOutcome(run_id, status, exit_code, failure, result, verified, leftover_dicts, str(log_dir))
 
 
-def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool):
+def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool, busy: bool = False):
     """Delete what the run created and check, independently of local state, that it is gone.
 
     Returns (verified, leftovers): verified is None when the cluster was kept on purpose.
@@ -234,6 +236,9 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     rec.start_phase("teardown")
     if keep and spec.cloud not in ("local", "ssh"):
         rec.end_phase("ok", "cluster kept (--keep)")
+        return None, []
+    if busy:  # another live run owns the cluster: this run created nothing and may delete nothing
+        rec.end_phase("ok", "nothing created: the cluster belongs to another live gpucluster run")
         return None, []
     problems = []
     try:

@@ -17,6 +17,17 @@ from .procs import kill_run_processes
 
 
 def free_port() -> int:
+    """A free TCP port for the rendezvous, picked below Linux's ephemeral range (32768-60999) so
+    that no outgoing connection is handed it between this check and the head agent's bind."""
+    import random
+
+    for port in random.sample(range(20000, 32768), 50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gpucluster.errors import ConfigError, GpuclusterError, MissingDependency, ProvisionError, require
+from gpucluster.errors import ClusterBusy, ConfigError, GpuclusterError, MissingDependency, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
 
 from .provider import NullEvents, ProvisionEvents
 
@@ -86,11 +86,6 @@ CAPACITY_MARKERS = (
 _AWS_AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
 _GCP_ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
 _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
-
-
-class ClusterBusy(ProvisionError):
-    """Another live process owns the cluster or holds its Pulumi lock: nothing was changed, and
-    nothing may be deleted by tag from under it either."""
 
 
 class CapacityError(ProvisionError):

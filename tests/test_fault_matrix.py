@@ -119,7 +119,8 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
     assert all(p["ended_at"] for p in phases.values())
     if phase == "teardown":
         # the run itself succeeded; the failing delete is recorded, the check still proved nothing is left
-        assert run["status"] == "succeeded" and outcome.exit_code == ExitCode.OK
+        assert run["status"] == "succeeded" and outcome.exit_code == ExitCode.OK, (
+            run["failure"], [n["last_lines"][-8:] for n in run["node_results"]])
         assert "delete failed" in (phases["teardown"]["detail"] or "")
     else:
         assert run["status"] == status and outcome.exit_code == code

@@ -1,0 +1,64 @@
+"""Lifecycle rules that need no processes: a busy cluster is left alone, bugs still tear down."""
+
+from gpucluster.errors import ClusterBusy, ExitCode
+from gpucluster.launch import JobSpec
+from gpucluster.ledger import Ledger
+from gpucluster.lifecycle import execute
+from gpucluster.spec import ClusterSpec
+
+
+class BusyProvider:
+    cloud = "aws"
+
+    def __init__(self):
+        self.calls = []
+
+    def up(self, spec, events):
+        self.calls.append("up")
+        raise ClusterBusy("cluster 'c1' is in use by gpucluster process 4242 (run r-other)")
+
+    def down(self, name, events):
+        self.calls.append("down")
+
+    def leftovers(self, name, run_id=None):
+        self.calls.append("leftovers")
+        return []
+
+
+class NeverLaunched:
+    def launch(self, *a, **kw):
+        raise AssertionError("must not launch")
+
+
+def test_busy_cluster_is_neither_torn_down_nor_swept(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    provider = BusyProvider()
+    spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id="r1")
+    out = execute(spec, JobSpec(run_id="r1", workload="digits"), ledger=ledger, provider=provider,
+                  launcher=NeverLaunched())
+    assert provider.calls == ["up"]  # no down, no delete-by-tag from under the owner
+    assert out.status == "failed" and out.exit_code == ExitCode.FAILURE and out.teardown_verified is None
+    run = ledger.get_run("r1")
+    assert "in use by gpucluster process 4242" in run["failure"]
+    teardown = next(p for p in run["phases"] if p["name"] == "teardown")
+    assert teardown["status"] == "ok" and "another live gpucluster run" in teardown["detail"]
+
+
+def test_report_says_why_teardown_was_skipped(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from gpucluster.cli.render import run_report
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id="r2")
+    execute(spec, JobSpec(run_id="r2", workload="digits"), ledger=ledger, provider=BusyProvider(),
+            launcher=NeverLaunched())
+    con = Console(record=True, width=200)
+    run_report(con, ledger.get_run("r2"))
+    text = con.export_text()
+    assert "teardown: nothing created: the cluster belongs to another live gpucluster run" in text
+    assert "NOT VERIFIED" not in text and "--keep" not in text
