@@ -32,19 +32,31 @@ def fmt_secs(s: float | None) -> str:
     return f"{h}h{m:02d}m"
 
 
+_METRIC_FORMATS = (("epoch", "epoch {}"), ("step", "step {}"), ("loss", "loss {:.4f}"), ("accuracy", "acc {:.2%}"),
+                   ("samples_per_s", "{:,.0f} samples/s"), ("train_time_s", "train {:.1f}s"),
+                   ("world_size", "world size {}"), ("rank", "rank {}"))
+
+
+def metric_parts(values: dict[str, Any], keys: tuple[str, ...] | None = None) -> list[str]:
+    """'loss 0.1234', 'acc 98.05%', ... for the metrics present: one format for every display."""
+    parts = []
+    for key, fmt in _METRIC_FORMATS:
+        v = values.get(key)
+        if v is None or (keys is not None and key not in keys):
+            continue
+        try:
+            parts.append(fmt.format(v))
+        except (ValueError, TypeError):
+            parts.append(f"{key} {v}")
+    return parts
+
+
 def fmt_metric(record: dict[str, Any]) -> str:
     kind = record.get("kind")
-    parts = [kind or "?"]
-    for key, label, f in (("epoch", "epoch", "{}"), ("step", "step", "{}"), ("loss", "loss", "{:.4f}"),
-                          ("accuracy", "acc", "{:.2%}"), ("samples_per_s", "samples/s", "{:,.0f}"),
-                          ("train_time_s", "train", "{:.1f}s"), ("rank", "rank", "{}")):
-        v = record.get(key)
-        if v is not None and not (kind == "epoch" and key == "rank"):
-            try:
-                parts.append(f"{label} " + f.format(v))
-            except (ValueError, TypeError):
-                parts.append(f"{label} {v}")
-    return "  ".join(parts)
+    keys = ("epoch", "step", "loss", "accuracy", "samples_per_s", "train_time_s")
+    if kind != "epoch":
+        keys += ("rank",)
+    return "  ".join([kind or "?", *metric_parts(record, keys)])
 
 
 class RichRunUI:
@@ -81,14 +93,8 @@ class RichRunUI:
         if "epoch" in s:
             total = f"/{self.epochs}" if self.epochs else ""
             t.append(f"  epoch {s['epoch']}{total}")
-        if "step" in s:
-            t.append(f"  step {s['step']}")
-        if s.get("loss") is not None:
-            t.append(f"  loss {s['loss']:.4f}")
-        if s.get("accuracy") is not None:
-            t.append(f"  acc {s['accuracy']:.2%}")
-        if s.get("samples_per_s") is not None:
-            t.append(f"  {s['samples_per_s']:,.0f} samples/s")
+        for part in metric_parts(s, ("step", "loss", "accuracy", "samples_per_s")):
+            t.append("  " + part)
         return t
 
     def _refresh(self) -> None:
@@ -158,17 +164,9 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
 
     m = run.get("metrics") or {}
     if m:
-        bits = []
-        if m.get("accuracy") is not None:
-            bits.append(f"accuracy {m['accuracy']:.2%}")
-        if m.get("loss") is not None:
-            bits.append(f"loss {m['loss']:.4f}")
-        if m.get("samples_per_s") is not None:
-            bits.append(f"{m['samples_per_s']:,.0f} samples/s")
+        bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
         if m.get("train_time_s") is not None:
             bits.append(f"training {fmt_secs(m['train_time_s'])}")
-        if m.get("world_size"):
-            bits.append(f"world size {m['world_size']}")
         console.print("result: " + ", ".join(bits), highlight=False)
 
     nodes = run.get("node_results") or []
