@@ -119,7 +119,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
     """
     from gpucluster.cli.runs import build_spec
-    from gpucluster.spec import new_run_id, validate
+    from gpucluster.spec import new_run_id, resolve, validate
 
     if cloud not in CLOUD_CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUD_CLOUDS)
@@ -128,6 +128,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
                       ssh_cidr, tags, (), run_id)
     warnings = validate(spec)
+    spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
@@ -164,7 +165,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
         ledger.finish_run(run_id, status="failed", exit_code=int(exc.exit_code), failure=exc.message)
         raise
     ledger.phase_end(run_id, "provision", "ok")
-    ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown_verified=None)
+    ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
     nodes_out = [{"rank": n.rank, "host": n.host, "private_ip": n.private_ip, "user": n.user,
                   "instance_id": n.instance_id, "gpus": n.gpus} for n in cluster.nodes]
     if as_json:
@@ -211,23 +212,28 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
             ledger.finish_run(run["id"], status="failed", exit_code=int(ExitCode.FAILURE),
                               failure="the gpucluster process ended before the run finished (crash or kill); "
                                       "its resources were removed by `gpucluster down`",
-                              teardown_verified=True, leftovers=[])
-        elif run["id"] in run_ids or run["teardown_verified"] is None:
-            ledger.set_teardown(run["id"], True, [])
+                              teardown="verified", leftovers=[])
+        elif run["id"] in run_ids or run["teardown"] in (None, "kept"):
+            ledger.set_teardown(run["id"], "verified", [])
     return len(run_ids)
 
 
-def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str]) -> list[Any]:
-    """The independent check: by tag for clouds; per run for local/ssh processes (a local run's
-    stray processes, e.g. after a crash, are killed first)."""
+def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str]) -> Any:
+    """The independent check, as a three-state `Check`: by tag for clouds; per run for local/ssh
+    processes (a local run's stray processes, e.g. after a crash, are killed first)."""
+    from gpucluster.infra.provider import Check
+
     if cloud in CLOUD_CLOUDS:
-        return provider.leftovers(name)
+        return Check.of(provider.leftovers(name))
     if cloud == "local":
         from gpucluster.procs import kill_run_processes
 
         for rid in run_ids:
             kill_run_processes(rid)
-    return [lo for rid in sorted(run_ids) for lo in provider.leftovers(name, rid)]
+    check = Check()
+    for rid in sorted(run_ids):
+        check = check + Check.of(provider.leftovers(name, rid))
+    return check
 
 
 @click.command()
@@ -235,16 +241,25 @@ def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str
 @click.option("--all", "all_", is_flag=True, help="Every cluster the ledger says may still exist.")
 @click.option("--cloud", default=None, type=click.Choice(CLOUD_CLOUDS),
               help="The cluster's cloud, when the ledger does not know the cluster.")
+@click.option("--force", is_flag=True, help="If a live gpucluster process owns the cluster, stop it (SIGTERM) and "
+              "wait for its own teardown first.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cluster with the verdict.")
-def down(cluster, all_, cloud, yes, as_json):
-    """Delete a cluster and check by tag that nothing of it is left (idempotent).
+def down(cluster, all_, cloud, force, yes, as_json):
+    """Delete a cluster, then check independently (by tag, by run id) what is left (idempotent).
+
+    The verdict has three states: verified (every check ran, nothing found), leftovers (listed), or
+    not verified (each check that could not run, and why). Exit 0 only when verified; 3 otherwise;
+    2 when a live gpucluster process owns the cluster (without --force nothing is touched).
 
     \b
     Examples:
       gpucluster down gpucluster-aws
+      gpucluster down gpucluster-local --force     # stop the run that owns it, then check
       gpucluster down --all --yes
     """
+    from gpucluster.owner import busy_error, owner, owner_lock, stop_owner
+
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
     ledger = _ledger()
@@ -267,6 +282,11 @@ def down(cluster, all_, cloud, yes, as_json):
         if as_json:
             click.echo(json.dumps([]))
         return 0
+    if not force:  # refuse before asking anything: a live run is not pulled from under its owner
+        for name in sorted(targets):
+            info = owner(name)
+            if info and not info.get("self"):
+                raise busy_error(name, info)
     _confirm(f"Delete {', '.join(sorted(targets))} and everything in it?", yes)
     verdicts = []
     worst = ExitCode.OK
@@ -274,34 +294,43 @@ def down(cluster, all_, cloud, yes, as_json):
         say = (lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]"))
         events = LedgerEvents(ledger, name, say=say)
         verdict: dict[str, Any] = {"cluster": name, "cloud": c}
-        had_open = {r["run_id"] for r in ledger.open_resources(name)}
         try:
-            provider = provider_for(c)
-            provider.down(name, events)
-            left = _leftovers_after_down(provider, c, name, had_open)
-        except TeardownIncomplete as exc:
-            verdict.update(verified=False, error=exc.message)
-            left = None
+            if force:
+                stopped = stop_owner(name, say=say)
+                if stopped:
+                    verdict["stopped_owner"] = stopped
+            with owner_lock(name, "down"):
+                had_open = {r["run_id"] for r in ledger.open_resources(name)}
+                provider = provider_for(c)
+                not_run = []
+                try:
+                    provider.down(name, events)
+                except TeardownIncomplete as exc:
+                    not_run.append(f"delete: {exc.message}")
+                check = _check_after_down(provider, c, name, had_open).with_unchecked(*not_run)
         except GpuclusterError as exc:
-            verdict.update(verified=False, error=exc.message)
-            worst = max(worst, ExitCode.FAILURE)
+            verdict.update(verdict="not verified", error=exc.message)
+            worst = max(worst, exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS)
             out.print(f"[red]{name}: {exc.message}[/red]")
             verdicts.append(verdict)
             continue
-        if left:
-            verdict.update(verified=False, leftovers=[lo.__dict__ for lo in left])
-        if verdict.get("verified") is False:
-            worst = ExitCode.LEFTOVERS if worst == ExitCode.OK else worst
-            for row in {r["run_id"] for r in ledger.open_resources(name)}:
-                ledger.set_teardown(row, False, verdict.get("leftovers", []))
-            out.print(f"[bold red]{name}: NOT fully gone[/bold red] {verdict.get('error', '')}")
-            for lo in verdict.get("leftovers", []):
-                out.print(f"  still exists: {lo['kind']} {lo['id']} {lo.get('region') or ''}")
-            out.print(f"  finish it with: gpucluster down {name}   or   gpucluster gc --cloud {c}")
-        else:
-            verdict["verified"] = True
+        verdict.update(check.to_dict())
+        if check.verified:
             verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
-            out.print(f"[green]{name}: down, verified by tag: nothing left[/green]")
+            how = "by tag" if c in CLOUD_CLOUDS else "by run id"
+            out.print(f"[green]{name}: down; verified {how}: every check ran and found nothing[/green]")
+        else:
+            worst = max(worst, ExitCode.LEFTOVERS)
+            runs = {r["run_id"] for r in ledger.open_resources(name)} | had_open
+            for rid in runs:
+                ledger.set_teardown(rid, check.verdict, verdict["leftovers"], verdict["unchecked"])
+            out.print(f"[bold red]{name}: {check.verdict.upper()}[/bold red]")
+            for lo in check.leftovers:
+                out.print(f"  still exists: {lo.kind} {lo.id} {lo.region or ''} {lo.detail}".rstrip())
+            for line in check.unchecked:
+                out.print(f"  not checked: {line}")
+            out.print(f"  finish it with: gpucluster down {name}" + (
+                f"   or   gpucluster gc --cloud {c}" if c in CLOUD_CLOUDS else ""))
         verdicts.append(verdict)
     if as_json:
         click.echo(json.dumps(verdicts, indent=2, default=str))
@@ -311,7 +340,7 @@ def down(cluster, all_, cloud, yes, as_json):
 # -- status -----------------------------------------------------------------------------------------
 def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
     """Clusters that may still exist (open ledger rows), with age, hourly and accrued cost."""
-    from gpucluster.infra.automation import lock_owner
+    from gpucluster.owner import owner as lock_owner
 
     now = time.time() if now is None else now
     rows: dict[str, dict[str, Any]] = {}
@@ -330,12 +359,14 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
         r["age_s"] = round(now - r["since"], 1)
         owner = lock_owner(r["cluster"])
         r["owner_pid"] = owner["pid"] if owner else None
-        if latest["status"] == "running":
-            r["state"] = "in use" if owner else "orphaned (its process ended without teardown)"
-        elif latest["teardown_verified"] is None:
+        if owner:
+            r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
+        elif latest["status"] == "running":
+            r["state"] = "orphaned (its process ended without teardown)"
+        elif latest["teardown"] in (None, "kept"):
             r["state"] = "kept"
         else:
-            r["state"] = "teardown incomplete"
+            r["state"] = f"teardown {latest['teardown']}"
         r["hourly_usd"] = r["accrued_usd"] = None
         try:
             from gpucluster import cost
@@ -479,7 +510,7 @@ def logs(run_id, node, follow):
 # -- gc ---------------------------------------------------------------------------------------------
 def live_clusters(ledger: Any) -> set[str]:
     """Clusters someone wants: kept ones (`up`, `run --keep`) and those a live process owns."""
-    from gpucluster.infra.automation import lock_owner
+    from gpucluster.owner import owner as lock_owner
 
     live = set()
     latest: dict[str, dict[str, Any]] = {}
@@ -488,7 +519,7 @@ def live_clusters(ledger: Any) -> set[str]:
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run["status"] != "running" and run["teardown_verified"] is None:
+        elif run["status"] != "running" and run["teardown"] in (None, "kept"):
             live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 
@@ -503,9 +534,11 @@ def _aws_regions(ledger: Any, extra: tuple[str, ...]) -> list[str]:
         if region:
             regions.append(region)
     if not extra:
+        from gpucluster.catalog.aws import DEFAULT_REGION
         from gpucluster.infra.sweep import default_aws_regions
 
-        regions += default_aws_regions()
+        # where a cluster made without --region went, and the region your AWS configuration names
+        regions += [DEFAULT_REGION, *default_aws_regions()]
     return list(dict.fromkeys(regions))
 
 
@@ -527,46 +560,68 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
       gpucluster gc --cloud aws --yes      # delete without asking
     """
     from gpucluster.infra import sweep
+    from gpucluster.infra.provider import Check
 
     ledger = _ledger()
     live = set() if include_kept else live_clusters(ledger)
     out = _console(stderr=as_json)
-    found, skipped, errors = [], [], []
-    for c in clouds or CLOUD_CLOUDS:
-        try:
-            if c == "aws":
-                report = sweep.scan("aws", live_clusters=live, regions=_aws_regions(ledger, regions))
-            else:
-                report = sweep.scan("gcp", live_clusters=live, project=project)
-        except GpuclusterError as exc:
-            skipped.append(f"{c}: not checked ({exc.message})")
-            continue
-        except Exception as exc:  # noqa: BLE001 - no credentials, no network: say so, go on
-            skipped.append(f"{c}: not checked ({type(exc).__name__}: {exc})")
-            continue
-        found += [f.leftover for f in report.found]
-        skipped += report.skipped
-    for s in skipped:
-        out.print(f"[yellow]{s}[/yellow]")
+    wanted = clouds or CLOUD_CLOUDS
+    aws_regions = _aws_regions(ledger, regions) if "aws" in wanted else []
+
+    def look() -> tuple[list[Any], list[str]]:
+        found, skipped = [], []
+        for c in wanted:
+            try:
+                if c == "aws":
+                    report = sweep.scan("aws", live_clusters=live, regions=aws_regions)
+                else:
+                    report = sweep.scan("gcp", live_clusters=live, project=project)
+            except GpuclusterError as exc:
+                skipped.append(f"{c}: not checked ({exc.message})")
+                continue
+            except Exception as exc:  # noqa: BLE001 - no credentials, no network: say so, go on
+                skipped.append(f"{c}: not checked ({type(exc).__name__}: {exc})")
+                continue
+            found += [f.leftover for f in report.found]
+            skipped += report.skipped
+        return found, skipped
+
+    found, skipped = look()
+    where = ", ".join(([f"aws {'/'.join(aws_regions)}"] if "aws" in wanted else [])
+                      + (["gcp"] if "gcp" in wanted else []))
     if live:
         out.print(f"kept clusters left alone: {', '.join(sorted(live))} (remove one with `gpucluster down NAME`)")
-    deleted = False
-    if not found:
-        out.print("[green]nothing tagged managed-by=gpucluster is left[/green]")
-    else:
+    errors: list[str] = []
+    deleted: list[Any] = []
+    if found:
         for lo in found:
             out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {lo.detail}")
         _confirm(f"Delete these {len(found)} resource(s)?", yes)
         errors = sweep.delete_leftovers(found)
-        deleted = True
         for err in errors:
             out.print(f"[red]could not delete {err}[/red]")
-        if not errors:
-            out.print(f"[green]deleted {len(found)} resource(s)[/green]")
+        deleted = found
+        found, skipped = look()  # the verdict rests on a fresh look, not on the delete calls
+    check = Check(tuple(found), tuple(skipped))
+    if check.verified:
+        gone = f"deleted {len(deleted)} resource(s); " if deleted else ""
+        out.print(f"[green]gc: verified ({where}): {gone}every check ran and nothing tagged "
+                  "managed-by=gpucluster is left[/green]")
+    else:
+        for lo in found:
+            out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")
+        for line in skipped:
+            out.print(f"[yellow]  not checked: {line}[/yellow]")
+        if check.verdict == "leftovers":
+            out.print(f"[bold red]gc: LEFTOVERS: {len(found)} resource(s) still exist[/bold red]")
+        else:
+            out.print(f"[bold red]gc: NOT VERIFIED: nothing found, but {len(skipped)} check(s) could not run; "
+                      "fix the cause above (e.g. `gpucluster doctor`) and run gc again[/bold red]")
     if as_json:
-        click.echo(json.dumps({"found": [lo.__dict__ for lo in found], "deleted": deleted, "errors": errors,
-                               "skipped": skipped, "live_clusters": sorted(live)}, indent=2))
-    return int(ExitCode.LEFTOVERS if errors else ExitCode.OK)
+        click.echo(json.dumps({"verdict": check.verdict, "found": [lo.__dict__ for lo in found],
+                               "deleted": [lo.__dict__ for lo in deleted], "errors": errors,
+                               "unchecked": skipped, "live_clusters": sorted(live)}, indent=2))
+    return int(ExitCode.OK if check.verified else ExitCode.LEFTOVERS)
 
 
 # -- doctor -----------------------------------------------------------------------------------------

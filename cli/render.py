@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import time
 from typing import Any
 
@@ -190,20 +189,7 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
                 for ln in lines:
                     console.print(Text("  " + ln), highlight=False)
 
-    tv = run.get("teardown_verified")
-    if tv is True:
-        console.print(Text("teardown: verified, nothing left running or billing", style="green"), highlight=False)
-    elif tv is False:
-        console.print(Text(f"teardown: NOT VERIFIED, still existing: {json.dumps(run.get('leftovers'))}",
-                           style="bold red"), highlight=False)
-        console.print(Text(f"  finish it with: gpucluster down {run['cluster']}", style="red"), highlight=False)
-    else:
-        detail = next((p.get("detail") for p in run.get("phases", []) if p["name"] == "teardown"), None)
-        if detail and "--keep" not in detail:
-            console.print(f"teardown: {detail}", highlight=False)
-        else:
-            console.print("teardown: cluster kept (--keep); remove it with "
-                          f"'gpucluster down {run['cluster']}'", highlight=False)
+    teardown_lines(console, run)
     cost = run.get("cost")
     if cost and cost.get("total") is not None:
         from gpucluster.cli.cost import render_run_cost
@@ -211,3 +197,32 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         render_run_cost(cost, console)
     if run.get("log_dir"):
         console.print(f"logs: {run['log_dir']}", highlight=False)
+
+
+def teardown_lines(console, run: dict) -> None:
+    """The run's three-state teardown verdict, saying exactly what it rests on."""
+    verdict = run.get("teardown")
+    cluster = run["cluster"]
+    if verdict == "verified":
+        what = "every process of the run gone" if run.get("cloud") in ("local", "ssh") else \
+            "every check by tag found nothing"
+        console.print(Text(f"teardown: verified ({what})", style="green"), highlight=False)
+        return
+    if verdict in ("leftovers", "not verified"):
+        style = "bold red"
+        head = "LEFTOVERS: still existing" if verdict == "leftovers" else "NOT VERIFIED: nothing found, but"
+        console.print(Text(f"teardown: {head}" + ("" if verdict == "leftovers" else
+                                                   f" {len(run.get('unchecked') or [])} check(s) could not run"),
+                           style=style), highlight=False)
+        for lo in run.get("leftovers") or []:
+            console.print(Text(f"  still exists: {lo.get('kind')} {lo.get('id')} {lo.get('region') or ''} "
+                               f"{lo.get('detail') or ''}".rstrip(), style="red"), highlight=False)
+        for line in run.get("unchecked") or []:
+            console.print(Text(f"  not checked: {line}", style="red"), highlight=False)
+        console.print(Text(f"  finish or re-check it with: gpucluster down {cluster}", style="red"), highlight=False)
+        return
+    if verdict == "kept":
+        console.print(f"teardown: cluster kept (--keep); remove it with 'gpucluster down {cluster}'", highlight=False)
+        return
+    detail = next((p.get("detail") for p in run.get("phases", []) if p["name"] == "teardown"), None)
+    console.print(f"teardown: {detail or 'not run'}", highlight=False)

@@ -117,7 +117,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import new_run_id, validate
+    from gpucluster.spec import new_run_id, resolve, validate
 
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
@@ -140,6 +140,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
                       max_lifetime, ssh_cidr, tags, host_list, run_id)
     warnings = validate(spec)
+    spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")

@@ -116,10 +116,11 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
-    from gpucluster.spec import new_run_id
+    from gpucluster.spec import new_run_id, resolve
     from gpucluster.sweep import new_sweep_id, plan_sizes
 
-    base = build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", None, (), (), None)
+    base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", None, (), (),
+                              None))
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(

@@ -53,7 +53,9 @@ class ProvisionError(GpuclusterError):
 
 class ClusterBusy(ProvisionError):
     """Another live process owns the cluster or holds its Pulumi lock: nothing was changed, and
-    nothing may be deleted (not even by tag) from under it."""
+    nothing may be deleted (not even by tag) from under it. Exit 2: nothing was started."""
+
+    exit_code = ExitCode.USAGE
 
 
 class LaunchError(GpuclusterError):

@@ -92,12 +92,28 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX resources_run ON resources(run_id);
         """,
     ),
+    (
+        2,
+        """
+        ALTER TABLE runs ADD COLUMN teardown TEXT;    -- verified | leftovers | not verified | kept | NULL
+        ALTER TABLE runs ADD COLUMN unchecked TEXT;   -- JSON list: each check that could not run, and why
+        UPDATE runs SET teardown = CASE teardown_verified WHEN 1 THEN 'verified' WHEN 0 THEN 'leftovers' END
+        """,
+    ),
 ]
+TEARDOWN_STATES = ("verified", "leftovers", "not verified", "kept")
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
+
+
+def _verified_column(teardown: str | None) -> int | None:
+    """The v1 column kept for old readers: 1 only when verified, NULL when nothing was checked."""
+    if teardown in (None, "kept"):
+        return None
+    return int(teardown == "verified")
 
 
 def _loads(text: str | None) -> Any:
@@ -247,25 +263,35 @@ class Ledger:
             )
 
     def finish_run(self, run_id: str, *, status: str, exit_code: int, failure: str | None = None,
-                   metrics: dict[str, Any] | None = None, teardown_verified: bool | None = None,
-                   leftovers: list[dict[str, Any]] | None = None, now: float | None = None) -> None:
+                   metrics: dict[str, Any] | None = None, teardown: str | None = None,
+                   leftovers: list[dict[str, Any]] | None = None, unchecked: list[str] | None = None,
+                   now: float | None = None) -> None:
+        """Close a run. `teardown`: the three-state verdict ("verified", "leftovers", "not verified"),
+        "kept" for a cluster left up on purpose, or None when nothing was checked."""
         if status not in RUN_STATES:
             raise ValueError(f"bad run status {status!r}")
+        self._check_teardown(teardown)
         with self._tx() as db:
             db.execute(
                 "UPDATE runs SET status = ?, exit_code = ?, failure = ?, metrics = COALESCE(?, metrics),"
-                " teardown_verified = ?, leftovers = ?, ended_at = ? WHERE id = ?",
+                " teardown = ?, teardown_verified = ?, leftovers = ?, unchecked = ?, ended_at = ? WHERE id = ?",
                 (
-                    status, exit_code, failure, _dumps(metrics),
-                    None if teardown_verified is None else int(teardown_verified),
-                    _dumps(leftovers or []), now or time.time(), run_id,
+                    status, exit_code, failure, _dumps(metrics), teardown, _verified_column(teardown),
+                    _dumps(leftovers or []), _dumps(unchecked or []), now or time.time(), run_id,
                 ),
             )
 
-    def set_teardown(self, run_id: str, verified: bool, leftovers: list[dict[str, Any]]) -> None:
+    def set_teardown(self, run_id: str, teardown: str, leftovers: list[dict[str, Any]],
+                     unchecked: list[str] | None = None) -> None:
+        self._check_teardown(teardown)
         with self._tx() as db:
-            db.execute("UPDATE runs SET teardown_verified = ?, leftovers = ? WHERE id = ?",
-                       (int(verified), _dumps(leftovers), run_id))
+            db.execute("UPDATE runs SET teardown = ?, teardown_verified = ?, leftovers = ?, unchecked = ? WHERE id = ?",
+                       (teardown, _verified_column(teardown), _dumps(leftovers), _dumps(unchecked or []), run_id))
+
+    @staticmethod
+    def _check_teardown(teardown: str | None) -> None:
+        if teardown is not None and teardown not in TEARDOWN_STATES:
+            raise ValueError(f"bad teardown verdict {teardown!r}")
 
     def set_cost(self, run_id: str, cost: dict[str, Any]) -> None:
         with self._tx() as db:
@@ -275,8 +301,9 @@ class Ledger:
     @staticmethod
     def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
         d = dict(row)
-        for key in ("command", "spec", "prices", "metrics", "leftovers", "cost"):
+        for key in ("command", "spec", "prices", "metrics", "leftovers", "cost", "unchecked"):
             d[key] = _loads(d[key])
+        d["unchecked"] = d["unchecked"] or []
         if d["teardown_verified"] is not None:
             d["teardown_verified"] = bool(d["teardown_verified"])
         return d

@@ -4,7 +4,9 @@
 
 `execute()` writes the run row before anything is created, records every phase, resource, node
 exit code and metric as it happens, and tears down in a `finally` that also runs on Ctrl-C,
-SIGTERM and exceptions. A second Ctrl-C during teardown does not stop the teardown.
+SIGTERM, SIGHUP and exceptions. After the first signal, or once teardown has begun, no further signal
+can cut the stopping of processes, the teardown or its check short. The teardown verdict has three
+states (verified / leftovers / not verified) and anything but "verified" exits 3.
 """
 
 from __future__ import annotations
@@ -15,13 +17,20 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol
 
+from gpucluster.infra.provider import VERIFIED, Check
+
 from .errors import ClusterBusy, ExitCode, GpuclusterError
 from .launch import JobResult, JobSpec
 from .ledger import Ledger
+from .owner import owner_lock
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered to the main thread the same way as Ctrl-C."""
+    """SIGTERM or SIGHUP (the terminal closed), delivered to the main thread like Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class RunUI(Protocol):
@@ -55,31 +64,79 @@ class RunOutcome:
     exit_code: ExitCode
     failure: str | None
     result: JobResult | None
-    teardown_verified: bool | None
+    teardown: str | None  # verified | leftovers | not verified | kept | None (nothing to check)
     leftovers: list[dict[str, Any]] = field(default_factory=list)
     log_dir: str | None = None
+    unchecked: list[str] = field(default_factory=list)
+
+    @property
+    def teardown_verified(self) -> bool | None:
+        return None if self.teardown in (None, "kept") else self.teardown == VERIFIED
+
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class RunSignals:
+    """Ctrl-C, SIGTERM and SIGHUP for the whole of a run.
+
+    The first one interrupts the run: it raises in the main thread (KeyboardInterrupt, or
+    `Terminated` for SIGTERM/SIGHUP) and from that moment, or from the start of teardown, every later
+    signal is noted and never obeyed, so that neither the launcher's stopping of processes (which
+    ends in SIGKILL after its grace period, so it stays bounded) nor the teardown and its check can be
+    cut short by a second Ctrl-C. Outside the main thread (tests) it does nothing."""
+
+    def __init__(self, ui: "RunUI"):
+        self.ui = ui
+        self.received: int | None = None
+        self.shielded = False
+        self._old: dict[int, Any] | None = None
+
+    def __enter__(self) -> "RunSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old:
+            for s, old in self._old.items():
+                signal.signal(s, old)
+
+    def shield(self) -> None:
+        self.shielded = True
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.shielded or self.received is not None:
+            self.ui.message(f"{name}: teardown in progress; it will finish (bounded) before gpucluster exits")
+            return
+        self.received = signum
+        self.shielded = True
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread."""
+    """Within the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt) in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise Terminated()
+        raise Terminated(signum)
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager
 def shielded(ui: RunUI) -> Iterator[None]:
-    """Teardown must finish: Ctrl-C and SIGTERM are noted, not obeyed, until it has."""
+    """Teardown must finish: Ctrl-C, SIGTERM and SIGHUP are noted, not obeyed, until it has."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -87,13 +144,12 @@ def shielded(ui: RunUI) -> Iterator[None]:
     def handler(signum, frame):
         ui.message("teardown in progress: it will finish before gpucluster exits")
 
-    old_int = signal.signal(signal.SIGINT, handler)
-    old_term = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 class _Recorder:
@@ -170,40 +226,48 @@ def execute(
     ui = ui or QuietUI()
     run_id = job.run_id
     log_dir = log_dir or runs_dir(run_id)
-    ledger.create_run(
-        run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
-        command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
-        workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
-    )
+    # The owner lock (kernel-released when this process dies) is held from before the ledger row
+    # to the end of the teardown check: another gpucluster sees the run as live and `down` refuses.
+    # A cluster owned by another live process is refused here, before anything is recorded.
+    with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
+        ledger.create_run(
+            run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+            command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
+            workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
+        )
+        return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+
+
+def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, ui: RunUI, keep: bool,
+         log_dir: Any, signals: RunSignals) -> RunOutcome:
+    run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region)
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
     result: JobResult | None = None
-    cluster = None
     busy = False
     try:
-        with sigterm_as_interrupt():
-            rec.start_phase("prepare")
-            prepare = getattr(launcher, "prepare", None)
-            if prepare:
-                prepare(job)
-            rec.start_phase("provision")
-            cluster = provider.up(spec, rec)
-            rec.start_phase("ready")
-            ready = getattr(launcher, "ready", None)
-            if ready:
-                ready(cluster, job)
-            result = launcher.launch(cluster, job, rec, log_dir)
-            for node in result.nodes:
-                ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
-            if result.ok:
-                status, exit_code = "succeeded", ExitCode.OK
-                rec.end_phase("ok")
-            else:
-                failure = result.failure
-                rec.end_phase("failed", failure)
+        rec.start_phase("prepare")
+        prepare = getattr(launcher, "prepare", None)
+        if prepare:
+            prepare(job)
+        rec.start_phase("provision")
+        cluster = provider.up(spec, rec)
+        rec.start_phase("ready")
+        ready = getattr(launcher, "ready", None)
+        if ready:
+            ready(cluster, job)
+        result = launcher.launch(cluster, job, rec, log_dir)
+        for node in result.nodes:
+            ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
+        if result.ok:
+            status, exit_code = "succeeded", ExitCode.OK
+            rec.end_phase("ok")
+        else:
+            failure = result.failure
+            rec.end_phase("failed", failure)
     except KeyboardInterrupt as exc:
         status, exit_code = "interrupted", ExitCode.INTERRUPTED
-        failure = "stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
+        failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
         rec.end_phase("interrupted", failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
@@ -214,54 +278,61 @@ def execute(
         failure = f"internal error: {type(exc).__name__}: {exc}"
         rec.end_phase("failed", failure)
     finally:
-        with shielded(ui):
-            verified, leftovers = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
-    leftover_dicts = [lo.__dict__ for lo in leftovers]
-    if verified is False and status == "succeeded":
-        exit_code = ExitCode.LEFTOVERS
+        signals.shield()  # from here on no signal can cut the teardown or its check short
+        check = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
+    if check is None:
+        teardown, leftovers, unchecked = ("kept" if keep and not busy else None), [], []
+    else:
+        teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
+        if not check.verified:  # something may still exist and bill: that outranks every other outcome
+            exit_code = ExitCode.LEFTOVERS
     ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure,
                       metrics=result.metrics.summary() if result else None,
-                      teardown_verified=verified, leftovers=leftover_dicts)
+                      teardown=teardown, leftovers=leftovers, unchecked=unchecked)
     _record_cost(ledger, run_id)
-    return RunOutcome(run_id, status, exit_code, failure, result, verified, leftover_dicts, str(log_dir))
+    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked)
 
 
-def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool, busy: bool = False):
-    """Delete what the run created and check, independently of local state, that it is gone.
+def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
+              busy: bool = False) -> Check | None:
+    """Delete what the run created and check, independently of local state, what is left.
 
-    Returns (verified, leftovers): verified is None when the cluster was kept on purpose.
-    Processes (local and ssh backends) are never kept: the launcher has stopped them already and
-    this checks that none survived. A failing delete does not skip the check: the check decides.
+    Returns the three-state `Check`, or None when nothing is checked (the cluster was kept on
+    purpose, or another live run owns it and this run created nothing). Processes (local and ssh
+    backends) are never kept: the launcher has stopped them already and this checks that none
+    survived. A failing delete does not skip the check, and it is never forgotten: unless the
+    provider's check sees everything the delete was meant to remove (`check_is_complete`: the
+    local and ssh process scans), it makes the verdict at best "not verified".
     """
     rec.start_phase("teardown")
     if keep and spec.cloud not in ("local", "ssh"):
         rec.end_phase("ok", "cluster kept (--keep)")
-        return None, []
+        return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing
         rec.end_phase("ok", "nothing created: the cluster belongs to another live gpucluster run")
-        return None, []
-    problems = []
+        return None
+    not_run: list[str] = []
     try:
         provider.down(spec.name, rec)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, the check still runs
-        problems.append(f"delete failed: {_describe(exc)}")
+        not_run.append(f"delete: {_describe(exc)}")
     try:
-        leftovers = provider.leftovers(spec.name, run_id)
+        check = Check.of(provider.leftovers(spec.name, run_id))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
-        problems.append(f"leftover check failed: {_describe(exc)}")
-        rec.end_phase("failed", "; ".join(problems))
-        rec.ui.message(f"teardown could not be verified: {'; '.join(problems)}")
-        return False, []
-    for kind, name in rec.spawned:
-        if not any(lo.kind == kind for lo in leftovers):
+        check = Check(unchecked=(f"leftover check: could not run ({_describe(exc)})",))
+    if not getattr(provider, "check_is_complete", False):
+        # the check cannot see everything a failed delete may have left (a tag sweep misses
+        # untagged resources still in the stack): the failure itself leaves the verdict open
+        check = check.with_unchecked(*not_run)
+    if check.verified:
+        for kind, name in rec.spawned:
             rec.resource_deleted(kind, name)
-    verified = not leftovers
-    if leftovers:
-        problems.append(f"{len(leftovers)} resource(s) left")
-    if problems:
-        rec.ui.message("teardown: " + "; ".join(problems))
-    rec.end_phase("ok" if verified else "failed", "; ".join(problems) or None)
-    return verified, leftovers
+        note = "".join(f"; {n.replace('delete:', 'delete failed:', 1)}" for n in not_run)
+        rec.end_phase("ok", "verified: every check ran and found nothing" + note)
+    else:
+        rec.ui.message("teardown " + check.summary())
+        rec.end_phase("failed", check.summary())
+    return check
 
 
 def _describe(exc: BaseException) -> str:

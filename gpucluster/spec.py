@@ -174,12 +174,26 @@ def validate(spec: ClusterSpec) -> list[str]:
     return list(cloud_validator(spec)) if cloud_validator else []
 
 
+def resolve(spec: ClusterSpec) -> ClusterSpec:
+    """The spec with the location actually used filled in, defaults included (aws: the region;
+    gcp: zone and region), by the cloud catalog's `resolve(spec)`.
+
+    Called once, before the ledger row is written: the ledger, the provider, the teardown check
+    and `gc` then all read the same region/zone, never an ambient default."""
+    resolver = _cloud_function(spec.cloud, "resolve")
+    return resolver(spec) if resolver else spec
+
+
 def _cloud_validator(cloud: str):
     """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
+    return _cloud_function(cloud, "validate_spec")
+
+
+def _cloud_function(cloud: str, name: str):
     try:
         module = importlib.import_module(f"gpucluster.catalog.{cloud}")
     except ModuleNotFoundError as exc:
         if exc.name == f"gpucluster.catalog.{cloud}":
             return None
         raise
-    return getattr(module, "validate_spec", None)
+    return getattr(module, name, None)

@@ -43,6 +43,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 from gpucluster.errors import ClusterBusy, ConfigError, GpuclusterError, MissingDependency, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
 
+from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
+from gpucluster.owner import owner_lock
+
 from .provider import NullEvents, ProvisionEvents
 
 PROJECT = "gpucluster"
@@ -248,95 +251,6 @@ def detached_command_class() -> type:
             return result
 
     return DetachedPulumiCommand
-
-
-# -- who owns a cluster right now ----------------------------------------------------------------
-def _locks_dir() -> Path:
-    path = pulumi_dir() / "locks"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _is_live_gpucluster(pid: int) -> bool:
-    import psutil
-
-    if pid == os.getpid():
-        return True
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return "gpucluster" in " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-
-
-def lock_owner(name: str) -> dict[str, Any] | None:
-    """The live gpucluster process that owns cluster `name` now ({pid, op, since}), else None."""
-    path = _locks_dir() / f"{name}.json"
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    pid = int(info.get("pid") or 0)
-    return info if pid and _is_live_gpucluster(pid) else None
-
-
-_held: dict[str, int] = {}
-_held_guard = threading.Lock()
-
-
-@contextlib.contextmanager
-def owner_lock(name: str, op: str, *, keep_on_success: bool = False) -> Iterator[None]:
-    """Mark this process as the owner of `name` while it changes the cluster (re-entrant).
-
-    With `keep_on_success` the mark stays after the block (released by a later `down` in this
-    process, or stale once the process ends): a `run` owns its cluster from up to down, so a
-    `gpucluster down` from another terminal refuses instead of pulling nodes from under it."""
-    with _held_guard:
-        if _held.get(name):
-            _held[name] += 1
-            reentered = True
-        else:
-            reentered = False
-    if reentered:
-        try:
-            yield
-        finally:
-            with _held_guard:
-                _held[name] -= 1
-        return
-    owner = lock_owner(name)
-    if owner and int(owner["pid"]) != os.getpid():
-        since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
-        raise ClusterBusy(
-            f"cluster {name!r} is in use by another gpucluster process (pid {owner['pid']}, "
-            f"{owner.get('op', '?')} since {since}); wait for it to finish or stop it, then retry"
-        )
-    path = _locks_dir() / f"{name}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "op": op, "since": time.time(), "host": socket.gethostname()}))
-    os.replace(tmp, path)
-    with _held_guard:
-        _held[name] = 1
-    ok = False
-    try:
-        yield
-        ok = True
-    finally:
-        with _held_guard:
-            _held.pop(name, None)
-        if not (ok and keep_on_success):
-            release_owner(name)
-
-
-def release_owner(name: str) -> None:
-    """Drop this process's ownership mark of cluster `name` (no-op when another owns it)."""
-    path = _locks_dir() / f"{name}.json"
-    with contextlib.suppress(OSError, ValueError):
-        info = json.loads(path.read_text())
-        if int(info.get("pid", 0)) == os.getpid():
-            path.unlink()
 
 
 def stale_pulumi_lock(text: str) -> tuple[bool, str]:
@@ -637,7 +551,7 @@ class PulumiDriver:
 
         events = events or NullEvents()
         runner = self.program_runner
-        with owner_lock(spec.name, "up", keep_on_success=True):
+        with owner_lock(spec.name, "up", run_id=spec.run_id):
             self._save_meta(spec)
             program = lambda: runner(spec)  # noqa: E731
             stack = self.stack(spec.name, program, create=False)

@@ -5,8 +5,9 @@
   (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
 - `down(name, events)`: robust destroy; then the tag sweep; whatever the sweep still finds for
   this cluster is deleted by tag and checked again. Raises `TeardownIncomplete` naming what is
-  left (and the command to finish) only when something survives both.
-- `leftovers(name, run_id)`: the tag sweep, in the region the cluster was created in.
+  left (and the command to finish) when something survives both, or when the destroy failed.
+- `leftovers(name, run_id) -> Check`: the tag sweep, in the region/project the cluster was created
+  in (as recorded), with every check that could not run.
 - `status(name)`: from the stack's outputs, without touching the cloud.
 """
 
@@ -18,7 +19,7 @@ from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionErro
                                not_allowed)
 
 from .automation import ClusterBusy, PulumiDriver
-from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
+from .provider import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
 CLOUDS = ("aws", "gcp")
 
@@ -108,7 +109,7 @@ class PulumiProvider:
         except (GpuclusterError, KeyboardInterrupt):
             # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
             try:
-                if not self.leftovers(spec.name):
+                if self.leftovers(spec.name).verified:
                     tracked.confirm_rest_gone()
             except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
                 pass
@@ -116,6 +117,10 @@ class PulumiProvider:
         return cluster_from_outputs(self.cloud, result.outputs)
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
+        """Destroy, then delete by tag whatever the sweep still finds. Raises `TeardownIncomplete`
+        when anything was found and survived, *or* when `pulumi destroy` itself failed: a failed
+        destroy is always reported, and what it was deleting is never marked gone on the strength of
+        a tag sweep alone (the sweep covers listed resource types only)."""
         events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
         self._remember_region(name)
         destroy_error: GpuclusterError | None = None
@@ -129,29 +134,39 @@ class PulumiProvider:
         except ProvisionError as exc:
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")
-        left = self.leftovers(name)
-        if left:
-            events.message(f"{len(left)} resource(s) tagged gpucluster-cluster={name} still exist: deleting by tag")
-            errors = self._delete_fn()(left)
+        check = self.leftovers(name)
+        if check.leftovers:
+            events.message(f"{len(check.leftovers)} resource(s) tagged gpucluster-cluster={name} still exist: "
+                           "deleting by tag")
+            errors = self._delete_fn()(list(check.leftovers))
             for err in errors:
                 events.message(f"could not delete {err}")
-            left = self.leftovers(name)
-        if left:
-            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
+            check = self.leftovers(name)
+        hint = f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`"
+        if check.leftovers:
+            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in check.leftovers[:6]) + (
+                " ..." if len(check.leftovers) > 6 else "")
             raise TeardownIncomplete(
                 f"cluster {name!r} is not fully gone: {shown} still exist"
-                + (f" ({destroy_error.message})" if destroy_error else ""),
-                hint=f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`")
+                + (f" ({destroy_error.message})" if destroy_error else ""), hint=hint)
+        if destroy_error is not None:
+            found = ("the tag check found nothing, but it could not run everywhere"
+                     if check.unchecked else "the tag check found nothing")
+            raise TeardownIncomplete(
+                f"destroying cluster {name!r} failed ({destroy_error.message.split(';')[0]}); {found}, so what "
+                "Pulumi was deleting stays 'not confirmed gone'", hint=hint)
+        # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
+        # else is left (or could not be checked) is the caller's independent check.
         events.confirm_rest_gone()
 
-    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+    def leftovers(self, name: str, run_id: str | None = None) -> Check:
         self._remember_region(name)
         opts = dict(self.sweep_options)
         if self.cloud == "aws" and name in self._regions:
             opts.setdefault("regions", [self._regions[name]])
         if self.cloud == "gcp" and name in self._projects:
             opts.setdefault("project", self._projects[name])
-        return self._find_fn()(self.cloud, name=name, run_id=run_id, **opts)
+        return Check.of(self._find_fn()(self.cloud, name=name, run_id=run_id, **opts))
 
     def status(self, name: str) -> ClusterStatus | None:
         outputs = self.driver.outputs(name)

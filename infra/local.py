@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .provider import Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+from .provider import Check, Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
 
 LOCALHOST = "127.0.0.1"
 
 
 class LocalProvider:
     cloud = "local"
+    # the leftover check scans every process on this machine for the run id: it sees all a run made
+    check_is_complete = True
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         from gpucluster.catalog.local import gpus_present
@@ -24,9 +26,9 @@ class LocalProvider:
     def down(self, name: str, events: ProvisionEvents) -> None:
         return None
 
-    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+    def leftovers(self, name: str, run_id: str | None = None) -> Check:
         if not run_id:
-            return []
+            return Check(unchecked=(f"processes of cluster {name!r}: no run id to look for",))
         from gpucluster.procs import run_processes
 
         out = []
@@ -36,7 +38,7 @@ class LocalProvider:
             except Exception:
                 cmd = ""
             out.append(Leftover(kind="process", id=str(p.pid), detail=cmd))
-        return out
+        return Check(tuple(out))
 
     def status(self, name: str) -> ClusterStatus | None:
         return None

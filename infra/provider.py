@@ -9,9 +9,11 @@ A provider turns a validated `ClusterSpec` into a `Cluster` and back into nothin
   so a crash in between leaves a ledger row saying what may exist.
 - `down(name, events)`: delete everything the cluster owns; idempotent (a cluster that is
   already gone is a success). Reports `events.resource_deleted(...)` per resource.
-- `leftovers(name, run_id=None) -> list[Leftover]`: what still exists, found by tag/label
-  (`managed-by=gpucluster`, `gpucluster-cluster=<name>`), independent of any local state.
-  An empty list is the teardown guarantee.
+- `leftovers(name, run_id=None) -> Check`: what still exists, found by tag/label
+  (`managed-by=gpucluster`, `gpucluster-cluster=<name>`) or by run id, independent of any local
+  state, **and** every check that could not run (no credentials, an unreachable host, ...).
+  Only a `Check` whose verdict is "verified" (every check ran, nothing found) is the teardown
+  guarantee; a skipped check is never counted as clean.
 - `status(name) -> ClusterStatus | None`.
 
 Like SkyPilot's per-cloud `provision/<cloud>/instance.py` or Ray's `NodeProvider`: one small
@@ -68,6 +70,71 @@ class Leftover:
     detail: str = ""
 
 
+VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"
+VERDICTS = (VERIFIED, LEFTOVERS, NOT_VERIFIED)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of looking for what a cluster or run left behind, in three states:
+
+    - *verified*: every check ran and found nothing;
+    - *leftovers*: something was found (listed), whatever else could not be checked;
+    - *not verified*: nothing was found, but at least one check could not run (each listed with why).
+    """
+
+    leftovers: tuple[Leftover, ...] = ()
+    unchecked: tuple[str, ...] = ()  # one line per check that could not run: "<what>: <why>"
+
+    @property
+    def verdict(self) -> str:
+        if self.leftovers:
+            return LEFTOVERS
+        return NOT_VERIFIED if self.unchecked else VERIFIED
+
+    @property
+    def verified(self) -> bool:
+        return self.verdict == VERIFIED
+
+    @classmethod
+    def of(cls, found: "Check | list[Leftover] | tuple[Leftover, ...]") -> "Check":
+        """A Check from a provider's answer; a plain list's Leftover(kind="unverified") entries
+        (a host that could not be asked) become unchecked lines, never clean ones."""
+        if isinstance(found, Check):
+            return found
+        left, unchecked = [], []
+        for lo in found:
+            if lo.kind == "unverified":
+                unchecked.append(f"{lo.id}: {lo.detail or 'could not be checked'}")
+            else:
+                left.append(lo)
+        return cls(tuple(left), tuple(unchecked))
+
+    def __add__(self, other: "Check") -> "Check":
+        other = Check.of(other)
+        return Check(self.leftovers + other.leftovers, self.unchecked + other.unchecked)
+
+    def with_unchecked(self, *lines: str) -> "Check":
+        return Check(self.leftovers, self.unchecked + tuple(lines))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "leftovers": [dict(lo.__dict__) for lo in self.leftovers],
+                "unchecked": list(self.unchecked)}
+
+    def summary(self) -> str:
+        """One line: what the verdict rests on."""
+        if self.verdict == VERIFIED:
+            return "verified: every check ran and found nothing"
+        parts = []
+        if self.leftovers:
+            parts.append(f"{len(self.leftovers)} left: " + ", ".join(f"{lo.kind} {lo.id}" for lo in self.leftovers[:5])
+                         + (" ..." if len(self.leftovers) > 5 else ""))
+        if self.unchecked:
+            parts.append(f"{len(self.unchecked)} check(s) could not run: " + "; ".join(self.unchecked[:3])
+                         + (" ..." if len(self.unchecked) > 3 else ""))
+        return f"{self.verdict}: " + "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class ClusterStatus:
     name: str
@@ -113,6 +180,6 @@ class Provider(Protocol):
 
     def down(self, name: str, events: ProvisionEvents) -> None: ...
 
-    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]: ...
+    def leftovers(self, name: str, run_id: str | None = None) -> Check: ...
 
     def status(self, name: str) -> ClusterStatus | None: ...

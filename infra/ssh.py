@@ -23,7 +23,7 @@ from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
 
-from .provider import Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+from .provider import Check, Cluster, ClusterStatus, Node, ProvisionEvents
 
 HOST_FORMAT = "[user@]host[:port], e.g. ubuntu@10.0.0.5 or ubuntu@gpu1.example.com:2222"
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
@@ -166,6 +166,10 @@ class SshProvider:
     `known_hosts` and `ssh_options` (as for `SshLauncher`) are used and every node is checked.
     """
 
+    # the check reaches every host (an unreachable one is reported unchecked) and scans all its
+    # processes and the run folder: it sees everything a run made there
+    check_is_complete = True
+
     cloud = "ssh"
 
     def __init__(self, identity: str | None = None, known_hosts: str | None = None, ssh_options: tuple[str, ...] = (),
@@ -194,22 +198,22 @@ class SshProvider:
         The hosts stay known to this provider so that `leftovers` can still check them."""
         return None
 
-    def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
+    def leftovers(self, name: str, run_id: str | None = None) -> Check:
         """Processes on the hosts whose environment carries the run's id (any gpucluster run when
         `run_id` is None). A host that cannot be reached is reported as a leftover of kind
         "unverified", since nothing can be said about it. A cluster this provider has not brought
         up in this process is unknown: there is nothing to ask."""
         cluster = self._clusters.get(name)
-        if cluster is None:
-            return []
+        if cluster is None:  # nothing to ask: that is "not checked", never "nothing left"
+            return Check(unchecked=(f"processes of cluster {name!r}: its hosts are unknown to this process",))
         if self.launcher is not None:
             ranks = self.launcher.started_ranks(run_id) if run_id else None
-            return self.launcher.leftovers(cluster, run_id, ranks=ranks)
+            return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks))
         from gpucluster.sshlaunch import remote_leftovers
 
-        return remote_leftovers(
+        return Check.of(remote_leftovers(
             cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options
-        )
+        ))
 
     def status(self, name: str) -> ClusterStatus | None:
         cluster = self._clusters.get(name)

@@ -11,8 +11,9 @@ anything without the tag alone (someone else's instances in the same account are
 - GCP (google-cloud-container): GKE clusters whose `resource_labels` carry the tag (node pools
   go with their cluster).
 
-`find_leftovers(...) -> list[Leftover]` is the teardown check; `scan(...)` also says what could not
-be checked (e.g. moto does not implement placement groups); `delete_leftovers(list)` deletes in
+`find_leftovers(...) -> Check` is the teardown check: what is left and, never dropped, what could not
+be checked (no credentials, a denied call, no project); `scan(...)` returns the same with the cluster
+and run of each find; `delete_leftovers(list)` deletes in
 dependency order and returns the errors. boto3 and google-cloud are imported inside functions.
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Iterable
 
 from gpucluster.errors import GpuclusterError, UsageError, not_allowed, require
 
-from .provider import Leftover
+from .provider import Check, Leftover
 
 MANAGED_BY = ("managed-by", "gpucluster")
 CLUSTER_TAG = "gpucluster-cluster"
@@ -52,6 +53,11 @@ class SweepReport:
     @property
     def leftovers(self) -> list[Leftover]:
         return [f.leftover for f in self.found]
+
+    @property
+    def check(self) -> Check:
+        """Three-state verdict: a skipped check is never counted as clean."""
+        return Check(tuple(self.leftovers), tuple(self.skipped))
 
 
 def _tag_dict(tags: Iterable[dict[str, str]] | None) -> dict[str, str]:
@@ -349,13 +355,16 @@ def scan(cloud: str, name: str | None = None, run_id: str | None = None, live_cl
 
 
 def find_leftovers(cloud: str, name: str | None = None, run_id: str | None = None, live_clusters: Iterable[str] = (),
-                   **kw: Any) -> list[Leftover]:
-    return scan(cloud, name, run_id, live_clusters, **kw).leftovers
+                   **kw: Any) -> Check:
+    """The teardown check: what is left *and* what could not be checked (never dropped)."""
+    return scan(cloud, name, run_id, live_clusters, **kw).check
 
 
-def delete_leftovers(leftovers: list[Leftover], *, session: Any = None, gke_client: Any = None,
+def delete_leftovers(leftovers: Check | list[Leftover], *, session: Any = None, gke_client: Any = None,
                      wait_seconds: int = 600) -> list[str]:
-    """Delete what `find_leftovers` returned, in dependency order; the errors (empty when all went)."""
+    """Delete what `find_leftovers` found (a Check or a list), in dependency order; the errors
+    (empty when all went)."""
+    leftovers = list(leftovers.leftovers) if isinstance(leftovers, Check) else list(leftovers)
     aws = [lo for lo in leftovers if lo.kind != "gke-cluster"]
     gke = [lo for lo in leftovers if lo.kind == "gke-cluster"]
     errors: list[str] = []

@@ -39,3 +39,25 @@ def have_torch() -> bool:
 
 needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed (pip install torch==2.13.0)")
 
+
+
+_NO_PLACEMENT_GROUPS = (
+    '<DescribePlacementGroupsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+    "<requestId>00000000-0000-0000-0000-000000000000</requestId><placementGroupSet/>"
+    "</DescribePlacementGroupsResponse>"
+)
+
+
+@pytest.fixture(autouse=True)
+def moto_answers_placement_groups(monkeypatch):
+    """moto 5.2.5 implements neither CreatePlacementGroup nor DescribePlacementGroups, so under moto
+    the leftover check's placement-group look can never run (and the verdict is honestly "not
+    verified"). Since moto cannot create one, "there are none" is the true answer: this makes moto
+    answer DescribePlacementGroups the way EC2 does for a region without placement groups (an empty
+    placementGroupSet; https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribePlacementGroups.html).
+    A test about a check that cannot run removes it again (`monkeypatch.delattr`)."""
+    try:
+        from moto.ec2.responses import EC2Response
+    except ImportError:
+        return
+    monkeypatch.setattr(EC2Response, "describe_placement_groups", lambda self: _NO_PLACEMENT_GROUPS, raising=False)

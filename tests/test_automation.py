@@ -106,7 +106,7 @@ def test_up_outputs_launch_destroy(home, tmp_path):
     s = spec()
     outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), ledger=ledger, provider=prov,
                       launcher=launcher, log_dir=tmp_path / "logs")
-    assert outcome.status == "succeeded" and outcome.teardown_verified is True
+    assert outcome.status == "succeeded" and outcome.teardown == "verified"
 
     # the argv sequence: stack per cluster, up with an event log, outputs with secrets, then the
     # robust teardown: refresh clearing pending creates, destroy continuing past errors, stack rm
@@ -227,7 +227,7 @@ def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
     s = spec()
     outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), ledger=ledger, provider=provider(fake),
                       launcher=StubLauncher(), log_dir=tmp_path / "logs")
-    assert outcome.status == "interrupted" and outcome.teardown_verified is True
+    assert outcome.status == "interrupted" and outcome.teardown == "verified"
     run = ledger.get_run(s.run_id)
     assert run["resources"] and all(r["confirmed_gone"] for r in run["resources"])
     assert ledger.open_resources("demo") == []
@@ -244,7 +244,6 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
                       spec=s.to_dict())
     events = cluster_cli.LedgerEvents(ledger, "demo", s.run_id, s.region)
     provider(fake).up(s, events)  # ... and then the process "dies": no down, the row says running
-    automation.release_owner("demo")  # a dead process holds nothing
     assert {r["kind"] for r in ledger.open_resources("demo")} == {"vpc", "security-group", "key-pair", "instance"}
     assert ledger.get_run(s.run_id)["status"] == "running"
 
@@ -255,7 +254,7 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     assert "destroy" in fake.verbs() and fake.stacks == {}
     assert ledger.open_resources("demo") == []
     run = ledger.get_run(s.run_id)
-    assert run["status"] == "failed" and run["teardown_verified"] is True and "ended before" in run["failure"]
+    assert run["status"] == "failed" and run["teardown"] == "verified" and "ended before" in run["failure"]
     # idempotent: a second down has nothing to do and says so
     fake.calls.clear()
     assert cluster_cli.down.main(["demo", "--yes"], standalone_mode=False) == 0
@@ -304,12 +303,9 @@ def test_live_pulumi_lock_is_not_cancelled(home):
 
 def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
     fake = FakePulumiCommand()
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "gpucluster-run-stand-in"])
+    owner = hold_owner_lock("demo")
     try:
-        lock = home / "pulumi" / "locks" / "demo.json"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        lock.write_text(f'{{"pid": {owner.pid}, "op": "up", "since": 0}}')
-        with pytest.raises(ProvisionError, match=f"in use by another gpucluster process \\(pid {owner.pid}"):
+        with pytest.raises(ProvisionError, match=f"in use by gpucluster process {owner.pid} \\(run, run r-holder"):
             PulumiDriver(pulumi_command=fake).destroy("demo")
         assert fake.calls == []  # nothing was run against the stack
         swept = []
@@ -320,8 +316,17 @@ def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
     finally:
         owner.kill()
         owner.wait()
-    # the owner is gone: its mark is stale and down proceeds
+    # the owner died (SIGKILL): the kernel released its lock and down proceeds
     assert PulumiDriver(pulumi_command=fake).destroy("demo") is False
+
+
+def hold_owner_lock(name: str) -> subprocess.Popen:
+    """A real other process owning cluster `name` through gpucluster.owner (an fcntl lock)."""
+    code = ("import sys, time\nfrom gpucluster.owner import owner_lock\n"
+            "with owner_lock(sys.argv[1], 'run', run_id='r-holder'):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
 
 
 def test_destroy_error_falls_back_to_the_tag_sweep(home):
@@ -331,8 +336,13 @@ def test_destroy_error_falls_back_to_the_tag_sweep(home):
     prov = provider(fake, leftovers=[left, []], deleted=deleted)
     prov.up(spec(), Recorder())
     fake.fail_destroy_text = "error: deleting EC2 Instance (i-0000000000000000a): timeout while waiting"
-    prov.down("demo", Recorder())  # no raise: the sweep deleted what destroy could not
+    # the sweep deleted what destroy could not, but a failed destroy is always reported: what Pulumi
+    # was deleting is never marked gone on the strength of a tag sweep alone
+    rec = Recorder()
+    with pytest.raises(TeardownIncomplete, match="destroying cluster 'demo' failed .*not confirmed gone"):
+        prov.down("demo", rec)
     assert deleted == [left]
+    assert not [e for e in rec.log if e[0] == "deleted" and e[1] == "instance"]
 
 
 def test_teardown_incomplete_names_what_is_left(home):
@@ -553,7 +563,8 @@ def test_down_without_a_pulumi_cli_still_sweeps_by_tag(home, monkeypatch):
     prov = PulumiProvider("aws", driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],
                           delete=lambda items: deleted.append(items) or [])
     rec = Recorder()
-    prov.down("demo", rec)
+    with pytest.raises(TeardownIncomplete, match="not on PATH.*the tag check found nothing"):
+        prov.down("demo", rec)
     assert deleted == [left]
     assert any("deleting by tag instead" in e[1] for e in rec.log if e[0] == "message")
 

@@ -94,7 +94,7 @@ def test_aws_run_end_to_end_on_fake_pulumi_and_real_ssh(home, tmp_path, ec2_like
     kinds = {r["kind"] for r in run["resources"]}
     assert {"instance", "process"} <= kinds
     assert all(r["confirmed_gone"] for r in run["resources"])
-    assert run["teardown_verified"] is True and found and set(found) == {"e2e"}
+    assert run["teardown"] == "verified" and found and set(found) == {"e2e"}
     assert sshd.run_processes(run_id) == {}
     assert sshd.leaked_ssh_masters() == []
     # the run is priced from the snapshot-less resource lifetimes (today's catalog, noted as such)

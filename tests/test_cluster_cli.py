@@ -14,6 +14,7 @@ import pytest
 from gpucluster.cli import cluster as cli
 from gpucluster.errors import UsageError
 from gpucluster.ledger import Ledger
+from conftest import run_cli
 
 COMMANDS = {"up": cli.up, "down": cli.down, "status": cli.status, "logs": cli.logs, "gc": cli.gc,
             "doctor": cli.doctor}
@@ -53,7 +54,7 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
 
     ledger = Ledger.open_default()
     run = ledger.list_runs()[0]
-    assert run["status"] == "succeeded" and run["teardown_verified"] is None  # kept on purpose
+    assert run["status"] == "succeeded" and run["teardown"] == "kept"  # kept on purpose
     assert cli.live_clusters(ledger) == {"demo"}
 
     assert invoke(cli.status, "--json") == 0
@@ -64,8 +65,9 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
 
     assert invoke(cli.down, "--all", "--yes", "--json") == 0
     verdicts = json.loads(capsys.readouterr().out)
-    assert verdicts == [{"cluster": "demo", "cloud": "aws", "verified": True, "runs_closed": 1}]
-    assert ledger.open_resources() == [] and ledger.get_run(run["id"])["teardown_verified"] is True
+    assert verdicts == [{"cluster": "demo", "cloud": "aws", "verdict": "verified", "leftovers": [], "unchecked": [],
+                         "runs_closed": 1}]
+    assert ledger.open_resources() == [] and ledger.get_run(run["id"])["teardown"] == "verified"
     assert invoke(cli.status, "--json") == 0 and json.loads(capsys.readouterr().out) == []
 
 
@@ -191,7 +193,7 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
     ledger = Ledger.open_default()
     ledger.create_run("r-kept", cloud="aws", cluster="kept", nodes=1, gpus_per_node=1, command=["gpucluster", "up"],
                       spec={"region": REGION})
-    ledger.finish_run("r-kept", status="succeeded", exit_code=0, teardown_verified=None)
+    ledger.finish_run("r-kept", status="succeeded", exit_code=0, teardown="kept")
     ledger.create_run("r-crash", cloud="aws", cluster="crashed", nodes=1, gpus_per_node=1, command=["x"],
                       spec={"region": REGION})  # still "running": its process died
     with moto.mock_aws():
@@ -209,11 +211,11 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
 
         assert invoke(cli.gc, "--cloud", "aws", "--region", REGION, "--yes", "--json") == 0
         report = json.loads(capsys.readouterr().out)
-        assert report["deleted"] is True and report["errors"] == [] and report["live_clusters"] == ["kept"]
-        ids = {f["id"] for f in report["found"]}
+        assert report["verdict"] == "verified" and report["found"] == [] and report["unchecked"] == []
+        assert report["errors"] == [] and report["live_clusters"] == ["kept"]
+        ids = {f["id"] for f in report["deleted"]}
         assert set(crashed["instances"]) <= ids and crashed["sg"] in ids
         assert not ids & {kept["sg"], theirs["sg"], *kept["instances"], *theirs["instances"]}
-        assert any("placement group" in s for s in report["skipped"])
 
         ec2 = session.client("ec2", region_name=REGION)
         state = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
@@ -222,7 +224,26 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
         assert {state[i] for i in kept["instances"] + theirs["instances"]} == {"running"}
 
         assert invoke(cli.gc, "--cloud", "aws", "--region", REGION, "--yes") == 0
-        assert "nothing tagged managed-by=gpucluster is left" in capsys.readouterr().out
+        assert "gc: verified (aws us-east-1): every check ran and nothing tagged" in capsys.readouterr().out
+
+
+def test_gc_without_credentials_is_not_verified_and_exits_3(home, monkeypatch, tmp_path):
+    """Bug 1: 12 "not checked" lines, then "nothing ... is left" and exit 0. Now: NOT VERIFIED, exit 3."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    res = run_cli("gc", "--cloud", "aws", "--yes", env={"GPUCLUSTER_HOME": str(home)})
+    assert res.returncode == 3, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "NOT VERIFIED" in out and "nothing tagged managed-by=gpucluster is left" not in out
+    assert out.count("not checked") >= 12 and "Traceback" not in out
+    res = run_cli("gc", "--cloud", "aws", "--yes", "--json", env={"GPUCLUSTER_HOME": str(home)})
+    report = json.loads(res.stdout)
+    assert res.returncode == 3 and report["verdict"] == "not verified" and len(report["unchecked"]) >= 12
+    # without --region the sweep looks where a cluster made without --region is created (the catalog default)
+    assert any("us-east-1" in line for line in report["unchecked"])
 
 
 # -- doctor ---------------------------------------------------------------------------------------
@@ -311,7 +332,7 @@ def test_down_finishes_a_crashed_local_run(home, capsys):
             stray.kill()
     assert ledger.open_resources() == []
     run = ledger.get_run(rid)
-    assert run["status"] == "failed" and run["teardown_verified"] is True
+    assert run["status"] == "failed" and run["teardown"] == "verified"
 
 
 def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):

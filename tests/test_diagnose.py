@@ -69,7 +69,7 @@ class Fixture:
         if accuracy is not None:
             summary["accuracy"] = accuracy
         led.finish_run(rid, status=status, exit_code=0 if status == "succeeded" else 1, metrics=summary,
-                       teardown_verified=True, now=t)
+                       teardown="verified", now=t)
         if cost is not None:
             led.set_cost(rid, {"total_usd": str(cost)})
         self.t = t + 10

@@ -60,11 +60,11 @@ def test_finish_and_read_back(tmp_path):
                            (1, {"kind": "final", "rank": 1, "time": 2.0})])
     led.record_node("r1", 0, "10.0.0.1", 0, ["ok"])
     led.finish_run("r1", status="failed", exit_code=1, failure="node 1 died", metrics={"loss": 0.5},
-                   teardown_verified=True, leftovers=[])
+                   teardown="verified", leftovers=[])
     run = led.get_run("r1", with_metrics=True)
     assert run["status"] == "failed" and run["failure"] == "node 1 died"
     assert run["prices"] == {"g5.xlarge": "1.006"}
-    assert run["teardown_verified"] is True
+    assert run["teardown"] == "verified"
     assert [m["kind"] for m in run["metric_records"]] == ["epoch", "final"]
     assert run["metric_records"][1]["node_rank"] == 1
     assert run["node_results"] == [{"node_rank": 0, "host": "10.0.0.1", "exit_code": 0, "last_lines": ["ok"]}]

@@ -84,20 +84,18 @@ def test_finds_ours_and_leaves_theirs_alone(aws):
     assert by_kind["iam-role"] == {"demo-role"} and by_kind["instance-profile"] == {"demo-profile"}
     every_id = {lo.id for lo in report.leftovers}
     assert not every_id & {theirs["sg"], theirs["vpc"], theirs["key"], theirs["volume"], *theirs["instances"]}
-    # moto has no placement groups: the report says they were not checked instead of claiming "none"
-    assert any("placement group" in s for s in report.skipped), report.skipped
-    assert not any("IAM" in s for s in report.skipped), report.skipped
+    assert report.skipped == [] and report.check.verdict == "leftovers"
 
 
 def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
     ours = make_cluster(aws, "demo")
     theirs = make_cluster(aws, None)
     found = sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
-    assert found
+    assert found.leftovers and found.verdict == "leftovers"
     errors = sweep.delete_leftovers(found, session=aws, wait_seconds=30)
     assert errors == []
-    assert sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws) == []
-
+    after = sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    assert after.leftovers == () and after.verdict == "verified"
     ec2 = aws.client("ec2", region_name=REGION)
     states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
               for i in r["Instances"]}
@@ -111,6 +109,32 @@ def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
     assert {r["RoleName"] for r in iam.list_roles()["Roles"]} == {"theirs-role"}
 
 
+def test_a_check_that_cannot_run_is_never_clean(aws, monkeypatch):
+    """An endpoint that does not implement a call (moto's own DescribePlacementGroups) makes the
+    verdict "not verified", naming the check, never "verified"."""
+    from moto.ec2.responses import EC2Response
+
+    monkeypatch.delattr(EC2Response, "describe_placement_groups")
+    check = sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    assert check.leftovers == () and check.verdict == "not verified"
+    assert check.unchecked == ("placement groups in us-east-1: not checked (the endpoint does not implement it)",)
+
+
+def test_no_credentials_is_not_verified(monkeypatch, tmp_path):
+    """Bug: without credentials every AWS call fails; that is 12 checks not run, not "nothing left"."""
+    import boto3
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    check = sweep.find_leftovers("aws", name="demo", regions=[REGION], session=boto3.session.Session())
+    assert check.verdict == "not verified" and check.leftovers == ()
+    assert len(check.unchecked) >= 12 and all("not checked" in u for u in check.unchecked)
+    assert any("credentials" in u.lower() for u in check.unchecked)
+
+
 def test_gc_view_skips_live_clusters_and_filters_by_run(aws):
     make_cluster(aws, "kept", run="r-old")
     make_cluster(aws, "crashed", run="r-new")
@@ -118,7 +142,7 @@ def test_gc_view_skips_live_clusters_and_filters_by_run(aws):
     assert {f.cluster for f in everything.found} == {"kept", "crashed"}
     not_live = sweep.scan("aws", regions=[REGION], session=aws, live_clusters=["kept"])
     assert {f.cluster for f in not_live.found} == {"crashed"}
-    by_run = sweep.find_leftovers("aws", run_id="r-old", regions=[REGION], session=aws)
+    by_run = sweep.find_leftovers("aws", run_id="r-old", regions=[REGION], session=aws).leftovers
     assert by_run and all("cluster=kept" in lo.detail for lo in by_run)
 
 
@@ -126,7 +150,7 @@ def test_terminated_instances_are_not_leftovers(aws):
     ours = make_cluster(aws, "demo")
     ec2 = aws.client("ec2", region_name=REGION)
     ec2.terminate_instances(InstanceIds=ours["instances"])
-    kinds = {lo.kind for lo in sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws)}
+    kinds = {lo.kind for lo in sweep.find_leftovers("aws", name="demo", regions=[REGION], session=aws).leftovers}
     assert "instance" not in kinds and "security-group" in kinds
 
 
@@ -171,7 +195,7 @@ def test_gke_sweep_by_label():
     assert [lo.id for lo in report.leftovers] == ["projects/p1/locations/us-central1-a/clusters/demo"]
     assert sweep.delete_leftovers(report.leftovers, gke_client=client) == []
     assert client.deleted == ["projects/p1/locations/us-central1-a/clusters/demo"]
-    assert sweep.find_leftovers("gcp", name="demo", project="p1", gke_client=client) == []
+    assert sweep.find_leftovers("gcp", name="demo", project="p1", gke_client=client).verified
 
 
 def test_gke_without_project_is_reported_not_silently_empty(monkeypatch):

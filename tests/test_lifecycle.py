@@ -62,3 +62,47 @@ def test_report_says_why_teardown_was_skipped(tmp_path, monkeypatch):
     text = con.export_text()
     assert "teardown: nothing created: the cluster belongs to another live gpucluster run" in text
     assert "NOT VERIFIED" not in text and "--keep" not in text
+
+
+class FailingDestroyProvider:
+    """A cloud whose delete fails while its tag sweep finds nothing (issue 10 item 4): resources
+    the failed `pulumi destroy` left may carry no tag, so the clean sweep proves nothing."""
+
+    cloud = "aws"
+
+    def up(self, spec, events):
+        from gpucluster.errors import ProvisionError
+
+        raise ProvisionError("injected: create failed")
+
+    def down(self, name, events):
+        from gpucluster.errors import TeardownIncomplete
+
+        raise TeardownIncomplete("pulumi destroy failed: DependencyViolation")
+
+    def leftovers(self, name, run_id=None):
+        return []
+
+
+def test_failed_cloud_delete_is_never_verified_by_a_clean_sweep(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id="r3")
+    out = execute(spec, JobSpec(run_id="r3", workload="digits"), ledger=ledger, provider=FailingDestroyProvider(),
+                  launcher=NeverLaunched())
+    assert out.exit_code == ExitCode.LEFTOVERS and not out.teardown_verified
+    run = ledger.get_run("r3")
+    assert run["teardown"] == "not verified"
+    assert any("DependencyViolation" in u for u in run["unchecked"])
+
+
+def test_region_is_resolved_before_anything_reads_it():
+    # issue 10 item 3: without --region the cluster, the ledger and the sweep all use one region
+    from gpucluster.spec import resolve
+
+    bare = ClusterSpec(cloud="aws", nodes=1, name="c1", instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32")
+    assert bare.region is None
+    assert resolve(bare).region == "us-east-1"
+    assert resolve(bare.replace(zone="eu-west-1b")).region == "eu-west-1"
+    assert resolve(bare.replace(region="us-west-2")).region == "us-west-2"

@@ -40,7 +40,7 @@ def test_digits_multi_node(home, nodes):
     assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
     assert all(p["ended_at"] and p["status"] == "ok" for p in run["phases"])
     assert [n["exit_code"] for n in run["node_results"]] == [0] * nodes
-    assert run["teardown_verified"] is True and run["leftovers"] == []
+    assert run["teardown"] == "verified" and run["leftovers"] == []
     procs = [x for x in run["resources"] if x["kind"] == "process"]
     assert len(procs) == nodes and all(x["confirmed_gone"] for x in procs)
     finals = [m for m in run["metric_records"] if m["kind"] == "final"]
@@ -75,7 +75,7 @@ def test_unmodified_script_gets_environment(home):
         assert e["WORLD_SIZE"] == "2" and e["LOCAL_RANK"] == "0"
         assert e["TORCHELASTIC_RUN_ID"] == run["id"]
         assert e["allreduce"] == 2.0
-    assert run["status"] == "succeeded" and run["teardown_verified"] is True
+    assert run["status"] == "succeeded" and run["teardown"] == "verified"
     # a utilisation sampler ran beside the script on every node, and is gone with the run
     util = Ledger(home / "ledger.sqlite3").metrics(run["id"], kind="util")
     assert {u["node_rank"] for u in util} <= {0, 1}
@@ -97,7 +97,7 @@ def test_crashing_rank_fails_fast(home):
     assert f"node {crashed_node}" in run["failure"]
     assert any("crashing on purpose" in ln for ln in crashed[0]["last_lines"])
     assert "crashing on purpose" in r.stdout  # the report shows the failed node's last lines
-    assert run["teardown_verified"] is True
+    assert run["teardown"] == "verified"
     assert_nothing_left(run["id"])
 
 
@@ -131,7 +131,8 @@ def _start_and_wait_for_training(home, extra_env=None):
     return proc, run_id, seen
 
 
-@pytest.mark.parametrize("sig,status", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "interrupted")])
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "interrupted"),
+                                        (signal.SIGHUP, "interrupted")])
 def test_signal_mid_training_leaves_nothing(home, sig, status):
     proc, run_id, _ = _start_and_wait_for_training(home)
     # Ctrl-C in a terminal signals the whole foreground process group; SIGTERM comes from a supervisor.
@@ -144,9 +145,50 @@ def test_signal_mid_training_leaves_nothing(home, sig, status):
     assert_nothing_left(run_id)
     run = Ledger(home / "ledger.sqlite3").get_run(run_id)
     assert run["status"] == status
-    assert run["failure"] == ("stopped by Ctrl-C" if sig == signal.SIGINT else "stopped by SIGTERM")
-    assert run["teardown_verified"] is True
+    assert run["failure"] == {signal.SIGINT: "stopped by Ctrl-C", signal.SIGTERM: "stopped by SIGTERM",
+                              signal.SIGHUP: "stopped by SIGHUP"}[sig]
+    assert run["teardown"] == "verified"
     assert {p["name"]: p["status"] for p in run["phases"]}["teardown"] == "ok"
+
+
+def test_second_ctrl_c_does_not_cut_teardown_short(home):
+    # issue 10 item 8: two Ctrl-C 0.3 s apart while every rank ignores SIGTERM and SIGINT. The
+    # launcher's grace period ends in SIGKILL; the second Ctrl-C is noted, not obeyed.
+    proc, run_id, _ = _start_and_wait_for_training(home, {"IGNORE_STOP": "1"})
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, out[-2000:]
+    assert_nothing_left(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    assert run["status"] == "interrupted" and run["teardown"] == "verified"
+
+
+def test_live_local_run_is_owned_and_down_refuses_it(home):
+    # issue 10 item 5: a live local run holds the owner lock. status names it, a plain down refuses
+    # (exit 2, nothing stopped), down --force stops the owner, which tears down and verifies.
+    proc, run_id, _ = _start_and_wait_for_training(home)
+    try:
+        st = run_cli("status", "--json")
+        assert st.returncode == 0, st.stderr
+        (row,) = [c for c in json.loads(st.stdout) if c["cluster"] == "gpucluster-local"]
+        assert row["state"].startswith("in use") and str(proc.pid) in row["state"], row
+        refused = run_cli("down", "gpucluster-local", "--yes")
+        assert refused.returncode == 2 and str(proc.pid) in refused.stderr, refused.stderr
+        assert len(run_processes(run_id)) >= 4  # nothing was stopped
+        forced = run_cli("down", "gpucluster-local", "--yes", "--force", "--json")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        (verdict,) = json.loads(forced.stdout)
+        assert verdict["verdict"] == "verified" and verdict["stopped_owner"], verdict
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert_nothing_left(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    assert run["status"] == "interrupted" and run["teardown"] == "verified"
 
 
 def test_runs_and_show(home):

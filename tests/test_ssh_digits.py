@@ -60,7 +60,7 @@ def test_digits_through_the_run_lifecycle_records_a_verified_teardown(hosts, rem
     assert launcher.started_ranks(job.run_id) == {0, 1}
 
     assert outcome.status == "succeeded", outcome.failure
-    assert outcome.teardown_verified is True and outcome.leftovers == []
+    assert outcome.teardown == "verified" and outcome.leftovers == []
     run = ledger.get_run(job.run_id)
     assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
     assert [(n["node_rank"], n["host"], n["exit_code"]) for n in run["node_results"]] == [

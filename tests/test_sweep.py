@@ -43,7 +43,7 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
     ledger = Ledger(home / "ledger.sqlite3")
     runs = ledger.list_runs(sweep_id=out["sweep_id"])
     assert sorted(x["nodes"] for x in runs) == [1, 2]
-    assert all(x["status"] == "succeeded" and x["teardown_verified"] for x in runs)
+    assert all(x["status"] == "succeeded" and x["teardown"] == "verified" for x in runs)
     two = next(x for x in runs if x["nodes"] == 2)
     util = ledger.metrics(two["id"], "util")
     assert {u["node_rank"] for u in util} == {0, 1}

@@ -120,7 +120,17 @@ def flag(spec: "ClusterSpec", key: str, default: bool = False) -> bool:
 
 
 def region_of(spec: "ClusterSpec") -> str:
-    return spec.region or DEFAULT_REGION
+    if spec.region:
+        return spec.region
+    if spec.zone and spec.zone[-1:].isalpha() and spec.zone[-2:-1].isdigit():  # us-east-1a -> us-east-1
+        return spec.zone[:-1]
+    return DEFAULT_REGION
+
+
+def resolve(spec: "ClusterSpec") -> "ClusterSpec":
+    """The spec with the region actually used filled in (the zone's region, else the default), so
+    that the ledger, the teardown check and `gc` look where the cluster was created."""
+    return spec if spec.region else spec.replace(region=region_of(spec))
 
 
 def instance_type_of(spec: "ClusterSpec") -> InstanceType:
@@ -163,7 +173,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
 
     region = region_of(spec)
     if spec.region is None:
-        warnings.append(f"no region given: using {DEFAULT_REGION}")
+        warnings.append(f"no region given: using {region}")
     if region not in itype.regions:
         if flag(spec, "allowUnlistedRegion"):
             warnings.append(
