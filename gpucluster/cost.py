@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .catalog.prices import Catalog, PriceRow, load_catalog, n1_machine_types, n1_shape, normalize_gpu
-from .errors import UsageError, not_allowed
+from .errors import SpecError, UsageError, not_allowed
 from .spec import MAX_NODES, ClusterSpec, config_scalar, config_tags, parse_int
 
 MINIMUM_SECONDS = 60
@@ -812,12 +812,15 @@ def spec_from_stack_file(path: str | Path) -> ClusterSpec:
         if ns != "gpucluster":
             continue
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-        if snake == "tags":
-            kw[snake] = config_tags(f"{key} in {str(path)!r}", value if value is not None else {})
-        elif snake in fields and snake not in ("options", "hosts", "run_id"):
-            kw[snake] = config_scalar(f"{key} in {str(path)!r}", value)
-        else:
-            options[snake] = str(value)
+        try:  # a mapping or list where one value belongs, a reserved tag: one line naming the key
+            if snake == "tags":
+                kw[snake] = config_tags(str(key), value if value is not None else {})
+            elif snake in fields and snake not in ("options", "hosts", "run_id"):
+                kw[snake] = config_scalar(str(key), value)
+            else:
+                options[snake] = str(value)
+        except SpecError as exc:
+            raise SpecError(f"stack file {str(path)!r}: {exc.message}") from None
     if "cloud" not in kw:
         raise ConfigError(f"stack file {str(path)!r} has no gpucluster:cloud")
     for name in ("nodes", "gpus_per_node", "disk_gb", "max_lifetime_minutes"):
