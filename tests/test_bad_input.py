@@ -87,6 +87,7 @@ def test_show_unknown_run(home):
 
 def test_workload_and_command_together(home):
     assert_clean_refusal(run_cli("run", "--workload", "digits", "--", "python", "x.py"), "not both")
+    assert_no_run_recorded(home)
 
 
 # -- helpers for the cases below -----------------------------------------------------------------
