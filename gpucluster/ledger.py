@@ -161,7 +161,14 @@ def _guard(method):
             return method(self, *args, **kwargs)
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # the caller's mistake (e.g. a duplicate run id), not the file's
-        except (sqlite3.DatabaseError, _BadJSON) as exc:
+        except _BadJSON as exc:
+            where = None
+            try:
+                where = self._find_bad_json(_JSON_COLUMNS + (("metrics", "run_id", ("data",)),))
+            except sqlite3.DatabaseError:
+                pass
+            raise (_damaged(self.path, where) if where else _ledger_error(self.path, exc)) from None
+        except sqlite3.DatabaseError as exc:
             raise _ledger_error(self.path, exc) from None
 
     return wrapper
@@ -222,12 +229,9 @@ class Ledger:
         A run must not begin on a ledger it cannot record into: the row would be missing, or stuck
         at "running" when a later write fails.
         """
-        for table, key, columns in _JSON_COLUMNS:
-            cond = " OR ".join(f"({c} IS NOT NULL AND NOT json_valid({c}))" for c in columns)
-            bad = self._db.execute(f"SELECT {key}, {', '.join(columns)} FROM {table} WHERE {cond} LIMIT 1").fetchone()
-            if bad is not None:
-                col = next(c for c in columns if bad[c] is not None and not _valid_json(bad[c]))
-                raise _damaged(self.path, f"{table} row {bad[key]!r} holds bad JSON in column {col!r}")
+        where = self._find_bad_json(_JSON_COLUMNS)
+        if where:
+            raise _damaged(self.path, where)
         try:  # a real write (the schema version, unchanged), rolled back: nothing is kept
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -236,6 +240,16 @@ class Ledger:
                 self._db.execute("ROLLBACK")
         except sqlite3.OperationalError as exc:
             raise _ledger_error(self.path, exc) from None
+
+    def _find_bad_json(self, tables) -> str | None:
+        """'<table> row <key> holds bad JSON in column <col>' for the first such row, else None."""
+        for table, key, columns in tables:
+            cond = " OR ".join(f"({c} IS NOT NULL AND NOT json_valid({c}))" for c in columns)
+            bad = self._db.execute(f"SELECT {key}, {', '.join(columns)} FROM {table} WHERE {cond} LIMIT 1").fetchone()
+            if bad is not None:
+                col = next(c for c in columns if bad[c] is not None and not _valid_json(bad[c]))
+                return f"{table} row {bad[key]!r} holds bad JSON in column {col!r}"
+        return None
 
     @property
     def schema_version(self) -> int:
@@ -413,7 +427,7 @@ class Ledger:
             args += (kind,)
         out = []
         for r in self._db.execute(sql + " ORDER BY rowid", args):
-            rec = json.loads(r["data"])
+            rec = _loads(r["data"])
             rec.setdefault("node_rank", r["node_rank"])
             out.append(rec)
         return out

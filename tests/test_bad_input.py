@@ -447,6 +447,9 @@ def damage(home, how: str) -> None:
         db.execute("DROP TABLE phases")
     elif how == "bad JSON in runs":
         db.execute("UPDATE runs SET spec = '{\"cloud\": \"local\", ' WHERE id = 'r20261122-000001-aaaaaa'")
+    elif how == "bad JSON in metrics":
+        db.execute("INSERT INTO metrics (run_id, node_rank, kind, time, data) VALUES "
+                   "('r20261122-000001-aaaaaa', 0, 'util', 1.0, '{\"kind\": ')")
     elif how == "bad JSON in resources":
         db.execute("INSERT INTO resources (run_id, kind, name, detail, requested_at) VALUES "
                    "('r20261122-000001-aaaaaa', 'process', 'p', 'not json', 1.0)")
@@ -456,10 +459,11 @@ def damage(home, how: str) -> None:
 
 DAMAGE = {"missing table": "table 'phases' is missing",
           "bad JSON in runs": "runs row 'r20261122-000001-aaaaaa' holds bad JSON in column 'spec'",
-          "bad JSON in resources": "resources row 'r20261122-000001-aaaaaa' holds bad JSON in column 'detail'"}
+          "bad JSON in resources": "resources row 'r20261122-000001-aaaaaa' holds bad JSON in column 'detail'",
+          "bad JSON in metrics": "metrics row 'r20261122-000001-aaaaaa' holds bad JSON in column 'data'"}
 
 
-@pytest.mark.parametrize("how", list(DAMAGE))
+@pytest.mark.parametrize("how", [h for h in DAMAGE if h != "bad JSON in metrics"])  # metrics: read, not checked
 def test_damaged_ledger_refuses_a_run_and_keeps_no_row_running(home, how):
     seed_runs(home, "r20261122-000001-aaaaaa")
     damage(home, how)
@@ -474,13 +478,14 @@ def test_damaged_ledger_refuses_a_run_and_keeps_no_row_running(home, how):
     ("missing table", ("runs",)), ("missing table", ("show", "r20261122-000001")),
     ("bad JSON in runs", ("runs",)), ("bad JSON in runs", ("show", "r20261122-000001-aaaaaa")),
     ("bad JSON in runs", ("runs", "--json")), ("bad JSON in resources", ("show", "r20261122-000001-aaaaaa")),
-    ("bad JSON in runs", ("cost", "report")),
+    ("bad JSON in runs", ("cost", "report")), ("bad JSON in resources", ("status",)),
+    ("bad JSON in metrics", ("show", "r20261122-000001-aaaaaa", "--json")),
 ])
 def test_damaged_ledger_reading_commands(home, how, cmd):
     seed_runs(home, "r20261122-000001-aaaaaa")
     damage(home, how)
     r = run_cli(*cmd)
-    assert_clean_refusal(r, "is damaged", "move it aside")
+    assert_clean_refusal(r, "is damaged", DAMAGE[how], "move it aside")
 
 
 # -- item 14: run ids are matched literally; an ambiguous prefix lists its matches -----------------
