@@ -244,11 +244,13 @@ class Ledger:
     def _find_bad_json(self, tables) -> str | None:
         """'<table> row <key> holds bad JSON in column <col>' for the first such row, else None."""
         for table, key, columns in tables:
+            # SQLite's json_valid() is strict RFC 8259 and so also flags NaN/Infinity, which Python's
+            # json writes (a diverged loss): it only picks candidates; Python's parser decides.
             cond = " OR ".join(f"({c} IS NOT NULL AND NOT json_valid({c}))" for c in columns)
-            bad = self._db.execute(f"SELECT {key}, {', '.join(columns)} FROM {table} WHERE {cond} LIMIT 1").fetchone()
-            if bad is not None:
-                col = next(c for c in columns if bad[c] is not None and not _valid_json(bad[c]))
-                return f"{table} row {bad[key]!r} holds bad JSON in column {col!r}"
+            for row in self._db.execute(f"SELECT {key}, {', '.join(columns)} FROM {table} WHERE {cond}"):
+                for col in columns:
+                    if row[col] is not None and not _valid_json(row[col]):
+                        return f"{table} row {row[key]!r} holds bad JSON in column {col!r}"
         return None
 
     @property

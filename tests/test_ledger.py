@@ -92,3 +92,18 @@ def test_duplicate_run_id_is_rejected_atomically(tmp_path):
     with pytest.raises(sqlite3.IntegrityError):
         make_run(led)
     assert len(led.list_runs()) == 1
+
+
+def test_check_accepts_what_python_json_writes_and_names_a_bad_row(tmp_path):
+    """NaN/Infinity (a diverged loss) are what json.dumps writes: not damage. A truncated row is."""
+    led = Ledger(tmp_path / "l.db")
+    make_run(led, "r-nan")
+    led.finish_run("r-nan", status="failed", exit_code=1, metrics={"loss": float("nan"), "best": float("inf")})
+    led.add_metrics("r-nan", [(0, {"kind": "epoch", "loss": float("nan")})])
+    led.check()
+    assert led.get_run("r-nan", with_metrics=True)["metrics"]["best"] == float("inf")
+    led._db.execute("UPDATE runs SET cost = '{\"total\": ' WHERE id = 'r-nan'")
+    with pytest.raises(ConfigError, match="is damaged: runs row 'r-nan' holds bad JSON in column 'cost'; move it aside"):
+        led.check()
+    with pytest.raises(ConfigError, match="runs row 'r-nan' holds bad JSON in column 'cost'"):
+        led.list_runs()
