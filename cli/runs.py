@@ -49,6 +49,7 @@ CLOUD_ONLY_FLAGS = {
     "identity": ("--identity", ("ssh",)),  # aws: the cluster's own key
     "known_hosts": ("--known-hosts", ("ssh",)),  # aws: the stack's pinned host keys
     "remote_python": ("--remote-python", ("ssh", "aws")),
+    "keep": ("--keep", ("aws", "gcp")),  # local/ssh processes are always stopped (lifecycle._teardown)
 }
 
 _WHY_NOT = {"local": "local runs use this machine as it is", "ssh": "the ssh backend uses machines that already exist",

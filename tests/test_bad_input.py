@@ -304,9 +304,10 @@ def _flag_cases():
               "--spot": ["--spot"], "--disk-gb": ["--disk-gb", "50"], "--max-lifetime": ["--max-lifetime", "60"],
               "--ssh-cidr": ["--ssh-cidr", "203.0.113.7/32"], "--tag": ["--tag", "team=ml"],
               "--hosts": ["--hosts", "u@127.0.0.2"], "--identity": ["--identity", "ID"],
-              "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"]}
+              "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"],
+              "--keep": ["--keep"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
-                  "--ssh-cidr", "--tag"]
+                  "--ssh-cidr", "--tag", "--keep"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
     cases += [("ssh", values[f]) for f in cloud_only]
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
