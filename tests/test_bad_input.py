@@ -229,6 +229,7 @@ WORKLOAD_ARGS = [
     ("mnist", "--width 10", "unrecognized arguments: --width 10"),  # synthetic's flag, not mnist's
     ("synthetic", "--width abc", "argument --width: invalid int value: 'abc'"),
     ("synthetic", "--backend mpi", "argument --backend: invalid choice: 'mpi'"),
+    ("digits", "--help", "--help prints the workload's help and trains nothing"),
 ]
 
 

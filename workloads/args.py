@@ -67,6 +67,12 @@ class _CheckingParser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print usage and exit 2; the caller words it instead
         raise _Refused(message)
 
+    def print_help(self, file=None):  # --help: nothing is printed while checking
+        pass
+
+    def exit(self, status=0, message=None):  # --help would exit 0 on every rank: not a training run
+        raise _Refused("--help prints the workload's help and trains nothing")
+
 
 def check_args(name: str, argv: list[str]) -> str | None:
     """None when the workload `name` accepts `argv`, else argparse's one-line reason."""
@@ -75,6 +81,4 @@ def check_args(name: str, argv: list[str]) -> str | None:
         parser.parse_args(argv)
     except _Refused as exc:
         return str(exc)
-    except SystemExit:  # --help / --version: they print and exit, which is not a training run
-        return "the arguments ask the workload to print its help and exit"
     return None
