@@ -74,8 +74,13 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
                          f"it is used with --cloud {' or '.join(clouds)} only: remove it")
 
 
-def workload_argv(workload: str | None, workload_args: str, epochs: str | None) -> list[str]:
+def workload_argv(workload: str | None, workload_args: str, epochs: str | None,
+                  command: tuple[str, ...] = ()) -> list[str]:
     """--workload-args split like a shell would, checked against the workload's own parser."""
+    if command and (workload_args or epochs is not None):
+        flag = "--workload-args" if workload_args else "--epochs"
+        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
+                         "arguments after the command")
     try:
         wl_args = shlex.split(workload_args) if workload_args else []
     except ValueError as exc:
@@ -205,10 +210,6 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
             raise UsageError(not_allowed("workload", workload, WORKLOADS))
     if command and command[0] == "--":
         command = command[1:]
-    if command and (workload_args or epochs is not None):
-        flag = "--workload-args" if workload_args else "--epochs"
-        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
-                         "arguments after the command")
     host_list: tuple[str, ...] = ()
     if hosts:
         from gpucluster.infra.ssh import parse_hosts
@@ -225,7 +226,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
-    wl_args = workload_argv(None if command else workload, workload_args, epochs)
+    wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
     check_ssh_files(identity, known_hosts)

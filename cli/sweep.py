@@ -87,11 +87,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         workload = workload or "synthetic"
         if workload not in WORKLOADS:
             raise UsageError(not_allowed("workload", workload, WORKLOADS))
-    if command and (workload_args or epochs is not None):
-        flag = "--workload-args" if workload_args else "--epochs"
-        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
-                         "arguments after the command")
-    wl_args = workload_argv(None if command else workload, workload_args, epochs)
+    wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
     if report_dir:
