@@ -298,8 +298,6 @@ def test_ssh_identity_that_is_a_directory(home, tmp_path):
 
 def _flag_cases():
     """(cloud, flag argv) for every flag the cloud would silently ignore."""
-    from gpucluster.cli.runs import CLOUD_ONLY_FLAGS  # noqa: F401 - the table these cases mirror
-
     values = {"--region": ["--region", "us-east-1"], "--zone": ["--zone", "us-east-1a"],
               "--instance-type": ["--instance-type", "g5.xlarge"], "--machine-type": ["--machine-type", "n1-standard-8"],
               "--spot": ["--spot"], "--disk-gb": ["--disk-gb", "50"], "--max-lifetime": ["--max-lifetime", "60"],
@@ -315,6 +313,19 @@ def _flag_cases():
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime")]
     return cases
+
+
+def test_flag_cases_cover_the_table():
+    """The hand-written cases above and the CLI's table agree: every (cloud, flag) the table refuses is tried."""
+    from gpucluster.cli.runs import CLOUD_ONLY_FLAGS
+    from gpucluster.spec import CLOUDS
+
+    by_flag = {"--instance-type": "instance_type", "--machine-type": "instance_type"}
+    tried = {(cloud, by_flag.get(flag[0], flag[0][2:].replace("-", "_").replace("tag", "tags")))
+             for cloud, flag in _flag_cases()}
+    table = {(cloud, param) for param, (_, clouds) in CLOUD_ONLY_FLAGS.items() for cloud in CLOUDS
+             if cloud not in clouds}
+    assert tried == table
 
 
 @pytest.mark.parametrize("cloud,flag", _flag_cases(), ids=lambda v: v if isinstance(v, str) else v[0])
