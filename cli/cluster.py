@@ -118,12 +118,13 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     Example:
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
     """
-    from gpucluster.cli.runs import build_spec
+    from gpucluster.cli.runs import build_spec, check_cloud_flags
     from gpucluster.spec import new_run_id, resolve, validate
 
     if cloud not in CLOUD_CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUD_CLOUDS)
                          + ("; local and ssh clusters need no `up`: use `gpucluster run`" if cloud in CLOUDS else ""))
+    check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
                       ssh_cidr, tags, (), run_id)
@@ -132,6 +133,8 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
+    ledger = _ledger()
+    ledger.check()  # read-only or damaged: said before anything is asked or created
     provider = provider_for(cloud)
     preflight = getattr(provider, "preflight", None)
     if preflight:
@@ -149,7 +152,6 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
         snapshot = cost.price_snapshot(spec)
     except (ImportError, GpuclusterError, AttributeError):
         pass
-    ledger = _ledger()
     ledger.create_run(run_id, cloud=cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                       command=["gpucluster", "up"], spec=spec.to_dict(), workload=None, prices=snapshot)
     ledger.phase_start(run_id, "provision")

@@ -350,8 +350,10 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot) -> None:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
-    if plot is not None and not str(plot).lower().endswith(".png"):
-        raise UsageError(not_allowed("plot file", plot, "a file name ending in .png"))
+    if plot is not None:
+        from gpucluster.plots import check_plot_file
+
+        check_plot_file(plot, "--plot file")  # .png, in an existing writable folder
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:

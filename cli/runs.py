@@ -21,13 +21,95 @@ from gpucluster.cli.console import make_console as _console  # noqa: E402
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    from gpucluster.spec import is_reserved_tag, reserved_tag_error
+
     tags = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(not_allowed("tag", item, "KEY=VALUE"))
+        if is_reserved_tag(key):
+            raise UsageError(reserved_tag_error(key.strip(), "--tag key"))
         tags[key.strip()] = value.strip()
     return tags
+
+
+# Flags that only some clouds use: elsewhere they would be silently ignored, so they are refused.
+# parameter name -> (flag as written in --help, clouds that use it)
+CLOUD_ONLY_FLAGS = {
+    "region": ("--region", ("aws", "gcp")),
+    "zone": ("--zone", ("aws", "gcp")),
+    "instance_type": ("--instance-type/--machine-type", ("aws", "gcp")),
+    "spot": ("--spot", ("aws", "gcp")),
+    "disk_gb": ("--disk-gb", ("aws", "gcp")),
+    "max_lifetime": ("--max-lifetime", ("aws",)),  # GKE nodes have no self-shutdown timer
+    "ssh_cidr": ("--ssh-cidr", ("aws",)),  # GKE nodes are reached through the Kubernetes API
+    "tags": ("--tag", ("aws", "gcp")),
+    "hosts": ("--hosts", ("ssh",)),
+    "identity": ("--identity", ("ssh",)),  # aws: the cluster's own key
+    "known_hosts": ("--known-hosts", ("ssh",)),  # aws: the stack's pinned host keys
+    "remote_python": ("--remote-python", ("ssh", "aws")),
+    "keep": ("--keep", ("aws", "gcp")),  # local/ssh processes are always stopped (lifecycle._teardown)
+}
+
+_WHY_NOT = {"local": "local runs use this machine as it is", "ssh": "the ssh backend uses machines that already exist",
+            "aws": "aws nodes are created and reached by gpucluster itself",
+            "gcp": "gcp runs on GKE pods reached through the Kubernetes API"}
+
+
+def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
+    """Refuse (exit 2) a flag the chosen cloud would silently ignore, naming it."""
+    from click.core import ParameterSource
+
+    if cloud not in CLOUDS:
+        return
+    ctx = ctx or click.get_current_context()
+    for param, (flag, clouds) in CLOUD_ONLY_FLAGS.items():
+        if param not in ctx.params or cloud in clouds:
+            continue
+        source = ctx.get_parameter_source(param)
+        if source is None or source == ParameterSource.DEFAULT:
+            continue
+        raise UsageError(f"{flag} does not apply to --cloud {cloud} ({_WHY_NOT[cloud]}); "
+                         f"it is used with --cloud {' or '.join(clouds)} only: remove it")
+
+
+def workload_argv(workload: str | None, workload_args: str, epochs: str | None,
+                  command: tuple[str, ...] = ()) -> list[str]:
+    """--workload-args split like a shell would, checked against the workload's own parser."""
+    if command and (workload_args or epochs is not None):
+        flag = "--workload-args" if workload_args else "--epochs"
+        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
+                         "arguments after the command")
+    try:
+        wl_args = shlex.split(workload_args) if workload_args else []
+    except ValueError as exc:
+        raise UsageError(f"--workload-args {workload_args!r} cannot be split into arguments ({exc}); "
+                         "check the quotes") from None
+    if epochs is not None:
+        wl_args = ["--epochs", str(parse_int("epochs", epochs, low=1, high=100000))] + wl_args
+    if workload and wl_args:
+        from gpucluster.workloads.args import check_args
+
+        problem = check_args(workload, wl_args)
+        if problem:
+            raise UsageError(f"--workload-args {workload_args!r} is refused by the {workload} workload: {problem} "
+                             f"(see: python -m gpucluster.workloads.{workload} --help)")
+    return wl_args
+
+
+def check_ssh_files(identity: str | None, known_hosts: str | None) -> None:
+    """Key and known_hosts files must exist before anything is recorded or started."""
+    for flag, value, what in (("--identity", identity, "an ssh private key file"),
+                              ("--known-hosts", known_hosts, "an OpenSSH known_hosts file")):
+        if value is None:
+            continue
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
+            state = "is a directory" if os.path.isdir(path) else "does not exist"
+            raise UsageError(f"{flag} {value!r} {state}; give {what}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{flag} {value!r} cannot be read; give {what} you can read")
 
 
 def check_command(command: tuple[str, ...]) -> None:
@@ -119,6 +201,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.lifecycle import execute
     from gpucluster.spec import new_run_id, resolve, validate
 
+    check_cloud_flags(cloud)
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
     if not command:
@@ -144,11 +227,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
-    wl_args = shlex.split(workload_args) if workload_args else []
-    if epochs is not None:
-        wl_args = ["--epochs", str(parse_int("epochs", epochs, low=1, high=100000))] + wl_args
+    wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
+    check_ssh_files(identity, known_hosts)
     limit = None
     if max_minutes is not None:
         try:
@@ -165,6 +247,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                      spec_options=spec.option_dict)
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
+    ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
     preflight = getattr(provider, "preflight", None)
     if preflight:
@@ -287,6 +370,10 @@ def show(run_id, as_json, plot_path):
     """
     from gpucluster.ledger import Ledger
 
+    if plot_path:
+        from gpucluster.plots import check_plot_file
+
+        check_plot_file(plot_path, "--plot file")  # before anything is read or drawn
     ledger = Ledger.open_default()
     run = ledger.get_run(run_id, with_metrics=as_json)
     if run is None:

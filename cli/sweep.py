@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 
 import click
@@ -70,7 +69,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
       gpucluster sweep --nodes 1,2 --json -- python train.py --epochs 2
       gpucluster sweep --nodes 1 --compare-cpu --workload mnist --epochs 1
     """
-    from gpucluster.cli.runs import build_spec, check_command
+    from gpucluster.cli.runs import build_spec, check_command, workload_argv
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
@@ -88,11 +87,13 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         workload = workload or "synthetic"
         if workload not in WORKLOADS:
             raise UsageError(not_allowed("workload", workload, WORKLOADS))
-    wl_args = shlex.split(workload_args) if workload_args else []
-    if epochs is not None:
-        wl_args = ["--epochs", str(parse_int("epochs", epochs, low=1, high=100000))] + wl_args
+    wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
+    if report_dir:
+        from gpucluster.home import check_writable_dir
+
+        check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
 
     wants_gpu = compare_cpu or any(g for g in gpn_list if g)
     if cloud == "local":
@@ -127,6 +128,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
                       "threads per process", threads_per_proc, low=1, high=1024))
     backend = get_backend(cloud)
     ledger = Ledger.open_default()
+    ledger.check()  # read-only or damaged: refused before the first run
     home_dir()
     plan = plan_sizes(node_counts, gpn_list, reps)
 

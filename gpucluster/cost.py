@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .catalog.prices import Catalog, PriceRow, load_catalog, n1_machine_types, n1_shape, normalize_gpu
-from .errors import UsageError, not_allowed
-from .spec import MAX_NODES, ClusterSpec, parse_int
+from .errors import SpecError, UsageError, not_allowed
+from .spec import MAX_NODES, ClusterSpec, config_scalar, config_tags, parse_int
 
 MINIMUM_SECONDS = 60
 MONTH_HOURS = 730
@@ -779,10 +779,9 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     ax2.set_ylabel("wall time (s)")
     ax.set_title(f"gpucluster runs: total ${Decimal(rep['total']).quantize(CENT, ROUND_HALF_UP)}")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    from .plots import save_png
+
+    return save_png(fig, path, "--plot file", format="png")
 
 
 # -- stack files --------------------------------------------------------------------------------
@@ -797,6 +796,9 @@ def spec_from_stack_file(path: str | Path) -> ClusterSpec:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise UsageError(f"stack file {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"stack file {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start}); save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"stack file {str(path)!r} cannot be read: {str(exc).splitlines()[0]}") from None
     config = doc.get("config") if isinstance(doc, dict) else None
@@ -810,10 +812,15 @@ def spec_from_stack_file(path: str | Path) -> ClusterSpec:
         if ns != "gpucluster":
             continue
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-        if snake in fields and snake not in ("options", "hosts", "run_id"):
-            kw[snake] = value
-        else:
-            options[snake] = str(value)
+        try:  # a mapping or list where one value belongs, a reserved tag: one line naming the key
+            if snake == "tags":
+                kw[snake] = config_tags(str(key), value if value is not None else {})
+            elif snake in fields and snake not in ("options", "hosts", "run_id"):
+                kw[snake] = config_scalar(str(key), value)
+            else:
+                options[snake] = str(value)
+        except SpecError as exc:
+            raise SpecError(f"stack file {str(path)!r}: {exc.message}") from None
     if "cloud" not in kw:
         raise ConfigError(f"stack file {str(path)!r} has no gpucluster:cloud")
     for name in ("nodes", "gpus_per_node", "disk_gb", "max_lifetime_minutes"):

@@ -37,6 +37,31 @@ def ensure_writable_dir(path: Path, what: str) -> Path:
     return path
 
 
+def check_writable_dir(path: Path | str, what: str) -> Path:
+    """Check that `path` is, or can be created as, a writable directory -- creating nothing.
+
+    The nearest existing ancestor must be a directory where a probe directory can be made (and is
+    removed at once): this is what the later mkdir + writes need, for root too (a read-only file
+    system, a regular file in the way).
+    """
+    path = Path(path).expanduser()
+    probe_in = path
+    while not probe_in.exists():
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        why = "is a file" if probe_in == path else f"{str(probe_in)!r} is a file, not a directory"
+        raise ConfigError(f"{what} {str(path)!r} cannot be created: {why}; give a directory you can write")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe_in, prefix=".gpucluster-write-test-"))
+    except OSError as exc:
+        where = "" if probe_in == path else f" (in {str(probe_in)!r})"
+        raise ConfigError(f"{what} {str(path)!r} is not writable{where}: {exc.strerror or exc}; "
+                          "give a directory you can write") from None
+    return path
+
+
 def runs_dir(run_id: str) -> Path:
     path = home_dir() / "runs" / run_id
     path.mkdir(parents=True, exist_ok=True)

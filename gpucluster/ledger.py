@@ -12,14 +12,17 @@ forward by the explicit, ordered migrations below; a ledger from a newer gpuclus
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ConfigError
+from .errors import ConfigError, UsageError
 
 PHASES = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted")
@@ -117,7 +120,74 @@ def _verified_column(teardown: str | None) -> int | None:
 
 
 def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise _BadJSON(f"a row holds bad JSON ({exc}: {str(text)[:40]!r})") from None
+
+
+class _BadJSON(Exception):
+    """A JSON column that does not parse: the ledger was edited or damaged outside gpucluster."""
+
+
+def _expected_tables() -> set[str]:
+    """Every table the migrations create (a ledger missing one is damaged)."""
+    return {m.group(1) for _, script in MIGRATIONS
+            for m in re.finditer(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", script, re.I)}
+
+
+# JSON columns checked by `Ledger.check()` (table, key column, JSON columns).
+_JSON_COLUMNS = (
+    ("runs", "id", ("command", "spec", "prices", "metrics", "leftovers", "cost", "unchecked")),
+    ("nodes", "run_id", ("last_lines",)),
+    ("resources", "run_id", ("detail",)),
+)
+
+
+def _damaged(path: Path, what: str) -> ConfigError:
+    p = str(path)
+    return ConfigError(f"ledger {p!r} is damaged: {what}; move it aside (mv {p} {p}.damaged) and gpucluster "
+                       "starts a new, empty ledger, or restore it from a backup")
+
+
+def _ledger_error(path: Path, exc: BaseException) -> ConfigError:
+    """One-line error for a SQLite / JSON failure on the ledger at `path`."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, _BadJSON):
+        return _damaged(path, text)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low:
+        return ConfigError(f"ledger {str(path)!r} is read-only ({text}); make it and its folder writable, "
+                           "or set GPUCLUSTER_HOME to a writable directory")
+    if "locked" in low or "busy" in low:
+        return ConfigError(f"ledger {str(path)!r} is locked by another process for too long ({text}); try again")
+    if "no such table" in low or "no such column" in low or "malformed" in low or "not a database" in low:
+        return _damaged(path, text)
+    return ConfigError(f"ledger {str(path)!r} cannot be used: {text}")
+
+
+def _guard(method):
+    """Turn SQLite/JSON failures inside a Ledger method into one-line ConfigErrors (exit 2)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # the caller's mistake (e.g. a duplicate run id), not the file's
+        except _BadJSON as exc:
+            where = None
+            try:
+                where = self._find_bad_json(_JSON_COLUMNS + (("metrics", "run_id", ("data",)),))
+            except sqlite3.DatabaseError:
+                pass
+            raise (_damaged(self.path, where) if where else _ledger_error(self.path, exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise _ledger_error(self.path, exc) from None
+
+    return wrapper
 
 
 class Ledger:
@@ -130,8 +200,9 @@ class Ledger:
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._migrate()
+            self._check_tables()
         except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"ledger {str(self.path)!r} cannot be used: {exc}") from None
+            raise _ledger_error(self.path, exc) from None
         except OSError as exc:
             raise ConfigError(f"ledger {str(self.path)!r} cannot be created: {exc.strerror or exc}") from None
 
@@ -160,6 +231,43 @@ class Ledger:
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {int(target)}")
+
+    def _check_tables(self) -> None:
+        present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted(_expected_tables() - present)
+        if missing:
+            raise _damaged(self.path, f"table {missing[0]!r} is missing" if len(missing) == 1
+                           else f"tables {', '.join(repr(m) for m in missing)} are missing")
+
+    def check(self) -> None:
+        """Before a run starts: the ledger can be written and its rows parse (else a one-line ConfigError).
+
+        A run must not begin on a ledger it cannot record into: the row would be missing, or stuck
+        at "running" when a later write fails.
+        """
+        where = self._find_bad_json(_JSON_COLUMNS)
+        if where:
+            raise _damaged(self.path, where)
+        try:  # a real write (the schema version, unchanged), rolled back: nothing is kept
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(f"PRAGMA user_version = {int(self.schema_version)}")
+            finally:
+                self._db.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:
+            raise _ledger_error(self.path, exc) from None
+
+    def _find_bad_json(self, tables) -> str | None:
+        """'<table> row <key> holds bad JSON in column <col>' for the first such row, else None."""
+        for table, key, columns in tables:
+            # SQLite's json_valid() is strict RFC 8259 and so also flags NaN/Infinity, which Python's
+            # json writes (a diverged loss): it only picks candidates; Python's parser decides.
+            cond = " OR ".join(f"({c} IS NOT NULL AND NOT json_valid({c}))" for c in columns)
+            for row in self._db.execute(f"SELECT {key}, {', '.join(columns)} FROM {table} WHERE {cond}"):
+                for col in columns:
+                    if row[col] is not None and not _valid_json(row[col]):
+                        return f"{table} row {row[key]!r} holds bad JSON in column {col!r}"
+        return None
 
     @property
     def schema_version(self) -> int:
@@ -310,11 +418,17 @@ class Ledger:
 
     def get_run(self, run_id: str, *, with_metrics: bool = False) -> dict[str, Any] | None:
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
+        if row is None and run_id:
+            # A unique prefix of an id, matched literally (no LIKE: '%' and '_' are plain characters).
             matches = self._db.execute(
-                "SELECT * FROM runs WHERE id LIKE ? ORDER BY created_at DESC LIMIT 2", (run_id + "%",)
+                "SELECT * FROM runs WHERE substr(id, 1, length(?)) = ? ORDER BY created_at DESC LIMIT 6",
+                (run_id, run_id),
             ).fetchall()
-            if len(matches) != 1:
+            if len(matches) > 1:
+                shown = ", ".join(m["id"] for m in matches[:5]) + (", ..." if len(matches) > 5 else "")
+                raise UsageError(f"run id prefix {run_id!r} is ambiguous: it matches {shown}; "
+                                 "give more of the id")
+            if not matches:
                 return None
             row = matches[0]
         run = self._run_dict(row)
@@ -342,7 +456,7 @@ class Ledger:
             args += (kind,)
         out = []
         for r in self._db.execute(sql + " ORDER BY rowid", args):
-            rec = json.loads(r["data"])
+            rec = _loads(r["data"])
             rec.setdefault("node_rank", r["node_rank"])
             out.append(rec)
         return out
@@ -376,3 +490,18 @@ class Ledger:
             sql += " AND runs.cluster = ?"
             args.append(cluster)
         return [{**dict(r), "detail": _loads(r["detail"])} for r in self._db.execute(sql + " ORDER BY id DESC", args)]
+
+
+def _valid_json(text: Any) -> bool:
+    try:
+        json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return False
+    return True
+
+
+# Every public method (reads and writes, present and future) reports SQLite/JSON trouble as one line.
+for _name, _fn in list(vars(Ledger).items()):
+    if not _name.startswith("_") and inspect.isfunction(_fn):
+        setattr(Ledger, _name, _guard(_fn))
+del _name, _fn

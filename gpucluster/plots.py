@@ -29,13 +29,41 @@ def _plt():
     return plt
 
 
+def check_plot_file(path: Path | str, what: str = "plot file") -> Path:
+    """A PNG file name in an existing, writable folder (checked before any work; creates nothing)."""
+    import os
+
+    path = Path(path).expanduser()
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"{what} {str(path)!r} is not allowed: a file name ending in .png")
+    if path.is_dir():
+        raise UsageError(f"{what} {str(path)!r} is a directory; give a file name ending in .png")
+    folder = path.parent
+    if not folder.is_dir():
+        state = "is not a directory" if folder.exists() else "does not exist"
+        raise UsageError(f"{what} {str(path)!r}: folder {str(folder)!r} {state}; create it first or give another path")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{what} {str(path)!r} cannot be written (no permission); give another path")
+    return path
+
+
+def save_png(fig, path: Path | str, what: str = "plot file", **kwargs: Any) -> Path:
+    """fig.savefig, with a write failure (read-only file system, disk full) as one line."""
+    path = Path(path)
+    try:
+        fig.savefig(path, **kwargs)
+    except OSError as exc:
+        raise UsageError(f"{what} {str(path)!r} cannot be written: {exc.strerror or exc}") from None
+    finally:
+        _plt().close(fig)
+    return path
+
+
 def _save(fig, path: Path | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _plt().close(fig)
-    return path
+    return save_png(fig, path, dpi=110)
 
 
 # -- utilisation -----------------------------------------------------------------------------
@@ -95,6 +123,7 @@ def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title:
 
 def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
     """`gpucluster show RUN --plot FILE.png`: the run's utilisation over time."""
+    path = check_plot_file(path, "--plot file")
     run = ledger.get_run(run_id)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")

@@ -32,6 +32,22 @@ MAX_LIFETIME_MINUTES = 7 * 24 * 60
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 _TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
+# Tags/labels gpucluster sets itself: the teardown check and `gc` find resources by them, so a user
+# tag must never replace them. "managed-by", and every key starting with "gpucluster" (cluster, run,
+# and the per-resource ones: gpucluster-rank, gpucluster-pool, gpucluster-job).
+RESERVED_TAG_KEYS = ("managed-by",)
+RESERVED_TAG_PREFIX = "gpucluster"
+
+
+def is_reserved_tag(key: str) -> bool:
+    k = str(key).strip().lower()
+    return k in RESERVED_TAG_KEYS or k.startswith(RESERVED_TAG_PREFIX)
+
+
+def reserved_tag_error(key: str, where: str = "tag") -> str:
+    return (f"{where} {key!r} is reserved: gpucluster sets managed-by and gpucluster-* itself to find what a run "
+            "created (teardown check, gc); choose another key")
+
 
 def new_run_id() -> str:
     """Sortable, unique, short, valid as a tag value, a GCP label and a torchrun rdzv id."""
@@ -94,10 +110,10 @@ class ClusterSpec:
 
     def managed_tags(self) -> dict[str, str]:
         """Tags/labels put on every resource: they drive cost allocation and the leftover sweep."""
-        tags = {"managed-by": "gpucluster", "gpucluster-cluster": self.name}
+        tags = {k: v for k, v in self.tag_dict.items() if not is_reserved_tag(k)}  # validate() refuses them
+        tags.update({"managed-by": "gpucluster", "gpucluster-cluster": self.name})
         if self.run_id:
             tags["gpucluster-run"] = self.run_id
-        tags.update(self.tag_dict)
         return tags
 
 
@@ -139,6 +155,33 @@ def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
     raise SpecError(not_allowed(what, raw, "true or false"))
 
 
+def config_scalar(what: str, value: Any) -> Any:
+    """A stack-config value that must be one string/number/boolean (not a mapping or list)."""
+    if isinstance(value, (Mapping, list, tuple, set)):
+        shape = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise SpecError(f"{what} is {shape} ({_short(value)}); it must be a single value (a string or number)")
+    return value
+
+
+def config_tags(what: str, value: Any) -> dict[str, str]:
+    """A stack config's tags: a mapping of key: value, no reserved key, no nested values."""
+    if not isinstance(value, Mapping):
+        raise SpecError(not_allowed(what, _short(value), "a mapping of key: value"))
+    out = {}
+    for k, v in value.items():
+        if is_reserved_tag(str(k)):
+            raise SpecError(reserved_tag_error(str(k), f"{what} key"))
+        config_scalar(f"{what}.{k}", v)
+        out[str(k)] = "true" if v is True else "false" if v is False else str(v)
+    return out
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def validate(spec: ClusterSpec) -> list[str]:
     """Check a spec; raise SpecError on the first problem, return warnings otherwise."""
     if spec.cloud not in CLOUDS:
@@ -164,6 +207,8 @@ def validate(spec: ClusterSpec) -> list[str]:
                 not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4/IPv6 network such as 203.0.113.7/32")
             ) from None
     for key, value in spec.tags:
+        if is_reserved_tag(key):
+            raise SpecError(reserved_tag_error(key))
         if not _TAG_KEY_RE.match(key):
             raise SpecError(
                 not_allowed("tag key", key, "lowercase letters, digits, '_' and '-' (GCP label rules)")

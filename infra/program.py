@@ -19,7 +19,7 @@ import re
 from typing import Any, Callable, Mapping, Union
 
 from gpucluster.errors import ConfigError, SpecError, not_allowed
-from gpucluster.spec import ClusterSpec, parse_int, validate
+from gpucluster.spec import ClusterSpec, config_scalar, config_tags, parse_int, validate
 
 NAMESPACE = "gpucluster"
 
@@ -85,9 +85,7 @@ def _tags(value: Any) -> dict[str, str]:
             value = json.loads(value) if value.strip() else {}
         except json.JSONDecodeError:
             raise ConfigError(not_allowed(f"{NAMESPACE}:tags", value, "an object of key: value")) from None
-    if not isinstance(value, Mapping):
-        raise ConfigError(not_allowed(f"{NAMESPACE}:tags", value, "an object of key: value"))
-    return {str(k): _option_text(v) for k, v in value.items()}
+    return config_tags(f"{NAMESPACE}:tags", value)  # a mapping, no reserved key (managed-by, gpucluster-*)
 
 
 def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpec:
@@ -109,14 +107,16 @@ def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpe
             if twin is not None:
                 raise ConfigError(f'config key {NAMESPACE}:{key} is misspelled (did you mean "{NAMESPACE}:{twin}"?)')
             options[key] = _option_text(value)
-        elif field in _INT_FIELDS:
-            fields[field] = parse_int(f"{NAMESPACE}:{key}", value, low=_INT_FIELDS[field])
-        elif field == "spot":
-            fields[field] = _bool(key, value)
         elif field == "tags":
             fields[field] = _tags(value)
         else:
-            fields[field] = str(value)
+            config_scalar(f"{NAMESPACE}:{key}", value)  # a mapping or list where one value belongs
+            if field in _INT_FIELDS:
+                fields[field] = parse_int(f"{NAMESPACE}:{key}", value, low=_INT_FIELDS[field])
+            elif field == "spot":
+                fields[field] = _bool(key, value)
+            else:
+                fields[field] = str(value)
     if "cloud" not in fields:
         raise ConfigError(
             f"stack {stack_name!r} has no {NAMESPACE}:cloud; set it, e.g. "

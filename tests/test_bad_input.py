@@ -87,3 +87,434 @@ def test_show_unknown_run(home):
 
 def test_workload_and_command_together(home):
     assert_clean_refusal(run_cli("run", "--workload", "digits", "--", "python", "x.py"), "not both")
+    assert_no_run_recorded(home)
+
+
+# -- helpers for the cases below -----------------------------------------------------------------
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+from conftest import ROOT, gpucluster_argv  # noqa: E402
+
+
+def ledger_rows(home) -> list[tuple[str, str]]:
+    """(id, status) of every run row, read with plain sqlite3 (Ledger() refuses a damaged file)."""
+    path = home / "ledger.sqlite3"
+    if not path.exists():
+        return []
+    db = sqlite3.connect(str(path))
+    try:
+        return sorted(db.execute("SELECT id, status FROM runs").fetchall())
+    finally:
+        db.close()
+
+
+def seed_runs(home, *ids: str) -> None:
+    """Finished local runs in a fresh ledger under `home`."""
+    from gpucluster.ledger import Ledger
+
+    led = Ledger(home / "ledger.sqlite3")
+    for i, rid in enumerate(ids):
+        led.create_run(rid, cloud="local", cluster="gpucluster-local", nodes=1, gpus_per_node=0,
+                       command=["workload:digits"], spec={"cloud": "local", "nodes": 1}, now=1000.0 + i)
+        led.finish_run(rid, status="succeeded", exit_code=0, teardown="verified", now=1001.0 + i)
+    led.close()
+
+
+def assert_nothing_started(home, before=()):
+    """No new ledger row, no row left at "running", no run folder."""
+    rows = ledger_rows(home)
+    assert [r for r in rows if r[0] not in {b[0] for b in before}] == [], rows
+    assert all(status != "running" for _, status in rows), rows
+    runs = home / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
+
+
+# -- item 10: reserved tags ----------------------------------------------------------------------
+RESERVED = ["managed-by=me", "gpucluster-cluster=x", "gpucluster-run=r1", "gpucluster-rank=0", "Managed-By=me"]
+
+
+@pytest.mark.parametrize("tag", RESERVED)
+@pytest.mark.parametrize("cmd", [("up", "--cloud", "aws", "--yes"), ("up", "--cloud", "gcp", "--yes"),
+                                 ("run", "--cloud", "aws", "--yes")])
+def test_reserved_tag_flag(home, cmd, tag):
+    r = run_cli(*cmd, "--tag", tag)
+    assert_clean_refusal(r, repr(tag.split("=")[0]), "reserved")
+    assert not (home / "ledger.sqlite3").exists()  # refused before the ledger is opened
+    assert_nothing_started(home)
+
+
+def write_stack(tmp_path, body: bytes, name="Pulumi.bad.yaml"):
+    p = tmp_path / name
+    p.write_bytes(body)
+    return p
+
+
+@pytest.mark.parametrize("key", ["managed-by", "gpucluster-cluster", "gpucluster-run"])
+def test_reserved_tag_in_stack_yaml(home, tmp_path, key):
+    stack = write_stack(tmp_path, f"config:\n  gpucluster:cloud: aws\n  gpucluster:tags:\n    {key}: me\n".encode())
+    r = run_cli("cost", "estimate", "--stack", str(stack))
+    assert_clean_refusal(r, repr(key), "reserved")
+
+
+def test_reserved_tag_in_pulumi_program_config():
+    """The Pulumi program's reader (infra/program.py), which `pulumi up` and the Automation API run."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.program import spec_from_config
+
+    for key in ("managed-by", "gpucluster-cluster", "gpucluster-run"):
+        with pytest.raises(UsageError, match=f"'{key}' is reserved"):
+            spec_from_config({"cloud": "aws", "tags": {key: "me"}}, "dev")
+        with pytest.raises(UsageError, match=f"'{key}' is reserved"):  # as Pulumi passes it: a JSON string
+            spec_from_config({"cloud": "aws", "tags": f'{{"{key}": "me"}}'}, "dev")
+    assert spec_from_config({"cloud": "aws", "tags": {"team": "ml"}}, "dev").tag_dict == {"team": "ml"}
+
+
+def test_reserved_tags_cannot_be_overridden_in_managed_tags():
+    """Defence in depth: a spec built around the CLI and readers still cannot replace them."""
+    from gpucluster.errors import SpecError
+    from gpucluster.spec import ClusterSpec, validate
+
+    spec = ClusterSpec(cloud="aws", nodes=1, name="c1", run_id="r1",
+                       tags=(("gpucluster-cluster", "x"), ("gpucluster-run", "y"), ("managed-by", "me"), ("team", "ml")))
+    assert spec.managed_tags() == {"managed-by": "gpucluster", "gpucluster-cluster": "c1", "gpucluster-run": "r1",
+                                   "team": "ml"}
+    with pytest.raises(SpecError, match="'gpucluster-cluster' is reserved"):
+        validate(spec)
+
+
+# -- item 12: bad input is found before anything starts ------------------------------------------
+def test_sweep_report_under_a_file_fails_before_the_first_run(home, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me")
+    r = run_cli("sweep", "--nodes", "1", "--workload", "synthetic", "--report", str(blocker / "report"))
+    assert_clean_refusal(r, str(blocker / "report"), "is a file")
+    assert blocker.read_text() == "keep me"
+    assert_nothing_started(home)
+
+
+def test_sweep_report_that_is_a_file(home, tmp_path):
+    f = tmp_path / "report"
+    f.write_text("x")
+    r = run_cli("sweep", "--nodes", "1", "--report", str(f))
+    assert_clean_refusal(r, str(f))
+    assert_nothing_started(home)
+
+
+def _sys_is_read_only() -> bool:
+    try:
+        os.rmdir(tempfile.mkdtemp(dir="/sys"))
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not _sys_is_read_only(), reason="/sys accepts new folders here")
+def test_sweep_report_on_read_only_file_system(home):
+    # /sys is mounted read-only in containers (sysfs refuses mkdir even to root): writability is probed,
+    # not guessed from permission bits, which root ignores.
+    r = run_cli("sweep", "--nodes", "1", "--report", "/sys/gpucluster-report")
+    assert_clean_refusal(r, "/sys/gpucluster-report", "not writable")
+    assert not os.path.exists("/sys/gpucluster-report")
+    assert_nothing_started(home)
+
+
+WORKLOAD_ARGS = [
+    ("digits", "--bogus-flag 3", "unrecognized arguments: --bogus-flag 3"),
+    ("digits", "--epochs zero", "argument --epochs: invalid int value: 'zero'"),
+    ("mnist", "--limit many", "argument --limit: invalid int value: 'many'"),
+    ("mnist", "--width 10", "unrecognized arguments: --width 10"),  # synthetic's flag, not mnist's
+    ("synthetic", "--width abc", "argument --width: invalid int value: 'abc'"),
+    ("synthetic", "--backend mpi", "argument --backend: invalid choice: 'mpi'"),
+    ("digits", "--help", "--help prints the workload's help and trains nothing"),
+]
+
+
+@pytest.mark.parametrize("workload,args,reason", WORKLOAD_ARGS)
+def test_workload_args_checked_before_launch(home, workload, args, reason):
+    r = run_cli("run", "--nodes", "2", "--workload", workload, "--workload-args", args)
+    assert_clean_refusal(r, f"--workload-args {args!r}", f"the {workload} workload", reason)
+    assert_nothing_started(home)
+
+
+def test_sweep_workload_args_checked_before_the_first_run(home):
+    r = run_cli("sweep", "--nodes", "1", "--workload", "synthetic", "--workload-args", "--bogus-flag 3")
+    assert_clean_refusal(r, "unrecognized arguments: --bogus-flag 3")
+    assert_nothing_started(home)
+
+
+def test_good_workload_args_pass_the_check():
+    """The same parser the workload uses accepts what it accepts (so the check refuses only real errors)."""
+    from gpucluster.workloads.args import check_args
+
+    assert check_args("digits", ["--epochs", "2", "--batch-size", "16", "--no-shard"]) is None
+    assert check_args("mnist", ["--limit", "100", "--download"]) is None
+    assert check_args("synthetic", ["--width", "64", "--depth", "2", "--steps", "3"]) is None
+
+
+def test_workload_arg_check_does_not_import_torch():
+    code = ("import sys, time; t = time.perf_counter(); import gpucluster.workloads.args as a; "
+            "a.check_args('digits', ['--bogus']); print(time.perf_counter() - t, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[1] == "False"
+    assert float(out[0]) < 0.5, out  # argparse only; torch alone takes seconds to import
+
+
+@pytest.mark.parametrize("cmd", ["run", "sweep"])
+@pytest.mark.parametrize("args", ['--lr "0.1', "--data-file 'x", "--lr 0.1\\"])
+def test_workload_args_quoting_error(home, cmd, args):
+    r = run_cli(cmd, "--nodes", "1", "--workload-args", args)
+    assert_clean_refusal(r, "--workload-args", "check the quotes")
+    assert_nothing_started(home)
+
+
+@pytest.mark.parametrize("cmd", ["run", "sweep"])
+@pytest.mark.parametrize("flag", [("--workload-args", "--lr 0.1"), ("--epochs", "2")])
+def test_workload_flags_with_a_command(home, cmd, flag):
+    r = run_cli(cmd, "--nodes", "1", *flag, "--", "python", "-c", "pass")
+    assert_clean_refusal(r, flag[0], "built-in workloads")
+    assert_nothing_started(home)
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--identity", "/nonexistent/id_ed25519", "does not exist"),
+    ("--known-hosts", "/nonexistent/known_hosts", "does not exist"),
+])
+def test_ssh_files_must_exist_before_the_ledger_row(home, flag, value, needle):
+    r = run_cli("run", "--cloud", "ssh", "--hosts", "u@127.0.0.2,u@127.0.0.3", flag, value)
+    assert_clean_refusal(r, flag, repr(value), needle)
+    assert not (home / "ledger.sqlite3").exists()
+    assert_nothing_started(home)
+
+
+def test_ssh_identity_that_is_a_directory(home, tmp_path):
+    r = run_cli("run", "--cloud", "ssh", "--hosts", "u@127.0.0.2", "--identity", str(tmp_path))
+    assert_clean_refusal(r, "--identity", "directory")
+    assert_nothing_started(home)
+
+
+def _flag_cases():
+    """(cloud, flag argv) for every flag the cloud would silently ignore."""
+    values = {"--region": ["--region", "us-east-1"], "--zone": ["--zone", "us-east-1a"],
+              "--instance-type": ["--instance-type", "g5.xlarge"], "--machine-type": ["--machine-type", "n1-standard-8"],
+              "--spot": ["--spot"], "--disk-gb": ["--disk-gb", "50"], "--max-lifetime": ["--max-lifetime", "60"],
+              "--ssh-cidr": ["--ssh-cidr", "203.0.113.7/32"], "--tag": ["--tag", "team=ml"],
+              "--hosts": ["--hosts", "u@127.0.0.2"], "--identity": ["--identity", "ID"],
+              "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"],
+              "--keep": ["--keep"]}
+    cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
+                  "--ssh-cidr", "--tag", "--keep"]
+    cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
+    cases += [("ssh", values[f]) for f in cloud_only]
+    cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
+    cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
+                                           "--max-lifetime")]
+    return cases
+
+
+def test_flag_cases_cover_the_table():
+    """The hand-written cases above and the CLI's table agree: every (cloud, flag) the table refuses is tried."""
+    from gpucluster.cli.runs import CLOUD_ONLY_FLAGS
+    from gpucluster.spec import CLOUDS
+
+    by_flag = {"--instance-type": "instance_type", "--machine-type": "instance_type"}
+    tried = {(cloud, by_flag.get(flag[0], flag[0][2:].replace("-", "_").replace("tag", "tags")))
+             for cloud, flag in _flag_cases()}
+    table = {(cloud, param) for param, (_, clouds) in CLOUD_ONLY_FLAGS.items() for cloud in CLOUDS
+             if cloud not in clouds}
+    assert tried == table
+
+
+@pytest.mark.parametrize("cloud,flag", _flag_cases(), ids=lambda v: v if isinstance(v, str) else v[0])
+def test_flag_the_cloud_would_ignore(home, tmp_path, cloud, flag):
+    key = tmp_path / "id"
+    key.write_text("key")
+    flag = [str(key) if a in ("ID", "KH") else a for a in flag]
+    extra = ["--hosts", "u@127.0.0.2"] if cloud == "ssh" else []
+    r = run_cli("run", "--cloud", cloud, *extra, "--yes", *flag)
+    shown = "--instance-type/--machine-type" if flag[0] in ("--instance-type", "--machine-type") else flag[0]
+    assert_clean_refusal(r, shown, f"--cloud {cloud}")
+    assert not (home / "ledger.sqlite3").exists()
+    assert_nothing_started(home)
+
+
+def test_up_gcp_refuses_ssh_cidr(home):
+    r = run_cli("up", "--cloud", "gcp", "--yes", "--ssh-cidr", "203.0.113.7/32")
+    assert_clean_refusal(r, "--ssh-cidr", "--cloud gcp")
+    assert not (home / "ledger.sqlite3").exists()
+
+
+# -- item 13: no tracebacks ----------------------------------------------------------------------
+@pytest.mark.parametrize("plot,needle", [
+    ("util.txt", "ending in .png"),
+    ("{tmp}/missing-folder/u.png", "does not exist"),
+    ("{tmp}/a-file/u.png", "is not a directory"),
+    ("{tmp}", "is a directory"),  # Click's own check (dir_okay=False), also one line
+    ("{tmp}/dir.png", "is a directory"),
+])
+def test_show_plot_bad_path(home, tmp_path, plot, needle):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "dir.png").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = run_cli("show", "r20261122-000001-aaaaaa", "--plot", plot.format(tmp=tmp_path), cwd=tmp_path)
+    assert_clean_refusal(r, "--plot", needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written or created
+
+
+@pytest.mark.parametrize("plot,needle", [("/nonexistent/c.png", "does not exist"), ("c.txt", "ending in .png"),
+                                         ("{tmp}/a-file/c.png", "is not a directory")])
+def test_cost_report_plot_bad_path(home, tmp_path, plot, needle):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    (tmp_path / "a-file").write_text("x")
+    r = run_cli("cost", "report", "--plot", plot.format(tmp=tmp_path), cwd=tmp_path)
+    assert_clean_refusal(r, "--plot file", needle)
+    assert not os.path.exists("/nonexistent")
+
+
+@pytest.mark.parametrize("body,needle", [
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:region:\n    a: b\n", "gpucluster:region"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:name: {x: 1}\n", "gpucluster:name"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:instanceType: [g5.xlarge]\n", "gpucluster:instanceType"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:tags: [a, b]\n", "gpucluster:tags"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:tags:\n    team: {x: 1}\n", "gpucluster:tags.team"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:name: \"\xff\xfe\"\n", "not UTF-8"),
+    (b"\xef\xbb\xbfconfig:\n  gpucluster:cloud: \xe9\n", "not UTF-8"),
+])
+def test_bad_stack_yaml(home, tmp_path, body, needle):
+    stack = write_stack(tmp_path, body)
+    r = run_cli("cost", "estimate", "--stack", str(stack))
+    assert_clean_refusal(r, needle)
+
+
+def test_bad_values_in_pulumi_program_config():
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.program import spec_from_config
+
+    for key in ("region", "name", "zone", "instanceType", "nodes", "spot"):
+        with pytest.raises(UsageError, match=f"gpucluster:{key} is a mapping"):
+            spec_from_config({"cloud": "aws", key: {"a": "b"}}, "dev")
+    with pytest.raises(UsageError, match="gpucluster:region is a list"):
+        spec_from_config({"cloud": "aws", "region": ["us-east-1"]}, "dev")
+
+
+def _as_nobody_available() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def run_as_nobody(*args, home):
+    """The CLI as uid/gid 65534: file permissions then bind (root ignores them)."""
+    env = dict(os.environ, COLUMNS="200", GPUCLUSTER_HOME=str(home), HOME=str(home.parent))
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", *gpucluster_argv(*args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture
+def shared_home():
+    """A GPUCLUSTER_HOME that uid 65534 can reach (pytest's tmp_path is private to root)."""
+    top = tempfile.mkdtemp(prefix="gpucluster-ro-")
+    os.chmod(top, 0o755)
+    home = __import__("pathlib").Path(top) / "home"
+    home.mkdir()
+    yield home
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(not _as_nobody_available(), reason="needs root and setpriv to run the CLI as another user")
+@pytest.mark.parametrize("layout", ["read-only file", "read-only folder"])
+@pytest.mark.parametrize("cmd", [("run", "--cloud", "local", "--nodes", "1"), ("sweep", "--nodes", "1")])
+def test_read_only_ledger_is_refused_before_a_run_starts(shared_home, layout, cmd):
+    seed_runs(shared_home, "r20261122-000001-aaaaaa")
+    before = ledger_rows(shared_home)
+    ledger = shared_home / "ledger.sqlite3"
+    if layout == "read-only file":
+        os.chmod(shared_home, 0o777)  # the folder is writable; the ledger file is not
+        os.chmod(ledger, 0o444)
+    else:
+        os.chmod(shared_home, 0o755)  # owned by root: uid 65534 can read, not write
+        os.chmod(ledger, 0o644)
+    r = run_as_nobody(*cmd, home=shared_home)
+    assert_clean_refusal(r)
+    assert "read-only" in r.stderr or "not a writable directory" in r.stderr, r.stderr
+    assert ledger_rows(shared_home) == before
+    assert_nothing_started(shared_home, before)
+
+
+@pytest.mark.skipif(not _as_nobody_available(), reason="needs root and setpriv to run the CLI as another user")
+def test_read_only_ledger_still_readable(shared_home):
+    """Reading commands keep working on a ledger one may not write."""
+    seed_runs(shared_home, "r20261122-000001-aaaaaa")
+    os.chmod(shared_home, 0o777)
+    os.chmod(shared_home / "ledger.sqlite3", 0o444)
+    r = run_as_nobody("show", "r20261122-000001", home=shared_home)
+    assert r.returncode == 0, r.stderr
+    assert "r20261122-000001-aaaaaa" in r.stdout
+
+
+def damage(home, how: str) -> None:
+    db = sqlite3.connect(str(home / "ledger.sqlite3"))
+    if how == "missing table":
+        db.execute("DROP TABLE phases")
+    elif how == "bad JSON in runs":
+        db.execute("UPDATE runs SET spec = '{\"cloud\": \"local\", ' WHERE id = 'r20261122-000001-aaaaaa'")
+    elif how == "bad JSON in metrics":
+        db.execute("INSERT INTO metrics (run_id, node_rank, kind, time, data) VALUES "
+                   "('r20261122-000001-aaaaaa', 0, 'util', 1.0, '{\"kind\": ')")
+    elif how == "bad JSON in resources":
+        db.execute("INSERT INTO resources (run_id, kind, name, detail, requested_at) VALUES "
+                   "('r20261122-000001-aaaaaa', 'process', 'p', 'not json', 1.0)")
+    db.commit()
+    db.close()
+
+
+DAMAGE = {"missing table": "table 'phases' is missing",
+          "bad JSON in runs": "runs row 'r20261122-000001-aaaaaa' holds bad JSON in column 'spec'",
+          "bad JSON in resources": "resources row 'r20261122-000001-aaaaaa' holds bad JSON in column 'detail'",
+          "bad JSON in metrics": "metrics row 'r20261122-000001-aaaaaa' holds bad JSON in column 'data'"}
+
+
+@pytest.mark.parametrize("how", [h for h in DAMAGE if h != "bad JSON in metrics"])  # metrics: read, not checked
+def test_damaged_ledger_refuses_a_run_and_keeps_no_row_running(home, how):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    damage(home, how)
+    before = ledger_rows(home)
+    r = run_cli("run", "--cloud", "local", "--nodes", "1")
+    assert_clean_refusal(r, f"ledger {str(home / 'ledger.sqlite3')!r} is damaged", DAMAGE[how], "move it aside")
+    assert ledger_rows(home) == before  # no new row, so none stuck at "running"
+    assert_nothing_started(home, before)
+
+
+@pytest.mark.parametrize("how,cmd", [
+    ("missing table", ("runs",)), ("missing table", ("show", "r20261122-000001")),
+    ("bad JSON in runs", ("runs",)), ("bad JSON in runs", ("show", "r20261122-000001-aaaaaa")),
+    ("bad JSON in runs", ("runs", "--json")), ("bad JSON in resources", ("show", "r20261122-000001-aaaaaa")),
+    ("bad JSON in runs", ("cost", "report")), ("bad JSON in resources", ("status",)),
+    ("bad JSON in metrics", ("show", "r20261122-000001-aaaaaa", "--json")),
+])
+def test_damaged_ledger_reading_commands(home, how, cmd):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    damage(home, how)
+    r = run_cli(*cmd)
+    assert_clean_refusal(r, "is damaged", DAMAGE[how], "move it aside")
+
+
+# -- item 14: run ids are matched literally; an ambiguous prefix lists its matches -----------------
+@pytest.mark.parametrize("pattern", ["%", "_2026", "r2026112_", "r%", "r20261122-00000_-aaaaaa"])
+def test_show_does_not_treat_like_wildcards_as_wildcards(home, pattern):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    r = run_cli("show", pattern)
+    assert_clean_refusal(r, repr(pattern), "not in the ledger")
+
+
+def test_show_ambiguous_prefix_lists_the_matches(home):
+    seed_runs(home, "r20261122-000001-aaaaaa", "r20261122-000002-bbbbbb", "r20261123-000003-cccccc")
+    r = run_cli("show", "r20261122")
+    assert_clean_refusal(r, "'r20261122' is ambiguous", "r20261122-000002-bbbbbb", "r20261122-000001-aaaaaa")
+    assert "r20261123" not in r.stderr
+    ok = run_cli("show", "r20261122-000002")  # a unique prefix still works
+    assert ok.returncode == 0 and "r20261122-000002-bbbbbb" in ok.stdout, ok.stderr
+    logs = run_cli("logs", "r2026112")
+    assert_clean_refusal(logs, "is ambiguous")

@@ -2,7 +2,7 @@ import sqlite3
 
 import pytest
 
-from gpucluster.errors import ConfigError
+from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger import SCHEMA_VERSION, Ledger
 
 
@@ -31,7 +31,7 @@ def test_newer_schema_is_refused(tmp_path):
 
 def test_corrupt_ledger_is_a_clear_error(tmp_path):
     (tmp_path / "l.db").write_bytes(b"not a database at all" * 100)
-    with pytest.raises(ConfigError, match="cannot be used"):
+    with pytest.raises(ConfigError, match="is damaged: file is not a database; move it aside"):
         Ledger(tmp_path / "l.db")
 
 
@@ -77,7 +77,10 @@ def test_prefix_lookup_and_filters(tmp_path):
     make_run(led, "r20261122-aaa", now=10.0)
     make_run(led, "r20261122-bbb", now=20.0)
     assert led.get_run("r20261122-a")["id"] == "r20261122-aaa"
-    assert led.get_run("r20261122") is None  # ambiguous
+    with pytest.raises(UsageError, match="r20261122-bbb, r20261122-aaa"):  # ambiguous: the matches are listed
+        led.get_run("r20261122")
+    # Literal matching: SQL LIKE wildcards are plain characters.
+    assert led.get_run("%") is None and led.get_run("_2026") is None and led.get_run("r2026112_-aaa") is None
     assert [r["id"] for r in led.list_runs()] == ["r20261122-bbb", "r20261122-aaa"]
     assert [r["id"] for r in led.list_runs(since=15.0)] == ["r20261122-bbb"]
     assert led.list_runs(cloud="gcp") == []
@@ -89,3 +92,18 @@ def test_duplicate_run_id_is_rejected_atomically(tmp_path):
     with pytest.raises(sqlite3.IntegrityError):
         make_run(led)
     assert len(led.list_runs()) == 1
+
+
+def test_check_accepts_what_python_json_writes_and_names_a_bad_row(tmp_path):
+    """NaN/Infinity (a diverged loss) are what json.dumps writes: not damage. A truncated row is."""
+    led = Ledger(tmp_path / "l.db")
+    make_run(led, "r-nan")
+    led.finish_run("r-nan", status="failed", exit_code=1, metrics={"loss": float("nan"), "best": float("inf")})
+    led.add_metrics("r-nan", [(0, {"kind": "epoch", "loss": float("nan")})])
+    led.check()
+    assert led.get_run("r-nan", with_metrics=True)["metrics"]["best"] == float("inf")
+    led._db.execute("UPDATE runs SET cost = '{\"total\": ' WHERE id = 'r-nan'")
+    with pytest.raises(ConfigError, match="is damaged: runs row 'r-nan' holds bad JSON in column 'cost'; move it aside"):
+        led.check()
+    with pytest.raises(ConfigError, match="runs row 'r-nan' holds bad JSON in column 'cost'"):
+        led.list_runs()

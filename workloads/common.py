@@ -18,9 +18,11 @@ import torch
 import torch.distributed as dist
 
 try:  # run as gpucluster.workloads.<name>
+    from . import args as _args
     from .protocol import emit
     from .sampler import Sampler, interval_from_env
 except ImportError:  # run as a script from a shipped copy of this folder
+    import args as _args  # type: ignore[no-redef]
     from protocol import emit  # type: ignore[no-redef]
     from sampler import Sampler, interval_from_env  # type: ignore[no-redef]
 
@@ -40,18 +42,8 @@ class Ctx:
 
 
 def base_parser(description: str, *, epochs: int, batch: int, lr: float) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs (default {epochs})")
-    p.add_argument("--batch-size", type=int, default=batch, help=f"per-rank batch size (default {batch})")
-    p.add_argument("--lr", type=float, default=lr,
-                   help=f"learning rate at a global batch of 64, scaled linearly with the global batch (default {lr})")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cpu", action="store_true", help="stay on the CPU even when CUDA is present")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default=None,
-                   help="process group backend (default: nccl on CUDA, gloo otherwise)")
-    p.add_argument("--no-shard", action="store_true",
-                   help="every rank trains the full dataset (the mistake seed 003 measured; for diagnosis demos)")
-    return p
+    """The options every built-in workload takes (defined torch-free in args.py)."""
+    return _args.base_parser(description, epochs=epochs, batch=batch, lr=lr)
 
 
 def setup(args: argparse.Namespace) -> Ctx:

@@ -19,8 +19,10 @@ from torch import nn
 
 try:
     from . import common
+    from .args import build_parser
 except ImportError:
     import common  # type: ignore[no-redef]
+    from args import build_parser  # type: ignore[no-redef]
 
 
 def digits_file() -> str:
@@ -51,8 +53,7 @@ def model() -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = common.base_parser("Small CNN on scikit-learn's real handwritten digits", epochs=15, batch=32, lr=2e-3)
-    p.add_argument("--data-file", default=None, help="digits.csv.gz (default: the copy inside scikit-learn)")
+    p = build_parser("digits")  # torch-free (args.py): `gpucluster run` checks --workload-args with it
     args = p.parse_args(argv)
     ctx = common.setup(args)
     data = load(args.data_file or digits_file())

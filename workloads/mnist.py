@@ -24,8 +24,10 @@ from torch import nn
 
 try:
     from . import common
+    from .args import build_parser
 except ImportError:
     import common  # type: ignore[no-redef]
+    from args import build_parser  # type: ignore[no-redef]
 
 IDX_FILES = {
     "train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
@@ -137,10 +139,7 @@ def model() -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = common.base_parser("CNN on real MNIST", epochs=2, batch=64, lr=1e-3)
-    p.add_argument("--data-dir", default=None, help="folder with the MNIST IDX files")
-    p.add_argument("--download", action="store_true", help="download the IDX files into --data-dir if missing")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N training images (quick checks)")
+    p = build_parser("mnist")  # torch-free (args.py): `gpucluster run` checks --workload-args with it
     args = p.parse_args(argv)
     ctx = common.setup(args)  # data is loaded after the rendezvous but before the clock starts
     x_train, y_train, x_test, y_test = load(args)

@@ -16,9 +16,11 @@ from torch import nn
 
 try:
     from . import common
+    from .args import build_parser
     from .protocol import emit
 except ImportError:
     import common  # type: ignore[no-redef]
+    from args import build_parser  # type: ignore[no-redef]
     from protocol import emit  # type: ignore[no-redef]
 
 
@@ -30,11 +32,7 @@ def model(width: int, depth: int, classes: int = 16) -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = common.base_parser("Compute-bound MLP throughput benchmark on random data", epochs=3, batch=256, lr=1e-3)
-    p.add_argument("--width", type=int, default=512)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--steps", type=int, default=20, help="steps per epoch (default 20)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps before the first epoch")
+    p = build_parser("synthetic")  # torch-free (args.py): `gpucluster run` checks --workload-args with it
     args = p.parse_args(argv)
     ctx = common.setup(args)
     net = model(args.width, args.depth).to(ctx.device)
