@@ -32,7 +32,9 @@ DEFAULT_RDZV_PORT = 29400
 TAIL_LINES = 80
 TAIL_BYTES = 64 * 1024  # the most of a node's last lines kept (and stored in the ledger)
 LINE_CAP = 4096  # bytes of one line kept for the tail and the console; the log file keeps it whole
-CONSOLE_BACKLOG = 2000  # lines waiting for the console; beyond that lines are counted, not queued
+_LONG = LINE_CAP + 96  # longer than this gets cut (a line already cut and marked is not)
+CONSOLE_BACKLOG = 1000  # lines waiting for the console; beyond that lines are counted, not queued
+CONSOLE_RATE = 2000.0  # lines a second the console shows at most (the rest: a summary line)
 _READ_SIZE = 1 << 16
 _PIPE_SIZE = 1 << 20
 _METRIC_PREFIX = b"@gpucluster-metric "
@@ -199,7 +201,7 @@ def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_
 def cut_line(line: bytes, total: int | None = None) -> bytes:
     """A line of at most LINE_CAP bytes (+ a marker saying it was cut and how long it was)."""
     total = len(line) if total is None else total
-    if total <= LINE_CAP:
+    if total <= _LONG:
         return line
     return line[:LINE_CAP] + f" ... [line cut: {total} bytes in all, whole in the node log]".encode()
 
@@ -211,7 +213,7 @@ def cap_last_lines(lines: Sequence[str], limit: int = TAIL_BYTES) -> list[str]:
     size = 0
     for line in reversed(lines):
         raw = line.encode("utf-8", "replace")
-        if len(raw) > LINE_CAP:
+        if len(raw) > _LONG:
             raw = cut_line(raw)
             line = raw.decode("utf-8", "replace")
         size += len(raw) + 1
@@ -234,7 +236,8 @@ def _grow_pipe(stream: Any) -> None:
 
 
 class _LineSplitter:
-    """Bytes chunks -> complete lines, holding at most LINE_CAP bytes of an unfinished line."""
+    """Bytes chunks -> runs of complete lines, holding at most LINE_CAP bytes of an unfinished
+    line. Works per chunk, not per line: a run is one bytes object, lines joined by b"\\n"."""
 
     def __init__(self) -> None:
         self.head = bytearray()
@@ -253,47 +256,70 @@ class _LineSplitter:
         self.length = 0
         return line
 
-    def feed(self, chunk: bytes) -> tuple[list[bytes], bool]:
-        """(complete lines, whether the first one began in an earlier chunk)."""
+    def feed(self, chunk: bytes) -> tuple[bytes | None, bool]:
+        """(the complete lines this chunk ends, or None; whether the first began earlier)."""
         last = chunk.rfind(b"\n")
         if last < 0:
             self._hold(chunk)
-            return [], False
+            return None, False
         carried = self.length > 0
         if carried:
             first = chunk.find(b"\n")
-            lines = [self._finish(chunk[:first])]
+            run = self._finish(chunk[:first])
             if first < last:
-                lines.extend(chunk[first + 1:last].split(b"\n"))
+                run += b"\n" + chunk[first + 1:last]
         else:
-            lines = chunk[:last].split(b"\n")
+            run = chunk[:last]
         if last + 1 < len(chunk):
             self._hold(chunk[last + 1:])
-        return lines, carried
+        return run, carried
 
-    def close(self) -> list[bytes]:
-        return [self._finish(b"")] if self.length else []
+    def close(self) -> bytes | None:
+        return self._finish(b"") if self.length else None
+
+
+def _count_lines(run: bytes) -> int:
+    return run.count(b"\n") + 1
+
+
+def _metric_lines(run: bytes) -> list[bytes]:
+    """The lines of a run that carry a metric record (found without splitting the whole run)."""
+    found = []
+    i = run.find(_METRIC_PREFIX)
+    while i >= 0:
+        start = run.rfind(b"\n", 0, i) + 1
+        end = run.find(b"\n", i)
+        end = len(run) if end < 0 else end
+        found.append(run[start:end])
+        i = run.find(_METRIC_PREFIX, end)
+    return found
 
 
 class _ConsoleFeed:
-    """Lines on their way to `events.on_line`, printed by a thread of their own.
+    """Lines on their way to `events.on_line`, delivered by a thread of their own.
 
-    The console must never slow the training: producers never wait for it. While it is behind by
-    more than `backlog` lines, further lines are only counted, and when it catches up it shows
-    "... N lines not shown; full log: <node log>" where they were left out. The node log files
-    get every line regardless (they are written before anything is offered here).
+    The console must never slow the training: producers never wait for it, and it shows at most
+    `rate` lines a second (a person reads far fewer; more would only burn a CPU core that the
+    training needs). While it is behind by more than `backlog` lines, further lines are only
+    counted, and "... N lines not shown; full log: <node log>" is shown where they were left
+    out. The node log files get every line regardless (they are written before anything is
+    offered here).
     """
 
-    def __init__(self, events: LaunchEvents, log_dir: Path, backlog: int = CONSOLE_BACKLOG):
+    def __init__(self, events: LaunchEvents, log_dir: Path, backlog: int = CONSOLE_BACKLOG,
+                 rate: float = CONSOLE_RATE):
         self.events = events
         self.log_dir = log_dir
         self.backlog = backlog
+        self.rate = rate
         self._cond = threading.Condition()
-        self._items: collections.deque[tuple[int, list[bytes] | int]] = collections.deque()
+        self._items: collections.deque[tuple[int, bytes | int, int]] = collections.deque()
         self._queued = 0
         self._hidden: dict[int, int] = {}
         self.hidden_total = 0
+        self.shown_total = 0
         self._closed = False
+        self._cutoff: float | None = None
         self._thread = threading.Thread(target=self._run, name="console-feed", daemon=True)
         self._started = False
 
@@ -302,27 +328,39 @@ class _ConsoleFeed:
             self._started = True
             self._thread.start()
 
-    def offer(self, node_rank: int, lines: list[bytes]) -> None:
+    def offer(self, node_rank: int, run: bytes, nlines: int) -> None:
         with self._cond:
-            if self._closed:  # the run is over: the log file has the line, the console is done
+            if self._closed:  # the run is over: the log file has the lines, the console is done
                 return
             room = self.backlog - self._queued
-            take = lines if len(lines) <= room else lines[:max(room, 0)]
-            if len(take) < len(lines):
-                self._hidden[node_rank] = self._hidden.get(node_rank, 0) + len(lines) - len(take)
-                self.hidden_total += len(lines) - len(take)
+            taken = nlines if nlines <= room else max(room, 0)
             self._start()
-            if take:
-                self._items.append((node_rank, take))
-                self._queued += len(take)
+            if taken:
+                if taken < nlines:
+                    run = b"\n".join(run.split(b"\n", taken)[:taken])
+                gap = self._hidden.pop(node_rank, 0)
+                if gap:  # the summary goes where the lines were left out
+                    self._items.append((node_rank, gap, 0))
+                self._items.append((node_rank, run, taken))
+                self._queued += taken
                 self._cond.notify()
+            self._hide(node_rank, nlines - taken)
 
     def _summaries(self) -> None:  # caller holds the lock
         for rank, n in sorted(self._hidden.items()):
-            self._items.append((rank, n))
+            self._items.append((rank, n, 0))
         self._hidden.clear()
 
+    def _hide(self, rank: int, n: int) -> None:  # caller holds the lock
+        if n > 0:
+            self._hidden[rank] = self._hidden.get(rank, 0) + n
+            self.hidden_total += n
+
+    def _late(self) -> bool:
+        return self._cutoff is not None and time.monotonic() > self._cutoff
+
     def _run(self) -> None:
+        t0 = time.monotonic()
         while True:
             with self._cond:
                 while not self._items and not self._hidden and not self._closed:
@@ -332,42 +370,71 @@ class _ConsoleFeed:
                         self._summaries()
                     else:
                         return  # closed and nothing left
-                rank, payload = self._items.popleft()
-                if isinstance(payload, list):
-                    self._queued -= len(payload)
+                rank, payload, n = self._items.popleft()
+                if not isinstance(payload, int) and self._late():  # out of time: count, don't show
+                    self._queued -= n
+                    self._hide(rank, n)
+                    continue
+            shown = 0
             try:
                 if isinstance(payload, int):
                     self.events.on_line(rank, f"... {payload} lines not shown; full log: "
                                               f"{self.log_dir / f'node-{rank}.log'}")
                     continue
-                text = b"\n".join(cut_line(ln) if len(ln) > LINE_CAP else ln for ln in payload)
-                for line in text.decode("utf-8", "replace").split("\n"):
-                    self.events.on_line(rank, line.rstrip("\r"))
+                for line in payload.split(b"\n"):
+                    if shown and self._late():
+                        break
+                    if len(line) > _LONG:
+                        line = cut_line(line)
+                    self.events.on_line(rank, line.decode("utf-8", "replace").rstrip("\r"))
+                    shown += 1
             except Exception:  # noqa: BLE001 - a broken console must not stop the run
                 pass
+            finally:
+                if not isinstance(payload, int):
+                    with self._cond:
+                        self._queued -= n
+                        self.shown_total += shown
+                        self._hide(rank, n - shown)
+            # Pace: at most `rate` lines a second on average, so the backlog fills (and lines are
+            # summarised) instead of this thread taking a core from the training.
+            if not self._closed:
+                ahead = self.shown_total / self.rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(min(ahead, 1.0))
 
     def close(self, timeout: float = 2.0) -> None:
-        """Show what is queued (at most `timeout` seconds more), then the summaries."""
+        """Show what is queued for at most `timeout` seconds more, count the rest, show the
+        summaries, and let the thread end (not waiting on a console that is stuck for good)."""
         with self._cond:
-            if not self._started:
-                self._closed = True
-                return
             self._closed = True
+            if not self._started:
+                return
+            self._cutoff = time.monotonic() + timeout
             self._cond.notify()
-        self._thread.join(timeout)
-        if self._thread.is_alive():  # the console is slow: count the rest instead of showing it
-            with self._cond:
-                kept = collections.deque()
-                for rank, payload in self._items:
-                    if isinstance(payload, list):
-                        self._hidden[rank] = self._hidden.get(rank, 0) + len(payload)
-                        self.hidden_total += len(payload)
-                    else:
-                        kept.append((rank, payload))
-                self._items = kept
-                self._queued = 0
-                self._cond.notify()
-            self._thread.join(timeout)
+        self._thread.join(timeout + 2.0)
+
+
+class _Tail:
+    """A node's last lines (at most TAIL_LINES, TAIL_BYTES), kept as the runs they came in."""
+
+    def __init__(self) -> None:
+        self._runs: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._lines = 0
+        self._lock = threading.Lock()
+
+    def add(self, run: bytes, nlines: int) -> None:
+        with self._lock:
+            self._runs.append((run, nlines))
+            self._lines += nlines
+            while len(self._runs) > 1 and self._lines - self._runs[0][1] >= TAIL_LINES:
+                self._lines -= self._runs.popleft()[1]
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            runs = [r for r, _ in self._runs]
+        lines = b"\n".join(runs).split(b"\n")[-TAIL_LINES:] if runs else []
+        return cap_last_lines([ln.decode("utf-8", "replace").rstrip("\r") for ln in lines])
 
 
 class NodeSupervisor:
@@ -383,28 +450,27 @@ class NodeSupervisor:
     """
 
     def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
-                 console_backlog: int = CONSOLE_BACKLOG):
+                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE):
         self.job = job
         self.events = events
         self.log_dir = log_dir
         self.hosts = list(hosts)
         self.metrics = MetricsState()
         self._queue: queue.Queue[tuple[int, str | None]] = queue.Queue()
-        self._tails: dict[int, collections.deque[bytes]] = {
-            i: collections.deque(maxlen=TAIL_LINES) for i in range(len(hosts))}
+        self._tails: dict[int, _Tail] = {i: _Tail() for i in range(len(hosts))}
         self._threads: list[threading.Thread] = []
         self._open_streams = 0
         self.train_started_at: float | None = None
         self.rendezvous_started_at: float | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.console = _ConsoleFeed(events, log_dir, console_backlog)
+        self.console = _ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
     def attach(self, node_rank: int, stream: Iterable[bytes]) -> None:
         log_path = self.log_dir / f"node-{node_rank}.log"
         read1 = getattr(stream, "read1", None)
         if read1 is not None:
             _grow_pipe(stream)
-        tail = self._tails.setdefault(node_rank, collections.deque(maxlen=TAIL_LINES))
+        tail = self._tails.setdefault(node_rank, _Tail())
 
         def pump() -> None:
             splitter = _LineSplitter()
@@ -416,14 +482,14 @@ class NodeSupervisor:
                             continue
                         log.write(chunk)
                         log.flush()
-                        lines, carried = splitter.feed(chunk)
-                        if lines:
-                            self._take(node_rank, tail, lines, _METRIC_PREFIX in chunk or carried)
+                        run, carried = splitter.feed(chunk)
+                        if run is not None:
+                            self._take(node_rank, tail, run, _METRIC_PREFIX in chunk or carried)
                 except (OSError, ValueError):
                     pass
                 finally:
                     rest = splitter.close()
-                    if rest:
+                    if rest is not None:
                         self._take(node_rank, tail, rest, True)
                     self._queue.put((node_rank, None))
 
@@ -432,13 +498,13 @@ class NodeSupervisor:
         self._threads.append(t)
         t.start()
 
-    def _take(self, node_rank: int, tail: collections.deque, lines: list[bytes], maybe_metric: bool) -> None:
-        tail.extend(lines[-TAIL_LINES:])
+    def _take(self, node_rank: int, tail: _Tail, run: bytes, maybe_metric: bool) -> None:
+        nlines = _count_lines(run)
+        tail.add(run, nlines)
         if maybe_metric:
-            for ln in lines:
-                if _METRIC_PREFIX in ln:
-                    self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
-        self.console.offer(node_rank, lines)
+            for ln in _metric_lines(run):
+                self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
+        self.console.offer(node_rank, run, nlines)
 
     def _drain(self, timeout: float) -> None:
         try:
@@ -469,8 +535,8 @@ class NodeSupervisor:
             self.events.on_metric(node_rank, record)
 
     def tail(self, node_rank: int) -> list[str]:
-        lines = [ln.decode("utf-8", "replace").rstrip("\r") for ln in list(self._tails.get(node_rank, ()))]
-        return cap_last_lines(lines)
+        tail = self._tails.get(node_rank)
+        return tail.lines() if tail else []
 
     def close(self) -> None:
         """Let the console show what it still can (bounded), then stop its thread."""
