@@ -118,7 +118,7 @@ class RichRunUI:
                 if record.get(k) is not None:
                     self.state[k] = record[k]
             self._refresh()
-        if self.quiet or record.get("kind") in ("util", "step"):
+        if self.quiet or record.get("kind") in ("util", "step", "worker_start"):
             return
         if record.get("kind") == "final" and record.get("rank") not in (0, None):
             return

@@ -329,6 +329,10 @@ class Ledger:
 
     def record_node(self, run_id: str, node_rank: int, host: str | None, exit_code: int | None,
                     last_lines: list[str] | None = None) -> None:
+        if last_lines:  # at most 64 KiB of last lines per node, long lines cut, whoever sends them
+            from .launch import cap_last_lines
+
+            last_lines = cap_last_lines(last_lines)
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO nodes (run_id, node_rank, host, exit_code, last_lines) VALUES (?,?,?,?,?)",

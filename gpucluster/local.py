@@ -1,13 +1,19 @@
 """The `local` launcher: one torchrun agent per "node", all on this machine, joined by a c10d
 rendezvous on 127.0.0.1 under the run's unique id. gloo on CPU, nccl when CUDA GPUs are present
-(node i then sees its own slice of the GPUs through CUDA_VISIBLE_DEVICES)."""
+(node i then sees its own slice of the GPUs through CUDA_VISIBLE_DEVICES).
+
+The rendezvous store runs in a process of the launcher's own (`gpucluster.rdzv_store`), started
+before the agents and stopped after the last of them has exited, on every path."""
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +39,70 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class RendezvousStore:
+    """`python -m gpucluster.rdzv_store HOST PORT` run for one run; see gpucluster.rdzv_store.
+
+    It carries the run id in its environment (so the leftover check finds it like any process of
+    the run), and its stdin is a pipe that only gpucluster holds open: if gpucluster dies, even
+    by SIGKILL, the store reads EOF and exits by itself."""
+
+    READY_TIMEOUT = 120.0
+
+    def __init__(self, python: str, host: str, port: int, env: dict[str, str], cwd: str | None):
+        self.address = f"{host}:{port}"
+        self.proc = subprocess.Popen([python, "-m", "gpucluster.rdzv_store", host, str(port)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env, cwd=cwd, start_new_session=True)
+        self.started = time.monotonic()
+        self.ready = threading.Event()
+        self.lines: collections.deque[str] = collections.deque(maxlen=20)
+        threading.Thread(target=self._read, name="rdzv-store-out", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for raw in self.proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line.startswith("ready "):
+                    self.ready.set()
+                elif line:
+                    self.lines.append(line)
+        except (OSError, ValueError):
+            pass
+
+    def failure(self) -> str | None:
+        """Why the store cannot serve the run, or None while it can (or is still starting)."""
+        code = self.proc.poll()
+        if code is not None:
+            last = next((ln for ln in reversed(self.lines) if ln.strip()), "")
+            return (f"the rendezvous store for {self.address} exited with code {code}"
+                    + (f": {last}" if last else ""))
+        if not self.ready.is_set() and time.monotonic() - self.started > self.READY_TIMEOUT:
+            return f"the rendezvous store for {self.address} did not listen within {self.READY_TIMEOUT:g} s"
+        return None
+
+    def stop(self, grace: float) -> None:
+        """Close its stdin (it exits), SIGTERM/SIGKILL its group if it does not, and reap it.
+        A store that never listened has served nobody: it is killed at once."""
+        if not self.ready.is_set() and self.proc.poll() is None:
+            terminate_groups([self.proc.pid], grace=0.0, reap=self.proc.poll)
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            terminate_groups([self.proc.pid], grace=grace, reap=self.proc.poll)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
 class LocalLauncher:
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         self.python = python or sys.executable
@@ -48,10 +118,14 @@ class LocalLauncher:
         supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes])
         procs: dict[int, subprocess.Popen] = {}
         samplers: list[subprocess.Popen] = []
+        store: list[RendezvousStore] = []
 
         def stop() -> None:
             started = list(procs.values()) + samplers
             terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
+            # The store goes last: only now has every agent finished with the rendezvous.
+            for s in store:
+                s.stop(self.grace)
             # Workers live in sessions of their own: find them by the run id they inherited.
             kill_run_processes(job.run_id, grace=self.grace)
             for p in list(procs.values()) + samplers:
@@ -62,9 +136,12 @@ class LocalLauncher:
                     p.wait()
 
         try:
+            store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
+            store.append(RendezvousStore(self.python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
             for node in cluster.nodes:
                 argv = torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node.rank,
-                                     rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program)
+                                     rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
+                                     store_on_head=False)
                 env = dict(os.environ)
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node))
@@ -93,8 +170,11 @@ class LocalLauncher:
                     supervisor.attach(node.rank, sampler.stdout)
         except OSError as exc:
             stop()
-            raise LaunchError(f"could not start torchrun for local node {len(procs)}: {exc}") from None
+            supervisor.close()
+            what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
+            raise LaunchError(f"could not start {what}: {exc}") from None
         except BaseException:
             stop()
+            supervisor.close()
             raise
-        return supervisor.run(procs, stop)
+        return supervisor.run(procs, stop, watch=store[0].failure)

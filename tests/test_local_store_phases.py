@@ -1,0 +1,218 @@
+"""Real local runs (issue 10 items 11, 15, 16): the rendezvous store in a process the launcher
+controls (started first, stopped last, gone on every path), a clean console for a clean run,
+the train phase of a user script, and the ledger/`show --json` size with a huge log line."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
+from gpucluster.launch import TAIL_BYTES, JobSpec, torchrun_argv, announced_program
+from gpucluster.ledger import Ledger
+from gpucluster.procs import kill_run_processes, run_processes
+
+NOISE = re.compile(r"recvVector|RendezvousConnectionError|frame #\d+|Exception raised from|Traceback \(most recent")
+
+
+def only_run(home):
+    ledger = Ledger(home / "ledger.sqlite3")
+    runs = ledger.list_runs()
+    assert len(runs) == 1
+    return ledger.get_run(runs[0]["id"])
+
+
+def store_processes(run_id=None):
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if "gpucluster.rdzv_store" in cmd and (run_id is None or p.environ().get("GPUCLUSTER_RUN_ID") == run_id):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+class StoreWatch(threading.Thread):
+    """Notes every rendezvous store process seen while a run goes on, and every agent's argv."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stores: dict[int, str] = {}
+        self.agents: dict[int, list[str]] = {}
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for p in psutil.process_iter(["pid", "cmdline"]):
+                cmd = p.info["cmdline"] or []
+                try:
+                    if "gpucluster.rdzv_store" in cmd:
+                        self.stores[p.pid] = p.environ().get("GPUCLUSTER_RUN_ID")
+                    elif "torch.distributed.run" in cmd and p.environ().get("GPUCLUSTER_RUN_ID"):
+                        self.agents[p.pid] = (p.environ().get("GPUCLUSTER_RUN_ID"), cmd)
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+
+
+def test_torchrun_argv_without_a_store_on_the_head_and_announcer_for_commands():
+    job = JobSpec("r1", command=("python", "t.py"), rdzv_port=29501)
+    argvs = [torchrun_argv(job, python="py", nnodes=2, node_rank=r, rdzv_host="127.0.0.1", local_addr=None,
+                           program=["t.py", "--x"], store_on_head=False) for r in (0, 1)]
+    for argv in argvs:
+        assert any(a.startswith("--rdzv-conf=is_host=false") for a in argv)
+        i = argv.index("--no-python")
+        assert argv[i + 1:i + 3] == ["py", "-c"] and argv[i + 4:] == ["t.py", "--x"]
+    # built-in workloads are not wrapped (they report "start" themselves), and the head still
+    # hosts the store by default (ssh/k8s launchers)
+    wl = torchrun_argv(JobSpec("r1", workload="digits"), python="py", nnodes=2, node_rank=0, rdzv_host="h",
+                       local_addr=None, program=["-m", "x"])
+    assert wl[-2:] == ["-m", "x"] and any(a.startswith("--rdzv-conf=is_host=true") for a in wl)
+
+
+@pytest.mark.parametrize("program,expect", [
+    (["-c", "import os; print('argv', os.getpid())"], 0),
+    (["--no-python", "sh", "-c", "echo argv $$; exit 7"], 7),
+    (["--no-python", "/nonexistent/tool"], 127),
+])
+def test_announcer_reports_the_worker_then_execs_it_in_the_same_process(program, expect):
+    argv = announced_program(sys.executable, program)[1:]  # what torchrun runs with --no-python
+    p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, RANK="3", LOCAL_RANK="1"))
+    assert p.returncode == expect, p.stderr
+    first = p.stdout.splitlines()[0]
+    record = json.loads(first.split("@gpucluster-metric ", 1)[1])
+    assert record["kind"] == "worker_start" and record["rank"] == 3 and record["local_rank"] == 1
+    if expect == 127:
+        assert "cannot start '/nonexistent/tool'" in p.stderr
+    else:  # exec: the user's program is the very process that announced itself
+        assert p.stdout.splitlines()[1] == f"argv {record['pid']}"
+
+
+@needs_torch
+def test_rendezvous_store_serves_and_exits_when_its_owner_goes(tmp_path):
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from gpucluster.local import RendezvousStore, free_port
+
+    port = free_port()
+    store = RendezvousStore(sys.executable, "127.0.0.1", port, dict(os.environ), str(ROOT))
+    assert store.ready.wait(120), list(store.lines)
+    client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+    client.set("k", "v")
+    assert client.get("k") == b"v"
+    # a second store on the same port cannot listen: a one-line reason, not a hang
+    clash = RendezvousStore(sys.executable, "127.0.0.1", port, dict(os.environ), str(ROOT))
+    clash.proc.wait(120)
+    assert "cannot listen on 127.0.0.1:" in clash.failure()
+    clash.stop(1.0)
+    # its owner dying (here: closing the owner's end of its stdin, as the kernel does on SIGKILL)
+    # ends it by itself
+    store.proc.stdin.close()
+    assert store.proc.wait(10) == 0
+    store.stop(1.0)
+
+
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_clean_run_has_a_clean_console_and_no_store_left(home, nodes):
+    watch = StoreWatch()
+    watch.start()
+    try:
+        r = run_cli("run", "--nodes", str(nodes), "--workload", "synthetic", "--threads-per-proc", "1",
+                    "--workload-args", "--epochs 2 --steps 5 --width 64 --depth 2 --batch-size 32")
+    finally:
+        watch.done.set()
+        watch.join()
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = only_run(home)
+    noise = [ln for ln in (r.stdout + r.stderr).splitlines() if NOISE.search(ln)]
+    assert noise == []
+    # one store, for this run, seen while it ran; every agent only connected to it (other runs
+    # on this machine are ignored: matched by run id)
+    assert list(watch.stores.values()).count(run["id"]) == 1
+    agents = [argv for rid, argv in watch.agents.values() if rid == run["id"]]
+    assert len(agents) == nodes
+    assert all("--rdzv-conf=is_host=false,join_timeout=300" in argv for argv in agents)
+    assert store_processes() == [] and run_processes(run["id"]) == []
+    assert run["status"] == "succeeded" and run["teardown_verified"] is True
+
+
+@needs_torch
+@pytest.mark.slow
+def test_user_script_failing_after_start_fails_in_train_not_rendezvous(home):
+    r = run_cli("run", "--nodes", "2", "--", "python", str(FIXTURES / "fail_after_start.py"))
+    assert r.returncode == 1, r.stdout[-3000:]
+    run = only_run(home)
+    phases = {p["name"]: p for p in run["phases"]}
+    assert phases["rendezvous"]["status"] == "ok"
+    assert phases["train"]["status"] == "failed" and "node 1" in phases["train"]["detail"]
+    assert "node 1" in run["failure"]
+    starts = Ledger(home / "ledger.sqlite3").metrics(run["id"], kind="worker_start")
+    assert sorted(m["rank"] for m in starts) == [0, 1]
+    assert "worker_start" not in r.stdout  # bookkeeping, not shown
+    assert "failing after start on purpose" in r.stdout
+    assert store_processes() == [] and run_processes(run["id"]) == []
+
+
+@needs_torch
+@pytest.mark.slow
+def test_store_goes_when_gpucluster_is_killed(home):
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen(gpucluster_argv("run", "--nodes", "2", "--", "python", str(FIXTURES / "crashy_train.py")),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    run_id = None
+    try:
+        for line in proc.stdout:
+            if "[node 0]" in line and "epoch" in line:
+                break
+        run_id = Ledger(home / "ledger.sqlite3").list_runs()[0]["id"]
+        assert len(store_processes(run_id)) == 1
+        proc.kill()  # SIGKILL: no teardown runs; the store must notice on its own
+        proc.wait(10)
+        end = time.monotonic() + 15
+        while store_processes(run_id) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert store_processes(run_id) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if run_id:  # the agents and workers are not this test's subject: clean them up
+            kill_run_processes(run_id, grace=1.0)
+
+
+@needs_torch
+@pytest.mark.slow
+def test_fast_printer_through_the_cli_ledger_and_show_stay_small(home):
+    r = run_cli("run", "--nodes", "2", "--threads-per-proc", "1", "--", "python", str(FIXTURES / "spew.py"),
+                env={"SPEW_MB": "10", "SPEW_HUGE_LINE_MB": "5"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = only_run(home)
+    summaries = re.findall(r"\[node (\d)\] \.\.\. (\d+) lines not shown; full log: (\S+)", r.stdout)
+    assert {s[0] for s in summaries} == {"0", "1"}
+    for rank in (0, 1):
+        log = os.path.join(run["log_dir"], f"node-{rank}.log")
+        assert all(path == log for n, _, path in summaries if n == str(rank))
+        data = open(log, "rb").read()
+        assert b"HUGE" + b"y" * 5_000_000 + b"\n" in data and data.count(b"x" * 50 + b"\n") >= 10e6 / 71
+    for node in run["node_results"]:
+        assert sum(len(ln.encode()) + 1 for ln in node["last_lines"]) <= TAIL_BYTES
+        assert any("line cut: 5000004 bytes" in ln for ln in node["last_lines"])
+    shown = run_cli("show", run["id"], "--json")
+    assert shown.returncode == 0 and len(shown.stdout) < 4 * TAIL_BYTES
+    assert store_processes() == [] and run_processes(run["id"]) == []
