@@ -217,11 +217,27 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
     return len(run_ids)
 
 
-def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str]) -> list[Any]:
+def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], ledger: Any = None) -> list[Any]:
     """The independent check: by tag for clouds; per run for local/ssh processes (a local run's
-    stray processes, e.g. after a crash, are killed first)."""
+    stray processes, e.g. after a crash, are killed first; an ssh run's hosts are cleaned through
+    the connection details its ledger rows hold)."""
     if cloud in CLOUD_CLOUDS:
         return provider.leftovers(name)
+    if cloud == "ssh" and ledger is not None:
+        from gpucluster.sshlaunch import RUN_RESOURCE, clean_recorded_hosts
+
+        rows = []
+        for rid in sorted(run_ids):  # every node the run reached, also those its teardown closed
+            run = ledger.get_run(rid) or {}
+            rows += [{**r, "cluster": name} for r in run.get("resources", []) if r["kind"] == RUN_RESOURCE]
+        recorded = {r["run_id"] for r in rows}
+        left = clean_recorded_hosts(rows)
+        for rid in sorted(run_ids - recorded):
+            from gpucluster.infra.provider import Leftover
+
+            left.append(Leftover("unverified", f"run {rid}", detail="the ledger holds no ssh connection details "
+                                 "for this run (recorded since gpucluster 0.1.0+reap); check its hosts by hand"))
+        return left
     if cloud == "local":
         from gpucluster.procs import kill_run_processes
 
@@ -278,7 +294,7 @@ def down(cluster, all_, cloud, yes, as_json):
         try:
             provider = provider_for(c)
             provider.down(name, events)
-            left = _leftovers_after_down(provider, c, name, had_open)
+            left = _leftovers_after_down(provider, c, name, had_open, ledger)
         except TeardownIncomplete as exc:
             verdict.update(verified=False, error=exc.message)
             left = None

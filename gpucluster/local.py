@@ -34,15 +34,10 @@ def free_port() -> int:
 
 
 def reaper_argv(python: str, grace: float) -> list[str]:
-    """`python reaper.py --grace G --`: the node supervisor's command line (its grace fits twice
-    into the launcher's, so it finishes its own sweep before the launcher escalates)."""
+    """`python reaper.py --grace G --`: the node supervisor's command line."""
     from . import reaper
 
-    return [python, reaper.__file__, "--grace", f"{reaper_grace(grace):g}", "--"]
-
-
-def reaper_grace(grace: float) -> float:
-    return max(0.5, min(2.0, grace / 3))
+    return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", "--"]
 
 
 class LocalLauncher:

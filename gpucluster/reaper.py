@@ -35,6 +35,12 @@ PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PREFIX = "gpucluster-reaper: "
 
 
+def nested_grace(launcher_grace: float) -> float:
+    """The reaper's grace under a launcher's: it fits twice into the launcher's, so the reaper
+    finishes its own sweep before the launcher escalates to SIGKILL."""
+    return max(0.5, min(2.0, launcher_grace / 3))
+
+
 def become_subreaper() -> str | None:
     """None when this process is now a child subreaper; otherwise why it is not."""
     if not sys.platform.startswith("linux"):
