@@ -220,13 +220,26 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
     return len(run_ids)
 
 
-def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str]) -> Any:
+def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], ledger: Any = None) -> Any:
     """The independent check, as a three-state `Check`: by tag for clouds; per run for local/ssh
-    processes (a local run's stray processes, e.g. after a crash, are killed first)."""
+    processes (a local run's stray processes, e.g. after a crash, are killed first; an ssh run's
+    hosts are cleaned through the connection details its ledger rows hold)."""
     from gpucluster.infra.provider import Check
 
     if cloud in CLOUD_CLOUDS:
         return Check.of(provider.leftovers(name))
+    if cloud == "ssh" and ledger is not None:
+        from gpucluster.sshlaunch import RUN_RESOURCE, clean_recorded_hosts
+
+        rows = []
+        for rid in sorted(run_ids):  # every node the run reached, also those its teardown closed
+            run = ledger.get_run(rid) or {}
+            rows += [{**r, "cluster": name} for r in run.get("resources", []) if r["kind"] == RUN_RESOURCE]
+        recorded = {r["run_id"] for r in rows}
+        check = Check.of(clean_recorded_hosts(rows))
+        return check.with_unchecked(*(
+            f"run {rid}: the ledger holds no ssh connection details for it; check its hosts by hand"
+            for rid in sorted(run_ids - recorded)))
     if cloud == "local":
         from gpucluster.procs import kill_run_processes
 
@@ -309,7 +322,7 @@ def down(cluster, all_, cloud, force, yes, as_json):
                     provider.down(name, events)
                 except TeardownIncomplete as exc:
                     not_run.append(f"delete: {exc.message}")
-                check = _check_after_down(provider, c, name, had_open).with_unchecked(*not_run)
+                check = _check_after_down(provider, c, name, had_open, ledger).with_unchecked(*not_run)
         except GpuclusterError as exc:
             verdict.update(verdict="not verified", error=exc.message)
             worst = max(worst, exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import LaunchError
 from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, terminate_groups, torchrun_argv
-from .procs import kill_run_processes
+from .procs import kill_run_processes, run_processes
 
 
 def free_port() -> int:
@@ -103,6 +103,13 @@ class RendezvousStore:
             self.proc.stdout.close()
 
 
+def reaper_argv(python: str, grace: float) -> list[str]:
+    """`python reaper.py --grace G --`: the node supervisor's command line."""
+    from . import reaper
+
+    return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", "--"]
+
+
 class LocalLauncher:
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         self.python = python or sys.executable
@@ -122,12 +129,15 @@ class LocalLauncher:
 
         def stop() -> None:
             started = list(procs.values()) + samplers
+            # The run's whole process tree, listed before anything is stopped: processes that a
+            # reaper adopted are no longer findable under it once it is gone.
+            tree = run_processes(job.run_id)
             terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
             # The store goes last: only now has every agent finished with the rendezvous.
             for s in store:
                 s.stop(self.grace)
             # Workers live in sessions of their own: find them by the run id they inherited.
-            kill_run_processes(job.run_id, grace=self.grace)
+            kill_run_processes(job.run_id, grace=self.grace, also=tree)
             for p in list(procs.values()) + samplers:
                 try:
                     p.wait(timeout=self.grace)
@@ -142,6 +152,9 @@ class LocalLauncher:
                 argv = torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node.rank,
                                      rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
                                      store_on_head=False)
+                # torchrun runs under the node supervisor: a child subreaper that stops whatever
+                # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
+                argv = reaper_argv(self.python, self.grace) + argv
                 env = dict(os.environ)
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node))

@@ -1,8 +1,12 @@
-"""Finding the processes of a run on this machine, by the GPUCLUSTER_RUN_ID in their environment.
+"""Finding the processes of a run on this machine: by the GPUCLUSTER_RUN_ID in their environment,
+and as descendants of those.
 
 torchrun starts its workers in new sessions, so killing an agent's process group does not reach
 them; and an agent that dies leaves its workers re-parented. The run id that every process of a
-run inherits finds them all, whatever their parent or group.
+run inherits finds them all, whatever their parent or group. A process that clears its
+environment and leaves its session (`setsid -f env -i ...`) carries no run id: each node's
+torchrun runs under `gpucluster/reaper.py`, a child subreaper that adopts such orphans, so they
+stay descendants of a process that carries the run id and are found as such.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import psutil
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes on this machine whose environment has GPUCLUSTER_RUN_ID=run_id."""
+    """Live (non-zombie) processes on this machine whose environment has GPUCLUSTER_RUN_ID=run_id,
+    and every live descendant of those (whatever its environment)."""
     me = os.getpid()
-    found = []
+    found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["pid"]):
         if proc.pid == me:
             continue
@@ -25,29 +30,54 @@ def run_processes(run_id: str) -> list[psutil.Process]:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             if proc.environ().get("GPUCLUSTER_RUN_ID") == run_id:
-                found.append(proc)
+                found[proc.pid] = proc
         except (psutil.Error, OSError):
             continue
-    return found
+    for proc in list(found.values()):
+        try:
+            kids = proc.children(recursive=True)
+        except (psutil.Error, OSError):
+            continue
+        for kid in kids:
+            try:
+                if kid.pid != me and kid.pid not in found and kid.status() != psutil.STATUS_ZOMBIE:
+                    found[kid.pid] = kid
+            except (psutil.Error, OSError):
+                continue
+    return list(found.values())
 
 
-def kill_run_processes(run_id: str, grace: float = 3.0) -> int:
-    """SIGTERM every process of the run (and its group), SIGKILL after `grace`; returns how many."""
-    procs = run_processes(run_id)
+def kill_processes(procs: list[psutil.Process], grace: float = 3.0) -> list[psutil.Process]:
+    """SIGTERM `procs`, SIGKILL what is left after `grace`; returns those still alive after that."""
     if not procs:
-        return 0
+        return []
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in procs:
             try:
-                p.send_signal(sig)
+                p.send_signal(sig)  # psutil checks the pid was not reused since the snapshot
             except psutil.Error:
                 pass
-        if sig == signal.SIGKILL:
-            break
-        _gone, procs = psutil.wait_procs(procs, timeout=grace)
+        _gone, procs = psutil.wait_procs(procs, timeout=grace if sig == signal.SIGTERM else 2.0)
         if not procs:
-            break
-    psutil.wait_procs(procs, timeout=grace)
+            return []
+    return [p for p in procs if _alive(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_run_processes(run_id: str, grace: float = 3.0, also: list[psutil.Process] | None = None) -> int:
+    """SIGTERM every process of the run (see `run_processes`, plus `also`, e.g. a snapshot taken
+    before their parents were stopped), SIGKILL after `grace`; returns how many were found."""
+    procs = {p.pid: p for p in (also or []) if _alive(p)}
+    # The whole tree is listed before anything is signalled: once a parent dies, its orphans
+    # are adopted elsewhere and no longer found under it.
+    procs.update((p.pid, p) for p in run_processes(run_id))
+    kill_processes(list(procs.values()), grace)
     return len(procs)
 
 

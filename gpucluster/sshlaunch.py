@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError, LaunchError, MissingDependency
+from .reaper import nested_grace
 from .launch import (
     _PYTHON_RE, JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv,
 )
@@ -60,6 +61,7 @@ _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
 _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
                 "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
 _READY_MARK = "@gpucluster-ready "
+RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 _NO_PYTHON_RC = 97
 
 # Run on each node by `python3 -` (the code comes on stdin): what the node has.
@@ -100,26 +102,39 @@ if rank:
     want.append(b"GPUCLUSTER_NODE_RANK=" + rank.encode())
 me = os.getpid()
 def matching():
-    out = {}
+    # the run's processes (by environment) and every descendant of those, whatever its
+    # environment: a daemon that cleared it is adopted by the node's reaper (a subreaper)
+    out, stat, kids = {}, {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
         try:
+            with open("/proc/%s/stat" % d, "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+            stat[int(d)] = rest[0]
+            kids.setdefault(int(rest[1]), []).append(int(d))
             with open("/proc/%s/environ" % d, "rb") as f:
                 env = f.read().split(b"\0")
-        except OSError:
+        except (OSError, IndexError, ValueError):
             continue
         if want and all(w in env for w in want) or not want and any(e.startswith(b"GPUCLUSTER_RUN_ID=") for e in env):
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-                with open("/proc/%s/stat" % d, "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != b"Z":
-                out[int(d)] = cmd
-    return out
+            out[int(d)] = None
+    todo = list(out)
+    while todo:
+        for k in kids.get(todo.pop(), ()):
+            if k not in out and k != me:
+                out[k] = None
+                todo.append(k)
+    found = {}
+    for pid in out:
+        if stat.get(pid) == b"Z":
+            continue
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                found[pid] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+    return found
 if mode == "list":
     print(json.dumps(matching()))
     sys.exit(0)
@@ -151,6 +166,7 @@ def groups():
     gs.discard(own)
     return {g for g in gs if g > 1}
 killed = set()
+first = set(matching())  # listed before anything is signalled: orphans move once parents die
 for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, 2.0)):
     gs = groups()
     for g in gs:
@@ -159,7 +175,7 @@ for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, 2.0)):
             killed.add(g)
         except OSError:
             pass
-    for pid in matching():
+    for pid in set(matching()) | first:
         try:
             os.kill(pid, sig)
         except OSError:
@@ -256,15 +272,43 @@ class SshLauncher:
         _check_run_id(job.run_id)
         code_dir, program = _user_program(job, self.python)
         bundle = _bundle(code_dir)
-        with _Session(self, cluster) as session:
-            events.on_phase("ready")
-            ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
-            dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
-            try:
-                session.ship(bundle, dirs)
-                return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
-            finally:
-                session.remove_dirs(dirs)
+        cleaned: set[int] = set()
+        dirs: dict[int, str] = {}
+        try:
+            with _Session(self, cluster) as session:
+                # Where the run reaches its hosts goes to the ledger before the first connection:
+                # if this process dies, `gpucluster down` uses it to clean the hosts.
+                self._record(session, events)
+                events.on_phase("ready")
+                ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
+                dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+                for rank, d in dirs.items():
+                    if hasattr(events, "resource_created"):
+                        events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
+                try:
+                    session.ship(bundle, dirs)
+                    return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
+                finally:
+                    cleaned = session.remove_dirs(dirs)
+        finally:
+            # the session is closed (master connections, temporary folder): what was cleaned is gone
+            if hasattr(events, "resource_deleted"):
+                for node in cluster.nodes:
+                    if node.rank in cleaned or node.rank not in dirs:
+                        events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
+
+    def _record(self, session: "_Session", events: Any) -> None:
+        """One ledger resource per node: how to reach it and where the run's local ssh state lives."""
+        if not hasattr(events, "resource_requested"):
+            return
+        for node in session.nodes:
+            events.resource_requested(
+                RUN_RESOURCE, f"node-{node.rank}", rank=node.rank, host=node.host, user=node.user,
+                port=node.port, host_keys=list(node.host_keys or ()),
+                identity=os.path.abspath(os.path.expanduser(self.identity)) if self.identity else None,
+                known_hosts=os.path.abspath(os.path.expanduser(self.known_hosts)) if self.known_hosts else None,
+                ssh_options=list(self.ssh_options), python=self.python, control_dir=session.tmp,
+            )
 
     def probe(self, cluster: Any) -> list[NodeReadiness]:
         """Readiness of every node (reachable, python, torch, GPUs) without raising: for `status`."""
@@ -331,6 +375,10 @@ class SshLauncher:
                 )
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
                 cwd = f"{node_dir}/code" if has_code else node_dir
+                # torchrun runs under the node supervisor, a child subreaper that stops whatever
+                # the job leaves behind (re-parented daemons included) and carries the run's env.
+                argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
+                        "--", *argv]
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && cd {shlex.quote(cwd)} && "
                          f"exec {shlex.join(argv)}")
@@ -357,6 +405,104 @@ def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None =
     (any run when None), as `Leftover(kind="process")`; unreachable nodes as kind "unverified".
     An empty list is the teardown guarantee for ssh nodes."""
     return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
+
+
+def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) -> list:
+    """`gpucluster down` of an ssh cluster whose run did not tear down (its process was killed).
+
+    `rows`: the ledger's open `ssh-run` resources (one per node and run, written by `launch`
+    before its first connection: host, user, port, identity, known_hosts, ssh options, remote
+    Python, the local control folder; cloud_id = the node's run folder). For every run and node:
+    connect, kill the run's processes by run id and node rank (and their descendants, SIGTERM then
+    SIGKILL), remove the run folder, check again; then close the run's ControlMaster connections
+    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder.
+
+    Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
+    checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
+    """
+    from gpucluster.infra.provider import Cluster, Leftover, Node
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        d = row.get("detail") or {}
+        key = (row["run_id"], d.get("identity"), d.get("known_hosts"), tuple(d.get("ssh_options") or ()),
+               d.get("python") or "python3")
+        groups.setdefault(key, []).append(row)
+    found: list = []
+    for (run_id, identity, known_hosts, options, python), group in sorted(groups.items(), key=lambda kv: kv[0][0]):
+        group.sort(key=lambda r: int((r.get("detail") or {}).get("rank", 0)))
+        nodes, dirs, control_dirs = [], {}, set()
+        for row in group:
+            d = row["detail"]
+            nodes.append(Node(rank=int(d["rank"]), host=d["host"], private_ip=d["host"], user=d.get("user"),
+                              port=int(d.get("port") or 22), host_keys=tuple(d.get("host_keys") or ())))
+            if row.get("cloud_id"):
+                dirs[int(d["rank"])] = row["cloud_id"]
+            if d.get("control_dir"):
+                control_dirs.add(d["control_dir"])
+        cluster = Cluster(name=str(group[0].get("cluster") or "ssh"), cloud="ssh", nodes=tuple(nodes))
+        try:
+            _check_run_id(run_id)
+            launcher = SshLauncher(identity, known_hosts, options, python=python, grace=grace)
+            with _Session(launcher, cluster) as session:
+                def one(node: Any) -> tuple[dict[str, str], None]:
+                    d = dirs.get(node.rank, "")
+                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace)
+                    if d:
+                        cp = session.run(node, f"rm -rf {shlex.quote(d)} && "
+                                               f"{{ rmdir {shlex.quote(os.path.dirname(d))} 2>/dev/null; true; }}")
+                        if cp.returncode != 0:
+                            raise LaunchError(f"node {node.rank} ({node_label(node)}): could not remove {d}: "
+                                              + cp.stderr.decode("utf-8", "replace").strip()[-200:])
+                    return session.procs(node, "list", run_id, str(node.rank), "", 0)
+
+                for node, (left, err) in zip(cluster.nodes, session.each(one)):
+                    if err is not None:
+                        found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {err}"))
+                        continue
+                    for pid, cmd in sorted(left.items(), key=lambda kv: int(kv[0])):
+                        found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
+        except (ConfigError, MissingDependency, LaunchError) as exc:
+            for node in cluster.nodes:
+                found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {exc}"))
+        for control_dir in sorted(control_dirs):
+            found += _close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh")
+    return found
+
+
+def _close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh") -> list:
+    """Close the ControlMaster connections under `control_dir` (`ssh -O exit`), stop this machine's
+    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers."""
+    import psutil
+
+    from gpucluster.infra.provider import Leftover
+
+    if os.path.isdir(control_dir):
+        for node in cluster.nodes:
+            dest = f"{node.user}@{node.host}" if node.user else node.host
+            try:
+                subprocess.run([launcher_ssh, "-o", f"ControlPath={control_dir}/%C", "-p", str(node.port),
+                                "-O", "exit", "--", dest], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+    marks = (f"ControlPath={control_dir}/", f"GPUCLUSTER_RUN_ID={run_id}")
+    clients = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or ())
+            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks):
+                clients.append(p)
+        except psutil.Error:
+            continue
+    from .procs import kill_processes
+
+    survivors = kill_processes(clients, grace=2.0)
+    shutil.rmtree(control_dir, ignore_errors=True)
+    out = [Leftover("process", f"local pid {p.pid}", detail="ssh client of run " + run_id) for p in survivors]
+    if os.path.exists(control_dir):
+        out.append(Leftover("unverified", control_dir, detail="the run's ssh control folder could not be removed"))
+    return out
 
 
 # -- the connection ---------------------------------------------------------------------------
@@ -570,15 +716,17 @@ class _Session:
             problems[node.rank] = err or (f"{len(left)} process(es) survived SIGKILL" if left else None)
         return problems
 
-    def remove_dirs(self, dirs: dict[int, str]) -> None:
-        def one(node: Any) -> tuple[None, None]:
+    def remove_dirs(self, dirs: dict[int, str]) -> set[int]:
+        """Remove the run folders; the ranks where that was done (or there was none)."""
+        def one(node: Any) -> tuple[bool, None]:
             d = dirs.get(node.rank)
             if d:
                 parent = shlex.quote(os.path.dirname(d))
-                self.run(node, f"rm -rf {shlex.quote(d)}; rmdir {parent} 2>/dev/null; true", timeout=60)
-            return None, None
+                cp = self.run(node, f"rm -rf {shlex.quote(d)} && {{ rmdir {parent} 2>/dev/null; true; }}", timeout=60)
+                return cp.returncode == 0, None
+            return True, None
 
-        self.each(one)
+        return {n.rank for n, (ok, _err) in zip(self.nodes, self.each(one)) if ok}
 
     def close(self) -> None:
         """Close the master connections and delete the temporary directory (sockets, key)."""
@@ -670,6 +818,9 @@ def _bundle(code_dir: Path | None) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
             tar.add(f, arcname=f"workloads/{f.name}")
+        from . import reaper
+
+        tar.add(reaper.__file__, arcname="reaper.py")  # the node supervisor (stdlib only)
         if code_dir is not None:
             for root, dirnames, filenames in os.walk(code_dir):
                 dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)

@@ -149,7 +149,7 @@ def test_clean_run_has_a_clean_console_and_no_store_left(home, nodes):
     assert len(agents) == nodes
     assert all("--rdzv-conf=is_host=false,join_timeout=300" in argv for argv in agents)
     assert store_processes() == [] and run_processes(run["id"]) == []
-    assert run["status"] == "succeeded" and run["teardown_verified"] is True
+    assert run["status"] == "succeeded" and run["teardown"] == "verified"
 
 
 @needs_torch

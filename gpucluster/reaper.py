@@ -1,0 +1,220 @@
+"""The node-side supervisor: runs one command (a node's torchrun) as a Linux child subreaper and,
+when the command ends or the supervisor is told to stop, stops every process the command left
+behind.
+
+    python reaper.py [--grace SECONDS] -- COMMAND [ARGS...]
+
+Why: a training script can start a daemon that leaves its session and its parent and clears its
+environment (`setsid -f env -i sleep 778`). Such a process carries no GPUCLUSTER_RUN_ID and has
+no parent left in the run, so no environment or process-group search finds it. A child subreaper
+(prctl(PR_SET_CHILD_SUBREAPER), Linux >= 3.4, see man 2 prctl) adopts every orphaned descendant
+instead of init, so the daemon stays a descendant of this process and is found here.
+
+Behaviour:
+- becomes a subreaper (on a system without prctl it says so on stderr, once, and goes on: then
+  only processes that keep a parent in the job are found);
+- runs COMMAND as its child (same process group, same stdout/stderr, same environment);
+- on SIGTERM, SIGINT or SIGHUP: passes SIGTERM to COMMAND; if COMMAND has not ended after
+  `--grace` seconds, every descendant gets SIGKILL;
+- when COMMAND has ended: every remaining descendant gets SIGTERM, then SIGKILL after `--grace`
+  seconds; what it stopped is written to stderr (one line, `gpucluster-reaper: ...`);
+- exits with COMMAND's exit code (128 + N when COMMAND died of signal N).
+
+Standard library only: it is copied to ssh nodes as it is and run by the nodes' Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+PREFIX = "gpucluster-reaper: "
+
+
+def nested_grace(launcher_grace: float) -> float:
+    """The reaper's grace under a launcher's: it fits twice into the launcher's, so the reaper
+    finishes its own sweep before the launcher escalates to SIGKILL."""
+    return max(0.5, min(2.0, launcher_grace / 3))
+
+
+def become_subreaper() -> str | None:
+    """None when this process is now a child subreaper; otherwise why it is not."""
+    if not sys.platform.startswith("linux"):
+        return f"child subreapers exist only on Linux (this is {sys.platform})"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            return f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}"
+    except (OSError, AttributeError) as exc:
+        return f"prctl is not available: {exc}"
+    return None
+
+
+def _ppids() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state letter) of every process, from /proc (empty without /proc)."""
+    out: dict[int, tuple[int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+            out[int(d)] = (int(rest[1]), rest[0].decode())
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """Live (non-zombie) descendants of `root`, parents before children."""
+    table = _ppids()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return [p for p in found if table[p][1] != "Z"]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:120]
+    except OSError:
+        return "?"
+
+
+def _reap() -> None:
+    """Collect every child that has ended (adopted orphans included), without blocking."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def stop_descendants(grace: float) -> tuple[list[str], list[int]]:
+    """SIGTERM every descendant, SIGKILL what is left after `grace`; (what was found, survivors)."""
+    me = os.getpid()
+    first = descendants(me)
+    seen = [f"pid {p} ({_cmdline(p)})" for p in first]
+    if not first:
+        return [], []
+    _signal_all(first, signal.SIGTERM)
+    end = time.monotonic() + grace
+    left = first
+    while time.monotonic() < end:
+        _reap()
+        left = descendants(me)
+        if not left:
+            return seen, []
+        time.sleep(0.05)
+    for _ in range(3):  # new ones may appear while killing (a daemon forking): kill until none
+        left = descendants(me)
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.1)
+        _reap()
+    return seen, descendants(me)
+
+
+def main(argv: list[str]) -> int:
+    grace = 2.0
+    args = list(argv)
+    if args[:1] == ["--grace"] and len(args) >= 2:
+        try:
+            grace = max(0.0, float(args[1]))
+        except ValueError:
+            print(PREFIX + f"--grace {args[1]!r} is not a number of seconds", file=sys.stderr)
+            return 2
+        args = args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print(PREFIX + "usage: reaper.py [--grace SECONDS] -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    why = become_subreaper()
+    if why:
+        print(PREFIX + f"cannot adopt orphaned processes ({why}); a process the job detaches "
+              "from its parents is not found at teardown", file=sys.stderr, flush=True)
+
+    state = {"stopping": False}
+
+    def on_alarm(signum, frame):  # the command ignored SIGTERM for `grace` seconds
+        _signal_all(descendants(os.getpid()), signal.SIGKILL)
+
+    def on_stop(signum, frame):
+        if child > 0:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except OSError:
+                pass
+        if not state["stopping"]:
+            state["stopping"] = True
+            signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, max(grace, 0.01))
+
+    child = 0
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_stop)
+    try:
+        child = os.fork()
+    except OSError as exc:
+        print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    if child == 0:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execvp(args[0], args)
+        except OSError as exc:
+            print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr, flush=True)
+        os._exit(127)
+
+    code = 1
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)  # adopted orphans are reaped here too
+        except ChildProcessError:
+            break
+        if pid == child:
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            break
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # finish the sweep, whatever arrives now
+    seen, survivors = stop_descendants(grace)
+    if seen:
+        print(PREFIX + f"stopped {len(seen)} process(es) the job left running: " + "; ".join(seen[:8])
+              + (" ..." if len(seen) > 8 else ""), file=sys.stderr, flush=True)
+    if survivors:
+        print(PREFIX + f"{len(survivors)} process(es) survived SIGKILL: "
+              + ", ".join(str(p) for p in survivors), file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

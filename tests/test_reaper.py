@@ -1,0 +1,173 @@
+"""No descendant escapes a local run (issue 10, item 9).
+
+A user script starts `setsid -f env -i sleep 778 MARKER`: re-parented (its parent exits at once),
+in a session of its own, with an empty environment, so neither the run id nor a process group
+finds it. Each node's torchrun runs under gpucluster/reaper.py, a child subreaper
+(prctl(PR_SET_CHILD_SUBREAPER), https://man7.org/linux/man-pages/man2/prctl.2.html): the orphan
+is adopted by it instead of init, found as its descendant and stopped. The tests scan every
+process's command line for the marker, independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
+from gpucluster.ledger import Ledger
+from gpucluster import reaper
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers are Linux-only")
+DAEMON = FIXTURES / "daemon_script.py"
+
+
+def new_marker() -> str:
+    return f"0.000{random.randrange(10**8, 10**9)}"  # `sleep 778 MARKER`: a number, unique per test
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Every live process on this machine whose command line carries the marker."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or ()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def daemons(marker: str) -> list[psutil.Process]:
+    """The detached daemon itself: `sleep 778 MARKER` (the command that started it carries the
+    marker too, and shows up in `marked` while it runs)."""
+    out = []
+    for p in marked(marker):
+        try:
+            if p.cmdline()[:1] == ["sleep"]:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture
+def marker():
+    m = new_marker()
+    yield m
+    for p in marked(m):  # whatever the outcome, leave nothing behind for the next test
+        p.kill()
+
+
+@linux_only
+def test_reaper_stops_a_detached_daemon_when_its_command_ends(marker):
+    assert reaper.become_subreaper() is None or not sys.platform.startswith("linux")
+    r = subprocess.run([sys.executable, reaper.__file__, "--grace", "1", "--", "sh", "-c",
+                        f"setsid -f env -i sleep 778 {marker}; sleep 0.3; exit 5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 5  # the command's own exit code passes through
+    assert "gpucluster-reaper: stopped 1 process(es)" in r.stderr and f"sleep 778 {marker}" in r.stderr
+    assert marked(marker) == []
+
+
+@linux_only
+def test_reaper_on_sigterm_kills_a_command_that_ignores_it_after_the_grace(marker):
+    p = subprocess.Popen([sys.executable, reaper.__file__, "--grace", "1", "--", "sh", "-c",
+                          f"trap '' TERM; setsid -f env -i sleep 778 {marker}; sleep 60"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 10
+    while not daemons(marker):
+        assert time.monotonic() < end, "the daemon never started"
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=20)
+    took = time.monotonic() - t0
+    assert p.returncode == 128 + signal.SIGKILL  # sh ignored SIGTERM and was killed after the grace
+    assert 0.9 <= took < 5, took
+    assert marked(marker) == []
+
+
+@linux_only
+def test_leftover_check_finds_an_env_cleared_descendant_of_the_run(marker):
+    """While the reaper lives, the daemon (no run id in its environment) is found as its
+    descendant, reported as a leftover process, and killed."""
+    from gpucluster.infra.local import LocalProvider
+    from gpucluster.procs import kill_run_processes, run_processes
+
+    run_id = f"reap-{os.getpid()}-{marker[-6:]}"
+    p = subprocess.Popen([sys.executable, reaper.__file__, "--grace", "1", "--", "sh", "-c",
+                          f"setsid -f env -i sleep 778 {marker}; sleep 60"],
+                         env=dict(os.environ, GPUCLUSTER_RUN_ID=run_id), start_new_session=True)
+    try:
+        end = time.monotonic() + 10
+        while not daemons(marker):
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        daemon = daemons(marker)[0]
+        assert "GPUCLUSTER_RUN_ID" not in daemon.environ()  # escapes a search by environment
+        assert daemon.ppid() == p.pid  # adopted by the subreaper, not by init
+        left = LocalProvider().leftovers("c", run_id).leftovers
+        assert str(daemon.pid) in {lo.id for lo in left} and all(lo.kind == "process" for lo in left)
+        assert daemon.pid in {q.pid for q in run_processes(run_id)}
+        kill_run_processes(run_id, grace=2)
+        p.wait(timeout=10)
+        assert marked(marker) == [] and run_processes(run_id) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _only_run(home):
+    ledger = Ledger(home / "ledger.sqlite3")
+    runs = ledger.list_runs()
+    assert len(runs) == 1
+    return ledger.get_run(runs[0]["id"])
+
+
+@needs_torch
+@linux_only
+@pytest.mark.slow
+def test_local_run_leaves_no_detached_daemon(home, marker):
+    r = run_cli("run", "--nodes", "2", "--", "python", str(DAEMON), marker)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert marked(marker) == [], [p.cmdline() for p in marked(marker)]
+    run = _only_run(home)
+    assert run["status"] == "succeeded" and run["teardown"] == "verified" and run["leftovers"] == []
+    logs = "".join(open(os.path.join(run["log_dir"], f"node-{i}.log")).read() for i in range(2))
+    # each node's reaper found its daemon (the two nodes started one each) and stopped it
+    assert logs.count("gpucluster-reaper: stopped 1 process(es)") == 2, logs[-3000:]
+    from gpucluster.procs import run_processes
+
+    assert run_processes(run["id"]) == []
+
+
+@needs_torch
+@linux_only
+@pytest.mark.slow
+def test_sigterm_mid_run_leaves_no_detached_daemon(home, marker):
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen(gpucluster_argv("run", "--nodes", "2", "--", "python", str(DAEMON), marker, "120"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while len(daemons(marker)) < 2:
+            assert proc.poll() is None and time.monotonic() < end
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert marked(marker) == []
+    run = _only_run(home)
+    assert run["status"] == "interrupted" and run["teardown"] == "verified"
