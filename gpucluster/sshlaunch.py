@@ -232,6 +232,8 @@ class SshLauncher:
         grace: float = 3.0,
         ssh: str = "ssh",
         python: str = "python3",
+        ready_timeout: float = 600.0,
+        diagnose: Callable[[Any, Any], str | None] | None = None,
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -249,6 +251,11 @@ class SshLauncher:
         if not python or any(c.isspace() for c in python):
             raise ConfigError(f"remote python {python!r} is not allowed: a command name or path without spaces")
         self.python = python
+        # Cloud nodes export a ready marker (`cluster.outputs["ready_file"]`): wait up to this long
+        # for sshd to answer and the marker to say ok. `diagnose(cluster, node)` -> text that helps
+        # when a node never gets ready (on EC2, the tail of GetConsoleOutput).
+        self.ready_timeout = float(ready_timeout)
+        self.diagnose = diagnose
         self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
 
     # -- public API --------------------------------------------------------------------------
@@ -258,6 +265,9 @@ class SshLauncher:
         bundle = _bundle(code_dir)
         with _Session(self, cluster) as session:
             events.on_phase("ready")
+            ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
+            if ready_file:
+                session.wait_ready(str(ready_file), self.ready_timeout, events)
             ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
             try:
@@ -325,6 +335,9 @@ class SshLauncher:
             for node in nodes:
                 node_dir = dirs[node.rank]
                 prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
+                if program is None and job.workload == "mnist" and "--data-dir" not in job.workload_args:
+                    # MNIST (~11 MB) is downloaded on each node into its run folder (removed after)
+                    prog = [*prog, "--data-dir", f"{node_dir}/data/mnist", "--download"]
                 argv = torchrun_argv(
                     job, python=self.python, nnodes=len(nodes), node_rank=node.rank,
                     rdzv_host=cluster.head.private_ip, local_addr=node.private_ip, program=prog,
@@ -471,6 +484,81 @@ class _Session:
                     "(give the key with --identity, or load it into ssh-agent; passwords are not used)")
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         return f"{who}: cannot connect over ssh: {last[-1] if last else 'ssh exited with code 255'}"
+
+    def wait_ready(self, ready_file: str, timeout: float, events: Any, *,
+                   first_delay: float = 1.0, max_delay: float = 15.0) -> None:
+        """Until every node answers over ssh AND its ready marker (JSON written by user data after
+        the driver/GPU/torch check) exists: retry each node with exponential backoff, progress on
+        the status line. LaunchError naming each node that was not ready by `timeout` seconds,
+        with what was last seen (and the launcher's `diagnose` text), or at once when a marker
+        says ok=false."""
+        progress = getattr(events, "progress", None) or (lambda text: None)
+        start = time.monotonic()
+        deadline = start + timeout
+        last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
+        done: dict[int, dict[str, Any]] = {}
+        delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
+        due: dict[int, float] = {n.rank: start for n in self.nodes}
+        quoted = shlex.quote(ready_file)
+
+        def poll(node: Any) -> tuple[Any, None]:
+            try:
+                cp = self.run(node, f"cat {quoted} 2>/dev/null || exit 3", timeout=30)
+            except LaunchError as exc:
+                text = str(exc)
+                last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
+                return None, None
+            if cp.returncode == 3:
+                last[node.rank] = f"sshd answers; {ready_file} not written yet (user data still running)"
+                return None, None
+            try:
+                marker = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                last[node.rank] = f"{ready_file} is unreadable"
+                return None, None
+            done[node.rank] = marker
+            return None, None
+
+        while True:
+            now = time.monotonic()
+            todo = [n for n in self.nodes if n.rank not in done and due[n.rank] <= now]
+            if todo:
+                with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                    list(pool.map(poll, todo))
+                now = time.monotonic()
+                for n in todo:
+                    if n.rank not in done:
+                        due[n.rank] = now + delay[n.rank]
+                        delay[n.rank] = min(max_delay, delay[n.rank] * 2)
+            failed = {r: m for r, m in done.items() if not m.get("ok")}
+            if failed:
+                raise LaunchError("; ".join(
+                    f"node {r} ({node_label(self.nodes[r])}) is not ready: its check says "
+                    f"{m.get('gpus')} of {m.get('expected_gpus')} GPU(s), torch {m.get('torch') or 'missing'}"
+                    + (f", error: {m['error']}" if m.get("error") else "")
+                    for r, m in sorted(failed.items())))
+            if len(done) == len(self.nodes):
+                progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
+                return
+            waiting = [n for n in self.nodes if n.rank not in done]
+            progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
+                     f"node {waiting[0].rank}: {last[waiting[0].rank]}")
+            if time.monotonic() >= deadline:
+                parts = []
+                for n in waiting:
+                    part = (f"node {n.rank} ({node_label(n)}, {getattr(n, 'instance_id', None) or 'no id'}) "
+                            f"not ready after {timeout:g} s; last seen: {last[n.rank]}")
+                    if self.launcher.diagnose is not None:
+                        try:
+                            extra = self.launcher.diagnose(self.cluster, n)
+                        except Exception as exc:  # noqa: BLE001 - help text only
+                            extra = f"(console output unavailable: {exc})"
+                        if extra:
+                            part += f"; {extra}"
+                    parts.append(part)
+                raise LaunchError("; ".join(parts))
+            next_due = min(due[n.rank] for n in waiting)
+            time.sleep(max(0.05, min(next_due, deadline) - time.monotonic()))
 
     def open_master(self, node: Any) -> None:
         argv = self.argv(node, None, "-o", "ControlMaster=yes", "-o", "ControlPersist=300", "-N", "-f")
@@ -670,6 +758,12 @@ def _bundle(code_dir: Path | None) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
             tar.add(f, arcname=f"workloads/{f.name}")
+        # digits' data (~60 KB) goes with the scripts, so a node needs only torch
+        from gpucluster.workloads.digits_data import local_digits_file
+
+        digits = local_digits_file()
+        if digits:
+            tar.add(digits, arcname="workloads/data/digits.csv.gz")
         if code_dir is not None:
             for root, dirnames, filenames in os.walk(code_dir):
                 dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
