@@ -174,6 +174,18 @@ def validate(spec: ClusterSpec) -> list[str]:
     return list(cloud_validator(spec)) if cloud_validator else []
 
 
+def cloud_hook(cloud: str, name: str):
+    """A function of the cloud's catalog module (`gpucluster.catalog.<cloud>.<name>`), or None:
+    how shared code reaches per-cloud behaviour without naming clouds."""
+    try:
+        module = importlib.import_module(f"gpucluster.catalog.{cloud}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"gpucluster.catalog.{cloud}":
+            return None
+        raise
+    return getattr(module, name, None)
+
+
 def _cloud_validator(cloud: str):
     """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
     try:

@@ -311,6 +311,29 @@ class SshLauncher:
         return found
 
     # -- the run -----------------------------------------------------------------------------
+    def node_argv(self, job: JobSpec, program: list[str] | None, node_dir: str, *, nnodes: int, node_rank: int,
+                  rdzv_host: str, local_addr: str | None) -> list[str]:
+        """The torchrun command one node runs (in `node_dir`, where the bundle was unpacked)."""
+        prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
+        if program is None and job.workload == "mnist" and "--data-dir" not in job.workload_args:
+            # MNIST (~11 MB) is downloaded on each node into its run folder (removed after)
+            prog = [*prog, "--data-dir", f"{node_dir}/data/mnist", "--download"]
+        return torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node_rank,
+                             rdzv_host=rdzv_host, local_addr=local_addr, program=prog)
+
+    def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
+        """`--dry-run`: the exact command line (environment included) each node would run, given
+        the nodes' private IPs; `~` stands for the remote user's home."""
+        _, program = _user_program(job, self.python)
+        out = []
+        for rank, ip in enumerate(private_ips):
+            node_dir = f"{self.remote_dir.rstrip('/')}/{job.run_id}/node-{rank}"
+            argv = self.node_argv(job, program, node_dir, nnodes=len(private_ips), node_rank=rank,
+                                  rdzv_host=private_ips[0], local_addr=ip)
+            env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node)
+            out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
+        return out
+
     def _base(self, home: str | None) -> str:
         base = self.remote_dir.rstrip("/")
         if base == "~" or base.startswith("~/"):
@@ -334,14 +357,8 @@ class SshLauncher:
         try:
             for node in nodes:
                 node_dir = dirs[node.rank]
-                prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
-                if program is None and job.workload == "mnist" and "--data-dir" not in job.workload_args:
-                    # MNIST (~11 MB) is downloaded on each node into its run folder (removed after)
-                    prog = [*prog, "--data-dir", f"{node_dir}/data/mnist", "--download"]
-                argv = torchrun_argv(
-                    job, python=self.python, nnodes=len(nodes), node_rank=node.rank,
-                    rdzv_host=cluster.head.private_ip, local_addr=node.private_ip, program=prog,
-                )
+                argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
+                                      rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
                 cwd = f"{node_dir}/code" if has_code else node_dir
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "

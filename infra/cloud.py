@@ -97,6 +97,29 @@ class PulumiProvider:
         backend_url()
         passphrase_file()
 
+    # -- before the plan -------------------------------------------------------------------------
+    def resolve_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
+        """The cloud's `catalog.<cloud>.resolve_spec(spec)` when it has one (aws: the SSH CIDR
+        from this machine's public IPv4, GPUs per node from the type): (spec, notes)."""
+        import importlib
+
+        module = importlib.import_module(f"gpucluster.catalog.{self.cloud}")
+        resolve = getattr(module, "resolve_spec", None)
+        return resolve(spec, **kw) if resolve else (spec, [])
+
+    def dry_run(self, spec: Any) -> dict[str, Any]:
+        """What the cloud's real Pulumi program would declare, run under Pulumi's mock runtime
+        (`infra/<cloud>_dryrun.py`): creates nothing, needs no credentials."""
+        import importlib
+
+        try:
+            module = importlib.import_module(f"gpucluster.infra.{self.cloud}_dryrun")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpucluster.infra.{self.cloud}_dryrun":
+                raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
+            raise UsageError(f"--dry-run is not available for {self.cloud} yet") from None
+        return module.dry_run(spec)
+
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:

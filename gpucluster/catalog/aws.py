@@ -307,6 +307,7 @@ def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_
 
 
 def resolve_spec(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
+    # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
     """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
     GPUs per node from the catalog, and without an SSH CIDR this machine's public IPv4 as /32
     (a cluster the launcher cannot reach is never created). Returns (spec, notes)."""
@@ -317,7 +318,7 @@ def resolve_spec(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cl
         changes["gpus_per_node"] = itype.gpus
     if spec.instance_type is None:
         changes["instance_type"] = itype.name
-    if spec.ssh_cidr is None:
+    if spec.ssh_cidr is None and detect is not None:
         ip = detect()
         changes["ssh_cidr"] = f"{ip}/32"
         notes.append(f"SSH allowed from {ip}/32 (this machine's public IPv4, detected; --ssh-cidr overrides)")
