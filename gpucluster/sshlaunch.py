@@ -516,11 +516,14 @@ class _Session:
         done: dict[int, dict[str, Any]] = {}
         delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
         due: dict[int, float] = {n.rank: start for n in self.nodes}
-        quoted = shlex.quote(ready_file)
+        if not re.match(r"^/[A-Za-z0-9._/-]+$", ready_file):
+            raise LaunchError(f"ready file {ready_file!r} from the stack outputs is not a plain absolute path")
 
         def poll(node: Any) -> tuple[Any, None]:
             try:
-                cp = self.run(node, f"cat {quoted} 2>/dev/null || exit 3", timeout=30)
+                # GPUCLUSTER_STATE_DIR: the same override the user-data scripts honour (tests)
+                cp = self.run(node, 'f=${GPUCLUSTER_STATE_DIR:+$GPUCLUSTER_STATE_DIR/ready}; '
+                                    f'cat "${{f:-{ready_file}}}" 2>/dev/null || exit 3', timeout=30)
             except LaunchError as exc:
                 text = str(exc)
                 last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
