@@ -33,8 +33,10 @@ key. How each node behaves, and the public source for it:
   host key the test generated, exported as the pinned key.
 - `destroy` terminates the instances (sshd stops).
 
-Reverting a fix makes this fail (checked once by hand: without the launcher's wait for the ready
-marker the run fails with "cannot connect over ssh", node 0 refused).
+Reverting a fix makes this fail (checked once by hand, 2026-11-22): without the launcher's wait
+for the ready marker, "2 of 2 node(s) not ready: node 0 (root@127.0.0.2): cannot connect over
+ssh: ... Connection refused"; with the old default Python (`python3`), "torch is not importable
+by python3 3.11.7".
 """
 
 from __future__ import annotations
