@@ -221,3 +221,26 @@ def test_image_option_is_checked():
     with pytest.raises(SpecError, match="cannot be combined"):
         validate(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32",
                              options=(("ami", "ami-1"), ("image", "base"))))
+
+
+def test_console_tail_decodes_get_console_output(monkeypatch):
+    """EC2 GetConsoleOutput returns the console text base64-encoded (EC2 API reference,
+    https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_GetConsoleOutput.html); moto
+    plays EC2 here."""
+    moto = pytest.importorskip("moto")
+    import boto3
+
+    from gpucluster.infra.aws_outputs import console_tail
+    from gpucluster.infra.provider import Cluster, Node
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(k, "testing")
+    with moto.mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        iid = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+        node = Node(rank=0, host="198.51.100.10", private_ip="10.0.0.1", user="ubuntu", instance_id=iid, gpus=1)
+        cluster = Cluster(name="c", cloud="aws", nodes=(node,), region="us-east-1")
+        text = console_tail(cluster, node, lines=3, client=ec2)
+    assert text.startswith(f"console output of {iid} (last ") and " | " in text
+    assert console_tail(cluster, Node(rank=1, host="h", private_ip="p", user="u"), client=object()) is None
