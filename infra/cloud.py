@@ -17,7 +17,7 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from .automation import ClusterBusy, PulumiDriver
+from .automation import CapacityError, ClusterBusy, PulumiDriver
 from .provider import Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
 CLOUDS = ("aws", "gcp")
@@ -47,12 +47,14 @@ class _Tracking:
     teardown verified by the tag sweep can confirm the rest gone (creates that failed, pending
     creates that `refresh --clear-pending-creates` dropped)."""
 
-    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None]):
+    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None],
+                 extra: dict[str, Any] | None = None):
         self.events, self.open = events, open_
+        self.extra = dict(extra or {})  # e.g. {"attempt": 2, "zone": "us-east-1b"}: kept with each request
 
     def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
         self.open[(kind, name)] = None
-        self.events.resource_requested(kind, name, **detail)
+        self.events.resource_requested(kind, name, **{**self.extra, **detail})
 
     def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
         self.open[(kind, name)] = cloud_id
@@ -76,7 +78,7 @@ class PulumiProvider:
     def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
-                 sweep_options: dict[str, Any] | None = None):
+                 sweep_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
         if cloud not in CLOUDS:
             raise UsageError(not_allowed("cloud", cloud, CLOUDS))
         self.cloud = cloud
@@ -87,6 +89,13 @@ class PulumiProvider:
         self._regions: dict[str, str] = {}
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
+        # attempts on capacity errors, each in the next zone offering the type: the cloud's
+        # catalog says how many (`CAPACITY_ATTEMPTS`; 1 = no retry)
+        if capacity_attempts is None:
+            from gpucluster.spec import cloud_hook
+
+            capacity_attempts = cloud_hook(cloud, "CAPACITY_ATTEMPTS") or 1
+        self.capacity_attempts = max(1, int(capacity_attempts))
 
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
@@ -125,18 +134,33 @@ class PulumiProvider:
         if spec.cloud != self.cloud:
             raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
         self._remember(spec.name, spec.to_dict())
-        tracked = _Tracking(events, self._open.setdefault(spec.name, {}))
-        try:
-            result = self.driver.up(spec, tracked)
-        except (GpuclusterError, KeyboardInterrupt):
-            # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+        tried: list[str] = []
+        attempt = 1
+        while True:
+            extra = {"attempt": attempt, "zone": spec.zone} if self.capacity_attempts > 1 else {}
+            tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
             try:
-                if not self.leftovers(spec.name):
-                    tracked.confirm_rest_gone()
-            except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
-                pass
-            raise
-        return cluster_from_outputs(self.cloud, result.outputs)
+                result = self.driver.up(spec, tracked)
+                return cluster_from_outputs(self.cloud, result.outputs)
+            except (GpuclusterError, KeyboardInterrupt) as exc:
+                # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+                gone = False
+                try:
+                    if not self.leftovers(spec.name):
+                        tracked.confirm_rest_gone()
+                        gone = True
+                except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
+                    pass
+                if not isinstance(exc, CapacityError) or not gone or attempt >= self.capacity_attempts:
+                    raise
+                tried.append(exc.zone or spec.zone or "?")
+                nxt = [z for z in exc.suggested_zones if z not in tried]
+                if not nxt:
+                    raise
+                events.message(f"attempt {attempt} of {self.capacity_attempts}: {exc.message}; "
+                               f"retrying in {nxt[0]}")
+                spec = spec.replace(zone=nxt[0])
+                attempt += 1
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
         events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))

@@ -50,6 +50,10 @@ IMAGES = {
 DEFAULT_IMAGE = "pytorch"
 NODE_PYTHON = "/opt/pytorch/bin/python"  # the DLAMI's python_location (torch is importable there)
 
+# On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
+# offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
+CAPACITY_ATTEMPTS = 3
+
 # Where `run`/`up` learn this machine's public IPv4 when no --ssh-cidr is given (5 s timeout).
 CHECKIP_URL = "https://checkip.amazonaws.com"
 CHECKIP_TIMEOUT_S = 5.0
