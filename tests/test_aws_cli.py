@@ -89,3 +89,12 @@ def test_options_reach_the_program_and_up_has_dry_run_too(home):
     assert "Deep Learning Base OSS Nvidia Driver GPU AMI" in r.stdout  # image=base
     assert "/usr/local/sbin/gpucluster-setup-torch" in r.stdout
     assert not (home / "ledger.sqlite3").exists()
+
+
+def test_sweep_takes_options_with_the_same_checks(home):
+    r = run_cli("sweep", "--cloud", "aws", "--nodes", "1,2", "--option", "colour=red", "--yes")
+    assert_clean_refusal(r, "aws option 'colour'", "allowed:")
+    assert_no_run_recorded(home)
+    r = run_cli("sweep", "--cloud", "aws", "--nodes", "1,2", "--yes", env={"GPUCLUSTER_CHECKIP_URL": "http://127.0.0.1:9/"})
+    assert_clean_refusal(r, "could not detect this machine's public IPv4", "--ssh-cidr")
+    assert_no_run_recorded(home)
