@@ -69,6 +69,8 @@ DLAMI_PYTHON = Path("/opt/pytorch/bin/python")
 def _port_22_free() -> bool:
     for a in ADDRESSES:
         with socket.socket() as s:
+            # as sshd binds (SO_REUSEADDR): the previous test's connections in TIME_WAIT do not count
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((a, 22))
             except OSError:
