@@ -108,10 +108,14 @@ def _ledger():
               help="Minutes after which the nodes power themselves off, even if this machine is gone.")
 @click.option("--ssh-cidr", default=None, help="Who may SSH to the nodes (e.g. 203.0.113.7/32).")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Cloud option, as in the stack file (repeatable), e.g. --option efa=true.")
+@click.option("--dry-run", is_flag=True, help="Show what would be created (real Pulumi program under mocks); "
+              "create nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON (secrets left out).")
 def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime, ssh_cidr, tags,
-       yes, as_json):
+       options, dry_run, yes, as_json):
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -127,15 +131,24 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
-                      ssh_cidr, tags, (), run_id)
-    warnings = validate(spec)
+                      ssh_cidr, tags, (), run_id, options)
+    validate(spec)
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    provider = provider_for(cloud)
+    from gpucluster.cli.runs import print_dry_run, resolve_spec
+
+    spec, warnings = resolve_spec(provider, spec, dry_run=dry_run)
     out = _console(stderr=as_json)
     for w in warnings:
-        out.print(f"[yellow]warning:[/yellow] {w}")
+        out.print(f"[yellow]note:[/yellow] {w}" if "detected" in w else f"[yellow]warning:[/yellow] {w}")
+    if dry_run:
+        hourly = _hourly(spec)
+        out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
+                  + (f"about {_money(hourly)}/hour" if hourly is not None else "no price known here"))
+        print_dry_run(out, provider, None, spec, None)
+        return 0
     ledger = _ledger()
     ledger.check()  # read-only or damaged: said before anything is asked or created
-    provider = provider_for(cloud)
     preflight = getattr(provider, "preflight", None)
     if preflight:
         preflight()  # a missing Pulumi CLI is reported before anything is asked or recorded

@@ -94,6 +94,8 @@ class RichRunUI:
             t.append(f"  epoch {s['epoch']}{total}")
         for part in metric_parts(s, ("step", "loss", "accuracy", "samples_per_s")):
             t.append("  " + part)
+        if s.get("detail") and "epoch" not in s:
+            t.append("  " + s["detail"])
         return t
 
     def _refresh(self) -> None:
@@ -130,6 +132,14 @@ class RichRunUI:
 
     def message(self, text: str) -> None:
         self.console.print(Text(text, style="yellow"), highlight=False)
+
+    def progress(self, text: str) -> None:
+        """Transient progress (waiting for nodes...): on the status line; without a live status
+        line only the final "all ... ready" is printed."""
+        self.state["detail"] = text
+        self._refresh()
+        if not self.live and not self.quiet and text.startswith("all "):
+            self.console.print(Text(text), highlight=False)
 
 
 def phase_rows(run: dict[str, Any]) -> list[tuple[str, float | None, str]]:

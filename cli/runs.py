@@ -50,6 +50,7 @@ CLOUD_ONLY_FLAGS = {
     "known_hosts": ("--known-hosts", ("ssh",)),  # aws: the stack's pinned host keys
     "remote_python": ("--remote-python", ("ssh", "aws")),
     "keep": ("--keep", ("aws", "gcp")),  # local/ssh processes are always stopped (lifecycle._teardown)
+    "ready_timeout": ("--ready-timeout", ("aws",)),  # waiting for ssh and the DLAMI's first boot
 }
 
 _WHY_NOT = {"local": "local runs use this machine as it is", "ssh": "the ssh backend uses machines that already exist",
@@ -112,6 +113,65 @@ def check_ssh_files(identity: str | None, known_hosts: str | None) -> None:
             raise UsageError(f"{flag} {value!r} cannot be read; give {what} you can read")
 
 
+def parse_options(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Repeatable `--option KEY=VALUE` -> spec options; the cloud's `validate_spec` checks the
+    keys and values against the same schema as the stack file's `gpucluster:` options."""
+    opts: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(not_allowed("option", item, "KEY=VALUE, e.g. --option efa=true"))
+        opts[key.strip()] = value.strip()
+    return tuple(sorted(opts.items()))
+
+
+def resolve_spec(provider, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
+    """The provider's pre-plan resolution (aws: SSH CIDR from this machine's public IPv4, GPUs
+    per node from the type), re-validated. In a dry run a failed detection is a note, not an
+    error: nothing is created."""
+    from gpucluster.spec import validate
+
+    resolve = getattr(provider, "resolve_spec", None)
+    notes: list[str] = []
+    if resolve:
+        try:
+            spec, notes = resolve(spec)
+        except SpecError as exc:
+            if not dry_run:
+                raise
+            spec, notes = resolve(spec, detect=None)
+            notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
+    return spec, [*validate(spec), *notes]
+
+
+def print_dry_run(out, provider, launcher, spec: ClusterSpec, job) -> None:
+    """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
+    and the command each node would run. Creates nothing, needs no credentials."""
+    d = provider.dry_run(spec)
+    out.print(f"[bold]dry run[/bold]: {d['resource_count']} resources would be declared ({d['note']})")
+    for typ, n in d["resources"].items():
+        out.print(f"  {n:>3} × {typ}", highlight=False)
+    inst = d.get("instances") or {}
+    if inst:
+        out.print(f"instances: {inst['count']} × {inst['type']}, root {inst['root']}, IMDSv2 {inst['imds']}, "
+                  f"shutdown={inst['shutdown']}, spot={inst['spot']}", highlight=False)
+    for r in d.get("security_group_rules", []):
+        out.print(f"security group {r['direction']}: {r['protocol']} ports {r['ports']} "
+                  f"{'from' if r['direction'] == 'ingress' else 'to'} {r['peer']}  ({r['description']})", highlight=False)
+    out.print(f"AMI filter: {json.dumps(d.get('ami_filter'))}", highlight=False)
+    ud = d.get("user_data") or {}
+    if ud:
+        out.print(f"user data: runcmd {ud['runcmd']}; files {ud['files']}; host key: {ud['host_key']}", highlight=False)
+    out.print(f"tags: {json.dumps(d.get('tags'))}", highlight=False)
+    outputs = d.get("outputs") or {}
+    preview = getattr(launcher, "preview_commands", None)
+    if preview and outputs.get("private_ips"):
+        out.print("per-node commands (private IPs are the mocks'):")
+        for rank, cmd in enumerate(preview(job, outputs["private_ips"], int(outputs.get("gpus_per_node") or 0))):
+            out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True)
+    out.print("nothing was created (dry run)")
+
+
 def check_command(command: tuple[str, ...]) -> None:
     """A `--` command must exist before anything starts: script file, module or executable."""
     from gpucluster.launch import JobSpec, program_args
@@ -136,7 +196,7 @@ def check_command(command: tuple[str, ...]) -> None:
 
 
 def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
-               ssh_cidr, tags, hosts, run_id) -> ClusterSpec:
+               ssh_cidr, tags, hosts, run_id, options: tuple[str, ...] = ()) -> ClusterSpec:
     if cloud not in CLOUDS:
         raise SpecError(not_allowed("cloud", cloud, CLOUDS))
     n = parse_int("nodes", nodes, low=1, high=MAX_NODES[cloud])
@@ -147,6 +207,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
         disk_gb=parse_int("disk size (GB)", disk_gb, low=10, high=16384),
         max_lifetime_minutes=parse_int("max lifetime (minutes)", max_lifetime, low=5, high=7 * 24 * 60),
         ssh_cidr=ssh_cidr, tags=tuple(sorted(parse_tags(tags).items())), hosts=tuple(hosts), run_id=run_id,
+        options=parse_options(options),
     )
 
 
@@ -170,6 +231,12 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
               help="Minutes after which cloud nodes power themselves off, even if this machine is gone.")
 @click.option("--ssh-cidr", default=None, help="Who may SSH to cloud nodes (e.g. 203.0.113.7/32).")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Cloud option, as in the stack file (repeatable), e.g. --option efa=true --option image=base.")
+@click.option("--dry-run", is_flag=True, help="Show what would be created and run (real Pulumi program under mocks); "
+              "create nothing.")
+@click.option("--ready-timeout", default="600", show_default=True,
+              help="Seconds to wait for cloud nodes to answer ssh and report ready.")
 @click.option("--hosts", default=None, help="ssh backend: user@host1,user@host2[:port], head first.")
 @click.option("--identity", default=None, type=click.Path(dir_okay=False), help="ssh private key.")
 @click.option("--known-hosts", default=None, type=click.Path(dir_okay=False),
@@ -183,8 +250,8 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--json", "as_json", is_flag=True, help="Print the run record as JSON at the end (logs go to stderr).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
-        instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, hosts, identity, known_hosts,
-        remote_python, threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
+        instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
+        identity, known_hosts, remote_python, threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -193,6 +260,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
       gpucluster run --cloud local --nodes 2 --workload mnist --epochs 1
       gpucluster run --cloud local --nodes 2 -- python my_train.py --epochs 3
       gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
+      gpucluster run --cloud aws --nodes 2 --dry-run
     """
     from gpucluster.backends import get_backend
     from gpucluster.home import home_dir
@@ -221,16 +289,22 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         nodes = str(len(host_list)) if host_list else "2"
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
-                      max_lifetime, ssh_cidr, tags, host_list, run_id)
-    warnings = validate(spec)
+                      max_lifetime, ssh_cidr, tags, host_list, run_id, options)
+    validate(spec)  # bad input is refused before anything is looked up
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    out = _console(stderr=as_json)
-    for w in warnings:
-        out.print(f"[yellow]warning:[/yellow] {w}")
+    ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
+    if dry_run and cloud in ("local", "ssh"):
+        raise UsageError(not_allowed("--dry-run with cloud", cloud, "aws or gcp (clouds gpucluster provisions)"))
     wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
     check_ssh_files(identity, known_hosts)
+    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
+                                     spec_options=spec.option_dict, ready_timeout=ready_s)
+    spec, warnings = resolve_spec(provider, spec, dry_run=dry_run)
+    out = _console(stderr=as_json)
+    for w in warnings:
+        out.print(f"[yellow]note:[/yellow] {w}" if "detected" in w else f"[yellow]warning:[/yellow] {w}")
     limit = None
     if max_minutes is not None:
         try:
@@ -244,8 +318,16 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         nproc = parse_int("procs per node", procs_per_node, low=1, high=64)
     else:
         nproc = None
-    provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
-                                     spec_options=spec.option_dict)
+    if dry_run:
+        gpn = spec.gpus_per_node
+        nproc = nproc or (gpn or 1)
+        job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
+                      workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
+                      max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
+                      max_seconds=limit * 60 if limit else None)
+        _plan(out, spec, job, nproc)
+        print_dry_run(out, provider, launcher, spec, job)
+        return 0
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
@@ -297,9 +379,24 @@ def _command_name(command: tuple[str, ...]) -> str | None:
 def _plan(out, spec: ClusterSpec, job, nproc: int):
     """Print what will happen and what it is estimated to cost; returns the price snapshot."""
     what = job.display
-    gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
-    out.print(f"[bold]plan[/bold]: {spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node), "
-              f"run {job.run_id}: {what}")
+    line = None
+    est = None
+    if spec.cloud in ("aws", "gcp"):
+        try:
+            from gpucluster import cost as _cost
+
+            est = _cost.estimate(spec, 1.0)
+        except (ImportError, AttributeError):
+            est = None
+    from gpucluster.spec import cloud_hook
+
+    plan_line = cloud_hook(spec.cloud, "plan_line")
+    if plan_line:
+        line = plan_line(spec, nproc, getattr(est, "hourly", None))
+    if line is None:
+        gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
+        line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"
+    out.print(f"[bold]plan[/bold]: {line}, run {job.run_id}: {what}", highlight=False)
     snapshot = None
     try:
         from gpucluster import cost
@@ -307,7 +404,7 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
         cost = None
     if cost is not None and hasattr(cost, "price_snapshot") and spec.cloud in ("aws", "gcp"):
         snapshot = cost.price_snapshot(spec)
-        est = cost.estimate(spec, 1.0)
+        est = est or cost.estimate(spec, 1.0)
         out.print(f"estimated cost: {est.render_line() if hasattr(est, 'render_line') else est}")
     elif spec.cloud in ("local", "ssh"):
         out.print("estimated cost: $0 (machines gpucluster does not rent)")

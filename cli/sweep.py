@@ -53,9 +53,13 @@ def parse_threshold(text: str) -> float:
               help="Write PNG plots and summary.md into this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and findings as JSON (progress on stderr).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
+@click.option("--ssh-cidr", default=None, help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's "
+              "public IPv4/32].")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Cloud option, as in the stack file (repeatable), e.g. --option image=base.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, compare_cpu, threshold,
-          threads_per_proc, report_dir, as_json, yes, command):
+          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, command):
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -120,13 +124,21 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     from gpucluster.spec import new_run_id, resolve
     from gpucluster.sweep import new_sweep_id, plan_sizes
 
-    base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", None, (), (),
-                              None))
+    base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
+                              (), None, options))
+    from gpucluster.spec import validate
+
+    validate(base)  # unknown options and bad values are refused before anything starts
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024))
     backend = get_backend(cloud)
+    if getattr(backend[0], "resolve_spec", None):  # aws: the SSH rule must let this machine in
+        from gpucluster.cli.runs import resolve_spec
+
+        resolved, _ = resolve_spec(backend[0], base)
+        base = base.replace(ssh_cidr=resolved.ssh_cidr)
     ledger = Ledger.open_default()
     ledger.check()  # read-only or damaged: refused before the first run
     home_dir()

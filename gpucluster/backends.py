@@ -27,10 +27,14 @@ def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
         return SshProvider(launcher=launcher), launcher
     if cloud == "aws":
         # EC2 nodes are reached like any ssh host, with the cluster's own key and pinned host keys.
+        from .catalog.aws import NODE_PYTHON
         from .sshlaunch import SshLauncher
+        from gpucluster.infra.aws_outputs import console_tail
         from gpucluster.infra.cloud import PulumiProvider
 
-        kw = {"python": options["remote_python"]} if options.get("remote_python") else {}
+        kw: dict[str, Any] = {"python": options.get("remote_python") or NODE_PYTHON, "diagnose": console_tail}
+        if options.get("ready_timeout") is not None:
+            kw["ready_timeout"] = options["ready_timeout"]
         return PulumiProvider("aws"), SshLauncher(**kw)
     if cloud == "gcp":
         from .k8s import KubernetesLauncher

@@ -187,6 +187,12 @@ class _Recorder:
     def message(self, text: str) -> None:
         self.ui.message(text)
 
+    def progress(self, text: str) -> None:
+        """A transient status (e.g. waiting for nodes): the status line, not the log."""
+        show = getattr(self.ui, "progress", None)
+        if show:
+            show(text)
+
     # LaunchEvents
     def on_line(self, node_rank: int, line: str) -> None:
         self.ui.line(node_rank, line)

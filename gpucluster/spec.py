@@ -225,16 +225,13 @@ def resolve(spec: ClusterSpec) -> ClusterSpec:
 
     Called once, before the ledger row is written: the ledger, the provider, the teardown check
     and `gc` then all read the same region/zone, never an ambient default."""
-    resolver = _cloud_function(spec.cloud, "resolve")
+    resolver = cloud_hook(spec.cloud, "resolve")
     return resolver(spec) if resolver else spec
 
 
-def _cloud_validator(cloud: str):
-    """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
-    return _cloud_function(cloud, "validate_spec")
-
-
-def _cloud_function(cloud: str, name: str):
+def cloud_hook(cloud: str, name: str):
+    """A function of the cloud's catalog module (`gpucluster.catalog.<cloud>.<name>`), or None:
+    how shared code reaches per-cloud behaviour without naming clouds."""
     try:
         module = importlib.import_module(f"gpucluster.catalog.{cloud}")
     except ModuleNotFoundError as exc:
@@ -242,3 +239,10 @@ def _cloud_function(cloud: str, name: str):
             return None
         raise
     return getattr(module, name, None)
+
+
+def _cloud_validator(cloud: str):
+    """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
+    return cloud_hook(cloud, "validate_spec")
+
+

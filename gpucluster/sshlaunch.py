@@ -248,6 +248,8 @@ class SshLauncher:
         grace: float = 3.0,
         ssh: str = "ssh",
         python: str = "python3",
+        ready_timeout: float = 600.0,
+        diagnose: Callable[[Any, Any], str | None] | None = None,
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -265,6 +267,11 @@ class SshLauncher:
         if not python or any(c.isspace() for c in python):
             raise ConfigError(f"remote python {python!r} is not allowed: a command name or path without spaces")
         self.python = python
+        # Cloud nodes export a ready marker (`cluster.outputs["ready_file"]`): wait up to this long
+        # for sshd to answer and the marker to say ok. `diagnose(cluster, node)` -> text that helps
+        # when a node never gets ready (on EC2, the tail of GetConsoleOutput).
+        self.ready_timeout = float(ready_timeout)
+        self.diagnose = diagnose
         self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
 
     # -- public API --------------------------------------------------------------------------
@@ -280,6 +287,9 @@ class SshLauncher:
                 # if this process dies, `gpucluster down` uses it to clean the hosts.
                 self._record(session, events)
                 events.on_phase("ready")
+                ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
+                if ready_file:
+                    session.wait_ready(str(ready_file), self.ready_timeout, events)
                 ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
                 dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
                 for rank, d in dirs.items():
@@ -345,6 +355,29 @@ class SshLauncher:
         return found
 
     # -- the run -----------------------------------------------------------------------------
+    def node_argv(self, job: JobSpec, program: list[str] | None, node_dir: str, *, nnodes: int, node_rank: int,
+                  rdzv_host: str, local_addr: str | None) -> list[str]:
+        """The torchrun command one node runs (in `node_dir`, where the bundle was unpacked)."""
+        prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
+        if program is None and job.workload == "mnist" and "--data-dir" not in job.workload_args:
+            # MNIST (~11 MB) is downloaded on each node into its run folder (removed after)
+            prog = [*prog, "--data-dir", f"{node_dir}/data/mnist", "--download"]
+        return torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node_rank,
+                             rdzv_host=rdzv_host, local_addr=local_addr, program=prog)
+
+    def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
+        """`--dry-run`: the exact command line (environment included) each node would run, given
+        the nodes' private IPs; `~` stands for the remote user's home."""
+        _, program = _user_program(job, self.python)
+        out = []
+        for rank, ip in enumerate(private_ips):
+            node_dir = f"{self.remote_dir.rstrip('/')}/{job.run_id}/node-{rank}"
+            argv = self.node_argv(job, program, node_dir, nnodes=len(private_ips), node_rank=rank,
+                                  rdzv_host=private_ips[0], local_addr=ip)
+            env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node)
+            out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
+        return out
+
     def _base(self, home: str | None) -> str:
         base = self.remote_dir.rstrip("/")
         if base == "~" or base.startswith("~/"):
@@ -368,11 +401,8 @@ class SshLauncher:
         try:
             for node in nodes:
                 node_dir = dirs[node.rank]
-                prog = program if program is not None else program_args(job, workload_dir=f"{node_dir}/workloads")
-                argv = torchrun_argv(
-                    job, python=self.python, nnodes=len(nodes), node_rank=node.rank,
-                    rdzv_host=cluster.head.private_ip, local_addr=node.private_ip, program=prog,
-                )
+                argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
+                                      rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
                 cwd = f"{node_dir}/code" if has_code else node_dir
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
@@ -618,6 +648,84 @@ class _Session:
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         return f"{who}: cannot connect over ssh: {last[-1] if last else 'ssh exited with code 255'}"
 
+    def wait_ready(self, ready_file: str, timeout: float, events: Any, *,
+                   first_delay: float = 1.0, max_delay: float = 15.0) -> None:
+        """Until every node answers over ssh AND its ready marker (JSON written by user data after
+        the driver/GPU/torch check) exists: retry each node with exponential backoff, progress on
+        the status line. LaunchError naming each node that was not ready by `timeout` seconds,
+        with what was last seen (and the launcher's `diagnose` text), or at once when a marker
+        says ok=false."""
+        progress = getattr(events, "progress", None) or (lambda text: None)
+        start = time.monotonic()
+        deadline = start + timeout
+        last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
+        done: dict[int, dict[str, Any]] = {}
+        delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
+        due: dict[int, float] = {n.rank: start for n in self.nodes}
+        if not re.match(r"^/[A-Za-z0-9._/-]+$", ready_file):
+            raise LaunchError(f"ready file {ready_file!r} from the stack outputs is not a plain absolute path")
+
+        def poll(node: Any) -> tuple[Any, None]:
+            try:
+                # GPUCLUSTER_STATE_DIR: the same override the user-data scripts honour (tests)
+                cp = self.run(node, 'f=${GPUCLUSTER_STATE_DIR:+$GPUCLUSTER_STATE_DIR/ready}; '
+                                    f'cat "${{f:-{ready_file}}}" 2>/dev/null || exit 3', timeout=30)
+            except LaunchError as exc:
+                text = str(exc)
+                last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
+                return None, None
+            if cp.returncode == 3:
+                last[node.rank] = f"sshd answers; {ready_file} not written yet (user data still running)"
+                return None, None
+            try:
+                marker = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                last[node.rank] = f"{ready_file} is unreadable"
+                return None, None
+            done[node.rank] = marker
+            return None, None
+
+        while True:
+            now = time.monotonic()
+            todo = [n for n in self.nodes if n.rank not in done and due[n.rank] <= now]
+            if todo:
+                with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                    list(pool.map(poll, todo))
+                now = time.monotonic()
+                for n in todo:
+                    if n.rank not in done:
+                        due[n.rank] = now + delay[n.rank]
+                        delay[n.rank] = min(max_delay, delay[n.rank] * 2)
+            failed = {r: m for r, m in done.items() if not m.get("ok")}
+            if failed:
+                raise LaunchError("; ".join(
+                    f"node {r} ({node_label(self.nodes[r])}) is not ready: its check says "
+                    f"{m.get('gpus')} of {m.get('expected_gpus')} GPU(s), torch {m.get('torch') or 'missing'}"
+                    + (f", error: {m['error']}" if m.get("error") else "")
+                    for r, m in sorted(failed.items())))
+            if len(done) == len(self.nodes):
+                progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
+                return
+            waiting = [n for n in self.nodes if n.rank not in done]
+            progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
+                     f"node {waiting[0].rank}: {last[waiting[0].rank]}")
+            if time.monotonic() >= deadline:
+                parts = []
+                for n in waiting:
+                    part = (f"node {n.rank} ({node_label(n)}, {getattr(n, 'instance_id', None) or 'no id'}) "
+                            f"not ready after {timeout:g} s; last seen: {last[n.rank]}")
+                    if self.launcher.diagnose is not None:
+                        try:
+                            extra = self.launcher.diagnose(self.cluster, n)
+                        except Exception as exc:  # noqa: BLE001 - help text only
+                            extra = f"(console output unavailable: {exc})"
+                        if extra:
+                            part += f"; {extra}"
+                    parts.append(part)
+                raise LaunchError("; ".join(parts))
+            next_due = min(due[n.rank] for n in waiting)
+            time.sleep(max(0.05, min(next_due, deadline) - time.monotonic()))
+
     def open_master(self, node: Any) -> None:
         argv = self.argv(node, None, "-o", "ControlMaster=yes", "-o", "ControlPersist=300", "-N", "-f")
         with tempfile.TemporaryFile() as err:
@@ -821,6 +929,12 @@ def _bundle(code_dir: Path | None) -> bytes:
         from . import reaper
 
         tar.add(reaper.__file__, arcname="reaper.py")  # the node supervisor (stdlib only)
+        # digits' data (~60 KB) goes with the scripts, so a node needs only torch
+        from gpucluster.workloads.digits_data import local_digits_file
+
+        digits = local_digits_file()
+        if digits:
+            tar.add(digits, arcname="workloads/data/digits.csv.gz")
         if code_dir is not None:
             for root, dirnames, filenames in os.walk(code_dir):
                 dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)

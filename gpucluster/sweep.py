@@ -227,7 +227,7 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
     """The run's total cost: the ledger's, else gpucluster.cost when installed; $0 for machines
     gpucluster does not rent (local, ssh); None when unknown."""
     cost = run.get("cost") or {}
-    if cost.get("total_usd") is None:
+    if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
         try:
             from . import cost as cost_mod
         except ImportError:
@@ -237,9 +237,9 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
                 cost = cost_mod.run_cost(run) or {}
             except Exception:
                 cost = {}
-    if cost.get("total_usd") is not None:
+    if cost.get("total") is not None:
         try:
-            return Decimal(str(cost["total_usd"]))
+            return Decimal(str(cost["total"]))
         except InvalidOperation:
             return None
     if run.get("cloud") in ("local", "ssh"):

@@ -17,8 +17,10 @@ allows tags):
 - one ed25519 host key per node, generated here and installed by cloud-init from user data
   (a secret), so the launcher pins host keys instead of trusting on first use;
 - an IAM role + instance profile with AmazonSSMManagedInstanceCore only;
-- N instances of the latest "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)"
-  (option `ami` overrides the lookup), IMDSv2 required, encrypted gp3 root, shutdown =
+- N instances of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
+  PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
+  Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
+  `ami` overrides the lookup, IMDSv2 required, encrypted gp3 root, shutdown =
   terminate, optional one-time spot that terminates on interruption;
 - user data that arms a dead-man switch on every boot (power off, hence terminate, at first
   boot + max lifetime) and writes a readiness marker after checking the GPU count.
@@ -43,7 +45,7 @@ from gpucluster.spec import ClusterSpec
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
 
-AMI_NAME_PATTERN = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"
+AMI_NAME_PATTERN = catalog.IMAGES[catalog.DEFAULT_IMAGE]
 AMI_OWNERS = ("amazon",)
 SSM_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 DEFAULT_VPC_CIDR = "10.42.0.0/16"
@@ -52,6 +54,20 @@ STATE_DIR = "/var/lib/gpucluster"
 READY_FILE = f"{STATE_DIR}/ready"  # JSON: {"ok": bool, "gpus": n, "expected_gpus": n, ...}
 DEADLINE_FILE = f"{STATE_DIR}/deadline"  # epoch seconds at which the node powers itself off
 READY_SCRIPT_PATH = "/usr/local/sbin/gpucluster-ready"
+SETUP_TORCH_PATH = "/usr/local/sbin/gpucluster-setup-torch"
+
+# image=base only: the Base DLAMI has no PyTorch. Install it into a venv at the PyTorch DLAMI's
+# python_location, so the launcher uses one path whatever the image. Runs before the ready check.
+SETUP_TORCH_SCRIPT = """\
+#!/bin/bash
+set -u
+py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
+venv="$(dirname "$(dirname "$py")")"
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+  (command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv) || true
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q torch
+fi
+"""
 
 DEADMAN_SCRIPT_PATH = "/usr/local/sbin/gpucluster-deadman"
 DEADMAN_UNIT = "gpucluster-deadman.service"
@@ -111,8 +127,14 @@ for attempt in $(seq 1 "$tries"); do
 done
 ok=false
 [ "$count" -eq "$expected" ] && ok=true
-printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
-  "$ok" "$count" "$expected" "$driver" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
+py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
+torch=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tr -cd '0-9A-Za-z.+-')
+if [ -z "$torch" ]; then
+  ok=false
+  [ -n "$err" ] || err="torch is not importable by $py"
+fi
+printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
+  "$ok" "$count" "$expected" "$driver" "$torch" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
 chmod 0644 "$state/ready.tmp"
 mv "$state/ready.tmp" "$state/ready"
 """
@@ -132,6 +154,7 @@ def render_user_data(
     max_lifetime_minutes: int,
     host_private_key: str,
     host_public_key: str,
+    setup_torch: bool = False,
 ) -> str:
     """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
     keys = {
@@ -144,19 +167,27 @@ def render_user_data(
         },
         "runcmd": [
             ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
+            *([[SETUP_TORCH_PATH]] if setup_torch else []),
             [READY_SCRIPT_PATH, str(int(rank))],
         ],
     }
     return (
         "#cloud-config\n"
         + _dump(keys)
-        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes))
+        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes), bool(setup_torch))
     )
 
 
 @functools.lru_cache(maxsize=32)
-def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int) -> str:
+def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int,
+                             setup_torch: bool = False) -> str:
     """The part of the cloud-config every node shares (rendered once per cluster)."""
+    setup = [{
+        "path": SETUP_TORCH_PATH,
+        "permissions": "0755",
+        "owner": "root:root",
+        "content": _fill(SETUP_TORCH_SCRIPT, python=catalog.NODE_PYTHON),
+    }] if setup_torch else []
     return _dump(
         {
             "write_files": [
@@ -176,8 +207,10 @@ def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minu
                     "path": READY_SCRIPT_PATH,
                     "permissions": "0755",
                     "owner": "root:root",
-                    "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster),
-                }
+                    "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster,
+                                     python=catalog.NODE_PYTHON),
+                },
+                *setup,
             ],
         }
     )
@@ -378,7 +411,7 @@ class GpuCluster(pulumi.ComponentResource):
                 most_recent=True,
                 owners=list(AMI_OWNERS),
                 filters=[
-                    aws.ec2.GetAmiFilterArgs(name="name", values=[AMI_NAME_PATTERN]),
+                    aws.ec2.GetAmiFilterArgs(name="name", values=[catalog.ami_name_pattern(spec)]),
                     aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
                     aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
                 ],
@@ -414,6 +447,7 @@ class GpuCluster(pulumi.ComponentResource):
                         max_lifetime_minutes=spec.max_lifetime_minutes,
                         host_private_key=keys[0],
                         host_public_key=keys[1],
+                        setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
                     )
                 )
             )
@@ -531,6 +565,7 @@ class GpuCluster(pulumi.ComponentResource):
             "instance_type": pulumi.Output.from_input(self.itype.name),
             "gpus_per_node": pulumi.Output.from_input(self.itype.gpus),
             "ready_file": pulumi.Output.from_input(READY_FILE),
+            "node_python": pulumi.Output.from_input(catalog.NODE_PYTHON),
         }
 
 

@@ -68,7 +68,7 @@ class Recorder(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append(args)
         if args.token == "aws:ec2/getAmi:getAmi":
-            return {"id": MOCK_AMI_ID, "name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261120"}
+            return {"id": MOCK_AMI_ID, "name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20261120"}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             n = len(MOCK_ZONES)
             return {

@@ -54,3 +54,28 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
         ssh_private_key=outputs.get("ssh_private_key") or None,
         outputs={k: v for k, v in outputs.items() if k not in SECRET_KEYS},
     )
+
+
+def console_tail(cluster: Cluster, node: Node, *, lines: int = 12, client: Any = None) -> str | None:
+    """The last lines of an instance's console (EC2 GetConsoleOutput, `Latest=True`): what the
+    user most wants when a node never gets ready (cloud-init errors, driver messages). The API
+    returns the text base64-encoded (EC2 API reference, GetConsoleOutput). None without an id."""
+    import base64
+    import binascii
+
+    if not node.instance_id:
+        return None
+    if client is None:
+        import boto3
+
+        client = boto3.client("ec2", region_name=cluster.region)
+    resp = client.get_console_output(InstanceId=node.instance_id, Latest=True)
+    raw = resp.get("Output") or ""
+    try:
+        text = base64.b64decode(raw, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        text = raw
+    tail = [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
+    if not tail:
+        return f"console output of {node.instance_id}: empty so far"
+    return f"console output of {node.instance_id} (last {len(tail)} lines): " + " | ".join(tail)

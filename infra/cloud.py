@@ -18,7 +18,7 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from .automation import ClusterBusy, PulumiDriver
+from .automation import CapacityError, ClusterBusy, PulumiDriver
 from .provider import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
 CLOUDS = ("aws", "gcp")
@@ -48,12 +48,14 @@ class _Tracking:
     teardown verified by the tag sweep can confirm the rest gone (creates that failed, pending
     creates that `refresh --clear-pending-creates` dropped)."""
 
-    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None]):
+    def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None],
+                 extra: dict[str, Any] | None = None):
         self.events, self.open = events, open_
+        self.extra = dict(extra or {})  # e.g. {"attempt": 2, "zone": "us-east-1b"}: kept with each request
 
     def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
         self.open[(kind, name)] = None
-        self.events.resource_requested(kind, name, **detail)
+        self.events.resource_requested(kind, name, **{**self.extra, **detail})
 
     def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
         self.open[(kind, name)] = cloud_id
@@ -77,7 +79,7 @@ class PulumiProvider:
     def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
-                 sweep_options: dict[str, Any] | None = None):
+                 sweep_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
         if cloud not in CLOUDS:
             raise UsageError(not_allowed("cloud", cloud, CLOUDS))
         self.cloud = cloud
@@ -88,6 +90,13 @@ class PulumiProvider:
         self._regions: dict[str, str] = {}
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
+        # attempts on capacity errors, each in the next zone offering the type: the cloud's
+        # catalog says how many (`CAPACITY_ATTEMPTS`; 1 = no retry)
+        if capacity_attempts is None:
+            from gpucluster.spec import cloud_hook
+
+            capacity_attempts = cloud_hook(cloud, "CAPACITY_ATTEMPTS") or 1
+        self.capacity_attempts = max(1, int(capacity_attempts))
 
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
@@ -98,23 +107,61 @@ class PulumiProvider:
         backend_url()
         passphrase_file()
 
+    # -- before the plan -------------------------------------------------------------------------
+    def resolve_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
+        """The cloud's `catalog.<cloud>.resolve_spec(spec)` when it has one (aws: the SSH CIDR
+        from this machine's public IPv4, GPUs per node from the type): (spec, notes)."""
+        import importlib
+
+        module = importlib.import_module(f"gpucluster.catalog.{self.cloud}")
+        resolve = getattr(module, "resolve_spec", None)
+        return resolve(spec, **kw) if resolve else (spec, [])
+
+    def dry_run(self, spec: Any) -> dict[str, Any]:
+        """What the cloud's real Pulumi program would declare, run under Pulumi's mock runtime
+        (`infra/<cloud>_dryrun.py`): creates nothing, needs no credentials."""
+        import importlib
+
+        try:
+            module = importlib.import_module(f"gpucluster.infra.{self.cloud}_dryrun")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpucluster.infra.{self.cloud}_dryrun":
+                raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
+            raise UsageError(f"--dry-run is not available for {self.cloud} yet") from None
+        return module.dry_run(spec)
+
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:
             raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
         self._remember(spec.name, spec.to_dict())
-        tracked = _Tracking(events, self._open.setdefault(spec.name, {}))
-        try:
-            result = self.driver.up(spec, tracked)
-        except (GpuclusterError, KeyboardInterrupt):
-            # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+        tried: list[str] = []
+        attempt = 1
+        while True:
+            extra = {"attempt": attempt, "zone": spec.zone} if self.capacity_attempts > 1 else {}
+            tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
             try:
-                if self.leftovers(spec.name).verified:
-                    tracked.confirm_rest_gone()
-            except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
-                pass
-            raise
-        return cluster_from_outputs(self.cloud, result.outputs)
+                result = self.driver.up(spec, tracked)
+                return cluster_from_outputs(self.cloud, result.outputs)
+            except (GpuclusterError, KeyboardInterrupt) as exc:
+                # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+                gone = False
+                try:
+                    if self.leftovers(spec.name).verified:
+                        tracked.confirm_rest_gone()
+                        gone = True
+                except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
+                    pass
+                if not isinstance(exc, CapacityError) or not gone or attempt >= self.capacity_attempts:
+                    raise
+                tried.append(exc.zone or spec.zone or "?")
+                nxt = [z for z in exc.suggested_zones if z not in tried]
+                if not nxt:
+                    raise
+                events.message(f"attempt {attempt} of {self.capacity_attempts}: {exc.message}; "
+                               f"retrying in {nxt[0]}")
+                spec = spec.replace(zone=nxt[0])
+                attempt += 1
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
         """Destroy, then delete by tag whatever the sweep still finds. Raises `TeardownIncomplete`

@@ -55,7 +55,8 @@ class FakePulumiCommand:
 
     def __init__(self, *, version: str = "3.200.0", resources=None, outputs=None, secret_keys=("ssh_private_key",),
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
-                 locked_by_pid: int | None = None, fail_destroy_text: str = ""):
+                 locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
+                 fail_up_times: int | None = None):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -69,6 +70,10 @@ class FakePulumiCommand:
         self.locked_by_pid = locked_by_pid
         self.fail_destroy_text = fail_destroy_text
         self.inputs: dict[str, dict[str, Any]] = {}  # resource name -> engine inputs (camelCase)
+        # on_up(stack): called when `up` succeeds, before the outputs are stored (it may change
+        # scripted_outputs and start the "instances"); on_destroy(stack): after `destroy`
+        self.on_up, self.on_destroy = on_up, on_destroy
+        self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
 
     # -- helpers -------------------------------------------------------------------------------
     def verbs(self) -> list[str]:
@@ -187,11 +192,17 @@ class FakePulumiCommand:
             events.append(self._step("resOpFailedEvent", "create", type_, name, rid, stack))
             events.append({"cancelEvent": {}})
             self._emit(target, events)
+            if self.fail_up_times is not None:
+                self.fail_up_times -= 1
+                if self.fail_up_times <= 0:
+                    self.fail_up_after = None
             self._fail(f"error: update failed\n{self.fail_text}", stdout="Updating (FAKE)")
         if self.interrupt_up_after is not None:
             self._emit(target, events + [{"cancelEvent": {}}])
             raise KeyboardInterrupt()
         self._emit(target, events + [{"cancelEvent": {}}])
+        if self.on_up is not None:
+            self.on_up(stack)
         self.outputs[stack] = dict(self.scripted_outputs)
         return CommandResult("Updating (FAKE)\nResources: created", "", 0)
 
@@ -208,4 +219,6 @@ class FakePulumiCommand:
         self._emit(target, events + [{"cancelEvent": {}}])
         self.stacks[stack] = []
         self.outputs.pop(stack, None)
+        if self.on_destroy is not None:
+            self.on_destroy(stack)
         return CommandResult("Destroying (FAKE)", "", 0)

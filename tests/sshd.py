@@ -72,9 +72,16 @@ class SshdHosts:
         return [f"{self.user}@{a}:{p}" for a, p in zip(self.addresses, self.ports)]
 
     @classmethod
-    def start(cls, root: Path, n: int, *, addresses: list[str] | None = None, port: int | None = None) -> "SshdHosts":
+    def start(cls, root: Path, n: int, *, addresses: list[str] | None = None, port: int | None = None,
+              path: list[str] | None = None, extra_config: list[str] | None = None,
+              env: list[dict[str, str]] | None = None,
+              defer: bool = False) -> "SshdHosts":
         """n servers on 127.0.0.1 with free ports, or on the given loopback `addresses` all on `port`
-        (port 22 makes them look like cloud nodes; binding it needs root)."""
+        (port 22 makes them look like cloud nodes; binding it needs root). `path`: the remote PATH
+        (default: bin_dir, this Python's folder, the system folders); `extra_config[i]`: more
+        sshd_config lines for server i; `defer`: write everything but start no server (call
+        `launch(i)` later, like a node that boots after its instance is "running"); `env[i]`: more
+        variables sshd sets for server i's sessions."""
         root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
@@ -85,7 +92,7 @@ class SshdHosts:
         bin_dir.mkdir()
         self = cls(root=root, user=getpass.getuser(), identity=identity, known_hosts=root / "known_hosts",
                    bin_dir=bin_dir)
-        path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
+        path = os.pathsep.join(path or [str(bin_dir), os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
         try:
             for i in range(n):
                 d = root / f"host{i}"
@@ -100,23 +107,33 @@ class SshdHosts:
                     f"AuthorizedKeysFile {root / 'authorized_keys'}\n"
                     "UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                     "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
-                    f"SetEnv PATH={path}\nMaxSessions 64\nMaxStartups 64:30:128\nLogLevel INFO\n"
+                    f"SetEnv PATH={path}" + "".join(f" {k}={v}" for k, v in ((env or [{}] * n)[i] or {}).items())
+                    + "\nMaxSessions 64\nMaxStartups 64:30:128\nLogLevel INFO\n"
+                    + "".join(line + "\n" for line in ((extra_config or [""] * n)[i] or "").splitlines())
                 )
-                log = open(d / "sshd.log", "wb")
-                proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=log, start_new_session=True)
-                log.close()
-                self.procs.append(proc)
                 self.ports.append(port_i)
                 self.addresses.append(address)
                 self.host_keys.append(" ".join(host_pub.split()[:2]))
-            for i, port_i in enumerate(self.ports):
-                self._wait(i, port_i)
+            if not defer:
+                for i in range(n):
+                    self.launch(i)
             self.write_known_hosts()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def launch(self, i: int) -> None:
+        """Start server i and wait until it answers."""
+        d = self.root / f"host{i}"
+        log = open(d / "sshd.log", "ab")
+        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        while len(self.procs) <= i:
+            self.procs.append(None)
+        self.procs[i] = proc
+        self._wait(i, self.ports[i])
 
     def _wait(self, i: int, port: int) -> None:
         end = time.monotonic() + 15
@@ -143,6 +160,8 @@ class SshdHosts:
 
     def stop(self) -> None:
         for proc in self.procs:
+            if proc is None:
+                continue
             if proc.poll() is None:
                 proc.kill()
             proc.wait()

@@ -60,8 +60,9 @@ def spec(**kw):
     return ClusterSpec(**base)
 
 
-def provider(fake, leftovers=None, deleted=None):
-    """A PulumiProvider on the fake CLI; the tag sweep is a stub returning `leftovers` in turn."""
+def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
+    """A PulumiProvider on the fake CLI; the tag sweep is a stub returning `leftovers` in turn.
+    One attempt unless a test asks for capacity retries."""
     calls = list(leftovers or [])
     found: list = []
 
@@ -74,7 +75,7 @@ def provider(fake, leftovers=None, deleted=None):
         return []
 
     p = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
-                       find=find, delete=delete)
+                       find=find, delete=delete, capacity_attempts=capacity_attempts)
     p.found_calls = found
     return p
 
@@ -173,6 +174,51 @@ def test_up_failing_halfway_destroys_and_names_the_next_zone(home):
     # destroyed: the three; the failed instance was requested, never created: confirmed gone by the sweep
     assert sorted(e[2] for e in deleted) == ["demo-key", "demo-node-0", "demo-sg", "demo-vpc"]
     assert automation.lock_owner("demo") is None
+
+
+def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_the_ledger(home):
+    from gpucluster.cost import run_cost
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI, _Recorder
+
+    from gpucluster.catalog import aws as aws_catalog
+
+    assert aws_catalog.CAPACITY_ATTEMPTS == 3
+    assert PulumiProvider("aws").capacity_attempts == 3
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_up_times=1)
+    prov = provider(fake, capacity_attempts=aws_catalog.CAPACITY_ATTEMPTS)
+    zones = []
+    real_up = prov.driver.up
+    prov.driver.up = lambda s, ev=None: zones.append(s.zone) or real_up(s, ev)
+    ledger = Ledger(home / "ledger.sqlite3")
+    s = spec()
+    ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=2, gpus_per_node=1, command=["x"],
+                      spec=s.to_dict())
+    rec = _Recorder(ledger, s.run_id, QuietUI(), "us-east-1")
+    messages = []
+    rec.message = messages.append
+    cluster = prov.up(s, rec)
+    assert zones == ["us-east-1a", "us-east-1b"]  # the next zone AWS's message names
+    retry = [m for m in messages if m.startswith("attempt 1 of 3: no capacity for g5.xlarge in us-east-1a")]
+    assert cluster.nodes and len(retry) == 1 and retry[0].endswith("retrying in us-east-1b")
+    rows = ledger.get_run(s.run_id)["resources"]
+    first = [r for r in rows if (r.get("detail") or {}).get("attempt") == 1]
+    second = [r for r in rows if (r.get("detail") or {}).get("attempt") == 2]
+    assert first and all(r["detail"]["zone"] == "us-east-1a" and r["confirmed_gone"] for r in first)
+    assert second and all(r["detail"]["zone"] == "us-east-1b" for r in second)
+    # the failed attempt's instance was requested, so it is priced (billing may start at request)
+    lines = run_cost(ledger.get_run(s.run_id))["lines"]
+    assert {ln["resource"] for ln in lines if ln["kind"] == "instance"} >= {"demo-node-0"}
+
+
+def test_capacity_retries_stop_at_the_bound(home):
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY)  # every zone is out of capacity
+    prov = provider(fake, capacity_attempts=2)
+    rec = Recorder()
+    with pytest.raises(CapacityError):
+        prov.up(spec(), rec)
+    assert fake.verbs().count("up") == 2
+    assert fake.stacks == {}
 
 
 def test_capacity_without_zone_list_asks_the_zone_lister(home):

@@ -146,3 +146,101 @@ def test_vpc_cidr_must_fit_aws_limits_and_the_nodes():
             validate(aws_spec(options={"vpcCidr": bad}))
     with pytest.raises(SpecError, match="11 usable addresses, fewer than 12 nodes"):
         validate(aws_spec(nodes=12, options={"vpcCidr": "10.7.0.0/28"}))
+
+
+# -- what run/up fill in before the plan (issue 12: reachable default, every GPU) -------------
+def _checkip_server(body: bytes, status: int = 200):
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/"
+
+
+def test_detected_public_ip_becomes_the_ssh_cidr_and_gpus_come_from_the_type(monkeypatch):
+    from gpucluster.catalog import aws as cat
+    from gpucluster.spec import ClusterSpec
+
+    # checkip.amazonaws.com answers with the caller's address and a newline
+    srv, url = _checkip_server(b"198.51.100.23\n")
+    try:
+        monkeypatch.setenv("GPUCLUSTER_CHECKIP_URL", url)
+        spec, notes = cat.resolve_spec(ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge"))
+    finally:
+        srv.shutdown()
+    assert spec.ssh_cidr == "198.51.100.23/32" and spec.gpus_per_node == 4
+    assert "198.51.100.23/32" in notes[0]
+    assert cat.plan_line(spec, 4, 11.344) == "2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.34/h"
+    # an explicit CIDR is kept and nothing is asked
+    kept, notes = cat.resolve_spec(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32"),
+                                   detect=lambda: pytest.fail("detection must not run"))
+    assert kept.ssh_cidr == "203.0.113.7/32" and kept.gpus_per_node == 1 and notes == []
+
+
+@pytest.mark.parametrize("body,status", [(b"not an ip\n", 200), (b"", 503)])
+def test_failed_detection_is_a_spec_error_saying_what_to_pass(monkeypatch, body, status):
+    from gpucluster.catalog import aws as cat
+    from gpucluster.spec import ClusterSpec
+
+    srv, url = _checkip_server(body, status)
+    try:
+        monkeypatch.setenv("GPUCLUSTER_CHECKIP_URL", url)
+        with pytest.raises(SpecError, match=r"--ssh-cidr") as err:
+            cat.resolve_spec(ClusterSpec(cloud="aws", nodes=2))
+    finally:
+        srv.shutdown()
+    assert url in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unreachable_checkip_fails_within_the_timeout():
+    import time as _t
+
+    from gpucluster.catalog import aws as cat
+
+    start = _t.monotonic()
+    with pytest.raises(SpecError, match="could not detect"):
+        cat.detect_public_ipv4("http://127.0.0.1:9/", timeout=5)  # discard port: refused
+    assert _t.monotonic() - start < 6
+
+
+def test_image_option_is_checked():
+    from gpucluster.spec import ClusterSpec, validate
+
+    with pytest.raises(SpecError, match="option image 'ubuntu' is not allowed"):
+        validate(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32", options=(("image", "ubuntu"),)))
+    with pytest.raises(SpecError, match="cannot be combined"):
+        validate(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32",
+                             options=(("ami", "ami-1"), ("image", "base"))))
+
+
+def test_console_tail_decodes_get_console_output(monkeypatch):
+    """EC2 GetConsoleOutput returns the console text base64-encoded (EC2 API reference,
+    https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_GetConsoleOutput.html); moto
+    plays EC2 here."""
+    moto = pytest.importorskip("moto")
+    import boto3
+
+    from gpucluster.infra.aws_outputs import console_tail
+    from gpucluster.infra.provider import Cluster, Node
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(k, "testing")
+    with moto.mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        iid = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+        node = Node(rank=0, host="198.51.100.10", private_ip="10.0.0.1", user="ubuntu", instance_id=iid, gpus=1)
+        cluster = Cluster(name="c", cloud="aws", nodes=(node,), region="us-east-1")
+        text = console_tail(cluster, node, lines=3, client=ec2)
+    assert text.startswith(f"console output of {iid} (last ") and " | " in text
+    assert console_tail(cluster, Node(rank=1, host="h", private_ip="p", user="u"), client=object()) is None

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import time
 
 import pytest
@@ -128,9 +129,22 @@ def test_ami_lookup_filters_and_override(default):
     assert call.args["owners"] == ["amazon"]
     assert call.args["mostRecent"] is True
     filters = {f["name"]: f["values"] for f in call.args["filters"]}
-    assert filters["name"] == ["Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"]
+    # the PyTorch DLAMI (torch at /opt/pytorch/bin/python, G5 supported), AWS DLAMI release notes
+    assert filters["name"] == ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *"]
     assert filters["architecture"] == ["x86_64"]
     assert {i.inputs["ami"] for i in default.recorder.instances()} == {MOCK_AMI_ID}
+    assert default.outputs["node_python"] == "/opt/pytorch/bin/python"
+    assert component.SETUP_TORCH_PATH not in json.dumps(user_data(default.recorder.instances()[0]))
+
+    base = build(spec(options={"image": "base"})).recorder
+    (call,) = base.calls_to("aws:ec2/getAmi:getAmi")
+    assert {f["name"]: f["values"] for f in call.args["filters"]}["name"] == [
+        "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"]
+    doc = user_data(base.instances()[0])
+    # the Base DLAMI has no torch: a setup step installs it at the same path, before the ready check
+    assert doc["runcmd"][1:] == [[component.SETUP_TORCH_PATH], [component.READY_SCRIPT_PATH, "0"]]
+    setup = _written(doc, component.SETUP_TORCH_PATH)
+    assert "/opt/pytorch/bin/python" in setup and "pip\" install -q torch" in setup
 
     rec = build(spec(options={"ami": "ami-0pinned"})).recorder
     assert rec.calls_to("aws:ec2/getAmi:getAmi") == []
@@ -318,7 +332,9 @@ def _fake_bin(tmp_path, name: str, body: str) -> pathlib.Path:
 
 
 def _env(tmp_path, bindir, **extra):
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "GPUCLUSTER_STATE_DIR": str(tmp_path / "state"), **extra}
+    # the node's PyTorch Python is this test's interpreter (torch installed) unless a test says otherwise
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "GPUCLUSTER_STATE_DIR": str(tmp_path / "state"),
+            "GPUCLUSTER_NODE_PYTHON": sys.executable, **extra}
 
 
 def _written(doc: dict, path: str) -> str:
@@ -387,6 +403,14 @@ def test_readiness_marker_reports_the_gpu_check(tmp_path):
     subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
     result = json.loads(marker.read_text())
     assert result["ok"] is False and result["gpus"] == 0 and "NVIDIA-SMI has failed" in result["error"]
+
+    # GPUs fine but no torch at the node's Python: not ready, and the marker says why
+    _fake_bin(tmp_path, "nvidia-smi", "for i in 1 2 3 4; do echo 550.127.05; done\n")
+    no_torch = _fake_bin(tmp_path, "bare-python", "exit 1\n") / "bare-python"
+    subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1",
+                                           GPUCLUSTER_NODE_PYTHON=str(no_torch)), check=True, timeout=20)
+    result = json.loads(marker.read_text())
+    assert result["ok"] is False and result["gpus"] == 4 and "torch is not importable" in result["error"]
 
 
 # -- the program: stack config -> spec -> refused or declared ---------------------------------

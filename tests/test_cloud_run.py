@@ -1,29 +1,76 @@
-"""`run --cloud aws` end to end, as one piece, without AWS: the real lifecycle drives the real
-Automation API driver against the FAKE Pulumi CLI (tests/pulumi_fake.py), whose scripted stack
-outputs describe two "EC2 nodes" that are real OpenSSH servers on 127.0.0.2 and 127.0.0.3, port
-22, with the host keys the stack pinned and the stack's own private key. The real ssh launcher
-then trains `digits` on them, and teardown destroys the (fake) stack and checks for leftovers.
+"""`run --cloud aws` end to end, as one piece, without AWS, on "EC2 nodes" that behave like
+FRESH instances, not helpful ones.
+
+The real lifecycle drives the real Automation API driver against the FAKE Pulumi CLI
+(tests/pulumi_fake.py). When the fake `up` succeeds, the REAL Pulumi program (`infra.program`,
+under Pulumi's mock runtime) is run for the spec the driver was given, and two "instances" boot
+from what it declares: real OpenSSH servers on 127.0.0.2 and 127.0.0.3, port 22, with the stack's
+key. How each node behaves, and the public source for it:
+
+- sshd answers only some seconds after `up` returns: Pulumi's `aws.ec2.Instance` is created once
+  EC2 reports the instance "running", and the EC2 user guide (instance lifecycle,
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html) says a running
+  instance still boots its OS; "it can take a few minutes for the instance to be ready so that
+  you can connect to it" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/connect-to-linux-instance.html).
+  Here: SSHD_DELAY_S after `up` returns.
+- the ready marker appears later still: cloud-init runs user data's `runcmd` in its final stage,
+  after boot (https://cloudinit.readthedocs.io/en/latest/explanation/boot.html). Here: the
+  node's user data runs MARKER_DELAY_S after sshd starts.
+- the node's `python3` has no torch (the DLAMI's system Python; torch lives only at the
+  documented `python_location`, /opt/pytorch/bin/python, AWS DLAMI release notes,
+  https://docs.aws.amazon.com/dlami/latest/devguide/appendix-ami-release-notes.html). Here:
+  the node's PATH has the system Python (no torch) and /opt/pytorch/bin/python runs this
+  test's interpreter.
+- port 22 answers only if the security group the program DECLARED allows the caller's address
+  (security groups deny inbound traffic that no rule allows,
+  https://docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html). Here: the
+  declared ingress rules on port 22 are read from the mock runtime's records; sshd is not
+  started when none contains the caller's address, and `AllowUsers` carries the same CIDRs.
+- the node runs the user-data script the program declared: its `write_files` land under a
+  per-node sandbox root, its `runcmd` runs there with `systemctl` (runs the unit's ExecStart),
+  `shutdown` (logs) and `nvidia-smi` (one A10G) stubbed, so the ready marker and the dead-man
+  switch come from the real scripts. cloud-init's `ssh_keys` part is not executed: sshd uses the
+  host key the test generated, exported as the pinned key.
+- `destroy` terminates the instances (sshd stops).
+
+Reverting a fix makes this fail (checked once by hand, 2026-11-22): without the launcher's wait
+for the ready marker, "2 of 2 node(s) not ready: node 0 (root@127.0.0.2): cannot connect over
+ssh: ... Connection refused"; with the old default Python (`python3`), "torch is not importable
+by python3 3.11.7".
 """
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sshd  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 ADDRESSES = ["127.0.0.2", "127.0.0.3"]
+CALLER = "127.0.0.1"  # the source address the "nodes" see (loopback's src), as checkip reports it
+SSHD_DELAY_S = 4.0
+MARKER_DELAY_S = 3.0
+DLAMI_PYTHON = Path("/opt/pytorch/bin/python")
 
 
 def _port_22_free() -> bool:
     for a in ADDRESSES:
         with socket.socket() as s:
+            # as sshd binds (SO_REUSEADDR): the previous test's connections in TIME_WAIT do not count
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((a, 22))
             except OSError:
@@ -31,71 +78,253 @@ def _port_22_free() -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def ec2_like_hosts(tmp_path_factory):
+@pytest.fixture
+def checkip(monkeypatch):
+    """Stand-in for https://checkip.amazonaws.com: the caller's IPv4 and a newline."""
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(f"{CALLER}\n".encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("GPUCLUSTER_CHECKIP_URL", f"http://127.0.0.1:{srv.server_address[1]}/")
+    yield
+    srv.shutdown()
+
+
+@pytest.fixture
+def dlami_python():
+    """/opt/pytorch/bin/python runs this test's interpreter (torch installed), like the DLAMI's."""
+    created = not DLAMI_PYTHON.exists()
+    if created:
+        DLAMI_PYTHON.parent.mkdir(parents=True, exist_ok=True)
+        DLAMI_PYTHON.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        DLAMI_PYTHON.chmod(0o755)
+    yield str(DLAMI_PYTHON)
+    if created:
+        shutil.rmtree("/opt/pytorch", ignore_errors=True)
+
+
+STUBS = {
+    # one A10G; the ready script asks for driver_version, the launcher for name,util,mem
+    "nvidia-smi": 'case "$*" in *driver_version*) echo 550.127.05;; *) echo "NVIDIA A10G, 0, 0, 22888";; esac\n',
+    "shutdown": 'echo "$@" >> "$NODE_ROOT/shutdown.log"\n',
+    # `systemctl enable --now --no-block UNIT`: run the unit's ExecStart inside the sandbox
+    "systemctl": ('unit="$NODE_ROOT/etc/systemd/system/$(for a; do :; done; echo "$a")"\n'
+                  'exec "$NODE_ROOT$(sed -n "s/^ExecStart=//p" "$unit")"\n'),
+}
+
+
+class Ec2Like:
+    """Two deferred sshd "instances" that boot from the real program's declarations."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.node_roots = [root / f"node{i}" for i in range(len(ADDRESSES))]
+        stub_bin = root / "stubs"
+        stub_bin.mkdir()
+        for name, body in STUBS.items():
+            (stub_bin / name).write_text("#!/bin/sh\n" + body)
+            (stub_bin / name).chmod(0o755)
+        self.stub_bin = stub_bin
+        self.hosts: sshd.SshdHosts | None = None
+        self.threads: list[threading.Thread] = []
+        self.ssh_cidrs: list[str] = []
+        self.booted: list[str] = []
+        self.errors: list[str] = []
+        self.terminated = threading.Event()
+
+    def prepare(self, cidrs: list[str]) -> None:
+        import ipaddress
+
+        self.ssh_cidrs = cidrs
+        allow = " ".join(f"*@{c}" for c in cidrs) or "nobody@255.255.255.255"
+        self.hosts = sshd.SshdHosts.start(
+            self.root / "sshd", 2, addresses=ADDRESSES, port=22, defer=True,
+            path=[str(self.stub_bin), "/usr/bin", "/bin"],  # python3 here is the system one: no torch
+            extra_config=[f"AllowUsers {allow}"] * 2,
+            env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster")} for r in self.node_roots])
+        self.reachable = any(ipaddress.ip_address(CALLER) in ipaddress.ip_network(c) for c in cidrs)
+
+    def boot(self, rank: int, user_data: str) -> None:
+        try:
+            if self.terminated.wait(SSHD_DELAY_S):
+                return
+            if self.reachable:  # else the security group drops the caller's packets: never answers
+                self.hosts.launch(rank)
+                self.booted.append(ADDRESSES[rank])
+            if self.terminated.wait(MARKER_DELAY_S):
+                return
+            self._run_user_data(rank, user_data)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(f"node {rank}: {exc}")
+
+    def _run_user_data(self, rank: int, user_data: str) -> None:
+        assert user_data.startswith("#cloud-config\n")
+        doc = yaml.safe_load(user_data)
+        root = self.node_roots[rank]
+        for f in doc["write_files"]:
+            target = root / f["path"].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f["content"])
+            target.chmod(int(f["permissions"], 8))
+        env = {"PATH": f"{self.stub_bin}:/usr/bin:/bin", "NODE_ROOT": str(root),
+               "GPUCLUSTER_STATE_DIR": str(root / "var/lib/gpucluster"), "GPUCLUSTER_READY_TRIES": "1"}
+        for cmd in doc["runcmd"]:
+            argv = [str(root / cmd[0].lstrip("/")) if cmd[0].startswith("/") else cmd[0], *cmd[1:]]
+            subprocess.run(argv, env=env, check=True, timeout=60)
+
+    def terminate(self) -> None:
+        self.terminated.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        if self.hosts:
+            self.hosts.stop()
+
+
+@pytest.fixture
+def ec2(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("pulumi.automation")
+    pytest.importorskip("pulumi_aws")
     reason = sshd.missing_reason()
     if reason:
         pytest.skip(reason)
     if os.geteuid() != 0 or not _port_22_free():
         pytest.skip("needs root and a free port 22 on 127.0.0.2/3 to look like EC2 nodes")
-    h = sshd.SshdHosts.start(tmp_path_factory.mktemp("ec2"), 2, addresses=ADDRESSES, port=22)
-    yield h
-    h.stop()
+    (tmp_path / "ec2").mkdir()
+    nodes = Ec2Like(tmp_path / "ec2")
+    yield nodes
+    nodes.terminate()
 
 
-def test_aws_run_end_to_end_on_fake_pulumi_and_real_ssh(home, tmp_path, ec2_like_hosts):
+def _provider_and_fake(ec2: Ec2Like):
+    """The real driver on the fake CLI; `up` runs the real program under mocks for the spec the
+    driver got, and boots the nodes from what it declared."""
     from pulumi_fake import FakePulumiCommand
 
+    from gpucluster.infra import aws_mocks
     from gpucluster.infra.automation import PulumiDriver
     from gpucluster.infra.cloud import PulumiProvider
+
+    seen: dict = {}
+
+    class Driver(PulumiDriver):
+        def up(self, spec, events=None):
+            seen["spec"] = spec
+            return super().up(spec, events)
+
+    def on_up(stack):
+        built = aws_mocks.build(seen["spec"])
+        assert built.error is None, built.error
+        rec = built.recorder
+        rules = [r.inputs for r in rec.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+                 if r.inputs.get("ipProtocol") in ("tcp", "-1") and r.inputs.get("cidrIpv4")
+                 and (r.inputs["ipProtocol"] == "-1" or int(r.inputs["fromPort"]) <= 22 <= int(r.inputs["toPort"]))]
+        ec2.prepare([r["cidrIpv4"] for r in rules])
+        outputs = dict(built.outputs)
+        # what EC2 would have assigned: the loopback "instances", their host keys, our login key
+        outputs.update(private_ips=ADDRESSES, public_ips=ADDRESSES, host_public_keys=ec2.hosts.host_keys,
+                       ssh_user=ec2.hosts.user, ssh_private_key=ec2.hosts.identity.read_text(),
+                       instance_ids=["i-0000000000000000a", "i-0000000000000000b"])
+        fake.scripted_outputs = outputs
+        for rank, inst in enumerate(rec.instances()):
+            t = threading.Thread(target=ec2.boot, args=(rank, aws_mocks.unwrap(inst.inputs["userData"])), daemon=True)
+            t.start()
+            ec2.threads.append(t)
+
+    fake = FakePulumiCommand(on_up=on_up, on_destroy=lambda stack: ec2.terminate())
+    found: list = []
+    provider = PulumiProvider("aws", driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
+                              find=lambda cloud, name=None, run_id=None, **kw: found.append(name) or [],
+                              delete=lambda items: [])
+    return provider, fake, found
+
+
+def _launcher(tmp_path, ready_timeout: float):
+    from gpucluster.backends import get_backend
+
+    _, launcher = get_backend("aws", ready_timeout=ready_timeout)  # the aws defaults: DLAMI python
+    launcher.remote_dir = str(tmp_path / "remote")
+    launcher.grace = 2.0
+    launcher.diagnose = None  # no EC2 API here (GetConsoleOutput is tested with moto elsewhere)
+    return launcher
+
+
+def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip, dlami_python):
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
     from gpucluster.spec import ClusterSpec, new_run_id, validate
-    from gpucluster.sshlaunch import SshLauncher
 
-    h = ec2_like_hosts
-    outputs = {
-        "cluster_name": "e2e", "instance_ids": ["i-0000000000000000a", "i-0000000000000000b"],
-        "private_ips": ADDRESSES, "public_ips": ADDRESSES, "host_public_keys": h.host_keys,
-        "ssh_user": h.user, "ssh_private_key": h.identity.read_text(), "region": "us-east-1",
-        "availability_zone": "us-east-1a", "instance_type": "g5.xlarge", "gpus_per_node": 0,
-    }
-    fake = FakePulumiCommand(outputs=outputs)
-    found = []
-    provider = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
-                              find=lambda cloud, name=None, run_id=None, **kw: found.append(name) or [],
-                              delete=lambda items: [])
-    # Not the user's known_hosts: only the host keys pinned by the stack may be trusted.
-    empty_known_hosts = tmp_path / "known_hosts"
-    empty_known_hosts.write_text("")
-    launcher = SshLauncher(known_hosts=str(empty_known_hosts), python=sys.executable,
-                           remote_dir=str(tmp_path / "remote"), grace=2.0)
+    provider, fake, found = _provider_and_fake(ec2)
+    launcher = _launcher(tmp_path, ready_timeout=90)
+    assert launcher.python == "/opt/pytorch/bin/python"
     run_id = new_run_id()
-    spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge",
-                       ssh_cidr="203.0.113.7/32", run_id=run_id)
+    # no ssh CIDR given: the caller's address is detected (as `run` does) and becomes the rule
+    spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge", run_id=run_id)
     validate(spec)
+    spec, _ = provider.resolve_spec(spec)
+    assert spec.ssh_cidr == f"{CALLER}/32" and spec.gpus_per_node == 1
     ledger = Ledger(home / "ledger.sqlite3")
-    job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1)
+    job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1,
+                  nproc_per_node=spec.gpus_per_node)
+    t0 = time.monotonic()
     outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
 
     run = ledger.get_run(run_id)
+    assert ec2.errors == []
     assert outcome.status == "succeeded", (run["failure"], [n["last_lines"][-5:] for n in run["node_results"]])
+    assert ec2.booted and sorted(ec2.booted) == ADDRESSES
+    assert time.monotonic() - t0 > SSHD_DELAY_S + MARKER_DELAY_S  # the launcher did wait
+    # the ready markers and the dead-man switch came from the real user-data scripts
+    for rank, root in enumerate(ec2.node_roots):
+        marker = json.loads((root / "var/lib/gpucluster/ready").read_text())
+        assert marker["ok"] is True and marker["rank"] == rank and marker["torch"]
+        assert (root / "shutdown.log").read_text().startswith("-P +240 ")
+    ready = [p for p in run["phases"] if p["name"] == "ready"]
+    assert ready and ready[0]["status"] == "ok"
     assert [n["exit_code"] for n in run["node_results"]] == [0, 0]
     assert ["127.0.0.2" in n["host"] for n in run["node_results"]] == [True, False]  # head first
     assert run["metrics"]["world_size"] == 2 and run["metrics"]["final_records"] == 2
-    # the Pulumi sequence: up, outputs with secrets, then refresh / destroy / stack rm
     verbs = fake.verbs()
     assert verbs.index("up") < verbs.index("refresh") < verbs.index("destroy")
-    # every cloud resource the fake engine reported was recorded and is confirmed gone; the run's
-    # processes on the nodes too; the leftover check by tag ran for this cluster
     kinds = {r["kind"] for r in run["resources"]}
     assert {"instance", "process"} <= kinds
     assert all(r["confirmed_gone"] for r in run["resources"])
     assert run["teardown"] == "verified" and found and set(found) == {"e2e"}
     assert sshd.run_processes(run_id) == {}
     assert sshd.leaked_ssh_masters() == []
-    # the run is priced from the snapshot-less resource lifetimes (today's catalog, noted as such)
     assert run["cost"] and run["cost"]["local"] is False and float(run["cost"]["total"]) > 0
+
+
+def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_it(
+        home, tmp_path, ec2, checkip, dlami_python):
+    from gpucluster.launch import JobSpec
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import execute
+    from gpucluster.spec import ClusterSpec, new_run_id, validate
+
+    provider, fake, found = _provider_and_fake(ec2)
+    launcher = _launcher(tmp_path, ready_timeout=12)
+    run_id = new_run_id()
+    # SSH opened to someone else: the program declares 203.0.113.7/32, so the caller is dropped
+    spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", gpus_per_node=1, run_id=run_id)
+    validate(spec)
+    ledger = Ledger(home / "ledger.sqlite3")
+    job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "1"), threads_per_proc=1)
+    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
+    run = ledger.get_run(run_id)
+    assert ec2.ssh_cidrs == ["203.0.113.7/32"] and ec2.booted == []
+    assert outcome.status == "failed"
+    assert "node 0 (" in run["failure"] and "node 1 (" in run["failure"]
+    assert "not ready after 12 s; last seen: cannot connect over ssh" in run["failure"]
+    assert "i-0000000000000000a" in run["failure"]
+    assert run["teardown_verified"] is True and set(found) == {"e2e"}

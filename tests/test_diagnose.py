@@ -71,7 +71,17 @@ class Fixture:
         led.finish_run(rid, status=status, exit_code=0 if status == "succeeded" else 1, metrics=summary,
                        teardown="verified", now=t)
         if cost is not None:
-            led.set_cost(rid, {"total_usd": str(cost)})
+            # what a real cloud run records: one instance of type `cost` per node, alive from the
+            # provision to the end of teardown, priced by the real cost engine
+            from gpucluster.cost import run_cost
+
+            for node in range(nodes):
+                where = "us-east-1" if cloud == "aws" else "us-central1-a"
+                led.resource_requested(rid, "instance", f"node-{node}", region=where,
+                                       detail={"instance_type": cost, "gpus": gpn}, now=self.t)
+                led.resource_created(rid, "instance", f"node-{node}", f"i-{node}", now=self.t + 1)
+                led.resource_deleted(rid, "instance", f"node-{node}", now=t)
+            led.set_cost(rid, run_cost(led.get_run(rid), now=t))
         self.t = t + 10
         return rid
 
@@ -156,14 +166,13 @@ def test_good_scaling_has_no_findings(tmp_path):
 def seed_003(tmp_path):
     """1 node x 4 V100 (2 pods x 2 GPUs) 57.146 s; 2 nodes x 4 96.533 s; 4 nodes x 4 102.795 s;
     MNIST 60,000 training images, 8 epochs, batch 128, no DistributedSampler: every rank sees all
-    60,000 images per epoch. Cost: n1-standard-16 $0.76/h + 4 x V100 $2.48/h = $10.68/h per node
-    (us-central1 on-demand, FACTS.md)."""
+    60,000 images per epoch. Cost: n1-standard-16 + 4 x V100 per node, priced by the cost engine
+    from the shipped catalog (us-central1 on-demand, FACTS.md)."""
     fx = Fixture(tmp_path, sweep_id="seed-003")
-    per_node_hour = Decimal("0.76") + 4 * Decimal("2.48")
     for nodes, secs, acc, loss in ((1, 57.146, 0.8470, 0.4273), (2, 96.533, 0.8473, 0.4280),
                                    (4, 102.795, 0.8502, 0.4259)):
         world = 4 * nodes
-        cost = (per_node_hour * nodes * Decimal(str(secs)) / 3600).quantize(Decimal("0.0001"))
+        cost = "n1-standard-16"
         fx.run(nodes, gpn=4, world=world, train_s=secs, epochs=8, accuracy=acc, loss=loss, cloud="gcp",
                train_samples=60000, seen=60000 * 8, sps=round(world * 60000 * 8 / secs, 2), cost=cost)
     return fx
@@ -314,12 +323,28 @@ def test_threshold_is_respected(tmp_path):
     assert [r.nodes for r, _ in flagged_sizes(fx.summary(), 0.9)] == [2]
 
 
+def test_cloud_sweep_shows_cost_per_run_and_per_epoch_from_the_cost_engine(tmp_path):
+    fx = Fixture(tmp_path)
+    one = fx.run(1, gpn=1, train_s=600.0, sps=100.0, epochs=4, cost="g5.xlarge", cloud="aws")
+    two = fx.run(2, gpn=1, train_s=330.0, sps=180.0, epochs=4, cost="g5.xlarge", cloud="aws")
+    rows = by_nodes(fx.summary())
+    for nodes, rid in ((1, one), (2, two)):
+        stored = fx.ledger.get_run(rid)["cost"]
+        assert set(stored) >= {"total", "lines"} and "total_usd" not in stored  # the engine's shape
+        assert rows[nodes].cost_usd.median == Decimal(stored["total"]) > 0
+        assert rows[nodes].cost_per_epoch_usd.median == Decimal(stored["total"]) / 4
+
+
 def test_cpu_vs_gpu_comparison(tmp_path):
     fx = Fixture(tmp_path)
-    fx.run(1, gpn=0, train_s=420.0 * 60, sps=10.0, cost=Decimal("2.10"), cloud="aws")
-    fx.run(1, gpn=1, train_s=17.0 * 60, sps=250.0, cost=Decimal("0.29"), cloud="aws")
+    cpu = fx.run(1, gpn=0, train_s=420.0 * 60, sps=10.0, cost="g5.xlarge", cloud="aws")
+    gpu = fx.run(1, gpn=1, train_s=17.0 * 60, sps=250.0, cost="g5.xlarge", cloud="aws")
     summary = fx.summary()
     (c,) = compare_cpu_gpu(summary)
-    assert c.speedup == pytest.approx(25.0) and c.gpu_cost_usd == Decimal("0.29")
+    # the engine's totals: g5.xlarge $1.006/h for 17 min + overhead (~4 s) -> about $0.29
+    gpu_total = Decimal(fx.ledger.get_run(gpu)["cost"]["total"])
+    assert c.speedup == pytest.approx(25.0) and c.gpu_cost_usd == gpu_total
+    assert Decimal("0.28") < gpu_total < Decimal("0.30")
+    assert c.cpu_cost_usd == Decimal(fx.ledger.get_run(cpu)["cost"]["total"]) > Decimal("7")
     # CPU and GPU sizes are separate groups: each is its own efficiency baseline
     assert all(r.efficiency == pytest.approx(1.0) for r in summary)

@@ -140,3 +140,32 @@ def test_leftover_check_reports_an_unreachable_host_as_unverified(hosts, tmp_pat
     found = remote_leftovers(cluster, "rz-1", identity=str(hosts.identity), known_hosts=str(hosts.known_hosts))
     assert [(lo.kind, lo.id) for lo in found] == [("unverified", f"{hosts.user}@127.0.0.1:{dead}")]
     assert "Connection refused" in found[0].detail
+
+
+def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_path):
+    """A ready marker with ok=false (e.g. 1 of 4 GPUs, no torch) ends the wait at once, naming
+    the node and what its check found; nodes are reached with backoff until then."""
+    import json
+    import time
+
+    from gpucluster.errors import LaunchError
+    from gpucluster.sshlaunch import _Session
+
+    cluster = cluster_of(hosts, 1)
+    state = tmp_path / "state"
+    state.mkdir()
+    marker = state / "ready"
+    marker.write_text(json.dumps({"ok": False, "gpus": 1, "expected_gpus": 4, "torch": "",
+                                  "error": "torch is not importable by /opt/pytorch/bin/python"}))
+    launcher = make_launcher(hosts, tmp_path / "remote")
+    start = time.monotonic()
+    with _Session(launcher, cluster) as session:
+        with pytest.raises(LaunchError) as err:
+            session.wait_ready(str(marker), 60, object())
+    assert time.monotonic() - start < 30
+    assert "node 0 (" in str(err.value) and "1 of 4 GPU(s), torch missing" in str(err.value)
+    assert "torch is not importable" in str(err.value)
+    # a marker that never appears: the deadline names the node and what was last seen
+    with _Session(launcher, cluster) as session:
+        with pytest.raises(LaunchError, match=r"not ready after 3 s; last seen: sshd answers; .* not written yet"):
+            session.wait_ready(str(tmp_path / "absent" / "ready"), 3, object())

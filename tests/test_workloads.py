@@ -88,3 +88,16 @@ def test_lr_scales_with_global_batch():
     args = types.SimpleNamespace(lr=1e-3, batch_size=32)
     assert common.scaled_lr(args, ctx(0, 1)) == pytest.approx(0.5e-3)
     assert common.scaled_lr(args, ctx(0, 4)) == pytest.approx(2e-3)
+
+
+def test_the_job_bundle_carries_digits_data_so_nodes_need_only_torch():
+    import io
+    import tarfile
+
+    from gpucluster.sshlaunch import _bundle
+
+    with tarfile.open(fileobj=io.BytesIO(_bundle(None))) as tar:
+        names = tar.getnames()
+        member = tar.getmember("workloads/data/digits.csv.gz")
+    assert "workloads/digits.py" in names and "workloads/digits_data.py" in names
+    assert 10_000 < member.size < 200_000  # tens of KB

@@ -25,11 +25,22 @@ except ImportError:
     from args import build_parser  # type: ignore[no-redef]
 
 
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits.csv.gz")
+
+
 def digits_file() -> str:
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
+    """The copy shipped next to this script (remote nodes get it with the job bundle, so they
+    need only torch), else scikit-learn's."""
+    if os.path.exists(SHIPPED):
+        return SHIPPED
+    try:
+        from .digits_data import local_digits_file
+    except ImportError:
+        from digits_data import local_digits_file  # type: ignore[no-redef]
+    path = local_digits_file()
+    if path is None:
         raise SystemExit("digits: scikit-learn is not installed and no --data-file was given")
-    return os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+    return path
 
 
 def load(path: str, seed: int = 1234) -> tuple[torch.Tensor, ...]:

@@ -38,6 +38,26 @@ DISK_TYPES = ("gp3",)
 ACCELERATOR = "nvidia-a10g"
 SSH_USER = "ubuntu"  # the DLAMI Ubuntu images' login user
 
+# Images (option `image`). AWS DLAMI release notes, "Deep Learning OSS Nvidia Driver AMI GPU
+# PyTorch 2.x (Ubuntu 22.04)": supported EC2 instances include G5; `python_location` is
+# /opt/pytorch/bin/python (https://docs.aws.amazon.com/dlami/latest/devguide/appendix-ami-release-notes.html).
+# The Base OSS Nvidia Driver DLAMI ships the driver, CUDA, NCCL and EFA but no PyTorch: with
+# image=base, user data installs torch into a venv at the same path before the ready marker.
+IMAGES = {
+    "pytorch": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *",
+    "base": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",
+}
+DEFAULT_IMAGE = "pytorch"
+NODE_PYTHON = "/opt/pytorch/bin/python"  # the DLAMI's python_location (torch is importable there)
+
+# On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
+# offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
+CAPACITY_ATTEMPTS = 3
+
+# Where `run`/`up` learn this machine's public IPv4 when no --ssh-cidr is given (5 s timeout).
+CHECKIP_URL = "https://checkip.amazonaws.com"
+CHECKIP_TIMEOUT_S = 5.0
+
 # Spot inside a cluster placement group must terminate on interruption.
 SPOT_INTERRUPTION_BEHAVIORS = ("terminate",)
 
@@ -151,6 +171,7 @@ OPTIONS = (
     "allowUnlistedRegion",
     "ami",
     "efa",
+    "image",
     "spotInterruptionBehavior",
     "sshPublicKey",
     "subnetId",
@@ -217,6 +238,12 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         if spec.nodes == 1:
             warnings.append("EFA on a single node brings nothing: it only speeds up traffic between nodes")
 
+    image = option(spec, "image")
+    if image is not None and image not in IMAGES:
+        raise SpecError(not_allowed("option image", image, list(IMAGES)))
+    if image is not None and option(spec, "ami") is not None:
+        raise SpecError("option image selects the AMI lookup; it cannot be combined with option ami")
+
     behavior = option(spec, "spotInterruptionBehavior")
     if behavior is not None:
         if not spec.spot:
@@ -259,6 +286,67 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
             not_allowed("option sshPublicKey", str(key)[:20] + "...", "an OpenSSH public key line (ssh-ed25519 AAAA...)")
         )
     return warnings
+
+
+def image_of(spec: "ClusterSpec") -> str:
+    return str(option(spec, "image") or DEFAULT_IMAGE)
+
+
+def ami_name_pattern(spec: "ClusterSpec") -> str:
+    return IMAGES[image_of(spec)]
+
+
+def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_S) -> str:
+    """This machine's public IPv4 as the internet sees it (checkip.amazonaws.com answers with the
+    caller's address and a newline). SpecError naming the URL and what to pass when it fails.
+    GPUCLUSTER_CHECKIP_URL points elsewhere (tests use a local server)."""
+    import ipaddress
+    import os
+    import urllib.error
+    import urllib.request
+
+    url = url or os.environ.get("GPUCLUSTER_CHECKIP_URL") or CHECKIP_URL
+    hint = "pass --ssh-cidr YOUR.PUBLIC.IP/32 (who may SSH to the nodes)"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fixed https URL
+            text = resp.read(64).decode("ascii", "replace").strip()
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise SpecError(f"could not detect this machine's public IPv4 from {url} ({reason}); {hint}") from None
+    try:
+        addr = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise SpecError(f"{url} answered {text[:40]!r}, not an IPv4 address; {hint}") from None
+    return str(addr)
+
+
+def resolve_spec(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
+    # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
+    """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
+    GPUs per node from the catalog, and without an SSH CIDR this machine's public IPv4 as /32
+    (a cluster the launcher cannot reach is never created). Returns (spec, notes)."""
+    notes: list[str] = []
+    itype = instance_type_of(spec)
+    changes: dict[str, Any] = {}
+    if spec.gpus_per_node is None:
+        changes["gpus_per_node"] = itype.gpus
+    if spec.instance_type is None:
+        changes["instance_type"] = itype.name
+    if spec.ssh_cidr is None and detect is not None:
+        ip = detect()
+        changes["ssh_cidr"] = f"{ip}/32"
+        notes.append(f"SSH allowed from {ip}/32 (this machine's public IPv4, detected; --ssh-cidr overrides)")
+    return (spec.replace(**changes) if changes else spec), notes
+
+
+def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Any = None) -> str:
+    """e.g. `2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.34/h`."""
+    itype = instance_type_of(spec)
+    line = (f"{spec.nodes} × {itype.name} ({itype.gpus} × {itype.gpu_model} each), "
+            f"{spec.nodes * nproc_per_node} training processes")
+    if hourly is not None:
+        line += f", ${float(hourly):,.2f}/h"
+    return line
 
 
 def _check_vpc_cidr(cidr: str, nodes: int) -> None:

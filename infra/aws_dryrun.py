@@ -1,0 +1,91 @@
+"""`--dry-run` for aws: run the REAL Pulumi program (`infra.program.run`) under Pulumi's mock
+runtime (`pulumi.runtime.set_mocks`, via `infra.aws_mocks.build`) and describe what it would
+declare, for a reviewer: resource types and counts, the security group rules, the AMI filter, a
+user-data summary (never the secret host keys), the tags, and the mock outputs the per-node
+commands are built from. Nothing is created and no credentials are read: the mocks answer every
+provider call (the AMI id, the zones and the IPs in the answer are the mocks', said so).
+
+`dry_run(spec) -> dict` is what `PulumiProvider.dry_run` calls; another cloud plugs in with a
+module `infra/<cloud>_dryrun.py` exposing the same function.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import yaml
+
+from gpucluster.errors import SpecError
+
+from .aws_mocks import build, unwrap
+
+SG_RULE_TYPES = {
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "ingress",
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "egress",
+}
+
+
+def dry_run(spec: Any) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    # the program's pulumi.log.warn lines repeat the spec warnings the CLI has already printed
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        built = build(spec)
+    if built.error is not None:
+        raise built.error
+    rec = built.recorder
+    counts = Counter(r.typ for r in rec.resources)
+    rules = []
+    for r in rec.resources:
+        direction = SG_RULE_TYPES.get(r.typ)
+        if not direction:
+            continue
+        i = r.inputs
+        lo, hi = (int(i[k]) if i.get(k) is not None else None for k in ("fromPort", "toPort"))
+        ports = "all" if i.get("ipProtocol") == "-1" else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+        peer = i.get("cidrIpv4") or i.get("cidrIpv6") or ("members of the group" if i.get("referencedSecurityGroupId")
+                                                            else "?")
+        rules.append({"direction": direction, "protocol": "all" if i.get("ipProtocol") == "-1" else i.get("ipProtocol"),
+                      "ports": ports, "peer": peer, "description": i.get("description", "")})
+    ami = [c.args for c in rec.calls_to("aws:ec2/getAmi:getAmi")]
+    ami_filter = ({"owners": ami[0].get("owners"), "most_recent": ami[0].get("mostRecent"),
+                   **{f["name"]: f["values"] for f in ami[0].get("filters", [])}} if ami
+                  else {"ami": "pinned by option ami"})
+    instances = rec.instances()
+    first = instances[0].inputs if instances else {}
+    user_data = {}
+    if first.get("userData") is not None:
+        doc = yaml.safe_load(unwrap(first["userData"]))
+        user_data = {
+            "runcmd": [" ".join(map(str, c)) for c in doc.get("runcmd", [])],
+            "files": [f["path"] for f in doc.get("write_files", [])],
+            "host_key": "pinned ed25519 key from the stack (secret, not shown)" if doc.get("ssh_keys") else None,
+        }
+    return {
+        "cloud": "aws",
+        "resources": dict(sorted(counts.items())),
+        "resource_count": len(rec.resources),
+        "instances": {
+            "count": len(instances),
+            "type": first.get("instanceType"),
+            "root": {k: first.get("rootBlockDevice", {}).get(k) for k in ("volumeType", "volumeSize", "encrypted")},
+            "imds": first.get("metadataOptions", {}).get("httpTokens"),
+            "shutdown": first.get("instanceInitiatedShutdownBehavior"),
+            "spot": bool(first.get("instanceMarketOptions")),
+        },
+        "security_group_rules": rules,
+        "ami_filter": ami_filter,
+        "user_data": user_data,
+        "tags": {k: v for k, v in (first.get("tags") or {}).items() if k not in ("Name", "gpucluster-rank")},
+        "outputs": {k: v for k, v in built.outputs.items() if k != "ssh_private_key"},
+        "note": "declared under Pulumi's mock runtime: AMI id, zone and IPs are placeholders from the mocks",
+    }
+
+
+def check_reachable(description: dict[str, Any]) -> None:
+    """The launcher must be able to reach port 22: refuse a plan without such a rule."""
+    if not any(r["direction"] == "ingress" and r["ports"] in ("22", "all") and r["peer"] != "members of the group"
+               for r in description["security_group_rules"]):
+        raise SpecError("the cluster would have no SSH rule, so the launcher could not reach it; pass --ssh-cidr")
