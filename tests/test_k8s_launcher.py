@@ -155,7 +155,7 @@ def test_keyboard_interrupt_still_deletes_everything(tmp_path):
 
 def test_refused_create_raises_and_removes_what_was_made(tmp_path):
     fake = FakeKubeApi({}, refuse={"job": 403})
-    with pytest.raises(LaunchError, match=f"create job default/{NAME}: 403 Forbidden"):
+    with pytest.raises(LaunchError, match=f"forbade creating job default/{NAME} \\(403 Forbidden\\)"):
         launch(fake, tmp_path)
     # the Job delete is attempted too (an interrupted create may have succeeded) and 404 is fine
     assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
