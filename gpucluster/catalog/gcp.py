@@ -223,3 +223,10 @@ def _min_nodes(spec: Any, nodes: int) -> int:
 def min_nodes(spec: Any) -> int:
     """The autoscaling floor (option `minNodes`, default 0) for a spec with `autoscale` on."""
     return _min_nodes(spec, spec.nodes)
+
+
+def system_pool(spec: Any) -> dict[str, Any]:
+    """The always-on CPU system pool the GKE component declares (a `node-pool` cost detail): it and
+    the cluster fee keep billing after the dead-man switch has removed the GPU nodes."""
+    return {"machine_type": spec.option("systemMachineType") or DEFAULT_SYSTEM_MACHINE_TYPE, "node_count": 1,
+            "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE}
