@@ -110,8 +110,12 @@ def _ledger():
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON (secrets left out).")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
+@click.option("--dry-run", is_flag=True, help="Show what would be declared (Pulumi mocks) and the estimate; "
+              "create nothing, need no credentials.")
 def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime, ssh_cidr, tags,
-       yes, as_json):
+       yes, as_json, project, dry_run):
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -127,11 +131,21 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
                       ssh_cidr, tags, (), run_id)
+    from gpucluster.infra.gcp_access import spec_with_project
+
+    spec = spec_with_project(spec, project, required=not dry_run)
     warnings = validate(spec)
     out = _console(stderr=as_json)
     for w in warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
     provider = provider_for(cloud)
+    if dry_run:
+        dry = getattr(provider, "dry_run", None)
+        if dry is None:
+            raise UsageError(f"--dry-run is not available for --cloud {cloud}")
+        result = dry(spec)
+        click.echo(json.dumps(result, indent=2, default=str) if as_json else result["text"])
+        return 0
     preflight = getattr(provider, "preflight", None)
     if preflight:
         preflight()  # a missing Pulumi CLI is reported before anything is asked or recorded
@@ -237,7 +251,9 @@ def _leftovers_after_down(provider: Any, cloud: str, name: str, run_ids: set[str
               help="The cluster's cloud, when the ledger does not know the cluster.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cluster with the verdict.")
-def down(cluster, all_, cloud, yes, as_json):
+@click.option("--project", default=None, help="gcp: the project to check for leftovers [default: the one the "
+              "cluster was made in, else the usual resolution order].")
+def down(cluster, all_, cloud, yes, as_json, project):
     """Delete a cluster and check by tag that nothing of it is left (idempotent).
 
     \b
@@ -277,6 +293,11 @@ def down(cluster, all_, cloud, yes, as_json):
         had_open = {r["run_id"] for r in ledger.open_resources(name)}
         try:
             provider = provider_for(c)
+            if project:
+                if c != "gcp":
+                    raise UsageError(f"--project {project} is not allowed for the {c} cluster {name}: it names a "
+                                     "GCP project")
+                provider.sweep_options["project"] = project
             provider.down(name, events)
             left = _leftovers_after_down(provider, c, name, had_open)
         except TeardownIncomplete as exc:
@@ -646,22 +667,10 @@ def check_aws(region: str, session: Any = None) -> list[dict[str, Any]]:
     return checks
 
 
-def check_gcp() -> list[dict[str, Any]]:
-    try:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-    except ImportError:
-        return [_check("gcp credentials", False, "google-auth is not installed", "pip install 'gpucluster[gcp]'")]
-    try:
-        _, project = google.auth.default()
-    except DefaultCredentialsError as exc:
-        return [_check("gcp credentials", False, f"no application default credentials ({str(exc).splitlines()[0]})",
-                       "run `gcloud auth application-default login`")]
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or project
-    if not project:
-        return [_check("gcp credentials", False, "credentials found but no project",
-                       "export GOOGLE_CLOUD_PROJECT=my-project (or `gcloud config set project my-project`)")]
-    return [_check("gcp credentials", True, f"project {project}")]
+def check_gcp(project: str | None = None, region: str | None = None) -> list[dict[str, Any]]:
+    from gpucluster.infra.gcp_access import doctor_checks
+
+    return doctor_checks(project, region)
 
 
 def check_home() -> dict[str, Any]:
@@ -677,9 +686,11 @@ def check_home() -> dict[str, Any]:
 @click.command()
 @click.option("--cloud", "clouds", multiple=True, type=click.Choice(CLOUD_CLOUDS),
               help="Check only this cloud (repeatable) [default: both].")
-@click.option("--region", default=None, help="AWS region for the quota check [default: your default or us-east-1].")
+@click.option("--region", default=None, help="Region for the quota check [default: aws: your default or us-east-1; "
+              "gcp: us-central1].")
+@click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
 @click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
-def doctor(clouds, region, as_json):
+def doctor(clouds, region, project, as_json):
     """Check what cloud runs need: credentials, Pulumi CLI and plugins, EC2 GPU quota, ssh client.
 
     \b
@@ -689,13 +700,14 @@ def doctor(clouds, region, as_json):
     clouds = clouds or CLOUD_CLOUDS
     checks = [check_home(), check_ssh(), *check_pulumi()]
     if "aws" in clouds:
-        if region is None:
+        aws_region = region
+        if aws_region is None:
             from gpucluster.catalog.aws import DEFAULT_REGION
 
-            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-        checks += check_aws(region)
+            aws_region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        checks += check_aws(aws_region)
     if "gcp" in clouds:
-        checks += check_gcp()
+        checks += check_gcp(project, region if "aws" not in clouds or len(clouds) == 1 else None)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:

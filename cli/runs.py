@@ -95,6 +95,13 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--remote-python", default=None, help="ssh: the Python (with torch) to run on the nodes [default: python3].")
 @click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
 @click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
+@click.option("--start-deadline", default="20", show_default=True,
+              help="gcp: minutes every pod may take to be running (GPU nodes, driver, image); past it the run "
+                   "fails with the scheduler's reason.")
+@click.option("--dry-run", is_flag=True, help="gcp: show what would be declared and applied (Pulumi mocks), "
+              "the plan and the estimate; create nothing, need no credentials.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -102,7 +109,8 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, hosts, identity, known_hosts,
-        remote_python, threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
+        remote_python, threads_per_proc, max_restarts, project, start_deadline, dry_run, keep, yes, quiet, as_json,
+        command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -139,6 +147,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
                       max_lifetime, ssh_cidr, tags, host_list, run_id)
+    from gpucluster.infra.gcp_access import spec_with_project
+
+    spec = spec_with_project(spec, project, required=not dry_run)
+    deadline_min = parse_int("start deadline (minutes)", start_deadline, low=1, high=24 * 60)
     warnings = validate(spec)
     out = _console(stderr=as_json)
     for w in warnings:
@@ -162,7 +174,13 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     else:
         nproc = None
     provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
-                                     spec_options=spec.option_dict)
+                                     spec_options=spec.option_dict, start_deadline_s=deadline_min * 60)
+    if dry_run:
+        nproc = nproc or (gpn or 1)
+        job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
+                      workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
+                      max_seconds=limit * 60 if limit else None)
+        return _dry_run(out, provider, launcher, spec, job, as_json)
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     home_dir()
     preflight = getattr(provider, "preflight", None)
@@ -185,6 +203,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       "threads per process", threads_per_proc, low=1, high=1024))
 
     estimate = _plan(out, spec, job, nproc)
+    describe = getattr(launcher, "describe", None)
+    if describe:  # e.g. the image, the data and what is shipped; its errors come before anything exists
+        for line in describe(spec, job):
+            out.print(f"  {line}")
     if cloud not in ("local", "ssh") and not yes:
         if not sys.stdin.isatty():
             raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")
@@ -204,6 +226,19 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         out.print()
         run_report(out, record)
     return int(outcome.exit_code)
+
+
+def _dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool) -> int:
+    """Print what a run would declare and apply, without credentials; the backend's `dry_run`."""
+    dry = getattr(provider, "dry_run", None)
+    if dry is None:
+        raise UsageError(not_allowed("--dry-run cloud", spec.cloud, ["gcp"]))
+    result = dry(spec, job=job, launcher=launcher)
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=str))
+    else:
+        click.echo(result["text"])
+    return 0
 
 
 def _command_name(command: tuple[str, ...]) -> str | None:

@@ -97,6 +97,19 @@ class PulumiProvider:
         backend_url()
         passphrase_file()
 
+    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
+        """What `up`/`run` would declare (the cloud's program under Pulumi's mock runtime) and apply;
+        from the cloud's own module `infra.<cloud>_dryrun`. No credentials, nothing created."""
+        import importlib
+
+        try:
+            module = importlib.import_module(f"gpucluster.infra.{self.cloud}_dryrun")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpucluster.infra.{self.cloud}_dryrun":
+                raise
+            raise UsageError(f"--dry-run is not available for --cloud {self.cloud} yet") from None
+        return module.dry_run(spec, **kw)
+
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:

@@ -233,3 +233,82 @@ def v100_quota(project: str, region: str, *, compute: Any = None, credentials: A
         if q.get("metric") == "NVIDIA_V100_GPUS":
             return float(q.get("limit") or 0), float(q.get("usage") or 0)
     return 0.0, 0.0
+
+
+def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
+    """The spec with the resolved GCP project in its options (`project`, `projectSource`), so the program,
+    the sweep and the ledger (the spec is stored with the run) all use the same one. `--project` given
+    for another cloud is refused; other clouds' specs pass through unchanged."""
+    from gpucluster.errors import UsageError
+
+    if spec.cloud != "gcp":
+        if flag:
+            raise UsageError(f"--project {flag} is not allowed with --cloud {spec.cloud}: it names a GCP project "
+                             "(use it with --cloud gcp)")
+        return spec
+    project, source = resolve_project(flag or spec.option("project"), None, required=required)
+    if project is None:
+        return spec
+    options = {**spec.option_dict, "project": project, "projectSource": source}
+    return spec.replace(options=tuple(sorted(options.items())))
+
+
+def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int = 2, gpus_per_node: int = 1,
+                  credentials: Any = None, compute: Any = None) -> list[dict[str, Any]]:
+    """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
+    from), the V100 quota of the region (Compute API), and the Kubernetes auth path (a bearer token
+    minted from those credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
+    from gpucluster.catalog import gcp as catalog
+
+    def check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+        return {"check": name, "ok": ok, "detail": detail, "fix": fix}
+
+    region = region or catalog.region_of(catalog.DEFAULT_ZONE)
+    checks = []
+    try:
+        creds = google_credentials(credentials)
+        who = getattr(creds, "service_account_email", None) or getattr(creds, "account", None) or type(creds).__name__
+        checks.append(check("gcp application-default credentials", True, f"usable ({who})"))
+    except GcpAuthError as exc:
+        creds = None
+        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ADC_FIX))
+    except GpuclusterError as exc:  # google-auth not installed
+        creds = None
+        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ""))
+    try:
+        project, source = resolve_project(flag, None, adc=(lambda: None) if creds is None else None)
+        checks.append(check("gcp project", True, f"{project} (from {source})"))
+    except SpecError as exc:
+        project = None
+        checks.append(check("gcp project", False, exc.message.split(": ", 1)[0],
+                            "pass --project MY-PROJECT or `gcloud config set project MY-PROJECT`"))
+    name = f"V100 quota ({region})"
+    if creds is None or project is None:
+        checks.append(check(name, None, "not checked: needs credentials and a project"))
+    else:
+        try:
+            limit, usage = v100_quota(project, region, compute=compute, credentials=creds)
+            need = nodes * gpus_per_node
+            free = limit - usage
+            others = [r for r in v100_regions() if r != region]
+            if free >= need:
+                checks.append(check(name, True, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: room for a "
+                                                f"{nodes}-node run with {gpus_per_node} GPU(s) each"))
+            else:
+                checks.append(check(name, False, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: a {nodes}-node run "
+                                                 f"needs {need}",
+                                    f"request quota (IAM & Admin > Quotas, NVIDIA_V100_GPUS, {region}) or use "
+                                    f"--region {' / '.join(others[:4])}"))
+        except Exception as exc:  # noqa: BLE001 - API disabled, permission, network: say so
+            checks.append(check(name, None, f"not checked: {_first_line(exc)}",
+                                "enable the Compute Engine API for the project"))
+    if creds is None:
+        checks.append(check("kubernetes auth (bearer token from ADC)", False, "no credentials to make a token",
+                            ADC_FIX))
+    else:
+        token = getattr(creds, "token", None)
+        ok = bool(token)
+        checks.append(check("kubernetes auth (bearer token from ADC)", ok,
+                            "a token was minted; gpucluster needs no gcloud or gke-gcloud-auth-plugin" if ok
+                            else "no token", "" if ok else ADC_FIX))
+    return checks

@@ -271,16 +271,11 @@ def _delete_one(session: Any, lo: Leftover) -> None:
 
 
 # -- GCP ------------------------------------------------------------------------------------------
-def gcp_project() -> str | None:
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
-    if project:
-        return project
-    try:
-        import google.auth
+def gcp_project(flag: str | None = None) -> str | None:
+    """The project by the one resolution order (`gcp_access.resolve_project`), or None."""
+    from .gcp_access import resolve_project
 
-        return google.auth.default()[1]
-    except Exception:  # noqa: BLE001 - no credentials: the caller says what to do
-        return None
+    return resolve_project(flag, None, required=False)[0]
 
 
 def _gke_client(client: Any = None) -> Any:
@@ -295,10 +290,14 @@ def _gke_client(client: Any = None) -> Any:
 def scan_gcp(name: str | None = None, run_id: str | None = None, *, project: str | None = None,
              client: Any = None) -> SweepReport:
     report = SweepReport()
-    project = project or gcp_project()
+    try:
+        project = gcp_project(project)
+    except GpuclusterError as exc:  # a malformed project name
+        report.skipped.append(f"GKE clusters: not checked ({exc.message})")
+        return report
     if not project:
-        report.skipped.append("GKE clusters: not checked (no Google Cloud project: run "
-                              "`gcloud auth application-default login` and set GOOGLE_CLOUD_PROJECT)")
+        report.skipped.append("GKE clusters: not checked (no Google Cloud project: pass --project, or set "
+                              "GOOGLE_CLOUD_PROJECT, or `gcloud config set project`)")
         return report
     try:
         resp = _gke_client(client).list_clusters(parent=f"projects/{project}/locations/-")
