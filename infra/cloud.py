@@ -87,6 +87,11 @@ class PulumiProvider:
         self._regions: dict[str, str] = {}
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
+        # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
+        self.await_seconds = float(self.sweep_options.pop("await_seconds", 1800))
+        self.poll_seconds = float(self.sweep_options.pop("poll_seconds", 15))
+        self._clock = self.sweep_options.pop("clock", None)
+        self._sleep = self.sweep_options.pop("sleep", None)
 
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
@@ -142,13 +147,18 @@ class PulumiProvider:
         except ProvisionError as exc:
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")
-        left = self.leftovers(name)
+        left = self._await_deleting(name, self.leftovers(name), events)
         if left:
             events.message(f"{len(left)} resource(s) tagged gpucluster-cluster={name} still exist: deleting by tag")
-            errors = self._delete_fn()(left)
+            errors = self._delete_fn()([lo for lo in left if not lo.deleting])
             for err in errors:
                 events.message(f"could not delete {err}")
-            left = self.leftovers(name)
+            left = self._await_deleting(name, self.leftovers(name), events)
+        if left and all(lo.deleting for lo in left):
+            shown = ", ".join(f"{lo.kind} {lo.id} ({lo.detail})" for lo in left[:6])
+            raise TeardownIncomplete(
+                f"cluster {name!r}: not verified: {shown} still being deleted after {self.await_seconds:.0f} s",
+                hint=f"the cloud is still deleting it; check again with `gpucluster down {name}`")
         if left:
             shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
             raise TeardownIncomplete(
@@ -156,6 +166,21 @@ class PulumiProvider:
                 + (f" ({destroy_error.message})" if destroy_error else ""),
                 hint=f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`")
         events.confirm_rest_gone()
+
+    def _await_deleting(self, name: str, left: list[Leftover], events: Any) -> list[Leftover]:
+        """While every leftover is one the cloud is already deleting, poll (bounded by `await_seconds`,
+        with a progress message each poll) until they are gone; what remains is returned."""
+        import time as _time
+
+        clock, sleep = self._clock or _time.monotonic, self._sleep or _time.sleep
+        start = clock()
+        while left and all(lo.deleting for lo in left) and clock() - start < self.await_seconds:
+            events.message(f"waiting for {len(left)} resource(s) the cloud is deleting "
+                           f"({', '.join(f'{lo.kind} {lo.detail}' for lo in left[:3])}), "
+                           f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+            sleep(self.poll_seconds)
+            left = self.leftovers(name)
+        return left
 
     def leftovers(self, name: str, run_id: str | None = None) -> list[Leftover]:
         self._remember_region(name)

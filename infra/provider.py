@@ -66,6 +66,7 @@ class Leftover:
     id: str
     region: str | None = None
     detail: str = ""
+    deleting: bool = False  # the cloud is deleting it already (GKE STOPPING): wait, do not delete again
 
 
 @dataclass(frozen=True)
