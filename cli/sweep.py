@@ -54,9 +54,11 @@ def parse_threshold(text: str) -> float:
               help="Write PNG plots and summary.md into this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and findings as JSON (progress on stderr).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, compare_cpu, threshold,
-          threads_per_proc, report_dir, as_json, yes, command):
+          threads_per_proc, report_dir, as_json, yes, project, command):
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -120,6 +122,9 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     from gpucluster.sweep import new_sweep_id, plan_sizes
 
     base = build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", None, (), (), None)
+    from gpucluster.infra.gcp_access import spec_with_project
+
+    base = spec_with_project(base, project)  # every run of the sweep records the same resolved project
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(

@@ -113,3 +113,14 @@ def test_doctor_gcp_without_adc_fails_each_check_with_a_fix(monkeypatch, tmp_pat
     assert [c["ok"] for c in checks] == [False, False, None, False]
     assert all(c["fix"] for c in checks if c["ok"] is False)
     assert "application-default login" in checks[0]["fix"]
+
+
+def test_sweep_and_cost_report_take_project_and_refuse_it_elsewhere(tmp_path):
+    out = gpucluster("sweep", "--cloud", "local", "--project", "my-proj-42", "--nodes", "1", tmp_path=tmp_path)
+    assert out.returncode == 2 and "--project my-proj-42 is not allowed with --cloud local" in out.stderr
+    out = gpucluster("cost", "report", "--project", "my-proj-42", "--json", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out = gpucluster("cost", "report", "--project", "X", tmp_path=tmp_path)
+    assert out.returncode == 2 and "'X'" in out.stderr and "Traceback" not in out.stderr
+    for cmd in (("run",), ("up",), ("down",), ("gc",), ("doctor",), ("sweep",), ("cost", "report")):
+        assert "--project" in gpucluster(*cmd, "--help", tmp_path=tmp_path).stdout, cmd
