@@ -277,6 +277,14 @@ def down(cluster, all_, cloud, yes, as_json, project):
     else:
         listed = ", ".join(sorted(open_)) or "none"
         raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
+    if project:
+        from gpucluster.infra.gcp_access import resolve_project
+
+        project = resolve_project(project, None, env={})[0]  # checks the ID's form
+        others = sorted(n for n, c in targets.items() if c != "gcp")
+        if others:
+            raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
+                             "(give it for gcp clusters only)")
     out = _console(stderr=as_json)
     if not targets:
         out.print("nothing to do: the ledger records no cluster that may still exist")
@@ -294,9 +302,6 @@ def down(cluster, all_, cloud, yes, as_json, project):
         try:
             provider = provider_for(c)
             if project:
-                if c != "gcp":
-                    raise UsageError(f"--project {project} is not allowed for the {c} cluster {name}: it names a "
-                                     "GCP project")
                 provider.sweep_options["project"] = project
             provider.down(name, events)
             left = _leftovers_after_down(provider, c, name, had_open)

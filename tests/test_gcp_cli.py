@@ -124,3 +124,11 @@ def test_sweep_and_cost_report_take_project_and_refuse_it_elsewhere(tmp_path):
     assert out.returncode == 2 and "'X'" in out.stderr and "Traceback" not in out.stderr
     for cmd in (("run",), ("up",), ("down",), ("gc",), ("doctor",), ("sweep",), ("cost", "report")):
         assert "--project" in gpucluster(*cmd, "--help", tmp_path=tmp_path).stdout, cmd
+
+
+def test_down_project_is_checked_before_anything_is_deleted(tmp_path):
+    out = gpucluster("down", "some-aws-cluster", "--cloud", "aws", "--project", "my-proj-42", "--yes",
+                     tmp_path=tmp_path)
+    assert out.returncode == 2 and "not allowed for some-aws-cluster" in out.stderr
+    out = gpucluster("down", "c1", "--cloud", "gcp", "--project", "Nope", "--yes", tmp_path=tmp_path)
+    assert out.returncode == 2 and "'Nope'" in out.stderr and "Traceback" not in out.stderr
