@@ -110,12 +110,14 @@ def _ledger():
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Cloud option, as in the stack file (repeatable), e.g. --option efa=true.")
-@click.option("--dry-run", is_flag=True, help="Show what would be created (real Pulumi program under mocks); "
-              "create nothing.")
+@click.option("--dry-run", is_flag=True, help="Show what would be declared (the real Pulumi program under "
+              "Pulumi's mocks) and the estimate; create nothing, need no credentials.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON (secrets left out).")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
 def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime, ssh_cidr, tags,
-       options, dry_run, yes, as_json):
+       options, dry_run, yes, as_json, project):
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -134,6 +136,9 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
                       ssh_cidr, tags, (), run_id, options)
     validate(spec)
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    from gpucluster.infra.gcp_access import spec_with_project
+
+    spec = spec_with_project(spec, project, required=not dry_run)
     provider = provider_for(cloud)
     from gpucluster.cli.runs import print_dry_run, resolve_spec
 
@@ -145,8 +150,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
         hourly = _hourly(spec)
         out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
                   + (f"about {_money(hourly)}/hour" if hourly is not None else "no price known here"))
-        print_dry_run(out, provider, None, spec, None)
-        return 0
+        return print_dry_run(out, provider, None, spec, None, as_json)
     ledger = _ledger()
     ledger.check()  # read-only or damaged: said before anything is asked or created
     preflight = getattr(provider, "preflight", None)
@@ -273,7 +277,9 @@ def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], l
               "wait for its own teardown first.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cluster with the verdict.")
-def down(cluster, all_, cloud, force, yes, as_json):
+@click.option("--project", default=None, help="gcp: the project to check for leftovers [default: the one the "
+              "cluster was made in, else the usual resolution order].")
+def down(cluster, all_, cloud, force, yes, as_json, project):
     """Delete a cluster, then check independently (by tag, by run id) what is left (idempotent).
 
     The verdict has three states: verified (every check ran, nothing found), leftovers (listed), or
@@ -304,6 +310,14 @@ def down(cluster, all_, cloud, force, yes, as_json):
     else:
         listed = ", ".join(sorted(open_)) or "none"
         raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
+    if project:
+        from gpucluster.infra.gcp_access import resolve_project
+
+        project = resolve_project(project, None, env={})[0]  # checks the ID's form
+        others = sorted(n for n, c in targets.items() if c != "gcp")
+        if others:
+            raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
+                             "(give it for gcp clusters only)")
     out = _console(stderr=as_json)
     if not targets:
         out.print("nothing to do: the ledger records no cluster that may still exist")
@@ -330,6 +344,8 @@ def down(cluster, all_, cloud, force, yes, as_json):
             with owner_lock(name, "down"):
                 had_open = {r["run_id"] for r in ledger.open_resources(name)}
                 provider = provider_for(c)
+                if project:
+                    provider.sweep_options["project"] = project
                 not_run = []
                 try:
                     provider.down(name, events)
@@ -729,22 +745,10 @@ def check_aws(region: str, session: Any = None) -> list[dict[str, Any]]:
     return checks
 
 
-def check_gcp() -> list[dict[str, Any]]:
-    try:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-    except ImportError:
-        return [_check("gcp credentials", False, "google-auth is not installed", "pip install 'gpucluster[gcp]'")]
-    try:
-        _, project = google.auth.default()
-    except DefaultCredentialsError as exc:
-        return [_check("gcp credentials", False, f"no application default credentials ({str(exc).splitlines()[0]})",
-                       "run `gcloud auth application-default login`")]
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or project
-    if not project:
-        return [_check("gcp credentials", False, "credentials found but no project",
-                       "export GOOGLE_CLOUD_PROJECT=my-project (or `gcloud config set project my-project`)")]
-    return [_check("gcp credentials", True, f"project {project}")]
+def check_gcp(project: str | None = None, region: str | None = None) -> list[dict[str, Any]]:
+    from gpucluster.infra.gcp_access import doctor_checks
+
+    return doctor_checks(project, region)
 
 
 def check_home() -> dict[str, Any]:
@@ -760,9 +764,11 @@ def check_home() -> dict[str, Any]:
 @click.command()
 @click.option("--cloud", "clouds", multiple=True, type=click.Choice(CLOUD_CLOUDS),
               help="Check only this cloud (repeatable) [default: both].")
-@click.option("--region", default=None, help="AWS region for the quota check [default: your default or us-east-1].")
+@click.option("--region", default=None, help="Region for the quota check [default: aws: your default or us-east-1; "
+              "gcp: us-central1].")
+@click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
 @click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
-def doctor(clouds, region, as_json):
+def doctor(clouds, region, project, as_json):
     """Check what cloud runs need: credentials, Pulumi CLI and plugins, EC2 GPU quota, ssh client.
 
     \b
@@ -772,13 +778,14 @@ def doctor(clouds, region, as_json):
     clouds = clouds or CLOUD_CLOUDS
     checks = [check_home(), check_ssh(), *check_pulumi()]
     if "aws" in clouds:
-        if region is None:
+        aws_region = region
+        if aws_region is None:
             from gpucluster.catalog.aws import DEFAULT_REGION
 
-            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-        checks += check_aws(region)
+            aws_region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        checks += check_aws(aws_region)
     if "gcp" in clouds:
-        checks += check_gcp()
+        checks += check_gcp(project, region if "aws" not in clouds or len(clouds) == 1 else None)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:

@@ -335,8 +335,9 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (amounts as exact decimal strings).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV, one row per run.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), help="Write a PNG of cost and wall time per run.")
+@click.option("--project", help="Only gcp runs made in this GCP project (as resolved and recorded at launch).")
 @_boundary
-def report_cmd(since, cloud, group_by, as_json, as_csv, plot) -> None:
+def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
     from decimal import Decimal
 
@@ -358,6 +359,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot) -> None:
     ledger = _open_ledger()
     try:
         runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+        if project is not None:
+            from gpucluster.infra.gcp_access import resolve_project
+
+            project = resolve_project(project, None, env={})[0]  # checks the ID's form
+            runs = [r for r in runs if ((r.get("spec") or {}).get("options") or {}).get("project") == project]
         rep = report(runs, group_by=group_by)
     finally:
         ledger.close()

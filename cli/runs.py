@@ -51,6 +51,8 @@ CLOUD_ONLY_FLAGS = {
     "remote_python": ("--remote-python", ("ssh", "aws")),
     "keep": ("--keep", ("aws", "gcp")),  # local/ssh processes are always stopped (lifecycle._teardown)
     "ready_timeout": ("--ready-timeout", ("aws",)),  # waiting for ssh and the DLAMI's first boot
+    "project": ("--project", ("gcp",)),  # a GCP project
+    "start_deadline": ("--start-deadline", ("gcp",)),  # GKE pods' scheduling deadline
 }
 
 _WHY_NOT = {"local": "local runs use this machine as it is", "ssh": "the ssh backend uses machines that already exist",
@@ -144,10 +146,20 @@ def resolve_spec(provider, spec: ClusterSpec, *, dry_run: bool = False) -> tuple
     return spec, [*validate(spec), *notes]
 
 
-def print_dry_run(out, provider, launcher, spec: ClusterSpec, job) -> None:
+def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool = False) -> int:
     """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
-    and the command each node would run. Creates nothing, needs no credentials."""
-    d = provider.dry_run(spec)
+    and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
+    (`infra/<cloud>_dryrun.py`) returns a dict; with a "text" entry it renders itself."""
+    dry = getattr(provider, "dry_run", None)
+    if dry is None:
+        raise UsageError(not_allowed("--dry-run cloud", spec.cloud, "aws or gcp"))
+    d = dry(spec, job=job, launcher=launcher)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+        return 0
+    if "text" in d:
+        click.echo(d["text"])
+        return 0
     out.print(f"[bold]dry run[/bold]: {d['resource_count']} resources would be declared ({d['note']})")
     for typ, n in d["resources"].items():
         out.print(f"  {n:>3} × {typ}", highlight=False)
@@ -170,6 +182,7 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job) -> None:
         for rank, cmd in enumerate(preview(job, outputs["private_ips"], int(outputs.get("gpus_per_node") or 0))):
             out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True)
     out.print("nothing was created (dry run)")
+    return 0
 
 
 def check_command(command: tuple[str, ...]) -> None:
@@ -233,8 +246,8 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Cloud option, as in the stack file (repeatable), e.g. --option efa=true --option image=base.")
-@click.option("--dry-run", is_flag=True, help="Show what would be created and run (real Pulumi program under mocks); "
-              "create nothing.")
+@click.option("--dry-run", is_flag=True, help="aws/gcp: show what would be declared and run (the real Pulumi "
+              "program under Pulumi's mocks) and the estimate; create nothing, need no credentials.")
 @click.option("--ready-timeout", default="600", show_default=True,
               help="Seconds to wait for cloud nodes to answer ssh and report ready.")
 @click.option("--hosts", default=None, help="ssh backend: user@host1,user@host2[:port], head first.")
@@ -244,6 +257,11 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.option("--remote-python", default=None, help="ssh: the Python (with torch) to run on the nodes [default: python3].")
 @click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
 @click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
+@click.option("--start-deadline", default="20", show_default=True,
+              help="gcp: minutes every pod may take to be running (GPU nodes, driver, image); past it the run "
+                   "fails with the scheduler's reason.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -251,7 +269,8 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
-        identity, known_hosts, remote_python, threads_per_proc, max_restarts, keep, yes, quiet, as_json, command):
+        identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, keep, yes, quiet,
+        as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -292,7 +311,11 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       max_lifetime, ssh_cidr, tags, host_list, run_id, options)
     validate(spec)  # bad input is refused before anything is looked up
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    from gpucluster.infra.gcp_access import spec_with_project
+
+    spec = spec_with_project(spec, project, required=not dry_run)
     ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
+    deadline_min = parse_int("start deadline (minutes)", start_deadline, low=1, high=24 * 60)
     if dry_run and cloud in ("local", "ssh"):
         raise UsageError(not_allowed("--dry-run with cloud", cloud, "aws or gcp (clouds gpucluster provisions)"))
     wl_args = workload_argv(workload, workload_args, epochs, command)
@@ -300,7 +323,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         check_command(command)
     check_ssh_files(identity, known_hosts)
     provider, launcher = get_backend(cloud, identity=identity, known_hosts=known_hosts, remote_python=remote_python,
-                                     spec_options=spec.option_dict, ready_timeout=ready_s)
+                                     spec_options=spec.option_dict, ready_timeout=ready_s,
+                                     start_deadline_s=deadline_min * 60)
     spec, warnings = resolve_spec(provider, spec, dry_run=dry_run)
     out = _console(stderr=as_json)
     for w in warnings:
@@ -326,8 +350,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
                       max_seconds=limit * 60 if limit else None)
         _plan(out, spec, job, nproc)
-        print_dry_run(out, provider, launcher, spec, job)
-        return 0
+        return print_dry_run(out, provider, launcher, spec, job, as_json)
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
@@ -351,6 +374,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       "threads per process", threads_per_proc, low=1, high=1024))
 
     estimate = _plan(out, spec, job, nproc)
+    describe = getattr(launcher, "describe", None)
+    if describe:  # e.g. the image, the data and what is shipped; its errors come before anything exists
+        for line in describe(spec, job):
+            out.print(f"  {line}")
     if cloud not in ("local", "ssh") and not yes:
         if not sys.stdin.isatty():
             raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")

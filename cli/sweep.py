@@ -57,9 +57,11 @@ def parse_threshold(text: str) -> float:
               "public IPv4/32].")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Cloud option, as in the stack file (repeatable), e.g. --option image=base.")
+@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
+              "gcloud config, then the ADC project].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, compare_cpu, threshold,
-          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, command):
+          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, project, command):
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -126,9 +128,11 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
                               (), None, options))
+    from gpucluster.infra.gcp_access import spec_with_project
     from gpucluster.spec import validate
 
     validate(base)  # unknown options and bad values are refused before anything starts
+    base = spec_with_project(base, project)  # every run of the sweep records the same resolved project
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(

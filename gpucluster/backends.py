@@ -40,5 +40,6 @@ def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
         from .k8s import KubernetesLauncher
         from gpucluster.infra.cloud import PulumiProvider
 
-        return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {})
+        kw = {"start_deadline_s": options["start_deadline_s"]} if options.get("start_deadline_s") else {}
+        return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {}, **kw)
     raise UsageError(not_allowed("cloud", cloud, CLOUDS))

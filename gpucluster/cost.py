@@ -127,6 +127,7 @@ class _Plan:
     fee: PriceRow | None = None
     zonal: bool = False
     free_tier: bool = False
+    system_unpriced: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -164,9 +165,38 @@ def _disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: 
     return row
 
 
+def _resolved(spec: ClusterSpec) -> ClusterSpec:
+    """The spec with the cloud's own defaults filled in (`gpucluster.catalog.<cloud>.resolve`, when the
+    cloud has one): what would really be created is what is priced."""
+    import importlib
+
+    try:
+        resolve = getattr(importlib.import_module(f"gpucluster.catalog.{spec.cloud}"), "resolve", None)
+    except ModuleNotFoundError:
+        return spec
+    if resolve is None:
+        return spec
+    try:
+        return resolve(spec)
+    except Exception:  # noqa: BLE001 - validation reports a bad spec; the estimate prices what it can
+        return spec
+
+
+def _system_pool(spec: ClusterSpec) -> dict[str, Any] | None:
+    """The cloud's always-on extras (GKE: the CPU system pool), from `catalog.<cloud>.system_pool`."""
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(f"gpucluster.catalog.{spec.cloud}"), "system_pool", None)
+    except ModuleNotFoundError:
+        return None
+    return fn(spec) if fn else None
+
+
 def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> _Plan:
     if spec.cloud not in PRICED_CLOUDS:
         raise UsageError(not_allowed("cloud", spec.cloud, PRICED_CLOUDS + FREE_CLOUDS))
+    spec = _resolved(spec)
     nodes = parse_int("nodes", spec.nodes, low=1, high=MAX_NODES[spec.cloud])
     region = _region_for(spec)
     regions = catalog.regions(spec.cloud)
@@ -204,10 +234,11 @@ def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) ->
         plan.gpu = catalog.get("gcp", region, "gpu", plan.gpu_name, market)
         plan.gpus_per_node = gpus
     else:
-        plan.notes.append("no GPUs requested (pass --gpus to add V100s)")
-    system = spec.option("system_machine_type")
+        plan.notes.append("no GPUs requested (pass --gpus-per-node to add V100s)")
+    system = (_system_pool(spec) or {}).get("machine_type")
     if system and catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
         plan.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
+        plan.system_unpriced = True
     plan.fee = catalog.get("gcp", region, "cluster-fee", "gke")
     plan.zonal = spec.zone is not None
     opt = spec.option("gke_free_tier", False) if free_tier is None else free_tier
@@ -232,7 +263,12 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
     catalog = catalog or load_catalog()
     plan = _plan(spec, catalog, free_tier)
     prices: dict[str, Any] = {}
-    for row in (plan.machine, plan.gpu, plan.disk, plan.fee):
+    system = _system_pool(_resolved(spec))
+    rows = [plan.machine, plan.gpu, plan.disk, plan.fee]
+    if system and not plan.system_unpriced:
+        rows.append(_n1_row(catalog, plan.region, system["machine_type"], "on-demand"))
+        rows.append(_disk_row(catalog, spec.cloud, plan.region, system["disk_type"], []))
+    for row in rows:
         if row is not None:
             # "region": where the run is; "priced_in": the catalog row's region (differs for a
             # fallback disk price or a region-independent fee)
@@ -454,7 +490,12 @@ class Estimate:
         if not self.lines:
             return f"$0 ({'; '.join(self.notes)})"
         items = ", ".join(f"{ln['category']} {money(Decimal(ln['hourly']))}/h" for ln in self.lines
-                          if Decimal(ln["hourly"]) or ln["category"] != "gpus")
+                          if (Decimal(ln["hourly"]) or ln["category"] != "gpus")
+                          and not ln["description"].startswith("system pool: "))
+        system = sum((Decimal(ln["hourly"]) for ln in self.lines if ln["description"].startswith("system pool: ")),
+                     Decimal(0))
+        if system:
+            items += f", system pool {money(system)}/h"
         per_gpu = f", {money(self.per_gpu_hour)}/GPU-hour" if self.per_gpu_hour is not None else ""
         return (f"{money(self.total)} for {self.hours.normalize():f} h at {money(self.hourly)}/h "
                 f"({items}{per_gpu}; {self.market} prices read {self.price_date})")
@@ -472,7 +513,9 @@ class Estimate:
 
 def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0) -> list[dict[str, Any]]:
     """The resource rows a run of `spec` records when it lives `seconds` (what estimates cost):
-    EC2: one `instance` per node with its root gp3 volume; GKE: the cluster and one node pool."""
+    EC2: one `instance` per node with its root gp3 volume; GKE: the cluster, the GPU pool and the
+    system pool (the real defaults: `catalog.gcp.resolve`)."""
+    spec = _resolved(spec)
     end = float(Decimal(str(start)) + seconds)
     region = _region_for(spec)
     common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
@@ -485,8 +528,18 @@ def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0) -
     pool = {"machine_type": spec.instance_type or DEFAULT_INSTANCE["gcp"], "node_count": int(spec.nodes),
             "gpus_per_node": int(spec.gpus_per_node or 0), "accelerator": spec.accelerator or "nvidia-tesla-v100",
             "spot": spec.spot, **disk}
-    return [{**common, "kind": "gke-cluster", "name": spec.name, "detail": {"zonal": spec.zone is not None}},
+    rows = [{**common, "kind": "gke-cluster", "name": spec.name, "detail": {"zonal": spec.zone is not None}},
             {**common, "kind": "node-pool", "name": f"{spec.name}-gpu", "detail": pool}]
+    system = _system_pool(spec)
+    if system:
+        try:
+            priced = n1_shape(system["machine_type"]) is not None or load_catalog().find(
+                "gcp", region, "instance", system["machine_type"], "on-demand") is not None
+        except Exception:  # noqa: BLE001
+            priced = False
+        if priced:
+            rows.append({**common, "kind": "node-pool", "name": f"{spec.name}-system", "detail": system})
+    return rows
 
 
 def parse_hours(value: Any) -> Decimal:
@@ -519,6 +572,9 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for line in cost["lines"]:
         key = (line["category"], line["description"])
+        if line.get("resource", "").endswith("-system"):
+            key = (line["category"], "system pool: " + line["description"])
+            line = {**line, "description": key[1]}
         if key in merged:
             m = merged[key]
             m["quantity"] = str(Decimal(m["quantity"]) + Decimal(line["quantity"]))
@@ -548,10 +604,18 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     order = {c: i for i, c in enumerate(CATEGORIES)}
     lines.sort(key=lambda ln: order.get(ln["category"], 99))
     hourly = sum((Decimal(ln["hourly"]) for ln in lines), Decimal(0))
+    # What bills with no GPU node left (GKE: after the dead-man switch): the fee and the system pool.
+    always_on = sum((Decimal(ln["hourly"]) for ln in lines
+                     if ln["category"] == "cluster fee" or ln["description"].startswith("system pool: ")), Decimal(0))
     total = Decimal(cost["total"])
     gpus = plan.nodes * plan.gpus_per_node
-    gpu_hourly = sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")), Decimal(0))
+    gpu_hourly = sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")
+                      and not ln["description"].startswith("system pool: ")), Decimal(0))
     notes = list(plan.notes)
+    if spec.cloud == "gcp" and always_on:
+        notes.append(f"after the max lifetime the Job stops and the GPU pool scales to zero; the cluster fee and the "
+                     f"system pool keep billing {money(always_on)}/h ({always_on.quantize(Decimal('0.0001'))}) "
+                     "until `gpucluster down`")
     if hours * 3600 < MINIMUM_SECONDS:
         notes.append("instances are billed at least 60 seconds each")
     if spec.spot:

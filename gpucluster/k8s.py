@@ -33,6 +33,7 @@ an in-memory fake through `KubeApi`.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -61,6 +62,16 @@ JOB_LABEL = "gpucluster-job"
 DEADLINE_MARGIN_S = 600
 MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
 TTL_AFTER_FINISHED_S = 3600
+# How long every pod of the job may take to be running (GPU node creation by the autoscaler, driver
+# installation, image pull); past it the run fails with the scheduler's reason. `--start-deadline`.
+DEFAULT_START_DEADLINE_S = 20 * 60
+# c10d timeouts, set explicitly above the start deadline (torchrun's defaults: join_timeout 600 s,
+# read_timeout 60 s; a non-head agent gave up after 77-121 s in our measurements).
+RDZV_MARGIN_S = 300
+DEFAULT_MAX_LIFETIME_S = 240 * 60
+DATA_DIR = f"{MOUNT}/data"
+# What is not shipped from a user's script folder (not code, or rebuilt on the node).
+SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
 FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff")
@@ -78,6 +89,38 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json"))
 os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
 sys.stdout.flush()
 os.execvp(argv[0], argv)
+'''
+
+# Init container (job mode), standard library only: torchrun starts only when every pod of the job
+# has a DNS record (it is scheduled and has an IP: the headless Service publishes not-ready
+# addresses) and, on the other ranks, when the head's rendezvous port answers. The same idea as
+# the init container Kubeflow's PyTorchJob puts on its workers (it waits for the master's name).
+WAITER = '''\
+"""gpucluster: wait until every pod resolves (and, off the head, the rendezvous port answers)."""
+import os, socket, sys, time
+
+hosts, port, limit = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
+rank = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("GPUCLUSTER_NODE_RANK") or 0)
+end = time.monotonic() + limit
+
+
+def wait(what, probe):
+    last = None
+    while time.monotonic() < end:
+        try:
+            probe()
+            print(f"[gpucluster] {what}: ok", flush=True)
+            return
+        except OSError as exc:
+            last = exc
+            time.sleep(2)
+    sys.exit(f"[gpucluster] {what}: not ready after {limit:.0f} s ({last})")
+
+
+for host in hosts:
+    wait(f"dns {host}", lambda h=host: socket.getaddrinfo(h, port, proto=socket.IPPROTO_TCP))
+if rank != 0:
+    wait(f"rendezvous {hosts[0]}:{port}", lambda: socket.create_connection((hosts[0], port), timeout=5).close())
 '''
 
 
@@ -104,11 +147,13 @@ class Plan:
     hosts: tuple[str, ...]  # stable DNS names, node rank order; hosts[0] is the rendezvous host
     argv_by_rank: tuple[tuple[str, ...], ...]
     env: tuple[tuple[str, str], ...]
-    files: tuple[tuple[str, str, str], ...]  # (ConfigMap key, path under MOUNT, content)
+    files: tuple[tuple[str, str, str | bytes], ...]  # (ConfigMap key, path under MOUNT, text or bytes)
     labels: tuple[tuple[str, str], ...]
     node_selector: tuple[tuple[str, str], ...] = ()
     rdzv_port: int = 29400
     active_deadline_s: int | None = None
+    start_deadline_s: int = DEFAULT_START_DEADLINE_S
+    notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -126,8 +171,25 @@ def _workload_files() -> list[tuple[str, str, str]]:
     return [(f"w.{p.name}", f"workloads/{p.name}", p.read_text()) for p in sorted(folder.glob("*.py"))]
 
 
-def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """Ship the command's script when it is a local .py file below `workdir`; rewrite its path."""
+def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
+    return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") or part in SKIP_DIRS for part in rel.parts):
+            continue
+        if path.is_file() and not path.is_symlink():
+            out.append(path)
+    return out
+
+
+def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str | bytes]]]:
+    """Ship the command's script folder when the script is a local .py file below `workdir`: every
+    file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
+    ConfigMap under /gpucluster/user/ and the script's path is rewritten; the command runs from there."""
     if not program or program[0] in ("-m", "--no-python"):
         return program, []
     script = Path(program[0])
@@ -136,11 +198,64 @@ def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], lis
     local = workdir / script
     if not local.is_file():
         return program, []
-    key = "u." + "__".join(script.parts)
-    if not re.fullmatch(r"[-._a-zA-Z0-9]+", key):  # ConfigMap key rules
-        return program, []
-    path = "user/" + script.as_posix()
-    return [f"{MOUNT}/{path}", *program[1:]], [(key, path, local.read_text())]
+    folder = local.parent
+    files: list[tuple[str, str, str | bytes]] = []
+    for i, path in enumerate(_folder_files(folder)):
+        rel = path.relative_to(workdir).as_posix()
+        data = path.read_bytes()
+        try:
+            content: str | bytes = data.decode()
+        except UnicodeDecodeError:
+            content = data
+        # ConfigMap keys: [-._a-zA-Z0-9]+, at most 253 characters; the path is in the volume item
+        key = f"u{i:04d}." + re.sub(r"[^-._a-zA-Z0-9]", "_", path.name)[:200]
+        files.append((key, f"user/{rel}", content))
+    size = _size(files)
+    if size > CONFIGMAP_LIMIT:
+        raise LaunchError(
+            f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+            "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
+            "on the nodes), or build an image with it and set the option image")
+    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files
+
+
+def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
+    """(extra workload arguments, files, notes) so a built-in workload runs on an image that has only
+    torch: digits gets scikit-learn's digits.csv.gz (read here from the installed scikit-learn
+    wheel, without importing it) shipped in the ConfigMap; mnist downloads its IDX files on each node."""
+    args = list(job.workload_args)
+    if job.command or not job.workload:
+        return [], [], []
+    if job.workload == "digits" and "--data-file" not in args:
+        import importlib.util
+
+        found = importlib.util.find_spec("sklearn")
+        path = (Path(list(found.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+                if found and found.submodule_search_locations else None)
+        if path is None or not path.is_file():
+            raise UsageError("the digits workload ships its data from scikit-learn on this machine, which is not "
+                             "installed: pip install scikit-learn, or pass --workload-args "
+                             "'--data-file PATH-IN-THE-IMAGE'")
+        return (["--data-file", f"{DATA_DIR}/digits.csv.gz"],
+                [("d.digits.csv.gz", "data/digits.csv.gz", path.read_bytes())],
+                [f"data: digits.csv.gz ({path.stat().st_size} bytes, from scikit-learn here) shipped in the ConfigMap"])
+    if job.workload == "mnist" and "--data-dir" not in args:
+        return (["--data-dir", "/tmp/mnist", "--download"], [],
+                ["data: each node downloads MNIST (about 11 MB) into /tmp/mnist: the nodes need internet access"])
+    return [], [], []
+
+
+def _rdzv_timeouts(argv: list[str], start_deadline_s: int) -> list[str]:
+    """torchrun's --rdzv-conf with join_timeout and read_timeout set above the start deadline."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--rdzv-conf="):
+            conf = dict(kv.split("=", 1) for kv in arg.split("=", 1)[1].split(",") if "=" in kv)
+            conf["join_timeout"] = str(start_deadline_s + 2 * RDZV_MARGIN_S)
+            conf["read_timeout"] = str(start_deadline_s + RDZV_MARGIN_S)
+            arg = "--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items())
+        out.append(arg)
+    return out
 
 
 def plan_job(
@@ -152,12 +267,16 @@ def plan_job(
     mode: str = "job",
     python: str = "python",
     workdir: str | Path | None = None,
+    start_deadline_s: int = DEFAULT_START_DEADLINE_S,
+    max_lifetime_s: int | None = None,
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
 
     A user command whose script is a local file under `workdir` (default: the current directory),
-    such as `python train.py`, gets that file shipped in the ConfigMap and run from
-    `/gpucluster/user/`; anything else in the command must be in the image.
+    such as `python train.py`, gets its whole folder shipped in the ConfigMap and run from
+    `/gpucluster/user/`; anything else in the command must be in the image. Built-in workloads get
+    their data (see `_builtin_data`). The Job's `activeDeadlineSeconds` is the cluster's max lifetime
+    (or the job's time limit + 10 min when that is shorter): the dead-man switch.
     """
     if mode not in MODES:
         raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
@@ -171,20 +290,27 @@ def plan_job(
         hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
     else:
         hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
+    data_args, data_files, notes = _builtin_data(job)
     program, user_files = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
+    program = program + data_args
     argv = tuple(
-        tuple(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
-                            local_addr=hosts[r], program=program))
+        tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
+                                           local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
-    files = [("entry.py", "entry.py", ENTRYPOINT), ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    files += _workload_files() + user_files
-    size = sum(len(content.encode()) for _, _, content in files)
+    files: list[tuple[str, str, str | bytes]] = [
+        ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
+        ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
+    files += _workload_files() + data_files + user_files
+    size = _size(files)
     if size > CONFIGMAP_LIMIT:
-        raise LaunchError(f"the workload files take {size} bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap "
-                          "limit; build an image with them and set the option image")
+        raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+                          "ConfigMap holds (1 MiB); build an image with them and set the option image")
+    if user_files:
+        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes) "
+                     f"as {MOUNT}/user")
     selector = {}
     if outputs.get("accelerator_type"):
         selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
@@ -192,12 +318,19 @@ def plan_job(
         selector["cloud.google.com/gke-nodepool"] = str(outputs["node_pool_name"])
     labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
               JOB_LABEL: name}
-    deadline = int(job.max_seconds) + DEADLINE_MARGIN_S if job.max_seconds else None
+    lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
+    deadline = min(lifetime, int(job.max_seconds) + DEADLINE_MARGIN_S) if job.max_seconds else lifetime
+    image = image or DEFAULT_IMAGE
+    notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
+                                         if image == DEFAULT_IMAGE else ""))
+    notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
+                 f"{deadline} s (activeDeadlineSeconds), even without this machine")
     return Plan(
         name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
-        image=image or DEFAULT_IMAGE, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
+        image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
+        start_deadline_s=int(start_deadline_s), notes=tuple(notes),
     )
 
 
@@ -211,7 +344,9 @@ def config_map_manifest(plan: Plan):
     return k.V1ConfigMap(
         api_version="v1", kind="ConfigMap",
         metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
-        data={key: content for key, _, content in plan.files},
+        data={key: content for key, _, content in plan.files if isinstance(content, str)},
+        binary_data={key: base64.b64encode(content).decode() for key, _, content in plan.files
+                     if isinstance(content, bytes)} or None,
     )
 
 
@@ -253,8 +388,18 @@ def pod_template(plan: Plan):
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
         ],
     )
+    init = None
+    if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
+        init = [k.V1Container(
+            name="wait-for-peers", image=plan.image,
+            command=["python", f"{MOUNT}/wait.py", ",".join(plan.hosts), str(plan.rdzv_port),
+                     str(plan.start_deadline_s)],
+            env=[e for e in env if e.name == "GPUCLUSTER_NODE_RANK"],
+            volume_mounts=[k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True)],
+        )]
     spec = k.V1PodSpec(
         restart_policy="Never",
+        init_containers=init,
         containers=[container],
         tolerations=[k.V1Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")],
         node_selector=dict(plan.node_selector) or None,
@@ -352,6 +497,52 @@ class KubeApi:
         return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
                    k8s.client.CustomObjectsApi(api_client))
 
+    @classmethod
+    def from_gke(cls, kubeconfig: str, *, credentials: Any = None) -> "KubeApi":
+        """From the GKE stack's kubeconfig (server and CA only) with a bearer token from Google
+        application-default credentials (google-auth), refreshed before it expires. No gcloud and no
+        `gke-gcloud-auth-plugin` are needed; the kubeconfig's exec entry is for kubectl users."""
+        k8s = require("kubernetes", "gcp")
+        import yaml
+
+        from gpucluster.infra.gcp_access import bearer_token_hook, google_credentials
+
+        try:
+            config = yaml.safe_load(kubeconfig)
+            cluster = config["clusters"][0]["cluster"]
+            server, ca = cluster["server"], cluster.get("certificate-authority-data")
+        except Exception as exc:  # noqa: BLE001 - YAMLError, KeyError, TypeError, ...
+            raise LaunchError(f"cannot read the cluster's kubeconfig: {exc!r}") from None
+        credentials = google_credentials(credentials)  # fails here, as one line, when ADC is missing
+        configuration = k8s.client.Configuration()
+        configuration.host = server
+        if ca:
+            configuration.ssl_ca_cert = _ca_file(ca)
+        configuration.api_key = {"authorization": credentials.token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.refresh_api_key_hook = bearer_token_hook(credentials)
+        api_client = k8s.client.ApiClient(configuration)
+        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
+                   k8s.client.CustomObjectsApi(api_client))
+
+
+_CA_FILES: list[str] = []
+
+
+def _ca_file(ca_base64: str) -> str:
+    """The cluster CA (base64 PEM, as in a kubeconfig) in a private temporary file, removed at exit."""
+    import atexit
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="gpucluster-ca-", suffix=".crt")
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64decode(ca_base64))
+    if not _CA_FILES:
+        atexit.register(lambda: [os.path.exists(p) and os.unlink(p) for p in _CA_FILES])
+    _CA_FILES.append(path)
+    return path
+
 
 def _status(exc: BaseException) -> int | None:
     return getattr(exc, "status", None)
@@ -399,6 +590,7 @@ class _Pods:
         self.list_errors = 0
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
         self._last = float("-inf")
+        self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
 
     def refresh(self) -> None:
         now = time.monotonic()
@@ -424,6 +616,7 @@ class _Pods:
         for rank, pod in current.items():
             self.pod_names[rank] = pod.metadata.name
             self._observe(rank, pod)
+        self._check_start_deadline(current, now)
         for rank in set(self.pod_names) - set(current):
             if rank not in self.exit_codes:
                 self.exit_codes[rank] = -1
@@ -459,6 +652,37 @@ class _Pods:
         elif waiting is not None and waiting.reason in FATAL_WAITING:
             self.exit_codes[rank] = -1
             self.reasons[rank] = f"pod {pod.metadata.name} cannot start: {waiting.reason}: {waiting.message or ''}".rstrip(": ")
+
+    def _check_start_deadline(self, current: dict[int, Any], now: float) -> None:
+        """Past the start deadline, every rank whose container is not running fails with the
+        scheduler's reason, read from its pod's events (FailedScheduling, NotTriggerScaleUp, ...)."""
+        if self.started_at is None or now - self.started_at < self.plan.start_deadline_s:
+            return
+        for rank in range(self.plan.nodes):
+            if rank in self.attached or rank in self.exit_codes:
+                continue
+            pod = current.get(rank)
+            name = pod.metadata.name if pod is not None else None
+            why = self._events_reason(name) if name else "the Job made no pod for it"
+            why = why or self.pending.get(rank) or "no reason reported"
+            self.exit_codes[rank] = -1
+            self.reasons[rank] = (f"pod {name or f'rank {rank}'} not running after the {self.plan.start_deadline_s} s "
+                                  f"start deadline: {why}")
+
+    def _events_reason(self, pod_name: str) -> str | None:
+        try:
+            events = self.api.core.list_namespaced_event(
+                self.plan.namespace, field_selector=f"involvedObject.name={pod_name}").items
+        except Exception as exc:
+            if not _is_api_error(exc):
+                raise
+            return None
+        warnings = [e for e in events if getattr(e, "type", None) == "Warning"] or list(events)
+        if not warnings:
+            return None
+        last = max(warnings, key=lambda e: str(getattr(e, "last_timestamp", None) or getattr(e, "event_time", None)
+                                                or ""))
+        return f"{last.reason}: {last.message}"
 
     def _log_stream(self, pod_name: str) -> Iterable[bytes]:
         try:
@@ -529,9 +753,16 @@ class KubernetesLauncher:
         image: str | None = None,
         mode: str = "job",
         poll_interval: float = 2.0,
+        start_deadline_s: int = DEFAULT_START_DEADLINE_S,
+        credentials: Any = None,
     ):
         if mode not in MODES:
             raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
+        if isinstance(start_deadline_s, bool) or not isinstance(start_deadline_s, (int, float)) or not (
+                30 <= start_deadline_s <= 24 * 3600):
+            raise UsageError(not_allowed("start deadline (seconds)", start_deadline_s, "30 to 86400"))
+        self.start_deadline_s = int(start_deadline_s)
+        self.credentials = credentials
         self.api = api
         self.namespace = namespace
         self.image = image
@@ -546,14 +777,28 @@ class KubernetesLauncher:
         return cls(mode=mode, image=options.get("image") or None,
                    namespace=options.get("namespace") or DEFAULT_NAMESPACE, **kw)
 
+    def describe(self, spec: Any, job: JobSpec) -> list[str]:
+        """The plan's Kubernetes lines (image, data, what is shipped, deadlines), computed from the
+        spec before anything exists; raises the same errors `launch` would (a missing data file, a
+        script folder over the ConfigMap limit) so they come before anything is created."""
+        from types import SimpleNamespace
+
+        cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
+                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+        plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
+                        start_deadline_s=self.start_deadline_s)
+        return list(plan.notes)
+
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
-        plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode)
-        api = self.api or KubeApi.from_kubeconfig(getattr(cluster, "kubeconfig", None))
+        plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
+                        start_deadline_s=self.start_deadline_s)
+        api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         pods = _Pods(api, plan, supervisor, self.poll_interval)
         created = _Created(api, plan)
         try:
             self._create(api, plan, created)
+            pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
             result = supervisor.run(handles, stop=created.delete_all)
         finally:
@@ -564,6 +809,17 @@ class KubernetesLauncher:
         if result.timed_out and pods.pending:
             result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
         return result
+
+    def _api_for(self, cluster: Any) -> KubeApi:
+        kubeconfig = getattr(cluster, "kubeconfig", None)
+        if getattr(cluster, "cloud", None) == "gcp" and kubeconfig:
+            from gpucluster.infra.gcp_access import GcpAuthError
+
+            try:
+                return KubeApi.from_gke(kubeconfig, credentials=self.credentials)
+            except GcpAuthError as exc:
+                raise LaunchError(f"cannot authenticate to the GKE cluster: {exc.message}", hint=exc.hint) from None
+        return KubeApi.from_kubeconfig(kubeconfig)
 
     def _create(self, api: KubeApi, plan: Plan, created: _Created) -> None:
         ns = plan.namespace
@@ -586,6 +842,17 @@ class KubernetesLauncher:
                 if _status(exc) is None:
                     raise LaunchError(f"cannot reach the Kubernetes API to create {kind} {ns}/{plan.name}: "
                                       f"{exc}") from None
+                if _status(exc) == 401:
+                    raise LaunchError(
+                        f"the Kubernetes API refused gpucluster's credentials creating {kind} {ns}/{plan.name} "
+                        "(401 Unauthorized)",
+                        hint="run `gcloud auth application-default login` (the token comes from "
+                             "application-default credentials)") from None
+                if _status(exc) == 403:
+                    raise LaunchError(
+                        f"the Kubernetes API forbade creating {kind} {ns}/{plan.name} (403 Forbidden)",
+                        hint="the application-default account needs roles/container.developer on the project"
+                    ) from None
                 hint = (" (is the Kubeflow training operator installed?)"
                         if kind == "pytorchjob" and _status(exc) == 404 else "")
                 raise LaunchError(f"kubernetes refused to create {kind} {ns}/{plan.name}: "

@@ -598,6 +598,14 @@ class PulumiDriver:
         cap = capacity_error(spec, text, self.zone_lister, cleanup=cleanup)
         if cap is not None:
             return cap
+        if getattr(spec, "cloud", None) == "gcp":
+            from .gcp_access import classify_quota
+
+            quota = classify_quota(text, spec)
+            if quota is not None:
+                quota.message = f"creating cluster {spec.name!r} failed: {quota.message}; {cleanup}"
+                quota.args = (quota.message,)
+                return quota
         return ProvisionError(f"creating cluster {spec.name!r} failed: {_last_error_line(text)}; {cleanup}")
 
     def destroy(self, name: str, events: ProvisionEvents | None = None) -> bool:

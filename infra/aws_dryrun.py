@@ -26,7 +26,8 @@ SG_RULE_TYPES = {
 }
 
 
-def dry_run(spec: Any) -> dict[str, Any]:
+def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, Any]:
+    """(job and launcher: the CLI prints per-node commands itself from `launcher.preview_commands`.)"""
     import contextlib
     import io
 

@@ -97,6 +97,11 @@ class PulumiProvider:
 
             capacity_attempts = cloud_hook(cloud, "CAPACITY_ATTEMPTS") or 1
         self.capacity_attempts = max(1, int(capacity_attempts))
+        # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
+        self.await_seconds = float(self.sweep_options.pop("await_seconds", 1800))
+        self.poll_seconds = float(self.sweep_options.pop("poll_seconds", 15))
+        self._clock = self.sweep_options.pop("clock", None)
+        self._sleep = self.sweep_options.pop("sleep", None)
 
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
@@ -117,9 +122,10 @@ class PulumiProvider:
         resolve = getattr(module, "resolve_spec", None)
         return resolve(spec, **kw) if resolve else (spec, [])
 
-    def dry_run(self, spec: Any) -> dict[str, Any]:
-        """What the cloud's real Pulumi program would declare, run under Pulumi's mock runtime
-        (`infra/<cloud>_dryrun.py`): creates nothing, needs no credentials."""
+    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
+        """What `up`/`run` would declare (the cloud's real Pulumi program under Pulumi's mock
+        runtime) and apply, from the cloud's own module `infra.<cloud>_dryrun`; `kw`: job and
+        launcher, for what each node would run. No credentials, nothing created."""
         import importlib
 
         try:
@@ -127,8 +133,8 @@ class PulumiProvider:
         except ModuleNotFoundError as exc:
             if exc.name != f"gpucluster.infra.{self.cloud}_dryrun":
                 raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
-            raise UsageError(f"--dry-run is not available for {self.cloud} yet") from None
-        return module.dry_run(spec)
+            raise UsageError(f"--dry-run is not available for --cloud {self.cloud} yet") from None
+        return module.dry_run(spec, **kw)
 
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
@@ -181,18 +187,23 @@ class PulumiProvider:
         except ProvisionError as exc:
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")
-        check = self.leftovers(name)
+        check = self._await_deleting(name, self.leftovers(name), events)
         if check.leftovers:
             events.message(f"{len(check.leftovers)} resource(s) tagged gpucluster-cluster={name} still exist: "
                            "deleting by tag")
-            errors = self._delete_fn()(list(check.leftovers))
+            errors = self._delete_fn()([lo for lo in check.leftovers if not lo.deleting])
             for err in errors:
                 events.message(f"could not delete {err}")
-            check = self.leftovers(name)
+            check = self._await_deleting(name, self.leftovers(name), events)
         hint = f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`"
-        if check.leftovers:
-            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in check.leftovers[:6]) + (
-                " ..." if len(check.leftovers) > 6 else "")
+        left = check.leftovers
+        if left and all(lo.deleting for lo in left):
+            shown = ", ".join(f"{lo.kind} {lo.id} ({lo.detail})" for lo in left[:6])
+            raise TeardownIncomplete(
+                f"cluster {name!r}: {shown} still being deleted after {self.await_seconds:.0f} s",
+                hint=f"the cloud is still deleting it; check again with `gpucluster down {name}`")
+        if left:
+            shown = ", ".join(f"{lo.kind} {lo.id}" for lo in left[:6]) + (" ..." if len(left) > 6 else "")
             raise TeardownIncomplete(
                 f"cluster {name!r} is not fully gone: {shown} still exist"
                 + (f" ({destroy_error.message})" if destroy_error else ""), hint=hint)
@@ -205,6 +216,22 @@ class PulumiProvider:
         # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
         # else is left (or could not be checked) is the caller's independent check.
         events.confirm_rest_gone()
+
+    def _await_deleting(self, name: str, check: Check, events: Any) -> Check:
+        """While every leftover is one the cloud is already deleting, poll (bounded by `await_seconds`,
+        with a progress message each poll) until they are gone; the last check is returned."""
+        import time as _time
+
+        clock, sleep = self._clock or _time.monotonic, self._sleep or _time.sleep
+        start = clock()
+        while check.leftovers and all(lo.deleting for lo in check.leftovers) and clock() - start < self.await_seconds:
+            left = check.leftovers
+            events.message(f"waiting for {len(left)} resource(s) the cloud is deleting "
+                           f"({', '.join(f'{lo.kind} {lo.detail}' for lo in left[:3])}), "
+                           f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+            sleep(self.poll_seconds)
+            check = self.leftovers(name)
+        return check
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         self._remember_region(name)

@@ -8,11 +8,13 @@ What it declares (every child has `parent=self`):
   then fails), workload identity (`<project>.svc.id.goog`), shielded nodes, the release channel from
   the option `releaseChannel` (REGULAR by default), the managed labels as `resource_labels`.
 - a small CPU system pool (kube-dns, metrics and other system pods land there, not on the GPUs):
-  one node of the option `systemMachineType` (e2-standard-2 by default).
+  one node of the option `systemMachineType` (n1-standard-2 by default: N1 is priced from the
+  shipped N1 unit prices, so the estimate includes it; it keeps billing after the dead-man switch).
 - the GPU pool: the N1 machine type (`spec.instance_type`), `guest_accelerators` V100 x
   `gpus_per_node` with GKE installing the driver (option `gpuDriverVersion`, LATEST by default;
-  changing it recreates the pool), `node_count = nodes` or, with option `autoscale=true`,
-  autoscaling from `minNodes` (default 0) to `nodes`; spot when `spec.spot`; boot disk type/size;
+  changing it recreates the pool), autoscaling from `minNodes` (default 0) to `nodes` starting
+  at `nodes` (the dead-man switch: GPU nodes without pods go away; option `autoscale=false`
+  gives a fixed `node_count = nodes`); spot when `spec.spot`; boot disk type/size;
   the managed labels as GCE and Kubernetes labels; the taint nvidia.com/gpu=present:NoSchedule.
 
 Outputs (also returned by `declare`): cluster name, location, endpoint, a kubeconfig (secret) that
@@ -45,14 +47,16 @@ OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 def project_of(spec: ClusterSpec) -> str:
-    """The GCP project: option `project`, else `gcp:project` (or the GOOGLE_PROJECT variables)."""
-    project = spec.option("project") or gcp.config.project
-    if not project:
-        raise SpecError(
-            "no GCP project: set it in the stack (pulumi config set gcp:project MY-PROJECT) "
-            "or in the environment variable GOOGLE_PROJECT"
-        )
-    return str(project)
+    """The GCP project, by the one resolution order (`infra.gcp_access.resolve_project`): the option
+    `project` (--project), the stack config `gcp:project`, GOOGLE_PROJECT / GOOGLE_CLOUD_PROJECT /
+    GCLOUD_PROJECT / CLOUDSDK_CORE_PROJECT, the gcloud config file, the ADC project."""
+    from .gcp_access import resolve_project
+
+    try:
+        stack_project = pulumi.Config("gcp").get("project")
+    except Exception:  # noqa: BLE001 - outside a Pulumi program there is no stack config
+        stack_project = None
+    return str(resolve_project(spec.option("project"), stack_project)[0])
 
 
 def kubeconfig_for(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -119,7 +123,9 @@ class GpuCluster(pulumi.ComponentResource):
         driver_version = catalog.option_choice(
             spec, "gpuDriverVersion", catalog.GPU_DRIVER_VERSIONS, catalog.DEFAULT_GPU_DRIVER_VERSION
         )
-        autoscale = catalog.option_bool(spec, "autoscale")
+        # On by default: the dead-man switch. Once the Job's activeDeadlineSeconds (the max lifetime)
+        # has killed its pods, the cluster autoscaler removes the idle GPU nodes with no client.
+        autoscale = catalog.option_bool(spec, "autoscale", True)
         min_nodes = catalog.min_nodes(spec) if autoscale else None
         system_machine_type = spec.option("systemMachineType") or catalog.DEFAULT_SYSTEM_MACHINE_TYPE
 
@@ -160,8 +166,8 @@ class GpuCluster(pulumi.ComponentResource):
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=system_machine_type,
-                disk_size_gb=50,
-                disk_type="pd-balanced",
+                disk_size_gb=catalog.SYSTEM_DISK_GB,
+                disk_type=catalog.SYSTEM_DISK_TYPE,
                 oauth_scopes=OAUTH_SCOPES,
                 resource_labels=labels,
                 labels={**labels, "gpucluster-pool": "system"},
@@ -258,6 +264,8 @@ class GpuCluster(pulumi.ComponentResource):
             "nodes": spec.nodes,
             "spot": spec.spot,
             "labels": labels,
+            "max_lifetime_minutes": spec.max_lifetime_minutes,
+            "autoscale": autoscale,
         }
         self.register_outputs(self.outputs)
 

@@ -68,6 +68,7 @@ class Leftover:
     id: str
     region: str | None = None
     detail: str = ""
+    deleting: bool = False  # the cloud is deleting it already (GKE STOPPING): wait, do not delete again
 
 
 VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"

@@ -9,10 +9,35 @@ split across chunks on purpose); a pod that "runs forever" keeps its log stream 
 deleted. Deleting the Job deletes its pods. Failure switches: a pod exit code, a container stuck
 in a waiting reason (ImagePullBackOff), an API refusal per create call, a KeyboardInterrupt on the
 n-th pod listing, 503 answers to chosen pod listings.
+
+It behaves like a real API server at its worst, each behaviour with its public source:
+
+- Pods start with skew, the head (index 0) LAST: `skew` extra Pending ticks per index below the
+  highest. GPU nodes for different pods are created, get their driver installed and pull the image
+  separately (GKE docs, "Run GPUs in GKE Standard node pools": driver installation runs on each new
+  node; Kubernetes docs, "Pod Lifecycle": a pod is Pending until its containers are created), and
+  nothing orders them by index.
+- Pending pods carry Events (Kubernetes docs, "Events" / `kubectl describe pod`: a pod the scheduler
+  cannot place gets a Warning `FailedScheduling` event with "0/N nodes are available: ...
+  Insufficient nvidia.com/gpu"; the cluster autoscaler adds `TriggeredScaleUp` / `NotTriggerScaleUp`),
+  read with `list_namespaced_event(field_selector="involvedObject.name=POD")`.
+- Unauthenticated calls are refused with 401 (Kubernetes docs, "Authenticating": "requests that are
+  rejected by all authenticators are ... HTTP status code 401"): with `auth` set, every call checks
+  the bearer token the client would send.
+- Field validation as the API server does it, for the objects we send (Kubernetes docs, "Object Names
+  and IDs": ConfigMap/Job names are DNS-1123 subdomains, Service names DNS-1035 labels; "Labels and
+  Selectors": equality-based selector syntax; ConfigMap docs: at most 1 MiB of data, keys
+  [-._a-zA-Z0-9]+; Job docs: Indexed Jobs need `completions`, the pod template's restartPolicy must be
+  Never or OnFailure; containers need a name and an image) -> 422 Unprocessable Entity.
+- Deletion takes time (Kubernetes docs, "Garbage Collection": with Foreground propagation the owner
+  stays, with a deletionTimestamp, until its dependents are gone; pods get a termination grace period):
+  a deleted object and the Job's pods stay listed as terminating for `delete_ticks` more listings.
+  `settle()` lets that time pass.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
@@ -39,20 +64,40 @@ class PodScript:
     unschedulable: bool = False  # reports PodScheduled=False (no node with a free GPU)
 
 
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_SELECTOR = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*=[A-Za-z0-9]?[-A-Za-z0-9_.]*$")
+_CM_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_FIELD_SELECTOR = re.compile(r"^involvedObject\.name=[a-z0-9][-a-z0-9.]*$")
+
+
 class _Pod:
-    def __init__(self, name: str, index: int, labels: dict, script: PodScript):
+    def __init__(self, name: str, index: int, labels: dict, script: PodScript, delay: int = 0):
         self.name, self.index, self.labels, self.script = name, index, labels, script
+        self.delay = delay  # start-up skew: extra Pending ticks
         self.age = 0
         self.phase = "Pending"
         self.deleted = threading.Event()
         self.ended = threading.Event()
+        self.terminating: int | None = None  # listings left before a deleted pod is really gone
+        self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
+                                    message="fake", last_timestamp="2026-11-22T00:00:00Z")]
+        if script.unschedulable:
+            self.events.append(NS(type="Warning", reason="FailedScheduling",
+                                  message="0/3 nodes are available: 1 node(s) had untolerated taint, "
+                                          "2 Insufficient nvidia.com/gpu.",
+                                  last_timestamp="2026-11-22T00:00:05Z"))
+            self.events.append(NS(type="Normal", reason="NotTriggerScaleUp",
+                                  message="pod didn't trigger scale-up: 1 max node group size reached",
+                                  last_timestamp="2026-11-22T00:00:09Z"))
 
     def tick(self) -> None:
         self.age += 1
         s = self.script
-        if self.phase == "Pending" and s.waiting_reason is None and self.age >= s.start_after:
+        start = s.start_after + self.delay
+        if self.phase == "Pending" and s.waiting_reason is None and not s.unschedulable and self.age >= start:
             self.phase = "Running"
-        if self.phase == "Running" and s.exit_code is not None and self.age >= s.start_after + s.run_ticks:
+        if self.phase == "Running" and s.exit_code is not None and self.age >= start + s.run_ticks:
             self.phase = "Succeeded" if s.exit_code == 0 else "Failed"
             self.ended.set()
 
@@ -100,7 +145,11 @@ class FakeKubeApi:
     """FAKE: records calls, keeps objects in dicts, simulates pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
-                 interrupt_on_list: int | None = None, list_errors: tuple[int, ...] = ()):
+                 interrupt_on_list: int | None = None, list_errors: tuple[int, ...] = (),
+                 skew: int = 1, delete_ticks: int = 2, auth=None, tokens: tuple[str, ...] = ()):
+        self.skew, self.delete_ticks = skew, delete_ticks
+        self.auth, self.tokens = auth, set(tokens)  # auth(): the Authorization header the client would send
+        self.terminating: dict[tuple[str, str], int] = {}  # deleted objects still present, ticks left
         self.scripts = scripts
         self.refuse = refuse or {}
         self.interrupt_on_list = interrupt_on_list
@@ -112,12 +161,72 @@ class FakeKubeApi:
         self.lists = 0
         self.lock = threading.Lock()
 
+    # -- auth and validation ---------------------------------------------------------------
+    def _authenticate(self) -> None:
+        if self.auth is not None and self.auth() not in self.tokens:
+            raise FakeApiException(401, "Unauthorized")
+
+    def _validate(self, kind: str, body) -> None:
+        from kubernetes.client import ApiClient
+
+        obj = body if isinstance(body, dict) else ApiClient().sanitize_for_serialization(body)
+        name = (obj.get("metadata") or {}).get("name") or ""
+        rule = _DNS1035_LABEL if kind == "service" else _DNS1123_SUBDOMAIN
+        limit = 63 if kind == "service" else 253
+        problems = []
+        if not name or len(name) > limit or not rule.match(name):
+            problems.append(f"metadata.name: Invalid value: {name!r}")
+        if kind == "configmap":
+            data = {**(obj.get("data") or {}), **(obj.get("binaryData") or {})}
+            problems += [f"data[{k}]: Invalid key" for k in data if not _CM_KEY.match(k)]
+            size = sum(len(str(v)) for v in (obj.get("data") or {}).values())
+            size += sum(len(v) * 3 // 4 for v in (obj.get("binaryData") or {}).values())
+            if size > 1024 * 1024:
+                problems.append("data: Too long: must have at most 1048576 bytes")
+        if kind == "job":
+            spec = obj.get("spec") or {}
+            if spec.get("completionMode") == "Indexed" and not spec.get("completions"):
+                problems.append("spec.completions: Required value: when completion mode is Indexed")
+            pod = (spec.get("template") or {}).get("spec") or {}
+            if pod.get("restartPolicy") not in ("Never", "OnFailure"):
+                problems.append(f"spec.template.spec.restartPolicy: Unsupported value: {pod.get('restartPolicy')!r}")
+            for c in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+                if not c.get("name") or not c.get("image"):
+                    problems.append("spec.template.spec.containers: name and image: Required value")
+            if not pod.get("containers"):
+                problems.append("spec.template.spec.containers: Required value")
+        if problems:
+            raise FakeApiException(422, "Unprocessable Entity: " + "; ".join(problems))
+
+    def settle(self) -> None:
+        """Let deletion time pass: every terminating object and pod is gone."""
+        for key in list(self.terminating):
+            self.objects.pop(key, None)
+        self.terminating.clear()
+        for name in [n for n, p in self.pods.items() if p.terminating is not None]:
+            self.pods.pop(name)
+
+    def _age_deletions(self) -> None:
+        for key in list(self.terminating):
+            self.terminating[key] -= 1
+            if self.terminating[key] <= 0:
+                del self.terminating[key]
+                self.objects.pop(key, None)
+        for name, pod in list(self.pods.items()):
+            if pod.terminating is not None:
+                pod.terminating -= 1
+                if pod.terminating <= 0:
+                    self.pods.pop(name)
+
     # -- create ----------------------------------------------------------------------------
     def _create(self, kind: str, namespace: str, body) -> object:
         name = body["metadata"]["name"] if isinstance(body, dict) else body.metadata.name
         self.calls.append(("create", kind, namespace, name))
+        self._authenticate()
         if kind in self.refuse:
             raise FakeApiException(self.refuse[kind], "Forbidden" if self.refuse[kind] == 403 else "refused")
+        if kind in ("configmap", "service", "job"):
+            self._validate(kind, body)
         if (kind, name) in self.objects:
             raise FakeApiException(409, "AlreadyExists")
         self.objects[(kind, name)] = body
@@ -132,9 +241,11 @@ class FakeKubeApi:
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
-        for i in range(body.spec.completions):
+        n = body.spec.completions
+        for i in range(n):
             name = f"{body.metadata.name}-{i}-fake{i}"
-            self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()))
+            # skew: the head (index 0) is the last to start
+            self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -157,6 +268,10 @@ class FakeKubeApi:
         with self.lock:
             self.lists += 1
             self.calls.append(("list", "pod", namespace, label_selector))
+            self._authenticate()
+            if label_selector and not _SELECTOR.match(label_selector):
+                raise FakeApiException(400, f"BadRequest: unable to parse requirement: {label_selector!r}")
+            self._age_deletions()
             if self.interrupt_on_list is not None and self.lists >= self.interrupt_on_list:
                 raise KeyboardInterrupt
             if self.lists in self.list_errors:
@@ -169,8 +284,18 @@ class FakeKubeApi:
                     items.append(pod.view())
             return NS(items=items)
 
+    def list_namespaced_event(self, namespace, field_selector=None, **kw):
+        self.calls.append(("list", "event", namespace, field_selector))
+        self._authenticate()
+        if field_selector and not _FIELD_SELECTOR.match(field_selector):
+            raise FakeApiException(400, f"BadRequest: invalid field selector {field_selector!r}")
+        name = (field_selector or "").partition("=")[2]
+        pod = self.pods.get(name)
+        return NS(items=list(pod.events) if pod else [])
+
     def read_namespaced_pod_log(self, name, namespace, container=None, follow=False, _preload_content=True, **kw):
         self.calls.append(("log", "pod", namespace, name, container, follow))
+        self._authenticate()
         if name not in self.pods:
             raise FakeApiException(404, "NotFound")
         response = _LogResponse(self.pods[name])
@@ -181,14 +306,26 @@ class FakeKubeApi:
     def _delete(self, kind: str, name: str, namespace: str, body=None):
         policy = getattr(body, "propagation_policy", None)
         self.calls.append(("delete", kind, namespace, name, policy))
-        if (kind, name) not in self.objects:
+        self._authenticate()
+        if (kind, name) not in self.objects or (kind, name) in self.terminating:
             raise FakeApiException(404, "NotFound")
-        del self.objects[(kind, name)]
+        if self.delete_ticks:
+            self.terminating[(kind, name)] = self.delete_ticks  # gone only after a while
+        else:
+            del self.objects[(kind, name)]
+
+    def _terminate_pods(self, name: str) -> None:
+        for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
+            pod = self.pods[pod_name]
+            pod.deleted.set()  # the container is killed now; the pod object lingers while terminating
+            if self.delete_ticks:
+                pod.terminating = self.delete_ticks
+            else:
+                self.pods.pop(pod_name)
 
     def delete_namespaced_job(self, name, namespace, body=None, **kw):
         self._delete("job", name, namespace, body)
-        for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
-            self.pods.pop(pod_name).deleted.set()
+        self._terminate_pods(name)
 
     def delete_namespaced_service(self, name, namespace, **kw):
         self._delete("service", name, namespace)
@@ -198,8 +335,7 @@ class FakeKubeApi:
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
         self._delete(f"{plural}.{group}", name, namespace, body)
-        for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
-            self.pods.pop(pod_name).deleted.set()
+        self._terminate_pods(name)
 
     # -- inspection ------------------------------------------------------------------------
     def of(self, verb: str) -> list[tuple]:

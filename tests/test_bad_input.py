@@ -304,12 +304,15 @@ def _flag_cases():
               "--ssh-cidr": ["--ssh-cidr", "203.0.113.7/32"], "--tag": ["--tag", "team=ml"],
               "--hosts": ["--hosts", "u@127.0.0.2"], "--identity": ["--identity", "ID"],
               "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"],
-              "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"]}
+              "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"],
+              "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
                   "--ssh-cidr", "--tag", "--keep"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
     cases += [("ssh", values[f]) for f in cloud_only]
-    cases += [("local", values["--ready-timeout"]), ("ssh", values["--ready-timeout"])]
+    cases += [(cloud, values[f]) for cloud in ("local", "ssh") for f in ("--ready-timeout", "--project",
+                                                                       "--start-deadline")]
+    cases += [("aws", values[f]) for f in ("--project", "--start-deadline")]
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime", "--ready-timeout")]

@@ -288,7 +288,7 @@ def test_doctor_reports_each_failure_with_a_fix(home, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)  # no ssh, no pulumi
     monkeypatch.setattr(cli, "check_aws", lambda region: [cli._check("aws credentials", False, "no credentials",
                                                                       "aws configure")])
-    monkeypatch.setattr(cli, "check_gcp", lambda: [cli._check("gcp credentials", True, "project p")])
+    monkeypatch.setattr(cli, "check_gcp", lambda *a: [cli._check("gcp credentials", True, "project p")])
     rc = invoke(cli.doctor)
     out = capsys.readouterr().out
     assert rc == 1

@@ -77,19 +77,40 @@ def test_gke_two_n1_standard_16_with_4_v100_for_90_min(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4,
                        accelerator="nvidia-tesla-v100", zone="us-central1-a", disk_gb=100, disk_type="pd-balanced")
     # by hand: VMs 2 x 0.76 x 1.5 = 2.28; GPUs 8 x 2.48 x 1.5 = 29.76; disks 200 GB x 0.10 x 1.5/730 = 0.041095890;
-    # GKE fee 0.10 x 1.5 = 0.15
+    # GKE fee 0.10 x 1.5 = 0.15; system pool n1-standard-2 (2 x 0.031612 + 7.5 x 0.0042368 = 0.095/h) x 1.5 =
+    # 0.1425 and its 50 GB pd-balanced x 0.10 x 1.5/730 = 0.010273973
     paid = C.estimate(spec, "1.5", catalog=catalog)
-    by = {ln["category"]: Decimal(ln["total"]) for ln in paid.lines}
-    assert by == {"instances": Decimal("2.28"), "gpus": Decimal("29.76"), "disks": Decimal("0.041095890"),
-                  "cluster fee": Decimal("0.15")}
-    assert paid.total == Decimal("32.231095890")
-    assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.48740")  # 1.52 + 19.84 + 0.10 + 0.0274
+    by = {(ln["category"], ln["description"].startswith("system pool")): Decimal(ln["total"]) for ln in paid.lines}
+    assert by == {("instances", False): Decimal("2.28"), ("gpus", False): Decimal("29.76"),
+                  ("disks", False): Decimal("0.041095890"), ("cluster fee", False): Decimal("0.15"),
+                  ("instances", True): Decimal("0.1425"), ("disks", True): Decimal("0.010273973")}
+    assert paid.total == Decimal("32.383869863")
+    assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.58925")  # 1.52 + 19.84 + 0.10 + 0.0274 + 0.0950 + 0.0068
     free = C.estimate(spec, "1.5", catalog=catalog, free_tier=True)
     by_free = {ln["category"]: Decimal(ln["total"]) for ln in free.lines}
-    assert by_free["cluster fee"] == 0 and free.total == Decimal("32.081095890")
-    # the free tier does not cover a regional cluster
-    regional = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True)
-    assert regional.total == paid.total and any("regional" in n for n in regional.notes)
+    assert by_free["cluster fee"] == 0 and free.total == Decimal("32.233869863")
+    # the component always makes a zonal cluster: a region alone gets its first V100 zone, so the
+    # free tier covers it too
+    by_region = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True)
+    assert by_region.total == free.total
+
+
+def test_default_two_node_gcp_run_is_priced_as_the_component_declares_it(catalog):
+    # issue 13: the component's default is n1-standard-4 with 1 V100 per node:
+    # 2 x (0.19 + 2.48) + 0.10 = $5.44/h, plus disks (2 x 100 GB pd-balanced), plus the system pool
+    est = C.estimate(ClusterSpec(cloud="gcp", nodes=2), 1, catalog=catalog)
+    hourly = {ln["description"]: Decimal(ln["hourly"]) for ln in est.lines}
+    gpu_pool_and_fee = (hourly["2 x n1-standard-4 (on-demand)"] + hourly["2 x V100 (on-demand)"]
+                        + hourly["GKE cluster fee (zonal)"])
+    assert gpu_pool_and_fee == Decimal("5.44")
+    assert hourly["200 GB pd-balanced"] == (Decimal("200") * Decimal("0.10") / 730).quantize(C.NANO)
+    assert hourly["system pool: 1 x n1-standard-2 (on-demand)"] == Decimal("0.095")
+    assert hourly["system pool: 50 GB pd-balanced"] == (Decimal("50") * Decimal("0.10") / 730).quantize(C.NANO)
+    assert est.hourly == sum(hourly.values())
+    assert est.gpus == 2 and not any("--gpus " in n or "no GPUs" in n for n in est.notes)
+    # what keeps billing after the dead-man switch: fee + system pool + its disk
+    (after,) = [n for n in est.notes if "after the max lifetime" in n]
+    assert "$0.20/h (0.2018)" in after
 
 
 def test_other_n1_shapes_are_priced_from_unit_prices(catalog):
@@ -161,8 +182,11 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
         else:
             pool = {"machine_type": "n1-standard-16", "node_count": 2, "gpus_per_node": 4, "spot": True,
                     "accelerator": "nvidia-tesla-v100", "disk_gb": 150, "disk_type": "pd-balanced"}
+            system = {"machine_type": "n1-standard-2", "node_count": 1, "gpus_per_node": 0, "spot": False,
+                      "disk_gb": 50, "disk_type": "pd-balanced"}
             res = [("gke-cluster", "c", "us-central1-a", {"zonal": True}, T0, T0 + 300, T0 + seconds),
                    ("node-pool", "p", "us-central1-a", pool, T0 + 5, T0 + 400, T0 + 5 + seconds),
+                   ("node-pool", "est-gcp-system", "us-central1-a", system, T0 + 5, T0 + 400, T0 + 5 + seconds),
                    ("firewall", "fw", "us-central1", {}, T0, T0 + 1, T0 + 20)]
         _record(ledger, "r-" + spec.name, res)
         out = C.run_cost(ledger.get_run("r-" + spec.name), now=T0 + 99999)
@@ -405,7 +429,7 @@ def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
 
 def test_unpriced_system_pool_is_said_not_hidden(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
-                       zone="us-central1-a", options=(("system_machine_type", "e2-standard-2"),))
+                       zone="us-central1-a", options=(("systemMachineType", "e2-standard-2"),))
     est = C.estimate(spec, 1, catalog=catalog)
     assert any("e2-standard-2" in n for n in est.notes)
     run = {"id": "r", "cloud": "gcp", "prices": est.snapshot, "resources": [
@@ -434,7 +458,8 @@ def test_render_run_cost_flags_still_billing(tmp_path, catalog):
 def test_render_line_for_the_run_plan(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
     line = C.estimate(spec, 1, catalog=catalog).render_line()
-    assert line.startswith("$21.49 for 1 h at $21.49/h (instances $1.52/h, gpus $19.84/h, disks $0.03/h, "
-                           "cluster fee $0.10/h, $2.67/GPU-hour; on-demand prices read 2026-11-22)")
+    assert line.startswith("$21.59 for 1 h at $21.59/h (instances $1.52/h, gpus $19.84/h, disks $0.03/h, "
+                           "cluster fee $0.10/h, system pool $0.10/h, $2.67/GPU-hour; on-demand prices read "
+                           "2026-11-22)")
     assert "\n" not in line
     assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()

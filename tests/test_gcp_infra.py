@@ -96,7 +96,9 @@ def test_gpu_pool_machine_accelerator_driver_taint_disk_labels(mocks):
     def check(_):
         gpu = mocks.pool("gpu")
         nc = gpu["nodeConfig"]
-        assert gpu["nodeCount"] == 2 and "autoscaling" not in gpu and gpu["location"] == "us-central1-a"
+        # the dead-man switch: the pool autoscales to zero once the Job's deadline removed its pods
+        assert gpu["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2} and gpu["initialNodeCount"] == 2
+        assert "nodeCount" not in gpu and gpu["location"] == "us-central1-a"
         assert gpu["cluster"] == "v100"
         assert nc["machineType"] == "n1-standard-16"
         assert nc["guestAccelerators"] == [{
@@ -123,7 +125,7 @@ def test_system_pool_is_small_cpu_only_and_labelled(mocks):
         system = mocks.pool("system")
         nc = system["nodeConfig"]
         assert system["nodeCount"] == 1
-        assert nc["machineType"] == "e2-standard-2"
+        assert nc["machineType"] == "n1-standard-2"  # priced from the N1 unit prices
         assert "guestAccelerators" not in nc and "taints" not in nc
         assert nc["resourceLabels"]["gpucluster-cluster"] == "v100"
         assert len(mocks.of_type(POOL)) == 2
@@ -137,7 +139,7 @@ def test_system_pool_is_small_cpu_only_and_labelled(mocks):
 
 @pulumi.runtime.test
 def test_spot_autoscaling_and_options(mocks):
-    outputs = declare(spec(spot=True, options=(("project", "p2"), ("autoscale", "true"), ("minNodes", "1"),
+    outputs = declare(spec(spot=True, options=(("project", "proj-two"), ("autoscale", "true"), ("minNodes", "1"),
                                      ("releaseChannel", "stable"), ("gpuDriverVersion", "DEFAULT"),
                                      ("systemMachineType", "e2-medium"))))
 
@@ -151,6 +153,17 @@ def test_spot_autoscaling_and_options(mocks):
         (cluster,) = mocks.of_type(CLUSTER)
         assert cluster.inputs["releaseChannel"] == {"channel": "STABLE"}
         assert mocks.pool("system")["nodeConfig"]["machineType"] == "e2-medium"
+
+    return after(outputs, check)
+
+
+@pulumi.runtime.test
+def test_autoscale_off_gives_a_fixed_pool(mocks):
+    outputs = declare(spec(options=(("project", "proj-two"), ("autoscale", "false"))))
+
+    def check(_):
+        gpu = mocks.pool("gpu")
+        assert gpu["nodeCount"] == 2 and "autoscaling" not in gpu
 
     return after(outputs, check)
 
@@ -197,9 +210,13 @@ def test_outputs_and_secret_kubeconfig_with_exec_plugin(mocks):
         (dict(cloud="aws"), "cloud 'aws'"),
     ],
 )
-def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, bad, message):
+def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, tmp_path, bad, message):
+    from gpucluster.infra import gcp_access
+
     for var in ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # no gcloud config file
+    monkeypatch.setattr(gcp_access, "adc_project", lambda: None)  # no ADC project
     with pytest.raises(SpecError, match=message):
         declare(spec(**bad))
     assert mocks.resources == []

@@ -73,6 +73,9 @@ def assert_everything_deleted(fake, kinds=("job", "service", "configmap")):
     deletes = fake.of("delete")
     assert [d[1] for d in deletes] == list(kinds)
     assert all(d[3] == NAME and d[2] == "default" for d in deletes)
+    # deletion takes time on a real API server: what was deleted is terminating, then gone
+    assert set(fake.terminating) == {(k, NAME) for k, _ in fake.terminating}
+    fake.settle()
     assert fake.objects == {} and fake.pods == {}
 
 
@@ -155,10 +158,11 @@ def test_keyboard_interrupt_still_deletes_everything(tmp_path):
 
 def test_refused_create_raises_and_removes_what_was_made(tmp_path):
     fake = FakeKubeApi({}, refuse={"job": 403})
-    with pytest.raises(LaunchError, match=f"create job default/{NAME}: 403 Forbidden"):
+    with pytest.raises(LaunchError, match=f"forbade creating job default/{NAME} \\(403 Forbidden\\)"):
         launch(fake, tmp_path)
     # the Job delete is attempted too (an interrupted create may have succeeded) and 404 is fine
     assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
+    fake.settle()
     assert fake.objects == {}
 
 
@@ -184,6 +188,7 @@ def test_pytorchjob_mode_creates_and_deletes_the_custom_object(tmp_path):
         launch(fake, tmp_path, mode="pytorchjob")
     assert [c[1] for c in fake.of("create")] == ["configmap", "pytorchjobs.kubeflow.org"]
     assert [d[1] for d in fake.of("delete")] == ["pytorchjobs.kubeflow.org", "configmap"]
+    fake.settle()
     assert fake.objects == {}
 
 
@@ -196,6 +201,7 @@ def test_pytorchjob_mode_runs_master_and_workers_by_operator_labels(tmp_path):
     assert sorted(result.metrics.finals) == [0, 1, 2]
     deletes = fake.of("delete")
     assert [d[1] for d in deletes] == ["pytorchjobs.kubeflow.org", "configmap"]
+    fake.settle()
     assert deletes[0][4] == "Foreground" and fake.objects == {} and fake.pods == {}
 
 
@@ -211,3 +217,108 @@ def test_losing_the_api_while_watching_fails_the_launch_and_still_cleans_up(tmp_
     with pytest.raises(LaunchError, match="lost the Kubernetes API.*503"):
         launch(fake, tmp_path)
     assert_everything_deleted(fake)
+
+
+# -- the realistic fake's worst cases (sources in tests/k8s_fake.py) ---------------------------------
+def test_pods_start_with_skew_head_last_and_the_run_still_succeeds(tmp_path):
+    fake = FakeKubeApi({0: healthy(0, 3), 1: healthy(1, 3), 2: healthy(2, 3)}, skew=3)
+    result, _, _ = launch(fake, tmp_path, nodes=3)
+    assert result.ok, result.failure
+    order = [c[3].split("-")[-2] for c in fake.of("log")]  # pod names: <job>-<index>-fake<index>
+    assert order[-1] == "0", order  # the head's container ran last
+
+
+def test_start_deadline_fails_with_the_schedulers_reason_from_events(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: PodScript(unschedulable=True)})
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0.05)
+    launcher.start_deadline_s = 1  # the flag's floor is 1 minute; a second keeps the test short
+    t0 = time.monotonic()
+    result = launcher.launch(cluster(2), job(), Events(), tmp_path / "logs")
+    assert not result.ok and result.failed_node == 1 and time.monotonic() - t0 < 30
+    assert "not running after the 1 s start deadline: FailedScheduling: 0/3 nodes are available" in result.failure
+    assert "Insufficient nvidia.com/gpu" in result.failure
+    assert ("list", "event", "default", f"involvedObject.name={NAME}-1-fake1") in fake.calls
+    assert_everything_deleted(fake)
+
+
+class FakeCredentials:
+    """FAKE google-auth credentials: `valid` until expired; refresh() mints the next token."""
+
+    def __init__(self):
+        self.n, self.token, self.valid, self.refreshes = 0, None, False, 0
+
+    def refresh(self, request):
+        self.n += 1
+        self.refreshes += 1
+        self.token, self.valid = f"tok{self.n}", True
+
+
+KUBECONFIG = json.dumps({"clusters": [{"name": "c", "cluster": {"server": "https://192.0.2.10",
+                                                                 "certificate-authority-data": "LS0tQ0EtLS0="}}],
+                         "users": [{"name": "c", "user": {"exec": {"command": "gke-gcloud-auth-plugin"}}}]})
+
+
+def test_gke_access_uses_a_bearer_token_from_adc_and_refreshes_it():
+    creds = FakeCredentials()
+    api = k8s.KubeApi.from_gke(KUBECONFIG, credentials=creds)
+    config = api.core.api_client.configuration
+    assert config.host == "https://192.0.2.10"
+    with open(config.ssl_ca_cert, "rb") as f:
+        assert f.read() == b"---CA---"
+    assert config.get_api_key_with_prefix("authorization") == "Bearer tok1"
+    creds.valid = False  # expired (google-auth marks it invalid inside its refresh margin)
+    assert config.get_api_key_with_prefix("authorization") == "Bearer tok2"
+    assert creds.refreshes == 2
+
+
+def test_the_fake_refuses_unauthenticated_calls_and_the_launch_names_the_fix(tmp_path):
+    creds = FakeCredentials()
+    api = k8s.KubeApi.from_gke(KUBECONFIG, credentials=creds)
+    config = api.core.api_client.configuration
+    fake = FakeKubeApi({0: healthy(0, 1)}, auth=lambda: config.get_api_key_with_prefix("authorization"),
+                       tokens=("Bearer tok1",))
+    result, _, _ = launch(fake, tmp_path, nodes=1)  # the token the hook sends is accepted
+    assert result.ok, result.failure
+    creds.valid = False  # expired: the hook refreshes to tok2, which this server does not accept
+    fake2 = FakeKubeApi({0: healthy(0, 1)}, auth=lambda: config.get_api_key_with_prefix("authorization"),
+                        tokens=("Bearer tok1",))
+    with pytest.raises(LaunchError) as err:
+        launch(fake2, tmp_path, nodes=1)
+    assert "refused gpucluster's credentials" in err.value.message and "401" in err.value.message
+    assert "application-default login" in err.value.hint
+
+
+def test_missing_adc_is_one_line_before_anything_is_created(tmp_path, monkeypatch):
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    def no_adc(**kw):
+        raise DefaultCredentialsError("Your default credentials were not found.")
+
+    monkeypatch.setattr(google.auth, "default", no_adc)
+    launcher = k8s.KubernetesLauncher(poll_interval=0)
+    c = Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig=KUBECONFIG,
+                outputs={"nodes": 1, "gpus_per_node": 1})
+    with pytest.raises(LaunchError) as err:
+        launcher.launch(c, job(), Events(), tmp_path / "logs")
+    assert err.value.message.startswith("cannot authenticate to the GKE cluster: no Google application-default")
+    assert "\n" not in err.value.message and "application-default login" in err.value.hint
+
+
+def test_the_fake_validates_like_the_api_server():
+    from kubernetes import client as kc
+
+    fake = FakeKubeApi({})
+    bad_name = kc.V1ConfigMap(metadata=kc.V1ObjectMeta(name="Bad_Name"), data={"ok": "1"})
+    with pytest.raises(Exception, match="422.*metadata.name"):
+        fake.create_namespaced_config_map("default", bad_name)
+    bad_key = kc.V1ConfigMap(metadata=kc.V1ObjectMeta(name="ok"), data={"a/b": "1"})
+    with pytest.raises(Exception, match="Invalid key"):
+        fake.create_namespaced_config_map("default", bad_key)
+    with pytest.raises(Exception, match="400.*unable to parse"):
+        fake.list_namespaced_pod("default", label_selector="a b")
+    pod = kc.V1PodSpec(restart_policy="Always", containers=[kc.V1Container(name="c", image="i")])
+    bad_job = kc.V1Job(metadata=kc.V1ObjectMeta(name="j"), spec=kc.V1JobSpec(
+        completion_mode="Indexed", template=kc.V1PodTemplateSpec(metadata=kc.V1ObjectMeta(labels={}), spec=pod)))
+    with pytest.raises(Exception, match="completions: Required.*restartPolicy"):
+        fake.create_namespaced_job("default", bad_job)

@@ -57,9 +57,12 @@ def test_plan_names_hosts_and_argv_per_rank(plan):
         assert f"--rdzv-endpoint={NAME}-0.{NAME}:29400" in argv
         assert f"--rdzv-id={RUN}" in argv
         assert f"--local-addr={plan.hosts[rank]}" in argv
-        assert argv[-3:] == ("/gpucluster/workloads/digits.py", "--epochs", "2")
-    assert "--rdzv-conf=is_host=true,join_timeout=300" in plan.argv_by_rank[0]
-    assert "--rdzv-conf=is_host=false,join_timeout=300" in plan.argv_by_rank[1]
+        # the digits data is shipped, so an image with only torch runs it
+        assert argv[-5:] == ("/gpucluster/workloads/digits.py", "--epochs", "2",
+                             "--data-file", "/gpucluster/data/digits.csv.gz")
+    # rendezvous timeouts explicitly above the 1200 s start deadline (torchrun defaults: 600 / 60 s)
+    assert "--rdzv-conf=is_host=true,join_timeout=1800,read_timeout=1500" in plan.argv_by_rank[0]
+    assert "--rdzv-conf=is_host=false,join_timeout=1800,read_timeout=1500" in plan.argv_by_rank[1]
 
 
 def test_nodes_counted_from_cluster_nodes_when_present():
@@ -210,13 +213,100 @@ def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
                      workdir=tmp_path)
     assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
     cm = k8s.config_map_manifest(p)
-    assert cm.data["u.jobs__train.py"] == "print('hi')\n"
-    items = {i.key: i.path for i in k8s.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
-    assert items["u.jobs__train.py"] == "user/jobs/train.py"
+    items = {i.path: i.key for i in k8s.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
+    assert cm.data[items["user/jobs/train.py"]] == "print('hi')\n"
     # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
     for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
         q = k8s.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
-        assert not any(key.startswith("u.") for key, _, _ in q.files)
+        assert not any(path.startswith("user/") for _, path, _ in q.files)
+
+
+def test_the_whole_script_folder_is_shipped_binary_files_included(tmp_path):
+    folder = tmp_path / "proj"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "train.py").write_text("import helpers\n")
+    (folder / "helpers.py").write_text("X = 1\n")
+    (folder / "pkg" / "model.py").write_text("Y = 2\n")
+    (folder / "labels.bin").write_bytes(b"\xff\x00\xfe")
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"\x00" * 10)
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref")
+    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "proj/train.py")), workdir=tmp_path)
+    shipped = {path: content for _, path, content in p.files if path.startswith("user/")}
+    assert shipped == {"user/proj/train.py": "import helpers\n", "user/proj/helpers.py": "X = 1\n",
+                       "user/proj/pkg/model.py": "Y = 2\n", "user/proj/labels.bin": b"\xff\x00\xfe"}
+    cm = serial(k8s.config_map_manifest(p))
+    keys = {path: key for key, path, _ in p.files}
+    import base64
+    assert base64.b64decode(cm["binaryData"][keys["user/proj/labels.bin"]]) == b"\xff\x00\xfe"
+    assert all(len(k) <= 253 and all(c.isalnum() or c in "-._" for c in k) for k in cm["data"])
+    assert any("script folder (4 file(s)" in n for n in p.notes)
+
+
+def test_script_folder_over_the_configmap_limit_is_refused_with_what_to_do(tmp_path):
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / "train.py").write_text("pass\n")
+    (folder / "data.npy").write_bytes(b"\x01" * (k8s.CONFIGMAP_LIMIT + 1))
+    from gpucluster.errors import LaunchError
+    with pytest.raises(LaunchError, match="over the 1000000 bytes one Kubernetes ConfigMap holds.*folder of its own"):
+        k8s.plan_job(cluster(), job(workload=None, command=("python", "big/train.py")), workdir=tmp_path)
+
+
+def test_builtin_workloads_get_their_data_and_the_plan_names_the_image():
+    p = k8s.plan_job(cluster(), job())
+    (digits,) = [c for _, path, c in p.files if path == "data/digits.csv.gz"]
+    import gzip
+    assert gzip.decompress(digits).count(b"\n") == 1797  # scikit-learn's 1,797 digits
+    assert p.notes[0] == f"image: {k8s.DEFAULT_IMAGE} (torch only; the built-in workloads need nothing else)"
+    m = k8s.plan_job(cluster(), job(workload="mnist", workload_args=()))
+    assert m.argv_by_rank[0][-3:] == ("--data-dir", "/tmp/mnist", "--download")
+    # a user-given data file is left alone
+    u = k8s.plan_job(cluster(), job(workload_args=("--data-file", "/data/d.csv.gz")))
+    assert not any(path.startswith("data/") for _, path, _ in u.files)
+
+
+def test_init_container_waits_for_every_pod_and_the_head_port(plan):
+    pod = k8s.job_manifest(plan).spec.template.spec
+    (init,) = pod.init_containers
+    assert init.image == plan.image
+    assert init.command == ["python", "/gpucluster/wait.py", ",".join(plan.hosts), "29400", "1200"]
+    assert [e.name for e in init.env] == ["GPUCLUSTER_NODE_RANK"]
+    # the operator adds its own init container in pytorchjob mode
+    pj = k8s.plan_job(cluster(), job(), mode="pytorchjob")
+    assert k8s.pod_template(pj).spec.init_containers is None
+
+
+def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
+    import socket
+    import time
+    (tmp_path / "wait.py").write_text(k8s.WAITER)
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "1"}
+    # an unresolvable peer: it gives up at its limit, naming the host
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "localhost,no-such-host.invalid", "1", "3"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "dns no-such-host.invalid: not ready" in out.stderr
+    assert time.monotonic() - t0 < 30
+    # names resolve and the head's port answers: it succeeds
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "127.0.0.1,localhost", str(port), "20"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    server.close()
+    assert out.returncode == 0 and "rendezvous 127.0.0.1" in out.stdout
+
+
+def test_job_deadline_is_the_max_lifetime_unless_the_time_limit_is_shorter():
+    no_limit = k8s.plan_job(cluster(), job(max_seconds=None))
+    assert no_limit.active_deadline_s == 240 * 60  # the default max lifetime
+    c = cluster()
+    c.outputs["max_lifetime_minutes"] = 30
+    assert k8s.plan_job(c, job(max_seconds=None)).active_deadline_s == 1800
+    assert k8s.plan_job(c, job(max_seconds=600)).active_deadline_s == 1200
 
 
 def test_log_lines_are_reassembled_from_chunks_and_the_response_released():

@@ -190,17 +190,17 @@ def test_gke_sweep_by_label():
         gke("other-team", {"team": "ml"}),
         gke("kept", {"managed-by": "gpucluster", "gpucluster-cluster": "kept"}),
     ])
-    report = sweep.scan("gcp", project="p1", gke_client=client, live_clusters=["kept"])
-    assert client.parents == ["projects/p1/locations/-"]
-    assert [lo.id for lo in report.leftovers] == ["projects/p1/locations/us-central1-a/clusters/demo"]
+    report = sweep.scan("gcp", project="proj-one", gke_client=client, live_clusters=["kept"])
+    assert client.parents == ["projects/proj-one/locations/-"]
+    assert [lo.id for lo in report.leftovers] == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
     assert sweep.delete_leftovers(report.leftovers, gke_client=client) == []
-    assert client.deleted == ["projects/p1/locations/us-central1-a/clusters/demo"]
-    assert sweep.find_leftovers("gcp", name="demo", project="p1", gke_client=client).verified
+    assert client.deleted == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
+    assert sweep.find_leftovers("gcp", name="demo", project="proj-one", gke_client=client).verified
 
 
 def test_gke_without_project_is_reported_not_silently_empty(monkeypatch):
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
-    monkeypatch.setattr(sweep, "gcp_project", lambda: None)
+    monkeypatch.setattr(sweep, "gcp_project", lambda *a: None)
     report = sweep.scan("gcp", gke_client=FakeGke([]))
-    assert report.leftovers == [] and "GOOGLE_CLOUD_PROJECT" in report.skipped[0]
+    assert report.leftovers == [] and "--project" in report.skipped[0]

@@ -58,7 +58,9 @@ DEFAULT_RELEASE_CHANNEL = "REGULAR"
 GPU_DRIVER_VERSIONS = ("DEFAULT", "LATEST", "INSTALLATION_DISABLED")
 DEFAULT_GPU_DRIVER_VERSION = "LATEST"
 LAUNCHERS = ("job", "pytorchjob")
-DEFAULT_SYSTEM_MACHINE_TYPE = "e2-standard-2"
+DEFAULT_SYSTEM_MACHINE_TYPE = "n1-standard-2"  # priced by the N1 unit prices; stays up after the switch
+SYSTEM_DISK_GB = 50
+SYSTEM_DISK_TYPE = "pd-balanced"
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ def validate_spec(spec: Any) -> list[str]:
     option_choice(spec, "releaseChannel", RELEASE_CHANNELS, DEFAULT_RELEASE_CHANNEL)
     option_choice(spec, "gpuDriverVersion", GPU_DRIVER_VERSIONS, DEFAULT_GPU_DRIVER_VERSION)
     option_choice(spec, "launcher", LAUNCHERS, "job")
-    if option_bool(spec, "autoscale"):
+    if option_bool(spec, "autoscale", True):
         _min_nodes(spec, r.nodes)
 
     warnings: list[str] = []
@@ -221,3 +223,10 @@ def _min_nodes(spec: Any, nodes: int) -> int:
 def min_nodes(spec: Any) -> int:
     """The autoscaling floor (option `minNodes`, default 0) for a spec with `autoscale` on."""
     return _min_nodes(spec, spec.nodes)
+
+
+def system_pool(spec: Any) -> dict[str, Any]:
+    """The always-on CPU system pool the GKE component declares (a `node-pool` cost detail): it and
+    the cluster fee keep billing after the dead-man switch has removed the GPU nodes."""
+    return {"machine_type": spec.option("systemMachineType") or DEFAULT_SYSTEM_MACHINE_TYPE, "node_count": 1,
+            "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE}

@@ -1,0 +1,314 @@
+"""GCP access shared by the Pulumi program, the leftover scan, `doctor`, cost and the launcher.
+
+- `resolve_project(flag, stack_config)`: THE project resolution order, used everywhere:
+  1. the `--project` flag (the spec option `project`),
+  2. the stack config `gcp:project`,
+  3. the environment, in pulumi-gcp's order: GOOGLE_PROJECT, GOOGLE_CLOUD_PROJECT,
+     GCLOUD_PROJECT, CLOUDSDK_CORE_PROJECT (pulumi-gcp's provider docs, "Configuration"),
+  4. the gcloud config file (`gcloud config set project`): `$CLOUDSDK_CONFIG` or
+     ~/.config/gcloud, the configuration named by CLOUDSDK_ACTIVE_CONFIG_NAME or the file
+     `active_config` (default "default"), key `project` of section `[core]` of
+     `configurations/config_<name>` (gcloud's documented layout, `gcloud topic configurations`),
+  5. the project of the application-default credentials (`google.auth.default()`).
+  It returns `(project, source)` so every command can say where the project came from.
+- `google_credentials()` / `bearer_token_hook()`: Kubernetes access without gcloud: a bearer
+  token from application-default credentials (scope cloud-platform), refreshed before it expires.
+- `classify_quota(text, spec)`: a GCP quota error (e.g. `Quota 'NVIDIA_V100_GPUS' exceeded`) as a
+  `QuotaError` with the next steps: request quota, or use another region that offers V100.
+- `v100_quota(project, region)`: the region's NVIDIA_V100_GPUS quota (Compute API `regions.get`).
+
+google-auth is imported inside functions (`gpucluster --help` must not import it).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
+
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# pulumi-gcp reads these, in this order, when gcp:project is not set.
+PROJECT_ENV_VARS = ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
+ADC_FIX = ("run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
+           "service-account key file)")
+_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^[a-z0-9.-]+:[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+
+
+class GcpAuthError(GpuclusterError):
+    """No usable Google credentials (application-default login missing, expired or refused)."""
+
+
+class QuotaError(ProvisionError):
+    """A GCP quota (e.g. NVIDIA_V100_GPUS in a region) is too small for the request."""
+
+    def __init__(self, message: str, *, quota: str, region: str | None, regions: list[str], hint: str):
+        super().__init__(message, hint=hint)
+        self.quota, self.region, self.regions = quota, region, regions
+
+
+# -- project ----------------------------------------------------------------------------------------
+def gcloud_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("CLOUDSDK_CONFIG"):
+        return Path(env["CLOUDSDK_CONFIG"])
+    if os.name == "nt" and env.get("APPDATA"):
+        return Path(env["APPDATA"]) / "gcloud"
+    return Path(env.get("HOME") or Path.home()) / ".config" / "gcloud"
+
+
+def gcloud_config_project(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(project, file) from gcloud's active configuration, or None."""
+    folder = gcloud_config_dir(env)
+    env = os.environ if env is None else env
+    name = env.get("CLOUDSDK_ACTIVE_CONFIG_NAME")
+    if not name:
+        try:
+            name = (folder / "active_config").read_text().strip() or "default"
+        except OSError:
+            name = "default"
+    path = folder / "configurations" / f"config_{name}"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(path.read_text())
+    except (OSError, configparser.Error):
+        return None
+    project = parser.get("core", "project", fallback="").strip()
+    return (project, str(path)) if project else None
+
+
+def adc_project() -> str | None:
+    """The project of the application-default credentials, or None (no credentials, or none set)."""
+    try:
+        import google.auth
+
+        return google.auth.default(scopes=list(SCOPES))[1] or None
+    except Exception:  # noqa: BLE001 - no credentials: the caller says what to do
+        return None
+
+
+def resolve_project(flag: str | None = None, stack_config: str | None = None, *,
+                    env: Mapping[str, str] | None = None,
+                    adc: Callable[[], str | None] | None = None,
+                    required: bool = True) -> tuple[str | None, str]:
+    """(project, where it came from). Order: flag, stack config, env vars in pulumi-gcp's order,
+    the gcloud config file, the application-default credentials' project.
+
+    Raises SpecError (one line, naming every place looked at) when nothing names a project and
+    `required`; otherwise returns (None, "none")."""
+    env = os.environ if env is None else env
+    candidates: list[tuple[str | None, str]] = [(flag, "--project"), (stack_config, "stack config gcp:project")]
+    candidates += [(env.get(var), f"environment variable {var}") for var in PROJECT_ENV_VARS]
+    for value, source in candidates:
+        if value and str(value).strip():
+            return _checked(str(value).strip(), source), source
+    found = gcloud_config_project(env)
+    if found:
+        return _checked(found[0], f"gcloud config {found[1]}"), f"gcloud config {found[1]}"
+    project = (adc or adc_project)()
+    if project:
+        return _checked(project, "application-default credentials"), "application-default credentials"
+    if not required:
+        return None, "none"
+    raise SpecError("no GCP project: pass --project MY-PROJECT, or set gcp:project in the stack, "
+                    f"or one of {', '.join(PROJECT_ENV_VARS)}, or `gcloud config set project MY-PROJECT`")
+
+
+def _checked(project: str, source: str) -> str:
+    if not _PROJECT_RE.match(project):
+        raise SpecError(f"GCP project {project!r} (from {source}) is not allowed: a project ID is 6-30 "
+                        "lowercase letters, digits and '-', starting with a letter")
+    return project
+
+
+# -- credentials ---------------------------------------------------------------------------------------
+def google_credentials(credentials: Any = None) -> Any:
+    """Application-default credentials with scope cloud-platform, refreshed once (so a bad login fails
+    here, as one line, not later inside the kubernetes client)."""
+    try:
+        import google.auth
+        import google.auth.exceptions
+        import google.auth.transport.requests
+    except ImportError:
+        from gpucluster.errors import require
+
+        require("google.auth", "gcp")
+        raise
+    if credentials is None:
+        try:
+            credentials, _ = google.auth.default(scopes=list(SCOPES))
+        except google.auth.exceptions.DefaultCredentialsError as exc:
+            raise GcpAuthError(f"no Google application-default credentials ({_first_line(exc)})",
+                               hint=ADC_FIX) from None
+    if not getattr(credentials, "valid", False):
+        _refresh(credentials)
+    return credentials
+
+
+def _refresh(credentials: Any) -> None:
+    import google.auth.exceptions
+    import google.auth.transport.requests
+
+    try:
+        credentials.refresh(google.auth.transport.requests.Request())
+    except google.auth.exceptions.GoogleAuthError as exc:
+        raise GcpAuthError(f"Google credentials could not be refreshed ({_first_line(exc)})",
+                           hint=ADC_FIX) from None
+    if not getattr(credentials, "token", None):
+        raise GcpAuthError("Google credentials gave no access token", hint=ADC_FIX)
+
+
+def bearer_token_hook(credentials: Any) -> Callable[[Any], None]:
+    """A kubernetes `Configuration.refresh_api_key_hook`: before each request, refresh the token when
+    it is missing or about to expire (google-auth's `valid` is false within its refresh margin)."""
+
+    def hook(configuration: Any) -> None:
+        if not getattr(credentials, "valid", False):
+            _refresh(credentials)
+        configuration.api_key["authorization"] = credentials.token
+        configuration.api_key_prefix["authorization"] = "Bearer"
+
+    return hook
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- quota -------------------------------------------------------------------------------------------
+_QUOTA_RE = re.compile(r"Quota '(?P<quota>[A-Z0-9_]+)' exceeded\.?\s*(?:Limit: (?P<limit>[\d.]+))?"
+                       r"(?:\s*in region (?P<region>[a-z]+-[a-z]+\d+))?")
+
+
+def v100_regions(spec: Any = None) -> list[str]:
+    from gpucluster.catalog import gcp as catalog
+
+    zones = catalog.v100_zones(spec) if spec is not None else catalog.DEFAULT_V100_ZONES
+    return sorted({catalog.region_of(z) for z in zones})
+
+
+def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
+    """A `QuotaError` for GCP quota failures (GCE `QUOTA_EXCEEDED`, "Quota 'X' exceeded"), else None."""
+    m = _QUOTA_RE.search(text or "")
+    if m is None and "QUOTA_EXCEEDED" not in (text or "") and "quotaExceeded" not in (text or ""):
+        return None
+    quota = m.group("quota") if m else "a quota"
+    region = (m.group("region") if m else None) or getattr(spec, "region", None)
+    if region is None and getattr(spec, "zone", None):
+        region = spec.zone.rsplit("-", 1)[0]
+    limit = m.group("limit") if m and m.group("limit") else None
+    others = [r for r in v100_regions(spec) if r != region]
+    where = f" in {region}" if region else ""
+    msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit})" if limit else "")
+    hint = ("request more in the console (IAM & Admin > Quotas, filter " + quota
+            + (f", region {region}" if region else "") + ")"
+            + (f", or use another region that offers V100: {', '.join(others)} (--region)" if others else ""))
+    return QuotaError(msg, quota=quota, region=region, regions=others, hint=hint)
+
+
+def v100_quota(project: str, region: str, *, compute: Any = None, credentials: Any = None) -> tuple[float, float]:
+    """(limit, usage) of NVIDIA_V100_GPUS in `region` from the Compute API (regions.get).
+
+    `compute` is a callable (url) -> dict for tests; by default an AuthorizedSession GET on
+    https://compute.googleapis.com/compute/v1/projects/P/regions/R (the Compute Engine REST reference,
+    "regions.get": the response's `quotas[]` hold metric, limit and usage)."""
+    url = f"https://compute.googleapis.com/compute/v1/projects/{project}/regions/{region}"
+    if compute is None:
+        from google.auth.transport.requests import AuthorizedSession
+
+        session = AuthorizedSession(google_credentials(credentials))
+
+        def compute(u: str) -> dict:
+            resp = session.get(u, timeout=30)
+            if resp.status_code != 200:
+                raise GpuclusterError(f"Compute API answered {resp.status_code} for region {region}: "
+                                      f"{resp.text[:200]}")
+            return resp.json()
+    body = compute(url)
+    for q in body.get("quotas") or []:
+        if q.get("metric") == "NVIDIA_V100_GPUS":
+            return float(q.get("limit") or 0), float(q.get("usage") or 0)
+    return 0.0, 0.0
+
+
+def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
+    """The spec with the resolved GCP project in its options (`project`, `projectSource`), so the program,
+    the sweep and the ledger (the spec is stored with the run) all use the same one. `--project` given
+    for another cloud is refused; other clouds' specs pass through unchanged."""
+    from gpucluster.errors import UsageError
+
+    if spec.cloud != "gcp":
+        if flag:
+            raise UsageError(f"--project {flag} is not allowed with --cloud {spec.cloud}: it names a GCP project "
+                             "(use it with --cloud gcp)")
+        return spec
+    project, source = resolve_project(flag or spec.option("project"), None, required=required)
+    if project is None:
+        return spec
+    options = {**spec.option_dict, "project": project, "projectSource": source}
+    return spec.replace(options=tuple(sorted(options.items())))
+
+
+def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int = 2, gpus_per_node: int = 1,
+                  credentials: Any = None, compute: Any = None) -> list[dict[str, Any]]:
+    """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
+    from), the V100 quota of the region (Compute API), and the Kubernetes auth path (a bearer token
+    minted from those credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
+    from gpucluster.catalog import gcp as catalog
+
+    def check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+        return {"check": name, "ok": ok, "detail": detail, "fix": fix}
+
+    region = region or catalog.region_of(catalog.DEFAULT_ZONE)
+    checks = []
+    try:
+        creds = google_credentials(credentials)
+        who = getattr(creds, "service_account_email", None) or getattr(creds, "account", None) or type(creds).__name__
+        checks.append(check("gcp application-default credentials", True, f"usable ({who})"))
+    except GcpAuthError as exc:
+        creds = None
+        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ADC_FIX))
+    except GpuclusterError as exc:  # google-auth not installed
+        creds = None
+        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ""))
+    try:
+        project, source = resolve_project(flag, None, adc=(lambda: None) if creds is None else None)
+        checks.append(check("gcp project", True, f"{project} (from {source})"))
+    except SpecError as exc:
+        project = None
+        checks.append(check("gcp project", False, exc.message.split(": ", 1)[0],
+                            "pass --project MY-PROJECT or `gcloud config set project MY-PROJECT`"))
+    name = f"V100 quota ({region})"
+    if creds is None or project is None:
+        checks.append(check(name, None, "not checked: needs credentials and a project"))
+    else:
+        try:
+            limit, usage = v100_quota(project, region, compute=compute, credentials=creds)
+            need = nodes * gpus_per_node
+            free = limit - usage
+            others = [r for r in v100_regions() if r != region]
+            if free >= need:
+                checks.append(check(name, True, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: room for a "
+                                                f"{nodes}-node run with {gpus_per_node} GPU(s) each"))
+            else:
+                checks.append(check(name, False, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: a {nodes}-node run "
+                                                 f"needs {need}",
+                                    f"request quota (IAM & Admin > Quotas, NVIDIA_V100_GPUS, {region}) or use "
+                                    f"--region {' / '.join(others[:4])}"))
+        except Exception as exc:  # noqa: BLE001 - API disabled, permission, network: say so
+            checks.append(check(name, None, f"not checked: {_first_line(exc)}",
+                                "enable the Compute Engine API for the project"))
+    if creds is None:
+        checks.append(check("kubernetes auth (bearer token from ADC)", False, "no credentials to make a token",
+                            ADC_FIX))
+    else:
+        token = getattr(creds, "token", None)
+        ok = bool(token)
+        checks.append(check("kubernetes auth (bearer token from ADC)", ok,
+                            "a token was minted; gpucluster needs no gcloud or gke-gcloud-auth-plugin" if ok
+                            else "no token", "" if ok else ADC_FIX))
+    return checks
