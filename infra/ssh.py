@@ -201,10 +201,14 @@ class SshProvider:
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         """Processes on the hosts whose environment carries the run's id (any gpucluster run when
         `run_id` is None). A host that cannot be reached is reported as a leftover of kind
-        "unverified", since nothing can be said about it. A cluster this provider has not brought
-        up in this process is unknown: there is nothing to ask."""
+        "unverified", since nothing can be said about it. With the launcher of the run, a run it
+        started nowhere (stopped before launch) has nothing on any host: the check is complete.
+        Otherwise a cluster this provider has not brought up in this process is unknown: its hosts
+        cannot be asked, and that is "not checked", never "nothing left"."""
         cluster = self._clusters.get(name)
-        if cluster is None:  # nothing to ask: that is "not checked", never "nothing left"
+        if self.launcher is not None and run_id and not self.launcher.started_ranks(run_id):
+            return Check()  # the only thing that starts processes on the hosts started none
+        if cluster is None:
             return Check(unchecked=(f"processes of cluster {name!r}: its hosts are unknown to this process",))
         if self.launcher is not None:
             ranks = self.launcher.started_ranks(run_id) if run_id else None

@@ -58,7 +58,8 @@ class StoreWatch(threading.Thread):
                 try:
                     if "gpucluster.rdzv_store" in cmd:
                         self.stores[p.pid] = p.environ().get("GPUCLUSTER_RUN_ID")
-                    elif "torch.distributed.run" in cmd and p.environ().get("GPUCLUSTER_RUN_ID"):
+                    elif ("torch.distributed.run" in cmd and not any(a.endswith("reaper.py") for a in cmd)
+                          and p.environ().get("GPUCLUSTER_RUN_ID")):  # the agent, not its supervisor
                         self.agents[p.pid] = (p.environ().get("GPUCLUSTER_RUN_ID"), cmd)
                 except psutil.Error:
                     pass

@@ -83,7 +83,7 @@ def test_unknown_or_wrong_host_key_is_refused(hosts, remote_dir, tmp_path):
     # to report as unverified)
     provider = SshProvider(launcher=launcher)
     provider.up(ClusterSpec(cloud="ssh", nodes=2, name="loopback", hosts=tuple(hosts.hosts[:2])), NullEvents())
-    assert provider.leftovers("loopback", "rh-1") == []
+    assert provider.leftovers("loopback", "rh-1").verified
 
     swapped = hosts.write_known_hosts(tmp_path / "kh_swapped", keys=[hosts.host_keys[1], hosts.host_keys[0]])
     ready = make_launcher(hosts, remote_dir, known_hosts=str(swapped)).probe(cluster)
