@@ -36,6 +36,7 @@ _LONG = LINE_CAP + 96  # longer than this gets cut (a line already cut and marke
 CONSOLE_BACKLOG = 1000  # lines waiting for the console; beyond that lines are counted, not queued
 CONSOLE_RATE = 2000.0  # lines a second the console shows at most (the rest: a summary line)
 _READ_SIZE = 1 << 16
+LOG_HOLD = 16 << 20  # bytes of an unfinished line held back so the node log gets it whole
 _PIPE_SIZE = 1 << 20
 _METRIC_PREFIX = b"@gpucluster-metric "
 # What a user's command is started through on every rank: it announces the worker's start (the
@@ -458,6 +459,7 @@ class NodeSupervisor:
         self.metrics = MetricsState()
         self._queue: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._tails: dict[int, _Tail] = {i: _Tail() for i in range(len(hosts))}
+        self._log_locks: dict[int, threading.Lock] = {}
         self._threads: list[threading.Thread] = []
         self._open_streams = 0
         self.train_started_at: float | None = None
@@ -471,23 +473,46 @@ class NodeSupervisor:
         if read1 is not None:
             _grow_pipe(stream)
         tail = self._tails.setdefault(node_rank, _Tail())
+        # A node's streams (the job, and the utilisation sampler beside a user's script) share one
+        # log file: only whole lines go in, under the node's lock, so a line is never split by
+        # another stream's (an unfinished line longer than LOG_HOLD is written as it comes).
+        lock = self._log_locks.setdefault(node_rank, threading.Lock())
 
         def pump() -> None:
             splitter = _LineSplitter()
             chunks = iter(lambda: read1(_READ_SIZE), b"") if read1 is not None else iter(stream)
+            pending = bytearray()
+
+            def write(data: bytes) -> None:
+                with lock:
+                    log.write(data)
+                    log.flush()
+
             with open(log_path, "ab") as log:
                 try:
                     for chunk in chunks:
                         if not chunk:
                             continue
-                        log.write(chunk)
-                        log.flush()
+                        end = chunk.rfind(b"\n") + 1
+                        if end:
+                            write(bytes(pending) + chunk[:end] if pending else chunk[:end])
+                            pending = bytearray(chunk[end:])
+                        else:
+                            pending += chunk
+                            if len(pending) > LOG_HOLD:
+                                write(bytes(pending))
+                                pending = bytearray()
                         run, carried = splitter.feed(chunk)
                         if run is not None:
                             self._take(node_rank, tail, run, _METRIC_PREFIX in chunk or carried)
                 except (OSError, ValueError):
                     pass
                 finally:
+                    if pending:
+                        try:
+                            write(bytes(pending))
+                        except (OSError, ValueError):
+                            pass
                     rest = splitter.close()
                     if rest is not None:
                         self._take(node_rank, tail, rest, True)

@@ -253,15 +253,9 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     busy = False
     try:
         rec.start_phase("prepare")
-        prepare = getattr(launcher, "prepare", None)
-        if prepare:
-            prepare(job)
         rec.start_phase("provision")
         cluster = provider.up(spec, rec)
-        rec.start_phase("ready")
-        ready = getattr(launcher, "ready", None)
-        if ready:
-            ready(cluster, job)
+        rec.start_phase("ready")  # the launcher waits for the nodes (ssh, pods) inside launch
         result = launcher.launch(cluster, job, rec, log_dir)
         for node in result.nodes:
             ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)

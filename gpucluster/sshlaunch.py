@@ -882,6 +882,10 @@ def _check_run_id(run_id: str) -> None:
                           "(it names a folder on every node)")
 
 
+# Python's options whose value is the next argument (`python -X faulthandler train.py`)
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
 def _user_program(job: JobSpec, python: str = "python3") -> tuple[Path | None, list[str] | None]:
     """(local folder to ship, torchrun program relative to it) when the command runs a local
     script (`python train.py`, `python -u train.py`, `./run.sh`, `bash run.sh`); (None, None)
@@ -903,10 +907,15 @@ def _user_program(job: JobSpec, python: str = "python3") -> tuple[Path | None, l
     if not is_python and "/" in cmd[0] and Path(cmd[0]).is_file():
         script = 0
     else:
+        takes_value = False
         for j, arg in enumerate(cmd[1:], start=1):
+            if takes_value:  # the value of `-X opt` / `-W arg`, not the script
+                takes_value = False
+                continue
             if arg.startswith("-"):
                 if arg in ("-m", "-c"):
                     break
+                takes_value = is_python and arg in _PYTHON_VALUE_OPTIONS
                 continue
             script = j if Path(arg).is_file() else None
             break

@@ -122,3 +122,35 @@ def test_cap_last_lines_keeps_the_last_64_kib():
     assert sum(len(ln) + 1 for ln in kept) <= TAIL_BYTES
     one = cap_last_lines(["a" * 200_000])
     assert len(one) == 1 and one[0].startswith("a" * LINE_CAP) and "line cut: 200000 bytes" in one[0]
+
+
+def test_two_streams_of_one_node_never_split_each_others_lines(tmp_path):
+    # the sampler beside a user's script shares the node log: while the script's 3 MB line arrives
+    # in pieces, the other stream's lines must not land inside it (seen under load in the full suite)
+    events = Events()
+    sup = NodeSupervisor(JobSpec("t", command=("x",)), events, tmp_path, ["n0"])
+    r_big, w_big = os.pipe()
+    r_small, w_small = os.pipe()
+    big, small = os.fdopen(r_big, "rb"), os.fdopen(r_small, "rb")
+    sup.attach(0, big)
+    sup.attach(0, small)
+    piece = b"y" * (1 << 16)
+    os.write(w_big, b"BIG")
+    for i in range(48):  # 3 MiB, a line from the other stream between every two pieces
+        os.write(w_big, piece)
+        os.write(w_small, b"other line %d\n" % i)
+        time.sleep(0.002)
+    os.write(w_big, b"\nafter\n")
+    os.close(w_big)
+    os.close(w_small)
+    deadline = time.monotonic() + 30
+    while sup._open_streams and time.monotonic() < deadline:  # noqa: SLF001 - wait for both pumps to end
+        try:
+            rank, line = sup._queue.get(timeout=1)
+            if line is None:
+                sup._open_streams -= 1
+        except Exception:  # noqa: BLE001
+            pass
+    data = (tmp_path / "node-0.log").read_bytes()
+    assert b"BIG" + piece * 48 + b"\n" in data
+    assert all(b"other line %d\n" % i in data for i in range(48)) and b"after\n" in data

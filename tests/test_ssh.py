@@ -146,6 +146,9 @@ def test_user_program_ships_the_scripts_folder(tmp_path, monkeypatch):
     assert _user_program(JobSpec("r1", command=("python", "-m", "pkg.train"))) == (None, None)
     assert _user_program(JobSpec("r1", command=("python", "missing.py"))) == (None, None)  # a path on the node
     assert _user_program(JobSpec("r1", workload="digits")) == (None, None)
+    # an option's value is not the script: `python -X faulthandler train.py` still ships train.py
+    d, prog = _user_program(JobSpec("r1", command=("python", "-X", "faulthandler", "-W", "ignore", "train.py")), "py3")
+    assert d == tmp_path and prog == ["--no-python", "py3", "-X", "faulthandler", "-W", "ignore", "train.py"]
 
 
 def test_bundle_holds_workloads_and_code_without_vcs_or_caches(tmp_path):
