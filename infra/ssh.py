@@ -166,8 +166,9 @@ class SshProvider:
     `known_hosts` and `ssh_options` (as for `SshLauncher`) are used and every node is checked.
     """
 
-    # the check reaches every host (an unreachable one is reported unchecked) and scans all its
-    # processes and the run folder: it sees everything a run made there
+    # the check reaches every host the run started on (an unreachable one is reported unchecked)
+    # and scans all its processes for the run id: it sees every process a run made there (the run
+    # folder is removed by the launcher, and not re-checked: it holds no process and bills nothing)
     check_is_complete = True
 
     cloud = "ssh"
