@@ -32,11 +32,11 @@ def _bare(count: int):
 
 def main() -> int:
     t0 = time.perf_counter()
-    from gpucluster.infra import aws  # noqa: F401  (pulumi_aws import, paid once)
-    from gpucluster.infra.aws_mocks import build
+    from gpucluster.infra.aws import component as aws  # noqa: F401  (pulumi_aws import, paid once)
+    from gpucluster.infra.aws.mock_runtime import build
     from gpucluster.spec import ClusterSpec
 
-    print(f"import gpucluster.infra.aws: {time.perf_counter() - t0:.2f} s")
+    print(f"import gpucluster.infra.aws.component: {time.perf_counter() - t0:.2f} s")
     build(ClusterSpec(cloud="aws", nodes=1, name="warmup", region="us-east-1", instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32"))
 
     results: dict[int, float] = {}

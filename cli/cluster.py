@@ -28,10 +28,10 @@ from gpucluster.cli.console import make_console as _console  # noqa: E402
 def provider_for(cloud: str) -> Any:
     """The provider that can tear down a cluster of `cloud` (tests replace this)."""
     if cloud in CLOUD_CLOUDS:
-        from gpucluster.infra.cloud import PulumiProvider
+        from gpucluster.infra.pulumi_provider import PulumiProvider
 
         return PulumiProvider(cloud)
-    from gpucluster.backends import get_backend
+    from gpucluster.infra.registry import get_backend
 
     return get_backend(cloud)[0]
 
@@ -136,7 +136,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
                       ssh_cidr, tags, (), run_id, options)
     validate(spec)
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    from gpucluster.infra.gcp_access import spec_with_project
+    from gpucluster.infra.gcp.access import spec_with_project
 
     spec = spec_with_project(spec, project, required=not dry_run)
     provider = provider_for(cloud)
@@ -241,12 +241,12 @@ def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], l
     """The independent check, as a three-state `Check`: by tag for clouds; per run for local/ssh
     processes (a local run's stray processes, e.g. after a crash, are killed first; an ssh run's
     hosts are cleaned through the connection details its ledger rows hold)."""
-    from gpucluster.infra.provider import Check
+    from gpucluster.domain import Check
 
     if cloud in CLOUD_CLOUDS:
         return Check.of(provider.leftovers(name))
     if cloud == "ssh" and ledger is not None:
-        from gpucluster.sshlaunch import RUN_RESOURCE, clean_recorded_hosts
+        from gpucluster.infra.ssh.launch import RUN_RESOURCE, clean_recorded_hosts
 
         rows = []
         for rid in sorted(run_ids):  # every node the run reached, also those its teardown closed
@@ -311,7 +311,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
         listed = ", ".join(sorted(open_)) or "none"
         raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
     if project:
-        from gpucluster.infra.gcp_access import resolve_project
+        from gpucluster.infra.gcp.access import resolve_project
 
         project = resolve_project(project, None, env={})[0]  # checks the ID's form
         others = sorted(n for n, c in targets.items() if c != "gcp")
@@ -430,8 +430,8 @@ def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
     reachable, problems and gpus (name, utilisation %, memory used/total MiB)."""
     if cloud != "aws":
         return [{"note": f"per-node GPU state is read over ssh; not available for {cloud} clusters"}]
-    from gpucluster.infra.aws_outputs import cluster_from_outputs
-    from gpucluster.sshlaunch import SshLauncher
+    from gpucluster.infra.aws.outputs import cluster_from_outputs
+    from gpucluster.infra.ssh.launch import SshLauncher
 
     outputs = provider_for(cloud).driver.outputs(name)
     if not outputs:
@@ -578,8 +578,8 @@ def _aws_regions(ledger: Any, extra: tuple[str, ...]) -> list[str]:
         if region:
             regions.append(region)
     if not extra:
-        from gpucluster.catalog.aws import DEFAULT_REGION
-        from gpucluster.infra.sweep import default_aws_regions
+        from gpucluster.infra.aws.catalog import DEFAULT_REGION
+        from gpucluster.infra.leftovers import default_aws_regions
 
         # where a cluster made without --region went, and the region your AWS configuration names
         regions += [DEFAULT_REGION, *default_aws_regions()]
@@ -603,8 +603,8 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
       gpucluster gc --cloud aws            # list, then ask
       gpucluster gc --cloud aws --yes      # delete without asking
     """
-    from gpucluster.infra import sweep
-    from gpucluster.infra.provider import Check
+    from gpucluster.infra import leftovers as sweep
+    from gpucluster.domain import Check
 
     ledger = _ledger()
     live = set() if include_kept else live_clusters(ledger)
@@ -746,7 +746,7 @@ def check_aws(region: str, session: Any = None) -> list[dict[str, Any]]:
 
 
 def check_gcp(project: str | None = None, region: str | None = None) -> list[dict[str, Any]]:
-    from gpucluster.infra.gcp_access import doctor_checks
+    from gpucluster.infra.gcp.access import doctor_checks
 
     return doctor_checks(project, region)
 
@@ -780,7 +780,7 @@ def doctor(clouds, region, project, as_json):
     if "aws" in clouds:
         aws_region = region
         if aws_region is None:
-            from gpucluster.catalog.aws import DEFAULT_REGION
+            from gpucluster.infra.aws.catalog import DEFAULT_REGION
 
             aws_region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
         checks += check_aws(aws_region)

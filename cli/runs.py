@@ -12,7 +12,7 @@ import sys
 import click
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
-from gpucluster.spec import CLOUDS, MAX_NODES, ClusterSpec, parse_int
+from gpucluster.spec import CLOUDS, max_nodes, ClusterSpec, parse_int
 
 WORKLOADS = ("digits", "mnist", "synthetic")
 
@@ -212,7 +212,7 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
                ssh_cidr, tags, hosts, run_id, options: tuple[str, ...] = ()) -> ClusterSpec:
     if cloud not in CLOUDS:
         raise SpecError(not_allowed("cloud", cloud, CLOUDS))
-    n = parse_int("nodes", nodes, low=1, high=MAX_NODES[cloud])
+    n = parse_int("nodes", nodes, low=1, high=max_nodes(cloud))
     g = None if gpus_per_node is None else parse_int("gpus per node", gpus_per_node, low=0, high=16)
     return ClusterSpec(
         cloud=cloud, nodes=n, name=name or f"gpucluster-{cloud}", region=region, zone=zone,
@@ -281,7 +281,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
       gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
       gpucluster run --cloud aws --nodes 2 --dry-run
     """
-    from gpucluster.backends import get_backend
+    from gpucluster.infra.registry import get_backend
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
@@ -299,7 +299,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         command = command[1:]
     host_list: tuple[str, ...] = ()
     if hosts:
-        from gpucluster.infra.ssh import parse_hosts
+        from gpucluster.infra.ssh.provider import parse_hosts
 
         host_list = parse_hosts(hosts)
     elif cloud == "ssh":
@@ -311,7 +311,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       max_lifetime, ssh_cidr, tags, host_list, run_id, options)
     validate(spec)  # bad input is refused before anything is looked up
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    from gpucluster.infra.gcp_access import spec_with_project
+    from gpucluster.infra.gcp.access import spec_with_project
 
     spec = spec_with_project(spec, project, required=not dry_run)
     ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
@@ -359,7 +359,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
 
     if cloud == "local":
-        from gpucluster.catalog.local import gpus_present
+        from gpucluster.infra.local.catalog import gpus_present
 
         present = gpus_present()
         if gpn is None:
@@ -415,11 +415,9 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
             est = _cost.estimate(spec, 1.0)
         except (ImportError, AttributeError):
             est = None
-    from gpucluster.spec import cloud_hook
+    from gpucluster.infra.registry import backend
 
-    plan_line = cloud_hook(spec.cloud, "plan_line")
-    if plan_line:
-        line = plan_line(spec, nproc, getattr(est, "hourly", None))
+    line = backend(spec.cloud).plan_line(spec, nproc, getattr(est, "hourly", None))
     if line is None:
         gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
         line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"

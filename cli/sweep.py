@@ -8,7 +8,7 @@ import sys
 import click
 
 from gpucluster.errors import ExitCode, UsageError, not_allowed
-from gpucluster.spec import CLOUDS, MAX_NODES, parse_int
+from gpucluster.spec import CLOUDS, max_nodes, parse_int
 
 WORKLOADS = ("digits", "mnist", "synthetic")
 
@@ -79,7 +79,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=MAX_NODES[cloud]))
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=max_nodes(cloud)))
     gpn_list: list[int | None] = [None]
     if gpus_per_node is not None:
         gpn_list = sorted(parse_int_list("gpus per node", gpus_per_node, low=0, high=16))
@@ -103,7 +103,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     wants_gpu = compare_cpu or any(g for g in gpn_list if g)
     if cloud == "local":
-        from gpucluster.catalog.local import gpus_present
+        from gpucluster.infra.local.catalog import gpus_present
 
         present = gpus_present()
         if wants_gpu and present == 0:
@@ -119,7 +119,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         if gpn_list == [0]:
             gpn_list = [0, None]  # type: ignore[list-item]
 
-    from gpucluster.backends import get_backend
+    from gpucluster.infra.registry import get_backend
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
@@ -128,7 +128,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
                               (), None, options))
-    from gpucluster.infra.gcp_access import spec_with_project
+    from gpucluster.infra.gcp.access import spec_with_project
     from gpucluster.spec import validate
 
     validate(base)  # unknown options and bad values are refused before anything starts

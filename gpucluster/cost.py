@@ -50,9 +50,10 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .catalog.prices import Catalog, PriceRow, load_catalog, n1_machine_types, n1_shape, normalize_gpu
-from .errors import SpecError, UsageError, not_allowed
-from .spec import MAX_NODES, ClusterSpec, config_scalar, config_tags, parse_int
+from gpucluster.catalog.prices import Catalog, PriceRow, load_catalog, n1_machine_types, n1_shape, normalize_gpu
+from gpucluster.errors import SpecError, UsageError, not_allowed
+from gpucluster.infra.registry import NAMES, backend
+from gpucluster.spec import ClusterSpec, max_nodes, config_scalar, config_tags, parse_int
 
 MINIMUM_SECONDS = 60
 MONTH_HOURS = 730
@@ -166,38 +167,24 @@ def _disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: 
 
 
 def _resolved(spec: ClusterSpec) -> ClusterSpec:
-    """The spec with the cloud's own defaults filled in (`gpucluster.catalog.<cloud>.resolve`, when the
-    cloud has one): what would really be created is what is priced."""
-    import importlib
-
+    """The spec with the backend's own defaults filled in (`Backend.resolve`): what would really
+    be created is what is priced."""
     try:
-        resolve = getattr(importlib.import_module(f"gpucluster.catalog.{spec.cloud}"), "resolve", None)
-    except ModuleNotFoundError:
-        return spec
-    if resolve is None:
-        return spec
-    try:
-        return resolve(spec)
+        return backend(spec.cloud).resolve(spec)
     except Exception:  # noqa: BLE001 - validation reports a bad spec; the estimate prices what it can
         return spec
 
 
 def _system_pool(spec: ClusterSpec) -> dict[str, Any] | None:
-    """The cloud's always-on extras (GKE: the CPU system pool), from `catalog.<cloud>.system_pool`."""
-    import importlib
-
-    try:
-        fn = getattr(importlib.import_module(f"gpucluster.catalog.{spec.cloud}"), "system_pool", None)
-    except ModuleNotFoundError:
-        return None
-    return fn(spec) if fn else None
+    """The backend's always-on extras (GKE: the CPU system pool), from `Backend.system_pool`."""
+    return backend(spec.cloud).system_pool(spec)
 
 
 def _plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> _Plan:
     if spec.cloud not in PRICED_CLOUDS:
         raise UsageError(not_allowed("cloud", spec.cloud, PRICED_CLOUDS + FREE_CLOUDS))
     spec = _resolved(spec)
-    nodes = parse_int("nodes", spec.nodes, low=1, high=MAX_NODES[spec.cloud])
+    nodes = parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
     region = _region_for(spec)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
@@ -560,7 +547,7 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     rules and snapshot as `run_cost`, so the two agree when the durations do."""
     hours = parse_hours(hours)
     if spec.cloud in FREE_CLOUDS:
-        parse_int("nodes", spec.nodes, low=1, high=MAX_NODES[spec.cloud])
+        parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
         return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
                         hourly=Decimal(0), total=Decimal(0), price_date=None,
                         notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
@@ -660,7 +647,7 @@ def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int],
     scaling, never an assumed linear one); with one measured count nothing else is projected.
     Set-up and tear-down time (run wall time minus training time) is the median measured at the
     nearest measured count. Raises UsageError when no run qualifies."""
-    nodes_list = [parse_int("nodes", n, low=1, high=max(MAX_NODES.values())) for n in nodes_list]
+    nodes_list = [parse_int("nodes", n, low=1, high=max(max_nodes(c) for c in NAMES)) for n in nodes_list]
     epochs = parse_int("epochs", epochs, low=1)
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
@@ -824,7 +811,7 @@ def report_csv(rep: Mapping[str, Any]) -> str:
 
 def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     """A PNG with cost (bars) and wall time (line) per run. Needs matplotlib (the `plot` extra)."""
-    from .errors import require
+    from gpucluster.errors import require
 
     matplotlib = require("matplotlib", "plot")
     matplotlib.use("Agg")
@@ -843,7 +830,7 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     ax2.set_ylabel("wall time (s)")
     ax.set_title(f"gpucluster runs: total ${Decimal(rep['total']).quantize(CENT, ROUND_HALF_UP)}")
     fig.tight_layout()
-    from .plots import save_png
+    from gpucluster.plots import save_png
 
     return save_png(fig, path, "--plot file", format="png")
 
@@ -852,7 +839,7 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
 def spec_from_stack_file(path: str | Path) -> ClusterSpec:
     """A ClusterSpec from a Pulumi stack file's `gpucluster:` keys (camelCase -> spec field; other
     keys become options). Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
-    from .errors import ConfigError, require
+    from gpucluster.errors import ConfigError, require
 
     yaml = require("yaml", "aws")
     path = Path(path)

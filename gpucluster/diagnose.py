@@ -24,7 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .sweep import RunFacts, SizeResult
+from gpucluster.sweep import RunFacts, SizeResult
 
 DEFAULT_THRESHOLD = 0.7
 COMM_SHARE = 0.3  # all-reduce share of step time above which a size is communication-bound

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import ConfigError
+from gpucluster.errors import ConfigError
 
 
 def home_dir(create: bool = True) -> Path:

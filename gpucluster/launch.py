@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from .errors import UsageError
-from .metrics import MetricsState, parse_line
+from gpucluster.errors import UsageError
+from gpucluster.metrics import MetricsState, parse_line
 
 DEFAULT_RDZV_PORT = 29400
 TAIL_LINES = 80

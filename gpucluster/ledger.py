@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ConfigError, UsageError
+from gpucluster.errors import ConfigError, UsageError
 
 PHASES = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted")
@@ -208,7 +208,7 @@ class Ledger:
 
     @classmethod
     def open_default(cls) -> "Ledger":
-        from .home import home_dir
+        from gpucluster.home import home_dir
 
         return cls(home_dir() / "ledger.sqlite3")
 
@@ -330,7 +330,7 @@ class Ledger:
     def record_node(self, run_id: str, node_rank: int, host: str | None, exit_code: int | None,
                     last_lines: list[str] | None = None) -> None:
         if last_lines:  # at most 64 KiB of last lines per node, long lines cut, whoever sends them
-            from .launch import cap_last_lines
+            from gpucluster.launch import cap_last_lines
 
             last_lines = cap_last_lines(last_lines)
         with self._tx() as db:

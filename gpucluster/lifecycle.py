@@ -17,12 +17,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol
 
-from gpucluster.infra.provider import VERIFIED, Check
+from gpucluster.domain import VERIFIED, Check
 
-from .errors import ClusterBusy, ExitCode, GpuclusterError
-from .launch import JobResult, JobSpec
-from .ledger import Ledger
-from .owner import owner_lock
+from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError
+from gpucluster.launch import JobResult, JobSpec
+from gpucluster.ledger import Ledger
+from gpucluster.owner import owner_lock
 
 
 class Terminated(KeyboardInterrupt):
@@ -227,7 +227,7 @@ def execute(
     workload: str | None = None,
 ) -> RunOutcome:
     """Run one job on one cluster, end to end. Never raises for run failures: returns the outcome."""
-    from .home import runs_dir
+    from gpucluster.home import runs_dir
 
     ui = ui or QuietUI()
     run_id = job.run_id
@@ -341,7 +341,7 @@ def _describe(exc: BaseException) -> str:
 
 def _record_cost(ledger: Ledger, run_id: str) -> None:
     try:
-        from . import cost
+        from gpucluster import cost
     except ImportError:
         return
     run = ledger.get_run(run_id)

@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ClusterBusy
+from gpucluster.errors import ClusterBusy
 
 _held: dict[str, tuple[int, int]] = {}  # cluster -> (fd, depth)
 _guard = threading.Lock()
 
 
 def locks_dir() -> Path:
-    from .home import home_dir
+    from gpucluster.home import home_dir
 
     path = home_dir() / "locks"
     path.mkdir(parents=True, exist_ok=True)

@@ -2,14 +2,13 @@
 
 A spec is built from CLI flags or from Pulumi stack config (see `infra.program`) and checked by
 `validate()`, which runs the generic checks here and then the cloud's own checks against the
-shipped catalog (`gpucluster.catalog.<cloud>.validate_spec`). Validation either raises a
+backend's catalog (`Backend.validate_spec`, see `infra.contract`). Validation either raises a
 `SpecError` naming the bad value and what is allowed, or returns a list of warnings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import ipaddress
 import re
 import secrets
@@ -17,13 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import SpecError, not_allowed
+from gpucluster.errors import SpecError, not_allowed
 
-CLOUDS = ("local", "ssh", "aws", "gcp")
+from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.infra.registry import backend
 
-# Node limits per backend. Local "nodes" are processes on this machine: beyond 16 they only
-# measure contention. Cloud clusters: 1..64 (the issue's bound; quotas usually bite first).
-MAX_NODES = {"local": 16, "ssh": 64, "aws": 64, "gcp": 64}
+
+def max_nodes(cloud: str) -> int:
+    """The largest `--nodes` the backend accepts (local: 16 processes; clouds: 64)."""
+    return backend(cloud).max_nodes
 
 # Lifetime after which cloud nodes power themselves off even if this machine is gone.
 DEFAULT_MAX_LIFETIME_MINUTES = 240
@@ -186,7 +187,7 @@ def validate(spec: ClusterSpec) -> list[str]:
     """Check a spec; raise SpecError on the first problem, return warnings otherwise."""
     if spec.cloud not in CLOUDS:
         raise SpecError(not_allowed("cloud", spec.cloud, CLOUDS))
-    parse_int("nodes", spec.nodes, low=1, high=MAX_NODES[spec.cloud])
+    parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
     if not _NAME_RE.match(spec.name or ""):
         raise SpecError(
             not_allowed(
@@ -215,34 +216,13 @@ def validate(spec: ClusterSpec) -> list[str]:
             )
         if len(value) > 63:
             raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
-    cloud_validator = _cloud_validator(spec.cloud)
-    return list(cloud_validator(spec)) if cloud_validator else []
+    return list(backend(spec.cloud).validate_spec(spec))
 
 
 def resolve(spec: ClusterSpec) -> ClusterSpec:
     """The spec with the location actually used filled in, defaults included (aws: the region;
-    gcp: zone and region), by the cloud catalog's `resolve(spec)`.
+    gcp: zone and region), by the backend's `resolve(spec)`.
 
     Called once, before the ledger row is written: the ledger, the provider, the teardown check
     and `gc` then all read the same region/zone, never an ambient default."""
-    resolver = cloud_hook(spec.cloud, "resolve")
-    return resolver(spec) if resolver else spec
-
-
-def cloud_hook(cloud: str, name: str):
-    """A function of the cloud's catalog module (`gpucluster.catalog.<cloud>.<name>`), or None:
-    how shared code reaches per-cloud behaviour without naming clouds."""
-    try:
-        module = importlib.import_module(f"gpucluster.catalog.{cloud}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"gpucluster.catalog.{cloud}":
-            return None
-        raise
-    return getattr(module, name, None)
-
-
-def _cloud_validator(cloud: str):
-    """The cloud module's `validate_spec(spec) -> list[str]`, imported lazily."""
-    return cloud_hook(cloud, "validate_spec")
-
-
+    return backend(spec.cloud).resolve(spec)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import UsageError
-from .ledger import Ledger
+from gpucluster.errors import UsageError
+from gpucluster.ledger import Ledger
 
 PHASE_ORDER = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
 
@@ -80,8 +80,8 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
     sweep; Ctrl-C / SIGTERM does (the interrupted run is torn down by the lifecycle as usual).
     `on_run(index, total, finished_run_or_None, size)` is called before (None) and after each run.
     """
-    from .lifecycle import execute
-    from .spec import new_run_id as default_run_id, validate
+    from gpucluster.lifecycle import execute
+    from gpucluster.spec import new_run_id as default_run_id, validate
 
     if repeat < 1:
         raise UsageError(f"repeat {repeat!r} is not allowed: an integer >= 1")
@@ -229,7 +229,7 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
     cost = run.get("cost") or {}
     if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
         try:
-            from . import cost as cost_mod
+            from gpucluster import cost as cost_mod
         except ImportError:
             cost_mod = None
         if cost_mod is not None and hasattr(cost_mod, "run_cost"):

@@ -46,7 +46,7 @@ from gpucluster.errors import ClusterBusy, ConfigError, GpuclusterError, Missing
 from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
 from gpucluster.owner import owner_lock
 
-from .provider import NullEvents, ProvisionEvents
+from gpucluster.domain import NullEvents, ProvisionEvents
 
 PROJECT = "gpucluster"
 # pulumi.automation refuses inline programs for refresh/destroy below 3.181 (`--client` support);
@@ -436,7 +436,7 @@ def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None]
         any_zone = re.search(r"\b(" + _GCP_ZONE + r")\b", text)
         zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
         try:
-            from gpucluster.catalog import gcp as gcp_catalog
+            from gpucluster.infra.gcp import catalog as gcp_catalog
 
             zones = list(gcp_catalog.v100_zones(spec))
         except Exception:  # noqa: BLE001
@@ -599,7 +599,7 @@ class PulumiDriver:
         if cap is not None:
             return cap
         if getattr(spec, "cloud", None) == "gcp":
-            from .gcp_access import classify_quota
+            from gpucluster.infra.gcp.access import classify_quota
 
             quota = classify_quota(text, spec)
             if quota is not None:

@@ -13,12 +13,12 @@ The spec is validated before any resource is declared: a bad spec declares nothi
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from typing import Any, Callable, Mapping, Union
 
 from gpucluster.errors import ConfigError, SpecError, not_allowed
+from gpucluster.infra.registry import backend
 from gpucluster.spec import ClusterSpec, config_scalar, config_tags, parse_int, validate
 
 NAMESPACE = "gpucluster"
@@ -135,11 +135,10 @@ def run(spec: ClusterSpec) -> dict[str, Any]:
 
     for warning in validate(spec):
         pulumi.log.warn(warning)
-    module = importlib.import_module(f"gpucluster.infra.{spec.cloud}")
-    declare = getattr(module, "declare", None)
-    if declare is None:
+    chosen = backend(spec.cloud)
+    if not chosen.provisions:
         raise SpecError(f"cloud {spec.cloud!r} has no Pulumi program (use the {spec.cloud} provider directly)")
-    outputs = declare(spec)
+    outputs = chosen.declare(spec)
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

@@ -181,7 +181,7 @@ def remote_dir(tmp_path):
 
 
 def make_launcher(hosts, remote_dir, **kw):
-    from gpucluster.sshlaunch import SshLauncher
+    from gpucluster.infra.ssh.launch import SshLauncher
 
     kw.setdefault("identity", str(hosts.identity))
     kw.setdefault("known_hosts", str(hosts.known_hosts))
@@ -190,8 +190,8 @@ def make_launcher(hosts, remote_dir, **kw):
 
 
 def cluster_of(hosts, n, **kw):
-    from gpucluster.infra.provider import NullEvents
-    from gpucluster.infra.ssh import SshProvider
+    from gpucluster.domain import NullEvents
+    from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.spec import ClusterSpec
 
     spec = ClusterSpec(cloud="ssh", nodes=n, name="loopback", hosts=tuple(hosts.hosts[:n]), **kw)
@@ -260,7 +260,7 @@ class Recorder:
 def assert_nothing_left(hosts, cluster, run_id, remote_dir):
     """No process of the run here (all hosts are this machine), none reported by the remote
     check either, no run folder left on the nodes, no ssh master connection left behind."""
-    from gpucluster.sshlaunch import remote_leftovers
+    from gpucluster.infra.ssh.launch import remote_leftovers
 
     assert run_processes(run_id) == {}
     assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []

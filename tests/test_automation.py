@@ -23,8 +23,8 @@ from pulumi_fake import FakePulumiCommand, aws_outputs  # noqa: E402
 from gpucluster.errors import ConfigError, MissingDependency, ProvisionError, TeardownIncomplete  # noqa: E402
 from gpucluster.infra import automation  # noqa: E402
 from gpucluster.infra.automation import CapacityError, PulumiDriver  # noqa: E402
-from gpucluster.infra.cloud import PulumiProvider  # noqa: E402
-from gpucluster.infra.provider import Leftover  # noqa: E402
+from gpucluster.infra.pulumi_provider import PulumiProvider  # noqa: E402
+from gpucluster.domain import Leftover  # noqa: E402
 from gpucluster.launch import JobResult, JobSpec, NodeResult  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.metrics import MetricsState  # noqa: E402
@@ -181,12 +181,12 @@ def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_t
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import QuietUI, _Recorder
 
-    from gpucluster.catalog import aws as aws_catalog
+    from gpucluster.infra.registry import backend
 
-    assert aws_catalog.CAPACITY_ATTEMPTS == 3
+    assert backend("aws").capacity_attempts == 3
     assert PulumiProvider("aws").capacity_attempts == 3
     fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_up_times=1)
-    prov = provider(fake, capacity_attempts=aws_catalog.CAPACITY_ATTEMPTS)
+    prov = provider(fake, capacity_attempts=backend("aws").capacity_attempts)
     zones = []
     real_up = prov.driver.up
     prov.driver.up = lambda s, ev=None: zones.append(s.zone) or real_up(s, ev)
@@ -442,7 +442,7 @@ def test_user_backend_and_passphrase_are_respected(home, monkeypatch):
 
 
 def test_importing_the_driver_does_not_import_pulumi():
-    code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.cloud, gpucluster.infra.sweep, "
+    code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
             "gpucluster.cli.cluster; bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -505,7 +505,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
     the fake CLI replays as engine events and outputs: the driver must turn it into a head-first
     Cluster and ledger rows the cost code can price."""
     pytest.importorskip("pulumi_aws")
-    from gpucluster.infra import aws_mocks
+    from gpucluster.infra.aws import mock_runtime as aws_mocks
 
     s = spec(nodes=3, zone=None)
     built = aws_mocks.build(s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucluster.catalog import aws as catalog
+from gpucluster.infra.aws import catalog
 from gpucluster.errors import SpecError
 from gpucluster.spec import ClusterSpec, validate
 
@@ -168,7 +168,7 @@ def _checkip_server(body: bytes, status: int = 200):
 
 
 def test_detected_public_ip_becomes_the_ssh_cidr_and_gpus_come_from_the_type(monkeypatch):
-    from gpucluster.catalog import aws as cat
+    from gpucluster.infra.aws import catalog as cat
     from gpucluster.spec import ClusterSpec
 
     # checkip.amazonaws.com answers with the caller's address and a newline
@@ -189,7 +189,7 @@ def test_detected_public_ip_becomes_the_ssh_cidr_and_gpus_come_from_the_type(mon
 
 @pytest.mark.parametrize("body,status", [(b"not an ip\n", 200), (b"", 503)])
 def test_failed_detection_is_a_spec_error_saying_what_to_pass(monkeypatch, body, status):
-    from gpucluster.catalog import aws as cat
+    from gpucluster.infra.aws import catalog as cat
     from gpucluster.spec import ClusterSpec
 
     srv, url = _checkip_server(body, status)
@@ -205,7 +205,7 @@ def test_failed_detection_is_a_spec_error_saying_what_to_pass(monkeypatch, body,
 def test_unreachable_checkip_fails_within_the_timeout():
     import time as _t
 
-    from gpucluster.catalog import aws as cat
+    from gpucluster.infra.aws import catalog as cat
 
     start = _t.monotonic()
     with pytest.raises(SpecError, match="could not detect"):
@@ -230,8 +230,8 @@ def test_console_tail_decodes_get_console_output(monkeypatch):
     moto = pytest.importorskip("moto")
     import boto3
 
-    from gpucluster.infra.aws_outputs import console_tail
-    from gpucluster.infra.provider import Cluster, Node
+    from gpucluster.infra.aws.outputs import console_tail
+    from gpucluster.domain import Cluster, Node
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(k, "testing")

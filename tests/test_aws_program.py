@@ -19,9 +19,9 @@ import pulumi_aws as aws  # noqa: E402
 import yaml  # noqa: E402
 
 from gpucluster.errors import ConfigError, SpecError  # noqa: E402
-from gpucluster.infra import aws as component  # noqa: E402
+from gpucluster.infra.aws import component  # noqa: E402
 from gpucluster.infra import program  # noqa: E402
-from gpucluster.infra.aws_mocks import (  # noqa: E402
+from gpucluster.infra.aws.mock_runtime import (  # noqa: E402
     MOCK_AMI_ID,
     MOCK_EXISTING_SUBNET,
     build,
@@ -498,7 +498,7 @@ def test_main_reads_the_stack_namespace_and_exports():
 
 def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs():
     from gpucluster.errors import ProvisionError
-    from gpucluster.infra.aws_outputs import cluster_from_outputs
+    from gpucluster.infra.aws.outputs import cluster_from_outputs
 
     built = build(spec(nodes=3, instance_type="g5.12xlarge"))
     cluster = cluster_from_outputs(built.outputs)

@@ -209,9 +209,9 @@ def _provider_and_fake(ec2: Ec2Like):
     driver got, and boots the nodes from what it declared."""
     from pulumi_fake import FakePulumiCommand
 
-    from gpucluster.infra import aws_mocks
+    from gpucluster.infra.aws import mock_runtime as aws_mocks
     from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.cloud import PulumiProvider
+    from gpucluster.infra.pulumi_provider import PulumiProvider
 
     seen: dict = {}
 
@@ -248,7 +248,7 @@ def _provider_and_fake(ec2: Ec2Like):
 
 
 def _launcher(tmp_path, ready_timeout: float):
-    from gpucluster.backends import get_backend
+    from gpucluster.infra.registry import get_backend
 
     _, launcher = get_backend("aws", ready_timeout=ready_timeout)  # the aws defaults: DLAMI python
     launcher.remote_dir = str(tmp_path / "remote")

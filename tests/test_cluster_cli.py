@@ -339,7 +339,7 @@ def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):
     """`status --gpus` builds the cluster from the stack outputs (pinned host keys, the cluster's
     key) and prints each node's GPU state; the ssh probe itself is STUBBED here (the real one is
     tested against sshd in test_ssh_sshd.py)."""
-    from gpucluster import sshlaunch
+    from gpucluster.infra.ssh import launch as sshlaunch
 
     outputs = {"instance_ids": ["i-1", "i-2"], "private_ips": ["10.0.0.1", "10.0.0.2"],
                "public_ips": ["198.51.100.1", "198.51.100.2"], "host_public_keys": ["ssh-ed25519 AAAA1", "ssh-ed25519 AAAA2"],

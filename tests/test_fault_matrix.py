@@ -152,8 +152,8 @@ class FaultyProvider:
 
 
 def _local_backend():
-    from gpucluster.infra.local import LocalProvider
-    from gpucluster.local import LocalLauncher
+    from gpucluster.infra.local.provider import LocalProvider
+    from gpucluster.infra.local.launch import LocalLauncher
 
     return LocalProvider(), LocalLauncher(grace=2.0)
 
@@ -253,7 +253,7 @@ def ssh_hosts(tmp_path_factory):
 @pytest.mark.parametrize("phase,fault_name", CASES)
 def test_ssh_fault(home, tmp_path, job_dir, ssh_hosts, phase, fault_name):
     import sshd
-    from gpucluster.infra.ssh import SshProvider
+    from gpucluster.infra.ssh.provider import SshProvider
 
     remote_dir = tmp_path / "remote"
     launcher = sshd.make_launcher(ssh_hosts, remote_dir)

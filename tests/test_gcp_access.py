@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpucluster.errors import SpecError
-from gpucluster.infra import gcp_access
-from gpucluster.infra.gcp_access import QuotaError, classify_quota, resolve_project, v100_quota
+from gpucluster.infra.gcp import access as gcp_access
+from gpucluster.infra.gcp.access import QuotaError, classify_quota, resolve_project, v100_quota
 from gpucluster.spec import ClusterSpec
 
 ALL_ENV = {"GOOGLE_PROJECT": "env-google-project", "GOOGLE_CLOUD_PROJECT": "env-google-cloud",

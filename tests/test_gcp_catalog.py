@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucluster.catalog import gcp as catalog
+from gpucluster.infra.gcp import catalog
 from gpucluster.errors import SpecError
 from gpucluster.spec import ClusterSpec, validate
 

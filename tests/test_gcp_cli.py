@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpucluster.infra import gcp_access
+from gpucluster.infra.gcp import access as gcp_access
 
 pytest.importorskip("pulumi_gcp")
 pytest.importorskip("kubernetes")

@@ -58,7 +58,7 @@ def spec(**kw) -> ClusterSpec:
 
 
 def declare(s):
-    from gpucluster.infra import gcp
+    from gpucluster.infra.gcp import component as gcp
 
     return gcp.declare(s)
 
@@ -211,7 +211,7 @@ def test_outputs_and_secret_kubeconfig_with_exec_plugin(mocks):
     ],
 )
 def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, tmp_path, bad, message):
-    from gpucluster.infra import gcp_access
+    from gpucluster.infra.gcp import access as gcp_access
 
     for var in ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
         monkeypatch.delenv(var, raising=False)
@@ -237,7 +237,7 @@ def test_starved_spec_is_declared_with_a_warning(mocks, monkeypatch):
 
 def test_kubeconfig_is_readable_by_the_kubernetes_client():
     kubernetes = pytest.importorskip("kubernetes")
-    from gpucluster.infra.gcp import kubeconfig_for
+    from gpucluster.infra.gcp.component import kubeconfig_for
 
     import yaml
 
@@ -248,7 +248,7 @@ def test_kubeconfig_is_readable_by_the_kubernetes_client():
 
 
 def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
-    from gpucluster.infra.gcp import cluster_from_outputs
+    from gpucluster.infra.gcp.component import cluster_from_outputs
 
     outputs = {"cluster_name": "v100", "location": "us-central1-a", "zone": "us-central1-a",
                "region": "us-central1", "machine_type": "n1-standard-16", "accelerator_type": "nvidia-tesla-v100",
@@ -258,7 +258,7 @@ def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
     assert (c.name, c.cloud, c.zone, c.gpus_per_node, c.kubeconfig) == ("v100", "gcp", "us-central1-a", 4, "{secret}")
     assert "kubeconfig" not in c.outputs and c.outputs["nodes"] == 2
     pytest.importorskip("kubernetes")
-    from gpucluster import k8s
+    from gpucluster.infra.gcp import k8s
     from gpucluster.launch import JobSpec
 
     plan = k8s.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4))

@@ -19,8 +19,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from gpucluster.errors import TeardownIncomplete
-from gpucluster.infra import sweep
-from gpucluster.infra.cloud import PulumiProvider
+from gpucluster.infra import leftovers as sweep
+from gpucluster.infra.pulumi_provider import PulumiProvider
 
 PROJECT = "proj-one"
 PATH = f"projects/{PROJECT}/locations/us-central1-a/clusters/demo"

@@ -15,9 +15,9 @@ pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
 
-from gpucluster import k8s  # noqa: E402
+from gpucluster.infra.gcp import k8s  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
-from gpucluster.infra.provider import Cluster  # noqa: E402
+from gpucluster.domain import Cluster  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.workloads.protocol import PREFIX  # noqa: E402
 

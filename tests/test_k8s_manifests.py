@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from gpucluster import k8s  # noqa: E402
+from gpucluster.infra.gcp import k8s  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
-from gpucluster.infra.provider import Cluster, Node  # noqa: E402
+from gpucluster.domain import Cluster, Node  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 
 RUN = "r20261122-031500-abc123"

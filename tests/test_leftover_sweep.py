@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
-from gpucluster.infra import sweep  # noqa: E402
+from gpucluster.infra import leftovers as sweep  # noqa: E402
 
 REGION = "us-east-1"
 

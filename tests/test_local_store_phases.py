@@ -105,7 +105,7 @@ def test_rendezvous_store_serves_and_exits_when_its_owner_goes(tmp_path):
 
     from torch.distributed import TCPStore
 
-    from gpucluster.local import RendezvousStore, free_port
+    from gpucluster.infra.local.launch import RendezvousStore, free_port
 
     port = free_port()
     store = RendezvousStore(sys.executable, "127.0.0.1", port, dict(os.environ), str(ROOT))

@@ -98,7 +98,7 @@ def test_reaper_on_sigterm_kills_a_command_that_ignores_it_after_the_grace(marke
 def test_leftover_check_finds_an_env_cleared_descendant_of_the_run(marker):
     """While the reaper lives, the daemon (no run id in its environment) is found as its
     descendant, reported as a leftover process, and killed."""
-    from gpucluster.infra.local import LocalProvider
+    from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.procs import kill_run_processes, run_processes
 
     run_id = f"reap-{os.getpid()}-{marker[-6:]}"

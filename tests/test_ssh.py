@@ -11,11 +11,11 @@ import tarfile
 import pytest
 
 from gpucluster.errors import ConfigError, LaunchError, SpecError
-from gpucluster.infra.provider import Node, NullEvents, Provider
-from gpucluster.infra.ssh import SshProvider, format_host, parse_host, parse_hosts
+from gpucluster.domain import Node, NullEvents, Provider
+from gpucluster.infra.ssh.provider import SshProvider, format_host, parse_host, parse_hosts
 from gpucluster.launch import JobSpec
 from gpucluster.spec import ClusterSpec, validate
-from gpucluster.sshlaunch import SshLauncher, _bundle, _check_run_id, _gpu_row, _user_program, node_label
+from gpucluster.infra.ssh.launch import SshLauncher, _bundle, _check_run_id, _gpu_row, _user_program, node_label
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_run_ids_and_options_are_checked():
 
 
 def test_missing_files_are_config_errors(tmp_path):
-    from gpucluster.infra.provider import Cluster
+    from gpucluster.domain import Cluster
 
     cluster = Cluster("c", "ssh", (Node(0, "127.0.0.1", "127.0.0.1", "u", 1),))
     with pytest.raises(ConfigError, match="known_hosts file"):
@@ -194,7 +194,7 @@ def test_missing_files_are_config_errors(tmp_path):
 
 def test_missing_ssh_client_is_a_clear_error():
     from gpucluster.errors import MissingDependency
-    from gpucluster.infra.provider import Cluster
+    from gpucluster.domain import Cluster
 
     cluster = Cluster("c", "ssh", (Node(0, "127.0.0.1", "127.0.0.1", "u", 1),))
     with pytest.raises(MissingDependency, match="OpenSSH client 'no-such-ssh'"):

@@ -43,7 +43,7 @@ def test_digits_on_three_hosts(hosts, remote_dir, tmp_path):
 def test_digits_through_the_run_lifecycle_records_a_verified_teardown(hosts, remote_dir, tmp_path, monkeypatch):
     """The whole `run` cycle with the ssh provider and launcher: ledger row, phases, node
     results, the run's processes recorded as resources and confirmed gone by the leftover check."""
-    from gpucluster.infra.ssh import SshProvider
+    from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
     from gpucluster.spec import ClusterSpec, validate

@@ -24,11 +24,11 @@ skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 from gpucluster.errors import LaunchError  # noqa: E402
-from gpucluster.infra.provider import Cluster, Node, NullEvents  # noqa: E402
-from gpucluster.infra.ssh import SshProvider  # noqa: E402
+from gpucluster.domain import Cluster, Node, NullEvents  # noqa: E402
+from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
-from gpucluster.sshlaunch import SshLauncher  # noqa: E402
+from gpucluster.infra.ssh.launch import SshLauncher  # noqa: E402
 
 def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir, tmp_path, monkeypatch):
     """`gpucluster run --cloud ssh -- python train.py`: the script's folder goes to every node."""
@@ -132,7 +132,7 @@ def test_readiness_names_missing_gpus_and_torch(hosts, remote_dir, tmp_path):
 
 
 def test_leftover_check_reports_an_unreachable_host_as_unverified(hosts, tmp_path):
-    from gpucluster.sshlaunch import remote_leftovers
+    from gpucluster.infra.ssh.launch import remote_leftovers
 
     dead = free_port()  # nothing listens there
     cluster = cluster_of(hosts, 1)
@@ -149,7 +149,7 @@ def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_pa
     import time
 
     from gpucluster.errors import LaunchError
-    from gpucluster.sshlaunch import _Session
+    from gpucluster.infra.ssh.launch import _Session
 
     cluster = cluster_of(hosts, 1)
     state = tmp_path / "state"

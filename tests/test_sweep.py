@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import needs_torch, run_cli
-from gpucluster.catalog.local import gpus_present
+from gpucluster.infra.local.catalog import gpus_present
 from gpucluster.cli.main import main
 from gpucluster.ledger import Ledger
 from test_plots import assert_sensible_png
@@ -102,7 +102,7 @@ def test_compare_cpu_refused_without_gpus(home, capsys, args):
 
 @pytest.mark.skipif(gpus_present() > 0, reason="needs a machine without GPUs")
 def test_every_size_is_validated_before_anything_runs(tmp_path):
-    from gpucluster.backends import get_backend
+    from gpucluster.infra.registry import get_backend
     from gpucluster.errors import SpecError
     from gpucluster.launch import JobSpec
     from gpucluster.spec import ClusterSpec

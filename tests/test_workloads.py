@@ -94,7 +94,7 @@ def test_the_job_bundle_carries_digits_data_so_nodes_need_only_torch():
     import io
     import tarfile
 
-    from gpucluster.sshlaunch import _bundle
+    from gpucluster.infra.ssh.launch import _bundle
 
     with tarfile.open(fileobj=io.BytesIO(_bundle(None))) as tar:
         names = tar.getnames()

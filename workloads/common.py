@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 try:  # run as gpucluster.workloads.<name>
-    from . import args as _args
-    from .protocol import emit
-    from .sampler import Sampler, interval_from_env
+    from gpucluster.workloads import args as _args
+    from gpucluster.workloads.protocol import emit
+    from gpucluster.workloads.sampler import Sampler, interval_from_env
 except ImportError:  # run as a script from a shipped copy of this folder
     import args as _args  # type: ignore[no-redef]
     from protocol import emit  # type: ignore[no-redef]

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 try:
-    from . import common
-    from .args import build_parser
+    from gpucluster.workloads import common
+    from gpucluster.workloads.args import build_parser
 except ImportError:
     import common  # type: ignore[no-redef]
     from args import build_parser  # type: ignore[no-redef]
@@ -34,7 +34,7 @@ def digits_file() -> str:
     if os.path.exists(SHIPPED):
         return SHIPPED
     try:
-        from .digits_data import local_digits_file
+        from gpucluster.workloads.digits_data import local_digits_file
     except ImportError:
         from digits_data import local_digits_file  # type: ignore[no-redef]
     path = local_digits_file()

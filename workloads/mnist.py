@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 try:
-    from . import common
-    from .args import build_parser
+    from gpucluster.workloads import common
+    from gpucluster.workloads.args import build_parser
 except ImportError:
     import common  # type: ignore[no-redef]
     from args import build_parser  # type: ignore[no-redef]

@@ -35,7 +35,7 @@ import time
 from typing import Any, Callable
 
 try:
-    from .protocol import emit
+    from gpucluster.workloads.protocol import emit
 except ImportError:  # run as a script from a shipped copy of this folder
     from protocol import emit  # type: ignore[no-redef]
 

@@ -43,7 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import ConfigError, GpuclusterError, UsageError, not_allowed
+from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
 
 CLOUDS = ("aws", "gcp")
 MARKETS = ("on-demand", "spot")
@@ -165,7 +165,7 @@ def shipped_document() -> dict[str, Any]:
 
 
 def user_catalog_path() -> Path:
-    from ..home import home_dir
+    from gpucluster.home import home_dir
 
     return home_dir(create=False) / "prices.json"
 
@@ -506,7 +506,7 @@ def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[Pric
 
 
 def _require(module: str, extra: str):
-    from ..errors import require
+    from gpucluster.errors import require
 
     return require(module, extra)
 

@@ -1,7 +1,7 @@
 """`gpucluster run/up --cloud gcp --dry-run`: what a run would create, with no cloud and no credentials.
 
 `dry_run(spec, job=None, launcher=None)` runs the real Pulumi program (`infra.program.run`, so
-`infra/gcp.py`'s component) under Pulumi's mock runtime (`pulumi.runtime.set_mocks`), records every
+the component in `infra/gcp/component.py`) under Pulumi's mock runtime (`pulumi.runtime.set_mocks`), records every
 resource it declares (type, name, the properties that matter for cost and behaviour, labels), builds
 the Kubernetes manifests the launcher would apply from the mocked stack outputs, and adds the plan
 notes and the estimate. Nothing is sent anywhere: the mocks answer the engine in-process.
@@ -38,7 +38,7 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 def _declare(spec: ClusterSpec) -> tuple[_Mocks, dict[str, Any]]:
-    from . import program
+    from gpucluster.infra import program
 
     mocks = _Mocks()
     pulumi.runtime.set_mocks(mocks, project="gpucluster", stack=spec.name, preview=True)
@@ -102,9 +102,9 @@ def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
 def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[dict[str, Any]], list[str]]:
     from kubernetes.client import ApiClient
 
-    from gpucluster import k8s
+    from gpucluster.infra.gcp import k8s
 
-    from .gcp import cluster_from_outputs
+    from gpucluster.infra.gcp.component import cluster_from_outputs
 
     cluster = cluster_from_outputs(outputs)
     launcher = launcher or k8s.KubernetesLauncher()

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .errors import LaunchError, UsageError, not_allowed, require
-from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
+from gpucluster.errors import LaunchError, UsageError, not_allowed, require
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
 # targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
@@ -505,7 +505,7 @@ class KubeApi:
         k8s = require("kubernetes", "gcp")
         import yaml
 
-        from gpucluster.infra.gcp_access import bearer_token_hook, google_credentials
+        from gpucluster.infra.gcp.access import bearer_token_hook, google_credentials
 
         try:
             config = yaml.safe_load(kubeconfig)
@@ -813,7 +813,7 @@ class KubernetesLauncher:
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)
         if getattr(cluster, "cloud", None) == "gcp" and kubeconfig:
-            from gpucluster.infra.gcp_access import GcpAuthError
+            from gpucluster.infra.gcp.access import GcpAuthError
 
             try:
                 return KubeApi.from_gke(kubeconfig, credentials=self.credentials)

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import ConfigError, LaunchError, MissingDependency
-from .reaper import nested_grace
-from .launch import (
+from gpucluster.errors import ConfigError, LaunchError, MissingDependency
+from gpucluster.reaper import nested_grace
+from gpucluster.launch import (
     _PYTHON_RE, JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv,
 )
 
@@ -332,7 +332,7 @@ class SshLauncher:
     def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None) -> list:
         """The run's processes still alive on the nodes (only the nodes in `ranks` when given);
         an unreachable node is an "unverified" leftover."""
-        from gpucluster.infra.provider import Leftover
+        from gpucluster.domain import Leftover
 
         if run_id is not None:
             _check_run_id(run_id)
@@ -450,7 +450,7 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
     Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
     checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
     """
-    from gpucluster.infra.provider import Cluster, Leftover, Node
+    from gpucluster.domain import Cluster, Leftover, Node
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
@@ -505,7 +505,7 @@ def _close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ss
     ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers."""
     import psutil
 
-    from gpucluster.infra.provider import Leftover
+    from gpucluster.domain import Leftover
 
     if os.path.isdir(control_dir):
         for node in cluster.nodes:
@@ -525,7 +525,7 @@ def _close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ss
                 clients.append(p)
         except psutil.Error:
             continue
-    from .procs import kill_processes
+    from gpucluster.procs import kill_processes
 
     survivors = kill_processes(clients, grace=2.0)
     shutil.rmtree(control_dir, ignore_errors=True)
@@ -935,7 +935,7 @@ def _bundle(code_dir: Path | None) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
             tar.add(f, arcname=f"workloads/{f.name}")
-        from . import reaper
+        from gpucluster import reaper
 
         tar.add(reaper.__file__, arcname="reaper.py")  # the node supervisor (stdlib only)
         # digits' data (~60 KB) goes with the scripts, so a node needs only torch

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SpecError, did_you_mean, not_allowed
-from ..spec import parse_bool
+from gpucluster.errors import SpecError, did_you_mean, not_allowed
+from gpucluster.spec import parse_bool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..spec import ClusterSpec
+    from gpucluster.spec import ClusterSpec
 
 SOURCE = "moto 5.2.5 bundled EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings data"
 SOURCE_DATE = "2026-11-22"
@@ -50,9 +50,6 @@ IMAGES = {
 DEFAULT_IMAGE = "pytorch"
 NODE_PYTHON = "/opt/pytorch/bin/python"  # the DLAMI's python_location (torch is importable there)
 
-# On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
-# offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
-CAPACITY_ATTEMPTS = 3
 
 # Where `run`/`up` learn this machine's public IPv4 when no --ssh-cidr is given (5 s timeout).
 CHECKIP_URL = "https://checkip.amazonaws.com"

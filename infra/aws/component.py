@@ -39,7 +39,7 @@ import pulumi_aws as aws
 import pulumi_tls as tls
 import yaml
 
-from gpucluster.catalog import aws as catalog
+from gpucluster.infra.aws import catalog
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 

@@ -17,9 +17,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import LaunchError
-from .launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, terminate_groups, torchrun_argv
-from .procs import kill_run_processes, run_processes
+from gpucluster.errors import LaunchError
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, terminate_groups, torchrun_argv
+from gpucluster.procs import kill_run_processes, run_processes
 
 
 def free_port() -> int:
@@ -105,7 +105,7 @@ class RendezvousStore:
 
 def reaper_argv(python: str, grace: float) -> list[str]:
     """`python reaper.py --grace G --`: the node supervisor's command line."""
-    from . import reaper
+    from gpucluster import reaper
 
     return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", "--"]
 

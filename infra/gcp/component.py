@@ -33,9 +33,9 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from gpucluster.catalog import gcp as catalog
+from gpucluster.infra.gcp import catalog
 from gpucluster.errors import SpecError
-from gpucluster.infra.provider import Cluster
+from gpucluster.domain import Cluster
 from gpucluster.spec import ClusterSpec, validate
 
 TYPE_TOKEN = "gpucluster:gcp:GpuCluster"
@@ -47,10 +47,10 @@ OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 def project_of(spec: ClusterSpec) -> str:
-    """The GCP project, by the one resolution order (`infra.gcp_access.resolve_project`): the option
+    """The GCP project, by the one resolution order (`infra.gcp.access.resolve_project`): the option
     `project` (--project), the stack config `gcp:project`, GOOGLE_PROJECT / GOOGLE_CLOUD_PROJECT /
     GCLOUD_PROJECT / CLOUDSDK_CORE_PROJECT, the gcloud config file, the ADC project."""
-    from .gcp_access import resolve_project
+    from gpucluster.infra.gcp.access import resolve_project
 
     try:
         stack_project = pulumi.Config("gcp").get("project")

@@ -4,7 +4,7 @@ Nothing is created or deleted here. `up` turns the spec's host list (`user@host[
 first) into a `Cluster`; `down` succeeds without doing anything; `leftovers` asks every host,
 over ssh, for processes that still carry the run's id in their environment (the only thing a run
 on existing machines can leave behind). Connecting, checking readiness and launching are the job
-of `gpucluster.sshlaunch.SshLauncher`, which the `aws` backend uses as well.
+of `gpucluster.infra.ssh.launch.SshLauncher`, which the `aws` backend uses as well.
 
 Host syntax: `[user@]host[:port]` where host is a DNS name, an IPv4 address, or an IPv6 address
 (bare, or in brackets when a port follows: `user@[fe80::1]:2222`).
@@ -23,7 +23,7 @@ from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
 
-from .provider import Check, Cluster, ClusterStatus, Node, ProvisionEvents
+from gpucluster.domain import Check, Cluster, ClusterStatus, Node, ProvisionEvents
 
 HOST_FORMAT = "[user@]host[:port], e.g. ubuntu@10.0.0.5 or ubuntu@gpu1.example.com:2222"
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
@@ -214,7 +214,7 @@ class SshProvider:
         if self.launcher is not None:
             ranks = self.launcher.started_ranks(run_id) if run_id else None
             return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks))
-        from gpucluster.sshlaunch import remote_leftovers
+        from gpucluster.infra.ssh.launch import remote_leftovers
 
         return Check.of(remote_leftovers(
             cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from gpucluster.errors import GpuclusterError, UsageError, not_allowed, require
 
-from .provider import Check, Leftover
+from gpucluster.domain import Check, Leftover
 
 MANAGED_BY = ("managed-by", "gpucluster")
 CLUSTER_TAG = "gpucluster-cluster"
@@ -279,7 +279,7 @@ def _delete_one(session: Any, lo: Leftover) -> None:
 # -- GCP ------------------------------------------------------------------------------------------
 def gcp_project(flag: str | None = None) -> str | None:
     """The project by the one resolution order (`gcp_access.resolve_project`), or None."""
-    from .gcp_access import resolve_project
+    from gpucluster.infra.gcp.access import resolve_project
 
     return resolve_project(flag, None, required=False)[0]
 

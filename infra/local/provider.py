@@ -1,11 +1,11 @@
 """The `local` provider: N "nodes" on this machine. Nothing is created in any cloud; the node
-processes themselves are started (and their absence verified) by `gpucluster.local.LocalLauncher`."""
+processes themselves are started (and their absence verified) by `gpucluster.infra.local.launch.LocalLauncher`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .provider import Check, Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
 
 LOCALHOST = "127.0.0.1"
 
@@ -16,7 +16,7 @@ class LocalProvider:
     check_is_complete = True
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
-        from gpucluster.catalog.local import gpus_present
+        from gpucluster.infra.local.catalog import gpus_present
 
         present = gpus_present()
         gpn = spec.gpus_per_node if spec.gpus_per_node is not None else (present // spec.nodes if present else 0)

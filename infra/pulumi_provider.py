@@ -1,5 +1,5 @@
 """`PulumiProvider`: the Provider contract for the cloud backends (aws, gcp) on top of
-`infra.automation` (Pulumi) and `infra.sweep` (the tag check).
+`infra.automation` (Pulumi) and `infra.leftovers` (the tag scan).
 
 - `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
   (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
@@ -18,29 +18,13 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from .automation import CapacityError, ClusterBusy, PulumiDriver
-from .provider import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
-
-CLOUDS = ("aws", "gcp")
-
+from gpucluster.infra.automation import CapacityError, ClusterBusy, PulumiDriver
+from gpucluster.infra.registry import backend, provisioning
+from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
 def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
-    """Stack outputs (plain values, secrets included) -> `Cluster`, by the cloud's own reader."""
-    if cloud == "aws":
-        from .aws_outputs import cluster_from_outputs as read
-    else:
-        from .gcp import cluster_from_outputs as read
-    return read(outputs)
-
-
-def _region(cloud: str, spec: dict[str, Any] | None) -> str | None:
-    spec = spec or {}
-    if cloud == "aws":
-        if spec.get("region"):
-            return spec["region"]
-        zone = spec.get("zone")
-        return zone[:-1] if zone else None
-    return spec.get("region") or (spec.get("zone") or "").rsplit("-", 1)[0] or None
+    """Stack outputs (plain values, secrets included) -> `Cluster`, by the backend's own reader."""
+    return backend(cloud).cluster_from_outputs(outputs)
 
 
 class _Tracking:
@@ -80,22 +64,20 @@ class PulumiProvider:
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  sweep_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
-        if cloud not in CLOUDS:
-            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        if cloud not in provisioning():
+            raise UsageError(not_allowed("cloud", cloud, provisioning()))
         self.cloud = cloud
+        self.backend = backend(cloud)
         self.driver = driver or PulumiDriver()
         self._find = find
         self._delete = delete
         self.sweep_options = dict(sweep_options or {})
-        self._regions: dict[str, str] = {}
+        self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
-        self._projects: dict[str, str] = {}  # gcp: the spec's `project` option
         # attempts on capacity errors, each in the next zone offering the type: the cloud's
-        # catalog says how many (`CAPACITY_ATTEMPTS`; 1 = no retry)
+        # backend says how many (`capacity_attempts`; 1 = no retry)
         if capacity_attempts is None:
-            from gpucluster.spec import cloud_hook
-
-            capacity_attempts = cloud_hook(cloud, "CAPACITY_ATTEMPTS") or 1
+            capacity_attempts = self.backend.capacity_attempts
         self.capacity_attempts = max(1, int(capacity_attempts))
         # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
         self.await_seconds = float(self.sweep_options.pop("await_seconds", 1800))
@@ -106,7 +88,7 @@ class PulumiProvider:
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
         the state directory with its passphrase."""
-        from .automation import backend_url, passphrase_file
+        from gpucluster.infra.automation import backend_url, passphrase_file
 
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
@@ -114,27 +96,18 @@ class PulumiProvider:
 
     # -- before the plan -------------------------------------------------------------------------
     def resolve_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
-        """The cloud's `catalog.<cloud>.resolve_spec(spec)` when it has one (aws: the SSH CIDR
-        from this machine's public IPv4, GPUs per node from the type): (spec, notes)."""
-        import importlib
-
-        module = importlib.import_module(f"gpucluster.catalog.{self.cloud}")
-        resolve = getattr(module, "resolve_spec", None)
-        return resolve(spec, **kw) if resolve else (spec, [])
+        """The backend's `prepare_spec` (aws: the SSH CIDR from this machine's public IPv4, GPUs
+        per node from the type): (spec, notes)."""
+        return self.backend.prepare_spec(spec, **kw)
 
     def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
         """What `up`/`run` would declare (the cloud's real Pulumi program under Pulumi's mock
-        runtime) and apply, from the cloud's own module `infra.<cloud>_dryrun`; `kw`: job and
-        launcher, for what each node would run. No credentials, nothing created."""
-        import importlib
-
+        runtime) and apply, from the backend's `dry_run`; `kw`: job and launcher, for what each
+        node would run. No credentials, nothing created."""
         try:
-            module = importlib.import_module(f"gpucluster.infra.{self.cloud}_dryrun")
+            return self.backend.dry_run(spec, **kw)
         except ModuleNotFoundError as exc:
-            if exc.name != f"gpucluster.infra.{self.cloud}_dryrun":
-                raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
-            raise UsageError(f"--dry-run is not available for --cloud {self.cloud} yet") from None
-        return module.dry_run(spec, **kw)
+            raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
 
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
@@ -236,10 +209,8 @@ class PulumiProvider:
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         self._remember_region(name)
         opts = dict(self.sweep_options)
-        if self.cloud == "aws" and name in self._regions:
-            opts.setdefault("regions", [self._regions[name]])
-        if self.cloud == "gcp" and name in self._projects:
-            opts.setdefault("project", self._projects[name])
+        for key, value in self._scopes.get(name, {}).items():
+            opts.setdefault(key, value)
         return Check.of(self._find_fn()(self.cloud, name=name, run_id=run_id, **opts))
 
     def status(self, name: str) -> ClusterStatus | None:
@@ -254,27 +225,24 @@ class PulumiProvider:
 
     # -- helpers -----------------------------------------------------------------------------------
     def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
-        region = _region(self.cloud, spec)
-        if region:
-            self._regions[name] = region
-        project = ((spec or {}).get("options") or {}).get("project")
-        if project:
-            self._projects[name] = project
+        scope = self.backend.scan_scope(spec)
+        if scope:
+            self._scopes[name] = scope
 
     def _remember_region(self, name: str) -> None:
-        if name not in self._regions and name not in self._projects:
+        if name not in self._scopes:
             self._remember(name, (self.driver.read_meta(name) or {}).get("spec"))
 
     def _find_fn(self):
         if self._find is None:
-            from .sweep import find_leftovers
+            from gpucluster.infra.leftovers import find_leftovers
 
             self._find = find_leftovers
         return self._find
 
     def _delete_fn(self):
         if self._delete is None:
-            from .sweep import delete_leftovers
+            from gpucluster.infra.leftovers import delete_leftovers
 
             opts = {k: v for k, v in self.sweep_options.items() if k in ("session", "gke_client")}
             self._delete = lambda left: delete_leftovers(left, **opts)

@@ -1,5 +1,5 @@
 """`--dry-run` for aws: run the REAL Pulumi program (`infra.program.run`) under Pulumi's mock
-runtime (`pulumi.runtime.set_mocks`, via `infra.aws_mocks.build`) and describe what it would
+runtime (`pulumi.runtime.set_mocks`, via `infra.aws.mock_runtime.build`) and describe what it would
 declare, for a reviewer: resource types and counts, the security group rules, the AMI filter, a
 user-data summary (never the secret host keys), the tags, and the mock outputs the per-node
 commands are built from. Nothing is created and no credentials are read: the mocks answer every
@@ -18,7 +18,7 @@ import yaml
 
 from gpucluster.errors import SpecError
 
-from .aws_mocks import build, unwrap
+from gpucluster.infra.aws.mock_runtime import build, unwrap
 
 SG_RULE_TYPES = {
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "ingress",

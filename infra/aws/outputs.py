@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from gpucluster.errors import ProvisionError
 
-from .provider import Cluster, Node
+from gpucluster.domain import Cluster, Node
 
 LIST_KEYS = ("instance_ids", "private_ips", "public_ips", "host_public_keys")
 SECRET_KEYS = ("ssh_private_key",)

@@ -185,7 +185,7 @@ _QUOTA_RE = re.compile(r"Quota '(?P<quota>[A-Z0-9_]+)' exceeded\.?\s*(?:Limit: (
 
 
 def v100_regions(spec: Any = None) -> list[str]:
-    from gpucluster.catalog import gcp as catalog
+    from gpucluster.infra.gcp import catalog
 
     zones = catalog.v100_zones(spec) if spec is not None else catalog.DEFAULT_V100_ZONES
     return sorted({catalog.region_of(z) for z in zones})
@@ -258,7 +258,7 @@ def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: 
     """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
     from), the V100 quota of the region (Compute API), and the Kubernetes auth path (a bearer token
     minted from those credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
-    from gpucluster.catalog import gcp as catalog
+    from gpucluster.infra.gcp import catalog
 
     def check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
         return {"check": name, "ok": ok, "detail": detail, "fix": fix}

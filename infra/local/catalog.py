@@ -6,7 +6,7 @@ import functools
 import shutil
 import subprocess
 
-from ..errors import SpecError
+from gpucluster.errors import SpecError
 
 
 @functools.lru_cache(maxsize=1)

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SpecError, not_allowed
-from ..spec import parse_bool
+from gpucluster.errors import SpecError, not_allowed
+from gpucluster.spec import parse_bool
 
 ACCELERATOR = "nvidia-tesla-v100"
 ACCELERATORS = (ACCELERATOR,)

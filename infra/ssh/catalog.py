@@ -6,6 +6,6 @@ from typing import Any
 
 
 def validate_spec(spec: Any) -> list[str]:
-    from gpucluster.infra.ssh import validate_spec as check
+    from gpucluster.infra.ssh.provider import validate_spec as check
 
     return check(spec)

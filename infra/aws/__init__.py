@@ -1,0 +1,90 @@
+"""The `aws` backend: EC2 g5 instances (Deep Learning AMI, NVIDIA driver ready) made by Pulumi,
+reached with the `ssh` launcher using the cluster's own key and pinned host keys.
+
+Contract: `gpucluster.infra.contract`. Modules: catalog (instance types, regions, spec checks),
+component (the Pulumi component), outputs (stack outputs -> Cluster, console tail), dryrun and
+mock_runtime (the program under Pulumi's mock runtime, for --dry-run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.infra.contract import Backend
+
+
+class AwsBackend(Backend):
+    name = "aws"
+    max_nodes = 64
+    provisions = True
+    priced = True
+    resource_kinds = ("instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
+                      "internet-gateway", "route-table", "iam-role", "instance-profile")
+    # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
+    # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
+    capacity_attempts = 3
+
+    def validate_spec(self, spec: Any) -> list[str]:
+        from .catalog import validate_spec
+
+        return validate_spec(spec)
+
+    def resolve(self, spec: Any) -> Any:
+        from .catalog import resolve
+
+        return resolve(spec)
+
+    def prepare_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
+        from .catalog import resolve_spec
+
+        return resolve_spec(spec, **kw)
+
+    def plan_line(self, spec: Any, nproc_per_node: int, hourly: Any = None) -> str | None:
+        from .catalog import plan_line
+
+        return plan_line(spec, nproc_per_node, hourly)
+
+    def scan_scope(self, spec: dict[str, Any] | None) -> dict[str, Any]:
+        spec = spec or {}
+        region = spec.get("region") or (spec.get("zone") or "")[:-1] or None
+        return {"regions": [region]} if region else {}
+
+    def declare(self, spec: Any) -> dict[str, Any]:
+        from .component import declare
+
+        return declare(spec)
+
+    def cluster_from_outputs(self, outputs: dict[str, Any]) -> Any:
+        from .outputs import cluster_from_outputs
+
+        return cluster_from_outputs(outputs)
+
+    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
+        from .dryrun import dry_run
+
+        return dry_run(spec, **kw)
+
+    def make(self, **options: Any) -> tuple[Any, Any]:
+        from gpucluster.infra.pulumi_provider import PulumiProvider
+        from gpucluster.infra.ssh.launch import SshLauncher
+
+        from .catalog import NODE_PYTHON
+        from .outputs import console_tail
+
+        kw: dict[str, Any] = {"python": options.get("remote_python") or NODE_PYTHON, "diagnose": console_tail}
+        if options.get("ready_timeout") is not None:
+            kw["ready_timeout"] = options["ready_timeout"]
+        return PulumiProvider("aws"), SshLauncher(**kw)
+
+    def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
+        from gpucluster.infra.leftovers import default_aws_regions, scan_aws
+
+        regions = scope.get("regions") or default_aws_regions(scope.get("session"))
+        return scan_aws(list(regions), name, run_id, session=scope.get("session"))
+
+    def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
+        from gpucluster.infra.leftovers import delete_aws
+
+        return delete_aws(leftovers, session=kw.get("session"), wait_seconds=kw.get("wait_seconds", 600))
+
+
+BACKEND = AwsBackend()

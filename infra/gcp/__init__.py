@@ -1,0 +1,76 @@
+"""The `gcp` backend: a GKE cluster with a V100 node pool (GKE installs the driver) made by
+Pulumi; jobs run as a Kubernetes Indexed Job + headless Service (or a Kubeflow PyTorchJob).
+
+Contract: `gpucluster.infra.contract`. Modules: catalog (zones, machine types, spec checks),
+component (the Pulumi component), access (project and credentials), k8s (the launcher),
+dryrun (the program under Pulumi's mock runtime, for --dry-run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.infra.contract import Backend
+
+
+class GcpBackend(Backend):
+    name = "gcp"
+    max_nodes = 64
+    provisions = True
+    priced = True
+    resource_kinds = ("gke-cluster", "node-pool", "network", "subnetwork", "firewall")
+
+    def validate_spec(self, spec: Any) -> list[str]:
+        from .catalog import validate_spec
+
+        return validate_spec(spec)
+
+    def resolve(self, spec: Any) -> Any:
+        from .catalog import resolve
+
+        return resolve(spec)
+
+    def system_pool(self, spec: Any) -> dict[str, Any] | None:
+        from .catalog import system_pool
+
+        return system_pool(spec)
+
+    def scan_scope(self, spec: dict[str, Any] | None) -> dict[str, Any]:
+        spec = spec or {}
+        project = spec.get("project") or dict(spec.get("options") or {}).get("project")
+        return {"project": project} if project else {}
+
+    def declare(self, spec: Any) -> dict[str, Any]:
+        from .component import declare
+
+        return declare(spec)
+
+    def cluster_from_outputs(self, outputs: dict[str, Any]) -> Any:
+        from .component import cluster_from_outputs
+
+        return cluster_from_outputs(outputs)
+
+    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
+        from .dryrun import dry_run
+
+        return dry_run(spec, **kw)
+
+    def make(self, **options: Any) -> tuple[Any, Any]:
+        from gpucluster.infra.pulumi_provider import PulumiProvider
+
+        from .k8s import KubernetesLauncher
+
+        kw = {"start_deadline_s": options["start_deadline_s"]} if options.get("start_deadline_s") else {}
+        return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {}, **kw)
+
+    def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
+        from gpucluster.infra.leftovers import scan_gcp
+
+        return scan_gcp(name, run_id, project=scope.get("project"), client=scope.get("gke_client"))
+
+    def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
+        from gpucluster.infra.leftovers import delete_gcp
+
+        return delete_gcp(leftovers, client=kw.get("gke_client"))
+
+
+BACKEND = GcpBackend()
