@@ -58,7 +58,9 @@ def _hourly(spec: Any) -> Decimal | None:
 
 
 def _money(value: Decimal | None) -> str:
-    return "-" if value is None else f"${value.quantize(Decimal('0.01'))}"
+    from gpucluster.cost import money
+
+    return "-" if value is None else money(value)
 
 
 class LedgerEvents:

@@ -137,14 +137,15 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
                nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
                region: str | None, zone: str | None):
     """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
-    from gpucluster.cost import spec_from_stack_file
     from gpucluster.errors import UsageError
+    from gpucluster.infra.registry import priced
     from gpucluster.spec import CLOUDS, ClusterSpec
+    from gpucluster.stackconfig import spec_from_stack_file
 
     if stack:
         spec = spec_from_stack_file(_stack_path(stack))
     elif cloud is None:
-        raise UsageError("give --cloud aws|gcp (or --stack NAME to read stacks/Pulumi.NAME.yaml)")
+        raise UsageError(f"give --cloud {'|'.join(priced())} (or --stack NAME to read stacks/Pulumi.NAME.yaml)")
     else:
         if cloud not in CLOUDS:
             from gpucluster.errors import not_allowed
@@ -282,7 +283,7 @@ def money_or_dash(value: str) -> str:
 
     from gpucluster.cost import money
 
-    return money(Decimal(value)) if Decimal(value) else "-"
+    return money(value) if Decimal(value) else "-"
 
 
 def _open_ledger():

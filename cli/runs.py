@@ -466,7 +466,9 @@ def runs(limit, cloud, status, as_json):
         m = r.get("metrics") or {}
         acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
         c = r.get("cost") or {}
-        cost = f"${float(c['total']):,.2f}" if c.get("total") is not None else "-"
+        from gpucluster.cost import money
+
+        cost = money(c["total"]) if c.get("total") is not None else "-"
         t.add_row(r["id"], fmt_time(r["created_at"]), r["cloud"], r["cluster"], str(r["nodes"]),
                   r.get("workload") or "-", r["status"], fmt_secs(wall), acc, cost)
     con = _console()

@@ -48,6 +48,28 @@ Prices (backends with `priced`)
   system_pool(spec) -> dict | None      a pool that bills for as long as the cluster exists,
                                         whatever the job does (gcp: GKE's system node pool).
 
+Cost engine (backends with `priced`; `gpucluster.costing` calls these, never a cloud's name)
+  default_region                        the region an estimate prices when the spec names none
+                                        (aws: us-east-1; gcp: us-central1); also where a disk
+                                        price missing in a region is borrowed from.
+  default_disk_type                     the disk priced when the spec names none (gp3, pd-balanced).
+  gpus_billed_apart                     True when an instance's GPUs are billed per GPU-hour apart
+                                        from it (GCE); False when they are in its price (EC2).
+  provider_region_config                the Pulumi config namespace whose `region` key is the
+                                        default region of a stack (aws: "aws"), or None.
+  price_plan(spec, catalog, plan, free_tier)   fill in a `costing.plan.Plan`'s machine, GPU and
+                                        fee rows (and notes) for a resolved spec; UsageError for a
+                                        shape that cannot be priced.
+  instance_price(catalog, region, item, market) -> PriceRow   the hourly row of an instance type
+                                        (gcp: named N1 rows, else derived from vCPU + memory).
+  planned_resources(spec, region, catalog) -> [dict]   the ledger resource rows ({kind, name,
+                                        detail}) a run of the resolved spec records: what an
+                                        estimate costs.
+  estimate_notes(plan, always_on_hourly) -> [str]   notes an estimate adds (gcp: what keeps
+                                        billing after the max lifetime; the GKE free tier).
+  gpu_of(instance_type, catalog) -> str | None   the GPU an instance type carries (aws: A10G),
+                                        None where the spec's accelerator says it.
+
 Doctor checks
   doctor(**kw) -> [DoctorCheck]         credentials, quotas, tools, each with a fix.
 
@@ -117,3 +139,24 @@ class Backend:
 
     def doctor(self, **kw: Any) -> list[Any]:
         return []
+
+    # -- cost engine (h-cost: gpucluster.costing) ------------------------------------------------
+    default_region: str | None = None
+    default_disk_type: str | None = None
+    gpus_billed_apart: bool = False
+    provider_region_config: str | None = None
+
+    def price_plan(self, spec: Any, catalog: Any, plan: Any, free_tier: bool | None = None) -> None:
+        raise UsageError(f"--cloud {self.name} runs are not priced (they cost $0)")
+
+    def instance_price(self, catalog: Any, region: str, item: str, market: str) -> Any:
+        return catalog.get(self.name, region, "instance", item, market)
+
+    def planned_resources(self, spec: Any, region: str, catalog: Any = None) -> list[dict[str, Any]]:
+        return []
+
+    def estimate_notes(self, plan: Any, always_on_hourly: Any) -> list[str]:
+        return []
+
+    def gpu_of(self, instance_type: str, catalog: Any) -> str | None:
+        return None

@@ -1,5 +1,6 @@
 """The price catalog: shipped rows, user overrides, corrupt user catalogs, refresh parsers on
-responses shaped as the AWS and GCP price APIs return them."""
+responses shaped as the AWS and GCP price APIs return them (the parsers live in the backends:
+infra/aws/prices.py, infra/gcp/prices.py; `refresh` reaches them through `Backend.fetch_prices`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpucluster.catalog import prices as P
+from gpucluster.infra.aws import prices as aws_prices
+from gpucluster.infra.gcp import prices as gcp_prices
 from gpucluster.errors import ConfigError, UsageError
 
 
@@ -146,7 +149,7 @@ def _gp3_item(region, usd):
 
 def test_parse_aws_price_list_and_spot_history():
     known = {r.item: r for r in P.load_catalog(False).rows.values() if r.kind == "instance" and r.cloud == "aws"}
-    rows = P.parse_aws_price_list([_aws_item("g5.12xlarge", "us-east-1", "5.6720000000"),
+    rows = aws_prices.parse_aws_price_list([_aws_item("g5.12xlarge", "us-east-1", "5.6720000000"),
                                    _gp3_item("us-east-1", "0.0800000000")], "2026-12-01", known)
     by = {r.kind: r for r in rows}
     inst = by["instance"]
@@ -165,7 +168,7 @@ def test_parse_aws_price_list_and_spot_history():
         {"AvailabilityZone": "us-east-1b", "InstanceType": "g5.xlarge", "ProductDescription": "Windows",
          "SpotPrice": "3.0", "Timestamp": t0},
     ]
-    (spot,) = P.parse_aws_spot_history(hist, "us-east-1", "2026-12-01", known)
+    (spot,) = aws_prices.parse_aws_spot_history(hist, "us-east-1", "2026-12-01", known)
     assert (spot.market, spot.price, spot.extra["range"], spot.gpus) == ("spot", Decimal("0.4500"),
                                                                          ["0.4300", "0.4500"], 1)
 
@@ -255,7 +258,7 @@ def _gcp_skus():
 
 
 def test_parse_gcp_skus():
-    rows = {r.key: r for r in P.parse_gcp_skus(_gcp_skus(), ["us-central1"], "2026-12-01")}
+    rows = {r.key: r for r in gcp_prices.parse_gcp_skus(_gcp_skus(), ["us-central1"], "2026-12-01")}
     v100 = rows[("gcp", "us-central1", "gpu", "V100", "on-demand")]
     assert v100.price == Decimal("2.48") and v100.gpus == 1 and "6F81-5844-456A" in v100.source
     assert rows[("gcp", "us-central1", "gpu", "V100", "spot")].price == Decimal("1.0885")

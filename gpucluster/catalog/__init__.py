@@ -1,5 +1,6 @@
-"""Instance and price data, dated and sourced, shipped with the package.
+"""The price catalog, dated and sourced, shipped with the package.
 
-One module per cloud (`aws`, `gcp`) holds the instance facts and its `validate_spec(spec)`;
-`prices` holds the price catalog. Data files live in `data/`. No cloud SDK is imported here.
+`prices` loads the shipped rows (`data/prices.json`), overlays the user's refreshed rows and
+writes them; each backend's instance facts and live price fetcher live in its own package
+(`infra/<cloud>/catalog.py`, `infra/<cloud>/prices.py`). No cloud SDK is imported here.
 """

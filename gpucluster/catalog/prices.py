@@ -25,9 +25,10 @@ cluster-fee  cluster-hour                gke (region "*": the same everywhere)
 `market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's
 GPU count, 1 for a gpu row), from which the $/GPU-hour column is derived.
 
-The live fetchers import boto3 / google-cloud-billing lazily, and are split from pure parsers
-(`parse_aws_price_list`, `parse_aws_spot_history`, `parse_gcp_skus`) that take the API's own
-response shapes, so the parsers are tested without network.
+A row's `cloud` is one of the priced backends (`infra.registry.priced()`). `refresh(cloud)` asks
+the backend for live prices (`Backend.fetch_prices`: the AWS Price List / spot history fetcher
+lives in infra/aws/prices.py, the Cloud Billing Catalog one in infra/gcp/prices.py); this module
+only loads, merges and writes catalogs.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
+from gpucluster.infra.registry import backend, priced
 
-CLOUDS = ("aws", "gcp")
 MARKETS = ("on-demand", "spot")
 KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
 UNITS = {
@@ -56,7 +57,6 @@ UNITS = {
     "disk": "gb-month",
     "cluster-fee": "cluster-hour",
 }
-GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
 # The GPU names as users type them (--gpu) mapped to what the catalog calls them.
 GPU_ALIASES = {"v100": "V100", "nvidia-tesla-v100": "V100", "a10g": "A10G", "a10": "A10G"}
 
@@ -123,8 +123,8 @@ def row_from_dict(d: Mapping[str, Any], origin: str = "shipped") -> PriceRow:
     for name in _KEY_FIELDS + ("unit", "price", "source", "date"):
         if name not in d or d[name] in (None, ""):
             raise ValueError(f"a row lacks {name!r}: {dict(d)!r}"[:200])
-    if d["cloud"] not in CLOUDS:
-        raise ValueError(f"row cloud {d['cloud']!r} is not one of {', '.join(CLOUDS)}")
+    if d["cloud"] not in priced():
+        raise ValueError(f"row cloud {d['cloud']!r} is not one of {', '.join(priced())}")
     if d["kind"] not in KINDS:
         raise ValueError(f"row kind {d['kind']!r} is not one of {', '.join(KINDS)}")
     if d["market"] not in MARKETS:
@@ -215,8 +215,8 @@ class Catalog:
 
     def select(self, cloud: str | None = None, region: str | None = None, gpu: str | None = None) -> list[PriceRow]:
         """Rows filtered for display; unknown filter values raise a UsageError with did-you-mean."""
-        if cloud is not None and cloud not in CLOUDS:
-            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        if cloud is not None and cloud not in priced():
+            raise UsageError(not_allowed("cloud", cloud, priced()))
         rows = [r for r in self.rows.values() if cloud is None or r.cloud == cloud]
         if region is not None:
             regions = sorted({r.region for r in rows if r.region != "*"})
@@ -294,221 +294,9 @@ def write_user_rows(path: Path, new_rows: Iterable[PriceRow]) -> int:
     return count
 
 
-# -- N1 shapes ---------------------------------------------------------------------------------
-_N1_RE = re.compile(r"^n1-(standard|highmem|highcpu)-(\d+)$")
-_N1_GIB_PER_VCPU = {"standard": Decimal("3.75"), "highmem": Decimal("6.5"), "highcpu": Decimal("0.9")}
-_N1_VCPUS = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96),
-             "highcpu": (2, 4, 8, 16, 32, 64, 96)}
-
-
-def n1_machine_types() -> list[str]:
-    return [f"n1-{fam}-{n}" for fam, counts in _N1_VCPUS.items() for n in counts]
-
-
-def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
-    """(vCPUs, GiB) of a predefined N1 type, None if it is not one."""
-    m = _N1_RE.match(machine_type)
-    if not m or int(m.group(2)) not in _N1_VCPUS[m.group(1)]:
-        return None
-    n = int(m.group(2))
-    return n, _N1_GIB_PER_VCPU[m.group(1)] * n
-
-
-# -- live refresh: pure parsers ----------------------------------------------------------------
+# -- live refresh -------------------------------------------------------------------------------
 def _today(now: _dt.datetime | None = None) -> str:
     return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d")
-
-
-def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: str,
-                         known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
-    """Rows from `pricing.get_products(...)["PriceList"]` items (JSON strings).
-
-    Compute instances give on-demand "instance" rows (Hrs); EBS gp3 storage gives "disk" rows
-    (GB-Mo). `known` (instance type -> a shipped row) fills in GPU counts when the attributes lack
-    them. Items with no USD on-demand price are skipped."""
-    rows: list[PriceRow] = []
-    for item in price_list:
-        doc = json.loads(item) if isinstance(item, (str, bytes)) else item
-        product = doc.get("product", {})
-        attrs = product.get("attributes", {})
-        region = attrs.get("regionCode")
-        prices = []
-        for term in doc.get("terms", {}).get("OnDemand", {}).values():
-            for dim in term.get("priceDimensions", {}).values():
-                usd = dim.get("pricePerUnit", {}).get("USD")
-                if usd is not None:
-                    prices.append((Decimal(usd), dim.get("unit", "")))
-        if not region or not prices:
-            continue
-        price, unit = max(prices)
-        family = product.get("productFamily", "")
-        src = f"AWS Price List API (pricing.get_products, AmazonEC2, sku {product.get('sku', '?')})"
-        if family == "Compute Instance" and unit == "Hrs":
-            itype = attrs.get("instanceType")
-            shipped = (known or {}).get(itype)
-            gpus = attrs.get("gpu")
-            gpus = int(gpus) if gpus and str(gpus).isdigit() else (shipped.gpus if shipped else 0)
-            vcpus = attrs.get("vcpu")
-            mem = attrs.get("memory", "").replace(" GiB", "").replace(",", "")
-            rows.append(PriceRow(
-                cloud="aws", region=region, kind="instance", item=itype, market="on-demand", unit="hour",
-                price=price, source=src, date=date, gpus=gpus, gpu=shipped.gpu if shipped else None,
-                vcpus=int(vcpus) if vcpus and str(vcpus).isdigit() else None,
-                memory_gib=Decimal(mem) if re.fullmatch(r"\d+(\.\d+)?", mem) else None, origin="user"))
-        elif family == "Storage" and unit == "GB-Mo" and attrs.get("volumeApiName"):
-            rows.append(PriceRow(
-                cloud="aws", region=region, kind="disk", item=attrs["volumeApiName"], market="on-demand",
-                unit="gb-month", price=price, source=src, date=date, origin="user"))
-    return rows
-
-
-def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, date: str,
-                           known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
-    """Rows from `ec2.describe_spot_price_history(...)["SpotPriceHistory"]`: the newest price per
-    availability zone, and per instance type the highest of those (spot is a per-AZ point-in-time
-    price; the highest is the safe one to estimate with), with the range kept."""
-    latest: dict[tuple[str, str], tuple[Any, Decimal]] = {}
-    for rec in history:
-        if "Linux/UNIX" not in rec.get("ProductDescription", "Linux/UNIX"):
-            continue
-        k = (rec["InstanceType"], rec["AvailabilityZone"])
-        ts = rec.get("Timestamp")
-        if k not in latest or (ts is not None and ts > latest[k][0]):
-            latest[k] = (ts, Decimal(str(rec["SpotPrice"])))
-    per_type: dict[str, list[Decimal]] = {}
-    for (itype, _az), (_ts, price) in latest.items():
-        per_type.setdefault(itype, []).append(price)
-    rows = []
-    for itype, prices in sorted(per_type.items()):
-        shipped = (known or {}).get(itype)
-        rows.append(PriceRow(
-            cloud="aws", region=region, kind="instance", item=itype, market="spot", unit="hour",
-            price=max(prices), date=date, gpus=shipped.gpus if shipped else 0,
-            gpu=shipped.gpu if shipped else None, vcpus=shipped.vcpus if shipped else None,
-            memory_gib=shipped.memory_gib if shipped else None,
-            source=f"AWS EC2 DescribeSpotPriceHistory, Linux/UNIX, {region}: highest of {len(prices)} AZ prices",
-            extra={"range": [str(min(prices)), str(max(prices))]}, origin="user"))
-    return rows
-
-
-_GCP_SKU_PATTERNS = [
-    # (regex on the description, kind, item, market)
-    (re.compile(r"^Nvidia Tesla V100 GPU running in "), "gpu", "V100", "on-demand"),
-    (re.compile(r"^Spot Preemptible Nvidia Tesla V100 GPU running in "), "gpu", "V100", "spot"),
-    (re.compile(r"^N1 Predefined Instance Core running in "), "vcpu", "n1", "on-demand"),
-    (re.compile(r"^Spot Preemptible N1 Predefined Instance Core running in "), "vcpu", "n1", "spot"),
-    (re.compile(r"^N1 Predefined Instance Ram running in "), "memory", "n1", "on-demand"),
-    (re.compile(r"^Spot Preemptible N1 Predefined Instance Ram running in "), "memory", "n1", "spot"),
-    (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
-    (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
-    (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
-]
-_GCP_UNITS = {"gpu": "h", "vcpu": "h", "memory": "GiBy.h", "disk": "GiBy.mo"}
-
-
-def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> list[PriceRow]:
-    """Rows from Cloud Billing Catalog SKUs (`google.cloud.billing_v1.types.Sku` messages, as
-    `CloudCatalogClient.list_skus` yields them) for the given regions. Price = units + nanos/1e9
-    of the highest tier (the rate after any free allowance). Named N1 types are then derived from
-    the vCPU and memory unit prices."""
-    wanted = set(regions)
-    rows: dict[tuple, PriceRow] = {}
-    for sku in skus:
-        desc = sku.description
-        match = next(((kind, item, market) for rx, kind, item, market in _GCP_SKU_PATTERNS if rx.search(desc)), None)
-        if match is None or not sku.pricing_info:
-            continue
-        kind, item, market = match
-        expr = sku.pricing_info[0].pricing_expression
-        if expr.usage_unit != _GCP_UNITS[kind] or not expr.tiered_rates:
-            continue
-        money = expr.tiered_rates[-1].unit_price
-        if money.currency_code and money.currency_code != "USD":
-            continue
-        price = Decimal(money.units) + Decimal(money.nanos) / Decimal(10**9)
-        sku_id = sku.sku_id or sku.name
-        for region in sku.service_regions:
-            if region not in wanted:
-                continue
-            row = PriceRow(
-                cloud="gcp", region=region, kind=kind, item=item, market=market, unit=UNITS[kind],
-                price=price, date=date, gpus=1 if kind == "gpu" else 0, gpu=item if kind == "gpu" else None,
-                source=f"Cloud Billing Catalog API, {GCP_COMPUTE_SERVICE} sku {sku_id}: {desc}", origin="user")
-            rows[row.key] = row
-    for (cloud, region, kind, item, market), vcpu in list(rows.items()):
-        if kind != "vcpu":
-            continue
-        mem = rows.get((cloud, region, "memory", item, market))
-        if mem is None:
-            continue
-        for fam, counts in (("standard", (4, 8, 16, 32)),):
-            for n in counts:
-                mt = f"n1-{fam}-{n}"
-                cpus, gib = n1_shape(mt)
-                row = PriceRow(
-                    cloud="gcp", region=region, kind="instance", item=mt, market=market, unit="hour",
-                    price=vcpu.price * cpus + mem.price * gib, date=date, vcpus=cpus, memory_gib=gib,
-                    source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
-                    origin="user")
-                rows[row.key] = row
-    return list(rows.values())
-
-
-# -- live refresh: fetching ---------------------------------------------------------------------
-def _aws_filters(**terms: str) -> list[dict[str, str]]:
-    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in terms.items()]
-
-
-def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
-              known: Mapping[str, PriceRow] | None = None, pricing_client: Any = None,
-              ec2_client_for: Callable[[str], Any] | None = None) -> list[PriceRow]:
-    """On-demand (Price List API) and spot (DescribeSpotPriceHistory) rows for the regions."""
-    if pricing_client is None or ec2_client_for is None:
-        boto3 = _require("boto3", "aws")
-        if pricing_client is None:
-            pricing_client = boto3.client("pricing", region_name="us-east-1")
-        if ec2_client_for is None:
-            ec2_client_for = lambda region: boto3.client("ec2", region_name=region)  # noqa: E731
-    rows: list[PriceRow] = []
-    for region in regions:
-        items: list[str] = []
-        queries = [_aws_filters(instanceType=t, regionCode=region, operatingSystem="Linux", tenancy="Shared",
-                                preInstalledSw="NA", capacitystatus="Used") for t in instance_types]
-        queries.append(_aws_filters(productFamily="Storage", volumeApiName="gp3", regionCode=region))
-        for filters in queries:
-            kwargs: dict[str, Any] = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1"}
-            while True:
-                resp = pricing_client.get_products(**kwargs)
-                items.extend(resp.get("PriceList", []))
-                if not resp.get("NextToken"):
-                    break
-                kwargs["NextToken"] = resp["NextToken"]
-        rows.extend(parse_aws_price_list(items, date, known))
-        ec2 = ec2_client_for(region)
-        history: list[dict[str, Any]] = []
-        kwargs = {"InstanceTypes": list(instance_types), "ProductDescriptions": ["Linux/UNIX"],
-                  "StartTime": _dt.datetime.now(_dt.timezone.utc)}
-        while True:
-            resp = ec2.describe_spot_price_history(**kwargs)
-            history.extend(resp.get("SpotPriceHistory", []))
-            if not resp.get("NextToken"):
-                break
-            kwargs["NextToken"] = resp["NextToken"]
-        rows.extend(parse_aws_spot_history(history, region, date, known))
-    return rows
-
-
-def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
-    if client is None:
-        billing = _require("google.cloud.billing_v1", "gcp")
-        client = billing.CloudCatalogClient()
-    return parse_gcp_skus(client.list_skus(parent=GCP_COMPUTE_SERVICE), regions, date)
-
-
-def _require(module: str, extra: str):
-    from gpucluster.errors import require
-
-    return require(module, extra)
 
 
 def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None = None,
@@ -518,9 +306,10 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     Raises UsageError for a bad cloud/region, ConfigError when the existing user catalog is
     corrupt (checked first: it is never overwritten), PriceRefreshError when the API cannot be
     reached or refuses (no credentials, no network); the catalog in use is unchanged then.
-    `clients`: pricing_client / ec2_client_for (aws) or client (gcp), for tests."""
-    if cloud not in CLOUDS:
-        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+    The fetching is the backend's (`Backend.fetch_prices`: infra/aws/prices.py, infra/gcp/prices.py);
+    `clients` are passed to it (pricing_client / ec2_client_for for aws, client for gcp: tests)."""
+    if cloud not in priced():
+        raise UsageError(not_allowed("cloud", cloud, priced()))
     path = Path(path) if path is not None else user_catalog_path()
     if path.exists():
         read_user_rows(path)  # raises ConfigError before any fetching; nothing is overwritten
@@ -530,17 +319,7 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     date = _today(now)
     shipped_date = shipped.oldest_date()
     try:
-        if cloud == "aws":
-            bad = [r for r in regions if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
-            if bad:
-                raise UsageError(not_allowed("aws region", bad[0], known_regions))
-            known = {r.item: r for r in shipped.rows.values() if r.cloud == "aws" and r.kind == "instance"}
-            rows = fetch_aws(regions, sorted(known), date=date, known=known, **clients)
-        else:
-            bad = [r for r in regions if not re.fullmatch(r"[a-z]+-[a-z]+\d+", r)]
-            if bad:
-                raise UsageError(not_allowed("gcp region", bad[0], known_regions))
-            rows = fetch_gcp(regions, date=date, **clients)
+        rows = backend(cloud).fetch_prices(shipped, regions=regions, date=date, **clients)
     except GpuclusterError:
         raise
     except Exception as exc:  # SDK errors: no credentials, no network, access denied, throttling
@@ -557,7 +336,5 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
 
 
 __all__ = [
-    "Catalog", "PriceRow", "PriceRefreshError", "load_catalog", "refresh", "parse_aws_price_list",
-    "parse_aws_spot_history", "parse_gcp_skus", "n1_shape", "n1_machine_types", "normalize_gpu",
-    "user_catalog_path",
+    "Catalog", "PriceRow", "PriceRefreshError", "load_catalog", "refresh", "normalize_gpu", "user_catalog_path",
 ]

@@ -86,5 +86,31 @@ class AwsBackend(Backend):
 
         return delete_aws(leftovers, session=kw.get("session"), wait_seconds=kw.get("wait_seconds", 600))
 
+    # -- cost engine and prices (h-cost): infra/aws/prices.py --------------------------------------
+    default_region = "us-east-1"  # = catalog.DEFAULT_REGION
+    default_disk_type = "gp3"  # = catalog.DEFAULT_DISK_TYPE
+    gpus_billed_apart = False  # an EC2 instance's price includes its GPUs
+    provider_region_config = "aws"  # a stack's `aws:region` is its default region
+
+    def fetch_prices(self, catalog: Any, **kw: Any) -> list[Any]:
+        from .prices import fetch_prices
+
+        return fetch_prices(catalog, **kw)
+
+    def price_plan(self, spec: Any, catalog: Any, plan: Any, free_tier: bool | None = None) -> None:
+        from .prices import price_plan
+
+        price_plan(spec, catalog, plan)
+
+    def planned_resources(self, spec: Any, region: str, catalog: Any = None) -> list[dict[str, Any]]:
+        from .prices import planned_resources
+
+        return planned_resources(spec)
+
+    def gpu_of(self, instance_type: str, catalog: Any) -> str | None:
+        from .prices import gpu_of
+
+        return gpu_of(instance_type, catalog)
+
 
 BACKEND = AwsBackend()

@@ -342,7 +342,9 @@ def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Any = None) -> s
     line = (f"{spec.nodes} × {itype.name} ({itype.gpus} × {itype.gpu_model} each), "
             f"{spec.nodes * nproc_per_node} training processes")
     if hourly is not None:
-        line += f", ${float(hourly):,.2f}/h"
+        from gpucluster.costing.rules import money
+
+        line += f", {money(hourly)}/h"
     return line
 
 

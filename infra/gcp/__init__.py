@@ -72,5 +72,35 @@ class GcpBackend(Backend):
 
         return delete_gcp(leftovers, client=kw.get("gke_client"))
 
+    # -- cost engine and prices (h-cost): infra/gcp/prices.py --------------------------------------
+    default_region = "us-central1"  # the region of catalog.DEFAULT_ZONE
+    default_disk_type = "pd-balanced"  # = catalog.DEFAULT_DISK_TYPE
+    gpus_billed_apart = True  # GCE bills attached GPUs per GPU-hour, apart from the VM
+
+    def fetch_prices(self, catalog: Any, **kw: Any) -> list[Any]:
+        from .prices import fetch_prices
+
+        return fetch_prices(catalog, **kw)
+
+    def price_plan(self, spec: Any, catalog: Any, plan: Any, free_tier: bool | None = None) -> None:
+        from .prices import price_plan
+
+        price_plan(spec, catalog, plan, free_tier)
+
+    def instance_price(self, catalog: Any, region: str, item: str, market: str) -> Any:
+        from .prices import n1_row
+
+        return n1_row(catalog, region, item, market)
+
+    def planned_resources(self, spec: Any, region: str, catalog: Any = None) -> list[dict[str, Any]]:
+        from .prices import planned_resources
+
+        return planned_resources(spec, region, catalog)
+
+    def estimate_notes(self, plan: Any, always_on_hourly: Any) -> list[str]:
+        from .prices import estimate_notes
+
+        return estimate_notes(plan, always_on_hourly)
+
 
 BACKEND = GcpBackend()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
@@ -70,18 +71,36 @@ class MachineType:
     memory_gb: float
 
 
-def _family(kind: str, gb_per_vcpu: float, sizes: tuple[int, ...]) -> dict[str, MachineType]:
+# n1-standard: 3.75 GB per vCPU; n1-highmem: 6.5 GB; n1-highcpu: 0.9 GB (Google's N1 table).
+N1_GB_PER_VCPU = {"standard": Decimal("3.75"), "highmem": Decimal("6.5"), "highcpu": Decimal("0.9")}
+N1_SIZES = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96),
+            "highcpu": (2, 4, 8, 16, 32, 64, 96)}
+
+
+def _family(kind: str) -> dict[str, MachineType]:
+    gb_per_vcpu = float(N1_GB_PER_VCPU[kind])
     return {
-        f"n1-{kind}-{n}": MachineType(f"n1-{kind}-{n}", n, round(n * gb_per_vcpu, 2)) for n in sizes
+        f"n1-{kind}-{n}": MachineType(f"n1-{kind}-{n}", n, round(n * gb_per_vcpu, 2)) for n in N1_SIZES[kind]
     }
 
 
-# n1-standard: 3.75 GB per vCPU; n1-highmem: 6.5 GB; n1-highcpu: 0.9 GB (Google's N1 table).
-N1_MACHINE_TYPES: dict[str, MachineType] = {
-    **_family("standard", 3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
-    **_family("highmem", 6.5, (2, 4, 8, 16, 32, 64, 96)),
-    **_family("highcpu", 0.9, (2, 4, 8, 16, 32, 64, 96)),
-}
+N1_MACHINE_TYPES: dict[str, MachineType] = {**_family("standard"), **_family("highmem"), **_family("highcpu")}
+
+
+def n1_machine_types() -> list[str]:
+    """Every predefined N1 type, family by family, smallest first."""
+    return list(N1_MACHINE_TYPES)
+
+
+def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
+    """(vCPUs, GiB as an exact Decimal) of a predefined N1 type, None if it is not one: what the
+    N1 vCPU and memory unit prices are multiplied by."""
+    mt = N1_MACHINE_TYPES.get(machine_type)
+    if mt is None:
+        return None
+    kind = machine_type.split("-")[1]
+    return mt.vcpus, N1_GB_PER_VCPU[kind] * mt.vcpus
+
 
 DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
 

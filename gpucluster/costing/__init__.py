@@ -1,0 +1,14 @@
+"""The cost engine, one module per job; `gpucluster.cost` is its public face (and documents the
+billing rules and the resource records it prices).
+
+rules     billing arithmetic: billed seconds, time and disk costs, money formatting
+plan      a spec -> the priced plan and the launch-time price snapshot; the snapshot pricer
+runcost   a run's true cost from its ledger resources
+estimate  the cost of a spec for some hours (costing the resources such a run records)
+whatif    projections of time and cost from measured runs
+report    per-run cost reports (table, JSON, CSV, PNG)
+
+Everything particular to a cloud (how its nodes are priced, what a run of it records, its
+defaults) is a `Backend` hook (see `infra.contract`, "Cost engine"); nothing here compares a
+cloud's name.
+"""

@@ -1,0 +1,158 @@
+"""Estimates: the itemized cost of a spec for some hours, computed by costing the resources such
+a run records (`planned_resources`) with the same rules and snapshot as `run_cost`, so an
+estimate and the cost of a run that lived as long agree to the digit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from gpucluster.catalog.prices import Catalog, load_catalog
+from gpucluster.errors import UsageError, not_allowed
+from gpucluster.infra.registry import backend
+from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+
+from .plan import is_free, plan, price_snapshot, region_for, resolved
+from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
+from .runcost import run_cost
+
+
+@dataclass
+class Estimate:
+    cloud: str
+    region: str | None
+    nodes: int
+    hours: Decimal
+    market: str
+    lines: list[dict[str, Any]]
+    hourly: Decimal
+    total: Decimal
+    price_date: str | None
+    gpus: int = 0
+    per_gpu_hour: Decimal | None = None
+    notes: list[str] = field(default_factory=list)
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+    def render_line(self) -> str:
+        """One line for a plan: total, hourly, the items, the price date."""
+        if not self.lines:
+            return f"$0 ({'; '.join(self.notes)})"
+        items = ", ".join(f"{ln['category']} {money(Decimal(ln['hourly']))}/h" for ln in self.lines
+                          if (Decimal(ln["hourly"]) or ln["category"] != "gpus")
+                          and not ln["description"].startswith("system pool: "))
+        system = sum((Decimal(ln["hourly"]) for ln in self.lines if ln["description"].startswith("system pool: ")),
+                     Decimal(0))
+        if system:
+            items += f", system pool {money(system)}/h"
+        per_gpu = f", {money(self.per_gpu_hour)}/GPU-hour" if self.per_gpu_hour is not None else ""
+        return (f"{money(self.total)} for {self.hours.normalize():f} h at {money(self.hourly)}/h "
+                f"({items}{per_gpu}; {self.market} prices read {self.price_date})")
+
+    def __str__(self) -> str:
+        return self.render_line()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cloud": self.cloud, "region": self.region, "nodes": self.nodes, "hours": str(self.hours),
+                "market": self.market, "lines": self.lines, "hourly": str(self.hourly), "total": str(self.total),
+                "price_date": self.price_date, "gpus": self.gpus,
+                "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
+                "notes": self.notes, "currency": "USD"}
+
+
+def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
+                      catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The resource rows a run of `spec` records when it lives `seconds` (what estimates cost):
+    the backend's `planned_resources` (EC2: one `instance` per node with its root gp3 volume;
+    GKE: the cluster, the GPU pool and the system pool, with the real defaults of `resolve`),
+    each created at `start` and confirmed gone `seconds` later."""
+    spec = resolved(spec)
+    end = float(Decimal(str(start)) + seconds)
+    region = region_for(spec)
+    common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
+              "region": region}
+    return [{**common, **row} for row in backend(spec.cloud).planned_resources(spec, region, catalog)]
+
+
+def parse_hours(value: Any) -> Decimal:
+    try:
+        hours = Decimal(str(value).strip())
+    except Exception:  # noqa: BLE001 - decimal raises several types
+        hours = None
+    if hours is None or not hours.is_finite() or hours <= 0 or hours > 24 * 366:
+        raise UsageError(not_allowed("hours", value, "a number of hours above 0 (e.g. 0.5, 3)"))
+    return hours
+
+
+def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
+             free_tier: bool | None = None, now: float | None = None) -> Estimate:
+    """Itemized estimate (instances, GPUs, disks, cluster fee) of running `spec` for `hours`.
+
+    Computed by costing the resources such a run records (`planned_resources`) with the same
+    rules and snapshot as `run_cost`, so the two agree when the durations do."""
+    hours = parse_hours(hours)
+    if is_free(spec.cloud):
+        parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+        return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
+                        hourly=Decimal(0), total=Decimal(0), price_date=None,
+                        notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
+    catalog = catalog or load_catalog()
+    chosen = backend(spec.cloud)
+    planned = plan(spec, catalog, free_tier)
+    snapshot = price_snapshot(spec, catalog, free_tier=free_tier, now=now)
+    run = {"cloud": spec.cloud, "prices": snapshot, "resources": planned_resources(spec, hours * 3600,
+                                                                                   catalog=catalog)}
+    cost = run_cost(run, now=now, catalog=catalog)
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in cost["lines"]:
+        key = (line["category"], line["description"])
+        if line.get("resource", "").endswith("-system"):
+            key = (line["category"], "system pool: " + line["description"])
+            line = {**line, "description": key[1]}
+        if key in merged:
+            m = merged[key]
+            m["quantity"] = str(Decimal(m["quantity"]) + Decimal(line["quantity"]))
+            m["total"] = str(Decimal(m["total"]) + Decimal(line["cost"]))
+            m["count"] += 1
+        else:
+            merged[key] = {"category": line["category"], "description": line["description"],
+                           "quantity": line["quantity"], "unit": line["unit"], "unit_price": line["unit_price"],
+                           "total": line["cost"], "source": line["source"], "date": line["date"],
+                           "note": line["note"], "count": 1}
+    lines = list(merged.values())
+    for line in lines:
+        count = line.pop("count")
+        if count > 1:
+            line["description"] = f"{count} x {line['description']}"
+
+        qty, price = Decimal(line["quantity"]), Decimal(line["unit_price"])
+        rate = qty * price / MONTH_HOURS if line["unit"] == "gb-month" else qty * price
+        if line["category"] == "cluster fee" and Decimal(line["total"]) == 0:
+            rate = Decimal(0)
+        line["hourly"] = str(rate.quantize(NANO, ROUND_HALF_UP))
+    if not chosen.gpus_billed_apart:  # the GPUs are in the instance price: say so on a line of their own
+        lines.insert(1, {"category": "gpus",
+                         "description": f"{planned.nodes * planned.gpus_per_node} x {planned.gpu_name}",
+                         "quantity": str(planned.nodes * planned.gpus_per_node), "unit": "-", "unit_price": "0",
+                         "hourly": "0", "total": "0", "source": planned.machine.source, "date": planned.machine.date,
+                         "note": "included in the instance price"})
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    lines.sort(key=lambda ln: order.get(ln["category"], 99))
+    hourly = sum((Decimal(ln["hourly"]) for ln in lines), Decimal(0))
+    # What bills with no GPU node left (GKE: after the dead-man switch): the fee and the system pool.
+    always_on = sum((Decimal(ln["hourly"]) for ln in lines
+                     if ln["category"] == "cluster fee" or ln["description"].startswith("system pool: ")), Decimal(0))
+    total = Decimal(cost["total"])
+    gpus = planned.nodes * planned.gpus_per_node
+    gpu_hourly = sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")
+                      and not ln["description"].startswith("system pool: ")), Decimal(0))
+    notes = list(planned.notes)
+    # what keeps billing after the max lifetime (GKE: the fee and the system pool), the free tier
+    notes += chosen.estimate_notes(planned, always_on)
+    if hours * 3600 < MINIMUM_SECONDS:
+        notes.append("instances are billed at least 60 seconds each")
+    if spec.spot:
+        notes.append("spot prices are a point-in-time reference and the nodes can be reclaimed")
+    return Estimate(cloud=spec.cloud, region=planned.region, nodes=planned.nodes, hours=hours, market=planned.market,
+                    lines=lines, hourly=hourly, total=total, price_date=cost["price_date"], gpus=gpus,
+                    per_gpu_hour=(gpu_hourly / gpus) if gpus else None, notes=notes, snapshot=snapshot)

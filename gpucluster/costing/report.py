@@ -1,0 +1,110 @@
+"""Cost reports: what each run cost (stored, or computed now when something was left billing),
+with totals and groups, as a dict, CSV or a PNG."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from gpucluster.catalog.prices import Catalog
+from gpucluster.errors import UsageError, not_allowed
+
+from .rules import money
+from .runcost import run_cost
+
+
+GROUPS = ("day", "cloud", "cluster")
+
+
+def parse_since(value: str | None) -> float | None:
+    """'YYYY-MM-DD' (UTC) or an ISO time -> Unix seconds; UsageError otherwise."""
+    if value is None:
+        return None
+    try:
+        d = _dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(not_allowed("date", value, "YYYY-MM-DD or an ISO time such as 2026-11-22T10:00")) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return d.timestamp()
+
+
+def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, now: float | None = None,
+           catalog: Catalog | None = None) -> dict[str, Any]:
+    """Per-run costs (the stored cost if the run has one and nothing was left billing, else
+    computed now) with totals, optionally grouped by day (UTC), cloud or cluster."""
+    if group_by is not None and group_by not in GROUPS:
+        raise UsageError(not_allowed("group-by", group_by, GROUPS))
+    now = time.time() if now is None else now
+    rows = []
+    for run in runs:
+        stored = run.get("cost")
+        cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
+        if cost is None:
+            cost = run_cost(run, now=now, catalog=catalog)
+        end = run.get("ended_at")
+        wall = None if not (end and run.get("created_at")) else round(float(end) - float(run["created_at"]), 3)
+        created = _dt.datetime.fromtimestamp(float(run["created_at"]), _dt.timezone.utc)
+        rows.append({"run_id": run["id"], "created": created.isoformat(timespec="seconds"),
+                     "day": created.strftime("%Y-%m-%d"), "cloud": run.get("cloud"), "cluster": run.get("cluster"),
+                     "status": run.get("status"), "nodes": run.get("nodes"), "wall_s": wall,
+                     "cost": cost["total"], "still_billing": bool(cost.get("still_billing")),
+                     "note": "; ".join(cost.get("notes") or []), "price_date": cost.get("price_date")})
+    rows.sort(key=lambda r: r["created"])
+    total = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
+    groups = []
+    if group_by:
+        acc: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            g = acc.setdefault(str(r[group_by]), {group_by: r[group_by], "runs": 0, "cost": Decimal(0), "wall_s": 0.0})
+            g["runs"] += 1
+            g["cost"] += Decimal(r["cost"])
+            g["wall_s"] += r["wall_s"] or 0.0
+        groups = [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
+    return {"currency": "USD", "runs": rows, "groups": groups, "group_by": group_by, "total": str(total),
+            "still_billing": [r["run_id"] for r in rows if r["still_billing"]]}
+
+
+REPORT_CSV_FIELDS = ("run_id", "created", "cloud", "cluster", "status", "nodes", "wall_s", "cost", "still_billing",
+                     "price_date", "note")
+
+
+def report_csv(rep: Mapping[str, Any]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=REPORT_CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rep["runs"]:
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
+    """A PNG with cost (bars) and wall time (line) per run. Needs matplotlib (the `plot` extra)."""
+    from gpucluster.errors import require
+
+    matplotlib = require("matplotlib", "plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = rep["runs"]
+    if not runs:
+        raise UsageError("no runs to plot (check --since / --cloud)")
+    labels = [r["run_id"][-12:] for r in runs]
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(runs) + 2), 4))
+    ax.bar(range(len(runs)), [float(r["cost"]) for r in runs], color="tab:blue")
+    ax.set_ylabel("cost (USD)")
+    ax.set_xticks(range(len(runs)), labels, rotation=45, ha="right", fontsize=7)
+    ax2 = ax.twinx()
+    ax2.plot(range(len(runs)), [r["wall_s"] or 0 for r in runs], color="tab:red", marker="o")
+    ax2.set_ylabel("wall time (s)")
+    ax.set_title(f"gpucluster runs: total {money(rep['total']).replace(',', '')}")
+    fig.tight_layout()
+    from gpucluster.plots import save_png
+
+    return save_png(fig, path, "--plot file", format="png")

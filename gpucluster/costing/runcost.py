@@ -1,0 +1,161 @@
+"""The true cost of a run, from the lifetimes of the resources its ledger records and the price
+snapshot stored at launch (`gpucluster.cost` documents the resource records and the rules)."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any, Mapping
+
+from gpucluster.catalog.prices import Catalog, normalize_gpu
+from gpucluster.errors import UsageError
+from gpucluster.spec import ClusterSpec, parse_bool
+
+from .plan import Pricer, is_free, region_for
+from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
+
+
+def _resource_lines(res: Mapping[str, Any], pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
+    """Cost lines of one ledger resource row (see the module docstring for `detail`)."""
+    kind = res["kind"]
+    detail = res.get("detail") or {}
+    start = res.get("requested_at")
+    gone = bool(res.get("confirmed_gone")) and res.get("deleted_at") is not None
+    end = res["deleted_at"] if gone else now
+    seconds = max(Decimal(str(end)) - Decimal(str(start)), Decimal(0))
+    region = region_of(res.get("region") or detail.get("region") or detail.get("location")) or pricer.region
+    market = "spot" if parse_bool("spot", detail.get("spot", False)) else "on-demand"
+    base = {"resource": res.get("name"), "kind": kind, "seconds": str(seconds), "still_billing": not gone,
+            "region": region}
+    notes = []
+    if res.get("created_at") is None and kind in ("instance", "node-pool", "gke-cluster", "volume", "disk"):
+        notes.append("creation never confirmed: billed from the request (upper bound)")
+    lines: list[dict[str, Any]] = []
+
+    def add(category: str, description: str, unit_price: Decimal, quantity: Decimal | int, unit: str,
+            billed: int, cost: Decimal, cited: dict[str, Any], note: str) -> None:
+        lines.append({**base, "category": category, "description": description, "unit_price": str(unit_price),
+                      "unit": unit, "quantity": str(quantity), "billed_seconds": billed, "cost": str(cost),
+                      "source": cited.get("source"), "date": cited.get("date"),
+                      "note": "; ".join(n for n in notes + [note] if n)})
+
+    if kind == "instance":
+        itype = detail.get("instance_type") or detail.get("machine_type")
+        price, cited, note = pricer.price("instance", itype, market, region)
+        billed, cost = time_cost(price, seconds)
+        add("instances", f"{itype} ({market})", price, 1, "hour", billed, cost, cited, note)
+        gpus = int(detail.get("gpus") or 0)
+        if gpus and pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
+            name = normalize_gpu(detail.get("accelerator") or "V100")
+            price, cited, note = pricer.price("gpu", name, market, region)
+            billed, cost = time_cost(price, seconds, gpus)
+            add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
+        _disk_lines(detail, 1, seconds, pricer, region, add)
+    elif kind == "node-pool":
+        count = int(detail.get("node_count") or 1)
+        mtype = detail.get("machine_type") or detail.get("instance_type")
+        price, cited, note = pricer.price("instance", mtype, market, region)
+        billed, cost = time_cost(price, seconds, count)
+        add("instances", f"{count} x {mtype} ({market})", price, count, "hour", billed, cost, cited, note)
+        gpus = int(detail.get("gpus_per_node") or 0) * count
+        if gpus:
+            name = normalize_gpu(detail.get("accelerator") or "V100")
+            price, cited, note = pricer.price("gpu", name, market, region)
+            billed, cost = time_cost(price, seconds, gpus)
+            add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
+        _disk_lines(detail, count, seconds, pricer, region, add)
+    elif kind in ("volume", "disk"):
+        _disk_lines(detail, 1, seconds, pricer, region, add)
+    elif kind == "gke-cluster":
+        price, cited, note = pricer.price("cluster-fee", "gke", "on-demand", region)
+        zonal = (parse_bool("zonal", detail["zonal"]) if "zonal" in detail
+                 else bool(ZONE_RE.match(str(detail.get("location", "")))))
+        if free_tier and zonal:
+            billed = billed_seconds(seconds, 0)
+            add("cluster fee", "GKE cluster fee (zonal, free tier)", price, 1, "cluster-hour", billed, Decimal(0),
+                cited, "covered by the GKE free tier: one zonal cluster per billing account")
+        else:
+            billed, cost = time_cost(price, seconds, 1, minimum=0)
+            why = "regional clusters are not covered by the free tier" if free_tier else ""
+            add("cluster fee", f"GKE cluster fee ({'zonal' if zonal else 'regional'})", price, 1, "cluster-hour",
+                billed, cost, cited, why)
+    else:
+        lines.append({**base, "category": "no charge", "description": f"{kind} (no charge)", "cost": "0",
+                      "billed_seconds": 0, "note": ""})
+    return lines
+
+
+def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer: Pricer, region: str, add) -> None:
+    gb = detail.get("disk_gb")
+    if not gb:
+        return
+    dtype = detail.get("disk_type") or pricer.default_disk_type
+    price, cited, note = pricer.price("disk", dtype, "on-demand", region)
+    total_gb = int(gb) * count
+    billed, cost = disk_cost(price, total_gb, seconds)
+    add("disks", f"{total_gb} GB {dtype}", price, total_gb, "gb-month", billed, cost, cited, note)
+
+
+def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:
+    by = {c: Decimal(0) for c in CATEGORIES}
+    for line in lines:
+        if line["category"] in by:
+            by[line["category"]] += Decimal(line["cost"])
+    return {c: str(v) for c, v in by.items()}
+
+
+def run_cost(run: Mapping[str, Any], *, now: float | None = None, catalog: Catalog | None = None) -> dict[str, Any]:
+    """The cost of a run (finished, failed, interrupted or still going) from its ledger dict
+    (`Ledger.get_run`): its resources' lifetimes, the price snapshot stored at launch, and the
+    billing rules. JSON-able; store it with `Ledger.set_cost(run_id, cost)`."""
+    now = time.time() if now is None else now
+    cloud = run.get("cloud")
+    if "resources" not in run:
+        raise ValueError("run_cost needs the run's resources: pass Ledger.get_run(run_id), not a list_runs row")
+    result: dict[str, Any] = {"run_id": run.get("id"), "cloud": cloud, "currency": "USD",
+                              "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
+    if is_free(cloud):
+        result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
+        result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
+        return result
+    snapshot = run.get("prices")
+    if not snapshot:
+        result["notes"].append("no price snapshot stored with the run: priced with today's catalog")
+    free_tier = bool((snapshot or {}).get("rules", {}).get("gke_free_tier", False))
+    pricer = Pricer(snapshot, cloud, catalog)
+    if not snapshot and run.get("spec"):
+        try:
+            pricer.region = region_for(ClusterSpec.from_dict(run["spec"]))
+        except Exception:  # noqa: BLE001 - an odd stored spec only loses the default region
+            pass
+    for res in run.get("resources") or []:
+        try:
+            result["lines"].extend(_resource_lines(res, pricer, free_tier, now))
+        except UsageError as exc:
+            result["lines"].append({"resource": res.get("name"), "kind": res.get("kind"), "category": "unpriced",
+                                    "description": str(res.get("detail")), "cost": "0", "billed_seconds": 0,
+                                    "still_billing": not res.get("confirmed_gone"), "note": f"not priced: {exc}"})
+            result["notes"].append(f"{res.get('kind')} {res.get('name')} could not be priced ({exc}): "
+                                   "the total leaves it out")
+    total = sum((Decimal(line["cost"]) for line in result["lines"]), Decimal(0))
+    result["still_billing"] = sorted({line["resource"] for line in result["lines"]
+                                      if line.get("still_billing") and line["category"] != "no charge"})
+    if result["still_billing"]:
+        result["notes"].append("still billing (never confirmed deleted, costed up to now): "
+                               + ", ".join(result["still_billing"]))
+    if not run.get("resources"):
+        result["notes"].append("the ledger records no resources for this run: nothing was billed")
+    dates = [line["date"] for line in result["lines"] if line.get("date")]
+    result.update(total=str(total), by_category=_summarize(result["lines"]), local=False,
+                  price_date=min(dates) if dates else (snapshot or {}).get("taken_at"))
+    return result
+
+
+def record_run_cost(ledger: Any, run_id: str, *, now: float | None = None) -> dict[str, Any]:
+    """Compute a run's cost from the ledger and store it there (`runs.cost`); returns it."""
+    run = ledger.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run {run_id!r} in the ledger")
+    cost = run_cost(run, now=now)
+    ledger.set_cost(run["id"], cost)
+    return cost

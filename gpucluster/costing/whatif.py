@@ -1,0 +1,141 @@
+"""What-if projections: wall time and cost of a workload on other node counts, from the speed
+measured by the runs in the ledger (never an assumed scaling)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from decimal import Decimal
+from typing import Any, Iterable, Mapping
+
+from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
+from gpucluster.errors import UsageError
+from gpucluster.infra.registry import NAMES
+from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+
+from .estimate import estimate
+from .plan import is_free, known
+
+
+def _run_shape(run: Mapping[str, Any], catalog: Catalog | None) -> tuple[str, str | None, str | None, int | None]:
+    spec = run.get("spec") or {}
+    cloud = run.get("cloud") or spec.get("cloud")
+    itype = spec.get("instance_type")
+    gpu = spec.get("accelerator")
+    chosen = known(cloud)
+    if chosen is not None and itype and catalog is not None:
+        gpu = chosen.gpu_of(itype, catalog) or gpu  # aws: the GPU the instance type carries
+    if gpu:
+        try:
+            gpu = normalize_gpu(gpu, ("A10G", "V100"))
+        except UsageError:
+            pass
+    return cloud, itype, gpu, run.get("gpus_per_node")
+
+
+def _fmt_shape(shape: tuple) -> str:
+    cloud, itype, gpu, gpn = shape
+    return f"{cloud}" + (f" {itype}" if itype else "") + (f" {gpn} x {gpu}" if gpu else (f" {gpn} GPU" if gpn else ""))
+
+
+def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int], workload: str, epochs: int, *,
+            cloud: str | None = None, instance_type: str | None = None, gpus_per_node: int | None = None,
+            catalog: Catalog | None = None) -> dict[str, Any]:
+    """Project wall time and cost of `epochs` epochs of `workload` on each node count, from the
+    runs in the ledger (succeeded, same workload, same cloud / instance type / GPU type / GPUs per
+    node). Epoch time per node count is the median measured; counts not measured are projected
+    from a power-law fit of epoch time against node count over the measured counts (the measured
+    scaling, never an assumed linear one); with one measured count nothing else is projected.
+    Set-up and tear-down time (run wall time minus training time) is the median measured at the
+    nearest measured count. Raises UsageError when no run qualifies."""
+    nodes_list = [parse_int("nodes", n, low=1, high=max(max_nodes(c) for c in NAMES)) for n in nodes_list]
+    epochs = parse_int("epochs", epochs, low=1)
+    if not nodes_list:
+        raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
+    catalog = catalog or load_catalog()
+    usable: list[tuple[tuple, Mapping[str, Any], float, float | None]] = []
+    seen_workload = False
+    for run in ledger_runs:
+        if run.get("workload") != workload:
+            continue
+        seen_workload = True
+        summary = run.get("metrics") or {}
+        train_s, run_epochs = summary.get("train_time_s"), summary.get("epochs")
+        if run.get("status") != "succeeded" or not train_s or not run_epochs:
+            continue
+        shape = _run_shape(run, catalog)
+        if cloud and shape[0] != cloud or instance_type and shape[1] != instance_type \
+                or gpus_per_node is not None and shape[3] != gpus_per_node:
+            continue
+        wall = None
+        if run.get("ended_at") and run.get("created_at"):
+            wall = float(run["ended_at"]) - float(run["created_at"])
+        usable.append((shape, run, float(train_s) / float(run_epochs), wall))
+    if not usable:
+        why = ("no succeeded run with training metrics matches" if seen_workload
+               else "the ledger has no run of this workload")
+        raise UsageError(f"cannot project {workload!r}: {why}; run it first (e.g. on 1 and 2 nodes) so the "
+                         "projection rests on measured speed")
+    shapes = sorted({u[0] for u in usable}, key=str)
+    if len(shapes) > 1:
+        listed = "; ".join(_fmt_shape(s) for s in shapes)
+        raise UsageError(f"runs of {workload!r} were measured on several node shapes ({listed}); choose one with "
+                         "--cloud / --instance-type / --gpus")
+    shape = shapes[0]
+    by_nodes: dict[int, list[tuple[Mapping[str, Any], float, float | None]]] = {}
+    for _, run, epoch_s, wall in usable:
+        by_nodes.setdefault(int(run["nodes"]), []).append((run, epoch_s, wall))
+    measured = []
+    for n in sorted(by_nodes):
+        rows = by_nodes[n]
+        epoch_s = statistics.median(e for _, e, _ in rows)
+        overheads = [max(w - e * float(r["metrics"]["epochs"]), 0.0) for r, e, w in rows if w is not None]
+        sps = [float(r["metrics"]["samples_per_s"]) for r, _, _ in rows if r["metrics"].get("samples_per_s")]
+        measured.append({"nodes": n, "runs": [r["id"] for r, _, _ in rows], "epoch_s": epoch_s,
+                         "overhead_s": statistics.median(overheads) if overheads else 0.0,
+                         "samples_per_s": statistics.median(sps) if sps else None})
+    base = measured[0]
+    for m in measured:
+        m["efficiency"] = (base["epoch_s"] * base["nodes"]) / (m["epoch_s"] * m["nodes"])
+    fit = None
+    if len(measured) >= 2:
+        xs = [math.log(m["nodes"]) for m in measured]
+        ys = [math.log(m["epoch_s"]) for m in measured]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        fit = {"exponent": b, "intercept": my - b * mx,
+               "meaning": "epoch time ~ nodes^exponent; -1 would be perfect scaling, 0 none, > 0 slower"}
+    latest = max((u[1] for u in usable), key=lambda r: r.get("created_at") or 0)
+    spec_base = None
+    if latest.get("spec"):
+        spec_base = ClusterSpec.from_dict(latest["spec"])
+    known = {m["nodes"]: m for m in measured}
+    lo, hi = measured[0]["nodes"], measured[-1]["nodes"]
+    projection = []
+    for n in nodes_list:
+        row: dict[str, Any] = {"nodes": n}
+        nearest = min(measured, key=lambda m: (abs(math.log(m["nodes"]) - math.log(n)), m["nodes"]))
+        if n in known:
+            epoch_s, basis = known[n]["epoch_s"], "measured"
+        elif fit is not None:
+            epoch_s = math.exp(fit["intercept"] + fit["exponent"] * math.log(n))
+            basis = "fitted" if lo < n < hi else "extrapolated"
+        else:
+            row.update(basis=None, note=f"not measured: only {lo} node(s) measured, so scaling to {n} is unknown; "
+                                        f"run it on {n} nodes (or one more node count) first")
+            projection.append(row)
+            continue
+        train_s = epoch_s * epochs
+        wall_s = train_s + nearest["overhead_s"]
+        row.update(basis=basis, epoch_s=round(epoch_s, 3), train_s=round(train_s, 3), wall_s=round(wall_s, 3),
+                   efficiency=round((base["epoch_s"] * base["nodes"]) / (epoch_s * n), 4),
+                   overhead_from_nodes=nearest["nodes"])
+        if is_free(shape[0]) or spec_base is None:
+            row.update(cost="0", hourly="0", note=f"{shape[0]} runs cost $0")
+        else:
+            est = estimate(spec_base.replace(nodes=n), Decimal(str(round(wall_s, 3))) / 3600, catalog=catalog)
+            row.update(cost=str(est.total), hourly=str(est.hourly), price_date=est.price_date)
+        projection.append(row)
+    return {"workload": workload, "epochs": epochs, "shape": _fmt_shape(shape),
+            "runs_used": [rid for m in measured for rid in m["runs"]], "measured": measured, "fit": fit,
+            "projection": projection}

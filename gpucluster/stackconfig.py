@@ -1,0 +1,164 @@
+"""Stack config -> `ClusterSpec`: the one reader of the `gpucluster:` namespace.
+
+Two callers read the same keys: the Pulumi program (`infra.program`, which gets the namespace
+from the running stack) and `gpucluster cost estimate --stack` (which reads the file
+`stacks/Pulumi.<stack>.yaml`). Both go through `spec_from_config`, so a stack file is priced as
+exactly the spec `pulumi up` would declare. Keys of the `gpucluster:` namespace:
+
+    cloud, nodes, name, region, zone, instanceType, accelerator, gpusPerNode, spot, diskGb,
+    diskType, maxLifetimeMinutes, sshCidr, tags (an object), runId
+
+Every other key of the namespace is a cloud option and goes into `spec.options` under its own
+(camelCase) name, e.g. `gpucluster:efa`, `gpucluster:allowOpenSsh`, `gpucluster:systemMachineType`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping, Union
+
+from gpucluster.errors import ConfigError, SpecError, UsageError, not_allowed
+from gpucluster.spec import ClusterSpec, config_scalar, config_tags, parse_bool, parse_int
+
+NAMESPACE = "gpucluster"
+
+# config key -> ClusterSpec field, for the keys that are not cloud options
+GENERIC_KEYS = {
+    "cloud": "cloud",
+    "nodes": "nodes",
+    "name": "name",
+    "region": "region",
+    "zone": "zone",
+    "instanceType": "instance_type",
+    "accelerator": "accelerator",
+    "gpusPerNode": "gpus_per_node",
+    "spot": "spot",
+    "diskGb": "disk_gb",
+    "diskType": "disk_type",
+    "maxLifetimeMinutes": "max_lifetime_minutes",
+    "sshCidr": "ssh_cidr",
+    "tags": "tags",
+    "runId": "run_id",
+}
+
+
+def _normal(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+_GENERIC_BY_NORMAL = {_normal(k): k for k in GENERIC_KEYS}
+_INT_FIELDS = {"nodes": 1, "gpus_per_node": 0, "disk_gb": 1, "max_lifetime_minutes": 1}
+
+ConfigSource = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]]
+
+
+def sanitize_name(stack_name: str) -> str:
+    """A stack name as a cluster name: lowercase, [a-z0-9-], starts with a letter, <= 40 chars."""
+    name = re.sub(r"[^a-z0-9-]+", "-", stack_name.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)
+    if not name or not name[0].isalpha():
+        name = "gc-" + name
+    return name[:40].rstrip("-") or "gpucluster"
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _tags(value: Any) -> dict[str, str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            raise ConfigError(not_allowed(f"{NAMESPACE}:tags", value, "an object of key: value")) from None
+    return config_tags(f"{NAMESPACE}:tags", value)  # a mapping, no reserved key (managed-by, gpucluster-*)
+
+
+def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpec:
+    """Build a (not yet validated) spec from the `gpucluster:` namespace of a stack's config.
+
+    `config_getter` is the namespace as a mapping (keys without the `gpucluster:` prefix;
+    values as Pulumi passes them, i.e. strings, or as YAML decodes them), or a callable returning
+    that mapping. Keys that are not generic spec keys become `spec.options`.
+    """
+    config = dict(config_getter() if callable(config_getter) else config_getter)
+    fields: dict[str, Any] = {}
+    options: dict[str, str] = {}
+    for key, value in config.items():
+        if value is None:
+            continue
+        field = GENERIC_KEYS.get(key)
+        if field is None:
+            twin = _GENERIC_BY_NORMAL.get(_normal(key))
+            if twin is not None:
+                raise ConfigError(f'config key {NAMESPACE}:{key} is misspelled (did you mean "{NAMESPACE}:{twin}"?)')
+            options[key] = _option_text(value)
+        elif field == "tags":
+            fields[field] = _tags(value)
+        else:
+            config_scalar(f"{NAMESPACE}:{key}", value)  # a mapping or list where one value belongs
+            if field in _INT_FIELDS:
+                fields[field] = parse_int(f"{NAMESPACE}:{key}", value, low=_INT_FIELDS[field])
+            elif field == "spot":
+                fields[field] = parse_bool(f"{NAMESPACE}:{key}", value)
+            else:
+                fields[field] = str(value)
+    if "cloud" not in fields:
+        raise ConfigError(
+            f"stack {stack_name!r} has no {NAMESPACE}:cloud; set it, e.g. "
+            f"`pulumi config set {NAMESPACE}:cloud aws -s {stack_name}`"
+        )
+    fields.setdefault("nodes", 1)
+    fields.setdefault("name", sanitize_name(stack_name))
+    fields["tags"] = tuple(sorted(fields.get("tags", {}).items()))
+    fields["options"] = tuple(sorted(options.items()))
+    return ClusterSpec(**fields)
+
+
+def stack_name_of(path: str | Path) -> str:
+    """`stacks/Pulumi.aws-g5.yaml` -> `aws-g5` (Pulumi's own naming); other names: the file stem."""
+    stem = Path(path).stem
+    return stem[len("Pulumi."):] if stem.startswith("Pulumi.") and len(stem) > len("Pulumi.") else stem
+
+
+def read_stack_file(path: str | Path) -> dict[str, Any]:
+    """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
+    decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
+    from gpucluster.errors import require
+
+    yaml = require("yaml", "aws")
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise UsageError(f"stack file {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"stack file {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start}); save it as UTF-8") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"stack file {str(path)!r} cannot be read: {str(exc).splitlines()[0]}") from None
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(f"stack file {str(path)!r} has no config: mapping")
+    prefix = f"{NAMESPACE}:"
+    return {str(k)[len(prefix):]: v for k, v in config.items() if str(k).startswith(prefix)}
+
+
+def spec_from_stack_file(path: str | Path) -> ClusterSpec:
+    """The spec a stack file declares, read as the Pulumi program reads it (`spec_from_config`);
+    errors name the file."""
+    config = read_stack_file(path)
+    if config.get("cloud") is None:
+        raise ConfigError(f"stack file {str(path)!r} has no {NAMESPACE}:cloud")
+    try:
+        return spec_from_config(config, stack_name_of(path))
+    except SpecError as exc:
+        raise SpecError(f"stack file {str(path)!r}: {exc.message}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"stack file {str(path)!r}: {exc.message}") from None

@@ -1,0 +1,179 @@
+"""What AWS charges: the price fetcher behind `Backend.fetch_prices` (Price List API for on-demand
+instances and EBS gp3, DescribeSpotPriceHistory for spot) and the EC2 pricing rules the cost
+engine calls (`price_plan`, `planned_resources`, `gpu_of`).
+
+EC2 prices an instance with its GPUs included; each node's root gp3 volume is billed per GB-month.
+The fetchers import boto3 lazily and are split from pure parsers (`parse_aws_price_list`,
+`parse_aws_spot_history`) that take the API's own response shapes, so they are tested offline.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping
+
+from gpucluster.catalog.prices import Catalog, PriceRow
+from gpucluster.errors import UsageError, not_allowed, require
+
+from .catalog import DEFAULT_DISK_TYPE, DEFAULT_INSTANCE_TYPE
+
+_REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
+
+
+# -- live prices: pure parsers ------------------------------------------------------------------
+def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: str,
+                         known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
+    """Rows from `pricing.get_products(...)["PriceList"]` items (JSON strings).
+
+    Compute instances give on-demand "instance" rows (Hrs); EBS gp3 storage gives "disk" rows
+    (GB-Mo). `known` (instance type -> a shipped row) fills in GPU counts when the attributes lack
+    them. Items with no USD on-demand price are skipped."""
+    rows: list[PriceRow] = []
+    for item in price_list:
+        doc = json.loads(item) if isinstance(item, (str, bytes)) else item
+        product = doc.get("product", {})
+        attrs = product.get("attributes", {})
+        region = attrs.get("regionCode")
+        prices = []
+        for term in doc.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if usd is not None:
+                    prices.append((Decimal(usd), dim.get("unit", "")))
+        if not region or not prices:
+            continue
+        price, unit = max(prices)
+        family = product.get("productFamily", "")
+        src = f"AWS Price List API (pricing.get_products, AmazonEC2, sku {product.get('sku', '?')})"
+        if family == "Compute Instance" and unit == "Hrs":
+            itype = attrs.get("instanceType")
+            shipped = (known or {}).get(itype)
+            gpus = attrs.get("gpu")
+            gpus = int(gpus) if gpus and str(gpus).isdigit() else (shipped.gpus if shipped else 0)
+            vcpus = attrs.get("vcpu")
+            mem = attrs.get("memory", "").replace(" GiB", "").replace(",", "")
+            rows.append(PriceRow(
+                cloud="aws", region=region, kind="instance", item=itype, market="on-demand", unit="hour",
+                price=price, source=src, date=date, gpus=gpus, gpu=shipped.gpu if shipped else None,
+                vcpus=int(vcpus) if vcpus and str(vcpus).isdigit() else None,
+                memory_gib=Decimal(mem) if re.fullmatch(r"\d+(\.\d+)?", mem) else None, origin="user"))
+        elif family == "Storage" and unit == "GB-Mo" and attrs.get("volumeApiName"):
+            rows.append(PriceRow(
+                cloud="aws", region=region, kind="disk", item=attrs["volumeApiName"], market="on-demand",
+                unit="gb-month", price=price, source=src, date=date, origin="user"))
+    return rows
+
+
+def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, date: str,
+                           known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
+    """Rows from `ec2.describe_spot_price_history(...)["SpotPriceHistory"]`: the newest price per
+    availability zone, and per instance type the highest of those (spot is a per-AZ point-in-time
+    price; the highest is the safe one to estimate with), with the range kept."""
+    latest: dict[tuple[str, str], tuple[Any, Decimal]] = {}
+    for rec in history:
+        if "Linux/UNIX" not in rec.get("ProductDescription", "Linux/UNIX"):
+            continue
+        k = (rec["InstanceType"], rec["AvailabilityZone"])
+        ts = rec.get("Timestamp")
+        if k not in latest or (ts is not None and ts > latest[k][0]):
+            latest[k] = (ts, Decimal(str(rec["SpotPrice"])))
+    per_type: dict[str, list[Decimal]] = {}
+    for (itype, _az), (_ts, price) in latest.items():
+        per_type.setdefault(itype, []).append(price)
+    rows = []
+    for itype, prices in sorted(per_type.items()):
+        shipped = (known or {}).get(itype)
+        rows.append(PriceRow(
+            cloud="aws", region=region, kind="instance", item=itype, market="spot", unit="hour",
+            price=max(prices), date=date, gpus=shipped.gpus if shipped else 0,
+            gpu=shipped.gpu if shipped else None, vcpus=shipped.vcpus if shipped else None,
+            memory_gib=shipped.memory_gib if shipped else None,
+            source=f"AWS EC2 DescribeSpotPriceHistory, Linux/UNIX, {region}: highest of {len(prices)} AZ prices",
+            extra={"range": [str(min(prices)), str(max(prices))]}, origin="user"))
+    return rows
+
+
+# -- live prices: fetching ---------------------------------------------------------------------
+def _aws_filters(**terms: str) -> list[dict[str, str]]:
+    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in terms.items()]
+
+
+def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
+              known: Mapping[str, PriceRow] | None = None, pricing_client: Any = None,
+              ec2_client_for: Callable[[str], Any] | None = None) -> list[PriceRow]:
+    """On-demand (Price List API) and spot (DescribeSpotPriceHistory) rows for the regions."""
+    if pricing_client is None or ec2_client_for is None:
+        boto3 = require("boto3", "aws")
+        if pricing_client is None:
+            pricing_client = boto3.client("pricing", region_name="us-east-1")
+        if ec2_client_for is None:
+            ec2_client_for = lambda region: boto3.client("ec2", region_name=region)  # noqa: E731
+    rows: list[PriceRow] = []
+    for region in regions:
+        items: list[str] = []
+        queries = [_aws_filters(instanceType=t, regionCode=region, operatingSystem="Linux", tenancy="Shared",
+                                preInstalledSw="NA", capacitystatus="Used") for t in instance_types]
+        queries.append(_aws_filters(productFamily="Storage", volumeApiName="gp3", regionCode=region))
+        for filters in queries:
+            kwargs: dict[str, Any] = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1"}
+            while True:
+                resp = pricing_client.get_products(**kwargs)
+                items.extend(resp.get("PriceList", []))
+                if not resp.get("NextToken"):
+                    break
+                kwargs["NextToken"] = resp["NextToken"]
+        rows.extend(parse_aws_price_list(items, date, known))
+        ec2 = ec2_client_for(region)
+        history: list[dict[str, Any]] = []
+        kwargs = {"InstanceTypes": list(instance_types), "ProductDescriptions": ["Linux/UNIX"],
+                  "StartTime": _dt.datetime.now(_dt.timezone.utc)}
+        while True:
+            resp = ec2.describe_spot_price_history(**kwargs)
+            history.extend(resp.get("SpotPriceHistory", []))
+            if not resp.get("NextToken"):
+                break
+            kwargs["NextToken"] = resp["NextToken"]
+        rows.extend(parse_aws_spot_history(history, region, date, known))
+    return rows
+
+
+def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
+    """`Backend.fetch_prices`: current rows for the regions, for every instance type the shipped
+    `catalog` prices (whose rows fill in GPU facts the Price List lacks)."""
+    bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
+    if bad:
+        raise UsageError(not_allowed("aws region", bad[0], catalog.regions("aws")))
+    known = {r.item: r for r in catalog.rows.values() if r.cloud == "aws" and r.kind == "instance"}
+    return fetch_aws(regions, sorted(known), date=date, known=known, **clients)
+
+
+# -- pricing rules (the cost engine's hooks) ---------------------------------------------------
+def price_plan(spec: Any, catalog: Catalog, plan: Any) -> None:
+    """The instance row (GPUs included in its price); a GPU count the type does not carry is refused."""
+    itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
+    region, market = plan.region, plan.market
+    plan.machine = catalog.get("aws", region, "instance", itype, market)
+    plan.gpus_per_node, plan.gpu_name = plan.machine.gpus, plan.machine.gpu
+    if spec.gpus_per_node is not None and int(spec.gpus_per_node) != plan.machine.gpus:
+        same = [t for t in catalog.items("aws", "instance")
+                if catalog.find("aws", region, "instance", t, market)
+                and catalog.find("aws", region, "instance", t, market).gpus == int(spec.gpus_per_node)]
+        raise UsageError(f"gpus {spec.gpus_per_node} is not allowed for {itype}: it carries exactly "
+                         f"{plan.machine.gpus} GPU(s)"
+                         + (f"; types with {spec.gpus_per_node}: {', '.join(same)}" if same else ""))
+
+
+def planned_resources(spec: Any) -> list[dict[str, Any]]:
+    """One `instance` per node, each with its root volume (deleted with it)."""
+    disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
+    itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
+    return [{"kind": "instance", "name": f"{spec.name}-{i}",
+             "detail": {"instance_type": itype, "spot": spec.spot, **disk}} for i in range(int(spec.nodes))]
+
+
+def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
+    row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
+    return row.gpu if row else None

@@ -1,0 +1,193 @@
+"""What GCP charges: the price fetcher behind `Backend.fetch_prices` (Cloud Billing Catalog SKUs
+of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_plan`,
+`planned_resources`, `estimate_notes`).
+
+GCE bills an N1 VM's vCPUs and memory (named types: the catalog's rows; other N1 shapes: derived
+from the unit prices) and its GPUs apart; GKE adds the cluster fee and an always-on CPU system
+pool. The fetcher imports google-cloud-billing lazily; `parse_gcp_skus` takes the API's own
+message types, so it is tested offline. N1 shapes and V100 limits are the catalog's
+(`infra/gcp/catalog.py`), their one home.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any, Iterable
+
+from gpucluster.catalog.prices import UNITS, Catalog, PriceRow, normalize_gpu
+from gpucluster.costing.rules import money
+from gpucluster.errors import UsageError, not_allowed, require
+from gpucluster.spec import parse_bool
+
+from .catalog import ACCELERATOR, DEFAULT_DISK_TYPE, V100_LIMITS, n1_machine_types, n1_shape, system_pool
+
+GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
+# the machine type priced when a spec names none and resolve could not choose one
+DEFAULT_PRICED_MACHINE_TYPE = "n1-standard-16"
+_REGION_RE = re.compile(r"[a-z]+-[a-z]+\d+")
+
+
+# -- live prices ------------------------------------------------------------------------------
+_GCP_SKU_PATTERNS = [
+    # (regex on the description, kind, item, market)
+    (re.compile(r"^Nvidia Tesla V100 GPU running in "), "gpu", "V100", "on-demand"),
+    (re.compile(r"^Spot Preemptible Nvidia Tesla V100 GPU running in "), "gpu", "V100", "spot"),
+    (re.compile(r"^N1 Predefined Instance Core running in "), "vcpu", "n1", "on-demand"),
+    (re.compile(r"^Spot Preemptible N1 Predefined Instance Core running in "), "vcpu", "n1", "spot"),
+    (re.compile(r"^N1 Predefined Instance Ram running in "), "memory", "n1", "on-demand"),
+    (re.compile(r"^Spot Preemptible N1 Predefined Instance Ram running in "), "memory", "n1", "spot"),
+    (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
+    (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
+    (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
+]
+_GCP_UNITS = {"gpu": "h", "vcpu": "h", "memory": "GiBy.h", "disk": "GiBy.mo"}
+
+
+def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> list[PriceRow]:
+    """Rows from Cloud Billing Catalog SKUs (`google.cloud.billing_v1.types.Sku` messages, as
+    `CloudCatalogClient.list_skus` yields them) for the given regions. Price = units + nanos/1e9
+    of the highest tier (the rate after any free allowance). Named N1 types are then derived from
+    the vCPU and memory unit prices."""
+    wanted = set(regions)
+    rows: dict[tuple, PriceRow] = {}
+    for sku in skus:
+        desc = sku.description
+        match = next(((kind, item, market) for rx, kind, item, market in _GCP_SKU_PATTERNS if rx.search(desc)), None)
+        if match is None or not sku.pricing_info:
+            continue
+        kind, item, market = match
+        expr = sku.pricing_info[0].pricing_expression
+        if expr.usage_unit != _GCP_UNITS[kind] or not expr.tiered_rates:
+            continue
+        rate = expr.tiered_rates[-1].unit_price
+        if rate.currency_code and rate.currency_code != "USD":
+            continue
+        price = Decimal(rate.units) + Decimal(rate.nanos) / Decimal(10**9)
+        sku_id = sku.sku_id or sku.name
+        for region in sku.service_regions:
+            if region not in wanted:
+                continue
+            row = PriceRow(
+                cloud="gcp", region=region, kind=kind, item=item, market=market, unit=UNITS[kind],
+                price=price, date=date, gpus=1 if kind == "gpu" else 0, gpu=item if kind == "gpu" else None,
+                source=f"Cloud Billing Catalog API, {GCP_COMPUTE_SERVICE} sku {sku_id}: {desc}", origin="user")
+            rows[row.key] = row
+    for (cloud, region, kind, item, market), vcpu in list(rows.items()):
+        if kind != "vcpu":
+            continue
+        mem = rows.get((cloud, region, "memory", item, market))
+        if mem is None:
+            continue
+        for fam, counts in (("standard", (4, 8, 16, 32)),):
+            for n in counts:
+                mt = f"n1-{fam}-{n}"
+                cpus, gib = n1_shape(mt)
+                row = PriceRow(
+                    cloud="gcp", region=region, kind="instance", item=mt, market=market, unit="hour",
+                    price=vcpu.price * cpus + mem.price * gib, date=date, vcpus=cpus, memory_gib=gib,
+                    source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
+                    origin="user")
+                rows[row.key] = row
+    return list(rows.values())
+
+
+def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
+    if client is None:
+        billing = require("google.cloud.billing_v1", "gcp")
+        client = billing.CloudCatalogClient()
+    return parse_gcp_skus(client.list_skus(parent=GCP_COMPUTE_SERVICE), regions, date)
+
+
+def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
+    """`Backend.fetch_prices`: current rows for the regions from the Cloud Billing Catalog."""
+    bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
+    if bad:
+        raise UsageError(not_allowed("gcp region", bad[0], catalog.regions("gcp")))
+    return fetch_gcp(regions, date=date, **clients)
+
+
+# -- pricing rules (the cost engine's hooks) ---------------------------------------------------
+def n1_row(catalog: Catalog, region: str, machine_type: str, market: str) -> PriceRow:
+    """The hourly row of an N1 type: the catalog's own, else vCPUs x vCPU price + GiB x memory price."""
+    named = catalog.find("gcp", region, "instance", machine_type, market)
+    if named is not None:
+        return named
+    shape = n1_shape(machine_type)
+    if shape is None:
+        allowed = sorted(set(n1_machine_types()) | set(catalog.items("gcp", "instance")))
+        raise UsageError(not_allowed("gcp machine type", machine_type, allowed))
+    vcpu = catalog.get("gcp", region, "vcpu", "n1", market)
+    mem = catalog.get("gcp", region, "memory", "n1", market)
+    cpus, gib = shape
+    return PriceRow(
+        cloud="gcp", region=region, kind="instance", item=machine_type, market=market, unit="hour",
+        price=vcpu.price * cpus + mem.price * gib, vcpus=cpus, memory_gib=gib,
+        date=min(vcpu.date, mem.date), origin=vcpu.origin,
+        source=f"derived: {cpus} vCPU x {vcpu.price} + {gib} GiB x {mem.price} (N1 unit prices; {vcpu.source})")
+
+
+def price_plan(spec: Any, catalog: Catalog, plan: Any, free_tier: bool | None = None) -> None:
+    """The N1 row, the V100 row (a count and shape GCE allows), the GKE fee, the system pool."""
+    region, market = plan.region, plan.market
+    itype = spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE
+    plan.machine = n1_row(catalog, region, itype, market)
+    gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
+    if gpus:
+        plan.gpu_name = normalize_gpu(spec.accelerator or "V100", catalog.items("gcp", "gpu"))
+        if gpus not in V100_LIMITS:
+            raise UsageError(not_allowed("V100 count per node", gpus, [str(n) for n in V100_LIMITS]))
+        max_cpu, max_gb = V100_LIMITS[gpus]
+        cpus, gib = n1_shape(itype) or (plan.machine.vcpus, plan.machine.memory_gib)
+        if cpus is not None and (cpus > max_cpu or gib > max_gb):
+            fits = [mt for mt in n1_machine_types() if n1_shape(mt)[0] <= max_cpu and n1_shape(mt)[1] <= max_gb]
+            raise UsageError(f"machine type {itype} ({cpus} vCPU, {gib.normalize():f} GB) cannot take {gpus} V100: "
+                             f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
+                             + ", ".join(f for f in fits if f.startswith("n1-standard")))
+        plan.gpu = catalog.get("gcp", region, "gpu", plan.gpu_name, market)
+        plan.gpus_per_node = gpus
+    else:
+        plan.notes.append("no GPUs requested (pass --gpus-per-node to add V100s)")
+    system = system_pool(spec)["machine_type"]
+    if catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
+        plan.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
+        plan.system_unpriced = True
+    plan.fee = catalog.get("gcp", region, "cluster-fee", "gke")
+    plan.zonal = spec.zone is not None
+    opt = spec.option("gke_free_tier", False) if free_tier is None else free_tier
+    plan.free_tier = parse_bool("option gke_free_tier", opt)
+
+
+def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The GKE cluster (its fee), the GPU pool and, when it can be priced, the system pool."""
+    disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
+    pool = {"machine_type": spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE, "node_count": int(spec.nodes),
+            "gpus_per_node": int(spec.gpus_per_node or 0), "accelerator": spec.accelerator or ACCELERATOR,
+            "spot": spec.spot, **disk}
+    rows = [{"kind": "gke-cluster", "name": spec.name, "detail": {"zonal": spec.zone is not None}},
+            {"kind": "node-pool", "name": f"{spec.name}-gpu", "detail": pool}]
+    system = system_pool(spec)
+    try:
+        if catalog is None:
+            from gpucluster.catalog.prices import load_catalog
+
+            catalog = load_catalog()
+        priced = n1_shape(system["machine_type"]) is not None or catalog.find(
+            "gcp", region, "instance", system["machine_type"], "on-demand") is not None
+    except Exception:  # noqa: BLE001 - an unreadable catalog leaves the system pool out, as the plan says
+        priced = False
+    if priced:
+        rows.append({"kind": "node-pool", "name": f"{spec.name}-system", "detail": system})
+    return rows
+
+
+def estimate_notes(plan: Any, always_on: Decimal) -> list[str]:
+    notes = []
+    if always_on:
+        notes.append(f"after the max lifetime the Job stops and the GPU pool scales to zero; the cluster fee and the "
+                     f"system pool keep billing {money(always_on)}/h ({always_on.quantize(Decimal('0.0001'))}) "
+                     "until `gpucluster down`")
+    if plan.free_tier:
+        notes.append("GKE fee: free tier applied" + ("" if plan.zonal else " only to zonal clusters; this one is "
+                                                     "regional (no zone given)"))
+    return notes

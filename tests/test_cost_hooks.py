@@ -1,0 +1,57 @@
+"""The cost engine reaches clouds only through the backend contract (issue 11): no module of it
+compares a cloud's name, and every cost hook has a 'not applicable' default."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gpucluster import cost as C
+from gpucluster.catalog.prices import load_catalog
+from gpucluster.errors import UsageError
+from gpucluster.infra.contract import Backend
+from gpucluster.infra.registry import NAMES, backend, priced
+from gpucluster.spec import ClusterSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = [ROOT / "gpucluster" / "cost.py", ROOT / "gpucluster" / "stackconfig.py",
+        ROOT / "gpucluster" / "catalog" / "prices.py", ROOT / "infra" / "program.py",
+        *sorted((ROOT / "gpucluster" / "costing").glob("*.py"))]
+_ALT = "|".join(NAMES)
+# `cloud == "aws"`, `in ("local", "ssh")`, `{"aws": ...}`, `("aws", "gcp")`
+_NAMED = re.compile(rf"""(==|!=|\bin)\s*\(?["']({_ALT})["']|["']({_ALT})["']\s*(==|!=|:|,)""")
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_cost_modules_never_compare_a_cloud_name(path):
+    lines = [f"{i}: {ln.strip()}" for i, ln in enumerate(path.read_text().splitlines(), 1)
+             if _NAMED.search(ln) and not ln.lstrip().startswith("#")]
+    assert lines == [], f"{path.name} branches on a cloud's name: {lines}"
+    assert len(path.read_text().splitlines()) <= 500
+
+
+def test_cost_hooks_have_not_applicable_defaults():
+    free = Backend()
+    assert (free.default_region, free.default_disk_type, free.gpus_billed_apart, free.provider_region_config) == (
+        None, None, False, None)
+    assert free.planned_resources(ClusterSpec(cloud="local", nodes=1), "here") == []
+    assert free.estimate_notes(None, Decimal(0)) == [] and free.gpu_of("x", None) is None
+    with pytest.raises(UsageError, match="not priced"):
+        free.price_plan(None, None, None)
+    assert priced() == ("aws", "gcp")
+    assert [n for n in NAMES if not backend(n).priced] == ["local", "ssh"]
+
+
+def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
+    catalog = load_catalog(False)
+    aws = C.estimate(ClusterSpec(cloud="aws", nodes=1, instance_type="g5.12xlarge"), 1, catalog=catalog)
+    gcp = C.estimate(ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=4, zone="us-central1-a"), 1, catalog=catalog)
+    (aws_gpus,) = [ln for ln in aws.lines if ln["category"] == "gpus"]
+    assert aws_gpus["note"] == "included in the instance price" and aws_gpus["hourly"] == "0"
+    assert backend("aws").gpu_of("g5.12xlarge", catalog) == "A10G"
+    (gcp_gpus,) = [ln for ln in gcp.lines if ln["category"] == "gpus"]
+    assert Decimal(gcp_gpus["hourly"]) > 0 and "4 x V100" in gcp_gpus["description"]
+    assert any("keep billing" in n for n in gcp.notes) and not any("keep billing" in n for n in aws.notes)
