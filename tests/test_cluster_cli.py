@@ -95,6 +95,9 @@ def test_up_failure_is_recorded(home, monkeypatch):
     run = Ledger.open_default().list_runs()[0]
     assert run["status"] == "failed" and "us-east-1a" in run["failure"]
     assert Ledger.open_default().open_resources() == []  # what was made was destroyed and recorded so
+    # the same teardown and independent check as `run` (lifecycle.provision_only)
+    run = Ledger.open_default().get_run(run["id"])
+    assert run["teardown"] == "verified" and [p["name"] for p in run["phases"]] == ["provision", "teardown"]
 
 
 def test_bad_input(home, monkeypatch):
