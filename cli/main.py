@@ -15,8 +15,57 @@ from gpucluster.errors import ExitCode, GpuclusterError
 
 CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 
+# name -> ("module:attribute", the command's short help as its docstring's first sentence gives it).
+# `gpucluster --help` is printed from this table alone: no command module is imported until a
+# command runs (tests/test_cli_help.py checks that the short helps match the commands).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "cost": ("gpucluster.cli.cost:cost", "Estimate costs before a run, and report what runs cost."),
+    "doctor": ("gpucluster.cli.doctor:doctor", "Check what cloud runs need: credentials, Pulumi CLI and plugins, "
+               "EC2 GPU quota, ssh client."),
+    "down": ("gpucluster.cli.down:down", "Delete a cluster, then check independently (by tag, by run id) what is "
+             "left (idempotent)."),
+    "gc": ("gpucluster.cli.gc:gc", "Find resources tagged managed-by=gpucluster that no live cluster owns; delete "
+           "them after asking."),
+    "logs": ("gpucluster.cli.logs:logs", "Print a run's per-node logs (node-N.log under the run's log directory)."),
+    "prices": ("gpucluster.cli.cost:prices", "Show the price catalog: every row with its source and the date it was "
+               "read."),
+    "run": ("gpucluster.cli.run:run", "Provision a cluster, train on it with torchrun, tear it down, report."),
+    "runs": ("gpucluster.cli.runs:runs", "List recorded runs, newest first."),
+    "show": ("gpucluster.cli.runs:show", "Show one run: phases, nodes, metrics, resources, teardown verdict, cost."),
+    "status": ("gpucluster.cli.status:status", "Clusters that may still exist: state, age, hourly and accrued cost."),
+    "sweep": ("gpucluster.cli.sweep:sweep", "Run the same job at several cluster sizes and report how it scales."),
+    "up": ("gpucluster.cli.up:up", "Create a cluster and leave it running (remove it with `gpucluster down NAME`)."),
+}
 
-@click.group(context_settings=CONTEXT)
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when used ("Lazily loading subcommands", Click docs)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        import importlib
+
+        module, _, attr = entry[0].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click.Group's, from the table's short helps (no command is imported)."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        # a bare Command holding the short help shortens it exactly as the real one would
+        rows = [(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="gpucluster")
 def cli() -> None:
     """Provision GPU clusters, train across them with torchrun, tear down, report the cost.
@@ -27,25 +76,6 @@ def cli() -> None:
       gpucluster runs
       gpucluster show RUN_ID
     """
-
-
-def _register() -> None:
-    from gpucluster.cli import cluster as cluster_cmds
-    from gpucluster.cli import cost as cost_cmds
-    from gpucluster.cli import runs as runs_cmds
-    from gpucluster.cli import sweep as sweep_cmds
-
-    cli.add_command(runs_cmds.run)
-    cli.add_command(runs_cmds.runs)
-    cli.add_command(runs_cmds.show)
-    cli.add_command(cost_cmds.prices)
-    cli.add_command(cost_cmds.cost)
-    cli.add_command(sweep_cmds.sweep)
-    for name in ("up", "down", "status", "logs", "gc", "doctor"):
-        cli.add_command(getattr(cluster_cmds, name))
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:

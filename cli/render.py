@@ -209,13 +209,25 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         console.print(f"logs: {run['log_dir']}", highlight=False)
 
 
+def _verified_detail(cloud: Any) -> str:
+    """What a verified teardown rests on, in the backend's words (a cloud the registry does not
+    know: the contract's default)."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.contract import Backend
+    from gpucluster.infra.registry import backend
+
+    try:
+        return backend(cloud).verified_detail
+    except UsageError:
+        return Backend.verified_detail
+
+
 def teardown_lines(console, run: dict) -> None:
     """The run's three-state teardown verdict, saying exactly what it rests on."""
     verdict = run.get("teardown")
     cluster = run["cluster"]
     if verdict == "verified":
-        what = "every process of the run gone" if run.get("cloud") in ("local", "ssh") else \
-            "every check by tag found nothing"
+        what = _verified_detail(run.get("cloud"))
         console.print(Text(f"teardown: verified ({what})", style="green"), highlight=False)
         return
     if verdict in ("leftovers", "not verified"):

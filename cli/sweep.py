@@ -8,9 +8,8 @@ import sys
 import click
 
 from gpucluster.errors import ExitCode, UsageError, not_allowed
+from gpucluster.cli.args import WORKLOADS
 from gpucluster.spec import CLOUDS, max_nodes, parse_int
-
-WORKLOADS = ("digits", "mnist", "synthetic")
 
 
 def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
@@ -75,7 +74,8 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
       gpucluster sweep --nodes 1,2 --json -- python train.py --epochs 2
       gpucluster sweep --nodes 1 --compare-cpu --workload mnist --epochs 1
     """
-    from gpucluster.cli.runs import build_spec, check_command, workload_argv
+    from gpucluster.cli.args import build_spec, check_command, workload_argv
+    from gpucluster.infra.registry import backend
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
@@ -102,10 +102,8 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
 
     wants_gpu = compare_cpu or any(g for g in gpn_list if g)
-    if cloud == "local":
-        from gpucluster.infra.local.catalog import gpus_present
-
-        present = gpus_present()
+    present = backend(cloud).known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
+    if present is not None:
         if wants_gpu and present == 0:
             raise UsageError("there is no GPU to compare against: this machine has no NVIDIA GPU (nvidia-smi finds none), "
                              "so --compare-cpu / GPUs per node > 0 cannot run here; run the sweep on a machine or "
@@ -119,7 +117,6 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         if gpn_list == [0]:
             gpn_list = [0, None]  # type: ignore[list-item]
 
-    from gpucluster.infra.registry import get_backend
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
@@ -137,27 +134,26 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024))
-    backend = get_backend(cloud)
-    if getattr(backend[0], "resolve_spec", None):  # aws: the SSH rule must let this machine in
-        from gpucluster.cli.runs import resolve_spec
+    provider_launcher = backend(cloud).make()
+    from gpucluster.cli.args import resolve_spec
 
-        resolved, _ = resolve_spec(backend[0], base)
-        base = base.replace(ssh_cidr=resolved.ssh_cidr)
+    resolved, _ = resolve_spec(base)  # aws: the SSH rule must let this machine in
+    base = base.replace(ssh_cidr=resolved.ssh_cidr)
     ledger = Ledger.open_default()
     ledger.check()  # read-only or damaged: refused before the first run
     home_dir()
     plan = plan_sizes(node_counts, gpn_list, reps)
 
     from gpucluster.cli.render import RichRunUI
-    from gpucluster.cli.runs import _console
+    from gpucluster.cli.common import console
 
-    out = _console(stderr=as_json)
+    out = console(stderr=as_json)
     sweep_id = new_sweep_id()
     what = job.display
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(plan)} run(s) on {cloud}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
               f"repeat {reps}: {what}")
-    if cloud not in ("local", "ssh") and not yes:
+    if backend(cloud).provisions and not yes:
         if not sys.stdin.isatty():
             raise UsageError("a sweep creates billable cloud resources: confirm with --yes when not on a terminal")
         if not click.confirm(f"Create {len(plan)} cluster(s) one after another and run?", default=False):
@@ -176,7 +172,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     ui = RichRunUI(out, quiet=True)
     with ui:
-        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, backend, ui, sweep_id=sweep_id,
+        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, sweep_id=sweep_id,
                            new_run_id=new_run_id, on_run=on_run,
                            workload=workload or (command[-1] if len(command) == 1 else (command[1] if command else None)))
     return report(out, ledger, sweep_id, thr, as_json=as_json, report_dir=report_dir, interrupted=result.interrupted,

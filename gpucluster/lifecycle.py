@@ -19,7 +19,8 @@ from typing import Any, Iterator, Protocol
 
 from gpucluster.domain import VERIFIED, Check
 
-from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError
+from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
+from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger
 from gpucluster.owner import owner_lock
@@ -152,11 +153,44 @@ def shielded(ui: RunUI) -> Iterator[None]:
             signal.signal(s, h)
 
 
-class _Recorder:
-    """Provision and launch events -> ledger + UI."""
+class LedgerEvents:
+    """ProvisionEvents -> ledger rows: the one adapter from a provider's events to the ledger.
+
+    With a `run_id` (a run, `up`), requests, creations and deletions are that run's rows; without
+    one (`down`), a deletion closes every open row of `cluster` with that kind and name (or id)."""
+
+    def __init__(self, ledger: Ledger, cluster: str | None, run_id: str | None = None, region: str | None = None,
+                 say: Any = None):
+        self.ledger, self.cluster, self.run_id, self.region = ledger, cluster, run_id, region
+        self.say = say or (lambda text: None)
+
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        if self.run_id:
+            self.ledger.resource_requested(self.run_id, kind, name, region=detail.pop("region", self.region),
+                                           detail=detail or None)
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        if self.run_id:
+            self.ledger.resource_created(self.run_id, kind, name, cloud_id)
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        if self.run_id:
+            self.ledger.resource_deleted(self.run_id, kind, name)
+            return
+        for row in self.ledger.open_resources(self.cluster):
+            if row["kind"] == kind and (row["name"] == name or (cloud_id and row.get("cloud_id") == cloud_id)):
+                self.ledger.resource_deleted(row["run_id"], row["kind"], row["name"])
+
+    def message(self, text: str) -> None:
+        self.say(text)
+
+
+class _Recorder(LedgerEvents):
+    """Provision and launch events -> ledger + UI, and the run's phases."""
 
     def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
-        self.ledger, self.run_id, self.ui, self.region = ledger, run_id, ui, region
+        super().__init__(ledger, None, run_id, region, say=ui.message)
+        self.ui = ui
         self.current_phase: str | None = None
         self.spawned: list[tuple[str, str]] = []
 
@@ -172,17 +206,6 @@ class _Recorder:
         if self.current_phase:
             self.ledger.phase_end(self.run_id, self.current_phase, status, detail)
             self.current_phase = None
-
-    # ProvisionEvents
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
-        self.ledger.resource_requested(self.run_id, kind, name, region=detail.pop("region", self.region),
-                                       detail=detail or None)
-
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
-        self.ledger.resource_created(self.run_id, kind, name, cloud_id)
-
-    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
-        self.ledger.resource_deleted(self.run_id, kind, name)
 
     def message(self, text: str) -> None:
         self.ui.message(text)
@@ -293,6 +316,49 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked)
 
 
+def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None = None,
+                   prices: dict[str, Any] | None = None) -> Any:
+    """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another
+    live process owns is refused before anything is recorded): the ledger row, the provision phase
+    and, on success, the row finished as "kept". On a failure or an interrupt, the same teardown
+    and independent check as `execute`; then the error is raised again (a check that is not
+    verified raises `TeardownIncomplete` instead, exit 3). Returns the `Cluster`."""
+    ui = ui or QuietUI()
+    run_id = spec.run_id
+    with owner_lock(spec.name, "up", run_id=run_id), RunSignals(ui) as signals:
+        ledger.create_run(run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes,
+                          gpus_per_node=spec.gpus_per_node, command=["gpucluster", "up"], spec=spec.to_dict(),
+                          workload=None, prices=prices)
+        rec = _Recorder(ledger, run_id, ui, spec.region)
+        try:
+            rec.start_phase("provision")
+            cluster = provider.up(spec, rec)
+        except (Exception, KeyboardInterrupt) as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                status, exit_code = "interrupted", ExitCode.INTERRUPTED
+                failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
+            elif isinstance(exc, GpuclusterError):
+                status, exit_code, failure = "failed", exc.exit_code, exc.message
+            else:
+                status, exit_code = "failed", ExitCode.FAILURE
+                failure = f"internal error: {type(exc).__name__}: {exc}"
+            rec.end_phase(status, failure)
+            signals.shield()  # from here on no signal can cut the teardown or its check short
+            check = _teardown(spec, run_id, provider, rec, keep=False, busy=isinstance(exc, ClusterBusy))
+            teardown = None if check is None else check.verdict
+            ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure, teardown=teardown,
+                              leftovers=[] if check is None else check.to_dict()["leftovers"],
+                              unchecked=[] if check is None else list(check.unchecked))
+            _record_cost(ledger, run_id)
+            if check is not None and not check.verified:
+                raise TeardownIncomplete(f"{failure}; teardown {check.summary()}",
+                                         hint=f"finish it with: gpucluster down {spec.name}") from exc
+            raise
+        rec.end_phase("ok")
+        ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
+        return cluster
+
+
 def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
               busy: bool = False) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
@@ -305,7 +371,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     local and ssh process scans), it makes the verdict at best "not verified".
     """
     rec.start_phase("teardown")
-    if keep and spec.cloud not in ("local", "ssh"):
+    if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
         rec.end_phase("ok", "cluster kept (--keep)")
         return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing

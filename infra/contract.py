@@ -73,6 +73,28 @@ Cost engine (backends with `priced`; `gpucluster.costing` calls these, never a c
 Doctor checks
   doctor(**kw) -> [DoctorCheck]         credentials, quotas, tools, each with a fix.
 
+CLI and run lifecycle (what `gpucluster run/up/down/gc/doctor/status` ask of a backend)
+  flags                 the cloud-only CLI options (Click parameter names) this backend uses; a
+                        flag that some other backend lists and this one does not is refused
+                        (exit 2) rather than silently ignored. Default: none.
+  flags_refused_why     why those other flags do not apply here (said in the refusal).
+  verified_how          how `down` checks a teardown ("by tag" / "by run id").
+  verified_detail       what a verified teardown rests on, in the run report.
+  pulumi_plugins        Pulumi plugins its program needs (doctor notes the missing ones).
+  host_list(text) -> hosts      `--hosts` parsed (ssh); raise `UsageError` when the backend needs
+                        hosts and none are given. Default: no hosts, ().
+  known_gpus() -> int | None    GPUs a node has, when known before anything exists (local: this
+                        machine's). Default: None (unknown until provisioned).
+  provider(**options) -> Provider   the provider alone (`up`, `down`, `status`). Default: make()'s.
+  check_down(provider, name, runs) -> Check   `down`'s independent check after deleting cluster
+                        `name`; `runs`: run id -> ledger record of the runs that had open rows.
+                        Default: the provider's leftover check of the whole cluster (by tag).
+  node_gpu_state(provider, name) -> [dict]   per-node GPU state of a live cluster (`status
+                        --gpus`). Default: one {"note"} saying it is not available.
+  gc_scope(open_rows, runs, **flags) -> dict   where `gc` scans (scan()'s scope) from the ledger's
+                        open resource rows and runs of this backend and gc's --region/--project.
+  gc_label(scope) -> str        the scope in gc's verdict line (aws: "aws us-east-1").
+
 Adding a backend: docs/backends.md.
 """
 
@@ -160,3 +182,33 @@ class Backend:
 
     def gpu_of(self, instance_type: str, catalog: Any) -> str | None:
         return None
+
+    # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
+    flags: tuple[str, ...] = ()
+    flags_refused_why: str = ""
+    verified_how: str = "by tag"
+    verified_detail: str = "every check by tag found nothing"
+    pulumi_plugins: tuple[str, ...] = ()
+
+    def host_list(self, text: str | None) -> tuple[str, ...]:
+        return ()
+
+    def known_gpus(self) -> int | None:
+        return None
+
+    def provider(self, **options: Any) -> Any:
+        return self.make(**options)[0]
+
+    def check_down(self, provider: Any, name: str, runs: dict[str, dict[str, Any]]) -> Any:
+        from gpucluster.domain import Check
+
+        return Check.of(provider.leftovers(name))
+
+    def node_gpu_state(self, provider: Any, name: str) -> list[dict[str, Any]]:
+        return [{"note": f"per-node GPU state is read over ssh; not available for {self.name} clusters"}]
+
+    def gc_scope(self, open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], **flags: Any) -> dict[str, Any]:
+        return {}
+
+    def gc_label(self, scope: dict[str, Any]) -> str:
+        return self.name

@@ -281,20 +281,22 @@ def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
 
 # -- a crash leaves a row that `gpucluster down` finishes ------------------------------------------
 def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
-    from gpucluster.cli import cluster as cluster_cli
+    from gpucluster.cli import common
+    from gpucluster.cli.down import down
+    from gpucluster.lifecycle import LedgerEvents
 
     fake = FakePulumiCommand()
     ledger = Ledger.open_default()
     s = spec()
     ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=2, gpus_per_node=1, command=["train.py"],
                       spec=s.to_dict())
-    events = cluster_cli.LedgerEvents(ledger, "demo", s.run_id, s.region)
+    events = LedgerEvents(ledger, "demo", s.run_id, s.region)
     provider(fake).up(s, events)  # ... and then the process "dies": no down, the row says running
     assert {r["kind"] for r in ledger.open_resources("demo")} == {"vpc", "security-group", "key-pair", "instance"}
     assert ledger.get_run(s.run_id)["status"] == "running"
 
-    monkeypatch.setattr(cluster_cli, "provider_for", lambda cloud: provider(fake))
-    rc = cluster_cli.down.main(["demo", "--yes"], standalone_mode=False)
+    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    rc = down.main(["demo", "--yes"], standalone_mode=False)
     out = capsys.readouterr().out
     assert rc == 0 and "verified" in out
     assert "destroy" in fake.verbs() and fake.stacks == {}
@@ -303,7 +305,7 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     assert run["status"] == "failed" and run["teardown"] == "verified" and "ended before" in run["failure"]
     # idempotent: a second down has nothing to do and says so
     fake.calls.clear()
-    assert cluster_cli.down.main(["demo", "--yes"], standalone_mode=False) == 0
+    assert down.main(["demo", "--yes"], standalone_mode=False) == 0
     assert "destroy" not in fake.verbs()
 
 
@@ -443,7 +445,8 @@ def test_user_backend_and_passphrase_are_respected(home, monkeypatch):
 
 def test_importing_the_driver_does_not_import_pulumi():
     code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
-            "gpucluster.cli.cluster; bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
+            "gpucluster.cli.down, gpucluster.cli.up, gpucluster.cli.gc, gpucluster.cli.doctor; "
+            "bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -516,7 +519,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
     fake.inputs = {r.name: {k: aws_mocks.unwrap(v) for k, v in r.inputs.items()} for r in built.recorder.resources}
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=3, gpus_per_node=1, command=["x"], spec=s.to_dict())
-    from gpucluster.cli.cluster import LedgerEvents
+    from gpucluster.lifecycle import LedgerEvents
 
     cluster = provider(fake).up(s, LedgerEvents(ledger, "demo", s.run_id, s.region))
     assert [n.rank for n in cluster.nodes] == [0, 1, 2]

@@ -321,13 +321,13 @@ def _flag_cases():
 
 def test_flag_cases_cover_the_table():
     """The hand-written cases above and the CLI's table agree: every (cloud, flag) the table refuses is tried."""
-    from gpucluster.cli.runs import CLOUD_ONLY_FLAGS
+    from gpucluster.cli.args import cloud_only_flags
     from gpucluster.spec import CLOUDS
 
     by_flag = {"--instance-type": "instance_type", "--machine-type": "instance_type"}
     tried = {(cloud, by_flag.get(flag[0], flag[0][2:].replace("-", "_").replace("tag", "tags")))
              for cloud, flag in _flag_cases()}
-    table = {(cloud, param) for param, (_, clouds) in CLOUD_ONLY_FLAGS.items() for cloud in CLOUDS
+    table = {(cloud, param) for param, clouds in cloud_only_flags().items() for cloud in CLOUDS
              if cloud not in clouds}
     assert tried == table
 

@@ -11,13 +11,14 @@ from types import SimpleNamespace
 import click
 import pytest
 
-from gpucluster.cli import cluster as cli
+from gpucluster.cli import common, doctor, down, gc, logs, status, up
+from gpucluster.infra.aws import doctor as aws_doctor
 from gpucluster.errors import UsageError
 from gpucluster.ledger import Ledger
 from conftest import run_cli
 
-COMMANDS = {"up": cli.up, "down": cli.down, "status": cli.status, "logs": cli.logs, "gc": cli.gc,
-            "doctor": cli.doctor}
+COMMANDS = {"up": up.up, "down": down.down, "status": status.status, "logs": logs.logs, "gc": gc.gc,
+            "doctor": doctor.doctor}
 
 
 def invoke(cmd, *args):
@@ -41,12 +42,12 @@ def fake_cloud(home, monkeypatch):
     from test_automation import provider
 
     fake = FakePulumiCommand()
-    monkeypatch.setattr(cli, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
     return fake
 
 
 def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
-    assert invoke(cli.up, "--cloud", "aws", "--name", "demo", "--nodes", "2", "--instance-type", "g5.xlarge",
+    assert invoke(up.up, "--cloud", "aws", "--name", "demo", "--nodes", "2", "--instance-type", "g5.xlarge",
                   "--region", "us-east-1", "--ssh-cidr", "203.0.113.7/32", "--yes") == 0
     out = capsys.readouterr().out
     assert "203.0.113.10" in out and "10.42.0.11" in out and "/hour" in out and "gpucluster down demo" in out
@@ -55,24 +56,24 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
     ledger = Ledger.open_default()
     run = ledger.list_runs()[0]
     assert run["status"] == "succeeded" and run["teardown"] == "kept"  # kept on purpose
-    assert cli.live_clusters(ledger) == {"demo"}
+    assert gc.live_clusters(ledger) == {"demo"}
 
-    assert invoke(cli.status, "--json") == 0
+    assert invoke(status.status, "--json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["cluster"] for r in rows] == ["demo"] and rows[0]["state"] == "kept" and rows[0]["nodes"] == 2
     if rows[0]["hourly_usd"] is not None:  # priced by gpucluster.cost when present: 2 x g5.xlarge
         assert float(rows[0]["hourly_usd"]) > 2.0
 
-    assert invoke(cli.down, "--all", "--yes", "--json") == 0
+    assert invoke(down.down, "--all", "--yes", "--json") == 0
     verdicts = json.loads(capsys.readouterr().out)
     assert verdicts == [{"cluster": "demo", "cloud": "aws", "verdict": "verified", "leftovers": [], "unchecked": [],
                          "runs_closed": 1}]
     assert ledger.open_resources() == [] and ledger.get_run(run["id"])["teardown"] == "verified"
-    assert invoke(cli.status, "--json") == 0 and json.loads(capsys.readouterr().out) == []
+    assert invoke(status.status, "--json") == 0 and json.loads(capsys.readouterr().out) == []
 
 
 def test_up_json_leaves_secrets_out(fake_cloud, capsys):
-    assert invoke(cli.up, "--cloud", "aws", "--name", "demo", "--nodes", "2", "--ssh-cidr", "203.0.113.7/32",
+    assert invoke(up.up, "--cloud", "aws", "--name", "demo", "--nodes", "2", "--ssh-cidr", "203.0.113.7/32",
                   "--yes", "--json") == 0
     data = json.loads(capsys.readouterr().out)
     assert [n["host"] for n in data["nodes"]] == ["203.0.113.10", "203.0.113.11"]
@@ -86,32 +87,35 @@ def test_up_failure_is_recorded(home, monkeypatch):
     from test_automation import CAPACITY, provider
 
     fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY)
-    monkeypatch.setattr(cli, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
     from gpucluster.errors import ProvisionError
 
     with pytest.raises(ProvisionError, match="us-east-1a"):
-        invoke(cli.up, "--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes")
+        invoke(up.up, "--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes")
     run = Ledger.open_default().list_runs()[0]
     assert run["status"] == "failed" and "us-east-1a" in run["failure"]
     assert Ledger.open_default().open_resources() == []  # what was made was destroyed and recorded so
+    # the same teardown and independent check as `run` (lifecycle.provision_only)
+    run = Ledger.open_default().get_run(run["id"])
+    assert run["teardown"] == "verified" and [p["name"] for p in run["phases"]] == ["provision", "teardown"]
 
 
 def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="'local'.*need no `up`"):
-        invoke(cli.up, "--cloud", "local", "--yes")
+        invoke(up.up, "--cloud", "local", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    monkeypatch.setattr(cli, "provider_for", lambda cloud: SimpleNamespace())  # never reached: no --yes
+    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda: None))  # no --yes
     with pytest.raises(UsageError, match="--yes"):
-        invoke(cli.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
+        invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
     assert Ledger.open_default().list_runs() == []
     with pytest.raises(UsageError, match="name a cluster or pass --all"):
-        invoke(cli.down)
+        invoke(down.down)
     ledger = Ledger.open_default()
     ledger.create_run("r1", cloud="aws", cluster="demo-one", nodes=1, gpus_per_node=1, command=["x"], spec={})
     with pytest.raises(UsageError, match='not in the ledger \\(did you mean "demo-one"\\?\\)'):
-        invoke(cli.down, "demo-onee", "--yes")
+        invoke(down.down, "demo-onee", "--yes")
     with pytest.raises(click.exceptions.BadParameter):
-        invoke(cli.gc, "--cloud", "azure")
+        invoke(gc.gc, "--cloud", "azure")
 
 
 def test_up_without_pulumi_fails_before_recording_anything(home, monkeypatch):
@@ -122,12 +126,12 @@ def test_up_without_pulumi_fails_before_recording_anything(home, monkeypatch):
 
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(MissingDependency, match="get.pulumi.com"):
-        invoke(cli.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32", "--yes")
+        invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32", "--yes")
     assert Ledger.open_default().list_runs() == []
 
 
 def test_down_all_with_nothing_open(home, capsys):
-    assert invoke(cli.down, "--all", "--yes") == 0
+    assert invoke(down.down, "--all", "--yes") == 0
     assert "nothing to do" in capsys.readouterr().out
 
 
@@ -147,15 +151,15 @@ def make_run_with_logs(tmp_path, status="succeeded"):
 
 def test_logs(home, tmp_path, capsys):
     make_run_with_logs(tmp_path)
-    assert invoke(cli.logs, "r20261122-000000-aaaaaa") == 0
+    assert invoke(logs.logs, "r20261122-000000-aaaaaa") == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["[node 0] hello from head", "[node 0] epoch 1", "[node 1] hello from worker"]
-    assert invoke(cli.logs, "r20261122", "--node", "1") == 0  # unique prefix, one node: no prefix
+    assert invoke(logs.logs, "r20261122", "--node", "1") == 0  # unique prefix, one node: no prefix
     assert capsys.readouterr().out.splitlines() == ["hello from worker"]
     with pytest.raises(UsageError, match="node 5 is not allowed.*node-0, node-1"):
-        invoke(cli.logs, "r20261122-000000-aaaaaa", "--node", "5")
+        invoke(logs.logs, "r20261122-000000-aaaaaa", "--node", "5")
     with pytest.raises(UsageError, match="not in the ledger"):
-        invoke(cli.logs, "nope")
+        invoke(logs.logs, "nope")
 
 
 def test_logs_follow_prints_new_lines_until_the_run_ends(home, tmp_path, capsys):
@@ -173,7 +177,7 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(home, tmp_path, capsys)
     t = threading.Thread(target=writer)
     t.start()
     start = time.monotonic()
-    assert invoke(cli.logs, "r20261122-000000-aaaaaa", "--follow") == 0
+    assert invoke(logs.logs, "r20261122-000000-aaaaaa", "--follow") == 0
     t.join()
     assert time.monotonic() - start < 10
     assert "[node 1] late line" in capsys.readouterr().out
@@ -206,10 +210,10 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
 
         monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
         with pytest.raises(UsageError, match="--yes"):
-            invoke(cli.gc, "--cloud", "aws", "--region", REGION)
+            invoke(gc.gc, "--cloud", "aws", "--region", REGION)
         capsys.readouterr()
 
-        assert invoke(cli.gc, "--cloud", "aws", "--region", REGION, "--yes", "--json") == 0
+        assert invoke(gc.gc, "--cloud", "aws", "--region", REGION, "--yes", "--json") == 0
         report = json.loads(capsys.readouterr().out)
         assert report["verdict"] == "verified" and report["found"] == [] and report["unchecked"] == []
         assert report["errors"] == [] and report["live_clusters"] == ["kept"]
@@ -223,7 +227,7 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
         assert {state[i] for i in crashed["instances"]} == {"terminated"}
         assert {state[i] for i in kept["instances"] + theirs["instances"]} == {"running"}
 
-        assert invoke(cli.gc, "--cloud", "aws", "--region", REGION, "--yes") == 0
+        assert invoke(gc.gc, "--cloud", "aws", "--region", REGION, "--yes") == 0
         assert "gc: verified (aws us-east-1): every check ran and nothing tagged" in capsys.readouterr().out
 
 
@@ -272,7 +276,7 @@ def test_doctor_aws_checks(monkeypatch):
             quota = QuotaStub(value)
             session = SimpleNamespace(client=lambda name, region_name=None, q=quota: q if name == "service-quotas"
                                       else real.client(name, region_name=region_name))
-            creds, q = cli.check_aws("us-east-1", session=session)
+            creds, q = aws_doctor.check_aws("us-east-1", session=session)
             assert creds["ok"] is True and "123456789012" in creds["detail"]
             assert quota.asked == [("ec2", "L-DB2E81BA")]
             assert q["ok"] is ok
@@ -286,16 +290,19 @@ def test_doctor_reports_each_failure_with_a_fix(home, monkeypatch, capsys):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda name: None)  # no ssh, no pulumi
-    monkeypatch.setattr(cli, "check_aws", lambda region: [cli._check("aws credentials", False, "no credentials",
-                                                                      "aws configure")])
-    monkeypatch.setattr(cli, "check_gcp", lambda *a: [cli._check("gcp credentials", True, "project p")])
-    rc = invoke(cli.doctor)
+    from gpucluster.infra.registry import backend
+
+    monkeypatch.setattr(type(backend("aws")), "doctor", lambda self, **kw: [
+        doctor._check("aws credentials", False, "no credentials", "aws configure")])
+    monkeypatch.setattr(type(backend("gcp")), "doctor", lambda self, **kw: [
+        doctor._check("gcp credentials", True, "project p")])
+    rc = invoke(doctor.doctor)
     out = capsys.readouterr().out
     assert rc == 1
     assert "FAIL  ssh client" in out and "openssh" in out.lower()
     assert "FAIL  pulumi CLI" in out and "get.pulumi.com" in out
     assert "ok    state directory" in out and "ok    gcp credentials" in out
-    assert invoke(cli.doctor, "--json", "--cloud", "gcp") == 1
+    assert invoke(doctor.doctor, "--json", "--cloud", "gcp") == 1
     checks = json.loads(capsys.readouterr().out)
     assert {c["check"] for c in checks} == {"state directory", "ssh client", "pulumi CLI", "gcp credentials"}
     assert all(c["fix"] for c in checks if c["ok"] is False)
@@ -305,10 +312,10 @@ def test_doctor_with_a_working_pulumi(home):
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import FakePulumiCommand
 
-    cli_check, plugins = cli.check_pulumi(FakePulumiCommand(version="3.200.0"))
+    cli_check, plugins = doctor.check_pulumi(FakePulumiCommand(version="3.200.0"))
     assert cli_check["ok"] is True and "3.200.0" in cli_check["detail"]
     assert "aws" in plugins["detail"] and "gcp" in plugins["detail"]  # gcp, tls not yet installed: noted
-    old = cli.check_pulumi(FakePulumiCommand(version="3.100.0"))[0]
+    old = doctor.check_pulumi(FakePulumiCommand(version="3.100.0"))[0]
     assert old["ok"] is False and "get.pulumi.com" in old["fix"]
 
 
@@ -325,7 +332,7 @@ def test_down_finishes_a_crashed_local_run(home, capsys):
     try:
         ledger.resource_requested(rid, "process", "node-0", detail={"pid": stray.pid})
         ledger.resource_created(rid, "process", "node-0", str(stray.pid))
-        assert invoke(cli.down, "gpucluster-local", "--yes") == 0
+        assert invoke(down.down, "gpucluster-local", "--yes") == 0
         assert stray.wait(timeout=10) is not None  # killed
     finally:
         if stray.poll() is None:
@@ -345,10 +352,10 @@ def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):
                "public_ips": ["198.51.100.1", "198.51.100.2"], "host_public_keys": ["ssh-ed25519 AAAA1", "ssh-ed25519 AAAA2"],
                "cluster_name": "c1", "ssh_user": "ubuntu", "ssh_private_key": "KEY", "region": "us-east-1",
                "availability_zone": "us-east-1a", "instance_type": "g5.xlarge", "gpus_per_node": 1}
-    monkeypatch.setattr(cli, "cluster_rows", lambda ledger: [{"cluster": "c1", "cloud": "aws", "state": "up",
+    monkeypatch.setattr(status, "cluster_rows", lambda ledger: [{"cluster": "c1", "cloud": "aws", "state": "up",
                                                                "nodes": 2, "age_s": 60, "hourly_usd": "2.012",
                                                                "accrued_usd": "0.03", "resources": 9}])
-    monkeypatch.setattr(cli, "provider_for", lambda cloud: SimpleNamespace(driver=SimpleNamespace(outputs=lambda n: outputs)))
+    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(driver=SimpleNamespace(outputs=lambda n: outputs)))
     seen = {}
 
     def probe(self, cluster):
@@ -360,12 +367,12 @@ def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):
                 sshlaunch.NodeReadiness(1, "ubuntu@198.51.100.2", False, problems=["ssh: connection timed out"])]
 
     monkeypatch.setattr(sshlaunch.SshLauncher, "probe", probe)
-    assert invoke(cli.status, "--gpus") == 0
+    assert invoke(status.status, "--gpus") == 0
     out = capsys.readouterr().out
     assert seen["hosts"] == ["198.51.100.1", "198.51.100.2"]
     assert seen["keys"] == [("ssh-ed25519 AAAA1",), ("ssh-ed25519 AAAA2",)]
     assert "c1 node 0 ubuntu@198.51.100.1: NVIDIA A10G 97% 20000/22888 MiB" in out
     assert "c1 node 1 ubuntu@198.51.100.2: no GPU visible  (ssh: connection timed out)" in out
-    assert invoke(cli.status, "--gpus", "--json") == 0
+    assert invoke(status.status, "--gpus", "--json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["node_gpus"][1]["reachable"] is False

@@ -112,5 +112,45 @@ class AwsBackend(Backend):
 
         return gpu_of(instance_type, catalog)
 
+    # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
+    flags = ("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
+             "max_lifetime",  # the nodes' self-shutdown timer
+             "ssh_cidr",  # who may reach the nodes over ssh
+             "remote_python",
+             "ready_timeout")  # waiting for ssh and the DLAMI's first boot
+    flags_refused_why = "aws nodes are created and reached by gpucluster itself"
+    pulumi_plugins = ("aws", "tls")
+
+    def provider(self, **options: Any) -> Any:
+        from gpucluster.infra.pulumi_provider import PulumiProvider
+
+        return PulumiProvider(self.name)
+
+    def node_gpu_state(self, provider: Any, name: str) -> list[dict[str, Any]]:
+        """Asked over ssh, with the stack's outputs (pinned host keys, the cluster's key)."""
+        from gpucluster.infra.ssh.launch import SshLauncher
+
+        from .outputs import cluster_from_outputs
+
+        outputs = provider.driver.outputs(name)
+        if not outputs:
+            return [{"note": "no stack outputs: the cluster is not up"}]
+        cluster = cluster_from_outputs(outputs)
+        return [{"node": r.rank, "host": r.label, "reachable": r.ok or bool(r.gpu_state), "problems": r.problems,
+                 "gpus": r.gpu_state} for r in SshLauncher().probe(cluster)]
+
+    def gc_scope(self, open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], **flags: Any) -> dict[str, Any]:
+        from .doctor import gc_regions
+
+        return {"regions": gc_regions(open_rows, runs, tuple(flags.get("regions") or ()))}
+
+    def gc_label(self, scope: dict[str, Any]) -> str:
+        return f"aws {'/'.join(scope.get('regions') or [])}"
+
+    def doctor(self, **kw: Any) -> list[Any]:
+        from .doctor import doctor
+
+        return doctor(kw.get("region"))
+
 
 BACKEND = AwsBackend()

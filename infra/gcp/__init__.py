@@ -70,7 +70,28 @@ class GcpBackend(Backend):
     def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
         from gpucluster.infra.leftovers import delete_gcp
 
-        return delete_gcp(leftovers, client=kw.get("gke_client"))
+        return delete_gcp(leftovers, client=kw.get("gke_client"), wait_seconds=kw.get("wait_seconds", 1800))
+
+    # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
+    flags = ("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
+             "project",  # a GCP project
+             "start_deadline")  # GKE pods' scheduling deadline
+    flags_refused_why = "gcp runs on GKE pods reached through the Kubernetes API"
+    pulumi_plugins = ("gcp",)
+
+    def provider(self, **options: Any) -> Any:
+        from gpucluster.infra.pulumi_provider import PulumiProvider
+
+        return PulumiProvider(self.name)
+
+    def gc_scope(self, open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], **flags: Any) -> dict[str, Any]:
+        return {"project": flags.get("project")}
+
+    def doctor(self, **kw: Any) -> list[Any]:
+        """The region is used only when gcp is the one cloud checked (else it names an aws one)."""
+        from .access import doctor_checks
+
+        return doctor_checks(kw.get("project"), kw.get("region") if kw.get("sole") else None)
 
     # -- cost engine and prices (h-cost): infra/gcp/prices.py --------------------------------------
     default_region = "us-central1"  # the region of catalog.DEFAULT_ZONE

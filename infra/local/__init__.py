@@ -27,5 +27,27 @@ class LocalBackend(Backend):
 
         return LocalProvider(), LocalLauncher()
 
+    # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
+    flags_refused_why = "local runs use this machine as it is"
+    verified_how = "by run id"
+    verified_detail = "every process of the run gone"
+
+    def known_gpus(self) -> int | None:
+        from .catalog import gpus_present
+
+        return gpus_present()
+
+    def check_down(self, provider: Any, name: str, runs: dict[str, dict[str, Any]]) -> Any:
+        """A crashed run's stray processes are killed first; then each run's processes are looked for."""
+        from gpucluster.domain import Check
+        from gpucluster.procs import kill_run_processes
+
+        for rid in runs:
+            kill_run_processes(rid)
+        check = Check()
+        for rid in sorted(runs):
+            check = check + Check.of(provider.leftovers(name, rid))
+        return check
+
 
 BACKEND = LocalBackend()

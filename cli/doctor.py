@@ -1,0 +1,106 @@
+"""`gpucluster doctor`: what cloud runs need, each check with a fix. The checks every cloud shares
+(state directory, ssh client, Pulumi CLI and plugins) are here; each backend adds its own
+(`Backend.doctor`: credentials, quotas)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from gpucluster.errors import ExitCode, GpuclusterError
+from gpucluster.infra.registry import provisioning
+
+
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+    """ok: True passed, False failed (with a fix), None skipped/informational."""
+    return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
+
+
+def check_ssh() -> dict[str, Any]:
+    import shutil
+    import subprocess
+
+    path = shutil.which("ssh")
+    if not path:
+        return _check("ssh client", False, "`ssh` is not on PATH (AWS and ssh clusters launch over OpenSSH)",
+                      "install OpenSSH: `sudo apt-get install openssh-client` / `brew install openssh`")
+    try:
+        version = subprocess.run([path, "-V"], capture_output=True, text=True, timeout=10).stderr.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        version = path
+    return _check("ssh client", True, version or path)
+
+
+def pulumi_plugins() -> list[str]:
+    """The Pulumi plugins the backends' programs need."""
+    from gpucluster.infra.registry import all_backends
+
+    return sorted({p for b in all_backends() for p in b.pulumi_plugins})
+
+
+def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
+    from gpucluster.infra import automation
+
+    try:
+        cmd = automation.load_cli(pulumi_command)
+    except GpuclusterError as exc:
+        return [_check("pulumi CLI", False, exc.message.split(":")[0],
+                       f"`curl -fsSL https://get.pulumi.com | sh` (needs {automation.MIN_PULUMI_VERSION}+; "
+                       f"{automation.INSTALL_URL})")]
+    checks = [_check("pulumi CLI", True, f"version {cmd.version} (needs {automation.MIN_PULUMI_VERSION}+)")]
+    try:
+        res = cmd.run(["plugin", "ls", "--json"], os.getcwd(), {"PULUMI_SKIP_UPDATE_CHECK": "true"})
+        names = sorted({p.get("name") for p in json.loads(res.stdout or "[]")})
+        missing = [p for p in pulumi_plugins() if p not in names]
+        detail = f"installed: {', '.join(names) or 'none'}"
+        if missing:
+            detail += f"; not yet: {', '.join(missing)} (installed automatically by the first `up`)"
+        checks.append(_check("pulumi plugins", None if missing else True, detail))
+    except Exception as exc:  # noqa: BLE001 - informational
+        checks.append(_check("pulumi plugins", None, f"could not list plugins ({exc})"))
+    return checks
+
+
+def check_home() -> dict[str, Any]:
+    from gpucluster.infra import automation
+
+    try:
+        path = automation.passphrase_file()
+    except GpuclusterError as exc:
+        return _check("state directory", False, exc.message, exc.message.rsplit("fix it with: ", 1)[-1])
+    return _check("state directory", True, f"{path.parent} (Pulumi passphrase file mode 0600)")
+
+
+@click.command()
+@click.option("--cloud", "clouds", multiple=True, type=click.Choice(provisioning()),
+              help="Check only this cloud (repeatable) [default: both].")
+@click.option("--region", default=None, help="Region for the quota check [default: aws: your default or us-east-1; "
+              "gcp: us-central1].")
+@click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
+@click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
+def doctor(clouds, region, project, as_json):
+    """Check what cloud runs need: credentials, Pulumi CLI and plugins, EC2 GPU quota, ssh client.
+
+    \b
+    Example:
+      gpucluster doctor --cloud aws --region us-west-2
+    """
+    from gpucluster.infra.registry import backend
+
+    wanted = [c for c in provisioning() if not clouds or c in clouds]
+    checks = [check_home(), check_ssh(), *check_pulumi()]
+    for c in wanted:
+        # --region names one cloud's region: with several clouds each uses it only if it says so
+        checks += backend(c).doctor(region=region, project=project, sole=len(wanted) == 1)
+    if as_json:
+        click.echo(json.dumps(checks, indent=2))
+    else:
+        for c in checks:
+            mark = {True: "ok  ", False: "FAIL", None: "note"}[c["ok"]]
+            click.echo(f"{mark}  {c['check']}: {c['detail']}")
+            if c["fix"]:
+                click.echo(f"      fix: {c['fix']}")
+    return int(ExitCode.FAILURE if any(c["ok"] is False for c in checks) else ExitCode.OK)

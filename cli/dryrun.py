@@ -1,0 +1,50 @@
+"""`--dry-run` of `run` and `up`: what the cloud's real Pulumi program declares under Pulumi's mocks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from gpucluster.errors import UsageError, not_allowed
+from gpucluster.spec import ClusterSpec
+
+
+def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool = False) -> int:
+    """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
+    and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
+    (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
+    from gpucluster.infra.registry import backend, provisioning
+
+    if not backend(spec.cloud).provisions:
+        raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
+    d = provider.dry_run(spec, job=job, launcher=launcher)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+        return 0
+    if "text" in d:
+        click.echo(d["text"])
+        return 0
+    out.print(f"[bold]dry run[/bold]: {d['resource_count']} resources would be declared ({d['note']})")
+    for typ, n in d["resources"].items():
+        out.print(f"  {n:>3} × {typ}", highlight=False)
+    inst = d.get("instances") or {}
+    if inst:
+        out.print(f"instances: {inst['count']} × {inst['type']}, root {inst['root']}, IMDSv2 {inst['imds']}, "
+                  f"shutdown={inst['shutdown']}, spot={inst['spot']}", highlight=False)
+    for r in d.get("security_group_rules", []):
+        out.print(f"security group {r['direction']}: {r['protocol']} ports {r['ports']} "
+                  f"{'from' if r['direction'] == 'ingress' else 'to'} {r['peer']}  ({r['description']})", highlight=False)
+    out.print(f"AMI filter: {json.dumps(d.get('ami_filter'))}", highlight=False)
+    ud = d.get("user_data") or {}
+    if ud:
+        out.print(f"user data: runcmd {ud['runcmd']}; files {ud['files']}; host key: {ud['host_key']}", highlight=False)
+    out.print(f"tags: {json.dumps(d.get('tags'))}", highlight=False)
+    outputs = d.get("outputs") or {}
+    preview = getattr(launcher, "preview_commands", None)
+    if preview and outputs.get("private_ips"):
+        out.print("per-node commands (private IPs are the mocks'):")
+        for rank, cmd in enumerate(preview(job, outputs["private_ips"], int(outputs.get("gpus_per_node") or 0))):
+            out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True)
+    out.print("nothing was created (dry run)")
+    return 0
