@@ -16,7 +16,7 @@ Robustness rules, each tested with a recording fake of `PulumiCommand`:
 - `destroy` (used by `down`): a stale Pulumi lock is cancelled only when its owner process is gone
   and no other live gpucluster process owns the cluster (owner pid file under
   `<home>/pulumi/locks`); `refresh --clear-pending-creates` drops creates that never finished
-  (the tag sweep finds anything they made); `destroy --continue-on-error` goes past a resource
+  (the tag scan finds anything they made); `destroy --continue-on-error` goes past a resource
   that fails to delete; a stack that does not exist is already down.
 
 `pulumi.automation` is imported inside functions only: importing this module is cheap.
@@ -47,6 +47,7 @@ from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: wh
 from gpucluster.owner import owner_lock
 
 from gpucluster.domain import NullEvents, ProvisionEvents
+from gpucluster.infra.registry import all_backends, backend
 
 PROJECT = "gpucluster"
 # pulumi.automation refuses inline programs for refresh/destroy below 3.181 (`--client` support);
@@ -55,39 +56,9 @@ MIN_PULUMI_VERSION = "3.181.0"
 INSTALL_URL = "https://www.pulumi.com/docs/install/"
 INSTALL_HINT = f"install it with `curl -fsSL https://get.pulumi.com | sh` (or see {INSTALL_URL})"
 
-# Pulumi type token -> ledger resource kind. Only resources that exist in a cloud (and may bill
-# or block a later delete) are recorded; components, providers, rules and local keys are not.
-KINDS = {
-    "aws:ec2/instance:Instance": "instance",
-    "aws:ec2/securityGroup:SecurityGroup": "security-group",
-    "aws:ec2/keyPair:KeyPair": "key-pair",
-    "aws:ec2/placementGroup:PlacementGroup": "placement-group",
-    "aws:ec2/vpc:Vpc": "vpc",
-    "aws:ec2/subnet:Subnet": "subnet",
-    "aws:ec2/internetGateway:InternetGateway": "internet-gateway",
-    "aws:ec2/routeTable:RouteTable": "route-table",
-    "aws:ec2/networkInterface:NetworkInterface": "network-interface",
-    "aws:ec2/eip:Eip": "elastic-ip",
-    "aws:ec2/volume:Volume": "volume",
-    "aws:iam/role:Role": "iam-role",
-    "aws:iam/instanceProfile:InstanceProfile": "instance-profile",
-    "gcp:container/cluster:Cluster": "gke-cluster",
-    "gcp:container/nodePool:NodePool": "node-pool",
-}
 CREATE_OPS = ("create", "create-replacement", "replace")
 DELETE_OPS = ("delete", "delete-replaced", "discard")
 
-CAPACITY_MARKERS = (
-    "InsufficientInstanceCapacity",
-    "InsufficientCapacity",
-    "Insufficient capacity",
-    "is not supported in your requested Availability Zone",
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "GCE_STOCKOUT",
-    "does not have enough resources available to fulfill the request",
-)
-_AWS_AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
-_GCP_ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
 _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 
 
@@ -292,7 +263,12 @@ def _teardown_shield() -> Iterator[None]:
 
 # -- engine events -> ProvisionEvents --------------------------------------------------------------
 def resource_kind(type_token: str) -> str | None:
-    return KINDS.get(type_token)
+    """The ledger kind of a Pulumi type token, from the backend that declares it (`pulumi_kinds`)."""
+    for b in all_backends():
+        kind = b.pulumi_kinds.get(type_token)
+        if kind:
+            return kind
+    return None
 
 
 def _urn_name(urn: str) -> str:
@@ -300,33 +276,10 @@ def _urn_name(urn: str) -> str:
 
 
 def _detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """What the cost code needs about a billable resource: from its inputs, else from the spec."""
-    inputs = inputs or {}
-    if kind == "instance":
-        root = inputs.get("rootBlockDevice") or {}
-        return {
-            "instance_type": inputs.get("instanceType") or getattr(spec, "instance_type", None),
-            "spot": bool(inputs.get("instanceMarketOptions")) or bool(getattr(spec, "spot", False)),
-            "disk_gb": root.get("volumeSize") or getattr(spec, "disk_gb", None),
-            "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
-            "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
-        }
-    if kind == "node-pool":
-        cfg = inputs.get("nodeConfig") or {}
-        accel = (cfg.get("guestAccelerators") or [{}])[0]
-        return {
-            "machine_type": cfg.get("machineType") or getattr(spec, "instance_type", None),
-            "node_count": inputs.get("nodeCount") or inputs.get("initialNodeCount") or getattr(spec, "nodes", 1),
-            "gpus_per_node": accel.get("count", 0),
-            "accelerator": accel.get("type"),
-            "spot": bool(cfg.get("spot") or cfg.get("preemptible")),
-            "disk_gb": cfg.get("diskSizeGb"),
-            "disk_type": cfg.get("diskType"),
-            "location": inputs.get("location"),
-        }
-    if kind == "gke-cluster":
-        loc = inputs.get("location") or getattr(spec, "zone", None) or getattr(spec, "region", None)
-        return {"location": loc, "zonal": bool(loc and re.fullmatch(_GCP_ZONE, str(loc)))}
+    """What the cost code needs about a billable resource, from the backend whose kind it is."""
+    for b in all_backends():
+        if kind in b.pulumi_kinds.values():
+            return b.resource_detail(kind, inputs or {}, spec)
     return {}
 
 
@@ -390,61 +343,15 @@ def _last_error_line(text: str) -> str:
     return (errs or lines or ["(no output)"])[-1][:400]
 
 
-def aws_zones_offering(region: str, instance_type: str | None) -> list[str]:
-    """AZs of `region` offering the type (DescribeInstanceTypeOfferings), [] when unknown."""
-    try:
-        import boto3
-        from botocore.config import Config
-
-        ec2 = boto3.client("ec2", region_name=region,
-                           config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
-        if instance_type:
-            resp = ec2.describe_instance_type_offerings(
-                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}])
-            return sorted({o["Location"] for o in resp.get("InstanceTypeOfferings", [])})
-        resp = ec2.describe_availability_zones()
-        return sorted(z["ZoneName"] for z in resp.get("AvailabilityZones", []))
-    except Exception:  # noqa: BLE001 - a suggestion is best effort
-        return []
-
-
 def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
                    cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
-    """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure."""
-    marker = next((m for m in CAPACITY_MARKERS if m.lower() in text.lower()), None)
+    """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure
+    (one of the spec's backend's `capacity_markers`; the zones from its `capacity_zones`)."""
+    b = backend(spec.cloud)
+    marker = next((m for m in b.capacity_markers if m.lower() in text.lower()), None)
     if marker is None:
         return None
-    cloud = getattr(spec, "cloud", "aws")
-    itype = getattr(spec, "instance_type", None)
-    zone = None
-    suggested: list[str] = []
-    if cloud == "aws":
-        m = re.search(r"Availability Zone you requested \((" + _AWS_AZ + r")\)", text)
-        zone = m.group(1) if m else None
-        if zone is None:
-            any_zone = re.search(r"\b(" + _AWS_AZ + r")\b", text)
-            zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
-        m = re.search(r"choosing ((?:" + _AWS_AZ + r"(?:, |,| or | and )?)+)", text)
-        if m:
-            suggested = re.findall(_AWS_AZ, m.group(1))
-        if not suggested:
-            region = getattr(spec, "region", None) or (zone[:-1] if zone else None)
-            if region:
-                suggested = (zone_lister or aws_zones_offering)(region, itype)
-        what = itype or "the instance type"
-    else:
-        any_zone = re.search(r"\b(" + _GCP_ZONE + r")\b", text)
-        zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
-        try:
-            from gpucluster.infra.gcp import catalog as gcp_catalog
-
-            zones = list(gcp_catalog.v100_zones(spec))
-        except Exception:  # noqa: BLE001
-            zones = []
-        region = zone.rsplit("-", 1)[0] if zone else None
-        same = [z for z in zones if region and z.startswith(region + "-")]
-        suggested = same + [z for z in zones if z not in same]
-        what = f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"
+    zone, suggested, what = b.capacity_zones(spec, text, zone_lister)
     suggested = [z for z in dict.fromkeys(suggested) if z != zone]
     where = zone or "the requested zone"
     msg = f"no capacity for {what} in {where} right now ({marker}); {cleanup}"
@@ -598,20 +505,17 @@ class PulumiDriver:
         cap = capacity_error(spec, text, self.zone_lister, cleanup=cleanup)
         if cap is not None:
             return cap
-        if getattr(spec, "cloud", None) == "gcp":
-            from gpucluster.infra.gcp.access import classify_quota
-
-            quota = classify_quota(text, spec)
-            if quota is not None:
-                quota.message = f"creating cluster {spec.name!r} failed: {quota.message}; {cleanup}"
-                quota.args = (quota.message,)
-                return quota
+        precise = backend(spec.cloud).classify_failure(spec, text)  # gcp: a quota error
+        if precise is not None:
+            precise.message = f"creating cluster {spec.name!r} failed: {precise.message}; {cleanup}"
+            precise.args = (precise.message,)
+            return precise
         return ProvisionError(f"creating cluster {spec.name!r} failed: {_last_error_line(text)}; {cleanup}")
 
     def destroy(self, name: str, events: ProvisionEvents | None = None) -> bool:
         """Destroy the cluster's stack. False when there was no stack (already down).
 
-        Raises ProvisionError when the destroy itself failed (the caller runs the leftover sweep)."""
+        Raises ProvisionError when the destroy itself failed (the caller runs the leftover scan)."""
         events = events or NullEvents()
         with owner_lock(name, "down"):
             stack = self.stack(name, create=False)

@@ -61,7 +61,7 @@ def spec(**kw):
 
 
 def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
-    """A PulumiProvider on the fake CLI; the tag sweep is a stub returning `leftovers` in turn.
+    """A PulumiProvider on the fake CLI; the tag scan is a stub returning `leftovers` in turn.
     One attempt unless a test asks for capacity retries."""
     calls = list(leftovers or [])
     found: list = []
@@ -171,7 +171,7 @@ def test_up_failing_halfway_destroys_and_names_the_next_zone(home):
     created = [e for e in rec.log if e[0] == "created"]
     deleted = [e for e in rec.log if e[0] == "deleted"]
     assert len(created) == 3  # vpc, sg, key made; the rule is not recorded; the instance failed
-    # destroyed: the three; the failed instance was requested, never created: confirmed gone by the sweep
+    # destroyed: the three; the failed instance was requested, never created: confirmed gone by the scan
     assert sorted(e[2] for e in deleted) == ["demo-key", "demo-node-0", "demo-sg", "demo-vpc"]
     assert automation.lock_owner("demo") is None
 
@@ -375,15 +375,15 @@ def hold_owner_lock(name: str) -> subprocess.Popen:
     return proc
 
 
-def test_destroy_error_falls_back_to_the_tag_sweep(home):
+def test_destroy_error_falls_back_to_the_tag_scan(home):
     fake = FakePulumiCommand()
     left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
     deleted: list = []
     prov = provider(fake, leftovers=[left, []], deleted=deleted)
     prov.up(spec(), Recorder())
     fake.fail_destroy_text = "error: deleting EC2 Instance (i-0000000000000000a): timeout while waiting"
-    # the sweep deleted what destroy could not, but a failed destroy is always reported: what Pulumi
-    # was deleting is never marked gone on the strength of a tag sweep alone
+    # the scan deleted what destroy could not, but a failed destroy is always reported: what Pulumi
+    # was deleting is never marked gone on the strength of a tag scan alone
     rec = Recorder()
     with pytest.raises(TeardownIncomplete, match="destroying cluster 'demo' failed .*not confirmed gone"):
         prov.down("demo", rec)
@@ -573,7 +573,7 @@ def test_gke_node_pool_inputs_become_priceable_detail():
     assert seen["cluster"] == {"location": "us-central1-a", "zonal": True}
 
 
-def test_gcp_provider_outputs_and_sweep_project(home):
+def test_gcp_provider_outputs_and_scan_project(home):
     pytest.importorskip("pulumi_gcp")
     outputs = {"cluster_name": "v100", "location": "us-central1-a", "endpoint": "203.0.113.10",
                "kubeconfig": "apiVersion: v1\nkind: Config\n", "node_pool_name": "v100-gpu",
@@ -602,7 +602,7 @@ def test_gcp_provider_outputs_and_sweep_project(home):
     assert asked[-1] == ("gcp", "v100", {"project": "my-proj"})
 
 
-def test_down_without_a_pulumi_cli_still_sweeps_by_tag(home, monkeypatch):
+def test_down_without_a_pulumi_cli_still_deletes_by_tag(home, monkeypatch):
     monkeypatch.setattr(automation.shutil, "which", lambda name: None)
     left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
     deleted: list = []

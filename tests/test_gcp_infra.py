@@ -207,7 +207,6 @@ def test_outputs_and_secret_kubeconfig_with_exec_plugin(mocks):
         (dict(accelerator="nvidia-tesla-a100"), "nvidia-tesla-a100"),
         (dict(nodes=65), "nodes 65"),
         (dict(options=()), "no GCP project"),
-        (dict(cloud="aws"), "cloud 'aws'"),
     ],
 )
 def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, tmp_path, bad, message):

@@ -812,7 +812,7 @@ class KubernetesLauncher:
 
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)
-        if getattr(cluster, "cloud", None) == "gcp" and kubeconfig:
+        if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials
             from gpucluster.infra.gcp.access import GcpAuthError
 
             try:
