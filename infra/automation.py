@@ -173,9 +173,15 @@ def load_cli(pulumi_command: Any = None) -> Any:
 def detached_command_class() -> type:
     """`PulumiCommand` whose CLI runs in its own session: a Ctrl-C at the terminal reaches only
     gpucluster, which forwards it (SIGINT: Pulumi cancels gracefully) unless it is in a teardown,
-    where Ctrl-C is ignored so that `destroy` finishes. Upstream's `run` otherwise unchanged."""
-    from pulumi.automation import PulumiCommand
-    from pulumi.automation._cmd import CommandResult
+    where Ctrl-C is ignored so that `destroy` finishes. Upstream's `run` otherwise unchanged.
+
+    Why a copy of upstream's `PulumiCommand.run` (pulumi 3.272) and not the public API: `run` starts
+    the CLI with `subprocess.Popen` and offers no way to pass `start_new_session` (no Popen options,
+    no process-group setting), and it blocks in `Thread.join` with no way to forward a Ctrl-C: the
+    interrupt would leave Pulumi running on without being asked to cancel. A wrapper `command` (a
+    `setsid` script) would detach it but still not forward SIGINT. Only public names are used
+    (`PulumiCommand`, `CommandResult`, `errors.create_command_error`); the private `_cmd` is not."""
+    from pulumi.automation import CommandResult, PulumiCommand
     from pulumi.automation.errors import create_command_error
 
     class DetachedPulumiCommand(PulumiCommand):
