@@ -246,7 +246,8 @@ def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], l
     if cloud in CLOUD_CLOUDS:
         return Check.of(provider.leftovers(name))
     if cloud == "ssh" and ledger is not None:
-        from gpucluster.infra.ssh.launch import RUN_RESOURCE, clean_recorded_hosts
+        from gpucluster.infra.ssh.cleanup import clean_recorded_hosts
+        from gpucluster.infra.ssh.launch import RUN_RESOURCE
 
         rows = []
         for rid in sorted(run_ids):  # every node the run reached, also those its teardown closed
@@ -579,7 +580,7 @@ def _aws_regions(ledger: Any, extra: tuple[str, ...]) -> list[str]:
             regions.append(region)
     if not extra:
         from gpucluster.infra.aws.catalog import DEFAULT_REGION
-        from gpucluster.infra.leftovers import default_aws_regions
+        from gpucluster.infra.aws.leftovers import default_regions as default_aws_regions
 
         # where a cluster made without --region went, and the region your AWS configuration names
         regions += [DEFAULT_REGION, *default_aws_regions()]

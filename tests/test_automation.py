@@ -443,6 +443,8 @@ def test_user_backend_and_passphrase_are_respected(home, monkeypatch):
 
 def test_importing_the_driver_does_not_import_pulumi():
     code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
+            "gpucluster.infra.aws.leftovers, gpucluster.infra.gcp.leftovers, gpucluster.infra.aws.engine, "
+            "gpucluster.infra.gcp.engine, "
             "gpucluster.cli.cluster; bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

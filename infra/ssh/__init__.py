@@ -2,7 +2,8 @@
 provisioned. The launcher is also the one EC2 nodes are reached with (`infra.aws`).
 
 Contract: `gpucluster.infra.contract`. Modules: provider (`SshProvider`, host list checks),
-launch (`SshLauncher`: ships the job, runs one torchrun agent per host)."""
+launch (`SshLauncher`: ships the job, runs one torchrun agent per host), session (the
+connections), remote (programs run on the nodes), ship (the bundle), cleanup (leftover processes)."""
 
 from __future__ import annotations
 
