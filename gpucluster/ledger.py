@@ -330,7 +330,7 @@ class Ledger:
     def record_node(self, run_id: str, node_rank: int, host: str | None, exit_code: int | None,
                     last_lines: list[str] | None = None) -> None:
         if last_lines:  # at most 64 KiB of last lines per node, long lines cut, whoever sends them
-            from gpucluster.launch import cap_last_lines
+            from gpucluster.node_output import cap_last_lines
 
             last_lines = cap_last_lines(last_lines)
         with self._tx() as db:

@@ -22,7 +22,7 @@ template and entry script; the rank comes from the operator's `RANK` variable an
 is on `<name>-master-0`, the Service the operator makes for the master.
 
 The launcher lists the job's pods every `poll_interval` seconds, streams each pod's log as soon as
-its container runs, feeds every line (node rank attached) to `gpucluster.launch.NodeSupervisor`
+its container runs, feeds every line (node rank attached) to `gpucluster.supervisor.NodeSupervisor`
 (the same metrics parser, tails, fail-fast and deadline as the local and ssh launchers), and when
 the run ends, fails, times out or is interrupted deletes everything it created (Job with
 Foreground propagation, so its pods go too; Service; ConfigMap).
@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed, require
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents
+from gpucluster.supervisor import NodeSupervisor
 
 from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
 from .k8s_plan import (CONTAINER, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, KUBEFLOW_GROUP, KUBEFLOW_PLURAL,

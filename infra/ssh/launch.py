@@ -44,9 +44,8 @@ from typing import Any, Callable, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
-from gpucluster.launch import (
-    JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv,
-)
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, node_env, program_args, torchrun_argv
+from gpucluster.supervisor import NodeSupervisor
 
 from .session import NodeReadiness, Session, node_label, sh
 from .ship import bundle as make_bundle, check_run_id, user_program
