@@ -18,7 +18,8 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from gpucluster.infra.automation import CapacityError, ClusterBusy, PulumiDriver
+from gpucluster.infra.automation import ClusterBusy, PulumiDriver
+from gpucluster.infra.pulumi_events import CapacityError
 from gpucluster.infra.registry import backend, provisioning
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
@@ -88,7 +89,7 @@ class PulumiProvider:
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
         the state directory with its passphrase."""
-        from gpucluster.infra.automation import backend_url, passphrase_file
+        from gpucluster.infra.pulumi_cli import backend_url, passphrase_file
 
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
