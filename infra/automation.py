@@ -38,7 +38,7 @@ from gpucluster.domain import NullEvents, ProvisionEvents
 from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
 from gpucluster.infra.pulumi_cli import (PROJECT, backend_url, load_cli, stale_pulumi_lock, work_dir,
                                          workspace_env)
-from gpucluster.infra.pulumi_cli import MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
+from gpucluster.infra.pulumi_cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
 from gpucluster.infra.pulumi_events import EventBridge, capacity_error, command_text, last_error_line
 from gpucluster.infra.registry import backend
 from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
