@@ -191,7 +191,7 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         console.print(n)
         failed = [r for r in nodes if r["exit_code"] not in (0,)]
         for r in failed[:1]:
-            from gpucluster.launch import worker_lines
+            from gpucluster.node_output import worker_lines
 
             lines = [ln for ln in worker_lines(r.get("last_lines") or []) if "@gpucluster-metric" not in ln][-10:]
             if lines:

@@ -62,16 +62,6 @@ class LaunchError(GpuclusterError):
     """The training job could not be started or failed."""
 
 
-class RunFailed(GpuclusterError):
-    """The training job ran and failed (a rank exited non-zero, a record is missing, time ran out)."""
-
-
-class Interrupted(GpuclusterError):
-    """The user (Ctrl-C) or the system (SIGTERM) stopped the run; teardown still ran."""
-
-    exit_code = ExitCode.INTERRUPTED
-
-
 class TeardownIncomplete(GpuclusterError):
     """Teardown ran but something it created may still exist."""
 

@@ -7,7 +7,7 @@ so a crash at any point leaves rows that say what may still exist; `gpucluster d
 them to finish the job.
 
 Times are Unix seconds (float, UTC). The schema is versioned (`PRAGMA user_version`) and moved
-forward by the explicit, ordered migrations below; a ledger from a newer gpucluster is refused.
+forward by the explicit, ordered migrations in `gpucluster.ledger_schema`; a ledger from a newer gpucluster is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import re
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -24,88 +23,8 @@ from typing import Any, Iterator
 
 from gpucluster.errors import ConfigError, UsageError
 
-PHASES = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
-RUN_STATES = ("running", "succeeded", "failed", "interrupted")
-
-MIGRATIONS: list[tuple[int, str]] = [
-    (
-        1,
-        """
-        CREATE TABLE runs (
-            id TEXT PRIMARY KEY,
-            created_at REAL NOT NULL,
-            ended_at REAL,
-            status TEXT NOT NULL,
-            cloud TEXT NOT NULL,
-            cluster TEXT NOT NULL,
-            nodes INTEGER NOT NULL,
-            gpus_per_node INTEGER,
-            workload TEXT,
-            command TEXT NOT NULL,          -- JSON argv of the training command
-            spec TEXT NOT NULL,             -- JSON ClusterSpec
-            prices TEXT,                    -- JSON price snapshot taken at launch
-            failure TEXT,
-            exit_code INTEGER,
-            metrics TEXT,                   -- JSON summary of final metrics
-            teardown_verified INTEGER,      -- 1 confirmed nothing left, 0 something left, NULL unknown
-            leftovers TEXT,                 -- JSON list of what was found still existing
-            cost TEXT,                      -- JSON itemized cost, computed after the run
-            sweep_id TEXT,
-            log_dir TEXT
-        );
-        CREATE INDEX runs_created ON runs(created_at);
-        CREATE TABLE phases (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            name TEXT NOT NULL,
-            started_at REAL NOT NULL,
-            ended_at REAL,
-            status TEXT,                    -- ok, failed, interrupted, NULL while running
-            detail TEXT,
-            PRIMARY KEY (run_id, name)
-        );
-        CREATE TABLE nodes (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            node_rank INTEGER NOT NULL,
-            host TEXT,
-            exit_code INTEGER,
-            last_lines TEXT,                -- JSON list of the node's last log lines
-            PRIMARY KEY (run_id, node_rank)
-        );
-        CREATE TABLE metrics (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            node_rank INTEGER,
-            kind TEXT NOT NULL,
-            time REAL,
-            data TEXT NOT NULL
-        );
-        CREATE INDEX metrics_run ON metrics(run_id, kind);
-        CREATE TABLE resources (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            kind TEXT NOT NULL,             -- instance, volume, gke-cluster, node-pool, process, ...
-            name TEXT NOT NULL,
-            cloud_id TEXT,
-            region TEXT,
-            detail TEXT,                    -- JSON: type, size, price key, ...
-            requested_at REAL NOT NULL,     -- creation requested (billing may start any moment)
-            created_at REAL,
-            deleted_at REAL,                -- deletion confirmed
-            confirmed_gone INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE INDEX resources_run ON resources(run_id);
-        """,
-    ),
-    (
-        2,
-        """
-        ALTER TABLE runs ADD COLUMN teardown TEXT;    -- verified | leftovers | not verified | kept | NULL
-        ALTER TABLE runs ADD COLUMN unchecked TEXT;   -- JSON list: each check that could not run, and why
-        UPDATE runs SET teardown = CASE teardown_verified WHEN 1 THEN 'verified' WHEN 0 THEN 'leftovers' END
-        """,
-    ),
-]
-TEARDOWN_STATES = ("verified", "leftovers", "not verified", "kept")
-SCHEMA_VERSION = MIGRATIONS[-1][0]
+from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
+                                      TEARDOWN_STATES, expected_tables)
 
 
 def _dumps(value: Any) -> str | None:
@@ -130,20 +49,6 @@ def _loads(text: str | None) -> Any:
 
 class _BadJSON(Exception):
     """A JSON column that does not parse: the ledger was edited or damaged outside gpucluster."""
-
-
-def _expected_tables() -> set[str]:
-    """Every table the migrations create (a ledger missing one is damaged)."""
-    return {m.group(1) for _, script in MIGRATIONS
-            for m in re.finditer(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", script, re.I)}
-
-
-# JSON columns checked by `Ledger.check()` (table, key column, JSON columns).
-_JSON_COLUMNS = (
-    ("runs", "id", ("command", "spec", "prices", "metrics", "leftovers", "cost", "unchecked")),
-    ("nodes", "run_id", ("last_lines",)),
-    ("resources", "run_id", ("detail",)),
-)
 
 
 def _damaged(path: Path, what: str) -> ConfigError:
@@ -180,7 +85,7 @@ def _guard(method):
         except _BadJSON as exc:
             where = None
             try:
-                where = self._find_bad_json(_JSON_COLUMNS + (("metrics", "run_id", ("data",)),))
+                where = self._find_bad_json(JSON_COLUMNS + (("metrics", "run_id", ("data",)),))
             except sqlite3.DatabaseError:
                 pass
             raise (_damaged(self.path, where) if where else _ledger_error(self.path, exc)) from None
@@ -234,7 +139,7 @@ class Ledger:
 
     def _check_tables(self) -> None:
         present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = sorted(_expected_tables() - present)
+        missing = sorted(expected_tables() - present)
         if missing:
             raise _damaged(self.path, f"table {missing[0]!r} is missing" if len(missing) == 1
                            else f"tables {', '.join(repr(m) for m in missing)} are missing")
@@ -245,7 +150,7 @@ class Ledger:
         A run must not begin on a ledger it cannot record into: the row would be missing, or stuck
         at "running" when a later write fails.
         """
-        where = self._find_bad_json(_JSON_COLUMNS)
+        where = self._find_bad_json(JSON_COLUMNS)
         if where:
             raise _damaged(self.path, where)
         try:  # a real write (the schema version, unchanged), rolled back: nothing is kept
@@ -330,7 +235,7 @@ class Ledger:
     def record_node(self, run_id: str, node_rank: int, host: str | None, exit_code: int | None,
                     last_lines: list[str] | None = None) -> None:
         if last_lines:  # at most 64 KiB of last lines per node, long lines cut, whoever sends them
-            from gpucluster.launch import cap_last_lines
+            from gpucluster.node_output import cap_last_lines
 
             last_lines = cap_last_lines(last_lines)
         with self._tx() as db:

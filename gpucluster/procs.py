@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import psutil
 
@@ -79,12 +78,3 @@ def kill_run_processes(run_id: str, grace: float = 3.0, also: list[psutil.Proces
     procs.update((p.pid, p) for p in run_processes(run_id))
     kill_processes(list(procs.values()), grace)
     return len(procs)
-
-
-def wait_gone(run_id: str, timeout: float = 5.0) -> list[psutil.Process]:
-    end = time.monotonic() + timeout
-    left = run_processes(run_id)
-    while left and time.monotonic() < end:
-        time.sleep(0.1)
-        left = run_processes(run_id)
-    return left

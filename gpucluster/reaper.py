@@ -37,7 +37,7 @@ PREFIX = "gpucluster-reaper: "
 
 def nested_grace(launcher_grace: float) -> float:
     """The reaper's grace under a launcher's: it fits twice into the launcher's, so the reaper
-    finishes its own sweep before the launcher escalates to SIGKILL."""
+    finishes its own pass before the launcher escalates to SIGKILL."""
     return max(0.5, min(2.0, launcher_grace / 3))
 
 
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> int:
             break
     signal.setitimer(signal.ITIMER_REAL, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # finish the sweep, whatever arrives now
+        signal.signal(sig, signal.SIG_IGN)  # finish the pass, whatever arrives now
     seen, survivors = stop_descendants(grace)
     if seen:
         print(PREFIX + f"stopped {len(seen)} process(es) the job left running: " + "; ".join(seen[:8])

@@ -225,7 +225,7 @@ def run_facts(run: dict[str, Any]) -> RunFacts:
 
 def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
     """The run's total cost: the ledger's, else gpucluster.cost when installed; $0 for machines
-    gpucluster does not rent (local, ssh); None when unknown."""
+    gpucluster does not rent (backends that provision nothing: local, ssh); None when unknown."""
     cost = run.get("cost") or {}
     if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
         try:
@@ -242,7 +242,9 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
             return Decimal(str(cost["total"]))
         except InvalidOperation:
             return None
-    if run.get("cloud") in ("local", "ssh"):
+    from gpucluster.infra.registry import NAMES, backend
+
+    if run.get("cloud") in NAMES and not backend(run["cloud"]).provisions:
         return Decimal("0")
     return None
 

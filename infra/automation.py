@@ -16,9 +16,10 @@ Robustness rules, each tested with a recording fake of `PulumiCommand`:
 - `destroy` (used by `down`): a stale Pulumi lock is cancelled only when its owner process is gone
   and no other live gpucluster process owns the cluster (owner pid file under
   `<home>/pulumi/locks`); `refresh --clear-pending-creates` drops creates that never finished
-  (the tag sweep finds anything they made); `destroy --continue-on-error` goes past a resource
+  (the tag scan finds anything they made); `destroy --continue-on-error` goes past a resource
   that fails to delete; a stack that does not exist is already down.
 
+The Pulumi CLI and its state: `infra.pulumi_cli`; engine events and error text: `infra.pulumi_events`.
 `pulumi.automation` is imported inside functions only: importing this module is cheap.
 """
 
@@ -27,253 +28,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
-import re
-import secrets
-import shutil
 import signal
-import socket
-import stat
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
-
-from gpucluster.errors import ClusterBusy, ConfigError, GpuclusterError, MissingDependency, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
-
-from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
-from gpucluster.owner import owner_lock
+from typing import Any, Callable, Iterator
 
 from gpucluster.domain import NullEvents, ProvisionEvents
-
-PROJECT = "gpucluster"
-# pulumi.automation refuses inline programs for refresh/destroy below 3.181 (`--client` support);
-# `refresh --clear-pending-creates` and `destroy --continue-on-error` are older than that.
-MIN_PULUMI_VERSION = "3.181.0"
-INSTALL_URL = "https://www.pulumi.com/docs/install/"
-INSTALL_HINT = f"install it with `curl -fsSL https://get.pulumi.com | sh` (or see {INSTALL_URL})"
-
-# Pulumi type token -> ledger resource kind. Only resources that exist in a cloud (and may bill
-# or block a later delete) are recorded; components, providers, rules and local keys are not.
-KINDS = {
-    "aws:ec2/instance:Instance": "instance",
-    "aws:ec2/securityGroup:SecurityGroup": "security-group",
-    "aws:ec2/keyPair:KeyPair": "key-pair",
-    "aws:ec2/placementGroup:PlacementGroup": "placement-group",
-    "aws:ec2/vpc:Vpc": "vpc",
-    "aws:ec2/subnet:Subnet": "subnet",
-    "aws:ec2/internetGateway:InternetGateway": "internet-gateway",
-    "aws:ec2/routeTable:RouteTable": "route-table",
-    "aws:ec2/networkInterface:NetworkInterface": "network-interface",
-    "aws:ec2/eip:Eip": "elastic-ip",
-    "aws:ec2/volume:Volume": "volume",
-    "aws:iam/role:Role": "iam-role",
-    "aws:iam/instanceProfile:InstanceProfile": "instance-profile",
-    "gcp:container/cluster:Cluster": "gke-cluster",
-    "gcp:container/nodePool:NodePool": "node-pool",
-}
-CREATE_OPS = ("create", "create-replacement", "replace")
-DELETE_OPS = ("delete", "delete-replaced", "discard")
-
-CAPACITY_MARKERS = (
-    "InsufficientInstanceCapacity",
-    "InsufficientCapacity",
-    "Insufficient capacity",
-    "is not supported in your requested Availability Zone",
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "GCE_STOCKOUT",
-    "does not have enough resources available to fulfill the request",
-)
-_AWS_AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
-_GCP_ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
-_LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
-
-
-class CapacityError(ProvisionError):
-    """The cloud had no capacity for the request in a zone; what was created has been destroyed."""
-
-    def __init__(self, message: str, *, zone: str | None, suggested_zones: list[str], hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.zone = zone
-        self.suggested_zones = suggested_zones
-
-
-# -- where state lives --------------------------------------------------------------------------
-def pulumi_dir() -> Path:
-    from gpucluster.home import home_dir
-
-    path = home_dir() / "pulumi"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def own_backend() -> bool:
-    return not os.environ.get("PULUMI_BACKEND_URL")
-
-
-def backend_url() -> str:
-    """The user's PULUMI_BACKEND_URL when set, else a file backend under the gpucluster home."""
-    if not own_backend():
-        return os.environ["PULUMI_BACKEND_URL"]
-    state = pulumi_dir() / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    return state.resolve().as_uri()
-
-
-def passphrase_file() -> Path:
-    """The passphrase file, created once (random, mode 0600); refused when others can read it."""
-    path = pulumi_dir() / "passphrase"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(32) + "\n")
-        return path
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        raise ConfigError(
-            f"the Pulumi passphrase file {str(path)!r} has mode {mode:04o}: others can read it; "
-            f"fix it with: chmod 600 '{path}'"
-        )
-    if path.stat().st_size == 0:
-        raise ConfigError(f"the Pulumi passphrase file {str(path)!r} is empty; restore it from a backup "
-                          "(stacks encrypted with it cannot be read without it)")
-    return path
-
-
-def workspace_env() -> dict[str, str]:
-    env = {"PULUMI_BACKEND_URL": backend_url(), "PULUMI_SKIP_UPDATE_CHECK": "true"}
-    if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
-        env["PULUMI_CONFIG_PASSPHRASE_FILE"] = str(passphrase_file())
-    return env
-
-
-def work_dir(name: str) -> Path:
-    path = pulumi_dir() / "work" / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-# -- the CLI --------------------------------------------------------------------------------------
-def _version_tuple(text: str) -> tuple[int, ...]:
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", str(text).strip())
-    return tuple(int(x) for x in m.groups()) if m else ()
-
-
-def check_cli_version(version: Any) -> str:
-    """The version as text, or MissingDependency when it is unknown or older than the minimum."""
-    text = str(version) if version is not None else ""
-    found = _version_tuple(text)
-    if not found:
-        raise MissingDependency(
-            f"could not read the Pulumi CLI version ({text or 'none'}); gpucluster needs {MIN_PULUMI_VERSION} "
-            f"or newer: {INSTALL_HINT}"
-        )
-    if found < _version_tuple(MIN_PULUMI_VERSION):
-        raise MissingDependency(
-            f"the Pulumi CLI is version {text}, older than the {MIN_PULUMI_VERSION} gpucluster needs; "
-            f"upgrade it with `curl -fsSL https://get.pulumi.com | sh` (or see {INSTALL_URL})"
-        )
-    return text
-
-
-def load_cli(pulumi_command: Any = None) -> Any:
-    """A checked `PulumiCommand` (or the one given, e.g. a test fake)."""
-    if pulumi_command is None:
-        require("pulumi.automation", "aws")
-
-        if shutil.which("pulumi") is None:
-            raise MissingDependency(
-                f"the Pulumi CLI (`pulumi`) is not on PATH; gpucluster needs version {MIN_PULUMI_VERSION} "
-                f"or newer to create cloud clusters: {INSTALL_HINT}"
-            )
-        try:
-            pulumi_command = detached_command_class()(skip_version_check=True)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            raise MissingDependency(f"the Pulumi CLI could not be run ({exc}): {INSTALL_HINT}") from None
-    check_cli_version(getattr(pulumi_command, "version", None))
-    return pulumi_command
-
-
-def detached_command_class() -> type:
-    """`PulumiCommand` whose CLI runs in its own session: a Ctrl-C at the terminal reaches only
-    gpucluster, which forwards it (SIGINT: Pulumi cancels gracefully) unless it is in a teardown,
-    where Ctrl-C is ignored so that `destroy` finishes. Upstream's `run` otherwise unchanged."""
-    from pulumi.automation import PulumiCommand
-    from pulumi.automation._cmd import CommandResult
-    from pulumi.automation.errors import create_command_error
-
-    class DetachedPulumiCommand(PulumiCommand):
-        def run(self, args, cwd, additional_env, on_output=None, on_error=None):
-            sep = args.index("--") if "--" in args else len(args)
-            if "--non-interactive" not in args[:sep]:
-                args.insert(0, "--non-interactive")
-            env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
-            if os.path.isabs(self.command):
-                env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])
-            chunks: dict[str, list[str]] = {"out": [], "err": []}
-
-            def consume(stream, callback, key):
-                for line in iter(stream.readline, ""):
-                    line = line.rstrip()
-                    if callback:
-                        callback(line)
-                    chunks[key].append(line)
-                stream.close()
-
-            interrupted: BaseException | None = None
-            with subprocess.Popen([self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                                  env=env, encoding="utf-8", start_new_session=True) as proc:
-                readers = [threading.Thread(target=consume, args=(proc.stdout, on_output, "out"), daemon=True),
-                           threading.Thread(target=consume, args=(proc.stderr, on_error, "err"), daemon=True)]
-                for t in readers:
-                    t.start()
-                while True:
-                    try:
-                        for t in readers:
-                            t.join()
-                        proc.wait()
-                        break
-                    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM turned into one by the lifecycle
-                        interrupted = exc
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.send_signal(signal.SIGINT)
-            if interrupted is not None:
-                raise interrupted
-            result = CommandResult(stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]),
-                                   code=proc.returncode)
-            if result.code != 0:
-                raise create_command_error(result)
-            return result
-
-    return DetachedPulumiCommand
-
-
-def stale_pulumi_lock(text: str) -> tuple[bool, str]:
-    """(stale, who) for a "stack is currently locked" error: stale only when every lock names a
-    process on this host that no longer runs."""
-    import psutil
-
-    owners = list(_LOCK_OWNER.finditer(text))
-    if not owners:
-        return False, "an unknown process"
-    here = socket.gethostname()
-    for m in owners:
-        who, pid = m.group("who"), int(m.group("pid"))
-        host = who.rsplit("@", 1)[-1]
-        if host != here:
-            return False, f"{who} (pid {pid}) on another machine"
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE and "pulumi" in " ".join(proc.cmdline()).lower():
-                return False, f"{who} (pid {pid}), still running"
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return True, ", ".join(f"pid {m.group('pid')}" for m in owners)
+from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
+from gpucluster.infra.pulumi_cli import (PROJECT, backend_url, load_cli, stale_pulumi_lock, work_dir,
+                                         workspace_env)
+from gpucluster.infra.pulumi_cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
+from gpucluster.infra.pulumi_events import EventBridge, capacity_error, command_text, last_error_line
+from gpucluster.infra.registry import backend
+from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
+from gpucluster.owner import owner_lock
 
 
 @contextlib.contextmanager
@@ -288,172 +57,6 @@ def _teardown_shield() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, old[0])
         signal.signal(signal.SIGTERM, old[1])
-
-
-# -- engine events -> ProvisionEvents --------------------------------------------------------------
-def resource_kind(type_token: str) -> str | None:
-    return KINDS.get(type_token)
-
-
-def _urn_name(urn: str) -> str:
-    return urn.rsplit("::", 1)[-1]
-
-
-def _detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """What the cost code needs about a billable resource: from its inputs, else from the spec."""
-    inputs = inputs or {}
-    if kind == "instance":
-        root = inputs.get("rootBlockDevice") or {}
-        return {
-            "instance_type": inputs.get("instanceType") or getattr(spec, "instance_type", None),
-            "spot": bool(inputs.get("instanceMarketOptions")) or bool(getattr(spec, "spot", False)),
-            "disk_gb": root.get("volumeSize") or getattr(spec, "disk_gb", None),
-            "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
-            "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
-        }
-    if kind == "node-pool":
-        cfg = inputs.get("nodeConfig") or {}
-        accel = (cfg.get("guestAccelerators") or [{}])[0]
-        return {
-            "machine_type": cfg.get("machineType") or getattr(spec, "instance_type", None),
-            "node_count": inputs.get("nodeCount") or inputs.get("initialNodeCount") or getattr(spec, "nodes", 1),
-            "gpus_per_node": accel.get("count", 0),
-            "accelerator": accel.get("type"),
-            "spot": bool(cfg.get("spot") or cfg.get("preemptible")),
-            "disk_gb": cfg.get("diskSizeGb"),
-            "disk_type": cfg.get("diskType"),
-            "location": inputs.get("location"),
-        }
-    if kind == "gke-cluster":
-        loc = inputs.get("location") or getattr(spec, "zone", None) or getattr(spec, "region", None)
-        return {"location": loc, "zonal": bool(loc and re.fullmatch(_GCP_ZONE, str(loc)))}
-    return {}
-
-
-class EventBridge:
-    """`on_event` callback: resource pre/outputs events -> requested/created/deleted + messages.
-
-    Runs on pulumi.automation's event thread: it never raises (errors are kept in `.errors`)."""
-
-    def __init__(self, events: ProvisionEvents, spec: Any = None, *, record: bool = True):
-        self.events, self.spec, self.record = events, spec, record
-        self.diagnostics: list[str] = []
-        self.failed: list[str] = []
-        self.errors: list[BaseException] = []
-        self.requested: list[tuple[str, str]] = []
-
-    def __call__(self, event: Any) -> None:
-        try:
-            self._handle(event)
-        except Exception as exc:  # noqa: BLE001 - must not kill the event thread
-            self.errors.append(exc)
-
-    def _handle(self, ev: Any) -> None:
-        if ev.resource_pre_event is not None and self.record:
-            md = ev.resource_pre_event.metadata
-            kind = resource_kind(md.type)
-            if kind and not ev.resource_pre_event.planning and md.op in CREATE_OPS:
-                name = _urn_name(md.urn)
-                inputs = (md.new.inputs if md.new else None) or {}
-                self.events.resource_requested(kind, name, type=md.type, **_detail(kind, inputs, self.spec))
-                self.requested.append((kind, name))
-        if ev.res_outputs_event is not None and self.record:
-            md = ev.res_outputs_event.metadata
-            kind = resource_kind(md.type)
-            if kind and md.op in CREATE_OPS:
-                self.events.resource_created(kind, _urn_name(md.urn), (md.new.id if md.new else None) or None)
-            elif kind and md.op in DELETE_OPS:
-                self.events.resource_deleted(kind, _urn_name(md.urn), (md.old.id if md.old else None) or None)
-        if ev.res_op_failed_event is not None:
-            md = ev.res_op_failed_event.metadata
-            self.failed.append(f"{md.op} {_urn_name(md.urn)} ({md.type})")
-        if ev.diagnostic_event is not None and ev.diagnostic_event.severity in ("error", "warning"):
-            text = (ev.diagnostic_event.message or "").strip()
-            if text and ev.diagnostic_event.severity == "error":
-                self.diagnostics.append(text)
-                self.events.message(text)
-            elif text:
-                self.events.message(f"warning: {text}")
-
-
-# -- error text -> what to tell the user ----------------------------------------------------------
-def _command_text(exc: BaseException) -> str:
-    result = getattr(exc, "command_result", None) or getattr(exc, "result", None)
-    if result is not None:
-        return f"{getattr(result, 'stderr', '')}\n{getattr(result, 'stdout', '')}"
-    return str(exc)
-
-
-def _last_error_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errs = [ln for ln in lines if ln.lower().startswith("error") or "error:" in ln.lower()]
-    return (errs or lines or ["(no output)"])[-1][:400]
-
-
-def aws_zones_offering(region: str, instance_type: str | None) -> list[str]:
-    """AZs of `region` offering the type (DescribeInstanceTypeOfferings), [] when unknown."""
-    try:
-        import boto3
-        from botocore.config import Config
-
-        ec2 = boto3.client("ec2", region_name=region,
-                           config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
-        if instance_type:
-            resp = ec2.describe_instance_type_offerings(
-                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}])
-            return sorted({o["Location"] for o in resp.get("InstanceTypeOfferings", [])})
-        resp = ec2.describe_availability_zones()
-        return sorted(z["ZoneName"] for z in resp.get("AvailabilityZones", []))
-    except Exception:  # noqa: BLE001 - a suggestion is best effort
-        return []
-
-
-def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
-                   cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
-    """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure."""
-    marker = next((m for m in CAPACITY_MARKERS if m.lower() in text.lower()), None)
-    if marker is None:
-        return None
-    cloud = getattr(spec, "cloud", "aws")
-    itype = getattr(spec, "instance_type", None)
-    zone = None
-    suggested: list[str] = []
-    if cloud == "aws":
-        m = re.search(r"Availability Zone you requested \((" + _AWS_AZ + r")\)", text)
-        zone = m.group(1) if m else None
-        if zone is None:
-            any_zone = re.search(r"\b(" + _AWS_AZ + r")\b", text)
-            zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
-        m = re.search(r"choosing ((?:" + _AWS_AZ + r"(?:, |,| or | and )?)+)", text)
-        if m:
-            suggested = re.findall(_AWS_AZ, m.group(1))
-        if not suggested:
-            region = getattr(spec, "region", None) or (zone[:-1] if zone else None)
-            if region:
-                suggested = (zone_lister or aws_zones_offering)(region, itype)
-        what = itype or "the instance type"
-    else:
-        any_zone = re.search(r"\b(" + _GCP_ZONE + r")\b", text)
-        zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
-        try:
-            from gpucluster.infra.gcp import catalog as gcp_catalog
-
-            zones = list(gcp_catalog.v100_zones(spec))
-        except Exception:  # noqa: BLE001
-            zones = []
-        region = zone.rsplit("-", 1)[0] if zone else None
-        same = [z for z in zones if region and z.startswith(region + "-")]
-        suggested = same + [z for z in zones if z not in same]
-        what = f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"
-    suggested = [z for z in dict.fromkeys(suggested) if z != zone]
-    where = zone or "the requested zone"
-    msg = f"no capacity for {what} in {where} right now ({marker}); {cleanup}"
-    if suggested:
-        hint = f"try the next zone: --zone {suggested[0]}" + (
-            f" (other candidates: {', '.join(suggested[1:5])})" if len(suggested) > 1 else "")
-    else:
-        hint = "try another zone with --zone, another region with --region, or --spot/on-demand the other way"
-    return CapacityError(msg, zone=zone, suggested_zones=suggested, hint=hint)
 
 
 # -- the driver ------------------------------------------------------------------------------------
@@ -525,7 +128,7 @@ class PulumiDriver:
         except auto.StackNotFoundError:
             return None
         except auto.CommandError as exc:
-            raise ProvisionError(f"Pulumi could not open stack {name!r}: {_last_error_line(_command_text(exc))}") from None
+            raise ProvisionError(f"Pulumi could not open stack {name!r}: {last_error_line(command_text(exc))}") from None
 
     def _with_lock_recovery(self, stack: Any, events: ProvisionEvents, op: Callable[[], Any]) -> Any:
         """Run `op`; on a lock left by a dead process, `pulumi cancel` it and run `op` once more."""
@@ -534,7 +137,7 @@ class PulumiDriver:
         try:
             return op()
         except auto.ConcurrentUpdateError as exc:
-            text = _command_text(exc)
+            text = command_text(exc)
             stale, who = stale_pulumi_lock(text)
             if not stale:
                 raise ClusterBusy(
@@ -570,7 +173,7 @@ class PulumiDriver:
                         raise
                     raise ProvisionError(
                         f"updating the existing cluster {spec.name!r} failed: "
-                        f"{_last_error_line(_command_text(exc))}; it was left running",
+                        f"{last_error_line(command_text(exc))}; it was left running",
                         hint=f"remove it with `gpucluster down {spec.name}`") from None
                 with _teardown_shield():
                     why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -578,7 +181,7 @@ class PulumiDriver:
                     cleanup_errors = self._cleanup_after_failed_up(stack, events)
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                text = "\n".join([_command_text(exc), *bridge.diagnostics])
+                text = "\n".join([command_text(exc), *bridge.diagnostics])
                 raise self._up_error(spec, text, cleanup_errors) from None
         outputs = {k: v.value for k, v in res.outputs.items()}
         return UpResult(outputs, {k for k, v in res.outputs.items() if v.secret})
@@ -598,20 +201,17 @@ class PulumiDriver:
         cap = capacity_error(spec, text, self.zone_lister, cleanup=cleanup)
         if cap is not None:
             return cap
-        if getattr(spec, "cloud", None) == "gcp":
-            from gpucluster.infra.gcp.access import classify_quota
-
-            quota = classify_quota(text, spec)
-            if quota is not None:
-                quota.message = f"creating cluster {spec.name!r} failed: {quota.message}; {cleanup}"
-                quota.args = (quota.message,)
-                return quota
-        return ProvisionError(f"creating cluster {spec.name!r} failed: {_last_error_line(text)}; {cleanup}")
+        precise = backend(spec.cloud).classify_failure(spec, text)  # gcp: a quota error
+        if precise is not None:
+            precise.message = f"creating cluster {spec.name!r} failed: {precise.message}; {cleanup}"
+            precise.args = (precise.message,)
+            return precise
+        return ProvisionError(f"creating cluster {spec.name!r} failed: {last_error_line(text)}; {cleanup}")
 
     def destroy(self, name: str, events: ProvisionEvents | None = None) -> bool:
         """Destroy the cluster's stack. False when there was no stack (already down).
 
-        Raises ProvisionError when the destroy itself failed (the caller runs the leftover sweep)."""
+        Raises ProvisionError when the destroy itself failed (the caller runs the leftover scan)."""
         events = events or NullEvents()
         with owner_lock(name, "down"):
             stack = self.stack(name, create=False)
@@ -635,7 +235,7 @@ class PulumiDriver:
                 on_event=EventBridge(events, record=False), **refresh_opts))
         except auto.CommandError as exc:  # destroy may still work: go on
             events.message(f"refresh of {stack.name} failed, destroying anyway: "
-                           f"{_last_error_line(_command_text(exc))}")
+                           f"{last_error_line(command_text(exc))}")
         destroy_opts = {"color": "never"}
         if _supported(stack.destroy, "continue_on_error"):
             destroy_opts["continue_on_error"] = True
@@ -643,7 +243,7 @@ class PulumiDriver:
         try:
             self._with_lock_recovery(stack, events, lambda: stack.destroy(on_event=bridge, **destroy_opts))
         except auto.CommandError as exc:
-            errors.append(_last_error_line("\n".join([_command_text(exc), *bridge.diagnostics])))
+            errors.append(last_error_line("\n".join([command_text(exc), *bridge.diagnostics])))
             return errors
         with contextlib.suppress(auto.CommandError):
             stack.workspace.remove_stack(stack.name)

@@ -43,6 +43,25 @@ Leftover scan (backends with `provisions`)
                                         cluster / run), and each check that could not run.
   delete(leftovers, **kw) -> [errors]   delete what a scan found, waiting until it is gone.
 
+Pulumi engine and leftovers: infra internals (backends with `provisions`)
+  pulumi_kinds                          {Pulumi type token: ledger resource kind} for the resources
+                                        that exist in the cloud (and may bill or block a later
+                                        delete); events of other types are not recorded. Default {}.
+  resource_detail(kind, inputs, spec) -> dict   what the cost code needs about a requested resource
+                                        of one of its kinds, from its Pulumi inputs, else from the
+                                        spec. Default {}.
+  capacity_markers                      substrings of an error that mean "no capacity in that zone".
+                                        Default () (never a capacity error).
+  capacity_zones(spec, text, zone_lister) -> (zone, suggested, what)   for a capacity failure: the
+                                        zone that failed, the next zones to try (best first) and what
+                                        could not be placed ("g5.xlarge"). `zone_lister(region, type)`
+                                        is injectable (aws: DescribeInstanceTypeOfferings).
+  classify_failure(spec, text) -> GpuclusterError | None   a more precise error for a failed `up`
+                                        (gcp: a quota error naming the quota and other regions).
+                                        Default None.
+  leftover_kinds                        the kinds its tag scan reports and its `delete` handles, in
+                                        deletion order. Default ().
+
 Prices (backends with `priced`)
   fetch_prices(catalog, **kw) -> [PriceRow]   current prices from the cloud's price API.
   system_pool(spec) -> dict | None      a pool that bills for as long as the cluster exists,
@@ -212,3 +231,17 @@ class Backend:
 
     def gc_label(self, scope: dict[str, Any]) -> str:
         return self.name
+
+    # -- infra internals: Pulumi engine events, capacity, failures, leftover kinds ----------------
+    pulumi_kinds: dict[str, str] = {}
+    capacity_markers: tuple[str, ...] = ()
+    leftover_kinds: tuple[str, ...] = ()
+
+    def resource_detail(self, kind: str, inputs: Any, spec: Any) -> dict[str, Any]:
+        return {}
+
+    def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
+        return getattr(spec, "zone", None), [], "the request"
+
+    def classify_failure(self, spec: Any, text: str) -> Any:
+        return None

@@ -3,10 +3,10 @@
 
 - `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
   (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
-- `down(name, events)`: robust destroy; then the tag sweep; whatever the sweep still finds for
+- `down(name, events)`: robust destroy; then the tag scan; whatever the scan still finds for
   this cluster is deleted by tag and checked again. Raises `TeardownIncomplete` naming what is
   left (and the command to finish) when something survives both, or when the destroy failed.
-- `leftovers(name, run_id) -> Check`: the tag sweep, in the region/project the cluster was created
+- `leftovers(name, run_id) -> Check`: the tag scan, in the region/project the cluster was created
   in (as recorded), with every check that could not run.
 - `status(name)`: from the stack's outputs, without touching the cloud.
 """
@@ -18,7 +18,8 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from gpucluster.infra.automation import CapacityError, ClusterBusy, PulumiDriver
+from gpucluster.infra.automation import ClusterBusy, PulumiDriver
+from gpucluster.infra.pulumi_events import CapacityError
 from gpucluster.infra.registry import backend, provisioning
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
 
@@ -29,7 +30,7 @@ def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
 
 class _Tracking:
     """ProvisionEvents proxy remembering what was requested and not yet reported deleted, so a
-    teardown verified by the tag sweep can confirm the rest gone (creates that failed, pending
+    teardown verified by the tag scan can confirm the rest gone (creates that failed, pending
     creates that `refresh --clear-pending-creates` dropped)."""
 
     def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None],
@@ -63,7 +64,7 @@ class PulumiProvider:
     def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
-                 sweep_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
+                 scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
         if cloud not in provisioning():
             raise UsageError(not_allowed("cloud", cloud, provisioning()))
         self.cloud = cloud
@@ -71,7 +72,7 @@ class PulumiProvider:
         self.driver = driver or PulumiDriver()
         self._find = find
         self._delete = delete
-        self.sweep_options = dict(sweep_options or {})
+        self.scan_options = dict(scan_options or {})
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         # attempts on capacity errors, each in the next zone offering the type: the cloud's
@@ -80,15 +81,15 @@ class PulumiProvider:
             capacity_attempts = self.backend.capacity_attempts
         self.capacity_attempts = max(1, int(capacity_attempts))
         # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
-        self.await_seconds = float(self.sweep_options.pop("await_seconds", 1800))
-        self.poll_seconds = float(self.sweep_options.pop("poll_seconds", 15))
-        self._clock = self.sweep_options.pop("clock", None)
-        self._sleep = self.sweep_options.pop("sleep", None)
+        self.await_seconds = float(self.scan_options.pop("await_seconds", 1800))
+        self.poll_seconds = float(self.scan_options.pop("poll_seconds", 15))
+        self._clock = self.scan_options.pop("clock", None)
+        self._sleep = self.scan_options.pop("sleep", None)
 
     def preflight(self) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
         the state directory with its passphrase."""
-        from gpucluster.infra.automation import backend_url, passphrase_file
+        from gpucluster.infra.pulumi_cli import backend_url, passphrase_file
 
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
@@ -123,7 +124,7 @@ class PulumiProvider:
                 result = self.driver.up(spec, tracked)
                 return cluster_from_outputs(self.cloud, result.outputs)
             except (GpuclusterError, KeyboardInterrupt) as exc:
-                # the driver destroyed what it made; what the sweep no longer finds is confirmed gone
+                # the driver destroyed what it made; what the scan no longer finds is confirmed gone
                 gone = False
                 try:
                     if self.leftovers(spec.name).verified:
@@ -143,18 +144,18 @@ class PulumiProvider:
                 attempt += 1
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
-        """Destroy, then delete by tag whatever the sweep still finds. Raises `TeardownIncomplete`
+        """Destroy, then delete by tag whatever the scan still finds. Raises `TeardownIncomplete`
         when anything was found and survived, *or* when `pulumi destroy` itself failed: a failed
         destroy is always reported, and what it was deleting is never marked gone on the strength of
-        a tag sweep alone (the sweep covers listed resource types only)."""
+        a tag scan alone (the scan covers listed resource types only)."""
         events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
         self._remember_region(name)
         destroy_error: GpuclusterError | None = None
         try:
             self.driver.destroy(name, events)
         except ClusterBusy:
-            raise  # someone is using it: no sweep from under them
-        except MissingDependency as exc:  # no Pulumi CLI here: the tag sweep still works
+            raise  # someone is using it: no scan from under them
+        except MissingDependency as exc:  # no Pulumi CLI here: the tag scan still works
             destroy_error = exc
             events.message(f"cannot run Pulumi ({exc.message.split(';')[0]}); deleting by tag instead")
         except ProvisionError as exc:
@@ -208,7 +209,7 @@ class PulumiProvider:
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         self._remember_region(name)
-        opts = dict(self.sweep_options)
+        opts = dict(self.scan_options)
         for key, value in self._scopes.get(name, {}).items():
             opts.setdefault(key, value)
         return Check.of(self._find_fn()(self.cloud, name=name, run_id=run_id, **opts))
@@ -244,6 +245,6 @@ class PulumiProvider:
         if self._delete is None:
             from gpucluster.infra.leftovers import delete_leftovers
 
-            opts = {k: v for k, v in self.sweep_options.items() if k in ("session", "gke_client")}
+            opts = {k: v for k, v in self.scan_options.items() if k in ("session", "gke_client")}
             self._delete = lambda left: delete_leftovers(left, **opts)
         return self._delete

@@ -260,7 +260,7 @@ class Recorder:
 def assert_nothing_left(hosts, cluster, run_id, remote_dir):
     """No process of the run here (all hosts are this machine), none reported by the remote
     check either, no run folder left on the nodes, no ssh master connection left behind."""
-    from gpucluster.infra.ssh.launch import remote_leftovers
+    from gpucluster.infra.ssh.cleanup import remote_leftovers
 
     assert run_processes(run_id) == {}
     assert remote_leftovers(cluster, run_id, identity=str(hosts.identity), known_hosts=str(hosts.known_hosts)) == []

@@ -21,8 +21,9 @@ pytest.importorskip("pulumi.automation")
 from pulumi_fake import FakePulumiCommand, aws_outputs  # noqa: E402
 
 from gpucluster.errors import ConfigError, MissingDependency, ProvisionError, TeardownIncomplete  # noqa: E402
-from gpucluster.infra import automation  # noqa: E402
-from gpucluster.infra.automation import CapacityError, PulumiDriver  # noqa: E402
+from gpucluster.infra import automation, pulumi_cli, pulumi_events  # noqa: E402
+from gpucluster.infra.automation import PulumiDriver  # noqa: E402
+from gpucluster.infra.pulumi_events import CapacityError  # noqa: E402
 from gpucluster.infra.pulumi_provider import PulumiProvider  # noqa: E402
 from gpucluster.domain import Leftover  # noqa: E402
 from gpucluster.launch import JobResult, JobSpec, NodeResult  # noqa: E402
@@ -61,7 +62,7 @@ def spec(**kw):
 
 
 def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
-    """A PulumiProvider on the fake CLI; the tag sweep is a stub returning `leftovers` in turn.
+    """A PulumiProvider on the fake CLI; the tag scan is a stub returning `leftovers` in turn.
     One attempt unless a test asks for capacity retries."""
     calls = list(leftovers or [])
     found: list = []
@@ -171,7 +172,7 @@ def test_up_failing_halfway_destroys_and_names_the_next_zone(home):
     created = [e for e in rec.log if e[0] == "created"]
     deleted = [e for e in rec.log if e[0] == "deleted"]
     assert len(created) == 3  # vpc, sg, key made; the rule is not recorded; the instance failed
-    # destroyed: the three; the failed instance was requested, never created: confirmed gone by the sweep
+    # destroyed: the three; the failed instance was requested, never created: confirmed gone by the scan
     assert sorted(e[2] for e in deleted) == ["demo-key", "demo-node-0", "demo-sg", "demo-vpc"]
     assert automation.lock_owner("demo") is None
 
@@ -223,14 +224,14 @@ def test_capacity_retries_stop_at_the_bound(home):
 
 def test_capacity_without_zone_list_asks_the_zone_lister(home):
     text = "error: creating EC2 Instance: InsufficientInstanceCapacity: no capacity in us-west-2b"
-    err = automation.capacity_error(spec(region="us-west-2", zone="us-west-2b"), text,
+    err = pulumi_events.capacity_error(spec(region="us-west-2", zone="us-west-2b"), text,
                                     zone_lister=lambda region, itype: ["us-west-2a", "us-west-2b", "us-west-2c"])
     assert err.zone == "us-west-2b" and err.suggested_zones == ["us-west-2a", "us-west-2c"]
 
 
 def test_gke_stockout_suggests_v100_zones():
     s = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", accelerator="nvidia-tesla-v100")
-    err = automation.capacity_error(s, "googleapi: Error 403: ZONE_RESOURCE_POOL_EXHAUSTED in us-central1-a")
+    err = pulumi_events.capacity_error(s, "googleapi: Error 403: ZONE_RESOURCE_POOL_EXHAUSTED in us-central1-a")
     assert err.zone == "us-central1-a"
     assert err.suggested_zones[0].startswith("us-central1-") and "us-central1-a" not in err.suggested_zones
 
@@ -377,15 +378,15 @@ def hold_owner_lock(name: str) -> subprocess.Popen:
     return proc
 
 
-def test_destroy_error_falls_back_to_the_tag_sweep(home):
+def test_destroy_error_falls_back_to_the_tag_scan(home):
     fake = FakePulumiCommand()
     left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
     deleted: list = []
     prov = provider(fake, leftovers=[left, []], deleted=deleted)
     prov.up(spec(), Recorder())
     fake.fail_destroy_text = "error: deleting EC2 Instance (i-0000000000000000a): timeout while waiting"
-    # the sweep deleted what destroy could not, but a failed destroy is always reported: what Pulumi
-    # was deleting is never marked gone on the strength of a tag sweep alone
+    # the scan deleted what destroy could not, but a failed destroy is always reported: what Pulumi
+    # was deleting is never marked gone on the strength of a tag scan alone
     rec = Recorder()
     with pytest.raises(TeardownIncomplete, match="destroying cluster 'demo' failed .*not confirmed gone"):
         prov.down("demo", rec)
@@ -415,10 +416,10 @@ def test_status_reads_outputs_without_secrets(home):
 
 # -- the CLI and the home ---------------------------------------------------------------------------
 def test_missing_cli_says_how_to_install(home, monkeypatch):
-    monkeypatch.setattr(automation.shutil, "which", lambda name: None)
+    monkeypatch.setattr(pulumi_cli.shutil, "which", lambda name: None)
     with pytest.raises(MissingDependency) as err:
-        automation.load_cli(None)
-    assert "get.pulumi.com" in err.value.message and automation.MIN_PULUMI_VERSION in err.value.message
+        pulumi_cli.load_cli(None)
+    assert "get.pulumi.com" in err.value.message and pulumi_cli.MIN_PULUMI_VERSION in err.value.message
 
 
 def test_old_cli_is_refused_with_the_minimum(home):
@@ -427,25 +428,27 @@ def test_old_cli_is_refused_with_the_minimum(home):
 
 
 def test_passphrase_made_once_and_loose_mode_refused(home):
-    first = automation.passphrase_file()
+    first = pulumi_cli.passphrase_file()
     text = first.read_text()
-    assert automation.passphrase_file().read_text() == text  # generated once
+    assert pulumi_cli.passphrase_file().read_text() == text  # generated once
     first.chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
-        automation.passphrase_file()
+        pulumi_cli.passphrase_file()
 
 
 def test_user_backend_and_passphrase_are_respected(home, monkeypatch):
     monkeypatch.setenv("PULUMI_BACKEND_URL", "s3://team-state")
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "theirs")
-    env = automation.workspace_env()
+    env = pulumi_cli.workspace_env()
     assert env["PULUMI_BACKEND_URL"] == "s3://team-state" and "PULUMI_CONFIG_PASSPHRASE_FILE" not in env
     assert not (home / "pulumi" / "state").exists()
 
 
 def test_importing_the_driver_does_not_import_pulumi():
     code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
-            "gpucluster.cli.down, gpucluster.cli.up, gpucluster.cli.gc, gpucluster.cli.doctor; "
+            "gpucluster.cli.down, gpucluster.cli.up, gpucluster.cli.gc, gpucluster.cli.doctor, "
+            "gpucluster.infra.aws.leftovers, gpucluster.infra.gcp.leftovers, gpucluster.infra.aws.engine, "
+            "gpucluster.infra.gcp.engine, gpucluster.infra.pulumi_cli, gpucluster.infra.pulumi_events; "
             "bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -479,7 +482,7 @@ def stand_in_pulumi(tmp_path, monkeypatch):
 
 
 def test_load_cli_runs_the_cli_in_its_own_session(home, stand_in_pulumi):
-    cmd = automation.load_cli(None)
+    cmd = pulumi_cli.load_cli(None)
     assert str(cmd.version) == "3.190.0"
     out = cmd.run(["whoami"], str(stand_in_pulumi.parent), {}).stdout
     assert int(out.split()[1]) != os.getpgrp()  # a terminal Ctrl-C does not reach it directly
@@ -490,7 +493,7 @@ def test_ctrl_c_is_forwarded_to_a_running_update(home, stand_in_pulumi):
     import threading
     import time
 
-    cmd = automation.load_cli(None)
+    cmd = pulumi_cli.load_cli(None)
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     start = time.monotonic()
@@ -560,9 +563,9 @@ def test_gke_node_pool_inputs_become_priceable_detail():
         outputs = declare(s)
 
         def check(_):
-            pools = {r.inputs["name"]: automation._detail("node-pool", r.inputs, s) for r in mocks.of_type(POOL)}
+            pools = {r.inputs["name"]: pulumi_events._detail("node-pool", r.inputs, s) for r in mocks.of_type(POOL)}
             seen["pools"] = pools
-            seen["cluster"] = automation._detail("gke-cluster", mocks.of_type(CLUSTER)[0].inputs, s)
+            seen["cluster"] = pulumi_events._detail("gke-cluster", mocks.of_type(CLUSTER)[0].inputs, s)
 
         return pulumi.Output.all(*outputs.values()).apply(check)
 
@@ -576,7 +579,7 @@ def test_gke_node_pool_inputs_become_priceable_detail():
     assert seen["cluster"] == {"location": "us-central1-a", "zonal": True}
 
 
-def test_gcp_provider_outputs_and_sweep_project(home):
+def test_gcp_provider_outputs_and_scan_project(home):
     pytest.importorskip("pulumi_gcp")
     outputs = {"cluster_name": "v100", "location": "us-central1-a", "endpoint": "203.0.113.10",
                "kubeconfig": "apiVersion: v1\nkind: Config\n", "node_pool_name": "v100-gpu",
@@ -605,8 +608,8 @@ def test_gcp_provider_outputs_and_sweep_project(home):
     assert asked[-1] == ("gcp", "v100", {"project": "my-proj"})
 
 
-def test_down_without_a_pulumi_cli_still_sweeps_by_tag(home, monkeypatch):
-    monkeypatch.setattr(automation.shutil, "which", lambda name: None)
+def test_down_without_a_pulumi_cli_still_deletes_by_tag(home, monkeypatch):
+    monkeypatch.setattr(pulumi_cli.shutil, "which", lambda name: None)
     left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
     deleted: list = []
     prov = PulumiProvider("aws", driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],

@@ -20,6 +20,7 @@ import yaml  # noqa: E402
 
 from gpucluster.errors import ConfigError, SpecError  # noqa: E402
 from gpucluster.infra.aws import component  # noqa: E402
+from gpucluster.infra.aws import user_data as boot  # noqa: E402
 from gpucluster.infra import program  # noqa: E402
 from gpucluster.infra.aws.mock_runtime import (  # noqa: E402
     MOCK_AMI_ID,
@@ -134,7 +135,7 @@ def test_ami_lookup_filters_and_override(default):
     assert filters["architecture"] == ["x86_64"]
     assert {i.inputs["ami"] for i in default.recorder.instances()} == {MOCK_AMI_ID}
     assert default.outputs["node_python"] == "/opt/pytorch/bin/python"
-    assert component.SETUP_TORCH_PATH not in json.dumps(user_data(default.recorder.instances()[0]))
+    assert boot.SETUP_TORCH_PATH not in json.dumps(user_data(default.recorder.instances()[0]))
 
     base = build(spec(options={"image": "base"})).recorder
     (call,) = base.calls_to("aws:ec2/getAmi:getAmi")
@@ -142,8 +143,8 @@ def test_ami_lookup_filters_and_override(default):
         "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"]
     doc = user_data(base.instances()[0])
     # the Base DLAMI has no torch: a setup step installs it at the same path, before the ready check
-    assert doc["runcmd"][1:] == [[component.SETUP_TORCH_PATH], [component.READY_SCRIPT_PATH, "0"]]
-    setup = _written(doc, component.SETUP_TORCH_PATH)
+    assert doc["runcmd"][1:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH, "0"]]
+    setup = _written(doc, boot.SETUP_TORCH_PATH)
     assert "/opt/pytorch/bin/python" in setup and "pip\" install -q torch" in setup
 
     rec = build(spec(options={"ami": "ami-0pinned"})).recorder
@@ -353,10 +354,10 @@ def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
     rec = build(spec(max_lifetime_minutes=90)).recorder
     doc = user_data(rec.instances()[0])
     # armed first (before the GPU check), by a unit that runs again on every boot
-    assert doc["runcmd"][0] == ["systemctl", "enable", "--now", "--no-block", component.DEADMAN_UNIT]
-    unit = _written(doc, f"/etc/systemd/system/{component.DEADMAN_UNIT}")
-    assert f"ExecStart={component.DEADMAN_SCRIPT_PATH}" in unit and "WantedBy=multi-user.target" in unit
-    script = _script(tmp_path, doc, component.DEADMAN_SCRIPT_PATH)
+    assert doc["runcmd"][0] == ["systemctl", "enable", "--now", "--no-block", boot.DEADMAN_UNIT]
+    unit = _written(doc, f"/etc/systemd/system/{boot.DEADMAN_UNIT}")
+    assert f"ExecStart={boot.DEADMAN_SCRIPT_PATH}" in unit and "WantedBy=multi-user.target" in unit
+    script = _script(tmp_path, doc, boot.DEADMAN_SCRIPT_PATH)
     assert "60 * 90" in script.read_text()
 
     log = tmp_path / "shutdown.log"
@@ -380,8 +381,8 @@ def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
 
 def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
     doc = user_data(build(s).recorder.instances()[0])
-    assert doc["runcmd"][1] == [component.READY_SCRIPT_PATH, "0"]
-    return _script(tmp_path, doc, component.READY_SCRIPT_PATH)
+    assert doc["runcmd"][1] == [boot.READY_SCRIPT_PATH, "0"]
+    return _script(tmp_path, doc, boot.READY_SCRIPT_PATH)
 
 
 def test_readiness_marker_reports_the_gpu_check(tmp_path):
@@ -493,7 +494,7 @@ def test_main_reads_the_stack_namespace_and_exports():
     (provider,) = rec.of_type("pulumi:providers:aws")
     assert (provider.inputs["region"], provider.inputs["profile"]) == ("eu-west-1", "research")
     assert {i.inputs["tags"]["gpucluster-cluster"] for i in rec.instances()} == {"team-run-1"}
-    assert "60 * 30" in _written(user_data(rec.instances()[0]), component.DEADMAN_SCRIPT_PATH)
+    assert "60 * 30" in _written(user_data(rec.instances()[0]), boot.DEADMAN_SCRIPT_PATH)
 
 
 def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs():

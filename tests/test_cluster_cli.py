@@ -187,7 +187,7 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(home, tmp_path, capsys)
 def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
     pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    from test_leftover_sweep import REGION, make_cluster
+    from test_leftovers import REGION, make_cluster
 
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key, raising=False)

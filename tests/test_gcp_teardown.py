@@ -19,7 +19,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from gpucluster.errors import TeardownIncomplete
-from gpucluster.infra import leftovers as sweep
+from gpucluster.infra import leftovers
+from gpucluster.infra.gcp import leftovers as gcp_leftovers
 from gpucluster.infra.pulumi_provider import PulumiProvider
 
 PROJECT = "proj-one"
@@ -72,18 +73,18 @@ class SlowGke:
 def test_delete_polls_the_operation_to_its_end():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=300)
-    (lo,) = sweep.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
+    (lo,) = leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
     assert not lo.deleting
-    errors = sweep.delete_gcp([lo], client=gke, wait_seconds=1800, poll_seconds=10, clock=clock, sleep=clock.sleep)
+    errors = gcp_leftovers.delete([lo], client=gke, wait_seconds=1800, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert errors == [] and clock.t >= 300 and gke.op_reads >= 30
-    assert sweep.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).verified
+    assert leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).verified
 
 
 def test_delete_past_the_bound_names_the_running_operation():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=10_000)
-    left = sweep.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
-    errors = sweep.delete_gcp(left, client=gke, wait_seconds=120, poll_seconds=10, clock=clock, sleep=clock.sleep)
+    left = leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
+    errors = gcp_leftovers.delete(left, client=gke, wait_seconds=120, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert len(errors) == 1 and "still deleting after 120 s" in errors[0] and "operation-123" in errors[0]
 
 
@@ -110,7 +111,7 @@ class Events:
 
 
 def provider(gke, clock, await_seconds):
-    return PulumiProvider("gcp", driver=Driver(), sweep_options={
+    return PulumiProvider("gcp", driver=Driver(), scan_options={
         "gke_client": gke, "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock, "sleep": clock.sleep})
 
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from gpucluster.infra.gcp import k8s  # noqa: E402
+from gpucluster.infra.gcp import k8s, k8s_manifests, k8s_plan  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.domain import Cluster, Node  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
@@ -39,7 +39,7 @@ def job(**kw):
 
 @pytest.fixture
 def plan():
-    return k8s.plan_job(cluster(), job())
+    return k8s_plan.plan_job(cluster(), job())
 
 
 def serial(obj):
@@ -66,12 +66,12 @@ def test_plan_names_hosts_and_argv_per_rank(plan):
 
 
 def test_nodes_counted_from_cluster_nodes_when_present():
-    p = k8s.plan_job(cluster(nodes=3, with_nodes=True), job())
+    p = k8s_plan.plan_job(cluster(nodes=3, with_nodes=True), job())
     assert p.nodes == 3 and len(p.argv_by_rank) == 3
 
 
 def test_job_manifest_indexed_backoff_restart_and_deadline(plan):
-    m = k8s.job_manifest(plan)
+    m = k8s_manifests.job_manifest(plan)
     assert (m.api_version, m.kind, m.metadata.name, m.metadata.namespace) == ("batch/v1", "Job", NAME, "default")
     s = m.spec
     assert s.completion_mode == "Indexed"
@@ -87,9 +87,9 @@ def test_job_manifest_indexed_backoff_restart_and_deadline(plan):
 
 
 def test_pod_requests_all_gpus_tolerates_taint_and_spreads(plan):
-    pod = k8s.job_manifest(plan).spec.template.spec
+    pod = k8s_manifests.job_manifest(plan).spec.template.spec
     (c,) = pod.containers
-    assert c.name == "pytorch" and c.image == k8s.DEFAULT_IMAGE
+    assert c.name == "pytorch" and c.image == k8s_plan.DEFAULT_IMAGE
     assert c.resources.limits == {"nvidia.com/gpu": "4"}
     assert c.command == ["python", "/gpucluster/entry.py"]
     (t,) = pod.tolerations
@@ -103,7 +103,7 @@ def test_pod_requests_all_gpus_tolerates_taint_and_spreads(plan):
 
 
 def test_pod_environment_matches_the_gpucluster_contract(plan):
-    (c,) = k8s.job_manifest(plan).spec.template.spec.containers
+    (c,) = k8s_manifests.job_manifest(plan).spec.template.spec.containers
     env = {e.name: e for e in c.env}
     assert env["GPUCLUSTER_RUN_ID"].value == RUN
     assert env["GPUCLUSTER_NUM_NODES"].value == "2"
@@ -116,12 +116,12 @@ def test_pod_environment_matches_the_gpucluster_contract(plan):
 
 
 def test_configmap_carries_entry_argv_and_workloads_mounted(plan):
-    cm = k8s.config_map_manifest(plan)
+    cm = k8s_manifests.config_map_manifest(plan)
     assert cm.metadata.name == NAME
     assert json.loads(cm.data["argv.json"]) == [list(a) for a in plan.argv_by_rank]
-    assert cm.data["entry.py"] == k8s.ENTRYPOINT
+    assert cm.data["entry.py"] == k8s_plan.ENTRYPOINT
     assert "w.protocol.py" in cm.data and "PREFIX" in cm.data["w.protocol.py"]
-    pod = k8s.job_manifest(plan).spec.template.spec
+    pod = k8s_manifests.job_manifest(plan).spec.template.spec
     vol = {v.name: v for v in pod.volumes}
     items = {i.key: i.path for i in vol["gpucluster"].config_map.items}
     assert vol["gpucluster"].config_map.name == NAME
@@ -132,7 +132,7 @@ def test_configmap_carries_entry_argv_and_workloads_mounted(plan):
 
 
 def test_headless_service(plan):
-    svc = k8s.service_manifest(plan)
+    svc = k8s_manifests.service_manifest(plan)
     assert svc.metadata.name == NAME
     assert svc.spec.cluster_ip == "None"
     assert svc.spec.selector == {"gpucluster-job": NAME}
@@ -141,17 +141,17 @@ def test_headless_service(plan):
 
 
 def test_image_option_and_user_command(tmp_path):
-    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "train.py", "--lr", "0.1")),
+    p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "train.py", "--lr", "0.1")),
                      image="registry.example/me/train:1", workdir=tmp_path)
-    assert k8s.job_manifest(p).spec.template.spec.containers[0].image == "registry.example/me/train:1"
+    assert k8s_manifests.job_manifest(p).spec.template.spec.containers[0].image == "registry.example/me/train:1"
     assert p.argv_by_rank[0][-3:] == ("train.py", "--lr", "0.1")
 
 
 def test_pytorchjob_manifest_master_and_workers():
-    p = k8s.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
+    p = k8s_plan.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
     assert p.hosts == (f"{NAME}-master-0", f"{NAME}-worker-0", f"{NAME}-worker-1")
     assert all(f"--rdzv-endpoint={NAME}-master-0:29400" in a for a in p.argv_by_rank)
-    m = k8s.pytorchjob_manifest(p)
+    m = k8s_manifests.pytorchjob_manifest(p)
     assert (m["apiVersion"], m["kind"], m["metadata"]["name"]) == ("kubeflow.org/v1", "PyTorchJob", NAME)
     specs = m["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
@@ -160,20 +160,20 @@ def test_pytorchjob_manifest_master_and_workers():
     assert container["name"] == "pytorch" and container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert "subdomain" not in specs["Master"]["template"]["spec"]
     assert m["spec"]["runPolicy"]["backoffLimit"] == 0 and m["spec"]["runPolicy"]["cleanPodPolicy"] == "All"
-    assert "Worker" not in k8s.pytorchjob_manifest(k8s.plan_job(cluster(nodes=1), job(), mode="pytorchjob"))["spec"]["pytorchReplicaSpecs"]
+    assert "Worker" not in k8s_manifests.pytorchjob_manifest(k8s_plan.plan_job(cluster(nodes=1), job(), mode="pytorchjob"))["spec"]["pytorchReplicaSpecs"]
 
 
 def test_rank_of_pods_in_both_modes(plan):
     from types import SimpleNamespace as NS
 
-    pod = NS(metadata=NS(annotations={k8s.INDEX_ANNOTATION: "1"}, labels={}))
-    assert k8s.rank_of(pod, plan) == 1
-    pj = k8s.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
+    pod = NS(metadata=NS(annotations={k8s_plan.INDEX_ANNOTATION: "1"}, labels={}))
+    assert k8s_manifests.rank_of(pod, plan) == 1
+    pj = k8s_plan.plan_job(cluster(nodes=3), job(), mode="pytorchjob")
     worker = NS(metadata=NS(annotations={}, labels={"training.kubeflow.org/replica-type": "worker",
                                                     "training.kubeflow.org/replica-index": "1"}))
     master = NS(metadata=NS(annotations={}, labels={"training.kubeflow.org/replica-type": "master",
                                                     "training.kubeflow.org/replica-index": "0"}))
-    assert (k8s.rank_of(master, pj), k8s.rank_of(worker, pj)) == (0, 2)
+    assert (k8s_manifests.rank_of(master, pj), k8s_manifests.rank_of(worker, pj)) == (0, 2)
 
 
 def test_unknown_mode_refused():
@@ -183,14 +183,14 @@ def test_unknown_mode_refused():
 
 
 def test_dns_name_rules():
-    assert k8s.dns_name("GPUcluster_R1") == "gpucluster-r1"
-    assert k8s.dns_name("9abc") == "g-9abc"
-    assert len(k8s.dns_name("a" * 100)) == 52
+    assert k8s_plan.dns_name("GPUcluster_R1") == "gpucluster-r1"
+    assert k8s_plan.dns_name("9abc") == "g-9abc"
+    assert len(k8s_plan.dns_name("a" * 100)) == 52
 
 
 def test_entry_script_execs_the_argv_of_its_completion_index(tmp_path, plan):
     # The real entry script, run here: it must pick argv.json[JOB_COMPLETION_INDEX] and exec it.
-    (tmp_path / "entry.py").write_text(k8s.ENTRYPOINT)
+    (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
     argv = [[sys.executable, "-c", f"print('rank{i}', __import__('os').environ['GPUCLUSTER_NODE_RANK'])"]
             for i in range(2)]
     (tmp_path / "argv.json").write_text(json.dumps(argv))
@@ -209,15 +209,15 @@ def test_entry_script_execs_the_argv_of_its_completion_index(tmp_path, plan):
 def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
-    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
+    p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
                      workdir=tmp_path)
     assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
-    cm = k8s.config_map_manifest(p)
-    items = {i.path: i.key for i in k8s.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
+    cm = k8s_manifests.config_map_manifest(p)
+    items = {i.path: i.key for i in k8s_manifests.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
     assert cm.data[items["user/jobs/train.py"]] == "print('hi')\n"
     # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
     for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
-        q = k8s.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
+        q = k8s_plan.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
         assert not any(path.startswith("user/") for _, path, _ in q.files)
 
 
@@ -232,11 +232,11 @@ def test_the_whole_script_folder_is_shipped_binary_files_included(tmp_path):
     (folder / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"\x00" * 10)
     (folder / ".git").mkdir()
     (folder / ".git" / "HEAD").write_text("ref")
-    p = k8s.plan_job(cluster(), job(workload=None, command=("python", "proj/train.py")), workdir=tmp_path)
+    p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "proj/train.py")), workdir=tmp_path)
     shipped = {path: content for _, path, content in p.files if path.startswith("user/")}
     assert shipped == {"user/proj/train.py": "import helpers\n", "user/proj/helpers.py": "X = 1\n",
                        "user/proj/pkg/model.py": "Y = 2\n", "user/proj/labels.bin": b"\xff\x00\xfe"}
-    cm = serial(k8s.config_map_manifest(p))
+    cm = serial(k8s_manifests.config_map_manifest(p))
     keys = {path: key for key, path, _ in p.files}
     import base64
     assert base64.b64decode(cm["binaryData"][keys["user/proj/labels.bin"]]) == b"\xff\x00\xfe"
@@ -248,40 +248,40 @@ def test_script_folder_over_the_configmap_limit_is_refused_with_what_to_do(tmp_p
     folder = tmp_path / "big"
     folder.mkdir()
     (folder / "train.py").write_text("pass\n")
-    (folder / "data.npy").write_bytes(b"\x01" * (k8s.CONFIGMAP_LIMIT + 1))
+    (folder / "data.npy").write_bytes(b"\x01" * (k8s_plan.CONFIGMAP_LIMIT + 1))
     from gpucluster.errors import LaunchError
     with pytest.raises(LaunchError, match="over the 1000000 bytes one Kubernetes ConfigMap holds.*folder of its own"):
-        k8s.plan_job(cluster(), job(workload=None, command=("python", "big/train.py")), workdir=tmp_path)
+        k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "big/train.py")), workdir=tmp_path)
 
 
 def test_builtin_workloads_get_their_data_and_the_plan_names_the_image():
-    p = k8s.plan_job(cluster(), job())
+    p = k8s_plan.plan_job(cluster(), job())
     (digits,) = [c for _, path, c in p.files if path == "data/digits.csv.gz"]
     import gzip
     assert gzip.decompress(digits).count(b"\n") == 1797  # scikit-learn's 1,797 digits
-    assert p.notes[0] == f"image: {k8s.DEFAULT_IMAGE} (torch only; the built-in workloads need nothing else)"
-    m = k8s.plan_job(cluster(), job(workload="mnist", workload_args=()))
+    assert p.notes[0] == f"image: {k8s_plan.DEFAULT_IMAGE} (torch only; the built-in workloads need nothing else)"
+    m = k8s_plan.plan_job(cluster(), job(workload="mnist", workload_args=()))
     assert m.argv_by_rank[0][-3:] == ("--data-dir", "/tmp/mnist", "--download")
     # a user-given data file is left alone
-    u = k8s.plan_job(cluster(), job(workload_args=("--data-file", "/data/d.csv.gz")))
+    u = k8s_plan.plan_job(cluster(), job(workload_args=("--data-file", "/data/d.csv.gz")))
     assert not any(path.startswith("data/") for _, path, _ in u.files)
 
 
 def test_init_container_waits_for_every_pod_and_the_head_port(plan):
-    pod = k8s.job_manifest(plan).spec.template.spec
+    pod = k8s_manifests.job_manifest(plan).spec.template.spec
     (init,) = pod.init_containers
     assert init.image == plan.image
     assert init.command == ["python", "/gpucluster/wait.py", ",".join(plan.hosts), "29400", "1200"]
     assert [e.name for e in init.env] == ["GPUCLUSTER_NODE_RANK"]
     # the operator adds its own init container in pytorchjob mode
-    pj = k8s.plan_job(cluster(), job(), mode="pytorchjob")
-    assert k8s.pod_template(pj).spec.init_containers is None
+    pj = k8s_plan.plan_job(cluster(), job(), mode="pytorchjob")
+    assert k8s_manifests.pod_template(pj).spec.init_containers is None
 
 
 def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
     import socket
     import time
-    (tmp_path / "wait.py").write_text(k8s.WAITER)
+    (tmp_path / "wait.py").write_text(k8s_plan.WAITER)
     env = {**os.environ, "JOB_COMPLETION_INDEX": "1"}
     # an unresolvable peer: it gives up at its limit, naming the host
     t0 = time.monotonic()
@@ -301,12 +301,12 @@ def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
 
 
 def test_job_deadline_is_the_max_lifetime_unless_the_time_limit_is_shorter():
-    no_limit = k8s.plan_job(cluster(), job(max_seconds=None))
+    no_limit = k8s_plan.plan_job(cluster(), job(max_seconds=None))
     assert no_limit.active_deadline_s == 240 * 60  # the default max lifetime
     c = cluster()
     c.outputs["max_lifetime_minutes"] = 30
-    assert k8s.plan_job(c, job(max_seconds=None)).active_deadline_s == 1800
-    assert k8s.plan_job(c, job(max_seconds=600)).active_deadline_s == 1200
+    assert k8s_plan.plan_job(c, job(max_seconds=None)).active_deadline_s == 1800
+    assert k8s_plan.plan_job(c, job(max_seconds=600)).active_deadline_s == 1200
 
 
 def test_log_lines_are_reassembled_from_chunks_and_the_response_released():

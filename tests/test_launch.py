@@ -3,7 +3,8 @@
 import io
 import json
 
-from gpucluster.launch import JobSpec, node_env, program_args, root_cause, torchrun_argv, worker_lines
+from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster.node_output import root_cause, worker_lines
 from gpucluster.metrics import MetricsState, parse_line
 from gpucluster.workloads.protocol import PREFIX, emit
 

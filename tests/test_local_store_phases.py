@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
-from gpucluster.launch import TAIL_BYTES, JobSpec, torchrun_argv, announced_program
+from gpucluster.launch import JobSpec, torchrun_argv, announced_program
+from gpucluster.node_output import TAIL_BYTES
 from gpucluster.ledger import Ledger
 from gpucluster.procs import kill_run_processes, run_processes
 

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 from conftest import FIXTURES
-from gpucluster.launch import LINE_CAP, TAIL_BYTES, JobSpec, NodeSupervisor, cap_last_lines
+from gpucluster.launch import JobSpec
+from gpucluster.node_output import LINE_CAP, TAIL_BYTES, cap_last_lines
+from gpucluster.supervisor import NodeSupervisor
 
 SPEW = str(FIXTURES / "spew.py")
 SUMMARY = re.compile(r"^\.\.\. (\d+) lines not shown; full log: (.+)$")

@@ -15,7 +15,9 @@ from gpucluster.domain import Node, NullEvents, Provider
 from gpucluster.infra.ssh.provider import SshProvider, format_host, parse_host, parse_hosts
 from gpucluster.launch import JobSpec
 from gpucluster.spec import ClusterSpec, validate
-from gpucluster.infra.ssh.launch import SshLauncher, _bundle, _check_run_id, _gpu_row, _user_program, node_label
+from gpucluster.infra.ssh.launch import SshLauncher
+from gpucluster.infra.ssh.session import gpu_row, node_label
+from gpucluster.infra.ssh.ship import bundle, check_run_id, user_program
 
 
 @pytest.mark.parametrize(
@@ -128,26 +130,26 @@ def test_user_program_ships_the_scripts_folder(tmp_path, monkeypatch):
     (tmp_path / "train.py").write_text("print('hi')\n")
     (tmp_path / "run.sh").write_text("#!/bin/sh\n")
     monkeypatch.chdir(tmp_path)
-    d, prog = _user_program(JobSpec("r1", command=("python", "train.py", "--epochs", "3")))
+    d, prog = user_program(JobSpec("r1", command=("python", "train.py", "--epochs", "3")))
     assert d == tmp_path and prog == ["train.py", "--epochs", "3"]
-    d, prog = _user_program(JobSpec("r1", command=("python3", str(tmp_path / "train.py"))))
+    d, prog = user_program(JobSpec("r1", command=("python3", str(tmp_path / "train.py"))))
     assert d == tmp_path and prog == ["train.py"]
-    d, prog = _user_program(JobSpec("r1", command=("./run.sh", "x")))
+    d, prog = user_program(JobSpec("r1", command=("./run.sh", "x")))
     assert d == tmp_path and prog == ["--no-python", "./run.sh", "x"]
-    d, prog = _user_program(JobSpec("r1", command=("python", "-u", "train.py", "-x")), "/opt/py/bin/python")
+    d, prog = user_program(JobSpec("r1", command=("python", "-u", "train.py", "-x")), "/opt/py/bin/python")
     assert d == tmp_path and prog == ["--no-python", "/opt/py/bin/python", "-u", "train.py", "-x"]
-    d, prog = _user_program(JobSpec("r1", command=("bash", "run.sh")))
+    d, prog = user_program(JobSpec("r1", command=("bash", "run.sh")))
     assert d == tmp_path and prog == ["--no-python", "bash", "run.sh"]
-    assert _user_program(JobSpec("r1", command=("python", "-u", "-m", "pkg")), "py3") == (
+    assert user_program(JobSpec("r1", command=("python", "-u", "-m", "pkg")), "py3") == (
         None, ["--no-python", "py3", "-u", "-m", "pkg"])
-    assert _user_program(JobSpec("r1", command=("nvidia-smi",))) == (None, ["--no-python", "nvidia-smi"])
-    d, prog = _user_program(JobSpec("r1", command=("/usr/bin/python3", "-u", "train.py")), "/opt/py/bin/python")
+    assert user_program(JobSpec("r1", command=("nvidia-smi",))) == (None, ["--no-python", "nvidia-smi"])
+    d, prog = user_program(JobSpec("r1", command=("/usr/bin/python3", "-u", "train.py")), "/opt/py/bin/python")
     assert d == tmp_path and prog == ["--no-python", "/opt/py/bin/python", "-u", "train.py"]
-    assert _user_program(JobSpec("r1", command=("python", "-m", "pkg.train"))) == (None, None)
-    assert _user_program(JobSpec("r1", command=("python", "missing.py"))) == (None, None)  # a path on the node
-    assert _user_program(JobSpec("r1", workload="digits")) == (None, None)
+    assert user_program(JobSpec("r1", command=("python", "-m", "pkg.train"))) == (None, None)
+    assert user_program(JobSpec("r1", command=("python", "missing.py"))) == (None, None)  # a path on the node
+    assert user_program(JobSpec("r1", workload="digits")) == (None, None)
     # an option's value is not the script: `python -X faulthandler train.py` still ships train.py
-    d, prog = _user_program(JobSpec("r1", command=("python", "-X", "faulthandler", "-W", "ignore", "train.py")), "py3")
+    d, prog = user_program(JobSpec("r1", command=("python", "-X", "faulthandler", "-W", "ignore", "train.py")), "py3")
     assert d == tmp_path and prog == ["--no-python", "py3", "-X", "faulthandler", "-W", "ignore", "train.py"]
 
 
@@ -158,19 +160,19 @@ def test_bundle_holds_workloads_and_code_without_vcs_or_caches(tmp_path):
     for junk in (".git", "__pycache__", ".venv"):
         (tmp_path / junk).mkdir()
         (tmp_path / junk / "f").write_text("junk\n")
-    names = tarfile.open(fileobj=io.BytesIO(_bundle(tmp_path))).getnames()
+    names = tarfile.open(fileobj=io.BytesIO(bundle(tmp_path))).getnames()
     assert "workloads/protocol.py" in names and "workloads/__init__.py" in names
     assert "code/train.py" in names and "code/sub/data.txt" in names
     assert not any(n.startswith(("code/.git", "code/__pycache__", "code/.venv")) for n in names)
-    names = tarfile.open(fileobj=io.BytesIO(_bundle(None))).getnames()
+    names = tarfile.open(fileobj=io.BytesIO(bundle(None))).getnames()
     assert not any(n.startswith("code/") for n in names)
 
 
 def test_run_ids_and_options_are_checked():
-    _check_run_id("r20261122-031500-ab12cd")
+    check_run_id("r20261122-031500-ab12cd")
     for bad in ("../x", "a b", "", ".hidden", "x;rm -rf ~"):
         with pytest.raises(LaunchError, match="run id"):
-            _check_run_id(bad)
+            check_run_id(bad)
     with pytest.raises(ConfigError, match="Key=Value"):
         SshLauncher(ssh_options=("-oProxyCommand=evil",))
     with pytest.raises(ConfigError, match="host key checking"):
@@ -202,7 +204,7 @@ def test_missing_ssh_client_is_a_clear_error():
 
 
 def test_gpu_rows_from_nvidia_smi():
-    assert _gpu_row("Tesla V100-SXM2-16GB, 0, 0, 16384") == {
+    assert gpu_row("Tesla V100-SXM2-16GB, 0, 0, 16384") == {
         "name": "Tesla V100-SXM2-16GB", "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 16384.0}
-    assert _gpu_row("NVIDIA A10G, [N/A], 5, 23028")["util"] is None
-    assert _gpu_row("Some GPU") == {"name": "Some GPU"}
+    assert gpu_row("NVIDIA A10G, [N/A], 5, 23028")["util"] is None
+    assert gpu_row("Some GPU") == {"name": "Some GPU"}

@@ -132,7 +132,7 @@ def test_readiness_names_missing_gpus_and_torch(hosts, remote_dir, tmp_path):
 
 
 def test_leftover_check_reports_an_unreachable_host_as_unverified(hosts, tmp_path):
-    from gpucluster.infra.ssh.launch import remote_leftovers
+    from gpucluster.infra.ssh.cleanup import remote_leftovers
 
     dead = free_port()  # nothing listens there
     cluster = cluster_of(hosts, 1)
@@ -149,7 +149,7 @@ def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_pa
     import time
 
     from gpucluster.errors import LaunchError
-    from gpucluster.infra.ssh.launch import _Session
+    from gpucluster.infra.ssh.session import Session
 
     cluster = cluster_of(hosts, 1)
     state = tmp_path / "state"
@@ -159,13 +159,13 @@ def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_pa
                                   "error": "torch is not importable by /opt/pytorch/bin/python"}))
     launcher = make_launcher(hosts, tmp_path / "remote")
     start = time.monotonic()
-    with _Session(launcher, cluster) as session:
+    with Session(launcher, cluster) as session:
         with pytest.raises(LaunchError) as err:
             session.wait_ready(str(marker), 60, object())
     assert time.monotonic() - start < 30
     assert "node 0 (" in str(err.value) and "1 of 4 GPU(s), torch missing" in str(err.value)
     assert "torch is not importable" in str(err.value)
     # a marker that never appears: the deadline names the node and what was last seen
-    with _Session(launcher, cluster) as session:
+    with Session(launcher, cluster) as session:
         with pytest.raises(LaunchError, match=r"not ready after 3 s; last seen: sshd answers; .* not written yet"):
             session.wait_ready(str(tmp_path / "absent" / "ready"), 3, object())

@@ -94,9 +94,9 @@ def test_the_job_bundle_carries_digits_data_so_nodes_need_only_torch():
     import io
     import tarfile
 
-    from gpucluster.infra.ssh.launch import _bundle
+    from gpucluster.infra.ssh.ship import bundle
 
-    with tarfile.open(fileobj=io.BytesIO(_bundle(None))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(bundle(None))) as tar:
         names = tar.getnames()
         member = tar.getmember("workloads/data/digits.csv.gz")
     assert "workloads/digits.py" in names and "workloads/digits_data.py" in names

@@ -11,6 +11,8 @@ from typing import Any
 
 from gpucluster.infra.contract import Backend
 
+from .engine import CAPACITY_MARKERS, PULUMI_KINDS, region_of_zone
+
 
 class AwsBackend(Backend):
     name = "aws"
@@ -22,6 +24,10 @@ class AwsBackend(Backend):
     # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
     # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
     capacity_attempts = 3
+    # what the tag scan reports and `delete` handles, in deletion order: what holds others first
+    leftover_kinds = ("instance", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
+                      "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile",
+                      "iam-role")
 
     def validate_spec(self, spec: Any) -> list[str]:
         from .catalog import validate_spec
@@ -45,7 +51,7 @@ class AwsBackend(Backend):
 
     def scan_scope(self, spec: dict[str, Any] | None) -> dict[str, Any]:
         spec = spec or {}
-        region = spec.get("region") or (spec.get("zone") or "")[:-1] or None
+        region = spec.get("region") or region_of_zone(spec.get("zone"))
         return {"regions": [region]} if region else {}
 
     def declare(self, spec: Any) -> dict[str, Any]:
@@ -76,15 +82,29 @@ class AwsBackend(Backend):
         return PulumiProvider("aws"), SshLauncher(**kw)
 
     def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
-        from gpucluster.infra.leftovers import default_aws_regions, scan_aws
+        from .leftovers import default_regions, scan
 
-        regions = scope.get("regions") or default_aws_regions(scope.get("session"))
-        return scan_aws(list(regions), name, run_id, session=scope.get("session"))
+        regions = scope.get("regions") or default_regions(scope.get("session"))
+        return scan(list(regions), name, run_id, session=scope.get("session"))
 
     def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
-        from gpucluster.infra.leftovers import delete_aws
+        from .leftovers import delete
 
-        return delete_aws(leftovers, session=kw.get("session"), wait_seconds=kw.get("wait_seconds", 600))
+        return delete(leftovers, session=kw.get("session"), wait_seconds=kw.get("wait_seconds", 600))
+
+    # -- infra internals: Pulumi engine events, capacity, leftovers --------------------------------
+    pulumi_kinds = PULUMI_KINDS
+    capacity_markers = CAPACITY_MARKERS
+
+    def resource_detail(self, kind: str, inputs: Any, spec: Any) -> dict[str, Any]:
+        from .engine import resource_detail
+
+        return resource_detail(kind, inputs, spec)
+
+    def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
+        from .engine import capacity_zones
+
+        return capacity_zones(spec, text, zone_lister)
 
     # -- cost engine and prices (h-cost): infra/aws/prices.py --------------------------------------
     default_region = "us-east-1"  # = catalog.DEFAULT_REGION

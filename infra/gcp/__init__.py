@@ -11,6 +11,8 @@ from typing import Any
 
 from gpucluster.infra.contract import Backend
 
+from .engine import CAPACITY_MARKERS, PULUMI_KINDS
+
 
 class GcpBackend(Backend):
     name = "gcp"
@@ -18,6 +20,7 @@ class GcpBackend(Backend):
     provisions = True
     priced = True
     resource_kinds = ("gke-cluster", "node-pool", "network", "subnetwork", "firewall")
+    leftover_kinds = ("gke-cluster",)  # what the tag scan reports (node pools go with their cluster)
 
     def validate_spec(self, spec: Any) -> list[str]:
         from .catalog import validate_spec
@@ -63,14 +66,14 @@ class GcpBackend(Backend):
         return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {}, **kw)
 
     def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
-        from gpucluster.infra.leftovers import scan_gcp
+        from .leftovers import scan
 
-        return scan_gcp(name, run_id, project=scope.get("project"), client=scope.get("gke_client"))
+        return scan(name, run_id, project=scope.get("project"), client=scope.get("gke_client"))
 
     def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
-        from gpucluster.infra.leftovers import delete_gcp
+        from .leftovers import delete
 
-        return delete_gcp(leftovers, client=kw.get("gke_client"), wait_seconds=kw.get("wait_seconds", 1800))
+        return delete(leftovers, client=kw.get("gke_client"), wait_seconds=kw.get("wait_seconds", 1800))
 
     # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
     flags = ("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
@@ -122,6 +125,26 @@ class GcpBackend(Backend):
         from .prices import estimate_notes
 
         return estimate_notes(plan, always_on_hourly)
+
+
+    # -- infra internals: Pulumi engine events, capacity, failures, leftovers ---------------------
+    pulumi_kinds = PULUMI_KINDS
+    capacity_markers = CAPACITY_MARKERS
+
+    def resource_detail(self, kind: str, inputs: Any, spec: Any) -> dict[str, Any]:
+        from .engine import resource_detail
+
+        return resource_detail(kind, inputs, spec)
+
+    def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
+        from .engine import capacity_zones
+
+        return capacity_zones(spec, text, zone_lister)
+
+    def classify_failure(self, spec: Any, text: str) -> Any:
+        from .access import classify_quota
+
+        return classify_quota(text, spec)
 
 
 BACKEND = GcpBackend()

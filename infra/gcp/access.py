@@ -199,7 +199,9 @@ def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
     quota = m.group("quota") if m else "a quota"
     region = (m.group("region") if m else None) or getattr(spec, "region", None)
     if region is None and getattr(spec, "zone", None):
-        region = spec.zone.rsplit("-", 1)[0]
+        from gpucluster.infra.gcp import catalog
+
+        region = catalog.region_of(spec.zone)
     limit = m.group("limit") if m and m.group("limit") else None
     others = [r for r in v100_regions(spec) if r != region]
     where = f" in {region}" if region else ""
@@ -237,7 +239,7 @@ def v100_quota(project: str, region: str, *, compute: Any = None, credentials: A
 
 def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
     """The spec with the resolved GCP project in its options (`project`, `projectSource`), so the program,
-    the sweep and the ledger (the spec is stored with the run) all use the same one. `--project` given
+    the tag scan and the ledger (the spec is stored with the run) all use the same one. `--project` given
     for another cloud is refused; other clouds' specs pass through unchanged."""
     from gpucluster.errors import UsageError
 

@@ -34,7 +34,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpucluster.infra.gcp import catalog
-from gpucluster.errors import SpecError
 from gpucluster.domain import Cluster
 from gpucluster.spec import ClusterSpec, validate
 
@@ -112,8 +111,6 @@ class GpuCluster(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         # Everything that can be refused is refused here, before the component registers.
-        if spec.cloud != "gcp":
-            raise SpecError(f"the GCP component got a spec for cloud {spec.cloud!r}; allowed: gcp")
         warnings = validate(spec)
         spec = catalog.resolve(spec)
         project = project_of(spec)

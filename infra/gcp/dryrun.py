@@ -102,20 +102,20 @@ def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
 def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[dict[str, Any]], list[str]]:
     from kubernetes.client import ApiClient
 
-    from gpucluster.infra.gcp import k8s
+    from gpucluster.infra.gcp import k8s, k8s_manifests, k8s_plan
 
     from gpucluster.infra.gcp.component import cluster_from_outputs
 
     cluster = cluster_from_outputs(outputs)
     launcher = launcher or k8s.KubernetesLauncher()
-    plan = k8s.plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
+    plan = k8s_plan.plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
                         start_deadline_s=launcher.start_deadline_s)
-    objects = [k8s.config_map_manifest(plan)]
+    objects = [k8s_manifests.config_map_manifest(plan)]
     if plan.mode == "job":
-        objects += [k8s.service_manifest(plan), k8s.job_manifest(plan)]
+        objects += [k8s_manifests.service_manifest(plan), k8s_manifests.job_manifest(plan)]
         objects = [ApiClient().sanitize_for_serialization(o) for o in objects]
     else:
-        objects = [ApiClient().sanitize_for_serialization(objects[0]), k8s.pytorchjob_manifest(plan)]
+        objects = [ApiClient().sanitize_for_serialization(objects[0]), k8s_manifests.pytorchjob_manifest(plan)]
     cm = objects[0]
     sizes = {k: len(v) for k, v in {**(cm.get("data") or {}), **(cm.get("binaryData") or {})}.items()}
     cm["data"] = {k: f"<{n} characters>" for k, n in sizes.items() if k in (cm.get("data") or {})}

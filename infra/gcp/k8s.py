@@ -22,454 +22,36 @@ template and entry script; the rank comes from the operator's `RANK` variable an
 is on `<name>-master-0`, the Service the operator makes for the master.
 
 The launcher lists the job's pods every `poll_interval` seconds, streams each pod's log as soon as
-its container runs, feeds every line (node rank attached) to `gpucluster.launch.NodeSupervisor`
+its container runs, feeds every line (node rank attached) to `gpucluster.supervisor.NodeSupervisor`
 (the same metrics parser, tails, fail-fast and deadline as the local and ssh launchers), and when
 the run ends, fails, times out or is interrupted deletes everything it created (Job with
 Foreground propagation, so its pods go too; Service; ConfigMap).
 
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
-an in-memory fake through `KubeApi`.
+an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
+manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed, require
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, torchrun_argv
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents
+from gpucluster.supervisor import NodeSupervisor
 
-# A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
-# targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
-# Tag chosen 2026-11-22; the option `image` replaces it.
-DEFAULT_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
-DEFAULT_NAMESPACE = "default"
-MODES = ("job", "pytorchjob")
-MOUNT = "/gpucluster"
-WORKLOAD_DIR = f"{MOUNT}/workloads"
-CONTAINER = "pytorch"  # the name the Kubeflow operator requires; used by both modes
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_TAINT_KEY = "nvidia.com/gpu"
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
-JOB_LABEL = "gpucluster-job"
-DEADLINE_MARGIN_S = 600
+from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
+from .k8s_plan import (CONTAINER, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, KUBEFLOW_GROUP, KUBEFLOW_PLURAL,
+                       KUBEFLOW_VERSION, MODES, Plan, plan_job)
+
 MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
-TTL_AFTER_FINISHED_S = 3600
-# How long every pod of the job may take to be running (GPU node creation by the autoscaler, driver
-# installation, image pull); past it the run fails with the scheduler's reason. `--start-deadline`.
-DEFAULT_START_DEADLINE_S = 20 * 60
-# c10d timeouts, set explicitly above the start deadline (torchrun's defaults: join_timeout 600 s,
-# read_timeout 60 s; a non-head agent gave up after 77-121 s in our measurements).
-RDZV_MARGIN_S = 300
-DEFAULT_MAX_LIFETIME_S = 240 * 60
-DATA_DIR = f"{MOUNT}/data"
-# What is not shipped from a user's script folder (not code, or rebuilt on the node).
-SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
 FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff")
-
-# Runs in the pod with the image's python (standard library only): pick this node's argv and exec.
-ENTRYPOINT = '''\
-"""gpucluster: exec torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK)."""
-import json, os, sys
-
-rank = os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("RANK")
-if rank is None:
-    sys.exit("gpucluster entry: neither JOB_COMPLETION_INDEX nor RANK is set")
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json")) as f:
-    argv = json.load(f)[int(rank)]
-os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
-sys.stdout.flush()
-os.execvp(argv[0], argv)
-'''
-
-# Init container (job mode), standard library only: torchrun starts only when every pod of the job
-# has a DNS record (it is scheduled and has an IP: the headless Service publishes not-ready
-# addresses) and, on the other ranks, when the head's rendezvous port answers. The same idea as
-# the init container Kubeflow's PyTorchJob puts on its workers (it waits for the master's name).
-WAITER = '''\
-"""gpucluster: wait until every pod resolves (and, off the head, the rendezvous port answers)."""
-import os, socket, sys, time
-
-hosts, port, limit = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
-rank = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("GPUCLUSTER_NODE_RANK") or 0)
-end = time.monotonic() + limit
-
-
-def wait(what, probe):
-    last = None
-    while time.monotonic() < end:
-        try:
-            probe()
-            print(f"[gpucluster] {what}: ok", flush=True)
-            return
-        except OSError as exc:
-            last = exc
-            time.sleep(2)
-    sys.exit(f"[gpucluster] {what}: not ready after {limit:.0f} s ({last})")
-
-
-for host in hosts:
-    wait(f"dns {host}", lambda h=host: socket.getaddrinfo(h, port, proto=socket.IPPROTO_TCP))
-if rank != 0:
-    wait(f"rendezvous {hosts[0]}:{port}", lambda: socket.create_connection((hosts[0], port), timeout=5).close())
-'''
-
-
-def dns_name(text: str, limit: int = 52) -> str:
-    """A DNS-1035 label from `text` (lowercase, a-z0-9-, starts with a letter), short enough that
-    `<name>-<index>` and `<name>-worker-<index>` stay within 63 characters."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    if not name or not name[0].isalpha():
-        name = "g-" + name
-    return name[:limit].rstrip("-")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything the manifests need; built once from the cluster and the job."""
-
-    name: str
-    namespace: str
-    mode: str
-    nodes: int
-    gpus_per_node: int
-    image: str
-    run_id: str
-    hosts: tuple[str, ...]  # stable DNS names, node rank order; hosts[0] is the rendezvous host
-    argv_by_rank: tuple[tuple[str, ...], ...]
-    env: tuple[tuple[str, str], ...]
-    files: tuple[tuple[str, str, str | bytes], ...]  # (ConfigMap key, path under MOUNT, text or bytes)
-    labels: tuple[tuple[str, str], ...]
-    node_selector: tuple[tuple[str, str], ...] = ()
-    rdzv_port: int = 29400
-    active_deadline_s: int | None = None
-    start_deadline_s: int = DEFAULT_START_DEADLINE_S
-    notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
-
-    @property
-    def label_dict(self) -> dict[str, str]:
-        return dict(self.labels)
-
-    @property
-    def selector(self) -> str:
-        return f"{JOB_LABEL}={self.name}"
-
-
-def _workload_files() -> list[tuple[str, str, str]]:
-    import gpucluster.workloads as pkg
-
-    folder = Path(pkg.__file__).parent
-    return [(f"w.{p.name}", f"workloads/{p.name}", p.read_text()) for p in sorted(folder.glob("*.py"))]
-
-
-def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
-    return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    out = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") or part in SKIP_DIRS for part in rel.parts):
-            continue
-        if path.is_file() and not path.is_symlink():
-            out.append(path)
-    return out
-
-
-def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str | bytes]]]:
-    """Ship the command's script folder when the script is a local .py file below `workdir`: every
-    file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
-    ConfigMap under /gpucluster/user/ and the script's path is rewritten; the command runs from there."""
-    if not program or program[0] in ("-m", "--no-python"):
-        return program, []
-    script = Path(program[0])
-    if script.is_absolute() or ".." in script.parts or script.suffix != ".py":
-        return program, []
-    local = workdir / script
-    if not local.is_file():
-        return program, []
-    folder = local.parent
-    files: list[tuple[str, str, str | bytes]] = []
-    for i, path in enumerate(_folder_files(folder)):
-        rel = path.relative_to(workdir).as_posix()
-        data = path.read_bytes()
-        try:
-            content: str | bytes = data.decode()
-        except UnicodeDecodeError:
-            content = data
-        # ConfigMap keys: [-._a-zA-Z0-9]+, at most 253 characters; the path is in the volume item
-        key = f"u{i:04d}." + re.sub(r"[^-._a-zA-Z0-9]", "_", path.name)[:200]
-        files.append((key, f"user/{rel}", content))
-    size = _size(files)
-    if size > CONFIGMAP_LIMIT:
-        raise LaunchError(
-            f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
-            "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
-            "on the nodes), or build an image with it and set the option image")
-    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files
-
-
-def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
-    """(extra workload arguments, files, notes) so a built-in workload runs on an image that has only
-    torch: digits gets scikit-learn's digits.csv.gz (read here from the installed scikit-learn
-    wheel, without importing it) shipped in the ConfigMap; mnist downloads its IDX files on each node."""
-    args = list(job.workload_args)
-    if job.command or not job.workload:
-        return [], [], []
-    if job.workload == "digits" and "--data-file" not in args:
-        import importlib.util
-
-        found = importlib.util.find_spec("sklearn")
-        path = (Path(list(found.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
-                if found and found.submodule_search_locations else None)
-        if path is None or not path.is_file():
-            raise UsageError("the digits workload ships its data from scikit-learn on this machine, which is not "
-                             "installed: pip install scikit-learn, or pass --workload-args "
-                             "'--data-file PATH-IN-THE-IMAGE'")
-        return (["--data-file", f"{DATA_DIR}/digits.csv.gz"],
-                [("d.digits.csv.gz", "data/digits.csv.gz", path.read_bytes())],
-                [f"data: digits.csv.gz ({path.stat().st_size} bytes, from scikit-learn here) shipped in the ConfigMap"])
-    if job.workload == "mnist" and "--data-dir" not in args:
-        return (["--data-dir", "/tmp/mnist", "--download"], [],
-                ["data: each node downloads MNIST (about 11 MB) into /tmp/mnist: the nodes need internet access"])
-    return [], [], []
-
-
-def _rdzv_timeouts(argv: list[str], start_deadline_s: int) -> list[str]:
-    """torchrun's --rdzv-conf with join_timeout and read_timeout set above the start deadline."""
-    out = []
-    for arg in argv:
-        if arg.startswith("--rdzv-conf="):
-            conf = dict(kv.split("=", 1) for kv in arg.split("=", 1)[1].split(",") if "=" in kv)
-            conf["join_timeout"] = str(start_deadline_s + 2 * RDZV_MARGIN_S)
-            conf["read_timeout"] = str(start_deadline_s + RDZV_MARGIN_S)
-            arg = "--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items())
-        out.append(arg)
-    return out
-
-
-def plan_job(
-    cluster: Any,
-    job: JobSpec,
-    *,
-    namespace: str = DEFAULT_NAMESPACE,
-    image: str | None = None,
-    mode: str = "job",
-    python: str = "python",
-    workdir: str | Path | None = None,
-    start_deadline_s: int = DEFAULT_START_DEADLINE_S,
-    max_lifetime_s: int | None = None,
-) -> Plan:
-    """Names, argv per node rank, environment and files for running `job` on `cluster`.
-
-    A user command whose script is a local file under `workdir` (default: the current directory),
-    such as `python train.py`, gets its whole folder shipped in the ConfigMap and run from
-    `/gpucluster/user/`; anything else in the command must be in the image. Built-in workloads get
-    their data (see `_builtin_data`). The Job's `activeDeadlineSeconds` is the cluster's max lifetime
-    (or the job's time limit + 10 min when that is shorter): the dead-man switch.
-    """
-    if mode not in MODES:
-        raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
-    outputs = dict(getattr(cluster, "outputs", None) or {})
-    nodes = len(cluster.nodes) if cluster.nodes else int(outputs.get("nodes") or 0)
-    if nodes < 1:
-        raise LaunchError(f"cluster {cluster.name!r} has no nodes to run on")
-    gpus = int(cluster.gpus_per_node or outputs.get("gpus_per_node") or 0)
-    name = dns_name(f"gpucluster-{job.run_id}")
-    if mode == "job":
-        hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
-    else:
-        hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
-    data_args, data_files, notes = _builtin_data(job)
-    program, user_files = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
-    program = program + data_args
-    argv = tuple(
-        tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
-                                           local_addr=hosts[r], program=program), start_deadline_s))
-        for r in range(nodes)
-    )
-    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus)
-    env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
-    files: list[tuple[str, str, str | bytes]] = [
-        ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
-        ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    files += _workload_files() + data_files + user_files
-    size = _size(files)
-    if size > CONFIGMAP_LIMIT:
-        raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
-                          "ConfigMap holds (1 MiB); build an image with them and set the option image")
-    if user_files:
-        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes) "
-                     f"as {MOUNT}/user")
-    selector = {}
-    if outputs.get("accelerator_type"):
-        selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
-    if outputs.get("node_pool_name"):
-        selector["cloud.google.com/gke-nodepool"] = str(outputs["node_pool_name"])
-    labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
-              JOB_LABEL: name}
-    lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
-    deadline = min(lifetime, int(job.max_seconds) + DEADLINE_MARGIN_S) if job.max_seconds else lifetime
-    image = image or DEFAULT_IMAGE
-    notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
-                                         if image == DEFAULT_IMAGE else ""))
-    notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
-                 f"{deadline} s (activeDeadlineSeconds), even without this machine")
-    return Plan(
-        name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
-        image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
-        env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
-        node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
-        start_deadline_s=int(start_deadline_s), notes=tuple(notes),
-    )
-
-
-# -- manifests (the kubernetes client's typed models) ---------------------------------------
-def _client():
-    return require("kubernetes.client", "gcp")
-
-
-def config_map_manifest(plan: Plan):
-    k = _client()
-    return k.V1ConfigMap(
-        api_version="v1", kind="ConfigMap",
-        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
-        data={key: content for key, _, content in plan.files if isinstance(content, str)},
-        binary_data={key: base64.b64encode(content).decode() for key, _, content in plan.files
-                     if isinstance(content, bytes)} or None,
-    )
-
-
-def service_manifest(plan: Plan):
-    """Headless: no virtual IP, one DNS record per pod, published before the pods are ready."""
-    k = _client()
-    return k.V1Service(
-        api_version="v1", kind="Service",
-        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
-        spec=k.V1ServiceSpec(
-            cluster_ip="None",
-            selector={JOB_LABEL: plan.name},
-            publish_not_ready_addresses=True,
-            ports=[k.V1ServicePort(name="rdzv", port=plan.rdzv_port, target_port=plan.rdzv_port)],
-        ),
-    )
-
-
-def pod_template(plan: Plan):
-    k = _client()
-    env = [k.V1EnvVar(name=key, value=value) for key, value in plan.env]
-    if plan.mode == "job":
-        env.insert(0, k.V1EnvVar(
-            name="GPUCLUSTER_NODE_RANK",
-            value_from=k.V1EnvVarSource(
-                field_ref=k.V1ObjectFieldSelector(field_path=f"metadata.annotations['{INDEX_ANNOTATION}']")
-            ),
-        ))
-    limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
-    container = k.V1Container(
-        name=CONTAINER,
-        image=plan.image,
-        command=["python", f"{MOUNT}/entry.py"],
-        env=env,
-        ports=[k.V1ContainerPort(name="rdzv", container_port=plan.rdzv_port)],
-        resources=k.V1ResourceRequirements(limits=limits),
-        volume_mounts=[
-            k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
-            k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
-        ],
-    )
-    init = None
-    if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
-        init = [k.V1Container(
-            name="wait-for-peers", image=plan.image,
-            command=["python", f"{MOUNT}/wait.py", ",".join(plan.hosts), str(plan.rdzv_port),
-                     str(plan.start_deadline_s)],
-            env=[e for e in env if e.name == "GPUCLUSTER_NODE_RANK"],
-            volume_mounts=[k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True)],
-        )]
-    spec = k.V1PodSpec(
-        restart_policy="Never",
-        init_containers=init,
-        containers=[container],
-        tolerations=[k.V1Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")],
-        node_selector=dict(plan.node_selector) or None,
-        affinity=k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(
-            required_during_scheduling_ignored_during_execution=[k.V1PodAffinityTerm(
-                topology_key="kubernetes.io/hostname",
-                label_selector=k.V1LabelSelector(match_labels={JOB_LABEL: plan.name}),
-            )]
-        )),
-        volumes=[
-            k.V1Volume(name="gpucluster", config_map=k.V1ConfigMapVolumeSource(
-                name=plan.name, items=[k.V1KeyToPath(key=key, path=path) for key, path, _ in plan.files],
-            )),
-            k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory")),
-        ],
-        termination_grace_period_seconds=15,
-    )
-    if plan.mode == "job":
-        spec.subdomain = plan.name  # <job>-<index>.<service> resolves to the pod
-    return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels=plan.label_dict), spec=spec)
-
-
-def job_manifest(plan: Plan):
-    k = _client()
-    return k.V1Job(
-        api_version="batch/v1", kind="Job",
-        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
-        spec=k.V1JobSpec(
-            completion_mode="Indexed",
-            completions=plan.nodes,
-            parallelism=plan.nodes,
-            backoff_limit=0,
-            active_deadline_seconds=plan.active_deadline_s,
-            ttl_seconds_after_finished=TTL_AFTER_FINISHED_S,
-            template=pod_template(plan),
-        ),
-    )
-
-
-def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
-    """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1): Master + (nodes-1) Workers."""
-    k = _client()
-    template = k.ApiClient().sanitize_for_serialization(pod_template(plan))
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
-    if plan.nodes > 1:
-        replicas["Worker"] = {"replicas": plan.nodes - 1, "restartPolicy": "Never", "template": template}
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "All", "backoffLimit": 0,
-                                  "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S}
-    if plan.active_deadline_s:
-        run_policy["activeDeadlineSeconds"] = plan.active_deadline_s
-    return {
-        "apiVersion": f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}",
-        "kind": "PyTorchJob",
-        "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": plan.label_dict},
-        "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
-    }
-
-
-def rank_of(pod: Any, plan: Plan) -> int | None:
-    """The node rank of one of the job's pods, or None for a pod that is not one of ours."""
-    meta = pod.metadata
-    if plan.mode == "job":
-        value = (meta.annotations or {}).get(INDEX_ANNOTATION) or (meta.labels or {}).get(INDEX_ANNOTATION)
-        return int(value) if value is not None and str(value).isdigit() else None
-    labels = meta.labels or {}
-    kind = (labels.get("training.kubeflow.org/replica-type") or "").lower()
-    index = labels.get("training.kubeflow.org/replica-index")
-    if index is None or not str(index).isdigit():
-        return None
-    return 0 if kind == "master" else int(index) + 1 if kind == "worker" else None
 
 
 # -- API access --------------------------------------------------------------------------------
@@ -723,7 +305,7 @@ class _Created:
         if self.done:
             return
         self.done = True
-        k = _client()
+        k = kube_models()
         ns, name = self.plan.namespace, self.plan.name
         delete = {
             "job": lambda: self.api.batch.delete_namespaced_job(
@@ -812,7 +394,7 @@ class KubernetesLauncher:
 
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)
-        if getattr(cluster, "cloud", None) == "gcp" and kubeconfig:
+        if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials
             from gpucluster.infra.gcp.access import GcpAuthError
 
             try:

@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, NodeSupervisor, node_env, program_args, terminate_groups, torchrun_argv
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, node_env, program_args, torchrun_argv
+from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
 
 

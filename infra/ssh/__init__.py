@@ -2,7 +2,8 @@
 provisioned. The launcher is also the one EC2 nodes are reached with (`infra.aws`).
 
 Contract: `gpucluster.infra.contract`. Modules: provider (`SshProvider`, host list checks),
-launch (`SshLauncher`: ships the job, runs one torchrun agent per host)."""
+launch (`SshLauncher`: ships the job, runs one torchrun agent per host), session (the
+connections), remote (programs run on the nodes), ship (the bundle), cleanup (leftover processes)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class SshBackend(Backend):
         connection details its ledger rows hold."""
         from gpucluster.domain import Check
 
-        from .launch import RUN_RESOURCE, clean_recorded_hosts
+        from .cleanup import clean_recorded_hosts
+        from .launch import RUN_RESOURCE
 
         rows = []
         for rid in sorted(runs):

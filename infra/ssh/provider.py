@@ -214,7 +214,7 @@ class SshProvider:
         if self.launcher is not None:
             ranks = self.launcher.started_ranks(run_id) if run_id else None
             return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks))
-        from gpucluster.infra.ssh.launch import remote_leftovers
+        from gpucluster.infra.ssh.cleanup import remote_leftovers
 
         return Check.of(remote_leftovers(
             cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options

@@ -1,0 +1,251 @@
+"""`NodeSupervisor`: runs one local process per node (a torchrun agent for `local`, an `ssh` client
+for `ssh`; the Kubernetes launcher feeds it pod logs) and watches them: node logs, metrics through
+the one parser, tails, fail fast when any node fails, the job's deadline; and `terminate_groups`,
+SIGTERM then SIGKILL to process groups, reaping as it goes."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
+from gpucluster.metrics import MetricsState, parse_line
+from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
+                                    LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause)
+
+
+class NodeSupervisor:
+    """Watches one local process per node: pumps its output, fails fast, enforces the deadline.
+
+    Output is read in chunks and written to node-N.log as it comes (every byte, nothing
+    dropped). Metric records go to the main loop (ledger, phases); log lines go to the console
+    through `ConsoleFeed`, which shows a summary instead of lines when it falls behind; the
+    last lines (at most TAIL_BYTES, long lines cut) are kept for the report and the ledger.
+
+    `stop(procs)` is the launcher's way of making everything it started go away (process groups,
+    remote process groups); it is called on failure, timeout, interrupt and exception alike.
+    """
+
+    def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
+                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE):
+        self.job = job
+        self.events = events
+        self.log_dir = log_dir
+        self.hosts = list(hosts)
+        self.metrics = MetricsState()
+        self._queue: queue.Queue[tuple[int, str | None]] = queue.Queue()
+        self._tails: dict[int, Tail] = {i: Tail() for i in range(len(hosts))}
+        self._log_locks: dict[int, threading.Lock] = {}
+        self._threads: list[threading.Thread] = []
+        self._open_streams = 0
+        self.train_started_at: float | None = None
+        self.rendezvous_started_at: float | None = None
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
+
+    def attach(self, node_rank: int, stream: Iterable[bytes]) -> None:
+        log_path = self.log_dir / f"node-{node_rank}.log"
+        read1 = getattr(stream, "read1", None)
+        if read1 is not None:
+            grow_pipe(stream)
+        tail = self._tails.setdefault(node_rank, Tail())
+        # A node's streams (the job, and the utilisation sampler beside a user's script) share one
+        # log file: only whole lines go in, under the node's lock, so a line is never split by
+        # another stream's (an unfinished line longer than LOG_HOLD is written as it comes).
+        lock = self._log_locks.setdefault(node_rank, threading.Lock())
+
+        def pump() -> None:
+            splitter = LineSplitter()
+            chunks = iter(lambda: read1(READ_SIZE), b"") if read1 is not None else iter(stream)
+            pending = bytearray()
+
+            def write(data: bytes) -> None:
+                with lock:
+                    log.write(data)
+                    log.flush()
+
+            with open(log_path, "ab") as log:
+                try:
+                    for chunk in chunks:
+                        if not chunk:
+                            continue
+                        end = chunk.rfind(b"\n") + 1
+                        if end:
+                            write(bytes(pending) + chunk[:end] if pending else chunk[:end])
+                            pending = bytearray(chunk[end:])
+                        else:
+                            pending += chunk
+                            if len(pending) > LOG_HOLD:
+                                write(bytes(pending))
+                                pending = bytearray()
+                        run, carried = splitter.feed(chunk)
+                        if run is not None:
+                            self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
+                except (OSError, ValueError):
+                    pass
+                finally:
+                    if pending:
+                        try:
+                            write(bytes(pending))
+                        except (OSError, ValueError):
+                            pass
+                    rest = splitter.close()
+                    if rest is not None:
+                        self._take(node_rank, tail, rest, True)
+                    self._queue.put((node_rank, None))
+
+        t = threading.Thread(target=pump, name=f"log-node-{node_rank}", daemon=True)
+        self._open_streams += 1
+        self._threads.append(t)
+        t.start()
+
+    def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool) -> None:
+        nlines = count_lines(run)
+        tail.add(run, nlines)
+        if maybe_metric:
+            for ln in metric_lines(run):
+                self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
+        self.console.offer(node_rank, run, nlines)
+
+    def _drain(self, timeout: float) -> None:
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            node_rank, line = item
+            if line is None:
+                self._open_streams -= 1
+            else:
+                self._handle(node_rank, line)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, node_rank: int, line: str) -> None:
+        record = parse_line(line)
+        if record is not None:
+            record.setdefault("node_rank", node_rank)
+            # A built-in workload says "start" once its process group is up; a user's command
+            # is started through the announcer, whose record says the worker process exists.
+            if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
+                self.train_started_at = time.time()
+                self.events.on_phase("train")
+            self.metrics.update(record, node_rank)
+            self.events.on_metric(node_rank, record)
+
+    def tail(self, node_rank: int) -> list[str]:
+        tail = self._tails.get(node_rank)
+        return tail.lines() if tail else []
+
+    def close(self) -> None:
+        """Let the console show what it still can (bounded), then stop its thread."""
+        self.console.close()
+
+    def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None],
+            watch: Callable[[], str | None] | None = None) -> JobResult:
+        """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
+
+        `watch`, when given, is asked every loop for a failure of something beside the nodes
+        (e.g. the launcher's rendezvous store); a string ends the run as that failure."""
+        self.rendezvous_started_at = time.time()
+        deadline = time.monotonic() + self.job.max_seconds if self.job.max_seconds else None
+        exit_codes: dict[int, int | None] = {}
+        failure: str | None = None
+        failed_node: int | None = None
+        timed_out = False
+        try:
+            self.events.on_phase("rendezvous")
+            while True:
+                self._drain(0.2)
+                for rank, proc in procs.items():
+                    if rank not in exit_codes and proc.poll() is not None:
+                        exit_codes[rank] = proc.returncode
+                        if proc.returncode != 0 and failure is None:
+                            failed_node = rank
+                            failure = f"node {rank} ({self.hosts[rank]}) exited with code {proc.returncode}"
+                            cause = root_cause(self.tail(rank))
+                            if cause:
+                                failure += f" ({cause})"
+                if failure is None and watch is not None:
+                    failure = watch()
+                if failure is not None:
+                    break
+                if len(exit_codes) == len(procs):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    timed_out = True
+                    failure = f"the run exceeded its time limit of {self.job.max_seconds / 60:g} minutes"
+                    break
+        finally:
+            stop()
+            # Collect what the processes printed before they went, so the report shows it.
+            end = time.monotonic() + 5
+            while self._open_streams > 0 and time.monotonic() < end:
+                self._drain(0.1)
+            self._drain(0)
+            self.close()
+        for rank, proc in procs.items():
+            if rank not in exit_codes and proc.poll() is not None and failure is None:
+                exit_codes[rank] = proc.returncode
+        nodes = [NodeResult(r, self.hosts[r], exit_codes.get(r), self.tail(r)) for r in sorted(procs)]
+        ok = failure is None and all(n.exit_code == 0 for n in nodes)
+        # Built-in workloads, and any script that speaks the metrics protocol, must show a final
+        # record from every rank: a rank can exit 0 without finishing its work. A script that
+        # reports nothing is judged by its exit codes alone (it runs unmodified).
+        speaks_protocol = self.job.workload is not None or bool(
+            self.metrics.start or self.metrics.epochs or self.metrics.finals)
+        if ok and speaks_protocol:
+            world = self.metrics.world_size or self.job.nproc_per_node * len(procs)
+            missing = sorted(set(range(world)) - set(self.metrics.finals))
+            if missing:
+                ok = False
+                failure = (f"every node exited 0 but rank(s) {', '.join(map(str, missing[:8]))} wrote no final "
+                           "record (a worker died after its work, or the script does not report)")
+        return JobResult(
+            ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=failed_node,
+            timed_out=timed_out, train_started_at=self.train_started_at,
+            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
+        )
+
+
+def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:
+    """SIGTERM whole process groups, then SIGKILL what is left after `grace` seconds.
+
+    torchrun agents have been seen ignoring SIGTERM for minutes after a worker crashed, hence the
+    escalation.
+    """
+    pgids = [p for p in set(pgids) if p and p > 1]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+                alive.append(pgid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not alive or sig == signal.SIGKILL:
+            return
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            if reap:
+                reap()  # our own children stay zombies (and their group "alive") until reaped
+            if not any(_group_alive(p) for p in alive):
+                return
+            time.sleep(0.05)
+        pgids = [p for p in alive if _group_alive(p)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

@@ -1,0 +1,220 @@
+"""The AWS tag scan: what gpucluster created in EC2 and IAM, found by tag, and its deletion.
+
+Per region (boto3): instances not terminated or shutting down, volumes, security groups, key pairs,
+placement groups, network interfaces, Elastic IPs, subnets, route tables, internet gateways, VPCs;
+IAM roles and instance profiles (global). Only resources tagged `managed-by=gpucluster` (and the
+cluster / run asked for) are reported; `delete` goes in dependency order and waits for instances to
+terminate. boto3 is imported inside functions. The shared part (tags, report, dispatch) is
+`gpucluster.infra.leftovers`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from gpucluster.domain import Leftover
+from gpucluster.errors import require
+from gpucluster.infra.leftovers import CLUSTER_TAG, MANAGED_BY, RUN_TAG, Found, ScanReport, wanted, wanted_found
+
+from . import AwsBackend
+
+# deletion order: what holds others first
+DELETE_ORDER = AwsBackend.leftover_kinds
+LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
+
+
+def _tag_dict(tags: Iterable[dict[str, str]] | None) -> dict[str, str]:
+    return {t.get("Key"): t.get("Value") for t in (tags or [])}
+
+
+def _aws_filters(name: str | None, run_id: str | None) -> list[dict[str, Any]]:
+    filters = [{"Name": f"tag:{MANAGED_BY[0]}", "Values": [MANAGED_BY[1]]}]
+    if name:
+        filters.append({"Name": f"tag:{CLUSTER_TAG}", "Values": [name]})
+    elif run_id:
+        filters.append({"Name": f"tag:{RUN_TAG}", "Values": [run_id]})
+    return filters
+
+
+def _session(session: Any = None) -> Any:
+    if session is not None:
+        return session
+    require("boto3", "aws")
+    import boto3
+
+    return boto3.session.Session()
+
+
+def default_regions(session: Any = None) -> list[str]:
+    region = _session(session).region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return [region or "us-east-1"]
+
+
+def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = None, *,
+             session: Any = None, include_iam: bool = True) -> ScanReport:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = _session(session)
+    report = ScanReport()
+    filters = _aws_filters(name, run_id)
+
+    def add(kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "") -> None:
+        label = tags.get("Name") or ""
+        text = " ".join(x for x in (label, detail, f"cluster={tags.get(CLUSTER_TAG, '?')}") if x)
+        report.found.append(Found(Leftover(kind, rid, region, text), tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
+
+    for region in dict.fromkeys(regions):
+        ec2 = session.client("ec2", region_name=region)
+
+        def each(method: str, key: str, kind: str, **kw: Any):
+            try:
+                if ec2.can_paginate(method):
+                    pages = ec2.get_paginator(method).paginate(Filters=filters, **kw)
+                    for page in pages:
+                        yield from page.get(key, [])
+                else:
+                    yield from getattr(ec2, method)(Filters=filters, **kw).get(key, [])
+            except (ClientError, BotoCoreError, NotImplementedError) as exc:
+                report.skipped.append(f"{kind}s in {region}: not checked ({_why(exc)})")
+
+        for page in each("describe_instances", "Reservations", "instance"):
+            for inst in page.get("Instances", []):
+                state = inst.get("State", {}).get("Name")
+                if state in LIVE_INSTANCE_STATES:
+                    add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
+                        f"{inst.get('InstanceType', '')} {state}")
+        for vol in each("describe_volumes", "Volumes", "volume"):
+            if vol.get("State") not in ("deleting", "deleted"):
+                add("volume", vol["VolumeId"], region, _tag_dict(vol.get("Tags")), f"{vol.get('Size')} GB {vol.get('State')}")
+        for sg in each("describe_security_groups", "SecurityGroups", "security group"):
+            add("security-group", sg["GroupId"], region, _tag_dict(sg.get("Tags")), sg.get("GroupName", ""))
+        for kp in each("describe_key_pairs", "KeyPairs", "key pair"):
+            add("key-pair", kp["KeyName"], region, _tag_dict(kp.get("Tags")), kp.get("KeyPairId", ""))
+        for pg in each("describe_placement_groups", "PlacementGroups", "placement group"):
+            if pg.get("State") not in ("deleting", "deleted"):
+                add("placement-group", pg["GroupName"], region, _tag_dict(pg.get("Tags")), pg.get("Strategy", ""))
+        for eni in each("describe_network_interfaces", "NetworkInterfaces", "network interface"):
+            add("network-interface", eni["NetworkInterfaceId"], region, _tag_dict(eni.get("TagSet")), eni.get("Status", ""))
+        for addr in each("describe_addresses", "Addresses", "elastic IP"):
+            add("elastic-ip", addr.get("AllocationId") or addr.get("PublicIp"), region, _tag_dict(addr.get("Tags")),
+                addr.get("PublicIp", ""))
+        for sn in each("describe_subnets", "Subnets", "subnet"):
+            add("subnet", sn["SubnetId"], region, _tag_dict(sn.get("Tags")), sn.get("CidrBlock", ""))
+        for rt in each("describe_route_tables", "RouteTables", "route table"):
+            if not any(a.get("Main") for a in rt.get("Associations", [])):
+                add("route-table", rt["RouteTableId"], region, _tag_dict(rt.get("Tags")))
+        for igw in each("describe_internet_gateways", "InternetGateways", "internet gateway"):
+            add("internet-gateway", igw["InternetGatewayId"], region, _tag_dict(igw.get("Tags")))
+        for vpc in each("describe_vpcs", "Vpcs", "VPC"):
+            add("vpc", vpc["VpcId"], region, _tag_dict(vpc.get("Tags")), vpc.get("CidrBlock", ""))
+    if include_iam:
+        _scan_iam(session, name, run_id, report, add)
+    report.found = [f for f in report.found if wanted_found(f, name, run_id)]
+    return report
+
+
+def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanReport, add) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    iam = session.client("iam")
+    try:
+        for page in iam.get_paginator("list_roles").paginate(PathPrefix="/"):
+            for role in page.get("Roles", []):
+                tags = _tag_dict(iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
+                if wanted(tags, name, run_id):
+                    add("iam-role", role["RoleName"], None, tags)
+        for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix="/"):
+            for prof in page.get("InstanceProfiles", []):
+                # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
+                tags = _tag_dict(prof.get("Tags") or iam.get_instance_profile(
+                    InstanceProfileName=prof["InstanceProfileName"])["InstanceProfile"].get("Tags"))
+                if wanted(tags, name, run_id):
+                    add("instance-profile", prof["InstanceProfileName"], None, tags)
+    except (ClientError, BotoCoreError, NotImplementedError) as exc:
+        report.skipped.append(f"IAM roles and instance profiles: not checked ({_why(exc)})")
+
+
+def _why(exc: BaseException) -> str:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
+    if isinstance(exc, NotImplementedError) or code in ("NotImplemented", "InternalFailure"):
+        return "the endpoint does not implement it"
+    return f"{code}: {exc}" if code else str(exc)
+
+
+def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int = 600) -> list[str]:
+    from botocore.exceptions import BotoCoreError, ClientError, WaiterError
+
+    session = _session(session)
+    errors: list[str] = []
+    order = {k: i for i, k in enumerate(DELETE_ORDER)}
+    ordered = sorted((lo for lo in leftovers if lo.kind in order), key=lambda lo: order[lo.kind])
+    terminated: dict[str, list[str]] = {}
+    for lo in ordered:
+        if lo.kind == "instance":
+            terminated.setdefault(lo.region, []).append(lo.id)
+    for region, ids in terminated.items():
+        ec2 = session.client("ec2", region_name=region)
+        try:
+            ec2.terminate_instances(InstanceIds=ids)
+            ec2.get_waiter("instance_terminated").wait(
+                InstanceIds=ids, WaiterConfig={"Delay": 5, "MaxAttempts": max(1, wait_seconds // 5)})
+        except (ClientError, BotoCoreError, WaiterError) as exc:
+            errors.append(f"instances {', '.join(ids)} in {region}: {_why(exc)}")
+    for lo in ordered:
+        if lo.kind == "instance":
+            continue
+        try:
+            _delete_one(session, lo)
+        except (ClientError, BotoCoreError, NotImplementedError) as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "") if hasattr(exc, "response") else ""
+            if "NotFound" in code:
+                continue  # already gone: that is the goal
+            errors.append(f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}")
+    return errors
+
+
+def _delete_one(session: Any, lo: Leftover) -> None:
+    if lo.kind in ("iam-role", "instance-profile"):
+        iam = session.client("iam")
+        if lo.kind == "instance-profile":
+            prof = iam.get_instance_profile(InstanceProfileName=lo.id)["InstanceProfile"]
+            for role in prof.get("Roles", []):
+                iam.remove_role_from_instance_profile(InstanceProfileName=lo.id, RoleName=role["RoleName"])
+            iam.delete_instance_profile(InstanceProfileName=lo.id)
+        else:
+            for prof in iam.list_instance_profiles_for_role(RoleName=lo.id).get("InstanceProfiles", []):
+                iam.remove_role_from_instance_profile(InstanceProfileName=prof["InstanceProfileName"], RoleName=lo.id)
+            for pol in iam.list_attached_role_policies(RoleName=lo.id).get("AttachedPolicies", []):
+                iam.detach_role_policy(RoleName=lo.id, PolicyArn=pol["PolicyArn"])
+            for pol in iam.list_role_policies(RoleName=lo.id).get("PolicyNames", []):
+                iam.delete_role_policy(RoleName=lo.id, PolicyName=pol)
+            iam.delete_role(RoleName=lo.id)
+        return
+    ec2 = session.client("ec2", region_name=lo.region)
+    if lo.kind == "volume":
+        ec2.delete_volume(VolumeId=lo.id)
+    elif lo.kind == "security-group":
+        ec2.delete_security_group(GroupId=lo.id)
+    elif lo.kind == "key-pair":
+        ec2.delete_key_pair(KeyName=lo.id)  # names are unique per region
+    elif lo.kind == "placement-group":
+        ec2.delete_placement_group(GroupName=lo.id)
+    elif lo.kind == "network-interface":
+        ec2.delete_network_interface(NetworkInterfaceId=lo.id)
+    elif lo.kind == "elastic-ip":
+        ec2.release_address(AllocationId=lo.id)
+    elif lo.kind == "subnet":
+        ec2.delete_subnet(SubnetId=lo.id)
+    elif lo.kind == "route-table":
+        rt = ec2.describe_route_tables(RouteTableIds=[lo.id])["RouteTables"][0]
+        for assoc in rt.get("Associations", []):
+            if not assoc.get("Main") and assoc.get("RouteTableAssociationId"):
+                ec2.disassociate_route_table(AssociationId=assoc["RouteTableAssociationId"])
+        ec2.delete_route_table(RouteTableId=lo.id)
+    elif lo.kind == "internet-gateway":
+        igw = ec2.describe_internet_gateways(InternetGatewayIds=[lo.id])["InternetGateways"][0]
+        for att in igw.get("Attachments", []):
+            ec2.detach_internet_gateway(InternetGatewayId=lo.id, VpcId=att["VpcId"])
+        ec2.delete_internet_gateway(InternetGatewayId=lo.id)
+    elif lo.kind == "vpc":
+        ec2.delete_vpc(VpcId=lo.id)

@@ -1,0 +1,199 @@
+"""What an EC2 node of a gpucluster cluster runs at boot: the cloud-init user data.
+
+`render_user_data(...)` writes, for one node: its ed25519 host key (so the launcher pins host keys
+instead of trusting on first use), a dead-man switch armed on every boot (power off, hence
+terminate, at first boot + max lifetime: `DEADMAN_SCRIPT`, `DEADMAN_UNIT`), with option
+`image=base` a step that installs torch at the PyTorch DLAMI's python path (`SETUP_TORCH_SCRIPT`),
+and the readiness check that writes `READY_FILE` after counting the GPUs (`READY_SCRIPT`). Used by
+the Pulumi component (`infra.aws.component`) and the dry run.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import yaml
+
+from gpucluster.infra.aws import catalog
+
+STATE_DIR = "/var/lib/gpucluster"
+READY_FILE = f"{STATE_DIR}/ready"  # JSON: {"ok": bool, "gpus": n, "expected_gpus": n, ...}
+DEADLINE_FILE = f"{STATE_DIR}/deadline"  # epoch seconds at which the node powers itself off
+READY_SCRIPT_PATH = "/usr/local/sbin/gpucluster-ready"
+SETUP_TORCH_PATH = "/usr/local/sbin/gpucluster-setup-torch"
+
+# image=base only: the Base DLAMI has no PyTorch. Install it into a venv at the PyTorch DLAMI's
+# python_location, so the launcher uses one path whatever the image. Runs before the ready check.
+SETUP_TORCH_SCRIPT = """\
+#!/bin/bash
+set -u
+py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
+venv="$(dirname "$(dirname "$py")")"
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+  (command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv) || true
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q torch
+fi
+"""
+
+DEADMAN_SCRIPT_PATH = "/usr/local/sbin/gpucluster-deadman"
+DEADMAN_UNIT = "gpucluster-deadman.service"
+
+# Dead-man switch, run by a systemd unit on EVERY boot (after D-Bus and logind, which `shutdown`
+# needs): the deadline is fixed at first boot, so a reboot cannot extend the node's life.
+# Powering off terminates the instance because instance_initiated_shutdown_behavior is
+# "terminate". GPUCLUSTER_STATE_DIR is for tests.
+DEADMAN_SCRIPT = """\
+#!/bin/sh
+state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
+mkdir -p "$state"
+[ -s "$state/deadline" ] || echo $(( $(date +%s) + 60 * @LIFETIME@ )) > "$state/deadline"
+left=$(( ( $(cat "$state/deadline") - $(date +%s) + 59 ) / 60 ))
+if [ "$left" -le 0 ]; then
+  exec shutdown -P now "gpucluster: max lifetime of @LIFETIME@ minutes reached"
+fi
+exec shutdown -P "+$left" "gpucluster dead-man switch: max lifetime @LIFETIME@ minutes"
+"""
+
+DEADMAN_UNIT_TEXT = f"""\
+[Unit]
+Description=gpucluster dead-man switch: power off at the deadline set at first boot
+Wants=dbus.service
+After=dbus.service systemd-logind.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={DEADMAN_SCRIPT_PATH}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
+# with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
+READY_SCRIPT = """\
+#!/bin/bash
+state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
+tries="${GPUCLUSTER_READY_TRIES:-60}"
+expected=@EXPECTED@
+rank="${1:-0}"
+mkdir -p "$state"
+count=0; driver=""; err=""
+for attempt in $(seq 1 "$tries"); do
+  if out=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); then
+    count=$(printf '%s\\n' "$out" | grep -c .)
+    driver=$(printf '%s\\n' "$out" | head -n1 | tr -cd '0-9A-Za-z.-')
+    err=""
+    [ "$count" -eq "$expected" ] && break
+  else
+    count=0
+    err=$(printf '%s' "$out" | head -n1 | tr -cd '0-9A-Za-z .:_/-')
+  fi
+  [ "$attempt" -lt "$tries" ] && sleep 10
+done
+ok=false
+[ "$count" -eq "$expected" ] && ok=true
+py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
+torch=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tr -cd '0-9A-Za-z.+-')
+if [ -z "$torch" ]; then
+  ok=false
+  [ -n "$err" ] || err="torch is not importable by $py"
+fi
+printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
+  "$ok" "$count" "$expected" "$driver" "$torch" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
+chmod 0644 "$state/ready.tmp"
+mv "$state/ready.tmp" "$state/ready"
+"""
+
+
+def _fill(template: str, **values: Any) -> str:
+    for key, value in values.items():
+        template = template.replace(f"@{key.upper()}@", str(value))
+    return template
+
+
+def render_user_data(
+    *,
+    cluster: str,
+    rank: int,
+    expected_gpus: int,
+    max_lifetime_minutes: int,
+    host_private_key: str,
+    host_public_key: str,
+    setup_torch: bool = False,
+) -> str:
+    """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
+    keys = {
+        # Replace the image's host keys with the pinned one; generate no others.
+        "ssh_deletekeys": True,
+        "ssh_genkeytypes": [],
+        "ssh_keys": {
+            "ed25519_private": host_private_key,
+            "ed25519_public": host_public_key.strip(),
+        },
+        "runcmd": [
+            ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
+            *([[SETUP_TORCH_PATH]] if setup_torch else []),
+            [READY_SCRIPT_PATH, str(int(rank))],
+        ],
+    }
+    return (
+        "#cloud-config\n"
+        + _dump(keys)
+        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes), bool(setup_torch))
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int,
+                             setup_torch: bool = False) -> str:
+    """The part of the cloud-config every node shares (rendered once per cluster)."""
+    setup = [{
+        "path": SETUP_TORCH_PATH,
+        "permissions": "0755",
+        "owner": "root:root",
+        "content": _fill(SETUP_TORCH_SCRIPT, python=catalog.NODE_PYTHON),
+    }] if setup_torch else []
+    return _dump(
+        {
+            "write_files": [
+                {
+                    "path": DEADMAN_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(DEADMAN_SCRIPT, lifetime=max_lifetime_minutes),
+                },
+                {
+                    "path": f"/etc/systemd/system/{DEADMAN_UNIT}",
+                    "permissions": "0644",
+                    "owner": "root:root",
+                    "content": DEADMAN_UNIT_TEXT,
+                },
+                {
+                    "path": READY_SCRIPT_PATH,
+                    "permissions": "0755",
+                    "owner": "root:root",
+                    "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster,
+                                     python=catalog.NODE_PYTHON),
+                },
+                *setup,
+            ],
+        }
+    )
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_CloudConfigDumper, sort_keys=False, width=1 << 16)
+
+
+class _CloudConfigDumper(yaml.SafeDumper):
+    """Safe YAML with multi-line strings as literal blocks, so the console shows readable scripts."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_CloudConfigDumper.add_representer(str, _str_representer)

@@ -1,0 +1,59 @@
+"""What Pulumi's engine reports about GCP resources, read for the ledger and for errors: the ledger
+kind of each GKE type token, the cost detail of a requested cluster or node pool, and capacity
+failures (stockouts: which zone, which V100 zones to try next). Imports nothing heavy."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+PULUMI_KINDS = {
+    "gcp:container/cluster:Cluster": "gke-cluster",
+    "gcp:container/nodePool:NodePool": "node-pool",
+}
+
+CAPACITY_MARKERS = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "GCE_STOCKOUT",
+    "does not have enough resources available to fulfill the request",
+)
+ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
+
+
+def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
+    """What the cost code needs about a requested node pool or GKE cluster: from its inputs, else
+    from the spec."""
+    inputs = inputs or {}
+    if kind == "node-pool":
+        cfg = inputs.get("nodeConfig") or {}
+        accel = (cfg.get("guestAccelerators") or [{}])[0]
+        return {
+            "machine_type": cfg.get("machineType") or getattr(spec, "instance_type", None),
+            "node_count": inputs.get("nodeCount") or inputs.get("initialNodeCount") or getattr(spec, "nodes", 1),
+            "gpus_per_node": accel.get("count", 0),
+            "accelerator": accel.get("type"),
+            "spot": bool(cfg.get("spot") or cfg.get("preemptible")),
+            "disk_gb": cfg.get("diskSizeGb"),
+            "disk_type": cfg.get("diskType"),
+            "location": inputs.get("location"),
+        }
+    if kind == "gke-cluster":
+        loc = inputs.get("location") or getattr(spec, "zone", None) or getattr(spec, "region", None)
+        return {"location": loc, "zonal": bool(loc and re.fullmatch(ZONE, str(loc)))}
+    return {}
+
+
+def capacity_zones(spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
+    """(the zone that ran out, the V100 zones to try next: same region first, what could not be
+    placed) from a GKE/GCE stockout."""
+    from . import catalog
+
+    any_zone = re.search(r"\b(" + ZONE + r")\b", text)
+    zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
+    try:
+        zones = list(catalog.v100_zones(spec))
+    except Exception:  # noqa: BLE001
+        zones = []
+    region = catalog.region_of(zone) if zone else None
+    same = [z for z in zones if region and z.startswith(region + "-")]
+    return zone, same + [z for z in zones if z not in same], f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"

@@ -1,0 +1,155 @@
+"""The Kubernetes objects of a run, built from its `Plan` (`infra.gcp.k8s_plan`) with the
+kubernetes client's typed models: the ConfigMap, the headless Service, the pod template (all the
+node's GPUs, the GPU taint tolerated, one pod per node), the Indexed Job, the Kubeflow PyTorchJob
+(a plain dict: a custom resource), and `rank_of(pod)`, the node rank of a pod of either kind.
+The `kubernetes` package is imported lazily."""
+
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from gpucluster.errors import require
+
+from .k8s_plan import (CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL, KUBEFLOW_GROUP,
+                       KUBEFLOW_VERSION, MOUNT, TTL_AFTER_FINISHED_S, Plan)
+
+
+# -- manifests (the kubernetes client's typed models) ---------------------------------------
+def kube_models():
+    """`kubernetes.client` (its typed models), imported on first use."""
+    return require("kubernetes.client", "gcp")
+
+
+def config_map_manifest(plan: Plan):
+    k = kube_models()
+    return k.V1ConfigMap(
+        api_version="v1", kind="ConfigMap",
+        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
+        data={key: content for key, _, content in plan.files if isinstance(content, str)},
+        binary_data={key: base64.b64encode(content).decode() for key, _, content in plan.files
+                     if isinstance(content, bytes)} or None,
+    )
+
+
+def service_manifest(plan: Plan):
+    """Headless: no virtual IP, one DNS record per pod, published before the pods are ready."""
+    k = kube_models()
+    return k.V1Service(
+        api_version="v1", kind="Service",
+        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
+        spec=k.V1ServiceSpec(
+            cluster_ip="None",
+            selector={JOB_LABEL: plan.name},
+            publish_not_ready_addresses=True,
+            ports=[k.V1ServicePort(name="rdzv", port=plan.rdzv_port, target_port=plan.rdzv_port)],
+        ),
+    )
+
+
+def pod_template(plan: Plan):
+    k = kube_models()
+    env = [k.V1EnvVar(name=key, value=value) for key, value in plan.env]
+    if plan.mode == "job":
+        env.insert(0, k.V1EnvVar(
+            name="GPUCLUSTER_NODE_RANK",
+            value_from=k.V1EnvVarSource(
+                field_ref=k.V1ObjectFieldSelector(field_path=f"metadata.annotations['{INDEX_ANNOTATION}']")
+            ),
+        ))
+    limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
+    container = k.V1Container(
+        name=CONTAINER,
+        image=plan.image,
+        command=["python", f"{MOUNT}/entry.py"],
+        env=env,
+        ports=[k.V1ContainerPort(name="rdzv", container_port=plan.rdzv_port)],
+        resources=k.V1ResourceRequirements(limits=limits),
+        volume_mounts=[
+            k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
+            k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
+        ],
+    )
+    init = None
+    if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
+        init = [k.V1Container(
+            name="wait-for-peers", image=plan.image,
+            command=["python", f"{MOUNT}/wait.py", ",".join(plan.hosts), str(plan.rdzv_port),
+                     str(plan.start_deadline_s)],
+            env=[e for e in env if e.name == "GPUCLUSTER_NODE_RANK"],
+            volume_mounts=[k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True)],
+        )]
+    spec = k.V1PodSpec(
+        restart_policy="Never",
+        init_containers=init,
+        containers=[container],
+        tolerations=[k.V1Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")],
+        node_selector=dict(plan.node_selector) or None,
+        affinity=k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(
+            required_during_scheduling_ignored_during_execution=[k.V1PodAffinityTerm(
+                topology_key="kubernetes.io/hostname",
+                label_selector=k.V1LabelSelector(match_labels={JOB_LABEL: plan.name}),
+            )]
+        )),
+        volumes=[
+            k.V1Volume(name="gpucluster", config_map=k.V1ConfigMapVolumeSource(
+                name=plan.name, items=[k.V1KeyToPath(key=key, path=path) for key, path, _ in plan.files],
+            )),
+            k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory")),
+        ],
+        termination_grace_period_seconds=15,
+    )
+    if plan.mode == "job":
+        spec.subdomain = plan.name  # <job>-<index>.<service> resolves to the pod
+    return k.V1PodTemplateSpec(metadata=k.V1ObjectMeta(labels=plan.label_dict), spec=spec)
+
+
+def job_manifest(plan: Plan):
+    k = kube_models()
+    return k.V1Job(
+        api_version="batch/v1", kind="Job",
+        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
+        spec=k.V1JobSpec(
+            completion_mode="Indexed",
+            completions=plan.nodes,
+            parallelism=plan.nodes,
+            backoff_limit=0,
+            active_deadline_seconds=plan.active_deadline_s,
+            ttl_seconds_after_finished=TTL_AFTER_FINISHED_S,
+            template=pod_template(plan),
+        ),
+    )
+
+
+def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
+    """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1): Master + (nodes-1) Workers."""
+    k = kube_models()
+    template = k.ApiClient().sanitize_for_serialization(pod_template(plan))
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    if plan.nodes > 1:
+        replicas["Worker"] = {"replicas": plan.nodes - 1, "restartPolicy": "Never", "template": template}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "All", "backoffLimit": 0,
+                                  "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S}
+    if plan.active_deadline_s:
+        run_policy["activeDeadlineSeconds"] = plan.active_deadline_s
+    return {
+        "apiVersion": f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}",
+        "kind": "PyTorchJob",
+        "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": plan.label_dict},
+        "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
+    }
+
+
+def rank_of(pod: Any, plan: Plan) -> int | None:
+    """The node rank of one of the job's pods, or None for a pod that is not one of ours."""
+    meta = pod.metadata
+    if plan.mode == "job":
+        value = (meta.annotations or {}).get(INDEX_ANNOTATION) or (meta.labels or {}).get(INDEX_ANNOTATION)
+        return int(value) if value is not None and str(value).isdigit() else None
+    labels = meta.labels or {}
+    kind = (labels.get("training.kubeflow.org/replica-type") or "").lower()
+    index = labels.get("training.kubeflow.org/replica-index")
+    if index is None or not str(index).isdigit():
+        return None
+    return 0 if kind == "master" else int(index) + 1 if kind == "worker" else None

@@ -1,0 +1,307 @@
+"""The plan of a Kubernetes run on GKE: what each pod runs and what the ConfigMap carries.
+
+`plan_job(cluster, job, ...) -> Plan`: the torchrun argv of every node rank (built with
+`gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
+same as on the other backends, with c10d timeouts above the start deadline), the files mounted at
+`/gpucluster` (the built-in workloads, the user's script folder, built-in data, the standard-library
+entry script `ENTRYPOINT` that picks its argv by node rank and execs torchrun, and `WAITER`), and
+the names, image, namespace, mode and deadlines. Refused here, before anything is created: a bad
+mode, a ConfigMap over the API server's 1 MiB. The model is described in `infra.gcp.k8s`; the
+manifests built from a plan are in `infra.gcp.k8s_manifests`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from gpucluster.errors import LaunchError, UsageError, not_allowed
+from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
+
+# A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
+# targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
+# Tag chosen 2026-11-22; the option `image` replaces it.
+DEFAULT_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+DEFAULT_NAMESPACE = "default"
+MODES = ("job", "pytorchjob")
+MOUNT = "/gpucluster"
+WORKLOAD_DIR = f"{MOUNT}/workloads"
+CONTAINER = "pytorch"  # the name the Kubeflow operator requires; used by both modes
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
+JOB_LABEL = "gpucluster-job"
+DEADLINE_MARGIN_S = 600
+TTL_AFTER_FINISHED_S = 3600
+# How long every pod of the job may take to be running (GPU node creation by the autoscaler, driver
+# installation, image pull); past it the run fails with the scheduler's reason. `--start-deadline`.
+DEFAULT_START_DEADLINE_S = 20 * 60
+# c10d timeouts, set explicitly above the start deadline (torchrun's defaults: join_timeout 600 s,
+# read_timeout 60 s; a non-head agent gave up after 77-121 s in our measurements).
+RDZV_MARGIN_S = 300
+DEFAULT_MAX_LIFETIME_S = 240 * 60
+DATA_DIR = f"{MOUNT}/data"
+# What is not shipped from a user's script folder (not code, or rebuilt on the node).
+SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
+
+# Runs in the pod with the image's python (standard library only): pick this node's argv and exec.
+ENTRYPOINT = '''\
+"""gpucluster: exec torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK)."""
+import json, os, sys
+
+rank = os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("RANK")
+if rank is None:
+    sys.exit("gpucluster entry: neither JOB_COMPLETION_INDEX nor RANK is set")
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json")) as f:
+    argv = json.load(f)[int(rank)]
+os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
+sys.stdout.flush()
+os.execvp(argv[0], argv)
+'''
+
+# Init container (job mode), standard library only: torchrun starts only when every pod of the job
+# has a DNS record (it is scheduled and has an IP: the headless Service publishes not-ready
+# addresses) and, on the other ranks, when the head's rendezvous port answers. The same idea as
+# the init container Kubeflow's PyTorchJob puts on its workers (it waits for the master's name).
+WAITER = '''\
+"""gpucluster: wait until every pod resolves (and, off the head, the rendezvous port answers)."""
+import os, socket, sys, time
+
+hosts, port, limit = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
+rank = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("GPUCLUSTER_NODE_RANK") or 0)
+end = time.monotonic() + limit
+
+
+def wait(what, probe):
+    last = None
+    while time.monotonic() < end:
+        try:
+            probe()
+            print(f"[gpucluster] {what}: ok", flush=True)
+            return
+        except OSError as exc:
+            last = exc
+            time.sleep(2)
+    sys.exit(f"[gpucluster] {what}: not ready after {limit:.0f} s ({last})")
+
+
+for host in hosts:
+    wait(f"dns {host}", lambda h=host: socket.getaddrinfo(h, port, proto=socket.IPPROTO_TCP))
+if rank != 0:
+    wait(f"rendezvous {hosts[0]}:{port}", lambda: socket.create_connection((hosts[0], port), timeout=5).close())
+'''
+
+
+def dns_name(text: str, limit: int = 52) -> str:
+    """A DNS-1035 label from `text` (lowercase, a-z0-9-, starts with a letter), short enough that
+    `<name>-<index>` and `<name>-worker-<index>` stay within 63 characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = "g-" + name
+    return name[:limit].rstrip("-")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the manifests need; built once from the cluster and the job."""
+
+    name: str
+    namespace: str
+    mode: str
+    nodes: int
+    gpus_per_node: int
+    image: str
+    run_id: str
+    hosts: tuple[str, ...]  # stable DNS names, node rank order; hosts[0] is the rendezvous host
+    argv_by_rank: tuple[tuple[str, ...], ...]
+    env: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str, str | bytes], ...]  # (ConfigMap key, path under MOUNT, text or bytes)
+    labels: tuple[tuple[str, str], ...]
+    node_selector: tuple[tuple[str, str], ...] = ()
+    rdzv_port: int = 29400
+    active_deadline_s: int | None = None
+    start_deadline_s: int = DEFAULT_START_DEADLINE_S
+    notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
+
+    @property
+    def label_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    @property
+    def selector(self) -> str:
+        return f"{JOB_LABEL}={self.name}"
+
+
+def _workload_files() -> list[tuple[str, str, str]]:
+    import gpucluster.workloads as pkg
+
+    folder = Path(pkg.__file__).parent
+    return [(f"w.{p.name}", f"workloads/{p.name}", p.read_text()) for p in sorted(folder.glob("*.py"))]
+
+
+def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
+    return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") or part in SKIP_DIRS for part in rel.parts):
+            continue
+        if path.is_file() and not path.is_symlink():
+            out.append(path)
+    return out
+
+
+def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str | bytes]]]:
+    """Ship the command's script folder when the script is a local .py file below `workdir`: every
+    file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
+    ConfigMap under /gpucluster/user/ and the script's path is rewritten; the command runs from there."""
+    if not program or program[0] in ("-m", "--no-python"):
+        return program, []
+    script = Path(program[0])
+    if script.is_absolute() or ".." in script.parts or script.suffix != ".py":
+        return program, []
+    local = workdir / script
+    if not local.is_file():
+        return program, []
+    folder = local.parent
+    files: list[tuple[str, str, str | bytes]] = []
+    for i, path in enumerate(_folder_files(folder)):
+        rel = path.relative_to(workdir).as_posix()
+        data = path.read_bytes()
+        try:
+            content: str | bytes = data.decode()
+        except UnicodeDecodeError:
+            content = data
+        # ConfigMap keys: [-._a-zA-Z0-9]+, at most 253 characters; the path is in the volume item
+        key = f"u{i:04d}." + re.sub(r"[^-._a-zA-Z0-9]", "_", path.name)[:200]
+        files.append((key, f"user/{rel}", content))
+    size = _size(files)
+    if size > CONFIGMAP_LIMIT:
+        raise LaunchError(
+            f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+            "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
+            "on the nodes), or build an image with it and set the option image")
+    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files
+
+
+def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
+    """(extra workload arguments, files, notes) so a built-in workload runs on an image that has only
+    torch: digits gets scikit-learn's digits.csv.gz (read here from the installed scikit-learn
+    wheel, without importing it) shipped in the ConfigMap; mnist downloads its IDX files on each node."""
+    args = list(job.workload_args)
+    if job.command or not job.workload:
+        return [], [], []
+    if job.workload == "digits" and "--data-file" not in args:
+        import importlib.util
+
+        found = importlib.util.find_spec("sklearn")
+        path = (Path(list(found.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+                if found and found.submodule_search_locations else None)
+        if path is None or not path.is_file():
+            raise UsageError("the digits workload ships its data from scikit-learn on this machine, which is not "
+                             "installed: pip install scikit-learn, or pass --workload-args "
+                             "'--data-file PATH-IN-THE-IMAGE'")
+        return (["--data-file", f"{DATA_DIR}/digits.csv.gz"],
+                [("d.digits.csv.gz", "data/digits.csv.gz", path.read_bytes())],
+                [f"data: digits.csv.gz ({path.stat().st_size} bytes, from scikit-learn here) shipped in the ConfigMap"])
+    if job.workload == "mnist" and "--data-dir" not in args:
+        return (["--data-dir", "/tmp/mnist", "--download"], [],
+                ["data: each node downloads MNIST (about 11 MB) into /tmp/mnist: the nodes need internet access"])
+    return [], [], []
+
+
+def _rdzv_timeouts(argv: list[str], start_deadline_s: int) -> list[str]:
+    """torchrun's --rdzv-conf with join_timeout and read_timeout set above the start deadline."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--rdzv-conf="):
+            conf = dict(kv.split("=", 1) for kv in arg.split("=", 1)[1].split(",") if "=" in kv)
+            conf["join_timeout"] = str(start_deadline_s + 2 * RDZV_MARGIN_S)
+            conf["read_timeout"] = str(start_deadline_s + RDZV_MARGIN_S)
+            arg = "--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items())
+        out.append(arg)
+    return out
+
+
+def plan_job(
+    cluster: Any,
+    job: JobSpec,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    image: str | None = None,
+    mode: str = "job",
+    python: str = "python",
+    workdir: str | Path | None = None,
+    start_deadline_s: int = DEFAULT_START_DEADLINE_S,
+    max_lifetime_s: int | None = None,
+) -> Plan:
+    """Names, argv per node rank, environment and files for running `job` on `cluster`.
+
+    A user command whose script is a local file under `workdir` (default: the current directory),
+    such as `python train.py`, gets its whole folder shipped in the ConfigMap and run from
+    `/gpucluster/user/`; anything else in the command must be in the image. Built-in workloads get
+    their data (see `_builtin_data`). The Job's `activeDeadlineSeconds` is the cluster's max lifetime
+    (or the job's time limit + 10 min when that is shorter): the dead-man switch.
+    """
+    if mode not in MODES:
+        raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
+    outputs = dict(getattr(cluster, "outputs", None) or {})
+    nodes = len(cluster.nodes) if cluster.nodes else int(outputs.get("nodes") or 0)
+    if nodes < 1:
+        raise LaunchError(f"cluster {cluster.name!r} has no nodes to run on")
+    gpus = int(cluster.gpus_per_node or outputs.get("gpus_per_node") or 0)
+    name = dns_name(f"gpucluster-{job.run_id}")
+    if mode == "job":
+        hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
+    else:
+        hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
+    data_args, data_files, notes = _builtin_data(job)
+    program, user_files = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
+    program = program + data_args
+    argv = tuple(
+        tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
+                                           local_addr=hosts[r], program=program), start_deadline_s))
+        for r in range(nodes)
+    )
+    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus)
+    env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
+    files: list[tuple[str, str, str | bytes]] = [
+        ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
+        ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
+    files += _workload_files() + data_files + user_files
+    size = _size(files)
+    if size > CONFIGMAP_LIMIT:
+        raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+                          "ConfigMap holds (1 MiB); build an image with them and set the option image")
+    if user_files:
+        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes) "
+                     f"as {MOUNT}/user")
+    selector = {}
+    if outputs.get("accelerator_type"):
+        selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
+    if outputs.get("node_pool_name"):
+        selector["cloud.google.com/gke-nodepool"] = str(outputs["node_pool_name"])
+    labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
+              JOB_LABEL: name}
+    lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
+    deadline = min(lifetime, int(job.max_seconds) + DEADLINE_MARGIN_S) if job.max_seconds else lifetime
+    image = image or DEFAULT_IMAGE
+    notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
+                                         if image == DEFAULT_IMAGE else ""))
+    notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
+                 f"{deadline} s (activeDeadlineSeconds), even without this machine")
+    return Plan(
+        name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
+        image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
+        env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
+        node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
+        start_deadline_s=int(start_deadline_s), notes=tuple(notes),
+    )

@@ -1,0 +1,129 @@
+"""Pulumi engine events and errors, read for the ledger and for the user.
+
+`EventBridge` turns engine events into `ProvisionEvents` (requested before, created after,
+deleted), with each resource's ledger kind and cost detail from its backend (`pulumi_kinds`,
+`resource_detail`). `capacity_error` turns a failed `up`'s text into a `CapacityError` naming the
+zone and the next ones to try (the backend's `capacity_markers`, `capacity_zones`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from gpucluster.domain import ProvisionEvents
+from gpucluster.errors import ProvisionError
+from gpucluster.infra.registry import all_backends, backend
+
+CREATE_OPS = ("create", "create-replacement", "replace")
+DELETE_OPS = ("delete", "delete-replaced", "discard")
+
+
+class CapacityError(ProvisionError):
+    """The cloud had no capacity for the request in a zone; what was created has been destroyed."""
+
+    def __init__(self, message: str, *, zone: str | None, suggested_zones: list[str], hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.zone = zone
+        self.suggested_zones = suggested_zones
+
+
+# -- engine events -> ProvisionEvents --------------------------------------------------------------
+def resource_kind(type_token: str) -> str | None:
+    """The ledger kind of a Pulumi type token, from the backend that declares it (`pulumi_kinds`)."""
+    for b in all_backends():
+        kind = b.pulumi_kinds.get(type_token)
+        if kind:
+            return kind
+    return None
+
+
+def _urn_name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+def _detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
+    """What the cost code needs about a billable resource, from the backend whose kind it is."""
+    for b in all_backends():
+        if kind in b.pulumi_kinds.values():
+            return b.resource_detail(kind, inputs or {}, spec)
+    return {}
+
+
+class EventBridge:
+    """`on_event` callback: resource pre/outputs events -> requested/created/deleted + messages.
+
+    Runs on pulumi.automation's event thread: it never raises (errors are kept in `.errors`)."""
+
+    def __init__(self, events: ProvisionEvents, spec: Any = None, *, record: bool = True):
+        self.events, self.spec, self.record = events, spec, record
+        self.diagnostics: list[str] = []
+        self.failed: list[str] = []
+        self.errors: list[BaseException] = []
+        self.requested: list[tuple[str, str]] = []
+
+    def __call__(self, event: Any) -> None:
+        try:
+            self._handle(event)
+        except Exception as exc:  # noqa: BLE001 - must not kill the event thread
+            self.errors.append(exc)
+
+    def _handle(self, ev: Any) -> None:
+        if ev.resource_pre_event is not None and self.record:
+            md = ev.resource_pre_event.metadata
+            kind = resource_kind(md.type)
+            if kind and not ev.resource_pre_event.planning and md.op in CREATE_OPS:
+                name = _urn_name(md.urn)
+                inputs = (md.new.inputs if md.new else None) or {}
+                self.events.resource_requested(kind, name, type=md.type, **_detail(kind, inputs, self.spec))
+                self.requested.append((kind, name))
+        if ev.res_outputs_event is not None and self.record:
+            md = ev.res_outputs_event.metadata
+            kind = resource_kind(md.type)
+            if kind and md.op in CREATE_OPS:
+                self.events.resource_created(kind, _urn_name(md.urn), (md.new.id if md.new else None) or None)
+            elif kind and md.op in DELETE_OPS:
+                self.events.resource_deleted(kind, _urn_name(md.urn), (md.old.id if md.old else None) or None)
+        if ev.res_op_failed_event is not None:
+            md = ev.res_op_failed_event.metadata
+            self.failed.append(f"{md.op} {_urn_name(md.urn)} ({md.type})")
+        if ev.diagnostic_event is not None and ev.diagnostic_event.severity in ("error", "warning"):
+            text = (ev.diagnostic_event.message or "").strip()
+            if text and ev.diagnostic_event.severity == "error":
+                self.diagnostics.append(text)
+                self.events.message(text)
+            elif text:
+                self.events.message(f"warning: {text}")
+
+
+# -- error text -> what to tell the user ----------------------------------------------------------
+def command_text(exc: BaseException) -> str:
+    result = getattr(exc, "command_result", None) or getattr(exc, "result", None)
+    if result is not None:
+        return f"{getattr(result, 'stderr', '')}\n{getattr(result, 'stdout', '')}"
+    return str(exc)
+
+
+def last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errs = [ln for ln in lines if ln.lower().startswith("error") or "error:" in ln.lower()]
+    return (errs or lines or ["(no output)"])[-1][:400]
+
+
+def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
+                   cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
+    """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure
+    (one of the spec's backend's `capacity_markers`; the zones from its `capacity_zones`)."""
+    b = backend(spec.cloud)
+    marker = next((m for m in b.capacity_markers if m.lower() in text.lower()), None)
+    if marker is None:
+        return None
+    zone, suggested, what = b.capacity_zones(spec, text, zone_lister)
+    suggested = [z for z in dict.fromkeys(suggested) if z != zone]
+    where = zone or "the requested zone"
+    msg = f"no capacity for {what} in {where} right now ({marker}); {cleanup}"
+    if suggested:
+        hint = f"try the next zone: --zone {suggested[0]}" + (
+            f" (other candidates: {', '.join(suggested[1:5])})" if len(suggested) > 1 else "")
+    else:
+        hint = "try another zone with --zone, another region with --region, or --spot/on-demand the other way"
+    return CapacityError(msg, zone=zone, suggested_zones=suggested, hint=hint)

@@ -1,0 +1,124 @@
+"""Clean up after ssh runs: `remote_leftovers(cluster, run_id)` (the teardown check: the run's
+processes still on each node) and `clean_recorded_hosts(rows)` (`gpucluster down` of an ssh run
+whose process was killed: kill by run id from the ledger's `ssh-run` rows, remove the run folders,
+close the run's ssh connections on this machine)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from typing import Any, Sequence
+
+from gpucluster.errors import ConfigError, LaunchError, MissingDependency
+
+from .launch import SshLauncher
+from .session import Session, node_label
+from .ship import check_run_id
+
+
+def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None = None,
+                     known_hosts: str | None = None, ssh_options: Sequence[str] = ()) -> list:
+    """Processes on the cluster's nodes whose environment carries GPUCLUSTER_RUN_ID=<run_id>
+    (any run when None), as `Leftover(kind="process")`; unreachable nodes as kind "unverified".
+    An empty list is the teardown guarantee for ssh nodes."""
+    return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
+
+
+def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) -> list:
+    """`gpucluster down` of an ssh cluster whose run did not tear down (its process was killed).
+
+    `rows`: the ledger's open `ssh-run` resources (one per node and run, written by `launch`
+    before its first connection: host, user, port, identity, known_hosts, ssh options, remote
+    Python, the local control folder; cloud_id = the node's run folder). For every run and node:
+    connect, kill the run's processes by run id and node rank (and their descendants, SIGTERM then
+    SIGKILL), remove the run folder, check again; then close the run's ControlMaster connections
+    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder.
+
+    Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
+    checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
+    """
+    from gpucluster.domain import Cluster, Leftover, Node
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        d = row.get("detail") or {}
+        key = (row["run_id"], d.get("identity"), d.get("known_hosts"), tuple(d.get("ssh_options") or ()),
+               d.get("python") or "python3")
+        groups.setdefault(key, []).append(row)
+    found: list = []
+    for (run_id, identity, known_hosts, options, python), group in sorted(groups.items(), key=lambda kv: kv[0][0]):
+        group.sort(key=lambda r: int((r.get("detail") or {}).get("rank", 0)))
+        nodes, dirs, control_dirs = [], {}, set()
+        for row in group:
+            d = row["detail"]
+            nodes.append(Node(rank=int(d["rank"]), host=d["host"], private_ip=d["host"], user=d.get("user"),
+                              port=int(d.get("port") or 22), host_keys=tuple(d.get("host_keys") or ())))
+            if row.get("cloud_id"):
+                dirs[int(d["rank"])] = row["cloud_id"]
+            if d.get("control_dir"):
+                control_dirs.add(d["control_dir"])
+        cluster = Cluster(name=str(group[0].get("cluster") or "ssh"), cloud="ssh", nodes=tuple(nodes))
+        try:
+            check_run_id(run_id)
+            launcher = SshLauncher(identity, known_hosts, options, python=python, grace=grace)
+            with Session(launcher, cluster) as session:
+                def one(node: Any) -> tuple[dict[str, str], None]:
+                    d = dirs.get(node.rank, "")
+                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace)
+                    if d:
+                        cp = session.run(node, f"rm -rf {shlex.quote(d)} && "
+                                               f"{{ rmdir {shlex.quote(os.path.dirname(d))} 2>/dev/null; true; }}")
+                        if cp.returncode != 0:
+                            raise LaunchError(f"node {node.rank} ({node_label(node)}): could not remove {d}: "
+                                              + cp.stderr.decode("utf-8", "replace").strip()[-200:])
+                    return session.procs(node, "list", run_id, str(node.rank), "", 0)
+
+                for node, (left, err) in zip(cluster.nodes, session.each(one)):
+                    if err is not None:
+                        found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {err}"))
+                        continue
+                    for pid, cmd in sorted(left.items(), key=lambda kv: int(kv[0])):
+                        found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
+        except (ConfigError, MissingDependency, LaunchError) as exc:
+            for node in cluster.nodes:
+                found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {exc}"))
+        for control_dir in sorted(control_dirs):
+            found += close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh")
+    return found
+
+
+def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh") -> list:
+    """Close the ControlMaster connections under `control_dir` (`ssh -O exit`), stop this machine's
+    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers."""
+    import psutil
+
+    from gpucluster.domain import Leftover
+
+    if os.path.isdir(control_dir):
+        for node in cluster.nodes:
+            dest = f"{node.user}@{node.host}" if node.user else node.host
+            try:
+                subprocess.run([launcher_ssh, "-o", f"ControlPath={control_dir}/%C", "-p", str(node.port),
+                                "-O", "exit", "--", dest], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+    marks = (f"ControlPath={control_dir}/", f"GPUCLUSTER_RUN_ID={run_id}")
+    clients = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or ())
+            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks):
+                clients.append(p)
+        except psutil.Error:
+            continue
+    from gpucluster.procs import kill_processes
+
+    survivors = kill_processes(clients, grace=2.0)
+    shutil.rmtree(control_dir, ignore_errors=True)
+    out = [Leftover("process", f"local pid {p.pid}", detail="ssh client of run " + run_id) for p in survivors]
+    if os.path.exists(control_dir):
+        out.append(Leftover("unverified", control_dir, detail="the run's ssh control folder could not be removed"))
+    return out

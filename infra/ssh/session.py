@@ -1,0 +1,389 @@
+"""One launch's ssh connections: a private temporary folder (control sockets, known_hosts, the
+cluster's key, mode 0600), one multiplexed ControlMaster per node, and the per-node operations the
+launcher and the cleanup use (run a script, readiness check, ship a bundle, list/kill a run's
+processes, remove run folders). Every remote command is a POSIX `sh -c` script built with
+`shlex.quote`; local commands are argv lists."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from gpucluster.errors import ConfigError, LaunchError, MissingDependency
+
+if TYPE_CHECKING:
+    from .launch import SshLauncher
+
+from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY
+
+
+def node_label(node: Any) -> str:
+    """`user@host[:port]` of a node, as people type it."""
+    host = f"[{node.host}]" if ":" in node.host and node.port != 22 else node.host
+    return f"{node.user + '@' if node.user else ''}{host}{'' if node.port == 22 else f':{node.port}'}"
+
+
+def known_hosts_name(node: Any) -> str:
+    return node.host if node.port == 22 else f"[{node.host}]:{node.port}"
+
+
+def sh(script: str) -> str:
+    """A remote command that runs `script` with POSIX sh whatever the login shell is."""
+    return "sh -c " + shlex.quote(script)
+
+
+@dataclass
+class NodeReadiness:
+    rank: int
+    label: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    home: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    gpu_state: list[dict[str, Any]] = field(default_factory=list)  # name, util %, mem_used/total MiB
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_state)
+
+    @property
+    def gpu_names(self) -> list[str]:
+        return [g["name"] for g in self.gpu_state]
+
+
+# -- the connection ---------------------------------------------------------------------------
+class Session:
+    """Per-launch ssh state: a private temp dir (control sockets, known_hosts, key), masters."""
+
+    def __init__(self, launcher: SshLauncher, cluster: Any):
+        self.launcher = launcher
+        self.cluster = cluster
+        self.nodes = tuple(cluster.nodes)
+        self.tmp = ""
+        self.base_opts: list[str] = []
+        self.known_hosts_files: list[str] = []
+
+    def __enter__(self) -> "Session":
+        if not shutil.which(self.launcher.ssh):
+            raise MissingDependency(f"the OpenSSH client {self.launcher.ssh!r} is not installed or not on PATH; "
+                                    "install it (Debian/Ubuntu: apt-get install openssh-client)")
+        self.tmp = tempfile.mkdtemp(prefix="gcssh-")  # short: control socket paths are limited
+        try:
+            self.base_opts = self._options()
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _options(self) -> list[str]:
+        L = self.launcher
+        opts = [
+            "BatchMode=yes", "StrictHostKeyChecking=yes", "UpdateHostKeys=no", "CheckHostIP=no",
+            f"ConnectTimeout={L.connect_timeout}", "ServerAliveInterval=5", "ServerAliveCountMax=3",
+            f"ControlPath={self.tmp}/%C", "LogLevel=ERROR",
+        ]
+        pinned = [f"{known_hosts_name(n)} {k.strip()}" for n in self.nodes for k in (n.host_keys or ())]
+        files = []
+        if pinned:
+            path = os.path.join(self.tmp, "known_hosts")
+            Path(path).write_text("\n".join(pinned) + "\n")
+            files.append(path)
+        if L.known_hosts:
+            kh = os.path.abspath(os.path.expanduser(L.known_hosts))
+            if not os.path.isfile(kh):
+                raise ConfigError(f"known_hosts file {L.known_hosts!r} does not exist; "
+                                  "give an OpenSSH known_hosts file with the nodes' host keys")
+            files.append(kh)
+        elif not pinned or not all(n.host_keys for n in self.nodes):
+            files.append(os.path.expanduser("~/.ssh/known_hosts"))
+        self.known_hosts_files = files
+        opts.append("UserKnownHostsFile=" + " ".join(f'"{f}"' if " " in f else f for f in files))
+        if pinned or L.known_hosts:
+            opts.append("GlobalKnownHostsFile=/dev/null")
+        identity = L.identity
+        if identity:
+            identity = os.path.abspath(os.path.expanduser(identity))
+            if not os.path.isfile(identity):
+                raise ConfigError(f"ssh identity file {L.identity!r} does not exist")
+        elif getattr(self.cluster, "ssh_private_key", None):
+            fd, identity = tempfile.mkstemp(dir=self.tmp, prefix="id-")
+            with os.fdopen(fd, "w") as f:
+                f.write(self.cluster.ssh_private_key.rstrip("\n") + "\n")
+        if identity:
+            opts += ["IdentitiesOnly=yes", f"IdentityFile={identity}"]
+        out: list[str] = []
+        for o in [*L.ssh_options, *opts]:  # the first value of an option wins: user options first
+            out += ["-o", o]
+        return out
+
+    def argv(self, node: Any, remote: str | None, *extra: str) -> list[str]:
+        dest = f"{node.user}@{node.host}" if node.user else node.host
+        argv = [self.launcher.ssh, *self.base_opts, "-p", str(node.port), *extra, "--", dest]
+        return argv + ([remote] if remote is not None else [])
+
+    def each(self, fn: Callable[[Any], Any]) -> list[Any]:
+        """fn(node) on every node in parallel; results in node order. Exceptions become (None, msg)."""
+        def safe(node: Any) -> Any:
+            try:
+                return fn(node)
+            except LaunchError as exc:
+                return None, str(exc)
+        with ThreadPoolExecutor(max_workers=min(16, len(self.nodes)) or 1) as pool:
+            return list(pool.map(safe, self.nodes))
+
+    def run(self, node: Any, script: str, *, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run `sh -c script` on a node; LaunchError naming the node when ssh itself fails."""
+        argv = self.argv(node, sh(script), "-o", "ControlMaster=no", "-T")
+        try:
+            cp = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True,
+                                timeout=timeout + self.launcher.connect_timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): no answer within "
+                              f"{timeout + self.launcher.connect_timeout:g} s") from None
+        if cp.returncode == 255:
+            raise LaunchError(self.explain(node, cp.stderr.decode("utf-8", "replace")))
+        return cp
+
+    def explain(self, node: Any, stderr: str) -> str:
+        """A one-line reason for an ssh connection failure, naming the node."""
+        who = f"node {node.rank} ({node_label(node)})"
+        low = stderr.lower()
+        files = ", ".join(self.known_hosts_files)
+        if ("host key verification failed" in low or "host key is known" in low
+                or "remote host identification has changed" in low):
+            kh = known_hosts_name(node)
+            return (f"{who}: host key refused: no matching key for {kh} in {files}; refusing to connect. "
+                    f"Verify the host's key fingerprint and add it to the file "
+                    f"(e.g. ssh-keyscan -p {node.port} {node.host} >> FILE after checking it)")
+        if "permission denied" in low:
+            return (f"{who}: ssh authentication failed for user {node.user or '(default)'} "
+                    "(give the key with --identity, or load it into ssh-agent; passwords are not used)")
+        last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        return f"{who}: cannot connect over ssh: {last[-1] if last else 'ssh exited with code 255'}"
+
+    def wait_ready(self, ready_file: str, timeout: float, events: Any, *,
+                   first_delay: float = 1.0, max_delay: float = 15.0) -> None:
+        """Until every node answers over ssh AND its ready marker (JSON written by user data after
+        the driver/GPU/torch check) exists: retry each node with exponential backoff, progress on
+        the status line. LaunchError naming each node that was not ready by `timeout` seconds,
+        with what was last seen (and the launcher's `diagnose` text), or at once when a marker
+        says ok=false."""
+        progress = getattr(events, "progress", None) or (lambda text: None)
+        start = time.monotonic()
+        deadline = start + timeout
+        last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
+        done: dict[int, dict[str, Any]] = {}
+        delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
+        due: dict[int, float] = {n.rank: start for n in self.nodes}
+        if not re.match(r"^/[A-Za-z0-9._/-]+$", ready_file):
+            raise LaunchError(f"ready file {ready_file!r} from the stack outputs is not a plain absolute path")
+
+        def poll(node: Any) -> tuple[Any, None]:
+            try:
+                # GPUCLUSTER_STATE_DIR: the same override the user-data scripts honour (tests)
+                cp = self.run(node, 'f=${GPUCLUSTER_STATE_DIR:+$GPUCLUSTER_STATE_DIR/ready}; '
+                                    f'cat "${{f:-{ready_file}}}" 2>/dev/null || exit 3', timeout=30)
+            except LaunchError as exc:
+                text = str(exc)
+                last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
+                return None, None
+            if cp.returncode == 3:
+                last[node.rank] = f"sshd answers; {ready_file} not written yet (user data still running)"
+                return None, None
+            try:
+                marker = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                last[node.rank] = f"{ready_file} is unreadable"
+                return None, None
+            done[node.rank] = marker
+            return None, None
+
+        while True:
+            now = time.monotonic()
+            todo = [n for n in self.nodes if n.rank not in done and due[n.rank] <= now]
+            if todo:
+                with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                    list(pool.map(poll, todo))
+                now = time.monotonic()
+                for n in todo:
+                    if n.rank not in done:
+                        due[n.rank] = now + delay[n.rank]
+                        delay[n.rank] = min(max_delay, delay[n.rank] * 2)
+            failed = {r: m for r, m in done.items() if not m.get("ok")}
+            if failed:
+                raise LaunchError("; ".join(
+                    f"node {r} ({node_label(self.nodes[r])}) is not ready: its check says "
+                    f"{m.get('gpus')} of {m.get('expected_gpus')} GPU(s), torch {m.get('torch') or 'missing'}"
+                    + (f", error: {m['error']}" if m.get("error") else "")
+                    for r, m in sorted(failed.items())))
+            if len(done) == len(self.nodes):
+                progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
+                return
+            waiting = [n for n in self.nodes if n.rank not in done]
+            progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
+                     f"node {waiting[0].rank}: {last[waiting[0].rank]}")
+            if time.monotonic() >= deadline:
+                parts = []
+                for n in waiting:
+                    part = (f"node {n.rank} ({node_label(n)}, {getattr(n, 'instance_id', None) or 'no id'}) "
+                            f"not ready after {timeout:g} s; last seen: {last[n.rank]}")
+                    if self.launcher.diagnose is not None:
+                        try:
+                            extra = self.launcher.diagnose(self.cluster, n)
+                        except Exception as exc:  # noqa: BLE001 - help text only
+                            extra = f"(console output unavailable: {exc})"
+                        if extra:
+                            part += f"; {extra}"
+                    parts.append(part)
+                raise LaunchError("; ".join(parts))
+            next_due = min(due[n.rank] for n in waiting)
+            time.sleep(max(0.05, min(next_due, deadline) - time.monotonic()))
+
+    def open_master(self, node: Any) -> None:
+        argv = self.argv(node, None, "-o", "ControlMaster=yes", "-o", "ControlPersist=300", "-N", "-f")
+        with tempfile.TemporaryFile() as err:
+            try:
+                rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    timeout=self.launcher.connect_timeout + 30, start_new_session=True).returncode
+            except subprocess.TimeoutExpired:
+                raise LaunchError(f"node {node.rank} ({node_label(node)}): ssh connection timed out") from None
+            if rc != 0:
+                err.seek(0)
+                raise LaunchError(self.explain(node, err.read().decode("utf-8", "replace")))
+
+    def readiness(self, gpus_expected: int, *, raise_on_problem: bool) -> list[NodeReadiness]:
+        py = shlex.quote(self.launcher.python)
+        check = f"command -v {py} >/dev/null 2>&1 || exit {NO_PYTHON_RC}; exec {py} - {int(gpus_expected or 0)}"
+
+        def one(node: Any) -> NodeReadiness:
+            r = NodeReadiness(node.rank, node_label(node), ok=False)
+            try:
+                self.open_master(node)
+                cp = self.run(node, check, stdin=READY_PY.encode(), timeout=180)
+            except LaunchError as exc:
+                r.problems.append(str(exc).split(": ", 1)[1] if str(exc).startswith("node ") else str(exc))
+                return r
+            if cp.returncode == NO_PYTHON_RC:
+                r.problems.append(f"{self.launcher.python} not found on the remote PATH")
+                return r
+            lines = [ln for ln in cp.stdout.decode("utf-8", "replace").splitlines() if ln.startswith(READY_MARK)]
+            if not lines:
+                tail = cp.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit code {cp.returncode}"]
+                r.problems.append(f"readiness check failed: {tail[0]}")
+                return r
+            try:
+                info = json.loads(lines[-1][len(READY_MARK):])
+            except ValueError:
+                r.problems.append("readiness check printed an unreadable answer")
+                return r
+            r.home, r.python, r.torch = info.get("home"), info.get("python"), info.get("torch")
+            r.gpu_state = [gpu_row(line) for line in info.get("gpus") or []]
+            if "torch_error" in info:
+                r.problems.append(f"torch is not importable by {self.launcher.python} {r.python} ({info['torch_error']}); "
+                                  "install it on the node, e.g. pip install torch")
+            for tool in ("setsid", "tar"):
+                if not info.get(tool):
+                    r.problems.append(f"{tool} not found on the remote PATH")
+            if gpus_expected:
+                if "gpu_error" in info:
+                    r.problems.append(info["gpu_error"])
+                elif r.gpus < gpus_expected:
+                    r.problems.append(f"{r.gpus} GPU(s) visible to nvidia-smi, expected {gpus_expected}")
+            r.ok = not r.problems
+            return r
+
+        results = self.each(one)
+        bad = [r for r in results if not r.ok]
+        if bad and raise_on_problem:
+            detail = "; ".join(f"node {r.rank} ({r.label}): {', '.join(r.problems)}" for r in bad)
+            raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
+        return results
+
+    def ship(self, bundle: bytes, dirs: dict[int, str]) -> None:
+        def one(node: Any) -> tuple[Any, str | None]:
+            d = shlex.quote(dirs[node.rank])
+            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}", stdin=bundle, timeout=300)
+            if cp.returncode != 0:
+                return None, (f"node {node.rank} ({node_label(node)}): copying the job files failed: "
+                              + cp.stderr.decode("utf-8", "replace").strip()[-300:])
+            return None, None
+
+        errors = [err for _, err in self.each(one) if err]
+        if errors:
+            raise LaunchError("; ".join(errors))
+
+    def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
+              grace: float) -> tuple[dict[str, str], None]:
+        """({pid: command line}, None): the run's processes on the node ("list"), or those that
+        survived SIGKILL ("kill"). LaunchError naming the node when it cannot be asked."""
+        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace)))
+        cp = self.run(node, f"exec {shlex.quote(self.launcher.python)} - {args}", stdin=PROCS_PY.encode(), timeout=grace + 30)
+        out = cp.stdout.decode("utf-8", "replace").strip().splitlines()
+        if cp.returncode != 0 or not out:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): process check failed: "
+                              + (cp.stderr.decode("utf-8", "replace").strip()[-300:] or f"exit code {cp.returncode}"))
+        try:
+            data = json.loads(out[-1])
+        except ValueError:
+            raise LaunchError(f"node {node.rank} ({node_label(node)}): process check printed {out[-1][:200]!r}") from None
+        return (data if mode == "list" else data.get("left", {})), None
+
+    def kill_run(self, run_id: str, dirs: dict[int, str]) -> dict[int, str | None]:
+        """Kill the run's processes on every reachable node; {rank: problem or None}."""
+        results = self.each(lambda n: self.procs(n, "kill", run_id, str(n.rank), f"{dirs[n.rank]}/pgid",
+                                                 self.launcher.grace))
+        problems: dict[int, str | None] = {}
+        for node, (left, err) in zip(self.nodes, results):
+            problems[node.rank] = err or (f"{len(left)} process(es) survived SIGKILL" if left else None)
+        return problems
+
+    def remove_dirs(self, dirs: dict[int, str]) -> set[int]:
+        """Remove the run folders; the ranks where that was done (or there was none)."""
+        def one(node: Any) -> tuple[bool, None]:
+            d = dirs.get(node.rank)
+            if d:
+                parent = shlex.quote(os.path.dirname(d))
+                cp = self.run(node, f"rm -rf {shlex.quote(d)} && {{ rmdir {parent} 2>/dev/null; true; }}", timeout=60)
+                return cp.returncode == 0, None
+            return True, None
+
+        return {n.rank for n, (ok, _err) in zip(self.nodes, self.each(one)) if ok}
+
+    def close(self) -> None:
+        """Close the master connections and delete the temporary directory (sockets, key)."""
+        if not self.tmp:
+            return
+        for node in self.nodes:
+            try:
+                subprocess.run(self.argv(node, None, "-O", "exit"), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp = ""
+
+
+def gpu_row(line: str) -> dict[str, Any]:
+    """One `nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total` csv row."""
+    name, *rest = [f.strip() for f in line.rsplit(",", 3)] if line.count(",") >= 3 else [line.strip()]
+    row: dict[str, Any] = {"name": name}
+    for key, value in zip(("util", "mem_used_mib", "mem_total_mib"), rest):
+        try:
+            row[key] = float(value)
+        except ValueError:
+            row[key] = None  # "[N/A]" on some boards
+    return row
