@@ -67,9 +67,8 @@ def gc_regions(open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], extr
         if region:
             regions.append(region)
     if not extra:
-        from gpucluster.infra.leftovers import default_aws_regions
-
         from .catalog import DEFAULT_REGION
+        from .leftovers import default_regions
 
-        regions += [DEFAULT_REGION, *default_aws_regions()]
+        regions += [DEFAULT_REGION, *default_regions()]
     return list(dict.fromkeys(regions))
