@@ -361,9 +361,9 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     try:
         runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
         if project is not None:
-            from gpucluster.infra.gcp.access import resolve_project
+            from gpucluster.infra.registry import project_id
 
-            project = resolve_project(project, None, env={})[0]  # checks the ID's form
+            project = project_id(project)
             runs = [r for r in runs if ((r.get("spec") or {}).get("options") or {}).get("project") == project]
         rep = report(runs, group_by=group_by)
     finally:

@@ -9,7 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
-from gpucluster.infra.registry import provisioning
+from gpucluster.infra.registry import project_id, provisioning
 
 
 def _clusters_known(ledger: Any) -> dict[str, str]:
@@ -97,9 +97,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
         listed = ", ".join(sorted(open_)) or "none"
         raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
     if project:
-        from gpucluster.infra.gcp.access import resolve_project
-
-        project = resolve_project(project, None, env={})[0]  # checks the ID's form
+        project = project_id(project)
         others = sorted(n for n, c in targets.items() if "project" not in backend(c).flags)
         if others:
             raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "

@@ -41,10 +41,11 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
         out.print(f"user data: runcmd {ud['runcmd']}; files {ud['files']}; host key: {ud['host_key']}", highlight=False)
     out.print(f"tags: {json.dumps(d.get('tags'))}", highlight=False)
     outputs = d.get("outputs") or {}
-    preview = getattr(launcher, "preview_commands", None)
-    if preview and outputs.get("private_ips"):
+    ips = outputs.get("private_ips") or []
+    commands = launcher.preview_commands(job, ips, int(outputs.get("gpus_per_node") or 0)) if ips and launcher else []
+    if commands:
         out.print("per-node commands (private IPs are the mocks'):")
-        for rank, cmd in enumerate(preview(job, outputs["private_ips"], int(outputs.get("gpus_per_node") or 0))):
+        for rank, cmd in enumerate(commands):
             out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True)
     out.print("nothing was created (dry run)")
     return 0

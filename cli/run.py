@@ -98,9 +98,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       max_lifetime, ssh_cidr, tags, host_list, run_id, options)
     validate(spec)  # bad input is refused before anything is looked up
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    from gpucluster.infra.gcp.access import spec_with_project
-
-    spec = spec_with_project(spec, project, required=not dry_run)
+    spec = backend(cloud).with_project(spec, project, required=not dry_run)
     ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
     deadline_min = parse_int("start deadline (minutes)", start_deadline, low=1, high=24 * 60)
     if dry_run and not backend(cloud).provisions:
@@ -143,9 +141,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
-    preflight = getattr(provider, "preflight", None)
-    if preflight:
-        preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
+    provider.preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
 
     present = backend(cloud).known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and gpn is None:
@@ -160,10 +156,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       "threads per process", threads_per_proc, low=1, high=1024))
 
     estimate = _plan(out, spec, job, nproc)
-    describe = getattr(launcher, "describe", None)
-    if describe:  # e.g. the image, the data and what is shipped; its errors come before anything exists
-        for line in describe(spec, job):
-            out.print(f"  {line}")
+    # e.g. the image, the data and what is shipped; its errors come before anything exists
+    for line in launcher.describe(spec, job):
+        out.print(f"  {line}")
     if backend(cloud).provisions and not yes:
         if not sys.stdin.isatty():
             raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")

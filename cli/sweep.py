@@ -125,11 +125,11 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
                               (), None, options))
-    from gpucluster.infra.gcp.access import spec_with_project
+    from gpucluster.infra.registry import backend
     from gpucluster.spec import validate
 
     validate(base)  # unknown options and bad values are refused before anything starts
-    base = spec_with_project(base, project)  # every run of the sweep records the same resolved project
+    base = backend(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
                   threads_per_proc=None if threads_per_proc is None else parse_int(

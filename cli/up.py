@@ -76,9 +76,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
                       ssh_cidr, tags, (), run_id, options)
     validate(spec)
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    from gpucluster.infra.gcp.access import spec_with_project
-
-    spec = spec_with_project(spec, project, required=not dry_run)
+    spec = backend(cloud).with_project(spec, project, required=not dry_run)
     provider = common.provider_for(cloud)
     spec, warnings = resolve_spec(spec, dry_run=dry_run)
     out = common.console(stderr=as_json)

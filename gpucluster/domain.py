@@ -23,7 +23,7 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -173,14 +173,31 @@ class NullEvents:
         pass
 
 
-@runtime_checkable
-class Provider(Protocol):
-    cloud: str
+class Provider:
+    """What a backend's `make()` hands back to provision and check a cluster (the contract is in
+    this module's docstring). Subclass it; every optional part has a default here, so callers
+    never probe for attributes:
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster: ...
+    - `check_is_complete`: True when `leftovers(name, run_id)` sees everything a run could have
+      made (local: every process of this machine; ssh: every host the run started on), so a
+      failed `down` whose check then finds nothing is still verified.
+    - `preflight()`: fail fast before anything is recorded (the Pulumi CLI missing, ...).
+    """
 
-    def down(self, name: str, events: ProvisionEvents) -> None: ...
+    cloud: str = ""
+    check_is_complete: bool = False
 
-    def leftovers(self, name: str, run_id: str | None = None) -> Check: ...
+    def preflight(self) -> None:
+        return None
 
-    def status(self, name: str) -> ClusterStatus | None: ...
+    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+        raise NotImplementedError
+
+    def down(self, name: str, events: ProvisionEvents) -> None:
+        raise NotImplementedError
+
+    def leftovers(self, name: str, run_id: str | None = None) -> Check:
+        raise NotImplementedError
+
+    def status(self, name: str) -> ClusterStatus | None:
+        return None

@@ -94,8 +94,23 @@ class LaunchEvents(Protocol):
     def on_phase(self, phase: str) -> None: ...
 
 
-class Launcher(Protocol):
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult: ...
+class Launcher:
+    """Runs a job's torchrun agents on a cluster's nodes. Subclass it; the optional parts have
+    defaults here, so callers never probe for attributes:
+
+    - `describe(spec, job)`: lines for the run's plan (image, data, what is shipped); its errors
+      come before anything exists.
+    - `preview_commands(job, private_ips, gpus_per_node)`: each node's command, for `--dry-run`.
+    """
+
+    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+        raise NotImplementedError
+
+    def describe(self, spec: Any, job: JobSpec) -> list[str]:
+        return []
+
+    def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
+        return []
 
 
 # -- torchrun command line ------------------------------------------------------------------

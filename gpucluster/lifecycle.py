@@ -386,7 +386,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
         check = Check.of(provider.leftovers(spec.name, run_id))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
         check = Check(unchecked=(f"leftover check: could not run ({_describe(exc)})",))
-    if not getattr(provider, "check_is_complete", False):
+    if not provider.check_is_complete:
         # the check cannot see everything a failed delete may have left (a tag sweep misses
         # untagged resources still in the stack): the failure itself leaves the verdict open
         check = check.with_unchecked(*not_run)

@@ -34,6 +34,14 @@ Provisioning (backends with `provisions`)
   dry_run(spec, **kw) -> dict           what `up`/`run` would declare, under Pulumi's mock runtime.
   capacity_attempts                     how many placements `up` tries when capacity runs out.
 
+Account scope (backends whose resources live in a named account, e.g. a GCP project)
+  with_project(spec, project, required) -> spec   the spec with the project it is made in,
+                                        resolved once (flag, spec option, environment, the SDK's
+                                        defaults) and stored in its options, so the program, the
+                                        scan and the ledger use the same one. Default: unchanged.
+  parse_project(text) -> str            a `--project` value checked for form (`down`, `cost
+                                        report`); the default refuses it.
+
 Launch transport
   make(**options) -> (provider, launcher)   the `Provider` (see `gpucluster.domain`) and the
                                         launcher that runs torchrun on its nodes.
@@ -159,6 +167,15 @@ class Backend:
 
     def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
         raise UsageError(f"--dry-run is not available for --cloud {self.name}")
+
+    # -- account scope ---------------------------------------------------------------------------
+    def with_project(self, spec: Any, project: str | None = None, *, required: bool = True) -> Any:
+        if project:
+            raise UsageError(f"--project {project} is not allowed with --cloud {self.name}")
+        return spec
+
+    def parse_project(self, text: str) -> str:
+        raise UsageError(f"--project {text} is not allowed with --cloud {self.name}")
 
     # -- launch transport ------------------------------------------------------------------------
     def make(self, **options: Any) -> tuple[Any, Any]:

@@ -21,7 +21,7 @@ from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionErro
 from gpucluster.infra.automation import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi_events import CapacityError
 from gpucluster.infra.registry import backend, provisioning
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, ProvisionEvents
+from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
 
 def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
     """Stack outputs (plain values, secrets included) -> `Cluster`, by the backend's own reader."""
@@ -58,7 +58,7 @@ class _Tracking:
             self.resource_deleted(kind, name, cloud_id)
 
 
-class PulumiProvider:
+class PulumiProvider(Provider):
     """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
 
     def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,

@@ -42,6 +42,19 @@ def priced() -> tuple[str, ...]:
     return tuple(b.name for b in all_backends() if b.priced)
 
 
+def accepting(flag: str) -> tuple[str, ...]:
+    """Names of the backends that accept the cloud-only option `flag` (e.g. "project")."""
+    return tuple(b.name for b in all_backends() if flag in b.flags)
+
+
+def project_id(text: str) -> str:
+    """A `--project` value checked for form by the backend that has projects (`down`, `cost report`)."""
+    owners = accepting("project")
+    if not owners:
+        raise UsageError(f"--project {text} is not allowed: no backend has projects")
+    return backend(owners[0]).parse_project(text)
+
+
 def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
     """(provider, launcher) for a cloud. Options: identity, known_hosts, remote_python (ssh and
     aws), ready_timeout (aws), start_deadline_s and spec_options (gcp)."""

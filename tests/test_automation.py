@@ -26,7 +26,7 @@ from gpucluster.infra.automation import PulumiDriver  # noqa: E402
 from gpucluster.infra.pulumi_events import CapacityError  # noqa: E402
 from gpucluster.infra.pulumi_provider import PulumiProvider  # noqa: E402
 from gpucluster.domain import Leftover  # noqa: E402
-from gpucluster.launch import JobResult, JobSpec, NodeResult  # noqa: E402
+from gpucluster.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.metrics import MetricsState  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
@@ -87,7 +87,7 @@ def verbs_after(fake, verb):
 
 
 # -- the happy path, through the real lifecycle -------------------------------------------------------
-class StubLauncher:
+class StubLauncher(Launcher):
     """Launch stub: records the cluster it was given; every node exits 0."""
 
     def __init__(self):

@@ -53,7 +53,7 @@ import json
 import os
 from pathlib import Path
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node
+from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, Provider
 
 STATE = Path(os.environ["TOY_CLOUD_STATE"])
 
@@ -66,7 +66,7 @@ def _save(nodes):
     STATE.write_text(json.dumps(nodes))
 
 
-class ToyProvider:
+class ToyProvider(Provider):
     cloud = "toy"
     check_is_complete = True
 

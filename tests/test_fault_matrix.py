@@ -29,7 +29,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, needs_torch  # noqa: E402
 from gpucluster.errors import ExitCode, ProvisionError  # noqa: E402
-from gpucluster.launch import JobSpec
+from gpucluster.domain import Provider
+from gpucluster.launch import JobSpec, Launcher
 from gpucluster.ledger import Ledger
 from gpucluster.lifecycle import execute
 from gpucluster.procs import run_processes
@@ -116,7 +117,7 @@ class FaultyEvents:
             self.fault()  # mid-training: processes are up and all-reducing
 
 
-class FaultyLauncher:
+class FaultyLauncher(Launcher):
     """The real launcher, handed the events wrapper above (no hook of its own)."""
 
     def __init__(self, inner, phase, fault):
@@ -126,7 +127,7 @@ class FaultyLauncher:
         return self.inner.launch(cluster, job, FaultyEvents(events, self.phase, self.fault), log_dir)
 
 
-class FaultyProvider:
+class FaultyProvider(Provider):
     """The real provider; the fault strikes as the lifecycle calls `up` (provision) or `down` (teardown)."""
 
     def __init__(self, inner, phase, fault):

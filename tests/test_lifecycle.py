@@ -1,5 +1,6 @@
 """Lifecycle rules that need no processes: a busy cluster is left alone, bugs still tear down."""
 
+from gpucluster.domain import Provider
 from gpucluster.errors import ClusterBusy, ExitCode
 from gpucluster.launch import JobSpec
 from gpucluster.ledger import Ledger
@@ -7,7 +8,7 @@ from gpucluster.lifecycle import execute
 from gpucluster.spec import ClusterSpec
 
 
-class BusyProvider:
+class BusyProvider(Provider):
     cloud = "aws"
 
     def __init__(self):
@@ -64,7 +65,7 @@ def test_report_says_why_teardown_was_skipped(tmp_path, monkeypatch):
     assert "NOT VERIFIED" not in text and "--keep" not in text
 
 
-class FailingDestroyProvider:
+class FailingDestroyProvider(Provider):
     """A cloud whose delete fails while its tag sweep finds nothing (issue 10 item 4): resources
     the failed `pulumi destroy` left may carry no tag, so the clean sweep proves nothing."""
 

@@ -37,6 +37,16 @@ class GcpBackend(Backend):
 
         return system_pool(spec)
 
+    def with_project(self, spec: Any, project: str | None = None, *, required: bool = True) -> Any:
+        from .access import spec_with_project
+
+        return spec_with_project(spec, project, required=required)
+
+    def parse_project(self, text: str) -> str:
+        from .access import resolve_project
+
+        return resolve_project(text, None, env={})[0]  # checks the ID's form
+
     def scan_scope(self, spec: dict[str, Any] | None) -> dict[str, Any]:
         spec = spec or {}
         project = spec.get("project") or dict(spec.get("options") or {}).get("project")

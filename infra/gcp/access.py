@@ -239,15 +239,7 @@ def v100_quota(project: str, region: str, *, compute: Any = None, credentials: A
 
 def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
     """The spec with the resolved GCP project in its options (`project`, `projectSource`), so the program,
-    the tag scan and the ledger (the spec is stored with the run) all use the same one. `--project` given
-    for another cloud is refused; other clouds' specs pass through unchanged."""
-    from gpucluster.errors import UsageError
-
-    if spec.cloud != "gcp":
-        if flag:
-            raise UsageError(f"--project {flag} is not allowed with --cloud {spec.cloud}: it names a GCP project "
-                             "(use it with --cloud gcp)")
-        return spec
+    the tag scan and the ledger (the spec is stored with the run) all use the same one."""
     project, source = resolve_project(flag or spec.option("project"), None, required=required)
     if project is None:
         return spec

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed, require
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
 from gpucluster.supervisor import NodeSupervisor
 
 from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
@@ -324,7 +324,7 @@ class _Created:
                     self.errors.append(f"{kind} {ns}/{name}: {exc}")
 
 
-class KubernetesLauncher:
+class KubernetesLauncher(Launcher):
     """`Launcher` for clusters reached through the Kubernetes API (GKE)."""
 
     def __init__(

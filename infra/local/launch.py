@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, node_env, program_args, torchrun_argv
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
 
@@ -111,7 +111,7 @@ def reaper_argv(python: str, grace: float) -> list[str]:
     return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", "--"]
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         self.python = python or sys.executable
         self.cwd = cwd

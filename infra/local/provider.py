@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, ProvisionEvents
+from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, Provider, ProvisionEvents
 
 LOCALHOST = "127.0.0.1"
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     cloud = "local"
     # the leftover check scans every process on this machine for the run id: it sees all a run made
     check_is_complete = True

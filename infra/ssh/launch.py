@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, node_env, program_args, torchrun_argv
+from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor
 
 from .session import NodeReadiness, Session, node_label, sh
@@ -57,7 +57,7 @@ _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhosts
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
 
-class SshLauncher:
+class SshLauncher(Launcher):
     """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
 
     identity: private key file (`ssh -i`, IdentitiesOnly); default: the cluster's own key when it

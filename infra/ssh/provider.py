@@ -23,7 +23,7 @@ from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Node, ProvisionEvents
+from gpucluster.domain import Check, Cluster, ClusterStatus, Node, Provider, ProvisionEvents
 
 HOST_FORMAT = "[user@]host[:port], e.g. ubuntu@10.0.0.5 or ubuntu@gpu1.example.com:2222"
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
@@ -157,7 +157,7 @@ def validate_spec(spec: Any) -> list[str]:
     return warnings
 
 
-class SshProvider:
+class SshProvider(Provider):
     """Provider for existing machines: nothing to create, nothing to delete, processes to check.
 
     `launcher`: the `SshLauncher` that runs the jobs; `leftovers` then reaches the hosts the way
