@@ -1,0 +1,101 @@
+"""The layout rules of issue 11, checked on the whole source tree by reading it (`ast`):
+
+- outside the backend packages (`infra/<name>/`) and the registry, no module compares a cloud's
+  name (`cloud == "aws"`, `cloud in ("local", "ssh")`, `"gcp" in clouds`) nor imports a backend
+  package: the core and the CLI reach backends through `infra/registry.py` and the contract;
+- every hook shared code calls on a backend (`backend(name).X`) is declared by the contract's
+  `Backend` base class, so nothing needs probing with `getattr`;
+- no source file is over about 500 lines;
+- the registry and every backend package import no cloud SDK or torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucluster.infra.contract import Backend
+from gpucluster.infra.registry import NAMES, PACKAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_DIRS = ("gpucluster", "infra", "cli", "stacks", "workloads")
+BACKEND_DIRS = {ROOT / "infra" / name for name in NAMES}
+SHARED = sorted(p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py")
+                if not any(parent in BACKEND_DIRS for parent in p.parents) and p.name != "registry.py")
+ALL_SOURCE = sorted(p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py"))
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
+def _names_a_cloud(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_cloud(e) for e in node.elts)
+    return False
+
+
+def cloud_comparisons(tree: ast.AST) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Compare)
+            and any(_names_a_cloud(x) for x in [n.left, *n.comparators])]
+
+
+def backend_imports(tree: ast.AST) -> list[str]:
+    out = []
+    for n in ast.walk(tree):
+        mods = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+            [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+        if isinstance(n, ast.ImportFrom) and n.module == "gpucluster.infra":
+            mods = [f"gpucluster.infra.{a.name}" for a in n.names]
+        out += [m for m in mods if any(m == p or m.startswith(p + ".") for p in PACKAGES.values())]
+    return out
+
+
+def test_the_checks_see_what_they_are_meant_to_catch():
+    tree = ast.parse('if cloud == "aws" or c in ("local", "ssh") or "gcp" in clouds: pass\n'
+                     'from gpucluster.infra.aws.catalog import DEFAULT_REGION\n'
+                     'from gpucluster.infra import gcp\nimport gpucluster.infra.ssh.launch\n')
+    assert cloud_comparisons(tree) == [1, 1, 1]
+    assert backend_imports(tree) == ["gpucluster.infra.aws.catalog", "gpucluster.infra.gcp",
+                                     "gpucluster.infra.ssh.launch"]
+    assert cloud_comparisons(ast.parse('if kind == "instance" or name == "gpucluster": pass')) == []
+
+
+@pytest.mark.parametrize("path", SHARED, ids=_rel)
+def test_shared_modules_never_name_a_cloud_in_a_branch_nor_import_a_backend(path):
+    tree = ast.parse(path.read_text())
+    assert cloud_comparisons(tree) == [], f"{_rel(path)} branches on a cloud's name"
+    assert backend_imports(tree) == [], f"{_rel(path)} imports a backend package (use the registry)"
+
+
+def test_every_hook_called_through_the_registry_is_declared_by_the_contract():
+    called = set()
+    for path in ALL_SOURCE:
+        for n in ast.walk(ast.parse(path.read_text())):
+            # backend(x).hook / self.backend.hook / b.hook for b in all_backends()
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call) and \
+                    getattr(n.value.func, "id", None) == "backend":
+                called.add((n.attr, _rel(path), n.lineno))
+    assert called, "no backend(...).hook call found: the scan is broken"
+    missing = sorted(c for c in called if not hasattr(Backend, c[0]))
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", ALL_SOURCE, ids=_rel)
+def test_no_source_file_is_over_about_500_lines(path):
+    assert len(path.read_text().splitlines()) <= 500
+
+
+def test_registry_and_backend_packages_import_no_sdk():
+    code = ("import sys; from gpucluster.infra.registry import all_backends; "
+            "[(b.name, b.flags, b.provisions) for b in all_backends()]; "
+            "heavy = ('torch', 'boto3', 'pulumi', 'pulumi_aws', 'pulumi_gcp', 'google.cloud', 'kubernetes', 'rich'); "
+            "print([m for m in heavy if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
