@@ -303,8 +303,9 @@ def write_report(outdir: Path | str, summary: Sequence[Any], findings: Sequence[
     md += [_md_table(SUMMARY_HEADERS, summary_rows(summary)), ""]
     md += ["Efficiency: global samples/s at N nodes / (N / N_base x samples/s at N_base), N_base the smallest "
            f"size of the same GPUs-per-node group; below {threshold:g} is flagged. Medians, (min-max) over repeats.", ""]
-    phase_names = [p for p in ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
-                   if any(p in r.phases for r in summary)]
+    from gpucluster.ledger_schema import PHASES
+
+    phase_names = [p for p in PHASES if any(p in r.phases for r in summary)]
     if phase_names:
         md += ["## Wall time per phase (median seconds)", ""]
         md += [_md_table(["nodes", "GPUs/node", *phase_names],

@@ -50,6 +50,15 @@ def reserved_tag_error(key: str, where: str = "tag") -> str:
             "created (teardown check, gc); choose another key")
 
 
+def dns_label(text: str, limit: int = 63, prefix: str = "g-") -> str:
+    """`text` as a DNS-1035 label (lowercase a-z0-9 and '-', starting with a letter, no '--' runs,
+    at most `limit` characters): cluster names from stack names, Kubernetes object names."""
+    name = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", str(text).lower())).strip("-")
+    if not name or not name[0].isalpha():
+        name = prefix + name
+    return name[:limit].rstrip("-")
+
+
 def new_run_id() -> str:
     """Sortable, unique, short, valid as a tag value, a GCP label and a torchrun rdzv id."""
     return time.strftime("r%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
 from gpucluster.errors import ConfigError, SpecError, UsageError, not_allowed
-from gpucluster.spec import ClusterSpec, config_scalar, config_tags, parse_bool, parse_int
+from gpucluster.spec import ClusterSpec, config_scalar, config_tags, dns_label, parse_bool, parse_int
 
 NAMESPACE = "gpucluster"
 
@@ -56,11 +56,7 @@ ConfigSource = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]]
 
 def sanitize_name(stack_name: str) -> str:
     """A stack name as a cluster name: lowercase, [a-z0-9-], starts with a letter, <= 40 chars."""
-    name = re.sub(r"[^a-z0-9-]+", "-", stack_name.lower()).strip("-")
-    name = re.sub(r"-{2,}", "-", name)
-    if not name or not name[0].isalpha():
-        name = "gc-" + name
-    return name[:40].rstrip("-") or "gpucluster"
+    return dns_label(stack_name, 40, prefix="gc-") or "gpucluster"
 
 
 def _option_text(value: Any) -> str:

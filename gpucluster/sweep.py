@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.ledger import Ledger
+from gpucluster.ledger_schema import PHASES
 
-PHASE_ORDER = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
 
 
 def new_sweep_id() -> str:
@@ -299,7 +299,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> list[SizeResult]:
     results = []
     for (gpn, nodes), facts in sorted(groups.items()):
         ok = [f for f in facts if f.status == "succeeded"]
-        phase_names = [p for p in PHASE_ORDER if any(p in f.phases for f in ok)]
+        phase_names = [p for p in PHASES if any(p in f.phases for f in ok)]
         epochs = Stat.of(f.epochs for f in ok)
         per_epoch = [f.cost_usd / f.epochs for f in ok if f.cost_usd is not None and f.epochs]
         results.append(SizeResult(

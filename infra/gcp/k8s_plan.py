@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
+from gpucluster.spec import dns_label
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
@@ -98,12 +99,9 @@ if rank != 0:
 
 
 def dns_name(text: str, limit: int = 52) -> str:
-    """A DNS-1035 label from `text` (lowercase, a-z0-9-, starts with a letter), short enough that
-    `<name>-<index>` and `<name>-worker-<index>` stay within 63 characters."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    if not name or not name[0].isalpha():
-        name = "g-" + name
-    return name[:limit].rstrip("-")
+    """A DNS-1035 label from `text`, short enough that `<name>-<index>` and `<name>-worker-<index>`
+    stay within 63 characters."""
+    return dns_label(text, limit, prefix="g-")
 
 
 @dataclass(frozen=True)
