@@ -111,6 +111,17 @@ def test_without_pynvml_installed(monkeypatch):
     assert meter.read() == [] and "not installed" in meter.error
 
 
+def test_cpu_meter_called_twice_within_one_clock_tick_repeats_its_last_reading(monkeypatch):
+    # /proc/stat counts in USER_HZ ticks (10 ms): a sample taken on stop right after a periodic
+    # one (seen under load) saw no tick and reported None, which the record's readers call "unknown"
+    ticks = iter([(1000.0, 900.0), (1100.0, 950.0), (1100.0, 950.0), (1200.0, 1000.0)])
+    monkeypatch.setattr(sampler_mod.CpuMeter, "_times", staticmethod(lambda: next(ticks)))
+    meter = sampler_mod.CpuMeter()
+    assert meter.percent() == 50.0
+    assert meter.percent() == 50.0  # no tick since: the last reading, not None
+    assert meter.percent() == 50.0  # measured from the last tick that moved
+
+
 def test_thread_samples_at_the_interval_and_once_on_stop(fake_nvml):
     recs, emit = collect()
     s = Sampler(node_rank=1, interval=0.1, emit_fn=emit).start()

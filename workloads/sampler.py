@@ -65,6 +65,7 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self._last = self._times()
+        self._previous: float | None = None
 
     @staticmethod
     def _times() -> tuple[float, float] | None:
@@ -89,11 +90,15 @@ class CpuMeter:
 
     def percent(self) -> float | None:
         now = self._times()
-        last, self._last = self._last, now
-        if now is None or last is None:
+        if now is None or self._last is None:
+            self._last = now
             return None
-        total, idle = now[0] - last[0], now[1] - last[1]
-        return round(100.0 * (total - idle) / total, 1) if total > 0 else None
+        total, idle = now[0] - self._last[0], now[1] - self._last[1]
+        if total <= 0:  # no clock tick (10 ms) since the previous call: keep measuring from there
+            return self._previous
+        self._last = now
+        self._previous = round(100.0 * (total - idle) / total, 1)
+        return self._previous
 
 
 # -- GPU ------------------------------------------------------------------------------------
