@@ -522,3 +522,44 @@ def test_show_ambiguous_prefix_lists_the_matches(home):
     assert ok.returncode == 0 and "r20261122-000002-bbbbbb" in ok.stdout, ok.stderr
     logs = run_cli("logs", "r2026112")
     assert_clean_refusal(logs, "is ambiguous")
+
+
+# -- --data and --setup (issue 14): refused before anything is created ------------------------
+@pytest.mark.parametrize("value,needles", [
+    ("no-such-folder-xyz", ["'no-such-folder-xyz'", "does not exist"]),
+    ("README.md", ["'README.md'", "is a file, not a folder"]),
+    ("tests:/abs/dest", ["'/abs/dest'", "relative path", "'..'"]),
+    ("tests:../up", ["'../up'", "relative path"]),
+    ("tests:a/../../b", ["'a/../../b'", "relative path"]),
+    ("tests:", ["''", "relative path"]),
+    ("s3://bucket/prefix", ["'s3://bucket/prefix'", "not supported yet", "local folder"]),
+    ("gs://bucket/prefix", ["'gs://bucket/prefix'", "not supported yet"]),
+])
+def test_bad_data(home, value, needles):
+    r = run_cli("run", "--nodes", "2", "--data", value)
+    assert_clean_refusal(r, "--data", *needles)
+    assert_no_run_recorded(home)
+
+
+def test_duplicate_data_dest(home):
+    r = run_cli("run", "--nodes", "2", "--data", "tests:inputs", "--data", "docs:inputs")
+    assert_clean_refusal(r, "'docs:inputs'", "'inputs'", "overlaps", "own DEST")
+    assert_no_run_recorded(home)
+    # two folders of the same name get the same default DEST (data/NAME)
+    r = run_cli("run", "--nodes", "2", "--data", "tests/fixtures", "--data", "tests/fixtures")
+    assert_clean_refusal(r, "'data/fixtures'", "own DEST")
+    assert_no_run_recorded(home)
+
+
+def test_empty_setup(home):
+    r = run_cli("run", "--nodes", "2", "--setup", "  ")
+    assert_clean_refusal(r, "--setup", "non-empty shell command")
+    assert_no_run_recorded(home)
+
+
+def test_data_and_setup_refused_on_gcp(home):
+    r = run_cli("run", "--cloud", "gcp", "--nodes", "2", "--data", "tests", "--yes")
+    assert_clean_refusal(r, "--data", "--cloud gcp", "local or ssh or aws")
+    r = run_cli("run", "--cloud", "gcp", "--nodes", "2", "--setup", "true", "--yes")
+    assert_clean_refusal(r, "--setup", "--cloud gcp")
+    assert_no_run_recorded(home)
