@@ -211,13 +211,15 @@ class SshLauncher(Launcher):
     def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         """`--dry-run`: the exact command line (environment included) each node would run, given
         the nodes' private IPs; `~` stands for the remote user's home."""
-        _, program = user_program(job, self.python)
+        code_dir, program = user_program(job, self.python)
         out = []
         for rank, ip in enumerate(private_ips):
             node_dir = f"{self.remote_dir.rstrip('/')}/{job.run_id}/node-{rank}"
             argv = self.node_argv(job, program, node_dir, nnodes=len(private_ips), node_rank=rank,
                                   rdzv_host=private_ips[0], local_addr=ip)
+            argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
             env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node)
+            env.update(data_env(self._data_dirs(job, node_dir, code_dir is not None)))
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
 
