@@ -46,6 +46,6 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     if commands:
         out.print("per-node commands (private IPs are the mocks'):")
         for rank, cmd in enumerate(commands):
-            out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True)
+            out.print(f"  node {rank}: {cmd}", highlight=False, soft_wrap=True, markup=False)
     out.print("nothing was created (dry run)")
     return 0

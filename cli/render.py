@@ -120,7 +120,12 @@ class RichRunUI:
                 if record.get(k) is not None:
                     self.state[k] = record[k]
             self._refresh()
-        if self.quiet or record.get("kind") in ("util", "step", "worker_start"):
+        if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end"):
+            return  # setup: the node's own marked lines say it
+        if record.get("kind") == "stage":
+            self._print(node_rank, Text(f"data staged: {record.get('files')} file(s), {fmt_bytes(record.get('bytes', 0))}"
+                                        f"; sent {fmt_bytes(record.get('sent_bytes', 0))} in "
+                                        f"{fmt_secs(record.get('seconds'))}", style="bold"))
             return
         if record.get("kind") == "final" and record.get("rank") not in (0, None):
             return
@@ -140,6 +145,14 @@ class RichRunUI:
         self._refresh()
         if not self.live and not self.quiet and text.startswith("all "):
             self.console.print(Text(text), highlight=False)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def phase_rows(run: dict[str, Any]) -> list[tuple[str, float | None, str]]:
@@ -170,6 +183,21 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
     for name, dur, st in phase_rows(run):
         t.add_row(name, fmt_secs(dur), st)
     console.print(t)
+
+    staged = run.get("staging") or []
+    if staged:
+        sent, total = sum(r.get("sent_bytes", 0) for r in staged), sum(r.get("bytes", 0) for r in staged)
+        console.print(f"data: {staged[0].get('files', 0)} file(s), {fmt_bytes(staged[0].get('bytes', 0))} on each of "
+                      f"{len(staged)} node(s); sent {fmt_bytes(sent)} ({100 * sent / total if total else 0:.1f}% of "
+                      f"{fmt_bytes(total)}; the rest was in the nodes' cache), slowest node "
+                      f"{fmt_secs(max(r.get('seconds', 0) for r in staged))}", highlight=False)
+    setups = run.get("setup") or []
+    if setups:
+        ok = [r for r in setups if r.get("rc") == 0]
+        console.print(f"setup: {len(ok)} of {run['nodes']} node(s) succeeded"
+                      + (f", slowest {fmt_secs(max(r.get('seconds', 0) for r in ok))}" if ok else "")
+                      + "".join(f"; node {r['node_rank']} failed with exit code {r['rc']}"
+                                for r in setups if r.get("rc") != 0), highlight=False)
 
     m = run.get("metrics") or {}
     if m:

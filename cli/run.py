@@ -52,6 +52,12 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--start-deadline", default="20", show_default=True,
               help="gcp: minutes every pod may take to be running (GPU nodes, driver, image); past it the run "
                    "fails with the scheduler's reason.")
+@click.option("--data", "data", multiple=True, metavar="SRC[:DEST]",
+              help="A local folder staged to every node (repeatable); the first is $GPUCLUSTER_DATA. DEST: relative "
+                   "to the job's working directory [default: data/BASENAME]. local: used in place, read-only.")
+@click.option("--setup", "setup", multiple=True, metavar="CMD",
+              help="Shell command run on every node before training, in the job's folder and environment "
+                   "(repeatable, run in order), e.g. --setup 'pip install -r requirements.txt'.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -59,8 +65,8 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
-        identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, keep, yes, quiet,
-        as_json, command):
+        identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, data, setup, keep,
+        yes, quiet, as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -107,6 +113,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     wl_args = workload_argv(workload, workload_args, epochs, command)
     if command:
         check_command(command)
+    from gpucluster.staging import parse_data, parse_setup
+
+    mounts, setup_cmds = parse_data(data), parse_setup(setup)
     check_ssh_files(identity, known_hosts)
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,
@@ -133,7 +142,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
                       workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
                       max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
-                      max_seconds=limit * 60 if limit else None)
+                      max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts)
         _plan(out, spec, job, nproc)
         from gpucluster.cli.dryrun import print_dry_run
 
@@ -153,7 +162,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                   max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
                   max_seconds=limit * 60 if limit else None,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
-                      "threads per process", threads_per_proc, low=1, high=1024))
+                      "threads per process", threads_per_proc, low=1, high=1024),
+                  setup=setup_cmds, data=mounts)
 
     estimate = _plan(out, spec, job, nproc)
     # e.g. the image, the data and what is shipped; its errors come before anything exists
@@ -204,6 +214,8 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
         gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
         line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"
     out.print(f"[bold]plan[/bold]: {line}, run {job.run_id}: {what}", highlight=False)
+    for cmd in job.setup:
+        out.print(f"  setup: {cmd}", highlight=False)
     snapshot = None
     try:
         from gpucluster import cost

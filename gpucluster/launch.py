@@ -57,6 +57,8 @@ class JobSpec:
     max_seconds: float | None = None
     env: tuple[tuple[str, str], ...] = ()
     threads_per_proc: int | None = None  # OMP/MKL threads per worker; None = torchrun's default
+    setup: tuple[str, ...] = ()  # --setup: shell commands run on every node before torchrun
+    data: tuple[Any, ...] = ()  # --data: gpucluster.staging.DataMount, staged to every node
 
     @property
     def display(self) -> str:

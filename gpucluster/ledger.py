@@ -353,6 +353,9 @@ class Ledger:
             {**dict(r), "detail": _loads(r["detail"]), "confirmed_gone": bool(r["confirmed_gone"])}
             for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))
         ]
+        # --data and --setup per node (metric records the launchers wrote): `show` and --json read them
+        run["staging"] = self.metrics(rid, "stage")
+        run["setup"] = self.metrics(rid, "setup_end")
         if with_metrics:
             run["metric_records"] = self.metrics(rid)
         return run

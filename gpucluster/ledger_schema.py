@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-PHASES = ("prepare", "provision", "ready", "rendezvous", "train", "teardown")
+PHASES = ("prepare", "provision", "ready", "stage", "setup", "rendezvous", "train", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted")
 
 MIGRATIONS: list[tuple[int, str]] = [

@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from gpucluster.errors import LaunchError
 from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
 from gpucluster.metrics import MetricsState, parse_line
+from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause)
 
@@ -46,6 +48,8 @@ class NodeSupervisor:
         self._open_streams = 0
         self.train_started_at: float | None = None
         self.rendezvous_started_at: float | None = None
+        self.setup_done: set[int] = set()  # nodes whose --setup succeeded
+        self._release: Callable[[], None] | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -135,11 +139,29 @@ class NodeSupervisor:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
             # is started through the announcer, whose record says the worker process exists.
+            if record.get("kind") == SETUP_END and record.get("rc") == 0:
+                self._setup_ok(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
                 self.train_started_at = time.time()
                 self.events.on_phase("train")
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
+
+    def _setup_ok(self, node_rank: int) -> None:
+        """A node's --setup succeeded; once every node's has, rendezvous begins: the launcher's
+        `release` lets the nodes start torchrun together."""
+        self.setup_done.add(node_rank)
+        if len(self.setup_done) == len(self.hosts) and self._release is not None:
+            release, self._release = self._release, None
+            self.events.on_phase("rendezvous")
+            self.rendezvous_started_at = time.time()
+            release()
+
+    def _setup_failure(self, rank: int, code: int) -> str:
+        lines = [ln for ln in self.tail(rank) if "@gpucluster-metric" not in ln and ln.strip()]
+        last = " | ".join(ln.strip()[:200] for ln in lines[-5:])
+        return (f"setup failed on node {rank} ({self.hosts[rank]}): exit code {code}"
+                + (f"; last lines: {last}" if last else ""))
 
     def tail(self, node_rank: int) -> list[str]:
         tail = self._tails.get(node_rank)
@@ -150,26 +172,39 @@ class NodeSupervisor:
         self.console.close()
 
     def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None],
-            watch: Callable[[], str | None] | None = None) -> JobResult:
+            watch: Callable[[], str | None] | None = None,
+            release: Callable[[], None] | None = None) -> JobResult:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
 
         `watch`, when given, is asked every loop for a failure of something beside the nodes
-        (e.g. the launcher's rendezvous store); a string ends the run as that failure."""
-        self.rendezvous_started_at = time.time()
+        (e.g. the launcher's rendezvous store); a string ends the run as that failure.
+        With a job `setup`, the run starts in the "setup" phase (which counts against the time
+        limit) and `release()` is called once every node has reported its setup done; an
+        exception from it ends the run as a failure."""
+        setup = bool(self.job.setup)
+        self._release = release if setup else None
+        self.rendezvous_started_at = None if setup else time.time()
         deadline = time.monotonic() + self.job.max_seconds if self.job.max_seconds else None
         exit_codes: dict[int, int | None] = {}
         failure: str | None = None
         failed_node: int | None = None
         timed_out = False
         try:
-            self.events.on_phase("rendezvous")
+            self.events.on_phase("setup" if setup else "rendezvous")
             while True:
-                self._drain(0.2)
+                try:
+                    self._drain(0.2)
+                except LaunchError as exc:  # the release of the nodes after setup failed
+                    failure = failure or str(exc)
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode
                         if proc.returncode != 0 and failure is None:
                             failed_node = rank
+                            if setup and rank not in self.setup_done:
+                                self._drain(0)  # the node's last lines
+                                failure = self._setup_failure(rank, proc.returncode)
+                                continue
                             failure = f"node {rank} ({self.hosts[rank]}) exited with code {proc.returncode}"
                             cause = root_cause(self.tail(rank))
                             if cause:

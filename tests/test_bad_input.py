@@ -305,7 +305,8 @@ def _flag_cases():
               "--hosts": ["--hosts", "u@127.0.0.2"], "--identity": ["--identity", "ID"],
               "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"],
               "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"],
-              "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"]}
+              "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"],
+              "--data": ["--data", "tests"], "--setup": ["--setup", "true"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
                   "--ssh-cidr", "--tag", "--keep"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
@@ -315,7 +316,8 @@ def _flag_cases():
     cases += [("aws", values[f]) for f in ("--project", "--start-deadline")]
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
-                                           "--max-lifetime", "--ready-timeout")]
+                                           "--max-lifetime", "--ready-timeout",
+                                           "--data", "--setup")]  # issue 14: not supported on gcp yet
     return cases
 
 
@@ -522,3 +524,36 @@ def test_show_ambiguous_prefix_lists_the_matches(home):
     assert ok.returncode == 0 and "r20261122-000002-bbbbbb" in ok.stdout, ok.stderr
     logs = run_cli("logs", "r2026112")
     assert_clean_refusal(logs, "is ambiguous")
+
+
+# -- --data and --setup (issue 14): refused before anything is created ------------------------
+@pytest.mark.parametrize("value,needles", [
+    ("no-such-folder-xyz", ["'no-such-folder-xyz'", "does not exist"]),
+    ("README.md", ["'README.md'", "is a file, not a folder"]),
+    ("tests:/abs/dest", ["'/abs/dest'", "relative path", "'..'"]),
+    ("tests:../up", ["'../up'", "relative path"]),
+    ("tests:a/../../b", ["'a/../../b'", "relative path"]),
+    ("tests:", ["''", "relative path"]),
+    ("s3://bucket/prefix", ["'s3://bucket/prefix'", "not supported yet", "local folder"]),
+    ("gs://bucket/prefix", ["'gs://bucket/prefix'", "not supported yet"]),
+])
+def test_bad_data(home, value, needles):
+    r = run_cli("run", "--nodes", "2", "--data", value)
+    assert_clean_refusal(r, "--data", *needles)
+    assert_no_run_recorded(home)
+
+
+def test_duplicate_data_dest(home):
+    r = run_cli("run", "--nodes", "2", "--data", "tests:inputs", "--data", "docs:inputs")
+    assert_clean_refusal(r, "'docs:inputs'", "'inputs'", "overlaps", "own DEST")
+    assert_no_run_recorded(home)
+    # two folders of the same name get the same default DEST (data/NAME)
+    r = run_cli("run", "--nodes", "2", "--data", "tests/fixtures", "--data", "tests/fixtures")
+    assert_clean_refusal(r, "'data/fixtures'", "own DEST")
+    assert_no_run_recorded(home)
+
+
+def test_empty_setup(home):
+    r = run_cli("run", "--nodes", "2", "--setup", "  ")
+    assert_clean_refusal(r, "--setup", "non-empty shell command")
+    assert_no_run_recorded(home)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +23,7 @@ from gpucluster.errors import LaunchError
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
+from gpucluster.staging import GO_FILE, data_env, setup_wrapped
 
 
 def free_port() -> int:
@@ -117,12 +120,18 @@ class LocalLauncher(Launcher):
         self.cwd = cwd
         self.grace = grace
 
+    def describe(self, spec, job: JobSpec) -> list[str]:
+        return [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
+
     def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
         job = replace(job, rdzv_port=free_port())
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
         program = program_args(job)
+        # --setup: the nodes wait for this file (created once every node's setup succeeded)
+        go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
+        go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
         supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes])
         procs: dict[int, subprocess.Popen] = {}
         samplers: list[subprocess.Popen] = []
@@ -155,10 +164,11 @@ class LocalLauncher(Launcher):
                                      store_on_head=False)
                 # torchrun runs under the node supervisor: a child subreaper that stops whatever
                 # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
-                argv = reaper_argv(self.python, self.grace) + argv
+                argv = reaper_argv(self.python, self.grace) + setup_wrapped(argv, job.setup, go_file)
                 env = dict(os.environ)
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node))
+                env.update(data_env([m.src for m in job.data]))  # local: the folders in place
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))
@@ -185,10 +195,21 @@ class LocalLauncher(Launcher):
         except OSError as exc:
             stop()
             supervisor.close()
+            _remove(go_dir)
             what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
             raise LaunchError(f"could not start {what}: {exc}") from None
         except BaseException:
             stop()
             supervisor.close()
+            _remove(go_dir)
             raise
-        return supervisor.run(procs, stop, watch=store[0].failure)
+        try:
+            return supervisor.run(procs, stop, watch=store[0].failure,
+                                  release=lambda: open(go_file, "x").close() if go_file else None)
+        finally:
+            _remove(go_dir)
+
+
+def _remove(folder: str | None) -> None:
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)

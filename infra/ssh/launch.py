@@ -47,7 +47,10 @@ from gpucluster.reaper import nested_grace
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor
 
+from gpucluster.staging import GO_FILE, data_env, setup_wrapped
+
 from .session import NodeReadiness, Session, node_label, sh
+from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
@@ -66,6 +69,7 @@ class SshLauncher(Launcher):
         system one). Host keys pinned on the nodes (`Node.host_keys`) are always trusted for them.
     ssh_options: extra `Key=Value` OpenSSH options (e.g. "ProxyJump=bastion").
     remote_dir: where run folders go on the nodes ("~/" is the remote user's home).
+    data_cache: the `--data` cache on the nodes (default ~/.cache/gpucluster/data).
     python: the Python on the nodes that has torch (a name on the remote PATH or a full path,
         e.g. /opt/conda/bin/python).
     """
@@ -83,6 +87,7 @@ class SshLauncher(Launcher):
         python: str = "python3",
         ready_timeout: float = 600.0,
         diagnose: Callable[[Any, Any], str | None] | None = None,
+        data_cache: str = CACHE_DIR,
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -94,6 +99,7 @@ class SshLauncher(Launcher):
                 raise ConfigError(f"ssh option {opt!r} is not allowed: host key checking, batch mode and "
                                   "connection sharing are set by gpucluster (give keys with --known-hosts)")
         self.remote_dir = remote_dir
+        self.data_cache = data_cache  # --data: the content-addressed cache on every node (see stage.py)
         self.connect_timeout = int(connect_timeout)
         self.grace = float(grace)
         self.ssh = ssh
@@ -130,6 +136,10 @@ class SshLauncher(Launcher):
                         events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
                 try:
                     session.ship(bundle, dirs)
+                    if job.data:  # its own phase: time in the phases, bytes in a `stage` record per node
+                        events.on_phase("stage")
+                        stage(session, job, {r: self._data_dirs(job, d, code_dir is not None) for r, d in dirs.items()},
+                              events)
                     return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
                 finally:
                     cleaned = session.remove_dirs(dirs)
@@ -201,15 +211,26 @@ class SshLauncher(Launcher):
     def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         """`--dry-run`: the exact command line (environment included) each node would run, given
         the nodes' private IPs; `~` stands for the remote user's home."""
-        _, program = user_program(job, self.python)
+        code_dir, program = user_program(job, self.python)
         out = []
         for rank, ip in enumerate(private_ips):
             node_dir = f"{self.remote_dir.rstrip('/')}/{job.run_id}/node-{rank}"
             argv = self.node_argv(job, program, node_dir, nnodes=len(private_ips), node_rank=rank,
                                   rdzv_host=private_ips[0], local_addr=ip)
+            argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
             env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node)
+            env.update(data_env(self._data_dirs(job, node_dir, code_dir is not None)))
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
+
+    def describe(self, spec: Any, job: JobSpec) -> list[str]:
+        return [f"data: {m.src} -> {m.dest} on every node (sends only what the node's cache lacks)" for m in job.data]
+
+    @staticmethod
+    def _data_dirs(job: JobSpec, node_dir: str, has_code: bool) -> list[str]:
+        """Each --data folder's absolute path on a node (DEST under the job's working directory)."""
+        cwd = f"{node_dir}/code" if has_code else node_dir
+        return [f"{cwd}/{m.dest}" for m in job.data]
 
     def _base(self, home: str | None) -> str:
         base = self.remote_dir.rstrip("/")
@@ -231,12 +252,19 @@ class SshLauncher(Launcher):
             session.kill_run(job.run_id, dirs)
             _stop_local(procs)
 
+        def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere
+            errors = [err for _, err in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{GO_FILE}")) if err]
+            if errors:
+                raise LaunchError("; ".join(errors))
+
         try:
             for node in nodes:
                 node_dir = dirs[node.rank]
                 argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
                                       rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
+                env.update(data_env(self._data_dirs(job, node_dir, has_code)))
+                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
                 cwd = f"{node_dir}/code" if has_code else node_dir
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
@@ -259,7 +287,7 @@ class SshLauncher(Launcher):
         except BaseException:
             stop()
             raise
-        return supervisor.run(procs, stop)
+        return supervisor.run(procs, stop, release=release)
 
 
 def _stop_local(procs: dict[int, subprocess.Popen]) -> None:

@@ -326,6 +326,17 @@ class Session:
         if errors:
             raise LaunchError("; ".join(errors))
 
+    def touch(self, node: Any, path: str) -> tuple[None, str | None]:
+        """(None, problem or None): create an empty file on a node."""
+        try:
+            cp = self.run(node, f"touch {shlex.quote(path)}", timeout=30)
+        except LaunchError as exc:
+            return None, str(exc)
+        if cp.returncode != 0:
+            return None, f"node {node.rank} ({node_label(node)}): touch failed: " + cp.stderr.decode(
+                "utf-8", "replace").strip()[-200:]
+        return None, None
+
     def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
               grace: float) -> tuple[dict[str, str], None]:
         """({pid: command line}, None): the run's processes on the node ("list"), or those that

@@ -1,0 +1,147 @@
+"""Data in and setup commands: `--data SRC[:DEST]` parsed and checked before anything starts, the
+manifest of a data folder (relative path, sha256, size, mode of every file), and the node-side
+setup wrapper every launcher puts in front of torchrun when `--setup` is given.
+
+Data: SRC is a local folder. DEST (default `data/<basename of SRC>`) is a relative path under the
+job's working directory on each node. The first `--data` is exposed as `GPUCLUSTER_DATA`, all of
+them as `GPUCLUSTER_DATA_DIRS` (os.pathsep-separated, in the order given). The local backend uses
+SRC in place (no copy; the job must only read it); the ssh launcher (ssh and aws) copies it
+through a content-addressed cache on every node (`infra/ssh/stage.py`).
+
+Setup: each `--setup CMD` is run by `sh -c` on every node, in order, in the job's working
+directory and with the job's environment, before torchrun starts; the first failure ends the
+node (and so the run). The nodes start torchrun together, once every node's setup has succeeded
+(a barrier file the launcher creates), so a slow setup on one node cannot time out the
+rendezvous of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from gpucluster.errors import UsageError
+
+SETUP_START, SETUP_END = "setup_start", "setup_end"  # metric record kinds printed by the wrapper
+STAGE_KIND = "stage"  # metric record per node: files, bytes, bytes sent, seconds
+GO_FILE = "setup-go"  # the barrier: torchrun starts once the launcher has created it
+_URL_PREFIXES = ("s3://", "gs://")
+
+
+@dataclass(frozen=True)
+class DataMount:
+    src: str  # absolute local folder
+    dest: str  # relative POSIX path under the job's working directory on a node
+
+    @property
+    def spec(self) -> str:
+        return f"{self.src}:{self.dest}"
+
+
+def parse_data(values: Sequence[str]) -> tuple[DataMount, ...]:
+    """Repeatable `--data SRC[:DEST]` -> mounts; UsageError (exit 2) naming the value otherwise."""
+    mounts: list[DataMount] = []
+    for value in values or ():
+        if value.startswith(_URL_PREFIXES):
+            raise UsageError(f"--data {value!r} is not supported yet: object-storage sources (s3://, gs://) are "
+                             "not staged by this version; give a local folder (SRC[:DEST])")
+        src, sep, dest = value.partition(":")
+        if not src:
+            raise UsageError(f"--data {value!r} is not allowed: SRC[:DEST], SRC a local folder (no ':' in it)")
+        path = Path(os.path.expanduser(src))
+        if not path.exists():
+            raise UsageError(f"--data {value!r}: the folder {src!r} does not exist; give a local folder")
+        if not path.is_dir():
+            raise UsageError(f"--data {value!r}: {src!r} is a file, not a folder; give the folder that holds it")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise UsageError(f"--data {value!r}: the folder {src!r} cannot be read")
+        if sep:
+            if not dest or dest.startswith("/") or ".." in dest.split("/") or "\\" in dest:
+                raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
+                                 "working directory, without '..'")
+            dest = posixpath.normpath(dest)
+            if dest in (".", "") or dest.startswith("."):
+                raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
+                                 "working directory that does not start with '.'")
+        else:
+            dest = f"data/{path.resolve().name}"
+        for m in mounts:
+            if m.dest == dest or dest.startswith(m.dest + "/") or m.dest.startswith(dest + "/"):
+                raise UsageError(f"--data {value!r}: DEST {dest!r} is the same as, or overlaps, that of --data "
+                                 f"{m.spec!r}; give each one its own DEST (SRC:DEST)")
+        mounts.append(DataMount(str(path.resolve()), dest))
+    return tuple(mounts)
+
+
+def parse_setup(values: Sequence[str]) -> tuple[str, ...]:
+    out = []
+    for value in values or ():
+        if not value.strip() or "\0" in value:
+            raise UsageError(f"--setup {value!r} is not allowed: a non-empty shell command, e.g. "
+                             "--setup 'pip install -r requirements.txt'")
+        out.append(value)
+    return tuple(out)
+
+
+def data_env(paths: Sequence[str]) -> dict[str, str]:
+    """GPUCLUSTER_DATA (the first) and GPUCLUSTER_DATA_DIRS (all) for the folders on a node."""
+    if not paths:
+        return {}
+    return {"GPUCLUSTER_DATA": paths[0], "GPUCLUSTER_DATA_DIRS": os.pathsep.join(paths)}
+
+
+# -- manifest ----------------------------------------------------------------------------------
+def manifest(src: str) -> list[dict]:
+    """Every regular file under `src` (symlinks followed, like a copy would): path relative to it,
+    sha256, size, mode bits. Sorted by path."""
+    files = []
+    for root, dirnames, filenames in os.walk(src, followlinks=True):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = os.path.join(root, name)
+            st = os.stat(full)
+            if not os.path.isfile(full):
+                continue
+            h = hashlib.sha256()
+            with open(full, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            rel = os.path.relpath(full, src).replace(os.sep, "/")
+            files.append({"path": rel, "sha256": h.hexdigest(), "size": st.st_size, "mode": st.st_mode & 0o755})
+    return files
+
+
+# -- setup wrapper -----------------------------------------------------------------------------
+def _record(kind: str, **fields: str) -> str:
+    """A printf writing one metric record; `fields` are JSON keys -> shell expressions (numbers)."""
+    fmt = "@gpucluster-metric " + json.dumps({"kind": kind})[:-1]
+    fmt += "".join(f', "{k}": %s' for k in fields) + "}\\n"
+    return "printf " + shlex.quote(fmt) + "".join(f' "{v}"' for v in fields.values())
+
+
+def setup_wrapped(argv: Sequence[str], setup: Sequence[str], go_file: str) -> list[str]:
+    """`sh -c WRAPPER sh ARGV...`: run the setup commands (each by `sh -c`, output marked in the node
+    log), print a `setup_end` record, wait for `go_file`, then exec ARGV (torchrun). Unchanged when
+    there is no setup. The node's working directory and environment are the job's."""
+    if not setup:
+        return list(argv)
+    n = len(setup)
+    lines = ["t0=$(date +%s)", _record(SETUP_START)]
+    for i, cmd in enumerate(setup, 1):
+        lines.append("printf '%s\\n' " + shlex.quote(f"[gpucluster setup {i}/{n}] $ {cmd}"))
+        lines.append(f"sh -c {shlex.quote(cmd)} </dev/null 2>&1; rc=$?")
+        lines.append("if [ $rc -ne 0 ]; then "
+                     f"printf '%s\\n' \"[gpucluster setup {i}/{n}] failed: exit code $rc\"; "
+                     f"{_record(SETUP_END, rc='$rc', command=str(i), seconds='$(( $(date +%s) - t0 ))')}; "
+                     "exit $rc; fi")
+    lines.append("printf '%s\\n' \"[gpucluster setup] done in $(( $(date +%s) - t0 )) s\"")
+    lines.append(_record(SETUP_END, rc="0", seconds="$(( $(date +%s) - t0 ))"))
+    lines.append(f"while [ ! -e {shlex.quote(go_file)} ]; do sleep 0.2; done")
+    lines.append('exec "$@"')
+    return ["sh", "-c", "\n".join(lines), "gpucluster-setup", *argv]

@@ -1,0 +1,227 @@
+"""`--data` over ssh: every local folder copied once per node through a content-addressed cache.
+
+On each node the cache is `~/.cache/gpucluster/data/<sha256>` (one read-only file per distinct
+content, mode 0444). Staging a run, for every node in parallel:
+
+1. the manifest (path, sha256, size, mode of every file of every `--data` folder, hashed once
+   here) goes to the node, which answers with the hashes its cache lacks;
+2. a tar stream of only those files (named by hash) goes over the same ssh connection; the node
+   checks each file's hash as it writes it and moves it into the cache atomically;
+3. the node lays out each folder at its DEST under the job's working directory as hard links to
+   the cache (a copy where a link is not possible, e.g. another file system).
+
+A rerun with unchanged data sends the manifest only. What was sent (bytes on stdin of the ssh
+command), the files and the seconds are one `stage` metric record per node (the ledger keeps it;
+the report and `show` sum it). Interrupted (Ctrl-C, an error), the local ssh clients are killed
+(the node-side program then dies of the closed pipe, and removes its unfinished file) and the
+caller's cleanup removes the run folder; the cache keeps only complete, verified files.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tarfile
+import threading
+import time
+from typing import Any, Sequence
+
+from gpucluster.errors import LaunchError
+from gpucluster.staging import STAGE_KIND, DataMount, manifest
+
+from .session import node_label, sh
+
+CACHE_DIR = "~/.cache/gpucluster/data"
+
+# Run on each node by `python3 - MODE CACHE`: "check" reads a JSON list of hashes and prints those the
+# cache lacks; "place" reads one JSON line (the mounts) then a tar of files named by their hash.
+STAGE_PY = r"""
+import contextlib, hashlib, json, os, shutil, signal, sys, tarfile, time
+mode, cache = sys.argv[1], os.path.expanduser(sys.argv[2])
+os.makedirs(cache, mode=0o700, exist_ok=True)
+def have(h, size=None):
+    try:
+        return size is None or os.path.getsize(os.path.join(cache, h)) == size
+    except OSError:
+        return False
+if mode == "check":
+    want = json.loads(sys.stdin.read())
+    print(json.dumps(sorted({h for h, size in want if not have(h, size)})))
+    sys.exit(0)
+def stop(signum, frame):
+    raise SystemExit(128 + signum)
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(s, stop)
+now = time.time()
+for name in os.listdir(cache):  # unfinished files of staging runs killed long ago
+    if name.startswith(".tmp-"):
+        try:
+            if now - os.path.getmtime(os.path.join(cache, name)) > 3600:
+                os.unlink(os.path.join(cache, name))
+        except OSError:
+            pass
+inp = sys.stdin.buffer
+head = json.loads(inp.readline())
+mounts = head["mounts"]
+received = 0
+with tarfile.open(fileobj=inp, mode="r|") if head["tar"] else contextlib.nullcontext(()) as tar:
+    for member in tar:
+        h = member.name
+        if not member.isfile() or len(h) != 64 or not all(c in "0123456789abcdef" for c in h):
+            sys.exit("unexpected tar member %r" % h)
+        src = tar.extractfile(member)
+        tmp = os.path.join(cache, ".tmp-%d-%s" % (os.getpid(), h))
+        try:
+            digest = hashlib.sha256()
+            with open(tmp, "wb") as f:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    digest.update(block)
+                    f.write(block)
+            if digest.hexdigest() != h:
+                sys.exit("file with hash %s arrived damaged" % h)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, os.path.join(cache, h))
+            received += 1
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+linked = copied = 0
+for m in mounts:
+    dest = m["dest"]
+    if os.path.lexists(dest):
+        shutil.rmtree(dest) if os.path.isdir(dest) and not os.path.islink(dest) else os.unlink(dest)
+    os.makedirs(dest, exist_ok=True)
+    for f in m["files"]:
+        target = os.path.join(dest, f["path"])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        cached = os.path.join(cache, f["sha256"])
+        if not have(f["sha256"], f["size"]):
+            sys.exit("%s is not in the cache" % f["path"])
+        try:
+            os.link(cached, target)
+            linked += 1
+        except OSError:
+            shutil.copyfile(cached, target)
+            os.chmod(target, 0o444)
+            copied += 1
+print(json.dumps({"received": received, "linked": linked, "copied": copied}))
+"""
+
+
+class _Counter:
+    """A write-only file object that counts what passes through it."""
+
+    def __init__(self, raw: Any):
+        self.raw, self.count = raw, 0
+
+    def write(self, data: bytes) -> int:
+        self.raw.write(data)
+        self.count += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> dict[int, dict[str, Any]]:
+    """Stage `job.data` to every node: `dests[rank]` is the absolute DEST of each mount there.
+    Returns {rank: stage record}; LaunchError naming each node that failed."""
+    mounts: Sequence[DataMount] = job.data
+    files = [manifest(m.src) for m in mounts]
+    by_hash: dict[str, tuple[str, int]] = {}
+    for m, fs in zip(mounts, files):
+        for f in fs:
+            by_hash.setdefault(f["sha256"], (f"{m.src}/{f['path']}", f["size"]))
+    total = sum(f["size"] for fs in files for f in fs)
+    nfiles = sum(len(fs) for fs in files)
+    py = shlex.quote(session.launcher.python)
+    cache = shlex.quote(session.launcher.data_cache)
+    env = f"GPUCLUSTER_RUN_ID={shlex.quote(job.run_id)}"
+    procs: list[subprocess.Popen] = []
+    lock = threading.Lock()
+    results: dict[int, dict[str, Any]] = {}
+    errors: dict[int, str] = {}
+
+    def one(node: Any) -> None:
+        label = f"node {node.rank} ({node_label(node)})"
+        start = time.monotonic()
+        want = json.dumps(sorted([h, s] for h, (_, s) in by_hash.items())).encode()
+        check = _remote(session, node, f"exec env {env} {py} -c {shlex.quote(STAGE_PY)} check {cache}",
+                        procs, lock)
+        out, err = check.communicate(want)
+        if check.returncode != 0:
+            raise LaunchError(f"{label}: checking the data cache failed: {_last(err, check.returncode)}")
+        missing = json.loads(out.decode().strip().splitlines()[-1])
+        layout = {"tar": bool(missing), "mounts": [{"dest": d, "files": fs} for d, fs in zip(dests[node.rank], files)]}
+        place = _remote(session, node, f"exec env {env} {py} -c {shlex.quote(STAGE_PY)} place {cache}",
+                        procs, lock)
+        sink = _Counter(place.stdin)
+        try:
+            sink.write(json.dumps(layout).encode() + b"\n")
+            if missing:
+                with tarfile.open(fileobj=sink, mode="w|") as tar:
+                    for h in missing:
+                        path, size = by_hash[h]
+                        info = tarfile.TarInfo(h)
+                        info.size = size
+                        with open(path, "rb") as f:
+                            tar.addfile(info, f)
+            place.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the node's answer says why
+        out = place.stdout.read()
+        err = place.stderr.read()
+        place.wait()
+        if place.returncode != 0:
+            raise LaunchError(f"{label}: staging the data failed: {_last(err, place.returncode)}")
+        results[node.rank] = {"kind": STAGE_KIND, "files": nfiles, "bytes": total, "sent_bytes": sink.count + len(want),
+                              "sent_files": len(missing), "seconds": round(time.monotonic() - start, 3),
+                              **json.loads(out.decode().strip().splitlines()[-1])}
+
+    def safe(node: Any) -> None:
+        try:
+            one(node)
+        except LaunchError as exc:
+            errors[node.rank] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - reported by node
+            errors[node.rank] = f"node {node.rank}: staging the data failed: {type(exc).__name__}: {exc}"
+
+    threads = [threading.Thread(target=safe, args=(n,), daemon=True) for n in session.nodes]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except BaseException:
+        with lock:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        raise
+    finally:
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    if errors:
+        raise LaunchError("; ".join(errors[r] for r in sorted(errors)))
+    for rank in sorted(results):
+        events.on_metric(rank, results[rank])
+    return results
+
+
+def _remote(session: Any, node: Any, script: str, procs: list, lock: threading.Lock) -> subprocess.Popen:
+    argv = session.argv(node, sh(script), "-o", "ControlMaster=no", "-T")
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    with lock:
+        procs.append(proc)
+    return proc
+
+
+def _last(err: bytes, code: int | None) -> str:
+    lines = [ln for ln in err.decode("utf-8", "replace").strip().splitlines() if ln.strip()]
+    return lines[-1][-300:] if lines else f"exit code {code}"
