@@ -37,7 +37,8 @@ def test_digits_multi_node(home, nodes):
     assert run["metrics"]["accuracy"] >= 0.95
     assert run["metrics"]["world_size"] == nodes
     assert run["metrics"]["final_records"] == nodes
-    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "outputs",
+                                                 "teardown"]
     assert all(p["ended_at"] and p["status"] == "ok" for p in run["phases"])
     assert [n["exit_code"] for n in run["node_results"]] == [0] * nodes
     assert run["teardown"] == "verified" and run["leftovers"] == []
