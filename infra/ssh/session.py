@@ -373,7 +373,7 @@ class Session:
             missing.append(self.explain(node, stderr))
         elif rc != 0:
             lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-            missing.append(f"tar on the node exited with code {rc}: " + "; ".join(lines[-5:]))
+            missing.append(f"tar on the node exited with code {rc}" + (": " + "; ".join(lines[-5:]) if lines else ""))
         if broken:
             missing.append(broken)
         if refused:
