@@ -372,23 +372,24 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
     per node whose copy is not complete (or why nothing could be collected)."""
     if not job.output_dir:
         return []
-    rec.start_phase("outputs")
     try:
+        rec.start_phase("outputs")
         got = launcher.collect_outputs(job, rec)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - teardown must still run
-        problem = f"outputs not collected: {_describe(exc)}"
-        rec.end_phase("failed", problem)
-        return [problem]
-    if got is None:
-        rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
-        return []
-    rows = [o.to_dict() for o in got]
-    rec.ledger.record_outputs(rec.run_id, rows)
-    problems = [p for p in (o.problem() for o in got) if p]
-    from gpucluster.outputs import summary
+        if got is None:
+            rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
+            return []
+        rows = [o.to_dict() for o in got]
+        rec.ledger.record_outputs(rec.run_id, rows)
+        problems = [p for p in (o.problem() for o in got) if p]
+        from gpucluster.outputs import summary
 
-    rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
-    return problems
+        rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
+        return problems
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs
+        problem = f"outputs not collected: {_describe(exc)}"
+        with contextlib.suppress(Exception):
+            rec.end_phase("failed", problem)
+        return [problem]
 
 
 def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
