@@ -147,7 +147,7 @@ class SshLauncher(Launcher):
                 if hasattr(events, "resource_created"):
                     events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
-                session.ship(bundle, dirs)
+                session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
                 if job.output_dir and self._started.get(job.run_id):

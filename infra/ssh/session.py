@@ -316,10 +316,14 @@ class Session:
             raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
         return results
 
-    def ship(self, bundle: bytes, dirs: dict[int, str]) -> None:
+    def ship(self, bundle: bytes, dirs: dict[int, str], make: dict[int, str] | None = None) -> None:
+        """Unpack the bundle into each node's run folder; `make`: a folder per node to create too
+        (the output folder, so that it exists from here on, before anything runs)."""
         def one(node: Any) -> tuple[Any, str | None]:
             d = shlex.quote(dirs[node.rank])
-            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}", stdin=bundle, timeout=300)
+            extra = f" && mkdir -p {shlex.quote(make[node.rank])}" if make and node.rank in make else ""
+            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}{extra}",
+                          stdin=bundle, timeout=300)
             if cp.returncode != 0:
                 return None, (f"node {node.rank} ({node_label(node)}): copying the job files failed: "
                               + cp.stderr.decode("utf-8", "replace").strip()[-300:])
