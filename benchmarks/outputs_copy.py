@@ -3,8 +3,9 @@
 One real sshd on 127.0.0.1 (tests/sshd.py). A folder of OUTPUTS_MB (default 500) MB of random
 bytes (files of 1-50 MB and a subfolder) is copied back (a) by `Session.copy_outputs`, the ssh
 launcher's own path (`tar -cf - .` on the "node" over the run's ControlMaster connection,
-unpacked here member by member), and (b) by `scp -r` with the same key, known_hosts and cipher
-defaults, through the same master connection. Runs interleaved, ROUNDS (default 3) times; the
+unpacked here member by member), and (b) by `scp -O -r` (the classic scp protocol: the test
+sshd has no sftp subsystem) with the same key, known_hosts and cipher defaults, through the same
+master connection. Runs interleaved, ROUNDS (default 3) times; the
 median ratio is printed (goal <= 1.5). Checksums of both copies are compared with the source.
 Not a test.
 """
@@ -86,7 +87,7 @@ def main() -> int:
                 shutil.rmtree(dest)
 
                 dest = work / f"scp-{r}"
-                argv = ["scp", "-r", "-q", "-P", str(node.port), *session.base_opts,
+                argv = ["scp", "-O", "-r", "-q", "-P", str(node.port), *session.base_opts,
                         f"{node.user}@{node.host}:{src}", str(dest)]
                 t0 = time.perf_counter()
                 subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)

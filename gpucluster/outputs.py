@@ -115,39 +115,96 @@ def _safe_name(name: str) -> str | None:
     return "/".join(parts)
 
 
+def _read_exact(src: IO[bytes], n: int) -> bytes:
+    data = src.read(n)
+    if len(data) < n:
+        raise tarfile.ReadError("unexpected end of data")
+    return data
+
+
+def _skip(src: IO[bytes], n: int) -> None:
+    while n > 0:
+        n -= len(_read_exact(src, min(n, 1 << 20)))
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    """A pax extended header's records (`LEN key=value\n`)."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(data) and data[i:i + 1] != b"\0":
+        sp = data.index(b" ", i)
+        length = int(data[i:sp])
+        key, _, value = data[sp + 1:i + length - 1].partition(b"=")
+        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
+        i += length
+    return out
+
+
 def extract_stream(fileobj: IO[bytes], dest: Path, tally: dict[str, Any] | None = None) -> tuple[int, int, list[str]]:
-    """Unpack a tar stream into `dest` (created): (files, bytes, refused members with why).
+    """Unpack a tar stream (GNU, ustar or pax, as `tar -cf -` writes it) into `dest` (created):
+    (files, bytes, refused members with why). Headers are parsed by `tarfile.TarInfo.frombuf`
+    (checksums checked); file data goes straight from the stream to the file, 1 MiB at a time.
 
     `tally` ({"files", "bytes", "refused"}), when given, is kept up to date as members arrive,
-    so a caller still knows what came back when the stream breaks (tarfile.TarError / OSError)."""
-    t = tally if tally is not None else {"files": 0, "bytes": 0, "refused": []}
+    so a caller still knows what came back when the stream breaks: tarfile.TarError for a cut or
+    damaged stream (one that ends without tar's end-of-archive blocks included), OSError here."""
+    t = tally if tally is not None else {}
     t.setdefault("files", 0), t.setdefault("bytes", 0), t.setdefault("refused", [])
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=fileobj, mode="r|") as tar:
-        for member in tar:
-            rel = _safe_name(member.name)
-            if rel is None:
-                t["refused"].append(f"{member.name} (a path outside the output folder)")
-                continue
-            if member.isdir():
-                if rel:
-                    (dest / rel).mkdir(parents=True, exist_ok=True)
-                continue
-            if not member.isreg():
-                t["refused"].append(f"{rel} (not a regular file: links and devices are not copied)")
-                continue
+    longname: str | None = None
+    pax: dict[str, str] = {}
+    view = memoryview(bytearray(1 << 20))  # file data: stream -> buffer -> file, no other copy
+    while True:
+        header = _read_exact(fileobj, tarfile.BLOCKSIZE)
+        if header == tarfile.NUL * tarfile.BLOCKSIZE:
+            break  # end of archive: what follows is padding
+        info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+        size = info.size
+        if info.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
+            data = _read_exact(fileobj, -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE)[:size]
+            if info.type == tarfile.GNUTYPE_LONGNAME:
+                longname = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            elif info.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
+                pax = _pax(data)
+            continue
+        name = pax.get("path") or longname or info.name
+        if "size" in pax:
+            size = int(pax["size"])
+        longname, pax = None, {}
+        padded = -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        rel = _safe_name(name)
+        regular = info.type in tarfile.REGULAR_TYPES and info.type != tarfile.GNUTYPE_SPARSE
+        if rel is None:
+            t["refused"].append(f"{name} (a path outside the output folder)")
+        elif info.type == tarfile.DIRTYPE:
+            if rel:
+                (dest / rel).mkdir(parents=True, exist_ok=True)
+        elif not regular or not rel:
+            t["refused"].append(f"{rel or name} (not a regular file: links and devices are not copied)")
+        else:
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(member)
-            with open(target, "wb") as out:
-                while src is not None:
-                    chunk = src.read(1 << 20)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-            os.chmod(target, (member.mode & 0o777) | 0o600)
+            try:
+                with open(target, "wb", buffering=0) as out:
+                    left = size
+                    while left:
+                        n = fileobj.readinto(view[:min(left, len(view))])
+                        if not n:
+                            raise tarfile.ReadError(f"unexpected end of data in {rel}")
+                        out.write(view[:n])
+                        left -= n
+            except BaseException:
+                target.unlink(missing_ok=True)  # a file cut short is not left looking whole
+                raise
+            os.chmod(target, (info.mode & 0o777) | 0o600)
+            _skip(fileobj, padded - size)
             t["files"] += 1
-            t["bytes"] += member.size
+            t["bytes"] += size
+            continue
+        _skip(fileobj, padded)
+    while fileobj.read(1 << 20):  # tar's record padding: read to the end, the sender never blocks
+        pass
     return t["files"], t["bytes"], t["refused"]
 
 

@@ -120,6 +120,28 @@ def test_truncated_stream_raises_after_counting(tmp_path):
     with pytest.raises(tarfile.TarError):
         extract_stream(io.BytesIO(data[:20000]), tmp_path / "d", tally)
     assert tally["files"] == 1  # a.bin came back whole before the stream broke
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["a.bin"]  # b.bin, cut short, is not left
+    # a stream cut exactly between members (no end-of-archive blocks) is not taken for a whole one
+    with pytest.raises(tarfile.TarError):
+        extract_stream(io.BytesIO(data[:512 + 5120]), tmp_path / "e")
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
+def test_long_names_in_every_tar_format(tmp_path, fmt):
+    src = tmp_path / "src"
+    deep = src / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / ("f" * 90 + ".pt")).write_bytes(os.urandom(3000))
+    (src / "small.txt").write_text("x")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        tar.add(src, arcname=".")
+    buf.seek(0)
+    files, nbytes, refused = extract_stream(buf, tmp_path / "out")
+    assert (files, nbytes, refused) == (2, 3001, [])
+    for p in src.rglob("*"):
+        if p.is_file():
+            assert (tmp_path / "out" / p.relative_to(src)).read_bytes() == p.read_bytes()
 
 
 # -- local: real runs through the CLI ------------------------------------------------------

@@ -349,7 +349,7 @@ class Session:
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(self.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                    start_new_session=True)
+                                    start_new_session=True, bufsize=1 << 20)
             try:
                 try:
                     extract_stream(proc.stdout, dest, tally)
