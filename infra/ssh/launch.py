@@ -174,10 +174,12 @@ class SshLauncher(Launcher):
         try:
             dest = Path(job.output_dir or ".")
             started = self._started.get(job.run_id, set())
+            todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
             copies = held.session.each(
-                lambda n: (held.session.copy_outputs(n, held.out_dirs[n.rank], dest / f"node-{n.rank}"), None))
+                lambda n: (held.session.copy_outputs(n, held.out_dirs[n.rank], dest / f"node-{n.rank}")
+                           if n.rank in todo else None, None))
             for node, (res, err) in zip(held.session.nodes, copies):
-                if node.rank not in started or node.rank not in held.out_dirs:
+                if node.rank not in todo:
                     continue
                 if res is None:
                     from gpucluster.outputs import FAILED, NodeOutputs
