@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-for name in ("cli_start", "local_overhead", "log_throughput", "scaling", "aws_program"):
+for name in ("cli_start", "local_overhead", "log_throughput", "scaling", "aws_program", "outputs_copy"):
     try:
         mod = importlib.import_module(name)
     except ImportError as exc:

@@ -227,6 +227,7 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
                 for ln in lines:
                     console.print(Text("  " + ln), highlight=False)
 
+    outputs_lines(console, run)
     teardown_lines(console, run)
     cost = run.get("cost")
     if cost and cost.get("total") is not None:
@@ -235,6 +236,27 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         render_run_cost(cost, console)
     if run.get("log_dir"):
         console.print(f"logs: {run['log_dir']}", highlight=False)
+
+
+def outputs_lines(console: Console, run: dict[str, Any]) -> None:
+    """Each node's copied-back outputs (files, size, verdict) and where they are."""
+    from gpucluster.outputs import COMPLETE, fmt_bytes, summary
+
+    outputs = run.get("outputs") or []
+    if not outputs:
+        return
+    t = Table(title="outputs", show_edge=False, title_justify="left")
+    for col in ("node", "files", "size", "copy", "verdict"):
+        t.add_column(col, justify="right" if col in ("files", "size", "copy") else "left")
+    for o in outputs:
+        ok = o["verdict"] == COMPLETE
+        t.add_row(str(o["node_rank"]), str(o.get("files") or 0), fmt_bytes(o.get("bytes") or 0),
+                  fmt_secs(o.get("seconds")), Text(o["verdict"], style="green" if ok else "red"))
+    console.print(t)
+    for o in outputs:
+        if o["verdict"] != COMPLETE and o.get("detail"):
+            console.print(Text(f"  node {o['node_rank']}: {o['detail']}", style="red"), highlight=False)
+    console.print(f"outputs: {summary(outputs)}", highlight=False)
 
 
 def _verified_detail(cloud: Any) -> str:

@@ -58,6 +58,10 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--setup", "setup", multiple=True, metavar="CMD",
               help="Shell command run on every node before training, in the job's folder and environment "
                    "(repeatable, run in order), e.g. --setup 'pip install -r requirements.txt'.")
+@click.option("--output", "output", default=None, metavar="DIR",
+              help="Where every node's output folder (GPUCLUSTER_OUTPUT_DIR) is copied back before teardown, "
+                   "as DIR/node-N: a new or empty folder [default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs]. "
+                   "local, ssh, aws; s3:// and gs:// are not supported yet.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -65,8 +69,8 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
-        identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, data, setup, keep,
-        yes, quiet, as_json, command):
+        identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, data, setup,
+        output, keep, yes, quiet, as_json, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -83,11 +87,13 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.infra.registry import backend, provisioning
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
+    from gpucluster.outputs import check_output_dest
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
     from gpucluster.spec import new_run_id, resolve, validate
 
     check_cloud_flags(cloud)
+    output_dir = None if output is None else check_output_dest(output)  # nothing is created here
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
     if not command:
@@ -120,6 +126,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,
                                               start_deadline_s=deadline_min * 60)
+    if output_dir is not None and not launcher.collects_outputs:
+        raise UsageError(f"--output {output!r}: copying outputs back is not supported yet with cloud {cloud} "
+                         "(supported: local, ssh, aws)")
     spec, warnings = resolve_spec(spec, dry_run=dry_run)
     out = _console(stderr=as_json)
     print_notes(out, warnings)
@@ -163,7 +172,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                   max_seconds=limit * 60 if limit else None,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024),
-                  setup=setup_cmds, data=mounts)
+                  setup=setup_cmds, data=mounts,
+                  output_dir=None if output_dir is None else str(output_dir))
 
     estimate = _plan(out, spec, job, nproc)
     # e.g. the image, the data and what is shipped; its errors come before anything exists

@@ -59,6 +59,7 @@ class JobSpec:
     threads_per_proc: int | None = None  # OMP/MKL threads per worker; None = torchrun's default
     setup: tuple[str, ...] = ()  # --setup: shell commands run on every node before torchrun
     data: tuple[Any, ...] = ()  # --data: gpucluster.staging.DataMount, staged to every node
+    output_dir: str | None = None  # where node N's outputs come back (DIR/node-N); None: not collected
 
     @property
     def display(self) -> str:
@@ -103,7 +104,14 @@ class Launcher:
     - `describe(spec, job)`: lines for the run's plan (image, data, what is shipped); its errors
       come before anything exists.
     - `preview_commands(job, private_ips, gpus_per_node)`: each node's command, for `--dry-run`.
+    - `collect_outputs(job, events)`: called by the lifecycle once the job has ended, however it
+      ended, before teardown: every node's output folder (GPUCLUSTER_OUTPUT_DIR) brought to
+      `job.output_dir/node-N`, one `gpucluster.outputs.NodeOutputs` per node where the job was
+      started ([] where it started nowhere). None (the default): this launcher cannot collect
+      outputs (`collects_outputs` is False; `--output` is refused for it).
     """
+
+    collects_outputs = False
 
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         raise NotImplementedError
@@ -113,6 +121,9 @@ class Launcher:
 
     def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         return []
+
+    def collect_outputs(self, job: JobSpec, events: Any) -> list[Any] | None:
+        return None
 
 
 # -- torchrun command line ------------------------------------------------------------------
@@ -186,8 +197,10 @@ def announced_program(python: str, program: Sequence[str]) -> list[str]:
     return ["--no-python", python, "-c", _ANNOUNCE, *program]
 
 
-def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_node: int) -> dict[str, str]:
-    """The GPUCLUSTER_* contract every rank sees, beside torchrun's own variables."""
+def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_node: int,
+             output_dir: str | None = None) -> dict[str, str]:
+    """The GPUCLUSTER_* contract every rank sees, beside torchrun's own variables.
+    `output_dir`: the node's output folder (GPUCLUSTER_OUTPUT_DIR), copied back before teardown."""
     env = {
         "GPUCLUSTER_RUN_ID": job.run_id,
         "GPUCLUSTER_NODE_RANK": str(node_rank),
@@ -196,6 +209,8 @@ def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_
         "GPUCLUSTER_GPUS_PER_NODE": str(gpus_per_node),
         "PYTHONUNBUFFERED": "1",
     }
+    if output_dir:
+        env["GPUCLUSTER_OUTPUT_DIR"] = output_dir
     if job.threads_per_proc:
         env["OMP_NUM_THREADS"] = str(job.threads_per_proc)
         env["MKL_NUM_THREADS"] = str(job.threads_per_proc)

@@ -244,6 +244,16 @@ class Ledger:
                 (run_id, node_rank, host, exit_code, _dumps(last_lines)),
             )
 
+    def record_outputs(self, run_id: str, outputs: list[dict[str, Any]]) -> None:
+        """Each node's copied-back outputs: path, files, bytes, seconds, verdict, detail."""
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO outputs (run_id, node_rank, path, files, bytes, seconds, verdict, detail)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                [(run_id, o["node_rank"], o.get("path"), o.get("files"), o.get("bytes"), o.get("seconds"),
+                  o["verdict"], o.get("detail")) for o in outputs],
+            )
+
     def add_metrics(self, run_id: str, records: list[tuple[int | None, dict[str, Any]]]) -> None:
         if not records:
             return
@@ -349,6 +359,9 @@ class Ledger:
             for r in self._db.execute("SELECT node_rank, host, exit_code, last_lines FROM nodes WHERE run_id = ?"
                                       " ORDER BY node_rank", (rid,))
         ]
+        run["outputs"] = [dict(r) for r in self._db.execute(
+            "SELECT node_rank, path, files, bytes, seconds, verdict, detail FROM outputs WHERE run_id = ?"
+            " ORDER BY node_rank", (rid,))]
         run["resources"] = [
             {**dict(r), "detail": _loads(r["detail"]), "confirmed_gone": bool(r["confirmed_gone"])}
             for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-PHASES = ("prepare", "provision", "ready", "stage", "setup", "rendezvous", "train", "teardown")
+PHASES = ("prepare", "provision", "ready", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted")
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -84,6 +84,22 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE runs ADD COLUMN teardown TEXT;    -- verified | leftovers | not verified | kept | NULL
         ALTER TABLE runs ADD COLUMN unchecked TEXT;   -- JSON list: each check that could not run, and why
         UPDATE runs SET teardown = CASE teardown_verified WHEN 1 THEN 'verified' WHEN 0 THEN 'leftovers' END
+        """,
+    ),
+    (
+        3,
+        """
+        CREATE TABLE outputs (              -- each node's output folder, copied back before teardown
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            node_rank INTEGER NOT NULL,
+            path TEXT,                      -- where it is on this machine
+            files INTEGER,
+            bytes INTEGER,
+            seconds REAL,
+            verdict TEXT NOT NULL,          -- complete | partial | failed
+            detail TEXT,                    -- partial: what is missing, failed: why
+            PRIMARY KEY (run_id, node_rank)
+        )
         """,
     ),
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Protocol
 
 from gpucluster.domain import VERIFIED, Check
@@ -255,6 +255,8 @@ def execute(
     ui = ui or QuietUI()
     run_id = job.run_id
     log_dir = log_dir or runs_dir(run_id)
+    if job.output_dir is None and launcher.collects_outputs:  # default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs
+        job = replace(job, output_dir=str(runs_dir(run_id) / "outputs"))
     # The owner lock (kernel-released when this process dies) is held from before the ledger row
     # to the end of the teardown check: another gpucluster sees the run as live and `down` refuses.
     # A cluster owned by another live process is refused here, before anything is recorded.
@@ -301,8 +303,13 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         failure = f"internal error: {type(exc).__name__}: {exc}"
         rec.end_phase("failed", failure)
     finally:
-        signals.shield()  # from here on no signal can cut the teardown or its check short
+        signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
+        problems = _collect_outputs(launcher, job, rec)  # before teardown: it removes the node folders
         check = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
+    if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
+        if status == "succeeded":
+            status, exit_code = "failed", ExitCode.FAILURE
+        failure = "; ".join(([failure] if failure else []) + problems)
     if check is None:
         teardown, leftovers, unchecked = ("kept" if keep and not busy else None), [], []
     else:
@@ -357,6 +364,32 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
         rec.end_phase("ok")
         ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
         return cluster
+
+
+def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
+    """The "outputs" phase: the launcher copies every node's output folder to `job.output_dir`
+    (`Launcher.collect_outputs`); each node's verdict goes to the ledger. Returns one problem line
+    per node whose copy is not complete (or why nothing could be collected)."""
+    if not job.output_dir:
+        return []
+    try:
+        rec.start_phase("outputs")
+        got = launcher.collect_outputs(job, rec)
+        if got is None:
+            rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
+            return []
+        rows = [o.to_dict() for o in got]
+        rec.ledger.record_outputs(rec.run_id, rows)
+        problems = [p for p in (o.problem() for o in got) if p]
+        from gpucluster.outputs import summary
+
+        rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
+        return problems
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs
+        problem = f"outputs not collected: {_describe(exc)}"
+        with contextlib.suppress(Exception):
+            rec.end_phase("failed", problem)
+        return [problem]
 
 
 def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,

@@ -38,7 +38,7 @@ from gpucluster.spec import ClusterSpec, new_run_id
 
 psutil = pytest.importorskip("psutil")
 
-PHASES = ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+PHASES = ["prepare", "provision", "ready", "rendezvous", "train", "outputs", "teardown"]
 SIGNALS = {"ctrl-c": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP,
            "double-ctrl-c": signal.SIGINT}
 RAISED = {"crash": lambda: RuntimeError("injected bug"), "error": lambda: ProvisionError("injected cloud error")}
@@ -46,7 +46,7 @@ FAULTS = list(SIGNALS) + list(RAISED)
 # every kind at every phase, except SIGHUP and the double Ctrl-C, which behave like the faults
 # before them until the processes run: those strike mid-training and during teardown only
 CASES = [(phase, fault) for phase in PHASES for fault in FAULTS
-         if fault not in ("sighup", "double-ctrl-c") or phase in ("train", "teardown")]
+         if fault not in ("sighup", "double-ctrl-c") or phase in ("train", "outputs", "teardown")]
 OUTCOME = {  # fault -> (run status, exit code, failure text) when it strikes before teardown
     "ctrl-c": ("interrupted", ExitCode.INTERRUPTED, "stopped by Ctrl-C"),
     "double-ctrl-c": ("interrupted", ExitCode.INTERRUPTED, "stopped by Ctrl-C"),
@@ -123,8 +123,20 @@ class FaultyLauncher(Launcher):
     def __init__(self, inner, phase, fault):
         self.inner, self.phase, self.fault = inner, phase, fault
 
+    collects_outputs = True
+
     def launch(self, cluster, job, events, log_dir):
         return self.inner.launch(cluster, job, FaultyEvents(events, self.phase, self.fault), log_dir)
+
+    def collect_outputs(self, job, events):
+        """The fault strikes as the copy starts; the real copy (and, on ssh, the removal of the run
+        folders it holds for it) happens all the same."""
+        try:
+            if self.phase == "outputs":
+                self.fault()
+        finally:
+            got = self.inner.collect_outputs(job, events)
+        return got
 
 
 class FaultyProvider(Provider):
@@ -210,19 +222,26 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
     assert all(r["confirmed_gone"] for r in run["resources"])
     phases = {p["name"]: p for p in run["phases"]}
     assert all(p["ended_at"] for p in phases.values())
-    if phase == "teardown":
+    if phase == "outputs" and fault_name in RAISED:
+        # a bug while copying the outputs back: named, the run fails, the teardown still runs
+        assert run["status"] == "failed" and run["failure"].startswith("outputs not collected: "), run["failure"]
+        assert phases["outputs"]["status"] == "failed"
+    elif phase in ("outputs", "teardown"):
         # the run itself succeeded; a failing delete is recorded, the check still proved nothing is
-        # left; a signal during teardown is noted, not obeyed
+        # left; a signal while the outputs are copied or during teardown is noted, not obeyed
         assert run["status"] == "succeeded" and outcome.exit_code == ExitCode.OK, (
             run["failure"], [n["last_lines"][-8:] for n in run["node_results"]])
         if fault_name in RAISED:
             assert "delete failed" in (phases["teardown"]["detail"] or "")
+        assert [o["verdict"] for o in run["outputs"]] == ["complete", "complete"]
     else:
         status, code, text = OUTCOME[fault_name]
         assert run["status"] == status and outcome.exit_code == code, (run["status"], run["failure"])
         assert run["failure"] == text
         assert phases[phase]["status"] in ("failed", "interrupted")
-        assert list(phases)[-2] == phase  # nothing after the faulty phase but teardown
+        assert list(phases)[-3:] == [phase, "outputs", "teardown"]  # nothing after the faulty phase but those
+        if phase in ("rendezvous", "train"):  # the job started on every node: what it wrote came back
+            assert [o["verdict"] for o in run["outputs"]] == ["complete", "complete"]
     assert phases["teardown"]["status"] == "ok"
     return run
 

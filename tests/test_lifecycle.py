@@ -2,7 +2,7 @@
 
 from gpucluster.domain import Provider
 from gpucluster.errors import ClusterBusy, ExitCode
-from gpucluster.launch import JobSpec
+from gpucluster.launch import JobSpec, Launcher
 from gpucluster.ledger import Ledger
 from gpucluster.lifecycle import execute
 from gpucluster.spec import ClusterSpec
@@ -26,7 +26,7 @@ class BusyProvider(Provider):
         return []
 
 
-class NeverLaunched:
+class NeverLaunched(Launcher):
     def launch(self, *a, **kw):
         raise AssertionError("must not launch")
 

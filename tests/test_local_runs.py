@@ -37,7 +37,8 @@ def test_digits_multi_node(home, nodes):
     assert run["metrics"]["accuracy"] >= 0.95
     assert run["metrics"]["world_size"] == nodes
     assert run["metrics"]["final_records"] == nodes
-    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "outputs",
+                                                 "teardown"]
     assert all(p["ended_at"] and p["status"] == "ok" for p in run["phases"])
     assert [n["exit_code"] for n in run["node_results"]] == [0] * nodes
     assert run["teardown"] == "verified" and run["leftovers"] == []
@@ -53,7 +54,8 @@ def test_digits_multi_node(home, nodes):
     train_size = 1797 - 1797 // 5
     assert per_rank.pop() * nodes <= train_size * finals[0]["epochs"]
     logs = [f for f in os.listdir(run["log_dir"])]
-    assert sorted(logs) == [f"node-{i}.log" for i in range(nodes)]
+    assert sorted(logs) == [f"node-{i}.log" for i in range(nodes)] + ["outputs"]  # each node's GPUCLUSTER_OUTPUT_DIR
+    assert sorted(os.listdir(os.path.join(run["log_dir"], "outputs"))) == [f"node-{i}" for i in range(nodes)]
     assert_nothing_left(run["id"])
 
 

@@ -62,7 +62,8 @@ def test_digits_through_the_run_lifecycle_records_a_verified_teardown(hosts, rem
     assert outcome.status == "succeeded", outcome.failure
     assert outcome.teardown == "verified" and outcome.leftovers == []
     run = ledger.get_run(job.run_id)
-    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "teardown"]
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "outputs",
+                                                 "teardown"]
     assert [(n["node_rank"], n["host"], n["exit_code"]) for n in run["node_results"]] == [
         (0, hosts.hosts[0], 0), (1, hosts.hosts[1], 0)]
     assert [(r["kind"], r["confirmed_gone"]) for r in run["resources"] if r["kind"] == "process"] == [

@@ -61,7 +61,8 @@ def test_script_run_across_hosts_ranks_env_and_shipped_folder(hosts, remote_dir,
         assert env["GPUCLUSTER_NOTE"] == note  # survives two shells untouched
         # the user's folder was shipped (without .git) into a folder of the node's own
         assert env["cwd"] == str(remote_dir / run_id / f"node-{node_rank}" / "code")
-        assert env["files"] == ["labels.txt", "train.py"]
+        assert env["GPUCLUSTER_OUTPUT_DIR"] == env["cwd"] + "/outputs"
+        assert env["files"] == ["labels.txt", "outputs", "train.py"]  # outputs/: GPUCLUSTER_OUTPUT_DIR
     for i in range(n):
         assert (tmp_path / "logs" / f"node-{i}.log").read_text().count("ENV ") == 1
     assert_nothing_left(hosts, cluster, run_id, remote_dir)

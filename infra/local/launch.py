@@ -115,10 +115,33 @@ def reaper_argv(python: str, grace: float) -> list[str]:
 
 
 class LocalLauncher(Launcher):
+    """Outputs: node N's GPUCLUSTER_OUTPUT_DIR is `job.output_dir/node-N` itself (this machine is
+    every node), created before the agents start; nothing is copied, `collect_outputs` checks and
+    counts what is there."""
+
+    collects_outputs = True
+
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         self.python = python or sys.executable
         self.cwd = cwd
         self.grace = grace
+        self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
+
+    def collect_outputs(self, job: JobSpec, events: LaunchEvents) -> list:
+        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, measure
+
+        results = []
+        for rank, path in sorted(self._outputs.pop(job.run_id, {}).items()):
+            start = time.monotonic()
+            if not path.is_dir():
+                results.append(NodeOutputs(rank, str(path), FAILED, detail=f"the output folder {path} is gone"))
+                continue
+            files, nbytes, problems = measure(path)
+            verdict = COMPLETE if not problems else PARTIAL
+            detail = None if not problems else "could not read " + "; ".join(problems[:5]) + (
+                f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            results.append(NodeOutputs(rank, str(path), verdict, files, nbytes, time.monotonic() - start, detail))
+        return results
 
     def describe(self, spec, job: JobSpec) -> list[str]:
         return [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
@@ -155,6 +178,14 @@ class LocalLauncher(Launcher):
                     p.kill()
                     p.wait()
 
+        if job.output_dir:
+            outs = {n.rank: Path(job.output_dir) / f"node-{n.rank}" for n in cluster.nodes}
+            self._outputs[job.run_id] = outs
+            for path in outs.values():
+                try:
+                    path.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
         try:
             store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
             store.append(RendezvousStore(self.python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
@@ -166,8 +197,9 @@ class LocalLauncher(Launcher):
                 # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
                 argv = reaper_argv(self.python, self.grace) + setup_wrapped(argv, job.setup, go_file)
                 env = dict(os.environ)
+                out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
-                                    gpus_per_node=cluster.gpus_per_node))
+                                    gpus_per_node=cluster.gpus_per_node, output_dir=out))
                 env.update(data_env([m.src for m in job.data]))  # local: the folders in place
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node

@@ -60,6 +60,16 @@ _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhosts
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
 
+@dataclasses.dataclass
+class _Held:
+    """A run's connections and node folders, kept from the end of `launch` to `collect_outputs`."""
+    session: "Session"
+    dirs: dict[int, str]
+    out_dirs: dict[int, str]
+    cluster: Any
+    events: Any
+
+
 class SshLauncher(Launcher):
     """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
 
@@ -73,6 +83,8 @@ class SshLauncher(Launcher):
     python: the Python on the nodes that has torch (a name on the remote PATH or a full path,
         e.g. /opt/conda/bin/python).
     """
+
+    collects_outputs = True
 
     def __init__(
         self,
@@ -112,43 +124,97 @@ class SshLauncher(Launcher):
         self.ready_timeout = float(ready_timeout)
         self.diagnose = diagnose
         self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
+        self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+        """With `job.output_dir` set, the run folders and the connections outlive this call: they
+        are held for `collect_outputs`, which copies every node's output folder back and then
+        removes the run folders and closes the connections. Without it, both go before returning."""
         check_run_id(job.run_id)
         code_dir, program = user_program(job, self.python)
         bundle = make_bundle(code_dir)
         cleaned: set[int] = set()
         dirs: dict[int, str] = {}
+        session = Session(self, cluster)
+        held = False
         try:
-            with Session(self, cluster) as session:
-                # Where the run reaches its hosts goes to the ledger before the first connection:
-                # if this process dies, `gpucluster down` uses it to clean the hosts.
-                self._record(session, events)
-                events.on_phase("ready")
-                ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
-                if ready_file:
-                    session.wait_ready(str(ready_file), self.ready_timeout, events)
-                ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
-                dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
-                for rank, d in dirs.items():
-                    if hasattr(events, "resource_created"):
-                        events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
-                try:
-                    session.ship(bundle, dirs)
-                    if job.data:  # its own phase: time in the phases, bytes in a `stage` record per node
-                        events.on_phase("stage")
-                        stage(session, job, {r: self._data_dirs(job, d, code_dir is not None) for r, d in dirs.items()},
-                              events)
-                    return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
-                finally:
+            session.__enter__()
+            # Where the run reaches its hosts goes to the ledger before the first connection:
+            # if this process dies, `gpucluster down` uses it to clean the hosts.
+            self._record(session, events)
+            events.on_phase("ready")
+            ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
+            if ready_file:
+                session.wait_ready(str(ready_file), self.ready_timeout, events)
+            ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
+            dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+            for rank, d in dirs.items():
+                if hasattr(events, "resource_created"):
+                    events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
+            try:
+                session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
+                if job.data:  # its own phase: time in the phases, bytes in a `stage` record per node
+                    events.on_phase("stage")
+                    stage(session, job, {r: self._data_dirs(job, d, code_dir is not None) for r, d in dirs.items()},
+                          events)
+                return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
+            finally:
+                if job.output_dir and self._started.get(job.run_id):
+                    # the outputs are copied back before the folders go (collect_outputs)
+                    self._held[job.run_id] = _Held(session, dirs, self._out_dirs(job, dirs, code_dir is not None),
+                                                   cluster, events)
+                    held = True
+                else:
                     cleaned = session.remove_dirs(dirs)
         finally:
-            # the session is closed (master connections, temporary folder): what was cleaned is gone
-            if hasattr(events, "resource_deleted"):
-                for node in cluster.nodes:
-                    if node.rank in cleaned or node.rank not in dirs:
-                        events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
+            if not held:
+                self._release(session, cluster, dirs, cleaned, events)
+
+    def collect_outputs(self, job: JobSpec, events: Any) -> list:
+        """Every node's output folder, streamed back over the run's own connections (`tar -cf -`
+        on the node, unpacked here member by member: only regular files and folders, nothing
+        outside `job.output_dir/node-N`), nodes in parallel; then the run folders are removed and
+        the connections closed, whatever the copies did. [] when the job was started nowhere."""
+        held = self._held.pop(job.run_id, None)
+        if held is None:
+            return []
+        results: list = []
+        cleaned: set[int] = set()
+        try:
+            dest = Path(job.output_dir or ".")
+            started = self._started.get(job.run_id, set())
+            todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
+            copies = held.session.each(
+                lambda n: (held.session.copy_outputs(n, held.out_dirs[n.rank], dest / f"node-{n.rank}")
+                           if n.rank in todo else None, None))
+            for node, (res, err) in zip(held.session.nodes, copies):
+                if node.rank not in todo:
+                    continue
+                if res is None:
+                    from gpucluster.outputs import FAILED, NodeOutputs
+
+                    res = NodeOutputs(node.rank, str(dest / f"node-{node.rank}"), FAILED, detail=err)
+                results.append(res)
+        finally:
+            try:
+                cleaned = held.session.remove_dirs(held.dirs)
+            finally:
+                self._release(held.session, held.cluster, held.dirs, cleaned, held.events)
+        return results
+
+    def _out_dirs(self, job: JobSpec, dirs: dict[int, str], has_code: bool) -> dict[int, str]:
+        """Each node's output folder: `outputs/` in the job's working folder on that node."""
+        return {rank: f"{d}/code/outputs" if has_code else f"{d}/outputs" for rank, d in dirs.items()}
+
+    @staticmethod
+    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int], events: Any) -> None:
+        session.close()
+        # the session is closed (master connections, temporary folder): what was cleaned is gone
+        if hasattr(events, "resource_deleted"):
+            for node in cluster.nodes:
+                if node.rank in cleaned or node.rank not in dirs:
+                    events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
 
     def _record(self, session: "Session", events: Any) -> None:
         """One ledger resource per node: how to reach it and where the run's local ssh state lives."""
@@ -218,7 +284,8 @@ class SshLauncher(Launcher):
             argv = self.node_argv(job, program, node_dir, nnodes=len(private_ips), node_rank=rank,
                                   rdzv_host=private_ips[0], local_addr=ip)
             argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
-            env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node)
+            env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node,
+                           output_dir=f"{node_dir}/code/outputs" if program is not None else f"{node_dir}/outputs")
             env.update(data_env(self._data_dirs(job, node_dir, code_dir is not None)))
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
@@ -262,16 +329,18 @@ class SshLauncher(Launcher):
                 node_dir = dirs[node.rank]
                 argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
                                       rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
-                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node)
+                cwd = f"{node_dir}/code" if has_code else node_dir
+                out = f"{cwd}/outputs"  # GPUCLUSTER_OUTPUT_DIR, copied back by collect_outputs
+                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
+                               gpus_per_node=cluster.gpus_per_node, output_dir=out)
                 env.update(data_env(self._data_dirs(job, node_dir, has_code)))
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
-                cwd = f"{node_dir}/code" if has_code else node_dir
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
                         "--", *argv]
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "
-                         f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && cd {shlex.quote(cwd)} && "
+                         f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
                          f"exec {shlex.join(argv)}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))

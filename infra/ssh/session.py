@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from .launch import SshLauncher
 
 from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY
+
+NO_OUTPUT_RC = 3  # collect: the node has no output folder
 
 
 def node_label(node: Any) -> str:
@@ -313,10 +316,14 @@ class Session:
             raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
         return results
 
-    def ship(self, bundle: bytes, dirs: dict[int, str]) -> None:
+    def ship(self, bundle: bytes, dirs: dict[int, str], make: dict[int, str] | None = None) -> None:
+        """Unpack the bundle into each node's run folder; `make`: a folder per node to create too
+        (the output folder, so that it exists from here on, before anything runs)."""
         def one(node: Any) -> tuple[Any, str | None]:
             d = shlex.quote(dirs[node.rank])
-            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}", stdin=bundle, timeout=300)
+            extra = f" && mkdir -p {shlex.quote(make[node.rank])}" if make and node.rank in make else ""
+            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}{extra}",
+                          stdin=bundle, timeout=300)
             if cp.returncode != 0:
                 return None, (f"node {node.rank} ({node_label(node)}): copying the job files failed: "
                               + cp.stderr.decode("utf-8", "replace").strip()[-300:])
@@ -336,6 +343,61 @@ class Session:
             return None, f"node {node.rank} ({node_label(node)}): touch failed: " + cp.stderr.decode(
                 "utf-8", "replace").strip()[-200:]
         return None, None
+
+    def copy_outputs(self, node: Any, remote: str, dest: Path) -> Any:
+        """Stream `remote` (a folder on the node) into `dest` here: `tar -cf - .` over this
+        session's master connection, unpacked by `gpucluster.outputs.extract_stream`. Returns a
+        `NodeOutputs` with the verdict: complete (tar and the unpacking both finished, nothing
+        refused), partial (some files came back: what tar could not read or what was refused is
+        named), failed (nothing came back, and why)."""
+        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
+
+        who = f"node {node.rank} ({node_label(node)})"
+        script = f"cd {shlex.quote(remote)} 2>/dev/null || exit {NO_OUTPUT_RC}; exec tar -cf - ."
+        start = time.monotonic()
+        tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
+        broken = None
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(self.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                    start_new_session=True, bufsize=1 << 20)
+            try:
+                try:
+                    extract_stream(proc.stdout, dest, tally)
+                except (OSError, tarfile.TarError) as exc:
+                    broken = f"the copy stopped after {tally['files']} file(s): {exc}"
+                    while proc.stdout.read(1 << 20):  # the sender must not block on a full pipe
+                        pass
+            finally:
+                proc.stdout.close()
+                try:
+                    rc = proc.wait(timeout=self.launcher.connect_timeout + 30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace")
+        took = time.monotonic() - start
+        files, refused = tally["files"], tally["refused"]
+        out = NodeOutputs(node.rank, str(dest), COMPLETE, files, tally["bytes"], took)
+        if rc == NO_OUTPUT_RC:
+            out.verdict, out.detail = FAILED, f"{who}: no output folder {remote} (it was removed)"
+            return out
+        missing: list[str] = []
+        if rc == 255:
+            missing.append(self.explain(node, stderr))
+        elif rc != 0:
+            lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+            missing.append(f"tar on the node exited with code {rc}" + (": " + "; ".join(lines[-5:]) if lines else ""))
+        if broken:
+            missing.append(broken)
+        if refused:
+            missing.append(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} refused: "
+                           + "; ".join(refused[:5]) + (" ..." if len(refused) > 5 else ""))
+        if missing:
+            out.verdict = PARTIAL if files else FAILED
+            out.detail = f"{who}: " + "; ".join(m.split(": ", 1)[1] if m.startswith(who) else m for m in missing)
+        return out
 
     def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
               grace: float) -> tuple[dict[str, str], None]:
