@@ -16,6 +16,7 @@ import functools
 import inspect
 import json
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,7 +80,8 @@ def _guard(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
-            return method(self, *args, **kwargs)
+            with self._lock:  # one connection, used by the main and the launcher's reader threads
+                return method(self, *args, **kwargs)
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # the caller's mistake (e.g. a duplicate run id), not the file's
         except _BadJSON as exc:
@@ -98,6 +100,10 @@ def _guard(method):
 class Ledger:
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        # SQLite transactions are per connection, not per thread: without this lock a metric
+        # written by a reader thread while the main thread is in a transaction fails with
+        # "cannot start a transaction within a transaction" (seen on a Ctrl-C'd ssh run).
+        self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
@@ -180,14 +186,15 @@ class Ledger:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        else:
-            self._db.execute("COMMIT")
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:  # a Ctrl-C may land anywhere in here, even just after BEGIN
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     # -- writes ----------------------------------------------------------------------------
     def create_run(

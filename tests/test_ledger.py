@@ -107,3 +107,32 @@ def test_check_accepts_what_python_json_writes_and_names_a_bad_row(tmp_path):
         led.check()
     with pytest.raises(ConfigError, match="runs row 'r-nan' holds bad JSON in column 'cost'"):
         led.list_runs()
+
+
+def test_writes_from_several_threads_never_collide_in_one_transaction(tmp_path):
+    # The launcher's reader threads record metrics while the main thread records phases on the
+    # same connection (seen: a Ctrl-C'd ssh run failed its teardown write with "cannot start a
+    # transaction within a transaction"). Every public method takes the ledger's lock.
+    import threading
+
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "l.sqlite3")
+    ledger.create_run("r1", cloud="local", cluster="c", nodes=2, gpus_per_node=0, spec={}, command=["x"])
+    errors = []
+
+    def metrics():
+        try:
+            for i in range(400):
+                ledger.add_metrics("r1", [(0, {"kind": "epoch", "epoch": i})])
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    t = threading.Thread(target=metrics)
+    t.start()
+    for i in range(400):
+        ledger.phase_start("r1", f"p{i}")
+        ledger.phase_end("r1", f"p{i}", "ok")
+    t.join()
+    assert errors == []
+    assert len(ledger.metrics("r1")) == 400

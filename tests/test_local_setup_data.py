@@ -38,7 +38,7 @@ def test_data_checked_on_every_rank_and_setup_runs_first(home, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads(r.stdout)
     assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "setup", "rendezvous", "train",
-                                                  "teardown"]
+                                                  "outputs", "teardown"]
     assert sorted(s["node_rank"] for s in run["setup"] if s["rc"] == 0) == [0, 1]
     for rank in (0, 1):
         log = (home / "runs" / run["id"] / f"node-{rank}.log").read_text()

@@ -8,11 +8,9 @@ prints `SAVED name sha256` after each save; what came back is compared with it."
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,26 +25,9 @@ from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli  # no
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.outputs import check_output_dest, extract_stream  # noqa: E402
+from outputs_check import saved, sha, writer  # noqa: E402
 
 SCRIPT = FIXTURES / "output_train.py"
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def writer(log_dir: Path) -> tuple[int, str]:
-    """(node rank, its log) of the node that ran global rank 0, the one that saves: torchrun's
-    c10d rendezvous orders the global ranks by (address, pid), so it is any node."""
-    found = [(int(p.stem.split("-")[1]), p.read_text()) for p in sorted(log_dir.glob("node-*.log"))]
-    found = [(n, text) for n, text in found if "SAVED " in text]
-    assert len(found) == 1, [n for n, _ in found]
-    return found[0]
-
-
-def saved(log_text: str, name: str) -> list[str]:
-    """The checksums the script printed for `name`, in order."""
-    return re.findall(rf"SAVED {re.escape(name)} ([0-9a-f]{{64}})", log_text)
 
 
 def only_run(home):

@@ -6,7 +6,6 @@ left on the nodes either way."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import re
@@ -30,26 +29,10 @@ from gpucluster.launch import JobSpec, Launcher  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.lifecycle import execute  # noqa: E402
 from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from outputs_check import saved, sha, writer  # noqa: E402
 
 _COUNT = itertools.count()
 SCRIPT = Path(__file__).parent / "fixtures" / "output_train.py"
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def writer(log_dir: Path) -> tuple[int, str]:
-    """(node rank, its log) of the node that ran global rank 0, the one that saves: torchrun's
-    c10d rendezvous orders the global ranks by (address, pid), so it is any node."""
-    found = [(int(p.stem.split("-")[1]), p.read_text()) for p in sorted(log_dir.glob("node-*.log"))]
-    found = [(n, text) for n, text in found if "SAVED " in text]
-    assert len(found) == 1, [n for n, _ in found]
-    return found[0]
-
-
-def saved(log_text: str, name: str) -> list[str]:
-    return re.findall(rf"SAVED {re.escape(name)} ([0-9a-f]{{64}})", log_text)
 
 
 class SignalAt(Launcher):
