@@ -95,9 +95,12 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
                 errors += backend(c).delete(by_cloud[c], wait_seconds=600)
         for err in errors:
             out.print(f"[red]could not delete {err}[/red]")
-        deleted = found
+        asked = by_cloud
         by_cloud, skipped = look()  # the verdict rests on a fresh look, not on the delete calls
         found = [lo for c in wanted for lo in by_cloud.get(c, [])]
+        # deleted: what the fresh look saw gone, only where it could look again
+        deleted = [lo for c, los in asked.items() if c in by_cloud for lo in los
+                   if (lo.kind, lo.id) not in {(x.kind, x.id) for x in by_cloud[c]}]
     check = Check(tuple(found), tuple(skipped))
     if check.verified:
         gone = f"deleted {len(deleted)} resource(s); " if deleted else ""
