@@ -332,7 +332,8 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
 @cost.command("report")
 @click.option("--since", help="Only runs started on/after this date (YYYY-MM-DD, UTC).")
 @click.option("--cloud", help="Only runs on this cloud: aws, gcp, local, ssh.")
-@click.option("--group-by", "group_by", help="Subtotals by day, cloud or cluster.")
+@click.option("--group-by", "group_by", help="Subtotals by day, cloud, cluster or chain (a run and every run "
+              "resumed from it with --resume, transitively: one job, with its run ids).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (amounts as exact decimal strings).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV, one row per run.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), help="Write a PNG of cost and wall time per run.")
@@ -365,7 +366,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
 
             project = project_id(project)
             runs = [r for r in runs if ((r.get("spec") or {}).get("options") or {}).get("project") == project]
-        rep = report(runs, group_by=group_by)
+        rep = report(runs, group_by=group_by, links=ledger.resume_links() if group_by == "chain" else None)
     finally:
         ledger.close()
     if plot:
@@ -391,10 +392,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     console.print(table)
     if rep["groups"]:
         gt = Table(title=f"By {group_by}")
-        for col in (group_by, "runs", "wall s", "cost"):
-            gt.add_column(col, justify="left" if col == group_by else "right")
+        for col in (group_by, "runs", "wall s", "cost") + (("run ids",) if group_by == "chain" else ()):
+            gt.add_column(col, justify="left" if col in (group_by, "run ids") else "right")
         for g in rep["groups"]:
-            gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])))
+            gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])),
+                       *([", ".join(g["run_ids"])] if group_by == "chain" else []))
         console.print(gt)
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
     if rep["still_billing"]:

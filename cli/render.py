@@ -175,6 +175,7 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
     console.print(head, highlight=False)
     if run.get("failure"):
         console.print(Text(f"reason: {run['failure']}", style="red"), highlight=False)
+    resume_lines(console, run)
 
     t = Table(title="phases", show_edge=False, title_justify="left")
     t.add_column("phase")
@@ -236,6 +237,16 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         render_run_cost(cost, console)
     if run.get("log_dir"):
         console.print(f"logs: {run['log_dir']}", highlight=False)
+
+
+def resume_lines(console: Console, run: dict[str, Any]) -> None:
+    """--resume: the run this one continues, and the whole chain (one training job) it belongs to."""
+    if run.get("resumed_from"):
+        console.print(f"resumed from {run['resumed_from']}", highlight=False)
+    chain = run.get("chain") or []
+    if len(chain) > 1:
+        shown = " -> ".join(f"{r} (this run)" if r == run["id"] else r for r in chain)
+        console.print(f"chain: {shown}", highlight=False)
 
 
 def outputs_lines(console: Console, run: dict[str, Any]) -> None:

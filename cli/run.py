@@ -66,11 +66,15 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run record as JSON at the end (logs go to stderr).")
+@click.option("--resume", "resume", default=None, metavar="RUN_ID",
+              help="Continue an earlier run: its collected outputs are staged to every node as "
+                   "$GPUCLUSTER_RESUME_DIR (like --data, DEST resume/); the built-in workloads go on after the "
+                   "epoch its checkpoint holds. The ledger links the two runs. local, ssh, aws.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
         identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, data, setup,
-        output, keep, yes, quiet, as_json, command):
+        output, keep, yes, quiet, as_json, resume, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -78,6 +82,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
       gpucluster run --cloud local --nodes 4
       gpucluster run --cloud local --nodes 2 --workload mnist --epochs 1
       gpucluster run --cloud local --nodes 2 -- python my_train.py --epochs 3
+      gpucluster run --cloud local --nodes 2 --epochs 8 --resume r20261122-101500-ab12cd
       gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
       gpucluster run --cloud aws --nodes 2 --dry-run
     """
@@ -122,6 +127,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.staging import parse_data, parse_setup
 
     mounts, setup_cmds = parse_data(data), parse_setup(setup)
+    resumed_from, resume_mount = _resume(resume, mounts) if resume is not None else (None, None)
     check_ssh_files(identity, known_hosts)
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,
@@ -151,7 +157,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
                       workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
                       max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
-                      max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts)
+                      max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts, resume=resume_mount)
         _plan(out, spec, job, nproc)
         from gpucluster.cli.dryrun import print_dry_run
 
@@ -172,7 +178,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                   max_seconds=limit * 60 if limit else None,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024),
-                  setup=setup_cmds, data=mounts,
+                  setup=setup_cmds, data=mounts, resume=resume_mount,
                   output_dir=None if output_dir is None else str(output_dir))
 
     estimate = _plan(out, spec, job, nproc)
@@ -190,7 +196,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     ui = RichRunUI(out, quiet=quiet, epochs=int(epochs) if epochs else None)
     with ui:
         outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
-                          prices=estimate, workload=workload or _command_name(command))
+                          prices=estimate, workload=workload or _command_name(command), resumed_from=resumed_from)
     record = ledger.get_run(outcome.run_id)
     if as_json:
         click.echo(json.dumps(record, indent=2, default=str))
@@ -198,6 +204,22 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         out.print()
         run_report(out, record)
     return int(outcome.exit_code)
+
+
+def _resume(value: str, mounts: tuple) -> tuple[str, object]:
+    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created)."""
+    from gpucluster.home import home_dir
+    from gpucluster.ledger import Ledger
+    from gpucluster.resume import check_dest_free, resume_source
+
+    check_dest_free(mounts)
+    path = home_dir(create=False) / "ledger.sqlite3"
+    ledger = Ledger(path) if path.is_file() else None
+    try:
+        return resume_source(ledger, value)
+    finally:
+        if ledger is not None:
+            ledger.close()
 
 
 def _command_name(command: tuple[str, ...]) -> str | None:
@@ -226,6 +248,8 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
     out.print(f"[bold]plan[/bold]: {line}, run {job.run_id}: {what}", highlight=False)
     for cmd in job.setup:
         out.print(f"  setup: {cmd}", highlight=False)
+    if job.resume is not None:
+        out.print(f"  resumes: the outputs in {job.resume.src} as $GPUCLUSTER_RESUME_DIR", highlight=False)
     snapshot = None
     try:
         from gpucluster import cost

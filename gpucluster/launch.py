@@ -60,6 +60,7 @@ class JobSpec:
     setup: tuple[str, ...] = ()  # --setup: shell commands run on every node before torchrun
     data: tuple[Any, ...] = ()  # --data: gpucluster.staging.DataMount, staged to every node
     output_dir: str | None = None  # where node N's outputs come back (DIR/node-N); None: not collected
+    resume: Any = None  # --resume: a DataMount of the resumed run's outputs, staged as GPUCLUSTER_RESUME_DIR
 
     @property
     def display(self) -> str:

@@ -211,15 +211,16 @@ class Ledger:
         prices: dict[str, Any] | None = None,
         sweep_id: str | None = None,
         log_dir: str | None = None,
+        resumed_from: str | None = None,
         now: float | None = None,
     ) -> None:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, gpus_per_node, workload,"
-                " command, spec, prices, sweep_id, log_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " command, spec, prices, sweep_id, log_dir, resumed_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     run_id, now or time.time(), "running", cloud, cluster, nodes, gpus_per_node, workload,
-                    _dumps(command), _dumps(spec), _dumps(prices), sweep_id, log_dir,
+                    _dumps(command), _dumps(spec), _dumps(prices), sweep_id, log_dir, resumed_from,
                 ),
             )
 
@@ -373,6 +374,12 @@ class Ledger:
             {**dict(r), "detail": _loads(r["detail"]), "confirmed_gone": bool(r["confirmed_gone"])}
             for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))
         ]
+        # --resume: the runs this one continues (nearest first) and its whole chain (gpucluster.chains)
+        from gpucluster.chains import ancestors, members
+
+        links = self.resume_links()
+        run["resumed_chain"] = ancestors(rid, links)
+        run["chain"] = members(rid, links) if rid in links else [rid]
         # --data and --setup per node (metric records the launchers wrote): `show` and --json read them
         run["staging"] = self.metrics(rid, "stage")
         run["setup"] = self.metrics(rid, "setup_end")
@@ -412,6 +419,13 @@ class Ledger:
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [self._run_dict(r) for r in self._db.execute(sql, args)]
+
+    def resume_links(self) -> dict[str, tuple[str | None, float]]:
+        """run id -> (resumed_from, created_at) for every run that resumed or was resumed."""
+        rows = self._db.execute(
+            "SELECT id, resumed_from, created_at FROM runs WHERE resumed_from IS NOT NULL"
+            " OR id IN (SELECT resumed_from FROM runs WHERE resumed_from IS NOT NULL)")
+        return {r["id"]: (r["resumed_from"], r["created_at"]) for r in rows}
 
     def open_resources(self, cluster: str | None = None) -> list[dict[str, Any]]:
         """Resources not confirmed gone (what `down`/`gc` must finish), newest run first."""

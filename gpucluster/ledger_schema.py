@@ -102,6 +102,13 @@ MIGRATIONS: list[tuple[int, str]] = [
         )
         """,
     ),
+    (
+        4,
+        """
+        ALTER TABLE runs ADD COLUMN resumed_from TEXT;   -- run id whose outputs this run resumed (--resume)
+        CREATE INDEX runs_resumed_from ON runs(resumed_from)
+        """,
+    ),
 ]
 TEARDOWN_STATES = ("verified", "leftovers", "not verified", "kept")
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -248,6 +248,7 @@ def execute(
     sweep_id: str | None = None,
     log_dir: Any = None,
     workload: str | None = None,
+    resumed_from: str | None = None,
 ) -> RunOutcome:
     """Run one job on one cluster, end to end. Never raises for run failures: returns the outcome."""
     from gpucluster.home import runs_dir
@@ -265,6 +266,7 @@ def execute(
             run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
             command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
             workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
+            resumed_from=resumed_from,
         )
         return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
 

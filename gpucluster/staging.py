@@ -24,7 +24,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from gpucluster.errors import UsageError
 
@@ -87,6 +87,24 @@ def parse_setup(values: Sequence[str]) -> tuple[str, ...]:
                              "--setup 'pip install -r requirements.txt'")
         out.append(value)
     return tuple(out)
+
+
+# -- --resume: the resumed run's collected outputs, staged like a --data folder ---------------
+RESUME_ENV = "GPUCLUSTER_RESUME_DIR"
+RESUME_DEST = "resume"  # under the job's working directory on each node (ssh, aws)
+
+
+def staged_mounts(job: Any) -> tuple[DataMount, ...]:
+    """What a launcher stages: the --data folders, then the --resume folder (`job.resume`)."""
+    return tuple(job.data) + ((job.resume,) if job.resume is not None else ())
+
+
+def staged_env(job: Any, paths: Sequence[str]) -> dict[str, str]:
+    """The environment for the folders of `staged_mounts(job)` at `paths` on a node."""
+    env = data_env(paths[:len(job.data)])
+    if job.resume is not None:
+        env[RESUME_ENV] = paths[len(job.data)]
+    return env
 
 
 def data_env(paths: Sequence[str]) -> dict[str, str]:

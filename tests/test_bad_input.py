@@ -306,7 +306,8 @@ def _flag_cases():
               "--known-hosts": ["--known-hosts", "KH"], "--remote-python": ["--remote-python", "python3"],
               "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"],
               "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"],
-              "--data": ["--data", "tests"], "--setup": ["--setup", "true"]}
+              "--data": ["--data", "tests"], "--setup": ["--setup", "true"],
+              "--resume": ["--resume", "r20261122-000001-aaaaaa"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
                   "--ssh-cidr", "--tag", "--keep"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
@@ -317,7 +318,7 @@ def _flag_cases():
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime", "--ready-timeout",
-                                           "--data", "--setup")]  # issue 14: not supported on gcp yet
+                                           "--data", "--setup", "--resume")]  # issue 14: not on gcp yet
     return cases
 
 
@@ -557,3 +558,75 @@ def test_empty_setup(home):
     r = run_cli("run", "--nodes", "2", "--setup", "  ")
     assert_clean_refusal(r, "--setup", "non-empty shell command")
     assert_no_run_recorded(home)
+
+
+# -- --resume (issue 14): an unknown run, or one with nothing to resume from ------------------------
+def _ended_run(home, run_id, outputs=None, status="interrupted"):
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    ledger.create_run(run_id, cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=["x"], spec={})
+    if status != "running":
+        ledger.finish_run(run_id, status=status, exit_code=130)
+    if outputs:
+        ledger.record_outputs(run_id, outputs)
+    ledger.close()
+
+
+def _rows(home, run_id, files, verdict="complete", make=True):
+    rows = []
+    for n, (count, v) in enumerate(zip(files, verdict if isinstance(verdict, list) else [verdict] * len(files))):
+        path = home / "runs" / run_id / "outputs" / f"node-{n}"
+        if make:
+            path.mkdir(parents=True)
+            for i in range(count):
+                (path / f"f{i}").write_text("x")
+        rows.append({"node_rank": n, "path": str(path), "files": count, "bytes": count, "verdict": v})
+    return rows
+
+
+RESUME_CASES = {  # name: (ledger set-up, --resume value, needles)
+    "no ledger yet": (lambda h: None, "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "no such run"]),
+    "unknown id": (lambda h: _ended_run(h, "r20261122-000001-aaaaaa"), "r20261122-000009-zzzzzz",
+                   ["'r20261122-000009-zzzzzz'", "no such run", "gpucluster runs"]),
+    "empty id": (lambda h: None, "", ["--resume ''", "id of an earlier run"]),
+    "no outputs recorded": (lambda h: _ended_run(h, "r20261122-000001-aaaaaa"), "r20261122-000001",
+                            ["'r20261122-000001-aaaaaa'", "no outputs were collected"]),
+    "outputs came back empty": (
+        lambda h: _ended_run(h, "r20261122-000001-aaaaaa", _rows(h, "r20261122-000001-aaaaaa", [0, 0])),
+        "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "came back empty or failed", "node 0 complete"]),
+    "outputs failed": (
+        lambda h: _ended_run(h, "r20261122-000001-aaaaaa",
+                             _rows(h, "r20261122-000001-aaaaaa", [0, 0], ["failed", "failed"])),
+        "r20261122-000001-aaaaaa", ["came back empty or failed", "node 1 failed"]),
+    "outputs folder gone": (
+        lambda h: _ended_run(h, "r20261122-000001-aaaaaa", _rows(h, "r20261122-000001-aaaaaa", [2, 0], make=False)),
+        "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "is gone from this machine"]),
+    "still running": (lambda h: _ended_run(h, "r20261122-000001-aaaaaa", status="running"),
+                      "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "still running"]),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_CASES))
+def test_bad_resume(home, case):
+    setup, value, needles = RESUME_CASES[case]
+    home.mkdir(parents=True, exist_ok=True)
+    setup(home)
+    before = sorted(p.name for p in (home / "runs").iterdir()) if (home / "runs").exists() else []
+    had_ledger = (home / "ledger.sqlite3").exists()
+    r = run_cli("run", "--nodes", "2", "--epochs", "2", "--resume", value)
+    assert_clean_refusal(r, "--resume", *needles)
+    if not had_ledger:
+        assert not (home / "ledger.sqlite3").exists()  # looking the run up created nothing
+    else:
+        from gpucluster.ledger import Ledger
+
+        assert len(Ledger(home / "ledger.sqlite3").list_runs()) == 1  # only the run set up here
+    after = sorted(p.name for p in (home / "runs").iterdir()) if (home / "runs").exists() else []
+    assert after == before
+
+
+def test_resume_dest_is_not_a_data_dest(home):
+    _ended_run(home, "r20261122-000001-aaaaaa", _rows(home, "r20261122-000001-aaaaaa", [1, 0]))
+    r = run_cli("run", "--nodes", "2", "--data", "tests:resume", "--resume", "r20261122-000001-aaaaaa")
+    assert_clean_refusal(r, "tests:resume'", "DEST 'resume'", "where --resume stages", "another DEST")

@@ -19,10 +19,12 @@ import torch.distributed as dist
 
 try:  # run as gpucluster.workloads.<name>
     from gpucluster.workloads import args as _args
+    from gpucluster.workloads import checkpoint
     from gpucluster.workloads.protocol import emit
     from gpucluster.workloads.sampler import Sampler, interval_from_env
 except ImportError:  # run as a script from a shipped copy of this folder
     import args as _args  # type: ignore[no-redef]
+    import checkpoint  # type: ignore[no-redef]
     from protocol import emit  # type: ignore[no-redef]
     from sampler import Sampler, interval_from_env  # type: ignore[no-redef]
 
@@ -168,6 +170,16 @@ def start_sampler(ctx: Ctx) -> "Sampler | None":
     return Sampler(node_rank=ctx.node_rank, interval=interval).start()
 
 
+def save_checkpoint(ctx: Ctx, **state) -> None:
+    """After an epoch: the checkpoint (see checkpoint.py; node 0's local rank 0 writes it, when
+    GPUCLUSTER_OUTPUT_DIR is set) and a `checkpoint` record saying which epoch it holds."""
+    t0 = time.perf_counter()
+    path = checkpoint.save(ctx.node_rank, ctx.local_rank, **state)
+    if path:
+        emit("checkpoint", rank=ctx.rank, epoch=state["epoch"], step=state["step"],
+             bytes=os.path.getsize(path), seconds=round(time.perf_counter() - t0, 4))
+
+
 def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx, *,
                      workload: str, step_every: int = 0) -> dict:
     """The shared training loop of the classifier workloads (digits, mnist)."""
@@ -178,20 +190,36 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, args.epochs))
     sync_grads = GradSync(model, ctx)
+    resumed = checkpoint.load(workload)  # GPUCLUSTER_RESUME_DIR: every rank continues from the same state
+    first = 1
+    step = 0
+    loss_v = float("nan")
+    acc = 0.0
+    if resumed:
+        path, state = resumed
+        checkpoint.restore(workload, path, state, model, opt, sched, epochs=args.epochs)
+        first = state["epoch"] + 1
+        step = state["step"]
+        loss_v, acc = state.get("loss", loss_v), state.get("accuracy", acc)
     if ctx.device.type == "cuda":  # keep the (small) data sets on the GPU: no loader in the way
         x_train, y_train = x_train.to(ctx.device), y_train.to(ctx.device)
     start_fields = dict(world_size=ctx.world_size, backend=ctx.backend or "none", device=str(ctx.device),
                         global_batch=args.batch_size * ctx.world_size, lr=lr, workload=workload,
                         node_rank=ctx.node_rank, train_samples=int(x_train.shape[0]))
+    if resumed:
+        start_fields.update(resumed_from_epoch=first - 1, resumed_from=resumed[0])
     if ctx.is_main:
         emit("start", rank=ctx.rank, **start_fields)
+        if first > args.epochs:
+            print(f"{workload}: the checkpoint is at epoch {first - 1}, --epochs is {args.epochs}: "
+                  "nothing left to train", flush=True)
+    if resumed and first > args.epochs:  # carried forward, so a resume of this run finds it too
+        save_checkpoint(ctx, workload=workload, epoch=first - 1, step=step, model=model, opt=opt, sched=sched,
+                        loss=loss_v, accuracy=acc)
     sampler = start_sampler(ctx)
-    step = 0
     seen = 0
     train_time = 0.0
-    loss_v = float("nan")
-    acc = 0.0
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(first, args.epochs + 1):
         idx = shard(x_train.shape[0], ctx, epoch=epoch, seed=args.seed, no_shard=args.no_shard)
         sync(ctx)
         t_epoch = time.perf_counter()
@@ -236,6 +264,8 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
                  test_loss=round(test_loss, 5), accuracy=round(acc, 5),
                  samples_per_s=round(global_samples / epoch_time, 2), epoch_time_s=round(epoch_time, 4),
                  **timing)
+        save_checkpoint(ctx, workload=workload, epoch=epoch, step=step, model=model, opt=opt, sched=sched,
+                        loss=loss_v, accuracy=acc)
     if sampler:
         sampler.stop()
     return dict(epochs=args.epochs, loss=round(loss_v, 5), accuracy=round(acc, 5),

@@ -5,10 +5,12 @@ logs through the same parser (`gpucluster.metrics.parse_line`), so a metric mean
 whether it came from a local process, an ssh host or a Kubernetes pod.
 
 Record kinds (all carry "kind", "rank" and "time", a Unix timestamp):
-- "start":  world_size, backend, device, global_batch, lr, workload, args
+- "start":  world_size, backend, device, global_batch, lr, workload, args; resumed_from_epoch and
+            resumed_from (the checkpoint's path) when GPUCLUSTER_RESUME_DIR gave a checkpoint
 - "epoch":  epoch, step, loss, accuracy (test accuracy, all ranks aggregated), samples_per_s
             (global), epoch_time_s, plus timing splits where measured: compute_s, comm_s, data_s
 - "step":   epoch, step, loss (sparse progress, e.g. every N steps on rank 0)
+- "checkpoint": epoch, step, bytes, seconds (the process that saved $GPUCLUSTER_OUTPUT_DIR/checkpoint.pt)
 - "util":   node_rank, gpu (list of {index, util, mem_used_mib, mem_total_mib, power_w}), cpu_percent
 - "final":  written by EVERY rank before destroy_process_group(): epochs, loss, accuracy,
             train_time_s, samples_per_s, samples_seen (this rank), ok

@@ -15,10 +15,11 @@ import torch
 from torch import nn
 
 try:
-    from gpucluster.workloads import common
+    from gpucluster.workloads import checkpoint, common
     from gpucluster.workloads.args import build_parser
     from gpucluster.workloads.protocol import emit
 except ImportError:
+    import checkpoint  # type: ignore[no-redef]
     import common  # type: ignore[no-redef]
     from args import build_parser  # type: ignore[no-redef]
     from protocol import emit  # type: ignore[no-redef]
@@ -60,14 +61,27 @@ def main(argv: list[str] | None = None) -> None:
 
     for _ in range(args.warmup):
         step()
+    first, total_steps, loss_v, resumed = 1, 0, float("nan"), {}
+    loaded = checkpoint.load("synthetic")  # GPUCLUSTER_RESUME_DIR: after the warm-up, which moved the weights
+    if loaded:
+        checkpoint.restore("synthetic", loaded[0], loaded[1], net, opt)
+        first, total_steps = loaded[1]["epoch"] + 1, loaded[1]["step"]
+        loss_v = loaded[1].get("loss", loss_v)
+        resumed = dict(resumed_from_epoch=first - 1, resumed_from=loaded[0])
     params = sum(p.numel() for p in net.parameters())
     if ctx.is_main:
         emit("start", rank=ctx.rank, world_size=ctx.world_size, backend=ctx.backend or "none",
              device=str(ctx.device), global_batch=args.batch_size * ctx.world_size, lr=lr, workload="synthetic",
-             params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank)
+             params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank, **resumed)
+        if first > args.epochs:
+            print(f"synthetic: the checkpoint is at epoch {first - 1}, --epochs is {args.epochs}: "
+                  "nothing left to train", flush=True)
+    if loaded and first > args.epochs:  # carried forward, so a resume of this run finds it too
+        common.save_checkpoint(ctx, workload="synthetic", epoch=first - 1, step=total_steps, model=net, opt=opt,
+                               loss=loss_v)
     sampler = common.start_sampler(ctx)
-    total_time, total_steps, loss_v = 0.0, 0, float("nan")
-    for epoch in range(1, args.epochs + 1):
+    total_time = 0.0
+    for epoch in range(first, args.epochs + 1):
         common.sync(ctx)
         t_epoch = time.perf_counter()
         compute_s = comm_s = 0.0
@@ -87,11 +101,14 @@ def main(argv: list[str] | None = None) -> None:
             emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
                  samples_per_s=round(args.steps * args.batch_size * ctx.world_size / epoch_time, 2),
                  epoch_time_s=round(epoch_time, 4), **timing)
+        common.save_checkpoint(ctx, workload="synthetic", epoch=epoch, step=total_steps, model=net, opt=opt,
+                               loss=loss_mean)
     if sampler:
         sampler.stop()
-    seen = total_steps * args.batch_size
+    seen = (args.epochs - first + 1) * args.steps * args.batch_size if first <= args.epochs else 0  # this run's
     common.finish(ctx, dict(epochs=args.epochs, loss=round(loss_v, 5), train_time_s=round(total_time, 4),
-                            samples_seen=seen, samples_per_s=round(seen * ctx.world_size / total_time, 2)))
+                            samples_seen=seen,
+                            samples_per_s=round(seen * ctx.world_size / total_time, 2) if total_time > 0 else None))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from .rules import money
 from .runcost import run_cost
 
 
-GROUPS = ("day", "cloud", "cluster")
+GROUPS = ("day", "cloud", "cluster", "chain")  # chain: a resumed job (gpucluster.chains), by its first run
 
 
 def parse_since(value: str | None) -> float | None:
@@ -33,12 +33,21 @@ def parse_since(value: str | None) -> float | None:
 
 
 def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, now: float | None = None,
-           catalog: Catalog | None = None) -> dict[str, Any]:
+           catalog: Catalog | None = None, links: Mapping[str, tuple] | None = None) -> dict[str, Any]:
     """Per-run costs (the stored cost if the run has one and nothing was left billing, else
-    computed now) with totals, optionally grouped by day (UTC), cloud or cluster."""
+    computed now) with totals, optionally grouped by day (UTC), cloud, cluster or chain: a run and
+    every run resumed from it, transitively, as one job (its first run's id, and `run_ids`).
+    `links` (`Ledger.resume_links()`) finds a chain's first run even when the report leaves it out
+    (--since); without it, the runs' own `resumed_from` are used."""
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
     now = time.time() if now is None else now
+    runs = list(runs)
+    if group_by == "chain":
+        from gpucluster.chains import root_of
+
+        known = {r["id"]: (r.get("resumed_from"), r.get("created_at")) for r in runs}
+        known.update(links or {})
     rows = []
     for run in runs:
         stored = run.get("cost")
@@ -52,7 +61,10 @@ def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, no
                      "day": created.strftime("%Y-%m-%d"), "cloud": run.get("cloud"), "cluster": run.get("cluster"),
                      "status": run.get("status"), "nodes": run.get("nodes"), "wall_s": wall,
                      "cost": cost["total"], "still_billing": bool(cost.get("still_billing")),
-                     "note": "; ".join(cost.get("notes") or []), "price_date": cost.get("price_date")})
+                     "note": "; ".join(cost.get("notes") or []), "price_date": cost.get("price_date"),
+                     "resumed_from": run.get("resumed_from")})
+        if group_by == "chain":
+            rows[-1]["chain"] = root_of(run["id"], known)
     rows.sort(key=lambda r: r["created"])
     total = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
     groups = []
@@ -63,6 +75,8 @@ def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, no
             g["runs"] += 1
             g["cost"] += Decimal(r["cost"])
             g["wall_s"] += r["wall_s"] or 0.0
+            if group_by == "chain":
+                g.setdefault("run_ids", []).append(r["run_id"])  # rows are in creation order
         groups = [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
     return {"currency": "USD", "runs": rows, "groups": groups, "group_by": group_by, "total": str(total),
             "still_billing": [r["run_id"] for r in rows if r["still_billing"]]}

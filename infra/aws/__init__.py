@@ -138,7 +138,7 @@ class AwsBackend(Backend):
              "ssh_cidr",  # who may reach the nodes over ssh
              "remote_python",
              "ready_timeout",  # waiting for ssh and the DLAMI's first boot
-             "data", "setup")  # staged and run over ssh
+             "data", "setup", "resume")  # staged and run over ssh
     flags_refused_why = "aws nodes are created and reached by gpucluster itself"
     pulumi_plugins = ("aws", "tls")
 

@@ -28,7 +28,7 @@ class LocalBackend(Backend):
         return LocalProvider(), LocalLauncher()
 
     # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
-    flags = ("data", "setup")  # gcp: not supported yet
+    flags = ("data", "setup", "resume")  # gcp: not supported yet
     flags_refused_why = "local runs use this machine as it is"
     verified_how = "by run id"
     verified_detail = "every process of the run gone"

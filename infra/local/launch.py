@@ -23,7 +23,7 @@ from gpucluster.errors import LaunchError
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
-from gpucluster.staging import GO_FILE, data_env, setup_wrapped
+from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 
 def free_port() -> int:
@@ -144,7 +144,8 @@ class LocalLauncher(Launcher):
         return results
 
     def describe(self, spec, job: JobSpec) -> list[str]:
-        return [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
+        lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
+        return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
@@ -200,7 +201,7 @@ class LocalLauncher(Launcher):
                 out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node, output_dir=out))
-                env.update(data_env([m.src for m in job.data]))  # local: the folders in place
+                env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))

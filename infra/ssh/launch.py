@@ -47,7 +47,7 @@ from gpucluster.reaper import nested_grace
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor
 
-from gpucluster.staging import GO_FILE, data_env, setup_wrapped
+from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from .session import NodeReadiness, Session, node_label, sh
 from .stage import CACHE_DIR, stage
@@ -154,7 +154,7 @@ class SshLauncher(Launcher):
                     events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
-                if job.data:  # its own phase: time in the phases, bytes in a `stage` record per node
+                if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
                     events.on_phase("stage")
                     stage(session, job, {r: self._data_dirs(job, d, code_dir is not None) for r, d in dirs.items()},
                           events)
@@ -286,18 +286,19 @@ class SshLauncher(Launcher):
             argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
             env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node,
                            output_dir=f"{node_dir}/code/outputs" if program is not None else f"{node_dir}/outputs")
-            env.update(data_env(self._data_dirs(job, node_dir, code_dir is not None)))
+            env.update(staged_env(job, self._data_dirs(job, node_dir, code_dir is not None)))
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
-        return [f"data: {m.src} -> {m.dest} on every node (sends only what the node's cache lacks)" for m in job.data]
+        return [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node (sends only what "
+                "the node's cache lacks)" for m in staged_mounts(job)]
 
     @staticmethod
     def _data_dirs(job: JobSpec, node_dir: str, has_code: bool) -> list[str]:
-        """Each --data folder's absolute path on a node (DEST under the job's working directory)."""
+        """Each --data (then --resume) folder's absolute path on a node (DEST under the job's working directory)."""
         cwd = f"{node_dir}/code" if has_code else node_dir
-        return [f"{cwd}/{m.dest}" for m in job.data]
+        return [f"{cwd}/{m.dest}" for m in staged_mounts(job)]
 
     def _base(self, home: str | None) -> str:
         base = self.remote_dir.rstrip("/")
@@ -333,7 +334,7 @@ class SshLauncher(Launcher):
                 out = f"{cwd}/outputs"  # GPUCLUSTER_OUTPUT_DIR, copied back by collect_outputs
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                gpus_per_node=cluster.gpus_per_node, output_dir=out)
-                env.update(data_env(self._data_dirs(job, node_dir, has_code)))
+                env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.

@@ -28,7 +28,7 @@ import time
 from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError
-from gpucluster.staging import STAGE_KIND, DataMount, manifest
+from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 
 from .session import node_label, sh
 
@@ -125,9 +125,9 @@ class _Counter:
 
 
 def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> dict[int, dict[str, Any]]:
-    """Stage `job.data` to every node: `dests[rank]` is the absolute DEST of each mount there.
-    Returns {rank: stage record}; LaunchError naming each node that failed."""
-    mounts: Sequence[DataMount] = job.data
+    """Stage `job.data` (and `job.resume`) to every node: `dests[rank]` is the absolute DEST of each
+    mount there. Returns {rank: stage record}; LaunchError naming each node that failed."""
+    mounts: Sequence[DataMount] = staged_mounts(job)
     files = [manifest(m.src) for m in mounts]
     by_hash: dict[str, tuple[str, int]] = {}
     for m, fs in zip(mounts, files):

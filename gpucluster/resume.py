@@ -1,0 +1,52 @@
+"""`gpucluster run --resume RUN_ID`, checked before anything starts: RUN_ID must be a run in the
+ledger whose outputs came back (its `outputs` rows, as the outputs phase recorded them: at least
+one node's copy holds files, and the folder is still there). The new run gets that folder, all its
+node-N subfolders, staged like a `--data` folder (local: used in place; ssh, aws: copied through
+the nodes' data cache) to `resume/` in the job's working directory, as GPUCLUSTER_RESUME_DIR. The
+built-in workloads read `$GPUCLUSTER_RESUME_DIR/node-0/checkpoint.pt` (workloads/checkpoint.py);
+a user's script reads what it saved there itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpucluster.errors import UsageError
+from gpucluster.staging import RESUME_DEST, DataMount
+
+
+def resume_source(ledger: Any, value: str) -> tuple[str, DataMount]:
+    """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run."""
+    text = (value or "").strip()
+    if not text:
+        raise UsageError("--resume '' is not allowed: give the id of an earlier run (see `gpucluster runs`)")
+    run = ledger.get_run(text) if ledger is not None else None
+    if run is None:
+        raise UsageError(f"--resume {value!r}: no such run in the ledger; give the id of an earlier run whose "
+                         "outputs came back (see `gpucluster runs`)")
+    rid = run["id"]
+    if run["status"] == "running":
+        raise UsageError(f"--resume {rid!r}: that run is still running (or died without finishing its row); "
+                         "resume a run that has ended")
+    rows = run.get("outputs") or []
+    kept = [o for o in rows if o.get("path") and (o.get("files") or 0) > 0 and o.get("verdict") != "failed"]
+    if not kept:
+        why = ("no outputs were collected for it" if not rows else
+               "its outputs came back empty or failed: " + "; ".join(
+                   f"node {o['node_rank']} {o['verdict']}, {o.get('files') or 0} file(s)" for o in rows))
+        raise UsageError(f"--resume {rid!r}: nothing to resume from: {why}; give a run whose outputs "
+                         "(GPUCLUSTER_OUTPUT_DIR) came back")
+    folder = os.path.dirname(os.path.abspath(kept[0]["path"]))
+    if not os.path.isdir(folder) or not any(os.path.isdir(o["path"]) for o in kept):
+        raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "
+                         "give a run whose outputs are still there")
+    return rid, DataMount(folder, RESUME_DEST)
+
+
+def check_dest_free(mounts: tuple[DataMount, ...]) -> None:
+    """--resume's DEST (`resume`) may not be, or overlap, a --data DEST."""
+    for m in mounts:
+        if m.dest == RESUME_DEST or m.dest.startswith(RESUME_DEST + "/"):
+            raise UsageError(f"--data {m.spec!r}: DEST {m.dest!r} is where --resume stages the resumed run's "
+                             f"outputs ({RESUME_DEST}/); give the --data folder another DEST (SRC:DEST)")
