@@ -124,9 +124,11 @@ class _Counter:
         self.raw.flush()
 
 
-def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> dict[int, dict[str, Any]]:
-    """Stage `job.data` to every node: `dests[rank]` is the absolute DEST of each mount there.
-    Returns {rank: stage record}; LaunchError naming each node that failed."""
+def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any,
+          emit: bool = True) -> dict[int, dict[str, Any]]:
+    """Stage `job.data` (local folders) to every node: `dests[rank]` is the absolute DEST of each
+    mount there. Returns {rank: stage record} (also sent to `events.on_metric` when `emit`);
+    LaunchError naming each node that failed."""
     mounts: Sequence[DataMount] = job.data
     files = [manifest(m.src) for m in mounts]
     by_hash: dict[str, tuple[str, int]] = {}
@@ -208,7 +210,7 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> d
                 pass
     if errors:
         raise LaunchError("; ".join(errors[r] for r in sorted(errors)))
-    for rank in sorted(results):
+    for rank in sorted(results) if emit else ():
         events.on_metric(rank, results[rank])
     return results
 
