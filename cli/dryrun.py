@@ -35,6 +35,9 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     for r in d.get("security_group_rules", []):
         out.print(f"security group {r['direction']}: {r['protocol']} ports {r['ports']} "
                   f"{'from' if r['direction'] == 'ingress' else 'to'} {r['peer']}  ({r['description']})", highlight=False)
+    for a in d.get("object_access") or []:
+        out.print(f"node role grants: {', '.join(a['actions'])} on {', '.join(a['resources'])}"
+                  + (f" if {json.dumps(a['condition'])}" if a.get("condition") else ""), highlight=False)
     out.print(f"AMI filter: {json.dumps(d.get('ami_filter'))}", highlight=False)
     ud = d.get("user_data") or {}
     if ud:

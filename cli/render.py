@@ -187,11 +187,14 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
 
     staged = run.get("staging") or []
     if staged:
-        sent, total = sum(r.get("sent_bytes", 0) for r in staged), sum(r.get("bytes", 0) for r in staged)
+        sent, fetched = sum(r.get("sent_bytes", 0) for r in staged), sum(r.get("fetched_bytes", 0) for r in staged)
+        total = sum(r.get("bytes", 0) for r in staged) - fetched  # what went through the cache
         console.print(f"data: {staged[0].get('files', 0)} file(s), {fmt_bytes(staged[0].get('bytes', 0))} on each of "
-                      f"{len(staged)} node(s); sent {fmt_bytes(sent)} ({100 * sent / total if total else 0:.1f}% of "
-                      f"{fmt_bytes(total)}; the rest was in the nodes' cache), slowest node "
-                      f"{fmt_secs(max(r.get('seconds', 0) for r in staged))}", highlight=False)
+                      f"{len(staged)} node(s); "
+                      + (f"sent {fmt_bytes(sent)} ({100 * sent / total:.1f}% of {fmt_bytes(total)}; the rest was in "
+                         "the nodes' cache), " if total else "")
+                      + (f"{fmt_bytes(fetched)} fetched by the nodes from object storage, " if fetched else "")
+                      + f"slowest node {fmt_secs(max(r.get('seconds', 0) for r in staged))}", highlight=False)
     setups = run.get("setup") or []
     if setups:
         ok = [r for r in setups if r.get("rc") == 0]

@@ -54,14 +54,18 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
                    "fails with the scheduler's reason.")
 @click.option("--data", "data", multiple=True, metavar="SRC[:DEST]",
               help="A local folder staged to every node (repeatable); the first is $GPUCLUSTER_DATA. DEST: relative "
-                   "to the job's working directory [default: data/BASENAME]. local: used in place, read-only.")
+                   "to the job's working directory [default: data/BASENAME]. local: used in place, read-only. "
+                   "aws: also s3://BUCKET[/PREFIX][:DEST], synced by every node with read-only access to just that "
+                   "prefix (DEST after the last ':').")
 @click.option("--setup", "setup", multiple=True, metavar="CMD",
               help="Shell command run on every node before training, in the job's folder and environment "
                    "(repeatable, run in order), e.g. --setup 'pip install -r requirements.txt'.")
-@click.option("--output", "output", default=None, metavar="DIR",
+@click.option("--output", "output", default=None, metavar="DIR|URL",
               help="Where every node's output folder (GPUCLUSTER_OUTPUT_DIR) is copied back before teardown, "
                    "as DIR/node-N: a new or empty folder [default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs]. "
-                   "local, ssh, aws; s3:// and gs:// are not supported yet.")
+                   "local, ssh, aws. aws: also s3://BUCKET[/PREFIX]: every node uploads its folder to "
+                   "PREFIX/RUN_ID/node-N with write access to just that prefix, nothing is copied back. "
+                   "gs:// is not supported yet.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -98,7 +102,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.spec import new_run_id, resolve, validate
 
     check_cloud_flags(cloud)
-    output_dir = None if output is None else check_output_dest(output)  # nothing is created here
+    output_dir = None if output is None else check_output_dest(output, backend(cloud))  # creates nothing
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
     if not command:
@@ -126,8 +130,11 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         check_command(command)
     from gpucluster.staging import parse_data, parse_setup
 
-    mounts, setup_cmds = parse_data(data), parse_setup(setup)
+    mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
     resumed_from, resume_mount = _resume(resume, mounts) if resume is not None else (None, None)
+    # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
+    spec = backend(cloud).with_object_access(spec, [m.src for m in mounts if m.remote],
+                                             [output_dir] if isinstance(output_dir, str) else [])
     check_ssh_files(identity, known_hosts)
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,

@@ -1,8 +1,10 @@
 """Outputs come back: what every node's output folder holds is copied to this machine before
 teardown, and each node's copy gets a verdict.
 
-- `check_output_dest(value)`: the `--output DIR` check made before anything starts (bucket URLs are
-  refused as not supported yet; DIR must be creatable and writable, and new or empty).
+- `check_output_dest(value, store)`: the `--output DIR|URL` check made before anything starts. DIR
+  must be creatable and writable, and new or empty. A bucket URL is accepted only where the run's
+  backend declares that scheme (`Backend.object_store`: aws takes s3://); then each node uploads
+  its own folder to URL/RUN_ID/node-N (`infra/ssh/objects.py`) and nothing is copied back here.
 - `NodeOutputs`: one node's copy (where it went, files, bytes, seconds, verdict, detail). The
   verdict is `complete` (every file the node's folder listed is here), `partial` (some came back;
   `detail` says what is missing), or `failed` (nothing came back; `detail` says why).
@@ -48,15 +50,21 @@ class NodeOutputs:
         return f"outputs of node {self.node_rank} {self.verdict}: {self.detail or 'no detail'}"
 
 
-def check_output_dest(value: str) -> Path:
-    """`--output DIR`, checked without creating anything: an absolute Path, or UsageError (exit 2)."""
+def check_output_dest(value: str, store: Any = None) -> Path | str:
+    """`--output DIR`, checked without creating anything: an absolute Path, or UsageError (exit 2).
+    With `store` (the run's backend) a URL of its `object_store` scheme is checked for form and
+    returned normalized (a str)."""
+    from gpucluster.staging import object_refusal
+
     text = (value or "").strip()
     if not text:
         raise UsageError("output '' is not allowed: give a folder on this machine (DIR)")
-    for scheme in ("s3://", "gs://"):
-        if text.lower().startswith(scheme):
-            raise UsageError(f"output {value!r}: uploads to {scheme} are not supported yet; give a folder on "
-                             "this machine (outputs are copied back to it before teardown)")
+    if text.lower().startswith(("s3://", "gs://")):
+        refusal = object_refusal("--output", text, store)
+        if refusal:
+            raise UsageError(f"{refusal}; give a folder on this machine (outputs are copied back to it before "
+                             "teardown)")
+        return store.object_url(text, f"--output {value!r}")
     if "://" in text:
         raise UsageError(f"output {value!r} is not allowed: a folder on this machine (DIR)")
     path = Path(os.path.abspath(os.path.expanduser(text)))

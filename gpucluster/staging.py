@@ -2,7 +2,9 @@
 manifest of a data folder (relative path, sha256, size, mode of every file), and the node-side
 setup wrapper every launcher puts in front of torchrun when `--setup` is given.
 
-Data: SRC is a local folder. DEST (default `data/<basename of SRC>`) is a relative path under the
+Data: SRC is a local folder, or an object-storage URL (`s3://bucket[/prefix]`) where the backend's
+nodes read it themselves (`Backend.object_store`; aws), synced on every node by the launcher
+(`infra/ssh/objects.py`); for a URL, DEST follows the LAST ':' and defaults to `data/<last segment>`. DEST (default `data/<basename of SRC>`) is a relative path under the
 job's working directory on each node. The first `--data` is exposed as `GPUCLUSTER_DATA`, all of
 them as `GPUCLUSTER_DATA_DIRS` (os.pathsep-separated, in the order given). The local backend uses
 SRC in place (no copy; the job must only read it); the ssh launcher (ssh and aws) copies it
@@ -36,21 +38,69 @@ _URL_PREFIXES = ("s3://", "gs://")
 
 @dataclass(frozen=True)
 class DataMount:
-    src: str  # absolute local folder
+    src: str  # absolute local folder, or an object-storage URL the nodes read themselves
     dest: str  # relative POSIX path under the job's working directory on a node
 
     @property
     def spec(self) -> str:
         return f"{self.src}:{self.dest}"
 
+    @property
+    def remote(self) -> bool:
+        return "://" in self.src
 
-def parse_data(values: Sequence[str]) -> tuple[DataMount, ...]:
-    """Repeatable `--data SRC[:DEST]` -> mounts; UsageError (exit 2) naming the value otherwise."""
+
+def object_refusal(flag: str, value: str, store) -> str | None:
+    """Why an object-storage URL `value` cannot be used with backend `store` (None: it can, or it is
+    not a URL). Says which clouds take that scheme, asking the registry, never naming one here."""
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if not scheme or not value.lower().startswith(_URL_PREFIXES):
+        return None
+    if store is not None and store.object_store == scheme:
+        return None
+    from gpucluster.infra.registry import NAMES, backend
+
+    able = [n for n in NAMES if backend(n).object_store == scheme]
+    where = f" with --cloud {store.name}" if store is not None and able else ""
+    how = f"{scheme}:// works with --cloud {' or '.join(able)}" if able else f"no backend reads {scheme}:// yet"
+    return f"{flag} {value!r} is not supported yet{where}: {how}"
+
+
+def _check_dest(value: str, dest: str) -> str:
+    if not dest or dest.startswith("/") or ".." in dest.split("/") or "\\" in dest:
+        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
+                         "working directory, without '..'")
+    dest = posixpath.normpath(dest)
+    if dest in (".", "") or dest.startswith("."):
+        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
+                         "working directory that does not start with '.'")
+    return dest
+
+
+def _object_mount(value: str, store) -> DataMount:
+    """`SCHEME://bucket[/prefix][:DEST]`: DEST follows the last ':' (bucket names hold none)."""
+    refusal = object_refusal("--data", value, store)
+    if refusal:
+        raise UsageError(f"{refusal}; give a local folder (SRC[:DEST])")
+    scheme, rest = value.split("://", 1)
+    url, sep, dest = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    url = store.object_url(f"{scheme}://{url}", f"--data {value!r}")
+    if sep:
+        return DataMount(url, _check_dest(value, dest))
+    last = url.split("://", 1)[1].rstrip("/").rsplit("/", 1)[-1]
+    return DataMount(url, f"data/{last}")
+
+
+def parse_data(values: Sequence[str], store=None) -> tuple[DataMount, ...]:
+    """Repeatable `--data SRC[:DEST]` -> mounts; UsageError (exit 2) naming the value otherwise.
+    `store`: the run's backend (`object_store`, `object_url`), for SRC URLs; None: no URL allowed."""
     mounts: list[DataMount] = []
     for value in values or ():
-        if value.startswith(_URL_PREFIXES):
-            raise UsageError(f"--data {value!r} is not supported yet: object-storage sources (s3://, gs://) are "
-                             "not staged by this version; give a local folder (SRC[:DEST])")
+        if value.lower().startswith(_URL_PREFIXES):
+            mount = _object_mount(value, store)
+            _no_overlap(value, mount.dest, mounts)
+            mounts.append(mount)
+            continue
         src, sep, dest = value.partition(":")
         if not src:
             raise UsageError(f"--data {value!r} is not allowed: SRC[:DEST], SRC a local folder (no ':' in it)")
@@ -61,22 +111,17 @@ def parse_data(values: Sequence[str]) -> tuple[DataMount, ...]:
             raise UsageError(f"--data {value!r}: {src!r} is a file, not a folder; give the folder that holds it")
         if not os.access(path, os.R_OK | os.X_OK):
             raise UsageError(f"--data {value!r}: the folder {src!r} cannot be read")
-        if sep:
-            if not dest or dest.startswith("/") or ".." in dest.split("/") or "\\" in dest:
-                raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
-                                 "working directory, without '..'")
-            dest = posixpath.normpath(dest)
-            if dest in (".", "") or dest.startswith("."):
-                raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
-                                 "working directory that does not start with '.'")
-        else:
-            dest = f"data/{path.resolve().name}"
-        for m in mounts:
-            if m.dest == dest or dest.startswith(m.dest + "/") or m.dest.startswith(dest + "/"):
-                raise UsageError(f"--data {value!r}: DEST {dest!r} is the same as, or overlaps, that of --data "
-                                 f"{m.spec!r}; give each one its own DEST (SRC:DEST)")
+        dest = _check_dest(value, dest) if sep else f"data/{path.resolve().name}"
+        _no_overlap(value, dest, mounts)
         mounts.append(DataMount(str(path.resolve()), dest))
     return tuple(mounts)
+
+
+def _no_overlap(value: str, dest: str, mounts: Sequence[DataMount]) -> None:
+    for m in mounts:
+        if m.dest == dest or dest.startswith(m.dest + "/") or m.dest.startswith(dest + "/"):
+            raise UsageError(f"--data {value!r}: DEST {dest!r} is the same as, or overlaps, that of --data "
+                             f"{m.spec!r}; give each one its own DEST (SRC:DEST)")
 
 
 def parse_setup(values: Sequence[str]) -> tuple[str, ...]:

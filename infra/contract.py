@@ -46,6 +46,15 @@ Launch transport
   make(**options) -> (provider, launcher)   the `Provider` (see `gpucluster.domain`) and the
                                         launcher that runs torchrun on its nodes.
 
+Object storage (`--data URL[:DEST]`, `--output URL`: the nodes read and write it themselves)
+  object_store                          the URL scheme its nodes read and write with their own
+                                        credentials, granted by its component ("s3"), or None
+                                        (default: such URLs are refused, exit 2).
+  object_url(text, what) -> str         a URL of that scheme checked for form (bucket naming
+                                        rules) and normalized; UsageError starting with `what`.
+  with_object_access(spec, reads, writes) -> spec   the spec carrying the URLs the nodes may read
+                                        and write, for the component to grant exactly those.
+
 Leftover scan (backends with `provisions`)
   scan(name, run_id, **scope) -> ScanReport   resources tagged managed-by=gpucluster (and the
                                         cluster / run), and each check that could not run.
@@ -180,6 +189,17 @@ class Backend:
     # -- launch transport ------------------------------------------------------------------------
     def make(self, **options: Any) -> tuple[Any, Any]:
         raise NotImplementedError(f"backend {self.name!r} defines no provider and launcher")
+
+    # -- object storage --------------------------------------------------------------------------
+    object_store: str | None = None
+
+    def object_url(self, text: str, what: str) -> str:
+        raise UsageError(f"{what} is not supported with --cloud {self.name}")
+
+    def with_object_access(self, spec: Any, reads: Any = (), writes: Any = ()) -> Any:
+        if reads or writes:
+            raise UsageError(f"--cloud {self.name} nodes cannot read or write object storage")
+        return spec
 
     # -- leftovers -------------------------------------------------------------------------------
     def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:

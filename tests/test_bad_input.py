@@ -544,6 +544,25 @@ def test_bad_data(home, value, needles):
     assert_no_run_recorded(home)
 
 
+# -- object storage (issue 14): s3:// only where the backend declares it (aws), and well-formed ---------
+@pytest.mark.parametrize("args,needles", [
+    (("--cloud", "aws", "--data", "s3://Bad_Bucket/x"), ["--data 's3://Bad_Bucket/x'", "lowercase"]),
+    (("--cloud", "aws", "--data", "s3://10.0.0.1/x"), ["'10.0.0.1'", "IP address"]),
+    (("--cloud", "aws", "--output", "s3://ab"), ["--output 's3://ab'", "3-63"]),
+    (("--cloud", "aws", "--data", "s3://bucket/a*:in"), ["'*'", "widen"]),
+    (("--cloud", "aws", "--data", "s3://bucket/p:../x"), ["'../x'", "relative path"]),
+    (("--cloud", "aws", "--output", "gs://bucket/p"), ["'gs://bucket/p'", "not supported yet"]),
+    (("--cloud", "ssh", "--hosts", "u@h1,u@h2", "--data", "s3://bucket/p"),
+     ["not supported yet with --cloud ssh", "--cloud aws"]),
+    (("--cloud", "gcp", "--project", "p-123456", "--output", "s3://bucket/p"),
+     ["not supported yet with --cloud gcp", "--cloud aws"]),
+])
+def test_bad_object_storage_urls(home, args, needles):
+    r = run_cli("run", "--nodes", "2", *args)
+    assert_clean_refusal(r, *needles)
+    assert_no_run_recorded(home)
+
+
 def test_duplicate_data_dest(home):
     r = run_cli("run", "--nodes", "2", "--data", "tests:inputs", "--data", "docs:inputs")
     assert_clean_refusal(r, "'docs:inputs'", "'inputs'", "overlaps", "own DEST")

@@ -139,6 +139,7 @@ class Ec2Like:
         self.booted: list[str] = []
         self.errors: list[str] = []
         self.terminated = threading.Event()
+        self.node_env: dict[str, str] = {}  # more environment for every node's ssh sessions
 
     def prepare(self, cidrs: list[str]) -> None:
         import ipaddress
@@ -149,7 +150,7 @@ class Ec2Like:
             self.root / "sshd", 2, addresses=ADDRESSES, port=22, defer=True,
             path=[str(self.stub_bin), "/usr/bin", "/bin"],  # python3 here is the system one: no torch
             extra_config=[f"AllowUsers {allow}"] * 2,
-            env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster")} for r in self.node_roots])
+            env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster"), **self.node_env} for r in self.node_roots])
         self.reachable = any(ipaddress.ip_address(CALLER) in ipaddress.ip_network(c) for c in cidrs)
 
     def boot(self, rank: int, user_data: str) -> None:

@@ -76,10 +76,26 @@ class AwsBackend(Backend):
         from .catalog import NODE_PYTHON
         from .outputs import console_tail
 
-        kw: dict[str, Any] = {"python": options.get("remote_python") or NODE_PYTHON, "diagnose": console_tail}
+        from .s3 import NodeTransfer
+
+        kw: dict[str, Any] = {"python": options.get("remote_python") or NODE_PYTHON, "diagnose": console_tail,
+                              "objects": NodeTransfer()}
         if options.get("ready_timeout") is not None:
             kw["ready_timeout"] = options["ready_timeout"]
         return PulumiProvider("aws"), SshLauncher(**kw)
+
+    # -- object storage: s3:// read and written by the nodes through the instance role (s3.py) ------
+    object_store = "s3"
+
+    def object_url(self, text: str, what: str) -> str:
+        from .s3 import parse_url
+
+        return parse_url(text, what)
+
+    def with_object_access(self, spec: Any, reads: Any = (), writes: Any = ()) -> Any:
+        from .s3 import with_access
+
+        return with_access(spec, reads, writes)
 
     def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
         from .leftovers import default_regions, scan

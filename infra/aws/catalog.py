@@ -169,6 +169,8 @@ OPTIONS = (
     "ami",
     "efa",
     "image",
+    "s3Read",  # s3:// URLs the nodes may read (set by `run --data s3://...`; infra/aws/s3.py)
+    "s3Write",  # s3:// URLs the nodes may write (set by `run --output s3://...`)
     "spotInterruptionBehavior",
     "sshPublicKey",
     "subnetId",
@@ -235,6 +237,9 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         if spec.nodes == 1:
             warnings.append("EFA on a single node brings nothing: it only speeds up traffic between nodes")
 
+    from .s3 import scopes
+
+    scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
     image = option(spec, "image")
     if image is not None and image not in IMAGES:
         raise SpecError(not_allowed("option image", image, list(IMAGES)))

@@ -16,7 +16,10 @@ allows tags):
   the user's public key from option `sshPublicKey`;
 - one ed25519 host key per node, generated here and installed by cloud-init from user data
   (a secret), so the launcher pins host keys instead of trusting on first use;
-- an IAM role + instance profile with AmazonSSMManagedInstanceCore only;
+- an IAM role + instance profile with AmazonSSMManagedInstanceCore, plus, when the spec carries
+  s3 URLs (options s3Read / s3Write, set by `run --data s3://...` / `--output s3://...`), one
+  inline role policy granting exactly those prefixes (`infra.aws.s3.policy_document`): the nodes
+  use the instance role's credentials, no keys are ever copied to them;
 - N instances of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
   PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
@@ -38,7 +41,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_tls as tls
 
-from gpucluster.infra.aws import catalog
+from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
@@ -196,6 +199,7 @@ class GpuCluster(pulumi.ComponentResource):
         key_pair = aws.ec2.KeyPair(
             f"{name}-key", public_key=public_key, tags=self._tags(f"{spec.name}-key"), opts=self._opts()
         )
+        s3_scopes = s3.scopes(spec)
         role = aws.iam.Role(
             f"{name}-role",
             assume_role_policy=json.dumps(
@@ -210,13 +214,24 @@ class GpuCluster(pulumi.ComponentResource):
                     ],
                 }
             ),
-            description=f"gpucluster {spec.name} nodes: SSM core only",
+            description=f"gpucluster {spec.name} nodes: SSM core"
+            + (", S3 read/write of the run's --data/--output prefixes" if any(s3_scopes) else " only"),
             tags=self._tags(f"{spec.name}-role"),
             opts=self._opts(),
         )
         ssm = aws.iam.RolePolicyAttachment(
             f"{name}-ssm", role=role.name, policy_arn=SSM_POLICY_ARN, opts=self._opts()
         )
+        self.s3_policy: Optional[aws.iam.RolePolicy] = None
+        if any(s3_scopes):
+            # inline: it lives and dies with the role (IAM deletes a role only once its inline
+            # policies are gone; Pulumi deletes this one first, `gc` does too: leftovers.py)
+            self.s3_policy = aws.iam.RolePolicy(
+                f"{name}-s3",
+                role=role.id,
+                policy=json.dumps(s3.policy_document(*s3_scopes, partition=s3.partition_of(self.region))),
+                opts=self._opts(),
+            )
         profile = aws.iam.InstanceProfile(
             f"{name}-profile", role=role.name, tags=self._tags(f"{spec.name}-profile"), opts=self._opts()
         )
@@ -317,7 +332,7 @@ class GpuCluster(pulumi.ComponentResource):
                 tags=node_tags,
                 opts=self._opts(
                     additional_secret_outputs=["user_data"],
-                    depends_on=[ssm, *self._network_deps],
+                    depends_on=[ssm, *([self.s3_policy] if self.s3_policy else []), *self._network_deps],
                 ),
                 **network,
             )

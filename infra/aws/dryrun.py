@@ -11,6 +11,7 @@ module `infra/<cloud>_dryrun.py` exposing the same function.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -64,8 +65,13 @@ def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, An
             "files": [f["path"] for f in doc.get("write_files", [])],
             "host_key": "pinned ed25519 key from the stack (secret, not shown)" if doc.get("ssh_keys") else None,
         }
+    policies = [json.loads(unwrap(r.inputs["policy"])) for r in rec.of_type("aws:iam/rolePolicy:RolePolicy")]
+    object_access = [{"actions": st["Action"], "resources": st["Resource"], **({"condition": st["Condition"]}
+                                                                            if "Condition" in st else {})}
+                     for doc in policies for st in doc.get("Statement", [])]
     return {
         "cloud": "aws",
+        "object_access": object_access,
         "resources": dict(sorted(counts.items())),
         "resource_count": len(rec.resources),
         "instances": {

@@ -50,6 +50,7 @@ from gpucluster.supervisor import NodeSupervisor
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from .session import NodeReadiness, Session, node_label, sh
+from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
 
@@ -82,6 +83,9 @@ class SshLauncher(Launcher):
     data_cache: the `--data` cache on the nodes (default ~/.cache/gpucluster/data).
     python: the Python on the nodes that has torch (a name on the remote PATH or a full path,
         e.g. /opt/conda/bin/python).
+    objects: what the nodes run to pull `--data` URLs and push outputs to a `--output` URL with
+        their own credentials (`infra/ssh/objects.py`; aws: `infra.aws.s3.NodeTransfer`); None
+        where the nodes have no object storage of their own (ssh).
     """
 
     collects_outputs = True
@@ -100,6 +104,7 @@ class SshLauncher(Launcher):
         ready_timeout: float = 600.0,
         diagnose: Callable[[Any, Any], str | None] | None = None,
         data_cache: str = CACHE_DIR,
+        objects: Any = None,
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -112,6 +117,7 @@ class SshLauncher(Launcher):
                                   "connection sharing are set by gpucluster (give keys with --known-hosts)")
         self.remote_dir = remote_dir
         self.data_cache = data_cache  # --data: the content-addressed cache on every node (see stage.py)
+        self.objects = objects  # --data/--output URLs: pulled and pushed by the nodes (see objects.py)
         self.connect_timeout = int(connect_timeout)
         self.grace = float(grace)
         self.ssh = ssh
@@ -156,8 +162,8 @@ class SshLauncher(Launcher):
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
                 if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
                     events.on_phase("stage")
-                    stage(session, job, {r: self._data_dirs(job, d, code_dir is not None) for r, d in dirs.items()},
-                          events)
+                    self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
+                                               for r, d in dirs.items()}, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
                 if job.output_dir and self._started.get(job.run_id):
@@ -185,6 +191,8 @@ class SshLauncher(Launcher):
             dest = Path(job.output_dir or ".")
             started = self._started.get(job.run_id, set())
             todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
+            if objects.is_url(job.output_dir):  # each node uploads its own folder (objects.py)
+                return objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
             copies = held.session.each(
                 lambda n: (held.session.copy_outputs(n, held.out_dirs[n.rank], dest / f"node-{n.rank}")
                            if n.rank in todo else None, None))
@@ -291,8 +299,35 @@ class SshLauncher(Launcher):
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
-        return [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node (sends only what "
-                "the node's cache lacks)" for m in staged_mounts(job)]
+        lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
+                 "synced by each node with its own read-only credentials" if objects.is_url(m.src)
+                 else "sending only what the node's cache lacks") for m in staged_mounts(job)]
+        if objects.is_url(job.output_dir):
+            lines.append(f"outputs: every node uploads its output folder to {job.output_dir}/{job.run_id}/node-N "
+                         "with its own write-only credentials (nothing is copied back here)")
+        return lines
+
+    def _stage(self, session: "Session", job: JobSpec, dests: dict[int, list[str]], events: Any) -> None:
+        """Local folders (--data, --resume) through the cache (stage.py), URLs pulled by the nodes
+        (objects.py); one `stage` record per node with both (`fetched_bytes`: what the node read
+        from object storage)."""
+        mounts = staged_mounts(job)
+        remote = [i for i, m in enumerate(mounts) if objects.is_url(m.src)]
+        local = [i for i in range(len(mounts)) if i not in remote]
+        recs: dict[int, dict[str, Any]] = {r: {"kind": "stage", "files": 0, "bytes": 0, "sent_bytes": 0,
+                                               "sent_files": 0, "seconds": 0.0} for r in dests}
+        if local:
+            for rank, rec in stage(session, job, {r: [d[i] for i in local] for r, d in dests.items()},
+                                   events, emit=False, mounts=[mounts[i] for i in local]).items():
+                recs[rank].update(rec)
+        if remote:
+            got = objects.pull(session, job, {r: [(mounts[i].src, d[i]) for i in remote] for r, d in dests.items()})
+            for rank, rec in got.items():
+                r = recs[rank]
+                r.update(files=r["files"] + rec["files"], bytes=r["bytes"] + rec["bytes"], fetched_bytes=rec["bytes"],
+                         seconds=round(r["seconds"] + rec["seconds"], 3), tool=rec["tool"])
+        for rank in sorted(recs):
+            events.on_metric(rank, recs[rank])
 
     @staticmethod
     def _data_dirs(job: JobSpec, node_dir: str, has_code: bool) -> list[str]:

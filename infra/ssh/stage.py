@@ -124,10 +124,12 @@ class _Counter:
         self.raw.flush()
 
 
-def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> dict[int, dict[str, Any]]:
-    """Stage `job.data` (and `job.resume`) to every node: `dests[rank]` is the absolute DEST of each
-    mount there. Returns {rank: stage record}; LaunchError naming each node that failed."""
-    mounts: Sequence[DataMount] = staged_mounts(job)
+def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit: bool = True,
+          mounts: Sequence[DataMount] | None = None) -> dict[int, dict[str, Any]]:
+    """Stage local folders to every node: `mounts` (default: `job.data`, then `job.resume`), and
+    `dests[rank]` the absolute DEST of each mount there. Returns {rank: stage record} (also sent to
+    `events.on_metric` when `emit`); LaunchError naming each node that failed."""
+    mounts = staged_mounts(job) if mounts is None else mounts
     files = [manifest(m.src) for m in mounts]
     by_hash: dict[str, tuple[str, int]] = {}
     for m, fs in zip(mounts, files):
@@ -208,7 +210,7 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any) -> d
                 pass
     if errors:
         raise LaunchError("; ".join(errors[r] for r in sorted(errors)))
-    for rank in sorted(results):
+    for rank in sorted(results) if emit else ():
         events.on_metric(rank, results[rank])
     return results
 

@@ -1,0 +1,105 @@
+"""Object storage on the nodes (`--data s3://...`, `--output s3://...`): each node pulls a source
+into its DEST or pushes its output folder itself, with its own credentials, driven over the run's
+ssh connections. What runs on the node comes from the backend (`launcher.objects`, e.g.
+`infra.aws.s3.NodeTransfer`): `script(python, "pull", URL, DEST)` / `script(python, "push", SRC,
+URL)`, whose last stdout line is a JSON object (tool, files, bytes; push: failed) and whose exit
+code is 0 (done), 3 (push: some files failed) or anything else (nothing done, why on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Sequence
+
+from gpucluster.errors import LaunchError
+
+from .session import node_label
+
+TRANSFER_TIMEOUT_S = 6 * 3600  # one node's pull or push of every object
+
+
+def is_url(text: str | None) -> bool:
+    return bool(text) and "://" in str(text)
+
+
+def _answer(out: bytes) -> dict[str, Any]:
+    lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _why(err: bytes, rc: int) -> str:
+    lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][-400:] if lines else f"exit code {rc}"
+
+
+def pull(session: Any, job: Any, pairs: dict[int, Sequence[tuple[str, str]]]) -> dict[int, dict[str, Any]]:
+    """Every node pulls its (URL, absolute DEST) pairs, nodes in parallel. {rank: {files, bytes,
+    seconds, tool}}; LaunchError naming each node that failed."""
+    objects = session.launcher.objects
+    if objects is None:
+        raise LaunchError("this backend's nodes cannot read object storage (no --data URL is allowed here)")
+
+    def one(node: Any) -> tuple[dict[str, Any], None]:
+        start, files, nbytes, tools = time.monotonic(), 0, 0, set()
+        for url, dest in pairs[node.rank]:
+            cp = session.run(node, objects.script(session.launcher.python, "pull", url, dest),
+                             timeout=TRANSFER_TIMEOUT_S)
+            if cp.returncode != 0:
+                raise LaunchError(f"node {node.rank} ({node_label(node)}): staging {url} failed: "
+                                  f"{_why(cp.stderr, cp.returncode)}")
+            got = _answer(cp.stdout)
+            files, nbytes = files + int(got.get("files", 0)), nbytes + int(got.get("bytes", 0))
+            tools.add(str(got.get("tool", "?")))
+        return {"files": files, "bytes": nbytes, "seconds": round(time.monotonic() - start, 3),
+                "tool": ",".join(sorted(tools))}, None
+
+    results, errors = {}, []
+    for node, (res, err) in zip(session.nodes, session.each(one)):
+        if err is not None:
+            errors.append(err)
+        else:
+            results[node.rank] = res
+    if errors:
+        raise LaunchError("; ".join(errors))
+    return results
+
+
+def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_id: str) -> list:
+    """Every node in `todo` uploads its output folder to URL/RUN_ID/node-N/. One
+    `gpucluster.outputs.NodeOutputs` per node: complete, partial (which files failed) or failed."""
+    from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs
+
+    objects = session.launcher.objects
+    base = url.rstrip("/")
+
+    def one(node: Any) -> tuple[Any, None]:
+        where = f"{base}/{run_id}/node-{node.rank}"
+        who = f"node {node.rank} ({node_label(node)})"
+        if objects is None:
+            return NodeOutputs(node.rank, where, FAILED, detail=f"{who}: cannot write object storage"), None
+        start = time.monotonic()
+        cp = session.run(node, objects.script(session.launcher.python, "push", out_dirs[node.rank], where),
+                         timeout=TRANSFER_TIMEOUT_S)
+        took = time.monotonic() - start
+        got = _answer(cp.stdout)
+        files, nbytes, failed = int(got.get("files", 0)), int(got.get("bytes", 0)), got.get("failed") or []
+        if cp.returncode == 0:
+            return NodeOutputs(node.rank, where, COMPLETE, files, nbytes, took), None
+        what = "; ".join(map(str, failed[:5])) + (" ..." if len(failed) > 5 else "") if failed else \
+            _why(cp.stderr, cp.returncode)
+        if cp.returncode == 3 and files:
+            return NodeOutputs(node.rank, where, PARTIAL, files, nbytes, took,
+                               f"{who}: {len(failed)} file(s) not uploaded: {what}"), None
+        return NodeOutputs(node.rank, where, FAILED, files, nbytes, took, f"{who}: upload to {where} failed: {what}"), None
+
+    results = []
+    for node, (res, err) in zip(session.nodes, session.each(lambda n: one(n) if n.rank in todo else (None, None))):
+        if node.rank not in todo:
+            continue
+        results.append(res if res is not None else
+                       NodeOutputs(node.rank, f"{base}/{run_id}/node-{node.rank}", FAILED, detail=err))
+    return results
