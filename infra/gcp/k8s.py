@@ -12,7 +12,8 @@ Model (the `job` launcher, the default):
   `backoffLimit: 0`, `restartPolicy: Never`, `subdomain` = the Service. Each pod requests all the
   node's GPUs (`nvidia.com/gpu` limits), tolerates the GPU taint, avoids sharing a node with
   another pod of the job, and runs `python /gpucluster/entry.py`, which picks its argv by
-  `JOB_COMPLETION_INDEX` (the node rank) and execs torchrun. `activeDeadlineSeconds` (the job's
+  `JOB_COMPLETION_INDEX` (the node rank) and runs torchrun (see Outputs below).
+  `activeDeadlineSeconds` (the job's
   time limit + 10 min) and `ttlSecondsAfterFinished` make the cluster clean up even if this
   machine disappears.
 

@@ -4,7 +4,8 @@
 `gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
 same as on the other backends, with c10d timeouts above the start deadline), the files mounted at
 `/gpucluster` (the built-in workloads, the user's script folder, built-in data, the standard-library
-entry script `ENTRYPOINT` that picks its argv by node rank and execs torchrun, and `WAITER`), and
+entry script `ENTRYPOINT` that picks its argv by node rank and runs torchrun, waiting for the
+outputs copy, and `WAITER`), and
 the names, image, namespace, mode and deadlines. Refused here, before anything is created: a bad
 mode, a ConfigMap over the API server's 1 MiB. The model is described in `infra.gcp.k8s`; the
 manifests built from a plan are in `infra.gcp.k8s_manifests`.
