@@ -141,7 +141,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                                               start_deadline_s=deadline_min * 60)
     if output_dir is not None and not launcher.collects_outputs:
         raise UsageError(f"--output {output!r}: copying outputs back is not supported yet with cloud {cloud} "
-                         "(supported: local, ssh, aws)")
+                         "(supported: local, ssh, aws, gcp)")
     spec, warnings = resolve_spec(spec, dry_run=dry_run)
     out = _console(stderr=as_json)
     print_notes(out, warnings)

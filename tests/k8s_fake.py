@@ -33,12 +33,34 @@ It behaves like a real API server at its worst, each behaviour with its public s
   stays, with a deletionTimestamp, until its dependents are gone; pods get a termination grace period):
   a deleted object and the Job's pods stay listed as terminating for `delete_ticks` more listings.
   `settle()` lets that time pass.
+- Exec (`stream(core.connect_get_namespaced_pod_exec, POD, NS, command=..., container=..., binary=True,
+  _preload_content=False)`, as kubernetes.stream.stream is called) works only into a Running container
+  (Kubernetes docs, "Get a Shell to a Running Container": exec needs a running container; `kubectl exec`
+  into an ended pod fails with "cannot exec into a container in a completed pod; current phase is
+  Succeeded"), a deleted or terminating pod is not found, and a handshake the API server refuses surfaces
+  as ApiException(status=0) (kubernetes-client ws_client.websocket_call wraps every error that way).
+  The command really runs (this machine's python) over a per-pod folder standing for the container's
+  filesystem (/gpucluster-run is mapped to it); its stdout comes back in odd-sized frames, decoded as
+  UTF-8 with replacement unless binary=True (ws_client.WSClient.update), and `returncode` is known only
+  once the stream is closed (WSClient.returncode).
+- With the collection handshake on (the pod template sets GPUCLUSTER_CONTROL_DIR, as the entry script
+  reads it): the pod's files (`PodScript.outputs`) appear in its output folder when it starts; when
+  torchrun ends (its exit code, or 143 once a `stop` file is made) the log gets the entry script's
+  `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
+  the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
+  (preempted node).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
@@ -62,6 +84,8 @@ class PodScript:
     run_ticks: int = 2  # ticks spent Running before it terminates
     waiting_reason: str | None = None  # stays Pending with this container waiting reason
     unschedulable: bool = False  # reports PodScheduled=False (no node with a free GPU)
+    outputs: dict = field(default_factory=dict)  # relative path -> bytes/str, in the pod's output folder
+    raw_tar: bytes | None = None  # what packing the output folder returns instead (a tampered image)
 
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -80,6 +104,11 @@ class _Pod:
         self.deleted = threading.Event()
         self.ended = threading.Event()
         self.terminating: int | None = None  # listings left before a deleted pod is really gone
+        self.collecting = False  # the entry script's handshake (GPUCLUSTER_CONTROL_DIR in the template)
+        self.root: Path | None = None  # the container's filesystem under /gpucluster-run
+        self.base: Path | None = None  # where the fake keeps the pods' filesystems
+        self.torch_code: int | None = None  # torchrun's exit code once it ended (collecting)
+        self.torch_ended = threading.Event()
         self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
                                     message="fake", last_timestamp="2026-11-22T00:00:00Z")]
         if script.unschedulable:
@@ -97,9 +126,36 @@ class _Pod:
         start = s.start_after + self.delay
         if self.phase == "Pending" and s.waiting_reason is None and not s.unschedulable and self.age >= start:
             self.phase = "Running"
-        if self.phase == "Running" and s.exit_code is not None and self.age >= start + s.run_ticks:
+        if self.phase == "Running" and self.collecting:
+            if self.root is None:  # the container starts: the training writes its files
+                self.start_files(self.base)
+            self._tick_collecting(start)
+        elif self.phase == "Running" and s.exit_code is not None and self.age >= start + s.run_ticks:
             self.phase = "Succeeded" if s.exit_code == 0 else "Failed"
             self.ended.set()
+
+    def _tick_collecting(self, start: int) -> None:
+        s, control = self.script, self.root / "control"
+        if self.torch_code is None:
+            if (control / "stop").exists():
+                self.torch_code = 143
+            elif s.exit_code is not None and self.age >= start + s.run_ticks:
+                self.torch_code = s.exit_code
+            if self.torch_code is not None:
+                self.torch_ended.set()
+        if self.torch_code is not None and (control / "collected").exists():
+            self.phase = "Succeeded" if self.torch_code == 0 else "Failed"
+            self.ended.set()
+
+    def start_files(self, base: Path) -> None:
+        self.root = base / self.name
+        (self.root / "control").mkdir(parents=True)
+        out = self.root / "outputs"
+        out.mkdir()
+        for rel, content in self.script.outputs.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
     def view(self) -> NS:
         if self.phase == "Pending":
@@ -108,11 +164,12 @@ class _Pod:
         elif self.phase == "Running":
             state = NS(waiting=None, running=NS(started_at=None), terminated=None)
         else:
-            code = self.script.exit_code
+            code = self.torch_code if self.collecting else self.script.exit_code
             state = NS(waiting=None, running=None,
                        terminated=NS(exit_code=code, reason="Completed" if code == 0 else "Error"))
         return NS(
             metadata=NS(name=self.name, labels=dict(self.labels),
+                        deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
             status=NS(phase=self.phase, reason=None, container_statuses=[NS(name="pytorch", state=state)],
@@ -133,12 +190,63 @@ class _LogResponse:
         data = "".join(line + "\n" for line in self.pod.script.lines).encode()
         for i in range(0, len(data), self.chunk):
             yield data[i:i + self.chunk]
+        if self.pod.collecting:  # the entry script: torchrun ends, then its job_end record
+            while not (self.pod.torch_ended.is_set() or self.pod.deleted.is_set()):
+                self.pod.deleted.wait(0.05)
+            if self.pod.torch_ended.is_set():
+                end = "@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": self.pod.torch_code})
+                data = (end + "\n").encode()
+                for i in range(0, len(data), self.chunk):
+                    yield data[i:i + self.chunk]
         # follow=True: the stream stays open while the container runs
         while not (self.pod.ended.is_set() or self.pod.deleted.is_set()):
             self.pod.deleted.wait(0.05)
 
     def release_conn(self):
         self.released = True
+
+
+class _FakeWSClient:
+    """Shaped like kubernetes.stream.ws_client.WSClient (_preload_content=False): one frame per update."""
+
+    def __init__(self, stdout: bytes, stderr: bytes, rc: int, binary: bool, chunk: int = 4093):
+        self.frames = [(1, stdout[i:i + chunk]) for i in range(0, len(stdout), chunk)]
+        self.frames += [(2, stderr)] if stderr else []
+        self.rc, self.binary = rc, binary
+        self._channels: dict[int, object] = {}
+        self._open = True
+
+    def is_open(self):
+        return self._open
+
+    def update(self, timeout=0):
+        if not self._open:
+            return
+        if not self.frames:
+            self._open = False
+            return
+        channel, data = self.frames.pop(0)
+        if not self.binary:
+            data = data.decode("utf-8", "replace")
+        self._channels[channel] = self._channels.get(channel, b"" if self.binary else "") + data
+
+    def _read(self, channel, timeout):
+        if channel not in self._channels:
+            self.update(timeout)
+        return self._channels.pop(channel, b"" if self.binary else "")
+
+    def read_stdout(self, timeout=None):
+        return self._read(1, timeout)
+
+    def read_stderr(self, timeout=None):
+        return self._read(2, timeout)
+
+    @property
+    def returncode(self):
+        return None if self._open else self.rc
+
+    def close(self, **kw):
+        self._open = False
 
 
 class FakeKubeApi:
@@ -160,6 +268,8 @@ class FakeKubeApi:
         self.responses: list[_LogResponse] = []
         self.lists = 0
         self.lock = threading.Lock()
+        self.root = Path(tempfile.mkdtemp(prefix="fake-pods-"))  # the pods' filesystems
+        self._tls = threading.local()
 
     # -- auth and validation ---------------------------------------------------------------
     def _authenticate(self) -> None:
@@ -241,11 +351,13 @@ class FakeKubeApi:
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
+        collecting = any(e.name == "GPUCLUSTER_CONTROL_DIR" for e in body.spec.template.spec.containers[0].env or [])
         n = body.spec.completions
         for i in range(n):
             name = f"{body.metadata.name}-{i}-fake{i}"
             # skew: the head (index 0) is the last to start
             self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
+            self.pods[name].collecting, self.pods[name].base = collecting, self.root
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -260,6 +372,9 @@ class FakeKubeApi:
                                "training.kubeflow.org/replica-index": str(i)})
                 pod = f"{name}-{kind.lower()}-{i}"
                 self.pods[pod] = _Pod(pod, rank, labels, self.scripts.get(rank, PodScript()))
+                env = spec["template"]["spec"]["containers"][0].get("env") or []
+                self.pods[pod].collecting = any(e.get("name") == "GPUCLUSTER_CONTROL_DIR" for e in env)
+                self.pods[pod].base = self.root
                 rank += 1
         return body
 
@@ -272,7 +387,7 @@ class FakeKubeApi:
             if label_selector and not _SELECTOR.match(label_selector):
                 raise FakeApiException(400, f"BadRequest: unable to parse requirement: {label_selector!r}")
             self._age_deletions()
-            if self.interrupt_on_list is not None and self.lists >= self.interrupt_on_list:
+            if self.interrupt_on_list is not None and self.lists == self.interrupt_on_list:  # one Ctrl-C
                 raise KeyboardInterrupt
             if self.lists in self.list_errors:
                 raise FakeApiException(503, "Service Unavailable")
@@ -301,6 +416,44 @@ class FakeKubeApi:
         response = _LogResponse(self.pods[name])
         self.responses.append(response)
         return response
+
+    # -- exec ------------------------------------------------------------------------------
+    def stream(self, api_method, *args, **kwargs):
+        """As kubernetes.stream.stream: `binary` is taken off and the method called over a websocket."""
+        self._tls.binary = kwargs.pop("binary", False)  # per thread: copies run in parallel
+        try:
+            return api_method(*args, **kwargs)
+        finally:
+            self._tls.binary = False
+
+    def connect_get_namespaced_pod_exec(self, name, namespace, command=None, container=None, stderr=False,
+                                        stdin=False, stdout=False, tty=False, _preload_content=True, **kw):
+        binary = getattr(self._tls, "binary", False)
+        self.calls.append(("exec", "pod", namespace, name, tuple(command or ())))
+        self._authenticate()
+        pod = self.pods.get(name)
+        if pod is None or pod.terminating is not None:
+            raise FakeApiException(0, f'Handshake status 404 Not Found: pods "{name}" not found')
+        if container != "pytorch":
+            raise FakeApiException(0, f"Handshake status 400 Bad Request: container {container} is not valid")
+        if pod.phase != "Running":
+            raise FakeApiException(0, "Handshake status 400 Bad Request: cannot exec into a container in a "
+                                      f"completed pod; current phase is {pod.phase}")
+        assert _preload_content is False and stdout and stderr and not tty
+        argv = [sys.executable if a == "python" else
+                str(pod.root) + a[len("/gpucluster-run"):] if a.startswith("/gpucluster-run") else a
+                for a in command]
+        if pod.script.raw_tar is not None and argv[-1] == str(pod.root / "outputs"):
+            return _FakeWSClient(pod.script.raw_tar, b"", 0, binary)
+        cp = subprocess.run(argv, capture_output=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        return _FakeWSClient(cp.stdout, cp.stderr, cp.returncode, binary)
+
+    def lose(self, rank: int) -> None:
+        """The pod of `rank` vanishes at once (its node was preempted)."""
+        for name, pod in list(self.pods.items()):
+            if pod.index == rank:
+                pod.deleted.set()
+                self.pods.pop(name)
 
     # -- delete ----------------------------------------------------------------------------
     def _delete(self, kind: str, name: str, namespace: str, body=None):

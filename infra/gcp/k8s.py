@@ -12,7 +12,8 @@ Model (the `job` launcher, the default):
   `backoffLimit: 0`, `restartPolicy: Never`, `subdomain` = the Service. Each pod requests all the
   node's GPUs (`nvidia.com/gpu` limits), tolerates the GPU taint, avoids sharing a node with
   another pod of the job, and runs `python /gpucluster/entry.py`, which picks its argv by
-  `JOB_COMPLETION_INDEX` (the node rank) and execs torchrun. `activeDeadlineSeconds` (the job's
+  `JOB_COMPLETION_INDEX` (the node rank) and runs torchrun (see Outputs below).
+  `activeDeadlineSeconds` (the job's
   time limit + 10 min) and `ttlSecondsAfterFinished` make the cluster clean up even if this
   machine disappears.
 
@@ -27,6 +28,13 @@ its container runs, feeds every line (node rank attached) to `gpucluster.supervi
 the run ends, fails, times out or is interrupted deletes everything it created (Job with
 Foreground propagation, so its pods go too; Service; ConfigMap).
 
+Outputs (when the job has an output folder, as every lifecycle run does): each pod gets an emptyDir
+at /gpucluster-run; GPUCLUSTER_OUTPUT_DIR is its `outputs/`. The entry script runs torchrun as a
+child, prints a `job_end` record with its exit code (the node's end, read from the log) and keeps
+the container running; stopping the run asks the pods to stop torchrun instead of deleting them;
+`collect_outputs` copies every folder out through the exec API (`infra.gcp.k8s_outputs`, as a tar
+stream unpacked safely here) and only then deletes the Job, Service and ConfigMap.
+
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
 an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
 manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
@@ -34,19 +42,19 @@ manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watc
 
 from __future__ import annotations
 
-import base64
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from gpucluster.errors import LaunchError, UsageError, not_allowed, require
+from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
 from gpucluster.supervisor import NodeSupervisor
 
+from .k8s_api import KubeApi, _is_api_error, _status  # noqa: F401 - KubeApi: part of this module's API
 from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
-from .k8s_plan import (CONTAINER, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, KUBEFLOW_GROUP, KUBEFLOW_PLURAL,
-                       KUBEFLOW_VERSION, MODES, Plan, plan_job)
+from .k8s_plan import (CONTAINER, DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, JOB_END_KIND,
+                       KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, MODES, Plan, plan_job)
 
 MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
@@ -54,85 +62,20 @@ FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Create
                  "CreateContainerError", "CrashLoopBackOff")
 
 
-# -- API access --------------------------------------------------------------------------------
-@dataclass
-class KubeApi:
-    """The three API groups the launcher calls (CoreV1Api, BatchV1Api, CustomObjectsApi or fakes)."""
+def _job_end(line: bytes) -> int | None:
+    """The exit code in the entry script's `job_end` record, or None for any other line."""
+    from gpucluster.workloads.protocol import PREFIX
 
-    core: Any
-    batch: Any
-    custom: Any
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith(PREFIX) or JOB_END_KIND not in text:
+        return None
+    import json
 
-    @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None) -> "KubeApi":
-        """From a kubeconfig text (the GKE stack's secret output), else ~/.kube/config."""
-        k8s = require("kubernetes", "gcp")
-        import yaml
-
-        try:
-            if kubeconfig:
-                api_client = k8s.config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
-            else:
-                api_client = k8s.config.new_client_from_config()
-        except Exception as exc:  # the loaders raise ConfigException, YAMLError, OSError, ...
-            raise LaunchError(f"cannot use the cluster's kubeconfig: {exc}") from None
-        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
-                   k8s.client.CustomObjectsApi(api_client))
-
-    @classmethod
-    def from_gke(cls, kubeconfig: str, *, credentials: Any = None) -> "KubeApi":
-        """From the GKE stack's kubeconfig (server and CA only) with a bearer token from Google
-        application-default credentials (google-auth), refreshed before it expires. No gcloud and no
-        `gke-gcloud-auth-plugin` are needed; the kubeconfig's exec entry is for kubectl users."""
-        k8s = require("kubernetes", "gcp")
-        import yaml
-
-        from gpucluster.infra.gcp.access import bearer_token_hook, google_credentials
-
-        try:
-            config = yaml.safe_load(kubeconfig)
-            cluster = config["clusters"][0]["cluster"]
-            server, ca = cluster["server"], cluster.get("certificate-authority-data")
-        except Exception as exc:  # noqa: BLE001 - YAMLError, KeyError, TypeError, ...
-            raise LaunchError(f"cannot read the cluster's kubeconfig: {exc!r}") from None
-        credentials = google_credentials(credentials)  # fails here, as one line, when ADC is missing
-        configuration = k8s.client.Configuration()
-        configuration.host = server
-        if ca:
-            configuration.ssl_ca_cert = _ca_file(ca)
-        configuration.api_key = {"authorization": credentials.token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-        configuration.refresh_api_key_hook = bearer_token_hook(credentials)
-        api_client = k8s.client.ApiClient(configuration)
-        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
-                   k8s.client.CustomObjectsApi(api_client))
-
-
-_CA_FILES: list[str] = []
-
-
-def _ca_file(ca_base64: str) -> str:
-    """The cluster CA (base64 PEM, as in a kubeconfig) in a private temporary file, removed at exit."""
-    import atexit
-    import os
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="gpucluster-ca-", suffix=".crt")
-    with os.fdopen(fd, "wb") as f:
-        f.write(base64.b64decode(ca_base64))
-    if not _CA_FILES:
-        atexit.register(lambda: [os.path.exists(p) and os.unlink(p) for p in _CA_FILES])
-    _CA_FILES.append(path)
-    return path
-
-
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None)
-
-
-def _is_api_error(exc: BaseException) -> bool:
-    """ApiException (status + reason) or a urllib3 connection error (reason)."""
-    return _status(exc) is not None or hasattr(exc, "reason")
+    try:
+        record = json.loads(text[len(PREFIX):])
+        return int(record["exit_code"]) if record.get("kind") == JOB_END_KIND else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _lines(response: Any) -> Iterator[bytes]:
@@ -166,6 +109,7 @@ class _Pods:
         self.api, self.plan, self.supervisor = api, plan, supervisor
         self.poll_interval = poll_interval
         self.exit_codes: dict[int, int] = {}
+        self.ended: dict[int, int] = {}  # rank -> torchrun's exit code (the entry script's job_end record)
         self.reasons: dict[int, str] = {}
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
@@ -215,12 +159,15 @@ class _Pods:
         running = state is not None and (state.running is not None or state.terminated is not None)
         if rank not in self.attached and (running or phase in ("Running", "Succeeded", "Failed")):
             self.attached.add(rank)
-            self.supervisor.attach(rank, self._log_stream(pod.metadata.name))
+            self.supervisor.attach(rank, self._log_stream(pod.metadata.name, rank))
         self.pending.pop(rank, None)
         for cond in getattr(status, "conditions", None) or []:
             if cond.type == "PodScheduled" and cond.status == "False":
                 self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
         if rank in self.exit_codes:
+            return
+        if rank in self.ended:  # torchrun ended; the pod waits (Running) for its outputs to be copied
+            self.exit_codes[rank] = self.ended[rank]
             return
         terminated = state.terminated if state is not None else None
         waiting = state.waiting if state is not None else None
@@ -266,14 +213,27 @@ class _Pods:
                                                 or ""))
         return f"{last.reason}: {last.message}"
 
-    def _log_stream(self, pod_name: str) -> Iterable[bytes]:
+    def _log_stream(self, pod_name: str, rank: int) -> Iterable[bytes]:
         try:
             response = self.api.core.read_namespaced_pod_log(
                 pod_name, self.plan.namespace, container=CONTAINER, follow=True, _preload_content=False
             )
         except Exception as exc:  # e.g. 400 when the container never started: no log to show
             return [f"[gpucluster] no log for pod {pod_name}: {exc}\n".encode()]
-        return _lines(response)
+        return self._until_job_end(_lines(response), rank) if self.plan.collects else _lines(response)
+
+    def _until_job_end(self, lines: Iterator[bytes], rank: int) -> Iterator[bytes]:
+        """The log up to the entry script's job_end record, which gives the node's exit code; the
+        stream is closed there (the container keeps running until its outputs are copied)."""
+        try:
+            for line in lines:
+                code = _job_end(line)
+                if code is not None:
+                    self.ended[rank] = code
+                    return
+                yield line
+        finally:
+            lines.close()
 
 
 class _PodHandle:
@@ -283,6 +243,8 @@ class _PodHandle:
         self.pods, self.rank = pods, rank
 
     def poll(self) -> int | None:
+        if self.rank not in self.pods.exit_codes and self.rank in self.pods.ended:
+            self.pods.exit_codes[self.rank] = self.pods.ended[self.rank]
         self.pods.refresh()
         return self.pods.exit_codes.get(self.rank)
 
@@ -325,7 +287,14 @@ class _Created:
 
 
 class KubernetesLauncher(Launcher):
-    """`Launcher` for clusters reached through the Kubernetes API (GKE)."""
+    """`Launcher` for clusters reached through the Kubernetes API (GKE).
+
+    With `job.output_dir` set, the pods outlive `launch`: stopping the run stops torchrun in them
+    (the entry script keeps the container running), and `collect_outputs` copies every output folder
+    out through the exec API (`infra.gcp.k8s_outputs`) and then deletes the Job, Service and ConfigMap.
+    Without it, they are deleted before `launch` returns."""
+
+    collects_outputs = True
 
     def __init__(
         self,
@@ -337,6 +306,7 @@ class KubernetesLauncher(Launcher):
         poll_interval: float = 2.0,
         start_deadline_s: int = DEFAULT_START_DEADLINE_S,
         credentials: Any = None,
+        collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
     ):
         if mode not in MODES:
             raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
@@ -351,6 +321,8 @@ class KubernetesLauncher(Launcher):
         self.mode = mode
         self.poll_interval = poll_interval
         self.cleanup_errors: list[str] = []
+        self.collect_wait_s = int(collect_wait_s)
+        self._held: dict[str, tuple[KubeApi, Plan, _Pods, _Created]] = {}  # run id -> for collect_outputs
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
@@ -368,29 +340,59 @@ class KubernetesLauncher(Launcher):
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
                                   outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
-                        start_deadline_s=self.start_deadline_s)
+                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s)
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
-                        start_deadline_s=self.start_deadline_s)
+                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s)
         api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         pods = _Pods(api, plan, supervisor, self.poll_interval)
         created = _Created(api, plan)
+
+        def stop() -> None:
+            if not plan.collects:
+                created.delete_all()
+                return
+            from .k8s_outputs import stop_pods  # torchrun stops; the pods stay for the copy
+
+            stop_pods(api, plan, {r: n for r, n in pods.pod_names.items()
+                                  if r in pods.attached and r not in pods.ended})
+
         try:
             self._create(api, plan, created)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=created.delete_all)
+            result = supervisor.run(handles, stop=stop)
         finally:
-            created.delete_all()
-            self.cleanup_errors = list(created.errors)
+            if plan.collects and pods.started_at is not None:
+                self._held[job.run_id] = (api, plan, pods, created)  # deleted by collect_outputs
+            else:
+                created.delete_all()
+                self.cleanup_errors = list(created.errors)
         if result.failed_node is not None and result.failed_node in pods.reasons:
             result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
         if result.timed_out and pods.pending:
             result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
         return result
+
+    def collect_outputs(self, job: JobSpec, events: Any) -> list:
+        """Every output folder of a pod whose container ran, into `job.output_dir/node-N`, with
+        its verdict (`infra.gcp.k8s_outputs.collect`); then the Job, Service and ConfigMap are
+        deleted, whatever the copies did. [] when the job was started nowhere."""
+        held = self._held.pop(job.run_id, None)
+        if held is None:
+            return []
+        api, plan, pods, created = held
+        try:
+            from .k8s_outputs import collect
+
+            ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
+            return collect(api, plan, ran, Path(job.output_dir or "."))
+        finally:
+            created.delete_all()
+            self.cleanup_errors = list(created.errors)
 
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)

@@ -13,7 +13,7 @@ from typing import Any
 from gpucluster.errors import require
 
 from .k8s_plan import (CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL, KUBEFLOW_GROUP,
-                       KUBEFLOW_VERSION, MOUNT, TTL_AFTER_FINISHED_S, Plan)
+                       KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
 
 
 # -- manifests (the kubernetes client's typed models) ---------------------------------------
@@ -69,7 +69,7 @@ def pod_template(plan: Plan):
         volume_mounts=[
             k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
-        ],
+        ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.collects else []),
     )
     init = None
     if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
@@ -97,7 +97,7 @@ def pod_template(plan: Plan):
                 name=plan.name, items=[k.V1KeyToPath(key=key, path=path) for key, path, _ in plan.files],
             )),
             k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory")),
-        ],
+        ] + ([k.V1Volume(name="run", empty_dir=k.V1EmptyDirVolumeSource())] if plan.collects else []),
         termination_grace_period_seconds=15,
     )
     if plan.mode == "job":

@@ -4,7 +4,8 @@
 `gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
 same as on the other backends, with c10d timeouts above the start deadline), the files mounted at
 `/gpucluster` (the built-in workloads, the user's script folder, built-in data, the standard-library
-entry script `ENTRYPOINT` that picks its argv by node rank and execs torchrun, and `WAITER`), and
+entry script `ENTRYPOINT` that picks its argv by node rank and runs torchrun, waiting for the
+outputs copy, and `WAITER`), and
 the names, image, namespace, mode and deadlines. Refused here, before anything is created: a bad
 mode, a ConfigMap over the API server's 1 MiB. The model is described in `infra.gcp.k8s`; the
 manifests built from a plan are in `infra.gcp.k8s_manifests`.
@@ -46,14 +47,31 @@ DEFAULT_START_DEADLINE_S = 20 * 60
 # read_timeout 60 s; a non-head agent gave up after 77-121 s in our measurements).
 RDZV_MARGIN_S = 300
 DEFAULT_MAX_LIFETIME_S = 240 * 60
+# Outputs (collected when the job has an output folder): an emptyDir per pod holds the node's
+# output folder (GPUCLUSTER_OUTPUT_DIR) and the control folder of the entry script's handshake.
+RUN_DIR = "/gpucluster-run"
+OUTPUT_DIR = f"{RUN_DIR}/outputs"
+CONTROL_DIR = f"{RUN_DIR}/control"
+STOP_FILE, COLLECTED_FILE = f"{CONTROL_DIR}/stop", f"{CONTROL_DIR}/collected"
+JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
+STOP_GRACE_S = 15  # SIGTERM to torchrun's group, then SIGKILL
+DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
 DATA_DIR = f"{MOUNT}/data"
 # What is not shipped from a user's script folder (not code, or rebuilt on the node).
 SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
 
-# Runs in the pod with the image's python (standard library only): pick this node's argv and exec.
-ENTRYPOINT = '''\
-"""gpucluster: exec torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK)."""
-import json, os, sys
+# Runs in the pod with the image's python (standard library only): pick this node's argv and run
+# torchrun. Without a control folder (outputs not collected) it execs torchrun. With one
+# (GPUCLUSTER_CONTROL_DIR) torchrun runs as a child in its own process group so the container
+# outlives it: a file `stop` there (made by the launcher through the exec API) stops torchrun
+# (SIGTERM, then SIGKILL after STOP_GRACE_S); when torchrun has ended the script prints a `job_end`
+# metric record with its exit code and waits, up to GPUCLUSTER_COLLECT_WAIT_S, for a file
+# `collected` there, so the pod is still Running while the launcher copies its output folder out
+# (exec needs a running container). SIGTERM/SIGINT (the pod is deleted) go to torchrun and end the
+# wait. The script exits with torchrun's code.
+ENTRYPOINT = """\
+\"\"\"gpucluster: run torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK).\"\"\"
+import json, os, signal, subprocess, sys, time
 
 rank = os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("RANK")
 if rank is None:
@@ -62,8 +80,46 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json"))
     argv = json.load(f)[int(rank)]
 os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
 sys.stdout.flush()
-os.execvp(argv[0], argv)
-'''
+control = os.environ.get("GPUCLUSTER_CONTROL_DIR")
+if not control:
+    os.execvp(argv[0], argv)
+os.makedirs(control, exist_ok=True)
+os.makedirs(os.environ["GPUCLUSTER_OUTPUT_DIR"], exist_ok=True)
+wait_s = float(os.environ.get("GPUCLUSTER_COLLECT_WAIT_S") or 1800)
+child = subprocess.Popen(argv, start_new_session=True)
+signalled = []
+
+
+def kill(sig):
+    try:
+        os.killpg(child.pid, sig)
+    except OSError:
+        pass
+
+
+def on_signal(sig, frame):
+    signalled.append(sig)
+    kill(signal.SIGTERM)
+
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+stopping = None
+while child.poll() is None:
+    if stopping is None and (signalled or os.path.exists(os.path.join(control, "stop"))):
+        stopping = time.monotonic()
+        kill(signal.SIGTERM)
+    elif stopping is not None and time.monotonic() - stopping > %(grace)d:
+        kill(signal.SIGKILL)
+    time.sleep(0.2)
+code = child.returncode if child.returncode >= 0 else 128 - child.returncode
+print("@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": code,
+                                          "stopped": stopping is not None}), flush=True)
+end = time.monotonic() + wait_s
+while not signalled and time.monotonic() < end and not os.path.exists(os.path.join(control, "collected")):
+    time.sleep(0.2)
+sys.exit(code)
+""" % {"grace": STOP_GRACE_S}
 
 # Init container (job mode), standard library only: torchrun starts only when every pod of the job
 # has a DNS record (it is scheduled and has an IP: the headless Service publishes not-ready
@@ -125,6 +181,7 @@ class Plan:
     active_deadline_s: int | None = None
     start_deadline_s: int = DEFAULT_START_DEADLINE_S
     notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
+    collects: bool = False  # outputs are copied out of the pods (the entry script waits for it)
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -240,6 +297,7 @@ def plan_job(
     workdir: str | Path | None = None,
     start_deadline_s: int = DEFAULT_START_DEADLINE_S,
     max_lifetime_s: int | None = None,
+    collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
 
@@ -269,8 +327,11 @@ def plan_job(
                                            local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
-    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus)
+    collects = bool(job.output_dir)
+    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
+    if collects:
+        env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR, GPUCLUSTER_COLLECT_WAIT_S=str(int(collect_wait_s)))
     files: list[tuple[str, str, str | bytes]] = [
         ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
@@ -294,6 +355,10 @@ def plan_job(
     image = image or DEFAULT_IMAGE
     notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
                                          if image == DEFAULT_IMAGE else ""))
+    if collects:
+        notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
+                     f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
+                     f"{int(collect_wait_s)} s for that copy")
     notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
                  f"{deadline} s (activeDeadlineSeconds), even without this machine")
     return Plan(
@@ -301,5 +366,5 @@ def plan_job(
         image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
-        start_deadline_s=int(start_deadline_s), notes=tuple(notes),
+        start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects,
     )

@@ -1,0 +1,100 @@
+"""Access to a cluster's Kubernetes API for the launcher (`infra.gcp.k8s`): `KubeApi` (the API groups
+and the exec stream) from a kubeconfig or from a GKE stack's kubeconfig with a bearer token from Google
+application-default credentials; how API errors are told apart. `kubernetes` is imported lazily."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from gpucluster.errors import LaunchError, require
+
+
+# -- API access --------------------------------------------------------------------------------
+@dataclass
+class KubeApi:
+    """The three API groups the launcher calls (CoreV1Api, BatchV1Api, CustomObjectsApi or fakes),
+    and `stream` (kubernetes.stream.stream, or the fake's) for exec into a pod."""
+
+    core: Any
+    batch: Any
+    custom: Any
+    stream: Any = None
+
+    def __post_init__(self) -> None:
+        if self.stream is None:
+            from kubernetes.stream import stream
+
+            self.stream = stream
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None) -> "KubeApi":
+        """From a kubeconfig text (the GKE stack's secret output), else ~/.kube/config."""
+        k8s = require("kubernetes", "gcp")
+        import yaml
+
+        try:
+            if kubeconfig:
+                api_client = k8s.config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
+            else:
+                api_client = k8s.config.new_client_from_config()
+        except Exception as exc:  # the loaders raise ConfigException, YAMLError, OSError, ...
+            raise LaunchError(f"cannot use the cluster's kubeconfig: {exc}") from None
+        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
+                   k8s.client.CustomObjectsApi(api_client))
+
+    @classmethod
+    def from_gke(cls, kubeconfig: str, *, credentials: Any = None) -> "KubeApi":
+        """From the GKE stack's kubeconfig (server and CA only) with a bearer token from Google
+        application-default credentials (google-auth), refreshed before it expires. No gcloud and no
+        `gke-gcloud-auth-plugin` are needed; the kubeconfig's exec entry is for kubectl users."""
+        k8s = require("kubernetes", "gcp")
+        import yaml
+
+        from gpucluster.infra.gcp.access import bearer_token_hook, google_credentials
+
+        try:
+            config = yaml.safe_load(kubeconfig)
+            cluster = config["clusters"][0]["cluster"]
+            server, ca = cluster["server"], cluster.get("certificate-authority-data")
+        except Exception as exc:  # noqa: BLE001 - YAMLError, KeyError, TypeError, ...
+            raise LaunchError(f"cannot read the cluster's kubeconfig: {exc!r}") from None
+        credentials = google_credentials(credentials)  # fails here, as one line, when ADC is missing
+        configuration = k8s.client.Configuration()
+        configuration.host = server
+        if ca:
+            configuration.ssl_ca_cert = _ca_file(ca)
+        configuration.api_key = {"authorization": credentials.token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.refresh_api_key_hook = bearer_token_hook(credentials)
+        api_client = k8s.client.ApiClient(configuration)
+        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
+                   k8s.client.CustomObjectsApi(api_client))
+
+
+_CA_FILES: list[str] = []
+
+
+def _ca_file(ca_base64: str) -> str:
+    """The cluster CA (base64 PEM, as in a kubeconfig) in a private temporary file, removed at exit."""
+    import atexit
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="gpucluster-ca-", suffix=".crt")
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64decode(ca_base64))
+    if not _CA_FILES:
+        atexit.register(lambda: [os.path.exists(p) and os.unlink(p) for p in _CA_FILES])
+    _CA_FILES.append(path)
+    return path
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def _is_api_error(exc: BaseException) -> bool:
+    """ApiException (status + reason) or a urllib3 connection error (reason)."""
+    return _status(exc) is not None or hasattr(exc, "reason")

@@ -1,0 +1,232 @@
+"""Outputs out of the pods, through the Kubernetes exec API (`connect_get_namespaced_pod_exec` over
+`kubernetes.stream.stream`, `binary=True` so stdout comes as bytes, not text decoded as UTF-8).
+
+Kubernetes cannot exec into a container that has ended, so the pod's entry script
+(`k8s_plan.ENTRYPOINT`) keeps the container running after torchrun ends: it prints a `job_end`
+metric record with torchrun's exit code and waits for the file `collected` in its control folder.
+Here:
+
+- `stop_pods`: a file `stop` in each still-running pod's control folder; the entry script stops
+  torchrun (SIGTERM, then SIGKILL) and waits, so the pod can still be copied from after a failure,
+  `--max-minutes` or Ctrl-C.
+- `collect`: one fresh pod listing, then for every node whose container ran: `PACK` (a
+  standard-library tar writer, run with the image's python) streams the output folder, unpacked here
+  by `gpucluster.outputs.extract_stream` (only regular files and folders inside `node-N`; absolute
+  names, `..`, links and devices are refused and named); then `collected` is made. A pod that is
+  gone, terminating or ended gets the verdict failed, with why.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
+
+from .k8s_plan import COLLECTED_FILE, CONTAINER, OUTPUT_DIR, STOP_FILE, Plan
+
+NO_OUTPUT_RC = 3
+IDLE_S = 120.0  # an exec stream silent this long is given up
+# Run in the pod with the image's python: the folder argv[1] as a tar stream (pax) on stdout, members
+# in a stable order; what cannot be read is named on stderr and makes the exit code 2.
+PACK = """\
+import os, sys, tarfile
+d = sys.argv[1]
+if not os.path.isdir(d):
+    sys.exit(3)
+bad = 0
+with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as t:
+    for root, dirs, files in os.walk(d):
+        dirs.sort()
+        for n in dirs + sorted(files):
+            p = os.path.join(root, n)
+            try:
+                t.add(p, arcname=os.path.relpath(p, d), recursive=False)
+            except OSError as e:
+                bad += 1
+                sys.stderr.write("%s: %s\\n" % (p, e.strerror))
+sys.stdout.flush()
+sys.exit(2 if bad else 0)
+"""
+TOUCH = "import sys\nopen(sys.argv[1], 'a').close()\n"
+
+
+def _exec(api: Any, plan: Plan, pod: str, command: list[str]) -> Any:
+    """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes."""
+    return api.stream(api.core.connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
+                      container=CONTAINER, stdin=False, stdout=True, stderr=True, tty=False,
+                      binary=True, _preload_content=False)
+
+
+class _ExecReader:
+    """File-like (`read`, `readinto`) view of an exec's stdout; stderr is kept apart."""
+
+    def __init__(self, client: Any, idle_s: float = IDLE_S):
+        self.client, self.idle_s = client, idle_s
+        self.buf = bytearray()
+        self.stderr = bytearray()
+
+    def _take(self) -> bool:
+        got = False
+        for read, into in ((self.client.read_stdout, self.buf), (self.client.read_stderr, self.stderr)):
+            data = read(timeout=0)
+            if data:
+                into += data if isinstance(data, bytes) else data.encode()
+                got = got or into is self.buf
+        # ws_client.WSClient.update also appends every stdout/stderr frame to `_all` (capture_all,
+        # which stream() gives no way to turn off) for read_all(); nothing reads it here, so it is
+        # emptied rather than growing to the size of the whole output folder.
+        if hasattr(self.client, "_all"):
+            self.client._all = self.client._all.__class__()
+        return got
+
+    def _fill(self) -> bool:
+        last = time.monotonic()
+        while not self.buf:
+            if self._take():
+                return True
+            if not self.client.is_open():
+                return self._take()
+            self.client.update(timeout=1)
+            if time.monotonic() - last > self.idle_s:
+                raise OSError(f"the exec stream sent nothing for {self.idle_s:.0f} s")
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            everything = bytearray()
+            while self.buf or self._fill():
+                everything += self.buf
+                self.buf = bytearray()
+            return bytes(everything)
+        while len(self.buf) < n:  # like a buffered pipe: short only at the end of the stream
+            more = bytes(self.buf)
+            self.buf = bytearray()
+            if not self._fill():
+                self.buf = bytearray(more)
+                break
+            self.buf[:0] = more
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        return data
+
+    def readinto(self, view: Any) -> int:
+        """What has arrived, up to len(view) (may be short, as a raw read)."""
+        if not self.buf and not self._fill():
+            return 0
+        n = min(len(view), len(self.buf))
+        view[:n] = self.buf[:n]
+        del self.buf[:n]
+        return n
+
+    def returncode(self) -> int | None:
+        try:
+            return self.client.returncode
+        except Exception:  # noqa: BLE001 - the stream broke before Kubernetes sent the status
+            return None
+
+
+def _run(api: Any, plan: Plan, pod: str, command: list[str]) -> tuple[int | None, str]:
+    """(exit code, stderr) of a short command in the pod; the exit code is None when unknown."""
+    client = _exec(api, plan, pod, command)
+    reader = _ExecReader(client, idle_s=30)
+    try:
+        reader.read()
+        return reader.returncode(), reader.stderr.decode("utf-8", "replace")
+    finally:
+        client.close()
+
+
+def stop_pods(api: Any, plan: Plan, pods: dict[int, str]) -> None:
+    """Ask each pod (rank -> name) to stop its torchrun; the container stays for the copy."""
+    for name in pods.values():
+        try:
+            _run(api, plan, name, ["python", "-c", TOUCH, STOP_FILE])
+        except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
+            pass
+
+
+def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutputs:
+    """The pod's output folder into `dest`, with the verdict (as the ssh launcher's copies)."""
+    who = f"node {rank} (pod {pod})"
+    start = time.monotonic()
+    tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
+    out = NodeOutputs(rank, str(dest), COMPLETE)
+    try:
+        client = _exec(api, plan, pod, ["python", "-c", PACK, OUTPUT_DIR])
+    except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
+        out.verdict, out.detail = FAILED, f"{who}: the exec API refused the copy: {exc}"
+        return out
+    reader = _ExecReader(client)
+    broken = None
+    try:
+        try:
+            extract_stream(reader, dest, tally)
+        except (OSError, tarfile.TarError) as exc:
+            broken = f"the copy stopped after {tally['files']} file(s): {exc}"
+        rc = reader.returncode()
+    finally:
+        client.close()
+    out.files, out.bytes, out.seconds = tally["files"], tally["bytes"], time.monotonic() - start
+    if rc == NO_OUTPUT_RC:
+        out.verdict, out.detail = FAILED, f"{who}: no output folder {OUTPUT_DIR} in the pod"
+        return out
+    missing: list[str] = []
+    if rc is None and not broken:
+        missing.append("the exec stream ended without the command's exit status")
+    elif rc not in (0, None):
+        lines = [ln.strip() for ln in reader.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        missing.append(f"packing the folder in the pod exited with code {rc}"
+                       + (": " + "; ".join(lines[-5:]) if lines else ""))
+    if broken:
+        missing.append(broken)
+    refused = tally["refused"]
+    if refused:
+        missing.append(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} refused: "
+                       + "; ".join(refused[:5]) + (" ..." if len(refused) > 5 else ""))
+    if missing:
+        out.verdict = PARTIAL if out.files else FAILED
+        out.detail = f"{who}: " + "; ".join(missing)
+    return out
+
+
+def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path) -> list[NodeOutputs]:
+    """Every node whose container ran (`ran`: rank -> pod name): its copy and verdict, nodes in
+    parallel; each pod copied from is then told it was collected (its entry script exits)."""
+    if not ran:
+        return []
+    listed: dict[str, Any] = {}
+    error = None
+    try:
+        for pod in api.core.list_namespaced_pod(plan.namespace, label_selector=plan.selector).items:
+            listed[pod.metadata.name] = pod
+    except Exception as exc:  # noqa: BLE001 - the copies are still tried; exec says what it can
+        error = exc
+
+    def one(rank: int) -> NodeOutputs:
+        name, target = ran[rank], dest / f"node-{rank}"
+        pod = listed.get(name)
+        if error is None and pod is None:
+            return NodeOutputs(rank, str(target), FAILED, detail=(
+                f"node {rank}: pod {name} is gone (deleted, evicted, or its node was preempted); its output "
+                "folder went with it"))
+        if pod is not None and getattr(pod.metadata, "deletion_timestamp", None):
+            return NodeOutputs(rank, str(target), FAILED, detail=(
+                f"node {rank}: pod {name} is being deleted; its output folder cannot be read"))
+        phase = getattr(pod.status, "phase", None) if pod is not None else None
+        if pod is not None and phase != "Running":
+            return NodeOutputs(rank, str(target), FAILED, detail=(
+                f"node {rank}: pod {name} is {phase}: Kubernetes cannot exec into a container that is not "
+                "running, so its output folder cannot be read"))
+        got = copy_pod(api, plan, rank, name, target)
+        try:
+            _run(api, plan, name, ["python", "-c", TOUCH, COLLECTED_FILE])
+        except Exception:  # noqa: BLE001 - the Job is deleted next anyway
+            pass
+        return got
+
+    with ThreadPoolExecutor(max_workers=min(8, len(ran))) as pool:
+        return list(pool.map(one, sorted(ran)))

@@ -1,0 +1,198 @@
+"""Outputs out of the pods (gcp): the Kubernetes launcher's collect_outputs against FakeKubeApi, an
+in-memory FAKE of the API server whose exec really runs the copy command over a folder per pod and
+refuses exec into a container that is not running (tests/k8s_fake.py says where each behaviour
+comes from). The entry script's handshake itself is run for real in test_entry_script_*."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from k8s_fake import FakeApiException, FakeKubeApi, PodScript, _Pod  # noqa: E402
+from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy, job  # noqa: E402
+
+from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
+from gpucluster.outputs import COMPLETE, FAILED, PARTIAL  # noqa: E402
+
+BLOB = bytes(range(256)) * 300 + b"\xff\xfe\x00 not utf-8"  # binary: a text exec would mangle it
+
+
+class Events:
+    def __init__(self):
+        self.lines, self.metrics, self.phases = [], [], []
+
+    def on_line(self, rank, line):
+        self.lines.append((rank, line))
+
+    def on_metric(self, rank, record):
+        self.metrics.append((rank, record))
+
+    def on_phase(self, phase):
+        self.phases.append(phase)
+
+
+def with_outputs(script: PodScript, rank: int) -> PodScript:
+    script.outputs = {"model.pt": BLOB + bytes([rank]), f"logs/rank{rank}.txt": f"rank {rank}\n"}
+    return script
+
+
+def sha(data) -> str:
+    return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
+
+
+def run(fake, tmp_path, nodes=2):
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+    spec = job(output_dir=str(tmp_path / "out"))
+    result = err = None
+    try:
+        result = launcher.launch(cluster(nodes), spec, Events(), tmp_path / "logs")
+    except KeyboardInterrupt as exc:
+        err = exc
+    assert fake.of("delete") == []  # nothing is deleted before the copy
+    got = launcher.collect_outputs(spec, Events())
+    return result, err, {o.node_rank: o for o in got}
+
+
+def assert_copied(tmp_path, fake, rank):
+    folder = tmp_path / "out" / f"node-{rank}"
+    for rel, content in fake.scripts[rank].outputs.items():
+        assert sha((folder / rel).read_bytes()) == sha(content), rel
+
+
+def test_outputs_come_back_after_success_then_everything_is_deleted(tmp_path):
+    fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
+    result, _, got = run(fake, tmp_path)
+    assert result.ok, result.failure
+    for rank in range(2):
+        assert got[rank].verdict == COMPLETE, got[rank].detail
+        assert got[rank].files == 2 and got[rank].bytes == len(BLOB) + 1 + len(f"rank {rank}\n")
+        assert_copied(tmp_path, fake, rank)
+    execs = [c[4] for c in fake.of("exec")]
+    assert any(k8s_plan.OUTPUT_DIR in c for c in execs) and any(k8s_plan.COLLECTED_FILE in c for c in execs)
+    assert not any(k8s_plan.STOP_FILE in c for c in execs)  # every torchrun ended by itself
+    assert_everything_deleted(fake)
+
+
+def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_path):
+    scripts = {0: with_outputs(PodScript(lines=["training"], exit_code=None), 0),  # would run forever
+               1: with_outputs(PodScript(lines=["Traceback", "RuntimeError: CUDA out of memory"], exit_code=3), 1)}
+    fake = FakeKubeApi(scripts)
+    result, _, got = run(fake, tmp_path)
+    assert not result.ok and result.failed_node == 1 and "code 3" in result.failure
+    assert [c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]] == [f"{NAME}-0-fake0"]
+    assert got[0].verdict == got[1].verdict == COMPLETE
+    assert_copied(tmp_path, fake, 0), assert_copied(tmp_path, fake, 1)
+    assert_everything_deleted(fake)
+
+
+def test_ctrl_c_stops_torchrun_keeps_the_pods_for_the_copy_then_deletes(tmp_path):
+    scripts = {r: with_outputs(PodScript(lines=["training"], exit_code=None), r) for r in range(2)}
+    fake = FakeKubeApi(scripts, interrupt_on_list=12)
+    result, err, got = run(fake, tmp_path)
+    assert isinstance(err, KeyboardInterrupt) and result is None
+    assert {c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]} == {f"{NAME}-0-fake0", f"{NAME}-1-fake1"}
+    assert got[0].verdict == got[1].verdict == COMPLETE
+    assert_copied(tmp_path, fake, 1)
+    assert_everything_deleted(fake)
+
+
+def test_a_pod_lost_before_the_copy_fails_that_node_only(tmp_path):
+    fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+    spec = job(output_dir=str(tmp_path / "out"))
+    assert launcher.launch(cluster(2), spec, Events(), tmp_path / "logs").ok
+    fake.lose(1)  # preempted between the end of the job and the copy
+    got = {o.node_rank: o for o in launcher.collect_outputs(spec, Events())}
+    assert got[0].verdict == COMPLETE
+    assert got[1].verdict == FAILED and f"pod {NAME}-1-fake1 is gone" in got[1].problem()
+    assert not (tmp_path / "out" / "node-1" / "model.pt").exists()
+    assert_everything_deleted(fake)
+
+
+def test_unsafe_tar_members_are_refused_and_named(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for name in ("ok.txt", "../escape.txt", "/etc/abs.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            t.addfile(info, io.BytesIO(b"hi"))
+    scripts = {0: healthy(0), 1: healthy(1)}
+    scripts[1].raw_tar = buf.getvalue()
+    fake = FakeKubeApi(scripts)
+    _, _, got = run(fake, tmp_path)
+    assert got[1].verdict == PARTIAL and got[1].files == 1
+    assert "../escape.txt" in got[1].detail and "/etc/abs.txt" in got[1].detail
+    assert (tmp_path / "out" / "node-1" / "ok.txt").read_bytes() == b"hi"
+    assert not (tmp_path / "out" / "escape.txt").exists()
+    assert got[0].verdict == COMPLETE and got[0].files == 0  # an empty folder comes back empty, complete
+
+
+def test_without_an_output_folder_nothing_waits_and_launch_deletes(tmp_path):
+    fake = FakeKubeApi({r: healthy(r) for r in range(2)})
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+    assert launcher.launch(cluster(2), job(), Events(), tmp_path / "logs").ok
+    assert fake.of("exec") == [] and launcher.collect_outputs(job(), Events()) == []
+    assert_everything_deleted(fake)
+
+
+def test_the_fake_refuses_exec_into_an_ended_or_missing_pod():
+    fake = FakeKubeApi({})
+    pod = _Pod("p-0", 0, {}, PodScript())
+    pod.phase = "Succeeded"
+    fake.pods["p-0"] = pod
+    for name, why in (("p-0", "cannot exec into a container in a completed pod"), ("nope", "not found")):
+        with pytest.raises(FakeApiException, match=why) as info:
+            fake.stream(fake.connect_get_namespaced_pod_exec, name, "default", command=["true"],
+                        container="pytorch", stdin=False, stdout=True, stderr=True, tty=False,
+                        binary=True, _preload_content=False)
+        assert info.value.status == 0  # as ws_client.websocket_call raises it
+
+
+def test_entry_script_waits_for_the_copy_and_exits_with_torchruns_code(tmp_path):
+    """The real entry script: torchrun (here a python that exits 7 after writing a file) ends, the
+    job_end record says 7, the script waits until `collected` exists, then exits 7."""
+    (tmp_path / "argv.json").write_text(json.dumps([[sys.executable, "-c",
+        "import os; open(os.environ['GPUCLUSTER_OUTPUT_DIR'] + '/x', 'w').write('1'); raise SystemExit(7)"]]))
+    (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
+    control = tmp_path / "control"
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "GPUCLUSTER_CONTROL_DIR": str(control),
+           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), "GPUCLUSTER_COLLECT_WAIT_S": "60"}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "entry.py")], env=env, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert json.loads(line.split(" ", 1)[1]) == {"kind": "job_end", "exit_code": 7, "stopped": False}
+    assert (tmp_path / "outputs" / "x").read_text() == "1"
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)  # still running: the copy has not been made
+    (control / "collected").touch()
+    assert proc.wait(timeout=10) == 7
+
+
+def test_entry_script_stop_file_stops_torchrun_and_the_script_waits(tmp_path):
+    (tmp_path / "argv.json").write_text(json.dumps([[sys.executable, "-c", "import time; time.sleep(120)"]]))
+    (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
+    control = tmp_path / "control"
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "GPUCLUSTER_CONTROL_DIR": str(control),
+           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), "GPUCLUSTER_COLLECT_WAIT_S": "2"}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "entry.py")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        import time
+
+        end = time.monotonic() + 10
+        while not control.is_dir() and time.monotonic() < end:
+            time.sleep(0.05)
+        (control / "stop").touch()
+        record = json.loads(proc.stdout.readline().split(" ", 1)[1])
+        assert record == {"kind": "job_end", "exit_code": 143, "stopped": True}  # SIGTERM: 128 + 15
+        assert proc.wait(timeout=10) == 143  # nobody made `collected`: the wait is bounded
+    finally:
+        if proc.poll() is None:
+            proc.kill()
