@@ -56,6 +56,11 @@ OUTCOME = {  # fault -> (run status, exit code, failure text) when it strikes be
     "error": ("failed", ExitCode.FAILURE, "injected cloud error"),
 }
 JOB_ARGS = ("--epochs", "50", "--steps", "3", "--width", "64", "--batch-size", "16")
+# Where the fault strikes before the workers compute (rendezvous) or after they are done (outputs,
+# teardown), the job is plain_job.py: real torchrun agents and worker processes, no torch import
+# in the workers (about 1.6 CPU-seconds each on the 2-core test machine). Mid-training faults
+# (train) keep the real all-reducing job.
+PLAIN_PHASES = ("rendezvous", "outputs", "teardown")
 
 
 class Fault:
@@ -185,10 +190,11 @@ def marked(marker: str) -> list:
 
 @pytest.fixture
 def job_dir(tmp_path, monkeypatch):
-    """The user's project folder (shipped to ssh hosts): the stubborn-capable synthetic script."""
+    """The user's project folder (shipped to ssh hosts): the stubborn-capable synthetic script and the torch-free plain job."""
     d = tmp_path / "job"
     d.mkdir()
     shutil.copy(FIXTURES / "stubborn.py", d / "stubborn.py")
+    shutil.copy(FIXTURES / "plain_job.py", d / "plain_job.py")
     monkeypatch.chdir(d)
     return d
 
@@ -197,7 +203,8 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
     marker = f"fault-marker-{spec.run_id}"
     fault = Fault(fault_name)
     ledger = FaultyLedger(home / "ledger.sqlite3", phase, fault)
-    job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-X", f"marker={marker}", "stubborn.py", *JOB_ARGS),
+    script = ("plain_job.py",) if phase in PLAIN_PHASES else ("stubborn.py", *JOB_ARGS)
+    job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-X", f"marker={marker}", *script),
                   threads_per_proc=1, max_seconds=120,
                   env=(("IGNORE_STOP", "1"),) if fault_name == "double-ctrl-c" else ())
     # A signal that arrives once the run has restored the handlers must not hit pytest itself
