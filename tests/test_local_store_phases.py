@@ -5,7 +5,6 @@ the train phase of a user script, and the ledger/`show --json` size with a huge 
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +26,7 @@ def only_run(home):
     ledger = Ledger(home / "ledger.sqlite3")
     runs = ledger.list_runs()
     assert len(runs) == 1
-    return ledger.get_run(runs[0]["id"])
+    return ledger.get_run(runs[0]["id"], with_metrics=True)
 
 
 def store_processes(run_id):
@@ -131,17 +130,22 @@ def test_rendezvous_store_serves_and_exits_when_its_owner_goes(tmp_path):
 @needs_torch
 @pytest.mark.slow
 @pytest.mark.parametrize("nodes", [2, 4])
-def test_clean_run_has_a_clean_console_and_no_store_left(home, nodes):
+def test_digits_multi_node_clean_console_and_no_store_left(home, nodes):
+    """A real digits run on N local nodes: it learns, every rank trained its own shard, every
+    phase and process is accounted for, the console carries no gloo/c10d noise, and the run's one
+    rendezvous store is gone with it."""
     watch = StoreWatch()
     watch.start()
     try:
-        r = run_cli("run", "--nodes", str(nodes), "--workload", "synthetic", "--threads-per-proc", "1",
-                    "--workload-args", "--epochs 2 --steps 5 --width 64 --depth 2 --batch-size 32")
+        r = run_cli("run", "--cloud", "local", "--nodes", str(nodes), "--workload", "digits",
+                    "--threads-per-proc", "1", "--json")
     finally:
         watch.done.set()
         watch.join()
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    record = json.loads(r.stdout)
     run = only_run(home)
+    assert record["id"] == run["id"]
     noise = [ln for ln in (r.stdout + r.stderr).splitlines() if NOISE.search(ln)]
     assert noise == []
     # one store, for this run, seen while it ran; every agent only connected to it (other runs
@@ -151,7 +155,26 @@ def test_clean_run_has_a_clean_console_and_no_store_left(home, nodes):
     assert len(agents) == nodes
     assert all("--rdzv-conf=is_host=false,join_timeout=300" in argv for argv in agents)
     assert store_processes(run["id"]) == [] and run_processes(run["id"]) == []  # this run only: other runs may share the machine
-    assert run["status"] == "succeeded" and run["teardown"] == "verified"
+    assert run["status"] == "succeeded" and run["exit_code"] == 0 and run["teardown"] == "verified"
+    assert run["leftovers"] == []
+    assert run["metrics"]["accuracy"] >= 0.95
+    assert run["metrics"]["world_size"] == nodes
+    assert run["metrics"]["final_records"] == nodes
+    assert [p["name"] for p in run["phases"]] == ["prepare", "provision", "ready", "rendezvous", "train", "outputs",
+                                                 "teardown"]
+    assert all(p["ended_at"] and p["status"] == "ok" for p in run["phases"])
+    assert [n["exit_code"] for n in run["node_results"]] == [0] * nodes
+    procs = [x for x in run["resources"] if x["kind"] == "process"]
+    assert len(procs) == nodes and all(x["confirmed_gone"] for x in procs)
+    finals = [m for m in run["metric_records"] if m["kind"] == "final"]
+    assert sorted(m["rank"] for m in finals) == list(range(nodes))
+    # Every rank trained its own shard: the samples seen add up to one epoch's worth per epoch.
+    epochs = [m for m in run["metric_records"] if m["kind"] == "epoch"]
+    assert len(epochs) == finals[0]["epochs"]
+    per_rank = {m["samples_seen"] for m in finals}
+    assert len(per_rank) == 1
+    train_size = 1797 - 1797 // 5
+    assert per_rank.pop() * nodes <= train_size * finals[0]["epochs"]
 
 
 @needs_torch

@@ -153,38 +153,10 @@ def _only_new(ledger: Ledger, known: set[str]) -> str:
 
 @needs_torch
 @pytest.mark.slow
-def test_resume_continues_from_the_last_epoch_and_the_chain_is_one_job(home):
-    first = run_cli("run", "--nodes", "2", "--epochs", "2", "--json")
-    assert first.returncode == 0, first.stderr[-3000:]
-    a = json.loads(first.stdout)["id"]
-    ckpt = home / "runs" / a / "outputs" / "node-0" / "checkpoint.pt"
-    assert _checkpoint_epoch(ckpt) == 2
-    ledger = Ledger(home / "ledger.sqlite3")
-    assert _epochs(ledger, a) == [1, 2] and _epochs(ledger, a, "checkpoint") == [1, 2]
-
-    second = run_cli("run", "--nodes", "2", "--epochs", "4", "--resume", a[:12], "--json")
-    assert second.returncode == 0, second.stderr[-3000:]
-    b = json.loads(second.stdout)["id"]
-    assert _epochs(ledger, b) == [3, 4]  # epochs 1-2 were not trained again
-    start = ledger.metrics(b, "start")[0]
-    assert start["resumed_from_epoch"] == 2 and start["resumed_from"] == str(ckpt)  # local: used in place
-    assert _checkpoint_epoch(home / "runs" / b / "outputs" / "node-0" / "checkpoint.pt") == 4
-    run_b = ledger.get_run(b)
-    assert run_b["resumed_from"] == a and run_b["chain"] == [a, b] and run_b["status"] == "succeeded"
-    assert run_b["metrics"]["accuracy"] > 0.5
-    shown = run_cli("show", b)
-    assert f"resumed from {a}" in shown.stdout and f"chain: {a} -> {b} (this run)" in shown.stdout
-    assert json.loads(run_cli("show", a, "--json").stdout)["chain"] == [a, b]
-
-    rep = json.loads(run_cli("cost", "report", "--group-by", "chain", "--json").stdout)
-    assert [(g["chain"], g["run_ids"], g["runs"]) for g in rep["groups"]] == [(a, [a, b], 2)]
-    text = run_cli("cost", "report", "--group-by", "chain").stdout
-    assert "By chain" in text and f"{a}, {b}" in text
-
-
-@needs_torch
-@pytest.mark.slow
-def test_ctrl_c_mid_training_costs_at_most_one_epoch(home):
+def test_ctrl_c_costs_at_most_one_epoch_resume_goes_on_and_the_chain_is_one_job(home):
+    """Run A is stopped by Ctrl-C after its second checkpoint; `--resume A` trains only the epochs
+    after the last one saved; the ledger links the two, `show` and `cost report --group-by chain`
+    say so. (Two real runs: a resume after a clean finish runs over ssh in test_ssh_resume.py.)"""
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.Popen(gpucluster_argv("run", "--nodes", "2", "--epochs", "200"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, start_new_session=True)
@@ -200,11 +172,28 @@ def test_ctrl_c_mid_training_costs_at_most_one_epoch(home):
     ledger = Ledger(home / "ledger.sqlite3")
     a = _only_new(ledger, set())
     assert ledger.get_run(a)["status"] == "interrupted"
-    k = _epochs(ledger, a, "checkpoint")[-1]  # the last epoch saved before Ctrl-C (>= 2)
-    assert k >= 2 and _checkpoint_epoch(home / "runs" / a / "outputs" / "node-0" / "checkpoint.pt") == k
+    saved = _epochs(ledger, a, "checkpoint")
+    k = saved[-1]  # the last epoch saved before Ctrl-C (>= 2): one checkpoint after every epoch
+    assert k >= 2 and saved == list(range(1, k + 1)) and _epochs(ledger, a)[:k] == saved
+    ckpt = home / "runs" / a / "outputs" / "node-0" / "checkpoint.pt"
+    assert _checkpoint_epoch(ckpt) == k
 
-    again = run_cli("run", "--nodes", "2", "--epochs", str(k + 1), "--resume", a)
+    again = run_cli("run", "--nodes", "2", "--epochs", str(k + 2), "--resume", a[:12], "--json")
     assert again.returncode == 0, again.stderr[-3000:]
-    b = _only_new(ledger, {a})
-    assert _epochs(ledger, b) == [k + 1] and ledger.metrics(b, "start")[0]["resumed_from_epoch"] == k
-    assert ledger.get_run(b)["resumed_from"] == a
+    b = json.loads(again.stdout)["id"]
+    assert _only_new(ledger, {a}) == b
+    assert _epochs(ledger, b) == [k + 1, k + 2]  # epochs 1..k were not trained again
+    start = ledger.metrics(b, "start")[0]
+    assert start["resumed_from_epoch"] == k and start["resumed_from"] == str(ckpt)  # local: used in place
+    assert _checkpoint_epoch(home / "runs" / b / "outputs" / "node-0" / "checkpoint.pt") == k + 2
+    run_b = ledger.get_run(b)
+    assert run_b["resumed_from"] == a and run_b["chain"] == [a, b] and run_b["status"] == "succeeded"
+    assert run_b["metrics"]["accuracy"] > 0.5
+    shown = run_cli("show", b)
+    assert f"resumed from {a}" in shown.stdout and f"chain: {a} -> {b} (this run)" in shown.stdout
+    assert json.loads(run_cli("show", a, "--json").stdout)["chain"] == [a, b]
+
+    rep = json.loads(run_cli("cost", "report", "--group-by", "chain", "--json").stdout)
+    assert [(g["chain"], g["run_ids"], g["runs"]) for g in rep["groups"]] == [(a, [a, b], 2)]
+    text = run_cli("cost", "report", "--group-by", "chain").stdout
+    assert "By chain" in text and f"{a}, {b}" in text
