@@ -37,6 +37,11 @@ def resume_source(ledger: Any, value: str) -> tuple[str, DataMount]:
                    f"node {o['node_rank']} {o['verdict']}, {o.get('files') or 0} file(s)" for o in rows))
         raise UsageError(f"--resume {rid!r}: nothing to resume from: {why}; give a run whose outputs "
                          "(GPUCLUSTER_OUTPUT_DIR) came back")
+    urls = [o["path"] for o in kept if "://" in str(o["path"])]
+    if urls:  # `--output s3://...`: the nodes uploaded, nothing came back to this machine
+        base = urls[0].rsplit("/", 1)[0]
+        raise UsageError(f"--resume {rid!r}: its outputs went to object storage ({base}), not to this machine; "
+                         "resuming from object storage is not supported yet: give a run whose outputs came back here")
     folder = os.path.dirname(os.path.abspath(kept[0]["path"]))
     if not os.path.isdir(folder) or not any(os.path.isdir(o["path"]) for o in kept):
         raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "

@@ -621,6 +621,12 @@ RESUME_CASES = {  # name: (ledger set-up, --resume value, needles)
     "outputs folder gone": (
         lambda h: _ended_run(h, "r20261122-000001-aaaaaa", _rows(h, "r20261122-000001-aaaaaa", [2, 0], make=False)),
         "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "is gone from this machine"]),
+    "outputs went to s3": (
+        lambda h: _ended_run(h, "r20261122-000001-aaaaaa", [
+            {"node_rank": n, "path": f"s3://bucket/out/r20261122-000001-aaaaaa/node-{n}", "files": 2, "bytes": 9,
+             "verdict": "complete"} for n in (0, 1)]),
+        "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "object storage (s3://bucket/out/r20261122-000001-aaaaaa)",
+                                    "not supported yet"]),
     "still running": (lambda h: _ended_run(h, "r20261122-000001-aaaaaa", status="running"),
                       "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "still running"]),
 }
