@@ -71,7 +71,7 @@ def test_crashing_rank_fails_fast(home):
 
 
 def test_max_minutes_stops_everything(home):
-    r = run_cli("run", "--nodes", "2", "--max-minutes", "0.25", "--", "python", str(FIXTURES / "crashy_train.py"))
+    r = run_cli("run", "--nodes", "2", "--max-minutes", "0.15", "--", "python", str(FIXTURES / "crashy_train.py"))
     assert r.returncode == 1
     run = only_run(home)
     assert run["status"] == "failed" and "time limit" in run["failure"]
@@ -159,17 +159,3 @@ def test_live_local_run_is_owned_and_down_refuses_it(home):
     assert_nothing_left(run_id)
     run = Ledger(home / "ledger.sqlite3").get_run(run_id)
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
-
-
-def test_runs_and_show(home):
-    r = run_cli("run", "--nodes", "2", "--epochs", "2", "--json")
-    assert r.returncode == 0
-    run_id = json.loads(r.stdout)["id"]
-    listed = json.loads(run_cli("runs", "--json").stdout)
-    assert [x["id"] for x in listed] == [run_id]
-    shown = json.loads(run_cli("show", run_id[:12], "--json").stdout)
-    assert shown["id"] == run_id and shown["metric_records"]
-    text = run_cli("show", run_id).stdout
-    assert "SUCCEEDED" in text and "teardown: verified" in text and "node-0" in text
-    table = run_cli("runs").stdout
-    assert run_id in table and "succeeded" in table

@@ -175,6 +175,15 @@ def test_digits_multi_node_clean_console_and_no_store_left(home, nodes):
     assert len(per_rank) == 1
     train_size = 1797 - 1797 // 5
     assert per_rank.pop() * nodes <= train_size * finals[0]["epochs"]
+    # the run as `runs` and `show` give it (id prefix accepted)
+    listed = json.loads(run_cli("runs", "--json").stdout)
+    assert [x["id"] for x in listed] == [run["id"]]
+    shown = json.loads(run_cli("show", run["id"][:12], "--json").stdout)
+    assert shown["id"] == run["id"] and shown["metric_records"]
+    text = run_cli("show", run["id"]).stdout
+    assert "SUCCEEDED" in text and "teardown: verified" in text and "node-0" in text
+    table = run_cli("runs").stdout
+    assert run["id"] in table and "succeeded" in table
 
 
 @needs_torch
