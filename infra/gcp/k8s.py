@@ -360,11 +360,18 @@ class KubernetesLauncher(Launcher):
             stop_pods(api, plan, {r: n for r, n in pods.pod_names.items()
                                   if r in pods.attached and r not in pods.ended})
 
+        def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
+            from .k8s_outputs import release_pods
+
+            errors = release_pods(api, plan, dict(pods.pod_names))
+            if errors:
+                raise LaunchError("; ".join(errors))
+
         try:
             self._create(api, plan, created)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=stop)
+            result = supervisor.run(handles, stop=stop, release=release)
         finally:
             if plan.collects and pods.started_at is not None:
                 self._held[job.run_id] = (api, plan, pods, created)  # deleted by collect_outputs
