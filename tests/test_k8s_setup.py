@@ -128,7 +128,7 @@ def test_go_is_sent_only_after_every_pods_setup_succeeded(tmp_path, outputs):
     fake = FakeKubeApi(scripts)
     seen = watch_go(fake)
     launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
-    spec = job(setup=SETUP, output_dir=str(tmp_path / "out") if outputs else None)
+    spec = job(setup=SETUP, output_dir=str(tmp_path / "out") if outputs else None, max_seconds=120)  # no hang
     events = Events()
     result = launcher.launch(cluster(2), spec, events, tmp_path / "logs")
     assert result.ok, result.failure

@@ -35,6 +35,11 @@ the container running; stopping the run asks the pods to stop torchrun instead o
 `collect_outputs` copies every folder out through the exec API (`infra.gcp.k8s_outputs`, as a tar
 stream unpacked safely here) and only then deletes the Job, Service and ConfigMap.
 
+With `--setup` each rank's argv is the setup wrapper (`infra.gcp.k8s_plan.SETUP_GO_FILE`): the run
+opens in the `setup` phase; once every pod's `setup_end` record says rc 0 (the supervisor counts
+them) `release` makes the go file in every pod through exec (`k8s_outputs.release_pods`) and the
+rendezvous phase begins; a pod whose setup failed fails the run (node, exit code, last lines).
+
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
 an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
 manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
