@@ -49,6 +49,7 @@ It behaves like a real API server at its worst, each behaviour with its public s
   `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
   the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
   (preempted node).
+- With --setup: see tests/k8s_fake_setup.py.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ import threading
 from pathlib import Path
 from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
+
+from k8s_fake_setup import _LogResponse, tick_setup, wrapped
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -86,6 +89,9 @@ class PodScript:
     unschedulable: bool = False  # reports PodScheduled=False (no node with a free GPU)
     outputs: dict = field(default_factory=dict)  # relative path -> bytes/str, in the pod's output folder
     raw_tar: bytes | None = None  # what packing the output folder returns instead (a tampered image)
+    setup_lines: list[str] = field(default_factory=list)  # what the setup commands print (with --setup)
+    setup_rc: int = 0  # the setup's exit code
+    setup_ticks: int = 1  # ticks the setup takes once the container runs
 
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -109,6 +115,11 @@ class _Pod:
         self.base: Path | None = None  # where the fake keeps the pods' filesystems
         self.torch_code: int | None = None  # torchrun's exit code once it ended (collecting)
         self.torch_ended = threading.Event()
+        self.setup = False  # argv.json holds the setup wrapper
+        self.setup_ended = threading.Event()
+        self.go = threading.Event()  # the go file exists: torchrun starts
+        self.go_age: int | None = None
+        self.code: int | None = None  # the container's exit code (without the handshake)
         self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
                                     message="fake", last_timestamp="2026-11-22T00:00:00Z")]
         if script.unschedulable:
@@ -126,11 +137,16 @@ class _Pod:
         start = s.start_after + self.delay
         if self.phase == "Pending" and s.waiting_reason is None and not s.unschedulable and self.age >= start:
             self.phase = "Running"
+        if self.phase == "Running" and self.root is None and (self.collecting or self.setup):
+            self.start_files(self.base)  # the container starts: the emptyDir, the training's files
+        if self.phase == "Running" and self.setup:
+            start = tick_setup(self, start)
+            if start is None:
+                return
         if self.phase == "Running" and self.collecting:
-            if self.root is None:  # the container starts: the training writes its files
-                self.start_files(self.base)
             self._tick_collecting(start)
         elif self.phase == "Running" and s.exit_code is not None and self.age >= start + s.run_ticks:
+            self.code = s.exit_code
             self.phase = "Succeeded" if s.exit_code == 0 else "Failed"
             self.ended.set()
 
@@ -164,7 +180,7 @@ class _Pod:
         elif self.phase == "Running":
             state = NS(waiting=None, running=NS(started_at=None), terminated=None)
         else:
-            code = self.torch_code if self.collecting else self.script.exit_code
+            code = self.torch_code if self.collecting else self.code
             state = NS(waiting=None, running=None,
                        terminated=NS(exit_code=code, reason="Completed" if code == 0 else "Error"))
         return NS(
@@ -177,33 +193,6 @@ class _Pod:
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
                       if self.script.unschedulable else []),
         )
-
-
-class _LogResponse:
-    """Like urllib3's HTTPResponse with _preload_content=False: .stream() yields byte chunks."""
-
-    def __init__(self, pod: _Pod, chunk: int = 7):
-        self.pod, self.chunk = pod, chunk
-        self.released = False
-
-    def stream(self):
-        data = "".join(line + "\n" for line in self.pod.script.lines).encode()
-        for i in range(0, len(data), self.chunk):
-            yield data[i:i + self.chunk]
-        if self.pod.collecting:  # the entry script: torchrun ends, then its job_end record
-            while not (self.pod.torch_ended.is_set() or self.pod.deleted.is_set()):
-                self.pod.deleted.wait(0.05)
-            if self.pod.torch_ended.is_set():
-                end = "@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": self.pod.torch_code})
-                data = (end + "\n").encode()
-                for i in range(0, len(data), self.chunk):
-                    yield data[i:i + self.chunk]
-        # follow=True: the stream stays open while the container runs
-        while not (self.pod.ended.is_set() or self.pod.deleted.is_set()):
-            self.pod.deleted.wait(0.05)
-
-    def release_conn(self):
-        self.released = True
 
 
 class _FakeWSClient:
@@ -358,6 +347,7 @@ class FakeKubeApi:
             # skew: the head (index 0) is the last to start
             self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
             self.pods[name].collecting, self.pods[name].base = collecting, self.root
+            self.pods[name].setup = wrapped(self.objects, body.metadata.name, i)
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -375,6 +365,7 @@ class FakeKubeApi:
                 env = spec["template"]["spec"]["containers"][0].get("env") or []
                 self.pods[pod].collecting = any(e.get("name") == "GPUCLUSTER_CONTROL_DIR" for e in env)
                 self.pods[pod].base = self.root
+                self.pods[pod].setup = wrapped(self.objects, name, rank)
                 rank += 1
         return body
 

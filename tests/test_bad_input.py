@@ -318,7 +318,7 @@ def _flag_cases():
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime", "--ready-timeout",
-                                           "--data", "--setup", "--resume")]  # issue 14: not on gcp yet
+                                           "--data", "--resume")]  # issue 14: not on gcp yet
     return cases
 
 
@@ -575,6 +575,12 @@ def test_duplicate_data_dest(home):
 
 def test_empty_setup(home):
     r = run_cli("run", "--nodes", "2", "--setup", "  ")
+    assert_clean_refusal(r, "--setup", "non-empty shell command")
+
+
+def test_empty_setup_on_gcp(home):
+    """gcp takes --setup; an empty one is refused there too, before anything is created."""
+    r = run_cli("run", "--cloud", "gcp", "--project", "my-project", "--yes", "--setup", "true", "--setup", "")
     assert_clean_refusal(r, "--setup", "non-empty shell command")
     assert_no_run_recorded(home)
 

@@ -88,7 +88,8 @@ class GcpBackend(Backend):
     # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
     flags = ("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
              "project",  # a GCP project
-             "start_deadline")  # GKE pods' scheduling deadline
+             "start_deadline",  # GKE pods' scheduling deadline
+             "setup")  # run in each pod before torchrun (the entry script's setup wrapper)
     flags_refused_why = "gcp runs on GKE pods reached through the Kubernetes API"
     pulumi_plugins = ("gcp",)
 

@@ -35,6 +35,11 @@ the container running; stopping the run asks the pods to stop torchrun instead o
 `collect_outputs` copies every folder out through the exec API (`infra.gcp.k8s_outputs`, as a tar
 stream unpacked safely here) and only then deletes the Job, Service and ConfigMap.
 
+With `--setup` each rank's argv is the setup wrapper (`infra.gcp.k8s_plan.SETUP_GO_FILE`): the run
+opens in the `setup` phase; once every pod's `setup_end` record says rc 0 (the supervisor counts
+them) `release` makes the go file in every pod through exec (`k8s_outputs.release_pods`) and the
+rendezvous phase begins; a pod whose setup failed fails the run (node, exit code, last lines).
+
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
 an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
 manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
@@ -360,11 +365,18 @@ class KubernetesLauncher(Launcher):
             stop_pods(api, plan, {r: n for r, n in pods.pod_names.items()
                                   if r in pods.attached and r not in pods.ended})
 
+        def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
+            from .k8s_outputs import release_pods
+
+            errors = release_pods(api, plan, dict(pods.pod_names))
+            if errors:
+                raise LaunchError("; ".join(errors))
+
         try:
             self._create(api, plan, created)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=stop)
+            result = supervisor.run(handles, stop=stop, release=release)
         finally:
             if plan.collects and pods.started_at is not None:
                 self._held[job.run_id] = (api, plan, pods, created)  # deleted by collect_outputs

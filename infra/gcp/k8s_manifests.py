@@ -69,7 +69,7 @@ def pod_template(plan: Plan):
         volume_mounts=[
             k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
-        ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.collects else []),
+        ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.collects or plan.setup else []),
     )
     init = None
     if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
@@ -97,7 +97,7 @@ def pod_template(plan: Plan):
                 name=plan.name, items=[k.V1KeyToPath(key=key, path=path) for key, path, _ in plan.files],
             )),
             k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory")),
-        ] + ([k.V1Volume(name="run", empty_dir=k.V1EmptyDirVolumeSource())] if plan.collects else []),
+        ] + ([k.V1Volume(name="run", empty_dir=k.V1EmptyDirVolumeSource())] if plan.collects or plan.setup else []),
         termination_grace_period_seconds=15,
     )
     if plan.mode == "job":

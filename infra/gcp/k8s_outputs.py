@@ -26,7 +26,7 @@ from typing import Any
 
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
-from .k8s_plan import COLLECTED_FILE, CONTAINER, OUTPUT_DIR, STOP_FILE, Plan
+from .k8s_plan import COLLECTED_FILE, CONTAINER, OUTPUT_DIR, SETUP_GO_FILE, STOP_FILE, Plan
 
 NO_OUTPUT_RC = 3
 IDLE_S = 120.0  # an exec stream silent this long is given up
@@ -51,7 +51,8 @@ with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMA
 sys.stdout.flush()
 sys.exit(2 if bad else 0)
 """
-TOUCH = "import sys\nopen(sys.argv[1], 'a').close()\n"
+# Makes the file argv[1] (and its folder: without a collected output folder nothing else makes it).
+TOUCH = "import os, sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\nopen(sys.argv[1], 'a').close()\n"
 
 
 def _exec(api: Any, plan: Plan, pod: str, command: list[str]) -> Any:
@@ -147,6 +148,21 @@ def stop_pods(api: Any, plan: Plan, pods: dict[int, str]) -> None:
             _run(api, plan, name, ["python", "-c", TOUCH, STOP_FILE])
         except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
             pass
+
+
+def release_pods(api: Any, plan: Plan, pods: dict[int, str]) -> list[str]:
+    """--setup: every pod's setup succeeded; make the go file in each (rank -> name), so each
+    setup wrapper execs torchrun. Returns what went wrong, one line per pod (empty: all released)."""
+    errors = []
+    for rank, name in sorted(pods.items()):
+        try:
+            rc, err = _run(api, plan, name, ["python", "-c", TOUCH, SETUP_GO_FILE])
+        except Exception as exc:  # noqa: BLE001 - ApiException, a broken stream: the run fails naming it
+            rc, err = None, str(exc)
+        if rc != 0:
+            errors.append(f"cannot start torchrun on node {rank} (pod {name}) after its setup: "
+                          + (err.strip().splitlines()[-1] if err.strip() else f"exit code {rc}"))
+    return errors
 
 
 def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutputs:

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster.staging import GO_FILE, setup_wrapped
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
 # targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
@@ -53,6 +54,10 @@ RUN_DIR = "/gpucluster-run"
 OUTPUT_DIR = f"{RUN_DIR}/outputs"
 CONTROL_DIR = f"{RUN_DIR}/control"
 STOP_FILE, COLLECTED_FILE = f"{CONTROL_DIR}/stop", f"{CONTROL_DIR}/collected"
+# --setup: each rank's argv is `gpucluster.staging.setup_wrapped` around torchrun (the same wrapper,
+# records and wording as on ssh/local); it waits for this file, made by the launcher through exec
+# once every pod's setup_end record said rc 0. The emptyDir at RUN_DIR is mounted for it.
+SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
 STOP_GRACE_S = 15  # SIGTERM to torchrun's group, then SIGKILL
 DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
@@ -68,7 +73,9 @@ SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cach
 # metric record with its exit code and waits, up to GPUCLUSTER_COLLECT_WAIT_S, for a file
 # `collected` there, so the pod is still Running while the launcher copies its output folder out
 # (exec needs a running container). SIGTERM/SIGINT (the pod is deleted) go to torchrun and end the
-# wait. The script exits with torchrun's code.
+# wait. The script exits with torchrun's code. With --setup the argv is the setup wrapper (setup
+# commands, setup_end record, wait for SETUP_GO_FILE, exec torchrun): a failed setup ends the
+# child with its code (job_end says it), and `stop` while it waits for the go file ends it too.
 ENTRYPOINT = """\
 \"\"\"gpucluster: run torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK).\"\"\"
 import json, os, signal, subprocess, sys, time
@@ -182,6 +189,7 @@ class Plan:
     start_deadline_s: int = DEFAULT_START_DEADLINE_S
     notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
     collects: bool = False  # outputs are copied out of the pods (the entry script waits for it)
+    setup: bool = False  # --setup: each argv is the setup wrapper, released by SETUP_GO_FILE
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -327,6 +335,8 @@ def plan_job(
                                            local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
+    if job.setup:
+        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE)) for a in argv)
     collects = bool(job.output_dir)
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
@@ -359,6 +369,9 @@ def plan_job(
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    if job.setup:
+        notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
+                     f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
     notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
                  f"{deadline} s (activeDeadlineSeconds), even without this machine")
     return Plan(
@@ -366,5 +379,5 @@ def plan_job(
         image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
-        start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects,
+        start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
     )
