@@ -50,6 +50,21 @@ class NodeOutputs:
         return f"outputs of node {self.node_rank} {self.verdict}: {self.detail or 'no detail'}"
 
 
+def pushed(rank: int, where: str, who: str, rc: int | None, answer: dict[str, Any], why: str,
+           seconds: float) -> NodeOutputs:
+    """The verdict of a node's upload of its output folder to object storage (`where`), from the
+    node transfer program's exit code (0 done, 3 some files failed) and last JSON line (`answer`:
+    files, bytes, failed); `why` is its error when the answer lists no failed files."""
+    files, nbytes, failed = int(answer.get("files", 0)), int(answer.get("bytes", 0)), answer.get("failed") or []
+    if rc == 0:
+        return NodeOutputs(rank, where, COMPLETE, files, nbytes, seconds)
+    what = "; ".join(map(str, failed[:5])) + (" ..." if len(failed) > 5 else "") if failed else why
+    if rc == 3 and files:
+        return NodeOutputs(rank, where, PARTIAL, files, nbytes, seconds,
+                           f"{who}: {len(failed)} file(s) not uploaded: {what}")
+    return NodeOutputs(rank, where, FAILED, files, nbytes, seconds, f"{who}: upload to {where} failed: {what}")
+
+
 def check_output_dest(value: str, store: Any = None) -> Path | str:
     """`--output DIR`, checked without creating anything: an absolute Path, or UsageError (exit 2).
     With `store` (the run's backend) a URL of its `object_store` scheme is checked for form and

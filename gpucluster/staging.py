@@ -188,14 +188,21 @@ def _record(kind: str, **fields: str) -> str:
     return "printf " + shlex.quote(fmt) + "".join(f' "{v}"' for v in fields.values())
 
 
-def setup_wrapped(argv: Sequence[str], setup: Sequence[str], go_file: str) -> list[str]:
+def setup_wrapped(argv: Sequence[str], setup: Sequence[str], go_file: str, staged_file: str | None = None) -> list[str]:
     """`sh -c WRAPPER sh ARGV...`: run the setup commands (each by `sh -c`, output marked in the node
     log), print a `setup_end` record, wait for `go_file`, then exec ARGV (torchrun). Unchanged when
-    there is no setup. The node's working directory and environment are the job's."""
+    there is no setup and no `staged_file`. The node's working directory and environment are the job's.
+
+    `staged_file` (a node the launcher stages data into while it runs, e.g. a Kubernetes pod): the
+    wrapper first waits for that file, which the launcher makes once the node's data is in place;
+    without setup commands it then execs ARGV at once (no setup records, no go file)."""
+    wait_staged = [f"while [ ! -e {shlex.quote(staged_file)} ]; do sleep 0.2; done"] if staged_file else []
     if not setup:
-        return list(argv)
+        if not wait_staged:
+            return list(argv)
+        return ["sh", "-c", "\n".join([*wait_staged, 'exec "$@"']), "gpucluster-stage", *argv]
     n = len(setup)
-    lines = ["t0=$(date +%s)", _record(SETUP_START)]
+    lines = [*wait_staged, "t0=$(date +%s)", _record(SETUP_START)]
     for i, cmd in enumerate(setup, 1):
         lines.append("printf '%s\\n' " + shlex.quote(f"[gpucluster setup {i}/{n}] $ {cmd}"))
         lines.append(f"sh -c {shlex.quote(cmd)} </dev/null 2>&1; rc=$?")

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
@@ -140,28 +140,35 @@ class NodeSupervisor:
             # A built-in workload says "start" once its process group is up; a user's command
             # is started through the announcer, whose record says the worker process exists.
             if record.get("kind") == SETUP_END and record.get("rc") == 0:
-                self._setup_ok(node_rank)
+                self.setup_done.add(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
                 self.train_started_at = time.time()
                 self.events.on_phase("train")
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
 
-    def _setup_ok(self, node_rank: int) -> None:
-        """A node's --setup succeeded; once every node's has, rendezvous begins: the launcher's
-        `release` lets the nodes start torchrun together."""
-        self.setup_done.add(node_rank)
-        if len(self.setup_done) == len(self.hosts) and self._release is not None:
+    def _maybe_release(self) -> None:
+        """Once every node's --setup succeeded (and staging is over), rendezvous begins: the
+        launcher's `release` lets the nodes start torchrun together."""
+        if self._release is not None and len(self.setup_done) == len(self.hosts):
             release, self._release = self._release, None
-            self.events.on_phase("rendezvous")
-            self.rendezvous_started_at = time.time()
+            self._rendezvous()
             release()
+
+    def _rendezvous(self) -> None:
+        self.events.on_phase("rendezvous")
+        self.rendezvous_started_at = time.time()
 
     def _setup_failure(self, rank: int, code: int) -> str:
         lines = [ln for ln in self.tail(rank) if "@gpucluster-metric" not in ln and ln.strip()]
         last = " | ".join(ln.strip()[:200] for ln in lines[-5:])
         return (f"setup failed on node {rank} ({self.hosts[rank]}): exit code {code}"
                 + (f"; last lines: {last}" if last else ""))
+
+    def _node_failure(self, rank: int, code: int | None) -> str:
+        failure = f"node {rank} ({self.hosts[rank]}) exited with code {code}"
+        cause = root_cause(self.tail(rank))
+        return failure + (f" ({cause})" if cause else "")
 
     def tail(self, node_rank: int) -> list[str]:
         tail = self._tails.get(node_rank)
@@ -173,27 +180,39 @@ class NodeSupervisor:
 
     def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None],
             watch: Callable[[], str | None] | None = None,
-            release: Callable[[], None] | None = None) -> JobResult:
+            release: Callable[[], None] | None = None, stage: Any = None) -> JobResult:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
 
         `watch`, when given, is asked every loop for a failure of something beside the nodes
         (e.g. the launcher's rendezvous store); a string ends the run as that failure.
         With a job `setup`, the run starts in the "setup" phase (which counts against the time
         limit) and `release()` is called once every node has reported its setup done; an
-        exception from it ends the run as a failure."""
+        exception from it ends the run as a failure.
+        `stage`, when given, stages data into the nodes while they run (the Kubernetes launcher:
+        pods exist only once the job does): the run opens in the "stage" phase, `stage.poll()` is
+        asked every loop (a string ends the run as that failure), and once `stage.done` is true
+        the run moves on to "setup" (or "rendezvous"); the setup's release waits for it."""
         setup = bool(self.job.setup)
         self._release = release if setup else None
-        self.rendezvous_started_at = None if setup else time.time()
+        staged = stage is None
+        self.rendezvous_started_at = time.time() if staged and not setup else None
         deadline = time.monotonic() + self.job.max_seconds if self.job.max_seconds else None
         exit_codes: dict[int, int | None] = {}
         failure: str | None = None
         failed_node: int | None = None
         timed_out = False
         try:
-            self.events.on_phase("setup" if setup else "rendezvous")
+            self.events.on_phase("stage" if not staged else "setup" if setup else "rendezvous")
             while True:
+                self._drain(0.2)
+                if not staged and failure is None:
+                    failure = stage.poll()
+                    if failure is None and stage.done:
+                        staged = True
+                        self.events.on_phase("setup") if setup else self._rendezvous()
                 try:
-                    self._drain(0.2)
+                    if staged:
+                        self._maybe_release()
                 except LaunchError as exc:  # the release of the nodes after setup failed
                     failure = failure or str(exc)
                 for rank, proc in procs.items():
@@ -201,14 +220,15 @@ class NodeSupervisor:
                         exit_codes[rank] = proc.returncode
                         if proc.returncode != 0 and failure is None:
                             failed_node = rank
+                            if not staged:
+                                self._drain(0)
+                                failure = stage.poll() or self._node_failure(rank, proc.returncode)
+                                continue
                             if setup and rank not in self.setup_done:
                                 self._drain(0)  # the node's last lines
                                 failure = self._setup_failure(rank, proc.returncode)
                                 continue
-                            failure = f"node {rank} ({self.hosts[rank]}) exited with code {proc.returncode}"
-                            cause = root_cause(self.tail(rank))
-                            if cause:
-                                failure += f" ({cause})"
+                            failure = self._node_failure(rank, proc.returncode)
                 if failure is None and watch is not None:
                     failure = watch()
                 if failure is not None:

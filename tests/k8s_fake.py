@@ -49,7 +49,15 @@ It behaves like a real API server at its worst, each behaviour with its public s
   `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
   the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
   (preempted node).
-- With --setup: see tests/k8s_fake_setup.py.
+- With --setup, and with --data/--resume (the pod waits for its staged file): see
+  tests/k8s_fake_setup.py.
+- Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
+  sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
+  no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
+  older API servers do not speak), so a command that waits for end-of-input hangs, as in a real pod.
+  Paths under /gpucluster-run (the pod's emptyDir) and /gpucluster-cache (the hostPath cache, one
+  folder per node index under `host_root`, which outlives pods and, given again, fakes) are mapped
+  wherever they occur in the command.
 """
 
 from __future__ import annotations
@@ -65,7 +73,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
-from k8s_fake_setup import _LogResponse, tick_setup, wrapped
+from k8s_fake_exec import _FakeExecStdin
+from k8s_fake_setup import _LogResponse, stages, tick_setup, tick_staged, wrapped
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -116,6 +125,9 @@ class _Pod:
         self.torch_code: int | None = None  # torchrun's exit code once it ended (collecting)
         self.torch_ended = threading.Event()
         self.setup = False  # argv.json holds the setup wrapper
+        self.stages = False  # argv.json waits for the staged file (--data)
+        self.staged = threading.Event()
+        self.staged_age: int | None = None
         self.setup_ended = threading.Event()
         self.go = threading.Event()  # the go file exists: torchrun starts
         self.go_age: int | None = None
@@ -137,8 +149,12 @@ class _Pod:
         start = s.start_after + self.delay
         if self.phase == "Pending" and s.waiting_reason is None and not s.unschedulable and self.age >= start:
             self.phase = "Running"
-        if self.phase == "Running" and self.root is None and (self.collecting or self.setup):
+        if self.phase == "Running" and self.root is None and (self.collecting or self.setup or self.stages):
             self.start_files(self.base)  # the container starts: the emptyDir, the training's files
+        if self.phase == "Running" and self.stages:
+            start = tick_staged(self, start)
+            if start is None:
+                return
         if self.phase == "Running" and self.setup:
             start = tick_setup(self, start)
             if start is None:
@@ -243,13 +259,15 @@ class FakeKubeApi:
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
                  interrupt_on_list: int | None = None, list_errors: tuple[int, ...] = (),
-                 skew: int = 1, delete_ticks: int = 2, auth=None, tokens: tuple[str, ...] = ()):
+                 skew: int = 1, delete_ticks: int = 2, auth=None, tokens: tuple[str, ...] = (),
+                 host_root: Path | None = None):
         self.skew, self.delete_ticks = skew, delete_ticks
         self.auth, self.tokens = auth, set(tokens)  # auth(): the Authorization header the client would send
         self.terminating: dict[tuple[str, str], int] = {}  # deleted objects still present, ticks left
         self.scripts = scripts
         self.refuse = refuse or {}
         self.interrupt_on_list = interrupt_on_list
+        self.interrupt_when = None  # fake -> bool: a Ctrl-C at the first pod listing where it holds
         self.list_errors = set(list_errors)  # listing numbers (1-based) that answer 503
         self.calls: list[tuple] = []
         self.objects: dict[tuple[str, str], object] = {}
@@ -258,7 +276,9 @@ class FakeKubeApi:
         self.lists = 0
         self.lock = threading.Lock()
         self.root = Path(tempfile.mkdtemp(prefix="fake-pods-"))  # the pods' filesystems
+        self.host_root = host_root or self.root / "hosts"  # the GPU nodes' disks (hostPath), by pod index
         self._tls = threading.local()
+        self.exec_clients: list = []  # every exec with stdin, for tests to check none is left running
 
     # -- auth and validation ---------------------------------------------------------------
     def _authenticate(self) -> None:
@@ -348,6 +368,7 @@ class FakeKubeApi:
             self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
             self.pods[name].collecting, self.pods[name].base = collecting, self.root
             self.pods[name].setup = wrapped(self.objects, body.metadata.name, i)
+            self.pods[name].stages = stages(self.objects, body.metadata.name, i)
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -379,6 +400,9 @@ class FakeKubeApi:
                 raise FakeApiException(400, f"BadRequest: unable to parse requirement: {label_selector!r}")
             self._age_deletions()
             if self.interrupt_on_list is not None and self.lists == self.interrupt_on_list:  # one Ctrl-C
+                raise KeyboardInterrupt
+            if self.interrupt_when is not None and self.interrupt_when(self):  # one Ctrl-C, once it holds
+                self.interrupt_when = None
                 raise KeyboardInterrupt
             if self.lists in self.list_errors:
                 raise FakeApiException(503, "Service Unavailable")
@@ -431,12 +455,19 @@ class FakeKubeApi:
             raise FakeApiException(0, "Handshake status 400 Bad Request: cannot exec into a container in a "
                                       f"completed pod; current phase is {pod.phase}")
         assert _preload_content is False and stdout and stderr and not tty
+        host = self.host_root / f"node-{pod.index}"
         argv = [sys.executable if a == "python" else
-                str(pod.root) + a[len("/gpucluster-run"):] if a.startswith("/gpucluster-run") else a
+                a.replace("/gpucluster-run", str(pod.root)).replace("/gpucluster-cache", str(host))
                 for a in command]
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        if stdin:
+            host.mkdir(parents=True, exist_ok=True)  # hostPath DirectoryOrCreate
+            client = _FakeExecStdin(argv, env, binary)
+            self.exec_clients.append(client)
+            return client
         if pod.script.raw_tar is not None and argv[-1] == str(pod.root / "outputs"):
             return _FakeWSClient(pod.script.raw_tar, b"", 0, binary)
-        cp = subprocess.run(argv, capture_output=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        cp = subprocess.run(argv, capture_output=True, env=env)
         return _FakeWSClient(cp.stdout, cp.stderr, cp.returncode, binary)
 
     def lose(self, rank: int) -> None:

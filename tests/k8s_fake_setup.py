@@ -23,6 +23,43 @@ def wrapped(objects: dict, name: str, rank: int) -> bool:
     return rank < len(argv) and argv[rank][:1] == ["sh"] and "gpucluster-setup" in argv[rank]
 
 
+def stages(objects: dict, name: str, rank: int) -> bool:
+    """Whether `rank`'s argv waits for the staged file first (--data/--resume: k8s_stage sends the data)."""
+    cm = objects.get(("configmap", name))
+    data = (cm.get("data") if isinstance(cm, dict) else getattr(cm, "data", None)) or {}
+    argv = json.loads(data.get("argv.json", "[]"))
+    return rank < len(argv) and argv[rank][:1] == ["sh"] and "/control/staged" in argv[rank][2]
+
+
+def end_container(self, code: int, start: int) -> None:
+    """The wrapper ended before torchrun (failed setup, or stopped while waiting): the container's
+    command ends with `code` (with the handshake, job_end first and the pod waits for collection)."""
+    if self.collecting:
+        if self.torch_code is None:
+            self.torch_code = code
+            self.torch_ended.set()
+        self._tick_collecting(start)
+    elif not self.ended.is_set():
+        self.code, self.phase = code, "Failed"
+        self.ended.set()
+
+
+def tick_staged(self, start: int) -> int | None:
+    """Waiting for the staged file (made through exec once the pod's data is in place): None while it
+    waits (a `stop` file ends it with 143), else the tick the setup or training starts from."""
+    control = self.root / "control"
+    if not self.staged.is_set():
+        if (control / "staged").exists():
+            self.staged_age = self.age
+            self.staged.set()
+        elif (control / "stop").exists():
+            end_container(self, 143, start)
+            return None
+        else:
+            return None
+    return self.staged_age
+
+
 def tick_setup(self, start: int) -> int | None:
     """The setup wrapper: None while it runs or waits for go (or once it ended the container);
     else the tick training starts from."""
@@ -32,15 +69,7 @@ def tick_setup(self, start: int) -> int | None:
             return None
         self.setup_ended.set()
     if s.setup_rc != 0 or (not self.go.is_set() and (control / "stop").exists()):
-        code = s.setup_rc or 143
-        if self.collecting:
-            if self.torch_code is None:
-                self.torch_code = code
-                self.torch_ended.set()
-            self._tick_collecting(start)
-        elif not self.ended.is_set():
-            self.code, self.phase = code, "Failed"
-            self.ended.set()
+        end_container(self, s.setup_rc or 143, start)
         return None
     if not self.go.is_set():
         if not (control / "setup-go").exists():
@@ -63,6 +92,11 @@ def _chunks(self, lines):
 
 def setup_stream(self):
     pod, s = self.pod, self.pod.script
+    if pod.stages and not _wait(self, pod.staged, pod.torch_ended, pod.ended):  # nothing runs before staging
+        return
+    if pod.stages and not pod.staged.is_set():
+        yield from self._end()
+        return
     if pod.setup:  # the wrapper's records (gpucluster.staging.setup_wrapped), then the go file
         yield from _chunks(self, ['@gpucluster-metric {"kind": "setup_start"}', *s.setup_lines])
         if not _wait(self, pod.setup_ended):

@@ -317,8 +317,7 @@ def _flag_cases():
     cases += [("aws", values[f]) for f in ("--project", "--start-deadline")]
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
-                                           "--max-lifetime", "--ready-timeout",
-                                           "--data", "--resume")]  # issue 14: not on gcp yet
+                                           "--max-lifetime", "--ready-timeout")]
     return cases
 
 

@@ -40,6 +40,12 @@ opens in the `setup` phase; once every pod's `setup_end` record says rc 0 (the s
 them) `release` makes the go file in every pod through exec (`k8s_outputs.release_pods`) and the
 rendezvous phase begins; a pod whose setup failed fails the run (node, exit code, last lines).
 
+With `--data`/`--resume` each rank's argv first waits for a `staged` file: the run opens in the
+`stage` phase, and `infra.gcp.k8s_stage.PodStager` sends each pod its folders through exec as soon
+as it runs (local folders through a cache on the node; `gs://` pulled by the pod itself, as the
+Kubernetes service account the component binds to a Google service account). `--output gs://`:
+each pod uploads its folder instead of it being copied here.
+
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
 an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
 manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
@@ -54,7 +60,10 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
+from gpucluster.staging import staged_mounts
 from gpucluster.supervisor import NodeSupervisor
+
+from .k8s_stage import PodStager, ensure_service_account, object_account
 
 from .k8s_api import KubeApi, _is_api_error, _status  # noqa: F401 - KubeApi: part of this module's API
 from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
@@ -312,6 +321,7 @@ class KubernetesLauncher(Launcher):
         start_deadline_s: int = DEFAULT_START_DEADLINE_S,
         credentials: Any = None,
         collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
+        objects: Any = None,
     ):
         if mode not in MODES:
             raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
@@ -327,6 +337,7 @@ class KubernetesLauncher(Launcher):
         self.poll_interval = poll_interval
         self.cleanup_errors: list[str] = []
         self.collect_wait_s = int(collect_wait_s)
+        self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
         self._held: dict[str, tuple[KubeApi, Plan, _Pods, _Created]] = {}  # run id -> for collect_outputs
 
     @classmethod
@@ -349,14 +360,23 @@ class KubernetesLauncher(Launcher):
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+        account = object_account(cluster, job)
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
-                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s)
+                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
+                        service_account=account[0] if account else None)
+        mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         pods = _Pods(api, plan, supervisor, self.poll_interval)
         created = _Created(api, plan)
+        stager = None
+        if mounts:  # hashed here, before anything is created: an unreadable file fails now
+            stager = PodStager(api, plan, pods, mounts, objects=self.objects)
+            stager.events = events
 
         def stop() -> None:
+            if stager is not None:
+                stager.cancel()  # exec streams still sending data are closed
             if not plan.collects:
                 created.delete_all()
                 return
@@ -373,10 +393,12 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError("; ".join(errors))
 
         try:
+            if account:
+                ensure_service_account(api, plan, *account)
             self._create(api, plan, created)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=stop, release=release)
+            result = supervisor.run(handles, stop=stop, release=release, stage=stager)
         finally:
             if plan.collects and pods.started_at is not None:
                 self._held[job.run_id] = (api, plan, pods, created)  # deleted by collect_outputs
@@ -401,7 +423,7 @@ class KubernetesLauncher(Launcher):
             from .k8s_outputs import collect
 
             ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
-            return collect(api, plan, ran, Path(job.output_dir or "."))
+            return collect(api, plan, ran, job.output_dir or ".", objects=self.objects)
         finally:
             created.delete_all()
             self.cleanup_errors = list(created.errors)

@@ -12,8 +12,8 @@ from typing import Any
 
 from gpucluster.errors import require
 
-from .k8s_plan import (CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL, KUBEFLOW_GROUP,
-                       KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
+from .k8s_plan import (CACHE_HOST_PATH, CACHE_MOUNT, CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
+                       KUBEFLOW_GROUP, KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
 
 
 # -- manifests (the kubernetes client's typed models) ---------------------------------------
@@ -69,7 +69,8 @@ def pod_template(plan: Plan):
         volume_mounts=[
             k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
-        ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.collects or plan.setup else []),
+        ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.run_dir else [])
+          + ([k.V1VolumeMount(name="data-cache", mount_path=CACHE_MOUNT)] if plan.cache else []),
     )
     init = None
     if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
@@ -97,8 +98,13 @@ def pod_template(plan: Plan):
                 name=plan.name, items=[k.V1KeyToPath(key=key, path=path) for key, path, _ in plan.files],
             )),
             k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory")),
-        ] + ([k.V1Volume(name="run", empty_dir=k.V1EmptyDirVolumeSource())] if plan.collects or plan.setup else []),
+        ] + ([k.V1Volume(name="run", empty_dir=k.V1EmptyDirVolumeSource())] if plan.run_dir else [])
+          # --data: the node's content-addressed cache outlives the pod (a kept cluster's rerun
+          # sends only what the node lacks); GKE Standard allows hostPath volumes
+          + ([k.V1Volume(name="data-cache", host_path=k.V1HostPathVolumeSource(
+              path=CACHE_HOST_PATH, type="DirectoryOrCreate"))] if plan.cache else []),
         termination_grace_period_seconds=15,
+        service_account_name=plan.service_account,
     )
     if plan.mode == "job":
         spec.subdomain = plan.name  # <job>-<index>.<service> resolves to the pod

@@ -18,6 +18,7 @@ Here:
 
 from __future__ import annotations
 
+import json
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,10 +56,11 @@ sys.exit(2 if bad else 0)
 TOUCH = "import os, sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\nopen(sys.argv[1], 'a').close()\n"
 
 
-def _exec(api: Any, plan: Plan, pod: str, command: list[str]) -> Any:
-    """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes."""
+def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False) -> Any:
+    """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes;
+    with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see k8s_stage)."""
     return api.stream(api.core.connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
-                      container=CONTAINER, stdin=False, stdout=True, stderr=True, tty=False,
+                      container=CONTAINER, stdin=stdin, stdout=True, stderr=True, tty=False,
                       binary=True, _preload_content=False)
 
 
@@ -209,9 +211,43 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
     return out
 
 
-def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path) -> list[NodeOutputs]:
+def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
+    """`--output gs://...`: the pod uploads its output folder to `where` itself, with its own
+    credentials (the backend's node transfer program, `objects.script(..., "push", ...)`)."""
+    from gpucluster.outputs import pushed
+
+    who = f"node {rank} (pod {pod})"
+    if objects is None:
+        return NodeOutputs(rank, where, FAILED, detail=f"{who}: this backend's pods cannot write object storage")
+    start = time.monotonic()
+    try:
+        client = _exec(api, plan, pod, ["sh", "-c", objects.script("python", "push", OUTPUT_DIR, where)])
+    except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
+        return NodeOutputs(rank, where, FAILED, detail=f"{who}: the exec API refused the upload: {exc}")
+    reader = _ExecReader(client)
+    try:
+        out = reader.read()
+        rc = reader.returncode()
+    except OSError as exc:
+        out, rc = b"", None
+        reader.stderr += str(exc).encode()
+    finally:
+        client.close()
+    lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+    try:
+        answer = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        answer = {}
+    err = [ln.strip() for ln in reader.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    why = err[-1][-400:] if err else ("the exec stream ended without the command's exit status" if rc is None
+                                      else f"exit code {rc}")
+    return pushed(rank, where, who, rc, answer if isinstance(answer, dict) else {}, why, time.monotonic() - start)
+
+
+def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects: Any = None) -> list[NodeOutputs]:
     """Every node whose container ran (`ran`: rank -> pod name): its copy and verdict, nodes in
-    parallel; each pod copied from is then told it was collected (its entry script exits)."""
+    parallel; each pod copied from is then told it was collected (its entry script exits).
+    `dest` an object-storage URL (`--output gs://...`): each pod uploads to URL/RUN_ID/node-N."""
     if not ran:
         return []
     listed: dict[str, Any] = {}
@@ -222,8 +258,11 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path) -> list[NodeO
     except Exception as exc:  # noqa: BLE001 - the copies are still tried; exec says what it can
         error = exc
 
+    url = str(dest).rstrip("/") if "://" in str(dest) else None
+
     def one(rank: int) -> NodeOutputs:
-        name, target = ran[rank], dest / f"node-{rank}"
+        name = ran[rank]
+        target: Any = f"{url}/{plan.run_id}/node-{rank}" if url else Path(dest) / f"node-{rank}"
         pod = listed.get(name)
         if error is None and pod is None:
             return NodeOutputs(rank, str(target), FAILED, detail=(
@@ -237,7 +276,7 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path) -> list[NodeO
             return NodeOutputs(rank, str(target), FAILED, detail=(
                 f"node {rank}: pod {name} is {phase}: Kubernetes cannot exec into a container that is not "
                 "running, so its output folder cannot be read"))
-        got = copy_pod(api, plan, rank, name, target)
+        got = push_pod(api, plan, rank, name, target, objects) if url else copy_pod(api, plan, rank, name, target)
         try:
             _run(api, plan, name, ["python", "-c", TOUCH, COLLECTED_FILE])
         except Exception:  # noqa: BLE001 - the Job is deleted next anyway

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
-from gpucluster.staging import GO_FILE, setup_wrapped
+from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
 # targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
@@ -58,6 +58,13 @@ STOP_FILE, COLLECTED_FILE = f"{CONTROL_DIR}/stop", f"{CONTROL_DIR}/collected"
 # records and wording as on ssh/local); it waits for this file, made by the launcher through exec
 # once every pod's setup_end record said rc 0. The emptyDir at RUN_DIR is mounted for it.
 SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
+# --data / --resume: staged into each pod by the launcher through exec while the pod runs
+# (`infra.gcp.k8s_stage`): a folder DEST lands at RUN_DIR/DEST (the emptyDir); local folders go
+# through a content-addressed cache on the GPU node itself (a hostPath volume, so a rerun on a kept
+# cluster sends only what that node lacks); each rank's argv waits for STAGED_FILE first.
+STAGED_FILE = f"{CONTROL_DIR}/staged"
+CACHE_MOUNT = "/gpucluster-cache"
+CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (COS: /var is writable)
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
 STOP_GRACE_S = 15  # SIGTERM to torchrun's group, then SIGKILL
 DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
@@ -190,6 +197,14 @@ class Plan:
     notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
     collects: bool = False  # outputs are copied out of the pods (the entry script waits for it)
     setup: bool = False  # --setup: each argv is the setup wrapper, released by SETUP_GO_FILE
+    stages: bool = False  # --data/--resume: each argv waits for STAGED_FILE (k8s_stage)
+    cache: bool = False  # a local folder is staged: the node's cache is mounted (hostPath)
+    service_account: str | None = None  # pods run as this Kubernetes service account (object storage)
+
+    @property
+    def run_dir(self) -> bool:
+        """Whether each pod gets the emptyDir at RUN_DIR (outputs, control files, staged data)."""
+        return self.collects or self.setup or self.stages
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -306,6 +321,7 @@ def plan_job(
     start_deadline_s: int = DEFAULT_START_DEADLINE_S,
     max_lifetime_s: int | None = None,
     collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
+    service_account: str | None = None,
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
 
@@ -335,11 +351,14 @@ def plan_job(
                                            local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
-    if job.setup:
-        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE)) for a in argv)
+    mounts = staged_mounts(job)
+    if job.setup or mounts:
+        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts else None))
+                     for a in argv)
     collects = bool(job.output_dir)
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
+    env.update(staged_env(job, [f"{RUN_DIR}/{m.dest}" for m in mounts]))
     if collects:
         env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR, GPUCLUSTER_COLLECT_WAIT_S=str(int(collect_wait_s)))
     files: list[tuple[str, str, str | bytes]] = [
@@ -369,6 +388,11 @@ def plan_job(
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    for m in mounts:
+        how = ("pulled by each pod with its own read-only access (Workload Identity)" if m.remote else
+               f"sent through the exec API into each pod, through a cache on its node ({CACHE_HOST_PATH}) that "
+               "keeps what an earlier run sent")
+        notes.append(f"data: {m.src} -> {RUN_DIR}/{m.dest}, {how}")
     if job.setup:
         notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
                      f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
@@ -380,4 +404,5 @@ def plan_job(
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
+        stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
     )

@@ -71,7 +71,7 @@ def pull(session: Any, job: Any, pairs: dict[int, Sequence[tuple[str, str]]]) ->
 def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_id: str) -> list:
     """Every node in `todo` uploads its output folder to URL/RUN_ID/node-N/. One
     `gpucluster.outputs.NodeOutputs` per node: complete, partial (which files failed) or failed."""
-    from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs
+    from gpucluster.outputs import FAILED, NodeOutputs, pushed
 
     objects = session.launcher.objects
     base = url.rstrip("/")
@@ -85,16 +85,8 @@ def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_i
         cp = session.run(node, objects.script(session.launcher.python, "push", out_dirs[node.rank], where),
                          timeout=TRANSFER_TIMEOUT_S)
         took = time.monotonic() - start
-        got = _answer(cp.stdout)
-        files, nbytes, failed = int(got.get("files", 0)), int(got.get("bytes", 0)), got.get("failed") or []
-        if cp.returncode == 0:
-            return NodeOutputs(node.rank, where, COMPLETE, files, nbytes, took), None
-        what = "; ".join(map(str, failed[:5])) + (" ..." if len(failed) > 5 else "") if failed else \
-            _why(cp.stderr, cp.returncode)
-        if cp.returncode == 3 and files:
-            return NodeOutputs(node.rank, where, PARTIAL, files, nbytes, took,
-                               f"{who}: {len(failed)} file(s) not uploaded: {what}"), None
-        return NodeOutputs(node.rank, where, FAILED, files, nbytes, took, f"{who}: upload to {where} failed: {what}"), None
+        return pushed(node.rank, where, who, cp.returncode, _answer(cp.stdout), _why(cp.stderr, cp.returncode),
+                      took), None
 
     results = []
     for node, (res, err) in zip(session.nodes, session.each(lambda n: one(n) if n.rank in todo else (None, None))):

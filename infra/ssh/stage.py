@@ -34,11 +34,16 @@ from .session import node_label, sh
 
 CACHE_DIR = "~/.cache/gpucluster/data"
 
-# Run on each node by `python3 - MODE CACHE`: "check" reads a JSON list of hashes and prints those the
-# cache lacks; "place" reads one JSON line (the mounts) then a tar of files named by their hash.
+# Run on each node by `python3 -c STAGE_PY MODE CACHE [BASE]`: "check" reads one line, a JSON list of
+# hashes, and prints those the cache lacks; "place" reads one JSON line (the mounts; a relative DEST
+# is under BASE) then, when it says so, a tar of files named by their hash. Neither needs its stdin
+# to be closed: a line ends the check, the tar's end-of-archive blocks end the files. That is how it
+# also runs through the Kubernetes exec API, whose v4 websocket protocol cannot close stdin
+# (kubernetes/kubernetes#89899; only v5.channel.k8s.io adds a close signal).
 STAGE_PY = r"""
 import contextlib, hashlib, json, os, shutil, signal, sys, tarfile, time
 mode, cache = sys.argv[1], os.path.expanduser(sys.argv[2])
+base = sys.argv[3] if len(sys.argv) > 3 else ""
 os.makedirs(cache, mode=0o700, exist_ok=True)
 def have(h, size=None):
     try:
@@ -46,7 +51,7 @@ def have(h, size=None):
     except OSError:
         return False
 if mode == "check":
-    want = json.loads(sys.stdin.read())
+    want = json.loads(sys.stdin.readline())
     print(json.dumps(sorted({h for h, size in want if not have(h, size)})))
     sys.exit(0)
 def stop(signum, frame):
@@ -88,7 +93,7 @@ with tarfile.open(fileobj=inp, mode="r|") if head["tar"] else contextlib.nullcon
                 os.unlink(tmp)
 linked = copied = 0
 for m in mounts:
-    dest = m["dest"]
+    dest = os.path.join(base, m["dest"])
     if os.path.lexists(dest):
         shutil.rmtree(dest) if os.path.isdir(dest) and not os.path.islink(dest) else os.unlink(dest)
     os.makedirs(dest, exist_ok=True)

@@ -1,0 +1,271 @@
+"""`--data` and `--resume` on gcp: each pod's folders staged through the Kubernetes exec API while
+the pod runs (its argv waits for `k8s_plan.STAGED_FILE` before setup and torchrun).
+
+A pod exists only once the Job does, so staging is not a step before the launch (as over ssh) but
+part of the run: `PodStager` is the `stage` of `gpucluster.supervisor.NodeSupervisor.run`. Asked
+every loop (`poll`), it starts one thread for each pod whose container is running; the run's phase
+is `stage` until every pod is staged. For one pod:
+
+1. local folders (`--data DIR`, `--resume`) go through the same content-addressed cache program
+   as over ssh (`infra.ssh.stage.STAGE_PY`), here with the cache on the GPU node's own disk (a
+   hostPath volume at `k8s_plan.CACHE_MOUNT`): the pod answers which sha256 it lacks, a tar of only
+   those files goes to its stdin, and it lays each folder out at `RUN_DIR/DEST` (copies: a hard
+   link cannot cross from one volume mount to another). Stdin is never closed: the program reads
+   a line, then a tar that ends with its own end-of-archive blocks (the exec API's v4 websocket
+   protocol has no way to close stdin, kubernetes/kubernetes#89899).
+2. object-storage sources (`--data gs://...`) are pulled by the pod itself with its own
+   credentials (`launcher.objects`, the backend's node transfer program, run by `sh -c`).
+3. the staged file is made; the pod's wrapper goes on.
+
+One `stage` metric record per pod (files, bytes, sent_bytes, sent_files, seconds, what the cache
+program answered, fetched_bytes for object storage), emitted from `poll` on the supervisor's
+thread. A failure names the node and its pod; `cancel` closes every exec stream in flight (the run
+is being stopped).
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import threading
+import time
+from typing import Any, Sequence
+
+from gpucluster.errors import LaunchError
+from gpucluster.launch import JobSpec
+from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
+
+from .k8s_api import KubeApi, _is_api_error, _status
+from .k8s_manifests import kube_models
+from .k8s_outputs import TOUCH, _exec, _ExecReader
+from .k8s_plan import CACHE_MOUNT, RUN_DIR, STAGED_FILE, Plan
+
+CHUNK = 1 << 20  # bytes per stdin frame
+
+
+class _Stdin:
+    """A write-only file object over an exec's stdin: 1 MiB frames, counting the bytes sent."""
+
+    def __init__(self, client: Any):
+        self.client, self.count, self.buf = client, 0, bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.buf += data
+        while len(self.buf) >= CHUNK:
+            self._send(bytes(self.buf[:CHUNK]))
+            del self.buf[:CHUNK]
+        return len(data)
+
+    def flush(self) -> None:
+        if self.buf:
+            self._send(bytes(self.buf))
+            self.buf = bytearray()
+
+    def _send(self, data: bytes) -> None:
+        if not self.client.is_open():
+            raise OSError("the exec stream closed while sending")
+        self.client.write_stdin(data)
+        self.count += len(data)
+
+
+def _last(err: bytes, rc: Any) -> str:
+    lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][-400:] if lines else f"exit code {rc}"
+
+
+def _answer(out: bytes) -> dict[str, Any]:
+    lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+    try:
+        got = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        got = None
+    return got if isinstance(got, (dict, list)) else {}
+
+
+class PodStager:
+    """Stages `mounts` into every pod of `plan` as it starts running (see the module docstring)."""
+
+    def __init__(self, api: Any, plan: Plan, pods: Any, mounts: Sequence[DataMount], objects: Any = None,
+                 python: str = "python"):
+        self.api, self.plan, self.pods, self.objects, self.python = api, plan, pods, objects, python
+        self.mounts = list(mounts)
+        self.local = [m for m in self.mounts if not m.remote]
+        self.files = [manifest(m.src) for m in self.local]  # hashed once, here, before any pod exists
+        self.by_hash: dict[str, tuple[str, int]] = {}
+        for m, fs in zip(self.local, self.files):
+            for f in fs:
+                self.by_hash.setdefault(f["sha256"], (f"{m.src}/{f['path']}", f["size"]))
+        if any(m.remote for m in self.mounts) and objects is None:
+            raise LaunchError("this backend's pods cannot read object storage (no --data URL is allowed here)")
+        self.started: dict[int, threading.Thread] = {}
+        self.records: dict[int, dict[str, Any]] = {}
+        self.errors: dict[int, str] = {}
+        self.emitted: set[int] = set()
+        self.events: Any = None
+        self._clients: set[Any] = set()
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.emitted) == self.plan.nodes
+
+    def poll(self) -> str | None:
+        """Start staging every newly running pod; emit finished records; the first failure, if any."""
+        for rank in sorted(self.pods.attached):
+            name = self.pods.pod_names.get(rank)
+            if rank not in self.started and name and not self._cancelled:
+                t = threading.Thread(target=self._one, args=(rank, name), name=f"stage-node-{rank}", daemon=True)
+                self.started[rank] = t
+                t.start()
+        with self._lock:
+            ready = {r: rec for r, rec in self.records.items() if r not in self.emitted}
+            errors = dict(self.errors)
+        for rank in sorted(ready):
+            self.emitted.add(rank)
+            if self.events is not None:
+                self.events.on_metric(rank, ready[rank])
+        if errors:
+            return "; ".join(errors[r] for r in sorted(errors))
+        return None
+
+    def cancel(self, wait_s: float = 10.0) -> None:
+        """Close every exec stream in flight and wait (bounded) for the staging threads."""
+        self._cancelled = True
+        with self._lock:
+            clients = list(self._clients)
+        for c in clients:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - closing what may already be closed
+                pass
+        end = time.monotonic() + wait_s
+        for t in self.started.values():
+            t.join(max(0.0, end - time.monotonic()))
+
+    # -- one pod -----------------------------------------------------------------------------
+    def _one(self, rank: int, pod: str) -> None:
+        who = f"node {rank} (pod {pod})"
+        try:
+            rec = self._stage(pod)
+        except Exception as exc:  # noqa: BLE001 - reported by node
+            why = str(exc) if isinstance(exc, (LaunchError, OSError)) else f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                self.errors[rank] = f"{who}: staging the data failed: {why}"
+            return
+        with self._lock:
+            self.records[rank] = rec
+
+    def _run(self, pod: str, command: list[str], payload: Any = None) -> tuple[int | None, bytes, bytes, int]:
+        """(exit code, stdout, stderr, bytes sent) of `command` in the pod; `payload(stdin)` writes its input."""
+        if self._cancelled:
+            raise LaunchError("the run is being stopped")
+        client = _exec(self.api, self.plan, pod, command, stdin=payload is not None)
+        with self._lock:
+            self._clients.add(client)
+        try:
+            sent = 0
+            if payload is not None:
+                sink = _Stdin(client)
+                payload(sink)
+                sink.flush()
+                sent = sink.count
+            reader = _ExecReader(client)
+            out = reader.read()
+            if self._cancelled:
+                raise LaunchError("the run is being stopped")
+            return reader.returncode(), out, bytes(reader.stderr), sent
+        finally:
+            with self._lock:
+                self._clients.discard(client)
+            client.close()
+
+    def _stage(self, pod: str) -> dict[str, Any]:
+        from gpucluster.infra.ssh.stage import STAGE_PY
+
+        start = time.monotonic()
+        rec: dict[str, Any] = {"kind": STAGE_KIND, "files": sum(len(fs) for fs in self.files),
+                               "bytes": sum(f["size"] for fs in self.files for f in fs), "sent_bytes": 0,
+                               "sent_files": 0}
+        if self.local:
+            want = (json.dumps(sorted([h, s] for h, (_, s) in self.by_hash.items())) + "\n").encode()
+            rc, out, err, sent = self._run(pod, [self.python, "-c", STAGE_PY, "check", CACHE_MOUNT],
+                                           lambda sink: sink.write(want))
+            if rc != 0:
+                raise LaunchError(f"checking the node's data cache failed: {_last(err, rc)}")
+            missing = _answer(out)
+            if not isinstance(missing, list):
+                raise LaunchError("checking the node's data cache gave no answer")
+            layout = {"tar": bool(missing),
+                      "mounts": [{"dest": m.dest, "files": fs} for m, fs in zip(self.local, self.files)]}
+
+            def send(sink: _Stdin) -> None:
+                sink.write(json.dumps(layout).encode() + b"\n")
+                if missing:
+                    with tarfile.open(fileobj=sink, mode="w|") as tar:
+                        for h in missing:
+                            path, size = self.by_hash[h]
+                            info = tarfile.TarInfo(h)
+                            info.size = size
+                            with open(path, "rb") as f:
+                                tar.addfile(info, f)
+
+            rc, out, err, placed = self._run(pod, [self.python, "-c", STAGE_PY, "place", CACHE_MOUNT, RUN_DIR], send)
+            if rc != 0:
+                raise LaunchError(f"placing the data failed: {_last(err, rc)}")
+            got = _answer(out)
+            rec.update(sent_bytes=sent + placed, sent_files=len(missing),
+                       **{k: got.get(k) for k in ("received", "linked", "copied") if isinstance(got, dict)})
+        fetched_files = fetched = 0
+        for m in (m for m in self.mounts if m.remote):
+            script = self.objects.script(self.python, "pull", m.src, f"{RUN_DIR}/{m.dest}")
+            rc, out, err, _ = self._run(pod, ["sh", "-c", script])
+            if rc != 0:
+                raise LaunchError(f"staging {m.src} failed: {_last(err, rc)}")
+            got = _answer(out)
+            got = got if isinstance(got, dict) else {}
+            fetched_files += int(got.get("files", 0))
+            fetched += int(got.get("bytes", 0))
+            rec["tool"] = got.get("tool", "?")
+        if fetched_files or any(m.remote for m in self.mounts):
+            rec.update(files=rec["files"] + fetched_files, bytes=rec["bytes"] + fetched, fetched_bytes=fetched)
+        rc, _, err, _ = self._run(pod, [self.python, "-c", TOUCH, STAGED_FILE])
+        if rc != 0:
+            raise LaunchError(f"cannot start the pod's job after staging: {_last(err, rc)}")
+        rec["seconds"] = round(time.monotonic() - start, 3)
+        return rec
+
+
+def object_account(cluster: Any, job: JobSpec) -> tuple[str, str] | None:
+    """(Kubernetes service account, Google service account) the pods run as when the job reads or
+    writes object storage (`--data gs://...`, `--output gs://...`): the cluster's outputs name them
+    (the component binds the one to the other for Workload Identity). None when the job uses none;
+    LaunchError when it does and the cluster was made without object access."""
+    urls = [m.src for m in staged_mounts(job) if m.remote] + ([str(job.output_dir)] if job.output_dir and
+                                                               "://" in str(job.output_dir) else [])
+    if not urls:
+        return None
+    outputs = dict(getattr(cluster, "outputs", None) or {})
+    ksa, gsa = outputs.get("objects_ksa"), outputs.get("objects_service_account")
+    if not ksa or not gsa:
+        raise LaunchError(f"cluster {cluster.name!r} grants its pods no object storage access, which "
+                          f"{', '.join(urls)} needs: it was made without them (gpucluster run declares the access "
+                          "for the URLs it is given; for a stack, set gpucluster:gcsRead / gpucluster:gcsWrite)")
+    return str(ksa), str(gsa)
+
+
+def ensure_service_account(api: KubeApi, plan: Plan, ksa: str, gsa: str) -> None:
+    """The Kubernetes service account annotated with the Google service account it acts as
+    (GKE Workload Identity, `iam.gke.io/gcp-service-account`). It belongs to the cluster, not to one
+    run (the component's IAM binding names it), so it is created once and left for later runs; it
+    bills nothing and goes with the cluster."""
+    k = kube_models()
+    body = k.V1ServiceAccount(metadata=k.V1ObjectMeta(
+        name=ksa, namespace=plan.namespace, labels={"app.kubernetes.io/managed-by": "gpucluster"},
+        annotations={"iam.gke.io/gcp-service-account": gsa}))
+    try:
+        api.core.create_namespaced_service_account(plan.namespace, body)
+    except Exception as exc:
+        if not _is_api_error(exc) or _status(exc) != 409:  # 409: made by an earlier run
+            raise LaunchError(f"cannot create the service account {plan.namespace}/{ksa} for object storage: "
+                              f"{_status(exc)} {getattr(exc, 'reason', exc)}") from None

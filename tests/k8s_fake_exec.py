@@ -1,0 +1,84 @@
+"""FAKE Kubernetes API, part three: an exec with stdin (see tests/k8s_fake.py for the rest and the
+source of each behaviour: stdin is never closed, kubernetes/kubernetes#89899)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+
+class _FakeExecStdin:
+    """Shaped like WSClient for an exec with stdin: the command runs as frames come and go; stdin is
+    never closed (see the module docstring); `close()` ends the command, as the API server does when
+    the websocket goes."""
+
+    def __init__(self, argv, env, binary: bool):
+        import queue
+
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env)
+        self.binary, self.frames, self.sent = binary, queue.Queue(), 0
+        self._channels: dict[int, object] = {}
+        self._open, self._eof = True, 0
+        for channel, pipe in ((1, self.proc.stdout), (2, self.proc.stderr)):
+            threading.Thread(target=self._pump, args=(channel, pipe), daemon=True).start()
+
+    def _pump(self, channel, pipe):
+        for data in iter(lambda: pipe.read1(4093), b""):
+            self.frames.put((channel, data))
+        self.frames.put((channel, None))
+
+    def write_stdin(self, data):
+        if not self._open:
+            raise OSError("socket is already closed.")
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+        self.sent += len(data)
+
+    def is_open(self):
+        return self._open
+
+    def update(self, timeout=0):
+        import queue
+
+        if not self._open:
+            return
+        try:
+            channel, data = self.frames.get(timeout=timeout or 0.01)
+        except queue.Empty:
+            return
+        if data is None:
+            self._eof += 1
+            if self._eof == 2:
+                self.proc.wait()
+                self._open = False
+            return
+        if not self.binary:
+            data = data.decode("utf-8", "replace")
+        self._channels[channel] = self._channels.get(channel, b"" if self.binary else "") + data
+
+    def _read(self, channel, timeout):
+        if channel not in self._channels:
+            self.update(timeout)
+        return self._channels.pop(channel, b"" if self.binary else "")
+
+    def read_stdout(self, timeout=None):
+        return self._read(1, timeout)
+
+    def read_stderr(self, timeout=None):
+        return self._read(2, timeout)
+
+    @property
+    def returncode(self):
+        return None if self._open else self.proc.returncode
+
+    def close(self, **kw):
+        self._open = False
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
