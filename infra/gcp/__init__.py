@@ -89,7 +89,8 @@ class GcpBackend(Backend):
     flags = ("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
              "project",  # a GCP project
              "start_deadline",  # GKE pods' scheduling deadline
-             "setup")  # run in each pod before torchrun (the entry script's setup wrapper)
+             "setup",  # run in each pod before torchrun (the entry script's setup wrapper)
+             "data", "resume")  # staged into each pod through the exec API (k8s_stage)
     flags_refused_why = "gcp runs on GKE pods reached through the Kubernetes API"
     pulumi_plugins = ("gcp",)
 
