@@ -62,9 +62,10 @@ def test_crashing_rank_fails_fast(home):
     assert run["status"] == "failed"
     crashed = [n for n in run["node_results"] if n["exit_code"] not in (0, None)]
     assert crashed, run["node_results"]
-    crashed_node = crashed[0]["node_rank"]
-    assert f"node {crashed_node}" in run["failure"]
-    assert any("crashing on purpose" in ln for ln in crashed[0]["last_lines"])
+    # the crashing worker's node, and perhaps a peer whose gloo collective broke at the same time
+    # (whichever torchrun agent exits first under load is the one the failure names)
+    assert any(f"node {n['node_rank']}" in run["failure"] for n in crashed), run["failure"]
+    assert any("crashing on purpose" in ln for n in crashed for ln in n["last_lines"])
     assert "crashing on purpose" in r.stdout  # the report shows the failed node's last lines
     assert run["teardown"] == "verified"
     assert_nothing_left(run["id"])
