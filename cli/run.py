@@ -55,17 +55,16 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--data", "data", multiple=True, metavar="SRC[:DEST]",
               help="A local folder staged to every node (repeatable); the first is $GPUCLUSTER_DATA. DEST: relative "
                    "to the job's working directory [default: data/BASENAME]. local: used in place, read-only. "
-                   "aws: also s3://BUCKET[/PREFIX][:DEST], synced by every node with read-only access to just that "
-                   "prefix (DEST after the last ':').")
+                   "aws: also s3://BUCKET[/PREFIX][:DEST], gcp: gs://BUCKET[/PREFIX][:DEST], synced by every node "
+                   "with read-only access to just that prefix (DEST after the last ':').")
 @click.option("--setup", "setup", multiple=True, metavar="CMD",
               help="Shell command run on every node before training, in the job's folder and environment "
                    "(repeatable, run in order), e.g. --setup 'pip install -r requirements.txt'.")
 @click.option("--output", "output", default=None, metavar="DIR|URL",
               help="Where every node's output folder (GPUCLUSTER_OUTPUT_DIR) is copied back before teardown, "
                    "as DIR/node-N: a new or empty folder [default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs]. "
-                   "local, ssh, aws. aws: also s3://BUCKET[/PREFIX]: every node uploads its folder to "
-                   "PREFIX/RUN_ID/node-N with write access to just that prefix, nothing is copied back. "
-                   "gs:// is not supported yet.")
+                   "aws: also s3://BUCKET[/PREFIX], gcp: gs://BUCKET[/PREFIX]: every node uploads its folder to "
+                   "PREFIX/RUN_ID/node-N with write access to just that prefix, nothing is copied back.")
 @click.option("--keep", is_flag=True, help="Leave the cluster up after the run.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--quiet", "-q", is_flag=True, help="No node logs, only progress and the report.")
@@ -73,7 +72,7 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--resume", "resume", default=None, metavar="RUN_ID",
               help="Continue an earlier run: its collected outputs are staged to every node as "
                    "$GPUCLUSTER_RESUME_DIR (like --data, DEST resume/); the built-in workloads go on after the "
-                   "epoch its checkpoint holds. The ledger links the two runs. local, ssh, aws.")
+                   "epoch its checkpoint holds. The ledger links the two runs.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
@@ -131,10 +130,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.staging import parse_data, parse_setup
 
     mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
-    resumed_from, resume_mount = _resume(resume, mounts) if resume is not None else (None, None)
+    resumed_from, resume_mount = _resume(resume, mounts, backend(cloud)) if resume is not None else (None, None)
     # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
-    spec = backend(cloud).with_object_access(spec, [m.src for m in mounts if m.remote],
-                                             [output_dir] if isinstance(output_dir, str) else [])
+    reads = [m.src for m in mounts + ((resume_mount,) if resume_mount is not None else ()) if m.remote]
+    spec = backend(cloud).with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
     check_ssh_files(identity, known_hosts)
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,
@@ -164,7 +163,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         job = JobSpec(run_id=run_id, command=tuple(command), workload=None if command else workload,
                       workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
                       max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
-                      max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts, resume=resume_mount)
+                      max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts, resume=resume_mount,
+                      # where outputs would go, as the lifecycle would set it (nothing is created)
+                      output_dir=str(output_dir) if output_dir is not None else (
+                          "$GPUCLUSTER_HOME/runs/RUN_ID/outputs" if launcher.collects_outputs else None))
         _plan(out, spec, job, nproc)
         from gpucluster.cli.dryrun import print_dry_run
 
@@ -213,7 +215,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     return int(outcome.exit_code)
 
 
-def _resume(value: str, mounts: tuple) -> tuple[str, object]:
+def _resume(value: str, mounts: tuple, store: object = None) -> tuple[str, object]:
     """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created)."""
     from gpucluster.home import home_dir
     from gpucluster.ledger import Ledger
@@ -223,7 +225,7 @@ def _resume(value: str, mounts: tuple) -> tuple[str, object]:
     path = home_dir(create=False) / "ledger.sqlite3"
     ledger = Ledger(path) if path.is_file() else None
     try:
-        return resume_source(ledger, value)
+        return resume_source(ledger, value, store)
     finally:
         if ledger is not None:
             ledger.close()

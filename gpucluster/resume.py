@@ -2,7 +2,8 @@
 ledger whose outputs came back (its `outputs` rows, as the outputs phase recorded them: at least
 one node's copy holds files, and the folder is still there). The new run gets that folder, all its
 node-N subfolders, staged like a `--data` folder (local: used in place; ssh, aws: copied through
-the nodes' data cache) to `resume/` in the job's working directory, as GPUCLUSTER_RESUME_DIR. The
+the nodes' data cache) to `resume/` in the job's working directory, as GPUCLUSTER_RESUME_DIR;
+outputs that went to object storage are pulled by the new run's nodes themselves (same cloud). The
 built-in workloads read `$GPUCLUSTER_RESUME_DIR/node-0/checkpoint.pt` (workloads/checkpoint.py);
 a user's script reads what it saved there itself.
 """
@@ -16,8 +17,11 @@ from gpucluster.errors import UsageError
 from gpucluster.staging import RESUME_DEST, DataMount
 
 
-def resume_source(ledger: Any, value: str) -> tuple[str, DataMount]:
-    """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run."""
+def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, DataMount]:
+    """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run.
+    Outputs the nodes uploaded to object storage (`--output s3://...`, `gs://...`) are a mount of
+    that URL (`PREFIX/RUN_ID`, holding every `node-N/`), which the new run's nodes pull themselves;
+    only where the new run's backend (`store`) reads that scheme."""
     text = (value or "").strip()
     if not text:
         raise UsageError("--resume '' is not allowed: give the id of an earlier run (see `gpucluster runs`)")
@@ -39,9 +43,13 @@ def resume_source(ledger: Any, value: str) -> tuple[str, DataMount]:
                          "(GPUCLUSTER_OUTPUT_DIR) came back")
     urls = [o["path"] for o in kept if "://" in str(o["path"])]
     if urls:  # `--output s3://...`: the nodes uploaded, nothing came back to this machine
+        from gpucluster.staging import object_refusal
+
         base = urls[0].rsplit("/", 1)[0]
-        raise UsageError(f"--resume {rid!r}: its outputs went to object storage ({base}), not to this machine; "
-                         "resuming from object storage is not supported yet: give a run whose outputs came back here")
+        refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base, store)
+        if refusal:
+            raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
+        return rid, DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)
     folder = os.path.dirname(os.path.abspath(kept[0]["path"]))
     if not os.path.isdir(folder) or not any(os.path.isdir(o["path"]) for o in kept):
         raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "

@@ -126,6 +126,7 @@ class _Pod:
         self.torch_ended = threading.Event()
         self.setup = False  # argv.json holds the setup wrapper
         self.stages = False  # argv.json waits for the staged file (--data)
+        self.service_account: str | None = None  # the pod template's serviceAccountName
         self.staged = threading.Event()
         self.staged_age: int | None = None
         self.setup_ended = threading.Event()
@@ -357,6 +358,17 @@ class FakeKubeApi:
     def create_namespaced_service(self, namespace, body, **kw):
         return self._create("service", namespace, body)
 
+    def create_namespaced_service_account(self, namespace, body, **kw):
+        return self._create("serviceaccount", namespace, body)
+
+    def _google_identity(self, pod) -> bool:
+        """GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes
+        service account annotated with the Google service account it acts as (GKE docs, "Authenticate
+        to Google Cloud APIs from GKE workloads"); others get no usable token."""
+        sa = self.objects.get(("serviceaccount", pod.service_account or ""))
+        notes = (getattr(getattr(sa, "metadata", None), "annotations", None) or {}) if sa is not None else {}
+        return bool(notes.get("iam.gke.io/gcp-service-account"))
+
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
@@ -369,6 +381,7 @@ class FakeKubeApi:
             self.pods[name].collecting, self.pods[name].base = collecting, self.root
             self.pods[name].setup = wrapped(self.objects, body.metadata.name, i)
             self.pods[name].stages = stages(self.objects, body.metadata.name, i)
+            self.pods[name].service_account = body.spec.template.spec.service_account_name
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -460,6 +473,9 @@ class FakeKubeApi:
                 a.replace("/gpucluster-run", str(pod.root)).replace("/gpucluster-cache", str(host))
                 for a in command]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        if not self._google_identity(pod):  # no Workload Identity: no storage endpoint, no token
+            env.pop("STORAGE_EMULATOR_HOST", None)
+            env["GCE_METADATA_HOST"] = "127.0.0.1:9"
         if stdin:
             host.mkdir(parents=True, exist_ok=True)  # hostPath DirectoryOrCreate
             client = _FakeExecStdin(argv, env, binary)

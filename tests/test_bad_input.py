@@ -631,7 +631,7 @@ RESUME_CASES = {  # name: (ledger set-up, --resume value, needles)
             {"node_rank": n, "path": f"s3://bucket/out/r20261122-000001-aaaaaa/node-{n}", "files": 2, "bytes": 9,
              "verdict": "complete"} for n in (0, 1)]),
         "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "object storage (s3://bucket/out/r20261122-000001-aaaaaa)",
-                                    "not supported yet"]),
+                                    "not supported yet with --cloud local", "s3:// works with --cloud aws"]),
     "still running": (lambda h: _ended_run(h, "r20261122-000001-aaaaaa", status="running"),
                       "r20261122-000001-aaaaaa", ["'r20261122-000001-aaaaaa'", "still running"]),
 }

@@ -19,7 +19,7 @@ class GcpBackend(Backend):
     max_nodes = 64
     provisions = True
     priced = True
-    resource_kinds = ("gke-cluster", "node-pool", "network", "subnetwork", "firewall")
+    resource_kinds = ("gke-cluster", "node-pool", "network", "subnetwork", "firewall", "service-account")
     leftover_kinds = ("gke-cluster",)  # what the tag scan reports (node pools go with their cluster)
 
     def validate_spec(self, spec: Any) -> list[str]:
@@ -70,10 +70,26 @@ class GcpBackend(Backend):
     def make(self, **options: Any) -> tuple[Any, Any]:
         from gpucluster.infra.pulumi_provider import PulumiProvider
 
+        from .gcs import GcsTransfer
         from .k8s import KubernetesLauncher
 
-        kw = {"start_deadline_s": options["start_deadline_s"]} if options.get("start_deadline_s") else {}
+        kw: dict[str, Any] = {"objects": GcsTransfer()}  # gs:// read and written by the pods themselves
+        if options.get("start_deadline_s"):
+            kw["start_deadline_s"] = options["start_deadline_s"]
         return PulumiProvider("gcp"), KubernetesLauncher.from_options(options.get("spec_options") or {}, **kw)
+
+    # -- object storage: gs:// read and written by the pods through Workload Identity (gcs.py) ------
+    object_store = "gs"
+
+    def object_url(self, text: str, what: str) -> str:
+        from .gcs import parse_url
+
+        return parse_url(text, what)
+
+    def with_object_access(self, spec: Any, reads: Any = (), writes: Any = ()) -> Any:
+        from .gcs import with_access
+
+        return with_access(spec, reads, writes)
 
     def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
         from .leftovers import scan

@@ -214,6 +214,10 @@ def validate_spec(spec: Any) -> list[str]:
     option_choice(spec, "releaseChannel", RELEASE_CHANNELS, DEFAULT_RELEASE_CHANNEL)
     option_choice(spec, "gpuDriverVersion", GPU_DRIVER_VERSIONS, DEFAULT_GPU_DRIVER_VERSION)
     option_choice(spec, "launcher", LAUNCHERS, "job")
+    from .gcs import namespace_of, scopes
+
+    if any(scopes(spec)):  # SpecError for a malformed gcsRead/gcsWrite URL (infra/gcp/gcs.py)
+        namespace_of(spec)
     if option_bool(spec, "autoscale", True):
         _min_nodes(spec, r.nodes)
 

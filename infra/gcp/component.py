@@ -17,9 +17,14 @@ What it declares (every child has `parent=self`):
   gives a fixed `node_count = nodes`); spot when `spec.spot`; boot disk type/size;
   the managed labels as GCE and Kubernetes labels; the taint nvidia.com/gpu=present:NoSchedule.
 
+- object storage, only with the options `gcsRead` / `gcsWrite` (`run --data/--output gs://...`):
+  a Google service account for the pods, prefix-scoped bucket IAM bindings and its Workload
+  Identity binding (`infra/gcp/component_access.py`).
+
 Outputs (also returned by `declare`): cluster name, location, endpoint, a kubeconfig (secret) that
 authenticates with the `gke-gcloud-auth-plugin` exec flow, the GPU pool's name, machine type,
-accelerator type and count.
+accelerator type and count; with object storage also `objects_service_account` (the Google
+service account's email), `objects_ksa` and `objects_namespace`.
 
 Validation runs before anything is declared: an invalid spec raises `SpecError` and no resource
 (not even the component) exists.
@@ -33,7 +38,8 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from gpucluster.infra.gcp import catalog
+from gpucluster.infra.gcp import catalog, gcs
+from gpucluster.infra.gcp.component_access import declare_object_access
 from gpucluster.domain import Cluster
 from gpucluster.spec import ClusterSpec, validate
 
@@ -125,6 +131,8 @@ class GpuCluster(pulumi.ComponentResource):
         autoscale = catalog.option_bool(spec, "autoscale", True)
         min_nodes = catalog.min_nodes(spec) if autoscale else None
         system_machine_type = spec.option("systemMachineType") or catalog.DEFAULT_SYSTEM_MACHINE_TYPE
+        gcs_reads, gcs_writes = gcs.scopes(spec)  # SpecError for a malformed gcsRead/gcsWrite URL
+        namespace = gcs.namespace_of(spec) if gcs_reads or gcs_writes else None
 
         super().__init__(TYPE_TOKEN, resource_name, None, opts)
         for text in warnings:
@@ -234,6 +242,10 @@ class GpuCluster(pulumi.ComponentResource):
             **count_args,
         )
 
+        object_outputs = declare_object_access(
+            self, resource_name, cluster_name=spec.name, project=project, namespace=namespace,
+            reads=gcs_reads, writes=gcs_writes, cluster=self.cluster)
+
         self.cluster_name = self.cluster.name
         self.location = self.cluster.location
         self.endpoint = self.cluster.endpoint
@@ -263,6 +275,7 @@ class GpuCluster(pulumi.ComponentResource):
             "labels": labels,
             "max_lifetime_minutes": spec.max_lifetime_minutes,
             "autoscale": autoscale,
+            **object_outputs,
         }
         self.register_outputs(self.outputs)
 

@@ -20,7 +20,8 @@ PLACEHOLDER_PROJECT = "your-gcp-project"
 
 
 class _Mocks(pulumi.runtime.Mocks):
-    """Echo inputs as state; give the GKE cluster an endpoint and CA like the real API would."""
+    """Echo inputs as state; give the GKE cluster an endpoint and CA, a service account its email, like
+    the real API would."""
 
     def __init__(self) -> None:
         self.resources: list[pulumi.runtime.MockResourceArgs] = []
@@ -31,6 +32,8 @@ class _Mocks(pulumi.runtime.Mocks):
         state.setdefault("name", args.name)
         if args.typ == "gcp:container/cluster:Cluster":
             state.update(endpoint="192.0.2.10", masterAuth={"clusterCaCertificate": "ZHJ5LXJ1bg=="})
+        if args.typ == "gcp:serviceaccount/account:Account":  # the email GCP gives a new account
+            state.setdefault("email", f"{args.inputs.get('accountId')}@{args.inputs.get('project')}.iam.gserviceaccount.com")
         return [f"{args.name}-dry-run-id", state]
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -96,6 +99,13 @@ def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
                    spot=cfg.get("spot", False), disk=f"{cfg.get('diskSizeGb')} GB {cfg.get('diskType')}",
                    taints=[f"{t['key']}={t['value']}:{t['effect']}" for t in cfg.get("taints") or []],
                    labels=cfg.get("resourceLabels"))
+    elif args.typ == "gcp:serviceaccount/account:Account":  # the pods' identity for gs:// (component_access)
+        out.update(account_id=i.get("accountId"), project=i.get("project"))
+    elif args.typ == "gcp:storage/bucketIAMMember:BucketIAMMember":
+        cond = (i.get("condition") or {}).get("expression")
+        out.update(grants=f"{i.get('role')} on gs://{i.get('bucket')}" + (f" if {cond}" if cond else " (whole bucket)"))
+    elif args.typ == "gcp:serviceaccount/iAMMember:IAMMember":
+        out.update(grants=f"{i.get('role')} to {i.get('member')}")
     return out
 
 
@@ -106,10 +116,14 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
 
     from gpucluster.infra.gcp.component import cluster_from_outputs
 
+    from gpucluster.infra.gcp.k8s_stage import object_account
+
     cluster = cluster_from_outputs(outputs)
     launcher = launcher or k8s.KubernetesLauncher()
+    account = object_account(cluster, job)  # the pods' service account when they use gs://
     plan = k8s_plan.plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
-                        start_deadline_s=launcher.start_deadline_s)
+                             start_deadline_s=launcher.start_deadline_s,
+                             service_account=account[0] if account else None)
     objects = [k8s_manifests.config_map_manifest(plan)]
     if plan.mode == "job":
         objects += [k8s_manifests.service_manifest(plan), k8s_manifests.job_manifest(plan)]

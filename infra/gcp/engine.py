@@ -10,6 +10,9 @@ from typing import Any, Mapping
 PULUMI_KINDS = {
     "gcp:container/cluster:Cluster": "gke-cluster",
     "gcp:container/nodePool:NodePool": "node-pool",
+    # the pods' Google service account (gs:// access): bills nothing, but one left by a failed destroy
+    # would make the next `up` of the same cluster name fail (its account id is taken)
+    "gcp:serviceaccount/account:Account": "service-account",
 }
 
 CAPACITY_MARKERS = (

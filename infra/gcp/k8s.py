@@ -355,8 +355,12 @@ class KubernetesLauncher(Launcher):
 
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
                                   outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+        from .gcs import OBJECTS_KSA
+
+        uses_objects = any(m.remote for m in staged_mounts(job)) or "://" in str(job.output_dir or "")
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
-                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s)
+                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
+                        service_account=OBJECTS_KSA if uses_objects else None)
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:

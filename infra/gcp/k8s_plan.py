@@ -384,10 +384,17 @@ def plan_job(
     image = image or DEFAULT_IMAGE
     notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
                                          if image == DEFAULT_IMAGE else ""))
-    if collects:
+    if collects and "://" in str(job.output_dir):
+        notes.append(f"outputs: each pod uploads its {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) to "
+                     f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access "
+                     "(Workload Identity) before the Job is deleted; nothing is copied back here")
+    elif collects:
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    if service_account:
+        notes.append(f"pods run as the Kubernetes service account {namespace}/{service_account}, bound to the "
+                     "cluster's Google service account (created once if missing, kept with the cluster)")
     for m in mounts:
         how = ("pulled by each pod with its own read-only access (Workload Identity)" if m.remote else
                f"sent through the exec API into each pod, through a cache on its node ({CACHE_HOST_PATH}) that "
