@@ -269,6 +269,7 @@ class FakeKubeApi:
         self.refuse = refuse or {}
         self.interrupt_on_list = interrupt_on_list
         self.interrupt_when = None  # fake -> bool: a Ctrl-C at the first pod listing where it holds
+        self.stdin_delay = 0.0  # seconds each exec stdin frame takes (a slow link to the API server)
         self.list_errors = set(list_errors)  # listing numbers (1-based) that answer 503
         self.calls: list[tuple] = []
         self.objects: dict[tuple[str, str], object] = {}
@@ -478,7 +479,7 @@ class FakeKubeApi:
             env["GCE_METADATA_HOST"] = "127.0.0.1:9"
         if stdin:
             host.mkdir(parents=True, exist_ok=True)  # hostPath DirectoryOrCreate
-            client = _FakeExecStdin(argv, env, binary)
+            client = _FakeExecStdin(argv, env, binary, self.stdin_delay)
             self.exec_clients.append(client)
             return client
         if pod.script.raw_tar is not None and argv[-1] == str(pod.root / "outputs"):

@@ -12,12 +12,13 @@ class _FakeExecStdin:
     never closed (see the module docstring); `close()` ends the command, as the API server does when
     the websocket goes."""
 
-    def __init__(self, argv, env, binary: bool):
+    def __init__(self, argv, env, binary: bool, delay: float = 0.0):
         import queue
 
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env)
         self.binary, self.frames, self.sent = binary, queue.Queue(), 0
+        self.delay = delay  # seconds per frame sent: a slow link
         self._channels: dict[int, object] = {}
         self._open, self._eof = True, 0
         for channel, pipe in ((1, self.proc.stdout), (2, self.proc.stderr)):
@@ -31,6 +32,10 @@ class _FakeExecStdin:
     def write_stdin(self, data):
         if not self._open:
             raise OSError("socket is already closed.")
+        if self.delay:
+            import time
+
+            time.sleep(self.delay)
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
         self.sent += len(data)

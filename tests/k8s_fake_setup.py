@@ -84,6 +84,18 @@ def _wait(self, *events) -> bool:
         self.pod.deleted.wait(0.05)
     return any(e.is_set() for e in events)
 
+def _wait_staged(self) -> bool:
+    """Like `_wait` for the staged file, but the pod's wrapper also sees a `stop` file by itself (the
+    entry script acts on its own clock, not on the API server's listings)."""
+    pod = self.pod
+    while not (pod.staged.is_set() or pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set()):
+        if pod.root is not None and (pod.root / "control" / "stop").exists():
+            end_container(pod, 143, pod.age)
+            break
+        pod.deleted.wait(0.05)
+    return pod.staged.is_set() or pod.torch_ended.is_set() or pod.ended.is_set()
+
+
 def _chunks(self, lines):
     data = "".join(line + "\n" for line in lines).encode()
     for i in range(0, len(data), self.chunk):
@@ -92,7 +104,7 @@ def _chunks(self, lines):
 
 def setup_stream(self):
     pod, s = self.pod, self.pod.script
-    if pod.stages and not _wait(self, pod.staged, pod.torch_ended, pod.ended):  # nothing runs before staging
+    if pod.stages and not _wait_staged(self):  # nothing runs before staging
         return
     if pod.stages and not pod.staged.is_set():
         yield from self._end()

@@ -174,8 +174,9 @@ def test_a_node_that_cannot_take_the_data_fails_the_run_naming_it_and_nothing_is
 
 
 def test_ctrl_c_while_staging_closes_the_streams_and_deletes_everything(tmp_path):
-    data = dataset(tmp_path, n=40, size=400_000)  # 16 MB a node
+    data = dataset(tmp_path, n=16, size=1_000_000)  # 16 MB a node
     fake = FakeKubeApi({r: PodScript(lines=["training"], exit_code=None) for r in range(2)})
+    fake.stdin_delay = 0.2  # 1 MiB frames over a slow link: about 3 s a node
     fake.interrupt_when = lambda f: any(c.sent for c in f.exec_clients)  # once data is being sent
     result, err, events = run(fake, tmp_path, parse_data([str(data)]))
     assert isinstance(err, KeyboardInterrupt) and result is None
