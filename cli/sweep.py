@@ -56,11 +56,16 @@ def parse_threshold(text: str) -> float:
               "public IPv4/32].")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Cloud option, as in the stack file (repeatable), e.g. --option image=base.")
+@click.option("--data", "data", multiple=True, metavar="SRC[:DEST]",
+              help="A folder (or the cloud's bucket URL) staged to every node of every run, as for `run --data` "
+                   "(repeatable); each run's stage phase is in the report.")
+@click.option("--setup", "setup", multiple=True, metavar="CMD",
+              help="Shell command run on every node of every run before training, as for `run --setup` (repeatable).")
 @click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
               "gcloud config, then the ADC project].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, compare_cpu, threshold,
-          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, project, command):
+          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, project, data, setup, command):
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -73,6 +78,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
       gpucluster sweep --nodes 1,2,4 --workload synthetic --repeat 3 --report sweep-report
       gpucluster sweep --nodes 1,2 --json -- python train.py --epochs 2
       gpucluster sweep --nodes 1 --compare-cpu --workload mnist --epochs 1
+      gpucluster sweep --nodes 1,2 --data ./shards --setup 'pip install -r requirements.txt' -- python train.py
     """
     from gpucluster.cli.args import build_spec, check_command, workload_argv
     from gpucluster.infra.registry import backend
@@ -130,8 +136,12 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     validate(base)  # unknown options and bad values are refused before anything starts
     base = backend(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
+    from gpucluster.staging import parse_data, parse_setup
+
+    mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
+    base = backend(cloud).with_object_access(base, [m.src for m in mounts if m.remote], [])
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
-                  workload_args=tuple(wl_args) if not command else (), nproc_per_node=1,
+                  workload_args=tuple(wl_args) if not command else (), nproc_per_node=1, data=mounts, setup=setup_cmds,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024))
     provider_launcher = backend(cloud).make()

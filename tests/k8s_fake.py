@@ -73,7 +73,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
-from k8s_fake_exec import _FakeExecStdin
+from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
 from k8s_fake_setup import _LogResponse, stages, tick_setup, tick_staged, wrapped
 
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -210,49 +210,6 @@ class _Pod:
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
                       if self.script.unschedulable else []),
         )
-
-
-class _FakeWSClient:
-    """Shaped like kubernetes.stream.ws_client.WSClient (_preload_content=False): one frame per update."""
-
-    def __init__(self, stdout: bytes, stderr: bytes, rc: int, binary: bool, chunk: int = 4093):
-        self.frames = [(1, stdout[i:i + chunk]) for i in range(0, len(stdout), chunk)]
-        self.frames += [(2, stderr)] if stderr else []
-        self.rc, self.binary = rc, binary
-        self._channels: dict[int, object] = {}
-        self._open = True
-
-    def is_open(self):
-        return self._open
-
-    def update(self, timeout=0):
-        if not self._open:
-            return
-        if not self.frames:
-            self._open = False
-            return
-        channel, data = self.frames.pop(0)
-        if not self.binary:
-            data = data.decode("utf-8", "replace")
-        self._channels[channel] = self._channels.get(channel, b"" if self.binary else "") + data
-
-    def _read(self, channel, timeout):
-        if channel not in self._channels:
-            self.update(timeout)
-        return self._channels.pop(channel, b"" if self.binary else "")
-
-    def read_stdout(self, timeout=None):
-        return self._read(1, timeout)
-
-    def read_stderr(self, timeout=None):
-        return self._read(2, timeout)
-
-    @property
-    def returncode(self):
-        return None if self._open else self.rc
-
-    def close(self, **kw):
-        self._open = False
 
 
 class FakeKubeApi:

@@ -1,5 +1,6 @@
-"""FAKE Kubernetes API, part three: an exec with stdin (see tests/k8s_fake.py for the rest and the
-source of each behaviour: stdin is never closed, kubernetes/kubernetes#89899)."""
+"""FAKE Kubernetes API, part three: the exec streams, one whose output is known when it is opened and
+one with stdin (see tests/k8s_fake.py for the rest and the source of each behaviour: stdin is never
+closed, kubernetes/kubernetes#89899)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,51 @@ import subprocess
 import threading
 
 
-class _FakeExecStdin:
+class _FakeWSClient:
+    """Shaped like kubernetes.stream.ws_client.WSClient (_preload_content=False): one frame per update."""
+
+    def __init__(self, stdout: bytes, stderr: bytes, rc: int, binary: bool, chunk: int = 4093):
+        self.frames = [(1, stdout[i:i + chunk]) for i in range(0, len(stdout), chunk)]
+        self.frames += [(2, stderr)] if stderr else []
+        self.rc, self.binary = rc, binary
+        self._channels: dict[int, object] = {}
+        self._open = True
+
+    def is_open(self):
+        return self._open
+
+    def update(self, timeout=0):
+        if not self._open:
+            return
+        if not self.frames:
+            self._open = False
+            return
+        channel, data = self.frames.pop(0)
+        if not self.binary:
+            data = data.decode("utf-8", "replace")
+        self._channels[channel] = self._channels.get(channel, b"" if self.binary else "") + data
+
+    def _read(self, channel, timeout):
+        if channel not in self._channels:
+            self.update(timeout)
+        return self._channels.pop(channel, b"" if self.binary else "")
+
+    def read_stdout(self, timeout=None):
+        return self._read(1, timeout)
+
+    def read_stderr(self, timeout=None):
+        return self._read(2, timeout)
+
+    @property
+    def returncode(self):
+        return None if self._open else self.rc
+
+    def close(self, **kw):
+        self._open = False
+
+
+
+class _FakeExecStdin(_FakeWSClient):
     """Shaped like WSClient for an exec with stdin: the command runs as frames come and go; stdin is
     never closed (see the module docstring); `close()` ends the command, as the API server does when
     the websocket goes."""
@@ -40,9 +85,6 @@ class _FakeExecStdin:
         self.proc.stdin.flush()
         self.sent += len(data)
 
-    def is_open(self):
-        return self._open
-
     def update(self, timeout=0):
         import queue
 
@@ -61,17 +103,6 @@ class _FakeExecStdin:
         if not self.binary:
             data = data.decode("utf-8", "replace")
         self._channels[channel] = self._channels.get(channel, b"" if self.binary else "") + data
-
-    def _read(self, channel, timeout):
-        if channel not in self._channels:
-            self.update(timeout)
-        return self._channels.pop(channel, b"" if self.binary else "")
-
-    def read_stdout(self, timeout=None):
-        return self._read(1, timeout)
-
-    def read_stderr(self, timeout=None):
-        return self._read(2, timeout)
 
     @property
     def returncode(self):

@@ -15,27 +15,15 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
-from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy, job  # noqa: E402
+from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
 from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
 from gpucluster.staging import RESUME_ENV, STAGE_KIND, DataMount, parse_data  # noqa: E402
 
 
-class Events:
-    def __init__(self):
-        self.lines, self.metrics, self.phases = [], [], []
-
-    def on_line(self, rank, line):
-        self.lines.append((rank, line))
-
-    def on_metric(self, rank, record):
-        self.metrics.append((rank, record))
-
-    def on_phase(self, phase):
-        self.phases.append(phase)
-
-    def stage(self):
-        return {r: rec for r, rec in self.metrics if rec.get("kind") == STAGE_KIND}
+def staged(events):
+    """{node rank: its stage record}."""
+    return {r: rec for r, rec in events.metrics if rec.get("kind") == STAGE_KIND}
 
 
 def dataset(tmp_path, n=12, size=100_000):
@@ -94,7 +82,7 @@ def test_a_folder_reaches_every_pod_before_training_and_a_rerun_sends_under_one_
     for rank in range(2):
         same_tree(data, pod_dir(fake, rank) / "data" / "imagenet-mini")
     total = sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
-    cold = events.stage()
+    cold = staged(events)
     assert set(cold) == {0, 1}
     for rec in cold.values():
         assert rec["files"] == 13 and rec["bytes"] == total and rec["sent_files"] == 13
@@ -112,7 +100,7 @@ def test_a_folder_reaches_every_pod_before_training_and_a_rerun_sends_under_one_
     fake2 = FakeKubeApi({r: healthy(r) for r in range(2)}, host_root=hosts)
     result, _, events = run(fake2, tmp_path / "again", mounts)
     assert result.ok, result.failure
-    for rank, rec in events.stage().items():
+    for rank, rec in staged(events).items():
         assert rec["sent_files"] == 0 and rec["sent_bytes"] < total * 0.01, rec
         same_tree(data, pod_dir(fake2, rank) / "data" / "imagenet-mini")
 
@@ -121,7 +109,7 @@ def test_a_folder_reaches_every_pod_before_training_and_a_rerun_sends_under_one_
     fake3 = FakeKubeApi({r: healthy(r) for r in range(2)}, host_root=hosts)
     result, _, events = run(fake3, tmp_path / "third", parse_data([str(data)]))
     assert result.ok, result.failure
-    assert {rec["sent_files"] for rec in events.stage().values()} == {1}
+    assert {rec["sent_files"] for rec in staged(events).values()} == {1}
     same_tree(data, pod_dir(fake3, 1) / "data" / "imagenet-mini")
 
 
@@ -151,7 +139,7 @@ def test_resume_stages_the_earlier_runs_outputs_as_the_resume_folder(tmp_path):
         same_tree(earlier, pod_dir(fake, rank) / "resume")
     plan = k8s_plan.plan_job(cluster(2), job(resume=DataMount(str(earlier), "resume")))
     assert dict(plan.env)[RESUME_ENV] == f"{k8s_plan.RUN_DIR}/resume" and "GPUCLUSTER_DATA" not in dict(plan.env)
-    assert events.stage()[1]["files"] == 1
+    assert staged(events)[1]["files"] == 1
 
 
 def test_a_node_that_cannot_take_the_data_fails_the_run_naming_it_and_nothing_is_left(tmp_path):

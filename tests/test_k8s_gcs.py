@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gcs_emulator import gcs_server  # noqa: E402,F401
 from k8s_fake import FakeKubeApi  # noqa: E402
-from test_k8s_data import Events, pod_dir  # noqa: E402
-from test_k8s_launcher import NAME, RUN, healthy, job  # noqa: E402
+from test_k8s_data import pod_dir  # noqa: E402
+from test_k8s_launcher import NAME, RUN, Events, healthy, job  # noqa: E402
 from test_k8s_outputs import with_outputs  # noqa: E402
 
 from gpucluster.domain import Cluster  # noqa: E402

@@ -19,7 +19,8 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
     pytest.importorskip("matplotlib")
     report = tmp_path / "report"
     r = run_cli("sweep", "--nodes", "1,2", "--workload", "synthetic", "--workload-args", SMALL, "--threads-per-proc",
-                "1", "--json", "--report", str(report), env={"GPUCLUSTER_UTIL_INTERVAL": "0.2"})
+                "1", "--json", "--report", str(report), "--setup", "echo sweep-setup-ran on $GPUCLUSTER_NODE_RANK",
+                "--data", str(tmp_path), env={"GPUCLUSTER_UTIL_INTERVAL": "0.2"})
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     sizes = {s["nodes"]: s for s in out["sizes"]}
@@ -29,7 +30,7 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
         assert s["samples_per_s"]["median"] > 0 and s["train_s"]["median"] > 0
         assert s["epochs"] == 2 and s["loss"]["median"] > 0
         assert s["cost_usd"]["median"] == "0" and s["cost_per_epoch_usd"]["median"] == "0"
-        assert {"provision", "rendezvous", "train", "teardown"} <= set(s["phases"])
+        assert {"provision", "setup", "rendezvous", "train", "teardown"} <= set(s["phases"])
         assert s["baseline_nodes"] == 1 and s["efficiency_basis"] == "samples/s"
     assert sizes[1]["efficiency"] == pytest.approx(1.0)
     expected = sizes[2]["samples_per_s"]["median"] / (2 * sizes[1]["samples_per_s"]["median"])
@@ -45,6 +46,8 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
     assert sorted(x["nodes"] for x in runs) == [1, 2]
     assert all(x["status"] == "succeeded" and x["teardown"] == "verified" for x in runs)
     two = next(x for x in runs if x["nodes"] == 2)
+    for rank in (0, 1):  # --setup ran on every node of every run, before training
+        assert f"sweep-setup-ran on {rank}" in (home / "runs" / two["id"] / f"node-{rank}.log").read_text()
     util = ledger.metrics(two["id"], "util")
     assert {u["node_rank"] for u in util} == {0, 1}
     assert all(0 <= u["cpu_percent"] <= 100 for u in util if u["cpu_percent"] is not None)

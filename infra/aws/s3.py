@@ -20,11 +20,10 @@ the IAM policy document. Imports nothing heavy (no boto3, no pulumi).
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from typing import Any, Sequence
 
-from gpucluster.errors import SpecError, UsageError
+from gpucluster.errors import UsageError
 
 SCHEME = "s3://"
 READ_OPTION, WRITE_OPTION = "s3Read", "s3Write"
@@ -91,37 +90,18 @@ def parse_url(text: str, what: str) -> str:
     return f"{SCHEME}{bucket}/{prefix}" if prefix else f"{SCHEME}{bucket}"
 
 
-def _urls(spec: Any, key: str) -> list[str]:
-    from .catalog import option
-
-    raw = option(spec, key)
-    if raw in (None, ""):
-        return []
-    try:
-        values = json.loads(raw) if str(raw).lstrip().startswith("[") else [raw]
-    except json.JSONDecodeError:
-        raise SpecError(f"option {key} {raw!r} is not allowed: a JSON list of s3:// URLs") from None
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise SpecError(f"option {key} {raw!r} is not allowed: a JSON list of s3:// URLs")
-    try:
-        return [parse_url(v, f"option {key} {v!r}") for v in values]
-    except UsageError as exc:
-        raise SpecError(exc.message) from None
-
-
 def scopes(spec: Any) -> tuple[list[str], list[str]]:
     """(read URLs, write URLs) the component grants the nodes, from the spec's options."""
-    return _urls(spec, READ_OPTION), _urls(spec, WRITE_OPTION)
+    from gpucluster.infra.object_scopes import urls
+
+    return urls(spec, READ_OPTION, parse_url, "s3"), urls(spec, WRITE_OPTION, parse_url, "s3")
 
 
 def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str]) -> Any:
     """The spec with the read and write scopes in its options (replacing any given before)."""
-    opts = [(k, v) for k, v in spec.options if k not in (READ_OPTION, WRITE_OPTION, "s3_read", "s3_write")]
-    if reads:
-        opts.append((READ_OPTION, json.dumps(sorted(set(reads)))))
-    if writes:
-        opts.append((WRITE_OPTION, json.dumps(sorted(set(writes)))))
-    return spec.replace(options=tuple(opts))
+    from gpucluster.infra.object_scopes import with_access as replace_scopes
+
+    return replace_scopes(spec, reads, writes, READ_OPTION, WRITE_OPTION)
 
 
 def partition_of(region: str) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import json
 import re
 from typing import Any, Sequence
 
@@ -109,41 +108,18 @@ def parse_url(text: str, what: str) -> str:
     return f"{SCHEME}{bucket}/{prefix}" if prefix else f"{SCHEME}{bucket}"
 
 
-def _option(spec: Any, key: str) -> Any:
-    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key)
-    opts = dict(spec.options)
-    return opts.get(key, opts.get(snake))
-
-
-def _urls(spec: Any, key: str) -> list[str]:
-    raw = _option(spec, key)
-    if raw in (None, ""):
-        return []
-    try:
-        values = json.loads(raw) if str(raw).lstrip().startswith("[") else [raw]
-    except json.JSONDecodeError:
-        raise SpecError(f"option {key} {raw!r} is not allowed: a JSON list of gs:// URLs") from None
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise SpecError(f"option {key} {raw!r} is not allowed: a JSON list of gs:// URLs")
-    try:
-        return [parse_url(v, f"option {key} {v!r}") for v in values]
-    except UsageError as exc:
-        raise SpecError(exc.message) from None
-
-
 def scopes(spec: Any) -> tuple[list[str], list[str]]:
-    """(read URLs, write URLs) the component grants the pods, from the spec's options."""
-    return _urls(spec, READ_OPTION), _urls(spec, WRITE_OPTION)
+    """(read URLs, write URLs) the component grants the nodes, from the spec's options."""
+    from gpucluster.infra.object_scopes import urls
+
+    return urls(spec, READ_OPTION, parse_url, "gs"), urls(spec, WRITE_OPTION, parse_url, "gs")
 
 
 def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str]) -> Any:
     """The spec with the read and write scopes in its options (replacing any given before)."""
-    opts = [(k, v) for k, v in spec.options if k not in (READ_OPTION, WRITE_OPTION, "gcs_read", "gcs_write")]
-    if reads:
-        opts.append((READ_OPTION, json.dumps(sorted(set(reads)))))
-    if writes:
-        opts.append((WRITE_OPTION, json.dumps(sorted(set(writes)))))
-    return spec.replace(options=tuple(opts))
+    from gpucluster.infra.object_scopes import with_access as replace_scopes
+
+    return replace_scopes(spec, reads, writes, READ_OPTION, WRITE_OPTION)
 
 
 # -- identities ------------------------------------------------------------------------------------
@@ -165,7 +141,7 @@ _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 def namespace_of(spec: Any) -> str:
     """The Kubernetes namespace the pods run in (option `namespace`, the launcher's), checked as a
     DNS-1123 label since it goes into the Workload Identity member."""
-    ns = _option(spec, "namespace") or DEFAULT_NAMESPACE
+    ns = dict(spec.options).get("namespace") or DEFAULT_NAMESPACE
     if not _NAMESPACE_RE.match(str(ns)):
         raise SpecError(f"option namespace {ns!r} is not allowed: a Kubernetes namespace (lowercase letters, "
                         "digits and '-', at most 63, starting and ending with a letter or digit)")
