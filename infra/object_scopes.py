@@ -46,3 +46,19 @@ def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str], read_key
     if writes:
         opts.append((write_key, json.dumps(sorted(set(writes)))))
     return spec.replace(options=tuple(opts))
+
+
+def parse_url(text: str, what: str, scheme: str, allowed: str, bucket_problem: Callable[[str], str | None],
+              prefix_problem: Callable[[str], str | None]) -> str:
+    """`SCHEME://bucket[/prefix]` checked by the backend's naming rules -> the normalized URL (no
+    trailing '/'); UsageError starting with `what`, naming the problem and what is `allowed`."""
+    if not text.startswith(scheme):
+        raise UsageError(f"{what} is not allowed: {allowed}")
+    bucket, _, prefix = text[len(scheme):].partition("/")
+    prefix = prefix.rstrip("/")
+    problem = bucket_problem(bucket) if bucket else "no bucket name"
+    if problem is None and prefix:
+        problem = prefix_problem(prefix)
+    if problem:
+        raise UsageError(f"{what} is not allowed: {problem}; give {allowed}")
+    return f"{scheme}{bucket}/{prefix}" if prefix else f"{scheme}{bucket}"

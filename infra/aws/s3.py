@@ -23,8 +23,6 @@ import ipaddress
 import re
 from typing import Any, Sequence
 
-from gpucluster.errors import UsageError
-
 SCHEME = "s3://"
 READ_OPTION, WRITE_OPTION = "s3Read", "s3Write"
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -78,16 +76,9 @@ def split(url: str) -> tuple[str, str]:
 
 def parse_url(text: str, what: str) -> str:
     """`s3://bucket[/prefix]` checked -> normalized URL; UsageError starting with `what`."""
-    if not text.lower().startswith(SCHEME) or not text.startswith(SCHEME):
-        raise UsageError(f"{what} is not allowed: {ALLOWED}")
-    bucket, _, prefix = text[len(SCHEME):].partition("/")
-    prefix = prefix.rstrip("/")
-    problem = bucket_problem(bucket) if bucket else "no bucket name"
-    if problem is None and prefix:
-        problem = prefix_problem(prefix)
-    if problem:
-        raise UsageError(f"{what} is not allowed: {problem}; give {ALLOWED}")
-    return f"{SCHEME}{bucket}/{prefix}" if prefix else f"{SCHEME}{bucket}"
+    from gpucluster.infra.object_scopes import parse_url as check
+
+    return check(text, what, SCHEME, ALLOWED, bucket_problem, prefix_problem)
 
 
 def scopes(spec: Any) -> tuple[list[str], list[str]]:

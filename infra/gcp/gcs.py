@@ -30,7 +30,7 @@ import ipaddress
 import re
 from typing import Any, Sequence
 
-from gpucluster.errors import SpecError, UsageError
+from gpucluster.errors import SpecError
 
 SCHEME = "gs://"
 READ_OPTION, WRITE_OPTION = "gcsRead", "gcsWrite"
@@ -96,16 +96,9 @@ def split(url: str) -> tuple[str, str]:
 
 def parse_url(text: str, what: str) -> str:
     """`gs://bucket[/prefix]` checked -> normalized URL; UsageError starting with `what`."""
-    if not text.startswith(SCHEME):
-        raise UsageError(f"{what} is not allowed: {ALLOWED}")
-    bucket, _, prefix = text[len(SCHEME):].partition("/")
-    prefix = prefix.rstrip("/")
-    problem = bucket_problem(bucket) if bucket else "no bucket name"
-    if problem is None and prefix:
-        problem = prefix_problem(prefix)
-    if problem:
-        raise UsageError(f"{what} is not allowed: {problem}; give {ALLOWED}")
-    return f"{SCHEME}{bucket}/{prefix}" if prefix else f"{SCHEME}{bucket}"
+    from gpucluster.infra.object_scopes import parse_url as check
+
+    return check(text, what, SCHEME, ALLOWED, bucket_problem, prefix_problem)
 
 
 def scopes(spec: Any) -> tuple[list[str], list[str]]:
