@@ -555,6 +555,8 @@ def test_bad_data(home, value, needles):
      ["not supported yet with --cloud ssh", "--cloud aws"]),
     (("--cloud", "gcp", "--project", "p-123456", "--output", "s3://bucket/p"),
      ["not supported yet with --cloud gcp", "--cloud aws"]),
+    (("--cloud", "gcp", "--project", "p-123456", "--data", "gs://google-data/x"), ["'gs://google-data/x'", "'google'"]),
+    (("--cloud", "gcp", "--project", "p-123456", "--output", "gs://bucket/a#b"), ["--output 'gs://bucket/a#b'", "'#'"]),
 ])
 def test_bad_object_storage_urls(home, args, needles):
     r = run_cli("run", "--nodes", "2", *args)
