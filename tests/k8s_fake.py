@@ -55,8 +55,9 @@ It behaves like a real API server at its worst, each behaviour with its public s
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
   older API servers do not speak), so a command that waits for end-of-input hangs, as in a real pod.
-  Paths under /gpucluster-run (the pod's emptyDir) and /gpucluster-cache (the hostPath cache, one
-  folder per node index under `host_root`, which outlives pods and, given again, fakes) are mapped
+  Paths under /gpucluster-run (the pod's emptyDir), /gpucluster-cache (the hostPath cache, one
+  folder per node index under `host_root`, which outlives pods and, given again, fakes) and
+  /gpucluster/ (the ConfigMap volume, its files as the Job's volume items place them) are mapped
   wherever they occur in the command.
 """
 
@@ -127,6 +128,8 @@ class _Pod:
         self.setup = False  # argv.json holds the setup wrapper
         self.stages = False  # argv.json waits for the staged file (--data)
         self.service_account: str | None = None  # the pod template's serviceAccountName
+        self.config_files: dict = {}  # the ConfigMap volume at /gpucluster: path -> bytes
+        self.peers: list = [self]  # every pod of its job
         self.staged = threading.Event()
         self.staged_age: int | None = None
         self.setup_ended = threading.Event()
@@ -185,6 +188,10 @@ class _Pod:
         (self.root / "control").mkdir(parents=True)
         out = self.root / "outputs"
         out.mkdir()
+        for rel, content in self.config_files.items():  # the ConfigMap volume, read-only
+            path = self.root / "config" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
         for rel, content in self.script.outputs.items():
             path = out / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -327,6 +334,22 @@ class FakeKubeApi:
         notes = (getattr(getattr(sa, "metadata", None), "annotations", None) or {}) if sa is not None else {}
         return bool(notes.get("iam.gke.io/gcp-service-account"))
 
+    def _mounted_config(self, body) -> dict:
+        """{path under /gpucluster: content} of the ConfigMap volume, as the kubelet projects it."""
+        import base64
+
+        cm = self.objects.get(("configmap", body.metadata.name))
+        files = {}
+        for vol in body.spec.template.spec.volumes or []:
+            if cm is None or vol.config_map is None:
+                continue
+            for item in vol.config_map.items or []:
+                if item.key in (cm.data or {}):
+                    files[item.path] = cm.data[item.key].encode()
+                elif item.key in (cm.binary_data or {}):
+                    files[item.path] = base64.b64decode(cm.binary_data[item.key])
+        return files
+
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
@@ -340,6 +363,10 @@ class FakeKubeApi:
             self.pods[name].setup = wrapped(self.objects, body.metadata.name, i)
             self.pods[name].stages = stages(self.objects, body.metadata.name, i)
             self.pods[name].service_account = body.spec.template.spec.service_account_name
+            self.pods[name].config_files = self._mounted_config(body)
+        peers = [p for p in self.pods.values() if p.name.startswith(body.metadata.name + "-")]
+        for p in peers:
+            p.peers = peers  # the job's pods: training waits for all of them (the rendezvous)
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -429,6 +456,7 @@ class FakeKubeApi:
         host = self.host_root / f"node-{pod.index}"
         argv = [sys.executable if a == "python" else
                 a.replace("/gpucluster-run", str(pod.root)).replace("/gpucluster-cache", str(host))
+                .replace("/gpucluster/", f"{pod.root}/config/")  # the ConfigMap volume
                 for a in command]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if not self._google_identity(pod):  # no Workload Identity: no storage endpoint, no token

@@ -122,7 +122,27 @@ def setup_stream(self):
         if s.setup_rc or not pod.go.is_set():  # failed, stopped while waiting, or deleted
             yield from self._end()
             return
+    if (pod.stages or pod.setup) and not _wait_peers(self):
+        yield from self._end()
+        return
     yield from self._end(s.lines)
+
+
+def _past_gates(pod) -> bool:
+    return (not pod.stages or pod.staged.is_set()) and (not pod.setup or pod.go.is_set())
+
+
+def _wait_peers(self) -> bool:
+    """torchrun's c10d rendezvous: no worker starts until every node's agent has joined, so a pod's
+    training output waits until every pod of the job is past its staged/go gates (PyTorch docs,
+    "torchrun (Elastic Launch)": the rendezvous waits for --nnodes agents). False when the pod was
+    stopped or deleted first."""
+    pod = self.pod
+    while not all(_past_gates(p) for p in pod.peers):
+        if pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set():
+            return False
+        pod.deleted.wait(0.05)
+    return True
 
 
 class _LogResponse:

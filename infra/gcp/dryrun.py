@@ -116,14 +116,15 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
 
     from gpucluster.infra.gcp.component import cluster_from_outputs
 
-    from gpucluster.infra.gcp.k8s_stage import object_account
+    from gpucluster.infra.gcp.k8s_stage import object_account, object_transfer
 
     cluster = cluster_from_outputs(outputs)
     launcher = launcher or k8s.KubernetesLauncher()
     account = object_account(cluster, job)  # the pods' service account when they use gs://
+    files, _ = object_transfer(launcher.objects, job)
     plan = k8s_plan.plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
                              start_deadline_s=launcher.start_deadline_s,
-                             service_account=account[0] if account else None)
+                             service_account=account[0] if account else None, extra_files=files)
     objects = [k8s_manifests.config_map_manifest(plan)]
     if plan.mode == "job":
         objects += [k8s_manifests.service_manifest(plan), k8s_manifests.job_manifest(plan)]

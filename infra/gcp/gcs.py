@@ -37,6 +37,7 @@ READ_OPTION, WRITE_OPTION = "gcsRead", "gcsWrite"
 READ_ROLE = "roles/storage.objectViewer"  # storage.objects.get + storage.objects.list (and folders)
 WRITE_ROLE = "roles/storage.objectCreator"  # storage.objects.create: no read, no delete, no overwrite
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
+NODE_PROGRAM = "gcs_node.py"  # what a pod runs to pull and push (GcsTransfer)
 OBJECTS_KSA = "gpucluster-objects"  # the Kubernetes service account the pods run as for object storage
 DEFAULT_NAMESPACE = "default"  # = k8s_plan.DEFAULT_NAMESPACE (option `namespace` overrides both)
 PREFIX_MAX_BYTES = 900  # object names are at most 1,024 bytes: room for RUN_ID/node-N/<file>
@@ -208,29 +209,44 @@ def iam_bindings(reads: Sequence[str], writes: Sequence[str]) -> list[dict[str, 
 class GcsTransfer:
     """What the Kubernetes launcher runs in a pod to pull a `gs://` source or push its outputs: the
     program is `gcs_node.py` (standard library only: the image need not have google-cloud-storage
-    or gcloud), sent as `python -c`. The same contract as `infra.aws.s3.NodeTransfer` (consumed by
-    `infra/ssh/objects.py` and the Kubernetes launcher): `pull URL DEST` / `push SRC URL`; the last
-    stdout line is one JSON object (tool, files, bytes; push: total_files, failed); exit 0 done,
-    3 some files failed (push), 4 nothing done (why on stderr)."""
+    or gcloud). The same contract as `infra.aws.s3.NodeTransfer` (consumed by `infra/ssh/objects.py`
+    and the Kubernetes launcher): `pull URL DEST` / `push SRC URL`; the last stdout line is one JSON
+    object (tool, files, bytes; push: total_files, failed); exit 0 done, 3 some files failed (push),
+    4 nothing done (why on stderr).
+
+    `path`: where the program lies on the node (the launcher ships it in the job's ConfigMap, see
+    `program`/`at`, so the exec request carries a short command); None: sent as `python -c`."""
 
     scheme = "gs"
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+
+    def program(self) -> tuple[str, str]:
+        """(file name, text) of the node program, its module docstring left out (the node does not need it)."""
+        from pathlib import Path
+
+        text = (Path(__file__).parent / NODE_PROGRAM).read_text()
+        if text.startswith('"""'):
+            text = text[text.index('"""', 3) + 3:].lstrip("\n")
+        return NODE_PROGRAM, text
+
+    def at(self, path: str) -> "GcsTransfer":
+        """The same transfer, running the program from `path` on the node."""
+        return GcsTransfer(path)
 
     def script(self, python: str, mode: str, a: str, b: str) -> str:
         """A POSIX sh script: the node program under `python`, else under `python3`, else exit 4
         naming what is missing."""
         import shlex
-        from pathlib import Path
 
         if mode not in ("pull", "push"):
             raise ValueError(f"mode {mode!r}: pull or push")
         py = shlex.quote(python)
-        text = (Path(__file__).parent / "gcs_node.py").read_text()
-        if text.startswith('"""'):  # the module docstring is for readers here, not for the exec API's URL
-            text = text[text.index('"""', 3) + 3:].lstrip("\n")
-        source = shlex.quote(text)
+        program = shlex.quote(self.path) if self.path else "-c " + shlex.quote(self.program()[1])
         args = " ".join(shlex.quote(x) for x in (mode, a, b))
         missing = f"neither {python} nor python3 is on this node (the GCS transfer needs a Python 3)"
-        return (f"if command -v {py} >/dev/null 2>&1; then exec {py} -c {source} {args}; fi\n"
-                f"if command -v python3 >/dev/null 2>&1; then exec python3 -c {source} {args}; fi\n"
+        return (f"if command -v {py} >/dev/null 2>&1; then exec {py} {program} {args}; fi\n"
+                f"if command -v python3 >/dev/null 2>&1; then exec python3 {program} {args}; fi\n"
                 f"echo {shlex.quote(missing)} >&2\n"
                 "exit 4")

@@ -63,7 +63,7 @@ from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
 from gpucluster.staging import staged_mounts
 from gpucluster.supervisor import NodeSupervisor
 
-from .k8s_stage import PodStager, ensure_service_account, object_account
+from .k8s_stage import PodStager, ensure_service_account, object_account, object_transfer, uses_objects
 
 from .k8s_api import KubeApi, _is_api_error, _status  # noqa: F401 - KubeApi: part of this module's API
 from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, rank_of, service_manifest
@@ -338,7 +338,7 @@ class KubernetesLauncher(Launcher):
         self.cleanup_errors: list[str] = []
         self.collect_wait_s = int(collect_wait_s)
         self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
-        self._held: dict[str, tuple[KubeApi, Plan, _Pods, _Created]] = {}  # run id -> for collect_outputs
+        self._held: dict[str, tuple[KubeApi, Plan, _Pods, _Created, Any]] = {}  # run id -> for collect_outputs
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
@@ -357,17 +357,18 @@ class KubernetesLauncher(Launcher):
                                   outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
         from .gcs import OBJECTS_KSA
 
-        uses_objects = any(m.remote for m in staged_mounts(job)) or "://" in str(job.output_dir or "")
+        files, _ = object_transfer(self.objects, job)
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
-                        service_account=OBJECTS_KSA if uses_objects else None)
+                        service_account=OBJECTS_KSA if uses_objects(job) else None, extra_files=files)
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
         account = object_account(cluster, job)
+        files, transfer = object_transfer(self.objects, job)  # the pods' gs:// program, shipped
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
-                        service_account=account[0] if account else None)
+                        service_account=account[0] if account else None, extra_files=files)
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
@@ -375,7 +376,7 @@ class KubernetesLauncher(Launcher):
         created = _Created(api, plan)
         stager = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
-            stager = PodStager(api, plan, pods, mounts, objects=self.objects)
+            stager = PodStager(api, plan, pods, mounts, objects=transfer)
             stager.events = events
 
         def stop() -> None:
@@ -405,7 +406,7 @@ class KubernetesLauncher(Launcher):
             result = supervisor.run(handles, stop=stop, release=release, stage=stager)
         finally:
             if plan.collects and pods.started_at is not None:
-                self._held[job.run_id] = (api, plan, pods, created)  # deleted by collect_outputs
+                self._held[job.run_id] = (api, plan, pods, created, transfer)  # deleted by collect_outputs
             else:
                 created.delete_all()
                 self.cleanup_errors = list(created.errors)
@@ -422,12 +423,12 @@ class KubernetesLauncher(Launcher):
         held = self._held.pop(job.run_id, None)
         if held is None:
             return []
-        api, plan, pods, created = held
+        api, plan, pods, created, transfer = held
         try:
             from .k8s_outputs import collect
 
             ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
-            return collect(api, plan, ran, job.output_dir or ".", objects=self.objects)
+            return collect(api, plan, ran, job.output_dir or ".", objects=transfer)
         finally:
             created.delete_all()
             self.cleanup_errors = list(created.errors)

@@ -322,6 +322,7 @@ def plan_job(
     max_lifetime_s: int | None = None,
     collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
     service_account: str | None = None,
+    extra_files: Iterable[tuple[str, str, str | bytes]] = (),
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
 
@@ -364,7 +365,7 @@ def plan_job(
     files: list[tuple[str, str, str | bytes]] = [
         ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    files += _workload_files() + data_files + user_files
+    files += _workload_files() + data_files + user_files + list(extra_files)
     size = _size(files)
     if size > CONFIGMAP_LIMIT:
         raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "

@@ -38,7 +38,7 @@ from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 from .k8s_api import KubeApi, _is_api_error, _status
 from .k8s_manifests import kube_models
 from .k8s_outputs import TOUCH, _exec, _ExecReader
-from .k8s_plan import CACHE_MOUNT, RUN_DIR, STAGED_FILE, Plan
+from .k8s_plan import CACHE_MOUNT, MOUNT, RUN_DIR, STAGED_FILE, Plan
 
 CHUNK = 1 << 20  # bytes per stdin frame
 
@@ -234,6 +234,21 @@ class PodStager:
             raise LaunchError(f"cannot start the pod's job after staging: {_last(err, rc)}")
         rec["seconds"] = round(time.monotonic() - start, 3)
         return rec
+
+
+def uses_objects(job: JobSpec) -> bool:
+    """Whether the job's pods read or write object storage (`--data`/`--resume` URL, `--output` URL)."""
+    return any(m.remote for m in staged_mounts(job)) or "://" in str(job.output_dir or "")
+
+
+def object_transfer(objects: Any, job: JobSpec) -> tuple[tuple[tuple[str, str, str], ...], Any]:
+    """(ConfigMap files, node transfer) for a job that uses object storage: the transfer's program
+    is shipped in the ConfigMap and run from there (`MOUNT/<name>`), so each exec request carries a
+    short command, not the program (it would be tens of KB in the request's URL). Else ((), objects)."""
+    if objects is None or not uses_objects(job):
+        return (), objects
+    name, text = objects.program()
+    return ((f"o.{name}", name, text),), objects.at(f"{MOUNT}/{name}")
 
 
 def object_account(cluster: Any, job: JobSpec) -> tuple[str, str] | None:
