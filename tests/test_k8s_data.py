@@ -156,7 +156,7 @@ def test_a_node_that_cannot_take_the_data_fails_the_run_naming_it_and_nothing_is
     result, _, events = run(fake, tmp_path, parse_data([str(data)]))
     assert not result.ok
     assert f"node 1 (pod {NAME}-1-fake1): staging the data failed" in result.failure
-    assert "rendezvous" not in events.phases  # the stage phase never ended
+    assert "rendezvous" not in events.phases and "train" not in events.phases  # the stage phase never ended
     assert_everything_deleted(fake)
     assert_no_exec_left(fake)
 
