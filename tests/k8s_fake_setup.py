@@ -78,23 +78,21 @@ def tick_setup(self, start: int) -> int | None:
         self.go.set()
     return self.go_age
 
-def _wait(self, *events) -> bool:
-    """Until one of `events` (or the pod's deletion); True when one of `events` is set."""
+def _wait(self, *events, stoppable: bool = False) -> bool:
+    """Until one of `events` (or the pod's deletion); True when one of `events` is set. `stoppable`:
+    a `stop` file ends the container's command with 143 meanwhile (the entry script's own clock)."""
     while not any(e.is_set() for e in events) and not self.pod.deleted.is_set():
+        if stoppable:
+            _stopped(self.pod)
         self.pod.deleted.wait(0.05)
     return any(e.is_set() for e in events)
 
-def _wait_staged(self) -> bool:
-    """Like `_wait` for the staged file, but the pod's wrapper also sees a `stop` file by itself (the
-    entry script acts on its own clock, not on the API server's listings)."""
-    pod = self.pod
-    while not (pod.staged.is_set() or pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set()):
-        if pod.root is not None and (pod.root / "control" / "stop").exists():
-            end_container(pod, 143, pod.age)
-            break
-        pod.deleted.wait(0.05)
-    return pod.staged.is_set() or pod.torch_ended.is_set() or pod.ended.is_set()
 
+def _stopped(pod) -> None:
+    """A `stop` file seen before torchrun ended: the command ends with 143."""
+    if pod.root is not None and pod.torch_code is None and not pod.ended.is_set() and \
+            (pod.root / "control" / "stop").exists():
+        end_container(pod, 143, pod.age)
 
 def _chunks(self, lines):
     data = "".join(line + "\n" for line in lines).encode()
@@ -104,8 +102,8 @@ def _chunks(self, lines):
 
 def setup_stream(self):
     pod, s = self.pod, self.pod.script
-    if pod.stages and not _wait_staged(self):  # nothing runs before staging
-        return
+    if pod.stages and not _wait(self, pod.staged, pod.torch_ended, pod.ended, stoppable=True):
+        return  # nothing runs before staging
     if pod.stages and not pod.staged.is_set():
         yield from self._end()
         return
@@ -118,7 +116,7 @@ def setup_stream(self):
             end = {"kind": "setup_end", "rc": s.setup_rc, "command": 1, "seconds": 1}
             yield from _chunks(self, [f"[gpucluster setup 1/1] failed: exit code {s.setup_rc}"])
         yield from _chunks(self, ["@gpucluster-metric " + json.dumps(end)])
-        _wait(self, pod.go, pod.torch_ended, pod.ended)
+        _wait(self, pod.go, pod.torch_ended, pod.ended, stoppable=True)
         if s.setup_rc or not pod.go.is_set():  # failed, stopped while waiting, or deleted
             yield from self._end()
             return
@@ -139,6 +137,7 @@ def _wait_peers(self) -> bool:
     stopped or deleted first."""
     pod = self.pod
     while not all(_past_gates(p) for p in pod.peers):
+        _stopped(pod)
         if pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set():
             return False
         pod.deleted.wait(0.05)
@@ -159,6 +158,7 @@ class _LogResponse:
         yield from _chunks(self, lines)
         if self.pod.collecting:  # the entry script: torchrun ends, then its job_end record
             while not (self.pod.torch_ended.is_set() or self.pod.deleted.is_set()):
+                _stopped(self.pod)
                 self.pod.deleted.wait(0.05)
             if self.pod.torch_ended.is_set():
                 end = "@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": self.pod.torch_code})
