@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
+from typing import Any
 
 import click
 
+from gpucluster.cli.options import Float, Int, options
 from gpucluster.errors import ExitCode, UsageError, not_allowed
-from gpucluster.cli.args import WORKLOADS
-from gpucluster.spec import CLOUDS, max_nodes, parse_int
+from gpucluster.spec import parse_int
 
 
 def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
@@ -25,47 +25,34 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
     return values
 
 
-def parse_threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not 0 < value <= 1:
-        raise UsageError(not_allowed("threshold", text, "a number above 0 and at most 1, e.g. 0.7"))
-    return value
-
-
 @click.command(context_settings=dict(allow_interspersed_args=False))
-@click.option("--nodes", "-n", default="1,2", show_default=True, help="Node counts to run, comma-separated (1,2,4).")
-@click.option("--gpus-per-node", default=None,
-              help="GPUs per node, comma-separated; 0 is a CPU-only baseline (0,1) [default: what is present].")
-@click.option("--cloud", default="local", show_default=True, metavar="|".join(CLOUDS))
-@click.option("--workload", "-w", default=None, metavar="|".join(WORKLOADS),
-              help="Built-in workload (default synthetic when no command is given after --).")
-@click.option("--epochs", default=None, help="Epochs for a built-in workload.")
-@click.option("--workload-args", default="", help="More arguments for the built-in workload, e.g. \"--steps 5\".")
-@click.option("--repeat", default="1", show_default=True, help="Runs per size; the report gives median and min-max.")
+@options("nodes", "gpus_per_node", "cloud", "workload", "epochs", "workload_args",
+         nodes=dict(default="1,2", show_default=True, type=None, help="Node counts to run, comma-separated (1,2,4)."),
+         gpus_per_node=dict(type=None, help="GPUs per node, comma-separated; 0 is a CPU-only baseline (0,1) "
+                                            "[default: what is present]."),
+         cloud=dict(help=None), workload=dict(help="Built-in workload (default synthetic when no command is given "
+                                                   "after --)."),
+         workload_args=dict(help="More arguments for the built-in workload, e.g. \"--steps 5\"."))
+@click.option("--repeat", default=1, show_default=True, type=Int("repeat", 1, 20),
+              help="Runs per size; the report gives median and min-max.")
 @click.option("--compare-cpu", is_flag=True, help="Also run every size without GPUs and report the GPU speed-up and costs.")
-@click.option("--threshold", default="0.7", show_default=True, help="Scaling efficiency below which the sweep is diagnosed.")
-@click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
+@click.option("--threshold", default=0.7, show_default=True,
+              type=Float("threshold", "a number above 0 and at most 1, e.g. 0.7", 0, 1),
+              help="Scaling efficiency below which the sweep is diagnosed.")
+@options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary and findings as JSON (progress on stderr).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask before creating billable resources.")
-@click.option("--ssh-cidr", default=None, help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's "
-              "public IPv4/32].")
-@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="Cloud option, as in the stack file (repeatable), e.g. --option image=base.")
-@click.option("--data", "data", multiple=True, metavar="SRC[:DEST]",
-              help="A folder (or the cloud's bucket URL) staged to every node of every run, as for `run --data` "
-                   "(repeatable); each run's stage phase is in the report.")
-@click.option("--setup", "setup", multiple=True, metavar="CMD",
-              help="Shell command run on every node of every run before training, as for `run --setup` (repeatable).")
-@click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
-              "gcloud config, then the ADC project].")
+@options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project",
+         as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
+         ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
+         options=dict(help="Cloud option, as in the stack file (repeatable), e.g. --option image=base."),
+         data=dict(help="A folder (or the cloud's bucket URL) staged to every node of every run, as for `run --data` "
+                        "(repeatable); each run's stage phase is in the report."),
+         setup=dict(help="Shell command run on every node of every run before training, as for `run --setup` "
+                         "(repeatable)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, compare_cpu, threshold,
-          threads_per_proc, report_dir, as_json, yes, ssh_cidr, options, project, data, setup, command):
+def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool, threshold: float,
+          report_dir: str | None, as_json: bool, yes: bool, **flags: Any) -> int:
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -80,97 +67,44 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
       gpucluster sweep --nodes 1 --compare-cpu --workload mnist --epochs 1
       gpucluster sweep --nodes 1,2 --data ./shards --setup 'pip install -r requirements.txt' -- python train.py
     """
-    from gpucluster.cli.args import build_spec, check_command, workload_argv
+    from gpucluster.cli.common import console
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.run import confirm_billable
     from gpucluster.infra.registry import backend
+    from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
+    from gpucluster.spec import max_nodes, new_run_id
+    from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
 
-    if cloud not in CLOUDS:
-        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=max_nodes(cloud)))
-    gpn_list: list[int | None] = [None]
-    if gpus_per_node is not None:
-        gpn_list = sorted(parse_int_list("gpus per node", gpus_per_node, low=0, high=16))
-    reps = parse_int("repeat", repeat, low=1, high=20)
-    thr = parse_threshold(threshold)
-    if command and workload:
-        raise UsageError("give either --workload or a command after --, not both")
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        workload = workload or "synthetic"
-        if workload not in WORKLOADS:
-            raise UsageError(not_allowed("workload", workload, WORKLOADS))
-    wl_args = workload_argv(workload, workload_args, epochs, command)
-    if command:
-        check_command(command)
+    chosen = backend(flags["cloud"])  # the one lookup: everything below is given it
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=max_nodes(flags["cloud"])))
+    gpn_list = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
+                                                                        high=16))
     if report_dir:
         from gpucluster.home import check_writable_dir
 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
-
-    wants_gpu = compare_cpu or any(g for g in gpn_list if g)
-    present = backend(cloud).known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
-    if present is not None:
-        if wants_gpu and present == 0:
-            raise UsageError("there is no GPU to compare against: this machine has no NVIDIA GPU (nvidia-smi finds none), "
-                             "so --compare-cpu / GPUs per node > 0 cannot run here; run the sweep on a machine or "
-                             "cloud with GPUs, or sweep CPU nodes only")
-        if compare_cpu:
-            gpn_list = sorted({0, *[g if g is not None else max(1, present // max(node_counts)) for g in gpn_list]})
-        elif gpn_list == [None]:
-            gpn_list = [present // max(node_counts) if present else 0]
-    elif compare_cpu:
-        gpn_list = sorted({0, *[g for g in gpn_list if g is not None]}, key=lambda g: g) or [0]
-        if gpn_list == [0]:
-            gpn_list = [0, None]  # type: ignore[list-item]
-
-    from gpucluster.home import home_dir
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.spec import new_run_id, resolve
-    from gpucluster.sweep import new_sweep_id, plan_sizes
-
-    base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
-                              (), None, options))
-    from gpucluster.infra.registry import backend
-    from gpucluster.spec import validate
-
-    validate(base)  # unknown options and bad values are refused before anything starts
-    base = backend(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
-    from gpucluster.staging import parse_data, parse_setup
-
-    mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
-    base = backend(cloud).with_object_access(base, [m.src for m in mounts if m.remote], [])
-    job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
-                  workload_args=tuple(wl_args) if not command else (), nproc_per_node=1, data=mounts, setup=setup_cmds,
-                  threads_per_proc=None if threads_per_proc is None else parse_int(
-                      "threads per process", threads_per_proc, low=1, high=1024))
-    provider_launcher = backend(cloud).make()
-    from gpucluster.cli.args import resolve_spec
-
-    resolved, _ = resolve_spec(base)  # aws: the SSH rule must let this machine in
-    base = base.replace(ssh_cidr=resolved.ssh_cidr)
-    ledger = Ledger.open_default()
-    ledger.check()  # read-only or damaged: refused before the first run
-    home_dir()
-    plan = plan_sizes(node_counts, gpn_list, reps)
-
-    from gpucluster.cli.render import RichRunUI
-    from gpucluster.cli.common import console
-
+    gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.known_gpus(), node_counts)
+    plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1), chosen)
+    ledger = open_ledger()  # read-only or damaged: refused before the first run
+    check_before_recording(plan)
+    sizes = plan_sizes(node_counts, gpn_list, repeat)
     out = console(stderr=as_json)
     sweep_id = new_sweep_id()
-    what = job.display
-    out.print(f"[bold]sweep {sweep_id}[/bold]: {len(plan)} run(s) on {cloud}: nodes {node_counts}, "
+    out.print(f"[bold]sweep {sweep_id}[/bold]: {len(sizes)} run(s) on {flags['cloud']}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
-              f"repeat {reps}: {what}")
-    if backend(cloud).provisions and not yes:
-        if not sys.stdin.isatty():
-            raise UsageError("a sweep creates billable cloud resources: confirm with --yes when not on a terminal")
-        if not click.confirm(f"Create {len(plan)} cluster(s) one after another and run?", default=False):
-            raise click.exceptions.Abort()
+              f"repeat {repeat}: {plan.job.display}")
+    confirm_billable(chosen, yes, "a sweep creates billable cloud resources",
+                     f"Create {len(sizes)} cluster(s) one after another and run?")
+    ui = RichRunUI(out, quiet=True)
+    with ui:
+        result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
+                           ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices,
+                           workload=plan.workload)
+    return report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
+                  interrupted=result.interrupted, all_ok=result.ok)
 
-    from gpucluster.sweep import run_sweep
 
+def _progress(ui: Any) -> Any:
     def on_run(i, total, done, size):
         n, g, r = size
         gl = "CPU" if g == 0 else (f"{g} GPU/node" if g else "GPUs present")
@@ -180,13 +114,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
             tail = "" if done.status == "succeeded" else f": {done.failure}"
             ui.message(f"[{i + 1}/{total}] run {done.run_id} {done.status}{tail}")
 
-    ui = RichRunUI(out, quiet=True)
-    with ui:
-        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, sweep_id=sweep_id,
-                           new_run_id=new_run_id, on_run=on_run,
-                           workload=workload or (command[-1] if len(command) == 1 else (command[1] if command else None)))
-    return report(out, ledger, sweep_id, thr, as_json=as_json, report_dir=report_dir, interrupted=result.interrupted,
-                  all_ok=result.ok)
+    return on_run
 
 
 def report(out, ledger, sweep_id: str, threshold: float, *, as_json: bool, report_dir: str | None,

@@ -67,6 +67,28 @@ def plan_sizes(node_counts: Sequence[int], gpus_per_node_list: Sequence[int | No
     return [(n, g, r) for r in range(1, repeat + 1) for g in gpus_per_node_list for n in node_counts]
 
 
+def gpu_sizes(asked: list[int] | None, compare_cpu: bool, present: int | None,
+              node_counts: Sequence[int]) -> list[int | None]:
+    """The GPUs-per-node values a sweep runs (None: what the nodes have). `present`: the GPUs the
+    backend knows before anything exists (local: this machine's), else None."""
+    gpn_list: list[int | None] = list(asked) if asked is not None else [None]
+    wants_gpu = compare_cpu or any(g for g in gpn_list if g)
+    if present is not None:
+        if wants_gpu and present == 0:
+            raise UsageError("there is no GPU to compare against: this machine has no NVIDIA GPU (nvidia-smi finds "
+                             "none), so --compare-cpu / GPUs per node > 0 cannot run here; run the sweep on a machine "
+                             "or cloud with GPUs, or sweep CPU nodes only")
+        if compare_cpu:
+            return sorted({0, *[g if g is not None else max(1, present // max(node_counts)) for g in gpn_list]})
+        if gpn_list == [None]:
+            return [present // max(node_counts) if present else 0]
+        return gpn_list
+    if compare_cpu:
+        cpu_and_asked: list[int | None] = sorted({0, *[g for g in gpn_list if g is not None]})
+        return cpu_and_asked if cpu_and_asked != [0] else [0, None]
+    return gpn_list
+
+
 def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
               gpus_per_node_list: Sequence[int | None], repeat: int, ledger: Ledger, backend: Any, ui: Any = None,
               *, sweep_id: str | None = None, prices: dict[str, Any] | None = None, workload: str | None = None,

@@ -1,0 +1,162 @@
+"""The options the commands share, declared once (`OPTIONS`), and the numeric types that keep
+gpucluster's one-line errors while Click's help shows INTEGER/FLOAT and the range.
+
+A command takes its options by name: `@options("cloud", "nodes", ...)`; a name may carry its own
+changes for one command (`options(..., nodes=dict(default=2))`). A new shared flag is one entry
+here and its name in the commands that take it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from gpucluster.errors import UsageError, not_allowed
+from gpucluster.spec import CLOUDS, parse_int
+
+WORKLOAD_NAMES = ("digits", "mnist", "synthetic")  # gpucluster.prepare.WORKLOADS (not imported: --help stays light)
+
+
+class Int(click.IntRange):
+    """An integer in [low, high] (Click shows INTEGER RANGE and the bounds); a bad value is our one
+    line naming it and what is allowed (`spec.parse_int`), exit 2."""
+
+    def __init__(self, what: str, low: int, high: int | None = None, *, later: bool = False):
+        super().__init__(min=low, max=high)
+        self.what, self.later = what, later
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return parse_int(self.what, value, low=int(self.min), high=None if self.max is None else int(self.max))
+        except UsageError:
+            if self.later:  # the bound depends on another flag (--nodes: the cloud's): the core says it
+                return value
+            raise
+
+
+class Float(click.FloatRange):
+    """A number above `low` (and at most `high`), as Click shows it; our one-line error otherwise."""
+
+    def __init__(self, what: str, allowed: str, low: float = 0.0, high: float | None = None):
+        super().__init__(min=low, max=high, min_open=True)
+        self.what, self.allowed = what, allowed
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not (number > self.min and (self.max is None or number <= self.max)):
+            raise UsageError(not_allowed(self.what, value, self.allowed))
+        return number
+
+
+_DATA_HELP = ("A local folder staged to every node (repeatable); the first is $GPUCLUSTER_DATA. DEST: relative "
+              "to the job's working directory [default: data/BASENAME]. local: used in place, read-only. "
+              "aws: also s3://BUCKET[/PREFIX][:DEST], gcp: gs://BUCKET[/PREFIX][:DEST], synced by every node "
+              "with read-only access to just that prefix (DEST after the last ':').")
+_PROJECT_HELP = "gcp: the project [default: stack config, GOOGLE_PROJECT... env, gcloud config, then the ADC project]."
+
+# name -> (flags, Click keyword arguments)
+OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "cloud": (("--cloud",), dict(default="local", show_default=True, metavar="|".join(CLOUDS),
+                                 help="Where the cluster runs.")),
+    "nodes": (("--nodes", "-n"), dict(default=None, type=Int("nodes", 1, later=True),
+                                      help="Number of nodes [default: 2; ssh: the number of --hosts]. local: at most "
+                                           "16; clouds: at most 64.")),
+    "gpus_per_node": (("--gpus-per-node",), dict(default=None, type=Int("gpus per node", 0, 16),
+                                                 help="GPUs per node [default: all the node has; local: GPUs present "
+                                                      "/ nodes].")),
+    "procs_per_node": (("--procs-per-node",), dict(default=None, type=Int("procs per node", 1, 64),
+                                                   help="Training processes per node [default: GPUs per node, or 1 on "
+                                                        "CPU].")),
+    "workload": (("--workload", "-w"), dict(default=None, metavar="|".join(WORKLOAD_NAMES),
+                                            help="Built-in workload (default digits when no command is given after "
+                                                 "--).")),
+    "epochs": (("--epochs",), dict(default=None, type=Int("epochs", 1, 100000), help="Epochs for a built-in workload.")),
+    "workload_args": (("--workload-args",), dict(default="", help="More arguments for the built-in workload, e.g. "
+                                                                  "\"--batch-size 64\".")),
+    "name": (("--name",), dict(default=None, help="Cluster name [default: gpucluster-CLOUD].")),
+    "region": (("--region",), dict(default=None)),
+    "zone": (("--zone",), dict(default=None)),
+    "instance_type": (("--instance-type", "--machine-type", "instance_type"),
+                      dict(default=None, help="EC2 type or GCE machine type.")),
+    "spot": (("--spot",), dict(is_flag=True, help="Spot/preemptible capacity.")),
+    "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
+    "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
+                                             help="Wall-clock limit for the job; everything is stopped past it.")),
+    "max_lifetime": (("--max-lifetime",), dict(default=240, show_default=True,
+                                               type=Int("max lifetime (minutes)", 5, 7 * 24 * 60),
+                                               help="Minutes after which cloud nodes power themselves off, even if "
+                                                    "this machine is gone.")),
+    "ssh_cidr": (("--ssh-cidr",), dict(default=None, help="Who may SSH to cloud nodes (e.g. 203.0.113.7/32).")),
+    "tags": (("--tag", "tags"), dict(multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")),
+    "options": (("--option", "options"), dict(multiple=True, metavar="KEY=VALUE",
+                                              help="Cloud option, as in the stack file (repeatable), e.g. --option "
+                                                   "efa=true --option image=base.")),
+    "dry_run": (("--dry-run",), dict(is_flag=True, help="aws/gcp: show what would be declared and run (the real "
+                                     "Pulumi program under Pulumi's mocks) and the estimate; create nothing, need no "
+                                     "credentials.")),
+    "ready_timeout": (("--ready-timeout",), dict(default=600, show_default=True,
+                                                 type=Int("ready timeout (seconds)", 10, 6 * 3600),
+                                                 help="Seconds to wait for cloud nodes to answer ssh and report "
+                                                      "ready.")),
+    "hosts": (("--hosts",), dict(default=None, help="ssh backend: user@host1,user@host2[:port], head first.")),
+    "identity": (("--identity",), dict(default=None, type=click.Path(dir_okay=False), help="ssh private key.")),
+    "known_hosts": (("--known-hosts",), dict(default=None, type=click.Path(dir_okay=False),
+                                             help="ssh known_hosts file [default: ~/.ssh/known_hosts]; unknown host "
+                                                  "keys are refused.")),
+    "remote_python": (("--remote-python",), dict(default=None, help="ssh: the Python (with torch) to run on the "
+                                                                    "nodes [default: python3].")),
+    "threads_per_proc": (("--threads-per-proc",), dict(default=None, type=Int("threads per process", 1, 1024),
+                                                       help="CPU threads per training process [default: cores / "
+                                                            "processes].")),
+    "max_restarts": (("--max-restarts",), dict(default=0, show_default=True, type=Int("max restarts", 0, 10),
+                                               help="torchrun restarts (c10d restarts can hang: keep 0).")),
+    "project": (("--project",), dict(default=None, help=_PROJECT_HELP)),
+    "start_deadline": (("--start-deadline",), dict(default=20, show_default=True,
+                                                   type=Int("start deadline (minutes)", 1, 24 * 60),
+                                                   help="gcp: minutes every pod may take to be running (GPU nodes, "
+                                                        "driver, image); past it the run fails with the scheduler's "
+                                                        "reason.")),
+    "data": (("--data", "data"), dict(multiple=True, metavar="SRC[:DEST]", help=_DATA_HELP)),
+    "setup": (("--setup", "setup"), dict(multiple=True, metavar="CMD",
+                                         help="Shell command run on every node before training, in the job's folder "
+                                              "and environment (repeatable, run in order), e.g. --setup 'pip install "
+                                              "-r requirements.txt'.")),
+    "output": (("--output", "output"), dict(default=None, metavar="DIR|URL",
+                                            help="Where every node's output folder (GPUCLUSTER_OUTPUT_DIR) is copied "
+                                                 "back before teardown, as DIR/node-N: a new or empty folder [default: "
+                                                 "$GPUCLUSTER_HOME/runs/RUN_ID/outputs]. aws: also s3://BUCKET[/PREFIX], "
+                                                 "gcp: gs://BUCKET[/PREFIX]: every node uploads its folder to "
+                                                 "PREFIX/RUN_ID/node-N with write access to just that prefix, nothing "
+                                                 "is copied back.")),
+    "keep": (("--keep",), dict(is_flag=True, help="Leave the cluster up after the run.")),
+    "yes": (("--yes", "-y"), dict(is_flag=True, help="Do not ask before creating billable resources.")),
+    "quiet": (("--quiet", "-q"), dict(is_flag=True, help="No node logs, only progress and the report.")),
+    "as_json": (("--json", "as_json"), dict(is_flag=True, help="Print the result as JSON.")),
+    "resume": (("--resume", "resume"), dict(default=None, metavar="RUN_ID",
+                                            help="Continue an earlier run: its collected outputs are staged to every "
+                                                 "node as $GPUCLUSTER_RESUME_DIR (like --data, DEST resume/); the "
+                                                 "built-in workloads go on after the epoch its checkpoint holds. The "
+                                                 "ledger links the two runs.")),
+}
+
+# the cluster's shape and place: `up`, `run` (and, in part, `sweep` and `cost estimate`)
+CLUSTER = ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
+           "max_lifetime", "ssh_cidr", "tags", "options", "dry_run", "yes", "as_json", "project")
+# the job: `run` and `sweep`
+JOB = ("workload", "epochs", "workload_args", "threads_per_proc", "data", "setup")
+
+
+def options(*names: str, **changes: dict[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Click decorators for the named options, in the order given (as `--help` lists them)."""
+
+    def apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in reversed(names):
+            flags, kw = OPTIONS[name]
+            fn = click.option(*flags, **{**kw, **changes.get(name, {})})(fn)
+        return fn
+
+    return apply

@@ -1,0 +1,407 @@
+"""The one prepare step of `run`, `up`, `sweep` and their dry runs: a request (the flags as given)
+becomes a resolved, validated, priced plan, always in this order, before anything is recorded:
+
+    validate -> resolve -> project -> object access -> prepare -> validate again -> job -> price snapshot
+
+then, for a real run, what must hold before the ledger row (the backend's tools, the node
+programs it would ship). Everything raises a `UsageError` naming the bad value (exit 2); nothing
+here prints, creates or records anything.
+
+The backend object is resolved once by the command and passed in (`backend`); the provider and
+launcher are made here from it (`backend.make`), unless the command passes a provider of its own
+(`up`: `cli.common.provider_for`, which tests replace).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpucluster.errors import SpecError, UsageError, not_allowed
+from gpucluster.launch import JobSpec
+from gpucluster.spec import CLOUDS, ClusterSpec, max_nodes, new_run_id, parse_int
+
+WORKLOADS = ("digits", "mnist", "synthetic")
+# the largest values run accepts; every command that takes the same flag checks it the same way
+MAX_GPUS_PER_NODE = 16
+DISK_GB = (10, 16384)
+LIFETIME_MINUTES = (5, 7 * 24 * 60)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, as given on the command line (numbers already ints where Click
+    converted them). `job=False`: a cluster only (`up`)."""
+
+    cloud: str
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    name: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    spot: bool = False
+    disk_gb: int = 100
+    max_lifetime: int = 240
+    ssh_cidr: str | None = None
+    tags: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    hosts: str | None = None
+    project: str | None = None
+    dry_run: bool = False
+    # the job (run, sweep)
+    job: bool = True
+    workload: str | None = None
+    default_workload: str = "digits"
+    epochs: int | None = None
+    workload_args: str = ""
+    command: tuple[str, ...] = ()
+    procs_per_node: int | None = None
+    threads_per_proc: int | None = None
+    max_restarts: int = 0
+    max_minutes: float | None = None
+    data: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    output: str | None = None
+    resume: str | None = None
+    # how the nodes are reached
+    identity: str | None = None
+    known_hosts: str | None = None
+    remote_python: str | None = None
+    ready_timeout: int = 600
+    start_deadline: int = 20
+
+
+@dataclass
+class Prepared:
+    """The plan: spec and job as they will be recorded and run, with what prices them."""
+
+    spec: ClusterSpec
+    job: JobSpec | None
+    provider: Any
+    launcher: Any
+    notes: list[str] = field(default_factory=list)
+    plan_line: str = ""
+    estimate: Any = None  # cost.Estimate for one hour, when the backend is priced
+    prices: dict[str, Any] | None = None  # the price snapshot stored with the run
+    described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
+    resumed_from: str | None = None
+    workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
+
+    @property
+    def hourly(self) -> Any:
+        return None if self.estimate is None else self.estimate.hourly
+
+
+def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: bool = True) -> Prepared:
+    """The request as a plan, or a UsageError. `provider`: a provider to use instead of the
+    backend's (then no launcher is made). `strict_prices`: a spec the catalog cannot price is
+    refused (run, sweep); otherwise it is planned without a price (`up`)."""
+    output_dir = None if req.output is None else _output_dest(req.output, backend)
+    command, workload = _command_or_workload(req)
+    host_list = backend.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
+    nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
+    from gpucluster.spec import resolve, validate
+
+    spec = build_spec(req, nodes, host_list, new_run_id())
+    validate(spec)  # bad input is refused before anything is looked up
+    spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    spec = backend.with_project(spec, req.project, required=not req.dry_run)
+    if req.dry_run and not backend.provisions:
+        from gpucluster.infra.registry import provisioning
+
+        raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
+                                     f"{' or '.join(provisioning())} (clouds gpucluster provisions)"))
+    wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
+    if command:
+        check_command(command)
+    from gpucluster.staging import parse_data, parse_setup
+
+    mounts, setup_cmds = parse_data(req.data, backend), parse_setup(req.setup)
+    resumed_from, resume_mount = _resume(req.resume, mounts, backend) if req.resume is not None else (None, None)
+    # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
+    reads = [m.src for m in mounts + ((resume_mount,) if resume_mount is not None else ()) if m.remote]
+    spec = backend.with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
+    provider, launcher = _make(req, backend, spec, provider)
+    if output_dir is not None and not launcher.collects_outputs:
+        raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
+                         "(supported: local, ssh, aws, gcp)")
+    spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
+    present = backend.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
+    if present is not None and spec.gpus_per_node is None:
+        spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
+    job = None
+    if req.job:
+        job = JobSpec(run_id=spec.run_id or "", command=command, workload=None if command else workload,
+                      workload_args=tuple(wl_args) if not command else (),
+                      nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
+                      max_seconds=req.max_minutes * 60 if req.max_minutes else None,
+                      threads_per_proc=req.threads_per_proc, setup=setup_cmds, data=mounts, resume=resume_mount,
+                      output_dir=_shown_output(output_dir, launcher, req.dry_run))
+    plan = Prepared(spec, job, provider, launcher, notes, resumed_from=resumed_from,
+                    workload=workload or command_name(command))
+    _price(plan, backend, strict_prices)
+    if not req.dry_run and launcher is not None:
+        plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
+    return plan
+
+
+def check_before_recording(plan: Prepared) -> None:
+    """What a real run needs before its ledger row: the provider's tools (e.g. the Pulumi CLI,
+    missing or too old). The ledger itself is checked by `open_ledger`."""
+    plan.provider.preflight()
+
+
+def open_ledger() -> Any:
+    """The ledger a run will be recorded in, checked (writable, not damaged) before anything starts."""
+    from gpucluster.home import home_dir
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
+    ledger.check()  # writable, not damaged: else the run's row could not be kept true
+    home_dir()
+    return ledger
+
+
+# -- the steps ----------------------------------------------------------------------------------
+def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
+    command, workload = tuple(req.command), req.workload
+    if not req.job:
+        return (), None
+    if command and workload:
+        raise UsageError("give either --workload or a command after --, not both")
+    if command and command[0] == "--":
+        command = command[1:]
+        if not command or command[0] == "--":
+            raise UsageError(not_allowed("command after --", shlex.join(req.command), "a program and its "
+                                         "arguments, e.g. -- python train.py"))
+    if not command:
+        workload = workload or req.default_workload
+        if workload not in WORKLOADS:
+            raise UsageError(not_allowed("workload", workload, WORKLOADS))
+    return command, workload
+
+
+def _output_dest(value: str, backend: Any) -> Any:
+    from gpucluster.outputs import check_output_dest
+
+    return check_output_dest(value, backend)  # creates nothing
+
+
+def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
+    if output_dir is not None:
+        return str(output_dir)
+    if dry_run and launcher is not None and launcher.collects_outputs:
+        return "$GPUCLUSTER_HOME/runs/RUN_ID/outputs"  # where the lifecycle would put them (nothing is created)
+    return None
+
+
+def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any) -> tuple[Any, Any]:
+    if provider is not None:
+        return provider, None
+    check_ssh_files(req.identity, req.known_hosts)
+    return backend.make(identity=req.identity, known_hosts=req.known_hosts, remote_python=req.remote_python,
+                        spec_options=spec.option_dict, ready_timeout=req.ready_timeout,
+                        start_deadline_s=req.start_deadline * 60)
+
+
+def _price(plan: Prepared, backend: Any, strict: bool) -> None:
+    """The estimate for one hour, the plan's one line and the price snapshot (priced backends)."""
+    from gpucluster import cost
+    from gpucluster.errors import GpuclusterError
+
+    spec = plan.spec
+    if backend.priced:
+        try:
+            plan.estimate = cost.estimate(spec, 1.0)
+            plan.prices = cost.price_snapshot(spec)
+        except GpuclusterError:
+            if strict:
+                raise
+            plan.estimate = plan.prices = None
+    nproc = plan.job.nproc_per_node if plan.job else 1
+    line = backend.plan_line(spec, nproc, plan.hourly)
+    if line is None:
+        gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
+        line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"
+    plan.plan_line = line
+
+
+def _resume(value: str, mounts: tuple, store: Any) -> tuple[str, Any]:
+    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created)."""
+    from gpucluster.home import home_dir
+    from gpucluster.ledger import Ledger
+    from gpucluster.resume import check_dest_free, resume_source
+
+    check_dest_free(mounts)
+    path = home_dir(create=False) / "ledger.sqlite3"
+    ledger = Ledger(path) if path.is_file() else None
+    try:
+        return resume_source(ledger, value, store)
+    finally:
+        if ledger is not None:
+            ledger.close()
+
+
+def command_name(command: tuple[str, ...]) -> str | None:
+    return os.path.basename(command[-1] if len(command) == 1 else command[1]) if command else None
+
+
+# -- flags -> spec and job ----------------------------------------------------------------------
+def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    from gpucluster.spec import is_reserved_tag, reserved_tag_error
+
+    tags = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(not_allowed("tag", item, "KEY=VALUE"))
+        if is_reserved_tag(key):
+            raise UsageError(reserved_tag_error(key.strip(), "--tag key"))
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+def parse_options(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Repeatable `--option KEY=VALUE` -> spec options; the cloud's `validate_spec` checks the
+    keys and values against the same schema as the stack file's `gpucluster:` options."""
+    opts: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(not_allowed("option", item, "KEY=VALUE, e.g. --option efa=true"))
+        opts[key.strip()] = value.strip()
+    return tuple(sorted(opts.items()))
+
+
+def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | None) -> ClusterSpec:
+    if req.cloud not in CLOUDS:
+        raise SpecError(not_allowed("cloud", req.cloud, CLOUDS))
+    n = parse_int("nodes", str(nodes), low=1, high=max_nodes(req.cloud))  # the text as given, quoted
+    g = None if req.gpus_per_node is None else parse_int("gpus per node", str(req.gpus_per_node), low=0,
+                                                         high=MAX_GPUS_PER_NODE)
+    return ClusterSpec(
+        cloud=req.cloud, nodes=n, name=req.name or f"gpucluster-{req.cloud}", region=req.region, zone=req.zone,
+        instance_type=req.instance_type, gpus_per_node=g, spot=req.spot,
+        disk_gb=parse_int("disk size (GB)", str(req.disk_gb), low=DISK_GB[0], high=DISK_GB[1]),
+        max_lifetime_minutes=parse_int("max lifetime (minutes)", str(req.max_lifetime), low=LIFETIME_MINUTES[0],
+                                       high=LIFETIME_MINUTES[1]),
+        ssh_cidr=req.ssh_cidr, tags=tuple(sorted(parse_tags(req.tags).items())), hosts=tuple(hosts), run_id=run_id,
+        options=parse_options(req.options),
+    )
+
+
+def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
+    """The backend's pre-plan resolution (`prepare_spec`) (aws: SSH CIDR from this machine's public
+    IPv4, GPUs per node from the type), re-validated. In a dry run a failed detection is a note,
+    not an error: nothing is created."""
+    from gpucluster.spec import validate
+
+    try:
+        spec, notes = backend.prepare_spec(spec)
+    except SpecError as exc:
+        if not dry_run:
+            raise
+        spec, notes = backend.prepare_spec(spec, detect=None)
+        notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
+    return spec, [*validate(spec), *notes]
+
+
+def workload_argv(workload: str | None, workload_args: str, epochs: int | None,
+                  command: tuple[str, ...] = ()) -> list[str]:
+    """--workload-args split like a shell would, checked against the workload's own parser."""
+    if command and (workload_args or epochs is not None):
+        flag = "--workload-args" if workload_args else "--epochs"
+        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
+                         "arguments after the command")
+    try:
+        wl_args = shlex.split(workload_args) if workload_args else []
+    except ValueError as exc:
+        raise UsageError(f"--workload-args {workload_args!r} cannot be split into arguments ({exc}); "
+                         "check the quotes") from None
+    if epochs is not None:
+        wl_args = ["--epochs", str(parse_int("epochs", str(epochs), low=1, high=100000))] + wl_args
+    if workload and wl_args:
+        from gpucluster.workloads.args import check_args
+
+        problem = check_args(workload, wl_args)
+        if problem:
+            raise UsageError(f"--workload-args {workload_args!r} is refused by the {workload} workload: {problem} "
+                             f"(see: python -m gpucluster.workloads.{workload} --help)")
+    return wl_args
+
+
+def check_ssh_files(identity: str | None, known_hosts: str | None) -> None:
+    """Key and known_hosts files must exist before anything is recorded or started."""
+    for flag, value, what in (("--identity", identity, "an ssh private key file"),
+                              ("--known-hosts", known_hosts, "an OpenSSH known_hosts file")):
+        if value is None:
+            continue
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
+            state = "is a directory" if os.path.isdir(path) else "does not exist"
+            raise UsageError(f"{flag} {value!r} {state}; give {what}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{flag} {value!r} cannot be read; give {what} you can read")
+
+
+_RUNNABLE = "an executable on PATH, or python SCRIPT.py / python -m MODULE / python -c CODE"
+
+
+def check_command(command: tuple[str, ...]) -> None:
+    """A `--` command must be runnable before anything starts: a script file, a module, code, or
+    an executable file (not a folder); `python` alone, or `-m`/`-c` without their argument, is not."""
+    from gpucluster.launch import _PYTHON_RE, program_args
+
+    exe = command[0]
+    if os.path.isdir(os.path.expanduser(exe)):
+        raise UsageError(not_allowed("command", exe, f"{_RUNNABLE} (it is a folder)"))
+    if _PYTHON_RE.match(os.path.basename(exe)):
+        rest = command[1:]
+        if not rest:
+            raise UsageError(not_allowed("command", exe, f"{_RUNNABLE} (python alone would wait for input "
+                                         "or do nothing)"))
+        if rest[0] in ("-m", "-c") and len(rest) == 1:
+            raise UsageError(not_allowed("command", shlex.join(command), f"python {rest[0]} followed by its "
+                                         f"{'module' if rest[0] == '-m' else 'code'}"))
+    prog = program_args(JobSpec(run_id="check", command=command))
+    if prog[0] == "--no-python":
+        _check_executable(prog[1])
+    elif prog[0] == "-m":
+        _check_module(prog[1])
+    elif os.path.isdir(prog[0]):
+        raise UsageError(not_allowed("script", prog[0], "a Python file, not a folder"))
+    elif not os.path.isfile(prog[0]):
+        raise UsageError(not_allowed("script", prog[0], "a Python file that exists (path relative to the current directory)"))
+
+
+def _check_executable(exe: str) -> None:
+    if os.sep in exe:
+        ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
+    else:
+        ok = shutil.which(exe) is not None
+    if not ok:
+        raise UsageError(not_allowed("command", exe, "an executable on PATH, or python SCRIPT.py / python -m MODULE"))
+
+
+def _check_module(module: str) -> None:
+    sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise UsageError(not_allowed("python module", module, "a module importable from the current directory"))
+
+
+def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:
+    """A sweep's job for one size: its own run id; a positive GPU count sets processes per node."""
+    job = replace(job, run_id=run_id)
+    return replace(job, nproc_per_node=gpus) if gpus else job
