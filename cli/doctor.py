@@ -90,7 +90,10 @@ def doctor(clouds, region, project, as_json):
     """
     from gpucluster.infra.registry import backend
 
+    from gpucluster.prepare import check_place
+
     wanted = [c for c in provisioning() if not clouds or c in clouds]
+    check_place({c: backend(c) for c in wanted}, regions=(region,) if region is not None else (), project=project)
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:
         # --region names one cloud's region: with several clouds each uses it only if it says so

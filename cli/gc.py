@@ -8,33 +8,8 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
-from gpucluster.errors import ExitCode, GpuclusterError
+from gpucluster.errors import ExitCode
 from gpucluster.infra.registry import provisioning
-
-
-def live_clusters(ledger: Any) -> set[str]:
-    """Clusters someone wants: kept ones (`up`, `run --keep`) and those a live process owns."""
-    from gpucluster.owner import owner as lock_owner
-
-    live = set()
-    latest: dict[str, dict[str, Any]] = {}
-    for run in ledger.list_runs(limit=None):
-        latest.setdefault(run["cluster"], run)
-    for name, run in latest.items():
-        if lock_owner(name):
-            live.add(name)
-        elif run["status"] != "running" and run["teardown"] in (None, "kept"):
-            live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
-    return live
-
-
-def scopes(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None) -> dict[str, dict]:
-    """cloud -> where its sweep looks (the backend's `gc_scope`, from the ledger and the flags)."""
-    from gpucluster.infra.registry import backend
-
-    open_rows = ledger.open_resources()
-    return {c: backend(c).gc_scope([r for r in open_rows if r["cloud"] == c], ledger.list_runs(limit=200, cloud=c),
-                                   regions=regions, project=project) for c in clouds}
 
 
 @click.command()
@@ -54,70 +29,53 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
       gpucluster gc --cloud aws            # list, then ask
       gpucluster gc --cloud aws --yes      # delete without asking
     """
-    from gpucluster.domain import Check
     from gpucluster.infra.registry import backend
+    from gpucluster.prepare import check_place
+    from gpucluster.teardown import Collected, Collection
 
+    wanted = {c: backend(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
+    check_place(wanted, regions=regions, project=project)  # refused as `run` refuses them
     ledger = common.ledger()
-    live = set() if include_kept else live_clusters(ledger)
+    sweep = Collection(ledger, wanted, regions, project, include_kept)
     out = common.console(stderr=as_json)
-    wanted = tuple(c for c in provisioning() if not clouds or c in clouds)
-    where_to = scopes(ledger, wanted, regions, project)
-
-    def look() -> tuple[dict[str, list[Any]], list[str]]:
-        found: dict[str, list[Any]] = {}
-        skipped: list[str] = []
-        for c in wanted:
-            try:
-                report = backend(c).scan(None, None, **where_to[c])
-            except GpuclusterError as exc:
-                skipped.append(f"{c}: not checked ({exc.message})")
-                continue
-            except Exception as exc:  # noqa: BLE001 - no credentials, no network: say so, go on
-                skipped.append(f"{c}: not checked ({type(exc).__name__}: {exc})")
-                continue
-            found[c] = [f.leftover for f in report.found if f.cluster not in live]
-            skipped += report.skipped
-        return found, skipped
-
-    by_cloud, skipped = look()
-    found = [lo for c in wanted for lo in by_cloud.get(c, [])]
-    where = ", ".join(backend(c).gc_label(where_to[c]) for c in wanted)
-    if live:
-        out.print(f"kept clusters left alone: {', '.join(sorted(live))} (remove one with `gpucluster down NAME`)")
-    errors: list[str] = []
-    deleted: list[Any] = []
-    if found:
-        for lo in found:
+    by_cloud, skipped = sweep.look()
+    result = Collected(sweep.flat(by_cloud), skipped)
+    if sweep.live:
+        out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
+    if result.found:
+        for lo in result.found:
             out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {lo.detail}")
-        common.confirm(f"Delete these {len(found)} resource(s)?", yes)
-        for c in wanted:
-            if by_cloud.get(c):
-                errors += backend(c).delete(by_cloud[c], wait_seconds=600)
-        for err in errors:
+        common.confirm(f"Delete these {len(result.found)} resource(s)?", yes)
+        result = sweep.delete(by_cloud)
+        for err in result.errors:
             out.print(f"[red]could not delete {err}[/red]")
-        asked = by_cloud
-        by_cloud, skipped = look()  # the verdict rests on a fresh look, not on the delete calls
-        found = [lo for c in wanted for lo in by_cloud.get(c, [])]
-        # deleted: what the fresh look saw gone, only where it could look again
-        deleted = [lo for c, los in asked.items() if c in by_cloud for lo in los
-                   if (lo.kind, lo.id) not in {(x.kind, x.id) for x in by_cloud[c]}]
-    check = Check(tuple(found), tuple(skipped))
+    _render(out, result, sweep.where)
+    if as_json:
+        click.echo(json.dumps({"verdict": result.check.verdict, "found": [lo.__dict__ for lo in result.found],
+                               "deleted": [lo.__dict__ for lo in result.deleted], "errors": result.errors,
+                               "unchecked": result.skipped, "live_clusters": sorted(sweep.live)}, indent=2))
+    return int(ExitCode.OK if result.check.verified else ExitCode.LEFTOVERS)
+
+
+def live_clusters(ledger: Any) -> set[str]:
+    from gpucluster.teardown import live_clusters as live
+
+    return live(ledger)
+
+
+def _render(out: Any, result: Any, where: str) -> None:
+    check = result.check
     if check.verified:
-        gone = f"deleted {len(deleted)} resource(s); " if deleted else ""
+        gone = f"deleted {len(result.deleted)} resource(s); " if result.deleted else ""
         out.print(f"[green]gc: verified ({where}): {gone}every check ran and nothing tagged "
                   "managed-by=gpucluster is left[/green]")
+        return
+    for lo in result.found:
+        out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")
+    for line in result.skipped:
+        out.print(f"[yellow]  not checked: {line}[/yellow]")
+    if check.verdict == "leftovers":
+        out.print(f"[bold red]gc: LEFTOVERS: {len(result.found)} resource(s) still exist[/bold red]")
     else:
-        for lo in found:
-            out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")
-        for line in skipped:
-            out.print(f"[yellow]  not checked: {line}[/yellow]")
-        if check.verdict == "leftovers":
-            out.print(f"[bold red]gc: LEFTOVERS: {len(found)} resource(s) still exist[/bold red]")
-        else:
-            out.print(f"[bold red]gc: NOT VERIFIED: nothing found, but {len(skipped)} check(s) could not run; "
-                      "fix the cause above (e.g. `gpucluster doctor`) and run gc again[/bold red]")
-    if as_json:
-        click.echo(json.dumps({"verdict": check.verdict, "found": [lo.__dict__ for lo in found],
-                               "deleted": [lo.__dict__ for lo in deleted], "errors": errors,
-                               "unchecked": skipped, "live_clusters": sorted(live)}, indent=2))
-    return int(ExitCode.OK if check.verified else ExitCode.LEFTOVERS)
+        out.print(f"[bold red]gc: NOT VERIFIED: nothing found, but {len(result.skipped)} check(s) could not run; "
+                  "fix the cause above (e.g. `gpucluster doctor`) and run gc again[/bold red]")

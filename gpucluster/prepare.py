@@ -405,3 +405,25 @@ def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:
     """A sweep's job for one size: its own run id; a positive GPU count sets processes per node."""
     job = replace(job, run_id=run_id)
     return replace(job, nproc_per_node=gpus) if gpus else job
+
+
+def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), project: str | None = None) -> None:
+    """`--region` and `--project` of commands that create nothing (`gc`, `doctor`), refused as `run`
+    refuses them, through the same code: a region is checked as a spec of each backend given
+    (`validate` after `resolve`) and refused when none of them takes it; a project by the backend
+    that has projects (`parse_project`)."""
+    from gpucluster.spec import resolve, validate
+
+    for region in regions:
+        refusals: list[UsageError] = []
+        for name in backends:
+            try:
+                validate(resolve(ClusterSpec(cloud=name, nodes=1, region=region)))
+            except UsageError as exc:
+                refusals.append(exc)
+        if refusals and len(refusals) == len(backends):
+            raise refusals[0]
+    if project is not None:
+        from gpucluster.infra.registry import project_id
+
+        project_id(project)

@@ -1,0 +1,213 @@
+"""The `down` and `gc` lifecycles, beside `lifecycle.execute` / `provision_only`.
+
+`down`: which clusters a request names (`down_targets`), a live owner refused or stopped
+(`refuse_busy`, `force`), then per cluster under its owner lock: delete, the backend's
+independent check (`check_down`), and the ledger's rows closed only when it is verified
+(`take_down`). `gc`: what is tagged managed-by=gpucluster and no live cluster owns (`Collection`),
+deleted on request, and the verdict from a fresh look, never from the delete calls.
+
+The command resolves the backends and passes them in; nothing here prints or asks: it returns
+the verdicts, and says progress through the `say` callback it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpucluster.domain import Check
+from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
+
+
+# -- down ---------------------------------------------------------------------------------------
+def clusters_known(ledger: Any) -> dict[str, str]:
+    """cluster -> cloud, for every cluster in the ledger (newest run wins)."""
+    known: dict[str, str] = {}
+    for run in ledger.list_runs(limit=None):
+        known.setdefault(run["cluster"], run["cloud"])
+    return known
+
+
+def open_clusters(ledger: Any) -> dict[str, str]:
+    return {row["cluster"]: row["cloud"] for row in ledger.open_resources()}
+
+
+def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
+                 clouds: tuple[str, ...]) -> dict[str, str]:
+    """cluster -> cloud of what `down` is asked to remove (a UsageError when it names nothing known)."""
+    open_ = open_clusters(ledger)
+    if all_:
+        return dict(open_)
+    if not cluster:
+        listed = ", ".join(sorted(open_)) or "none"
+        raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
+    known = clusters_known(ledger)
+    c = cloud or open_.get(cluster) or known.get(cluster)
+    if c is None:
+        raise UsageError(f"cluster {cluster!r} is not in the ledger{did_you_mean(cluster, known)}; "
+                         f"pass --cloud {'|'.join(clouds)} to tear down a cluster made elsewhere with this home")
+    return {cluster: c}
+
+
+def refuse_busy(targets: dict[str, str]) -> None:
+    """A cluster a live gpucluster process owns is not pulled from under it (ClusterBusy, exit 2)."""
+    from gpucluster.owner import busy_error, owner
+
+    for name in sorted(targets):
+        info = owner(name)
+        if info and not info.get("self"):
+            raise busy_error(name, info)
+
+
+@dataclass
+class Downed:
+    """One cluster's `down`: the verdict as `--json` prints it, its check, and the exit code."""
+
+    verdict: dict[str, Any]
+    check: Check | None
+    exit_code: ExitCode
+    error: str | None = None
+
+
+def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str], Any], backend: Any,
+              force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
+              ) -> Downed:
+    """Delete `name`, then check independently what is left; the ledger's rows are closed only
+    when the check is verified (else each open run gets the verdict)."""
+    from gpucluster.lifecycle import LedgerEvents
+    from gpucluster.owner import owner_lock, stop_owner
+
+    verdict: dict[str, Any] = {"cluster": name, "cloud": cloud}
+    try:
+        if force:
+            stopped = stop_owner(name, say=say)
+            if stopped:
+                verdict["stopped_owner"] = stopped
+        with owner_lock(name, "down"):
+            had_open = {r["run_id"] for r in ledger.open_resources(name)}
+            provider = provider_for(cloud)
+            if project:
+                provider.scan_options["project"] = project
+            not_run = []
+            try:
+                provider.down(name, LedgerEvents(ledger, name, say=say))
+            except TeardownIncomplete as exc:
+                not_run.append(f"delete: {exc.message}")
+            runs = {rid: ledger.get_run(rid) or {} for rid in sorted(had_open)}
+            check = backend.check_down(provider, name, runs).with_unchecked(*not_run)
+    except GpuclusterError as exc:
+        verdict.update(verdict="not verified", error=exc.message)
+        code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
+        return Downed(verdict, None, code, exc.message)
+    verdict.update(check.to_dict())
+    if check.verified:
+        verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
+        return Downed(verdict, check, ExitCode.OK)
+    for rid in {r["run_id"] for r in ledger.open_resources(name)} | had_open:
+        ledger.set_teardown(rid, check.verdict, verdict["leftovers"], verdict["unchecked"])
+    return Downed(verdict, check, ExitCode.LEFTOVERS)
+
+
+def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
+    """After a verified teardown: every open row of `cluster` is gone; orphaned runs are closed.
+    `run_ids`: the runs that had open rows before the teardown."""
+    for row in ledger.open_resources(cluster):
+        ledger.resource_deleted(row["run_id"], row["kind"], row["name"])
+        run_ids.add(row["run_id"])
+    for run in ledger.list_runs(limit=None):
+        if run["cluster"] != cluster:
+            continue
+        if run["status"] == "running":
+            ledger.finish_run(run["id"], status="failed", exit_code=int(ExitCode.FAILURE),
+                              failure="the gpucluster process ended before the run finished (crash or kill); "
+                                      "its resources were removed by `gpucluster down`",
+                              teardown="verified", leftovers=[])
+        elif run["id"] in run_ids or run["teardown"] in (None, "kept"):
+            ledger.set_teardown(run["id"], "verified", [])
+    return len(run_ids)
+
+
+# -- gc -----------------------------------------------------------------------------------------
+def live_clusters(ledger: Any) -> set[str]:
+    """Clusters someone wants: kept ones (`up`, `run --keep`) and those a live process owns."""
+    from gpucluster.owner import owner as lock_owner
+
+    live = set()
+    latest: dict[str, dict[str, Any]] = {}
+    for run in ledger.list_runs(limit=None):
+        latest.setdefault(run["cluster"], run)
+    for name, run in latest.items():
+        if lock_owner(name):
+            live.add(name)
+        elif run["status"] != "running" and run["teardown"] in (None, "kept"):
+            live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
+    return live
+
+
+@dataclass
+class Collection:
+    """`gc` over the given backends (name -> backend): where each looks (its `gc_scope`, from the
+    ledger and the flags), what it finds that no live cluster owns, and what deleting it left."""
+
+    ledger: Any
+    backends: dict[str, Any]
+    regions: tuple[str, ...] = ()
+    project: str | None = None
+    include_kept: bool = False
+    live: set[str] = field(default_factory=set)
+    scopes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.live = set() if self.include_kept else live_clusters(self.ledger)
+        open_rows = self.ledger.open_resources()
+        self.scopes = {c: b.gc_scope([r for r in open_rows if r["cloud"] == c],
+                                     self.ledger.list_runs(limit=200, cloud=c), regions=self.regions,
+                                     project=self.project) for c, b in self.backends.items()}
+
+    @property
+    def where(self) -> str:
+        return ", ".join(b.gc_label(self.scopes[c]) for c, b in self.backends.items())
+
+    def look(self) -> tuple[dict[str, list[Any]], list[str]]:
+        """(cloud -> leftovers no live cluster owns, the checks that could not run)."""
+        found: dict[str, list[Any]] = {}
+        skipped: list[str] = []
+        for c, b in self.backends.items():
+            try:
+                report = b.scan(None, None, **self.scopes[c])
+            except GpuclusterError as exc:
+                skipped.append(f"{c}: not checked ({exc.message})")
+                continue
+            except Exception as exc:  # noqa: BLE001 - no credentials, no network: say so, go on
+                skipped.append(f"{c}: not checked ({type(exc).__name__}: {exc})")
+                continue
+            found[c] = [f.leftover for f in report.found if f.cluster not in self.live]
+            skipped += report.skipped
+        return found, skipped
+
+    def delete(self, asked: dict[str, list[Any]]) -> "Collected":
+        """Delete what `look` found, then look again: the verdict rests on the fresh look."""
+        errors: list[str] = []
+        for c, b in self.backends.items():
+            if asked.get(c):
+                errors += b.delete(asked[c], wait_seconds=600)
+        by_cloud, skipped = self.look()
+        # deleted: what the fresh look saw gone, only where it could look again
+        deleted = [lo for c, los in asked.items() if c in by_cloud for lo in los
+                   if (lo.kind, lo.id) not in {(x.kind, x.id) for x in by_cloud[c]}]
+        return Collected(self.flat(by_cloud), skipped, deleted, errors)
+
+    def flat(self, by_cloud: dict[str, list[Any]]) -> list[Any]:
+        return [lo for c in self.backends for lo in by_cloud.get(c, [])]
+
+
+@dataclass
+class Collected:
+    found: list[Any]
+    skipped: list[str]
+    deleted: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def check(self) -> Check:
+        return Check(tuple(self.found), tuple(self.skipped))
