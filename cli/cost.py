@@ -39,6 +39,9 @@ def _boundary(fn: Callable) -> Callable:
 
 
 from gpucluster.cli.console import make_console as _console  # noqa: E402
+from gpucluster.cli.options import Int, options  # noqa: E402
+
+MAX_GPUS = 16  # gpucluster.prepare.MAX_GPUS_PER_NODE, as `run --gpus-per-node` takes it
 
 
 def _warn(messages: list[str]) -> None:
@@ -160,32 +163,35 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
     return spec.replace(**changes)
 
 
-def _parse_nodes(value: str | None) -> list[int] | None:
-    from gpucluster.spec import parse_int
+def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
+    """--nodes N or N,N,...: each within the cloud's limit as `run` checks it (64 with no cloud given)."""
+    from gpucluster.spec import CLOUDS, max_nodes, parse_int
 
     if value is None:
         return None
-    return [parse_int("nodes", part, low=1, high=64) for part in value.split(",")]
+    high = max_nodes(cloud) if cloud in CLOUDS else 64
+    return [parse_int("nodes", part, low=1, high=high) for part in value.split(",")]
 
 
 @cost.command("estimate")
-@click.option("--cloud", help="aws, gcp (local and ssh cost $0).")
-@click.option("--instance-type", "--machine-type", "instance_type", help="g5.* (aws) or n1-* (gcp).")
-@click.option("--gpus", type=str, help="GPUs per node (aws: what the type carries; gcp: 1, 2, 4 or 8 V100).")
+@options("cloud", "instance_type", cloud=dict(default=None, show_default=False, help="aws, gcp (local and ssh cost $0)."),
+         instance_type=dict(help="g5.* (aws) or n1-* (gcp)."))
+@click.option("--gpus", type=Int("gpus", 0, MAX_GPUS), help="GPUs per node (aws: what the type carries; gcp: 1, 2, 4 "
+              "or 8 V100).")
 @click.option("--nodes", help="Node count, or a list (1,2,4,8) with --workload for a what-if projection.")
 @click.option("--hours", default=None, help="Hours to price (default 1).")
 @click.option("--spot/--on-demand", default=None, help="Spot (reference price) or on-demand.")
-@click.option("--disk-gb", type=str, help="Disk per node in GB (default 100).")
+@options("disk_gb", "region", "zone", disk_gb=dict(default=None, show_default=False, help="Disk per node in GB "
+                                                                                          "(default 100)."),
+         region=dict(help="Region (default us-east-1 / us-central1)."),
+         zone=dict(help="GCP zone: makes the GKE cluster zonal (free-tier eligible)."))
 @click.option("--disk-type", help="gp3 (aws), pd-standard / pd-balanced / pd-ssd (gcp).")
-@click.option("--region", help="Region (default us-east-1 / us-central1).")
-@click.option("--zone", help="GCP zone: makes the GKE cluster zonal (free-tier eligible).")
 @click.option("--stack", help="Read the spec from stacks/Pulumi.STACK.yaml (or a .yaml path); flags override it.")
 @click.option("--free-tier", is_flag=True, help="GKE: the billing account's free zonal cluster covers the fee.")
 @click.option("--workload", help="What-if: project from measured runs of this workload.")
-@click.option("--epochs", help="What-if: epochs to project.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@options("epochs", "as_json", epochs=dict(help="What-if: epochs to project."), as_json=dict(help="Print JSON."))
 @_boundary
-def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, disk_type, region, zone, stack,
+def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
                  free_tier, workload, epochs, as_json) -> None:
     """Itemized cost of a cluster for some hours, or (with --workload) a what-if projection.
 
@@ -196,25 +202,24 @@ def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, disk_t
       gpucluster cost estimate --nodes 1,2,4,8 --workload mnist --epochs 8
     """
     from gpucluster.errors import UsageError
-    from gpucluster.spec import parse_int
 
-    node_list = _parse_nodes(nodes)
-    gpus_n = None if gpus is None else parse_int("gpus", gpus, low=0, high=16)
-    disk_n = None if disk_gb is None else parse_int("disk size (GB)", disk_gb, low=1, high=65536)
+    node_list = _parse_nodes(nodes, cloud)
     if workload is not None:
         if epochs is None:
             raise UsageError("--workload needs --epochs (how many epochs to project)")
-        return _what_if(node_list or [1, 2, 4, 8], workload, epochs, cloud, instance_type, gpus_n, as_json)
+        return _what_if(node_list or [1, 2, 4, 8], workload, epochs, cloud, instance_type, gpus, as_json)
     if epochs is not None:
         raise UsageError("--epochs is for what-if projections: give --workload too")
     if node_list is not None and len(node_list) > 1:
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
     from gpucluster.cost import estimate
+    from gpucluster.spec import validate
 
-    spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus_n,
-                      nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_n, disk_type=disk_type,
+    spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus,
+                      nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)
     est = estimate(spec, hours if hours is not None else "1", free_tier=True if free_tier else None)
+    validate(spec)  # and what `run` refuses besides, by the same checks
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=1))
         return

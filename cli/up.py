@@ -61,28 +61,38 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
     plan = prepare(Request(**flags, job=False), backend(cloud), provider=common.provider_for(cloud),
                    strict_prices=False)
-    spec, hourly = plan.spec, plan.hourly
+    spec, dry_run = plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)
     common.print_notes(out, plan.notes)
-    if flags["dry_run"]:
+    plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
+    if dry_run:
         from gpucluster.cli.dryrun import print_dry_run
 
-        out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
-                  + (f"about {common.money(hourly)}/hour" if hourly is not None else "no price known here"))
+        out.print(plan_line + _rate(plan.hourly, True))
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     check_before_recording(plan)  # a missing Pulumi CLI is reported before anything is asked or recorded
-    rate = f"about {common.money(hourly)}/hour" if hourly is not None else "billed by the hour (no price known here)"
-    out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
-              f"{rate} until `gpucluster down {spec.name}`")
+    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
+    return _render(out, cluster, plan, as_json)
+
+
+def _rate(hourly: Any, dry_run: bool) -> str:
+    if hourly is not None:
+        return f"about {common.money(hourly)}/hour"
+    return "no price known here" if dry_run else "billed by the hour (no price known here)"
+
+
+def _render(out: Any, cluster: Any, plan: Any, as_json: bool) -> int:
+    cloud = plan.spec.cloud
     nodes_out = [{"rank": n.rank, "host": n.host, "private_ip": n.private_ip, "user": n.user,
                   "instance_id": n.instance_id, "gpus": n.gpus} for n in cluster.nodes]
     if as_json:
-        click.echo(json.dumps({"run_id": spec.run_id, "cluster": cluster.name, "cloud": cloud, "region": cluster.region,
-                               "zone": cluster.zone, "nodes": nodes_out, "outputs": cluster.outputs,
-                               "hourly_usd": None if hourly is None else str(hourly)}, indent=2, default=str))
+        click.echo(json.dumps({"run_id": plan.spec.run_id, "cluster": cluster.name, "cloud": cloud,
+                               "region": cluster.region, "zone": cluster.zone, "nodes": nodes_out,
+                               "outputs": cluster.outputs,
+                               "hourly_usd": None if plan.hourly is None else str(plan.hourly)}, indent=2, default=str))
         return 0
     from rich.table import Table
 
@@ -93,5 +103,5 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     for n in nodes_out:
         t.add_row(str(n["rank"]), n["host"] or "-", n["private_ip"] or "-", n["instance_id"] or "-", str(n["gpus"]))
     out.print(t)
-    out.print(f"hourly cost: {rate} while it runs; remove it with: gpucluster down {cluster.name}")
+    out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
     return 0

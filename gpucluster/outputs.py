@@ -83,6 +83,10 @@ def check_output_dest(value: str, store: Any = None) -> Path | str:
     if "://" in text:
         raise UsageError(f"output {value!r} is not allowed: a folder on this machine (DIR)")
     path = Path(os.path.abspath(os.path.expanduser(text)))
+    fstype = virtual_fs(path)
+    if fstype:
+        raise UsageError(f"output {value!r} is not allowed: it is on a {fstype} file system the kernel makes up "
+                         "(nothing can be kept there); give a folder on a disk")
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"output {value!r} is not allowed: it exists and is not a folder")
@@ -102,6 +106,31 @@ def check_output_dest(value: str, store: Any = None) -> Path | str:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"output {value!r} is not allowed: it cannot be created ({parent} is not writable)")
     return path
+
+
+# file systems whose files the kernel makes up: nothing written there is kept as written
+VIRTUAL_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+                        "securityfs", "pstore", "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs",
+                        "selinuxfs", "autofs", "hugetlbfs", "rpc_pipefs", "nsfs"})
+
+
+def virtual_fs(path: Path) -> str | None:
+    """The type of the virtual file system `path` would be on (proc, sysfs, ...), or None. From the
+    mount table (/proc/self/mounts, longest mount point holding the path); where there is none,
+    by the usual mount points."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            mounts = [line.split()[1:3] for line in f if len(line.split()) >= 3]
+    except OSError:
+        mounts = [["/proc", "proc"], ["/sys", "sysfs"], ["/dev", "devtmpfs"]]
+    best, kind = "", None
+    for point, fstype in mounts:
+        point = point.replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fstype
+    return kind if kind in VIRTUAL_FS else None
 
 
 def measure(path: Path) -> tuple[int, int, list[str]]:

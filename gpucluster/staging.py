@@ -111,10 +111,34 @@ def parse_data(values: Sequence[str], store=None) -> tuple[DataMount, ...]:
             raise UsageError(f"--data {value!r}: {src!r} is a file, not a folder; give the folder that holds it")
         if not os.access(path, os.R_OK | os.X_OK):
             raise UsageError(f"--data {value!r}: the folder {src!r} cannot be read")
+        bad = bad_link(path)
+        if bad:
+            raise UsageError(f"--data {value!r}: {bad!r} is a symbolic link that {_LINK_WHY} (the folder is copied "
+                             "with its links followed); remove it or make it point at a file or folder")
         dest = _check_dest(value, dest) if sep else f"data/{path.resolve().name}"
         _no_overlap(value, dest, mounts)
         mounts.append(DataMount(str(path.resolve()), dest))
     return tuple(mounts)
+
+
+_LINK_WHY = "points at nothing, or loops"
+
+
+def bad_link(top: Path) -> str | None:
+    """The first symbolic link under `top` that a copy following links cannot take: one pointing at
+    nothing, one that loops (ELOOP), or one to a folder that holds it (an endless tree)."""
+    for root, dirnames, filenames in os.walk(top, followlinks=True):
+        here = os.path.realpath(root)
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(root, name)
+            if not os.path.islink(full):
+                continue
+            if not os.path.exists(full):
+                return full
+            target = os.path.realpath(full)
+            if os.path.isdir(full) and (here == target or here.startswith(target.rstrip(os.sep) + os.sep)):
+                return full
+    return None
 
 
 def _no_overlap(value: str, dest: str, mounts: Sequence[DataMount]) -> None:

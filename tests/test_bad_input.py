@@ -662,3 +662,125 @@ def test_resume_dest_is_not_a_data_dest(home):
     _ended_run(home, "r20261122-000001-aaaaaa", _rows(home, "r20261122-000001-aaaaaa", [1, 0]))
     r = run_cli("run", "--nodes", "2", "--data", "tests:resume", "--resume", "r20261122-000001-aaaaaa")
     assert_clean_refusal(r, "tests:resume'", "DEST 'resume'", "where --resume stages", "another DEST")
+
+
+# -- issue 32 item 8: input that cannot work is refused before the ledger row --------------------
+def _data_with_link(tmp_path, how):
+    top = tmp_path / "shards"
+    (top / "sub").mkdir(parents=True)
+    (top / "a.bin").write_bytes(b"x")
+    if how == "broken":
+        (top / "gone").symlink_to(tmp_path / "no-such-file")
+    elif how == "self-loop":
+        (top / "loop").symlink_to(top / "loop")
+    else:  # a folder link back to an ancestor: a copy following links never ends
+        (top / "sub" / "up").symlink_to(top)
+    return top
+
+
+@pytest.mark.parametrize("how,name", [("broken", "gone"), ("self-loop", "loop"), ("cycle", "sub/up")])
+def test_data_folder_with_a_link_that_cannot_be_copied(home, tmp_path, how, name):
+    top = _data_with_link(tmp_path, how)
+    r = run_cli("run", "--nodes", "1", "--data", str(top))
+    assert_clean_refusal(r, f"--data {str(top)!r}", repr(str(top / name)), "symbolic link")
+    assert_nothing_started(home)
+
+
+def test_data_folder_with_good_links_is_taken(tmp_path):
+    from gpucluster.staging import bad_link
+
+    top = tmp_path / "shards"
+    (top / "sub").mkdir(parents=True)
+    (top / "a.bin").write_bytes(b"x")
+    (top / "same").symlink_to(top / "a.bin")
+    (tmp_path / "elsewhere").mkdir()
+    (top / "other").symlink_to(tmp_path / "elsewhere")  # a folder outside the tree: followed, no loop
+    (top / "sub" / "again").symlink_to(tmp_path / "elsewhere")  # the same folder twice is no loop either
+    assert bad_link(top) is None
+    (top / "sub" / "up").symlink_to(tmp_path)  # tmp_path holds the tree: an endless copy
+    assert bad_link(top) == str(top / "sub" / "up")
+
+
+# a command after `--` that cannot run: (argv after --, needles)
+NOT_RUNNABLE = [
+    (["--"], ["command after --", "'--'"]),
+    (["tests"], ["command 'tests'", "it is a folder"]),
+    (["python", "tests"], ["script 'tests'", "not a folder"]),
+    (["python"], ["command 'python'", "python alone"]),
+    (["python3", "-m"], ["'python3 -m'", "followed by its module"]),
+    (["python", "-c"], ["'python -c'", "followed by its code"]),
+]
+
+
+@pytest.mark.parametrize("argv,needles", NOT_RUNNABLE, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize("cmd", ["run", "sweep"])
+def test_command_that_cannot_run(home, cmd, argv, needles):
+    r = run_cli(cmd, "--nodes", "1", "--", *argv)
+    assert_clean_refusal(r, *needles)
+    assert_nothing_started(home)
+
+
+def test_runnable_commands_pass_the_check(tmp_path):
+    from gpucluster.prepare import check_command
+
+    check_command(("python", "-c", "pass"))
+    check_command(("python", "-m", "json.tool"))
+    check_command(("true",))
+    check_command(("python", "-u", "tests/conftest.py"))
+
+
+@pytest.mark.parametrize("dest", ["/proc/gpucluster-out", "/sys/gpucluster-out", "/proc/self"])
+def test_output_on_a_virtual_file_system(home, dest):
+    r = run_cli("run", "--nodes", "1", "--output", dest)
+    assert_clean_refusal(r, f"output {dest!r}", "file system the kernel makes up")
+    assert_nothing_started(home)
+
+
+def test_ssh_script_folder_over_the_size_limit(home, tmp_path):
+    from gpucluster.infra.ssh.ship import MAX_SHIP_BYTES
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    with open(code / "weights.bin", "wb") as f:  # sparse: its size counts, no disk is used
+        f.truncate(MAX_SHIP_BYTES + 1)
+    r = run_cli("run", "--cloud", "ssh", "--hosts", "u@127.0.0.2", "--", "python", str(code / "train.py"))
+    assert_clean_refusal(r, repr(str(code)), f"more than {MAX_SHIP_BYTES >> 20} MB")
+    assert_nothing_started(home)
+
+
+@pytest.mark.parametrize("cloud", ["ssh", "aws"])
+def test_no_ssh_on_path(home, tmp_path, cloud):
+    """ssh and aws runs launch over OpenSSH: without `ssh` on PATH nothing is recorded (exit 2, the fix)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)  # the command after -- resolves; ssh does not
+    hosts = ["--hosts", "u@127.0.0.2"] if cloud == "ssh" else ["--ssh-cidr", "198.51.100.7/32", "--yes"]
+    r = run_cli("run", "--cloud", cloud, *hosts, env={"PATH": str(bin_dir)})
+    assert_clean_refusal(r, "`ssh` is not on PATH", "openssh")
+    assert_nothing_started(home)
+
+
+# -- issue 32 item 10: commands that create nothing refuse what `run` refuses, by the same checks --
+SAME_CHECKS = [  # (argv, needles): each value is one `run` refuses
+    (["run", "--cloud", "aws", "--dry-run", "--ssh-cidr", "198.51.100.7/32", "--threads-per-proc", "0"],
+     ["threads per process '0'", "1 to 1024"]),
+    (["run", "--cloud", "aws", "--dry-run", "--ssh-cidr", "198.51.100.7/32", "--", "python"], ["python alone"]),
+    (["up", "--cloud", "aws", "--dry-run", "--ssh-cidr", "198.51.100.7/32", "--disk-gb", "5"],
+     ["disk size (GB) '5'", "10 to 16384"]),
+    (["cost", "estimate", "--cloud", "aws", "--disk-gb", "5"], ["disk size (GB) '5'", "10 to 16384"]),
+    (["cost", "estimate", "--cloud", "local", "--nodes", "17"], ["nodes '17'", "1 to 16"]),
+    (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus '17'", "0 to 16"]),
+    (["gc", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
+    (["gc", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
+    (["doctor", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
+    (["doctor", "--cloud", "gcp", "--region", "us-east-1"], ["'us-east-1'", "no V100 zone"]),
+    (["doctor", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
+]
+
+
+@pytest.mark.parametrize("argv,needles", SAME_CHECKS, ids=lambda v: " ".join(v[:4]) if isinstance(v, list) else None)
+def test_commands_that_create_nothing_refuse_what_run_refuses(home, argv, needles):
+    r = run_cli(*argv)
+    assert_clean_refusal(r, *needles)
+    assert_nothing_started(home)

@@ -299,6 +299,9 @@ class SshLauncher(Launcher):
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
+        from .ship import check_shippable
+
+        check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]

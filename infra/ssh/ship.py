@@ -9,6 +9,7 @@ import os
 import re
 import tarfile
 from pathlib import Path
+from typing import Iterator
 
 from gpucluster.errors import LaunchError
 from gpucluster.launch import _PYTHON_RE, JobSpec, program_args
@@ -88,17 +89,44 @@ def bundle(code_dir: Path | None) -> bytes:
         if digits:
             tar.add(digits, arcname="workloads/data/digits.csv.gz")
         if code_dir is not None:
-            for root, dirnames, filenames in os.walk(code_dir):
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-                for name in sorted(filenames):
-                    path = Path(root, name)
-                    if path.suffix == ".pyc":
-                        continue
-                    total += path.lstat().st_size
-                    if total > MAX_SHIP_BYTES:
-                        raise LaunchError(
-                            f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to "
-                            "copy to every node; put the script in a folder of its own (data belongs on the nodes "
-                            "or in object storage)")
-                    tar.add(path, arcname=f"code/{path.relative_to(code_dir).as_posix()}", recursive=False)
+            for path in _code_files(code_dir):
+                total += path.lstat().st_size
+                if total > MAX_SHIP_BYTES:
+                    raise LaunchError(_too_big(code_dir))
+                tar.add(path, arcname=f"code/{path.relative_to(code_dir).as_posix()}", recursive=False)
     return buf.getvalue()
+
+
+def _code_files(code_dir: Path) -> Iterator[Path]:
+    """The files of the script's folder that are shipped (tool folders and .pyc left out)."""
+    for root, dirnames, filenames in os.walk(code_dir):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(root, name)
+            if path.suffix != ".pyc":
+                yield path
+
+
+def _too_big(code_dir: Path) -> str:
+    return (f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to copy to every "
+            "node; put the script in a folder of its own (data belongs on the nodes or in object storage)")
+
+
+def check_shippable(job: JobSpec, python: str = "python3", ssh: str = "ssh") -> None:
+    """Before anything is recorded: `ssh` on PATH, and the script's folder within the size that is
+    shipped to every node (UsageError, exit 2, with the fix)."""
+    import shutil
+
+    from gpucluster.errors import UsageError
+
+    if shutil.which(ssh) is None:
+        raise UsageError(f"`{ssh}` is not on PATH (runs on these nodes are launched over OpenSSH); install it: "
+                         "`sudo apt-get install openssh-client` / `brew install openssh`")
+    code_dir, _ = user_program(job, python)
+    if code_dir is None:
+        return
+    total = 0
+    for path in _code_files(code_dir):
+        total += path.lstat().st_size
+        if total > MAX_SHIP_BYTES:
+            raise UsageError(_too_big(code_dir))
