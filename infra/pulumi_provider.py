@@ -64,7 +64,8 @@ class PulumiProvider(Provider):
     def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
-                 scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None):
+                 scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
+                 credentials: Callable[[], list[dict[str, Any]]] | None = None):
         if cloud not in provisioning():
             raise UsageError(not_allowed("cloud", cloud, provisioning()))
         self.cloud = cloud
@@ -72,6 +73,8 @@ class PulumiProvider(Provider):
         self.driver = driver or PulumiDriver()
         self._find = find
         self._delete = delete
+        # the credential checks (the backend's doctor checks by default); a test's stand-in account passes its own
+        self._credentials = credentials or (lambda: self.backend.doctor(region=None, sole=False))
         self.scan_options = dict(scan_options or {})
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
@@ -94,6 +97,17 @@ class PulumiProvider(Provider):
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
         passphrase_file()
+        self.check_credentials()
+
+    def check_credentials(self) -> None:
+        """The cloud's credentials (aws: STS GetCallerIdentity; gcp: application-default
+        credentials), by the backend's own doctor checks, before anything is recorded: a run
+        without them could create nothing, and its teardown could not be verified (exit 3). Only
+        the credential checks decide here (quota and the like are `gpucluster doctor`'s)."""
+        for c in self._credentials():
+            if c.get("ok") is False and "credentials" in str(c.get("check", "")):
+                fix = c.get("fix") or f"see `gpucluster doctor --cloud {self.cloud}`"
+                raise UsageError(f"{c['check']}: {c['detail']}; nothing was started: {fix}")
 
     # -- before the plan -------------------------------------------------------------------------
     def resolve_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:

@@ -76,7 +76,8 @@ def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
         return []
 
     p = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
-                       find=find, delete=delete, capacity_attempts=capacity_attempts)
+                       find=find, delete=delete, capacity_attempts=capacity_attempts,
+                       credentials=lambda: [{"check": "aws credentials", "ok": True, "detail": "account 123"}])
     p.found_calls = found
     return p
 
@@ -628,3 +629,21 @@ def test_up_failure_whose_cleanup_also_fails_says_how_to_finish(home):
     msg = err.value.message
     assert "cleanup did not finish" in msg and "gpucluster down demo" in msg and "gc --cloud aws" in msg
     assert "has been destroyed" not in msg
+
+
+def test_preflight_refuses_missing_credentials_before_anything(home):
+    """The provider's preflight (before the ledger row) fails on the cloud's credential check alone,
+    naming it and its fix; other failed doctor checks (quota) are `gpucluster doctor`'s business."""
+    from gpucluster.errors import UsageError
+
+    fake = FakePulumiCommand()
+    checks = [{"check": "aws credentials", "ok": False, "detail": "STS get_caller_identity failed: expired token",
+               "fix": "`aws sso login`"}, {"check": "EC2 G/VT vCPU quota (us-east-1)", "ok": False, "detail": "0"}]
+    p = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+                       credentials=lambda: checks)
+    with pytest.raises(UsageError, match=r"aws credentials: STS get_caller_identity failed: expired token; "
+                                         r"nothing was started: `aws sso login`"):
+        p.preflight()
+    checks.pop(0)
+    p.preflight()  # a quota problem alone does not stop a run here
+    assert not fake.calls or all(c[0] != "up" for c in fake.calls)

@@ -784,3 +784,37 @@ def test_commands_that_create_nothing_refuse_what_run_refuses(home, argv, needle
     r = run_cli(*argv)
     assert_clean_refusal(r, *needles)
     assert_nothing_started(home)
+
+
+# -- issue 32 item 3: cloud credentials are checked before anything is recorded -------------------
+NO_CREDENTIALS = {  # cloud: (flags, the environment without credentials, needles)
+    # botocore's chain: environment, shared files, instance metadata (disabled)
+    "aws": (["--ssh-cidr", "198.51.100.7/32"], {"AWS_SHARED_CREDENTIALS_FILE": "{tmp}/none",
+                                                 "AWS_CONFIG_FILE": "{tmp}/none", "AWS_EC2_METADATA_DISABLED": "true"},
+            ["aws credentials", "aws configure"]),
+    # google.auth.default: GOOGLE_APPLICATION_CREDENTIALS naming a missing file is an error at once
+    "gcp": (["--project", "my-project-123"], {"GOOGLE_APPLICATION_CREDENTIALS": "{tmp}/none.json",
+                                              "CLOUDSDK_CONFIG": "{tmp}/gcloud", "GCE_METADATA_HOST": "127.0.0.1:9"},
+            ["application-default credentials"]),
+}
+
+
+@pytest.mark.parametrize("cloud", list(NO_CREDENTIALS))
+def test_cloud_run_without_credentials_is_refused_before_the_row(home, tmp_path, cloud):
+    """With the Pulumi CLI present (a stand-in answering `pulumi version` as the real one does:
+    `v3.x.y` on stdout, https://www.pulumi.com/docs/iac/cli/commands/pulumi_version/) and no
+    credentials for the cloud, `run` stops with exit 2 and the fix, and no run row is written.
+    Before, the run row was written and the run ended with exit 3, "not verified"."""
+    flags, no_creds, needles = NO_CREDENTIALS[cloud]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = version ] && echo v3.200.0 && exit 0\necho unexpected >&2; exit 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "CLOUDSDK_", "GCE_"))}
+    env.update({k: v.format(tmp=tmp_path) for k, v in no_creds.items()})
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", COLUMNS="200", GPUCLUSTER_HOME=str(home))
+    r = subprocess.run(gpucluster_argv("run", "--cloud", cloud, *flags, "--yes"), capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=300)
+    assert_clean_refusal(r, *needles, "nothing was started")
+    assert_nothing_started(home)
