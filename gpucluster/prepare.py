@@ -423,7 +423,6 @@ def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), proj
                 refusals.append(exc)
         if refusals and len(refusals) == len(backends):
             raise refusals[0]
-    if project is not None:
-        from gpucluster.infra.registry import project_id
-
-        project_id(project)
+    for chosen in backends.values():
+        if project is not None and "project" in chosen.flags:
+            chosen.parse_project(project)
