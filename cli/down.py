@@ -37,19 +37,14 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
       gpucluster down --all --yes
     """
     from gpucluster.infra.registry import backend
-    from gpucluster.teardown import down_targets, refuse_busy, take_down
+    from gpucluster.teardown import check_project, down_targets, refuse_busy, take_down
 
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
     ledger = common.ledger()
     targets = down_targets(ledger, cluster, all_, cloud, provisioning())
     backends = {c: backend(c) for c in set(targets.values())}  # the one lookup: the lifecycle is given them
-    if project:
-        project = project_id(project)
-        others = sorted(n for n, c in targets.items() if "project" not in backends[c].flags)
-        if others:
-            raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
-                             "(give it for gcp clusters only)")
+    project = None if not project else check_project(project_id(project), targets, backends)
     out = common.console(stderr=as_json)
     if not targets:
         out.print("nothing to do: the ledger records no cluster that may still exist")

@@ -43,8 +43,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
     if sweep.live:
         out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
     if result.found:
-        for lo in result.found:
-            out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {lo.detail}")
+        _list(out, result.found)
         common.confirm(f"Delete these {len(result.found)} resource(s)?", yes)
         result = sweep.delete(by_cloud)
         for err in result.errors:
@@ -61,6 +60,11 @@ def live_clusters(ledger: Any) -> set[str]:
     from gpucluster.teardown import live_clusters as live
 
     return live(ledger)
+
+
+def _list(out: Any, found: list[Any]) -> None:
+    for lo in found:
+        out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {lo.detail}")
 
 
 def _render(out: Any, result: Any, where: str) -> None:

@@ -120,13 +120,8 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
     if command:
         check_command(command)
-    from gpucluster.staging import parse_data, parse_setup
-
-    mounts, setup_cmds = parse_data(req.data, backend), parse_setup(req.setup)
-    resumed_from, resume_mount = _resume(req.resume, mounts, backend) if req.resume is not None else (None, None)
-    # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
-    reads = [m.src for m in mounts + ((resume_mount,) if resume_mount is not None else ()) if m.remote]
-    spec = backend.with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
+    staged = _staged(req, backend)
+    spec = backend.with_object_access(spec, staged.reads, [output_dir] if isinstance(output_dir, str) else [])
     provider, launcher = _make(req, backend, spec, provider)
     if output_dir is not None and not launcher.collects_outputs:
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
@@ -135,15 +130,8 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     present = backend.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and spec.gpus_per_node is None:
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
-    job = None
-    if req.job:
-        job = JobSpec(run_id=spec.run_id or "", command=command, workload=None if command else workload,
-                      workload_args=tuple(wl_args) if not command else (),
-                      nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
-                      max_seconds=req.max_minutes * 60 if req.max_minutes else None,
-                      threads_per_proc=req.threads_per_proc, setup=setup_cmds, data=mounts, resume=resume_mount,
-                      output_dir=_shown_output(output_dir, launcher, req.dry_run))
-    plan = Prepared(spec, job, provider, launcher, notes, resumed_from=resumed_from,
+    job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
+    plan = Prepared(spec, job, provider, launcher, notes, resumed_from=staged.resumed_from,
                     workload=workload or command_name(command))
     _price(plan, backend, strict_prices)
     if not req.dry_run and launcher is not None:
@@ -169,6 +157,41 @@ def open_ledger() -> Any:
 
 
 # -- the steps ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Staged:
+    mounts: tuple[Any, ...]
+    setup: tuple[str, ...]
+    resumed_from: str | None
+    resume: Any
+
+    @property
+    def reads(self) -> list[str]:
+        """The object-storage URLs the nodes read: the cloud's component grants exactly these."""
+        both = self.mounts + ((self.resume,) if self.resume is not None else ())
+        return [m.src for m in both if m.remote]
+
+
+def _staged(req: Request, backend: Any) -> _Staged:
+    """--data, --setup and --resume, checked (a resumed run is looked up read-only)."""
+    from gpucluster.staging import parse_data, parse_setup
+
+    mounts, setup_cmds = parse_data(req.data, backend), parse_setup(req.setup)
+    resumed_from, resume_mount = _resume(req.resume, mounts, backend) if req.resume is not None else (None, None)
+    return _Staged(mounts, setup_cmds, resumed_from, resume_mount)
+
+
+def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: str | None, wl_args: list[str],
+         staged: _Staged, output_dir: str | None) -> JobSpec | None:
+    if not req.job:
+        return None
+    return JobSpec(run_id=spec.run_id or "", command=command, workload=None if command else workload,
+                   workload_args=tuple(wl_args) if not command else (),
+                   nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
+                   max_seconds=req.max_minutes * 60 if req.max_minutes else None,
+                   threads_per_proc=req.threads_per_proc, setup=staged.setup, data=staged.mounts,
+                   resume=staged.resume, output_dir=output_dir)
+
+
 def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
     command, workload = tuple(req.command), req.workload
     if not req.job:

@@ -49,6 +49,15 @@ def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None
     return {cluster: c}
 
 
+def check_project(project: str, targets: dict[str, str], backends: dict[str, Any]) -> str:
+    """`down --project`: only for clusters whose backend has projects."""
+    others = sorted(n for n, c in targets.items() if "project" not in backends[c].flags)
+    if others:
+        raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
+                         "(give it for gcp clusters only)")
+    return project
+
+
 def refuse_busy(targets: dict[str, str]) -> None:
     """A cluster a live gpucluster process owns is not pulled from under it (ClusterBusy, exit 2)."""
     from gpucluster.owner import busy_error, owner
