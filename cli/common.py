@@ -57,3 +57,35 @@ def print_notes(out: Any, notes: list[str]) -> None:
     """The spec's warnings and the values found at run time ("detected ...")."""
     for w in notes:
         out.print(f"[yellow]note:[/yellow] {w}" if "detected" in w else f"[yellow]warning:[/yellow] {w}")
+
+
+
+def preflight(provider: Any, yes: bool) -> None:
+    """`provider.preflight()`; when it finds no usable Pulumi CLI, offer once to install the pinned
+    minimum version into the gpucluster home, then check again. Called only on the way to a real
+    `run`/`up`/`down` (never on --help or --dry-run). GPUCLUSTER_INSTALL_PULUMI=yes or --yes installs
+    without asking; =no, a "no", or no terminal without either leaves the missing-CLI error as it was."""
+    from gpucluster.infra import pulumi_cli
+
+    check = getattr(provider, "preflight", None)
+    if check is None:  # a provider with nothing to check
+        return
+    try:
+        check()
+        return
+    except pulumi_cli.PulumiCliMissing as exc:
+        missing = exc
+    choice = pulumi_cli.install_choice()
+    if choice is False:
+        raise missing
+    root = pulumi_cli.managed_root()
+    if not (yes or choice):
+        if not sys.stdin.isatty():
+            raise missing
+        click.echo(f"gpucluster: {missing.message.split(': install it')[0]}", err=True)
+        if not click.confirm(f"Install the Pulumi CLI {pulumi_cli.MIN_PULUMI_VERSION} into {root} now?", default=True):
+            raise missing
+    click.echo(f"installing the Pulumi CLI {pulumi_cli.MIN_PULUMI_VERSION} into {root} (get.pulumi.com) ...", err=True)
+    cmd = pulumi_cli.install_cli()
+    click.echo(f"Pulumi CLI {cmd.version} ready: {pulumi_cli.cli_source(cmd)}", err=True)
+    check()

@@ -114,6 +114,11 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
             if info and not info.get("self"):
                 raise busy_error(name, info)
     common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it?", yes)
+    for c in sorted({c for c in targets.values() if backend(c).provisions}):
+        try:  # the Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag
+            common.preflight(common.provider_for(c), yes)
+        except GpuclusterError:
+            pass
     verdicts = []
     worst = ExitCode.OK
     for name, c in sorted(targets.items()):

@@ -174,7 +174,9 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
-    provider.preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
+    from gpucluster.cli.common import preflight
+
+    preflight(provider, yes)  # e.g. the Pulumi CLI: missing or too old is offered or said before anything is recorded
 
     present = backend(cloud).known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and gpn is None:
