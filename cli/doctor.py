@@ -49,8 +49,12 @@ def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
     except GpuclusterError as exc:
         return [_check("pulumi CLI", False, exc.message.split(":")[0],
                        f"`curl -fsSL https://get.pulumi.com | sh` (needs {automation.MIN_PULUMI_VERSION}+; "
-                       f"{automation.INSTALL_URL})")]
-    checks = [_check("pulumi CLI", True, f"version {cmd.version} (needs {automation.MIN_PULUMI_VERSION}+)")]
+                       f"{automation.INSTALL_URL}), or `gpucluster up`/`run` installs it into the gpucluster home "
+                       "when you agree")]
+    from gpucluster.infra.pulumi_cli import cli_source
+
+    checks = [_check("pulumi CLI", True, f"version {cmd.version}, {cli_source(cmd)} "
+                                          f"(needs {automation.MIN_PULUMI_VERSION}+)")]
     try:
         res = cmd.run(["plugin", "ls", "--json"], os.getcwd(), {"PULUMI_SKIP_UPDATE_CHECK": "true"})
         names = sorted({p.get("name") for p in json.loads(res.stdout or "[]")})

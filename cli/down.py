@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
-from gpucluster.errors import ExitCode, UsageError
+from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.registry import project_id, provisioning
 
 
@@ -54,6 +54,11 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
     if not force:  # refuse before asking anything: a live run is not pulled from under its owner
         refuse_busy(targets)
     common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it?", yes)
+    for c in sorted({c for c in targets.values() if backends[c].provisions}):
+        try:  # the Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag
+            common.preflight(common.provider_for(c).preflight, yes)
+        except GpuclusterError:
+            pass
     results = []
     for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
         results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],

@@ -33,7 +33,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
       gpucluster run --cloud aws --nodes 2 --dry-run
     """
     from gpucluster.cli.args import check_cloud_flags
-    from gpucluster.cli.common import print_notes
+    from gpucluster.cli.common import preflight, print_notes
     from gpucluster.infra.registry import backend
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
@@ -49,7 +49,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
 
         return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json)
     ledger = open_ledger()
-    check_before_recording(plan)
+    preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
     for line in plan.described:
         out.print(f"  {line}")
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")

@@ -71,7 +71,8 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
         out.print(plan_line + _rate(plan.hourly, True))
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
-    check_before_recording(plan)  # a missing Pulumi CLI is reported before anything is asked or recorded
+    # a missing Pulumi CLI is offered or said before anything is asked or recorded
+    common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)

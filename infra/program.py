@@ -56,4 +56,11 @@ def main() -> None:
         region = pulumi.Config(namespace).get("region") if namespace else None
         if region:
             config["region"] = region
-    run(spec_from_config(config, pulumi.get_stack()))
+    spec = spec_from_config(config, pulumi.get_stack())
+    # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr
+    # becomes this machine's public IPv4 /32, or the update stops (a cluster nobody can reach is
+    # never made)
+    spec, notes = backend(spec.cloud).prepare_spec(spec)
+    for note in notes:
+        pulumi.log.info(note)
+    run(spec)

@@ -3,9 +3,11 @@
 State is a local file backend under the gpucluster home (`<home>/pulumi/state`, a file:// URL), so
 no Pulumi Cloud account is needed; a user's own `PULUMI_BACKEND_URL` is respected. Secrets are
 encrypted with the passphrase provider; the passphrase is generated once and kept in
-`<home>/pulumi/passphrase` with mode 0600 (a looser mode is refused). The CLI must be on PATH and
-at least `MIN_PULUMI_VERSION`; it runs in its own session (`detached_command_class`) so that a
-Ctrl-C reaches gpucluster first. `stale_pulumi_lock` tells a lock left by a dead process from a
+`<home>/pulumi/passphrase` with mode 0600 (a looser mode is refused). The CLI is the `pulumi` on
+PATH when it is at least `MIN_PULUMI_VERSION`, else the copy gpucluster installed in
+`<home>/pulumi/cli/<version>` (`install_cli`: `PulumiCommand.install`, which runs get.pulumi.com's
+install script; the CLI layer asks first, see `install_choice`); it runs in its own session
+(`detached_command_class`) so that a Ctrl-C reaches gpucluster first. `stale_pulumi_lock` tells a lock left by a dead process from a
 live one. `pulumi.automation` is imported inside functions only.
 """
 
@@ -33,6 +35,9 @@ PROJECT = "gpucluster"
 MIN_PULUMI_VERSION = "3.181.0"
 INSTALL_URL = "https://www.pulumi.com/docs/install/"
 INSTALL_HINT = f"install it with `curl -fsSL https://get.pulumi.com | sh` (or see {INSTALL_URL})"
+# The setting that answers "install the Pulumi CLI?" for every command (else --yes, else a question).
+INSTALL_SETTING = "GPUCLUSTER_INSTALL_PULUMI"
+_YES, _NO = ("yes", "true", "1"), ("no", "false", "0")
 
 _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 
@@ -119,22 +124,95 @@ def check_cli_version(version: Any) -> str:
     return text
 
 
+class PulumiCliMissing(MissingDependency):
+    """No usable Pulumi CLI: none on PATH or in the gpucluster home, or only older ones. The CLI
+    layer may offer `install_cli` (a copy in the gpucluster home) before giving up."""
+
+
+def managed_root(version: str = MIN_PULUMI_VERSION) -> Path:
+    """Where gpucluster installs the Pulumi CLI: `<home>/pulumi/cli/<version>` (binary in bin/)."""
+    return pulumi_dir() / "cli" / version
+
+
+def install_choice() -> bool | None:
+    """The INSTALL_SETTING: True (install without asking), False (never), None (ask, or --yes)."""
+    value = os.environ.get(INSTALL_SETTING, "").strip().lower()
+    if not value:
+        return None
+    if value in _YES or value in _NO:
+        return value in _YES
+    raise ConfigError(f"{INSTALL_SETTING}={value!r} is not allowed; use yes or no")
+
+
+def _open(root: str | None) -> tuple[Any, str]:
+    """A `PulumiCommand` for the CLI under `root` (None: PATH) and its version, or (None, why)."""
+    try:
+        cmd = detached_command_class()(root=root, skip_version_check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return None, f"could not be run ({exc})"
+    try:
+        check_cli_version(cmd.version)
+    except MissingDependency:
+        return None, f"is version {cmd.version}, older than {MIN_PULUMI_VERSION}"
+    return cmd, ""
+
+
 def load_cli(pulumi_command: Any = None) -> Any:
-    """A checked `PulumiCommand` (or the one given, e.g. a test fake)."""
+    """A checked `PulumiCommand` (or the one given, e.g. a test fake): the `pulumi` on PATH when
+    new enough (a user's own CLI wins), else gpucluster's copy in `managed_root()`, else
+    PulumiCliMissing. Nothing is installed here."""
     if pulumi_command is None:
         require("pulumi.automation", "aws")
-
-        if shutil.which("pulumi") is None:
-            raise MissingDependency(
-                f"the Pulumi CLI (`pulumi`) is not on PATH; gpucluster needs version {MIN_PULUMI_VERSION} "
-                f"or newer to create cloud clusters: {INSTALL_HINT}"
+        problems = []
+        on_path = shutil.which("pulumi")
+        if on_path:
+            pulumi_command, why = _open(None)
+            if pulumi_command is None:
+                problems.append(f"the `pulumi` on PATH ({on_path}) {why}")
+        else:
+            problems.append("the Pulumi CLI (`pulumi`) is not on PATH")
+        root = managed_root()
+        if pulumi_command is None and (root / "bin" / "pulumi").exists():
+            pulumi_command, why = _open(str(root))
+            if pulumi_command is None:
+                problems.append(f"the copy in {root} {why}")
+        if pulumi_command is None:
+            raise PulumiCliMissing(
+                f"{'; '.join(problems)}; gpucluster needs version {MIN_PULUMI_VERSION} or newer to create cloud "
+                f"clusters: {INSTALL_HINT}, or let gpucluster install it into {root} (answer yes when asked, "
+                f"pass --yes, or set {INSTALL_SETTING}=yes)"
             )
-        try:
-            pulumi_command = detached_command_class()(skip_version_check=True)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            raise MissingDependency(f"the Pulumi CLI could not be run ({exc}): {INSTALL_HINT}") from None
     check_cli_version(getattr(pulumi_command, "version", None))
     return pulumi_command
+
+
+def cli_source(pulumi_command: Any) -> str:
+    """Where a loaded CLI came from, for `doctor`: PATH (with its path) or gpucluster's copy."""
+    command = str(getattr(pulumi_command, "command", ""))
+    if os.path.isabs(command):
+        where = Path(command).parent.parent
+        return f"installed by gpucluster in {where}" if where == managed_root() else f"from {command}"
+    return f"on PATH ({shutil.which(command) or command})"
+
+
+def install_cli(version: str = MIN_PULUMI_VERSION) -> Any:
+    """Install the Pulumi CLI `version` into `managed_root(version)` with the Automation API's own
+    `PulumiCommand.install` (it downloads https://get.pulumi.com/install.sh and runs it with
+    `--install-root ROOT --version VERSION --no-edit-path`); a failure is a MissingDependency."""
+    require("pulumi.automation", "aws")
+    from pulumi.automation import PulumiCommand
+    from semver import VersionInfo
+
+    root = managed_root(version)
+    try:
+        PulumiCommand.install(root=str(root), version=VersionInfo.parse(version))
+    except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+        detail = getattr(exc, "output", b"") or b""
+        detail = detail.decode(errors="replace").strip().splitlines()[-1:] if isinstance(detail, bytes) else []
+        raise MissingDependency(
+            f"installing the Pulumi CLI {version} into {root} failed ({exc}{'; ' + detail[0] if detail else ''}): "
+            f"{INSTALL_HINT}") from None
+    return load_cli(None)
 
 
 def detached_command_class() -> type:

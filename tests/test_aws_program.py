@@ -424,6 +424,11 @@ def _stack_config() -> dict:
 
 def test_stack_example_parses_into_a_valid_spec():
     s = program.spec_from_config(_stack_config(), "aws-g5")
+    # sshCidr is not in the example: `pulumi up` fills in the caller's address (tests/test_stacks.py)
+    assert s.ssh_cidr is None
+    from gpucluster.infra.aws.catalog import resolve_spec
+
+    s, _ = resolve_spec(s, detect=lambda: "198.51.100.23")
     assert (s.cloud, s.nodes, s.instance_type, s.region) == ("aws", 2, "g5.xlarge", "us-east-1")
     assert s.tag_dict == {"team": "ml", "purpose": "example"}
     assert s.option("efa") == "false"
@@ -431,7 +436,8 @@ def test_stack_example_parses_into_a_valid_spec():
     # the same values as Pulumi hands them to the program (strings, objects as JSON)
     as_strings = {k: json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool) else str(v)
                   for k, v in _stack_config().items()}
-    assert program.spec_from_config(lambda: as_strings, "aws-g5") == s
+    assert resolve_spec(program.spec_from_config(lambda: as_strings, "aws-g5"),
+                        detect=lambda: "198.51.100.23")[0] == s
     built = build(s)
     assert built.error is None and len(built.recorder.instances()) == 2
 

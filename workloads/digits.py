@@ -1,7 +1,8 @@
-"""digits: a small CNN on the 1,797 real 8x8 handwritten digits that scikit-learn ships.
+"""digits: a small CNN on the 1,797 real 8x8 handwritten digits (UCI optdigits, the set scikit-learn
+ships as load_digits).
 
-The data is read straight from scikit-learn's installed data file (digits.csv.gz) with the
-standard library, so scikit-learn is never imported; `--data-file` points at a copy elsewhere.
+The data is read with the standard library from the copy shipped next to this script
+(data/digits.csv.gz, licence in data/DIGITS-LICENSE.txt); `--data-file` points at a copy elsewhere.
 A fixed split keeps 20 % for testing. Default run: >= 95 % test accuracy.
 
     torchrun --nproc-per-node 2 -m gpucluster.workloads.digits --epochs 20
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import importlib.util
 import os
 
 import torch
@@ -30,7 +30,7 @@ SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digi
 
 def digits_file() -> str:
     """The copy shipped next to this script (remote nodes get it with the job bundle, so they
-    need only torch), else scikit-learn's."""
+    need only torch)."""
     if os.path.exists(SHIPPED):
         return SHIPPED
     try:
@@ -39,7 +39,7 @@ def digits_file() -> str:
         from digits_data import local_digits_file  # type: ignore[no-redef]
     path = local_digits_file()
     if path is None:
-        raise SystemExit("digits: scikit-learn is not installed and no --data-file was given")
+        raise SystemExit(f"digits: the data file {SHIPPED} is missing (a broken install?); pass --data-file")
     return path
 
 

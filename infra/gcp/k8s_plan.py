@@ -272,24 +272,22 @@ def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], lis
 
 def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
     """(extra workload arguments, files, notes) so a built-in workload runs on an image that has only
-    torch: digits gets scikit-learn's digits.csv.gz (read here from the installed scikit-learn
-    wheel, without importing it) shipped in the ConfigMap; mnist downloads its IDX files on each node."""
+    torch: digits gets the digits.csv.gz shipped in gpucluster.workloads (57 KB) in the ConfigMap;
+    mnist downloads its IDX files on each node."""
     args = list(job.workload_args)
     if job.command or not job.workload:
         return [], [], []
     if job.workload == "digits" and "--data-file" not in args:
-        import importlib.util
+        from gpucluster.workloads.digits_data import local_digits_file
 
-        found = importlib.util.find_spec("sklearn")
-        path = (Path(list(found.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
-                if found and found.submodule_search_locations else None)
-        if path is None or not path.is_file():
-            raise UsageError("the digits workload ships its data from scikit-learn on this machine, which is not "
-                             "installed: pip install scikit-learn, or pass --workload-args "
-                             "'--data-file PATH-IN-THE-IMAGE'")
+        found = local_digits_file()
+        if found is None:
+            raise UsageError("the digits workload's data file is missing from this gpucluster install (reinstall "
+                             "it), or pass --workload-args '--data-file PATH-IN-THE-IMAGE'")
+        path = Path(found)
         return (["--data-file", f"{DATA_DIR}/digits.csv.gz"],
                 [("d.digits.csv.gz", "data/digits.csv.gz", path.read_bytes())],
-                [f"data: digits.csv.gz ({path.stat().st_size} bytes, from scikit-learn here) shipped in the ConfigMap"])
+                [f"data: digits.csv.gz ({path.stat().st_size} bytes, shipped with gpucluster) sent in the ConfigMap"])
     if job.workload == "mnist" and "--data-dir" not in args:
         return (["--data-dir", "/tmp/mnist", "--download"], [],
                 ["data: each node downloads MNIST (about 11 MB) into /tmp/mnist: the nodes need internet access"])
