@@ -174,7 +174,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     ledger = Ledger.open_default()  # checks GPUCLUSTER_HOME before anything starts
     ledger.check()  # writable, not damaged: else the run's row could not be kept true
     home_dir()
-    provider.preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
+    provider.preflight(spec)  # the Pulumi CLI, the cloud's quota and a dry run of the launch: before anything
 
     present = backend(cloud).known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and gpn is None:

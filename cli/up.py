@@ -90,7 +90,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
         return print_dry_run(out, provider, None, spec, None, as_json)
     ledger = common.ledger()
     ledger.check()  # read-only or damaged: said before anything is asked or created
-    provider.preflight()  # a missing Pulumi CLI is reported before anything is asked or recorded
+    provider.preflight(spec)  # Pulumi CLI, quota, launch dry run: before anything is asked or recorded
     hourly = common.hourly(spec)
     rate = f"about {common.money(hourly)}/hour" if hourly is not None else "billed by the hour (no price known here)"
     out.print(f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "

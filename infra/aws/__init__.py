@@ -82,7 +82,9 @@ class AwsBackend(Backend):
                               "objects": NodeTransfer()}
         if options.get("ready_timeout") is not None:
             kw["ready_timeout"] = options["ready_timeout"]
-        return PulumiProvider("aws"), SshLauncher(**kw)
+        from .preflight import preflight  # quota, AMI, subnet and a RunInstances dry run, before anything
+
+        return PulumiProvider("aws", preflight=preflight), SshLauncher(**kw)
 
     # -- object storage: s3:// read and written by the nodes through the instance role (s3.py) ------
     object_store = "s3"
@@ -161,7 +163,9 @@ class AwsBackend(Backend):
     def provider(self, **options: Any) -> Any:
         from gpucluster.infra.pulumi_provider import PulumiProvider
 
-        return PulumiProvider(self.name)
+        from .preflight import preflight
+
+        return PulumiProvider(self.name, preflight=preflight)
 
     def node_gpu_state(self, provider: Any, name: str) -> list[dict[str, Any]]:
         """Asked over ssh, with the stack's outputs (pinned host keys, the cluster's key)."""
@@ -187,7 +191,7 @@ class AwsBackend(Backend):
     def doctor(self, **kw: Any) -> list[Any]:
         from .doctor import doctor
 
-        return doctor(kw.get("region"))
+        return doctor(kw.get("region"), nodes=kw.get("nodes"), instance_type=kw.get("instance_type"), spot=bool(kw.get("spot")))
 
 
 BACKEND = AwsBackend()
