@@ -5,7 +5,11 @@ THIS IS A TEST DOUBLE, NOT PULUMI. It records every argv the Automation API woul
 the `--event-log` target (a file, or the gRPC `tcp://` endpoint newer CLIs use) the way the real
 engine does, and returns scripted outputs and failures:
 
-- `fail_up_after=N, fail_text=...`: `up` creates N resources, then fails with that stderr;
+- `fail_up_after=N, fail_text=...`: `up` creates N resources, then fails with that diagnostic, in the
+  real CLI's order: the failing resource's diagnostic (the cause) first, the stack's own
+  `error: update failed` last, in both the engine events and the printed "Diagnostics:" section
+  (pulumi/pulumi pkg/backend/display: diagnostics are grouped per resource and the root stack's
+  "update failed" comes after the resources'; issue 25 read this from real runs);
 - `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
 - `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
 - `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay).
@@ -186,17 +190,27 @@ class FakePulumiCommand:
             made.append((type_, name, rid))
         if self.fail_up_after is not None:
             type_, name, rid = self.resources[limit]
+            cause = self.fail_text[len("error: "):] if self.fail_text.startswith("error: ") else self.fail_text
+            stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+            # the real engine's order: the resource's diagnostic (the cause), its failed step, and
+            # only then the stack's own "update failed" diagnostic (see the module docstring)
             events.append(self._step("resourcePreEvent", "create", type_, name, rid, stack))
-            events.append({"diagnosticEvent": {"message": self.fail_text, "color": "never", "severity": "error",
+            events.append({"diagnosticEvent": {"message": cause + "\n", "color": "never", "severity": "error",
                                                "urn": f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"}})
             events.append(self._step("resOpFailedEvent", "create", type_, name, rid, stack))
+            events.append({"diagnosticEvent": {"message": "update failed\n", "color": "never", "severity": "error",
+                                               "urn": stack_urn}})
             events.append({"cancelEvent": {}})
             self._emit(target, events)
             if self.fail_up_times is not None:
                 self.fail_up_times -= 1
                 if self.fail_up_times <= 0:
                     self.fail_up_after = None
-            self._fail(f"error: update failed\n{self.fail_text}", stdout="Updating (FAKE)")
+            kind = type_.split("/")[0] + ":" + type_.rsplit(":", 1)[-1]  # aws:ec2/instance:Instance -> aws:ec2:Instance
+            stdout = (f"Updating ({stack}):\n\nDiagnostics:\n  {kind} ({name}):\n    error: {cause}\n\n"
+                      f"  pulumi:pulumi:Stack (gpucluster-{stack}):\n    error: update failed\n\n"
+                      f"Resources:\n    + {limit} created\n\nDuration: 1s\n")
+            self._fail("", stdout=stdout)
         if self.interrupt_up_after is not None:
             self._emit(target, events + [{"cancelEvent": {}}])
             raise KeyboardInterrupt()

@@ -119,6 +119,11 @@ class AwsBackend(Backend):
 
         return resource_detail(kind, inputs, spec)
 
+    def classify_failure(self, spec: Any, text: str) -> Any:
+        from .failures import classify  # the AWS error code and message, not "update failed"
+
+        return classify(spec, text)
+
     def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
         from .engine import capacity_zones
 

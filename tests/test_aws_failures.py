@@ -1,0 +1,97 @@
+"""A failed `pulumi up` on aws is reported by its AWS cause (code and message), not by the stack's
+`error: update failed` that the real CLI prints last (infra/aws/failures.py).
+
+The fake Pulumi command (tests/pulumi_fake.py) prints its diagnostics in the real CLI's order: the
+resource's error first, the stack's `error: update failed` last (issue 25). The AWS error texts
+are in the formats terraform-provider-aws (bridged by pulumi-aws) produces:
+- AWS SDK for Go v2: "operation error EC2: RunInstances, https response error StatusCode: 400,
+  RequestID: ..., api error CODE: MESSAGE" (aws-sdk-go-v2, smithy-go OperationError/ResponseError;
+  seen verbatim in hashicorp/terraform-provider-aws issues, e.g. #43193);
+- AWS SDK for Go v1: "CODE: MESSAGE\n\tstatus code: 400, request id: ...".
+The VcpuLimitExceeded message is EC2's (https://repost.aws/knowledge-center/ec2-on-demand-instance-vcpu-increase).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.importorskip("pulumi.automation")
+
+from pulumi_fake import FakePulumiCommand  # noqa: E402
+from test_automation import Recorder, provider, spec  # noqa: E402
+
+from gpucluster.errors import ProvisionError  # noqa: E402
+from gpucluster.infra import pulumi_events  # noqa: E402
+from gpucluster.infra.aws.failures import aws_error, classify  # noqa: E402
+
+VCPU = ("creating EC2 Instance: operation error EC2: RunInstances, https response error StatusCode: 400, "
+        "RequestID: 5f0a1c7e-0000-4000-8000-000000000000, api error VcpuLimitExceeded: You have requested more vCPU "
+        "capacity than your current vCPU limit of 0 allows for the instance bucket that the specified instance type "
+        "belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.")
+V1 = ("creating IAM Role (demo-role): AccessDenied: User: arn:aws:iam::123456789012:user/dev is not authorized to "
+      "perform: iam:CreateRole on resource: arn:aws:iam::123456789012:role/demo-role\n\tstatus code: 403, "
+      "request id: 7b1e0000-0000-4000-8000-000000000000")
+
+
+def test_the_fake_prints_the_cause_first_and_update_failed_last_like_the_real_cli(home):
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=VCPU)
+    seen = []
+    real = pulumi_events.EventBridge.__call__
+    pulumi_events.EventBridge.__call__ = lambda self, ev: (seen.append(ev), real(self, ev))[1]
+    try:
+        with pytest.raises(ProvisionError):
+            provider(fake).up(spec(), Recorder())
+    finally:
+        pulumi_events.EventBridge.__call__ = real
+    diags = [ev.diagnostic_event.message.strip() for ev in seen if ev.diagnostic_event is not None]
+    assert diags == [VCPU, "update failed"]
+    # ... so the generic "last line with error:" of what the CLI printed is the stack's summary:
+    # a parser that trusts it reports "update failed" (what the old, cause-last fake hid)
+    from pulumi.automation.errors import CommandError
+
+    try:
+        fake.fail_up_after = 4
+        fake.run(["up", "--stack", "x"], ".", {})
+    except CommandError as exc:
+        lines = [ln.strip() for ln in pulumi_events.command_text(exc).splitlines() if "error:" in ln]
+        assert lines[-1] == "error: update failed" and lines[0].startswith("error: creating EC2 Instance")
+
+
+def test_a_failed_up_names_the_aws_error_code_and_message_and_the_fix(home):
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=VCPU)
+    with pytest.raises(ProvisionError) as err:
+        provider(fake).up(spec(), Recorder())
+    msg = err.value.message
+    assert msg.startswith("creating cluster 'demo' failed: VcpuLimitExceeded: You have requested more vCPU capacity")
+    assert "update failed" not in msg and "RequestID" not in msg and "\n" not in msg
+    assert "--quota-code L-DB2E81BA" in err.value.hint
+    assert "has been destroyed" in msg and fake.stacks == {}
+
+
+def test_the_ledger_keeps_the_aws_cause(home, monkeypatch):
+    from gpucluster.cli import common, up
+    from gpucluster.ledger import Ledger
+
+    fake = FakePulumiCommand(fail_up_after=1, fail_text=V1)
+    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    with pytest.raises(ProvisionError, match="AccessDenied: User: arn:aws:iam::123456789012:user/dev is not "
+                                             "authorized to perform: iam:CreateRole"):
+        up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],
+                   standalone_mode=False)
+    run = Ledger.open_default().list_runs()[0]
+    assert run["status"] == "failed" and "AccessDenied" in run["failure"] and "iam:CreateRole" in run["failure"]
+    assert "update failed" not in run["failure"] and "request id" not in run["failure"]
+
+
+def test_error_texts_of_both_sdks_and_summary_lines():
+    assert aws_error(VCPU)[0] == "VcpuLimitExceeded"
+    assert aws_error(V1) == ("AccessDenied", "User: arn:aws:iam::123456789012:user/dev is not authorized to perform: "
+                                             "iam:CreateRole on resource: arn:aws:iam::123456789012:role/demo-role")
+    assert classify(spec(), "error: update failed\nsomething odd happened") is None
+    assert pulumi_events.last_error_line("error: boom in the provider\nerror: update failed") == \
+        "error: boom in the provider"
+    assert pulumi_events.last_error_line("error: update failed") == "error: update failed"
