@@ -95,3 +95,33 @@ def test_error_texts_of_both_sdks_and_summary_lines():
     assert pulumi_events.last_error_line("error: boom in the provider\nerror: update failed") == \
         "error: boom in the provider"
     assert pulumi_events.last_error_line("error: update failed") == "error: update failed"
+
+
+# -- capacity: a message that names no zone ----------------------------------------------------------
+# EC2's capacity message for a cluster placement group names no zone ("We currently do not have
+# sufficient g5.xlarge capacity in the Availability Zone you requested" is the zonal form; the
+# placement-group form, e.g. "Insufficient capacity.", names none: hashicorp/terraform-provider-aws#43193).
+NO_ZONE = ("creating EC2 Instance: operation error EC2: RunInstances, https response error StatusCode: 500, "
+           "RequestID: 0a0a0a0a-0000-4000-8000-000000000000, api error InsufficientInstanceCapacity: "
+           "Insufficient capacity.")
+
+
+def test_a_capacity_message_without_a_zone_never_retries_the_failed_zone_first(home):
+    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.pulumi_provider import PulumiProvider
+
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=NO_ZONE, fail_up_times=1)
+    # the zones offering the type, sorted as engine.zones_offering returns them; the program launched
+    # in the first by name (us-east-1a) because the spec named none
+    lister = lambda region, itype: ["us-east-1a", "us-east-1b", "us-east-1c"]  # noqa: E731
+    prov = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None,
+                                                     zone_lister=lister),
+                          find=lambda cloud, name=None, run_id=None, **kw: [], delete=lambda items: [],
+                          capacity_attempts=3)
+    zones = []
+    real_up = prov.driver.up
+    prov.driver.up = lambda s, ev=None: zones.append(s.zone) or real_up(s, ev)
+    rec = Recorder()
+    prov.up(spec(zone=None), rec)
+    assert zones == [None, "us-east-1b"]  # not us-east-1a again, and not "?"
+    assert any("no capacity for g5.xlarge in us-east-1a" in e[1] for e in rec.log if e[0] == "message")

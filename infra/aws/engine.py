@@ -86,8 +86,12 @@ def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None]
     m = re.search(r"choosing ((?:" + AZ + r"(?:, |,| or | and )?)+)", text)
     if m:
         suggested = re.findall(AZ, m.group(1))
-    if not suggested:
+    if not suggested or zone is None:
         region = getattr(spec, "region", None) or region_of_zone(zone)
-        if region:
-            suggested = (zone_lister or zones_offering)(region, itype)
-    return zone, suggested, itype or "the instance type"
+        offering = (zone_lister or zones_offering)(region, itype) if region else []
+        if zone is None and offering:
+            # the message names no zone and the spec set none: the program launched in the first
+            # zone (by name) offering the type (component._first_zone_offering), so that one failed
+            zone = sorted(offering)[0]
+        suggested = suggested or sorted(offering)
+    return zone, [z for z in suggested if z != zone], itype or "the instance type"
