@@ -165,3 +165,14 @@ def test_an_associated_elastic_ip_is_disassociated_before_release(aws):
     assert ec2.describe_addresses()["Addresses"] == []
     assert [o for _, o, _ in aws.calls if o in ("DisassociateAddress", "ReleaseAddress")] == [
         "DisassociateAddress", "ReleaseAddress"]
+
+
+def test_the_efa_launch_template_is_found_by_tag_and_deleted(aws):
+    ec2 = aws.real.client("ec2", region_name=REGION)
+    lt = ec2.create_launch_template(LaunchTemplateName="demo-efa", LaunchTemplateData={}, TagSpecifications=[
+        {"ResourceType": "launch-template", "Tags": tags("demo", name="demo-efa")}])["LaunchTemplate"]["LaunchTemplateId"]
+    ec2.create_launch_template(LaunchTemplateName="theirs", LaunchTemplateData={})
+    found = leftovers.scan("aws", name="demo", regions=[REGION], session=aws).leftovers
+    assert [(lo.kind, lo.id) for lo in found] == [("launch-template", lt)]
+    assert delete(found, session=aws, wait_seconds=5) == []
+    assert [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]] == ["theirs"]

@@ -20,12 +20,12 @@ class AwsBackend(Backend):
     provisions = True
     priced = True
     resource_kinds = ("instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
-                      "internet-gateway", "route-table", "iam-role", "instance-profile")
+                      "internet-gateway", "route-table", "iam-role", "instance-profile", "launch-template")
     # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
     # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
     capacity_attempts = 3
     # what the tag scan reports and `delete` handles, in deletion order: what holds others first
-    leftover_kinds = ("instance", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
+    leftover_kinds = ("instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
                       "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile",
                       "iam-role")
 

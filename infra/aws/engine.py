@@ -20,6 +20,7 @@ PULUMI_KINDS = {
     "aws:ec2/routeTable:RouteTable": "route-table",
     "aws:ec2/networkInterface:NetworkInterface": "network-interface",
     "aws:ec2/eip:Eip": "elastic-ip",
+    "aws:ec2/launchTemplate:LaunchTemplate": "launch-template",
     "aws:ec2/volume:Volume": "volume",
     "aws:iam/role:Role": "iam-role",
     "aws:iam/instanceProfile:InstanceProfile": "instance-profile",

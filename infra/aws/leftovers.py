@@ -1,6 +1,6 @@
 """The AWS tag scan: what gpucluster created in EC2 and IAM, found by tag, and its deletion.
 
-Per region (boto3): instances not terminated or shutting down, volumes, security groups, key pairs,
+Per region (boto3): instances not terminated or shutting down, launch templates (EFA), volumes, security groups, key pairs,
 placement groups, network interfaces, Elastic IPs, subnets, route tables, internet gateways, VPCs;
 IAM roles and instance profiles (global). Only resources tagged `managed-by=gpucluster` (and the
 cluster / run asked for) are reported; `delete` goes in dependency order and waits for instances to
@@ -83,6 +83,9 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
                 if state in LIVE_INSTANCE_STATES:
                     add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
                         f"{inst.get('InstanceType', '')} {state}")
+        for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
+            add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
+                lt.get("LaunchTemplateName", ""))
         for vol in each("describe_volumes", "Volumes", "volume"):
             if vol.get("State") not in ("deleting", "deleted"):
                 add("volume", vol["VolumeId"], region, _tag_dict(vol.get("Tags")), f"{vol.get('Size')} GB {vol.get('State')}")
@@ -242,6 +245,8 @@ def _delete_one(session: Any, lo: Leftover) -> None:
     ec2 = session.client("ec2", region_name=lo.region)
     if lo.kind == "volume":
         ec2.delete_volume(VolumeId=lo.id)
+    elif lo.kind == "launch-template":
+        ec2.delete_launch_template(LaunchTemplateId=lo.id)
     elif lo.kind == "security-group":
         ec2.delete_security_group(GroupId=lo.id)
     elif lo.kind == "key-pair":
