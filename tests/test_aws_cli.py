@@ -74,6 +74,9 @@ def test_failed_ip_detection_stops_a_real_run_before_anything_with_exit_2(home):
     (["--option", "image=ubuntu"], ["option image 'ubuntu'", "pytorch", "base"]),
     (["--option", "efa=true"], ["g5.xlarge does not support it"]),
     (["--ready-timeout", "soon"], ["ready timeout", "'soon'"]),
+    # issue 25: inputs that cannot work on EC2 (IPv4-only VPC; ImportKeyPair takes no ECDSA key)
+    (["--ssh-cidr", "2001:db8::/64"], ["ssh CIDR '2001:db8::/64'", "IPv4"]),
+    (["--option", "sshPublicKey=ecdsa-sha2-nistp256 AAAAE2VjZHNh user@host"], ["sshPublicKey", "ECDSA"]),
 ])
 def test_bad_options_are_refused_before_anything(home, args, needles):
     r = run_cli("run", "--cloud", "aws", "--ssh-cidr", "198.51.100.7/32", "--dry-run", *args)

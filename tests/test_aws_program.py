@@ -208,8 +208,9 @@ def test_no_ssh_cidr_means_no_ssh_rule_and_open_ssh_only_when_asked():
     assert isinstance(refused.error, SpecError) and refused.recorder.resources == []
     opened = build(spec(ssh_cidr="0.0.0.0/0", options={"allowOpenSsh": "true"})).recorder
     assert [r.inputs["cidrIpv4"] for r in _ssh_rules(opened)] == ["0.0.0.0/0"]
-    v6 = build(spec(ssh_cidr="2001:db8::/64")).recorder
-    assert [r.inputs["cidrIpv6"] for r in _ssh_rules(v6)] == ["2001:db8::/64"]
+    # issue 25: the VPC is IPv4 only, so an IPv6 CIDR is refused before anything is declared
+    v6 = build(spec(ssh_cidr="2001:db8::/64"))
+    assert isinstance(v6.error, SpecError) and "IPv4 only" in str(v6.error) and v6.recorder.resources == []
 
 
 def test_iam_role_has_only_ssm_core(default):
