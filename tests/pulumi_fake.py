@@ -60,7 +60,7 @@ class FakePulumiCommand:
     def __init__(self, *, version: str = "3.200.0", resources=None, outputs=None, secret_keys=("ssh_private_key",),
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
-                 fail_up_times: int | None = None):
+                 fail_up_times: int | None = None, provider_max_retries: int | None = None):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -78,6 +78,17 @@ class FakePulumiCommand:
         # scripted_outputs and start the "instances"); on_destroy(stack): after `destroy`
         self.on_up, self.on_destroy = on_up, on_destroy
         self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
+        # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
+        # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863):
+        # up to `max_retries` retries (the program's provider setting; the provider's default is
+        # 25), each backing off up to 2^i s capped at 20 s (aws-sdk-go-v2 retry: exponential jitter,
+        # DefaultMaxBackoff 20 s). With provider_max_retries set, a capacity failure is reported
+        # only after the worst case of that delay, on a virtual clock (`now()`) that advances
+        # instead of sleeping; None: reported at once (the old, kinder fake).
+        self.provider_max_retries = provider_max_retries
+        self.clock_offset = 0.0
+        self.up_started: list[float] = []  # now() at the start of each `up`
+        self.capacity_errors_at: list[float] = []  # now() when EC2 first answered the capacity error
 
     # -- helpers -------------------------------------------------------------------------------
     def verbs(self) -> list[str]:
@@ -176,7 +187,15 @@ class FakePulumiCommand:
             return CommandResult(json.dumps([{"name": "aws", "kind": "resource", "version": "7.0.0"}]), "", 0)
         self._fail(f"FAKE pulumi: unscripted command {args}")
 
+    def now(self) -> float:
+        return time.monotonic() + self.clock_offset
+
+    @staticmethod
+    def provider_retry_delay(max_retries: int) -> float:
+        return float(sum(min(2 ** i, 20) for i in range(max_retries)))
+
     def _up(self, args, stack):
+        self.up_started.append(self.now())
         target = self._flag(args, "--event-log")
         made = self.stacks.setdefault(stack, [])
         limit = len(self.resources)
@@ -190,6 +209,9 @@ class FakePulumiCommand:
             made.append((type_, name, rid))
         if self.fail_up_after is not None:
             type_, name, rid = self.resources[limit]
+            if self.provider_max_retries is not None and "InsufficientInstanceCapacity" in self.fail_text:
+                self.capacity_errors_at.append(self.now())
+                self.clock_offset += self.provider_retry_delay(self.provider_max_retries)
             cause = self.fail_text[len("error: "):] if self.fail_text.startswith("error: ") else self.fail_text
             stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
             # the real engine's order: the resource's diagnostic (the cause), its failed step, and

@@ -125,3 +125,24 @@ def test_a_capacity_message_without_a_zone_never_retries_the_failed_zone_first(h
     prov.up(spec(zone=None), rec)
     assert zones == [None, "us-east-1b"]  # not us-east-1a again, and not "?"
     assert any("no capacity for g5.xlarge in us-east-1a" in e[1] for e in rec.log if e[0] == "message")
+
+
+def test_capacity_error_to_the_next_zones_attempt_is_under_60_s_with_the_providers_retries(home):
+    """Measured on the fake's virtual clock: the provider's own retries of InsufficientInstanceCapacity
+    (the program's `max_retries`, read from the real program under mocks) + our destroy, scan and
+    retry, from EC2's first capacity answer to the next zone's `up`."""
+    pytest.importorskip("pulumi_aws")
+    from test_automation import CAPACITY
+
+    from gpucluster.infra.aws.mock_runtime import build
+
+    built = build(spec())
+    (prov_res,) = [r for r in built.recorder.resources if r.typ == "pulumi:providers:aws"]
+    max_retries = int(prov_res.inputs.get("maxRetries", 25))  # 25: the provider's default when unset
+    fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_up_times=1, provider_max_retries=max_retries)
+    prov = provider(fake, capacity_attempts=3)
+    prov.up(spec(), Recorder())
+    assert len(fake.up_started) == 2 and len(fake.capacity_errors_at) == 1
+    waited = fake.up_started[1] - fake.capacity_errors_at[0]
+    print(f"capacity error -> next zone's attempt: {waited:.1f} s (provider max_retries={max_retries})")
+    assert waited <= 60, f"{waited:.0f} s from the capacity error to the next zone's attempt"

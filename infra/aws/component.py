@@ -45,6 +45,7 @@ from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
+from .engine import PROVIDER_MAX_RETRIES
 from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
@@ -78,6 +79,8 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-provider",
             region=self.region,
             profile=pulumi.Config("aws").get("profile"),
+            # capacity errors reach us within seconds, not after minutes of retries (engine.py)
+            max_retries=PROVIDER_MAX_RETRIES,
             opts=pulumi.ResourceOptions(parent=self),
         )
         invoke_opts = pulumi.InvokeOutputOptions(parent=self, provider=self._provider)

@@ -33,6 +33,14 @@ CAPACITY_MARKERS = (
     "is not supported in your requested Availability Zone",
 )
 AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
+# The AWS provider's `max_retries` (terraform-provider-aws, bridged by pulumi-aws; default 25).
+# Its EC2 client treats InsufficientInstanceCapacity as retryable for RunInstances
+# (internal/service/ec2/service_package.go; hashicorp/terraform-provider-aws#43193, #49863), so with
+# the default a capacity error reaches us only after up to 25 retries, each backing off up to 20 s
+# (aws-sdk-go-v2 retry.DefaultMaxBackoff): minutes, while the nodes already made bill. With 4
+# retries it reaches us within 1 + 2 + 4 + 8 = 15 s of backoff, and the next zone is tried. The
+# same bound applies to throttling of the stack's other calls, which 4 retries still absorb.
+PROVIDER_MAX_RETRIES = 4
 
 
 def region_of_zone(zone: str | None) -> str | None:
