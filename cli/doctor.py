@@ -81,27 +81,33 @@ def check_home() -> dict[str, Any]:
 @click.command()
 @click.option("--cloud", "clouds", multiple=True, type=click.Choice(provisioning()),
               help="Check only this cloud (repeatable) [default: both].")
-@click.option("--region", default=None, help="Region for the quota check [default: aws: your default or us-east-1; "
+@click.option("--region", default=None, help="Region for the quota check [default: aws: us-east-1, as `run`; "
               "gcp: us-central1].")
 @click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
+@click.option("--nodes", "-n", default=None, help="aws: the nodes a run would ask for, checked against the quota [default: 2].")
+@click.option("--instance-type", default=None, help="aws: the type a run would launch [default: g5.xlarge].")
+@click.option("--spot", is_flag=True, help="aws: check the spot quota (L-3819A6DF) instead of on-demand.")
 @click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
-def doctor(clouds, region, project, as_json):
+def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
     """Check what cloud runs need: credentials, Pulumi CLI and plugins, EC2 GPU quota, ssh client.
 
     \b
     Example:
       gpucluster doctor --cloud aws --region us-west-2
     """
+    from gpucluster.spec import parse_int
     from gpucluster.infra.registry import backend
 
     from gpucluster.prepare import check_place
 
     wanted = [c for c in provisioning() if not clouds or c in clouds]
     check_place({c: backend(c) for c in wanted}, regions=(region,) if region is not None else (), project=project)
+    n_nodes = None if nodes is None else parse_int("nodes", nodes, low=1, high=64)
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:
         # --region names one cloud's region: with several clouds each uses it only if it says so
-        checks += backend(c).doctor(region=region, project=project, sole=len(wanted) == 1)
+        checks += backend(c).doctor(region=region, project=project, sole=len(wanted) == 1, nodes=n_nodes,
+                                    instance_type=instance_type, spot=spot)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:

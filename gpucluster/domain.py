@@ -181,13 +181,14 @@ class Provider:
     - `check_is_complete`: True when `leftovers(name, run_id)` sees everything a run could have
       made (local: every process of this machine; ssh: every host the run started on), so a
       failed `down` whose check then finds nothing is still verified.
-    - `preflight()`: fail fast before anything is recorded (the Pulumi CLI missing, ...).
+    - `preflight(spec)`: fail fast before anything is recorded or created (the Pulumi CLI missing,
+      the cloud's quota or a dry run of the launch refusing `spec`, ...).
     """
 
     cloud: str = ""
     check_is_complete: bool = False
 
-    def preflight(self) -> None:
+    def preflight(self, spec: Any = None) -> None:
         return None
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:

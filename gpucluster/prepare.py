@@ -142,7 +142,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
 def check_before_recording(plan: Prepared) -> None:
     """What a real run needs before its ledger row: the provider's tools (e.g. the Pulumi CLI,
     missing or too old). The ledger itself is checked by `open_ledger`."""
-    plan.provider.preflight()
+    plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
 
 
 def open_ledger() -> Any:

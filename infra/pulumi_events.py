@@ -103,10 +103,17 @@ def command_text(exc: BaseException) -> str:
     return str(exc)
 
 
+SUMMARY_LINES = ("error: update failed", "update failed", "error: preview failed", "error: destroy failed",
+                 "error: refresh failed")
+
+
 def last_error_line(text: str) -> str:
+    """The last error line, skipping the stack's own summary (`error: update failed`), which the
+    Pulumi CLI prints after the resource's diagnostic that says why."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errs = [ln for ln in lines if ln.lower().startswith("error") or "error:" in ln.lower()]
-    return (errs or lines or ["(no output)"])[-1][:400]
+    causes = [ln for ln in errs if ln.lower() not in SUMMARY_LINES]
+    return (causes or errs or lines or ["(no output)"])[-1][:400]
 
 
 def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,

@@ -65,11 +65,13 @@ class PulumiProvider(Provider):
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
-                 credentials: Callable[[], list[dict[str, Any]]] | None = None):
+                 credentials: Callable[[], list[dict[str, Any]]] | None = None,
+                 preflight: Callable[[Any], None] | None = None):
         if cloud not in provisioning():
             raise UsageError(not_allowed("cloud", cloud, provisioning()))
         self.cloud = cloud
         self.backend = backend(cloud)
+        self._cloud_preflight = preflight  # the backend's checks of a spec against the cloud (aws: quota, dry run)
         self.driver = driver or PulumiDriver()
         self._find = find
         self._delete = delete
@@ -89,15 +91,18 @@ class PulumiProvider(Provider):
         self._clock = self.scan_options.pop("clock", None)
         self._sleep = self.scan_options.pop("sleep", None)
 
-    def preflight(self) -> None:
-        """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough) and
-        the state directory with its passphrase."""
+    def preflight(self, spec: Any = None) -> None:
+        """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
+        state directory with its passphrase, then (given the spec) the backend's own checks against
+        the cloud (aws: `infra/aws/preflight.py`)."""
         from gpucluster.infra.pulumi_cli import backend_url, passphrase_file
 
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
         passphrase_file()
         self.check_credentials()
+        if spec is not None and self._cloud_preflight is not None:
+            self._cloud_preflight(spec)
 
     def check_credentials(self) -> None:
         """The cloud's credentials (aws: STS GetCallerIdentity; gcp: application-default

@@ -5,7 +5,11 @@ THIS IS A TEST DOUBLE, NOT PULUMI. It records every argv the Automation API woul
 the `--event-log` target (a file, or the gRPC `tcp://` endpoint newer CLIs use) the way the real
 engine does, and returns scripted outputs and failures:
 
-- `fail_up_after=N, fail_text=...`: `up` creates N resources, then fails with that stderr;
+- `fail_up_after=N, fail_text=...`: `up` creates N resources, then fails with that diagnostic, in the
+  real CLI's order: the failing resource's diagnostic (the cause) first, the stack's own
+  `error: update failed` last, in both the engine events and the printed "Diagnostics:" section
+  (pulumi/pulumi pkg/backend/display: diagnostics are grouped per resource and the root stack's
+  "update failed" comes after the resources'; issue 25 read this from real runs);
 - `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
 - `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
 - `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay).
@@ -56,7 +60,7 @@ class FakePulumiCommand:
     def __init__(self, *, version: str = "3.200.0", resources=None, outputs=None, secret_keys=("ssh_private_key",),
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
-                 fail_up_times: int | None = None):
+                 fail_up_times: int | None = None, provider_max_retries: int | None = None):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -74,6 +78,17 @@ class FakePulumiCommand:
         # scripted_outputs and start the "instances"); on_destroy(stack): after `destroy`
         self.on_up, self.on_destroy = on_up, on_destroy
         self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
+        # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
+        # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863):
+        # up to `max_retries` retries (the program's provider setting; the provider's default is
+        # 25), each backing off up to 2^i s capped at 20 s (aws-sdk-go-v2 retry: exponential jitter,
+        # DefaultMaxBackoff 20 s). With provider_max_retries set, a capacity failure is reported
+        # only after the worst case of that delay, on a virtual clock (`now()`) that advances
+        # instead of sleeping; None: reported at once (the old, kinder fake).
+        self.provider_max_retries = provider_max_retries
+        self.clock_offset = 0.0
+        self.up_started: list[float] = []  # now() at the start of each `up`
+        self.capacity_errors_at: list[float] = []  # now() when EC2 first answered the capacity error
 
     # -- helpers -------------------------------------------------------------------------------
     def verbs(self) -> list[str]:
@@ -172,7 +187,15 @@ class FakePulumiCommand:
             return CommandResult(json.dumps([{"name": "aws", "kind": "resource", "version": "7.0.0"}]), "", 0)
         self._fail(f"FAKE pulumi: unscripted command {args}")
 
+    def now(self) -> float:
+        return time.monotonic() + self.clock_offset
+
+    @staticmethod
+    def provider_retry_delay(max_retries: int) -> float:
+        return float(sum(min(2 ** i, 20) for i in range(max_retries)))
+
     def _up(self, args, stack):
+        self.up_started.append(self.now())
         target = self._flag(args, "--event-log")
         made = self.stacks.setdefault(stack, [])
         limit = len(self.resources)
@@ -186,17 +209,30 @@ class FakePulumiCommand:
             made.append((type_, name, rid))
         if self.fail_up_after is not None:
             type_, name, rid = self.resources[limit]
+            if self.provider_max_retries is not None and "InsufficientInstanceCapacity" in self.fail_text:
+                self.capacity_errors_at.append(self.now())
+                self.clock_offset += self.provider_retry_delay(self.provider_max_retries)
+            cause = self.fail_text[len("error: "):] if self.fail_text.startswith("error: ") else self.fail_text
+            stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+            # the real engine's order: the resource's diagnostic (the cause), its failed step, and
+            # only then the stack's own "update failed" diagnostic (see the module docstring)
             events.append(self._step("resourcePreEvent", "create", type_, name, rid, stack))
-            events.append({"diagnosticEvent": {"message": self.fail_text, "color": "never", "severity": "error",
+            events.append({"diagnosticEvent": {"message": cause + "\n", "color": "never", "severity": "error",
                                                "urn": f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"}})
             events.append(self._step("resOpFailedEvent", "create", type_, name, rid, stack))
+            events.append({"diagnosticEvent": {"message": "update failed\n", "color": "never", "severity": "error",
+                                               "urn": stack_urn}})
             events.append({"cancelEvent": {}})
             self._emit(target, events)
             if self.fail_up_times is not None:
                 self.fail_up_times -= 1
                 if self.fail_up_times <= 0:
                     self.fail_up_after = None
-            self._fail(f"error: update failed\n{self.fail_text}", stdout="Updating (FAKE)")
+            kind = type_.split("/")[0] + ":" + type_.rsplit(":", 1)[-1]  # aws:ec2/instance:Instance -> aws:ec2:Instance
+            stdout = (f"Updating ({stack}):\n\nDiagnostics:\n  {kind} ({name}):\n    error: {cause}\n\n"
+                      f"  pulumi:pulumi:Stack (gpucluster-{stack}):\n    error: update failed\n\n"
+                      f"Resources:\n    + {limit} created\n\nDuration: 1s\n")
+            self._fail("", stdout=stdout)
         if self.interrupt_up_after is not None:
             self._emit(target, events + [{"cancelEvent": {}}])
             raise KeyboardInterrupt()

@@ -113,7 +113,7 @@ def test_spot_must_terminate_on_interruption():
         validate(aws_spec(options={"spotInterruptionBehavior": "terminate"}))
 
 
-@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "::/0"])
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0"])  # ::/0: refused as IPv6 (below)
 def test_ssh_open_to_the_world_needs_an_explicit_option(cidr):
     with pytest.raises(SpecError, match="allowOpenSsh=true"):
         validate(aws_spec(ssh_cidr=cidr))
@@ -136,6 +136,16 @@ def test_unknown_option_disk_type_accelerator_and_network_options():
         validate(aws_spec(options={"vpcId": "vpc-1"}))
     with pytest.raises(SpecError, match="sshPublicKey"):
         validate(aws_spec(options={"sshPublicKey": "not a key"}))
+
+
+@pytest.mark.parametrize("cidr", ["::/0", "2001:db8::/64"])
+def test_ipv6_ssh_cidr_and_ecdsa_keys_are_refused(cidr):
+    # the VPC and nodes are IPv4 only; EC2 ImportKeyPair takes ED25519 and RSA keys only
+    # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-key-pairs.html)
+    with pytest.raises(SpecError, match=r"ssh CIDR '.*' is not allowed.*IPv4 only"):
+        validate(aws_spec(ssh_cidr=cidr, options={"allowOpenSsh": "true"}))
+    with pytest.raises(SpecError, match="sshPublicKey.*no ECDSA"):
+        validate(aws_spec(options={"sshPublicKey": "ecdsa-sha2-nistp256 AAAAE2VjZHNh user@host"}))
     assert validate(aws_spec(options={"subnet_id": "subnet-1", "vpc_id": "vpc-1"})) == []
 
 

@@ -74,6 +74,9 @@ def test_failed_ip_detection_stops_a_real_run_before_anything_with_exit_2(home):
     (["--option", "image=ubuntu"], ["option image 'ubuntu'", "pytorch", "base"]),
     (["--option", "efa=true"], ["g5.xlarge does not support it"]),
     (["--ready-timeout", "soon"], ["ready timeout", "'soon'"]),
+    # issue 25: inputs that cannot work on EC2 (IPv4-only VPC; ImportKeyPair takes no ECDSA key)
+    (["--ssh-cidr", "2001:db8::/64"], ["ssh CIDR '2001:db8::/64'", "IPv4"]),
+    (["--option", "sshPublicKey=ecdsa-sha2-nistp256 AAAAE2VjZHNh user@host"], ["sshPublicKey", "ECDSA"]),
 ])
 def test_bad_options_are_refused_before_anything(home, args, needles):
     r = run_cli("run", "--cloud", "aws", "--ssh-cidr", "198.51.100.7/32", "--dry-run", *args)
@@ -85,7 +88,8 @@ def test_options_reach_the_program_and_up_has_dry_run_too(home):
     r = run_cli("up", "--cloud", "aws", "--ssh-cidr", "198.51.100.7/32", "--instance-type", "g5.12xlarge",
                 "--option", "efa=true", "--option", "image=base", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "2 × aws:ec2/networkInterface:NetworkInterface" in r.stdout  # efa=true
+    # efa=true: one launch template with an EFA interface and a public IPv4, no Elastic IPs (issue 25)
+    assert "1 × aws:ec2/launchTemplate:LaunchTemplate" in r.stdout and "aws:ec2/eip:Eip" not in r.stdout
     assert "Deep Learning Base OSS Nvidia Driver GPU AMI" in r.stdout  # image=base
     assert "/usr/local/sbin/gpucluster-setup-torch" in r.stdout
     assert not (home / "ledger.sqlite3").exists()

@@ -208,8 +208,9 @@ def test_no_ssh_cidr_means_no_ssh_rule_and_open_ssh_only_when_asked():
     assert isinstance(refused.error, SpecError) and refused.recorder.resources == []
     opened = build(spec(ssh_cidr="0.0.0.0/0", options={"allowOpenSsh": "true"})).recorder
     assert [r.inputs["cidrIpv4"] for r in _ssh_rules(opened)] == ["0.0.0.0/0"]
-    v6 = build(spec(ssh_cidr="2001:db8::/64")).recorder
-    assert [r.inputs["cidrIpv6"] for r in _ssh_rules(v6)] == ["2001:db8::/64"]
+    # issue 25: the VPC is IPv4 only, so an IPv6 CIDR is refused before anything is declared
+    v6 = build(spec(ssh_cidr="2001:db8::/64"))
+    assert isinstance(v6.error, SpecError) and "IPv4 only" in str(v6.error) and v6.recorder.resources == []
 
 
 def test_iam_role_has_only_ssm_core(default):
@@ -224,20 +225,27 @@ def test_iam_role_has_only_ssm_core(default):
     assert {i.inputs["iamInstanceProfile"] for i in rec.instances()} == {profile.name}
 
 
-def test_efa_interfaces_and_elastic_ips_when_asked():
-    built = build(spec(instance_type="g5.8xlarge", options={"efa": "true"}, nodes=2))
+def test_efa_interfaces_without_elastic_ips_when_asked():
+    # issue 25: one Elastic IP per EFA node hit the default quota of 5 EIPs per region at 6 nodes.
+    # A single EFA interface takes a public IPv4 assigned at launch (EC2 assigns none to an instance
+    # launched with several interfaces: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-instance-addressing.html),
+    # set in the launch template's interface 0 (as SkyPilot launches EFA nodes).
+    built = build(spec(instance_type="g5.8xlarge", options={"efa": "true"}, nodes=8))
     rec = built.recorder
-    enis = rec.of_type("aws:ec2/networkInterface:NetworkInterface")
-    assert [e.inputs["interfaceType"] for e in enis] == ["efa", "efa"]
+    assert rec.of_type("aws:ec2/eip:Eip") == []
+    assert rec.of_type("aws:ec2/networkInterface:NetworkInterface") == []
+    (lt,) = rec.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    (nic,) = lt.inputs["networkInterfaces"]
+    assert nic["interfaceType"] == "efa" and nic["associatePublicIpAddress"] == "true"
+    assert nic["deviceIndex"] == 0 and nic["subnetId"] and nic["securityGroups"]
+    assert len(rec.instances()) == 8
     for inst in rec.instances():
         assert "subnetId" not in inst.inputs and "vpcSecurityGroupIds" not in inst.inputs
-        assert inst.inputs["primaryNetworkInterface"]["networkInterfaceId"].endswith("-id")
-    assert len(rec.of_type("aws:ec2/eip:Eip")) == 2
-    assert built.outputs["public_ips"] == ["203.0.113.10", "203.0.113.11"]
+        assert "primaryNetworkInterface" not in inst.inputs
+        assert inst.inputs["launchTemplate"]["id"] == lt.name + "-id"
+    assert built.outputs["public_ips"] == [f"198.51.100.{10 + i}" for i in range(8)]  # the instances' own
     # and none without the option
-    assert build(spec(instance_type="g5.8xlarge")).recorder.of_type(
-        "aws:ec2/networkInterface:NetworkInterface"
-    ) == []
+    assert build(spec(instance_type="g5.8xlarge")).recorder.of_type("aws:ec2/launchTemplate:LaunchTemplate") == []
 
 
 # -- tags -------------------------------------------------------------------------------------

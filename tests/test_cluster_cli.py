@@ -104,7 +104,7 @@ def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="'local'.*need no `up`"):
         invoke(up.up, "--cloud", "local", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda: None))  # no --yes
+    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None))  # no --yes
     with pytest.raises(UsageError, match="--yes"):
         invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
     assert Ledger.open_default().list_runs() == []
@@ -274,14 +274,17 @@ def test_doctor_aws_checks(monkeypatch):
         real = boto3.session.Session(region_name="us-east-1")
         for value, ok in ((192.0, True), (0.0, False)):
             quota = QuotaStub(value)
-            session = SimpleNamespace(client=lambda name, region_name=None, q=quota: q if name == "service-quotas"
-                                      else real.client(name, region_name=region_name))
-            creds, q = aws_doctor.check_aws("us-east-1", session=session)
+            session = SimpleNamespace(client=lambda name, region_name=None, config=None, q=quota: q
+                                      if name == "service-quotas" else real.client(name, region_name=region_name))
+            # issue 25: doctor runs the run's preflight for a shape (default: 2 x g5.xlarge), so the
+            # quota line compares the quota with what that run needs (no more "room for N" line)
+            region, creds, q = aws_doctor.check_aws("us-east-1", session=session)[:3]
+            assert region["detail"].startswith("us-east-1, for 2 x g5.xlarge")
             assert creds["ok"] is True and "123456789012" in creds["detail"]
             assert quota.asked == [("ec2", "L-DB2E81BA")]
             assert q["ok"] is ok
             if ok:
-                assert "192 vCPUs" in q["detail"] and "4 g5.12xlarge" in q["detail"]
+                assert "192 of 192 vCPUs" in q["detail"] and "needs 2 × g5.xlarge = 8 vCPUs" in q["detail"]
             else:
                 assert "request-service-quota-increase" in q["fix"] and "L-DB2E81BA" in q["fix"]
 

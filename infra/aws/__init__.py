@@ -20,12 +20,12 @@ class AwsBackend(Backend):
     provisions = True
     priced = True
     resource_kinds = ("instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
-                      "internet-gateway", "route-table", "iam-role", "instance-profile")
+                      "internet-gateway", "route-table", "iam-role", "instance-profile", "launch-template")
     # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
     # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
     capacity_attempts = 3
     # what the tag scan reports and `delete` handles, in deletion order: what holds others first
-    leftover_kinds = ("instance", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
+    leftover_kinds = ("instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
                       "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile",
                       "iam-role")
 
@@ -82,7 +82,9 @@ class AwsBackend(Backend):
                               "objects": NodeTransfer()}
         if options.get("ready_timeout") is not None:
             kw["ready_timeout"] = options["ready_timeout"]
-        return PulumiProvider("aws"), SshLauncher(**kw)
+        from .preflight import preflight  # quota, AMI, subnet and a RunInstances dry run, before anything
+
+        return PulumiProvider("aws", preflight=preflight), SshLauncher(**kw)
 
     # -- object storage: s3:// read and written by the nodes through the instance role (s3.py) ------
     object_store = "s3"
@@ -116,6 +118,11 @@ class AwsBackend(Backend):
         from .engine import resource_detail
 
         return resource_detail(kind, inputs, spec)
+
+    def classify_failure(self, spec: Any, text: str) -> Any:
+        from .failures import classify  # the AWS error code and message, not "update failed"
+
+        return classify(spec, text)
 
     def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
         from .engine import capacity_zones
@@ -161,7 +168,9 @@ class AwsBackend(Backend):
     def provider(self, **options: Any) -> Any:
         from gpucluster.infra.pulumi_provider import PulumiProvider
 
-        return PulumiProvider(self.name)
+        from .preflight import preflight
+
+        return PulumiProvider(self.name, preflight=preflight)
 
     def node_gpu_state(self, provider: Any, name: str) -> list[dict[str, Any]]:
         """Asked over ssh, with the stack's outputs (pinned host keys, the cluster's key)."""
@@ -187,7 +196,7 @@ class AwsBackend(Backend):
     def doctor(self, **kw: Any) -> list[Any]:
         from .doctor import doctor
 
-        return doctor(kw.get("region"))
+        return doctor(kw.get("region"), nodes=kw.get("nodes"), instance_type=kw.get("instance_type"), spot=bool(kw.get("spot")))
 
 
 BACKEND = AwsBackend()

@@ -272,6 +272,10 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         _check_vpc_cidr(str(cidr), spec.nodes)
 
     open_ssh = flag(spec, "allowOpenSsh")
+    if spec.ssh_cidr is not None and ":" in str(spec.ssh_cidr):
+        # the cluster's VPC, subnet and nodes have IPv4 addresses only: an IPv6 rule admits nobody
+        raise SpecError(not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4 CIDR such as 203.0.113.7/32 (the cluster's "
+                                                                  "VPC and nodes are IPv4 only)"))
     if spec.ssh_cidr is None:
         warnings.append("no ssh CIDR given: SSH is closed to everyone; set sshCidr to your address/32")
     elif _is_open(spec.ssh_cidr):
@@ -283,9 +287,12 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         warnings.append(f"SSH is open to {spec.ssh_cidr} because allowOpenSsh=true")
 
     key = option(spec, "sshPublicKey")
-    if key is not None and not str(key).startswith(("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-")):
+    if key is not None and not str(key).startswith(("ssh-ed25519 ", "ssh-rsa ")):
+        # EC2 imports ED25519 and RSA keys only (ImportKeyPair; "Create a key pair",
+        # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-key-pairs.html): ECDSA is refused
         raise SpecError(
-            not_allowed("option sshPublicKey", str(key)[:20] + "...", "an OpenSSH public key line (ssh-ed25519 AAAA...)")
+            not_allowed("option sshPublicKey", str(key)[:20] + "...",
+                        "an OpenSSH ssh-ed25519 or ssh-rsa public key line (EC2 imports no ECDSA keys)")
         )
     return warnings
 

@@ -10,8 +10,8 @@ allows tags):
 - a security group: all traffic between members (NCCL/gloo use ephemeral ports both ways), all
   egress, SSH only from `spec.ssh_cidr` (0.0.0.0/0 only with option `allowOpenSsh=true`,
   enforced by the catalog's validation);
-- a cluster placement group; with option `efa=true` (types with EFA only) one EFA network
-  interface per node plus an Elastic IP for its public address;
+- a cluster placement group; with option `efa=true` (types with EFA only) a launch template
+  whose one interface is an EFA interface with a public IPv4 assigned at launch (no Elastic IP);
 - the login key: generated with pulumi-tls (the private key only ever as a secret output) or
   the user's public key from option `sshPublicKey`;
 - one ed25519 host key per node, generated here and installed by cloud-init from user data
@@ -45,6 +45,7 @@ from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
+from .engine import PROVIDER_MAX_RETRIES
 from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
@@ -78,6 +79,8 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-provider",
             region=self.region,
             profile=pulumi.Config("aws").get("profile"),
+            # capacity errors reach us within seconds, not after minutes of retries (engine.py)
+            max_retries=PROVIDER_MAX_RETRIES,
             opts=pulumi.ResourceOptions(parent=self),
         )
         invoke_opts = pulumi.InvokeOutputOptions(parent=self, provider=self._provider)
@@ -286,22 +289,12 @@ class GpuCluster(pulumi.ComponentResource):
                 )
             )
             network: dict[str, Any]
-            eip = None
             if self.efa:
-                eni = aws.ec2.NetworkInterface(
-                    f"{name}-efa-{rank}",
-                    subnet_id=subnet_id,
-                    security_groups=[sg.id],
-                    interface_type="efa",
-                    description=f"{node} EFA",
-                    tags=self._tags(f"{node}-efa"),
-                    opts=self._opts(),
-                )
-                network = {
-                    "primary_network_interface": aws.ec2.InstancePrimaryNetworkInterfaceArgs(
-                        network_interface_id=eni.id
-                    )
-                }
+                # one EFA interface, made by EC2 at launch from the template, with an auto-assigned
+                # public IPv4 (as SkyPilot launches EFA nodes): no Elastic IP, whose default quota
+                # is 5 per region
+                network = {"launch_template": aws.ec2.InstanceLaunchTemplateArgs(
+                    id=self._efa_template(name, spec, subnet_id, sg).id, version="$Latest")}
             else:
                 network = {
                     "subnet_id": subnet_id,
@@ -336,17 +329,7 @@ class GpuCluster(pulumi.ComponentResource):
                 ),
                 **network,
             )
-            if self.efa:
-                eip = aws.ec2.Eip(
-                    f"{name}-eip-{rank}",
-                    domain="vpc",
-                    network_interface=network["primary_network_interface"].network_interface_id,
-                    tags=self._tags(f"{node}-eip"),
-                    opts=self._opts(depends_on=[instance, *self._network_deps]),
-                )
-                public_ips.append(eip.public_ip)
-            else:
-                public_ips.append(instance.public_ip)
+            public_ips.append(instance.public_ip)
             self.instances.append(instance)
 
         self.instance_ids = pulumi.Output.all(*[i.id for i in self.instances])
@@ -363,6 +346,24 @@ class GpuCluster(pulumi.ComponentResource):
 
     def _opts(self, **kw: Any) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, **kw)
+
+    def _efa_template(self, name: str, spec: Any, subnet_id: Any, sg: Any) -> Any:
+        """The launch template of the EFA nodes (made once): interface 0 is an EFA interface in the
+        cluster's subnet and security group, with a public IPv4 assigned at launch (one interface
+        only: EC2 assigns no public IPv4 to an instance launched with several)."""
+        if getattr(self, "_efa_lt", None) is None:
+            self._efa_lt = aws.ec2.LaunchTemplate(
+                f"{name}-efa",
+                description=f"{spec.name} EFA nodes",
+                network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    device_index=0, interface_type="efa", associate_public_ip_address="true",
+                    delete_on_termination="true", subnet_id=subnet_id, security_groups=[sg.id])],
+                tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type="network-interface", tags=self._tags(f"{spec.name}-efa"))],
+                tags=self._tags(f"{spec.name}-efa"),
+                opts=self._opts(depends_on=[*self._network_deps]),
+            )
+        return self._efa_lt
 
     def _first_zone_offering(self, invoke_opts: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:
         """The first zone (by name) of the region where the instance type is offered."""

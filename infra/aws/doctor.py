@@ -1,12 +1,13 @@
-"""What `gpucluster doctor` and `gpucluster gc` ask of AWS: credentials (STS), the EC2 G/VT vCPU
-quota of a region, and the regions a sweep of every cluster looks in."""
+"""What `gpucluster doctor` and `gpucluster gc` ask of AWS: the preflight of a run (credentials,
+the G/VT vCPU quota, the AMI, a RunInstances dry run: infra/aws/preflight.py) for a region and
+shape, and the regions a sweep of every cluster looks in."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 EC2_GVT_QUOTA = "L-DB2E81BA"  # "Running On-Demand G and VT instances" (vCPUs)
+DEFAULT_RUN_NODES = 2  # `run --cloud aws` without --nodes
 
 
 def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
@@ -14,46 +15,34 @@ def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, 
     return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
 
 
-def doctor(region: str | None = None, session: Any = None) -> list[dict[str, Any]]:
-    """`doctor --cloud aws`: region default: $AWS_REGION, $AWS_DEFAULT_REGION, then the catalog's."""
-    if region is None:
-        from .catalog import DEFAULT_REGION
+def doctor(region: str | None = None, session: Any = None, *, nodes: int | None = None,
+           instance_type: str | None = None, spot: bool = False) -> list[dict[str, Any]]:
+    """`doctor --cloud aws`: the preflight of `run` (infra/aws/preflight.py) for the region and
+    shape given. Defaults: those of a default `run` (2 x g5.xlarge on-demand in the catalog's
+    default region, us-east-1: `run` does not read $AWS_REGION, so neither does this)."""
+    from .catalog import DEFAULT_REGION
 
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-    return check_aws(region, session=session)
+    return check_aws(region or DEFAULT_REGION, session=session, nodes=nodes, instance_type=instance_type, spot=spot)
 
 
-def check_aws(region: str, session: Any = None) -> list[dict[str, Any]]:
+def check_aws(region: str, session: Any = None, *, nodes: int | None = None, instance_type: str | None = None,
+              spot: bool = False) -> list[dict[str, Any]]:
+    from gpucluster.errors import SpecError
+    from gpucluster.spec import ClusterSpec
+
+    from .catalog import DEFAULT_INSTANCE_TYPE, validate_spec
+    from .preflight import checks
+
+    spec = ClusterSpec(cloud="aws", nodes=int(nodes or DEFAULT_RUN_NODES), name="doctor", region=region,
+                       instance_type=instance_type or DEFAULT_INSTANCE_TYPE, spot=bool(spot))
     try:
-        import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
-    except ImportError:
-        return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
-    session = session or boto3.session.Session()
-    try:
-        ident = session.client("sts", region_name=region).get_caller_identity()
-    except (BotoCoreError, ClientError) as exc:
-        return [_check("aws credentials", False, f"STS get_caller_identity failed: {exc}",
-                       "configure credentials: `aws configure` (or `aws sso login --profile P` and "
-                       "export AWS_PROFILE=P)")]
-    checks = [_check("aws credentials", True, f"account {ident.get('Account')} as {ident.get('Arn')}")]
-    try:
-        q = session.client("service-quotas", region_name=region).get_service_quota(
-            ServiceCode="ec2", QuotaCode=EC2_GVT_QUOTA)["Quota"]
-        vcpus = int(float(q.get("Value", 0)))
-        smallest = 4  # g5.xlarge
-        if vcpus < smallest:
-            checks.append(_check(f"EC2 G/VT vCPU quota ({region})", False,
-                                 f"{vcpus} vCPUs for 'Running On-Demand G and VT instances': not even one g5.xlarge",
-                                 f"request more: aws service-quotas request-service-quota-increase --service-code ec2 "
-                                 f"--quota-code {EC2_GVT_QUOTA} --desired-value 64 --region {region}"))
-        else:
-            checks.append(_check(f"EC2 G/VT vCPU quota ({region})", True,
-                                 f"{vcpus} vCPUs: room for {vcpus // smallest} g5.xlarge or "
-                                 f"{vcpus // 48} g5.12xlarge nodes"))
-    except (BotoCoreError, ClientError) as exc:
-        checks.append(_check(f"EC2 G/VT vCPU quota ({region})", None, f"could not read quota {EC2_GVT_QUOTA}: {exc}"))
-    return checks
+        validate_spec(spec)
+    except SpecError as exc:
+        return [_check("aws shape", False, exc.message, "pass a region and --instance-type that `run` accepts")]
+    found = checks(spec, session=session)
+    shape = f"{spec.nodes} x {spec.instance_type}{' spot' if spot else ''}"
+    return [_check("aws region checked", None, f"{region}, for {shape} (pass --region / --nodes / "
+                                               "--instance-type / --spot to check another)"), *found]
 
 
 def gc_regions(open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], extra: tuple[str, ...]) -> list[str]:

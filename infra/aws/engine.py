@@ -20,6 +20,7 @@ PULUMI_KINDS = {
     "aws:ec2/routeTable:RouteTable": "route-table",
     "aws:ec2/networkInterface:NetworkInterface": "network-interface",
     "aws:ec2/eip:Eip": "elastic-ip",
+    "aws:ec2/launchTemplate:LaunchTemplate": "launch-template",
     "aws:ec2/volume:Volume": "volume",
     "aws:iam/role:Role": "iam-role",
     "aws:iam/instanceProfile:InstanceProfile": "instance-profile",
@@ -32,6 +33,14 @@ CAPACITY_MARKERS = (
     "is not supported in your requested Availability Zone",
 )
 AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
+# The AWS provider's `max_retries` (terraform-provider-aws, bridged by pulumi-aws; default 25).
+# Its EC2 client treats InsufficientInstanceCapacity as retryable for RunInstances
+# (internal/service/ec2/service_package.go; hashicorp/terraform-provider-aws#43193, #49863), so with
+# the default a capacity error reaches us only after up to 25 retries, each backing off up to 20 s
+# (aws-sdk-go-v2 retry.DefaultMaxBackoff): minutes, while the nodes already made bill. With 4
+# retries it reaches us within 1 + 2 + 4 + 8 = 15 s of backoff, and the next zone is tried. The
+# same bound applies to throttling of the stack's other calls, which 4 retries still absorb.
+PROVIDER_MAX_RETRIES = 4
 
 
 def region_of_zone(zone: str | None) -> str | None:
@@ -86,8 +95,12 @@ def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None]
     m = re.search(r"choosing ((?:" + AZ + r"(?:, |,| or | and )?)+)", text)
     if m:
         suggested = re.findall(AZ, m.group(1))
-    if not suggested:
+    if not suggested or zone is None:
         region = getattr(spec, "region", None) or region_of_zone(zone)
-        if region:
-            suggested = (zone_lister or zones_offering)(region, itype)
-    return zone, suggested, itype or "the instance type"
+        offering = (zone_lister or zones_offering)(region, itype) if region else []
+        if zone is None and offering:
+            # the message names no zone and the spec set none: the program launched in the first
+            # zone (by name) offering the type (component._first_zone_offering), so that one failed
+            zone = sorted(offering)[0]
+        suggested = suggested or sorted(offering)
+    return zone, [z for z in suggested if z != zone], itype or "the instance type"

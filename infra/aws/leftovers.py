@@ -1,6 +1,6 @@
 """The AWS tag scan: what gpucluster created in EC2 and IAM, found by tag, and its deletion.
 
-Per region (boto3): instances not terminated or shutting down, volumes, security groups, key pairs,
+Per region (boto3): instances not terminated or shutting down, launch templates (EFA), volumes, security groups, key pairs,
 placement groups, network interfaces, Elastic IPs, subnets, route tables, internet gateways, VPCs;
 IAM roles and instance profiles (global). Only resources tagged `managed-by=gpucluster` (and the
 cluster / run asked for) are reported; `delete` goes in dependency order and waits for instances to
@@ -83,6 +83,9 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
                 if state in LIVE_INSTANCE_STATES:
                     add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
                         f"{inst.get('InstanceType', '')} {state}")
+        for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
+            add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
+                lt.get("LaunchTemplateName", ""))
         for vol in each("describe_volumes", "Volumes", "volume"):
             if vol.get("State") not in ("deleting", "deleted"):
                 add("volume", vol["VolumeId"], region, _tag_dict(vol.get("Tags")), f"{vol.get('Size')} GB {vol.get('State')}")
@@ -117,19 +120,32 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
     from botocore.exceptions import BotoCoreError, ClientError
 
     iam = session.client("iam")
+
+    def tags_of(kind: str, rid: str, read) -> dict[str, str] | None:
+        """One resource's tags; None when it vanished after the list (IAM is eventually consistent:
+        NoSuchEntity) or could not be read (then only it is unchecked, not the whole scan)."""
+        try:
+            return _tag_dict(read())
+        except (ClientError, BotoCoreError) as exc:
+            if not gone(exc):
+                report.skipped.append(f"{kind} {rid}: not checked ({_why(exc)})")
+            return None
+
     try:
         for page in iam.get_paginator("list_roles").paginate(PathPrefix="/"):
             for role in page.get("Roles", []):
-                tags = _tag_dict(iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
-                if wanted(tags, name, run_id):
-                    add("iam-role", role["RoleName"], None, tags)
+                rn = role["RoleName"]
+                tags = tags_of("IAM role", rn, lambda rn=rn: iam.list_role_tags(RoleName=rn).get("Tags"))
+                if tags is not None and wanted(tags, name, run_id):
+                    add("iam-role", rn, None, tags)
         for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix="/"):
             for prof in page.get("InstanceProfiles", []):
+                pn = prof["InstanceProfileName"]
                 # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
-                tags = _tag_dict(prof.get("Tags") or iam.get_instance_profile(
-                    InstanceProfileName=prof["InstanceProfileName"])["InstanceProfile"].get("Tags"))
-                if wanted(tags, name, run_id):
-                    add("instance-profile", prof["InstanceProfileName"], None, tags)
+                tags = tags_of("instance profile", pn, lambda prof=prof, pn=pn: prof.get("Tags") or iam.get_instance_profile(
+                    InstanceProfileName=pn)["InstanceProfile"].get("Tags"))
+                if tags is not None and wanted(tags, name, run_id):
+                    add("instance-profile", pn, None, tags)
     except (ClientError, BotoCoreError, NotImplementedError) as exc:
         report.skipped.append(f"IAM roles and instance profiles: not checked ({_why(exc)})")
 
@@ -141,9 +157,37 @@ def _why(exc: BaseException) -> str:
     return f"{code}: {exc}" if code else str(exc)
 
 
-def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int = 600) -> list[str]:
+# Error codes that mean "already gone" (the goal of a delete, and a resource that vanished between
+# a list and a describe): EC2's *.NotFound codes, IAM's NoSuchEntity, and EC2's
+# InvalidPlacementGroup.Unknown (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html,
+# https://docs.aws.amazon.com/IAM/latest/APIReference/CommonErrors.html and each IAM action's errors).
+GONE_CODES = ("NoSuchEntity", "InvalidPlacementGroup.Unknown")
+# Codes that mean "something still holds it": retried with backoff, up to `retry_seconds`. EC2
+# releases a terminated instance's network interfaces some time after the instance is terminated,
+# so security group, subnet and VPC deletes meet DependencyViolation for a while; IAM answers
+# DeleteConflict while a role is still in an instance profile.
+RETRY_CODES = ("DependencyViolation", "DeleteConflict", "InvalidIPAddress.InUse")
+
+
+def _error_code(exc: BaseException) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", "") if hasattr(exc, "response") else "")
+
+
+def gone(exc: BaseException) -> bool:
+    code = _error_code(exc)
+    return "NotFound" in code or code in GONE_CODES
+
+
+def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int = 600, retry_seconds: float = 180,
+           sleep: Any = None, clock: Any = None) -> list[str]:
+    """Delete in dependency order. A resource already gone counts as deleted; one that something
+    still holds (DependencyViolation, ...) is retried with exponential backoff (2 s doubling to
+    30 s) for up to `retry_seconds`; each failure is one line in the returned list."""
+    import time
+
     from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
     session = _session(session)
     errors: list[str] = []
     order = {k: i for i, k in enumerate(DELETE_ORDER)}
@@ -163,13 +207,21 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
     for lo in ordered:
         if lo.kind == "instance":
             continue
-        try:
-            _delete_one(session, lo)
-        except (ClientError, BotoCoreError, NotImplementedError) as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "") if hasattr(exc, "response") else ""
-            if "NotFound" in code:
-                continue  # already gone: that is the goal
-            errors.append(f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}")
+        start, delay = clock(), 2.0
+        while True:
+            try:
+                _delete_one(session, lo)
+                break
+            except (ClientError, BotoCoreError, NotImplementedError) as exc:
+                if gone(exc):
+                    break  # already gone: that is the goal
+                if _error_code(exc) in RETRY_CODES and clock() - start + delay <= retry_seconds:
+                    sleep(delay)
+                    delay = min(delay * 2, 30.0)
+                    continue
+                waited = f" (retried for {clock() - start:.0f} s)" if _error_code(exc) in RETRY_CODES else ""
+                errors.append(f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}{waited}")
+                break
     return errors
 
 
@@ -193,6 +245,8 @@ def _delete_one(session: Any, lo: Leftover) -> None:
     ec2 = session.client("ec2", region_name=lo.region)
     if lo.kind == "volume":
         ec2.delete_volume(VolumeId=lo.id)
+    elif lo.kind == "launch-template":
+        ec2.delete_launch_template(LaunchTemplateId=lo.id)
     elif lo.kind == "security-group":
         ec2.delete_security_group(GroupId=lo.id)
     elif lo.kind == "key-pair":
@@ -202,6 +256,15 @@ def _delete_one(session: Any, lo: Leftover) -> None:
     elif lo.kind == "network-interface":
         ec2.delete_network_interface(NetworkInterfaceId=lo.id)
     elif lo.kind == "elastic-ip":
+        # an associated address in a non-default VPC cannot be released (InvalidIPAddress.InUse):
+        # disassociate first (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ReleaseAddress.html)
+        for addr in ec2.describe_addresses(AllocationIds=[lo.id]).get("Addresses", []):
+            if addr.get("AssociationId"):
+                try:
+                    ec2.disassociate_address(AssociationId=addr["AssociationId"])
+                except Exception as exc:  # noqa: BLE001 - an association already gone is fine
+                    if not gone(exc):
+                        raise
         ec2.release_address(AllocationId=lo.id)
     elif lo.kind == "subnet":
         ec2.delete_subnet(SubnetId=lo.id)

@@ -1,0 +1,310 @@
+"""Preflight for `run`/`up --cloud aws`: what would make `RunInstances` fail, asked of AWS before
+anything is created (after the plan, before `pulumi up`), and the same checks for `doctor`.
+
+- credentials: STS `GetCallerIdentity`;
+- the vCPU quota of the run's market in the run's region, against what the cluster needs plus the
+  G/VT vCPUs already running there: "Running On-Demand G and VT instances" (L-DB2E81BA) or "All G
+  and VT Spot Instance Requests" (L-3819A6DF). EC2 counts these quotas in vCPUs
+  (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html);
+- the AMI the program would pick (the same name filter, owner `amazon`, newest) and its root
+  snapshot size, against `--disk-gb` (RunInstances refuses a root volume smaller than the
+  snapshot: "Volume of size N is smaller than snapshot", InvalidBlockDeviceMapping);
+- an existing `subnetId`: its route table must send 0.0.0.0/0 to an internet gateway, else the
+  nodes get no public route and ssh never answers;
+- `RunInstances` with `DryRun=True` for the exact launch (AMI, type, zone, count, disk, market).
+  EC2 answers `DryRunOperation` when the request would have succeeded and the real error code
+  otherwise (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonParameters.html,
+  "DryRun"); the codes we explain are in
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html.
+
+Each check is a dict shaped like `doctor`'s ({check, ok, detail, fix}); `preflight(spec)` raises a
+one-line `PreflightError` (exit 2) for the first failure, naming the quota code or permission, the
+region, needed vs available, and the exact request to make.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from gpucluster.errors import SpecError
+
+from . import catalog
+
+GVT_ON_DEMAND = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
+GVT_SPOT = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
+QUOTA_NAMES = {GVT_ON_DEMAND: "Running On-Demand G and VT instances", GVT_SPOT: "All G and VT Spot Instance Requests"}
+# Regions that are disabled until the account opts in (those of the shipped g5 catalog), from
+# https://docs.aws.amazon.com/accounts/latest/reference/manage-acct-regions.html
+OPT_IN_REGIONS = ("ap-east-1", "ap-southeast-3", "eu-south-2", "il-central-1", "me-central-1")
+AMI_OWNERS = ("amazon",)
+NO_DEFAULT_VPC = ("VPCIdNotSpecified", "MissingInput")
+GVT_FAMILY = re.compile(r"(g|gr|vt)\d")  # g4dn, g5, g5g, g6e, gr6, vt1: the families these quotas count
+
+
+class PreflightError(SpecError):
+    """The launch would fail in the cloud: said before anything is created (exit 2)."""
+
+
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+    return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
+
+
+def _code(exc: Exception) -> tuple[str, str]:
+    err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
+    return str(err.get("Code") or type(exc).__name__), str(err.get("Message") or exc).split("\n")[0][:300]
+
+
+def quota_code(spec: Any) -> str:
+    return GVT_SPOT if spec.spot else GVT_ON_DEMAND
+
+
+def _clients(session: Any, region: str) -> Any:
+    from botocore.config import Config
+
+    cfg = Config(connect_timeout=5, read_timeout=15, retries={"max_attempts": 3, "mode": "standard"})
+    return lambda name: session.client(name, region_name=region, config=cfg)
+
+
+def quota_value(sq: Any, code: str) -> float:
+    """The applied value of an EC2 quota; the AWS default when none was ever applied
+    (GetServiceQuota answers NoSuchResourceException then)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+    except ClientError as exc:
+        if _code(exc)[0] != "NoSuchResourceException":
+            raise
+    return float(sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+
+
+def running_vcpus(ec2: Any, spot: bool) -> int:
+    """vCPUs of the G and VT instances pending or running in the region, of one market (the
+    quotas count those: on-demand ones against L-DB2E81BA, spot ones against L-3819A6DF)."""
+    found: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for page in pages:
+        for res in page.get("Reservations", []):
+            found += [i for i in res.get("Instances", []) if GVT_FAMILY.match(i.get("InstanceType", ""))
+                      and (i.get("InstanceLifecycle") == "spot") == spot]
+    known = {name: t.vcpus for name, t in catalog.INSTANCE_TYPES.items()}
+    unknown = sorted({i["InstanceType"] for i in found if i["InstanceType"] not in known and not i.get("CpuOptions")})
+    if unknown:
+        for t in ec2.describe_instance_types(InstanceTypes=unknown).get("InstanceTypes", []):
+            known[t["InstanceType"]] = int(t["VCpuInfo"]["DefaultVCpus"])
+    total = 0
+    for i in found:
+        cpu = i.get("CpuOptions") or {}
+        total += (int(cpu["CoreCount"]) * int(cpu.get("ThreadsPerCore", 1)) if cpu.get("CoreCount")
+                  else known.get(i["InstanceType"], 0))
+    return total
+
+
+def newest_ami(ec2: Any, spec: Any) -> dict[str, Any] | None:
+    """The image the program would launch: option `ami`, else the newest matching DLAMI."""
+    pinned = catalog.option(spec, "ami")
+    if pinned:
+        images = ec2.describe_images(ImageIds=[str(pinned)]).get("Images", [])
+    else:
+        images = ec2.describe_images(Owners=list(AMI_OWNERS), Filters=[
+            {"Name": "name", "Values": [catalog.ami_name_pattern(spec)]},
+            {"Name": "architecture", "Values": ["x86_64"]},
+            {"Name": "state", "Values": ["available"]}]).get("Images", [])
+    return max(images, key=lambda i: i.get("CreationDate") or "", default=None)
+
+
+def root_snapshot_gb(image: dict[str, Any]) -> int | None:
+    root = image.get("RootDeviceName")
+    for m in image.get("BlockDeviceMappings", []):
+        if m.get("DeviceName") == root and (m.get("Ebs") or {}).get("VolumeSize"):
+            return int(m["Ebs"]["VolumeSize"])
+    return None
+
+
+def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool]:
+    """(the subnet's AZ, whether its route table sends 0.0.0.0/0 to an internet gateway). A subnet
+    without an explicit association uses its VPC's main route table
+    (https://docs.aws.amazon.com/vpc/latest/userguide/VPC_Route_Tables.html)."""
+    sub = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
+    tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])["RouteTables"]
+    if not tables:
+        tables = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [sub["VpcId"]]},
+                                                    {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
+    public = any(r.get("DestinationCidrBlock") == "0.0.0.0/0" and str(r.get("GatewayId", "")).startswith("igw-")
+                 and r.get("State", "active") == "active" for t in tables for r in t.get("Routes", []))
+    return sub.get("AvailabilityZone"), public
+
+
+def first_zone(ec2: Any, itype: str) -> str | None:
+    resp = ec2.describe_instance_type_offerings(LocationType="availability-zone",
+                                                Filters=[{"Name": "instance-type", "Values": [itype]}])
+    return min((o["Location"] for o in resp.get("InstanceTypeOfferings", [])), default=None)
+
+
+def launch_request(spec: Any, image: dict[str, Any], zone: str | None) -> dict[str, Any]:
+    """The RunInstances request of the whole cluster (every node in one call, MinCount=MaxCount)."""
+    req: dict[str, Any] = {
+        "DryRun": True, "ImageId": image["ImageId"], "InstanceType": spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE,
+        "MinCount": spec.nodes, "MaxCount": spec.nodes,
+        "BlockDeviceMappings": [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": {
+            "VolumeSize": int(spec.disk_gb or 100), "VolumeType": "gp3", "Encrypted": True,
+            "DeleteOnTermination": True}}],
+        "MetadataOptions": {"HttpTokens": "required"},
+        "InstanceInitiatedShutdownBehavior": "terminate",
+    }
+    subnet = catalog.option(spec, "subnetId")
+    if subnet:
+        req["SubnetId"] = str(subnet)
+    elif zone:
+        req["Placement"] = {"AvailabilityZone": zone}
+    if spec.spot:
+        req["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+            "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+    return req
+
+
+def _dry_run_verdict(code: str, msg: str, region: str, spec: Any, what: str) -> dict[str, Any]:
+    name = f"EC2 RunInstances dry run ({region})"
+    if code == "DryRunOperation":
+        return _check(name, True, f"{what} would be accepted")
+    if code in NO_DEFAULT_VPC:
+        return _check(name, None, f"not checked ({code}: the account has no default VPC; the cluster makes its own)")
+    if code == "UnauthorizedOperation":
+        return _check(name, False, f"permission ec2:RunInstances is denied in {region} for {what} ({msg})",
+                      "grant ec2:RunInstances (with ec2:CreateTags) to these credentials; read the reason with "
+                      "`aws sts decode-authorization-message --encoded-message MESSAGE`")
+    if code == "OptInRequired":
+        fix = (f"enable the region: aws account enable-region --region-name {region}" if region in OPT_IN_REGIONS
+               else "accept the AMI's terms or enable the region in the console, then retry")
+        return _check(name, False, f"OptInRequired in {region}: {msg}", fix)
+    if code == "PendingVerification":
+        return _check(name, False, f"PendingVerification in {region}: the account is still being verified ({msg})",
+                      "wait until AWS finishes verifying the account (usually minutes, up to 4 hours) or contact "
+                      "AWS Support")
+    if code in ("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"):
+        q = quota_code(spec)
+        return _check(name, False, f"{code} in {region}: {msg}",
+                      f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {q} "
+                      f"--desired-value {spec.nodes * _vcpus(spec)} --region {region}")
+    return _check(name, False, f"{code} in {region} for {what}: {msg}",
+                  "choose another --instance-type, --zone or --region" if code == "Unsupported" else
+                  "fix the request and retry (`gpucluster doctor --cloud aws` repeats this check)")
+
+
+def _vcpus(spec: Any) -> int:
+    return catalog.INSTANCE_TYPES[spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE].vcpus
+
+
+def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
+    """Every preflight check for `spec` (resolved: region set), in order; stops after a failure
+    that makes the later checks meaningless (no credentials, no image)."""
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
+    region = spec.region or catalog.DEFAULT_REGION
+    client = _clients(session or boto3.session.Session(), region)
+    out: list[dict[str, Any]] = []
+    try:
+        ident = client("sts").get_caller_identity()
+    except (BotoCoreError, ClientError) as exc:
+        return [_check("aws credentials", False, f"STS GetCallerIdentity failed in {region}: {exc}",
+                       "configure credentials: `aws configure` (or `aws sso login --profile P` and "
+                       "export AWS_PROFILE=P)")]
+    out.append(_check("aws credentials", True, f"account {ident.get('Account')} as {ident.get('Arn')}"))
+    ec2 = client("ec2")
+    itype = spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE
+    need = spec.nodes * _vcpus(spec)
+    code = quota_code(spec)
+    qname = f"EC2 quota {code} ({region})"
+    try:
+        quota = quota_value(client("service-quotas"), code)
+    except Exception as exc:  # noqa: BLE001 - informational: the dry run still checks the launch
+        quota = None
+        out.append(_check(qname, None, f"could not read {QUOTA_NAMES[code]} ({_code(exc)[0]}: needs "
+                                       "servicequotas:GetServiceQuota); the dry run below still checks the launch"))
+    if quota is not None:
+        try:
+            used, seen = running_vcpus(ec2, bool(spec.spot)), ""
+        except (BotoCoreError, ClientError) as exc:
+            used, seen = 0, f" (running instances not visible: {_code(exc)[0]})"
+        free = int(quota) - used
+        shape = f"{spec.nodes} × {itype} = {need} vCPUs"
+        if need > free:
+            out.append(_check(qname, False,
+                              f"{QUOTA_NAMES[code]} in {region}: the cluster needs {shape}, {max(free, 0)} available "
+                              f"(quota {int(quota)}, {used} in use{seen})",
+                              f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
+                              f"{code} --desired-value {math.ceil(used + need)} --region {region}"))
+        else:
+            out.append(_check(qname, True, f"{QUOTA_NAMES[code]}: {free} of {int(quota)} vCPUs free "
+                                           f"({used} in use{seen}), the cluster needs {shape}"))
+    try:
+        image = newest_ami(ec2, spec)
+    except (BotoCoreError, ClientError) as exc:
+        c, msg = _code(exc)
+        out.append(_check(f"AMI ({region})", False, f"{c} in {region}: DescribeImages failed ({msg})",
+                          "grant ec2:DescribeImages, or check option ami" if c == "UnauthorizedOperation"
+                          else "check option ami / image"))
+        return out
+    if image is None:
+        what = catalog.option(spec, "ami") or catalog.ami_name_pattern(spec)
+        out.append(_check(f"AMI ({region})", False, f"no available x86_64 image {what!r} in {region}",
+                          "choose another region, or pass option ami=ami-..."))
+        return out
+    snap = root_snapshot_gb(image)
+    disk = int(spec.disk_gb or 100)
+    if snap is not None and disk < snap:
+        out.append(_check(f"AMI ({region})", False, f"disk gb {disk} is below the root snapshot of {image['ImageId']} "
+                                                   f"({snap} GB); allowed: {snap} or more",
+                          f"pass --disk-gb {snap} or more"))
+        return out
+    out.append(_check(f"AMI ({region})", True, f"{image['ImageId']} ({image.get('Name', '')}), root snapshot "
+                                               f"{snap if snap is not None else '?'} GB, disk {disk} GB"))
+    zone = spec.zone
+    subnet = catalog.option(spec, "subnetId")
+    try:
+        if subnet:
+            zone, public = subnet_route(ec2, str(subnet))
+            if not public:
+                out.append(_check(f"subnet {subnet}", False,
+                                  f"option subnetId {subnet!r} has no route 0.0.0.0/0 to an internet gateway, so the "
+                                  "nodes could not be reached; allowed: a public subnet",
+                                  "add that route to its route table, or leave subnetId out (a new VPC is made)"))
+                return out
+            out.append(_check(f"subnet {subnet}", True, f"public (0.0.0.0/0 -> internet gateway), in {zone}"))
+        elif zone is None:
+            zone = first_zone(ec2, itype)
+            if zone is None:
+                out.append(_check(f"EC2 offerings ({region})", False, f"{itype} is not offered in any availability "
+                                                                      f"zone of {region} for this account",
+                                  "choose another --region or --instance-type"))
+                return out
+    except (BotoCoreError, ClientError) as exc:
+        c, msg = _code(exc)
+        out.append(_check(f"EC2 describe ({region})", False, f"{c} in {region}: {msg}",
+                          "grant ec2:Describe* to these credentials"))
+        return out
+    req = launch_request(spec, image, zone)
+    what = f"{spec.nodes} × {itype} in {zone or region}" + (" (spot)" if spec.spot else "")
+    try:
+        ec2.run_instances(**req)
+        out.append(_check(f"EC2 RunInstances dry run ({region})", False,
+                          "EC2 did not answer DryRunOperation to a DryRun request", "report this as a bug"))
+    except (BotoCoreError, ClientError) as exc:
+        c, msg = _code(exc)
+        out.append(_dry_run_verdict(c, msg, region, spec, what))
+    return out
+
+
+def preflight(spec: Any, session: Any = None) -> None:
+    """Raise a one-line `PreflightError` (exit 2) for the first failing check; nothing is created."""
+    failed = [c for c in checks(spec, session) if c["ok"] is False]
+    if failed:
+        c = failed[0]
+        more = f" (and {len(failed) - 1} more: `gpucluster doctor --cloud aws` lists them)" if len(failed) > 1 else ""
+        raise PreflightError(f"aws preflight: {c['detail']}; fix: {c['fix']}{more}")

@@ -1,0 +1,215 @@
+"""`run`/`up`/`doctor --cloud aws` preflight (infra/aws/preflight.py): a fresh account's first run
+fails before anything is created, in one line, with the fix.
+
+moto (5.2.5) is kinder than EC2 here, so `aws_strict.StrictSession` adds AWS's answers:
+- GetServiceQuota: moto knows only the vpc service's quotas. EC2's G/VT quotas are counted in vCPUs
+  (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html); new accounts
+  often have 0 for "Running On-Demand G and VT instances" (issue 25, and AWS's "request a quota
+  increase" guidance on the same page).
+- RunInstances DryRun: moto answers DryRunOperation to every request. EC2 answers the error the
+  real request would get: UnauthorizedOperation, OptInRequired, PendingVerification, Unsupported
+  (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html;
+  DryRun: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonParameters.html).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+boto3 = pytest.importorskip("boto3")
+moto = pytest.importorskip("moto")
+
+from aws_strict import AwsError, StrictSession, quota_rule  # noqa: E402
+
+from gpucluster.errors import ExitCode  # noqa: E402
+from gpucluster.infra.aws import doctor as aws_doctor  # noqa: E402
+from gpucluster.infra.aws.preflight import GVT_ON_DEMAND, GVT_SPOT, PreflightError, checks, preflight  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+
+DLAMI = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20250601"
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with moto.mock_aws():
+        yield StrictSession("us-east-1")
+
+
+def dlami_rule(snapshot_gb: int = 45):
+    """DescribeImages for the DLAMI lookup (owner amazon, the name filter): moto ships no DLAMI."""
+
+    def rule(params):
+        if params.get("Owners") == ["amazon"]:
+            names = [f["Values"][0] for f in params.get("Filters", []) if f["Name"] == "name"]
+            assert names and names[0].startswith("Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.*")
+            return {"Images": [{"ImageId": "ami-0dlami000000001", "Name": DLAMI, "CreationDate": "2025-06-01T00:00:00Z",
+                                "RootDeviceName": "/dev/sda1", "State": "available", "Architecture": "x86_64",
+                                "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {
+                                    "SnapshotId": "snap-0abc", "VolumeSize": snapshot_gb, "VolumeType": "gp3"}}]}]}
+        return None
+
+    return rule
+
+
+def spec(**kw):
+    base = dict(cloud="aws", nodes=2, name="pf", region="us-east-1", instance_type="g5.xlarge")
+    base.update(kw)
+    return ClusterSpec(**base)
+
+
+def created_nothing(session):
+    ec2 = session.real.client("ec2", region_name="us-east-1")
+    running = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+    return not running and all(v["IsDefault"] for v in ec2.describe_vpcs()["Vpcs"])
+
+
+def test_fresh_account_quota_zero_fails_in_one_line_with_the_request_to_make(aws):
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 0.0, GVT_SPOT: 0.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(), session=aws)
+    msg = err.value.message
+    assert err.value.exit_code == ExitCode.USAGE and "\n" not in msg
+    assert "Running On-Demand G and VT instances in us-east-1" in msg
+    assert "needs 2 × g5.xlarge = 8 vCPUs, 0 available (quota 0, 0 in use)" in msg
+    assert ("aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
+            "--desired-value 8 --region us-east-1") in msg
+    assert aws.seen("service-quotas", "GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"}]
+    assert created_nothing(aws)
+
+
+def test_running_instances_count_against_the_quota_of_their_market_only(aws):
+    ec2 = aws.real.client("ec2", region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=ami, InstanceType="g5.2xlarge", MinCount=1, MaxCount=1)  # 8 on-demand vCPUs
+    ec2.run_instances(ImageId=ami, InstanceType="g5.4xlarge", MinCount=1, MaxCount=1,
+                      InstanceMarketOptions={"MarketType": "spot"})  # 16 spot vCPUs: not on-demand quota
+    ec2.run_instances(ImageId=ami, InstanceType="m5.large", MinCount=1, MaxCount=1)  # not G/VT
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 16.0, GVT_SPOT: 20.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    found = {c["check"]: c for c in checks(spec(nodes=2), session=aws)}
+    q = found["EC2 quota L-DB2E81BA (us-east-1)"]
+    assert q["ok"] is True and "8 of 16 vCPUs free (8 in use)" in q["detail"]
+    with pytest.raises(PreflightError, match=r"needs 3 × g5.xlarge = 12 vCPUs, 8 available \(quota 16, 8 in use\).*"
+                                             r"--quota-code L-DB2E81BA --desired-value 20 --region us-east-1"):
+        preflight(spec(nodes=3), session=aws)
+    # spot asks the spot quota, and counts the running spot instance (16 of 20 used)
+    with pytest.raises(PreflightError, match=r"All G and VT Spot Instance Requests in us-east-1: the cluster needs "
+                                             r"2 × g5.xlarge = 8 vCPUs, 4 available \(quota 20, 16 in use\).*"
+                                             r"--quota-code L-3819A6DF --desired-value 24"):
+        preflight(spec(spot=True), session=aws)
+    assert aws.seen("service-quotas", "GetServiceQuota")[-1]["QuotaCode"] == "L-3819A6DF"
+
+
+def test_dry_run_is_the_exact_launch_and_passes_when_ec2_would_accept_it(aws):
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    preflight(spec(nodes=2, disk_gb=120), session=aws)
+    (req,) = aws.seen("ec2", "RunInstances")
+    assert req["DryRun"] is True and req["ImageId"] == "ami-0dlami000000001" and req["InstanceType"] == "g5.xlarge"
+    assert req["MinCount"] == req["MaxCount"] == 2  # every node in one request
+    assert req["Placement"] == {"AvailabilityZone": "us-east-1a"}  # the first zone offering g5.xlarge, as the program
+    assert req["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 120
+    assert "InstanceMarketOptions" not in req
+    assert created_nothing(aws)
+
+
+@pytest.mark.parametrize("code,region,needles", [
+    ("UnauthorizedOperation", "us-east-1", ["permission ec2:RunInstances is denied in us-east-1",
+                                            "decode-authorization-message"]),
+    ("OptInRequired", "il-central-1", ["OptInRequired in il-central-1",
+                                       "aws account enable-region --region-name il-central-1"]),
+    ("PendingVerification", "us-east-1", ["PendingVerification in us-east-1", "up to 4 hours"]),
+    ("Unsupported", "us-east-1", ["Unsupported in us-east-1 for 2 × g5.xlarge in us-east-1a",
+                                  "choose another --instance-type"]),
+    ("VcpuLimitExceeded", "us-east-1", ["VcpuLimitExceeded in us-east-1", "--quota-code L-DB2E81BA"]),
+])
+def test_each_dry_run_refusal_is_one_line_naming_the_code_region_and_fix(aws, code, region, needles):
+    # EC2's answers to a DryRun request that would fail (errors-overview, CommonParameters "DryRun")
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+
+    def refuse(params):
+        assert params["DryRun"] is True
+        raise AwsError(code, f"FAKE {code} message", 403 if code == "UnauthorizedOperation" else 400)
+
+    aws.on("ec2", "RunInstances", refuse)
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(region=region), session=aws)
+    msg = err.value.message
+    assert "\n" not in msg and err.value.exit_code == ExitCode.USAGE
+    for n in needles:
+        assert n in msg
+
+
+def test_disk_below_the_amis_snapshot_and_a_private_subnet_are_refused(aws):
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule(snapshot_gb=45))
+    # RunInstances refuses a root volume smaller than the image's snapshot (InvalidBlockDeviceMapping:
+    # "Volume of size 30GB is smaller than snapshot", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-volume.html)
+    with pytest.raises(PreflightError, match=r"disk gb 30 is below the root snapshot of ami-0dlami000000001 \(45 GB\); "
+                                             r"allowed: 45 or more; fix: pass --disk-gb 45 or more"):
+        preflight(spec(disk_gb=30), session=aws)
+    ec2 = aws.real.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    sub = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone="us-east-1c")["Subnet"]["SubnetId"]
+    with pytest.raises(PreflightError, match=f"option subnetId '{sub}' has no route 0.0.0.0/0 to an internet gateway"):
+        preflight(spec(options=(("subnetId", sub),)), session=aws)
+    assert not aws.seen("ec2", "RunInstances")
+    # give its VPC's main route table a default route to an internet gateway: public, launch in its AZ
+    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+    main = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"][0]["RouteTableId"]
+    ec2.create_route(RouteTableId=main, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+    preflight(spec(options=(("subnetId", sub),)), session=aws)
+    assert aws.seen("ec2", "RunInstances")[-1]["SubnetId"] == sub
+
+
+def test_doctor_checks_the_default_runs_region_and_shape_and_says_which(aws, monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "us-west-2")  # `run` ignores it: us-east-1 unless --region
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 4.0}))  # room for ONE g5.xlarge
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    found = aws_doctor.doctor(session=aws)
+    assert found[0]["check"] == "aws region checked" and found[0]["detail"].startswith("us-east-1, for 2 x g5.xlarge")
+    q = next(c for c in found if c["check"].startswith("EC2 quota"))
+    assert q["ok"] is False and "needs 2 × g5.xlarge = 8 vCPUs, 4 available" in q["detail"]
+    assert "--desired-value 8 --region us-east-1" in q["fix"]
+    # the region and shape given
+    found = aws_doctor.doctor("us-east-2", session=aws, nodes=1, instance_type="g5.xlarge")
+    assert found[0]["detail"].startswith("us-east-2, for 1 x g5.xlarge")
+    assert all(c["ok"] is not False for c in found), found
+    assert {p["QuotaCode"] for p in aws.seen("service-quotas", "GetServiceQuota")} == {"L-DB2E81BA"}
+    (bad,) = aws_doctor.doctor(session=aws, instance_type="g5.xlarg")
+    assert bad["ok"] is False and "g5.xlarg" in bad["detail"]
+
+
+def test_up_stops_at_preflight_with_exit_2_before_pulumi_or_the_ledger(aws, home, monkeypatch):
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import FakePulumiCommand
+    from test_automation import provider as fake_provider
+
+    from gpucluster.cli import common, up
+    from gpucluster.errors import UsageError
+    from gpucluster.ledger import Ledger
+
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 0.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    fake = FakePulumiCommand()
+    p = fake_provider(fake)
+    p._cloud_preflight = lambda s: preflight(s, session=aws)
+    monkeypatch.setattr(common, "provider_for", lambda cloud: p)
+    with pytest.raises(UsageError, match="L-DB2E81BA") as err:
+        up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],
+                   standalone_mode=False)
+    assert err.value.exit_code == ExitCode.USAGE
+    assert "up" not in fake.verbs() and fake.stacks == {}
+    assert Ledger.open_default().list_runs() == []
+    assert created_nothing(aws)
