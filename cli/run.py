@@ -45,6 +45,16 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 @click.option("--known-hosts", default=None, type=click.Path(dir_okay=False),
               help="ssh known_hosts file [default: ~/.ssh/known_hosts]; unknown host keys are refused.")
 @click.option("--remote-python", default=None, help="ssh: the Python (with torch) to run on the nodes [default: python3].")
+@click.option("--python", "python", default=None, metavar="PYTHON",
+              help="local: the Python (with torch and your script's packages) every node runs [default: the "
+                   "`python` on your PATH, i.e. your active environment]. ssh/aws: see --remote-python.")
+@click.option("--collect", "collect", multiple=True, metavar="PATTERN",
+              help="Copy back only the files the job wrote in its working folder whose path (or a folder of it) "
+                   "matches PATTERN (repeatable; fnmatch: '*.pt', 'lightning_logs') [default: every file it "
+                   "created or changed].")
+@click.option("--collect-limit", "collect_limit", default=None, metavar="SIZE",
+              help="Most bytes copied back from each node's working folder, e.g. 500MB, 20GB [default: 10GB]; "
+                   "what is over is named and the outputs verdict is partial.")
 @click.option("--threads-per-proc", default=None, help="CPU threads per training process [default: cores / processes].")
 @click.option("--max-restarts", default="0", show_default=True, help="torchrun restarts (c10d restarts can hang: keep 0).")
 @click.option("--project", default=None, help="gcp: the project [default: stack config, GOOGLE_PROJECT... env, "
@@ -77,7 +87,7 @@ from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
 def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_args, name, region, zone,
         instance_type, spot, disk_gb, max_minutes, max_lifetime, ssh_cidr, tags, options, dry_run, ready_timeout, hosts,
         identity, known_hosts, remote_python, threads_per_proc, max_restarts, project, start_deadline, data, setup,
-        output, keep, yes, quiet, as_json, resume, command):
+        output, keep, yes, quiet, as_json, resume, python, collect, collect_limit, command):
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -130,12 +140,16 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.staging import parse_data, parse_setup
 
     mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
-    resumed_from, resume_mount = _resume(resume, mounts, backend(cloud)) if resume is not None else (None, None)
+    resumed_from, resume_mount, resume_back = (_resume(resume, mounts, backend(cloud)) if resume is not None
+                                               else (None, None, None))
     # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
     reads = [m.src for m in mounts + ((resume_mount,) if resume_mount is not None else ()) if m.remote]
     spec = backend(cloud).with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
     check_ssh_files(identity, known_hosts)
+    collect_bytes = None if collect_limit is None else parse_size("--collect-limit", collect_limit)
+    collect = tuple(_check_collect(p) for p in collect)
     provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
+                                              python=python,
                                               spec_options=spec.option_dict, ready_timeout=ready_s,
                                               start_deadline_s=deadline_min * 60)
     if output_dir is not None and not launcher.collects_outputs:
@@ -164,6 +178,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       workload_args=tuple(wl_args) if not command else (), nproc_per_node=nproc,
                       max_restarts=parse_int("max restarts", max_restarts, low=0, high=10),
                       max_seconds=limit * 60 if limit else None, setup=setup_cmds, data=mounts, resume=resume_mount,
+                      resume_files=resume_back,
                       # where outputs would go, as the lifecycle would set it (nothing is created)
                       output_dir=str(output_dir) if output_dir is not None else (
                           "$GPUCLUSTER_HOME/runs/RUN_ID/outputs" if launcher.collects_outputs else None))
@@ -187,7 +202,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                   max_seconds=limit * 60 if limit else None,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024),
-                  setup=setup_cmds, data=mounts, resume=resume_mount,
+                  setup=setup_cmds, data=mounts, resume=resume_mount, resume_files=resume_back,
+                  collect=collect, collect_limit=collect_bytes,
                   output_dir=None if output_dir is None else str(output_dir))
 
     estimate = _plan(out, spec, job, nproc)
@@ -215,17 +231,38 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     return int(outcome.exit_code)
 
 
-def _resume(value: str, mounts: tuple, store: object = None) -> tuple[str, object]:
-    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created)."""
+def parse_size(flag: str, value: str) -> int:
+    """'500MB', '10GB', '2.5 GB', '1000' (bytes) -> bytes; UsageError (exit 2) naming the value."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?B?)\s*", value or "", re.I)
+    if not m:
+        raise UsageError(f"{flag} {value!r} is not allowed: a size such as 500MB or 10GB")
+    unit = m.group(2).upper().rstrip("B")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index(unit or " "))
+
+
+def _check_collect(pattern: str) -> str:
+    text = (pattern or "").strip()
+    if not text or text.startswith("/") or ".." in text.split("/"):
+        raise UsageError(f"--collect {pattern!r} is not allowed: a pattern relative to the job's working folder, "
+                         "e.g. '*.pt' or 'lightning_logs'")
+    return text
+
+
+def _resume(value: str, mounts: tuple, store: object = None) -> tuple[str, object, object]:
+    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created);
+    with the working-folder files to lay back into every node's working folder (resume_files)."""
     from gpucluster.home import home_dir
     from gpucluster.ledger import Ledger
-    from gpucluster.resume import check_dest_free, resume_source
+    from gpucluster.resume import check_dest_free, resume_files, resume_source
 
     check_dest_free(mounts)
     path = home_dir(create=False) / "ledger.sqlite3"
     ledger = Ledger(path) if path.is_file() else None
     try:
-        return resume_source(ledger, value, store)
+        rid, mount = resume_source(ledger, value, store)
+        return rid, mount, resume_files(ledger, rid, mount)
     finally:
         if ledger is not None:
             ledger.close()
@@ -259,6 +296,9 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
         out.print(f"  setup: {cmd}", highlight=False)
     if job.resume is not None:
         out.print(f"  resumes: the outputs in {job.resume.src} as $GPUCLUSTER_RESUME_DIR", highlight=False)
+        if job.resume_files:
+            out.print(f"  resumes: the working-folder files of {job.resume_files[1]} laid back into every node's "
+                      "working folder", highlight=False)
     snapshot = None
     try:
         from gpucluster import cost
