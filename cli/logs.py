@@ -22,9 +22,10 @@ TOOL_KINDS = frozenset({"util", "worker_start"})
               help="Also show gpucluster's own metric lines (the utilisation sampler, the worker announcer).")
 @click.option("--raw", is_flag=True, help="Every line as the node wrote it: nothing hidden, no node prefix.")
 def logs(run_id, node, follow, metrics, raw):
-    """Print a run's per-node logs (node-N.log under the run's log directory). gpucluster's own
-    metric lines (`@gpucluster-metric` records of the utilisation sampler and the worker announcer)
-    are hidden unless --metrics or --raw.
+    """Print a run's per-node logs (node-N.log under the run's log directory).
+
+    gpucluster's own metric lines (`@gpucluster-metric` records of the utilisation sampler and the
+    worker announcer) are hidden unless --metrics or --raw.
 
     \b
     Examples:

@@ -213,6 +213,11 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
             bits.append(f"training {fmt_secs(m['train_time_s'])}")
         if bits:  # a script that reports no metrics gets no empty `result:` line
             console.print("result: " + ", ".join(bits), highlight=False)
+        if m.get("world_size") == 1 and (run.get("nodes") or 1) > 1:
+            console.print(Text(f"warning: every worker's world size was 1 on a {run['nodes']}-node run: the ranks "
+                               "never formed one group, each node trained alone (Lightning: Trainer(num_nodes=N) / "
+                               "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
+                               style="yellow"), highlight=False)
 
     nodes = run.get("node_results") or []
     if nodes:

@@ -28,6 +28,17 @@ _SIGNALLED = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
 _ERROR_LINE = re.compile(r"Traceback|Error|Exception|terminate called|Fatal|Segmentation|core dumped")
 
 
+# PyTorch Lightning, when its process group is up: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"
+_LIGHTNING_WORLD = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)")
+
+
+def world_record(line: str) -> dict[str, Any] | None:
+    """A `world` record (a worker's process-group size) from a framework's own start line, so a
+    multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
+    m = _LIGHTNING_WORLD.search(line)
+    return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None
+
+
 def signal_note(lines: list[str]) -> str:
     """'; worker ended with SIGABRT after its last line; its work may be complete' when torchrun's
     root cause is a worker killed by a signal and the worker's own last lines show no error (an
@@ -157,7 +168,7 @@ class NodeSupervisor:
                 return
 
     def _handle(self, node_rank: int, line: str) -> None:
-        record = parse_line(line)
+        record = parse_line(line) or world_record(line)
         if record is not None:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command

@@ -86,3 +86,26 @@ def test_staging_line_names_cache_hits_only_when_there_were_some(tmp_path):
     warm = _staged_report(tmp_path / "w", [{"files": 3, "bytes": 2000, "sent_files": 1, "sent_bytes": 3000,
                                             "seconds": 0.2}] * 2)
     assert "(4 of 6 file(s) were in the nodes' cache)" in warm
+
+
+def test_a_multi_node_run_whose_workers_each_had_world_size_1_is_warned_about(tmp_path):
+    """Issue 28 item 8: Lightning without num_nodes trains one job per node; its own start line says
+    MEMBER: 1/1 on every node (the line Lightning logs when its process group starts, as its SLURM
+    troubleshooting docs show: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4"), which becomes a
+    `world` record; the report warns."""
+    from gpucluster.metrics import MetricsState
+    from gpucluster.supervisor import world_record
+
+    state = MetricsState()
+    for line in ("[rank: 0] Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1",
+                 "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1"):
+        state.update(world_record(line))
+    assert state.summary()["world_size"] == 1
+    text = _report(tmp_path, None, metrics=state.summary())
+    assert "warning: every worker's world size was 1 on a 2-node run" in " ".join(text.split())
+    good = MetricsState()
+    for r in (0, 1):
+        good.update(world_record(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2"))
+    (tmp_path / "g").mkdir()
+    assert "warning: every worker" not in _report(tmp_path / "g", None, metrics=good.summary())
+    assert world_record("epoch 1 loss 0.3") is None

@@ -211,7 +211,10 @@ class LocalLauncher(Launcher):
                     if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
                         from gpucluster.workdir import lay_back
 
-                        files, nbytes = lay_back(os.path.join(job.resume.src, job.resume_files[0]), str(d / "code"))
+                        try:
+                            files, nbytes = lay_back(os.path.join(job.resume.src, job.resume_files[0]), str(d / "code"))
+                        except OSError as exc:
+                            raise LaunchError(f"could not lay the resumed files back into {d / 'code'}: {exc}") from None
                         events.on_metric(rank, resume_record(job, files, nbytes))
             except BaseException:
                 self._work.pop(job.run_id, None)
