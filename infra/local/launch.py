@@ -331,7 +331,8 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
 
     def ignore(folder: str, names: list[str]) -> list[str]:
         nonlocal total
-        skipped = [n for n in names if n in _SKIP_DIRS or n.endswith(".pyc")]
+        skipped = [n for n in names if n in _SKIP_DIRS or n.endswith(".pyc")
+                   or _holds(os.path.join(folder, n), node_dir)]  # e.g. GPUCLUSTER_HOME inside the script's folder
         for n in names:
             p = os.path.join(folder, n)
             if n not in skipped and os.path.isfile(p) and not os.path.islink(p):
@@ -358,6 +359,12 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
         os.utime(mark, (then, then))
     except OSError as exc:
         raise LaunchError(f"could not lay down the node folder {node_dir}: {exc}") from None
+
+
+def _holds(path: str, node_dir: Path) -> bool:
+    """Whether `path` is `node_dir` or one of its folders (never copied into itself)."""
+    p, d = Path(path).resolve(), node_dir.resolve()
+    return p == d or p in d.parents
 
 
 def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
