@@ -10,12 +10,22 @@ from gpucluster.cli import common
 from gpucluster.errors import UsageError, not_allowed
 
 
+# metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
+TOOL_KINDS = frozenset({"util", "worker_start"})
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--node", default=None, type=click.IntRange(0, 4096), help="Only this node's log.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
-def logs(run_id, node, follow):
+@click.option("--metrics", "metrics", is_flag=True,
+              help="Also show gpucluster's own metric lines (the utilisation sampler, the worker announcer).")
+@click.option("--raw", is_flag=True, help="Every line as the node wrote it: nothing hidden, no node prefix.")
+def logs(run_id, node, follow, metrics, raw):
     """Print a run's per-node logs (node-N.log under the run's log directory).
+
+    gpucluster's own metric lines (`@gpucluster-metric` records of the utilisation sampler and the
+    worker announcer) are hidden unless --metrics or --raw.
 
     \b
     Examples:
@@ -38,7 +48,14 @@ def logs(run_id, node, follow):
     if not files:
         click.echo(f"run {run['id']} has no node logs in {log_dir}", err=True)
         return 0
-    prefix = len(files) > 1
+    prefix = len(files) > 1 and not raw
+    from gpucluster.metrics import parse_line
+
+    def shown(line: str) -> bool:
+        if raw or metrics or "@gpucluster-metric" not in line:
+            return True
+        record = parse_line(line)
+        return record is None or record.get("kind") not in TOOL_KINDS
     offsets = {p: 0 for p in files}
 
     def pump() -> bool:
@@ -51,6 +68,8 @@ def logs(run_id, node, follow):
                     chunk = chunk[: chunk.rfind("\n") + 1]
                 offsets[p] += len(chunk.encode("utf-8", errors="replace"))
             for line in chunk.splitlines():
+                if not shown(line):
+                    continue
                 click.echo(f"[{p.stem.replace('-', ' ')}] {line}" if prefix else line)
             grew = grew or bool(chunk)
         return grew

@@ -107,6 +107,19 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "known_hosts": (("--known-hosts",), dict(default=None, type=click.Path(dir_okay=False),
                                              help="ssh known_hosts file [default: ~/.ssh/known_hosts]; unknown host "
                                                   "keys are refused.")),
+    "python": (("--python", "python"), dict(default=None, metavar="PYTHON",
+                                          help="local: the Python (with torch and your script's packages) every node "
+                                               "runs [default: the `python` on your PATH, i.e. your active "
+                                               "environment]. ssh/aws: see --remote-python.")),
+    "collect": (("--collect", "collect"), dict(multiple=True, metavar="PATTERN",
+                                            help="Copy back only the files the job wrote in its working folder whose "
+                                                 "path (or a folder of it) matches PATTERN (repeatable; fnmatch: "
+                                                 "'*.pt', 'lightning_logs') [default: every file it created or "
+                                                 "changed].")),
+    "collect_limit": (("--collect-limit", "collect_limit"), dict(default=None, metavar="SIZE",
+                                                             help="Most bytes copied back from each node's working "
+                                                                  "folder, e.g. 500MB, 20GB [default: 10GB]; what is "
+                                                                  "over is named and the outputs verdict is partial.")),
     "remote_python": (("--remote-python",), dict(default=None, help="ssh: the Python (with torch) to run on the "
                                                                     "nodes [default: python3].")),
     "threads_per_proc": (("--threads-per-proc",), dict(default=None, type=Int("threads per process", 1, 1024),

@@ -189,10 +189,13 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
     if staged:
         sent, fetched = sum(r.get("sent_bytes", 0) for r in staged), sum(r.get("fetched_bytes", 0) for r in staged)
         total = sum(r.get("bytes", 0) for r in staged) - fetched  # what went through the cache
+        # cache hits only when there were some (a cold cache sends everything, plus tar's headers)
+        files = sum(r.get("files", 0) for r in staged if "sent_files" in r and not r.get("fetched_bytes"))
+        hits = files - sum(r.get("sent_files", 0) for r in staged if "sent_files" in r and not r.get("fetched_bytes"))
         console.print(f"data: {staged[0].get('files', 0)} file(s), {fmt_bytes(staged[0].get('bytes', 0))} on each of "
                       f"{len(staged)} node(s); "
-                      + (f"sent {fmt_bytes(sent)} ({100 * sent / total:.1f}% of {fmt_bytes(total)}; the rest was in "
-                         "the nodes' cache), " if total else "")
+                      + (f"sent {fmt_bytes(sent)}" + (f" ({hits} of {files} file(s) were in the nodes' cache)"
+                                                      if hits else "") + ", " if total else "")
                       + (f"{fmt_bytes(fetched)} fetched by the nodes from object storage, " if fetched else "")
                       + f"slowest node {fmt_secs(max(r.get('seconds', 0) for r in staged))}", highlight=False)
     setups = run.get("setup") or []
@@ -208,7 +211,13 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
         if m.get("train_time_s") is not None:
             bits.append(f"training {fmt_secs(m['train_time_s'])}")
-        console.print("result: " + ", ".join(bits), highlight=False)
+        if bits:  # a script that reports no metrics gets no empty `result:` line
+            console.print("result: " + ", ".join(bits), highlight=False)
+        if m.get("world_size") == 1 and (run.get("nodes") or 1) > 1:
+            console.print(Text(f"warning: every worker's world size was 1 on a {run['nodes']}-node run: the ranks "
+                               "never formed one group, each node trained alone (Lightning: Trainer(num_nodes=N) / "
+                               "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
+                               style="yellow"), highlight=False)
 
     nodes = run.get("node_results") or []
     if nodes:
@@ -222,7 +231,7 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
                       Text("killed" if code is None else str(code), style="green" if code == 0 else "red"))
         console.print(n)
         failed = [r for r in nodes if r["exit_code"] not in (0,)]
-        for r in failed[:1]:
+        for r in named_node(run.get("failure"), nodes) or failed[:1]:
             from gpucluster.node_output import worker_lines
 
             lines = [ln for ln in worker_lines(r.get("last_lines") or []) if "@gpucluster-metric" not in ln][-10:]
@@ -242,10 +251,24 @@ def run_report(console: Console, run: dict[str, Any]) -> None:
         console.print(f"logs: {run['log_dir']}", highlight=False)
 
 
+def named_node(failure: str | None, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node the failure reason names first ("node 1 (...) exited ...", "setup failed on node 1"):
+    its last lines show the cause; a node stopped because of it shows only the consequence."""
+    import re
+
+    m = re.search(r"\bnode (\d+)\b", failure or "")
+    return [r for r in nodes if m and r["node_rank"] == int(m.group(1))][:1]
+
+
 def resume_lines(console: Console, run: dict[str, Any]) -> None:
     """--resume: the run this one continues, and the whole chain (one training job) it belongs to."""
     if run.get("resumed_from"):
         console.print(f"resumed from {run['resumed_from']}", highlight=False)
+    laid = run.get("resume_files") or []
+    if laid:
+        r = laid[0]
+        console.print(f"resumed working folders: {r.get('files', 0)} file(s) from {r.get('from')} ({r.get('why')}) "
+                      f"laid back into {len(laid)} node(s)", highlight=False)
     chain = run.get("chain") or []
     if len(chain) > 1:
         shown = " -> ".join(f"{r} (this run)" if r == run["id"] else r for r in chain)

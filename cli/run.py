@@ -18,7 +18,7 @@ from gpucluster.errors import UsageError
          "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
-         "resume", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "resume", "python", "collect", "collect_limit", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
@@ -91,6 +91,9 @@ def print_plan(out: Any, plan: Any) -> None:
         out.print(f"  setup: {cmd}", highlight=False)
     if job.resume is not None:
         out.print(f"  resumes: the outputs in {job.resume.src} as $GPUCLUSTER_RESUME_DIR", highlight=False)
+        if job.resume_files:
+            out.print(f"  resumes: the working-folder files of {job.resume_files[1]} laid back into every node's "
+                      "working folder", highlight=False)
     if plan.estimate is not None:
         out.print(f"estimated cost: {plan.estimate.render_line()}")
     else:

@@ -29,7 +29,11 @@ DEFAULT_RDZV_PORT = 29400
 # observable start of the train phase) as a metric record, then exec()s the command unchanged, in
 # the same process (same pid, environment, argv). Not shipped as a file: it works on any node.
 WORKER_START_KIND = "worker_start"
+# It starts with "-1" (a statement that does nothing) so that torchrun's failure summary names the
+# user's program: torch.distributed.launcher.api._get_entrypoint_name takes the first argument that
+# does not start with "-" when the entry point is its own interpreter (torch 2.x).
 _ANNOUNCE = (
+    "-1\n"
     "import json,os,sys\n"
     "e=os.environ\n"
     "print('@gpucluster-metric '+json.dumps({'kind':'worker_start','rank':int(e.get('RANK','0')),"
@@ -61,6 +65,11 @@ class JobSpec:
     data: tuple[Any, ...] = ()  # --data: gpucluster.staging.DataMount, staged to every node
     output_dir: str | None = None  # where node N's outputs come back (DIR/node-N); None: not collected
     resume: Any = None  # --resume: a DataMount of the resumed run's outputs, staged as GPUCLUSTER_RESUME_DIR
+    # --resume: (folder inside the resume mount, why that node) whose files are laid back into
+    # every node's working folder before the job starts (gpucluster.resume.resume_files)
+    resume_files: tuple[str, str] | None = None
+    collect: tuple[str, ...] = ()  # --collect: patterns narrowing what comes back from the working folder
+    collect_limit: int | None = None  # --collect-limit: bytes per node from the working folder (None: 10 GB)
 
     @property
     def display(self) -> str:
@@ -196,6 +205,13 @@ def announced_program(python: str, program: Sequence[str]) -> list[str]:
     metric record and then exec()s exactly what torchrun would have run (`python -u script`,
     `python -u -m module`, or the command given with --no-python)."""
     return ["--no-python", python, "-c", _ANNOUNCE, *program]
+
+
+def resume_record(job: JobSpec, files: int, nbytes: int) -> dict[str, Any]:
+    """The `resume_files` metric record of one node: what --resume laid back into its working folder."""
+    rel, why = job.resume_files or ("", "")
+    return {"kind": "resume_files", "from": f"{job.resume.src.rstrip('/')}/{rel}" if job.resume else rel,
+            "why": why, "files": files, "bytes": nbytes}
 
 
 def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_node: int,

@@ -256,10 +256,11 @@ class Ledger:
         """Each node's copied-back outputs: path, files, bytes, seconds, verdict, detail."""
         with self._tx() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO outputs (run_id, node_rank, path, files, bytes, seconds, verdict, detail)"
-                " VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO outputs (run_id, node_rank, path, files, bytes, seconds, verdict, detail,"
+                " workdir_files, workdir_bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [(run_id, o["node_rank"], o.get("path"), o.get("files"), o.get("bytes"), o.get("seconds"),
-                  o["verdict"], o.get("detail")) for o in outputs],
+                  o["verdict"], o.get("detail"), o.get("workdir_files") or 0, o.get("workdir_bytes") or 0)
+                 for o in outputs],
             )
 
     def add_metrics(self, run_id: str, records: list[tuple[int | None, dict[str, Any]]]) -> None:
@@ -368,7 +369,8 @@ class Ledger:
                                       " ORDER BY node_rank", (rid,))
         ]
         run["outputs"] = [dict(r) for r in self._db.execute(
-            "SELECT node_rank, path, files, bytes, seconds, verdict, detail FROM outputs WHERE run_id = ?"
+            "SELECT node_rank, path, files, bytes, seconds, verdict, detail, workdir_files, workdir_bytes"
+            " FROM outputs WHERE run_id = ?"
             " ORDER BY node_rank", (rid,))]
         run["resources"] = [
             {**dict(r), "detail": _loads(r["detail"]), "confirmed_gone": bool(r["confirmed_gone"])}
@@ -383,6 +385,7 @@ class Ledger:
         # --data and --setup per node (metric records the launchers wrote): `show` and --json read them
         run["staging"] = self.metrics(rid, "stage")
         run["setup"] = self.metrics(rid, "setup_end")
+        run["resume_files"] = self.metrics(rid, "resume_files")  # --resume: files laid back, from which node
         if with_metrics:
             run["metric_records"] = self.metrics(rid)
         return run

@@ -109,6 +109,13 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX runs_resumed_from ON runs(resumed_from)
         """,
     ),
+    (
+        5,
+        """
+        ALTER TABLE outputs ADD COLUMN workdir_files INTEGER;  -- files the job wrote in its working folder
+        ALTER TABLE outputs ADD COLUMN workdir_bytes INTEGER;  -- (copied to OUTPUT/workdir/node-N)
+        """,
+    ),
 ]
 TEARDOWN_STATES = ("verified", "leftovers", "not verified", "kept")
 SCHEMA_VERSION = MIGRATIONS[-1][0]

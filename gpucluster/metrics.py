@@ -51,6 +51,8 @@ class MetricsState:
             rank = record.get("rank")
             if isinstance(rank, int):
                 self.finals[rank] = record
+        elif kind == "world":  # a worker's process group size, as its framework printed it
+            self.world_size = max(self.world_size or 0, int(record.get("world_size") or 0)) or None
         elif kind == "util":
             rec = dict(record)
             if node_rank is not None:

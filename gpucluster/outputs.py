@@ -39,6 +39,8 @@ class NodeOutputs:
     bytes: int = 0
     seconds: float = 0.0
     detail: str | None = None
+    workdir_files: int = 0  # files the job wrote in its working folder, beside the output folder
+    workdir_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,6 +50,74 @@ class NodeOutputs:
         if self.verdict == COMPLETE:
             return None
         return f"outputs of node {self.node_rank} {self.verdict}: {self.detail or 'no detail'}"
+
+
+WORKDIR = "workdir"  # job.output_dir/workdir/node-N: what each node's job wrote in its working folder
+
+
+def workdir_dest(output_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(output_dir) / WORKDIR / f"node-{rank}"
+
+
+def add_workdir(out: NodeOutputs, files: int, nbytes: int, problems: list[str]) -> NodeOutputs:
+    """Fold the copy of a node's working folder into its outputs verdict: the counts are kept
+    apart (`workdir_files`, `workdir_bytes`), each problem (files over the size limit, unreadable
+    files, a broken copy) makes the node's verdict at best *partial* and is named in `detail`."""
+    out.workdir_files, out.workdir_bytes = files, nbytes
+    if problems:
+        if out.verdict == COMPLETE or (out.verdict == FAILED and files):
+            out.verdict = PARTIAL
+        out.detail = "; ".join(([out.detail] if out.detail else []) + [f"working folder: {p}" for p in problems])
+    return out
+
+
+def workdir_args(job: Any, root: str, marker: str, tool_files: tuple[str, ...] = ()) -> list[str]:
+    """The arguments of `gpucluster/workdir.py` for a node whose job ran in `root`: what was laid
+    down before `marker` is not taken, nor the output folder (copied on its own), the --data and
+    --resume folders, and `tool_files` (gpucluster's own files when `root` is the run folder)."""
+    from gpucluster.staging import staged_mounts
+    from gpucluster.workdir import DEFAULT_LIMIT
+
+    skip = ["outputs", *tool_files]
+    for m in staged_mounts(job):
+        dest = os.path.normpath(m.dest)
+        if not dest.startswith(".."):
+            skip.append(dest)
+    limit = DEFAULT_LIMIT if job.collect_limit is None else job.collect_limit
+    args = [root, "--since", marker, "--limit", str(limit)]
+    for s in skip:
+        args += ["--exclude", s]
+    for pat in job.collect:
+        args += ["--collect", pat]
+    return args
+
+
+def workdir_problems(answer: dict[str, Any], limit: int | None) -> list[str]:
+    """The problems a node's working-folder copy reported (`gpucluster/workdir.py`'s JSON line)."""
+    from gpucluster.workdir import DEFAULT_LIMIT
+
+    out = []
+    if answer.get("over"):
+        out.append(named(f"over the {fmt_bytes(DEFAULT_LIMIT if limit is None else limit)} limit per node "
+                         "were not copied (raise it with --collect-limit, or narrow with --collect)", answer["over"]))
+    if answer.get("unreadable"):
+        out.append(named("could not be read", answer["unreadable"]))
+    return out
+
+
+def remove_if_empty(dest: Path) -> None:
+    """A working-folder copy that brought nothing leaves no empty node-N (nor workdir/) behind."""
+    for d in (dest, dest.parent):
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def named(what: str, items: list[str], show: int = 5) -> str:
+    """'N file(s) WHAT: a; b; c ...'."""
+    return (f"{len(items)} file(s) {what}: " + "; ".join(items[:show])
+            + (f" (and {len(items) - show} more)" if len(items) > show else ""))
 
 
 def pushed(rank: int, where: str, who: str, rc: int | None, answer: dict[str, Any], why: str,
@@ -269,7 +339,14 @@ def summary(outputs: list[dict[str, Any]]) -> str:
     bad = [o for o in outputs if o.get("verdict") != COMPLETE]
     where = os.path.dirname(outputs[0]["path"]) if outputs[0].get("path") else "?"
     state = "complete" if not bad else ", ".join(f"node {o['node_rank']} {o['verdict']}" for o in bad)
-    return f"{where} ({files} file(s), {fmt_bytes(nbytes)}; {state})"
+    wfiles = sum(o.get("workdir_files") or 0 for o in outputs)
+    wbytes = sum(o.get("workdir_bytes") or 0 for o in outputs)
+    work = ""
+    if wfiles:
+        nodes = sum(1 for o in outputs if o.get("workdir_files"))
+        work = (f"; working folders: {wfiles} file(s), {fmt_bytes(wbytes)} from {nodes} node(s) "
+                f"in {os.path.join(where, WORKDIR)}/node-N")
+    return f"{where} ({files} file(s), {fmt_bytes(nbytes)}; {state}){work}"
 
 
 def fmt_bytes(n: int) -> str:

@@ -73,6 +73,10 @@ class Request:
     identity: str | None = None
     known_hosts: str | None = None
     remote_python: str | None = None
+    python: str | None = None  # local: the Python every node runs
+    # what comes back from each node's working folder
+    collect: tuple[str, ...] = ()
+    collect_limit: str | None = None
     ready_timeout: int = 600
     start_deadline: int = 20
 
@@ -163,6 +167,7 @@ class _Staged:
     setup: tuple[str, ...]
     resumed_from: str | None
     resume: Any
+    resume_files: Any = None  # the resumed run's working-folder files, laid back into every node's
 
     @property
     def reads(self) -> list[str]:
@@ -176,8 +181,9 @@ def _staged(req: Request, backend: Any) -> _Staged:
     from gpucluster.staging import parse_data, parse_setup
 
     mounts, setup_cmds = parse_data(req.data, backend), parse_setup(req.setup)
-    resumed_from, resume_mount = _resume(req.resume, mounts, backend) if req.resume is not None else (None, None)
-    return _Staged(mounts, setup_cmds, resumed_from, resume_mount)
+    resumed_from, resume_mount, resume_back = (_resume(req.resume, mounts, backend) if req.resume is not None
+                                               else (None, None, None))
+    return _Staged(mounts, setup_cmds, resumed_from, resume_mount, resume_back)
 
 
 def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: str | None, wl_args: list[str],
@@ -189,7 +195,10 @@ def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: st
                    nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
                    max_seconds=req.max_minutes * 60 if req.max_minutes else None,
                    threads_per_proc=req.threads_per_proc, setup=staged.setup, data=staged.mounts,
-                   resume=staged.resume, output_dir=output_dir)
+                   resume=staged.resume, resume_files=staged.resume_files,
+                   collect=tuple(_check_collect(p) for p in req.collect),
+                   collect_limit=None if req.collect_limit is None else parse_size("--collect-limit", req.collect_limit),
+                   output_dir=output_dir)
 
 
 def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
@@ -229,7 +238,7 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any) -> tuple
         return provider, None
     check_ssh_files(req.identity, req.known_hosts)
     return backend.make(identity=req.identity, known_hosts=req.known_hosts, remote_python=req.remote_python,
-                        spec_options=spec.option_dict, ready_timeout=req.ready_timeout,
+                        python=req.python, spec_options=spec.option_dict, ready_timeout=req.ready_timeout,
                         start_deadline_s=req.start_deadline * 60)
 
 
@@ -255,17 +264,38 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
     plan.plan_line = line
 
 
-def _resume(value: str, mounts: tuple, store: Any) -> tuple[str, Any]:
-    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created)."""
+def parse_size(flag: str, value: str) -> int:
+    """'500MB', '10GB', '2.5 GB', '1000' (bytes) -> bytes; UsageError (exit 2) naming the value."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?B?)\s*", value or "", re.I)
+    if not m:
+        raise UsageError(f"{flag} {value!r} is not allowed: a size such as 500MB or 10GB")
+    unit = m.group(2).upper().rstrip("B")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index(unit or " "))
+
+
+def _check_collect(pattern: str) -> str:
+    text = (pattern or "").strip()
+    if not text or text.startswith("/") or ".." in text.split("/"):
+        raise UsageError(f"--collect {pattern!r} is not allowed: a pattern relative to the job's working folder, "
+                         "e.g. '*.pt' or 'lightning_logs'")
+    return text
+
+
+def _resume(value: str, mounts: tuple, store: Any) -> tuple[str, Any, Any]:
+    """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created);
+    with the working-folder files to lay back into every node's working folder (resume_files)."""
     from gpucluster.home import home_dir
     from gpucluster.ledger import Ledger
-    from gpucluster.resume import check_dest_free, resume_source
+    from gpucluster.resume import check_dest_free, resume_files, resume_source
 
     check_dest_free(mounts)
     path = home_dir(create=False) / "ledger.sqlite3"
     ledger = Ledger(path) if path.is_file() else None
     try:
-        return resume_source(ledger, value, store)
+        rid, mount = resume_source(ledger, value, store)
+        return rid, mount, resume_files(ledger, rid, mount)
     finally:
         if ledger is not None:
             ledger.close()

@@ -34,7 +34,8 @@ def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, Data
         raise UsageError(f"--resume {rid!r}: that run is still running (or died without finishing its row); "
                          "resume a run that has ended")
     rows = run.get("outputs") or []
-    kept = [o for o in rows if o.get("path") and (o.get("files") or 0) > 0 and o.get("verdict") != "failed"]
+    kept = [o for o in rows if o.get("path") and (o.get("files") or 0) + (o.get("workdir_files") or 0) > 0
+            and o.get("verdict") != "failed"]
     if not kept:
         why = ("no outputs were collected for it" if not rows else
                "its outputs came back empty or failed: " + "; ".join(
@@ -55,6 +56,34 @@ def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, Data
         raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "
                          "give a run whose outputs are still there")
     return rid, DataMount(folder, RESUME_DEST)
+
+
+def resume_files(ledger: Any, run_id: str, mount: DataMount) -> tuple[str, str] | None:
+    """Which node's working-folder files the new run lays back into every node's working folder
+    (`OUTPUTS/workdir/node-K`, as the resumed run's outputs phase copied them): the node that held
+    global rank 0 (its `worker_start` record), else the copy holding the newest file. (folder
+    relative to the resumed outputs, why it was chosen), or None when no working folder came back."""
+    from gpucluster.outputs import WORKDIR
+
+    if "://" in mount.src:
+        return None
+    base = os.path.join(mount.src, WORKDIR)
+    nodes = sorted(int(n.split("-", 1)[1]) for n in (os.listdir(base) if os.path.isdir(base) else ())
+                   if n.startswith("node-") and n[5:].isdigit())
+    if not nodes:
+        return None
+    starts = ledger.metrics(run_id, kind="worker_start") if ledger is not None else []
+    head = next((r.get("node_rank") for r in starts if r.get("rank") == 0), None)
+    if head in nodes:
+        return f"{WORKDIR}/node-{head}", f"node {head}, which held global rank 0"
+
+    def newest(n: int) -> float:
+        times = [os.stat(os.path.join(r, f)).st_mtime for r, _, fs in os.walk(os.path.join(base, f"node-{n}"))
+                 for f in fs]
+        return max(times, default=0.0)
+
+    pick = max(nodes, key=newest)
+    return f"{WORKDIR}/node-{pick}", f"node {pick}, the newest copy (which node held global rank 0 is not recorded)"
 
 
 def check_dest_free(mounts: tuple[DataMount, ...]) -> None:

@@ -66,14 +66,31 @@ def object_refusal(flag: str, value: str, store) -> str | None:
     return f"{flag} {value!r} is not supported yet{where}: {how}"
 
 
+RUN_FOLDER_NAMES = ("code", "outputs", "workloads", "reaper.py", "workdir.py", "pgid", "cancelled", "shipped",
+                    GO_FILE)  # what a node's run folder already holds beside the job's working folder (code/)
+
+
+_WHERE = ("a relative path under the job's working directory, or one level up beside it ('..' once, at the "
+          "start: ../data)")
+
+
 def _check_dest(value: str, dest: str) -> str:
-    if not dest or dest.startswith("/") or ".." in dest.split("/") or "\\" in dest:
-        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
-                         "working directory, without '..'")
-    dest = posixpath.normpath(dest)
-    if dest in (".", "") or dest.startswith("."):
+    """DEST relative to the job's working folder (`code/` in the node's run folder): it may climb
+    one level (`../data`, beside the script's folder, as scripts that read `../data` expect) but
+    never out of the run folder, nor onto what the run folder already holds."""
+    if not dest or dest.startswith("/") or "\\" in dest or ".." in dest.split("/")[1:]:
+        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: {_WHERE}")
+    if dest.startswith(".") and not dest.startswith("../"):
         raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: a relative path under the job's "
                          "working directory that does not start with '.'")
+    dest = posixpath.normpath(dest)
+    inside = posixpath.normpath(posixpath.join("code", dest))  # relative to the node's run folder
+    if dest in (".", "") or inside.startswith("..") or inside == ".":
+        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: it would leave the node's run folder; "
+                         f"{_WHERE}")
+    if dest.startswith("../") and inside.split("/")[0] in RUN_FOLDER_NAMES:
+        raise UsageError(f"--data {value!r}: DEST {dest!r} is not allowed: the run folder already holds "
+                         f"{inside.split('/')[0]!r}; give another name")
     return dest
 
 

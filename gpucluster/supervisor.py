@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -19,7 +20,40 @@ from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvent
 from gpucluster.metrics import MetricsState, parse_line
 from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
-                                    LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause)
+                                    LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause,
+                                    worker_lines)
+
+
+_SIGNALLED = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
+_ERROR_LINE = re.compile(r"Traceback|Error|Exception|terminate called|Fatal|Segmentation|core dumped")
+
+
+# PyTorch Lightning, when its process group is up: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"
+_LIGHTNING_WORLD = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)")
+
+
+def world_record(line: str) -> dict[str, Any] | None:
+    """A `world` record (a worker's process-group size) from a framework's own start line, so a
+    multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
+    m = _LIGHTNING_WORLD.search(line)
+    return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None
+
+
+def signal_note(lines: list[str]) -> str:
+    """'; worker ended with SIGABRT after its last line; its work may be complete' when torchrun's
+    root cause is a worker killed by a signal and the worker's own last lines show no error (an
+    abort at interpreter exit, after the script finished); '; worker ended with SIGNAME' otherwise."""
+    m = next((m for m in map(_SIGNALLED.match, lines) if m), None)
+    if not m:
+        return ""
+    try:
+        name = signal.Signals(int(m.group(1))).name
+    except ValueError:
+        name = f"signal {m.group(1)}"
+    own = [ln for ln in worker_lines(lines) if "@gpucluster-metric" not in ln and ln.strip()]
+    if own and not any(_ERROR_LINE.search(ln) for ln in own[-10:]):
+        return f"; worker ended with {name} after its last line; its work may be complete"
+    return f"; worker ended with {name}"
 
 
 class NodeSupervisor:
@@ -134,7 +168,7 @@ class NodeSupervisor:
                 return
 
     def _handle(self, node_rank: int, line: str) -> None:
-        record = parse_line(line)
+        record = parse_line(line) or world_record(line)
         if record is not None:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
@@ -168,7 +202,7 @@ class NodeSupervisor:
     def _node_failure(self, rank: int, code: int | None) -> str:
         failure = f"node {rank} ({self.hosts[rank]}) exited with code {code}"
         cause = root_cause(self.tail(rank))
-        return failure + (f" ({cause})" if cause else "")
+        return failure + (f" ({cause})" if cause else "") + signal_note(self.tail(rank))
 
     def tail(self, node_rank: int) -> list[str]:
         tail = self._tails.get(node_rank)

@@ -7,6 +7,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The tests run as a user with this environment active: its `python` (with torch) first on PATH,
+# which is what a local node runs by default (`--python`; infra/local/launch.py node_python).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
 @pytest.fixture

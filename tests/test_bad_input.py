@@ -307,7 +307,7 @@ def _flag_cases():
               "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"],
               "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"],
               "--data": ["--data", "tests"], "--setup": ["--setup", "true"],
-              "--resume": ["--resume", "r20261122-000001-aaaaaa"]}
+              "--resume": ["--resume", "r20261122-000001-aaaaaa"], "--python": ["--python", "python3"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
                   "--ssh-cidr", "--tag", "--keep"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
@@ -318,6 +318,7 @@ def _flag_cases():
     cases += [("aws", values[f]) for f in ("--hosts", "--identity", "--known-hosts")]
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime", "--ready-timeout")]
+    cases += [(cloud, values["--python"]) for cloud in ("ssh", "aws", "gcp")]  # local only (issue 28)
     return cases
 
 
@@ -531,7 +532,8 @@ def test_show_ambiguous_prefix_lists_the_matches(home):
     ("no-such-folder-xyz", ["'no-such-folder-xyz'", "does not exist"]),
     ("README.md", ["'README.md'", "is a file, not a folder"]),
     ("tests:/abs/dest", ["'/abs/dest'", "relative path", "'..'"]),
-    ("tests:../up", ["'../up'", "relative path"]),
+    ("tests:../../up", ["'../../up'", "relative path", "one level up"]),  # ../data is allowed (issue 28)
+    ("tests:../code", ["'../code'", "already holds 'code'"]),
     ("tests:a/../../b", ["'a/../../b'", "relative path"]),
     ("tests:", ["''", "relative path"]),
     ("s3://bucket/prefix", ["'s3://bucket/prefix'", "not supported yet", "local folder"]),
@@ -549,7 +551,7 @@ def test_bad_data(home, value, needles):
     (("--cloud", "aws", "--data", "s3://10.0.0.1/x"), ["'10.0.0.1'", "IP address"]),
     (("--cloud", "aws", "--output", "s3://ab"), ["--output 's3://ab'", "3-63"]),
     (("--cloud", "aws", "--data", "s3://bucket/a*:in"), ["'*'", "widen"]),
-    (("--cloud", "aws", "--data", "s3://bucket/p:../x"), ["'../x'", "relative path"]),
+    (("--cloud", "aws", "--data", "s3://bucket/p:../../x"), ["'../../x'", "relative path"]),
     (("--cloud", "aws", "--output", "gs://bucket/p"), ["'gs://bucket/p'", "not supported yet"]),
     (("--cloud", "ssh", "--hosts", "u@h1,u@h2", "--data", "s3://bucket/p"),
      ["not supported yet with --cloud ssh", "--cloud aws"]),

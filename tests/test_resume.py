@@ -81,7 +81,7 @@ def test_ledger_migration_adds_the_link_to_an_old_ledger(tmp_path):
     db.commit()
     db.close()
     ledger = Ledger(path)
-    assert ledger.schema_version == 4
+    assert ledger.schema_version == MIGRATIONS[-1][0] >= 4  # every later migration applied too
     assert ledger.get_run("old")["resumed_from"] is None and ledger.get_run("old")["chain"] == ["old"]
     ledger.create_run("new", cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=[], spec={},
                       resumed_from="old")

@@ -353,6 +353,13 @@ class KubernetesLauncher(Launcher):
         script folder over the ConfigMap limit) so they come before anything is created."""
         from types import SimpleNamespace
 
+        from gpucluster.errors import UsageError
+        from gpucluster.staging import staged_mounts
+
+        up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
+        if up:
+            raise UsageError(f"--data DEST {up[0]!r} is not supported yet with --cloud gcp: give a path under the "
+                             "job's working directory")
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
                                   outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
         from .gcs import OBJECTS_KSA

@@ -25,10 +25,10 @@ class LocalBackend(Backend):
         from .launch import LocalLauncher
         from .provider import LocalProvider
 
-        return LocalProvider(), LocalLauncher()
+        return LocalProvider(), LocalLauncher(python=options.get("python"))
 
     # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
-    flags = ("data", "setup", "resume")  # gcp: not supported yet
+    flags = ("data", "setup", "resume", "python")  # gcp: not supported yet
     flags_refused_why = "local runs use this machine as it is"
     verified_how = "by run id"
     verified_detail = "every process of the run gone"

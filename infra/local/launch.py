@@ -8,6 +8,7 @@ before the agents and stopped after the last of them has exited, on every path."
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import socket
@@ -20,10 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.launch import (JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, resume_record,
+                               torchrun_argv)
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+from gpucluster.infra.ssh.ship import user_program
 
 
 def free_port() -> int:
@@ -107,6 +110,27 @@ class RendezvousStore:
             self.proc.stdout.close()
 
 
+def node_python(python: str | None) -> str:
+    """The absolute path of the nodes' Python: `python` (a name on PATH or a path), by default the
+    `python` (then `python3`) on this process's PATH; UsageError (exit 2) when it is not there."""
+    from gpucluster.errors import UsageError
+
+    if python is not None:
+        found = shutil.which(os.path.expanduser(python))
+        if not found:
+            raise UsageError(f"--python {python!r} is not allowed: no such executable (give a Python with torch, "
+                             "as a name on PATH or a path)")
+        return os.path.abspath(found)
+    found = shutil.which("python") or shutil.which("python3")
+    return os.path.abspath(found) if found else sys.executable
+
+
+def python_env(python: str, path: str) -> dict[str, str]:
+    """GPUCLUSTER_PYTHON for every rank and setup command, with its folder first on PATH."""
+    folder = os.path.dirname(python)
+    return {"GPUCLUSTER_PYTHON": python, "PATH": os.pathsep.join([folder, path]) if folder and path else folder or path}
+
+
 def reaper_argv(python: str, grace: float) -> list[str]:
     """`python reaper.py --grace G --`: the node supervisor's command line."""
     from gpucluster import reaper
@@ -117,18 +141,28 @@ def reaper_argv(python: str, grace: float) -> list[str]:
 class LocalLauncher(Launcher):
     """Outputs: node N's GPUCLUSTER_OUTPUT_DIR is `job.output_dir/node-N` itself (this machine is
     every node), created before the agents start; nothing is copied, `collect_outputs` checks and
-    counts what is there."""
+    counts what is there.
+
+    Working folders: a user's script runs, on each node, in a copy of its folder of its own
+    (`LOG_DIR/nodes/node-N/code`, as on an ssh node), so no two nodes write the same file; every
+    --data and --resume DEST there is a link to its SRC (used in place). `collect_outputs` copies
+    what each node's job wrote there to `job.output_dir/workdir/node-N` and removes the copies.
+    """
 
     collects_outputs = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
-        self.python = python or sys.executable
+        # the nodes' Python (torchrun, the user's script, --setup): --python, else the user's active
+        # environment; gpucluster's own helpers (store, supervisor, sampler) use its own interpreter
+        self.python = node_python(python)
+        self.own_python = sys.executable
         self.cwd = cwd
         self.grace = grace
         self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
+        self._work: dict[str, dict[int, Path]] = {}  # run id -> node rank -> run folder (nodes/node-N)
 
     def collect_outputs(self, job: JobSpec, events: LaunchEvents) -> list:
-        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, measure
+        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
 
         results = []
         for rank, path in sorted(self._outputs.pop(job.run_id, {}).items()):
@@ -141,10 +175,23 @@ class LocalLauncher(Launcher):
             detail = None if not problems else "could not read " + "; ".join(problems[:5]) + (
                 f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
             results.append(NodeOutputs(rank, str(path), verdict, files, nbytes, time.monotonic() - start, detail))
+        work = self._work.pop(job.run_id, {})
+        try:
+            for res in results:
+                if res.node_rank in work:
+                    add_workdir(res, *_copy_workdir(job, work[res.node_rank], workdir_dest(job.output_dir,
+                                                                                            res.node_rank)))
+        finally:
+            _remove_work(work)
         return results
 
     def describe(self, spec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
+        code_dir, _ = user_program(job, self.python)
+        lines.append(f"python: {self.python}")
+        if code_dir is not None:
+            lines.append(f"working folder: a copy of {code_dir} per node; what the job writes there comes back to "
+                         "OUTPUTS/workdir/node-N")
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
@@ -153,6 +200,27 @@ class LocalLauncher(Launcher):
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
         program = program_args(job)
+        code_dir, shipped = user_program(job, self.python)
+        work: dict[int, Path] = {}
+        if code_dir is not None:  # the script's folder, copied per node: no two nodes write the same file
+            work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
+            self._work[job.run_id] = work
+            try:
+                for rank, d in work.items():
+                    _lay_down(job, code_dir, d)
+                    if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
+                        from gpucluster.workdir import lay_back
+
+                        try:
+                            files, nbytes = lay_back(os.path.join(job.resume.src, job.resume_files[0]), str(d / "code"))
+                        except OSError as exc:
+                            raise LaunchError(f"could not lay the resumed files back into {d / 'code'}: {exc}") from None
+                        events.on_metric(rank, resume_record(job, files, nbytes))
+            except BaseException:
+                self._work.pop(job.run_id, None)
+                _remove_work(work)
+                raise
+            program = shipped
         # --setup: the nodes wait for this file (created once every node's setup succeeded)
         go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
         go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
@@ -189,26 +257,28 @@ class LocalLauncher(Launcher):
                     raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
         try:
             store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
-            store.append(RendezvousStore(self.python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
+            store.append(RendezvousStore(self.own_python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
             for node in cluster.nodes:
                 argv = torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node.rank,
                                      rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
                                      store_on_head=False)
+                cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
                 # torchrun runs under the node supervisor: a child subreaper that stops whatever
                 # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
-                argv = reaper_argv(self.python, self.grace) + setup_wrapped(argv, job.setup, go_file)
+                argv = reaper_argv(self.own_python, self.grace) + setup_wrapped(argv, job.setup, go_file)
                 env = dict(os.environ)
                 out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node, output_dir=out))
                 env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
+                env.update(python_env(self.python, env.get("PATH", "")))
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))
                 else:
                     env["CUDA_VISIBLE_DEVICES"] = ""
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True)
+                                        stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
                 procs[node.rank] = proc
                 if hasattr(events, "on_spawn"):
                     events.on_spawn(node.rank, "process", str(proc.pid))
@@ -219,7 +289,7 @@ class LocalLauncher(Launcher):
                     # environment, so stop() finds it; its exit code is not the node's.
                     from gpucluster.workloads.sampler import sampler_argv
 
-                    sampler = subprocess.Popen(sampler_argv(self.python, node.rank, run_id=job.run_id),
+                    sampler = subprocess.Popen(sampler_argv(self.own_python, node.rank, run_id=job.run_id),
                                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                stderr=subprocess.DEVNULL, env=env, cwd=self.cwd,
                                                start_new_session=True)
@@ -229,18 +299,110 @@ class LocalLauncher(Launcher):
             stop()
             supervisor.close()
             _remove(go_dir)
+            if not job.output_dir:
+                _remove_work(self._work.pop(job.run_id, {}))
             what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
             raise LaunchError(f"could not start {what}: {exc}") from None
         except BaseException:
             stop()
             supervisor.close()
             _remove(go_dir)
+            if not job.output_dir:
+                _remove_work(self._work.pop(job.run_id, {}))
             raise
         try:
             return supervisor.run(procs, stop, watch=store[0].failure,
                                   release=lambda: open(go_file, "x").close() if go_file else None)
         finally:
             _remove(go_dir)
+            if not job.output_dir:  # nothing is collected: the node folders go now
+                _remove_work(self._work.pop(job.run_id, {}))
+
+
+SHIPPED = "shipped"  # touched once a node's folder is laid down: what the job writes is newer
+
+
+def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
+    """A node's run folder: `code/` a copy of the script's folder (what ssh ships, same skips),
+    each --data/--resume DEST a link to its SRC, then the `shipped` mark."""
+    from gpucluster.infra.ssh.ship import MAX_SHIP_BYTES, _SKIP_DIRS
+
+    total = 0
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        nonlocal total
+        skipped = [n for n in names if n in _SKIP_DIRS or n.endswith(".pyc")
+                   or _holds(os.path.join(folder, n), node_dir)]  # e.g. GPUCLUSTER_HOME inside the script's folder
+        for n in names:
+            p = os.path.join(folder, n)
+            if n not in skipped and os.path.isfile(p) and not os.path.islink(p):
+                total += os.path.getsize(p)
+        if total > MAX_SHIP_BYTES:
+            raise LaunchError(f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to "
+                              "copy for every node; put the script in a folder of its own")
+        return skipped
+
+    code = node_dir / "code"
+    try:
+        if node_dir.exists():
+            shutil.rmtree(node_dir)
+        node_dir.mkdir(parents=True)
+        shutil.copytree(code_dir, code, symlinks=True, ignore=ignore)
+        for m in staged_mounts(job):
+            link = Path(os.path.normpath(code / m.dest))
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(os.path.abspath(m.src), target_is_directory=True)
+        mark = node_dir / SHIPPED
+        mark.touch()
+        then = mark.stat().st_mtime - 1  # a second back: a file written right after is surely newer
+        os.utime(mark, (then, then))
+    except OSError as exc:
+        raise LaunchError(f"could not lay down the node folder {node_dir}: {exc}") from None
+
+
+def _holds(path: str, node_dir: Path) -> bool:
+    """Whether `path` is `node_dir` or one of its folders (never copied into itself)."""
+    p, d = Path(path).resolve(), node_dir.resolve()
+    return p == d or p in d.parents
+
+
+def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
+    """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
+    `gpucluster/workdir.py`): (files, bytes, problems)."""
+    from gpucluster.outputs import named, remove_if_empty, workdir_args, workdir_problems
+    from gpucluster.workdir import DEFAULT_LIMIT, select
+
+    args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))
+    skip = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]
+    try:
+        since = (node_dir / SHIPPED).stat().st_mtime_ns
+    except OSError as exc:
+        return 0, 0, [f"the node folder {node_dir} is gone ({exc.strerror})"]
+    limit = DEFAULT_LIMIT if job.collect_limit is None else job.collect_limit
+    chosen, over, unreadable = select(str(node_dir / "code"), since, skip, list(job.collect), limit)
+    files = nbytes = 0
+    for rel, _size in chosen:
+        target = dest / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(node_dir / "code" / rel, target)
+        except OSError as exc:
+            unreadable.append(f"{rel}: {exc.strerror}")
+            continue
+        files += 1
+        nbytes += target.stat().st_size
+    remove_if_empty(dest)
+    return files, nbytes, workdir_problems({"over": over, "unreadable": unreadable}, job.collect_limit)
+
+
+def _remove_work(work: dict[int, Path]) -> None:
+    for d in work.values():
+        shutil.rmtree(d, ignore_errors=True)
+    parents = {d.parent for d in work.values()}
+    for p in parents:
+        with contextlib.suppress(OSError):
+            p.rmdir()
 
 
 def _remove(folder: str | None) -> None:

@@ -58,6 +58,7 @@ DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
 _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
                 "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
+SHIPPED = "shipped"  # touched once the job's files are on a node: the job's own files are newer
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
 
@@ -69,6 +70,7 @@ class _Held:
     out_dirs: dict[int, str]
     cluster: Any
     events: Any
+    cwds: dict[int, str] = dataclasses.field(default_factory=dict)  # the job's working folder per node
 
 
 class SshLauncher(Launcher):
@@ -160,16 +162,23 @@ class SshLauncher(Launcher):
                     events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
+                if job.command:  # what the job writes in its working folder later than this comes back
+                    marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
+                    if marks:
+                        raise LaunchError("; ".join(marks))
                 if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
                     events.on_phase("stage")
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
+                if job.resume_files and job.resume is not None and code_dir is not None:
+                    self._lay_back(session, job, dirs, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
                 if job.output_dir and self._started.get(job.run_id):
                     # the outputs are copied back before the folders go (collect_outputs)
                     self._held[job.run_id] = _Held(session, dirs, self._out_dirs(job, dirs, code_dir is not None),
-                                                   cluster, events)
+                                                   cluster, events, {r: f"{d}/code" if code_dir is not None else d
+                                                                     for r, d in dirs.items()} if job.command else {})
                     held = True
                 else:
                     cleaned = session.remove_dirs(dirs)
@@ -193,9 +202,7 @@ class SshLauncher(Launcher):
             todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
             if objects.is_url(job.output_dir):  # each node uploads its own folder (objects.py)
                 return objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
-            copies = held.session.each(
-                lambda n: (held.session.copy_outputs(n, held.out_dirs[n.rank], dest / f"node-{n.rank}")
-                           if n.rank in todo else None, None))
+            copies = held.session.each(lambda n: (self._copy_node(held, job, n, dest) if n.rank in todo else None, None))
             for node, (res, err) in zip(held.session.nodes, copies):
                 if node.rank not in todo:
                     continue
@@ -210,6 +217,47 @@ class SshLauncher(Launcher):
             finally:
                 self._release(held.session, held.cluster, held.dirs, cleaned, held.events)
         return results
+
+    def _copy_node(self, held: _Held, job: JobSpec, node: Any, dest: Path) -> Any:
+        """A node's output folder, then (a user's command) what the job wrote in its working folder."""
+        from gpucluster.outputs import add_workdir, workdir_args, workdir_dest
+        from .workdir_copy import PROGRAM, copy_workdir
+
+        res = held.session.copy_outputs(node, held.out_dirs[node.rank], dest / f"node-{node.rank}")
+        cwd = held.cwds.get(node.rank)
+        if cwd:
+            d = held.dirs[node.rank]
+            tool = () if cwd != d else ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED)
+            args = workdir_args(job, cwd, f"{d}/{SHIPPED}", tool)
+            add_workdir(res, *copy_workdir(held.session, node, f"{d}/{PROGRAM}", args,
+                                           workdir_dest(dest, node.rank)))
+        return res
+
+    def _lay_back(self, session: "Session", job: JobSpec, dirs: dict[int, str], events: Any) -> None:
+        """--resume: the chosen node's working-folder files, staged under resume/, copied into
+        every node's working folder (writable copies, not the cache's read-only links)."""
+        import json
+
+        from gpucluster.launch import resume_record
+        from gpucluster.staging import RESUME_DEST
+        from .workdir_copy import PROGRAM
+
+        def one(node: Any) -> tuple[Any, str | None]:
+            d = dirs[node.rank]
+            cp = session.run(node, f"exec {shlex.quote(self.python)} {shlex.quote(f'{d}/{PROGRAM}')} "
+                                   f"{shlex.quote(f'{d}/code')} --lay-back "
+                                   f"{shlex.quote(f'{d}/code/{RESUME_DEST}/{job.resume_files[0]}')}", timeout=600)
+            if cp.returncode != 0:
+                return None, (f"node {node.rank} ({node_label(node)}): laying back the resumed files failed: "
+                              + cp.stderr.decode("utf-8", "replace").strip()[-300:])
+            return json.loads(cp.stdout.decode().strip().splitlines()[-1]), None
+
+        done = session.each(one)
+        errors = [err for _, err in done if err]
+        if errors:
+            raise LaunchError("; ".join(errors))
+        for node, (got, _) in zip(session.nodes, done):
+            events.on_metric(node.rank, resume_record(job, got["files"], got["bytes"]))
 
     def _out_dirs(self, job: JobSpec, dirs: dict[int, str], has_code: bool) -> dict[int, str]:
         """Each node's output folder: `outputs/` in the job's working folder on that node."""
@@ -302,6 +350,12 @@ class SshLauncher(Launcher):
         from .ship import check_shippable
 
         check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
+        up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
+        if up and user_program(job, self.python)[0] is None:
+            from gpucluster.errors import UsageError
+
+            raise UsageError(f"--data DEST {up[0]!r} is not allowed here: '../' is beside the script's folder, and "
+                             "this command ships no script (it runs a module or a program on the nodes)")
         lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]
@@ -373,12 +427,14 @@ class SshLauncher(Launcher):
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                gpus_per_node=cluster.gpus_per_node, output_dir=out)
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
+                env["GPUCLUSTER_PYTHON"] = self.python  # every rank and --setup command; its folder first on PATH
+                path = f"export PATH={shlex.quote(os.path.dirname(self.python))}:\"$PATH\" && " if "/" in self.python else ""
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
                         "--", *argv]
-                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "
+                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
                          f"exec {shlex.join(argv)}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())

@@ -82,6 +82,9 @@ def bundle(code_dir: Path | None) -> bytes:
         from gpucluster import reaper
 
         tar.add(reaper.__file__, arcname="reaper.py")  # the node supervisor (stdlib only)
+        from gpucluster import workdir
+
+        tar.add(workdir.__file__, arcname="workdir.py")  # chooses what the job wrote, to copy back (stdlib only)
         # digits' data (~60 KB) goes with the scripts, so a node needs only torch
         from gpucluster.workloads.digits_data import local_digits_file
 
