@@ -128,20 +128,29 @@ class Ledger:
 
     # -- schema ----------------------------------------------------------------------------
     def _migrate(self) -> None:
+        """Apply the migrations this ledger lacks. Many gpucluster processes may open a new home at
+        once: the version is read again inside an exclusive (BEGIN IMMEDIATE) transaction, so one
+        process migrates and the others, once it commits, find nothing left to do."""
+        if self._version_checked() == SCHEMA_VERSION:
+            return
+        with self._tx() as db:
+            version = self._version_checked()
+            for target, script in MIGRATIONS:
+                if target <= version:
+                    continue
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {int(target)}")
+
+    def _version_checked(self) -> int:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise ConfigError(
                 f"ledger {str(self.path)!r} has schema version {version}, newer than this "
                 f"gpucluster understands ({SCHEMA_VERSION}); upgrade gpucluster"
             )
-        for target, script in MIGRATIONS:
-            if target <= version:
-                continue
-            with self._tx() as db:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {int(target)}")
+        return version
 
     def _check_tables(self) -> None:
         present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
