@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
-from gpucluster.metrics import MetricsState, parse_line
+from gpucluster.metrics import MetricsState, read_line
 from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause)
@@ -40,7 +40,8 @@ class NodeSupervisor:
         self.events = events
         self.log_dir = log_dir
         self.hosts = list(hosts)
-        self.metrics = MetricsState()
+        # the ranks gpucluster launched: a script's own "world_size" or "rank" never overrides them
+        self.metrics = MetricsState(launched_world=job.nproc_per_node * len(hosts))
         self._queue: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._tails: dict[int, Tail] = {i: Tail() for i in range(len(hosts))}
         self._log_locks: dict[int, threading.Lock] = {}
@@ -50,6 +51,7 @@ class NodeSupervisor:
         self.rendezvous_started_at: float | None = None
         self.setup_done: set[int] = set()  # nodes whose --setup succeeded
         self._release: Callable[[], None] | None = None
+        self.incomplete_logs: dict[int, str] = {}  # node rank -> why its log could not be written
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -68,46 +70,71 @@ class NodeSupervisor:
             splitter = LineSplitter()
             chunks = iter(lambda: read1(READ_SIZE), b"") if read1 is not None else iter(stream)
             pending = bytearray()
+            log: Any = None
+            broken: list[str] = []  # why the node log cannot be written (then only the tail is kept)
 
             def write(data: bytes) -> None:
-                with lock:
-                    log.write(data)
-                    log.flush()
-
-            with open(log_path, "ab") as log:
+                # A log that cannot be written (disk full, I/O error, a folder where the log belongs)
+                # never stops the draining of the job's output: the workers would block writing
+                # their stdout and the run would hang. Reading goes on; the tail and metrics are kept.
+                if broken:
+                    return
                 try:
-                    for chunk in chunks:
-                        if not chunk:
-                            continue
-                        end = chunk.rfind(b"\n") + 1
-                        if end:
-                            write(bytes(pending) + chunk[:end] if pending else chunk[:end])
-                            pending = bytearray(chunk[end:])
-                        else:
-                            pending += chunk
-                            if len(pending) > LOG_HOLD:
-                                write(bytes(pending))
-                                pending = bytearray()
-                        run, carried = splitter.feed(chunk)
-                        if run is not None:
-                            self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
-                except (OSError, ValueError):
-                    pass
-                finally:
-                    if pending:
-                        try:
+                    with lock:
+                        log.write(data)
+                        log.flush()
+                except (OSError, ValueError) as exc:
+                    self._log_broken(node_rank, log_path, exc, broken)
+
+            try:
+                log = open(log_path, "ab")
+            except OSError as exc:
+                self._log_broken(node_rank, log_path, exc, broken)
+            try:
+                for chunk in chunks:
+                    if not chunk:
+                        continue
+                    end = chunk.rfind(b"\n") + 1
+                    if end:
+                        write(bytes(pending) + chunk[:end] if pending else chunk[:end])
+                        pending = bytearray(chunk[end:])
+                    else:
+                        pending += chunk
+                        if len(pending) > LOG_HOLD:
                             write(bytes(pending))
-                        except (OSError, ValueError):
-                            pass
-                    rest = splitter.close()
-                    if rest is not None:
-                        self._take(node_rank, tail, rest, True)
-                    self._queue.put((node_rank, None))
+                            pending = bytearray()
+                    run, carried = splitter.feed(chunk)
+                    if run is not None:
+                        self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
+            except (OSError, ValueError):
+                pass  # the stream itself broke (closed): the process is gone or going
+            finally:
+                if pending:
+                    write(bytes(pending))
+                if log is not None:
+                    try:
+                        log.close()
+                    except OSError as exc:
+                        self._log_broken(node_rank, log_path, exc, broken)
+                rest = splitter.close()
+                if rest is not None:
+                    self._take(node_rank, tail, rest, True)
+                self._queue.put((node_rank, None))
 
         t = threading.Thread(target=pump, name=f"log-node-{node_rank}", daemon=True)
         self._open_streams += 1
         self._threads.append(t)
         t.start()
+
+    def _log_broken(self, node_rank: int, log_path: Path, exc: BaseException, broken: list[str]) -> None:
+        """Said once per node: its log is incomplete from here on (its output is still read)."""
+        if broken:
+            return
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        broken.append(why)
+        self.incomplete_logs[node_rank] = why
+        _say(self.events, f"node {node_rank}: its log {log_path} is incomplete: it could not be written "
+                          f"({why}); the job's output is still read, its last lines and metrics kept")
 
     def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool) -> None:
         nlines = count_lines(run)
@@ -134,7 +161,13 @@ class NodeSupervisor:
                 return
 
     def _handle(self, node_rank: int, line: str) -> None:
-        record = parse_line(line)
+        record = read_line(line)
+        if isinstance(record, str):  # the script's line is data: counted, said once, never acted on
+            self.metrics.refuse(record)
+            if self.metrics.refused == 1:
+                _say(self.events, f"node {node_rank}: a metric line was ignored ({record}); "
+                                  "further bad metric lines are counted in the run's metrics")
+            return
         if record is not None:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
@@ -258,7 +291,7 @@ class NodeSupervisor:
         speaks_protocol = self.job.workload is not None or bool(
             self.metrics.start or self.metrics.epochs or self.metrics.finals)
         if ok and speaks_protocol:
-            world = self.metrics.world_size or self.job.nproc_per_node * len(procs)
+            world = self.job.nproc_per_node * len(procs)  # what was launched, not what the script says
             missing = sorted(set(range(world)) - set(self.metrics.finals))
             if missing:
                 ok = False
@@ -269,6 +302,16 @@ class NodeSupervisor:
             timed_out=timed_out, train_started_at=self.train_started_at,
             rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
         )
+
+
+def _say(events: Any, text: str) -> None:
+    """A message for the person running gpucluster, when the events object takes messages."""
+    say = getattr(events, "message", None)
+    if say is not None:
+        try:
+            say(text)
+        except Exception:  # noqa: BLE001 - a broken console must not stop the run
+            pass
 
 
 def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:
