@@ -212,6 +212,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     else:
         out.print()
         run_report(out, record)
+    if outcome.record_error:  # the ledger does not say what happened: one line, exit 3
+        from gpucluster.recording import record_line
+
+        click.echo(f"gpucluster: error: {record_line(outcome.record_error, spec.name)}", err=True)
     return int(outcome.exit_code)
 
 

@@ -48,13 +48,19 @@ def _loads(text: str | None) -> Any:
         raise _BadJSON(f"a row holds bad JSON ({exc}: {str(text)[:40]!r})") from None
 
 
+class LedgerError(ConfigError):
+    """The ledger file cannot be read or written (full disk, read-only, locked, damaged). Before a
+    run's row exists this is bad input (exit 2); once it exists the lifecycle goes on without its
+    record and ends with exit 3 (`gpucluster.lifecycle`)."""
+
+
 class _BadJSON(Exception):
     """A JSON column that does not parse: the ledger was edited or damaged outside gpucluster."""
 
 
 def _damaged(path: Path, what: str) -> ConfigError:
     p = str(path)
-    return ConfigError(f"ledger {p!r} is damaged: {what}; move it aside (mv {p} {p}.damaged) and gpucluster "
+    return LedgerError(f"ledger {p!r} is damaged: {what}; move it aside (mv {p} {p}.damaged) and gpucluster "
                        "starts a new, empty ledger, or restore it from a backup")
 
 
@@ -65,13 +71,13 @@ def _ledger_error(path: Path, exc: BaseException) -> ConfigError:
         return _damaged(path, text)
     low = text.lower()
     if "readonly" in low or "read-only" in low:
-        return ConfigError(f"ledger {str(path)!r} is read-only ({text}); make it and its folder writable, "
+        return LedgerError(f"ledger {str(path)!r} is read-only ({text}); make it and its folder writable, "
                            "or set GPUCLUSTER_HOME to a writable directory")
     if "locked" in low or "busy" in low:
-        return ConfigError(f"ledger {str(path)!r} is locked by another process for too long ({text}); try again")
+        return LedgerError(f"ledger {str(path)!r} is locked by another process for too long ({text}); try again")
     if "no such table" in low or "no such column" in low or "malformed" in low or "not a database" in low:
         return _damaged(path, text)
-    return ConfigError(f"ledger {str(path)!r} cannot be used: {text}")
+    return LedgerError(f"ledger {str(path)!r} cannot be used: {text}")
 
 
 def _guard(method):

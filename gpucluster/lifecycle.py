@@ -22,7 +22,8 @@ from gpucluster.domain import VERIFIED, Check
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
 from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
-from gpucluster.ledger import Ledger
+from gpucluster.ledger import Ledger, LedgerError
+from gpucluster.recording import Quiet as _Quiet, quietly as _quietly, record_line
 from gpucluster.owner import owner_lock
 
 
@@ -69,6 +70,7 @@ class RunOutcome:
     leftovers: list[dict[str, Any]] = field(default_factory=list)
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
+    record_error: str | None = None  # the run's record could not be written (then exit 3)
 
     @property
     def teardown_verified(self) -> bool | None:
@@ -188,6 +190,8 @@ class LedgerEvents:
 class _Recorder(LedgerEvents):
     """Provision and launch events -> ledger + UI, and the run's phases."""
 
+    record_error: str | None = None  # the first ledger write that failed once the row existed
+
     def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
         super().__init__(ledger, None, run_id, region, say=ui.message)
         self.ui = ui
@@ -295,19 +299,25 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     except KeyboardInterrupt as exc:
         status, exit_code = "interrupted", ExitCode.INTERRUPTED
         failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
-        rec.end_phase("interrupted", failure)
+        _quietly(rec, rec.end_phase, "interrupted", failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
+        if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
+            rec.record_error = rec.record_error or exc.message
         failure = exc.message
         exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
-        rec.end_phase("failed", failure)
+        _quietly(rec, rec.end_phase, "failed", failure)
     except Exception as exc:  # a bug in the tool: still tear down, still record
         failure = f"internal error: {type(exc).__name__}: {exc}"
-        rec.end_phase("failed", failure)
+        _quietly(rec, rec.end_phase, "failed", failure)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
-        problems = _collect_outputs(launcher, job, rec)  # before teardown: it removes the node folders
-        check = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
+        # From here on a ledger write that fails (a full or read-only home) is remembered, never
+        # raised: the outputs, the provider's down, the leftover check and the release of sessions
+        # all still run.
+        quiet = _Quiet(rec)
+        problems = _collect_outputs(launcher, job, quiet)  # before teardown: it removes the node folders
+        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy)
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
         if status == "succeeded":
             status, exit_code = "failed", ExitCode.FAILURE
@@ -318,11 +328,14 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
         if not check.verified:  # something may still exist and bill: that outranks every other outcome
             exit_code = ExitCode.LEFTOVERS
-    ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure,
-                      metrics=result.metrics.summary() if result else None,
-                      teardown=teardown, leftovers=leftovers, unchecked=unchecked)
-    _record_cost(ledger, run_id)
-    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked)
+    _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
+             metrics=result.metrics.summary() if result else None,
+             teardown=teardown, leftovers=leftovers, unchecked=unchecked)
+    _quietly(rec, _record_cost, ledger, run_id)
+    if rec.record_error:  # the ledger does not say what happened: never a clean exit
+        exit_code = ExitCode.LEFTOVERS
+    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked,
+                      record_error=rec.record_error)
 
 
 def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None = None,
@@ -351,17 +364,21 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
             else:
                 status, exit_code = "failed", ExitCode.FAILURE
                 failure = f"internal error: {type(exc).__name__}: {exc}"
-            rec.end_phase(status, failure)
+            if isinstance(exc, LedgerError):
+                rec.record_error = exc.message
+            _quietly(rec, rec.end_phase, status, failure)
             signals.shield()  # from here on no signal can cut the teardown or its check short
-            check = _teardown(spec, run_id, provider, rec, keep=False, busy=isinstance(exc, ClusterBusy))
+            check = _teardown(spec, run_id, provider, _Quiet(rec), keep=False, busy=isinstance(exc, ClusterBusy))
             teardown = None if check is None else check.verdict
-            ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure, teardown=teardown,
-                              leftovers=[] if check is None else check.to_dict()["leftovers"],
-                              unchecked=[] if check is None else list(check.unchecked))
-            _record_cost(ledger, run_id)
+            _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
+                     teardown=teardown, leftovers=[] if check is None else check.to_dict()["leftovers"],
+                     unchecked=[] if check is None else list(check.unchecked))
+            _quietly(rec, _record_cost, ledger, run_id)
             if check is not None and not check.verified:
                 raise TeardownIncomplete(f"{failure}; teardown {check.summary()}",
                                          hint=f"finish it with: gpucluster down {spec.name}") from exc
+            if rec.record_error:
+                raise TeardownIncomplete(record_line(rec.record_error, spec.name)) from exc
             raise
         rec.end_phase("ok")
         ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
@@ -381,7 +398,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
             rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
             return []
         rows = [o.to_dict() for o in got]
-        rec.ledger.record_outputs(rec.run_id, rows)
+        _quietly(getattr(rec, "rec", rec), rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.outputs import summary
 
