@@ -662,3 +662,27 @@ def test_resume_dest_is_not_a_data_dest(home):
     _ended_run(home, "r20261122-000001-aaaaaa", _rows(home, "r20261122-000001-aaaaaa", [1, 0]))
     r = run_cli("run", "--nodes", "2", "--data", "tests:resume", "--resume", "r20261122-000001-aaaaaa")
     assert_clean_refusal(r, "tests:resume'", "DEST 'resume'", "where --resume stages", "another DEST")
+
+
+def _laughs() -> bytes:
+    """The "billion laughs" file (https://en.wikipedia.org/wiki/Billion_laughs_attack) in YAML:
+    nine levels of aliases, each repeating the one before ten times: about 2 KB that expands to
+    10^9 strings."""
+    lines = [b"a0: &a0 lol"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]".encode())
+    return b"config:\n  gpucluster:cloud: aws\n  gpucluster:tags:\n" + b"".join(b"    " + ln + b"\n" for ln in lines)
+
+
+@pytest.mark.parametrize("body,needle", [
+    (_laughs(), "expands to more than"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:x: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:x: " + b"{a: " * 40 + b"1" + b"}" * 40 + b"\n",
+     "nested too deeply"),
+    (b"config:\n  gpucluster:cloud: aws\n# " + b"x" * (2 << 20) + b"\n", "at most 1048576 bytes"),
+])
+def test_hostile_stack_yaml_is_bounded(home, tmp_path, body, needle):
+    """Issue 32 items 4, 5: alias expansion and nesting are bounded before anything is built."""
+    stack = write_stack(tmp_path, body)
+    r = run_cli("cost", "estimate", "--stack", str(stack), timeout=60)
+    assert_clean_refusal(r, needle)
