@@ -359,6 +359,9 @@ class Ledger:
         return d
 
     def get_run(self, run_id: str, *, with_metrics: bool = False) -> dict[str, Any] | None:
+        if not run_id or not run_id.strip():
+            raise UsageError(f"run id {run_id!r} is empty; give a run id or a unique prefix of one "
+                             "(list them with 'gpucluster runs')")
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None and run_id:
             # A unique prefix of an id, matched literally (no LIKE: '%' and '_' are plain characters).

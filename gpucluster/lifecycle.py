@@ -15,6 +15,7 @@ import contextlib
 import signal
 import threading
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from gpucluster.domain import VERIFIED, Check
@@ -265,14 +266,21 @@ def execute(
     # The owner lock (kernel-released when this process dies) is held from before the ledger row
     # to the end of the teardown check: another gpucluster sees the run as live and `down` refuses.
     # A cluster owned by another live process is refused here, before anything is recorded.
-    with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
-        ledger.create_run(
-            run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
-            command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
-            workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
-            resumed_from=resumed_from,
-        )
-        return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+    recorded = False
+    try:
+        with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
+            ledger.create_run(
+                run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+                command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
+                workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
+                resumed_from=resumed_from,
+            )
+            recorded = True
+            return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+    finally:
+        if not recorded:  # refused before the row (a busy cluster, an unusable lock): nothing left behind
+            with contextlib.suppress(OSError):
+                Path(log_dir).rmdir()  # only when empty
 
 
 def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, ui: RunUI, keep: bool,

@@ -221,3 +221,40 @@ def test_a_bad_metric_line_is_counted_and_ignored(tmp_path):
     assert summary["world_size"] == 1 and summary["refused_metric_lines"] == 5, summary
     assert sorted(result.metrics.finals) == [0]
     assert len([m for m in events.messages if "metric line was ignored" in m]) == 1, events.messages
+
+
+def test_logs_follow_ends_when_the_runs_owner_is_gone(tmp_path):
+    """Issue 32 item 7: the row says "running" (its gpucluster was killed), but the owner lock,
+    released by the kernel when the owner dies, says no process owns the run: `logs -f` prints
+    what there is and ends, naming the way to close the record. While the owner lives, it follows."""
+    from conftest import run_cli
+    from gpucluster.ledger import Ledger
+
+    home = tmp_path / "home"
+    rid = "r20261125-000001-aaaaaa"
+    log_dir = home / "runs" / rid
+    log_dir.mkdir(parents=True)
+    (log_dir / "node-0.log").write_text("first line\n")
+    led = Ledger(home / "ledger.sqlite3")
+    led.create_run(rid, cloud="local", cluster="c1", nodes=1, gpus_per_node=0, command=["x"],
+                   spec={"cloud": "local", "nodes": 1}, log_dir=str(log_dir))
+    env = dict(os.environ, GPUCLUSTER_HOME=str(home))
+    # a live owner for 4 s: it writes a line at 2 s, then dies without closing the row
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time, sys\n"
+        "from gpucluster.owner import owner_lock\n"
+        f"with owner_lock('c1', 'run', run_id={rid!r}):\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(2)\n"
+        f"    open({str(log_dir / 'node-0.log')!r}, 'a').write('second line\\n')\n"
+        "    time.sleep(2)\n")], env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    t0 = time.monotonic()
+    r = run_cli("logs", rid, "-f", env={"GPUCLUSTER_HOME": str(home)}, timeout=60)
+    took = time.monotonic() - t0
+    holder.wait(10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["first line", "second line"]
+    assert took > 2.5, "ended while the owner was still alive"
+    assert "its gpucluster process is gone" in r.stderr and "gpucluster down c1" in r.stderr
+    assert led.get_run(rid)["status"] == "running"  # logs only reads
