@@ -34,6 +34,7 @@ never onto a command line or into a log.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -164,6 +165,7 @@ class SshLauncher(Launcher):
                     events.on_phase("stage")
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
+                job = self._free_rdzv_port(session, cluster, job, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
                 if job.output_dir and self._started.get(job.run_id):
@@ -344,6 +346,31 @@ class SshLauncher(Launcher):
         if not base.startswith("/"):
             raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
         return base
+
+    def _free_rdzv_port(self, session: "Session", cluster: Any, job: JobSpec, events: Any) -> JobSpec:
+        """The rendezvous port on the head, checked before torchrun starts: when another process
+        holds it (a second run on the same hosts), a free port nearby is used and said; when
+        none is free, LaunchError naming the port and its holder."""
+        head = cluster.head
+        program = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
+        cp = session.run(head, f"{shlex.quote(self.python)} -c {shlex.quote(program)} {int(job.rdzv_port)}",
+                         timeout=30)
+        try:
+            got = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise LaunchError(f"node 0 ({node_label(head)}): the check of rendezvous port {job.rdzv_port} did "
+                              f"not answer: {cp.stderr.decode('utf-8', 'replace').strip()[-300:]}") from None
+        if got.get("free"):
+            return job
+        who = got.get("holder") or "a process that is not listening (yet) or has just closed it"
+        alt = got.get("alternative")
+        if not isinstance(alt, int):
+            raise LaunchError(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}, "
+                              "and no port near it is free; stop that process or free a port")
+        say = getattr(events, "message", None)
+        if say:
+            say(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
+        return dataclasses.replace(job, rdzv_port=alt)
 
     def _run(self, session: "Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
