@@ -325,7 +325,8 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         # all still run.
         quiet = _Quiet(rec)
         problems = _collect_outputs(launcher, job, quiet)  # before teardown: it removes the node folders
-        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy)
+        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy,
+                          unwitnessed=result.unwitnessed if result else ())
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
         if status == "succeeded":
             status, exit_code = "failed", ExitCode.FAILURE
@@ -420,7 +421,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
 
 
 def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
-              busy: bool = False) -> Check | None:
+              busy: bool = False, unwitnessed: Any = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 
     Returns the three-state `Check`, or None when nothing is checked (the cluster was kept on
@@ -428,7 +429,8 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     backends) are never kept: the launcher has stopped them already and this checks that none
     survived. A failing delete does not skip the check, and it is never forgotten: unless the
     provider's check sees everything the delete was meant to remove (`check_is_complete`: the
-    local and ssh process scans), it makes the verdict at best "not verified".
+    local and ssh process scans), it makes the verdict at best "not verified". So does a node
+    whose reaper did not finish its final pass (`unwitnessed`, from the launcher's `JobResult`).
     """
     rec.start_phase("teardown")
     if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
@@ -446,6 +448,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
         check = Check.of(provider.leftovers(spec.name, run_id))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
         check = Check(unchecked=(f"leftover check: could not run ({_describe(exc)})",))
+    check = check.with_unchecked(*unwitnessed)  # nodes whose reaper could not vouch for their end
     if not provider.check_is_complete:
         # the check cannot see everything a failed delete may have left (a tag sweep misses
         # untagged resources still in the stack): the failure itself leaves the verdict open

@@ -17,9 +17,17 @@ from typing import Any, Callable, Iterable, Sequence
 from gpucluster.errors import LaunchError
 from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
 from gpucluster.metrics import MetricsState, read_line
+from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause)
+
+
+NODE_EXIT_KIND = "node_exit"
+# A node's shell, after its reaper: one metric record with the reaper's exit status (sh syntax)
+NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d}\\n' "
+                "'@gpucluster-metric ' \"$rc\" >&2; exit $rc")
+DRAIN_S = 10.0  # how long a node's session may stay open once its job has ended
 
 
 class NodeSupervisor:
@@ -35,7 +43,8 @@ class NodeSupervisor:
     """
 
     def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
-                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE):
+                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
+                 reaper: bool = False):
         self.job = job
         self.events = events
         self.log_dir = log_dir
@@ -52,6 +61,10 @@ class NodeSupervisor:
         self.setup_done: set[int] = set()  # nodes whose --setup succeeded
         self._release: Callable[[], None] | None = None
         self.incomplete_logs: dict[int, str] = {}  # node rank -> why its log could not be written
+        self.reaper = reaper  # each node runs under gpucluster/reaper.py, which reports its own start and end
+        self.reapers: dict[int, str] = {}  # node rank -> "started" | "done" (as the reaper said)
+        self.node_exits: dict[int, tuple[int, float]] = {}  # node rank -> (reaper's exit status, when said)
+        self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -172,6 +185,11 @@ class NodeSupervisor:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
             # is started through the announcer, whose record says the worker process exists.
+            if record.get("kind") in (REAPER_START, REAPER_DONE) and record.get("survived", 0) == 0:
+                self.reapers[node_rank] = "done" if record["kind"] == REAPER_DONE else \
+                    self.reapers.get(node_rank, "started")
+            if record.get("kind") == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
+                self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
             if record.get("kind") == SETUP_END and record.get("rc") == 0:
                 self.setup_done.add(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
@@ -179,6 +197,13 @@ class NodeSupervisor:
                 self.events.on_phase("train")
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
+
+    def _undrained(self, procs: dict[int, subprocess.Popen], exit_codes: dict[int, int | None]) -> list[int]:
+        now = time.monotonic()
+        late = [r for r, (_, said) in self.node_exits.items()
+                if r in procs and r not in exit_codes and procs[r].poll() is None and now - said > DRAIN_S]
+        self.undrained.update(late)
+        return late
 
     def _maybe_release(self) -> None:
         """Once every node's --setup succeeded (and staging is over), rendezvous begins: the
@@ -248,6 +273,12 @@ class NodeSupervisor:
                         self._maybe_release()
                 except LaunchError as exc:  # the release of the nodes after setup failed
                     failure = failure or str(exc)
+                for rank in self._undrained(procs, exit_codes):
+                    # the node's job is over but its session is not: something the job left holds
+                    # its output open. Its exit status is the one its shell reported; stop() ends it.
+                    exit_codes[rank] = self.node_exits[rank][0]
+                    if exit_codes[rank] != 0 and failure is None:
+                        failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode
@@ -297,10 +328,18 @@ class NodeSupervisor:
                 ok = False
                 failure = (f"every node exited 0 but rank(s) {', '.join(map(str, missing[:8]))} wrote no final "
                            "record (a worker died after its work, or the script does not report)")
+        # No verdict without its witness: a node whose reaper started but never said its final
+        # pass was over (it was killed) cannot vouch that nothing of the job survived there.
+        unwitnessed = [f"node {r} ({self.hosts[r]}): its reaper ended without finishing its final pass "
+                       "(killed?): a process the job detached there may survive unseen"
+                       for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started"]
+        unwitnessed += [f"node {r} ({self.hosts[r]}): its session stayed open {DRAIN_S:g} s after its job "
+                        "ended (a process the job left holds its output) and was cut"
+                        for r in sorted(self.undrained)]
         return JobResult(
             ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=failed_node,
             timed_out=timed_out, train_started_at=self.train_started_at,
-            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
+            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir), unwitnessed=unwitnessed,
         )
 
 

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
@@ -370,12 +370,14 @@ class SshLauncher(Launcher):
         say = getattr(events, "message", None)
         if say:
             say(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
+        # recorded with the run's metrics (the ledger), where `show --json` finds it
+        events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
         return dataclasses.replace(job, rdzv_port=alt)
 
     def _run(self, session: "Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes])
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
         procs: dict[int, subprocess.Popen] = {}
 
         def stop() -> None:
@@ -402,9 +404,12 @@ class SshLauncher(Launcher):
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
                         "--", *argv]
+                # The shell stays (no exec) to say when the reaper ended and how: a daemon that
+                # outlives a killed reaper keeps the session's output open, and the supervisor
+                # ends the session (bounded) once the node's job is known to be over.
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && "
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"exec {shlex.join(argv)}")
+                         f"{shlex.join(argv)}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(
