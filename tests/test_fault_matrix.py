@@ -432,3 +432,41 @@ def test_read_only_home_is_refused_before_anything_starts(small_home):
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_home)], check=True)
     assert Ledger(small_home / "ledger.sqlite3").list_runs() == []
+
+
+@needs_torch
+@pytest.mark.slow
+def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
+    """Through the CLI: the job fills $GPUCLUSTER_HOME (a real 8 MiB tmpfs) until ENOSPC, then
+    reports its metrics and exits 0. gpucluster cannot write its record any more: the run must
+    end, tear down and check all the same, exit 3 (never 2) with one line saying the record
+    could not be written, and no traceback; `down`, once there is room, closes the row."""
+    from conftest import run_cli
+
+    script = tmp_path / "fill.py"
+    script.write_text(
+        "import os\n"
+        "with open(os.path.join(os.environ['FILL_DIR'], 'filler'), 'wb') as f:\n"
+        "    try:\n"
+        "        while True:\n"
+        "            f.write(b'\\0' * 65536); f.flush()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for i in range(50):\n"
+        "    print('@gpucluster-metric {\"kind\": \"step\", \"step\": %d, \"loss\": 0.5}' % i, flush=True)\n")
+    env = {"GPUCLUSTER_HOME": str(small_home), "FILL_DIR": str(small_home)}
+    r = run_cli("run", "--cloud", "local", "--nodes", "1", "--", "python", str(script), env=env, timeout=180)
+    (small_home / "filler").unlink(missing_ok=True)
+    # gpucluster's own output (the node's lines, torchrun's included, are the job's)
+    ours = [ln for ln in (r.stdout + r.stderr).splitlines() if not ln.startswith("[node ")]
+    assert not any("Traceback" in ln for ln in ours), r.stderr[-3000:]
+    assert r.returncode == 3, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpucluster: error:")]
+    assert len(errors) == 1 and "record could not be written" in errors[0], r.stderr
+    ledger = Ledger(small_home / "ledger.sqlite3")
+    (run,) = ledger.list_runs()
+    assert run_processes(run["id"]) == []
+    down = run_cli("down", "gpucluster-local", "--yes", env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    run = Ledger(small_home / "ledger.sqlite3").get_run(run["id"])
+    assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"
