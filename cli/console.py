@@ -12,5 +12,20 @@ def make_console(stderr: bool = False):
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    width = None if stream.isatty() else columns()
     return Console(stderr=stderr, highlight=False, width=width, soft_wrap=False)
+
+
+def columns() -> int:
+    """$COLUMNS (default 160) for output that is not a terminal; a value that is not a width is refused."""
+    from gpucluster.errors import UsageError
+
+    text = os.environ.get("COLUMNS", "").strip() or "160"
+    try:
+        width = int(text)
+    except ValueError:
+        width = 0
+    if not 20 <= width <= 10_000:
+        raise UsageError(f"COLUMNS {os.environ.get('COLUMNS')!r} is not allowed: a whole number of columns from "
+                         "20 to 10000 (or unset it)")
+    return width

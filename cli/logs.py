@@ -48,6 +48,9 @@ def logs(run_id, node, follow, metrics, raw):
     if not files:
         click.echo(f"run {run['id']} has no node logs in {log_dir}", err=True)
         return 0
+    odd = next((p for p in files if not p.is_file()), None)
+    if odd is not None:
+        raise UsageError(f"node log {str(odd)!r} is not a file (a folder?); move it aside to read the others")
     prefix = len(files) > 1 and not raw
     from gpucluster.metrics import parse_line
 
@@ -81,7 +84,23 @@ def logs(run_id, node, follow, metrics, raw):
                 grew = pump()
                 if not grew and (ledger.get_run(run["id"]) or {}).get("status") != "running":
                     break
+                if not grew and not _owner_alive(run):
+                    pump()  # what it wrote just before it went
+                    click.echo(f"run {run['id']}: its gpucluster process is gone, yet the record says it is "
+                               f"running; close it with: gpucluster down {run['cluster']}", err=True)
+                    break
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _owner_alive(run: dict) -> bool:
+    """Whether a live gpucluster process still owns the run (its owner lock, released by the kernel
+    when that process dies, names this run)."""
+    from gpucluster.owner import owner
+
+    info = owner(run["cluster"])
+    if info is None:
+        return False
+    return info.get("run_id") in (None, run["id"])  # an unreadable lock: assume it is this run's

@@ -120,7 +120,8 @@ class RichRunUI:
                 if record.get(k) is not None:
                     self.state[k] = record[k]
             self._refresh()
-        if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end"):
+        if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
+                                                "reaper_start", "reaper_done", "rdzv_port", "node_exit"):
             return  # setup: the node's own marked lines say it
         if record.get("kind") == "stage":
             self._print(node_rank, Text(f"data staged: {record.get('files')} file(s), {fmt_bytes(record.get('bytes', 0))}"

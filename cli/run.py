@@ -59,6 +59,10 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
         outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
                           keep=keep, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
     report(out, ledger.get_run(outcome.run_id), as_json)
+    if outcome.record_error:  # the ledger does not say what happened: one line, exit 3
+        from gpucluster.recording import record_line
+
+        click.echo(f"gpucluster: error: {record_line(outcome.record_error, plan.spec.name)}", err=True)
     return int(outcome.exit_code)
 
 

@@ -64,5 +64,9 @@ def check_writable_dir(path: Path | str, what: str) -> Path:
 
 def runs_dir(run_id: str) -> Path:
     path = home_dir() / "runs" / run_id
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. $GPUCLUSTER_HOME/runs is a file
+        raise ConfigError(f"run folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
+                          f"{str(path.parent)!r} must be a folder you can write") from None
     return path

@@ -97,6 +97,7 @@ class JobResult:
     train_started_at: float | None = None
     rendezvous_started_at: float | None = None
     log_dir: str | None = None
+    unwitnessed: list[str] = field(default_factory=list)  # nodes whose end nothing vouches for (the verdict)
 
 
 class LaunchEvents(Protocol):

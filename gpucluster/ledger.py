@@ -48,13 +48,19 @@ def _loads(text: str | None) -> Any:
         raise _BadJSON(f"a row holds bad JSON ({exc}: {str(text)[:40]!r})") from None
 
 
+class LedgerError(ConfigError):
+    """The ledger file cannot be read or written (full disk, read-only, locked, damaged). Before a
+    run's row exists this is bad input (exit 2); once it exists the lifecycle goes on without its
+    record and ends with exit 3 (`gpucluster.lifecycle`)."""
+
+
 class _BadJSON(Exception):
     """A JSON column that does not parse: the ledger was edited or damaged outside gpucluster."""
 
 
 def _damaged(path: Path, what: str) -> ConfigError:
     p = str(path)
-    return ConfigError(f"ledger {p!r} is damaged: {what}; move it aside (mv {p} {p}.damaged) and gpucluster "
+    return LedgerError(f"ledger {p!r} is damaged: {what}; move it aside (mv {p} {p}.damaged) and gpucluster "
                        "starts a new, empty ledger, or restore it from a backup")
 
 
@@ -65,13 +71,13 @@ def _ledger_error(path: Path, exc: BaseException) -> ConfigError:
         return _damaged(path, text)
     low = text.lower()
     if "readonly" in low or "read-only" in low:
-        return ConfigError(f"ledger {str(path)!r} is read-only ({text}); make it and its folder writable, "
+        return LedgerError(f"ledger {str(path)!r} is read-only ({text}); make it and its folder writable, "
                            "or set GPUCLUSTER_HOME to a writable directory")
     if "locked" in low or "busy" in low:
-        return ConfigError(f"ledger {str(path)!r} is locked by another process for too long ({text}); try again")
+        return LedgerError(f"ledger {str(path)!r} is locked by another process for too long ({text}); try again")
     if "no such table" in low or "no such column" in low or "malformed" in low or "not a database" in low:
         return _damaged(path, text)
-    return ConfigError(f"ledger {str(path)!r} cannot be used: {text}")
+    return LedgerError(f"ledger {str(path)!r} cannot be used: {text}")
 
 
 def _guard(method):
@@ -128,20 +134,29 @@ class Ledger:
 
     # -- schema ----------------------------------------------------------------------------
     def _migrate(self) -> None:
+        """Apply the migrations this ledger lacks. Many gpucluster processes may open a new home at
+        once: the version is read again inside an exclusive (BEGIN IMMEDIATE) transaction, so one
+        process migrates and the others, once it commits, find nothing left to do."""
+        if self._version_checked() == SCHEMA_VERSION:
+            return
+        with self._tx() as db:
+            version = self._version_checked()
+            for target, script in MIGRATIONS:
+                if target <= version:
+                    continue
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {int(target)}")
+
+    def _version_checked(self) -> int:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise ConfigError(
                 f"ledger {str(self.path)!r} has schema version {version}, newer than this "
                 f"gpucluster understands ({SCHEMA_VERSION}); upgrade gpucluster"
             )
-        for target, script in MIGRATIONS:
-            if target <= version:
-                continue
-            with self._tx() as db:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {int(target)}")
+        return version
 
     def _check_tables(self) -> None:
         present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -345,6 +360,9 @@ class Ledger:
         return d
 
     def get_run(self, run_id: str, *, with_metrics: bool = False) -> dict[str, Any] | None:
+        if not run_id or not run_id.strip():
+            raise UsageError(f"run id {run_id!r} is empty; give a run id or a unique prefix of one "
+                             "(list them with 'gpucluster runs')")
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None and run_id:
             # A unique prefix of an id, matched literally (no LIKE: '%' and '_' are plain characters).

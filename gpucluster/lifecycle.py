@@ -15,6 +15,7 @@ import contextlib
 import signal
 import threading
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from gpucluster.domain import VERIFIED, Check
@@ -22,7 +23,8 @@ from gpucluster.domain import VERIFIED, Check
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
 from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
-from gpucluster.ledger import Ledger
+from gpucluster.ledger import Ledger, LedgerError
+from gpucluster.recording import Quiet as _Quiet, quietly as _quietly, record_line
 from gpucluster.owner import owner_lock
 
 
@@ -69,6 +71,7 @@ class RunOutcome:
     leftovers: list[dict[str, Any]] = field(default_factory=list)
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
+    record_error: str | None = None  # the run's record could not be written (then exit 3)
 
     @property
     def teardown_verified(self) -> bool | None:
@@ -188,6 +191,8 @@ class LedgerEvents:
 class _Recorder(LedgerEvents):
     """Provision and launch events -> ledger + UI, and the run's phases."""
 
+    record_error: str | None = None  # the first ledger write that failed once the row existed
+
     def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
         super().__init__(ledger, None, run_id, region, say=ui.message)
         self.ui = ui
@@ -261,14 +266,21 @@ def execute(
     # The owner lock (kernel-released when this process dies) is held from before the ledger row
     # to the end of the teardown check: another gpucluster sees the run as live and `down` refuses.
     # A cluster owned by another live process is refused here, before anything is recorded.
-    with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
-        ledger.create_run(
-            run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
-            command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
-            workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
-            resumed_from=resumed_from,
-        )
-        return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+    recorded = False
+    try:
+        with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
+            ledger.create_run(
+                run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+                command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
+                workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
+                resumed_from=resumed_from,
+            )
+            recorded = True
+            return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+    finally:
+        if not recorded:  # refused before the row (a busy cluster, an unusable lock): nothing left behind
+            with contextlib.suppress(OSError):
+                Path(log_dir).rmdir()  # only when empty
 
 
 def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, ui: RunUI, keep: bool,
@@ -295,19 +307,26 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     except KeyboardInterrupt as exc:
         status, exit_code = "interrupted", ExitCode.INTERRUPTED
         failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
-        rec.end_phase("interrupted", failure)
+        _quietly(rec, rec.end_phase, "interrupted", failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
+        if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
+            rec.record_error = rec.record_error or exc.message
         failure = exc.message
         exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
-        rec.end_phase("failed", failure)
+        _quietly(rec, rec.end_phase, "failed", failure)
     except Exception as exc:  # a bug in the tool: still tear down, still record
         failure = f"internal error: {type(exc).__name__}: {exc}"
-        rec.end_phase("failed", failure)
+        _quietly(rec, rec.end_phase, "failed", failure)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
-        problems = _collect_outputs(launcher, job, rec)  # before teardown: it removes the node folders
-        check = _teardown(spec, run_id, provider, rec, keep=keep, busy=busy)
+        # From here on a ledger write that fails (a full or read-only home) is remembered, never
+        # raised: the outputs, the provider's down, the leftover check and the release of sessions
+        # all still run.
+        quiet = _Quiet(rec)
+        problems = _collect_outputs(launcher, job, quiet)  # before teardown: it removes the node folders
+        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy,
+                          unwitnessed=result.unwitnessed if result else ())
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
         if status == "succeeded":
             status, exit_code = "failed", ExitCode.FAILURE
@@ -318,11 +337,14 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
         if not check.verified:  # something may still exist and bill: that outranks every other outcome
             exit_code = ExitCode.LEFTOVERS
-    ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure,
-                      metrics=result.metrics.summary() if result else None,
-                      teardown=teardown, leftovers=leftovers, unchecked=unchecked)
-    _record_cost(ledger, run_id)
-    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked)
+    _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
+             metrics=result.metrics.summary() if result else None,
+             teardown=teardown, leftovers=leftovers, unchecked=unchecked)
+    _quietly(rec, _record_cost, ledger, run_id)
+    if rec.record_error:  # the ledger does not say what happened: never a clean exit
+        exit_code = ExitCode.LEFTOVERS
+    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked,
+                      record_error=rec.record_error)
 
 
 def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None = None,
@@ -351,17 +373,21 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
             else:
                 status, exit_code = "failed", ExitCode.FAILURE
                 failure = f"internal error: {type(exc).__name__}: {exc}"
-            rec.end_phase(status, failure)
+            if isinstance(exc, LedgerError):
+                rec.record_error = exc.message
+            _quietly(rec, rec.end_phase, status, failure)
             signals.shield()  # from here on no signal can cut the teardown or its check short
-            check = _teardown(spec, run_id, provider, rec, keep=False, busy=isinstance(exc, ClusterBusy))
+            check = _teardown(spec, run_id, provider, _Quiet(rec), keep=False, busy=isinstance(exc, ClusterBusy))
             teardown = None if check is None else check.verdict
-            ledger.finish_run(run_id, status=status, exit_code=int(exit_code), failure=failure, teardown=teardown,
-                              leftovers=[] if check is None else check.to_dict()["leftovers"],
-                              unchecked=[] if check is None else list(check.unchecked))
-            _record_cost(ledger, run_id)
+            _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
+                     teardown=teardown, leftovers=[] if check is None else check.to_dict()["leftovers"],
+                     unchecked=[] if check is None else list(check.unchecked))
+            _quietly(rec, _record_cost, ledger, run_id)
             if check is not None and not check.verified:
                 raise TeardownIncomplete(f"{failure}; teardown {check.summary()}",
                                          hint=f"finish it with: gpucluster down {spec.name}") from exc
+            if rec.record_error:
+                raise TeardownIncomplete(record_line(rec.record_error, spec.name)) from exc
             raise
         rec.end_phase("ok")
         ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
@@ -381,7 +407,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
             rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
             return []
         rows = [o.to_dict() for o in got]
-        rec.ledger.record_outputs(rec.run_id, rows)
+        _quietly(getattr(rec, "rec", rec), rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.outputs import summary
 
@@ -395,7 +421,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
 
 
 def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
-              busy: bool = False) -> Check | None:
+              busy: bool = False, unwitnessed: Any = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 
     Returns the three-state `Check`, or None when nothing is checked (the cluster was kept on
@@ -403,7 +429,8 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     backends) are never kept: the launcher has stopped them already and this checks that none
     survived. A failing delete does not skip the check, and it is never forgotten: unless the
     provider's check sees everything the delete was meant to remove (`check_is_complete`: the
-    local and ssh process scans), it makes the verdict at best "not verified".
+    local and ssh process scans), it makes the verdict at best "not verified". So does a node
+    whose reaper did not finish its final pass (`unwitnessed`, from the launcher's `JobResult`).
     """
     rec.start_phase("teardown")
     if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
@@ -421,6 +448,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
         check = Check.of(provider.leftovers(spec.name, run_id))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
         check = Check(unchecked=(f"leftover check: could not run ({_describe(exc)})",))
+    check = check.with_unchecked(*unwitnessed)  # nodes whose reaper could not vouch for their end
     if not provider.check_is_complete:
         # the check cannot see everything a failed delete may have left (a tag sweep misses
         # untagged resources still in the stack): the failure itself leaves the verdict open

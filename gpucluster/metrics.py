@@ -1,4 +1,8 @@
-"""Parse metric records out of streamed node logs; keep the latest state for progress displays."""
+"""Parse metric records out of streamed node logs; keep the latest state for progress displays.
+
+A metric line comes from the user's script: it is data, never trusted. A record whose fields have
+the wrong type or an out-of-range value is refused (`check_record` says why) and counted, never
+acted on; the world size and the ranks that must report are what gpucluster launched."""
 
 from __future__ import annotations
 
@@ -9,16 +13,75 @@ from typing import Any
 from gpucluster.workloads.protocol import PREFIX
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The metric record in a log line, or None. Tolerates prefixes added by launchers/torchrun."""
+MAX_COUNT = 1 << 53  # integers (epochs, steps, ranks, sizes) above this are not believable counts
+MAX_RANKS = 1 << 20  # ranks and world sizes: far beyond any torchrun job
+MAX_KEYS = 256
+# field -> the most it may be: whole numbers >= 0
+_COUNTS = {"rank": MAX_RANKS, "world_size": MAX_RANKS, "node_rank": MAX_RANKS, "local_rank": MAX_RANKS,
+           "epoch": MAX_COUNT, "step": MAX_COUNT, "epochs": MAX_COUNT, "samples_seen": MAX_COUNT,
+           "global_batch": MAX_COUNT, "bytes": MAX_COUNT, "resumed_from_epoch": MAX_COUNT}
+# fields that must be numbers (a diverged loss may be NaN or infinite: that is a value, not an attack)
+_FIGURES = ("time", "loss", "accuracy", "samples_per_s", "train_time_s", "epoch_time_s", "compute_s", "comm_s",
+            "data_s", "seconds", "cpu_percent", "lr")
+
+
+def check_record(record: Any) -> str | None:
+    """Why a metric record cannot be used (a one-line reason), or None when it can."""
+    if not isinstance(record, dict):
+        return f"not a JSON object ({type(record).__name__})"
+    kind = record.get("kind")
+    if not isinstance(kind, str) or not 0 < len(kind) <= 64:
+        return "'kind' is not a short string"
+    if len(record) > MAX_KEYS:
+        return f"{len(record)} fields (at most {MAX_KEYS})"
+    for key, most in _COUNTS.items():
+        value = record.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{key!r} is {type(value).__name__} {_short(value)}, not a whole number"
+        if not 0 <= value <= most:
+            return f"{key!r} is {_short(value)}, outside 0..{most}"
+    for key in _FIGURES:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{key!r} is {type(value).__name__} {_short(value)}, not a number"
+        if isinstance(value, int) and abs(value) > MAX_COUNT:
+            return f"{key!r} is {_short(value)}, out of range"
+    return None
+
+
+KEEP = 2000  # the most epoch / util records kept in memory (the ledger has them all)
+
+
+def _bound(records: list) -> None:
+    if len(records) > 2 * KEEP:
+        del records[:-KEEP]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_line(line: str) -> dict[str, Any] | str | None:
+    """The metric record in a log line (a dict); why the line's record was refused (a str); or None
+    when the line carries no metric. Tolerates prefixes added by launchers/torchrun."""
     i = line.find(PREFIX)
     if i < 0:
         return None
     try:
         record = json.loads(line[i + len(PREFIX):])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and "kind" in record else None
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({str(exc).splitlines()[0][:60] if str(exc) else type(exc).__name__})"
+    problem = check_record(record)
+    return problem if problem else record
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The metric record in a log line, or None (no metric, or one `check_record` refuses)."""
+    got = read_line(line)
+    return got if isinstance(got, dict) else None
 
 
 @dataclass
@@ -35,15 +98,34 @@ class MetricsState:
     finals: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> final record
     start: dict[str, Any] | None = None
     util: list[dict[str, Any]] = field(default_factory=list)
+    launched_world: int | None = None  # the ranks gpucluster started: what the script says never overrides it
+    refused: int = 0  # metric lines refused (bad JSON, wrong types, values out of range)
+    first_refusal: str | None = None
+
+    def refuse(self, why: str) -> None:
+        self.refused += 1
+        if self.first_refusal is None:
+            self.first_refusal = why
 
     def update(self, record: dict[str, Any], node_rank: int | None = None) -> None:
+        problem = check_record(record)
+        if problem is None and self.launched_world is not None and isinstance(record.get("rank"), int) \
+                and record["rank"] >= self.launched_world:
+            problem = f"'rank' is {record['rank']}, but the job has {self.launched_world} ranks"
+        if problem is not None:
+            self.refuse(problem)
+            return
         kind = record.get("kind")
         if kind == "start":
             if self.start is None:
                 self.start = record
-            self.world_size = record.get("world_size", self.world_size)
+            if self.launched_world is not None:
+                self.world_size = self.launched_world
+            else:
+                self.world_size = record.get("world_size", self.world_size)
         elif kind == "epoch":
             self.epochs.append(record)
+            _bound(self.epochs)
             self._take(record)
         elif kind == "step":
             self._take(record)
@@ -58,6 +140,7 @@ class MetricsState:
             if node_rank is not None:
                 rec.setdefault("node_rank", node_rank)
             self.util.append(rec)
+            _bound(self.util)
 
     def _take(self, record: dict[str, Any]) -> None:
         for key in ("epoch", "step", "loss", "accuracy", "samples_per_s"):
@@ -76,5 +159,6 @@ class MetricsState:
             "train_time_s": final.get("train_time_s"),
             "world_size": self.world_size,
             "final_records": len(self.finals),
+            "refused_metric_lines": self.refused or None,
         }
         return {k: v for k, v in out.items() if v is not None}

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpucluster.errors import ClusterBusy
+from gpucluster.errors import ClusterBusy, ConfigError
 
 _held: dict[str, tuple[int, int]] = {}  # cluster -> (fd, depth)
 _guard = threading.Lock()
@@ -35,8 +35,18 @@ def locks_dir() -> Path:
     from gpucluster.home import home_dir
 
     path = home_dir() / "locks"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. a file where the folder belongs
+        raise _unusable(path, exc) from None
+    if not path.is_dir():
+        raise ConfigError(f"lock folder {str(path)!r} is not a folder; move it aside (gpucluster makes a new one)")
     return path
+
+
+def _unusable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"lock {str(path)!r} cannot be used ({exc.strerror or exc}); it must be a file in a "
+                       "folder you can write: move it aside")
 
 
 def _path(name: str) -> Path:
@@ -105,7 +115,11 @@ def owner_lock(name: str, op: str, *, run_id: str | None = None) -> Iterator[Non
                 fd, depth = _held[name]
                 _held[name] = (fd, depth - 1)
         return
-    fd = os.open(_path(name), os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec (PEP 446)
+    path = _path(name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec (PEP 446)
+    except OSError as exc:  # a folder where the lock belongs, a read-only home, ...
+        raise _unusable(path, exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -115,8 +129,12 @@ def owner_lock(name: str, op: str, *, run_id: str | None = None) -> Iterator[Non
             raise busy_error(name, info) from None
         raise
     info = {"pid": os.getpid(), "op": op, "run_id": run_id, "since": time.time(), "host": socket.gethostname()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+    except OSError as exc:  # a full home: nothing has started yet
+        os.close(fd)
+        raise _unusable(path, exc) from None
     with _guard:
         _held[name] = (fd, 1)
     try:

@@ -18,7 +18,10 @@ Behaviour:
   `--grace` seconds, every descendant gets SIGKILL;
 - when COMMAND has ended: every remaining descendant gets SIGTERM, then SIGKILL after `--grace`
   seconds; what it stopped is written to stderr (one line, `gpucluster-reaper: ...`);
-- exits with COMMAND's exit code (128 + N when COMMAND died of signal N).
+- exits with COMMAND's exit code (128 + N when COMMAND died of signal N);
+- is its own witness: a metric record `reaper_start` once it adopts orphans, and `reaper_done`
+  (stopped, survived) once its final pass is over. A node whose reaper started but never said
+  it was done (the reaper was killed) cannot vouch for its processes: its verdict is not verified.
 
 Standard library only: it is copied to ssh nodes as it is and run by the nodes' Python.
 """
@@ -33,6 +36,18 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PREFIX = "gpucluster-reaper: "
+METRIC = "@gpucluster-metric "  # gpucluster.workloads.protocol.PREFIX (this file is standard library only)
+START_KIND, DONE_KIND = "reaper_start", "reaper_done"
+
+
+def witness(kind: str, **fields: int) -> None:
+    """One metric record on stderr (merged into the node's log and read by the supervisor)."""
+    import json
+
+    try:
+        print(METRIC + json.dumps({"kind": kind, **fields}), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def nested_grace(launcher_grace: float) -> float:
@@ -160,6 +175,8 @@ def main(argv: list[str]) -> int:
     if why:
         print(PREFIX + f"cannot adopt orphaned processes ({why}); a process the job detaches "
               "from its parents is not found at teardown", file=sys.stderr, flush=True)
+    else:
+        witness(START_KIND)
 
     state = {"stopping": False}
 
@@ -213,6 +230,7 @@ def main(argv: list[str]) -> int:
     if survivors:
         print(PREFIX + f"{len(survivors)} process(es) survived SIGKILL: "
               + ", ".join(str(p) for p in survivors), file=sys.stderr, flush=True)
+    witness(DONE_KIND, stopped=len(seen), survived=len(survivors))
     return code
 
 

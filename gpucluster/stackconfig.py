@@ -123,6 +123,38 @@ def stack_name_of(path: str | Path) -> str:
     return stem[len("Pulumi."):] if stem.startswith("Pulumi.") and len(stem) > len("Pulumi.") else stem
 
 
+MAX_STACK_BYTES = 1 << 20  # a Pulumi stack file is a few KB
+MAX_YAML_DEPTH = 32  # levels of nesting (the real ones have 3)
+MAX_YAML_VALUES = 10_000  # values once aliases are expanded (a "billion laughs" file expands to 10^9)
+
+
+def _load_bounded(yaml: Any, text: str, where: str) -> Any:
+    """`yaml.safe_load`, but the document's node graph is measured before anything is built: with
+    YAML aliases a 2 KB file can expand to billions of values (the "billion laughs" file), and deep
+    nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH: ConfigError."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        values, todo = 0, [(root, 1)]
+        while todo:
+            node, depth = todo.pop()
+            values += 1
+            if values > MAX_YAML_VALUES:
+                raise ConfigError(f"stack file {where!r} expands to more than {MAX_YAML_VALUES} values "
+                                  "(YAML aliases repeating others?); write the values out")
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"stack file {where!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+            if isinstance(node, yaml.SequenceNode):
+                todo.extend((child, depth + 1) for child in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                todo.extend((child, depth + 1) for pair in node.value for child in pair)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def read_stack_file(path: str | Path) -> dict[str, Any]:
     """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
     decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
@@ -131,7 +163,10 @@ def read_stack_file(path: str | Path) -> dict[str, Any]:
     yaml = require("yaml", "aws")
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if path.stat().st_size > MAX_STACK_BYTES:
+            raise ConfigError(f"stack file {str(path)!r} is {path.stat().st_size} bytes; at most "
+                              f"{MAX_STACK_BYTES} bytes are read")
+        doc = _load_bounded(yaml, path.read_text(encoding="utf-8"), str(path)) or {}
     except FileNotFoundError:
         raise UsageError(f"stack file {str(path)!r} does not exist") from None
     except UnicodeDecodeError as exc:
@@ -139,6 +174,8 @@ def read_stack_file(path: str | Path) -> dict[str, Any]:
                           f"offset {exc.start}); save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"stack file {str(path)!r} cannot be read: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"stack file {str(path)!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise ConfigError(f"stack file {str(path)!r} has no config: mapping")

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
-from gpucluster.metrics import MetricsState, parse_line
+from gpucluster.metrics import MetricsState, read_line
+from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause,
@@ -56,6 +57,13 @@ def signal_note(lines: list[str]) -> str:
     return f"; worker ended with {name}"
 
 
+NODE_EXIT_KIND = "node_exit"
+# A node's shell, after its reaper: one metric record with the reaper's exit status (sh syntax)
+NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d}\\n' "
+                "'@gpucluster-metric ' \"$rc\" >&2; exit $rc")
+DRAIN_S = 10.0  # how long a node's session may stay open once its job has ended
+
+
 class NodeSupervisor:
     """Watches one local process per node: pumps its output, fails fast, enforces the deadline.
 
@@ -69,12 +77,14 @@ class NodeSupervisor:
     """
 
     def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
-                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE):
+                 console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
+                 reaper: bool = False):
         self.job = job
         self.events = events
         self.log_dir = log_dir
         self.hosts = list(hosts)
-        self.metrics = MetricsState()
+        # the ranks gpucluster launched: a script's own "world_size" or "rank" never overrides them
+        self.metrics = MetricsState(launched_world=job.nproc_per_node * len(hosts))
         self._queue: queue.Queue[tuple[int, str | None]] = queue.Queue()
         self._tails: dict[int, Tail] = {i: Tail() for i in range(len(hosts))}
         self._log_locks: dict[int, threading.Lock] = {}
@@ -84,6 +94,11 @@ class NodeSupervisor:
         self.rendezvous_started_at: float | None = None
         self.setup_done: set[int] = set()  # nodes whose --setup succeeded
         self._release: Callable[[], None] | None = None
+        self.incomplete_logs: dict[int, str] = {}  # node rank -> why its log could not be written
+        self.reaper = reaper  # each node runs under gpucluster/reaper.py, which reports its own start and end
+        self.reapers: dict[int, str] = {}  # node rank -> "started" | "done" (as the reaper said)
+        self.node_exits: dict[int, tuple[int, float]] = {}  # node rank -> (reaper's exit status, when said)
+        self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -102,46 +117,71 @@ class NodeSupervisor:
             splitter = LineSplitter()
             chunks = iter(lambda: read1(READ_SIZE), b"") if read1 is not None else iter(stream)
             pending = bytearray()
+            log: Any = None
+            broken: list[str] = []  # why the node log cannot be written (then only the tail is kept)
 
             def write(data: bytes) -> None:
-                with lock:
-                    log.write(data)
-                    log.flush()
-
-            with open(log_path, "ab") as log:
+                # A log that cannot be written (disk full, I/O error, a folder where the log belongs)
+                # never stops the draining of the job's output: the workers would block writing
+                # their stdout and the run would hang. Reading goes on; the tail and metrics are kept.
+                if broken:
+                    return
                 try:
-                    for chunk in chunks:
-                        if not chunk:
-                            continue
-                        end = chunk.rfind(b"\n") + 1
-                        if end:
-                            write(bytes(pending) + chunk[:end] if pending else chunk[:end])
-                            pending = bytearray(chunk[end:])
-                        else:
-                            pending += chunk
-                            if len(pending) > LOG_HOLD:
-                                write(bytes(pending))
-                                pending = bytearray()
-                        run, carried = splitter.feed(chunk)
-                        if run is not None:
-                            self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
-                except (OSError, ValueError):
-                    pass
-                finally:
-                    if pending:
-                        try:
+                    with lock:
+                        log.write(data)
+                        log.flush()
+                except (OSError, ValueError) as exc:
+                    self._log_broken(node_rank, log_path, exc, broken)
+
+            try:
+                log = open(log_path, "ab")
+            except OSError as exc:
+                self._log_broken(node_rank, log_path, exc, broken)
+            try:
+                for chunk in chunks:
+                    if not chunk:
+                        continue
+                    end = chunk.rfind(b"\n") + 1
+                    if end:
+                        write(bytes(pending) + chunk[:end] if pending else chunk[:end])
+                        pending = bytearray(chunk[end:])
+                    else:
+                        pending += chunk
+                        if len(pending) > LOG_HOLD:
                             write(bytes(pending))
-                        except (OSError, ValueError):
-                            pass
-                    rest = splitter.close()
-                    if rest is not None:
-                        self._take(node_rank, tail, rest, True)
-                    self._queue.put((node_rank, None))
+                            pending = bytearray()
+                    run, carried = splitter.feed(chunk)
+                    if run is not None:
+                        self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
+            except (OSError, ValueError):
+                pass  # the stream itself broke (closed): the process is gone or going
+            finally:
+                if pending:
+                    write(bytes(pending))
+                if log is not None:
+                    try:
+                        log.close()
+                    except OSError as exc:
+                        self._log_broken(node_rank, log_path, exc, broken)
+                rest = splitter.close()
+                if rest is not None:
+                    self._take(node_rank, tail, rest, True)
+                self._queue.put((node_rank, None))
 
         t = threading.Thread(target=pump, name=f"log-node-{node_rank}", daemon=True)
         self._open_streams += 1
         self._threads.append(t)
         t.start()
+
+    def _log_broken(self, node_rank: int, log_path: Path, exc: BaseException, broken: list[str]) -> None:
+        """Said once per node: its log is incomplete from here on (its output is still read)."""
+        if broken:
+            return
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        broken.append(why)
+        self.incomplete_logs[node_rank] = why
+        _say(self.events, f"node {node_rank}: its log {log_path} is incomplete: it could not be written "
+                          f"({why}); the job's output is still read, its last lines and metrics kept")
 
     def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool) -> None:
         nlines = count_lines(run)
@@ -168,11 +208,24 @@ class NodeSupervisor:
                 return
 
     def _handle(self, node_rank: int, line: str) -> None:
-        record = parse_line(line) or world_record(line)
+        record = read_line(line)
+        if isinstance(record, str):  # the script's line is data: counted, said once, never acted on
+            self.metrics.refuse(record)
+            if self.metrics.refused == 1:
+                _say(self.events, f"node {node_rank}: a metric line was ignored ({record}); "
+                                  "further bad metric lines are counted in the run's metrics")
+            return
+        if record is None:
+            record = world_record(line)
         if record is not None:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
             # is started through the announcer, whose record says the worker process exists.
+            if record.get("kind") in (REAPER_START, REAPER_DONE) and record.get("survived", 0) == 0:
+                self.reapers[node_rank] = "done" if record["kind"] == REAPER_DONE else \
+                    self.reapers.get(node_rank, "started")
+            if record.get("kind") == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
+                self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
             if record.get("kind") == SETUP_END and record.get("rc") == 0:
                 self.setup_done.add(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
@@ -180,6 +233,13 @@ class NodeSupervisor:
                 self.events.on_phase("train")
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
+
+    def _undrained(self, procs: dict[int, subprocess.Popen], exit_codes: dict[int, int | None]) -> list[int]:
+        now = time.monotonic()
+        late = [r for r, (_, said) in self.node_exits.items()
+                if r in procs and r not in exit_codes and procs[r].poll() is None and now - said > DRAIN_S]
+        self.undrained.update(late)
+        return late
 
     def _maybe_release(self) -> None:
         """Once every node's --setup succeeded (and staging is over), rendezvous begins: the
@@ -249,6 +309,12 @@ class NodeSupervisor:
                         self._maybe_release()
                 except LaunchError as exc:  # the release of the nodes after setup failed
                     failure = failure or str(exc)
+                for rank in self._undrained(procs, exit_codes):
+                    # the node's job is over but its session is not: something the job left holds
+                    # its output open. Its exit status is the one its shell reported; stop() ends it.
+                    exit_codes[rank] = self.node_exits[rank][0]
+                    if exit_codes[rank] != 0 and failure is None:
+                        failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode
@@ -292,17 +358,35 @@ class NodeSupervisor:
         speaks_protocol = self.job.workload is not None or bool(
             self.metrics.start or self.metrics.epochs or self.metrics.finals)
         if ok and speaks_protocol:
-            world = self.metrics.world_size or self.job.nproc_per_node * len(procs)
+            world = self.job.nproc_per_node * len(procs)  # what was launched, not what the script says
             missing = sorted(set(range(world)) - set(self.metrics.finals))
             if missing:
                 ok = False
                 failure = (f"every node exited 0 but rank(s) {', '.join(map(str, missing[:8]))} wrote no final "
                            "record (a worker died after its work, or the script does not report)")
+        # No verdict without its witness: a node whose reaper started but never said its final
+        # pass was over (it was killed) cannot vouch that nothing of the job survived there.
+        unwitnessed = [f"node {r} ({self.hosts[r]}): its reaper ended without finishing its final pass "
+                       "(killed?): a process the job detached there may survive unseen"
+                       for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started"]
+        unwitnessed += [f"node {r} ({self.hosts[r]}): its session stayed open {DRAIN_S:g} s after its job "
+                        "ended (a process the job left holds its output) and was cut"
+                        for r in sorted(self.undrained)]
         return JobResult(
             ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=failed_node,
             timed_out=timed_out, train_started_at=self.train_started_at,
-            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
+            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir), unwitnessed=unwitnessed,
         )
+
+
+def _say(events: Any, text: str) -> None:
+    """A message for the person running gpucluster, when the events object takes messages."""
+    say = getattr(events, "message", None)
+    if say is not None:
+        try:
+            say(text)
+        except Exception:  # noqa: BLE001 - a broken console must not stop the run
+            pass
 
 
 def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:

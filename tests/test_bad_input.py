@@ -820,3 +820,81 @@ def test_cloud_run_without_credentials_is_refused_before_the_row(home, tmp_path,
                        env=env, cwd=ROOT, timeout=300)
     assert_clean_refusal(r, *needles, "nothing was started")
     assert_nothing_started(home)
+
+
+def _laughs() -> bytes:
+    """The "billion laughs" file (https://en.wikipedia.org/wiki/Billion_laughs_attack) in YAML:
+    nine levels of aliases, each repeating the one before ten times: about 2 KB that expands to
+    10^9 strings."""
+    lines = [b"a0: &a0 lol"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]".encode())
+    return b"config:\n  gpucluster:cloud: aws\n  gpucluster:tags:\n" + b"".join(b"    " + ln + b"\n" for ln in lines)
+
+
+@pytest.mark.parametrize("body,needle", [
+    (_laughs(), "expands to more than"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:x: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    (b"config:\n  gpucluster:cloud: aws\n  gpucluster:x: " + b"{a: " * 40 + b"1" + b"}" * 40 + b"\n",
+     "nested too deeply"),
+    (b"config:\n  gpucluster:cloud: aws\n# " + b"x" * (2 << 20) + b"\n", "at most 1048576 bytes"),
+])
+def test_hostile_stack_yaml_is_bounded(home, tmp_path, body, needle):
+    """Issue 32 items 4, 5: alias expansion and nesting are bounded before anything is built."""
+    stack = write_stack(tmp_path, body)
+    r = run_cli("cost", "estimate", "--stack", str(stack), timeout=60)
+    assert_clean_refusal(r, needle)
+
+
+# -- issue 32 item 5: every path in the home checked -------------------------------------------
+@pytest.mark.parametrize("command", ["show", "logs"])
+def test_empty_run_id(home, command):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    r = run_cli(command, "")
+    assert_clean_refusal(r, "run id '' is empty")
+
+
+@pytest.mark.parametrize("columns", ["abc", "0", "-5", "1e9"])
+def test_odd_columns(home, columns):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    r = run_cli("runs", env={"COLUMNS": columns})
+    assert_clean_refusal(r, f"COLUMNS {columns!r}", "20 to 10000")
+
+
+def _local_run(*extra):
+    return run_cli("run", "--cloud", "local", "--nodes", "1", *extra, "--", sys.executable, "-c", "pass", timeout=120)
+
+
+@pytest.mark.parametrize("what,needle", [
+    ("locks-file", "lock"), ("runs-file", "run folder"), ("lock-folder", "gpucluster-local.lock"),
+])
+def test_home_paths_of_the_wrong_kind(home, what, needle):
+    """A file where a folder belongs, a folder where the lock file belongs: one line, exit 2,
+    nothing recorded, no empty run folder left."""
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    before = ledger_rows(home)
+    if what == "locks-file":
+        (home / "locks").write_text("x")
+    elif what == "runs-file":
+        (home / "runs").write_text("x")
+    else:
+        (home / "locks" / "gpucluster-local.lock").mkdir(parents=True)
+    r = _local_run()
+    assert_clean_refusal(r, needle)
+    assert ledger_rows(home) == before
+    if (home / "runs").is_dir():
+        assert list((home / "runs").iterdir()) == []
+
+
+def test_node_log_that_is_a_folder(home):
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    from gpucluster.ledger import Ledger
+
+    led = Ledger(home / "ledger.sqlite3")
+    log_dir = home / "runs" / "r20261122-000002-bbbbbb"
+    led.create_run("r20261122-000002-bbbbbb", cloud="local", cluster="gpucluster-local", nodes=1, gpus_per_node=0,
+                   command=["x"], spec={"cloud": "local", "nodes": 1}, log_dir=str(log_dir))
+    led.finish_run("r20261122-000002-bbbbbb", status="succeeded", exit_code=0, teardown="verified")
+    (log_dir / "node-0.log").mkdir(parents=True)
+    r = run_cli("logs", "r20261122-000002-bbbbbb")
+    assert_clean_refusal(r, "node-0.log", "is not a file")

@@ -20,6 +20,7 @@ Backends: local (real torchrun agents and workers) and ssh (real sshd on loopbac
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -290,3 +291,182 @@ def test_ssh_fault(home, tmp_path, job_dir, ssh_hosts, phase, fault_name):
     _run_with_fault(home, spec, provider, launcher, phase, fault_name)
     assert not (remote_dir / spec.run_id).exists()
     assert sshd.leaked_ssh_masters() == []
+
+
+# -- storage faults (issue 32 item 1) ------------------------------------------------------------
+# The home ($GPUCLUSTER_HOME: the ledger, node logs, locks) is a real 8 MiB tmpfs. At the phase's
+# fault point it fills up (a file written until the kernel says ENOSPC, as a full disk does). (A
+# tmpfs with files open for writing cannot be remounted read-only (EBUSY): the read-only home is
+# tried before a run, in test_read_only_home_is_refused_before_anything_starts.) Node logs that cannot be written must not stop the draining of the
+# job's output; ledger writes that fail must not skip the outputs, the delete, the leftover check
+# or the release of ssh sessions. The run ends (never hangs), never with exit 2, with exit 3 and
+# `record_error` when its record could not be written; once the disk has room again, `down`
+# closes the record.
+STORAGE_CASES = [(phase, "enospc") for phase in PHASES]
+
+
+class StorageFault(Fault):
+    def __init__(self, name: str, home: Path):
+        super().__init__(name)
+        self.home = home
+
+    def __call__(self) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        with open(self.home / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+
+    def clear(self) -> None:
+        (self.home / "filler").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_home(tmp_path, monkeypatch):
+    h = tmp_path / "small-home"
+    h.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(h)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs as the home")
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(h))
+    yield h
+    subprocess.run(["umount", "-l", str(h)], capture_output=True)
+
+
+def _run_with_storage_fault(home, spec, provider, launcher, phase, fault_name):
+    marker = f"fault-marker-{spec.run_id}"
+    fault = StorageFault(fault_name, home)
+    ledger = FaultyLedger(home / "ledger.sqlite3", phase, fault)
+    script = ("plain_job.py",) if phase in PLAIN_PHASES else ("stubborn.py", *JOB_ARGS)
+    job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-X", f"marker={marker}", *script),
+                  threads_per_proc=1, max_seconds=120)
+    done: list = []
+
+    def target():
+        try:
+            done.append(execute(spec, job, ledger=ledger, provider=FaultyProvider(provider, phase, fault),
+                                launcher=FaultyLauncher(launcher, phase, fault)))
+        except BaseException as exc:  # noqa: BLE001 - execute must return an outcome, whatever broke
+            done.append(exc)
+
+    runner = threading.Thread(target=target, daemon=True)
+    try:
+        runner.start()
+        runner.join(150)  # the job's own limit is 120 s: longer is a hang
+    finally:
+        leaked = marked(marker)
+        for p in leaked:
+            p.kill()
+        hung = runner.is_alive()
+        fault.clear()
+    assert not hung, "the run hangs on a full or read-only home"
+    assert leaked == [], "processes left behind (by marker)"
+    assert fault.fired, f"the {phase} fault point was never reached"
+    assert run_processes(spec.run_id) == []
+    outcome = done[0]
+    assert not isinstance(outcome, BaseException), f"execute raised {outcome!r}"
+    assert outcome.exit_code != ExitCode.USAGE
+    assert outcome.teardown == "verified", (outcome.teardown, outcome.unchecked, outcome.failure)
+    if outcome.record_error:
+        assert outcome.exit_code == ExitCode.LEFTOVERS, outcome.exit_code
+    # the next command that can write closes the record
+    from conftest import run_cli
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    if ledger.get_run(spec.run_id)["ended_at"] is None:
+        assert outcome.record_error, "the row was left open but the run did not say so"
+        done_down = run_cli("down", spec.name, "--yes", env={"GPUCLUSTER_HOME": str(home)}, timeout=120)
+        assert done_down.returncode == 0, done_down.stderr
+    run = Ledger(home / "ledger.sqlite3").get_run(spec.run_id)
+    assert run["ended_at"] is not None and run["teardown"] == "verified"
+    return outcome
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("phase,fault_name", STORAGE_CASES)
+def test_local_storage_fault(small_home, job_dir, phase, fault_name):
+    provider, launcher = _local_backend()
+    spec = ClusterSpec(cloud="local", nodes=2, name="fm", gpus_per_node=0, run_id=new_run_id())
+    _run_with_storage_fault(small_home, spec, provider, launcher, phase, fault_name)
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.sshd
+@pytest.mark.parametrize("phase,fault_name", STORAGE_CASES)
+def test_ssh_storage_fault(small_home, tmp_path, job_dir, ssh_hosts, phase, fault_name):
+    import sshd
+    from gpucluster.infra.ssh.provider import SshProvider
+
+    remote_dir = tmp_path / "remote"
+    launcher = sshd.make_launcher(ssh_hosts, remote_dir)
+    provider = SshProvider(launcher=launcher)
+    spec = ClusterSpec(cloud="ssh", nodes=2, name="fm", gpus_per_node=0, run_id=new_run_id(),
+                       hosts=tuple(ssh_hosts.hosts[:2]))
+    _run_with_storage_fault(small_home, spec, provider, launcher, phase, fault_name)
+    assert not (remote_dir / spec.run_id).exists()
+    assert sshd.leaked_ssh_masters() == []
+
+
+def test_read_only_home_is_refused_before_anything_starts(small_home):
+    """A home on a read-only file system (EROFS): one line, exit 2, nothing recorded or started."""
+    from conftest import run_cli
+
+    env = {"GPUCLUSTER_HOME": str(small_home)}
+    assert run_cli("runs", env=env).returncode == 0  # a ledger exists
+    subprocess.run(["mount", "-o", "remount,ro", str(small_home)], check=True)
+    try:
+        marker = f"ro-marker-{os.getpid()}"
+        done = run_cli("run", "--cloud", "local", "--nodes", "1", "--", sys.executable, "-X", f"marker={marker}",
+                       "-c", "pass", env=env, timeout=120)
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Read-only file system" in lines[0], done.stderr
+        assert marked(marker) == []
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_home)], check=True)
+    assert Ledger(small_home / "ledger.sqlite3").list_runs() == []
+
+
+@needs_torch
+@pytest.mark.slow
+def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
+    """Through the CLI: the job fills $GPUCLUSTER_HOME (a real 8 MiB tmpfs) until ENOSPC, then
+    reports its metrics and exits 0. gpucluster cannot write its record any more: the run must
+    end, tear down and check all the same, exit 3 (never 2) with one line saying the record
+    could not be written, and no traceback; `down`, once there is room, closes the row."""
+    from conftest import run_cli
+
+    script = tmp_path / "fill.py"
+    script.write_text(
+        "import os\n"
+        "with open(os.path.join(os.environ['FILL_DIR'], 'filler'), 'wb') as f:\n"
+        "    try:\n"
+        "        while True:\n"
+        "            f.write(b'\\0' * 65536); f.flush()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for i in range(50):\n"
+        "    print('@gpucluster-metric {\"kind\": \"step\", \"step\": %d, \"loss\": 0.5}' % i, flush=True)\n")
+    env = {"GPUCLUSTER_HOME": str(small_home), "FILL_DIR": str(small_home)}
+    r = run_cli("run", "--cloud", "local", "--nodes", "1", "--", "python", str(script), env=env, timeout=180)
+    (small_home / "filler").unlink(missing_ok=True)
+    # gpucluster's own output (the node's lines, torchrun's included, are the job's)
+    ours = [ln for ln in (r.stdout + r.stderr).splitlines() if not ln.startswith("[node ")]
+    assert not any("Traceback" in ln for ln in ours), r.stderr[-3000:]
+    assert r.returncode == 3, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpucluster: error:")]
+    assert len(errors) == 1 and "record could not be written" in errors[0], r.stderr
+    ledger = Ledger(small_home / "ledger.sqlite3")
+    (run,) = ledger.list_runs()
+    assert run_processes(run["id"]) == []
+    down = run_cli("down", "gpucluster-local", "--yes", env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    run = Ledger(small_home / "ledger.sqlite3").get_run(run["id"])
+    assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"

@@ -136,3 +136,40 @@ def test_writes_from_several_threads_never_collide_in_one_transaction(tmp_path):
     t.join()
     assert errors == []
     assert len(ledger.metrics("r1")) == 400
+
+
+def test_simultaneous_first_commands_in_a_new_home_all_succeed(tmp_path):
+    """100 `gpucluster runs` started at once in a home with no ledger yet (issue 32 item 6): each
+    one migrates or waits for the one that does; none fails with "table runs already exists",
+    "duplicate column name" or "database is locked"."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    env = dict(os.environ, GPUCLUSTER_HOME=str(home), COLUMNS="200")
+    # the 100 processes import first, then wait at one barrier (a file appearing), then open the ledger
+    go = tmp_path / "go"
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    code = ("import os, sys, time\n"
+            "from gpucluster.cli.main import main\n"
+            "import gpucluster.cli.runs, gpucluster.ledger, platformdirs, rich.table\n"
+            f"open(os.path.join({str(ready)!r}, str(os.getpid())), 'w').close()\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.002)\n"
+            "sys.exit(main(['runs']))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(100)]
+    import time
+
+    end = time.monotonic() + 180
+    while len(list(ready.iterdir())) < len(procs) and time.monotonic() < end:
+        time.sleep(0.1)
+    go.write_text("")
+    failed = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        if p.returncode != 0:
+            failed.append(err.strip().splitlines()[-1:] if err.strip() else p.returncode)
+    assert failed == [], f"{len(failed)} of 100 failed: {failed[:5]}"
+    assert Ledger(home / "ledger.sqlite3").schema_version == SCHEMA_VERSION

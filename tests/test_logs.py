@@ -156,3 +156,105 @@ def test_two_streams_of_one_node_never_split_each_others_lines(tmp_path):
     data = (tmp_path / "node-0.log").read_bytes()
     assert b"BIG" + piece * 48 + b"\n" in data
     assert all(b"other line %d\n" % i in data for i in range(48)) and b"after\n" in data
+
+
+class SayingEvents(Events):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def message(self, text):
+        self.messages.append(text)
+
+
+def test_a_log_that_cannot_be_written_never_stops_the_draining(tmp_path):
+    """Issue 32 item 1: node 0's log is on a full disk (a link to /dev/full: every write fails with
+    ENOSPC, as on a full $GPUCLUSTER_HOME), node 1's log is a folder. Each script prints 5 MB
+    (more than the 1 MiB pipe holds): a pump that stops reading leaves it blocked in write()
+    forever. The run must end, keep the last lines, and say once per node that the log is incomplete."""
+    os.symlink("/dev/full", tmp_path / "node-0.log")
+    (tmp_path / "node-1.log").mkdir()
+    events = SayingEvents()
+    sup = NodeSupervisor(JobSpec("t", command=("x",), max_seconds=60), events, tmp_path, ["n0", "n1"])
+    procs = {}
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), SPEW_MB="5")
+        procs[rank] = subprocess.Popen([sys.executable, SPEW], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        sup.attach(rank, procs[rank].stdout)
+    try:
+        result = sup.run(procs, stop=lambda: None)
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert result.ok and not result.timed_out, result.failure
+    for rank in (0, 1):
+        assert result.nodes[rank].exit_code == 0
+        assert result.nodes[rank].last_lines[-1].startswith(f"spew done rank {rank}")
+    said = [m for m in events.messages if "is incomplete" in m]
+    assert len(said) == 2, events.messages
+    assert "No space left on device" in said[0] + said[1] and "Is a directory" in said[0] + said[1]
+    assert sup.incomplete_logs.keys() == {0, 1}
+
+
+def test_a_bad_metric_line_is_counted_and_ignored(tmp_path):
+    """Issue 32 item 4: metric lines are the script's data. A string world size (TypeError today),
+    a 3-billion world size (a 3-billion-element set today), a rank far outside the job, a list for
+    a loss: each is counted and ignored; the world size is what gpucluster launched."""
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "P = '@gpucluster-metric '\n"
+        "print(P + '{\"kind\": \"start\", \"world_size\": \"2\", \"rank\": 0}')\n"
+        "print(P + '{\"kind\": \"start\", \"world_size\": 3000000000, \"rank\": 0}')\n"
+        "print(P + '{\"kind\": \"final\", \"rank\": 7, \"ok\": true}')\n"
+        "print(P + '{\"kind\": \"epoch\", \"epoch\": 1, \"loss\": [1, 2]}')\n"
+        "print(P + '[[[[' * 50000)\n"
+        "print(P + '{\"kind\": \"start\", \"world_size\": 99, \"rank\": 0}')\n"
+        "print(P + '{\"kind\": \"final\", \"rank\": 0, \"ok\": true, \"loss\": 0.5}')\n")
+    events = SayingEvents()
+    sup = NodeSupervisor(JobSpec("t", command=("x",), max_seconds=60), events, tmp_path, ["n0"])
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sup.attach(0, proc.stdout)
+    result = sup.run({0: proc}, stop=lambda: None)
+    assert result.ok, result.failure  # rank 0 of the 1 launched wrote its final record
+    summary = result.metrics.summary()
+    assert summary["world_size"] == 1 and summary["refused_metric_lines"] == 5, summary
+    assert sorted(result.metrics.finals) == [0]
+    assert len([m for m in events.messages if "metric line was ignored" in m]) == 1, events.messages
+
+
+def test_logs_follow_ends_when_the_runs_owner_is_gone(tmp_path):
+    """Issue 32 item 7: the row says "running" (its gpucluster was killed), but the owner lock,
+    released by the kernel when the owner dies, says no process owns the run: `logs -f` prints
+    what there is and ends, naming the way to close the record. While the owner lives, it follows."""
+    from conftest import run_cli
+    from gpucluster.ledger import Ledger
+
+    home = tmp_path / "home"
+    rid = "r20261125-000001-aaaaaa"
+    log_dir = home / "runs" / rid
+    log_dir.mkdir(parents=True)
+    (log_dir / "node-0.log").write_text("first line\n")
+    led = Ledger(home / "ledger.sqlite3")
+    led.create_run(rid, cloud="local", cluster="c1", nodes=1, gpus_per_node=0, command=["x"],
+                   spec={"cloud": "local", "nodes": 1}, log_dir=str(log_dir))
+    env = dict(os.environ, GPUCLUSTER_HOME=str(home))
+    # a live owner for 4 s: it writes a line at 2 s, then dies without closing the row
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time, sys\n"
+        "from gpucluster.owner import owner_lock\n"
+        f"with owner_lock('c1', 'run', run_id={rid!r}):\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(2)\n"
+        f"    open({str(log_dir / 'node-0.log')!r}, 'a').write('second line\\n')\n"
+        "    time.sleep(2)\n")], env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    t0 = time.monotonic()
+    r = run_cli("logs", rid, "-f", env={"GPUCLUSTER_HOME": str(home)}, timeout=60)
+    took = time.monotonic() - t0
+    holder.wait(10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["first line", "second line"]
+    assert took > 2.5, "ended while the owner was still alive"
+    assert "its gpucluster process is gone" in r.stderr and "gpucluster down c1" in r.stderr
+    assert led.get_run(rid)["status"] == "running"  # logs only reads

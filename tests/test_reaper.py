@@ -171,3 +171,18 @@ def test_sigterm_mid_run_leaves_no_detached_daemon(home, marker):
     assert marked(marker) == []
     run = _only_run(home)
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
+
+
+@needs_torch
+@linux_only
+@pytest.mark.slow
+def test_a_killed_reaper_makes_the_verdict_not_verified(home, marker):
+    """Issue 32 item 2: the job kills its node's reaper after starting a detached daemon with an
+    empty environment. No search by run id, group or ancestry can find the daemon now, so the
+    run must not say "verified": the node's reaper never said its final pass was over."""
+    r = run_cli("run", "--nodes", "1", "--", "python", str(FIXTURES / "reaper_killer.py"), marker)
+    assert r.returncode == 3, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    run = _only_run(home)
+    assert run["teardown"] == "not verified", run["teardown"]
+    assert any("its reaper ended without finishing its final pass" in u for u in run["unchecked"]), run["unchecked"]
+    assert len(daemons(marker)) == 1  # the verdict was right: the daemon did survive (the fixture removes it)

@@ -170,3 +170,101 @@ def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_pa
     with Session(launcher, cluster) as session:
         with pytest.raises(LaunchError, match=r"not ready after 3 s; last seen: sshd answers; .* not written yet"):
             session.wait_ready(str(tmp_path / "absent" / "ready"), 3, object())
+
+
+def test_a_busy_rendezvous_port_on_the_head_is_checked_and_another_used(hosts, remote_dir, tmp_path, monkeypatch):
+    """Issue 32 item 9: another process (here: this test, as a second run on the same hosts
+    would be) listens on the rendezvous port on the head. Today's launcher starts torchrun there
+    and the run fails with "node 0 exited with code 1". Now the port is checked first, the holder
+    named, and a free port nearby used."""
+    import socket
+
+    user_job_dir(tmp_path, monkeypatch)
+    cluster = cluster_of(hosts, 2)
+    port = free_port()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    try:
+        run_id = f"busy-{os.getpid()}"
+        job = JobSpec(run_id, command=("python", "-u", "train.py", "--steps", "2"), rdzv_port=port, max_seconds=120)
+
+        class Saying(Recorder):
+            messages: list = []
+
+            def message(self, text):
+                self.messages.append(text)
+
+        events = Saying()
+        result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+        assert result.ok, (result.failure, events.lines[-10:])
+        said = [m for m in events.messages if f"rendezvous port {port}" in m]
+        assert len(said) == 1 and f"pid {os.getpid()}" in said[0] and "using port" in said[0], events.messages
+        recorded = [m for _, m in events.metrics if m.get("kind") == "rdzv_port"]
+        assert len(recorded) == 1 and recorded[0]["busy_port"] == port and recorded[0]["port"] > port
+        assert_nothing_left(hosts, cluster, run_id, remote_dir)
+    finally:
+        listener.close()
+
+
+def test_the_port_check_names_the_holder_and_a_free_port():
+    """The head-side program alone: a listener's port is busy, its holder named; a free port is free."""
+    import json
+    import socket
+
+    from gpucluster.infra.ssh import launch
+
+    program = Path(launch.__file__).with_name("node_port.py")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        got = json.loads(subprocess.run([sys.executable, str(program), str(port)], capture_output=True,
+                                        text=True, check=True).stdout)
+        assert got["free"] is False and got["holder"].startswith(f"pid {os.getpid()} (")
+        assert isinstance(got["alternative"], int) and got["alternative"] > port
+    finally:
+        listener.close()
+    got = json.loads(subprocess.run([sys.executable, str(program), str(port)], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert got["free"] is True and got["holder"] is None
+
+
+def test_a_killed_reaper_and_a_daemon_holding_the_session_cannot_hang_the_run(hosts, remote_dir, tmp_path,
+                                                                             monkeypatch):
+    """Issue 32 item 2 on ssh: the job starts a detached daemon that keeps the session's output
+    open (`setsid -f env -i sleep`: re-parented, empty environment) and kills its node's reaper.
+    Today the ssh session never ends (the daemon holds its stdout) and the run hangs. Now the
+    node's shell reports the reaper's end, the session is cut after a bounded wait, and the node
+    has no witness: both reasons are in the result, for the verdict."""
+    import shutil
+    import time
+
+    from conftest import FIXTURES
+    from gpucluster.supervisor import DRAIN_S
+    from test_reaper import daemons, new_marker
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FIXTURES / "reaper_killer.py", project / "killer.py")
+    monkeypatch.chdir(project)
+    marker = new_marker()
+    cluster = cluster_of(hosts, 1)
+    run_id = f"killer-{os.getpid()}"
+    job = JobSpec(run_id, command=("python", "-u", "killer.py", marker), rdzv_port=free_port(), max_seconds=120)
+    events = Recorder()
+    t0 = time.monotonic()
+    try:
+        result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+        took = time.monotonic() - t0
+        assert took < 60 + DRAIN_S, took  # the job's own limit is 120 s
+        assert not result.timed_out
+        assert any("its reaper ended without finishing its final pass" in u for u in result.unwitnessed), \
+            (result.unwitnessed, events.lines[-10:])
+        assert any("its session stayed open" in u for u in result.unwitnessed), result.unwitnessed
+        assert len(daemons(marker)) == 1  # the daemon did survive: "not verified" is the truth
+    finally:
+        for p in daemons(marker):
+            p.kill()
+    assert leaked_ssh_masters() == []

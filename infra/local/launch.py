@@ -224,7 +224,7 @@ class LocalLauncher(Launcher):
         # --setup: the nodes wait for this file (created once every node's setup succeeded)
         go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
         go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
-        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes])
+        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True)
         procs: dict[int, subprocess.Popen] = {}
         samplers: list[subprocess.Popen] = []
         store: list[RendezvousStore] = []

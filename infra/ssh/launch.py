@@ -34,6 +34,7 @@ never onto a command line or into a log.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -45,7 +46,7 @@ from typing import Any, Callable, Sequence
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
 from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
@@ -172,6 +173,7 @@ class SshLauncher(Launcher):
                                                for r, d in dirs.items()}, events)
                 if job.resume_files and job.resume is not None and code_dir is not None:
                     self._lay_back(session, job, dirs, events)
+                job = self._free_rdzv_port(session, cluster, job, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
                 if job.output_dir and self._started.get(job.run_id):
@@ -402,10 +404,37 @@ class SshLauncher(Launcher):
             raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
         return base
 
+    def _free_rdzv_port(self, session: "Session", cluster: Any, job: JobSpec, events: Any) -> JobSpec:
+        """The rendezvous port on the head, checked before torchrun starts: when another process
+        holds it (a second run on the same hosts), a free port nearby is used and said; when
+        none is free, LaunchError naming the port and its holder."""
+        head = cluster.head
+        program = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
+        cp = session.run(head, f"{shlex.quote(self.python)} -c {shlex.quote(program)} {int(job.rdzv_port)}",
+                         timeout=30)
+        try:
+            got = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise LaunchError(f"node 0 ({node_label(head)}): the check of rendezvous port {job.rdzv_port} did "
+                              f"not answer: {cp.stderr.decode('utf-8', 'replace').strip()[-300:]}") from None
+        if got.get("free"):
+            return job
+        who = got.get("holder") or "a process that is not listening (yet) or has just closed it"
+        alt = got.get("alternative")
+        if not isinstance(alt, int):
+            raise LaunchError(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}, "
+                              "and no port near it is free; stop that process or free a port")
+        say = getattr(events, "message", None)
+        if say:
+            say(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
+        # recorded with the run's metrics (the ledger), where `show --json` finds it
+        events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
+        return dataclasses.replace(job, rdzv_port=alt)
+
     def _run(self, session: "Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes])
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
         procs: dict[int, subprocess.Popen] = {}
 
         def stop() -> None:
@@ -434,9 +463,12 @@ class SshLauncher(Launcher):
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
                         "--", *argv]
+                # The shell stays (no exec) to say when the reaper ended and how: a daemon that
+                # outlives a killed reaper keeps the session's output open, and the supervisor
+                # ends the session (bounded) once the node's job is known to be over.
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"exec {shlex.join(argv)}")
+                         f"{shlex.join(argv)}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(
