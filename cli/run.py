@@ -244,13 +244,10 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
     est = None
     priced = backend(spec.cloud).priced
     if priced:
-        try:
-            from gpucluster import cost as _cost
+        from gpucluster import cost as _cost
 
-            est = _cost.estimate(spec, 1.0)
-        except (ImportError, AttributeError):
-            est = None
-    line = backend(spec.cloud).plan_line(spec, nproc, getattr(est, "hourly", None))
+        est = _cost.estimate(spec, 1.0)
+    line = backend(spec.cloud).plan_line(spec, nproc, est.hourly if est is not None else None)
     if line is None:
         gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
         line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"
@@ -260,14 +257,11 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
     if job.resume is not None:
         out.print(f"  resumes: the outputs in {job.resume.src} as $GPUCLUSTER_RESUME_DIR", highlight=False)
     snapshot = None
-    try:
+    if priced:
         from gpucluster import cost
-    except ImportError:
-        cost = None
-    if cost is not None and hasattr(cost, "price_snapshot") and priced:
+
         snapshot = cost.price_snapshot(spec)
-        est = est or cost.estimate(spec, 1.0)
-        out.print(f"estimated cost: {est.render_line() if hasattr(est, 'render_line') else est}")
+        out.print(f"estimated cost: {est.render_line()}")
     elif not priced:
         out.print("estimated cost: $0 (machines gpucluster does not rent)")
     return snapshot

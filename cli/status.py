@@ -43,14 +43,14 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
         else:
             r["state"] = f"teardown {latest['teardown']}"
         r["hourly_usd"] = r["accrued_usd"] = None
-        try:
-            from gpucluster import cost
-            from gpucluster.spec import ClusterSpec
+        from gpucluster import cost
+        from gpucluster.spec import ClusterSpec
 
+        try:
             hourly = common.hourly(ClusterSpec.from_dict(latest["spec"]))
             r["hourly_usd"] = None if hourly is None else str(hourly)
             r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, now=now)["total"]) for run in runs), Decimal(0)))
-        except (ImportError, GpuclusterError, KeyError, ValueError, TypeError):
+        except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
             pass
         out.append(r)
     return sorted(out, key=lambda x: x["since"])

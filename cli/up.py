@@ -97,12 +97,12 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
               f"{rate} until `gpucluster down {spec.name}`")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
 
+    from gpucluster import cost
+
     snapshot = None
     try:
-        from gpucluster import cost
-
         snapshot = cost.price_snapshot(spec)
-    except (ImportError, GpuclusterError, AttributeError):
+    except GpuclusterError:  # no price known for this spec: the run is recorded without a snapshot
         pass
     from gpucluster.lifecycle import provision_only
 

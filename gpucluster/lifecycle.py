@@ -15,7 +15,7 @@ import contextlib
 import signal
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from gpucluster.domain import VERIFIED, Check
 
@@ -115,42 +115,6 @@ class RunSignals:
         self.received = signum
         self.shielded = True
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt) in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def shielded(ui: RunUI) -> Iterator[None]:
-    """Teardown must finish: Ctrl-C, SIGTERM and SIGHUP are noted, not obeyed, until it has."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        ui.message("teardown in progress: it will finish before gpucluster exits")
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 class LedgerEvents:
@@ -342,7 +306,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
         try:
             rec.start_phase("provision")
             cluster = provider.up(spec, rec)
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stopped `up`, teardown and its check run
             if isinstance(exc, KeyboardInterrupt):
                 status, exit_code = "interrupted", ExitCode.INTERRUPTED
                 failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
@@ -441,12 +405,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _record_cost(ledger: Ledger, run_id: str) -> None:
-    try:
-        from gpucluster import cost
-    except ImportError:
-        return
+    from gpucluster import cost
+
     run = ledger.get_run(run_id)
-    if run is not None and hasattr(cost, "run_cost"):
+    if run is not None:
         try:
             ledger.set_cost(run_id, cost.run_cost(run))
         except GpuclusterError:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Sequence
 
-from gpucluster.errors import UsageError
+from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger import Ledger
 from gpucluster.ledger_schema import PHASES
 
@@ -224,19 +224,16 @@ def run_facts(run: dict[str, Any]) -> RunFacts:
 
 
 def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
-    """The run's total cost: the ledger's, else gpucluster.cost when installed; $0 for machines
+    """The run's total cost: the ledger's, else priced now by gpucluster.cost; $0 for machines
     gpucluster does not rent (backends that provision nothing: local, ssh); None when unknown."""
     cost = run.get("cost") or {}
     if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
+        from gpucluster import cost as cost_mod
+
         try:
-            from gpucluster import cost as cost_mod
-        except ImportError:
-            cost_mod = None
-        if cost_mod is not None and hasattr(cost_mod, "run_cost"):
-            try:
-                cost = cost_mod.run_cost(run) or {}
-            except Exception:
-                cost = {}
+            cost = cost_mod.run_cost(run) or {}
+        except (GpuclusterError, ValueError):  # no price known / not a full record: the cost is unknown
+            cost = {}
     if cost.get("total") is not None:
         try:
             return Decimal(str(cost["total"]))

@@ -231,7 +231,7 @@ class LocalLauncher(Launcher):
             _remove(go_dir)
             what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
             raise LaunchError(f"could not start {what}: {exc}") from None
-        except BaseException:
+        except BaseException:  # Ctrl-C included: what was started is stopped and removed before it propagates
             stop()
             supervisor.close()
             _remove(go_dir)

@@ -389,7 +389,7 @@ class SshLauncher(Launcher):
                 if hasattr(events, "on_spawn"):  # the ledger notes where the run's processes live
                     events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
                 supervisor.attach(node.rank, proc.stdout)
-        except BaseException:
+        except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
             raise
         return supervisor.run(procs, stop, release=release)

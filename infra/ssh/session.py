@@ -84,7 +84,7 @@ class Session:
         self.tmp = tempfile.mkdtemp(prefix="gcssh-")  # short: control socket paths are limited
         try:
             self.base_opts = self._options()
-        except BaseException:
+        except BaseException:  # Ctrl-C included: the temporary folder is removed before it propagates
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
         return self
