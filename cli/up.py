@@ -29,6 +29,9 @@ class _UpUI:
     def message(self, text: str) -> None:
         self.out.print(f"[yellow]{text}[/yellow]")
 
+    def progress(self, text: str) -> None:
+        pass
+
 
 @click.command()
 @click.option("--cloud", default="aws", show_default=True, metavar="|".join(provisioning()),

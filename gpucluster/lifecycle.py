@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from gpucluster.domain import VERIFIED, Check
 
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
+from gpucluster.events import Phase
 from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger
@@ -35,6 +36,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class RunUI(Protocol):
+    """What a run shows: the phase, each node's lines and metric records, messages (kept in the
+    log) and transient progress (a status line)."""
+
     def phase(self, name: str) -> None: ...
 
     def line(self, node_rank: int, text: str) -> None: ...
@@ -42,6 +46,8 @@ class RunUI(Protocol):
     def metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
 
     def message(self, text: str) -> None: ...
+
+    def progress(self, text: str) -> None: ...
 
 
 class QuietUI:
@@ -55,6 +61,9 @@ class QuietUI:
         pass
 
     def message(self, text: str) -> None:
+        pass
+
+    def progress(self, text: str) -> None:
         pass
 
 
@@ -149,54 +158,97 @@ class LedgerEvents:
         self.say(text)
 
 
-class _Recorder(LedgerEvents):
-    """Provision and launch events -> ledger + UI, and the run's phases."""
+class RunLedger(LedgerEvents):
+    """One run's ledger writer: its resource rows (as `LedgerEvents`), its phases, its metric
+    records and the processes its launcher started. It writes; it shows nothing."""
 
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
-        super().__init__(ledger, None, run_id, region, say=ui.message)
-        self.ui = ui
-        self.current_phase: str | None = None
+    def __init__(self, ledger: Ledger, run_id: str, region: str | None):
+        super().__init__(ledger, None, run_id, region)
+        self.current_phase: Phase | None = None
         self.spawned: list[tuple[str, str]] = []
 
-    # phases
-    def start_phase(self, name: str) -> None:
+    def start_phase(self, phase: Phase) -> None:
+        """End the current phase ("ok") and start `phase`."""
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase, "ok")
-        self.current_phase = name
-        self.ledger.phase_start(self.run_id, name)
-        self.ui.phase(name)
+            self.ledger.phase_end(self.run_id, self.current_phase.value, "ok")
+        self.current_phase = phase
+        self.ledger.phase_start(self.run_id, phase.value)
 
     def end_phase(self, status: str, detail: str | None = None) -> None:
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase, status, detail)
+            self.ledger.phase_end(self.run_id, self.current_phase.value, status, detail)
             self.current_phase = None
 
-    def message(self, text: str) -> None:
-        self.ui.message(text)
-
-    def progress(self, text: str) -> None:
-        """A transient status (e.g. waiting for nodes): the status line, not the log."""
-        show = getattr(self.ui, "progress", None)
-        if show:
-            show(text)
-
-    # LaunchEvents
-    def on_line(self, node_rank: int, line: str) -> None:
-        self.ui.line(node_rank, line)
-
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def add_metric(self, node_rank: int, record: dict[str, Any]) -> None:
         self.ledger.add_metrics(self.run_id, [(node_rank, record)])
-        self.ui.metric(node_rank, record)
 
-    def on_phase(self, phase: str) -> None:
-        if phase != self.current_phase:
-            self.start_phase(phase)
-
-    def on_spawn(self, node_rank: int, kind: str, ident: str) -> None:
+    def spawn(self, node_rank: int, kind: str, ident: str) -> None:
+        """A node's process: a resource row, requested and created at once, closed by a verified teardown."""
         name = f"node-{node_rank}"
         self.ledger.resource_requested(self.run_id, kind, name, detail={"pid": ident})
         self.ledger.resource_created(self.run_id, kind, name, ident)
         self.spawned.append((kind, name))
+
+
+class _Recorder:
+    """The run's event sink (`RunEvents`, what providers and launchers report): each event goes to
+    the run's ledger writer (`RunLedger`), then to the `RunUI`. It holds no state of its own."""
+
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
+        self.book = RunLedger(ledger, run_id, region)
+        self.ui = ui
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.book.ledger
+
+    @property
+    def run_id(self) -> str:
+        return self.book.run_id
+
+    @property
+    def spawned(self) -> list[tuple[str, str]]:
+        return self.book.spawned
+
+    # the lifecycle's own phases
+    def start_phase(self, phase: Phase) -> None:
+        self.book.start_phase(Phase(phase))
+        self.ui.phase(str(phase))
+
+    def end_phase(self, status: str, detail: str | None = None) -> None:
+        self.book.end_phase(status, detail)
+
+    # ProvisionEvents
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        self.book.resource_requested(kind, name, **detail)
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        self.book.resource_created(kind, name, cloud_id, **detail)
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        self.book.resource_deleted(kind, name, cloud_id)
+
+    def message(self, text: str) -> None:
+        self.ui.message(text)
+
+    # RunEvents
+    def progress(self, text: str) -> None:
+        """A transient status (e.g. waiting for nodes): the status line, not the log."""
+        self.ui.progress(text)
+
+    def on_line(self, node_rank: int, line: str) -> None:
+        self.ui.line(node_rank, line)
+
+    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+        self.book.add_metric(node_rank, record)
+        self.ui.metric(node_rank, record)
+
+    def on_phase(self, phase: Phase) -> None:
+        if phase != self.book.current_phase:
+            self.start_phase(phase)
+
+    def on_spawn(self, node_rank: int, kind: str, ident: str) -> None:
+        self.book.spawn(node_rank, kind, ident)
 
 
 def execute(
@@ -243,10 +295,10 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     result: JobResult | None = None
     busy = False
     try:
-        rec.start_phase("prepare")
-        rec.start_phase("provision")
+        rec.start_phase(Phase.PREPARE)
+        rec.start_phase(Phase.PROVISION)
         cluster = provider.up(spec, rec)
-        rec.start_phase("ready")  # the launcher waits for the nodes (ssh, pods) inside launch
+        rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
         result = launcher.launch(cluster, job, rec, log_dir)
         for node in result.nodes:
             ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
@@ -304,7 +356,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
                           workload=None, prices=prices)
         rec = _Recorder(ledger, run_id, ui, spec.region)
         try:
-            rec.start_phase("provision")
+            rec.start_phase(Phase.PROVISION)
             cluster = provider.up(spec, rec)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stopped `up`, teardown and its check run
             if isinstance(exc, KeyboardInterrupt):
@@ -339,7 +391,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
     if not job.output_dir:
         return []
     try:
-        rec.start_phase("outputs")
+        rec.start_phase(Phase.OUTPUTS)
         got = launcher.collect_outputs(job, rec)
         if got is None:
             rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
@@ -369,7 +421,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     provider's check sees everything the delete was meant to remove (`check_is_complete`: the
     local and ssh process scans), it makes the verdict at best "not verified".
     """
-    rec.start_phase("teardown")
+    rec.start_phase(Phase.TEARDOWN)
     if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
         rec.end_phase("ok", "cluster kept (--keep)")
         return None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
+from gpucluster.events import Phase, RunEvents
+from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, parse_line
 from gpucluster.staging import SETUP_END
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
@@ -34,7 +35,7 @@ class NodeSupervisor:
     remote process groups); it is called on failure, timeout, interrupt and exception alike.
     """
 
-    def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
+    def __init__(self, job: JobSpec, events: RunEvents, log_dir: Path, hosts: Sequence[str],
                  console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE):
         self.job = job
         self.events = events
@@ -143,7 +144,7 @@ class NodeSupervisor:
                 self.setup_done.add(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
                 self.train_started_at = time.time()
-                self.events.on_phase("train")
+                self.events.on_phase(Phase.TRAIN)
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
 
@@ -156,7 +157,7 @@ class NodeSupervisor:
             release()
 
     def _rendezvous(self) -> None:
-        self.events.on_phase("rendezvous")
+        self.events.on_phase(Phase.RENDEZVOUS)
         self.rendezvous_started_at = time.time()
 
     def _setup_failure(self, rank: int, code: int) -> str:
@@ -202,14 +203,14 @@ class NodeSupervisor:
         failed_node: int | None = None
         timed_out = False
         try:
-            self.events.on_phase("stage" if not staged else "setup" if setup else "rendezvous")
+            self.events.on_phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
             while True:
                 self._drain(0.2)
                 if not staged and failure is None:
                     failure = stage.poll()
                     if failure is None and stage.done:
                         staged = True
-                        self.events.on_phase("setup") if setup else self._rendezvous()
+                        self.events.on_phase(Phase.SETUP) if setup else self._rendezvous()
                 try:
                     if staged:
                         self._maybe_release()

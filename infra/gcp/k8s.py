@@ -59,7 +59,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
+from gpucluster.events import RunEvents
+from gpucluster.launch import JobResult, JobSpec, Launcher
 from gpucluster.staging import staged_mounts
 from gpucluster.supervisor import NodeSupervisor
 
@@ -363,7 +364,7 @@ class KubernetesLauncher(Launcher):
                         service_account=OBJECTS_KSA if uses_objects(job) else None, extra_files=files)
         return list(plan.notes)
 
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         account = object_account(cluster, job)
         files, transfer = object_transfer(self.objects, job)  # the pods' gs:// program, shipped
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,

@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.events import RunEvents
+from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
@@ -127,7 +128,7 @@ class LocalLauncher(Launcher):
         self.grace = grace
         self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
 
-    def collect_outputs(self, job: JobSpec, events: LaunchEvents) -> list:
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list:
         from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, measure
 
         results = []
@@ -147,7 +148,7 @@ class LocalLauncher(Launcher):
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
-    def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
         job = replace(job, rdzv_port=free_port())
         if job.threads_per_proc is None:
@@ -210,8 +211,7 @@ class LocalLauncher(Launcher):
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True)
                 procs[node.rank] = proc
-                if hasattr(events, "on_spawn"):
-                    events.on_spawn(node.rank, "process", str(proc.pid))
+                events.on_spawn(node.rank, "process", str(proc.pid))
                 supervisor.attach(node.rank, proc.stdout)
                 if job.command:
                     # A user's script reports no utilisation: a sampler runs beside it on each node

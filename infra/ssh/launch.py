@@ -44,7 +44,8 @@ from typing import Any, Callable, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.events import Phase, RunEvents
+from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
@@ -133,7 +134,7 @@ class SshLauncher(Launcher):
         self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         """With `job.output_dir` set, the run folders and the connections outlive this call: they
         are held for `collect_outputs`, which copies every node's output folder back and then
         removes the run folders and closes the connections. Without it, both go before returning."""
@@ -149,19 +150,18 @@ class SshLauncher(Launcher):
             # Where the run reaches its hosts goes to the ledger before the first connection:
             # if this process dies, `gpucluster down` uses it to clean the hosts.
             self._record(session, events)
-            events.on_phase("ready")
+            events.on_phase(Phase.READY)
             ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
             if ready_file:
                 session.wait_ready(str(ready_file), self.ready_timeout, events)
             ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
             for rank, d in dirs.items():
-                if hasattr(events, "resource_created"):
-                    events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
+                events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
                 if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
-                    events.on_phase("stage")
+                    events.on_phase(Phase.STAGE)
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
@@ -216,18 +216,16 @@ class SshLauncher(Launcher):
         return {rank: f"{d}/code/outputs" if has_code else f"{d}/outputs" for rank, d in dirs.items()}
 
     @staticmethod
-    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int], events: Any) -> None:
+    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int],
+                 events: RunEvents) -> None:
         session.close()
         # the session is closed (master connections, temporary folder): what was cleaned is gone
-        if hasattr(events, "resource_deleted"):
-            for node in cluster.nodes:
-                if node.rank in cleaned or node.rank not in dirs:
-                    events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
+        for node in cluster.nodes:
+            if node.rank in cleaned or node.rank not in dirs:
+                events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
 
-    def _record(self, session: "Session", events: Any) -> None:
+    def _record(self, session: "Session", events: RunEvents) -> None:
         """One ledger resource per node: how to reach it and where the run's local ssh state lives."""
-        if not hasattr(events, "resource_requested"):
-            return
         for node in session.nodes:
             events.resource_requested(
                 RUN_RESOURCE, f"node-{node.rank}", rank=node.rank, host=node.host, user=node.user,
@@ -345,7 +343,7 @@ class SshLauncher(Launcher):
             raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
         return base
 
-    def _run(self, session: "Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
+    def _run(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
         supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes])
@@ -386,8 +384,8 @@ class SshLauncher(Launcher):
                 )
                 procs[node.rank] = proc
                 self._started.setdefault(job.run_id, set()).add(node.rank)
-                if hasattr(events, "on_spawn"):  # the ledger notes where the run's processes live
-                    events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
+                # the ledger notes where the run's processes live
+                events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
                 supervisor.attach(node.rank, proc.stdout)
         except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
