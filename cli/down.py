@@ -16,7 +16,7 @@ def _clusters_known(ledger: Any) -> dict[str, str]:
     """cluster -> cloud, for every cluster in the ledger (newest run wins)."""
     known: dict[str, str] = {}
     for run in ledger.list_runs(limit=None):
-        known.setdefault(run["cluster"], run["cloud"])
+        known.setdefault(run.cluster, run.cloud)
     return known
 
 
@@ -31,15 +31,15 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
         ledger.resource_deleted(row["run_id"], row["kind"], row["name"])
         run_ids.add(row["run_id"])
     for run in ledger.list_runs(limit=None):
-        if run["cluster"] != cluster:
+        if run.cluster != cluster:
             continue
-        if run["status"] == "running":
-            ledger.finish_run(run["id"], status="failed", exit_code=int(ExitCode.FAILURE),
+        if run.status == "running":
+            ledger.finish_run(run.id, status="failed", exit_code=int(ExitCode.FAILURE),
                               failure="the gpucluster process ended before the run finished (crash or kill); "
                                       "its resources were removed by `gpucluster down`",
                               teardown="verified", leftovers=[])
-        elif run["id"] in run_ids or run["teardown"] in (None, "kept"):
-            ledger.set_teardown(run["id"], "verified", [])
+        elif run.id in run_ids or run.teardown in (None, "kept"):
+            ledger.set_teardown(run.id, "verified", [])
     return len(run_ids)
 
 
@@ -48,7 +48,9 @@ def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], l
     for clouds; by run id for processes, from the records of the runs that had open rows)."""
     from gpucluster.infra.registry import backend
 
-    runs = {rid: ledger.get_run(rid) or {} for rid in sorted(run_ids)}
+    records = {rid: ledger.get_run(rid) for rid in sorted(run_ids)}
+    # the backends' check_down reads the JSON form of each record
+    runs = {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
     return backend(cloud).check_down(provider, name, runs)
 
 

@@ -17,13 +17,13 @@ def live_clusters(ledger: Any) -> set[str]:
     from gpucluster.owner import owner as lock_owner
 
     live = set()
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, Any] = {}
     for run in ledger.list_runs(limit=None):
-        latest.setdefault(run["cluster"], run)
+        latest.setdefault(run.cluster, run)
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run["status"] != "running" and run["teardown"] in (None, "kept"):
+        elif run.status != "running" and run.teardown in (None, "kept"):
             live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 
@@ -33,7 +33,8 @@ def scopes(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], proje
     from gpucluster.infra.registry import backend
 
     open_rows = ledger.open_resources()
-    return {c: backend(c).gc_scope([r for r in open_rows if r["cloud"] == c], ledger.list_runs(limit=200, cloud=c),
+    return {c: backend(c).gc_scope([r for r in open_rows if r["cloud"] == c],
+                                   [r.to_dict() for r in ledger.list_runs(limit=200, cloud=c)],
                                    regions=regions, project=project) for c in clouds}
 
 

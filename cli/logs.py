@@ -28,7 +28,7 @@ def logs(run_id, node, follow):
     run = ledger.get_run(run_id)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    log_dir = Path(run.get("log_dir") or "")
+    log_dir = Path(run.run.log_dir or "")
     files = sorted(log_dir.glob("node-*.log"), key=lambda p: int(p.stem.split("-")[1])) if log_dir.is_dir() else []
     if node is not None:
         files = [p for p in files if p.stem == f"node-{node}"]
@@ -36,7 +36,7 @@ def logs(run_id, node, follow):
             have = sorted(p.stem for p in log_dir.glob("node-*.log")) if log_dir.is_dir() else []
             raise UsageError(not_allowed("node", node, ", ".join(have) or "none: the run has no node logs"))
     if not files:
-        click.echo(f"run {run['id']} has no node logs in {log_dir}", err=True)
+        click.echo(f"run {run.id} has no node logs in {log_dir}", err=True)
         return 0
     prefix = len(files) > 1
     offsets = {p: 0 for p in files}
@@ -60,7 +60,8 @@ def logs(run_id, node, follow):
         try:
             while True:
                 grew = pump()
-                if not grew and (ledger.get_run(run["id"]) or {}).get("status") != "running":
+                now = ledger.get_run(run.id)
+                if not grew and (now is None or now.run.status != "running"):
                     break
                 time.sleep(0.5)
         except KeyboardInterrupt:

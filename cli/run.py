@@ -208,7 +208,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                           prices=estimate, workload=workload or _command_name(command), resumed_from=resumed_from)
     record = ledger.get_run(outcome.run_id)
     if as_json:
-        click.echo(json.dumps(record, indent=2, default=str))
+        click.echo(json.dumps(record.to_dict(), indent=2, default=str))
     else:
         out.print()
         run_report(out, record)
