@@ -54,7 +54,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
     catalog = catalog or load_catalog()
-    usable: list[tuple[tuple, RunRow, float, float | None]] = []
+    usable: list[tuple[tuple, RunRow, dict[str, Any], float, float | None]] = []
     seen_workload = False
     for run in ledger_runs:
         if run.workload != workload:
@@ -71,7 +71,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         wall = None
         if run.ended_at and run.created_at:
             wall = float(run.ended_at) - float(run.created_at)
-        usable.append((shape, run, float(train_s) / float(run_epochs), wall))
+        usable.append((shape, run, summary, float(train_s) / float(run_epochs), wall))
     if not usable:
         why = ("no succeeded run with training metrics matches" if seen_workload
                else "the ledger has no run of this workload")
@@ -83,17 +83,17 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         raise UsageError(f"runs of {workload!r} were measured on several node shapes ({listed}); choose one with "
                          "--cloud / --instance-type / --gpus")
     shape = shapes[0]
-    by_nodes: dict[int, list[tuple[RunRow, float, float | None]]] = {}
-    for _, run, epoch_s, wall in usable:
-        by_nodes.setdefault(int(run.nodes or 0), []).append((run, epoch_s, wall))
+    by_nodes: dict[int, list[tuple[RunRow, dict[str, Any], float, float | None]]] = {}
+    for _, run, summary, epoch_s, wall in usable:
+        # nodes is NOT NULL in the ledger
+        by_nodes.setdefault(int(run.nodes), []).append((run, summary, epoch_s, wall))  # type: ignore[arg-type]
     measured = []
     for n in sorted(by_nodes):
         rows = by_nodes[n]
-        epoch_s = statistics.median(e for _, e, _ in rows)
-        summaries = [(r.metrics or {}, e, w) for r, e, w in rows]
-        overheads = [max(w - e * float(m["epochs"]), 0.0) for m, e, w in summaries if w is not None]
-        sps = [float(m["samples_per_s"]) for m, _, _ in summaries if m.get("samples_per_s")]
-        measured.append({"nodes": n, "runs": [r.id for r, _, _ in rows], "epoch_s": epoch_s,
+        epoch_s = statistics.median(e for _, _, e, _ in rows)
+        overheads = [max(w - e * float(m["epochs"]), 0.0) for _, m, e, w in rows if w is not None]
+        sps = [float(m["samples_per_s"]) for _, m, _, _ in rows if m.get("samples_per_s")]
+        measured.append({"nodes": n, "runs": [r.id for r, _, _, _ in rows], "epoch_s": epoch_s,
                          "overhead_s": statistics.median(overheads) if overheads else 0.0,
                          "samples_per_s": statistics.median(sps) if sps else None})
     base = measured[0]
