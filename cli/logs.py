@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -38,7 +39,7 @@ def logs(run_id, node, follow, metrics, raw):
     run = ledger.get_run(run_id)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    log_dir = Path(run.get("log_dir") or "")
+    log_dir = Path(run.run.log_dir or "")
     files = sorted(log_dir.glob("node-*.log"), key=lambda p: int(p.stem.split("-")[1])) if log_dir.is_dir() else []
     if node is not None:
         files = [p for p in files if p.stem == f"node-{node}"]
@@ -46,7 +47,7 @@ def logs(run_id, node, follow, metrics, raw):
             have = sorted(p.stem for p in log_dir.glob("node-*.log")) if log_dir.is_dir() else []
             raise UsageError(not_allowed("node", node, ", ".join(have) or "none: the run has no node logs"))
     if not files:
-        click.echo(f"run {run['id']} has no node logs in {log_dir}", err=True)
+        click.echo(f"run {run.id} has no node logs in {log_dir}", err=True)
         return 0
     odd = next((p for p in files if not p.is_file()), None)
     if odd is not None:
@@ -59,6 +60,7 @@ def logs(run_id, node, follow, metrics, raw):
             return True
         record = parse_line(line)
         return record is None or record.get("kind") not in TOOL_KINDS
+
     offsets = {p: 0 for p in files}
 
     def pump() -> bool:
@@ -82,12 +84,13 @@ def logs(run_id, node, follow, metrics, raw):
         try:
             while True:
                 grew = pump()
-                if not grew and (ledger.get_run(run["id"]) or {}).get("status") != "running":
+                now = ledger.get_run(run.id)
+                if not grew and (now is None or now.run.status != "running"):
                     break
                 if not grew and not _owner_alive(run):
                     pump()  # what it wrote just before it went
-                    click.echo(f"run {run['id']}: its gpucluster process is gone, yet the record says it is "
-                               f"running; close it with: gpucluster down {run['cluster']}", err=True)
+                    click.echo(f"run {run.id}: its gpucluster process is gone, yet the record says it is "
+                               f"running; close it with: gpucluster down {run.run.cluster}", err=True)
                     break
                 time.sleep(0.5)
         except KeyboardInterrupt:
@@ -95,12 +98,12 @@ def logs(run_id, node, follow, metrics, raw):
     return 0
 
 
-def _owner_alive(run: dict) -> bool:
+def _owner_alive(run: Any) -> bool:
     """Whether a live gpucluster process still owns the run (its owner lock, released by the kernel
     when that process dies, names this run)."""
     from gpucluster.owner import owner
 
-    info = owner(run["cluster"])
+    info = owner(run.run.cluster)
     if info is None:
         return False
-    return info.get("run_id") in (None, run["id"])  # an unreadable lock: assume it is this run's
+    return info.get("run_id") in (None, run.id)  # an unreadable lock: assume it is this run's

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from gpucluster.records import NodeRow, RunRecord
 
 NODE_STYLES = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -156,145 +159,142 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def phase_rows(run: dict[str, Any]) -> list[tuple[str, float | None, str]]:
-    rows = []
-    for p in run.get("phases", []):
-        dur = (p["ended_at"] - p["started_at"]) if p.get("ended_at") else None
-        rows.append((p["name"], dur, p.get("status") or "running"))
-    return rows
+def phase_rows(record: RunRecord) -> list[tuple[str, float | None, str]]:
+    return [(p.name, p.seconds, p.status or "running") for p in record.phases]
 
 
-def run_report(console: Console, run: dict[str, Any]) -> None:
+def run_report(console: Console, record: RunRecord) -> None:
     """The report printed at the end of `run`, and by `show`."""
-    status = run["status"]
-    style = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}.get(status, "bold")
-    wall = (run["ended_at"] - run["created_at"]) if run.get("ended_at") else None
+    run = record.run
+    style = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}.get(run.status, "bold")
     head = Text()
-    head.append(f"run {run['id']} ", style="bold")
-    head.append(status.upper(), style=style)
-    head.append(f"  {run['cloud']}  cluster {run['cluster']}  {run['nodes']} node(s)  wall {fmt_secs(wall)}")
+    head.append(f"run {run.id} ", style="bold")
+    head.append(str(run.status).upper(), style=style)
+    head.append(f"  {run.cloud}  cluster {run.cluster}  {run.nodes} node(s)  wall {fmt_secs(run.wall_s)}")
     console.print(head, highlight=False)
-    if run.get("failure"):
-        console.print(Text(f"reason: {run['failure']}", style="red"), highlight=False)
-    resume_lines(console, run)
+    if run.failure:
+        console.print(Text(f"reason: {run.failure}", style="red"), highlight=False)
+    resume_lines(console, record)
 
     t = Table(title="phases", show_edge=False, title_justify="left")
     t.add_column("phase")
     t.add_column("time", justify="right")
     t.add_column("status")
-    for name, dur, st in phase_rows(run):
+    for name, dur, st in phase_rows(record):
         t.add_row(name, fmt_secs(dur), st)
     console.print(t)
 
-    staged = run.get("staging") or []
+    staged = record.staging
     if staged:
-        sent, fetched = sum(r.get("sent_bytes", 0) for r in staged), sum(r.get("fetched_bytes", 0) for r in staged)
-        total = sum(r.get("bytes", 0) for r in staged) - fetched  # what went through the cache
+        sent, fetched = sum(r.sent_bytes for r in staged), sum(r.fetched_bytes for r in staged)
+        total = sum(r.bytes for r in staged) - fetched  # what went through the cache
         # cache hits only when there were some (a cold cache sends everything, plus tar's headers)
-        files = sum(r.get("files", 0) for r in staged if "sent_files" in r and not r.get("fetched_bytes"))
-        hits = files - sum(r.get("sent_files", 0) for r in staged if "sent_files" in r and not r.get("fetched_bytes"))
-        console.print(f"data: {staged[0].get('files', 0)} file(s), {fmt_bytes(staged[0].get('bytes', 0))} on each of "
+        counted = [r for r in staged if r.sent_files is not None and not r.fetched_bytes]
+        files = sum(r.files for r in counted)
+        hits = files - sum(r.sent_files or 0 for r in counted)
+        console.print(f"data: {staged[0].files} file(s), {fmt_bytes(staged[0].bytes)} on each of "
                       f"{len(staged)} node(s); "
                       + (f"sent {fmt_bytes(sent)}" + (f" ({hits} of {files} file(s) were in the nodes' cache)"
                                                       if hits else "") + ", " if total else "")
                       + (f"{fmt_bytes(fetched)} fetched by the nodes from object storage, " if fetched else "")
-                      + f"slowest node {fmt_secs(max(r.get('seconds', 0) for r in staged))}", highlight=False)
-    setups = run.get("setup") or []
+                      + f"slowest node {fmt_secs(max(r.seconds for r in staged))}", highlight=False)
+    setups = record.setup
     if setups:
-        ok = [r for r in setups if r.get("rc") == 0]
-        console.print(f"setup: {len(ok)} of {run['nodes']} node(s) succeeded"
-                      + (f", slowest {fmt_secs(max(r.get('seconds', 0) for r in ok))}" if ok else "")
-                      + "".join(f"; node {r['node_rank']} failed with exit code {r['rc']}"
-                                for r in setups if r.get("rc") != 0), highlight=False)
+        ok = [r for r in setups if r.rc == 0]
+        console.print(f"setup: {len(ok)} of {run.nodes} node(s) succeeded"
+                      + (f", slowest {fmt_secs(max(r.seconds for r in ok))}" if ok else "")
+                      + "".join(f"; node {r.node_rank} failed with exit code {r.rc}"
+                                for r in setups if r.rc != 0), highlight=False)
 
-    m = run.get("metrics") or {}
+    m = run.metrics or {}
     if m:
         bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
         if m.get("train_time_s") is not None:
             bits.append(f"training {fmt_secs(m['train_time_s'])}")
         if bits:  # a script that reports no metrics gets no empty `result:` line
             console.print("result: " + ", ".join(bits), highlight=False)
-        if m.get("world_size") == 1 and (run.get("nodes") or 1) > 1:
-            console.print(Text(f"warning: every worker's world size was 1 on a {run['nodes']}-node run: the ranks "
+        if m.get("world_size") == 1 and (run.nodes or 1) > 1:
+            console.print(Text(f"warning: every worker's world size was 1 on a {run.nodes}-node run: the ranks "
                                "never formed one group, each node trained alone (Lightning: Trainer(num_nodes=N) / "
                                "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
                                style="yellow"), highlight=False)
 
-    nodes = run.get("node_results") or []
+    nodes = record.nodes
     if nodes:
         n = Table(title="nodes", show_edge=False, title_justify="left")
         n.add_column("node")
         n.add_column("host")
         n.add_column("exit")
         for r in nodes:
-            code = r["exit_code"]
-            n.add_row(str(r["node_rank"]), r["host"] or "-",
+            code = r.exit_code
+            n.add_row(str(r.node_rank), r.host or "-",
                       Text("killed" if code is None else str(code), style="green" if code == 0 else "red"))
         console.print(n)
-        failed = [r for r in nodes if r["exit_code"] not in (0,)]
-        for r in named_node(run.get("failure"), nodes) or failed[:1]:
+        failed = [r for r in nodes if r.exit_code not in (0,)]
+        for r in named_node(run.failure, nodes) or failed[:1]:
             from gpucluster.node_output import worker_lines
 
-            lines = [ln for ln in worker_lines(r.get("last_lines") or []) if "@gpucluster-metric" not in ln][-10:]
+            lines = [ln for ln in worker_lines(r.last_lines or []) if "@gpucluster-metric" not in ln][-10:]
             if lines:
-                console.print(Text(f"last lines of node {r['node_rank']}:", style="bold"), highlight=False)
+                console.print(Text(f"last lines of node {r.node_rank}:", style="bold"), highlight=False)
                 for ln in lines:
                     console.print(Text("  " + ln), highlight=False)
 
-    outputs_lines(console, run)
-    teardown_lines(console, run)
-    cost = run.get("cost")
+    outputs_lines(console, record)
+    teardown_lines(console, record)
+    cost = record.cost
     if cost and cost.get("total") is not None:
         from gpucluster.cli.cost import render_run_cost
 
         render_run_cost(cost, console)
-    if run.get("log_dir"):
-        console.print(f"logs: {run['log_dir']}", highlight=False)
+    if run.log_dir:
+        console.print(f"logs: {run.log_dir}", highlight=False)
 
 
-def named_node(failure: str | None, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def named_node(failure: str | None, nodes: list[NodeRow]) -> list[NodeRow]:
     """The node the failure reason names first ("node 1 (...) exited ...", "setup failed on node 1"):
     its last lines show the cause; a node stopped because of it shows only the consequence."""
     import re
 
     m = re.search(r"\bnode (\d+)\b", failure or "")
-    return [r for r in nodes if m and r["node_rank"] == int(m.group(1))][:1]
+    return [r for r in nodes if m and r.node_rank == int(m.group(1))][:1]
 
 
-def resume_lines(console: Console, run: dict[str, Any]) -> None:
+def resume_lines(console: Console, record: RunRecord) -> None:
     """--resume: the run this one continues, and the whole chain (one training job) it belongs to."""
-    if run.get("resumed_from"):
-        console.print(f"resumed from {run['resumed_from']}", highlight=False)
-    laid = run.get("resume_files") or []
+    if record.run.resumed_from:
+        console.print(f"resumed from {record.run.resumed_from}", highlight=False)
+    laid = record.resume_files
     if laid:
         r = laid[0]
         console.print(f"resumed working folders: {r.get('files', 0)} file(s) from {r.get('from')} ({r.get('why')}) "
                       f"laid back into {len(laid)} node(s)", highlight=False)
-    chain = run.get("chain") or []
-    if len(chain) > 1:
-        shown = " -> ".join(f"{r} (this run)" if r == run["id"] else r for r in chain)
+    if len(record.chain) > 1:
+        shown = " -> ".join(f"{r} (this run)" if r == record.id else r for r in record.chain)
         console.print(f"chain: {shown}", highlight=False)
 
 
-def outputs_lines(console: Console, run: dict[str, Any]) -> None:
+def outputs_lines(console: Console, record: RunRecord) -> None:
     """Each node's copied-back outputs (files, size, verdict) and where they are."""
+    import dataclasses
+
     from gpucluster.outputs import COMPLETE, fmt_bytes, summary
 
-    outputs = run.get("outputs") or []
+    outputs = record.outputs
     if not outputs:
         return
     t = Table(title="outputs", show_edge=False, title_justify="left")
     for col in ("node", "files", "size", "copy", "verdict"):
         t.add_column(col, justify="right" if col in ("files", "size", "copy") else "left")
     for o in outputs:
-        ok = o["verdict"] == COMPLETE
-        t.add_row(str(o["node_rank"]), str(o.get("files") or 0), fmt_bytes(o.get("bytes") or 0),
-                  fmt_secs(o.get("seconds")), Text(o["verdict"], style="green" if ok else "red"))
+        ok = o.verdict == COMPLETE
+        t.add_row(str(o.node_rank), str(o.files or 0), fmt_bytes(o.bytes or 0),
+                  fmt_secs(o.seconds), Text(str(o.verdict), style="green" if ok else "red"))
     console.print(t)
     for o in outputs:
-        if o["verdict"] != COMPLETE and o.get("detail"):
-            console.print(Text(f"  node {o['node_rank']}: {o['detail']}", style="red"), highlight=False)
-    console.print(f"outputs: {summary(outputs)}", highlight=False)
+        if o.verdict != COMPLETE and o.detail:
+            console.print(Text(f"  node {o.node_rank}: {o.detail}", style="red"), highlight=False)
+    console.print(f"outputs: {summary([dataclasses.asdict(o) for o in outputs])}", highlight=False)
 
 
 def _verified_detail(cloud: Any) -> str:
@@ -310,29 +310,31 @@ def _verified_detail(cloud: Any) -> str:
         return Backend.verified_detail
 
 
-def teardown_lines(console, run: dict) -> None:
+def teardown_lines(console, record: RunRecord) -> None:
     """The run's three-state teardown verdict, saying exactly what it rests on."""
-    verdict = run.get("teardown")
-    cluster = run["cluster"]
+    run = record.run
+    verdict = run.teardown
+    cluster = run.cluster
     if verdict == "verified":
-        what = _verified_detail(run.get("cloud"))
+        what = _verified_detail(run.cloud)
         console.print(Text(f"teardown: verified ({what})", style="green"), highlight=False)
         return
     if verdict in ("leftovers", "not verified"):
         style = "bold red"
         head = "LEFTOVERS: still existing" if verdict == "leftovers" else "NOT VERIFIED: nothing found, but"
         console.print(Text(f"teardown: {head}" + ("" if verdict == "leftovers" else
-                                                   f" {len(run.get('unchecked') or [])} check(s) could not run"),
+                                                   f" {len(run.unchecked or [])} check(s) could not run"),
                            style=style), highlight=False)
-        for lo in run.get("leftovers") or []:
+        for lo in run.leftovers or []:
             console.print(Text(f"  still exists: {lo.get('kind')} {lo.get('id')} {lo.get('region') or ''} "
                                f"{lo.get('detail') or ''}".rstrip(), style="red"), highlight=False)
-        for line in run.get("unchecked") or []:
+        for line in run.unchecked or []:
             console.print(Text(f"  not checked: {line}", style="red"), highlight=False)
         console.print(Text(f"  finish or re-check it with: gpucluster down {cluster}", style="red"), highlight=False)
         return
     if verdict == "kept":
         console.print(f"teardown: cluster kept (--keep); remove it with 'gpucluster down {cluster}'", highlight=False)
         return
-    detail = next((p.get("detail") for p in run.get("phases", []) if p["name"] == "teardown"), None)
+    phase = record.phase("teardown")
+    detail = phase.detail if phase else None
     console.print(f"teardown: {detail or 'not run'}", highlight=False)

@@ -69,7 +69,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
 def report(out: Any, record: Any, as_json: bool) -> None:
     """The run's record: as JSON on stdout, or the rendered report."""
     if as_json:
-        click.echo(json.dumps(record, indent=2, default=str))
+        click.echo(json.dumps(record.to_dict(), indent=2, default=str))
         return
     from gpucluster.cli.render import run_report
 

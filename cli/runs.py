@@ -27,7 +27,7 @@ def runs(limit, cloud, status, as_json):
 
     rows = Ledger.open_default().list_runs(limit=limit, cloud=cloud, status=status)
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
         return 0
     from rich.table import Table
 
@@ -37,15 +37,14 @@ def runs(limit, cloud, status, as_json):
     for col in ("run", "started (UTC)", "cloud", "cluster", "nodes", "job", "status", "wall", "accuracy", "cost"):
         t.add_column(col)
     for r in rows:
-        wall = (r["ended_at"] - r["created_at"]) if r.get("ended_at") else None
-        m = r.get("metrics") or {}
+        m = r.metrics or {}
         acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
-        c = r.get("cost") or {}
+        c = r.cost or {}
         from gpucluster.cost import money
 
         cost = money(c["total"]) if c.get("total") is not None else "-"
-        t.add_row(r["id"], fmt_time(r["created_at"]), r["cloud"], r["cluster"], str(r["nodes"]),
-                  r.get("workload") or "-", r["status"], fmt_secs(wall), acc, cost)
+        t.add_row(r.id, fmt_time(r.created_at), r.cloud, r.cluster, str(r.nodes),
+                  r.workload or "-", r.status, fmt_secs(r.wall_s), acc, cost)
     con = _console()
     if not rows:
         con.print("no runs recorded yet: try 'gpucluster run --cloud local --nodes 2'")
@@ -80,22 +79,22 @@ def show(run_id, as_json, plot_path):
     if plot_path:
         from gpucluster.plots import plot_run
 
-        written = plot_run(ledger, run["id"], plot_path)
+        written = plot_run(ledger, run.id, plot_path)
         click.echo(f"utilisation plot: {written}", err=as_json)
     if as_json:
-        click.echo(json.dumps(run, indent=2, default=str))
+        click.echo(json.dumps(run.to_dict(), indent=2, default=str))
         return 0
     from gpucluster.cli.render import run_report
 
     con = _console()
     run_report(con, run)
-    if run.get("resources"):
+    if run.resources:
         from rich.table import Table
 
         t = Table(title="resources", show_edge=False, title_justify="left")
         for col in ("kind", "name", "id", "gone"):
             t.add_column(col)
-        for r in run["resources"]:
-            t.add_row(r["kind"], r["name"], r.get("cloud_id") or "-", "yes" if r["confirmed_gone"] else "NO")
+        for r in run.resources:
+            t.add_row(r.kind, r.name, r.cloud_id or "-", "yes" if r.confirmed_gone else "NO")
         con.print(t)
     return 0

@@ -28,29 +28,29 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
     out = []
     for r in rows.values():
         runs = [ledger.get_run(rid) for rid in sorted(r["runs"])]
-        latest = max(runs, key=lambda x: x["created_at"])
+        latest = max(runs, key=lambda x: x.run.created_at).run
         r["runs"] = sorted(r["runs"])
-        r["nodes"] = latest["nodes"]
+        r["nodes"] = latest.nodes
         r["age_s"] = round(now - r["since"], 1)
         owner = lock_owner(r["cluster"])
         r["owner_pid"] = owner["pid"] if owner else None
         if owner:
             r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
-        elif latest["status"] == "running":
+        elif latest.status == "running":
             r["state"] = "orphaned (its process ended without teardown)"
-        elif latest["teardown"] in (None, "kept"):
+        elif latest.teardown in (None, "kept"):
             r["state"] = "kept"
         else:
-            r["state"] = f"teardown {latest['teardown']}"
+            r["state"] = f"teardown {latest.teardown}"
         r["hourly_usd"] = r["accrued_usd"] = None
-        try:
-            from gpucluster import cost
-            from gpucluster.spec import ClusterSpec
+        from gpucluster import cost
+        from gpucluster.spec import ClusterSpec
 
-            hourly = common.hourly(ClusterSpec.from_dict(latest["spec"]))
+        try:
+            hourly = common.hourly(ClusterSpec.from_dict(latest.spec))
             r["hourly_usd"] = None if hourly is None else str(hourly)
             r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, now=now)["total"]) for run in runs), Decimal(0)))
-        except (ImportError, GpuclusterError, KeyError, ValueError, TypeError):
+        except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
             pass
         out.append(r)
     return sorted(out, key=lambda x: x["since"])

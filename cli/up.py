@@ -31,6 +31,9 @@ class _UpUI:
     def message(self, text: str) -> None:
         self.out.print(f"[yellow]{text}[/yellow]")
 
+    def progress(self, text: str) -> None:
+        pass
+
 
 @click.command()
 @options(*CLUSTER, cloud=dict(default="aws", metavar="|".join(provisioning()), help="Where the cluster is created."),

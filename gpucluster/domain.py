@@ -23,7 +23,11 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from gpucluster.events import NullEvents, ProvisionEvents
+
+__all__ = ["NullEvents", "ProvisionEvents"]  # re-exported: providers import them from here
 
 
 @dataclass(frozen=True)
@@ -143,34 +147,6 @@ class ClusterStatus:
     state: str  # "up", "creating", "deleting", "gone", "unknown"
     nodes: int
     detail: dict[str, Any] = field(default_factory=dict)
-
-
-class ProvisionEvents(Protocol):
-    """Callbacks a provider reports to; the lifecycle writes them to the ledger and the UI."""
-
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None: ...
-
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None: ...
-
-    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None: ...
-
-    def message(self, text: str) -> None: ...
-
-
-class NullEvents:
-    """Events sink that drops everything (for tests and for providers used standalone)."""
-
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
-        pass
-
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
-        pass
-
-    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        pass
 
 
 class Provider:

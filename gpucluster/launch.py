@@ -19,9 +19,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 from gpucluster.errors import UsageError
+from gpucluster.events import RunEvents
 from gpucluster.metrics import MetricsState
 
 DEFAULT_RDZV_PORT = 29400
@@ -100,14 +101,6 @@ class JobResult:
     unwitnessed: list[str] = field(default_factory=list)  # nodes whose end nothing vouches for (the verdict)
 
 
-class LaunchEvents(Protocol):
-    def on_line(self, node_rank: int, line: str) -> None: ...
-
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
-
-    def on_phase(self, phase: str) -> None: ...
-
-
 class Launcher:
     """Runs a job's torchrun agents on a cluster's nodes. Subclass it; the optional parts have
     defaults here, so callers never probe for attributes:
@@ -124,7 +117,7 @@ class Launcher:
 
     collects_outputs = False
 
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         raise NotImplementedError
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
@@ -133,7 +126,7 @@ class Launcher:
     def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         return []
 
-    def collect_outputs(self, job: JobSpec, events: Any) -> list[Any] | None:
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[Any] | None:
         return None
 
 

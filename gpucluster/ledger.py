@@ -26,6 +26,8 @@ from gpucluster.errors import ConfigError, UsageError
 
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables)
+from gpucluster.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
+                                StageRecord)
 
 
 def _dumps(value: Any) -> str | None:
@@ -359,7 +361,8 @@ class Ledger:
             d["teardown_verified"] = bool(d["teardown_verified"])
         return d
 
-    def get_run(self, run_id: str, *, with_metrics: bool = False) -> dict[str, Any] | None:
+    def get_run(self, run_id: str, *, with_metrics: bool = False) -> RunRecord | None:
+        """The run `run_id` (or the one run whose id starts with it), typed; None when none has it."""
         if not run_id or not run_id.strip():
             raise UsageError(f"run id {run_id!r} is empty; give a run id or a unique prefix of one "
                              "(list them with 'gpucluster runs')")
@@ -377,36 +380,33 @@ class Ledger:
             if not matches:
                 return None
             row = matches[0]
-        run = self._run_dict(row)
-        rid = run["id"]
-        run["phases"] = [dict(r) for r in self._db.execute(
+        run = RunRow.from_dict(self._run_dict(row))
+        rid = run.id
+        phases = [PhaseRow(**dict(r)) for r in self._db.execute(
             "SELECT name, started_at, ended_at, status, detail FROM phases WHERE run_id = ? ORDER BY started_at", (rid,))]
-        run["node_results"] = [
-            {**dict(r), "last_lines": _loads(r["last_lines"])}
-            for r in self._db.execute("SELECT node_rank, host, exit_code, last_lines FROM nodes WHERE run_id = ?"
-                                      " ORDER BY node_rank", (rid,))
-        ]
-        run["outputs"] = [dict(r) for r in self._db.execute(
+        nodes = [NodeRow(**{**dict(r), "last_lines": _loads(r["last_lines"])})
+                 for r in self._db.execute("SELECT node_rank, host, exit_code, last_lines FROM nodes WHERE run_id = ?"
+                                           " ORDER BY node_rank", (rid,))]
+        outputs = [OutputRow(**dict(r)) for r in self._db.execute(
             "SELECT node_rank, path, files, bytes, seconds, verdict, detail, workdir_files, workdir_bytes"
             " FROM outputs WHERE run_id = ?"
             " ORDER BY node_rank", (rid,))]
-        run["resources"] = [
-            {**dict(r), "detail": _loads(r["detail"]), "confirmed_gone": bool(r["confirmed_gone"])}
-            for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))
-        ]
+        resources = [ResourceRow.from_dict({**dict(r), "detail": _loads(r["detail"]),
+                                            "confirmed_gone": bool(r["confirmed_gone"])})
+                     for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))]
         # --resume: the runs this one continues (nearest first) and its whole chain (gpucluster.chains)
         from gpucluster.chains import ancestors, members
 
         links = self.resume_links()
-        run["resumed_chain"] = ancestors(rid, links)
-        run["chain"] = members(rid, links) if rid in links else [rid]
-        # --data and --setup per node (metric records the launchers wrote): `show` and --json read them
-        run["staging"] = self.metrics(rid, "stage")
-        run["setup"] = self.metrics(rid, "setup_end")
-        run["resume_files"] = self.metrics(rid, "resume_files")  # --resume: files laid back, from which node
-        if with_metrics:
-            run["metric_records"] = self.metrics(rid)
-        return run
+        return RunRecord(
+            run=run, phases=phases, nodes=nodes, outputs=outputs, resources=resources,
+            resumed_chain=ancestors(rid, links), chain=members(rid, links) if rid in links else [rid],
+            # --data and --setup per node (metric records the launchers wrote): `show` and --json read them
+            staging=[StageRecord.from_dict(r) for r in self.metrics(rid, "stage")],
+            setup=[SetupRecord.from_dict(r) for r in self.metrics(rid, "setup_end")],
+            resume_files=self.metrics(rid, "resume_files"),  # --resume: files laid back, from which node
+            metric_records=self.metrics(rid) if with_metrics else None,
+        )
 
     def metrics(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT node_rank, data FROM metrics WHERE run_id = ?"
@@ -422,7 +422,7 @@ class Ledger:
         return out
 
     def list_runs(self, *, limit: int | None = 50, cloud: str | None = None, since: float | None = None,
-                  status: str | None = None, sweep_id: str | None = None) -> list[dict[str, Any]]:
+                  status: str | None = None, sweep_id: str | None = None) -> list[RunRow]:
         sql, args = "SELECT * FROM runs WHERE 1=1", []
         if cloud:
             sql += " AND cloud = ?"
@@ -439,7 +439,7 @@ class Ledger:
         sql += " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self._run_dict(r) for r in self._db.execute(sql, args)]
+        return [RunRow.from_dict(self._run_dict(r)) for r in self._db.execute(sql, args)]
 
     def resume_links(self) -> dict[str, tuple[str | None, float]]:
         """run id -> (resumed_from, created_at) for every run that resumed or was resumed."""

@@ -16,11 +16,12 @@ import signal
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from gpucluster.domain import VERIFIED, Check
 
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
+from gpucluster.events import Phase
 from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger, LedgerError
@@ -37,6 +38,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class RunUI(Protocol):
+    """What a run shows: the phase, each node's lines and metric records, messages (kept in the
+    log) and transient progress (a status line)."""
+
     def phase(self, name: str) -> None: ...
 
     def line(self, node_rank: int, text: str) -> None: ...
@@ -44,6 +48,8 @@ class RunUI(Protocol):
     def metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
 
     def message(self, text: str) -> None: ...
+
+    def progress(self, text: str) -> None: ...
 
 
 class QuietUI:
@@ -57,6 +63,9 @@ class QuietUI:
         pass
 
     def message(self, text: str) -> None:
+        pass
+
+    def progress(self, text: str) -> None:
         pass
 
 
@@ -120,42 +129,6 @@ class RunSignals:
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt) in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def shielded(ui: RunUI) -> Iterator[None]:
-    """Teardown must finish: Ctrl-C, SIGTERM and SIGHUP are noted, not obeyed, until it has."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        ui.message("teardown in progress: it will finish before gpucluster exits")
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 class LedgerEvents:
     """ProvisionEvents -> ledger rows: the one adapter from a provider's events to the ledger.
 
@@ -188,56 +161,99 @@ class LedgerEvents:
         self.say(text)
 
 
-class _Recorder(LedgerEvents):
-    """Provision and launch events -> ledger + UI, and the run's phases."""
+class RunLedger(LedgerEvents):
+    """One run's ledger writer: its resource rows (as `LedgerEvents`), its phases, its metric
+    records and the processes its launcher started. It writes; it shows nothing."""
 
-    record_error: str | None = None  # the first ledger write that failed once the row existed
-
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
-        super().__init__(ledger, None, run_id, region, say=ui.message)
-        self.ui = ui
-        self.current_phase: str | None = None
+    def __init__(self, ledger: Ledger, run_id: str, region: str | None):
+        super().__init__(ledger, None, run_id, region)
+        self.current_phase: Phase | None = None
         self.spawned: list[tuple[str, str]] = []
 
-    # phases
-    def start_phase(self, name: str) -> None:
+    def start_phase(self, phase: Phase) -> None:
+        """End the current phase ("ok") and start `phase`."""
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase, "ok")
-        self.current_phase = name
-        self.ledger.phase_start(self.run_id, name)
-        self.ui.phase(name)
+            self.ledger.phase_end(self.run_id, self.current_phase.value, "ok")
+        self.current_phase = phase
+        self.ledger.phase_start(self.run_id, phase.value)
 
     def end_phase(self, status: str, detail: str | None = None) -> None:
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase, status, detail)
+            self.ledger.phase_end(self.run_id, self.current_phase.value, status, detail)
             self.current_phase = None
 
-    def message(self, text: str) -> None:
-        self.ui.message(text)
-
-    def progress(self, text: str) -> None:
-        """A transient status (e.g. waiting for nodes): the status line, not the log."""
-        show = getattr(self.ui, "progress", None)
-        if show:
-            show(text)
-
-    # LaunchEvents
-    def on_line(self, node_rank: int, line: str) -> None:
-        self.ui.line(node_rank, line)
-
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def add_metric(self, node_rank: int, record: dict[str, Any]) -> None:
         self.ledger.add_metrics(self.run_id, [(node_rank, record)])
-        self.ui.metric(node_rank, record)
 
-    def on_phase(self, phase: str) -> None:
-        if phase != self.current_phase:
-            self.start_phase(phase)
-
-    def on_spawn(self, node_rank: int, kind: str, ident: str) -> None:
+    def spawn(self, node_rank: int, kind: str, ident: str) -> None:
+        """A node's process: a resource row, requested and created at once, closed by a verified teardown."""
         name = f"node-{node_rank}"
         self.ledger.resource_requested(self.run_id, kind, name, detail={"pid": ident})
         self.ledger.resource_created(self.run_id, kind, name, ident)
         self.spawned.append((kind, name))
+
+
+class _Recorder:
+    """The run's event sink (`RunEvents`, what providers and launchers report): each event goes to
+    the run's ledger writer (`RunLedger`), then to the `RunUI`. It holds no state of its own."""
+
+    record_error: str | None = None  # the first ledger write that failed once the row existed
+
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
+        self.book = RunLedger(ledger, run_id, region)
+        self.ui = ui
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.book.ledger
+
+    @property
+    def run_id(self) -> str:
+        return self.book.run_id
+
+    @property
+    def spawned(self) -> list[tuple[str, str]]:
+        return self.book.spawned
+
+    # the lifecycle's own phases
+    def start_phase(self, phase: Phase) -> None:
+        self.book.start_phase(Phase(phase))
+        self.ui.phase(str(phase))
+
+    def end_phase(self, status: str, detail: str | None = None) -> None:
+        self.book.end_phase(status, detail)
+
+    # ProvisionEvents
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+        self.book.resource_requested(kind, name, **detail)
+
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+        self.book.resource_created(kind, name, cloud_id, **detail)
+
+    def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
+        self.book.resource_deleted(kind, name, cloud_id)
+
+    def message(self, text: str) -> None:
+        self.ui.message(text)
+
+    # RunEvents
+    def progress(self, text: str) -> None:
+        """A transient status (e.g. waiting for nodes): the status line, not the log."""
+        self.ui.progress(text)
+
+    def on_line(self, node_rank: int, line: str) -> None:
+        self.ui.line(node_rank, line)
+
+    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+        self.book.add_metric(node_rank, record)
+        self.ui.metric(node_rank, record)
+
+    def on_phase(self, phase: Phase) -> None:
+        if phase != self.book.current_phase:
+            self.start_phase(phase)
+
+    def on_spawn(self, node_rank: int, kind: str, ident: str) -> None:
+        self.book.spawn(node_rank, kind, ident)
 
 
 def execute(
@@ -291,10 +307,10 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     result: JobResult | None = None
     busy = False
     try:
-        rec.start_phase("prepare")
-        rec.start_phase("provision")
+        rec.start_phase(Phase.PREPARE)
+        rec.start_phase(Phase.PROVISION)
         cluster = provider.up(spec, rec)
-        rec.start_phase("ready")  # the launcher waits for the nodes (ssh, pods) inside launch
+        rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
         result = launcher.launch(cluster, job, rec, log_dir)
         for node in result.nodes:
             ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
@@ -362,9 +378,9 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
                           workload=None, prices=prices)
         rec = _Recorder(ledger, run_id, ui, spec.region)
         try:
-            rec.start_phase("provision")
+            rec.start_phase(Phase.PROVISION)
             cluster = provider.up(spec, rec)
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stopped `up`, teardown and its check run
             if isinstance(exc, KeyboardInterrupt):
                 status, exit_code = "interrupted", ExitCode.INTERRUPTED
                 failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
@@ -401,13 +417,13 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
     if not job.output_dir:
         return []
     try:
-        rec.start_phase("outputs")
+        rec.start_phase(Phase.OUTPUTS)
         got = launcher.collect_outputs(job, rec)
         if got is None:
             rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
             return []
         rows = [o.to_dict() for o in got]
-        _quietly(getattr(rec, "rec", rec), rec.ledger.record_outputs, rec.run_id, rows)
+        _quietly(rec.rec if isinstance(rec, _Quiet) else rec, rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.outputs import summary
 
@@ -415,7 +431,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
         return problems
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs
         problem = f"outputs not collected: {_describe(exc)}"
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a ledger that cannot take the phase row must not stop teardown
             rec.end_phase("failed", problem)
         return [problem]
 
@@ -432,7 +448,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     local and ssh process scans), it makes the verdict at best "not verified". So does a node
     whose reaper did not finish its final pass (`unwitnessed`, from the launcher's `JobResult`).
     """
-    rec.start_phase("teardown")
+    rec.start_phase(Phase.TEARDOWN)
     if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
         rec.end_phase("ok", "cluster kept (--keep)")
         return None
@@ -446,7 +462,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
         not_run.append(f"delete: {_describe(exc)}")
     try:
         check = Check.of(provider.leftovers(spec.name, run_id))
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - a check that cannot run is "not verified", never a crash
         check = Check(unchecked=(f"leftover check: could not run ({_describe(exc)})",))
     check = check.with_unchecked(*unwitnessed)  # nodes whose reaper could not vouch for their end
     if not provider.check_is_complete:
@@ -469,12 +485,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _record_cost(ledger: Ledger, run_id: str) -> None:
-    try:
-        from gpucluster import cost
-    except ImportError:
-        return
+    from gpucluster import cost
+
     run = ledger.get_run(run_id)
-    if run is not None and hasattr(cost, "run_cost"):
+    if run is not None:
         try:
             ledger.set_cost(run_id, cost.run_cost(run))
         except GpuclusterError:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from gpucluster.launch import LaunchEvents
+from gpucluster.events import RunEvents
 
 TAIL_LINES = 80
 TAIL_BYTES = 64 * 1024  # the most of a node's last lines kept (and stored in the ledger)
@@ -135,7 +135,7 @@ class ConsoleFeed:
     offered here).
     """
 
-    def __init__(self, events: LaunchEvents, log_dir: Path, backlog: int = CONSOLE_BACKLOG,
+    def __init__(self, events: RunEvents, log_dir: Path, backlog: int = CONSOLE_BACKLOG,
                  rate: float = CONSOLE_RATE):
         self.events = events
         self.log_dir = log_dir

@@ -316,7 +316,7 @@ def extract_stream(fileobj: IO[bytes], dest: Path, tally: dict[str, Any] | None 
                             raise tarfile.ReadError(f"unexpected end of data in {rel}")
                         out.write(view[:n])
                         left -= n
-            except BaseException:
+            except BaseException:  # Ctrl-C included: a file cut short is never left looking whole
                 target.unlink(missing_ok=True)  # a file cut short is not left looking whole
                 raise
             os.chmod(target, (info.mode & 0o777) | 0o600)

@@ -127,11 +127,11 @@ def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
     run = ledger.get_run(run_id)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    records = ledger.metrics(run["id"], "util")
+    records = ledger.metrics(run.id, "util")
     if not records:
-        raise UsageError(f"run {run['id']} has no utilisation records to plot (it ran before sampling existed, "
+        raise UsageError(f"run {run.id} has no utilisation records to plot (it ran before sampling existed, "
                          "or GPUCLUSTER_UTIL_INTERVAL=0)")
-    return utilisation_plot(records, path, title=f"run {run['id']}: {run['nodes']} node(s), {run.get('workload') or ''}")
+    return utilisation_plot(records, path, title=f"run {run.id}: {run.run.nodes} node(s), {run.run.workload or ''}")
 
 
 # -- scaling ---------------------------------------------------------------------------------

@@ -29,20 +29,19 @@ def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, Data
     if run is None:
         raise UsageError(f"--resume {value!r}: no such run in the ledger; give the id of an earlier run whose "
                          "outputs came back (see `gpucluster runs`)")
-    rid = run["id"]
-    if run["status"] == "running":
+    rid = run.id
+    if run.run.status == "running":
         raise UsageError(f"--resume {rid!r}: that run is still running (or died without finishing its row); "
                          "resume a run that has ended")
-    rows = run.get("outputs") or []
-    kept = [o for o in rows if o.get("path") and (o.get("files") or 0) + (o.get("workdir_files") or 0) > 0
-            and o.get("verdict") != "failed"]
+    rows = run.outputs
+    kept = [o for o in rows if o.path and (o.files or 0) + (o.workdir_files or 0) > 0 and o.verdict != "failed"]
     if not kept:
         why = ("no outputs were collected for it" if not rows else
                "its outputs came back empty or failed: " + "; ".join(
-                   f"node {o['node_rank']} {o['verdict']}, {o.get('files') or 0} file(s)" for o in rows))
+                   f"node {o.node_rank} {o.verdict}, {o.files or 0} file(s)" for o in rows))
         raise UsageError(f"--resume {rid!r}: nothing to resume from: {why}; give a run whose outputs "
                          "(GPUCLUSTER_OUTPUT_DIR) came back")
-    urls = [o["path"] for o in kept if "://" in str(o["path"])]
+    urls = [o.path for o in kept if "://" in str(o.path)]
     if urls:  # `--output s3://...`: the nodes uploaded, nothing came back to this machine
         from gpucluster.staging import object_refusal
 
@@ -51,8 +50,8 @@ def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, Data
         if refusal:
             raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
         return rid, DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)
-    folder = os.path.dirname(os.path.abspath(kept[0]["path"]))
-    if not os.path.isdir(folder) or not any(os.path.isdir(o["path"]) for o in kept):
+    folder = os.path.dirname(os.path.abspath(kept[0].path))
+    if not os.path.isdir(folder) or not any(os.path.isdir(o.path) for o in kept):
         raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "
                          "give a run whose outputs are still there")
     return rid, DataMount(folder, RESUME_DEST)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, LaunchEvents, NodeResult
+from gpucluster.events import Phase, RunEvents
+from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
@@ -76,7 +77,7 @@ class NodeSupervisor:
     remote process groups); it is called on failure, timeout, interrupt and exception alike.
     """
 
-    def __init__(self, job: JobSpec, events: LaunchEvents, log_dir: Path, hosts: Sequence[str],
+    def __init__(self, job: JobSpec, events: RunEvents, log_dir: Path, hosts: Sequence[str],
                  console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
                  reaper: bool = False):
         self.job = job
@@ -230,7 +231,7 @@ class NodeSupervisor:
                 self.setup_done.add(node_rank)
             if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
                 self.train_started_at = time.time()
-                self.events.on_phase("train")
+                self.events.on_phase(Phase.TRAIN)
             self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
 
@@ -250,7 +251,7 @@ class NodeSupervisor:
             release()
 
     def _rendezvous(self) -> None:
-        self.events.on_phase("rendezvous")
+        self.events.on_phase(Phase.RENDEZVOUS)
         self.rendezvous_started_at = time.time()
 
     def _setup_failure(self, rank: int, code: int) -> str:
@@ -296,14 +297,14 @@ class NodeSupervisor:
         failed_node: int | None = None
         timed_out = False
         try:
-            self.events.on_phase("stage" if not staged else "setup" if setup else "rendezvous")
+            self.events.on_phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
             while True:
                 self._drain(0.2)
                 if not staged and failure is None:
                     failure = stage.poll()
                     if failure is None and stage.done:
                         staged = True
-                        self.events.on_phase("setup") if setup else self._rendezvous()
+                        self.events.on_phase(Phase.SETUP) if setup else self._rendezvous()
                 try:
                     if staged:
                         self._maybe_release()
@@ -379,14 +380,12 @@ class NodeSupervisor:
         )
 
 
-def _say(events: Any, text: str) -> None:
-    """A message for the person running gpucluster, when the events object takes messages."""
-    say = getattr(events, "message", None)
-    if say is not None:
-        try:
-            say(text)
-        except Exception:  # noqa: BLE001 - a broken console must not stop the run
-            pass
+def _say(events: RunEvents, text: str) -> None:
+    """A message for the person running gpucluster (every events object takes messages)."""
+    try:
+        events.message(text)
+    except Exception:  # noqa: BLE001 - a broken console must not stop the run
+        pass
 
 
 def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:

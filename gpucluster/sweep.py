@@ -30,9 +30,10 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Sequence
 
-from gpucluster.errors import UsageError
+from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger import Ledger
 from gpucluster.ledger_schema import PHASES
+from gpucluster.records import RunRecord
 
 
 
@@ -144,10 +145,10 @@ def _size_spec(base_spec: Any, nodes: int, gpus_per_node: int | None, run_id: st
     return base_spec.replace(**changes)
 
 
-def load_sweep(ledger: Ledger, sweep_id: str) -> list[dict[str, Any]]:
+def load_sweep(ledger: Ledger, sweep_id: str) -> list[RunRecord]:
     """Every run of a sweep with its metric records, oldest first."""
     rows = ledger.list_runs(limit=None, sweep_id=sweep_id)
-    runs = [ledger.get_run(r["id"], with_metrics=True) for r in reversed(rows)]
+    runs = [ledger.get_run(r.id, with_metrics=True) for r in reversed(rows)]
     return [r for r in runs if r is not None]
 
 
@@ -201,17 +202,15 @@ class RunFacts:
     util: list[dict[str, Any]]
 
 
-def run_facts(run: dict[str, Any]) -> RunFacts:
-    records = run.get("metric_records") or []
-    metrics = run.get("metrics") or {}
+def run_facts(record: RunRecord) -> RunFacts:
+    run = record.run
+    records = record.metric_records or []  # the nodes' JSON metric records
+    metrics = run.metrics or {}
     start = next((m for m in records if m.get("kind") == "start"), {})
     epochs = [m for m in records if m.get("kind") == "epoch"]
     finals = {m["rank"]: m for m in records if m.get("kind") == "final" and isinstance(m.get("rank"), int)}
-    phases = {}
-    for p in run.get("phases") or []:
-        if p.get("ended_at") is not None:
-            phases[p["name"]] = p["ended_at"] - p["started_at"]
-    wall = run["ended_at"] - run["created_at"] if run.get("ended_at") else None
+    phases = {p.name: p.seconds for p in record.phases if p.seconds is not None}
+    wall = run.wall_s
     train_s = metrics.get("train_time_s")
     if train_s is None:
         train_s = (finals.get(0) or {}).get("train_time_s")
@@ -234,31 +233,27 @@ def run_facts(run: dict[str, Any]) -> RunFacts:
     if per_epoch:
         width = max(len(x) for x in per_epoch)
         p90 = [statistics.median([x[i] for x in per_epoch if i < len(x) and x[i] is not None]) for i in range(width)]
-    gpn = run.get("gpus_per_node")
     return RunFacts(
-        run_id=run["id"], status=run["status"], nodes=run["nodes"], gpus_per_node=int(gpn or 0), world_size=world,
+        run_id=run.id, status=run.status, nodes=run.nodes, gpus_per_node=int(run.gpus_per_node or 0), world_size=world,
         wall_s=wall, phases=phases, train_s=train_s, samples_per_s=useful, reported_samples_per_s=reported,
-        accuracy=metrics.get("accuracy"), loss=metrics.get("loss"), epochs=n_epochs, cost_usd=run_cost_usd(run),
+        accuracy=metrics.get("accuracy"), loss=metrics.get("loss"), epochs=n_epochs, cost_usd=run_cost_usd(record),
         train_samples=int(train_samples) if train_samples else None, samples_seen=seen,
         compute_s=sums["compute_s"], comm_s=sums["comm_s"], data_s=sums["data_s"], steps=steps, step_p90_s=p90,
         util=[m for m in records if m.get("kind") == "util"],
     )
 
 
-def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
-    """The run's total cost: the ledger's, else gpucluster.cost when installed; $0 for machines
+def run_cost_usd(record: RunRecord) -> Decimal | None:
+    """The run's total cost: the ledger's, else priced now by gpucluster.cost; $0 for machines
     gpucluster does not rent (backends that provision nothing: local, ssh); None when unknown."""
-    cost = run.get("cost") or {}
+    cost = record.cost or {}
     if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
+        from gpucluster import cost as cost_mod
+
         try:
-            from gpucluster import cost as cost_mod
-        except ImportError:
-            cost_mod = None
-        if cost_mod is not None and hasattr(cost_mod, "run_cost"):
-            try:
-                cost = cost_mod.run_cost(run) or {}
-            except Exception:
-                cost = {}
+            cost = cost_mod.run_cost(record) or {}
+        except (GpuclusterError, ValueError):  # no price known / not a full record: the cost is unknown
+            cost = {}
     if cost.get("total") is not None:
         try:
             return Decimal(str(cost["total"]))
@@ -266,7 +261,7 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
             return None
     from gpucluster.infra.registry import NAMES, backend
 
-    if run.get("cloud") in NAMES and not backend(run["cloud"]).provisions:
+    if record.run.cloud in NAMES and not backend(record.run.cloud).provisions:
         return Decimal("0")
     return None
 
@@ -312,8 +307,8 @@ class SizeResult:
         return d
 
 
-def summarize(runs: Sequence[dict[str, Any]]) -> list[SizeResult]:
-    """One SizeResult per (GPUs per node, nodes), sorted; runs are ledger dicts with metric_records."""
+def summarize(runs: Sequence[RunRecord]) -> list[SizeResult]:
+    """One SizeResult per (GPUs per node, nodes), sorted; runs are ledger records with metric_records."""
     groups: dict[tuple[int, int], list[RunFacts]] = {}
     for run in runs:
         f = run_facts(run)

@@ -24,7 +24,7 @@ def clusters_known(ledger: Any) -> dict[str, str]:
     """cluster -> cloud, for every cluster in the ledger (newest run wins)."""
     known: dict[str, str] = {}
     for run in ledger.list_runs(limit=None):
-        known.setdefault(run["cluster"], run["cloud"])
+        known.setdefault(run.cluster, run.cloud)
     return known
 
 
@@ -102,7 +102,9 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
                 provider.down(name, LedgerEvents(ledger, name, say=say))
             except TeardownIncomplete as exc:
                 not_run.append(f"delete: {exc.message}")
-            runs = {rid: ledger.get_run(rid) or {} for rid in sorted(had_open)}
+            records = {rid: ledger.get_run(rid) for rid in sorted(had_open)}
+            # the backends' check_down reads the JSON form of each record
+            runs = {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
             check = backend.check_down(provider, name, runs).with_unchecked(*not_run)
     except GpuclusterError as exc:
         verdict.update(verdict="not verified", error=exc.message)
@@ -124,15 +126,15 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
         ledger.resource_deleted(row["run_id"], row["kind"], row["name"])
         run_ids.add(row["run_id"])
     for run in ledger.list_runs(limit=None):
-        if run["cluster"] != cluster:
+        if run.cluster != cluster:
             continue
-        if run["status"] == "running":
-            ledger.finish_run(run["id"], status="failed", exit_code=int(ExitCode.FAILURE),
+        if run.status == "running":
+            ledger.finish_run(run.id, status="failed", exit_code=int(ExitCode.FAILURE),
                               failure="the gpucluster process ended before the run finished (crash or kill); "
                                       "its resources were removed by `gpucluster down`",
                               teardown="verified", leftovers=[])
-        elif run["id"] in run_ids or run["teardown"] in (None, "kept"):
-            ledger.set_teardown(run["id"], "verified", [])
+        elif run.id in run_ids or run.teardown in (None, "kept"):
+            ledger.set_teardown(run.id, "verified", [])
     return len(run_ids)
 
 
@@ -144,11 +146,11 @@ def live_clusters(ledger: Any) -> set[str]:
     live = set()
     latest: dict[str, dict[str, Any]] = {}
     for run in ledger.list_runs(limit=None):
-        latest.setdefault(run["cluster"], run)
+        latest.setdefault(run.cluster, run)
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run["status"] != "running" and run["teardown"] in (None, "kept"):
+        elif run.status != "running" and run.teardown in (None, "kept"):
             live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 
@@ -170,7 +172,7 @@ class Collection:
         self.live = set() if self.include_kept else live_clusters(self.ledger)
         open_rows = self.ledger.open_resources()
         self.scopes = {c: b.gc_scope([r for r in open_rows if r["cloud"] == c],
-                                     self.ledger.list_runs(limit=200, cloud=c), regions=self.regions,
+                                     [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)], regions=self.regions,
                                      project=self.project) for c, b in self.backends.items()}
 
     @property

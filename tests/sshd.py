@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucluster.events import NullEvents
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -235,7 +237,9 @@ def leaked_ssh_masters() -> list[str]:
     return leaked
 
 
-class Recorder:
+class Recorder(NullEvents):
+    """What the launcher reports, kept (the events the tests do not look at are dropped)."""
+
     def __init__(self, on_line=None):
         self.lines: list[tuple[int, str]] = []
         self.phases: list[str] = []

@@ -131,7 +131,7 @@ def test_up_outputs_launch_destroy(home, tmp_path):
     assert c.ssh_private_key.startswith("-----BEGIN OPENSSH") and "ssh_private_key" not in c.outputs
 
     # every billable resource recorded before and after creation, and confirmed gone
-    run = ledger.get_run(s.run_id)
+    run = ledger.get_run(s.run_id).to_dict()
     kinds = sorted(r["kind"] for r in run["resources"])
     assert kinds == ["instance", "instance", "key-pair", "security-group", "vpc"]  # the SG rule is not a resource row
     assert all(r["created_at"] and r["confirmed_gone"] for r in run["resources"])
@@ -203,7 +203,7 @@ def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_t
     assert zones == ["us-east-1a", "us-east-1b"]  # the next zone AWS's message names
     retry = [m for m in messages if m.startswith("attempt 1 of 3: no capacity for g5.xlarge in us-east-1a")]
     assert cluster.nodes and len(retry) == 1 and retry[0].endswith("retrying in us-east-1b")
-    rows = ledger.get_run(s.run_id)["resources"]
+    rows = ledger.get_run(s.run_id).to_dict()["resources"]
     first = [r for r in rows if (r.get("detail") or {}).get("attempt") == 1]
     second = [r for r in rows if (r.get("detail") or {}).get("attempt") == 2]
     assert first and all(r["detail"]["zone"] == "us-east-1a" and r["confirmed_gone"] for r in first)
@@ -276,7 +276,7 @@ def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
     outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), ledger=ledger, provider=provider(fake),
                       launcher=StubLauncher(), log_dir=tmp_path / "logs")
     assert outcome.status == "interrupted" and outcome.teardown == "verified"
-    run = ledger.get_run(s.run_id)
+    run = ledger.get_run(s.run_id).to_dict()
     assert run["resources"] and all(r["confirmed_gone"] for r in run["resources"])
     assert ledger.open_resources("demo") == []
 
@@ -295,7 +295,7 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     events = LedgerEvents(ledger, "demo", s.run_id, s.region)
     provider(fake).up(s, events)  # ... and then the process "dies": no down, the row says running
     assert {r["kind"] for r in ledger.open_resources("demo")} == {"vpc", "security-group", "key-pair", "instance"}
-    assert ledger.get_run(s.run_id)["status"] == "running"
+    assert ledger.get_run(s.run_id).to_dict()["status"] == "running"
 
     monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
     rc = down.main(["demo", "--yes"], standalone_mode=False)
@@ -303,7 +303,7 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     assert rc == 0 and "verified" in out
     assert "destroy" in fake.verbs() and fake.stacks == {}
     assert ledger.open_resources("demo") == []
-    run = ledger.get_run(s.run_id)
+    run = ledger.get_run(s.run_id).to_dict()
     assert run["status"] == "failed" and run["teardown"] == "verified" and "ended before" in run["failure"]
     # idempotent: a second down has nothing to do and says so
     fake.calls.clear()
@@ -531,7 +531,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
     assert cluster.nodes[2].host_keys == (built.outputs["host_public_keys"][2],)
     assert cluster.ssh_private_key == built.outputs["ssh_private_key"] and "ssh_private_key" not in cluster.outputs
 
-    rows = ledger.get_run(s.run_id)["resources"]
+    rows = ledger.get_run(s.run_id).to_dict()["resources"]
     kinds = sorted({r["kind"] for r in rows})
     assert {"instance", "security-group", "key-pair", "placement-group", "vpc", "subnet", "iam-role",
             "instance-profile"} <= set(kinds)

@@ -100,7 +100,7 @@ def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
                   rdzv_port=sshd.free_port())
     ledger = Ledger(home / "ledger.sqlite3")
     outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
-    return outcome, ledger.get_run(run_id), want, found
+    return outcome, ledger.get_run(run_id).to_dict(), want, found
 
 
 def test_s3_data_on_every_rank_and_outputs_uploaded_by_each_node(home, tmp_path, ec2, checkip, dlami_python,

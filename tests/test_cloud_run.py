@@ -279,7 +279,7 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     t0 = time.monotonic()
     outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
 
-    run = ledger.get_run(run_id)
+    run = ledger.get_run(run_id).to_dict()
     assert ec2.errors == []
     assert outcome.status == "succeeded", (run["failure"], [n["last_lines"][-5:] for n in run["node_results"]])
     assert ec2.booted and sorted(ec2.booted) == ADDRESSES
@@ -322,7 +322,7 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "1"), threads_per_proc=1)
     outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
-    run = ledger.get_run(run_id)
+    run = ledger.get_run(run_id).to_dict()
     assert ec2.ssh_cidrs == ["203.0.113.7/32"] and ec2.booted == []
     assert outcome.status == "failed"
     assert "node 0 (" in run["failure"] and "node 1 (" in run["failure"]

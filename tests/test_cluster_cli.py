@@ -54,7 +54,7 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
     assert "PRIVATE KEY" not in out
 
     ledger = Ledger.open_default()
-    run = ledger.list_runs()[0]
+    run = ledger.list_runs()[0].to_dict()
     assert run["status"] == "succeeded" and run["teardown"] == "kept"  # kept on purpose
     assert gc.live_clusters(ledger) == {"demo"}
 
@@ -68,7 +68,7 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
     verdicts = json.loads(capsys.readouterr().out)
     assert verdicts == [{"cluster": "demo", "cloud": "aws", "verdict": "verified", "leftovers": [], "unchecked": [],
                          "runs_closed": 1}]
-    assert ledger.open_resources() == [] and ledger.get_run(run["id"])["teardown"] == "verified"
+    assert ledger.open_resources() == [] and ledger.get_run(run["id"]).to_dict()["teardown"] == "verified"
     assert invoke(status.status, "--json") == 0 and json.loads(capsys.readouterr().out) == []
 
 
@@ -92,11 +92,11 @@ def test_up_failure_is_recorded(home, monkeypatch):
 
     with pytest.raises(ProvisionError, match="us-east-1a"):
         invoke(up.up, "--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes")
-    run = Ledger.open_default().list_runs()[0]
+    run = Ledger.open_default().list_runs()[0].to_dict()
     assert run["status"] == "failed" and "us-east-1a" in run["failure"]
     assert Ledger.open_default().open_resources() == []  # what was made was destroyed and recorded so
     # the same teardown and independent check as `run` (lifecycle.provision_only)
-    run = Ledger.open_default().get_run(run["id"])
+    run = Ledger.open_default().get_run(run["id"]).to_dict()
     assert run["teardown"] == "verified" and [p["name"] for p in run["phases"]] == ["provision", "teardown"]
 
 
@@ -341,7 +341,7 @@ def test_down_finishes_a_crashed_local_run(home, capsys):
         if stray.poll() is None:
             stray.kill()
     assert ledger.open_resources() == []
-    run = ledger.get_run(rid)
+    run = ledger.get_run(rid).to_dict()
     assert run["status"] == "failed" and run["teardown"] == "verified"
 
 

@@ -16,6 +16,7 @@ from gpucluster import cost as C
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
 from gpucluster.ledger import Ledger
+from gpucluster.records import RunRecord
 from gpucluster.spec import ClusterSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cost"
@@ -53,7 +54,7 @@ def test_59_seconds_of_an_instance_from_the_ledger_is_billed_60(catalog):
     run = {"id": "r1", "cloud": "aws", "prices": C.price_snapshot(spec, catalog), "resources": [
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0 + 5,
          "deleted_at": T0 + 59, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge", "spot": False}}]}
-    out = C.run_cost(run, now=T0 + 1000, catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), now=T0 + 1000, catalog=catalog)
     (line,) = out["lines"]
     assert line["billed_seconds"] == 60 and Decimal(out["total"]) == Decimal("0.016766667")
     assert out["still_billing"] == []
@@ -146,8 +147,8 @@ def test_bad_input_is_one_clear_usage_error(catalog, spec, hours, message):
 def test_local_runs_cost_nothing_and_say_so(catalog):
     est = C.estimate(ClusterSpec(cloud="local", nodes=4), 1, catalog=catalog)
     assert est.total == 0 and "$0" in est.notes[0]
-    out = C.run_cost({"id": "l1", "cloud": "local", "resources": [
-        {"kind": "process", "name": "agent-0", "requested_at": T0, "deleted_at": None, "confirmed_gone": False}]})
+    out = C.run_cost(RunRecord.from_dict({"id": "l1", "cloud": "local", "resources": [
+        {"kind": "process", "name": "agent-0", "requested_at": T0, "deleted_at": None, "confirmed_gone": False}]}))
     assert out["total"] == "0" and out["local"] and "$0" in out["notes"][0]
 
 
@@ -223,7 +224,7 @@ def test_failed_run_is_billed_for_what_existed(tmp_path, catalog):
     assert n1["billed_seconds"] == 60 and "never confirmed" in n1["note"]
     assert any(ln["category"] == "no charge" for ln in out["lines"])
     stored = C.record_run_cost(ledger, "rf", now=now)
-    assert ledger.get_run("rf")["cost"]["total"] == stored["total"] == out["total"]
+    assert ledger.get_run("rf").to_dict()["cost"]["total"] == stored["total"] == out["total"]
 
 
 def test_prices_come_from_the_launch_snapshot_not_today(tmp_path, catalog):
@@ -233,9 +234,9 @@ def test_prices_come_from_the_launch_snapshot_not_today(tmp_path, catalog):
     run = {"id": "r", "cloud": "aws", "prices": snap, "resources": [
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
          "deleted_at": T0 + 3600, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge"}}]}
-    assert Decimal(C.run_cost(run, catalog=catalog)["total"]) == Decimal("2")
+    assert Decimal(C.run_cost(RunRecord.from_dict(run), catalog=catalog)["total"]) == Decimal("2")
     run["prices"] = None  # no snapshot: today's catalog, and the cost says so
-    out = C.run_cost(run, catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog)
     assert Decimal(out["total"]) == Decimal("1.006") and "today's catalog" in out["notes"][0]
 
 
@@ -294,7 +295,7 @@ def test_what_if_refuses_without_runs_and_does_not_guess_scaling(tmp_path, catal
         C.what_if(runs, [1, 2], "cifar", 4, catalog=catalog)
     with pytest.raises(UsageError, match="no succeeded run"):
         C.what_if(runs, [1, 2], "mnist", 4, cloud="aws", catalog=catalog)
-    one = [r for r in runs if r["id"] in ("w1", "other")]
+    one = [r for r in runs if r.id in ("w1", "other")]
     out = C.what_if(one, [1, 4], "mnist", 4, catalog=catalog)
     p = {row["nodes"]: row for row in out["projection"]}
     assert p[1]["basis"] == "measured" and p[4]["basis"] is None and "not measured" in p[4]["note"]
@@ -306,12 +307,12 @@ def test_what_if_refuses_without_runs_and_does_not_guess_scaling(tmp_path, catal
 def test_report_json_and_csv_parse_back_to_the_same_numbers(tmp_path, catalog):
     ledger = _whatif_ledger(tmp_path)
     for rid in ("w1", "w2"):
-        run = ledger.get_run(rid)
+        run = ledger.get_run(rid).to_dict()
         _record(ledger, rid, [("node-pool", "p", "us-central1-a",
                                {"machine_type": "n1-standard-16", "node_count": run["nodes"], "gpus_per_node": 4,
                                 "disk_gb": 100, "disk_type": "pd-balanced"},
                                run["created_at"] + 10, run["created_at"] + 50, run["ended_at"])])
-    runs = [ledger.get_run(r["id"]) for r in ledger.list_runs(limit=None)]
+    runs = [ledger.get_run(r.id) for r in ledger.list_runs(limit=None)]
     rep = C.report(runs, group_by="cloud", now=T0 + 200000, catalog=catalog)
     assert len(rep["runs"]) == 5
     back = json.loads(json.dumps(rep))
@@ -436,7 +437,7 @@ def test_unpriced_system_pool_is_said_not_hidden(catalog):
         {"kind": "node-pool", "name": "system", "region": "us-central1-a", "requested_at": T0, "created_at": T0,
          "deleted_at": T0 + 600, "confirmed_gone": True, "detail": {"machine_type": "e2-standard-2",
                                                                     "node_count": 1}}]}
-    out = C.run_cost(run, catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog)
     assert out["lines"][0]["category"] == "unpriced" and out["total"] == "0"
     assert "e2-standard-2" in out["notes"][0] and "leaves it out" in out["notes"][0]
 
@@ -450,7 +451,7 @@ def test_render_run_cost_flags_still_billing(tmp_path, catalog):
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
          "deleted_at": None, "confirmed_gone": False, "detail": {"instance_type": "g5.xlarge"}}]}
     console = Console(record=True, width=200)
-    render_run_cost(C.run_cost(run, now=T0 + 3600, catalog=catalog), console)
+    render_run_cost(C.run_cost(RunRecord.from_dict(run), now=T0 + 3600, catalog=catalog), console)
     text = console.export_text()
     assert "STILL BILLING" in text and "$1.01" in text
 
@@ -463,3 +464,24 @@ def test_render_line_for_the_run_plan(catalog):
                            "2026-11-22)")
     assert "\n" not in line
     assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()
+
+
+def test_hourly_says_no_price_only_for_a_price_it_cannot_know(monkeypatch):
+    # issue 23 item 8: a bug in the cost code is not shown as "no price known"
+    from gpucluster.cli import common
+
+    spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge")
+    assert common.hourly(spec) == C.estimate(spec, 1).hourly > 0
+
+    def unknown(spec, hours):
+        raise UsageError("instance type 'x' is not in the price catalog")
+
+    monkeypatch.setattr(C, "estimate", unknown)
+    assert common.hourly(spec) is None
+
+    def buggy(spec, hours):
+        return {}.missing  # AttributeError: a bug
+
+    monkeypatch.setattr(C, "estimate", buggy)
+    with pytest.raises(AttributeError):
+        common.hourly(spec)

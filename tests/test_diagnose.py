@@ -329,7 +329,7 @@ def test_cloud_sweep_shows_cost_per_run_and_per_epoch_from_the_cost_engine(tmp_p
     two = fx.run(2, gpn=1, train_s=330.0, sps=180.0, epochs=4, cost="g5.xlarge", cloud="aws")
     rows = by_nodes(fx.summary())
     for nodes, rid in ((1, one), (2, two)):
-        stored = fx.ledger.get_run(rid)["cost"]
+        stored = fx.ledger.get_run(rid).to_dict()["cost"]
         assert set(stored) >= {"total", "lines"} and "total_usd" not in stored  # the engine's shape
         assert rows[nodes].cost_usd.median == Decimal(stored["total"]) > 0
         assert rows[nodes].cost_per_epoch_usd.median == Decimal(stored["total"]) / 4
@@ -342,9 +342,9 @@ def test_cpu_vs_gpu_comparison(tmp_path):
     summary = fx.summary()
     (c,) = compare_cpu_gpu(summary)
     # the engine's totals: g5.xlarge $1.006/h for 17 min + overhead (~4 s) -> about $0.29
-    gpu_total = Decimal(fx.ledger.get_run(gpu)["cost"]["total"])
+    gpu_total = Decimal(fx.ledger.get_run(gpu).to_dict()["cost"]["total"])
     assert c.speedup == pytest.approx(25.0) and c.gpu_cost_usd == gpu_total
     assert Decimal("0.28") < gpu_total < Decimal("0.30")
-    assert c.cpu_cost_usd == Decimal(fx.ledger.get_run(cpu)["cost"]["total"]) > Decimal("7")
+    assert c.cpu_cost_usd == Decimal(fx.ledger.get_run(cpu).to_dict()["cost"]["total"]) > Decimal("7")
     # CPU and GPU sizes are separate groups: each is its own efficiency baseline
     assert all(r.efficiency == pytest.approx(1.0) for r in summary)

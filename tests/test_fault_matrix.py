@@ -221,10 +221,10 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
             p.kill()
     assert leaked == [], "processes left behind (by marker)"  # ... and say so
     assert fault.fired, (f"the {phase} fault point was never reached", outcome.failure,
-                         [n["last_lines"][-6:] for n in ledger.get_run(spec.run_id)["node_results"]])
+                         [n["last_lines"][-6:] for n in ledger.get_run(spec.run_id).to_dict()["node_results"]])
     # nothing left: no process on this machine (every "host" is this machine) carries the run id
     assert run_processes(spec.run_id) == []
-    run = ledger.get_run(spec.run_id)
+    run = ledger.get_run(spec.run_id).to_dict()
     assert run["ended_at"] is not None
     assert run["teardown"] == "verified" and run["leftovers"] == [] and run["unchecked"] == []
     assert all(r["confirmed_gone"] for r in run["resources"])

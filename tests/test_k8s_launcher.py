@@ -18,6 +18,7 @@ from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
 from gpucluster.infra.gcp import k8s  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.domain import Cluster  # noqa: E402
+from gpucluster.events import NullEvents  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.workloads.protocol import PREFIX  # noqa: E402
 
@@ -25,7 +26,7 @@ RUN = "r20261122-040000-feed01"
 NAME = f"gpucluster-{RUN}"
 
 
-class Events:
+class Events(NullEvents):
     def __init__(self):
         self.lines, self.metrics, self.phases = [], [], []
 

@@ -21,12 +21,13 @@ from k8s_fake import FakeApiException, FakeKubeApi, PodScript, _Pod  # noqa: E40
 from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
 from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
+from gpucluster.events import NullEvents  # noqa: E402
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL  # noqa: E402
 
 BLOB = bytes(range(256)) * 300 + b"\xff\xfe\x00 not utf-8"  # binary: a text exec would mangle it
 
 
-class Events:
+class Events(NullEvents):
     def __init__(self):
         self.lines, self.metrics, self.phases = [], [], []
 

@@ -99,3 +99,33 @@ def test_registry_and_backend_packages_import_no_sdk():
             "print([m for m in heavy if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- events and UI: one protocol (gpucluster.events.RunEvents, lifecycle.RunUI), never probed ----
+_EVENT_OBJECTS = {"events", "ui", "rec", "recorder", "sink"}
+
+
+def _is_event_object(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name is not None and (name in _EVENT_OBJECTS or name.endswith(("_events", "_ui")))
+
+
+def event_probes(tree: ast.AST) -> list[int]:
+    """Lines that look an event or UI method up by probing: hasattr(events, ...), getattr(ui, ...)."""
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("hasattr", "getattr")
+            and n.args and _is_event_object(n.args[0])]
+
+
+def test_the_event_probe_check_sees_a_probe():
+    caught = ("if hasattr(events, 'on_spawn'):\n    events.on_spawn(0, 'process', '1')\n"
+              "show = getattr(self.ui, 'progress', None)\nprogress = getattr(run_events, 'progress', None)\n")
+    assert event_probes(ast.parse(caught)) == [1, 3, 4]
+    assert event_probes(ast.parse("getattr(spec, 'zone', None)\nhasattr(exc, 'reason')\n")) == []
+
+
+@pytest.mark.parametrize("path", ALL_SOURCE, ids=_rel)
+def test_no_event_or_ui_method_is_found_by_probing(path):
+    probes = event_probes(ast.parse(path.read_text()))
+    assert not probes, (f"{_rel(path)} lines {probes}: an event or UI method looked up with hasattr/getattr; "
+                        "declare it in gpucluster.events.RunEvents (or lifecycle.RunUI) and call it")

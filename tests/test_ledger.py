@@ -44,7 +44,7 @@ def test_crash_leaves_a_row_that_says_what_may_exist(tmp_path):
     led.resource_requested("r1", "instance", "node-1", now=100.0)
     # ... the process dies here. A new process reads what is open:
     again = Ledger(tmp_path / "l.db")
-    run = again.get_run("r1")
+    run = again.get_run("r1").to_dict()
     assert run["status"] == "running" and run["ended_at"] is None
     assert run["phases"][0]["ended_at"] is None
     open_res = again.open_resources("c1")
@@ -61,7 +61,7 @@ def test_finish_and_read_back(tmp_path):
     led.record_node("r1", 0, "10.0.0.1", 0, ["ok"])
     led.finish_run("r1", status="failed", exit_code=1, failure="node 1 died", metrics={"loss": 0.5},
                    teardown="verified", leftovers=[])
-    run = led.get_run("r1", with_metrics=True)
+    run = led.get_run("r1", with_metrics=True).to_dict()
     assert run["status"] == "failed" and run["failure"] == "node 1 died"
     assert run["prices"] == {"g5.xlarge": "1.006"}
     assert run["teardown"] == "verified"
@@ -76,13 +76,13 @@ def test_prefix_lookup_and_filters(tmp_path):
     led = Ledger(tmp_path / "l.db")
     make_run(led, "r20261122-aaa", now=10.0)
     make_run(led, "r20261122-bbb", now=20.0)
-    assert led.get_run("r20261122-a")["id"] == "r20261122-aaa"
+    assert led.get_run("r20261122-a").to_dict()["id"] == "r20261122-aaa"
     with pytest.raises(UsageError, match="r20261122-bbb, r20261122-aaa"):  # ambiguous: the matches are listed
         led.get_run("r20261122")
     # Literal matching: SQL LIKE wildcards are plain characters.
     assert led.get_run("%") is None and led.get_run("_2026") is None and led.get_run("r2026112_-aaa") is None
-    assert [r["id"] for r in led.list_runs()] == ["r20261122-bbb", "r20261122-aaa"]
-    assert [r["id"] for r in led.list_runs(since=15.0)] == ["r20261122-bbb"]
+    assert [r.id for r in led.list_runs()] == ["r20261122-bbb", "r20261122-aaa"]
+    assert [r.id for r in led.list_runs(since=15.0)] == ["r20261122-bbb"]
     assert led.list_runs(cloud="gcp") == []
 
 
@@ -101,7 +101,7 @@ def test_check_accepts_what_python_json_writes_and_names_a_bad_row(tmp_path):
     led.finish_run("r-nan", status="failed", exit_code=1, metrics={"loss": float("nan"), "best": float("inf")})
     led.add_metrics("r-nan", [(0, {"kind": "epoch", "loss": float("nan")})])
     led.check()
-    assert led.get_run("r-nan", with_metrics=True)["metrics"]["best"] == float("inf")
+    assert led.get_run("r-nan", with_metrics=True).to_dict()["metrics"]["best"] == float("inf")
     led._db.execute("UPDATE runs SET cost = '{\"total\": ' WHERE id = 'r-nan'")
     with pytest.raises(ConfigError, match="is damaged: runs row 'r-nan' holds bad JSON in column 'cost'; move it aside"):
         led.check()

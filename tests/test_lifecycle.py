@@ -41,7 +41,7 @@ def test_busy_cluster_is_neither_torn_down_nor_swept(tmp_path, monkeypatch):
                   launcher=NeverLaunched())
     assert provider.calls == ["up"]  # no down, no delete-by-tag from under the owner
     assert out.status == "failed" and out.exit_code == ExitCode.FAILURE and out.teardown_verified is None
-    run = ledger.get_run("r1")
+    run = ledger.get_run("r1").to_dict()
     assert "in use by gpucluster process 4242" in run["failure"]
     teardown = next(p for p in run["phases"] if p["name"] == "teardown")
     assert teardown["status"] == "ok" and "another live gpucluster run" in teardown["detail"]
@@ -93,7 +93,7 @@ def test_failed_cloud_delete_is_never_verified_by_a_clean_sweep(tmp_path, monkey
     out = execute(spec, JobSpec(run_id="r3", workload="digits"), ledger=ledger, provider=FailingDestroyProvider(),
                   launcher=NeverLaunched())
     assert out.exit_code == ExitCode.LEFTOVERS and not out.teardown_verified
-    run = ledger.get_run("r3")
+    run = ledger.get_run("r3").to_dict()
     assert run["teardown"] == "not verified"
     assert any("DependencyViolation" in u for u in run["unchecked"])
 
@@ -107,3 +107,14 @@ def test_region_is_resolved_before_anything_reads_it():
     assert resolve(bare).region == "us-east-1"
     assert resolve(bare.replace(zone="eu-west-1b")).region == "eu-west-1"
     assert resolve(bare.replace(region="us-west-2")).region == "us-west-2"
+
+
+def test_phases_are_one_enum_whose_values_the_ledger_keeps():
+    # issue 23 item 4: the Phase enum is the one list of phase names; the ledger stores its strings
+    import json
+
+    from gpucluster.events import Phase
+    from gpucluster.ledger_schema import PHASES
+
+    assert tuple(Phase) == PHASES and all(isinstance(p, str) for p in Phase)
+    assert json.dumps([Phase.TRAIN]) == '["train"]' and f"{Phase.SETUP}" == "setup"

@@ -18,7 +18,7 @@ pytestmark = [needs_torch, pytest.mark.slow]
 def only_run(home):
     runs = Ledger(home / "ledger.sqlite3").list_runs()
     assert len(runs) == 1
-    return Ledger(home / "ledger.sqlite3").get_run(runs[0]["id"], with_metrics=True)
+    return Ledger(home / "ledger.sqlite3").get_run(runs[0].id, with_metrics=True).to_dict()
 
 
 def assert_nothing_left(run_id):
@@ -97,7 +97,7 @@ def _start_and_wait_for_training(home, extra_env=None):
             break
         assert time.monotonic() < deadline, "".join(seen)
     ledger = Ledger(home / "ledger.sqlite3")
-    run_id = ledger.list_runs()[0]["id"]
+    run_id = ledger.list_runs()[0].id
     assert len(run_processes(run_id)) >= 4  # 2 agents + 2 workers are up
     return proc, run_id, seen
 
@@ -114,7 +114,7 @@ def test_signal_mid_training_leaves_nothing(home, sig, status):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:]
     assert_nothing_left(run_id)
-    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == status
     assert run["failure"] == {signal.SIGINT: "stopped by Ctrl-C", signal.SIGTERM: "stopped by SIGTERM",
                               signal.SIGHUP: "stopped by SIGHUP"}[sig]
@@ -132,7 +132,7 @@ def test_second_ctrl_c_does_not_cut_teardown_short(home):
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 130, out[-2000:]
     assert_nothing_left(run_id)
-    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
 
 
@@ -158,5 +158,5 @@ def test_live_local_run_is_owned_and_down_refuses_it(home):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
     assert_nothing_left(run_id)
-    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "interrupted" and run["teardown"] == "verified"

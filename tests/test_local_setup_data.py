@@ -21,7 +21,7 @@ pytestmark = [needs_torch, pytest.mark.slow]
 def only_run(home):
     runs = Ledger(home / "ledger.sqlite3").list_runs()
     assert len(runs) == 1
-    return Ledger(home / "ledger.sqlite3").get_run(runs[0]["id"])
+    return Ledger(home / "ledger.sqlite3").get_run(runs[0].id).to_dict()
 
 
 def test_data_checked_on_every_rank_and_setup_runs_first(home, tmp_path):
@@ -86,12 +86,12 @@ def test_ctrl_c_during_setup_leaves_nothing(home):
         seen.append(line)
         if "SETUP-SLEEPING" in line and "[node 1]" in line:
             break
-    run_id = Ledger(home / "ledger.sqlite3").list_runs()[0]["id"]
+    run_id = Ledger(home / "ledger.sqlite3").list_runs()[0].id
     assert any("sleep 300" in " ".join(p.cmdline()) for p in run_processes(run_id)), "".join(seen)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:]
     assert run_processes(run_id) == []
-    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
     assert {p["name"]: p["status"] for p in run["phases"]}["setup"] == "interrupted"

@@ -26,7 +26,7 @@ def only_run(home):
     ledger = Ledger(home / "ledger.sqlite3")
     runs = ledger.list_runs()
     assert len(runs) == 1
-    return ledger.get_run(runs[0]["id"], with_metrics=True)
+    return ledger.get_run(runs[0].id, with_metrics=True).to_dict()
 
 
 def store_processes(run_id):
@@ -215,7 +215,7 @@ def test_store_goes_when_gpucluster_is_killed(home):
         for line in proc.stdout:
             if "[node 0]" in line and "epoch" in line:
                 break
-        run_id = Ledger(home / "ledger.sqlite3").list_runs()[0]["id"]
+        run_id = Ledger(home / "ledger.sqlite3").list_runs()[0].id
         assert len(store_processes(run_id)) == 1
         proc.kill()  # SIGKILL: no teardown runs; the store must notice on its own
         proc.wait(10)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 from gpucluster.launch import JobSpec
+from gpucluster.events import NullEvents
 from gpucluster.node_output import LINE_CAP, TAIL_BYTES, cap_last_lines
 from gpucluster.supervisor import NodeSupervisor
 
@@ -21,7 +22,7 @@ SPEW = str(FIXTURES / "spew.py")
 SUMMARY = re.compile(r"^\.\.\. (\d+) lines not shown; full log: (.+)$")
 
 
-class Events:
+class Events(NullEvents):
     """A console that takes `delay` seconds per line (a slow terminal, or a pipe read slowly)."""
 
     def __init__(self, delay: float = 0.0):

@@ -129,7 +129,7 @@ def _only_run(home):
     ledger = Ledger(home / "ledger.sqlite3")
     runs = ledger.list_runs()
     assert len(runs) == 1
-    return ledger.get_run(runs[0]["id"])
+    return ledger.get_run(runs[0].id).to_dict()
 
 
 @needs_torch

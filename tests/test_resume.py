@@ -24,6 +24,7 @@ from conftest import ROOT, gpucluster_argv, needs_torch, run_cli  # noqa: E402
 from gpucluster.chains import ancestors, members, root_of  # noqa: E402
 from gpucluster.costing.report import report  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.records import RunRecord  # noqa: E402
 
 
 # -- chains and the report's grouping (units) ------------------------------------------------
@@ -43,9 +44,9 @@ def test_chain_roots_members_and_ancestors():
 
 
 def _run(rid, created, cost, resumed_from=None, cloud="aws"):
-    return {"id": rid, "created_at": created, "ended_at": created + 100, "cloud": cloud, "cluster": "c",
-            "status": "succeeded", "nodes": 2, "resumed_from": resumed_from,
-            "cost": {"total": cost, "still_billing": False, "notes": []}}
+    return RunRecord.from_dict({"id": rid, "created_at": created, "ended_at": created + 100, "cloud": cloud,
+                                "cluster": "c", "status": "succeeded", "nodes": 2, "resumed_from": resumed_from,
+                                "cost": {"total": cost, "still_billing": False, "notes": []}})
 
 
 def test_report_groups_a_chain_as_one_job():
@@ -82,11 +83,11 @@ def test_ledger_migration_adds_the_link_to_an_old_ledger(tmp_path):
     db.close()
     ledger = Ledger(path)
     assert ledger.schema_version == MIGRATIONS[-1][0] >= 4  # every later migration applied too
-    assert ledger.get_run("old")["resumed_from"] is None and ledger.get_run("old")["chain"] == ["old"]
+    assert ledger.get_run("old").to_dict()["resumed_from"] is None and ledger.get_run("old").to_dict()["chain"] == ["old"]
     ledger.create_run("new", cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=[], spec={},
                       resumed_from="old")
-    assert ledger.resume_links() == {"old": (None, 1.0), "new": ("old", ledger.get_run("new")["created_at"])}
-    assert ledger.get_run("new")["chain"] == ["old", "new"] and ledger.get_run("old")["chain"] == ["old", "new"]
+    assert ledger.resume_links() == {"old": (None, 1.0), "new": ("old", ledger.get_run("new").to_dict()["created_at"])}
+    assert ledger.get_run("new").to_dict()["chain"] == ["old", "new"] and ledger.get_run("old").to_dict()["chain"] == ["old", "new"]
 
 
 # -- the workloads' checkpoints, in-process (one process, no process group) ------------------
@@ -146,7 +147,7 @@ def _checkpoint_epoch(path: Path) -> int:
 
 
 def _only_new(ledger: Ledger, known: set[str]) -> str:
-    new = [r["id"] for r in ledger.list_runs() if r["id"] not in known]
+    new = [r.id for r in ledger.list_runs() if r.id not in known]
     assert len(new) == 1, new
     return new[0]
 
@@ -171,7 +172,7 @@ def test_ctrl_c_costs_at_most_one_epoch_resume_goes_on_and_the_chain_is_one_job(
     assert proc.returncode == 130, out[-2000:]
     ledger = Ledger(home / "ledger.sqlite3")
     a = _only_new(ledger, set())
-    assert ledger.get_run(a)["status"] == "interrupted"
+    assert ledger.get_run(a).to_dict()["status"] == "interrupted"
     saved = _epochs(ledger, a, "checkpoint")
     k = saved[-1]  # the last epoch saved before Ctrl-C (>= 2): one checkpoint after every epoch
     assert k >= 2 and saved == list(range(1, k + 1)) and _epochs(ledger, a)[:k] == saved
@@ -186,7 +187,7 @@ def test_ctrl_c_costs_at_most_one_epoch_resume_goes_on_and_the_chain_is_one_job(
     start = ledger.metrics(b, "start")[0]
     assert start["resumed_from_epoch"] == k and start["resumed_from"] == str(ckpt)  # local: used in place
     assert _checkpoint_epoch(home / "runs" / b / "outputs" / "node-0" / "checkpoint.pt") == k + 2
-    run_b = ledger.get_run(b)
+    run_b = ledger.get_run(b).to_dict()
     assert run_b["resumed_from"] == a and run_b["chain"] == [a, b] and run_b["status"] == "succeeded"
     assert run_b["metrics"]["accuracy"] > 0.5
     shown = run_cli("show", b)

@@ -47,7 +47,7 @@ def test_digits_on_three_hosts_through_the_run_lifecycle_records_a_verified_tear
 
     assert outcome.status == "succeeded", outcome.failure
     assert outcome.teardown == "verified" and outcome.leftovers == []
-    run = ledger.get_run(job.run_id, with_metrics=True)
+    run = ledger.get_run(job.run_id, with_metrics=True).to_dict()
     finals = [m for m in run["metric_records"] if m["kind"] == "final"]
     assert sorted(m["rank"] for m in finals) == list(range(n))
     # every node contributed one rank (c10d orders the global ranks by address, not node rank)

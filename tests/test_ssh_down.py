@@ -76,7 +76,7 @@ def only_run(home) -> dict:
     ledger = Ledger(home / "ledger.sqlite3")
     runs = ledger.list_runs()
     assert len(runs) == 1
-    return ledger.get_run(runs[0]["id"])
+    return ledger.get_run(runs[0].id).to_dict()
 
 
 def test_ssh_run_leaves_no_detached_daemon(hosts, home, tmp_path, marker):
@@ -138,7 +138,7 @@ def test_down_after_sigkill_cleans_every_host(hosts, home, tmp_path, marker):
     assert not remote_run_dir(run_id).exists()
     assert ssh_clients_of(control_dirs, run_id) == []
     assert not any(os.path.exists(d) for d in control_dirs)
-    run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "failed" and run["teardown"] == "verified"
     assert all(x["confirmed_gone"] for x in run["resources"])
 
@@ -163,7 +163,7 @@ def test_down_with_an_unreachable_host_is_not_verified_and_names_it(home, tmp_pa
         # stops this machine's ssh clients of the run, and sshd hangs up their sessions; the
         # verdict cannot know that, so it stays "not verified".)
         assert run_processes(run_id, node_rank=0) == {}
-        run = Ledger(home / "ledger.sqlite3").get_run(run_id)
+        run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
         assert run["teardown"] == "not verified"
         # the host comes back: a second `down` finishes the job and says so
         config = h.root / "host1" / "sshd_config"

@@ -77,7 +77,7 @@ def run_script(hosts, remote_dir, tmp_path, monkeypatch, *, env=(), launcher=Non
     launcher = launcher(inner) if launcher else inner
     provider = SshProvider(launcher=inner)
     outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
-    return outcome, ledger.get_run(job.run_id), job
+    return outcome, ledger.get_run(job.run_id).to_dict(), job
 
 
 def nothing_left(hosts, remote_dir, run_id, n=2):

@@ -49,7 +49,7 @@ def test_resume_folder_is_staged_to_every_node_and_training_goes_on(hosts, remot
     launcher = make_launcher(hosts, remote_dir, data_cache=str(tmp_path / "cache"))
     outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
                       log_dir=tmp_path / "logs", resumed_from="r-earlier")
-    run = ledger.get_run(job.run_id)
+    run = ledger.get_run(job.run_id).to_dict()
     assert outcome.status == "succeeded", (outcome.failure, run["node_results"])
     assert "stage" in [p["name"] for p in run["phases"]]
     staged = {r["node_rank"]: r for r in run["staging"]}

@@ -162,14 +162,14 @@ def test_wait_for_ready_fails_at_once_on_a_marker_that_says_not_ok(hosts, tmp_pa
     start = time.monotonic()
     with Session(launcher, cluster) as session:
         with pytest.raises(LaunchError) as err:
-            session.wait_ready(str(marker), 60, object())
+            session.wait_ready(str(marker), 60, NullEvents())
     assert time.monotonic() - start < 30
     assert "node 0 (" in str(err.value) and "1 of 4 GPU(s), torch missing" in str(err.value)
     assert "torch is not importable" in str(err.value)
     # a marker that never appears: the deadline names the node and what was last seen
     with Session(launcher, cluster) as session:
         with pytest.raises(LaunchError, match=r"not ready after 3 s; last seen: sshd answers; .* not written yet"):
-            session.wait_ready(str(tmp_path / "absent" / "ready"), 3, object())
+            session.wait_ready(str(tmp_path / "absent" / "ready"), 3, NullEvents())
 
 
 def test_a_busy_rendezvous_port_on_the_head_is_checked_and_another_used(hosts, remote_dir, tmp_path, monkeypatch):

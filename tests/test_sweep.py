@@ -42,7 +42,7 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
 
     # Every run is in the ledger under the sweep id, with utilisation records from every node.
     ledger = Ledger(home / "ledger.sqlite3")
-    runs = ledger.list_runs(sweep_id=out["sweep_id"])
+    runs = [r.to_dict() for r in ledger.list_runs(sweep_id=out["sweep_id"])]
     assert sorted(x["nodes"] for x in runs) == [1, 2]
     assert all(x["status"] == "succeeded" and x["teardown"] == "verified" for x in runs)
     two = next(x for x in runs if x["nodes"] == 2)

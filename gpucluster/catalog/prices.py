@@ -287,7 +287,7 @@ def write_user_rows(path: Path, new_rows: Iterable[PriceRow]) -> int:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # Ctrl-C included: no half-written temporary file is left beside the catalog
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise

@@ -11,6 +11,7 @@ from typing import Any
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import backend
+from gpucluster.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, max_nodes, parse_int
 
 from .plan import is_free, plan, price_snapshot, region_for, resolved
@@ -100,8 +101,8 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     chosen = backend(spec.cloud)
     planned = plan(spec, catalog, free_tier)
     snapshot = price_snapshot(spec, catalog, free_tier=free_tier, now=now)
-    run = {"cloud": spec.cloud, "prices": snapshot, "resources": planned_resources(spec, hours * 3600,
-                                                                                   catalog=catalog)}
+    run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),
+                    resources=[ResourceRow.from_dict(r) for r in planned_resources(spec, hours * 3600, catalog=catalog)])
     cost = run_cost(run, now=now, catalog=catalog)
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for line in cost["lines"]:

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog
 from gpucluster.errors import UsageError, not_allowed
+from gpucluster.records import RunRecord
 
 from .rules import money
 from .runcost import run_cost
@@ -32,7 +33,7 @@ def parse_since(value: str | None) -> float | None:
     return d.timestamp()
 
 
-def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, now: float | None = None,
+def report(records: Iterable[RunRecord], *, group_by: str | None = None, now: float | None = None,
            catalog: Catalog | None = None, links: Mapping[str, tuple] | None = None) -> dict[str, Any]:
     """Per-run costs (the stored cost if the run has one and nothing was left billing, else
     computed now) with totals, optionally grouped by day (UTC), cloud, cluster or chain: a run and
@@ -42,29 +43,29 @@ def report(runs: Iterable[Mapping[str, Any]], *, group_by: str | None = None, no
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
     now = time.time() if now is None else now
-    runs = list(runs)
+    records = list(records)
     if group_by == "chain":
         from gpucluster.chains import root_of
 
-        known = {r["id"]: (r.get("resumed_from"), r.get("created_at")) for r in runs}
+        known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records}
         known.update(links or {})
     rows = []
-    for run in runs:
-        stored = run.get("cost")
+    for record in records:
+        run = record.run
+        stored = run.cost
         cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
         if cost is None:
-            cost = run_cost(run, now=now, catalog=catalog)
-        end = run.get("ended_at")
-        wall = None if not (end and run.get("created_at")) else round(float(end) - float(run["created_at"]), 3)
-        created = _dt.datetime.fromtimestamp(float(run["created_at"]), _dt.timezone.utc)
-        rows.append({"run_id": run["id"], "created": created.isoformat(timespec="seconds"),
-                     "day": created.strftime("%Y-%m-%d"), "cloud": run.get("cloud"), "cluster": run.get("cluster"),
-                     "status": run.get("status"), "nodes": run.get("nodes"), "wall_s": wall,
+            cost = run_cost(record, now=now, catalog=catalog)
+        wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
+        created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)  # type: ignore[arg-type]
+        rows.append({"run_id": run.id, "created": created.isoformat(timespec="seconds"),
+                     "day": created.strftime("%Y-%m-%d"), "cloud": run.cloud, "cluster": run.cluster,
+                     "status": run.status, "nodes": run.nodes, "wall_s": wall,
                      "cost": cost["total"], "still_billing": bool(cost.get("still_billing")),
                      "note": "; ".join(cost.get("notes") or []), "price_date": cost.get("price_date"),
-                     "resumed_from": run.get("resumed_from")})
+                     "resumed_from": run.resumed_from})
         if group_by == "chain":
-            rows[-1]["chain"] = root_of(run["id"], known)
+            rows[-1]["chain"] = root_of(run.id, known)
     rows.sort(key=lambda r: r["created"])
     total = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
     groups = []

@@ -9,26 +9,26 @@ from typing import Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, normalize_gpu
 from gpucluster.errors import UsageError
+from gpucluster.records import ResourceRow, RunRecord
 from gpucluster.spec import ClusterSpec, parse_bool
 
 from .plan import Pricer, is_free, region_for
 from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
 
 
-def _resource_lines(res: Mapping[str, Any], pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
+def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
     """Cost lines of one ledger resource row (see the module docstring for `detail`)."""
-    kind = res["kind"]
-    detail = res.get("detail") or {}
-    start = res.get("requested_at")
-    gone = bool(res.get("confirmed_gone")) and res.get("deleted_at") is not None
-    end = res["deleted_at"] if gone else now
-    seconds = max(Decimal(str(end)) - Decimal(str(start)), Decimal(0))
-    region = region_of(res.get("region") or detail.get("region") or detail.get("location")) or pricer.region
+    kind = res.kind
+    detail = res.detail or {}
+    gone = bool(res.confirmed_gone) and res.deleted_at is not None
+    end = res.deleted_at if gone else now
+    seconds = max(Decimal(str(end)) - Decimal(str(res.requested_at)), Decimal(0))
+    region = region_of(res.region or detail.get("region") or detail.get("location")) or pricer.region
     market = "spot" if parse_bool("spot", detail.get("spot", False)) else "on-demand"
-    base = {"resource": res.get("name"), "kind": kind, "seconds": str(seconds), "still_billing": not gone,
+    base = {"resource": res.name, "kind": kind, "seconds": str(seconds), "still_billing": not gone,
             "region": region}
     notes = []
-    if res.get("created_at") is None and kind in ("instance", "node-pool", "gke-cluster", "volume", "disk"):
+    if res.created_at is None and kind in ("instance", "node-pool", "gke-cluster", "volume", "disk"):
         notes.append("creation never confirmed: billed from the request (upper bound)")
     lines: list[dict[str, Any]] = []
 
@@ -104,38 +104,39 @@ def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:
     return {c: str(v) for c, v in by.items()}
 
 
-def run_cost(run: Mapping[str, Any], *, now: float | None = None, catalog: Catalog | None = None) -> dict[str, Any]:
-    """The cost of a run (finished, failed, interrupted or still going) from its ledger dict
+def run_cost(record: RunRecord, *, now: float | None = None, catalog: Catalog | None = None) -> dict[str, Any]:
+    """The cost of a run (finished, failed, interrupted or still going) from its ledger record
     (`Ledger.get_run`): its resources' lifetimes, the price snapshot stored at launch, and the
     billing rules. JSON-able; store it with `Ledger.set_cost(run_id, cost)`."""
     now = time.time() if now is None else now
-    cloud = run.get("cloud")
-    if "resources" not in run:
+    if not isinstance(record, RunRecord):
         raise ValueError("run_cost needs the run's resources: pass Ledger.get_run(run_id), not a list_runs row")
-    result: dict[str, Any] = {"run_id": run.get("id"), "cloud": cloud, "currency": "USD",
+    run = record.run
+    cloud = run.cloud
+    result: dict[str, Any] = {"run_id": run.id, "cloud": cloud, "currency": "USD",
                               "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
     if is_free(cloud):
         result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
         result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
         return result
-    snapshot = run.get("prices")
+    snapshot = run.prices
     if not snapshot:
         result["notes"].append("no price snapshot stored with the run: priced with today's catalog")
     free_tier = bool((snapshot or {}).get("rules", {}).get("gke_free_tier", False))
     pricer = Pricer(snapshot, cloud, catalog)
-    if not snapshot and run.get("spec"):
+    if not snapshot and run.spec:
         try:
-            pricer.region = region_for(ClusterSpec.from_dict(run["spec"]))
+            pricer.region = region_for(ClusterSpec.from_dict(run.spec))
         except Exception:  # noqa: BLE001 - an odd stored spec only loses the default region
             pass
-    for res in run.get("resources") or []:
+    for res in record.resources:
         try:
             result["lines"].extend(_resource_lines(res, pricer, free_tier, now))
         except UsageError as exc:
-            result["lines"].append({"resource": res.get("name"), "kind": res.get("kind"), "category": "unpriced",
-                                    "description": str(res.get("detail")), "cost": "0", "billed_seconds": 0,
-                                    "still_billing": not res.get("confirmed_gone"), "note": f"not priced: {exc}"})
-            result["notes"].append(f"{res.get('kind')} {res.get('name')} could not be priced ({exc}): "
+            result["lines"].append({"resource": res.name, "kind": res.kind, "category": "unpriced",
+                                    "description": str(res.detail), "cost": "0", "billed_seconds": 0,
+                                    "still_billing": not res.confirmed_gone, "note": f"not priced: {exc}"})
+            result["notes"].append(f"{res.kind} {res.name} could not be priced ({exc}): "
                                    "the total leaves it out")
     total = sum((Decimal(line["cost"]) for line in result["lines"]), Decimal(0))
     result["still_billing"] = sorted({line["resource"] for line in result["lines"]
@@ -143,7 +144,7 @@ def run_cost(run: Mapping[str, Any], *, now: float | None = None, catalog: Catal
     if result["still_billing"]:
         result["notes"].append("still billing (never confirmed deleted, costed up to now): "
                                + ", ".join(result["still_billing"]))
-    if not run.get("resources"):
+    if not record.resources:
         result["notes"].append("the ledger records no resources for this run: nothing was billed")
     dates = [line["date"] for line in result["lines"] if line.get("date")]
     result.update(total=str(total), by_category=_summarize(result["lines"]), local=False,
@@ -157,5 +158,5 @@ def record_run_cost(ledger: Any, run_id: str, *, now: float | None = None) -> di
     if run is None:
         raise UsageError(f"no run {run_id!r} in the ledger")
     cost = run_cost(run, now=now)
-    ledger.set_cost(run["id"], cost)
+    ledger.set_cost(run.id, cost)
     return cost

@@ -6,20 +6,21 @@ from __future__ import annotations
 import math
 import statistics
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
 from gpucluster.errors import UsageError
 from gpucluster.infra.registry import NAMES
+from gpucluster.records import RunRow
 from gpucluster.spec import ClusterSpec, max_nodes, parse_int
 
 from .estimate import estimate
 from .plan import is_free, known
 
 
-def _run_shape(run: Mapping[str, Any], catalog: Catalog | None) -> tuple[str, str | None, str | None, int | None]:
-    spec = run.get("spec") or {}
-    cloud = run.get("cloud") or spec.get("cloud")
+def _run_shape(run: RunRow, catalog: Catalog | None) -> tuple[str, str | None, str | None, int | None]:
+    spec = run.spec or {}  # the spec as recorded (JSON)
+    cloud = run.cloud or spec.get("cloud")
     itype = spec.get("instance_type")
     gpu = spec.get("accelerator")
     chosen = known(cloud)
@@ -30,7 +31,7 @@ def _run_shape(run: Mapping[str, Any], catalog: Catalog | None) -> tuple[str, st
             gpu = normalize_gpu(gpu, ("A10G", "V100"))
         except UsageError:
             pass
-    return cloud, itype, gpu, run.get("gpus_per_node")
+    return cloud, itype, gpu, run.gpus_per_node
 
 
 def _fmt_shape(shape: tuple) -> str:
@@ -38,7 +39,7 @@ def _fmt_shape(shape: tuple) -> str:
     return f"{cloud}" + (f" {itype}" if itype else "") + (f" {gpn} x {gpu}" if gpu else (f" {gpn} GPU" if gpn else ""))
 
 
-def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int], workload: str, epochs: int, *,
+def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: str, epochs: int, *,
             cloud: str | None = None, instance_type: str | None = None, gpus_per_node: int | None = None,
             catalog: Catalog | None = None) -> dict[str, Any]:
     """Project wall time and cost of `epochs` epochs of `workload` on each node count, from the
@@ -53,24 +54,24 @@ def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int],
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
     catalog = catalog or load_catalog()
-    usable: list[tuple[tuple, Mapping[str, Any], float, float | None]] = []
+    usable: list[tuple[tuple, RunRow, dict[str, Any], float, float | None]] = []
     seen_workload = False
     for run in ledger_runs:
-        if run.get("workload") != workload:
+        if run.workload != workload:
             continue
         seen_workload = True
-        summary = run.get("metrics") or {}
+        summary = run.metrics or {}
         train_s, run_epochs = summary.get("train_time_s"), summary.get("epochs")
-        if run.get("status") != "succeeded" or not train_s or not run_epochs:
+        if run.status != "succeeded" or not train_s or not run_epochs:
             continue
         shape = _run_shape(run, catalog)
         if cloud and shape[0] != cloud or instance_type and shape[1] != instance_type \
                 or gpus_per_node is not None and shape[3] != gpus_per_node:
             continue
         wall = None
-        if run.get("ended_at") and run.get("created_at"):
-            wall = float(run["ended_at"]) - float(run["created_at"])
-        usable.append((shape, run, float(train_s) / float(run_epochs), wall))
+        if run.ended_at and run.created_at:
+            wall = float(run.ended_at) - float(run.created_at)
+        usable.append((shape, run, summary, float(train_s) / float(run_epochs), wall))
     if not usable:
         why = ("no succeeded run with training metrics matches" if seen_workload
                else "the ledger has no run of this workload")
@@ -82,16 +83,17 @@ def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int],
         raise UsageError(f"runs of {workload!r} were measured on several node shapes ({listed}); choose one with "
                          "--cloud / --instance-type / --gpus")
     shape = shapes[0]
-    by_nodes: dict[int, list[tuple[Mapping[str, Any], float, float | None]]] = {}
-    for _, run, epoch_s, wall in usable:
-        by_nodes.setdefault(int(run["nodes"]), []).append((run, epoch_s, wall))
+    by_nodes: dict[int, list[tuple[RunRow, dict[str, Any], float, float | None]]] = {}
+    for _, run, summary, epoch_s, wall in usable:
+        # nodes is NOT NULL in the ledger
+        by_nodes.setdefault(int(run.nodes), []).append((run, summary, epoch_s, wall))  # type: ignore[arg-type]
     measured = []
     for n in sorted(by_nodes):
         rows = by_nodes[n]
-        epoch_s = statistics.median(e for _, e, _ in rows)
-        overheads = [max(w - e * float(r["metrics"]["epochs"]), 0.0) for r, e, w in rows if w is not None]
-        sps = [float(r["metrics"]["samples_per_s"]) for r, _, _ in rows if r["metrics"].get("samples_per_s")]
-        measured.append({"nodes": n, "runs": [r["id"] for r, _, _ in rows], "epoch_s": epoch_s,
+        epoch_s = statistics.median(e for _, _, e, _ in rows)
+        overheads = [max(w - e * float(m["epochs"]), 0.0) for _, m, e, w in rows if w is not None]
+        sps = [float(m["samples_per_s"]) for _, m, _, _ in rows if m.get("samples_per_s")]
+        measured.append({"nodes": n, "runs": [r.id for r, _, _, _ in rows], "epoch_s": epoch_s,
                          "overhead_s": statistics.median(overheads) if overheads else 0.0,
                          "samples_per_s": statistics.median(sps) if sps else None})
     base = measured[0]
@@ -105,10 +107,8 @@ def what_if(ledger_runs: Iterable[Mapping[str, Any]], nodes_list: Iterable[int],
         b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
         fit = {"exponent": b, "intercept": my - b * mx,
                "meaning": "epoch time ~ nodes^exponent; -1 would be perfect scaling, 0 none, > 0 slower"}
-    latest = max((u[1] for u in usable), key=lambda r: r.get("created_at") or 0)
-    spec_base = None
-    if latest.get("spec"):
-        spec_base = ClusterSpec.from_dict(latest["spec"])
+    latest = max((u[1] for u in usable), key=lambda r: r.created_at or 0)
+    spec_base = ClusterSpec.from_dict(latest.spec) if latest.spec else None
     known = {m["nodes"]: m for m in measured}
     lo, hi = measured[0]["nodes"], measured[-1]["nodes"]
     projection = []

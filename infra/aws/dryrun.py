@@ -17,8 +17,6 @@ from typing import Any
 
 import yaml
 
-from gpucluster.errors import SpecError
-
 from gpucluster.infra.aws.mock_runtime import build, unwrap
 
 SG_RULE_TYPES = {
@@ -89,10 +87,3 @@ def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, An
         "outputs": {k: v for k, v in built.outputs.items() if k != "ssh_private_key"},
         "note": "declared under Pulumi's mock runtime: AMI id, zone and IPs are placeholders from the mocks",
     }
-
-
-def check_reachable(description: dict[str, Any]) -> None:
-    """The launcher must be able to reach port 22: refuse a plan without such a rule."""
-    if not any(r["direction"] == "ingress" and r["ports"] in ("22", "all") and r["peer"] != "members of the group"
-               for r in description["security_group_rules"]):
-        raise SpecError("the cluster would have no SSH rule, so the launcher could not reach it; pass --ssh-cidr")

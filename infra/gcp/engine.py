@@ -55,7 +55,7 @@ def capacity_zones(spec: Any, text: str, zone_lister: Any = None) -> tuple[str |
     zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
     try:
         zones = list(catalog.v100_zones(spec))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the zones to try next are a suggestion: best effort
         zones = []
     region = catalog.region_of(zone) if zone else None
     same = [z for z in zones if region and z.startswith(region + "-")]

@@ -303,7 +303,7 @@ def pull(gcs, url, dest):
                 if base64.b64encode(h.digest()).decode() != md5:
                     raise Failure("gs://%s/%s: the MD5 of the bytes received differs from the object's" % (bucket, name))
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException:  # Ctrl-C and kills included: no partial download is left behind
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
@@ -316,7 +316,7 @@ def pull(gcs, url, dest):
             return 0
         try:
             return one(item)
-        except BaseException:
+        except BaseException:  # any failure in one worker stops the others before it is raised
             stop.set()
             raise
 

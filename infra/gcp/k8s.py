@@ -59,7 +59,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher
+from gpucluster.events import RunEvents
+from gpucluster.launch import JobResult, JobSpec, Launcher
 from gpucluster.staging import staged_mounts
 from gpucluster.supervisor import NodeSupervisor
 
@@ -112,7 +113,7 @@ def _lines(response: Any) -> Iterator[bytes]:
         for method in ("release_conn", "close"):
             try:
                 getattr(response, method)()
-            except Exception:
+            except Exception:  # noqa: BLE001 - best-effort release of a stream that may already be broken
                 pass
 
 
@@ -139,7 +140,7 @@ class _Pods:
         self._last = now
         try:
             pods = self.api.core.list_namespaced_pod(self.plan.namespace, label_selector=self.plan.selector).items
-        except Exception as exc:
+        except Exception as exc:  # ApiException lives in the lazily imported SDK: non-API errors re-raise
             if not _is_api_error(exc):
                 raise
             # A control-plane blip (GKE upgrades the master in place) is not a failed run; a run of them is.
@@ -216,7 +217,7 @@ class _Pods:
         try:
             events = self.api.core.list_namespaced_event(
                 self.plan.namespace, field_selector=f"involvedObject.name={pod_name}").items
-        except Exception as exc:
+        except Exception as exc:  # ApiException lives in the lazily imported SDK: non-API errors re-raise
             if not _is_api_error(exc):
                 raise
             return None
@@ -295,7 +296,7 @@ class _Created:
         for kind in reversed(self.kinds):  # the workload first, what it uses last
             try:
                 delete[kind]()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every kind is still deleted; the error is reported
                 if _status(exc) != 404:
                     self.errors.append(f"{kind} {ns}/{name}: {exc}")
 
@@ -370,7 +371,7 @@ class KubernetesLauncher(Launcher):
                         service_account=OBJECTS_KSA if uses_objects(job) else None, extra_files=files)
         return list(plan.notes)
 
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         account = object_account(cluster, job)
         files, transfer = object_transfer(self.objects, job)  # the pods' gs:// program, shipped
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
@@ -466,7 +467,7 @@ class KubernetesLauncher(Launcher):
             created.kinds.append(kind)  # before the request: an interrupted call may still succeed
             try:
                 create()
-            except Exception as exc:
+            except Exception as exc:  # ApiException lives in the lazily imported SDK: non-API errors re-raise
                 if not _is_api_error(exc):
                     raise
                 if _status(exc) is None:

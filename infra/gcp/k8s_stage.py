@@ -280,7 +280,7 @@ def ensure_service_account(api: KubeApi, plan: Plan, ksa: str, gsa: str) -> None
         annotations={"iam.gke.io/gcp-service-account": gsa}))
     try:
         api.core.create_namespaced_service_account(plan.namespace, body)
-    except Exception as exc:
+    except Exception as exc:  # the client's ApiException is in the SDK, imported lazily: non-API errors re-raise
         if not _is_api_error(exc) or _status(exc) != 409:  # 409: made by an earlier run
             raise LaunchError(f"cannot create the service account {plan.namespace}/{ksa} for object storage: "
                               f"{_status(exc)} {getattr(exc, 'reason', exc)}") from None

@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import (JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, resume_record,
+from gpucluster.events import RunEvents
+from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_args, resume_record,
                                torchrun_argv)
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
@@ -161,7 +162,7 @@ class LocalLauncher(Launcher):
         self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
         self._work: dict[str, dict[int, Path]] = {}  # run id -> node rank -> run folder (nodes/node-N)
 
-    def collect_outputs(self, job: JobSpec, events: LaunchEvents) -> list:
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list:
         from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
 
         results = []
@@ -194,7 +195,7 @@ class LocalLauncher(Launcher):
                          "OUTPUTS/workdir/node-N")
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
-    def launch(self, cluster, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
         job = replace(job, rdzv_port=free_port())
         if job.threads_per_proc is None:
@@ -280,8 +281,7 @@ class LocalLauncher(Launcher):
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
                 procs[node.rank] = proc
-                if hasattr(events, "on_spawn"):
-                    events.on_spawn(node.rank, "process", str(proc.pid))
+                events.on_spawn(node.rank, "process", str(proc.pid))
                 supervisor.attach(node.rank, proc.stdout)
                 if job.command:
                     # A user's script reports no utilisation: a sampler runs beside it on each node
@@ -303,7 +303,7 @@ class LocalLauncher(Launcher):
                 _remove_work(self._work.pop(job.run_id, {}))
             what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
             raise LaunchError(f"could not start {what}: {exc}") from None
-        except BaseException:
+        except BaseException:  # Ctrl-C included: what was started is stopped and removed before it propagates
             stop()
             supervisor.close()
             _remove(go_dir)

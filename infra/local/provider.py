@@ -29,13 +29,15 @@ class LocalProvider(Provider):
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         if not run_id:
             return Check(unchecked=(f"processes of cluster {name!r}: no run id to look for",))
+        import psutil
+
         from gpucluster.procs import run_processes
 
         out = []
         for p in run_processes(run_id):
             try:
                 cmd = " ".join(p.cmdline()[:4])
-            except Exception:
+            except (psutil.Error, OSError):  # gone or not ours to read: the pid is still reported
                 cmd = ""
             out.append(Leftover(kind="process", id=str(p.pid), detail=cmd))
         return Check(tuple(out))

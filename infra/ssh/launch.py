@@ -45,7 +45,8 @@ from typing import Any, Callable, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
-from gpucluster.launch import JobResult, JobSpec, LaunchEvents, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.events import Phase, RunEvents
+from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
@@ -136,7 +137,7 @@ class SshLauncher(Launcher):
         self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
-    def launch(self, cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         """With `job.output_dir` set, the run folders and the connections outlive this call: they
         are held for `collect_outputs`, which copies every node's output folder back and then
         removes the run folders and closes the connections. Without it, both go before returning."""
@@ -152,15 +153,14 @@ class SshLauncher(Launcher):
             # Where the run reaches its hosts goes to the ledger before the first connection:
             # if this process dies, `gpucluster down` uses it to clean the hosts.
             self._record(session, events)
-            events.on_phase("ready")
+            events.on_phase(Phase.READY)
             ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
             if ready_file:
                 session.wait_ready(str(ready_file), self.ready_timeout, events)
             ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
             for rank, d in dirs.items():
-                if hasattr(events, "resource_created"):
-                    events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
+                events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
                 if job.command:  # what the job writes in its working folder later than this comes back
@@ -168,7 +168,7 @@ class SshLauncher(Launcher):
                     if marks:
                         raise LaunchError("; ".join(marks))
                 if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
-                    events.on_phase("stage")
+                    events.on_phase(Phase.STAGE)
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
                 if job.resume_files and job.resume is not None and code_dir is not None:
@@ -266,18 +266,16 @@ class SshLauncher(Launcher):
         return {rank: f"{d}/code/outputs" if has_code else f"{d}/outputs" for rank, d in dirs.items()}
 
     @staticmethod
-    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int], events: Any) -> None:
+    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int],
+                 events: RunEvents) -> None:
         session.close()
         # the session is closed (master connections, temporary folder): what was cleaned is gone
-        if hasattr(events, "resource_deleted"):
-            for node in cluster.nodes:
-                if node.rank in cleaned or node.rank not in dirs:
-                    events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
+        for node in cluster.nodes:
+            if node.rank in cleaned or node.rank not in dirs:
+                events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
 
-    def _record(self, session: "Session", events: Any) -> None:
+    def _record(self, session: "Session", events: RunEvents) -> None:
         """One ledger resource per node: how to reach it and where the run's local ssh state lives."""
-        if not hasattr(events, "resource_requested"):
-            return
         for node in session.nodes:
             events.resource_requested(
                 RUN_RESOURCE, f"node-{node.rank}", rank=node.rank, host=node.host, user=node.user,
@@ -404,7 +402,7 @@ class SshLauncher(Launcher):
             raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
         return base
 
-    def _free_rdzv_port(self, session: "Session", cluster: Any, job: JobSpec, events: Any) -> JobSpec:
+    def _free_rdzv_port(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents) -> JobSpec:
         """The rendezvous port on the head, checked before torchrun starts: when another process
         holds it (a second run on the same hosts), a free port nearby is used and said; when
         none is free, LaunchError naming the port and its holder."""
@@ -424,14 +422,12 @@ class SshLauncher(Launcher):
         if not isinstance(alt, int):
             raise LaunchError(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}, "
                               "and no port near it is free; stop that process or free a port")
-        say = getattr(events, "message", None)
-        if say:
-            say(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
+        events.message(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
         # recorded with the run's metrics (the ledger), where `show --json` finds it
         events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
         return dataclasses.replace(job, rdzv_port=alt)
 
-    def _run(self, session: "Session", cluster: Any, job: JobSpec, events: LaunchEvents, log_dir: Path,
+    def _run(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
         supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
@@ -477,10 +473,10 @@ class SshLauncher(Launcher):
                 )
                 procs[node.rank] = proc
                 self._started.setdefault(job.run_id, set()).add(node.rank)
-                if hasattr(events, "on_spawn"):  # the ledger notes where the run's processes live
-                    events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
+                # the ledger notes where the run's processes live
+                events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
                 supervisor.attach(node.rank, proc.stdout)
-        except BaseException:
+        except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
             raise
         return supervisor.run(procs, stop, release=release)

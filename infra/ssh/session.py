@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
+from gpucluster.events import RunEvents
 
 if TYPE_CHECKING:
     from .launch import SshLauncher
@@ -84,7 +85,7 @@ class Session:
         self.tmp = tempfile.mkdtemp(prefix="gcssh-")  # short: control socket paths are limited
         try:
             self.base_opts = self._options()
-        except BaseException:
+        except BaseException:  # Ctrl-C included: the temporary folder is removed before it propagates
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
         return self
@@ -178,14 +179,13 @@ class Session:
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         return f"{who}: cannot connect over ssh: {last[-1] if last else 'ssh exited with code 255'}"
 
-    def wait_ready(self, ready_file: str, timeout: float, events: Any, *,
+    def wait_ready(self, ready_file: str, timeout: float, events: RunEvents, *,
                    first_delay: float = 1.0, max_delay: float = 15.0) -> None:
         """Until every node answers over ssh AND its ready marker (JSON written by user data after
         the driver/GPU/torch check) exists: retry each node with exponential backoff, progress on
         the status line. LaunchError naming each node that was not ready by `timeout` seconds,
         with what was last seen (and the launcher's `diagnose` text), or at once when a marker
         says ok=false."""
-        progress = getattr(events, "progress", None) or (lambda text: None)
         start = time.monotonic()
         deadline = start + timeout
         last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
@@ -234,11 +234,11 @@ class Session:
                     + (f", error: {m['error']}" if m.get("error") else "")
                     for r, m in sorted(failed.items())))
             if len(done) == len(self.nodes):
-                progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
+                events.progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
                 return
             waiting = [n for n in self.nodes if n.rank not in done]
-            progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
-                     f"node {waiting[0].rank}: {last[waiting[0].rank]}")
+            events.progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
+                            f"node {waiting[0].rank}: {last[waiting[0].rank]}")
             if time.monotonic() >= deadline:
                 parts = []
                 for n in waiting:

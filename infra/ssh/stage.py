@@ -201,7 +201,7 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
         for t in threads:
             while t.is_alive():
                 t.join(0.2)
-    except BaseException:
+    except BaseException:  # Ctrl-C included: every copy process is killed before it propagates
         with lock:
             for p in procs:
                 if p.poll() is None:
