@@ -100,6 +100,7 @@ class PodScript:
     setup_lines: list[str] = field(default_factory=list)  # what the setup commands print (with --setup)
     setup_rc: int = 0  # the setup's exit code
     setup_ticks: int = 1  # ticks the setup takes once the container runs
+    no_python: bool = False  # the image has no `python`: the init container cannot start (StartError)
 
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -61,5 +61,9 @@ socket.getaddrinfo, socket.create_connection = getaddrinfo, create_connection
 if os.environ.get("GPUCLUSTER_FAKE_FAST_CLOCK"):
     _sleep = time.sleep
     time.sleep = lambda seconds: _sleep(min(seconds, 0.05))
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+if sys.argv[2] == "-c":  # python -c CODE ARGS...
+    code, sys.argv = sys.argv[3], ["-c", *sys.argv[4:]]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+else:
+    sys.argv = sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")

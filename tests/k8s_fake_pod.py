@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -125,9 +126,12 @@ class _Pod:
         self.init_rc: dict[int, int] = {}  # init index -> its last exit code
         self.init_restarts: dict[int, int] = {}
         self.init_backoff = 0
+        self.init_term: tuple[str, str | None] = ("Error", None)  # how a failed init container terminated
         self.init_failed: int | None = None  # restartPolicy Never: the init container that failed the pod
         self.app_age: int | None = None  # when the app container started
-        self.train_age: int | None = None  # when every agent had joined the rendezvous (training starts)
+        self.train_age: int | None = None  # when the workers started (training output begins)
+        self.joined_at: float | None = None  # when every agent had joined the rendezvous
+        self.training = threading.Event()
         self.rdzv: list[socket.socket] = []  # the head's rendezvous listener once its torchrun runs
         self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
                                     message="fake", last_timestamp="2026-11-22T00:00:00Z")]
@@ -162,8 +166,13 @@ class _Pod:
         if not all(p.past_gates() for p in self.peers):  # torchrun's rendezvous waits for every agent
             self.stopped()
             return
-        if self.train_age is None:
+        if self.train_age is None:  # the workers start (and print) a while after the rendezvous
+            self.joined_at = self.joined_at or time.monotonic()
+            if time.monotonic() - self.joined_at < RDZV_TO_OUTPUT_S:
+                self.stopped()
+                return
             self.train_age = self.age
+            self.training.set()
         start, s = self.train_age, self.script
         if self.collecting:
             self._tick_collecting(start)
@@ -222,6 +231,13 @@ class _Pod:
 
     def _start_init(self) -> None:
         name, command, env = self.inits[self.init_index]
+        if self.script.no_python and command[:1] in (["python"], ["python3"]):
+            # the runtime cannot start the command (an image without python): StartError, exit code 128
+            self.init_term = ("StartError", f'failed to create containerd task: exec: "{command[0]}": executable '
+                                            "file not found in $PATH: unknown")
+            self.init_proc = subprocess.Popen(["sh", "-c", "exit 128"], start_new_session=True)
+            _LIVE.add(self.init_proc)
+            return
         config = self.base / self.name / "config"
         argv = []
         for i, arg in enumerate(command):
@@ -368,7 +384,7 @@ class _Pod:
             if i < self.init_index:
                 terminated = NS(exit_code=0, reason="Completed", message=None)
             elif i == self.init_index and self.init_failed == i:
-                terminated = NS(exit_code=self.init_rc[i], reason="Error", message=None)
+                terminated = NS(exit_code=self.init_rc[i], reason=self.init_term[0], message=self.init_term[1])
             elif i == self.init_index and self.sandbox and self.script.waiting_reason is not None:
                 reason = "ErrImagePull" if self.pulls % 2 else self.script.waiting_reason
                 waiting = NS(reason=reason, message=f'Back-off pulling image "{self.image}"'
@@ -378,7 +394,7 @@ class _Pod:
             elif i == self.init_index and self.init_proc is None and self.init_restarts.get(i):
                 waiting = NS(reason="CrashLoopBackOff",
                              message=f"back-off 10s restarting failed container={name} pod={self.name}")
-                last = NS(terminated=NS(exit_code=self.init_rc[i], reason="Error", message=None))
+                last = NS(terminated=NS(exit_code=self.init_rc[i], reason=self.init_term[0], message=self.init_term[1]))
             elif i == self.init_index and self.init_proc is not None:
                 running = NS(started_at=None)
             else:
@@ -463,8 +479,13 @@ class _LogResponse:
                 return False
             pod.deleted.wait(0.05)
         # the workers print only after torchrun spawned them and they imported torch: seconds on a real
-        # node; a fraction of a second here
-        return not pod.deleted.wait(RDZV_TO_OUTPUT_S)
+        # node; RDZV_TO_OUTPUT_S here (the pod's tick model starts training then)
+        while not pod.training.is_set():
+            pod.stopped()
+            if pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set():
+                return False
+            pod.deleted.wait(0.02)
+        return True
 
     def stream(self):
         pod, s = self.pod, self.pod.script
