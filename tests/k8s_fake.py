@@ -75,7 +75,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
 from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
-from k8s_fake_pod import INDEX, Network, _InitLogResponse, _LogResponse, _Pod  # noqa: F401 - _Pod, INDEX: for tests
+from k8s_fake_logs import _InitLogResponse, _LogResponse
+from k8s_fake_pod import INDEX, Network, _Pod  # noqa: F401 - _Pod, INDEX: for tests
 
 
 class FakeApiException(Exception):
@@ -141,6 +142,7 @@ class FakeKubeApi:
         self.terminating: dict[tuple[str, str], int] = {}  # deleted objects still present, ticks left
         self.scripts = scripts
         self.refuse = refuse or {}
+        self.refuse_delete: dict[str, int] = {}  # kind -> status a delete of it answers (500: etcd trouble)
         self.interrupt_on_list = interrupt_on_list
         self.interrupt_when = None  # fake -> bool: a Ctrl-C at the first pod listing where it holds
         self.stdin_delay = 0.0  # seconds each exec stdin frame takes (a slow link to the API server)
@@ -446,6 +448,8 @@ class FakeKubeApi:
         policy = getattr(body, "propagation_policy", None)
         self.calls.append(("delete", kind, namespace, name, policy))
         self._authenticate()
+        if kind in self.refuse_delete:
+            raise FakeApiException(self.refuse_delete[kind], "Internal Server Error")
         if (kind, name) not in self.objects or (kind, name) in self.terminating:
             raise FakeApiException(404, "NotFound")
         if self.delete_ticks:

@@ -326,3 +326,15 @@ def test_the_fake_validates_like_the_api_server():
         completion_mode="Indexed", template=kc.V1PodTemplateSpec(metadata=kc.V1ObjectMeta(labels={}), spec=pod)))
     with pytest.raises(Exception, match="completions: Required.*restartPolicy"):
         fake.create_namespaced_job("default", bad_job)
+
+
+def test_a_refused_delete_is_kept_as_a_cleanup_error_and_the_rest_is_still_deleted(tmp_path):
+    # an API server answers 500 when its storage (etcd) fails a request (Kubernetes docs, "API Concepts":
+    # status codes); the launcher must say what it left, not drop it
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    fake.refuse_delete = {"service": 500}
+    result, _, launcher = launch(fake, tmp_path)
+    assert result.ok, result.failure
+    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]  # the others still went
+    assert len(launcher.cleanup_errors) == 1 and launcher.cleanup_errors[0].startswith(f"service default/{NAME}: ")
+    assert "500" in launcher.cleanup_errors[0]
