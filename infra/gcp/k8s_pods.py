@@ -131,8 +131,8 @@ class _Pods:
             if cs.name == CONTAINER:
                 state = cs.state
         running = state is not None and (state.running is not None or state.terminated is not None)
-        if rank not in self.attached and (running or (phase in ("Running", "Succeeded", "Failed")
-                                                      and self._init_failure(pod) is None)):
+        if rank not in self.attached and rank not in self.exit_codes and (
+                running or (phase in ("Running", "Succeeded", "Failed") and self._init_failure(pod) is None)):
             self.attached.add(rank)
             self.supervisor.attach(rank, self._log_stream(pod.metadata.name, rank))
         self.pending.pop(rank, None)
