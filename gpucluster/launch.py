@@ -25,27 +25,22 @@ from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
 from gpucluster.metrics import MetricsState
 
+
+def _program(name: str) -> str:
+    """The text of a program that runs on a node (a file of this package, shipped by content)."""
+    return (Path(__file__).parent / name).read_text()
+
+
 DEFAULT_RDZV_PORT = 29400
 # What a user's command is started through on every rank: it announces the worker's start (the
 # observable start of the train phase) as a metric record, then exec()s the command unchanged, in
-# the same process (same pid, environment, argv). Not shipped as a file: it works on any node.
+# the same process (same pid, environment, argv). The program is the file node_announce.py, shipped
+# by content (`python -c`), so it works on any node.
 WORKER_START_KIND = "worker_start"
 # It starts with "-1" (a statement that does nothing) so that torchrun's failure summary names the
 # user's program: torch.distributed.launcher.api._get_entrypoint_name takes the first argument that
 # does not start with "-" when the entry point is its own interpreter (torch 2.x).
-_ANNOUNCE = (
-    "-1\n"
-    "import json,os,sys\n"
-    "e=os.environ\n"
-    "print('@gpucluster-metric '+json.dumps({'kind':'worker_start','rank':int(e.get('RANK','0')),"
-    "'local_rank':int(e.get('LOCAL_RANK','0')),'pid':os.getpid()}),flush=True)\n"
-    "a=sys.argv[1:]\n"
-    "c=a[1:] if a[0]=='--no-python' else [sys.executable,'-u',*a]\n"
-    "try:\n"
-    " os.execvp(c[0],c)\n"
-    "except OSError as x:\n"
-    " sys.stderr.write('gpucluster: cannot start %r: %s\\n'%(c[0],x));sys.exit(127)\n"
-)
+_ANNOUNCE = "-1\n" + _program("node_announce.py")
 
 
 
@@ -113,9 +108,12 @@ class Launcher:
       `job.output_dir/node-N`, one `gpucluster.outputs.NodeOutputs` per node where the job was
       started ([] where it started nowhere). None (the default): this launcher cannot collect
       outputs (`collects_outputs` is False; `--output` is refused for it).
+    - `cleanup_errors`: what the launcher could not delete of what it created on the cluster (one
+      line each), read by the lifecycle once the job and its outputs are done.
     """
 
     collects_outputs = False
+    cleanup_errors: Sequence[str] = ()
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         raise NotImplementedError

@@ -353,6 +353,11 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
         if not check.verified:  # something may still exist and bill: that outranks every other outcome
             exit_code = ExitCode.LEFTOVERS
+    cleanup = [f"the launcher could not delete {e}" for e in launcher.cleanup_errors]
+    if cleanup and teardown in ("kept", None):  # the cluster stays: what the launcher left on it is not verified gone
+        teardown, unchecked, exit_code = "not verified", unchecked + cleanup, ExitCode.LEFTOVERS
+    elif cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
+        failure = "; ".join(([failure] if failure else []) + cleanup)
     _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
              metrics=result.metrics.summary() if result else None,
              teardown=teardown, leftovers=leftovers, unchecked=unchecked)

@@ -75,9 +75,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
 from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
-from k8s_fake_setup import _LogResponse, stages, tick_setup, tick_staged, wrapped
-
-INDEX = "batch.kubernetes.io/job-completion-index"
+from k8s_fake_logs import _InitLogResponse, _LogResponse
+from k8s_fake_pod import INDEX, Network, _Pod  # noqa: F401 - _Pod, INDEX: for tests
 
 
 class FakeApiException(Exception):
@@ -102,6 +101,7 @@ class PodScript:
     setup_lines: list[str] = field(default_factory=list)  # what the setup commands print (with --setup)
     setup_rc: int = 0  # the setup's exit code
     setup_ticks: int = 1  # ticks the setup takes once the container runs
+    no_python: bool = False  # the image has no `python`: the init container cannot start (StartError)
 
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -111,112 +111,23 @@ _CM_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _FIELD_SELECTOR = re.compile(r"^involvedObject\.name=[a-z0-9][-a-z0-9.]*$")
 
 
-class _Pod:
-    def __init__(self, name: str, index: int, labels: dict, script: PodScript, delay: int = 0):
-        self.name, self.index, self.labels, self.script = name, index, labels, script
-        self.delay = delay  # start-up skew: extra Pending ticks
-        self.age = 0
-        self.phase = "Pending"
-        self.deleted = threading.Event()
-        self.ended = threading.Event()
-        self.terminating: int | None = None  # listings left before a deleted pod is really gone
-        self.collecting = False  # the entry script's handshake (GPUCLUSTER_CONTROL_DIR in the template)
-        self.root: Path | None = None  # the container's filesystem under /gpucluster-run
-        self.base: Path | None = None  # where the fake keeps the pods' filesystems
-        self.torch_code: int | None = None  # torchrun's exit code once it ended (collecting)
-        self.torch_ended = threading.Event()
-        self.setup = False  # argv.json holds the setup wrapper
-        self.stages = False  # argv.json waits for the staged file (--data)
-        self.service_account: str | None = None  # the pod template's serviceAccountName
-        self.config_files: dict = {}  # the ConfigMap volume at /gpucluster: path -> bytes
-        self.peers: list = [self]  # every pod of its job
-        self.staged = threading.Event()
-        self.staged_age: int | None = None
-        self.setup_ended = threading.Event()
-        self.go = threading.Event()  # the go file exists: torchrun starts
-        self.go_age: int | None = None
-        self.code: int | None = None  # the container's exit code (without the handshake)
-        self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
-                                    message="fake", last_timestamp="2026-11-22T00:00:00Z")]
-        if script.unschedulable:
-            self.events.append(NS(type="Warning", reason="FailedScheduling",
-                                  message="0/3 nodes are available: 1 node(s) had untolerated taint, "
-                                          "2 Insufficient nvidia.com/gpu.",
-                                  last_timestamp="2026-11-22T00:00:05Z"))
-            self.events.append(NS(type="Normal", reason="NotTriggerScaleUp",
-                                  message="pod didn't trigger scale-up: 1 max node group size reached",
-                                  last_timestamp="2026-11-22T00:00:09Z"))
+def _argv(objects: dict, name: str, rank: int) -> list:
+    cm = objects.get(("configmap", name))
+    data = (cm.get("data") if isinstance(cm, dict) else getattr(cm, "data", None)) or {}
+    argv = json.loads(data.get("argv.json", "[]"))
+    return argv[rank] if rank < len(argv) else []
 
-    def tick(self) -> None:
-        self.age += 1
-        s = self.script
-        start = s.start_after + self.delay
-        if self.phase == "Pending" and s.waiting_reason is None and not s.unschedulable and self.age >= start:
-            self.phase = "Running"
-        if self.phase == "Running" and self.root is None and (self.collecting or self.setup or self.stages):
-            self.start_files(self.base)  # the container starts: the emptyDir, the training's files
-        if self.phase == "Running" and self.stages:
-            start = tick_staged(self, start)
-            if start is None:
-                return
-        if self.phase == "Running" and self.setup:
-            start = tick_setup(self, start)
-            if start is None:
-                return
-        if self.phase == "Running" and self.collecting:
-            self._tick_collecting(start)
-        elif self.phase == "Running" and s.exit_code is not None and self.age >= start + s.run_ticks:
-            self.code = s.exit_code
-            self.phase = "Succeeded" if s.exit_code == 0 else "Failed"
-            self.ended.set()
 
-    def _tick_collecting(self, start: int) -> None:
-        s, control = self.script, self.root / "control"
-        if self.torch_code is None:
-            if (control / "stop").exists():
-                self.torch_code = 143
-            elif s.exit_code is not None and self.age >= start + s.run_ticks:
-                self.torch_code = s.exit_code
-            if self.torch_code is not None:
-                self.torch_ended.set()
-        if self.torch_code is not None and (control / "collected").exists():
-            self.phase = "Succeeded" if self.torch_code == 0 else "Failed"
-            self.ended.set()
+def wrapped(objects: dict, name: str, rank: int) -> bool:
+    """Whether the ConfigMap's argv.json gives `rank` the setup wrapper (the pod runs --setup)."""
+    argv = _argv(objects, name, rank)
+    return argv[:1] == ["sh"] and "gpucluster-setup" in argv
 
-    def start_files(self, base: Path) -> None:
-        self.root = base / self.name
-        (self.root / "control").mkdir(parents=True)
-        out = self.root / "outputs"
-        out.mkdir()
-        for rel, content in self.config_files.items():  # the ConfigMap volume, read-only
-            path = self.root / "config" / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-        for rel, content in self.script.outputs.items():
-            path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
-    def view(self) -> NS:
-        if self.phase == "Pending":
-            waiting = NS(reason=self.script.waiting_reason or "ContainerCreating", message="fake")
-            state = NS(waiting=waiting, running=None, terminated=None)
-        elif self.phase == "Running":
-            state = NS(waiting=None, running=NS(started_at=None), terminated=None)
-        else:
-            code = self.torch_code if self.collecting else self.code
-            state = NS(waiting=None, running=None,
-                       terminated=NS(exit_code=code, reason="Completed" if code == 0 else "Error"))
-        return NS(
-            metadata=NS(name=self.name, labels=dict(self.labels),
-                        deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
-                        annotations={} if "training.kubeflow.org/replica-type" in self.labels
-                        else {INDEX: str(self.index)}),
-            status=NS(phase=self.phase, reason=None, container_statuses=[NS(name="pytorch", state=state)],
-                      conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
-                                     message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
-                      if self.script.unschedulable else []),
-        )
+def stages(objects: dict, name: str, rank: int) -> bool:
+    """Whether `rank`'s argv waits for the staged file first (--data/--resume: k8s_stage sends the data)."""
+    argv = _argv(objects, name, rank)
+    return argv[:1] == ["sh"] and "/control/staged" in argv[2]
 
 
 class FakeKubeApi:
@@ -231,6 +142,7 @@ class FakeKubeApi:
         self.terminating: dict[tuple[str, str], int] = {}  # deleted objects still present, ticks left
         self.scripts = scripts
         self.refuse = refuse or {}
+        self.refuse_delete: dict[str, int] = {}  # kind -> status a delete of it answers (500: etcd trouble)
         self.interrupt_on_list = interrupt_on_list
         self.interrupt_when = None  # fake -> bool: a Ctrl-C at the first pod listing where it holds
         self.stdin_delay = 0.0  # seconds each exec stdin frame takes (a slow link to the API server)
@@ -244,6 +156,7 @@ class FakeKubeApi:
         self.root = Path(tempfile.mkdtemp(prefix="fake-pods-"))  # the pods' filesystems
         self.host_root = host_root or self.root / "hosts"  # the GPU nodes' disks (hostPath), by pod index
         self._tls = threading.local()
+        self.networks: dict[str, Network] = {}  # job name -> its pods' DNS records and open ports
         self.exec_clients: list = []  # every exec with stdin, for tests to check none is left running
 
     # -- auth and validation ---------------------------------------------------------------
@@ -350,20 +263,53 @@ class FakeKubeApi:
                     files[item.path] = base64.b64decode(cm.binary_data[item.key])
         return files
 
+    def _dns_names(self, body, index: int) -> list[str]:
+        """The pod's DNS names: an Indexed Job's pod has hostname `<job>-<index>`; with `subdomain` set and a
+        headless Service of that name selecting it, `<hostname>.<subdomain>[.<ns>.svc[.cluster.local]]`
+        resolve to it (Kubernetes docs, "Jobs": Indexed completion mode; "DNS for Services and Pods")."""
+        spec, labels = body.spec.template.spec, body.spec.template.metadata.labels or {}
+        service = self.objects.get(("service", spec.subdomain or ""))
+        if service is None or not all(labels.get(k) == v for k, v in (service.spec.selector or {}).items()):
+            return []
+        short = f"{body.metadata.name}-{index}.{spec.subdomain}"
+        ns = body.metadata.namespace or "default"
+        return [short, f"{short}.{ns}.svc", f"{short}.{ns}.svc.cluster.local"]
+
+    @staticmethod
+    def _container_env(container, index: int) -> dict:
+        """A container's environment as the kubelet sets it: values, the completion-index annotation
+        through the downward API, and JOB_COMPLETION_INDEX (the Job controller sets it in every container)."""
+        env = {"JOB_COMPLETION_INDEX": str(index)}
+        for e in container.env or []:
+            ref = getattr(getattr(e, "value_from", None), "field_ref", None)
+            env[e.name] = str(index) if ref is not None and INDEX in ref.field_path else (e.value or "")
+        return env
+
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
-        collecting = any(e.name == "GPUCLUSTER_CONTROL_DIR" for e in body.spec.template.spec.containers[0].env or [])
+        pod_spec = body.spec.template.spec
+        app = pod_spec.containers[0]
+        collecting = any(e.name == "GPUCLUSTER_CONTROL_DIR" for e in app.env or [])
         n = body.spec.completions
+        network = self.networks.setdefault(body.metadata.name, Network(self.root / f"net-{body.metadata.name}.json"))
+        for i in range(n):
+            network.names.update(self._dns_names(body, i))
+        network.write()
         for i in range(n):
             name = f"{body.metadata.name}-{i}-fake{i}"
             # skew: the head (index 0) is the last to start
-            self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
-            self.pods[name].collecting, self.pods[name].base = collecting, self.root
-            self.pods[name].setup = wrapped(self.objects, body.metadata.name, i)
-            self.pods[name].stages = stages(self.objects, body.metadata.name, i)
-            self.pods[name].service_account = body.spec.template.spec.service_account_name
-            self.pods[name].config_files = self._mounted_config(body)
+            pod = self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
+            pod.collecting, pod.base = collecting, self.root
+            pod.setup = wrapped(self.objects, body.metadata.name, i)
+            pod.stages = stages(self.objects, body.metadata.name, i)
+            pod.service_account = pod_spec.service_account_name
+            pod.config_files = self._mounted_config(body)
+            pod.inits = [(c.name, list(c.command or []) + list(c.args or []), self._container_env(c, i))
+                         for c in pod_spec.init_containers or []]
+            pod.restart_policy, pod.image = pod_spec.restart_policy or "Always", app.image
+            pod.network, pod.dns_names = network, self._dns_names(body, i)
+            pod.rdzv_ports = [p.container_port for p in app.ports or []]
         peers = [p for p in self.pods.values() if p.name.startswith(body.metadata.name + "-")]
         for p in peers:
             p.peers = peers  # the job's pods: training waits for all of them (the rendezvous)
@@ -421,12 +367,30 @@ class FakeKubeApi:
         pod = self.pods.get(name)
         return NS(items=list(pod.events) if pod else [])
 
-    def read_namespaced_pod_log(self, name, namespace, container=None, follow=False, _preload_content=True, **kw):
+    def read_namespaced_pod_log(self, name, namespace, container=None, follow=False, _preload_content=True,
+                                tail_lines=None, **kw):
+        """The app container's log, or an init container's (what its command printed). A container that
+        has not started has no log: 400 "container ... is waiting to start: PodInitializing"."""
         self.calls.append(("log", "pod", namespace, name, container, follow))
         self._authenticate()
         if name not in self.pods:
             raise FakeApiException(404, "NotFound")
-        response = _LogResponse(self.pods[name])
+        pod = self.pods[name]
+        inits = [n for n, _, _ in pod.inits]
+        if container in inits:
+            index = inits.index(container)
+            if index > pod.init_index or (index == pod.init_index and pod.init_proc is None
+                                          and index not in pod.init_rc):
+                raise FakeApiException(400, f'BadRequest: container "{container}" in pod "{name}" is waiting to '
+                                            "start: PodInitializing")
+            response = _InitLogResponse(pod, index, follow)
+            return response if not _preload_content else response.text(tail_lines)
+        if container not in (None, "pytorch"):
+            raise FakeApiException(400, f"BadRequest: container {container} is not valid for pod {name}")
+        if pod.app_age is None and pod.phase in ("Pending", "Failed"):
+            raise FakeApiException(400, f'BadRequest: container "pytorch" in pod "{name}" is waiting to start: '
+                                        "PodInitializing")
+        response = _LogResponse(pod)
         self.responses.append(response)
         return response
 
@@ -476,7 +440,7 @@ class FakeKubeApi:
         """The pod of `rank` vanishes at once (its node was preempted)."""
         for name, pod in list(self.pods.items()):
             if pod.index == rank:
-                pod.deleted.set()
+                pod.kill()
                 self.pods.pop(name)
 
     # -- delete ----------------------------------------------------------------------------
@@ -484,6 +448,8 @@ class FakeKubeApi:
         policy = getattr(body, "propagation_policy", None)
         self.calls.append(("delete", kind, namespace, name, policy))
         self._authenticate()
+        if kind in self.refuse_delete:
+            raise FakeApiException(self.refuse_delete[kind], "Internal Server Error")
         if (kind, name) not in self.objects or (kind, name) in self.terminating:
             raise FakeApiException(404, "NotFound")
         if self.delete_ticks:
@@ -494,7 +460,7 @@ class FakeKubeApi:
     def _terminate_pods(self, name: str) -> None:
         for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
             pod = self.pods[pod_name]
-            pod.deleted.set()  # the container is killed now; the pod object lingers while terminating
+            pod.kill()  # the containers are killed now; the pod object lingers while terminating
             if self.delete_ticks:
                 pod.terminating = self.delete_ticks
             else:

@@ -122,9 +122,11 @@ def test_setup_runs_after_staging_then_the_barrier(tmp_path):
     result, _, events = run(fake, tmp_path, parse_data([f"{data}:inputs/mini"]), setup=("pip install -r req.txt",))
     assert result.ok, result.failure
     assert events.phases[:3] == ["stage", "setup", "rendezvous"]
-    stage_at = max(i for i, (_, rec) in enumerate(events.metrics) if rec.get("kind") == STAGE_KIND)
-    setup_at = min(i for i, (_, rec) in enumerate(events.metrics) if rec.get("kind") == "setup_end")
-    assert stage_at < setup_at
+    for rank in range(2):  # each pod's setup runs after its own data is in place (the wrapper waits for it;
+        # pods start at different times, so another pod's setup may end before this one is staged)
+        stage_at = max(i for i, (r, rec) in enumerate(events.metrics) if rec.get("kind") == STAGE_KIND and r == rank)
+        setup_at = min(i for i, (r, rec) in enumerate(events.metrics) if rec.get("kind") == "setup_end" and r == rank)
+        assert stage_at < setup_at
     same_tree(data, pod_dir(fake, 0) / "inputs" / "mini")
 
 

@@ -132,7 +132,11 @@ def test_image_pull_failure_is_reported_without_waiting_for_the_deadline(tmp_pat
     fake = FakeKubeApi({0: PodScript(waiting_reason="ImagePullBackOff"), 1: healthy(1)})
     result, _, _ = launch(fake, tmp_path)
     assert not result.ok and result.failed_node == 0
-    assert "ImagePullBackOff" in result.failure
+    # the image is pulled first for the init container (Kubernetes docs, "Init Containers",
+    # https://kubernetes.io/docs/concepts/workloads/pods/init-containers/): ErrImagePull, then
+    # ImagePullBackOff, show on it while the app container waits in PodInitializing
+    assert "init container wait-for-peers" in result.failure and "ErrImagePull" in result.failure
+    assert "pytorch/pytorch:" in result.failure  # the image named
     assert_everything_deleted(fake)
 
 
@@ -225,8 +229,8 @@ def test_pods_start_with_skew_head_last_and_the_run_still_succeeds(tmp_path):
     fake = FakeKubeApi({0: healthy(0, 3), 1: healthy(1, 3), 2: healthy(2, 3)}, skew=3)
     result, _, _ = launch(fake, tmp_path, nodes=3)
     assert result.ok, result.failure
-    order = [c[3].split("-")[-2] for c in fake.of("log")]  # pod names: <job>-<index>-fake<index>
-    assert order[-1] == "0", order  # the head's container ran last
+    order = [name.split("-")[-2] for name in fake.networks[NAME].placed]  # pods: <job>-<index>-fake<index>
+    assert order == ["2", "1", "0"], order  # the head's pod was placed last
 
 
 def test_start_deadline_fails_with_the_schedulers_reason_from_events(tmp_path):
@@ -323,3 +327,15 @@ def test_the_fake_validates_like_the_api_server():
         completion_mode="Indexed", template=kc.V1PodTemplateSpec(metadata=kc.V1ObjectMeta(labels={}), spec=pod)))
     with pytest.raises(Exception, match="completions: Required.*restartPolicy"):
         fake.create_namespaced_job("default", bad_job)
+
+
+def test_a_refused_delete_is_kept_as_a_cleanup_error_and_the_rest_is_still_deleted(tmp_path):
+    # an API server answers 500 when its storage (etcd) fails a request (Kubernetes docs, "API Concepts":
+    # status codes); the launcher must say what it left, not drop it
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    fake.refuse_delete = {"service": 500}
+    result, _, launcher = launch(fake, tmp_path)
+    assert result.ok, result.failure
+    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]  # the others still went
+    assert len(launcher.cleanup_errors) == 1 and launcher.cleanup_errors[0].startswith(f"service default/{NAME}: ")
+    assert "500" in launcher.cleanup_errors[0]

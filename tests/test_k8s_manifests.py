@@ -52,6 +52,9 @@ def test_plan_names_hosts_and_argv_per_rank(plan):
     assert plan.name == NAME and plan.nodes == 2 and plan.gpus_per_node == 4
     assert plan.hosts == (f"{NAME}-0.{NAME}", f"{NAME}-1.{NAME}")
     for rank, argv in enumerate(plan.argv_by_rank):
+        if rank:  # off the head, torchrun starts once the head's rendezvous port answers (pod_wait.py)
+            assert argv[:7] == ("python", "/gpucluster/wait.py", "rendezvous", plan.hosts[0], "29400", "1200", "--")
+            argv = argv[7:]
         assert argv[:3] == ("python", "-m", "torch.distributed.run")
         assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv
         assert f"--rdzv-endpoint={NAME}-0.{NAME}:29400" in argv
@@ -267,11 +270,13 @@ def test_builtin_workloads_get_their_data_and_the_plan_names_the_image():
     assert not any(path.startswith("data/") for _, path, _ in u.files)
 
 
-def test_init_container_waits_for_every_pod_and_the_head_port(plan):
+def test_init_container_waits_for_every_pods_dns_record_only(plan):
+    # only the DNS records: the head's port opens when its torchrun starts, after --setup's release, which
+    # needs every pod's app container; a port wait here deadlocks --setup on 2+ nodes (issue 26)
     pod = k8s_manifests.job_manifest(plan).spec.template.spec
     (init,) = pod.init_containers
     assert init.image == plan.image
-    assert init.command == ["python", "/gpucluster/wait.py", ",".join(plan.hosts), "29400", "1200"]
+    assert init.command == ["python", "/gpucluster/wait.py", "dns", ",".join(plan.hosts), "29400", "1200"]
     assert [e.name for e in init.env] == ["GPUCLUSTER_NODE_RANK"]
     # the operator adds its own init container in pytorchjob mode
     pj = k8s_plan.plan_job(cluster(), job(), mode="pytorchjob")
@@ -282,22 +287,30 @@ def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
     import socket
     import time
     (tmp_path / "wait.py").write_text(k8s_plan.WAITER)
-    env = {**os.environ, "JOB_COMPLETION_INDEX": "1"}
     # an unresolvable peer: it gives up at its limit, naming the host
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "localhost,no-such-host.invalid", "1", "3"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "dns", "localhost,no-such-host.invalid", "1", "3"],
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "dns no-such-host.invalid: not ready" in out.stderr
     assert time.monotonic() - t0 < 30
-    # names resolve and the head's port answers: it succeeds
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "dns", "127.0.0.1,localhost", "1", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "dns localhost: ok" in out.stdout
+    # the head's port: closed, it gives up at its limit without running the command
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
-    server.listen(4)
     port = server.getsockname()[1]
-    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "127.0.0.1,localhost", str(port), "20"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    flag = tmp_path / "ran"
+    run = [sys.executable, "-c", f"open({str(flag)!r}, 'w').close()"]
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "rendezvous", "127.0.0.1", str(port), "3", "--",
+                          *run], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "rendezvous 127.0.0.1" in out.stderr and not flag.exists()
+    # it answers: the command is exec'd
+    server.listen(4)
+    out = subprocess.run([sys.executable, str(tmp_path / "wait.py"), "rendezvous", "127.0.0.1", str(port), "20", "--",
+                          *run], capture_output=True, text=True, timeout=60)
     server.close()
-    assert out.returncode == 0 and "rendezvous 127.0.0.1" in out.stdout
+    assert out.returncode == 0 and "rendezvous 127.0.0.1" in out.stdout and flag.exists()
 
 
 def test_job_deadline_is_the_max_lifetime_unless_the_time_limit_is_shorter():

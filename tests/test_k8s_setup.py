@@ -144,9 +144,12 @@ def test_go_is_sent_only_after_every_pods_setup_succeeded(tmp_path, outputs):
 def test_a_failed_setup_fails_the_run_naming_the_node_and_stops_the_others(tmp_path):
     scripts = {0: healthy(0), 1: healthy(1)}
     scripts[1].setup_rc, scripts[1].setup_lines = 4, ["ERROR: No matching distribution found for nosuchpkg"]
+    # node 1's setup fails 2 s in (40 listings): node 0's init container has long ended by then and its
+    # setup waits for the go file (the init containers run for real, in real time)
+    scripts[1].setup_ticks = 40
     scripts[0].exit_code = None  # would train forever
     fake = FakeKubeApi(scripts)
-    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0.05)
     spec = job(setup=SETUP, output_dir=str(tmp_path / "out"))
     result = launcher.launch(cluster(2), spec, Events(), tmp_path / "logs")
     assert not result.ok and result.failed_node == 1

@@ -118,3 +118,40 @@ def test_phases_are_one_enum_whose_values_the_ledger_keeps():
 
     assert tuple(Phase) == PHASES and all(isinstance(p, str) for p in Phase)
     assert json.dumps([Phase.TRAIN]) == '["train"]' and f"{Phase.SETUP}" == "setup"
+class KeptProvider(Provider):
+    cloud = "aws"
+
+    def up(self, spec, events):
+        from gpucluster.domain import Cluster
+
+        return Cluster(name=spec.name, cloud="aws", nodes=(), gpus_per_node=1)
+
+    def down(self, name, events):
+        raise AssertionError("a kept cluster is not destroyed")
+
+    def leftovers(self, name, run_id=None):
+        return []
+
+
+class LeavesObjects(Launcher):
+    """Runs fine, but could not delete what it made on the cluster (issue 26: the k8s launcher's
+    Job/Service/ConfigMap deletes could fail silently)."""
+
+    cleanup_errors = ["configmap default/gpucluster-r3: (500) Internal Server Error"]
+
+    def launch(self, cluster, job, events, log_dir):
+        from gpucluster.launch import JobResult
+        from gpucluster.metrics import MetricsState
+
+        return JobResult(ok=True, nodes=[], metrics=MetricsState())
+
+
+def test_what_the_launcher_could_not_delete_makes_a_kept_clusters_teardown_not_verified(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    spec = ClusterSpec(cloud="aws", nodes=1, name="c1", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id="r3")
+    out = execute(spec, JobSpec(run_id="r3", workload="digits"), ledger=ledger, provider=KeptProvider(),
+                  launcher=LeavesObjects(), keep=True)
+    assert out.teardown == "not verified" and out.exit_code == ExitCode.LEFTOVERS
+    assert any("could not delete configmap default/gpucluster-r3" in u for u in out.unchecked)

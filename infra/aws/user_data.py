@@ -10,12 +10,20 @@ the Pulumi component (`infra.aws.component`) and the dry run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import functools
 from typing import Any
 
 import yaml
 
 from gpucluster.infra.aws import catalog
+
+
+def _program(name: str) -> str:
+    """The text of a program that runs on a node (a file of this package, shipped by content)."""
+    return (Path(__file__).parent / name).read_text()
+
 
 STATE_DIR = "/var/lib/gpucluster"
 READY_FILE = f"{STATE_DIR}/ready"  # JSON: {"ok": bool, "gpus": n, "expected_gpus": n, ...}
@@ -25,16 +33,7 @@ SETUP_TORCH_PATH = "/usr/local/sbin/gpucluster-setup-torch"
 
 # image=base only: the Base DLAMI has no PyTorch. Install it into a venv at the PyTorch DLAMI's
 # python_location, so the launcher uses one path whatever the image. Runs before the ready check.
-SETUP_TORCH_SCRIPT = """\
-#!/bin/bash
-set -u
-py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
-venv="$(dirname "$(dirname "$py")")"
-if ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  (command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv) || true
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q torch
-fi
-"""
+SETUP_TORCH_SCRIPT = _program("node_setup_torch.sh")
 
 DEADMAN_SCRIPT_PATH = "/usr/local/sbin/gpucluster-deadman"
 DEADMAN_UNIT = "gpucluster-deadman.service"
@@ -43,17 +42,7 @@ DEADMAN_UNIT = "gpucluster-deadman.service"
 # needs): the deadline is fixed at first boot, so a reboot cannot extend the node's life.
 # Powering off terminates the instance because instance_initiated_shutdown_behavior is
 # "terminate". GPUCLUSTER_STATE_DIR is for tests.
-DEADMAN_SCRIPT = """\
-#!/bin/sh
-state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
-mkdir -p "$state"
-[ -s "$state/deadline" ] || echo $(( $(date +%s) + 60 * @LIFETIME@ )) > "$state/deadline"
-left=$(( ( $(cat "$state/deadline") - $(date +%s) + 59 ) / 60 ))
-if [ "$left" -le 0 ]; then
-  exec shutdown -P now "gpucluster: max lifetime of @LIFETIME@ minutes reached"
-fi
-exec shutdown -P "+$left" "gpucluster dead-man switch: max lifetime @LIFETIME@ minutes"
-"""
+DEADMAN_SCRIPT = _program("node_deadman.sh")
 
 DEADMAN_UNIT_TEXT = f"""\
 [Unit]
@@ -72,39 +61,7 @@ WantedBy=multi-user.target
 
 # Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
 # with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
-READY_SCRIPT = """\
-#!/bin/bash
-state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
-tries="${GPUCLUSTER_READY_TRIES:-60}"
-expected=@EXPECTED@
-rank="${1:-0}"
-mkdir -p "$state"
-count=0; driver=""; err=""
-for attempt in $(seq 1 "$tries"); do
-  if out=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); then
-    count=$(printf '%s\\n' "$out" | grep -c .)
-    driver=$(printf '%s\\n' "$out" | head -n1 | tr -cd '0-9A-Za-z.-')
-    err=""
-    [ "$count" -eq "$expected" ] && break
-  else
-    count=0
-    err=$(printf '%s' "$out" | head -n1 | tr -cd '0-9A-Za-z .:_/-')
-  fi
-  [ "$attempt" -lt "$tries" ] && sleep 10
-done
-ok=false
-[ "$count" -eq "$expected" ] && ok=true
-py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
-torch=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tr -cd '0-9A-Za-z.+-')
-if [ -z "$torch" ]; then
-  ok=false
-  [ -n "$err" ] || err="torch is not importable by $py"
-fi
-printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\\n' \\
-  "$ok" "$count" "$expected" "$driver" "$torch" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
-chmod 0644 "$state/ready.tmp"
-mv "$state/ready.tmp" "$state/ready"
-"""
+READY_SCRIPT = _program("node_ready.sh")
 
 
 def _fill(template: str, **values: Any) -> str:

@@ -28,6 +28,21 @@ class KubeApi:
 
             self.stream = stream
 
+    def exec_core(self) -> Any:
+        """The CoreV1Api to open ONE exec stream with: on an `ApiClient` of its own (the same
+        `Configuration`: host, CA, token and its refresh hook). `kubernetes.stream.stream` replaces the
+        client's `request` method with a websocket call for the duration of the call and puts it back
+        afterwards, so a REST call another thread makes on a shared client meanwhile goes out as a
+        websocket handshake ("Handshake status 200 OK"), and overlapping swaps can leave the client
+        patched for good (kubernetes-client/python#928; harbor-framework/harbor PR #1517 on GKE).
+        Fakes without an `api_client` are returned as they are."""
+        api_client = getattr(self.core, "api_client", None)
+        if api_client is None:
+            return self.core
+        from kubernetes import client
+
+        return client.CoreV1Api(client.ApiClient(api_client.configuration))
+
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None) -> "KubeApi":
         """From a kubeconfig text (the GKE stack's secret output), else ~/.kube/config."""

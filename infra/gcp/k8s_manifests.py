@@ -73,10 +73,13 @@ def pod_template(plan: Plan):
           + ([k.V1VolumeMount(name="data-cache", mount_path=CACHE_MOUNT)] if plan.cache else []),
     )
     init = None
-    if plan.mode == "job":  # the operator adds its own waiting init container to PyTorchJob workers
+    # job mode: every pod's DNS record, before the app container (the head's rendezvous port is waited for
+    # in the app container, before torchrun: see pod_wait.py); the operator adds its own waiting init
+    # container to PyTorchJob workers
+    if plan.mode == "job":
         init = [k.V1Container(
             name="wait-for-peers", image=plan.image,
-            command=["python", f"{MOUNT}/wait.py", ",".join(plan.hosts), str(plan.rdzv_port),
+            command=["python", f"{MOUNT}/wait.py", "dns", ",".join(plan.hosts), str(plan.rdzv_port),
                      str(plan.start_deadline_s)],
             env=[e for e in env if e.name == "GPUCLUSTER_NODE_RANK"],
             volume_mounts=[k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True)],

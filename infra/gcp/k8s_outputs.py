@@ -29,39 +29,36 @@ from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_s
 
 from .k8s_plan import COLLECTED_FILE, CONTAINER, OUTPUT_DIR, SETUP_GO_FILE, STOP_FILE, Plan
 
+
+def _program(name: str) -> str:
+    """The text of a program that runs on a node (a file of this package, shipped by content)."""
+    return (Path(__file__).parent / name).read_text()
+
+
 NO_OUTPUT_RC = 3
 IDLE_S = 120.0  # an exec stream silent this long is given up
 # Run in the pod with the image's python: the folder argv[1] as a tar stream (pax) on stdout, members
 # in a stable order; what cannot be read is named on stderr and makes the exit code 2.
-PACK = """\
-import os, sys, tarfile
-d = sys.argv[1]
-if not os.path.isdir(d):
-    sys.exit(3)
-bad = 0
-with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as t:
-    for root, dirs, files in os.walk(d):
-        dirs.sort()
-        for n in dirs + sorted(files):
-            p = os.path.join(root, n)
-            try:
-                t.add(p, arcname=os.path.relpath(p, d), recursive=False)
-            except OSError as e:
-                bad += 1
-                sys.stderr.write("%s: %s\\n" % (p, e.strerror))
-sys.stdout.flush()
-sys.exit(2 if bad else 0)
-"""
+PACK = _program("pod_pack.py")
 # Makes the file argv[1] (and its folder: without a collected output folder nothing else makes it).
-TOUCH = "import os, sys\nos.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\nopen(sys.argv[1], 'a').close()\n"
+TOUCH = _program("pod_touch.py")
 
 
 def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False) -> Any:
     """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes;
-    with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see k8s_stage)."""
-    return api.stream(api.core.connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
-                      container=CONTAINER, stdin=stdin, stdout=True, stderr=True, tty=False,
-                      binary=True, _preload_content=False)
+    with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see k8s_stage). Each exec
+    gets its own ApiClient (`KubeApi.exec_core`): exec runs in threads while the main thread lists pods."""
+    try:
+        return api.stream(api.exec_core().connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
+                          container=CONTAINER, stdin=stdin, stdout=True, stderr=True, tty=False,
+                          binary=True, _preload_content=False)
+    except AttributeError as exc:
+        # kubernetes 36's ApiClient decodes the body of the ApiException(status=0) that websocket_call raises
+        # for a refused handshake, which has none: the AttributeError hides it. Raise what it hides.
+        hidden = exc.__context__
+        if getattr(hidden, "status", None) is not None:
+            raise hidden from None
+        raise
 
 
 class _ExecReader:

@@ -4,8 +4,8 @@
 `gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
 same as on the other backends, with c10d timeouts above the start deadline), the files mounted at
 `/gpucluster` (the built-in workloads, the user's script folder, built-in data, the standard-library
-entry script `ENTRYPOINT` that picks its argv by node rank and runs torchrun, waiting for the
-outputs copy, and `WAITER`), and
+entry script `pod_entry.py` that picks its argv by node rank and runs torchrun, waiting for the
+outputs copy, and `pod_wait.py`), and
 the names, image, namespace, mode and deadlines. Refused here, before anything is created: a bad
 mode, a ConfigMap over the API server's 1 MiB. The model is described in `infra.gcp.k8s`; the
 manifests built from a plan are in `infra.gcp.k8s_manifests`.
@@ -23,6 +23,8 @@ from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+
+from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group, then SIGKILL
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
 # targets the V100 (compute capability 7.0) and runs on the driver GKE installs (LATEST/DEFAULT).
@@ -66,106 +68,23 @@ STAGED_FILE = f"{CONTROL_DIR}/staged"
 CACHE_MOUNT = "/gpucluster-cache"
 CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (COS: /var is writable)
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
-STOP_GRACE_S = 15  # SIGTERM to torchrun's group, then SIGKILL
 DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
 DATA_DIR = f"{MOUNT}/data"
 # What is not shipped from a user's script folder (not code, or rebuilt on the node).
 SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
 
-# Runs in the pod with the image's python (standard library only): pick this node's argv and run
-# torchrun. Without a control folder (outputs not collected) it execs torchrun. With one
-# (GPUCLUSTER_CONTROL_DIR) torchrun runs as a child in its own process group so the container
-# outlives it: a file `stop` there (made by the launcher through the exec API) stops torchrun
-# (SIGTERM, then SIGKILL after STOP_GRACE_S); when torchrun has ended the script prints a `job_end`
-# metric record with its exit code and waits, up to GPUCLUSTER_COLLECT_WAIT_S, for a file
-# `collected` there, so the pod is still Running while the launcher copies its output folder out
-# (exec needs a running container). SIGTERM/SIGINT (the pod is deleted) go to torchrun and end the
-# wait. The script exits with torchrun's code. With --setup the argv is the setup wrapper (setup
-# commands, setup_end record, wait for SETUP_GO_FILE, exec torchrun): a failed setup ends the
-# child with its code (job_end says it), and `stop` while it waits for the go file ends it too.
-ENTRYPOINT = """\
-\"\"\"gpucluster: run torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK).\"\"\"
-import json, os, signal, subprocess, sys, time
-
-rank = os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("RANK")
-if rank is None:
-    sys.exit("gpucluster entry: neither JOB_COMPLETION_INDEX nor RANK is set")
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json")) as f:
-    argv = json.load(f)[int(rank)]
-os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
-sys.stdout.flush()
-control = os.environ.get("GPUCLUSTER_CONTROL_DIR")
-if not control:
-    os.execvp(argv[0], argv)
-os.makedirs(control, exist_ok=True)
-os.makedirs(os.environ["GPUCLUSTER_OUTPUT_DIR"], exist_ok=True)
-wait_s = float(os.environ.get("GPUCLUSTER_COLLECT_WAIT_S") or 1800)
-child = subprocess.Popen(argv, start_new_session=True)
-signalled = []
+# The programs the pods run are files of this package, shipped by content in the ConfigMap: the app
+# container's entry script (`pod_entry.py`, as /gpucluster/entry.py: picks this node's argv by rank and
+# runs it, with the outputs handshake) and `pod_wait.py` (as /gpucluster/wait.py: the init container's
+# wait for every pod's DNS record, and, before torchrun on the other ranks, the wait for the head's
+# rendezvous port).
+def program_text(name: str) -> str:
+    """The text of one of the pods' programs (a file beside this module)."""
+    return Path(__file__).with_name(name).read_text()
 
 
-def kill(sig):
-    try:
-        os.killpg(child.pid, sig)
-    except OSError:
-        pass
-
-
-def on_signal(sig, frame):
-    signalled.append(sig)
-    kill(signal.SIGTERM)
-
-
-signal.signal(signal.SIGTERM, on_signal)
-signal.signal(signal.SIGINT, on_signal)
-stopping = None
-while child.poll() is None:
-    if stopping is None and (signalled or os.path.exists(os.path.join(control, "stop"))):
-        stopping = time.monotonic()
-        kill(signal.SIGTERM)
-    elif stopping is not None and time.monotonic() - stopping > %(grace)d:
-        kill(signal.SIGKILL)
-    time.sleep(0.2)
-code = child.returncode if child.returncode >= 0 else 128 - child.returncode
-print("@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": code,
-                                          "stopped": stopping is not None}), flush=True)
-end = time.monotonic() + wait_s
-while not signalled and time.monotonic() < end and not os.path.exists(os.path.join(control, "collected")):
-    time.sleep(0.2)
-sys.exit(code)
-""" % {"grace": STOP_GRACE_S}
-
-# Init container (job mode), standard library only: torchrun starts only when every pod of the job
-# has a DNS record (it is scheduled and has an IP: the headless Service publishes not-ready
-# addresses) and, on the other ranks, when the head's rendezvous port answers. The same idea as
-# the init container Kubeflow's PyTorchJob puts on its workers (it waits for the master's name).
-WAITER = '''\
-"""gpucluster: wait until every pod resolves (and, off the head, the rendezvous port answers)."""
-import os, socket, sys, time
-
-hosts, port, limit = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
-rank = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("GPUCLUSTER_NODE_RANK") or 0)
-end = time.monotonic() + limit
-
-
-def wait(what, probe):
-    last = None
-    while time.monotonic() < end:
-        try:
-            probe()
-            print(f"[gpucluster] {what}: ok", flush=True)
-            return
-        except OSError as exc:
-            last = exc
-            time.sleep(2)
-    sys.exit(f"[gpucluster] {what}: not ready after {limit:.0f} s ({last})")
-
-
-for host in hosts:
-    wait(f"dns {host}", lambda h=host: socket.getaddrinfo(h, port, proto=socket.IPPROTO_TCP))
-if rank != 0:
-    wait(f"rendezvous {hosts[0]}:{port}", lambda: socket.create_connection((hosts[0], port), timeout=5).close())
-'''
+ENTRYPOINT = program_text("pod_entry.py")
+WAITER = program_text("pod_wait.py")
 
 
 def dns_name(text: str, limit: int = 52) -> str:
@@ -350,6 +269,9 @@ def plan_job(
                                            local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
+    if mode == "job":  # off the head: torchrun starts once the head's rendezvous port answers (pod_wait.py)
+        argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
+                                       str(int(start_deadline_s)), "--", *a) for r, a in enumerate(argv))
     mounts = staged_mounts(job)
     if job.setup or mounts:
         argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts else None))

@@ -3,129 +3,20 @@ stdin, so nothing is installed there): `READY_PY` reports what the node has (pyt
 tools), `PROCS_PY` lists or kills the processes of a run on the node. Only the standard library is
 used on the node."""
 
+from pathlib import Path
+
+
+def _program(name: str) -> str:
+    """The text of a program that runs on a node (a file of this package, shipped by content)."""
+    return (Path(__file__).parent / name).read_text()
+
+
 READY_MARK = "@gpucluster-ready "
 NO_PYTHON_RC = 97
 
 # Run on each node by `python3 -` (the code comes on stdin): what the node has.
-READY_PY = r"""
-import json, os, shutil, subprocess, sys
-want_gpus = int(sys.argv[1])
-info = {"python": sys.version.split()[0], "home": os.path.expanduser("~"),
-        "setsid": bool(shutil.which("setsid")), "tar": bool(shutil.which("tar"))}
-try:
-    import torch
-    info["torch"] = torch.__version__
-except Exception as exc:
-    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-if want_gpus:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        info["gpu_error"] = "nvidia-smi not found on PATH (is the NVIDIA driver installed?)"
-    else:
-        try:
-            r = subprocess.run([smi, "--query-gpu=name,utilization.gpu,memory.used,memory.total",
-                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60)
-            if r.returncode == 0:
-                info["gpus"] = [l.strip() for l in r.stdout.splitlines() if l.strip()]
-            else:
-                info["gpu_error"] = "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-300:]
-        except Exception as exc:
-            info["gpu_error"] = "nvidia-smi failed: %s" % exc
-print("@gpucluster-ready " + json.dumps(info))
-"""
+READY_PY = _program("node_ready.py")
 
 # Run on each node by `python3 -`: list, or kill, the processes of a run on this node.
 # argv: mode (list|kill) run_id node_rank|"" pgid_file|"" grace_seconds
-PROCS_PY = r"""
-import json, os, signal, sys, time
-mode, run_id, rank, pgid_file, grace = sys.argv[1:6]
-want = [b"GPUCLUSTER_RUN_ID=" + run_id.encode()] if run_id else []
-if rank:
-    want.append(b"GPUCLUSTER_NODE_RANK=" + rank.encode())
-me = os.getpid()
-def matching():
-    # the run's processes (by environment) and every descendant of those, whatever its
-    # environment: a daemon that cleared it is adopted by the node's reaper (a subreaper)
-    out, stat, kids = {}, {}, {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == me:
-            continue
-        try:
-            with open("/proc/%s/stat" % d, "rb") as f:
-                rest = f.read().rsplit(b")", 1)[1].split()
-            stat[int(d)] = rest[0]
-            kids.setdefault(int(rest[1]), []).append(int(d))
-            with open("/proc/%s/environ" % d, "rb") as f:
-                env = f.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if want and all(w in env for w in want) or not want and any(e.startswith(b"GPUCLUSTER_RUN_ID=") for e in env):
-            out[int(d)] = None
-    todo = list(out)
-    while todo:
-        for k in kids.get(todo.pop(), ()):
-            if k not in out and k != me:
-                out[k] = None
-                todo.append(k)
-    found = {}
-    for pid in out:
-        if stat.get(pid) == b"Z":
-            continue
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                found[pid] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            continue
-    return found
-if mode == "list":
-    print(json.dumps(matching()))
-    sys.exit(0)
-if pgid_file:
-    # Mark the run cancelled BEFORE looking for its processes: a node command that starts after
-    # the scan sees the mark and exits instead of starting torchrun (see the start script).
-    try:
-        open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
-    except OSError:
-        pass
-own = os.getpgrp()
-def groups():
-    gs = set()
-    for pid in matching():
-        try:
-            gs.add(os.getpgid(pid))
-        except OSError:
-            pass
-    if pgid_file:
-        try:
-            with open(pgid_file) as f:
-                g = int(f.read().split()[0])
-            # only a group whose leader still carries this run's environment (pids get reused)
-            with open("/proc/%d/environ" % g, "rb") as f:
-                if all(w in f.read().split(b"\0") for w in want):
-                    gs.add(g)
-        except (OSError, ValueError, IndexError):
-            pass
-    gs.discard(own)
-    return {g for g in gs if g > 1}
-killed = set()
-first = set(matching())  # listed before anything is signalled: orphans move once parents die
-for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, 2.0)):
-    gs = groups()
-    for g in gs:
-        try:
-            os.killpg(g, sig)
-            killed.add(g)
-        except OSError:
-            pass
-    for pid in set(matching()) | first:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    end = time.time() + wait
-    while time.time() < end and matching():
-        time.sleep(0.05)
-    if not matching():
-        break
-print(json.dumps({"groups": sorted(killed), "left": matching()}))
-"""
+PROCS_PY = _program("node_procs.py")

@@ -1,0 +1,9 @@
+import json,os,sys
+e=os.environ
+print('@gpucluster-metric '+json.dumps({'kind':'worker_start','rank':int(e.get('RANK','0')),'local_rank':int(e.get('LOCAL_RANK','0')),'pid':os.getpid()}),flush=True)
+a=sys.argv[1:]
+c=a[1:] if a[0]=='--no-python' else [sys.executable,'-u',*a]
+try:
+ os.execvp(c[0],c)
+except OSError as x:
+ sys.stderr.write('gpucluster: cannot start %r: %s\n'%(c[0],x));sys.exit(127)

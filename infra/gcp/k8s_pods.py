@@ -1,0 +1,276 @@
+"""Watching a Kubernetes run's pods for the launcher (`infra.gcp.k8s`): `_Pods` lists the job's pods,
+attaches each app container's log stream to the supervisor, and turns pod and container states into
+node exit codes and reasons (init containers included: an image that cannot be pulled, a crash loop or
+a failed init container ends the run at once, naming the pod, the container, the reason and message,
+and the init container's last log lines); `_PodHandle` is one node's Popen-like view for
+`NodeSupervisor.run`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Iterator
+
+from gpucluster.errors import LaunchError
+from gpucluster.supervisor import NodeSupervisor
+
+from .k8s_api import KubeApi, _is_api_error
+from .k8s_manifests import rank_of
+from .k8s_plan import CONTAINER, JOB_END_KIND, Plan
+
+MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
+# Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
+# The image is pulled for the first container that starts, the init container when there is one, so
+# these show in `initContainerStatuses` while the app container waits in PodInitializing (Kubernetes
+# docs, "Init Containers"); both lists are read.
+FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
+INIT_LOG_LINES = 10  # an init container's last log lines, in the failure of a pod it stopped
+
+
+def _job_end(line: bytes) -> int | None:
+    """The exit code in the entry script's `job_end` record, or None for any other line."""
+    from gpucluster.workloads.protocol import PREFIX
+
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith(PREFIX) or JOB_END_KIND not in text:
+        return None
+    import json
+
+    try:
+        record = json.loads(text[len(PREFIX):])
+        return int(record["exit_code"]) if record.get("kind") == JOB_END_KIND else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Whole lines (with their newline) from a streamed log response that yields byte chunks."""
+    buffer = b""
+    try:
+        try:
+            for chunk in response.stream():
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for line in complete:
+                    yield line + b"\n"
+        except Exception:  # the stream breaks when the pod is deleted: the log simply ends
+            pass
+        if buffer:
+            yield buffer
+    finally:
+        for method in ("release_conn", "close"):
+            try:
+                getattr(response, method)()
+            except Exception:
+                pass
+
+
+def _initialising(pod: Any) -> tuple[str, str] | None:
+    """(init container, `Init:N/M`) for a placed pod whose init container runs, or None."""
+    statuses = getattr(pod.status, "init_container_statuses", None) or []
+    for i, cs in enumerate(statuses):
+        if getattr(cs.state, "running", None) is not None:
+            return cs.name, f"Init:{i}/{len(statuses)}"
+    return None
+
+
+class _Pods:
+    """The job's pods by node rank, refreshed at most every `poll_interval` seconds."""
+
+    def __init__(self, api: KubeApi, plan: Plan, supervisor: NodeSupervisor, poll_interval: float):
+        self.api, self.plan, self.supervisor = api, plan, supervisor
+        self.poll_interval = poll_interval
+        self.exit_codes: dict[int, int] = {}
+        self.ended: dict[int, int] = {}  # rank -> torchrun's exit code (the entry script's job_end record)
+        self.reasons: dict[int, str] = {}
+        self.pod_names: dict[int, str] = {}
+        self.attached: set[int] = set()
+        self.list_errors = 0
+        self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
+        self._last = float("-inf")
+        self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
+
+    def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.poll_interval:
+            return
+        self._last = now
+        try:
+            pods = self.api.core.list_namespaced_pod(self.plan.namespace, label_selector=self.plan.selector).items
+        except Exception as exc:
+            if not _is_api_error(exc):
+                raise
+            # A control-plane blip (GKE upgrades the master in place) is not a failed run; a run of them is.
+            self.list_errors += 1
+            if self.list_errors >= MAX_LIST_ERRORS:
+                raise LaunchError(f"lost the Kubernetes API while watching the job's pods: {exc}") from None
+            return
+        self.list_errors = 0
+        current: dict[int, Any] = {}
+        for pod in pods:
+            rank = rank_of(pod, self.plan)
+            if rank is not None and 0 <= rank < self.plan.nodes:
+                current[rank] = pod
+        for rank, pod in current.items():
+            self.pod_names[rank] = pod.metadata.name
+            self._observe(rank, pod)
+        self._check_start_deadline(current, now)
+        for rank in set(self.pod_names) - set(current):
+            if rank not in self.exit_codes:
+                self.exit_codes[rank] = -1
+                self.reasons[rank] = (f"pod {self.pod_names[rank]} disappeared (deleted, evicted, or its "
+                                      "node was preempted)")
+
+    def _observe(self, rank: int, pod: Any) -> None:
+        status = pod.status
+        phase = getattr(status, "phase", None)
+        state = None
+        for cs in getattr(status, "container_statuses", None) or []:
+            if cs.name == CONTAINER:
+                state = cs.state
+        running = state is not None and (state.running is not None or state.terminated is not None)
+        if rank not in self.attached and rank not in self.exit_codes and (
+                running or (phase in ("Running", "Succeeded", "Failed") and self._init_failure(pod) is None)):
+            self.attached.add(rank)
+            self.supervisor.attach(rank, self._log_stream(pod.metadata.name, rank))
+        self.pending.pop(rank, None)
+        for cond in getattr(status, "conditions", None) or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
+        if rank in self.exit_codes:
+            return
+        if rank in self.ended:  # torchrun ended; the pod waits (Running) for its outputs to be copied
+            self.exit_codes[rank] = self.ended[rank]
+            return
+        init = self._init_failure(pod)
+        if init is not None:
+            self.exit_codes[rank], self.reasons[rank] = init
+            return
+        terminated = state.terminated if state is not None else None
+        waiting = state.waiting if state is not None else None
+        if phase == "Succeeded":
+            self.exit_codes[rank] = 0
+        elif phase == "Failed":
+            code = terminated.exit_code if terminated is not None and terminated.exit_code is not None else 1
+            self.exit_codes[rank] = code if code != 0 else 1
+            reason = (terminated.reason if terminated is not None else None) or getattr(status, "reason", None)
+            message = (getattr(terminated, "message", None) if terminated is not None else None) or \
+                getattr(status, "message", None)
+            self.reasons[rank] = (f"pod {pod.metadata.name} failed" + (f" ({reason})" if reason else "")
+                                  + (f", container {CONTAINER}: {message}" if message else ""))
+        elif waiting is not None and waiting.reason in FATAL_WAITING:
+            self.exit_codes[rank] = -1
+            self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} cannot start: {waiting.reason}: "
+                                  f"{waiting.message or ''}").rstrip(": ")
+
+    def _init_failure(self, pod: Any) -> tuple[int, str] | None:
+        """(exit code, why) when an init container will not complete: its image cannot be pulled, it
+        crash-loops, or it failed (restartPolicy Never fails the pod); with its last log lines."""
+        for cs in getattr(pod.status, "init_container_statuses", None) or []:
+            state = cs.state
+            waiting, terminated = getattr(state, "waiting", None), getattr(state, "terminated", None)
+            if waiting is not None and waiting.reason in FATAL_WAITING:
+                code, what = -1, f"{waiting.reason}: {waiting.message or ''}".rstrip(": ")
+            elif terminated is not None and terminated.exit_code not in (0, None):
+                code = int(terminated.exit_code)
+                what = f"{terminated.reason or 'Error'}: exit code {code}" + (
+                    f": {terminated.message}" if getattr(terminated, "message", None) else "")
+            else:
+                continue
+            tail = self._init_log(pod.metadata.name, cs.name) if waiting is None or "Image" not in waiting.reason \
+                else ""
+            return code, (f"pod {pod.metadata.name} init container {cs.name} {what}"
+                          + (f"; its last log lines:\n{tail}" if tail else ""))
+        return None
+
+    def _init_log(self, pod_name: str, container: str) -> str:
+        try:
+            text = self.api.core.read_namespaced_pod_log(pod_name, self.plan.namespace, container=container,
+                                                         tail_lines=INIT_LOG_LINES)
+        except Exception as exc:
+            if not _is_api_error(exc):
+                raise
+            return ""
+        text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text or "")
+        return "\n".join(text.strip().splitlines()[-INIT_LOG_LINES:])
+
+    def _check_start_deadline(self, current: dict[int, Any], now: float) -> None:
+        """Past the start deadline, the ranks whose container is not running fail: first those whose pod
+        is not placed (with the scheduler's reason, read from its pod's events: FailedScheduling,
+        NotTriggerScaleUp, ...), since the others' init containers wait for their DNS records; when every
+        pod is placed, those still in an init container (with its last log lines)."""
+        if self.started_at is None or now - self.started_at < self.plan.start_deadline_s:
+            return
+        stuck = [r for r in range(self.plan.nodes) if r not in self.attached and r not in self.exit_codes]
+        unplaced = [r for r in stuck if r in self.pending or current.get(r) is None
+                    or not _initialising(current[r])]
+        for rank in unplaced or stuck:
+            pod = current.get(rank)
+            name = pod.metadata.name if pod is not None else None
+            why = _initialising(pod) if pod is not None else None
+            if why is not None:
+                tail = self._init_log(name, why[0])
+                why = f"init container {why[0]} has not completed ({why[1]})" + (
+                    f"; its last log lines:\n{tail}" if tail else "")
+            else:
+                why = self._events_reason(name) if name else "the Job made no pod for it"
+            why = why or self.pending.get(rank) or "no reason reported"
+            self.exit_codes[rank] = -1
+            self.reasons[rank] = (f"pod {name or f'rank {rank}'} not running after the {self.plan.start_deadline_s} s "
+                                  f"start deadline: {why}")
+
+    def _events_reason(self, pod_name: str) -> str | None:
+        try:
+            events = self.api.core.list_namespaced_event(
+                self.plan.namespace, field_selector=f"involvedObject.name={pod_name}").items
+        except Exception as exc:
+            if not _is_api_error(exc):
+                raise
+            return None
+        warnings = [e for e in events if getattr(e, "type", None) == "Warning"] or list(events)
+        if not warnings:
+            return None
+        last = max(warnings, key=lambda e: str(getattr(e, "last_timestamp", None) or getattr(e, "event_time", None)
+                                                or ""))
+        return f"{last.reason}: {last.message}"
+
+    def _log_stream(self, pod_name: str, rank: int) -> Iterable[bytes]:
+        try:
+            response = self.api.core.read_namespaced_pod_log(
+                pod_name, self.plan.namespace, container=CONTAINER, follow=True, _preload_content=False
+            )
+        except Exception as exc:  # e.g. 400 when the container never started: no log to show
+            return [f"[gpucluster] no log for pod {pod_name}: {exc}\n".encode()]
+        return self._until_job_end(_lines(response), rank) if self.plan.collects else _lines(response)
+
+    def _until_job_end(self, lines: Iterator[bytes], rank: int) -> Iterator[bytes]:
+        """The log up to the entry script's job_end record, which gives the node's exit code; the
+        stream is closed there (the container keeps running until its outputs are copied)."""
+        try:
+            for line in lines:
+                code = _job_end(line)
+                if code is not None:
+                    self.ended[rank] = code
+                    return
+                yield line
+        finally:
+            lines.close()
+
+
+class _PodHandle:
+    """Popen-like view of one node's pod, for NodeSupervisor.run."""
+
+    def __init__(self, pods: _Pods, rank: int):
+        self.pods, self.rank = pods, rank
+
+    def poll(self) -> int | None:
+        if self.rank not in self.pods.exit_codes and self.rank in self.pods.ended:
+            self.pods.exit_codes[self.rank] = self.pods.ended[self.rank]
+        self.pods.refresh()
+        return self.pods.exit_codes.get(self.rank)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.pods.exit_codes.get(self.rank)

@@ -1,0 +1,132 @@
+"""Init containers in FakeKubeApi as Kubernetes runs them, and what the launcher makes of them.
+
+Source for every behaviour: Kubernetes docs, "Init Containers",
+https://kubernetes.io/docs/concepts/workloads/pods/init-containers/ : init containers run one by one,
+each to completion, before any app container starts; the pod is Pending meanwhile (kubectl shows
+`Init:N/M`), `status.initContainerStatuses` says where it is and the app container waits in
+`PodInitializing`; with restartPolicy Never a failed init container fails the pod, otherwise the kubelet
+restarts it with a back-off (`Init:CrashLoopBackOff`). Their output is their log (`kubectl logs -c`).
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402
+from test_k8s_launcher import NAME, Events, cluster, healthy, job, launch  # noqa: E402
+
+from gpucluster.infra.gcp import k8s_plan  # noqa: E402
+from gpucluster.infra.gcp.k8s_api import KubeApi  # noqa: E402
+from gpucluster.infra.gcp.k8s_manifests import config_map_manifest, job_manifest, service_manifest  # noqa: E402
+from gpucluster.infra.gcp.k8s_pods import _Pods  # noqa: E402
+
+
+def create(fake, plan, init_command=None, restart_policy="Never"):
+    fake.create_namespaced_config_map("default", config_map_manifest(plan))
+    fake.create_namespaced_service("default", service_manifest(plan))
+    body = job_manifest(plan)
+    if init_command is not None:
+        body.spec.template.spec.init_containers[0].command = init_command
+    body.spec.template.spec.restart_policy = restart_policy
+    fake.create_namespaced_job("default", body)
+
+
+def ticks_until(fake, plan, cond, limit_s=30.0):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        fake.list_namespaced_pod("default", label_selector=plan.selector)
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition never held")
+
+
+def pod(fake, index):
+    return next(p for p in fake.pods.values() if p.index == index)
+
+
+def test_init_containers_run_before_the_app_container_and_the_pod_is_pending_meanwhile():
+    fake = FakeKubeApi({0: healthy(0), 1: PodScript(start_after=10**6)})  # node 1 is never placed
+    plan = k8s_plan.plan_job(cluster(2), job())
+    create(fake, plan)
+    ticks_until(fake, plan, lambda: pod(fake, 0).init_proc is not None)
+    head = pod(fake, 0)
+    view = head.view()
+    assert view.status.phase == "Pending" and head.status_text() == "Init:0/1"
+    assert view.status.init_container_statuses[0].state.running is not None
+    assert view.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    # the app container has no log yet; the init container's log is readable
+    with pytest.raises(FakeApiException, match="PodInitializing"):
+        fake.read_namespaced_pod_log(head.name, "default", container="pytorch")
+    time.sleep(1.0)
+    for _ in range(20):
+        fake.list_namespaced_pod("default", label_selector=plan.selector)
+    assert head.phase == "Pending"  # still waiting for node 1's DNS record
+    text = fake.read_namespaced_pod_log(head.name, "default", container="wait-for-peers")
+    assert f"dns {plan.hosts[0]}: ok" in text and plan.hosts[1] not in text
+    for p in fake.pods.values():
+        p.kill()
+
+
+def test_a_failing_init_container_crash_loops_with_restart_policy_on_failure():
+    fake = FakeKubeApi({0: healthy(0)})
+    plan = k8s_plan.plan_job(cluster(1), job())
+    create(fake, plan, ["python", "-c", "print('checking the mount'); raise SystemExit(3)"], "OnFailure")
+    ticks_until(fake, plan, lambda: pod(fake, 0).status_text() == "Init:CrashLoopBackOff")
+    st = pod(fake, 0).view().status.init_container_statuses[0]
+    assert st.state.waiting.reason == "CrashLoopBackOff" and st.last_state.terminated.exit_code == 3
+    ticks_until(fake, plan, lambda: pod(fake, 0).init_restarts.get(0, 0) >= 2)  # restarted, fails again
+    assert pod(fake, 0).phase == "Pending" and pod(fake, 0).app_age is None
+    pod(fake, 0).kill()
+
+
+def test_the_launcher_names_a_failed_init_container_with_its_last_log_lines():
+    fake = FakeKubeApi({0: healthy(0)})
+    plan = k8s_plan.plan_job(cluster(1), job())
+    create(fake, plan, ["python", "-c", "print('checking the mount'); print('argv.json is missing'); "
+                                        "raise SystemExit(3)"])
+    supervisor = SimpleNamespace(attach=lambda *a: (_ for _ in ()).throw(AssertionError("no app log to attach")))
+    pods = _Pods(KubeApi(fake, fake, fake, stream=fake.stream), plan, supervisor, 0)
+    end = time.monotonic() + 30
+    while 0 not in pods.exit_codes and time.monotonic() < end:
+        pods.refresh()
+        time.sleep(0.05)
+    assert pods.exit_codes[0] == 3
+    why = pods.reasons[0]
+    assert f"pod {NAME}-0-fake0 init container wait-for-peers Error: exit code 3" in why
+    assert "checking the mount" in why and "argv.json is missing" in why
+    assert pod(fake, 0).status_text() == "Init:Error"
+
+
+def test_an_image_without_python_ends_the_run_at_once_naming_the_init_container(tmp_path):
+    fake = FakeKubeApi({0: PodScript(no_python=True), 1: healthy(1)})
+    t0 = time.monotonic()
+    result, _, _ = launch(fake, tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert not result.ok and result.failed_node == 0
+    assert "init container wait-for-peers StartError: exit code 128" in result.failure
+    assert 'exec: "python": executable file not found' in result.failure
+
+
+def test_an_oom_killed_app_container_is_named(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    fake.scripts[1].exit_code = 137
+    real = fake.list_namespaced_pod
+
+    def oom(namespace, label_selector=None, **kw):  # the kernel's OOM killer ends node 1's container
+        out = real(namespace, label_selector=label_selector, **kw)
+        for item in out.items:
+            term = item.status.container_statuses[0].state.terminated
+            if term is not None and term.exit_code == 137:
+                term.reason, term.message = "OOMKilled", "container exceeded its memory limit"
+        return out
+
+    fake.list_namespaced_pod = oom
+    result, _, _ = launch(fake, tmp_path)
+    assert not result.ok and result.failed_node == 1
+    assert "(OOMKilled)" in result.failure and "container pytorch: container exceeded its memory limit" in result.failure
