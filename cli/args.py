@@ -34,12 +34,12 @@ def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
 def cloud_only_flags() -> dict[str, tuple[str, ...]]:
     """Flags that only some clouds use (Click parameter name -> the backends listing it, in the
     registry's order): elsewhere they would be silently ignored, so they are refused."""
-    from gpucluster.infra.registry import all_backends
+    from gpucluster.infra.registry import NAMES, traits
 
     users: dict[str, tuple[str, ...]] = {}
-    for b in all_backends():
-        for param in b.flags:
-            users[param] = users.get(param, ()) + (b.name,)
+    for name in NAMES:
+        for param in traits(name).flags:
+            users[param] = users.get(param, ()) + (name,)
     return users
 
 
@@ -47,12 +47,12 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     """Refuse (exit 2) a flag the chosen cloud would silently ignore, naming it."""
     from click.core import ParameterSource
 
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import traits
 
     if cloud not in CLOUDS:
         return
     ctx = ctx or click.get_current_context()
-    mine = backend(cloud)
+    mine = traits(cloud)
     users = cloud_only_flags()
     for param in ctx.command.params:
         clouds = users.get(param.name or "")
@@ -117,13 +117,13 @@ def parse_options(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def resolve_spec(spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
-    """The backend's pre-plan resolution (`prepare_spec`) (aws: SSH CIDR from this machine's public IPv4, GPUs
+    """The backend's pre-plan resolution (`SpecRules.prepare`) (aws: SSH CIDR from this machine's public IPv4, GPUs
     per node from the type), re-validated. In a dry run a failed detection is a note, not an
     error: nothing is created."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.spec import validate
 
-    resolve = backend(spec.cloud).prepare_spec
+    resolve = plugin(spec.cloud).spec.prepare
     try:
         spec, notes = resolve(spec)
     except SpecError as exc:

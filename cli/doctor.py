@@ -36,9 +36,9 @@ def check_ssh() -> dict[str, Any]:
 
 def pulumi_plugins() -> list[str]:
     """The Pulumi plugins the backends' programs need."""
-    from gpucluster.infra.registry import all_backends
+    from gpucluster.infra.registry import NAMES, traits
 
-    return sorted({p for b in all_backends() for p in b.pulumi_plugins})
+    return sorted({p for n in NAMES for p in traits(n).pulumi_plugins})
 
 
 def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
@@ -88,13 +88,13 @@ def doctor(clouds, region, project, as_json):
     Example:
       gpucluster doctor --cloud aws --region us-west-2
     """
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
     wanted = [c for c in provisioning() if not clouds or c in clouds]
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:
         # --region names one cloud's region: with several clouds each uses it only if it says so
-        checks += backend(c).doctor(region=region, project=project, sole=len(wanted) == 1)
+        checks += plugin(c).ops.doctor(region, project, len(wanted) == 1)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:

@@ -9,7 +9,8 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
-from gpucluster.infra.registry import project_id, provisioning
+from gpucluster.infra.contract import Capability
+from gpucluster.infra.registry import project_id, provisioning, traits
 
 
 def _clusters_known(ledger: Any) -> dict[str, str]:
@@ -46,10 +47,10 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
 def _check_after_down(provider: Any, cloud: str, name: str, run_ids: set[str], ledger: Any) -> Any:
     """The independent check, as a three-state `Check`, by the backend's own `check_down` (by tag
     for clouds; by run id for processes, from the records of the runs that had open rows)."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
     runs = {rid: ledger.get_run(rid) or {} for rid in sorted(run_ids)}
-    return backend(cloud).check_down(provider, name, runs)
+    return plugin(cloud).ops.check_down(provider, name, runs)
 
 
 @click.command()
@@ -76,7 +77,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
       gpucluster down gpucluster-local --force     # stop the run that owns it, then check
       gpucluster down --all --yes
     """
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.lifecycle import LedgerEvents
     from gpucluster.owner import busy_error, owner, owner_lock, stop_owner
 
@@ -98,7 +99,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
         raise UsageError(f"name a cluster or pass --all (clusters that may still exist: {listed})")
     if project:
         project = project_id(project)
-        others = sorted(n for n, c in targets.items() if "project" not in backend(c).flags)
+        others = sorted(n for n, c in targets.items() if "project" not in traits(c).flags)
         if others:
             raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
                              "(give it for gcp clusters only)")
@@ -145,7 +146,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
         verdict.update(check.to_dict())
         if check.verified:
             verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
-            out.print(f"[green]{name}: down; verified {backend(c).verified_how}: every check ran and found nothing[/green]")
+            out.print(f"[green]{name}: down; verified {traits(c).verified_how}: every check ran and found nothing[/green]")
         else:
             worst = max(worst, ExitCode.LEFTOVERS)
             runs = {r["run_id"] for r in ledger.open_resources(name)} | had_open
@@ -157,7 +158,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
             for line in check.unchecked:
                 out.print(f"  not checked: {line}")
             out.print(f"  finish it with: gpucluster down {name}" + (
-                f"   or   gpucluster gc --cloud {c}" if backend(c).provisions else ""))
+                f"   or   gpucluster gc --cloud {c}" if traits(c).can(Capability.PROVISIONS) else ""))
         verdicts.append(verdict)
     if as_json:
         click.echo(json.dumps(verdicts, indent=2, default=str))

@@ -30,11 +30,12 @@ def live_clusters(ledger: Any) -> set[str]:
 
 def scopes(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None) -> dict[str, dict]:
     """cloud -> where its sweep looks (the backend's `gc_scope`, from the ledger and the flags)."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
     open_rows = ledger.open_resources()
-    return {c: backend(c).gc_scope([r for r in open_rows if r["cloud"] == c], ledger.list_runs(limit=200, cloud=c),
-                                   regions=regions, project=project) for c in clouds}
+    return {c: plugin(c).needs_provisioner().gc_scope([r for r in open_rows if r["cloud"] == c],
+                                                      ledger.list_runs(limit=200, cloud=c), regions, project)
+            for c in clouds}
 
 
 @click.command()
@@ -55,7 +56,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
       gpucluster gc --cloud aws --yes      # delete without asking
     """
     from gpucluster.domain import Check
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
     ledger = common.ledger()
     live = set() if include_kept else live_clusters(ledger)
@@ -68,7 +69,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
         skipped: list[str] = []
         for c in wanted:
             try:
-                report = backend(c).scan(None, None, **where_to[c])
+                report = plugin(c).needs_provisioner().scan(None, None, where_to[c])
             except GpuclusterError as exc:
                 skipped.append(f"{c}: not checked ({exc.message})")
                 continue
@@ -81,7 +82,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
 
     by_cloud, skipped = look()
     found = [lo for c in wanted for lo in by_cloud.get(c, [])]
-    where = ", ".join(backend(c).gc_label(where_to[c]) for c in wanted)
+    where = ", ".join(plugin(c).needs_provisioner().gc_label(where_to[c]) for c in wanted)
     if live:
         out.print(f"kept clusters left alone: {', '.join(sorted(live))} (remove one with `gpucluster down NAME`)")
     errors: list[str] = []
@@ -92,7 +93,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
         common.confirm(f"Delete these {len(found)} resource(s)?", yes)
         for c in wanted:
             if by_cloud.get(c):
-                errors += backend(c).delete(by_cloud[c], wait_seconds=600)
+                errors += plugin(c).needs_provisioner().delete(by_cloud[c], where_to[c], 600)
         for err in errors:
             out.print(f"[red]could not delete {err}[/red]")
         asked = by_cloud

@@ -92,7 +92,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.cli.args import (build_spec, check_cloud_flags, check_command, check_ssh_files, resolve_spec,
                                      workload_argv)
     from gpucluster.cli.common import print_notes
-    from gpucluster.infra.registry import backend, provisioning
+    from gpucluster.infra.contract import Capability, LaunchOptions
+    from gpucluster.infra.registry import plugin, provisioning
     from gpucluster.home import home_dir
     from gpucluster.launch import JobSpec
     from gpucluster.outputs import check_output_dest
@@ -101,7 +102,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     from gpucluster.spec import new_run_id, resolve, validate
 
     check_cloud_flags(cloud)
-    output_dir = None if output is None else check_output_dest(output, backend(cloud))  # creates nothing
+    chosen = plugin(cloud)  # the one look-up of this command: below, the plugin is passed down
+    output_dir = None if output is None else check_output_dest(output, chosen)  # creates nothing
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
     if not command:
@@ -110,7 +112,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
             raise UsageError(not_allowed("workload", workload, WORKLOADS))
     if command and command[0] == "--":
         command = command[1:]
-    host_list = backend(cloud).host_list(hosts)  # refused elsewhere (check_cloud_flags) when not used
+    host_list = chosen.ops.host_list(hosts)  # refused elsewhere (check_cloud_flags) when not used
     if nodes is None:
         nodes = str(len(host_list)) if host_list else "2"
     run_id = new_run_id()
@@ -118,10 +120,10 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
                       max_lifetime, ssh_cidr, tags, host_list, run_id, options)
     validate(spec)  # bad input is refused before anything is looked up
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    spec = backend(cloud).with_project(spec, project, required=not dry_run)
+    spec = chosen.with_project(spec, project, required=not dry_run)
     ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
     deadline_min = parse_int("start deadline (minutes)", start_deadline, low=1, high=24 * 60)
-    if dry_run and not backend(cloud).provisions:
+    if dry_run and not chosen.can(Capability.PROVISIONS):
         raise UsageError(not_allowed("--dry-run with cloud", cloud,
                                      f"{' or '.join(provisioning())} (clouds gpucluster provisions)"))
     wl_args = workload_argv(workload, workload_args, epochs, command)
@@ -129,15 +131,15 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
         check_command(command)
     from gpucluster.staging import parse_data, parse_setup
 
-    mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
-    resumed_from, resume_mount = _resume(resume, mounts, backend(cloud)) if resume is not None else (None, None)
+    mounts, setup_cmds = parse_data(data, chosen), parse_setup(setup)
+    resumed_from, resume_mount = _resume(resume, mounts, chosen) if resume is not None else (None, None)
     # object-storage URLs: the cloud's component grants the nodes exactly these (read / write)
     reads = [m.src for m in mounts + ((resume_mount,) if resume_mount is not None else ()) if m.remote]
-    spec = backend(cloud).with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
+    spec = chosen.with_object_access(spec, reads, [output_dir] if isinstance(output_dir, str) else [])
     check_ssh_files(identity, known_hosts)
-    provider, launcher = backend(cloud).make(identity=identity, known_hosts=known_hosts, remote_python=remote_python,
-                                              spec_options=spec.option_dict, ready_timeout=ready_s,
-                                              start_deadline_s=deadline_min * 60)
+    provider, launcher = chosen.transport.make(LaunchOptions(
+        identity=identity, known_hosts=known_hosts, remote_python=remote_python, spec_options=spec.option_dict,
+        ready_timeout=ready_s, start_deadline_s=deadline_min * 60))
     if output_dir is not None and not launcher.collects_outputs:
         raise UsageError(f"--output {output!r}: copying outputs back is not supported yet with cloud {cloud} "
                          "(supported: local, ssh, aws, gcp)")
@@ -176,7 +178,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     home_dir()
     provider.preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
 
-    present = backend(cloud).known_gpus()  # local: this machine's GPUs, shared by its "nodes"
+    present = plugin(cloud).ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and gpn is None:
         gpn = present // spec.nodes if present else 0
         spec = spec.replace(gpus_per_node=gpn)
@@ -194,7 +196,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     # e.g. the image, the data and what is shipped; its errors come before anything exists
     for line in launcher.describe(spec, job):
         out.print(f"  {line}")
-    if backend(cloud).provisions and not yes:
+    if plugin(cloud).can(Capability.PROVISIONS) and not yes:
         if not sys.stdin.isatty():
             raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")
         if not click.confirm("Create the cluster and run?", default=False):
@@ -237,12 +239,14 @@ def _command_name(command: tuple[str, ...]) -> str | None:
 
 def _plan(out, spec: ClusterSpec, job, nproc: int):
     """Print what will happen and what it is estimated to cost; returns the price snapshot."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.contract import Capability
+    from gpucluster.infra.registry import plugin
 
+    chosen = plugin(spec.cloud)
     what = job.display
     line = None
     est = None
-    priced = backend(spec.cloud).priced
+    priced = chosen.can(Capability.PRICED)
     if priced:
         try:
             from gpucluster import cost as _cost
@@ -250,7 +254,7 @@ def _plan(out, spec: ClusterSpec, job, nproc: int):
             est = _cost.estimate(spec, 1.0)
         except (ImportError, AttributeError):
             est = None
-    line = backend(spec.cloud).plan_line(spec, nproc, getattr(est, "hourly", None))
+    line = chosen.spec.plan_line(spec, nproc, getattr(est, "hourly", None))
     if line is None:
         gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
         line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"

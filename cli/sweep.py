@@ -81,7 +81,8 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
       gpucluster sweep --nodes 1,2 --data ./shards --setup 'pip install -r requirements.txt' -- python train.py
     """
     from gpucluster.cli.args import build_spec, check_command, workload_argv
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.contract import Capability, LaunchOptions
+    from gpucluster.infra.registry import plugin
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
@@ -108,7 +109,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
 
     wants_gpu = compare_cpu or any(g for g in gpn_list if g)
-    present = backend(cloud).known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
+    present = plugin(cloud).ops.known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
     if present is not None:
         if wants_gpu and present == 0:
             raise UsageError("there is no GPU to compare against: this machine has no NVIDIA GPU (nvidia-smi finds none), "
@@ -131,20 +132,21 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
                               (), None, options))
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.contract import Capability, LaunchOptions
+    from gpucluster.infra.registry import plugin
     from gpucluster.spec import validate
 
     validate(base)  # unknown options and bad values are refused before anything starts
-    base = backend(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
+    base = plugin(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
     from gpucluster.staging import parse_data, parse_setup
 
-    mounts, setup_cmds = parse_data(data, backend(cloud)), parse_setup(setup)
-    base = backend(cloud).with_object_access(base, [m.src for m in mounts if m.remote], [])
+    mounts, setup_cmds = parse_data(data, plugin(cloud)), parse_setup(setup)
+    base = plugin(cloud).with_object_access(base, [m.src for m in mounts if m.remote], [])
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1, data=mounts, setup=setup_cmds,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024))
-    provider_launcher = backend(cloud).make()
+    provider_launcher = plugin(cloud).transport.make(LaunchOptions())
     from gpucluster.cli.args import resolve_spec
 
     resolved, _ = resolve_spec(base)  # aws: the SSH rule must let this machine in
@@ -163,7 +165,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(plan)} run(s) on {cloud}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
               f"repeat {reps}: {what}")
-    if backend(cloud).provisions and not yes:
+    if plugin(cloud).can(Capability.PROVISIONS) and not yes:
         if not sys.stdin.isatty():
             raise UsageError("a sweep creates billable cloud resources: confirm with --yes when not on a terminal")
         if not click.confirm(f"Create {len(plan)} cluster(s) one after another and run?", default=False):

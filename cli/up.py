@@ -8,7 +8,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.errors import GpuclusterError, UsageError, not_allowed
-from gpucluster.infra.registry import NAMES, backend, provisioning
+from gpucluster.infra.registry import NAMES, plugin, provisioning
 
 
 class _UpUI:
@@ -76,7 +76,7 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
                       ssh_cidr, tags, (), run_id, options)
     validate(spec)
     spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
-    spec = backend(cloud).with_project(spec, project, required=not dry_run)
+    spec = plugin(cloud).with_project(spec, project, required=not dry_run)
     provider = common.provider_for(cloud)
     spec, warnings = resolve_spec(spec, dry_run=dry_run)
     out = common.console(stderr=as_json)

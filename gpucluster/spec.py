@@ -19,12 +19,12 @@ from typing import Any, Mapping
 from gpucluster.errors import SpecError, not_allowed
 
 from gpucluster.infra.registry import NAMES as CLOUDS
-from gpucluster.infra.registry import backend
+from gpucluster.infra.registry import plugin, traits
 
 
 def max_nodes(cloud: str) -> int:
     """The largest `--nodes` the backend accepts (local: 16 processes; clouds: 64)."""
-    return backend(cloud).max_nodes
+    return traits(cloud).max_nodes
 
 # Lifetime after which cloud nodes power themselves off even if this machine is gone.
 DEFAULT_MAX_LIFETIME_MINUTES = 240
@@ -225,7 +225,7 @@ def validate(spec: ClusterSpec) -> list[str]:
             )
         if len(value) > 63:
             raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
-    return list(backend(spec.cloud).validate_spec(spec))
+    return list(plugin(spec.cloud).spec.validate(spec))
 
 
 def resolve(spec: ClusterSpec) -> ClusterSpec:
@@ -234,4 +234,4 @@ def resolve(spec: ClusterSpec) -> ClusterSpec:
 
     Called once, before the ledger row is written: the ledger, the provider, the teardown check
     and `gc` then all read the same region/zone, never an ambient default."""
-    return backend(spec.cloud).resolve(spec)
+    return plugin(spec.cloud).spec.resolve(spec)

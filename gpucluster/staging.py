@@ -58,9 +58,9 @@ def object_refusal(flag: str, value: str, store) -> str | None:
         return None
     if store is not None and store.object_store == scheme:
         return None
-    from gpucluster.infra.registry import NAMES, backend
+    from gpucluster.infra.registry import NAMES, traits
 
-    able = [n for n in NAMES if backend(n).object_store == scheme]
+    able = [n for n in NAMES if traits(n).object_store == scheme]
     where = f" with --cloud {store.name}" if store is not None and able else ""
     how = f"{scheme}:// works with --cloud {' or '.join(able)}" if able else f"no backend reads {scheme}:// yet"
     return f"{flag} {value!r} is not supported yet{where}: {how}"

@@ -74,7 +74,7 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
               on_run: Callable[[int, int, SweepRun | None, tuple[int, int | None, int]], None] | None = None) -> Sweep:
     """Run `job_template` at every size; returns the sweep (its runs are in the ledger).
 
-    `backend` is the (provider, launcher) pair of `backends.get_backend`. A gpus-per-node value of
+    `backend` is the (provider, launcher) pair of the plugin's `Transport.make`. A gpus-per-node value of
     None keeps the base spec's (what is present); a positive value also sets processes per node.
     Every size's spec is validated before the first run starts. A failed run does not stop the
     sweep; Ctrl-C / SIGTERM does (the interrupted run is torn down by the lifecycle as usual).
@@ -242,9 +242,10 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
             return Decimal(str(cost["total"]))
         except InvalidOperation:
             return None
-    from gpucluster.infra.registry import NAMES, backend
+    from gpucluster.infra.contract import Capability
+    from gpucluster.infra.registry import NAMES, traits
 
-    if run.get("cloud") in NAMES and not backend(run["cloud"]).provisions:
+    if run.get("cloud") in NAMES and not traits(run["cloud"]).can(Capability.PROVISIONS):
         return Decimal("0")
     return None
 

@@ -3,8 +3,8 @@
 - outside the backend packages (`infra/<name>/`) and the registry, no module compares a cloud's
   name (`cloud == "aws"`, `cloud in ("local", "ssh")`, `"gcp" in clouds`) nor imports a backend
   package: the core and the CLI reach backends through `infra/registry.py` and the contract;
-- every hook shared code calls on a backend (`backend(name).X`) is declared by the contract's
-  `Backend` base class, so nothing needs probing with `getattr`;
+- every part shared code reaches on a backend (`plugin(name).X`, `traits(name).X`) is declared by
+  the contract (`Plugin`, `Traits`), so nothing needs probing with `getattr`;
 - no source file is over about 500 lines;
 - the registry and every backend package import no cloud SDK or torch.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.infra.contract import Backend
+from gpucluster.infra.contract import Plugin, Traits
 from gpucluster.infra.registry import NAMES, PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,16 +74,18 @@ def test_shared_modules_never_name_a_cloud_in_a_branch_nor_import_a_backend(path
     assert backend_imports(tree) == [], f"{_rel(path)} imports a backend package (use the registry)"
 
 
-def test_every_hook_called_through_the_registry_is_declared_by_the_contract():
+def test_every_part_reached_through_the_registry_is_declared_by_the_contract():
     called = set()
     for path in ALL_SOURCE:
         for n in ast.walk(ast.parse(path.read_text())):
-            # backend(x).hook / self.backend.hook / b.hook for b in all_backends()
+            # plugin(x).part / traits(x).fact
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call) and \
-                    getattr(n.value.func, "id", None) == "backend":
-                called.add((n.attr, _rel(path), n.lineno))
-    assert called, "no backend(...).hook call found: the scan is broken"
-    missing = sorted(c for c in called if not hasattr(Backend, c[0]))
+                    getattr(n.value.func, "id", None) in ("plugin", "traits"):
+                called.add((n.value.func.id, n.attr, _rel(path), n.lineno))
+    assert called, "no plugin(...).part call found: the scan is broken"
+    declared = {"plugin": set(Plugin.__dataclass_fields__) | set(dir(Plugin)),
+                "traits": set(Traits.__dataclass_fields__) | set(dir(Traits))}
+    missing = sorted(c for c in called if c[1] not in declared[c[0]])
     assert missing == []
 
 
@@ -93,8 +95,8 @@ def test_no_source_file_is_over_about_500_lines(path):
 
 
 def test_registry_and_backend_packages_import_no_sdk():
-    code = ("import sys; from gpucluster.infra.registry import all_backends; "
-            "[(b.name, b.flags, b.provisions) for b in all_backends()]; "
+    code = ("import sys; from gpucluster.infra.registry import NAMES, traits; "
+            "[(traits(n).name, traits(n).flags, traits(n).capabilities) for n in NAMES]; "
             "heavy = ('torch', 'boto3', 'pulumi', 'pulumi_aws', 'pulumi_gcp', 'google.cloud', 'kubernetes', 'rich'); "
             "print([m for m in heavy if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
-from gpucluster.infra.registry import backend, priced
+from gpucluster.infra.registry import plugin, priced
 
 MARKETS = ("on-demand", "spot")
 KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
@@ -319,7 +319,7 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     date = _today(now)
     shipped_date = shipped.oldest_date()
     try:
-        rows = backend(cloud).fetch_prices(shipped, regions=regions, date=date, **clients)
+        rows = plugin(cloud).needs_pricing().fetch_prices(shipped, regions=regions, date=date, **clients)
     except GpuclusterError:
         raise
     except Exception as exc:  # SDK errors: no credentials, no network, access denied, throttling
