@@ -12,7 +12,8 @@ import sys
 import click
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
-from gpucluster.spec import CLOUDS, max_nodes, ClusterSpec, parse_int
+from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.spec import ClusterSpec, parse_int
 
 WORKLOADS = ("digits", "mnist", "synthetic")
 
@@ -123,7 +124,8 @@ def resolve_spec(spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSp
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import validate
 
-    resolve = plugin(spec.cloud).spec.prepare
+    chosen = plugin(spec.cloud)
+    resolve = chosen.spec.prepare
     try:
         spec, notes = resolve(spec)
     except SpecError as exc:
@@ -131,7 +133,7 @@ def resolve_spec(spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSp
             raise
         spec, notes = resolve(spec, detect=None)
         notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
-    return spec, [*validate(spec), *notes]
+    return spec, [*validate(spec, chosen), *notes]
 
 
 def check_command(command: tuple[str, ...]) -> None:
@@ -161,7 +163,9 @@ def build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, s
                ssh_cidr, tags, hosts, run_id, options: tuple[str, ...] = ()) -> ClusterSpec:
     if cloud not in CLOUDS:
         raise SpecError(not_allowed("cloud", cloud, CLOUDS))
-    n = parse_int("nodes", nodes, low=1, high=max_nodes(cloud))
+    from gpucluster.infra.registry import traits
+
+    n = parse_int("nodes", nodes, low=1, high=traits(cloud).max_nodes)
     g = None if gpus_per_node is None else parse_int("gpus per node", gpus_per_node, low=0, high=16)
     return ClusterSpec(
         cloud=cloud, nodes=n, name=name or f"gpucluster-{cloud}", region=region, zone=zone,

@@ -139,7 +139,8 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
     """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
     from gpucluster.errors import UsageError
     from gpucluster.infra.registry import priced
-    from gpucluster.spec import CLOUDS, ClusterSpec
+    from gpucluster.infra.registry import NAMES as CLOUDS
+    from gpucluster.spec import ClusterSpec
     from gpucluster.stackconfig import spec_from_stack_file
 
     if stack:
@@ -345,7 +346,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
 
     from gpucluster.cost import GROUPS, money, parse_since, plot_report, report
     from gpucluster.errors import UsageError, not_allowed
-    from gpucluster.spec import CLOUDS
+    from gpucluster.infra.registry import NAMES as CLOUDS
 
     if as_json and as_csv:
         raise UsageError("--json and --csv: choose one")

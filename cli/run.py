@@ -11,7 +11,8 @@ import click
 from gpucluster.cli.args import WORKLOADS
 from gpucluster.cli.common import console as _console
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.spec import CLOUDS, ClusterSpec, parse_int
+from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.spec import ClusterSpec, parse_int
 
 
 @click.command(context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
@@ -118,8 +119,8 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb,
                       max_lifetime, ssh_cidr, tags, host_list, run_id, options)
-    validate(spec)  # bad input is refused before anything is looked up
-    spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    validate(spec, chosen)  # bad input is refused before anything is looked up
+    spec = resolve(spec, chosen)  # the location actually used, defaults included: stored and checked later
     spec = chosen.with_project(spec, project, required=not dry_run)
     ready_s = parse_int("ready timeout (seconds)", ready_timeout, low=10, high=6 * 3600)
     deadline_min = parse_int("start deadline (minutes)", start_deadline, low=1, high=24 * 60)
@@ -206,7 +207,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
 
     ui = RichRunUI(out, quiet=quiet, epochs=int(epochs) if epochs else None)
     with ui:
-        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
+        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep and chosen.can(Capability.PROVISIONS),
                           prices=estimate, workload=workload or _command_name(command), resumed_from=resumed_from)
     record = ledger.get_run(outcome.run_id)
     if as_json:

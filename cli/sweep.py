@@ -9,7 +9,8 @@ import click
 
 from gpucluster.errors import ExitCode, UsageError, not_allowed
 from gpucluster.cli.args import WORKLOADS
-from gpucluster.spec import CLOUDS, max_nodes, parse_int
+from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.spec import parse_int
 
 
 def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
@@ -86,7 +87,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=max_nodes(cloud)))
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=plugin(cloud).traits.max_nodes))
     gpn_list: list[int | None] = [None]
     if gpus_per_node is not None:
         gpn_list = sorted(parse_int_list("gpus per node", gpus_per_node, low=0, high=16))
@@ -131,12 +132,12 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     from gpucluster.sweep import new_sweep_id, plan_sizes
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
-                              (), None, options))
+                              (), None, options), plugin(cloud))
     from gpucluster.infra.contract import Capability, LaunchOptions
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import validate
 
-    validate(base)  # unknown options and bad values are refused before anything starts
+    validate(base, plugin(cloud))  # unknown options and bad values are refused before anything starts
     base = plugin(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
     from gpucluster.staging import parse_data, parse_setup
 
@@ -184,7 +185,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     ui = RichRunUI(out, quiet=True)
     with ui:
-        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, sweep_id=sweep_id,
+        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, plugin=plugin(cloud), sweep_id=sweep_id,
                            new_run_id=new_run_id, on_run=on_run,
                            workload=workload or (command[-1] if len(command) == 1 else (command[1] if command else None)))
     return report(out, ledger, sweep_id, thr, as_json=as_json, report_dir=report_dir, interrupted=result.interrupted,

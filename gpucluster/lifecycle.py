@@ -20,8 +20,6 @@ from typing import Any, Iterator, Protocol
 from gpucluster.domain import VERIFIED, Check
 
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
-from gpucluster.infra.contract import Capability
-from gpucluster.infra.registry import traits
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger
 from gpucluster.owner import owner_lock
@@ -407,7 +405,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     local and ssh process scans), it makes the verdict at best "not verified".
     """
     rec.start_phase("teardown")
-    if keep and traits(spec.cloud).can(Capability.PROVISIONS):  # processes (local, ssh) are never kept
+    if keep:  # the caller keeps only clusters gpucluster creates: processes (local, ssh) never are
         rec.end_phase("ok", "cluster kept (--keep)")
         return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing

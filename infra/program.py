@@ -22,9 +22,9 @@ def run(spec: ClusterSpec) -> dict[str, Any]:
     """Validate (raising before anything is declared), declare the cloud's component, export."""
     import pulumi
 
-    for warning in validate(spec):
-        pulumi.log.warn(warning)
     chosen = plugin(spec.cloud)  # the composition root of the Pulumi program
+    for warning in validate(spec, chosen):
+        pulumi.log.warn(warning)
     if chosen.provisioner is None:
         raise SpecError(f"cloud {spec.cloud!r} has no Pulumi program (use the {spec.cloud} provider directly)")
     outputs = chosen.provisioner.declare(spec)

@@ -6,7 +6,8 @@ import pytest
 
 from gpucluster.infra.aws import catalog
 from gpucluster.errors import SpecError
-from gpucluster.spec import ClusterSpec, validate
+from gpucluster.spec import ClusterSpec
+from specs import validate
 
 
 def aws_spec(**kw) -> ClusterSpec:
@@ -214,7 +215,8 @@ def test_unreachable_checkip_fails_within_the_timeout():
 
 
 def test_image_option_is_checked():
-    from gpucluster.spec import ClusterSpec, validate
+    from gpucluster.spec import ClusterSpec
+    from specs import validate
 
     with pytest.raises(SpecError, match="option image 'ubuntu' is not allowed"):
         validate(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32", options=(("image", "ubuntu"),)))

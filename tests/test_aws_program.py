@@ -31,7 +31,8 @@ from gpucluster.infra.aws.mock_runtime import (  # noqa: E402
     public_ip,
     unwrap,
 )
-from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from specs import validate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STACK_FILE = ROOT / "stacks" / "Pulumi.aws-g5.yaml"

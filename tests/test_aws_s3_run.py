@@ -74,7 +74,8 @@ def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
     from gpucluster.outputs import check_output_dest
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
     from gpucluster.staging import parse_data
 
     c = s3_server.client()

@@ -264,7 +264,8 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
 
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=90)
@@ -312,7 +313,8 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
 
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=12)

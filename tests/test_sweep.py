@@ -115,7 +115,7 @@ def test_every_size_is_validated_before_anything_runs(tmp_path):
     ledger = Ledger(tmp_path / "l.sqlite3")
     with pytest.raises(SpecError, match="no NVIDIA GPU"):
         run_sweep(ClusterSpec(cloud="local", nodes=1), JobSpec(run_id="t", workload="synthetic"), [1, 2], [0, 1], 1,
-                  ledger, plugin("local").transport.make(LaunchOptions()))
+                  ledger, plugin("local").transport.make(LaunchOptions()), plugin=plugin("local"))
     assert ledger.list_runs() == []
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.registry import plugin
-from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+from gpucluster.infra.registry import plugin, traits
+from gpucluster.spec import ClusterSpec, parse_int
 
 from .plan import is_free, plan, price_snapshot, region_for, resolved
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
@@ -92,7 +92,7 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     rules and snapshot as `run_cost`, so the two agree when the durations do."""
     hours = parse_hours(hours)
     if is_free(spec.cloud):
-        parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+        parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
         return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
                         hourly=Decimal(0), total=Decimal(0), price_date=None,
                         notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])

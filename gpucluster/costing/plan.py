@@ -14,8 +14,8 @@ from typing import Any, Mapping
 from gpucluster.catalog.prices import Catalog, PriceRow, load_catalog
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.contract import Pricing
-from gpucluster.infra.registry import NAMES, plugin, priced
-from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+from gpucluster.infra.registry import NAMES, plugin, priced, traits
+from gpucluster.spec import ClusterSpec, parse_int
 
 from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
 
@@ -95,7 +95,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     if chosen is None:
         raise UsageError(not_allowed("cloud", spec.cloud, _clouds_listed()))
     spec = resolved(spec)
-    nodes = parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+    nodes = parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
     region = region_for(spec)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
