@@ -1,6 +1,6 @@
 """`gpucluster doctor`: what cloud runs need, each check with a fix. The checks every cloud shares
 (state directory, ssh client, Pulumi CLI and plugins) are here; each backend adds its own
-(`Backend.doctor`: credentials, quotas)."""
+(`Operations.doctor`: credentials, quotas)."""
 
 from __future__ import annotations
 

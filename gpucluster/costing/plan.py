@@ -1,7 +1,7 @@
 """A spec -> its priced plan (which catalog rows a run of it is billed by) and the launch-time
 price snapshot; `Pricer` finds a price in a run's snapshot, else in today's catalog.
 
-The cloud's own rules are its backend's (`infra.contract`, "Cost engine"): `price_plan` picks the
+The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
 machine, GPU and fee rows, `instance_price` prices an instance type, `default_region` and
 `default_disk_type` fill what the spec leaves out."""
 
@@ -23,7 +23,7 @@ from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
 @dataclass
 class Plan:
     """What a spec is billed by: filled in by the core (region, market, disk) and by the
-    backend's `price_plan` (machine, GPUs, fee, zonal / free tier, notes)."""
+    backend's `Pricing.price_rows` (machine, GPUs, fee, zonal / free tier, notes)."""
 
     cloud: str
     region: str
@@ -76,7 +76,7 @@ def disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: l
 
 
 def resolved(spec: ClusterSpec) -> ClusterSpec:
-    """The spec with the backend's own defaults filled in (`Backend.resolve`): what would really
+    """The spec with the backend's own defaults filled in (`SpecRules.resolve`): what would really
     be created is what is priced."""
     try:
         return plugin(spec.cloud).spec.resolve(spec)
@@ -85,7 +85,7 @@ def resolved(spec: ClusterSpec) -> ClusterSpec:
 
 
 def system_pool(spec: ClusterSpec) -> dict[str, Any] | None:
-    """The backend's always-on extras (GKE: the CPU system pool), from `Backend.system_pool`."""
+    """The backend's always-on extras (GKE: the CPU system pool), from `Pricing.system_pool`."""
     pricing = known(spec.cloud)
     return pricing.system_pool(spec) if pricing else None
 

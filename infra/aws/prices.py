@@ -1,6 +1,6 @@
 """What AWS charges: the price fetcher behind `Pricing.fetch_prices` (Price List API for on-demand
 instances and EBS gp3, DescribeSpotPriceHistory for spot) and the EC2 pricing rules the cost
-engine calls (`price_plan`, `planned_resources`, `gpu_of`).
+engine calls (`price_rows`, `planned_resources`, `gpu_of`).
 
 EC2 prices an instance with its GPUs included; each node's root gp3 volume is billed per GB-month.
 The fetchers import boto3 lazily and are split from pure parsers (`parse_aws_price_list`,

@@ -1,5 +1,5 @@
 """What GCP charges: the price fetcher behind `Pricing.fetch_prices` (Cloud Billing Catalog SKUs
-of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_plan`,
+of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_rows`,
 `planned_resources`, `estimate_notes`).
 
 GCE bills an N1 VM's vCPUs and memory (named types: the catalog's rows; other N1 shapes: derived
