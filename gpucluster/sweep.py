@@ -246,10 +246,9 @@ def run_cost_usd(run: dict[str, Any]) -> Decimal | None:
             return Decimal(str(cost["total"]))
         except InvalidOperation:
             return None
-    from gpucluster.infra.contract import Capability
-    from gpucluster.infra.registry import NAMES, traits
+    from gpucluster.costing.plan import is_free
 
-    if run.get("cloud") in NAMES and not traits(run["cloud"]).can(Capability.PROVISIONS):
+    if is_free(run.get("cloud")):  # machines gpucluster does not rent: the cost engine's own rule
         return Decimal("0")
     return None
 
