@@ -179,7 +179,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     home_dir()
     provider.preflight()  # e.g. the Pulumi CLI: missing or too old is said before anything is recorded
 
-    present = plugin(cloud).ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
+    present = chosen.ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and gpn is None:
         gpn = present // spec.nodes if present else 0
         spec = spec.replace(gpus_per_node=gpn)
@@ -197,7 +197,7 @@ def run(cloud, nodes, gpus_per_node, procs_per_node, workload, epochs, workload_
     # e.g. the image, the data and what is shipped; its errors come before anything exists
     for line in launcher.describe(spec, job):
         out.print(f"  {line}")
-    if plugin(cloud).can(Capability.PROVISIONS) and not yes:
+    if chosen.can(Capability.PROVISIONS) and not yes:
         if not sys.stdin.isatty():
             raise UsageError("this creates billable cloud resources: confirm with --yes when not on a terminal")
         if not click.confirm("Create the cluster and run?", default=False):

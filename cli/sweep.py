@@ -87,7 +87,8 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     if cloud not in CLOUDS:
         raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=plugin(cloud).traits.max_nodes))
+    chosen = plugin(cloud)  # the one look-up of this command: below, the plugin is passed down
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
     gpn_list: list[int | None] = [None]
     if gpus_per_node is not None:
         gpn_list = sorted(parse_int_list("gpus per node", gpus_per_node, low=0, high=16))
@@ -110,7 +111,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
 
     wants_gpu = compare_cpu or any(g for g in gpn_list if g)
-    present = plugin(cloud).ops.known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
+    present = chosen.ops.known_gpus()  # local: this machine's GPUs; elsewhere unknown until provisioned
     if present is not None:
         if wants_gpu and present == 0:
             raise UsageError("there is no GPU to compare against: this machine has no NVIDIA GPU (nvidia-smi finds none), "
@@ -132,22 +133,20 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     from gpucluster.sweep import new_sweep_id, plan_sizes
 
     base = resolve(build_spec(cloud, node_counts[0], None, None, None, None, None, False, "100", "240", ssh_cidr, (),
-                              (), None, options), plugin(cloud))
-    from gpucluster.infra.contract import Capability, LaunchOptions
-    from gpucluster.infra.registry import plugin
+                              (), None, options), chosen)
     from gpucluster.spec import validate
 
-    validate(base, plugin(cloud))  # unknown options and bad values are refused before anything starts
-    base = plugin(cloud).with_project(base, project)  # every run of the sweep records the same resolved project
+    validate(base, chosen)  # unknown options and bad values are refused before anything starts
+    base = chosen.with_project(base, project)  # every run of the sweep records the same resolved project
     from gpucluster.staging import parse_data, parse_setup
 
-    mounts, setup_cmds = parse_data(data, plugin(cloud)), parse_setup(setup)
-    base = plugin(cloud).with_object_access(base, [m.src for m in mounts if m.remote], [])
+    mounts, setup_cmds = parse_data(data, chosen), parse_setup(setup)
+    base = chosen.with_object_access(base, [m.src for m in mounts if m.remote], [])
     job = JobSpec(run_id="template", command=tuple(command), workload=None if command else workload,
                   workload_args=tuple(wl_args) if not command else (), nproc_per_node=1, data=mounts, setup=setup_cmds,
                   threads_per_proc=None if threads_per_proc is None else parse_int(
                       "threads per process", threads_per_proc, low=1, high=1024))
-    provider_launcher = plugin(cloud).transport.make(LaunchOptions())
+    provider_launcher = chosen.transport.make(LaunchOptions())
     from gpucluster.cli.args import resolve_spec
 
     resolved, _ = resolve_spec(base)  # aws: the SSH rule must let this machine in
@@ -166,7 +165,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(plan)} run(s) on {cloud}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
               f"repeat {reps}: {what}")
-    if plugin(cloud).can(Capability.PROVISIONS) and not yes:
+    if chosen.can(Capability.PROVISIONS) and not yes:
         if not sys.stdin.isatty():
             raise UsageError("a sweep creates billable cloud resources: confirm with --yes when not on a terminal")
         if not click.confirm(f"Create {len(plan)} cluster(s) one after another and run?", default=False):
@@ -185,7 +184,7 @@ def sweep(nodes, gpus_per_node, cloud, workload, epochs, workload_args, repeat, 
 
     ui = RichRunUI(out, quiet=True)
     with ui:
-        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, plugin=plugin(cloud), sweep_id=sweep_id,
+        result = run_sweep(base, job, node_counts, gpn_list, reps, ledger, provider_launcher, ui, plugin=chosen, sweep_id=sweep_id,
                            new_run_id=new_run_id, on_run=on_run,
                            workload=workload or (command[-1] if len(command) == 1 else (command[1] if command else None)))
     return report(out, ledger, sweep_id, thr, as_json=as_json, report_dir=report_dir, interrupted=result.interrupted,

@@ -74,9 +74,10 @@ def up(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, dis
     run_id = new_run_id()
     spec = build_spec(cloud, nodes, gpus_per_node, name, region, zone, instance_type, spot, disk_gb, max_lifetime,
                       ssh_cidr, tags, (), run_id, options)
-    validate(spec, plugin(cloud))
-    spec = resolve(spec, plugin(cloud))  # the location actually used, defaults included: stored and checked later
-    spec = plugin(cloud).with_project(spec, project, required=not dry_run)
+    chosen = plugin(cloud)  # the one look-up of this command
+    validate(spec, chosen)
+    spec = resolve(spec, chosen)  # the location actually used, defaults included: stored and checked later
+    spec = chosen.with_project(spec, project, required=not dry_run)
     provider = common.provider_for(cloud)
     spec, warnings = resolve_spec(spec, dry_run=dry_run)
     out = common.console(stderr=as_json)
