@@ -13,6 +13,8 @@ PIP := $(PY) -m pip -q --disable-pip-version-check
 TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NODES ?= 4
+# pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers)
+TEST_WORKERS ?= 3
 
 .PHONY: demo test bench install install-test system-deps clean
 
@@ -38,7 +40,7 @@ demo: install
 	$(VENV)/bin/gpucluster run --cloud local --nodes $(NODES) --workload digits --yes
 
 test: install-test
-	@$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
 bench: install-test
 	$(PY) benchmarks/run_all.py

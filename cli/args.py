@@ -6,18 +6,18 @@ from __future__ import annotations
 import click
 
 from gpucluster.errors import UsageError
-from gpucluster.spec import CLOUDS
+from gpucluster.infra.registry import NAMES as CLOUDS
 
 
 def cloud_only_flags() -> dict[str, tuple[str, ...]]:
     """Flags that only some clouds use (Click parameter name -> the backends listing it, in the
     registry's order): elsewhere they would be silently ignored, so they are refused."""
-    from gpucluster.infra.registry import all_backends
+    from gpucluster.infra.registry import NAMES, traits
 
     users: dict[str, tuple[str, ...]] = {}
-    for b in all_backends():
-        for param in b.flags:
-            users[param] = users.get(param, ()) + (b.name,)
+    for name in NAMES:
+        for param in traits(name).flags:
+            users[param] = users.get(param, ()) + (name,)
     return users
 
 
@@ -25,12 +25,12 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     """Refuse (exit 2) a flag the chosen cloud would silently ignore, naming it."""
     from click.core import ParameterSource
 
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import traits
 
     if cloud not in CLOUDS:
         return
     ctx = ctx or click.get_current_context()
-    mine = backend(cloud)
+    mine = traits(cloud)
     users = cloud_only_flags()
     for param in ctx.command.params:
         clouds = users.get(param.name or "")

@@ -15,9 +15,10 @@ from gpucluster.cli.console import make_console as console  # noqa: F401 - re-ex
 
 def provider_for(cloud: str) -> Any:
     """The provider that can create, tear down or describe a cluster of `cloud` (tests replace this)."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.contract import LaunchOptions
+    from gpucluster.infra.registry import plugin
 
-    return backend(cloud).provider()
+    return plugin(cloud).transport.provider_only(LaunchOptions())
 
 
 def ledger():

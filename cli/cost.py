@@ -142,7 +142,8 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
     """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
     from gpucluster.errors import UsageError
     from gpucluster.infra.registry import priced
-    from gpucluster.spec import CLOUDS, ClusterSpec
+    from gpucluster.infra.registry import NAMES as CLOUDS
+    from gpucluster.spec import ClusterSpec
     from gpucluster.stackconfig import spec_from_stack_file
 
     if stack:
@@ -165,11 +166,12 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
 
 def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
     """--nodes N or N,N,...: each within the cloud's limit as `run` checks it (64 with no cloud given)."""
-    from gpucluster.spec import CLOUDS, max_nodes, parse_int
+    from gpucluster.infra.registry import NAMES as CLOUDS, traits
+    from gpucluster.spec import parse_int
 
     if value is None:
         return None
-    high = max_nodes(cloud) if cloud in CLOUDS else 64
+    high = traits(cloud).max_nodes if cloud in CLOUDS else 64
     return [parse_int("nodes", part, low=1, high=high) for part in value.split(",")]
 
 
@@ -213,13 +215,14 @@ def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, region
     if node_list is not None and len(node_list) > 1:
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
     from gpucluster.cost import estimate
+    from gpucluster.infra.registry import plugin
     from gpucluster.spec import validate
 
     spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus,
                       nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)
     est = estimate(spec, hours if hours is not None else "1", free_tier=True if free_tier else None)
-    validate(spec)  # and what `run` refuses besides, by the same checks
+    validate(spec, plugin(spec.cloud))  # and what `run` refuses besides, by the same checks
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=1))
         return
@@ -350,7 +353,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
 
     from gpucluster.cost import GROUPS, money, parse_since, plot_report, report
     from gpucluster.errors import UsageError, not_allowed
-    from gpucluster.spec import CLOUDS
+    from gpucluster.infra.registry import NAMES as CLOUDS
 
     if as_json and as_csv:
         raise UsageError("--json and --csv: choose one")

@@ -1,6 +1,6 @@
 """`gpucluster doctor`: what cloud runs need, each check with a fix. The checks every cloud shares
 (state directory, ssh client, Pulumi CLI and plugins) are here; each backend adds its own
-(`Backend.doctor`: credentials, quotas)."""
+(`Operations.doctor`: credentials, quotas)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def check_ssh() -> dict[str, Any]:
 
 def pulumi_plugins() -> list[str]:
     """The Pulumi plugins the backends' programs need."""
-    from gpucluster.infra.registry import all_backends
+    from gpucluster.infra.registry import NAMES, traits
 
-    return sorted({p for b in all_backends() for p in b.pulumi_plugins})
+    return sorted({p for n in NAMES for p in traits(n).pulumi_plugins})
 
 
 def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
@@ -96,18 +96,18 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
       gpucluster doctor --cloud aws --region us-west-2
     """
     from gpucluster.spec import parse_int
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
     from gpucluster.prepare import check_place
 
     wanted = [c for c in provisioning() if not clouds or c in clouds]
-    check_place({c: backend(c) for c in wanted}, regions=(region,) if region is not None else (), project=project)
+    check_place({c: plugin(c) for c in wanted}, regions=(region,) if region is not None else (), project=project)
     n_nodes = None if nodes is None else parse_int("nodes", nodes, low=1, high=64)
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:
         # --region names one cloud's region: with several clouds each uses it only if it says so
-        checks += backend(c).doctor(region=region, project=project, sole=len(wanted) == 1, nodes=n_nodes,
-                                    instance_type=instance_type, spot=spot)
+        checks += plugin(c).ops.doctor(region, project, len(wanted) == 1, nodes=n_nodes, instance_type=instance_type,
+                                       spot=spot)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:

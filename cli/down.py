@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
+from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
 
 
@@ -36,14 +37,14 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
       gpucluster down gpucluster-local --force     # stop the run that owns it, then check
       gpucluster down --all --yes
     """
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.teardown import check_project, down_targets, refuse_busy, take_down
 
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
     ledger = common.ledger()
     targets = down_targets(ledger, cluster, all_, cloud, provisioning())
-    backends = {c: backend(c) for c in set(targets.values())}  # the one lookup: the lifecycle is given them
+    backends = {c: plugin(c) for c in set(targets.values())}  # the one lookup: the lifecycle is given them
     project = None if not project else check_project(project_id(project), targets, backends)
     out = common.console(stderr=as_json)
     if not targets:
@@ -54,7 +55,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
     if not force:  # refuse before asking anything: a live run is not pulled from under its owner
         refuse_busy(targets)
     common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it?", yes)
-    for c in sorted({c for c in targets.values() if backends[c].provisions}):
+    for c in sorted({c for c in targets.values() if backends[c].can(Capability.PROVISIONS)}):
         try:  # the Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag
             common.preflight(common.provider_for(c).preflight, yes)
         except GpuclusterError:
@@ -75,7 +76,7 @@ def _render(out: Any, result: Any, chosen: Any) -> None:
     if check is None:
         out.print(f"[red]{name}: {result.error}[/red]")
     elif check.verified:
-        out.print(f"[green]{name}: down; verified {chosen.verified_how}: every check ran and found nothing[/green]")
+        out.print(f"[green]{name}: down; verified {chosen.traits.verified_how}: every check ran and found nothing[/green]")
     else:
         out.print(f"[bold red]{name}: {check.verdict.upper()}[/bold red]")
         for lo in check.leftovers:
@@ -83,4 +84,4 @@ def _render(out: Any, result: Any, chosen: Any) -> None:
         for line in check.unchecked:
             out.print(f"  not checked: {line}")
         out.print(f"  finish it with: gpucluster down {name}" + (
-            f"   or   gpucluster gc --cloud {c}" if chosen.provisions else ""))
+            f"   or   gpucluster gc --cloud {c}" if chosen.can(Capability.PROVISIONS) else ""))

@@ -14,9 +14,10 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
     (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
-    from gpucluster.infra.registry import backend, provisioning
+    from gpucluster.infra.contract import Capability
+    from gpucluster.infra.registry import provisioning, traits
 
-    if not backend(spec.cloud).provisions:
+    if not traits(spec.cloud).can(Capability.PROVISIONS):
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
     d = provider.dry_run(spec, job=job, launcher=launcher)
     if as_json:

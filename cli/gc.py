@@ -29,11 +29,11 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
       gpucluster gc --cloud aws            # list, then ask
       gpucluster gc --cloud aws --yes      # delete without asking
     """
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.prepare import check_place
     from gpucluster.teardown import Collected, Collection
 
-    wanted = {c: backend(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
+    wanted = {c: plugin(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
     check_place(wanted, regions=regions, project=project)  # refused as `run` refuses them
     ledger = common.ledger()
     sweep = Collection(ledger, wanted, regions, project, include_kept)

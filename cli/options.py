@@ -13,7 +13,8 @@ from typing import Any, Callable
 import click
 
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.spec import CLOUDS, parse_int
+from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.spec import parse_int
 
 WORKLOAD_NAMES = ("digits", "mnist", "synthetic")  # gpucluster.prepare.WORKLOADS (not imported: --help stays light)
 

@@ -301,13 +301,13 @@ def _verified_detail(cloud: Any) -> str:
     """What a verified teardown rests on, in the backend's words (a cloud the registry does not
     know: the contract's default)."""
     from gpucluster.errors import UsageError
-    from gpucluster.infra.contract import Backend
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.contract import Traits
+    from gpucluster.infra.registry import traits
 
     try:
-        return backend(cloud).verified_detail
+        return traits(cloud).verified_detail
     except UsageError:
-        return Backend.verified_detail
+        return Traits("", 0, ()).verified_detail
 
 
 def teardown_lines(console, record: RunRecord) -> None:

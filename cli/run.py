@@ -10,6 +10,7 @@ import click
 
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.options import options
+from gpucluster.infra.contract import Capability
 from gpucluster.errors import UsageError
 
 
@@ -34,13 +35,13 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.cli.common import preflight, print_notes
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin, provisioning
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
 
-    chosen = backend(flags["cloud"])  # the one lookup: everything below is given it
+    chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
-    plan = prepare(Request(**flags), chosen)
+    plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
     out = _console(stderr=as_json)
     print_notes(out, plan.notes)
     print_plan(out, plan)
@@ -57,7 +58,8 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
         outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
-                          keep=keep, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
+                          keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
+                          prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
     report(out, ledger.get_run(outcome.run_id), as_json)
     if outcome.record_error:  # the ledger does not say what happened: one line, exit 3
         from gpucluster.recording import record_line
@@ -79,7 +81,7 @@ def report(out: Any, record: Any, as_json: bool) -> None:
 
 def confirm_billable(chosen: Any, yes: bool, what: str, question: str) -> None:
     """Ask before creating billable resources (aws, gcp); without a terminal, --yes is needed."""
-    if not chosen.provisions or yes:
+    if not chosen.can(Capability.PROVISIONS) or yes:
         return
     if not sys.stdin.isatty():
         raise UsageError(f"{what}: confirm with --yes when not on a terminal")

@@ -8,7 +8,7 @@ import click
 
 from gpucluster.cli.common import console as _console
 from gpucluster.errors import UsageError
-from gpucluster.spec import CLOUDS
+from gpucluster.infra.registry import NAMES as CLOUDS
 
 
 @click.command()

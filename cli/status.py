@@ -59,9 +59,12 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
 def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
     """Per-node GPU state of a live cluster, by its backend (aws: asked over ssh): one dict per node
     with reachable, problems and gpus (name, utilisation %, memory used/total MiB), or a note."""
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
-    return backend(cloud).node_gpu_state(common.provider_for(cloud), name)
+    read = plugin(cloud).ops.node_gpu_state
+    if read is None:
+        return [{"note": f"per-node GPU state is read over ssh; not available for {cloud} clusters"}]
+    return read(common.provider_for(cloud), name)
 
 
 @click.command()

@@ -70,20 +70,20 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.cli.common import console
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.run import confirm_billable
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
-    from gpucluster.spec import max_nodes, new_run_id
+    from gpucluster.spec import new_run_id
     from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
 
-    chosen = backend(flags["cloud"])  # the one lookup: everything below is given it
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=max_nodes(flags["cloud"])))
+    chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
     gpn_list = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                         high=16))
     if report_dir:
         from gpucluster.home import check_writable_dir
 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
-    gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.known_gpus(), node_counts)
+    gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.ops.known_gpus(), node_counts)
     plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run
     check_before_recording(plan)
@@ -98,7 +98,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     ui = RichRunUI(out, quiet=True)
     with ui:
         result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
-                           ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices,
+                           ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
                            workload=plan.workload)
     return report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)

@@ -10,7 +10,7 @@ import click
 from gpucluster.cli import common
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.registry import NAMES, backend, provisioning
+from gpucluster.infra.registry import NAMES, plugin, provisioning
 
 
 class _UpUI:
@@ -62,7 +62,7 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
                          + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
                             if cloud in NAMES else ""))
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
-    plan = prepare(Request(**flags, job=False), backend(cloud), provider=common.provider_for(cloud),
+    plan = prepare(Request(**flags, job=False), plugin(cloud), provider=common.provider_for(cloud),
                    strict_prices=False)
     spec, dry_run = plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)

@@ -37,10 +37,10 @@ DEFAULT_RDZV_PORT = 29400
 # the same process (same pid, environment, argv). The program is the file node_announce.py, shipped
 # by content (`python -c`), so it works on any node.
 WORKER_START_KIND = "worker_start"
-# It starts with "-1" (a statement that does nothing) so that torchrun's failure summary names the
+# It starts with "-1" (a statement that does nothing, in the file) so that torchrun's failure summary names the
 # user's program: torch.distributed.launcher.api._get_entrypoint_name takes the first argument that
 # does not start with "-" when the entry point is its own interpreter (torch 2.x).
-_ANNOUNCE = "-1\n" + _program("node_announce.py")
+_ANNOUNCE = _program("node_announce.py")  # its first line is that "-1"
 
 
 

@@ -22,7 +22,6 @@ from gpucluster.domain import VERIFIED, Check
 
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
 from gpucluster.events import Phase
-from gpucluster.infra.registry import backend
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger, LedgerError
 from gpucluster.recording import Quiet as _Quiet, quietly as _quietly, record_line
@@ -454,7 +453,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bo
     whose reaper did not finish its final pass (`unwitnessed`, from the launcher's `JobResult`).
     """
     rec.start_phase(Phase.TEARDOWN)
-    if keep and backend(spec.cloud).provisions:  # processes (local, ssh) are never kept
+    if keep:  # the caller keeps only clusters gpucluster creates: processes (local, ssh) never are
         rec.end_phase("ok", "cluster kept (--keep)")
         return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing

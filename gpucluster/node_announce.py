@@ -1,3 +1,4 @@
+-1  # does nothing: torchrun's failure summary names the first argument not starting with '-' (the user's program)
 import json,os,sys
 e=os.environ
 print('@gpucluster-metric '+json.dumps({'kind':'worker_start','rank':int(e.get('RANK','0')),'local_rank':int(e.get('LOCAL_RANK','0')),'pid':os.getpid()}),flush=True)

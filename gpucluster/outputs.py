@@ -3,7 +3,7 @@ teardown, and each node's copy gets a verdict.
 
 - `check_output_dest(value, store)`: the `--output DIR|URL` check made before anything starts. DIR
   must be creatable and writable, and new or empty. A bucket URL is accepted only where the run's
-  backend declares that scheme (`Backend.object_store`: aws takes s3://); then each node uploads
+  backend declares that scheme (the plugin's `ObjectStore`: aws takes s3://); then each node uploads
   its own folder to URL/RUN_ID/node-N (`infra/ssh/objects.py`) and nothing is copied back here.
 - `NodeOutputs`: one node's copy (where it went, files, bytes, seconds, verdict, detail). The
   verdict is `complete` (every file the node's folder listed is here), `partial` (some came back;

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
+from gpucluster.infra.contract import Capability, LaunchOptions
 from gpucluster.launch import JobSpec
-from gpucluster.spec import CLOUDS, ClusterSpec, max_nodes, new_run_id, parse_int
+from gpucluster.spec import ClusterSpec, new_run_id, parse_int
 
 WORKLOADS = ("digits", "mnist", "synthetic")
 # the largest values run accepts; every command that takes the same flag checks it the same way
@@ -54,6 +55,7 @@ class Request:
     hosts: str | None = None
     project: str | None = None
     dry_run: bool = False
+    provisioning: tuple[str, ...] = ()  # the clouds gpucluster provisions (named when --dry-run is refused)
     # the job (run, sweep)
     job: bool = True
     workload: str | None = None
@@ -108,19 +110,17 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     refused (run, sweep); otherwise it is planned without a price (`up`)."""
     output_dir = None if req.output is None else _output_dest(req.output, backend)
     command, workload = _command_or_workload(req)
-    host_list = backend.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
+    host_list = backend.ops.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
     from gpucluster.spec import resolve, validate
 
-    spec = build_spec(req, nodes, host_list, new_run_id())
-    validate(spec)  # bad input is refused before anything is looked up
-    spec = resolve(spec)  # the location actually used, defaults included: stored and checked later
+    spec = build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes)
+    validate(spec, backend)  # bad input is refused before anything is looked up
+    spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later
     spec = backend.with_project(spec, req.project, required=not req.dry_run)
-    if req.dry_run and not backend.provisions:
-        from gpucluster.infra.registry import provisioning
-
+    if req.dry_run and not backend.can(Capability.PROVISIONS):
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
-                                     f"{' or '.join(provisioning())} (clouds gpucluster provisions)"))
+                                     f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
     wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
     if command:
         check_command(command)
@@ -131,7 +131,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
                          "(supported: local, ssh, aws, gcp)")
     spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
-    present = backend.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
+    present = backend.ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and spec.gpus_per_node is None:
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
@@ -237,9 +237,9 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any) -> tuple
     if provider is not None:
         return provider, None
     check_ssh_files(req.identity, req.known_hosts)
-    return backend.make(identity=req.identity, known_hosts=req.known_hosts, remote_python=req.remote_python,
-                        python=req.python, spec_options=spec.option_dict, ready_timeout=req.ready_timeout,
-                        start_deadline_s=req.start_deadline * 60)
+    return backend.transport.make(LaunchOptions(
+        identity=req.identity, known_hosts=req.known_hosts, remote_python=req.remote_python, python=req.python,
+        spec_options=spec.option_dict, ready_timeout=req.ready_timeout, start_deadline_s=req.start_deadline * 60))
 
 
 def _price(plan: Prepared, backend: Any, strict: bool) -> None:
@@ -248,7 +248,7 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
     from gpucluster.errors import GpuclusterError
 
     spec = plan.spec
-    if backend.priced:
+    if backend.can(Capability.PRICED):
         try:
             plan.estimate = cost.estimate(spec, 1.0)
             plan.prices = cost.price_snapshot(spec)
@@ -257,7 +257,7 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
                 raise
             plan.estimate = plan.prices = None
     nproc = plan.job.nproc_per_node if plan.job else 1
-    line = backend.plan_line(spec, nproc, plan.hourly)
+    line = backend.spec.plan_line(spec, nproc, plan.hourly)
     if line is None:
         gpus = f"{spec.gpus_per_node} GPU(s)/node" if spec.gpus_per_node else "CPU only"
         line = f"{spec.nodes} node(s) on {spec.cloud} ({gpus}, {nproc} process(es)/node)"
@@ -332,10 +332,8 @@ def parse_options(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(opts.items()))
 
 
-def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | None) -> ClusterSpec:
-    if req.cloud not in CLOUDS:
-        raise SpecError(not_allowed("cloud", req.cloud, CLOUDS))
-    n = parse_int("nodes", str(nodes), low=1, high=max_nodes(req.cloud))  # the text as given, quoted
+def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | None, max_nodes: int) -> ClusterSpec:
+    n = parse_int("nodes", str(nodes), low=1, high=max_nodes)  # the text as given, quoted
     g = None if req.gpus_per_node is None else parse_int("gpus per node", str(req.gpus_per_node), low=0,
                                                          high=MAX_GPUS_PER_NODE)
     return ClusterSpec(
@@ -356,13 +354,13 @@ def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> t
     from gpucluster.spec import validate
 
     try:
-        spec, notes = backend.prepare_spec(spec)
+        spec, notes = backend.spec.prepare(spec)
     except SpecError as exc:
         if not dry_run:
             raise
-        spec, notes = backend.prepare_spec(spec, detect=None)
+        spec, notes = backend.spec.prepare(spec, detect=None)
         notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
-    return spec, [*validate(spec), *notes]
+    return spec, [*validate(spec, backend), *notes]
 
 
 def workload_argv(workload: str | None, workload_args: str, epochs: int | None,
@@ -471,11 +469,11 @@ def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), proj
         refusals: list[UsageError] = []
         for name in backends:
             try:
-                validate(resolve(ClusterSpec(cloud=name, nodes=1, region=region)))
+                validate(resolve(ClusterSpec(cloud=name, nodes=1, region=region), backends[name]), backends[name])
             except UsageError as exc:
                 refusals.append(exc)
         if refusals and len(refusals) == len(backends):
             raise refusals[0]
     for chosen in backends.values():
-        if project is not None and "project" in chosen.flags:
-            chosen.parse_project(project)
+        if project is not None and "project" in chosen.traits.flags and chosen.accounts is not None:
+            chosen.accounts.parse_project(project)

@@ -1,8 +1,9 @@
 """`ClusterSpec`: what the user asked for, validated in one place before anything is created.
 
 A spec is built from CLI flags or from Pulumi stack config (see `infra.program`) and checked by
-`validate()`, which runs the generic checks here and then the cloud's own checks against the
-backend's catalog (`Backend.validate_spec`, see `infra.contract`). Validation either raises a
+`validate(spec, backend)`, which runs the generic checks here and then the cloud's own checks
+against its catalog (`SpecRules.validate` of the plugin the caller passes, see `infra.contract`;
+this module never looks a backend up). Validation either raises a
 `SpecError` naming the bad value and what is allowed, or returns a list of warnings.
 """
 
@@ -14,17 +15,12 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpucluster.errors import SpecError, not_allowed
 
-from gpucluster.infra.registry import NAMES as CLOUDS
-from gpucluster.infra.registry import backend
-
-
-def max_nodes(cloud: str) -> int:
-    """The largest `--nodes` the backend accepts (local: 16 processes; clouds: 64)."""
-    return backend(cloud).max_nodes
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 # Lifetime after which cloud nodes power themselves off even if this machine is gone.
 DEFAULT_MAX_LIFETIME_MINUTES = 240
@@ -192,11 +188,12 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def validate(spec: ClusterSpec) -> list[str]:
-    """Check a spec; raise SpecError on the first problem, return warnings otherwise."""
-    if spec.cloud not in CLOUDS:
-        raise SpecError(not_allowed("cloud", spec.cloud, CLOUDS))
-    parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
+    """Check a spec against the generic rules and those of `backend` (the plugin its `cloud`
+    names); raise SpecError on the first problem, return warnings otherwise."""
+    if spec.cloud != backend.name:
+        raise SpecError(not_allowed("cloud", spec.cloud, (backend.name,)))
+    parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
     if not _NAME_RE.match(spec.name or ""):
         raise SpecError(
             not_allowed(
@@ -225,13 +222,13 @@ def validate(spec: ClusterSpec) -> list[str]:
             )
         if len(value) > 63:
             raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
-    return list(backend(spec.cloud).validate_spec(spec))
+    return list(backend.spec.validate(spec))
 
 
-def resolve(spec: ClusterSpec) -> ClusterSpec:
+def resolve(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     """The spec with the location actually used filled in, defaults included (aws: the region;
-    gcp: zone and region), by the backend's `resolve(spec)`.
+    gcp: zone and region), by `backend`'s `SpecRules.resolve`.
 
     Called once, before the ledger row is written: the ledger, the provider, the teardown check
     and `gc` then all read the same region/zone, never an ambient default."""
-    return backend(spec.cloud).resolve(spec)
+    return backend.spec.resolve(spec)

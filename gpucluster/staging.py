@@ -3,7 +3,7 @@ manifest of a data folder (relative path, sha256, size, mode of every file), and
 setup wrapper every launcher puts in front of torchrun when `--setup` is given.
 
 Data: SRC is a local folder, or an object-storage URL (`s3://bucket[/prefix]`) where the backend's
-nodes read it themselves (`Backend.object_store`; aws), synced on every node by the launcher
+nodes read it themselves (the plugin's `ObjectStore`; aws), synced on every node by the launcher
 (`infra/ssh/objects.py`); for a URL, DEST follows the LAST ':' and defaults to `data/<last segment>`. DEST (default `data/<basename of SRC>`) is a relative path under the
 job's working directory on each node. The first `--data` is exposed as `GPUCLUSTER_DATA`, all of
 them as `GPUCLUSTER_DATA_DIRS` (os.pathsep-separated, in the order given). The local backend uses
@@ -58,9 +58,9 @@ def object_refusal(flag: str, value: str, store) -> str | None:
         return None
     if store is not None and store.object_store == scheme:
         return None
-    from gpucluster.infra.registry import NAMES, backend
+    from gpucluster.infra.registry import NAMES, traits
 
-    able = [n for n in NAMES if backend(n).object_store == scheme]
+    able = [n for n in NAMES if traits(n).object_store == scheme]
     where = f" with --cloud {store.name}" if store is not None and able else ""
     how = f"{scheme}:// works with --cloud {' or '.join(able)}" if able else f"no backend reads {scheme}:// yet"
     return f"{flag} {value!r} is not supported yet{where}: {how}"

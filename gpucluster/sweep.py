@@ -28,12 +28,15 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger import Ledger
 from gpucluster.ledger_schema import PHASES
 from gpucluster.records import RunRecord
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
 
@@ -93,11 +96,12 @@ def gpu_sizes(asked: list[int] | None, compare_cpu: bool, present: int | None,
 def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
               gpus_per_node_list: Sequence[int | None], repeat: int, ledger: Ledger, backend: Any, ui: Any = None,
               *, sweep_id: str | None = None, prices: dict[str, Any] | None = None, workload: str | None = None,
-              new_run_id: Callable[[], str] | None = None,
+              new_run_id: Callable[[], str] | None = None, plugin: Plugin,
               on_run: Callable[[int, int, SweepRun | None, tuple[int, int | None, int]], None] | None = None) -> Sweep:
     """Run `job_template` at every size; returns the sweep (its runs are in the ledger).
 
-    `backend` is the (provider, launcher) pair of `backends.get_backend`. A gpus-per-node value of
+    `backend` is the (provider, launcher) pair of `plugin`'s `Transport.make`; `plugin` also checks
+    every size's spec. A gpus-per-node value of
     None keeps the base spec's (what is present); a positive value also sets processes per node.
     Every size's spec is validated before the first run starts. A failed run does not stop the
     sweep; Ctrl-C / SIGTERM does (the interrupted run is torn down by the lifecycle as usual).
@@ -115,7 +119,7 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
     make_id = new_run_id or default_run_id
     plan = plan_sizes(node_counts, gpus_per_node_list or [None], repeat)
     for n, g, _ in plan:  # fail before anything runs
-        validate(_size_spec(base_spec, n, g, None))
+        validate(_size_spec(base_spec, n, g, None), plugin)
     sweep = Sweep(sweep_id)
     for i, size in enumerate(plan):
         n, g, r = size
@@ -259,9 +263,9 @@ def run_cost_usd(record: RunRecord) -> Decimal | None:
             return Decimal(str(cost["total"]))
         except InvalidOperation:
             return None
-    from gpucluster.infra.registry import NAMES, backend
+    from gpucluster.costing.plan import is_free
 
-    if record.run.cloud in NAMES and not backend(record.run.cloud).provisions:
+    if is_free(record.run.cloud):  # machines gpucluster does not rent: the cost engine's own rule
         return Decimal("0")
     return None
 

@@ -51,7 +51,7 @@ def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None
 
 def check_project(project: str, targets: dict[str, str], backends: dict[str, Any]) -> str:
     """`down --project`: only for clusters whose backend has projects."""
-    others = sorted(n for n, c in targets.items() if "project" not in backends[c].flags)
+    others = sorted(n for n, c in targets.items() if "project" not in backends[c].traits.flags)
     if others:
         raise UsageError(f"--project {project} is not allowed for {', '.join(others)}: it names a GCP project "
                          "(give it for gcp clusters only)")
@@ -105,7 +105,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             records = {rid: ledger.get_run(rid) for rid in sorted(had_open)}
             # the backends' check_down reads the JSON form of each record
             runs = {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
-            check = backend.check_down(provider, name, runs).with_unchecked(*not_run)
+            check = backend.ops.check_down(provider, name, runs).with_unchecked(*not_run)
     except GpuclusterError as exc:
         verdict.update(verdict="not verified", error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
@@ -166,18 +166,18 @@ class Collection:
     project: str | None = None
     include_kept: bool = False
     live: set[str] = field(default_factory=set)
-    scopes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scopes: dict[str, Any] = field(default_factory=dict)  # cloud -> its ScanScope
 
     def __post_init__(self) -> None:
         self.live = set() if self.include_kept else live_clusters(self.ledger)
         open_rows = self.ledger.open_resources()
-        self.scopes = {c: b.gc_scope([r for r in open_rows if r["cloud"] == c],
-                                     [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)], regions=self.regions,
-                                     project=self.project) for c, b in self.backends.items()}
+        self.scopes = {c: b.needs_provisioner().gc_scope(
+            [r for r in open_rows if r["cloud"] == c], [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)],
+            self.regions, self.project) for c, b in self.backends.items()}
 
     @property
     def where(self) -> str:
-        return ", ".join(b.gc_label(self.scopes[c]) for c, b in self.backends.items())
+        return ", ".join(b.needs_provisioner().gc_label(self.scopes[c]) for c, b in self.backends.items())
 
     def look(self) -> tuple[dict[str, list[Any]], list[str]]:
         """(cloud -> leftovers no live cluster owns, the checks that could not run)."""
@@ -185,7 +185,7 @@ class Collection:
         skipped: list[str] = []
         for c, b in self.backends.items():
             try:
-                report = b.scan(None, None, **self.scopes[c])
+                report = b.needs_provisioner().scan(None, None, self.scopes[c])
             except GpuclusterError as exc:
                 skipped.append(f"{c}: not checked ({exc.message})")
                 continue
@@ -201,7 +201,7 @@ class Collection:
         errors: list[str] = []
         for c, b in self.backends.items():
             if asked.get(c):
-                errors += b.delete(asked[c], wait_seconds=600)
+                errors += b.needs_provisioner().delete(asked[c], self.scopes[c], 600)
         by_cloud, skipped = self.look()
         # deleted: what the fresh look saw gone, only where it could look again
         deleted = [lo for c, los in asked.items() if c in by_cloud for lo in los

@@ -40,7 +40,7 @@ from gpucluster.infra.pulumi_cli import (PROJECT, backend_url, load_cli, stale_p
                                          workspace_env)
 from gpucluster.infra.pulumi_cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
 from gpucluster.infra.pulumi_events import EventBridge, capacity_error, command_text, last_error_line
-from gpucluster.infra.registry import backend
+from gpucluster.infra.contract import Provisioner
 from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
 from gpucluster.owner import owner_lock
 
@@ -87,10 +87,18 @@ class PulumiDriver:
     declares the resources (default `gpucluster.infra.program.run`)."""
 
     def __init__(self, *, pulumi_command: Any = None, program_runner: Callable[[Any], Any] | None = None,
-                 zone_lister: Callable[[str, str | None], list[str]] | None = None):
+                 zone_lister: Callable[[str, str | None], list[str]] | None = None,
+                 provisioner: Provisioner | None = None):
         self._command = pulumi_command
+        # the backend whose stacks this drives (engine events, capacity, failures); PulumiProvider sets it
+        self.provisioner = provisioner
         self.program_runner = program_runner or default_program_runner
         self.zone_lister = zone_lister
+
+    def _provisioner(self) -> Provisioner:
+        if self.provisioner is None:
+            raise RuntimeError("PulumiDriver has no provisioner: pass provisioner= (PulumiProvider does)")
+        return self.provisioner
 
     @property
     def cli(self) -> Any:
@@ -161,7 +169,7 @@ class PulumiDriver:
             existing = stack is not None and bool(stack.outputs())
             if stack is None:
                 stack = self.stack(spec.name, program, create="new")
-            bridge = EventBridge(events, spec)
+            bridge = EventBridge(events, self._provisioner(), spec)
             try:
                 res = self._with_lock_recovery(
                     stack, events, lambda: stack.up(on_event=bridge, color="never", on_output=lambda line: None))
@@ -198,10 +206,10 @@ class PulumiDriver:
         if cleanup_errors:
             cleanup = (f"the cleanup did not finish ({cleanup_errors[0]}): run `gpucluster down {spec.name}` "
                        f"and `gpucluster gc --cloud {spec.cloud}`")
-        cap = capacity_error(spec, text, self.zone_lister, cleanup=cleanup)
+        cap = capacity_error(self._provisioner(), spec, text, self.zone_lister, cleanup=cleanup)
         if cap is not None:
             return cap
-        precise = backend(spec.cloud).classify_failure(spec, text)  # gcp: a quota error
+        precise = self._provisioner().classify_failure(spec, text)  # gcp: a quota error
         if precise is not None:
             precise.message = f"creating cluster {spec.name!r} failed: {precise.message}; {cleanup}"
             precise.args = (precise.message,)
@@ -232,14 +240,14 @@ class PulumiDriver:
             refresh_opts["clear_pending_creates"] = True
         try:
             self._with_lock_recovery(stack, events, lambda: stack.refresh(
-                on_event=EventBridge(events, record=False), **refresh_opts))
+                on_event=EventBridge(events, self._provisioner(), record=False), **refresh_opts))
         except auto.CommandError as exc:  # destroy may still work: go on
             events.message(f"refresh of {stack.name} failed, destroying anyway: "
                            f"{last_error_line(command_text(exc))}")
         destroy_opts = {"color": "never"}
         if _supported(stack.destroy, "continue_on_error"):
             destroy_opts["continue_on_error"] = True
-        bridge = EventBridge(events)
+        bridge = EventBridge(events, self._provisioner())
         try:
             self._with_lock_recovery(stack, events, lambda: stack.destroy(on_event=bridge, **destroy_opts))
         except auto.CommandError as exc:

@@ -1,284 +1,337 @@
-"""The backend contract, written once: what a cloud (or a set of machines) implements.
+"""The backend contract: small typed parts, split by who calls them.
 
-A backend is one package under `infra/` (`infra/local`, `infra/ssh`, `infra/aws`, `infra/gcp`)
-whose `__init__.py` defines `BACKEND`, an instance of a `Backend` subclass, and imports nothing
-heavy: every SDK (boto3, pulumi, kubernetes, google-cloud-*) is imported inside the hook that
-needs it. `infra/registry.py` maps names to packages; nothing outside the backend packages and
-the registry compares a cloud's name. The core reaches a backend only through these hooks;
-attributes are plain values, hooks are methods, and every hook a shared module calls is listed
-here with a default that says "not applicable", so nothing is found by `getattr` probing.
+A backend is one package under `infra/` (`infra/local`, `infra/ssh`, `infra/aws`, `infra/gcp`).
+Its `__init__.py` defines `TRAITS` (a `Traits`: plain values, imports nothing, so `--help` and the
+CLI's choice lists cost nothing) and its `plugin.py` defines `PLUGIN`, a `Plugin` whose fields are
+its own modules' functions and objects (no wrapper methods). `infra/registry.py` maps names to
+packages and is consulted only at the composition roots: once per command in `cli/`, once in the
+Pulumi program (`infra/program.py`). Everything below receives the plugin, or the part it needs,
+as an argument. Every SDK (boto3, pulumi, kubernetes, google-cloud-*) is imported inside the
+function that needs it.
 
-Identity and limits
-  name              the `--cloud` value.
-  max_nodes         the largest `--nodes` accepted.
-  provisions        True when the backend creates billable cloud resources with Pulumi (one stack
-                    per cluster, `up`/`down`/`gc`, tag scans, prices); False for machines that
-                    already exist (local, ssh): their leftovers are the run's processes.
-  resource_kinds    the ledger's resource kinds it records (instance, node-pool, process, ...).
-  priced            True when runs on it cost money the price catalog knows.
+Two bases follow from the data:
+  ExistingMachines   machines that already exist (local, ssh): their leftovers are the run's
+                     processes. A new one needs `Traits` (name, max_nodes, resource_kinds, flags,
+                     flags_refused_why), `Transport.make` and, usually, `SpecRules.validate`.
+  CreatedMachines    machines gpucluster creates with Pulumi (aws, gcp): also a `Provisioner`
+                     (program, stack outputs, tag scan, delete, engine events, capacity) and a
+                     `Pricing` (price rows, planned resources, price API).
 
-Spec validation against its catalog
-  validate_spec(spec) -> [warnings]     raise `SpecError` naming the bad value and what is allowed.
-  resolve(spec) -> spec                 the location and defaults really used (region, zone), filled
-                                        in once before the ledger row is written.
-  prepare_spec(spec, **kw) -> (spec, notes)   before the plan is shown: values found at run time
-                                        (aws: the SSH CIDR from this machine's public IPv4).
-  plan_line(spec, nproc_per_node, hourly) -> str | None   one line for the run's plan.
-  scan_scope(spec_dict) -> dict         where a leftover scan of this cluster looks (aws: its
-                                        region; gcp: its project), from the recorded spec.
+Parts and who calls them
+  Traits       (cli/, lifecycle)  identity, limits, capabilities and what the CLI says.
+  SpecRules    (spec, cli)        validate -> warnings (SpecError names the bad value); resolve ->
+               the location and defaults really used; prepare -> values found at run time (aws: the
+               SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
+               spec) -> where a leftover scan of the cluster looks.
+  Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
+               Provider alone (`up`, `down`, `status`).
+  Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
+               independent check), node_gpu_state (status --gpus), doctor checks.
+  Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
+               cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
+               rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
+               delete, gc_scope, gc_label.
+  Pricing      (gpucluster.costing, catalog.prices)  default_region, default_disk_type,
+               gpus_billed_apart, price_rows(spec, catalog, region, market, free_tier) -> PricedRows
+               (returned, never written into the core's Plan), instance_price, planned_resources,
+               estimate_notes, gpu_of, system_pool, fetch_prices.
+  ObjectStore  (staging, cli)     scheme ("s3", "gs"), url(text, what) checked for form,
+               with_access(spec, reads, writes) -> the spec granting exactly those URLs.
+  Accounts     (cli)              with_project(spec, project, required), parse_project(text).
 
-Provisioning (backends with `provisions`)
-  declare(spec) -> outputs              the Pulumi component, called inside the ONE Pulumi program
-                                        (`infra/program.py`); returns the stack outputs.
-  cluster_from_outputs(outputs) -> Cluster   stack outputs (secrets included) -> nodes, head first.
-  dry_run(spec, **kw) -> dict           what `up`/`run` would declare, under Pulumi's mock runtime.
-  capacity_attempts                     how many placements `up` tries when capacity runs out.
-
-Account scope (backends whose resources live in a named account, e.g. a GCP project)
-  with_project(spec, project, required) -> spec   the spec with the project it is made in,
-                                        resolved once (flag, spec option, environment, the SDK's
-                                        defaults) and stored in its options, so the program, the
-                                        scan and the ledger use the same one. Default: unchanged.
-  parse_project(text) -> str            a `--project` value checked for form (`down`, `cost
-                                        report`); the default refuses it.
-
-Launch transport
-  make(**options) -> (provider, launcher)   the `Provider` (see `gpucluster.domain`) and the
-                                        launcher that runs torchrun on its nodes.
-
-Object storage (`--data URL[:DEST]`, `--output URL`: the nodes read and write it themselves)
-  object_store                          the URL scheme its nodes read and write with their own
-                                        credentials, granted by its component ("s3"), or None
-                                        (default: such URLs are refused, exit 2).
-  object_url(text, what) -> str         a URL of that scheme checked for form (bucket naming
-                                        rules) and normalized; UsageError starting with `what`.
-  with_object_access(spec, reads, writes) -> spec   the spec carrying the URLs the nodes may read
-                                        and write, for the component to grant exactly those.
-
-Leftover scan (backends with `provisions`)
-  scan(name, run_id, **scope) -> ScanReport   resources tagged managed-by=gpucluster (and the
-                                        cluster / run), and each check that could not run.
-  delete(leftovers, **kw) -> [errors]   delete what a scan found, waiting until it is gone.
-
-Pulumi engine and leftovers: infra internals (backends with `provisions`)
-  pulumi_kinds                          {Pulumi type token: ledger resource kind} for the resources
-                                        that exist in the cloud (and may bill or block a later
-                                        delete); events of other types are not recorded. Default {}.
-  resource_detail(kind, inputs, spec) -> dict   what the cost code needs about a requested resource
-                                        of one of its kinds, from its Pulumi inputs, else from the
-                                        spec. Default {}.
-  capacity_markers                      substrings of an error that mean "no capacity in that zone".
-                                        Default () (never a capacity error).
-  capacity_zones(spec, text, zone_lister) -> (zone, suggested, what)   for a capacity failure: the
-                                        zone that failed, the next zones to try (best first) and what
-                                        could not be placed ("g5.xlarge"). `zone_lister(region, type)`
-                                        is injectable (aws: DescribeInstanceTypeOfferings).
-  classify_failure(spec, text) -> GpuclusterError | None   a more precise error for a failed `up`
-                                        (gcp: a quota error naming the quota and other regions).
-                                        Default None.
-  leftover_kinds                        the kinds its tag scan reports and its `delete` handles, in
-                                        deletion order. Default ().
-
-Prices (backends with `priced`)
-  fetch_prices(catalog, **kw) -> [PriceRow]   current prices from the cloud's price API.
-  system_pool(spec) -> dict | None      a pool that bills for as long as the cluster exists,
-                                        whatever the job does (gcp: GKE's system node pool).
-
-Cost engine (backends with `priced`; `gpucluster.costing` calls these, never a cloud's name)
-  default_region                        the region an estimate prices when the spec names none
-                                        (aws: us-east-1; gcp: us-central1); also where a disk
-                                        price missing in a region is borrowed from.
-  default_disk_type                     the disk priced when the spec names none (gp3, pd-balanced).
-  gpus_billed_apart                     True when an instance's GPUs are billed per GPU-hour apart
-                                        from it (GCE); False when they are in its price (EC2).
-  provider_region_config                the Pulumi config namespace whose `region` key is the
-                                        default region of a stack (aws: "aws"), or None.
-  price_plan(spec, catalog, plan, free_tier)   fill in a `costing.plan.Plan`'s machine, GPU and
-                                        fee rows (and notes) for a resolved spec; UsageError for a
-                                        shape that cannot be priced.
-  instance_price(catalog, region, item, market) -> PriceRow   the hourly row of an instance type
-                                        (gcp: named N1 rows, else derived from vCPU + memory).
-  planned_resources(spec, region, catalog) -> [dict]   the ledger resource rows ({kind, name,
-                                        detail}) a run of the resolved spec records: what an
-                                        estimate costs.
-  estimate_notes(plan, always_on_hourly) -> [str]   notes an estimate adds (gcp: what keeps
-                                        billing after the max lifetime; the GKE free tier).
-  gpu_of(instance_type, catalog) -> str | None   the GPU an instance type carries (aws: A10G),
-                                        None where the spec's accelerator says it.
-
-Doctor checks
-  doctor(**kw) -> [DoctorCheck]         credentials, quotas, tools, each with a fix.
-
-CLI and run lifecycle (what `gpucluster run/up/down/gc/doctor/status` ask of a backend)
-  flags                 the cloud-only CLI options (Click parameter names) this backend uses; a
-                        flag that some other backend lists and this one does not is refused
-                        (exit 2) rather than silently ignored. Default: none.
-  flags_refused_why     why those other flags do not apply here (said in the refusal).
-  verified_how          how `down` checks a teardown ("by tag" / "by run id").
-  verified_detail       what a verified teardown rests on, in the run report.
-  pulumi_plugins        Pulumi plugins its program needs (doctor notes the missing ones).
-  host_list(text) -> hosts      `--hosts` parsed (ssh); raise `UsageError` when the backend needs
-                        hosts and none are given. Default: no hosts, ().
-  known_gpus() -> int | None    GPUs a node has, when known before anything exists (local: this
-                        machine's). Default: None (unknown until provisioned).
-  provider(**options) -> Provider   the provider alone (`up`, `down`, `status`). Default: make()'s.
-  check_down(provider, name, runs) -> Check   `down`'s independent check after deleting cluster
-                        `name`; `runs`: run id -> ledger record of the runs that had open rows.
-                        Default: the provider's leftover check of the whole cluster (by tag).
-  node_gpu_state(provider, name) -> [dict]   per-node GPU state of a live cluster (`status
-                        --gpus`). Default: one {"note"} saying it is not available.
-  gc_scope(open_rows, runs, **flags) -> dict   where `gc` scans (scan()'s scope) from the ledger's
-                        open resource rows and runs of this backend and gc's --region/--project.
-  gc_label(scope) -> str        the scope in gc's verdict line (aws: "aws us-east-1").
+A part that does not apply is absent (None); `Plugin.capabilities` says which apply.
 
 Adding a backend: docs/backends.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from gpucluster.errors import UsageError
+from gpucluster.errors import GpuclusterError, UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.catalog.prices import Catalog, PriceRow
+    from gpucluster.costing.plan import Plan
+    from gpucluster.domain import Check, Cluster, Leftover, Provider
+    from gpucluster.launch import Launcher
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.infra.leftovers import ScanReport
+
+Record = Mapping[str, object]  # a ledger row or run record, as read from the ledger
 
 
-class Backend:
-    """Defaults for every hook: a backend overrides what applies to it."""
+class Capability(enum.Enum):
+    PROVISIONS = "provisions"  # creates billable resources with Pulumi: stacks, up/down/gc, tag scans
+    PRICED = "priced"  # runs cost money the price catalog knows
+    OBJECT_STORE = "object-store"  # its nodes read and write an object store themselves
+    ACCOUNTS = "accounts"  # its resources live in a named account (a GCP project)
 
-    name: str = ""
-    max_nodes: int = 64
-    provisions: bool = False
-    priced: bool = False
-    resource_kinds: tuple[str, ...] = ()
-    capacity_attempts: int = 1
 
-    # -- spec ------------------------------------------------------------------------------------
-    def validate_spec(self, spec: Any) -> list[str]:
-        return []
+@dataclass(frozen=True)
+class Traits:
+    """Plain facts about a backend, importable for free (`--help`, choice lists, flag checks)."""
 
-    def resolve(self, spec: Any) -> Any:
-        return spec
+    name: str  # the `--cloud` value
+    max_nodes: int  # the largest `--nodes` accepted
+    resource_kinds: tuple[str, ...]  # the ledger's resource kinds it records
+    flags: tuple[str, ...] = ()  # the cloud-only CLI options (Click names) it uses; others are refused
+    flags_refused_why: str = ""  # why the other backends' flags do not apply here
+    capabilities: frozenset[Capability] = frozenset()
+    verified_how: str = "by tag"  # how `down` checks a teardown ("by tag" / "by run id")
+    verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
+    pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)
+    provider_region_config: str | None = None  # Pulumi config namespace whose `region` is a stack's
+    object_store: str | None = None  # the URL scheme its nodes read and write, or None
 
-    def prepare_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
-        return spec, []
+    def can(self, capability: Capability) -> bool:
+        return capability in self.capabilities
 
-    def plan_line(self, spec: Any, nproc_per_node: int, hourly: Any = None) -> str | None:
-        return None
 
-    def scan_scope(self, spec: dict[str, Any] | None) -> dict[str, Any]:
-        return {}
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the CLI passes to `Transport.make`; each backend reads the ones it uses."""
 
-    # -- provisioning ----------------------------------------------------------------------------
-    def declare(self, spec: Any) -> dict[str, Any]:
-        raise UsageError(f"--cloud {self.name} has no Pulumi program (it creates nothing; use `gpucluster run`)")
+    identity: str | None = None  # ssh, aws
+    known_hosts: str | None = None  # ssh
+    remote_python: str | None = None  # ssh, aws
+    python: str | None = None  # local: the Python every node runs
+    ready_timeout: float | None = None  # aws
+    start_deadline_s: float | None = None  # gcp
+    spec_options: Mapping[str, str] = field(default_factory=dict)  # gcp: launcher, image, namespace
 
-    def cluster_from_outputs(self, outputs: dict[str, Any]) -> Any:
-        raise UsageError(f"--cloud {self.name} has no stack outputs")
 
-    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
-        raise UsageError(f"--dry-run is not available for --cloud {self.name}")
+@dataclass(frozen=True)
+class ScanScope:
+    """Where a leftover scan looks: aws regions, a gcp project; `clients` are injected SDK clients."""
 
-    # -- account scope ---------------------------------------------------------------------------
-    def with_project(self, spec: Any, project: str | None = None, *, required: bool = True) -> Any:
+    regions: tuple[str, ...] = ()
+    project: str | None = None
+    clients: Mapping[str, object] = field(default_factory=dict)
+
+
+def _no_warnings(spec: ClusterSpec) -> list[str]:
+    return []
+
+
+def _unchanged(spec: ClusterSpec) -> ClusterSpec:
+    return spec
+
+
+def _nothing_found(spec: ClusterSpec, **kw: object) -> tuple[ClusterSpec, list[str]]:
+    return spec, []
+
+
+def _no_line(spec: ClusterSpec, nproc_per_node: int, hourly: Decimal | None) -> str | None:
+    return None
+
+
+def _no_scope(recorded: Record | None) -> ScanScope:
+    return ScanScope()
+
+
+@dataclass(frozen=True)
+class SpecRules:
+    validate: Callable[[ClusterSpec], list[str]] = _no_warnings
+    resolve: Callable[[ClusterSpec], ClusterSpec] = _unchanged
+    prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
+    plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
+    scan_scope: Callable[[Record | None], ScanScope] = _no_scope
+
+
+@dataclass(frozen=True)
+class Transport:
+    make: Callable[[LaunchOptions], tuple[Provider, Launcher]]
+    provider: Callable[[LaunchOptions], Provider] | None = None  # default: make()'s provider
+
+    def provider_only(self, options: LaunchOptions) -> Provider:
+        return self.provider(options) if self.provider else self.make(options)[0]
+
+
+def _no_hosts(text: str | None) -> tuple[str, ...]:
+    return ()
+
+
+def _unknown_gpus() -> int | None:
+    return None
+
+
+def _check_by_tag(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
+    from gpucluster.domain import Check
+
+    return Check.of(provider.leftovers(name))
+
+
+def _no_doctor(region: str | None, project: str | None, sole: bool, **shape: object) -> list[dict[str, object]]:
+    return []
+
+
+@dataclass(frozen=True)
+class Operations:
+    host_list: Callable[[str | None], tuple[str, ...]] = _no_hosts
+    known_gpus: Callable[[], int | None] = _unknown_gpus
+    # down's independent check after deleting cluster `name`; runs: run id -> its ledger record
+    check_down: Callable[[Provider, str, Mapping[str, Record]], Check] = _check_by_tag
+    node_gpu_state: Callable[[Provider, str], list[dict[str, object]]] | None = None
+    # (region, project, sole, *, nodes=None, instance_type=None, spot=False): checks with a fix each
+    doctor: Callable[..., list[dict[str, object]]] = _no_doctor
+
+
+def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Provisioner:
+    declare: Callable[[ClusterSpec], Mapping[str, object]]  # inside the ONE Pulumi program
+    cluster_from_outputs: Callable[[Mapping[str, object]], Cluster]
+    dry_run: Callable[..., dict[str, object]]  # (spec, *, job=None, launcher=None)
+    scan: Callable[[str | None, str | None, ScanScope], ScanReport]
+    delete: Callable[[Sequence[Leftover], ScanScope, float | None], list[str]]  # wait seconds
+    gc_scope: Callable[[Sequence[Record], Sequence[Record], tuple[str, ...], str | None], ScanScope]
+    gc_label: Callable[[ScanScope], str]
+    pulumi_kinds: Mapping[str, str]  # Pulumi type token -> ledger resource kind
+    resource_detail: Callable[[str, Mapping[str, object], ClusterSpec], dict[str, object]]
+    leftover_kinds: tuple[str, ...]  # what its tag scan reports, in deletion order
+    capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
+    capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
+    capacity_attempts: int = 1  # placements `up` tries when capacity runs out
+    classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
+    # the spec checked against the cloud before anything is recorded or created (aws: the vCPU quota,
+    # the AMI and a RunInstances dry run); raises a UsageError (exit 2) with the fix
+    preflight: Callable[[ClusterSpec], None] | None = None
+
+
+def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:
+    return []
+
+
+def _no_gpu(instance_type: str, catalog: Catalog) -> str | None:
+    return None
+
+
+def _no_system_pool(spec: ClusterSpec) -> dict[str, object] | None:
+    return None
+
+
+@dataclass
+class PricedRows:
+    """What `Pricing.price_rows` returns for a resolved spec; the core puts it into its `Plan`."""
+
+    machine: PriceRow  # instance row (derived for shapes priced from unit prices)
+    gpus_per_node: int = 0
+    gpu_name: str | None = None
+    gpu: PriceRow | None = None  # per-GPU row, where GPUs are billed apart from the instance
+    fee: PriceRow | None = None
+    zonal: bool = False
+    free_tier: bool = False
+    system_unpriced: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    default_region: str  # priced when the spec names none; where a missing disk price is borrowed
+    default_disk_type: str
+    gpus_billed_apart: bool  # GCE: per GPU-hour apart from the VM; EC2: in the instance price
+    # (spec, catalog, region, market, free_tier) -> machine, GPU and fee rows and notes
+    price_rows: Callable[[ClusterSpec, Catalog, str, str, bool | None], PricedRows]
+    instance_price: Callable[[Catalog, str, str, str], PriceRow]  # (catalog, region, item, market)
+    # the ledger resource rows ({kind, name, detail}) a run of the resolved spec records
+    planned_resources: Callable[[ClusterSpec, str, Catalog | None], list[dict[str, object]]]
+    fetch_prices: Callable[..., list[PriceRow]]  # (catalog, *, regions, date, **clients)
+    estimate_notes: Callable[[Plan, Decimal], list[str]] = _no_notes
+    gpu_of: Callable[[str, Catalog], str | None] = _no_gpu
+    system_pool: Callable[[ClusterSpec], dict[str, object] | None] = _no_system_pool
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    scheme: str
+    url: Callable[[str, str], str]  # (text, what) -> normalized URL; UsageError starting with `what`
+    with_access: Callable[[ClusterSpec, Sequence[str], Sequence[str]], ClusterSpec]
+
+
+@dataclass(frozen=True)
+class Accounts:
+    with_project: Callable[..., ClusterSpec]  # (spec, project, *, required=True)
+    parse_project: Callable[[str], str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plugin:
+    """One backend: its traits and its parts. Build it with `ExistingMachines` or `CreatedMachines`."""
+
+    traits: Traits
+    transport: Transport
+    spec: SpecRules = SpecRules()
+    ops: Operations = Operations()
+    provisioner: Provisioner | None = None
+    pricing: Pricing | None = None
+    objects: ObjectStore | None = None
+    accounts: Accounts | None = None
+
+    @property
+    def name(self) -> str:
+        return self.traits.name
+
+    def can(self, capability: Capability) -> bool:
+        return self.traits.can(capability)
+
+    @property
+    def object_store(self) -> str | None:
+        """The URL scheme its nodes read and write (`--data`, `--output`), or None."""
+        return self.objects.scheme if self.objects is not None else None
+
+    # -- the "not applicable" answers, in one place ------------------------------------------------
+    def with_project(self, spec: ClusterSpec, project: str | None = None, *, required: bool = True) -> ClusterSpec:
+        if self.accounts is not None:
+            return self.accounts.with_project(spec, project, required=required)
         if project:
             raise UsageError(f"--project {project} is not allowed with --cloud {self.name}")
         return spec
 
-    def parse_project(self, text: str) -> str:
-        raise UsageError(f"--project {text} is not allowed with --cloud {self.name}")
-
-    # -- launch transport ------------------------------------------------------------------------
-    def make(self, **options: Any) -> tuple[Any, Any]:
-        raise NotImplementedError(f"backend {self.name!r} defines no provider and launcher")
-
-    # -- object storage --------------------------------------------------------------------------
-    object_store: str | None = None
-
     def object_url(self, text: str, what: str) -> str:
-        raise UsageError(f"{what} is not supported with --cloud {self.name}")
+        if self.objects is None:
+            raise UsageError(f"{what} is not supported with --cloud {self.name}")
+        return self.objects.url(text, what)
 
-    def with_object_access(self, spec: Any, reads: Any = (), writes: Any = ()) -> Any:
+    def with_object_access(self, spec: ClusterSpec, reads: Sequence[str] = (),
+                           writes: Sequence[str] = ()) -> ClusterSpec:
+        if self.objects is not None:
+            return self.objects.with_access(spec, reads, writes)
         if reads or writes:
             raise UsageError(f"--cloud {self.name} nodes cannot read or write object storage")
         return spec
 
-    # -- leftovers -------------------------------------------------------------------------------
-    def scan(self, name: str | None = None, run_id: str | None = None, **scope: Any) -> Any:
-        raise UsageError(f"--cloud {self.name} has no tag scan: its leftovers are the run's processes")
+    def needs_provisioner(self) -> Provisioner:
+        if self.provisioner is None:
+            raise UsageError(f"--cloud {self.name} has no Pulumi program (it creates nothing; use `gpucluster run`)")
+        return self.provisioner
 
-    def delete(self, leftovers: list[Any], **kw: Any) -> list[str]:
-        return [f"{lo.kind} {lo.id}: --cloud {self.name} cannot delete by tag" for lo in leftovers]
+    def needs_pricing(self) -> Pricing:
+        if self.pricing is None:
+            raise UsageError(f"--cloud {self.name} runs are not priced (they cost $0)")
+        return self.pricing
 
-    # -- prices and doctor -----------------------------------------------------------------------
-    def fetch_prices(self, catalog: Any, **kw: Any) -> list[Any]:
-        raise UsageError(f"--cloud {self.name} has no price API (runs on it are not priced)")
 
-    def system_pool(self, spec: Any) -> dict[str, Any] | None:
-        return None
+@dataclass(frozen=True, kw_only=True)
+class ExistingMachines(Plugin):
+    """Machines that exist (local, ssh): nothing provisioned, nothing priced."""
 
-    def doctor(self, **kw: Any) -> list[Any]:
-        return []
+    def __post_init__(self) -> None:
+        assert Capability.PROVISIONS not in self.traits.capabilities, self.traits.name
 
-    # -- cost engine (h-cost: gpucluster.costing) ------------------------------------------------
-    default_region: str | None = None
-    default_disk_type: str | None = None
-    gpus_billed_apart: bool = False
-    provider_region_config: str | None = None
 
-    def price_plan(self, spec: Any, catalog: Any, plan: Any, free_tier: bool | None = None) -> None:
-        raise UsageError(f"--cloud {self.name} runs are not priced (they cost $0)")
+@dataclass(frozen=True, kw_only=True)
+class CreatedMachines(Plugin):
+    """Machines gpucluster creates with Pulumi (aws, gcp): a provisioner and pricing are required."""
 
-    def instance_price(self, catalog: Any, region: str, item: str, market: str) -> Any:
-        return catalog.get(self.name, region, "instance", item, market)
+    provisioner: Provisioner
+    pricing: Pricing
 
-    def planned_resources(self, spec: Any, region: str, catalog: Any = None) -> list[dict[str, Any]]:
-        return []
-
-    def estimate_notes(self, plan: Any, always_on_hourly: Any) -> list[str]:
-        return []
-
-    def gpu_of(self, instance_type: str, catalog: Any) -> str | None:
-        return None
-
-    # -- CLI and run lifecycle (h-cli) -----------------------------------------------------------
-    flags: tuple[str, ...] = ()
-    flags_refused_why: str = ""
-    verified_how: str = "by tag"
-    verified_detail: str = "every check by tag found nothing"
-    pulumi_plugins: tuple[str, ...] = ()
-
-    def host_list(self, text: str | None) -> tuple[str, ...]:
-        return ()
-
-    def known_gpus(self) -> int | None:
-        return None
-
-    def provider(self, **options: Any) -> Any:
-        return self.make(**options)[0]
-
-    def check_down(self, provider: Any, name: str, runs: dict[str, dict[str, Any]]) -> Any:
-        from gpucluster.domain import Check
-
-        return Check.of(provider.leftovers(name))
-
-    def node_gpu_state(self, provider: Any, name: str) -> list[dict[str, Any]]:
-        return [{"note": f"per-node GPU state is read over ssh; not available for {self.name} clusters"}]
-
-    def gc_scope(self, open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], **flags: Any) -> dict[str, Any]:
-        return {}
-
-    def gc_label(self, scope: dict[str, Any]) -> str:
-        return self.name
-
-    # -- infra internals: Pulumi engine events, capacity, failures, leftover kinds ----------------
-    pulumi_kinds: dict[str, str] = {}
-    capacity_markers: tuple[str, ...] = ()
-    leftover_kinds: tuple[str, ...] = ()
-
-    def resource_detail(self, kind: str, inputs: Any, spec: Any) -> dict[str, Any]:
-        return {}
-
-    def capacity_zones(self, spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
-        return getattr(spec, "zone", None), [], "the request"
-
-    def classify_failure(self, spec: Any, text: str) -> Any:
-        return None
+    def __post_init__(self) -> None:
+        assert {Capability.PROVISIONS, Capability.PRICED} <= self.traits.capabilities, self.traits.name

@@ -17,10 +17,10 @@ and run of each find; `delete_leftovers(list)` deletes in dependency order and r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from gpucluster.domain import Check, Leftover
-from gpucluster.errors import UsageError, not_allowed
+from gpucluster.infra.contract import Provisioner, ScanScope
 
 MANAGED_BY = ("managed-by", "gpucluster")
 CLUSTER_TAG = "gpucluster-cluster"
@@ -69,39 +69,33 @@ def wanted_found(f: Found, name: str | None, run_id: str | None) -> bool:
 
 
 # -- the entry points -------------------------------------------------------------------------------
-def scan(cloud: str, name: str | None = None, run_id: str | None = None, live_clusters: Iterable[str] = (),
-         **scope: Any) -> ScanReport:
-    """What is still tagged as ours (minus resources of `live_clusters`), and what was not checked.
-    `scope`: where to look and with what, as the backend's `scan` takes it (aws: regions, session;
-    gcp: project, gke_client); what another backend takes is ignored."""
-    from gpucluster.infra.registry import backend, provisioning
+def scope_of(options: Mapping[str, Any]) -> ScanScope:
+    """A `ScanScope` from loose options: regions (aws), project (gcp), session / gke_client (clients)."""
+    return ScanScope(regions=tuple(options.get("regions") or ()), project=options.get("project"),
+                     clients={k: options[k] for k in ("session", "gke_client") if options.get(k) is not None})
 
-    if cloud not in provisioning():
-        raise UsageError(not_allowed("cloud", cloud, provisioning()))
-    report = backend(cloud).scan(name, run_id, **scope)
+
+def scan(provisioner: Provisioner, name: str | None = None, run_id: str | None = None,
+         live_clusters: Iterable[str] = (), scope: ScanScope | None = None) -> ScanReport:
+    """What is still tagged as ours by `provisioner`'s backend (minus resources of `live_clusters`),
+    and what was not checked. `scope`: where to look and with what (aws: regions, session; gcp:
+    project, gke_client)."""
+    report = provisioner.scan(name, run_id, scope or ScanScope())
     live = set(live_clusters)
     report.found = [f for f in report.found if f.cluster not in live]
     return report
 
 
-def find_leftovers(cloud: str, name: str | None = None, run_id: str | None = None, live_clusters: Iterable[str] = (),
-                   **kw: Any) -> Check:
+def find_leftovers(provisioner: Provisioner, name: str | None = None, run_id: str | None = None,
+                   live_clusters: Iterable[str] = (), scope: ScanScope | None = None) -> Check:
     """The teardown check: what is left *and* what could not be checked (never dropped)."""
-    return scan(cloud, name, run_id, live_clusters, **kw).check
+    return scan(provisioner, name, run_id, live_clusters, scope).check
 
 
-def delete_leftovers(leftovers: Check | list[Leftover], **kw: Any) -> list[str]:
-    """Delete what `find_leftovers` found (a Check or a list), in dependency order; the errors
-    (empty when all went). Each leftover goes to the backend whose scan reports its kind
-    (`leftover_kinds`); `kw` (session, gke_client, wait_seconds) is passed to each."""
-    from gpucluster.infra.registry import backend, provisioning
-
-    leftovers = list(leftovers.leftovers) if isinstance(leftovers, Check) else list(leftovers)
-    kw.setdefault("wait_seconds", 600)
-    errors: list[str] = []
-    for name in provisioning():
-        b = backend(name)
-        mine = [lo for lo in leftovers if lo.kind in b.leftover_kinds]
-        if mine:
-            errors += b.delete(mine, **kw)
-    return errors
+def delete_leftovers(provisioner: Provisioner, leftovers: Check | list[Leftover], scope: ScanScope | None = None,
+                     wait_seconds: float | None = 600) -> list[str]:
+    """Delete what `find_leftovers` found (a Check or a list) through the backend that scanned it,
+    in its dependency order; the errors (empty when all went)."""
+    found = list(leftovers.leftovers) if isinstance(leftovers, Check) else list(leftovers)
+    mine = [lo for lo in found if lo.kind in provisioner.leftover_kinds]
+    return provisioner.delete(mine, scope or ScanScope(), wait_seconds) if mine else []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucluster.errors import SpecError
-from gpucluster.infra.registry import NAMES, backend
+from gpucluster.infra.registry import NAMES, plugin, traits
 from gpucluster.spec import ClusterSpec, validate
 from gpucluster.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
 
@@ -22,12 +22,12 @@ def run(spec: ClusterSpec) -> dict[str, Any]:
     """Validate (raising before anything is declared), declare the cloud's component, export."""
     import pulumi
 
-    for warning in validate(spec):
+    chosen = plugin(spec.cloud)  # the composition root of the Pulumi program
+    for warning in validate(spec, chosen):
         pulumi.log.warn(warning)
-    chosen = backend(spec.cloud)
-    if not chosen.provisions:
+    if chosen.provisioner is None:
         raise SpecError(f"cloud {spec.cloud!r} has no Pulumi program (use the {spec.cloud} provider directly)")
-    outputs = chosen.declare(spec)
+    outputs = chosen.provisioner.declare(spec)
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs
@@ -52,7 +52,7 @@ def main() -> None:
     cloud = config.get("cloud")
     if "region" not in config and cloud in NAMES:
         # the cloud provider's own `<namespace>:region` key (aws:region), where the backend has one
-        namespace = backend(cloud).provider_region_config
+        namespace = traits(cloud).provider_region_config
         region = pulumi.Config(namespace).get("region") if namespace else None
         if region:
             config["region"] = region
@@ -60,7 +60,7 @@ def main() -> None:
     # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr
     # becomes this machine's public IPv4 /32, or the update stops (a cluster nobody can reach is
     # never made)
-    spec, notes = backend(spec.cloud).prepare_spec(spec)
+    spec, notes = plugin(spec.cloud).spec.prepare(spec)
     for note in notes:
         pulumi.log.info(note)
     run(spec)

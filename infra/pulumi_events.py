@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from gpucluster.domain import ProvisionEvents
 from gpucluster.errors import ProvisionError
-from gpucluster.infra.registry import all_backends, backend
+from gpucluster.infra.contract import Provisioner
 
 CREATE_OPS = ("create", "create-replacement", "replace")
 DELETE_OPS = ("delete", "delete-replaced", "discard")
@@ -28,25 +28,8 @@ class CapacityError(ProvisionError):
 
 
 # -- engine events -> ProvisionEvents --------------------------------------------------------------
-def resource_kind(type_token: str) -> str | None:
-    """The ledger kind of a Pulumi type token, from the backend that declares it (`pulumi_kinds`)."""
-    for b in all_backends():
-        kind = b.pulumi_kinds.get(type_token)
-        if kind:
-            return kind
-    return None
-
-
 def _urn_name(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
-
-
-def _detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """What the cost code needs about a billable resource, from the backend whose kind it is."""
-    for b in all_backends():
-        if kind in b.pulumi_kinds.values():
-            return b.resource_detail(kind, inputs or {}, spec)
-    return {}
 
 
 class EventBridge:
@@ -54,8 +37,10 @@ class EventBridge:
 
     Runs on pulumi.automation's event thread: it never raises (errors are kept in `.errors`)."""
 
-    def __init__(self, events: ProvisionEvents, spec: Any = None, *, record: bool = True):
+    def __init__(self, events: ProvisionEvents, provisioner: Provisioner, spec: Any = None, *, record: bool = True):
+        """`provisioner`: the backend whose program runs (its `pulumi_kinds` and `resource_detail`)."""
         self.events, self.spec, self.record = events, spec, record
+        self.kinds, self.detail = provisioner.pulumi_kinds, provisioner.resource_detail
         self.diagnostics: list[str] = []
         self.failed: list[str] = []
         self.errors: list[BaseException] = []
@@ -70,15 +55,15 @@ class EventBridge:
     def _handle(self, ev: Any) -> None:
         if ev.resource_pre_event is not None and self.record:
             md = ev.resource_pre_event.metadata
-            kind = resource_kind(md.type)
+            kind = self.kinds.get(md.type)
             if kind and not ev.resource_pre_event.planning and md.op in CREATE_OPS:
                 name = _urn_name(md.urn)
                 inputs = (md.new.inputs if md.new else None) or {}
-                self.events.resource_requested(kind, name, type=md.type, **_detail(kind, inputs, self.spec))
+                self.events.resource_requested(kind, name, type=md.type, **self.detail(kind, inputs or {}, self.spec))
                 self.requested.append((kind, name))
         if ev.res_outputs_event is not None and self.record:
             md = ev.res_outputs_event.metadata
-            kind = resource_kind(md.type)
+            kind = self.kinds.get(md.type)
             if kind and md.op in CREATE_OPS:
                 self.events.resource_created(kind, _urn_name(md.urn), (md.new.id if md.new else None) or None)
             elif kind and md.op in DELETE_OPS:
@@ -116,15 +101,17 @@ def last_error_line(text: str) -> str:
     return (causes or errs or lines or ["(no output)"])[-1][:400]
 
 
-def capacity_error(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
+def capacity_error(provisioner: Provisioner, spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
                    cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
     """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure
     (one of the spec's backend's `capacity_markers`; the zones from its `capacity_zones`)."""
-    b = backend(spec.cloud)
-    marker = next((m for m in b.capacity_markers if m.lower() in text.lower()), None)
+    marker = next((m for m in provisioner.capacity_markers if m.lower() in text.lower()), None)
     if marker is None:
         return None
-    zone, suggested, what = b.capacity_zones(spec, text, zone_lister)
+    if provisioner.capacity_zones is None:
+        zone, suggested, what = getattr(spec, "zone", None), [], "the request"
+    else:
+        zone, suggested, what = provisioner.capacity_zones(spec, text, zone_lister)
     suggested = [z for z in dict.fromkeys(suggested) if z != zone]
     where = zone or "the requested zone"
     msg = f"no capacity for {what} in {where} right now ({marker}); {cleanup}"

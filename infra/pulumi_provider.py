@@ -20,12 +20,8 @@ from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionErro
 
 from gpucluster.infra.automation import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi_events import CapacityError
-from gpucluster.infra.registry import backend, provisioning
+from gpucluster.infra.contract import Plugin
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
-
-def cluster_from_outputs(cloud: str, outputs: dict[str, Any]) -> Cluster:
-    """Stack outputs (plain values, secrets included) -> `Cluster`, by the backend's own reader."""
-    return backend(cloud).cluster_from_outputs(outputs)
 
 
 class _Tracking:
@@ -61,29 +57,31 @@ class _Tracking:
 class PulumiProvider(Provider):
     """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
 
-    def __init__(self, cloud: str, *, driver: PulumiDriver | None = None,
+    def __init__(self, plugin: Plugin, *, driver: PulumiDriver | None = None,
                  find: Callable[..., list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
                  credentials: Callable[[], list[dict[str, Any]]] | None = None,
-                 preflight: Callable[[Any], None] | None = None):
-        if cloud not in provisioning():
-            raise UsageError(not_allowed("cloud", cloud, provisioning()))
-        self.cloud = cloud
-        self.backend = backend(cloud)
-        self._cloud_preflight = preflight  # the backend's checks of a spec against the cloud (aws: quota, dry run)
+                 cloud_checks: Callable[[Any], None] | None = None):
+        self.plugin = plugin
+        self.provisioner = plugin.needs_provisioner()
+        self.cloud = plugin.name
+        # the backend's checks of a spec against the cloud (aws: quota, AMI, a launch dry run); a
+        # test's stand-in account passes its own
+        self._cloud_checks = cloud_checks if cloud_checks is not None else self.provisioner.preflight
         self.driver = driver or PulumiDriver()
+        self.driver.provisioner = self.provisioner  # the driver drives this backend's stacks
         self._find = find
         self._delete = delete
         # the credential checks (the backend's doctor checks by default); a test's stand-in account passes its own
-        self._credentials = credentials or (lambda: self.backend.doctor(region=None, sole=False))
+        self._credentials = credentials or (lambda: self.plugin.ops.doctor(None, None, False))
         self.scan_options = dict(scan_options or {})
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         # attempts on capacity errors, each in the next zone offering the type: the cloud's
         # backend says how many (`capacity_attempts`; 1 = no retry)
         if capacity_attempts is None:
-            capacity_attempts = self.backend.capacity_attempts
+            capacity_attempts = self.provisioner.capacity_attempts
         self.capacity_attempts = max(1, int(capacity_attempts))
         # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
         self.await_seconds = float(self.scan_options.pop("await_seconds", 1800))
@@ -101,8 +99,8 @@ class PulumiProvider(Provider):
         backend_url()
         passphrase_file()
         self.check_credentials()
-        if spec is not None and self._cloud_preflight is not None:
-            self._cloud_preflight(spec)
+        if spec is not None and self._cloud_checks is not None:
+            self._cloud_checks(spec)
 
     def check_credentials(self) -> None:
         """The cloud's credentials (aws: STS GetCallerIdentity; gcp: application-default
@@ -115,17 +113,12 @@ class PulumiProvider(Provider):
                 raise UsageError(f"{c['check']}: {c['detail']}; nothing was started: {fix}")
 
     # -- before the plan -------------------------------------------------------------------------
-    def resolve_spec(self, spec: Any, **kw: Any) -> tuple[Any, list[str]]:
-        """The backend's `prepare_spec` (aws: the SSH CIDR from this machine's public IPv4, GPUs
-        per node from the type): (spec, notes)."""
-        return self.backend.prepare_spec(spec, **kw)
-
     def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
         """What `up`/`run` would declare (the cloud's real Pulumi program under Pulumi's mock
         runtime) and apply, from the backend's `dry_run`; `kw`: job and launcher, for what each
         node would run. No credentials, nothing created."""
         try:
-            return self.backend.dry_run(spec, **kw)
+            return self.provisioner.dry_run(spec, **kw)
         except ModuleNotFoundError as exc:
             raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
 
@@ -141,7 +134,7 @@ class PulumiProvider(Provider):
             tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
             try:
                 result = self.driver.up(spec, tracked)
-                return cluster_from_outputs(self.cloud, result.outputs)
+                return self.provisioner.cluster_from_outputs(result.outputs)
             except (GpuclusterError, KeyboardInterrupt) as exc:
                 # the driver destroyed what it made; what the scan no longer finds is confirmed gone
                 gone = False
@@ -245,9 +238,9 @@ class PulumiProvider(Provider):
 
     # -- helpers -----------------------------------------------------------------------------------
     def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
-        scope = self.backend.scan_scope(spec)
-        if scope:
-            self._scopes[name] = scope
+        scope = self.plugin.spec.scan_scope(spec)
+        if scope.regions or scope.project:
+            self._scopes[name] = {"regions": list(scope.regions)} if scope.regions else {"project": scope.project}
 
     def _remember_region(self, name: str) -> None:
         if name not in self._scopes:
@@ -255,15 +248,18 @@ class PulumiProvider(Provider):
 
     def _find_fn(self):
         if self._find is None:
-            from gpucluster.infra.leftovers import find_leftovers
+            from gpucluster.infra.leftovers import find_leftovers, scope_of
 
-            self._find = find_leftovers
+            def find(cloud: str, name: str | None = None, run_id: str | None = None, **opts: Any) -> Check:
+                return find_leftovers(self.provisioner, name, run_id, scope=scope_of(opts))
+
+            self._find = find
         return self._find
 
     def _delete_fn(self):
         if self._delete is None:
-            from gpucluster.infra.leftovers import delete_leftovers
+            from gpucluster.infra.leftovers import delete_leftovers, scope_of
 
-            opts = {k: v for k, v in self.scan_options.items() if k in ("session", "gke_client")}
-            self._delete = lambda left: delete_leftovers(left, **opts)
+            scope = scope_of(self.scan_options)
+            self._delete = lambda left: delete_leftovers(self.provisioner, left, scope)
         return self._delete

@@ -1,15 +1,18 @@
 """The backend registry: the one place that maps a `--cloud` name to its package.
 
-Adding a backend is one line here, one package under `infra/` (see `infra.contract` and
-docs/backends.md) and, when its runs are priced, its rows in the price catalog. Packages are
-imported on first use, and import no SDK themselves, so listing names costs nothing."""
+Consulted only at the composition roots (once per command in `cli/`, once in the Pulumi program
+`infra/program.py`); everything below receives the plugin or its parts as arguments, and no core
+module (`gpucluster/*`) imports this one (tests/test_layout.py). Adding a backend is one line
+here, one package under `infra/` (see `infra.contract` and docs/backends.md) and, when its runs
+are priced, its rows in the price catalog. `traits()` imports only a package's `__init__` (plain
+values, no SDK), so listing names and capabilities costs nothing; `plugin()` loads its parts."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from gpucluster.errors import UsageError, not_allowed
+from gpucluster.infra.contract import Capability, Plugin, Traits
 
 PACKAGES = {
     "local": "gpucluster.infra.local",
@@ -21,41 +24,53 @@ PACKAGES = {
 NAMES = tuple(PACKAGES)
 
 
-def backend(name: str) -> Any:
-    """The registered backend called `name` (a `infra.contract.Backend`), or a UsageError."""
+def _package(name: str) -> str:
     package = PACKAGES.get(name) if isinstance(name, str) else None
     if package is None:
-        raise UsageError(not_allowed("cloud", name, NAMES))
-    return importlib.import_module(package).BACKEND
+        raise UsageError(not_allowed("cloud", name, tuple(PACKAGES)))
+    return package
 
 
-def all_backends() -> list[Any]:
-    return [backend(n) for n in NAMES]
+def traits(name: str) -> Traits:
+    """The plain facts of the backend called `name` (its package's `TRAITS`), or a UsageError."""
+    traits_: Traits = importlib.import_module(_package(name)).TRAITS
+    return traits_
+
+
+def plugin(name: str) -> Plugin:
+    """The backend called `name` (its package's `plugin.PLUGIN`), or a UsageError."""
+    plugin_: Plugin = importlib.import_module(_package(name) + ".plugin").PLUGIN
+    return plugin_
+
+
+def plugins() -> dict[str, Plugin]:
+    """Every registered backend by name (for commands that read records of any cloud)."""
+    return {n: plugin(n) for n in PACKAGES}
+
+
+def having(capability: Capability) -> tuple[str, ...]:
+    """Names of the backends with `capability`, in the registry's order."""
+    return tuple(n for n in PACKAGES if traits(n).can(capability))
 
 
 def provisioning() -> tuple[str, ...]:
     """Names of the backends that create cloud resources (have stacks, tag scans, `up`, `gc`)."""
-    return tuple(b.name for b in all_backends() if b.provisions)
+    return having(Capability.PROVISIONS)
 
 
 def priced() -> tuple[str, ...]:
-    return tuple(b.name for b in all_backends() if b.priced)
+    return having(Capability.PRICED)
 
 
 def accepting(flag: str) -> tuple[str, ...]:
     """Names of the backends that accept the cloud-only option `flag` (e.g. "project")."""
-    return tuple(b.name for b in all_backends() if flag in b.flags)
+    return tuple(n for n in PACKAGES if flag in traits(n).flags)
 
 
 def project_id(text: str) -> str:
     """A `--project` value checked for form by the backend that has projects (`down`, `cost report`)."""
-    owners = accepting("project")
-    if not owners:
-        raise UsageError(f"--project {text} is not allowed: no backend has projects")
-    return backend(owners[0]).parse_project(text)
-
-
-def get_backend(cloud: str, **options: Any) -> tuple[Any, Any]:
-    """(provider, launcher) for a cloud. Options: identity, known_hosts, remote_python (ssh and
-    aws), ready_timeout (aws), start_deadline_s and spec_options (gcp)."""
-    return backend(cloud).make(**options)
+    for name in having(Capability.ACCOUNTS):
+        accounts = plugin(name).accounts
+        if accounts is not None:
+            return accounts.parse_project(text)
+    raise UsageError(f"--project {text} is not allowed: no backend has projects")

@@ -12,6 +12,15 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_terminal_size(monkeypatch):
+    """pytest-xdist's workers run with COLUMNS=80 and LINES=24 set; the CLI reads COLUMNS for
+    output that is not a terminal. Each test starts without them, as a serial run does (a test
+    about COLUMNS sets it itself)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh GPUCLUSTER_HOME for the test (ledger, logs)."""

@@ -9,6 +9,8 @@ the passphrase file's mode; the user's own backend.
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as _plugin
+
 import os
 import stat
 import subprocess
@@ -75,9 +77,10 @@ def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
         (deleted if deleted is not None else []).append(list(items))
         return []
 
-    p = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+    p = PulumiProvider(_plugin("aws"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                        find=find, delete=delete, capacity_attempts=capacity_attempts,
-                       credentials=lambda: [{"check": "aws credentials", "ok": True, "detail": "account 123"}])
+                       credentials=lambda: [{"check": "aws credentials", "ok": True, "detail": "account 123"}],
+                       cloud_checks=lambda spec: None)
     p.found_calls = found
     return p
 
@@ -151,7 +154,7 @@ def test_up_outputs_launch_destroy(home, tmp_path):
 def test_inline_program_runs_the_spec(home):
     seen = []
     fake = FakePulumiCommand()
-    driver = PulumiDriver(pulumi_command=fake, program_runner=seen.append)
+    driver = PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake, program_runner=seen.append)
     stack = driver.stack("demo", lambda: driver.program_runner(spec()), create=True)
     stack.workspace.program()  # what the language server would call during `up`
     assert seen == [spec()]
@@ -183,12 +186,12 @@ def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_t
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import QuietUI, _Recorder
 
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
 
-    assert backend("aws").capacity_attempts == 3
-    assert PulumiProvider("aws").capacity_attempts == 3
+    assert plugin("aws").provisioner.capacity_attempts == 3
+    assert PulumiProvider(_plugin("aws")).capacity_attempts == 3
     fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_up_times=1)
-    prov = provider(fake, capacity_attempts=backend("aws").capacity_attempts)
+    prov = provider(fake, capacity_attempts=plugin("aws").provisioner.capacity_attempts)
     zones = []
     real_up = prov.driver.up
     prov.driver.up = lambda s, ev=None: zones.append(s.zone) or real_up(s, ev)
@@ -225,14 +228,14 @@ def test_capacity_retries_stop_at_the_bound(home):
 
 def test_capacity_without_zone_list_asks_the_zone_lister(home):
     text = "error: creating EC2 Instance: InsufficientInstanceCapacity: no capacity in us-west-2b"
-    err = pulumi_events.capacity_error(spec(region="us-west-2", zone="us-west-2b"), text,
+    err = pulumi_events.capacity_error(_plugin("aws").provisioner, spec(region="us-west-2", zone="us-west-2b"), text,
                                     zone_lister=lambda region, itype: ["us-west-2a", "us-west-2b", "us-west-2c"])
     assert err.zone == "us-west-2b" and err.suggested_zones == ["us-west-2a", "us-west-2c"]
 
 
 def test_gke_stockout_suggests_v100_zones():
     s = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", accelerator="nvidia-tesla-v100")
-    err = pulumi_events.capacity_error(s, "googleapi: Error 403: ZONE_RESOURCE_POOL_EXHAUSTED in us-central1-a")
+    err = pulumi_events.capacity_error(_plugin("gcp").provisioner, s, "googleapi: Error 403: ZONE_RESOURCE_POOL_EXHAUSTED in us-central1-a")
     assert err.zone == "us-central1-a"
     assert err.suggested_zones[0].startswith("us-central1-") and "us-central1-a" not in err.suggested_zones
 
@@ -320,13 +323,13 @@ def dead_pid() -> int:
 
 def test_down_of_unknown_stack_is_a_no_op(home):
     fake = FakePulumiCommand()
-    assert PulumiDriver(pulumi_command=fake).destroy("never-made") is False
+    assert PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake).destroy("never-made") is False
     assert fake.verbs() == ["stack select"]
 
 
 def test_stale_pulumi_lock_is_cancelled(home):
     fake = FakePulumiCommand()
-    driver = PulumiDriver(pulumi_command=fake, program_runner=lambda s: None)
+    driver = PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake, program_runner=lambda s: None)
     driver.up(spec(), Recorder())
     fake.locked_by_pid = dead_pid()
     rec = Recorder()
@@ -338,7 +341,7 @@ def test_stale_pulumi_lock_is_cancelled(home):
 
 def test_live_pulumi_lock_is_not_cancelled(home):
     fake = FakePulumiCommand()
-    driver = PulumiDriver(pulumi_command=fake, program_runner=lambda s: None)
+    driver = PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake, program_runner=lambda s: None)
     driver.up(spec(), Recorder())
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "pulumi-up-stand-in"])
     try:
@@ -356,7 +359,7 @@ def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
     owner = hold_owner_lock("demo")
     try:
         with pytest.raises(ProvisionError, match=f"in use by gpucluster process {owner.pid} \\(run, run r-holder"):
-            PulumiDriver(pulumi_command=fake).destroy("demo")
+            PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake).destroy("demo")
         assert fake.calls == []  # nothing was run against the stack
         swept = []
         prov = provider(fake, deleted=swept)
@@ -367,7 +370,7 @@ def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
         owner.kill()
         owner.wait()
     # the owner died (SIGKILL): the kernel released its lock and down proceeds
-    assert PulumiDriver(pulumi_command=fake).destroy("demo") is False
+    assert PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake).destroy("demo") is False
 
 
 def hold_owner_lock(name: str) -> subprocess.Popen:
@@ -425,7 +428,7 @@ def test_missing_cli_says_how_to_install(home, monkeypatch):
 
 def test_old_cli_is_refused_with_the_minimum(home):
     with pytest.raises(MissingDependency, match=r"3\.100\.0, older than the 3\.181\.0"):
-        PulumiDriver(pulumi_command=FakePulumiCommand(version="3.100.0")).destroy("demo")
+        PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=FakePulumiCommand(version="3.100.0")).destroy("demo")
 
 
 def test_passphrase_made_once_and_loose_mode_refused(home):
@@ -564,9 +567,9 @@ def test_gke_node_pool_inputs_become_priceable_detail():
         outputs = declare(s)
 
         def check(_):
-            pools = {r.inputs["name"]: pulumi_events._detail("node-pool", r.inputs, s) for r in mocks.of_type(POOL)}
+            pools = {r.inputs["name"]: _plugin("gcp").provisioner.resource_detail("node-pool", r.inputs, s) for r in mocks.of_type(POOL)}
             seen["pools"] = pools
-            seen["cluster"] = pulumi_events._detail("gke-cluster", mocks.of_type(CLUSTER)[0].inputs, s)
+            seen["cluster"] = _plugin("gcp").provisioner.resource_detail("gke-cluster", mocks.of_type(CLUSTER)[0].inputs, s)
 
         return pulumi.Output.all(*outputs.values()).apply(check)
 
@@ -595,7 +598,7 @@ def test_gcp_provider_outputs_and_scan_project(home):
         asked.append((cloud, name, kw))
         return []
 
-    prov = PulumiProvider("gcp", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+    prov = PulumiProvider(_plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                           find=find, delete=lambda items: [])
     s = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
                     accelerator="nvidia-tesla-v100", gpus_per_node=4, options=(("project", "my-proj"),))
@@ -613,7 +616,7 @@ def test_down_without_a_pulumi_cli_still_deletes_by_tag(home, monkeypatch):
     monkeypatch.setattr(pulumi_cli.shutil, "which", lambda name: None)
     left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
     deleted: list = []
-    prov = PulumiProvider("aws", driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],
+    prov = PulumiProvider(_plugin("aws"), driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],
                           delete=lambda items: deleted.append(items) or [])
     rec = Recorder()
     with pytest.raises(TeardownIncomplete, match="not on PATH.*the tag check found nothing"):
@@ -625,7 +628,7 @@ def test_down_without_a_pulumi_cli_still_deletes_by_tag(home, monkeypatch):
 def test_up_failure_whose_cleanup_also_fails_says_how_to_finish(home):
     fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY, fail_destroy_text="error: DependencyViolation")
     with pytest.raises(CapacityError) as err:
-        PulumiDriver(pulumi_command=fake, program_runner=lambda s: None).up(spec(), Recorder())
+        PulumiDriver(provisioner=_plugin("aws").provisioner, pulumi_command=fake, program_runner=lambda s: None).up(spec(), Recorder())
     msg = err.value.message
     assert "cleanup did not finish" in msg and "gpucluster down demo" in msg and "gc --cloud aws" in msg
     assert "has been destroyed" not in msg
@@ -639,7 +642,7 @@ def test_preflight_refuses_missing_credentials_before_anything(home):
     fake = FakePulumiCommand()
     checks = [{"check": "aws credentials", "ok": False, "detail": "STS get_caller_identity failed: expired token",
                "fix": "`aws sso login`"}, {"check": "EC2 G/VT vCPU quota (us-east-1)", "ok": False, "detail": "0"}]
-    p = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+    p = PulumiProvider(_plugin("aws"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                        credentials=lambda: checks)
     with pytest.raises(UsageError, match=r"aws credentials: STS get_caller_identity failed: expired token; "
                                          r"nothing was started: `aws sso login`"):

@@ -6,7 +6,8 @@ import pytest
 
 from gpucluster.infra.aws import catalog
 from gpucluster.errors import SpecError
-from gpucluster.spec import ClusterSpec, validate
+from gpucluster.spec import ClusterSpec
+from specs import validate
 
 
 def aws_spec(**kw) -> ClusterSpec:
@@ -185,14 +186,14 @@ def test_detected_public_ip_becomes_the_ssh_cidr_and_gpus_come_from_the_type(mon
     srv, url = _checkip_server(b"198.51.100.23\n")
     try:
         monkeypatch.setenv("GPUCLUSTER_CHECKIP_URL", url)
-        spec, notes = cat.resolve_spec(ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge"))
+        spec, notes = cat.prepare(ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge"))
     finally:
         srv.shutdown()
     assert spec.ssh_cidr == "198.51.100.23/32" and spec.gpus_per_node == 4
     assert "198.51.100.23/32" in notes[0]
     assert cat.plan_line(spec, 4, 11.344) == "2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.34/h"
     # an explicit CIDR is kept and nothing is asked
-    kept, notes = cat.resolve_spec(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32"),
+    kept, notes = cat.prepare(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32"),
                                    detect=lambda: pytest.fail("detection must not run"))
     assert kept.ssh_cidr == "203.0.113.7/32" and kept.gpus_per_node == 1 and notes == []
 
@@ -206,7 +207,7 @@ def test_failed_detection_is_a_spec_error_saying_what_to_pass(monkeypatch, body,
     try:
         monkeypatch.setenv("GPUCLUSTER_CHECKIP_URL", url)
         with pytest.raises(SpecError, match=r"--ssh-cidr") as err:
-            cat.resolve_spec(ClusterSpec(cloud="aws", nodes=2))
+            cat.prepare(ClusterSpec(cloud="aws", nodes=2))
     finally:
         srv.shutdown()
     assert url in str(err.value) and "\n" not in str(err.value)
@@ -224,7 +225,8 @@ def test_unreachable_checkip_fails_within_the_timeout():
 
 
 def test_image_option_is_checked():
-    from gpucluster.spec import ClusterSpec, validate
+    from gpucluster.spec import ClusterSpec
+    from specs import validate
 
     with pytest.raises(SpecError, match="option image 'ubuntu' is not allowed"):
         validate(ClusterSpec(cloud="aws", nodes=1, ssh_cidr="203.0.113.7/32", options=(("image", "ubuntu"),)))

@@ -32,6 +32,14 @@ from aws_strict import AwsError, StrictSession  # noqa: E402
 from test_leftovers import REGION, make_cluster, tags  # noqa: E402
 
 from gpucluster.infra import leftovers  # noqa: E402
+from gpucluster.infra.contract import ScanScope  # noqa: E402
+from gpucluster.infra.registry import plugin  # noqa: E402
+
+
+def _scan(name, session):
+    """The aws tag scan of cluster `name` in REGION, through the aws plugin's provisioner."""
+    return leftovers.scan(plugin("aws").needs_provisioner(), name,
+                          scope=ScanScope(regions=(REGION,), clients={"session": session}))
 from gpucluster.infra.aws.leftovers import delete  # noqa: E402
 
 
@@ -70,7 +78,7 @@ def test_a_role_gone_between_list_and_tags_is_gone_and_one_unreadable_role_skips
         return None
 
     aws.on("iam", "ListRoleTags", list_role_tags)
-    report = leftovers.scan("aws", name="demo", regions=[REGION], session=aws)
+    report = _scan("demo", aws)
     assert report.skipped == []  # verified: the vanished role is simply gone
     assert {lo.id for lo in report.leftovers if lo.kind == "iam-role"} == {"demo-role"}
 
@@ -80,7 +88,7 @@ def test_a_role_gone_between_list_and_tags_is_gone_and_one_unreadable_role_skips
         return list_role_tags(params)
 
     aws.on("iam", "ListRoleTags", flaky)
-    report = leftovers.scan("aws", name="demo", regions=[REGION], session=aws)
+    report = _scan("demo", aws)
     assert [s for s in report.skipped] == ["IAM role someone-flaky-role: not checked (AccessDenied: "
                                            "An error occurred (AccessDenied) when calling the ListRoleTags operation: "
                                            "not authorized to perform iam:ListRoleTags)"]
@@ -126,10 +134,10 @@ def test_dependency_violation_after_termination_is_retried_with_backoff_up_to_a_
     aws.on("ec2", "TerminateInstances", on_terminate)
     aws.on("ec2", "DeleteSecurityGroup", held("sg"))
     aws.on("ec2", "DeleteSubnet", held("subnet"))
-    found = leftovers.scan("aws", name="demo", regions=[REGION], session=aws).leftovers
+    found = _scan("demo", aws).leftovers
     assert delete(found, session=aws, wait_seconds=30) == []
     assert clock.sleeps[:4] == [2.0, 4.0, 8.0, 16.0] and max(clock.sleeps) <= 30.0  # backoff, capped
-    assert leftovers.scan("aws", name="demo", regions=[REGION], session=aws).leftovers == []
+    assert _scan("demo", aws).leftovers == []
     assert made["sg"] and clock.now >= release_after
 
     # a dependency that never clears: bounded, reported in one line, the rest still deleted
@@ -137,11 +145,11 @@ def test_dependency_violation_after_termination_is_retried_with_backoff_up_to_a_
     aws.on("ec2", "DeleteSecurityGroup", lambda p: (_ for _ in ()).throw(
         AwsError("DependencyViolation", "resource sg has a dependent object")))
     clock.now, clock.sleeps = 0.0, []
-    found = leftovers.scan("aws", name="again", regions=[REGION], session=aws).leftovers
+    found = _scan("again", aws).leftovers
     errors = delete(found, session=aws, wait_seconds=30)  # the default bound: 180 s
     assert len(errors) == 1 and errors[0].startswith(f"security-group {made['sg']} in {REGION}: DependencyViolation")
     assert "retried for" in errors[0] and 120 <= clock.now <= 180
-    left = {lo.kind for lo in leftovers.scan("aws", name="again", regions=[REGION], session=aws).leftovers}
+    left = {lo.kind for lo in _scan("again", aws).leftovers}
     assert "instance" not in left and "iam-role" not in left and "security-group" in left
 
 
@@ -172,7 +180,7 @@ def test_the_efa_launch_template_is_found_by_tag_and_deleted(aws):
     lt = ec2.create_launch_template(LaunchTemplateName="demo-efa", LaunchTemplateData={}, TagSpecifications=[
         {"ResourceType": "launch-template", "Tags": tags("demo", name="demo-efa")}])["LaunchTemplate"]["LaunchTemplateId"]
     ec2.create_launch_template(LaunchTemplateName="theirs", LaunchTemplateData={})
-    found = leftovers.scan("aws", name="demo", regions=[REGION], session=aws).leftovers
+    found = _scan("demo", aws).leftovers
     assert [(lo.kind, lo.id) for lo in found] == [("launch-template", lt)]
     assert delete(found, session=aws, wait_seconds=5) == []
     assert [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]] == ["theirs"]

@@ -27,6 +27,7 @@ from test_automation import Recorder, provider, spec  # noqa: E402
 from gpucluster.errors import ProvisionError  # noqa: E402
 from gpucluster.infra import pulumi_events  # noqa: E402
 from gpucluster.infra.aws.failures import aws_error, classify  # noqa: E402
+from gpucluster.infra.registry import plugin as _plugin  # noqa: E402
 
 VCPU = ("creating EC2 Instance: operation error EC2: RunInstances, https response error StatusCode: 400, "
         "RequestID: 5f0a1c7e-0000-4000-8000-000000000000, api error VcpuLimitExceeded: You have requested more vCPU "
@@ -83,8 +84,8 @@ def test_the_ledger_keeps_the_aws_cause(home, monkeypatch):
         up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],
                    standalone_mode=False)
     run = Ledger.open_default().list_runs()[0]
-    assert run["status"] == "failed" and "AccessDenied" in run["failure"] and "iam:CreateRole" in run["failure"]
-    assert "update failed" not in run["failure"] and "request id" not in run["failure"]
+    assert run.status == "failed" and "AccessDenied" in run.failure and "iam:CreateRole" in run.failure
+    assert "update failed" not in run.failure and "request id" not in run.failure
 
 
 def test_error_texts_of_both_sdks_and_summary_lines():
@@ -114,7 +115,7 @@ def test_a_capacity_message_without_a_zone_never_retries_the_failed_zone_first(h
     # the zones offering the type, sorted as engine.zones_offering returns them; the program launched
     # in the first by name (us-east-1a) because the spec named none
     lister = lambda region, itype: ["us-east-1a", "us-east-1b", "us-east-1c"]  # noqa: E731
-    prov = PulumiProvider("aws", driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None,
+    prov = PulumiProvider(_plugin("aws"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None,
                                                      zone_lister=lister),
                           find=lambda cloud, name=None, run_id=None, **kw: [], delete=lambda items: [],
                           capacity_attempts=3)

@@ -204,7 +204,7 @@ def test_up_stops_at_preflight_with_exit_2_before_pulumi_or_the_ledger(aws, home
     aws.on("ec2", "DescribeImages", dlami_rule())
     fake = FakePulumiCommand()
     p = fake_provider(fake)
-    p._cloud_preflight = lambda s: preflight(s, session=aws)
+    p._cloud_checks = lambda s: preflight(s, session=aws)
     monkeypatch.setattr(common, "provider_for", lambda cloud: p)
     with pytest.raises(UsageError, match="L-DB2E81BA") as err:
         up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],

@@ -31,7 +31,8 @@ from gpucluster.infra.aws.mock_runtime import (  # noqa: E402
     public_ip,
     unwrap,
 )
-from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from specs import validate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STACK_FILE = ROOT / "stacks" / "Pulumi.aws-g5.yaml"
@@ -434,7 +435,7 @@ def test_stack_example_parses_into_a_valid_spec():
     s = program.spec_from_config(_stack_config(), "aws-g5")
     # sshCidr is not in the example: `pulumi up` fills in the caller's address (tests/test_stacks.py)
     assert s.ssh_cidr is None
-    from gpucluster.infra.aws.catalog import resolve_spec
+    from gpucluster.infra.aws.catalog import prepare as resolve_spec
 
     s, _ = resolve_spec(s, detect=lambda: "198.51.100.23")
     assert (s.cloud, s.nodes, s.instance_type, s.region) == ("aws", 2, "g5.xlarge", "us-east-1")

@@ -17,6 +17,8 @@ against the same server in tests/test_aws_s3.py where this machine has an `aws`.
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as _plugin
+
 import hashlib
 import json
 import os
@@ -67,12 +69,13 @@ def _dataset(root: Path) -> Path:
 
 def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
     from gpucluster.infra.aws.s3 import NodeTransfer
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.registry import plugin
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
     from gpucluster.outputs import check_output_dest
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
     from gpucluster.staging import parse_data
 
     c = s3_server.client()
@@ -84,7 +87,7 @@ def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
     monkeypatch.chdir(project)
     ec2.node_env = s3_server.env
 
-    aws = backend("aws")
+    aws = plugin("aws")
     mounts = parse_data(["s3://data-bkt/train/v1:inputs"], aws)  # as `run --data` parses it
     output = check_output_dest(output_url, aws)
     provider, fake, found = _provider_and_fake(ec2)
@@ -94,7 +97,7 @@ def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
     spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge", run_id=run_id)
     spec = aws.with_object_access(spec, [m.src for m in mounts], [output])
     validate(spec)
-    spec, _ = provider.resolve_spec(spec)
+    spec, _ = provider.plugin.spec.prepare(spec)
     job = JobSpec(run_id=run_id, command=("python", "check_s3.py"), nproc_per_node=1, threads_per_proc=1,
                   env=(("CHECK_MANIFEST", json.dumps(want)),), data=mounts, output_dir=str(output), max_seconds=240,
                   rdzv_port=sshd.free_port())

@@ -23,29 +23,31 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 INIT = '''
+from gpucluster.infra.contract import Traits
+
+TRAITS = Traits(name="toy", max_nodes=3, resource_kinds=("toy-node",))
+'''
+
+PLUGIN = '''
 from gpucluster.errors import SpecError
-from gpucluster.infra.contract import Backend
+from gpucluster.infra.contract import ExistingMachines, SpecRules, Transport
+from gpucluster.infra.local.launch import LocalLauncher
+
+from . import TRAITS
+from .provider import ToyProvider
 
 
-class ToyBackend(Backend):
-    name = "toy"
-    max_nodes = 3
-    resource_kinds = ("toy-node",)
-
-    def validate_spec(self, spec):
-        if spec.gpus_per_node:
-            raise SpecError(f"gpus per node {spec.gpus_per_node} is not allowed: toy nodes have no GPU; leave it out")
-        return []
-
-    def make(self, **options):
-        from gpucluster.infra.local.launch import LocalLauncher
-
-        from .provider import ToyProvider
-
-        return ToyProvider(), LocalLauncher()
+def validate(spec):
+    if spec.gpus_per_node:
+        raise SpecError(f"gpus per node {spec.gpus_per_node} is not allowed: toy nodes have no GPU; leave it out")
+    return []
 
 
-BACKEND = ToyBackend()
+def make(options):
+    return ToyProvider(), LocalLauncher()
+
+
+PLUGIN = ExistingMachines(traits=TRAITS, spec=SpecRules(validate=validate), transport=Transport(make=make))
 '''
 
 PROVIDER = '''
@@ -122,6 +124,7 @@ def toy(tmp_path, monkeypatch):
     pkg = tmp_path / "plugins" / "toy"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(INIT)
+    (pkg / "plugin.py").write_text(PLUGIN)
     (pkg / "provider.py").write_text(PROVIDER)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)

@@ -176,7 +176,8 @@ def test_reserved_tag_in_pulumi_program_config():
 def test_reserved_tags_cannot_be_overridden_in_managed_tags():
     """Defence in depth: a spec built around the CLI and readers still cannot replace them."""
     from gpucluster.errors import SpecError
-    from gpucluster.spec import ClusterSpec, validate
+    from gpucluster.spec import ClusterSpec
+    from specs import validate
 
     spec = ClusterSpec(cloud="aws", nodes=1, name="c1", run_id="r1",
                        tags=(("gpucluster-cluster", "x"), ("gpucluster-run", "y"), ("managed-by", "me"), ("team", "ml")))
@@ -325,7 +326,7 @@ def _flag_cases():
 def test_flag_cases_cover_the_table():
     """The hand-written cases above and the CLI's table agree: every (cloud, flag) the table refuses is tried."""
     from gpucluster.cli.args import cloud_only_flags
-    from gpucluster.spec import CLOUDS
+    from gpucluster.infra.registry import NAMES as CLOUDS
 
     by_flag = {"--instance-type": "instance_type", "--machine-type": "instance_type"}
     tried = {(cloud, by_flag.get(flag[0], flag[0][2:].replace("-", "_").replace("tag", "tags")))

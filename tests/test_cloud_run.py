@@ -41,6 +41,8 @@ by python3 3.11.7".
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as _plugin
+
 import http.server
 import json
 import os
@@ -242,16 +244,16 @@ def _provider_and_fake(ec2: Ec2Like):
 
     fake = FakePulumiCommand(on_up=on_up, on_destroy=lambda stack: ec2.terminate())
     found: list = []
-    provider = PulumiProvider("aws", driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
+    provider = PulumiProvider(_plugin("aws"), driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
                               find=lambda cloud, name=None, run_id=None, **kw: found.append(name) or [],
                               delete=lambda items: [])
     return provider, fake, found
 
 
 def _launcher(tmp_path, ready_timeout: float):
-    from gpucluster.infra.registry import get_backend
+    from gpucluster.infra.contract import LaunchOptions
 
-    _, launcher = get_backend("aws", ready_timeout=ready_timeout)  # the aws defaults: DLAMI python
+    _, launcher = _plugin("aws").transport.make(LaunchOptions(ready_timeout=ready_timeout))  # the aws defaults: DLAMI python
     launcher.remote_dir = str(tmp_path / "remote")
     launcher.grace = 2.0
     launcher.diagnose = None  # no EC2 API here (GetConsoleOutput is tested with moto elsewhere)
@@ -262,7 +264,8 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
 
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=90)
@@ -271,7 +274,7 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     # no ssh CIDR given: the caller's address is detected (as `run` does) and becomes the rule
     spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge", run_id=run_id)
     validate(spec)
-    spec, _ = provider.resolve_spec(spec)
+    spec, _ = provider.plugin.spec.prepare(spec)
     assert spec.ssh_cidr == f"{CALLER}/32" and spec.gpus_per_node == 1
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1,
@@ -310,7 +313,8 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import ClusterSpec, new_run_id, validate
+    from gpucluster.spec import ClusterSpec, new_run_id
+    from specs import validate
 
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=12)

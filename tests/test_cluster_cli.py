@@ -177,7 +177,10 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(home, tmp_path, capsys)
     t = threading.Thread(target=writer)
     t.start()
     start = time.monotonic()
-    assert invoke(logs.logs, "r20261122-000000-aaaaaa", "--follow") == 0
+    from gpucluster.owner import owner_lock
+
+    with owner_lock("c", "run", run_id="r20261122-000000-aaaaaa"):  # the run's live owner, as `run` holds it
+        assert invoke(logs.logs, "r20261122-000000-aaaaaa", "--follow") == 0
     t.join()
     assert time.monotonic() - start < 10
     assert "[node 1] late line" in capsys.readouterr().out
@@ -293,11 +296,11 @@ def test_doctor_reports_each_failure_with_a_fix(home, monkeypatch, capsys):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda name: None)  # no ssh, no pulumi
-    from gpucluster.infra.registry import backend
+    from gpucluster.infra.gcp import access as gcp_access_
 
-    monkeypatch.setattr(type(backend("aws")), "doctor", lambda self, **kw: [
+    monkeypatch.setattr(aws_doctor, "doctor", lambda region=None, session=None, **shape: [
         doctor._check("aws credentials", False, "no credentials", "aws configure")])
-    monkeypatch.setattr(type(backend("gcp")), "doctor", lambda self, **kw: [
+    monkeypatch.setattr(gcp_access_, "doctor_checks", lambda project=None, region=None, **kw: [
         doctor._check("gcp credentials", True, "project p")])
     rc = invoke(doctor.doctor)
     out = capsys.readouterr().out

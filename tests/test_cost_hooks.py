@@ -11,20 +11,21 @@ import pytest
 from gpucluster import cost as C
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
-from gpucluster.infra.contract import Backend
-from gpucluster.infra.registry import NAMES, backend, priced
+from gpucluster.infra.contract import Capability, Pricing
+from gpucluster.infra.registry import NAMES, plugin, priced
 from gpucluster.spec import ClusterSpec
 
 def test_cost_hooks_have_not_applicable_defaults():
-    free = Backend()
-    assert (free.default_region, free.default_disk_type, free.gpus_billed_apart, free.provider_region_config) == (
-        None, None, False, None)
-    assert free.planned_resources(ClusterSpec(cloud="local", nodes=1), "here") == []
-    assert free.estimate_notes(None, Decimal(0)) == [] and free.gpu_of("x", None) is None
+    free = plugin("local")  # machines that exist: no pricing part at all
+    assert free.pricing is None and not free.can(Capability.PRICED)
     with pytest.raises(UsageError, match="not priced"):
-        free.price_plan(None, None, None)
+        free.needs_pricing()
+    bare = Pricing(default_region="r", default_disk_type="d", gpus_billed_apart=False, price_rows=None,
+                   instance_price=None, planned_resources=None, fetch_prices=None)
+    assert bare.estimate_notes(None, Decimal(0)) == [] and bare.gpu_of("x", None) is None
+    assert bare.system_pool(ClusterSpec(cloud="local", nodes=1)) is None
     assert priced() == ("aws", "gcp")
-    assert [n for n in NAMES if not backend(n).priced] == ["local", "ssh"]
+    assert [n for n in NAMES if plugin(n).pricing is None] == ["local", "ssh"]
 
 
 def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
@@ -33,7 +34,7 @@ def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
     gcp = C.estimate(ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=4, zone="us-central1-a"), 1, catalog=catalog)
     (aws_gpus,) = [ln for ln in aws.lines if ln["category"] == "gpus"]
     assert aws_gpus["note"] == "included in the instance price" and aws_gpus["hourly"] == "0"
-    assert backend("aws").gpu_of("g5.12xlarge", catalog) == "A10G"
+    assert plugin("aws").pricing.gpu_of("g5.12xlarge", catalog) == "A10G"
     (gcp_gpus,) = [ln for ln in gcp.lines if ln["category"] == "gpus"]
     assert Decimal(gcp_gpus["hourly"]) > 0 and "4 x V100" in gcp_gpus["description"]
     assert any("keep billing" in n for n in gcp.notes) and not any("keep billing" in n for n in aws.notes)

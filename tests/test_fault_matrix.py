@@ -378,11 +378,11 @@ def _run_with_storage_fault(home, spec, provider, launcher, phase, fault_name):
     from conftest import run_cli
 
     ledger = Ledger(home / "ledger.sqlite3")
-    if ledger.get_run(spec.run_id)["ended_at"] is None:
+    if ledger.get_run(spec.run_id).run.ended_at is None:
         assert outcome.record_error, "the row was left open but the run did not say so"
         done_down = run_cli("down", spec.name, "--yes", env={"GPUCLUSTER_HOME": str(home)}, timeout=120)
         assert done_down.returncode == 0, done_down.stderr
-    run = Ledger(home / "ledger.sqlite3").get_run(spec.run_id)
+    run = Ledger(home / "ledger.sqlite3").get_run(spec.run_id).to_dict()
     assert run["ended_at"] is not None and run["teardown"] == "verified"
     return outcome
 
@@ -465,8 +465,8 @@ def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
     assert len(errors) == 1 and "record could not be written" in errors[0], r.stderr
     ledger = Ledger(small_home / "ledger.sqlite3")
     (run,) = ledger.list_runs()
-    assert run_processes(run["id"]) == []
+    assert run_processes(run.id) == []
     down = run_cli("down", "gpucluster-local", "--yes", env=env, timeout=120)
     assert down.returncode == 0, down.stderr
-    run = Ledger(small_home / "ledger.sqlite3").get_run(run["id"])
+    run = Ledger(small_home / "ledger.sqlite3").get_run(run.id).to_dict()
     assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"

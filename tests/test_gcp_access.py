@@ -87,6 +87,9 @@ def test_quota_error_reaches_the_user_through_the_driver():
     spec = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a")
     driver = PulumiDriver.__new__(PulumiDriver)
     driver.zone_lister = lambda region, itype: []
+    from gpucluster.infra.registry import plugin
+
+    driver.provisioner = plugin("gcp").provisioner  # as PulumiProvider sets it
     err = driver._up_error(spec, GKE_QUOTA_TEXT, [])
     assert isinstance(err, QuotaError)
     assert err.message.startswith("creating cluster 'v100' failed: GCP quota NVIDIA_V100_GPUS exceeded in us-central1")

@@ -6,7 +6,8 @@ import pytest
 
 from gpucluster.infra.gcp import catalog
 from gpucluster.errors import SpecError
-from gpucluster.spec import ClusterSpec, validate
+from gpucluster.spec import ClusterSpec
+from specs import validate
 
 
 def spec(**kw) -> ClusterSpec:

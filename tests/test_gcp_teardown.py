@@ -14,6 +14,9 @@ Behaviours of the stand-in, with their public sources:
 
 from __future__ import annotations
 
+from gpucluster.infra.leftovers import scope_of
+from gpucluster.infra.registry import plugin as _plugin
+
 from types import SimpleNamespace as NS
 
 import pytest
@@ -73,17 +76,17 @@ class SlowGke:
 def test_delete_polls_the_operation_to_its_end():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=300)
-    (lo,) = leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
+    (lo,) = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).leftovers
     assert not lo.deleting
     errors = gcp_leftovers.delete([lo], client=gke, wait_seconds=1800, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert errors == [] and clock.t >= 300 and gke.op_reads >= 30
-    assert leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).verified
+    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).verified
 
 
 def test_delete_past_the_bound_names_the_running_operation():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=10_000)
-    left = leftovers.find_leftovers("gcp", name="demo", project=PROJECT, gke_client=gke).leftovers
+    left = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).leftovers
     errors = gcp_leftovers.delete(left, client=gke, wait_seconds=120, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert len(errors) == 1 and "still deleting after 120 s" in errors[0] and "operation-123" in errors[0]
 
@@ -111,7 +114,7 @@ class Events:
 
 
 def provider(gke, clock, await_seconds):
-    return PulumiProvider("gcp", driver=Driver(), scan_options={
+    return PulumiProvider(_plugin("gcp"), driver=Driver(), scan_options={
         "gke_client": gke, "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock, "sleep": clock.sleep})
 
 

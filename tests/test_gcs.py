@@ -12,7 +12,7 @@ import pytest
 
 from gpucluster.errors import SpecError, UsageError
 from gpucluster.infra.gcp import gcs
-from gpucluster.infra.registry import backend
+from gpucluster.infra.registry import plugin
 from gpucluster.spec import ClusterSpec
 from gpucluster.staging import DataMount, parse_data
 
@@ -29,7 +29,7 @@ _ACCOUNT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # IAM's rule for
     ("gs://" + ".".join(["a" * 63] * 3), DataMount("gs://" + ".".join(["a" * 63] * 3), "data/" + ".".join(["a" * 63] * 3))),
 ])
 def test_gs_sources_parse_on_gcp_with_dest_after_the_last_colon(value, mount):
-    got = parse_data([value], backend("gcp"))
+    got = parse_data([value], plugin("gcp"))
     assert got == (mount,) and got[0].remote
 
 
@@ -54,11 +54,11 @@ def test_malformed_gs_urls_are_refused_naming_the_value_and_the_rule(url, needle
 
 
 def test_the_backend_declares_gs_and_other_clouds_refuse_it():
-    gcp = backend("gcp")
+    gcp = plugin("gcp")
     assert gcp.object_store == "gs"
     assert gcp.object_url("gs://out-bkt/runs/", "--output x") == "gs://out-bkt/runs"
     with pytest.raises(UsageError) as exc:
-        parse_data(["gs://bucket/p"], backend("aws"))
+        parse_data(["gs://bucket/p"], plugin("aws"))
     assert "not supported yet with --cloud aws" in exc.value.message and "gs:// works with --cloud gcp" in exc.value.message
     with pytest.raises(UsageError) as exc:
         parse_data(["s3://bucket/p"], gcp)
@@ -70,7 +70,7 @@ def test_the_backend_declares_gs_and_other_clouds_refuse_it():
 
 def test_access_rides_in_the_spec_options_and_stack_files_are_checked_too():
     spec = ClusterSpec(cloud="gcp", nodes=1, name="d", options=(("project", "p1"),))
-    spec = backend("gcp").with_object_access(spec, ["gs://data-bkt/train", "gs://data-bkt/train"], ["gs://out-bkt/r"])
+    spec = plugin("gcp").with_object_access(spec, ["gs://data-bkt/train", "gs://data-bkt/train"], ["gs://out-bkt/r"])
     assert dict(spec.options)["gcsRead"] == '["gs://data-bkt/train"]'
     assert gcs.scopes(spec) == (["gs://data-bkt/train"], ["gs://out-bkt/r"])
     assert gcs.scopes(gcs.with_access(spec, [], [])) == ([], [])  # replaced, not added to
@@ -266,7 +266,7 @@ def test_a_bad_url_in_a_stack_option_is_refused_before_any_resource(mocks):
 def test_dry_run_shows_the_grants():
     pytest.importorskip("pulumi_gcp")
     spec = _spec(reads=["gs://data-bkt/train"], writes=["gs://out-bkt/runs"])
-    text = backend("gcp").dry_run(spec)["text"]
+    text = plugin("gcp").provisioner.dry_run(spec)["text"]
     assert "account_id=gpuc-v100, project=my-proj" in text
     assert f"grants=roles/storage.objectViewer on gs://data-bkt if {gcs.read_condition('data-bkt', 'train')}" in text
     assert f"grants=roles/storage.objectCreator on gs://out-bkt if {gcs.write_condition('out-bkt', 'runs')}" in text

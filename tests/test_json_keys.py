@@ -18,8 +18,10 @@ T = 1_763_800_000.0
 RUN_KEYS = ["id", "created_at", "ended_at", "status", "cloud", "cluster", "nodes", "gpus_per_node", "workload",
             "command", "spec", "prices", "failure", "exit_code", "metrics", "teardown_verified", "leftovers",
             "cost", "sweep_id", "log_dir", "teardown", "unchecked", "resumed_from"]
+# issue 28 added "resume_files" (the working-folder files a --resume laid back) and each output row's
+# "workdir_files"/"workdir_bytes" (what came back from the job's working folder): added keys, at the end
 RECORD_KEYS = RUN_KEYS + ["phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging",
-                          "setup"]
+                          "setup", "resume_files"]
 
 
 def _fill(ledger: Ledger) -> None:
@@ -76,7 +78,7 @@ def test_show_json_keys_are_pinned(home):
     assert [list(p) for p in shown["phases"]][0] == ["name", "started_at", "ended_at", "status", "detail"]
     assert [list(n) for n in shown["node_results"]] == [["node_rank", "host", "exit_code", "last_lines"]] * 2
     assert [list(o) for o in shown["outputs"]] == [["node_rank", "path", "files", "bytes", "seconds", "verdict",
-                                                    "detail"]] * 2
+                                                    "detail", "workdir_files", "workdir_bytes"]] * 2
     assert list(shown["resources"][0]) == ["id", "run_id", "kind", "name", "cloud_id", "region", "detail",
                                            "requested_at", "created_at", "deleted_at", "confirmed_gone"]
     assert shown["resources"][1]["confirmed_gone"] is True and shown["resources"][0]["confirmed_gone"] is False

@@ -28,7 +28,7 @@ from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.infra.gcp import gcs, k8s  # noqa: E402
 from gpucluster.outputs import COMPLETE, FAILED  # noqa: E402
 from gpucluster.staging import STAGE_KIND, parse_data  # noqa: E402
-from gpucluster.infra.registry import backend  # noqa: E402
+from gpucluster.infra.registry import plugin  # noqa: E402
 
 GSA = "gpuc-v100@my-proj.iam.gserviceaccount.com"
 
@@ -56,7 +56,7 @@ def test_pods_pull_gs_data_and_upload_their_outputs_as_the_bound_service_account
     for i in range(3):
         (src / "shards" / f"{i}.bin").write_bytes(os.urandom(30_000))
     want = gcs_server.put_tree("train-data", "imagenet/train", src)
-    mounts = parse_data(["gs://train-data/imagenet/train:inputs"], backend("gcp"))
+    mounts = parse_data(["gs://train-data/imagenet/train:inputs"], plugin("gcp"))
     fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
     run = launcher(fake)
     spec = job(data=mounts, output_dir="gs://results/runs")
@@ -108,7 +108,7 @@ def test_a_second_run_reuses_the_service_account_and_a_failed_upload_names_the_n
 
 def test_a_cluster_made_without_object_access_is_refused_before_anything_is_created(tmp_path):
     fake = FakeKubeApi({r: healthy(r) for r in range(2)})
-    spec = job(data=parse_data(["gs://train-data/x"], backend("gcp")))
+    spec = job(data=parse_data(["gs://train-data/x"], plugin("gcp")))
     with pytest.raises(LaunchError) as exc:
         launcher(fake).launch(cluster(objects=False), spec, Events(), tmp_path / "logs")
     assert "gs://train-data/x" in str(exc.value) and "gcsRead" in str(exc.value)
@@ -140,10 +140,10 @@ def test_resume_from_outputs_a_run_uploaded_to_gs_is_pulled_by_every_pod(gcs_ser
     ledger.finish_run(earlier, status="interrupted", exit_code=130)
     ledger.record_outputs(earlier, [{"node_rank": n, "path": f"gs://results/runs/{earlier}/node-{n}",
                                      "files": 1 - n, "bytes": 7000 * (1 - n), "verdict": "complete"} for n in (0, 1)])
-    rid, mount = resume_source(ledger, earlier[:16], backend("gcp"))
+    rid, mount = resume_source(ledger, earlier[:16], plugin("gcp"))
     assert rid == earlier and mount.src == f"gs://results/runs/{earlier}" and mount.dest == "resume"
     with pytest.raises(Exception) as exc:  # another cloud's nodes cannot read gs://
-        resume_source(ledger, earlier, backend("aws"))
+        resume_source(ledger, earlier, plugin("aws"))
     assert "gs:// works with --cloud gcp" in str(exc.value)
     ledger.close()
     fake = FakeKubeApi({r: healthy(r) for r in range(2)})

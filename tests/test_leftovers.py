@@ -5,6 +5,9 @@ same account are left alone; another live cluster's resources are not touched by
 
 from __future__ import annotations
 
+from gpucluster.infra.leftovers import scope_of
+from gpucluster.infra.registry import plugin as _plugin
+
 import json
 from types import SimpleNamespace
 
@@ -73,7 +76,7 @@ def make_cluster(session, cluster: str | None, run: str | None = None) -> dict:
 def test_finds_ours_and_leaves_theirs_alone(aws):
     ours = make_cluster(aws, "demo", run="r1")
     theirs = make_cluster(aws, None)
-    report = leftovers.scan("aws", name="demo", regions=[REGION], session=aws)
+    report = leftovers.scan(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": aws}))
     by_kind: dict[str, set[str]] = {}
     for lo in report.leftovers:
         by_kind.setdefault(lo.kind, set()).add(lo.id)
@@ -91,11 +94,11 @@ def test_finds_ours_and_leaves_theirs_alone(aws):
 def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
     ours = make_cluster(aws, "demo")
     theirs = make_cluster(aws, None)
-    found = leftovers.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    found = leftovers.find_leftovers(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": aws}))
     assert found.leftovers and found.verdict == "leftovers"
-    errors = leftovers.delete_leftovers(found, session=aws, wait_seconds=30)
+    errors = leftovers.delete_leftovers(_plugin("aws").provisioner, found, scope_of({"session": aws}), 30)
     assert errors == []
-    after = leftovers.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    after = leftovers.find_leftovers(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": aws}))
     assert after.leftovers == () and after.verdict == "verified"
     ec2 = aws.client("ec2", region_name=REGION)
     states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
@@ -116,7 +119,7 @@ def test_a_check_that_cannot_run_is_never_clean(aws, monkeypatch):
     from moto.ec2.responses import EC2Response
 
     monkeypatch.delattr(EC2Response, "describe_placement_groups")
-    check = leftovers.find_leftovers("aws", name="demo", regions=[REGION], session=aws)
+    check = leftovers.find_leftovers(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": aws}))
     assert check.leftovers == () and check.verdict == "not verified"
     assert check.unchecked == ("placement groups in us-east-1: not checked (the endpoint does not implement it)",)
 
@@ -130,7 +133,7 @@ def test_no_credentials_is_not_verified(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    check = leftovers.find_leftovers("aws", name="demo", regions=[REGION], session=boto3.session.Session())
+    check = leftovers.find_leftovers(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": boto3.session.Session()}))
     assert check.verdict == "not verified" and check.leftovers == ()
     assert len(check.unchecked) >= 12 and all("not checked" in u for u in check.unchecked)
     assert any("credentials" in u.lower() for u in check.unchecked)
@@ -139,11 +142,11 @@ def test_no_credentials_is_not_verified(monkeypatch, tmp_path):
 def test_gc_view_skips_live_clusters_and_filters_by_run(aws):
     make_cluster(aws, "kept", run="r-old")
     make_cluster(aws, "crashed", run="r-new")
-    everything = leftovers.scan("aws", regions=[REGION], session=aws)
+    everything = leftovers.scan(_plugin("aws").provisioner, scope=scope_of({"regions": [REGION], "session": aws}))
     assert {f.cluster for f in everything.found} == {"kept", "crashed"}
-    not_live = leftovers.scan("aws", regions=[REGION], session=aws, live_clusters=["kept"])
+    not_live = leftovers.scan(_plugin("aws").provisioner, live_clusters=["kept"], scope=scope_of({"regions": [REGION], "session": aws}))
     assert {f.cluster for f in not_live.found} == {"crashed"}
-    by_run = leftovers.find_leftovers("aws", run_id="r-old", regions=[REGION], session=aws).leftovers
+    by_run = leftovers.find_leftovers(_plugin("aws").provisioner, run_id="r-old", scope=scope_of({"regions": [REGION], "session": aws})).leftovers
     assert by_run and all("cluster=kept" in lo.detail for lo in by_run)
 
 
@@ -151,15 +154,15 @@ def test_terminated_instances_are_not_leftovers(aws):
     ours = make_cluster(aws, "demo")
     ec2 = aws.client("ec2", region_name=REGION)
     ec2.terminate_instances(InstanceIds=ours["instances"])
-    kinds = {lo.kind for lo in leftovers.find_leftovers("aws", name="demo", regions=[REGION], session=aws).leftovers}
+    kinds = {lo.kind for lo in leftovers.find_leftovers(_plugin("aws").provisioner, name="demo", scope=scope_of({"regions": [REGION], "session": aws})).leftovers}
     assert "instance" not in kinds and "security-group" in kinds
 
 
 def test_bad_cloud_is_named():
     from gpucluster.errors import UsageError
 
-    with pytest.raises(UsageError, match="'azure'.*allowed: aws, gcp"):
-        leftovers.scan("azure")
+    with pytest.raises(UsageError, match="'azure'.*allowed: local, ssh, aws, gcp"):
+        _plugin("azure")  # the composition root refuses it before any scan
 
 
 # -- GKE with a fake ClusterManagerClient (clearly a fake: records calls) -------------------------
@@ -191,17 +194,17 @@ def test_gke_scan_by_label():
         gke("other-team", {"team": "ml"}),
         gke("kept", {"managed-by": "gpucluster", "gpucluster-cluster": "kept"}),
     ])
-    report = leftovers.scan("gcp", project="proj-one", gke_client=client, live_clusters=["kept"])
+    report = leftovers.scan(_plugin("gcp").provisioner, live_clusters=["kept"], scope=scope_of({"project": "proj-one", "gke_client": client}))
     assert client.parents == ["projects/proj-one/locations/-"]
     assert [lo.id for lo in report.leftovers] == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
-    assert leftovers.delete_leftovers(report.leftovers, gke_client=client) == []
+    assert leftovers.delete_leftovers(_plugin("gcp").provisioner, report.leftovers, scope_of({"gke_client": client})) == []
     assert client.deleted == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
-    assert leftovers.find_leftovers("gcp", name="demo", project="proj-one", gke_client=client).verified
+    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": "proj-one", "gke_client": client})).verified
 
 
 def test_gke_without_project_is_reported_not_silently_empty(monkeypatch):
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
     monkeypatch.setattr(gcp_leftovers, "gcp_project", lambda *a: None)
-    report = leftovers.scan("gcp", gke_client=FakeGke([]))
+    report = leftovers.scan(_plugin("gcp").provisioner, scope=scope_of({"gke_client": FakeGke([])}))
     assert report.leftovers == [] and "--project" in report.skipped[0]

@@ -100,7 +100,7 @@ def test_failed_cloud_delete_is_never_verified_by_a_clean_sweep(tmp_path, monkey
 
 def test_region_is_resolved_before_anything_reads_it():
     # issue 10 item 3: without --region the cluster, the ledger and the sweep all use one region
-    from gpucluster.spec import resolve
+    from specs import resolve
 
     bare = ClusterSpec(cloud="aws", nodes=1, name="c1", instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32")
     assert bare.region is None

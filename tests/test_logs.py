@@ -258,4 +258,4 @@ def test_logs_follow_ends_when_the_runs_owner_is_gone(tmp_path):
     assert r.stdout.splitlines() == ["first line", "second line"]
     assert took > 2.5, "ended while the owner was still alive"
     assert "its gpucluster process is gone" in r.stderr and "gpucluster down c1" in r.stderr
-    assert led.get_run(rid)["status"] == "running"  # logs only reads
+    assert led.get_run(rid).run.status == "running"  # logs only reads

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.launch", "_ANNOUNCE"): "gpucluster/node_announce.py",
+    ("gpucluster.infra.ssh.launch", "PORT_PY"): "infra/ssh/node_port.py",
     ("gpucluster.infra.ssh.remote", "READY_PY"): "infra/ssh/node_ready.py",
     ("gpucluster.infra.ssh.remote", "PROCS_PY"): "infra/ssh/node_procs.py",
     ("gpucluster.infra.ssh.stage", "STAGE_PY"): "infra/ssh/node_stage.py",

@@ -126,13 +126,23 @@ def user_pulumi(tmp_path, monkeypatch, version: str):
     return exe
 
 
+def _cli_check(provider_for):
+    """The aws provider's preflight as `run` calls it, with a stand-in account: the credential and
+    quota checks pass, so what is tested is the Pulumi CLI's (install offered, or not)."""
+    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.registry import plugin
+
+    prov = PulumiProvider(plugin("aws"), credentials=lambda: [], cloud_checks=lambda spec: None)
+    return prov.preflight
+
+
 def test_with_consent_the_pinned_cli_is_installed_into_the_home_once(get_pulumi_com, capsys):
     from gpucluster.cli.common import preflight, provider_for
 
     with pytest.raises(pulumi_cli.PulumiCliMissing) as missing:
         pulumi_cli.load_cli(None)
     assert "--yes" in missing.value.message and pulumi_cli.INSTALL_SETTING in missing.value.message
-    preflight(provider_for("aws"), yes=True)
+    preflight(_cli_check(provider_for), yes=True)
     assert get_pulumi_com == ["/install.sh", f"/releases/sdk/pulumi-v{PINNED}-linux-x64.tar.gz"]
     exe = pulumi_cli.managed_root() / "bin" / "pulumi"
     assert exe.is_file() and exe.parent.parent.is_relative_to(os.environ["GPUCLUSTER_HOME"])
@@ -140,7 +150,7 @@ def test_with_consent_the_pinned_cli_is_installed_into_the_home_once(get_pulumi_
     assert str(cmd.version) == PINNED and cmd.command == str(exe)
     assert pulumi_cli.cli_source(cmd).startswith("installed by gpucluster in")
     assert f"Pulumi CLI {PINNED} ready" in capsys.readouterr().err
-    preflight(provider_for("aws"), yes=False)  # found now: nothing asked, nothing fetched again
+    preflight(_cli_check(provider_for), yes=False)  # found now: nothing asked, nothing fetched again
     pulumi_cli.install_cli()  # the SDK's install finds the copy and downloads nothing
     assert len(get_pulumi_com) == 2
 
@@ -173,17 +183,17 @@ def test_nothing_is_installed_without_consent(get_pulumi_com, monkeypatch):
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     with pytest.raises(pulumi_cli.PulumiCliMissing):
-        preflight(provider_for("aws"), yes=False)  # no terminal, no --yes, no setting
+        preflight(_cli_check(provider_for), yes=False)  # no terminal, no --yes, no setting
     monkeypatch.setenv(pulumi_cli.INSTALL_SETTING, "no")
     with pytest.raises(pulumi_cli.PulumiCliMissing):
-        preflight(provider_for("aws"), yes=True)  # the setting says never
+        preflight(_cli_check(provider_for), yes=True)  # the setting says never
     monkeypatch.setenv(pulumi_cli.INSTALL_SETTING, "maybe")
     with pytest.raises(ConfigError) as bad:
-        preflight(provider_for("aws"), yes=True)
+        preflight(_cli_check(provider_for), yes=True)
     assert "'maybe'" in bad.value.message and "yes or no" in bad.value.message
     assert get_pulumi_com == [] and not pulumi_cli.managed_root().exists()
     monkeypatch.setenv(pulumi_cli.INSTALL_SETTING, "yes")
-    preflight(provider_for("aws"), yes=False)  # the setting answers the question
+    preflight(_cli_check(provider_for), yes=False)  # the setting answers the question
     assert (pulumi_cli.managed_root() / "bin" / "pulumi").is_file()
 
 

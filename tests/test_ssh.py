@@ -14,7 +14,8 @@ from gpucluster.errors import ConfigError, LaunchError, SpecError
 from gpucluster.domain import Node, NullEvents, Provider
 from gpucluster.infra.ssh.provider import SshProvider, format_host, parse_host, parse_hosts
 from gpucluster.launch import JobSpec
-from gpucluster.spec import ClusterSpec, validate
+from gpucluster.spec import ClusterSpec
+from specs import validate
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.infra.ssh.session import gpu_row, node_label
 from gpucluster.infra.ssh.ship import bundle, check_run_id, user_program

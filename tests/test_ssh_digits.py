@@ -31,7 +31,8 @@ def test_digits_on_three_hosts_through_the_run_lifecycle_records_a_verified_tear
     from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
-    from gpucluster.spec import ClusterSpec, validate
+    from gpucluster.spec import ClusterSpec
+    from specs import validate
 
     n = 3
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))

@@ -28,7 +28,8 @@ from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec, Launcher  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.lifecycle import execute  # noqa: E402
-from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from specs import validate  # noqa: E402
 from outputs_check import saved, sha, writer  # noqa: E402
 
 _COUNT = itertools.count()

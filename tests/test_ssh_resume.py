@@ -23,7 +23,8 @@ from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.lifecycle import execute  # noqa: E402
-from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from specs import validate  # noqa: E402
 from gpucluster.staging import RESUME_DEST, DataMount  # noqa: E402
 
 

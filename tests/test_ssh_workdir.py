@@ -23,7 +23,8 @@ from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.lifecycle import execute  # noqa: E402
-from gpucluster.spec import ClusterSpec, validate  # noqa: E402
+from gpucluster.spec import ClusterSpec  # noqa: E402
+from specs import validate  # noqa: E402
 from test_ssh_outputs import nothing_left  # noqa: E402
 from test_workdir import JOB, check_every_file_came_back  # noqa: E402
 
@@ -44,7 +45,7 @@ def _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, **job_fields):
     launcher = make_launcher(hosts, remote_dir)
     outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
                       log_dir=tmp_path / "logs")
-    return outcome, ledger.get_run(job.run_id), job
+    return outcome, ledger.get_run(job.run_id).to_dict(), job
 
 
 def test_ssh_files_written_in_the_working_folder_come_back_before_teardown(hosts, remote_dir, tmp_path, monkeypatch):

@@ -105,7 +105,8 @@ def test_compare_cpu_refused_without_gpus(home, capsys, args):
 
 @pytest.mark.skipif(gpus_present() > 0, reason="needs a machine without GPUs")
 def test_every_size_is_validated_before_anything_runs(tmp_path):
-    from gpucluster.infra.registry import get_backend
+    from gpucluster.infra.contract import LaunchOptions
+    from gpucluster.infra.registry import plugin
     from gpucluster.errors import SpecError
     from gpucluster.launch import JobSpec
     from gpucluster.spec import ClusterSpec
@@ -114,7 +115,7 @@ def test_every_size_is_validated_before_anything_runs(tmp_path):
     ledger = Ledger(tmp_path / "l.sqlite3")
     with pytest.raises(SpecError, match="no NVIDIA GPU"):
         run_sweep(ClusterSpec(cloud="local", nodes=1), JobSpec(run_id="t", workload="synthetic"), [1, 2], [0, 1], 1,
-                  ledger, get_backend("local"))
+                  ledger, plugin("local").transport.make(LaunchOptions()), plugin=plugin("local"))
     assert ledger.list_runs() == []
 
 

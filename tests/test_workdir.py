@@ -24,7 +24,7 @@ JOB = FIXTURES / "workdir_job"
 def only_run(home):
     runs = Ledger(home / "ledger.sqlite3").list_runs()
     assert len(runs) == 1, runs
-    return Ledger(home / "ledger.sqlite3").get_run(runs[0]["id"])
+    return Ledger(home / "ledger.sqlite3").get_run(runs[0].id).to_dict()
 
 
 def check_every_file_came_back(out: Path, nodes: int) -> int:
@@ -163,13 +163,13 @@ def test_local_resume_lays_the_scripts_own_snapshot_back(home, tmp_path):
     first = run_cli("run", "--nodes", "2", "--", "python", "train.py", cwd=project, env={"RESUME": "1"})
     assert first.returncode == 0, first.stdout[-3000:]
     led = Ledger(home / "ledger.sqlite3")
-    rid = led.list_runs()[0]["id"]
+    rid = led.list_runs()[0].id
     head = next(r["node_rank"] for r in led.metrics(rid, "worker_start") if r["rank"] == 0)
     second = run_cli("run", "--nodes", "2", "--resume", rid, "--", "python", "train.py", cwd=project,
                      env={"RESUME": "1"})
     assert second.returncode == 0, second.stdout[-3000:]
     assert f"node {head}, which held global rank 0" in second.stdout
-    new = next(r["id"] for r in led.list_runs() if r["id"] != rid)
+    new = next(r.id for r in led.list_runs() if r.id != rid)
     logs = "".join(p.read_text() for p in (home / "runs" / new).glob("node-*.log"))
     assert len(re.findall(r"rank \d resumed from snapshot.pt at epoch 1", logs)) == 2, logs[-2000:]
     out = home / "runs" / new / "outputs" / "workdir"

@@ -26,7 +26,7 @@ cluster-fee  cluster-hour                gke (region "*": the same everywhere)
 GPU count, 1 for a gpu row), from which the $/GPU-hour column is derived.
 
 A row's `cloud` is one of the priced backends (`infra.registry.priced()`). `refresh(cloud)` asks
-the backend for live prices (`Backend.fetch_prices`: the AWS Price List / spot history fetcher
+the backend for live prices (`Pricing.fetch_prices`: the AWS Price List / spot history fetcher
 lives in infra/aws/prices.py, the Cloud Billing Catalog one in infra/gcp/prices.py); this module
 only loads, merges and writes catalogs.
 """
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
-from gpucluster.infra.registry import backend, priced
+from gpucluster.infra.registry import plugin, priced
 
 MARKETS = ("on-demand", "spot")
 KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
@@ -306,7 +306,7 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     Raises UsageError for a bad cloud/region, ConfigError when the existing user catalog is
     corrupt (checked first: it is never overwritten), PriceRefreshError when the API cannot be
     reached or refuses (no credentials, no network); the catalog in use is unchanged then.
-    The fetching is the backend's (`Backend.fetch_prices`: infra/aws/prices.py, infra/gcp/prices.py);
+    The fetching is the backend's (`Pricing.fetch_prices`: infra/aws/prices.py, infra/gcp/prices.py);
     `clients` are passed to it (pricing_client / ec2_client_for for aws, client for gcp: tests)."""
     if cloud not in priced():
         raise UsageError(not_allowed("cloud", cloud, priced()))
@@ -319,7 +319,7 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     date = _today(now)
     shipped_date = shipped.oldest_date()
     try:
-        rows = backend(cloud).fetch_prices(shipped, regions=regions, date=date, **clients)
+        rows = plugin(cloud).needs_pricing().fetch_prices(shipped, regions=regions, date=date, **clients)
     except GpuclusterError:
         raise
     except Exception as exc:  # SDK errors: no credentials, no network, access denied, throttling

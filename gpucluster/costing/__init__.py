@@ -9,6 +9,6 @@ whatif    projections of time and cost from measured runs
 report    per-run cost reports (table, JSON, CSV, PNG)
 
 Everything particular to a cloud (how its nodes are priced, what a run of it records, its
-defaults) is a `Backend` hook (see `infra.contract`, "Cost engine"); nothing here compares a
+defaults) is its plugin's `Pricing` part (see `infra.contract`); nothing here compares a
 cloud's name.
 """

@@ -10,9 +10,9 @@ from typing import Any
 
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.registry import backend
+from gpucluster.infra.registry import plugin, traits
 from gpucluster.records import ResourceRow, RunRecord, RunRow
-from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+from gpucluster.spec import ClusterSpec, parse_int
 
 from .plan import is_free, plan, price_snapshot, region_for, resolved
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
@@ -72,7 +72,7 @@ def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
     region = region_for(spec)
     common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
               "region": region}
-    return [{**common, **row} for row in backend(spec.cloud).planned_resources(spec, region, catalog)]
+    return [{**common, **row} for row in plugin(spec.cloud).needs_pricing().planned_resources(spec, region, catalog)]
 
 
 def parse_hours(value: Any) -> Decimal:
@@ -93,12 +93,12 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     rules and snapshot as `run_cost`, so the two agree when the durations do."""
     hours = parse_hours(hours)
     if is_free(spec.cloud):
-        parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+        parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
         return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
                         hourly=Decimal(0), total=Decimal(0), price_date=None,
                         notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
     catalog = catalog or load_catalog()
-    chosen = backend(spec.cloud)
+    chosen = plugin(spec.cloud).needs_pricing()
     planned = plan(spec, catalog, free_tier)
     snapshot = price_snapshot(spec, catalog, free_tier=free_tier, now=now)
     run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),

@@ -1,7 +1,7 @@
 """A spec -> its priced plan (which catalog rows a run of it is billed by) and the launch-time
 price snapshot; `Pricer` finds a price in a run's snapshot, else in today's catalog.
 
-The cloud's own rules are its backend's (`infra.contract`, "Cost engine"): `price_plan` picks the
+The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
 machine, GPU and fee rows, `instance_price` prices an instance type, `default_region` and
 `default_disk_type` fill what the spec leaves out."""
 
@@ -13,8 +13,9 @@ from typing import Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, PriceRow, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.registry import NAMES, backend, priced
-from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+from gpucluster.infra.contract import Pricing
+from gpucluster.infra.registry import NAMES, plugin, priced, traits
+from gpucluster.spec import ClusterSpec, parse_int
 
 from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
 
@@ -22,7 +23,7 @@ from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
 @dataclass
 class Plan:
     """What a spec is billed by: filled in by the core (region, market, disk) and by the
-    backend's `price_plan` (machine, GPUs, fee, zonal / free tier, notes)."""
+    backend's `Pricing.price_rows` (machine, GPUs, fee, zonal / free tier, notes)."""
 
     cloud: str
     region: str
@@ -41,15 +42,15 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def known(cloud: Any) -> Any:
-    """The registered backend called `cloud`, or None (a ledger row may name anything)."""
-    return backend(cloud) if isinstance(cloud, str) and cloud in NAMES else None
+def known(cloud: object) -> Pricing | None:
+    """The pricing of the registered backend called `cloud`, or None (a ledger row may name
+    anything; local and ssh are not priced)."""
+    return plugin(cloud).pricing if isinstance(cloud, str) and cloud in NAMES else None
 
 
-def is_free(cloud: Any) -> bool:
+def is_free(cloud: object) -> bool:
     """Runs on machines gpucluster does not rent (local, ssh): they cost $0."""
-    chosen = known(cloud)
-    return chosen is not None and not chosen.priced
+    return isinstance(cloud, str) and cloud in NAMES and plugin(cloud).pricing is None
 
 
 def _clouds_listed() -> tuple[str, ...]:
@@ -68,32 +69,33 @@ def disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: l
         raise UsageError(not_allowed(f"{cloud} disk type", disk_type, allowed))
     row = catalog.find(cloud, region, "disk", disk_type)
     if row is None:
-        row = catalog.get(cloud, backend(cloud).default_region, "disk", disk_type)
+        row = catalog.get(cloud, plugin(cloud).needs_pricing().default_region, "disk", disk_type)
         notes.append(f"no {disk_type} price for {region} in the catalog: used {row.region}'s "
                      f"({row.price}/GB-month); refresh prices for the exact figure")
     return row
 
 
 def resolved(spec: ClusterSpec) -> ClusterSpec:
-    """The spec with the backend's own defaults filled in (`Backend.resolve`): what would really
+    """The spec with the backend's own defaults filled in (`SpecRules.resolve`): what would really
     be created is what is priced."""
     try:
-        return backend(spec.cloud).resolve(spec)
+        return plugin(spec.cloud).spec.resolve(spec)
     except Exception:  # noqa: BLE001 - validation reports a bad spec; the estimate prices what it can
         return spec
 
 
 def system_pool(spec: ClusterSpec) -> dict[str, Any] | None:
-    """The backend's always-on extras (GKE: the CPU system pool), from `Backend.system_pool`."""
-    return backend(spec.cloud).system_pool(spec)
+    """The backend's always-on extras (GKE: the CPU system pool), from `Pricing.system_pool`."""
+    pricing = known(spec.cloud)
+    return pricing.system_pool(spec) if pricing else None
 
 
 def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> Plan:
     chosen = known(spec.cloud)
-    if chosen is None or not chosen.priced:
+    if chosen is None:
         raise UsageError(not_allowed("cloud", spec.cloud, _clouds_listed()))
     spec = resolved(spec)
-    nodes = parse_int("nodes", spec.nodes, low=1, high=max_nodes(spec.cloud))
+    nodes = parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
     region = region_for(spec)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
@@ -102,7 +104,11 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_gb, low=1, high=65536)
     result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type or chosen.default_disk_type, result.notes)
-    chosen.price_plan(spec, catalog, result, free_tier)
+    rows = chosen.price_rows(spec, catalog, region, market, free_tier)
+    result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
+    result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
+    result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
+    result.notes += rows.notes
     return result
 
 
@@ -121,7 +127,7 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
         return {"cloud": spec.cloud, "currency": "USD", "taken_at": taken, "prices": {},
                 "note": f"{spec.cloud} runs use machines gpucluster does not rent: $0"}
     catalog = catalog or load_catalog()
-    chosen = backend(spec.cloud)
+    chosen = plugin(spec.cloud).needs_pricing()
     planned = plan(spec, catalog, free_tier)
     prices: dict[str, Any] = {}
     system = system_pool(resolved(spec))

@@ -10,9 +10,9 @@ from typing import Any, Iterable
 
 from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
 from gpucluster.errors import UsageError
-from gpucluster.infra.registry import NAMES
+from gpucluster.infra.registry import NAMES, traits
 from gpucluster.records import RunRow
-from gpucluster.spec import ClusterSpec, max_nodes, parse_int
+from gpucluster.spec import ClusterSpec, parse_int
 
 from .estimate import estimate
 from .plan import is_free, known
@@ -49,7 +49,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     scaling, never an assumed linear one); with one measured count nothing else is projected.
     Set-up and tear-down time (run wall time minus training time) is the median measured at the
     nearest measured count. Raises UsageError when no run qualifies."""
-    nodes_list = [parse_int("nodes", n, low=1, high=max(max_nodes(c) for c in NAMES)) for n in nodes_list]
+    nodes_list = [parse_int("nodes", n, low=1, high=max(traits(c).max_nodes for c in NAMES)) for n in nodes_list]
     epochs = parse_int("epochs", epochs, low=1)
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")

@@ -329,7 +329,7 @@ def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_
     return str(addr)
 
 
-def resolve_spec(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
+def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
     # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
     """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
     GPUs per node from the catalog, and without an SSH CIDR this machine's public IPv4 as /32

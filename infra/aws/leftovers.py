@@ -10,16 +10,17 @@ terminate. boto3 is imported inside functions. The shared part (tags, report, di
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import require
+from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import CLUSTER_TAG, MANAGED_BY, RUN_TAG, Found, ScanReport, wanted, wanted_found
 
-from . import AwsBackend
 
-# deletion order: what holds others first
-DELETE_ORDER = AwsBackend.leftover_kinds
+# what the tag scan reports and `delete` handles, in deletion order: what holds others first
+DELETE_ORDER = ("instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
+                "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile", "iam-role")
 LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
 
 
@@ -281,3 +282,16 @@ def _delete_one(session: Any, lo: Leftover) -> None:
         ec2.delete_internet_gateway(InternetGatewayId=lo.id)
     elif lo.kind == "vpc":
         ec2.delete_vpc(VpcId=lo.id)
+
+
+# -- the provisioner's scan and delete (infra.contract.Provisioner), from a typed scope -----------
+def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanReport:
+    """The tag scan in the scope's regions (default: the configured and the catalog's ones)."""
+    session = scope.clients.get("session")
+    regions = scope.regions or tuple(default_regions(session))
+    return scan(list(regions), name, run_id, session=session)
+
+
+def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:
+    return delete(list(leftovers), session=scope.clients.get("session"),
+                  wait_seconds=600 if wait_seconds is None else int(wait_seconds))

@@ -1,6 +1,6 @@
-"""What AWS charges: the price fetcher behind `Backend.fetch_prices` (Price List API for on-demand
+"""What AWS charges: the price fetcher behind `Pricing.fetch_prices` (Price List API for on-demand
 instances and EBS gp3, DescribeSpotPriceHistory for spot) and the EC2 pricing rules the cost
-engine calls (`price_plan`, `planned_resources`, `gpu_of`).
+engine calls (`price_rows`, `planned_resources`, `gpu_of`).
 
 EC2 prices an instance with its GPUs included; each node's root gp3 volume is billed per GB-month.
 The fetchers import boto3 lazily and are split from pure parsers (`parse_aws_price_list`,
@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog, PriceRow
 from gpucluster.errors import UsageError, not_allowed, require
+from gpucluster.infra.contract import PricedRows
+from gpucluster.spec import ClusterSpec
 
 from .catalog import DEFAULT_DISK_TYPE, DEFAULT_INSTANCE_TYPE
 
@@ -141,7 +143,7 @@ def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
 
 
 def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
-    """`Backend.fetch_prices`: current rows for the regions, for every instance type the shipped
+    """`Pricing.fetch_prices`: current rows for the regions, for every instance type the shipped
     `catalog` prices (whose rows fill in GPU facts the Price List lacks)."""
     bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
     if bad:
@@ -151,22 +153,26 @@ def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: 
 
 
 # -- pricing rules (the cost engine's hooks) ---------------------------------------------------
-def price_plan(spec: Any, catalog: Catalog, plan: Any) -> None:
+def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
+               free_tier: bool | None = None) -> PricedRows:
     """The instance row (GPUs included in its price); a GPU count the type does not carry is refused."""
     itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
-    region, market = plan.region, plan.market
-    plan.machine = catalog.get("aws", region, "instance", itype, market)
-    plan.gpus_per_node, plan.gpu_name = plan.machine.gpus, plan.machine.gpu
-    if spec.gpus_per_node is not None and int(spec.gpus_per_node) != plan.machine.gpus:
+    machine = catalog.get("aws", region, "instance", itype, market)
+    if spec.gpus_per_node is not None and int(spec.gpus_per_node) != machine.gpus:
         same = [t for t in catalog.items("aws", "instance")
                 if catalog.find("aws", region, "instance", t, market)
                 and catalog.find("aws", region, "instance", t, market).gpus == int(spec.gpus_per_node)]
         raise UsageError(f"gpus {spec.gpus_per_node} is not allowed for {itype}: it carries exactly "
-                         f"{plan.machine.gpus} GPU(s)"
+                         f"{machine.gpus} GPU(s)"
                          + (f"; types with {spec.gpus_per_node}: {', '.join(same)}" if same else ""))
+    return PricedRows(machine=machine, gpus_per_node=machine.gpus, gpu_name=machine.gpu)
 
 
-def planned_resources(spec: Any) -> list[dict[str, Any]]:
+def instance_price(catalog: Catalog, region: str, item: str, market: str) -> PriceRow:
+    return catalog.get("aws", region, "instance", item, market)
+
+
+def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = None) -> list[dict[str, object]]:
     """One `instance` per node, each with its root volume (deleted with it)."""
     disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     itype = spec.instance_type or DEFAULT_INSTANCE_TYPE

@@ -117,7 +117,9 @@ class GpuCluster(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         # Everything that can be refused is refused here, before the component registers.
-        warnings = validate(spec)
+        from gpucluster.infra.gcp.plugin import PLUGIN
+
+        warnings = validate(spec, PLUGIN)
         spec = catalog.resolve(spec)
         project = project_of(spec)
         release_channel = catalog.option_choice(

@@ -5,10 +5,11 @@ google-cloud-container is imported inside functions. The shared part (tags, repo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import GpuclusterError, require
+from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted
 
 def gcp_project(flag: str | None = None) -> str | None:
@@ -105,3 +106,13 @@ def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float
                 break
             sleep(poll_seconds)
     return errors
+
+
+# -- the provisioner's scan and delete (infra.contract.Provisioner), from a typed scope -----------
+def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanReport:
+    return scan(name, run_id, project=scope.project, client=scope.clients.get("gke_client"))
+
+
+def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:
+    return delete(list(leftovers), client=scope.clients.get("gke_client"),
+                  wait_seconds=1800 if wait_seconds is None else wait_seconds)

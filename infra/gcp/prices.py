@@ -1,5 +1,5 @@
-"""What GCP charges: the price fetcher behind `Backend.fetch_prices` (Cloud Billing Catalog SKUs
-of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_plan`,
+"""What GCP charges: the price fetcher behind `Pricing.fetch_prices` (Cloud Billing Catalog SKUs
+of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_rows`,
 `planned_resources`, `estimate_notes`).
 
 GCE bills an N1 VM's vCPUs and memory (named types: the catalog's rows; other N1 shapes: derived
@@ -18,6 +18,8 @@ from typing import Any, Iterable
 from gpucluster.catalog.prices import UNITS, Catalog, PriceRow, normalize_gpu
 from gpucluster.costing.rules import money
 from gpucluster.errors import UsageError, not_allowed, require
+from gpucluster.infra.contract import PricedRows
+from gpucluster.spec import ClusterSpec
 from gpucluster.spec import parse_bool
 
 from .catalog import ACCELERATOR, DEFAULT_DISK_TYPE, V100_LIMITS, n1_machine_types, n1_shape, system_pool
@@ -100,7 +102,7 @@ def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[Pric
 
 
 def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
-    """`Backend.fetch_prices`: current rows for the regions from the Cloud Billing Catalog."""
+    """`Pricing.fetch_prices`: current rows for the regions from the Cloud Billing Catalog."""
     bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
     if bad:
         raise UsageError(not_allowed("gcp region", bad[0], catalog.regions("gcp")))
@@ -127,35 +129,36 @@ def n1_row(catalog: Catalog, region: str, machine_type: str, market: str) -> Pri
         source=f"derived: {cpus} vCPU x {vcpu.price} + {gib} GiB x {mem.price} (N1 unit prices; {vcpu.source})")
 
 
-def price_plan(spec: Any, catalog: Catalog, plan: Any, free_tier: bool | None = None) -> None:
+def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
+               free_tier: bool | None = None) -> PricedRows:
     """The N1 row, the V100 row (a count and shape GCE allows), the GKE fee, the system pool."""
-    region, market = plan.region, plan.market
     itype = spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE
-    plan.machine = n1_row(catalog, region, itype, market)
+    rows = PricedRows(machine=n1_row(catalog, region, itype, market))
     gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
     if gpus:
-        plan.gpu_name = normalize_gpu(spec.accelerator or "V100", catalog.items("gcp", "gpu"))
+        rows.gpu_name = normalize_gpu(spec.accelerator or "V100", catalog.items("gcp", "gpu"))
         if gpus not in V100_LIMITS:
             raise UsageError(not_allowed("V100 count per node", gpus, [str(n) for n in V100_LIMITS]))
         max_cpu, max_gb = V100_LIMITS[gpus]
-        cpus, gib = n1_shape(itype) or (plan.machine.vcpus, plan.machine.memory_gib)
+        cpus, gib = n1_shape(itype) or (rows.machine.vcpus, rows.machine.memory_gib)
         if cpus is not None and (cpus > max_cpu or gib > max_gb):
             fits = [mt for mt in n1_machine_types() if n1_shape(mt)[0] <= max_cpu and n1_shape(mt)[1] <= max_gb]
             raise UsageError(f"machine type {itype} ({cpus} vCPU, {gib.normalize():f} GB) cannot take {gpus} V100: "
                              f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
                              + ", ".join(f for f in fits if f.startswith("n1-standard")))
-        plan.gpu = catalog.get("gcp", region, "gpu", plan.gpu_name, market)
-        plan.gpus_per_node = gpus
+        rows.gpu = catalog.get("gcp", region, "gpu", rows.gpu_name, market)
+        rows.gpus_per_node = gpus
     else:
-        plan.notes.append("no GPUs requested (pass --gpus-per-node to add V100s)")
+        rows.notes.append("no GPUs requested (pass --gpus-per-node to add V100s)")
     system = system_pool(spec)["machine_type"]
     if catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
-        plan.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
-        plan.system_unpriced = True
-    plan.fee = catalog.get("gcp", region, "cluster-fee", "gke")
-    plan.zonal = spec.zone is not None
+        rows.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
+        rows.system_unpriced = True
+    rows.fee = catalog.get("gcp", region, "cluster-fee", "gke")
+    rows.zonal = spec.zone is not None
     opt = spec.option("gke_free_tier", False) if free_tier is None else free_tier
-    plan.free_tier = parse_bool("option gke_free_tier", opt)
+    rows.free_tier = parse_bool("option gke_free_tier", opt)
+    return rows
 
 
 def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) -> list[dict[str, Any]]:

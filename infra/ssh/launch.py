@@ -75,6 +75,10 @@ class _Held:
     cwds: dict[int, str] = dataclasses.field(default_factory=dict)  # the job's working folder per node
 
 
+# the head-side check of the rendezvous port (a node program, shipped by content)
+PORT_PY = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
+
+
 class SshLauncher(Launcher):
     """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
 
@@ -407,7 +411,7 @@ class SshLauncher(Launcher):
         holds it (a second run on the same hosts), a free port nearby is used and said; when
         none is free, LaunchError naming the port and its holder."""
         head = cluster.head
-        program = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
+        program = PORT_PY
         cp = session.run(head, f"{shlex.quote(self.python)} -c {shlex.quote(program)} {int(job.rdzv_port)}",
                          timeout=30)
         try:

@@ -1,0 +1,99 @@
+"""The `aws` plugin: machines gpucluster creates (EC2 made by Pulumi, reached over ssh)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from gpucluster.domain import Provider
+from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Provisioner,
+                                       Record, ScanScope, SpecRules, Transport)
+from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.infra.ssh.launch import SshLauncher
+from gpucluster.spec import ClusterSpec
+
+from . import TRAITS, catalog, doctor, engine, failures, leftovers, outputs, prices, s3
+from .preflight import preflight
+
+
+def declare(spec: ClusterSpec) -> Mapping[str, object]:
+    """Imported here: the component module imports pulumi and pulumi_aws (only a program needs them)."""
+    from .component import declare as declare_
+
+    return declare_(spec)
+
+
+def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
+    """Imported here: the dry run imports pulumi's mock runtime."""
+    from .dryrun import dry_run as dry_run_
+
+    return dry_run_(spec, **kw)
+
+
+def provider(options: LaunchOptions) -> PulumiProvider:
+    return PulumiProvider(PLUGIN)
+
+
+def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
+    kw: dict[str, object] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
+                             "objects": s3.NodeTransfer()}
+    if options.ready_timeout is not None:
+        kw["ready_timeout"] = options.ready_timeout
+    return PulumiProvider(PLUGIN), SshLauncher(**kw)  # type: ignore[arg-type]
+
+
+def scan_scope(recorded: Record | None) -> ScanScope:
+    """A leftover scan of a recorded cluster looks in its region."""
+    spec = recorded or {}
+    region = spec.get("region") or engine.region_of_zone(spec.get("zone"))  # type: ignore[arg-type]
+    return ScanScope(regions=(str(region),)) if region else ScanScope()
+
+
+def node_gpu_state(provider: Provider, name: str) -> list[dict[str, object]]:
+    """Asked over ssh, with the stack's outputs (pinned host keys, the cluster's key)."""
+    found = provider.driver.outputs(name)  # type: ignore[attr-defined]  # the aws transport's PulumiProvider
+    if not found:
+        return [{"note": "no stack outputs: the cluster is not up"}]
+    cluster = outputs.cluster_from_outputs(found)
+    return [{"node": r.rank, "host": r.label, "reachable": r.ok or bool(r.gpu_state), "problems": r.problems,
+             "gpus": r.gpu_state} for r in SshLauncher().probe(cluster)]
+
+
+def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple[str, ...],
+             project: str | None) -> ScanScope:
+    return ScanScope(regions=tuple(doctor.gc_regions(list(open_rows), list(runs), regions)))  # type: ignore[arg-type]
+
+
+def gc_label(scope: ScanScope) -> str:
+    return f"aws {'/'.join(scope.regions)}"
+
+
+def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes: int | None = None,
+                  instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
+    """The preflight of `run` for the region and shape given (default: the default run's)."""
+    return doctor.doctor(region, nodes=nodes, instance_type=instance_type, spot=bool(spot))  # type: ignore[return-value]
+
+
+PLUGIN = CreatedMachines(
+    traits=TRAITS,
+    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
+                   plan_line=catalog.plan_line, scan_scope=scan_scope),
+    transport=Transport(make=make, provider=provider),
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks),
+    provisioner=Provisioner(
+        declare=declare, cluster_from_outputs=outputs.cluster_from_outputs, dry_run=dry_run,
+        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
+        pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
+        leftover_kinds=leftovers.DELETE_ORDER,
+        capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
+        # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
+        # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
+        capacity_attempts=3,
+        classify_failure=failures.classify,  # the AWS error code and message, not "update failed"
+        preflight=preflight),  # quota, AMI, subnet and a RunInstances dry run, before anything
+    pricing=Pricing(
+        default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
+        gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
+        price_rows=prices.price_rows, instance_price=prices.instance_price,
+        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of),
+    objects=ObjectStore(scheme="s3", url=s3.parse_url, with_access=s3.with_access),
+)

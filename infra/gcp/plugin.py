@@ -1,0 +1,99 @@
+"""The `gcp` plugin: machines gpucluster creates (GKE made by Pulumi, jobs through the Kubernetes API)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from gpucluster.errors import GpuclusterError
+from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
+                                       Provisioner, Record, ScanScope, SpecRules, Transport)
+from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.spec import ClusterSpec
+
+from . import TRAITS, access, catalog, engine, gcs, leftovers, prices
+from .k8s import KubernetesLauncher
+
+
+def declare(spec: ClusterSpec) -> Mapping[str, object]:
+    """Imported here: the component module imports pulumi and pulumi_gcp (only a program needs them)."""
+    from .component import declare as declare_
+
+    return declare_(spec)
+
+
+def cluster_from_outputs(outputs: Mapping[str, object]) -> object:
+    """Imported here: the component module imports pulumi and pulumi_gcp."""
+    from .component import cluster_from_outputs as read
+
+    return read(dict(outputs))
+
+
+def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
+    """Imported here: the dry run imports pulumi's mock runtime."""
+    from .dryrun import dry_run as dry_run_
+
+    return dry_run_(spec, **kw)
+
+
+def provider(options: LaunchOptions) -> PulumiProvider:
+    return PulumiProvider(PLUGIN)
+
+
+def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
+    kw: dict[str, object] = {"objects": gcs.GcsTransfer()}  # gs:// read and written by the pods themselves
+    if options.start_deadline_s:
+        kw["start_deadline_s"] = options.start_deadline_s
+    return PulumiProvider(PLUGIN), KubernetesLauncher.from_options(dict(options.spec_options), **kw)
+
+
+def scan_scope(recorded: Record | None) -> ScanScope:
+    """A leftover scan of a recorded cluster looks in its project."""
+    spec = recorded or {}
+    options = spec.get("options") or {}
+    project = spec.get("project") or dict(options).get("project")  # type: ignore[call-overload]
+    return ScanScope(project=str(project)) if project else ScanScope()
+
+
+def parse_project(text: str) -> str:
+    return access.resolve_project(text, None, env={})[0]  # checks the ID's form
+
+
+def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple[str, ...],
+             project: str | None) -> ScanScope:
+    return ScanScope(project=project)
+
+
+def gc_label(scope: ScanScope) -> str:
+    return "gcp"
+
+
+def doctor_checks(region: str | None, project: str | None, sole: bool, **shape: object) -> list[dict[str, object]]:
+    """The region is used only when gcp is the one cloud checked (else it names an aws one)."""
+    return access.doctor_checks(project, region if sole else None)  # type: ignore[return-value]
+
+
+def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
+    return access.classify_quota(text, spec)
+
+
+PLUGIN = CreatedMachines(
+    traits=TRAITS,
+    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope),
+    transport=Transport(make=make, provider=provider),
+    ops=Operations(doctor=doctor_checks),
+    provisioner=Provisioner(
+        declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,  # type: ignore[arg-type]
+        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
+        pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
+        leftover_kinds=("gke-cluster",),  # what the tag scan reports (node pools go with their cluster)
+        capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
+        classify_failure=classify_failure),
+    pricing=Pricing(
+        default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
+        default_disk_type=catalog.DEFAULT_DISK_TYPE,
+        gpus_billed_apart=True,  # GCE bills attached GPUs per GPU-hour, apart from the VM
+        price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
+        fetch_prices=prices.fetch_prices, estimate_notes=prices.estimate_notes, system_pool=catalog.system_pool),
+    objects=ObjectStore(scheme="gs", url=gcs.parse_url, with_access=gcs.with_access),
+    accounts=Accounts(with_project=access.spec_with_project, parse_project=parse_project),
+)

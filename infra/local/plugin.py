@@ -1,0 +1,36 @@
+"""The `local` plugin: machines that exist (this one)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from gpucluster.domain import Check
+from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
+from gpucluster.procs import kill_run_processes
+
+from . import TRAITS
+from .catalog import gpus_present, validate_spec
+from .launch import LocalLauncher
+from .provider import LocalProvider
+
+
+def make(options: LaunchOptions) -> tuple[LocalProvider, LocalLauncher]:
+    return LocalProvider(), LocalLauncher(python=options.python)
+
+
+def check_down(provider: LocalProvider, name: str, runs: Mapping[str, Record]) -> Check:
+    """A crashed run's stray processes are killed first; then each run's processes are looked for."""
+    for rid in runs:
+        kill_run_processes(rid)
+    check = Check()
+    for rid in sorted(runs):
+        check = check + Check.of(provider.leftovers(name, rid))
+    return check
+
+
+PLUGIN = ExistingMachines(
+    traits=TRAITS,
+    spec=SpecRules(validate=validate_spec),
+    transport=Transport(make=make),
+    ops=Operations(known_gpus=gpus_present, check_down=check_down),
+)

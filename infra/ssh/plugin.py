@@ -1,0 +1,57 @@
+"""The `ssh` plugin: machines that exist (a list of hosts)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from gpucluster.domain import Check, Provider
+from gpucluster.errors import UsageError
+from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
+
+from . import TRAITS
+from .cleanup import clean_recorded_hosts
+from .launch import RUN_RESOURCE, SshLauncher
+from .provider import SshProvider, parse_hosts, validate_spec
+
+
+def make(options: LaunchOptions) -> tuple[SshProvider, SshLauncher]:
+    kw: dict[str, str] = {}
+    if options.identity:
+        kw["identity"] = options.identity
+    if options.known_hosts:
+        kw["known_hosts"] = options.known_hosts
+    if options.remote_python:
+        kw["python"] = options.remote_python
+    launcher = SshLauncher(**kw)
+    # The provider asks only the nodes where this launcher started the run for leftovers.
+    return SshProvider(launcher=launcher), launcher
+
+
+def host_list(text: str | None) -> tuple[str, ...]:
+    if not text:
+        raise UsageError("the ssh backend needs --hosts user@host1,user@host2[:port] (head first)")
+    return parse_hosts(text)
+
+
+def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
+    """Every host a run reached (also those its teardown closed) is cleaned through the
+    connection details its ledger rows hold."""
+    rows = []
+    for rid in sorted(runs):
+        run = runs[rid] or {}
+        resources = run.get("resources") or []
+        assert isinstance(resources, list)
+        rows += [{**r, "cluster": name} for r in resources if r["kind"] == RUN_RESOURCE]
+    recorded = {r["run_id"] for r in rows}
+    check = Check.of(clean_recorded_hosts(rows))
+    return check.with_unchecked(*(
+        f"run {rid}: the ledger holds no ssh connection details for it; check its hosts by hand"
+        for rid in sorted(set(runs) - recorded)))
+
+
+PLUGIN = ExistingMachines(
+    traits=TRAITS,
+    spec=SpecRules(validate=validate_spec),
+    transport=Transport(make=make),
+    ops=Operations(host_list=host_list, check_down=check_down),
+)
