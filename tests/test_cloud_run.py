@@ -50,6 +50,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -199,12 +200,18 @@ def ec2(tmp_path):
     reason = sshd.missing_reason()
     if reason:
         pytest.skip(reason)
-    if os.geteuid() != 0 or not _port_22_free():
-        pytest.skip("needs root and a free port 22 on 127.0.0.2/3 to look like EC2 nodes")
-    (tmp_path / "ec2").mkdir()
-    nodes = Ec2Like(tmp_path / "ec2")
-    yield nodes
-    nodes.terminate()
+    import fcntl
+
+    # Port 22 on 127.0.0.2/3 is one per machine: tests using it in parallel workers (pytest-xdist)
+    # take turns, holding this lock for the test's whole life.
+    with open(os.path.join(tempfile.gettempdir(), "gpucluster-tests-port22.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.geteuid() != 0 or not _port_22_free():
+            pytest.skip("needs root and a free port 22 on 127.0.0.2/3 to look like EC2 nodes")
+        (tmp_path / "ec2").mkdir()
+        nodes = Ec2Like(tmp_path / "ec2")
+        yield nodes
+        nodes.terminate()
 
 
 def _provider_and_fake(ec2: Ec2Like):
