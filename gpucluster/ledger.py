@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import random
 import sqlite3
 import threading
 import time
@@ -105,6 +106,9 @@ def _guard(method):
     return wrapper
 
 
+OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
+
+
 class Ledger:
     def __init__(self, path: Path | str):
         self.path = Path(path)
@@ -114,16 +118,43 @@ class Ledger:
         self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._migrate()
-            self._check_tables()
+            self._open()
         except sqlite3.DatabaseError as exc:
             raise _ledger_error(self.path, exc) from None
         except OSError as exc:
             raise ConfigError(f"ledger {str(self.path)!r} cannot be created: {exc.strerror or exc}") from None
+
+    def _open(self) -> None:
+        """Connect, switch to WAL, migrate and check the tables; a busy answer to any of these is
+        tried again (with jitter) until `OPEN_BUSY_S` has passed.
+
+        SQLite's busy timeout does not cover the moment a WAL database's last connection closes:
+        that connection takes an exclusive lock while it removes the -wal and -shm files, and a
+        connection opening meanwhile "might get an SQLITE_BUSY error" at once, whatever its timeout
+        (https://www.sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY In WAL Mode"). Many
+        short commands opening one home at once (a shell loop, a team's scripts) meet it."""
+        end = time.monotonic() + OPEN_BUSY_S
+        delay = 0.005
+        while True:
+            db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+            try:
+                db.row_factory = sqlite3.Row
+                self._db = db
+                db.execute("PRAGMA foreign_keys = ON")
+                db.execute("PRAGMA journal_mode = WAL")
+                self._migrate()
+                self._check_tables()
+                return
+            except sqlite3.OperationalError as exc:
+                db.close()
+                low = str(exc).lower()
+                if ("locked" not in low and "busy" not in low) or time.monotonic() >= end:
+                    raise
+            except BaseException:
+                db.close()
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
 
     @classmethod
     def open_default(cls) -> "Ledger":

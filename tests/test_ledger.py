@@ -173,3 +173,41 @@ def test_simultaneous_first_commands_in_a_new_home_all_succeed(tmp_path):
             failed.append(err.strip().splitlines()[-1:] if err.strip() else p.returncode)
     assert failed == [], f"{len(failed)} of 100 failed: {failed[:5]}"
     assert Ledger(home / "ledger.sqlite3").schema_version == SCHEMA_VERSION
+
+
+class _BusyAtOpen(sqlite3.Connection):
+    """A connection whose first statements meet what SQLite answers while a WAL database's last
+    connection is closing: SQLITE_BUSY at once, whatever the busy timeout
+    (https://www.sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY In WAL Mode")."""
+
+    busy_left = 0
+
+    def execute(self, sql, *args):
+        if sql.startswith("PRAGMA journal_mode") and type(self).busy_left > 0:
+            type(self).busy_left -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().execute(sql, *args)
+
+
+def _connect_busy(monkeypatch, times):
+    import gpucluster.ledger as ledger_mod
+
+    real = sqlite3.connect
+    _BusyAtOpen.busy_left = times
+    monkeypatch.setattr(ledger_mod.sqlite3, "connect", lambda *a, **kw: real(*a, factory=_BusyAtOpen, **kw))
+
+
+def test_a_busy_answer_while_opening_is_tried_again(tmp_path, monkeypatch):
+    _connect_busy(monkeypatch, 3)
+    led = Ledger(tmp_path / "l.db")
+    assert _BusyAtOpen.busy_left == 0
+    assert led.schema_version == SCHEMA_VERSION
+
+
+def test_a_ledger_busy_for_longer_than_the_bound_is_one_line(tmp_path, monkeypatch):
+    import gpucluster.ledger as ledger_mod
+
+    _connect_busy(monkeypatch, 10**9)
+    monkeypatch.setattr(ledger_mod, "OPEN_BUSY_S", 0.3)
+    with pytest.raises(ConfigError, match="locked by another process for too long"):
+        Ledger(tmp_path / "l.db")
