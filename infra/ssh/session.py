@@ -344,17 +344,13 @@ class Session:
                 "utf-8", "replace").strip()[-200:]
         return None, None
 
-    def copy_outputs(self, node: Any, remote: str, dest: Path) -> Any:
-        """Stream `remote` (a folder on the node) into `dest` here: `tar -cf - .` over this
-        session's master connection, unpacked by `gpucluster.outputs.extract_stream`. Returns a
-        `NodeOutputs` with the verdict: complete (tar and the unpacking both finished, nothing
-        refused), partial (some files came back: what tar could not read or what was refused is
-        named), failed (nothing came back, and why)."""
-        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
+    def receive_tar(self, node: Any, script: str, dest: Path) -> tuple[dict[str, Any], str | None, int, str]:
+        """Run `script` on the node over this session's master connection and unpack the tar it
+        writes to stdout into `dest` (`gpucluster.outputs.extract_stream`: regular files and
+        folders only). (tally {files, bytes, refused}, why the stream broke or None, the remote
+        exit code, its stderr)."""
+        from gpucluster.outputs import extract_stream
 
-        who = f"node {node.rank} ({node_label(node)})"
-        script = f"cd {shlex.quote(remote)} 2>/dev/null || exit {NO_OUTPUT_RC}; exec tar -cf - ."
-        start = time.monotonic()
         tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
         broken = None
         with tempfile.TemporaryFile() as err:
@@ -377,6 +373,20 @@ class Session:
                     rc = proc.wait()
             err.seek(0)
             stderr = err.read().decode("utf-8", "replace")
+        return tally, broken, rc, stderr
+
+    def copy_outputs(self, node: Any, remote: str, dest: Path) -> Any:
+        """Stream `remote` (a folder on the node) into `dest` here: `tar -cf - .` over this
+        session's master connection, unpacked by `gpucluster.outputs.extract_stream`. Returns a
+        `NodeOutputs` with the verdict: complete (tar and the unpacking both finished, nothing
+        refused), partial (some files came back: what tar could not read or what was refused is
+        named), failed (nothing came back, and why)."""
+        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs
+
+        who = f"node {node.rank} ({node_label(node)})"
+        script = f"cd {shlex.quote(remote)} 2>/dev/null || exit {NO_OUTPUT_RC}; exec tar -cf - ."
+        start = time.monotonic()
+        tally, broken, rc, stderr = self.receive_tar(node, script, dest)
         took = time.monotonic() - start
         files, refused = tally["files"], tally["refused"]
         out = NodeOutputs(node.rank, str(dest), COMPLETE, files, tally["bytes"], took)

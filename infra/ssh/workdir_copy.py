@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from .session import sh
 
 PROGRAM = "workdir.py"  # in each node's run folder, beside reaper.py (ship.bundle)
 
@@ -22,31 +17,11 @@ def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: P
     node's Python runs `program` (gpucluster/workdir.py, shipped with the job) with `args`;
     its tar stream is unpacked by `gpucluster.outputs.extract_stream` (same rules as the
     output folder). (files, bytes, problems): problems name what did not come back."""
-    from gpucluster.outputs import extract_stream, named, remove_if_empty, workdir_problems
+    from gpucluster.outputs import named, remove_if_empty, workdir_problems
 
     script = f"exec {shlex.quote(session.launcher.python)} {shlex.quote(program)} {shlex.join(args)}"
-    tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
-    problems: list[str] = []
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True, bufsize=1 << 20)
-        try:
-            try:
-                extract_stream(proc.stdout, dest, tally)
-            except (OSError, tarfile.TarError) as exc:
-                problems.append(f"the copy stopped after {tally['files']} file(s): {exc}")
-                while proc.stdout.read(1 << 20):
-                    pass
-        finally:
-            proc.stdout.close()
-            try:
-                rc = proc.wait(timeout=session.launcher.connect_timeout + 30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
-        err.seek(0)
-        stderr = err.read().decode("utf-8", "replace")
+    tally, broken, rc, stderr = session.receive_tar(node, script, dest)
+    problems: list[str] = [broken] if broken else []
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     answer: dict[str, Any] = {}
     try:
