@@ -125,14 +125,10 @@ class Ledger:
             raise ConfigError(f"ledger {str(self.path)!r} cannot be created: {exc.strerror or exc}") from None
 
     def _open(self) -> None:
-        """Connect, switch to WAL, migrate and check the tables; a busy answer to any of these is
-        tried again (with jitter) until `OPEN_BUSY_S` has passed.
-
-        SQLite's busy timeout does not cover the moment a WAL database's last connection closes:
-        that connection takes an exclusive lock while it removes the -wal and -shm files, and a
-        connection opening meanwhile "might get an SQLITE_BUSY error" at once, whatever its timeout
-        (https://www.sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY In WAL Mode"). Many
-        short commands opening one home at once (a shell loop, a team's scripts) meet it."""
+        """Connect, switch to WAL, migrate, check the tables; a busy answer is tried again (with
+        jitter) for up to `OPEN_BUSY_S`. SQLite's busy timeout does not cover a WAL database whose
+        last connection is closing: an opening connection "might get an SQLITE_BUSY error" at once
+        (https://www.sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY In WAL Mode")."""
         end = time.monotonic() + OPEN_BUSY_S
         delay = 0.005
         while True:
