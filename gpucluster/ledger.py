@@ -108,7 +108,6 @@ def _guard(method):
 
 OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
 
-
 class Ledger:
     def __init__(self, path: Path | str):
         self.path = Path(path)
