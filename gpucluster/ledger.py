@@ -30,6 +30,8 @@ from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHE
 from gpucluster.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
                                 StageRecord)
 
+OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
+
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
@@ -105,8 +107,6 @@ def _guard(method):
 
     return wrapper
 
-
-OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
 
 class Ledger:
     def __init__(self, path: Path | str):
