@@ -16,8 +16,14 @@ import enum
 from typing import Any, Protocol
 
 
-class Phase(enum.StrEnum):
-    """The phases of a run, in the order they happen (some are skipped: stage, setup, outputs)."""
+class Phase(str, enum.Enum):
+    """The phases of a run, in the order they happen (some are skipped: stage, setup, outputs).
+
+    What `enum.StrEnum` is on 3.11+, written out so Python 3.10 (which lacks it) imports this:
+    `str()` and f-strings give the value."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
     PREPARE = "prepare"
     PROVISION = "provision"
