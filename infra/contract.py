@@ -178,6 +178,9 @@ class Operations:
     node_gpu_state: Callable[[Provider, str], list[dict[str, object]]] | None = None
     # (region, project, sole, *, nodes=None, instance_type=None, spot=False): checks with a fix each
     doctor: Callable[..., list[dict[str, object]]] = _no_doctor
+    # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
+    # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
+    credentials: Callable[[str | None], list[dict[str, object]]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:
@@ -200,8 +203,10 @@ class Provisioner:
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
     classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
-    # the spec checked against the cloud before anything is recorded or created (aws: the vCPU quota,
-    # the AMI and a RunInstances dry run); raises a UsageError (exit 2) with the fix
+    # the spec checked against the cloud before anything is recorded or created (aws: credentials, the
+    # vCPU quota, IAM permissions, the AMI and a RunInstances dry run, all in the spec's region); raises
+    # a UsageError (exit 2) with the fix. It checks the credentials itself, first: given a spec, the
+    # provider asks nothing else (no second credential check in a default region)
     preflight: Callable[[ClusterSpec], None] | None = None
 
 

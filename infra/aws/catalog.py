@@ -172,6 +172,7 @@ OPTIONS = (
     "s3Read",  # s3:// URLs the nodes may read (set by `run --data s3://...`; infra/aws/s3.py)
     "s3Write",  # s3:// URLs the nodes may write (set by `run --output s3://...`)
     "spotInterruptionBehavior",
+    "ssm",  # an instance role with AmazonSSMManagedInstanceCore (Session Manager, Run Command)
     "sshPublicKey",
     "subnetId",
     "vpcCidr",
@@ -240,6 +241,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
     from .s3 import scopes
 
     scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
+    flag(spec, "ssm")  # SpecError for a value that is not true/false
     image = option(spec, "image")
     if image is not None and image not in IMAGES:
         raise SpecError(not_allowed("option image", image, list(IMAGES)))

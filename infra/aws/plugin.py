@@ -12,7 +12,7 @@ from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 
 from . import TRAITS, catalog, doctor, engine, failures, leftovers, outputs, prices, s3
-from .preflight import preflight
+from .preflight import credentials_check, preflight
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -78,7 +78,7 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, scan_scope=scan_scope),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks),
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check),
     provisioner=Provisioner(
         declare=declare, cluster_from_outputs=outputs.cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
