@@ -22,7 +22,8 @@ Parts and who calls them
   SpecRules    (spec, cli)        validate -> warnings (SpecError names the bad value); resolve ->
                the location and defaults really used; prepare -> values found at run time (aws: the
                SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
-               spec) -> where a leftover scan of the cluster looks.
+               spec) -> where a leftover scan of the cluster looks; ready_within -> how long its
+               nodes may take to be ready, and why.
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
@@ -133,6 +134,10 @@ def _no_scope(recorded: Record | None) -> ScanScope:
     return ScanScope()
 
 
+def _no_ready_bound(spec: ClusterSpec) -> tuple[int, str] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class SpecRules:
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
@@ -140,6 +145,8 @@ class SpecRules:
     prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
     plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
     scan_scope: Callable[[Record | None], ScanScope] = _no_scope
+    # (spec) -> (seconds its nodes may need to be ready, why), from the node's own bounds; None: none
+    ready_within: Callable[[ClusterSpec], tuple[int, str] | None] = _no_ready_bound
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,27 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
     return (spec.replace(**changes) if changes else spec), notes
 
 
+# How long a node may take to be ready, from EC2's "running" to the ready marker (SpecRules.ready_within):
+BOOT_S = 300  # cloud-init reaching runcmd (the DLAMI ships the driver; FACTS.md: GPU images 5-10 min with a driver install)
+FIRST_IMPORT_S = 300  # the first `import torch` reads its libraries from a root volume restored lazily from the
+# AMI's snapshot: the first read of each block is slow (EBS User Guide, "Initialize Amazon EBS volumes")
+TORCH_INSTALL_S = 900  # image=base: apt-get update + python3-venv + pip install torch (~3 GB with its CUDA wheels)
+
+
+def ready_within(spec: "ClusterSpec") -> tuple[int, str]:
+    """(seconds, why) a node of `spec` may need to write its ready marker: boot, the ready check's own
+    wait for the GPUs (the same for 1 or 8 of them), the first torch import, and with image=base the
+    torch install before them. Only the image changes it: every g5 size runs the same steps."""
+    from .user_data import READY_PAUSE_S, READY_TRIES
+
+    gpu_wait = READY_TRIES * READY_PAUSE_S
+    parts = [("boot", BOOT_S), ("the node's wait for its GPUs", gpu_wait), ("first torch import from the lazily "
+                                                                             "restored disk", FIRST_IMPORT_S)]
+    if image_of(spec) == "base" and option(spec, "ami") is None:
+        parts.insert(1, ("image=base installs torch", TORCH_INSTALL_S))
+    return sum(s for _, s in parts), " + ".join(f"{what} {s // 60} min" for what, s in parts)
+
+
 def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Any = None) -> str:
     """e.g. `2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.34/h`."""
     itype = instance_type_of(spec)

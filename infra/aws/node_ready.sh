@@ -1,6 +1,6 @@
 #!/bin/bash
 state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
-tries="${GPUCLUSTER_READY_TRIES:-60}"
+tries="${GPUCLUSTER_READY_TRIES:-@TRIES@}"
 expected=@EXPECTED@
 rank="${1:-0}"
 mkdir -p "$state"
@@ -15,7 +15,7 @@ for attempt in $(seq 1 "$tries"); do
     count=0
     err=$(printf '%s' "$out" | head -n1 | tr -cd '0-9A-Za-z .:_/-')
   fi
-  [ "$attempt" -lt "$tries" ] && sleep 10
+  [ "$attempt" -lt "$tries" ] && sleep @PAUSE@
 done
 ok=false
 [ "$count" -eq "$expected" ] && ok=true
