@@ -27,7 +27,8 @@ Parts and who calls them
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
-               independent check), node_gpu_state (status --gpus), doctor checks.
+               independent check), node_gpu_state (status --gpus), gone_at (status: kept nodes that
+               powered off), doctor checks, credentials.
   Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
                cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
                rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
@@ -185,6 +186,10 @@ class Operations:
     node_gpu_state: Callable[[Provider, str], list[dict[str, object]]] | None = None
     # (region, project, sole, *, nodes=None, instance_type=None, spot=False): checks with a fix each
     doctor: Callable[..., list[dict[str, object]]] = _no_doctor
+    # (open ledger rows of a kept cluster, its max lifetime in minutes) -> {row id: (when its resource stopped
+    # billing, how that is known)} for those the cloud says are gone (aws: instances the dead-man switch
+    # powered off); `status` closes those rows there. None: not asked
+    gone_at: Callable[[Sequence[Record], int | None], dict[int, tuple[float, str]]] | None = None
     # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
     # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
     credentials: Callable[[str | None], list[dict[str, object]]] | None = None

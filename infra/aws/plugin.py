@@ -11,7 +11,7 @@ from gpucluster.infra.pulumi_provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 
-from . import TRAITS, catalog, doctor, engine, failures, leftovers, outputs, prices, s3
+from . import TRAITS, catalog, doctor, engine, failures, leftovers, liveness, outputs, prices, s3
 from .preflight import credentials_check, preflight
 
 
@@ -78,7 +78,8 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check),
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
+                   gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=Provisioner(
         declare=declare, cluster_from_outputs=outputs.cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
