@@ -542,6 +542,8 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
     assert len(instances) == 3 and all(r["created_at"] for r in instances)
     d = instances[0]["detail"]
     assert (d["instance_type"], d["disk_gb"], d["disk_type"], d["spot"]) == ("g5.xlarge", 100, "gp3", False)
+    # the zone it launched in (the subnet's, set on the instance: spot is priced by zone) and its public IPv4
+    assert d["availability_zone"] == built.outputs["availability_zone"] and d["public_ipv4"] == 1
     try:
         from gpucluster import cost
     except ImportError:

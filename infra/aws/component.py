@@ -273,6 +273,7 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-node-{rank}",
                 ami=self.ami_id,
                 instance_type=self.itype.name,
+                availability_zone=self.availability_zone,  # the subnet's; recorded, so spot is priced by zone
                 placement_group=pg.name,
                 key_name=key_pair.key_name,
                 iam_instance_profile=profile.name if profile is not None else None,

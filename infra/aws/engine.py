@@ -62,6 +62,8 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
         "disk_gb": root.get("volumeSize") or getattr(spec, "disk_gb", None),
         "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
         "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
+        # every node gets one public IPv4 at launch (subnet or EFA interface), billed per address-hour
+        "public_ipv4": 1,
     }
 
 
