@@ -234,6 +234,10 @@ def _no_system_pool(spec: ClusterSpec) -> dict[str, object] | None:
     return None
 
 
+def _no_region_note(region: str) -> str | None:
+    return None
+
+
 @dataclass
 class PricedRows:
     """What `Pricing.price_rows` returns for a resolved spec; the core puts it into its `Plan`."""
@@ -263,6 +267,8 @@ class Pricing:
     estimate_notes: Callable[[Plan, Decimal], list[str]] = _no_notes
     gpu_of: Callable[[str, Catalog], str | None] = _no_gpu
     system_pool: Callable[[ClusterSpec], dict[str, object] | None] = _no_system_pool
+    # (region) -> what else a region needs before a run there (aws: opt-in regions), said with its prices
+    region_note: Callable[[str], str | None] = _no_region_note
 
 
 @dataclass(frozen=True)

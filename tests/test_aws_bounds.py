@@ -96,3 +96,39 @@ def test_the_cli_refuses_it_in_one_line_before_anything_is_recorded(home):
 def test_clouds_without_a_dead_man_switch_have_no_lifetime_bound():
     p = prepare(Request(cloud="local", nodes=1, max_minutes=5), plugin("local"))
     assert p.bounds == [] and not any("max-minutes" in n for n in p.notes)
+
+
+# -- regions: the ones it can price and that offer the type ------------------------------------------
+def test_an_unpriced_region_is_refused_with_the_refresh_that_prices_it(home):
+    """The shipped catalog prices us-east-1, us-west-2 and eu-west-1 (FACTS.md); g5 is offered in 19
+    regions. A region offering the type but not priced is refused, naming the refresh; an opt-in region
+    (AWS Account Management guide, "Specify which AWS Regions your account can use") says so too; a
+    region priced by a refresh is accepted."""
+    import json
+
+    from gpucluster.catalog.prices import user_catalog_path
+
+    with pytest.raises(UsageError) as err:
+        plan(region="us-east-2")
+    assert err.value.message == (
+        "aws region 'us-east-2' has no prices in the catalog; allowed: eu-west-1, us-east-1, us-west-2, or us-east-2 "
+        "once priced: `gpucluster prices refresh --cloud aws --region us-east-2` (needs aws credentials)")
+    with pytest.raises(UsageError, match=r"il-central-1 is an opt-in region: enable it first with `aws account "
+                                         r"enable-region --region-name il-central-1`"):
+        plan(region="il-central-1")
+    with pytest.raises(UsageError, match=r"no spot price for g5.xlarge in eu-west-1 .* `gpucluster prices refresh "
+                                         r"--cloud aws --region eu-west-1`"):
+        plan(region="eu-west-1", spot=True)
+    # what `prices refresh --cloud aws --region us-east-2` writes (its rows' shape: test_prices.py)
+    path = user_catalog_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": 1, "currency": "USD", "rows": [
+        {"cloud": "aws", "region": "us-east-2", "kind": "instance", "item": "g5.xlarge", "market": "on-demand",
+         "unit": "hour", "price": "1.006", "gpus": 1, "gpu": "A10G", "source": "AWS Price List API", "date": "2026-12-01"},
+        {"cloud": "aws", "region": "us-east-2", "kind": "disk", "item": "gp3", "market": "on-demand",
+         "unit": "gb-month", "price": "0.08", "gpus": 0, "source": "AWS Price List API", "date": "2026-12-01"}]}))
+    p = plan(region="us-east-2")
+    assert p.spec.region == "us-east-2" and p.estimate is not None
+    # a region that does not offer the type stays refused by the spec check, priced or not
+    with pytest.raises(UsageError, match="not offered in region 'us-west-1'"):
+        plan(region="us-west-1")

@@ -206,7 +206,7 @@ class Catalog:
             f"no {market} price for {item} in {region} in the catalog"
             + (f" (it has {', '.join(here)} there)" if here else "")
             + (f"; {market} prices for {item} exist in: {', '.join(where)}" if where else "")
-            + f"; run `gpucluster prices refresh --cloud {cloud}` to fetch current prices"
+            + f"; run `gpucluster prices refresh --cloud {cloud} --region {region}` to fetch current prices"
         )
 
     def regions(self, cloud: str) -> list[str]:

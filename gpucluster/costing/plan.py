@@ -99,7 +99,16 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     region = region_for(spec)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
-        raise UsageError(not_allowed(f"{spec.cloud} region", region, regions))
+        from gpucluster.spec import resolve as resolve_spec, validate
+
+        # a region the backend does not know is refused by its own rules (with their did-you-mean)
+        backend = plugin(spec.cloud)
+        validate(resolve_spec(ClusterSpec(cloud=spec.cloud, nodes=1, region=region), backend), backend)
+        note = chosen.region_note(region)
+        raise UsageError(f"{spec.cloud} region {region!r} has no prices in the catalog; "
+                         f"allowed: {', '.join(regions)}, "
+                         f"or {region} once priced: `gpucluster prices refresh --cloud {spec.cloud} --region {region}` "
+                         f"(needs {spec.cloud} credentials)" + (f"; {note}" if note else ""))
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_gb, low=1, high=65536)

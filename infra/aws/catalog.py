@@ -207,6 +207,11 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
                 f"{did_you_mean(region, itype.regions)}; regions: {', '.join(itype.regions)}"
                 " (set option allowUnlistedRegion=true to try anyway)"
             )
+    from .prices import region_note
+
+    opt_in = region_note(region)
+    if opt_in:
+        warnings.append(opt_in)
     if spec.zone is not None:
         suffix = spec.zone[len(region):]
         if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix.isalpha()):

@@ -95,6 +95,7 @@ PLUGIN = CreatedMachines(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
         price_rows=prices.price_rows, instance_price=prices.instance_price,
-        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of),
+        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of,
+        region_note=prices.region_note),  # opt-in regions
     objects=ObjectStore(scheme="s3", url=s3.parse_url, with_access=s3.with_access),
 )

@@ -185,6 +185,16 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
                         **disk}} for i in range(int(spec.nodes))]
 
 
+def region_note(region: str) -> str | None:
+    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired)."""
+    from .preflight import OPT_IN_REGIONS
+
+    if region in OPT_IN_REGIONS:
+        return (f"{region} is an opt-in region: enable it first with `aws account enable-region --region-name "
+                f"{region}`")
+    return None
+
+
 def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
     row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
     return row.gpu if row else None
