@@ -336,6 +336,21 @@ def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_
     return str(addr)
 
 
+def detection_proxy() -> str | None:
+    """The proxy urllib sends the address check through (from the environment, as urlopen does;
+    None when there is none or NO_PROXY exempts the host), with any credentials left out."""
+    import os
+    import urllib.parse
+    import urllib.request
+
+    url = urllib.parse.urlsplit(os.environ.get("GPUCLUSTER_CHECKIP_URL") or CHECKIP_URL)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if not proxy or urllib.request.proxy_bypass(url.hostname or ""):
+        return None
+    where = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return f"{where.scheme}://{where.hostname}" + (f":{where.port}" if where.port else "")
+
+
 def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
     # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
     """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
@@ -352,6 +367,11 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
         ip = detect()
         changes["ssh_cidr"] = f"{ip}/32"
         notes.append(f"SSH allowed from {ip}/32 (this machine's public IPv4, detected; --ssh-cidr overrides)")
+        proxy = detection_proxy()
+        if proxy:
+            notes.append(f"that address was detected through the proxy {proxy} (HTTPS_PROXY/https_proxy): it is the "
+                         "proxy's public address, and ssh from this machine may come from another one; pass "
+                         "--ssh-cidr with the address your ssh connections leave from")
     return (spec.replace(**changes) if changes else spec), notes
 
 
