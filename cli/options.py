@@ -87,10 +87,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
                                              help="Wall-clock limit for the job; everything is stopped past it.")),
-    "max_lifetime": (("--max-lifetime",), dict(default=240, show_default=True,
-                                               type=Int("max lifetime (minutes)", 5, 7 * 24 * 60),
+    "max_lifetime": (("--max-lifetime",), dict(default=None, type=Int("max lifetime (minutes)", 5, 7 * 24 * 60),
                                                help="Minutes after which cloud nodes power themselves off, even if "
-                                                    "this machine is gone.")),
+                                                    "this machine is gone [default: 240, raised to fit --max-minutes "
+                                                    "and its margins; a value too short for them is refused].")),
     "ssh_cidr": (("--ssh-cidr",), dict(default=None, help="Who may SSH to cloud nodes (e.g. 203.0.113.7/32).")),
     "tags": (("--tag", "tags"), dict(multiple=True, metavar="KEY=VALUE", help="Extra tag/label (repeatable).")),
     "options": (("--option", "options"), dict(multiple=True, metavar="KEY=VALUE",
@@ -99,10 +99,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "dry_run": (("--dry-run",), dict(is_flag=True, help="aws/gcp: show what would be declared and run (the real "
                                      "Pulumi program under Pulumi's mocks) and the estimate; create nothing, need no "
                                      "credentials.")),
-    "ready_timeout": (("--ready-timeout",), dict(default=600, show_default=True,
-                                                 type=Int("ready timeout (seconds)", 10, 6 * 3600),
+    "ready_timeout": (("--ready-timeout",), dict(default=None, type=Int("ready timeout (seconds)", 10, 6 * 3600),
                                                  help="Seconds to wait for cloud nodes to answer ssh and report "
-                                                      "ready.")),
+                                                      "ready [default: what the image's boot steps and the node's own "
+                                                      "bounds need, shown in the plan].")),
     "hosts": (("--hosts",), dict(default=None, help="ssh backend: user@host1,user@host2[:port], head first.")),
     "identity": (("--identity",), dict(default=None, type=click.Path(dir_okay=False), help="ssh private key.")),
     "known_hosts": (("--known-hosts",), dict(default=None, type=click.Path(dir_okay=False),

@@ -93,6 +93,8 @@ def print_plan(out: Any, plan: Any) -> None:
     """What will happen and what it is estimated to cost."""
     job = plan.job
     out.print(f"[bold]plan[/bold]: {plan.plan_line}, run {job.run_id}: {job.display}", highlight=False)
+    for line in plan.bounds:  # how long the nodes may take to be ready, and how long they live
+        out.print(f"  {line}", highlight=False)
     for cmd in job.setup:
         out.print(f"  setup: {cmd}", highlight=False)
     if job.resume is not None:

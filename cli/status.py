@@ -13,11 +13,51 @@ from gpucluster.cli import common
 from gpucluster.errors import GpuclusterError
 
 
-def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
-    """Clusters that may still exist (open ledger rows), with age, hourly and accrued cost."""
+def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
+    """Ask the cluster's cloud which of its open rows no longer bill, and since when
+    (`Operations.gone_at`; aws: instances the dead-man switch or a spot reclaim terminated)."""
+    from gpucluster.infra.registry import NAMES, plugin
+
+    ask = plugin(cloud).ops.gone_at if cloud in NAMES else None
+    return ask(rows, lifetime) if ask is not None else {}
+
+
+def close_ended(ledger: Any, now: float) -> dict[str, tuple[list[str], int]]:
+    """For every cluster not in use (kept, or its process gone), close the rows of resources the
+    cloud says are gone, at the end it reports, so their cost stops there; {cluster: (notes, rows closed)}."""
+    from gpucluster.owner import owner as lock_owner
+
+    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    for res in ledger.open_resources():
+        by_cluster.setdefault(res["cluster"], []).append(res)
+    notes: dict[str, tuple[list[str], int]] = {}
+    for cluster, rows in by_cluster.items():
+        if lock_owner(cluster):
+            continue  # a run or command is using it: it records its own resources
+        latest = max((ledger.get_run(rid) for rid in {r["run_id"] for r in rows}), key=lambda x: x.run.created_at).run
+        lifetime = (latest.spec or {}).get("max_lifetime_minutes")
+        try:
+            ended = ended_resources(rows[0]["cloud"], rows, lifetime)
+        except Exception as exc:  # noqa: BLE001 - any failure to ask the cloud (credentials, network) is a note
+            notes[cluster] = ([f"not checked with {rows[0]['cloud']} ({type(exc).__name__}: {str(exc)[:160]}): "
+                               "cost accrues up to now"], 0)
+            continue
+        for res in rows:
+            if res["id"] in ended:
+                end, how = ended[res["id"]]
+                ledger.resource_deleted(res["run_id"], res["kind"], res["name"], now=min(end, now))
+                said, closed = notes.get(cluster, ([], 0))
+                notes[cluster] = ([*said, f"{res['kind']} {res.get('cloud_id') or res['name']}: {how}"], closed + 1)
+    return notes
+
+
+def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) -> list[dict[str, Any]]:
+    """Clusters that may still exist (open ledger rows), with age, hourly and accrued cost; with
+    `observe`, first closes the rows of resources the cloud says are gone (`close_ended`)."""
     from gpucluster.owner import owner as lock_owner
 
     now = time.time() if now is None else now
+    observed = close_ended(ledger, now) if observe else {}
     rows: dict[str, dict[str, Any]] = {}
     for res in ledger.open_resources():
         r = rows.setdefault(res["cluster"], {"cluster": res["cluster"], "cloud": res["cloud"], "since": res["requested_at"],
@@ -42,12 +82,17 @@ def cluster_rows(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"
+        r["observed"], closed = observed.get(r["cluster"], ([], 0))
         r["hourly_usd"] = r["accrued_usd"] = None
         from gpucluster import cost
         from gpucluster.spec import ClusterSpec
 
         try:
             hourly = common.hourly(ClusterSpec.from_dict(latest.spec))
+            if hourly is not None and closed and latest.nodes:  # some nodes are gone: they bill no more
+                live = sum(1 for res in ledger.open_resources(r["cluster"]) if res["kind"] == "instance")
+                hourly = hourly * live / latest.nodes
+                r["state"] += f", {latest.nodes - live} of {latest.nodes} node(s) gone"
             r["hourly_usd"] = None if hourly is None else str(hourly)
             r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, now=now)["total"]) for run in runs), Decimal(0)))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
@@ -106,6 +151,8 @@ def status(as_json, with_gpus):
                   common.money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"]))
     con.print(t)
     for r in rows:
+        for note in r.get("observed") or []:
+            con.print(f"{r['cluster']}: {note}", highlight=False)
         for n in r.get("node_gpus") or []:
             if "note" in n:
                 con.print(f"{r['cluster']}: {n['note']}")

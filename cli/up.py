@@ -38,7 +38,8 @@ class _UpUI:
 @click.command()
 @options(*CLUSTER, cloud=dict(default="aws", metavar="|".join(provisioning()), help="Where the cluster is created."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
-         max_lifetime=dict(help="Minutes after which the nodes power themselves off, even if this machine is gone."),
+         max_lifetime=dict(help="Minutes after which the nodes power themselves off, even if this machine is gone "
+                                "[default: 240]."),
          ssh_cidr=dict(help="Who may SSH to the nodes (e.g. 203.0.113.7/32)."),
          dry_run=dict(help="Show what would be declared (the real Pulumi program under Pulumi's mocks) and the "
                            "estimate; create nothing, need no credentials."),
@@ -72,11 +73,15 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
         from gpucluster.cli.dryrun import print_dry_run
 
         out.print(plan_line + _rate(plan.hourly, True))
+        for line in plan.bounds:
+            out.print(f"  {line}", highlight=False)
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
+    for line in plan.bounds:
+        out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
     return _render(out, cluster, plan, as_json)

@@ -32,6 +32,7 @@ WORKLOADS = ("digits", "mnist", "synthetic")
 MAX_GPUS_PER_NODE = 16
 DISK_GB = (10, 16384)
 LIFETIME_MINUTES = (5, 7 * 24 * 60)
+DEFAULT_LIFETIME_MINUTES = 240  # gpucluster.bounds raises it to fit --max-minutes
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class Request:
     instance_type: str | None = None
     spot: bool = False
     disk_gb: int = 100
-    max_lifetime: int = 240
+    max_lifetime: int | None = None  # None: the default, raised to fit --max-minutes (gpucluster.bounds)
     ssh_cidr: str | None = None
     tags: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
@@ -79,7 +80,7 @@ class Request:
     # what comes back from each node's working folder
     collect: tuple[str, ...] = ()
     collect_limit: str | None = None
-    ready_timeout: int = 600
+    ready_timeout: int | None = None  # None: the backend's own bound for its nodes (gpucluster.bounds)
     start_deadline: int = 20
 
 
@@ -98,6 +99,7 @@ class Prepared:
     described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
     resumed_from: str | None = None
     workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
+    bounds: list[str] = field(default_factory=list)  # ready and lifetime bounds, said under the plan
 
     @property
     def hourly(self) -> Any:
@@ -126,7 +128,13 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
         check_command(command)
     staged = _staged(req, backend)
     spec = backend.with_object_access(spec, staged.reads, [output_dir] if isinstance(output_dir, str) else [])
-    provider, launcher = _make(req, backend, spec, provider)
+    from gpucluster.bounds import decide
+
+    bounds = decide(backend, spec, ready_timeout=req.ready_timeout, max_lifetime=req.max_lifetime,
+                    max_minutes=req.max_minutes if req.job else None, job=req.job, longest=LIFETIME_MINUTES[1])
+    if bounds.lifetime is not None and bounds.lifetime != spec.max_lifetime_minutes:
+        spec = spec.replace(max_lifetime_minutes=bounds.lifetime)  # raised to fit the job (said in the plan)
+    provider, launcher = _make(req, backend, spec, provider, bounds.ready_timeout)
     if output_dir is not None and not launcher.collects_outputs:
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
                          "(supported: local, ssh, aws, gcp)")
@@ -135,8 +143,8 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     if present is not None and spec.gpus_per_node is None:
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
-    plan = Prepared(spec, job, provider, launcher, notes, resumed_from=staged.resumed_from,
-                    workload=workload or command_name(command))
+    plan = Prepared(spec, job, provider, launcher, [*notes, *bounds.warnings], resumed_from=staged.resumed_from,
+                    workload=workload or command_name(command), bounds=bounds.lines)
     _price(plan, backend, strict_prices)
     if not req.dry_run and launcher is not None:
         plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
@@ -233,13 +241,13 @@ def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
     return None
 
 
-def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any) -> tuple[Any, Any]:
+def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: int | None) -> tuple[Any, Any]:
     if provider is not None:
         return provider, None
     check_ssh_files(req.identity, req.known_hosts)
     return backend.transport.make(LaunchOptions(
         identity=req.identity, known_hosts=req.known_hosts, remote_python=req.remote_python, python=req.python,
-        spec_options=spec.option_dict, ready_timeout=req.ready_timeout, start_deadline_s=req.start_deadline * 60))
+        spec_options=spec.option_dict, ready_timeout=ready, start_deadline_s=req.start_deadline * 60))
 
 
 def _price(plan: Prepared, backend: Any, strict: bool) -> None:
@@ -340,8 +348,8 @@ def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | N
         cloud=req.cloud, nodes=n, name=req.name or f"gpucluster-{req.cloud}", region=req.region, zone=req.zone,
         instance_type=req.instance_type, gpus_per_node=g, spot=req.spot,
         disk_gb=parse_int("disk size (GB)", str(req.disk_gb), low=DISK_GB[0], high=DISK_GB[1]),
-        max_lifetime_minutes=parse_int("max lifetime (minutes)", str(req.max_lifetime), low=LIFETIME_MINUTES[0],
-                                       high=LIFETIME_MINUTES[1]),
+        max_lifetime_minutes=parse_int("max lifetime (minutes)", str(req.max_lifetime or DEFAULT_LIFETIME_MINUTES),
+                                       low=LIFETIME_MINUTES[0], high=LIFETIME_MINUTES[1]),
         ssh_cidr=req.ssh_cidr, tags=tuple(sorted(parse_tags(req.tags).items())), hosts=tuple(hosts), run_id=run_id,
         options=parse_options(req.options),
     )

@@ -22,11 +22,13 @@ Parts and who calls them
   SpecRules    (spec, cli)        validate -> warnings (SpecError names the bad value); resolve ->
                the location and defaults really used; prepare -> values found at run time (aws: the
                SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
-               spec) -> where a leftover scan of the cluster looks.
+               spec) -> where a leftover scan of the cluster looks; ready_within -> how long its
+               nodes may take to be ready, and why.
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
-               independent check), node_gpu_state (status --gpus), doctor checks.
+               independent check), node_gpu_state (status --gpus), gone_at (status: kept nodes that
+               powered off), doctor checks, credentials.
   Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
                cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
                rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
@@ -133,6 +135,10 @@ def _no_scope(recorded: Record | None) -> ScanScope:
     return ScanScope()
 
 
+def _no_ready_bound(spec: ClusterSpec) -> tuple[int, str] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class SpecRules:
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
@@ -140,6 +146,8 @@ class SpecRules:
     prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
     plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
     scan_scope: Callable[[Record | None], ScanScope] = _no_scope
+    # (spec) -> (seconds its nodes may need to be ready, why), from the node's own bounds; None: none
+    ready_within: Callable[[ClusterSpec], tuple[int, str] | None] = _no_ready_bound
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,13 @@ class Operations:
     node_gpu_state: Callable[[Provider, str], list[dict[str, object]]] | None = None
     # (region, project, sole, *, nodes=None, instance_type=None, spot=False): checks with a fix each
     doctor: Callable[..., list[dict[str, object]]] = _no_doctor
+    # (open ledger rows of a kept cluster, its max lifetime in minutes) -> {row id: (when its resource stopped
+    # billing, how that is known)} for those the cloud says are gone (aws: instances the dead-man switch
+    # powered off); `status` closes those rows there. None: not asked
+    gone_at: Callable[[Sequence[Record], int | None], dict[int, tuple[float, str]]] | None = None
+    # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
+    # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
+    credentials: Callable[[str | None], list[dict[str, object]]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:
@@ -200,8 +215,10 @@ class Provisioner:
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
     classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
-    # the spec checked against the cloud before anything is recorded or created (aws: the vCPU quota,
-    # the AMI and a RunInstances dry run); raises a UsageError (exit 2) with the fix
+    # the spec checked against the cloud before anything is recorded or created (aws: credentials, the
+    # vCPU quota, IAM permissions, the AMI and a RunInstances dry run, all in the spec's region); raises
+    # a UsageError (exit 2) with the fix. It checks the credentials itself, first: given a spec, the
+    # provider asks nothing else (no second credential check in a default region)
     preflight: Callable[[ClusterSpec], None] | None = None
 
 
@@ -214,6 +231,10 @@ def _no_gpu(instance_type: str, catalog: Catalog) -> str | None:
 
 
 def _no_system_pool(spec: ClusterSpec) -> dict[str, object] | None:
+    return None
+
+
+def _no_region_note(region: str) -> str | None:
     return None
 
 
@@ -246,6 +267,8 @@ class Pricing:
     estimate_notes: Callable[[Plan, Decimal], list[str]] = _no_notes
     gpu_of: Callable[[str, Catalog], str | None] = _no_gpu
     system_pool: Callable[[ClusterSpec], dict[str, object] | None] = _no_system_pool
+    # (region) -> what else a region needs before a run there (aws: opt-in regions), said with its prices
+    region_note: Callable[[str], str | None] = _no_region_note
 
 
 @dataclass(frozen=True)

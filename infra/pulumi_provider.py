@@ -73,8 +73,9 @@ class PulumiProvider(Provider):
         self.driver.provisioner = self.provisioner  # the driver drives this backend's stacks
         self._find = find
         self._delete = delete
-        # the credential checks (the backend's doctor checks by default); a test's stand-in account passes its own
-        self._credentials = credentials or (lambda: self.plugin.ops.doctor(None, None, False))
+        # the credential checks, (region) -> checks: the backend's own (`Operations.credentials`), else its
+        # doctor checks; a test's stand-in account passes its own
+        self._credentials = credentials or self._backend_credentials
         self.scan_options = dict(scan_options or {})
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
@@ -98,16 +99,23 @@ class PulumiProvider(Provider):
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
         passphrase_file()
-        self.check_credentials()
         if spec is not None and self._cloud_checks is not None:
+            # the backend's checks start with its credentials, in the spec's region (aws: STS there):
+            # asked once, and not again for a default region
             self._cloud_checks(spec)
+        else:
+            self.check_credentials(getattr(spec, "region", None))
 
-    def check_credentials(self) -> None:
-        """The cloud's credentials (aws: STS GetCallerIdentity; gcp: application-default
-        credentials), by the backend's own doctor checks, before anything is recorded: a run
-        without them could create nothing, and its teardown could not be verified (exit 3). Only
-        the credential checks decide here (quota and the like are `gpucluster doctor`'s)."""
-        for c in self._credentials():
+    def _backend_credentials(self, region: str | None = None) -> list[dict[str, Any]]:
+        ops = self.plugin.ops
+        return ops.credentials(region) if ops.credentials is not None else ops.doctor(None, None, False)
+
+    def check_credentials(self, region: str | None = None) -> None:
+        """The cloud's credentials (aws: STS GetCallerIdentity in `region`; gcp: application-default
+        credentials), before anything is recorded: a command without them could create nothing,
+        and its teardown could not be verified (exit 3). Only the credential checks decide here
+        (quota and the like are `gpucluster doctor`'s)."""
+        for c in self._credentials(region):
             if c.get("ok") is False and "credentials" in str(c.get("check", "")):
                 fix = c.get("fix") or f"see `gpucluster doctor --cloud {self.cloud}`"
                 raise UsageError(f"{c['check']}: {c['detail']}; nothing was started: {fix}")

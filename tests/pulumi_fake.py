@@ -79,12 +79,16 @@ class FakePulumiCommand:
         self.on_up, self.on_destroy = on_up, on_destroy
         self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
         # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
-        # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863):
-        # up to `max_retries` retries (the program's provider setting; the provider's default is
-        # 25), each backing off up to 2^i s capped at 20 s (aws-sdk-go-v2 retry: exponential jitter,
-        # DefaultMaxBackoff 20 s). With provider_max_retries set, a capacity failure is reported
-        # only after the worst case of that delay, on a virtual clock (`now()`) that advances
-        # instead of sleeping; None: reported at once (the old, kinder fake).
+        # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863).
+        # Its `max_retries` (the program's provider setting; default 25) becomes the SDK's
+        # MaxAttempts (hashicorp/aws-sdk-go-base aws_config.go: config.WithRetryMaxAttempts), with
+        # MaxBackoff 300 s (same file, resolveRetryer). The SDK's attempt loop numbers the first
+        # attempt 1 and, after each failed attempt n < MaxAttempts, sleeps RetryDelay(n)
+        # (aws-sdk-go-v2 aws/retry/middleware.go), which ExponentialJitterBackoff makes less than
+        # 2^n + 1 s (jitter_backoff.go: b*2^n in older releases, b+2^n in newer ones, b in [0,1)),
+        # capped at MaxBackoff. With provider_max_retries set, a capacity failure is reported only
+        # after the worst case of that delay, on a virtual clock (`now()`) that advances instead of
+        # sleeping; None: reported at once (the old, kinder fake).
         self.provider_max_retries = provider_max_retries
         self.clock_offset = 0.0
         self.up_started: list[float] = []  # now() at the start of each `up`
@@ -190,9 +194,13 @@ class FakePulumiCommand:
     def now(self) -> float:
         return time.monotonic() + self.clock_offset
 
-    @staticmethod
-    def provider_retry_delay(max_retries: int) -> float:
-        return float(sum(min(2 ** i, 20) for i in range(max_retries)))
+    SDK_MAX_BACKOFF_S = 300.0  # aws-sdk-go-base resolveRetryer: so.MaxBackoff = 300 s
+
+    @classmethod
+    def provider_retry_delay(cls, max_retries: int) -> float:
+        """Worst-case backoff before the provider reports a retryable error it got on every attempt:
+        `max_retries` attempts, so max_retries - 1 sleeps, RetryDelay(1) .. RetryDelay(n - 1)."""
+        return float(sum(min(2.0 ** n + 1, cls.SDK_MAX_BACKOFF_S) for n in range(1, max_retries)))
 
     def _up(self, args, stack):
         self.up_started.append(self.now())

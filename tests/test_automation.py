@@ -79,7 +79,7 @@ def provider(fake, leftovers=None, deleted=None, capacity_attempts=1):
 
     p = PulumiProvider(_plugin("aws"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                        find=find, delete=delete, capacity_attempts=capacity_attempts,
-                       credentials=lambda: [{"check": "aws credentials", "ok": True, "detail": "account 123"}],
+                       credentials=lambda region=None: [{"check": "aws credentials", "ok": True, "detail": "account 123"}],
                        cloud_checks=lambda spec: None)
     p.found_calls = found
     return p
@@ -536,12 +536,14 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
 
     rows = ledger.get_run(s.run_id).to_dict()["resources"]
     kinds = sorted({r["kind"] for r in rows})
-    assert {"instance", "security-group", "key-pair", "placement-group", "vpc", "subnet", "iam-role",
-            "instance-profile"} <= set(kinds)
+    assert {"instance", "security-group", "key-pair", "placement-group", "vpc", "subnet"} <= set(kinds)
+    assert not {"iam-role", "instance-profile"} & set(kinds)  # a default run creates no IAM (issue 25)
     instances = [r for r in rows if r["kind"] == "instance"]
     assert len(instances) == 3 and all(r["created_at"] for r in instances)
     d = instances[0]["detail"]
     assert (d["instance_type"], d["disk_gb"], d["disk_type"], d["spot"]) == ("g5.xlarge", 100, "gp3", False)
+    # the zone it launched in (the subnet's, set on the instance: spot is priced by zone) and its public IPv4
+    assert d["availability_zone"] == built.outputs["availability_zone"] and d["public_ipv4"] == 1
     try:
         from gpucluster import cost
     except ImportError:
@@ -643,7 +645,7 @@ def test_preflight_refuses_missing_credentials_before_anything(home):
     checks = [{"check": "aws credentials", "ok": False, "detail": "STS get_caller_identity failed: expired token",
                "fix": "`aws sso login`"}, {"check": "EC2 G/VT vCPU quota (us-east-1)", "ok": False, "detail": "0"}]
     p = PulumiProvider(_plugin("aws"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
-                       credentials=lambda: checks)
+                       credentials=lambda region=None: checks)
     with pytest.raises(UsageError, match=r"aws credentials: STS get_caller_identity failed: expired token; "
                                          r"nothing was started: `aws sso login`"):
         p.preflight()

@@ -256,3 +256,24 @@ def test_console_tail_decodes_get_console_output(monkeypatch):
         text = console_tail(cluster, node, lines=3, client=ec2)
     assert text.startswith(f"console output of {iid} (last ") and " | " in text
     assert console_tail(cluster, Node(rank=1, host="h", private_ip="p", user="u"), client=object()) is None
+
+
+def test_an_address_detected_through_a_proxy_is_flagged_in_the_plan(monkeypatch):
+    """urllib's urlopen sends the checkip request through HTTPS_PROXY (Python docs, urllib.request:
+    getproxies reads the <scheme>_proxy variables, NO_PROXY exempts hosts), so the detected address is
+    the proxy's. The plan says so, without the proxy's credentials."""
+    from gpucluster.infra.aws.catalog import prepare
+
+    for var in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "GPUCLUSTER_CHECKIP_URL"):
+        monkeypatch.delenv(var, raising=False)
+    s = ClusterSpec(cloud="aws", nodes=1, region="us-east-1", instance_type="g5.xlarge")
+    _, notes = prepare(s, detect=lambda: "198.51.100.23")
+    assert not any("proxy" in n for n in notes)
+    monkeypatch.setenv("https_proxy", "http://alice:secret@proxy.corp.example:3128")
+    _, notes = prepare(s, detect=lambda: "198.51.100.23")
+    (flag,) = [n for n in notes if "proxy" in n]
+    assert "detected through the proxy http://proxy.corp.example:3128" in flag and "--ssh-cidr" in flag
+    assert "secret" not in flag and "alice" not in flag
+    monkeypatch.setenv("no_proxy", "checkip.amazonaws.com")
+    _, notes = prepare(s, detect=lambda: "198.51.100.23")
+    assert not any("proxy" in n for n in notes)

@@ -41,7 +41,7 @@ def test_dry_run_of_a_default_two_node_run_declares_a_reachable_cluster_and_crea
     r = run_cli("run", "--cloud", "aws", "--nodes", "2", "--instance-type", "g5.12xlarge", "--dry-run", env=env)
     assert r.returncode == 0, r.stderr + r.stdout
     out = r.stdout
-    assert "2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.37/h" in out
+    assert "2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.38/h" in out  # with 2 public IPv4
     assert "SSH allowed from 198.51.100.23/32" in out + r.stderr
     assert "security group ingress: tcp ports 22 from 198.51.100.23/32" in out
     assert "2 × aws:ec2/instance:Instance" in out

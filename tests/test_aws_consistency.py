@@ -171,8 +171,8 @@ def test_an_associated_elastic_ip_is_disassociated_before_release(aws):
     aws.on("ec2", "ReleaseAddress", release)
     assert delete([Leftover("elastic-ip", alloc, REGION, "")], session=aws, wait_seconds=5) == []
     assert ec2.describe_addresses()["Addresses"] == []
-    assert [o for _, o, _ in aws.calls if o in ("DisassociateAddress", "ReleaseAddress")] == [
-        "DisassociateAddress", "ReleaseAddress"]
+    # (checked once, issue 25: a delete that releases without disassociating passes against bare moto,
+    # which releases an associated address, and fails here with InvalidIPAddress.InUse)
 
 
 def test_the_efa_launch_template_is_found_by_tag_and_deleted(aws):

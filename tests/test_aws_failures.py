@@ -147,3 +147,17 @@ def test_capacity_error_to_the_next_zones_attempt_is_under_60_s_with_the_provide
     waited = fake.up_started[1] - fake.capacity_errors_at[0]
     print(f"capacity error -> next zone's attempt: {waited:.1f} s (provider max_retries={max_retries})")
     assert waited <= 60, f"{waited:.0f} s from the capacity error to the next zone's attempt"
+    assert waited >= FakePulumiCommand.provider_retry_delay(max_retries) == 2 + 1 + 4 + 1 + 8 + 1
+
+
+def test_the_fakes_retry_model_is_the_sdks():
+    """max_retries is MaxAttempts (aws-sdk-go-base), the first attempt is number 1 and sleeps
+    RetryDelay(n) < 2^n + 1 s after each failed attempt n, capped at 300 s (aws-sdk-go-v2 retry
+    middleware and ExponentialJitterBackoff; aws-sdk-go-base MaxBackoff). With the provider's default
+    of 25 that is about 89 minutes, the "tens of minutes" of hashicorp/terraform-provider-aws#43193.
+    The old model (max_retries retries from 2^0, capped at 20 s) said 431 s, and 15 s for 4."""
+    delay = FakePulumiCommand.provider_retry_delay
+    assert delay(1) == 0  # one attempt: no retry, no wait
+    assert delay(4) == 17.0
+    assert delay(25) == sum(2 ** n + 1 for n in range(1, 9)) + 16 * 300 == 5318.0
+    assert delay(25) > 3600

@@ -213,3 +213,99 @@ def test_up_stops_at_preflight_with_exit_2_before_pulumi_or_the_ledger(aws, home
     assert "up" not in fake.verbs() and fake.stacks == {}
     assert Ledger.open_default().list_runs() == []
     assert created_nothing(aws)
+
+
+# -- the credential check: once, in the run's region -------------------------------------------------
+def test_the_preflight_asks_once_and_only_in_the_runs_region(aws, home, monkeypatch):
+    """Before, the provider's credential check ran `doctor --cloud aws`, i.e. the whole preflight of the
+    default shape in us-east-1 (quota, images, a dry run), and then the real one in the run's region."""
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import FakePulumiCommand
+
+    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.registry import plugin
+
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    monkeypatch.setattr(boto3.session, "Session", lambda *a, **k: aws)
+    p = PulumiProvider(plugin("aws"), driver=PulumiDriver(pulumi_command=FakePulumiCommand(),
+                                                          program_runner=lambda s: None))
+    p.preflight(spec(region="eu-west-1"))
+    assert len(aws.seen("sts", "GetCallerIdentity")) == 1
+    assert len(aws.seen("ec2", "RunInstances")) == 1
+    assert {r for s, _, r in aws.regions if s != "iam"} == {"eu-west-1"}, aws.regions
+    # `down` (no spec): the credentials alone, nothing else
+    aws.calls.clear()
+    p.preflight()
+    assert [(s, o) for s, o, _ in aws.calls] == [("sts", "GetCallerIdentity")]
+
+
+# -- IAM: no writes unless the nodes need a role; what is needed is simulated ---------------------------
+def _as(aws, user, *docs):
+    from aws_strict import simulator_rule, user_with
+
+    who = user_with(aws, user, *docs)
+    who.rules = dict(aws.rules)
+    who.on("iam", "SimulatePrincipalPolicy", simulator_rule(who, f"arn:aws:iam::123456789012:user/{user}"))
+    return who
+
+
+S3 = (("s3Read", "s3://data-bkt/train"),)
+
+
+def test_power_user_credentials_run_a_default_cluster_and_are_refused_a_role(aws):
+    """PowerUserAccess (all but iam:*) with ReadOnlyAccess (which allows iam:Simulate*): a default run
+    needs no IAM writes; a run with --data s3:// needs a node role, refused before anything exists."""
+    from aws_strict import aws_managed_document
+
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    dev = _as(aws, "dev", aws_managed_document("PowerUserAccess"), aws_managed_document("ReadOnlyAccess"))
+    found = {c["check"]: c for c in checks(spec(), session=dev)}
+    assert found["IAM permissions"]["ok"] is True and "without IAM writes" in found["IAM permissions"]["detail"]
+    sims = dev.seen("iam", "SimulatePrincipalPolicy")
+    assert sims and all(s["PolicySourceArn"] == "arn:aws:iam::123456789012:user/dev" for s in sims)
+    assert not any(a.startswith("iam:Create") for s in sims for a in s["ActionNames"])
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(options=S3), session=dev)
+    msg = err.value.message
+    assert "\n" not in msg and err.value.exit_code == ExitCode.USAGE
+    assert "user/dev may not iam:CreateRole, " in msg and "iam:PassRole" in msg and "iam:CreateInstanceProfile" in msg
+    assert "run without --data/--resume s3:// (read) (a run without them creates no IAM)" in msg
+    passrole = [s for s in dev.seen("iam", "SimulatePrincipalPolicy") if s["ActionNames"] == ["iam:PassRole"]][-1]
+    assert passrole["ResourceArns"] == ["arn:aws:iam::123456789012:role/pf-role-0000000"]
+    assert passrole["ContextEntries"][0]["ContextKeyValues"] == ["ec2.amazonaws.com"]
+    assert created_nothing(aws)
+
+
+def test_pass_role_to_another_service_only_is_refused_by_name(aws):
+    """iam:PassRole allowed only when passed to Lambda: EC2 launches are refused (the simulator applies
+    the iam:PassedToService condition the preflight sends)."""
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    doc = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "NotAction": "iam:PassRole", "Resource": "*"},
+        {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*",
+         "Condition": {"StringEquals": {"iam:PassedToService": "lambda.amazonaws.com"}}}]}
+    ops = _as(aws, "ops", doc)
+    with pytest.raises(PreflightError, match=r"user/ops may not iam:PassRole, which a run with an instance role"):
+        preflight(spec(options=S3), session=ops)
+    doc["Statement"][1]["Condition"]["StringEquals"]["iam:PassedToService"] = "ec2.amazonaws.com"
+    ok = _as(aws, "ops2", doc)
+    assert next(c for c in checks(spec(options=S3), session=ok) if c["check"] == "IAM permissions")["ok"] is True
+
+
+def test_without_the_simulator_the_needs_are_a_note_and_doctor_lists_them(aws):
+    from aws_strict import aws_managed_document
+
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    pu = _as(aws, "pu", aws_managed_document("PowerUserAccess"))  # may not iam:SimulatePrincipalPolicy
+    row = next(c for c in checks(spec(options=S3), session=pu) if c["check"] == "IAM permissions")
+    assert row["ok"] is None and "AccessDenied" in row["detail"] and "iam:PassRole" in row["detail"]
+    found = aws_doctor.doctor(session=pu)
+    need = found[-1]
+    assert need["check"] == "aws permissions a run needs" and need["ok"] is None
+    assert need["detail"].startswith("no IAM writes") and "ec2:RunInstances" in need["detail"]
+    assert "iam:PassRole" in need["detail"]  # named as what a run with s3:// or ssm would need

@@ -146,7 +146,8 @@ def test_ami_lookup_filters_and_override(default):
     # the Base DLAMI has no torch: a setup step installs it at the same path, before the ready check
     assert doc["runcmd"][1:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH, "0"]]
     setup = _written(doc, boot.SETUP_TORCH_PATH)
-    assert "/opt/pytorch/bin/python" in setup and "pip\" install -q torch" in setup
+    assert "/opt/pytorch/bin/python" in setup and "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update" in setup
+    # what it does is run in a sandbox by tests/test_aws_node_setup.py
 
     rec = build(spec(options={"ami": "ami-0pinned"})).recorder
     assert rec.calls_to("aws:ec2/getAmi:getAmi") == []
@@ -214,8 +215,15 @@ def test_no_ssh_cidr_means_no_ssh_rule_and_open_ssh_only_when_asked():
     assert isinstance(v6.error, SpecError) and "IPv4 only" in str(v6.error) and v6.recorder.resources == []
 
 
-def test_iam_role_has_only_ssm_core(default):
+def test_no_iam_unless_the_nodes_need_a_role(default):
+    # issue 25: PowerUser-style credentials (no iam:*) failed every run at iam:CreateRole, although a
+    # default run's nodes use no AWS API. Now the role, its policies and the profile exist only for a
+    # reason (s3 URLs, option ssm), so a default run needs no IAM writes and no iam:PassRole.
     rec = default.recorder
+    assert [r for r in rec.resources if r.typ.startswith("aws:iam/")] == []
+    assert all(i.inputs.get("iamInstanceProfile") is None for i in rec.instances())
+
+    rec = build(spec(options={"ssm": "true"})).recorder
     (role,) = rec.of_type("aws:iam/role:Role")
     policy = json.loads(role.inputs["assumeRolePolicy"])
     assert policy["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
@@ -224,6 +232,13 @@ def test_iam_role_has_only_ssm_core(default):
     assert rec.of_type("aws:iam/rolePolicy:RolePolicy") == []
     (profile,) = rec.of_type("aws:iam/instanceProfile:InstanceProfile")
     assert {i.inputs["iamInstanceProfile"] for i in rec.instances()} == {profile.name}
+    # s3 without ssm: the scoped inline policy and no SSM attachment
+    rec = build(spec(options={"s3Read": "s3://bkt/data"})).recorder
+    assert len(rec.of_type("aws:iam/rolePolicy:RolePolicy")) == 1
+    assert rec.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == []
+    assert len(rec.of_type("aws:iam/instanceProfile:InstanceProfile")) == 1
+    bad = build(spec(options={"ssm": "maybe"}))
+    assert isinstance(bad.error, SpecError) and "ssm" in str(bad.error) and bad.recorder.resources == []
 
 
 def test_efa_interfaces_without_elastic_ips_when_asked():
@@ -260,7 +275,8 @@ def test_untaggable_list_is_honest():
 
 @pytest.mark.parametrize("efa", [False, True])
 def test_every_taggable_resource_carries_the_cluster_tags(efa):
-    s = spec(instance_type="g5.12xlarge", options={"efa": "true"} if efa else {})
+    # with a node role (option ssm), so the role and its profile are checked too
+    s = spec(instance_type="g5.12xlarge", options={"efa": "true", "ssm": "true"} if efa else {"ssm": "true"})
     rec = build(s).recorder
     want = {
         "managed-by": "gpucluster",

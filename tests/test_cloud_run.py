@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from gpucluster.infra.registry import plugin as _plugin
 
+import base64
 import http.server
 import json
 import os
@@ -325,6 +326,19 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
 
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=12)
+    # the run names the last console lines of each node that never got ready: the real console_tail
+    # against a stand-in of EC2 GetConsoleOutput (the text base64-encoded, as the EC2 API reference says)
+    from gpucluster.infra.aws.outputs import console_tail
+
+    asked = []
+
+    class Console:
+        def get_console_output(self, InstanceId, Latest):  # noqa: N803 - boto3's parameter names
+            asked.append((InstanceId, Latest))
+            text = f"[   12.1] cloud-init[901]: sshd: no hostkeys available\nci-info: {InstanceId} up\n"
+            return {"InstanceId": InstanceId, "Output": base64.b64encode(text.encode()).decode()}
+
+    launcher.diagnose = lambda cluster, node: console_tail(cluster, node, client=Console())
     run_id = new_run_id()
     # SSH opened to someone else: the program declares 203.0.113.7/32, so the caller is dropped
     spec = ClusterSpec(cloud="aws", nodes=2, name="e2e", region="us-east-1", instance_type="g5.xlarge",
@@ -339,4 +353,7 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
     assert "node 0 (" in run["failure"] and "node 1 (" in run["failure"]
     assert "not ready after 12 s; last seen: cannot connect over ssh" in run["failure"]
     assert "i-0000000000000000a" in run["failure"]
+    assert ("console output of i-0000000000000000a (last 2 lines): [   12.1] cloud-init[901]: sshd: no hostkeys "
+            "available | ci-info: i-0000000000000000a up") in run["failure"]
+    assert sorted(asked) == [("i-0000000000000000a", True), ("i-0000000000000000b", True)]
     assert run["teardown_verified"] is True and set(found) == {"e2e"}

@@ -68,8 +68,11 @@ def test_two_g5_12xlarge_for_3h_with_200gb_gp3(catalog):
     assert Decimal(lines["instances"]["total"]) == Decimal("34.032")
     assert abs(Decimal(lines["disks"]["total"]) - Decimal(96) / 730) < Decimal("0.000000002")
     assert lines["gpus"]["description"] == "8 x A10G" and Decimal(lines["gpus"]["total"]) == 0
-    assert est.total.quantize(C.CENT) == Decimal("34.16")
-    assert est.hourly.quantize(Decimal("0.0001")) == Decimal("11.3878")  # 11.344 + 400*0.08/730
+    # each node's public IPv4 address: 2 x 0.005 $/h x 3 h (AWS bills every public IPv4 since 2024-02-01)
+    assert lines["public IPv4"]["description"] == "2 x 1 public IPv4 address"
+    assert Decimal(lines["public IPv4"]["total"]) == Decimal("0.03")
+    assert est.total.quantize(C.CENT) == Decimal("34.19")
+    assert est.hourly.quantize(Decimal("0.0001")) == Decimal("11.3978")  # 11.344 + 400*0.08/730 + 0.01
     assert est.per_gpu_hour == Decimal("1.418") and est.gpus == 8
     assert est.price_date == "2026-11-22"
 
@@ -178,7 +181,8 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
         seconds = 2.75 * 3600
         if spec.cloud == "aws":
             res = [("instance", f"n{i}", "us-east-1", {"instance_type": "g5.12xlarge", "spot": False, "disk_gb": 200,
-                                                      "disk_type": "gp3"}, T0 + 10, T0 + 40, T0 + 10 + seconds)
+                                                      "disk_type": "gp3", "public_ipv4": 1},
+                    T0 + 10, T0 + 40, T0 + 10 + seconds)
                    for i in range(2)]
         else:
             pool = {"machine_type": "n1-standard-16", "node_count": 2, "gpus_per_node": 4, "spot": True,
@@ -192,7 +196,7 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
         _record(ledger, "r-" + spec.name, res)
         out = C.run_cost(ledger.get_run("r-" + spec.name), now=T0 + 99999)
         assert Decimal(out["total"]) == est.total
-        for cat in ("instances", "gpus", "disks", "cluster fee"):
+        for cat in ("instances", "gpus", "disks", "public IPv4", "cluster fee"):
             assert Decimal(out["by_category"][cat]) == sum(
                 (Decimal(ln["total"]) for ln in est.lines if ln["category"] == cat), Decimal(0))
 
@@ -357,10 +361,10 @@ def test_cli_estimate_json_and_stack(monkeypatch):
     res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3", "--json"])
     assert res.exit_code == 0, res.output
     stacked = json.loads(res.stdout)
-    assert stacked["total"] == flags["total"] == "34.163506850"
+    assert stacked["total"] == flags["total"] == "34.193506850"  # with 2 public IPv4 addresses
     res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3",
                                "--nodes", "1"])
-    assert res.exit_code == 0 and "$17.08" in res.stdout  # 5.672 x 3 + 0.0658
+    assert res.exit_code == 0 and "$17.10" in res.stdout  # 5.672 x 3 + 0.0658 + 0.015 (its public IPv4)
     monkeypatch.chdir(FIXTURES.parent.parent.parent)
     res = runner.invoke(cost, ["estimate", "--stack", "no-such-stack"])
     assert res.exit_code == 2 and "stacks/Pulumi.no-such-stack.yaml" in res.stderr
@@ -485,3 +489,35 @@ def test_hourly_says_no_price_only_for_a_price_it_cannot_know(monkeypatch):
     monkeypatch.setattr(C, "estimate", buggy)
     with pytest.raises(AttributeError):
         common.hourly(spec)
+
+
+def test_spot_is_priced_at_the_zone_it_ran_in_where_known_and_says_which(tmp_path, catalog):
+    """Spot is a per-zone point-in-time price (FACTS.md). A catalog refreshed from the price history
+    keeps each zone's price (infra/aws/prices.parse_aws_spot_history); the shipped one has only the
+    region's highest, and the cost line says so."""
+    import dataclasses
+
+    spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge", region="us-east-1", spot=True, name="sz")
+    row = catalog.get("aws", "us-east-1", "instance", "g5.xlarge", "spot")
+    detail = {"instance_type": "g5.xlarge", "spot": True, "availability_zone": "us-east-1b", "public_ipv4": 0}
+
+    def cost_with(cat):
+        where = tmp_path / f"l{len(list(tmp_path.iterdir()))}"
+        where.mkdir()
+        ledger = _ledger(where)
+        ledger.create_run("r-sz", cloud="aws", cluster="sz", nodes=1, gpus_per_node=1, command=["x"],
+                          spec=spec.to_dict(), prices=C.price_snapshot(spec, cat), now=T0)
+        _record(ledger, "r-sz", [("instance", "n0", "us-east-1", detail, T0, T0, T0 + 3600)])
+        (line,) = [ln for ln in C.run_cost(ledger.get_run("r-sz"), now=T0 + 9999)["lines"]
+                   if ln["category"] == "instances"]
+        return line
+
+    shipped = cost_with(catalog)
+    assert Decimal(shipped["unit_price"]) == row.price == Decimal("0.4507")  # the region's highest
+    assert "spot price for the region (the price of us-east-1b is not known" in shipped["note"]
+    assert "gpucluster prices refresh --cloud aws --region us-east-1" in shipped["note"]
+    refreshed = dataclasses.replace(row, extra={**row.extra, "zones": {"us-east-1a": "0.4507", "us-east-1b": "0.4246"}})
+    catalog.rows[refreshed.key] = refreshed
+    zoned = cost_with(catalog)
+    assert Decimal(zoned["unit_price"]) == Decimal("0.4246") and zoned["note"] == "spot price of us-east-1b"
+    assert Decimal(zoned["cost"]) == Decimal("0.4246")

@@ -27,7 +27,11 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     cat = P.load_catalog(False)
     assert cat.warnings == []
     for row in cat.rows.values():
-        assert row.source and row.date == "2026-11-22" and isinstance(row.price, Decimal)
+        # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25
+        assert row.source and row.date == ("2026-11-25" if row.kind == "ipv4" else "2026-11-22")
+        assert isinstance(row.price, Decimal)
+    ipv4 = cat.get("aws", "eu-west-1", "ipv4", "public")  # region "*": every region
+    assert ipv4.price == Decimal("0.005") and ipv4.unit == "address-hour" and "2024-02-01" in ipv4.source
     sizes = ["g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g5.12xlarge", "g5.16xlarge", "g5.24xlarge",
              "g5.48xlarge"]
     for region in ("us-east-1", "us-west-2", "eu-west-1"):
@@ -171,6 +175,8 @@ def test_parse_aws_price_list_and_spot_history():
     (spot,) = aws_prices.parse_aws_spot_history(hist, "us-east-1", "2026-12-01", known)
     assert (spot.market, spot.price, spot.extra["range"], spot.gpus) == ("spot", Decimal("0.4500"),
                                                                          ["0.4300", "0.4500"], 1)
+    # each zone's newest price is kept: a run is priced by the zone it ran in (issue 25)
+    assert spot.extra["zones"] == {"us-east-1a": "0.4300", "us-east-1b": "0.4500"}
 
 
 def _stubbed_clients(region="us-east-1"):

@@ -132,7 +132,7 @@ def _cli_check(provider_for):
     from gpucluster.infra.pulumi_provider import PulumiProvider
     from gpucluster.infra.registry import plugin
 
-    prov = PulumiProvider(plugin("aws"), credentials=lambda: [], cloud_checks=lambda spec: None)
+    prov = PulumiProvider(plugin("aws"), credentials=lambda region=None: [], cloud_checks=lambda spec: None)
     return prov.preflight
 
 

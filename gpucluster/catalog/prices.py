@@ -20,6 +20,7 @@ vcpu         vcpu-hour                   machine family (n1): prices custom/othe
 memory       gib-hour                    machine family (n1)
 disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd
 cluster-fee  cluster-hour                gke (region "*": the same everywhere)
+ipv4         address-hour                public (aws: every public IPv4 address; region "*")
 ===========  ==========================  =================================================
 
 `market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's
@@ -48,7 +49,7 @@ from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allo
 from gpucluster.infra.registry import plugin, priced
 
 MARKETS = ("on-demand", "spot")
-KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
+KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee", "ipv4")
 UNITS = {
     "instance": "hour",
     "gpu": "gpu-hour",
@@ -56,6 +57,7 @@ UNITS = {
     "memory": "gib-hour",
     "disk": "gb-month",
     "cluster-fee": "cluster-hour",
+    "ipv4": "address-hour",
 }
 # The GPU names as users type them (--gpu) mapped to what the catalog calls them.
 GPU_ALIASES = {"v100": "V100", "nvidia-tesla-v100": "V100", "a10g": "A10G", "a10": "A10G"}
@@ -204,7 +206,7 @@ class Catalog:
             f"no {market} price for {item} in {region} in the catalog"
             + (f" (it has {', '.join(here)} there)" if here else "")
             + (f"; {market} prices for {item} exist in: {', '.join(where)}" if where else "")
-            + f"; run `gpucluster prices refresh --cloud {cloud}` to fetch current prices"
+            + f"; run `gpucluster prices refresh --cloud {cloud} --region {region}` to fetch current prices"
         )
 
     def regions(self, cloud: str) -> list[str]:

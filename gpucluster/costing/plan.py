@@ -99,7 +99,16 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     region = region_for(spec)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
-        raise UsageError(not_allowed(f"{spec.cloud} region", region, regions))
+        from gpucluster.spec import resolve as resolve_spec, validate
+
+        # a region the backend does not know is refused by its own rules (with their did-you-mean)
+        backend = plugin(spec.cloud)
+        validate(resolve_spec(ClusterSpec(cloud=spec.cloud, nodes=1, region=region), backend), backend)
+        note = chosen.region_note(region)
+        raise UsageError(f"{spec.cloud} region {region!r} has no prices in the catalog; "
+                         f"allowed: {', '.join(regions)}, "
+                         f"or {region} once priced: `gpucluster prices refresh --cloud {spec.cloud} --region {region}` "
+                         f"(needs {spec.cloud} credentials)" + (f"; {note}" if note else ""))
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_gb, low=1, high=65536)
@@ -135,12 +144,15 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
     if system and not planned.system_unpriced:
         rows.append(chosen.instance_price(catalog, planned.region, system["machine_type"], "on-demand"))
         rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], []))
+    ipv4 = catalog.find(spec.cloud, planned.region, "ipv4", "public")  # a cloud that bills public addresses
+    rows.append(ipv4)
     for row in rows:
         if row is not None:
             # "region": where the run is; "priced_in": the catalog row's region (differs for a
-            # fallback disk price or a region-independent fee)
-            prices[snap_key(row.kind, row.item, row.market)] = {**row.cite(), "gpus": row.gpus,
-                                                                "region": planned.region, "priced_in": row.region}
+            # fallback disk price or a region-independent fee); "zones": per-zone spot prices, if known
+            prices[snap_key(row.kind, row.item, row.market)] = {
+                **row.cite(), "gpus": row.gpus, "region": planned.region, "priced_in": row.region,
+                **({"zones": dict(row.extra["zones"])} if row.extra.get("zones") else {})}
     return {
         "cloud": spec.cloud, "region": planned.region, "currency": "USD", "taken_at": taken,
         "prices": prices,
@@ -181,3 +193,20 @@ class Pricer:
         else:
             row = self.catalog.get(self.cloud, region, kind, item, market)
         return row.price, row.cite(), f"{item} {market} price not in the run's snapshot: today's catalog used"
+
+    def in_zone(self, price: Decimal, cited: dict[str, Any], item: str, market: str, region: str | None,
+                zone: str | None) -> tuple[Decimal, dict[str, Any], str]:
+        """A zonal price (spot: each zone has its own) for the zone a resource ran in, from the run's
+        snapshot or the catalog (rows read from the cloud's price history keep one price per zone),
+        else the region's row as given (the highest of its zones), saying which was used."""
+        region = region or self.region
+        zones = cited.get("zones")
+        if zones is None and self._backend is not None:
+            row = self.catalog.find(self.cloud, region or "", "instance", item, market)
+            zones = row.extra.get("zones") if row is not None else None
+        if zone and zones and zone in zones:
+            return Decimal(str(zones[zone])), {**cited, "price": str(zones[zone])}, f"{market} price of {zone}"
+        where = f"the price of {zone} is not known" if zone else "the zone is not known"
+        return price, cited, (f"{market} price for the region ({where}; the region's row is the highest of its "
+                              f"zones: `gpucluster prices refresh --cloud {self.cloud} --region {region}` reads "
+                              "each zone's)")

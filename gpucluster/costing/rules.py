@@ -15,7 +15,7 @@ MINIMUM_SECONDS = 60
 MONTH_HOURS = 730
 NANO = Decimal("0.000000001")
 CENT = Decimal("0.01")
-CATEGORIES = ("instances", "gpus", "disks", "cluster fee")
+CATEGORIES = ("instances", "gpus", "disks", "public IPv4", "cluster fee")
 ZONE_RE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")  # us-central1-a
 _AZ_RE = re.compile(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z]$")  # us-east-1a
 

@@ -42,8 +42,12 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
     if kind == "instance":
         itype = detail.get("instance_type") or detail.get("machine_type")
         price, cited, note = pricer.price("instance", itype, market, region)
+        if market == "spot":  # the launched zone's price where it is known, else the catalog's (said which)
+            price, cited, said = pricer.in_zone(price, cited, itype, market, region, detail.get("availability_zone"))
+            note = "; ".join(n for n in (note, said) if n)
         billed, cost = time_cost(price, seconds)
         add("instances", f"{itype} ({market})", price, 1, "hour", billed, cost, cited, note)
+        _ipv4_lines(int(detail.get("public_ipv4") or 0), seconds, pricer, region, add)
         gpus = int(detail.get("gpus") or 0)
         if gpus and pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
             name = normalize_gpu(detail.get("accelerator") or "V100")
@@ -66,6 +70,8 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
         _disk_lines(detail, count, seconds, pricer, region, add)
     elif kind in ("volume", "disk"):
         _disk_lines(detail, 1, seconds, pricer, region, add)
+    elif kind == "elastic-ip":  # billed as a public IPv4 address, attached or not
+        _ipv4_lines(1, seconds, pricer, region, add)
     elif kind == "gke-cluster":
         price, cited, note = pricer.price("cluster-fee", "gke", "on-demand", region)
         zonal = (parse_bool("zonal", detail["zonal"]) if "zonal" in detail
@@ -94,6 +100,16 @@ def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer:
     total_gb = int(gb) * count
     billed, cost = disk_cost(price, total_gb, seconds)
     add("disks", f"{total_gb} GB {dtype}", price, total_gb, "gb-month", billed, cost, cited, note)
+
+
+def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str, add) -> None:
+    """Public IPv4 addresses, billed per address-hour (aws: auto-assigned ones too)."""
+    if not count:
+        return
+    price, cited, note = pricer.price("ipv4", "public", "on-demand", region)
+    billed, cost = time_cost(price, seconds, count, minimum=0)
+    add("public IPv4", f"{count} public IPv4 address{'es' if count > 1 else ''}", price, count, "address-hour",
+        billed, cost, cited, note)
 
 
 def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:

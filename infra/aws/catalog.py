@@ -172,6 +172,7 @@ OPTIONS = (
     "s3Read",  # s3:// URLs the nodes may read (set by `run --data s3://...`; infra/aws/s3.py)
     "s3Write",  # s3:// URLs the nodes may write (set by `run --output s3://...`)
     "spotInterruptionBehavior",
+    "ssm",  # an instance role with AmazonSSMManagedInstanceCore (Session Manager, Run Command)
     "sshPublicKey",
     "subnetId",
     "vpcCidr",
@@ -206,6 +207,11 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
                 f"{did_you_mean(region, itype.regions)}; regions: {', '.join(itype.regions)}"
                 " (set option allowUnlistedRegion=true to try anyway)"
             )
+    from .prices import region_note
+
+    opt_in = region_note(region)
+    if opt_in:
+        warnings.append(opt_in)
     if spec.zone is not None:
         suffix = spec.zone[len(region):]
         if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix.isalpha()):
@@ -240,6 +246,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
     from .s3 import scopes
 
     scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
+    flag(spec, "ssm")  # SpecError for a value that is not true/false
     image = option(spec, "image")
     if image is not None and image not in IMAGES:
         raise SpecError(not_allowed("option image", image, list(IMAGES)))
@@ -329,6 +336,21 @@ def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_
     return str(addr)
 
 
+def detection_proxy() -> str | None:
+    """The proxy urllib sends the address check through (from the environment, as urlopen does;
+    None when there is none or NO_PROXY exempts the host), with any credentials left out."""
+    import os
+    import urllib.parse
+    import urllib.request
+
+    url = urllib.parse.urlsplit(os.environ.get("GPUCLUSTER_CHECKIP_URL") or CHECKIP_URL)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if not proxy or urllib.request.proxy_bypass(url.hostname or ""):
+        return None
+    where = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return f"{where.scheme}://{where.hostname}" + (f":{where.port}" if where.port else "")
+
+
 def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
     # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
     """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
@@ -345,7 +367,33 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
         ip = detect()
         changes["ssh_cidr"] = f"{ip}/32"
         notes.append(f"SSH allowed from {ip}/32 (this machine's public IPv4, detected; --ssh-cidr overrides)")
+        proxy = detection_proxy()
+        if proxy:
+            notes.append(f"that address was detected through the proxy {proxy} (HTTPS_PROXY/https_proxy): it is the "
+                         "proxy's public address, and ssh from this machine may come from another one; pass "
+                         "--ssh-cidr with the address your ssh connections leave from")
     return (spec.replace(**changes) if changes else spec), notes
+
+
+# How long a node may take to be ready, from EC2's "running" to the ready marker (SpecRules.ready_within):
+BOOT_S = 300  # cloud-init reaching runcmd (the DLAMI ships the driver; FACTS.md: GPU images 5-10 min with a driver install)
+FIRST_IMPORT_S = 300  # the first `import torch` reads its libraries from a root volume restored lazily from the
+# AMI's snapshot: the first read of each block is slow (EBS User Guide, "Initialize Amazon EBS volumes")
+TORCH_INSTALL_S = 900  # image=base: apt-get update + python3-venv + pip install torch (~3 GB with its CUDA wheels)
+
+
+def ready_within(spec: "ClusterSpec") -> tuple[int, str]:
+    """(seconds, why) a node of `spec` may need to write its ready marker: boot, the ready check's own
+    wait for the GPUs (the same for 1 or 8 of them), the first torch import, and with image=base the
+    torch install before them. Only the image changes it: every g5 size runs the same steps."""
+    from .user_data import READY_PAUSE_S, READY_TRIES
+
+    gpu_wait = READY_TRIES * READY_PAUSE_S
+    parts = [("boot", BOOT_S), ("the node's wait for its GPUs", gpu_wait), ("first torch import from the lazily "
+                                                                             "restored disk", FIRST_IMPORT_S)]
+    if image_of(spec) == "base" and option(spec, "ami") is None:
+        parts.insert(1, ("image=base installs torch", TORCH_INSTALL_S))
+    return sum(s for _, s in parts), " + ".join(f"{what} {s // 60} min" for what, s in parts)
 
 
 def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Any = None) -> str:

@@ -16,10 +16,11 @@ allows tags):
   the user's public key from option `sshPublicKey`;
 - one ed25519 host key per node, generated here and installed by cloud-init from user data
   (a secret), so the launcher pins host keys instead of trusting on first use;
-- an IAM role + instance profile with AmazonSSMManagedInstanceCore, plus, when the spec carries
-  s3 URLs (options s3Read / s3Write, set by `run --data s3://...` / `--output s3://...`), one
-  inline role policy granting exactly those prefixes (`infra.aws.s3.policy_document`): the nodes
-  use the instance role's credentials, no keys are ever copied to them;
+- only when the nodes need one (`permissions.role_reasons`): an IAM role + instance profile, with
+  one inline role policy granting exactly the spec's s3 prefixes (options s3Read / s3Write, set by
+  `run --data s3://...` / `--output s3://...`; `infra.aws.s3.policy_document`: the nodes use the
+  instance role's credentials, no keys are ever copied to them) and, with option `ssm=true`,
+  AmazonSSMManagedInstanceCore. A default run creates no IAM and needs no `iam:PassRole`;
 - N instances of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
   PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
@@ -46,6 +47,7 @@ from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
 from .engine import PROVIDER_MAX_RETRIES
+from .permissions import role_reasons
 from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
@@ -170,13 +172,11 @@ class GpuCluster(pulumi.ComponentResource):
             tags=self._tags(f"{spec.name}-out-all"),
             opts=self._opts(),
         )
-        if spec.ssh_cidr:
-            v6 = ":" in spec.ssh_cidr
+        if spec.ssh_cidr:  # IPv4 only: validate_spec refuses an IPv6 CIDR (the VPC has no IPv6)
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-in-ssh",
                 security_group_id=sg.id,
-                cidr_ipv4=None if v6 else spec.ssh_cidr,
-                cidr_ipv6=spec.ssh_cidr if v6 else None,
+                cidr_ipv4=spec.ssh_cidr,
                 ip_protocol="tcp",
                 from_port=22,
                 to_port=22,
@@ -203,41 +203,9 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-key", public_key=public_key, tags=self._tags(f"{spec.name}-key"), opts=self._opts()
         )
         s3_scopes = s3.scopes(spec)
-        role = aws.iam.Role(
-            f"{name}-role",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
-            description=f"gpucluster {spec.name} nodes: SSM core"
-            + (", S3 read/write of the run's --data/--output prefixes" if any(s3_scopes) else " only"),
-            tags=self._tags(f"{spec.name}-role"),
-            opts=self._opts(),
-        )
-        ssm = aws.iam.RolePolicyAttachment(
-            f"{name}-ssm", role=role.name, policy_arn=SSM_POLICY_ARN, opts=self._opts()
-        )
         self.s3_policy: Optional[aws.iam.RolePolicy] = None
-        if any(s3_scopes):
-            # inline: it lives and dies with the role (IAM deletes a role only once its inline
-            # policies are gone; Pulumi deletes this one first, `gc` does too: leftovers.py)
-            self.s3_policy = aws.iam.RolePolicy(
-                f"{name}-s3",
-                role=role.id,
-                policy=json.dumps(s3.policy_document(*s3_scopes, partition=s3.partition_of(self.region))),
-                opts=self._opts(),
-            )
-        profile = aws.iam.InstanceProfile(
-            f"{name}-profile", role=role.name, tags=self._tags(f"{spec.name}-profile"), opts=self._opts()
-        )
+        profile = self._node_role(name, spec, s3_scopes) if role_reasons(spec) else None
+        self._role_deps = [d for d in (self._ssm, self.s3_policy) if d is not None] if profile else []
 
         # -- instances ---------------------------------------------------------------------
         ami_opt = catalog.option(spec, "ami")
@@ -305,9 +273,10 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-node-{rank}",
                 ami=self.ami_id,
                 instance_type=self.itype.name,
+                availability_zone=self.availability_zone,  # the subnet's; recorded, so spot is priced by zone
                 placement_group=pg.name,
                 key_name=key_pair.key_name,
-                iam_instance_profile=profile.name,
+                iam_instance_profile=profile.name if profile is not None else None,
                 metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                     http_endpoint="enabled", http_tokens="required"
                 ),
@@ -325,7 +294,7 @@ class GpuCluster(pulumi.ComponentResource):
                 tags=node_tags,
                 opts=self._opts(
                     additional_secret_outputs=["user_data"],
-                    depends_on=[ssm, *([self.s3_policy] if self.s3_policy else []), *self._network_deps],
+                    depends_on=[*self._role_deps, *self._network_deps],
                 ),
                 **network,
             )
@@ -341,6 +310,35 @@ class GpuCluster(pulumi.ComponentResource):
         self.register_outputs(self.outputs())
 
     # -- helpers -------------------------------------------------------------------------------
+    def _node_role(self, name: str, spec: ClusterSpec, s3_scopes: Any) -> "aws.iam.InstanceProfile":
+        """The nodes' instance role and profile, made only for a reason (`permissions.role_reasons`):
+        the s3 grants of the spec (one inline policy), and with option `ssm=true` the SSM core policy."""
+        ssm_wanted = catalog.flag(spec, "ssm")
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}),
+            description=f"gpucluster {spec.name} nodes: " + ", ".join(
+                (["S3 read/write of the run's --data/--output prefixes"] if any(s3_scopes) else [])
+                + (["SSM core"] if ssm_wanted else [])),
+            tags=self._tags(f"{spec.name}-role"),
+            opts=self._opts(),
+        )
+        self._ssm = (aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=SSM_POLICY_ARN,
+                                                  opts=self._opts()) if ssm_wanted else None)
+        if any(s3_scopes):
+            # inline: it lives and dies with the role (IAM deletes a role only once its inline
+            # policies are gone; Pulumi deletes this one first, `gc` does too: leftovers.py)
+            self.s3_policy = aws.iam.RolePolicy(
+                f"{name}-s3",
+                role=role.id,
+                policy=json.dumps(s3.policy_document(*s3_scopes, partition=s3.partition_of(self.region))),
+                opts=self._opts(),
+            )
+        return aws.iam.InstanceProfile(
+            f"{name}-profile", role=role.name, tags=self._tags(f"{spec.name}-profile"), opts=self._opts()
+        )
+
     def _tags(self, name: str, **extra: str) -> dict[str, str]:
         return {**self._base_tags, "Name": name, **extra}
 

@@ -39,10 +39,13 @@ def check_aws(region: str, session: Any = None, *, nodes: int | None = None, ins
         validate_spec(spec)
     except SpecError as exc:
         return [_check("aws shape", False, exc.message, "pass a region and --instance-type that `run` accepts")]
+    from .permissions import summary
+
     found = checks(spec, session=session)
     shape = f"{spec.nodes} x {spec.instance_type}{' spot' if spot else ''}"
     return [_check("aws region checked", None, f"{region}, for {shape} (pass --region / --nodes / "
-                                               "--instance-type / --spot to check another)"), *found]
+                                               "--instance-type / --spot to check another)"), *found,
+            _check("aws permissions a run needs", None, summary(spec))]
 
 
 def gc_regions(open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], extra: tuple[str, ...]) -> list[str]:

@@ -35,11 +35,13 @@ CAPACITY_MARKERS = (
 AZ = r"[a-z]{2}(?:-gov)?-[a-z]+-\d[a-z]"
 # The AWS provider's `max_retries` (terraform-provider-aws, bridged by pulumi-aws; default 25).
 # Its EC2 client treats InsufficientInstanceCapacity as retryable for RunInstances
-# (internal/service/ec2/service_package.go; hashicorp/terraform-provider-aws#43193, #49863), so with
-# the default a capacity error reaches us only after up to 25 retries, each backing off up to 20 s
-# (aws-sdk-go-v2 retry.DefaultMaxBackoff): minutes, while the nodes already made bill. With 4
-# retries it reaches us within 1 + 2 + 4 + 8 = 15 s of backoff, and the next zone is tried. The
-# same bound applies to throttling of the stack's other calls, which 4 retries still absorb.
+# (internal/service/ec2/service_package.go; hashicorp/terraform-provider-aws#43193, #49863).
+# max_retries is the SDK's MaxAttempts, with backoff capped at 300 s (hashicorp/aws-sdk-go-base
+# aws_config.go); after failed attempt n the SDK sleeps less than 2^n + 1 s (aws-sdk-go-v2
+# aws/retry: middleware.go numbers the first attempt 1, jitter_backoff.go). So with the default a
+# capacity error reaches us after up to ~89 minutes, while the nodes already made bill. With 4
+# attempts it reaches us within (2+1) + (4+1) + (8+1) = 17 s of backoff, and the next zone is
+# tried. The same bound applies to throttling of the stack's other calls, which 3 retries absorb.
 PROVIDER_MAX_RETRIES = 4
 
 
@@ -60,6 +62,8 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
         "disk_gb": root.get("volumeSize") or getattr(spec, "disk_gb", None),
         "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
         "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
+        # every node gets one public IPv4 at launch (subnet or EFA interface), billed per address-hour
+        "public_ipv4": 1,
     }
 
 

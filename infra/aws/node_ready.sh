@@ -1,6 +1,6 @@
 #!/bin/bash
 state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
-tries="${GPUCLUSTER_READY_TRIES:-60}"
+tries="${GPUCLUSTER_READY_TRIES:-@TRIES@}"
 expected=@EXPECTED@
 rank="${1:-0}"
 mkdir -p "$state"
@@ -15,7 +15,7 @@ for attempt in $(seq 1 "$tries"); do
     count=0
     err=$(printf '%s' "$out" | head -n1 | tr -cd '0-9A-Za-z .:_/-')
   fi
-  [ "$attempt" -lt "$tries" ] && sleep 10
+  [ "$attempt" -lt "$tries" ] && sleep @PAUSE@
 done
 ok=false
 [ "$count" -eq "$expected" ] && ok=true
@@ -23,6 +23,9 @@ py="${GPUCLUSTER_NODE_PYTHON:-@PYTHON@}"
 torch=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tr -cd '0-9A-Za-z.+-')
 if [ -z "$torch" ]; then
   ok=false
+  if [ -z "$err" ] && [ -s "$state/setup-error" ]; then  # image=base: why the torch install failed
+    err="torch setup: $(head -n 1 "$state/setup-error" | tr -cd '0-9A-Za-z .,:;_/=+()<>-')"
+  fi
   [ -n "$err" ] || err="torch is not importable by $py"
 fi
 printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\n' \

@@ -11,8 +11,8 @@ from gpucluster.infra.pulumi_provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 
-from . import TRAITS, catalog, doctor, engine, failures, leftovers, outputs, prices, s3
-from .preflight import preflight
+from . import TRAITS, catalog, doctor, engine, failures, leftovers, liveness, outputs, prices, s3
+from .preflight import credentials_check, preflight
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -76,9 +76,10 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
-                   plan_line=catalog.plan_line, scan_scope=scan_scope),
+                   plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks),
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
+                   gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=Provisioner(
         declare=declare, cluster_from_outputs=outputs.cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
@@ -94,6 +95,7 @@ PLUGIN = CreatedMachines(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
         price_rows=prices.price_rows, instance_price=prices.instance_price,
-        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of),
+        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of,
+        region_note=prices.region_note),  # opt-in regions
     objects=ObjectStore(scheme="s3", url=s3.parse_url, with_access=s3.with_access),
 )

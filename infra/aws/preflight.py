@@ -124,8 +124,8 @@ def root_snapshot_gb(image: dict[str, Any]) -> int | None:
     return None
 
 
-def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool]:
-    """(the subnet's AZ, whether its route table sends 0.0.0.0/0 to an internet gateway). A subnet
+def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool, str | None]:
+    """(the subnet's AZ, whether its route table sends 0.0.0.0/0 to an internet gateway, its VPC). A subnet
     without an explicit association uses its VPC's main route table
     (https://docs.aws.amazon.com/vpc/latest/userguide/VPC_Route_Tables.html)."""
     sub = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
@@ -135,7 +135,7 @@ def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool]:
                                                     {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
     public = any(r.get("DestinationCidrBlock") == "0.0.0.0/0" and str(r.get("GatewayId", "")).startswith("igw-")
                  and r.get("State", "active") == "active" for t in tables for r in t.get("Routes", []))
-    return sub.get("AvailabilityZone"), public
+    return sub.get("AvailabilityZone"), public, sub.get("VpcId")
 
 
 def first_zone(ec2: Any, itype: str) -> str | None:
@@ -198,9 +198,33 @@ def _vcpus(spec: Any) -> int:
     return catalog.INSTANCE_TYPES[spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE].vcpus
 
 
+def _identity(client: Any, region: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(STS GetCallerIdentity's answer or None, the credentials row), asked in `region`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ident = client("sts").get_caller_identity()
+    except (BotoCoreError, ClientError) as exc:
+        return None, _check("aws credentials", False, f"STS GetCallerIdentity failed in {region}: {exc}",
+                            "configure credentials: `aws configure` (or `aws sso login --profile P` and "
+                            "export AWS_PROFILE=P)")
+    return ident, _check("aws credentials", True, f"account {ident.get('Account')} as {ident.get('Arn')} "
+                                                  f"(asked in {region})")
+
+
+def credentials_check(region: str | None = None, session: Any = None) -> list[dict[str, Any]]:
+    """`Operations.credentials`: STS GetCallerIdentity in `region` (default: the catalog's), alone."""
+    try:
+        import boto3
+    except ImportError:
+        return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
+    region = region or catalog.DEFAULT_REGION
+    return [_identity(_clients(session or boto3.session.Session(), region), region)[1]]
+
+
 def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
-    """Every preflight check for `spec` (resolved: region set), in order; stops after a failure
-    that makes the later checks meaningless (no credentials, no image)."""
+    """Every preflight check for `spec` (resolved: region set), in order, every call in the spec's
+    region; stops after a failure that makes the later checks meaningless (no credentials, no image)."""
     try:
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
@@ -209,13 +233,13 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     region = spec.region or catalog.DEFAULT_REGION
     client = _clients(session or boto3.session.Session(), region)
     out: list[dict[str, Any]] = []
-    try:
-        ident = client("sts").get_caller_identity()
-    except (BotoCoreError, ClientError) as exc:
-        return [_check("aws credentials", False, f"STS GetCallerIdentity failed in {region}: {exc}",
-                       "configure credentials: `aws configure` (or `aws sso login --profile P` and "
-                       "export AWS_PROFILE=P)")]
-    out.append(_check("aws credentials", True, f"account {ident.get('Account')} as {ident.get('Arn')}"))
+    ident, row = _identity(client, region)
+    if ident is None:
+        return [row]
+    out.append(row)
+    from .permissions import check as permissions_check
+
+    out.append(permissions_check(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or "")))
     ec2 = client("ec2")
     itype = spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE
     need = spec.nodes * _vcpus(spec)
@@ -269,7 +293,13 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     subnet = catalog.option(spec, "subnetId")
     try:
         if subnet:
-            zone, public = subnet_route(ec2, str(subnet))
+            zone, public, in_vpc = subnet_route(ec2, str(subnet))
+            vpc_opt = catalog.option(spec, "vpcId")
+            if vpc_opt and in_vpc and str(vpc_opt) != in_vpc:
+                out.append(_check(f"subnet {subnet}", False, f"option vpcId {vpc_opt!r} is not the VPC of subnet "
+                                                             f"{subnet} ({in_vpc}); allowed: {in_vpc}",
+                                  f"pass --option vpcId={in_vpc}, or leave vpcId out (the subnet decides)"))
+                return out
             if not public:
                 out.append(_check(f"subnet {subnet}", False,
                                   f"option subnetId {subnet!r} has no route 0.0.0.0/0 to an internet gateway, so the "
@@ -306,5 +336,7 @@ def preflight(spec: Any, session: Any = None) -> None:
     failed = [c for c in checks(spec, session) if c["ok"] is False]
     if failed:
         c = failed[0]
+        if c["check"] == "aws credentials":  # as the provider's own credential check says it
+            raise PreflightError(f"aws credentials: {c['detail']}; nothing was started: {c['fix']}")
         more = f" (and {len(failed) - 1} more: `gpucluster doctor --cloud aws` lists them)" if len(failed) > 1 else ""
         raise PreflightError(f"aws preflight: {c['detail']}; fix: {c['fix']}{more}")

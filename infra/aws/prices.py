@@ -73,7 +73,8 @@ def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, da
                            known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
     """Rows from `ec2.describe_spot_price_history(...)["SpotPriceHistory"]`: the newest price per
     availability zone, and per instance type the highest of those (spot is a per-AZ point-in-time
-    price; the highest is the safe one to estimate with), with the range kept."""
+    price; the highest is the safe one to estimate with), with the range and each zone's price kept
+    (`zones`: a run's cost uses the price of the zone it ran in)."""
     latest: dict[tuple[str, str], tuple[Any, Decimal]] = {}
     for rec in history:
         if "Linux/UNIX" not in rec.get("ProductDescription", "Linux/UNIX"):
@@ -94,7 +95,9 @@ def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, da
             gpu=shipped.gpu if shipped else None, vcpus=shipped.vcpus if shipped else None,
             memory_gib=shipped.memory_gib if shipped else None,
             source=f"AWS EC2 DescribeSpotPriceHistory, Linux/UNIX, {region}: highest of {len(prices)} AZ prices",
-            extra={"range": [str(min(prices)), str(max(prices))]}, origin="user"))
+            extra={"range": [str(min(prices)), str(max(prices))],
+                   "zones": {az: str(p) for (t, az), (_ts, p) in sorted(latest.items()) if t == itype}},
+            origin="user"))
     return rows
 
 
@@ -173,11 +176,23 @@ def instance_price(catalog: Catalog, region: str, item: str, market: str) -> Pri
 
 
 def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = None) -> list[dict[str, object]]:
-    """One `instance` per node, each with its root volume (deleted with it)."""
+    """One `instance` per node, each with its root volume (deleted with it) and its public IPv4
+    address (assigned at launch, billed per address-hour: engine.resource_detail records the same)."""
     disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
     return [{"kind": "instance", "name": f"{spec.name}-{i}",
-             "detail": {"instance_type": itype, "spot": spec.spot, **disk}} for i in range(int(spec.nodes))]
+             "detail": {"instance_type": itype, "spot": spec.spot, "public_ipv4": 1, "availability_zone": spec.zone,
+                        **disk}} for i in range(int(spec.nodes))]
+
+
+def region_note(region: str) -> str | None:
+    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired)."""
+    from .preflight import OPT_IN_REGIONS
+
+    if region in OPT_IN_REGIONS:
+        return (f"{region} is an opt-in region: enable it first with `aws account enable-region --region-name "
+                f"{region}`")
+    return None
 
 
 def gpu_of(instance_type: str, catalog: Catalog) -> str | None:

@@ -62,6 +62,8 @@ WantedBy=multi-user.target
 # Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
 # with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
 READY_SCRIPT = _program("node_ready.sh")
+# its own bound on the wait for the driver to list the GPUs: TRIES checks, PAUSE seconds apart
+READY_TRIES, READY_PAUSE_S = 60, 10
 
 
 def _fill(template: str, **values: Any) -> str:
@@ -132,7 +134,7 @@ def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minu
                     "permissions": "0755",
                     "owner": "root:root",
                     "content": _fill(READY_SCRIPT, expected=expected_gpus, cluster=cluster,
-                                     python=catalog.NODE_PYTHON),
+                                     python=catalog.NODE_PYTHON, tries=READY_TRIES, pause=READY_PAUSE_S),
                 },
                 *setup,
             ],

@@ -1,0 +1,178 @@
+"""The AWS permissions a run needs, and their check with IAM's policy simulator (preflight, doctor).
+
+A run needs EC2 permissions only, unless its nodes need an instance role: object storage
+(`--data`/`--output s3://...`, options s3Read/s3Write) or option `ssm=true` (Session Manager and
+SSM Run Command on the nodes). Only then does the program create an IAM role, its policies and an
+instance profile, and only then does the launch need `iam:PassRole` (component.py). Credentials
+like AWS's PowerUserAccess (everything but `iam:*`, except `iam:ListRoles` and service-linked
+roles) can therefore run a default cluster.
+
+The check: `iam:SimulatePrincipalPolicy` for the caller (the user, or the role behind an assumed-role
+session) and the actions the run needs, with the resource ARNs the program would create and the
+`iam:PassedToService` context of `iam:PassRole`. The simulator applies identity policies, permission
+boundaries and Organizations SCPs (IAM API reference, SimulatePrincipalPolicy:
+https://docs.aws.amazon.com/IAM/latest/APIReference/API_SimulatePrincipalPolicy.html); each result's
+`EvalDecision` is `allowed`, `explicitDeny` or `implicitDeny`. Callers that cannot be simulated (the
+root user, federated users, credentials without `iam:SimulatePrincipalPolicy`) get a note that lists
+what the run needs; the RunInstances dry run still checks the launch itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from . import catalog
+
+# What pulumi-aws (terraform-provider-aws) calls for the resources of component.py, create to delete.
+EC2_NETWORK = (  # a new VPC (leave out with option subnetId)
+    "ec2:CreateVpc", "ec2:ModifyVpcAttribute", "ec2:DescribeVpcs", "ec2:DescribeVpcAttribute", "ec2:DeleteVpc",
+    "ec2:CreateInternetGateway", "ec2:AttachInternetGateway", "ec2:DescribeInternetGateways",
+    "ec2:DetachInternetGateway", "ec2:DeleteInternetGateway", "ec2:CreateSubnet", "ec2:ModifySubnetAttribute",
+    "ec2:DescribeSubnets", "ec2:DeleteSubnet", "ec2:CreateRouteTable", "ec2:CreateRoute", "ec2:AssociateRouteTable",
+    "ec2:DescribeRouteTables", "ec2:DisassociateRouteTable", "ec2:DeleteRouteTable",
+)
+EC2_CLUSTER = (
+    "ec2:CreateSecurityGroup", "ec2:DescribeSecurityGroups", "ec2:DescribeSecurityGroupRules",
+    "ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress", "ec2:RevokeSecurityGroupEgress",
+    "ec2:RevokeSecurityGroupIngress", "ec2:DeleteSecurityGroup", "ec2:CreatePlacementGroup",
+    "ec2:DescribePlacementGroups", "ec2:DeletePlacementGroup", "ec2:ImportKeyPair", "ec2:DescribeKeyPairs",
+    "ec2:DeleteKeyPair", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+    "ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances", "ec2:DescribeInstanceAttribute",
+    "ec2:DescribeVolumes", "ec2:TerminateInstances", "ec2:GetConsoleOutput",
+)
+EC2_EFA = ("ec2:CreateLaunchTemplate", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
+           "ec2:DeleteLaunchTemplate")
+# the node role (only with a reason for one: `role_reasons`)
+IAM_ROLE = (
+    "iam:CreateRole", "iam:GetRole", "iam:TagRole", "iam:PutRolePolicy", "iam:GetRolePolicy", "iam:ListRolePolicies",
+    "iam:ListAttachedRolePolicies", "iam:ListInstanceProfilesForRole", "iam:DeleteRolePolicy", "iam:DeleteRole",
+    "iam:PassRole",
+)
+IAM_SSM = ("iam:AttachRolePolicy", "iam:DetachRolePolicy")
+IAM_PROFILE = ("iam:CreateInstanceProfile", "iam:GetInstanceProfile", "iam:TagInstanceProfile",
+               "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile")
+# what the teardown check reads to prove no role or profile of the cluster is left (leftovers.py)
+VERIFY = ("iam:ListRoles", "iam:ListRoleTags", "iam:ListInstanceProfiles", "iam:GetInstanceProfile")
+
+
+def role_reasons(spec: Any) -> list[str]:
+    """Why the nodes need an instance role ([] for none: then no IAM is created)."""
+    from .s3 import scopes
+
+    reads, writes = scopes(spec)
+    why = []
+    if reads:
+        why.append("--data/--resume s3:// (read)")
+    if writes:
+        why.append("--output s3:// (write)")
+    if catalog.flag(spec, "ssm"):
+        why.append("option ssm=true")
+    return why
+
+
+def needed(spec: Any) -> dict[str, tuple[str, ...]]:
+    """The actions a run of `spec` needs, by what they are for."""
+    ec2 = (() if catalog.option(spec, "subnetId") else EC2_NETWORK) + EC2_CLUSTER
+    if catalog.efa_requested(spec):
+        ec2 += EC2_EFA
+    out = {"EC2": ec2}
+    if role_reasons(spec):
+        out["IAM (the node role)"] = IAM_ROLE + (IAM_SSM if catalog.flag(spec, "ssm") else ()) + IAM_PROFILE
+    out["IAM reads (the teardown check)"] = VERIFY
+    return out
+
+
+def summary(spec: Any) -> str:
+    """One line for `doctor`: what a run of this spec needs."""
+    groups = needed(spec)
+    why = role_reasons(spec)
+    text = "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
+    role = (f"an instance role because of {', '.join(why)}" if why else
+            "no IAM writes (no instance role: a run with --data/--output s3:// or option ssm=true also needs "
+            + ", ".join(IAM_ROLE + IAM_PROFILE) + ")")
+    return f"{role}; {text}"
+
+
+def principal(caller_arn: str) -> str | None:
+    """The IAM ARN to simulate for an STS caller ARN: a user as is, an assumed-role session's role
+    (arn:aws:sts::A:assumed-role/R/S -> arn:aws:iam::A:role/R; a role under a path is not found
+    then, and the check becomes a note); None for the root user and federated users."""
+    m = re.fullmatch(r"arn:(aws[\w-]*):sts::(\d+):assumed-role/([^/]+)/.+", caller_arn or "")
+    if m:
+        return f"arn:{m.group(1)}:iam::{m.group(2)}:role/{m.group(3)}"
+    if re.fullmatch(r"arn:aws[\w-]*:iam::\d+:(user|role)/.+", caller_arn or ""):
+        return caller_arn
+    return None
+
+
+def _decisions(iam: Any, source: str, actions: tuple[str, ...], resources: list[str] | None = None,
+               context: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    kw: dict[str, Any] = {"PolicySourceArn": source, "ActionNames": list(actions)}
+    if resources:
+        kw["ResourceArns"] = resources
+    if context:
+        kw["ContextEntries"] = context
+    out: dict[str, str] = {}
+    while True:
+        resp = iam.simulate_principal_policy(**kw)
+        for r in resp.get("EvaluationResults", []):
+            out[r["EvalActionName"]] = r["EvalDecision"]
+        if not resp.get("IsTruncated"):
+            return out
+        kw["Marker"] = resp["Marker"]
+
+
+def denied(iam: Any, spec: Any, caller_arn: str, account: str) -> list[str]:
+    """The actions the run needs that the caller may not do (SimulatePrincipalPolicy); raises the
+    client's error when the simulation cannot run."""
+    source = principal(caller_arn)
+    if source is None:
+        raise ValueError(f"{caller_arn} cannot be simulated (the root user or a federated user)")
+    part = source.split(":")[1]
+    groups = needed(spec)
+    found: dict[str, str] = {}
+    found.update(_decisions(iam, source, groups["EC2"] + VERIFY))
+    if "IAM (the node role)" in groups:
+        # the names Pulumi gives them: the logical name plus a random suffix (component.py)
+        role = f"arn:{part}:iam::{account}:role/{spec.name}-role-0000000"
+        profile = f"arn:{part}:iam::{account}:instance-profile/{spec.name}-profile-0000000"
+        role_actions = tuple(a for a in groups["IAM (the node role)"] if a not in IAM_PROFILE and a != "iam:PassRole")
+        found.update(_decisions(iam, source, role_actions, [role]))
+        found.update(_decisions(iam, source, ("iam:PassRole",), [role], [{
+            "ContextKeyName": "iam:PassedToService", "ContextKeyValues": ["ec2.amazonaws.com"],
+            "ContextKeyType": "string"}]))
+        found.update(_decisions(iam, source, IAM_PROFILE, [profile]))
+    wanted = [a for g in groups.values() for a in g]
+    return [a for a in dict.fromkeys(wanted) if found.get(a, "implicitDeny") != "allowed"]
+
+
+def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
+    """The preflight row: failed when the launch or teardown needs an action that is denied; a note
+    when only the teardown check's IAM reads are (the run works, its teardown ends "not verified"),
+    or when the simulation cannot run."""
+    name = "IAM permissions"
+    why = role_reasons(spec)
+    role = f"with an instance role ({', '.join(why)})" if why else "without IAM writes (no instance role)"
+    try:
+        refused = denied(iam, spec, caller_arn, account)
+    except Exception as exc:  # noqa: BLE001 - any failure to simulate (AccessDenied, NoSuchEntity, root) is a note
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
+        return {"check": name, "ok": None, "fix": "", "detail": (
+            f"not checked ({code or exc}: needs iam:SimulatePrincipalPolicy on {caller_arn}); this run goes "
+            f"{role} and needs " + "; ".join(f"{k}: {', '.join(v)}" for k, v in needed(spec).items()))}
+    writes = needed(spec).get("IAM (the node role)", ())
+    blocking = [a for a in refused if a not in VERIFY or a in writes]
+    reads = [a for a in refused if a not in blocking]
+    if blocking:
+        fix = (f"grant {', '.join(blocking)} to {principal(caller_arn)}"
+               + (f", or run without {' and '.join(why)} (a run without them creates no IAM)"
+                  if any(a.startswith("iam:") for a in blocking) and why else ""))
+        return {"check": name, "ok": False, "fix": fix,
+                "detail": f"{caller_arn} may not {', '.join(blocking)}, which a run {role} needs"}
+    if reads:
+        return {"check": name, "ok": None, "fix": "", "detail": (
+            f"the run may go {role}, but the teardown check may not {', '.join(reads)}: it would end "
+            "'not verified' (exit 3); grant them to verify that no role or profile of the cluster is left")}
+    return {"check": name, "ok": True, "fix": "",
+            "detail": f"every action a run {role} needs is allowed to {caller_arn}"}
