@@ -76,7 +76,9 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)
-    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
+    cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
+           if plan.estimate is not None else "")
+    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
     return _render(out, cluster, plan, as_json)

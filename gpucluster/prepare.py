@@ -20,6 +20,7 @@ import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
@@ -81,6 +82,10 @@ class Request:
     collect_limit: str | None = None
     ready_timeout: int = 600
     start_deadline: int = 20
+    # the job's own environment (gpucluster.jobenv): --env, --env-file, --secret (names only)
+    env: tuple[str, ...] = ()
+    env_file: tuple[str, ...] = ()
+    secret: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,7 +98,9 @@ class Prepared:
     launcher: Any
     notes: list[str] = field(default_factory=list)
     plan_line: str = ""
-    estimate: Any = None  # cost.Estimate for one hour, when the backend is priced
+    estimate: Any = None  # cost.Estimate for `limit_minutes`, when the backend is priced
+    limit_minutes: float = 60.0  # what the estimate covers: the job's --max-minutes, else the lifetime cap
+    limit_what: str = ""  # which of the two it is, for the plan line
     prices: dict[str, Any] | None = None  # the price snapshot stored with the run
     described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
     resumed_from: str | None = None
@@ -190,7 +197,11 @@ def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: st
          staged: _Staged, output_dir: str | None) -> JobSpec | None:
     if not req.job:
         return None
-    return JobSpec(run_id=spec.run_id or "", command=command, workload=None if command else workload,
+    from gpucluster.jobenv import job_env
+
+    env, secrets = job_env(req.env, req.env_file, req.secret)
+    return JobSpec(run_id=spec.run_id or "", command=command, env=env, secrets=secrets,
+                   workload=None if command else workload,
                    workload_args=tuple(wl_args) if not command else (),
                    nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
                    max_seconds=req.max_minutes * 60 if req.max_minutes else None,
@@ -243,14 +254,19 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any) -> tuple
 
 
 def _price(plan: Prepared, backend: Any, strict: bool) -> None:
-    """The estimate for one hour, the plan's one line and the price snapshot (priced backends)."""
+    """The estimate for the run's limit (the job's --max-minutes, else the nodes' lifetime cap), the
+    plan's one line and the price snapshot (priced backends)."""
     from gpucluster import cost
     from gpucluster.errors import GpuclusterError
 
     spec = plan.spec
+    if plan.job is not None and plan.job.max_seconds:
+        plan.limit_minutes, plan.limit_what = plan.job.max_seconds / 60, "the job's limit, --max-minutes"
+    else:
+        plan.limit_minutes, plan.limit_what = float(spec.max_lifetime_minutes), "the nodes' lifetime cap, --max-lifetime"
     if backend.can(Capability.PRICED):
         try:
-            plan.estimate = cost.estimate(spec, 1.0)
+            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60)
             plan.prices = cost.price_snapshot(spec)
         except GpuclusterError:
             if strict:
