@@ -61,8 +61,9 @@ _PROJECT_HELP = "gcp: the project [default: stack config, GOOGLE_PROJECT... env,
 
 # name -> (flags, Click keyword arguments)
 OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "cloud": (("--cloud",), dict(default="local", show_default=True, metavar="|".join(CLOUDS),
-                                 help="Where the cluster runs.")),
+    "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS),
+                                 help="Where the cluster runs [default: the task file's, GPUCLUSTER_CLOUD, the "
+                                      "config file's cloud, else local].")),
     "nodes": (("--nodes", "-n"), dict(default=None, type=Int("nodes", 1, later=True),
                                       help="Number of nodes [default: 2; ssh: the number of --hosts]. local: at most "
                                            "16; clouds: at most 64.")),

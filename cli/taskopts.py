@@ -96,9 +96,12 @@ def _task_path(cmd: click.Command, ctx: click.Context, args: list[str]) -> tuple
         return args, None  # the real parse says it
     given = opts.get("task_file")
     rest = opts.get("command")
-    rest = list(rest) if isinstance(rest, (tuple, list)) else list(largs)
+    if isinstance(rest, (tuple, list)):  # `run`, `sweep`: the first argument ends the options
+        rest, i = list(rest), len(args) - len(rest)
+    else:  # no arguments of its own (`up`, `cost estimate`): the file may stand among the options
+        rest = list(largs)
+        i = _before_dashes(args).index(rest[0]) if rest and rest[0] in _before_dashes(args) else -1
     if rest and str(rest[0]).endswith(TASK_SUFFIXES):
-        i = len(args) - len(rest)
         if 0 <= i < len(args) and args[i] == rest[0] and (i == 0 or args[i - 1] != "--"):
             if given:
                 raise UsageError(f"give the task file once: -f {given} or {rest[0]}, not both")
@@ -170,13 +173,15 @@ def _task_values(cmd: click.Command, ctx: click.Context, params: dict, task: Any
     from gpucluster.taskfile import BY_PARAM
 
     out: dict[str, Any] = {}
+    if "command" in task.values and "workload" in task.values:
+        raise task.error("workload", f"run and workload: give one (run is on line {task.where['command'].line})")
     for name, value in task.values.items():
         if name not in params:
             continue  # a key this command does not use (`up` has no job): the file serves them all
         if name in cloud_only and (cloud is None or name not in flags.get(cloud, ())):
             users = [c for c, fl in flags.items() if name in fl]
-            raise task.error(name, f"{BY_PARAM[name]} does not apply to cloud {cloud} (it is used with "
-                                   f"{' or '.join(users)} only): remove it, or set resources.cloud")
+            raise task.error(name, f"not used with cloud {cloud} (only with {' or '.join(users)}): remove it, "
+                                   "or set resources.cloud")
         param = params[name]
         if name in MERGED:
             found.merged[name] = list(value)

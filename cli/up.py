@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.cli.options import CLUSTER, options
+from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
 
@@ -35,8 +36,13 @@ class _UpUI:
         pass
 
 
-@click.command()
-@options(*CLUSTER, cloud=dict(default="aws", metavar="|".join(provisioning()), help="Where the cluster is created."),
+@click.command(cls=TaskCommand)
+@options("task_file", *CLUSTER,
+         task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
+                             "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
+         cloud=dict(metavar="|".join(provisioning()), show_default=False,
+                    help="Where the cluster is created [default: the task file's, GPUCLUSTER_CLOUD, the config "
+                         "file's cloud; as for `run`, local otherwise, which needs no `up`]."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
          max_lifetime=dict(help="Minutes after which the nodes power themselves off, even if this machine is gone."),
          ssh_cidr=dict(help="Who may SSH to the nodes (e.g. 203.0.113.7/32)."),
@@ -47,8 +53,9 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
-    Example:
+    Examples:
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
+      gpucluster up task.yaml
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.lifecycle import provision_only

@@ -77,12 +77,13 @@ class Shipment:
                          "storage, or put the script in a folder of its own")
 
 
-def human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return f"{n} B"
+def human(n: float) -> str:
+    """Bytes as people read them: 512 B, 3.4 KiB, 200.0 MiB, 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def shipment(root: Path, *, exclude: Iterable[Path] = (), skip_hidden: bool = False) -> Shipment:

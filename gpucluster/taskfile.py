@@ -186,7 +186,7 @@ def _pairs(task: TaskFile, node: Any, prefix: str) -> list[tuple[str, Any]]:
         key = str(knode.value)
         if key not in known:
             where = f"in {prefix[:-1]}" if prefix else "at the top"
-            raise ConfigError(f"task file {str(task.path)!r}, line {_line(knode)}: unknown key {prefix}{key!r} "
+            raise ConfigError(f"task file {str(task.path)!r}, line {_line(knode)}: unknown key {prefix + key!r} "
                               f"{where}{did_you_mean(key, known)}; allowed: {', '.join(known)}")
         if key in seen:
             raise ConfigError(f"task file {str(task.path)!r}, line {_line(knode)}: {prefix}{key} is given twice "

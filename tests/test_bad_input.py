@@ -748,7 +748,10 @@ def test_ssh_script_folder_over_the_size_limit(home, tmp_path):
     with open(code / "weights.bin", "wb") as f:  # sparse: its size counts, no disk is used
         f.truncate(MAX_SHIP_BYTES + 1)
     r = run_cli("run", "--cloud", "ssh", "--hosts", "u@127.0.0.2", "--", "python", str(code / "train.py"))
-    assert_clean_refusal(r, repr(str(code)), f"more than {MAX_SHIP_BYTES >> 20} MB")
+    # the message names the largest files, so they can go to .gpuclusterignore
+    assert_clean_refusal(r, repr(str(code)), f"over the {MAX_SHIP_BYTES >> 20}.0 MiB limit; largest: weights.bin "
+                                             "(200.0 MiB), train.py (12 B)")
+    assert ".gpuclusterignore" in r.stderr
     assert_nothing_started(home)
 
 
