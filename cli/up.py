@@ -75,16 +75,16 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     out = common.console(stderr=as_json)
     common.print_notes(out, plan.notes)
     plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
+    cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
+           if plan.estimate is not None else "")
     if dry_run:
         from gpucluster.cli.dryrun import print_dry_run
 
-        out.print(plan_line + _rate(plan.hourly, True))
+        out.print(plan_line + _rate(plan.hourly, True) + cap)
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)
-    cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
-           if plan.estimate is not None else "")
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)

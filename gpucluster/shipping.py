@@ -170,8 +170,8 @@ def _rules_in(folder: Path, rel: str) -> Rules:
 def _outer_rules(root: Path) -> Rules:
     """The ignore files of the folders above `root`, up to the repository's top (a folder holding
     .git), outermost first, each matching paths as seen from its own folder. None outside a
-    repository. A file whose rules ignore `root` itself is not used: the user runs a script from
-    that folder on purpose, and its contents are what the job needs."""
+    repository. A rule that ignores `root` itself or a folder above it is not applied: the user runs a
+    script from that folder on purpose, and what it holds is what the job needs."""
     top = next((f for f in (root, *root.parents) if (f / ".git").exists()), None)
     if top is None or top == root:
         return []
@@ -181,21 +181,30 @@ def _outer_rules(root: Path) -> Rules:
         prefix = root.relative_to(outer).as_posix() + "/"
         for name in IGNORE_FILES:
             lines = _read(outer / name)
-            if not lines:
-                continue
-            spec = _spec(lines)
-            parts = prefix.rstrip("/").split("/")
-            if any(spec.check_file("/".join(parts[:i]) + "/").include for i in range(1, len(parts) + 1)):
-                continue
-            rules.append(("", _Outer(spec, prefix)))
+            if lines:
+                rules.append(("", _Outer(_spec(lines), prefix)))
     return rules
 
 
 class _Outer:
-    """A rule file above the shipped folder: paths are matched as seen from its own folder."""
+    """A rule file above the shipped folder: paths are matched as seen from its own folder, less
+    the rules that ignore the shipped folder or a folder above it."""
 
     def __init__(self, spec: Any, prefix: str):
         self.spec, self.prefix = spec, prefix
+        parts = prefix.rstrip("/").split("/")
+        found = (spec.check_file("/".join(parts[:i]) + "/") for i in range(1, len(parts) + 1))
+        self.above = {r.index for r in found if r.include}
 
     def check_file(self, rel: str) -> Any:
-        return self.spec.check_file(self.prefix + rel)
+        result = self.spec.check_file(self.prefix + rel)
+        if result.include and result.index in self.above:
+            return _NO_WORD
+        return result
+
+
+class _NoWord:
+    include = None
+
+
+_NO_WORD = _NoWord()

@@ -776,7 +776,9 @@ SAME_CHECKS = [  # (argv, needles): each value is one `run` refuses
      ["disk size (GB) '5'", "10 to 16384"]),
     (["cost", "estimate", "--cloud", "aws", "--disk-gb", "5"], ["disk size (GB) '5'", "10 to 16384"]),
     (["cost", "estimate", "--cloud", "local", "--nodes", "17"], ["nodes '17'", "1 to 16"]),
-    (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus '17'", "0 to 16"]),
+    (["cost", "estimate", "--cloud", "aws", "--gpus-per-node", "17"], ["gpus per node '17'", "0 to 16"]),
+    (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus per node '17'", "0 to 16"]),  # the old spelling
+    (["sweep", "--cloud", "local", "--region", "us-east-1"], ["--region does not apply to --cloud local"]),
     (["gc", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
     (["gc", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
     (["doctor", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),

@@ -399,3 +399,15 @@ def test_help_is_grouped_under_headings_and_imports_no_yaml():
         assert f"\n{heading}\n" in out, heading
     assert out.index("Cluster:") < out.index("Job:") < out.index("Limits:")
     assert "YAML False" in out
+
+
+def test_docs_list_every_key_and_the_config_settings():
+    from gpucluster.userconfig import CLOUD_KEYS, ENV_VARS
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "tasks.md").read_text()
+    for key, spec in taskfile.KEYS.items():
+        assert f"| `{key}` |" in doc, key
+    for name in CLOUD_KEYS:
+        assert f"`{name}`" in doc, name
+    for var in ENV_VARS:
+        assert var in doc, var

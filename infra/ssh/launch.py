@@ -347,6 +347,7 @@ class SshLauncher(Launcher):
             env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node,
                            output_dir=f"{node_dir}/code/outputs" if program is not None else f"{node_dir}/outputs")
             env.update(staged_env(job, self._data_dirs(job, node_dir, code_dir is not None)))
+            env.update({name: "<secret: this machine's value, sent on stdin>" for name in job.secrets})
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
 
