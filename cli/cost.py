@@ -45,6 +45,19 @@ from gpucluster.cli.taskopts import TaskCommand  # noqa: E402
 MAX_GPUS = 16  # gpucluster.prepare.MAX_GPUS_PER_NODE, as `run --gpus-per-node` takes it
 
 
+class _Hours(Float):
+    """--hours: FLOAT RANGE in --help; a bad value is the one-line error with exit 2, also when this
+    group runs on its own (a CommandError, as `_boundary` makes)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from gpucluster.errors import GpuclusterError
+
+        try:
+            return super().convert(value, param, ctx)
+        except GpuclusterError as exc:
+            raise CommandError(exc.message, int(exc.exit_code)) from None
+
+
 def _warn(messages: list[str]) -> None:
     for msg in messages:
         click.echo(f"gpucluster: warning: {msg}", err=True)
@@ -187,7 +200,7 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 @click.option("--gpus", "gpus", hidden=True, type=Int("gpus per node", 0, MAX_GPUS))  # the old spelling
 @click.option("--nodes", metavar="N[,N...]", help="Node count, or a list (1,2,4,8) with --workload for a what-if "
               "projection.")
-@click.option("--hours", default=None, type=Float("hours", "a number of hours above 0 (e.g. 0.5, 3)", 0, 24 * 366),
+@click.option("--hours", default=None, type=_Hours("hours", "a number of hours above 0 (e.g. 0.5, 3)", 0, 24 * 366),
               help="Hours to price [default: 1; with a task file: its limit].")
 @click.option("--spot/--on-demand", default=None, help="Spot (reference price) or on-demand.")
 @options("disk_gb", "region", "zone", disk_gb=dict(default=None, show_default=False, help="Disk per node in GB "
