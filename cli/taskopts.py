@@ -130,13 +130,14 @@ def _defaults(cmd: click.Command, ctx: click.Context, args: list[str], path: str
         return name in params and (name not in cloud_only or (cloud is not None and name in flags.get(cloud, ())))
 
     out: dict[str, Any] = {}
-    if "cloud" in params and config.top.get("cloud"):
-        out["cloud"] = config.top["cloud"]
+    for name in ("cloud", "state"):  # "state": a command with a --state flag (the Pulumi state backend)
+        if name in params and config.top.get(name):
+            out[name] = config.top[name]
     for name, value in config.clouds.get(cloud or "", {}).items():
         if name in params:
             out[name] = value
     for name, (value, _var) in env.items():
-        if applies(name) or (name == "cloud" and name in params):
+        if applies(name) or (name in ("cloud", "state") and name in params):
             out[name] = value
     if task is not None:
         out.update(_task_values(cmd, ctx, params, task, cloud, flags, cloud_only, found))

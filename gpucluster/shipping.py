@@ -60,8 +60,9 @@ class Shipment:
     def require(self, rel: str) -> None:
         """UsageError when the script itself (`rel`) is left out by an ignore rule."""
         if rel not in {e.rel for e in self.entries}:
-            raise UsageError(f"{rel!r} in {str(self.root)!r} is left out by a .gitignore or .gpuclusterignore rule, "
-                             f"so it would not reach the nodes; add the line !{rel} to {self.root / '.gpuclusterignore'}")
+            raise UsageError(f"{rel!r} in {str(self.root)!r} is left out by a .gitignore or .gpuclusterignore "
+                             f"rule, so it would not reach the nodes; add the line !{rel} to "
+                             f"{self.root / '.gpuclusterignore'}")
 
     def largest(self, n: int = LARGEST_SHOWN) -> list[Entry]:
         return sorted(self.entries, key=lambda e: (-e.size, e.rel))[:n]
@@ -88,8 +89,8 @@ def human(n: float) -> str:
 
 def shipment(root: Path, *, exclude: Iterable[Path] = (), skip_hidden: bool = False) -> Shipment:
     """What of `root` is shipped (see the module's docstring). `exclude`: folders never shipped, nor
-    any folder holding one (e.g. the node folders, under GPUCLUSTER_HOME inside the script's folder); `skip_hidden`: leave out every name starting
-    with '.' too (gcp: the ConfigMap holds 1 MiB)."""
+    any folder holding one (e.g. the node folders, under GPUCLUSTER_HOME inside the script's
+    folder); `skip_hidden`: leave out every name starting with '.' too (gcp: the ConfigMap holds 1 MiB)."""
     root = Path(root)
     out = Shipment(root=root)
     from gpucluster.home import home_dir

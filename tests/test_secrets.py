@@ -47,6 +47,9 @@ class Watcher:
         self.hits: list[str] = []
         self.torchruns = 0  # command lines of the run's torchrun seen (the watch was not idle)
         self.files_read = 0
+        self.scans = 0
+        self.errors: list[str] = []
+        self.read_under: set[Path] = set()  # roots where files were read (the nodes' folders existed)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -57,10 +60,17 @@ class Watcher:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self.thread.join()
+        self.scan()  # once more, after the run
+        assert self.errors == [] and self.scans > 5, f"the watch did not run through: {self.errors}"
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.scan()
+            try:
+                self.scan()
+            except Exception as exc:  # noqa: BLE001 - any failure of the watch fails the test (at exit)
+                self.errors.append(repr(exc))
+                return
+            self.scans += 1
             time.sleep(0.05)
 
     def scan(self) -> None:
@@ -76,14 +86,19 @@ class Watcher:
             if b"torch.distributed.run" in cmd:
                 self.torchruns += 1
         for root in self.roots:
-            for path in root.rglob("*") if root.is_dir() else ():
-                try:
-                    if path.is_file() and not path.is_symlink() and path.stat().st_size < 50_000_000:
-                        self.files_read += 1
-                        if self.marker in path.read_bytes():
-                            self.hits.append(f"file {path}")
-                except OSError:
-                    continue
+            for top, _dirs, files in os.walk(root):  # folders vanish as runs end: os.walk skips them
+                for name in files:
+                    path = Path(top) / name
+                    try:
+                        if path.is_symlink() or path.stat().st_size > 50_000_000:
+                            continue
+                        data = path.read_bytes()
+                    except OSError:
+                        continue
+                    self.files_read += 1
+                    self.read_under.add(root)
+                    if self.marker in data:
+                        self.hits.append(f"file {path}")
 
 
 def marker_value() -> str:
@@ -213,7 +228,7 @@ def test_ssh_run_every_rank_gets_them_over_stdin_and_the_secret_is_nowhere(home,
                         "--", "python", str(p / "check_env.py"), "train", env={"GC_MARK": marker})
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         assert_every_rank_got_them(r.stdout, marker, nodes=2)
-        assert watch.torchruns > 0 and watch.files_read > 0, "the watcher saw nothing of the run"
+        assert watch.torchruns > 0 and watch.read_under == {home, remote_runs}, "the watcher saw nothing of the run"
         assert watch.hits == []
         run_id = next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("run r"))
         shown = run_cli("show", run_id, "--json")
