@@ -39,9 +39,23 @@ def _boundary(fn: Callable) -> Callable:
 
 
 from gpucluster.cli.console import make_console as _console  # noqa: E402
-from gpucluster.cli.options import Int, options  # noqa: E402
+from gpucluster.cli.options import Float, Int, options  # noqa: E402
+from gpucluster.cli.taskopts import TaskCommand  # noqa: E402
 
 MAX_GPUS = 16  # gpucluster.prepare.MAX_GPUS_PER_NODE, as `run --gpus-per-node` takes it
+
+
+class _Hours(Float):
+    """--hours: FLOAT RANGE in --help; a bad value is the one-line error with exit 2, also when this
+    group runs on its own (a CommandError, as `_boundary` makes)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from gpucluster.errors import GpuclusterError
+
+        try:
+            return super().convert(value, param, ctx)
+        except GpuclusterError as exc:
+            raise CommandError(exc.message, int(exc.exit_code)) from None
 
 
 def _warn(messages: list[str]) -> None:
@@ -175,13 +189,19 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
     return [parse_int("nodes", part, low=1, high=high) for part in value.split(",")]
 
 
-@cost.command("estimate")
-@options("cloud", "instance_type", cloud=dict(default=None, show_default=False, help="aws, gcp (local and ssh cost $0)."),
-         instance_type=dict(help="g5.* (aws) or n1-* (gcp)."))
-@click.option("--gpus", type=Int("gpus", 0, MAX_GPUS), help="GPUs per node (aws: what the type carries; gcp: 1, 2, 4 "
-              "or 8 V100).")
-@click.option("--nodes", help="Node count, or a list (1,2,4,8) with --workload for a what-if projection.")
-@click.option("--hours", default=None, help="Hours to price (default 1).")
+@cost.command("estimate", cls=TaskCommand)
+@options("task_file", "cloud", "instance_type", "gpus_per_node",
+         task_file=dict(help="Price a task file's cluster (docs/tasks.md) for its limit (limits.max_minutes, else "
+                             "limits.max_lifetime), as `run` does; flags given here win."),
+         cloud=dict(default=None, show_default=False, help="aws, gcp (local and ssh cost $0)."),
+         instance_type=dict(help="g5.* (aws) or n1-* (gcp)."),
+         gpus_per_node=dict(type=Int("gpus per node", 0, MAX_GPUS), help="GPUs per node (aws: what the type "
+                            "carries; gcp: 1, 2, 4 or 8 V100)."))
+@click.option("--gpus", "gpus", hidden=True, type=Int("gpus per node", 0, MAX_GPUS))  # the old spelling
+@click.option("--nodes", metavar="N[,N...]", help="Node count, or a list (1,2,4,8) with --workload for a what-if "
+              "projection.")
+@click.option("--hours", default=None, type=_Hours("hours", "a number of hours above 0 (e.g. 0.5, 3)", 0, 24 * 366),
+              help="Hours to price [default: 1; with a task file: its limit].")
 @click.option("--spot/--on-demand", default=None, help="Spot (reference price) or on-demand.")
 @options("disk_gb", "region", "zone", disk_gb=dict(default=None, show_default=False, help="Disk per node in GB "
                                                                                           "(default 100)."),
@@ -193,7 +213,7 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 @click.option("--workload", help="What-if: project from measured runs of this workload.")
 @options("epochs", "as_json", epochs=dict(help="What-if: epochs to project."), as_json=dict(help="Print JSON."))
 @_boundary
-def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
+def estimate_cmd(cloud, instance_type, gpus_per_node, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
                  free_tier, workload, epochs, as_json) -> None:
     """Itemized cost of a cluster for some hours, or (with --workload) a what-if projection.
 
@@ -205,7 +225,8 @@ def estimate_cmd(cloud, instance_type, gpus, nodes, hours, spot, disk_gb, region
     """
     from gpucluster.errors import UsageError
 
-    node_list = _parse_nodes(nodes, cloud)
+    gpus = gpus_per_node if gpus_per_node is not None else gpus
+    node_list = _parse_nodes(None if nodes is None else str(nodes), cloud)
     if workload is not None:
         if epochs is None:
             raise UsageError("--workload needs --epochs (how many epochs to project)")

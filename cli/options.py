@@ -61,8 +61,9 @@ _PROJECT_HELP = "gcp: the project [default: stack config, GOOGLE_PROJECT... env,
 
 # name -> (flags, Click keyword arguments)
 OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "cloud": (("--cloud",), dict(default="local", show_default=True, metavar="|".join(CLOUDS),
-                                 help="Where the cluster runs.")),
+    "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS),
+                                 help="Where the cluster runs [default: the task file's, GPUCLUSTER_CLOUD, the "
+                                      "config file's cloud, else local].")),
     "nodes": (("--nodes", "-n"), dict(default=None, type=Int("nodes", 1, later=True),
                                       help="Number of nodes [default: 2; ssh: the number of --hosts]. local: at most "
                                            "16; clouds: at most 64.")),
@@ -150,6 +151,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "yes": (("--yes", "-y"), dict(is_flag=True, help="Do not ask before creating billable resources.")),
     "quiet": (("--quiet", "-q"), dict(is_flag=True, help="No node logs, only progress and the report.")),
     "as_json": (("--json", "as_json"), dict(is_flag=True, help="Print the result as JSON.")),
+    "task_file": (("-f", "--file", "task_file"), dict(default=None, metavar="TASK.yaml", expose_value=False,
+                                                      help="A task file (docs/tasks.md): its settings are the "
+                                                           "defaults, flags given here win. Also as the first "
+                                                           "argument: `gpucluster run task.yaml`.")),
+    "env": (("--env", "env"), dict(multiple=True, metavar="KEY=VALUE",
+                                   help="An environment variable for every rank and --setup command (repeatable).")),
+    "env_file": (("--env-file", "env_file"), dict(multiple=True, metavar="FILE",
+                                                  help="KEY=VALUE lines for every rank (repeatable; --env wins).")),
+    "secret": (("--secret", "secret"), dict(multiple=True, metavar="NAME",
+                                            help="Pass this machine's environment variable NAME to every rank "
+                                                 "(repeatable); its value is never shown, stored or put on a "
+                                                 "command line.")),
     "resume": (("--resume", "resume"), dict(default=None, metavar="RUN_ID",
                                             help="Continue an earlier run: its collected outputs are staged to every "
                                                  "node as $GPUCLUSTER_RESUME_DIR (like --data, DEST resume/); the "
@@ -162,6 +175,23 @@ CLUSTER = ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instanc
            "max_lifetime", "ssh_cidr", "tags", "options", "dry_run", "yes", "as_json", "project")
 # the job: `run` and `sweep`
 JOB = ("workload", "epochs", "workload_args", "threads_per_proc", "data", "setup")
+# what a job's own environment is made of: `run` and `sweep`
+ENV = ("env", "env_file", "secret")
+
+# `--help` of the commands that take a task file lists their options under these headings
+# (`cli.taskopts.TaskCommand.format_options`); an option not named here is under "Options".
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Task file", ("task_file",)),
+    ("Cluster", ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
+                 "project", "ssh_cidr", "hosts", "tags", "options")),
+    ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
+             "python")),
+    ("Environment", ENV),
+    ("Reaching the nodes", ("identity", "known_hosts", "remote_python")),
+    ("Limits", ("max_minutes", "max_lifetime", "max_restarts", "ready_timeout", "start_deadline")),
+    ("Outputs", ("output", "collect", "collect_limit", "keep")),
+    ("Behaviour", ("dry_run", "yes", "quiet", "as_json", "help")),
+)
 
 
 def options(*names: str, **changes: dict[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -10,16 +10,17 @@ import click
 
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.options import options
+from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
 from gpucluster.errors import UsageError
 
 
-@click.command(context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
-@options("cloud", "nodes", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
+@click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
+@options("task_file", "cloud", "nodes", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
          "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
-         "resume", "python", "collect", "collect_limit", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
@@ -27,6 +28,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     \b
     Examples:
       gpucluster run --cloud local --nodes 4
+      gpucluster run task.yaml --nodes 4              (a task file: docs/tasks.md)
       gpucluster run --cloud local --nodes 2 --workload mnist --epochs 1
       gpucluster run --cloud local --nodes 2 -- python my_train.py --epochs 3
       gpucluster run --cloud local --nodes 2 --epochs 8 --resume r20261122-101500-ab12cd
@@ -102,7 +104,11 @@ def print_plan(out: Any, plan: Any) -> None:
         if job.resume_files:
             out.print(f"  resumes: the working-folder files of {job.resume_files[1]} laid back into every node's "
                       "working folder", highlight=False)
+    from gpucluster.jobenv import describe as env_lines
+
+    for line in env_lines(job.env, job.secrets):
+        out.print(f"  {line}", highlight=False)
     if plan.estimate is not None:
-        out.print(f"estimated cost: {plan.estimate.render_line()}")
+        out.print(f"estimated cost: {plan.estimate.render_limit(plan.limit_minutes, plan.limit_what)}")
     else:
         out.print("estimated cost: $0 (machines gpucluster does not rent)")

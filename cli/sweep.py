@@ -7,9 +7,15 @@ from typing import Any
 
 import click
 
-from gpucluster.cli.options import Float, Int, options
+from gpucluster.cli.options import ENV, Float, Int, options
+from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import ExitCode, UsageError, not_allowed
 from gpucluster.spec import parse_int
+
+
+# what `run` takes about the cluster's shape and place that the lines above do not name
+CLUSTER_SHAPE = ("name", "region", "zone", "instance_type", "spot", "disk_gb", "max_lifetime", "tags", "hosts",
+                 "identity", "known_hosts", "remote_python", "python", "ready_timeout", "start_deadline")
 
 
 def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
@@ -25,13 +31,16 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
     return values
 
 
-@click.command(context_settings=dict(allow_interspersed_args=False))
-@options("nodes", "gpus_per_node", "cloud", "workload", "epochs", "workload_args",
-         nodes=dict(default="1,2", show_default=True, type=None, help="Node counts to run, comma-separated (1,2,4)."),
-         gpus_per_node=dict(type=None, help="GPUs per node, comma-separated; 0 is a CPU-only baseline (0,1) "
-                                            "[default: what is present]."),
-         cloud=dict(help=None), workload=dict(help="Built-in workload (default synthetic when no command is given "
-                                                   "after --)."),
+@click.command(cls=TaskCommand, context_settings=dict(allow_interspersed_args=False))
+@options("task_file", "nodes", "gpus_per_node", "cloud", "workload", "epochs", "workload_args",
+         task_file=dict(help="A task file (docs/tasks.md): the cluster and job of every run; flags given here win "
+                             "(--nodes N,N,... replaces its resources.nodes). Also as the first argument."),
+         nodes=dict(default="1,2", show_default=True, type=None, metavar="N[,N...]",
+                    help="Node counts to run, comma-separated (1,2,4)."),
+         gpus_per_node=dict(type=None, metavar="N[,N...]", help="GPUs per node, comma-separated; 0 is a CPU-only "
+                                                               "baseline (0,1) [default: what is present]."),
+         workload=dict(help="Built-in workload (default synthetic when no command is given "
+                            "after --)."),
          workload_args=dict(help="More arguments for the built-in workload, e.g. \"--steps 5\"."))
 @click.option("--repeat", default=1, show_default=True, type=Int("repeat", 1, 20),
               help="Runs per size; the report gives median and min-max.")
@@ -42,6 +51,7 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
+@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts")
 @options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project",
          as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
          ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
@@ -75,7 +85,10 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.spec import new_run_id
     from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
 
+    from gpucluster.cli.args import check_cloud_flags
+
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
+    check_cloud_flags(flags["cloud"])  # e.g. --region with local: refused as `run` refuses it
     node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
     gpn_list = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                         high=16))

@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.cli.options import CLUSTER, options
+from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
 
@@ -35,8 +36,13 @@ class _UpUI:
         pass
 
 
-@click.command()
-@options(*CLUSTER, cloud=dict(default="aws", metavar="|".join(provisioning()), help="Where the cluster is created."),
+@click.command(cls=TaskCommand)
+@options("task_file", *CLUSTER,
+         task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
+                             "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
+         cloud=dict(metavar="|".join(provisioning()), show_default=False,
+                    help="Where the cluster is created [default: the task file's, GPUCLUSTER_CLOUD, the config "
+                         "file's cloud; as for `run`, local otherwise, which needs no `up`]."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
          max_lifetime=dict(help="Minutes after which the nodes power themselves off, even if this machine is gone "
                                 "[default: 240]."),
@@ -48,8 +54,9 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
-    Example:
+    Examples:
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
+      gpucluster up task.yaml
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.lifecycle import provision_only
@@ -69,17 +76,19 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     out = common.console(stderr=as_json)
     common.print_notes(out, plan.notes)
     plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
+    cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
+           if plan.estimate is not None else "")
     if dry_run:
         from gpucluster.cli.dryrun import print_dry_run
 
-        out.print(plan_line + _rate(plan.hourly, True))
+        out.print(plan_line + _rate(plan.hourly, True) + cap)
         for line in plan.bounds:
             out.print(f"  {line}", highlight=False)
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)
-    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
+    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
     for line in plan.bounds:
         out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)

@@ -55,7 +55,8 @@ class JobSpec:
     rdzv_port: int = DEFAULT_RDZV_PORT
     max_restarts: int = 0
     max_seconds: float | None = None
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # --env/--env-file: plain settings every rank gets
+    secrets: tuple[str, ...] = ()  # --secret: NAMES only; values are read at launch (gpucluster.jobenv)
     threads_per_proc: int | None = None  # OMP/MKL threads per worker; None = torchrun's default
     setup: tuple[str, ...] = ()  # --setup: shell commands run on every node before torchrun
     data: tuple[Any, ...] = ()  # --data: gpucluster.staging.DataMount, staged to every node

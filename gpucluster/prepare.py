@@ -20,14 +20,15 @@ import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.infra.contract import Capability, LaunchOptions
+from gpucluster.jobargs import WORKLOADS, check_ssh_files, workload_argv  # noqa: F401 (re-exported)
 from gpucluster.launch import JobSpec
 from gpucluster.spec import ClusterSpec, new_run_id, parse_int
 
-WORKLOADS = ("digits", "mnist", "synthetic")
 # the largest values run accepts; every command that takes the same flag checks it the same way
 MAX_GPUS_PER_NODE = 16
 DISK_GB = (10, 16384)
@@ -82,6 +83,10 @@ class Request:
     collect_limit: str | None = None
     ready_timeout: int | None = None  # None: the backend's own bound for its nodes (gpucluster.bounds)
     start_deadline: int = 20
+    # the job's own environment (gpucluster.jobenv): --env, --env-file, --secret (names only)
+    env: tuple[str, ...] = ()
+    env_file: tuple[str, ...] = ()
+    secret: tuple[str, ...] = ()
 
 
 @dataclass
@@ -94,7 +99,9 @@ class Prepared:
     launcher: Any
     notes: list[str] = field(default_factory=list)
     plan_line: str = ""
-    estimate: Any = None  # cost.Estimate for one hour, when the backend is priced
+    estimate: Any = None  # cost.Estimate for `limit_minutes`, when the backend is priced
+    limit_minutes: float = 60.0  # what the estimate covers: the job's --max-minutes, else the lifetime cap
+    limit_what: str = ""  # which of the two it is, for the plan line
     prices: dict[str, Any] | None = None  # the price snapshot stored with the run
     described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
     resumed_from: str | None = None
@@ -198,7 +205,11 @@ def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: st
          staged: _Staged, output_dir: str | None) -> JobSpec | None:
     if not req.job:
         return None
-    return JobSpec(run_id=spec.run_id or "", command=command, workload=None if command else workload,
+    from gpucluster.jobenv import job_env
+
+    env, secrets = job_env(req.env, req.env_file, req.secret)
+    return JobSpec(run_id=spec.run_id or "", command=command, env=env, secrets=secrets,
+                   workload=None if command else workload,
                    workload_args=tuple(wl_args) if not command else (),
                    nproc_per_node=req.procs_per_node or (spec.gpus_per_node or 1), max_restarts=req.max_restarts,
                    max_seconds=req.max_minutes * 60 if req.max_minutes else None,
@@ -251,14 +262,19 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: i
 
 
 def _price(plan: Prepared, backend: Any, strict: bool) -> None:
-    """The estimate for one hour, the plan's one line and the price snapshot (priced backends)."""
+    """The estimate for the run's limit (the job's --max-minutes, else the nodes' lifetime cap), the
+    plan's one line and the price snapshot (priced backends)."""
     from gpucluster import cost
     from gpucluster.errors import GpuclusterError
 
     spec = plan.spec
+    if plan.job is not None and plan.job.max_seconds:
+        plan.limit_minutes, plan.limit_what = plan.job.max_seconds / 60, "the job's limit, --max-minutes"
+    else:
+        plan.limit_minutes, plan.limit_what = float(spec.max_lifetime_minutes), "the nodes' lifetime cap, --max-lifetime"
     if backend.can(Capability.PRICED):
         try:
-            plan.estimate = cost.estimate(spec, 1.0)
+            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60)
             plan.prices = cost.price_snapshot(spec)
         except GpuclusterError:
             if strict:
@@ -369,44 +385,6 @@ def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> t
         spec, notes = backend.spec.prepare(spec, detect=None)
         notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
     return spec, [*validate(spec, backend), *notes]
-
-
-def workload_argv(workload: str | None, workload_args: str, epochs: int | None,
-                  command: tuple[str, ...] = ()) -> list[str]:
-    """--workload-args split like a shell would, checked against the workload's own parser."""
-    if command and (workload_args or epochs is not None):
-        flag = "--workload-args" if workload_args else "--epochs"
-        raise UsageError(f"{flag} is for built-in workloads (--workload); with a command after --, put the "
-                         "arguments after the command")
-    try:
-        wl_args = shlex.split(workload_args) if workload_args else []
-    except ValueError as exc:
-        raise UsageError(f"--workload-args {workload_args!r} cannot be split into arguments ({exc}); "
-                         "check the quotes") from None
-    if epochs is not None:
-        wl_args = ["--epochs", str(parse_int("epochs", str(epochs), low=1, high=100000))] + wl_args
-    if workload and wl_args:
-        from gpucluster.workloads.args import check_args
-
-        problem = check_args(workload, wl_args)
-        if problem:
-            raise UsageError(f"--workload-args {workload_args!r} is refused by the {workload} workload: {problem} "
-                             f"(see: python -m gpucluster.workloads.{workload} --help)")
-    return wl_args
-
-
-def check_ssh_files(identity: str | None, known_hosts: str | None) -> None:
-    """Key and known_hosts files must exist before anything is recorded or started."""
-    for flag, value, what in (("--identity", identity, "an ssh private key file"),
-                              ("--known-hosts", known_hosts, "an OpenSSH known_hosts file")):
-        if value is None:
-            continue
-        path = os.path.expanduser(value)
-        if not os.path.isfile(path):
-            state = "is a directory" if os.path.isdir(path) else "does not exist"
-            raise UsageError(f"{flag} {value!r} {state}; give {what}")
-        if not os.access(path, os.R_OK):
-            raise UsageError(f"{flag} {value!r} cannot be read; give {what} you can read")
 
 
 _RUNNABLE = "an executable on PATH, or python SCRIPT.py / python -m MODULE / python -c CODE"

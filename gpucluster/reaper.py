@@ -2,7 +2,7 @@
 when the command ends or the supervisor is told to stop, stops every process the command left
 behind.
 
-    python reaper.py [--grace SECONDS] -- COMMAND [ARGS...]
+    python reaper.py [--grace SECONDS] [--env-stdin] -- COMMAND [ARGS...]
 
 Why: a training script can start a daemon that leaves its session and its parent and clears its
 environment (`setsid -f env -i sleep 778`). Such a process carries no GPUCLUSTER_RUN_ID and has
@@ -14,6 +14,9 @@ Behaviour:
 - becomes a subreaper (on a system without prctl it says so on stderr, once, and goes on: then
   only processes that keep a parent in the job are found);
 - runs COMMAND as its child (same process group, same stdout/stderr, same environment);
+- `--env-stdin`: first reads one JSON object line from stdin, names to values, into COMMAND's
+  environment, then gives COMMAND /dev/null as stdin (the ssh launcher sends the job's --env and
+  --secret values this way: never on a command line, never in a file);
 - on SIGTERM, SIGINT or SIGHUP: passes SIGTERM to COMMAND; if COMMAND has not ended after
   `--grace` seconds, every descendant gets SIGKILL;
 - when COMMAND has ended: every remaining descendant gets SIGTERM, then SIGKILL after `--grace`
@@ -156,6 +159,28 @@ def stop_descendants(grace: float) -> tuple[list[str], list[int]]:
     return seen, descendants(me)
 
 
+MAX_ENV_LINE = 4 << 20  # bytes of the --env-stdin line
+
+
+def env_from_stdin() -> str | None:
+    """--env-stdin: one JSON line of name -> value from stdin into this process's environment (so
+    COMMAND inherits it), then stdin is /dev/null. None when done; otherwise why not (no value shown)."""
+    import json
+
+    try:
+        line = sys.stdin.buffer.readline(MAX_ENV_LINE)
+        env = json.loads(line.decode("utf-8")) if line.strip() else None
+    except (OSError, ValueError) as exc:
+        return f"--env-stdin: the environment line could not be read ({type(exc).__name__})"
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return "--env-stdin: expected one JSON object of names to string values on stdin"
+    os.environ.update(env)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return None
+
+
 def main(argv: list[str]) -> int:
     grace = 2.0
     args = list(argv)
@@ -166,10 +191,16 @@ def main(argv: list[str]) -> int:
             print(PREFIX + f"--grace {args[1]!r} is not a number of seconds", file=sys.stderr)
             return 2
         args = args[2:]
+    if args[:1] == ["--env-stdin"]:
+        args = args[1:]
+        problem = env_from_stdin()
+        if problem:
+            print(PREFIX + problem, file=sys.stderr, flush=True)
+            return 2
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print(PREFIX + "usage: reaper.py [--grace SECONDS] -- COMMAND [ARGS...]", file=sys.stderr)
+        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     why = become_subreaper()
     if why:

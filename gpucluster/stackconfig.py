@@ -128,10 +128,12 @@ MAX_YAML_DEPTH = 32  # levels of nesting (the real ones have 3)
 MAX_YAML_VALUES = 10_000  # values once aliases are expanded (a "billion laughs" file expands to 10^9)
 
 
-def _load_bounded(yaml: Any, text: str, where: str) -> Any:
-    """`yaml.safe_load`, but the document's node graph is measured before anything is built: with
+def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") -> Any:
+    """The document's node graph (`yaml.compose`, safe), measured before anything is built: with
     YAML aliases a 2 KB file can expand to billions of values (the "billion laughs" file), and deep
-    nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH: ConfigError."""
+    nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH:
+    ConfigError naming `what` and `where`. None for an empty document. The nodes keep their
+    positions (`start_mark`), so a reader can name the line of a bad value (task files)."""
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -142,17 +144,53 @@ def _load_bounded(yaml: Any, text: str, where: str) -> Any:
             node, depth = todo.pop()
             values += 1
             if values > MAX_YAML_VALUES:
-                raise ConfigError(f"stack file {where!r} expands to more than {MAX_YAML_VALUES} values "
+                raise ConfigError(f"{what} {where!r} expands to more than {MAX_YAML_VALUES} values "
                                   "(YAML aliases repeating others?); write the values out")
             if depth > MAX_YAML_DEPTH:
-                raise ConfigError(f"stack file {where!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+                raise ConfigError(f"{what} {where!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)")
             if isinstance(node, yaml.SequenceNode):
                 todo.extend((child, depth + 1) for child in node.value)
             elif isinstance(node, yaml.MappingNode):
                 todo.extend((child, depth + 1) for pair in node.value for child in pair)
-        return loader.construct_document(root)
+        return root
     finally:
         loader.dispose()
+
+
+def _load_bounded(yaml: Any, text: str, where: str) -> Any:
+    """`yaml.safe_load`, bounded as `compose_bounded` says."""
+    root = compose_bounded(yaml, text, where)
+    return None if root is None else yaml.SafeLoader("").construct_document(root)
+
+
+def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTES, extra: str = "aws") -> Any:
+    """A YAML file's node graph, read as stack files are read (size, UTF-8, bounded expansion and
+    depth); every problem is one ConfigError (UsageError when the file is missing) naming `what`,
+    the file and, for a syntax error, its line. Needs PyYAML (the `extra` to install otherwise)."""
+    from gpucluster.errors import require
+
+    yaml = require("yaml", extra)
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ConfigError(f"{what} {str(path)!r} is {size} bytes; at most {max_bytes} bytes are read")
+        return compose_bounded(yaml, path.read_text(encoding="utf-8"), str(path), what)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} {str(path)!r} is a folder; give a YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start}); save it as UTF-8") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{what} {str(path)!r}{line}: not valid YAML: {exc.problem or exc.context}") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{what} {str(path)!r} cannot be read: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {str(path)!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
 
 
 def read_stack_file(path: str | Path) -> dict[str, Any]:

@@ -10,6 +10,12 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The tests run as a user with this environment active: its `python` (with torch) first on PATH,
 # which is what a local node runs by default (`--python`; infra/local/launch.py node_python).
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+# No user config file and no GPUCLUSTER_* defaults of the person running the tests (gpucluster/userconfig.py);
+# a test about them sets its own.
+os.environ["GPUCLUSTER_CONFIG"] = ""
+for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLUSTER_SSH_CIDR", "GPUCLUSTER_PROJECT",
+             "GPUCLUSTER_STATE"):
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture(autouse=True)

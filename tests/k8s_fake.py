@@ -49,6 +49,13 @@ It behaves like a real API server at its worst, each behaviour with its public s
   `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
   the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
   (preempted node).
+- Secrets (Kubernetes docs, "Secrets"): a Secret's name is a DNS-1123 subdomain, its `data` keys
+  [-._a-zA-Z0-9]+ and its values base64 (422 otherwise), at most 1 MiB in all. A container whose env
+  refers to a Secret (`valueFrom.secretKeyRef`) gets the decoded value when the kubelet starts it;
+  a Secret or key that does not exist then (or is being deleted) keeps the container waiting with
+  reason CreateContainerConfigError and the kubelet's message (`secret "NAME" not found`,
+  `couldn't find key KEY in Secret NS/NAME`; kubelet_pods.go makeEnvironmentVariables). The
+  container's resolved environment is kept on the pod (`_Pod.env`) for tests to read.
 - With --setup, and with --data/--resume (the pod waits for its staged file): see
   tests/k8s_fake_setup.py.
 - Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
@@ -181,6 +188,21 @@ class FakeKubeApi:
             size += sum(len(v) * 3 // 4 for v in (obj.get("binaryData") or {}).values())
             if size > 1024 * 1024:
                 problems.append("data: Too long: must have at most 1048576 bytes")
+        if kind == "secret":
+            import base64
+            import binascii
+
+            data = obj.get("data") or {}
+            problems += [f"data[{k}]: Invalid value: a valid config key must consist of alphanumeric characters, "
+                         "'-', '_' or '.'" for k in data if not _CM_KEY.match(k)]
+            size = 0
+            for k, v in data.items():
+                try:
+                    size += len(base64.b64decode(v, validate=True))
+                except (binascii.Error, ValueError):
+                    problems.append(f"data[{k}]: Invalid value: illegal base64 data")
+            if size > 1024 * 1024:
+                problems.append("data: Too long: must have at most 1048576 bytes")
         if kind == "job":
             spec = obj.get("spec") or {}
             if spec.get("completionMode") == "Indexed" and not spec.get("completions"):
@@ -223,7 +245,7 @@ class FakeKubeApi:
         self._authenticate()
         if kind in self.refuse:
             raise FakeApiException(self.refuse[kind], "Forbidden" if self.refuse[kind] == 403 else "refused")
-        if kind in ("configmap", "service", "job"):
+        if kind in ("configmap", "service", "job", "secret"):
             self._validate(kind, body)
         if (kind, name) in self.objects:
             raise FakeApiException(409, "AlreadyExists")
@@ -232,6 +254,28 @@ class FakeKubeApi:
 
     def create_namespaced_config_map(self, namespace, body, **kw):
         return self._create("configmap", namespace, body)
+
+    def create_namespaced_secret(self, namespace, body, **kw):
+        return self._create("secret", namespace, body)
+
+    def _secret_env(self, container, namespace: str):
+        """What the kubelet does when it starts `container`: every `secretKeyRef` resolved from the Secret
+        as it is now -> ({name: value}, None), or (None, the CreateContainerConfigError message)."""
+        import base64
+
+        env = {}
+        for e in container.env or []:
+            ref = getattr(getattr(e, "value_from", None), "secret_key_ref", None)
+            if ref is None:
+                continue
+            secret = self.objects.get(("secret", ref.name))
+            if secret is None or ("secret", ref.name) in self.terminating:
+                return None, f'secret "{ref.name}" not found'
+            data = secret.data or {}
+            if ref.key not in data:
+                return None, f"couldn't find key {ref.key} in Secret {namespace}/{ref.name}"
+            env[e.name] = base64.b64decode(data[ref.key]).decode()
+        return env, None
 
     def create_namespaced_service(self, namespace, body, **kw):
         return self._create("service", namespace, body)
@@ -275,6 +319,12 @@ class FakeKubeApi:
         ns = body.metadata.namespace or "default"
         return [short, f"{short}.{ns}.svc", f"{short}.{ns}.svc.cluster.local"]
 
+    def _resolve_app_env(self, container, index: int, namespace: str):
+        secret_env, problem = self._secret_env(container, namespace)
+        if problem is not None:
+            return None, problem
+        return {**self._container_env(container, index), **secret_env}, None
+
     @staticmethod
     def _container_env(container, index: int) -> dict:
         """A container's environment as the kubelet sets it: values, the completion-index annotation
@@ -310,6 +360,7 @@ class FakeKubeApi:
             pod.restart_policy, pod.image = pod_spec.restart_policy or "Always", app.image
             pod.network, pod.dns_names = network, self._dns_names(body, i)
             pod.rdzv_ports = [p.container_port for p in app.ports or []]
+            pod.resolve_env = lambda app=app, i=i: self._resolve_app_env(app, i, namespace)
         peers = [p for p in self.pods.values() if p.name.startswith(body.metadata.name + "-")]
         for p in peers:
             p.peers = peers  # the job's pods: training waits for all of them (the rendezvous)
@@ -475,6 +526,9 @@ class FakeKubeApi:
 
     def delete_namespaced_config_map(self, name, namespace, **kw):
         self._delete("configmap", name, namespace)
+
+    def delete_namespaced_secret(self, name, namespace, **kw):
+        self._delete("secret", name, namespace)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
         self._delete(f"{plural}.{group}", name, namespace, body)

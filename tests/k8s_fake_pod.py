@@ -119,6 +119,9 @@ class _Pod:
         self.network: Network | None = None
         self.dns_names: list[str] = []  # the pod's records once it has an address
         self.rdzv_ports: list[int] = []  # the app container's declared ports (the head's rendezvous)
+        self.resolve_env = None  # () -> (env, None) or (None, why): the kubelet's env for the app container
+        self.env: dict | None = None  # the app container's environment once it started
+        self.config_error: str | None = None  # CreateContainerConfigError's message while it cannot start
         self.sandbox = False  # placed on a node, has an address
         self.pulls = 0  # image pull attempts (an image that cannot be pulled)
         self.init_index = 0  # the init container running (or next)
@@ -201,6 +204,10 @@ class _Pod:
         while self.init_index < len(self.inits):
             if not self._tick_init():
                 return
+        if self.resolve_env is not None:  # the kubelet makes the app container's environment (Secrets read now)
+            self.env, self.config_error = self.resolve_env()
+            if self.config_error is not None:
+                return  # CreateContainerConfigError: retried at every sync, as the kubelet does
         self.phase, self.app_age = "Running", self.age
 
     def _tick_init(self) -> bool:
@@ -420,6 +427,8 @@ class _Pod:
         if self.phase == "Pending" or (self.phase == "Failed" and self.init_failed is not None):
             if self.inits and self.init_index < len(self.inits):
                 waiting = NS(reason="PodInitializing", message=None)
+            elif self.config_error is not None:
+                waiting = NS(reason="CreateContainerConfigError", message=self.config_error)
             else:
                 waiting = NS(reason=self.script.waiting_reason or "ContainerCreating", message="fake")
             state = NS(waiting=waiting, running=None, terminated=None)

@@ -748,7 +748,10 @@ def test_ssh_script_folder_over_the_size_limit(home, tmp_path):
     with open(code / "weights.bin", "wb") as f:  # sparse: its size counts, no disk is used
         f.truncate(MAX_SHIP_BYTES + 1)
     r = run_cli("run", "--cloud", "ssh", "--hosts", "u@127.0.0.2", "--", "python", str(code / "train.py"))
-    assert_clean_refusal(r, repr(str(code)), f"more than {MAX_SHIP_BYTES >> 20} MB")
+    # the message names the largest files, so they can go to .gpuclusterignore
+    assert_clean_refusal(r, repr(str(code)), f"over the {MAX_SHIP_BYTES >> 20}.0 MiB limit; largest: weights.bin "
+                                             "(200.0 MiB), train.py (12 B)")
+    assert ".gpuclusterignore" in r.stderr
     assert_nothing_started(home)
 
 
@@ -773,7 +776,9 @@ SAME_CHECKS = [  # (argv, needles): each value is one `run` refuses
      ["disk size (GB) '5'", "10 to 16384"]),
     (["cost", "estimate", "--cloud", "aws", "--disk-gb", "5"], ["disk size (GB) '5'", "10 to 16384"]),
     (["cost", "estimate", "--cloud", "local", "--nodes", "17"], ["nodes '17'", "1 to 16"]),
-    (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus '17'", "0 to 16"]),
+    (["cost", "estimate", "--cloud", "aws", "--gpus-per-node", "17"], ["gpus per node '17'", "0 to 16"]),
+    (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus per node '17'", "0 to 16"]),  # the old spelling
+    (["sweep", "--cloud", "local", "--region", "us-east-1"], ["--region does not apply to --cloud local"]),
     (["gc", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
     (["gc", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
     (["doctor", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),

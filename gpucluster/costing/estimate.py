@@ -50,6 +50,13 @@ class Estimate:
         return (f"{money(self.total)} for {self.hours.normalize():f} h at {money(self.hourly)}/h "
                 f"({items}{per_gpu}; {self.market} prices read {self.price_date})")
 
+    def render_limit(self, minutes: float, what: str) -> str:
+        """One line for a run's plan: "up to $X for Y min (what limits it) at $H/h (items ...)"."""
+        line = self.render_line()
+        if not self.lines:
+            return line
+        return f"up to {money(self.total)} for {minutes:g} min ({what}) at {line.split(' at ', 1)[1]}"
+
     def __str__(self) -> str:
         return self.render_line()
 

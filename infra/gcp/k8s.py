@@ -67,7 +67,8 @@ from gpucluster.supervisor import NodeSupervisor
 from .k8s_stage import PodStager, ensure_service_account, object_account, object_transfer, uses_objects
 
 from .k8s_api import KubeApi, _is_api_error, _status  # noqa: F401 - KubeApi: part of this module's API
-from .k8s_manifests import kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, service_manifest
+from .k8s_manifests import (kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, secret_manifest,
+                             service_manifest)
 from .k8s_plan import (DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S,
                        KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, MODES, Plan, plan_job)
 from .k8s_pods import FATAL_WAITING, MAX_LIST_ERRORS, _job_end, _lines, _PodHandle, _Pods  # noqa: F401 - tests use them
@@ -96,6 +97,7 @@ class _Created:
                 body=k.V1DeleteOptions(propagation_policy="Foreground")),
             "service": lambda: self.api.core.delete_namespaced_service(name, ns),
             "configmap": lambda: self.api.core.delete_namespaced_config_map(name, ns),
+            "secret": lambda: self.api.core.delete_namespaced_secret(name, ns),
         }
         for kind in reversed(self.kinds):  # the workload first, what it uses last
             try:
@@ -176,6 +178,9 @@ class KubernetesLauncher(Launcher):
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+        from gpucluster.jobenv import secret_values
+
+        secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
         account = object_account(cluster, job)
         files, transfer = object_transfer(self.objects, job)  # the pods' gs:// program, shipped
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
@@ -212,7 +217,7 @@ class KubernetesLauncher(Launcher):
         try:
             if account:
                 ensure_service_account(api, plan, *account)
-            self._create(api, plan, created)
+            self._create(api, plan, created, secrets)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
             result = supervisor.run(handles, stop=stop, release=release, stage=stager)
@@ -256,9 +261,11 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError(f"cannot authenticate to the GKE cluster: {exc.message}", hint=exc.hint) from None
         return KubeApi.from_kubeconfig(kubeconfig)
 
-    def _create(self, api: KubeApi, plan: Plan, created: _Created) -> None:
+    def _create(self, api: KubeApi, plan: Plan, created: _Created, values: dict[str, str]) -> None:
         ns = plan.namespace
         steps = [("configmap", lambda: api.core.create_namespaced_config_map(ns, config_map_manifest(plan)))]
+        if plan.secrets:  # --secret: the values go only into the run's Secret (deleted with the run)
+            steps.insert(0, ("secret", lambda: api.core.create_namespaced_secret(ns, secret_manifest(plan, values))))
         if plan.mode == "job":
             steps += [
                 ("service", lambda: api.core.create_namespaced_service(ns, service_manifest(plan))),

@@ -33,6 +33,17 @@ def config_map_manifest(plan: Plan):
     )
 
 
+def secret_manifest(plan: Plan, values: dict[str, str]):
+    """The run's own Secret: the --secret values the pods' environment refers to (`pod_template`),
+    created before the Job and deleted with it. Built at creation time and never kept."""
+    k = kube_models()
+    return k.V1Secret(
+        api_version="v1", kind="Secret", type="Opaque",
+        metadata=k.V1ObjectMeta(name=plan.name, namespace=plan.namespace, labels=plan.label_dict),
+        data={key: base64.b64encode(value.encode()).decode() for key, value in values.items()},
+    )
+
+
 def service_manifest(plan: Plan):
     """Headless: no virtual IP, one DNS record per pod, published before the pods are ready."""
     k = kube_models()
@@ -51,6 +62,8 @@ def service_manifest(plan: Plan):
 def pod_template(plan: Plan):
     k = kube_models()
     env = [k.V1EnvVar(name=key, value=value) for key, value in plan.env]
+    env += [k.V1EnvVar(name=key, value_from=k.V1EnvVarSource(secret_key_ref=k.V1SecretKeySelector(
+        name=plan.name, key=key))) for key in plan.secrets]  # the values stay in the run's Secret
     if plan.mode == "job":
         env.insert(0, k.V1EnvVar(
             name="GPUCLUSTER_NODE_RANK",

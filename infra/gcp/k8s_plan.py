@@ -70,8 +70,6 @@ CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (C
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
 DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
 DATA_DIR = f"{MOUNT}/data"
-# What is not shipped from a user's script folder (not code, or rebuilt on the node).
-SKIP_DIRS = ("__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache")
 
 # The programs the pods run are files of this package, shipped by content in the ConfigMap: the app
 # container's entry script (`pod_entry.py`, as /gpucluster/entry.py: picks this node's argv by rank and
@@ -119,6 +117,7 @@ class Plan:
     stages: bool = False  # --data/--resume: each argv waits for STAGED_FILE (k8s_stage)
     cache: bool = False  # a local folder is staged: the node's cache is mounted (hostPath)
     service_account: str | None = None  # pods run as this Kubernetes service account (object storage)
+    secrets: tuple[str, ...] = ()  # --secret names: env from the run's own Secret `<name>` (values never here)
 
     @property
     def run_dir(self) -> bool:
@@ -145,32 +144,33 @@ def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
     return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
 
 
-def _folder_files(folder: Path) -> list[Path]:
-    out = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") or part in SKIP_DIRS for part in rel.parts):
-            continue
-        if path.is_file() and not path.is_symlink():
-            out.append(path)
-    return out
+def _folder_files(folder: Path) -> tuple[list[Path], int]:
+    """The script folder's files that go into the ConfigMap (`gpucluster.shipping`: .gitignore and
+    .gpuclusterignore honoured; here also hidden files and links left out), and how many the ignore
+    files left out."""
+    from gpucluster.shipping import shipment
+
+    ship = shipment(folder, skip_hidden=True)
+    return [folder / e.rel for e in ship.entries if not e.link], ship.ignored
 
 
-def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], list[tuple[str, str, str | bytes]]]:
+def _ship_user_script(program: list[str], workdir: Path
+                      ) -> tuple[list[str], list[tuple[str, str, str | bytes]], int]:
     """Ship the command's script folder when the script is a local .py file below `workdir`: every
     file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
     ConfigMap under /gpucluster/user/ and the script's path is rewritten; the command runs from there."""
     if not program or program[0] in ("-m", "--no-python"):
-        return program, []
+        return program, [], 0
     script = Path(program[0])
     if script.is_absolute() or ".." in script.parts or script.suffix != ".py":
-        return program, []
+        return program, [], 0
     local = workdir / script
     if not local.is_file():
-        return program, []
+        return program, [], 0
     folder = local.parent
     files: list[tuple[str, str, str | bytes]] = []
-    for i, path in enumerate(_folder_files(folder)):
+    paths, ignored = _folder_files(folder)
+    for i, path in enumerate(paths):
         rel = path.relative_to(workdir).as_posix()
         data = path.read_bytes()
         try:
@@ -186,7 +186,7 @@ def _ship_user_script(program: list[str], workdir: Path) -> tuple[list[str], lis
             f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
             "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
             "on the nodes), or build an image with it and set the option image")
-    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files
+    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files, ignored
 
 
 def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
@@ -262,7 +262,7 @@ def plan_job(
     else:
         hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
     data_args, data_files, notes = _builtin_data(job)
-    program, user_files = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
+    program, user_files, ignored = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
     program = program + data_args
     argv = tuple(
         tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
@@ -291,7 +291,8 @@ def plan_job(
         raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
                           "ConfigMap holds (1 MiB); build an image with them and set the option image")
     if user_files:
-        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes) "
+        left = f", {ignored} left out by .gitignore/.gpuclusterignore" if ignored else ""
+        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes{left}) "
                      f"as {MOUNT}/user")
     selector = {}
     if outputs.get("accelerator_type"):
@@ -324,6 +325,9 @@ def plan_job(
     if job.setup:
         notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
                      f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
+    if job.secrets:
+        notes.append(f"secrets: {', '.join(job.secrets)} from the run's own Kubernetes Secret {namespace}/{name}, "
+                     "created before the pods and deleted with them")
     notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
                  f"{deadline} s (activeDeadlineSeconds), even without this machine")
     return Plan(
@@ -333,4 +337,5 @@ def plan_job(
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
+        secrets=tuple(job.secrets),
     )

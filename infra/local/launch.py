@@ -188,15 +188,20 @@ class LocalLauncher(Launcher):
 
     def describe(self, spec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
-        code_dir, _ = user_program(job, self.python)
+        from gpucluster.infra.ssh.ship import script_shipment
+
+        ship = script_shipment(job, self.python)  # within the size limit, the script not ignored
         lines.append(f"python: {self.python}")
-        if code_dir is not None:
-            lines.append(f"working folder: a copy of {code_dir} per node; what the job writes there comes back to "
-                         "OUTPUTS/workdir/node-N")
+        if ship is not None:
+            lines.append(f"working folder: a copy of {ship.root} per node ({ship.summary()}); what the job writes "
+                         "there comes back to OUTPUTS/workdir/node-N")
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
+        from gpucluster.jobenv import secret_values
+
+        secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
         job = replace(job, rdzv_port=free_port())
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
@@ -272,6 +277,7 @@ class LocalLauncher(Launcher):
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node, output_dir=out))
                 env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
+                env.update(secrets)
                 env.update(python_env(self.python, env.get("PATH", "")))
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node
@@ -323,31 +329,29 @@ SHIPPED = "shipped"  # touched once a node's folder is laid down: what the job w
 
 
 def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
-    """A node's run folder: `code/` a copy of the script's folder (what ssh ships, same skips),
-    each --data/--resume DEST a link to its SRC, then the `shipped` mark."""
-    from gpucluster.infra.ssh.ship import MAX_SHIP_BYTES, _SKIP_DIRS
+    """A node's run folder: `code/` a copy of what is shipped of the script's folder (as on ssh:
+    `gpucluster.shipping`, .gitignore and .gpuclusterignore honoured; links copied as links), each
+    --data/--resume DEST a link to its SRC, then the `shipped` mark."""
+    from gpucluster.errors import UsageError
+    from gpucluster.shipping import shipment
 
-    total = 0
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        nonlocal total
-        skipped = [n for n in names if n in _SKIP_DIRS or n.endswith(".pyc")
-                   or _holds(os.path.join(folder, n), node_dir)]  # e.g. GPUCLUSTER_HOME inside the script's folder
-        for n in names:
-            p = os.path.join(folder, n)
-            if n not in skipped and os.path.isfile(p) and not os.path.islink(p):
-                total += os.path.getsize(p)
-        if total > MAX_SHIP_BYTES:
-            raise LaunchError(f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to "
-                              "copy for every node; put the script in a folder of its own")
-        return skipped
-
+    ship = shipment(code_dir, exclude=[node_dir])  # e.g. GPUCLUSTER_HOME inside the script's folder
+    try:
+        ship.check_limit(what="copy for every node")
+    except UsageError as exc:
+        raise LaunchError(exc.message) from None
     code = node_dir / "code"
     try:
         if node_dir.exists():
             shutil.rmtree(node_dir)
-        node_dir.mkdir(parents=True)
-        shutil.copytree(code_dir, code, symlinks=True, ignore=ignore)
+        code.mkdir(parents=True)
+        for entry in ship.entries:
+            src, dst = code_dir / entry.rel, code / entry.rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if entry.link:
+                dst.symlink_to(os.readlink(src))
+            else:
+                shutil.copy2(src, dst)
         for m in staged_mounts(job):
             link = Path(os.path.normpath(code / m.dest))
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -359,12 +363,6 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
         os.utime(mark, (then, then))
     except OSError as exc:
         raise LaunchError(f"could not lay down the node folder {node_dir}: {exc}") from None
-
-
-def _holds(path: str, node_dir: Path) -> bool:
-    """Whether `path` is `node_dir` or one of its folders (never copied into itself)."""
-    p, d = Path(path).resolve(), node_dir.resolve()
-    return p == d or p in d.parents
 
 
 def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:

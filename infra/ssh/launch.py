@@ -39,19 +39,19 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
+from gpucluster.jobenv import secret_values, send_env
 from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
-from .session import NodeReadiness, Session, node_label, sh
+from .session import NodeReadiness, Session, node_label, sh, stop_local as _stop_local
 from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
@@ -347,13 +347,14 @@ class SshLauncher(Launcher):
             env = node_env(job, node_rank=rank, node_ips=list(private_ips), gpus_per_node=gpus_per_node,
                            output_dir=f"{node_dir}/code/outputs" if program is not None else f"{node_dir}/outputs")
             env.update(staged_env(job, self._data_dirs(job, node_dir, code_dir is not None)))
+            env.update({name: "<secret: this machine's value, sent on stdin>" for name in job.secrets})
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
         from .ship import check_shippable
 
-        check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
+        ship = check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
         if up and user_program(job, self.python)[0] is None:
             from gpucluster.errors import UsageError
@@ -363,6 +364,7 @@ class SshLauncher(Launcher):
         lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]
+        lines += [f"code: {ship.root} -> every node: {ship.summary()}"] if ship is not None else []
         if objects.is_url(job.output_dir):
             lines.append(f"outputs: every node uploads its output folder to {job.output_dir}/{job.run_id}/node-N "
                          "with its own write-only credentials (nothing is copied back here)")
@@ -434,6 +436,7 @@ class SshLauncher(Launcher):
     def _run(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
+        user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv
         supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
         procs: dict[int, subprocess.Popen] = {}
 
@@ -456,13 +459,14 @@ class SshLauncher(Launcher):
                 env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                gpus_per_node=cluster.gpus_per_node, output_dir=out)
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
+                env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
                 env["GPUCLUSTER_PYTHON"] = self.python  # every rank and --setup command; its folder first on PATH
                 path = f"export PATH={shlex.quote(os.path.dirname(self.python))}:\"$PATH\" && " if "/" in self.python else ""
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        "--", *argv]
+                        *(["--env-stdin"] if user_env else []), "--", *argv]
                 # The shell stays (no exec) to say when the reaper ended and how: a daemon that
                 # outlives a killed reaper keeps the session's output open, and the supervisor
                 # ends the session (bounded) once the node's job is known to be over.
@@ -472,10 +476,11 @@ class SshLauncher(Launcher):
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(
-                    session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, start_new_session=True,
+                    session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdout=subprocess.PIPE,
+                    stdin=subprocess.PIPE if user_env else subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs[node.rank] = proc
+                send_env(proc.stdin, user_env)  # one JSON line, then end of input (reaper.py --env-stdin)
                 self._started.setdefault(job.run_id, set()).add(node.rank)
                 # the ledger notes where the run's processes live
                 events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
@@ -484,16 +489,3 @@ class SshLauncher(Launcher):
             stop()
             raise
         return supervisor.run(procs, stop, release=release)
-
-
-def _stop_local(procs: dict[int, subprocess.Popen]) -> None:
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    end = time.monotonic() + 3
-    for proc in procs.values():
-        try:
-            proc.wait(timeout=max(0.05, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

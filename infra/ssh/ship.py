@@ -1,6 +1,7 @@
 """What the ssh launcher ships to the nodes: the run id checked as a folder name, the user's
-script (its folder, when the command runs a local script) and a tar bundle of the built-in
-workloads plus that folder, bounded in size."""
+script (its folder, when the command runs a local script: what of it `gpucluster.shipping`
+chooses, .gitignore and .gpuclusterignore honoured) and a tar bundle of the built-in workloads
+plus that folder, bounded in size."""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ import os
 import re
 import tarfile
 from pathlib import Path
-from typing import Iterator
 
-from gpucluster.errors import LaunchError
+from gpucluster.errors import LaunchError, UsageError
 from gpucluster.launch import _PYTHON_RE, JobSpec, program_args
-
-MAX_SHIP_BYTES = 200 * 1024 * 1024
-_SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache"}
+from gpucluster.shipping import MAX_SHIP_BYTES, SKIP_DIRS as _SKIP_DIRS, Shipment, shipment  # noqa: F401 - re-exported
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -75,7 +73,6 @@ def bundle(code_dir: Path | None) -> bytes:
     import gpucluster.workloads as workloads
 
     buf = io.BytesIO()
-    total = 0
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
             tar.add(f, arcname=f"workloads/{f.name}")
@@ -92,44 +89,37 @@ def bundle(code_dir: Path | None) -> bytes:
         if digits:
             tar.add(digits, arcname="workloads/data/digits.csv.gz")
         if code_dir is not None:
-            for path in _code_files(code_dir):
-                total += path.lstat().st_size
-                if total > MAX_SHIP_BYTES:
-                    raise LaunchError(_too_big(code_dir))
-                tar.add(path, arcname=f"code/{path.relative_to(code_dir).as_posix()}", recursive=False)
+            ship = shipment(code_dir)
+            try:
+                ship.check_limit()
+            except UsageError as exc:
+                raise LaunchError(exc.message) from None
+            for entry in ship.entries:
+                tar.add(code_dir / entry.rel, arcname=f"code/{entry.rel}", recursive=False)
     return buf.getvalue()
 
 
-def _code_files(code_dir: Path) -> Iterator[Path]:
-    """The files of the script's folder that are shipped (tool folders and .pyc left out)."""
-    for root, dirnames, filenames in os.walk(code_dir):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            path = Path(root, name)
-            if path.suffix != ".pyc":
-                yield path
+def script_shipment(job: JobSpec, python: str = "python3") -> Shipment | None:
+    """What of the script's folder is shipped, checked: within the size limit (the error names the
+    largest files) and holding the script itself; None when the command ships no script."""
+    code_dir, program = user_program(job, python)
+    if code_dir is None:
+        return None
+    ship = shipment(code_dir)
+    ship.check_limit()
+    names = [a[2:] if a.startswith("./") else a for a in program or ()]
+    script = next((n for n in names if "/" not in n and (code_dir / n).is_file()), None)
+    if script is not None:
+        ship.require(script)
+    return ship
 
 
-def _too_big(code_dir: Path) -> str:
-    return (f"the script's folder {str(code_dir)!r} holds more than {MAX_SHIP_BYTES >> 20} MB to copy to every "
-            "node; put the script in a folder of its own (data belongs on the nodes or in object storage)")
-
-
-def check_shippable(job: JobSpec, python: str = "python3", ssh: str = "ssh") -> None:
-    """Before anything is recorded: `ssh` on PATH, and the script's folder within the size that is
-    shipped to every node (UsageError, exit 2, with the fix)."""
+def check_shippable(job: JobSpec, python: str = "python3", ssh: str = "ssh") -> Shipment | None:
+    """Before anything is recorded: `ssh` on PATH, and the script's folder shippable (`script_shipment`;
+    UsageError, exit 2, with the fix). What is shipped, for the plan."""
     import shutil
-
-    from gpucluster.errors import UsageError
 
     if shutil.which(ssh) is None:
         raise UsageError(f"`{ssh}` is not on PATH (runs on these nodes are launched over OpenSSH); install it: "
                          "`sudo apt-get install openssh-client` / `brew install openssh`")
-    code_dir, _ = user_program(job, python)
-    if code_dir is None:
-        return
-    total = 0
-    for path in _code_files(code_dir):
-        total += path.lstat().st_size
-        if total > MAX_SHIP_BYTES:
-            raise UsageError(_too_big(code_dir))
+    return script_shipment(job, python)

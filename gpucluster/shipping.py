@@ -1,0 +1,211 @@
+"""What of a script's folder is shipped to the nodes (every backend: ssh/aws tar bundle, local
+per-node copies, gcp ConfigMap), chosen in one place.
+
+Left out:
+- tool folders (`SKIP_DIRS`: .git, virtualenvs, caches, node_modules) and `.pyc` files;
+- what `.gitignore` files ignore, as git reads them: the one in each folder applies to the paths
+  below that folder; those of the folders above the script's folder count too, up to the
+  repository's top (the folder holding `.git`); a deeper file's rule wins, `!pattern` takes a path
+  back, and nothing is taken back from a folder that is ignored as a whole;
+- what `.gpuclusterignore` files ignore (the same syntax and places; read after the folder's
+  .gitignore, so `!pattern` there ships a file git ignores, e.g. a small checkpoint to resume from).
+
+Patterns are matched with the `pathspec` library's git-style matcher (GitIgnoreSpec). Links are
+shipped as links, never followed. The whole shipment is measured before anything is sent: over
+`limit`, the error names the largest files, so they can be added to .gpuclusterignore.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from gpucluster.errors import UsageError
+
+MAX_SHIP_BYTES = 200 * 1024 * 1024
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache",
+                       ".pytest_cache"})
+IGNORE_FILES = (".gitignore", ".gpuclusterignore")
+LARGEST_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Entry:
+    rel: str  # posix path relative to the shipped folder
+    size: int  # bytes (a link: 0)
+    link: bool = False
+
+
+@dataclass
+class Shipment:
+    root: Path
+    entries: list[Entry] = field(default_factory=list)
+    ignored: int = 0  # files and folders left out by .gitignore / .gpuclusterignore rules
+
+    @property
+    def total(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    @property
+    def files(self) -> int:
+        return len(self.entries)
+
+    def summary(self) -> str:
+        """"12 file(s), 3.4 MB (5 left out by .gitignore/.gpuclusterignore)"."""
+        left = f" ({self.ignored} left out by .gitignore/.gpuclusterignore)" if self.ignored else ""
+        return f"{self.files} file(s), {human(self.total)}{left}"
+
+    def require(self, rel: str) -> None:
+        """UsageError when the script itself (`rel`) is left out by an ignore rule."""
+        if rel not in {e.rel for e in self.entries}:
+            raise UsageError(f"{rel!r} in {str(self.root)!r} is left out by a .gitignore or .gpuclusterignore "
+                             f"rule, so it would not reach the nodes; add the line !{rel} to "
+                             f"{self.root / '.gpuclusterignore'}")
+
+    def largest(self, n: int = LARGEST_SHOWN) -> list[Entry]:
+        return sorted(self.entries, key=lambda e: (-e.size, e.rel))[:n]
+
+    def check_limit(self, limit: int = MAX_SHIP_BYTES, what: str = "copy to every node") -> None:
+        """UsageError (exit 2) when the shipment is over `limit`, naming its largest files."""
+        if self.total <= limit:
+            return
+        big = ", ".join(f"{e.rel} ({human(e.size)})" for e in self.largest())
+        raise UsageError(f"the script's folder {str(self.root)!r} holds {human(self.total)} to {what}, over the "
+                         f"{human(limit)} limit; largest: {big}. Add what the job does not need to a "
+                         ".gpuclusterignore file there (or .gitignore), put data in a --data folder or object "
+                         "storage, or put the script in a folder of its own")
+
+
+def human(n: float) -> str:
+    """Bytes as people read them: 512 B, 3.4 KiB, 200.0 MiB, 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def shipment(root: Path, *, exclude: Iterable[Path] = (), skip_hidden: bool = False) -> Shipment:
+    """What of `root` is shipped (see the module's docstring). `exclude`: folders never shipped, nor
+    any folder holding one (e.g. the node folders, under GPUCLUSTER_HOME inside the script's
+    folder); `skip_hidden`: leave out every name starting with '.' too (gcp: the ConfigMap holds 1 MiB)."""
+    root = Path(root)
+    out = Shipment(root=root)
+    from gpucluster.home import home_dir
+
+    never = {Path(p).resolve() for p in (*exclude, home_dir(create=False))}  # gpucluster's own state: never shipped
+    rules = _outer_rules(root.resolve())
+    _walk(root, "", rules, never, skip_hidden, out)
+    return out
+
+
+Rules = list[tuple[str, Any]]  # (folder relative to root, "" for root or above, GitIgnoreSpec)
+
+
+def _walk(folder: Path, rel: str, rules: Rules, never: set[Path], skip_hidden: bool, out: Shipment) -> None:
+    rules = rules + _rules_in(folder, rel)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return  # an unreadable folder: what it holds cannot be shipped (tar/copy would fail the same way)
+    for name in names:
+        path = folder / name
+        sub = f"{rel}{name}"
+        if skip_hidden and name.startswith("."):
+            continue
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        link = path.is_symlink()
+        is_dir = not link and path.is_dir()
+        if is_dir and (name in SKIP_DIRS or any(path.resolve() == n or path.resolve() in n.parents for n in never)):
+            continue
+        if not is_dir and name.endswith(".pyc"):
+            continue
+        if _ignored(rules, sub + ("/" if is_dir else "")):
+            out.ignored += 1
+            continue
+        if is_dir:
+            _walk(path, sub + "/", rules, never, skip_hidden, out)
+        elif link or path.is_file():
+            out.entries.append(Entry(sub, 0 if link else st.st_size, link))
+
+
+def _ignored(rules: Rules, rel: str) -> bool:
+    """The last rule file with a word on `rel` decides (deeper files come later)."""
+    decision = False
+    for base, spec in rules:
+        if base and not rel.startswith(base):
+            continue
+        result = spec.check_file(rel[len(base):])
+        if result.include is not None:
+            decision = bool(result.include)
+    return decision
+
+
+def _spec(lines: list[str]) -> Any:
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _read(path: Path) -> list[str] | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+
+
+def _rules_in(folder: Path, rel: str) -> Rules:
+    found = []
+    for name in IGNORE_FILES:
+        lines = _read(folder / name)
+        if lines:
+            found.append((rel, _spec(lines)))
+    return found
+
+
+def _outer_rules(root: Path) -> Rules:
+    """The ignore files of the folders above `root`, up to the repository's top (a folder holding
+    .git), outermost first, each matching paths as seen from its own folder. None outside a
+    repository. A rule that ignores `root` itself or a folder above it is not applied: the user runs a
+    script from that folder on purpose, and what it holds is what the job needs."""
+    top = next((f for f in (root, *root.parents) if (f / ".git").exists()), None)
+    if top is None or top == root:
+        return []
+    chain = [f for f in root.parents if f == top or top in f.parents]  # innermost first
+    rules: Rules = []
+    for outer in reversed(chain):
+        prefix = root.relative_to(outer).as_posix() + "/"
+        for name in IGNORE_FILES:
+            lines = _read(outer / name)
+            if lines:
+                rules.append(("", _Outer(_spec(lines), prefix)))
+    return rules
+
+
+class _Outer:
+    """A rule file above the shipped folder: paths are matched as seen from its own folder, less
+    the rules that ignore the shipped folder or a folder above it."""
+
+    def __init__(self, spec: Any, prefix: str):
+        self.spec, self.prefix = spec, prefix
+        parts = prefix.rstrip("/").split("/")
+        found = (spec.check_file("/".join(parts[:i]) + "/") for i in range(1, len(parts) + 1))
+        self.above = {r.index for r in found if r.include}
+
+    def check_file(self, rel: str) -> Any:
+        result = self.spec.check_file(self.prefix + rel)
+        if result.include and result.index in self.above:
+            return _NO_WORD
+        return result
+
+
+class _NoWord:
+    include = None
+
+
+_NO_WORD = _NoWord()

@@ -1,0 +1,146 @@
+"""What of a script's folder is shipped (gpucluster/shipping.py), the same for ssh/aws (the tar
+bundle), local (the per-node copies) and gcp (the ConfigMap): .gitignore and .gpuclusterignore as
+git reads them, tool folders and .pyc left out, links kept as links, the size limit's message
+naming the largest files, and the plan saying what is shipped."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpucluster.errors import UsageError
+from gpucluster.launch import JobSpec
+from gpucluster.shipping import MAX_SHIP_BYTES, shipment
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tree(tmp_path / "proj", {
+        "train.py": "print('hi')\n",
+        "model.pt": "weights",
+        "keep.pt": "small",
+        "wandb/run-1/log.txt": "x",
+        "data/shard-0.bin": "d",
+        "sub/data/notes.txt": "not the top data folder",
+        "sub/.gitignore": "!keep2.pt\nscratch/\n",
+        "sub/keep2.pt": "taken back by a deeper file",
+        "sub/scratch/tmp.txt": "t",
+        "lib/util.py": "u",
+        "lib/util.pyc": "c",
+        "__pycache__/x.pyc": "c",
+        ".venv/bin/python": "v",
+        "big.ckpt": "resume me",
+        ".gitignore": "*.pt\n!keep.pt\nwandb/\n/data\n*.ckpt\n",
+        ".gpuclusterignore": "!big.ckpt\nlib/util.py\n",
+    })
+    os.symlink("train.py", root / "alias.py")
+    return root
+
+
+def test_gitignore_and_gpuclusterignore_as_git_reads_them(project):
+    ship = shipment(project)
+    assert sorted(e.rel for e in ship.entries) == [
+        ".gitignore", ".gpuclusterignore", "alias.py", "big.ckpt", "keep.pt", "sub/.gitignore", "sub/data/notes.txt",
+        "sub/keep2.pt", "train.py"]
+    # model.pt, wandb/, data/, lib/util.py, sub/scratch/ (5 rules' worth); .venv, __pycache__, .pyc: tool files
+    assert ship.ignored == 5
+    assert [e.link for e in ship.entries if e.rel == "alias.py"] == [True]
+    assert ship.summary() == f"9 file(s), {ship.total} B (5 left out by .gitignore/.gpuclusterignore)"
+
+
+def test_the_repositorys_outer_ignore_files_count_but_not_one_that_ignores_the_folder_itself(tmp_path):
+    repo = tree(tmp_path / "repo", {".gitignore": "*.log\nexperiments/\n", "src/train.py": "x", "src/run.log": "l",
+                                    "experiments/a/train.py": "x", "experiments/a/out.log": "l"})
+    (repo / ".git").mkdir()
+    assert [e.rel for e in shipment(repo / "src").entries] == ["train.py"]
+    # running a script from an ignored folder ships that folder (the *.log rule still holds)
+    assert [e.rel for e in shipment(repo / "experiments" / "a").entries] == ["train.py"]
+    # outside a repository only the folder's own files count
+    (repo / ".git").rmdir()
+    assert sorted(e.rel for e in shipment(repo / "src").entries) == ["run.log", "train.py"]
+
+
+def test_the_size_limit_names_the_largest_files(tmp_path):
+    root = tree(tmp_path / "p", {"train.py": "x" * 10})
+    for name, size in (("ckpt/a.bin", MAX_SHIP_BYTES // 2), ("b.bin", MAX_SHIP_BYTES // 2 + 5)):
+        (root / name).parent.mkdir(exist_ok=True)
+        with open(root / name, "wb") as f:
+            f.truncate(size)  # sparse
+    with pytest.raises(UsageError) as exc:
+        shipment(root).check_limit()
+    assert "largest: b.bin (100.0 MiB), ckpt/a.bin (100.0 MiB), train.py (10 B)" in exc.value.message
+    assert ".gpuclusterignore" in exc.value.message
+    (root / ".gpuclusterignore").write_text("*.bin\n")
+    shipment(root).check_limit()  # ignored: within the limit now
+
+
+def test_a_script_left_out_by_a_rule_is_refused_before_anything(tmp_path):
+    from gpucluster.infra.ssh.ship import script_shipment
+
+    root = tree(tmp_path / "p", {"train.py": "x", ".gitignore": "*.py\n"})
+    job = JobSpec("r1", command=("python", str(root / "train.py")))
+    with pytest.raises(UsageError, match=r"'train.py' .* is left out by a .gitignore or .gpuclusterignore rule.*!train.py"):
+        script_shipment(job)
+
+
+def test_ssh_bundle_and_local_copies_ship_exactly_the_shipment(project, tmp_path, monkeypatch):
+    from gpucluster.infra.local.launch import _lay_down
+    from gpucluster.infra.ssh.ship import bundle
+
+    expected = sorted(e.rel for e in shipment(project).entries)
+    with tarfile.open(fileobj=io.BytesIO(bundle(project))) as tar:
+        code = sorted(m.name[len("code/"):] for m in tar.getmembers() if m.name.startswith("code/"))
+        assert tar.getmember("code/alias.py").issym()
+    assert code == expected
+    node = tmp_path / "home" / "runs" / "r1" / "nodes" / "node-0"
+    _lay_down(JobSpec("r1", command=("python", "train.py")), project, node)
+    copied = sorted(p.relative_to(node / "code").as_posix() for p in (node / "code").rglob("*")
+                    if p.is_file() or p.is_symlink())
+    assert copied == expected
+    assert os.readlink(node / "code" / "alias.py") == "train.py"
+
+
+def test_gpucluster_home_inside_the_folder_is_never_shipped(tmp_path, monkeypatch):
+    root = tree(tmp_path / "p", {"train.py": "x", "state/ledger.sqlite3": "l"})
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(root / "state"))
+    assert [e.rel for e in shipment(root).entries] == ["train.py"]
+
+
+def test_the_plans_say_what_is_shipped(project, monkeypatch, tmp_path):
+    from gpucluster.infra.local.launch import LocalLauncher
+    from gpucluster.infra.ssh.launch import SshLauncher
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    job = JobSpec("r1", command=("python", str(project / "train.py")))
+    local = LocalLauncher(python=sys.executable).describe(None, job)
+    assert any("working folder: a copy of" in ln and "9 file(s)" in ln and "5 left out by .gitignore" in ln
+               for ln in local), local
+    ssh = SshLauncher().describe(None, job)
+    assert any(ln.startswith(f"code: {project} -> every node: 9 file(s)") for ln in ssh), ssh
+
+
+def test_gcp_configmap_ships_the_same_choice_without_hidden_files_or_links(project, monkeypatch):
+    pytest.importorskip("kubernetes")
+    from types import SimpleNamespace
+
+    from gpucluster.infra.gcp.k8s_plan import plan_job
+
+    monkeypatch.chdir(project)
+    cluster = SimpleNamespace(name="c", nodes=(), gpus_per_node=1, outputs={"nodes": 1})
+    plan = plan_job(cluster, JobSpec("r1", command=("python", "train.py")), workdir=project)
+    user = sorted(path for _, path, _ in plan.files if path.startswith("user/"))
+    assert user == ["user/big.ckpt", "user/keep.pt", "user/sub/data/notes.txt", "user/sub/keep2.pt", "user/train.py"]
+    assert any("5 left out by .gitignore/.gpuclusterignore" in n for n in plan.notes), plan.notes

@@ -1,0 +1,413 @@
+"""Task files (gpucluster/taskfile.py, cli/taskopts.py): every key reaches its flag, flags win, the
+same file serves run, up, sweep and cost estimate, and every error names the key and the line (exit 2,
+one line, nothing created). The commands are stopped where the one prepare step would start: what
+they would prepare is the `Request` they hand it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucluster import prepare as prepare_module
+from gpucluster import taskfile
+from gpucluster.cli.main import main
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def captured(monkeypatch, home):
+    """The Request each command hands the prepare step (then it stops)."""
+    got = []
+
+    def fake_prepare(req, backend, **kw):
+        got.append(req)
+        raise Stop
+
+    monkeypatch.setattr(prepare_module, "prepare", fake_prepare)
+    return got
+
+
+def write(folder: Path, text: str, name: str = "task.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def request(captured, *argv: str):
+    with pytest.raises(Stop):
+        main(list(argv))
+    return captured[-1]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project folder: a script, a data folder, an env file, ssh files; the shell is elsewhere."""
+    p = tmp_path / "project"
+    (p / "shards").mkdir(parents=True)
+    (p / "train.py").write_text("print('hi')\n")
+    (p / ".env").write_text("# settings\nexport SEED=7\nNAME='two words'\n")
+    (p / "id_key").write_text("key\n")
+    (p / "known").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("GC_TOKEN", "s3cret-value")
+    return p
+
+
+LOCAL = """\
+name: demo-task
+resources:
+  cloud: local
+  nodes: 3
+  gpus_per_node: 0
+python: {python}
+workdir: .
+setup:
+  - pip --version
+  - echo ready
+run: python train.py --epochs 2
+procs_per_node: 2
+threads_per_proc: 1
+data: [shards]
+env:
+  WANDB_MODE: offline
+  LR: 0.1
+env_file: .env
+secrets: [GC_TOKEN]
+outputs:
+  dir: out
+  collect: ["*.pt", logs]
+  limit: 500MB
+limits:
+  max_minutes: 30
+  max_restarts: 1
+"""
+
+
+def test_every_local_key_reaches_its_flag_and_paths_are_the_task_folders(captured, project):
+    task = write(project, LOCAL.format(python=sys.executable))
+    req = request(captured, "run", str(task))
+    assert req.cloud == "local" and req.name == "demo-task" and req.nodes == 3 and req.gpus_per_node == 0
+    assert req.python == sys.executable
+    assert req.setup == ("pip --version", "echo ready")
+    assert req.command == ("python", "train.py", "--epochs", "2")
+    assert req.procs_per_node == 2 and req.threads_per_proc == 1 and req.max_restarts == 1
+    assert req.data == ("shards",) and req.output == "out"
+    assert req.collect == ("*.pt", "logs") and req.collect_limit == "500MB"
+    assert req.env == ("WANDB_MODE=offline", "LR=0.1") and req.env_file == (".env",) and req.secret == ("GC_TOKEN",)
+    assert req.max_minutes == 30.0
+    # the command ran from the task's workdir (the file's folder), and came back
+    assert Path.cwd().name == "elsewhere"
+
+
+def test_the_builtin_workload_keys(captured, project):
+    task = write(project, "resources: {cloud: local}\nworkload: mnist\nepochs: 3\nworkload_args: --batch-size 64\n"
+                          "resume: r20261122-101500-ab12cd\n")
+    req = request(captured, "run", "-f", str(task))
+    assert (req.workload, req.epochs, req.workload_args) == ("mnist", 3, "--batch-size 64")
+    assert req.resume == "r20261122-101500-ab12cd" and req.command == ()
+
+
+def test_every_aws_key_reaches_its_flag(captured, project):
+    task = write(project, """\
+resources:
+  cloud: aws
+  region: us-west-2
+  zone: us-west-2b
+  instance_type: g5.12xlarge
+  nodes: 4
+  spot: true
+  disk_gb: 200
+  ssh_cidr: 203.0.113.7/32
+  tags: {team: vision, cost-center: 42}
+  options: {efa: true, image: base}
+ssh:
+  remote_python: /opt/pytorch/bin/python
+limits:
+  max_lifetime: 120
+  ready_timeout: 900
+keep: true
+run: [python, train.py]
+""")
+    req = request(captured, "run", str(task))
+    assert (req.cloud, req.region, req.zone, req.instance_type, req.nodes) == (
+        "aws", "us-west-2", "us-west-2b", "g5.12xlarge", 4)
+    assert req.spot is True and req.disk_gb == 200 and req.ssh_cidr == "203.0.113.7/32"
+    assert req.tags == ("team=vision", "cost-center=42") and req.options == ("efa=true", "image=base")
+    assert req.remote_python == "/opt/pytorch/bin/python"
+    assert req.max_lifetime == 120 and req.ready_timeout == 900
+    assert captured and req.command == ("python", "train.py")
+
+
+def test_every_ssh_and_gcp_key_reaches_its_flag(captured, project):
+    task = write(project, "resources:\n  cloud: ssh\n  hosts: [ubuntu@10.0.0.5, 'ubuntu@10.0.0.6:2222']\n"
+                          "ssh:\n  identity: id_key\n  known_hosts: known\nrun: python train.py\n")
+    req = request(captured, "run", str(task))
+    assert req.hosts == "ubuntu@10.0.0.5,ubuntu@10.0.0.6:2222"
+    assert (req.identity, req.known_hosts) == ("id_key", "known")
+    task = write(project, "resources:\n  cloud: gcp\n  project: my-proj-123\nlimits:\n  start_deadline: 30\n"
+                          "run: python train.py\n", "gcp.yaml")
+    req = request(captured, "run", str(task))
+    assert (req.cloud, req.project, req.start_deadline) == ("gcp", "my-proj-123", 30)
+
+
+def test_the_tests_above_cover_every_key():
+    text = Path(__file__).read_text()
+    for key in taskfile.KEYS:
+        leaf = key.split(".")[-1]
+        assert f"{leaf}:" in text or f"{leaf}: " in text, key
+
+
+def test_flags_win_lists_are_replaced_and_env_adds_up(captured, project):
+    task = write(project, LOCAL.format(python=sys.executable))
+    (project / "other").mkdir()
+    req = request(captured, "run", str(task), "--nodes", "2", "--data", str(project / "other"), "--env", "LR=0.5",
+                  "--secret", "GC_TOKEN", "--", "python", "train.py")
+    assert req.nodes == 2
+    assert req.data == (str(project / "other"),)  # the flag's list replaces the file's
+    assert req.env == ("WANDB_MODE=offline", "LR=0.1", "LR=0.5")  # file first, the flag wins for LR
+    assert req.command == ("python", "train.py")
+    # the option order does not matter: the file may come after options
+    req = request(captured, "run", "--nodes", "4", str(task))
+    assert req.nodes == 4 and req.name == "demo-task"
+
+
+def test_relative_flags_stay_relative_to_the_shell(captured, project, tmp_path):
+    task = write(project, LOCAL.format(python=sys.executable))
+    (tmp_path / "elsewhere" / "mine").mkdir()
+    req = request(captured, "run", str(task), "--data", "mine:d", "--output", "o2")
+    assert req.data == (str(tmp_path / "elsewhere" / "mine") + ":d",)
+    assert req.output == str(tmp_path / "elsewhere" / "o2")
+
+
+def test_up_sweep_and_cost_estimate_take_the_same_file(captured, project, capsys):
+    task = write(project, """\
+name: shared
+resources: {cloud: aws, region: us-east-1, instance_type: g5.xlarge, nodes: 2, spot: false}
+run: python train.py
+limits: {max_minutes: 30}
+""")
+    up = request(captured, "up", str(task), "--dry-run")
+    assert (up.cloud, up.name, up.instance_type, up.nodes, up.job) == ("aws", "shared", "g5.xlarge", 2, False)
+    sweep = request(captured, "sweep", "-f", str(task), "--nodes", "1,2", "--yes")
+    assert (sweep.cloud, sweep.region, sweep.instance_type, sweep.command) == (
+        "aws", "us-east-1", "g5.xlarge", ("python", "train.py"))
+    capsys.readouterr()
+    assert main(["cost", "estimate", str(task), "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["nodes"] == 2 and est["hours"] == "0.5" and est["region"] == "us-east-1"
+
+
+# -- the user config and the environment ---------------------------------------------------------
+def test_precedence_flag_task_env_config_builtin(captured, project, monkeypatch, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("cloud: aws\naws:\n  region: eu-west-1\n  ssh_cidr: 198.51.100.0/24\n")
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(config))
+    bare = write(project, "run: python train.py\n", "bare.yaml")
+    req = request(captured, "run", str(bare))
+    assert (req.cloud, req.region, req.ssh_cidr) == ("aws", "eu-west-1", "198.51.100.0/24")  # config
+    monkeypatch.setenv("GPUCLUSTER_REGION", "us-west-2")
+    assert request(captured, "run", str(bare)).region == "us-west-2"  # env > config
+    placed = write(project, "resources: {region: us-east-1}\nrun: python train.py\n", "placed.yaml")
+    assert request(captured, "run", str(placed)).region == "us-east-1"  # task > env
+    assert request(captured, "run", str(placed), "--region", "eu-west-1").region == "eu-west-1"  # flag > task
+    # a config for aws says nothing to a local run (its section is aws's), nor does GPUCLUSTER_REGION
+    req = request(captured, "run", "--cloud", "local", "--", "python", str(project / "train.py"))
+    assert (req.cloud, req.region, req.ssh_cidr) == ("local", None, None)
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", "")
+    monkeypatch.delenv("GPUCLUSTER_REGION")
+    assert request(captured, "run", "--", "python", str(project / "train.py")).cloud == "local"  # built-in
+
+
+def test_run_and_up_default_the_same_way(captured, monkeypatch, tmp_path, capsys):
+    assert main(["up"]) == 2
+    assert "cloud 'local' is not allowed" in capsys.readouterr().err  # the built-in default, as for run
+    monkeypatch.setenv("GPUCLUSTER_CLOUD", "gcp")
+    assert request(captured, "up", "--dry-run").cloud == "gcp"
+    assert request(captured, "run", "--dry-run").cloud == "gcp"
+
+
+def test_the_config_file_location_and_state_backend(monkeypatch, tmp_path):
+    from gpucluster import userconfig
+
+    monkeypatch.delenv("GPUCLUSTER_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert userconfig.config_path() == tmp_path / "xdg" / "gpucluster" / "config.yaml"
+    assert userconfig.state_backend() is None  # no file: no defaults
+    userconfig.config_path().parent.mkdir(parents=True)
+    userconfig.config_path().write_text("state: s3://team-bucket/pulumi\n")
+    assert userconfig.state_backend() == "s3://team-bucket/pulumi"
+    monkeypatch.setenv("GPUCLUSTER_STATE", "gs://other")
+    assert userconfig.state_backend() == "gs://other"  # the environment wins over the file
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(tmp_path / "mine.yaml"))
+    assert userconfig.config_path() == tmp_path / "mine.yaml"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("clod: aws\n", "line 1: unknown key 'clod' (did you mean \"cloud\"?)"),
+    ("aws:\n  regoin: x\n", "line 2: unknown key 'aws.regoin' (did you mean \"region\"?)"),
+    ("aws:\n  project: p\n", "line 2: aws.project: aws does not take --project"),
+    ("cloud: azure\n", "line 1: cloud: 'azure' is not a cloud"),
+    ("cloud: aws\ncloud: gcp\n", "line 2: cloud is given twice"),
+    ("aws: us-east-1\n", "line 1: aws: a mapping of settings"),
+    ("cloud: [aws]\n", "line 1: cloud: a string is needed here"),
+    ("cloud: : :\n", "line 1: not valid YAML"),
+])
+def test_config_file_errors_name_the_key_and_line(text, expected, tmp_path, monkeypatch, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(config))
+    assert main(["run", "--cloud", "local"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and str(config) in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_config_file_named_by_the_environment_must_exist(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(tmp_path / "nope.yaml"))
+    assert main(["run"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_bad_cloud_in_the_environment_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GPUCLUSTER_CLOUD", "azure")
+    assert main(["run"]) == 2
+    assert "GPUCLUSTER_CLOUD 'azure' is not allowed" in capsys.readouterr().err
+
+
+# -- every error names the key and the line --------------------------------------------------
+ERRORS = [
+    # shape
+    ("clod: local\n", 1, "unknown key 'clod' at the top"),
+    ("resources:\n  nodez: 2\n", 2, "unknown key 'resources.nodez' in resources (did you mean \"nodes\"?)"),
+    ("resources: local\n", 1, "resources: a mapping of cloud, region"),
+    ("- run\n", 1, "the file must be a mapping of keys"),
+    ("name: a\nname: b\n", 2, "name is given twice (first on line 1)"),
+    ("base: &b {nodes: 2}\n", 1, "unknown key 'base'"),
+    ("resources:\n  <<: {nodes: 2}\n", 2, "YAML merge keys"),
+    ("run: python x.py\n  bad: indent\n", 2, "not valid YAML"),
+    # kinds
+    ("resources:\n  nodes: two\n", 2, "resources.nodes: an integer, not 'two'"),
+    ("resources:\n  nodes: 2.5\n", 2, "resources.nodes: an integer, not 2.5"),
+    ("resources:\n  spot: maybe\n", 2, "resources.spot: true or false, not 'maybe'"),
+    ("name: yes\n", 1, "name: a string, not true (quote it if it is text)"),
+    ("name: [a, b]\n", 1, "name: a string, not a list"),
+    ("name: ''\n", 1, "name: a string that is not empty"),
+    ("setup: {a: b}\n", 1, "setup: a list of strings (or one string), not a mapping"),
+    ("data: [shards, [x]]\n", 1, "data: a list of strings (or one string); an item is a list"),
+    ("env: [A=1]\n", 1, "env: a mapping of KEY: value, not a list"),
+    ("env:\n  A: [1]\n", 2, "env.A: one value"),
+    ("limits:\n  max_minutes: soon\n", 2, "limits.max_minutes: a number, not 'soon'"),
+    ("run: \"python 'x.py\"\n", 1, "run: a command that splits into arguments"),
+    ("run: []\n", 1, "run: a command, e.g. python train.py"),
+    # values, checked as the flags check them
+    ("resources:\n  nodes: 0\n", 2, "resources.nodes: nodes 0 is not allowed: an integer"),
+    ("resources:\n  nodes: 17\n", 2, "resources.nodes: nodes 17 is not allowed: an integer from 1 to 16"),
+    ("resources:\n  gpus_per_node: 99\n", 2, "resources.gpus_per_node: gpus per node 99 is not allowed"),
+    ("resources:\n  cloud: azure\n", 2, "resources.cloud: cloud 'azure' is not allowed"),
+    ("resources:\n  region: us-east-1\n", 2, "resources.region: not used with cloud local (only with aws or gcp)"),
+    ("limits:\n  max_minutes: -1\n", 2, "limits.max_minutes: max minutes -1 is not allowed"),
+    ("limits:\n  max_restarts: 99\n", 2, "limits.max_restarts: max restarts 99 is not allowed"),
+    ("workload: resnet\n", 1, "workload: workload 'resnet' is not allowed"),
+    ("data: [missing]\n", 1, "data: --data 'missing': the folder 'missing' does not exist"),
+    ("setup: ['  ']\n", 1, "setup: a list of strings (or one string); an item is '  '"),
+    ("outputs:\n  limit: lots\n", 2, "outputs.limit: --collect-limit 'lots' is not allowed"),
+    ("env:\n  '1X': a\n", 2, "env: --env '1X' is not allowed: a variable name"),
+    ("env:\n  GPUCLUSTER_RUN_ID: x\n", 2, "env: --env 'GPUCLUSTER_RUN_ID' is not allowed: gpucluster or torchrun"),
+    ("env_file: nope.env\n", 1, "env_file: --env-file 'nope.env' does not exist"),
+    ("secrets: [GC_NOT_SET_ANYWHERE]\n", 1, "secrets: --secret 'GC_NOT_SET_ANYWHERE': GC_NOT_SET_ANYWHERE is not set"),
+    ("secrets: ['GC_TOKEN=abc']\n", 1, "secrets: --secret GC_TOKEN=... is not allowed: give only the NAME"),
+    ("run: python missing.py\n", 1, "run: script 'missing.py' is not allowed"),
+    ("workdir: nowhere\n", 1, "workdir: the folder 'nowhere'"),
+    ("resources:\n  cloud: aws\n  tags: {managed-by: me}\n", 3, "resources.tags: --tag key 'managed-by' is reserved"),
+    ("run: python train.py\nworkload: digits\n", 2, "run and workload: give one"),
+]
+
+
+@pytest.mark.parametrize("text, line, expected", ERRORS, ids=[e[2][:40] for e in ERRORS])
+def test_every_error_names_the_key_and_line_and_creates_nothing(text, line, expected, project, home, capsys):
+    task = write(project, text)
+    assert main(["run", str(task), "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpucluster: error: task file {str(task)!r}, line {line}: "), err
+    assert expected in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (home / "ledger.sqlite3").exists()  # nothing recorded
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "huge", "laughs", "deep", "binary", "folder", "twice"])
+def test_file_level_errors(case, project, capsys):
+    task = project / "task.yaml"
+    argv = ["run", str(task)]
+    expected = {"missing": "does not exist", "empty": "is empty", "huge": "bytes are read",
+                "laughs": "expands to more than", "deep": "nested too deeply", "binary": "is not UTF-8",
+                "folder": "is a folder", "twice": "give the task file once"}[case]
+    if case == "empty":
+        task.write_text("# nothing\n")
+    elif case == "huge":
+        task.write_text("name: x\n" + "#" * (taskfile.MAX_TASK_BYTES + 1))
+    elif case == "laughs":
+        rows = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        rows += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]" for i in range(1, 8)]
+        task.write_text("\n".join(rows) + "\n")
+    elif case == "deep":
+        task.write_text("env: " + "[" * 40 + "]" * 40 + "\n")
+    elif case == "binary":
+        task.write_bytes(b"name: \xff\xfe\n")
+    elif case == "folder":
+        task.mkdir()
+    elif case == "twice":
+        task.write_text("name: x\n")
+        argv = ["run", "-f", str(task), str(task)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_yaml_value_after_dashes_is_the_commands_not_a_task_file(captured, project):
+    (project / "conf.yaml").write_text("lr: 1\n")
+    req = request(captured, "run", "--cloud", "local", "--", "python", str(project / "train.py"),
+                  str(project / "conf.yaml"))
+    assert req.command[-1].endswith("conf.yaml")
+
+
+def test_a_deeper_error_about_a_file_value_names_its_line(project, home, capsys, monkeypatch):
+    """A check that only the prepare step makes (here: --collect) still names the file's key and line."""
+    task = write(project, "resources: {cloud: local}\nrun: python train.py\noutputs:\n  collect: ['/abs']\n")
+    monkeypatch.chdir(project)
+    assert main(["run", str(task), "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert f"task file {str(task)!r}, line 4: outputs.collect: --collect '/abs' is not allowed" in err, err
+
+
+def test_help_is_grouped_under_headings_and_imports_no_yaml():
+    import subprocess
+
+    code = ("import sys; from gpucluster.cli.main import main; main(['run', '--help']); "
+            "print('YAML', 'yaml' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, COLUMNS="80")).stdout
+    for heading in ("Task file:", "Cluster:", "Job:", "Environment:", "Reaching the nodes:", "Limits:",
+                    "Outputs:", "Behaviour:"):
+        assert f"\n{heading}\n" in out, heading
+    assert out.index("Cluster:") < out.index("Job:") < out.index("Limits:")
+    assert "YAML False" in out
+
+
+def test_docs_list_every_key_and_the_config_settings():
+    from gpucluster.userconfig import CLOUD_KEYS, ENV_VARS
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "tasks.md").read_text()
+    for key, spec in taskfile.KEYS.items():
+        assert f"| `{key}` |" in doc, key
+    for name in CLOUD_KEYS:
+        assert f"`{name}`" in doc, name
+    for var in ENV_VARS:
+        assert var in doc, var
