@@ -10,13 +10,13 @@ PIP := $(PY) -m pip -q --disable-pip-version-check
 # (+cpu) comes from PyTorch's CPU index. On a GPU machine: make demo TORCH=torch==2.13.0 TORCH_INDEX=
 # (PyPI's CUDA build). `--retries 0`: where that index cannot be reached, pip goes on at once with
 # the others (a local wheel, a mirror) instead of retrying each of torch's dependencies.
-TORCH ?= torch==2.13.0+cpu
+TORCH ?= $(shell grep -v '^\#' torch-cpu.txt)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NODES ?= 4
 # pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers)
 TEST_WORKERS ?= 3
 
-.PHONY: demo test bench install install-test system-deps clean
+.PHONY: demo test test-py test-floors bench install install-test system-deps clean
 
 $(VENV)/.stamp-local: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ demo: install
 
 test: install-test
 	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+
+# The unit tests on another Python, in .venv-pyX.Y (made once): make test-py PY=/root/.pyenv/versions/3.10.13/bin/python3
+test-py:
+	@bash .ci/test-py $(PY)
+
+# pyproject's floors (pulumi, pulumi-aws, pulumi-gcp, kubernetes, boto3, ...) installed exactly, in
+# .venv-floors, and the tests that use them: make test-floors [PYTHON=python3.11]
+test-floors:
+	@bash .ci/test-floors $(PYTHON)
 
 bench: install-test
 	$(PY) benchmarks/run_all.py

@@ -112,7 +112,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "python": (("--python", "python"), dict(default=None, metavar="PYTHON",
                                           help="local: the Python (with torch and your script's packages) every node "
                                                "runs [default: the `python` on your PATH, i.e. your active "
-                                               "environment]. ssh/aws: see --remote-python.")),
+                                               "environment; a built-in --workload: gpucluster's own Python]. "
+                                               "ssh/aws: see --remote-python.")),
     "collect": (("--collect", "collect"), dict(multiple=True, metavar="PATTERN",
                                             help="Copy back only the files the job wrote in its working folder whose "
                                                  "path (or a folder of it) matches PATTERN (repeatable; fnmatch: "

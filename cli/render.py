@@ -124,8 +124,9 @@ class RichRunUI:
                     self.state[k] = record[k]
             self._refresh()
         if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
-                                                "reaper_start", "reaper_done", "rdzv_port", "node_exit"):
-            return  # setup: the node's own marked lines say it
+                                                "reaper_start", "reaper_done", "rdzv_port", "node_exit",
+                                                "text_metric", "world"):
+            return  # setup, text_metric, world: read from the node's own lines, already shown
         if record.get("kind") == "stage":
             self._print(node_rank, Text(f"data staged: {record.get('files')} file(s), {fmt_bytes(record.get('bytes', 0))}"
                                         f"; sent {fmt_bytes(record.get('sent_bytes', 0))} in "
@@ -211,6 +212,9 @@ def run_report(console: Console, record: RunRecord) -> None:
         bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
         if m.get("train_time_s") is not None:
             bits.append(f"training {fmt_secs(m['train_time_s'])}")
+        if bits and m.get("metrics_source") == "text":  # read from the job's printed lines (text_metrics)
+            names = [repr(m[k]) for k in ("loss_name", "accuracy_name") if m.get(k)]
+            bits.append(f"as node {m.get('text_node', 0)} last printed {' and '.join(names)}")
         if bits:  # a script that reports no metrics gets no empty `result:` line
             console.print("result: " + ", ".join(bits), highlight=False)
         if m.get("world_size") == 1 and (run.nodes or 1) > 1:

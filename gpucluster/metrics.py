@@ -99,6 +99,7 @@ class MetricsState:
     start: dict[str, Any] | None = None
     util: list[dict[str, Any]] = field(default_factory=list)
     launched_world: int | None = None  # the ranks gpucluster started: what the script says never overrides it
+    text: dict[int, dict[str, Any]] = field(default_factory=dict)  # node -> its newest loss/accuracy line (text_metrics)
     refused: int = 0  # metric lines refused (bad JSON, wrong types, values out of range)
     first_refusal: str | None = None
 
@@ -135,6 +136,8 @@ class MetricsState:
                 self.finals[rank] = record
         elif kind == "world":  # a worker's process group size, as its framework printed it
             self.world_size = max(self.world_size or 0, int(record.get("world_size") or 0)) or None
+        elif kind == "text_metric" and node_rank is not None:  # read from a printed line (text_metrics)
+            self.text[node_rank] = record
         elif kind == "util":
             rec = dict(record)
             if node_rank is not None:
@@ -161,4 +164,10 @@ class MetricsState:
             "final_records": len(self.finals),
             "refused_metric_lines": self.refused or None,
         }
+        if not self.finals and not self.epochs and self.text:
+            # the job reported no metric records: the newest loss/accuracy it printed (lowest node)
+            node = min(self.text)
+            said = self.text[node]
+            out.update({k: said.get(k) for k in ("loss", "accuracy", "loss_name", "accuracy_name")})
+            out.update(metrics_source="text", text_node=node)
         return {k: v for k, v in out.items() if v is not None}

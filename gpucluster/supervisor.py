@@ -21,6 +21,7 @@ from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
+from gpucluster.text_metrics import TextScan, text_record
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause,
                                     worker_lines)
@@ -116,6 +117,7 @@ class NodeSupervisor:
 
         def pump() -> None:
             splitter = LineSplitter()
+            scan = TextScan()  # loss/accuracy lines of a script that prints them (text_metrics)
             chunks = iter(lambda: read1(READ_SIZE), b"") if read1 is not None else iter(stream)
             pending = bytearray()
             log: Any = None
@@ -153,7 +155,7 @@ class NodeSupervisor:
                             pending = bytearray()
                     run, carried = splitter.feed(chunk)
                     if run is not None:
-                        self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried)
+                        self._take(node_rank, tail, run, METRIC_PREFIX in chunk or carried, scan)
             except (OSError, ValueError):
                 pass  # the stream itself broke (closed): the process is gone or going
             finally:
@@ -166,7 +168,9 @@ class NodeSupervisor:
                         self._log_broken(node_rank, log_path, exc, broken)
                 rest = splitter.close()
                 if rest is not None:
-                    self._take(node_rank, tail, rest, True)
+                    self._take(node_rank, tail, rest, True, scan)
+                for ln in scan.close():
+                    self._queue.put((node_rank, ln))
                 self._queue.put((node_rank, None))
 
         t = threading.Thread(target=pump, name=f"log-node-{node_rank}", daemon=True)
@@ -184,12 +188,14 @@ class NodeSupervisor:
         _say(self.events, f"node {node_rank}: its log {log_path} is incomplete: it could not be written "
                           f"({why}); the job's output is still read, its last lines and metrics kept")
 
-    def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool) -> None:
+    def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool, scan: TextScan) -> None:
         nlines = count_lines(run)
         tail.add(run, nlines)
         if maybe_metric:
             for ln in metric_lines(run):
                 self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
+        for ln in scan.lines(run):
+            self._queue.put((node_rank, ln))
         self.console.offer(node_rank, run, nlines)
 
     def _drain(self, timeout: float) -> None:
@@ -217,7 +223,7 @@ class NodeSupervisor:
                                   "further bad metric lines are counted in the run's metrics")
             return
         if record is None:
-            record = world_record(line)
+            record = world_record(line) or text_record(line)
         if record is not None:
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command

@@ -32,6 +32,7 @@ from gpucluster.infra.aws.mock_runtime import (  # noqa: E402
     unwrap,
 )
 from gpucluster.spec import ClusterSpec  # noqa: E402
+from conftest import needs_torch  # noqa: E402
 from specs import validate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -410,6 +411,7 @@ def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
     return _script(tmp_path, doc, boot.READY_SCRIPT_PATH)
 
 
+@needs_torch  # the node's check imports torch with the Python it is given (here this one)
 def test_readiness_marker_reports_the_gpu_check(tmp_path):
     script = _ready_script(tmp_path, spec(instance_type="g5.12xlarge"))
     marker = tmp_path / "state" / "ready"

@@ -31,7 +31,7 @@ from test_workdir import JOB, check_every_file_came_back  # noqa: E402
 _COUNT = itertools.count()
 
 
-def _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, **job_fields):
+def _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, python=sys.executable, **job_fields):
     tmp_path.mkdir(exist_ok=True)
     project = tmp_path / "project"
     shutil.copytree(JOB, project)
@@ -42,15 +42,30 @@ def _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, **job_fields):
     job = JobSpec(f"wd-{os.getpid()}-{next(_COUNT)}", command=("python", "train.py"), rdzv_port=free_port(),
                   max_seconds=180, threads_per_proc=1, output_dir=str(tmp_path / "results"), **job_fields)
     ledger = Ledger(tmp_path / "ledger.db")
-    launcher = make_launcher(hosts, remote_dir)
+    launcher = make_launcher(hosts, remote_dir, python=python)
     outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
                       log_dir=tmp_path / "logs")
     return outcome, ledger.get_run(job.run_id).to_dict(), job
 
 
 def test_ssh_files_written_in_the_working_folder_come_back_before_teardown(hosts, remote_dir, tmp_path, monkeypatch):
-    outcome, run, job = _ssh_run(hosts, remote_dir, tmp_path, monkeypatch)
+    """Also issue 28 item 6: `--remote-python NAME` (a bare name, as the default `python3` is)
+    reaches every rank and --setup command as the absolute path the node's PATH gives it, its
+    folder first on PATH. The name is one only the hosts' bin folder has (a wrapper around this
+    test's Python): a login's own PATH entries (pyenv shims here) come before that folder."""
+    import json
+
+    want = hosts.bin_dir / "py-with-torch"
+    want.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    want.chmod(0o755)
+    outcome, run, job = _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, python="py-with-torch",
+                                 setup=("echo SETUP-PY $GPUCLUSTER_PYTHON ${PATH%%:*}",))
     assert outcome.status == "succeeded", outcome.failure
+    want = str(want)
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("node-*.log"))
+    seen = [json.loads(ln.split("PY ", 1)[1]) for ln in logs.splitlines() if ln.startswith("PY ")]
+    assert len(seen) == 2 and all(s["gp"] == want and s["path0"] == os.path.dirname(want) for s in seen), seen
+    assert logs.count(f"SETUP-PY {want} {os.path.dirname(want)}") == 2, logs[-2000:]
     out = tmp_path / "results"
     assert check_every_file_came_back(out, 2) == 9
     assert [o["verdict"] for o in run["outputs"]] == ["complete", "complete"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import runpy
 import threading
 from pathlib import Path
@@ -113,5 +114,27 @@ def test_the_example_stacks_are_clean_and_need_no_edit_to_be_reachable():
     assert "gpucluster:sshCidr" not in aws["config"]  # detected at `pulumi up`, no placeholder
     for stack in ("aws-g5", "gcp-v100"):
         assert "encryptionsalt" not in yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    req = (ROOT / "requirements.txt").read_text()
-    assert "-e .[aws,gcp]" in req.splitlines()
+
+
+def test_pulumi_install_finds_the_requirements_where_the_language_host_reads_them():
+    """`pulumi install` (and `pulumi up` on a missing .venv) runs the Python language host's pip
+    toolchain with the *program* folder: requirements.txt is read from there and pip runs there
+    (pulumi/pulumi sdk/python/toolchain/pip.go `InstallDependencies`: "If requirements.txt doesn't
+    exist, exit early", with `pipCmd.Dir = cwd`), while the virtualenv path is joined to the project
+    root (`resolveVirtualEnvironmentPath(root, virtualenv)`). The program folder is `main` when
+    `main` is a folder (pkg/engine `getPwdMain`: `pwd = main`)."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    program_dir = (ROOT / project.get("main", ".")).resolve()
+    assert program_dir.is_dir()
+    req = program_dir / "requirements.txt"
+    assert req.is_file(), f"no requirements.txt in {program_dir}: `pulumi install` would install nothing"
+    lines = [ln.strip() for ln in req.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    (edit,) = [ln for ln in lines if ln.startswith("-e ")]
+    target, extras = re.fullmatch(r"-e (\S+?)\[([a-z,]+)\]", edit).groups()
+    # pip runs in the program folder, so the editable path is resolved from there.
+    assert (program_dir / target).resolve() == ROOT
+    assert 'name = "gpucluster"' in (ROOT / "pyproject.toml").read_text()
+    assert set(extras.split(",")) == {"aws", "gcp"}
+    # the virtualenv lands at the root (where `make install` puts the same .venv)
+    assert project["runtime"]["options"]["virtualenv"] == ".venv"
+    assert not (ROOT / "requirements.txt").exists(), "a root requirements.txt is never read by `pulumi install`"

@@ -157,6 +157,7 @@ class LocalLauncher(Launcher):
         # environment; gpucluster's own helpers (store, supervisor, sampler) use its own interpreter
         self.python = node_python(python)
         self.own_python = sys.executable
+        self.python_given = python is not None
         self.cwd = cwd
         self.grace = grace
         self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
@@ -186,12 +187,19 @@ class LocalLauncher(Launcher):
             _remove_work(work)
         return results
 
+    def python_for(self, job: JobSpec) -> str:
+        """The nodes' Python for `job`: a built-in workload is gpucluster's own code, so it runs on
+        gpucluster's interpreter (which has gpucluster, and torch with the `local` extra) unless
+        --python names one; a user's command runs on the nodes' Python (`self.python`)."""
+        return self.python if job.command or self.python_given else self.own_python
+
     def describe(self, spec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
         from gpucluster.infra.ssh.ship import script_shipment
 
-        ship = script_shipment(job, self.python)  # within the size limit, the script not ignored
-        lines.append(f"python: {self.python}")
+        python = self.python_for(job)
+        ship = script_shipment(job, python)  # within the size limit, the script not ignored
+        lines.append(f"python: {python}")
         if ship is not None:
             lines.append(f"working folder: a copy of {ship.root} per node ({ship.summary()}); what the job writes "
                          "there comes back to OUTPUTS/workdir/node-N")
@@ -206,7 +214,7 @@ class LocalLauncher(Launcher):
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
         program = program_args(job)
-        code_dir, shipped = user_program(job, self.python)
+        code_dir, shipped = user_program(job, self.python_for(job))
         work: dict[int, Path] = {}
         if code_dir is not None:  # the script's folder, copied per node: no two nodes write the same file
             work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
@@ -265,7 +273,7 @@ class LocalLauncher(Launcher):
             store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
             store.append(RendezvousStore(self.own_python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
             for node in cluster.nodes:
-                argv = torchrun_argv(job, python=self.python, nnodes=nnodes, node_rank=node.rank,
+                argv = torchrun_argv(job, python=self.python_for(job), nnodes=nnodes, node_rank=node.rank,
                                      rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
                                      store_on_head=False)
                 cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
@@ -278,7 +286,7 @@ class LocalLauncher(Launcher):
                                     gpus_per_node=cluster.gpus_per_node, output_dir=out))
                 env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
                 env.update(secrets)
-                env.update(python_env(self.python, env.get("PATH", "")))
+                env.update(python_env(self.python_for(job), env.get("PATH", "")))
                 if cluster.gpus_per_node:
                     first = node.rank * cluster.gpus_per_node
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))

@@ -51,6 +51,7 @@ from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
+from .remote import RESOLVE_PYTHON
 from .session import NodeReadiness, Session, node_label, sh, stop_local as _stop_local
 from . import objects
 from .stage import CACHE_DIR, stage
@@ -460,8 +461,7 @@ class SshLauncher(Launcher):
                                gpus_per_node=cluster.gpus_per_node, output_dir=out)
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
                 env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
-                env["GPUCLUSTER_PYTHON"] = self.python  # every rank and --setup command; its folder first on PATH
-                path = f"export PATH={shlex.quote(os.path.dirname(self.python))}:\"$PATH\" && " if "/" in self.python else ""
+                env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
@@ -470,7 +470,7 @@ class SshLauncher(Launcher):
                 # The shell stays (no exec) to say when the reaper ended and how: a daemon that
                 # outlives a killed reaper keeps the session's output open, and the supervisor
                 # ends the session (bounded) once the node's job is known to be over.
-                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
+                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
                          f"{shlex.join(argv)}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
