@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from gpucluster.control import give_keys, new_keys
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
@@ -434,7 +435,8 @@ class SshLauncher(Launcher):
     def _run(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
+        keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.control)
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys)
         procs: dict[int, subprocess.Popen] = {}
 
         def stop() -> None:
@@ -458,24 +460,23 @@ class SshLauncher(Launcher):
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
                 env["GPUCLUSTER_PYTHON"] = self.python  # every rank and --setup command; its folder first on PATH
                 path = f"export PATH={shlex.quote(os.path.dirname(self.python))}:\"$PATH\" && " if "/" in self.python else ""
-                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
+                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}", keyed=True)
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        "--", *argv]
-                # The shell stays (no exec) to say when the reaper ended and how: a daemon that
-                # outlives a killed reaper keeps the session's output open, and the supervisor
-                # ends the session (bounded) once the node's job is known to be over.
-                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
+                        "--keyed", "--", *argv]
+                # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
+                # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
+                # It reads the node's keys on stdin, keeps its own, pipes the rest to the reaper.
+                inner = (f"IFS=' ' read -r gk_exit gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{shlex.join(argv)}; {NODE_EXIT_SH}")
+                         f"{{ printf '%s\\n' \"$gk_rest\" | {shlex.join(argv)}; }}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
-                proc = subprocess.Popen(
-                    session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                )
+                proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
                 procs[node.rank] = proc
+                give_keys(proc, keys[node.rank].shell_line(bool(job.setup)))
                 self._started.setdefault(job.run_id, set()).add(node.rank)
                 # the ledger notes where the run's processes live
                 events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
