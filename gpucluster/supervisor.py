@@ -185,7 +185,11 @@ class NodeSupervisor:
             return
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
         broken.append(why)
-        self.incomplete_logs[node_rank] = why
+        with self._log_locks.setdefault(node_rank, threading.Lock()):  # a node's streams share its log
+            said = node_rank in self.incomplete_logs
+            self.incomplete_logs.setdefault(node_rank, why)
+        if said:
+            return
         _say(self.events, f"node {node_rank}: its log {log_path} is incomplete: it could not be written "
                           f"({why}); the job's output is still read, its last lines and metrics kept")
 
