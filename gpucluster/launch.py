@@ -132,6 +132,47 @@ class Launcher:
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
+_PY_ARG_OPTS = "WX"  # python's short options that take an argument (-W arg, -X opt; attached or next word)
+_PY_EXIT_OPTS = "hV?"  # -h, -V, -?: print and exit
+_PY_LONG_ARG = ("--check-hash-based-pycs",)
+
+
+def python_target(rest: Sequence[str]) -> tuple[str | None, str | None]:
+    """What `python REST...` runs, read as CPython reads its command line (options first, then
+    the program): ("script", path), ("-m", module), ("-c", code) (None when the word is missing),
+    ("-", None) for stdin, ("exit", option) for an option that prints and exits (--version), or
+    (None, None) when only options are given (python would wait for input on stdin)."""
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "--":
+            i += 1
+            break
+        if word == "-" or not word.startswith("-"):
+            break
+        if word.startswith("--"):
+            if word in _PY_LONG_ARG:
+                i += 1
+            elif word.split("=", 1)[0] not in _PY_LONG_ARG:
+                return "exit", word  # --version, --help, --help-env, ...: print and exit
+            i += 1
+            continue
+        for j, ch in enumerate(word[1:], 1):  # a cluster of short options: -uB, -Wignore, -Xdev, -uc CODE
+            if ch in "cm":
+                arg = word[j + 1:] or (rest[i + 1] if i + 1 < len(rest) else None)
+                return f"-{ch}", arg
+            if ch in _PY_EXIT_OPTS:
+                return "exit", word
+            if ch in _PY_ARG_OPTS:
+                if j + 1 == len(word):
+                    i += 1  # the argument is the next word
+                break
+        i += 1
+    if i >= len(rest):
+        return None, None
+    return ("-", None) if rest[i] == "-" else ("script", rest[i])
+
+
 def program_args(job: JobSpec, *, workload_dir: str | None = None) -> list[str]:
     """What follows torchrun's own options: a module, a script, or --no-python + a command.
 

@@ -15,7 +15,9 @@ Every other key of the namespace is a cloud option and goes into `spec.options` 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
@@ -155,6 +157,23 @@ def _load_bounded(yaml: Any, text: str, where: str) -> Any:
         loader.dispose()
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, at most MAX_STACK_BYTES of them (more: ConfigError). Only a regular file is
+    read (a FIFO would block, /dev/zero never ends): it is opened without blocking, then checked."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+        raise ConfigError(f"stack file {str(path)!r} is {what}, not a file; give a Pulumi stack YAML file")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_STACK_BYTES + 1)
+    if len(data) > MAX_STACK_BYTES:
+        raise ConfigError(f"stack file {str(path)!r} is over {MAX_STACK_BYTES} bytes; at most {MAX_STACK_BYTES} "
+                          "bytes are read")
+    return data
+
+
 def read_stack_file(path: str | Path) -> dict[str, Any]:
     """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
     decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
@@ -163,10 +182,7 @@ def read_stack_file(path: str | Path) -> dict[str, Any]:
     yaml = require("yaml", "aws")
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_STACK_BYTES:
-            raise ConfigError(f"stack file {str(path)!r} is {path.stat().st_size} bytes; at most "
-                              f"{MAX_STACK_BYTES} bytes are read")
-        doc = _load_bounded(yaml, path.read_text(encoding="utf-8"), str(path)) or {}
+        doc = _load_bounded(yaml, _read_bounded(path).decode("utf-8"), str(path)) or {}
     except FileNotFoundError:
         raise UsageError(f"stack file {str(path)!r} does not exist") from None
     except UnicodeDecodeError as exc:
