@@ -101,7 +101,11 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
     from gpucluster.prepare import check_place
 
     wanted = [c for c in provisioning() if not clouds or c in clouds]
-    check_place({c: plugin(c) for c in wanted}, regions=(region,) if region is not None else (), project=project)
+    region = next(iter(check_place({c: plugin(c) for c in wanted}, regions=(region,) if region is not None else (),
+                                   project=project, instance_type=instance_type)), None)  # as `run` refuses them
+    from gpucluster.infra.pulumi_cli import pulumi_dir
+
+    pulumi_dir()  # the home, or a file where its Pulumi folder belongs: one line, exit 2, as `run` says it
     n_nodes = None if nodes is None else parse_int("nodes", nodes, low=1, high=64)
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:

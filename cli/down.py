@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.domain import UNWITNESSED
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
@@ -24,7 +25,11 @@ from gpucluster.infra.registry import project_id, provisioning
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cluster with the verdict.")
 @click.option("--project", default=None, help="gcp: the project to check for leftovers [default: the one the "
               "cluster was made in, else the usual resolution order].")
-def down(cluster, all_, cloud, force, yes, as_json, project):
+@click.option("--ack-unwitnessed", is_flag=True, help="You checked by hand the nodes whose reaper was killed (or "
+              "whose session was cut) and nothing of the run is left there: no check gpucluster can run finds a "
+              "process the job detached there, so without this those runs stay 'not verified'. Recorded with "
+              "each such run.")
+def down(cluster, all_, cloud, force, yes, as_json, project, ack_unwitnessed):
     """Delete a cluster, then check independently (by tag, by run id) what is left (idempotent).
 
     The verdict has three states: verified (every check ran, nothing found), leftovers (listed), or
@@ -36,6 +41,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
       gpucluster down gpucluster-aws
       gpucluster down gpucluster-local --force     # stop the run that owns it, then check
       gpucluster down --all --yes
+      gpucluster down gpucluster-local --ack-unwitnessed   # a killed reaper's node, checked by hand
     """
     from gpucluster.infra.registry import plugin
     from gpucluster.teardown import check_project, down_targets, refuse_busy, take_down
@@ -63,7 +69,7 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
     results = []
     for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
         results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
-                                 force=force, project=project,
+                                 force=force, project=project, ack_unwitnessed=ack_unwitnessed,
                                  say=lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]")))
         _render(out, results[-1], backends[c])
     if as_json:
@@ -77,6 +83,8 @@ def _render(out: Any, result: Any, chosen: Any) -> None:
         out.print(f"[red]{name}: {result.error}[/red]")
     elif check.verified:
         out.print(f"[green]{name}: down; verified {chosen.traits.verified_how}: every check ran and found nothing[/green]")
+        for line in result.verdict.get("acknowledged", ()):
+            out.print(f"  checked by you (--ack-unwitnessed): {line}")
     else:
         out.print(f"[bold red]{name}: {check.verdict.upper()}[/bold red]")
         for lo in check.leftovers:
@@ -85,3 +93,7 @@ def _render(out: Any, result: Any, chosen: Any) -> None:
             out.print(f"  not checked: {line}")
         out.print(f"  finish it with: gpucluster down {name}" + (
             f"   or   gpucluster gc --cloud {c}" if chosen.can(Capability.PROVISIONS) else ""))
+        if any(line.startswith(UNWITNESSED) for line in check.unchecked):
+            out.print("  a node without a witness: a process the job detached there carries nothing of the run. "
+                      "Look on that node yourself (ps -ef; the job's own commands); once nothing of it is left: "
+                      f"gpucluster down {name} --ack-unwitnessed")

@@ -34,7 +34,7 @@ def gc(clouds, regions, project, include_kept, yes, as_json):
     from gpucluster.teardown import Collected, Collection
 
     wanted = {c: plugin(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
-    check_place(wanted, regions=regions, project=project)  # refused as `run` refuses them
+    regions = check_place(wanted, regions=regions, project=project)  # refused (or defaulted) as `run` does
     ledger = common.ledger()
     sweep = Collection(ledger, wanted, regions, project, include_kept)
     out = common.console(stderr=as_json)

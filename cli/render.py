@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpucluster.domain import UNWITNESSED
+
 if TYPE_CHECKING:
     from gpucluster.records import NodeRow, RunRecord
 
@@ -335,6 +337,10 @@ def teardown_lines(console, record: RunRecord) -> None:
         for line in run.unchecked or []:
             console.print(Text(f"  not checked: {line}", style="red"), highlight=False)
         console.print(Text(f"  finish or re-check it with: gpucluster down {cluster}", style="red"), highlight=False)
+        if any(line.startswith(UNWITNESSED) for line in run.unchecked or []):
+            console.print(Text("  a node without a witness: no check finds what the job detached there; look on it "
+                               f"yourself, then: gpucluster down {cluster} --ack-unwitnessed", style="red"),
+                          highlight=False)
         return
     if verdict == "kept":
         console.print(f"teardown: cluster kept (--keep); remove it with 'gpucluster down {cluster}'", highlight=False)

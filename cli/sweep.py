@@ -113,8 +113,11 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
                            ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
                            workload=plan.workload)
-    return report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
+    code = report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
+    for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
+        click.echo(f"gpucluster: error: {line}", err=True)
+    return int(ExitCode.LEFTOVERS) if result.doubts else code
 
 
 def _progress(ui: Any) -> Any:

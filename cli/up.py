@@ -10,7 +10,7 @@ import click
 from gpucluster.cli import common
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.cli.taskopts import TaskCommand
-from gpucluster.errors import UsageError, not_allowed
+from gpucluster.errors import TeardownIncomplete, UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
 
 
@@ -92,8 +92,13 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     for line in plan.bounds:
         out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
-    cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
-    return _render(out, cluster, plan, as_json)
+    made = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
+    code = _render(out, made.cluster, plan, as_json)
+    if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
+        from gpucluster.recording import kept_line
+
+        raise TeardownIncomplete(kept_line(made.record_error, spec.name))
+    return code
 
 
 def _rate(hourly: Any, dry_run: bool) -> str:

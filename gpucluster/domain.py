@@ -77,6 +77,11 @@ class Leftover:
 
 VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"
 VERDICTS = (VERIFIED, LEFTOVERS, NOT_VERIFIED)
+# The start of an unchecked line that no later check can clear: a node whose reaper was killed (or
+# whose session was cut) had no witness, and a process the job detached there has nothing left that
+# names the run. `down` keeps such lines (and so "not verified") until a person says, with
+# `down --ack-unwitnessed`, that they checked those nodes themselves.
+UNWITNESSED = "no witness: "
 
 
 @dataclass(frozen=True)

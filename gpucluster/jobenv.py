@@ -154,19 +154,14 @@ def secret_values(job: JobSpec) -> dict[str, str]:
     return out
 
 
-def send_env(stream: IO[bytes] | None, env: Mapping[str, str]) -> None:
-    """`env` as one JSON line on a node's stdin, then end of input (`reaper.py --env-stdin` reads it into
-    its child's environment). Nothing to send: nothing is written. A stream already closed (the node's
-    ssh ended) gets nothing: that node's failure is its supervisor's to report."""
-    if stream is None or not env:
-        return
+def env_line(env: Mapping[str, str]) -> bytes:
+    """`env` as one JSON line for a node's stdin, after its keys line (`reaper.py --env-stdin` reads it
+    into its child's environment); nothing to send: no bytes."""
+    if not env:
+        return b""
     import json
 
-    try:
-        stream.write(json.dumps(dict(env)).encode() + b"\n")
-        stream.close()
-    except OSError:
-        pass
+    return json.dumps(dict(env)).encode() + b"\n"
 
 
 def describe(env: tuple[tuple[str, str], ...], secrets: tuple[str, ...]) -> list[str]:

@@ -38,8 +38,9 @@ DEFAULT_RDZV_PORT = 29400
 # by content (`python -c`), so it works on any node.
 WORKER_START_KIND = "worker_start"
 # It starts with "-1" (a statement that does nothing, in the file) so that torchrun's failure summary names the
-# user's program: torch.distributed.launcher.api._get_entrypoint_name takes the first argument that
-# does not start with "-" when the entry point is its own interpreter (torch 2.x).
+# user's program (the word before the JSON list of its words, see `announced_program`):
+# torch.distributed.launcher.api._get_entrypoint_name takes the first argument that does not start
+# with "-" when the entry point is its own interpreter (torch 2.x).
 _ANNOUNCE = _program("node_announce.py")  # its first line is that "-1"
 
 
@@ -133,6 +134,47 @@ class Launcher:
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
+_PY_ARG_OPTS = "WX"  # python's short options that take an argument (-W arg, -X opt; attached or next word)
+_PY_EXIT_OPTS = "hV?"  # -h, -V, -?: print and exit
+_PY_LONG_ARG = ("--check-hash-based-pycs",)
+
+
+def python_target(rest: Sequence[str]) -> tuple[str | None, str | None]:
+    """What `python REST...` runs, read as CPython reads its command line (options first, then
+    the program): ("script", path), ("-m", module), ("-c", code) (None when the word is missing),
+    ("-", None) for stdin, ("exit", option) for an option that prints and exits (--version), or
+    (None, None) when only options are given (python would wait for input on stdin)."""
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "--":
+            i += 1
+            break
+        if word == "-" or not word.startswith("-"):
+            break
+        if word.startswith("--"):
+            if word in _PY_LONG_ARG:
+                i += 1
+            elif word.split("=", 1)[0] not in _PY_LONG_ARG:
+                return "exit", word  # --version, --help, --help-env, ...: print and exit
+            i += 1
+            continue
+        for j, ch in enumerate(word[1:], 1):  # a cluster of short options: -uB, -Wignore, -Xdev, -uc CODE
+            if ch in "cm":
+                arg = word[j + 1:] or (rest[i + 1] if i + 1 < len(rest) else None)
+                return f"-{ch}", arg
+            if ch in _PY_EXIT_OPTS:
+                return "exit", word
+            if ch in _PY_ARG_OPTS:
+                if j + 1 == len(word):
+                    i += 1  # the argument is the next word
+                break
+        i += 1
+    if i >= len(rest):
+        return None, None
+    return ("-", None) if rest[i] == "-" else ("script", rest[i])
+
+
 def program_args(job: JobSpec, *, workload_dir: str | None = None) -> list[str]:
     """What follows torchrun's own options: a module, a script, or --no-python + a command.
 
@@ -196,8 +238,18 @@ def torchrun_argv(
 def announced_program(python: str, program: Sequence[str]) -> list[str]:
     """torchrun's program part, run through the announcer: each worker prints a `worker_start`
     metric record and then exec()s exactly what torchrun would have run (`python -u script`,
-    `python -u -m module`, or the command given with --no-python)."""
-    return ["--no-python", python, "-c", _ANNOUNCE, *program]
+    `python -u -m module`, or the command given with --no-python).
+
+    The program comes as ONE argument, its words as a JSON list: torchrun parses its whole command
+    line with argparse, which refuses an ambiguous abbreviation of its own options anywhere on it,
+    even among the script's arguments (`train.py --log x`: "ambiguous option: --log could match
+    --log-dir, --logs-specs"; likewise --node, --local, --s), so a script that runs under plain
+    `python` would not start. A JSON list starts with "[", which argparse never reads as an option.
+    Before it, the word torchrun's failure summary names (the script), which the announcer skips."""
+    import json
+
+    name = next((w for w in program if not w.startswith("-")), "program")
+    return ["--no-python", python, "-c", _ANNOUNCE, name, json.dumps(list(program))]
 
 
 def resume_record(job: JobSpec, files: int, nbytes: int) -> dict[str, Any]:

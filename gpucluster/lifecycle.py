@@ -24,7 +24,7 @@ from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIn
 from gpucluster.events import Phase
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger, LedgerError
-from gpucluster.recording import Quiet as _Quiet, quietly as _quietly, record_line
+from gpucluster.recording import Provisioned, Quiet as _Quiet, going_on as _going_on, quietly as _quietly, record_line
 from gpucluster.owner import owner_lock
 
 
@@ -244,12 +244,12 @@ class _Recorder:
         self.ui.line(node_rank, line)
 
     def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
-        self.book.add_metric(node_rank, record)
+        _going_on(self, self.book.add_metric, node_rank, record)  # a full home does not stop the job
         self.ui.metric(node_rank, record)
 
     def on_phase(self, phase: Phase) -> None:
         if phase != self.book.current_phase:
-            self.start_phase(phase)
+            _going_on(self, self.start_phase, phase)
 
     def on_spawn(self, node_rank: int, kind: str, ident: str) -> None:
         self.book.spawn(node_rank, kind, ident)
@@ -312,13 +312,13 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
         result = launcher.launch(cluster, job, rec, log_dir)
         for node in result.nodes:
-            ledger.record_node(run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
+            _quietly(rec, ledger.record_node, run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
         if result.ok:
             status, exit_code = "succeeded", ExitCode.OK
-            rec.end_phase("ok")
+            _quietly(rec, rec.end_phase, "ok")
         else:
             failure = result.failure
-            rec.end_phase("failed", failure)
+            _quietly(rec, rec.end_phase, "failed", failure)
     except KeyboardInterrupt as exc:
         status, exit_code = "interrupted", ExitCode.INTERRUPTED
         failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
@@ -373,7 +373,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
     live process owns is refused before anything is recorded): the ledger row, the provision phase
     and, on success, the row finished as "kept". On a failure or an interrupt, the same teardown
     and independent check as `execute`; then the error is raised again (a check that is not
-    verified raises `TeardownIncomplete` instead, exit 3). Returns the `Cluster`."""
+    verified raises `TeardownIncomplete` instead, exit 3). Returns `Provisioned` (cluster, record error)."""
     ui = ui or QuietUI()
     run_id = spec.run_id
     with owner_lock(spec.name, "up", run_id=run_id), RunSignals(ui) as signals:
@@ -409,9 +409,9 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
             if rec.record_error:
                 raise TeardownIncomplete(record_line(rec.record_error, spec.name)) from exc
             raise
-        rec.end_phase("ok")
-        ledger.finish_run(run_id, status="succeeded", exit_code=0, teardown="kept")
-        return cluster
+        _quietly(rec, rec.end_phase, "ok")  # the cluster exists: a failing record must not say "exit 2"
+        _quietly(rec, ledger.finish_run, run_id, status="succeeded", exit_code=0, teardown="kept")
+        return Provisioned(cluster, rec.record_error)
 
 
 def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:

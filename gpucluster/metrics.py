@@ -113,6 +113,9 @@ class MetricsState:
         if problem is None and self.launched_world is not None and isinstance(record.get("rank"), int) \
                 and record["rank"] >= self.launched_world:
             problem = f"'rank' is {record['rank']}, but the job has {self.launched_world} ranks"
+        if problem is None and self.launched_world is not None and record.get("kind") == "world" \
+                and isinstance(record.get("world_size"), int) and record["world_size"] > self.launched_world:
+            problem = f"'world_size' is {record['world_size']}, but the job has {self.launched_world} ranks"
         if problem is not None:
             self.refuse(problem)
             return

@@ -2,7 +2,7 @@
 import json,os,sys
 e=os.environ
 print('@gpucluster-metric '+json.dumps({'kind':'worker_start','rank':int(e.get('RANK','0')),'local_rank':int(e.get('LOCAL_RANK','0')),'pid':os.getpid()}),flush=True)
-a=sys.argv[1:]
+a=json.loads(sys.argv[2])
 c=a[1:] if a[0]=='--no-python' else [sys.executable,'-u',*a]
 try:
  os.execvp(c[0],c)

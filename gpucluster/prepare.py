@@ -393,7 +393,7 @@ _RUNNABLE = "an executable on PATH, or python SCRIPT.py / python -m MODULE / pyt
 def check_command(command: tuple[str, ...]) -> None:
     """A `--` command must be runnable before anything starts: a script file, a module, code, or
     an executable file (not a folder); `python` alone, or `-m`/`-c` without their argument, is not."""
-    from gpucluster.launch import _PYTHON_RE, program_args
+    from gpucluster.launch import _PYTHON_RE, program_args, python_target
 
     exe = command[0]
     if os.path.isdir(os.path.expanduser(exe)):
@@ -403,9 +403,20 @@ def check_command(command: tuple[str, ...]) -> None:
         if not rest:
             raise UsageError(not_allowed("command", exe, f"{_RUNNABLE} (python alone would wait for input "
                                          "or do nothing)"))
-        if rest[0] in ("-m", "-c") and len(rest) == 1:
-            raise UsageError(not_allowed("command", shlex.join(command), f"python {rest[0]} followed by its "
-                                         f"{'module' if rest[0] == '-m' else 'code'}"))
+        what, arg = python_target(rest)
+        if what in ("-m", "-c") and arg is None:
+            raise UsageError(not_allowed("command", shlex.join(command), f"python {what} followed by its "
+                                         f"{'module' if what == '-m' else 'code'}"))
+        why = {None: "options only: python would wait for input or do nothing",
+               "-": "'-' reads the program from stdin, which the nodes' processes do not have",
+               "exit": f"{arg} prints and exits: nothing would run"}.get(what)
+        if why:
+            raise UsageError(not_allowed("command", shlex.join(command), f"{_RUNNABLE} ({why})"))
+        if what == "-m":
+            _check_module(str(arg))
+        elif what == "script" and not os.path.isfile(str(arg)):
+            raise UsageError(not_allowed("script", arg, "a Python file, not a folder" if os.path.isdir(str(arg))
+                                         else "a Python file that exists (path relative to the current directory)"))
     prog = program_args(JobSpec(run_id="check", command=command))
     if prog[0] == "--no-python":
         _check_executable(prog[1])
@@ -444,18 +455,23 @@ def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:
     return replace(job, nproc_per_node=gpus) if gpus else job
 
 
-def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), project: str | None = None) -> None:
+def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), project: str | None = None,
+                instance_type: str | None = None) -> tuple[str, ...]:
     """`--region` and `--project` of commands that create nothing (`gc`, `doctor`), refused as `run`
     refuses them, through the same code: a region is checked as a spec of each backend given
     (`validate` after `resolve`) and refused when none of them takes it; a project by the backend
-    that has projects (`parse_project`)."""
+    that has projects (`parse_project`); an instance type (in the first region) as a region is.
+    Returns the regions to use: an empty one means the default, as for `run`, so it is left out."""
     from gpucluster.spec import resolve, validate
 
-    for region in regions:
+    asked = [{"region": r} for r in regions]
+    if instance_type is not None:
+        asked.append({"region": next((r for r in regions if r), None), "instance_type": instance_type})
+    for place in asked:
         refusals: list[UsageError] = []
         for name in backends:
             try:
-                validate(resolve(ClusterSpec(cloud=name, nodes=1, region=region), backends[name]), backends[name])
+                validate(resolve(ClusterSpec(cloud=name, nodes=1, **place), backends[name]), backends[name])
             except UsageError as exc:
                 refusals.append(exc)
         if refusals and len(refusals) == len(backends):
@@ -463,3 +479,4 @@ def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), proj
     for chosen in backends.values():
         if project is not None and "project" in chosen.traits.flags and chosen.accounts is not None:
             chosen.accounts.parse_project(project)
+    return tuple(r for r in regions if r)

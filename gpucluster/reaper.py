@@ -2,7 +2,7 @@
 when the command ends or the supervisor is told to stop, stops every process the command left
 behind.
 
-    python reaper.py [--grace SECONDS] [--env-stdin] -- COMMAND [ARGS...]
+    python reaper.py [--grace SECONDS] [--keyed] [--env-stdin] -- COMMAND [ARGS...]
 
 Why: a training script can start a daemon that leaves its session and its parent and clears its
 environment (`setsid -f env -i sleep 778`). Such a process carries no GPUCLUSTER_RUN_ID and has
@@ -25,6 +25,10 @@ Behaviour:
 - is its own witness: a metric record `reaper_start` once it adopts orphans, and `reaper_done`
   (stopped, survived) once its final pass is over. A node whose reaper started but never said
   it was done (the reaper was killed) cannot vouch for its processes: its verdict is not verified.
+- with `--keyed`: before anything else it reads one line from its stdin, the run's keys for this
+  node (gpucluster/control.py): its own two, which its two records carry, then any others, which
+  it hands to COMMAND as a line on COMMAND's stdin (the --setup wrapper reads them there). COMMAND's
+  stdin is /dev/null otherwise. The keys are never on a command line or in an environment.
 
 Standard library only: it is copied to ssh nodes as it is and run by the nodes' Python.
 """
@@ -43,14 +47,45 @@ METRIC = "@gpucluster-metric "  # gpucluster.workloads.protocol.PREFIX (this fil
 START_KIND, DONE_KIND = "reaper_start", "reaper_done"
 
 
+KEYS: dict = {}  # kind -> this node's key for it (--keyed)
+
+
 def witness(kind: str, **fields: int) -> None:
-    """One metric record on stderr (merged into the node's log and read by the supervisor)."""
+    """One metric record on stderr (merged into the node's log and read by the supervisor), with
+    its key when the reaper was given keys."""
     import json
 
+    record = {"kind": kind, **fields}
+    if kind in KEYS:
+        record["key"] = KEYS[kind]
     try:
-        print(METRIC + json.dumps({"kind": kind, **fields}), file=sys.stderr, flush=True)
+        print(METRIC + json.dumps(record), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
+
+
+def read_keys() -> list[str]:
+    """The keys line on stdin (read byte by byte: nothing after it is taken), as words (main then
+    makes stdin /dev/null, so nothing started here can read what might follow)."""
+    got = b""
+    while not got.endswith(b"\n") and len(got) < 4096:
+        try:
+            b = os.read(0, 1)
+        except OSError:
+            break
+        if not b:
+            break
+        got += b
+    return got.decode("ascii", "replace").split()
+
+
+def _stdin_line(words: list[str]) -> None:
+    """In the child, before exec: stdin becomes a pipe holding `words` as one line (then EOF)."""
+    r, w = os.pipe()
+    os.write(w, (" ".join(words) + "\n").encode())  # far below a pipe's capacity: never blocks
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
 
 
 def nested_grace(launcher_grace: float) -> float:
@@ -164,7 +199,7 @@ MAX_ENV_LINE = 4 << 20  # bytes of the --env-stdin line
 
 def env_from_stdin() -> str | None:
     """--env-stdin: one JSON line of name -> value from stdin into this process's environment (so
-    COMMAND inherits it), then stdin is /dev/null. None when done; otherwise why not (no value shown)."""
+    COMMAND inherits it). None when done; otherwise why not (no value shown)."""
     import json
 
     try:
@@ -175,9 +210,6 @@ def env_from_stdin() -> str | None:
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         return "--env-stdin: expected one JSON object of names to string values on stdin"
     os.environ.update(env)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
     return None
 
 
@@ -191,16 +223,27 @@ def main(argv: list[str]) -> int:
             print(PREFIX + f"--grace {args[1]!r} is not a number of seconds", file=sys.stderr)
             return 2
         args = args[2:]
+    handed: list[str] = []
+    read_stdin = args[:1] in (["--keyed"], ["--env-stdin"])
+    if args[:1] == ["--keyed"]:  # the keys line comes first on stdin, then (--env-stdin) the environment
+        words = read_keys()
+        KEYS.update(zip((START_KIND, DONE_KIND), words))
+        handed = words[2:]
+        args = args[1:]
     if args[:1] == ["--env-stdin"]:
         args = args[1:]
         problem = env_from_stdin()
         if problem:
             print(PREFIX + problem, file=sys.stderr, flush=True)
             return 2
+    if read_stdin:  # nothing started here can read what stdin may still hold
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
+        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--keyed] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     why = become_subreaper()
     if why:
@@ -236,7 +279,10 @@ def main(argv: list[str]) -> int:
     if child == 0:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        KEYS.clear()
         try:
+            if handed:
+                _stdin_line(handed)
             os.execvp(args[0], args)
         except OSError as exc:
             print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr, flush=True)

@@ -2,10 +2,12 @@
 a locked or damaged ledger) must never cut short what has to finish -- the copy of the outputs,
 the provider's delete, the leftover check, the release of ssh sessions. `quietly` remembers the
 first such failure on the recorder (`record_error`) instead of raising; the run then ends with
-exit 3 and `record_line` (`gpucluster.lifecycle`)."""
+exit 3 and `record_line` (`gpucluster.lifecycle`). While the job runs, `going_on` does the same for
+its metric and phase records: a ledger that cannot take them does not stop a healthy job."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpucluster.ledger import LedgerError
@@ -17,6 +19,21 @@ def record_line(error: str, cluster: str) -> str:
             f"`gpucluster down {cluster}` that can write closes the record")
 
 
+def kept_line(error: str, cluster: str) -> str:
+    """The one line for `up` whose cluster was made but whose record could not be written (exit 3)."""
+    return (f"cluster {cluster} is up and kept, but its record could not be written ({error}); it bills until "
+            f"`gpucluster down {cluster}`, which also closes the record once the home can be written")
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What `lifecycle.provision_only` made: the cluster, and why its record could not be written
+    (then `up` ends with exit 3 and `kept_line`; the cluster is kept, as asked)."""
+
+    cluster: Any
+    record_error: str | None = None
+
+
 def quietly(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """`fn(...)`, where a ledger write that fails is remembered on `rec` instead of raised (None)."""
     try:
@@ -25,6 +42,19 @@ def quietly(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if rec.record_error is None:
             rec.record_error = exc.message
         return None
+
+
+def going_on(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`quietly`, for the records written while the job runs (its metrics, its phases): a ledger
+    that cannot take them does not stop a healthy job, which goes on; the person is told once, and
+    the run ends with exit 3 and `record_line` (its record is incomplete)."""
+    first = rec.record_error is None
+    out = quietly(rec, fn, *args, **kwargs)
+    if first and rec.record_error is not None:
+        rec.ui.message(f"the run's record cannot be written ({rec.record_error}): the job goes on, its metrics "
+                       "kept in memory only; it will end with exit 3. Make room in GPUCLUSTER_HOME (its node "
+                       "logs and outputs go there too)")
+    return out
 
 
 class Quiet:

@@ -15,7 +15,9 @@ Every other key of the namespace is a cloud option and goes into `spec.options` 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
@@ -172,10 +174,7 @@ def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTE
     yaml = require("yaml", extra)
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise ConfigError(f"{what} {str(path)!r} is {size} bytes; at most {max_bytes} bytes are read")
-        return compose_bounded(yaml, path.read_text(encoding="utf-8"), str(path), what)
+        return compose_bounded(yaml, _read_bounded(path, max_bytes, what).decode("utf-8"), str(path), what)
     except FileNotFoundError:
         raise UsageError(f"{what} {str(path)!r} does not exist") from None
     except IsADirectoryError:
@@ -193,6 +192,23 @@ def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTE
         raise ConfigError(f"{what} {str(path)!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
 
 
+def _read_bounded(path: Path, max_bytes: int = MAX_STACK_BYTES, what: str = "stack file") -> bytes:
+    """The file's bytes, at most `max_bytes` of them (more: ConfigError). Only a regular file is
+    read (a FIFO would block, /dev/zero never ends): it is opened without blocking, then checked."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+        hint = "a Pulumi stack YAML file" if what == "stack file" else "a YAML file"
+        raise ConfigError(f"{what} {str(path)!r} is {kind}, not a file; give {hint}")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what} {str(path)!r} is over {max_bytes} bytes; at most {max_bytes} bytes are read")
+    return data
+
+
 def read_stack_file(path: str | Path) -> dict[str, Any]:
     """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
     decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
@@ -201,10 +217,7 @@ def read_stack_file(path: str | Path) -> dict[str, Any]:
     yaml = require("yaml", "aws")
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_STACK_BYTES:
-            raise ConfigError(f"stack file {str(path)!r} is {path.stat().st_size} bytes; at most "
-                              f"{MAX_STACK_BYTES} bytes are read")
-        doc = _load_bounded(yaml, path.read_text(encoding="utf-8"), str(path)) or {}
+        doc = _load_bounded(yaml, _read_bounded(path).decode("utf-8"), str(path)) or {}
     except FileNotFoundError:
         raise UsageError(f"stack file {str(path)!r} does not exist") from None
     except UnicodeDecodeError as exc:

@@ -222,37 +222,45 @@ def manifest(src: str) -> list[dict]:
 
 
 # -- setup wrapper -----------------------------------------------------------------------------
-def _record(kind: str, **fields: str) -> str:
-    """A printf writing one metric record; `fields` are JSON keys -> shell expressions (numbers)."""
+def _record(kind: str, key: str | None = None, **fields: str) -> str:
+    """A printf writing one metric record; `fields` are JSON keys -> shell expressions (numbers);
+    `key`: the shell variable holding the record's key (gpucluster.control), when keyed."""
     fmt = "@gpucluster-metric " + json.dumps({"kind": kind})[:-1]
-    fmt += "".join(f', "{k}": %s' for k in fields) + "}\\n"
-    return "printf " + shlex.quote(fmt) + "".join(f' "{v}"' for v in fields.values())
+    fmt += "".join(f', "{k}": %s' for k in fields) + (', "key": "%s"' if key else "") + "}\\n"
+    values = [*fields.values(), *([f"${key}"] if key else [])]
+    return "printf " + shlex.quote(fmt) + "".join(f' "{v}"' for v in values)
 
 
-def setup_wrapped(argv: Sequence[str], setup: Sequence[str], go_file: str, staged_file: str | None = None) -> list[str]:
+def setup_wrapped(argv: Sequence[str], setup: Sequence[str], go_file: str, staged_file: str | None = None,
+                  keyed: bool = False) -> list[str]:
     """`sh -c WRAPPER sh ARGV...`: run the setup commands (each by `sh -c`, output marked in the node
     log), print a `setup_end` record, wait for `go_file`, then exec ARGV (torchrun). Unchanged when
     there is no setup and no `staged_file`. The node's working directory and environment are the job's.
 
     `staged_file` (a node the launcher stages data into while it runs, e.g. a Kubernetes pod): the
     wrapper first waits for that file, which the launcher makes once the node's data is in place;
-    without setup commands it then execs ARGV at once (no setup records, no go file)."""
+    without setup commands it then execs ARGV at once (no setup records, no go file).
+
+    `keyed` (the wrapper runs under `reaper.py --keyed`): it first reads its two keys from its stdin
+    into shell variables (never exported: no setup command sees them), then stdin is /dev/null."""
     wait_staged = [f"while [ ! -e {shlex.quote(staged_file)} ]; do sleep 0.2; done"] if staged_file else []
     if not setup:
         if not wait_staged:
             return list(argv)
         return ["sh", "-c", "\n".join([*wait_staged, 'exec "$@"']), "gpucluster-stage", *argv]
     n = len(setup)
-    lines = [*wait_staged, "t0=$(date +%s)", _record(SETUP_START)]
+    keys = ["IFS=' ' read -r gk_ss gk_se; exec </dev/null"] if keyed else []
+    ks, ke = ("gk_ss", "gk_se") if keyed else (None, None)
+    lines = [*keys, *wait_staged, "t0=$(date +%s)", _record(SETUP_START, ks)]
     for i, cmd in enumerate(setup, 1):
         lines.append("printf '%s\\n' " + shlex.quote(f"[gpucluster setup {i}/{n}] $ {cmd}"))
         lines.append(f"sh -c {shlex.quote(cmd)} </dev/null 2>&1; rc=$?")
         lines.append("if [ $rc -ne 0 ]; then "
                      f"printf '%s\\n' \"[gpucluster setup {i}/{n}] failed: exit code $rc\"; "
-                     f"{_record(SETUP_END, rc='$rc', command=str(i), seconds='$(( $(date +%s) - t0 ))')}; "
+                     f"{_record(SETUP_END, ke, rc='$rc', command=str(i), seconds='$(( $(date +%s) - t0 ))')}; "
                      "exit $rc; fi")
     lines.append("printf '%s\\n' \"[gpucluster setup] done in $(( $(date +%s) - t0 )) s\"")
-    lines.append(_record(SETUP_END, rc="0", seconds="$(( $(date +%s) - t0 ))"))
+    lines.append(_record(SETUP_END, ke, rc="0", seconds="$(( $(date +%s) - t0 ))"))
     lines.append(f"while [ ! -e {shlex.quote(go_file)} ]; do sleep 0.2; done")
     lines.append('exec "$@"')
     return ["sh", "-c", "\n".join(lines), "gpucluster-setup", *argv]

@@ -13,11 +13,13 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from gpucluster.control import NODE_EXIT, WORKER_START, Gate, NodeKeys
 from gpucluster.errors import LaunchError
+from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
-from gpucluster.launch import WORKER_START_KIND, JobResult, JobSpec, NodeResult
+from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
@@ -59,10 +61,11 @@ def signal_note(lines: list[str]) -> str:
     return f"; worker ended with {name}"
 
 
-NODE_EXIT_KIND = "node_exit"
-# A node's shell, after its reaper: one metric record with the reaper's exit status (sh syntax)
-NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d}\\n' "
-                "'@gpucluster-metric ' \"$rc\" >&2; exit $rc")
+NODE_EXIT_KIND = NODE_EXIT
+# A node's shell, after its reaper: one metric record with the reaper's exit status and the node's
+# node_exit key, which the shell read into $gk_exit from its stdin (gpucluster.control) (sh syntax)
+NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d, \"key\": \"%s\"}\\n' "
+                "'@gpucluster-metric ' \"$rc\" \"$gk_exit\" >&2; exit $rc")
 DRAIN_S = 10.0  # how long a node's session may stay open once its job has ended
 
 
@@ -80,7 +83,7 @@ class NodeSupervisor:
 
     def __init__(self, job: JobSpec, events: RunEvents, log_dir: Path, hosts: Sequence[str],
                  console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
-                 reaper: bool = False):
+                 reaper: bool = False, keys: Mapping[int, NodeKeys] | None = None):
         self.job = job
         self.events = events
         self.log_dir = log_dir
@@ -101,6 +104,8 @@ class NodeSupervisor:
         self.reapers: dict[int, str] = {}  # node rank -> "started" | "done" (as the reaper said)
         self.node_exits: dict[int, tuple[int, float]] = {}  # node rank -> (reaper's exit status, when said)
         self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
+        # control records (reaper, node exit, setup) are taken only with the node's key for them
+        self.gate = Gate(keys)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -184,7 +189,11 @@ class NodeSupervisor:
             return
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
         broken.append(why)
-        self.incomplete_logs[node_rank] = why
+        with self._log_locks.setdefault(node_rank, threading.Lock()):  # a node's streams share its log
+            said = node_rank in self.incomplete_logs
+            self.incomplete_logs.setdefault(node_rank, why)
+        if said:
+            return
         _say(self.events, f"node {node_rank}: its log {log_path} is incomplete: it could not be written "
                           f"({why}); the job's output is still read, its last lines and metrics kept")
 
@@ -217,29 +226,45 @@ class NodeSupervisor:
     def _handle(self, node_rank: int, line: str) -> None:
         record = read_line(line)
         if isinstance(record, str):  # the script's line is data: counted, said once, never acted on
-            self.metrics.refuse(record)
-            if self.metrics.refused == 1:
-                _say(self.events, f"node {node_rank}: a metric line was ignored ({record}); "
-                                  "further bad metric lines are counted in the run's metrics")
+            self._refuse(node_rank, record)
             return
         if record is None:
             record = world_record(line) or text_record(line)
         if record is not None:
+            kind = record.get("kind")
+            why = self.gate.admit(node_rank, record)
+            if why is None and kind == WORKER_START and self.job.setup and node_rank not in self.setup_done:
+                why = f"a {kind!r} record before node {node_rank}'s setup ended (the job's own line)"
+            refused = self.metrics.refused
+            if why is None:
+                self.metrics.update(record, node_rank)
+            if why is not None or self.metrics.refused > refused:  # forged or bad: data, never acted on
+                self._refuse(node_rank, why or self.metrics.first_refusal or "refused", counted=why is None)
+                return
             record.setdefault("node_rank", node_rank)
             # A built-in workload says "start" once its process group is up; a user's command
             # is started through the announcer, whose record says the worker process exists.
-            if record.get("kind") in (REAPER_START, REAPER_DONE) and record.get("survived", 0) == 0:
-                self.reapers[node_rank] = "done" if record["kind"] == REAPER_DONE else \
-                    self.reapers.get(node_rank, "started")
-            if record.get("kind") == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
+            if kind == REAPER_START:
+                self.reapers.setdefault(node_rank, "started")
+            elif kind == REAPER_DONE:
+                survived = record.get("survived")
+                self.reapers[node_rank] = "done" if survived == 0 else f"survived:{survived}"
+            if kind == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
                 self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
-            if record.get("kind") == SETUP_END and record.get("rc") == 0:
+            if kind == SETUP_END and record.get("rc") == 0:
                 self.setup_done.add(node_rank)
-            if record.get("kind") in ("start", WORKER_START_KIND) and self.train_started_at is None:
+            if kind in ("start", WORKER_START) and self.train_started_at is None:
                 self.train_started_at = time.time()
                 self.events.on_phase(Phase.TRAIN)
-            self.metrics.update(record, node_rank)
             self.events.on_metric(node_rank, record)
+
+    def _refuse(self, node_rank: int, why: str, counted: bool = False) -> None:
+        """A metric line that is not acted on: counted (unless `metrics` counted it), said once."""
+        if not counted:
+            self.metrics.refuse(why)
+        if self.metrics.refused == 1:
+            _say(self.events, f"node {node_rank}: a metric line was ignored ({why}); "
+                              "further bad metric lines are counted in the run's metrics")
 
     def _undrained(self, procs: dict[int, subprocess.Popen], exit_codes: dict[int, int | None]) -> list[int]:
         now = time.monotonic()
@@ -373,10 +398,13 @@ class NodeSupervisor:
                            "record (a worker died after its work, or the script does not report)")
         # No verdict without its witness: a node whose reaper started but never said its final
         # pass was over (it was killed) cannot vouch that nothing of the job survived there.
-        unwitnessed = [f"node {r} ({self.hosts[r]}): its reaper ended without finishing its final pass "
-                       "(killed?): a process the job detached there may survive unseen"
+        unwitnessed = [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper ended without finishing its final "
+                       "pass (killed?): a process the job detached there may survive unseen"
                        for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started"]
-        unwitnessed += [f"node {r} ({self.hosts[r]}): its session stayed open {DRAIN_S:g} s after its job "
+        unwitnessed += [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper saw "
+                        f"{self.reapers[r].split(':', 1)[1]} process(es) survive SIGKILL"
+                        for r in sorted(procs) if self.reapers.get(r, "").startswith("survived:")]
+        unwitnessed += [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its session stayed open {DRAIN_S:g} s after its job "
                         "ended (a process the job left holds its output) and was cut"
                         for r in sorted(self.undrained)]
         return JobResult(

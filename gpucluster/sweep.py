@@ -31,7 +31,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from gpucluster.errors import GpuclusterError, UsageError
-from gpucluster.ledger import Ledger
+from gpucluster.ledger import Ledger, LedgerError
 from gpucluster.ledger_schema import PHASES
 from gpucluster.records import RunRecord
 
@@ -53,6 +53,22 @@ class SweepRun:
     run_id: str
     status: str
     failure: str | None = None
+    exit_code: int = 0  # the run's own exit code (3: teardown not verified, or its record not written)
+    teardown: str | None = None  # verified | leftovers | not verified | kept | None
+    record_error: str | None = None  # the run's record could not be written (the sweep stops there)
+    cluster: str = ""
+
+    @property
+    def doubt(self) -> str | None:
+        """Why this run's end is not proven (a teardown not verified, a record not written), or None."""
+        if self.record_error:
+            from gpucluster.recording import record_line
+
+            return f"run {self.run_id}: {record_line(self.record_error, self.cluster)}"
+        if self.teardown in ("leftovers", "not verified"):
+            return (f"run {self.run_id}: teardown {self.teardown.upper()}; finish it with: "
+                    f"gpucluster down {self.cluster}")
+        return None
 
 
 @dataclass
@@ -60,10 +76,19 @@ class Sweep:
     sweep_id: str
     runs: list[SweepRun] = field(default_factory=list)
     interrupted: bool = False
+    record_error: str | None = None  # the ledger failed: the sweep stopped (no further run can be recorded)
 
     @property
     def ok(self) -> bool:
         return not self.interrupted and all(r.status == "succeeded" for r in self.runs)
+
+    @property
+    def doubts(self) -> list[str]:
+        """One line per run whose teardown is not verified or whose record was not written (exit 3)."""
+        lines = [d for d in (r.doubt for r in self.runs) if d]
+        if self.record_error and not any(r.record_error for r in self.runs):
+            lines.append(f"the next run could not be recorded ({self.record_error}); the sweep stopped there")
+        return lines
 
 
 def plan_sizes(node_counts: Sequence[int], gpus_per_node_list: Sequence[int | None], repeat: int) -> list[tuple[int, int | None, int]]:
@@ -104,7 +129,8 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
     every size's spec. A gpus-per-node value of
     None keeps the base spec's (what is present); a positive value also sets processes per node.
     Every size's spec is validated before the first run starts. A failed run does not stop the
-    sweep; Ctrl-C / SIGTERM does (the interrupted run is torn down by the lifecycle as usual).
+    sweep; Ctrl-C / SIGTERM does (the interrupted run is torn down by the lifecycle as usual), and so
+    does a ledger that cannot be written (a full home): no further run could be recorded.
     `on_run(index, total, finished_run_or_None, size)` is called before (None) and after each run.
     """
     from gpucluster.lifecycle import execute
@@ -130,12 +156,22 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
         job = replace(job_template, run_id=run_id)
         if g:
             job = replace(job, nproc_per_node=g)
-        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, prices=prices,
-                          sweep_id=sweep_id, workload=workload or job.workload)
-        done = SweepRun(n, spec.gpus_per_node or 0, r, outcome.run_id, outcome.status, outcome.failure)
+        try:
+            outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, prices=prices,
+                              sweep_id=sweep_id, workload=workload or job.workload)
+        except LedgerError as exc:  # its row could not be written: nothing of this run started
+            if not sweep.runs:
+                raise  # nothing ran at all: bad input, exit 2
+            sweep.record_error = exc.message
+            break
+        done = SweepRun(n, spec.gpus_per_node or 0, r, outcome.run_id, outcome.status, outcome.failure,
+                        int(outcome.exit_code), outcome.teardown, outcome.record_error, spec.name)
         sweep.runs.append(done)
         if on_run:
             on_run(i, len(plan), done, size)
+        if outcome.record_error:
+            sweep.record_error = outcome.record_error
+            break
         if outcome.status == "interrupted":
             sweep.interrupted = True
             break

@@ -12,14 +12,18 @@ the verdicts, and says progress through the `say` callback it is given.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpucluster.domain import Check
+from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
 
 
 # -- down ---------------------------------------------------------------------------------------
+ACKNOWLEDGED = "teardown_acknowledged"  # the metric record `down --ack-unwitnessed` leaves with a run
+
+
 def clusters_known(ledger: Any) -> dict[str, str]:
     """cluster -> cloud, for every cluster in the ledger (newest run wins)."""
     known: dict[str, str] = {}
@@ -80,9 +84,14 @@ class Downed:
 
 def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str], Any], backend: Any,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
-              ) -> Downed:
+              ack_unwitnessed: bool = False) -> Downed:
     """Delete `name`, then check independently what is left; the ledger's rows are closed only
-    when the check is verified (else each open run gets the verdict)."""
+    when the check is verified (else each open run gets the verdict).
+
+    A run whose node had no witness (its reaper was killed, its session was cut: an unchecked line
+    starting with `UNWITNESSED`) keeps that line: no check here can find a process that carries
+    nothing of the run, so the verdict stays "not verified" until `ack_unwitnessed` (the person
+    says they checked those nodes themselves), which is then recorded with each such run."""
     from gpucluster.lifecycle import LedgerEvents
     from gpucluster.owner import owner_lock, stop_owner
 
@@ -106,12 +115,22 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             # the backends' check_down reads the JSON form of each record
             runs = {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
             check = backend.ops.check_down(provider, name, runs).with_unchecked(*not_run)
+            unwitnessed = {rid: [u for u in rec.run.unchecked if u.startswith(UNWITNESSED)]
+                           for rid, rec in records.items() if rec is not None}
+            unwitnessed = {rid: lines for rid, lines in unwitnessed.items() if lines}
+            if not ack_unwitnessed:
+                check = check.with_unchecked(*(u for lines in unwitnessed.values() for u in lines))
     except GpuclusterError as exc:
         verdict.update(verdict="not verified", error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
         return Downed(verdict, None, code, exc.message)
     verdict.update(check.to_dict())
     if check.verified:
+        if unwitnessed:  # ack_unwitnessed: the person's word, kept beside the verdict
+            verdict["acknowledged"] = sorted({u for lines in unwitnessed.values() for u in lines})
+            for rid, lines in sorted(unwitnessed.items()):
+                ledger.add_metrics(rid, [(None, {"kind": ACKNOWLEDGED, "time": time.time(), "unwitnessed": lines,
+                                                 "by": "gpucluster down --ack-unwitnessed"})])
         verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
         return Downed(verdict, check, ExitCode.OK)
     for rid in {r["run_id"] for r in ledger.open_resources(name)} | had_open:

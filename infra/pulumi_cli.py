@@ -47,8 +47,16 @@ _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 def pulumi_dir() -> Path:
     from gpucluster.home import home_dir
 
-    path = home_dir() / "pulumi"
-    path.mkdir(parents=True, exist_ok=True)
+    return _folder(home_dir() / "pulumi")
+
+
+def _folder(path: Path) -> Path:
+    """`path` made (parents too) as a folder; one line (ConfigError, exit 2) when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. $GPUCLUSTER_HOME/pulumi is a file
+        raise ConfigError(f"Pulumi state folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
+                          f"{str(path.parent)!r} must hold a folder there that you can write") from None
     return path
 
 
@@ -60,9 +68,7 @@ def backend_url() -> str:
     """The user's PULUMI_BACKEND_URL when set, else a file backend under the gpucluster home."""
     if not own_backend():
         return os.environ["PULUMI_BACKEND_URL"]
-    state = pulumi_dir() / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    return state.resolve().as_uri()
+    return _folder(pulumi_dir() / "state").resolve().as_uri()
 
 
 def passphrase_file() -> Path:
@@ -96,9 +102,7 @@ def workspace_env() -> dict[str, str]:
 
 
 def work_dir(name: str) -> Path:
-    path = pulumi_dir() / "work" / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _folder(pulumi_dir() / "work" / name)
 
 
 # -- the CLI --------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Bad input: one line naming the value and what is allowed, exit 2, no traceback, nothing created."""
 
+import json
 import os
 import stat
 
@@ -722,6 +723,15 @@ NOT_RUNNABLE = [
     (["python"], ["command 'python'", "python alone"]),
     (["python3", "-m"], ["'python3 -m'", "followed by its module"]),
     (["python", "-c"], ["'python -c'", "followed by its code"]),
+    # interpreter options and no program (issue 32 item 8): they ran, and "succeeded" doing nothing
+    (["python", "-u"], ["'python -u'", "options only"]),
+    (["python", "-X", "dev"], ["'python -X dev'", "options only"]),
+    (["python", "-"], ["'python -'", "reads the program from stdin"]),
+    (["python", "-u", "-"], ["'python -u -'", "reads the program from stdin"]),
+    (["python", "--version"], ["'python --version'", "prints and exits"]),
+    (["python", "-u", "no-such-script.py"], ["script 'no-such-script.py'", "a Python file that exists"]),
+    (["python", "-B", "tests"], ["script 'tests'", "not a folder"]),
+    (["python", "-W", "ignore", "-m", "no_such_module_xyz"], ["python module 'no_such_module_xyz'"]),
 ]
 
 
@@ -740,6 +750,9 @@ def test_runnable_commands_pass_the_check(tmp_path):
     check_command(("python", "-m", "json.tool"))
     check_command(("true",))
     check_command(("python", "-u", "tests/conftest.py"))
+    check_command(("python", "-X", "dev", "-W", "ignore", "-m", "json.tool"))
+    check_command(("python3", "-uc", "pass"))
+    check_command(("python", "-Xdev", "--", "tests/conftest.py"))
 
 
 @pytest.mark.parametrize("dest", ["/proc/gpucluster-out", "/sys/gpucluster-out", "/proc/self"])
@@ -794,6 +807,8 @@ SAME_CHECKS = [  # (argv, needles): each value is one `run` refuses
     (["doctor", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
     (["doctor", "--cloud", "gcp", "--region", "us-east-1"], ["'us-east-1'", "no V100 zone"]),
     (["doctor", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
+    (["doctor", "--cloud", "aws", "--instance-type", "g5.bogus"], ["'g5.bogus'", "g5.xlarge"]),
+    (["doctor", "--cloud", "aws", "--region", "eu-west-1", "--instance-type", "g5.bogus"], ["'g5.bogus'"]),
 ]
 
 
@@ -802,6 +817,20 @@ def test_commands_that_create_nothing_refuse_what_run_refuses(home, argv, needle
     r = run_cli(*argv)
     assert_clean_refusal(r, *needles)
     assert_nothing_started(home)
+
+
+def test_an_empty_region_is_the_default_for_gc_as_for_run(home, tmp_path):
+    """`run --region ''` uses the default region; `gc --region ''` passed '' to boto3 ("Invalid
+    endpoint: https://ec2..amazonaws.com"). It now looks where `run` would have made the cluster.
+    No credentials here (botocore's chain emptied): the checks cannot run, and say where."""
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+           "AWS_EC2_METADATA_DISABLED": "true", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+           "AWS_DEFAULT_REGION": "", "AWS_REGION": ""}
+    r = run_cli("gc", "--cloud", "aws", "--region", "", "--json", env=env, timeout=120)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    unchecked = json.loads(r.stdout)["unchecked"]
+    assert unchecked and any("in us-east-1" in u for u in unchecked), unchecked
+    assert not any("Invalid endpoint" in u for u in unchecked), unchecked
 
 
 # -- issue 32 item 3: cloud credentials are checked before anything is recorded -------------------
@@ -817,12 +846,13 @@ NO_CREDENTIALS = {  # cloud: (flags, the environment without credentials, needle
 }
 
 
-@pytest.mark.parametrize("cloud", list(NO_CREDENTIALS))
-def test_cloud_run_without_credentials_is_refused_before_the_row(home, tmp_path, cloud):
+@pytest.mark.parametrize("command,cloud", [("run", c) for c in NO_CREDENTIALS] + [("up", "aws")])
+def test_cloud_run_without_credentials_is_refused_before_the_row(home, tmp_path, command, cloud):
     """With the Pulumi CLI present (a stand-in answering `pulumi version` as the real one does:
     `v3.x.y` on stdout, https://www.pulumi.com/docs/iac/cli/commands/pulumi_version/) and no
-    credentials for the cloud, `run` stops with exit 2 and the fix, and no run row is written.
-    Before, the run row was written and the run ended with exit 3, "not verified"."""
+    credentials for the cloud, `run` (and `up`, through the same preflight) stops with exit 2 and
+    the fix, and no run row is written. Before, the run row was written and the run ended with
+    exit 3, "not verified"."""
     flags, no_creds, needles = NO_CREDENTIALS[cloud]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -832,7 +862,7 @@ def test_cloud_run_without_credentials_is_refused_before_the_row(home, tmp_path,
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "CLOUDSDK_", "GCE_"))}
     env.update({k: v.format(tmp=tmp_path) for k, v in no_creds.items()})
     env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", COLUMNS="200", GPUCLUSTER_HOME=str(home))
-    r = subprocess.run(gpucluster_argv("run", "--cloud", cloud, *flags, "--yes"), capture_output=True, text=True,
+    r = subprocess.run(gpucluster_argv(command, "--cloud", cloud, *flags, "--yes"), capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=300)
     assert_clean_refusal(r, *needles, "nothing was started")
     assert_nothing_started(home)
@@ -860,6 +890,21 @@ def test_hostile_stack_yaml_is_bounded(home, tmp_path, body, needle):
     stack = write_stack(tmp_path, body)
     r = run_cli("cost", "estimate", "--stack", str(stack), timeout=60)
     assert_clean_refusal(r, needle)
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+def test_a_stack_file_that_is_not_a_file_is_refused(home, tmp_path, kind):
+    """Issue 32 item 5: the size bound is on the bytes read, not on what stat says: a link to
+    /dev/zero (st_size 0, endless) and a FIFO (blocks until a writer comes) are refused, never read."""
+    stack = tmp_path / "Pulumi.bad.yaml"
+    if kind == "dev-zero":
+        stack.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(stack)
+    else:
+        stack.mkdir()
+    r = run_cli("cost", "estimate", "--stack", str(stack), timeout=60)
+    assert_clean_refusal(r, "not a file")
 
 
 # -- issue 32 item 5: every path in the home checked -------------------------------------------
@@ -900,6 +945,22 @@ def test_home_paths_of_the_wrong_kind(home, what, needle):
     assert ledger_rows(home) == before
     if (home / "runs").is_dir():
         assert list((home / "runs").iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["doctor", "--cloud", "aws"],
+    ["run", "--cloud", "aws", "--nodes", "1", "--ssh-cidr", "203.0.113.7/32", "--yes", "--", "python", "-c", "pass"],
+    ["up", "--cloud", "aws", "--nodes", "1", "--ssh-cidr", "203.0.113.7/32", "--yes"],
+], ids=["doctor", "run", "up"])
+def test_pulumi_folder_that_is_a_file(home, argv):
+    """Issue 32 item 5: $GPUCLUSTER_HOME/pulumi (the Pulumi state) is a file: one line naming it,
+    exit 2, nothing recorded (a FileExistsError traceback before)."""
+    seed_runs(home, "r20261122-000001-aaaaaa")
+    before = ledger_rows(home)
+    (home / "pulumi").write_text("x")
+    r = run_cli(*argv, timeout=120)
+    assert_clean_refusal(r, f"Pulumi state folder {str(home / 'pulumi')!r}", "File exists")
+    assert ledger_rows(home) == before and (home / "pulumi").read_text() == "x"
 
 
 def test_node_log_that_is_a_folder(home):

@@ -470,3 +470,147 @@ def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
     assert down.returncode == 0, down.stderr
     run = Ledger(small_home / "ledger.sqlite3").get_run(run.id).to_dict()
     assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"
+
+
+# -- a full home meets the run's other ends, `up` and `sweep` (issue 32 items 1, 11) ---------------
+FILL_THEN_WAIT = (
+    "import os, sys, time\n"
+    "with open(os.path.join(os.environ['FILL_DIR'], 'filler'), 'wb') as f:\n"
+    "    try:\n"
+    "        while True:\n"
+    "            f.write(b'\\0' * 65536); f.flush()\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "print('the home is full', flush=True)\n"
+    "time.sleep(600)  # quiet: only the utilisation sampler writes the ledger now\n")
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["max-minutes", "ctrl-c"])
+def test_full_home_then_the_time_limit_or_ctrl_c_cli(small_home, tmp_path, end):
+    """The job fills $GPUCLUSTER_HOME (a real 8 MiB tmpfs) and then goes on quietly. Its record can
+    no longer be written, which does not stop a healthy job (it goes on, said once); the run then
+    ends by --max-minutes or a real Ctrl-C: exit 3 (never 2, never a hang) with one line saying the
+    record could not be written, no traceback of gpucluster's, nothing left; `down` closes the row."""
+    import time
+
+    from conftest import gpucluster_argv
+
+    marker = f"full-{end}-{os.getpid()}"
+    script = tmp_path / "fill_wait.py"
+    script.write_text(FILL_THEN_WAIT)
+    env = dict(os.environ, GPUCLUSTER_HOME=str(small_home), FILL_DIR=str(small_home), COLUMNS="200")
+    limit = ["--max-minutes", "0.5"] if end == "max-minutes" else []
+    t0 = time.monotonic()
+    proc = subprocess.Popen(gpucluster_argv("run", "--cloud", "local", "--nodes", "1", *limit, "--", "python", "-X",
+                                            f"marker={marker}", str(script)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        if end == "ctrl-c":
+            while not (small_home / "filler").exists() or os.statvfs(small_home).f_bavail > 0:
+                assert proc.poll() is None and time.monotonic() - t0 < 120, "the home never filled"
+                time.sleep(0.2)
+            time.sleep(6)  # the sampler's records have failed to be written by now; the job goes on
+            assert proc.poll() is None, "a full home stopped the job"
+            os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        leaked = marked(marker)
+        for p in leaked:
+            p.kill()
+        (small_home / "filler").unlink(missing_ok=True)
+    took = time.monotonic() - t0
+    assert leaked == [], "processes left behind (by marker)"
+    ours = [ln for ln in (out + err).splitlines() if not ln.startswith("[node ")]
+    assert not any("Traceback" in ln for ln in ours), err[-3000:]
+    assert proc.returncode == 3, (proc.returncode, out[-2000:], err[-2000:])
+    errors = [ln for ln in err.splitlines() if ln.startswith("gpucluster: error:")]
+    assert len(errors) == 1 and "record could not be written" in errors[0], err
+    assert "the job goes on" in out + err
+    if end == "max-minutes":
+        assert took >= 30, took  # the limit ended it, not the full home
+    (run,) = Ledger(small_home / "ledger.sqlite3").list_runs()
+    assert run_processes(run.id) == []
+    down = run_cli_home(small_home, "down", "gpucluster-local", "--yes")
+    assert down.returncode == 0, down.stderr
+    run = Ledger(small_home / "ledger.sqlite3").get_run(run.id).to_dict()
+    assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"
+
+
+def run_cli_home(home, *args):
+    from conftest import run_cli
+
+    return run_cli(*args, env={"GPUCLUSTER_HOME": str(home)}, timeout=120)
+
+
+@needs_torch
+@pytest.mark.slow
+def test_sweep_whose_home_fills_stops_with_exit_3_cli(small_home, tmp_path):
+    """A sweep over 1 and 2 nodes whose first job fills the home: that run still ends, tears down
+    and checks; the sweep does not start the next size (it could not be recorded) and ends with
+    exit 3 and the one line (it returned 0 or 1, or 2 from the next size's row, before)."""
+    script = tmp_path / "fill.py"
+    script.write_text(FILL_THEN_WAIT.replace("time.sleep(600)", "time.sleep(1)"))
+    from conftest import run_cli
+
+    r = run_cli("sweep", "--cloud", "local", "--nodes", "1,2", "--", "python", str(script),
+                env={"GPUCLUSTER_HOME": str(small_home), "FILL_DIR": str(small_home)}, timeout=240)
+    (small_home / "filler").unlink(missing_ok=True)
+    ours = [ln for ln in (r.stdout + r.stderr).splitlines() if not ln.startswith("[node ")]
+    assert not any("Traceback" in ln for ln in ours), r.stderr[-3000:]
+    assert r.returncode == 3, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpucluster: error:")]
+    assert len(errors) == 1 and "record could not be written" in errors[0], r.stderr
+    runs = Ledger(small_home / "ledger.sqlite3").list_runs()
+    assert [x.nodes for x in runs] == [1], [x.nodes for x in runs]  # the 2-node size never started
+    assert run_processes(runs[0].id) == []
+
+
+def test_up_whose_home_fills_as_the_cluster_comes_up(small_home, monkeypatch, capsys):
+    """`up --cloud aws` (the fake Pulumi CLI, tests/pulumi_fake.py): the home fills (ENOSPC) just
+    as the cluster is up, so the success cannot be recorded. The cluster exists and bills: `up`
+    shows it, keeps it (no destroy) and ends with exit 3 and the one line; it raised LedgerError
+    before (exit 2, "bad input, nothing was started"). `down`, with room again, removes it."""
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import FakePulumiCommand
+    from test_automation import provider
+
+    from gpucluster.cli import common, down, up
+    from gpucluster.errors import TeardownIncomplete
+
+    fake = FakePulumiCommand()
+    fault = StorageFault("enospc", small_home)
+
+    class FillsAfterUp:
+        """The real provider; the disk fills as its `up` returns."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def up(self, spec, events):
+            cluster = self.inner.up(spec, events)
+            fault()
+            return cluster
+
+    monkeypatch.setattr(common, "provider_for", lambda cloud: FillsAfterUp(provider(fake)))
+    try:
+        with pytest.raises(TeardownIncomplete) as done:
+            up.up.main(["--cloud", "aws", "--name", "demo", "--nodes", "2", "--ssh-cidr", "203.0.113.7/32", "--yes"],
+                       prog_name="gpucluster up", standalone_mode=False)
+    finally:
+        fault.clear()
+    assert done.value.exit_code == ExitCode.LEFTOVERS and "demo is up and kept" in done.value.message
+    assert "record could not be written" in done.value.message and "gpucluster down demo" in done.value.message
+    assert "203.0.113.10" in capsys.readouterr().out  # the cluster is shown
+    assert "destroy" not in fake.verbs()
+    assert down.down.main(["demo", "--yes"], prog_name="gpucluster down", standalone_mode=False) == 0
+    assert fake.verbs()[-1] == "destroy" or "destroy" in fake.verbs()
+    (run,) = Ledger(small_home / "ledger.sqlite3").list_runs()
+    assert run.status != "running" and run.teardown == "verified"

@@ -147,7 +147,7 @@ def test_image_option_and_user_command(tmp_path):
     p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "train.py", "--lr", "0.1")),
                      image="registry.example/me/train:1", workdir=tmp_path)
     assert k8s_manifests.job_manifest(p).spec.template.spec.containers[0].image == "registry.example/me/train:1"
-    assert p.argv_by_rank[0][-3:] == ("train.py", "--lr", "0.1")
+    assert json.loads(p.argv_by_rank[0][-1])[-3:] == ["train.py", "--lr", "0.1"]  # the announcer's JSON argument
 
 
 def test_pytorchjob_manifest_master_and_workers():
@@ -214,7 +214,7 @@ def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
     (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
     p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
                      workdir=tmp_path)
-    assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
+    assert json.loads(p.argv_by_rank[1][-1])[-3:] == ["/gpucluster/user/jobs/train.py", "--lr", "0.1"]
     cm = k8s_manifests.config_map_manifest(p)
     items = {i.path: i.key for i in k8s_manifests.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
     assert cm.data[items["user/jobs/train.py"]] == "print('hi')\n"

@@ -155,3 +155,113 @@ def test_what_the_launcher_could_not_delete_makes_a_kept_clusters_teardown_not_v
                   launcher=LeavesObjects(), keep=True)
     assert out.teardown == "not verified" and out.exit_code == ExitCode.LEFTOVERS
     assert any("could not delete configmap default/gpucluster-r3" in u for u in out.unchecked)
+
+
+# -- issue 32: a sweep carries each run's verdict and record error; `up` never exits 2 once made --
+class MadeCluster(Provider):
+    """A cloud whose create succeeds at once and whose delete and tag sweep find nothing."""
+
+    cloud = "aws"
+
+    def up(self, spec, events):
+        from gpucluster.domain import Cluster
+
+        return Cluster(name=spec.name, cloud="aws", nodes=(), gpus_per_node=1)
+
+    def down(self, name, events):
+        pass
+
+    def leftovers(self, name, run_id=None):
+        return []
+
+
+class Unwitnessed(Launcher):
+    """The job ran, but a node's reaper was killed: nothing vouches that the node left nothing."""
+
+    def launch(self, cluster, job, events, log_dir):
+        from gpucluster.domain import UNWITNESSED
+        from gpucluster.launch import JobResult
+        from gpucluster.metrics import MetricsState
+
+        return JobResult(ok=True, nodes=[], metrics=MetricsState(),
+                         unwitnessed=[UNWITNESSED + "node 0 (h0): its reaper ended without finishing its final pass"])
+
+
+class FullOnFinish(Ledger):
+    """The real ledger, on a disk that fills as the first run's row is closed (every write after
+    that fails as SQLite's SQLITE_FULL does, through the ledger's own error)."""
+
+    full = False
+
+    def finish_run(self, run_id, **kw):
+        from gpucluster.ledger import LedgerError
+
+        if self.full or kw.get("status") is not None:
+            self.full = True
+            raise LedgerError("could not write the ledger: database or disk is full")
+        return super().finish_run(run_id, **kw)
+
+    def create_run(self, *a, **kw):
+        from gpucluster.ledger import LedgerError
+
+        if self.full:
+            raise LedgerError("could not write the ledger: database or disk is full")
+        return super().create_run(*a, **kw)
+
+
+def _aws_spec(run_id=None):
+    return ClusterSpec(cloud="aws", nodes=1, name="c1", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id=run_id)
+
+
+def test_a_sweep_whose_runs_were_not_verified_says_so_for_each(tmp_path, monkeypatch):
+    from gpucluster.infra.registry import plugin
+    from gpucluster.sweep import run_sweep
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    sweep = run_sweep(_aws_spec(), JobSpec(run_id="t", workload="digits"), [1, 2], [None], 1, ledger,
+                      (MadeCluster(), Unwitnessed()), plugin=plugin("aws"))
+    assert [r.status for r in sweep.runs] == ["succeeded", "succeeded"]  # the jobs themselves went fine
+    assert [(r.exit_code, r.teardown) for r in sweep.runs] == [(3, "not verified")] * 2
+    assert len(sweep.doubts) == 2 and all("teardown NOT VERIFIED" in d and "gpucluster down c1" in d
+                                          for d in sweep.doubts), sweep.doubts
+
+
+def test_a_sweep_stops_when_its_record_cannot_be_written(tmp_path, monkeypatch):
+    """The first run's row cannot be closed (a full home): that run still tears down and checks
+    (verified), the sweep does not start the next size (it could not be recorded), and says why."""
+    from gpucluster.infra.registry import plugin
+    from gpucluster.sweep import run_sweep
+
+    class Fine(Launcher):
+        def launch(self, cluster, job, events, log_dir):
+            from gpucluster.launch import JobResult
+            from gpucluster.metrics import MetricsState
+
+            return JobResult(ok=True, nodes=[], metrics=MetricsState())
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = FullOnFinish(tmp_path / "l.db")
+    sweep = run_sweep(_aws_spec(), JobSpec(run_id="t", workload="digits"), [1, 2, 4], [None], 1, ledger,
+                      (MadeCluster(), Fine()), plugin=plugin("aws"))
+    assert len(sweep.runs) == 1 and sweep.record_error and "disk is full" in sweep.record_error
+    (run,) = sweep.runs
+    assert run.teardown == "verified" and run.exit_code == ExitCode.LEFTOVERS and run.record_error
+    assert len(sweep.doubts) == 1 and "record could not be written" in sweep.doubts[0], sweep.doubts
+
+
+def test_up_whose_record_cannot_be_written_keeps_the_cluster_and_says_so(tmp_path, monkeypatch):
+    """`up` made the cluster, then the ledger could not take the success (a full home): the
+    cluster is kept (as asked, and it bills), and the record error comes back for exit 3 (it
+    raised LedgerError before: exit 2, "bad input, nothing was started", with a cluster up)."""
+    from gpucluster.lifecycle import provision_only
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+
+    class NoDown(MadeCluster):
+        def down(self, name, events):
+            raise AssertionError("a cluster `up` made is kept")
+
+    made = provision_only(_aws_spec("r-up"), ledger=FullOnFinish(tmp_path / "l.db"), provider=NoDown())
+    assert made.cluster.name == "c1" and "disk is full" in made.record_error

@@ -73,12 +73,33 @@ def test_torchrun_argv_without_a_store_on_the_head_and_announcer_for_commands():
     for argv in argvs:
         assert any(a.startswith("--rdzv-conf=is_host=false") for a in argv)
         i = argv.index("--no-python")
-        assert argv[i + 1:i + 3] == ["py", "-c"] and argv[i + 4:] == ["t.py", "--x"]
+        # the program's words as one JSON argument, after the name torchrun's failure summary shows
+        assert argv[i + 1:i + 3] == ["py", "-c"] and argv[i + 4:] == ["t.py", '["t.py", "--x"]']
     # built-in workloads are not wrapped (they report "start" themselves), and the head still
     # hosts the store by default (ssh/k8s launchers)
     wl = torchrun_argv(JobSpec("r1", workload="digits"), python="py", nnodes=2, node_rank=0, rdzv_host="h",
                        local_addr=None, program=["-m", "x"])
     assert wl[-2:] == ["-m", "x"] and any(a.startswith("--rdzv-conf=is_host=true") for a in wl)
+
+
+def test_a_scripts_own_options_never_reach_torchruns_parser(tmp_path):
+    """torchrun's argparse refuses an ambiguous abbreviation of its options anywhere on its command
+    line, the script's arguments included (Python's argparse classifies every word before it assigns
+    them: `torchrun t.py --log x` fails with "ambiguous option: --log could match --log-dir, ...")."""
+    torch = pytest.importorskip("torch")  # noqa: F841 - torchrun itself parses the command line
+    import subprocess
+
+    script = tmp_path / "t.py"
+    script.write_text("import sys; print('args', sys.argv[1:])\n")
+    job = JobSpec("r1", command=("python", str(script)), rdzv_port=29501)
+    words = [str(script), "--log", "x", "--node", "--local", "--s"]
+    argv = torchrun_argv(job, python=sys.executable, nnodes=1, node_rank=0, rdzv_host="127.0.0.1",
+                         local_addr=None, program=words)
+    argv = [a for a in argv if not a.startswith(("--rdzv", "--nnodes"))]  # one node, its own store
+    argv.insert(3, "--standalone")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "args ['--log', 'x', '--node', '--local', '--s']" in out.stdout
 
 
 @pytest.mark.parametrize("program,expect", [

@@ -198,6 +198,31 @@ def test_a_log_that_cannot_be_written_never_stops_the_draining(tmp_path):
     assert sup.incomplete_logs.keys() == {0, 1}
 
 
+def test_a_log_that_cannot_be_written_is_said_once_per_node_not_per_stream(tmp_path):
+    """A node's two streams (the job and, beside a user's script, the sampler) share its log: when
+    that log is on a full disk, the person is told once, not once per stream."""
+    os.symlink("/dev/full", tmp_path / "node-0.log")
+    events = SayingEvents()
+    sup = NodeSupervisor(JobSpec("t", command=("x",), max_seconds=60), events, tmp_path, ["n0"])
+    procs = {}
+    for i in (0, 1):
+        p = subprocess.Popen([sys.executable, SPEW], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, RANK="0", SPEW_MB="1"))
+        sup.attach(0, p.stdout)
+        procs[i] = p
+    try:
+        result = sup.run({0: procs[0]}, stop=lambda: None)
+        procs[1].wait(timeout=60)
+        sup._drain(1)
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert result.ok, result.failure
+    said = [m for m in events.messages if "is incomplete" in m]
+    assert len(said) == 1 and "No space left on device" in said[0], events.messages
+
+
 def test_a_bad_metric_line_is_counted_and_ignored(tmp_path):
     """Issue 32 item 4: metric lines are the script's data. A string world size (TypeError today),
     a 3-billion world size (a 3-billion-element set today), a rank far outside the job, a list for
@@ -211,6 +236,7 @@ def test_a_bad_metric_line_is_counted_and_ignored(tmp_path):
         "print(P + '{\"kind\": \"epoch\", \"epoch\": 1, \"loss\": [1, 2]}')\n"
         "print(P + '[[[[' * 50000)\n"
         "print(P + '{\"kind\": \"start\", \"world_size\": 99, \"rank\": 0}')\n"
+        "print(P + '{\"kind\": \"world\", \"world_size\": 1000000, \"rank\": 0}')\n"
         "print(P + '{\"kind\": \"final\", \"rank\": 0, \"ok\": true, \"loss\": 0.5}')\n")
     events = SayingEvents()
     sup = NodeSupervisor(JobSpec("t", command=("x",), max_seconds=60), events, tmp_path, ["n0"])
@@ -219,7 +245,8 @@ def test_a_bad_metric_line_is_counted_and_ignored(tmp_path):
     result = sup.run({0: proc}, stop=lambda: None)
     assert result.ok, result.failure  # rank 0 of the 1 launched wrote its final record
     summary = result.metrics.summary()
-    assert summary["world_size"] == 1 and summary["refused_metric_lines"] == 5, summary
+    # a "world" line (Lightning's) larger than what was launched is refused too (issue 32 item 4)
+    assert summary["world_size"] == 1 and summary["refused_metric_lines"] == 6, summary
     assert sorted(result.metrics.finals) == [0]
     assert len([m for m in events.messages if "metric line was ignored" in m]) == 1, events.messages
 

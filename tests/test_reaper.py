@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
+from gpucluster.domain import UNWITNESSED
 from gpucluster.ledger import Ledger
 from gpucluster import reaper
 
@@ -186,3 +188,59 @@ def test_a_killed_reaper_makes_the_verdict_not_verified(home, marker):
     assert run["teardown"] == "not verified", run["teardown"]
     assert any("its reaper ended without finishing its final pass" in u for u in run["unchecked"]), run["unchecked"]
     assert len(daemons(marker)) == 1  # the verdict was right: the daemon did survive (the fixture removes it)
+    # `down` cannot find the daemon either (it carries nothing of the run): it must not say verified,
+    # and it keeps the reason; it says how to acknowledge a node checked by hand
+    d = run_cli("down", "gpucluster-local", "--yes")
+    assert d.returncode == 3, (d.returncode, d.stdout[-2000:], d.stderr[-2000:])
+    assert "NOT VERIFIED" in d.stdout and "its reaper ended without finishing" in d.stdout, d.stdout
+    assert "--ack-unwitnessed" in d.stdout, d.stdout
+    after = _only_run(home)
+    assert after["teardown"] == "not verified" and any(u.startswith(UNWITNESSED) for u in after["unchecked"])
+    assert len(daemons(marker)) == 1
+    # the way out: the person checked the node (here: the daemon is stopped by hand), and says so
+    for p in daemons(marker):
+        p.kill()
+    d = run_cli("down", "gpucluster-local", "--yes", "--ack-unwitnessed", "--json")
+    assert d.returncode == 0, (d.stdout[-2000:], d.stderr[-2000:])
+    import json
+
+    shown = json.loads(d.stdout)[0]
+    assert shown["verdict"] == "verified" and any("its reaper ended" in a for a in shown["acknowledged"]), shown
+    after = _only_run(home)
+    assert after["teardown"] == "verified", after["teardown"]
+    acks = Ledger(home / "ledger.sqlite3").metrics(after["id"], "teardown_acknowledged")
+    assert len(acks) == 1 and acks[0]["by"] == "gpucluster down --ack-unwitnessed", acks
+    assert any("its reaper ended" in u for u in acks[0]["unwitnessed"]), acks
+
+
+@needs_torch
+@linux_only
+@pytest.mark.slow
+def test_forged_control_lines_from_a_local_job_change_nothing(home, marker):
+    """Issue 32: the job's own output cannot stand for gpucluster's node programs. A --setup command
+    and then the job print every control record (plain, with a made-up key, and copies of the keyed
+    lines in their own node log, rewritten to every kind), then the job trains 12 s and kills its
+    reaper after starting a detached daemon. The forged setup_end must not release the rendezvous
+    (the setup takes 5 s more), the forged node_exit must not cut the job short (10 s after it,
+    the node would be taken for ended), and the forged reaper_done must not stand for the witness."""
+    forger = str(FIXTURES / "forger.py")
+    r = run_cli("run", "--nodes", "2", "--setup", f"python {forger} && sleep 5",
+                "--", "python", forger, "--seconds", "12", "--kill-reaper", marker)
+    assert r.returncode == 3, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    run = _only_run(home)
+    assert run["teardown"] == "not verified", run["teardown"]
+    assert sum(u.startswith(UNWITNESSED) and "its reaper ended" in u for u in run["unchecked"]) == 2, run["unchecked"]
+    phases = {p["name"]: p for p in run["phases"]}
+    assert phases["setup"]["ended_at"] - phases["setup"]["started_at"] >= 5, phases["setup"]
+    assert phases["train"]["ended_at"] - phases["train"]["started_at"] >= 12, phases["train"]
+    logs = "".join(open(os.path.join(run["log_dir"], f"node-{i}.log")).read() for i in range(2))
+    # each node: the setup's forger ended; the job's trained 12 s, then killed its reaper (which ends the node)
+    assert logs.count("forger: done") >= 2 and logs.count("still training") >= 2 * 11, logs[-3000:]
+    assert logs.count("forger: killed the reaper") == 2, logs[-3000:]
+    assert re.search(r"forged every control record \([1-9]\d* copies", logs), logs[-3000:]  # keys seen, copied
+    kinds = [m["kind"] for m in Ledger(home / "ledger.sqlite3").metrics(run["id"])]
+    for kind in ("node_exit", "rdzv_port", "stage", "resume_files"):
+        assert kind not in kinds, kind
+    assert kinds.count("setup_end") == 2 and kinds.count("reaper_start") == 2 and "reaper_done" not in kinds
+    assert run["metrics"]["refused_metric_lines"] > 100, run["metrics"]
+    assert len(daemons(marker)) == 2  # the verdict was right: both daemons survived (the fixture removes them)

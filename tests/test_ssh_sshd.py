@@ -268,3 +268,65 @@ def test_a_killed_reaper_and_a_daemon_holding_the_session_cannot_hang_the_run(ho
         for p in daemons(marker):
             p.kill()
     assert leaked_ssh_masters() == []
+
+
+def test_forged_control_lines_from_the_job_change_nothing(hosts, remote_dir, tmp_path, monkeypatch):
+    """Issue 32 on real sshd: a --setup command and then the job print every control record (plain,
+    with a made-up key, and copies of the keyed lines in their node log, rewritten to every kind),
+    the job trains 14 s and then kills its reaper after starting a daemon that holds the session.
+    The forged setup_end must not release the rendezvous (the setup takes 5 s more); the forged
+    node_exit must not cut the node (it would, 10 s after it, with exit 0); the forged reaper_done
+    must not stand for the witness: the node has none, and its session is cut only once its shell
+    (keyed) said the reaper ended."""
+    import re
+    import shutil
+    import time
+
+    from conftest import FIXTURES
+    from gpucluster.domain import UNWITNESSED
+    from gpucluster.supervisor import DRAIN_S
+    from test_reaper import daemons, new_marker
+
+    class Timed(Recorder):
+        def __init__(self):
+            super().__init__()
+            self.at: dict[str, float] = {}
+
+        def on_phase(self, phase):
+            super().on_phase(phase)
+            self.at[str(phase)] = time.monotonic()
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FIXTURES / "forger.py", project / "forger.py")
+    monkeypatch.chdir(project)
+    marker = new_marker()
+    log = tmp_path / "logs" / "node-0.log"  # every host is this machine: the job can read it
+    cluster = cluster_of(hosts, 1)
+    run_id = f"forge-{os.getpid()}"
+    job = JobSpec(run_id, command=("python", "-u", "forger.py", "--seconds", "14", "--kill-reaper", marker,
+                                   "--log", str(log)),
+                  setup=(f"python forger.py --log {log} && sleep 5",), rdzv_port=free_port(), max_seconds=150)
+    events = Timed()
+    t0 = time.monotonic()
+    try:
+        result = make_launcher(hosts, remote_dir).launch(cluster, job, events, tmp_path / "logs")
+        assert time.monotonic() - t0 < 90 + DRAIN_S and not result.timed_out
+        assert events.at["rendezvous"] - events.at["setup"] >= 5, events.at  # released by the real setup_end
+        text = log.read_text()
+        assert text.count("still training") >= 13, text[-3000:]  # not cut 10 s after a forged node_exit
+        assert "forger: killed the reaper" in text, text[-3000:]
+        assert re.search(r"forged every control record \([1-9]\d* copies", text), text[-3000:]
+        kinds = [r["kind"] for _, r in events.metrics]
+        # the node programs' own records, once each; the shell's node_exit (keyed) after the reaper was killed
+        assert [kinds.count(k) for k in ("setup_start", "setup_end", "reaper_start", "node_exit")] == [1] * 4, kinds
+        assert "reaper_done" not in kinds and "rdzv_port" not in kinds and "resume_files" not in kinds, kinds
+        assert kinds.count("stage") <= 1, kinds  # the launcher's own, at most
+        assert result.metrics.refused > 50, result.metrics.summary()
+        assert any(u.startswith(UNWITNESSED) and "its reaper ended without finishing" in u
+                   for u in result.unwitnessed), result.unwitnessed
+        assert len(daemons(marker)) == 1  # the daemon did survive: "not verified" is the truth
+    finally:
+        for p in daemons(marker):
+            p.kill()
+    assert leaked_ssh_masters() == []

@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gpucluster.control import give_keys, new_keys
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
 from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_args, resume_record,
@@ -132,11 +133,13 @@ def python_env(python: str, path: str) -> dict[str, str]:
     return {"GPUCLUSTER_PYTHON": python, "PATH": os.pathsep.join([folder, path]) if folder and path else folder or path}
 
 
-def reaper_argv(python: str, grace: float) -> list[str]:
-    """`python reaper.py --grace G --`: the node supervisor's command line."""
+def reaper_argv(python: str, grace: float, keyed: bool = False) -> list[str]:
+    """`python reaper.py --grace G [--keyed] --`: the node supervisor's command line (`--keyed`: it
+    reads the node's keys on its stdin, gpucluster.control)."""
     from gpucluster import reaper
 
-    return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", "--"]
+    return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", *(["--keyed"] if keyed else []),
+            "--"]
 
 
 class LocalLauncher(Launcher):
@@ -238,7 +241,10 @@ class LocalLauncher(Launcher):
         # --setup: the nodes wait for this file (created once every node's setup succeeded)
         go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
         go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
-        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True)
+        # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.control)
+        keys = new_keys(n.rank for n in cluster.nodes)
+        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True,
+                                    keys=keys)
         procs: dict[int, subprocess.Popen] = {}
         samplers: list[subprocess.Popen] = []
         store: list[RendezvousStore] = []
@@ -279,7 +285,8 @@ class LocalLauncher(Launcher):
                 cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
                 # torchrun runs under the node supervisor: a child subreaper that stops whatever
                 # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
-                argv = reaper_argv(self.own_python, self.grace) + setup_wrapped(argv, job.setup, go_file)
+                argv = reaper_argv(self.own_python, self.grace, keyed=True) + setup_wrapped(
+                    argv, job.setup, go_file, keyed=True)
                 env = dict(os.environ)
                 out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
@@ -292,9 +299,10 @@ class LocalLauncher(Launcher):
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))
                 else:
                     env["CUDA_VISIBLE_DEVICES"] = ""
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
                 procs[node.rank] = proc
+                give_keys(proc, keys[node.rank].reaper_line(bool(job.setup)))
                 events.on_spawn(node.rank, "process", str(proc.pid))
                 supervisor.attach(node.rank, proc.stdout)
                 if job.command:

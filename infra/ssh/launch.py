@@ -42,10 +42,11 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from gpucluster.control import give_keys, new_keys
 from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
-from gpucluster.jobenv import secret_values, send_env
+from gpucluster.jobenv import env_line, secret_values
 from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
@@ -438,7 +439,8 @@ class SshLauncher(Launcher):
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
         user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True)
+        keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.control)
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys)
         procs: dict[int, subprocess.Popen] = {}
 
         def stop() -> None:
@@ -462,25 +464,26 @@ class SshLauncher(Launcher):
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
                 env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
                 env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON
-                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}")
+                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}", keyed=True)
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        *(["--env-stdin"] if user_env else []), "--", *argv]
-                # The shell stays (no exec) to say when the reaper ended and how: a daemon that
-                # outlives a killed reaper keeps the session's output open, and the supervisor
-                # ends the session (bounded) once the node's job is known to be over.
-                inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
+                        "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
+                # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
+                # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
+                # It reads the node's keys on stdin, keeps its own, pipes the rest (and the environment
+                # line that follows, with --env/--secret) to the reaper.
+                rest = "; cat" if user_env else ""
+                inner = (f"IFS=' ' read -r gk_exit gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{shlex.join(argv)}; {NODE_EXIT_SH}")
+                         f"{{ {{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}; }}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
-                proc = subprocess.Popen(
-                    session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdout=subprocess.PIPE,
-                    stdin=subprocess.PIPE if user_env else subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-                )
+                proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
                 procs[node.rank] = proc
-                send_env(proc.stdin, user_env)  # one JSON line, then end of input (reaper.py --env-stdin)
+                # the keys line, then (--env, --secret) one JSON line, then end of input
+                give_keys(proc, keys[node.rank].shell_line(bool(job.setup)) + env_line(user_env))
                 self._started.setdefault(job.run_id, set()).add(node.rank)
                 # the ledger notes where the run's processes live
                 events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
