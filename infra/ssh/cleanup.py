@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 
 from .launch import SshLauncher
-from .session import Session, node_label
+from .session import NOT_OURS_RC, Session, node_label, owner_guard
 from .ship import check_run_id
 
 
@@ -26,7 +26,7 @@ def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None =
     return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
 
 
-def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) -> list:
+def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, owner: str | None = None) -> list:
     """`gpucluster down` of an ssh cluster whose run did not tear down (its process was killed).
 
     `rows`: the ledger's open `ssh-run` resources (one per node and run, written by `launch`
@@ -34,7 +34,9 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
     Python, the local control folder; cloud_id = the node's run folder). For every run and node:
     connect, kill the run's processes by run id and node rank (and their descendants, SIGTERM then
     SIGKILL), remove the run folder, check again; then close the run's ControlMaster connections
-    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder.
+    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder. With
+    `owner` (this home's id), processes are matched by run id AND owner and a run folder another
+    owner marked is left alone: another user on the same hosts is never touched.
 
     Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
     checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
@@ -66,14 +68,16 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
             with Session(launcher, cluster) as session:
                 def one(node: Any) -> tuple[dict[str, str], None]:
                     d = dirs.get(node.rank, "")
-                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace)
+                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace, owner)
                     if d:
-                        cp = session.run(node, f"rm -rf {shlex.quote(d)} && "
+                        cp = session.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && "
                                                f"{{ rmdir {shlex.quote(os.path.dirname(d))} 2>/dev/null; true; }}")
-                        if cp.returncode != 0:
+                        if cp.returncode == NOT_OURS_RC:  # another owner's folder at this path: not ours
+                            pass
+                        elif cp.returncode != 0:
                             raise LaunchError(f"node {node.rank} ({node_label(node)}): could not remove {d}: "
                                               + cp.stderr.decode("utf-8", "replace").strip()[-200:])
-                    return session.procs(node, "list", run_id, str(node.rank), "", 0)
+                    return session.procs(node, "list", run_id, str(node.rank), "", 0, owner)
 
                 for node, (left, err) in zip(cluster.nodes, session.each(one)):
                     if err is not None:
