@@ -78,7 +78,8 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`")
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
-    cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
+    cluster = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out),  # the state recorded
+                             prices=plan.prices)
     return _render(out, cluster, plan, as_json)
 
 

@@ -37,9 +37,12 @@ def _iam_prefixes(regions: Iterable[str], name: str | None, owner: str | None) -
     return [f"{IAM_ROOT}{owner}/{r}/" + (f"{name}/" if name else "") for r in dict.fromkeys(regions)]
 
 
-def _iam_in_scope(path: str, regions: Iterable[str], name: str | None) -> bool:
+def _iam_in_scope(path: str, regions: Iterable[str], name: str | None, owner: str | None) -> bool:
+    """The path checked here too: a listing need not honour PathPrefix (moto 5.2's
+    ListInstanceProfiles returns every profile), and one owner's listing must hold only its own."""
     parts = path.strip("/").split("/")  # gpucluster, owner, region, cluster
-    return len(parts) >= 4 and parts[2] in set(regions) and (name is None or parts[3] == name)
+    return (len(parts) >= 4 and parts[0] == IAM_ROOT.strip("/") and (owner is None or parts[1] == owner)
+            and parts[2] in set(regions) and (name is None or parts[3] == name))
 
 
 # what the tag scan reports and `delete` handles, in deletion order: what holds others first
@@ -183,7 +186,7 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
             for page in iam.get_paginator("list_roles").paginate(PathPrefix=prefix):
                 for role in page.get("Roles", []):
                     rn = role["RoleName"]
-                    if not _iam_in_scope(role.get("Path", ""), regions, name):
+                    if not _iam_in_scope(role.get("Path", ""), regions, name, owner):
                         continue
                     tags = tags_of("IAM role", rn, lambda rn=rn: iam.list_role_tags(RoleName=rn).get("Tags"))
                     if tags is not None and wanted(tags, name, run_id):
@@ -192,7 +195,7 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
             for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix=prefix):
                 for prof in page.get("InstanceProfiles", []):
                     pn = prof["InstanceProfileName"]
-                    if not _iam_in_scope(prof.get("Path", ""), regions, name):
+                    if not _iam_in_scope(prof.get("Path", ""), regions, name, owner):
                         continue
                     # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
                     tags = tags_of("instance profile", pn, lambda prof=prof, pn=pn: prof.get("Tags") or
