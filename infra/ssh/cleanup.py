@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 
 from .launch import SshLauncher
-from .session import NOT_OURS_RC, Session, node_label, owner_guard
+from .session import NOT_OURS_RC, OWNER_FILE, Session, node_label, owner_guard
 from .ship import check_run_id
 
 
@@ -89,17 +89,26 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, 
             for node in cluster.nodes:
                 found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {exc}"))
         for control_dir in sorted(control_dirs):
-            found += close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh")
+            found += close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh", owner=owner)
     return found
 
 
-def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh") -> list:
+def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh",
+                    owner: str | None = None) -> list:
     """Close the ControlMaster connections under `control_dir` (`ssh -O exit`), stop this machine's
-    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers."""
+    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers.
+    With `owner`: a control folder another owner marked is not ours (left alone, with its clients),
+    and a client carrying another owner's GPUCLUSTER_OWNER is never stopped."""
     import psutil
 
     from gpucluster.domain import Leftover
 
+    try:
+        marked = open(os.path.join(control_dir, OWNER_FILE), encoding="utf-8").read().strip()
+    except OSError:
+        marked = ""
+    if owner and marked and marked != owner:
+        return []  # another home's live connections: not ours to close
     if os.path.isdir(control_dir):
         for node in cluster.nodes:
             dest = f"{node.user}@{node.host}" if node.user else node.host
@@ -114,7 +123,8 @@ def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
             cmd = " ".join(p.info["cmdline"] or ())
-            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks):
+            foreign = owner and "GPUCLUSTER_OWNER=" in cmd and f"GPUCLUSTER_OWNER={owner}" not in cmd
+            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks) and not foreign:
                 clients.append(p)
         except psutil.Error:
             continue

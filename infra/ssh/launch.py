@@ -154,6 +154,7 @@ class SshLauncher(Launcher):
         held = False
         try:
             session.__enter__()
+            session.mark_owner(job.owner)  # another home's `down` never closes these connections
             # Where the run reaches its hosts goes to the ledger before the first connection:
             # if this process dies, `gpucluster down` uses it to clean the hosts.
             self._record(session, events)

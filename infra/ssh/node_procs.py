@@ -54,10 +54,17 @@ if mode == "list":
 if pgid_file:
     # Mark the run cancelled BEFORE looking for its processes: a node command that starts after
     # the scan sees the mark and exits instead of starting torchrun (see the start script).
+    mark = os.path.join(os.path.dirname(pgid_file), ".gpucluster-owner")
     try:
-        open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
+        with open(mark, "rb") as f:
+            marked = f.read().strip()
     except OSError:
-        pass
+        marked = b""
+    if not (owner and marked and marked != owner):  # never in a folder another owner marked
+        try:
+            open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
+        except OSError:
+            pass
 own = os.getpgrp()
 def groups():
     gs = set()

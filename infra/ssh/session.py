@@ -329,6 +329,12 @@ class Session:
             raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
         return results
 
+    def mark_owner(self, owner: str | None) -> None:
+        """The control folder carries the owner of the run (OWNER_FILE): `down` from another home
+        leaves its masters and clients alone (`cleanup.close_local_ssh`)."""
+        if owner and self.tmp:
+            Path(self.tmp, OWNER_FILE).write_text(owner + "\n")
+
     def ship(self, bundle: bytes, dirs: dict[int, str], make: dict[int, str] | None = None,
              owner: str | None = None) -> None:
         """Unpack the bundle into each node's run folder, marked with `owner` (OWNER_FILE); `make`: a
