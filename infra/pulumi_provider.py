@@ -103,9 +103,9 @@ class PulumiProvider(Provider):
 
         from gpucluster.infra.pulumi_state import check_secrets
 
-        self.driver.cli  # noqa: B018 - loads and checks the CLI
         backend_url()
         check_secrets()  # shared state: a passphrase the team shares (environment) or a KMS key
+        self.driver.cli  # noqa: B018 - loads and checks the CLI
         passphrase_file()
         self.check_credentials()
         if spec is not None and self._cloud_checks is not None:
