@@ -301,8 +301,8 @@ class PulumiProvider(Provider):
 
             who = f"{marks.get('gpucluster-user', '?')}@{marks.get('gpucluster-host', '?')}"
             what = f"standalone stack {marks[STACK_TAG]}" if marks.get(STACK_TAG) else f"stack {name}"
-            raise UsageError(f"{what} was made by another owner ({owner}, {who}); nothing was deleted",
-                             hint=f"to destroy it anyway: gpucluster down {name} --any-owner")
+            raise UsageError(f"{what} was made by another owner ({owner}, {who}); nothing was deleted (to destroy "
+                             f"it anyway: gpucluster down {name} --any-owner)")
 
     def status(self, name: str) -> ClusterStatus | None:
         outputs = self.driver.outputs(name)
