@@ -100,17 +100,16 @@ def test_two_homes_on_one_machine_never_stop_each_others_processes(users):
         alice_id = (alice.home / "installation-id").read_text().strip()
         assert any(f"GPUCLUSTER_OWNER={alice_id}".encode() in e for e in envs)
 
-        # bob's down of the same name: his ledger has no such cluster, nothing of hers is touched
-        r = bob.cli("down", "lab", "--cloud", "local", "--yes", "--json")
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert json.loads(r.stdout)[0]["verdict"] == "verified"
+        # bob's down of the same name: his ledger has no such cluster (exit 2), nothing of hers is touched
+        r = bob.cli("down", "lab", "--yes", "--json")
+        assert r.returncode == 2 and "'lab' is not in the ledger" in r.stderr, r.stdout + r.stderr
         assert mine <= set(run_processes(run_id))
         # bob's own run of the same name, start to teardown, on the same machine
         r = bob.cli("run", "--cloud", "local", "--nodes", "1", "--name", "lab", "--", "python", "-c", "print(1)")
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert bob.only_run()["teardown"] == "verified" and mine <= set(run_processes(run_id))
         # bob's ledger holds alice's run id (a copied home): his down stops by run id AND owner
-        forge(bob.ledger(), alice.only_run(), ())
+        forge(bob.ledger(), alice.only_run(), ("process",))
         r = bob.cli("down", "lab", "--yes", "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         assert mine <= set(run_processes(run_id)), "bob's down stopped alice's processes"
@@ -140,8 +139,8 @@ def test_two_users_on_the_same_ssh_hosts_never_touch_each_others_runs(users, hos
         alice_id = (alice.home / "installation-id").read_text().strip()
         assert (folder / "node-0" / ".gpucluster-owner").read_text().strip() == alice_id
 
-        r = bob.cli("down", "lab", "--cloud", "ssh", "--yes", "--json")
-        assert r.returncode == 0, r.stdout + r.stderr
+        r = bob.cli("down", "lab", "--yes", "--json")
+        assert r.returncode == 2 and "'lab' is not in the ledger" in r.stderr, r.stdout + r.stderr
         r = bob.cli("run", *ssh_args(hosts, 2), "--name", "lab", "--", "python", "-c", "print(1)")
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert bob.only_run()["teardown"] == "verified"
