@@ -155,8 +155,7 @@ class SshLauncher(Launcher):
         try:
             session.__enter__()
             session.mark_owner(job.owner)  # another home's `down` never closes these connections
-            # Where the run reaches its hosts goes to the ledger before the first connection:
-            # if this process dies, `gpucluster down` uses it to clean the hosts.
+            # how the hosts are reached goes to the ledger before the first connection (`down` after a crash)
             self._record(session, events)
             events.on_phase(Phase.READY)
             ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
