@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.domain import UNWITNESSED
+from gpucluster.cli.options import options
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
@@ -21,6 +22,8 @@ from gpucluster.infra.registry import project_id, provisioning
               help="The cluster's cloud, when the ledger does not know the cluster.")
 @click.option("--force", is_flag=True, help="If a live gpucluster process owns the cluster, stop it (SIGTERM) and "
               "wait for its own teardown first.")
+@click.option("--any-owner", is_flag=True, help="Also delete other owners' resources under this name (other homes, "
+              "other people in the account), and a stack another owner made; names each owner and asks.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per cluster with the verdict.")
 @click.option("--project", default=None, help="gcp: the project to check for leftovers [default: the one the "
@@ -29,20 +32,25 @@ from gpucluster.infra.registry import project_id, provisioning
               "whose session was cut) and nothing of the run is left there: no check gpucluster can run finds a "
               "process the job detached there, so without this those runs stay 'not verified'. Recorded with "
               "each such run.")
-def down(cluster, all_, cloud, force, yes, as_json, project, ack_unwitnessed):
+@options("state")
+def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwitnessed):
     """Delete a cluster, then check independently (by tag, by run id) what is left (idempotent).
 
-    The verdict has three states: verified (every check ran, nothing found), leftovers (listed), or
-    not verified (each check that could not run, and why). Exit 0 only when verified; 3 otherwise;
-    2 when a live gpucluster process owns the cluster (without --force nothing is touched).
+    Only what is ours is deleted: resources another owner made under the same name are listed as
+    "not ours" and left alone (--any-owner deletes them too, after naming each owner). The verdict
+    has three states: verified (every check ran, nothing of ours found), leftovers (listed), or not
+    verified (each check that could not run, and why). Exit 0 only when verified; 3 otherwise; 2
+    when a live gpucluster process owns the cluster (without --force nothing is touched).
 
     \b
     Examples:
-      gpucluster down gpucluster-aws
-      gpucluster down gpucluster-local --force     # stop the run that owns it, then check
+      gpucluster down gpucluster-aws-3f9c
+      gpucluster down gpucluster-local-3f9c --force   # stop the run that owns it, then check
       gpucluster down --all --yes
       gpucluster down gpucluster-local --ack-unwitnessed   # a killed reaper's node, checked by hand
+      gpucluster down lab-cluster --cloud aws --state s3://team-state --any-owner
     """
+    from gpucluster.infra.pulumi_state import StateSecretsMissing
     from gpucluster.infra.registry import plugin
     from gpucluster.teardown import check_project, down_targets, refuse_busy, take_down
 
@@ -60,16 +68,21 @@ def down(cluster, all_, cloud, force, yes, as_json, project, ack_unwitnessed):
         return 0
     if not force:  # refuse before asking anything: a live run is not pulled from under its owner
         refuse_busy(targets)
-    common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it?", yes)
+    if any_owner:
+        _name_owners(out, ledger, targets, backends, project)
+    common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it"
+                   f"{' whoever made it' if any_owner else ''}?", yes)
     for c in sorted({c for c in targets.values() if backends[c].can(Capability.PROVISIONS)}):
         try:  # the Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag
             common.preflight(common.provider_for(c).preflight, yes)
+        except StateSecretsMissing:
+            raise  # a shared state without the team's passphrase: nothing can be destroyed through it
         except GpuclusterError:
             pass
     results = []
     for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
         results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
-                                 force=force, project=project, ack_unwitnessed=ack_unwitnessed,
+                                 force=force, project=project, ack_unwitnessed=ack_unwitnessed, any_owner=any_owner,
                                  say=lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]")))
         _render(out, results[-1], backends[c])
     if as_json:
@@ -77,12 +90,39 @@ def down(cluster, all_, cloud, force, yes, as_json, project, ack_unwitnessed):
     return int(max((r.exit_code for r in results), default=ExitCode.OK))
 
 
+def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:
+    """`--any-owner`: before the question, each owner whose resources would go (from a tag scan)."""
+    from gpucluster.ownership import owners_of
+    from gpucluster.teardown import ownership_of
+
+    for name, c in sorted(targets.items()):
+        if not backends[c].can(Capability.PROVISIONS):
+            continue
+        provider = common.provider_for(c)
+        provider.set_ownership(ownership_of(ledger, any_owner=True))
+        if project:
+            provider.scan_options["project"] = project
+        found = provider.leftovers(name)
+        owners = owners_of(found.leftovers)
+        out.print(f"[yellow]{name}: {len(found.leftovers)} resource(s) found by tag"
+                  + (f", made by owner(s) {', '.join(owners)}" if owners else "") + "[/yellow]")
+        for lo in found.not_ours:  # standalone stacks stay out even now
+            from gpucluster.ownership import not_ours_line
+
+            out.print(f"  left alone: {not_ours_line(lo)}", highlight=False)
+
+
 def _render(out: Any, result: Any, chosen: Any) -> None:
+    from gpucluster.ownership import not_ours_line
+
     name, c, check = result.verdict["cluster"], result.verdict["cloud"], result.check
+    untouched = [not_ours_line(lo) for lo in (check.not_ours if check is not None else ())]
     if check is None:
         out.print(f"[red]{name}: {result.error}[/red]")
     elif check.verified:
-        out.print(f"[green]{name}: down; verified {chosen.traits.verified_how}: every check ran and found nothing[/green]")
+        alone = f"; {len(untouched)} resource(s) not ours left alone" if untouched else ""
+        out.print(f"[green]{name}: down; verified {chosen.traits.verified_how}: every check ran and found nothing "
+                  f"of ours{alone}[/green]")
         for line in result.verdict.get("acknowledged", ()):
             out.print(f"  checked by you (--ack-unwitnessed): {line}")
     else:
@@ -97,3 +137,5 @@ def _render(out: Any, result: Any, chosen: Any) -> None:
             out.print("  a node without a witness: a process the job detached there carries nothing of the run. "
                       "Look on that node yourself (ps -ef; the job's own commands); once nothing of it is left: "
                       f"gpucluster down {name} --ack-unwitnessed")
+    for line in untouched:
+        out.print(f"  not touched: {line}", highlight=False)

@@ -1,4 +1,9 @@
-"""`gpucluster gc`: find what is tagged managed-by=gpucluster and no live cluster owns; delete it."""
+"""`gpucluster gc`: find what is tagged managed-by=gpucluster, is ours and no live cluster owns; delete it.
+
+Another owner's resources (another home, another person in the same account) and standalone stacks
+(made with `pulumi up -s STACK`) are listed with owner, age and hourly cost, never deleted, unless an
+admin names them: `--any-owner --older-than DURATION` (every owner's, older than that, after a
+question naming the owners) and `--stack STACK` (a standalone stack)."""
 
 from __future__ import annotations
 
@@ -19,40 +24,57 @@ from gpucluster.infra.registry import provisioning
               "regions and your default region].")
 @click.option("--project", default=None, help="GCP project [default: from google.auth / GOOGLE_CLOUD_PROJECT].")
 @click.option("--include-kept", is_flag=True, help="Also delete clusters kept on purpose (`up`, `run --keep`).")
+@click.option("--any-owner", is_flag=True, help="Also other owners' resources (other homes, other people in the "
+              "account); needs --older-than and names the owners before asking.")
+@click.option("--older-than", default=None, metavar="DURATION", help="Only resources made at least this long ago, "
+              "e.g. 12h, 7d, 0s.")
+@click.option("--stack", "stacks", multiple=True, metavar="STACK", help="Also sweep this standalone stack (made with "
+              "`pulumi up -s STACK`), repeatable; never swept otherwise.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @click.option("--json", "as_json", is_flag=True, help="What was found (and deleted) as JSON.")
-def gc(clouds, regions, project, include_kept, yes, as_json):
+def gc(clouds, regions, project, include_kept, any_owner, older_than, stacks, yes, as_json):
     """Find resources tagged managed-by=gpucluster that no live cluster owns; delete them after asking.
+
+    Only this home's resources are deleted; other owners' and standalone stacks (`pulumi up`) are
+    listed with owner, age and $/hour and left alone (see --any-owner, --stack).
 
     \b
     Examples:
       gpucluster gc --cloud aws            # list, then ask
       gpucluster gc --cloud aws --yes      # delete without asking
+      gpucluster gc --cloud aws --any-owner --older-than 7d   # an admin: everyone's week-old leftovers
     """
     from gpucluster.infra.registry import plugin
+    from gpucluster.ownership import owners_of, parse_duration
     from gpucluster.prepare import check_place
     from gpucluster.teardown import Collected, Collection
 
     wanted = {c: plugin(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
     regions = check_place(wanted, regions=regions, project=project)  # refused (or defaulted) as `run` does
+    age_limit = None if older_than is None else parse_duration(older_than)
     ledger = common.ledger()
-    sweep = Collection(ledger, wanted, regions, project, include_kept)
+    sweep = Collection(ledger, wanted, regions, project, include_kept, any_owner=any_owner, older_than=age_limit,
+                       stacks=tuple(stacks))
     out = common.console(stderr=as_json)
     by_cloud, skipped = sweep.look()
-    result = Collected(sweep.flat(by_cloud), skipped)
+    result = Collected(sweep.flat(by_cloud), skipped, not_ours=sweep.not_ours())
     if sweep.live:
         out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
+    _left_alone(out, sweep)
     if result.found:
         _list(out, result.found)
-        common.confirm(f"Delete these {len(result.found)} resource(s)?", yes)
+        owners = owners_of(result.found)
+        whose = f" of owner(s) {', '.join(owners)}" if any_owner or stacks else ""
+        common.confirm(f"Delete these {len(result.found)} resource(s){whose}?", yes)
         result = sweep.delete(by_cloud)
         for err in result.errors:
             out.print(f"[red]could not delete {err}[/red]")
     _render(out, result, sweep.where)
     if as_json:
-        click.echo(json.dumps({"verdict": result.check.verdict, "found": [lo.__dict__ for lo in result.found],
-                               "deleted": [lo.__dict__ for lo in result.deleted], "errors": result.errors,
-                               "unchecked": result.skipped, "live_clusters": sorted(sweep.live)}, indent=2))
+        click.echo(json.dumps({"verdict": result.check.verdict, "found": [lo.to_dict() for lo in result.found],
+                               "deleted": [lo.to_dict() for lo in result.deleted], "errors": result.errors,
+                               "unchecked": result.skipped, "live_clusters": sorted(sweep.live),
+                               "not_ours": [lo.to_dict() for lo in result.not_ours]}, indent=2))
     return int(ExitCode.OK if result.check.verified else ExitCode.LEFTOVERS)
 
 
@@ -60,6 +82,22 @@ def live_clusters(ledger: Any) -> set[str]:
     from gpucluster.teardown import live_clusters as live
 
     return live(ledger)
+
+
+def _left_alone(out: Any, sweep: Any) -> None:
+    """What is not ours, with owner, age and $/hour: listed, never deleted."""
+    from gpucluster.ownership import age
+
+    foreign = sweep.not_ours()
+    if not foreign:
+        return
+    out.print(f"[yellow]left alone, not ours ({len(foreign)}): other owners' resources and standalone stacks "
+              "(--any-owner / --stack to sweep them)[/yellow]")
+    for lo in foreign:
+        who = f"stack {lo.stack}" if lo.stack else f"owner {lo.owner or 'unknown'}"
+        price = f"${lo.hourly}/h" if lo.hourly else "-"
+        out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {who} {lo.made_by or '?'}, "
+                  f"age {age(lo.since)}, {price}", highlight=False)
 
 
 def _list(out: Any, found: list[Any]) -> None:
@@ -71,8 +109,9 @@ def _render(out: Any, result: Any, where: str) -> None:
     check = result.check
     if check.verified:
         gone = f"deleted {len(result.deleted)} resource(s); " if result.deleted else ""
+        kept = f"; {len(result.not_ours)} not ours left alone" if result.not_ours else ""
         out.print(f"[green]gc: verified ({where}): {gone}every check ran and nothing tagged "
-                  "managed-by=gpucluster is left[/green]")
+                  f"managed-by=gpucluster that is ours is left{kept}[/green]")
         return
     for lo in result.found:
         out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")

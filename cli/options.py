@@ -59,6 +59,17 @@ _DATA_HELP = ("A local folder staged to every node (repeatable); the first is $G
               "with read-only access to just that prefix (DEST after the last ':').")
 _PROJECT_HELP = "gcp: the project [default: stack config, GOOGLE_PROJECT... env, gcloud config, then the ADC project]."
 
+def _use_state(ctx: Any, param: Any, value: Any) -> Any:
+    """--state URL: checked for form, then the command's Pulumi state (GPUCLUSTER_STATE)."""
+    if value:
+        import os
+
+        from gpucluster.infra.pulumi_state import STATE_ENV, parse_state
+
+        os.environ[STATE_ENV] = parse_state(value)
+    return value
+
+
 # name -> (flags, Click keyword arguments)
 OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS),
@@ -79,7 +90,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "epochs": (("--epochs",), dict(default=None, type=Int("epochs", 1, 100000), help="Epochs for a built-in workload.")),
     "workload_args": (("--workload-args",), dict(default="", help="More arguments for the built-in workload, e.g. "
                                                                   "\"--batch-size 64\".")),
-    "name": (("--name",), dict(default=None, help="Cluster name [default: gpucluster-CLOUD].")),
+    "name": (("--name",), dict(default=None, help="Cluster name [default: gpucluster-CLOUD-OWNER, OWNER: the first 4 "
+                                                  "hex digits of this home's installation id]; one another owner's "
+                                                  "cluster holds in the account is refused.")),
     "region": (("--region",), dict(default=None)),
     "zone": (("--zone",), dict(default=None)),
     "instance_type": (("--instance-type", "--machine-type", "instance_type"),
@@ -148,6 +161,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                                  "gcp: gs://BUCKET[/PREFIX]: every node uploads its folder to "
                                                  "PREFIX/RUN_ID/node-N with write access to just that prefix, nothing "
                                                  "is copied back.")),
+    "state": (("--state",), dict(default=None, metavar="URL", expose_value=False, callback=_use_state,
+                                 help="aws/gcp: where the clusters' Pulumi state lives, shared by a team: s3://BUCKET"
+                                      "[/PREFIX], gs://BUCKET[/PREFIX], azblob://CONTAINER or file:///PATH [default: "
+                                      "$GPUCLUSTER_STATE, \"state\" in $GPUCLUSTER_HOME/config.json, else this "
+                                      "home's own]. Needs PULUMI_CONFIG_PASSPHRASE (the team's) or a KMS key.")),
     "keep": (("--keep",), dict(is_flag=True, help="Leave the cluster up after the run.")),
     "yes": (("--yes", "-y"), dict(is_flag=True, help="Do not ask before creating billable resources.")),
     "quiet": (("--quiet", "-q"), dict(is_flag=True, help="No node logs, only progress and the report.")),
@@ -173,7 +191,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 
 # the cluster's shape and place: `up`, `run` (and, in part, `sweep` and `cost estimate`)
 CLUSTER = ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
-           "max_lifetime", "ssh_cidr", "tags", "options", "dry_run", "yes", "as_json", "project")
+           "max_lifetime", "ssh_cidr", "tags", "options", "dry_run", "yes", "as_json", "project", "state")
 # the job: `run` and `sweep`
 JOB = ("workload", "epochs", "workload_args", "threads_per_proc", "data", "setup")
 # what a job's own environment is made of: `run` and `sweep`

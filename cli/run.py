@@ -20,7 +20,7 @@ from gpucluster.errors import UsageError
          "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
-         "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
@@ -94,7 +94,8 @@ def confirm_billable(chosen: Any, yes: bool, what: str, question: str) -> None:
 def print_plan(out: Any, plan: Any) -> None:
     """What will happen and what it is estimated to cost."""
     job = plan.job
-    out.print(f"[bold]plan[/bold]: {plan.plan_line}, run {job.run_id}: {job.display}", highlight=False)
+    out.print(f"[bold]plan[/bold]: {plan.plan_line} as cluster {plan.spec.name}, run {job.run_id}: {job.display}",
+              highlight=False)
     for line in plan.bounds:  # how long the nodes may take to be ready, and how long they live
         out.print(f"  {line}", highlight=False)
     for cmd in job.setup:

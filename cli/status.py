@@ -10,7 +10,9 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
+from gpucluster.infra.registry import provisioning
 
 
 def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
@@ -116,17 +118,31 @@ def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
 @click.option("--json", "as_json", is_flag=True, help="JSON list for scripts.")
 @click.option("--gpus", "with_gpus", is_flag=True,
               help="Also ask every reachable node for its GPU state (utilisation, memory) over ssh.")
-def status(as_json, with_gpus):
+@click.option("--cloud", "clouds", multiple=True, type=click.Choice(provisioning()),
+              help="Also ask this cloud (repeatable), by tag: every gpucluster cluster in the account, ours, other "
+                   "owners' and standalone stacks (`pulumi up -s`), with owner, age and $/hour.")
+@click.option("--region", "regions", multiple=True, help="With --cloud aws: the regions to ask [default: the "
+              "ledger's and your default region].")
+@click.option("--project", default=None, help="With --cloud gcp: the project to ask.")
+@options("state")
+def status(as_json, with_gpus, clouds, regions, project):
     """Clusters that may still exist: state, age, hourly and accrued cost.
+
+    With a shared Pulumi state (--state, GPUCLUSTER_STATE), the stacks in it are listed too, with
+    the owner that made each.
 
     \b
     Examples:
       gpucluster status
       gpucluster status --gpus
+      gpucluster status --cloud aws --region us-east-1     # everyone's clusters and standalone stacks there
     """
     from gpucluster.cli.render import fmt_secs
 
-    rows = cluster_rows(common.ledger())
+    ledger = common.ledger()
+    rows = cluster_rows(ledger)
+    found, unchecked = _census(ledger, clouds, regions, project)
+    stacks = _shared_stacks(rows)
     if with_gpus:
         for r in rows:
             try:
@@ -134,9 +150,12 @@ def status(as_json, with_gpus):
             except GpuclusterError as exc:
                 r["node_gpus"] = [{"note": f"not reachable: {exc.message}"}]
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        extra = ({"found_by_tag": found, "unchecked": unchecked} if clouds else {}) | (
+            {"shared_state": stacks} if stacks is not None else {})
+        click.echo(json.dumps({"clusters": rows, **extra} if extra else rows, indent=2, default=str))
         return 0
     con = common.console()
+    _print_found(con, found, unchecked, stacks)
     if not rows:
         con.print("no clusters: nothing recorded as still existing")
         return 0
@@ -163,3 +182,66 @@ def status(as_json, with_gpus):
             con.print(f"{r['cluster']} node {n['node']} {n['host']}: {gpus}{problems}")
     con.print("remove one with: gpucluster down CLUSTER   (all: gpucluster down --all)")
     return 0
+
+
+def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None
+            ) -> tuple[list[dict[str, Any]], list[str]]:
+    """--cloud: what a tag scan finds, by cluster and owner (`teardown.census`); nothing is deleted."""
+    if not clouds:
+        return [], []
+    from gpucluster.infra.registry import plugin
+    from gpucluster.prepare import check_place
+    from gpucluster.teardown import census
+
+    backends = {c: plugin(c) for c in clouds}
+    check_place(backends, regions=regions, project=project)
+    return census(ledger, backends, tuple(regions), project)
+
+
+def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """With a shared state: its stacks (listed through Pulumi) that this ledger does not hold, each
+    with the owner its outputs name (`infra.program.run` exports the marks); None without one."""
+    from gpucluster.infra.pulumi_state import shared
+
+    if not shared():
+        return None
+    driver = common.provider_for(provisioning()[0]).driver  # one state holds every cloud's stacks
+    try:
+        names = driver.list_stacks()
+    except GpuclusterError as exc:
+        return [{"note": f"the shared state could not be read: {exc.message}"}]
+    known = {r["cluster"] for r in rows}
+    out: list[dict[str, Any]] = []
+    for name in sorted(set(names) - known):
+        try:
+            outputs = driver.outputs(name) or {}
+        except GpuclusterError as exc:
+            out.append({"cluster": name, "note": f"stack {name}: outputs not readable ({exc.message})"})
+            continue
+        marks = dict(outputs.get("gpucluster_marks") or {})
+        out.append({"cluster": name, "cloud": outputs.get("gpucluster_cloud") or outputs.get("cloud"),
+                    "owner": marks.get("gpucluster-owner"), "stack": marks.get("gpucluster-stack"),
+                    "made_by": f"{marks.get('gpucluster-user', '?')}@{marks.get('gpucluster-host', '?')}" if marks else None,
+                    "resources": names[name]})
+    return out
+
+
+def _print_found(con: Any, found: list[dict[str, Any]], unchecked: list[str], stacks: Any) -> None:
+    from gpucluster.ownership import age
+
+    for r in found:
+        who = ("ours" if r["whose"] == "ours" else f"standalone stack {r['stack']}" if r["stack"]
+               else f"not ours: owner {r['owner'] or 'unknown'}")
+        price = f"${r['hourly_usd']}/h" if r["hourly_usd"] else "-"
+        con.print(f"found by tag: {r['cloud']} {r['cluster']} ({who}, {r['made_by'] or '?'}), {r['resources']} "
+                  f"resource(s) in {', '.join(r['regions']) or '-'}, age {age(r['since'])}, {price}", highlight=False)
+    for line in unchecked:
+        con.print(f"[yellow]not checked: {line}[/yellow]")
+    for r in stacks or []:
+        if "note" in r:
+            con.print(f"[yellow]{r['note']}[/yellow]")
+            continue
+        who = f"owner {r['owner']} ({r['made_by']})" if r["owner"] else "owner unknown"
+        con.print(f"in the shared state: stack {r['cluster']} ({r['cloud'] or '?'}, {who}), {r['resources']} "
+                  f"resource(s); destroy it with: gpucluster down {r['cluster']} --cloud {r['cloud'] or 'CLOUD'}",
+                  highlight=False)

@@ -52,7 +52,7 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
 @options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts")
-@options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project",
+@options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project", "state",
          as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
          ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
          options=dict(help="Cloud option, as in the stack file (repeatable), e.g. --option image=base."),

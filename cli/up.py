@@ -92,7 +92,8 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     for line in plan.bounds:
         out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
-    made = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
+    made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out),  # the state recorded
+                          prices=plan.prices)
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

@@ -73,6 +73,20 @@ class Leftover:
     region: str | None = None
     detail: str = ""
     deleting: bool = False  # the cloud is deleting it already (GKE STOPPING): wait, do not delete again
+    # who made it, from its marks (gpucluster.ownership); None where the scan does not read them
+    owner: str | None = None  # the installation id of the home whose run made it (gpucluster-owner)
+    made_by: str | None = None  # "user@host" (gpucluster-user, gpucluster-host)
+    run_id: str | None = None  # gpucluster-run
+    since: float | None = None  # when it was made (epoch seconds): the cloud's creation time, or the run's start
+    stack: str | None = None  # a stack made with `pulumi up -s STACK` directly (gpucluster-stack)
+    hourly: str | None = None  # USD per hour while it exists, where the backend can price it
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON keeps it: the ownership fields only where they are known."""
+        return {k: v for k, v in self.__dict__.items() if v is not None or k in _LEFTOVER_CORE}
+
+
+_LEFTOVER_CORE = ("kind", "id", "region", "detail", "deleting")
 
 
 VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"
@@ -95,6 +109,9 @@ class Check:
 
     leftovers: tuple[Leftover, ...] = ()
     unchecked: tuple[str, ...] = ()  # one line per check that could not run: "<what>: <why>"
+    # found under the same name but not ours to delete (another owner's, a standalone stack's): left
+    # alone, said, and no part of the verdict
+    not_ours: tuple[Leftover, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -122,14 +139,18 @@ class Check:
 
     def __add__(self, other: "Check") -> "Check":
         other = Check.of(other)
-        return Check(self.leftovers + other.leftovers, self.unchecked + other.unchecked)
+        return Check(self.leftovers + other.leftovers, self.unchecked + other.unchecked,
+                     self.not_ours + other.not_ours)
 
     def with_unchecked(self, *lines: str) -> "Check":
-        return Check(self.leftovers, self.unchecked + tuple(lines))
+        return Check(self.leftovers, self.unchecked + tuple(lines), self.not_ours)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "leftovers": [dict(lo.__dict__) for lo in self.leftovers],
-                "unchecked": list(self.unchecked)}
+        d: dict[str, Any] = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
+                             "unchecked": list(self.unchecked)}
+        if self.not_ours:
+            d["not_ours"] = [lo.to_dict() for lo in self.not_ours]
+        return d
 
     def summary(self) -> str:
         """One line: what the verdict rests on."""
@@ -164,12 +185,24 @@ class Provider:
       failed `down` whose check then finds nothing is still verified.
     - `preflight(spec)`: fail fast before anything is recorded or created (the Pulumi CLI missing,
       the cloud's quota or a dry run of the launch refusing `spec`, ...).
+    - `set_ownership(ownership)`: whose resources `down` and `leftovers` may count and delete.
+    - `state_url()`: the state it keeps (aws/gcp: the Pulumi backend URL), for the ledger row.
     """
 
     cloud: str = ""
     check_is_complete: bool = False
 
     def preflight(self, spec: Any = None) -> None:
+        return None
+
+    def state_url(self) -> str | None:
+        """Where the provider keeps its state (the Pulumi backend URL), recorded with each run; None
+        where there is none."""
+        return None
+
+    def set_ownership(self, ownership: Any) -> None:
+        """What is ours to delete (`gpucluster.ownership.Ownership`), for providers that sweep by tag
+        where other owners' resources may be found too; those that only see their own ignore it."""
         return None
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:

@@ -70,3 +70,35 @@ def runs_dir(run_id: str) -> Path:
         raise ConfigError(f"run folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
                           f"{str(path.parent)!r} must be a folder you can write") from None
     return path
+
+
+CONFIG_FILE = "config.json"
+SETTINGS = ("state", "secrets_provider")  # where team state lives (infra.pulumi_state)
+
+
+def setting(key: str) -> str | None:
+    """A setting of `$GPUCLUSTER_HOME/config.json` (a JSON object; keys: SETTINGS), or None. A file
+    that is not such an object, or an unknown key, is a ConfigError naming it (exit 2)."""
+    import json
+
+    path = home_dir(create=False) / CONFIG_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"settings file {str(path)!r} cannot be read ({exc}); fix or remove it") from None
+    try:
+        data = json.loads(text or "{}")
+    except ValueError as exc:
+        raise ConfigError(f"settings file {str(path)!r} is not JSON ({exc}); write an object such as "
+                          '{"state": "s3://bucket/prefix"}') from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"settings file {str(path)!r} must hold a JSON object, e.g. {{\"state\": \"s3://bucket\"}}")
+    unknown = sorted(set(data) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"settings file {str(path)!r}: key {unknown[0]!r} is not allowed; allowed: {', '.join(SETTINGS)}")
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"settings file {str(path)!r}: {key} must be a string, not {type(value).__name__}")
+    return value or None

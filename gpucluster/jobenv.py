@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import IO, TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpucluster.errors import LaunchError, UsageError
 

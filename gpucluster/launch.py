@@ -68,6 +68,7 @@ class JobSpec:
     resume_files: tuple[str, str] | None = None
     collect: tuple[str, ...] = ()  # --collect: patterns narrowing what comes back from the working folder
     collect_limit: int | None = None  # --collect-limit: bytes per node from the working folder (None: 10 GB)
+    owner: str | None = None  # the installation id of the home running it (GPUCLUSTER_OWNER on every process)
 
     @property
     def display(self) -> str:
@@ -271,6 +272,8 @@ def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_
         "GPUCLUSTER_GPUS_PER_NODE": str(gpus_per_node),
         "PYTHONUNBUFFERED": "1",
     }
+    if job.owner:  # processes are matched by run id AND owner (gpucluster.procs)
+        env["GPUCLUSTER_OWNER"] = job.owner
     if output_dir:
         env["GPUCLUSTER_OUTPUT_DIR"] = output_dir
     if job.threads_per_proc:

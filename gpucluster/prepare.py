@@ -125,6 +125,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
 
     spec = build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes)
     validate(spec, backend)  # bad input is refused before anything is looked up
+    spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
     spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later
     spec = backend.with_project(spec, req.project, required=not req.dry_run)
     if req.dry_run and not backend.can(Capability.PROVISIONS):
@@ -162,6 +163,7 @@ def check_before_recording(plan: Prepared) -> None:
     """What a real run needs before its ledger row: the provider's tools (e.g. the Pulumi CLI,
     missing or too old). The ledger itself is checked by `open_ledger`."""
     plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
+    plan.spec = plan.spec.replace(state=plan.provider.state_url())  # the ledger row records which state
 
 
 def open_ledger() -> Any:
@@ -217,7 +219,7 @@ def _job(req: Request, spec: ClusterSpec, command: tuple[str, ...], workload: st
                    resume=staged.resume, resume_files=staged.resume_files,
                    collect=tuple(_check_collect(p) for p in req.collect),
                    collect_limit=None if req.collect_limit is None else parse_size("--collect-limit", req.collect_limit),
-                   output_dir=output_dir)
+                   output_dir=output_dir, owner=dict(spec.marks).get("gpucluster-owner"))
 
 
 def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
@@ -369,6 +371,17 @@ def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | N
         ssh_cidr=req.ssh_cidr, tags=tuple(sorted(parse_tags(req.tags).items())), hosts=tuple(hosts), run_id=run_id,
         options=parse_options(req.options),
     )
+
+
+def with_owner(spec: ClusterSpec, *, named: bool, dry_run: bool = False) -> ClusterSpec:
+    """The spec marked with this home's owner (`gpucluster.ownership`): every resource carries the
+    owner id, user and host; a cluster not named gets the per-owner default name."""
+    from gpucluster.ownership import default_name, existing_id, owner_marks
+
+    # a dry run creates nothing, not even the home's id: a home without one shows a placeholder
+    marks = owner_marks((existing_id() or "0" * 16) if dry_run else None)
+    owner = dict(marks)["gpucluster-owner"]
+    return spec.replace(marks=marks, name=spec.name if named else default_name(spec.cloud, owner))
 
 
 def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:

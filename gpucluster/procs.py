@@ -7,6 +7,11 @@ run inherits finds them all, whatever their parent or group. A process that clea
 environment and leaves its session (`setsid -f env -i ...`) carries no run id: each node's
 torchrun runs under `gpucluster/reaper.py`, a child subreaper that adopts such orphans, so they
 stay descendants of a process that carries the run id and are found as such.
+
+Every process of a run also carries GPUCLUSTER_OWNER (the installation id of the home that
+started it, `gpucluster.ownership`): given an owner, a process is the run's only when its run id
+matches AND its owner does (or it carries none: started before owner marks), so two homes on one
+machine never stop each other's processes, even with a run id in common.
 """
 
 from __future__ import annotations
@@ -17,9 +22,20 @@ import signal
 import psutil
 
 
-def run_processes(run_id: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes on this machine whose environment has GPUCLUSTER_RUN_ID=run_id,
-    and every live descendant of those (whatever its environment)."""
+OWNER_ENV = "GPUCLUSTER_OWNER"
+
+
+def is_run_env(env: dict[str, str], run_id: str, owner: str | None) -> bool:
+    """The environment of a process of run `run_id` made by `owner` (None: any owner)."""
+    if env.get("GPUCLUSTER_RUN_ID") != run_id:
+        return False
+    return owner is None or env.get(OWNER_ENV) in (None, owner)
+
+
+def run_processes(run_id: str, owner: str | None = None) -> list[psutil.Process]:
+    """Live (non-zombie) processes on this machine whose environment has GPUCLUSTER_RUN_ID=run_id
+    (and GPUCLUSTER_OWNER=owner, when given: see the module docstring), and every live descendant of
+    those (whatever its environment)."""
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["pid"]):
@@ -28,7 +44,7 @@ def run_processes(run_id: str) -> list[psutil.Process]:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.environ().get("GPUCLUSTER_RUN_ID") == run_id:
+            if is_run_env(proc.environ(), run_id, owner):
                 found[proc.pid] = proc
         except (psutil.Error, OSError):
             continue
@@ -69,12 +85,13 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def kill_run_processes(run_id: str, grace: float = 3.0, also: list[psutil.Process] | None = None) -> int:
+def kill_run_processes(run_id: str, grace: float = 3.0, also: list[psutil.Process] | None = None,
+                       owner: str | None = None) -> int:
     """SIGTERM every process of the run (see `run_processes`, plus `also`, e.g. a snapshot taken
     before their parents were stopped), SIGKILL after `grace`; returns how many were found."""
     procs = {p.pid: p for p in (also or []) if _alive(p)}
     # The whole tree is listed before anything is signalled: once a parent dies, its orphans
     # are adopted elsewhere and no longer found under it.
-    procs.update((p.pid, p) for p in run_processes(run_id))
+    procs.update((p.pid, p) for p in run_processes(run_id, owner))
     kill_processes(list(procs.values()), grace)
     return len(procs)

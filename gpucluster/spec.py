@@ -31,9 +31,14 @@ _TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
 # Tags/labels gpucluster sets itself: the teardown check and `gc` find resources by them, so a user
 # tag must never replace them. "managed-by", and every key starting with "gpucluster" (cluster, run,
-# and the per-resource ones: gpucluster-rank, gpucluster-pool, gpucluster-job).
+# the owner marks gpucluster-owner/-user/-host/-stack of gpucluster.ownership, and the per-resource
+# ones: gpucluster-rank, gpucluster-pool, gpucluster-job).
 RESERVED_TAG_KEYS = ("managed-by",)
 RESERVED_TAG_PREFIX = "gpucluster"
+
+
+MARK_KEYS = ("gpucluster-owner", "gpucluster-user", "gpucluster-host", "gpucluster-stack")
+_MARK_VALUE_RE = re.compile(r"^[a-z0-9_-]{1,63}$")
 
 
 def is_reserved_tag(key: str) -> bool:
@@ -79,6 +84,9 @@ class ClusterSpec:
     run_id: str | None = None
     hosts: tuple[str, ...] = ()  # ssh backend: user@host[:port], head first
     options: tuple[tuple[str, str], ...] = ()  # cloud-specific extras (vpc_id, ami, efa, ...)
+    # who made it (gpucluster.ownership.owner_marks / stack_marks): reserved tags on every resource
+    marks: tuple[tuple[str, str], ...] = ()
+    state: str | None = None  # aws/gcp: the Pulumi backend URL its stack lives in (recorded with the run)
 
     # -- convenience -------------------------------------------------------------------------
     @property
@@ -100,6 +108,7 @@ class ClusterSpec:
         d["tags"] = dict(self.tags)
         d["options"] = dict(self.options)
         d["hosts"] = list(self.hosts)
+        d["marks"] = dict(self.marks)
         return d
 
     @classmethod
@@ -112,6 +121,7 @@ class ClusterSpec:
         kw["tags"] = _pairs(kw.get("tags") or {})
         kw["options"] = _pairs(kw.get("options") or {})
         kw["hosts"] = tuple(kw.get("hosts") or ())
+        kw["marks"] = _pairs(kw.get("marks") or {})
         return cls(**kw)
 
     def managed_tags(self) -> dict[str, str]:
@@ -120,6 +130,7 @@ class ClusterSpec:
         tags.update({"managed-by": "gpucluster", "gpucluster-cluster": self.name})
         if self.run_id:
             tags["gpucluster-run"] = self.run_id
+        tags.update((k, v) for k, v in self.marks if k in MARK_KEYS)  # validate() refuses others
         return tags
 
 
@@ -222,6 +233,12 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
             )
         if len(value) > 63:
             raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
+    for key, value in spec.marks:
+        if key not in MARK_KEYS:
+            raise SpecError(not_allowed("owner mark", key, MARK_KEYS))
+        if not _MARK_VALUE_RE.match(value):
+            raise SpecError(not_allowed(f"owner mark {key} value", value,
+                                        "1-63 lowercase letters, digits, '_' and '-' (a GCP label value)"))
     return list(backend.spec.validate(spec))
 
 

@@ -6,6 +6,12 @@ independent check (`check_down`), and the ledger's rows closed only when it is v
 (`take_down`). `gc`: what is tagged managed-by=gpucluster and no live cluster owns (`Collection`),
 deleted on request, and the verdict from a fresh look, never from the delete calls.
 
+Both touch only what is ours (`gpucluster.ownership.Ownership`): resources carrying this home's
+owner id, or made by a run of this ledger before owner marks existed. Another owner's resources
+are listed with owner, user@host and age ("not ours") and left alone, and so are standalone stacks
+(made with `pulumi up` directly) unless named (`gc --stack`); `--any-owner` lifts the owner limit
+for an admin who means it (`gc` then also needs an age, `--older-than`).
+
 The command resolves the backends and passes them in; nothing here prints or asks: it returns
 the verdicts, and says progress through the `say` callback it is given.
 """
@@ -82,11 +88,21 @@ class Downed:
     error: str | None = None
 
 
+def ownership_of(ledger: Any, *, any_owner: bool = False, stacks: tuple[str, ...] = ()) -> Any:
+    """What this home may delete: its owner id, and the runs its ledger made (resources older than
+    owner marks carry only those)."""
+    from gpucluster.ownership import Ownership
+
+    return Ownership.here((r.id for r in ledger.list_runs(limit=None)), any_owner=any_owner, stacks=stacks)
+
+
 def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str], Any], backend: Any,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
-              ack_unwitnessed: bool = False) -> Downed:
+              ack_unwitnessed: bool = False, any_owner: bool = False) -> Downed:
     """Delete `name`, then check independently what is left; the ledger's rows are closed only
-    when the check is verified (else each open run gets the verdict).
+    when the check is verified (else each open run gets the verdict). Only what is ours is deleted
+    and counted (`any_owner`: every owner's); the rest found under the name is in the verdict's
+    `not_ours`, untouched.
 
     A run whose node had no witness (its reaper was killed, its session was cut: an unchecked line
     starting with `UNWITNESSED`) keeps that line: no check here can find a process that carries
@@ -104,6 +120,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
         with owner_lock(name, "down"):
             had_open = {r["run_id"] for r in ledger.open_resources(name)}
             provider = provider_for(cloud)
+            provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
             if project:
                 provider.scan_options["project"] = project
             not_run = []
@@ -177,7 +194,9 @@ def live_clusters(ledger: Any) -> set[str]:
 @dataclass
 class Collection:
     """`gc` over the given backends (name -> backend): where each looks (its `gc_scope`, from the
-    ledger and the flags), what it finds that no live cluster owns, and what deleting it left."""
+    ledger and the flags), what it finds that is ours and no live cluster owns, and what deleting
+    it left. What is not ours (another owner's, a standalone stack's) or younger than `older_than`
+    seconds is kept in `left_alone`, with why, and never deleted."""
 
     ledger: Any
     backends: dict[str, Any]
@@ -186,22 +205,54 @@ class Collection:
     include_kept: bool = False
     live: set[str] = field(default_factory=set)
     scopes: dict[str, Any] = field(default_factory=dict)  # cloud -> its ScanScope
+    any_owner: bool = False  # every owner's resources (with older_than: an admin who means it)
+    older_than: float | None = None  # seconds: only what was made at least this long ago
+    stacks: tuple[str, ...] = ()  # standalone stacks (`pulumi up -s`) named to be swept too
+    now: float | None = None
+    ownership: Any = None
+    left_alone: list[tuple[Any, str, str]] = field(default_factory=list)  # (leftover, why, cloud), last look
 
     def __post_init__(self) -> None:
+        import dataclasses
+
+        if self.any_owner and self.older_than is None:
+            raise UsageError("gc --any-owner also needs --older-than DURATION (e.g. --older-than 12h): it deletes "
+                             "other people's resources, so only those older than that")
+        self.ownership = ownership_of(self.ledger, any_owner=self.any_owner, stacks=self.stacks)
         self.live = set() if self.include_kept else live_clusters(self.ledger)
         open_rows = self.ledger.open_resources()
-        self.scopes = {c: b.needs_provisioner().gc_scope(
+        self.scopes = {c: dataclasses.replace(b.needs_provisioner().gc_scope(
             [r for r in open_rows if r["cloud"] == c], [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)],
-            self.regions, self.project) for c, b in self.backends.items()}
+            self.regions, self.project), owner=self.ownership.scan_owner) for c, b in self.backends.items()}
 
     @property
     def where(self) -> str:
         return ", ".join(b.needs_provisioner().gc_label(self.scopes[c]) for c, b in self.backends.items())
 
+    def _why_kept(self, f: Any, now: float) -> str | None:
+        """Why a found resource is left alone, or None when it is ours to delete."""
+        from gpucluster.ownership import NOT_OURS, STACK, not_ours_line, when
+
+        lo = f.leftover
+        whose = self.ownership.whose(lo)
+        if whose in (NOT_OURS, STACK):
+            return not_ours_line(lo)
+        if f.cluster in self.live:
+            return f"{lo.kind} {lo.id}: cluster {f.cluster} is kept or in use (remove it with `gpucluster down {f.cluster}`)"
+        if self.older_than is not None and (lo.since is None or now - lo.since < self.older_than):
+            age = "of unknown age" if lo.since is None else f"made {when(lo.since)}"
+            return f"{lo.kind} {lo.id}: {age}, not older than --older-than"
+        return None
+
     def look(self) -> tuple[dict[str, list[Any]], list[str]]:
-        """(cloud -> leftovers no live cluster owns, the checks that could not run)."""
+        """(cloud -> leftovers of ours no live cluster owns, the checks that could not run); what is
+        left alone goes to `left_alone`."""
+        import time
+
+        now = time.time() if self.now is None else self.now
         found: dict[str, list[Any]] = {}
         skipped: list[str] = []
+        self.left_alone = []
         for c, b in self.backends.items():
             try:
                 report = b.needs_provisioner().scan(None, None, self.scopes[c])
@@ -211,9 +262,20 @@ class Collection:
             except Exception as exc:  # noqa: BLE001 - no credentials, no network: say so, go on
                 skipped.append(f"{c}: not checked ({type(exc).__name__}: {exc})")
                 continue
-            found[c] = [f.leftover for f in report.found if f.cluster not in self.live]
+            found[c] = []
+            for f in report.found:
+                why = self._why_kept(f, now)
+                if why is None:
+                    found[c].append(f.leftover)
+                else:
+                    self.left_alone.append((f.leftover, why, c))
             skipped += report.skipped
         return found, skipped
+
+    def not_ours(self) -> list[Any]:
+        from gpucluster.ownership import NOT_OURS, STACK
+
+        return [lo for lo, _, _ in self.left_alone if self.ownership.whose(lo) in (NOT_OURS, STACK)]
 
     def delete(self, asked: dict[str, list[Any]]) -> "Collected":
         """Delete what `look` found, then look again: the verdict rests on the fresh look."""
@@ -225,7 +287,7 @@ class Collection:
         # deleted: what the fresh look saw gone, only where it could look again
         deleted = [lo for c, los in asked.items() if c in by_cloud for lo in los
                    if (lo.kind, lo.id) not in {(x.kind, x.id) for x in by_cloud[c]}]
-        return Collected(self.flat(by_cloud), skipped, deleted, errors)
+        return Collected(self.flat(by_cloud), skipped, deleted, errors, self.not_ours())
 
     def flat(self, by_cloud: dict[str, list[Any]]) -> list[Any]:
         return [lo for c in self.backends for lo in by_cloud.get(c, [])]
@@ -237,7 +299,40 @@ class Collected:
     skipped: list[str]
     deleted: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    not_ours: list[Any] = field(default_factory=list)  # another owner's, standalone stacks': untouched
 
     @property
     def check(self) -> Check:
-        return Check(tuple(self.found), tuple(self.skipped))
+        return Check(tuple(self.found), tuple(self.skipped), tuple(self.not_ours))
+
+
+# -- status: what the clouds hold, by owner ----------------------------------------------------------
+def census(ledger: Any, backends: dict[str, Any], regions: tuple[str, ...] = (),
+           project: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """What a tag scan finds, one row per cluster and owner: ours, another owner's, or a standalone
+    stack (`pulumi up -s`), with owner, user@host, since, resources and $/hour (instances priced);
+    and the checks that could not run. Nothing is deleted."""
+    from decimal import Decimal
+
+    from gpucluster.ownership import OURS, STACK
+
+    sweep = Collection(ledger, backends, regions, project, include_kept=True, any_owner=False)
+    by_cloud, skipped = sweep.look()
+    rows: dict[tuple, dict[str, Any]] = {}
+    every = [(c, lo) for c, los in by_cloud.items() for lo in los] + [(c, lo) for lo, _, c in sweep.left_alone]
+    for c, lo in every:
+        whose = sweep.ownership.whose(lo)
+        kind = "standalone stack" if whose == STACK else "ours" if whose == OURS else "not ours"
+        cluster = next((part.split("=", 1)[1] for part in lo.detail.split() if part.startswith("cluster=")), "?")
+        key = (c, cluster, kind, lo.owner, lo.stack)
+        r = rows.setdefault(key, {"cluster": cluster, "cloud": c, "whose": kind, "owner": lo.owner, "made_by": lo.made_by,
+                                  "stack": lo.stack, "since": lo.since, "resources": 0, "hourly_usd": None,
+                                  "regions": []})
+        r["resources"] += 1
+        if lo.since is not None:
+            r["since"] = lo.since if r["since"] is None else min(r["since"], lo.since)
+        if lo.region and lo.region not in r["regions"]:
+            r["regions"].append(lo.region)
+        if lo.hourly:
+            r["hourly_usd"] = str(Decimal(r["hourly_usd"] or 0) + Decimal(lo.hourly))
+    return sorted(rows.values(), key=lambda r: (r["whose"], r["cluster"])), skipped

@@ -38,6 +38,7 @@ from gpucluster.domain import NullEvents, ProvisionEvents
 from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
 from gpucluster.infra.pulumi_cli import (PROJECT, backend_url, load_cli, stale_pulumi_lock, work_dir,
                                          workspace_env)
+from gpucluster.infra.pulumi_state import secrets_provider
 from gpucluster.infra.pulumi_cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
 from gpucluster.infra.pulumi_events import EventBridge, capacity_error, command_text, last_error_line
 from gpucluster.infra.contract import Provisioner
@@ -112,7 +113,7 @@ class PulumiDriver:
         return LocalWorkspaceOptions(
             work_dir=str(work_dir(name)),
             env_vars=workspace_env(),
-            secrets_provider="passphrase" if not backend_url().startswith("https://") else None,
+            secrets_provider=secrets_provider(),  # passphrase, or a KMS key for a shared state
             project_settings=ProjectSettings(name=PROJECT, runtime="python"),
             pulumi_command=self.cli,
         )

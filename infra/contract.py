@@ -108,11 +108,15 @@ class LaunchOptions:
 
 @dataclass(frozen=True)
 class ScanScope:
-    """Where a leftover scan looks: aws regions, a gcp project; `clients` are injected SDK clients."""
+    """Where a leftover scan looks: aws regions, a gcp project, the owner of the global resources;
+    `clients` are injected SDK clients."""
 
     regions: tuple[str, ...] = ()
     project: str | None = None
     clients: Mapping[str, object] = field(default_factory=dict)
+    # whose global resources (IAM roles, instance profiles, service accounts) are listed: this owner
+    # id's, found by owner and cluster; None: every owner's (`--any-owner`), still by region/cluster
+    owner: str | None = None
 
 
 def _no_warnings(spec: ClusterSpec) -> list[str]:

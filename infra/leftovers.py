@@ -59,6 +59,22 @@ def wanted(tags: dict[str, str], name: str | None, run_id: str | None) -> bool:
     return True
 
 
+def with_marks(lo: Leftover, tags: Mapping[str, str], created: float | None = None,
+               hourly: str | None = None) -> Leftover:
+    """`lo` with who made it, from its tags/labels (gpucluster.ownership): owner id, user@host, run,
+    standalone stack, and since when (the cloud's creation time, else the run's start)."""
+    import dataclasses
+
+    from gpucluster.ownership import HOST_TAG, OWNER_TAG, STACK_TAG, USER_TAG, run_started
+
+    user, host = tags.get(USER_TAG), tags.get(HOST_TAG)
+    run = tags.get(RUN_TAG)
+    return dataclasses.replace(
+        lo, owner=tags.get(OWNER_TAG) or None, made_by=f"{user or '?'}@{host or '?'}" if user or host else None,
+        run_id=run or None, since=created if created is not None else run_started(run), stack=tags.get(STACK_TAG) or None,
+        hourly=hourly)
+
+
 def wanted_found(f: Found, name: str | None, run_id: str | None) -> bool:
     if name and f.cluster != name:
         return False
@@ -70,8 +86,10 @@ def wanted_found(f: Found, name: str | None, run_id: str | None) -> bool:
 
 # -- the entry points -------------------------------------------------------------------------------
 def scope_of(options: Mapping[str, Any]) -> ScanScope:
-    """A `ScanScope` from loose options: regions (aws), project (gcp), session / gke_client (clients)."""
+    """A `ScanScope` from loose options: regions (aws), project (gcp), owner (whose global resources
+    are listed), session / gke_client (clients)."""
     return ScanScope(regions=tuple(options.get("regions") or ()), project=options.get("project"),
+                     owner=options.get("owner"),
                      clients={k: options[k] for k in ("session", "gke_client") if options.get(k) is not None})
 
 

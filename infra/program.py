@@ -27,7 +27,10 @@ def run(spec: ClusterSpec) -> dict[str, Any]:
         pulumi.log.warn(warning)
     if chosen.provisioner is None:
         raise SpecError(f"cloud {spec.cloud!r} has no Pulumi program (use the {spec.cloud} provider directly)")
-    outputs = chosen.provisioner.declare(spec)
+    outputs = dict(chosen.provisioner.declare(spec))
+    if spec.marks:  # who made the stack: `down` from a shared state refuses another owner's without --any-owner
+        outputs["gpucluster_marks"] = pulumi.Output.from_input(dict(spec.marks))
+        outputs["gpucluster_cloud"] = pulumi.Output.from_input(spec.cloud)  # `status` of a shared state
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs
@@ -57,6 +60,11 @@ def main() -> None:
         if region:
             config["region"] = region
     spec = spec_from_config(config, pulumi.get_stack())
+    # made without the CLI: every resource carries the owner of this machine's gpucluster home and
+    # the stack (project/stack), so `gc` never sweeps it unless it is named (`gc --stack`)
+    from gpucluster.ownership import stack_marks
+
+    spec = spec.replace(marks=stack_marks(pulumi.get_project(), pulumi.get_stack()))
     # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr
     # becomes this machine's public IPv4 /32, or the update stops (a cluster nobody can reach is
     # never made)

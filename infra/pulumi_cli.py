@@ -61,14 +61,18 @@ def _folder(path: Path) -> Path:
 
 
 def own_backend() -> bool:
-    return not os.environ.get("PULUMI_BACKEND_URL")
+    """Whether the state is the home's own file backend (not a state others may share)."""
+    from gpucluster.infra.pulumi_state import shared
+
+    return not shared()
 
 
 def backend_url() -> str:
-    """The user's PULUMI_BACKEND_URL when set, else a file backend under the gpucluster home."""
-    if not own_backend():
-        return os.environ["PULUMI_BACKEND_URL"]
-    return _folder(pulumi_dir() / "state").resolve().as_uri()
+    """The state chosen (--state, GPUCLUSTER_STATE, config.json, PULUMI_BACKEND_URL: `infra.pulumi_state`),
+    else a file backend under the gpucluster home."""
+    from gpucluster.infra.pulumi_state import state_url
+
+    return state_url()
 
 
 def passphrase_file() -> Path:
@@ -95,8 +99,11 @@ def passphrase_file() -> Path:
 
 
 def workspace_env() -> dict[str, str]:
+    """The CLI's environment: the state, and the home's passphrase file unless the user gives one
+    (a shared state needs the team's: `infra.pulumi_state.check_secrets`)."""
     env = {"PULUMI_BACKEND_URL": backend_url(), "PULUMI_SKIP_UPDATE_CHECK": "true"}
-    if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
+    if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")) \
+            and own_backend():
         env["PULUMI_CONFIG_PASSPHRASE_FILE"] = str(passphrase_file())
     return env
 

@@ -3,11 +3,15 @@
 
 - `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
   (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
-- `down(name, events)`: robust destroy; then the tag scan; whatever the scan still finds for
-  this cluster is deleted by tag and checked again. Raises `TeardownIncomplete` naming what is
-  left (and the command to finish) when something survives both, or when the destroy failed.
+- `down(name, events)`: robust destroy of our own stack (one another owner made is refused unless
+  `--any-owner`); then the tag scan; whatever the scan still finds for this cluster *that is ours*
+  is deleted by tag and checked again, while another owner's resources under the same name are
+  said and left alone. Raises `TeardownIncomplete` naming what is left (and the command to
+  finish) when something of ours survives both, or when the destroy failed.
 - `leftovers(name, run_id) -> Check`: the tag scan, in the region/project the cluster was created
-  in (as recorded), with every check that could not run.
+  in (as recorded), with every check that could not run; what is not ours (`Ownership`: another
+  owner's, a standalone stack's) is in `Check.not_ours`, never in the verdict.
+- `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2).
 - `status(name)`: from the stack's outputs, without touching the cloud.
 """
 
@@ -62,8 +66,9 @@ class PulumiProvider(Provider):
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
                  credentials: Callable[[], list[dict[str, Any]]] | None = None,
-                 cloud_checks: Callable[[Any], None] | None = None):
+                 cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None):
         self.plugin = plugin
+        self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
         self.provisioner = plugin.needs_provisioner()
         self.cloud = plugin.name
         # the backend's checks of a spec against the cloud (aws: quota, AMI, a launch dry run); a
@@ -78,6 +83,7 @@ class PulumiProvider(Provider):
         self._credentials = credentials or self._backend_credentials
         self.scan_options = dict(scan_options or {})
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
+        self._looked: set[str] = set()  # clusters whose stack outputs were read for where they are
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         # attempts on capacity errors, each in the next zone offering the type: the cloud's
         # backend says how many (`capacity_attempts`; 1 = no retry)
@@ -96,8 +102,11 @@ class PulumiProvider(Provider):
         the cloud (aws: `infra/aws/preflight.py`)."""
         from gpucluster.infra.pulumi_cli import backend_url, passphrase_file
 
-        self.driver.cli  # noqa: B018 - loads and checks the CLI
+        from gpucluster.infra.pulumi_state import check_secrets
+
         backend_url()
+        check_secrets()  # shared state: a passphrase the team shares (environment) or a KMS key
+        self.driver.cli  # noqa: B018 - loads and checks the CLI
         passphrase_file()
         if spec is not None and self._cloud_checks is not None:
             # the backend's checks start with its credentials, in the spec's region (aws: STS there):
@@ -105,6 +114,46 @@ class PulumiProvider(Provider):
             self._cloud_checks(spec)
         else:
             self.check_credentials(getattr(spec, "region", None))
+        if spec is not None:
+            self.check_name_free(spec)
+
+    def state_url(self) -> str | None:
+        from gpucluster.infra.pulumi_cli import backend_url
+
+        return backend_url()
+
+    # -- whose resources -------------------------------------------------------------------------
+    @property
+    def ownership(self) -> Any:
+        if self._ownership is None:
+            from gpucluster.ownership import Ownership
+
+            self._ownership = Ownership.here()
+        return self._ownership
+
+    def set_ownership(self, ownership: Any) -> None:
+        self._ownership = ownership
+
+    def check_name_free(self, spec: Any) -> None:
+        """A name another owner's cluster (or a standalone stack) already holds in this account's
+        region, or this project's zone, is refused before anything is recorded: exit 2, naming that
+        owner as its tags record it. A scan that cannot run refuses nothing (the run's own checks say
+        why soon enough); resources of ours under the name are `up`'s to update."""
+        from gpucluster.ownership import describe_owner
+
+        self._remember(spec.name, spec.to_dict())
+        try:
+            check = self.leftovers(spec.name)
+        except GpuclusterError:
+            return
+        where = {spec.region, spec.zone} - {None}
+        held = [lo for lo in check.not_ours if lo.region in where]
+        if held:
+            lo = held[0]
+            whose = f"standalone stack {lo.stack}" if lo.stack else describe_owner(lo)
+            raise UsageError(f"cluster name {spec.name!r} is already held in {lo.region} by another owner ({whose}; "
+                             f"{len(held)} resource(s), e.g. {lo.kind} {lo.id}): choose another --name, or leave "
+                             "--name out for your own default name")
 
     def _backend_credentials(self, region: str | None = None) -> list[dict[str, Any]]:
         ops = self.plugin.ops
@@ -170,9 +219,13 @@ class PulumiProvider(Provider):
         a tag scan alone (the scan covers listed resource types only)."""
         events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
         self._remember_region(name)
+        self._refuse_foreign_stack(name)
         destroy_error: GpuclusterError | None = None
         try:
-            self.driver.destroy(name, events)
+            if self.driver.destroy(name, events):
+                from gpucluster.infra.pulumi_cli import backend_url
+
+                events.message(f"Pulumi destroyed stack {name} (state {backend_url()})")
         except ClusterBusy:
             raise  # someone is using it: no scan from under them
         except MissingDependency as exc:  # no Pulumi CLI here: the tag scan still works
@@ -182,6 +235,8 @@ class PulumiProvider(Provider):
             destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")
         check = self._await_deleting(name, self.leftovers(name), events)
+        for line in _not_ours_lines(check):
+            events.message(f"left alone: {line}")
         if check.leftovers:
             events.message(f"{len(check.leftovers)} resource(s) tagged gpucluster-cluster={name} still exist: "
                            "deleting by tag")
@@ -228,11 +283,34 @@ class PulumiProvider(Provider):
         return check
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
+        """What the tag scan finds under `name`: ours in `leftovers` (the verdict), the rest (another
+        owner's, a standalone stack's) in `not_ours`, never touched."""
         self._remember_region(name)
         opts = dict(self.scan_options)
         for key, value in self._scopes.get(name, {}).items():
             opts.setdefault(key, value)
-        return Check.of(self._find_fn()(self.cloud, name=name, run_id=run_id, **opts))
+        opts.setdefault("owner", self.ownership.scan_owner)
+        check = Check.of(self._find_fn()(self.cloud, name=name, run_id=run_id, **opts))
+        ours, rest = self.ownership.split(check.leftovers)
+        return Check(tuple(ours), check.unchecked, check.not_ours + tuple(rest))
+
+    def _refuse_foreign_stack(self, name: str) -> None:
+        """A stack another owner made (its outputs carry the owner marks, `infra.program.run`), found
+        in a shared state, is not destroyed from here without `--any-owner`."""
+        if self.ownership.any_owner:
+            return
+        try:
+            marks = dict((self.driver.outputs(name) or {}).get("gpucluster_marks") or {})
+        except Exception:  # noqa: BLE001 - no stack, no CLI, a lock: destroy reports those itself
+            return
+        owner = marks.get("gpucluster-owner")
+        if owner and owner != self.ownership.owner:
+            from gpucluster.ownership import STACK_TAG
+
+            who = f"{marks.get('gpucluster-user', '?')}@{marks.get('gpucluster-host', '?')}"
+            what = f"standalone stack {marks[STACK_TAG]}" if marks.get(STACK_TAG) else f"stack {name}"
+            raise UsageError(f"{what} was made by another owner ({owner}, {who}); nothing was deleted (to destroy "
+                             f"it anyway: gpucluster down {name} --any-owner)")
 
     def status(self, name: str) -> ClusterStatus | None:
         outputs = self.driver.outputs(name)
@@ -253,6 +331,15 @@ class PulumiProvider(Provider):
     def _remember_region(self, name: str) -> None:
         if name not in self._scopes:
             self._remember(name, (self.driver.read_meta(name) or {}).get("spec"))
+        if name not in self._scopes and name not in self._looked:  # made elsewhere (a shared state): where
+            self._looked.add(name)                                   # its stack's outputs say it is
+            try:
+                outputs = self.driver.outputs(name) or {}
+            except Exception:  # noqa: BLE001 - no CLI or no stack: the scan looks in the default place
+                outputs = {}
+            if outputs.get("region") or outputs.get("project"):
+                self._remember(name, {"region": outputs.get("region"), "project": outputs.get("project"),
+                                      "zone": outputs.get("zone")})
 
     def _find_fn(self):
         if self._find is None:
@@ -271,3 +358,9 @@ class PulumiProvider(Provider):
             scope = scope_of(self.scan_options)
             self._delete = lambda left: delete_leftovers(self.provisioner, left, scope)
         return self._delete
+
+
+def _not_ours_lines(check: Check) -> list[str]:
+    from gpucluster.ownership import not_ours_line
+
+    return [not_ours_line(lo) for lo in check.not_ours]

@@ -12,7 +12,17 @@ engine does, and returns scripted outputs and failures:
   "update failed" comes after the resources'; issue 25 read this from real runs);
 - `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
 - `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
-- `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay).
+- `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay);
+- `before_up(stack)`: called as `up` starts (another user's cluster landing between a check and a create);
+- `persist=True`: the stacks live in the `file://` backend named by PULUMI_BACKEND_URL, as a
+  self-managed backend keeps them ("State and backends", Pulumi docs: the state is a file per stack
+  under `.pulumi/stacks/<project>/` in the backend), so two fakes (two machines) sharing that folder
+  see the same stacks; and their secrets work as the passphrase provider's do (pulumi/pulumi
+  pkg/secrets/passphrase): `stack init` needs a passphrase (PULUMI_CONFIG_PASSPHRASE or
+  PULUMI_CONFIG_PASSPHRASE_FILE, else "passphrase must be set with ..."), the state records its salt
+  and a check value made with it, and every command that decrypts the state (up, refresh, destroy,
+  stack output) verifies the passphrase against that state, failing with "incorrect passphrase".
+  Without it (the old, kinder fake) every machine has its own in-memory stacks.
 """
 
 from __future__ import annotations
@@ -60,7 +70,8 @@ class FakePulumiCommand:
     def __init__(self, *, version: str = "3.200.0", resources=None, outputs=None, secret_keys=("ssh_private_key",),
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
-                 fail_up_times: int | None = None, provider_max_retries: int | None = None):
+                 fail_up_times: int | None = None, provider_max_retries: int | None = None,
+                 before_up=None, persist: bool = False):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -77,6 +88,9 @@ class FakePulumiCommand:
         # on_up(stack): called when `up` succeeds, before the outputs are stored (it may change
         # scripted_outputs and start the "instances"); on_destroy(stack): after `destroy`
         self.on_up, self.on_destroy = on_up, on_destroy
+        self.before_up = before_up
+        self.persist = persist
+        self.salts: dict[str, str] = {}  # stack -> the passphrase provider's "v1:salt:check" (its state)
         self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
         # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
         # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863).
@@ -139,8 +153,93 @@ class FakePulumiCommand:
                 "old": state if op == "delete" else None, "new": None if op == "delete" else state}
         return {kind: {"metadata": meta}}
 
+    # -- a self-managed file backend (persist=True) ------------------------------------------------
+    @staticmethod
+    def _store(env: dict) -> Any:
+        from pathlib import Path
+        from urllib.parse import urlparse
+
+        url = env.get("PULUMI_BACKEND_URL", "")
+        if not url.startswith("file://"):
+            return None
+        return Path(urlparse(url).path) / ".pulumi" / "stacks" / "gpucluster"
+
+    def _load(self, store) -> None:
+        self.stacks, self.outputs, self.salts = {}, {}, {}
+        if not store.is_dir():
+            return
+        for f in store.glob("*.json"):
+            doc = json.loads(f.read_text())
+            latest = doc["checkpoint"]["latest"]
+            self.stacks[f.stem] = [tuple(r) for r in latest["resources"]]
+            self.salts[f.stem] = latest["secrets_providers"]["state"]["salt"]
+            if latest.get("outputs") is not None:
+                self.outputs[f.stem] = latest["outputs"]
+
+    def _save(self, store) -> None:
+        store.mkdir(parents=True, exist_ok=True)
+        for f in store.glob("*.json"):
+            if f.stem not in self.stacks:
+                f.unlink()
+        for name, resources in self.stacks.items():
+            latest = {"secrets_providers": {"type": "passphrase", "state": {"salt": self.salts.get(name, "")}},
+                      "resources": [list(r) for r in resources], "outputs": self.outputs.get(name)}
+            (store / f"{name}.json").write_text(json.dumps({"version": 3, "checkpoint": {"latest": latest}}))
+
+    @staticmethod
+    def _passphrase(env: dict) -> str | None:
+        if env.get("PULUMI_CONFIG_PASSPHRASE"):
+            return env["PULUMI_CONFIG_PASSPHRASE"]
+        if env.get("PULUMI_CONFIG_PASSPHRASE_FILE"):
+            from pathlib import Path
+
+            return Path(env["PULUMI_CONFIG_PASSPHRASE_FILE"]).read_text().strip()
+        return None
+
+    @staticmethod
+    def _check_value(phrase: str, salt: str) -> str:
+        import hashlib
+        import hmac
+
+        return hmac.new(phrase.encode(), salt.encode(), hashlib.sha256).hexdigest()[:16]
+
+    def _secrets(self, stack: str, env: dict, *, new: bool = False) -> None:
+        phrase = self._passphrase(env)
+        if phrase is None:
+            self._fail('error: constructing secrets manager of type "passphrase": passphrase must be set with '
+                       "PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables")
+        if new:
+            import secrets as _secrets
+
+            salt = _secrets.token_hex(8)
+            self.salts[stack] = f"v1:{salt}:{self._check_value(phrase, salt)}"
+            return
+        _, salt, check = (self.salts.get(stack) or "v1::").split(":", 2)
+        if self._check_value(phrase, salt) != check:
+            self._fail('error: constructing secrets manager of type "passphrase": incorrect passphrase')
+
     # -- the PulumiCommand interface -------------------------------------------------------------
     def run(self, args, cwd, additional_env, on_output=None, on_error=None) -> CommandResult:
+        import os
+
+        env = {**os.environ, **additional_env}  # the CLI process inherits the caller's environment
+        store = self._store(env) if self.persist else None
+        if store is None:
+            return self._run(args, cwd, additional_env)
+        self._load(store)
+        try:
+            words = [a for a in args if not a.startswith("-")]
+            stack = self._flag(args, "--stack")
+            if args[:2] == ["stack", "init"]:
+                self._secrets(words[2], env, new=True)
+            elif (words and words[0] in ("up", "refresh", "destroy")
+                  or args[:2] == ["stack", "output"] and "--show-secrets" in args) and stack in self.stacks:
+                self._secrets(stack, env)
+            return self._run(args, cwd, additional_env)
+        finally:
+            self._save(store)
+
+    def _run(self, args, cwd, additional_env, on_output=None, on_error=None) -> CommandResult:
         args = [a for a in args if a != "--non-interactive"]
         self.calls.append(list(args))
         self.envs.append(dict(additional_env))
@@ -204,6 +303,8 @@ class FakePulumiCommand:
 
     def _up(self, args, stack):
         self.up_started.append(self.now())
+        if self.before_up is not None:
+            self.before_up(stack)
         target = self._flag(args, "--event-log")
         made = self.stacks.setdefault(stack, [])
         limit = len(self.resources)

@@ -31,6 +31,7 @@ from gpucluster.domain import Leftover  # noqa: E402
 from gpucluster.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 from gpucluster.metrics import MetricsState  # noqa: E402
+from gpucluster.ownership import installation_id  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
 CAPACITY = ("creating EC2 Instance: InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge "
@@ -384,7 +385,7 @@ def hold_owner_lock(name: str) -> subprocess.Popen:
 
 def test_destroy_error_falls_back_to_the_tag_scan(home):
     fake = FakePulumiCommand()
-    left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
+    left = [Leftover("instance", "i-0000000000000000a", "us-east-1", owner=installation_id())]  # ours
     deleted: list = []
     prov = provider(fake, leftovers=[left, []], deleted=deleted)
     prov.up(spec(), Recorder())
@@ -400,7 +401,7 @@ def test_destroy_error_falls_back_to_the_tag_scan(home):
 
 def test_teardown_incomplete_names_what_is_left(home):
     fake = FakePulumiCommand()
-    left = [Leftover("security-group", "sg-0b2", "us-east-1")]
+    left = [Leftover("security-group", "sg-0b2", "us-east-1", owner=installation_id())]
     prov = provider(fake, leftovers=[left, left])
     prov.up(spec(), Recorder())
     with pytest.raises(TeardownIncomplete, match="security-group sg-0b2") as err:
@@ -611,12 +612,12 @@ def test_gcp_provider_outputs_and_scan_project(home):
     assert [e[1] for e in rec.log if e[0] == "created"] == ["gke-cluster", "node-pool"]
     assert prov.status("v100").nodes == 2
     prov.down("v100", rec)
-    assert asked[-1] == ("gcp", "v100", {"project": "my-proj"})
+    assert asked[-1] == ("gcp", "v100", {"project": "my-proj", "owner": installation_id()})
 
 
 def test_down_without_a_pulumi_cli_still_deletes_by_tag(home, monkeypatch):
     monkeypatch.setattr(pulumi_cli.shutil, "which", lambda name: None)
-    left = [Leftover("instance", "i-0000000000000000a", "us-east-1")]
+    left = [Leftover("instance", "i-0000000000000000a", "us-east-1", owner=installation_id())]
     deleted: list = []
     prov = PulumiProvider(_plugin("aws"), driver=PulumiDriver(), find=lambda cloud, **kw: left if not deleted else [],
                           delete=lambda items: deleted.append(items) or [])

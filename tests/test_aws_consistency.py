@@ -67,10 +67,15 @@ class Clock:
 
 
 def test_a_role_gone_between_list_and_tags_is_gone_and_one_unreadable_role_skips_only_itself(aws):
+    from gpucluster.infra.aws.leftovers import iam_path
+
     make_cluster(aws.real, "demo")
     iam = aws.real.client("iam")
-    for rn in ("demo-old-role", "someone-flaky-role"):
-        iam.create_role(RoleName=rn, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}))
+    # both under the gpucluster IAM path the scan lists (roles elsewhere in the account are never listed)
+    for rn, path in (("demo-old-role", iam_path(None, REGION, "demo")),
+                     ("someone-flaky-role", iam_path("0123456789abcdef", REGION, "demo"))):
+        iam.create_role(RoleName=rn, Path=path,
+                        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}))
 
     def list_role_tags(params):
         if params["RoleName"] == "demo-old-role":  # deleted after ListRoles listed it

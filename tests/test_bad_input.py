@@ -927,7 +927,7 @@ def _local_run(*extra):
 
 
 @pytest.mark.parametrize("what,needle", [
-    ("locks-file", "lock"), ("runs-file", "run folder"), ("lock-folder", "gpucluster-local.lock"),
+    ("locks-file", "lock"), ("runs-file", "run folder"), ("lock-folder", "gpucluster-local-"),
 ])
 def test_home_paths_of_the_wrong_kind(home, what, needle):
     """A file where a folder belongs, a folder where the lock file belongs: one line, exit 2,
@@ -938,8 +938,10 @@ def test_home_paths_of_the_wrong_kind(home, what, needle):
         (home / "locks").write_text("x")
     elif what == "runs-file":
         (home / "runs").write_text("x")
-    else:
-        (home / "locks" / "gpucluster-local.lock").mkdir(parents=True)
+    else:  # the lock of the default cluster, whose name carries this home's owner id
+        from gpucluster.ownership import default_name, installation_id
+
+        (home / "locks" / f"{default_name('local', installation_id(home))}.lock").mkdir(parents=True)
     r = _local_run()
     assert_clean_refusal(r, needle)
     assert ledger_rows(home) == before
@@ -975,3 +977,64 @@ def test_node_log_that_is_a_folder(home):
     (log_dir / "node-0.log").mkdir(parents=True)
     r = run_cli("logs", "r20261122-000002-bbbbbb")
     assert_clean_refusal(r, "node-0.log", "is not a file")
+
+
+
+# -- sharing an account (issue 24): the state, its secrets, gc's owner limits ------------------------
+NO_PULUMI_INSTALL = {"GPUCLUSTER_INSTALL_PULUMI": "no", "PULUMI_CONFIG_PASSPHRASE": "", "PULUMI_BACKEND_URL": ""}
+AWS_RUN = ("--cloud", "aws", "--nodes", "1", "--ssh-cidr", "203.0.113.7/32", "--yes")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("run", *AWS_RUN, "--state", "ftp://bucket/x"), ("--state 'ftp://bucket/x' is not allowed", "s3://BUCKET")),
+    (("up", *AWS_RUN, "--state", "file://relative/dir"), ("'file://relative/dir'", "absolute path")),
+    (("up", *AWS_RUN, "--state", "s3://"), ("--state 's3://' is not allowed",)),
+    (("down", "x", "--cloud", "aws", "--state", "gs:/bucket"), ("'gs:/bucket'",)),
+    (("gc", "--cloud", "aws", "--any-owner", "--yes"), ("--any-owner also needs --older-than",)),
+    (("gc", "--cloud", "aws", "--older-than", "3 weeks"), ("--older-than '3 weeks' is not allowed", "12h")),
+    (("gc", "--cloud", "aws", "--any-owner", "--older-than", "-1d"), ("'-1d'",)),
+])
+def test_sharing_flags(home, args, needles):
+    r = run_cli(*args, env={"GPUCLUSTER_HOME": str(home), **NO_PULUMI_INSTALL})
+    assert_clean_refusal(r, *needles)
+    assert_no_run_recorded(home)
+
+
+@pytest.mark.parametrize("cmd", [("up", *AWS_RUN, "--name", "team-x"), ("run", *AWS_RUN, "--name", "team-x"),
+                                 ("down", "team-x", "--cloud", "aws", "--yes")])
+def test_shared_state_without_the_team_passphrase(home, tmp_path, cmd):
+    """A shared state's secrets need the team's passphrase (or a KMS key): refused before anything,
+    naming the state and the fix; the home's own passphrase file is not offered to teammates."""
+    env = {"GPUCLUSTER_HOME": str(home), **NO_PULUMI_INSTALL, "GPUCLUSTER_STATE": f"file://{tmp_path}/team"}
+    r = run_cli(*cmd, env=env)
+    assert_clean_refusal(r, f"file://{tmp_path}/team", "needs a passphrase every teammate uses",
+                         "PULUMI_CONFIG_PASSPHRASE")
+    assert_no_run_recorded(home)
+    assert not (tmp_path / "team").exists()
+
+
+@pytest.mark.parametrize("setting,env,needles", [
+    ("{", {}, ("config.json", "is not JSON")),
+    ('{"stat": "s3://b"}', {}, ("key 'stat' is not allowed", "state, secrets_provider")),
+    ('{"state": 5}', {}, ("state must be a string",)),
+    ('{"state": "http://x"}', {}, ("config.json state 'http://x' is not allowed",)),
+    ('{"state": "s3://team-b"}', {"GPUCLUSTER_SECRETS_PROVIDER": "rot13://x", "PULUMI_CONFIG_PASSPHRASE": "p"},
+     ("GPUCLUSTER_SECRETS_PROVIDER 'rot13://x' is not allowed", "awskms://")),
+])
+def test_bad_state_settings(home, setting, env, needles):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.json").write_text(setting)
+    r = run_cli("up", *AWS_RUN, env={"GPUCLUSTER_HOME": str(home), **NO_PULUMI_INSTALL, **env})
+    assert_clean_refusal(r, *needles)
+    assert_no_run_recorded(home)
+
+
+def test_damaged_installation_id(home):
+    """The owner id file holding something else is named, not replaced (a new id would make this
+    home's clusters look like another owner's)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "installation-id").write_text("not-an-id\n")
+    r = run_cli("run", "--cloud", "local", "--nodes", "1", env={"GPUCLUSTER_HOME": str(home)})
+    assert_clean_refusal(r, "installation-id", "'not-an-id'", "16 hex digits")
+    assert_no_run_recorded(home)
+    assert (home / "installation-id").read_text() == "not-an-id\n"

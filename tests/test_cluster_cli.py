@@ -106,7 +106,8 @@ def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="'local'.*need no `up`"):
         invoke(up.up, "--cloud", "local", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None))  # no --yes
+    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None,
+                                                                                   state_url=lambda: None))  # no --yes
     with pytest.raises(UsageError, match="--yes"):
         invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
     assert Ledger.open_default().list_runs() == []
@@ -209,8 +210,9 @@ def test_gc_deletes_orphans_and_keeps_kept_clusters(home, monkeypatch, capsys):
         import boto3
 
         session = boto3.session.Session(region_name=REGION)
-        kept = make_cluster(session, "kept")
-        crashed = make_cluster(session, "crashed")
+        # resources made before owner marks: ours by the run ids this ledger holds
+        kept = make_cluster(session, "kept", run="r-kept")
+        crashed = make_cluster(session, "crashed", run="r-crash")
         theirs = make_cluster(session, None)
 
         monkeypatch.setattr(sys.stdin, "isatty", lambda: False)

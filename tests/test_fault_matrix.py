@@ -466,7 +466,7 @@ def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
     ledger = Ledger(small_home / "ledger.sqlite3")
     (run,) = ledger.list_runs()
     assert run_processes(run.id) == []
-    down = run_cli("down", "gpucluster-local", "--yes", env=env, timeout=120)
+    down = run_cli("down", run.cluster, "--yes", env=env, timeout=120)  # the default name carries the owner id
     assert down.returncode == 0, down.stderr
     run = Ledger(small_home / "ledger.sqlite3").get_run(run.id).to_dict()
     assert run["ended_at"] is not None and run["status"] != "running" and run["teardown"] == "verified"

@@ -27,6 +27,7 @@ from gpucluster.infra.gcp import leftovers as gcp_leftovers
 from gpucluster.infra.pulumi_provider import PulumiProvider
 
 PROJECT = "proj-one"
+OWNER = "0123456789abcdef"  # this home's installation id, as the cluster's labels carry it (gpucluster.ownership)
 PATH = f"projects/{PROJECT}/locations/us-central1-a/clusters/demo"
 
 
@@ -56,7 +57,7 @@ class SlowGke:
     def list_clusters(self, parent):
         if self._gone():
             return NS(clusters=[])
-        labels = {"managed-by": "gpucluster", "gpucluster-cluster": "demo"}
+        labels = {"managed-by": "gpucluster", "gpucluster-cluster": "demo", "gpucluster-owner": OWNER}
         return NS(clusters=[NS(name="demo", location="us-central1-a", resource_labels=labels,
                                status=NS(name="STOPPING" if self.deleting_since is not None else self.status))])
 
@@ -114,7 +115,9 @@ class Events:
 
 
 def provider(gke, clock, await_seconds):
-    return PulumiProvider(_plugin("gcp"), driver=Driver(), scan_options={
+    from gpucluster.ownership import Ownership
+
+    return PulumiProvider(_plugin("gcp"), driver=Driver(), ownership=Ownership(OWNER), scan_options={
         "gke_client": gke, "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock, "sleep": clock.sleep})
 
 

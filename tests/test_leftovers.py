@@ -35,42 +35,55 @@ def aws(monkeypatch):
         yield boto3.session.Session(region_name=REGION)
 
 
-def tags(cluster: str | None, run: str | None = None, name: str = "x"):
+def tags(cluster: str | None, run: str | None = None, name: str = "x", owner: str | None = None):
     t = [{"Key": "Name", "Value": name}]
     if cluster:
         t += [{"Key": "managed-by", "Value": "gpucluster"}, {"Key": "gpucluster-cluster", "Value": cluster}]
     if run:
         t.append({"Key": "gpucluster-run", "Value": run})
+    if owner:  # the marks every resource of a run carries (gpucluster.ownership)
+        t += [{"Key": "gpucluster-owner", "Value": owner}, {"Key": "gpucluster-user", "Value": "alice"},
+              {"Key": "gpucluster-host", "Value": "laptop"}]
     return t
 
 
-def spec_tags(kind: str, cluster: str | None, run: str | None = None):
-    return [{"ResourceType": kind, "Tags": tags(cluster, run, f"{cluster or 'theirs'}-{kind}")}]
+def spec_tags(kind: str, cluster: str | None, run: str | None = None, owner: str | None = None):
+    return [{"ResourceType": kind, "Tags": tags(cluster, run, f"{cluster or 'theirs'}-{kind}", owner)}]
 
 
-def make_cluster(session, cluster: str | None, run: str | None = None) -> dict:
-    """A small cluster's worth of EC2/IAM resources; cluster=None makes someone else's (untagged)."""
+def make_cluster(session, cluster: str | None, run: str | None = None, owner: str | None = None) -> dict:
+    """A small cluster's worth of EC2/IAM resources; cluster=None makes someone else's (untagged).
+    IAM roles and profiles go where the component makes them: under /gpucluster/<owner>/<region>/<cluster>/."""
+    from gpucluster.infra.aws.leftovers import iam_path
+
+    mine = f"-{owner}" if owner else ""
+
     ec2 = session.client("ec2", region_name=REGION)
     iam = session.client("iam")
     label = cluster or "theirs"
-    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16", TagSpecifications=spec_tags("vpc", cluster, run))["Vpc"]["VpcId"]
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16", TagSpecifications=spec_tags("vpc", cluster, run, owner))["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24",
-                               TagSpecifications=spec_tags("subnet", cluster, run))["Subnet"]["SubnetId"]
-    sg = ec2.create_security_group(GroupName=f"{label}-sg", Description="t", VpcId=vpc,
-                                   TagSpecifications=spec_tags("security-group", cluster, run))["GroupId"]
-    key = ec2.create_key_pair(KeyName=f"{label}-key", TagSpecifications=spec_tags("key-pair", cluster, run))
+                               TagSpecifications=spec_tags("subnet", cluster, run, owner))["Subnet"]["SubnetId"]
+    sg = ec2.create_security_group(GroupName=f"{label}{mine}-sg", Description="t", VpcId=vpc,
+                                   TagSpecifications=spec_tags("security-group", cluster, run, owner))["GroupId"]
+    key = ec2.create_key_pair(KeyName=f"{label}{mine}-key",
+                              TagSpecifications=spec_tags("key-pair", cluster, run, owner))
     vol = ec2.create_volume(AvailabilityZone=f"{REGION}a", Size=10,
-                            TagSpecifications=spec_tags("volume", cluster, run))["VolumeId"]
+                            TagSpecifications=spec_tags("volume", cluster, run, owner))["VolumeId"]
     inst = ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="g5.xlarge",
                              SubnetId=subnet, SecurityGroupIds=[sg],
-                             TagSpecifications=spec_tags("instance", cluster, run))["Instances"]
-    role_tags = tags(cluster, run) if cluster else []
-    iam.create_role(RoleName=f"{label}-role", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17",
-                    "Statement": []}), **({"Tags": role_tags} if role_tags else {}))
-    iam.create_instance_profile(InstanceProfileName=f"{label}-profile", **({"Tags": role_tags} if role_tags else {}))
-    iam.add_role_to_instance_profile(InstanceProfileName=f"{label}-profile", RoleName=f"{label}-role")
+                             TagSpecifications=spec_tags("instance", cluster, run, owner))["Instances"]
+    role_tags = tags(cluster, run, owner=owner) if cluster else []
+    where = {"Path": iam_path(owner, REGION, cluster)} if cluster else {}
+    iam.create_role(RoleName=f"{label}{mine}-role", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17",
+                    "Statement": []}), **where, **({"Tags": role_tags} if role_tags else {}))
+    iam.create_instance_profile(InstanceProfileName=f"{label}{mine}-profile", **where,
+                                **({"Tags": role_tags} if role_tags else {}))
+    iam.add_role_to_instance_profile(InstanceProfileName=f"{label}{mine}-profile",
+                                     RoleName=f"{label}{mine}-role")
     return {"vpc": vpc, "subnet": subnet, "sg": sg, "key": key["KeyName"], "volume": vol,
-            "instances": [i["InstanceId"] for i in inst]}
+            "instances": [i["InstanceId"] for i in inst], "role": f"{label}{mine}-role",
+            "profile": f"{label}{mine}-profile"}
 
 
 def test_finds_ours_and_leaves_theirs_alone(aws):
@@ -85,7 +98,7 @@ def test_finds_ours_and_leaves_theirs_alone(aws):
     assert by_kind["key-pair"] == {ours["key"]}
     assert by_kind["volume"] == {ours["volume"]}
     assert by_kind["vpc"] == {ours["vpc"]} and by_kind["subnet"] == {ours["subnet"]}
-    assert by_kind["iam-role"] == {"demo-role"} and by_kind["instance-profile"] == {"demo-profile"}
+    assert by_kind["iam-role"] == {ours["role"]} and by_kind["instance-profile"] == {ours["profile"]}
     every_id = {lo.id for lo in report.leftovers}
     assert not every_id & {theirs["sg"], theirs["vpc"], theirs["key"], theirs["volume"], *theirs["instances"]}
     assert report.skipped == [] and report.check.verdict == "leftovers"
@@ -110,7 +123,7 @@ def test_delete_removes_ours_only_and_the_check_comes_back_empty(aws):
     assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == [theirs["key"]]
     assert ec2.describe_vpcs(VpcIds=[theirs["vpc"]])["Vpcs"]
     iam = aws.client("iam")
-    assert {r["RoleName"] for r in iam.list_roles()["Roles"]} == {"theirs-role"}
+    assert {r["RoleName"] for r in iam.list_roles()["Roles"]} == {theirs["role"]}
 
 
 def test_a_check_that_cannot_run_is_never_clean(aws, monkeypatch):

@@ -143,12 +143,14 @@ def test_live_local_run_is_owned_and_down_refuses_it(home):
     try:
         st = run_cli("status", "--json")
         assert st.returncode == 0, st.stderr
-        (row,) = [c for c in json.loads(st.stdout) if c["cluster"] == "gpucluster-local"]
+        name = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()["cluster"]  # gpucluster-local-<owner id>
+        assert name.startswith("gpucluster-local-")
+        (row,) = [c for c in json.loads(st.stdout) if c["cluster"] == name]
         assert row["state"].startswith("in use") and str(proc.pid) in row["state"], row
-        refused = run_cli("down", "gpucluster-local", "--yes")
+        refused = run_cli("down", name, "--yes")
         assert refused.returncode == 2 and str(proc.pid) in refused.stderr, refused.stderr
         assert len(run_processes(run_id)) >= 4  # nothing was stopped
-        forced = run_cli("down", "gpucluster-local", "--yes", "--force", "--json")
+        forced = run_cli("down", name, "--yes", "--force", "--json")
         assert forced.returncode == 0, forced.stdout + forced.stderr
         (verdict,) = json.loads(forced.stdout)
         assert verdict["verdict"] == "verified" and verdict["stopped_owner"], verdict

@@ -129,7 +129,7 @@ def start_and_kill(h: SshdHosts, n: int, home, cwd: Path, marker: str) -> tuple[
 def test_down_after_sigkill_cleans_every_host(hosts, home, tmp_path, marker):
     cwd = project(tmp_path)
     run_id, control_dirs = start_and_kill(hosts, 2, home, cwd, marker)
-    r = run_cli("down", "gpucluster-ssh", "--yes", "--json")
+    r = run_cli("down", only_run(home)["cluster"], "--yes", "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     verdict = json.loads(r.stdout)
     assert verdict[0]["verdict"] == "verified" and not verdict[0]["leftovers"] and not verdict[0]["unchecked"]
@@ -151,7 +151,7 @@ def test_down_with_an_unreachable_host_is_not_verified_and_names_it(home, tmp_pa
         run_id, control_dirs = start_and_kill(h, 2, home, cwd, marker)
         h.procs[1].kill()  # host 1's sshd goes away; its sessions (and the run there) live on
         h.procs[1].wait()
-        r = run_cli("down", "gpucluster-ssh", "--yes", "--json")
+        r = run_cli("down", only_run(home)["cluster"], "--yes", "--json")
         assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
         verdict = json.loads(r.stdout)[0]
         assert verdict["verdict"] == "not verified"
@@ -170,7 +170,7 @@ def test_down_with_an_unreachable_host_is_not_verified_and_names_it(home, tmp_pa
         h.procs[1] = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         h._wait(1, h.ports[1])
-        r = run_cli("down", "gpucluster-ssh", "--yes", "--json")
+        r = run_cli("down", only_run(home)["cluster"], "--yes", "--json")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         assert marked(marker) == [] and run_processes(run_id) == {}
         assert not remote_run_dir(run_id).exists()

@@ -16,11 +16,12 @@ allows tags):
   the user's public key from option `sshPublicKey`;
 - one ed25519 host key per node, generated here and installed by cloud-init from user data
   (a secret), so the launcher pins host keys instead of trusting on first use;
-- only when the nodes need one (`permissions.role_reasons`): an IAM role + instance profile, with
-  one inline role policy granting exactly the spec's s3 prefixes (options s3Read / s3Write, set by
-  `run --data s3://...` / `--output s3://...`; `infra.aws.s3.policy_document`: the nodes use the
-  instance role's credentials, no keys are ever copied to them) and, with option `ssm=true`,
-  AmazonSSMManagedInstanceCore. A default run creates no IAM and needs no `iam:PassRole`;
+- only when the nodes need one (`permissions.role_reasons`): an IAM role + instance profile (under
+  the IAM path /gpucluster/<owner>/<region>/<cluster>/, so the leftover scan finds them by owner and
+  cluster), with one inline role policy granting exactly the spec's s3 prefixes (options s3Read /
+  s3Write, set by `run --data s3://...` / `--output s3://...`; `infra.aws.s3.policy_document`: the
+  nodes use the instance role's credentials, no keys are ever copied to them) and, with option
+  `ssm=true`, AmazonSSMManagedInstanceCore. A default run creates no IAM and needs no `iam:PassRole`;
 - N instances of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
   PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
@@ -47,6 +48,7 @@ from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
 from .engine import PROVIDER_MAX_RETRIES
+from .leftovers import iam_path
 from .permissions import role_reasons
 from .user_data import READY_FILE, render_user_data
 
@@ -72,8 +74,9 @@ class GpuCluster(pulumi.ComponentResource):
         self.itype = catalog.instance_type_of(spec)
         self.region = catalog.region_of(spec)
         self.efa = catalog.efa_requested(spec)
-        base_tags = spec.managed_tags()
+        base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.ownership)
         self._base_tags = base_tags
+        self._iam_path = iam_path(base_tags.get("gpucluster-owner"), self.region, spec.name)
 
         # An explicit provider does not read the stack's `aws:` config by itself: pass on the
         # profile a user may have set there (credentials from the environment work unchanged).
@@ -321,6 +324,7 @@ class GpuCluster(pulumi.ComponentResource):
             description=f"gpucluster {spec.name} nodes: " + ", ".join(
                 (["S3 read/write of the run's --data/--output prefixes"] if any(s3_scopes) else [])
                 + (["SSM core"] if ssm_wanted else [])),
+            path=self._iam_path,  # found by owner, region and cluster, never by an account-wide sweep
             tags=self._tags(f"{spec.name}-role"),
             opts=self._opts(),
         )
@@ -336,7 +340,8 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=self._opts(),
             )
         return aws.iam.InstanceProfile(
-            f"{name}-profile", role=role.name, tags=self._tags(f"{spec.name}-profile"), opts=self._opts()
+            f"{name}-profile", role=role.name, path=self._iam_path, tags=self._tags(f"{spec.name}-profile"),
+            opts=self._opts()
         )
 
     def _tags(self, name: str, **extra: str) -> dict[str, str]:

@@ -2,8 +2,11 @@
 
 Per region (boto3): instances not terminated or shutting down, launch templates (EFA), volumes, security groups, key pairs,
 placement groups, network interfaces, Elastic IPs, subnets, route tables, internet gateways, VPCs;
-IAM roles and instance profiles (global). Only resources tagged `managed-by=gpucluster` (and the
-cluster / run asked for) are reported; `delete` goes in dependency order and waits for instances to
+IAM roles and instance profiles (global, but never swept account-wide: they are made under the IAM
+path `/gpucluster/<owner>/<region>/<cluster>/` (`iam_path`) and listed by that path prefix, for the
+scanned regions and the owner asked for). Only resources tagged `managed-by=gpucluster` (and the
+cluster / run asked for) are reported, each with who made it (owner, user@host, run, since; an
+instance with its hourly price); `delete` goes in dependency order and waits for instances to
 terminate. boto3 is imported inside functions. The shared part (tags, report, dispatch) is
 `gpucluster.infra.leftovers`."""
 
@@ -15,7 +18,31 @@ from typing import Any, Iterable, Sequence
 from gpucluster.domain import Leftover
 from gpucluster.errors import require
 from gpucluster.infra.contract import ScanScope
-from gpucluster.infra.leftovers import CLUSTER_TAG, MANAGED_BY, RUN_TAG, Found, ScanReport, wanted, wanted_found
+from gpucluster.infra.leftovers import (CLUSTER_TAG, MANAGED_BY, RUN_TAG, Found, ScanReport, wanted, wanted_found,
+                                        with_marks)
+
+IAM_ROOT = "/gpucluster/"
+
+
+def iam_path(owner: str | None, region: str, cluster: str) -> str:
+    """Where a cluster's IAM role and instance profile live: found by owner, region and cluster."""
+    return f"{IAM_ROOT}{owner or 'unowned'}/{region}/{cluster}/"
+
+
+def _iam_prefixes(regions: Iterable[str], name: str | None, owner: str | None) -> list[str]:
+    """The IAM path prefixes a scan lists: one per region for one owner; every owner's otherwise
+    (then filtered by region and cluster, `_iam_in_scope`)."""
+    if owner is None:
+        return [IAM_ROOT]
+    return [f"{IAM_ROOT}{owner}/{r}/" + (f"{name}/" if name else "") for r in dict.fromkeys(regions)]
+
+
+def _iam_in_scope(path: str, regions: Iterable[str], name: str | None, owner: str | None) -> bool:
+    """The path checked here too: a listing need not honour PathPrefix (moto 5.2's
+    ListInstanceProfiles returns every profile), and one owner's listing must hold only its own."""
+    parts = path.strip("/").split("/")  # gpucluster, owner, region, cluster
+    return (len(parts) >= 4 and parts[0] == IAM_ROOT.strip("/") and (owner is None or parts[1] == owner)
+            and parts[2] in set(regions) and (name is None or parts[3] == name))
 
 
 # what the tag scan reports and `delete` handles, in deletion order: what holds others first
@@ -52,17 +79,24 @@ def default_regions(session: Any = None) -> list[str]:
 
 
 def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = None, *,
-             session: Any = None, include_iam: bool = True) -> ScanReport:
+             session: Any = None, include_iam: bool = True, owner: str | None = None) -> ScanReport:
+    """`owner`: whose IAM roles and instance profiles are listed (None: every owner's, in these
+    regions). EC2 resources are listed in each region whoever made them: the caller sorts them by
+    their marks (`gpucluster.ownership.Ownership`)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     session = _session(session)
     report = ScanReport()
     filters = _aws_filters(name, run_id)
+    regions = list(dict.fromkeys(regions))
 
-    def add(kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "") -> None:
+    def add(kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "",
+            created: Any = None, hourly: str | None = None) -> None:
         label = tags.get("Name") or ""
         text = " ".join(x for x in (label, detail, f"cluster={tags.get(CLUSTER_TAG, '?')}") if x)
-        report.found.append(Found(Leftover(kind, rid, region, text), tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
+        since = created.timestamp() if hasattr(created, "timestamp") else None
+        lo = with_marks(Leftover(kind, rid, region, text), tags, since, hourly)
+        report.found.append(Found(lo, tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
 
     for region in dict.fromkeys(regions):
         ec2 = session.client("ec2", region_name=region)
@@ -83,7 +117,8 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
                 state = inst.get("State", {}).get("Name")
                 if state in LIVE_INSTANCE_STATES:
                     add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
-                        f"{inst.get('InstanceType', '')} {state}")
+                        f"{inst.get('InstanceType', '')} {state}", inst.get("LaunchTime"),
+                        _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"))
         for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
             add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
                 lt.get("LaunchTemplateName", ""))
@@ -112,12 +147,25 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
         for vpc in each("describe_vpcs", "Vpcs", "VPC"):
             add("vpc", vpc["VpcId"], region, _tag_dict(vpc.get("Tags")), vpc.get("CidrBlock", ""))
     if include_iam:
-        _scan_iam(session, name, run_id, report, add)
+        _scan_iam(session, name, run_id, report, add, regions, owner)
     report.found = [f for f in report.found if wanted_found(f, name, run_id)]
     return report
 
 
-def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanReport, add) -> None:
+def _hourly(region: str, itype: str | None, spot: bool) -> str | None:
+    """The instance's USD/hour from the price catalog (a foreign one is listed with it), or None."""
+    if not itype:
+        return None
+    from gpucluster.catalog.prices import load_catalog
+
+    row = load_catalog().find("aws", region, "instance", itype, "spot" if spot else "on-demand")
+    return None if row is None else str(row.price)
+
+
+def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanReport, add,
+              regions: list[str], owner: str | None) -> None:
+    """IAM roles and instance profiles under the gpucluster path of `owner` (every owner's when
+    None) in `regions`, never a listing of the whole account."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     iam = session.client("iam")
@@ -132,21 +180,28 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
                 report.skipped.append(f"{kind} {rid}: not checked ({_why(exc)})")
             return None
 
+    prefixes = _iam_prefixes(regions, name, owner)
     try:
-        for page in iam.get_paginator("list_roles").paginate(PathPrefix="/"):
-            for role in page.get("Roles", []):
-                rn = role["RoleName"]
-                tags = tags_of("IAM role", rn, lambda rn=rn: iam.list_role_tags(RoleName=rn).get("Tags"))
-                if tags is not None and wanted(tags, name, run_id):
-                    add("iam-role", rn, None, tags)
-        for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix="/"):
-            for prof in page.get("InstanceProfiles", []):
-                pn = prof["InstanceProfileName"]
-                # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
-                tags = tags_of("instance profile", pn, lambda prof=prof, pn=pn: prof.get("Tags") or iam.get_instance_profile(
-                    InstanceProfileName=pn)["InstanceProfile"].get("Tags"))
-                if tags is not None and wanted(tags, name, run_id):
-                    add("instance-profile", pn, None, tags)
+        for prefix in prefixes:
+            for page in iam.get_paginator("list_roles").paginate(PathPrefix=prefix):
+                for role in page.get("Roles", []):
+                    rn = role["RoleName"]
+                    if not _iam_in_scope(role.get("Path", ""), regions, name, owner):
+                        continue
+                    tags = tags_of("IAM role", rn, lambda rn=rn: iam.list_role_tags(RoleName=rn).get("Tags"))
+                    if tags is not None and wanted(tags, name, run_id):
+                        add("iam-role", rn, None, tags, created=role.get("CreateDate"))
+        for prefix in prefixes:
+            for page in iam.get_paginator("list_instance_profiles").paginate(PathPrefix=prefix):
+                for prof in page.get("InstanceProfiles", []):
+                    pn = prof["InstanceProfileName"]
+                    if not _iam_in_scope(prof.get("Path", ""), regions, name, owner):
+                        continue
+                    # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
+                    tags = tags_of("instance profile", pn, lambda prof=prof, pn=pn: prof.get("Tags") or
+                                   iam.get_instance_profile(InstanceProfileName=pn)["InstanceProfile"].get("Tags"))
+                    if tags is not None and wanted(tags, name, run_id):
+                        add("instance-profile", pn, None, tags, created=prof.get("CreateDate"))
     except (ClientError, BotoCoreError, NotImplementedError) as exc:
         report.skipped.append(f"IAM roles and instance profiles: not checked ({_why(exc)})")
 
@@ -289,7 +344,7 @@ def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanRe
     """The tag scan in the scope's regions (default: the configured and the catalog's ones)."""
     session = scope.clients.get("session")
     regions = scope.regions or tuple(default_regions(session))
-    return scan(list(regions), name, run_id, session=session)
+    return scan(list(regions), name, run_id, session=session, owner=scope.owner)
 
 
 def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:

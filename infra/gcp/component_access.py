@@ -13,7 +13,8 @@ declared only when the spec has `gcsRead` / `gcsWrite` (`infra.gcp.gcs`), as chi
   for the cluster: the project's workload identity pool exists once a cluster with Workload
   Identity does. Namespace: the option `namespace` (the launcher's), else "default".
 
-None of these take labels (the GSA's description names the cluster and says managed-by=gpucluster).
+None of these take labels: the GSA's description carries the marks instead (managed-by, cluster,
+owner, user, host, run: `description_marks`), read back as tags by `marks_from_description`.
 Outputs: `objects_service_account` (the GSA email), `objects_ksa`, `objects_namespace`,
 `objects_grants` (each bucket binding in words, for a plan or a dry run).
 """
@@ -30,7 +31,7 @@ from gpucluster.infra.gcp import gcs
 
 def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluster_name: str, project: str,
                           namespace: str | None, reads: Sequence[str], writes: Sequence[str],
-                          cluster: pulumi.Resource) -> dict[str, Any]:
+                          cluster: pulumi.Resource, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """The GSA, its bucket bindings and its Workload Identity binding; the outputs to add ({} when
     there is nothing to read or write)."""
     if not reads and not writes:
@@ -42,8 +43,8 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
         account_id=gcs.account_id(cluster_name),
         project=project,
         display_name=f"gpucluster {cluster_name} pods"[:100],
-        description=(f"managed-by=gpucluster, gpucluster-cluster={cluster_name}: what the cluster's pods read "
-                     "and write in Cloud Storage (--data/--output gs://), via Workload Identity")[:256],
+        description=(description_marks(cluster_name, labels or {}) + ": what the cluster's pods read and write in "
+                     "Cloud Storage (--data/--output gs://), via Workload Identity")[:256],
         opts=child,
     )
     member = account.email.apply(lambda email: f"serviceAccount:{email}")
@@ -69,6 +70,28 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
     grants = pulumi.Output.all(*[r.id for r in declared]).apply(lambda _: [grant_line(b) for b in rows])
     return {"objects_service_account": account.email, "objects_ksa": gcs.OBJECTS_KSA,
             "objects_namespace": namespace, "objects_grants": grants}
+
+
+DESCRIPTION_KEYS = ("managed-by", "gpucluster-cluster", "gpucluster-owner", "gpucluster-stack", "gpucluster-run",
+                    "gpucluster-user", "gpucluster-host")
+
+
+def description_marks(cluster_name: str, labels: dict[str, str]) -> str:
+    """"managed-by=gpucluster, gpucluster-cluster=NAME, gpucluster-owner=ID, ...": the marks a
+    service account carries where it takes no labels (who made it first: the description is cut at 256 characters)."""
+    marks = {"managed-by": "gpucluster", "gpucluster-cluster": cluster_name,
+             **{k: v for k, v in labels.items() if k in DESCRIPTION_KEYS[2:]}}
+    return ", ".join(f"{k}={marks[k]}" for k in DESCRIPTION_KEYS if marks.get(k))
+
+
+def marks_from_description(text: str) -> dict[str, str]:
+    """The marks `description_marks` wrote, as a tag dict (what a scan compares like labels)."""
+    out = {}
+    for part in str(text or "").split(":", 1)[0].split(","):
+        key, sep, value = part.strip().partition("=")
+        if sep and key in DESCRIPTION_KEYS:
+            out[key] = value.strip()
+    return out
 
 
 def grant_line(b: dict[str, Any]) -> str:

@@ -301,6 +301,8 @@ def plan_job(
         selector["cloud.google.com/gke-nodepool"] = str(outputs["node_pool_name"])
     labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
               JOB_LABEL: name}
+    if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
+        labels["gpucluster-owner"] = job.owner
     lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
     deadline = min(lifetime, int(job.max_seconds) + DEADLINE_MARGIN_S) if job.max_seconds else lifetime
     image = image or DEFAULT_IMAGE

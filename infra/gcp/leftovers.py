@@ -1,5 +1,5 @@
 """The GCP tag scan: GKE clusters whose `resource_labels` carry `managed-by=gpucluster` (node
-pools go with their cluster), and their deletion, awaited through GKE's long-running operations.
+pools go with their cluster), each with who made it (owner, user@host, run, since), and their deletion, awaited through GKE's long-running operations.
 google-cloud-container is imported inside functions. The shared part (tags, report, dispatch) is
 `gpucluster.infra.leftovers`."""
 
@@ -10,7 +10,17 @@ from typing import Any, Sequence
 from gpucluster.domain import Leftover
 from gpucluster.errors import GpuclusterError, require
 from gpucluster.infra.contract import ScanScope
-from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted
+from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted, with_marks
+
+
+def _created(text: Any) -> float | None:
+    """A GKE cluster's createTime (RFC 3339, e.g. 2026-11-25T10:02:03+00:00 or ...Z) as epoch seconds."""
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() if text else None
+    except ValueError:
+        return None
 
 def gcp_project(flag: str | None = None) -> str | None:
     """The project by the one resolution order (`gcp_access.resolve_project`), or None."""
@@ -56,8 +66,9 @@ def scan(name: str | None = None, run_id: str | None = None, *, project: str | N
         # STOPPING: GKE is deleting it (a long-running operation, minutes); it still exists and may bill
         deleting = status == "STOPPING"
         detail = f"{status}{' (being deleted)' if deleting else ''} cluster={labels.get(CLUSTER_TAG, '?')}"
-        report.found.append(Found(Leftover("gke-cluster", path, cl.location, detail, deleting=deleting),
-                                  labels.get(CLUSTER_TAG), labels.get(RUN_TAG)))
+        lo = with_marks(Leftover("gke-cluster", path, cl.location, detail, deleting=deleting), labels,
+                        _created(getattr(cl, "create_time", None)))  # who made it: owner, user@host, since
+        report.found.append(Found(lo, labels.get(CLUSTER_TAG), labels.get(RUN_TAG)))
     return report
 
 

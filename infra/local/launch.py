@@ -253,13 +253,13 @@ class LocalLauncher(Launcher):
             started = list(procs.values()) + samplers
             # The run's whole process tree, listed before anything is stopped: processes that a
             # reaper adopted are no longer findable under it once it is gone.
-            tree = run_processes(job.run_id)
+            tree = run_processes(job.run_id, job.owner)
             terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
             # The store goes last: only now has every agent finished with the rendezvous.
             for s in store:
                 s.stop(self.grace)
             # Workers live in sessions of their own: find them by the run id they inherited.
-            kill_run_processes(job.run_id, grace=self.grace, also=tree)
+            kill_run_processes(job.run_id, grace=self.grace, also=tree, owner=job.owner)
             for p in list(procs.values()) + samplers:
                 try:
                     p.wait(timeout=self.grace)
@@ -277,6 +277,9 @@ class LocalLauncher(Launcher):
                     raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
         try:
             store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
+            store_env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
+            if job.owner:
+                store_env["GPUCLUSTER_OWNER"] = job.owner
             store.append(RendezvousStore(self.own_python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
             for node in cluster.nodes:
                 argv = torchrun_argv(job, python=self.python_for(job), nnodes=nnodes, node_rank=node.rank,
@@ -288,6 +291,7 @@ class LocalLauncher(Launcher):
                 argv = reaper_argv(self.own_python, self.grace, keyed=True) + setup_wrapped(
                     argv, job.setup, go_file, keyed=True)
                 env = dict(os.environ)
+                env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
                 out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
                                     gpus_per_node=cluster.gpus_per_node, output_dir=out))

@@ -19,9 +19,13 @@ def make(options: LaunchOptions) -> tuple[LocalProvider, LocalLauncher]:
 
 
 def check_down(provider: LocalProvider, name: str, runs: Mapping[str, Record]) -> Check:
-    """A crashed run's stray processes are killed first; then each run's processes are looked for."""
+    """A crashed run's stray processes are killed first (this home's: by run id AND owner, so another
+    home's processes on this machine are never touched); then each run's processes are looked for."""
+    from gpucluster.ownership import installation_id
+
+    owner = installation_id()
     for rid in runs:
-        kill_run_processes(rid)
+        kill_run_processes(rid, owner=owner)
     check = Check()
     for rid in sorted(runs):
         check = check + Check.of(provider.leftovers(name, rid))

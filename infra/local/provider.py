@@ -31,10 +31,11 @@ class LocalProvider(Provider):
             return Check(unchecked=(f"processes of cluster {name!r}: no run id to look for",))
         import psutil
 
+        from gpucluster.ownership import installation_id
         from gpucluster.procs import run_processes
 
         out = []
-        for p in run_processes(run_id):
+        for p in run_processes(run_id, installation_id()):  # this home's: by run id AND owner
             try:
                 cmd = " ".join(p.cmdline()[:4])
             except (psutil.Error, OSError):  # gone or not ours to read: the pid is still reported

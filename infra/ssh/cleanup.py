@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 
 from .launch import SshLauncher
-from .session import Session, node_label
+from .session import NOT_OURS_RC, OWNER_FILE, Session, node_label, owner_guard
 from .ship import check_run_id
 
 
@@ -26,7 +26,7 @@ def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None =
     return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
 
 
-def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) -> list:
+def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, owner: str | None = None) -> list:
     """`gpucluster down` of an ssh cluster whose run did not tear down (its process was killed).
 
     `rows`: the ledger's open `ssh-run` resources (one per node and run, written by `launch`
@@ -34,7 +34,9 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
     Python, the local control folder; cloud_id = the node's run folder). For every run and node:
     connect, kill the run's processes by run id and node rank (and their descendants, SIGTERM then
     SIGKILL), remove the run folder, check again; then close the run's ControlMaster connections
-    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder.
+    (`ssh -O exit`), stop this machine's ssh clients of the run and delete its control folder. With
+    `owner` (this home's id), processes are matched by run id AND owner and a run folder another
+    owner marked is left alone: another user on the same hosts is never touched.
 
     Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
     checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
@@ -66,14 +68,16 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
             with Session(launcher, cluster) as session:
                 def one(node: Any) -> tuple[dict[str, str], None]:
                     d = dirs.get(node.rank, "")
-                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace)
+                    session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace, owner)
                     if d:
-                        cp = session.run(node, f"rm -rf {shlex.quote(d)} && "
+                        cp = session.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && "
                                                f"{{ rmdir {shlex.quote(os.path.dirname(d))} 2>/dev/null; true; }}")
-                        if cp.returncode != 0:
+                        if cp.returncode == NOT_OURS_RC:  # another owner's folder at this path: not ours
+                            pass
+                        elif cp.returncode != 0:
                             raise LaunchError(f"node {node.rank} ({node_label(node)}): could not remove {d}: "
                                               + cp.stderr.decode("utf-8", "replace").strip()[-200:])
-                    return session.procs(node, "list", run_id, str(node.rank), "", 0)
+                    return session.procs(node, "list", run_id, str(node.rank), "", 0, owner)
 
                 for node, (left, err) in zip(cluster.nodes, session.each(one)):
                     if err is not None:
@@ -85,17 +89,26 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0) 
             for node in cluster.nodes:
                 found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {exc}"))
         for control_dir in sorted(control_dirs):
-            found += close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh")
+            found += close_local_ssh(cluster, control_dir, run_id, launcher_ssh="ssh", owner=owner)
     return found
 
 
-def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh") -> list:
+def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh",
+                    owner: str | None = None) -> list:
     """Close the ControlMaster connections under `control_dir` (`ssh -O exit`), stop this machine's
-    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers."""
+    ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers.
+    With `owner`: a control folder another owner marked is not ours (left alone, with its clients),
+    and a client carrying another owner's GPUCLUSTER_OWNER is never stopped."""
     import psutil
 
     from gpucluster.domain import Leftover
 
+    try:
+        marked = open(os.path.join(control_dir, OWNER_FILE), encoding="utf-8").read().strip()
+    except OSError:
+        marked = ""
+    if owner and marked and marked != owner:
+        return []  # another home's live connections: not ours to close
     if os.path.isdir(control_dir):
         for node in cluster.nodes:
             dest = f"{node.user}@{node.host}" if node.user else node.host
@@ -110,7 +123,8 @@ def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
             cmd = " ".join(p.info["cmdline"] or ())
-            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks):
+            foreign = owner and "GPUCLUSTER_OWNER=" in cmd and f"GPUCLUSTER_OWNER={owner}" not in cmd
+            if p.info["name"] == os.path.basename(launcher_ssh) and any(m in cmd for m in marks) and not foreign:
                 clients.append(p)
         except psutil.Error:
             continue

@@ -156,8 +156,8 @@ class SshLauncher(Launcher):
         held = False
         try:
             session.__enter__()
-            # Where the run reaches its hosts goes to the ledger before the first connection:
-            # if this process dies, `gpucluster down` uses it to clean the hosts.
+            session.mark_owner(job.owner)  # another home's `down` never closes these connections
+            # how the hosts are reached goes to the ledger before the first connection (`down` after a crash)
             self._record(session, events)
             events.on_phase(Phase.READY)
             ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
@@ -168,7 +168,7 @@ class SshLauncher(Launcher):
             for rank, d in dirs.items():
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
-                session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
+                session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None), owner=job.owner)
                 if job.command:  # what the job writes in its working folder later than this comes back
                     marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
                     if marks:
@@ -189,7 +189,7 @@ class SshLauncher(Launcher):
                                                                      for r, d in dirs.items()} if job.command else {})
                     held = True
                 else:
-                    cleaned = session.remove_dirs(dirs)
+                    cleaned = session.remove_dirs(dirs, job.owner)
         finally:
             if not held:
                 self._release(session, cluster, dirs, cleaned, events)
@@ -221,7 +221,7 @@ class SshLauncher(Launcher):
                 results.append(res)
         finally:
             try:
-                cleaned = held.session.remove_dirs(held.dirs)
+                cleaned = held.session.remove_dirs(held.dirs, job.owner)
             finally:
                 self._release(held.session, held.cluster, held.dirs, cleaned, held.events)
         return results
@@ -300,9 +300,10 @@ class SshLauncher(Launcher):
         """The node ranks where this launcher started the run's processes (in this process)."""
         return set(self._started.get(run_id, ()))
 
-    def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None) -> list:
-        """The run's processes still alive on the nodes (only the nodes in `ranks` when given);
-        an unreachable node is an "unverified" leftover."""
+    def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None,
+                  owner: str | None = None) -> list:
+        """The run's processes still alive on the nodes (only the nodes in `ranks`, and with `owner`
+        only its own: by run id AND owner); an unreachable node is an "unverified" leftover."""
         from gpucluster.domain import Leftover
 
         if run_id is not None:
@@ -314,7 +315,7 @@ class SshLauncher(Launcher):
         found: list = []
         seen: set[tuple[str, int]] = set()
         with Session(self, cluster) as session:
-            results = session.each(lambda n: session.procs(n, "list", run_id or "", "", "", 0))
+            results = session.each(lambda n: session.procs(n, "list", run_id or "", "", "", 0, owner))
             for node, (out, err) in zip(cluster.nodes, results):
                 if err is not None:
                     found.append(Leftover("unverified", node_label(node), detail=f"could not check: {err}"))
@@ -444,7 +445,7 @@ class SshLauncher(Launcher):
         procs: dict[int, subprocess.Popen] = {}
 
         def stop() -> None:
-            session.kill_run(job.run_id, dirs)
+            session.kill_run(job.run_id, dirs, job.owner)
             _stop_local(procs)
 
         def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere

@@ -1,10 +1,18 @@
 
 import json, os, signal, sys, time
 mode, run_id, rank, pgid_file, grace = sys.argv[1:6]
+owner = sys.argv[6].encode() if len(sys.argv) > 6 else b""
 want = [b"GPUCLUSTER_RUN_ID=" + run_id.encode()] if run_id else []
 if rank:
     want.append(b"GPUCLUSTER_NODE_RANK=" + rank.encode())
 me = os.getpid()
+def ours(env):
+    # matched by run id AND owner: a process another home started (GPUCLUSTER_OWNER set to another
+    # id) is never ours, even with the same run id; one without the mark (older runs) goes by run id
+    if not owner:
+        return True
+    marks = [e for e in env if e.startswith(b"GPUCLUSTER_OWNER=")]
+    return not marks or marks[0] == b"GPUCLUSTER_OWNER=" + owner
 def matching():
     # the run's processes (by environment) and every descendant of those, whatever its
     # environment: a daemon that cleared it is adopted by the node's reaper (a subreaper)
@@ -21,7 +29,8 @@ def matching():
                 env = f.read().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if want and all(w in env for w in want) or not want and any(e.startswith(b"GPUCLUSTER_RUN_ID=") for e in env):
+        if (want and all(w in env for w in want) or not want and any(e.startswith(b"GPUCLUSTER_RUN_ID=") for e in env)) \
+                and ours(env):
             out[int(d)] = None
     todo = list(out)
     while todo:
@@ -45,10 +54,17 @@ if mode == "list":
 if pgid_file:
     # Mark the run cancelled BEFORE looking for its processes: a node command that starts after
     # the scan sees the mark and exits instead of starting torchrun (see the start script).
+    mark = os.path.join(os.path.dirname(pgid_file), ".gpucluster-owner")
     try:
-        open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
+        with open(mark, "rb") as f:
+            marked = f.read().strip()
     except OSError:
-        pass
+        marked = b""
+    if not (owner and marked and marked != owner):  # never in a folder another owner marked
+        try:
+            open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
+        except OSError:
+            pass
 own = os.getpgrp()
 def groups():
     gs = set()
@@ -63,8 +79,9 @@ def groups():
                 g = int(f.read().split()[0])
             # only a group whose leader still carries this run's environment (pids get reused)
             with open("/proc/%d/environ" % g, "rb") as f:
-                if all(w in f.read().split(b"\0") for w in want):
-                    gs.add(g)
+                env = f.read().split(b"\0")
+            if all(w in env for w in want) and ours(env):
+                gs.add(g)
         except (OSError, ValueError, IndexError):
             pass
     gs.discard(own)

@@ -43,7 +43,9 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
         assert isinstance(resources, list)
         rows += [{**r, "cluster": name} for r in resources if r["kind"] == RUN_RESOURCE]
     recorded = {r["run_id"] for r in rows}
-    check = Check.of(clean_recorded_hosts(rows))
+    from gpucluster.ownership import installation_id
+
+    check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's
     return check.with_unchecked(*(
         f"run {rid}: the ledger holds no ssh connection details for it; check its hosts by hand"
         for rid in sorted(set(runs) - recorded)))

@@ -180,6 +180,7 @@ class SshProvider(Provider):
         self.ssh_options = tuple(ssh_options)
         self.launcher = launcher
         self._clusters: dict[str, Cluster] = {}
+        self._owners: dict[str, str | None] = {}  # cluster -> the owner id its spec carries (marks)
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         nodes = nodes_from_spec(spec)
@@ -191,6 +192,7 @@ class SshProvider(Provider):
             outputs={"hosts": [format_host(n.user, n.host, n.port) for n in nodes]},
         )
         self._clusters[spec.name] = cluster
+        self._owners[spec.name] = dict(getattr(spec, "marks", ()) or ()).get("gpucluster-owner")
         events.message(f"ssh cluster {spec.name}: {len(nodes)} existing host(s), head {cluster.outputs['hosts'][0]}")
         return cluster
 
@@ -213,7 +215,7 @@ class SshProvider(Provider):
             return Check(unchecked=(f"processes of cluster {name!r}: its hosts are unknown to this process",))
         if self.launcher is not None:
             ranks = self.launcher.started_ranks(run_id) if run_id else None
-            return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks))
+            return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks, owner=self._owners.get(name)))
         from gpucluster.infra.ssh.cleanup import remote_leftovers
 
         return Check.of(remote_leftovers(

@@ -29,6 +29,19 @@ if TYPE_CHECKING:
 from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY
 
 NO_OUTPUT_RC = 3  # collect: the node has no output folder
+OWNER_FILE = ".gpucluster-owner"  # in each node's run folder: the installation id of the home that made it
+NOT_OURS_RC = 4  # a run folder another owner marked: left alone
+
+
+def owner_guard(folder: str, owner: str | None) -> str:
+    """A shell prefix that stops (exit NOT_OURS_RC, naming the owner) when `folder` carries another
+    owner's mark; nothing without an owner to compare (a folder without a mark goes by its path,
+    which holds the run id)."""
+    if not owner:
+        return ""
+    mark = shlex.quote(f"{folder}/{OWNER_FILE}")
+    return (f"if [ -f {mark} ] && [ \"$(cat {mark})\" != {shlex.quote(owner)} ]; then "
+            f"echo {shlex.quote(folder)}\" belongs to owner $(cat {mark}): left alone\" >&2; exit {NOT_OURS_RC}; fi; ")
 
 
 def node_label(node: Any) -> str:
@@ -316,14 +329,23 @@ class Session:
             raise LaunchError(f"{len(bad)} of {len(results)} node(s) not ready: {detail}")
         return results
 
-    def ship(self, bundle: bytes, dirs: dict[int, str], make: dict[int, str] | None = None) -> None:
-        """Unpack the bundle into each node's run folder; `make`: a folder per node to create too
-        (the output folder, so that it exists from here on, before anything runs)."""
+    def mark_owner(self, owner: str | None) -> None:
+        """The control folder carries the owner of the run (OWNER_FILE): `down` from another home
+        leaves its masters and clients alone (`cleanup.close_local_ssh`)."""
+        if owner and self.tmp:
+            Path(self.tmp, OWNER_FILE).write_text(owner + "\n")
+
+    def ship(self, bundle: bytes, dirs: dict[int, str], make: dict[int, str] | None = None,
+             owner: str | None = None) -> None:
+        """Unpack the bundle into each node's run folder, marked with `owner` (OWNER_FILE); `make`: a
+        folder per node to create too (the output folder, so that it exists from here on, before
+        anything runs). A folder already there that another owner marked is left alone (refused)."""
         def one(node: Any) -> tuple[Any, str | None]:
             d = shlex.quote(dirs[node.rank])
             extra = f" && mkdir -p {shlex.quote(make[node.rank])}" if make and node.rank in make else ""
-            cp = self.run(node, f"umask 077 && rm -rf {d} && mkdir -p {d} && tar -xf - -C {d}{extra}",
-                          stdin=bundle, timeout=300)
+            mark = f" && printf '%s\\n' {shlex.quote(owner)} > {d}/{OWNER_FILE}" if owner else ""
+            cp = self.run(node, f"umask 077 && {owner_guard(dirs[node.rank], owner)}rm -rf {d} && mkdir -p {d}{mark} "
+                                f"&& tar -xf - -C {d}{extra}", stdin=bundle, timeout=300)
             if cp.returncode != 0:
                 return None, (f"node {node.rank} ({node_label(node)}): copying the job files failed: "
                               + cp.stderr.decode("utf-8", "replace").strip()[-300:])
@@ -410,10 +432,11 @@ class Session:
         return out
 
     def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
-              grace: float) -> tuple[dict[str, str], None]:
+              grace: float, owner: str | None = None) -> tuple[dict[str, str], None]:
         """({pid: command line}, None): the run's processes on the node ("list"), or those that
-        survived SIGKILL ("kill"). LaunchError naming the node when it cannot be asked."""
-        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace)))
+        survived SIGKILL ("kill"); with `owner`, only those it started (by run id AND owner, see
+        node_procs.py). LaunchError naming the node when it cannot be asked."""
+        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace), owner or ""))
         cp = self.run(node, f"exec {shlex.quote(self.launcher.python)} - {args}", stdin=PROCS_PY.encode(), timeout=grace + 30)
         out = cp.stdout.decode("utf-8", "replace").strip().splitlines()
         if cp.returncode != 0 or not out:
@@ -425,22 +448,24 @@ class Session:
             raise LaunchError(f"node {node.rank} ({node_label(node)}): process check printed {out[-1][:200]!r}") from None
         return (data if mode == "list" else data.get("left", {})), None
 
-    def kill_run(self, run_id: str, dirs: dict[int, str]) -> dict[int, str | None]:
-        """Kill the run's processes on every reachable node; {rank: problem or None}."""
+    def kill_run(self, run_id: str, dirs: dict[int, str], owner: str | None = None) -> dict[int, str | None]:
+        """Kill the run's processes (by run id AND owner) on every reachable node; {rank: problem or None}."""
         results = self.each(lambda n: self.procs(n, "kill", run_id, str(n.rank), f"{dirs[n.rank]}/pgid",
-                                                 self.launcher.grace))
+                                                 self.launcher.grace, owner))
         problems: dict[int, str | None] = {}
         for node, (left, err) in zip(self.nodes, results):
             problems[node.rank] = err or (f"{len(left)} process(es) survived SIGKILL" if left else None)
         return problems
 
-    def remove_dirs(self, dirs: dict[int, str]) -> set[int]:
-        """Remove the run folders; the ranks where that was done (or there was none)."""
+    def remove_dirs(self, dirs: dict[int, str], owner: str | None = None) -> set[int]:
+        """Remove the run folders (never one another owner marked); the ranks where that was done
+        (or there was none)."""
         def one(node: Any) -> tuple[bool, None]:
             d = dirs.get(node.rank)
             if d:
                 parent = shlex.quote(os.path.dirname(d))
-                cp = self.run(node, f"rm -rf {shlex.quote(d)} && {{ rmdir {parent} 2>/dev/null; true; }}", timeout=60)
+                cp = self.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && "
+                                    f"{{ rmdir {parent} 2>/dev/null; true; }}", timeout=60)
                 return cp.returncode == 0, None
             return True, None
 

@@ -81,7 +81,8 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
     nfiles = sum(len(fs) for fs in files)
     py = shlex.quote(session.launcher.python)
     cache = shlex.quote(session.launcher.data_cache)
-    env = f"GPUCLUSTER_RUN_ID={shlex.quote(job.run_id)}"
+    env = f"GPUCLUSTER_RUN_ID={shlex.quote(job.run_id)}" + (
+        f" GPUCLUSTER_OWNER={shlex.quote(job.owner)}" if job.owner else "")  # matched by run id AND owner
     procs: list[subprocess.Popen] = []
     lock = threading.Lock()
     results: dict[int, dict[str, Any]] = {}
