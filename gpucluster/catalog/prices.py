@@ -48,7 +48,7 @@ from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allo
 from gpucluster.infra.registry import plugin, priced
 
 MARKETS = ("on-demand", "spot")
-KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee")
+KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee", "ip")
 UNITS = {
     "instance": "hour",
     "gpu": "gpu-hour",
@@ -56,6 +56,7 @@ UNITS = {
     "memory": "gib-hour",
     "disk": "gb-month",
     "cluster-fee": "cluster-hour",
+    "ip": "ip-hour",  # an external IPv4 address in use by a VM (GCE bills it per hour)
 }
 # The GPU names as users type them (--gpu) mapped to what the catalog calls them.
 GPU_ALIASES = {"v100": "V100", "nvidia-tesla-v100": "V100", "a10g": "A10G", "a10": "A10G"}

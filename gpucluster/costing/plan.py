@@ -39,6 +39,7 @@ class Plan:
     zonal: bool = False
     free_tier: bool = False
     system_unpriced: bool = False
+    idle_nodes: int = 0  # GPU nodes that keep billing after the job ends (GKE: a fixed pool, or its minimum)
     notes: list[str] = field(default_factory=list)
 
 
@@ -108,6 +109,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
     result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
     result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
+    result.idle_nodes = min(rows.idle_nodes, nodes)
     result.notes += rows.notes
     return result
 
@@ -135,6 +137,8 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
     if system and not planned.system_unpriced:
         rows.append(chosen.instance_price(catalog, planned.region, system["machine_type"], "on-demand"))
         rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], []))
+    for market in dict.fromkeys((planned.market, "on-demand")):  # nodes' external addresses, where billed
+        rows.append(catalog.find(spec.cloud, planned.region, "ip", "external-ipv4", market))
     for row in rows:
         if row is not None:
             # "region": where the run is; "priced_in": the catalog row's region (differs for a
