@@ -106,3 +106,19 @@ def test_credentials_missing_is_one_line_naming_the_fix(monkeypatch):
     with pytest.raises(gcp_access.GcpAuthError) as err:
         gcp_access.google_credentials()
     assert "\n" not in err.value.message and "application-default login" in err.value.hint
+
+
+def test_credentials_ask_for_the_email_scope_too(monkeypatch):
+    """GKE knows the caller by email only with userinfo.email; RBAC bindings name emails (the GKE auth
+    plugin and client-go's gcp provider ask for cloud-platform and userinfo.email)."""
+    import google.auth
+
+    asked = []
+
+    class Creds:
+        valid, token = True, "tok"
+
+    monkeypatch.setattr(google.auth, "default", lambda scopes=None, **kw: asked.append(scopes) or (Creds(), "p"))
+    gcp_access.google_credentials()
+    assert asked == [["https://www.googleapis.com/auth/cloud-platform",
+                      "https://www.googleapis.com/auth/userinfo.email"]]

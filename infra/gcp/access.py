@@ -12,7 +12,8 @@
   5. the project of the application-default credentials (`google.auth.default()`).
   It returns `(project, source)` so every command can say where the project came from.
 - `google_credentials()` / `bearer_token_hook()`: Kubernetes access without gcloud: a bearer
-  token from application-default credentials (scope cloud-platform), refreshed before it expires.
+  token from application-default credentials (scopes cloud-platform and userinfo.email),
+  refreshed before it expires.
 - `classify_quota(text, spec)`: a GCP quota error (GCE's `Quota 'NVIDIA_V100_GPUS' exceeded`, GKE's
   `Insufficient regional quota to satisfy request: resource "NVIDIA_V100_GPUS" ...`) as a `QuotaError`
   with the next steps: request quota, and for a regional V100 quota another region that offers V100
@@ -32,7 +33,9 @@ from typing import Any, Callable, Mapping
 
 from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
 
-SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# cloud-platform for the APIs; userinfo.email so that GKE knows the caller by email, as RBAC bindings name
+# users (the GKE auth plugin and client-go's gcp provider ask for both; without it GKE sees a numeric id)
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/userinfo.email")
 # pulumi-gcp reads these, in this order, when gcp:project is not set.
 PROJECT_ENV_VARS = ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 ADC_FIX = ("run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
@@ -128,8 +131,8 @@ def _checked(project: str, source: str) -> str:
 
 # -- credentials ---------------------------------------------------------------------------------------
 def google_credentials(credentials: Any = None) -> Any:
-    """Application-default credentials with scope cloud-platform, refreshed once (so a bad login fails
-    here, as one line, not later inside the kubernetes client)."""
+    """Application-default credentials with the scopes cloud-platform and userinfo.email, refreshed once
+    (so a bad login fails here, as one line, not later inside the kubernetes client)."""
     try:
         import google.auth
         import google.auth.exceptions
