@@ -166,7 +166,8 @@ class KubernetesLauncher(Launcher):
             raise UsageError(f"--data DEST {up[0]!r} is not supported yet with --cloud gcp: give a path under the "
                              "job's working directory")
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
-                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes,
+                                           "machine_type": spec.instance_type})
         from .gcs import OBJECTS_KSA
 
         files, _ = object_transfer(self.objects, job)

@@ -59,13 +59,14 @@ def pod_template(plan: Plan):
             ),
         ))
     limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
+    requests = dict(plan.requests) or None  # CPU and memory (k8s_plan.pod_requests): not a BestEffort pod
     container = k.V1Container(
         name=CONTAINER,
         image=plan.image,
         command=["python", f"{MOUNT}/entry.py"],
         env=env,
         ports=[k.V1ContainerPort(name="rdzv", container_port=plan.rdzv_port)],
-        resources=k.V1ResourceRequirements(limits=limits),
+        resources=k.V1ResourceRequirements(limits=limits, requests=requests),
         volume_mounts=[
             k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory

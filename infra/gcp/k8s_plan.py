@@ -87,6 +87,50 @@ ENTRYPOINT = program_text("pod_entry.py")
 WAITER = program_text("pod_wait.py")
 
 
+# What a training pod requests of its node (so it is not a BestEffort pod, the first the kubelet evicts
+# under memory pressure: Kubernetes docs, "Node-pressure Eviction"): the node's allocatable, by GKE's
+# documented reservations (GKE docs, "Standard cluster architecture", node allocatable: CPU 6 % of the
+# first core, 1 % of the next, 0.5 % of the next 2, 0.25 % above 4; memory 25 % of the first 4 GiB,
+# 20 % of the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128, plus a 100 MiB eviction
+# threshold), less what GKE's own pods on a GPU node take (logging, metadata server, device plugin,
+# kube-proxy: left as REQUEST_MARGIN, more than they request, so the pod always fits).
+REQUEST_MARGIN_CPU, REQUEST_MARGIN_GIB = 1.0, 1.5
+
+
+def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
+    """(CPUs, GiB) of a GKE node that Kubernetes may give to pods."""
+    cpu_reserved, left = 0.0, float(vcpus)
+    for size, rate in ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025)):
+        part = min(left, size)
+        cpu_reserved += part * rate
+        left -= part
+    mem_reserved, left = 0.1, float(mem_gib)  # the eviction threshold
+    if mem_gib < 1:
+        mem_reserved += 0.25
+    else:
+        for size, rate in ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02)):
+            part = min(left, size)
+            mem_reserved += part * rate
+            left -= part
+    return vcpus - cpu_reserved, mem_gib - mem_reserved
+
+
+def pod_requests(machine_type: str | None) -> dict[str, str]:
+    """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
+    type is not an N1 type this code knows."""
+    from .catalog import n1_shape
+
+    shape = n1_shape(machine_type) if machine_type else None
+    if shape is None:
+        return {}
+    cpus, mem = allocatable(float(shape[0]), float(shape[1]))
+    cpu_m = int((cpus - REQUEST_MARGIN_CPU) * 1000)
+    mem_mi = int((mem - REQUEST_MARGIN_GIB) * 1024)
+    if cpu_m < 500 or mem_mi < 1024:
+        return {}
+    return {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}
+
+
 def dns_name(text: str, limit: int = 52) -> str:
     """A DNS-1035 label from `text`, short enough that `<name>-<index>` and `<name>-worker-<index>`
     stay within 63 characters."""
@@ -119,6 +163,7 @@ class Plan:
     stages: bool = False  # --data/--resume: each argv waits for STAGED_FILE (k8s_stage)
     cache: bool = False  # a local folder is staged: the node's cache is mounted (hostPath)
     service_account: str | None = None  # pods run as this Kubernetes service account (object storage)
+    requests: tuple[tuple[str, str], ...] = ()  # the training container's CPU and memory requests
 
     @property
     def run_dir(self) -> bool:
@@ -333,4 +378,5 @@ def plan_job(
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
+        requests=tuple(pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
     )
