@@ -20,6 +20,13 @@ project's state in dicts and answers as the real APIs do, each behaviour from it
 - Cloud Storage `buckets.testIamPermissions` (JSON API) answers only the permissions the caller HAS,
   without error for the others; a missing bucket is 404. `buckets.get?fields=iamConfiguration` gives
   `iamConfiguration.uniformBucketLevelAccess.enabled`; without storage.buckets.get it is 403.
+- IAM `projects.serviceAccounts.list` pages its `accounts` (pageSize, nextPageToken) with email,
+  uniqueId, displayName and description (service accounts take no labels); `get` and `delete` by
+  email (404 once gone). A deleted account's bucket bindings stay, rewritten as
+  `deleted:serviceAccount:EMAIL?uid=UNIQUE_ID` (IAM docs, "Delete service accounts").
+- Cloud Storage `buckets.getIamPolicy` (`optionsRequestedPolicyVersion=3`) gives {version, etag,
+  bindings: [{role, members, condition}]}; `setIamPolicy` (PUT) replaces it only if its etag is the
+  current one, else 412 Precondition Failed (a read-modify-write that lost a race).
 - Cloud Billing `projects.getBillingInfo`: {name, projectId, billingAccountName, billingEnabled}; when
   the caller may not read it, or the Cloud Billing API is disabled in the quota project, the client
   raises google.api_core.exceptions.PermissionDenied.
@@ -31,6 +38,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from urllib.parse import urlparse
 
+from gpucluster.infra.gcp.leftovers import IAM
 from gpucluster.infra.gcp.preflight import COMPUTE, SERVICE_USAGE, STORAGE, api_error
 
 TITLES = {"container.googleapis.com": "Kubernetes Engine API", "compute.googleapis.com": "Compute Engine API",
@@ -57,18 +65,68 @@ class FakeProject:
     billing_enabled: bool = True
     billing_readable: bool = True
     buckets: dict = field(default_factory=dict)
+    accounts: dict = field(default_factory=dict)  # email -> {uniqueId, displayName, description}
+    policies: dict = field(default_factory=dict)  # bucket -> {"etag": str, "bindings": [...]}
+    page_size: int = 2  # accounts per page (IAM pages its lists; small here so paging is exercised)
     calls: list = field(default_factory=list)
 
     # -- the REST transport ------------------------------------------------------------------
     def get(self, url: str, params=None) -> dict:
         self.calls.append((url, list(params or [])))
+        if url.startswith(STORAGE) and urlparse(url).path.endswith("/iam"):
+            return self._policy(url)
         if url.startswith(SERVICE_USAGE):
             return self._service_usage(url, params or [])
         if url.startswith(COMPUTE):
             return self._compute(url)
         if url.startswith(STORAGE):
             return self._storage(url, params or [])
+        if url.startswith(IAM):
+            return self._iam_get(url, dict(params or []))
         raise api_error(404, {"error": {"code": 404, "message": f"no such API in the fake: {url}"}})
+
+    def delete(self, url: str) -> dict:
+        self.calls.append(("DELETE", url))
+        email = url.rsplit("/", 1)[-1]
+        acct = self.accounts.pop(email, None)
+        if acct is None:
+            raise api_error(404, {"error": {"code": 404, "message": f"Service account {email} does not exist."}})
+        for policy in self.policies.values():  # its bindings stay, as a deleted principal
+            for b in policy["bindings"]:
+                b["members"] = [f"deleted:{m}?uid={acct['uniqueId']}" if m == f"serviceAccount:{email}" else m
+                                for m in b["members"]]
+        return {}
+
+    def put(self, url: str, body: dict) -> dict:
+        self.calls.append(("PUT", url))
+        bucket = urlparse(url).path.split("/storage/v1/b/", 1)[1].split("/")[0]
+        policy = self.policies[bucket]
+        if body.get("etag") != policy["etag"]:
+            raise api_error(412, {"error": {"code": 412, "message": "Precondition Failed"}})
+        self.policies[bucket] = {"etag": f"{policy['etag']}+", "bindings": body["bindings"]}
+        return self._policy(url)
+
+    def _iam_get(self, url: str, params: dict) -> dict:
+        path = urlparse(url).path
+        if path.endswith("/serviceAccounts"):
+            emails = sorted(self.accounts)
+            start = int(params.get("pageToken") or 0)
+            page = emails[start:start + self.page_size]
+            body = {"accounts": [{"name": f"projects/{self.project}/serviceAccounts/{e}", "projectId": self.project,
+                                  "email": e, **self.accounts[e]} for e in page]}
+            if start + self.page_size < len(emails):
+                body["nextPageToken"] = str(start + self.page_size)
+            return body
+        email = path.rsplit("/", 1)[-1]
+        if email not in self.accounts:
+            raise api_error(404, {"error": {"code": 404, "message": f"Service account {email} does not exist."}})
+        return {"email": email, **self.accounts[email]}
+
+    def _policy(self, url: str) -> dict:
+        bucket = urlparse(url).path.split("/storage/v1/b/", 1)[1].split("/")[0]
+        policy = self.policies.setdefault(bucket, {"etag": "CAE=", "bindings": []})
+        return {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}", "version": 3,
+                "etag": policy["etag"], "bindings": [dict(b, members=list(b["members"])) for b in policy["bindings"]]}
 
     def _disabled(self, service: str) -> Exception:
         message = (f"{TITLES.get(service, service)} has not been used in project {self.number} before or it is "

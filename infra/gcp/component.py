@@ -280,7 +280,7 @@ class GpuCluster(pulumi.ComponentResource):
 
         object_outputs = declare_object_access(
             self, resource_name, cluster_name=spec.name, project=project, namespace=namespace,
-            reads=gcs_reads, writes=gcs_writes, cluster=self.cluster)
+            reads=gcs_reads, writes=gcs_writes, cluster=self.cluster, run_id=spec.run_id)
 
         self.cluster_name = self.cluster.name
         self.location = self.cluster.location

@@ -13,7 +13,8 @@ declared only when the spec has `gcsRead` / `gcsWrite` (`infra.gcp.gcs`), as chi
   for the cluster: the project's workload identity pool exists once a cluster with Workload
   Identity does. Namespace: the option `namespace` (the launcher's), else "default".
 
-None of these take labels (the GSA's description names the cluster and says managed-by=gpucluster).
+None of these take labels: the GSA's description carries the markers the leftover scan reads
+(`managed-by=gpucluster gpucluster-cluster=NAME gpucluster-run=RUN buckets=A,B`, `account_description`).
 Outputs: `objects_service_account` (the GSA email), `objects_ksa`, `objects_namespace`,
 `objects_grants` (each bucket binding in words, for a plan or a dry run).
 """
@@ -28,9 +29,25 @@ import pulumi_gcp as gcp
 from gpucluster.infra.gcp import gcs
 
 
+def account_description(cluster_name: str, run_id: str | None, buckets: Sequence[str]) -> str:
+    """The account's markers (it takes no labels; the leftover scan reads them, `leftovers.markers`) and
+    what it is for, at most 256 characters: the bucket list is cut before the markers would be."""
+    marks = f"managed-by=gpucluster gpucluster-cluster={cluster_name}" + (f" gpucluster-run={run_id}" if run_id else "")
+    names = sorted(dict.fromkeys(buckets))
+    tail = ": the pods' account for Cloud Storage (--data/--output gs://), via Workload Identity"
+    while True:
+        text = (f"{marks} buckets={','.join(names)}" if names else marks) + tail
+        if len(text) <= 256:
+            return text
+        if len(text) - len(tail) <= 256:
+            tail = ""
+        else:
+            names.pop()  # whole names only: a cut name would name another bucket
+
+
 def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluster_name: str, project: str,
                           namespace: str | None, reads: Sequence[str], writes: Sequence[str],
-                          cluster: pulumi.Resource) -> dict[str, Any]:
+                          cluster: pulumi.Resource, run_id: str | None = None) -> dict[str, Any]:
     """The GSA, its bucket bindings and its Workload Identity binding; the outputs to add ({} when
     there is nothing to read or write)."""
     if not reads and not writes:
@@ -42,8 +59,7 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
         account_id=gcs.account_id(cluster_name),
         project=project,
         display_name=f"gpucluster {cluster_name} pods"[:100],
-        description=(f"managed-by=gpucluster, gpucluster-cluster={cluster_name}: what the cluster's pods read "
-                     "and write in Cloud Storage (--data/--output gs://), via Workload Identity")[:256],
+        description=account_description(cluster_name, run_id, [b["bucket"] for b in gcs.iam_bindings(reads, writes)]),
         opts=child,
     )
     member = account.email.apply(lambda email: f"serviceAccount:{email}")

@@ -88,7 +88,8 @@ PLUGIN = CreatedMachines(
         declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,  # type: ignore[arg-type]
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
-        leftover_kinds=("gke-cluster",),  # what the tag scan reports (node pools go with their cluster)
+        # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)
+        leftover_kinds=("gke-cluster", "service-account"),
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
         classify_failure=classify_failure,
         preflight=preflight.preflight),  # APIs, billing, quotas and buckets, before anything is created

@@ -80,7 +80,8 @@ def api_error(status: int, body: Any) -> ApiError:
 
 
 class Google:
-    """GET on Google REST APIs with application-default credentials (AuthorizedSession)."""
+    """Google REST APIs (GET, PUT, DELETE) with application-default credentials (AuthorizedSession);
+    an error answer raises `ApiError`."""
 
     def __init__(self, credentials: Any = None):
         from google.auth.transport.requests import AuthorizedSession
@@ -89,15 +90,24 @@ class Google:
 
         self.session = AuthorizedSession(google_credentials(credentials))
 
-    def get(self, url: str, params: Any = None) -> dict[str, Any]:
-        resp = self.session.get(url, params=params, timeout=30)
+    def _call(self, method: str, url: str, **kw: Any) -> dict[str, Any]:
+        resp = self.session.request(method, url, timeout=30, **kw)
         try:
-            body = resp.json()
+            body = resp.json() if resp.content else {}
         except ValueError:
             body = {"error": {"message": resp.text[:200]}}
         if resp.status_code != 200:
             raise api_error(resp.status_code, body)
         return body
+
+    def get(self, url: str, params: Any = None) -> dict[str, Any]:
+        return self._call("GET", url, params=params)
+
+    def put(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", url, json=body)
+
+    def delete(self, url: str) -> dict[str, Any]:
+        return self._call("DELETE", url)
 
 
 def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
