@@ -47,7 +47,7 @@ def test_dry_run_of_a_default_two_node_run_needs_no_credentials(tmp_path):
     assert job["activeDeadlineSeconds"] == 240 * 60 and job["template"]["spec"]["initContainers"][0]["name"] == \
         "wait-for-peers"
     assert any(n.startswith("image: pytorch/pytorch:") for n in result["plan"])
-    assert "$5.57/h" in result["estimate_line"]
+    assert "$5.58/h" in result["estimate_line"]
     # nothing was recorded or created: the gpucluster home (ledger, Pulumi state) was never made
     assert not (tmp_path / "home").exists()
 
