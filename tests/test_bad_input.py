@@ -899,3 +899,17 @@ def test_node_log_that_is_a_folder(home):
     (log_dir / "node-0.log").mkdir(parents=True)
     r = run_cli("logs", "r20261122-000002-bbbbbb")
     assert_clean_refusal(r, "node-0.log", "is not a file")
+
+
+def test_gcp_data_above_the_working_folder_needs_a_shipped_script_and_stays_in_the_run_folder(home, tmp_path):
+    """issue 28 item 7 on gcp: `--data SRC:../data` lands beside the pod's working copy of the script's
+    folder; without a shipped script there is no such folder, and it may not land on the run folder's own."""
+    r = run_cli("run", "--cloud", "gcp", "--project", "p-123456", "--nodes", "2", "--data", "tests:../data")
+    assert_clean_refusal(r, "'../data'", "shipped script")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    r = run_cli("run", "--cloud", "gcp", "--project", "p-123456", "--nodes", "2", "--data",
+                f"{ROOT / 'tests'}:../control", "--", "python", "train.py", cwd=project)
+    assert_clean_refusal(r, "'../control'", "already holds")
+    assert_no_run_recorded(home)

@@ -214,10 +214,18 @@ def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
     (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
     p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
                      workdir=tmp_path)
-    assert p.argv_by_rank[1][-3:] == ("/gpucluster/user/jobs/train.py", "--lr", "0.1")
+    # it runs from its writable copy in the run folder (the entry script lays the ConfigMap's copy down there)
+    assert p.argv_by_rank[1][-3:] == ("/gpucluster-run/code/jobs/train.py", "--lr", "0.1")
+    assert p.code and p.run_dir and dict(p.env)["GPUCLUSTER_CODE_DIR"] == k8s_plan.CODE_DIR
     cm = k8s_manifests.config_map_manifest(p)
     items = {i.path: i.key for i in k8s_manifests.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
     assert cm.data[items["user/jobs/train.py"]] == "print('hi')\n"
+    # beside the training container, the keeper (for exec once torchrun has ended), on the same run folder
+    containers = serial(k8s_manifests.pod_template(p))["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["pytorch", "gpucluster"]
+    assert containers[1]["command"] == ["python", "/gpucluster/keeper.py"]
+    assert {m["mountPath"] for m in containers[1]["volumeMounts"]} == {"/gpucluster", "/gpucluster-run"}
+    assert p.exec_container == "gpucluster"
     # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
     for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
         q = k8s_plan.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
@@ -335,8 +343,10 @@ def test_log_lines_are_reassembled_from_chunks_and_the_response_released():
         def release_conn(self):
             Response.released = True
 
-    assert list(k8s._lines(Response())) == [b"abc\n", b"de\n", b"\n", b"fg"]
-    assert Response.released
+    # a stream that broke keeps its unfinished last line back (it is read again from there)
+    broken = []
+    assert list(k8s._lines(Response(), broken)) == [b"abc\n", b"de\n", b"\n"]
+    assert Response.released and isinstance(broken[0], ConnectionResetError)
     gen = k8s._lines(Response())
     next(gen)
     gen.close()  # a reader that stops early: no RuntimeError, the connection is still released

@@ -288,7 +288,7 @@ def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
                               f"gs://{bucket} --member=user:YOU --role=roles/storage.admin"))
             continue
         if not conditional:
-            out.append(_check(name, True, f"you may set its IAM policy (the whole bucket is granted: no condition)"))
+            out.append(_check(name, True, "you may set its IAM policy (the whole bucket is granted: no condition)"))
             continue
         try:
             meta = google.get(f"{STORAGE}/b/{bucket}", [("fields", "iamConfiguration")])
