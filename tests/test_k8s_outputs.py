@@ -107,7 +107,9 @@ def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_pa
 
 def test_ctrl_c_stops_torchrun_keeps_the_pods_for_the_copy_then_deletes(tmp_path):
     scripts = {r: with_outputs(PodScript(lines=["training"], exit_code=None), r) for r in range(2)}
-    fake = FakeKubeApi(scripts, interrupt_on_list=12)
+    fake = FakeKubeApi(scripts)
+    # a Ctrl-C once every pod trains (its files written, its first line out), at a pod listing
+    fake.interrupt_when = lambda f: len(f.pods) == 2 and all("training" in p.log_text() for p in f.pods.values())
     result, err, got = run(fake, tmp_path)
     assert isinstance(err, KeyboardInterrupt) and result is None
     assert {c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]} == {f"{NAME}-0-fake0", f"{NAME}-1-fake1"}
