@@ -84,12 +84,12 @@ def check_home() -> dict[str, Any]:
 @click.option("--region", default=None, help="Region for the quota check [default: aws: us-east-1, as `run`; "
               "gcp: us-central1].")
 @click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
-@click.option("--nodes", "-n", default=None, help="aws: the nodes a run would ask for, checked against the quota [default: 2].")
-@click.option("--instance-type", default=None, help="aws: the type a run would launch [default: g5.xlarge].")
-@click.option("--spot", is_flag=True, help="aws: check the spot quota (L-3819A6DF) instead of on-demand.")
+@click.option("--nodes", "-n", default=None, help="The nodes a run would ask for, checked against the quotas [default: 2].")
+@click.option("--instance-type", default=None, help="The type a run would launch [default: aws g5.xlarge, gcp n1-standard-4].")
+@click.option("--spot", is_flag=True, help="Check the spot quotas (aws L-3819A6DF, gcp the preemptible ones) instead of on-demand.")
 @click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
 def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
-    """Check what cloud runs need: credentials, Pulumi CLI and plugins, EC2 GPU quota, ssh client.
+    """Check what cloud runs need: credentials, Pulumi CLI and plugins, APIs and GPU quotas, ssh client.
 
     \b
     Example:

@@ -21,7 +21,7 @@ CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("gpucluster.cli.cost:cost", "Estimate costs before a run, and report what runs cost."),
     "doctor": ("gpucluster.cli.doctor:doctor", "Check what cloud runs need: credentials, Pulumi CLI and plugins, "
-               "EC2 GPU quota, ssh client."),
+               "APIs and GPU quotas, ssh client."),
     "down": ("gpucluster.cli.down:down", "Delete a cluster, then check independently (by tag, by run id) what is "
              "left (idempotent)."),
     "gc": ("gpucluster.cli.gc:gc", "Find resources tagged managed-by=gpucluster that no live cluster owns; delete "

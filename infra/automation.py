@@ -170,6 +170,11 @@ class PulumiDriver:
             existing = stack is not None and bool(stack.outputs())
             if stack is None:
                 stack = self.stack(spec.name, program, create="new")
+            if existing:
+                # The state may name what is gone (a cluster deleted outside Pulumi, a failed destroy):
+                # a refresh drops it, so the update recreates it rather than trusting the old state
+                # (Pulumi docs, "pulumi refresh": the state is brought in line with what exists).
+                self._refresh_before_up(stack, events)
             bridge = EventBridge(events, self._provisioner(), spec)
             try:
                 res = self._with_lock_recovery(
@@ -194,6 +199,15 @@ class PulumiDriver:
                 raise self._up_error(spec, text, cleanup_errors) from None
         outputs = {k: v.value for k, v in res.outputs.items()}
         return UpResult(outputs, {k for k, v in res.outputs.items() if v.secret})
+
+    def _refresh_before_up(self, stack: Any, events: ProvisionEvents) -> None:
+        from pulumi import automation as auto
+
+        try:
+            self._with_lock_recovery(stack, events, lambda: stack.refresh(
+                on_event=EventBridge(events, self._provisioner(), record=False), color="never"))
+        except auto.CommandError as exc:  # the update says what is wrong, if anything is
+            events.message(f"refresh of {stack.name} before the update failed: {last_error_line(command_text(exc))}")
 
     def _cleanup_after_failed_up(self, stack: Any, events: ProvisionEvents) -> list[str]:
         try:

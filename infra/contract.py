@@ -254,6 +254,7 @@ class PricedRows:
     zonal: bool = False
     free_tier: bool = False
     system_unpriced: bool = False
+    idle_nodes: int = 0  # GPU nodes that keep billing after the job ends (a fixed-size pool, its minimum)
     notes: list[str] = field(default_factory=list)
 
 

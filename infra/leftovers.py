@@ -87,10 +87,10 @@ def wanted_found(f: Found, name: str | None, run_id: str | None) -> bool:
 # -- the entry points -------------------------------------------------------------------------------
 def scope_of(options: Mapping[str, Any]) -> ScanScope:
     """A `ScanScope` from loose options: regions (aws), project (gcp), owner (whose global resources
-    are listed), session / gke_client (clients)."""
+    are listed), session / gke_client / google (clients)."""
     return ScanScope(regions=tuple(options.get("regions") or ()), project=options.get("project"),
                      owner=options.get("owner"),
-                     clients={k: options[k] for k in ("session", "gke_client") if options.get(k) is not None})
+                     clients={k: options[k] for k in ("session", "gke_client", "google") if options.get(k) is not None})
 
 
 def scan(provisioner: Provisioner, name: str | None = None, run_id: str | None = None,

@@ -18,7 +18,9 @@ ways that would hide bugs, so a thin layer in front of it (`_Gate`) answers as G
 - IAM: the emulator checks no credentials at all; `deny` (bucket names) answers 403 with GCS's
   error shape ("... does not have storage.objects.list access ..."), and `reject_tokens` answers
   401 to a request bearing one of those tokens. That the bindings grant exactly the prefixes is
-  tested on the declared conditions, not here.
+  tested on the declared conditions, not here. `grant_after` (bucket -> seconds) is a grant made
+  just now: 403 until that long after the bucket's first request, then allowed (IAM docs, "Access
+  change propagation": about 2 minutes, sometimes 7 or more).
 - empty objects: GCS stores them; the emulator's media upload fails on an empty body, so they are
   stored here through its storage.
 - object names: GCS allows names such as "train/../x" (only "." and ".." alone are refused,
@@ -30,7 +32,10 @@ ways that would hide bugs, so a thin layer in front of it (`_Gate`) answers as G
 (http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token).
 Like the real one it answers 403 to a request without `Metadata-Flavor: Google` and to one with
 X-Forwarded-For (https://cloud.google.com/compute/docs/metadata/querying-metadata), and returns
-{"access_token", "expires_in", "token_type"}; tokens are tok-1, tok-2, ... in order.
+{"access_token", "expires_in", "token_type"}; tokens are tok-1, tok-2, ... in order; `.../default/email`
+is the account's email. `deny_for_s`: a Workload Identity binding made just now: the GKE metadata
+server answers 403 (it cannot mint the token: iam.serviceAccounts.getAccessToken denied) for that
+long after the first request (IAM docs, "Access change propagation").
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class GateState:
     page_size: int = 2
     fail_next: int = 0
     deny: set = field(default_factory=set)
+    grant_after: dict = field(default_factory=dict)  # bucket -> seconds a new grant takes to apply
+    grant_seen: dict = field(default_factory=dict)  # bucket -> when its first request came
     reject_tokens: set = field(default_factory=set)
     extra_listed: dict = field(default_factory=dict)  # bucket -> [(name, size)]
     requests: list = field(default_factory=list)  # (method, path, query, Authorization)
@@ -97,7 +104,15 @@ def _gate_handler(base, state: GateState):
                 self._drain()
                 self._answer(401, {"error": {"code": 401, "message": "Invalid Credentials"}})
                 return True
-            if bucket in state.deny:
+            if bucket in state.grant_after:
+                import time
+
+                with state.lock:
+                    first = state.grant_seen.setdefault(bucket, time.monotonic())
+                propagating = time.monotonic() - first < state.grant_after[bucket]
+            else:
+                propagating = False
+            if bucket in state.deny or propagating:
                 self._drain()
                 self._answer(403, {"error": {"code": 403, "message": "gpuc-x@p.iam.gserviceaccount.com does not "
                                              f"have storage.objects.list access to the Google Cloud Storage bucket. "
@@ -224,6 +239,9 @@ class MetadataServer:
     def __init__(self):
         self.requests: list[dict[str, str]] = []
         self.issued = 0
+        self.email = "gpuc-demo@my-proj.iam.gserviceaccount.com"
+        self.deny_for_s = 0.0
+        self.first: float | None = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -231,11 +249,20 @@ class MetadataServer:
                 pass
 
             def do_GET(self):
+                import time
+
                 outer.requests.append(dict(self.headers))
                 path = "/computeMetadata/v1/instance/service-accounts/default/token"
+                asked = urllib.parse.urlsplit(self.path).path
+                outer.first = outer.first if outer.first is not None else time.monotonic()
                 if self.headers.get("Metadata-Flavor") != "Google" or self.headers.get("X-Forwarded-For"):
                     status, body = 403, b"Missing required header: Metadata-Flavor"
-                elif urllib.parse.urlsplit(self.path).path != path:
+                elif asked == path.replace("/token", "/email"):
+                    status, body = 200, outer.email.encode()
+                elif asked == path and time.monotonic() - outer.first < outer.deny_for_s:
+                    status, body = 403, (b"Unable to generate access token; IAM returned 403 Forbidden: Permission "
+                                         b"'iam.serviceAccounts.getAccessToken' denied on resource")
+                elif asked != path:
                     status, body = 404, b"not found"
                 else:
                     outer.issued += 1

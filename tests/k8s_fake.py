@@ -1,14 +1,19 @@
 """FAKE Kubernetes API for the launcher tests: an in-memory stand-in, NOT a real cluster.
 
-`FakeKubeApi` implements the few CoreV1Api / BatchV1Api / CustomObjectsApi methods the launcher
-calls, with the same names and argument order, records every call in `calls`, and simulates an
-Indexed Job's pods: creating the Job creates one Pending pod per index; every `list_namespaced_pod`
-call is one tick of a clock that moves pods to Running and then to Succeeded or Failed as their
-`PodScript` says. A pod's log is its script's lines, handed out in odd-sized byte chunks (lines are
-split across chunks on purpose); a pod that "runs forever" keeps its log stream open until it is
-deleted. Deleting the Job deletes its pods. Failure switches: a pod exit code, a container stuck
-in a waiting reason (ImagePullBackOff), an API refusal per create call, a KeyboardInterrupt on the
-n-th pod listing, 503 answers to chosen pod listings.
+`FakeKubeApi` implements the CoreV1Api / BatchV1Api / CustomObjectsApi methods the launcher calls,
+with the same names and argument order, records every call in `calls`, and runs an Indexed Job's pods:
+creating the Job creates one Pending pod per index; every `list_namespaced_pod` call is one tick of
+the scheduler's and kubelet's clock (placement, image pull, init containers); from then on the pod's
+containers run their REAL commands as processes here (tests/k8s_fake_pod.py: the launcher's own entry
+script, wait.py and keeper, with a fake torchrun that plays the pod's `PodScript`). Deleting the Job
+deletes its pods. tests/k8s_fake_http.py serves this fake over HTTP and websockets, so that the real
+kubernetes client (and its `stream`, which patches its ApiClient) talks to it.
+
+Failure switches: a pod exit code or script, a container stuck in a waiting reason (ImagePullBackOff),
+an image without python, an OOM kill, an API refusal per create call (`refuse`) or delete
+(`refuse_delete`), a KeyboardInterrupt on the n-th pod listing or when a condition holds, 503 answers
+to chosen pod listings (`list_errors`), the whole API down for a while (`outage`), a log stream cut
+(`cut_logs`), a pod lost with its node (`lose`), slow exec stdin (`stdin_delay`).
 
 It behaves like a real API server at its worst, each behaviour with its public source:
 
@@ -28,27 +33,30 @@ It behaves like a real API server at its worst, each behaviour with its public s
   and IDs": ConfigMap/Job names are DNS-1123 subdomains, Service names DNS-1035 labels; "Labels and
   Selectors": equality-based selector syntax; ConfigMap docs: at most 1 MiB of data, keys
   [-._a-zA-Z0-9]+; Job docs: Indexed Jobs need `completions`, the pod template's restartPolicy must be
-  Never or OnFailure; containers need a name and an image) -> 422 Unprocessable Entity.
+  Never or OnFailure; containers need a name and an image, unique in the pod) -> 422.
+- Namespaces (Kubernetes docs, "Admission Controllers", NamespaceLifecycle: an object in a namespace
+  that does not exist, or is being deleted, is refused; "Namespaces": default, kube-system,
+  kube-public and kube-node-lease always exist): 404 `namespaces "x" not found`; deleting a namespace
+  deletes what is in it.
 - Deletion takes time (Kubernetes docs, "Garbage Collection": with Foreground propagation the owner
   stays, with a deletionTimestamp, until its dependents are gone; pods get a termination grace period):
   a deleted object and the Job's pods stay listed as terminating for `delete_ticks` more listings.
   `settle()` lets that time pass.
+- The control plane goes away (GKE docs, "Standard cluster upgrades": a zonal cluster's only control
+  plane is unavailable for minutes while it is upgraded; repairs ignore maintenance exclusions):
+  `outage(seconds)` makes every call answer 503 Service Unavailable, refuses exec handshakes and
+  breaks every open log stream for that long (real seconds: the tests scale the launcher's retry
+  bound down with it).
 - Exec (`stream(core.connect_get_namespaced_pod_exec, POD, NS, command=..., container=..., binary=True,
-  _preload_content=False)`, as kubernetes.stream.stream is called) works only into a Running container
-  (Kubernetes docs, "Get a Shell to a Running Container": exec needs a running container; `kubectl exec`
-  into an ended pod fails with "cannot exec into a container in a completed pod; current phase is
-  Succeeded"), a deleted or terminating pod is not found, and a handshake the API server refuses surfaces
-  as ApiException(status=0) (kubernetes-client ws_client.websocket_call wraps every error that way).
-  The command really runs (this machine's python) over a per-pod folder standing for the container's
-  filesystem (/gpucluster-run is mapped to it); its stdout comes back in odd-sized frames, decoded as
-  UTF-8 with replacement unless binary=True (ws_client.WSClient.update), and `returncode` is known only
-  once the stream is closed (WSClient.returncode).
-- With the collection handshake on (the pod template sets GPUCLUSTER_CONTROL_DIR, as the entry script
-  reads it): the pod's files (`PodScript.outputs`) appear in its output folder when it starts; when
-  torchrun ends (its exit code, or 143 once a `stop` file is made) the log gets the entry script's
-  `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
-  the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
-  (preempted node).
+  _preload_content=False)`, as kubernetes.stream.stream is called) works only into a running container
+  (Kubernetes docs, "Get a Shell to a Running Container"; `kubectl exec` into an ended pod fails with
+  "cannot exec into a container in a completed pod; current phase is Succeeded"; into an ended container
+  of a running pod the runtime refuses: CRI, Exec needs a running container), a deleted or terminating
+  pod is not found, and a handshake the API server refuses surfaces as ApiException(status=0)
+  (kubernetes-client ws_client.websocket_call wraps every error that way). The command really runs
+  (this machine's python) with the mount paths mapped (tests/k8s_fake_pod.py); its stdout comes back in
+  odd-sized frames, decoded as UTF-8 with replacement unless binary=True (ws_client.WSClient.update),
+  and `returncode` is known only once the stream is closed (WSClient.returncode).
 - Secrets (Kubernetes docs, "Secrets"): a Secret's name is a DNS-1123 subdomain, its `data` keys
   [-._a-zA-Z0-9]+ and its values base64 (422 otherwise), at most 1 MiB in all. A container whose env
   refers to a Secret (`valueFrom.secretKeyRef`) gets the decoded value when the kubelet starts it;
@@ -56,89 +64,66 @@ It behaves like a real API server at its worst, each behaviour with its public s
   reason CreateContainerConfigError and the kubelet's message (`secret "NAME" not found`,
   `couldn't find key KEY in Secret NS/NAME`; kubelet_pods.go makeEnvironmentVariables). The
   container's resolved environment is kept on the pod (`_Pod.env`) for tests to read.
-- With --setup, and with --data/--resume (the pod waits for its staged file): see
-  tests/k8s_fake_setup.py.
 - Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
   older API servers do not speak), so a command that waits for end-of-input hangs, as in a real pod.
-  Paths under /gpucluster-run (the pod's emptyDir), /gpucluster-cache (the hostPath cache, one
-  folder per node index under `host_root`, which outlives pods and, given again, fakes) and
-  /gpucluster/ (the ConfigMap volume, its files as the Job's volume items place them) are mapped
-  wherever they occur in the command.
+- GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes service account
+  annotated with the Google service account it acts as (GKE docs, "Authenticate to Google Cloud APIs
+  from GKE workloads").
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace as NS
 
 from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
-from k8s_fake_pod import INDEX, Network, _Pod  # noqa: F401 - _Pod, INDEX: for tests
-
-
-class FakeApiException(Exception):
-    """Shaped like kubernetes.client.ApiException: status and reason."""
-
-    def __init__(self, status: int, reason: str = ""):
-        super().__init__(f"({status}) {reason}")
-        self.status = status
-        self.reason = reason
-
+from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
+                              ObjectStore)
+from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
 
 @dataclass
 class PodScript:
     lines: list[str] = field(default_factory=list)
-    exit_code: int | None = 0  # None: runs until deleted
+    exit_code: int | None = 0  # None: runs until stopped or deleted
     start_after: int = 1  # ticks spent Pending
-    run_ticks: int = 2  # ticks spent Running before it terminates
+    run_s: float = 0.1  # seconds torchrun runs after its lines
+    first_output_s: float = 0.4  # from the rendezvous to the workers' first output (they import torch first)
+    line_interval_s: float = 0.0  # seconds between two of its lines (a training that prints as it goes)
     waiting_reason: str | None = None  # stays Pending with this container waiting reason
     unschedulable: bool = False  # reports PodScheduled=False (no node with a free GPU)
-    outputs: dict = field(default_factory=dict)  # relative path -> bytes/str, in the pod's output folder
+    outputs: dict = field(default_factory=dict)  # relative path -> bytes/str, written to the output folder
     raw_tar: bytes | None = None  # what packing the output folder returns instead (a tampered image)
-    setup_lines: list[str] = field(default_factory=list)  # what the setup commands print (with --setup)
-    setup_rc: int = 0  # the setup's exit code
-    setup_ticks: int = 1  # ticks the setup takes once the container runs
     no_python: bool = False  # the image has no `python`: the init container cannot start (StartError)
+    program: bool = False  # torchrun runs the job's program as its workers instead of playing `lines`
+    oom_after_s: float | None = None  # the kernel's OOM killer ends the training container after this
+
+    def plan(self) -> dict:
+        """What tests/k8s_fake_torchrun.py plays."""
+        return {"lines": self.lines, "exit_code": self.exit_code, "run_s": self.run_s, "program": self.program,
+                "first_output_s": self.first_output_s, "line_interval_s": self.line_interval_s,
+                "outputs": {k: (v if isinstance(v, bytes) else v.encode()).hex() for k, v in self.outputs.items()}}
 
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_SELECTOR = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*=[A-Za-z0-9]?[-A-Za-z0-9_.]*$")
-_CM_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_FIELD_SELECTOR = re.compile(r"^involvedObject\.name=[a-z0-9][-a-z0-9.]*$")
+def _get(obj, *path):
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+        if obj is None:
+            return None
+    return obj
 
 
-def _argv(objects: dict, name: str, rank: int) -> list:
-    cm = objects.get(("configmap", name))
-    data = (cm.get("data") if isinstance(cm, dict) else getattr(cm, "data", None)) or {}
-    argv = json.loads(data.get("argv.json", "[]"))
-    return argv[rank] if rank < len(argv) else []
-
-
-def wrapped(objects: dict, name: str, rank: int) -> bool:
-    """Whether the ConfigMap's argv.json gives `rank` the setup wrapper (the pod runs --setup)."""
-    argv = _argv(objects, name, rank)
-    return argv[:1] == ["sh"] and "gpucluster-setup" in argv
-
-
-def stages(objects: dict, name: str, rank: int) -> bool:
-    """Whether `rank`'s argv waits for the staged file first (--data/--resume: k8s_stage sends the data)."""
-    argv = _argv(objects, name, rank)
-    return argv[:1] == ["sh"] and "/control/staged" in argv[2]
-
-
-class FakeKubeApi:
-    """FAKE: records calls, keeps objects in dicts, simulates pods. Use as core, batch and custom."""
+class FakeKubeApi(ObjectStore):
+    """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
                  interrupt_on_list: int | None = None, list_errors: tuple[int, ...] = (),
@@ -156,155 +141,73 @@ class FakeKubeApi:
         self.list_errors = set(list_errors)  # listing numbers (1-based) that answer 503
         self.calls: list[tuple] = []
         self.objects: dict[tuple[str, str], object] = {}
+        self.object_ns: dict[tuple[str, str], str] = {}
+        self.namespaces: dict[str, dict] = {ns: {} for ns in BUILTIN_NAMESPACES}  # name -> labels
         self.pods: dict[str, _Pod] = {}
         self.responses: list[_LogResponse] = []
         self.lists = 0
         self.lock = threading.Lock()
         self.root = Path(tempfile.mkdtemp(prefix="fake-pods-"))  # the pods' filesystems
         self.host_root = host_root or self.root / "hosts"  # the GPU nodes' disks (hostPath), by pod index
+        self.bin = self.root / "bin"
+        python_shim(self.bin)
         self._tls = threading.local()
         self.networks: dict[str, Network] = {}  # job name -> its pods' DNS records and open ports
         self.exec_clients: list = []  # every exec with stdin, for tests to check none is left running
+        self.down_until = 0.0  # the API answers 503 until then (monotonic)
+        self.outage_when = None  # (fake -> bool, seconds): the outage starts when it holds
+        self.refused_while_down = 0
+        self.exec_handshake_s = 0.0  # how long an exec's websocket handshake takes (tests/k8s_fake_http.py)
+        self.rest_upgrades: list = []  # REST calls that came as websocket upgrades (a patched ApiClient)
 
-    # -- auth and validation ---------------------------------------------------------------
-    def _authenticate(self) -> None:
-        if self.auth is not None and self.auth() not in self.tokens:
-            raise FakeApiException(401, "Unauthorized")
+    # -- the control plane ---------------------------------------------------------------------
+    def outage(self, seconds: float, when=None) -> None:
+        """The API server goes away for `seconds`, now or once `when(fake)` holds at some call."""
+        if when is None:
+            self._go_down(seconds)
+        else:
+            self.outage_when = (when, seconds)
 
-    def _validate(self, kind: str, body) -> None:
-        from kubernetes.client import ApiClient
+    def _go_down(self, seconds: float) -> None:
+        self.down_until = time.monotonic() + seconds
+        for r in self.responses:  # every open connection drops
+            with r.container.log.cond:
+                r.container.log.cond.notify_all()
 
-        obj = body if isinstance(body, dict) else ApiClient().sanitize_for_serialization(body)
-        name = (obj.get("metadata") or {}).get("name") or ""
-        rule = _DNS1035_LABEL if kind == "service" else _DNS1123_SUBDOMAIN
-        limit = 63 if kind == "service" else 253
-        problems = []
-        if not name or len(name) > limit or not rule.match(name):
-            problems.append(f"metadata.name: Invalid value: {name!r}")
-        if kind == "configmap":
-            data = {**(obj.get("data") or {}), **(obj.get("binaryData") or {})}
-            problems += [f"data[{k}]: Invalid key" for k in data if not _CM_KEY.match(k)]
-            size = sum(len(str(v)) for v in (obj.get("data") or {}).values())
-            size += sum(len(v) * 3 // 4 for v in (obj.get("binaryData") or {}).values())
-            if size > 1024 * 1024:
-                problems.append("data: Too long: must have at most 1048576 bytes")
-        if kind == "secret":
-            import base64
-            import binascii
+    def api_down(self) -> bool:
+        if self.outage_when is not None and self.outage_when[0](self):
+            seconds = self.outage_when[1]
+            self.outage_when = None
+            self._go_down(seconds)
+        return time.monotonic() < self.down_until
 
-            data = obj.get("data") or {}
-            problems += [f"data[{k}]: Invalid value: a valid config key must consist of alphanumeric characters, "
-                         "'-', '_' or '.'" for k in data if not _CM_KEY.match(k)]
-            size = 0
-            for k, v in data.items():
-                try:
-                    size += len(base64.b64decode(v, validate=True))
-                except (binascii.Error, ValueError):
-                    problems.append(f"data[{k}]: Invalid value: illegal base64 data")
-            if size > 1024 * 1024:
-                problems.append("data: Too long: must have at most 1048576 bytes")
-        if kind == "job":
-            spec = obj.get("spec") or {}
-            if spec.get("completionMode") == "Indexed" and not spec.get("completions"):
-                problems.append("spec.completions: Required value: when completion mode is Indexed")
-            pod = (spec.get("template") or {}).get("spec") or {}
-            if pod.get("restartPolicy") not in ("Never", "OnFailure"):
-                problems.append(f"spec.template.spec.restartPolicy: Unsupported value: {pod.get('restartPolicy')!r}")
-            for c in (pod.get("containers") or []) + (pod.get("initContainers") or []):
-                if not c.get("name") or not c.get("image"):
-                    problems.append("spec.template.spec.containers: name and image: Required value")
-            if not pod.get("containers"):
-                problems.append("spec.template.spec.containers: Required value")
-        if problems:
-            raise FakeApiException(422, "Unprocessable Entity: " + "; ".join(problems))
+    def cut_logs(self, rank: int, after_bytes: int = 0) -> None:
+        """Break the open log streams of `rank`'s training container after `after_bytes` more bytes."""
+        for r in self.responses:
+            if r.pod.index == rank and r.container.name == "pytorch":
+                r.cut(after_bytes)
 
-    def settle(self) -> None:
-        """Let deletion time pass: every terminating object and pod is gone."""
-        for key in list(self.terminating):
-            self.objects.pop(key, None)
-        self.terminating.clear()
-        for name in [n for n, p in self.pods.items() if p.terminating is not None]:
-            self.pods.pop(name)
-
-    def _age_deletions(self) -> None:
-        for key in list(self.terminating):
-            self.terminating[key] -= 1
-            if self.terminating[key] <= 0:
-                del self.terminating[key]
-                self.objects.pop(key, None)
-        for name, pod in list(self.pods.items()):
-            if pod.terminating is not None:
-                pod.terminating -= 1
-                if pod.terminating <= 0:
-                    self.pods.pop(name)
-
-    # -- create ----------------------------------------------------------------------------
-    def _create(self, kind: str, namespace: str, body) -> object:
-        name = body["metadata"]["name"] if isinstance(body, dict) else body.metadata.name
-        self.calls.append(("create", kind, namespace, name))
-        self._authenticate()
-        if kind in self.refuse:
-            raise FakeApiException(self.refuse[kind], "Forbidden" if self.refuse[kind] == 403 else "refused")
-        if kind in ("configmap", "service", "job", "secret"):
-            self._validate(kind, body)
-        if (kind, name) in self.objects:
-            raise FakeApiException(409, "AlreadyExists")
-        self.objects[(kind, name)] = body
-        return body
-
-    def create_namespaced_config_map(self, namespace, body, **kw):
-        return self._create("configmap", namespace, body)
-
-    def create_namespaced_secret(self, namespace, body, **kw):
-        return self._create("secret", namespace, body)
-
-    def _secret_env(self, container, namespace: str):
-        """What the kubelet does when it starts `container`: every `secretKeyRef` resolved from the Secret
-        as it is now -> ({name: value}, None), or (None, the CreateContainerConfigError message)."""
-        import base64
-
-        env = {}
-        for e in container.env or []:
-            ref = getattr(getattr(e, "value_from", None), "secret_key_ref", None)
-            if ref is None:
-                continue
-            secret = self.objects.get(("secret", ref.name))
-            if secret is None or ("secret", ref.name) in self.terminating:
-                return None, f'secret "{ref.name}" not found'
-            data = secret.data or {}
-            if ref.key not in data:
-                return None, f"couldn't find key {ref.key} in Secret {namespace}/{ref.name}"
-            env[e.name] = base64.b64decode(data[ref.key]).decode()
-        return env, None
-
-    def create_namespaced_service(self, namespace, body, **kw):
-        return self._create("service", namespace, body)
-
-    def create_namespaced_service_account(self, namespace, body, **kw):
-        return self._create("serviceaccount", namespace, body)
-
+    # -- pods of a Job -------------------------------------------------------------------------
     def _google_identity(self, pod) -> bool:
-        """GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes
-        service account annotated with the Google service account it acts as (GKE docs, "Authenticate
-        to Google Cloud APIs from GKE workloads"); others get no usable token."""
         sa = self.objects.get(("serviceaccount", pod.service_account or ""))
         notes = (getattr(getattr(sa, "metadata", None), "annotations", None) or {}) if sa is not None else {}
         return bool(notes.get("iam.gke.io/gcp-service-account"))
 
-    def _mounted_config(self, body) -> dict:
+    def _mounted_config(self, name: str, volumes) -> dict:
         """{path under /gpucluster: content} of the ConfigMap volume, as the kubelet projects it."""
         import base64
 
-        cm = self.objects.get(("configmap", body.metadata.name))
+        cm = self.objects.get(("configmap", name))
+        data, binary = (_get(cm, "data") or {}), (_get(cm, "binary_data") or _get(cm, "binaryData") or {})
         files = {}
-        for vol in body.spec.template.spec.volumes or []:
-            if cm is None or vol.config_map is None:
-                continue
-            for item in vol.config_map.items or []:
-                if item.key in (cm.data or {}):
-                    files[item.path] = cm.data[item.key].encode()
-                elif item.key in (cm.binary_data or {}):
-                    files[item.path] = base64.b64decode(cm.binary_data[item.key])
+        for vol in volumes or []:
+            items = _get(vol, "config_map", "items") or _get(vol, "configMap", "items") or []
+            for item in items:
+                key, path = _get(item, "key"), _get(item, "path")
+                if key in data:
+                    files[path] = data[key].encode()
+                elif key in binary:
+                    files[path] = base64.b64decode(binary[key])
         return files
 
     def _dns_names(self, body, index: int) -> list[str]:
@@ -326,62 +229,68 @@ class FakeKubeApi:
         return {**self._container_env(container, index), **secret_env}, None
 
     @staticmethod
-    def _container_env(container, index: int) -> dict:
+    def _container_env(container, index: int, indexed: bool = True) -> dict:
         """A container's environment as the kubelet sets it: values, the completion-index annotation
-        through the downward API, and JOB_COMPLETION_INDEX (the Job controller sets it in every container)."""
-        env = {"JOB_COMPLETION_INDEX": str(index)}
-        for e in container.env or []:
-            ref = getattr(getattr(e, "value_from", None), "field_ref", None)
-            env[e.name] = str(index) if ref is not None and INDEX in ref.field_path else (e.value or "")
+        through the downward API, and JOB_COMPLETION_INDEX (the Job controller sets it in every container
+        of an Indexed Job's pod)."""
+        env = {"JOB_COMPLETION_INDEX": str(index)} if indexed else {}
+        for e in _get(container, "env") or []:
+            ref = _get(e, "value_from", "field_ref") or _get(e, "valueFrom", "fieldRef")
+            path = (_get(ref, "field_path") or _get(ref, "fieldPath") or "") if ref is not None else ""
+            env[_get(e, "name")] = str(index) if INDEX in path else (_get(e, "value") or "")
         return env
+
+    def _new_pod(self, name: str, index: int, labels: dict, pod_spec, config: str, delay: int = 0,
+                 extra_env: dict | None = None) -> _Pod:
+        pod = self.pods[name] = _Pod(name, index, labels, self.scripts.get(index, PodScript()), delay=delay)
+        pod.base, pod.bin, pod.host = self.root, self.bin, self.host_root / f"node-{index}"
+        pod.service_account = _get(pod_spec, "service_account_name") or _get(pod_spec, "serviceAccountName")
+        pod.config_files = self._mounted_config(config, _get(pod_spec, "volumes"))
+        indexed = extra_env is None
+        pod.inits = [(_get(c, "name"), list(_get(c, "command") or []) + list(_get(c, "args") or []),
+                      self._container_env(c, index, indexed))
+                     for c in _get(pod_spec, "init_containers") or _get(pod_spec, "initContainers") or []]
+        pod.apps = [(_get(c, "name"), list(_get(c, "command") or []) + list(_get(c, "args") or []),
+                     {**self._container_env(c, index, indexed), **(extra_env or {})})
+                    for c in _get(pod_spec, "containers") or []]
+        pod.restart_policy = _get(pod_spec, "restart_policy") or _get(pod_spec, "restartPolicy") or "Always"
+        pod.image = _get((_get(pod_spec, "containers") or [None])[0], "image") or ""
+        return pod
 
     def create_namespaced_job(self, namespace, body, **kw):
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
-        pod_spec = body.spec.template.spec
-        app = pod_spec.containers[0]
-        collecting = any(e.name == "GPUCLUSTER_CONTROL_DIR" for e in app.env or [])
         n = body.spec.completions
         network = self.networks.setdefault(body.metadata.name, Network(self.root / f"net-{body.metadata.name}.json"))
         for i in range(n):
             network.names.update(self._dns_names(body, i))
         network.write()
         for i in range(n):
-            name = f"{body.metadata.name}-{i}-fake{i}"
             # skew: the head (index 0) is the last to start
-            pod = self.pods[name] = _Pod(name, i, labels, self.scripts.get(i, PodScript()), delay=self.skew * (n - 1 - i))
-            pod.collecting, pod.base = collecting, self.root
-            pod.setup = wrapped(self.objects, body.metadata.name, i)
-            pod.stages = stages(self.objects, body.metadata.name, i)
-            pod.service_account = pod_spec.service_account_name
-            pod.config_files = self._mounted_config(body)
-            pod.inits = [(c.name, list(c.command or []) + list(c.args or []), self._container_env(c, i))
-                         for c in pod_spec.init_containers or []]
-            pod.restart_policy, pod.image = pod_spec.restart_policy or "Always", app.image
+            pod = self._new_pod(f"{body.metadata.name}-{i}-fake{i}", i, labels, body.spec.template.spec,
+                                body.metadata.name, delay=self.skew * (n - 1 - i))
             pod.network, pod.dns_names = network, self._dns_names(body, i)
-            pod.rdzv_ports = [p.container_port for p in app.ports or []]
-            pod.resolve_env = lambda app=app, i=i: self._resolve_app_env(app, i, namespace)
-        peers = [p for p in self.pods.values() if p.name.startswith(body.metadata.name + "-")]
-        for p in peers:
-            p.peers = peers  # the job's pods: training waits for all of them (the rendezvous)
+            pod.resolve_env = lambda containers=body.spec.template.spec.containers: self.secret_env(containers, namespace)
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
         self._create(f"{plural}.{group}", namespace, body)
-        # the training operator's part: one pod per replica, labelled with its type and index
+        # the training operator's part: one pod per replica, labelled with its type and index; the
+        # operator's Service for the master gives `<name>-master-0` a DNS record
         name, rank = body["metadata"]["name"], 0
+        network = self.networks.setdefault(name, Network(self.root / f"net-{name}.json"))
+        network.names.add(f"{name}-master-0")
+        network.write()
         for kind in ("Master", "Worker"):
             spec = body["spec"]["pytorchReplicaSpecs"].get(kind)
             for i in range(spec["replicas"] if spec else 0):
                 labels = dict(spec["template"]["metadata"]["labels"])
                 labels.update({"training.kubeflow.org/replica-type": kind.lower(),
                                "training.kubeflow.org/replica-index": str(i)})
-                pod = f"{name}-{kind.lower()}-{i}"
-                self.pods[pod] = _Pod(pod, rank, labels, self.scripts.get(rank, PodScript()))
-                env = spec["template"]["spec"]["containers"][0].get("env") or []
-                self.pods[pod].collecting = any(e.get("name") == "GPUCLUSTER_CONTROL_DIR" for e in env)
-                self.pods[pod].base = self.root
-                self.pods[pod].setup = wrapped(self.objects, name, rank)
+                pod_name = f"{name}-{kind.lower()}-{i}"
+                # the operator sets RANK (and MASTER_ADDR/PORT, WORLD_SIZE) in every container
+                pod = self._new_pod(pod_name, rank, labels, spec["template"]["spec"], name, extra_env={"RANK": str(rank)})
+                pod.network, pod.dns_names = network, [pod_name] if kind == "Worker" else [f"{name}-master-0"]
                 rank += 1
         return body
 
@@ -419,9 +328,10 @@ class FakeKubeApi:
         return NS(items=list(pod.events) if pod else [])
 
     def read_namespaced_pod_log(self, name, namespace, container=None, follow=False, _preload_content=True,
-                                tail_lines=None, **kw):
-        """The app container's log, or an init container's (what its command printed). A container that
-        has not started has no log: 400 "container ... is waiting to start: PodInitializing"."""
+                                tail_lines=None, timestamps=False, since_seconds=None, **kw):
+        """A container's log: an init container's (what its command printed) or an app container's (its
+        process's output, as the kubelet keeps it). A container that has not started has no log: 400
+        "container ... is waiting to start: PodInitializing" (the kubelet's answer)."""
         self.calls.append(("log", "pod", namespace, name, container, follow))
         self._authenticate()
         if name not in self.pods:
@@ -436,12 +346,16 @@ class FakeKubeApi:
                                             "start: PodInitializing")
             response = _InitLogResponse(pod, index, follow)
             return response if not _preload_content else response.text(tail_lines)
-        if container not in (None, "pytorch"):
+        if container not in [None] + [n for n, _, _ in pod.apps]:
             raise FakeApiException(400, f"BadRequest: container {container} is not valid for pod {name}")
-        if pod.app_age is None and pod.phase in ("Pending", "Failed"):
-            raise FakeApiException(400, f'BadRequest: container "pytorch" in pod "{name}" is waiting to start: '
-                                        "PodInitializing")
-        response = _LogResponse(pod)
+        c = pod.container(container)
+        if c is None:
+            raise FakeApiException(400, f'BadRequest: container "{container or pod.apps[0][0]}" in pod "{name}" is '
+                                        "waiting to start: PodInitializing")
+        response = _LogResponse(self, pod, c, follow=follow, timestamps=timestamps, since_seconds=since_seconds,
+                                tail_lines=tail_lines)
+        if _preload_content:
+            return response.text()
         self.responses.append(response)
         return response
 
@@ -458,27 +372,34 @@ class FakeKubeApi:
                                         stdin=False, stdout=False, tty=False, _preload_content=True, **kw):
         binary = getattr(self._tls, "binary", False)
         self.calls.append(("exec", "pod", namespace, name, tuple(command or ())))
-        self._authenticate()
+        try:
+            self._authenticate()
+        except FakeApiException as exc:
+            raise FakeApiException(0, f"Handshake status {exc.status} {exc.reason}") from None
+        return self.exec_in(name, command, container, stdin, binary, stdout, stderr, tty, _preload_content)
+
+    def exec_in(self, name, command, container, stdin, binary, stdout=True, stderr=True, tty=False,
+                preload=False):
         pod = self.pods.get(name)
         if pod is None or pod.terminating is not None:
             raise FakeApiException(0, f'Handshake status 404 Not Found: pods "{name}" not found')
-        if container != "pytorch":
+        if container not in [n for n, _, _ in pod.apps]:
             raise FakeApiException(0, f"Handshake status 400 Bad Request: container {container} is not valid")
         if pod.phase != "Running":
             raise FakeApiException(0, "Handshake status 400 Bad Request: cannot exec into a container in a "
                                       f"completed pod; current phase is {pod.phase}")
-        assert _preload_content is False and stdout and stderr and not tty
-        host = self.host_root / f"node-{pod.index}"
-        argv = [sys.executable if a == "python" else
-                a.replace("/gpucluster-run", str(pod.root)).replace("/gpucluster-cache", str(host))
-                .replace("/gpucluster/", f"{pod.root}/config/")  # the ConfigMap volume
-                for a in command]
+        c = pod.container(container)
+        if c is None or not c.running:
+            raise FakeApiException(0, f"Handshake status 500 Internal Server Error: container {container} is not "
+                                      "running")
+        assert preload is False and stdout and stderr and not tty
+        argv = [sys.executable if a == "python" else pod.mapped(a) for a in command]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if not self._google_identity(pod):  # no Workload Identity: no storage endpoint, no token
             env.pop("STORAGE_EMULATOR_HOST", None)
             env["GCE_METADATA_HOST"] = "127.0.0.1:9"
         if stdin:
-            host.mkdir(parents=True, exist_ok=True)  # hostPath DirectoryOrCreate
+            pod.host.mkdir(parents=True, exist_ok=True)  # the hostPath volume, DirectoryOrCreate
             client = _FakeExecStdin(argv, env, binary, self.stdin_delay)
             self.exec_clients.append(client)
             return client
@@ -495,23 +416,10 @@ class FakeKubeApi:
                 self.pods.pop(name)
 
     # -- delete ----------------------------------------------------------------------------
-    def _delete(self, kind: str, name: str, namespace: str, body=None):
-        policy = getattr(body, "propagation_policy", None)
-        self.calls.append(("delete", kind, namespace, name, policy))
-        self._authenticate()
-        if kind in self.refuse_delete:
-            raise FakeApiException(self.refuse_delete[kind], "Internal Server Error")
-        if (kind, name) not in self.objects or (kind, name) in self.terminating:
-            raise FakeApiException(404, "NotFound")
-        if self.delete_ticks:
-            self.terminating[(kind, name)] = self.delete_ticks  # gone only after a while
-        else:
-            del self.objects[(kind, name)]
-
     def _terminate_pods(self, name: str) -> None:
         for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
             pod = self.pods[pod_name]
-            pod.kill()  # the containers are killed now; the pod object lingers while terminating
+            pod.kill()  # the containers are stopped now; the pod object lingers while terminating
             if self.delete_ticks:
                 pod.terminating = self.delete_ticks
             else:
@@ -520,15 +428,6 @@ class FakeKubeApi:
     def delete_namespaced_job(self, name, namespace, body=None, **kw):
         self._delete("job", name, namespace, body)
         self._terminate_pods(name)
-
-    def delete_namespaced_service(self, name, namespace, **kw):
-        self._delete("service", name, namespace)
-
-    def delete_namespaced_config_map(self, name, namespace, **kw):
-        self._delete("configmap", name, namespace)
-
-    def delete_namespaced_secret(self, name, namespace, **kw):
-        self._delete("secret", name, namespace)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
         self._delete(f"{plural}.{group}", name, namespace, body)

@@ -1,107 +1,112 @@
-"""FAKE Kubernetes API, the log streams (`read_namespaced_pod_log(follow=True, _preload_content=False)`):
-the app container's log as the entry script's model prints it (setup records, the go file, torchrun's
-rendezvous, the job_end record), and an init container's log (what its command printed). The sources
-of each behaviour are in tests/k8s_fake.py and tests/k8s_fake_pod.py."""
+"""FAKE Kubernetes API, the log streams (`read_namespaced_pod_log`): an app container's log as the
+kubelet keeps it (tests/k8s_fake_pod.py, LogStore), and an init container's (what its command
+printed). Each behaviour from its source:
+
+- `follow`: the stream stays open while the container runs and ends once it has ended and every line
+  was sent (Kubernetes API, PodLogOptions.follow; `kubectl logs -f`). Chunks are odd-sized: a line
+  may be split across them (an HTTP chunked body has no line boundaries).
+- `timestamps`: each line starts with the RFC3339Nano time the kubelet stored it at, then a space
+  (PodLogOptions.timestamps).
+- `sinceSeconds`: only the lines stored at or after now minus that many seconds; a line exactly at
+  the boundary is sent again (the kubelet keeps a line unless its time is before `since`:
+  kubernetes pkg/kubelet/kuberuntime/logs, `ReadLogs`). `tailLines`: the last N lines.
+- A stream is cut when the API server goes away (a control-plane upgrade or repair drops every open
+  connection, GKE docs "Standard cluster upgrades"), or when a test cuts it: the body ends in the
+  middle, urllib3 raises ProtocolError("Connection broken: IncompleteRead"), as a chunked body cut
+  mid-chunk does.
+"""
 
 from __future__ import annotations
 
-import json
+import time
 
 from k8s_fake_pod import _Pod
 
 
-# -- log streams ---------------------------------------------------------------------------------
-def _chunks(self, lines):
-    data = "".join(line + "\n" for line in lines).encode()
-    for i in range(0, len(data), self.chunk):
-        yield data[i:i + self.chunk]
-
-
 class _LogResponse:
-    """Like urllib3's HTTPResponse with _preload_content=False: .stream() yields byte chunks of the app
-    container's log (the entry script's model)."""
+    """Like urllib3's HTTPResponse with _preload_content=False: .stream() yields byte chunks."""
 
-    def __init__(self, pod: _Pod, chunk: int = 7):
-        self.pod, self.chunk = pod, chunk
+    def __init__(self, fake, pod: _Pod, container, follow: bool = True, timestamps: bool = False,
+                 since_seconds: int | None = None, tail_lines: int | None = None, chunk: int = 7):
+        self.fake, self.pod, self.container = fake, pod, container
+        self.follow, self.timestamps, self.chunk = follow, timestamps, chunk
         self.released = False
+        self.cut_after: int | None = None  # bytes after which the connection breaks (a test's cut)
+        self.sent = 0
+        store = container.log
+        with store.cond:
+            lines = list(store.lines)
+        self.start = 0
+        if since_seconds is not None:
+            since = time.time_ns() - int(since_seconds) * 10**9
+            self.start = next((i for i, (ns, _, _) in enumerate(lines) if ns >= since), len(lines))
+        if tail_lines is not None:
+            self.start = max(self.start, len(lines) - int(tail_lines))
 
-    def _wait(self, *events, stoppable: bool = False) -> bool:
-        """Until one of `events` (or the pod's deletion); True when one of `events` is set. `stoppable`:
-        a `stop` file ends the container's command with 143 meanwhile (the entry script's own clock)."""
-        while not any(e.is_set() for e in events) and not self.pod.deleted.is_set():
-            if stoppable:
-                self.pod.stopped()
-            self.pod.deleted.wait(0.05)
-        return any(e.is_set() for e in events)
+    def _broken(self) -> Exception:
+        from urllib3.exceptions import ProtocolError
 
-    def _wait_peers(self) -> bool:
-        """torchrun's c10d rendezvous: no worker starts until every node's agent has joined, so a pod's
-        training output waits until every pod of the job is past its staged/go gates (PyTorch docs,
-        "torchrun (Elastic Launch)": the rendezvous waits for --nnodes agents). False when the pod was
-        stopped or deleted first."""
-        pod = self.pod
-        while not all(p.past_gates() for p in pod.peers):
-            pod.stopped()
-            if pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set():
-                return False
-            pod.deleted.wait(0.05)
-        # the workers print only after torchrun spawned them and they imported torch: seconds on a real
-        # node; RDZV_TO_OUTPUT_S here (the pod's tick model starts training then)
-        while not pod.training.is_set():
-            pod.stopped()
-            if pod.torch_ended.is_set() or pod.ended.is_set() or pod.deleted.is_set():
-                return False
-            pod.deleted.wait(0.02)
-        return True
+        return ProtocolError("Connection broken: IncompleteRead(0 bytes read, 2 more expected)", None)
+
+    def lines(self):
+        """(time text, line) as the stream sends them, waiting for more while it follows."""
+        store, i = self.container.log, self.start
+        while True:
+            with store.cond:
+                while (i >= len(store.lines) and self.follow and not store.ended and not self.pod.deleted.is_set()
+                       and not self.fake.api_down() and not self._cut()):
+                    store.cond.wait(0.05)
+                batch = store.lines[i:]
+                ended = store.ended or self.pod.deleted.is_set()
+            i += len(batch)
+            for _, text, line in batch:
+                yield text, line
+            if self.fake.api_down():
+                raise self._broken()
+            if not self.follow or (ended and i >= len(store.lines)):
+                return
+            if self._cut():
+                raise self._broken()
+
+    def _cut(self) -> bool:
+        return self.cut_after is not None and self.sent >= self.cut_after
 
     def stream(self):
-        pod, s = self.pod, self.pod.script
-        if pod.stages and not self._wait(pod.staged, pod.torch_ended, pod.ended, stoppable=True):
-            return  # nothing runs before staging
-        if pod.stages and not pod.staged.is_set():
-            yield from self._end()
-            return
-        if pod.setup:  # the wrapper's records (gpucluster.staging.setup_wrapped), then the go file
-            yield from _chunks(self, ['@gpucluster-metric {"kind": "setup_start"}', *s.setup_lines])
-            if not self._wait(pod.setup_ended):
-                return
-            end = {"kind": "setup_end", "rc": s.setup_rc, "seconds": 1}
-            if s.setup_rc:
-                end = {"kind": "setup_end", "rc": s.setup_rc, "command": 1, "seconds": 1}
-                yield from _chunks(self, [f"[gpucluster setup 1/1] failed: exit code {s.setup_rc}"])
-            yield from _chunks(self, ["@gpucluster-metric " + json.dumps(end)])
-            self._wait(pod.go, pod.torch_ended, pod.ended, stoppable=True)
-            if s.setup_rc or not pod.go.is_set():  # failed, stopped while waiting, or deleted
-                yield from self._end()
-                return
-        if not self._wait_peers():
-            yield from self._end()
-            return
-        yield from self._end(s.lines)
+        for text, line in self.lines():
+            data = (text.encode() + b" " + line) if self.timestamps else line
+            for j in range(0, len(data), self.chunk):
+                piece = data[j:j + self.chunk]
+                if self.cut_after is not None and self.sent + len(piece) > self.cut_after:
+                    piece = piece[:max(0, self.cut_after - self.sent)]
+                    if piece:
+                        self.sent += len(piece)
+                        yield piece
+                    raise self._broken()
+                self.sent += len(piece)
+                yield piece
 
-    def _end(self, lines=()):
-        yield from _chunks(self, lines)
-        if self.pod.collecting:  # the entry script: torchrun ends, then its job_end record
-            while not (self.pod.torch_ended.is_set() or self.pod.deleted.is_set()):
-                self.pod.stopped()
-                self.pod.deleted.wait(0.05)
-            if self.pod.torch_ended.is_set():
-                end = "@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": self.pod.torch_code})
-                yield from _chunks(self, [end])
-        # follow=True: the stream stays open while the container runs
-        while not (self.pod.ended.is_set() or self.pod.deleted.is_set()):
-            self.pod.deleted.wait(0.05)
+    def text(self) -> str:
+        return "".join(line.decode("utf-8", "replace") for _, line in self.lines())
+
+    def cut(self, after_bytes: int = 0) -> None:
+        """Break the connection once `after_bytes` more bytes were sent (mid-line, usually)."""
+        self.cut_after = self.sent + after_bytes
+        with self.container.log.cond:
+            self.container.log.cond.notify_all()
 
     def release_conn(self):
         self.released = True
 
+    def close(self):
+        self.released = True
 
-class _InitLogResponse(_LogResponse):
+
+class _InitLogResponse:
     """An init container's log: what its command printed; with follow, until it ended."""
 
     def __init__(self, pod: _Pod, index: int, follow: bool, chunk: int = 7):
-        super().__init__(pod, chunk)
-        self.index, self.follow = index, follow
+        self.pod, self.index, self.follow, self.chunk = pod, index, follow, chunk
+        self.released = False
 
     def running(self) -> bool:
         pod = self.pod
@@ -124,3 +129,6 @@ class _InitLogResponse(_LogResponse):
         path = self.pod.init_log(self.pod.inits[self.index][0])
         lines = (path.read_text(errors="replace") if path.exists() else "").splitlines(keepends=True)
         return "".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def release_conn(self):
+        self.released = True

@@ -1,23 +1,41 @@
 """FAKE Kubernetes API, the pod part (the kubelet's side): one pod of a Job, its init containers, its
-app container's phases and handshakes, its network records and its log streams. The API server part
-and the sources of each behaviour are in tests/k8s_fake.py.
+app containers, its network records and its logs. The API server part and the sources of the API's
+behaviours are in tests/k8s_fake.py.
 
-Init containers (Kubernetes docs, "Init Containers",
-https://kubernetes.io/docs/concepts/workloads/pods/init-containers/): once the pod is placed (it then
-has an address, so its DNS record is published) each init container's command really runs, here, one
-by one, each to completion (exit 0) before the next; the app container starts only after the last
-one. Meanwhile the pod is `Pending` (kubectl: `Init:N/M`), `status.initContainerStatuses` says which
-runs and the app container waits in `PodInitializing`. The image is pulled for the first container
-that starts, so an image that cannot be pulled shows `ErrImagePull`, then `ImagePullBackOff`, on the
-first init container. A failed init container fails the pod when restartPolicy is Never; otherwise it
-is restarted after a back-off (`CrashLoopBackOff`; kubectl: `Init:CrashLoopBackOff`). Its output is
-its log (`read_namespaced_pod_log(container=NAME)`). Commands run through tests/k8s_fake_net.py (the
-pod network: the job's DNS names, the head's rendezvous port once its torchrun starts).
+Every container runs its REAL command here, as a process of this machine (wait.py, the entry script
+infra/gcp/pod_entry.py with the setup wrapper and gates, the keeper infra/gcp/pod_keeper.py), from the
+ConfigMap the launcher made, with the pod template's environment. Volumes cannot be mounted, so their
+paths (/gpucluster/, /gpucluster-run, /gpucluster-cache) are mapped to folders here wherever they occur
+in a command, an environment value or argv.json. The image is this machine's Python, run under the fake
+pod network (tests/k8s_fake_net.py); `python -m torch.distributed.run` is the fake torchrun
+(tests/k8s_fake_torchrun.py: a real rendezvous, then the pod's `PodScript` or the job's program).
 
-Log streams are in tests/k8s_fake_logs.py. The app container: a tick model of the entry script (`PodScript`), with --setup (the wrapper's
-records, then the go file made through exec) and --data (the staged file made through exec), the
-collection handshake (stop / job_end / collected) and torchrun's rendezvous (training output waits
-until every pod of the job is past its gates).
+- Init containers (Kubernetes docs, "Init Containers",
+  https://kubernetes.io/docs/concepts/workloads/pods/init-containers/): once the pod is placed (it
+  then has an address, so its DNS record is published) each init container's command runs, one by
+  one, each to completion (exit 0) before the next; the app containers start only after the last
+  one. Meanwhile the pod is `Pending` (kubectl: `Init:N/M`), `status.initContainerStatuses` says which
+  runs and the app containers wait in `PodInitializing`. The image is pulled for the first container
+  that starts, so an image that cannot be pulled shows `ErrImagePull`, then `ImagePullBackOff`, on
+  the first init container. A failed init container fails the pod when restartPolicy is Never;
+  otherwise it is restarted after a back-off (`CrashLoopBackOff`; kubectl: `Init:CrashLoopBackOff`):
+  the kubelet's back-off starts at 10 s and doubles (Kubernetes docs, "Pod Lifecycle", container
+  restarts), here BACKOFF_TICKS listings. A runtime that cannot start the command (an image without
+  `python`) terminates the container at once with reason `StartError`, exit code 128 and containerd's
+  message `exec: "python": executable file not found in $PATH` (containerd/runc's error text, as
+  `kubectl describe pod` shows it).
+- App containers (Kubernetes docs, "Pod Lifecycle"): the pod is `Running` while one of its containers
+  runs, `Succeeded` when all ended with 0, `Failed` when all ended and one did not; each container's
+  status says `running`, or `terminated` with its exit code and reason (`Completed`, `Error`,
+  `OOMKilled`: the kernel's OOM killer ends a container over its memory limit with SIGKILL, code 137;
+  Kubernetes docs, "Assign Memory Resources to Containers and Pods").
+- Logs (Kubernetes docs, "Logging Architecture"; the CRI log format): the kubelet keeps each container's
+  output as lines, each with the RFC3339Nano time it was written (Go's format: trailing zeros of the
+  fraction dropped); `kubectl logs --timestamps` prefixes each line with it. Log streams are in
+  tests/k8s_fake_logs.py.
+- Deletion: every container gets SIGTERM, and SIGKILL after the grace period (the pods' 15 s,
+  STOP_GRACE_S here); `lose()` (tests/k8s_fake.py) is a preempted node: the containers are killed and
+  the pod object vanishes at once (GKE docs, "Spot VMs": a preempted node's pods are deleted).
 """
 
 from __future__ import annotations
@@ -25,24 +43,44 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 INDEX = "batch.kubernetes.io/job-completion-index"
-NET = str(Path(__file__).with_name("k8s_fake_net.py"))
-RDZV_TO_OUTPUT_S = 0.4  # from the rendezvous to the workers' first output
+HERE = Path(__file__).resolve().parent
+NET = str(HERE / "k8s_fake_net.py")
+TORCHRUN = str(HERE / "k8s_fake_torchrun.py")
 BACKOFF_TICKS = 2  # listings an init container waits before it is restarted (CrashLoopBackOff)
+STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL: the pods' terminationGracePeriodSeconds (15 s), scaled down
 _LIVE: set = set()  # every process a fake pod started, killed at exit whatever the test did
+
+
+_CONTAINERS: set = set()  # the marks of every container started
+
+
+def kill_marked(*tokens: str) -> None:
+    """SIGKILL every process of these containers (they carry their container's mark in their environment)."""
+    import psutil
+
+    me = os.getpid()
+    for p in psutil.process_iter():
+        try:
+            if p.pid != me and p.environ().get("FAKE_CONTAINER_ID") in tokens:
+                p.kill()
+        except (psutil.Error, OSError):
+            pass
 
 
 def _kill_all() -> None:
     for proc in list(_LIVE):
         _kill(proc)
+    if _CONTAINERS:
+        kill_marked(*_CONTAINERS)
 
 
 def _kill(proc) -> None:
@@ -60,11 +98,33 @@ import atexit  # noqa: E402
 atexit.register(_kill_all)
 
 
+def stamp(ns: int) -> str:
+    """RFC3339Nano as Go prints it (UTC, trailing zeros of the fraction dropped)."""
+    t = datetime.fromtimestamp(ns // 10**9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f"{ns % 10**9:09d}".rstrip("0")
+    return f"{t}.{frac}Z" if frac else f"{t}Z"
+
+
+def python_shim(bin_dir: Path) -> None:
+    """The image's `python`: this machine's, under the fake pod network; torch.distributed.run is faked."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    text = ("#!/bin/sh\n"
+            "if [ \"$1\" = -m ] && [ \"$2\" = torch.distributed.run ]; then shift 2; "
+            f"exec '{sys.executable}' '{NET}' \"$GPUCLUSTER_FAKE_NET\" '{TORCHRUN}' \"$@\"; fi\n"
+            f"exec '{sys.executable}' '{NET}' \"$GPUCLUSTER_FAKE_NET\" \"$@\"\n")
+    for name in ("python", "python3"):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+
 class Network:
     """The job's pod DNS records and open ports, as tests/k8s_fake_net.py reads them."""
 
     def __init__(self, path: Path):
         self.path, self.names, self.hosts, self.ports = path, set(), {}, {}
+        self.port_dir = path.with_suffix(".ports")
+        self.port_dir.mkdir(parents=True, exist_ok=True)
         self.placed: list[str] = []  # pod names in the order they got an address
         self.lock = threading.Lock()
         self.write()
@@ -82,9 +142,98 @@ class Network:
     def withdraw(self, names) -> None:
         for n in names:
             self.hosts.pop(n, None)
-            for key in [k for k in self.ports if k.startswith(n + ":")]:
-                self.ports.pop(key)
+            for f in self.port_dir.glob(f"{n}:*"):
+                f.unlink(missing_ok=True)
         self.write()
+
+
+class LogStore:
+    """A container's log as the kubelet keeps it: (time in ns, its RFC3339Nano text, the line)."""
+
+    def __init__(self):
+        self.lines: list[tuple[int, str, bytes]] = []
+        self.cond = threading.Condition()
+        self.ended = False
+
+    def add(self, data: bytes) -> None:
+        with self.cond:
+            now = max(time.time_ns(), self.lines[-1][0] if self.lines else 0)
+            self.lines.append((now, stamp(now), data))
+            self.cond.notify_all()
+
+    def end(self) -> None:
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+
+    def text(self) -> str:
+        return b"".join(line for _, _, line in self.lines).decode("utf-8", "replace")
+
+
+class _Container:
+    """One app container: its command runs as a process; its output is its log."""
+
+    def __init__(self, name: str, command: list[str], env: dict, cwd: Path):
+        self.name, self.command, self.env, self.cwd = name, command, env, cwd
+        self.proc: subprocess.Popen | None = None
+        self.log = LogStore()
+        self.code: int | None = None
+        self.reason: str | None = None
+        self.pump: threading.Thread | None = None
+
+    def start(self) -> None:
+        import uuid
+
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self.token = uuid.uuid4().hex  # marks every process of this container (a container is a cgroup)
+        self.env = {**self.env, "FAKE_CONTAINER_ID": self.token}
+        _CONTAINERS.add(self.token)
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        _LIVE.add(self.proc)
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        """When the container's command ends, the runtime kills what it left (the container is gone)."""
+        self.proc.wait()
+        kill_marked(self.token)
+
+    def _pump(self) -> None:
+        for line in iter(self.proc.stdout.readline, b""):
+            self.log.add(line)
+        self.proc.stdout.close()
+        self.proc.wait()
+        _LIVE.discard(self.proc)
+        rc = self.proc.returncode
+        self.code = rc if rc >= 0 else 128 - rc
+        if self.reason is None:
+            self.reason = "Completed" if self.code == 0 else "Error"
+        self.log.end()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.code is None
+
+    def signal(self, sig) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except OSError:
+                pass
+        if sig == signal.SIGKILL and self.proc is not None:
+            kill_marked(self.token)
+
+    def state(self, waiting: str | None) -> NS:
+        if self.code is not None:
+            return NS(waiting=None, running=None, terminated=NS(
+                exit_code=self.code, reason=self.reason, message="container exceeded its memory limit"
+                if self.reason == "OOMKilled" else None, started_at=None, finished_at=None, signal=None,
+                container_id=None))
+        if self.proc is not None:
+            return NS(waiting=None, running=NS(started_at=None), terminated=None)
+        return NS(waiting=NS(reason=waiting or "ContainerCreating", message=None), running=None, terminated=None)
 
 
 class _Pod:
@@ -92,35 +241,22 @@ class _Pod:
         self.name, self.index, self.labels, self.script = name, index, labels, script
         self.delay = delay  # start-up skew: extra Pending ticks
         self.age = 0
-        self.phase = "Pending"
         self.deleted = threading.Event()
-        self.ended = threading.Event()
         self.terminating: int | None = None  # listings left before a deleted pod is really gone
-        self.collecting = False  # the entry script's handshake (GPUCLUSTER_CONTROL_DIR in the template)
-        self.root: Path | None = None  # the container's filesystem under /gpucluster-run
         self.base: Path | None = None  # where the fake keeps the pods' filesystems
-        self.torch_code: int | None = None  # torchrun's exit code once it ended (collecting)
-        self.torch_ended = threading.Event()
-        self.setup = False  # argv.json holds the setup wrapper
-        self.stages = False  # argv.json waits for the staged file (--data)
+        self.host: Path | None = None  # the node's disk (the hostPath cache)
+        self.bin: Path | None = None  # the image's python shim
         self.service_account: str | None = None  # the pod template's serviceAccountName
         self.config_files: dict = {}  # the ConfigMap volume at /gpucluster: path -> bytes
-        self.peers: list = [self]  # every pod of its job
-        self.staged = threading.Event()
-        self.staged_age: int | None = None
-        self.setup_ended = threading.Event()
-        self.go = threading.Event()  # the go file exists: torchrun starts
-        self.go_age: int | None = None
-        self.code: int | None = None  # the container's exit code (without the handshake)
-        # init containers: [(name, command, env)], run in order by the fake kubelet
-        self.inits: list[tuple[str, list[str], dict]] = []
+        self.inits: list[tuple[str, list[str], dict]] = []  # [(name, command, env)], run in order
+        self.apps: list[tuple[str, list[str], dict]] = []  # the app containers' (name, command, env)
+        self.containers: list[_Container] = []
         self.restart_policy = "Never"
         self.image = ""
         self.network: Network | None = None
         self.dns_names: list[str] = []  # the pod's records once it has an address
-        self.rdzv_ports: list[int] = []  # the app container's declared ports (the head's rendezvous)
-        self.resolve_env = None  # () -> (env, None) or (None, why): the kubelet's env for the app container
-        self.env: dict | None = None  # the app container's environment once it started
+        self.resolve_env = None  # () -> (env, None) or (None, why): Secrets read as the kubelet starts the apps
+        self.env: dict | None = None  # the first app container's environment once it started
         self.config_error: str | None = None  # CreateContainerConfigError's message while it cannot start
         self.sandbox = False  # placed on a node, has an address
         self.pulls = 0  # image pull attempts (an image that cannot be pulled)
@@ -131,11 +267,7 @@ class _Pod:
         self.init_backoff = 0
         self.init_term: tuple[str, str | None] = ("Error", None)  # how a failed init container terminated
         self.init_failed: int | None = None  # restartPolicy Never: the init container that failed the pod
-        self.app_age: int | None = None  # when the app container started
-        self.train_age: int | None = None  # when the workers started (training output begins)
-        self.joined_at: float | None = None  # when every agent had joined the rendezvous
-        self.training = threading.Event()
-        self.rdzv: list[socket.socket] = []  # the head's rendezvous listener once its torchrun runs
+        self.app_age: int | None = None  # when the app containers started
         self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
                                     message="fake", last_timestamp="2026-11-22T00:00:00Z")]
         if script.unschedulable:
@@ -147,46 +279,40 @@ class _Pod:
                                   message="pod didn't trigger scale-up: 1 max node group size reached",
                                   last_timestamp="2026-11-22T00:00:09Z"))
 
+    # -- paths ------------------------------------------------------------------------------------
+    @property
+    def fs(self) -> Path:
+        return self.base / self.name
+
+    @property
+    def root(self) -> Path:
+        """The pod's emptyDir (/gpucluster-run)."""
+        return self.fs / "run"
+
+    @property
+    def config(self) -> Path:
+        return self.fs / "config"
+
+    def mapped(self, text: str) -> str:
+        """A command word, environment value or argv.json with the mount paths of this machine."""
+        return (text.replace("/gpucluster-run", str(self.root)).replace("/gpucluster-cache", str(self.host))
+                .replace("/gpucluster/", f"{self.config}/"))
+
+    @property
+    def phase(self) -> str:
+        if self.init_failed is not None:
+            return "Failed"
+        if not self.containers:
+            return "Pending"
+        if any(c.code is None for c in self.containers):
+            return "Running"
+        return "Succeeded" if all(c.code == 0 for c in self.containers) else "Failed"
+
     # -- the kubelet's clock -------------------------------------------------------------------
     def tick(self) -> None:
         self.age += 1
-        if self.phase == "Pending":
+        if self.phase == "Pending" and not self.deleted.is_set():
             self._tick_pending()
-        if self.phase != "Running" or self.app_age is None:
-            return
-        start = self.app_age
-        if self.root is None and (self.collecting or self.setup or self.stages):
-            self.start_files(self.base)  # the container starts: the emptyDir, the training's files
-        if self.stages:
-            start = self.tick_staged(start)
-            if start is None:
-                return
-        if self.setup:
-            start = self.tick_setup(start)
-            if start is None:
-                return
-        self._open_rendezvous()
-        if not all(p.past_gates() for p in self.peers):  # torchrun's rendezvous waits for every agent
-            self.stopped()
-            return
-        if self.train_age is None:  # the workers start (and print) a while after the rendezvous
-            self.joined_at = self.joined_at or time.monotonic()
-            if time.monotonic() - self.joined_at < RDZV_TO_OUTPUT_S:
-                self.stopped()
-                return
-            self.train_age = self.age
-            self.training.set()
-        start, s = self.train_age, self.script
-        if self.collecting:
-            self._tick_collecting(start)
-        elif s.exit_code is not None and self.age >= start + s.run_ticks:
-            self._finish(s.exit_code)
-
-    def _finish(self, code: int) -> None:
-        self.code = code
-        self.phase = "Succeeded" if code == 0 else "Failed"
-        self.ended.set()
-        self._close_rendezvous()
 
     def _tick_pending(self) -> None:
         s = self.script
@@ -204,11 +330,43 @@ class _Pod:
         while self.init_index < len(self.inits):
             if not self._tick_init():
                 return
-        if self.resolve_env is not None:  # the kubelet makes the app container's environment (Secrets read now)
-            self.env, self.config_error = self.resolve_env()
+        if self.resolve_env is not None:  # the kubelet makes the app containers' environment (Secrets read now)
+            extra, self.config_error = self.resolve_env()
             if self.config_error is not None:
                 return  # CreateContainerConfigError: retried at every sync, as the kubelet does
-        self.phase, self.app_age = "Running", self.age
+            self.apps = [(n, cmd, {**env, **extra}) for n, cmd, env in self.apps]
+            self.resolve_env = None
+        self.env = dict(self.apps[0][2]) if self.apps else {}
+        self._start_apps()
+
+    def _env(self, env: dict) -> dict:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCLUSTER_", "STORAGE_EMULATOR"))}
+        script = self.fs / "script.json"
+        if not script.exists():
+            script.write_text(json.dumps(self.script.plan()))
+        return {**base, **{k: self.mapped(v) for k, v in env.items()},
+                "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONDONTWRITEBYTECODE": "1",
+                "GPUCLUSTER_FAKE_NET": str(self.network.path) if self.network else "",
+                "GPUCLUSTER_FAKE_PORTS": str(self.network.port_dir) if self.network else "",
+                "GPUCLUSTER_FAKE_DNS": ",".join(self.dns_names), "GPUCLUSTER_FAKE_SCRIPT": str(script),
+                "GPUCLUSTER_FAKE_FAST_CLOCK": "1"}
+
+    def _start_apps(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for name, command, env in self.apps:
+            argv = [self.mapped(a) for a in command]
+            self.containers.append(_Container(name, argv, self._env(env), self.fs / "workspace"))
+        for c in self.containers:
+            c.start()
+        self.app_age = self.age
+        if self.script.oom_after_s is not None:
+            threading.Thread(target=self._oom, daemon=True).start()
+
+    def _oom(self) -> None:
+        if not self.deleted.wait(self.script.oom_after_s):
+            app = self.containers[0]
+            app.reason = "OOMKilled"
+            app.signal(signal.SIGKILL)
 
     def _tick_init(self) -> bool:
         """One step of the running init container; True when it completed (start the next)."""
@@ -229,8 +387,6 @@ class _Pod:
             return True
         if self.restart_policy == "Never":  # the pod fails (Init:Error)
             self.init_failed = self.init_index
-            self.phase = "Failed"
-            self.ended.set()
         else:
             self.init_restarts[self.init_index] = self.init_restarts.get(self.init_index, 0) + 1
             self.init_backoff = BACKOFF_TICKS
@@ -239,147 +395,53 @@ class _Pod:
     def _start_init(self) -> None:
         name, command, env = self.inits[self.init_index]
         if self.script.no_python and command[:1] in (["python"], ["python3"]):
-            # the runtime cannot start the command (an image without python): StartError, exit code 128
             self.init_term = ("StartError", f'failed to create containerd task: exec: "{command[0]}": executable '
                                             "file not found in $PATH: unknown")
             self.init_proc = subprocess.Popen(["sh", "-c", "exit 128"], start_new_session=True)
             _LIVE.add(self.init_proc)
             return
-        config = self.base / self.name / "config"
-        argv = []
-        for i, arg in enumerate(command):
-            if i == 0 and arg in ("python", "python3"):
-                argv += [sys.executable, NET, str(self.network.path)]
-            else:
-                argv.append(arg.replace("/gpucluster/", f"{config}/"))
-        env = {**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1", "GPUCLUSTER_FAKE_FAST_CLOCK": "1"}
+        argv = [self.mapped(a) for a in command]
         log = self.init_log(name)
         with open(log, "ab") as out:
-            self.init_proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+            self.init_proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self._env(env),
                                               start_new_session=True, stdin=subprocess.DEVNULL)
         _LIVE.add(self.init_proc)
 
     def init_log(self, name: str) -> Path:
-        return self.base / self.name / f"init-{name}.log"
+        return self.fs / f"init-{name}.log"
 
     def _write_config(self) -> None:
-        """The ConfigMap volume at /gpucluster, read-only, for every container of the pod."""
+        """The ConfigMap volume at /gpucluster, read-only, for every container of the pod (argv.json with
+        the mount paths of this machine)."""
         for rel, content in self.config_files.items():
-            path = self.base / self.name / "config" / rel
+            path = self.config / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-        (self.base / self.name).mkdir(parents=True, exist_ok=True)
-
-    def _open_rendezvous(self) -> None:
-        """The head's torchrun runs: its c10d store listens on the rendezvous port."""
-        if self.index != 0 or self.rdzv or self.network is None or not self.rdzv_ports or self.ended.is_set() \
-                or self.torch_ended.is_set():
-            return
-        for port in self.rdzv_ports:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(64)
-            self.rdzv.append(sock)
-            self.network.ports.update({f"{n}:{port}": sock.getsockname()[1] for n in self.dns_names})
-        self.network.write()
-
-    def _close_rendezvous(self) -> None:
-        if self.rdzv and self.network is not None:
-            for key in [k for k in self.network.ports if k.split(":")[0] in self.dns_names]:
-                self.network.ports.pop(key)
-            self.network.write()
-        for sock in self.rdzv:
-            sock.close()
-        self.rdzv = []
+            path.write_bytes(self.mapped(content.decode()).encode() if rel == "argv.json" else content)
+        self.fs.mkdir(parents=True, exist_ok=True)
 
     def kill(self) -> None:
-        """The pod is deleted (or its node lost): every container stops, its records go."""
+        """The pod is deleted (or its node lost): every container gets SIGTERM, then SIGKILL after the
+        grace period; its records go."""
         self.deleted.set()
         if self.init_proc is not None:
             _kill(self.init_proc)
-        self._close_rendezvous()
+        for c in self.containers:
+            c.signal(signal.SIGTERM)
+
+        def hard() -> None:
+            time.sleep(STOP_GRACE_S)
+            for c in self.containers:
+                c.signal(signal.SIGKILL)
+
+        threading.Thread(target=hard, daemon=True).start()
         if self.network is not None and self.sandbox:
             self.network.withdraw(self.dns_names)
 
-    def _tick_collecting(self, start: int) -> None:
-        s, control = self.script, self.root / "control"
-        if self.torch_code is None:
-            if (control / "stop").exists():
-                self.torch_code = 143
-            elif s.exit_code is not None and self.age >= start + s.run_ticks:
-                self.torch_code = s.exit_code
-            if self.torch_code is not None:
-                self.torch_ended.set()
-                self._close_rendezvous()
-        if self.torch_code is not None and (control / "collected").exists():
-            self.phase = "Succeeded" if self.torch_code == 0 else "Failed"
-            self.ended.set()
+    def container(self, name: str | None) -> _Container | None:
+        return next((c for c in self.containers if c.name == (name or self.apps[0][0])), None)
 
-    def start_files(self, base: Path) -> None:
-        self.root = base / self.name
-        (self.root / "control").mkdir(parents=True)
-        out = self.root / "outputs"
-        out.mkdir()
-        for rel, content in self.script.outputs.items():
-            path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-    # -- --data and --setup gates (the wrapper in argv.json) ---------------------------------------
-    def end_container(self, code: int, start: int) -> None:
-        """The wrapper ended before torchrun (failed setup, or stopped while waiting): the container's
-        command ends with `code` (with the handshake, job_end first and the pod waits for collection)."""
-        if self.collecting:
-            if self.torch_code is None:
-                self.torch_code = code
-                self.torch_ended.set()
-            self._tick_collecting(start)
-        elif not self.ended.is_set():
-            self.code, self.phase = code, "Failed"
-            self.ended.set()
-
-    def tick_staged(self, start: int) -> int | None:
-        """Waiting for the staged file (made through exec once the pod's data is in place): None while
-        it waits (a `stop` file ends it with 143), else the tick the setup or training starts from."""
-        control = self.root / "control"
-        if not self.staged.is_set():
-            if (control / "staged").exists():
-                self.staged_age = self.age
-                self.staged.set()
-            elif (control / "stop").exists():
-                self.end_container(143, start)
-                return None
-            else:
-                return None
-        return self.staged_age
-
-    def tick_setup(self, start: int) -> int | None:
-        """The setup wrapper: None while it runs or waits for go (or once it ended the container);
-        else the tick training starts from."""
-        s, control = self.script, self.root / "control"
-        if not self.setup_ended.is_set():
-            if self.age < start + s.setup_ticks:
-                return None
-            self.setup_ended.set()
-        if s.setup_rc != 0 or (not self.go.is_set() and (control / "stop").exists()):
-            self.end_container(s.setup_rc or 143, start)
-            return None
-        if not self.go.is_set():
-            if not (control / "setup-go").exists():
-                return None
-            self.go_age = self.age
-            self.go.set()
-        return self.go_age
-
-    def past_gates(self) -> bool:
-        return (self.app_age is not None and (not self.stages or self.staged.is_set())
-                and (not self.setup or self.go.is_set()))
-
-    def stopped(self) -> None:
-        """A `stop` file seen before torchrun ended: the command ends with 143."""
-        if self.root is not None and self.torch_code is None and not self.ended.is_set() and \
-                (self.root / "control" / "stop").exists():
-            self.end_container(143, self.age)
+    def log_text(self, container: str = "pytorch") -> str:
+        return c.log.text() if (c := self.container(container)) is not None else ""
 
     # -- what the API server shows -----------------------------------------------------------------
     def _init_statuses(self) -> list[NS] | None:
@@ -406,10 +468,13 @@ class _Pod:
                 running = NS(started_at=None)
             else:
                 waiting = NS(reason="PodInitializing", message=None)
-            out.append(NS(name=name, state=NS(waiting=waiting, running=running, terminated=terminated),
-                          last_state=last, restart_count=self.init_restarts.get(i, 0), ready=terminated is not None
-                          and terminated.exit_code == 0))
+            out.append(self._status(name, NS(waiting=waiting, running=running, terminated=terminated), last,
+                                    self.init_restarts.get(i, 0), terminated is not None and terminated.exit_code == 0))
         return out
+
+    def _status(self, name: str, state: NS, last=None, restarts: int = 0, ready: bool = False) -> NS:
+        return NS(name=name, image=self.image, image_id="", ready=ready, restart_count=restarts, started=None,
+                  state=state, last_state=last, container_id=None)
 
     def status_text(self) -> str:
         """What `kubectl get pods` prints in STATUS for this pod (Init:N/M while init containers run)."""
@@ -424,28 +489,25 @@ class _Pod:
         return self.phase
 
     def view(self) -> NS:
-        if self.phase == "Pending" or (self.phase == "Failed" and self.init_failed is not None):
-            if self.inits and self.init_index < len(self.inits):
-                waiting = NS(reason="PodInitializing", message=None)
-            elif self.config_error is not None:
-                waiting = NS(reason="CreateContainerConfigError", message=self.config_error)
-            else:
-                waiting = NS(reason=self.script.waiting_reason or "ContainerCreating", message="fake")
-            state = NS(waiting=waiting, running=None, terminated=None)
-        elif self.phase == "Running":
-            state = NS(waiting=None, running=NS(started_at=None), terminated=None)
-        else:
-            code = self.torch_code if self.collecting else self.code
-            state = NS(waiting=None, running=None,
-                       terminated=NS(exit_code=code, reason="Completed" if code == 0 else "Error", message=None))
+        phase = self.phase
+        waiting = None
+        if phase in ("Pending", "Failed") and not self.containers:
+            waiting = "PodInitializing" if self.inits and self.init_index < len(self.inits) else \
+                (self.script.waiting_reason or ("CreateContainerConfigError" if self.config_error else "ContainerCreating"))
+        statuses = []
+        for name, _, _ in self.apps:
+            c = self.container(name)
+            state = c.state(waiting) if c is not None else NS(
+                waiting=NS(reason=waiting or "ContainerCreating", message=self.config_error or "fake"), running=None,
+                terminated=None)
+            statuses.append(self._status(name, state, ready=c is not None and c.running))
         return NS(
-            metadata=NS(name=self.name, labels=dict(self.labels),
+            metadata=NS(name=self.name, namespace="default", labels=dict(self.labels),
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
-            status=NS(phase=self.phase, reason=None, init_container_statuses=self._init_statuses(),
-                      container_statuses=[NS(name="pytorch", state=state, last_state=None,
-                                             restart_count=0)],
+            status=NS(phase=phase, reason=None, message=None, init_container_statuses=self._init_statuses(),
+                      container_statuses=statuses,
                       conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
                       if self.script.unschedulable else []),

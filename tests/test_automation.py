@@ -653,3 +653,16 @@ def test_preflight_refuses_missing_credentials_before_anything(home):
     checks.pop(0)
     p.preflight()  # a quota problem alone does not stop a run here
     assert not fake.calls or all(c[0] != "up" for c in fake.calls)
+
+
+def test_up_of_an_existing_stack_refreshes_it_first(home):
+    """issue 26: a cluster deleted outside Pulumi (or left half-destroyed) is still in the stack's state;
+    `up` refreshes the state before the update, so Pulumi recreates what is gone instead of trusting it."""
+    fake = FakePulumiCommand()
+    prov = provider(fake)
+    prov.up(spec(), Recorder())
+    assert "refresh" not in fake.verbs()  # a new stack has nothing to refresh
+    before = len(fake.verbs())
+    prov.up(spec(), Recorder())
+    again = fake.verbs()[before:]
+    assert "refresh" in again and again.index("refresh") < again.index("up")

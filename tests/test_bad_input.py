@@ -1038,3 +1038,17 @@ def test_damaged_installation_id(home):
     assert_clean_refusal(r, "installation-id", "'not-an-id'", "16 hex digits")
     assert_no_run_recorded(home)
     assert (home / "installation-id").read_text() == "not-an-id\n"
+
+
+def test_gcp_data_above_the_working_folder_needs_a_shipped_script_and_stays_in_the_run_folder(home, tmp_path):
+    """issue 28 item 7 on gcp: `--data SRC:../data` lands beside the pod's working copy of the script's
+    folder; without a shipped script there is no such folder, and it may not land on the run folder's own."""
+    r = run_cli("run", "--cloud", "gcp", "--project", "p-123456", "--nodes", "2", "--data", "tests:../data")
+    assert_clean_refusal(r, "'../data'", "shipped script")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    r = run_cli("run", "--cloud", "gcp", "--project", "p-123456", "--nodes", "2", "--data",
+                f"{ROOT / 'tests'}:../control", "--", "python", "train.py", cwd=project)
+    assert_clean_refusal(r, "'../control'", "already holds")
+    assert_no_run_recorded(home)

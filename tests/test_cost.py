@@ -82,17 +82,23 @@ def test_gke_two_n1_standard_16_with_4_v100_for_90_min(catalog):
                        accelerator="nvidia-tesla-v100", zone="us-central1-a", disk_gb=100, disk_type="pd-balanced")
     # by hand: VMs 2 x 0.76 x 1.5 = 2.28; GPUs 8 x 2.48 x 1.5 = 29.76; disks 200 GB x 0.10 x 1.5/730 = 0.041095890;
     # GKE fee 0.10 x 1.5 = 0.15; system pool n1-standard-2 (2 x 0.031612 + 7.5 x 0.0042368 = 0.095/h) x 1.5 =
-    # 0.1425 and its 50 GB pd-balanced x 0.10 x 1.5/730 = 0.010273973
+    # 0.1425 and its 50 GB pd-balanced x 0.10 x 1.5/730 = 0.010273973; each node's external IPv4
+    # (issue 26) 0.005 x 1.5: 2 x 0.0075 = 0.015 for the GPU nodes, 0.0075 for the system node
     paid = C.estimate(spec, "1.5", catalog=catalog)
-    by = {(ln["category"], ln["description"].startswith("system pool")): Decimal(ln["total"]) for ln in paid.lines}
-    assert by == {("instances", False): Decimal("2.28"), ("gpus", False): Decimal("29.76"),
+    by: dict = {}
+    for ln in paid.lines:
+        key = (ln["category"], ln["description"].startswith("system pool"))
+        by[key] = by.get(key, Decimal(0)) + Decimal(ln["total"])
+    assert by == {("instances", False): Decimal("2.295"), ("gpus", False): Decimal("29.76"),
                   ("disks", False): Decimal("0.041095890"), ("cluster fee", False): Decimal("0.15"),
-                  ("instances", True): Decimal("0.1425"), ("disks", True): Decimal("0.010273973")}
-    assert paid.total == Decimal("32.383869863")
-    assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.58925")  # 1.52 + 19.84 + 0.10 + 0.0274 + 0.0950 + 0.0068
+                  ("instances", True): Decimal("0.15"), ("disks", True): Decimal("0.010273973")}
+    assert "2 x external IPv4 (on-demand)" in {ln["description"] for ln in paid.lines}
+    assert paid.total == Decimal("32.406369863")
+    # 1.52 + 0.01 + 19.84 + 0.10 + 0.0274 + 0.0950 + 0.005 + 0.0068
+    assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.60425")
     free = C.estimate(spec, "1.5", catalog=catalog, free_tier=True)
     by_free = {ln["category"]: Decimal(ln["total"]) for ln in free.lines}
-    assert by_free["cluster fee"] == 0 and free.total == Decimal("32.233869863")
+    assert by_free["cluster fee"] == 0 and free.total == Decimal("32.256369863")
     # the component always makes a zonal cluster: a region alone gets its first V100 zone, so the
     # free tier covers it too
     by_region = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True)
@@ -112,9 +118,10 @@ def test_default_two_node_gcp_run_is_priced_as_the_component_declares_it(catalog
     assert hourly["system pool: 50 GB pd-balanced"] == (Decimal("50") * Decimal("0.10") / 730).quantize(C.NANO)
     assert est.hourly == sum(hourly.values())
     assert est.gpus == 2 and not any("--gpus " in n or "no GPUs" in n for n in est.notes)
-    # what keeps billing after the dead-man switch: fee + system pool + its disk
+    # what keeps billing after the dead-man switch: fee + system pool + its disk + its external IPv4
     (after,) = [n for n in est.notes if "after the max lifetime" in n]
-    assert "$0.20/h (0.2018)" in after
+    assert "$0.21/h (0.2068)" in after and "scales to zero" in after
+    assert hourly["2 x external IPv4 (on-demand)"] == Decimal("0.01")
 
 
 def test_other_n1_shapes_are_priced_from_unit_prices(catalog):
@@ -186,9 +193,10 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
                    for i in range(2)]
         else:
             pool = {"machine_type": "n1-standard-16", "node_count": 2, "gpus_per_node": 4, "spot": True,
-                    "accelerator": "nvidia-tesla-v100", "disk_gb": 150, "disk_type": "pd-balanced"}
+                    "accelerator": "nvidia-tesla-v100", "disk_gb": 150, "disk_type": "pd-balanced",
+                    "external_ipv4": 1}
             system = {"machine_type": "n1-standard-2", "node_count": 1, "gpus_per_node": 0, "spot": False,
-                      "disk_gb": 50, "disk_type": "pd-balanced"}
+                      "disk_gb": 50, "disk_type": "pd-balanced", "external_ipv4": 1}
             res = [("gke-cluster", "c", "us-central1-a", {"zonal": True}, T0, T0 + 300, T0 + seconds),
                    ("node-pool", "p", "us-central1-a", pool, T0 + 5, T0 + 400, T0 + 5 + seconds),
                    ("node-pool", "est-gcp-system", "us-central1-a", system, T0 + 5, T0 + 400, T0 + 5 + seconds),
@@ -463,8 +471,8 @@ def test_render_run_cost_flags_still_billing(tmp_path, catalog):
 def test_render_line_for_the_run_plan(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
     line = C.estimate(spec, 1, catalog=catalog).render_line()
-    assert line.startswith("$21.59 for 1 h at $21.59/h (instances $1.52/h, gpus $19.84/h, disks $0.03/h, "
-                           "cluster fee $0.10/h, system pool $0.10/h, $2.67/GPU-hour; on-demand prices read "
+    assert line.startswith("$21.60 for 1 h at $21.60/h (instances $1.53/h, gpus $19.84/h, disks $0.03/h, "
+                           "cluster fee $0.10/h, system pool $0.11/h, $2.67/GPU-hour; on-demand prices read "
                            "2026-11-22)")
     assert "\n" not in line
     assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()
@@ -521,3 +529,20 @@ def test_spot_is_priced_at_the_zone_it_ran_in_where_known_and_says_which(tmp_pat
     zoned = cost_with(catalog)
     assert Decimal(zoned["unit_price"]) == Decimal("0.4246") and zoned["note"] == "spot price of us-east-1b"
     assert Decimal(zoned["cost"]) == Decimal("0.4246")
+
+
+def test_the_estimate_follows_the_gpu_pools_autoscaling_setting(catalog):
+    """issue 26: with `autoscale=false` the GPU pool keeps its nodes after the Job's deadline, so they
+    keep billing until `down` (the gcp-v100 example: 8 V100); with `minNodes` its minimum does."""
+    base = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
+    (scaled,) = [n for n in C.estimate(base, 1, catalog=catalog).notes if "after the max lifetime" in n]
+    assert "scales to zero" in scaled and "(0.2068)" in scaled
+    fixed = C.estimate(base.replace(options=(("autoscale", "false"),)), 1, catalog=catalog)
+    (after,) = [n for n in fixed.notes if "after the max lifetime" in n]
+    assert "scales to zero" not in after and "all 2 GPU node(s)" in after
+    assert f"({fixed.hourly.quantize(Decimal('0.0001'))})" in after  # everything keeps billing: 21.6043
+    floor = C.estimate(base.replace(options=(("minNodes", "1"),)), 1, catalog=catalog)
+    (kept,) = [n for n in floor.notes if "after the max lifetime" in n]
+    one_node = (floor.hourly - Decimal("0.2068")) / 2
+    assert "scales down to 1 node(s)" in kept
+    assert f"({(Decimal('0.2068') + one_node).quantize(Decimal('0.0001'))})" in kept

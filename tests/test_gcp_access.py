@@ -6,7 +6,7 @@ import pytest
 
 from gpucluster.errors import SpecError
 from gpucluster.infra.gcp import access as gcp_access
-from gpucluster.infra.gcp.access import QuotaError, classify_quota, resolve_project, v100_quota
+from gpucluster.infra.gcp.access import QuotaError, classify_quota, resolve_project
 from gpucluster.spec import ClusterSpec
 
 ALL_ENV = {"GOOGLE_PROJECT": "env-google-project", "GOOGLE_CLOUD_PROJECT": "env-google-cloud",
@@ -77,7 +77,7 @@ def test_quota_error_classified_with_next_steps():
     assert isinstance(err, QuotaError)
     assert err.quota == "NVIDIA_V100_GPUS" and err.region == "us-central1"
     assert "limit 0.0" in err.message
-    assert "request more" in err.hint and "europe-west4" in err.hint and "us-central1," not in err.hint
+    assert "request more" in err.hint and "europe-west4" in err.hint and "us-central1 /" not in err.hint
     assert classify_quota("ZONE_RESOURCE_POOL_EXHAUSTED", spec) is None
 
 
@@ -95,16 +95,6 @@ def test_quota_error_reaches_the_user_through_the_driver():
     assert err.message.startswith("creating cluster 'v100' failed: GCP quota NVIDIA_V100_GPUS exceeded in us-central1")
 
 
-def test_v100_quota_read_from_the_regions_get_body():
-    # shape of compute.regions.get (Compute Engine REST reference): quotas[] of {metric, limit, usage}
-    body = {"name": "us-central1", "quotas": [{"metric": "CPUS", "limit": 24.0, "usage": 0.0},
-                                              {"metric": "NVIDIA_V100_GPUS", "limit": 4.0, "usage": 1.0}]}
-    seen = []
-    assert v100_quota("my-proj-1", "us-central1", compute=lambda url: seen.append(url) or body) == (4.0, 1.0)
-    assert seen == ["https://compute.googleapis.com/compute/v1/projects/my-proj-1/regions/us-central1"]
-    assert v100_quota("my-proj-1", "us-central1", compute=lambda url: {"quotas": []}) == (0.0, 0.0)
-
-
 def test_credentials_missing_is_one_line_naming_the_fix(monkeypatch):
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
@@ -116,3 +106,19 @@ def test_credentials_missing_is_one_line_naming_the_fix(monkeypatch):
     with pytest.raises(gcp_access.GcpAuthError) as err:
         gcp_access.google_credentials()
     assert "\n" not in err.value.message and "application-default login" in err.value.hint
+
+
+def test_credentials_ask_for_the_email_scope_too(monkeypatch):
+    """GKE knows the caller by email only with userinfo.email; RBAC bindings name emails (the GKE auth
+    plugin and client-go's gcp provider ask for cloud-platform and userinfo.email)."""
+    import google.auth
+
+    asked = []
+
+    class Creds:
+        valid, token = True, "tok"
+
+    monkeypatch.setattr(google.auth, "default", lambda scopes=None, **kw: asked.append(scopes) or (Creds(), "p"))
+    gcp_access.google_credentials()
+    assert asked == [["https://www.googleapis.com/auth/cloud-platform",
+                      "https://www.googleapis.com/auth/userinfo.email"]]

@@ -47,7 +47,7 @@ def test_dry_run_of_a_default_two_node_run_needs_no_credentials(tmp_path):
     assert job["activeDeadlineSeconds"] == 240 * 60 and job["template"]["spec"]["initContainers"][0]["name"] == \
         "wait-for-peers"
     assert any(n.startswith("image: pytorch/pytorch:") for n in result["plan"])
-    assert "$5.57/h" in result["estimate_line"]
+    assert "$5.58/h" in result["estimate_line"]
     # nothing was recorded or created: the gpucluster home (ledger, Pulumi state) was never made
     assert not (tmp_path / "home").exists()
 
@@ -83,18 +83,23 @@ class Creds:
 
 
 def test_doctor_gcp_checks_adc_project_quota_and_kubernetes_auth(monkeypatch, tmp_path):
+    from google_fake import FakeProject
+
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     for var in gcp_access.PROJECT_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
-    body = {"quotas": [{"metric": "NVIDIA_V100_GPUS", "limit": 8.0, "usage": 0.0}]}
-    checks = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), compute=lambda url: body)
-    assert [c["ok"] for c in checks] == [True, True, True, True]
-    assert "my-proj-42 (from --project)" in checks[1]["detail"]
-    assert "0 used of 8" in checks[2]["detail"]
-    assert "no gcloud" in checks[3]["detail"]
-    body["quotas"][0]["limit"] = 1.0
-    quota = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), compute=lambda u: body)[2]
-    assert quota["ok"] is False and "needs 2" in quota["detail"] and "--region" in quota["fix"]
+    project = FakeProject().ready()
+    checks = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project,
+                                      billing=project)
+    assert all(c["ok"] is True for c in checks), checks
+    by = {c["check"]: c for c in checks}
+    assert "my-proj-42 (from --project)" in by["gcp project"]["detail"]
+    assert "0 used of 8" in by["gcp quota NVIDIA_V100_GPUS (us-central1)"]["detail"]
+    assert "no gcloud" in checks[-1]["detail"]
+    project.regions["us-central1"]["NVIDIA_V100_GPUS"] = (1.0, 0.0)
+    checks = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project, billing=project)
+    (quota,) = [c for c in checks if c["ok"] is False]
+    assert "needs 2" in quota["detail"] and "--region" in quota["fix"]
     assert "europe-west4" in quota["fix"]
 
 
@@ -110,7 +115,7 @@ def test_doctor_gcp_without_adc_fails_each_check_with_a_fix(monkeypatch, tmp_pat
     for var in gcp_access.PROJECT_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     checks = gcp_access.doctor_checks(None, None)
-    assert [c["ok"] for c in checks] == [False, False, None, False]
+    assert [c["ok"] for c in checks] == [False, False, None, False]  # the prerequisites: not checked
     assert all(c["fix"] for c in checks if c["ok"] is False)
     assert "application-default login" in checks[0]["fix"]
 

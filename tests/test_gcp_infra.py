@@ -85,8 +85,30 @@ def test_cluster_is_zonal_without_default_pool_or_deletion_protection(mocks):
                                        "gpucluster-run": "r20261122-031500-abc123"}
         (component,) = mocks.of_type(COMPONENT)
         assert cluster.custom is True and component.name == "v100"
+        # upgrades held for the cluster's life (issue 26): a NO_UPGRADES exclusion from now to its max
+        # lifetime + 1 h (a zonal control plane is down for minutes during an upgrade)
+        from datetime import datetime, timedelta, timezone
+
+        policy = i["maintenancePolicy"]
+        assert policy["dailyMaintenanceWindow"] == {"startTime": "03:00"}
+        (excl,) = policy["maintenanceExclusions"]
+        assert excl["exclusionName"] == "gpucluster-run" and excl["exclusionOptions"] == {"scope": "NO_UPGRADES"}
+        start, end = (datetime.strptime(excl[k], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+                      for k in ("startTime", "endTime"))
+        assert abs(datetime.now(timezone.utc) - start) < timedelta(minutes=5)
+        assert end - start == timedelta(minutes=spec().max_lifetime_minutes + 60)
 
     return after(outputs, check)
+
+
+def test_the_maintenance_exclusion_is_capped_at_gkes_30_days():
+    from datetime import datetime, timezone
+
+    from gpucluster.infra.gcp.component import maintenance_policy
+
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+    (excl,) = maintenance_policy(90 * 24 * 60, now=now).maintenance_exclusions
+    assert excl.start_time == "2026-11-25T12:00:00Z" and excl.end_time == "2026-12-25T12:00:00Z"
 
 
 @pulumi.runtime.test

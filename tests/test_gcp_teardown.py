@@ -14,6 +14,8 @@ Behaviours of the stand-in, with their public sources:
 
 from __future__ import annotations
 
+from google_fake import FakeProject
+
 from gpucluster.infra.leftovers import scope_of
 from gpucluster.infra.registry import plugin as _plugin
 
@@ -77,17 +79,17 @@ class SlowGke:
 def test_delete_polls_the_operation_to_its_end():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=300)
-    (lo,) = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).leftovers
+    (lo,) = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke, "google": FakeProject()})).leftovers
     assert not lo.deleting
     errors = gcp_leftovers.delete([lo], client=gke, wait_seconds=1800, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert errors == [] and clock.t >= 300 and gke.op_reads >= 30
-    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).verified
+    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke, "google": FakeProject()})).verified
 
 
 def test_delete_past_the_bound_names_the_running_operation():
     clock = Clock()
     gke = SlowGke(clock, delete_seconds=10_000)
-    left = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke})).leftovers
+    left = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": PROJECT, "gke_client": gke, "google": FakeProject()})).leftovers
     errors = gcp_leftovers.delete(left, client=gke, wait_seconds=120, poll_seconds=10, clock=clock, sleep=clock.sleep)
     assert len(errors) == 1 and "still deleting after 120 s" in errors[0] and "operation-123" in errors[0]
 
@@ -118,7 +120,8 @@ def provider(gke, clock, await_seconds):
     from gpucluster.ownership import Ownership
 
     return PulumiProvider(_plugin("gcp"), driver=Driver(), ownership=Ownership(OWNER), scan_options={
-        "gke_client": gke, "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock, "sleep": clock.sleep})
+        "gke_client": gke, "google": FakeProject(), "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock,
+        "sleep": clock.sleep})
 
 
 def test_down_waits_for_a_stopping_cluster_with_progress_and_does_not_delete_it_again():
@@ -149,3 +152,65 @@ def test_the_old_instant_fake_would_have_hidden_the_wait():
     events = Events()
     provider(gke, clock, 1800).down("demo", events)
     assert not [m for m in events.messages if m.startswith("waiting")]
+
+
+# -- the pods' service account and its grants, after a failed destroy (issue 26 item 8) ------------
+def account(project, email, description, uid="1"):
+    project.accounts[email] = {"uniqueId": uid, "displayName": "gpucluster pods", "description": description}
+
+
+def test_the_scan_finds_our_service_account_by_its_markers_and_delete_removes_its_grants_first():
+    from gpucluster.infra.gcp.component_access import account_description
+
+    google = FakeProject(project=PROJECT)
+    ours = "gpuc-demo@proj-one.iam.gserviceaccount.com"
+    account(google, ours, account_description("demo", "r20261125-010101-abcdef", ["data-bkt", "out-bkt"]), uid="11")
+    account(google, "gpuc-other@proj-one.iam.gserviceaccount.com", account_description("other", None, []))
+    account(google, "gpuc-lookalike@proj-one.iam.gserviceaccount.com", "a person's account, gpucluster-cluster=demo")
+    account(google, "ci@proj-one.iam.gserviceaccount.com", account_description("demo", None, []))  # not gpuc-
+    google.policies["data-bkt"] = {"etag": "CAE=", "bindings": [
+        {"role": "roles/storage.objectViewer", "members": [f"serviceAccount:{ours}"],
+         "condition": {"title": "gpucluster read gs://data-bkt/x", "expression": "true"}},
+        {"role": "roles/storage.admin", "members": ["user:alice@example.com", f"serviceAccount:{ours}"]}]}
+    google.policies["out-bkt"] = {"etag": "CAE=", "bindings": [
+        {"role": "roles/storage.objectCreator", "members": [f"deleted:serviceAccount:{ours}?uid=11"]}]}
+    gke = SlowGke(Clock(), delete_seconds=0)
+    gke.deleting_since = -1  # the cluster went already; only the account is left (a failed destroy)
+    scope = scope_of({"project": PROJECT, "gke_client": gke, "google": google})
+    (lo,) = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope).leftovers
+    assert lo.kind == "service-account" and lo.id == ours and "gs://data-bkt, gs://out-bkt" in lo.detail
+    assert [f.leftover.id for f in leftovers.scan(_plugin("gcp").provisioner, run_id="r20261125-010101-abcdef",
+                                                     scope=scope).found] == [ours]
+    assert leftovers.delete_leftovers(_plugin("gcp").provisioner, [lo], scope) == []
+    assert ours not in google.accounts and "gpuc-other@proj-one.iam.gserviceaccount.com" in google.accounts
+    assert google.policies["data-bkt"]["bindings"] == [  # only our member went; alice's grant stays
+        {"role": "roles/storage.admin", "members": ["user:alice@example.com"]}]
+    assert google.policies["out-bkt"]["bindings"] == []  # a deleted principal's binding is ours too
+    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope).verified
+
+
+def test_a_scan_that_cannot_list_service_accounts_is_not_verified():
+    from gpucluster.infra.gcp.preflight import api_error
+
+    class Refusing(FakeProject):
+        def get(self, url, params=None):
+            raise api_error(403, {"error": {"code": 403, "message": "Permission 'iam.serviceAccounts.list' denied"}})
+
+    gke = SlowGke(Clock(), delete_seconds=0)
+    gke.deleting_since = -1
+    check = leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo",
+                                     scope=scope_of({"project": PROJECT, "gke_client": gke, "google": Refusing()}))
+    assert not check.verified and check.leftovers == ()
+    assert any("service accounts in proj-one: not checked" in s and "iam.serviceAccounts.list" in s for s in check.unchecked)
+
+
+def test_the_description_keeps_its_markers_within_256_characters():
+    from gpucluster.infra.gcp.component_access import account_description
+    from gpucluster.infra.gcp.leftovers import markers
+
+    many = [f"bucket-{i:02d}-" + "x" * 40 for i in range(8)]
+    text = account_description("demo", "r20261125-010101-abcdef", many)
+    marks = markers(text)
+    assert len(text) <= 256 and marks["managed-by"] == "gpucluster" and marks["gpucluster-cluster"] == "demo"
+    assert marks["gpucluster-run"] == "r20261125-010101-abcdef"
+    assert all(b in many for b in marks["buckets"].split(","))  # whole names only

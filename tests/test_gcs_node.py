@@ -27,6 +27,10 @@ def _node(srv, mode, a, b, *, python=sys.executable, path="/usr/bin:/bin", extra
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
 
 
+# IAM grants take up to 7 minutes to apply (GRANT_WAIT_S = 420 s); scaled down here
+QUICK_GRANTS = {"GPUCLUSTER_GCS_GRANT_WAIT_S": "1", "GPUCLUSTER_GCS_RETRY_BASE_S": "0.05"}
+
+
 def _answer(r) -> dict:
     return json.loads(r.stdout.splitlines()[-1])
 
@@ -82,8 +86,9 @@ def test_pull_failures_name_the_cause(gcs_server, tmp_path):
     r = _node(gcs_server, "pull", "gs://no-such-bkt/x", str(tmp_path / "d"))
     assert r.returncode == 4 and "bucket no-such-bkt does not exist" in r.stderr, r.stderr
     gcs_server.state.deny.add("locked-bkt")
-    r = _node(gcs_server, "pull", "gs://locked-bkt/x", str(tmp_path / "d"))
-    assert r.returncode == 4 and "403 from GCS for bucket locked-bkt" in r.stderr
+    r = _node(gcs_server, "pull", "gs://locked-bkt/x", str(tmp_path / "d"), extra=QUICK_GRANTS)
+    assert r.returncode == 4 and "403 from GCS for bucket locked-bkt (gs://locked-bkt/x)" in r.stderr
+    assert "still after 1 s" in r.stderr  # retried for the (scaled-down) propagation window first
     assert "Workload Identity" in r.stderr and "iam.gke.io/gcp-service-account" in r.stderr
 
 
@@ -195,3 +200,44 @@ def test_node_program_is_standard_library_only():
             "exec(compile(sys.argv[1], 'gcs_node', 'exec'), {'__name__': 'gcs_node'})\n")
     r = subprocess.run([sys.executable, "-I", "-c", code, source], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_403_from_a_grant_still_propagating_is_retried_until_it_applies(gcs_server, tmp_path):
+    """IAM docs, "Access change propagation": a new grant takes about 2 minutes, sometimes 7 or more.
+    Here it applies 2 s after the first request; the pull waits (window scaled to 5 s) and succeeds."""
+    gcs_server.make_bucket("new-bkt")
+    want = gcs_server.put_tree("new-bkt", "train", _dataset(tmp_path))
+    gcs_server.state.grant_after["new-bkt"] = 2.0
+    r = _node(gcs_server, "pull", "gs://new-bkt/train", str(tmp_path / "d"),
+              extra={"GPUCLUSTER_GCS_GRANT_WAIT_S": "5", "GPUCLUSTER_GCS_RETRY_BASE_S": "0.1"})
+    assert r.returncode == 0, r.stderr
+    assert _tree(tmp_path / "d") == want
+    denied = [q for m, p, q, _ in gcs_server.state.requests if p.endswith("/o") and m == "GET"]
+    assert len(denied) >= 2  # refused at first, then allowed
+
+
+def test_a_grant_that_never_applies_names_bucket_prefix_and_principal(gcs_server, metadata_server, tmp_path,
+                                                                       monkeypatch):
+    gcs_server.state.deny.add("locked-bkt")
+    monkeypatch.setenv("GPUCLUSTER_GCS_RETRY_BASE_S", "0.05")
+    from gpucluster.infra.gcp import gcs_node
+
+    client = gcs_node.Gcs(gcs_server.url, gcs_node.Tokens(metadata_server.host), gcs_node.Grants(1.0))
+    client.grants = client.tokens.grants = gcs_node.Grants(1.0)
+    with pytest.raises(gcs_node.Failure) as err:
+        gcs_node.pull(client, "gs://locked-bkt/imagenet/train", str(tmp_path / "d"))
+    msg = str(err.value)
+    assert "403 from GCS for bucket locked-bkt (gs://locked-bkt/imagenet/train)" in msg
+    assert "as gpuc-demo@my-proj.iam.gserviceaccount.com" in msg and "still after 1 s" in msg
+
+
+def test_a_new_workload_identity_binding_is_waited_for_at_the_metadata_server(metadata_server, monkeypatch):
+    """The GKE metadata server cannot mint the pod's token until the workloadIdentityUser grant applies."""
+    from gpucluster.infra.gcp import gcs_node
+
+    monkeypatch.setenv("GPUCLUSTER_GCS_RETRY_BASE_S", "0.05")
+    metadata_server.deny_for_s = 1.0
+    assert gcs_node.Tokens(metadata_server.host, gcs_node.Grants(5.0)).get() == "tok-1"
+    metadata_server.first, metadata_server.deny_for_s = None, 60.0
+    with pytest.raises(gcs_node.Failure, match="403.*getAccessToken"):
+        gcs_node.Tokens(metadata_server.host, gcs_node.Grants(0.5)).get()

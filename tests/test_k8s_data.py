@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
+from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
 from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
@@ -47,23 +48,31 @@ def same_tree(a, b):
         assert sha(a / rel) == sha(b / rel), rel
 
 
-def run(fake, tmp_path, mounts=(), nodes=2, setup=(), resume=None, output=True, **kw):
+def run(fake, tmp_path, mounts=(), nodes=2, setup=(), resume=None, output=True, http=False, **kw):
+    """`http`: through the real kubernetes client (its websocket exec patches an ApiClient while each of
+    the staging threads' execs opens) against the fake served over HTTP (tests/k8s_fake_http.py)."""
     events = Events()
-    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+    api, stop = serve(fake) if http else (k8s.KubeApi(fake, fake, fake, stream=fake.stream), lambda: None)
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0, api_retry_s=10)
     spec = job(data=tuple(mounts), setup=tuple(setup), resume=resume,
                output_dir=str(tmp_path / "out") if output else None, **kw)
     result = err = None
     try:
-        result = launcher.launch(cluster(nodes), spec, events, tmp_path / "logs")
-    except KeyboardInterrupt as exc:
-        err = exc
-    if output:
-        launcher.collect_outputs(spec, Events())
+        try:
+            result = launcher.launch(cluster(nodes), spec, events, tmp_path / "logs")
+        except KeyboardInterrupt as exc:
+            err = exc
+        if output:
+            launcher.collect_outputs(spec, Events())
+    finally:
+        stop()
+    assert fake.rest_upgrades == []
     return result, err, events
 
 
 def pod_dir(fake, rank):
-    return fake.root / f"{NAME}-{rank}-fake{rank}"
+    """The pod's emptyDir (/gpucluster-run) as the fake keeps it."""
+    return fake.root / f"{NAME}-{rank}-fake{rank}" / "run"
 
 
 def assert_no_exec_left(fake):
@@ -76,7 +85,7 @@ def test_a_folder_reaches_every_pod_before_training_and_a_rerun_sends_under_one_
     mounts = parse_data([str(data)])
     hosts = tmp_path / "gpu-nodes"  # the nodes' disks outlive the fake (a kept cluster)
     fake = FakeKubeApi({r: healthy(r) for r in range(2)}, host_root=hosts)
-    result, _, events = run(fake, tmp_path, mounts)
+    result, _, events = run(fake, tmp_path, mounts, http=True)
     assert result.ok, result.failure
     assert events.phases[:2] == ["stage", "rendezvous"] and "train" in events.phases
     for rank in range(2):
@@ -115,18 +124,14 @@ def test_a_folder_reaches_every_pod_before_training_and_a_rerun_sends_under_one_
 
 def test_setup_runs_after_staging_then_the_barrier(tmp_path):
     data = dataset(tmp_path, n=2)
-    scripts = {r: healthy(r) for r in range(2)}
-    for r in range(2):
-        scripts[r].setup_lines = [f"node {r} installing"]
-    fake = FakeKubeApi(scripts)
-    result, _, events = run(fake, tmp_path, parse_data([f"{data}:inputs/mini"]), setup=("pip install -r req.txt",))
-    assert result.ok, result.failure
+    fake = FakeKubeApi({r: healthy(r) for r in range(2)})
+    setup = ('echo "node $GPUCLUSTER_NODE_RANK installing"; test -f "$GPUCLUSTER_DATA/train/000.bin"',)  # data first
+    result, _, events = run(fake, tmp_path, parse_data([f"{data}:inputs/mini"]), setup=setup)
+    assert result.ok, result.failure  # each pod's setup found its data in place (the `test -f` above)
     assert events.phases[:3] == ["stage", "setup", "rendezvous"]
-    for rank in range(2):  # each pod's setup runs after its own data is in place (the wrapper waits for it;
-        # pods start at different times, so another pod's setup may end before this one is staged)
-        stage_at = max(i for i, (r, rec) in enumerate(events.metrics) if rec.get("kind") == STAGE_KIND and r == rank)
-        setup_at = min(i for i, (r, rec) in enumerate(events.metrics) if rec.get("kind") == "setup_end" and r == rank)
-        assert stage_at < setup_at
+    ends = {r: rec for r, rec in events.metrics if rec.get("kind") == "setup_end"}
+    assert {r: rec["rc"] for r, rec in ends.items()} == {0: 0, 1: 0}
+    assert any("node 1 installing" in line for _, line in events.lines)
     same_tree(data, pod_dir(fake, 0) / "inputs" / "mini")
 
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gcs_emulator import gcs_server  # noqa: E402,F401
 from k8s_fake import FakeKubeApi  # noqa: E402
+from k8s_fake_http import serve  # noqa: E402
 from test_k8s_data import pod_dir  # noqa: E402
 from test_k8s_launcher import NAME, RUN, Events, healthy, job  # noqa: E402
 from test_k8s_outputs import with_outputs  # noqa: E402
@@ -40,9 +41,9 @@ def cluster(nodes=2, objects=True):
     return Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig="{}", outputs=outputs)
 
 
-def launcher(fake):
-    return k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0,
-                                  objects=gcs.GcsTransfer())
+def launcher(fake, api=None):
+    return k8s.KubernetesLauncher(api=api or k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0,
+                                  objects=gcs.GcsTransfer(), api_retry_s=10)
 
 
 def test_pods_pull_gs_data_and_upload_their_outputs_as_the_bound_service_account(gcs_server, tmp_path,
@@ -58,12 +59,17 @@ def test_pods_pull_gs_data_and_upload_their_outputs_as_the_bound_service_account
     want = gcs_server.put_tree("train-data", "imagenet/train", src)
     mounts = parse_data(["gs://train-data/imagenet/train:inputs"], plugin("gcp"))
     fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
-    run = launcher(fake)
+    api, stop = serve(fake)  # the real kubernetes client: each pod's exec patches an ApiClient while it opens
+    run = launcher(fake, api)
     spec = job(data=mounts, output_dir="gs://results/runs")
     events = Events()
-    result = run.launch(cluster(), spec, events, tmp_path / "logs")
-    assert result.ok, result.failure
-    got = {o.node_rank: o for o in run.collect_outputs(spec, Events())}
+    try:
+        result = run.launch(cluster(), spec, events, tmp_path / "logs")
+        assert result.ok, result.failure
+        got = {o.node_rank: o for o in run.collect_outputs(spec, Events())}
+    finally:
+        stop()
+    assert fake.rest_upgrades == [] and run.cleanup_errors == []
     # data: every pod pulled the prefix itself, checksums intact
     for rank in range(2):
         folder = pod_dir(fake, rank) / "inputs"

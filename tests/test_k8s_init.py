@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402
-from test_k8s_launcher import NAME, Events, cluster, healthy, job, launch  # noqa: E402
+from test_k8s_launcher import NAME, cluster, healthy, job, launch  # noqa: E402
 
 from gpucluster.infra.gcp import k8s_plan  # noqa: E402
 from gpucluster.infra.gcp.k8s_api import KubeApi  # noqa: E402
@@ -114,19 +114,10 @@ def test_an_image_without_python_ends_the_run_at_once_naming_the_init_container(
 
 
 def test_an_oom_killed_app_container_is_named(tmp_path):
-    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
-    fake.scripts[1].exit_code = 137
-    real = fake.list_namespaced_pod
-
-    def oom(namespace, label_selector=None, **kw):  # the kernel's OOM killer ends node 1's container
-        out = real(namespace, label_selector=label_selector, **kw)
-        for item in out.items:
-            term = item.status.container_statuses[0].state.terminated
-            if term is not None and term.exit_code == 137:
-                term.reason, term.message = "OOMKilled", "container exceeded its memory limit"
-        return out
-
-    fake.list_namespaced_pod = oom
+    """The kernel's OOM killer ends node 1's training container (SIGKILL, reason OOMKilled, exit code 137:
+    Kubernetes docs, "Assign Memory Resources to Containers and Pods")."""
+    fake = FakeKubeApi({0: healthy(0), 1: PodScript(lines=["allocating"], exit_code=None, oom_after_s=1.0)})
     result, _, _ = launch(fake, tmp_path)
     assert not result.ok and result.failed_node == 1
-    assert "(OOMKilled)" in result.failure and "container pytorch: container exceeded its memory limit" in result.failure
+    assert "container pytorch ended with exit code 137 (OOMKilled): container exceeded its memory limit" in \
+        result.failure

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace as NS
 
 import pytest
 
 pytest.importorskip("kubernetes")
 
-from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
+from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402
 
 from gpucluster.infra.gcp import k8s  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
@@ -63,9 +64,13 @@ def job(**kw):
     return JobSpec(**base)
 
 
-def launch(fake, tmp_path, nodes=2, mode="job", **job_kw):
+API_RETRY_S = 5  # the launcher's bound on retrying a failing API (600 s for real), scaled down for the tests
+
+
+def launch(fake, tmp_path, nodes=2, mode="job", api_retry_s=API_RETRY_S, **job_kw):
     events = Events()
-    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, mode=mode)
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, mode=mode,
+                                      api_retry_s=api_retry_s)
     result = launcher.launch(cluster(nodes), job(**job_kw), events, tmp_path / "logs")
     return result, events, launcher
 
@@ -121,7 +126,7 @@ def test_one_failing_pod_fails_fast_and_the_rest_are_deleted(tmp_path):
     assert time.monotonic() - start < 10  # did not wait for node 0, which never ends on its own
     assert not result.ok and not result.timed_out
     assert result.failed_node == 1
-    assert "node 1" in result.failure and "code 3" in result.failure and "failed (Error)" in result.failure
+    assert "node 1" in result.failure and "ended with exit code 3 (Error)" in result.failure
     assert result.nodes[0].exit_code is None and result.nodes[1].exit_code == 3
     assert "Traceback: RuntimeError: NCCL error" in result.nodes[1].last_lines
     assert (0, "rank 0 training forever") in events.lines
@@ -216,11 +221,13 @@ def test_api_blips_while_watching_are_tolerated(tmp_path):
     assert result.ok, result.failure
 
 
-def test_losing_the_api_while_watching_fails_the_launch_and_still_cleans_up(tmp_path):
+def test_losing_the_api_for_longer_than_the_retry_bound_fails_the_launch_and_still_cleans_up(tmp_path):
     fake = FakeKubeApi({0: PodScript(exit_code=None), 1: PodScript(exit_code=None)},
-                       list_errors=tuple(range(3, 100)))
-    with pytest.raises(LaunchError, match="lost the Kubernetes API.*503"):
-        launch(fake, tmp_path)
+                       list_errors=tuple(range(3, 10**6)))
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="lost the Kubernetes API while watching the job's pods for [0-9]+ s: .*503"):
+        launch(fake, tmp_path, api_retry_s=2)
+    assert 2 <= time.monotonic() - t0 < 30  # retried with backoff up to the bound, not given up at once
     assert_everything_deleted(fake)
 
 
@@ -334,8 +341,59 @@ def test_a_refused_delete_is_kept_as_a_cleanup_error_and_the_rest_is_still_delet
     # status codes); the launcher must say what it left, not drop it
     fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
     fake.refuse_delete = {"service": 500}
-    result, _, launcher = launch(fake, tmp_path)
+    result, _, launcher = launch(fake, tmp_path, api_retry_s=3)
     assert result.ok, result.failure
-    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]  # the others still went
+    deletes = [d[1] for d in fake.of("delete")]
+    assert deletes[0] == "job" and deletes[-1] == "configmap"  # the others still went
+    assert deletes.count("service") >= 2  # a 500 is retried (with backoff, for up to the bound) before it is kept
     assert len(launcher.cleanup_errors) == 1 and launcher.cleanup_errors[0].startswith(f"service default/{NAME}: ")
     assert "500" in launcher.cleanup_errors[0]
+
+
+# -- the namespace option (issue 26 item 9) ---------------------------------------------------------
+def test_a_missing_namespace_is_made_for_the_run_and_removed_after_it(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, namespace="team-a",
+                                      api_retry_s=API_RETRY_S)
+    result = launcher.launch(cluster(2), job(), Events(), tmp_path / "logs")
+    assert result.ok, result.failure
+    creates = fake.of("create")
+    assert creates[0][1:] == ("namespace", "", "team-a")
+    assert [c[2] for c in creates[1:]] == ["team-a"] * 3  # configmap, service, job in it
+    made = fake.objects.get(("namespace", "team-a")) or None
+    assert made is None or made.metadata.labels["app.kubernetes.io/managed-by"] == "gpucluster"
+    deletes = fake.of("delete")
+    assert [d[1] for d in deletes] == ["job", "service", "configmap", "namespace"]  # the namespace last
+    fake.settle()
+    assert "team-a" not in fake.namespaces and fake.objects == {}
+
+
+def test_a_namespace_the_run_made_is_kept_while_another_runs_job_is_in_it(tmp_path):
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+
+    def another_run_starts(f):  # between our creating the namespace and our cleanup
+        if "team-a" in f.namespaces and ("job", "gpucluster-other") not in f.objects:
+            f.objects[("job", "gpucluster-other")] = NS(metadata=NS(
+                name="gpucluster-other", labels={"app.kubernetes.io/managed-by": "gpucluster",
+                                                 "gpucluster-job": "gpucluster-other"}))
+            f.object_ns[("job", "gpucluster-other")] = "team-a"
+        return False
+
+    fake.interrupt_when = another_run_starts
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, namespace="team-a",
+                                      api_retry_s=API_RETRY_S)
+    assert launcher.launch(cluster(2), job(), Events(), tmp_path / "logs").ok
+    assert "namespace" not in [d[1] for d in fake.of("delete")] and launcher.cleanup_errors == []
+    fake.settle()
+    assert "team-a" in fake.namespaces  # the other run's Job is still in it
+
+
+def test_the_fake_refuses_objects_in_a_namespace_that_does_not_exist():
+    from gpucluster.infra.gcp import k8s_plan
+    from gpucluster.infra.gcp.k8s_manifests import config_map_manifest
+
+    fake = FakeKubeApi({})
+    plan = k8s_plan.plan_job(cluster(1), job(), namespace="nope")
+    with pytest.raises(FakeApiException, match='namespaces "nope" not found') as err:
+        fake.create_namespaced_config_map("nope", config_map_manifest(plan))
+    assert err.value.status == 404

@@ -214,10 +214,18 @@ def test_local_user_script_is_shipped_in_the_configmap(tmp_path):
     (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
     p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "jobs/train.py", "--lr", "0.1")),
                      workdir=tmp_path)
-    assert json.loads(p.argv_by_rank[1][-1])[-3:] == ["/gpucluster/user/jobs/train.py", "--lr", "0.1"]
+    # it runs from its writable copy in the run folder (the entry script lays the ConfigMap's copy down there)
+    assert json.loads(p.argv_by_rank[1][-1])[-3:] == ["/gpucluster-run/code/jobs/train.py", "--lr", "0.1"]
+    assert p.code and p.run_dir and dict(p.env)["GPUCLUSTER_CODE_DIR"] == k8s_plan.CODE_DIR
     cm = k8s_manifests.config_map_manifest(p)
     items = {i.path: i.key for i in k8s_manifests.job_manifest(p).spec.template.spec.volumes[0].config_map.items}
     assert cm.data[items["user/jobs/train.py"]] == "print('hi')\n"
+    # beside the training container, the keeper (for exec once torchrun has ended), on the same run folder
+    containers = serial(k8s_manifests.pod_template(p))["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["pytorch", "gpucluster"]
+    assert containers[1]["command"] == ["python", "/gpucluster/keeper.py"]
+    assert {m["mountPath"] for m in containers[1]["volumeMounts"]} == {"/gpucluster", "/gpucluster-run"}
+    assert p.exec_container == "gpucluster"
     # a module, a missing file, or a path outside the folder stays as given (it must be in the image)
     for command in (("python", "-m", "mypkg.train"), ("python", "missing.py"), ("python", "../x.py")):
         q = k8s_plan.plan_job(cluster(), job(workload=None, command=command), workdir=tmp_path)
@@ -335,8 +343,29 @@ def test_log_lines_are_reassembled_from_chunks_and_the_response_released():
         def release_conn(self):
             Response.released = True
 
-    assert list(k8s._lines(Response())) == [b"abc\n", b"de\n", b"\n", b"fg"]
-    assert Response.released
+    # a stream that broke keeps its unfinished last line back (it is read again from there)
+    broken = []
+    assert list(k8s._lines(Response(), broken)) == [b"abc\n", b"de\n", b"\n"]
+    assert Response.released and isinstance(broken[0], ConnectionResetError)
     gen = k8s._lines(Response())
     next(gen)
     gen.close()  # a reader that stops early: no RuntimeError, the connection is still released
+
+
+def test_training_pods_request_the_nodes_cpu_and_memory_less_what_gke_keeps(plan):
+    """Not a BestEffort pod (the first the kubelet evicts under memory pressure, Kubernetes docs
+    "Node-pressure Eviction"): the container requests the node's allocatable, by GKE's documented
+    reservations, less a margin for GKE's own pods on the node, so it always fits."""
+    container = serial(k8s_manifests.pod_template(plan))["spec"]["containers"][0]
+    # n1-standard-16: 16 vCPU, 60 GB. CPU kept: 0.06 + 0.01 + 2 x 0.005 + 12 x 0.0025 = 0.11 -> 15.89;
+    # memory kept: 1 + 0.8 + 0.8 + 44 x 0.06 + 0.1 (eviction) = 5.34 GiB -> 54.66; less 1 CPU, 1.5 GiB
+    assert k8s_plan.allocatable(16, 60) == pytest.approx((15.89, 54.66))
+    assert container["resources"]["requests"] == {"cpu": "14890m", "memory": "54435Mi"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    for machine in ("n1-standard-4", "n1-standard-8", "n1-highmem-8", "n1-highcpu-16", "n1-standard-32"):
+        from gpucluster.infra.gcp.catalog import n1_shape
+
+        req = k8s_plan.pod_requests(machine)
+        cpus, gib = k8s_plan.allocatable(*map(float, n1_shape(machine)))
+        assert 0 < int(req["cpu"][:-1]) / 1000 <= cpus - 1 and 0 < int(req["memory"][:-2]) / 1024 <= gib - 1.5
+    assert k8s_plan.pod_requests("e2-weird") == {} and k8s_plan.pod_requests(None) == {}

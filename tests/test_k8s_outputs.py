@@ -12,12 +12,14 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript, _Pod  # noqa: E402
+from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
 from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
@@ -50,16 +52,24 @@ def sha(data) -> str:
     return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
 
 
-def run(fake, tmp_path, nodes=2):
-    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
+def run(fake, tmp_path, nodes=2, http=False):
+    """The launch and the copy. `http`: through the real kubernetes client and its websocket exec, the fake
+    served over HTTP (tests/k8s_fake_http.py): every exec of the copy pool patches an ApiClient while it
+    opens (kubernetes-client/python#928); no REST call may go out on a patched one."""
+    api, stop = serve(fake) if http else (k8s.KubeApi(fake, fake, fake, stream=fake.stream), lambda: None)
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0, api_retry_s=10)
     spec = job(output_dir=str(tmp_path / "out"))
     result = err = None
     try:
-        result = launcher.launch(cluster(nodes), spec, Events(), tmp_path / "logs")
-    except KeyboardInterrupt as exc:
-        err = exc
-    assert fake.of("delete") == []  # nothing is deleted before the copy
-    got = launcher.collect_outputs(spec, Events())
+        try:
+            result = launcher.launch(cluster(nodes), spec, Events(), tmp_path / "logs")
+        except KeyboardInterrupt as exc:
+            err = exc
+        assert fake.of("delete") == []  # nothing is deleted before the copy
+        got = launcher.collect_outputs(spec, Events())
+    finally:
+        stop()
+    assert fake.rest_upgrades == [] and launcher.cleanup_errors == []
     return result, err, {o.node_rank: o for o in got}
 
 
@@ -71,7 +81,7 @@ def assert_copied(tmp_path, fake, rank):
 
 def test_outputs_come_back_after_success_then_everything_is_deleted(tmp_path):
     fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
-    result, _, got = run(fake, tmp_path)
+    result, _, got = run(fake, tmp_path, http=True)
     assert result.ok, result.failure
     for rank in range(2):
         assert got[rank].verdict == COMPLETE, got[rank].detail
@@ -87,7 +97,7 @@ def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_pa
     scripts = {0: with_outputs(PodScript(lines=["training"], exit_code=None), 0),  # would run forever
                1: with_outputs(PodScript(lines=["Traceback", "RuntimeError: CUDA out of memory"], exit_code=3), 1)}
     fake = FakeKubeApi(scripts)
-    result, _, got = run(fake, tmp_path)
+    result, _, got = run(fake, tmp_path, http=True)
     assert not result.ok and result.failed_node == 1 and "code 3" in result.failure
     assert [c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]] == [f"{NAME}-0-fake0"]
     assert got[0].verdict == got[1].verdict == COMPLETE
@@ -97,7 +107,9 @@ def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_pa
 
 def test_ctrl_c_stops_torchrun_keeps_the_pods_for_the_copy_then_deletes(tmp_path):
     scripts = {r: with_outputs(PodScript(lines=["training"], exit_code=None), r) for r in range(2)}
-    fake = FakeKubeApi(scripts, interrupt_on_list=12)
+    fake = FakeKubeApi(scripts)
+    # a Ctrl-C once every pod trains (its files written, its first line out), at a pod listing
+    fake.interrupt_when = lambda f: len(f.pods) == 2 and all("training" in p.log_text() for p in f.pods.values())
     result, err, got = run(fake, tmp_path)
     assert isinstance(err, KeyboardInterrupt) and result is None
     assert {c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]} == {f"{NAME}-0-fake0", f"{NAME}-1-fake1"}
@@ -129,7 +141,7 @@ def test_unsafe_tar_members_are_refused_and_named(tmp_path):
     scripts = {0: healthy(0), 1: healthy(1)}
     scripts[1].raw_tar = buf.getvalue()
     fake = FakeKubeApi(scripts)
-    _, _, got = run(fake, tmp_path)
+    _, _, got = run(fake, tmp_path, http=True)
     assert got[1].verdict == PARTIAL and got[1].files == 1
     assert "../escape.txt" in got[1].detail and "/etc/abs.txt" in got[1].detail
     assert (tmp_path / "out" / "node-1" / "ok.txt").read_bytes() == b"hi"
@@ -145,10 +157,15 @@ def test_without_an_output_folder_nothing_waits_and_launch_deletes(tmp_path):
     assert_everything_deleted(fake)
 
 
-def test_the_fake_refuses_exec_into_an_ended_or_missing_pod():
+def test_the_fake_refuses_exec_into_an_ended_or_missing_pod(tmp_path):
+    from k8s_fake_pod import _Container
+
     fake = FakeKubeApi({})
     pod = _Pod("p-0", 0, {}, PodScript())
-    pod.phase = "Succeeded"
+    pod.apps = [("pytorch", [], {})]
+    done = _Container("pytorch", [], {}, tmp_path)
+    done.code = 0  # its command ended: the pod Succeeded
+    pod.containers = [done]
     fake.pods["p-0"] = pod
     for name, why in (("p-0", "cannot exec into a container in a completed pod"), ("nope", "not found")):
         with pytest.raises(FakeApiException, match=why) as info:
@@ -158,42 +175,92 @@ def test_the_fake_refuses_exec_into_an_ended_or_missing_pod():
         assert info.value.status == 0  # as ws_client.websocket_call raises it
 
 
-def test_entry_script_waits_for_the_copy_and_exits_with_torchruns_code(tmp_path):
-    """The real entry script: torchrun (here a python that exits 7 after writing a file) ends, the
-    job_end record says 7, the script waits until `collected` exists, then exits 7."""
-    (tmp_path / "argv.json").write_text(json.dumps([[sys.executable, "-c",
-        "import os; open(os.environ['GPUCLUSTER_OUTPUT_DIR'] + '/x', 'w').write('1'); raise SystemExit(7)"]]))
+def entry(tmp_path, argv, **env_extra):
+    (tmp_path / "argv.json").write_text(json.dumps([argv]))
     (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
     control = tmp_path / "control"
     env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "GPUCLUSTER_CONTROL_DIR": str(control),
-           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), "GPUCLUSTER_COLLECT_WAIT_S": "60"}
+           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), **env_extra}
     proc = subprocess.Popen([sys.executable, str(tmp_path / "entry.py")], env=env, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert json.loads(line.split(" ", 1)[1]) == {"kind": "job_end", "exit_code": 7, "stopped": False}
-    assert (tmp_path / "outputs" / "x").read_text() == "1"
-    with pytest.raises(subprocess.TimeoutExpired):
-        proc.wait(timeout=1)  # still running: the copy has not been made
-    (control / "collected").touch()
-    assert proc.wait(timeout=10) == 7
+    return proc, control
 
 
-def test_entry_script_stop_file_stops_torchrun_and_the_script_waits(tmp_path):
-    (tmp_path / "argv.json").write_text(json.dumps([[sys.executable, "-c", "import time; time.sleep(120)"]]))
-    (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
-    control = tmp_path / "control"
-    env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "GPUCLUSTER_CONTROL_DIR": str(control),
-           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), "GPUCLUSTER_COLLECT_WAIT_S": "2"}
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "entry.py")], env=env, stdout=subprocess.PIPE, text=True)
+def keeper(tmp_path, control, collecting, wait_s="60"):
+    (tmp_path / "keeper.py").write_text(k8s_plan.KEEPER_PROGRAM)
+    env = {**os.environ, "GPUCLUSTER_CONTROL_DIR": str(control), "GPUCLUSTER_COLLECTING": "1" if collecting else "0",
+           "GPUCLUSTER_COLLECT_WAIT_S": wait_s}
+    return subprocess.Popen([sys.executable, str(tmp_path / "keeper.py")], env=env)
+
+
+def test_entry_script_ends_with_torchruns_code_and_the_keeper_waits_for_the_copy(tmp_path):
+    """The real programs: torchrun (here a python that exits 7 after writing a file) ends; the entry
+    script's job_end record says 7, it writes 7 to `exit_code` and exits 7 (the training container's
+    status carries the code); the keeper keeps the pod running until `collected` exists."""
+    proc, control = entry(tmp_path, [sys.executable, "-c",
+                                     "import os; open(os.environ['GPUCLUSTER_OUTPUT_DIR'] + '/x', 'w').write('1'); "
+                                     "raise SystemExit(7)"])
+    keep = keeper(tmp_path, control, collecting=True)
     try:
-        import time
+        line = proc.stdout.readline()
+        assert json.loads(line.split(" ", 1)[1]) == {"kind": "job_end", "exit_code": 7, "stopped": False}
+        assert proc.wait(timeout=10) == 7 and (control / "exit_code").read_text() == "7\n"
+        assert (tmp_path / "outputs" / "x").read_text() == "1"
+        with pytest.raises(subprocess.TimeoutExpired):
+            keep.wait(timeout=1.5)  # still running: the copy has not been made
+        (control / "collected").touch()
+        assert keep.wait(timeout=10) == 0
+    finally:
+        for p in (proc, keep):
+            if p.poll() is None:
+                p.kill()
 
+
+def test_keeper_without_collection_ends_with_the_job_and_its_wait_is_bounded(tmp_path):
+    control = tmp_path / "control"
+    control.mkdir()
+    quick = keeper(tmp_path, control, collecting=False)
+    other = tmp_path / "b"
+    other.mkdir()
+    bounded = keeper(other, other / "control", collecting=True, wait_s="1")
+    try:
+        time.sleep(1.0)
+        assert quick.poll() is None and bounded.poll() is None  # torchrun has not ended yet
+        (control / "exit_code").write_text("0\n")
+        (other / "control" / "exit_code").write_text("0\n")
+        assert quick.wait(timeout=10) == 0  # nothing to copy: the pod may complete
+        assert bounded.wait(timeout=10) == 0  # nobody came to copy within the wait
+    finally:
+        for p in (quick, bounded):
+            if p.poll() is None:
+                p.kill()
+
+
+def test_entry_script_stop_file_stops_torchrun(tmp_path):
+    proc, control = entry(tmp_path, [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
         end = time.monotonic() + 10
         while not control.is_dir() and time.monotonic() < end:
             time.sleep(0.05)
         (control / "stop").touch()
         record = json.loads(proc.stdout.readline().split(" ", 1)[1])
         assert record == {"kind": "job_end", "exit_code": 143, "stopped": True}  # SIGTERM: 128 + 15
-        assert proc.wait(timeout=10) == 143  # nobody made `collected`: the wait is bounded
+        assert proc.wait(timeout=10) == 143
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_entry_script_lays_the_shipped_folder_down_and_runs_from_it(tmp_path):
+    """With a shipped script: the read-only ConfigMap copy (user/, beside entry.py) is copied into the
+    working folder, the mark is made after it, and the command runs there (relative paths work)."""
+    user = tmp_path / "user" / "sub"
+    user.mkdir(parents=True)
+    (user / "train.py").write_text("open('out.txt', 'w').write(open('sub/notes.txt').read())")
+    (user / "notes.txt").write_text("shipped\n")
+    code, mark = tmp_path / "run" / "code", tmp_path / "run" / "shipped"
+    proc, _ = entry(tmp_path, [sys.executable, str(code / "sub" / "train.py")], GPUCLUSTER_CODE_DIR=str(code),
+                    GPUCLUSTER_SHIPPED_MARK=str(mark))
+    assert proc.wait(timeout=10) == 0
+    assert (code / "out.txt").read_text() == "shipped\n"  # written beside the copy, read relative to it
+    assert (code / "sub" / "notes.txt").stat().st_mtime_ns <= mark.stat().st_mtime_ns < \
+        (code / "out.txt").stat().st_mtime_ns

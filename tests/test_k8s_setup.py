@@ -1,7 +1,7 @@
 """`--setup` on gcp: the real entry script runs the setup wrapper (`gpucluster.staging.setup_wrapped`)
 locally with a stand-in torchrun; the launcher's setup barrier (go file through exec, only once every
-pod's setup_end record says rc 0) against FakeKubeApi, the in-memory FAKE API server
-(tests/k8s_fake.py says where each behaviour comes from)."""
+pod's setup_end record says rc 0) against FakeKubeApi, the FAKE API server whose pods run the real entry
+script, setup wrapper and wait.py (tests/k8s_fake.py says where each behaviour comes from)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
+from k8s_fake import FakeKubeApi  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job, launch  # noqa: E402
 
 from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
@@ -27,12 +27,12 @@ TORCHRUN = [sys.executable, "-c", "import pathlib; pathlib.Path('torchrun.txt').
             "pathlib.Path('prepared.txt').read_text())"]
 
 
-def entry(tmp_path, setup, collect_wait="60"):
+def entry(tmp_path, setup):
     control = tmp_path / "control"
     (tmp_path / "argv.json").write_text(json.dumps([setup_wrapped(TORCHRUN, setup, str(control / GO_FILE))]))
     (tmp_path / "entry.py").write_text(k8s_plan.ENTRYPOINT)
     env = {**os.environ, "JOB_COMPLETION_INDEX": "0", "GPUCLUSTER_CONTROL_DIR": str(control),
-           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs"), "GPUCLUSTER_COLLECT_WAIT_S": collect_wait}
+           "GPUCLUSTER_OUTPUT_DIR": str(tmp_path / "outputs")}
     proc = subprocess.Popen([sys.executable, str(tmp_path / "entry.py")], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, text=True)
     return proc, control
@@ -56,7 +56,6 @@ def test_entry_script_runs_setup_then_waits_for_go_then_torchrun(tmp_path):
         (control / GO_FILE).touch()
         assert record(proc.stdout.readline()) == {"kind": "job_end", "exit_code": 0, "stopped": False}
         assert (tmp_path / "torchrun.txt").read_text() == "ready\n"  # after the setup, in its folder
-        (control / "collected").touch()
         assert proc.wait(timeout=10) == 0
     finally:
         if proc.poll() is None:
@@ -72,7 +71,6 @@ def test_entry_script_failed_setup_ends_with_its_code_and_never_starts_torchrun(
         end = [record(ln) for ln in lines if ln.startswith("@") and "setup_end" in ln]
         assert end and end[0]["rc"] == 5 and end[0]["command"] == 2
         assert record(lines[-1]) == {"kind": "job_end", "exit_code": 5, "stopped": False}
-        (control / "collected").touch()
         assert proc.wait(timeout=10) == 5
         assert not (tmp_path / "torchrun.txt").exists()
     finally:
@@ -81,7 +79,7 @@ def test_entry_script_failed_setup_ends_with_its_code_and_never_starts_torchrun(
 
 
 def test_entry_script_stop_while_waiting_for_go_ends_it(tmp_path):
-    proc, control = entry(tmp_path, ("true",), collect_wait="2")
+    proc, control = entry(tmp_path, ("true",))
     try:
         while "setup_end" not in proc.stdout.readline():
             pass
@@ -108,27 +106,31 @@ def test_plan_wraps_every_rank_and_mounts_the_run_folder():
 
 
 def watch_go(fake):
-    """Record, at every go-file exec, which pods had ended their setup."""
+    """Record, at every go-file exec, which pods had ended their setup (their log's setup_end record)."""
     seen, real = [], fake.connect_get_namespaced_pod_exec
 
     def connect(name, namespace, command=None, **kw):
         if command and k8s_plan.SETUP_GO_FILE in command:
-            seen.append((name, {p.index: p.setup_ended.is_set() for p in fake.pods.values()}))
+            seen.append((name, {p.index: "setup_end" in p.log_text() for p in fake.pods.values()}))
         return real(name, namespace, command=command, **kw)
 
     fake.connect_get_namespaced_pod_exec = connect
     return seen
 
 
+# the setup runs with the job's environment, so what a node does can depend on its rank
+SLOW_ON_1 = ('if [ "$GPUCLUSTER_NODE_RANK" = 1 ]; then echo installing; sleep 1.5; fi; echo ready > prepared.txt',)
+FAILS_ON_1 = ('if [ "$GPUCLUSTER_NODE_RANK" = 1 ]; then sleep 2; echo "ERROR: No matching distribution found for '
+              'nosuchpkg" >&2; exit 4; fi',)
+FAILS_ON_0 = ('if [ "$GPUCLUSTER_NODE_RANK" = 0 ]; then exit 2; fi',)
+
+
 @pytest.mark.parametrize("outputs", [True, False], ids=["collecting", "no-outputs"])
 def test_go_is_sent_only_after_every_pods_setup_succeeded(tmp_path, outputs):
-    scripts = {r: healthy(r) for r in range(2)}
-    scripts[0].setup_ticks, scripts[1].setup_ticks = 1, 6  # node 1's setup is much slower
-    scripts[1].setup_lines = ["installing"]
-    fake = FakeKubeApi(scripts)
+    fake = FakeKubeApi({r: healthy(r) for r in range(2)})
     seen = watch_go(fake)
     launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0)
-    spec = job(setup=SETUP, output_dir=str(tmp_path / "out") if outputs else None, max_seconds=120)  # no hang
+    spec = job(setup=SLOW_ON_1, output_dir=str(tmp_path / "out") if outputs else None, max_seconds=120)  # no hang
     events = Events()
     result = launcher.launch(cluster(2), spec, events, tmp_path / "logs")
     assert result.ok, result.failure
@@ -143,14 +145,10 @@ def test_go_is_sent_only_after_every_pods_setup_succeeded(tmp_path, outputs):
 
 def test_a_failed_setup_fails_the_run_naming_the_node_and_stops_the_others(tmp_path):
     scripts = {0: healthy(0), 1: healthy(1)}
-    scripts[1].setup_rc, scripts[1].setup_lines = 4, ["ERROR: No matching distribution found for nosuchpkg"]
-    # node 1's setup fails 2 s in (40 listings): node 0's init container has long ended by then and its
-    # setup waits for the go file (the init containers run for real, in real time)
-    scripts[1].setup_ticks = 40
     scripts[0].exit_code = None  # would train forever
     fake = FakeKubeApi(scripts)
     launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0.05)
-    spec = job(setup=SETUP, output_dir=str(tmp_path / "out"))
+    spec = job(setup=FAILS_ON_1, output_dir=str(tmp_path / "out"))
     result = launcher.launch(cluster(2), spec, Events(), tmp_path / "logs")
     assert not result.ok and result.failed_node == 1
     assert "setup failed on node 1" in result.failure and "exit code 4" in result.failure
@@ -164,10 +162,8 @@ def test_a_failed_setup_fails_the_run_naming_the_node_and_stops_the_others(tmp_p
 
 
 def test_a_failed_setup_without_outputs_fails_and_deletes_everything(tmp_path):
-    scripts = {0: healthy(0), 1: healthy(1)}
-    scripts[0].setup_rc = 2
-    fake = FakeKubeApi(scripts)
-    result, _, _ = launch(fake, tmp_path, setup=SETUP)
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    result, _, _ = launch(fake, tmp_path, setup=FAILS_ON_0)
     assert not result.ok and result.failed_node == 0
     assert "setup failed on node 0" in result.failure and "exit code 2" in result.failure
     assert not any(k8s_plan.SETUP_GO_FILE in c[4] for c in fake.of("exec"))

@@ -5,6 +5,8 @@ same account are left alone; another live cluster's resources are not touched by
 
 from __future__ import annotations
 
+from google_fake import FakeProject
+
 from gpucluster.infra.leftovers import scope_of
 from gpucluster.infra.registry import plugin as _plugin
 
@@ -207,17 +209,17 @@ def test_gke_scan_by_label():
         gke("other-team", {"team": "ml"}),
         gke("kept", {"managed-by": "gpucluster", "gpucluster-cluster": "kept"}),
     ])
-    report = leftovers.scan(_plugin("gcp").provisioner, live_clusters=["kept"], scope=scope_of({"project": "proj-one", "gke_client": client}))
+    report = leftovers.scan(_plugin("gcp").provisioner, live_clusters=["kept"], scope=scope_of({"project": "proj-one", "gke_client": client, "google": FakeProject()}))
     assert client.parents == ["projects/proj-one/locations/-"]
     assert [lo.id for lo in report.leftovers] == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
-    assert leftovers.delete_leftovers(_plugin("gcp").provisioner, report.leftovers, scope_of({"gke_client": client})) == []
+    assert leftovers.delete_leftovers(_plugin("gcp").provisioner, report.leftovers, scope_of({"gke_client": client, "google": FakeProject()})) == []
     assert client.deleted == ["projects/proj-one/locations/us-central1-a/clusters/demo"]
-    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": "proj-one", "gke_client": client})).verified
+    assert leftovers.find_leftovers(_plugin("gcp").provisioner, name="demo", scope=scope_of({"project": "proj-one", "gke_client": client, "google": FakeProject()})).verified
 
 
 def test_gke_without_project_is_reported_not_silently_empty(monkeypatch):
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
     monkeypatch.setattr(gcp_leftovers, "gcp_project", lambda *a: None)
-    report = leftovers.scan(_plugin("gcp").provisioner, scope=scope_of({"gke_client": FakeGke([])}))
+    report = leftovers.scan(_plugin("gcp").provisioner, scope=scope_of({"gke_client": FakeGke([]), "google": FakeProject()}))
     assert report.leftovers == [] and "--project" in report.skipped[0]

@@ -23,6 +23,7 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.aws.user_data", "READY_SCRIPT"): "infra/aws/node_ready.sh",
     ("gpucluster.infra.gcp.k8s_plan", "ENTRYPOINT"): "infra/gcp/pod_entry.py",
     ("gpucluster.infra.gcp.k8s_plan", "WAITER"): "infra/gcp/pod_wait.py",
+    ("gpucluster.infra.gcp.k8s_plan", "KEEPER_PROGRAM"): "infra/gcp/pod_keeper.py",
     ("gpucluster.infra.gcp.k8s_outputs", "PACK"): "infra/gcp/pod_pack.py",
     ("gpucluster.infra.gcp.k8s_outputs", "TOUCH"): "infra/gcp/pod_touch.py",
 }

@@ -129,8 +129,9 @@ def test_two_owners_on_one_kubernetes_api_server(tmp_path):
     hers = JobSpec(run_id="r20261125-100000-a11ce0", workload="digits", nproc_per_node=1, owner=ME)
     plan = plan_job(cluster(2), hers, namespace="default")
     assert plan.label_dict["gpucluster-owner"] == ME
-    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0, mode="job")
-    launcher._create(api, plan, k8s._Created(api, plan), {})  # her run, mid-flight (no --secret values)
+    from gpucluster.infra.gcp.k8s_objects import Created
+
+    Created(api, plan).objects()  # her run, mid-flight
     before = {k for k in fake.objects if k[1] == plan.name}
     assert before == {("configmap", plan.name), ("service", plan.name), ("job", plan.name)}
 

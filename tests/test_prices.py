@@ -28,7 +28,7 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     assert cat.warnings == []
     for row in cat.rows.values():
         # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25
-        assert row.source and row.date == ("2026-11-25" if row.kind == "ipv4" else "2026-11-22")
+        assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else "2026-11-22")
         assert isinstance(row.price, Decimal)
     ipv4 = cat.get("aws", "eu-west-1", "ipv4", "public")  # region "*": every region
     assert ipv4.price == Decimal("0.005") and ipv4.unit == "address-hour" and "2024-02-01" in ipv4.source

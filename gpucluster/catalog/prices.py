@@ -20,7 +20,7 @@ vcpu         vcpu-hour                   machine family (n1): prices custom/othe
 memory       gib-hour                    machine family (n1)
 disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd
 cluster-fee  cluster-hour                gke (region "*": the same everywhere)
-ipv4         address-hour                public (aws: every public IPv4 address; region "*")
+ipv4         address-hour                public (aws: every public IPv4 address), external-ipv4 (gcp, by market); region "*"
 ===========  ==========================  =================================================
 
 `market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's

@@ -39,9 +39,11 @@ class Estimate:
         """One line for a plan: total, hourly, the items, the price date."""
         if not self.lines:
             return f"$0 ({'; '.join(self.notes)})"
-        items = ", ".join(f"{ln['category']} {money(Decimal(ln['hourly']))}/h" for ln in self.lines
-                          if (Decimal(ln["hourly"]) or ln["category"] != "gpus")
-                          and not ln["description"].startswith("system pool: "))
+        by: dict[str, Decimal] = {}  # per category (instances: the VMs and their addresses), in line order
+        for ln in self.lines:
+            if not ln["description"].startswith("system pool: "):
+                by[ln["category"]] = by.get(ln["category"], Decimal(0)) + Decimal(ln["hourly"])
+        items = ", ".join(f"{c} {money(v)}/h" for c, v in by.items() if v or c != "gpus")
         system = sum((Decimal(ln["hourly"]) for ln in self.lines if ln["description"].startswith("system pool: ")),
                      Decimal(0))
         if system:
@@ -150,6 +152,8 @@ def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
     # What bills with no GPU node left (GKE: after the dead-man switch): the fee and the system pool.
     always_on = sum((Decimal(ln["hourly"]) for ln in lines
                      if ln["category"] == "cluster fee" or ln["description"].startswith("system pool: ")), Decimal(0))
+    if planned.idle_nodes:  # GPU nodes the pool keeps after the job (no autoscaling, or its minimum)
+        always_on += (hourly - always_on) / planned.nodes * planned.idle_nodes
     total = Decimal(cost["total"])
     gpus = planned.nodes * planned.gpus_per_node
     gpu_hourly = sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")

@@ -39,6 +39,7 @@ class Plan:
     zonal: bool = False
     free_tier: bool = False
     system_unpriced: bool = False
+    idle_nodes: int = 0  # GPU nodes that keep billing after the job ends (GKE: a fixed pool, or its minimum)
     notes: list[str] = field(default_factory=list)
 
 
@@ -117,6 +118,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
     result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
     result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
+    result.idle_nodes = min(rows.idle_nodes, nodes)
     result.notes += rows.notes
     return result
 
@@ -144,8 +146,9 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
     if system and not planned.system_unpriced:
         rows.append(chosen.instance_price(catalog, planned.region, system["machine_type"], "on-demand"))
         rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], []))
-    ipv4 = catalog.find(spec.cloud, planned.region, "ipv4", "public")  # a cloud that bills public addresses
-    rows.append(ipv4)
+    rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "public"))  # aws: every public address
+    for market in dict.fromkeys((planned.market, "on-demand")):  # gcp: the nodes' external addresses, by market
+        rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "external-ipv4", market))
     for row in rows:
         if row is not None:
             # "region": where the run is; "priced_in": the catalog row's region (differs for a

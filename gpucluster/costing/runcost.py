@@ -68,6 +68,11 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
             billed, cost = time_cost(price, seconds, gpus)
             add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
         _disk_lines(detail, count, seconds, pricer, region, add)
+        ips = int(detail.get("external_ipv4") or 0) * count  # addresses per node (GCE bills each in use)
+        if ips:
+            price, cited, note = pricer.price("ipv4", "external-ipv4", market, region)
+            billed, cost = time_cost(price, seconds, ips)
+            add("instances", f"{ips} x external IPv4 ({market})", price, ips, "address-hour", billed, cost, cited, note)
     elif kind in ("volume", "disk"):
         _disk_lines(detail, 1, seconds, pricer, region, add)
     elif kind == "elastic-ip":  # billed as a public IPv4 address, attached or not

@@ -12,10 +12,13 @@
   5. the project of the application-default credentials (`google.auth.default()`).
   It returns `(project, source)` so every command can say where the project came from.
 - `google_credentials()` / `bearer_token_hook()`: Kubernetes access without gcloud: a bearer
-  token from application-default credentials (scope cloud-platform), refreshed before it expires.
-- `classify_quota(text, spec)`: a GCP quota error (e.g. `Quota 'NVIDIA_V100_GPUS' exceeded`) as a
-  `QuotaError` with the next steps: request quota, or use another region that offers V100.
-- `v100_quota(project, region)`: the region's NVIDIA_V100_GPUS quota (Compute API `regions.get`).
+  token from application-default credentials (scopes cloud-platform and userinfo.email),
+  refreshed before it expires.
+- `classify_quota(text, spec)`: a GCP quota error (GCE's `Quota 'NVIDIA_V100_GPUS' exceeded`, GKE's
+  `Insufficient regional quota to satisfy request: resource "NVIDIA_V100_GPUS" ...`) as a `QuotaError`
+  with the next steps: request quota, and for a regional V100 quota another region that offers V100
+  (never for a global quota such as GPUS_ALL_REGIONS).
+- `doctor_checks(...)`: credentials, project, the prerequisites of a run (`infra/gcp/preflight.py`).
 
 google-auth is imported inside functions (`gpucluster --help` must not import it).
 """
@@ -30,7 +33,9 @@ from typing import Any, Callable, Mapping
 
 from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
 
-SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# cloud-platform for the APIs; userinfo.email so that GKE knows the caller by email, as RBAC bindings name
+# users (the GKE auth plugin and client-go's gcp provider ask for both; without it GKE sees a numeric id)
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/userinfo.email")
 # pulumi-gcp reads these, in this order, when gcp:project is not set.
 PROJECT_ENV_VARS = ("GOOGLE_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 ADC_FIX = ("run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
@@ -126,8 +131,8 @@ def _checked(project: str, source: str) -> str:
 
 # -- credentials ---------------------------------------------------------------------------------------
 def google_credentials(credentials: Any = None) -> Any:
-    """Application-default credentials with scope cloud-platform, refreshed once (so a bad login fails
-    here, as one line, not later inside the kubernetes client)."""
+    """Application-default credentials with the scopes cloud-platform and userinfo.email, refreshed once
+    (so a bad login fails here, as one line, not later inside the kubernetes client)."""
     try:
         import google.auth
         import google.auth.exceptions
@@ -180,8 +185,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 # -- quota -------------------------------------------------------------------------------------------
+# GCE's own words (Compute Engine docs, "Resource quotas"): "Quota 'NVIDIA_V100_GPUS' exceeded. Limit:
+# 0.0 in region us-central1." or "... Limit: 0.0 globally." for a project-wide quota.
 _QUOTA_RE = re.compile(r"Quota '(?P<quota>[A-Z0-9_]+)' exceeded\.?\s*(?:Limit: (?P<limit>[\d.]+))?"
-                       r"(?:\s*in region (?P<region>[a-z]+-[a-z]+\d+))?")
+                       r"(?:\s*(?:in region (?P<region>[a-z]+-[a-z]+\d+)|(?P<glob>globally)))?")
+# GKE's, when a node pool cannot get its VMs: 'Insufficient regional quota to satisfy request: resource
+# "NVIDIA_V100_GPUS": request requires '8.0' and is short '8.0'. project has a quota of '0.0' with '0.0'
+# available.' (the word before "quota" says regional or global).
+_GKE_QUOTA_RE = re.compile(r"Insufficient (?:(?P<scope>regional|global|zonal) )?quota to satisfy (?:the )?request: "
+                           r"resource \\?\"(?P<quota>[A-Z0-9_]+)\\?\"(?::? request requires '(?P<need>[\d.]+)' and is "
+                           r"short '(?P<short>[\d.]+)'\.? project has a quota of '(?P<limit>[\d.]+)')?")
 
 
 def v100_regions(spec: Any = None) -> list[str]:
@@ -191,50 +204,40 @@ def v100_regions(spec: Any = None) -> list[str]:
     return sorted({catalog.region_of(z) for z in zones})
 
 
+def is_global_quota(quota: str) -> bool:
+    """GPUS_ALL_REGIONS, CPUS_ALL_REGIONS, ...: counted over every region of the project."""
+    return quota.endswith("_ALL_REGIONS")
+
+
 def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
-    """A `QuotaError` for GCP quota failures (GCE `QUOTA_EXCEEDED`, "Quota 'X' exceeded"), else None."""
-    m = _QUOTA_RE.search(text or "")
-    if m is None and "QUOTA_EXCEEDED" not in (text or "") and "quotaExceeded" not in (text or ""):
+    """A `QuotaError` for GCP quota failures (GCE "Quota 'X' exceeded", GKE "Insufficient regional quota
+    to satisfy request: resource "X" ...", `QUOTA_EXCEEDED`), else None. The hint fits the quota: a
+    regional V100 quota can also be met in another V100 region; a global one (..._ALL_REGIONS) cannot."""
+    from gpucluster.infra.gcp.preflight import quota_fix
+
+    text = text or ""
+    gke = _GKE_QUOTA_RE.search(text)
+    gce = _QUOTA_RE.search(text)
+    if gke is None and gce is None and "QUOTA_EXCEEDED" not in text and "quotaExceeded" not in text:
         return None
-    quota = m.group("quota") if m else "a quota"
-    region = (m.group("region") if m else None) or getattr(spec, "region", None)
-    if region is None and getattr(spec, "zone", None):
+    quota = (gke or gce).group("quota") if (gke or gce) else "a quota"
+    limit = (gke or gce).group("limit") if (gke or gce) else None
+    glob = is_global_quota(quota) or bool(gke and gke.group("scope") == "global") or bool(
+        gce and gce.group("glob"))
+    region = None if glob else ((gce.group("region") if gce else None) or getattr(spec, "region", None))
+    if region is None and not glob and getattr(spec, "zone", None):
         from gpucluster.infra.gcp import catalog
 
         region = catalog.region_of(spec.zone)
-    limit = m.group("limit") if m and m.group("limit") else None
-    others = [r for r in v100_regions(spec) if r != region]
-    where = f" in {region}" if region else ""
-    msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit})" if limit else "")
-    hint = ("request more in the console (IAM & Admin > Quotas, filter " + quota
-            + (f", region {region}" if region else "") + ")"
-            + (f", or use another region that offers V100: {', '.join(others)} (--region)" if others else ""))
+    others = [] if glob or "V100" not in quota else [r for r in v100_regions(spec) if r != region]
+    where = " (all regions)" if glob else f" in {region}" if region else ""
+    need = f", needs {gke.group('need')} more than is free" if gke and gke.group("short") else ""
+    msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit}{need})" if limit else "")
+    project = (spec.option("project") if spec is not None and hasattr(spec, "option") else None) or "PROJECT"
+    asked = float(gke.group("need")) if gke and gke.group("need") else 0.0
+    hint = quota_fix(str(project), quota, region, asked, others) if quota != "a quota" else (
+        f"see the project's quotas: https://console.cloud.google.com/iam-admin/quotas?project={project}")
     return QuotaError(msg, quota=quota, region=region, regions=others, hint=hint)
-
-
-def v100_quota(project: str, region: str, *, compute: Any = None, credentials: Any = None) -> tuple[float, float]:
-    """(limit, usage) of NVIDIA_V100_GPUS in `region` from the Compute API (regions.get).
-
-    `compute` is a callable (url) -> dict for tests; by default an AuthorizedSession GET on
-    https://compute.googleapis.com/compute/v1/projects/P/regions/R (the Compute Engine REST reference,
-    "regions.get": the response's `quotas[]` hold metric, limit and usage)."""
-    url = f"https://compute.googleapis.com/compute/v1/projects/{project}/regions/{region}"
-    if compute is None:
-        from google.auth.transport.requests import AuthorizedSession
-
-        session = AuthorizedSession(google_credentials(credentials))
-
-        def compute(u: str) -> dict:
-            resp = session.get(u, timeout=30)
-            if resp.status_code != 200:
-                raise GpuclusterError(f"Compute API answered {resp.status_code} for region {region}: "
-                                      f"{resp.text[:200]}")
-            return resp.json()
-    body = compute(url)
-    for q in body.get("quotas") or []:
-        if q.get("metric") == "NVIDIA_V100_GPUS":
-            return float(q.get("limit") or 0), float(q.get("usage") or 0)
-    return 0.0, 0.0
 
 
 def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
@@ -247,17 +250,20 @@ def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> 
     return spec.replace(options=tuple(sorted(options.items())))
 
 
-def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int = 2, gpus_per_node: int = 1,
-                  credentials: Any = None, compute: Any = None) -> list[dict[str, Any]]:
+def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int | None = None,
+                  instance_type: str | None = None, spot: bool = False, credentials: Any = None,
+                  google: Any = None, billing: Any = None) -> list[dict[str, Any]]:
     """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
-    from), the V100 quota of the region (Compute API), and the Kubernetes auth path (a bearer token
-    minted from those credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
-    from gpucluster.infra.gcp import catalog
+    from), the prerequisites of a run of the given shape (default: the default run's, 2 x n1-standard-4
+    + 1 V100 in us-central1): the APIs, billing and quotas a run's preflight checks
+    (`infra/gcp/preflight.py`), and the Kubernetes auth path (a bearer token minted from those
+    credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
+    from gpucluster.infra.gcp import catalog, preflight
+    from gpucluster.spec import ClusterSpec
 
     def check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
         return {"check": name, "ok": ok, "detail": detail, "fix": fix}
 
-    region = region or catalog.region_of(catalog.DEFAULT_ZONE)
     checks = []
     try:
         creds = google_credentials(credentials)
@@ -276,26 +282,24 @@ def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: 
         project = None
         checks.append(check("gcp project", False, exc.message.split(": ", 1)[0],
                             "pass --project MY-PROJECT or `gcloud config set project MY-PROJECT`"))
-    name = f"V100 quota ({region})"
-    if creds is None or project is None:
-        checks.append(check(name, None, "not checked: needs credentials and a project"))
-    else:
+    region = region or catalog.region_of(catalog.DEFAULT_ZONE)
+    spec = ClusterSpec(cloud="gcp", nodes=nodes or 2, region=region, instance_type=instance_type, spot=bool(spot),
+                       options=(("project", project),) if project else ())
+    name = "gcp run shape"
+    try:
+        catalog.validate_spec(spec)
+        shape = preflight.need_line(preflight.needs(spec))
+    except SpecError as exc:
+        checks.append(check(name, False, exc.message, "give an N1 machine type and a region that offers V100"))
+        shape = None
+    if shape is not None and (creds is None or project is None):
+        checks.append(check(name, None, f"not checked ({shape}): needs credentials and a project"))
+    elif shape is not None:
+        checks.append(check(name, True, f"the checks below are for {shape}"))
         try:
-            limit, usage = v100_quota(project, region, compute=compute, credentials=creds)
-            need = nodes * gpus_per_node
-            free = limit - usage
-            others = [r for r in v100_regions() if r != region]
-            if free >= need:
-                checks.append(check(name, True, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: room for a "
-                                                f"{nodes}-node run with {gpus_per_node} GPU(s) each"))
-            else:
-                checks.append(check(name, False, f"NVIDIA_V100_GPUS {usage:g} used of {limit:g}: a {nodes}-node run "
-                                                 f"needs {need}",
-                                    f"request quota (IAM & Admin > Quotas, NVIDIA_V100_GPUS, {region}) or use "
-                                    f"--region {' / '.join(others[:4])}"))
-        except Exception as exc:  # noqa: BLE001 - API disabled, permission, network: say so
-            checks.append(check(name, None, f"not checked: {_first_line(exc)}",
-                                "enable the Compute Engine API for the project"))
+            checks += preflight.checks(spec, google=google, billing=billing, credentials=creds)
+        except Exception as exc:  # noqa: BLE001 - the REST session could not be made: said, not passed
+            checks.append(check(name, None, f"not checked: {_first_line(exc)}"))
     if creds is None:
         checks.append(check("kubernetes auth (bearer token from ADC)", False, "no credentials to make a token",
                             ADC_FIX))

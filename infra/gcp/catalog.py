@@ -61,6 +61,9 @@ DEFAULT_GPU_DRIVER_VERSION = "LATEST"
 LAUNCHERS = ("job", "pytorchjob")
 DEFAULT_SYSTEM_MACHINE_TYPE = "n1-standard-2"  # priced by the N1 unit prices; stays up after the switch
 SYSTEM_DISK_GB = 50
+# Every node of a GKE cluster without private nodes has one ephemeral external IPv4, billed while in use
+# (GKE docs, "About cluster networking"; VPC pricing, "IP address pricing").
+EXTERNAL_IPV4_PER_NODE = 1
 SYSTEM_DISK_TYPE = "pd-balanced"
 
 
@@ -252,4 +255,5 @@ def system_pool(spec: Any) -> dict[str, Any]:
     """The always-on CPU system pool the GKE component declares (a `node-pool` cost detail): it and
     the cluster fee keep billing after the dead-man switch has removed the GPU nodes."""
     return {"machine_type": spec.option("systemMachineType") or DEFAULT_SYSTEM_MACHINE_TYPE, "node_count": 1,
-            "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE}
+            "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE,
+            "external_ipv4": EXTERNAL_IPV4_PER_NODE}

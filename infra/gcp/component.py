@@ -6,7 +6,9 @@ What it declares (every child has `parent=self`):
   cluster), default node pool removed (`remove_default_node_pool` + `initial_node_count=1`, the
   provider's way), `deletion_protection=False` (pulumi-gcp defaults it to true and `pulumi destroy`
   then fails), workload identity (`<project>.svc.id.goog`), shielded nodes, the release channel from
-  the option `releaseChannel` (REGULAR by default), the managed labels as `resource_labels`.
+  the option `releaseChannel` (REGULAR by default), upgrades held for the cluster's life (a
+  NO_UPGRADES maintenance exclusion to its max lifetime, `maintenance_policy`), the managed labels
+  as `resource_labels`.
 - a small CPU system pool (kube-dns, metrics and other system pods land there, not on the GPUs):
   one node of the option `systemMachineType` (n1-standard-2 by default: N1 is priced from the
   shipped N1 unit prices, so the estimate includes it; it keeps billing after the dead-man switch).
@@ -102,6 +104,37 @@ def kubeconfig_for(name: str, endpoint: str, ca_certificate: str) -> str:
     return json.dumps(config, indent=2)
 
 
+# Upgrades held while the cluster lives: a zonal cluster's control plane is down for minutes during an
+# upgrade and node upgrades drain the GPU nodes (GKE docs, "Standard cluster upgrades"). A maintenance
+# exclusion of scope NO_UPGRADES holds control-plane and node upgrades, minor and patch (GKE docs,
+# "Maintenance windows and exclusions"; GKE API MaintenanceExclusionOptions.Scope), for at most 30
+# days; GKE may still apply critical security fixes and control-plane repairs. pulumi-gcp requires a
+# maintenance window beside it (daily_maintenance_window or recurring_window, exactly one).
+EXCLUSION_NAME = "gpucluster-run"
+EXCLUSION_MAX_DAYS = 30
+MAINTENANCE_WINDOW_START = "03:00"  # UTC; only used after the exclusion has ended
+
+
+def maintenance_policy(max_lifetime_minutes: int, now: Any = None) -> Any:
+    """A NO_UPGRADES exclusion from now until the cluster's max lifetime has passed (capped at 30 days)."""
+    from datetime import datetime, timedelta, timezone
+
+    start = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    end = start + min(timedelta(minutes=int(max_lifetime_minutes)) + timedelta(hours=1),
+                      timedelta(days=EXCLUSION_MAX_DAYS))
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START),
+        maintenance_exclusions=[gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+            exclusion_name=EXCLUSION_NAME,
+            start_time=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            end_time=end.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                scope="NO_UPGRADES"),
+        )],
+    )
+
+
 class GpuCluster(pulumi.ComponentResource):
     """A GKE Standard cluster with a CPU system pool and a V100 GPU pool, built from a ClusterSpec."""
 
@@ -159,6 +192,7 @@ class GpuCluster(pulumi.ComponentResource):
                 workload_pool=f"{project}.svc.id.goog",
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=release_channel),
+            maintenance_policy=maintenance_policy(spec.max_lifetime_minutes),
             resource_labels=labels,
             opts=child,
         )
@@ -246,7 +280,7 @@ class GpuCluster(pulumi.ComponentResource):
 
         object_outputs = declare_object_access(
             self, resource_name, cluster_name=spec.name, project=project, namespace=namespace,
-            reads=gcs_reads, writes=gcs_writes, cluster=self.cluster, labels=labels)
+            reads=gcs_reads, writes=gcs_writes, cluster=self.cluster, labels=labels, run_id=spec.run_id)
 
         self.cluster_name = self.cluster.name
         self.location = self.cluster.location

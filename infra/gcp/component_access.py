@@ -14,7 +14,9 @@ declared only when the spec has `gcsRead` / `gcsWrite` (`infra.gcp.gcs`), as chi
   Identity does. Namespace: the option `namespace` (the launcher's), else "default".
 
 None of these take labels: the GSA's description carries the marks instead (managed-by, cluster,
-owner, user, host, run: `description_marks`), read back as tags by `marks_from_description`.
+owner, user, host, run: `description_marks`, read back as tags by `marks_from_description`) and the
+buckets it was granted (`buckets=A,B`, read by the leftover scan: `leftovers.markers`), written by
+`account_description`.
 Outputs: `objects_service_account` (the GSA email), `objects_ksa`, `objects_namespace`,
 `objects_grants` (each bucket binding in words, for a plan or a dry run).
 """
@@ -27,11 +29,33 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpucluster.infra.gcp import gcs
+from gpucluster.infra.gcp.marks import description_marks, marks_from_description  # noqa: F401 - part of this module's API
+
+
+def account_description(cluster_name: str, run_id: str | None, buckets: Sequence[str],
+                        labels: dict[str, str] | None = None) -> str:
+    """The account's marks (it takes no labels: `description_marks`, with the run), the buckets it is
+    granted (the leftover scan reads both, `leftovers.markers`) and what it is for, at most 256
+    characters: the bucket list is cut before the marks would be."""
+    marks = description_marks(cluster_name, {**({"gpucluster-run": run_id} if run_id else {}), **(labels or {})})
+    names = sorted(dict.fromkeys(buckets))
+    tail = ": the pods' account for Cloud Storage (--data/--output gs://), via Workload Identity"
+    while True:
+        text = (f"{marks}, buckets={','.join(names)}" if names else marks) + tail
+        if len(text) <= 256:
+            return text
+        if len(text) - len(tail) <= 256:
+            tail = ""
+        elif names:
+            names.pop()  # whole names only: a cut name would name another bucket
+        else:
+            return text[:256]  # marks alone this long (a long user or host name): its end is cut
 
 
 def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluster_name: str, project: str,
                           namespace: str | None, reads: Sequence[str], writes: Sequence[str],
-                          cluster: pulumi.Resource, labels: dict[str, str] | None = None) -> dict[str, Any]:
+                          cluster: pulumi.Resource, labels: dict[str, str] | None = None,
+                          run_id: str | None = None) -> dict[str, Any]:
     """The GSA, its bucket bindings and its Workload Identity binding; the outputs to add ({} when
     there is nothing to read or write)."""
     if not reads and not writes:
@@ -43,8 +67,8 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
         account_id=gcs.account_id(cluster_name),
         project=project,
         display_name=f"gpucluster {cluster_name} pods"[:100],
-        description=(description_marks(cluster_name, labels or {}) + ": what the cluster's pods read and write in "
-                     "Cloud Storage (--data/--output gs://), via Workload Identity")[:256],
+        description=account_description(cluster_name, run_id, [b["bucket"] for b in gcs.iam_bindings(reads, writes)],
+                                        labels),
         opts=child,
     )
     member = account.email.apply(lambda email: f"serviceAccount:{email}")
@@ -70,28 +94,6 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
     grants = pulumi.Output.all(*[r.id for r in declared]).apply(lambda _: [grant_line(b) for b in rows])
     return {"objects_service_account": account.email, "objects_ksa": gcs.OBJECTS_KSA,
             "objects_namespace": namespace, "objects_grants": grants}
-
-
-DESCRIPTION_KEYS = ("managed-by", "gpucluster-cluster", "gpucluster-owner", "gpucluster-stack", "gpucluster-run",
-                    "gpucluster-user", "gpucluster-host")
-
-
-def description_marks(cluster_name: str, labels: dict[str, str]) -> str:
-    """"managed-by=gpucluster, gpucluster-cluster=NAME, gpucluster-owner=ID, ...": the marks a
-    service account carries where it takes no labels (who made it first: the description is cut at 256 characters)."""
-    marks = {"managed-by": "gpucluster", "gpucluster-cluster": cluster_name,
-             **{k: v for k, v in labels.items() if k in DESCRIPTION_KEYS[2:]}}
-    return ", ".join(f"{k}={marks[k]}" for k in DESCRIPTION_KEYS if marks.get(k))
-
-
-def marks_from_description(text: str) -> dict[str, str]:
-    """The marks `description_marks` wrote, as a tag dict (what a scan compares like labels)."""
-    out = {}
-    for part in str(text or "").split(":", 1)[0].split(","):
-        key, sep, value = part.strip().partition("=")
-        if sep and key in DESCRIPTION_KEYS:
-            out[key] = value.strip()
-    return out
 
 
 def grant_line(b: dict[str, Any]) -> str:

@@ -39,6 +39,8 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
             "disk_gb": cfg.get("diskSizeGb"),
             "disk_type": cfg.get("diskType"),
             "location": inputs.get("location"),
+            # one external IPv4 per node unless the pool's nodes are private
+            "external_ipv4": 0 if (inputs.get("networkConfig") or {}).get("enablePrivateNodes") else 1,
         }
     if kind == "gke-cluster":
         loc = inputs.get("location") or getattr(spec, "zone", None) or getattr(spec, "region", None)

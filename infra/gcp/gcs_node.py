@@ -28,7 +28,12 @@ host:port) replaces https://storage.googleapis.com, and then no token is fetched
 uses anonymous credentials with an emulator): that is how tests point a pod at a local GCS.
 Retries: 408, 429, 5xx and connection errors, exponential backoff with jitter, 1 s doubling to
 32 s, 6 attempts ("Retry strategy", https://cloud.google.com/storage/docs/retry-strategy); a 401
-fetches a fresh token once; 401/403 say what Workload Identity needs.
+fetches a fresh token once. A 403 (from GCS, or from the metadata server minting the token) is
+retried the same way for up to GRANT_WAIT_S from the first one: the cluster's grants are new, and IAM
+changes "typically take about 2 minutes to take effect, in some cases 7 minutes or more" (IAM docs,
+"Access change propagation", https://cloud.google.com/iam/docs/access-change-propagation). Past it, the
+failure names the bucket, the prefix or object, the principal (the metadata server's `email` of the
+pod's account) and what Workload Identity needs.
 
 The last stdout line is one JSON object: tool, files, bytes (push: total_files, and failed, a list
 of "path: why"). Exit 0: everything done; 3: some files failed (push); 4: nothing done (the reason
@@ -55,6 +60,8 @@ API = "https://storage.googleapis.com"
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 ATTEMPTS = 6
+EMAIL_PATH = "/computeMetadata/v1/instance/service-accounts/default/email"
+GRANT_WAIT_S = float(os.environ.get("GPUCLUSTER_GCS_GRANT_WAIT_S") or 420)  # IAM propagation: 7+ minutes
 CHUNK = 1 << 20
 THREADS = 8
 WORKLOAD_IDENTITY = ("the pod's Kubernetes service account must be bound to the cluster's Google service account "
@@ -78,15 +85,42 @@ def backoff(attempt):
     return min(32.0, base * (2 ** attempt)) * (0.5 + random.random() / 2)
 
 
+class Grants:
+    """The window in which a 403 is taken for a grant still propagating: GRANT_WAIT_S from the first."""
+
+    def __init__(self, wait_s=None):
+        self.wait_s = GRANT_WAIT_S if wait_s is None else wait_s
+        self.first = None
+        self.lock = threading.Lock()
+
+    def pending(self):
+        """True while a 403 may still be a new grant on its way (starts the window at the first call)."""
+        with self.lock:
+            now = time.monotonic()
+            self.first = now if self.first is None else self.first
+            return now - self.first < self.wait_s
+
+
 class Tokens:
     """Access tokens from the metadata server, cached until 5 minutes before they expire."""
 
-    def __init__(self, host=None):
+    def __init__(self, host=None, grants=None):
         host = host or os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_ROOT") \
             or "metadata.google.internal"
         self.url = "http://%s%s" % (host, TOKEN_PATH)
+        self.email_url = "http://%s%s" % (host, EMAIL_PATH)
+        self.grants = grants or Grants()
         self.lock = threading.Lock()
         self.token, self.expires = None, 0.0
+
+    def email(self):
+        """The pod's Google service account (who the grants must name), or a placeholder."""
+        req = urllib.request.Request(self.email_url, headers={"Metadata-Flavor": "Google"})
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as r:
+                return r.read().decode().strip() or "the pod's service account"
+        except (OSError, ValueError):
+            return "the pod's service account (the metadata server did not say which)"
 
     def get(self):
         with self.lock:
@@ -112,6 +146,8 @@ class Tokens:
                 body = exc.read()[:300].decode("utf-8", "replace").strip()
                 if exc.code in RETRY_STATUS and time.monotonic() < deadline:
                     pass
+                elif exc.code == 403 and self.grants.pending():  # the Workload Identity grant is new
+                    deadline = max(deadline, time.monotonic() + 1)
                 else:
                     raise Failure("the metadata server (%s) answered %d %s: %s; %s" % (
                         self.url, exc.code, exc.reason, body, WORKLOAD_IDENTITY), exc.code)
@@ -127,8 +163,9 @@ class Tokens:
 class Gcs:
     """The few JSON API calls needed, with retries. `tokens` None: anonymous (an emulator)."""
 
-    def __init__(self, base=API, tokens=None):
+    def __init__(self, base=API, tokens=None, grants=None):
         self.base, self.tokens = base.rstrip("/"), tokens
+        self.grants = grants or (tokens.grants if tokens is not None else Grants())
 
     @classmethod
     def from_env(cls):
@@ -137,7 +174,10 @@ class Gcs:
             return cls(host if "://" in host else "http://" + host, None)
         return cls(API, Tokens())
 
-    def call(self, method, path, bucket, query=None, upload=None, out=None):
+    def principal(self):
+        return self.tokens.email() if self.tokens is not None else "anonymous (a storage emulator)"
+
+    def call(self, method, path, bucket, query=None, upload=None, out=None, target=None):
         """JSON of the answer (or the bytes written to `out`, a path); Failure when it failed for
         good. `upload`: a local file sent as the body (with ifGenerationMatch=0: None when a retry
         finds the object an earlier attempt stored)."""
@@ -166,8 +206,13 @@ class Gcs:
                     continue
                 if status == 412 and upload is not None and attempt > 0:
                     return None  # an earlier attempt stored it (ifGenerationMatch=0)
+                if status == 403 and self.grants.pending():  # a new grant on its way: wait for it
+                    time.sleep(min(32.0, backoff(min(attempt, 5))))
+                    attempt += 1
+                    continue
                 if status not in RETRY_STATUS or attempt + 1 >= ATTEMPTS:
-                    raise Failure(explain(status, why, path, bucket), status) from None
+                    who = self.principal() if status in (401, 403) else None
+                    raise Failure(explain(status, why, path, bucket, target, who, self.grants.wait_s), status) from None
             except (OSError, ValueError, http.client.HTTPException) as exc:  # resets, timeouts, a cut-off body
                 if attempt + 1 >= ATTEMPTS:
                     raise Failure("cannot reach %s: %s: %s" % (self.base, type(exc).__name__, exc)) from None
@@ -186,7 +231,7 @@ class Gcs:
                  "fields": "items(name,size,md5Hash,contentEncoding),nextPageToken"}
             if token:
                 q["pageToken"] = token
-            page = self.call("GET", path, bucket, q)
+            page = self.call("GET", path, bucket, q, target="gs://%s/%s" % (bucket, prefix.rstrip("/")))
             for o in page.get("items") or []:
                 out.append((o["name"], int(o.get("size", 0)), o.get("md5Hash"), o.get("contentEncoding") == "gzip"))
             token = page.get("nextPageToken")
@@ -195,12 +240,12 @@ class Gcs:
 
     def download(self, bucket, name, target):
         path = "/storage/v1/b/%s/o/%s" % (urllib.parse.quote(bucket, safe=""), urllib.parse.quote(name, safe=""))
-        return self.call("GET", path, bucket, {"alt": "media"}, out=target)
+        return self.call("GET", path, bucket, {"alt": "media"}, out=target, target="gs://%s/%s" % (bucket, name))
 
     def upload(self, bucket, name, src):
         path = "/upload/storage/v1/b/%s/o" % urllib.parse.quote(bucket, safe="")
         q = {"uploadType": "media", "name": name, "ifGenerationMatch": "0"}
-        return self.call("POST", path, bucket, q, upload=src)
+        return self.call("POST", path, bucket, q, upload=src, target="gs://%s/%s" % (bucket, name))
 
 
 def save(r, out):
@@ -223,9 +268,12 @@ def save(r, out):
             n += len(block)
 
 
-def explain(status, why, path, bucket):
+def explain(status, why, path, bucket, target=None, who=None, waited=0.0):
     if status in (401, 403):
-        return "%d from GCS for bucket %s: %s; %s" % (status, bucket, why, WORKLOAD_IDENTITY)
+        return "%d from GCS for bucket %s (%s) as %s%s: %s; %s" % (
+            status, bucket, target or "gs://%s" % bucket, who or "the pod's service account",
+            ", still after %.0f s (IAM grants take up to 7 minutes to apply)" % waited if status == 403 and waited
+            else "", why, WORKLOAD_IDENTITY)
     if status == 404 and path.endswith("/o"):  # a list or an upload: the bucket is not there
         return "bucket %s does not exist (404 from GCS): %s" % (bucket, why)
     if status == 412:

@@ -54,7 +54,6 @@ manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watc
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -66,46 +65,10 @@ from gpucluster.supervisor import NodeSupervisor
 
 from .k8s_stage import PodStager, ensure_service_account, object_account, object_transfer, uses_objects
 
-from .k8s_api import KubeApi, _is_api_error, _status  # noqa: F401 - KubeApi: part of this module's API
-from .k8s_manifests import (kube_models, config_map_manifest, job_manifest, pytorchjob_manifest, secret_manifest,
-                             service_manifest)
-from .k8s_plan import (DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S,
-                       KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, MODES, Plan, plan_job)
-from .k8s_pods import FATAL_WAITING, MAX_LIST_ERRORS, _job_end, _lines, _PodHandle, _Pods  # noqa: F401 - tests use them
-
-@dataclass
-class _Created:
-    """What the launch asked the API server to create, recorded before each request."""
-
-    api: KubeApi
-    plan: Plan
-    kinds: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    done: bool = False
-
-    def delete_all(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        k = kube_models()
-        ns, name = self.plan.namespace, self.plan.name
-        delete = {
-            "job": lambda: self.api.batch.delete_namespaced_job(
-                name, ns, body=k.V1DeleteOptions(propagation_policy="Foreground")),
-            "pytorchjob": lambda: self.api.custom.delete_namespaced_custom_object(
-                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, name,
-                body=k.V1DeleteOptions(propagation_policy="Foreground")),
-            "service": lambda: self.api.core.delete_namespaced_service(name, ns),
-            "configmap": lambda: self.api.core.delete_namespaced_config_map(name, ns),
-            "secret": lambda: self.api.core.delete_namespaced_secret(name, ns),
-        }
-        for kind in reversed(self.kinds):  # the workload first, what it uses last
-            try:
-                delete[kind]()
-            except Exception as exc:  # noqa: BLE001 - every kind is still deleted; the error is reported
-                if _status(exc) != 404:
-                    self.errors.append(f"{kind} {ns}/{name}: {exc}")
-
+from .k8s_api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
+from .k8s_objects import Created
+from .k8s_plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
+from .k8s_pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
 
 class KubernetesLauncher(Launcher):
     """`Launcher` for clusters reached through the Kubernetes API (GKE).
@@ -129,6 +92,7 @@ class KubernetesLauncher(Launcher):
         credentials: Any = None,
         collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
         objects: Any = None,
+        api_retry_s: float = API_RETRY_S,
     ):
         if mode not in MODES:
             raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
@@ -145,7 +109,8 @@ class KubernetesLauncher(Launcher):
         self.cleanup_errors: list[str] = []
         self.collect_wait_s = int(collect_wait_s)
         self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
-        self._held: dict[str, tuple[KubeApi, Plan, _Pods, _Created, Any]] = {}  # run id -> for collect_outputs
+        self.api_retry_s = api_retry_s  # how long API calls are retried while the control plane is away
+        self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, Any]] = {}  # run id -> for collect_outputs
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
@@ -160,15 +125,9 @@ class KubernetesLauncher(Launcher):
         script folder over the ConfigMap limit) so they come before anything is created."""
         from types import SimpleNamespace
 
-        from gpucluster.errors import UsageError
-        from gpucluster.staging import staged_mounts
-
-        up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
-        if up:
-            raise UsageError(f"--data DEST {up[0]!r} is not supported yet with --cloud gcp: give a path under the "
-                             "job's working directory")
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
-                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes,
+                                           "machine_type": spec.instance_type})
         from .gcs import OBJECTS_KSA
 
         files, _ = object_transfer(self.objects, job)
@@ -189,14 +148,16 @@ class KubernetesLauncher(Launcher):
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
-        pods = _Pods(api, plan, supervisor, self.poll_interval)
-        created = _Created(api, plan)
+        retry = Retry(self.api_retry_s)
+        pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
+        created = Created(api, plan, retry)
         stager = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
             stager = PodStager(api, plan, pods, mounts, objects=transfer)
             stager.events = events
 
         def stop() -> None:
+            pods.close()  # the run is over: a log stream that ends now is not reattached
             if stager is not None:
                 stager.cancel()  # exec streams still sending data are closed
             if not plan.collects:
@@ -215,9 +176,10 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError("; ".join(errors))
 
         try:
+            created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
             if account:
                 ensure_service_account(api, plan, *account)
-            self._create(api, plan, created, secrets)
+            created.objects(secrets)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
             result = supervisor.run(handles, stop=stop, release=release, stage=stager)
@@ -245,7 +207,7 @@ class KubernetesLauncher(Launcher):
             from .k8s_outputs import collect
 
             ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
-            return collect(api, plan, ran, job.output_dir or ".", objects=transfer)
+            return collect(api, plan, ran, job.output_dir or ".", objects=transfer, job=job)
         finally:
             created.delete_all()
             self.cleanup_errors = list(created.errors)
@@ -260,42 +222,3 @@ class KubernetesLauncher(Launcher):
             except GcpAuthError as exc:
                 raise LaunchError(f"cannot authenticate to the GKE cluster: {exc.message}", hint=exc.hint) from None
         return KubeApi.from_kubeconfig(kubeconfig)
-
-    def _create(self, api: KubeApi, plan: Plan, created: _Created, values: dict[str, str]) -> None:
-        ns = plan.namespace
-        steps = [("configmap", lambda: api.core.create_namespaced_config_map(ns, config_map_manifest(plan)))]
-        if plan.secrets:  # --secret: the values go only into the run's Secret (deleted with the run)
-            steps.insert(0, ("secret", lambda: api.core.create_namespaced_secret(ns, secret_manifest(plan, values))))
-        if plan.mode == "job":
-            steps += [
-                ("service", lambda: api.core.create_namespaced_service(ns, service_manifest(plan))),
-                ("job", lambda: api.batch.create_namespaced_job(ns, job_manifest(plan))),
-            ]
-        else:
-            steps.append(("pytorchjob", lambda: api.custom.create_namespaced_custom_object(
-                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, pytorchjob_manifest(plan))))
-        for kind, create in steps:
-            created.kinds.append(kind)  # before the request: an interrupted call may still succeed
-            try:
-                create()
-            except Exception as exc:  # ApiException lives in the lazily imported SDK: non-API errors re-raise
-                if not _is_api_error(exc):
-                    raise
-                if _status(exc) is None:
-                    raise LaunchError(f"cannot reach the Kubernetes API to create {kind} {ns}/{plan.name}: "
-                                      f"{exc}") from None
-                if _status(exc) == 401:
-                    raise LaunchError(
-                        f"the Kubernetes API refused gpucluster's credentials creating {kind} {ns}/{plan.name} "
-                        "(401 Unauthorized)",
-                        hint="run `gcloud auth application-default login` (the token comes from "
-                             "application-default credentials)") from None
-                if _status(exc) == 403:
-                    raise LaunchError(
-                        f"the Kubernetes API forbade creating {kind} {ns}/{plan.name} (403 Forbidden)",
-                        hint="the application-default account needs roles/container.developer on the project"
-                    ) from None
-                hint = (" (is the Kubeflow training operator installed?)"
-                        if kind == "pytorchjob" and _status(exc) == 404 else "")
-                raise LaunchError(f"kubernetes refused to create {kind} {ns}/{plan.name}: "
-                                  f"{_status(exc)} {getattr(exc, 'reason', '')}{hint}") from None

@@ -113,3 +113,66 @@ def _status(exc: BaseException) -> int | None:
 def _is_api_error(exc: BaseException) -> bool:
     """ApiException (status + reason) or a urllib3 connection error (reason)."""
     return _status(exc) is not None or hasattr(exc, "reason")
+
+
+# -- retries -----------------------------------------------------------------------------------
+# A zonal GKE cluster has one control plane: while GKE upgrades or repairs it the API answers 5xx or
+# refuses connections for minutes (GKE docs, "Standard cluster upgrades": "the control plane is
+# unavailable" during a zonal cluster's upgrade; repairs ignore maintenance exclusions). So a failed
+# call that may succeed later (a connection error, 429, 500, 502, 503, 504) is retried with
+# exponential backoff (1 s doubling to 30 s, with jitter) for up to API_RETRY_S, the bound of a
+# control-plane upgrade; any other answer (401, 403, 404, 409, 422) is final at once.
+API_RETRY_S = 600.0
+RETRY_STATUS = (429, 500, 502, 503, 504)
+BACKOFF_FIRST_S, BACKOFF_CAP_S = 1.0, 30.0
+
+
+def transient(exc: BaseException) -> bool:
+    """An API error worth retrying: the server was unreachable or answered 429/5xx (for an exec, in its
+    refused websocket handshake: ws_client raises ApiException(status=0, "Handshake status 503 ...")."""
+    if not _is_api_error(exc):
+        return False
+    status = _status(exc)
+    if status == 0:
+        import re
+
+        m = re.search(r"Handshake status (\d+)", str(getattr(exc, "reason", "")))
+        return bool(m) and int(m.group(1)) in RETRY_STATUS
+    return status in RETRY_STATUS or (status is None and hasattr(exc, "reason"))
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry `attempt` (1, 2, ...): 1, 2, 4, ... up to 30, +/- 20 %."""
+    import random
+
+    return min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+
+
+class Retry:
+    """Calls retried while they fail transiently, for at most `bound_s` from the first failure;
+    `clock` and `sleep` are injectable (tests run the fake API server's outage scaled down)."""
+
+    def __init__(self, bound_s: float = API_RETRY_S, clock: Any = None, sleep: Any = None,
+                 stopped: Any = None):
+        import time
+
+        self.bound_s = bound_s
+        self.clock = clock or time.monotonic
+        self.sleep = sleep or time.sleep
+        self.stopped = stopped  # () -> bool: give up early (the run is being stopped)
+
+    def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        first, attempt = None, 0
+        while True:
+            try:
+                return fn(*args, **kw)
+            except Exception as exc:  # ApiException is in the lazily imported SDK: `transient` tells them apart
+                if not transient(exc):
+                    raise
+                now = self.clock()
+                first = now if first is None else first
+                attempt += 1
+                wait = backoff(attempt)
+                if now + wait - first > self.bound_s or (self.stopped is not None and self.stopped()):
+                    raise
+                self.sleep(wait)

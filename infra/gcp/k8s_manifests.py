@@ -13,7 +13,7 @@ from typing import Any
 from gpucluster.errors import require
 
 from .k8s_plan import (CACHE_HOST_PATH, CACHE_MOUNT, CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
-                       KUBEFLOW_GROUP, KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
+                       KEEPER, KUBEFLOW_GROUP, KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
 
 
 # -- manifests (the kubernetes client's typed models) ---------------------------------------
@@ -72,19 +72,27 @@ def pod_template(plan: Plan):
             ),
         ))
     limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
+    requests = dict(plan.requests) or None  # CPU and memory (k8s_plan.pod_requests): not a BestEffort pod
     container = k.V1Container(
         name=CONTAINER,
         image=plan.image,
         command=["python", f"{MOUNT}/entry.py"],
         env=env,
         ports=[k.V1ContainerPort(name="rdzv", container_port=plan.rdzv_port)],
-        resources=k.V1ResourceRequirements(limits=limits),
+        resources=k.V1ResourceRequirements(limits=limits, requests=requests),
         volume_mounts=[
             k.V1VolumeMount(name="gpucluster", mount_path=MOUNT, read_only=True),
             k.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # DataLoader workers share memory
         ] + ([k.V1VolumeMount(name="run", mount_path=RUN_DIR)] if plan.run_dir else [])
           + ([k.V1VolumeMount(name="data-cache", mount_path=CACHE_MOUNT)] if plan.cache else []),
     )
+    containers = [container]
+    if plan.run_dir:  # keeps the pod running for exec once torchrun has ended (pod_keeper.py)
+        containers.append(k.V1Container(
+            name=KEEPER, image=plan.image, command=["python", f"{MOUNT}/keeper.py"],
+            env=[k.V1EnvVar(name=key, value=value) for key, value in plan.keeper_env],
+            resources=k.V1ResourceRequirements(requests={"cpu": "10m", "memory": "32Mi"}),
+            volume_mounts=[m for m in container.volume_mounts if m.name != "dshm"]))
     init = None
     # job mode: every pod's DNS record, before the app container (the head's rendezvous port is waited for
     # in the app container, before torchrun: see pod_wait.py); the operator adds its own waiting init
@@ -100,7 +108,7 @@ def pod_template(plan: Plan):
     spec = k.V1PodSpec(
         restart_policy="Never",
         init_containers=init,
-        containers=[container],
+        containers=containers,
         tolerations=[k.V1Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")],
         node_selector=dict(plan.node_selector) or None,
         affinity=k.V1Affinity(pod_anti_affinity=k.V1PodAntiAffinity(

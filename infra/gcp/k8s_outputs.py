@@ -1,19 +1,21 @@
 """Outputs out of the pods, through the Kubernetes exec API (`connect_get_namespaced_pod_exec` over
 `kubernetes.stream.stream`, `binary=True` so stdout comes as bytes, not text decoded as UTF-8).
 
-Kubernetes cannot exec into a container that has ended, so the pod's entry script
-(`k8s_plan.ENTRYPOINT`) keeps the container running after torchrun ends: it prints a `job_end`
-metric record with torchrun's exit code and waits for the file `collected` in its control folder.
-Here:
+Kubernetes cannot exec into a container that has ended, so every pod with a run folder has a second
+container, the keeper (`k8s_plan.KEEPER`, `pod_keeper.py`), that stays running after torchrun (and
+with it the training container) has ended, until the file `collected` exists in the control folder;
+every exec goes to it (`Plan.exec_container`). Here:
 
 - `stop_pods`: a file `stop` in each still-running pod's control folder; the entry script stops
-  torchrun (SIGTERM, then SIGKILL) and waits, so the pod can still be copied from after a failure,
+  torchrun (SIGTERM, then SIGKILL), so the pod can still be copied from after a failure,
   `--max-minutes` or Ctrl-C.
 - `collect`: one fresh pod listing, then for every node whose container ran: `PACK` (a
   standard-library tar writer, run with the image's python) streams the output folder, unpacked here
   by `gpucluster.outputs.extract_stream` (only regular files and folders inside `node-N`; absolute
-  names, `..`, links and devices are refused and named); then `collected` is made. A pod that is
-  gone, terminating or ended gets the verdict failed, with why.
+  names, `..`, links and devices are refused and named); with a shipped script, what the job wrote
+  in its working folder (`gpucluster/workdir.py`, shipped in the ConfigMap) the same way into
+  `workdir/node-N`; then `collected` is made. A pod that is gone, terminating or ended gets the
+  verdict failed, with why.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
-from .k8s_plan import COLLECTED_FILE, CONTAINER, OUTPUT_DIR, SETUP_GO_FILE, STOP_FILE, Plan
+from .k8s_plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
 
 
 def _program(name: str) -> str:
@@ -50,7 +52,7 @@ def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = Fals
     gets its own ApiClient (`KubeApi.exec_core`): exec runs in threads while the main thread lists pods."""
     try:
         return api.stream(api.exec_core().connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
-                          container=CONTAINER, stdin=stdin, stdout=True, stderr=True, tty=False,
+                          container=plan.exec_container, stdin=stdin, stdout=True, stderr=True, tty=False,
                           binary=True, _preload_content=False)
     except AttributeError as exc:
         # kubernetes 36's ApiClient decodes the body of the ApiException(status=0) that websocket_call raises
@@ -129,9 +131,12 @@ class _ExecReader:
             return None
 
 
-def _run(api: Any, plan: Plan, pod: str, command: list[str]) -> tuple[int | None, str]:
-    """(exit code, stderr) of a short command in the pod; the exit code is None when unknown."""
-    client = _exec(api, plan, pod, command)
+def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None) -> tuple[int | None, str]:
+    """(exit code, stderr) of a short command in the pod; the exit code is None when unknown. An exec the
+    API server refuses transiently (a control plane away) is opened again (`k8s_api.Retry`)."""
+    from .k8s_api import Retry
+
+    client = (retry or Retry()).call(_exec, api, plan, pod, command)
     reader = _ExecReader(client, idle_s=30)
     try:
         reader.read()
@@ -164,28 +169,40 @@ def release_pods(api: Any, plan: Plan, pods: dict[int, str]) -> list[str]:
     return errors
 
 
+def _receive(api: Any, plan: Plan, pod: str, command: list[str], dest: Path) -> dict[str, Any]:
+    """A tar stream from `command` in the pod, unpacked safely into `dest`: {files, bytes, refused,
+    rc (None: unknown), stderr, broken (why the copy stopped, or None), refused_exec (the exec's refusal)}."""
+    got: dict[str, Any] = {"files": 0, "bytes": 0, "refused": [], "rc": None, "stderr": "", "broken": None,
+                           "refused_exec": None}
+    try:
+        client = _exec(api, plan, pod, command)
+    except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
+        got["refused_exec"] = exc
+        return got
+    reader = _ExecReader(client)
+    try:
+        try:
+            extract_stream(reader, dest, got)
+        except (OSError, tarfile.TarError) as exc:
+            got["broken"] = f"the copy stopped after {got['files']} file(s): {exc}"
+        got["rc"] = reader.returncode()
+    finally:
+        client.close()
+    got["stderr"] = reader.stderr.decode("utf-8", "replace")
+    return got
+
+
 def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutputs:
     """The pod's output folder into `dest`, with the verdict (as the ssh launcher's copies)."""
     who = f"node {rank} (pod {pod})"
     start = time.monotonic()
-    tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
     out = NodeOutputs(rank, str(dest), COMPLETE)
-    try:
-        client = _exec(api, plan, pod, ["python", "-c", PACK, OUTPUT_DIR])
-    except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
-        out.verdict, out.detail = FAILED, f"{who}: the exec API refused the copy: {exc}"
+    got = _receive(api, plan, pod, ["python", "-c", PACK, OUTPUT_DIR], dest)
+    if got["refused_exec"] is not None:
+        out.verdict, out.detail = FAILED, f"{who}: the exec API refused the copy: {got['refused_exec']}"
         return out
-    reader = _ExecReader(client)
-    broken = None
-    try:
-        try:
-            extract_stream(reader, dest, tally)
-        except (OSError, tarfile.TarError) as exc:
-            broken = f"the copy stopped after {tally['files']} file(s): {exc}"
-        rc = reader.returncode()
-    finally:
-        client.close()
-    out.files, out.bytes, out.seconds = tally["files"], tally["bytes"], time.monotonic() - start
+    rc, broken = got["rc"], got["broken"]
+    out.files, out.bytes, out.seconds = got["files"], got["bytes"], time.monotonic() - start
     if rc == NO_OUTPUT_RC:
         out.verdict, out.detail = FAILED, f"{who}: no output folder {OUTPUT_DIR} in the pod"
         return out
@@ -193,12 +210,12 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
     if rc is None and not broken:
         missing.append("the exec stream ended without the command's exit status")
     elif rc not in (0, None):
-        lines = [ln.strip() for ln in reader.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in got["stderr"].splitlines() if ln.strip()]
         missing.append(f"packing the folder in the pod exited with code {rc}"
                        + (": " + "; ".join(lines[-5:]) if lines else ""))
     if broken:
         missing.append(broken)
-    refused = tally["refused"]
+    refused = got["refused"]
     if refused:
         missing.append(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} refused: "
                        + "; ".join(refused[:5]) + (" ..." if len(refused) > 5 else ""))
@@ -206,6 +223,35 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
         out.verdict = PARTIAL if out.files else FAILED
         out.detail = f"{who}: " + "; ".join(missing)
     return out
+
+
+def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[int, int, list[str]]:
+    """What the job wrote in its working folder (CODE_DIR) in the pod, into `dest`, chosen there by
+    gpucluster/workdir.py (shipped in the ConfigMap): files newer than SHIPPED_MARK, outside the --data
+    and --resume folders, within --collect patterns and the size limit. (files, bytes, problems), as the
+    ssh launcher's copy (`infra/ssh/workdir_copy.py`)."""
+    from gpucluster.outputs import named, remove_if_empty, workdir_args, workdir_problems
+
+    args = workdir_args(job, CODE_DIR, SHIPPED_MARK)
+    got = _receive(api, plan, pod, ["python", f"{MOUNT}/workdir.py", *args], dest)
+    if got["refused_exec"] is not None:
+        return 0, 0, [f"the exec API refused the copy: {got['refused_exec']}"]
+    problems: list[str] = [got["broken"]] if got["broken"] else []
+    lines = [ln.strip() for ln in got["stderr"].splitlines() if ln.strip()]
+    answer: dict[str, Any] = {}
+    try:
+        answer = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        pass
+    if got["rc"] != 0 or not isinstance(answer, dict) or "files" not in answer:
+        problems.append(f"the copy program exited with code {got['rc']}" + (": " + "; ".join(lines[-3:]) if lines
+                                                                             else ""))
+        answer = {}
+    problems += workdir_problems(answer, job.collect_limit)
+    if got["refused"]:
+        problems.append(named("refused (links, devices, paths outside)", got["refused"]))
+    remove_if_empty(dest)
+    return got["files"], got["bytes"], problems
 
 
 def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
@@ -241,7 +287,8 @@ def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any
     return pushed(rank, where, who, rc, answer if isinstance(answer, dict) else {}, why, time.monotonic() - start)
 
 
-def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects: Any = None) -> list[NodeOutputs]:
+def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects: Any = None,
+            job: Any = None) -> list[NodeOutputs]:
     """Every node whose container ran (`ran`: rank -> pod name): its copy and verdict, nodes in
     parallel; each pod copied from is then told it was collected (its entry script exits).
     `dest` an object-storage URL (`--output gs://...`): each pod uploads to URL/RUN_ID/node-N."""
@@ -274,6 +321,10 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
                 f"node {rank}: pod {name} is {phase}: Kubernetes cannot exec into a container that is not "
                 "running, so its output folder cannot be read"))
         got = push_pod(api, plan, rank, name, target, objects) if url else copy_pod(api, plan, rank, name, target)
+        if plan.code and not url and job is not None:  # what the job wrote beside its script
+            from gpucluster.outputs import add_workdir, workdir_dest
+
+            add_workdir(got, *copy_workdir(api, plan, name, job, workdir_dest(dest, rank)))
         try:
             _run(api, plan, name, ["python", "-c", TOUCH, COLLECTED_FILE])
         except Exception:  # noqa: BLE001 - the Job is deleted next anyway

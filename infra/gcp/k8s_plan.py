@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster import workdir as workdir_module
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group, then SIGKILL
@@ -56,6 +57,13 @@ RUN_DIR = "/gpucluster-run"
 OUTPUT_DIR = f"{RUN_DIR}/outputs"
 CONTROL_DIR = f"{RUN_DIR}/control"
 STOP_FILE, COLLECTED_FILE = f"{CONTROL_DIR}/stop", f"{CONTROL_DIR}/collected"
+EXIT_CODE_FILE = f"{CONTROL_DIR}/exit_code"  # torchrun's exit code, written by the entry script as it ends
+# A shipped user script runs from a writable copy of its folder in the run folder, as on ssh (the
+# ConfigMap volume is read-only): what the job writes beside it (newer than SHIPPED_MARK) comes back.
+CODE_DIR, SHIPPED_MARK = f"{RUN_DIR}/code", f"{RUN_DIR}/shipped"
+# The pod's second container (pod_keeper.py): keeps the pod running for exec once torchrun has ended,
+# so the training container's status gives the node's exit code; every exec goes to it.
+KEEPER = "gpucluster"
 # --setup: each rank's argv is `gpucluster.staging.setup_wrapped` around torchrun (the same wrapper,
 # records and wording as on ssh/local); it waits for this file, made by the launcher through exec
 # once every pod's setup_end record said rc 0. The emptyDir at RUN_DIR is mounted for it.
@@ -83,6 +91,51 @@ def program_text(name: str) -> str:
 
 ENTRYPOINT = program_text("pod_entry.py")
 WAITER = program_text("pod_wait.py")
+KEEPER_PROGRAM = program_text("pod_keeper.py")
+
+
+# What a training pod requests of its node (so it is not a BestEffort pod, the first the kubelet evicts
+# under memory pressure: Kubernetes docs, "Node-pressure Eviction"): the node's allocatable, by GKE's
+# documented reservations (GKE docs, "Standard cluster architecture", node allocatable: CPU 6 % of the
+# first core, 1 % of the next, 0.5 % of the next 2, 0.25 % above 4; memory 25 % of the first 4 GiB,
+# 20 % of the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128, plus a 100 MiB eviction
+# threshold), less what GKE's own pods on a GPU node take (logging, metadata server, device plugin,
+# kube-proxy: left as REQUEST_MARGIN, more than they request, so the pod always fits).
+REQUEST_MARGIN_CPU, REQUEST_MARGIN_GIB = 1.0, 1.5
+
+
+def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
+    """(CPUs, GiB) of a GKE node that Kubernetes may give to pods."""
+    cpu_reserved, left = 0.0, float(vcpus)
+    for size, rate in ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025)):
+        part = min(left, size)
+        cpu_reserved += part * rate
+        left -= part
+    mem_reserved, left = 0.1, float(mem_gib)  # the eviction threshold
+    if mem_gib < 1:
+        mem_reserved += 0.25
+    else:
+        for size, rate in ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02)):
+            part = min(left, size)
+            mem_reserved += part * rate
+            left -= part
+    return vcpus - cpu_reserved, mem_gib - mem_reserved
+
+
+def pod_requests(machine_type: str | None) -> dict[str, str]:
+    """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
+    type is not an N1 type this code knows."""
+    from .catalog import n1_shape
+
+    shape = n1_shape(machine_type) if machine_type else None
+    if shape is None:
+        return {}
+    cpus, mem = allocatable(float(shape[0]), float(shape[1]))
+    cpu_m = int((cpus - REQUEST_MARGIN_CPU) * 1000)
+    mem_mi = int((mem - REQUEST_MARGIN_GIB) * 1024)
+    if cpu_m < 500 or mem_mi < 1024:
+        return {}
+    return {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}
 
 
 def dns_name(text: str, limit: int = 52) -> str:
@@ -118,11 +171,20 @@ class Plan:
     cache: bool = False  # a local folder is staged: the node's cache is mounted (hostPath)
     service_account: str | None = None  # pods run as this Kubernetes service account (object storage)
     secrets: tuple[str, ...] = ()  # --secret names: env from the run's own Secret `<name>` (values never here)
+    requests: tuple[tuple[str, str], ...] = ()  # the training container's CPU and memory requests
+    code: bool = False  # a user's script folder is shipped: the job runs from its copy at CODE_DIR
+    keeper_env: tuple[tuple[str, str], ...] = ()  # the keeper container's environment
 
     @property
     def run_dir(self) -> bool:
-        """Whether each pod gets the emptyDir at RUN_DIR (outputs, control files, staged data)."""
-        return self.collects or self.setup or self.stages
+        """Whether each pod gets the emptyDir at RUN_DIR (outputs, control files, staged data, the
+        script's working copy), and with it the keeper container."""
+        return self.collects or self.setup or self.stages or self.code
+
+    @property
+    def exec_container(self) -> str:
+        """The container exec calls go to: the keeper when there is one (it outlives torchrun)."""
+        return KEEPER if self.run_dir else CONTAINER
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -158,7 +220,8 @@ def _ship_user_script(program: list[str], workdir: Path
                       ) -> tuple[list[str], list[tuple[str, str, str | bytes]], int]:
     """Ship the command's script folder when the script is a local .py file below `workdir`: every
     file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
-    ConfigMap under /gpucluster/user/ and the script's path is rewritten; the command runs from there."""
+    ConfigMap under /gpucluster/user/; the entry script copies it to CODE_DIR (writable) and the
+    command runs from there, with the script's path rewritten."""
     if not program or program[0] in ("-m", "--no-python"):
         return program, [], 0
     script = Path(program[0])
@@ -186,7 +249,7 @@ def _ship_user_script(program: list[str], workdir: Path
             f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
             "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
             "on the nodes), or build an image with it and set the option image")
-    return [f"{MOUNT}/user/{script.as_posix()}", *program[1:]], files, ignored
+    return [f"{CODE_DIR}/{script.as_posix()}", *program[1:]], files, ignored
 
 
 def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
@@ -279,12 +342,22 @@ def plan_job(
     collects = bool(job.output_dir)
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
-    env.update(staged_env(job, [f"{RUN_DIR}/{m.dest}" for m in mounts]))
-    if collects:
-        env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR, GPUCLUSTER_COLLECT_WAIT_S=str(int(collect_wait_s)))
+    code = bool(user_files)
+    env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, code)}" for m in mounts]))
+    keeper_env: dict[str, str] = {}
+    if collects or job.setup or mounts or code:  # the run folder, and the keeper beside the training container
+        env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR)
+        keeper_env = {"GPUCLUSTER_CONTROL_DIR": CONTROL_DIR, "GPUCLUSTER_COLLECT_WAIT_S": str(int(collect_wait_s)),
+                      "GPUCLUSTER_COLLECTING": "1" if collects else "0"}
+    if code:
+        env.update(GPUCLUSTER_CODE_DIR=CODE_DIR, GPUCLUSTER_SHIPPED_MARK=SHIPPED_MARK)
     files: list[tuple[str, str, str | bytes]] = [
         ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
+    if keeper_env:
+        files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
+    if code and collects:  # chooses what the job wrote in its working folder, to copy back
+        files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
     files += _workload_files() + data_files + user_files + list(extra_files)
     size = _size(files)
     if size > CONFIGMAP_LIMIT:
@@ -293,7 +366,9 @@ def plan_job(
     if user_files:
         left = f", {ignored} left out by .gitignore/.gpuclusterignore" if ignored else ""
         notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes{left}) "
-                     f"as {MOUNT}/user")
+                     f"as {MOUNT}/user; the job runs from a writable copy at {CODE_DIR}"
+                     + (" and what it writes there comes back to OUTPUT/workdir/node-N" if collects and
+                        "://" not in str(job.output_dir) else ""))
     selector = {}
     if outputs.get("accelerator_type"):
         selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
@@ -316,6 +391,8 @@ def plan_job(
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    if namespace != DEFAULT_NAMESPACE:
+        notes.append(f"namespace {namespace}: made for the run if it is missing, and then removed after it")
     if service_account:
         notes.append(f"pods run as the Kubernetes service account {namespace}/{service_account}, bound to the "
                      "cluster's Google service account (created once if missing, kept with the cluster)")
@@ -340,4 +417,22 @@ def plan_job(
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
         secrets=tuple(job.secrets),
+        requests=tuple(pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
+        code=code, keeper_env=tuple(keeper_env.items()),
     )
+
+
+def staged_rel(dest: str, code: bool) -> str:
+    """Where a --data/--resume DEST lands, relative to RUN_DIR: beside a shipped script it is relative
+    to the job's working folder CODE_DIR (`../data` is RUN_DIR/data, as on ssh), else to RUN_DIR."""
+    import posixpath
+
+    if not code and dest.startswith("../"):
+        raise UsageError(f"--data DEST {dest!r} is not allowed here: a path above the job's working folder needs a "
+                         "shipped script (python SCRIPT.py), whose folder is the working folder; give a path under it")
+    rel = posixpath.normpath(posixpath.join("code", dest)) if code else dest
+    taken = rel.split("/")[0]
+    if dest.startswith("../") and taken in ("code", "outputs", "control", "shipped"):
+        raise UsageError(f"--data DEST {dest!r} is not allowed: the pod's run folder ({RUN_DIR}) already holds "
+                         f"{taken!r}; give another name")
+    return rel

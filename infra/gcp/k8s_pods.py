@@ -3,21 +3,33 @@ attaches each app container's log stream to the supervisor, and turns pod and co
 node exit codes and reasons (init containers included: an image that cannot be pulled, a crash loop or
 a failed init container ends the run at once, naming the pod, the container, the reason and message,
 and the init container's last log lines); `_PodHandle` is one node's Popen-like view for
-`NodeSupervisor.run`."""
+`NodeSupervisor.run`.
+
+The control plane of a zonal cluster goes away for minutes while GKE upgrades or repairs it, and
+every connection to it is cut then. So a failed listing is retried with backoff for up to
+`Retry.bound_s` (`k8s_api`), and a log stream that breaks is reattached: it is read with
+`timestamps=true` (each line starts with its RFC3339Nano time, as the kubelet keeps it) and
+reattached with `sinceSeconds` covering the time since its last line (the python client has no
+`sinceTime`), the lines already given (same or earlier time; at the same time, as many as were given)
+dropped, so no line is lost or repeated (Kubernetes API, PodLogOptions: `timestamps`, `sinceSeconds`).
+A node's exit code also comes from its training container's status (it ends with torchrun's code;
+the keeper container keeps the pod running for the outputs copy), so a lost log never stalls it.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Iterable, Iterator
 
 from gpucluster.errors import LaunchError
 from gpucluster.supervisor import NodeSupervisor
 
-from .k8s_api import KubeApi, _is_api_error
+from .k8s_api import KubeApi, Retry, _is_api_error, _status, backoff, transient
 from .k8s_manifests import rank_of
 from .k8s_plan import CONTAINER, JOB_END_KIND, Plan
 
-MAX_LIST_ERRORS = 5  # consecutive failed pod listings before the run is given up
+SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clock and ours differ
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
 # The image is pulled for the first container that starts, the init container when there is one, so
 # these show in `initContainerStatuses` while the app container waits in PodInitializing (Kubernetes
@@ -43,8 +55,10 @@ def _job_end(line: bytes) -> int | None:
         return None
 
 
-def _lines(response: Any) -> Iterator[bytes]:
-    """Whole lines (with their newline) from a streamed log response that yields byte chunks."""
+def _lines(response: Any, broken: list[BaseException] | None = None) -> Iterator[bytes]:
+    """Whole lines (with their newline) from a streamed log response that yields byte chunks. A stream
+    that breaks (the pod deleted, the API server gone) simply ends; why goes into `broken`, and then an
+    unfinished last line is not given (the stream is read again from its last whole line)."""
     buffer = b""
     try:
         try:
@@ -55,9 +69,11 @@ def _lines(response: Any) -> Iterator[bytes]:
                 *complete, buffer = buffer.split(b"\n")
                 for line in complete:
                     yield line + b"\n"
-        except Exception:  # the stream breaks when the pod is deleted: the log simply ends
-            pass
-        if buffer:
+        except Exception as exc:  # noqa: BLE001 - urllib3's ProtocolError and its kin: the stream ended
+            if broken is None:
+                broken = []
+            broken.append(exc)
+        if buffer and not broken:
             yield buffer
     finally:
         for method in ("release_conn", "close"):
@@ -79,22 +95,30 @@ def _initialising(pod: Any) -> tuple[str, str] | None:
 class _Pods:
     """The job's pods by node rank, refreshed at most every `poll_interval` seconds."""
 
-    def __init__(self, api: KubeApi, plan: Plan, supervisor: NodeSupervisor, poll_interval: float):
+    def __init__(self, api: KubeApi, plan: Plan, supervisor: NodeSupervisor, poll_interval: float,
+                 retry: Retry | None = None):
         self.api, self.plan, self.supervisor = api, plan, supervisor
         self.poll_interval = poll_interval
+        self.retry = retry or Retry()
         self.exit_codes: dict[int, int] = {}
         self.ended: dict[int, int] = {}  # rank -> torchrun's exit code (the entry script's job_end record)
         self.reasons: dict[int, str] = {}
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
-        self.list_errors = 0
+        self.failing_since: float | None = None  # the first of the listings failing now
+        self.failures = 0
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
         self._last = float("-inf")
+        self._next = float("-inf")  # no listing before this (backing off while the API fails)
         self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
+        self.closed = False  # the run is over: log streams are no longer reattached
+
+    def close(self) -> None:
+        self.closed = True
 
     def refresh(self) -> None:
         now = time.monotonic()
-        if now - self._last < self.poll_interval:
+        if now - self._last < self.poll_interval or now < self._next:
             return
         self._last = now
         try:
@@ -102,12 +126,16 @@ class _Pods:
         except Exception as exc:
             if not _is_api_error(exc):
                 raise
-            # A control-plane blip (GKE upgrades the master in place) is not a failed run; a run of them is.
-            self.list_errors += 1
-            if self.list_errors >= MAX_LIST_ERRORS:
-                raise LaunchError(f"lost the Kubernetes API while watching the job's pods: {exc}") from None
+            # A control-plane upgrade or repair (minutes on a zonal cluster) is not a failed run; only
+            # a failure that lasts past the bound, or one that will not fix itself, is.
+            self.failing_since = self.failing_since if self.failing_since is not None else now
+            self.failures += 1
+            if not transient(exc) or now - self.failing_since > self.retry.bound_s:
+                lasted = f" for {now - self.failing_since:.0f} s" if transient(exc) else ""
+                raise LaunchError(f"lost the Kubernetes API while watching the job's pods{lasted}: {exc}") from None
+            self._next = now + backoff(self.failures)
             return
-        self.list_errors = 0
+        self.failing_since, self.failures = None, 0
         current: dict[int, Any] = {}
         for pod in pods:
             rank = rank_of(pod, self.plan)
@@ -141,7 +169,7 @@ class _Pods:
                 self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
         if rank in self.exit_codes:
             return
-        if rank in self.ended:  # torchrun ended; the pod waits (Running) for its outputs to be copied
+        if rank in self.ended:  # torchrun ended (job_end); the pod may still run for its outputs copy
             self.exit_codes[rank] = self.ended[rank]
             return
         init = self._init_failure(pod)
@@ -150,16 +178,20 @@ class _Pods:
             return
         terminated = state.terminated if state is not None else None
         waiting = state.waiting if state is not None else None
-        if phase == "Succeeded":
+        if terminated is not None:  # the training container ended (the keeper may keep the pod Running)
+            code = terminated.exit_code if terminated.exit_code is not None else 1
+            self.exit_codes[rank] = code
+            if code != 0:
+                self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} ended with exit code {code}"
+                                      + (f" ({terminated.reason})" if terminated.reason else "")
+                                      + (f": {terminated.message}" if getattr(terminated, "message", None) else ""))
+        elif phase == "Succeeded":
             self.exit_codes[rank] = 0
-        elif phase == "Failed":
-            code = terminated.exit_code if terminated is not None and terminated.exit_code is not None else 1
-            self.exit_codes[rank] = code if code != 0 else 1
-            reason = (terminated.reason if terminated is not None else None) or getattr(status, "reason", None)
-            message = (getattr(terminated, "message", None) if terminated is not None else None) or \
-                getattr(status, "message", None)
+        elif phase == "Failed":  # ended with no container status (evicted, the node lost)
+            self.exit_codes[rank] = 1
+            reason, message = getattr(status, "reason", None), getattr(status, "message", None)
             self.reasons[rank] = (f"pod {pod.metadata.name} failed" + (f" ({reason})" if reason else "")
-                                  + (f", container {CONTAINER}: {message}" if message else ""))
+                                  + (f": {message}" if message else ""))
         elif waiting is not None and waiting.reason in FATAL_WAITING:
             self.exit_codes[rank] = -1
             self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} cannot start: {waiting.reason}: "
@@ -237,13 +269,71 @@ class _Pods:
         return f"{last.reason}: {last.message}"
 
     def _log_stream(self, pod_name: str, rank: int) -> Iterable[bytes]:
-        try:
-            response = self.api.core.read_namespaced_pod_log(
-                pod_name, self.plan.namespace, container=CONTAINER, follow=True, _preload_content=False
-            )
-        except Exception as exc:  # e.g. 400 when the container never started: no log to show
-            return [f"[gpucluster] no log for pod {pod_name}: {exc}\n".encode()]
-        return self._until_job_end(_lines(response), rank) if self.plan.collects else _lines(response)
+        stream = self._follow(pod_name, rank)
+        return self._until_job_end(stream, rank) if self.plan.collects else stream
+
+    def _done(self, rank: int) -> bool:
+        return rank in self.exit_codes or rank in self.ended or self.closed
+
+    def _follow(self, pod_name: str, rank: int) -> Iterator[bytes]:
+        """The app container's log, every line once, reattached when the stream breaks while the
+        container runs (see the module docstring); gives up after `retry.bound_s` without progress."""
+        last: tuple[str, str] | None = None  # the time of the last line given
+        at_last = 0  # how many lines were given with that time
+        got_at: float | None = None  # when (here) the last line came
+        stalled: float | None = None  # since when no line came while the container runs
+        attempt = 0
+        why = ""
+        final = False  # the container ended while its stream was broken: one last read for what it printed
+        while True:
+            kw: dict[str, Any] = {}
+            if got_at is not None:
+                kw["since_seconds"] = max(1, math.ceil(time.monotonic() - got_at) + SINCE_MARGIN_S)
+            response = None
+            try:
+                response = self.api.core.read_namespaced_pod_log(
+                    pod_name, self.plan.namespace, container=CONTAINER, follow=True, timestamps=True,
+                    _preload_content=False, **kw)
+            except Exception as exc:  # noqa: BLE001 - ApiException, connection errors: retried or said
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if not (transient(exc) or _status(exc) == 400):  # 400: the container is not running (yet/now)
+                    yield f"[gpucluster] no log for pod {pod_name}: {why}\n".encode()
+                    return
+            broken: list[BaseException] = []
+            if response is not None:
+                skip = at_last if last is not None else 0
+                for raw in _lines(response, broken):
+                    stamp, sep, text = raw.partition(b" ")
+                    key = _stamp(stamp) if sep else None
+                    if key is None:  # not a time: given as it is
+                        yield raw
+                        continue
+                    if last is not None and key < last:
+                        continue
+                    if key == last and skip:
+                        skip -= 1
+                        continue
+                    at_last = at_last + 1 if key == last else 1
+                    last, got_at, stalled, attempt = key, time.monotonic(), None, 0
+                    yield text
+                why = f"the stream broke: {broken[0]}" if broken else "the stream ended"
+            if self.closed or rank in self.ended:
+                return
+            if rank in self.exit_codes:  # the container ended: a stream that ended by itself had it all
+                if (response is not None and not broken) or final:
+                    return
+                final = True
+                continue
+            now = time.monotonic()
+            stalled = stalled if stalled is not None else now
+            if now - stalled > self.retry.bound_s:
+                yield (f"[gpucluster] lost the log of pod {pod_name} for {now - stalled:.0f} s ({why}); its exit "
+                       "code comes from its container status\n").encode()
+                return
+            attempt += 1
+            end = time.monotonic() + backoff(attempt)
+            while time.monotonic() < end and not self._done(rank):
+                time.sleep(0.05)
 
     def _until_job_end(self, lines: Iterator[bytes], rank: int) -> Iterator[bytes]:
         """The log up to the entry script's job_end record, which gives the node's exit code; the
@@ -257,6 +347,16 @@ class _Pods:
                 yield line
         finally:
             lines.close()
+
+
+def _stamp(text: bytes) -> tuple[str, str] | None:
+    """An RFC3339(Nano) UTC time as a sortable key: (date and time, the fraction to 9 digits). The
+    kubelet's times drop trailing zeros of the fraction, so they do not sort as text."""
+    t = text.decode("ascii", "replace")
+    if len(t) < 20 or t[4] != "-" or t[10] != "T" or not t.endswith("Z"):
+        return None
+    main, _, frac = t[:-1].partition(".")
+    return (main, frac.ljust(9, "0")) if frac.isdigit() or not frac else None
 
 
 class _PodHandle:

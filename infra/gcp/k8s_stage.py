@@ -9,7 +9,8 @@ is `stage` until every pod is staged. For one pod:
 1. local folders (`--data DIR`, `--resume`) go through the same content-addressed cache program
    as over ssh (`infra.ssh.stage.STAGE_PY`), here with the cache on the GPU node's own disk (a
    hostPath volume at `k8s_plan.CACHE_MOUNT`): the pod answers which sha256 it lacks, a tar of only
-   those files goes to its stdin, and it lays each folder out at `RUN_DIR/DEST` (copies: a hard
+   those files goes to its stdin, and it lays each folder out at `RUN_DIR/DEST` (beside a shipped
+   script, `RUN_DIR/code/DEST`: `k8s_plan.staged_rel`) (copies: a hard
    link cannot cross from one volume mount to another). Stdin is never closed: the program reads
    a line, then a tar that ends with its own end-of-archive blocks (the exec API's v4 websocket
    protocol has no way to close stdin, kubernetes/kubernetes#89899).
@@ -38,7 +39,7 @@ from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 from .k8s_api import KubeApi, _is_api_error, _status
 from .k8s_manifests import kube_models
 from .k8s_outputs import TOUCH, _exec, _ExecReader
-from .k8s_plan import CACHE_MOUNT, MOUNT, RUN_DIR, STAGED_FILE, Plan
+from .k8s_plan import CACHE_MOUNT, MOUNT, RUN_DIR, STAGED_FILE, Plan, staged_rel
 
 CHUNK = 1 << 20  # bytes per stdin frame
 
@@ -197,7 +198,8 @@ class PodStager:
             if not isinstance(missing, list):
                 raise LaunchError("checking the node's data cache gave no answer")
             layout = {"tar": bool(missing),
-                      "mounts": [{"dest": m.dest, "files": fs} for m, fs in zip(self.local, self.files)]}
+                      "mounts": [{"dest": staged_rel(m.dest, self.plan.code), "files": fs}
+                                 for m, fs in zip(self.local, self.files)]}
 
             def send(sink: _Stdin) -> None:
                 sink.write(json.dumps(layout).encode() + b"\n")
@@ -218,7 +220,7 @@ class PodStager:
                        **{k: got.get(k) for k in ("received", "linked", "copied") if isinstance(got, dict)})
         fetched_files = fetched = 0
         for m in (m for m in self.mounts if m.remote):
-            script = self.objects.script(self.python, "pull", m.src, f"{RUN_DIR}/{m.dest}")
+            script = self.objects.script(self.python, "pull", m.src, f"{RUN_DIR}/{staged_rel(m.dest, self.plan.code)}")
             rc, out, err, _ = self._run(pod, ["sh", "-c", script])
             if rc != 0:
                 raise LaunchError(f"staging {m.src} failed: {_last(err, rc)}")

@@ -1,16 +1,27 @@
 """The GCP tag scan: GKE clusters whose `resource_labels` carry `managed-by=gpucluster` (node
-pools go with their cluster), each with who made it (owner, user@host, run, since), and their deletion, awaited through GKE's long-running operations.
-google-cloud-container is imported inside functions. The shared part (tags, report, dispatch) is
-`gpucluster.infra.leftovers`."""
+pools go with their cluster), each with who made it (owner, user@host, run, since), and their
+deletion, awaited through GKE's long-running operations; and the Google service accounts the
+clusters' pods use for Cloud Storage (`gpuc-<cluster>`), which take no labels: they are known by
+their id prefix and the marks in their description (`managed-by=gpucluster,
+gpucluster-cluster=NAME, gpucluster-owner=ID, ..., buckets=A,B`, written by `component_access`).
+Deleting one removes its grants on those buckets first (IAM keeps a deleted account's bindings as
+`deleted:serviceAccount:...` members), then the account (its Workload Identity binding is on the
+account and goes with it). After a failed destroy, `down`, `gc` and the next run with the same name
+(whose account id would be taken) find it. google-cloud-container is imported inside functions;
+the IAM and Cloud Storage calls are REST (`preflight.Google`). The shared part (tags, report,
+dispatch) is `gpucluster.infra.leftovers`."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import GpuclusterError, require
 from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted, with_marks
+
+from .marks import marks_from_description
 
 
 def _created(text: Any) -> float | None:
@@ -119,11 +130,105 @@ def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float
     return errors
 
 
+# -- the pods' service accounts (no labels: id prefix and description markers) -------------------
+IAM = "https://iam.googleapis.com/v1"
+STORAGE = "https://storage.googleapis.com/storage/v1"
+ACCOUNT_PREFIX = "gpuc-"  # gcs.account_id
+_MARK = re.compile(r"(managed-by|gpucluster-cluster|gpucluster-run|buckets)=([a-z0-9._,-]+)")
+
+
+def markers(description: str) -> dict[str, str]:
+    """The key=value markers of a service account's description (what stands for its labels)."""
+    return {k: v.rstrip(",.") for k, v in _MARK.findall(description or "")}
+
+
+def _google(client: Any) -> Any:
+    if client is not None:
+        return client
+    from .preflight import Google
+
+    return Google()
+
+
+def scan_accounts(name: str | None, run_id: str | None, project: str, google: Any = None) -> list[Found]:
+    """Our service accounts in the project (IAM `projects.serviceAccounts.list`, paged)."""
+    google = _google(google)
+    found, page = [], None
+    while True:
+        body = google.get(f"{IAM}/projects/{project}/serviceAccounts",
+                          [("pageSize", "100")] + ([("pageToken", page)] if page else []))
+        for acct in body.get("accounts") or []:
+            email = str(acct.get("email") or "")
+            marks = markers(str(acct.get("description") or ""))
+            if not email.startswith(ACCOUNT_PREFIX) or not wanted(marks, name, run_id):
+                continue
+            buckets = [b for b in marks.get("buckets", "").split(",") if b]
+            detail = f"the pods' Google service account (cluster={marks.get(CLUSTER_TAG, '?')})" + (
+                f"; its grants on {', '.join('gs://' + b for b in buckets)}" if buckets else "")
+            lo = with_marks(Leftover("service-account", email, "global", detail),  # who made it (its marks)
+                            {**marks, **marks_from_description(str(acct.get("description") or ""))})
+            found.append(Found(lo, marks.get(CLUSTER_TAG),
+                               marks.get(RUN_TAG)))
+        page = body.get("nextPageToken")
+        if not page:
+            return found
+
+
+def _drop_grants(google: Any, bucket: str, email: str) -> None:
+    """The bucket's IAM bindings without the account (live or already deleted), read-modify-write with
+    the policy's etag (Cloud Storage JSON API: buckets.getIamPolicy / setIamPolicy, version 3 for
+    conditional bindings)."""
+    for _ in range(3):
+        policy = google.get(f"{STORAGE}/b/{bucket}/iam", [("optionsRequestedPolicyVersion", "3")])
+        member = f"serviceAccount:{email}"
+        keep, changed = [], False
+        for b in policy.get("bindings") or []:
+            members = [m for m in b.get("members") or [] if m != member and not m.startswith(f"deleted:{member}?")]
+            changed = changed or len(members) != len(b.get("members") or [])
+            if members:
+                keep.append({**b, "members": members})
+        if not changed:
+            return
+        try:
+            google.put(f"{STORAGE}/b/{bucket}/iam", {**policy, "bindings": keep, "version": 3})
+            return
+        except Exception as exc:  # noqa: BLE001 - 412: the policy changed meanwhile: read it again
+            if getattr(exc, "status", None) != 412:
+                raise
+
+
+def delete_accounts(leftovers: Sequence[Leftover], google: Any = None) -> list[str]:
+    errors: list[str] = []
+    accounts = [lo for lo in leftovers if lo.kind == "service-account"]
+    if not accounts:
+        return errors
+    google = _google(google)
+    for lo in accounts:
+        url = f"{IAM}/projects/-/serviceAccounts/{lo.id}"
+        try:
+            acct = google.get(url)
+            for bucket in [b for b in markers(str(acct.get("description") or "")).get("buckets", "").split(",") if b]:
+                _drop_grants(google, bucket, lo.id)
+            google.delete(url)
+        except Exception as exc:  # noqa: BLE001 - IAM/Storage REST errors vary; each account is tried and reported
+            if getattr(exc, "status", None) != 404:
+                errors.append(f"service account {lo.id}: {exc}")
+    return errors
+
+
 # -- the provisioner's scan and delete (infra.contract.Provisioner), from a typed scope -----------
 def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanReport:
-    return scan(name, run_id, project=scope.project, client=scope.clients.get("gke_client"))
+    report = scan(name, run_id, project=scope.project, client=scope.clients.get("gke_client"))
+    project = gcp_project(scope.project) if not report.skipped else None
+    if project:
+        try:
+            report.found += scan_accounts(name, run_id, project, scope.clients.get("google"))
+        except Exception as exc:  # noqa: BLE001 - credentials, permission, network: said, never taken as clean
+            report.skipped.append(f"service accounts in {project}: not checked ({str(exc).splitlines()[0][:200]})")
+    return report
 
 
 def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:
-    return delete(list(leftovers), client=scope.clients.get("gke_client"),
-                  wait_seconds=1800 if wait_seconds is None else wait_seconds)
+    errors = delete(list(leftovers), client=scope.clients.get("gke_client"),
+                    wait_seconds=1800 if wait_seconds is None else wait_seconds)
+    return errors + delete_accounts(leftovers, scope.clients.get("google"))

@@ -10,7 +10,7 @@ from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions,
 from gpucluster.infra.pulumi_provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
 
-from . import TRAITS, access, catalog, engine, gcs, leftovers, prices
+from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices
 from .k8s import KubernetesLauncher
 
 
@@ -67,9 +67,12 @@ def gc_label(scope: ScanScope) -> str:
     return "gcp"
 
 
-def doctor_checks(region: str | None, project: str | None, sole: bool, **shape: object) -> list[dict[str, object]]:
-    """The region is used only when gcp is the one cloud checked (else it names an aws one)."""
-    return access.doctor_checks(project, region if sole else None)  # type: ignore[return-value]
+def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes: int | None = None,
+                  instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
+    """The prerequisites of a run of the shape given (default: the default run's). The region and the
+    machine type are used only when gcp is the one cloud checked (else they name aws ones)."""
+    return access.doctor_checks(project, region if sole else None, nodes=nodes,  # type: ignore[return-value]
+                                instance_type=instance_type if sole else None, spot=spot)
 
 
 def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
@@ -85,9 +88,11 @@ PLUGIN = CreatedMachines(
         declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,  # type: ignore[arg-type]
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
-        leftover_kinds=("gke-cluster",),  # what the tag scan reports (node pools go with their cluster)
+        # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)
+        leftover_kinds=("gke-cluster", "service-account"),
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
-        classify_failure=classify_failure),
+        classify_failure=classify_failure,
+        preflight=preflight.preflight),  # APIs, billing, quotas and buckets, before anything is created
     pricing=Pricing(
         default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
         default_disk_type=catalog.DEFAULT_DISK_TYPE,

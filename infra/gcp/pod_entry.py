@@ -3,24 +3,45 @@
 The app container's command in every pod of a Kubernetes run (`python /gpucluster/entry.py`): this
 file is shipped by content in the run's ConfigMap (`infra.gcp.k8s_plan`) and runs with the image's
 python, standard library only. It picks this node's argv from argv.json (beside it) and runs it.
-Without a control folder (outputs not collected) it execs the argv. With one (GPUCLUSTER_CONTROL_DIR)
-the argv runs as a child in its own process group so the container outlives it: a file `stop` there
-(made by the launcher through the exec API) stops it (SIGTERM, then SIGKILL after STOP_GRACE_S); when
-it has ended the script prints a `job_end` metric record with its exit code and waits, up to
-GPUCLUSTER_COLLECT_WAIT_S, for a file `collected` there, so the pod is still Running while the launcher
-copies its output folder out (exec needs a running container). SIGTERM/SIGINT (the pod is deleted) go
-to the child and end the wait. The script exits with the child's code. With --setup the argv is the
-setup wrapper (setup commands, setup_end record, wait for the go file, exec torchrun): a failed setup
-ends the child with its code (job_end says it), and `stop` while it waits for the go file ends it too.
+
+- With GPUCLUSTER_CODE_DIR (a user's script folder was shipped, read-only, at /gpucluster/user): the
+  folder is copied there first (the pod's run folder, an emptyDir), the file GPUCLUSTER_SHIPPED_MARK
+  is made, and the command runs from there, so the script's relative paths work and what it writes
+  beside itself can be copied back (files newer than the mark: gpucluster/workdir.py).
+- Without a control folder (GPUCLUSTER_CONTROL_DIR) it execs the argv.
+- With one the argv runs as a child in its own process group: a file `stop` there (made by the
+  launcher through the exec API) stops it (SIGTERM, then SIGKILL after STOP_GRACE_S). When it has
+  ended the script writes its exit code to `exit_code` there, prints a `job_end` metric record with
+  it and exits with it: the container's status then carries the node's exit code even if its log
+  stream broke. The pod's second container (`pod_keeper.py`) keeps the pod running while the
+  launcher copies the output folder out (exec needs a running container).
+SIGTERM/SIGINT (the pod is deleted) go to the child. With --setup the argv is the setup wrapper
+(setup commands, setup_end record, wait for the go file, exec torchrun): a failed setup ends the
+child with its code, and `stop` while it waits for the go file ends it too.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 STOP_GRACE_S = 15  # SIGTERM to the child's group, then SIGKILL
+
+
+def lay_down(src, dest, mark):
+    """The shipped script folder as regular, writable files in `dest`, then the mark (the job's own
+    files are newer than it). The ConfigMap volume's files are links into a hidden folder: followed."""
+    for top, dirs, names in os.walk(src, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith("..")]  # the volume's own ..data folders
+        rel = os.path.relpath(top, src)
+        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+        for name in names:
+            if not name.startswith(".."):
+                shutil.copyfile(os.path.join(top, name), os.path.join(dest, rel, name))
+    with open(mark, "w"):
+        pass
 
 
 def main() -> None:
@@ -30,13 +51,18 @@ def main() -> None:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json")) as f:
         argv = json.load(f)[int(rank)]
     os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
+    code_dir = os.environ.get("GPUCLUSTER_CODE_DIR")
+    if code_dir:
+        here = os.path.dirname(os.path.abspath(__file__))  # /gpucluster: the script folder is its user/
+        lay_down(os.path.join(here, "user"), code_dir, os.environ["GPUCLUSTER_SHIPPED_MARK"])
+        os.chdir(code_dir)
     sys.stdout.flush()
     control = os.environ.get("GPUCLUSTER_CONTROL_DIR")
     if not control:
         os.execvp(argv[0], argv)
     os.makedirs(control, exist_ok=True)
-    os.makedirs(os.environ["GPUCLUSTER_OUTPUT_DIR"], exist_ok=True)
-    wait_s = float(os.environ.get("GPUCLUSTER_COLLECT_WAIT_S") or 1800)
+    if os.environ.get("GPUCLUSTER_OUTPUT_DIR"):
+        os.makedirs(os.environ["GPUCLUSTER_OUTPUT_DIR"], exist_ok=True)
     child = subprocess.Popen(argv, start_new_session=True)
     signalled = []
 
@@ -61,11 +87,12 @@ def main() -> None:
             kill(signal.SIGKILL)
         time.sleep(0.2)
     code = child.returncode if child.returncode >= 0 else 128 - child.returncode
+    tmp = os.path.join(control, ".exit_code")
+    with open(tmp, "w") as f:
+        f.write(f"{code}\n")
+    os.replace(tmp, os.path.join(control, "exit_code"))
     print("@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": code,
                                               "stopped": stopping is not None}), flush=True)
-    end = time.monotonic() + wait_s
-    while not signalled and time.monotonic() < end and not os.path.exists(os.path.join(control, "collected")):
-        time.sleep(0.2)
     sys.exit(code)
 
 

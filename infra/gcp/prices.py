@@ -4,7 +4,8 @@ of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`
 
 GCE bills an N1 VM's vCPUs and memory (named types: the catalog's rows; other N1 shapes: derived
 from the unit prices) and its GPUs apart; GKE adds the cluster fee and an always-on CPU system
-pool. The fetcher imports google-cloud-billing lazily; `parse_gcp_skus` takes the API's own
+pool; every node's external IPv4 is billed per hour (GKE nodes of a public cluster have one). The
+fetcher imports google-cloud-billing lazily; `parse_gcp_skus` takes the API's own
 message types, so it is tested offline. N1 shapes and V100 limits are the catalog's
 (`infra/gcp/catalog.py`), their one home.
 """
@@ -22,7 +23,8 @@ from gpucluster.infra.contract import PricedRows
 from gpucluster.spec import ClusterSpec
 from gpucluster.spec import parse_bool
 
-from .catalog import ACCELERATOR, DEFAULT_DISK_TYPE, V100_LIMITS, n1_machine_types, n1_shape, system_pool
+from .catalog import (ACCELERATOR, DEFAULT_DISK_TYPE, EXTERNAL_IPV4_PER_NODE, V100_LIMITS, min_nodes, n1_machine_types,
+                      n1_shape, option_bool, system_pool)
 
 GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
 # the machine type priced when a spec names none and resolve could not choose one
@@ -158,6 +160,8 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     rows.zonal = spec.zone is not None
     opt = spec.option("gke_free_tier", False) if free_tier is None else free_tier
     rows.free_tier = parse_bool("option gke_free_tier", opt)
+    # what the GPU pool keeps after the job: all its nodes without autoscaling, else its minimum
+    rows.idle_nodes = min_nodes(spec) if option_bool(spec, "autoscale", True) else int(spec.nodes)
     return rows
 
 
@@ -166,7 +170,7 @@ def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) ->
     disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     pool = {"machine_type": spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE, "node_count": int(spec.nodes),
             "gpus_per_node": int(spec.gpus_per_node or 0), "accelerator": spec.accelerator or ACCELERATOR,
-            "spot": spec.spot, **disk}
+            "spot": spec.spot, "external_ipv4": EXTERNAL_IPV4_PER_NODE, **disk}
     rows = [{"kind": "gke-cluster", "name": spec.name, "detail": {"zonal": spec.zone is not None}},
             {"kind": "node-pool", "name": f"{spec.name}-gpu", "detail": pool}]
     system = system_pool(spec)
@@ -187,9 +191,15 @@ def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) ->
 def estimate_notes(plan: Any, always_on: Decimal) -> list[str]:
     notes = []
     if always_on:
-        notes.append(f"after the max lifetime the Job stops and the GPU pool scales to zero; the cluster fee and the "
-                     f"system pool keep billing {money(always_on)}/h ({always_on.quantize(Decimal('0.0001'))}) "
-                     "until `gpucluster down`")
+        kept = ("the cluster fee and the system pool" if not plan.idle_nodes else
+                f"all {plan.nodes} GPU node(s) (the option autoscale is false), the cluster fee and the system pool"
+                if plan.idle_nodes >= plan.nodes else
+                f"the pool's minimum of {plan.idle_nodes} GPU node(s) (option minNodes), the cluster fee and the "
+                "system pool")
+        how = ("the GPU pool scales to zero" if not plan.idle_nodes else "the GPU pool keeps its nodes"
+               if plan.idle_nodes >= plan.nodes else f"the GPU pool scales down to {plan.idle_nodes} node(s)")
+        notes.append(f"after the max lifetime the Job stops and {how}; {kept} keep billing {money(always_on)}/h "
+                     f"({always_on.quantize(Decimal('0.0001'))}) until `gpucluster down`")
     if plan.free_tier:
         notes.append("GKE fee: free tier applied" + ("" if plan.zonal else " only to zonal clusters; this one is "
                                                      "regional (no zone given)"))

@@ -1,9 +1,11 @@
 """The Python programs the ssh launcher runs on each node with `python3 -` (the code comes on
 stdin, so nothing is installed there): `READY_PY` reports what the node has (python, torch, GPUs,
 tools), `PROCS_PY` lists or kills the processes of a run on the node. Only the standard library is
-used on the node. `RESOLVE_PYTHON`: the shell words that make --remote-python absolute there."""
+used on the node. `RESOLVE_PYTHON`: the shell words that make --remote-python absolute there.
+`gpu_row`: one GPU line of what READY_PY reports, read here."""
 
 from pathlib import Path
+from typing import Any
 
 
 def _program(name: str) -> str:
@@ -30,3 +32,15 @@ RESOLVE_PYTHON = ('{ case "$GPUCLUSTER_PYTHON" in /*) p=$GPUCLUSTER_PYTHON;; */*
                   '*) p=$(command -v "$GPUCLUSTER_PYTHON");; esac; [ -n "$p" ] || { echo "gpucluster: remote python '
                   '$GPUCLUSTER_PYTHON not found on this node (PATH=$PATH)" >&2; false; }; } && '
                   'export GPUCLUSTER_PYTHON="$p" PATH="${p%/*}:$PATH" && ')
+
+
+def gpu_row(line: str) -> dict[str, Any]:
+    """One `nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total` csv row."""
+    name, *rest = [f.strip() for f in line.rsplit(",", 3)] if line.count(",") >= 3 else [line.strip()]
+    row: dict[str, Any] = {"name": name}
+    for key, value in zip(("util", "mem_used_mib", "mem_total_mib"), rest):
+        try:
+            row[key] = float(value)
+        except ValueError:
+            row[key] = None  # "[N/A]" on some boards
+    return row

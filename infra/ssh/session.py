@@ -26,7 +26,7 @@ from gpucluster.events import RunEvents
 if TYPE_CHECKING:
     from .launch import SshLauncher
 
-from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY
+from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY, gpu_row  # gpu_row: part of this module's API
 
 NO_OUTPUT_RC = 3  # collect: the node has no output folder
 OWNER_FILE = ".gpucluster-owner"  # in each node's run folder: the installation id of the home that made it
@@ -483,18 +483,6 @@ class Session:
                 pass
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp = ""
-
-
-def gpu_row(line: str) -> dict[str, Any]:
-    """One `nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total` csv row."""
-    name, *rest = [f.strip() for f in line.rsplit(",", 3)] if line.count(",") >= 3 else [line.strip()]
-    row: dict[str, Any] = {"name": name}
-    for key, value in zip(("util", "mem_used_mib", "mem_total_mib"), rest):
-        try:
-            row[key] = float(value)
-        except ValueError:
-            row[key] = None  # "[N/A]" on some boards
-    return row
 
 
 def stop_local(procs: dict[int, subprocess.Popen]) -> None:

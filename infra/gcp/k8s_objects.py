@@ -1,0 +1,148 @@
+"""The Kubernetes objects of one run (`infra.gcp.k8s`): created in order, each recorded before its
+request (an interrupted call may still have succeeded), deleted in reverse whatever happened.
+
+- the namespace: the API server refuses objects in a namespace that does not exist (the
+  NamespaceLifecycle admission plugin, Kubernetes docs "Admission Controllers"; 404 `namespaces "x"
+  not found`). `default` always exists; another one (the option `namespace`) is created for the run
+  when missing, labelled managed-by=gpucluster and with the run, and deleted after it, unless a Job
+  of another gpucluster run is in it then (it goes with the last such run's cleanup only if that run
+  made it: otherwise it stays, empty, until the cluster goes).
+- with --secret, the run's own Secret (its values, nothing else, deleted with the run);
+- the ConfigMap, the headless Service and the Job (or a Kubeflow PyTorchJob), built by
+  `infra.gcp.k8s_manifests`.
+
+Every call is retried while the API answers transiently (`k8s_api.Retry`: a control-plane upgrade of
+a zonal cluster takes minutes); a create that answers 409 after a failed try had reached the server
+the first time. What could not be deleted is kept in `errors` (shown by the lifecycle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucluster.errors import LaunchError
+
+from .k8s_api import KubeApi, Retry, _is_api_error, _status, transient
+from .k8s_manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
+                            service_manifest)
+from .k8s_plan import DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, Plan
+
+MANAGED = ("app.kubernetes.io/managed-by", "gpucluster")
+
+
+@dataclass
+class Created:
+    """What the launch asked the API server to create, recorded before each request."""
+
+    api: KubeApi
+    plan: Plan
+    retry: Retry = field(default_factory=Retry)
+    kinds: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    done: bool = False
+
+    # -- create ---------------------------------------------------------------------------------
+    def namespace(self) -> None:
+        """The plan's namespace exists when this returns (made for the run when it was missing)."""
+        ns = self.plan.namespace
+        if ns == DEFAULT_NAMESPACE:
+            return
+        try:
+            self.retry.call(self.api.core.read_namespace, ns)
+            return
+        except Exception as exc:  # ApiException is in the lazily imported SDK: non-API errors re-raise
+            if not _is_api_error(exc) or _status(exc) != 404:
+                raise self._refused("namespace", exc) from None
+        k = kube_models()
+        body = k.V1Namespace(metadata=k.V1ObjectMeta(name=ns, labels=dict([MANAGED, ("gpucluster-run",
+                                                                                    self.plan.label_dict["gpucluster-run"])])))
+        self._create("namespace", lambda: self.api.core.create_namespace(body), exists_is_ours=False)
+
+    def objects(self, secret_values: dict[str, str] | None = None) -> None:
+        """The run's objects; with --secret first its own Secret holding `secret_values` (the values
+        go only there, deleted with the run)."""
+        api, plan, ns = self.api, self.plan, self.plan.namespace
+        if plan.secrets:
+            self._create("secret", lambda: api.core.create_namespaced_secret(ns, secret_manifest(plan,
+                                                                                                secret_values or {})))
+        self._create("configmap", lambda: api.core.create_namespaced_config_map(ns, config_map_manifest(plan)))
+        if plan.mode == "job":
+            self._create("service", lambda: api.core.create_namespaced_service(ns, service_manifest(plan)))
+            self._create("job", lambda: api.batch.create_namespaced_job(ns, job_manifest(plan)))
+        else:
+            self._create("pytorchjob", lambda: api.custom.create_namespaced_custom_object(
+                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, pytorchjob_manifest(plan)))
+
+    def _create(self, kind: str, create: Any, exists_is_ours: bool = True) -> None:
+        self.kinds.append(kind)  # before the request: an interrupted call may still succeed
+        tried = [False]
+
+        def once() -> Any:
+            try:
+                return create()
+            except Exception as exc:  # noqa: BLE001 - remembered: a 409 after a transient failure is ours
+                tried[0] = tried[0] or transient(exc)
+                raise
+
+        try:
+            self.retry.call(once)
+        except Exception as exc:  # ApiException lives in the lazily imported SDK: non-API errors re-raise
+            if not _is_api_error(exc):
+                raise
+            if _status(exc) == 409 and (tried[0] or not exists_is_ours):
+                if not exists_is_ours:  # made by someone else meanwhile: not ours to delete
+                    self.kinds.remove(kind)
+                return  # the earlier try had reached the server: it exists, as ours
+            raise self._refused(kind, exc) from None
+
+    def _refused(self, kind: str, exc: Exception) -> LaunchError:
+        ns, name = self.plan.namespace, self.plan.name
+        what = f"namespace {ns}" if kind == "namespace" else f"{kind} {ns}/{name}"
+        if _status(exc) is None:
+            return LaunchError(f"cannot reach the Kubernetes API to create {what}: {exc}")
+        if _status(exc) == 401:
+            return LaunchError(f"the Kubernetes API refused gpucluster's credentials creating {what} (401 Unauthorized)",
+                               hint="run `gcloud auth application-default login` (the token comes from "
+                                    "application-default credentials)")
+        if _status(exc) == 403:
+            return LaunchError(f"the Kubernetes API forbade creating {what} (403 Forbidden)",
+                               hint="the application-default account needs roles/container.developer on the project")
+        hint = " (is the Kubeflow training operator installed?)" if kind == "pytorchjob" and _status(exc) == 404 else ""
+        return LaunchError(f"kubernetes refused to create {what}: {_status(exc)} {getattr(exc, 'reason', '')}{hint}")
+
+    # -- delete ---------------------------------------------------------------------------------
+    def delete_all(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        k = kube_models()
+        ns, name = self.plan.namespace, self.plan.name
+        delete = {
+            "job": lambda: self.api.batch.delete_namespaced_job(
+                name, ns, body=k.V1DeleteOptions(propagation_policy="Foreground")),
+            "pytorchjob": lambda: self.api.custom.delete_namespaced_custom_object(
+                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, name,
+                body=k.V1DeleteOptions(propagation_policy="Foreground")),
+            "service": lambda: self.api.core.delete_namespaced_service(name, ns),
+            "configmap": lambda: self.api.core.delete_namespaced_config_map(name, ns),
+            "secret": lambda: self.api.core.delete_namespaced_secret(name, ns),
+            "namespace": self._delete_namespace,
+        }
+        for kind in reversed(self.kinds):  # the workload first, what it uses last, the namespace at the end
+            try:
+                self.retry.call(delete[kind])
+            except Exception as exc:  # noqa: BLE001 - every kind is still deleted; the error is reported
+                if _status(exc) != 404:
+                    what = f"namespace {ns}" if kind == "namespace" else f"{kind} {ns}/{name}"
+                    self.errors.append(f"{what}: {exc}")
+
+    def _delete_namespace(self) -> None:
+        """The namespace this run made, unless another gpucluster run's Job is in it now."""
+        ns = self.plan.namespace
+        jobs = self.retry.call(self.api.batch.list_namespaced_job, ns, label_selector="=".join(MANAGED)).items
+        others = [j.metadata.name for j in jobs if (j.metadata.labels or {}).get(JOB_LABEL) != self.plan.name
+                  and not getattr(j.metadata, "deletion_timestamp", None)]
+        if others:
+            return  # in use by another run; it stays (empty once that run ends) until the cluster goes
+        self.api.core.delete_namespace(ns)

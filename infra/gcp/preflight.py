@@ -1,0 +1,353 @@
+"""Preflight for `run`/`up --cloud gcp`: what a new or half-set-up project lacks, asked of Google
+before anything is recorded or created (after the plan, before `pulumi up`), and the same checks
+for `gpucluster doctor --cloud gcp`. Without them the first run fails inside `pulumi up` (a 403 for
+a disabled API) or at node-pool creation minutes later, with GPUs possibly already billing.
+
+- APIs: Kubernetes Engine (container.googleapis.com) and Compute Engine (compute.googleapis.com)
+  enabled, by Service Usage `services.batchGet` (its answer names each service with the project
+  NUMBER and a `state` of ENABLED or DISABLED: Service Usage API reference, "services.batchGet").
+  A new project has both disabled (reference/FACTS.md).
+- billing enabled: Cloud Billing `projects.getBillingInfo` (`billingEnabled`), with
+  google-cloud-billing's `CloudBillingClient.get_project_billing_info`.
+- quotas, against what the cluster needs at its largest: the global `GPUS_ALL_REGIONS` and
+  `CPUS_ALL_REGIONS` (Compute `projects.get`, its `quotas[]`), the region's V100 GPUs, CPUs and
+  in-use external addresses (`regions.get`). Every GKE node has an external IPv4 (a public
+  cluster), and while the cluster is made GKE also starts (then removes) its default pool's one
+  e2-medium node (2 vCPU, one address). Spot VMs draw from the preemptible quotas
+  (`PREEMPTIBLE_NVIDIA_V100_GPUS`, `PREEMPTIBLE_CPUS`) where the project has them, else from the
+  standard ones (Compute docs, "Create and use Spot VMs": request preemptible quota "to prevent
+  Spot VMs from consuming your quotas for standard VMs' CPUs, GPUs"). A new project has
+  GPUS_ALL_REGIONS = 0 and regional GPU quotas of 0, which free-trial billing accounts cannot
+  raise (reference/FACTS.md).
+- buckets (`--data/--output gs://`, options gcsRead/gcsWrite): the caller may set each bucket's
+  IAM policy (Cloud Storage `buckets.testIamPermissions`, `storage.buckets.setIamPolicy`) and a
+  bucket given with a prefix has uniform bucket-level access (`buckets.get`,
+  `iamConfiguration.uniformBucketLevelAccess.enabled`): IAM Conditions, which confine the grant to
+  the prefix, work only there (Cloud Storage docs, "IAM Conditions" / "Uniform bucket-level
+  access"); otherwise `pulumi up` fails minutes in, creating the binding.
+
+Each check is a dict shaped like `doctor`'s ({check, ok, detail, fix}); ok None is a check that
+could not run (said, never taken as passed). `preflight(spec)` raises a one-line `PreflightError`
+(exit 2) for the first failure, naming the API, quota or bucket, needed against available, and the
+exact command or console page that fixes it. The REST calls go through `Google` (google-auth's
+AuthorizedSession); tests pass a stand-in with the same `get(url, params)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gpucluster.errors import SpecError
+
+from . import catalog
+
+SERVICES = (("container.googleapis.com", "Kubernetes Engine API"), ("compute.googleapis.com", "Compute Engine API"))
+SERVICE_USAGE = "https://serviceusage.googleapis.com/v1"
+COMPUTE = "https://compute.googleapis.com/compute/v1"
+STORAGE = "https://storage.googleapis.com/storage/v1"
+QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
+BILLING_PAGE = "https://console.cloud.google.com/billing/linkedaccount?project={project}"
+V100, V100_SPOT = "NVIDIA_V100_GPUS", "PREEMPTIBLE_NVIDIA_V100_GPUS"
+GKE_DEFAULT_POOL_VCPUS = 2  # the default pool's e2-medium node, made and removed while the cluster is created
+SET_POLICY = "storage.buckets.setIamPolicy"
+
+
+class PreflightError(SpecError):
+    """The project cannot run the cluster as it is: said before anything is created (exit 2)."""
+
+
+class ApiError(Exception):
+    """A Google API's error answer: HTTP status, the google.rpc `status` and ErrorInfo `reason`."""
+
+    def __init__(self, status: int, message: str, reason: str = "", service: str = ""):
+        super().__init__(f"{status} {message}")
+        self.status, self.message, self.reason, self.service = status, message, reason, service
+
+
+def api_error(status: int, body: Any) -> ApiError:
+    """From Google's JSON error body ({"error": {code, message, status, errors[], details[]}}: Google
+    Cloud APIs, "Errors"; the ErrorInfo detail carries reason SERVICE_DISABLED and the service)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return ApiError(status, str(body)[:200])
+    reason, service = "", ""
+    for d in err.get("details") or []:
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            reason, service = str(d.get("reason") or ""), str((d.get("metadata") or {}).get("service") or "")
+    if not reason:
+        reason = next((str(e.get("reason")) for e in err.get("errors") or [] if isinstance(e, dict)), "")
+    return ApiError(status, str(err.get("message") or "").split("\n")[0][:300], reason, service)
+
+
+class Google:
+    """Google REST APIs (GET, PUT, DELETE) with application-default credentials (AuthorizedSession);
+    an error answer raises `ApiError`."""
+
+    def __init__(self, credentials: Any = None):
+        from google.auth.transport.requests import AuthorizedSession
+
+        from .access import google_credentials
+
+        self.session = AuthorizedSession(google_credentials(credentials))
+
+    def _call(self, method: str, url: str, **kw: Any) -> dict[str, Any]:
+        resp = self.session.request(method, url, timeout=30, **kw)
+        try:
+            body = resp.json() if resp.content else {}
+        except ValueError:
+            body = {"error": {"message": resp.text[:200]}}
+        if resp.status_code != 200:
+            raise api_error(resp.status_code, body)
+        return body
+
+    def get(self, url: str, params: Any = None) -> dict[str, Any]:
+        return self._call("GET", url, params=params)
+
+    def put(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", url, json=body)
+
+    def delete(self, url: str) -> dict[str, Any]:
+        return self._call("DELETE", url)
+
+
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+    return {"check": name, "ok": ok, "detail": detail, "fix": fix}
+
+
+def _why(exc: Exception) -> str:
+    return exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"[:300]
+
+
+# -- what the cluster needs --------------------------------------------------------------------
+def needs(spec: Any) -> dict[str, Any]:
+    """What the cluster of `spec` (resolved) takes from the quotas at its largest."""
+    r = catalog.resolve(spec)
+    vcpus = (catalog.n1_shape(r.instance_type) or (0, 0))[0]
+    system = catalog.system_pool(r)["machine_type"]
+    system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
+    return {"project": r.option("project"), "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
+            "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
+            "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
+            "shape": f"{r.nodes} x {r.instance_type} + {r.gpus_per_node} V100"}
+
+
+def _quotas(body: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    return {str(q.get("metric")): (float(q.get("limit") or 0), float(q.get("usage") or 0))
+            for q in body.get("quotas") or [] if q.get("metric")}
+
+
+def _free(quotas: Mapping[str, tuple[float, float]], metric: str) -> float | None:
+    if metric not in quotas:
+        return None
+    limit, usage = quotas[metric]
+    return limit - usage
+
+
+def _spot_metric(quotas: Mapping[str, tuple[float, float]], standard: str, preemptible: str, spot: bool) -> str:
+    """The quota a VM draws from: spot VMs the preemptible one where the project has it (limit > 0)."""
+    return preemptible if spot and quotas.get(preemptible, (0.0, 0.0))[0] > 0 else standard
+
+
+def quota_fix(project: str, metric: str, region: str | None, need: float = 0.0,
+              others: list[str] | None = None) -> str:
+    """The console page and filter that raise one quota (IAM & Admin > Quotas); for a regional V100
+    quota also the other regions that offer V100 (`others`, default: the shipped list's)."""
+    where = f", region {region}" if region else ""
+    fix = (f"request {f'at least {need:g} ' if need > 0 else 'more '}at {QUOTAS_PAGE.format(project=project)} "
+           f"(filter: metric compute.googleapis.com/{metric.lower()}{where})")
+    if not region:
+        fix += "; the quota is global: another region does not help"
+    if metric in (V100, V100_SPOT, "GPUS_ALL_REGIONS"):
+        fix += "; free-trial billing accounts cannot raise GPU quotas: upgrade the account first"
+    if region and metric in (V100, V100_SPOT):
+        if others is None:
+            others = sorted({catalog.region_of(z) for z in catalog.DEFAULT_V100_ZONES} - {region})
+        if others:
+            fix += f", or use another region that offers V100 (--region {' / '.join(others)})"
+    return fix
+
+
+# -- the checks --------------------------------------------------------------------------------
+def check_services(google: Any, project: str) -> list[dict[str, Any]]:
+    names = [f"projects/{project}/services/{s}" for s, _ in SERVICES]
+    try:
+        body = google.get(f"{SERVICE_USAGE}/projects/{project}/services:batchGet", [("names", n) for n in names])
+    except Exception as exc:  # noqa: BLE001 - ApiError, transport errors: the check could not run
+        return [_check(f"gcp {title}", None, f"not checked: Service Usage answered {_why(exc)}",
+                       f"gcloud services list --enabled --project {project}") for _, title in SERVICES]
+    state = {}
+    for s in body.get("services") or []:
+        key = (s.get("config") or {}).get("name") or str(s.get("name", "")).rsplit("/", 1)[-1]
+        state[key] = s.get("state")
+    out = []
+    for service, title in SERVICES:
+        if state.get(service) == "ENABLED":
+            out.append(_check(f"gcp {title}", True, f"{service} enabled in {project}"))
+        else:
+            out.append(_check(f"gcp {title}", False, f"{service} is {state.get(service) or 'not enabled'} in {project}",
+                              f"gcloud services enable {service} --project {project} (or "
+                              f"https://console.cloud.google.com/apis/library/{service}?project={project})"))
+    return out
+
+
+def check_billing(project: str, billing: Any = None) -> dict[str, Any]:
+    name = "gcp billing"
+    try:
+        if billing is None:
+            from gpucluster.errors import require
+
+            require("google.cloud.billing_v1", "gcp")
+            from google.cloud import billing_v1
+
+            billing = billing_v1.CloudBillingClient()
+        info = billing.get_project_billing_info(name=f"projects/{project}")
+    except Exception as exc:  # noqa: BLE001 - google.api_core errors (PermissionDenied, a disabled API): noted
+        return _check(name, None, f"not checked: Cloud Billing answered {str(exc).splitlines()[0][:200]}",
+                      f"gcloud billing projects describe {project}")
+    if getattr(info, "billing_enabled", False):
+        return _check(name, True, f"enabled for {project} ({getattr(info, 'billing_account_name', '') or 'an account'})")
+    return _check(name, False, f"billing is not enabled for {project}: GKE and Compute Engine refuse to create anything",
+                  f"gcloud billing projects link {project} --billing-account ACCOUNT_ID (or "
+                  f"{BILLING_PAGE.format(project=project)})")
+
+
+def _quota_check(project: str, quotas: Mapping[str, tuple[float, float]], metric: str, need: float,
+                 region: str | None, what: str) -> dict[str, Any]:
+    scope = region or "all regions"
+    name = f"gcp quota {metric} ({scope})"
+    if metric not in quotas:
+        return _check(name, None, f"not checked: {'regions' if region else 'projects'}.get lists no {metric}",
+                      QUOTAS_PAGE.format(project=project))
+    limit, usage = quotas[metric]
+    if limit - usage >= need:
+        return _check(name, True, f"{usage:g} used of {limit:g}: room for {what} ({need:g})")
+    return _check(name, False, f"{usage:g} used of {limit:g} in {scope}: {what} needs {need:g}",
+                  quota_fix(project, metric, region, need + usage))
+
+
+def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dict[str, Any]]:
+    region, spot = need["region"], need["spot"]
+    out = []
+    try:
+        glob = _quotas(google.get(f"{COMPUTE}/projects/{project}"))
+    except Exception as exc:  # noqa: BLE001 - a disabled Compute API, a permission: noted
+        glob = None
+        out.append(_check("gcp quotas (all regions)", None, f"not checked: Compute Engine answered {_why(exc)}",
+                          QUOTAS_PAGE.format(project=project)))
+    if glob is not None:
+        out.append(_quota_check(project, glob, "GPUS_ALL_REGIONS", need["gpus"], None, f"{need['gpus']} V100"))
+        out.append(_quota_check(project, glob, "CPUS_ALL_REGIONS", need["gpu_vcpus"] + need["other_vcpus"], None,
+                                "the nodes' vCPUs"))
+    try:
+        reg = _quotas(google.get(f"{COMPUTE}/projects/{project}/regions/{region}"))
+    except Exception as exc:  # noqa: BLE001 - as above
+        out.append(_check(f"gcp quotas ({region})", None, f"not checked: Compute Engine answered {_why(exc)}",
+                          QUOTAS_PAGE.format(project=project)))
+        return out
+    gpu = _spot_metric(reg, V100, V100_SPOT, spot)
+    out.append(_quota_check(project, reg, gpu, need["gpus"], region, f"{need['shape']}"))
+    cpu = _spot_metric(reg, "CPUS", "PREEMPTIBLE_CPUS", spot)
+    if cpu == "CPUS":
+        out.append(_quota_check(project, reg, "CPUS", need["gpu_vcpus"] + need["other_vcpus"], region,
+                                "the GPU nodes, the system node and GKE's default node"))
+    else:  # spot GPU nodes on preemptible CPUs; the system and default nodes on standard ones
+        out.append(_quota_check(project, reg, cpu, need["gpu_vcpus"], region, "the spot GPU nodes"))
+        out.append(_quota_check(project, reg, "CPUS", need["other_vcpus"], region, "the system and default nodes"))
+    out.append(_quota_check(project, reg, "IN_USE_ADDRESSES", need["addresses"], region,
+                            "one external IPv4 per node"))
+    return out
+
+
+def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
+    """Each bucket the cluster grants access to: the caller may set its IAM policy; one given with
+    a prefix (a conditional grant) has uniform bucket-level access."""
+    from . import gcs
+
+    prefixed: dict[str, bool] = {}
+    for b in gcs.iam_bindings(*gcs.scopes(spec)):
+        prefixed[b["bucket"]] = prefixed.get(b["bucket"], False) or bool(b["condition_expression"])
+    out = []
+    for bucket, conditional in sorted(prefixed.items()):
+        name = f"gcp bucket gs://{bucket}"
+        try:
+            granted = google.get(f"{STORAGE}/b/{bucket}/iam/testPermissions", [("permissions", SET_POLICY)])
+        except ApiError as exc:
+            if exc.status == 404:
+                out.append(_check(name, False, f"gs://{bucket} does not exist (or is not visible to you)",
+                                  f"gcloud storage buckets create gs://{bucket} --uniform-bucket-level-access"))
+            else:
+                out.append(_check(name, None, f"not checked: Cloud Storage answered {_why(exc)}"))
+            continue
+        except Exception as exc:  # noqa: BLE001 - transport errors: noted
+            out.append(_check(name, None, f"not checked: {_why(exc)}"))
+            continue
+        if SET_POLICY not in (granted.get("permissions") or []):
+            out.append(_check(name, False, f"you may not change the IAM policy of gs://{bucket} ({SET_POLICY}), "
+                                           "which granting the pods access needs",
+                              f"ask for roles/storage.admin on it: gcloud storage buckets add-iam-policy-binding "
+                              f"gs://{bucket} --member=user:YOU --role=roles/storage.admin"))
+            continue
+        if not conditional:
+            out.append(_check(name, True, "you may set its IAM policy (the whole bucket is granted: no condition)"))
+            continue
+        try:
+            meta = google.get(f"{STORAGE}/b/{bucket}", [("fields", "iamConfiguration")])
+        except Exception as exc:  # noqa: BLE001 - noted
+            out.append(_check(name, None, f"not checked whether it has uniform bucket-level access: {_why(exc)}",
+                              f"gcloud storage buckets describe gs://{bucket} --format='value(uniform_bucket_level_access)'"))
+            continue
+        ubla = ((meta.get("iamConfiguration") or {}).get("uniformBucketLevelAccess") or {}).get("enabled")
+        if ubla:
+            out.append(_check(name, True, "uniform bucket-level access on; you may set its IAM policy"))
+        else:
+            out.append(_check(name, False, f"gs://{bucket} has no uniform bucket-level access, so the grant confined "
+                                           "to its prefix (an IAM condition) would be refused",
+                              f"gcloud storage buckets update gs://{bucket} --uniform-bucket-level-access"))
+    return out
+
+
+def checks(spec: Any, *, google: Any = None, billing: Any = None,
+           credentials: Any = None) -> list[dict[str, Any]]:
+    """Every check for `spec` (resolved, with its project); `google`/`billing` are stand-ins in tests."""
+    need = needs(spec)
+    project = need["project"]
+    if not project:
+        return [_check("gcp project", None, "not checked: no project resolved")]
+    google = google if google is not None else Google(credentials)
+    out = check_services(google, project)
+    out.append(check_billing(project, billing))
+    compute_off = any(c["ok"] is False and "compute" in c["detail"] for c in out)
+    if compute_off:
+        out.append(_check("gcp quotas", None, "not checked: the Compute Engine API is not enabled"))
+    else:
+        out += check_quotas(google, project, need)
+    out += check_buckets(google, spec)
+    return out
+
+
+def first_failure(found: list[dict[str, Any]]) -> str | None:
+    bad = next((c for c in found if c["ok"] is False), None)
+    if bad is None:
+        return None
+    return f"{bad['check']}: {bad['detail']}; nothing was created; fix: {bad['fix']}"
+
+
+def preflight(spec: Any, **clients: Any) -> None:
+    """`Provisioner.preflight`: raise PreflightError (exit 2) for the first check that failed. The
+    checks start with the credentials (they run as the user): none is one line, exit 2, with the fix."""
+    from .access import GcpAuthError
+
+    try:
+        found = checks(spec, **clients)
+    except GcpAuthError as exc:
+        from gpucluster.errors import UsageError
+
+        raise UsageError(f"gcp credentials: {exc.message}; nothing was started: {exc.hint}") from None
+    problem = first_failure(found)
+    if problem:
+        raise PreflightError(problem)
+
+
+def need_line(need: Mapping[str, Any]) -> str:
+    return (f"{need['shape']} in {need['region']}: {need['gpus']} GPU(s), "
+            f"{need['gpu_vcpus'] + need['other_vcpus']} vCPU(s), {need['addresses']} address(es)")

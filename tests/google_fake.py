@@ -1,0 +1,207 @@
+"""FAKE Google Cloud project for the gcp preflight tests: Service Usage, Compute Engine, Cloud Storage
+(REST, through the `get(url, params)` of `infra.gcp.preflight.Google`) and Cloud Billing (the shape of
+google-cloud-billing's `CloudBillingClient.get_project_billing_info`). NOT a cloud: it keeps one
+project's state in dicts and answers as the real APIs do, each behaviour from its public source:
+
+- A new project (`FakeProject()`) has the Kubernetes Engine and Compute Engine APIs DISABLED, the
+  global GPUS_ALL_REGIONS quota and the regional GPU quotas at 0 (GKE docs, "Before you begin": enable
+  the Kubernetes Engine API; Compute docs, "GPU quota": new projects have none; reference/FACTS.md).
+- Service Usage `services.batchGet` (Service Usage REST reference): `names` of the form
+  `projects/P/services/S`; the answer's services are named with the project NUMBER
+  (`projects/123456789012/services/S`), each with `config.name` and `state` ENABLED or DISABLED.
+- A call to a disabled API answers 403 PERMISSION_DENIED with "<API> has not been used in project N
+  before or it is disabled", an `errors[]` reason `accessNotConfigured` and a google.rpc.ErrorInfo
+  detail with reason SERVICE_DISABLED and the service (Google Cloud APIs, "Errors" / ErrorInfo;
+  Compute keeps its v1 `errors[]` list beside it). Compute Engine answers so for `projects.get` and
+  `regions.get` while compute.googleapis.com is disabled.
+- Compute `projects.get` lists the global quotas, `regions.get` the regional ones, each
+  {metric, limit, usage} (Compute REST reference, Project.quotas / Region.quotas); a metric the fake is
+  not given is not listed, and an unknown region is 404 "The resource ... was not found".
+- Cloud Storage `buckets.testIamPermissions` (JSON API) answers only the permissions the caller HAS,
+  without error for the others; a missing bucket is 404. `buckets.get?fields=iamConfiguration` gives
+  `iamConfiguration.uniformBucketLevelAccess.enabled`; without storage.buckets.get it is 403.
+- IAM `projects.serviceAccounts.list` pages its `accounts` (pageSize, nextPageToken) with email,
+  uniqueId, displayName and description (service accounts take no labels); `get` and `delete` by
+  email (404 once gone). A deleted account's bucket bindings stay, rewritten as
+  `deleted:serviceAccount:EMAIL?uid=UNIQUE_ID` (IAM docs, "Delete service accounts").
+- Cloud Storage `buckets.getIamPolicy` (`optionsRequestedPolicyVersion=3`) gives {version, etag,
+  bindings: [{role, members, condition}]}; `setIamPolicy` (PUT) replaces it only if its etag is the
+  current one, else 412 Precondition Failed (a read-modify-write that lost a race).
+- Cloud Billing `projects.getBillingInfo`: {name, projectId, billingAccountName, billingEnabled}; when
+  the caller may not read it, or the Cloud Billing API is disabled in the quota project, the client
+  raises google.api_core.exceptions.PermissionDenied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from urllib.parse import urlparse
+
+from gpucluster.infra.gcp.leftovers import IAM
+from gpucluster.infra.gcp.preflight import COMPUTE, SERVICE_USAGE, STORAGE, api_error
+
+TITLES = {"container.googleapis.com": "Kubernetes Engine API", "compute.googleapis.com": "Compute Engine API",
+          "storage.googleapis.com": "Cloud Storage API"}
+
+
+@dataclass
+class Bucket:
+    ubla: bool = True
+    may_set_policy: bool = True
+    may_get: bool = True
+
+
+@dataclass
+class FakeProject:
+    project: str = "my-proj-42"
+    number: str = "123456789012"
+    enabled: set = field(default_factory=lambda: {"serviceusage.googleapis.com", "storage.googleapis.com"})
+    global_quotas: dict = field(default_factory=lambda: {"GPUS_ALL_REGIONS": (0.0, 0.0),
+                                                         "CPUS_ALL_REGIONS": (32.0, 0.0)})
+    regions: dict = field(default_factory=lambda: {"us-central1": {
+        "CPUS": (24.0, 0.0), "NVIDIA_V100_GPUS": (0.0, 0.0), "PREEMPTIBLE_NVIDIA_V100_GPUS": (0.0, 0.0),
+        "PREEMPTIBLE_CPUS": (0.0, 0.0), "IN_USE_ADDRESSES": (8.0, 0.0)}})
+    billing_enabled: bool = True
+    billing_readable: bool = True
+    buckets: dict = field(default_factory=dict)
+    accounts: dict = field(default_factory=dict)  # email -> {uniqueId, displayName, description}
+    policies: dict = field(default_factory=dict)  # bucket -> {"etag": str, "bindings": [...]}
+    page_size: int = 2  # accounts per page (IAM pages its lists; small here so paging is exercised)
+    calls: list = field(default_factory=list)
+
+    # -- the REST transport ------------------------------------------------------------------
+    def get(self, url: str, params=None) -> dict:
+        self.calls.append((url, list(params or [])))
+        if url.startswith(STORAGE) and urlparse(url).path.endswith("/iam"):
+            return self._policy(url)
+        if url.startswith(SERVICE_USAGE):
+            return self._service_usage(url, params or [])
+        if url.startswith(COMPUTE):
+            return self._compute(url)
+        if url.startswith(STORAGE):
+            return self._storage(url, params or [])
+        if url.startswith(IAM):
+            return self._iam_get(url, dict(params or []))
+        raise api_error(404, {"error": {"code": 404, "message": f"no such API in the fake: {url}"}})
+
+    def delete(self, url: str) -> dict:
+        self.calls.append(("DELETE", url))
+        email = url.rsplit("/", 1)[-1]
+        acct = self.accounts.pop(email, None)
+        if acct is None:
+            raise api_error(404, {"error": {"code": 404, "message": f"Service account {email} does not exist."}})
+        for policy in self.policies.values():  # its bindings stay, as a deleted principal
+            for b in policy["bindings"]:
+                b["members"] = [f"deleted:{m}?uid={acct['uniqueId']}" if m == f"serviceAccount:{email}" else m
+                                for m in b["members"]]
+        return {}
+
+    def put(self, url: str, body: dict) -> dict:
+        self.calls.append(("PUT", url))
+        bucket = urlparse(url).path.split("/storage/v1/b/", 1)[1].split("/")[0]
+        policy = self.policies[bucket]
+        if body.get("etag") != policy["etag"]:
+            raise api_error(412, {"error": {"code": 412, "message": "Precondition Failed"}})
+        self.policies[bucket] = {"etag": f"{policy['etag']}+", "bindings": body["bindings"]}
+        return self._policy(url)
+
+    def _iam_get(self, url: str, params: dict) -> dict:
+        path = urlparse(url).path
+        if path.endswith("/serviceAccounts"):
+            emails = sorted(self.accounts)
+            start = int(params.get("pageToken") or 0)
+            page = emails[start:start + self.page_size]
+            body = {"accounts": [{"name": f"projects/{self.project}/serviceAccounts/{e}", "projectId": self.project,
+                                  "email": e, **self.accounts[e]} for e in page]}
+            if start + self.page_size < len(emails):
+                body["nextPageToken"] = str(start + self.page_size)
+            return body
+        email = path.rsplit("/", 1)[-1]
+        if email not in self.accounts:
+            raise api_error(404, {"error": {"code": 404, "message": f"Service account {email} does not exist."}})
+        return {"email": email, **self.accounts[email]}
+
+    def _policy(self, url: str) -> dict:
+        bucket = urlparse(url).path.split("/storage/v1/b/", 1)[1].split("/")[0]
+        policy = self.policies.setdefault(bucket, {"etag": "CAE=", "bindings": []})
+        return {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}", "version": 3,
+                "etag": policy["etag"], "bindings": [dict(b, members=list(b["members"])) for b in policy["bindings"]]}
+
+    def _disabled(self, service: str) -> Exception:
+        message = (f"{TITLES.get(service, service)} has not been used in project {self.number} before or it is "
+                   f"disabled. Enable it by visiting https://console.developers.google.com/apis/api/{service}/"
+                   f"overview?project={self.number} then retry.")
+        return api_error(403, {"error": {
+            "code": 403, "message": message, "status": "PERMISSION_DENIED",
+            "errors": [{"message": message, "domain": "usageLimits", "reason": "accessNotConfigured"}],
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+                         "domain": "googleapis.com",
+                         "metadata": {"service": service, "consumer": f"projects/{self.number}"}}]}})
+
+    def _service_usage(self, url: str, params) -> dict:
+        assert url == f"{SERVICE_USAGE}/projects/{self.project}/services:batchGet", url
+        out = []
+        for key, name in params:
+            assert key == "names" and name.startswith(f"projects/{self.project}/services/"), name
+            service = name.rsplit("/", 1)[-1]
+            out.append({"name": f"projects/{self.number}/services/{service}", "parent": f"projects/{self.number}",
+                        "config": {"name": service, "title": TITLES.get(service, service)},
+                        "state": "ENABLED" if service in self.enabled else "DISABLED"})
+        return {"services": out}
+
+    def _compute(self, url: str) -> dict:
+        if "compute.googleapis.com" not in self.enabled:
+            raise self._disabled("compute.googleapis.com")
+        path = urlparse(url).path.split("/compute/v1/", 1)[1].split("/")
+        if path[:2] != ["projects", self.project]:
+            raise api_error(403, {"error": {"code": 403, "message": "Required 'compute.projects.get' permission"}})
+        if len(path) == 2:
+            return {"name": self.project, "quotas": _rows(self.global_quotas)}
+        region = path[3]
+        if region not in self.regions:
+            raise api_error(404, {"error": {"code": 404, "message": f"The resource 'projects/{self.project}/regions/"
+                                                                    f"{region}' was not found"}})
+        return {"name": region, "quotas": _rows(self.regions[region])}
+
+    def _storage(self, url: str, params) -> dict:
+        path = urlparse(url).path.split("/storage/v1/b/", 1)[1].split("/")
+        bucket = self.buckets.get(path[0])
+        if bucket is None:
+            raise api_error(404, {"error": {"code": 404, "message": "The specified bucket does not exist."}})
+        if path[1:] == ["iam", "testPermissions"]:
+            asked = [v for k, v in params if k == "permissions"]
+            have = {"storage.buckets.setIamPolicy"} if bucket.may_set_policy else set()
+            return {"kind": "storage#testIamPermissionsResponse", "permissions": [p for p in asked if p in have]}
+        if not bucket.may_get:
+            raise api_error(403, {"error": {"code": 403, "message": "caller does not have storage.buckets.get "
+                                                                    "access to the Google Cloud Storage bucket."}})
+        return {"iamConfiguration": {"bucketPolicyOnly": {"enabled": bucket.ubla},
+                                     "uniformBucketLevelAccess": {"enabled": bucket.ubla},
+                                     "publicAccessPrevention": "inherited"}}
+
+    # -- google-cloud-billing's CloudBillingClient -------------------------------------------
+    def get_project_billing_info(self, name: str):
+        from google.api_core.exceptions import PermissionDenied
+
+        self.calls.append(("billing", name))
+        assert name == f"projects/{self.project}", name
+        if not self.billing_readable:
+            raise PermissionDenied("Cloud Billing API has not been used in project 123456789012 before or it is "
+                                   "disabled.")
+        return SimpleNamespace(name=f"{name}/billingInfo", project_id=self.project,
+                               billing_account_name="billingAccounts/012345-6789AB-CDEF01" if self.billing_enabled
+                               else "", billing_enabled=self.billing_enabled)
+
+    def ready(self) -> "FakeProject":
+        """The project after its owner enabled the APIs and got GPU and CPU quota: what a run needs."""
+        self.enabled |= {"container.googleapis.com", "compute.googleapis.com"}
+        self.global_quotas["GPUS_ALL_REGIONS"] = (16.0, 0.0)
+        self.global_quotas["CPUS_ALL_REGIONS"] = (96.0, 0.0)
+        self.regions["us-central1"]["NVIDIA_V100_GPUS"] = (8.0, 0.0)
+        self.regions["us-central1"]["CPUS"] = (96.0, 0.0)
+        return self
+
+
+def _rows(quotas: dict) -> list:
+    return [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in quotas.items()]

@@ -1,0 +1,101 @@
+"""Files a job writes in its working folder come back on gcp too (issue 28 items 1 and 7): the same
+fixture script as on local and ssh (tests/fixtures/workdir_job/train.py: it saves relative to its working
+folder, with torch.distributed over gloo), shipped in the ConfigMap and run by each fake pod from its
+writable copy in the pod's run folder (the real entry script lays it down; the fake torchrun starts the
+script's workers after its rendezvous), against FakeKubeApi served over HTTP to the real kubernetes
+client (tests/k8s_fake_http.py). Every file is back per node, with its checksum, before the pods go."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("kubernetes")
+pytest.importorskip("torch")
+
+from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
+from k8s_fake_http import serve  # noqa: E402
+from test_k8s_launcher import Events, cluster  # noqa: E402
+from test_workdir import JOB, check_every_file_came_back  # noqa: E402
+
+from gpucluster.infra.gcp import k8s  # noqa: E402
+from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.outputs import COMPLETE, PARTIAL  # noqa: E402
+
+pytestmark = pytest.mark.slow
+_COUNT = itertools.count()
+
+
+def assert_everything_deleted(fake):
+    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
+    fake.settle()
+    assert fake.objects == {} and fake.pods == {}
+
+
+def _gcp_run(tmp_path, monkeypatch, **job_fields):
+    project = tmp_path / "project"
+    shutil.copytree(JOB, project)
+    monkeypatch.chdir(project)  # the script folder is the working folder, as the user runs it
+    fake = FakeKubeApi({r: PodScript(program=True) for r in range(2)})
+    api, stop = serve(fake)
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0.05, api_retry_s=10)
+    job = JobSpec(f"r20261125-0{next(_COUNT)}0000-abcdef", command=("python", "train.py"), nproc_per_node=1,
+                  threads_per_proc=1, max_seconds=180, output_dir=str(tmp_path / "results"), **job_fields)
+    events = Events()
+    try:
+        result = launcher.launch(cluster(2), job, events, tmp_path / "logs")
+        got = {o.node_rank: o for o in launcher.collect_outputs(job, Events())}
+    finally:
+        stop()
+    assert fake.rest_upgrades == []  # no REST call went out on an ApiClient an exec had patched
+    return fake, result, got
+
+
+def test_gcp_files_written_in_the_working_folder_come_back_before_teardown(tmp_path, monkeypatch):
+    fake, result, got = _gcp_run(tmp_path, monkeypatch)
+    assert result.ok, result.failure
+    assert check_every_file_came_back(tmp_path / "results", 2) == 9
+    assert [got[r].verdict for r in range(2)] == [COMPLETE, COMPLETE], [got[r].detail for r in range(2)]
+    assert all(got[r].workdir_files > 0 for r in range(2))
+    assert_everything_deleted(fake)
+
+
+def test_gcp_limit_is_partial_and_named(tmp_path, monkeypatch):
+    fake, result, got = _gcp_run(tmp_path, monkeypatch, env=(("BIG", "30000"),), collect_limit=20000)
+    assert [got[r].verdict for r in range(2)] == [PARTIAL, PARTIAL]
+    assert all("big.bin (30000 B)" in got[r].detail and "limit" in got[r].detail for r in range(2))
+    assert not list((tmp_path / "results" / "workdir").rglob("big.bin"))
+    assert_everything_deleted(fake)
+
+
+def test_gcp_data_beside_the_script_folder(tmp_path, monkeypatch):
+    """`--data SRC:../data`: staged beside the job's working folder in each pod's run folder."""
+    from gpucluster.staging import parse_data
+
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "input.txt").write_text("forty-two\n")
+    fake, result, got = _gcp_run(tmp_path, monkeypatch, data=parse_data([f"{data}:../data"]))
+    assert result.ok, result.failure
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("node-*.log"))
+    assert logs.count("read ../data/input.txt: forty-two") == 2, logs[-2000:]
+    assert not list((tmp_path / "results" / "workdir").rglob("input.txt"))  # the data does not come back
+    assert_everything_deleted(fake)
+
+
+def test_data_above_the_working_folder_stays_in_the_run_folder():
+    """DEST may climb one level beside a shipped script; never onto what the run folder holds, and never
+    without a shipped script (there is no working folder of ours then)."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.gcp import k8s_plan
+
+    assert k8s_plan.staged_rel("../data", True) == "data"
+    assert k8s_plan.staged_rel("inputs/x", True) == "code/inputs/x"
+    assert k8s_plan.staged_rel("inputs/x", False) == "inputs/x"
+    for dest, code in (("../data", False), ("../outputs", True), ("../control", True), ("../code", True)):
+        with pytest.raises(UsageError):
+            k8s_plan.staged_rel(dest, code)
+    assert os.path.normpath("/gpucluster-run/" + k8s_plan.staged_rel("../data", True)) == "/gpucluster-run/data"
