@@ -19,11 +19,14 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
 from gpucluster.metrics import MetricsState
+
+if TYPE_CHECKING:
+    from gpucluster.health import HealthSpec
 
 
 def _program(name: str) -> str:
@@ -66,6 +69,7 @@ class JobSpec:
     resume_files: tuple[str, str] | None = None
     collect: tuple[str, ...] = ()  # --collect: patterns narrowing what comes back from the working folder
     collect_limit: int | None = None  # --collect-limit: bytes per node from the working folder (None: 10 GB)
+    check: HealthSpec | None = None  # the health check before the job (gpucluster/health.py); None: skipped
 
     @property
     def display(self) -> str:

@@ -22,7 +22,8 @@ Parts and who calls them
   SpecRules    (spec, cli)        validate -> warnings (SpecError names the bad value); resolve ->
                the location and defaults really used; prepare -> values found at run time (aws: the
                SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
-               spec) -> where a leftover scan of the cluster looks.
+               spec) -> where a leftover scan of the cluster looks; link_gbps -> the bandwidth one
+               flow between two nodes of the shape should reach (the health check's expectation).
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
@@ -133,6 +134,10 @@ def _no_scope(recorded: Record | None) -> ScanScope:
     return ScanScope()
 
 
+def _no_link(spec: ClusterSpec) -> float | None:
+    return None
+
+
 @dataclass(frozen=True)
 class SpecRules:
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
@@ -140,6 +145,9 @@ class SpecRules:
     prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
     plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
     scan_scope: Callable[[Record | None], ScanScope] = _no_scope
+    # the bandwidth (Gbit/s) one flow between two of the shape's nodes should reach; the health
+    # check's expectation for every node pair (None: unknown, not judged)
+    link_gbps: Callable[[ClusterSpec], float | None] = _no_link
 
 
 @dataclass(frozen=True)

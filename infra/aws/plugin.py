@@ -76,7 +76,7 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
-                   plan_line=catalog.plan_line, scan_scope=scan_scope),
+                   plan_line=catalog.plan_line, scan_scope=scan_scope, link_gbps=catalog.link_gbps),
     transport=Transport(make=make, provider=provider),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks),
     provisioner=Provisioner(

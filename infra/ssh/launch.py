@@ -39,7 +39,6 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -51,6 +50,9 @@ from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
+from gpucluster.health import HealthCheckFailed
+
+from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local
 from .session import NodeReadiness, Session, node_label, sh
 from . import objects
 from .stage import CACHE_DIR, stage
@@ -146,6 +148,7 @@ class SshLauncher(Launcher):
         are held for `collect_outputs`, which copies every node's output folder back and then
         removes the run folders and closes the connections. Without it, both go before returning."""
         check_run_id(job.run_id)
+        events = PhaseNoted(events)  # the phase of a node lost on the way (health.py)
         code_dir, program = user_program(job, self.python)
         bundle = make_bundle(code_dir)
         cleaned: set[int] = set()
@@ -167,6 +170,8 @@ class SshLauncher(Launcher):
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None))
+                if job.check is not None:  # every node's health, before anything is staged or started
+                    check_nodes(self, session, cluster, job, events, dirs, Path(log_dir))
                 if job.command:  # what the job writes in its working folder later than this comes back
                     marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
                     if marks:
@@ -188,6 +193,10 @@ class SshLauncher(Launcher):
                     held = True
                 else:
                     cleaned = session.remove_dirs(dirs)
+        except LaunchError as exc:  # a node that stopped answering on the way is a lost node, not a failed job
+            if session.tmp and not isinstance(exc, HealthCheckFailed):
+                report_unreachable(session, events, phase=events.phase)
+            raise
         finally:
             if not held:
                 self._release(session, cluster, dirs, cleaned, events)
@@ -217,6 +226,8 @@ class SshLauncher(Launcher):
 
                     res = NodeOutputs(node.rank, str(dest / f"node-{node.rank}"), FAILED, detail=err)
                 results.append(res)
+            report_unreachable(held.session, held.events, [r.node_rank for r in results if r.verdict != "complete"],
+                               Phase.OUTPUTS)
         finally:
             try:
                 cleaned = held.session.remove_dirs(held.dirs)
@@ -439,7 +450,7 @@ class SshLauncher(Launcher):
 
         def stop() -> None:
             session.kill_run(job.run_id, dirs)
-            _stop_local(procs)
+            stop_local(procs)
 
         def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere
             errors = [err for _, err in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{GO_FILE}")) if err]
@@ -483,17 +494,4 @@ class SshLauncher(Launcher):
         except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
             raise
-        return supervisor.run(procs, stop, release=release)
-
-
-def _stop_local(procs: dict[int, subprocess.Popen]) -> None:
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    end = time.monotonic() + 3
-    for proc in procs.values():
-        try:
-            proc.wait(timeout=max(0.05, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        return supervisor.run(procs, stop, release=release, lost=ssh_lost)

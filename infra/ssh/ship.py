@@ -85,6 +85,9 @@ def bundle(code_dir: Path | None) -> bytes:
         from gpucluster import workdir
 
         tar.add(workdir.__file__, arcname="workdir.py")  # chooses what the job wrote, to copy back (stdlib only)
+        from gpucluster import node_check
+
+        tar.add(node_check.__file__, arcname="node_check.py")  # the health check (torch + stdlib)
         # digits' data (~60 KB) goes with the scripts, so a node needs only torch
         from gpucluster.workloads.digits_data import local_digits_file
 
