@@ -62,8 +62,9 @@ def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
 
 def cause_of(reason: str) -> str:
     low = reason.lower()
-    if "notice" in low or "preempt" in low or "shutdown" in low or "interruption" in low:
-        return "interruption"
+    if any(w in low for w in ("notice", "preempt", "shutdown", "interruption", "deleted", "evicted", "disrupt",
+                              "disappeared")):
+        return "interruption"  # the platform took the node (or its pod) back
     if "killed" in low or "signal" in low:
         return "killed"
     return "unreachable"

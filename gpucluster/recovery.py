@@ -123,7 +123,7 @@ def interruption_of(ledger: Any, outcome: "RunOutcome", policy: Policy) -> tuple
     record = ledger.get_run(outcome.run_id)
     provision = record.phase("provision") if record is not None else None
     text = outcome.failure or ""
-    if provision is not None and provision.status == "failed" and any(m in text for m in policy.capacity_markers):
+    if provision is not None and provision.status == "failed" and any(m.lower() in text.lower() for m in policy.capacity_markers):
         return f"no capacity: {text[:300]}", "capacity", provision.ended_at
     return None, None, None
 

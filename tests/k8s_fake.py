@@ -48,7 +48,13 @@ It behaves like a real API server at its worst, each behaviour with its public s
   torchrun ends (its exit code, or 143 once a `stop` file is made) the log gets the entry script's
   `job_end` record and the pod stays Running until a `collected` file exists (then Succeeded/Failed);
   the log stream stays open while the container runs (`follow=True`). `lose(rank)` makes a pod vanish
-  (preempted node).
+  (preempted node). `preempt(rank)` is the kubelet's graceful node shutdown of the pod's node
+  (Kubernetes docs, "Node Shutdowns": the pod's containers are stopped within its grace period and
+  the pod is marked Failed, reason `Terminated`, message "Pod was terminated in response to imminent
+  node shutdown.", with a `DisruptionTarget` condition, reason `TerminationByKubelet` (Kubernetes
+  docs, "Pod disruption conditions"); GKE's docs name the reason `Shutdown` for preempted Spot VMs):
+  the pod stays listed, Failed, its log ends; `delete_pod(rank)` deletes one pod as `kubectl delete
+  pod` does: listed with a deletionTimestamp while it terminates (`delete_ticks`), then gone.
 - With --setup, and with --data/--resume (the pod waits for its staged file): see
   tests/k8s_fake_setup.py.
 - Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
@@ -442,6 +448,26 @@ class FakeKubeApi:
             if pod.index == rank:
                 pod.kill()
                 self.pods.pop(name)
+
+    def preempt(self, rank: int, reason: str = "Terminated") -> None:
+        """The pod of `rank`'s node shuts down gracefully (see the module docstring)."""
+        for pod in list(self.pods.values()):
+            if pod.index == rank:
+                pod.kill()
+                pod.code = pod.torch_code = 143  # SIGTERM, within the grace period
+                pod.phase = "Failed"
+                pod.shutdown = (reason, "Pod was terminated in response to imminent node shutdown.")
+                pod.ended.set()
+
+    def delete_pod(self, rank: int) -> None:
+        """`kubectl delete pod` on the pod of `rank` (see the module docstring)."""
+        for name, pod in list(self.pods.items()):
+            if pod.index == rank:
+                pod.kill()
+                if self.delete_ticks:
+                    pod.terminating = self.delete_ticks
+                else:
+                    self.pods.pop(name)
 
     # -- delete ----------------------------------------------------------------------------
     def _delete(self, kind: str, name: str, namespace: str, body=None):

@@ -96,6 +96,7 @@ class _Pod:
         self.deleted = threading.Event()
         self.ended = threading.Event()
         self.terminating: int | None = None  # listings left before a deleted pod is really gone
+        self.shutdown: tuple[str, str] | None = None  # (reason, message): its node shut down (FakeKubeApi.preempt)
         self.collecting = False  # the entry script's handshake (GPUCLUSTER_CONTROL_DIR in the template)
         self.root: Path | None = None  # the container's filesystem under /gpucluster-run
         self.base: Path | None = None  # where the fake keeps the pods' filesystems
@@ -434,10 +435,14 @@ class _Pod:
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
-            status=NS(phase=self.phase, reason=None, init_container_statuses=self._init_statuses(),
+            status=NS(phase=self.phase, reason=self.shutdown[0] if self.shutdown else None,
+                      message=self.shutdown[1] if self.shutdown else None,
+                      init_container_statuses=self._init_statuses(),
                       container_statuses=[NS(name="pytorch", state=state, last_state=None,
                                              restart_count=0)],
                       conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
-                      if self.script.unschedulable else []),
+                      if self.script.unschedulable else
+                      [NS(type="DisruptionTarget", status="True", reason="TerminationByKubelet",
+                          message=self.shutdown[1])] if self.shutdown else []),
         )

@@ -28,7 +28,7 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
 }
 NOT_PROGRAMS = {"gpucluster/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
 # shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle
-SHIPPED_AS_FILES = {"gpucluster/node_check.py": "node_check.py"}
+SHIPPED_AS_FILES = {"gpucluster/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py"}
 FILES = sorted(set(PROGRAMS.values()) | set(SHIPPED_AS_FILES))
 
 
@@ -45,7 +45,12 @@ def test_the_files_shipped_in_the_bundle_are_the_files(rel):
 
     from gpucluster.infra.ssh.ship import bundle
 
-    with tarfile.open(fileobj=io.BytesIO(bundle(None))) as tar:
+    from gpucluster.infra.contract import LaunchOptions
+    from gpucluster.infra.registry import plugin
+
+    # the aws launcher's watcher goes into the bundle it ships (the others are always in it)
+    _, aws_launcher = plugin("aws").transport.make(LaunchOptions())
+    with tarfile.open(fileobj=io.BytesIO(bundle(None, aws_launcher.watcher[:1]))) as tar:
         member = tar.extractfile(SHIPPED_AS_FILES[rel])
         assert member is not None and member.read() == (ROOT / rel).read_bytes()
 

@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import Phase, RunEvents
@@ -70,6 +71,16 @@ def stop_local(procs: dict[int, subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str) -> str:
+    """`cmd` (a node's job, as sh text) with the launcher's watcher beside it: a node program shipped
+    in the job bundle (e.g. infra/aws/node_notice.py, which reports an interruption notice on the
+    node's output), started first, stopped once the job has ended; the job's exit status is kept."""
+    if not watcher:
+        return cmd
+    prog = shlex.join([python, f"{node_dir}/{os.path.basename(watcher[0])}", *watcher[1:]])
+    return f"{{ {prog} & w=$!; {cmd}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; (exit $rc); }}"
 
 
 def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int) -> tuple[int, dict[str, Any]]:

@@ -52,7 +52,7 @@ from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from gpucluster.health import HealthCheckFailed
 
-from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local
+from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local, watched
 from .session import NodeReadiness, Session, node_label, sh
 from . import objects
 from .stage import CACHE_DIR, stage
@@ -115,6 +115,7 @@ class SshLauncher(Launcher):
         diagnose: Callable[[Any, Any], str | None] | None = None,
         data_cache: str = CACHE_DIR,
         objects: Any = None,
+        watcher: Sequence[str] = (),  # a node program beside each node's job, and its arguments (health.watched)
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -128,6 +129,7 @@ class SshLauncher(Launcher):
         self.remote_dir = remote_dir
         self.data_cache = data_cache  # --data: the content-addressed cache on every node (see stage.py)
         self.objects = objects  # --data/--output URLs: pulled and pushed by the nodes (see objects.py)
+        self.watcher = tuple(watcher)
         self.connect_timeout = int(connect_timeout)
         self.grace = float(grace)
         self.ssh = ssh
@@ -150,7 +152,7 @@ class SshLauncher(Launcher):
         check_run_id(job.run_id)
         events = PhaseNoted(events)  # the phase of a node lost on the way (health.py)
         code_dir, program = user_program(job, self.python)
-        bundle = make_bundle(code_dir)
+        bundle = make_bundle(code_dir, self.watcher[:1])
         cleaned: set[int] = set()
         dirs: dict[int, str] = {}
         session = Session(self, cluster)
@@ -479,7 +481,7 @@ class SshLauncher(Launcher):
                 # ends the session (bounded) once the node's job is known to be over.
                 inner = (f"echo $$ > {shlex.quote(node_dir + '/pgid')} && {path}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{shlex.join(argv)}; {NODE_EXIT_SH}")
+                         f"{watched(self.python, node_dir, self.watcher, shlex.join(argv))}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(
