@@ -62,13 +62,19 @@ class HealthSpec:
     allreduce_mib: int = 0
 
 
-def spec_for(spec: Any, backend: Any, check: bool | None) -> HealthSpec | None:
+def spec_for(spec: Any, backend: Any, check: bool | None, launcher: Any = None) -> HealthSpec | None:
     """The run's health check (None: skipped): on when asked (--check), off when refused
-    (--no-check), else on for backends that make their machines (aws, gcp); it expects the GPUs
-    the shape promises and the per-flow link bandwidth the backend states for it."""
+    (--no-check), else on for backends that make their machines (aws, gcp) where the launcher can
+    run it (`Launcher.checks_nodes`; --check is refused where it cannot: UsageError, exit 2); it
+    expects the GPUs the shape promises and the per-flow link bandwidth the backend states."""
+    from gpucluster.errors import UsageError
     from gpucluster.infra.contract import Capability
 
-    on = check if check is not None else backend.can(Capability.PROVISIONS)
+    able = launcher is None or launcher.checks_nodes
+    if check and not able:
+        raise UsageError(f"--check is not supported yet with --cloud {spec.cloud}: its launcher cannot run the "
+                         "health check on the nodes (use --no-check, or leave it out)")
+    on = check if check is not None else (backend.can(Capability.PROVISIONS) and able)
     if not on:
         return None
     return HealthSpec(gpus=int(spec.gpus_per_node or 0), link_gbps=backend.spec.link_gbps(spec))

@@ -114,9 +114,12 @@ class Launcher:
       outputs (`collects_outputs` is False; `--output` is refused for it).
     - `cleanup_errors`: what the launcher could not delete of what it created on the cluster (one
       line each), read by the lifecycle once the job and its outputs are done.
+    - `checks_nodes`: it runs the health check (`job.check`, gpucluster/health.py) before the job;
+      a launcher that cannot is never given one (`health.spec_for` refuses `--check` for it).
     """
 
     collects_outputs = False
+    checks_nodes = False
     cleanup_errors: Sequence[str] = ()
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:

@@ -146,7 +146,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
     if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
-        job = replace(job, check=health_spec(spec, backend, req.check))
+        job = replace(job, check=health_spec(spec, backend, req.check, launcher))
     plan = Prepared(spec, job, provider, launcher, notes, resumed_from=staged.resumed_from,
                     workload=workload or command_name(command), policy=policy(req, backend, spec) if req.job else None)
     _price(plan, backend, strict_prices)

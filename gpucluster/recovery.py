@@ -211,13 +211,20 @@ def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider:
         outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
                           prices=prices, workload=workload, resumed_from=resumed_from)
         ids.append(outcome.run_id)
-        reason, cause, detected = interruption_of(ledger, outcome, policy)
+        try:
+            reason, cause, detected = interruption_of(ledger, outcome, policy)
+        except GpuclusterError:  # the ledger cannot be read: nothing says the attempt was interrupted
+            reason, cause, detected = None, None, None
         attempt = Attempt(outcome.run_id, outcome, bool(spec.spot), reason, cause, detected, time.time())
         chain.attempts.append(attempt)
-        ledger.add_metrics(outcome.run_id, [(None, {
-            "kind": ATTEMPT_KIND, "attempt": n, "chain": ids[0], "after": after, "resume_from": source,
-            "spot": bool(spec.spot), "interruption": reason, "cause": cause, "detected_at": detected,
-            "ended_at": round(attempt.ended_at, 3)})])
+        try:
+            ledger.add_metrics(outcome.run_id, [(None, {
+                "kind": ATTEMPT_KIND, "attempt": n, "chain": ids[0], "after": after, "resume_from": source,
+                "spot": bool(spec.spot), "interruption": reason, "cause": cause, "detected_at": detected,
+                "ended_at": round(attempt.ended_at, 3)})])
+        except GpuclusterError as exc:  # the chain cannot be recorded: no attempt is made that the ledger cannot tell
+            chain.stopped = f"not recovering: the attempt could not be recorded ({exc.message})" if reason else None
+            break
         if reason is None:
             break
         if n > policy.retries:

@@ -344,3 +344,45 @@ def test_run_recover_through_the_cli_show_and_cost_report(home, tmp_path):
     (group,) = rep["groups"]
     assert group["run_ids"] == record["chain"] and [a["run_id"] for a in group["attempts"]] == record["chain"]
     assert group["attempts"][0]["interruption"] == first["interruption"]
+
+
+# -- bad input: one line, exit 2, nothing recorded ------------------------------------------------
+@pytest.mark.parametrize("args,text", [
+    (("--cloud", "aws", "--spot", "--fallback", "spot", "--dry-run"), "--fallback 'spot' is not allowed"),
+    (("--cloud", "aws", "--fallback", "on-demand", "--dry-run"), "--fallback on-demand is for --spot runs"),
+    (("--cloud", "aws", "--spot", "--fallback-after", "2", "--dry-run"), "--fallback-after needs --fallback on-demand"),
+    (("--cloud", "aws", "--spot", "--recover", "0", "--fallback", "on-demand", "--dry-run"), "needs --recover N"),
+    (("--cloud", "aws", "--spot", "--keep", "--recover", "2", "--dry-run"), "--keep and --recover"),
+    (("--cloud", "local", "--recover", "99"), "recover '99' is not allowed"),
+    (("--cloud", "local", "--checkpoint-every", "0"), "checkpoint every '0' is not allowed"),
+    (("--cloud", "local", "--checkpoint-every", "5", "--", sys.executable, "-c", "pass"),
+     "--checkpoint-every is for built-in workloads"),
+])
+def test_bad_recovery_flags_are_refused_before_anything(home, args, text):
+    from conftest import run_cli
+
+    done = run_cli("run", *args, env={"GPUCLUSTER_HOME": str(home)}, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and text in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (home / "ledger.sqlite3").exists() or Ledger(home / "ledger.sqlite3").list_runs() == []
+
+
+def test_the_check_is_on_by_default_where_machines_are_made_and_a_launcher_can_run_it():
+    from gpucluster.health import spec_for
+    from gpucluster.infra.registry import plugin
+    from gpucluster.spec import ClusterSpec
+
+    aws, gcp, local = plugin("aws"), plugin("gcp"), plugin("local")
+    a = ClusterSpec(cloud="aws", nodes=2, instance_type="g5.xlarge", gpus_per_node=1)
+    able, unable = SimpleNamespace(checks_nodes=True), SimpleNamespace(checks_nodes=False)
+    got = spec_for(a, aws, None, able)
+    assert got is not None and got.gpus == 1 and got.link_gbps == 10.0
+    assert spec_for(a, aws, False, able) is None
+    assert spec_for(ClusterSpec(cloud="local", nodes=2), local, None, able) is None  # local: asked for only
+    assert spec_for(ClusterSpec(cloud="local", nodes=2), local, True, able) is not None
+    g = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-8", gpus_per_node=1)
+    assert spec_for(g, gcp, None, unable) is None  # the Kubernetes launcher cannot run it (yet)
+    with pytest.raises(UsageError, match="--check is not supported yet with --cloud gcp"):
+        spec_for(g, gcp, True, unable)

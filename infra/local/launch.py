@@ -152,6 +152,7 @@ class LocalLauncher(Launcher):
     """
 
     collects_outputs = True
+    checks_nodes = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         # the nodes' Python (torchrun, the user's script, --setup): --python, else the user's active

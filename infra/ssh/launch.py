@@ -98,7 +98,7 @@ class SshLauncher(Launcher):
         where the nodes have no object storage of their own (ssh).
     """
 
-    collects_outputs = True
+    collects_outputs = checks_nodes = True
 
     def __init__(
         self,
