@@ -329,6 +329,10 @@ class NodeSupervisor:
                         self._maybe_release()
                 except LaunchError as exc:  # the release of the nodes after setup failed
                     failure = failure or str(exc)
+                for rank, (code, _) in list(self.node_exits.items()):  # a node's shell said its agent was killed
+                    why = lost(rank, code) if lost is not None and rank not in exit_codes and failure is None else None
+                    if why:
+                        exit_codes[rank], failed_node, failure = code, rank, self._lost(rank, why)
                 for rank in self._undrained(procs, exit_codes):
                     # the node's job is over but its session is not: something the job left holds
                     # its output open. Its exit status is the one its shell reported; stop() ends it.

@@ -87,13 +87,15 @@ class Interrupting(Launcher):
 
 def node_procs(run_id: str, rank: int, marker: str | None = None) -> list[psutil.Process]:
     """This machine's processes of the run's node `rank` (by the environment every node process
-    inherits), optionally only those whose command line has `marker`."""
+    inherits), optionally only the program `marker` (one of its first three arguments is it or
+    ends with it: `python -m torch.distributed.run`, `python .../reaper.py`; not a shell whose
+    script merely mentions it)."""
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
             env = p.environ()
             if env.get("GPUCLUSTER_RUN_ID") == run_id and env.get("GPUCLUSTER_NODE_RANK") == str(rank):
-                if marker is None or marker in " ".join(p.cmdline()):
+                if marker is None or any(a == marker or a.endswith("/" + marker) for a in p.cmdline()[:3]):
                     found.append(p)
         except (psutil.Error, OSError):
             continue
