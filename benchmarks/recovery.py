@@ -145,13 +145,15 @@ def aws(home: Path) -> None:
     ec2 = tcr.Ec2Like(root / "ec2")
     imds = [FakeImds(), FakeImds()]
     ec2.node_envs = [{"GPUCLUSTER_IMDS_URL": m.url} for m in imds]
+    terminate = ec2.terminate
+    ec2.terminate = lambda: (terminate(), [m.clear() for m in imds])  # new instances: a fresh metadata service
     try:
         provider, _, _ = tcr._provider_and_fake(ec2)
         launcher = tcr._launcher(root, ready_timeout=600)
         spec = ClusterSpec(cloud="aws", nodes=2, name="bench-rec", region="us-east-1", instance_type="g5.xlarge",
                            ssh_cidr="127.0.0.1/32", gpus_per_node=1, spot=True, run_id=new_run_id())
         fault = Fault(lambda: imds[1].schedule("terminate", 120), lambda: None)
-        chain, ledger, wall = _chain(home, spec, launcher, provider, plugin("aws"), fault, epochs=3)
+        chain, ledger, wall = _chain(home, spec, launcher, provider, plugin("aws"), fault, epochs=30)
         _figures(f"aws fake, spot notice (boot: sshd {tcr.SSHD_DELAY_S:g} s + marker {tcr.MARKER_DELAY_S:g} s)",
                  chain, ledger, imds[1].scheduled_at, wall)
     finally:

@@ -55,7 +55,7 @@ def killed_why(code: int | None) -> str | None:
 def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
     """The run's failure line for a node's interruption notice."""
     what = record.get("action") or "terminate"
-    when = f" at {record['time']}" if record.get("time") else ""
+    when = f" at {record['when']}" if record.get("when") else ""
     src = record.get("source") or "the cloud"
     return f"node {node_rank} ({host}) lost: {src} gave notice: {what}{when}"
 

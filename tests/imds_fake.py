@@ -76,6 +76,12 @@ class FakeImds:
         self.url = f"http://{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def clear(self) -> None:
+        """A new instance behind the same address: no tokens, no notice."""
+        with self.lock:
+            self.tokens.clear()
+            self.action = None
+
     def invalidate(self) -> None:
         with self.lock:
             self.tokens.clear()

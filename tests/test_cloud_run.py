@@ -153,8 +153,9 @@ class Ec2Like:
 
         self.ssh_cidrs = cidrs
         self.boots += 1
-        if self.boots > 1:  # new instances: new disks, a new "terminated" switch
+        if self.boots > 1:  # new instances: new disks
             self.node_roots = [self.root / f"boot{self.boots}" / f"node{i}" for i in range(len(ADDRESSES))]
+        if self.terminated.is_set():  # a `destroy` came before (a failed `up` is destroyed too): new instances run
             self.terminated = threading.Event()
         allow = " ".join(f"*@{c}" for c in cidrs) or "nobody@255.255.255.255"
         self.hosts = sshd.SshdHosts.start(

@@ -386,3 +386,35 @@ def test_the_check_is_on_by_default_where_machines_are_made_and_a_launcher_can_r
     assert spec_for(g, gcp, None, unable) is None  # the Kubernetes launcher cannot run it (yet)
     with pytest.raises(UsageError, match="--check is not supported yet with --cloud gcp"):
         spec_for(g, gcp, True, unable)
+
+
+def test_a_nodes_interruption_notice_ends_the_run_as_a_lost_node(tmp_path):
+    """What a node's watcher prints (infra/aws/node_notice.py) goes through the supervisor's own
+    parser: the run ends at once, node 1 lost, cause interruption (a record the parser refused
+    would be ignored: the notice's own time is `when`, as a record's `time` is a Unix time)."""
+    from gpucluster.events import NullEvents
+    from gpucluster.launch import JobSpec
+    from gpucluster.supervisor import NodeSupervisor
+
+    notice = ('@gpucluster-metric {"kind": "node_notice", "source": "aws spot", "action": "terminate", '
+              '"when": "2026-11-26T01:36:28Z"}')
+    procs = {r: subprocess.Popen([sys.executable, "-c", f"import time; print({notice if r else 'hi'!r}, flush=True); "
+                                  "time.sleep(60)"], stdout=subprocess.PIPE) for r in (0, 1)}
+
+    class Events(NullEvents):
+        def __init__(self):
+            self.metrics = []
+
+        def on_metric(self, node_rank, record):
+            self.metrics.append(record)
+
+    events = Events()
+    sup = NodeSupervisor(JobSpec(run_id="r1", command=("x",)), events, tmp_path, ["h0", "h1"])
+    for rank, proc in procs.items():
+        sup.attach(rank, proc.stdout)
+    t0 = time.monotonic()
+    result = sup.run(procs, stop=lambda: [p.kill() for p in procs.values()])
+    assert time.monotonic() - t0 < 10
+    assert result.failure == "node 1 (h1) lost: aws spot gave notice: terminate at 2026-11-26T01:36:28Z"
+    (lost,) = [m for m in events.metrics if m["kind"] == "node_lost"]
+    assert (lost["node_rank"], lost["cause"]) == (1, "interruption") and sup.metrics.refused == 0

@@ -58,7 +58,10 @@ def test_the_watcher_renews_its_token_and_reports_the_notice(tmp_path):
     assert proc.returncode == 0, err
     record = json.loads(out.strip().splitlines()[-1].split("@gpucluster-metric ", 1)[1])
     assert record["kind"] == "node_notice" and record["action"] == "terminate" and record["source"] == "aws spot"
-    assert record["time"] == imds.action["time"]
+    assert record["when"] == imds.action["time"]
+    from gpucluster.metrics import read_line  # the supervisor's parser takes it as a record (not refused)
+
+    assert isinstance(read_line(out.strip().splitlines()[-1]), dict)
     statuses = [s for m, p, s in imds.requests if m == "GET"]
     assert 401 in statuses and 404 in statuses and statuses[-1] == 200
     assert sum(1 for m, _, s in imds.requests if m == "PUT" and s == 200) >= 2  # renewed after a 401
@@ -105,6 +108,14 @@ def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_pa
 
     imds = [FakeImds(), FakeImds()]
     ec2.node_envs = [{"GPUCLUSTER_IMDS_URL": m.url} for m in imds]
+    terminate = ec2.terminate
+
+    def terminated() -> None:  # the instances are gone: the next ones' metadata knows no notice
+        terminate()
+        for m in imds:
+            m.clear()
+
+    ec2.terminate = terminated
     provider, fake, found = _provider_and_fake(ec2)
     launcher = _launcher(tmp_path, ready_timeout=90)
     assert launcher.watcher and launcher.watcher[0].endswith("node_notice.py")
@@ -112,7 +123,7 @@ def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_pa
     ledger = Ledger(home / "ledger.sqlite3")
     fault = Fault(lambda: imds[1].schedule("terminate", 120), lambda: None)
     try:
-        chain = run_chain(spec, _digits_job(spec.run_id, epochs=3), policy=Policy(retries=1, replace_bad_nodes=True),
+        chain = run_chain(spec, _digits_job(spec.run_id, epochs=30), policy=Policy(retries=1, replace_bad_nodes=True),
                           ledger=ledger, provider=provider, launcher=Interrupting(launcher, "train", fault),
                           workload="digits", store=plugin("aws"))
     finally:

@@ -12,7 +12,7 @@ Instance interruption notices": checked every 5 s, as AWS recommends). A token t
 is renewed. GPUCLUSTER_IMDS_URL overrides the address (the tests' fake nodes serve it on loopback).
 
 On a notice it prints one metric record, `{"kind": "node_notice", "source": "aws spot", "action",
-"time"}`, and exits 0; if the metadata service never answers it says so once and exits 0 (the
+"when"}` (`when`: the notice's time, as text; a record's `time` is a Unix time), and exits 0; if the metadata service never answers it says so once and exits 0 (the
 job is not its business). It is stopped with the node's job (it carries the run's environment).
 """
 
@@ -77,7 +77,7 @@ def main(argv):
             notice = {}
         if status == 200 and isinstance(notice, dict) and notice.get("action"):
             print(METRIC + json.dumps({"kind": "node_notice", "source": "aws spot", "action": notice.get("action"),
-                                       "time": notice.get("time")}), flush=True)
+                                       "when": notice.get("time")}), flush=True)
             return 0
         time.sleep(interval)
 
