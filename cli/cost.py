@@ -396,6 +396,13 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
             project = project_id(project)
             runs = [r for r in runs if r.run.options.get("project") == project]
         rep = report(runs, group_by=group_by, links=ledger.resume_links() if group_by == "chain" else None)
+        if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
+            from gpucluster.attempts import chain_attempts
+
+            for g in rep["groups"]:
+                rows = chain_attempts(ledger, g["run_ids"]) if len(g["run_ids"]) > 1 else []
+                if any(r.get("interruption") for r in rows):
+                    g["attempts"] = rows
     finally:
         ledger.close()
     if plot:
@@ -427,6 +434,13 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
             gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])),
                        *([", ".join(g["run_ids"])] if group_by == "chain" else []))
         console.print(gt)
+        for g in rep["groups"]:
+            for a in g.get("attempts") or []:
+                redo = "" if a.get("recomputed_epochs") is None else f", {a['recomputed_epochs']:g} epoch(s) redone"
+                console.print(f"  {g[group_by]} attempt {a['attempt']}: {a['run_id']} {a['status']}, "
+                              f"{money(Decimal(a['cost'] or 0))}{redo}"
+                              + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
+                              highlight=False)
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])

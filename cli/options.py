@@ -187,6 +187,25 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                                  "node as $GPUCLUSTER_RESUME_DIR (like --data, DEST resume/); the "
                                                  "built-in workloads go on after the epoch its checkpoint holds. The "
                                                  "ledger links the two runs.")),
+    # issue 30: the health check and automatic recovery (docs/recovery.md)
+    "check": (("--check/--no-check", "check"), dict(default=None,
+                                                  help="Check every node before training: its GPUs (nvidia-smi, a "
+                                                       "matmul, DCGM), disk, clock, and every node pair's link "
+                                                       "[default: on for aws, off for local/ssh; gcp: not yet].")),
+    "recover": (("--recover",), dict(default=None, type=Int("recover", 0, 20), metavar="N",
+                                     help="When a node is lost (spot interruption, preemption, unreachable, agent "
+                                          "killed), provision again and resume from the last checkpoint, up to N "
+                                          "times [default: 3 with --spot, else 0].")),
+    "fallback": (("--fallback",), dict(default=None, metavar="on-demand",
+                                       help="With --spot and --recover: after --fallback-after spot attempts lost to "
+                                            "an interruption or no capacity, run the rest on on-demand capacity.")),
+    "fallback_after": (("--fallback-after",), dict(default=None, type=Int("fallback after", 1, 20), metavar="K",
+                                                   help="Spot attempts lost before --fallback applies [default: 2].")),
+    "checkpoint_every": (("--checkpoint-every",), dict(default=None, type=Int("checkpoint every", 1, 10 ** 9),
+                                                       metavar="STEPS",
+                                                       help="Built-in workloads: also checkpoint every STEPS steps, "
+                                                            "not only after each epoch (a lost node then costs at "
+                                                            "most STEPS steps).")),
 }
 
 # the cluster's shape and place: `up`, `run` (and, in part, `sweep` and `cost estimate`)

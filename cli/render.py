@@ -127,8 +127,14 @@ class RichRunUI:
             self._refresh()
         if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
                                                 "reaper_start", "reaper_done", "rdzv_port", "node_exit",
-                                                "text_metric", "world"):
-            return  # setup, text_metric, world: read from the node's own lines, already shown
+                                                "text_metric", "world", "node_check", "link", "allreduce", "check",
+                                                "attempt"):
+            return  # setup, text_metric, world: read from the node's own lines; the health check: its own message
+        if record.get("kind") == "node_lost":
+            self._print(node_rank, Text(f"lost ({record.get('cause')}): {record.get('reason')}", style="bold red"))
+            return
+        if record.get("kind") == "checkpoint" and record.get("node_rank") not in (0, None):
+            return  # every node keeps a copy; node 0's says it
         if record.get("kind") == "stage":
             self._print(node_rank, Text(f"data staged: {record.get('files')} file(s), {fmt_bytes(record.get('bytes', 0))}"
                                         f"; sent {fmt_bytes(record.get('sent_bytes', 0))} in "
@@ -278,6 +284,20 @@ def resume_lines(console: Console, record: RunRecord) -> None:
     if len(record.chain) > 1:
         shown = " -> ".join(f"{r} (this run)" if r == record.id else r for r in record.chain)
         console.print(f"chain: {shown}", highlight=False)
+    if record.attempts:
+        attempts_table(console, record)
+
+
+def attempts_table(console: Console, record: RunRecord) -> None:
+    """A recovered chain, attempt by attempt: what interrupted each, the training redone, the cost."""
+    t = Table(title="attempts", show_edge=False, title_justify="left")
+    for col in ("#", "run", "status", "interrupted by", "redone (epochs)", "cost"):
+        t.add_column(col, justify="right" if col in ("#", "redone (epochs)", "cost") else "left")
+    for a in record.attempts or []:
+        redo = a.get("recomputed_epochs")
+        t.add_row(str(a.get("attempt")), str(a.get("run_id")), str(a.get("status")), str(a.get("interruption") or ""),
+                  "" if redo is None else f"{redo:g}", "" if a.get("cost") is None else f"${a['cost']}")
+    console.print(t)
 
 
 def outputs_lines(console: Console, record: RunRecord) -> None:

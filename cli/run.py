@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -20,7 +21,9 @@ from gpucluster.errors import UsageError
          "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
-         "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
+         "fallback", "fallback_after", "checkpoint_every",
+         as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
@@ -34,6 +37,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
       gpucluster run --cloud local --nodes 2 --epochs 8 --resume r20261122-101500-ab12cd
       gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
       gpucluster run --cloud aws --nodes 2 --dry-run
+      gpucluster run --cloud aws --nodes 4 --spot --recover 3 --fallback on-demand --checkpoint-every 200
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.cli.common import preflight, print_notes
@@ -44,6 +48,10 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
     plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
+    if keep and plan.policy.retries:  # a kept cluster and a replaced one cannot both be the result
+        if flags["recover"] is not None:
+            raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
+        plan.policy = replace(plan.policy, retries=0)
     out = _console(stderr=as_json)
     print_notes(out, plan.notes)
     print_plan(out, plan)
@@ -59,15 +67,46 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
     from gpucluster.cli.render import RichRunUI
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
-        outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
-                          keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
-                          prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
-    report(out, ledger.get_run(outcome.run_id), as_json)
+        if plan.policy.retries:  # a lost node is replaced and the run resumed (docs/recovery.md)
+            from gpucluster.recovery import run_chain
+
+            chain = run_chain(plan.spec, plan.job, policy=plan.policy, ledger=ledger, provider=plan.provider,
+                              launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
+                              resumed_from=plan.resumed_from, store=chosen, reprice=_reprice(chosen))
+            outcome, exit_code = chain.final, chain.exit_code
+        else:
+            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
+                              keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
+                              prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
+            chain, exit_code = None, outcome.exit_code
+    report(out, with_attempts(ledger, ledger.get_run(outcome.run_id)), as_json)
+    if chain is not None and chain.stopped and not as_json:
+        out.print(f"recovery stopped: {chain.stopped}", highlight=False)
     if outcome.record_error:  # the ledger does not say what happened: one line, exit 3
         from gpucluster.recording import record_line
 
         click.echo(f"gpucluster: error: {record_line(outcome.record_error, plan.spec.name)}", err=True)
-    return int(outcome.exit_code)
+    return int(exit_code)
+
+
+def _reprice(chosen: Any) -> Any:
+    """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
+    if not chosen.can(Capability.PRICED):
+        return None
+    from gpucluster import cost
+
+    return cost.price_snapshot
+
+
+def with_attempts(ledger: Any, record: Any) -> Any:
+    """The record with its chain's attempts (`show`, `run`): only for a chain that has attempts
+    (a recovered run), so every other record prints as it always has."""
+    if record is None or len(record.chain) < 2:
+        return record
+    from gpucluster.attempts import chain_attempts
+
+    rows = chain_attempts(ledger, record.chain)
+    return replace(record, attempts=rows) if any(r.get("interruption") for r in rows) else record
 
 
 def report(out: Any, record: Any, as_json: bool) -> None:

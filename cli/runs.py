@@ -76,6 +76,9 @@ def show(run_id, as_json, plot_path):
     run = ledger.get_run(run_id, with_metrics=as_json)
     if run is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
+    from gpucluster.cli.run import with_attempts
+
+    run = with_attempts(ledger, run)  # a recovered chain: its attempts
     if plot_path:
         from gpucluster.plots import plot_run
 

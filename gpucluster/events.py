@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 
 class Phase(str, enum.Enum):
-    """The phases of a run, in the order they happen (some are skipped: stage, setup, outputs).
+    """The phases of a run, in the order they happen (some are skipped: check, stage, setup, outputs).
 
     What `enum.StrEnum` is on 3.11+, written out so Python 3.10 (which lacks it) imports this:
     `str()` and f-strings give the value."""
@@ -28,6 +28,7 @@ class Phase(str, enum.Enum):
     PREPARE = "prepare"
     PROVISION = "provision"
     READY = "ready"
+    CHECK = "check"  # the health check of every node (gpucluster/health.py), before the job
     STAGE = "stage"
     SETUP = "setup"
     RENDEZVOUS = "rendezvous"

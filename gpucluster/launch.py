@@ -19,11 +19,14 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
 from gpucluster.metrics import MetricsState
+
+if TYPE_CHECKING:
+    from gpucluster.health import HealthSpec
 
 
 def _program(name: str) -> str:
@@ -69,6 +72,7 @@ class JobSpec:
     collect: tuple[str, ...] = ()  # --collect: patterns narrowing what comes back from the working folder
     collect_limit: int | None = None  # --collect-limit: bytes per node from the working folder (None: 10 GB)
     owner: str | None = None  # the installation id of the home running it (GPUCLUSTER_OWNER on every process)
+    check: HealthSpec | None = None  # the health check before the job (gpucluster/health.py); None: skipped
 
     @property
     def display(self) -> str:
@@ -113,9 +117,12 @@ class Launcher:
       outputs (`collects_outputs` is False; `--output` is refused for it).
     - `cleanup_errors`: what the launcher could not delete of what it created on the cluster (one
       line each), read by the lifecycle once the job and its outputs are done.
+    - `checks_nodes`: it runs the health check (`job.check`, gpucluster/health.py) before the job;
+      a launcher that cannot is never given one (`health.spec_for` refuses `--check` for it).
     """
 
     collects_outputs = False
+    checks_nodes = False
     cleanup_errors: Sequence[str] = ()
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-PHASES = ("prepare", "provision", "ready", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
+PHASES = ("prepare", "provision", "ready", "check", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted")
 
 MIGRATIONS: list[tuple[int, str]] = [

@@ -24,9 +24,11 @@ from decimal import Decimal
 from typing import Any
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
+from gpucluster.health import spec_for as health_spec
 from gpucluster.infra.contract import Capability, LaunchOptions
 from gpucluster.jobargs import WORKLOADS, check_ssh_files, workload_argv  # noqa: F401 (re-exported)
 from gpucluster.launch import JobSpec
+from gpucluster.recovery import checkpoint_args, policy
 from gpucluster.spec import ClusterSpec, new_run_id, parse_int
 
 # the largest values run accepts; every command that takes the same flag checks it the same way
@@ -87,6 +89,12 @@ class Request:
     env: tuple[str, ...] = ()
     env_file: tuple[str, ...] = ()
     secret: tuple[str, ...] = ()
+    # issue 30 (docs/recovery.md): the health check (None: the backend's default) and recovery
+    check: bool | None = None
+    recover: int | None = None
+    fallback: str | None = None
+    fallback_after: int | None = None
+    checkpoint_every: int | None = None
 
 
 @dataclass
@@ -107,6 +115,7 @@ class Prepared:
     resumed_from: str | None = None
     workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
     bounds: list[str] = field(default_factory=list)  # ready and lifetime bounds, said under the plan
+    policy: Any = None  # gpucluster.recovery.Policy (run)
 
     @property
     def hourly(self) -> Any:
@@ -132,6 +141,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
                                      f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
     wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
+    wl_args += checkpoint_args(req.checkpoint_every, command)
     if command:
         check_command(command)
     staged = _staged(req, backend)
@@ -151,8 +161,11 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     if present is not None and spec.gpus_per_node is None:
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
+    if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
+        job = replace(job, check=health_spec(spec, backend, req.check, launcher))
     plan = Prepared(spec, job, provider, launcher, [*notes, *bounds.warnings], resumed_from=staged.resumed_from,
-                    workload=workload or command_name(command), bounds=bounds.lines)
+                    workload=workload or command_name(command), bounds=bounds.lines,
+                    policy=policy(req, backend, spec) if req.job else None)
     _price(plan, backend, strict_prices)
     if not req.dry_run and launcher is not None:
         plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists

@@ -180,6 +180,7 @@ class RunRecord:
     # --resume: the working-folder files laid back into each node, and from which node (metric records)
     resume_files: list[dict[str, Any]] = field(default_factory=list)
     metric_records: list[dict[str, Any]] | None = None  # every metric record (get_run(with_metrics=True))
+    attempts: list[dict[str, Any]] | None = None  # a recovered chain's attempts (gpucluster/attempts.py)
 
     @property
     def id(self) -> str | None:
@@ -207,6 +208,8 @@ class RunRecord:
         d["resume_files"] = [dict(r) for r in self.resume_files]
         if self.metric_records is not None:
             d["metric_records"] = list(self.metric_records)
+        if self.attempts is not None:
+            d["attempts"] = [dict(a) for a in self.attempts]
         return d
 
     @classmethod
@@ -214,7 +217,7 @@ class RunRecord:
         """The inverse of `to_dict` (also for a record written by hand, as tests and old callers do:
         every list may be left out)."""
         lists = {"phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging", "setup",
-                 "resume_files", "metric_records"}
+                 "resume_files", "metric_records", "attempts"}
         return cls(
             run=RunRow.from_dict({k: v for k, v in d.items() if k not in lists}),
             phases=[PhaseRow(**p) for p in d.get("phases") or []],
@@ -227,4 +230,5 @@ class RunRecord:
             resumed_chain=list(d.get("resumed_chain") or []),
             chain=list(d.get("chain") or []),
             metric_records=None if d.get("metric_records") is None else list(d["metric_records"]),
+            attempts=None if d.get("attempts") is None else [dict(a) for a in d["attempts"]],
         )

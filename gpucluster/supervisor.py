@@ -21,6 +21,7 @@ from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
+from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
@@ -106,6 +107,8 @@ class NodeSupervisor:
         self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
         # control records (reaper, node exit, setup) are taken only with the node's key for them
         self.gate = Gate(keys)
+        self.phase: Phase | None = None  # the phase this supervisor last reported
+        self.notice: tuple[int, dict[str, Any]] | None = None  # a node's interruption notice (nodeloss.py)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -253,9 +256,11 @@ class NodeSupervisor:
                 self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
             if kind == SETUP_END and record.get("rc") == 0:
                 self.setup_done.add(node_rank)
+            if kind == NOTICE_KIND and self.notice is None:  # a node's interruption notice (not keyed: see nodeloss.py)
+                self.notice = (node_rank, record)
             if kind in ("start", WORKER_START) and self.train_started_at is None:
                 self.train_started_at = time.time()
-                self.events.on_phase(Phase.TRAIN)
+                self._phase(Phase.TRAIN)
             self.events.on_metric(node_rank, record)
 
     def _refuse(self, node_rank: int, why: str, counted: bool = False) -> None:
@@ -281,8 +286,18 @@ class NodeSupervisor:
             self._rendezvous()
             release()
 
+    def _phase(self, phase: Phase) -> None:
+        self.phase = phase
+        self.events.on_phase(phase)
+
+    def _lost(self, rank: int, why: str, cause: str | None = None) -> str:
+        """A lost node (nodeloss.py): its `node_lost` record, and the run's failure line."""
+        self.events.on_metric(rank, lost_record(rank, self.hosts[rank], cause or cause_of(why), why,
+                                                self.phase.value if self.phase else None))
+        return f"node {rank} ({self.hosts[rank]}) lost: {why}"
+
     def _rendezvous(self) -> None:
-        self.events.on_phase(Phase.RENDEZVOUS)
+        self._phase(Phase.RENDEZVOUS)
         self.rendezvous_started_at = time.time()
 
     def _setup_failure(self, rank: int, code: int) -> str:
@@ -306,7 +321,8 @@ class NodeSupervisor:
 
     def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None],
             watch: Callable[[], str | None] | None = None,
-            release: Callable[[], None] | None = None, stage: Any = None) -> JobResult:
+            release: Callable[[], None] | None = None, stage: Any = None,
+            lost: Callable[[int, int | None], str | None] | None = None) -> JobResult:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
 
         `watch`, when given, is asked every loop for a failure of something beside the nodes
@@ -317,7 +333,10 @@ class NodeSupervisor:
         `stage`, when given, stages data into the nodes while they run (the Kubernetes launcher:
         pods exist only once the job does): the run opens in the "stage" phase, `stage.poll()` is
         asked every loop (a string ends the run as that failure), and once `stage.done` is true
-        the run moves on to "setup" (or "rendezvous"); the setup's release waits for it."""
+        the run moves on to "setup" (or "rendezvous"); the setup's release waits for it.
+        `lost(rank, exit status)`, when given, says why a node that ended is a lost node (killed,
+        unreachable) rather than a failed job; a node's interruption notice ends the run the same
+        way. Either is reported as a `node_lost` record (gpucluster/nodeloss.py)."""
         setup = bool(self.job.setup)
         self._release = release if setup else None
         staged = stage is None
@@ -328,30 +347,42 @@ class NodeSupervisor:
         failed_node: int | None = None
         timed_out = False
         try:
-            self.events.on_phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
+            self._phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
             while True:
                 self._drain(0.2)
                 if not staged and failure is None:
                     failure = stage.poll()
                     if failure is None and stage.done:
                         staged = True
-                        self.events.on_phase(Phase.SETUP) if setup else self._rendezvous()
+                        self._phase(Phase.SETUP) if setup else self._rendezvous()
                 try:
                     if staged:
                         self._maybe_release()
                 except LaunchError as exc:  # the release of the nodes after setup failed
                     failure = failure or str(exc)
+                for rank, (code, _) in list(self.node_exits.items()):  # a node's shell said its agent was killed
+                    why = lost(rank, code) if lost is not None and rank not in exit_codes and failure is None else None
+                    if why:
+                        exit_codes[rank], failed_node, failure = code, rank, self._lost(rank, why)
                 for rank in self._undrained(procs, exit_codes):
                     # the node's job is over but its session is not: something the job left holds
                     # its output open. Its exit status is the one its shell reported; stop() ends it.
                     exit_codes[rank] = self.node_exits[rank][0]
                     if exit_codes[rank] != 0 and failure is None:
                         failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
+                if self.notice is not None and failure is None:  # the cloud takes a node back
+                    failed_node = self.notice[0]
+                    failure = notice_failure(failed_node, self.hosts[failed_node], self.notice[1])
+                    self._lost(failed_node, failure.split(" lost: ", 1)[1], "interruption")
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode
                         if proc.returncode != 0 and failure is None:
                             failed_node = rank
+                            why = lost(rank, proc.returncode) if lost is not None else None
+                            if why:
+                                failure = self._lost(rank, why)
+                                continue
                             if not staged:
                                 self._drain(0)
                                 failure = stage.poll() or self._node_failure(rank, proc.returncode)

@@ -98,7 +98,7 @@ def ownership_of(ledger: Any, *, any_owner: bool = False, stacks: tuple[str, ...
 
 def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str], Any], backend: Any,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
-              ack_unwitnessed: bool = False, any_owner: bool = False) -> Downed:
+              ack_unwitnessed: bool | Callable[[str], bool] = False, any_owner: bool = False) -> Downed:
     """Delete `name`, then check independently what is left; the ledger's rows are closed only
     when the check is verified (else each open run gets the verdict). Only what is ours is deleted
     and counted (`any_owner`: every owner's); the rest found under the name is in the verdict's
@@ -107,7 +107,9 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
     A run whose node had no witness (its reaper was killed, its session was cut: an unchecked line
     starting with `UNWITNESSED`) keeps that line: no check here can find a process that carries
     nothing of the run, so the verdict stays "not verified" until `ack_unwitnessed` (the person
-    says they checked those nodes themselves), which is then recorded with each such run."""
+    says they checked those nodes themselves), which is then recorded with each such run. A callable
+    `ack_unwitnessed` acknowledges only the lines it accepts (the recovery loop: the nodes it saw lost,
+    whose reaper could not report because the node itself went away)."""
     from gpucluster.lifecycle import LedgerEvents
     from gpucluster.owner import owner_lock, stop_owner
 
@@ -134,9 +136,11 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             check = backend.ops.check_down(provider, name, runs).with_unchecked(*not_run)
             unwitnessed = {rid: [u for u in rec.run.unchecked if u.startswith(UNWITNESSED)]
                            for rid, rec in records.items() if rec is not None}
+            acked: Callable[[str], bool] = (ack_unwitnessed if callable(ack_unwitnessed)
+                                            else lambda line: bool(ack_unwitnessed))
+            check = check.with_unchecked(*(u for lines in unwitnessed.values() for u in lines if not acked(u)))
+            unwitnessed = {rid: [u for u in lines if acked(u)] for rid, lines in unwitnessed.items()}
             unwitnessed = {rid: lines for rid, lines in unwitnessed.items() if lines}
-            if not ack_unwitnessed:
-                check = check.with_unchecked(*(u for lines in unwitnessed.values() for u in lines))
     except GpuclusterError as exc:
         verdict.update(verdict="not verified", error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
@@ -146,8 +150,9 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
         if unwitnessed:  # ack_unwitnessed: the person's word, kept beside the verdict
             verdict["acknowledged"] = sorted({u for lines in unwitnessed.values() for u in lines})
             for rid, lines in sorted(unwitnessed.items()):
+                by = "recovery: the node was lost" if callable(ack_unwitnessed) else "gpucluster down --ack-unwitnessed"
                 ledger.add_metrics(rid, [(None, {"kind": ACKNOWLEDGED, "time": time.time(), "unwitnessed": lines,
-                                                 "by": "gpucluster down --ack-unwitnessed"})])
+                                                 "by": by})])
         verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
         return Downed(verdict, check, ExitCode.OK)
     for rid in {r["run_id"] for r in ledger.open_resources(name)} | had_open:

@@ -23,7 +23,8 @@ Parts and who calls them
                the location and defaults really used; prepare -> values found at run time (aws: the
                SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
                spec) -> where a leftover scan of the cluster looks; ready_within -> how long its
-               nodes may take to be ready, and why.
+               nodes may take to be ready, and why; link_gbps -> the bandwidth one flow between two
+               nodes of the shape should reach (the health check's expectation).
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
@@ -143,6 +144,10 @@ def _no_ready_bound(spec: ClusterSpec) -> tuple[int, str] | None:
     return None
 
 
+def _no_link(spec: ClusterSpec) -> float | None:
+    return None
+
+
 @dataclass(frozen=True)
 class SpecRules:
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
@@ -152,6 +157,9 @@ class SpecRules:
     scan_scope: Callable[[Record | None], ScanScope] = _no_scope
     # (spec) -> (seconds its nodes may need to be ready, why), from the node's own bounds; None: none
     ready_within: Callable[[ClusterSpec], tuple[int, str] | None] = _no_ready_bound
+    # the bandwidth (Gbit/s) one flow between two of the shape's nodes should reach; the health
+    # check's expectation for every node pair (None: unknown, not judged)
+    link_gbps: Callable[[ClusterSpec], float | None] = _no_link
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,13 @@ It behaves like a real API server at its worst, each behaviour with its public s
   reason CreateContainerConfigError and the kubelet's message (`secret "NAME" not found`,
   `couldn't find key KEY in Secret NS/NAME`; kubelet_pods.go makeEnvironmentVariables). The
   container's resolved environment is kept on the pod (`_Pod.env`) for tests to read.
+- `preempt(rank)` is the kubelet's graceful node shutdown of the pod's node (Kubernetes docs, "Node
+  Shutdowns": the pod's containers are stopped within its grace period and the pod is marked Failed,
+  reason `Terminated`, message "Pod was terminated in response to imminent node shutdown.", with a
+  `DisruptionTarget` condition, reason `TerminationByKubelet` (Kubernetes docs, "Pod disruption
+  conditions"); GKE's docs name the reason `Shutdown` for preempted Spot VMs): the pod stays listed,
+  Failed once its containers ended, its log ends; `delete_pod(rank)` deletes one pod as `kubectl
+  delete pod` does: listed with a deletionTimestamp while it terminates (`delete_ticks`), then gone.
 - Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
@@ -414,6 +421,23 @@ class FakeKubeApi(ObjectStore):
             if pod.index == rank:
                 pod.kill()
                 self.pods.pop(name)
+
+    def preempt(self, rank: int, reason: str = "Terminated") -> None:
+        """The pod of `rank`'s node shuts down gracefully (see the module docstring)."""
+        for pod in list(self.pods.values()):
+            if pod.index == rank:
+                pod.shutdown = (reason, "Pod was terminated in response to imminent node shutdown.")
+                pod.kill()  # SIGTERM to its containers, SIGKILL after the grace period: Failed once they end
+
+    def delete_pod(self, rank: int) -> None:
+        """`kubectl delete pod` on the pod of `rank` (see the module docstring)."""
+        for name, pod in list(self.pods.items()):
+            if pod.index == rank:
+                pod.kill()
+                if self.delete_ticks:
+                    pod.terminating = self.delete_ticks
+                else:
+                    self.pods.pop(name)
 
     # -- delete ----------------------------------------------------------------------------
     def _terminate_pods(self, name: str) -> None:

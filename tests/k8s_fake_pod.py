@@ -243,6 +243,7 @@ class _Pod:
         self.age = 0
         self.deleted = threading.Event()
         self.terminating: int | None = None  # listings left before a deleted pod is really gone
+        self.shutdown: tuple[str, str] | None = None  # (reason, message): its node shut down (FakeKubeApi.preempt)
         self.base: Path | None = None  # where the fake keeps the pods' filesystems
         self.host: Path | None = None  # the node's disk (the hostPath cache)
         self.bin: Path | None = None  # the image's python shim
@@ -506,9 +507,12 @@ class _Pod:
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
-            status=NS(phase=phase, reason=None, message=None, init_container_statuses=self._init_statuses(),
-                      container_statuses=statuses,
+            status=NS(phase=phase, reason=self.shutdown[0] if self.shutdown else None,
+                      message=self.shutdown[1] if self.shutdown else None,
+                      init_container_statuses=self._init_statuses(), container_statuses=statuses,
                       conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
-                      if self.script.unschedulable else []),
+                      if self.script.unschedulable else
+                      [NS(type="DisruptionTarget", status="True", reason="TerminationByKubelet",
+                          message=self.shutdown[1])] if self.shutdown else []),
         )

@@ -68,6 +68,7 @@ class SshdHosts:
     addresses: list[str] = field(default_factory=list)  # one loopback address per server
     host_keys: list[str] = field(default_factory=list)  # "ssh-ed25519 AAAA..." per server
     procs: list[subprocess.Popen] = field(default_factory=list)
+    wrap: list[list[str]] = field(default_factory=list)  # per server: a command prefix (e.g. nsenter into a netns)
 
     @property
     def hosts(self) -> list[str]:
@@ -77,13 +78,14 @@ class SshdHosts:
     def start(cls, root: Path, n: int, *, addresses: list[str] | None = None, port: int | None = None,
               path: list[str] | None = None, extra_config: list[str] | None = None,
               env: list[dict[str, str]] | None = None,
-              defer: bool = False) -> "SshdHosts":
+              defer: bool = False, wrap: list[list[str]] | None = None) -> "SshdHosts":
         """n servers on 127.0.0.1 with free ports, or on the given loopback `addresses` all on `port`
         (port 22 makes them look like cloud nodes; binding it needs root). `path`: the remote PATH
         (default: bin_dir, this Python's folder, the system folders); `extra_config[i]`: more
         sshd_config lines for server i; `defer`: write everything but start no server (call
         `launch(i)` later, like a node that boots after its instance is "running"); `env[i]`: more
-        variables sshd sets for server i's sessions."""
+        variables sshd sets for server i's sessions; `wrap[i]`: a command prefix server i is started
+        under (e.g. `nsenter -t PID -n`: a host in a network namespace of its own)."""
         root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
@@ -93,7 +95,7 @@ class SshdHosts:
         bin_dir = root / "bin"
         bin_dir.mkdir()
         self = cls(root=root, user=getpass.getuser(), identity=identity, known_hosts=root / "known_hosts",
-                   bin_dir=bin_dir)
+                   bin_dir=bin_dir, wrap=list(wrap or []))
         path = os.pathsep.join(path or [str(bin_dir), os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
         try:
             for i in range(n):
@@ -129,7 +131,8 @@ class SshdHosts:
         """Start server i and wait until it answers."""
         d = self.root / f"host{i}"
         log = open(d / "sshd.log", "ab")
-        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
+        prefix = self.wrap[i] if i < len(self.wrap) else []
+        proc = subprocess.Popen([*prefix, SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
         log.close()
         while len(self.procs) <= i:

@@ -31,7 +31,9 @@ key. How each node behaves, and the public source for it:
   `shutdown` (logs) and `nvidia-smi` (one A10G) stubbed, so the ready marker and the dead-man
   switch come from the real scripts. cloud-init's `ssh_keys` part is not executed: sshd uses the
   host key the test generated, exported as the pinned key.
-- `destroy` terminates the instances (sshd stops).
+- `destroy` terminates the instances (sshd stops); an `up` after a `destroy` boots NEW instances:
+  a fresh root for each node (nothing of the old disk), new sshd servers on the same addresses
+  (the recovery tests, tests/test_recovery_cloud.py, provision again after an interruption).
 
 Reverting a fix makes this fail (checked once by hand, 2026-11-22): without the launcher's wait
 for the ready marker, "2 of 2 node(s) not ready: node 0 (root@127.0.0.2): cannot connect over
@@ -130,6 +132,7 @@ class Ec2Like:
 
     def __init__(self, root: Path):
         self.root = root
+        self.boots = 0  # how many times instances were made (each `up` after a `destroy` makes new ones)
         self.node_roots = [root / f"node{i}" for i in range(len(ADDRESSES))]
         stub_bin = root / "stubs"
         stub_bin.mkdir()
@@ -144,17 +147,24 @@ class Ec2Like:
         self.errors: list[str] = []
         self.terminated = threading.Event()
         self.node_env: dict[str, str] = {}  # more environment for every node's ssh sessions
+        self.node_envs: list[dict[str, str]] = [{} for _ in ADDRESSES]  # ... and for node i's only
 
     def prepare(self, cidrs: list[str]) -> None:
         import ipaddress
 
         self.ssh_cidrs = cidrs
+        self.boots += 1
+        if self.boots > 1:  # new instances: new disks
+            self.node_roots = [self.root / f"boot{self.boots}" / f"node{i}" for i in range(len(ADDRESSES))]
+        if self.terminated.is_set():  # a `destroy` came before (a failed `up` is destroyed too): new instances run
+            self.terminated = threading.Event()
         allow = " ".join(f"*@{c}" for c in cidrs) or "nobody@255.255.255.255"
         self.hosts = sshd.SshdHosts.start(
-            self.root / "sshd", 2, addresses=ADDRESSES, port=22, defer=True,
-            path=[str(self.stub_bin), "/usr/bin", "/bin"],  # python3 here is the system one: no torch
+            self.root / ("sshd" if self.boots == 1 else f"sshd-{self.boots}"), 2, addresses=ADDRESSES, port=22,
+            defer=True, path=[str(self.stub_bin), "/usr/bin", "/bin"],  # python3 here is the system one: no torch
             extra_config=[f"AllowUsers {allow}"] * 2,
-            env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster"), **self.node_env} for r in self.node_roots])
+            env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster"), **self.node_env, **self.node_envs[i]}
+                 for i, r in enumerate(self.node_roots)])
         self.reachable = any(ipaddress.ip_address(CALLER) in ipaddress.ip_network(c) for c in cidrs)
 
     def boot(self, rank: int, user_data: str) -> None:
@@ -215,7 +225,7 @@ def ec2(tmp_path):
         nodes.terminate()
 
 
-def _provider_and_fake(ec2: Ec2Like):
+def _provider_and_fake(ec2: Ec2Like, **fake_kw):
     """The real driver on the fake CLI; `up` runs the real program under mocks for the spec the
     driver got, and boots the nodes from what it declared."""
     from pulumi_fake import FakePulumiCommand
@@ -250,7 +260,7 @@ def _provider_and_fake(ec2: Ec2Like):
             t.start()
             ec2.threads.append(t)
 
-    fake = FakePulumiCommand(on_up=on_up, on_destroy=lambda stack: ec2.terminate())
+    fake = FakePulumiCommand(on_up=on_up, on_destroy=lambda stack: ec2.terminate(), **fake_kw)
     found: list = []
     provider = PulumiProvider(_plugin("aws"), driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
                               find=lambda cloud, name=None, run_id=None, **kw: found.append(name) or [],

@@ -28,13 +28,32 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.gcp.k8s_outputs", "TOUCH"): "infra/gcp/pod_touch.py",
 }
 NOT_PROGRAMS = {"gpucluster/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
-FILES = sorted(set(PROGRAMS.values()))
+# shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle
+SHIPPED_AS_FILES = {"gpucluster/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py"}
+FILES = sorted(set(PROGRAMS.values()) | set(SHIPPED_AS_FILES))
 
 
 def test_every_node_program_file_is_listed():
     found = {str(p.relative_to(ROOT)) for d in ("gpucluster", "infra") for pattern in ("node_*", "pod_*")
              for p in (ROOT / d).rglob(pattern) if p.suffix in (".py", ".sh")}
     assert found - NOT_PROGRAMS == set(FILES)
+
+
+@pytest.mark.parametrize("rel", sorted(SHIPPED_AS_FILES))
+def test_the_files_shipped_in_the_bundle_are_the_files(rel):
+    import io
+    import tarfile
+
+    from gpucluster.infra.ssh.ship import bundle
+
+    from gpucluster.infra.contract import LaunchOptions
+    from gpucluster.infra.registry import plugin
+
+    # the aws launcher's watcher goes into the bundle it ships (the others are always in it)
+    _, aws_launcher = plugin("aws").transport.make(LaunchOptions())
+    with tarfile.open(fileobj=io.BytesIO(bundle(None, aws_launcher.watcher[:1]))) as tar:
+        member = tar.extractfile(SHIPPED_AS_FILES[rel])
+        assert member is not None and member.read() == (ROOT / rel).read_bytes()
 
 
 @pytest.mark.parametrize("key", sorted(PROGRAMS), ids=lambda k: k[1])

@@ -262,7 +262,10 @@ def test_a_killed_reaper_and_a_daemon_holding_the_session_cannot_hang_the_run(ho
         assert not result.timed_out
         assert any("its reaper ended without finishing its final pass" in u for u in result.unwitnessed), \
             (result.unwitnessed, events.lines[-10:])
-        assert any("its session stayed open" in u for u in result.unwitnessed), result.unwitnessed
+        # the session the daemon holds is cut (said), or the node is lost at once: its shell said its
+        # agent was killed (node_exit 137, gpucluster/nodeloss.py), so nothing waits for the session
+        assert any("its session stayed open" in u for u in result.unwitnessed) or \
+            " lost: its agent was killed" in (result.failure or ""), (result.unwitnessed, result.failure)
         assert len(daemons(marker)) == 1  # the daemon did survive: "not verified" is the truth
     finally:
         for p in daemons(marker):

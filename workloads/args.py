@@ -25,6 +25,9 @@ def base_parser(description: str, *, epochs: int, batch: int, lr: float, prog: s
                    help="process group backend (default: nccl on CUDA, gloo otherwise)")
     p.add_argument("--no-shard", action="store_true",
                    help="every rank trains the full dataset (the mistake seed 003 measured; for diagnosis demos)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                   help="also checkpoint every STEPS optimizer steps, not only after each epoch (0: per epoch); "
+                        "a lost node then costs at most STEPS steps")
     return p
 
 

@@ -1,30 +1,40 @@
-"""Checkpoints of the built-in workloads: saved after every epoch, loaded by a resumed run.
-torch + standard library only (shipped with the workloads folder).
+"""Checkpoints of the built-in workloads: saved after every epoch (and every --checkpoint-every
+steps, and on SIGTERM, and when a collective fails because a peer went away), loaded by a resumed
+run. torch + standard library only (shipped with the workloads folder).
 
-Save: after every epoch, when GPUCLUSTER_OUTPUT_DIR is set, the process with node rank 0 and
-local rank 0 writes `$GPUCLUSTER_OUTPUT_DIR/checkpoint.pt` (a temporary file, then os.replace, so
-a run stopped mid-save leaves the previous epoch's checkpoint whole). Every rank holds the same
-weights and optimizer state (gradients are all-reduced before each step), so any rank could save;
-node 0 is chosen so the file is always in the node-0 folder of the run's outputs (global rank 0
-may be on any node: torchrun's c10d rendezvous orders ranks by address and pid).
+Save: when GPUCLUSTER_OUTPUT_DIR is set, local rank 0 of EVERY node writes
+`$GPUCLUSTER_OUTPUT_DIR/checkpoint.pt` (a temporary file, then os.replace, so a run stopped
+mid-save leaves the previous checkpoint whole), then `checkpoint.json` beside it (epoch, batch,
+step: where training is). Every rank holds the same weights and optimizer state after each step
+(gradients are all-reduced before it), so every node's copy is the same checkpoint: a node that is
+lost (and its output folder with it) loses no checkpoint while another node's copy comes back.
 
-Load: `gpucluster run --resume RUN_ID` stages RUN_ID's collected outputs (node-0/, node-1/, ...)
-on every node and sets GPUCLUSTER_RESUME_DIR to them; every rank reads
-`$GPUCLUSTER_RESUME_DIR/node-0/checkpoint.pt` (or `$GPUCLUSTER_RESUME_DIR/checkpoint.pt`, when the
-variable names one node's folder) and the run continues after the epoch it holds. A checkpoint
+Where: `epoch` epochs are complete and `batch` batches of the next one are done (0 at an epoch's
+end); a resume skips those batches of that epoch, in the same order (the shard of an epoch
+depends only on the seed, the epoch and the ranks).
+
+Load: `gpucluster run --resume RUN_ID` (and the recovery loop) stages RUN_ID's collected outputs
+(node-0/, node-1/, ...) on every node and sets GPUCLUSTER_RESUME_DIR to them; every rank reads the
+NEWEST whole checkpoint among `$GPUCLUSTER_RESUME_DIR/node-*/` (or `$GPUCLUSTER_RESUME_DIR/`, when
+the variable names one node's folder) and the run continues from where it holds. A checkpoint
 that is missing, unreadable or from another workload ends the run with one line: a resumed run
 never starts from scratch silently.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import math
 import os
-from typing import Any
+import signal
+import sys
+from typing import Any, Callable
 
 import torch
 
 NAME = "checkpoint.pt"
+WHERE = "checkpoint.json"  # beside it: {"epoch", "batch", "step", "workload"}, written after it
 OUTPUT_ENV, RESUME_ENV = "GPUCLUSTER_OUTPUT_DIR", "GPUCLUSTER_RESUME_DIR"
 VERSION = 1
 
@@ -37,15 +47,16 @@ class ResumeError(SystemExit):
 
 
 def is_saver(node_rank: int, local_rank: int) -> bool:
-    return node_rank == 0 and local_rank == 0 and bool(os.environ.get(OUTPUT_ENV))
+    """Local rank 0 of every node (each node keeps a copy), when there is an output folder."""
+    return local_rank == 0 and bool(os.environ.get(OUTPUT_ENV))
 
 
 def save(node_rank: int, local_rank: int, *, workload: str, epoch: int, step: int, model: torch.nn.Module,
-         opt: torch.optim.Optimizer, sched: Any = None, **extra: Any) -> str | None:
-    """Write the checkpoint (atomically) when this process is the saver; its path, else None."""
+         opt: torch.optim.Optimizer, sched: Any = None, batch: int = 0, **extra: Any) -> str | None:
+    """Write the checkpoint (atomically) when this process is a saver; its path, else None."""
     if not is_saver(node_rank, local_rank):
         return None
-    state = {"version": VERSION, "workload": workload, "epoch": int(epoch), "step": int(step),
+    state = {"version": VERSION, "workload": workload, "epoch": int(epoch), "step": int(step), "batch": int(batch),
              "model": model.state_dict(), "optimizer": opt.state_dict(),
              "scheduler": sched.state_dict() if sched is not None else None,
              "rng": torch.get_rng_state(), **extra}
@@ -59,14 +70,32 @@ def write(state: dict) -> str:
     tmp = f"{path}.tmp-{os.getpid()}"
     torch.save(state, tmp)
     os.replace(tmp, path)
+    where = {k: state.get(k) for k in ("workload", "epoch", "batch", "step")}
+    with open(f"{path}.json.tmp-{os.getpid()}", "w") as f:
+        json.dump(where, f)
+    os.replace(f"{path}.json.tmp-{os.getpid()}", os.path.join(folder, WHERE))
     return path
 
 
+def candidates(resume_dir: str) -> list[str]:
+    """Every checkpoint in the folder (each node's copy, or the folder's own), newest first by the
+    step its `checkpoint.json` says; copies without one (older gpucluster) after, node-0 first."""
+    found: list[tuple[int, int, str]] = []
+    for path in [*sorted(glob.glob(os.path.join(resume_dir, "node-*", NAME))), os.path.join(resume_dir, NAME)]:
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(os.path.join(os.path.dirname(path), WHERE)) as f:
+                step = int(json.load(f)["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            step = -1 if os.path.basename(os.path.dirname(path)) == "node-0" else -2
+        found.append((-step, len(found), path))
+    return [p for _, _, p in sorted(found)]
+
+
 def find(resume_dir: str) -> str | None:
-    for path in (os.path.join(resume_dir, "node-0", NAME), os.path.join(resume_dir, NAME)):
-        if os.path.isfile(path):
-            return path
-    return None
+    got = candidates(resume_dir)
+    return got[0] if got else None
 
 
 def load(workload: str) -> tuple[str, dict] | None:
@@ -77,15 +106,18 @@ def load(workload: str) -> tuple[str, dict] | None:
         return None
     if not os.path.isdir(resume_dir):
         raise ResumeError(workload, f"{RESUME_ENV}={resume_dir} is not a folder")
-    path = find(resume_dir)
-    if path is None:
-        raise ResumeError(workload, f"no {NAME} in {resume_dir}/node-0 (nor in {resume_dir}): no checkpoint was "
+    paths = candidates(resume_dir)
+    if not paths:
+        raise ResumeError(workload, f"no {NAME} in {resume_dir}/node-N (nor in {resume_dir}): no checkpoint was "
                                     "saved there (did the run finish an epoch?)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - a cut or damaged file, whatever torch says about it
-        why = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise ResumeError(workload, f"{path} cannot be read ({why})") from None
+    for path in paths:  # the newest whole copy: a copy cut short on a lost node is passed over
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            break
+        except Exception as exc:  # noqa: BLE001 - a cut or damaged file, whatever torch says about it
+            why = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+            if path == paths[-1]:
+                raise ResumeError(workload, f"{path} cannot be read ({why})") from None
     if not isinstance(state, dict) or not {"epoch", "step", "model", "optimizer"} <= set(state):
         raise ResumeError(workload, f"{path} is not a gpucluster checkpoint (epoch, step, model, optimizer)")
     if state.get("workload") != workload:
@@ -115,3 +147,64 @@ def restore(workload: str, path: str, state: dict, model: torch.nn.Module, opt: 
         for group, lr in zip(opt.param_groups, lrs):
             group["lr"] = lr
         sched._last_lr = lrs
+
+
+class Keeper:
+    """When a built-in workload saves: after every epoch (`epoch_end`), every `every` optimizer
+    steps, on SIGTERM (at the next consistent point, then the process exits 143), and once more
+    when the training loop fails (`failed`: a collective broke because a peer went away) if the
+    state is still the last consistent one.
+
+    The loop tells it each consistent point with `at(epoch, batch, step, **extra)`: after an
+    optimizer step (`batch` batches of epoch `epoch + 1` done) or after an epoch's scheduler step
+    (`batch` 0). Between `dirty()` (before the optimizer or scheduler change the state) and the
+    next `at`, nothing is saved on failure: a half-made update is never written."""
+
+    def __init__(self, save_fn: Callable[..., str | None], every: int = 0, announce: Callable[..., None] | None = None):
+        self.save_fn, self.every, self.announce = save_fn, max(0, int(every or 0)), announce
+        self.pos: tuple[int, int, int] | None = None
+        self.extra: dict[str, Any] = {}
+        self.saved: tuple[int, int, int] | None = None
+        self.clean = False
+        self.stop_asked = False
+        if sys.platform != "win32":
+            try:
+                signal.signal(signal.SIGTERM, self._on_term)
+            except ValueError:  # not the main thread (an in-process test): no handler
+                pass
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.stop_asked = True
+
+    def dirty(self) -> None:
+        self.clean = False
+
+    def at(self, epoch: int, batch: int, step: int, **extra: Any) -> None:
+        self.pos, self.extra, self.clean = (int(epoch), int(batch), int(step)), extra, True
+        if self.stop_asked:
+            self.save("sigterm")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signal.SIGTERM)  # what SIGTERM would have ended it with; no library shutdown
+        if batch and self.every and step % self.every == 0:
+            self.save("every")
+
+    def epoch_end(self, epoch: int, step: int, **extra: Any) -> None:
+        self.pos, self.clean = (int(epoch), 0, int(step)), True
+        self.extra.update(extra)
+        self.save("epoch")
+
+    def failed(self) -> None:
+        """The loop is failing: save the last consistent state unless it is saved already."""
+        if self.clean and self.pos is not None and self.pos != self.saved:
+            try:
+                self.save("failure")
+            except Exception:  # noqa: BLE001 - the failure that brought us here is the one to report
+                pass
+
+    def save(self, reason: str) -> None:
+        if self.pos is None:
+            return
+        epoch, batch, step = self.pos
+        self.save_fn(epoch=epoch, batch=batch, step=step, reason=reason, **self.extra)
+        self.saved = self.pos

@@ -171,14 +171,30 @@ def start_sampler(ctx: Ctx) -> "Sampler | None":
     return Sampler(node_rank=ctx.node_rank, interval=interval).start()
 
 
-def save_checkpoint(ctx: Ctx, **state) -> None:
-    """After an epoch: the checkpoint (see checkpoint.py; node 0's local rank 0 writes it, when
-    GPUCLUSTER_OUTPUT_DIR is set) and a `checkpoint` record saying which epoch it holds."""
+def save_checkpoint(ctx: Ctx, reason: str = "epoch", **state) -> None:
+    """The checkpoint (see checkpoint.py; every node's local rank 0 writes it, when
+    GPUCLUSTER_OUTPUT_DIR is set) and a `checkpoint` record saying where it is (epoch, batch, step)
+    and why it was written (epoch, every, sigterm, failure)."""
     t0 = time.perf_counter()
     path = checkpoint.save(ctx.node_rank, ctx.local_rank, **state)
     if path:
-        emit("checkpoint", rank=ctx.rank, epoch=state["epoch"], step=state["step"],
-             bytes=os.path.getsize(path), seconds=round(time.perf_counter() - t0, 4))
+        emit("checkpoint", rank=ctx.rank, node_rank=ctx.node_rank, epoch=state["epoch"], batch=state.get("batch", 0),
+             step=state["step"], reason=reason, bytes=os.path.getsize(path), seconds=round(time.perf_counter() - t0, 4))
+
+
+def keeper(ctx: Ctx, args: argparse.Namespace, **objects) -> checkpoint.Keeper:
+    """When this process saves (checkpoint.Keeper): per epoch, --checkpoint-every, SIGTERM, failure."""
+    return checkpoint.Keeper(lambda **where: save_checkpoint(ctx, **objects, **where),
+                             every=getattr(args, "checkpoint_every", 0))
+
+
+def resumed_fields(first: int, skip: int, step: int, path: str) -> dict:
+    """The `start` record's account of a resume: the epoch it continues after (and the batches of
+    the next one already done), the step, the checkpoint."""
+    out = dict(resumed_from_epoch=first - 1, resumed_from_step=step, resumed_from=path)
+    if skip:
+        out["resumed_from_batch"] = skip
+    return out
 
 
 def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx, *,
@@ -193,22 +209,24 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
     sync_grads = GradSync(model, ctx)
     resumed = checkpoint.load(workload)  # GPUCLUSTER_RESUME_DIR: every rank continues from the same state
     first = 1
-    step = 0
+    step = skip = 0
     loss_v = float("nan")
     acc = 0.0
+    partial = (0.0, 0)  # the loss sum and batches of an epoch a checkpoint was taken in the middle of
     if resumed:
         path, state = resumed
         checkpoint.restore(workload, path, state, model, opt, sched, epochs=args.epochs)
         first = state["epoch"] + 1
-        step = state["step"]
+        step, skip = state["step"], int(state.get("batch") or 0)
         loss_v, acc = state.get("loss", loss_v), state.get("accuracy", acc)
+        partial = (float(state.get("epoch_loss_sum") or 0.0), int(state.get("epoch_batches") or 0))
     if ctx.device.type == "cuda":  # keep the (small) data sets on the GPU: no loader in the way
         x_train, y_train = x_train.to(ctx.device), y_train.to(ctx.device)
     start_fields = dict(world_size=ctx.world_size, backend=ctx.backend or "none", device=str(ctx.device),
                         global_batch=args.batch_size * ctx.world_size, lr=lr, workload=workload,
                         node_rank=ctx.node_rank, train_samples=int(x_train.shape[0]))
     if resumed:
-        start_fields.update(resumed_from_epoch=first - 1, resumed_from=resumed[0])
+        start_fields.update(resumed_fields(first, skip, step, resumed[0]))
     if ctx.is_main:
         emit("start", rank=ctx.rank, **start_fields)
         if first > args.epochs:
@@ -217,6 +235,22 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
     if resumed and first > args.epochs:  # carried forward, so a resume of this run finds it too
         save_checkpoint(ctx, workload=workload, epoch=first - 1, step=step, model=model, opt=opt, sched=sched,
                         loss=loss_v, accuracy=acc)
+    keep = keeper(ctx, args, workload=workload, model=model, opt=opt, sched=sched)
+    try:
+        return _classifier_epochs(model, (x_train, y_train, x_test, y_test), args, ctx, keep, opt, sched, sync_grads,
+                                  first=first, step=step, skip=skip, partial=partial, loss_v=loss_v, acc=acc,
+                                  step_every=step_every)
+    except Exception:  # a collective broke (a peer went away): the last consistent state is saved first
+        if ctx.backend is not None:
+            keep.failed()
+        raise
+
+
+def _classifier_epochs(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx,
+                       keep: checkpoint.Keeper, opt: torch.optim.Optimizer, sched: object, sync_grads: GradSync, *,
+                       first: int, step: int, skip: int, partial: tuple, loss_v: float, acc: float,
+                       step_every: int) -> dict:
+    x_train, y_train, x_test, y_test = data
     sampler = start_sampler(ctx)
     seen = 0
     train_time = 0.0
@@ -226,8 +260,9 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
         t_epoch = time.perf_counter()
         data_s = compute_s = comm_s = 0.0
         step_times = []
-        loss_sum, batches = 0.0, 0
-        for i in range(0, idx.numel() - args.batch_size + 1, args.batch_size):
+        loss_sum, batches = partial if epoch == first else (0.0, 0)
+        done = skip if epoch == first else 0  # batches of this epoch a mid-epoch checkpoint already holds
+        for i in range(done * args.batch_size, idx.numel() - args.batch_size + 1, args.batch_size):
             t0 = time.perf_counter()
             b = idx[i:i + args.batch_size]
             xb, yb = x_train[b.to(x_train.device)].to(ctx.device), y_train[b.to(y_train.device)].to(ctx.device)
@@ -240,6 +275,7 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
             t2 = time.perf_counter()
             comm = sync_grads()
             t3 = time.perf_counter()
+            keep.dirty()
             opt.step()
             sync(ctx)
             t4 = time.perf_counter()
@@ -253,7 +289,11 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
             seen += yb.numel()
             if step_every and ctx.is_main and step % step_every == 0:
                 emit("step", rank=ctx.rank, epoch=epoch, step=step, loss=round(loss.item(), 5))
+            keep.at(epoch - 1, i // args.batch_size + 1, step, loss=loss_v, accuracy=acc, epoch_loss_sum=loss_sum,
+                    epoch_batches=batches)
+        keep.dirty()
         sched.step()
+        keep.at(epoch, 0, step, loss=loss_v, accuracy=acc)
         epoch_time = time.perf_counter() - t_epoch
         train_time += epoch_time
         loss_v = mean_across_ranks(loss_sum / max(1, batches), ctx)
@@ -265,8 +305,7 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
                  test_loss=round(test_loss, 5), accuracy=round(acc, 5),
                  samples_per_s=round(global_samples / epoch_time, 2), epoch_time_s=round(epoch_time, 4),
                  **timing)
-        save_checkpoint(ctx, workload=workload, epoch=epoch, step=step, model=model, opt=opt, sched=sched,
-                        loss=loss_v, accuracy=acc)
+        keep.epoch_end(epoch, step, loss=loss_v, accuracy=acc)
     if sampler:
         sampler.stop()
     return dict(epochs=args.epochs, loss=round(loss_v, 5), accuracy=round(acc, 5),

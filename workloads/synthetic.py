@@ -54,20 +54,23 @@ def main(argv: list[str] | None = None) -> None:
         t1 = time.perf_counter()
         comm = sync_grads()
         t2 = time.perf_counter()
+        keep.dirty()
         opt.step()
         common.sync(ctx)
         t3 = time.perf_counter()
         return loss.item(), (t1 - t0) + (t3 - t2), comm
 
+    keep = common.keeper(ctx, args, workload="synthetic", model=net, opt=opt)
     for _ in range(args.warmup):
         step()
-    first, total_steps, loss_v, resumed = 1, 0, float("nan"), {}
+    first, total_steps, skip, loss_v, resumed = 1, 0, 0, float("nan"), {}
     loaded = checkpoint.load("synthetic")  # GPUCLUSTER_RESUME_DIR: after the warm-up, which moved the weights
     if loaded:
         checkpoint.restore("synthetic", loaded[0], loaded[1], net, opt)
         first, total_steps = loaded[1]["epoch"] + 1, loaded[1]["step"]
+        skip = int(loaded[1].get("batch") or 0)
         loss_v = loaded[1].get("loss", loss_v)
-        resumed = dict(resumed_from_epoch=first - 1, resumed_from=loaded[0])
+        resumed = common.resumed_fields(first, skip, total_steps, loaded[0])
     params = sum(p.numel() for p in net.parameters())
     if ctx.is_main:
         emit("start", rank=ctx.rank, world_size=ctx.world_size, backend=ctx.backend or "none",
@@ -81,28 +84,34 @@ def main(argv: list[str] | None = None) -> None:
                                loss=loss_v)
     sampler = common.start_sampler(ctx)
     total_time = 0.0
-    for epoch in range(first, args.epochs + 1):
-        common.sync(ctx)
-        t_epoch = time.perf_counter()
-        compute_s = comm_s = 0.0
-        times = []
-        for _ in range(args.steps):
-            t = time.perf_counter()
-            loss_v, compute, comm = step()
-            compute_s += compute
-            comm_s += comm
-            times.append(time.perf_counter() - t)
-        epoch_time = time.perf_counter() - t_epoch
-        total_time += epoch_time
-        total_steps += args.steps
-        loss_mean = common.mean_across_ranks(loss_v, ctx)
-        timing = common.step_timing(times, 0.0, compute_s, comm_s, ctx)
-        if ctx.is_main:
-            emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
-                 samples_per_s=round(args.steps * args.batch_size * ctx.world_size / epoch_time, 2),
-                 epoch_time_s=round(epoch_time, 4), **timing)
-        common.save_checkpoint(ctx, workload="synthetic", epoch=epoch, step=total_steps, model=net, opt=opt,
-                               loss=loss_mean)
+    try:
+        for epoch in range(first, args.epochs + 1):
+            common.sync(ctx)
+            t_epoch = time.perf_counter()
+            compute_s = comm_s = 0.0
+            times = []
+            for i in range(skip if epoch == first else 0, args.steps):  # a mid-epoch checkpoint's steps are done
+                t = time.perf_counter()
+                loss_v, compute, comm = step()
+                compute_s += compute
+                comm_s += comm
+                times.append(time.perf_counter() - t)
+                total_steps += 1
+                keep.at(epoch - 1, i + 1, total_steps, loss=loss_v)
+            epoch_time = time.perf_counter() - t_epoch
+            total_time += epoch_time
+            keep.at(epoch, 0, total_steps, loss=loss_v)
+            loss_mean = common.mean_across_ranks(loss_v, ctx)
+            timing = common.step_timing(times, 0.0, compute_s, comm_s, ctx)
+            if ctx.is_main:
+                emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
+                     samples_per_s=round(len(times) * args.batch_size * ctx.world_size / epoch_time, 2),
+                     epoch_time_s=round(epoch_time, 4), **timing)
+            keep.epoch_end(epoch, total_steps, loss=loss_mean)
+    except Exception:  # a collective broke (a peer went away): the last consistent state is saved first
+        if ctx.backend is not None:
+            keep.failed()
+        raise
     if sampler:
         sampler.stop()
     seen = (args.epochs - first + 1) * args.steps * args.batch_size if first <= args.epochs else 0  # this run's

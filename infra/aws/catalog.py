@@ -117,6 +117,20 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 }
 
 
+# One flow (a 5-tuple) between two instances of a cluster placement group (every gpucluster cluster
+# has one: component.py) reaches up to 10 Gbit/s, and never more than the type's bandwidth ("Amazon
+# EC2 instance network bandwidth", EC2 user guide, single-flow traffic).
+FLOW_GBPS_IN_PLACEMENT_GROUP = 10.0
+
+
+def link_gbps(spec: "ClusterSpec") -> float | None:
+    """What the health check expects of every node pair: one flow, within the placement group."""
+    import re
+
+    t = INSTANCE_TYPES.get(spec.instance_type or "")
+    m = re.search(r"(\d+(?:\.\d+)?) Gigabit", t.network) if t else None
+    return min(float(m.group(1)), FLOW_GBPS_IN_PLACEMENT_GROUP) if m else None
+
 
 def _snake(key: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in key)

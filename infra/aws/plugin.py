@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from gpucluster.domain import Provider
@@ -35,7 +36,9 @@ def provider(options: LaunchOptions) -> PulumiProvider:
 
 def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
     kw: dict[str, object] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
-                             "objects": s3.NodeTransfer()}
+                             "objects": s3.NodeTransfer(),
+                             # a spot interruption notice, watched on every node (node_notice.py)
+                             "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5")}
     if options.ready_timeout is not None:
         kw["ready_timeout"] = options.ready_timeout
     return PulumiProvider(PLUGIN), SshLauncher(**kw)  # type: ignore[arg-type]
@@ -76,7 +79,8 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
-                   plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within),
+                   plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within,
+                   link_gbps=catalog.link_gbps),
     transport=Transport(make=make, provider=provider),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off

@@ -95,6 +95,17 @@ def n1_machine_types() -> list[str]:
     return list(N1_MACHINE_TYPES)
 
 
+# A VM's egress within its VPC: 2 Gbit/s per vCPU for N1 ("an n1-standard-8 VM ... is limited to
+# 16 Gbps", Google Cloud docs, "Network bandwidth"), at most 32 Gbit/s; a GKE node is such a VM.
+N1_GBPS_PER_VCPU, N1_MAX_GBPS = 2.0, 32.0
+
+
+def link_gbps(spec: Any) -> float | None:
+    """What the health check expects of every node pair: the sending VM's egress limit."""
+    mt = N1_MACHINE_TYPES.get(spec.instance_type or "")
+    return min(N1_GBPS_PER_VCPU * mt.vcpus, N1_MAX_GBPS) if mt else None
+
+
 def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
     """(vCPUs, GiB as an exact Decimal) of a predefined N1 type, None if it is not one: what the
     N1 vCPU and memory unit prices are multiplied by."""

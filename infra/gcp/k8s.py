@@ -182,14 +182,16 @@ class KubernetesLauncher(Launcher):
             created.objects(secrets)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=stop, release=release, stage=stager)
+            result = supervisor.run(handles, stop=stop, release=release, stage=stager,
+                                    lost=lambda rank, code: pods.lost.get(rank))
         finally:
             if plan.collects and pods.started_at is not None:
                 self._held[job.run_id] = (api, plan, pods, created, transfer)  # deleted by collect_outputs
             else:
                 created.delete_all()
                 self.cleanup_errors = list(created.errors)
-        if result.failed_node is not None and result.failed_node in pods.reasons:
+        if result.failed_node is not None and result.failed_node in pods.reasons and \
+                pods.reasons[result.failed_node] not in (result.failure or ""):
             result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
         if result.timed_out and pods.pending:
             result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"

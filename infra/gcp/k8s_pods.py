@@ -37,6 +37,13 @@ SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clo
 FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff", "RunContainerError")
 INIT_LOG_LINES = 10  # an init container's last log lines, in the failure of a pod it stopped
+# A pod that ends for its node's sake, not its job's: the kubelet's graceful node shutdown marks it
+# Failed with reason Terminated (Kubernetes docs, "Node Shutdowns"; GKE docs call it Shutdown for a
+# preempted Spot/preemptible node), node-pressure eviction says Evicted; and since Kubernetes 1.26 a
+# DisruptionTarget condition says why a pod is being disrupted (Kubernetes docs, "Pod disruption
+# conditions": PreemptionByScheduler, DeletionByTaintManager, EvictionByEvictionAPI,
+# TerminationByKubelet, ...).
+NODE_LOST_REASONS = ("Terminated", "Shutdown", "NodeShutdown", "Evicted", "Preempting")
 
 
 def _job_end(line: bytes) -> int | None:
@@ -83,6 +90,22 @@ def _lines(response: Any, broken: list[BaseException] | None = None) -> Iterator
                 pass
 
 
+def _node_gone(pod: Any) -> str | None:
+    """Why a pod is gone or going for its node's sake (deleted, preempted, evicted), or None."""
+    status, name = pod.status, pod.metadata.name
+    disruption = next((c for c in getattr(status, "conditions", None) or []
+                       if c.type == "DisruptionTarget" and c.status == "True"), None)
+    reason = getattr(status, "reason", None)
+    if getattr(status, "phase", None) == "Failed" and (reason in NODE_LOST_REASONS or disruption is not None):
+        why = getattr(status, "message", None) or getattr(disruption, "message", None) or ""
+        return (f"pod {name} failed ({reason or disruption.reason})" + (f": {why}" if why else "")).rstrip()
+    if disruption is not None:
+        return f"pod {name} is being disrupted ({disruption.reason}): {disruption.message or ''}".rstrip(": ")
+    if getattr(pod.metadata, "deletion_timestamp", None):
+        return f"pod {name} is being deleted (since {pod.metadata.deletion_timestamp})"
+    return None
+
+
 def _initialising(pod: Any) -> tuple[str, str] | None:
     """(init container, `Init:N/M`) for a placed pod whose init container runs, or None."""
     statuses = getattr(pod.status, "init_container_statuses", None) or []
@@ -108,6 +131,7 @@ class _Pods:
         self.failing_since: float | None = None  # the first of the listings failing now
         self.failures = 0
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
+        self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/nodeloss.py)
         self._last = float("-inf")
         self._next = float("-inf")  # no listing before this (backing off while the API fails)
         self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
@@ -148,8 +172,8 @@ class _Pods:
         for rank in set(self.pod_names) - set(current):
             if rank not in self.exit_codes:
                 self.exit_codes[rank] = -1
-                self.reasons[rank] = (f"pod {self.pod_names[rank]} disappeared (deleted, evicted, or its "
-                                      "node was preempted)")
+                self.reasons[rank] = self.lost[rank] = (f"pod {self.pod_names[rank]} disappeared (deleted, evicted, "
+                                                        "or its node was preempted)")
 
     def _observe(self, rank: int, pod: Any) -> None:
         status = pod.status
@@ -168,6 +192,11 @@ class _Pods:
             if cond.type == "PodScheduled" and cond.status == "False":
                 self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
         if rank in self.exit_codes:
+            return
+        gone = _node_gone(pod)
+        if gone is not None:  # deleted or disrupted: its node is gone or going (a preempted node)
+            self.exit_codes[rank], self.reasons[rank] = -1, gone
+            self.lost[rank] = gone
             return
         if rank in self.ended:  # torchrun ended (job_end); the pod may still run for its outputs copy
             self.exit_codes[rank] = self.ended[rank]

@@ -81,7 +81,8 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 
 PLUGIN = CreatedMachines(
     traits=TRAITS,
-    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope),
+    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
+                   link_gbps=catalog.link_gbps),
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks),
     provisioner=Provisioner(

@@ -25,6 +25,7 @@ from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
 from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_args, resume_record,
                                torchrun_argv)
+from gpucluster.nodeloss import killed_why
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
 from gpucluster.procs import kill_run_processes, run_processes
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
@@ -154,6 +155,7 @@ class LocalLauncher(Launcher):
     """
 
     collects_outputs = True
+    checks_nodes = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None, grace: float = 3.0):
         # the nodes' Python (torchrun, the user's script, --setup): --python, else the user's active
@@ -214,6 +216,8 @@ class LocalLauncher(Launcher):
 
         secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
         job = replace(job, rdzv_port=free_port())
+        if job.check is not None:  # the health check (gpucluster/health.py), before anything else starts
+            self._check(cluster, job, events, Path(log_dir))
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
         program = program_args(job)
@@ -298,11 +302,7 @@ class LocalLauncher(Launcher):
                 env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
                 env.update(secrets)
                 env.update(python_env(self.python_for(job), env.get("PATH", "")))
-                if cluster.gpus_per_node:
-                    first = node.rank * cluster.gpus_per_node
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(cluster.gpus_per_node))
-                else:
-                    env["CUDA_VISIBLE_DEVICES"] = ""
+                env["CUDA_VISIBLE_DEVICES"] = _visible(cluster, node.rank)
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
                 procs[node.rank] = proc
@@ -338,11 +338,56 @@ class LocalLauncher(Launcher):
             raise
         try:
             return supervisor.run(procs, stop, watch=store[0].failure,
-                                  release=lambda: open(go_file, "x").close() if go_file else None)
+                                  release=lambda: open(go_file, "x").close() if go_file else None,
+                                  lost=lambda rank, code: killed_why(code))
         finally:
             _remove(go_dir)
             if not job.output_dir:  # nothing is collected: the node folders go now
                 _remove_work(self._work.pop(job.run_id, {}))
+
+
+    def _check(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> None:
+        """Every node's health check at once: node_check.py with the nodes' Python, node i's GPUs
+        only, gloo (or NCCL) over 127.0.0.1; HealthCheckFailed names each bad node."""
+        from gpucluster import health
+        from gpucluster.events import Phase
+
+        events.on_phase(Phase.CHECK)
+        store, procs = f"127.0.0.1:{free_port()}", {}
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+        def stop() -> None:
+            started = list(procs.values())
+            terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
+            for p in started:
+                p.wait()
+                if p.stdout:
+                    p.stdout.close()
+
+        try:
+            for node in cluster.nodes:
+                disk = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else str(log_dir)
+                argv = [self.python, str(health.PROGRAM), *health.program_args(
+                    job.check, rank=node.rank, world=len(cluster.nodes), store=store, addr="127.0.0.1", disk=disk)]
+                env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, GPUCLUSTER_NODE_RANK=str(node.rank),
+                           CUDA_VISIBLE_DEVICES=_visible(cluster, node.rank), PYTHONUNBUFFERED="1")
+                procs[node.rank] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
+                                                    start_new_session=True)
+        except OSError as exc:
+            stop()
+            raise LaunchError(f"could not start the health check on local node {len(procs)}: {exc}") from None
+        except BaseException:  # Ctrl-C included: what was started is stopped before it propagates
+            stop()
+            raise
+        health.run(procs, {n.rank: f"local:{n.rank}" for n in cluster.nodes}, job.check, events, stop,
+                   log_dir=log_dir, lost_why=lambda rank, code: killed_why(code))
+
+
+def _visible(cluster, rank: int) -> str:
+    """CUDA_VISIBLE_DEVICES of local node `rank`: its own slice of this machine's GPUs ('' on CPU)."""
+    first = rank * cluster.gpus_per_node
+    return ",".join(str(first + i) for i in range(cluster.gpus_per_node))
 
 
 SHIPPED = "shipped"  # touched once a node's folder is laid down: what the job writes is newer

@@ -52,8 +52,11 @@ from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
+from gpucluster.health import HealthCheckFailed
+
+from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local, watched
 from .remote import RESOLVE_PYTHON
-from .session import NodeReadiness, Session, node_label, sh, stop_local as _stop_local
+from .session import NodeReadiness, Session, node_label, sh
 from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
@@ -98,7 +101,7 @@ class SshLauncher(Launcher):
         where the nodes have no object storage of their own (ssh).
     """
 
-    collects_outputs = True
+    collects_outputs = checks_nodes = True
 
     def __init__(
         self,
@@ -115,6 +118,7 @@ class SshLauncher(Launcher):
         diagnose: Callable[[Any, Any], str | None] | None = None,
         data_cache: str = CACHE_DIR,
         objects: Any = None,
+        watcher: Sequence[str] = (),  # a node program beside each node's job, and its arguments (health.watched)
     ):
         self.identity = identity
         self.known_hosts = known_hosts
@@ -128,6 +132,7 @@ class SshLauncher(Launcher):
         self.remote_dir = remote_dir
         self.data_cache = data_cache  # --data: the content-addressed cache on every node (see stage.py)
         self.objects = objects  # --data/--output URLs: pulled and pushed by the nodes (see objects.py)
+        self.watcher = tuple(watcher)
         self.connect_timeout = int(connect_timeout)
         self.grace = float(grace)
         self.ssh = ssh
@@ -148,8 +153,9 @@ class SshLauncher(Launcher):
         are held for `collect_outputs`, which copies every node's output folder back and then
         removes the run folders and closes the connections. Without it, both go before returning."""
         check_run_id(job.run_id)
+        events = PhaseNoted(events)  # the phase of a node lost on the way (health.py)
         code_dir, program = user_program(job, self.python)
-        bundle = make_bundle(code_dir)
+        bundle = make_bundle(code_dir, self.watcher[:1])
         cleaned: set[int] = set()
         dirs: dict[int, str] = {}
         session = Session(self, cluster)
@@ -169,6 +175,8 @@ class SshLauncher(Launcher):
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
                 session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None), owner=job.owner)
+                if job.check is not None:  # every node's health, before anything is staged or started
+                    check_nodes(self, session, cluster, job, events, dirs, Path(log_dir))
                 if job.command:  # what the job writes in its working folder later than this comes back
                     marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
                     if marks:
@@ -190,6 +198,10 @@ class SshLauncher(Launcher):
                     held = True
                 else:
                     cleaned = session.remove_dirs(dirs, job.owner)
+        except LaunchError as exc:  # a node that stopped answering on the way is a lost node, not a failed job
+            if session.tmp and not isinstance(exc, HealthCheckFailed):
+                report_unreachable(session, events, phase=events.phase)
+            raise
         finally:
             if not held:
                 self._release(session, cluster, dirs, cleaned, events)
@@ -219,6 +231,8 @@ class SshLauncher(Launcher):
 
                     res = NodeOutputs(node.rank, str(dest / f"node-{node.rank}"), FAILED, detail=err)
                 results.append(res)
+            report_unreachable(held.session, held.events, [r.node_rank for r in results if r.verdict != "complete"],
+                               Phase.OUTPUTS)
         finally:
             try:
                 cleaned = held.session.remove_dirs(held.dirs, job.owner)
@@ -446,7 +460,7 @@ class SshLauncher(Launcher):
 
         def stop() -> None:
             session.kill_run(job.run_id, dirs, job.owner)
-            _stop_local(procs)
+            stop_local(procs)
 
         def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere
             errors = [err for _, err in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{GO_FILE}")) if err]
@@ -475,9 +489,10 @@ class SshLauncher(Launcher):
                 # It reads the node's keys on stdin, keeps its own, pipes the rest (and the environment
                 # line that follows, with --env/--secret) to the reaper.
                 rest = "; cat" if user_env else ""
+                pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
                 inner = (f"IFS=' ' read -r gk_exit gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{{ {{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}; }}; {NODE_EXIT_SH}")
+                         f"{watched(self.python, node_dir, self.watcher, pipe)}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.PIPE,
@@ -492,4 +507,4 @@ class SshLauncher(Launcher):
         except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
             raise
-        return supervisor.run(procs, stop, release=release)
+        return supervisor.run(procs, stop, release=release, lost=ssh_lost)

@@ -483,17 +483,3 @@ class Session:
                 pass
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp = ""
-
-
-def stop_local(procs: dict[int, subprocess.Popen]) -> None:
-    """The local ssh clients of a run: SIGTERM, then SIGKILL after 3 s, each reaped."""
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    end = time.monotonic() + 3
-    for proc in procs.values():
-        try:
-            proc.wait(timeout=max(0.05, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

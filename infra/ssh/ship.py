@@ -10,6 +10,7 @@ import os
 import re
 import tarfile
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from gpucluster.errors import LaunchError, UsageError
 from gpucluster.launch import _PYTHON_RE, JobSpec, program_args
@@ -68,8 +69,9 @@ def user_program(job: JobSpec, python: str = "python3") -> tuple[Path | None, li
     return path.resolve().parent, ["--no-python", *cmd]
 
 
-def bundle(code_dir: Path | None) -> bytes:
-    """A tar of workloads/ (the built-in workload scripts) and code/ (the user's script folder)."""
+def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
+    """A tar of workloads/ (the built-in workload scripts) and code/ (the user's script folder),
+    the node programs, and `extra` files (a backend's own node programs, by their base name)."""
     import gpucluster.workloads as workloads
 
     buf = io.BytesIO()
@@ -82,6 +84,11 @@ def bundle(code_dir: Path | None) -> bytes:
         from gpucluster import workdir
 
         tar.add(workdir.__file__, arcname="workdir.py")  # chooses what the job wrote, to copy back (stdlib only)
+        from gpucluster import node_check
+
+        tar.add(node_check.__file__, arcname="node_check.py")  # the health check (torch + stdlib)
+        for path in extra:
+            tar.add(path, arcname=os.path.basename(path))
         # digits' data (~60 KB) goes with the scripts, so a node needs only torch
         from gpucluster.workloads.digits_data import local_digits_file
 

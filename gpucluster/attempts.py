@@ -1,0 +1,67 @@
+"""A recovered chain, attempt by attempt (`show`, `cost report --group-by chain`): for each run of
+the chain, its attempt number, status, what interrupted it (its `attempt` or `node_lost` record),
+where it resumed from and how far it got (the workload's `start`, `epoch`, `checkpoint` and `step`
+records), the training the next attempt had to do again, and its cost.
+
+"Recomputed" is what the interrupted attempt is known to have reached (its last epoch, checkpoint
+or step record) minus where the next attempt resumed: a lower bound when the attempt trained on
+past its last record (a node that vanished without a word)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROGRESS_KINDS = ("epoch", "checkpoint", "step", "start")
+
+
+def _progress(records: list[dict[str, Any]]) -> tuple[int | None, int | None, float | None]:
+    """(the step it resumed from: 0 for a fresh start, None when it never started; the furthest step
+    it is known to have reached; steps per epoch) from its records."""
+    per_epoch = None
+    for r in records:
+        if r.get("kind") in ("epoch", "checkpoint") and isinstance(r.get("step"), int) and \
+                isinstance(r.get("epoch"), int) and r["epoch"] > 0 and not r.get("batch"):
+            per_epoch = r["step"] / r["epoch"]
+            break
+    start = next((r for r in records if r.get("kind") == "start" and r.get("rank") in (0, None)), None)
+    resumed: int | None = None
+    if start is not None:
+        if isinstance(start.get("resumed_from_step"), int):
+            resumed = start["resumed_from_step"]
+        elif isinstance(start.get("resumed_from_epoch"), int):  # an older workload said only the epoch
+            resumed = int(start["resumed_from_epoch"] * per_epoch) if per_epoch else None
+        else:
+            resumed = 0
+    steps = [int(r["step"]) for r in records if r.get("kind") in ("epoch", "checkpoint", "step")
+             and isinstance(r.get("step"), int)]
+    return resumed, max(steps, default=None), per_epoch
+
+
+def chain_attempts(ledger: Any, run_ids: list[str]) -> list[dict[str, Any]]:
+    """One dict per run of the chain, oldest first."""
+    rows: list[dict[str, Any]] = []
+    for i, rid in enumerate(run_ids):
+        record = ledger.get_run(rid)
+        if record is None:
+            continue
+        records = [r for r in ledger.metrics(rid) if r.get("kind") in PROGRESS_KINDS + ("attempt", "node_lost")]
+        attempt = next((r for r in records if r.get("kind") == "attempt"), {})
+        lost = sorted((r for r in records if r.get("kind") == "node_lost"), key=lambda r: r.get("detected_at") or 0)
+        interruption = attempt.get("interruption")
+        if interruption is None and lost and record.run.status == "failed":
+            interruption = f"node {lost[0].get('node_rank')} ({lost[0].get('host')}) lost: {lost[0].get('reason')}"
+        resumed, reached, per_epoch = _progress(records)
+        cost = (record.cost or {}).get("total")
+        wall = (record.run.ended_at - record.run.created_at) if record.run.ended_at and record.run.created_at else None
+        rows.append({"run_id": rid, "attempt": attempt.get("attempt", i + 1), "status": record.run.status,
+                     "interruption": interruption, "cause": attempt.get("cause") or (lost[0].get("cause") if lost else None),
+                     "spot": attempt.get("spot"), "resumed_from_step": resumed, "reached_step": reached,
+                     "steps_per_epoch": per_epoch, "recomputed_steps": None, "recomputed_epochs": None,
+                     "cost": cost, "wall_s": None if wall is None else round(float(wall), 3)})
+    for prev, nxt in zip(rows, rows[1:]):
+        if prev["reached_step"] is not None and nxt["resumed_from_step"] is not None:
+            redo = max(0, prev["reached_step"] - nxt["resumed_from_step"])
+            prev["recomputed_steps"] = redo
+            per_epoch = prev["steps_per_epoch"] or nxt["steps_per_epoch"]
+            prev["recomputed_epochs"] = round(redo / per_epoch, 3) if per_epoch else None
+    return rows

@@ -1,0 +1,267 @@
+"""Automatic recovery: a run whose node is lost is provisioned again and resumed from its last
+checkpoint, up to N times (docs/recovery.md).
+
+The loop lives here, beside `lifecycle.execute`, and calls it once per attempt: each attempt is a
+whole run (its own ledger row, provision, check, train, outputs, teardown and verdict), linked to
+the one before by `resumed_from`, so a chain is the existing resume chain. Nothing here knows a
+cloud: an attempt was interrupted when its ledger holds a `node_lost` record (what every launcher
+reports, gpucluster/nodeloss.py) or when it failed while provisioning with an error the backend
+calls a capacity error (`Policy.capacity_markers`, from the backend's provisioner).
+
+The next attempt resumes from the newest attempt of the chain whose outputs came back with
+something to resume from (the `--resume` machinery: gpucluster/resume.py), or, when none has,
+from what the first attempt resumed from (or from nothing). The loop stops, and says why, when an
+attempt succeeded, was stopped by the user, failed on its own (the job's error), left a teardown
+that is not verified (nothing is provisioned on top of what may still bill), failed its health
+check on machines that would come back the same (`Policy.replace_bad_nodes` False), or when no
+attempts are left.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+from gpucluster.errors import ExitCode, GpuclusterError, UsageError, not_allowed
+from gpucluster.launch import JobSpec
+from gpucluster.nodeloss import LOST_KIND
+
+if TYPE_CHECKING:
+    from gpucluster.lifecycle import RunOutcome, RunUI
+
+ATTEMPT_KIND = "attempt"
+DEFAULT_SPOT_RECOVERIES = 3
+DEFAULT_FALLBACK_AFTER = 2
+FALLBACKS = ("on-demand",)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """`retries`: attempts after the first (--recover N); `fallback_after`: with --fallback
+    on-demand, after this many spot attempts ended by an interruption or no capacity, the rest run
+    on on-demand capacity (None: never); `replace_bad_nodes`: provisioning again makes new machines
+    (a failed health check is worth another attempt); `capacity_markers`: what the backend's
+    provisioning errors say when there is no capacity."""
+
+    retries: int = 0
+    fallback_after: int | None = None
+    replace_bad_nodes: bool = False
+    capacity_markers: tuple[str, ...] = ()
+
+
+@dataclass
+class Attempt:
+    run_id: str
+    outcome: "RunOutcome"
+    spot: bool
+    interruption: str | None = None  # why it counts as interrupted (the lost node, no capacity)
+    cause: str | None = None  # nodeloss.CAUSES, or "capacity"
+    detected_at: float | None = None
+    ended_at: float = 0.0
+
+
+@dataclass
+class ChainOutcome:
+    attempts: list[Attempt] = field(default_factory=list)
+    stopped: str | None = None  # why the loop stopped while the last attempt had not succeeded
+
+    @property
+    def final(self) -> "RunOutcome":
+        return self.attempts[-1].outcome
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The last attempt's, unless an earlier one may have left something billing (exit 3)."""
+        if any(a.outcome.exit_code == ExitCode.LEFTOVERS for a in self.attempts):
+            return ExitCode.LEFTOVERS
+        return self.final.exit_code
+
+
+def policy(req: Any, backend: Any, spec: Any) -> Policy:
+    """The run's recovery policy from its flags (`prepare.Request`), checked (UsageError, exit 2):
+    --recover N (default: 3 with --spot, else 0), --fallback on-demand (only with --spot) after
+    --fallback-after K spot attempts (default 2)."""
+    from gpucluster.infra.contract import Capability
+
+    if req.fallback is not None and req.fallback not in FALLBACKS:
+        raise UsageError(not_allowed("--fallback", req.fallback, FALLBACKS))
+    if req.fallback is not None and not spec.spot:
+        raise UsageError("--fallback on-demand is for --spot runs: it is where an interrupted spot run goes next")
+    if req.fallback_after is not None and req.fallback is None:
+        raise UsageError("--fallback-after needs --fallback on-demand")
+    retries = req.recover if req.recover is not None else (DEFAULT_SPOT_RECOVERIES if spec.spot else 0)
+    if req.fallback is not None and not retries:
+        raise UsageError("--fallback on-demand needs --recover N (N > 0): a fallback is a later attempt")
+    markers = tuple(backend.provisioner.capacity_markers) if backend.provisioner is not None else ()
+    return Policy(retries=int(retries),
+                  fallback_after=(req.fallback_after or DEFAULT_FALLBACK_AFTER) if req.fallback else None,
+                  replace_bad_nodes=backend.can(Capability.PROVISIONS), capacity_markers=markers)
+
+
+def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
+    """--checkpoint-every STEPS as the built-in workloads' own argument."""
+    if every is None:
+        return []
+    if command:
+        raise UsageError("--checkpoint-every is for built-in workloads (--workload); a script after -- saves when "
+                         "it chooses (to $GPUCLUSTER_OUTPUT_DIR, read back from $GPUCLUSTER_RESUME_DIR)")
+    return ["--checkpoint-every", str(int(every))]
+
+
+def interruption_of(ledger: Any, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
+    """(reason, cause, when detected) when the attempt was interrupted by a lost node or by no
+    capacity; (None, None, None) for every other ending."""
+    if outcome.status != "failed":
+        return None, None, None
+    lost = sorted(ledger.metrics(outcome.run_id, kind=LOST_KIND), key=lambda r: r.get("detected_at") or 0)
+    if lost:
+        first = lost[0]
+        who = f"node {first.get('node_rank')} ({first.get('host')})"
+        return f"{who} lost: {first.get('reason')}", str(first.get("cause") or "unreachable"), first.get("detected_at")
+    record = ledger.get_run(outcome.run_id)
+    provision = record.phase("provision") if record is not None else None
+    text = outcome.failure or ""
+    if provision is not None and provision.status == "failed" and any(m.lower() in text.lower() for m in policy.capacity_markers):
+        return f"no capacity: {text[:300]}", "capacity", provision.ended_at
+    return None, None, None
+
+
+def resume_point(ledger: Any, chain: list[str], store: Any, workload: str | None) -> tuple[str, Any, Any] | None:
+    """(run id, mount, working-folder files) of the newest run of the chain that can be resumed:
+    its outputs came back, and, for a built-in workload, hold a checkpoint."""
+    from gpucluster.resume import resume_files, resume_source
+
+    for rid in reversed(chain):
+        try:
+            rid, mount = resume_source(ledger, rid, store)
+        except GpuclusterError:
+            continue
+        if workload and "://" not in mount.src and not _has_checkpoint(mount.src):
+            continue
+        return rid, mount, resume_files(ledger, rid, mount)
+    return None
+
+
+def _has_checkpoint(folder: str) -> bool:
+    try:
+        nodes = [d for d in os.listdir(folder) if d.startswith("node-")]
+    except OSError:
+        return False
+    return any(os.path.isfile(os.path.join(folder, d, "checkpoint.pt")) for d in nodes) or \
+        os.path.isfile(os.path.join(folder, "checkpoint.pt"))
+
+
+def finish_teardown(spec: Any, ledger: Any, provider: Any, store: Any, outcome: "RunOutcome", ui: Any) -> str | None:
+    """Before another attempt, what the interrupted one may have left is dealt with now that its
+    node may be back: its rows not confirmed gone (a run folder on a node that was unreachable
+    when it was removed) are taken down as `gpucluster down` does (gpucluster/teardown.py), and a
+    teardown check that could not run is run again (the provider's own, by the run's id). None
+    when nothing is left (the attempt's row then says verified); else the verdict."""
+    from gpucluster.domain import Check
+
+    rid = outcome.run_id
+    if any(r.get("run_id") == rid for r in ledger.open_resources(spec.name)):
+        if store is None:
+            return "not verified"
+        from gpucluster.teardown import take_down
+
+        from gpucluster.domain import UNWITNESSED
+
+        ui.message(f"finishing the teardown of {rid} before the next attempt")
+        # a lost node's reaper could not report its end: the node went away, not the witness alone
+        lost = {r.get("node_rank") for r in ledger.metrics(rid, kind="node_lost")}
+        downed = take_down(spec.name, spec.cloud, ledger=ledger, provider_for=lambda cloud: provider, backend=store,
+                           say=ui.message, ack_unwitnessed=lambda line: any(
+                               line.startswith(f"{UNWITNESSED}node {n} (") for n in lost))
+        if downed.exit_code != ExitCode.OK:
+            return str(downed.verdict.get("verdict") or "not verified")
+    if outcome.teardown in ("verified", "kept", None):
+        return None
+    try:
+        check = Check.of(provider.leftovers(spec.name, rid))
+    except Exception as exc:  # noqa: BLE001 - a check that cannot run leaves the verdict open, never crashes
+        return f"not verified ({type(exc).__name__}: {exc})"
+    if not check.verified:
+        return check.verdict
+    ledger.set_teardown(rid, "verified", [])
+    outcome.teardown, outcome.leftovers, outcome.unchecked = "verified", [], []
+    if outcome.exit_code == ExitCode.LEFTOVERS and not outcome.record_error:
+        outcome.exit_code = ExitCode.FAILURE
+    return None
+
+
+def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider: Any, launcher: Any,
+              ui: "RunUI | None" = None, keep: bool = False, prices: dict[str, Any] | None = None,
+              workload: str | None = None, resumed_from: str | None = None, store: Any = None,
+              reprice: Callable[[Any], dict[str, Any] | None] | None = None,
+              new_run_id: Callable[[], str] | None = None) -> ChainOutcome:
+    """Run `job` on `spec`, and again (resumed) after each interruption, up to `policy.retries`
+    more times. `store`: the backend (for resuming from object storage); `reprice(spec)`: the price
+    snapshot of a changed spec (the on-demand fallback)."""
+    from gpucluster.lifecycle import QuietUI, execute
+    from gpucluster.spec import new_run_id as default_id
+
+    ui = ui or QuietUI()
+    new_run_id = new_run_id or default_id
+    chain = ChainOutcome()
+    ids: list[str] = []
+    first_resume = (job.resume, job.resume_files, resumed_from)
+    spot_lost = 0
+    after: str | None = None
+    source: str | None = resumed_from
+    while True:
+        n = len(chain.attempts) + 1
+        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
+                          prices=prices, workload=workload, resumed_from=resumed_from)
+        ids.append(outcome.run_id)
+        try:
+            reason, cause, detected = interruption_of(ledger, outcome, policy)
+        except GpuclusterError:  # the ledger cannot be read: nothing says the attempt was interrupted
+            reason, cause, detected = None, None, None
+        attempt = Attempt(outcome.run_id, outcome, bool(spec.spot), reason, cause, detected, time.time())
+        chain.attempts.append(attempt)
+        try:
+            ledger.add_metrics(outcome.run_id, [(None, {
+                "kind": ATTEMPT_KIND, "attempt": n, "chain": ids[0], "after": after, "resume_from": source,
+                "spot": bool(spec.spot), "interruption": reason, "cause": cause, "detected_at": detected,
+                "ended_at": round(attempt.ended_at, 3)})])
+        except GpuclusterError as exc:  # the chain cannot be recorded: no attempt is made that the ledger cannot tell
+            chain.stopped = f"not recovering: the attempt could not be recorded ({exc.message})" if reason else None
+            break
+        if reason is None:
+            break
+        if n > policy.retries:
+            chain.stopped = (f"{reason}; no recovery left (--recover {policy.retries})" if policy.retries
+                             else None)
+            break
+        left = finish_teardown(spec, ledger, provider, store, outcome, ui)
+        if left:
+            chain.stopped = (f"{reason}; not recovering: the attempt's teardown is {left} (finish it with "
+                             f"`gpucluster down {spec.name}`, then resume with --resume {outcome.run_id})")
+            break
+        if cause == "health" and not policy.replace_bad_nodes:
+            chain.stopped = f"{reason}; not recovering: these machines would come back the same"
+            break
+        if spec.spot and cause in ("interruption", "capacity", "unreachable"):
+            spot_lost += 1
+            if policy.fallback_after is not None and spot_lost >= policy.fallback_after:
+                spec = spec.replace(spot=False)
+                prices = reprice(spec) if reprice is not None else prices
+                ui.message(f"{spot_lost} spot attempt(s) lost: the next attempts run on on-demand capacity")
+        point = resume_point(ledger, ids, store, job.workload)
+        rid = new_run_id()
+        if point is not None:
+            source, mount, files = point
+            job = replace(job, run_id=rid, resume=mount, resume_files=files)
+        else:
+            mount, files, source = first_resume
+            job = replace(job, run_id=rid, resume=mount, resume_files=files)
+        if job.output_dir and "://" not in job.output_dir:
+            job = replace(job, output_dir=None)  # --output DIR holds the first attempt's; later ones: their run folders
+        spec = spec.replace(run_id=rid)
+        resumed_from, after = outcome.run_id, reason
+        ui.message(f"{reason}: recovering, attempt {n + 1} of {policy.retries + 1}"
+                   + (f", resuming from the checkpoint of {source}" if source else ", from the start (no checkpoint)"))
+    return chain

@@ -1,0 +1,86 @@
+"""Runs on every EC2 node beside the job (standard library only): watches the instance metadata for
+a spot interruption notice and says so on the node's output, where gpucluster's supervisor turns it
+into a lost node (gpucluster/nodeloss.py) two minutes before the instance goes.
+
+    python node_notice.py [--interval 5] [--url http://169.254.169.254]
+
+IMDSv2 (the instances require it, component.py): a session token from `PUT /latest/api/token`
+(header X-aws-ec2-metadata-token-ttl-seconds), sent as X-aws-ec2-metadata-token with every read;
+`GET /latest/meta-data/spot/instance-action` answers 404 until EC2 schedules the instance's stop or
+termination, then `{"action": "terminate", "time": "2017-09-18T08:22:00Z"}` (EC2 user guide, "Spot
+Instance interruption notices": checked every 5 s, as AWS recommends). A token that expires (401)
+is renewed. GPUCLUSTER_IMDS_URL overrides the address (the tests' fake nodes serve it on loopback).
+
+On a notice it prints one metric record, `{"kind": "node_notice", "source": "aws spot", "action",
+"when"}` (`when`: the notice's time, as text; a record's `time` is a Unix time), and exits 0; if the metadata service never answers it says so once and exits 0 (the
+job is not its business). It is stopped with the node's job (it carries the run's environment).
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+METRIC = "@gpucluster-metric "
+TTL = "21600"
+
+
+def request(url, method="GET", headers=None, timeout=2.0):
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status, resp.read().decode("utf-8", "replace")
+
+
+def token(base):
+    return request(base + "/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": TTL})[1].strip()
+
+
+def main(argv):
+    interval, base = 5.0, os.environ.get("GPUCLUSTER_IMDS_URL") or "http://169.254.169.254"
+    args = list(argv)
+    while args:
+        flag = args.pop(0)
+        if flag == "--interval" and args:
+            interval = float(args.pop(0))
+        elif flag == "--url" and args and not os.environ.get("GPUCLUSTER_IMDS_URL"):
+            base = args.pop(0)
+    base = base.rstrip("/")
+    tok, misses = None, 0
+    while True:
+        try:
+            if tok is None:
+                tok = token(base)
+            status, body = request(base + "/latest/meta-data/spot/instance-action",
+                                   headers={"X-aws-ec2-metadata-token": tok})
+            misses = 0
+        except urllib.error.HTTPError as exc:
+            misses = 0
+            if exc.code == 401:  # the token expired (or was never good): a new one next time
+                tok = None
+            elif exc.code != 404:
+                print(f"node_notice: the instance metadata answered {exc.code}", file=sys.stderr, flush=True)
+            time.sleep(interval)
+            continue
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            misses += 1
+            if misses == 3:
+                print(f"node_notice: the instance metadata at {base} does not answer ({exc}); not watching "
+                      "for interruption notices", file=sys.stderr, flush=True)
+                return 0
+            time.sleep(interval)
+            continue
+        try:
+            notice = json.loads(body)
+        except ValueError:
+            notice = {}
+        if status == 200 and isinstance(notice, dict) and notice.get("action"):
+            print(METRIC + json.dumps({"kind": "node_notice", "source": "aws spot", "action": notice.get("action"),
+                                       "when": notice.get("time")}), flush=True)
+            return 0
+        time.sleep(interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,247 @@
+"""The `check` phase (issue 30 item 1): gpucluster/node_check.py on every node, judged by
+gpucluster/health.py. The judgement as a pure function (units), then real checks on the local
+backend: real processes, gloo over 127.0.0.1, torch imported by each node. The bad-node paths name
+the node: fewer GPUs than promised (a stub nvidia-smi on PATH, listing what a real one lists:
+`nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader`), DCGM's quick diagnostic failing
+(a stub dcgmi exiting 226 with "Fail" lines), a disk without room (a real 8 MiB tmpfs), a node
+killed during the check. The slow link (tc on a network namespace) and the ssh path:
+tests/test_health_ssh.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import FIXTURES, needs_torch  # noqa: E402
+from gpucluster.health import HealthCheckFailed, HealthSpec, NodeRun, judge  # noqa: E402
+from gpucluster.node_check import schedule  # noqa: E402
+
+
+# -- units -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 8])
+def test_every_pair_meets_exactly_once_and_nobody_twice_in_a_round(world):
+    seen = []
+    for meet in schedule(world):
+        assert all(meet[meet[a]] == a for a in meet)  # symmetric: one partner each
+        seen += [(a, b) for a, b in meet.items() if a < b]
+    assert sorted(seen) == [(a, b) for a in range(world) for b in range(a + 1, world)]
+
+
+def _node(rank, *, problems=(), pairs=None, rc=0, hello_skew=0.0, done=True, links_extra=None):
+    now = time.time()
+    n = NodeRun(rank, f"h{rank}", rc=rc)
+    n.records["hello"] = {"kind": "hello", "time": now + hello_skew}
+    n.hello_arrived = now
+    n.records["node"] = {"kind": "node", "problems": list(problems)}
+    if pairs is not None or links_extra:
+        n.records["links"] = {"kind": "links", "problems": [], "pairs": [{"peer": p, "gbps": g} for p, g in (pairs or {}).items()],
+                              **(links_extra or {})}
+    if done:
+        n.records["done"] = {"kind": "done"}
+    return n
+
+
+def _mesh(gbps):
+    """gbps[(a, b)] -> nodes whose pair records say so (both ends, as the program reports)."""
+    ranks = sorted({r for k in gbps for r in k})
+    return {r: _node(r, pairs={(b if a == r else a): g for (a, b), g in gbps.items() if r in (a, b)}) for r in ranks}
+
+
+def test_a_node_in_every_slow_pair_is_named_as_the_slow_node():
+    fast, slow = 8.0, 0.2
+    nodes = _mesh({(0, 1): fast, (0, 2): slow, (0, 3): fast, (1, 2): slow, (1, 3): fast, (2, 3): slow})
+    problems, causes, links = judge(nodes, HealthSpec())
+    assert list(problems) == [2] and "slow link: every pair with this node is slow" in problems[2][0]
+    assert sorted((r["a"], r["b"]) for r in links if r["slow"]) == [(0, 2), (1, 2), (2, 3)]
+    # three nodes: the fastest pair is the reference (a median would be the slow node's)
+    problems, _, _ = judge(_mesh({(0, 1): fast, (0, 2): slow, (1, 2): slow}), HealthSpec())
+    assert list(problems) == [2]
+
+
+def test_noise_within_the_relative_floor_is_not_a_slow_link():
+    nodes = _mesh({(0, 1): 21.0, (0, 2): 6.0, (0, 3): 14.0, (1, 2): 5.8, (1, 3): 13.0, (2, 3): 7.0})
+    assert judge(nodes, HealthSpec())[0] == {}
+
+
+def test_two_nodes_are_judged_only_against_the_shapes_expectation():
+    nodes = _mesh({(0, 1): 0.3})
+    assert judge(nodes, HealthSpec())[0] == {}  # nothing to compare with
+    problems, _, links = judge(nodes, HealthSpec(link_gbps=5.0))
+    assert "slow link to node 1: 0.3 Gbit/s, under 10% of the 5 Gbit/s" in problems[0][0]
+    assert links[0]["expected_gbps"] == 5.0 and links[0]["slow"] is True
+
+
+def test_slow_pairs_without_a_common_node_are_each_named():
+    nodes = _mesh({(0, 1): 0.1, (0, 2): 9.0, (0, 3): 9.0, (1, 2): 9.0, (1, 3): 9.0, (2, 3): 0.1})
+    problems, _, _ = judge(nodes, HealthSpec())
+    assert problems == {0: [problems[0][0]], 2: [problems[2][0]]}
+    assert "slow link to node 1" in problems[0][0] and "slow link to node 3" in problems[2][0]
+
+
+def test_own_problems_clock_and_lost_nodes_outrank_the_links():
+    nodes = _mesh({(0, 1): 9.0, (0, 2): 9.0, (1, 2): 0.01})
+    nodes[1].records["node"]["problems"] = ["1 of 2 promised GPU(s) visible to nvidia-smi"]
+    nodes[2].records["hello"]["time"] += 120
+    problems, _, links = judge(nodes, HealthSpec())
+    assert problems[1] == ["1 of 2 promised GPU(s) visible to nvidia-smi"]
+    assert "clock is +120 s off" in problems[2][0]
+    assert links == []  # the links of a failed check are consequences, not findings
+    # a node whose program was killed: the launcher says why; the others' collective errors are not findings
+    nodes = {0: _node(0, pairs={}), 1: _node(1, done=False, rc=-9)}
+    del nodes[1].records["node"]
+    problems, causes, _ = judge(nodes, HealthSpec(), lambda r, c: "its process was killed by SIGKILL" if c == -9 else None)
+    assert list(problems) == [1] and causes == {1: "killed"} and "killed by SIGKILL" in problems[1][0]
+
+
+def test_nobody_reaching_the_store_names_node_0_and_one_node_names_itself():
+    unreached = {"unreached": "store", "problems": ["could not reach node 0's check store"]}
+    nodes = {0: _node(0, pairs={}), 1: _node(1, links_extra=unreached), 2: _node(2, links_extra=unreached)}
+    assert list(judge(nodes, HealthSpec())[0]) == [0]
+    nodes = {0: _node(0, pairs={}), 1: _node(1, pairs={}), 2: _node(2, links_extra=unreached)}
+    assert list(judge(nodes, HealthSpec())[0]) == [2]
+
+
+# -- real checks on the local backend ----------------------------------------------------------
+def _execute(home, spec, check, env=None, output=None):
+    from gpucluster.infra.local.launch import LocalLauncher
+    from gpucluster.infra.local.provider import LocalProvider
+    from gpucluster.launch import JobSpec
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import execute
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    job = JobSpec(run_id=spec.run_id, command=(sys.executable, str(FIXTURES / "plain_job.py")), threads_per_proc=1,
+                  check=check, max_seconds=180, output_dir=output)
+    outcome = execute(spec, job, ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher(grace=2.0))
+    return outcome, ledger.get_run(spec.run_id, with_metrics=True), ledger
+
+
+@needs_torch
+@pytest.mark.slow
+def test_four_local_nodes_pass_the_check_and_it_is_recorded_and_timed(home):
+    from gpucluster.procs import run_processes
+    from gpucluster.spec import ClusterSpec, new_run_id
+
+    spec = ClusterSpec(cloud="local", nodes=4, name="hc", gpus_per_node=0, run_id=new_run_id())
+    outcome, record, ledger = _execute(home, spec, HealthSpec())
+    assert outcome.status == "succeeded", outcome.failure
+    phases = [p.name for p in record.phases]
+    assert phases.index("ready") < phases.index("check") < phases.index("rendezvous")
+    check = record.phase("check")
+    assert check.status == "ok" and check.ended_at - check.started_at < 120
+    (summary,) = ledger.metrics(spec.run_id, kind="check")
+    assert summary["ok"] is True and summary["nodes"] == 4 and summary["failed"] == {}
+    nodes = ledger.metrics(spec.run_id, kind="node_check")
+    assert sorted(r["node_rank"] for r in nodes) == [0, 1, 2, 3] and all(r["ok"] for r in nodes)
+    assert all(abs(r["clock_skew_s"]) < 30 and r["disk_free_gb"] > 0 for r in nodes)
+    links = ledger.metrics(spec.run_id, kind="link")
+    assert sorted((r["a"], r["b"]) for r in links) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    assert all(r["gbps"] > 0 and r["slow"] is False for r in links)
+    (ar,) = ledger.metrics(spec.run_id, kind="allreduce")
+    assert ar["backend"] == "gloo" and ar["world"] == 4 and ar["busbw_gbps"] > 0
+    assert run_processes(spec.run_id) == [] and record.run.teardown == "verified"
+    log = (Path(record.run.log_dir) / "node-2.log").read_text()
+    assert '@gpucluster-check {"kind": "links", "rank": 2' in log  # the check's own lines are in the node's log
+
+
+def _stub(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/sh\n" + body)
+    (bin_dir / name).chmod(0o755)
+
+
+@needs_torch
+@pytest.mark.slow
+def test_fewer_gpus_than_promised_and_a_failing_dcgm_name_the_node(home, tmp_path, monkeypatch):
+    """This machine shows three GPUs to nvidia-smi (stub); two local nodes of two GPUs each: node 1's
+    slice (2,3) holds one of them. dcgmi's quick diagnostic fails. torch sees no CUDA device here
+    (a CPU machine): that is said for both nodes, as a real check must."""
+    from gpucluster.procs import run_processes
+    from gpucluster.spec import ClusterSpec, new_run_id
+
+    bin_dir = tmp_path / "bin"
+    _stub(bin_dir, "nvidia-smi", 'for i in 0 1 2; do echo "$i, GPU-0000000$i-aaaa, NVIDIA A10G"; done\n')
+    _stub(bin_dir, "dcgmi", 'echo "| Deployment | Fail - Xid errors in the log |"; exit 226\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    spec = ClusterSpec(cloud="local", nodes=2, name="hc", gpus_per_node=2, run_id=new_run_id())
+    outcome, record, ledger = _execute(home, spec, HealthSpec(gpus=2))
+    assert outcome.status == "failed" and record.phase("check").status == "failed"
+    assert outcome.failure.startswith("health check failed: node 0 (local:0): ")
+    node1 = outcome.failure.split("node 1 (local:1): ", 1)[1]
+    assert "1 of 2 promised GPU(s) visible to nvidia-smi" in node1
+    assert "1 of 2 promised" not in outcome.failure.split("node 1 (local:1)")[0]  # node 0 has its two
+    assert "0 of 2 promised GPU(s) usable by CUDA" in node1
+    assert "DCGM's quick diagnostic (dcgmi diag -r 1) failed (exit 226): | Deployment | Fail - Xid errors" in node1
+    assert [p.name for p in record.phases][-3:] == ["check", "outputs", "teardown"]  # nothing started
+    lost = ledger.metrics(spec.run_id, kind="node_lost")
+    assert sorted(r["node_rank"] for r in lost) == [0, 1] and {r["cause"] for r in lost} == {"health"}
+    assert run_processes(spec.run_id) == [] and record.run.teardown == "verified"
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_node_without_disk_room_is_named(home, tmp_path):
+    from gpucluster.spec import ClusterSpec, new_run_id
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    out = tmp_path / "out"
+    small = out / "node-1"
+    small.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs")
+    try:
+        spec = ClusterSpec(cloud="local", nodes=2, name="hc", gpus_per_node=0, run_id=new_run_id())
+        outcome, record, _ = _execute(home, spec, HealthSpec(min_free_gb=0.5), output=str(out))
+    finally:
+        subprocess.run(["umount", "-l", str(small)])
+    assert outcome.status == "failed"
+    assert outcome.failure.startswith("health check failed: node 1 (local:1): 0.01 GB free at ")
+    assert "at least 0.5 GB needed" in outcome.failure and "node 0" not in outcome.failure
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_node_killed_during_the_check_is_a_lost_node(home):
+    """Node 1's check program is killed (SIGKILL) as soon as it has said hello: the check names node
+    1 as lost (killed), not node 0, whose collective broke because of it."""
+    import threading
+
+    import psutil
+
+    from gpucluster.procs import run_processes
+    from gpucluster.spec import ClusterSpec, new_run_id
+
+    spec = ClusterSpec(cloud="local", nodes=2, name="hc", gpus_per_node=0, run_id=new_run_id())
+    killed = []
+
+    def killer():
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not killed:
+            for p in run_processes(spec.run_id):
+                try:
+                    env = p.environ()
+                    if env.get("GPUCLUSTER_NODE_RANK") == "1" and "node_check.py" in " ".join(p.cmdline()):
+                        p.kill()
+                        killed.append(time.time())
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    outcome, record, ledger = _execute(home, spec, HealthSpec(timeout_s=20))
+    t.join()
+    assert killed
+    assert outcome.status == "failed" and outcome.failure.startswith(
+        "health check failed: node 1 (local:1): lost during the check: its process was killed by SIGKILL"), outcome.failure
+    (lost,) = ledger.metrics(spec.run_id, kind="node_lost")
+    assert lost["node_rank"] == 1 and lost["cause"] == "killed" and lost["phase"] == "check"
+    assert lost["detected_at"] - killed[0] < 30
+    assert run_processes(spec.run_id) == [] and record.run.teardown == "verified"

@@ -1,0 +1,183 @@
+"""Recovery on the cloud backends' stand-ins (issue 30 items 2, 4, 5).
+
+aws (tests/test_cloud_run.py's fake EC2 nodes: the real Automation API driver on the fake Pulumi
+CLI, the real program under mocks, real sshd "instances" booting from its user data):
+- a spot interruption notice: every node runs infra/aws/node_notice.py beside its job, which
+  watches IMDSv2's `spot/instance-action` on a fake metadata service (tests/imds_fake.py: tokens
+  required, tokens that stop working, 404 until the notice); mid-training node 1's notice comes;
+  the run stops within the watcher's interval, copies the outputs, destroys the stack; the next
+  attempt boots new instances and resumes from the checkpoint;
+- no spot capacity while provisioning: the fake `up` fails with EC2's capacity error in each of the
+  three zones the provider tries; with `--fallback on-demand --fallback-after 1` the next attempt
+  runs on on-demand capacity and succeeds.
+The watcher itself against the fake metadata service: a unit, without nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from imds_fake import FakeImds  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WATCHER = ROOT / "infra" / "aws" / "node_notice.py"
+
+
+def test_the_watcher_renews_its_token_and_reports_the_notice(tmp_path):
+    """The metadata service drops every token every 0.3 s; the watcher gets a new one on each 401
+    and reports the notice within its interval. (Checked once by hand: a watcher that keeps its
+    first token never sees the notice and this test fails.)"""
+    imds = FakeImds()
+    stop = threading.Event()
+
+    def churn():
+        while not stop.wait(0.3):
+            imds.invalidate()
+
+    threading.Thread(target=churn, daemon=True).start()
+    proc = subprocess.Popen([sys.executable, str(WATCHER), "--interval", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, GPUCLUSTER_IMDS_URL=imds.url))
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None  # no notice yet: 404s, and it keeps watching
+        imds.schedule()
+        out, err = proc.communicate(timeout=10)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+        imds.stop()
+    assert proc.returncode == 0, err
+    record = json.loads(out.strip().splitlines()[-1].split("@gpucluster-metric ", 1)[1])
+    assert record["kind"] == "node_notice" and record["action"] == "terminate" and record["source"] == "aws spot"
+    assert record["when"] == imds.action["time"]
+    from gpucluster.metrics import read_line  # the supervisor's parser takes it as a record (not refused)
+
+    assert isinstance(read_line(out.strip().splitlines()[-1]), dict)
+    statuses = [s for m, p, s in imds.requests if m == "GET"]
+    assert 401 in statuses and 404 in statuses and statuses[-1] == 200
+    assert sum(1 for m, _, s in imds.requests if m == "PUT" and s == 200) >= 2  # renewed after a 401
+
+
+def test_the_watcher_gives_up_quietly_off_ec2():
+    proc = subprocess.run([sys.executable, str(WATCHER), "--interval", "0.1"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, GPUCLUSTER_IMDS_URL="http://127.0.0.1:9"))
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "does not answer" in proc.stderr and "not watching" in proc.stderr
+
+
+# -- the fake EC2 nodes -----------------------------------------------------------------------------
+pytest.importorskip("yaml")
+from test_cloud_run import _launcher, _provider_and_fake, checkip, dlami_python, ec2  # noqa: E402,F401
+
+ZONAL = ("creating EC2 Instance: operation error EC2: RunInstances, https response error StatusCode: 500, "
+         "api error InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge capacity in the "
+         "Availability Zone you requested (us-east-1a). Our system will be working on provisioning additional "
+         "capacity. You can currently get g5.xlarge capacity by not specifying an Availability Zone in your "
+         "request or choosing us-east-1b, us-east-1c.")
+
+
+def _spec(run_id, **kw):
+    from gpucluster.spec import ClusterSpec
+    from specs import validate
+
+    spec = ClusterSpec(cloud="aws", nodes=2, name="rec", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="127.0.0.1/32", gpus_per_node=1, run_id=run_id, **kw)
+    validate(spec)
+    return spec
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_path, ec2, checkip, dlami_python):
+    from recovery_faults import Fault, Interrupting
+    from test_recovery import _digits_job
+
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.recovery import Policy, run_chain
+    from gpucluster.spec import new_run_id
+
+    imds = [FakeImds(), FakeImds()]
+    ec2.node_envs = [{"GPUCLUSTER_IMDS_URL": m.url} for m in imds]
+    terminate = ec2.terminate
+
+    def terminated() -> None:  # the instances are gone: the next ones' metadata knows no notice
+        terminate()
+        for m in imds:
+            m.clear()
+
+    ec2.terminate = terminated
+    provider, fake, found = _provider_and_fake(ec2)
+    launcher = _launcher(tmp_path, ready_timeout=90)
+    assert launcher.watcher and launcher.watcher[0].endswith("node_notice.py")
+    spec = _spec(new_run_id(), spot=True)
+    ledger = Ledger(home / "ledger.sqlite3")
+    fault = Fault(lambda: imds[1].schedule("terminate", 120), lambda: None)
+    try:
+        chain = run_chain(spec, _digits_job(spec.run_id, epochs=30), policy=Policy(retries=1, replace_bad_nodes=True),
+                          ledger=ledger, provider=provider, launcher=Interrupting(launcher, "train", fault),
+                          workload="digits", store=plugin("aws"))
+    finally:
+        for m in imds:
+            m.stop()
+    assert ec2.errors == []
+    first, last = chain.attempts
+    assert first.cause == "interruption", first.outcome.failure
+    assert "aws spot gave notice: terminate at " in first.interruption and first.interruption.startswith("node 1 (")
+    (lost,) = ledger.metrics(first.run_id, kind="node_lost")
+    assert lost["phase"] == "train" and lost["detected_at"] - imds[1].scheduled_at < 30
+    assert last.outcome.status == "succeeded", last.outcome.failure
+    assert ec2.boots == 2 and fake.verbs().count("destroy") >= 2  # new instances for the second attempt
+    start = ledger.metrics(last.run_id, kind="start")[0]
+    assert start["resumed_from_step"] > 0  # the notice left time to save and to copy the outputs back
+    outs = ledger.get_run(first.run_id).outputs
+    assert [o.verdict for o in outs] == ["complete", "complete"]
+    for a in chain.attempts:
+        run = ledger.get_run(a.run_id)
+        assert run.run.teardown == "verified" and float(run.cost["total"]) > 0
+    assert (ledger.metrics(last.run_id, kind="attempt")[0]["after"]) == first.interruption
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_no_spot_capacity_falls_back_to_on_demand(home, tmp_path, ec2, checkip, dlami_python):
+    """Attempt 1 (spot): EC2 has no capacity in us-east-1a, then b, then c (the provider's own three
+    zone attempts); attempt 2 runs on on-demand capacity (--fallback on-demand --fallback-after 1)."""
+    from test_recovery import _digits_job
+
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.recovery import policy, run_chain
+    from gpucluster.spec import new_run_id
+    from types import SimpleNamespace
+
+    provider, fake, found = _provider_and_fake(ec2, fail_up_after=4, fail_text=ZONAL, fail_up_times=3)
+    zones = []
+    real_up = provider.driver.up
+    provider.driver.up = lambda s, ev=None: zones.append((s.zone, s.spot)) or real_up(s, ev)
+    launcher = _launcher(tmp_path, ready_timeout=90)
+    spec = _spec(new_run_id(), spot=True)
+    pol = policy(SimpleNamespace(recover=1, fallback="on-demand", fallback_after=1), plugin("aws"), spec)
+    ledger = Ledger(home / "ledger.sqlite3")
+    chain = run_chain(spec, _digits_job(spec.run_id, epochs=2), policy=pol, ledger=ledger, provider=provider,
+                      launcher=launcher, workload="digits", store=plugin("aws"),
+                      reprice=lambda s: {"market": "spot" if s.spot else "on-demand"})
+    first, last = chain.attempts
+    assert first.cause == "capacity" and first.interruption.startswith("no capacity: "), first.outcome.failure
+    assert ledger.get_run(first.run_id).phase("provision").status == "failed"
+    spot_zones = [z for z, spot in zones if spot]
+    assert len(spot_zones) == 3 and spot_zones[:2] == [None, "us-east-1b"]  # the provider's three zone attempts
+    assert last.outcome.status == "succeeded", last.outcome.failure
+    assert last.spot is False and ledger.get_run(last.run_id).run.spec["spot"] is False
+    assert ledger.get_run(last.run_id).run.prices == {"market": "on-demand"}
+    for a in chain.attempts:
+        assert ledger.get_run(a.run_id).run.teardown == "verified"
