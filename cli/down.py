@@ -8,13 +8,14 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.cli.complete import complete_cluster
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
 
 
 @click.command()
-@click.argument("cluster", required=False)
+@click.argument("cluster", required=False, shell_complete=complete_cluster)
 @click.option("--all", "all_", is_flag=True, help="Every cluster the ledger says may still exist.")
 @click.option("--cloud", default=None, type=click.Choice(provisioning()),
               help="The cluster's cloud, when the ledger does not know the cluster.")

@@ -55,8 +55,9 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
         out.print(f"  {line}")
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")
     from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import run_watch
 
-    with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
+    with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
                           keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
                           prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)

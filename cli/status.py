@@ -140,16 +140,15 @@ def status(as_json, with_gpus):
     if not rows:
         con.print("no clusters: nothing recorded as still existing")
         return 0
-    from rich.table import Table
+    from gpucluster.cli.tables import Col, fitted
 
-    t = Table(show_edge=False)
-    for col in ("cluster", "cloud", "state", "nodes", "age", "$/hour", "accrued", "resources"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["cluster"], r["cloud"], r["state"], str(r["nodes"]), fmt_secs(r["age_s"]),
-                  common.money(None if r["hourly_usd"] is None else Decimal(r["hourly_usd"])),
-                  common.money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"]))
-    con.print(t)
+    cells = [[r["cluster"], r["cloud"], r["state"], str(r["nodes"]), fmt_secs(r["age_s"]),
+              common.money(None if r["hourly_usd"] is None else Decimal(r["hourly_usd"])),
+              common.money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"])]
+             for r in rows]
+    # the cluster name is typed next (down, exec, ssh): never cut; at 80 columns the others wrap or go
+    con.print(fitted(con.width, [Col("cluster", keep=True), Col("cloud", drop=3), Col("state"), Col("nodes", drop=2),
+                                 Col("age"), Col("$/hour", drop=4), Col("accrued"), Col("resources", drop=5)], cells))
     for r in rows:
         for note in r.get("observed") or []:
             con.print(f"{r['cluster']}: {note}", highlight=False)

@@ -13,28 +13,6 @@ from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
 
 
-class _UpUI:
-    """What the lifecycle reports while `up` provisions: only its messages are shown."""
-
-    def __init__(self, out):
-        self.out = out
-
-    def phase(self, name: str) -> None:
-        pass
-
-    def line(self, node_rank: int, text: str) -> None:
-        pass
-
-    def metric(self, node_rank: int, record: dict) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        self.out.print(f"[yellow]{text}[/yellow]")
-
-    def progress(self, text: str) -> None:
-        pass
-
-
 @click.command()
 @options(*CLUSTER, cloud=dict(default="aws", metavar="|".join(provisioning()), help="Where the cluster is created."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
@@ -83,7 +61,12 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     for line in plan.bounds:
         out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
-    cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out), prices=plan.prices)
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import run_watch
+
+    # messages printed; the status line ticks with the resources created, planned and in flight
+    with RichRunUI(out, quiet=True, watch=run_watch(ledger, spec)) as ui:
+        cluster = provision_only(spec, ledger=ledger, provider=plan.provider, ui=ui, prices=plan.prices)
     return _render(out, cluster, plan, as_json)
 
 
