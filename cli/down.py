@@ -62,10 +62,15 @@ def down(cluster, all_, cloud, force, yes, as_json, project):
         except GpuclusterError:
             pass
     results = []
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import cluster_watch
+
     for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
-        results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
-                                 force=force, project=project,
-                                 say=lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]")))
+        # a terminal's status line: the clock and what is deleted of what was open, what it waits on
+        with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
+            ui.phase("teardown")
+            results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
+                                     force=force, project=project, say=lambda text, n=name: ui.message(f"{n}: {text}")))
         _render(out, results[-1], backends[c])
     if as_json:
         click.echo(json.dumps([r.verdict for r in results], indent=2, default=str))

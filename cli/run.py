@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from gpucluster.cli.common import console as _console
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
 from gpucluster.infra.contract import Capability
 from gpucluster.errors import UsageError
@@ -20,8 +21,10 @@ from gpucluster.errors import UsageError
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+@click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
+              help="With --keep: " + IDLE_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
+def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -41,6 +44,12 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
 
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
+    if idle_minutes is not None:  # an idle stop is for a cluster that stays: --keep, on a cloud gpucluster creates
+        if not keep or not chosen.can(Capability.PROVISIONS):
+            raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep"
+                             if keep is False else f"--idle-minutes is not allowed with --cloud {flags['cloud']}: its "
+                             "machines are not created by gpucluster (nothing is kept)")
+        flags["options"] = with_idle_stop(flags["options"], idle_minutes)
     plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
     out = _console(stderr=as_json)
     print_notes(out, plan.notes)

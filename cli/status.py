@@ -82,6 +82,12 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"
+        from gpucluster.kept import idle_left
+
+        idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
+        if idle is not None:  # `up --idle-minutes N`: the nodes power themselves off after N minutes without a job
+            r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
+            r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
         r["observed"], closed = observed.get(r["cluster"], ([], 0))
         r["hourly_usd"] = r["accrued_usd"] = None
         from gpucluster import cost
@@ -99,6 +105,11 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             pass
         out.append(r)
     return sorted(out, key=lambda x: x["since"])
+
+
+def fmt_minutes(seconds: float) -> str:
+    m = max(0, int(seconds + 59) // 60)
+    return f"{m} min" if m < 120 else f"{m // 60} h {m % 60:02d} min"
 
 
 def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
@@ -22,7 +23,8 @@ from gpucluster.infra.registry import NAMES, plugin, provisioning
          dry_run=dict(help="Show what would be declared (the real Pulumi program under Pulumi's mocks) and the "
                            "estimate; create nothing, need no credentials."),
          as_json=dict(help="Print the cluster as JSON (secrets left out)."))
-def up(yes: bool, as_json: bool, **flags: Any) -> int:
+@click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N", help=IDLE_HELP)
+def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -41,6 +43,7 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
                          + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
                             if cloud in NAMES else ""))
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
+    flags["options"] = with_idle_stop(flags["options"], idle_minutes)  # the cloud's spec rules check it
     plan = prepare(Request(**flags, job=False), plugin(cloud), provider=common.provider_for(cloud),
                    strict_prices=False)
     spec, dry_run = plan.spec, flags["dry_run"]

@@ -52,6 +52,7 @@ from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from .session import NodeReadiness, Session, node_label, sh
+from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
 from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
@@ -79,7 +80,7 @@ class _Held:
 PORT_PY = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
 
 
-class SshLauncher(Launcher):
+class SshLauncher(NodeAccess, Launcher):
     """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
 
     identity: private key file (`ssh -i`, IdentitiesOnly); default: the cluster's own key when it
