@@ -69,11 +69,12 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False) -> Kept:
     if latest.status == "running" and not (in_use_ok and info):
         raise UsageError(f"cluster {name!r}: its last run {latest.id} never finished (its gpucluster process ended "
                          f"without teardown); check or remove it with `gpucluster down {name}`")
-    if latest.teardown not in (None, "kept") and latest.status != "running":
-        raise UsageError(f"cluster {name!r}: its last teardown said {latest.teardown}; finish it with "
-                         f"`gpucluster down {name}`")
     holders = {r["run_id"] for r in open_rows}
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
+    if origin.teardown not in (None, "kept") and origin.status != "running":
+        # the run that created it tore it down, or tried: what is left is `down`'s to finish
+        raise UsageError(f"cluster {name!r}: its teardown said {origin.teardown}; finish it with "
+                         f"`gpucluster down {name}`")
     return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}))
 
 

@@ -35,7 +35,7 @@ def job_running(proc="/proc", me=None, ssh_sessions=False):
             if ssh_sessions:
                 with open(os.path.join(proc, pid, "cmdline"), "rb") as fh:
                     cmd = fh.read().split(b"\0")[0]
-                if cmd.startswith(b"sshd: ") and b"@" in cmd and not cmd.startswith(b"sshd: root@"):
+                if cmd.startswith(b"sshd: ") and b"@" in cmd:  # "sshd: USER@pts/0", "sshd: USER@notty"
                     return True
         except OSError:  # gone meanwhile, or not readable: not a job of ours
             continue
