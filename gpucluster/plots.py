@@ -99,6 +99,12 @@ def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title:
     `t0`: the run's start, so the x axis is seconds since the run started (a short run's samples sit
     where they happened, not stretched over a few milliseconds); `phases` (name, start, end or None)
     are shaded behind, with their names. Every sample is a marker."""
+    return _save(utilisation_figure(records, title, t0=t0, phases=phases), path)
+
+
+def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = None, *, t0: float | None = None,
+                       phases: Sequence[tuple[str, float, float | None]] = ()) -> Any:
+    """The figure `utilisation_plot` saves (a matplotlib Figure)."""
     nodes = _series(records)
     if not nodes:
         raise UsageError("there are no utilisation records to plot (the run recorded no 'util' metrics)")
@@ -152,7 +158,7 @@ def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title:
     if not has_gpu:
         head += " (no GPU readings: no NVIDIA GPU or NVML on these nodes)"
     axes[0, 0].set_title(head, fontsize=9, pad=14 if phases else 6)
-    return _save(fig, path)
+    return fig
 
 
 def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:

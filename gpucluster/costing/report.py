@@ -103,6 +103,13 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     """A PNG of what each run cost (top) and how long it ran (bottom), one bar per run in the order they
     started, coloured by cloud: separate runs are separate bars, never points joined by a line.
     Needs matplotlib (the `plot` extra)."""
+    from gpucluster.plots import save_png
+
+    return save_png(report_figure(rep), path, "--plot file", format="png")
+
+
+def report_figure(rep: Mapping[str, Any]) -> Any:
+    """The figure `plot_report` saves (a matplotlib Figure)."""
     from gpucluster.errors import require
 
     matplotlib = require("matplotlib", "plot")
@@ -134,6 +141,4 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
 
     top.legend(handles=[Patch(color=palette[i % len(palette)], label=c) for i, c in enumerate(clouds)], fontsize=7)
     fig.tight_layout()
-    from gpucluster.plots import save_png
-
-    return save_png(fig, path, "--plot file", format="png")
+    return fig
