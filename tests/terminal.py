@@ -21,8 +21,8 @@ import pytest
 
 
 def need_tmux() -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux)")
+    if shutil.which("tmux") is None or shutil.which("bash") is None:
+        pytest.skip("tmux (and bash) are not installed (apt-get install tmux)")
 
 
 class Terminal:
@@ -33,8 +33,10 @@ class Terminal:
         self.rc_file = f"/tmp/{self.name}.rc"
         inner = (f"cd {shlex.quote(cwd)} && " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
                  + " " + shlex.join(argv) + f"; echo $? > {self.rc_file}; sleep 600")
+        # bash, as a login terminal's shell: on Ctrl-C it waits for the command and goes on unless the
+        # command itself died of SIGINT (dash would die at once, and the screen with it)
         subprocess.run(self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
-                                  "sh", "-c", inner), check=True)
+                                  "bash", "-c", inner), check=True)
 
     def _tmux(self, *args: str) -> list[str]:
         return ["tmux", "-L", self.socket, *args]

@@ -19,6 +19,7 @@ from terminal import Terminal, need_tmux  # noqa: E402
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 pytestmark = pytest.mark.slow
+CLOCK = r"  \S+(?: \(total \S+\))?  "  # the status line's clocks: the phase's, then the total once there is one
 STATUS = re.compile(r"^ (\w+)  (?:(\d+)s|(\d+):(\d\d))\b", re.M)
 
 
@@ -124,12 +125,12 @@ def test_provisioning_shows_resources_done_planned_and_in_flight(term, tmp_path)
     t = term([sys.executable, str(HERE / "kept_cli.py"), "up", "--cloud", "aws", "--name", "slowup", "--nodes", "2",
               "--instance-type", "g5.xlarge", "--region", "us-east-1", "--ssh-cidr", "203.0.113.7/32", "--yes"],
              env=env, width=120)
-    m = t.wait_for(r"provision\s+\S+\s+(\d+) created, (\d+) in flight, instance (\d) of 2; slowest: \S+ \S+ \((\d+)s\)",
-                   timeout=120, history=False)
+    m = t.wait_for(rf"^ provision{CLOCK}(\d+) created, (\d+) in flight, instance (\d) of 2; slowest: \S+ \S+ "
+                   r"\((\d+)s\)", timeout=120, history=False)
     seen = {m.group(0)}
     while not re.search(r"instance 2 of 2", "\n".join(seen)) and "hourly cost" not in t.screen(True):
         time.sleep(0.2)
-        found = re.search(r"provision\s.*", t.screen())
+        found = re.search(r"^ provision\s.*$", t.screen(), re.M)
         if found:
             seen.add(found.group(0))
     assert t.exit_code(timeout=120) == 0, t.screen(True)
@@ -137,7 +138,7 @@ def test_provisioning_shows_resources_done_planned_and_in_flight(term, tmp_path)
     assert len(counts) >= 3, seen  # the count went up while it ran, not all at once at the end
     # down: the teardown's status line says what is deleted of what was open
     d = term([sys.executable, str(HERE / "kept_cli.py"), "down", "slowup", "--yes"], env=env, width=120)
-    m = d.wait_for(r"teardown\s+\S+\s+(\d+) of (\d+) deleted; waiting on: ", timeout=120, history=False)
+    m = d.wait_for(rf"^ teardown{CLOCK}(\d+) of (\d+) deleted; waiting on: ", timeout=120, history=False)
     assert int(m.group(2)) >= 2
     assert d.exit_code(timeout=120) == 0, d.screen(True)
 

@@ -102,19 +102,23 @@ def _up(cloud: Cloud) -> None:
 
 
 def _project(tmp_path: Path) -> Path:
+    """A script folder, and beside it (not shipped with it) a data folder of 5 files."""
     job = tmp_path / "project"
-    (job / "data").mkdir(parents=True)
+    job.mkdir(parents=True)
     (job / "train.py").write_text(
         "import os, pathlib, torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
         "data = pathlib.Path(os.environ['GPUCLUSTER_DATA'])\n"
         "n = sum(1 for _ in data.iterdir())\n"
         "out = pathlib.Path(os.environ['GPUCLUSTER_OUTPUT_DIR'])\n"
-        "(out / f'seen-{dist.get_rank()}.txt').write_text(f'{n} files on {os.environ[\"NODE_NAME\"]}\\n')\n"
-        "print('rank', dist.get_rank(), 'saw', n, 'files', flush=True)\n"
+        "node = os.environ['GPUCLUSTER_NODE_RANK']\n"
+        "(out / f'seen-{node}.txt').write_text(f'{n} files on {os.environ[\"NODE_NAME\"]}\\n')\n"
+        "print('node', node, 'saw', n, 'files', flush=True)\n"
         "dist.destroy_process_group()\n")
+    data = tmp_path / "dataset"
+    data.mkdir()
     for i in range(5):
-        (job / "data" / f"part-{i}.bin").write_bytes(os.urandom(20000))
+        (data / f"part-{i}.bin").write_bytes(os.urandom(20000))
     return job
 
 
@@ -125,7 +129,7 @@ def test_exec_runs_jobs_on_a_kept_cluster_and_keeps_it(cloud, tmp_path):
     job = _project(tmp_path)
     runs = []
     for attempt in range(2):
-        r = cloud.cli("exec", "kept", "--remote-python", sys.executable, "--data", "data", "--",
+        r = cloud.cli("exec", "kept", "--remote-python", sys.executable, "--data", str(tmp_path / "dataset"), "--",
                       "python", "train.py", cwd=job)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         assert "exec on kept cluster kept (2 node(s) on aws" in r.stdout
@@ -150,7 +154,7 @@ def test_exec_runs_jobs_on_a_kept_cluster_and_keeps_it(cloud, tmp_path):
     stage2 = [m for m in ledger.metrics(second.id, "stage")]
     assert len(stage1) == len(stage2) == 2
     assert all(m["sent_files"] == 5 for m in stage1) and all(m["sent_files"] == 0 for m in stage2), (stage1, stage2)
-    assert "5 of 5 file(s) were in the nodes' cache" in runs[1]
+    assert "10 of 10 file(s) were in the nodes' cache" in runs[1]  # 5 files on each of 2 nodes
     # the cluster is still up: only the `up` run's rows are open, and it says "kept"
     open_rows = ledger.open_resources("kept")
     assert open_rows and {r["run_id"] for r in open_rows} == {up_run.id}
