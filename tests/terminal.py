@@ -31,7 +31,8 @@ class Terminal:
         self.socket = self.name  # a server of its own: closing it touches no other terminal
         # the command, then a pause so its last screen can be read after it ends; its exit code is kept
         self.rc_file = f"/tmp/{self.name}.rc"
-        inner = (f"cd {shlex.quote(cwd)} && " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        # COLUMNS/LINES of the test's own environment would override the window's size (rich reads them)
+        inner = (f"unset COLUMNS LINES; cd {shlex.quote(cwd)} && " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
                  + " " + shlex.join(argv) + f"; echo $? > {self.rc_file}; sleep 600")
         # bash, as a login terminal's shell: on Ctrl-C it waits for the command and goes on unless the
         # command itself died of SIGINT (dash would die at once, and the screen with it)
