@@ -418,14 +418,16 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     from rich.table import Table
 
     console = _console()
-    table = Table(title="Run costs (USD)")
-    for col in ("run", "started (UTC)", "cloud", "cluster", "status", "nodes", "wall s", "cost", "note"):
-        table.add_column(col, justify="right" if col in ("nodes", "wall s", "cost") else "left")
-    for r in rep["runs"]:
-        note = r["note"] + (" [STILL BILLING]" if r["still_billing"] else "")
-        table.add_row(r["run_id"], r["created"][:19], r["cloud"], r["cluster"], r["status"], str(r["nodes"]),
-                      "" if r["wall_s"] is None else f"{r['wall_s']:.0f}", money(Decimal(r["cost"])), note)
-    console.print(table)
+    from gpucluster.cli.tables import Col, fitted
+
+    cells = [[r["run_id"], r["created"][:19], r["cloud"], r["cluster"], r["status"], str(r["nodes"]),
+              "" if r["wall_s"] is None else f"{r['wall_s']:.0f}", money(Decimal(r["cost"])),
+              r["note"] + (" [STILL BILLING]" if r["still_billing"] else "")] for r in rep["runs"]]
+    # run ids, cluster names and costs are never cut; at 80 columns the others wrap or go
+    console.print(fitted(console.width, [
+        Col("run", keep=True), Col("started (UTC)", drop=5), Col("cloud", drop=3), Col("cluster", keep=True),
+        Col("status", drop=2), Col("nodes", drop=4, justify="right"), Col("wall s", drop=6, justify="right"),
+        Col("cost", keep=True, justify="right"), Col("note", drop=1)], cells, edge=True, title="Run costs (USD)"))
     if rep["groups"]:
         gt = Table(title=f"By {group_by}")
         for col in (group_by, "runs", "wall s", "cost") + (("run ids",) if group_by == "chain" else ()):

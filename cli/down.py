@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.domain import UNWITNESSED
+from gpucluster.cli.complete import complete_cluster
 from gpucluster.cli.options import options
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.contract import Capability
@@ -16,7 +17,7 @@ from gpucluster.infra.registry import project_id, provisioning
 
 
 @click.command()
-@click.argument("cluster", required=False)
+@click.argument("cluster", required=False, shell_complete=complete_cluster)
 @click.option("--all", "all_", is_flag=True, help="Every cluster the ledger says may still exist.")
 @click.option("--cloud", default=None, type=click.Choice(provisioning()),
               help="The cluster's cloud, when the ledger does not know the cluster.")
@@ -80,10 +81,16 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
         except GpuclusterError:
             pass
     results = []
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import cluster_watch
+
     for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
-        results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
-                                 force=force, project=project, ack_unwitnessed=ack_unwitnessed, any_owner=any_owner,
-                                 say=lambda text, n=name: out.print(f"[yellow]{n}: {text}[/yellow]")))
+        # a terminal's status line: the clock and what is deleted of what was open, what it waits on
+        with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
+            ui.phase("teardown")
+            results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
+                                     force=force, project=project, ack_unwitnessed=ack_unwitnessed,
+                                     any_owner=any_owner, say=lambda text, n=name: ui.message(f"{n}: {text}")))
         _render(out, results[-1], backends[c])
     if as_json:
         click.echo(json.dumps([r.verdict for r in results], indent=2, default=str))

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "APIs and GPU quotas, ssh client."),
     "down": ("gpucluster.cli.down:down", "Delete a cluster, then check independently (by tag, by run id) what is "
              "left (idempotent)."),
+    "exec": ("gpucluster.cli.kept:exec_", "Run a new job on a kept cluster (`up`, `run --keep`): its own run, no "
+             "teardown."),
     "gc": ("gpucluster.cli.gc:gc", "Find resources tagged managed-by=gpucluster that no live cluster owns; delete "
            "them after asking."),
     "logs": ("gpucluster.cli.logs:logs", "Print a run's per-node logs (node-N.log under the run's log directory)."),
@@ -32,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gpucluster.cli.run:run", "Provision a cluster, train on it with torchrun, tear it down, report."),
     "runs": ("gpucluster.cli.runs:runs", "List recorded runs, newest first."),
     "show": ("gpucluster.cli.runs:show", "Show one run: phases, nodes, metrics, resources, teardown verdict, cost."),
+    "ssh": ("gpucluster.cli.kept:ssh", "Open a shell, run a command or forward ports on a node of a kept cluster."),
     "status": ("gpucluster.cli.status:status", "Clusters that may still exist: state, age, hourly and accrued cost."),
     "sweep": ("gpucluster.cli.sweep:sweep", "Run the same job at several cluster sizes and report how it scales."),
     "up": ("gpucluster.cli.up:up", "Create a cluster and leave it running (remove it with `gpucluster down NAME`)."),

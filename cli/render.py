@@ -64,21 +64,31 @@ def fmt_metric(record: dict[str, Any]) -> str:
 
 
 class RichRunUI:
-    """Live logs with node prefixes above a one-line progress status (on a terminal)."""
+    """Live logs with node prefixes above a one-line progress status (on a terminal).
 
-    def __init__(self, console: Console, *, quiet: bool = False, epochs: int | None = None):
+    The status line is re-drawn four times a second (`rich.live.Live` asks `_Ticking` for it), so
+    its clocks (the phase's and the whole command's) tick in every phase, between events too.
+    `watch(phase)`: one line of resource progress in the provision and teardown phases
+    (`gpucluster.progress.ResourceWatch.line`). After `stopping` (the first Ctrl-C, SIGTERM or
+    SIGHUP) the nodes' own lines are no longer shown: what the stopping job prints (torchrun's
+    tracebacks) stays in the node logs."""
+
+    def __init__(self, console: Console, *, quiet: bool = False, epochs: int | None = None,
+                 watch: Any = None):
         self.console = console
         self.quiet = quiet
         self.epochs = epochs
+        self.watch = watch
         self.phase_name = "prepare"
         self.t0 = time.monotonic()
         self.phase_t0 = self.t0
         self.state: dict[str, Any] = {}
         self.live = None
+        self.stopped = False
         if console.is_terminal:
             from rich.live import Live
 
-            self.live = Live(self._status(), console=console, refresh_per_second=4, transient=True)
+            self.live = Live(_Ticking(self), console=console, refresh_per_second=4, transient=True)
 
     def __enter__(self) -> "RichRunUI":
         if self.live:
@@ -92,30 +102,50 @@ class RichRunUI:
     def _status(self) -> Text:
         t = Text()
         t.append(f" {self.phase_name} ", style="bold reverse")
-        t.append(f" {fmt_secs(time.monotonic() - self.t0)}")
+        now = time.monotonic()
+        t.append(f" {fmt_clock(now - self.phase_t0)}")
+        if self.phase_t0 > self.t0 + 0.5:
+            t.append(f" (total {fmt_clock(now - self.t0)})", style="dim")
         s = self.state
         if "epoch" in s:
             total = f"/{self.epochs}" if self.epochs else ""
             t.append(f"  epoch {s['epoch']}{total}")
         for part in metric_parts(s, ("step", "loss", "accuracy", "samples_per_s")):
             t.append("  " + part)
-        if s.get("detail") and "epoch" not in s:
+        watched = self.watch(self.phase_name) if self.watch is not None else None
+        if watched:
+            t.append("  " + watched)
+        elif s.get("detail") and "epoch" not in s:
             t.append("  " + s["detail"])
         return t
 
     def _refresh(self) -> None:
         if self.live:
-            self.live.update(self._status())
+            self.live.refresh()
 
     def phase(self, name: str) -> None:
         self.phase_name = name
         self.phase_t0 = time.monotonic()
+        self.state.pop("detail", None)
         if not self.live and not self.quiet:
             self.console.print(Text(f"== {name}", style="bold"), highlight=False)
         self._refresh()
 
+    def stopping(self, signal_name: str) -> None:
+        """A stop signal. The first (Ctrl-C, SIGTERM, SIGHUP): one line, and from then on the nodes'
+        lines go to their logs only. A later one: what the stopping is at (it is never cut short)."""
+        what = "Ctrl-C" if signal_name == "SIGINT" else signal_name
+        if self.stopped:
+            now = self._status().plain.strip()
+            self.console.print(Text(f"{what}: still stopping (bounded; it cannot be cut short): {now}",
+                                    style="yellow"), highlight=False)
+            return
+        self.stopped = True
+        self.console.print(Text(f"stopping: {what}: stopping the job and tearing down; press Ctrl-C again to see "
+                                "what it is waiting for", style="bold yellow"), highlight=False)
+
     def line(self, node_rank: int, text: str) -> None:
-        if self.quiet or text.lstrip().startswith("@gpucluster-metric") or "@gpucluster-metric " in text:
+        if self.quiet or self.stopped or text.lstrip().startswith("@gpucluster-metric") or "@gpucluster-metric " in text:
             return
         self._print(node_rank, Text(text))
 
@@ -158,6 +188,25 @@ class RichRunUI:
         self._refresh()
         if not self.live and not self.quiet and text.startswith("all "):
             self.console.print(Text(text), highlight=False)
+
+
+class _Ticking:
+    """What `Live` re-draws on each refresh: the status line as of now."""
+
+    def __init__(self, ui: RichRunUI):
+        self.ui = ui
+
+    def __rich__(self) -> Text:
+        return self.ui._status()
+
+
+def fmt_clock(s: float) -> str:
+    """Elapsed time on the status line: whole seconds, so it visibly ticks once a second."""
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}:{sec:02d}" if m else f"{sec}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{sec:02d}s"
 
 
 def fmt_bytes(n: float) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from gpucluster.cli.common import console as _console
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
@@ -24,8 +25,10 @@ from gpucluster.errors import UsageError
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
          "fallback", "fallback_after", "checkpoint_every",
          as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+@click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
+              help="With --keep: " + IDLE_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
+def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -47,6 +50,12 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
 
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
+    if idle_minutes is not None:  # an idle stop is for a cluster that stays: --keep, on a cloud gpucluster creates
+        if not keep or not chosen.can(Capability.PROVISIONS):
+            raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep"
+                             if keep is False else f"--idle-minutes is not allowed with --cloud {flags['cloud']}: its "
+                             "machines are not created by gpucluster (nothing is kept)")
+        flags["options"] = with_idle_stop(flags["options"], idle_minutes)
     plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
     if keep and plan.policy.retries:  # a kept cluster and a replaced one cannot both be the result
         if flags["recover"] is not None:
@@ -65,8 +74,9 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, **flags: Any) -> int:
         out.print(f"  {line}")
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")
     from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import run_watch
 
-    with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
+    with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         if plan.policy.retries:  # a lost node is replaced and the run resumed (docs/recovery.md)
             from gpucluster.recovery import run_chain
 

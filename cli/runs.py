@@ -7,6 +7,7 @@ import json
 import click
 
 from gpucluster.cli.common import console as _console
+from gpucluster.cli.complete import complete_run_id
 from gpucluster.errors import UsageError
 from gpucluster.infra.registry import NAMES as CLOUDS
 
@@ -29,13 +30,9 @@ def runs(limit, cloud, status, as_json):
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
         return 0
-    from rich.table import Table
-
     from gpucluster.cli.render import fmt_secs, fmt_time
 
-    t = Table(show_edge=False)
-    for col in ("run", "started (UTC)", "cloud", "cluster", "nodes", "job", "status", "wall", "accuracy", "cost"):
-        t.add_column(col)
+    cells = []
     for r in rows:
         m = r.metrics or {}
         acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
@@ -43,9 +40,15 @@ def runs(limit, cloud, status, as_json):
         from gpucluster.cost import money
 
         cost = money(c["total"]) if c.get("total") is not None else "-"
-        t.add_row(r.id, fmt_time(r.created_at), r.cloud, r.cluster, str(r.nodes),
-                  r.workload or "-", r.status, fmt_secs(r.wall_s), acc, cost)
+        cells.append([r.id, fmt_time(r.created_at), r.cloud, r.cluster, str(r.nodes),
+                      r.workload or "-", r.status, fmt_secs(r.wall_s), acc, cost])
     con = _console()
+    from gpucluster.cli.tables import Col, fitted
+
+    # the run id and the cluster name are typed next: never cut; at 80 columns the others wrap or go
+    t = fitted(con.width, [Col("run", keep=True), Col("started (UTC)", drop=7), Col("cloud", drop=4),
+                           Col("cluster", keep=True), Col("nodes", drop=5), Col("job", drop=2), Col("status"),
+                           Col("wall", drop=3), Col("accuracy", drop=6), Col("cost", drop=1)], cells)
     if not rows:
         con.print("no runs recorded yet: try 'gpucluster run --cloud local --nodes 2'")
     else:
@@ -54,7 +57,7 @@ def runs(limit, cloud, status, as_json):
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", shell_complete=complete_run_id)
 @click.option("--json", "as_json", is_flag=True, help="The whole record as JSON (metrics included).")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write GPU/CPU utilisation over time (one line per node) to this PNG.")

@@ -84,6 +84,12 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"
+        from gpucluster.kept import idle_left
+
+        idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
+        if idle is not None:  # `up --idle-minutes N`: the nodes power themselves off after N minutes without a job
+            r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
+            r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
         r["observed"], closed = observed.get(r["cluster"], ([], 0))
         r["hourly_usd"] = r["accrued_usd"] = None
         from gpucluster import cost
@@ -101,6 +107,11 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             pass
         out.append(r)
     return sorted(out, key=lambda x: x["since"])
+
+
+def fmt_minutes(seconds: float) -> str:
+    m = max(0, int(seconds + 59) // 60)
+    return f"{m} min" if m < 120 else f"{m // 60} h {m % 60:02d} min"
 
 
 def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
@@ -159,16 +170,15 @@ def status(as_json, with_gpus, clouds, regions, project):
     if not rows:
         con.print("no clusters: nothing recorded as still existing")
         return 0
-    from rich.table import Table
+    from gpucluster.cli.tables import Col, fitted
 
-    t = Table(show_edge=False)
-    for col in ("cluster", "cloud", "state", "nodes", "age", "$/hour", "accrued", "resources"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["cluster"], r["cloud"], r["state"], str(r["nodes"]), fmt_secs(r["age_s"]),
-                  common.money(None if r["hourly_usd"] is None else Decimal(r["hourly_usd"])),
-                  common.money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"]))
-    con.print(t)
+    cells = [[r["cluster"], r["cloud"], r["state"], str(r["nodes"]), fmt_secs(r["age_s"]),
+              common.money(None if r["hourly_usd"] is None else Decimal(r["hourly_usd"])),
+              common.money(None if r["accrued_usd"] is None else Decimal(r["accrued_usd"])), str(r["resources"])]
+             for r in rows]
+    # the cluster name is typed next (down, exec, ssh): never cut; at 80 columns the others wrap or go
+    con.print(fitted(con.width, [Col("cluster", keep=True), Col("cloud", drop=3), Col("state"), Col("nodes", drop=2),
+                                 Col("age"), Col("$/hour", drop=4), Col("accrued"), Col("resources", drop=5)], cells))
     for r in rows:
         for note in r.get("observed") or []:
             con.print(f"{r['cluster']}: {note}", highlight=False)

@@ -8,32 +8,11 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import TeardownIncomplete, UsageError, not_allowed
 from gpucluster.infra.registry import NAMES, plugin, provisioning
-
-
-class _UpUI:
-    """What the lifecycle reports while `up` provisions: only its messages are shown."""
-
-    def __init__(self, out):
-        self.out = out
-
-    def phase(self, name: str) -> None:
-        pass
-
-    def line(self, node_rank: int, text: str) -> None:
-        pass
-
-    def metric(self, node_rank: int, record: dict) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        self.out.print(f"[yellow]{text}[/yellow]")
-
-    def progress(self, text: str) -> None:
-        pass
 
 
 @click.command(cls=TaskCommand)
@@ -50,7 +29,8 @@ class _UpUI:
          dry_run=dict(help="Show what would be declared (the real Pulumi program under Pulumi's mocks) and the "
                            "estimate; create nothing, need no credentials."),
          as_json=dict(help="Print the cluster as JSON (secrets left out)."))
-def up(yes: bool, as_json: bool, **flags: Any) -> int:
+@click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N", help=IDLE_HELP)
+def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -70,6 +50,7 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
                          + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
                             if cloud in NAMES else ""))
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
+    flags["options"] = with_idle_stop(flags["options"], idle_minutes)  # the cloud's spec rules check it
     plan = prepare(Request(**flags, job=False), plugin(cloud), provider=common.provider_for(cloud),
                    strict_prices=False)
     spec, dry_run = plan.spec, flags["dry_run"]
@@ -92,8 +73,13 @@ def up(yes: bool, as_json: bool, **flags: Any) -> int:
     for line in plan.bounds:
         out.print(f"  {line}", highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
-    made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=_UpUI(out),  # the state recorded
-                          prices=plan.prices)
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import run_watch
+
+    # messages printed; the status line ticks with the resources created, planned and in flight
+    with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
+        made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui,  # the state recorded
+                              prices=plan.prices)
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

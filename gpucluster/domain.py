@@ -216,3 +216,9 @@ class Provider:
 
     def status(self, name: str) -> ClusterStatus | None:
         return None
+
+    def attach(self, name: str) -> Cluster | None:
+        """A cluster that is up and kept (`up`, `run --keep`), with what reaching it needs (keys,
+        kubeconfig), for `exec` and `ssh`; None when it does not exist. Only backends that create
+        clusters keep them: the default has none."""
+        return None

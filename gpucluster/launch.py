@@ -119,6 +119,13 @@ class Launcher:
       line each), read by the lifecycle once the job and its outputs are done.
     - `checks_nodes`: it runs the health check (`job.check`, gpucluster/health.py) before the job;
       a launcher that cannot is never given one (`health.spec_for` refuses `--check` for it).
+    - `leftovers(cluster, run_id)`: the run's processes still alive on the nodes (`Leftover`s), for
+      a job on a kept cluster (`exec`), whose teardown keeps the nodes; None: nothing to ask beyond
+      `cleanup_errors`.
+    - `connect(cluster, rank, command, forwards)`: `gpucluster ssh`: a shell (or `command`) on node
+      `rank` of a kept cluster, with local ports forwarded to the node (`Forward`); its exit code.
+    - `ssh_config(cluster, folder)`: `gpucluster ssh --ssh-config`: OpenSSH host aliases for the
+      nodes (the files it needs written under `folder`); the lines to add to ~/.ssh/config.
     """
 
     collects_outputs = False
@@ -136,6 +143,39 @@ class Launcher:
 
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[Any] | None:
         return None
+
+    def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
+        return None
+
+    def connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> int:
+        raise UsageError(f"{cluster.cloud} nodes cannot be reached with `gpucluster ssh`")
+
+    def ssh_config(self, cluster: Any, folder: Path) -> list[str]:
+        raise UsageError(f"{cluster.cloud} nodes are not reached over ssh: there is no ssh config to write")
+
+
+@dataclass(frozen=True)
+class Forward:
+    """`-L LOCAL:HOST:REMOTE`: this machine's 127.0.0.1:LOCAL to HOST:REMOTE as the node sees it."""
+
+    local: int
+    host: str
+    remote: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Forward":
+        parts = text.split(":")
+        if len(parts) == 2:
+            parts = [parts[0], "localhost", parts[1]]
+        ok = len(parts) == 3 and all(p.isdigit() and 0 < int(p) < 65536 for p in (parts[0], parts[2])) and bool(
+            re.fullmatch(r"[A-Za-z0-9.-]+", parts[1]))
+        if not ok:
+            raise UsageError(f"-L {text!r} is not allowed: LOCAL_PORT:HOST:REMOTE_PORT (ports 1-65535), e.g. "
+                             "-L 6006:localhost:6006")
+        return cls(int(parts[0]), parts[1], int(parts[2]))
+
+    def __str__(self) -> str:
+        return f"{self.local}:{self.host}:{self.remote}"
 
 
 # -- torchrun command line ------------------------------------------------------------------

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpucluster.domain import VERIFIED, Check
-
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
 from gpucluster.events import Phase
 from gpucluster.launch import JobResult, JobSpec
@@ -50,6 +49,8 @@ class RunUI(Protocol):
 
     def progress(self, text: str) -> None: ...
 
+    def stopping(self, signal_name: str) -> None: ...  # a stop signal: the first one, or a later one
+
 
 class QuietUI:
     def phase(self, name: str) -> None:
@@ -65,6 +66,9 @@ class QuietUI:
         pass
 
     def progress(self, text: str) -> None:
+        pass
+
+    def stopping(self, signal_name: str) -> None:
         pass
 
 
@@ -84,7 +88,6 @@ class RunOutcome:
     @property
     def teardown_verified(self) -> bool | None:
         return None if self.teardown in (None, "kept") else self.teardown == VERIFIED
-
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -119,9 +122,8 @@ class RunSignals:
         self.shielded = True
 
     def _handler(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
+        self.ui.stopping(signal.Signals(signum).name)  # the first: one line; a later one: what it waits for
         if self.shielded or self.received is not None:
-            self.ui.message(f"{name}: teardown in progress; it will finish (bounded) before gpucluster exits")
             return
         self.received = signum
         self.shielded = True
@@ -430,7 +432,6 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
         _quietly(rec.rec if isinstance(rec, _Quiet) else rec, rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.outputs import summary
-
         rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
         return problems
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs

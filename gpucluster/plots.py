@@ -84,45 +84,85 @@ def _gpu(rec: dict[str, Any], key: str, how: str = "mean") -> float | None:
     return sum(vals) / len(vals) if how == "mean" else sum(vals)
 
 
-def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title: str | None = None) -> Path:
-    """One line per node over time: CPU %, and where GPUs were read, GPU %, memory and power."""
+def _cpu_panel(nodes: dict[int, list[dict[str, Any]]]) -> tuple[str, str, float | None]:
+    """CPU as the node's own processes (cores busy) where the sampler read the node's process tree;
+    else the machine's busy %."""
+    if any(r.get("cpu_scope") == "node" and r.get("cpu_cores") is not None for recs in nodes.values() for r in recs):
+        return "cpu_cores", "CPU (cores busy, node's own processes)", None
+    return "cpu_percent", "CPU busy (% of the machine)", 105.0
+
+
+def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title: str | None = None, *,
+                     t0: float | None = None, phases: Sequence[tuple[str, float, float | None]] = ()) -> Path:
+    """One line per node over time: CPU, and where GPUs were read, GPU %, memory and power.
+
+    `t0`: the run's start, so the x axis is seconds since the run started (a short run's samples sit
+    where they happened, not stretched over a few milliseconds); `phases` (name, start, end or None)
+    are shaded behind, with their names. Every sample is a marker."""
+    return _save(utilisation_figure(records, title, t0=t0, phases=phases), path)
+
+
+def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = None, *, t0: float | None = None,
+                       phases: Sequence[tuple[str, float, float | None]] = ()) -> Any:
+    """The figure `utilisation_plot` saves (a matplotlib Figure)."""
     nodes = _series(records)
     if not nodes:
         raise UsageError("there are no utilisation records to plot (the run recorded no 'util' metrics)")
-    t0 = min(recs[0]["time"] for recs in nodes.values())
+    first = min(recs[0]["time"] for recs in nodes.values())
+    base = first if t0 is None else float(t0)
     has_gpu = any(_gpu(r, "util") is not None for recs in nodes.values() for r in recs)
-    panels = [("cpu_percent", "CPU busy (%)", None)]
+    cpu_key, cpu_label, cpu_top = _cpu_panel(nodes)
+    panels = [(cpu_key, cpu_label, None)]
     if has_gpu:
         panels += [("util", "GPU utilisation (%, mean of node's GPUs)", "mean"),
                    ("mem_used_mib", "GPU memory used (MiB, node total)", "sum"),
                    ("power_w", "GPU power (W, node total)", "sum")]
     plt = _plt()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels) + 0.8), sharex=True, squeeze=False)
+    last = max(recs[-1]["time"] for recs in nodes.values()) - base
+    ends = [e for _, _, e in phases if e is not None]
+    right = max([last, *ends]) if phases else last
     for ax, (key, label, how) in zip(axes[:, 0], panels):
+        for i, (name, start, end) in enumerate(phases):
+            stop = right if end is None else end
+            ax.axvspan(start, stop, color="0.92" if i % 2 else "0.85", zorder=0, lw=0)
         for node, recs in sorted(nodes.items()):
             xs, ys = [], []
             for r in recs:
                 y = r.get(key) if how is None else _gpu(r, key, how)
                 if y is not None:
-                    xs.append(r["time"] - t0)
+                    xs.append(r["time"] - base)
                     ys.append(y)
             if xs:
-                ax.plot(xs, ys, marker="o", markersize=3, color=COLORS[node % len(COLORS)], label=f"node {node}")
+                ax.plot(xs, ys, marker="o", markersize=5, linewidth=1.2, color=COLORS[node % len(COLORS)],
+                        label=f"node {node}", zorder=3)
         ax.set_ylabel(label, fontsize=8)
         if key in ("cpu_percent", "util"):
-            ax.set_ylim(0, 105)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    axes[-1, 0].set_xlabel("seconds since the first sample")
+            ax.set_ylim(0, 105 if key == "util" else (cpu_top or 105))
+        elif key == "cpu_cores":  # at least one core's height: a quiet node reads as quiet
+            ax.set_ylim(0, max(1.05, ax.get_ylim()[1]))
+        else:
+            ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, zorder=1)
+        ax.legend(fontsize=7, loc="upper right")
+    pad = max(0.5, 0.03 * right)
+    axes[0, 0].set_xlim(min(0.0, first - base) - pad if phases else -pad, right + pad)
+    top = axes[0, 0]
+    for name, start, end in phases:  # the phase names across the top panel
+        stop = right if end is None else end
+        if stop - start >= 0.04 * (right + 2 * pad):
+            top.text((start + stop) / 2, 1.01, name, transform=top.get_xaxis_transform(), ha="center",
+                     va="bottom", fontsize=7, color="0.3")
+    axes[-1, 0].set_xlabel("seconds since the run started" if t0 is not None else "seconds since the first sample")
     head = title or "utilisation"
     if not has_gpu:
         head += " (no GPU readings: no NVIDIA GPU or NVML on these nodes)"
-    axes[0, 0].set_title(head, fontsize=9)
-    return _save(fig, path)
+    axes[0, 0].set_title(head, fontsize=9, pad=14 if phases else 6)
+    return fig
 
 
 def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
-    """`gpucluster show RUN --plot FILE.png`: the run's utilisation over time."""
+    """`gpucluster show RUN --plot FILE.png`: the run's utilisation over time, its phases behind."""
     path = check_plot_file(path, "--plot file")
     run = ledger.get_run(run_id)
     if run is None:
@@ -131,7 +171,11 @@ def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
     if not records:
         raise UsageError(f"run {run.id} has no utilisation records to plot (it ran before sampling existed, "
                          "or GPUCLUSTER_UTIL_INTERVAL=0)")
-    return utilisation_plot(records, path, title=f"run {run.id}: {run.run.nodes} node(s), {run.run.workload or ''}")
+    t0 = float(run.run.created_at or min(r["time"] for r in records if r.get("time") is not None))
+    phases = [(p.name, float(p.started_at) - t0, None if p.ended_at is None else float(p.ended_at) - t0)
+              for p in run.phases if p.started_at is not None]
+    return utilisation_plot(records, path, title=f"run {run.id}: {run.run.nodes} node(s), {run.run.workload or ''}",
+                            t0=t0, phases=phases)
 
 
 # -- scaling ---------------------------------------------------------------------------------

@@ -154,6 +154,9 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
                 ledger.add_metrics(rid, [(None, {"kind": ACKNOWLEDGED, "time": time.time(), "unwitnessed": lines,
                                                  "by": by})])
         verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
+        from gpucluster.kept import forget_access
+
+        forget_access(name)  # `ssh --ssh-config` files: the host aliases, pinned keys and the key copy
         return Downed(verdict, check, ExitCode.OK)
     for rid in {r["run_id"] for r in ledger.open_resources(name)} | had_open:
         ledger.set_teardown(rid, check.verdict, verdict["leftovers"], verdict["unchecked"])

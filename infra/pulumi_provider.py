@@ -322,6 +322,11 @@ class PulumiProvider(Provider):
         public = {k: v for k, v in outputs.items() if k not in ("ssh_private_key", "kubeconfig")}
         return ClusterStatus(name, self.cloud, "up", nodes, public)
 
+    def attach(self, name: str) -> Cluster | None:
+        """From the stack's outputs, secrets included (the SSH key, the kubeconfig): `exec`, `ssh`."""
+        outputs = self.driver.outputs(name)
+        return None if outputs is None else self.provisioner.cluster_from_outputs(outputs)
+
     # -- helpers -----------------------------------------------------------------------------------
     def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
         scope = self.plugin.spec.scan_scope(spec)

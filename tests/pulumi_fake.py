@@ -71,7 +71,7 @@ class FakePulumiCommand:
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
                  fail_up_times: int | None = None, provider_max_retries: int | None = None,
-                 before_up=None, persist: bool = False):
+                 before_up=None, persist: bool = False, step_delay_s: float = 0.0):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -92,6 +92,11 @@ class FakePulumiCommand:
         self.persist = persist
         self.salts: dict[str, str] = {}  # stack -> the passphrase provider's "v1:salt:check" (its state)
         self.fail_up_times = fail_up_times  # with fail_up_after: only the first N ups fail
+        # seconds each resource step takes: the engine reports a resource's outputs only once the
+        # provider has created (or deleted) it, and cloud resources take seconds to minutes (an EC2
+        # instance is "pending" before "running": https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+        # ec2-instance-lifecycle.html); 0: every event at once (the old, kinder fake)
+        self.step_delay_s = step_delay_s
         # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
         # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863).
         # Its `max_retries` (the program's provider setting; default 25) becomes the SDK's
@@ -139,11 +144,20 @@ class FakePulumiCommand:
 
             with grpc.insecure_channel(target[len("tcp://"):]) as channel:
                 stub = events_pb2_grpc.EventsStub(channel)
-                stub.StreamEvents(iter([events_pb2.EventRequest(event=json.dumps(e)) for e in stamped]))
+                stub.StreamEvents(events_pb2.EventRequest(event=json.dumps(e)) for e in self._paced(stamped))
             return
         with open(target, "a", encoding="utf-8") as fh:
-            for e in stamped:
+            for e in self._paced(stamped, fh.flush):
                 fh.write(json.dumps(e) + "\n")
+
+    def _paced(self, events: list[dict[str, Any]], flush: Any = None) -> Any:
+        """The events, each resource's outputs `step_delay_s` after the step began."""
+        for e in events:
+            if self.step_delay_s and ("resOutputsEvent" in e or "diagnosticEvent" in e):
+                if flush is not None:
+                    flush()
+                time.sleep(self.step_delay_s)
+            yield e
 
     def _step(self, kind: str, op: str, type_: str, name: str, rid: str, stack: str) -> dict[str, Any]:
         urn = f"urn:pulumi:{stack}::gpucluster::{type_}::{name}"

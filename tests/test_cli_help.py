@@ -59,7 +59,8 @@ HEAVY = ("torch", "boto3", "botocore", "pulumi", "pulumi_aws", "pulumi_gcp", "go
          # no command module either: --help is printed from the lazy group's table
          "gpucluster.cli.run", "gpucluster.cli.runs", "gpucluster.cli.up", "gpucluster.cli.down",
          "gpucluster.cli.gc", "gpucluster.cli.doctor", "gpucluster.cli.status", "gpucluster.cli.logs",
-         "gpucluster.cli.sweep", "gpucluster.cli.cost", "gpucluster.lifecycle", "gpucluster.spec")
+         "gpucluster.cli.sweep", "gpucluster.cli.cost", "gpucluster.cli.kept", "gpucluster.lifecycle",
+         "gpucluster.spec")
 
 
 def test_help_imports_nothing_heavy():

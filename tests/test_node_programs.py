@@ -21,6 +21,7 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.aws.user_data", "SETUP_TORCH_SCRIPT"): "infra/aws/node_setup_torch.sh",
     ("gpucluster.infra.aws.user_data", "DEADMAN_SCRIPT"): "infra/aws/node_deadman.sh",
     ("gpucluster.infra.aws.user_data", "READY_SCRIPT"): "infra/aws/node_ready.sh",
+    ("gpucluster.infra.aws.user_data", "IDLE_SCRIPT"): "infra/aws/node_idle.py",
     ("gpucluster.infra.gcp.k8s_plan", "ENTRYPOINT"): "infra/gcp/pod_entry.py",
     ("gpucluster.infra.gcp.k8s_plan", "WAITER"): "infra/gcp/pod_wait.py",
     ("gpucluster.infra.gcp.k8s_plan", "KEEPER_PROGRAM"): "infra/gcp/pod_keeper.py",

@@ -125,3 +125,46 @@ def test_report_survives_a_size_where_every_run_failed(tmp_path):
     assert "| 2 | CPU | 0/1 |" in text
     for p in (tmp_path / "r").glob("*.png"):
         assert_sensible_png(p)
+
+
+def test_a_short_run_is_drawn_in_the_run_s_time_with_its_phases():
+    """A run of 15 s whose two nodes sampled 0.007 s apart once each (the sampler's stop sample):
+    the x axis spans the run, not 0.007 s; every sample is a marker; the phases are named."""
+    import matplotlib.pyplot as plt
+
+    from gpucluster.plots import utilisation_figure
+
+    t0 = 1000.0
+    recs = [{"kind": "util", "time": t0 + 12.300, "node_rank": 0, "cpu_cores": 0.9, "cpu_percent": 45.0,
+             "cpu_scope": "node", "gpu": []},
+            {"kind": "util", "time": t0 + 12.307, "node_rank": 1, "cpu_cores": 0.1, "cpu_percent": 5.0,
+             "cpu_scope": "node", "gpu": []}]
+    phases = [("provision", 0.0, 0.1), ("rendezvous", 0.2, 11.8), ("train", 11.8, 13.9), ("teardown", 14.0, 15.2)]
+    fig = utilisation_figure(recs, "short", t0=t0, phases=phases)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo <= 0 and hi >= 15.2
+    assert fig.axes[-1].get_xlabel() == "seconds since the run started"
+    assert "cores busy" in ax.get_ylabel()
+    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("node")]
+    assert [ln.get_marker() for ln in lines] == ["o", "o"]
+    assert [float(ln.get_xdata()[0]) for ln in lines] == pytest.approx([12.300, 12.307])
+    assert {"rendezvous", "train"} <= {t.get_text() for t in ax.texts}
+    plt.close(fig)
+
+
+def test_the_cost_plot_draws_one_bar_per_run_and_no_line():
+    import matplotlib.pyplot as plt
+
+    from gpucluster.costing.report import report_figure
+
+    rep = {"total": "3.5", "runs": [
+        {"run_id": f"r20261126-00000{i}-aaaaaa", "cloud": c, "cost": str(v), "wall_s": w, "still_billing": i == 2}
+        for i, (c, v, w) in enumerate([("aws", 1.0, 600), ("gcp", 2.0, 1200), ("aws", 0.5, 60)])]}
+    fig = report_figure(rep)
+    top, bottom = fig.axes
+    assert len(top.patches) == 3 and len(bottom.patches) == 3
+    assert top.get_lines() == [] and bottom.get_lines() == []  # unrelated runs are never joined
+    assert [t.get_text() for t in bottom.get_xticklabels()] == [r["run_id"] for r in rep["runs"]]
+    assert any(t.get_text() == "still billing" for t in top.texts)
+    plt.close(fig)

@@ -229,3 +229,54 @@ def test_workload_hook_runs_on_local_rank_0_only(fake_nvml, monkeypatch):
     assert len(recs) >= 2 and all(r["kind"] == "util" and r["node_rank"] == 5 for r in recs)
     monkeypatch.setenv("GPUCLUSTER_UTIL_INTERVAL", "0")
     assert common.start_sampler(ctx(0)) is None
+
+
+def test_tree_meter_counts_the_node_s_own_processes_not_the_machine_s(tmp_path):
+    """Two "nodes" on one machine: each node's CPU is its own process tree. A busy process outside the
+    tree (another node) does not show in this node's reading; a busy grandchild inside it does."""
+    burn = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass\n"
+    idle_root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    busy_root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                                  f"subprocess.run([sys.executable, '-c', {burn!r}])"])
+    try:
+        quiet, busy = sampler_mod.TreeCpuMeter(idle_root.pid), sampler_mod.TreeCpuMeter(busy_root.pid)
+        machine = sampler_mod.CpuMeter()
+        time.sleep(1.5)
+        q_cores, q_pct = quiet.read()
+        b_cores, b_pct = busy.read()
+        whole = machine.percent()
+        # the grandchild's loop: up to one core (less on a loaded machine); the sleeper: next to nothing
+        assert q_cores is not None and q_cores < 0.05, q_cores
+        assert b_cores is not None and b_cores > 0.2, b_cores
+        assert b_pct == pytest.approx(min(100.0, 100 * b_cores / (os.cpu_count() or 1)), abs=0.2)
+        assert whole is not None and whole > q_pct + 10  # the machine's reading counts the other tree too
+    finally:
+        for p in (idle_root, busy_root):
+            p.kill()
+            p.wait()
+    gone = sampler_mod.TreeCpuMeter(idle_root.pid)
+    assert gone.read() == (None, None)  # the tree is gone: unknown, not zero
+
+
+def test_tree_meter_reads_proc_without_psutil(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 2\nwhile time.monotonic() < end: pass\n"])
+    try:
+        meter = sampler_mod.TreeCpuMeter(child.pid)
+        time.sleep(1.0)
+        cores, _ = meter.read()
+        assert cores is not None and cores > 0.2
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_short_job_gets_several_samples(fake_nvml):
+    """The first samples come sooner than the interval (0.25 s, 0.5 s, ...): a job of about a second
+    is drawn from several points, not one."""
+    recs, emit = collect()
+    s = Sampler(interval=1.0, emit_fn=emit, root_pid=os.getpid()).start()
+    time.sleep(1.0)
+    s.stop()
+    assert len(recs) >= 3, len(recs)
+    assert all(r["cpu_scope"] == "node" and "cpu_cores" in r for r in recs)

@@ -168,7 +168,8 @@ def start_sampler(ctx: Ctx) -> "Sampler | None":
     interval = interval_from_env()
     if ctx.local_rank != 0 or interval <= 0:
         return None
-    return Sampler(node_rank=ctx.node_rank, interval=interval).start()
+    # the node's own processes: this worker's torchrun agent (its parent) and everything under it
+    return Sampler(node_rank=ctx.node_rank, interval=interval, root_pid=os.getppid()).start()
 
 
 def save_checkpoint(ctx: Ctx, reason: str = "epoch", **state) -> None:

@@ -11,7 +11,8 @@ Record kinds (all carry "kind", "rank" and "time", a Unix timestamp):
             (global), epoch_time_s, plus timing splits where measured: compute_s, comm_s, data_s
 - "step":   epoch, step, loss (sparse progress, e.g. every N steps on rank 0)
 - "checkpoint": epoch, step, bytes, seconds (the process that saved $GPUCLUSTER_OUTPUT_DIR/checkpoint.pt)
-- "util":   node_rank, gpu (list of {index, util, mem_used_mib, mem_total_mib, power_w}), cpu_percent
+- "util":   node_rank, gpu (list of {index, util, mem_used_mib, mem_total_mib, power_w}), cpu_percent,
+            cpu_scope ("node": the node's own processes, also as cpu_cores; "machine": the whole machine)
 - "final":  written by EVERY rank before destroy_process_group(): epochs, loss, accuracy,
             train_time_s, samples_per_s, samples_seen (this rank), ok
 """

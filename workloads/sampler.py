@@ -101,6 +101,80 @@ class CpuMeter:
         return self._previous
 
 
+class TreeCpuMeter:
+    """CPU used by one process tree (a node's own processes: its torchrun agent, or its supervisor, and
+    every descendant) since the previous call, as cores busy and as % of this machine's cores. Where
+    several "nodes" share one machine (the local backend), each node's line is its own processes, not
+    the machine's. psutil when installed, else /proc (Linux); None where neither can read the tree.
+
+    A process's CPU time includes that of the children it has waited for (cutime/cstime, psutil's
+    children_user/children_system), so a worker that exits and is reaped inside the tree still counts."""
+
+    def __init__(self, root: int) -> None:
+        self.root = int(root)
+        self.cpus = os.cpu_count() or 1
+        self._last = (time.monotonic(), self._seconds())
+        self._previous: tuple[float | None, float | None] = (None, None)
+
+    def _seconds(self) -> float | None:
+        try:
+            import psutil
+        except ImportError:
+            return self._proc_seconds()
+        try:
+            top = psutil.Process(self.root)
+            procs = [top, *top.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue  # ended between the listing and the reading
+            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        return total
+
+    def _proc_seconds(self) -> float | None:
+        try:
+            tick = float(os.sysconf("SC_CLK_TCK"))
+            pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+        except (OSError, ValueError, AttributeError):
+            return None
+        parent: dict[int, int] = {}
+        ticks: dict[int, float] = {}
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            parent[pid] = int(fields[1])  # after the command: state, ppid, ..., utime (12), stime, cutime, cstime
+            ticks[pid] = sum(float(v) for v in fields[11:15])
+        if self.root not in ticks:
+            return None
+        tree, todo = set(), [self.root]
+        while todo:
+            pid = todo.pop()
+            tree.add(pid)
+            todo += [c for c, pp in parent.items() if pp == pid and c not in tree]
+        return sum(ticks[p] for p in tree) / tick
+
+    def read(self) -> tuple[float | None, float | None]:
+        """(cores busy, % of the machine's cores) since the previous call."""
+        now, cpu = time.monotonic(), self._seconds()
+        then, before = self._last
+        if cpu is None or before is None:
+            self._last = (now, cpu)
+            return (None, None)
+        if now - then < 0.02:  # too soon to tell: the last reading
+            return self._previous
+        cores = max(0.0, cpu - before) / (now - then)  # a process that left the tree unreaped: not negative
+        self._last = (now, cpu)
+        self._previous = (round(cores, 2), round(min(100.0, 100.0 * cores / self.cpus), 1))
+        return self._previous
+
+
 # -- GPU ------------------------------------------------------------------------------------
 def _visible(index: int, uuid: str | None, visible: str | None) -> bool:
     if visible is None:
@@ -191,11 +265,13 @@ class Sampler:
 
     def __init__(self, node_rank: int = 0, interval: float = DEFAULT_INTERVAL, *, nvml: Any = None,
                  visible: str | None = None, emit_fn: Callable[..., None] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, root_pid: int | None = None) -> None:
         self.node_rank = node_rank
         self.interval = max(0.05, float(interval))
         self.emit = emit_fn or emit
         self.extra = dict(extra or {})
+        # root_pid: the node's own processes (that tree); None: the whole machine
+        self.tree = TreeCpuMeter(root_pid) if root_pid is not None else None
         self.cpu = CpuMeter()
         self.gpu = GpuMeter(nvml=nvml, visible=visible)
         self.count = 0
@@ -205,15 +281,23 @@ class Sampler:
 
     def sample(self) -> dict[str, Any]:
         """Take one reading and emit it; returns the fields written."""
-        fields: dict[str, Any] = {"node_rank": self.node_rank, "gpu": self.gpu.read(),
-                                  "cpu_percent": self.cpu.percent(), **self.extra}
+        fields: dict[str, Any] = {"node_rank": self.node_rank, "gpu": self.gpu.read()}
+        if self.tree is not None:
+            fields["cpu_cores"], fields["cpu_percent"] = self.tree.read()
+            fields["cpu_scope"] = "node"  # the node's processes, as % of the machine's cores
+        else:
+            fields["cpu_percent"], fields["cpu_scope"] = self.cpu.percent(), "machine"
+        fields.update(self.extra)
         with self._lock:
             self.emit("util", **fields)
             self.count += 1
         return fields
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        # a short job still gets several points: the first samples come sooner (0.25 s, 0.5 s, ...)
+        wait = min(self.interval, 0.25)
+        while not self._stop.wait(wait):
+            wait = min(self.interval, wait * 2)
             try:
                 self.sample()
             except Exception:  # never take training down for a metric
@@ -245,7 +329,8 @@ class Sampler:
 
 
 def sampler_argv(python: str, node_rank: int, run_id: str | None = None,
-                 interval: float = DEFAULT_INTERVAL, workload_dir: str | None = None) -> list[str]:
+                 interval: float = DEFAULT_INTERVAL, workload_dir: str | None = None,
+                 root_pid: int | None = None) -> list[str]:
     """The command line a launcher starts beside a user's script on each node (argv list).
 
     With `workload_dir` (a copy of this folder shipped to the node) it runs sampler.py from
@@ -255,6 +340,8 @@ def sampler_argv(python: str, node_rank: int, run_id: str | None = None,
     argv = [python, *prog, "--node-rank", str(int(node_rank)), "--interval", f"{float(interval):g}"]
     if run_id:
         argv += ["--run-id", run_id]
+    if root_pid is not None:
+        argv += ["--root-pid", str(int(root_pid))]
     return argv
 
 
@@ -266,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the run this sampler belongs to (recorded on every record)")
     p.add_argument("--interval", type=float, default=interval_from_env(), help="seconds between samples")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--root-pid", type=int, default=None,
+                   help="CPU of this process and its descendants (the node's own processes) instead of the machine's")
     args = p.parse_args(argv)
     if args.interval <= 0:
         return 0
@@ -281,9 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     parent = os.getppid()
     deadline = time.monotonic() + args.duration if args.duration else None
-    sampler = Sampler(node_rank=args.node_rank, interval=args.interval, extra=extra)
+    sampler = Sampler(node_rank=args.node_rank, interval=args.interval, extra=extra, root_pid=args.root_pid)
+    wait = min(sampler.interval, 0.25)  # as the thread does: early points for a short job
     try:
-        while not stop.wait(sampler.interval):
+        while not stop.wait(wait):
+            wait = min(sampler.interval, wait * 2)
             sampler.sample()
             if os.getppid() != parent:  # the launcher went away: do not outlive it
                 break

@@ -100,7 +100,16 @@ def report_csv(rep: Mapping[str, Any]) -> str:
 
 
 def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
-    """A PNG with cost (bars) and wall time (line) per run. Needs matplotlib (the `plot` extra)."""
+    """A PNG of what each run cost (top) and how long it ran (bottom), one bar per run in the order they
+    started, coloured by cloud: separate runs are separate bars, never points joined by a line.
+    Needs matplotlib (the `plot` extra)."""
+    from gpucluster.plots import save_png
+
+    return save_png(report_figure(rep), path, "--plot file", format="png")
+
+
+def report_figure(rep: Mapping[str, Any]) -> Any:
+    """The figure `plot_report` saves (a matplotlib Figure)."""
     from gpucluster.errors import require
 
     matplotlib = require("matplotlib", "plot")
@@ -110,16 +119,26 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     runs = rep["runs"]
     if not runs:
         raise UsageError("no runs to plot (check --since / --cloud)")
-    labels = [r["run_id"][-12:] for r in runs]
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(runs) + 2), 4))
-    ax.bar(range(len(runs)), [float(r["cost"]) for r in runs], color="tab:blue")
-    ax.set_ylabel("cost (USD)")
-    ax.set_xticks(range(len(runs)), labels, rotation=45, ha="right", fontsize=7)
-    ax2 = ax.twinx()
-    ax2.plot(range(len(runs)), [r["wall_s"] or 0 for r in runs], color="tab:red", marker="o")
-    ax2.set_ylabel("wall time (s)")
-    ax.set_title(f"gpucluster runs: total {money(rep['total']).replace(',', '')}")
-    fig.tight_layout()
-    from gpucluster.plots import save_png
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    clouds = list(dict.fromkeys(r["cloud"] for r in runs))
+    colors = [palette[clouds.index(r["cloud"]) % len(palette)] for r in runs]
+    xs = list(range(len(runs)))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.5, 0.45 * len(runs) + 2.5), 5.6), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    top.bar(xs, [float(r["cost"]) for r in runs], color=colors)
+    top.set_ylabel("cost (USD)")
+    billing = [i for i, r in enumerate(runs) if r["still_billing"]]
+    for i in billing:  # not final: something of it may still bill
+        top.annotate("still billing", (i, float(runs[i]["cost"])), ha="center", va="bottom", fontsize=6, color="red")
+    top.set_title(f"gpucluster runs: total {money(rep['total']).replace(',', '')}", fontsize=10)
+    bottom.bar(xs, [(r["wall_s"] or 0) / 60 for r in runs], color=colors, alpha=0.75)
+    bottom.set_ylabel("wall time (min)")
+    bottom.set_xticks(xs, [r["run_id"] for r in runs], rotation=60, ha="right", fontsize=8 if len(runs) <= 20 else 6)
+    for ax in (top, bottom):
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    from matplotlib.patches import Patch
 
-    return save_png(fig, path, "--plot file", format="png")
+    top.legend(handles=[Patch(color=palette[i % len(palette)], label=c) for i, c in enumerate(clouds)], fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -176,12 +176,28 @@ def efa_requested(spec: "ClusterSpec") -> bool:
     return flag(spec, "efa")
 
 
+def idle_minutes(spec: "ClusterSpec") -> int | None:
+    """Option idleMinutes: a whole number of minutes from 1 to the max lifetime, or None."""
+    value = option(spec, "idleMinutes")
+    if value in (None, ""):
+        return None
+    allowed = f"a whole number of minutes from 1 to the max lifetime ({spec.max_lifetime_minutes})"
+    try:
+        minutes = int(str(value).strip())
+    except ValueError:
+        raise SpecError(not_allowed("idle minutes", value, allowed)) from None
+    if not 1 <= minutes <= spec.max_lifetime_minutes:
+        raise SpecError(not_allowed("idle minutes", value, allowed))
+    return minutes
+
+
 # Options the AWS component understands (camelCase as in stack config; snake_case also works).
 OPTIONS = (
     "allowOpenSsh",
     "allowUnlistedRegion",
     "ami",
     "efa",
+    "idleMinutes",  # `up --idle-minutes N`: the nodes power off after N minutes without a job (node_idle.py)
     "image",
     "s3Read",  # s3:// URLs the nodes may read (set by `run --data s3://...`; infra/aws/s3.py)
     "s3Write",  # s3:// URLs the nodes may write (set by `run --output s3://...`)
@@ -203,6 +219,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
             raise SpecError(not_allowed("aws option", key, list(OPTIONS)))
 
     itype = instance_type_of(spec)
+    idle_minutes(spec)  # checked here, before anything is declared
     if spec.instance_type is None:
         warnings.append(f"no instance type given: using {DEFAULT_INSTANCE_TYPE}")
 

@@ -256,6 +256,7 @@ class GpuCluster(pulumi.ComponentResource):
                         host_private_key=keys[0],
                         host_public_key=keys[1],
                         setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
+                        idle_minutes=catalog.idle_minutes(spec),
                     )
                 )
             )

@@ -2,7 +2,8 @@
 
 `render_user_data(...)` writes, for one node: its ed25519 host key (so the launcher pins host keys
 instead of trusting on first use), a dead-man switch armed on every boot (power off, hence
-terminate, at first boot + max lifetime: `DEADMAN_SCRIPT`, `DEADMAN_UNIT`), with option
+terminate, at first boot + max lifetime: `DEADMAN_SCRIPT`, `DEADMAN_UNIT`), with option idleMinutes
+an idle stop (`IDLE_SCRIPT`, `IDLE_UNIT`: power off after that long without a job), with option
 `image=base` a step that installs torch at the PyTorch DLAMI's python path (`SETUP_TORCH_SCRIPT`),
 and the readiness check that writes `READY_FILE` after counting the GPUs (`READY_SCRIPT`). Used by
 the Pulumi component (`infra.aws.component`) and the dry run.
@@ -59,6 +60,27 @@ ExecStart={DEADMAN_SCRIPT_PATH}
 WantedBy=multi-user.target
 """
 
+# Idle stop (`up --idle-minutes N`, option idleMinutes): a watcher on every node powers it off after N
+# minutes without a gpucluster job (node_idle.py: a process carrying GPUCLUSTER_RUN_ID, or a user's ssh
+# session); powering off terminates the instance, as the dead-man switch does. Restarted if it stops.
+IDLE_SCRIPT_PATH = "/usr/local/sbin/gpucluster-idle"
+IDLE_UNIT = "gpucluster-idle.service"
+IDLE_SCRIPT = _program("node_idle.py")
+IDLE_UNIT_TEXT = f"""\
+[Unit]
+Description=gpucluster idle stop: power off after @MINUTES@ minutes without a gpucluster job
+Wants=dbus.service
+After=dbus.service systemd-logind.service
+
+[Service]
+ExecStart=/usr/bin/python3 {IDLE_SCRIPT_PATH} --minutes @MINUTES@ --ssh-sessions
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 # Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
 # with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
 READY_SCRIPT = _program("node_ready.sh")
@@ -81,6 +103,7 @@ def render_user_data(
     host_private_key: str,
     host_public_key: str,
     setup_torch: bool = False,
+    idle_minutes: int | None = None,
 ) -> str:
     """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
     keys = {
@@ -93,6 +116,7 @@ def render_user_data(
         },
         "runcmd": [
             ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
+            *([["systemctl", "enable", "--now", "--no-block", IDLE_UNIT]] if idle_minutes else []),
             *([[SETUP_TORCH_PATH]] if setup_torch else []),
             [READY_SCRIPT_PATH, str(int(rank))],
         ],
@@ -100,13 +124,14 @@ def render_user_data(
     return (
         "#cloud-config\n"
         + _dump(keys)
-        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes), bool(setup_torch))
+        + _node_independent_config(cluster, int(expected_gpus), int(max_lifetime_minutes), bool(setup_torch),
+                                   int(idle_minutes or 0))
     )
 
 
 @functools.lru_cache(maxsize=32)
 def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minutes: int,
-                             setup_torch: bool = False) -> str:
+                             setup_torch: bool = False, idle_minutes: int = 0) -> str:
     """The part of the cloud-config every node shares (rendered once per cluster)."""
     setup = [{
         "path": SETUP_TORCH_PATH,
@@ -114,6 +139,10 @@ def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minu
         "owner": "root:root",
         "content": _fill(SETUP_TORCH_SCRIPT, python=catalog.NODE_PYTHON),
     }] if setup_torch else []
+    if idle_minutes:
+        setup += [{"path": IDLE_SCRIPT_PATH, "permissions": "0755", "owner": "root:root", "content": IDLE_SCRIPT},
+                  {"path": f"/etc/systemd/system/{IDLE_UNIT}", "permissions": "0644", "owner": "root:root",
+                   "content": _fill(IDLE_UNIT_TEXT, minutes=idle_minutes)}]
     return _dump(
         {
             "write_files": [

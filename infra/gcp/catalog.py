@@ -190,6 +190,13 @@ def resolve(spec: Any) -> Any:
 
 def validate_spec(spec: Any) -> list[str]:
     """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
+    if any(k in ("idleMinutes", "idle_minutes") for k, _ in spec.options):
+        # the cluster autoscaler removes a node unneeded for --scale-down-unneeded-time (10 min by default,
+        # kubernetes/autoscaler cluster-autoscaler/FAQ.md); GKE sets it, not gpucluster
+        raise SpecError("--idle-minutes (option idleMinutes) is not available with gcp: a kept cluster's GPU pool "
+                        "already scales to zero about 10 minutes after the last job's pods end (GKE's cluster "
+                        "autoscaler; the defaults autoscale=true, minNodes=0); the system node and the cluster "
+                        "keep billing until `gpucluster down`")
     if spec.accelerator is not None and spec.accelerator not in ACCELERATORS:
         raise SpecError(not_allowed("accelerator", spec.accelerator, ACCELERATORS))
     if spec.gpus_per_node is not None and (

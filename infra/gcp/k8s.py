@@ -214,6 +214,14 @@ class KubernetesLauncher(Launcher):
             created.delete_all()
             self.cleanup_errors = list(created.errors)
 
+    def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
+        """`gpucluster ssh` on a GKE cluster (a shell through the exec API, ports through the portforward
+        API) is not built yet: said, with the kubectl commands that do it (`Launcher.connect`)."""
+        raise UsageError(
+            "`gpucluster ssh` is not available for gcp clusters yet: use kubectl with the cluster's kubeconfig (its "
+            f"stack's secret output `kubeconfig`): `kubectl get pods -n {self.namespace}`, then `kubectl exec -it "
+            "POD -- sh` or `kubectl port-forward POD 6006:6006` for a pod of a running job")
+
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)
         if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials

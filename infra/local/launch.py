@@ -315,7 +315,8 @@ class LocalLauncher(Launcher):
                     # environment, so stop() finds it; its exit code is not the node's.
                     from gpucluster.workloads.sampler import sampler_argv
 
-                    sampler = subprocess.Popen(sampler_argv(self.own_python, node.rank, run_id=job.run_id),
+                    sampler = subprocess.Popen(sampler_argv(self.own_python, node.rank, run_id=job.run_id,
+                                                            root_pid=proc.pid),  # CPU: this node's tree only
                                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                stderr=subprocess.DEVNULL, env=env, cwd=self.cwd,
                                                start_new_session=True)

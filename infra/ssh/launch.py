@@ -57,6 +57,7 @@ from gpucluster.health import HealthCheckFailed
 from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local, watched
 from .remote import RESOLVE_PYTHON
 from .session import NodeReadiness, Session, node_label, sh
+from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
 from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
@@ -84,7 +85,7 @@ class _Held:
 PORT_PY = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
 
 
-class SshLauncher(Launcher):
+class SshLauncher(NodeAccess, Launcher):
     """Launcher over OpenSSH for clusters of reachable machines (`ssh` and `aws` backends).
 
     identity: private key file (`ssh -i`, IdentitiesOnly); default: the cluster's own key when it

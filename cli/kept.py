@@ -1,0 +1,148 @@
+"""`gpucluster exec` (the next job on a kept cluster) and `gpucluster ssh` (a shell, a command or a
+tunnel to one of its nodes; `--ssh-config` host aliases)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gpucluster.cli import common
+from gpucluster.cli.complete import complete_cluster
+from gpucluster.cli.options import options
+from gpucluster.errors import UsageError, not_allowed
+
+JOB_OPTIONS = ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "max_restarts",
+               "max_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "quiet",
+               "as_json", "check")
+
+
+@click.command("exec")
+@click.argument("cluster", shell_complete=complete_cluster)
+@options(*JOB_OPTIONS, as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **flags: Any) -> int:
+    """Run a new job on a kept cluster (`up`, `run --keep`): its own run, no teardown.
+
+    The job is recorded as a run of its own on the cluster; --data goes through the nodes' cache
+    (what they hold already is not sent again); outputs come back as with `run`; the cluster stays
+    up (and keeps billing) until `gpucluster down CLUSTER`.
+
+    \b
+    Examples:
+      gpucluster exec demo -- python train.py --epochs 3
+      gpucluster exec demo --workload digits --epochs 2 --data ./data
+    """
+    from gpucluster.cli.run import report
+    from gpucluster.infra.registry import plugin, provisioning
+    from gpucluster.kept import Attached, attach, check_fits, close_processes, find
+    from gpucluster.lifecycle import execute
+    from gpucluster.prepare import Request, open_ledger, prepare
+    from gpucluster.spec import ClusterSpec
+
+    if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
+        flags["check"] = False
+    ledger = open_ledger()
+    kept = find(ledger, cluster)
+    spec = ClusterSpec.from_dict(kept.spec)
+    chosen = plugin(kept.cloud)
+    fits = check_fits(kept, None if flags["max_minutes"] is None else flags["max_minutes"] * 60)
+    req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
+                  region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
+                  disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
+                  options=tuple(f"{k}={v}" for k, v in spec.options), command=command,
+                  provisioning=provisioning(), **flags)
+    plan = prepare(req, chosen)
+    granted = dict(spec.options)
+    asked = {k: v for k, v in plan.spec.options if granted.get(k) != v}  # e.g. object access for a new URL
+    if asked:
+        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(f'{k}={v}' for k, v in asked.items())}: "
+                         "what its nodes may reach is fixed when it is created; give only what it was created "
+                         "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
+    # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
+    plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
+    cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
+    out = common.console(stderr=as_json)
+    job = plan.job
+    out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({len(cluster_.nodes)} node(s) on {kept.cloud}, "
+              f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)
+    for line in [*plan.notes, *([fits] if fits else [])]:
+        out.print(f"  note: {line}", highlight=False)
+    for line in plan.described:
+        out.print(f"  {line}", highlight=False)
+    from gpucluster.cli.render import RichRunUI
+
+    with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
+        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher, ui=ui,
+                          keep=True, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
+    forced, said = close_processes(ledger, plan.launcher, cluster_, outcome.run_id)
+    report(out, ledger.get_run(outcome.run_id), as_json)
+    if said:
+        click.echo(f"gpucluster: {said}", err=True)
+    out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`",
+              highlight=False)
+    if outcome.record_error:
+        from gpucluster.recording import record_line
+
+        click.echo(f"gpucluster: error: {record_line(outcome.record_error, kept.name)}", err=True)
+    return int(forced if forced is not None and int(forced) > int(outcome.exit_code) else outcome.exit_code)
+
+
+@click.command("ssh")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED, shell_complete=complete_cluster)
+@click.option("-L", "forwards", multiple=True, metavar="LOCAL:HOST:REMOTE",
+              help="Forward this machine's 127.0.0.1:LOCAL to HOST:REMOTE as the node sees it (repeatable), "
+                   "e.g. -L 6006:localhost:6006 for TensorBoard. Without a command: the tunnel only.")
+@options("identity")
+@click.option("--ssh-config", "ssh_config", is_flag=True,
+              help="Write OpenSSH host aliases (CLUSTER-N, CLUSTER for the head) with the pinned host keys, and "
+                   "print the Include line for ~/.ssh/config; `gpucluster down` removes them.")
+def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None, ssh_config: bool) -> int:
+    """Open a shell, run a command or forward ports on a node of a kept cluster.
+
+    CLUSTER [NODE] [-- COMMAND...]: NODE is the node's rank (default 0, the head). The connection
+    trusts only the host keys the cluster's outputs pinned, with the cluster's own key.
+
+    \b
+    Examples:
+      gpucluster ssh demo
+      gpucluster ssh demo 1 -- nvidia-smi
+      gpucluster ssh demo -L 6006:localhost:6006
+      gpucluster ssh demo --ssh-config
+    """
+    from gpucluster.infra.contract import LaunchOptions
+    from gpucluster.infra.registry import plugin
+    from gpucluster.kept import access_dir, attach, find
+    from gpucluster.launch import Forward
+    from gpucluster.prepare import check_ssh_files
+
+    if not target:
+        raise UsageError("name a cluster: gpucluster ssh CLUSTER [NODE] [-- COMMAND]")
+    name, rest = target[0], list(target[1:])
+    rank = 0
+    if rest and rest[0].isdigit():
+        rank = int(rest.pop(0))
+    if rest and rest[0] == "--":
+        rest.pop(0)
+    tunnels = [Forward.parse(f) for f in forwards]  # checked before anything is read
+    if ssh_config and (tunnels or rest):
+        raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
+    check_ssh_files(identity, None)
+    kept = find(common.ledger(), name, in_use_ok=True)
+    cluster = attach(common.provider_for(kept.cloud), kept)
+    if not 0 <= rank < len(cluster.nodes):
+        raise UsageError(not_allowed("node", rank, f"0 to {len(cluster.nodes) - 1} (cluster {name} has "
+                                                   f"{len(cluster.nodes)} node(s))"))
+    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity))
+    if ssh_config:
+        lines = launcher.ssh_config(cluster, access_dir(name, create=True))
+        click.echo(f"host aliases for cluster {name}: "
+                   + ", ".join(f"{name}-{n.rank}" for n in cluster.nodes) + f" ({name} is node 0)")
+        click.echo("add this line at the top of ~/.ssh/config (once):")
+        for line in lines:
+            click.echo(f"  {line}")
+        return 0
+    for f in tunnels:
+        click.echo(f"forwarding 127.0.0.1:{f.local} -> {f.host}:{f.remote} on node {rank} of {name}"
+                   + ("" if rest else "; Ctrl-C closes it"), err=True)
+    return launcher.connect(cluster, rank, rest, tunnels)

@@ -1,0 +1,33 @@
+"""The console's live resource progress for `run`, `up`, `exec` and `down` (`gpucluster.progress`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.errors import GpuclusterError
+
+
+def run_watch(ledger: Any, spec: Any) -> Any:
+    """A `ResourceWatch` over the rows of the run `spec.run_id`, with the plan's counts per kind
+    (`Pricing.planned_resources`: e.g. one instance per node); None without a run id."""
+    from gpucluster.progress import ResourceWatch, planned_counts
+
+    if not spec.run_id:
+        return None
+    planned: dict[str, int] = {}
+    from gpucluster.infra.registry import plugin
+
+    pricing = plugin(spec.cloud).pricing
+    if pricing is not None:
+        try:
+            planned = planned_counts(pricing.planned_resources(spec, spec.region or pricing.default_region, None))
+        except (GpuclusterError, KeyError, ValueError, TypeError):  # a shape the catalog cannot plan: no totals
+            planned = {}
+    return ResourceWatch.for_run(ledger.path, spec.run_id, planned).line
+
+
+def cluster_watch(ledger: Any, cluster: str) -> Any:
+    """`down`: the cluster's open rows, each closed row a deletion done."""
+    from gpucluster.progress import ResourceWatch
+
+    return ResourceWatch.for_cluster(ledger.path, cluster).line
