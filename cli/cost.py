@@ -389,13 +389,14 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
-        runs = [ledger.get_run(r.id) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+        links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
+        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
         if project is not None:
             from gpucluster.infra.registry import project_id
 
             project = project_id(project)
             runs = [r for r in runs if r.run.options.get("project") == project]
-        rep = report(runs, group_by=group_by, links=ledger.resume_links() if group_by == "chain" else None)
+        rep = report(runs, group_by=group_by, links=links if group_by == "chain" else None)
         if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
             from gpucluster.attempts import chain_attempts
 

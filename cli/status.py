@@ -68,8 +68,9 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         r["runs"].add(res["run_id"])
         r["resources"] += 1
     out = []
+    links = ledger.resume_links() if rows else {}  # read once, not once per run
     for r in rows.values():
-        runs = [ledger.get_run(rid) for rid in sorted(r["runs"])]
+        runs = [ledger.get_run(rid, links=links) for rid in sorted(r["runs"])]
         latest = max(runs, key=lambda x: x.run.created_at).run
         r["runs"] = sorted(r["runs"])
         r["nodes"] = latest.nodes

@@ -21,7 +21,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from gpucluster.errors import ConfigError, UsageError
 
@@ -387,7 +387,7 @@ class Ledger:
             d["teardown_verified"] = bool(d["teardown_verified"])
         return d
 
-    def get_run(self, run_id: str, *, with_metrics: bool = False) -> RunRecord | None:
+    def get_run(self, run_id: str, *, with_metrics: bool = False, links: Mapping[str, tuple] | None = None) -> RunRecord | None:
         """The run `run_id` (or the one run whose id starts with it), typed; None when none has it."""
         if not run_id or not run_id.strip():
             raise UsageError(f"run id {run_id!r} is empty; give a run id or a unique prefix of one "
@@ -420,10 +420,10 @@ class Ledger:
         resources = [ResourceRow.from_dict({**dict(r), "detail": _loads(r["detail"]),
                                             "confirmed_gone": bool(r["confirmed_gone"])})
                      for r in self._db.execute("SELECT * FROM resources WHERE run_id = ? ORDER BY id", (rid,))]
-        # --resume: the runs this one continues (nearest first) and its whole chain (gpucluster.chains)
+        # --resume: the runs this one continues and its chain (gpucluster.chains); `links`: resume_links() read once
         from gpucluster.chains import ancestors, members
 
-        links = self.resume_links()
+        links = self.resume_links() if links is None else links
         return RunRecord(
             run=run, phases=phases, nodes=nodes, outputs=outputs, resources=resources,
             resumed_chain=ancestors(rid, links), chain=members(rid, links) if rid in links else [rid],

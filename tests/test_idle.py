@@ -141,7 +141,7 @@ def test_a_restarted_watcher_keeps_the_time_of_the_last_job(node):
     assert n.stopped_at(timeout=0.1) is None
     n.start()
     at = n.stopped_at(timeout=30)
-    assert at is not None and 3 * SCALE - 0.3 <= at - first <= 3 * SCALE + 2.0, at - first
+    assert at is not None and 3 * SCALE - 0.3 <= at - first <= 3 * SCALE + 10.0, at - first
 
 
 def test_idle_minutes_are_checked_by_the_cloud_s_rules():

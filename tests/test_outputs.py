@@ -107,6 +107,35 @@ def test_truncated_stream_raises_after_counting(tmp_path):
         extract_stream(io.BytesIO(data[:512 + 5120]), tmp_path / "e")
 
 
+def test_extract_stream_from_a_pipe_that_delivers_odd_pieces(tmp_path):
+    # ssh hands the stream over in pieces of its own size: file data is written as it comes
+    # (readinto1), so every piece boundary (inside headers, data and padding) must be handled
+    import threading
+
+    blobs = {f"f{i}.bin": os.urandom(n) for i, n in enumerate([0, 1, 511, 512, 513, 70_000, 1_300_000])}
+    data = _tar([(tarfile.TarInfo(name), blob) for name, blob in blobs.items()]
+                + [(tarfile.TarInfo("./link"), None)]).getvalue()
+    r, w = os.pipe()
+
+    def feed() -> None:
+        with open(w, "wb", buffering=0) as out:
+            i, step = 0, 1
+            while i < len(data):
+                out.write(data[i:i + step])
+                i += step
+                step = step * 7 % 65_521 + 1  # 1, 8, 57, ... odd sizes up to 64 KiB
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    with open(r, "rb", buffering=1 << 20) as stream:
+        files, nbytes, refused = extract_stream(stream, tmp_path / "out")
+    feeder.join()
+    assert (files, nbytes) == (len(blobs) + 1, sum(map(len, blobs.values())))
+    assert refused == []  # "./link" was a regular empty file here, not a link
+    for name, blob in blobs.items():
+        assert (tmp_path / "out" / name).read_bytes() == blob
+
+
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
 def test_long_names_in_every_tar_format(tmp_path, fmt):
     src = tmp_path / "src"

@@ -371,6 +371,7 @@ class Session:
         writes to stdout into `dest` (`gpucluster.outputs.extract_stream`: regular files and
         folders only). (tally {files, bytes, refused}, why the stream broke or None, the remote
         exit code, its stderr)."""
+        from gpucluster.node_output import grow_pipe
         from gpucluster.outputs import extract_stream
 
         tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
@@ -379,6 +380,7 @@ class Session:
             proc = subprocess.Popen(self.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                     start_new_session=True, bufsize=1 << 20)
+            grow_pipe(proc.stdout)  # ssh goes on receiving while a piece is written to disk here
             try:
                 try:
                     extract_stream(proc.stdout, dest, tally)
