@@ -90,7 +90,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "epochs": (("--epochs",), dict(default=None, type=Int("epochs", 1, 100000), help="Epochs for a built-in workload.")),
     "workload_args": (("--workload-args",), dict(default="", help="More arguments for the built-in workload, e.g. "
                                                                   "\"--batch-size 64\".")),
-    "name": (("--name",), dict(default=None, help="Cluster name [default: gpucluster-CLOUD-OWNER, OWNER: the first 4 "
+    "name": (("--name",), dict(default=None, metavar="NAME", help="Cluster name [default: gpucluster-CLOUD-OWNER, OWNER: the first 4 "
                                                   "hex digits of this home's installation id]; one another owner's "
                                                   "cluster holds in the account is refused.")),
     "region": (("--region",), dict(default=None)),

@@ -14,11 +14,8 @@ launcher are made here from it (`backend.make`), unless the command passes a pro
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -32,6 +29,8 @@ from gpucluster.recovery import checkpoint_args, policy
 from gpucluster.spec import ClusterSpec, new_run_id, parse_int
 
 # the largest values run accepts; every command that takes the same flag checks it the same way
+from gpucluster.jobargs import check_command  # noqa: E402,F401 - `run`'s command check lives there
+
 MAX_GPUS_PER_NODE = 16
 DISK_GB = (10, 16384)
 LIFETIME_MINUTES = (5, 7 * 24 * 60)
@@ -411,68 +410,6 @@ def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> t
         spec, notes = backend.spec.prepare(spec, detect=None)
         notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
     return spec, [*validate(spec, backend), *notes]
-
-
-_RUNNABLE = "an executable on PATH, or python SCRIPT.py / python -m MODULE / python -c CODE"
-
-
-def check_command(command: tuple[str, ...]) -> None:
-    """A `--` command must be runnable before anything starts: a script file, a module, code, or
-    an executable file (not a folder); `python` alone, or `-m`/`-c` without their argument, is not."""
-    from gpucluster.launch import _PYTHON_RE, program_args, python_target
-
-    exe = command[0]
-    if os.path.isdir(os.path.expanduser(exe)):
-        raise UsageError(not_allowed("command", exe, f"{_RUNNABLE} (it is a folder)"))
-    if _PYTHON_RE.match(os.path.basename(exe)):
-        rest = command[1:]
-        if not rest:
-            raise UsageError(not_allowed("command", exe, f"{_RUNNABLE} (python alone would wait for input "
-                                         "or do nothing)"))
-        what, arg = python_target(rest)
-        if what in ("-m", "-c") and arg is None:
-            raise UsageError(not_allowed("command", shlex.join(command), f"python {what} followed by its "
-                                         f"{'module' if what == '-m' else 'code'}"))
-        why = {None: "options only: python would wait for input or do nothing",
-               "-": "'-' reads the program from stdin, which the nodes' processes do not have",
-               "exit": f"{arg} prints and exits: nothing would run"}.get(what)
-        if why:
-            raise UsageError(not_allowed("command", shlex.join(command), f"{_RUNNABLE} ({why})"))
-        if what == "-m":
-            _check_module(str(arg))
-        elif what == "script" and not os.path.isfile(str(arg)):
-            raise UsageError(not_allowed("script", arg, "a Python file, not a folder" if os.path.isdir(str(arg))
-                                         else "a Python file that exists (path relative to the current directory)"))
-    prog = program_args(JobSpec(run_id="check", command=command))
-    if prog[0] == "--no-python":
-        _check_executable(prog[1])
-    elif prog[0] == "-m":
-        _check_module(prog[1])
-    elif os.path.isdir(prog[0]):
-        raise UsageError(not_allowed("script", prog[0], "a Python file, not a folder"))
-    elif not os.path.isfile(prog[0]):
-        raise UsageError(not_allowed("script", prog[0], "a Python file that exists (path relative to the current directory)"))
-
-
-def _check_executable(exe: str) -> None:
-    if os.sep in exe:
-        ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
-    else:
-        ok = shutil.which(exe) is not None
-    if not ok:
-        raise UsageError(not_allowed("command", exe, "an executable on PATH, or python SCRIPT.py / python -m MODULE"))
-
-
-def _check_module(module: str) -> None:
-    sys.path.insert(0, os.getcwd())
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    finally:
-        sys.path.pop(0)
-    if not found:
-        raise UsageError(not_allowed("python module", module, "a module importable from the current directory"))
 
 
 def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:

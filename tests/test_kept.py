@@ -210,9 +210,10 @@ def test_ssh_command_tunnel_and_config(cloud, tmp_path):
     remote_port = server.getsockname()[1]
     threading.Thread(target=lambda: _echo_once(server), daemon=True).start()
     local_port = sshd.free_port()
-    before = set(Path(tempfile.gettempdir()).glob("gcssh-*"))
+    own_tmp = tmp_path / "tmp"  # this command's own TMPDIR: other tests' folders are not its own
+    own_tmp.mkdir()
     tunnel = subprocess.Popen(cloud.argv("ssh", "kept", "-L", f"{local_port}:localhost:{remote_port}"),
-                              env=cloud.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**cloud.env(), "TMPDIR": str(own_tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:
         got = _talk(local_port, b"ping\n")
@@ -223,7 +224,7 @@ def test_ssh_command_tunnel_and_config(cloud, tmp_path):
     assert tunnel.returncode == 0, err
     assert f"forwarding 127.0.0.1:{local_port} -> localhost:{remote_port} on node 0 of kept" in err
     assert "Traceback" not in err
-    assert set(Path(tempfile.gettempdir()).glob("gcssh-*")) <= before  # its folder (the key copy) is gone
+    assert list(own_tmp.glob("gcssh-*")) == []  # its folder (the key copy) is gone
     assert sshd.leaked_ssh_masters() == []
 
     # --ssh-config: host aliases the real ssh client uses, trusting only the pinned keys
@@ -252,6 +253,7 @@ def test_ssh_refuses_a_node_whose_host_key_is_not_the_pinned_one(cloud):
     assert "Host key verification failed" in r.stderr or "REMOTE HOST IDENTIFICATION" in r.stderr
 
 
+@pytest.mark.alone  # the real watcher counts every job and ssh session on this machine, other tests' too
 def test_a_job_started_by_exec_resets_the_idle_stop(cloud, tmp_path):
     """The real watcher (as the unit runs it: --ssh-sessions) stands for the nodes' (both are this
     machine), its minute scaled to 20 s: a job run by `exec` holds the stop off, and the count starts

@@ -190,7 +190,7 @@ def test_a_killed_reaper_makes_the_verdict_not_verified(home, marker):
     assert len(daemons(marker)) == 1  # the verdict was right: the daemon did survive (the fixture removes it)
     # `down` cannot find the daemon either (it carries nothing of the run): it must not say verified,
     # and it keeps the reason; it says how to acknowledge a node checked by hand
-    d = run_cli("down", "gpucluster-local", "--yes")
+    d = run_cli("down", run["cluster"], "--yes")  # the default name carries the owner id
     assert d.returncode == 3, (d.returncode, d.stdout[-2000:], d.stderr[-2000:])
     assert "NOT VERIFIED" in d.stdout and "its reaper ended without finishing" in d.stdout, d.stdout
     assert "--ack-unwitnessed" in d.stdout, d.stdout
@@ -200,7 +200,7 @@ def test_a_killed_reaper_makes_the_verdict_not_verified(home, marker):
     # the way out: the person checked the node (here: the daemon is stopped by hand), and says so
     for p in daemons(marker):
         p.kill()
-    d = run_cli("down", "gpucluster-local", "--yes", "--ack-unwitnessed", "--json")
+    d = run_cli("down", run["cluster"], "--yes", "--ack-unwitnessed", "--json")
     assert d.returncode == 0, (d.stdout[-2000:], d.stderr[-2000:])
     import json
 

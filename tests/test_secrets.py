@@ -113,6 +113,12 @@ def project(tmp_path: Path) -> Path:
     return p
 
 
+def node_logs(home: Path) -> str:
+    """Every node log of the home's runs: each line the nodes printed (the console may leave some
+    out when lines come faster than it shows them; the logs keep them all)."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted((home / "runs").rglob("node-*.log")))
+
+
 def assert_every_rank_got_them(out: str, marker: str, nodes: int, procs: int = 1) -> None:
     sha = hashlib.sha256(marker.encode()).hexdigest()
     lines = [ln for ln in out.splitlines() if "ENVCHECK" in ln]
@@ -198,7 +204,7 @@ secrets: [GC_MARK]
     with Watcher(marker, [home]) as watch:
         r = run_cli("run", str(p / "task.yaml"), "--yes", env={"GC_MARK": marker})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert_every_rank_got_them(r.stdout, marker, nodes=2, procs=2)
+    assert_every_rank_got_them(node_logs(home), marker, nodes=2, procs=2)
     assert watch.torchruns > 0 and watch.files_read > 0, "the watcher saw nothing of the run"
     assert watch.hits == []
     run_id = next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("run r"))
@@ -227,7 +233,7 @@ def test_ssh_run_every_rank_gets_them_over_stdin_and_the_secret_is_nowhere(home,
                         "--secret", "GC_MARK", "--setup", "python check_env.py setup",
                         "--", "python", str(p / "check_env.py"), "train", env={"GC_MARK": marker})
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-        assert_every_rank_got_them(r.stdout, marker, nodes=2)
+        assert_every_rank_got_them(node_logs(home), marker, nodes=2)
         assert watch.torchruns > 0 and watch.read_under == {home, remote_runs}, "the watcher saw nothing of the run"
         assert watch.hits == []
         run_id = next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("run r"))

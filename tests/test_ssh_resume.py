@@ -54,7 +54,8 @@ def test_resume_folder_is_staged_to_every_node_and_training_goes_on(hosts, remot
     assert outcome.status == "succeeded", (outcome.failure, run["node_results"])
     assert "stage" in [p["name"] for p in run["phases"]]
     staged = {r["node_rank"]: r for r in run["staging"]}
-    assert sorted(staged) == [0, 1] and all(r["files"] == 2 for r in staged.values())  # the whole folder, each node
+    files = sum(1 for f in prev.rglob("*") if f.is_file())  # the checkpoint (and where it is), node 1's note
+    assert sorted(staged) == [0, 1] and all(r["files"] == files for r in staged.values()), staged  # the whole folder, each node
     assert [r["epoch"] for r in ledger.metrics(job.run_id, "epoch")] == [3]  # epochs 1-2 not trained again
     start = ledger.metrics(job.run_id, "start")[0]
     assert start["resumed_from_epoch"] == 2

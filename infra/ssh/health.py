@@ -83,21 +83,24 @@ def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str) -> str
     return f"{{ {prog} & w=$!; {cmd}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; (exit $rc); }}"
 
 
-def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int) -> tuple[int, dict[str, Any]]:
-    """(a port that is free on `node`: `port` or the nearest free one above it, what node_port.py said)."""
+def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int,
+              what: str = "port") -> tuple[int, dict[str, Any]]:
+    """(a port that is free on `node`: `port` or the nearest free one above it, what node_port.py said);
+    none free, or no answer: LaunchError naming the port (`what`) and its holder."""
     from .launch import PORT_PY
 
     cp = session.run(node, f"{shlex.quote(launcher.python)} -c {shlex.quote(PORT_PY)} {int(port)}", timeout=30)
     try:
         got = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise LaunchError(f"node {node.rank} ({node_label(node)}): the check of port {port} did not answer: "
+        raise LaunchError(f"node {node.rank} ({node_label(node)}): the check of {what} {port} did not answer: "
                           f"{cp.stderr.decode('utf-8', 'replace').strip()[-300:]}") from None
     if got.get("free"):
         return port, got
     if not isinstance(got.get("alternative"), int):
-        raise LaunchError(f"port {port} on node {node.rank} ({node_label(node)}) is in use by {got.get('holder')}, and "
-                          "no port near it is free")
+        who = got.get("holder") or "a process that is not listening (yet) or has just closed it"
+        raise LaunchError(f"{what} {port} on node {node.rank} ({node_label(node)}) is in use by {who}, and no port "
+                          "near it is free; stop that process or free a port")
     return int(got["alternative"]), got
 
 

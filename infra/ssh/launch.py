@@ -34,7 +34,6 @@ never onto a command line or into a log.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shlex
@@ -54,7 +53,7 @@ from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from gpucluster.health import HealthCheckFailed
 
-from .health import PhaseNoted, check_nodes, report_unreachable, ssh_lost, stop_local, watched
+from .health import PhaseNoted, check_nodes, free_port, report_unreachable, ssh_lost, stop_local, watched
 from .remote import RESOLVE_PYTHON
 from .session import NodeReadiness, Session, node_label, sh
 from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
@@ -431,21 +430,10 @@ class SshLauncher(NodeAccess, Launcher):
         holds it (a second run on the same hosts), a free port nearby is used and said; when
         none is free, LaunchError naming the port and its holder."""
         head = cluster.head
-        program = PORT_PY
-        cp = session.run(head, f"{shlex.quote(self.python)} -c {shlex.quote(program)} {int(job.rdzv_port)}",
-                         timeout=30)
-        try:
-            got = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise LaunchError(f"node 0 ({node_label(head)}): the check of rendezvous port {job.rdzv_port} did "
-                              f"not answer: {cp.stderr.decode('utf-8', 'replace').strip()[-300:]}") from None
-        if got.get("free"):
+        alt, got = free_port(self, session, head, job.rdzv_port, what="rendezvous port")
+        if alt == job.rdzv_port:
             return job
         who = got.get("holder") or "a process that is not listening (yet) or has just closed it"
-        alt = got.get("alternative")
-        if not isinstance(alt, int):
-            raise LaunchError(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}, "
-                              "and no port near it is free; stop that process or free a port")
         events.message(f"rendezvous port {job.rdzv_port} on node 0 ({node_label(head)}) is in use by {who}: using port {alt}")
         # recorded with the run's metrics (the ledger), where `show --json` finds it
         events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
