@@ -210,8 +210,9 @@ def test_ssh_command_tunnel_and_config(cloud, tmp_path):
     remote_port = server.getsockname()[1]
     threading.Thread(target=lambda: _echo_once(server), daemon=True).start()
     local_port = sshd.free_port()
-    own_tmp = tmp_path / "tmp"  # this command's own TMPDIR: other tests' folders are not its own
-    own_tmp.mkdir()
+    # this command's own TMPDIR (short: ssh's control socket goes there, and a socket path has a
+    # 108-byte limit): other tests' folders are not its own
+    own_tmp = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))
     tunnel = subprocess.Popen(cloud.argv("ssh", "kept", "-L", f"{local_port}:localhost:{remote_port}"),
                               env={**cloud.env(), "TMPDIR": str(own_tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
@@ -225,6 +226,7 @@ def test_ssh_command_tunnel_and_config(cloud, tmp_path):
     assert f"forwarding 127.0.0.1:{local_port} -> localhost:{remote_port} on node 0 of kept" in err
     assert "Traceback" not in err
     assert list(own_tmp.glob("gcssh-*")) == []  # its folder (the key copy) is gone
+    own_tmp.rmdir()
     assert sshd.leaked_ssh_masters() == []
 
     # --ssh-config: host aliases the real ssh client uses, trusting only the pinned keys
