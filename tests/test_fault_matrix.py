@@ -437,6 +437,16 @@ def test_read_only_home_is_refused_before_anything_starts(small_home):
     assert Ledger(small_home / "ledger.sqlite3").list_runs() == []
 
 
+FILL_HOME = (  # fills the home until ENOSPC, and survives it
+    "fd = os.open(os.path.join(os.environ['FILL_DIR'], 'filler'), os.O_WRONLY | os.O_CREAT)\n"
+    "try:  # unbuffered: a buffered file's close would retry the partial write and raise ENOSPC\n"
+    "    while True:\n"
+    "        os.write(fd, b'\\0' * 65536)\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.close(fd)\n")
+
+
 @needs_torch
 @pytest.mark.slow
 def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
@@ -448,13 +458,7 @@ def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
 
     script = tmp_path / "fill.py"
     script.write_text(
-        "import os\n"
-        "with open(os.path.join(os.environ['FILL_DIR'], 'filler'), 'wb') as f:\n"
-        "    try:\n"
-        "        while True:\n"
-        "            f.write(b'\\0' * 65536); f.flush()\n"
-        "    except OSError:\n"
-        "        pass\n"
+        "import os\n" + FILL_HOME +
         "for i in range(50):\n"
         "    print('@gpucluster-metric {\"kind\": \"step\", \"step\": %d, \"loss\": 0.5}' % i, flush=True)\n")
     env = {"GPUCLUSTER_HOME": str(small_home), "FILL_DIR": str(small_home)}
@@ -477,13 +481,7 @@ def test_home_filled_by_the_job_itself_cli(small_home, tmp_path):
 
 # -- a full home meets the run's other ends, `up` and `sweep` (issue 32 items 1, 11) ---------------
 FILL_THEN_WAIT = (
-    "import os, sys, time\n"
-    "with open(os.path.join(os.environ['FILL_DIR'], 'filler'), 'wb') as f:\n"
-    "    try:\n"
-    "        while True:\n"
-    "            f.write(b'\\0' * 65536); f.flush()\n"
-    "    except OSError:\n"
-    "        pass\n"
+    "import os, sys, time\n" + FILL_HOME +
     "print('the home is full', flush=True)\n"
     "time.sleep(600)  # quiet: only the utilisation sampler writes the ledger now\n")
 
