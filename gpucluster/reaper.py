@@ -14,9 +14,10 @@ Behaviour:
 - becomes a subreaper (on a system without prctl it says so on stderr, once, and goes on: then
   only processes that keep a parent in the job are found);
 - runs COMMAND as its child (same process group, same stdout/stderr, same environment);
-- `--env-stdin`: first reads one JSON object line from stdin, names to values, into COMMAND's
-  environment, then gives COMMAND /dev/null as stdin (the ssh launcher sends the job's --env and
-  --secret values this way: never on a command line, never in a file);
+- `--env-stdin`: reads one JSON object line from stdin (after the keys line, with `--keyed`),
+  names to values, into COMMAND's environment, then gives COMMAND /dev/null as stdin (the ssh
+  launcher sends the job's --env and --secret values this way: never on a command line, never in
+  a file);
 - on SIGTERM, SIGINT or SIGHUP: passes SIGTERM to COMMAND; if COMMAND has not ended after
   `--grace` seconds, every descendant gets SIGKILL;
 - when COMMAND has ended: every remaining descendant gets SIGTERM, then SIGKILL after `--grace`
@@ -27,8 +28,10 @@ Behaviour:
   it was done (the reaper was killed) cannot vouch for its processes: its verdict is not verified.
 - with `--keyed`: before anything else it reads one line from its stdin, the run's keys for this
   node (gpucluster/control.py): its own two, which its two records carry, then any others, which
-  it hands to COMMAND as a line on COMMAND's stdin (the --setup wrapper reads them there). COMMAND's
-  stdin is /dev/null otherwise. The keys are never on a command line or in an environment.
+  it hands to COMMAND as a line on a pipe that becomes COMMAND's stdin (the --setup wrapper reads
+  them there); without such keys COMMAND's stdin is /dev/null. Either way nothing COMMAND starts can
+  read what followed on the reaper's own stdin. The keys are never on a command line or in an
+  environment.
 
 Standard library only: it is copied to ssh nodes as it is and run by the nodes' Python.
 """
