@@ -7,14 +7,16 @@ could print the same lines; these keys make sure it cannot be believed when it d
 - `node_exit` (the ssh node's shell, after the reaper): the node's job is over, so a session that
   something the job left holds open may be cut;
 - `setup_start` / `setup_end` (the --setup wrapper, `staging.setup_wrapped`): every node's
-  `setup_end` rc 0 releases the rendezvous.
+  `setup_end` rc 0 releases the rendezvous;
+- `node_notice` (the launcher's watcher beside an ssh node's job, e.g. infra/aws/node_notice.py):
+  the cloud takes the node back, so the run ends and may be recovered on new machines.
 
 Each of these carries a one-time key (`"key": ...`), one per node and kind, made here for the run
 (`NodeKeys.new`) and given to the node program on its standard input, never on a command line or in
 an environment (both of which the job can read in /proc): the reaper (`reaper.py --keyed`) reads
 its line before it starts the job, then hands the setup wrapper its keys on a pipe that the wrapper
 reads into shell variables before any setup command runs; the ssh node's shell reads its own
-(`node_exit`) the same way. The keys then live only in those processes' memory. `Gate.admit` takes
+(`node_exit`) the same way, and pipes the watcher its `node_notice` key. The keys then live only in those processes' memory. `Gate.admit` takes
 a keyed record only with the node's key for that kind, and once (a copy of a line the node log
 already shows is a replay, refused); a line without it is the job's own: counted as a refused
 metric line, never acted on. (A job that reads its ancestors' memory, which needs ptrace rights
@@ -43,7 +45,8 @@ KEY = "key"  # the field of a control record that carries its key
 REAPER_START, REAPER_DONE = "reaper_start", "reaper_done"  # gpucluster.reaper.START_KIND, DONE_KIND
 NODE_EXIT = "node_exit"
 SETUP_START, SETUP_END = "setup_start", "setup_end"  # gpucluster.staging.SETUP_START, SETUP_END
-KEYED = (REAPER_START, REAPER_DONE, NODE_EXIT, SETUP_START, SETUP_END)
+NODE_NOTICE = "node_notice"  # gpucluster.nodeloss.NOTICE_KIND
+KEYED = (REAPER_START, REAPER_DONE, NODE_EXIT, SETUP_START, SETUP_END, NODE_NOTICE)
 LAUNCHER_ONLY = ("stage", "resume_files", "rdzv_port")  # the launcher's own records (events.on_metric)
 WORKER_START = "worker_start"
 
@@ -65,8 +68,9 @@ class NodeKeys:
         return (" ".join(self.keys[k] for k in kinds) + "\n").encode()
 
     def shell_line(self, setup: bool) -> bytes:
-        """The line an ssh node's shell reads first: its `node_exit` key, then the reaper's line."""
-        return self.keys[NODE_EXIT].encode() + b" " + self.reaper_line(setup)
+        """The line an ssh node's shell reads first: its `node_exit` key, its watcher's `node_notice`
+        key, then the reaper's line."""
+        return f"{self.keys[NODE_EXIT]} {self.keys[NODE_NOTICE]} ".encode() + self.reaper_line(setup)
 
 
 def new_keys(ranks: Any) -> dict[int, NodeKeys]:

@@ -9,8 +9,9 @@ get SIGTERM, outputs come back, teardown and its check); only the record says th
 lost node and not the job's own.
 
 A node program that watches for notices (infra/aws/node_notice.py) prints a `node_notice` record
-on the node's output; the supervisor turns the first one into the run's failure and a
-`node_lost` record (cause "interruption").
+on the node's output, with its key (gpucluster/control.py: a job's own copy of the line is not
+believed); the supervisor turns the first one into the run's failure and a `node_lost` record
+(cause "interruption").
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ class NodeSupervisor:
                 self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
             if kind == SETUP_END and record.get("rc") == 0:
                 self.setup_done.add(node_rank)
-            if kind == NOTICE_KIND and self.notice is None:  # a node's interruption notice (not keyed: see nodeloss.py)
+            if kind == NOTICE_KIND and self.notice is None:  # a node's interruption notice (keyed: gpucluster/control.py)
                 self.notice = (node_rank, record)
             if kind in ("start", WORKER_START) and self.train_started_at is None:
                 self.train_started_at = time.time()

@@ -64,8 +64,8 @@ def test_every_key_is_new_and_the_lines_hold_them_in_order():
     assert len({*a.keys.values(), *b.keys.values()}) == 2 * len(control.KEYED)
     assert a.reaper_line(False).split() == [a.keys["reaper_start"].encode(), a.keys["reaper_done"].encode()]
     assert a.shell_line(True).decode().split() == [a.keys[k] for k in
-                                                   ("node_exit", "reaper_start", "reaper_done", "setup_start",
-                                                    "setup_end")]
+                                                   ("node_exit", "node_notice", "reaper_start", "reaper_done",
+                                                    "setup_start", "setup_end")]
 
 
 def _supervise(tmp_path, argv, keys, job=None, stdin=None):

@@ -181,3 +181,53 @@ def test_no_spot_capacity_falls_back_to_on_demand(home, tmp_path, ec2, checkip, 
     assert ledger.get_run(last.run_id).run.prices == {"market": "on-demand"}
     for a in chain.attempts:
         assert ledger.get_run(a.run_id).run.teardown == "verified"
+
+
+def test_a_jobs_forged_notice_is_data_and_the_keyed_watchers_notice_ends_the_run(tmp_path):
+    """The job prints a spot notice of its own (no key): it is refused and counted, and the run goes
+    on; then the real watcher (`--keyed`, its key on stdin as the ssh node's shell gives it) reports
+    the metadata service's notice: the run ends at once, that node lost, cause interruption.
+    (Checked once by hand: with the notice not in control.KEYED, the job's own line ends the run.)"""
+    from gpucluster.control import NodeKeys, give_keys
+    from gpucluster.events import NullEvents
+    from gpucluster.launch import JobSpec
+    from gpucluster.supervisor import NodeSupervisor
+
+    class Events(NullEvents):
+        def __init__(self):
+            self.metrics = []
+
+        def on_metric(self, node_rank, record):
+            self.metrics.append(record)
+
+    forged = ('@gpucluster-metric {"kind": "node_notice", "source": "aws spot", "action": "terminate", '
+              '"when": "2026-11-26T01:36:28Z"}')
+    imds = FakeImds()
+    keys = {0: NodeKeys.new(), 1: NodeKeys.new()}
+    job = subprocess.Popen([sys.executable, "-c", f"import time; print({forged!r}, flush=True); time.sleep(60)"],
+                           stdout=subprocess.PIPE)
+    watcher = subprocess.Popen([sys.executable, str(WATCHER), "--interval", "0.2", "--keyed"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, env=dict(os.environ, GPUCLUSTER_IMDS_URL=imds.url))
+    give_keys(watcher, (keys[1].keys["node_notice"] + "\n").encode())
+    events = Events()
+    sup = NodeSupervisor(JobSpec(run_id="r1", command=("x",)), events, tmp_path, ["h0", "h1"], keys=keys)
+    sup.attach(0, job.stdout)
+    sup.attach(1, watcher.stdout)
+    timer = threading.Timer(3.0, imds.schedule)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        result = sup.run({0: job, 1: watcher}, stop=lambda: [p.kill() for p in (job, watcher)])
+    finally:
+        timer.cancel()
+        for p in (job, watcher):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        imds.stop()
+    took = time.monotonic() - t0
+    assert 3.0 <= took < 15, took  # not ended by the job's line; ended by the watcher's, within seconds
+    assert result.failure.startswith("node 1 (h1) lost: aws spot gave notice: terminate at "), result.failure
+    (lost,) = [m for m in events.metrics if m["kind"] == "node_lost"]
+    assert (lost["node_rank"], lost["cause"]) == (1, "interruption")
+    assert sup.metrics.refused == 1  # the job's own copy, counted and not acted on

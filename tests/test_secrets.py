@@ -31,8 +31,11 @@ CHECK = """\
 import hashlib, os, sys, time
 v = os.environ.get("GC_MARK")
 sha = hashlib.sha256(v.encode()).hexdigest() if v is not None else None
-print(f"ENVCHECK {sys.argv[1]} sha={sha} plain={os.environ.get('PLAIN_SETTING')} "
-      f"filed={os.environ.get('FROM_FILE')}", flush=True)
+# one write() per line: ranks run under `python -u`, where print() writes the text and its newline
+# apart, so two ranks' lines on one node's stream could interleave
+sys.stdout.write(f"ENVCHECK {sys.argv[1]} sha={sha} plain={os.environ.get('PLAIN_SETTING')} "
+                 f"filed={os.environ.get('FROM_FILE')}\\n")
+sys.stdout.flush()
 if sys.argv[1] == "train":
     time.sleep(1.5)  # the watcher reads the processes meanwhile
 """

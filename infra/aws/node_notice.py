@@ -2,7 +2,7 @@
 a spot interruption notice and says so on the node's output, where gpucluster's supervisor turns it
 into a lost node (gpucluster/nodeloss.py) two minutes before the instance goes.
 
-    python node_notice.py [--interval 5] [--url http://169.254.169.254]
+    python node_notice.py [--interval 5] [--url http://169.254.169.254] [--keyed]
 
 IMDSv2 (the instances require it, component.py): a session token from `PUT /latest/api/token`
 (header X-aws-ec2-metadata-token-ttl-seconds), sent as X-aws-ec2-metadata-token with every read;
@@ -12,7 +12,10 @@ Instance interruption notices": checked every 5 s, as AWS recommends). A token t
 is renewed. GPUCLUSTER_IMDS_URL overrides the address (the tests' fake nodes serve it on loopback).
 
 On a notice it prints one metric record, `{"kind": "node_notice", "source": "aws spot", "action",
-"when"}` (`when`: the notice's time, as text; a record's `time` is a Unix time), and exits 0; if the metadata service never answers it says so once and exits 0 (the
+"when"}` (`when`: the notice's time, as text; a record's `time` is a Unix time), and exits 0.
+With `--keyed` it first reads one line from its stdin, its key (gpucluster/control.py), which the
+record carries: a job that prints the same line cannot end the run as if the cloud took the node
+back. if the metadata service never answers it says so once and exits 0 (the
 job is not its business). It is stopped with the node's job (it carries the run's environment).
 """
 
@@ -39,10 +42,12 @@ def token(base):
 
 def main(argv):
     interval, base = 5.0, os.environ.get("GPUCLUSTER_IMDS_URL") or "http://169.254.169.254"
-    args = list(argv)
+    args, key = list(argv), None
     while args:
         flag = args.pop(0)
-        if flag == "--interval" and args:
+        if flag == "--keyed":
+            key = sys.stdin.readline().strip()
+        elif flag == "--interval" and args:
             interval = float(args.pop(0))
         elif flag == "--url" and args and not os.environ.get("GPUCLUSTER_IMDS_URL"):
             base = args.pop(0)
@@ -76,8 +81,11 @@ def main(argv):
         except ValueError:
             notice = {}
         if status == 200 and isinstance(notice, dict) and notice.get("action"):
-            print(METRIC + json.dumps({"kind": "node_notice", "source": "aws spot", "action": notice.get("action"),
-                                       "when": notice.get("time")}), flush=True)
+            record = {"kind": "node_notice", "source": "aws spot", "action": notice.get("action"),
+                      "when": notice.get("time")}
+            if key:
+                record["key"] = key
+            print(METRIC + json.dumps(record), flush=True)
             return 0
         time.sleep(interval)
 

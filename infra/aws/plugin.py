@@ -38,7 +38,7 @@ def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
     kw: dict[str, object] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
                              "objects": s3.NodeTransfer(),
                              # a spot interruption notice, watched on every node (node_notice.py)
-                             "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5")}
+                             "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5", "--keyed")}
     if options.ready_timeout is not None:
         kw["ready_timeout"] = options.ready_timeout
     return PulumiProvider(PLUGIN), SshLauncher(**kw)  # type: ignore[arg-type]

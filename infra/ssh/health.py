@@ -73,13 +73,17 @@ def stop_local(procs: dict[int, subprocess.Popen]) -> None:
             proc.wait()
 
 
-def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str) -> str:
+def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str, key_var: str | None = None) -> str:
     """`cmd` (a node's job, as sh text) with the launcher's watcher beside it: a node program shipped
     in the job bundle (e.g. infra/aws/node_notice.py, which reports an interruption notice on the
-    node's output), started first, stopped once the job has ended; the job's exit status is kept."""
+    node's output), started first, stopped once the job has ended; the job's exit status is kept.
+    `key_var`: the shell variable holding the watcher's key (gpucluster/control.py), given to it as
+    one line on its stdin (never on its command line)."""
     if not watcher:
         return cmd
     prog = shlex.join([python, f"{node_dir}/{os.path.basename(watcher[0])}", *watcher[1:]])
+    if key_var:
+        prog = f"printf '%s\\n' \"${key_var}\" | {prog}"
     return f"{{ {prog} & w=$!; {cmd}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; (exit $rc); }}"
 
 

@@ -475,13 +475,14 @@ class SshLauncher(NodeAccess, Launcher):
                         "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
                 # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
                 # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
-                # It reads the node's keys on stdin, keeps its own, pipes the rest (and the environment
-                # line that follows, with --env/--secret) to the reaper.
+                # It reads the node's keys on stdin, keeps its own, pipes the watcher its key (if there
+                # is a watcher) and the rest (and the environment line that follows, with --env/--secret)
+                # to the reaper.
                 rest = "; cat" if user_env else ""
                 pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
-                inner = (f"IFS=' ' read -r gk_exit gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
+                inner = (f"IFS=' ' read -r gk_exit gk_notice gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
                          f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{watched(self.python, node_dir, self.watcher, pipe)}; {NODE_EXIT_SH}")
+                         f"{watched(self.python, node_dir, self.watcher, pipe, key_var='gk_notice')}; {NODE_EXIT_SH}")
                 script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                           + " setsid -w sh -c " + shlex.quote(inner))
                 proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.PIPE,
