@@ -131,8 +131,10 @@ def prices_refresh(cloud: str, regions: tuple[str, ...]) -> None:
     (needs application-default credentials). On failure the catalog in use is unchanged.
     """
     from gpucluster.catalog.prices import refresh
+    from gpucluster.infra.registry import plugin, priced
 
-    result = refresh(cloud, regions=list(regions) or None)
+    pricing = plugin(cloud).pricing if cloud in priced() else None  # the one lookup; refresh refuses the rest
+    result = refresh(cloud, pricing, regions=list(regions) or None)
     click.echo(f"fetched {result['rows']} {cloud} price rows for {', '.join(result['regions'])} "
                f"(read {result['date']}) into {result['path']}")
 
