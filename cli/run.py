@@ -44,7 +44,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.cli.common import preflight, print_notes
-    from gpucluster.infra.registry import plugin, provisioning
+    from gpucluster.infra.registry import plugin, provisioning, readers
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
 
@@ -56,7 +56,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
                              if keep is False else f"--idle-minutes is not allowed with --cloud {flags['cloud']}: its "
                              "machines are not created by gpucluster (nothing is kept)")
         flags["options"] = with_idle_stop(flags["options"], idle_minutes)
-    plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
+    plan = prepare(Request(**flags, provisioning=provisioning(), readers=readers()), chosen)
     if keep and plan.policy.retries:  # a kept cluster and a replaced one cannot both be the result
         if flags["recover"] is not None:
             raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")

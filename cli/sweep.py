@@ -80,7 +80,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.cli.common import console
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.run import confirm_billable
-    from gpucluster.infra.registry import plugin
+    from gpucluster.infra.registry import plugin, readers
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
     from gpucluster.spec import new_run_id
     from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
@@ -97,7 +97,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
     gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.ops.known_gpus(), node_counts)
-    plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1), chosen)
+    plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
+                           readers=readers()), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run
     check_before_recording(plan)
     sizes = plan_sizes(node_counts, gpn_list, repeat)
