@@ -73,7 +73,8 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     from gpucluster.cli.render import RichRunUI
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
-        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher, ui=ui,
+        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher,
+                          backend=chosen, ui=ui,
                           keep=True, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
     forced, said = close_processes(ledger, plan.launcher, cluster_, outcome.run_id)
     report(out, ledger.get_run(outcome.run_id), as_json)

@@ -82,10 +82,11 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
             chain = run_chain(plan.spec, plan.job, policy=plan.policy, ledger=ledger, provider=plan.provider,
                               launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
-                              resumed_from=plan.resumed_from, store=chosen, reprice=_reprice(chosen))
+                              resumed_from=plan.resumed_from, backend=chosen, reprice=_reprice(chosen))
             outcome, exit_code = chain.final, chain.exit_code
         else:
-            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
+            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher,
+                              backend=chosen, ui=ui,
                               keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
                               prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
             chain, exit_code = None, outcome.exit_code
@@ -103,9 +104,11 @@ def _reprice(chosen: Any) -> Any:
     """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
     if not chosen.can(Capability.PRICED):
         return None
+    import functools
+
     from gpucluster import cost
 
-    return cost.price_snapshot
+    return functools.partial(cost.price_snapshot, backend=chosen)
 
 
 def with_attempts(ledger: Any, record: Any) -> Any:

@@ -114,7 +114,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
                            ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
                            workload=plan.workload)
-    code = report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
+    code = report(out, ledger, sweep_id, threshold, chosen, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
         click.echo(f"gpucluster: error: {line}", err=True)
@@ -134,14 +134,14 @@ def _progress(ui: Any) -> Any:
     return on_run
 
 
-def report(out, ledger, sweep_id: str, threshold: float, *, as_json: bool, report_dir: str | None,
+def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_json: bool, report_dir: str | None,
            interrupted: bool = False, all_ok: bool = True) -> int:
     """Summarise a sweep from the ledger and render it (terminal / JSON / report dir)."""
     from gpucluster.diagnose import diagnose
     from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
 
     runs = load_sweep(ledger, sweep_id)
-    summary = summarize(runs)
+    summary = summarize(runs, {backend.name: backend})  # the sweep's runs are all on its backend
     findings = diagnose(summary, threshold)
     comparisons = compare_cpu_gpu(summary)
     report_path = None

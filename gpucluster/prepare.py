@@ -290,8 +290,8 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
         plan.limit_minutes, plan.limit_what = float(spec.max_lifetime_minutes), "the nodes' lifetime cap, --max-lifetime"
     if backend.can(Capability.PRICED):
         try:
-            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60)
-            plan.prices = cost.price_snapshot(spec)
+            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60, backend=backend)
+            plan.prices = cost.price_snapshot(spec, backend=backend)
         except GpuclusterError:
             if strict:
                 raise
