@@ -29,6 +29,7 @@ def one(home: Path) -> tuple[float, dict]:
     from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
+    from gpucluster.infra.registry import plugin as backend_of
     from gpucluster.lifecycle import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
@@ -36,7 +37,8 @@ def one(home: Path) -> tuple[float, dict]:
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-c", "pass"), threads_per_proc=1,
                   check=HealthSpec(), max_seconds=300)
-    outcome = execute(spec, job, ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher())
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher())
     if outcome.status != "succeeded":
         raise SystemExit(f"run failed: {outcome.failure}")
     phase = ledger.get_run(spec.run_id).phase("check")

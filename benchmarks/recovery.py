@@ -47,7 +47,7 @@ def _chain(home: Path, spec, launcher, provider, store, fault=None, epochs: int 
     chain = run_chain(spec, _digits_job(spec.run_id, epochs=epochs), policy=Policy(retries=1, replace_bad_nodes=True),
                       ledger=ledger, provider=provider,
                       launcher=Interrupting(launcher, "train", fault) if fault else launcher,
-                      workload="digits", store=store)
+                      workload="digits", backend=store)
     return chain, ledger, time.time() - t0
 
 

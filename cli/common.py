@@ -40,9 +40,10 @@ def hourly(spec: Any) -> Decimal | None:
     """Estimated $/hour of a spec; None when no price is known for it (a one-line error from the
     catalog: an unknown type or region). A bug in the cost code is not hidden as "no price known"."""
     from gpucluster import cost
+    from gpucluster.infra.registry import plugin
 
     try:
-        return cost.estimate(spec, 1).hourly
+        return cost.estimate(spec, 1, backend=plugin(spec.cloud)).hourly  # an unknown cloud: no price known
     except GpuclusterError:
         return None
 

@@ -131,8 +131,10 @@ def prices_refresh(cloud: str, regions: tuple[str, ...]) -> None:
     (needs application-default credentials). On failure the catalog in use is unchanged.
     """
     from gpucluster.catalog.prices import refresh
+    from gpucluster.infra.registry import plugin, priced
 
-    result = refresh(cloud, regions=list(regions) or None)
+    pricing = plugin(cloud).pricing if cloud in priced() else None  # the one lookup; refresh refuses the rest
+    result = refresh(cloud, pricing, regions=list(regions) or None)
     click.echo(f"fetched {result['rows']} {cloud} price rows for {', '.join(result['regions'])} "
                f"(read {result['date']}) into {result['path']}")
 
@@ -242,8 +244,9 @@ def estimate_cmd(cloud, instance_type, gpus_per_node, gpus, nodes, hours, spot, 
     spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus,
                       nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)
-    est = estimate(spec, hours if hours is not None else "1", free_tier=True if free_tier else None)
-    validate(spec, plugin(spec.cloud))  # and what `run` refuses besides, by the same checks
+    chosen = plugin(spec.cloud)  # the one lookup: the cost engine is given it
+    est = estimate(spec, hours if hours is not None else "1", backend=chosen, free_tier=True if free_tier else None)
+    validate(spec, chosen)  # and what `run` refuses besides, by the same checks
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=1))
         return
@@ -321,14 +324,25 @@ def _open_ledger():
     return Ledger.open_default()
 
 
+def _plugins_of(clouds) -> dict:
+    """The plugins of the registered backends among `clouds` (those the ledger's runs name), by name:
+    what the cost engine is given for records of any cloud."""
+    from gpucluster.infra.registry import NAMES as CLOUDS, plugin
+
+    return {c: plugin(c) for c in sorted({c for c in clouds if c in CLOUDS})}
+
+
 def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -> None:
     from gpucluster.cost import what_if
+    from gpucluster.infra.registry import NAMES as CLOUDS, traits
 
     ledger = _open_ledger()
     try:
         runs = ledger.list_runs(limit=None)
+        named = [r.cloud or (r.spec or {}).get("cloud") for r in runs if r.workload == workload]
         result = what_if(runs, node_list, workload, epochs, cloud=cloud, instance_type=instance_type,
-                         gpus_per_node=gpus)
+                         gpus_per_node=gpus, backends=_plugins_of(named),
+                         max_nodes=max(traits(c).max_nodes for c in CLOUDS))
     finally:
         ledger.close()
     if as_json:
@@ -396,7 +410,8 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
 
             project = project_id(project)
             runs = [r for r in runs if r.run.options.get("project") == project]
-        rep = report(runs, group_by=group_by, links=links if group_by == "chain" else None)
+        rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
+                     links=links if group_by == "chain" else None)
         if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
             from gpucluster.attempts import chain_attempts
 

@@ -34,7 +34,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
       gpucluster exec demo --workload digits --epochs 2 --data ./data
     """
     from gpucluster.cli.run import report
-    from gpucluster.infra.registry import plugin, provisioning
+    from gpucluster.infra.registry import plugin, provisioning, readers
     from gpucluster.kept import Attached, attach, check_fits, close_processes, find
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, open_ledger, prepare
@@ -51,7 +51,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
                   region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
                   disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
                   options=tuple(f"{k}={v}" for k, v in spec.options), command=command,
-                  provisioning=provisioning(), **flags)
+                  provisioning=provisioning(), readers=readers(), **flags)
     plan = prepare(req, chosen)
     granted = dict(spec.options)
     asked = {k: v for k, v in plan.spec.options if granted.get(k) != v}  # e.g. object access for a new URL
@@ -73,7 +73,8 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     from gpucluster.cli.render import RichRunUI
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
-        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher, ui=ui,
+        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher,
+                          backend=chosen, ui=ui,
                           keep=True, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
     forced, said = close_processes(ledger, plan.launcher, cluster_, outcome.run_id)
     report(out, ledger.get_run(outcome.run_id), as_json)

@@ -44,7 +44,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     """
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.cli.common import preflight, print_notes
-    from gpucluster.infra.registry import plugin, provisioning
+    from gpucluster.infra.registry import plugin, provisioning, readers
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
 
@@ -56,7 +56,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
                              if keep is False else f"--idle-minutes is not allowed with --cloud {flags['cloud']}: its "
                              "machines are not created by gpucluster (nothing is kept)")
         flags["options"] = with_idle_stop(flags["options"], idle_minutes)
-    plan = prepare(Request(**flags, provisioning=provisioning()), chosen)
+    plan = prepare(Request(**flags, provisioning=provisioning(), readers=readers()), chosen)
     if keep and plan.policy.retries:  # a kept cluster and a replaced one cannot both be the result
         if flags["recover"] is not None:
             raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
@@ -82,10 +82,11 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
             chain = run_chain(plan.spec, plan.job, policy=plan.policy, ledger=ledger, provider=plan.provider,
                               launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
-                              resumed_from=plan.resumed_from, store=chosen, reprice=_reprice(chosen))
+                              resumed_from=plan.resumed_from, backend=chosen, reprice=_reprice(chosen))
             outcome, exit_code = chain.final, chain.exit_code
         else:
-            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, ui=ui,
+            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher,
+                              backend=chosen, ui=ui,
                               keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
                               prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
             chain, exit_code = None, outcome.exit_code
@@ -103,9 +104,11 @@ def _reprice(chosen: Any) -> Any:
     """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
     if not chosen.can(Capability.PRICED):
         return None
+    import functools
+
     from gpucluster import cost
 
-    return cost.price_snapshot
+    return functools.partial(cost.price_snapshot, backend=chosen)
 
 
 def with_attempts(ledger: Any, record: Any) -> Any:

@@ -103,7 +103,11 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
                 hourly = hourly * live / latest.nodes
                 r["state"] += f", {latest.nodes - live} of {latest.nodes} node(s) gone"
             r["hourly_usd"] = None if hourly is None else str(hourly)
-            r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, now=now)["total"]) for run in runs), Decimal(0)))
+            from gpucluster.infra.registry import NAMES, plugin
+
+            backends = {c: plugin(c) for c in {run.run.cloud for run in runs} if c in NAMES}  # the runs' backends
+            r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, backend=backends.get(run.run.cloud),
+                                                              now=now)["total"]) for run in runs), Decimal(0)))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
             pass
         out.append(r)

@@ -80,7 +80,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.cli.common import console
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.run import confirm_billable
-    from gpucluster.infra.registry import plugin
+    from gpucluster.infra.registry import plugin, readers
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
     from gpucluster.spec import new_run_id
     from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
@@ -97,7 +97,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
     gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.ops.known_gpus(), node_counts)
-    plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1), chosen)
+    plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
+                           readers=readers()), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run
     check_before_recording(plan)
     sizes = plan_sizes(node_counts, gpn_list, repeat)
@@ -113,7 +114,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
                            ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
                            workload=plan.workload)
-    code = report(out, ledger, sweep_id, threshold, as_json=as_json, report_dir=report_dir,
+    code = report(out, ledger, sweep_id, threshold, chosen, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
         click.echo(f"gpucluster: error: {line}", err=True)
@@ -133,14 +134,14 @@ def _progress(ui: Any) -> Any:
     return on_run
 
 
-def report(out, ledger, sweep_id: str, threshold: float, *, as_json: bool, report_dir: str | None,
+def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_json: bool, report_dir: str | None,
            interrupted: bool = False, all_ok: bool = True) -> int:
     """Summarise a sweep from the ledger and render it (terminal / JSON / report dir)."""
     from gpucluster.diagnose import diagnose
     from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
 
     runs = load_sweep(ledger, sweep_id)
-    summary = summarize(runs)
+    summary = summarize(runs, {backend.name: backend})  # the sweep's runs are all on its backend
     findings = diagnose(summary, threshold)
     comparisons = compare_cpu_gpu(summary)
     report_path = None

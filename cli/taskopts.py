@@ -225,15 +225,17 @@ def _plugin(cloud: str | None) -> Any:
 
 
 def _check_data(value: Any, cloud: str | None) -> None:
+    from gpucluster.infra.registry import readers
     from gpucluster.staging import parse_data
 
-    parse_data(value, _plugin(cloud))
+    parse_data(value, _plugin(cloud), readers())
 
 
 def _check_output(value: Any, cloud: str | None) -> None:
+    from gpucluster.infra.registry import readers
     from gpucluster.outputs import check_output_dest
 
-    check_output_dest(value, _plugin(cloud))
+    check_output_dest(value, _plugin(cloud), readers())
 
 
 def _check_hosts(value: Any, cloud: str | None) -> None:

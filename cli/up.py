@@ -51,7 +51,8 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
                             if cloud in NAMES else ""))
     check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
     flags["options"] = with_idle_stop(flags["options"], idle_minutes)  # the cloud's spec rules check it
-    plan = prepare(Request(**flags, job=False), plugin(cloud), provider=common.provider_for(cloud),
+    chosen = plugin(cloud)  # the one lookup: everything below is given it
+    plan = prepare(Request(**flags, job=False), chosen, provider=common.provider_for(cloud),
                    strict_prices=False)
     spec, dry_run = plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)
@@ -79,7 +80,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
     # messages printed; the status line ticks with the resources created, planned and in flight
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
         made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui,  # the state recorded
-                              prices=plan.prices)
+                              backend=chosen, prices=plan.prices)
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

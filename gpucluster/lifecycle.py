@@ -264,6 +264,7 @@ def execute(
     ledger: Ledger,
     provider: Any,
     launcher: Any,
+    backend: Any,  # the plugin of spec.cloud, given by the caller: its pricing costs the run at the end
     ui: RunUI | None = None,
     keep: bool = False,
     prices: dict[str, Any] | None = None,
@@ -280,9 +281,8 @@ def execute(
     log_dir = log_dir or runs_dir(run_id)
     if job.output_dir is None and launcher.collects_outputs:  # default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs
         job = replace(job, output_dir=str(runs_dir(run_id) / "outputs"))
-    # The owner lock (kernel-released when this process dies) is held from before the ledger row
-    # to the end of the teardown check: another gpucluster sees the run as live and `down` refuses.
-    # A cluster owned by another live process is refused here, before anything is recorded.
+    # The owner lock (kernel-released when this process dies) is held from before the ledger row to the end of the
+    # teardown check: `down` refuses a live run. A cluster another live process owns is refused before any record.
     recorded = False
     try:
         with owner_lock(spec.name, "run", run_id=run_id), RunSignals(ui) as signals:
@@ -293,15 +293,15 @@ def execute(
                 resumed_from=resumed_from,
             )
             recorded = True
-            return _run(spec, job, ledger, provider, launcher, ui, keep, log_dir, signals)
+            return _run(spec, job, ledger, provider, launcher, backend, ui, keep, log_dir, signals)
     finally:
         if not recorded:  # refused before the row (a busy cluster, an unusable lock): nothing left behind
             with contextlib.suppress(OSError):
                 Path(log_dir).rmdir()  # only when empty
 
 
-def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, ui: RunUI, keep: bool,
-         log_dir: Any, signals: RunSignals) -> RunOutcome:
+def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, backend: Any, ui: RunUI,
+         keep: bool, log_dir: Any, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region)
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
@@ -362,19 +362,19 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
              metrics=result.metrics.summary() if result else None,
              teardown=teardown, leftovers=leftovers, unchecked=unchecked)
-    _quietly(rec, _record_cost, ledger, run_id)
+    _quietly(rec, _record_cost, ledger, run_id, backend)
     if rec.record_error:  # the ledger does not say what happened: never a clean exit
         exit_code = ExitCode.LEFTOVERS
     return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked,
                       record_error=rec.record_error)
 
 
-def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None = None,
+def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui: RunUI | None = None,
                    prices: dict[str, Any] | None = None) -> Any:
-    """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another
-    live process owns is refused before anything is recorded): the ledger row, the provision phase
-    and, on success, the row finished as "kept". On a failure or an interrupt, the same teardown
-    and independent check as `execute`; then the error is raised again (a check that is not
+    """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another live process
+    owns is refused before anything is recorded): the ledger row, the provision phase and, on success, the row
+    finished as "kept". On a failure or an interrupt, the same teardown and independent check as `execute`, its
+    cost priced by `backend` (the plugin of `spec.cloud`); then the error is raised again (a check that is not
     verified raises `TeardownIncomplete` instead, exit 3). Returns `Provisioned` (cluster, record error)."""
     ui = ui or QuietUI()
     run_id = spec.run_id
@@ -404,7 +404,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, ui: RunUI | None
             _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
                      teardown=teardown, leftovers=[] if check is None else check.to_dict()["leftovers"],
                      unchecked=[] if check is None else list(check.unchecked))
-            _quietly(rec, _record_cost, ledger, run_id)
+            _quietly(rec, _record_cost, ledger, run_id, backend)
             if check is not None and not check.verified:
                 raise TeardownIncomplete(f"{failure}; teardown {check.summary()}",
                                          hint=f"finish it with: gpucluster down {spec.name}") from exc
@@ -489,12 +489,12 @@ def _describe(exc: BaseException) -> str:
     return exc.message if isinstance(exc, GpuclusterError) else f"{type(exc).__name__}: {exc}"
 
 
-def _record_cost(ledger: Ledger, run_id: str) -> None:
+def _record_cost(ledger: Ledger, run_id: str, backend: Any) -> None:
     from gpucluster import cost
 
     run = ledger.get_run(run_id)
     if run is not None:
         try:
-            ledger.set_cost(run_id, cost.run_cost(run))
+            ledger.set_cost(run_id, cost.run_cost(run, backend=backend))
         except GpuclusterError:
             pass

@@ -135,17 +135,18 @@ def pushed(rank: int, where: str, who: str, rc: int | None, answer: dict[str, An
     return NodeOutputs(rank, where, FAILED, files, nbytes, seconds, f"{who}: upload to {where} failed: {what}")
 
 
-def check_output_dest(value: str, store: Any = None) -> Path | str:
+def check_output_dest(value: str, store: Any = None, readers: Any = None) -> Path | str:
     """`--output DIR`, checked without creating anything: an absolute Path, or UsageError (exit 2).
     With `store` (the run's backend) a URL of its `object_store` scheme is checked for form and
-    returned normalized (a str)."""
+    returned normalized (a str); `readers` (`staging.Readers`) names the backends that read a
+    refused URL's scheme."""
     from gpucluster.staging import object_refusal
 
     text = (value or "").strip()
     if not text:
         raise UsageError("output '' is not allowed: give a folder on this machine (DIR)")
     if text.lower().startswith(("s3://", "gs://")):
-        refusal = object_refusal("--output", text, store)
+        refusal = object_refusal("--output", text, store, readers)
         if refusal:
             raise UsageError(f"{refusal}; give a folder on this machine (outputs are copied back to it before "
                              "teardown)")

@@ -18,7 +18,7 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Mapping
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.health import spec_for as health_spec
@@ -59,6 +59,8 @@ class Request:
     project: str | None = None
     dry_run: bool = False
     provisioning: tuple[str, ...] = ()  # the clouds gpucluster provisions (named when --dry-run is refused)
+    # URL scheme -> the clouds whose nodes read it (named when a --data/--output/--resume URL is refused)
+    readers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # the job (run, sweep)
     job: bool = True
     workload: str | None = None
@@ -125,7 +127,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     """The request as a plan, or a UsageError. `provider`: a provider to use instead of the
     backend's (then no launcher is made). `strict_prices`: a spec the catalog cannot price is
     refused (run, sweep); otherwise it is planned without a price (`up`)."""
-    output_dir = None if req.output is None else _output_dest(req.output, backend)
+    output_dir = None if req.output is None else _output_dest(req.output, backend, req.readers)
     command, workload = _command_or_workload(req)
     host_list = backend.ops.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
@@ -209,9 +211,9 @@ def _staged(req: Request, backend: Any) -> _Staged:
     """--data, --setup and --resume, checked (a resumed run is looked up read-only)."""
     from gpucluster.staging import parse_data, parse_setup
 
-    mounts, setup_cmds = parse_data(req.data, backend), parse_setup(req.setup)
-    resumed_from, resume_mount, resume_back = (_resume(req.resume, mounts, backend) if req.resume is not None
-                                               else (None, None, None))
+    mounts, setup_cmds = parse_data(req.data, backend, req.readers), parse_setup(req.setup)
+    resumed_from, resume_mount, resume_back = (_resume(req.resume, mounts, backend, req.readers)
+                                               if req.resume is not None else (None, None, None))
     return _Staged(mounts, setup_cmds, resumed_from, resume_mount, resume_back)
 
 
@@ -252,10 +254,10 @@ def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
     return command, workload
 
 
-def _output_dest(value: str, backend: Any) -> Any:
+def _output_dest(value: str, backend: Any, readers: Mapping[str, tuple[str, ...]]) -> Any:
     from gpucluster.outputs import check_output_dest
 
-    return check_output_dest(value, backend)  # creates nothing
+    return check_output_dest(value, backend, readers)  # creates nothing
 
 
 def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
@@ -288,8 +290,8 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
         plan.limit_minutes, plan.limit_what = float(spec.max_lifetime_minutes), "the nodes' lifetime cap, --max-lifetime"
     if backend.can(Capability.PRICED):
         try:
-            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60)
-            plan.prices = cost.price_snapshot(spec)
+            plan.estimate = cost.estimate(spec, Decimal(str(plan.limit_minutes)) / 60, backend=backend)
+            plan.prices = cost.price_snapshot(spec, backend=backend)
         except GpuclusterError:
             if strict:
                 raise
@@ -321,7 +323,7 @@ def _check_collect(pattern: str) -> str:
     return text
 
 
-def _resume(value: str, mounts: tuple, store: Any) -> tuple[str, Any, Any]:
+def _resume(value: str, mounts: tuple, store: Any, readers: Mapping[str, tuple[str, ...]]) -> tuple[str, Any, Any]:
     """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created);
     with the working-folder files to lay back into every node's working folder (resume_files)."""
     from gpucluster.home import home_dir
@@ -332,7 +334,7 @@ def _resume(value: str, mounts: tuple, store: Any) -> tuple[str, Any, Any]:
     path = home_dir(create=False) / "ledger.sqlite3"
     ledger = Ledger(path) if path.is_file() else None
     try:
-        rid, mount = resume_source(ledger, value, store)
+        rid, mount = resume_source(ledger, value, store, readers)
         return rid, mount, resume_files(ledger, rid, mount)
     finally:
         if ledger is not None:

@@ -194,12 +194,14 @@ def finish_teardown(spec: Any, ledger: Any, provider: Any, store: Any, outcome: 
 
 def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider: Any, launcher: Any,
               ui: "RunUI | None" = None, keep: bool = False, prices: dict[str, Any] | None = None,
-              workload: str | None = None, resumed_from: str | None = None, store: Any = None,
+              workload: str | None = None, resumed_from: str | None = None, backend: Any,
               reprice: Callable[[Any], dict[str, Any] | None] | None = None,
               new_run_id: Callable[[], str] | None = None) -> ChainOutcome:
     """Run `job` on `spec`, and again (resumed) after each interruption, up to `policy.retries`
-    more times. `store`: the backend (for resuming from object storage); `reprice(spec)`: the price
-    snapshot of a changed spec (the on-demand fallback)."""
+    more times. `backend`: the plugin of `spec.cloud` (each attempt's cost, the teardown of what an
+    attempt left, resuming from object storage); `reprice(spec)`: the price snapshot of a changed
+    spec (the on-demand fallback)."""
+    store = backend
     from gpucluster.lifecycle import QuietUI, execute
     from gpucluster.spec import new_run_id as default_id
 
@@ -213,8 +215,8 @@ def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider:
     source: str | None = resumed_from
     while True:
         n = len(chain.attempts) + 1
-        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, keep=keep,
-                          prices=prices, workload=workload, resumed_from=resumed_from)
+        outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, backend=backend, ui=ui,
+                          keep=keep, prices=prices, workload=workload, resumed_from=resumed_from)
         ids.append(outcome.run_id)
         try:
             reason, cause, detected = interruption_of(ledger, outcome, policy)

@@ -17,11 +17,12 @@ from gpucluster.errors import UsageError
 from gpucluster.staging import RESUME_DEST, DataMount
 
 
-def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, DataMount]:
+def resume_source(ledger: Any, value: str, store: Any = None, readers: Any = None) -> tuple[str, DataMount]:
     """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run.
     Outputs the nodes uploaded to object storage (`--output s3://...`, `gs://...`) are a mount of
     that URL (`PREFIX/RUN_ID`, holding every `node-N/`), which the new run's nodes pull themselves;
-    only where the new run's backend (`store`) reads that scheme."""
+    only where the new run's backend (`store`) reads that scheme (`readers`, `staging.Readers`: the
+    backends that do, named when it does not)."""
     text = (value or "").strip()
     if not text:
         raise UsageError("--resume '' is not allowed: give the id of an earlier run (see `gpucluster runs`)")
@@ -46,7 +47,8 @@ def resume_source(ledger: Any, value: str, store: Any = None) -> tuple[str, Data
         from gpucluster.staging import object_refusal
 
         base = urls[0].rsplit("/", 1)[0]
-        refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base, store)
+        refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base,
+                                 store, readers)
         if refusal:
             raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
         return rid, DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)

@@ -26,7 +26,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpucluster.errors import UsageError
 
@@ -50,17 +50,19 @@ class DataMount:
         return "://" in self.src
 
 
-def object_refusal(flag: str, value: str, store) -> str | None:
+Readers = Mapping[str, Sequence[str]]  # URL scheme -> the backends whose nodes read it (infra.registry.readers())
+
+
+def object_refusal(flag: str, value: str, store, readers: Readers | None = None) -> str | None:
     """Why an object-storage URL `value` cannot be used with backend `store` (None: it can, or it is
-    not a URL). Says which clouds take that scheme, asking the registry, never naming one here."""
+    not a URL). Says which clouds take that scheme, from `readers` (given by the caller, which asked
+    the registry), never naming one here."""
     scheme = value.split("://", 1)[0].lower() if "://" in value else ""
     if not scheme or not value.lower().startswith(_URL_PREFIXES):
         return None
     if store is not None and store.object_store == scheme:
         return None
-    from gpucluster.infra.registry import NAMES, traits
-
-    able = [n for n in NAMES if traits(n).object_store == scheme]
+    able = list((readers or {}).get(scheme, ()))
     where = f" with --cloud {store.name}" if store is not None and able else ""
     how = f"{scheme}:// works with --cloud {' or '.join(able)}" if able else f"no backend reads {scheme}:// yet"
     return f"{flag} {value!r} is not supported yet{where}: {how}"
@@ -94,9 +96,9 @@ def _check_dest(value: str, dest: str) -> str:
     return dest
 
 
-def _object_mount(value: str, store) -> DataMount:
+def _object_mount(value: str, store, readers: Readers | None) -> DataMount:
     """`SCHEME://bucket[/prefix][:DEST]`: DEST follows the last ':' (bucket names hold none)."""
-    refusal = object_refusal("--data", value, store)
+    refusal = object_refusal("--data", value, store, readers)
     if refusal:
         raise UsageError(f"{refusal}; give a local folder (SRC[:DEST])")
     scheme, rest = value.split("://", 1)
@@ -108,13 +110,14 @@ def _object_mount(value: str, store) -> DataMount:
     return DataMount(url, f"data/{last}")
 
 
-def parse_data(values: Sequence[str], store=None) -> tuple[DataMount, ...]:
+def parse_data(values: Sequence[str], store=None, readers: Readers | None = None) -> tuple[DataMount, ...]:
     """Repeatable `--data SRC[:DEST]` -> mounts; UsageError (exit 2) naming the value otherwise.
-    `store`: the run's backend (`object_store`, `object_url`), for SRC URLs; None: no URL allowed."""
+    `store`: the run's backend (`object_store`, `object_url`), for SRC URLs; None: no URL allowed.
+    `readers`: which backends read each URL scheme, named when a URL is refused."""
     mounts: list[DataMount] = []
     for value in values or ():
         if value.lower().startswith(_URL_PREFIXES):
-            mount = _object_mount(value, store)
+            mount = _object_mount(value, store, readers)
             _no_overlap(value, mount.dest, mounts)
             mounts.append(mount)
             continue

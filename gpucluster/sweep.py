@@ -28,7 +28,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger import Ledger, LedgerError
@@ -157,8 +157,8 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
         if g:
             job = replace(job, nproc_per_node=g)
         try:
-            outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, ui=ui, prices=prices,
-                              sweep_id=sweep_id, workload=workload or job.workload)
+            outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, backend=plugin, ui=ui,
+                              prices=prices, sweep_id=sweep_id, workload=workload or job.workload)
         except LedgerError as exc:  # its row could not be written: nothing of this run started
             if not sweep.runs:
                 raise  # nothing ran at all: bad input, exit 2
@@ -242,7 +242,8 @@ class RunFacts:
     util: list[dict[str, Any]]
 
 
-def run_facts(record: RunRecord) -> RunFacts:
+def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
+    """What one run of a sweep measured; `backends`: the plugins of the runs' clouds (its cost)."""
     run = record.run
     records = record.metric_records or []  # the nodes' JSON metric records
     metrics = run.metrics or {}
@@ -276,22 +277,25 @@ def run_facts(record: RunRecord) -> RunFacts:
     return RunFacts(
         run_id=run.id, status=run.status, nodes=run.nodes, gpus_per_node=int(run.gpus_per_node or 0), world_size=world,
         wall_s=wall, phases=phases, train_s=train_s, samples_per_s=useful, reported_samples_per_s=reported,
-        accuracy=metrics.get("accuracy"), loss=metrics.get("loss"), epochs=n_epochs, cost_usd=run_cost_usd(record),
-        train_samples=int(train_samples) if train_samples else None, samples_seen=seen,
+        accuracy=metrics.get("accuracy"), loss=metrics.get("loss"), epochs=n_epochs,
+        cost_usd=run_cost_usd(record, backends), train_samples=int(train_samples) if train_samples else None,
+        samples_seen=seen,
         compute_s=sums["compute_s"], comm_s=sums["comm_s"], data_s=sums["data_s"], steps=steps, step_p90_s=p90,
         util=[m for m in records if m.get("kind") == "util"],
     )
 
 
-def run_cost_usd(record: RunRecord) -> Decimal | None:
+def run_cost_usd(record: RunRecord, backends: Mapping[str, Plugin]) -> Decimal | None:
     """The run's total cost: the ledger's, else priced now by gpucluster.cost; $0 for machines
-    gpucluster does not rent (backends that provision nothing: local, ssh); None when unknown."""
+    gpucluster does not rent (backends that provision nothing: local, ssh); None when unknown.
+    `backends`: the plugins of the runs' clouds, by name (given by the caller)."""
+    backend = backends.get(record.run.cloud or "")
     cost = record.cost or {}
     if cost.get("total") is None:  # the cost engine's key (gpucluster.cost.run_cost)
         from gpucluster import cost as cost_mod
 
         try:
-            cost = cost_mod.run_cost(record) or {}
+            cost = cost_mod.run_cost(record, backend=backend) or {}
         except (GpuclusterError, ValueError):  # no price known / not a full record: the cost is unknown
             cost = {}
     if cost.get("total") is not None:
@@ -301,7 +305,7 @@ def run_cost_usd(record: RunRecord) -> Decimal | None:
             return None
     from gpucluster.costing.plan import is_free
 
-    if is_free(record.run.cloud):  # machines gpucluster does not rent: the cost engine's own rule
+    if is_free(backend):  # machines gpucluster does not rent: the cost engine's own rule
         return Decimal("0")
     return None
 
@@ -347,11 +351,12 @@ class SizeResult:
         return d
 
 
-def summarize(runs: Sequence[RunRecord]) -> list[SizeResult]:
-    """One SizeResult per (GPUs per node, nodes), sorted; runs are ledger records with metric_records."""
+def summarize(runs: Sequence[RunRecord], backends: Mapping[str, Plugin]) -> list[SizeResult]:
+    """One SizeResult per (GPUs per node, nodes), sorted; runs are ledger records with metric_records.
+    `backends`: the plugins of the runs' clouds, by name (for the costs the ledger does not hold)."""
     groups: dict[tuple[int, int], list[RunFacts]] = {}
     for run in runs:
-        f = run_facts(run)
+        f = run_facts(run, backends)
         groups.setdefault((f.gpus_per_node, f.nodes), []).append(f)
     results = []
     for (gpn, nodes), facts in sorted(groups.items()):

@@ -62,6 +62,17 @@ def priced() -> tuple[str, ...]:
     return having(Capability.PRICED)
 
 
+def readers() -> dict[str, tuple[str, ...]]:
+    """URL scheme -> names of the backends whose nodes read it ("s3" -> ("aws",)), in the registry's
+    order: what the core names when it refuses a `--data`/`--output`/`--resume` URL (`staging.Readers`)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for n in PACKAGES:
+        scheme = traits(n).object_store
+        if scheme:
+            out[scheme] = out.get(scheme, ()) + (n,)
+    return out
+
+
 def accepting(flag: str) -> tuple[str, ...]:
     """Names of the backends that accept the cloud-only option `flag` (e.g. "project")."""
     return tuple(n for n in PACKAGES if flag in traits(n).flags)

@@ -70,6 +70,7 @@ def main() -> None:
     from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
+    from gpucluster.infra.registry import plugin as backend_of
     from gpucluster.lifecycle import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
@@ -83,7 +84,8 @@ def main() -> None:
         ledger = Ledger(work / "home" / "ledger.sqlite3")
         job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-c", "pass"), check=HealthSpec(timeout_s=60),
                       max_seconds=120)
-        outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher)
+        outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                          ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher)
         print(json.dumps({"status": outcome.status, "failure": outcome.failure, "teardown": outcome.teardown,
                           "links": ledger.metrics(spec.run_id, kind="link"),
                           "lost": ledger.metrics(spec.run_id, kind="node_lost"),

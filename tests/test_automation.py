@@ -9,6 +9,7 @@ the passphrase file's mode; the user's own backend.
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.infra.registry import plugin as _plugin
 
 import os
@@ -111,7 +112,8 @@ def test_up_outputs_launch_destroy(home, tmp_path):
     launcher = StubLauncher()
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     s = spec()
-    outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), ledger=ledger, provider=prov,
+    outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), backend=backend_of(s.cloud),
+                      ledger=ledger, provider=prov,
                       launcher=launcher, log_dir=tmp_path / "logs")
     assert outcome.status == "succeeded" and outcome.teardown == "verified"
 
@@ -213,7 +215,7 @@ def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_t
     assert first and all(r["detail"]["zone"] == "us-east-1a" and r["confirmed_gone"] for r in first)
     assert second and all(r["detail"]["zone"] == "us-east-1b" for r in second)
     # the failed attempt's instance was requested, so it is priced (billing may start at request)
-    lines = run_cost(ledger.get_run(s.run_id))["lines"]
+    lines = run_cost(ledger.get_run(s.run_id), backend=backend_of(s.cloud))["lines"]
     assert {ln["resource"] for ln in lines if ln["kind"] == "instance"} >= {"demo-node-0"}
 
 
@@ -277,7 +279,8 @@ def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
     fake = FakePulumiCommand(interrupt_up_after=5)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     s = spec()
-    outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), ledger=ledger, provider=provider(fake),
+    outcome = execute(s, JobSpec(run_id=s.run_id, workload="digits"), backend=backend_of(s.cloud),
+                      ledger=ledger, provider=provider(fake),
                       launcher=StubLauncher(), log_dir=tmp_path / "logs")
     assert outcome.status == "interrupted" and outcome.teardown == "verified"
     run = ledger.get_run(s.run_id).to_dict()
@@ -549,7 +552,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
         from gpucluster import cost
     except ImportError:
         return
-    priced = cost.run_cost(ledger.get_run(s.run_id))
+    priced = cost.run_cost(ledger.get_run(s.run_id), backend=backend_of(s.cloud))
     assert {ln["category"] for ln in priced["lines"]} >= {"instances", "disks"}
 
 

@@ -22,7 +22,7 @@ from moto_s3 import s3_server  # noqa: E402,F401
 from gpucluster.errors import SpecError, UsageError  # noqa: E402
 from gpucluster.infra.aws import s3  # noqa: E402
 from gpucluster.infra.aws.s3_node import cli_argv  # noqa: E402
-from gpucluster.infra.registry import plugin  # noqa: E402
+from gpucluster.infra.registry import plugin, readers  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 from gpucluster.staging import DataMount, parse_data  # noqa: E402
 
@@ -59,14 +59,14 @@ def test_malformed_s3_urls_are_refused_naming_the_rule(url, needle):
 @pytest.mark.parametrize("cloud", ["local", "ssh", "gcp"])
 def test_s3_is_refused_where_the_backend_declares_no_object_store(cloud):
     with pytest.raises(UsageError) as exc:
-        parse_data(["s3://bucket/p"], plugin(cloud))
+        parse_data(["s3://bucket/p"], plugin(cloud), readers())
     assert f"not supported yet with --cloud {cloud}" in exc.value.message and "--cloud aws" in exc.value.message
 
 
 def test_gs_is_refused_where_gcs_is_not_read_and_dest_overlap_counts_urls():
     for cloud in ("aws", "local"):
         with pytest.raises(UsageError) as exc:
-            parse_data(["gs://bucket/p"], plugin(cloud))
+            parse_data(["gs://bucket/p"], plugin(cloud), readers())
         assert "not supported yet" in exc.value.message and "gs:// works with --cloud gcp" in exc.value.message
     with pytest.raises(UsageError) as exc:
         parse_data(["s3://bucket/x:inputs", "s3://other-bucket/y:inputs/z"], plugin("aws"))

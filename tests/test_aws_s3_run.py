@@ -17,6 +17,7 @@ against the same server in tests/test_aws_s3.py where this machine has an `aws`.
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.infra.registry import plugin as _plugin
 
 import hashlib
@@ -102,7 +103,7 @@ def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
                   env=(("CHECK_MANIFEST", json.dumps(want)),), data=mounts, output_dir=str(output), max_seconds=240,
                   rdzv_port=sshd.free_port())
     ledger = Ledger(home / "ledger.sqlite3")
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
+    outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
     return outcome, ledger.get_run(run_id).to_dict(), want, found
 
 

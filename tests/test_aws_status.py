@@ -30,6 +30,7 @@ moto = pytest.importorskip("moto")
 from aws_strict import StrictSession  # noqa: E402
 
 from gpucluster.cost import run_cost  # noqa: E402
+from gpucluster.infra.registry import plugin  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
 
 REGION = "us-east-1"
@@ -87,7 +88,7 @@ def test_status_closes_the_rows_of_nodes_that_powered_off_and_stops_their_cost(h
     started = now - 3 * HOUR
     ledger = Ledger.open_default()
     _kept_cluster(ledger, [ids[0], ids[1], deadman, gone], started)
-    before = float(run_cost(ledger.get_run("r-kept"), now=now)["total"])
+    before = float(run_cost(ledger.get_run("r-kept"), backend=plugin("aws"), now=now)["total"])
 
     (row,) = cluster_rows(ledger, now=now)
     closed = {r.name: r for r in ledger.get_run("r-kept").resources if r.confirmed_gone}
@@ -99,7 +100,7 @@ def test_status_closes_the_rows_of_nodes_that_powered_off_and_stops_their_cost(h
     assert row["state"] == "kept, 3 of 4 node(s) gone" and row["resources"] == 2  # node 0 and the VPC
     assert any("Instance initiated shutdown" in n for n in row["observed"])
     assert any(n.startswith(f"instance {gone}: no longer known to EC2") for n in row["observed"])
-    after = float(run_cost(ledger.get_run("r-kept"), now=now)["total"])
+    after = float(run_cost(ledger.get_run("r-kept"), backend=plugin("aws"), now=now)["total"])
     # nodes 0 and 1 billed 3 h, nodes 2 and 3 only until their end 75.5 min after the request
     assert after == pytest.approx(before * (2 * 3 + 2 * (75.5 / 60)) / 12, rel=0.01), (before, after)
     assert float(row["hourly_usd"]) == pytest.approx(1.017, abs=0.01)  # one g5.xlarge + its disk still billing

@@ -43,6 +43,7 @@ by python3 3.11.7".
 
 from __future__ import annotations
 
+from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.infra.registry import plugin as _plugin
 
 import base64
@@ -298,7 +299,7 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1,
                   nproc_per_node=spec.gpus_per_node)
     t0 = time.monotonic()
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
+    outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
 
     run = ledger.get_run(run_id).to_dict()
     assert ec2.errors == []
@@ -356,7 +357,7 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
     validate(spec)
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "1"), threads_per_proc=1)
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher)
+    outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
     run = ledger.get_run(run_id).to_dict()
     assert ec2.ssh_cidrs == ["203.0.113.7/32"] and ec2.booted == []
     assert outcome.status == "failed"

@@ -15,12 +15,21 @@ from click.testing import CliRunner
 from gpucluster import cost as C
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
+from gpucluster.infra.registry import NAMES, plugin
 from gpucluster.ledger import Ledger
 from gpucluster.records import RunRecord
 from gpucluster.spec import ClusterSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cost"
 T0 = 1_795_000_000.0  # 2026-11-18 UTC
+# what a command looks up in the registry and gives the cost engine (it never looks a backend up itself)
+BACKENDS = {name: plugin(name) for name in NAMES}
+MAX_NODES = max(b.traits.max_nodes for b in BACKENDS.values())
+
+
+def backend(of):
+    """The plugin of a spec's, a run dict's or a run record's cloud."""
+    return plugin(of["cloud"] if isinstance(of, dict) else of.cloud if isinstance(of, ClusterSpec) else of.run.cloud)
 
 
 @pytest.fixture()
@@ -51,10 +60,10 @@ def test_per_second_with_60s_minimum():
 
 def test_59_seconds_of_an_instance_from_the_ledger_is_billed_60(catalog):
     spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge")
-    run = {"id": "r1", "cloud": "aws", "prices": C.price_snapshot(spec, catalog), "resources": [
+    run = {"id": "r1", "cloud": "aws", "prices": C.price_snapshot(spec, catalog, backend=backend(spec)), "resources": [
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0 + 5,
          "deleted_at": T0 + 59, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge", "spot": False}}]}
-    out = C.run_cost(RunRecord.from_dict(run), now=T0 + 1000, catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), now=T0 + 1000, catalog=catalog, backend=backend(run))
     (line,) = out["lines"]
     assert line["billed_seconds"] == 60 and Decimal(out["total"]) == Decimal("0.016766667")
     assert out["still_billing"] == []
@@ -62,7 +71,7 @@ def test_59_seconds_of_an_instance_from_the_ledger_is_billed_60(catalog):
 
 def test_two_g5_12xlarge_for_3h_with_200gb_gp3(catalog):
     spec = ClusterSpec(cloud="aws", nodes=2, instance_type="g5.12xlarge", disk_gb=200, region="us-east-1")
-    est = C.estimate(spec, 3, catalog=catalog)
+    est = C.estimate(spec, 3, catalog=catalog, backend=backend(spec))
     lines = {ln["category"]: ln for ln in est.lines}
     # 2 x 5.672 $/h x 3 h = 34.032; disks 2 x 200 GB x 0.08 $/GB-month x 3 h / 730 h = 0.131506849...
     assert Decimal(lines["instances"]["total"]) == Decimal("34.032")
@@ -84,7 +93,7 @@ def test_gke_two_n1_standard_16_with_4_v100_for_90_min(catalog):
     # GKE fee 0.10 x 1.5 = 0.15; system pool n1-standard-2 (2 x 0.031612 + 7.5 x 0.0042368 = 0.095/h) x 1.5 =
     # 0.1425 and its 50 GB pd-balanced x 0.10 x 1.5/730 = 0.010273973; each node's external IPv4
     # (issue 26) 0.005 x 1.5: 2 x 0.0075 = 0.015 for the GPU nodes, 0.0075 for the system node
-    paid = C.estimate(spec, "1.5", catalog=catalog)
+    paid = C.estimate(spec, "1.5", catalog=catalog, backend=backend(spec))
     by: dict = {}
     for ln in paid.lines:
         key = (ln["category"], ln["description"].startswith("system pool"))
@@ -96,19 +105,20 @@ def test_gke_two_n1_standard_16_with_4_v100_for_90_min(catalog):
     assert paid.total == Decimal("32.406369863")
     # 1.52 + 0.01 + 19.84 + 0.10 + 0.0274 + 0.0950 + 0.005 + 0.0068
     assert paid.hourly.quantize(Decimal("0.00001")) == Decimal("21.60425")
-    free = C.estimate(spec, "1.5", catalog=catalog, free_tier=True)
+    free = C.estimate(spec, "1.5", catalog=catalog, free_tier=True, backend=backend(spec))
     by_free = {ln["category"]: Decimal(ln["total"]) for ln in free.lines}
     assert by_free["cluster fee"] == 0 and free.total == Decimal("32.256369863")
     # the component always makes a zonal cluster: a region alone gets its first V100 zone, so the
     # free tier covers it too
-    by_region = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True)
+    by_region = C.estimate(spec.replace(zone=None, region="us-central1"), "1.5", catalog=catalog, free_tier=True,
+                           backend=backend(spec))
     assert by_region.total == free.total
 
 
 def test_default_two_node_gcp_run_is_priced_as_the_component_declares_it(catalog):
     # issue 13: the component's default is n1-standard-4 with 1 V100 per node:
     # 2 x (0.19 + 2.48) + 0.10 = $5.44/h, plus disks (2 x 100 GB pd-balanced), plus the system pool
-    est = C.estimate(ClusterSpec(cloud="gcp", nodes=2), 1, catalog=catalog)
+    est = C.estimate(ClusterSpec(cloud="gcp", nodes=2), 1, catalog=catalog, backend=plugin("gcp"))
     hourly = {ln["description"]: Decimal(ln["hourly"]) for ln in est.lines}
     gpu_pool_and_fee = (hourly["2 x n1-standard-4 (on-demand)"] + hourly["2 x V100 (on-demand)"]
                         + hourly["GKE cluster fee (zonal)"])
@@ -126,7 +136,7 @@ def test_default_two_node_gcp_run_is_priced_as_the_component_declares_it(catalog
 
 def test_other_n1_shapes_are_priced_from_unit_prices(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-highmem-8", gpus_per_node=1, region="us-central1")
-    est = C.estimate(spec, 1, catalog=catalog)
+    est = C.estimate(spec, 1, catalog=catalog, backend=backend(spec))
     inst = next(ln for ln in est.lines if ln["category"] == "instances")
     assert Decimal(inst["unit_price"]) == Decimal("0.031612") * 8 + Decimal("0.0042368") * 52
     assert inst["source"].startswith("derived")
@@ -150,15 +160,16 @@ def test_other_n1_shapes_are_priced_from_unit_prices(catalog):
 ])
 def test_bad_input_is_one_clear_usage_error(catalog, spec, hours, message):
     with pytest.raises(UsageError) as info:
-        C.estimate(ClusterSpec(**spec), hours, catalog=catalog)
+        C.estimate(ClusterSpec(**spec), hours, catalog=catalog, backend=backend(spec))
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_local_runs_cost_nothing_and_say_so(catalog):
-    est = C.estimate(ClusterSpec(cloud="local", nodes=4), 1, catalog=catalog)
+    est = C.estimate(ClusterSpec(cloud="local", nodes=4), 1, catalog=catalog, backend=plugin("local"))
     assert est.total == 0 and "$0" in est.notes[0]
     out = C.run_cost(RunRecord.from_dict({"id": "l1", "cloud": "local", "resources": [
-        {"kind": "process", "name": "agent-0", "requested_at": T0, "deleted_at": None, "confirmed_gone": False}]}))
+        {"kind": "process", "name": "agent-0", "requested_at": T0, "deleted_at": None, "confirmed_gone": False}]}),
+        backend=plugin("local"))
     assert out["total"] == "0" and out["local"] and "$0" in out["notes"][0]
 
 
@@ -181,10 +192,10 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
                  ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4,
                              zone="us-central1-a", disk_gb=150, name="est-gcp", spot=True)):
         ledger = _ledger(tmp_path / spec.name)
-        est = C.estimate(spec, "2.75", catalog=catalog)
+        est = C.estimate(spec, "2.75", catalog=catalog, backend=backend(spec))
         ledger.create_run("r-" + spec.name, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes,
                           gpus_per_node=spec.gpus_per_node, command=["train"], spec=spec.to_dict(),
-                          prices=C.price_snapshot(spec, catalog), now=T0)
+                          prices=C.price_snapshot(spec, catalog, backend=backend(spec)), now=T0)
         seconds = 2.75 * 3600
         if spec.cloud == "aws":
             res = [("instance", f"n{i}", "us-east-1", {"instance_type": "g5.12xlarge", "spot": False, "disk_gb": 200,
@@ -202,7 +213,7 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
                    ("node-pool", "est-gcp-system", "us-central1-a", system, T0 + 5, T0 + 400, T0 + 5 + seconds),
                    ("firewall", "fw", "us-central1", {}, T0, T0 + 1, T0 + 20)]
         _record(ledger, "r-" + spec.name, res)
-        out = C.run_cost(ledger.get_run("r-" + spec.name), now=T0 + 99999)
+        out = C.run_cost(ledger.get_run("r-" + spec.name), now=T0 + 99999, backend=backend(spec))
         assert Decimal(out["total"]) == est.total
         for cat in ("instances", "gpus", "disks", "public IPv4", "cluster fee"):
             assert Decimal(out["by_category"][cat]) == sum(
@@ -213,7 +224,7 @@ def test_failed_run_is_billed_for_what_existed(tmp_path, catalog):
     ledger = _ledger(tmp_path)
     spec = ClusterSpec(cloud="aws", nodes=3, instance_type="g5.xlarge", disk_gb=100, name="boom")
     ledger.create_run("rf", cloud="aws", cluster="boom", nodes=3, gpus_per_node=1, command=["x"],
-                      spec=spec.to_dict(), prices=C.price_snapshot(spec, catalog), now=T0)
+                      spec=spec.to_dict(), prices=C.price_snapshot(spec, catalog, backend=backend(spec)), now=T0)
     det = {"instance_type": "g5.xlarge", "spot": False, "disk_gb": 100, "disk_type": "gp3"}
     _record(ledger, "rf", [
         # created, ran 10 minutes, then the launch failed and it was deleted
@@ -226,7 +237,7 @@ def test_failed_run_is_billed_for_what_existed(tmp_path, catalog):
     ])
     ledger.finish_run("rf", status="failed", exit_code=1, failure="rank 1 failed", now=T0 + 700)
     now = T0 + 3600
-    out = C.run_cost(ledger.get_run("rf"), now=now)
+    out = C.run_cost(ledger.get_run("rf"), now=now, backend=backend(spec))
     price, gb = Decimal("1.006"), Decimal("0.08") * 100
     expect = (price * 600 / 3600 + price * 60 / 3600 + price * 3600 / 3600  # n1: 20 s billed as 60 s
               + gb * (600 + 20 + 3600) / 2628000)
@@ -235,20 +246,20 @@ def test_failed_run_is_billed_for_what_existed(tmp_path, catalog):
     n1 = next(ln for ln in out["lines"] if ln["resource"] == "n1" and ln["category"] == "instances")
     assert n1["billed_seconds"] == 60 and "never confirmed" in n1["note"]
     assert any(ln["category"] == "no charge" for ln in out["lines"])
-    stored = C.record_run_cost(ledger, "rf", now=now)
+    stored = C.record_run_cost(ledger, "rf", backend=backend(spec), now=now)
     assert ledger.get_run("rf").to_dict()["cost"]["total"] == stored["total"] == out["total"]
 
 
 def test_prices_come_from_the_launch_snapshot_not_today(tmp_path, catalog):
     spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge", disk_gb=100)
-    snap = C.price_snapshot(spec, catalog)
+    snap = C.price_snapshot(spec, catalog, backend=backend(spec))
     snap["prices"]["instance/g5.xlarge/on-demand"]["price"] = "2.000"  # the price at launch
     run = {"id": "r", "cloud": "aws", "prices": snap, "resources": [
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
          "deleted_at": T0 + 3600, "confirmed_gone": True, "detail": {"instance_type": "g5.xlarge"}}]}
-    assert Decimal(C.run_cost(RunRecord.from_dict(run), catalog=catalog)["total"]) == Decimal("2")
+    assert Decimal(C.run_cost(RunRecord.from_dict(run), catalog=catalog, backend=backend(run))["total"]) == Decimal("2")
     run["prices"] = None  # no snapshot: today's catalog, and the cost says so
-    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog, backend=backend(run))
     assert Decimal(out["total"]) == Decimal("1.006") and "today's catalog" in out["notes"][0]
 
 
@@ -263,7 +274,8 @@ def _whatif_ledger(tmp_path) -> Ledger:
                            accelerator="nvidia-tesla-v100", zone="us-central1-a", name="seed003")
         start = T0 + i * 10000
         ledger.create_run(rid, cloud="gcp", cluster="seed003", nodes=nodes, gpus_per_node=4, command=["t"],
-                          spec=spec.to_dict(), workload="mnist", prices=C.price_snapshot(spec), now=start)
+                          spec=spec.to_dict(), workload="mnist", prices=C.price_snapshot(spec, backend=backend(spec)),
+                          now=start)
         ledger.finish_run(rid, status="succeeded", exit_code=0, now=start + 400 + train_s,
                           metrics={"train_time_s": train_s, "epochs": 8, "samples_per_s": 480000 / train_s,
                                    "accuracy": 0.98, "loss": 0.05})
@@ -281,7 +293,8 @@ def _whatif_ledger(tmp_path) -> Ledger:
 
 def test_what_if_shows_seed_003_more_nodes_longer_and_dearer(tmp_path, catalog):
     ledger = _whatif_ledger(tmp_path)
-    out = C.what_if(ledger.list_runs(limit=None), [1, 2, 4, 8], "mnist", 8, catalog=catalog)
+    out = C.what_if(ledger.list_runs(limit=None), [1, 2, 4, 8], "mnist", 8, catalog=catalog, backends=BACKENDS,
+                    max_nodes=MAX_NODES)
     assert sorted(out["runs_used"]) == ["w1", "w2", "w4"]
     assert out["shape"] == "gcp n1-standard-16 4 x V100"
     p = {row["nodes"]: row for row in out["projection"]}
@@ -297,21 +310,22 @@ def test_what_if_shows_seed_003_more_nodes_longer_and_dearer(tmp_path, catalog):
     # the 1-node cost is the estimate for that spec over the projected wall time
     spec1 = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
                         accelerator="nvidia-tesla-v100", zone="us-central1-a", name="seed003")
-    assert Decimal(p[1]["cost"]) == C.estimate(spec1, Decimal("457") / 3600, catalog=catalog).total
+    assert Decimal(p[1]["cost"]) == C.estimate(spec1, Decimal("457") / 3600, catalog=catalog,
+                                               backend=backend(spec1)).total
 
 
 def test_what_if_refuses_without_runs_and_does_not_guess_scaling(tmp_path, catalog):
     ledger = _whatif_ledger(tmp_path)
     runs = ledger.list_runs(limit=None)
     with pytest.raises(UsageError, match="no run of this workload"):
-        C.what_if(runs, [1, 2], "cifar", 4, catalog=catalog)
+        C.what_if(runs, [1, 2], "cifar", 4, catalog=catalog, backends=BACKENDS, max_nodes=MAX_NODES)
     with pytest.raises(UsageError, match="no succeeded run"):
-        C.what_if(runs, [1, 2], "mnist", 4, cloud="aws", catalog=catalog)
+        C.what_if(runs, [1, 2], "mnist", 4, cloud="aws", catalog=catalog, backends=BACKENDS, max_nodes=MAX_NODES)
     one = [r for r in runs if r.id in ("w1", "other")]
-    out = C.what_if(one, [1, 4], "mnist", 4, catalog=catalog)
+    out = C.what_if(one, [1, 4], "mnist", 4, catalog=catalog, backends=BACKENDS, max_nodes=MAX_NODES)
     p = {row["nodes"]: row for row in out["projection"]}
     assert p[1]["basis"] == "measured" and p[4]["basis"] is None and "not measured" in p[4]["note"]
-    local = C.what_if(runs, [1], "digits", 3, catalog=catalog)
+    local = C.what_if(runs, [1], "digits", 3, catalog=catalog, backends=BACKENDS, max_nodes=MAX_NODES)
     assert local["projection"][0]["cost"] == "0"
 
 
@@ -325,7 +339,7 @@ def test_report_json_and_csv_parse_back_to_the_same_numbers(tmp_path, catalog):
                                 "disk_gb": 100, "disk_type": "pd-balanced"},
                                run["created_at"] + 10, run["created_at"] + 50, run["ended_at"])])
     runs = [ledger.get_run(r.id) for r in ledger.list_runs(limit=None)]
-    rep = C.report(runs, group_by="cloud", now=T0 + 200000, catalog=catalog)
+    rep = C.report(runs, group_by="cloud", now=T0 + 200000, catalog=catalog, backends=BACKENDS)
     assert len(rep["runs"]) == 5
     back = json.loads(json.dumps(rep))
     rows = list(csv.DictReader(io.StringIO(C.report_csv(rep))))
@@ -335,10 +349,10 @@ def test_report_json_and_csv_parse_back_to_the_same_numbers(tmp_path, catalog):
     assert groups["gcp"] == Decimal(back["total"]) and groups["local"] == 0
     local = next(r for r in rows if r["cloud"] == "local")
     assert "$0" in local["note"]
-    by_day = C.report(runs, group_by="day", now=T0 + 200000, catalog=catalog)
+    by_day = C.report(runs, group_by="day", now=T0 + 200000, catalog=catalog, backends=BACKENDS)
     assert sum(Decimal(g["cost"]) for g in by_day["groups"]) == Decimal(rep["total"])
     with pytest.raises(UsageError, match="group-by 'week'"):
-        C.report(runs, group_by="week")
+        C.report(runs, group_by="week", backends=BACKENDS)
 
 
 def test_parse_since():
@@ -433,7 +447,7 @@ def test_cli_report_plot(home, tmp_path):
 
 def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=1, region="europe-west4", gpus_per_node=2, disk_gb=100)
-    est = C.estimate(spec, 1, catalog=catalog)
+    est = C.estimate(spec, 1, catalog=catalog, backend=backend(spec))
     disk = next(ln for ln in est.lines if ln["category"] == "disks")
     assert disk["note"] == "" and any("used us-central1's" in n for n in est.notes)
     snap = est.snapshot["prices"]["disk/pd-balanced/on-demand"]
@@ -443,13 +457,13 @@ def test_fallback_disk_price_is_noted_once_and_kept_in_the_snapshot(catalog):
 def test_unpriced_system_pool_is_said_not_hidden(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-16", gpus_per_node=4,
                        zone="us-central1-a", options=(("systemMachineType", "e2-standard-2"),))
-    est = C.estimate(spec, 1, catalog=catalog)
+    est = C.estimate(spec, 1, catalog=catalog, backend=backend(spec))
     assert any("e2-standard-2" in n for n in est.notes)
     run = {"id": "r", "cloud": "gcp", "prices": est.snapshot, "resources": [
         {"kind": "node-pool", "name": "system", "region": "us-central1-a", "requested_at": T0, "created_at": T0,
          "deleted_at": T0 + 600, "confirmed_gone": True, "detail": {"machine_type": "e2-standard-2",
                                                                     "node_count": 1}}]}
-    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog)
+    out = C.run_cost(RunRecord.from_dict(run), catalog=catalog, backend=backend(run))
     assert out["lines"][0]["category"] == "unpriced" and out["total"] == "0"
     assert "e2-standard-2" in out["notes"][0] and "leaves it out" in out["notes"][0]
 
@@ -463,19 +477,19 @@ def test_render_run_cost_flags_still_billing(tmp_path, catalog):
         {"kind": "instance", "name": "n0", "region": "us-east-1", "requested_at": T0, "created_at": T0,
          "deleted_at": None, "confirmed_gone": False, "detail": {"instance_type": "g5.xlarge"}}]}
     console = Console(record=True, width=200)
-    render_run_cost(C.run_cost(RunRecord.from_dict(run), now=T0 + 3600, catalog=catalog), console)
+    render_run_cost(C.run_cost(RunRecord.from_dict(run), now=T0 + 3600, catalog=catalog, backend=backend(run)), console)
     text = console.export_text()
     assert "STILL BILLING" in text and "$1.01" in text
 
 
 def test_render_line_for_the_run_plan(catalog):
     spec = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
-    line = C.estimate(spec, 1, catalog=catalog).render_line()
+    line = C.estimate(spec, 1, catalog=catalog, backend=backend(spec)).render_line()
     assert line.startswith("$21.60 for 1 h at $21.60/h (instances $1.53/h, gpus $19.84/h, disks $0.03/h, "
                            "cluster fee $0.10/h, system pool $0.11/h, $2.67/GPU-hour; on-demand prices read "
                            "2026-11-22)")
     assert "\n" not in line
-    assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1).render_line()
+    assert "$0" in C.estimate(ClusterSpec(cloud="local", nodes=2), 1, backend=plugin("local")).render_line()
 
 
 def test_hourly_says_no_price_only_for_a_price_it_cannot_know(monkeypatch):
@@ -483,15 +497,15 @@ def test_hourly_says_no_price_only_for_a_price_it_cannot_know(monkeypatch):
     from gpucluster.cli import common
 
     spec = ClusterSpec(cloud="aws", nodes=1, instance_type="g5.xlarge")
-    assert common.hourly(spec) == C.estimate(spec, 1).hourly > 0
+    assert common.hourly(spec) == C.estimate(spec, 1, backend=backend(spec)).hourly > 0
 
-    def unknown(spec, hours):
+    def unknown(spec, hours, backend):
         raise UsageError("instance type 'x' is not in the price catalog")
 
     monkeypatch.setattr(C, "estimate", unknown)
     assert common.hourly(spec) is None
 
-    def buggy(spec, hours):
+    def buggy(spec, hours, backend):
         return {}.missing  # AttributeError: a bug
 
     monkeypatch.setattr(C, "estimate", buggy)
@@ -514,9 +528,9 @@ def test_spot_is_priced_at_the_zone_it_ran_in_where_known_and_says_which(tmp_pat
         where.mkdir()
         ledger = _ledger(where)
         ledger.create_run("r-sz", cloud="aws", cluster="sz", nodes=1, gpus_per_node=1, command=["x"],
-                          spec=spec.to_dict(), prices=C.price_snapshot(spec, cat), now=T0)
+                          spec=spec.to_dict(), prices=C.price_snapshot(spec, cat, backend=backend(spec)), now=T0)
         _record(ledger, "r-sz", [("instance", "n0", "us-east-1", detail, T0, T0, T0 + 3600)])
-        (line,) = [ln for ln in C.run_cost(ledger.get_run("r-sz"), now=T0 + 9999)["lines"]
+        (line,) = [ln for ln in C.run_cost(ledger.get_run("r-sz"), now=T0 + 9999, backend=backend(spec))["lines"]
                    if ln["category"] == "instances"]
         return line
 
@@ -535,13 +549,14 @@ def test_the_estimate_follows_the_gpu_pools_autoscaling_setting(catalog):
     """issue 26: with `autoscale=false` the GPU pool keeps its nodes after the Job's deadline, so they
     keep billing until `down` (the gcp-v100 example: 8 V100); with `minNodes` its minimum does."""
     base = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-16", gpus_per_node=4, zone="us-central1-a")
-    (scaled,) = [n for n in C.estimate(base, 1, catalog=catalog).notes if "after the max lifetime" in n]
+    (scaled,) = [n for n in C.estimate(base, 1, catalog=catalog, backend=backend(base)).notes
+                 if "after the max lifetime" in n]
     assert "scales to zero" in scaled and "(0.2068)" in scaled
-    fixed = C.estimate(base.replace(options=(("autoscale", "false"),)), 1, catalog=catalog)
+    fixed = C.estimate(base.replace(options=(("autoscale", "false"),)), 1, catalog=catalog, backend=backend(base))
     (after,) = [n for n in fixed.notes if "after the max lifetime" in n]
     assert "scales to zero" not in after and "all 2 GPU node(s)" in after
     assert f"({fixed.hourly.quantize(Decimal('0.0001'))})" in after  # everything keeps billing: 21.6043
-    floor = C.estimate(base.replace(options=(("minNodes", "1"),)), 1, catalog=catalog)
+    floor = C.estimate(base.replace(options=(("minNodes", "1"),)), 1, catalog=catalog, backend=backend(base))
     (kept,) = [n for n in floor.notes if "after the max lifetime" in n]
     one_node = (floor.hourly - Decimal("0.2068")) / 2
     assert "scales down to 1 node(s)" in kept

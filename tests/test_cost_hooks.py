@@ -30,8 +30,10 @@ def test_cost_hooks_have_not_applicable_defaults():
 
 def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
     catalog = load_catalog(False)
-    aws = C.estimate(ClusterSpec(cloud="aws", nodes=1, instance_type="g5.12xlarge"), 1, catalog=catalog)
-    gcp = C.estimate(ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=4, zone="us-central1-a"), 1, catalog=catalog)
+    aws = C.estimate(ClusterSpec(cloud="aws", nodes=1, instance_type="g5.12xlarge"), 1, backend=plugin("aws"),
+                     catalog=catalog)
+    gcp = C.estimate(ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=4, zone="us-central1-a"), 1,
+                     backend=plugin("gcp"), catalog=catalog)
     (aws_gpus,) = [ln for ln in aws.lines if ln["category"] == "gpus"]
     assert aws_gpus["note"] == "included in the instance price" and aws_gpus["hourly"] == "0"
     assert plugin("aws").pricing.gpu_of("g5.12xlarge", catalog) == "A10G"

@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from gpucluster.diagnose import diagnose, flagged_sizes
+from gpucluster.infra.registry import plugin
 from gpucluster.ledger import Ledger
 from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
 
@@ -81,12 +82,12 @@ class Fixture:
                                        detail={"instance_type": cost, "gpus": gpn}, now=self.t)
                 led.resource_created(rid, "instance", f"node-{node}", f"i-{node}", now=self.t + 1)
                 led.resource_deleted(rid, "instance", f"node-{node}", now=t)
-            led.set_cost(rid, run_cost(led.get_run(rid), now=t))
+            led.set_cost(rid, run_cost(led.get_run(rid), backend=plugin(cloud), now=t))
         self.t = t + 10
         return rid
 
     def summary(self):
-        return summarize(load_sweep(self.ledger, self.sweep_id))
+        return summarize(load_sweep(self.ledger, self.sweep_id), {c: plugin(c) for c in ("local", "aws")})
 
 
 def by_nodes(summary, gpn=None):

@@ -29,6 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, needs_torch  # noqa: E402
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.errors import ExitCode, ProvisionError  # noqa: E402
 from gpucluster.domain import Provider
 from gpucluster.launch import JobSpec, Launcher
@@ -211,7 +212,8 @@ def _run_with_fault(home, spec, provider, launcher, phase, fault_name):
     # A signal that arrives once the run has restored the handlers must not hit pytest itself
     late = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        outcome = execute(spec, job, ledger=ledger, provider=FaultyProvider(provider, phase, fault),
+        outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                          ledger=ledger, provider=FaultyProvider(provider, phase, fault),
                           launcher=FaultyLauncher(launcher, phase, fault))
     finally:
         fault.finish()
@@ -352,7 +354,8 @@ def _run_with_storage_fault(home, spec, provider, launcher, phase, fault_name):
 
     def target():
         try:
-            done.append(execute(spec, job, ledger=ledger, provider=FaultyProvider(provider, phase, fault),
+            done.append(execute(spec, job, backend=backend_of(spec.cloud),
+                                ledger=ledger, provider=FaultyProvider(provider, phase, fault),
                                 launcher=FaultyLauncher(launcher, phase, fault)))
         except BaseException as exc:  # noqa: BLE001 - execute must return an outcome, whatever broke
             done.append(exc)

@@ -12,7 +12,7 @@ import pytest
 
 from gpucluster.errors import SpecError, UsageError
 from gpucluster.infra.gcp import gcs
-from gpucluster.infra.registry import plugin
+from gpucluster.infra.registry import plugin, readers
 from gpucluster.spec import ClusterSpec
 from gpucluster.staging import DataMount, parse_data
 
@@ -58,10 +58,10 @@ def test_the_backend_declares_gs_and_other_clouds_refuse_it():
     assert gcp.object_store == "gs"
     assert gcp.object_url("gs://out-bkt/runs/", "--output x") == "gs://out-bkt/runs"
     with pytest.raises(UsageError) as exc:
-        parse_data(["gs://bucket/p"], plugin("aws"))
+        parse_data(["gs://bucket/p"], plugin("aws"), readers())
     assert "not supported yet with --cloud aws" in exc.value.message and "gs:// works with --cloud gcp" in exc.value.message
     with pytest.raises(UsageError) as exc:
-        parse_data(["s3://bucket/p"], gcp)
+        parse_data(["s3://bucket/p"], gcp, readers())
     assert "s3:// works with --cloud aws" in exc.value.message
     from gpucluster.outputs import check_output_dest
 

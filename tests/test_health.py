@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, needs_torch  # noqa: E402
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.health import HealthCheckFailed, HealthSpec, NodeRun, judge  # noqa: E402
 from gpucluster.node_check import schedule  # noqa: E402
 
@@ -118,7 +119,8 @@ def _execute(home, spec, check, env=None, output=None):
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, str(FIXTURES / "plain_job.py")), threads_per_proc=1,
                   check=check, max_seconds=180, output_dir=output)
-    outcome = execute(spec, job, ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher(grace=2.0))
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher(grace=2.0))
     return outcome, ledger.get_run(spec.run_id, with_metrics=True), ledger
 
 

@@ -34,6 +34,7 @@ def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_p
     from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
+    from gpucluster.infra.registry import plugin as backend_of
     from gpucluster.lifecycle import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
@@ -43,7 +44,8 @@ def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_p
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, str(FIXTURES / "plain_job.py")), check=HealthSpec(),
                   max_seconds=180, threads_per_proc=1)
-    outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher)
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher)
     record = ledger.get_run(spec.run_id)
     assert outcome.status == "succeeded", outcome.failure
     names = [p.name for p in record.phases]

@@ -29,7 +29,7 @@ from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.infra.gcp import gcs, k8s  # noqa: E402
 from gpucluster.outputs import COMPLETE, FAILED  # noqa: E402
 from gpucluster.staging import STAGE_KIND, parse_data  # noqa: E402
-from gpucluster.infra.registry import plugin  # noqa: E402
+from gpucluster.infra.registry import plugin, readers  # noqa: E402
 
 GSA = "gpuc-v100@my-proj.iam.gserviceaccount.com"
 
@@ -149,7 +149,7 @@ def test_resume_from_outputs_a_run_uploaded_to_gs_is_pulled_by_every_pod(gcs_ser
     rid, mount = resume_source(ledger, earlier[:16], plugin("gcp"))
     assert rid == earlier and mount.src == f"gs://results/runs/{earlier}" and mount.dest == "resume"
     with pytest.raises(Exception) as exc:  # another cloud's nodes cannot read gs://
-        resume_source(ledger, earlier, plugin("aws"))
+        resume_source(ledger, earlier, plugin("aws"), readers())
     assert "gs:// works with --cloud gcp" in str(exc.value)
     ledger.close()
     fake = FakeKubeApi({r: healthy(r) for r in range(2)})

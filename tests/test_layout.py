@@ -6,7 +6,9 @@
 - every part shared code reaches on a backend (`plugin(name).X`, `traits(name).X`) is declared by
   the contract (`Plugin`, `Traits`), so nothing needs probing with `getattr`;
 - no source file is over about 500 lines;
-- the registry and every backend package import no cloud SDK or torch.
+- the registry and every backend package import no cloud SDK or torch;
+- (issue 23, item 2) no core module (`gpucluster/*`) imports an infra module but the contract: the
+  registry is consulted only at the composition roots (`cli/`, `infra/program.py`).
 """
 
 from __future__ import annotations
@@ -68,36 +70,81 @@ def test_the_checks_see_what_they_are_meant_to_catch():
 
 
 CORE = sorted((ROOT / "gpucluster").rglob("*.py"))
-# Core modules that still look a backend up by name (issue 23, item 2, not finished): each must
-# receive the plugin or its parts from its caller instead. The list may only shrink.
-CORE_STILL_USING_THE_REGISTRY = {"gpucluster/catalog/prices.py", "gpucluster/costing/estimate.py",
-                                 "gpucluster/costing/plan.py", "gpucluster/costing/whatif.py",
-                                 "gpucluster/staging.py"}
+# Issue 23, item 2 ("composition roots only"): the registry is consulted once per command (cli/) and
+# once in the Pulumi program (infra/program.py); the core (gpucluster/*, not cli/ nor infra/) receives
+# the plugin or its parts as arguments and imports no infra module, by any spelling. The one exception,
+# and the list may only shrink: the contract itself, the plain typed parts and dataclasses the core's
+# arguments are typed with (`Plugin`, `Pricing`, `Capability`, `LaunchOptions`); at run time it imports
+# only gpucluster.errors, and it lives in infra/ beside the backends that implement it.
+CORE_MAY_IMPORT = {"gpucluster.infra.contract"}
+_IMPORTERS = {"import_module", "__import__"}
 
 
-def registry_imports(tree: ast.AST) -> list[int]:
-    return [n.lineno for n in ast.walk(tree)
-            if (isinstance(n, ast.ImportFrom) and (n.module or "").endswith("infra.registry"))
-            or (isinstance(n, ast.ImportFrom) and n.module == "gpucluster.infra"
-                and any(a.name == "registry" for a in n.names))
-            or (isinstance(n, ast.Import) and any(a.name.endswith("infra.registry") for a in n.names))]
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_the_registry_import_check_sees_every_spelling():
-    tree = ast.parse("from gpucluster.infra.registry import plugin\nfrom gpucluster.infra import registry\n"
-                     "import gpucluster.infra.registry\ndef f():\n    from gpucluster.infra.registry import NAMES\n")
-    assert registry_imports(tree) == [1, 2, 3, 5]
+def infra_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every import of `gpucluster.infra` or a module under it in the module
+    `module`: `import x.y`, `from x.y import z`, `from x import y` (a submodule), relative imports,
+    imports inside functions or `if TYPE_CHECKING:`, and `importlib.import_module("...")` /
+    `__import__("...")` of a constant name."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for n in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(n, ast.Import):
+            targets = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = (package[:len(package) - n.level + 1] if n.level else []) + (n.module.split(".") if n.module else [])
+            name = ".".join(base)
+            # `from gpucluster import infra`, `from gpucluster.infra import registry`: the names may be modules
+            targets = [f"{name}.{a.name}" for a in n.names] if name in ("gpucluster", "gpucluster.infra") else [name]
+        elif isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant) and \
+                isinstance(n.args[0].value, str) and (getattr(n.func, "attr", None) in _IMPORTERS
+                                                      or getattr(n.func, "id", None) in _IMPORTERS):
+            targets = [n.args[0].value]
+        found += [(n.lineno, t) for t in targets if t == "gpucluster.infra" or t.startswith("gpucluster.infra.")]
+    return found
+
+
+def test_the_infra_import_check_sees_every_spelling():
+    code = ("from gpucluster.infra.registry import plugin\nfrom gpucluster.infra import registry, contract\n"
+            "import gpucluster.infra.registry\nif TYPE_CHECKING:\n    from gpucluster.infra.aws.catalog import X\n"
+            "def f():\n    from gpucluster.infra.registry import NAMES\n    import gpucluster.infra as infra\n"
+            "from ..infra.ssh import launch\nfrom .. import infra\nimportlib.import_module('gpucluster.infra.gcp')\n"
+            "__import__('gpucluster.infra.registry')\nfrom gpucluster.infra.contract import Plugin\n"
+            "from gpucluster.errors import UsageError\nfrom .plan import known\nimport gpucluster.infrastructure\n"
+            "from gpucluster import errors, infra\n")
+    assert sorted(infra_imports(ast.parse(code), "gpucluster.costing.plan")) == [
+        (1, "gpucluster.infra.registry"), (2, "gpucluster.infra.contract"), (2, "gpucluster.infra.registry"),
+        (3, "gpucluster.infra.registry"), (5, "gpucluster.infra.aws.catalog"), (7, "gpucluster.infra.registry"),
+        (8, "gpucluster.infra"), (9, "gpucluster.infra.ssh"), (10, "gpucluster.infra"), (11, "gpucluster.infra.gcp"),
+        (12, "gpucluster.infra.registry"), (13, "gpucluster.infra.contract"), (17, "gpucluster.infra")]
+    # a package's own relative imports resolve from the package itself
+    assert infra_imports(ast.parse("from ..infra import registry\n"), "gpucluster.catalog", is_package=True) == \
+        [(1, "gpucluster.infra.registry")]
+
+
+def test_the_core_is_found():
+    names = {_rel(p) for p in CORE}
+    assert {"gpucluster/staging.py", "gpucluster/catalog/prices.py", "gpucluster/costing/plan.py"} <= names
+    assert not any(n.startswith(("infra/", "cli/")) for n in names)
 
 
 @pytest.mark.parametrize("path", CORE, ids=_rel)
-def test_core_modules_do_not_look_backends_up(path):
+def test_core_modules_import_no_infra_module(path):
     """The registry is consulted at the composition roots (cli/, infra/program.py); the core gets
-    the plugin or its parts as arguments."""
-    found = registry_imports(ast.parse(path.read_text()))
-    if _rel(path) in CORE_STILL_USING_THE_REGISTRY:
-        assert found, f"{_rel(path)} no longer imports the registry: remove it from the list"
-    else:
-        assert found == [], f"{_rel(path)} imports the registry (lines {found}): take the plugin as an argument"
+    the plugin or its parts as arguments, and imports nothing from infra/ but the contract."""
+    found = [(line, mod) for line, mod in infra_imports(ast.parse(path.read_text()), _module_name(path),
+                                                         path.name == "__init__.py")
+             if mod not in CORE_MAY_IMPORT]
+    assert found == [], (
+        f"{_rel(path)} imports " + ", ".join(f"{mod} (line {line})" for line, mod in found)
+        + ": a core module takes the backend's plugin, or the part it needs, as an argument from its caller "
+          "(the CLI command or the Pulumi program, which look it up in infra/registry.py); it imports no infra "
+          "module but gpucluster.infra.contract")
 
 
 @pytest.mark.parametrize("path", SHARED, ids=_rel)

@@ -1,5 +1,6 @@
 """Lifecycle rules that need no processes: a busy cluster is left alone, bugs still tear down."""
 
+from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.domain import Provider
 from gpucluster.errors import ClusterBusy, ExitCode
 from gpucluster.launch import JobSpec, Launcher
@@ -37,7 +38,8 @@ def test_busy_cluster_is_neither_torn_down_nor_swept(tmp_path, monkeypatch):
     provider = BusyProvider()
     spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
                        ssh_cidr="203.0.113.7/32", run_id="r1")
-    out = execute(spec, JobSpec(run_id="r1", workload="digits"), ledger=ledger, provider=provider,
+    out = execute(spec, JobSpec(run_id="r1", workload="digits"), backend=backend_of(spec.cloud),
+                  ledger=ledger, provider=provider,
                   launcher=NeverLaunched())
     assert provider.calls == ["up"]  # no down, no delete-by-tag from under the owner
     assert out.status == "failed" and out.exit_code == ExitCode.FAILURE and out.teardown_verified is None
@@ -56,7 +58,8 @@ def test_report_says_why_teardown_was_skipped(tmp_path, monkeypatch):
     ledger = Ledger(tmp_path / "l.db")
     spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
                        ssh_cidr="203.0.113.7/32", run_id="r2")
-    execute(spec, JobSpec(run_id="r2", workload="digits"), ledger=ledger, provider=BusyProvider(),
+    execute(spec, JobSpec(run_id="r2", workload="digits"), backend=backend_of(spec.cloud),
+            ledger=ledger, provider=BusyProvider(),
             launcher=NeverLaunched())
     con = Console(record=True, width=200)
     run_report(con, ledger.get_run("r2"))
@@ -90,7 +93,8 @@ def test_failed_cloud_delete_is_never_verified_by_a_clean_sweep(tmp_path, monkey
     ledger = Ledger(tmp_path / "l.db")
     spec = ClusterSpec(cloud="aws", nodes=2, name="c1", region="us-east-1", instance_type="g5.xlarge",
                        ssh_cidr="203.0.113.7/32", run_id="r3")
-    out = execute(spec, JobSpec(run_id="r3", workload="digits"), ledger=ledger, provider=FailingDestroyProvider(),
+    out = execute(spec, JobSpec(run_id="r3", workload="digits"), backend=backend_of(spec.cloud),
+                  ledger=ledger, provider=FailingDestroyProvider(),
                   launcher=NeverLaunched())
     assert out.exit_code == ExitCode.LEFTOVERS and not out.teardown_verified
     run = ledger.get_run("r3").to_dict()
@@ -151,7 +155,8 @@ def test_what_the_launcher_could_not_delete_makes_a_kept_clusters_teardown_not_v
     ledger = Ledger(tmp_path / "l.db")
     spec = ClusterSpec(cloud="aws", nodes=1, name="c1", region="us-east-1", instance_type="g5.xlarge",
                        ssh_cidr="203.0.113.7/32", run_id="r3")
-    out = execute(spec, JobSpec(run_id="r3", workload="digits"), ledger=ledger, provider=KeptProvider(),
+    out = execute(spec, JobSpec(run_id="r3", workload="digits"), backend=backend_of(spec.cloud),
+                  ledger=ledger, provider=KeptProvider(),
                   launcher=LeavesObjects(), keep=True)
     assert out.teardown == "not verified" and out.exit_code == ExitCode.LEFTOVERS
     assert any("could not delete configmap default/gpucluster-r3" in u for u in out.unchecked)
@@ -263,5 +268,6 @@ def test_up_whose_record_cannot_be_written_keeps_the_cluster_and_says_so(tmp_pat
         def down(self, name, events):
             raise AssertionError("a cluster `up` made is kept")
 
-    made = provision_only(_aws_spec("r-up"), ledger=FullOnFinish(tmp_path / "l.db"), provider=NoDown())
+    made = provision_only(_aws_spec("r-up"), backend=backend_of("aws"), ledger=FullOnFinish(tmp_path / "l.db"),
+                          provider=NoDown())
     assert made.cluster.name == "c1" and "disk is full" in made.record_error

@@ -1,6 +1,7 @@
 """The price catalog: shipped rows, user overrides, corrupt user catalogs, refresh parsers on
 responses shaped as the AWS and GCP price APIs return them (the parsers live in the backends:
-infra/aws/prices.py, infra/gcp/prices.py; `refresh` reaches them through `Backend.fetch_prices`)."""
+infra/aws/prices.py, infra/gcp/prices.py; `refresh` reaches them through the `Pricing.fetch_prices` its
+caller gives it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gpucluster.catalog import prices as P
 from gpucluster.infra.aws import prices as aws_prices
 from gpucluster.infra.gcp import prices as gcp_prices
 from gpucluster.errors import ConfigError, UsageError
+from gpucluster.infra.registry import plugin, priced
 
 
 @pytest.fixture()
@@ -79,6 +81,22 @@ def _user_doc(price="9.99"):
         "unit": "hour", "price": price, "gpus": 1, "gpu": "A10G", "source": "test", "date": "2026-12-01"}]}
 
 
+def test_the_catalog_prices_exactly_the_priced_backends(home):
+    """The catalog asks no registry: a row may name the clouds its shipped rows price, which are the
+    priced backends (a priced backend ships its rows, docs/backends.md step 4)."""
+    assert P.catalog_clouds() == P.load_catalog(False).clouds == priced() == ("aws", "gcp")
+    home.mkdir(parents=True)
+    doc = _user_doc()
+    doc["rows"][0]["cloud"] = "local"
+    (home / "prices.json").write_text(json.dumps(doc))
+    cat = P.load_catalog()
+    assert len(cat.warnings) == 1 and "row cloud 'local' is not one of aws, gcp" in cat.warnings[0]
+    with pytest.raises(UsageError, match="cloud 'local' is not allowed; allowed: aws, gcp"):
+        cat.select(cloud="local")
+    with pytest.raises(UsageError, match="cloud 'ssh' is not allowed; allowed: aws, gcp"):
+        P.refresh("ssh", None)
+
+
 def test_user_catalog_overrides_row_by_row(home):
     home.mkdir(parents=True)
     (home / "prices.json").write_text(json.dumps(_user_doc()))
@@ -99,7 +117,7 @@ def test_corrupt_user_catalog_is_a_warning_and_never_overwritten(home, text):
     assert len(cat.warnings) == 1 and "not usable" in cat.warnings[0] and "shipped catalog" in cat.warnings[0]
     assert cat.get("aws", "us-east-1", "instance", "g5.xlarge").price == Decimal("1.006")
     with pytest.raises(ConfigError, match="not usable"):
-        P.refresh("aws", pricing_client=object(), ec2_client_for=lambda r: object())
+        P.refresh("aws", plugin("aws").pricing, pricing_client=object(), ec2_client_for=lambda r: object())
     assert path.read_text() == text
 
 
@@ -207,7 +225,8 @@ def _stubbed_clients(region="us-east-1"):
 def test_refresh_aws_with_stubbed_clients_writes_user_catalog(home):
     pricing, ec2, ps, es = _stubbed_clients()
     with ps, es:
-        out = P.refresh("aws", regions=["us-east-1"], pricing_client=pricing, ec2_client_for=lambda r: ec2,
+        out = P.refresh("aws", plugin("aws").pricing, regions=["us-east-1"], pricing_client=pricing,
+                        ec2_client_for=lambda r: ec2,
                         now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
         ps.assert_no_pending_responses()
         es.assert_no_pending_responses()
@@ -229,11 +248,11 @@ def test_refresh_without_credentials_is_a_clear_error_and_keeps_catalog(home, mo
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(P.PriceRefreshError, match="could not fetch aws prices .*NoCredentialsError.*unchanged"):
-        P.refresh("aws", regions=["us-east-1"])
+        P.refresh("aws", plugin("aws").pricing, regions=["us-east-1"])
     assert not (home / "prices.json").exists()
     assert P.load_catalog().get("aws", "us-east-1", "instance", "g5.xlarge").origin == "shipped"
     with pytest.raises(UsageError, match="cloud 'azure'"):
-        P.refresh("azure")
+        P.refresh("azure", None)
 
 
 # -- GCP parser, with the google client's own message types --------------------------------------
@@ -283,7 +302,7 @@ def test_refresh_gcp_with_fake_client(home):
             calls.append(parent)
             return iter(_gcp_skus())
 
-    out = P.refresh("gcp", regions=["us-central1", "europe-west4"], client=FakeCatalogClient(),
+    out = P.refresh("gcp", plugin("gcp").pricing, regions=["us-central1", "europe-west4"], client=FakeCatalogClient(),
                     now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
     assert calls == ["services/6F81-5844-456A"] and out["rows"] >= 4
     cat = P.load_catalog()

@@ -197,7 +197,7 @@ def _chain(home, spec, job, launcher, provider=None, retries=1, store=None):
 
     ledger = Ledger(home / "ledger.sqlite3")
     chain = run_chain(spec, job, policy=Policy(retries=retries), ledger=ledger, provider=provider or LocalProvider(),
-                      launcher=launcher, workload=job.workload, store=store or plugin(spec.cloud))
+                      launcher=launcher, workload=job.workload, backend=store or plugin(spec.cloud))
     return chain, ledger
 
 

@@ -125,7 +125,7 @@ def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_pa
     try:
         chain = run_chain(spec, _digits_job(spec.run_id, epochs=30), policy=Policy(retries=1, replace_bad_nodes=True),
                           ledger=ledger, provider=provider, launcher=Interrupting(launcher, "train", fault),
-                          workload="digits", store=plugin("aws"))
+                          workload="digits", backend=plugin("aws"))
     finally:
         for m in imds:
             m.stop()
@@ -169,7 +169,7 @@ def test_no_spot_capacity_falls_back_to_on_demand(home, tmp_path, ec2, checkip, 
     pol = policy(SimpleNamespace(recover=1, fallback="on-demand", fallback_after=1), plugin("aws"), spec)
     ledger = Ledger(home / "ledger.sqlite3")
     chain = run_chain(spec, _digits_job(spec.run_id, epochs=2), policy=pol, ledger=ledger, provider=provider,
-                      launcher=launcher, workload="digits", store=plugin("aws"),
+                      launcher=launcher, workload="digits", backend=plugin("aws"),
                       reprice=lambda s: {"market": "spot" if s.spot else "on-demand"})
     first, last = chain.attempts
     assert first.cause == "capacity" and first.interruption.startswith("no capacity: "), first.outcome.failure

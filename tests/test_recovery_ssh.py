@@ -97,7 +97,7 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
     fault = _fault(alive, phase, kind, lambda: [spec.run_id])
     job = _digits_job(spec.run_id, epochs=3, **extra)
     chain = run_chain(spec, job, policy=Policy(retries=1), ledger=ledger, provider=SshProvider(launcher=launcher),
-                      launcher=Interrupting(launcher, phase, fault), workload="digits", store=plugin("ssh"))
+                      launcher=Interrupting(launcher, phase, fault), workload="digits", backend=plugin("ssh"))
     ids = [a.run_id for a in chain.attempts]
     assert fault.fired_at is not None, "the fault never fired"
     first, last = chain.attempts[0], chain.attempts[-1]

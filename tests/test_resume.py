@@ -52,7 +52,7 @@ def _run(rid, created, cost, resumed_from=None, cloud="aws"):
 def test_report_groups_a_chain_as_one_job():
     runs = [_run("a", 1000, "1.25"), _run("b", 2000, "2.50", "a"), _run("c", 3000, "0.05", "b"),
             _run("z", 1500, "7")]
-    rep = report(runs, group_by="chain")
+    rep = report(runs, backends={}, group_by="chain")  # every run holds its cost: no backend is asked
     groups = {g["chain"]: g for g in rep["groups"]}
     assert groups["a"]["run_ids"] == ["a", "b", "c"] and groups["a"]["runs"] == 3
     assert Decimal(groups["a"]["cost"]) == Decimal("3.80") and groups["a"]["wall_s"] == 300
@@ -60,9 +60,10 @@ def test_report_groups_a_chain_as_one_job():
     assert Decimal(rep["total"]) == Decimal("10.80")
     assert [r["resumed_from"] for r in rep["runs"]] == [None, None, "a", "b"]
     # --since left the first run out: the ledger's links still name the chain by it
-    later = report(runs[1:3], group_by="chain", links={"a": (None, 1000), "b": ("a", 2000), "c": ("b", 3000)})
+    later = report(runs[1:3], backends={}, group_by="chain",
+                   links={"a": (None, 1000), "b": ("a", 2000), "c": ("b", 3000)})
     assert [(g["chain"], g["run_ids"]) for g in later["groups"]] == [("a", ["b", "c"])]
-    assert report(runs, group_by="cloud")["groups"][0].get("run_ids") is None
+    assert report(runs, backends={}, group_by="cloud")["groups"][0].get("run_ids") is None
 
 
 def test_ledger_migration_adds_the_link_to_an_old_ledger(tmp_path):

@@ -20,6 +20,7 @@ from sshd import (  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 
 
@@ -43,7 +44,8 @@ def test_digits_on_three_hosts_through_the_run_lifecycle_records_a_verified_tear
     ledger = Ledger(tmp_path / "ledger.db")
     launcher = make_launcher(hosts, remote_dir)
     provider = SshProvider(launcher=launcher)  # how the backend registry pairs them
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
     assert launcher.started_ranks(job.run_id) == set(range(n))
 
     assert outcome.status == "succeeded", outcome.failure

@@ -24,6 +24,7 @@ from sshd import (  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec, Launcher  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
@@ -77,7 +78,8 @@ def run_script(hosts, remote_dir, tmp_path, monkeypatch, *, env=(), launcher=Non
     inner = make_launcher(hosts, remote_dir)
     launcher = launcher(inner) if launcher else inner
     provider = SshProvider(launcher=inner)
-    outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=provider, launcher=launcher, log_dir=tmp_path / "logs")
     return outcome, ledger.get_run(job.run_id).to_dict(), job
 
 

@@ -18,6 +18,7 @@ from sshd import assert_nothing_left, free_port, hosts, make_launcher, remote_di
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.domain import NullEvents  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
@@ -48,7 +49,8 @@ def test_resume_folder_is_staged_to_every_node_and_training_goes_on(hosts, remot
                   max_seconds=180, threads_per_proc=1, resume=DataMount(str(prev), RESUME_DEST))
     ledger = Ledger(tmp_path / "ledger.db")
     launcher = make_launcher(hosts, remote_dir, data_cache=str(tmp_path / "cache"))
-    outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
                       log_dir=tmp_path / "logs", resumed_from="r-earlier")
     run = ledger.get_run(job.run_id).to_dict()
     assert outcome.status == "succeeded", (outcome.failure, run["node_results"])

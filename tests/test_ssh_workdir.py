@@ -19,6 +19,7 @@ from sshd import free_port, hosts, make_launcher, remote_dir, skip_unless_usable
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
+from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
@@ -43,7 +44,8 @@ def _ssh_run(hosts, remote_dir, tmp_path, monkeypatch, python=sys.executable, **
                   max_seconds=180, threads_per_proc=1, output_dir=str(tmp_path / "results"), **job_fields)
     ledger = Ledger(tmp_path / "ledger.db")
     launcher = make_launcher(hosts, remote_dir, python=python)
-    outcome = execute(spec, job, ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
+    outcome = execute(spec, job, backend=backend_of(spec.cloud),
+                      ledger=ledger, provider=SshProvider(launcher=launcher), launcher=launcher,
                       log_dir=tmp_path / "logs")
     return outcome, ledger.get_run(job.run_id).to_dict(), job
 

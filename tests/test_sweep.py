@@ -65,10 +65,11 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
 
     # The terminal table renders from the ledger too (no --json).
     from gpucluster.cli.sweep import report as render_report
+    from gpucluster.infra.registry import plugin
     from rich.console import Console
 
     con = Console(width=200, record=True)
-    assert render_report(con, ledger, out["sweep_id"], 0.7, as_json=False, report_dir=None) == 0
+    assert render_report(con, ledger, out["sweep_id"], 0.7, plugin("local"), as_json=False, report_dir=None) == 0
     text = con.export_text()
     assert "efficiency" in text and "wall time per phase" in text
 

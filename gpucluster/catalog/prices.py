@@ -26,10 +26,12 @@ ipv4         address-hour                public (aws: every public IPv4 address)
 `market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's
 GPU count, 1 for a gpu row), from which the $/GPU-hour column is derived.
 
-A row's `cloud` is one of the priced backends (`infra.registry.priced()`). `refresh(cloud)` asks
-the backend for live prices (`Pricing.fetch_prices`: the AWS Price List / spot history fetcher
-lives in infra/aws/prices.py, the Cloud Billing Catalog one in infra/gcp/prices.py); this module
-only loads, merges and writes catalogs.
+A row's `cloud` is one of the clouds the shipped catalog prices (`Catalog.clouds`): the priced
+backends, since a priced backend ships its rows here (docs/backends.md; tests/test_prices.py checks
+the two agree), so this module never asks the registry. `refresh(cloud, pricing)` asks the
+backend's `Pricing` part, given by the caller, for live prices (`Pricing.fetch_prices`: the AWS
+Price List / spot history fetcher lives in infra/aws/prices.py, the Cloud Billing Catalog one in
+infra/gcp/prices.py); this module only loads, merges and writes catalogs.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
-from gpucluster.infra.registry import plugin, priced
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Pricing
 
 MARKETS = ("on-demand", "spot")
 KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee", "ipv4")
@@ -118,15 +122,16 @@ class PriceRow:
                 "origin": self.origin}
 
 
-def row_from_dict(d: Mapping[str, Any], origin: str = "shipped") -> PriceRow:
-    """Validate one JSON row; ValueError names the bad field."""
+def row_from_dict(d: Mapping[str, Any], origin: str = "shipped", clouds: Sequence[str] | None = None) -> PriceRow:
+    """Validate one JSON row; ValueError names the bad field. `clouds`: the clouds a row may name
+    (a user row: those the shipped catalog prices); None: any (the shipped rows define them)."""
     if not isinstance(d, Mapping):
         raise ValueError(f"a row is {type(d).__name__}, not an object")
     for name in _KEY_FIELDS + ("unit", "price", "source", "date"):
         if name not in d or d[name] in (None, ""):
             raise ValueError(f"a row lacks {name!r}: {dict(d)!r}"[:200])
-    if d["cloud"] not in priced():
-        raise ValueError(f"row cloud {d['cloud']!r} is not one of {', '.join(priced())}")
+    if clouds is not None and d["cloud"] not in clouds:
+        raise ValueError(f"row cloud {d['cloud']!r} is not one of {', '.join(clouds)}")
     if d["kind"] not in KINDS:
         raise ValueError(f"row kind {d['kind']!r} is not one of {', '.join(KINDS)}")
     if d["market"] not in MARKETS:
@@ -153,17 +158,27 @@ def row_from_dict(d: Mapping[str, Any], origin: str = "shipped") -> PriceRow:
     )
 
 
-def parse_document(doc: Any, origin: str) -> list[PriceRow]:
+def parse_document(doc: Any, origin: str, clouds: Sequence[str] | None = None) -> list[PriceRow]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("rows"), list):
         raise ValueError('expected an object with a "rows" list')
     if doc.get("currency", "USD") != "USD":
         raise ValueError(f"currency {doc.get('currency')!r} is not USD")
-    return [row_from_dict(r, origin) for r in doc["rows"]]
+    return [row_from_dict(r, origin, clouds) for r in doc["rows"]]
 
 
 def shipped_document() -> dict[str, Any]:
     text = resources.files("gpucluster.catalog").joinpath("data/prices.json").read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def _clouds(rows: Iterable[PriceRow]) -> tuple[str, ...]:
+    return tuple(sorted({r.cloud for r in rows}))
+
+
+def catalog_clouds() -> tuple[str, ...]:
+    """The clouds the shipped catalog prices: the priced backends (tests/test_prices.py checks
+    that they are exactly `infra.registry.priced()`)."""
+    return _clouds(parse_document(shipped_document(), "shipped"))
 
 
 def user_catalog_path() -> Path:
@@ -173,13 +188,15 @@ def user_catalog_path() -> Path:
 
 
 class Catalog:
-    """Shipped rows overlaid with user rows; lookups by key."""
+    """Shipped rows overlaid with user rows; lookups by key. `clouds`: the clouds it prices (the
+    shipped rows'; default: its rows')."""
 
     def __init__(self, rows: Iterable[PriceRow], warnings: list[str] | None = None,
-                 user_path: Path | None = None):
+                 user_path: Path | None = None, clouds: Sequence[str] | None = None):
         self.rows: dict[tuple, PriceRow] = {}
         for row in rows:
             self.rows[row.key] = row
+        self.clouds = tuple(clouds) if clouds is not None else _clouds(self.rows.values())
         self.warnings = list(warnings or [])
         self.user_path = user_path
 
@@ -217,8 +234,8 @@ class Catalog:
 
     def select(self, cloud: str | None = None, region: str | None = None, gpu: str | None = None) -> list[PriceRow]:
         """Rows filtered for display; unknown filter values raise a UsageError with did-you-mean."""
-        if cloud is not None and cloud not in priced():
-            raise UsageError(not_allowed("cloud", cloud, priced()))
+        if cloud is not None and cloud not in self.clouds:
+            raise UsageError(not_allowed("cloud", cloud, self.clouds))
         rows = [r for r in self.rows.values() if cloud is None or r.cloud == cloud]
         if region is not None:
             regions = sorted({r.region for r in rows if r.region != "*"})
@@ -251,31 +268,34 @@ def load_catalog(user_path: Path | None | bool = None) -> Catalog:
     """Shipped rows overlaid by the user catalog (`user_path`; None: the default under the home
     directory; False: shipped only). A user catalog that cannot be used becomes a warning."""
     shipped = parse_document(shipped_document(), "shipped")
+    clouds = _clouds(shipped)
     if user_path is False:
-        return Catalog(shipped)
+        return Catalog(shipped, clouds=clouds)
     path = user_catalog_path() if user_path is None else Path(user_path)
     if not path.exists():
-        return Catalog(shipped, user_path=path)
+        return Catalog(shipped, user_path=path, clouds=clouds)
     try:
-        user = read_user_rows(path)
+        user = read_user_rows(path, clouds)
     except ConfigError as exc:
         shipped_date = min(r.date for r in shipped)
-        return Catalog(shipped, [f"{exc}; using the shipped catalog (read {shipped_date}) instead"], path)
-    return Catalog(shipped + user, user_path=path)
+        return Catalog(shipped, [f"{exc}; using the shipped catalog (read {shipped_date}) instead"], path, clouds)
+    return Catalog(shipped + user, user_path=path, clouds=clouds)
 
 
-def read_user_rows(path: Path) -> list[PriceRow]:
+def read_user_rows(path: Path, clouds: Sequence[str] | None = None) -> list[PriceRow]:
+    """The user catalog's rows; each must name one of `clouds` (default: the shipped catalog's)."""
+    clouds = catalog_clouds() if clouds is None else clouds
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        return parse_document(doc, "user")
+        return parse_document(doc, "user", clouds)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise ConfigError(f"user price catalog {str(path)!r} is not usable ({exc})") from None
 
 
-def write_user_rows(path: Path, new_rows: Iterable[PriceRow]) -> int:
+def write_user_rows(path: Path, new_rows: Iterable[PriceRow], clouds: Sequence[str] | None = None) -> int:
     """Merge rows into the user catalog (replacing by key), atomically. A corrupt existing file is
-    never overwritten: ConfigError."""
-    existing = read_user_rows(path) if path.exists() else []
+    never overwritten: ConfigError. `clouds`: as for `read_user_rows`."""
+    existing = read_user_rows(path, clouds) if path.exists() else []
     merged = {r.key: r for r in existing}
     count = 0
     for row in new_rows:
@@ -301,27 +321,29 @@ def _today(now: _dt.datetime | None = None) -> str:
     return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d")
 
 
-def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None = None,
+def refresh(cloud: str, pricing: Pricing | None, *, regions: list[str] | None = None, path: Path | None = None,
             now: _dt.datetime | None = None, **clients: Any) -> dict[str, Any]:
     """Fetch live prices for `cloud` into the user catalog. Returns a summary dict.
 
     Raises UsageError for a bad cloud/region, ConfigError when the existing user catalog is
     corrupt (checked first: it is never overwritten), PriceRefreshError when the API cannot be
     reached or refuses (no credentials, no network); the catalog in use is unchanged then.
-    The fetching is the backend's (`Pricing.fetch_prices`: infra/aws/prices.py, infra/gcp/prices.py);
-    `clients` are passed to it (pricing_client / ec2_client_for for aws, client for gcp: tests)."""
-    if cloud not in priced():
-        raise UsageError(not_allowed("cloud", cloud, priced()))
+    The fetching is the backend's: `pricing` is the `Pricing` part of the backend called `cloud`,
+    given by the caller (None where `cloud` is not a priced backend, which is refused here);
+    `clients` are passed to its `fetch_prices` (pricing_client / ec2_client_for for aws, client for
+    gcp: tests)."""
+    shipped = Catalog(parse_document(shipped_document(), "shipped"))
+    if cloud not in shipped.clouds or pricing is None:
+        raise UsageError(not_allowed("cloud", cloud, shipped.clouds))
     path = Path(path) if path is not None else user_catalog_path()
     if path.exists():
-        read_user_rows(path)  # raises ConfigError before any fetching; nothing is overwritten
-    shipped = Catalog(parse_document(shipped_document(), "shipped"))
+        read_user_rows(path, shipped.clouds)  # raises ConfigError before any fetching; nothing is overwritten
     known_regions = shipped.regions(cloud)
     regions = list(regions or known_regions)
     date = _today(now)
     shipped_date = shipped.oldest_date()
     try:
-        rows = plugin(cloud).needs_pricing().fetch_prices(shipped, regions=regions, date=date, **clients)
+        rows = pricing.fetch_prices(shipped, regions=regions, date=date, **clients)
     except GpuclusterError:
         raise
     except Exception as exc:  # SDK errors: no credentials, no network, access denied, throttling
@@ -333,7 +355,7 @@ def refresh(cloud: str, *, regions: list[str] | None = None, path: Path | None =
     if not rows:
         raise PriceRefreshError(f"the {cloud} price API returned no usable prices for {', '.join(regions)}; "
                                 "the catalog in use is unchanged")
-    written = write_user_rows(path, rows)
+    written = write_user_rows(path, rows, shipped.clouds)
     return {"cloud": cloud, "regions": regions, "rows": written, "path": str(path), "date": date}
 
 

@@ -10,5 +10,6 @@ report    per-run cost reports (table, JSON, CSV, PNG)
 
 Everything particular to a cloud (how its nodes are priced, what a run of it records, its
 defaults) is its plugin's `Pricing` part (see `infra.contract`); nothing here compares a
-cloud's name.
+cloud's name. The plugin is an argument: `backend=` (the spec's or run's cloud) or `backends=`
+(by name, for runs of any cloud), from the caller; nothing here asks the registry.
 """

@@ -1,22 +1,25 @@
 """Estimates: the itemized cost of a spec for some hours, computed by costing the resources such
 a run records (`planned_resources`) with the same rules and snapshot as `run_cost`, so an
-estimate and the cost of a run that lived as long agree to the digit."""
+estimate and the cost of a run that lived as long agree to the digit. The spec's backend (its
+plugin) is given by the caller."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.registry import plugin, traits
 from gpucluster.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 
-from .plan import is_free, plan, price_snapshot, region_for, resolved
+from .plan import is_free, plan, price_snapshot, region_for, resolved, same_cloud
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
 from .runcost import run_cost
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
 @dataclass
@@ -71,17 +74,18 @@ class Estimate:
 
 
 def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
-                      catalog: Catalog | None = None) -> list[dict[str, Any]]:
+                      catalog: Catalog | None = None, *, backend: Plugin) -> list[dict[str, Any]]:
     """The resource rows a run of `spec` records when it lives `seconds` (what estimates cost):
     the backend's `planned_resources` (EC2: one `instance` per node with its root gp3 volume;
     GKE: the cluster, the GPU pool and the system pool, with the real defaults of `resolve`),
-    each created at `start` and confirmed gone `seconds` later."""
-    spec = resolved(spec)
+    each created at `start` and confirmed gone `seconds` later. `backend`: the plugin of `spec.cloud`."""
+    same_cloud(spec.cloud, backend)
+    spec = resolved(spec, backend)
     end = float(Decimal(str(start)) + seconds)
-    region = region_for(spec)
+    region = region_for(spec, backend.pricing)
     common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
               "region": region}
-    return [{**common, **row} for row in plugin(spec.cloud).needs_pricing().planned_resources(spec, region, catalog)]
+    return [{**common, **row} for row in backend.needs_pricing().planned_resources(spec, region, catalog)]
 
 
 def parse_hours(value: Any) -> Decimal:
@@ -94,25 +98,28 @@ def parse_hours(value: Any) -> Decimal:
     return hours
 
 
-def estimate(spec: ClusterSpec, hours: Any, *, catalog: Catalog | None = None,
+def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog | None = None,
              free_tier: bool | None = None, now: float | None = None) -> Estimate:
-    """Itemized estimate (instances, GPUs, disks, cluster fee) of running `spec` for `hours`.
+    """Itemized estimate (instances, GPUs, disks, cluster fee) of running `spec` for `hours`;
+    `backend`: the plugin of `spec.cloud`, given by the caller.
 
     Computed by costing the resources such a run records (`planned_resources`) with the same
     rules and snapshot as `run_cost`, so the two agree when the durations do."""
     hours = parse_hours(hours)
-    if is_free(spec.cloud):
-        parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
+    same_cloud(spec.cloud, backend)
+    if is_free(backend):
+        parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
         return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
                         hourly=Decimal(0), total=Decimal(0), price_date=None,
                         notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
     catalog = catalog or load_catalog()
-    chosen = plugin(spec.cloud).needs_pricing()
-    planned = plan(spec, catalog, free_tier)
-    snapshot = price_snapshot(spec, catalog, free_tier=free_tier, now=now)
+    chosen = backend.needs_pricing()
+    planned = plan(spec, catalog, free_tier, backend=backend)
+    snapshot = price_snapshot(spec, catalog, backend=backend, free_tier=free_tier, now=now)
     run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),
-                    resources=[ResourceRow.from_dict(r) for r in planned_resources(spec, hours * 3600, catalog=catalog)])
-    cost = run_cost(run, now=now, catalog=catalog)
+                    resources=[ResourceRow.from_dict(r) for r in planned_resources(spec, hours * 3600, catalog=catalog,
+                                                                                     backend=backend)])
+    cost = run_cost(run, backend=backend, now=now, catalog=catalog)
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for line in cost["lines"]:
         key = (line["category"], line["description"])

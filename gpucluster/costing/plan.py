@@ -3,21 +3,24 @@ price snapshot; `Pricer` finds a price in a run's snapshot, else in today's cata
 
 The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
 machine, GPU and fee rows, `instance_price` prices an instance type, `default_region` and
-`default_disk_type` fill what the spec leaves out."""
+`default_disk_type` fill what the spec leaves out. The plugin (`backend`) is given by the caller,
+which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
+asks the registry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, PriceRow, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.infra.contract import Pricing
-from gpucluster.infra.registry import NAMES, plugin, priced, traits
 from gpucluster.spec import ClusterSpec, parse_int
 
 from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin, Pricing
 
 
 @dataclass
@@ -43,67 +46,69 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def known(cloud: object) -> Pricing | None:
-    """The pricing of the registered backend called `cloud`, or None (a ledger row may name
-    anything; local and ssh are not priced)."""
-    return plugin(cloud).pricing if isinstance(cloud, str) and cloud in NAMES else None
+def pricing_of(backend: Plugin | None) -> Pricing | None:
+    """The backend's `Pricing` part, or None (a backend whose machines gpucluster does not rent,
+    or `backend` None: a cloud that no registered backend is called, as a ledger row may name)."""
+    return backend.pricing if backend is not None else None
 
 
-def is_free(cloud: object) -> bool:
-    """Runs on machines gpucluster does not rent (local, ssh): they cost $0."""
-    return isinstance(cloud, str) and cloud in NAMES and plugin(cloud).pricing is None
+def is_free(backend: Plugin | None) -> bool:
+    """Runs on machines gpucluster does not rent (local, ssh): they cost $0. `backend`: the plugin
+    of the run's cloud; None (a cloud not registered) is not free: it is unknown."""
+    return backend is not None and backend.pricing is None
 
 
-def _clouds_listed() -> tuple[str, ...]:
-    """Every cloud, the priced ones first (the order the cost messages have always named them)."""
-    return priced() + tuple(n for n in NAMES if n not in priced())
+def same_cloud(cloud: object, backend: Plugin | None) -> None:
+    """The caller's plugin must be the one of the spec's or run's cloud (a bug otherwise)."""
+    if backend is not None and backend.name != cloud:
+        raise ValueError(f"the {backend.name} backend was given to price a {cloud} spec or run")
 
 
-def region_for(spec: ClusterSpec) -> str:
-    chosen = known(spec.cloud)
-    return spec.region or region_of(spec.zone) or (chosen.default_region if chosen else None)
+def region_for(spec: ClusterSpec, pricing: Pricing | None) -> str:
+    return spec.region or region_of(spec.zone) or (pricing.default_region if pricing else None)
 
 
-def disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: list[str]) -> PriceRow:
+def disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: list[str],
+             fallback_region: str | None) -> PriceRow:
+    """The disk's price row in `region`, else in `fallback_region` (the backend's default region),
+    saying so in `notes`."""
     allowed = catalog.items(cloud, "disk")
     if disk_type not in allowed:
         raise UsageError(not_allowed(f"{cloud} disk type", disk_type, allowed))
     row = catalog.find(cloud, region, "disk", disk_type)
     if row is None:
-        row = catalog.get(cloud, plugin(cloud).needs_pricing().default_region, "disk", disk_type)
+        row = catalog.get(cloud, fallback_region or region, "disk", disk_type)
         notes.append(f"no {disk_type} price for {region} in the catalog: used {row.region}'s "
                      f"({row.price}/GB-month); refresh prices for the exact figure")
     return row
 
 
-def resolved(spec: ClusterSpec) -> ClusterSpec:
+def resolved(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     """The spec with the backend's own defaults filled in (`SpecRules.resolve`): what would really
     be created is what is priced."""
     try:
-        return plugin(spec.cloud).spec.resolve(spec)
+        return backend.spec.resolve(spec)
     except Exception:  # noqa: BLE001 - validation reports a bad spec; the estimate prices what it can
         return spec
 
 
-def system_pool(spec: ClusterSpec) -> dict[str, Any] | None:
+def system_pool(spec: ClusterSpec, pricing: Pricing | None) -> dict[str, Any] | None:
     """The backend's always-on extras (GKE: the CPU system pool), from `Pricing.system_pool`."""
-    pricing = known(spec.cloud)
     return pricing.system_pool(spec) if pricing else None
 
 
-def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> Plan:
-    chosen = known(spec.cloud)
-    if chosen is None:
-        raise UsageError(not_allowed("cloud", spec.cloud, _clouds_listed()))
-    spec = resolved(spec)
-    nodes = parse_int("nodes", spec.nodes, low=1, high=traits(spec.cloud).max_nodes)
-    region = region_for(spec)
+def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, backend: Plugin) -> Plan:
+    """The priced plan of `spec` on `backend` (the plugin of `spec.cloud`, which must be priced)."""
+    same_cloud(spec.cloud, backend)
+    chosen = backend.needs_pricing()
+    spec = resolved(spec, backend)
+    nodes = parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
+    region = region_for(spec, chosen)
     regions = catalog.regions(spec.cloud)
     if region not in regions:
         from gpucluster.spec import resolve as resolve_spec, validate
 
         # a region the backend does not know is refused by its own rules (with their did-you-mean)
-        backend = plugin(spec.cloud)
         validate(resolve_spec(ClusterSpec(cloud=spec.cloud, nodes=1, region=region), backend), backend)
         note = chosen.region_note(region)
         raise UsageError(f"{spec.cloud} region {region!r} has no prices in the catalog; "
@@ -113,7 +118,8 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None) -> 
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_gb, low=1, high=65536)
-    result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type or chosen.default_disk_type, result.notes)
+    result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type or chosen.default_disk_type, result.notes,
+                           chosen.default_region)
     rows = chosen.price_rows(spec, catalog, region, market, free_tier)
     result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
     result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
@@ -128,24 +134,26 @@ def snap_key(kind: str, item: str, market: str) -> str:
     return f"{kind}/{item}/{market}"
 
 
-def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_tier: bool | None = None,
-                   now: float | None = None) -> dict[str, Any]:
+def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend: Plugin,
+                   free_tier: bool | None = None, now: float | None = None) -> dict[str, Any]:
     """The prices a run will be billed at, taken at launch; JSON-able; stored in the ledger with
-    the run (`Ledger.create_run(..., prices=price_snapshot(spec))`). Local/ssh: an empty snapshot
-    that says such runs cost $0. Raises UsageError for a spec the catalog cannot price."""
+    the run (`Ledger.create_run(..., prices=price_snapshot(spec, backend=plugin))`). `backend`: the
+    plugin of `spec.cloud`. Local/ssh: an empty snapshot that says such runs cost $0. Raises
+    UsageError for a spec the catalog cannot price."""
+    same_cloud(spec.cloud, backend)
     taken = iso(now)
-    if is_free(spec.cloud):
+    if is_free(backend):
         return {"cloud": spec.cloud, "currency": "USD", "taken_at": taken, "prices": {},
                 "note": f"{spec.cloud} runs use machines gpucluster does not rent: $0"}
     catalog = catalog or load_catalog()
-    chosen = plugin(spec.cloud).needs_pricing()
-    planned = plan(spec, catalog, free_tier)
+    chosen = backend.needs_pricing()
+    planned = plan(spec, catalog, free_tier, backend=backend)
     prices: dict[str, Any] = {}
-    system = system_pool(resolved(spec))
+    system = system_pool(resolved(spec, backend), chosen)
     rows = [planned.machine, planned.gpu, planned.disk, planned.fee]
     if system and not planned.system_unpriced:
         rows.append(chosen.instance_price(catalog, planned.region, system["machine_type"], "on-demand"))
-        rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], []))
+        rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], [], chosen.default_region))
     rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "public"))  # aws: every public address
     for market in dict.fromkeys((planned.market, "on-demand")):  # gcp: the nodes' external addresses, by market
         rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "external-ipv4", market))
@@ -166,13 +174,16 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, free_ti
 
 
 class Pricer:
-    """Finds a price in a run's snapshot, else in the current catalog (and says so)."""
+    """Finds a price in a run's snapshot, else in the current catalog (and says so). `pricing`: the
+    `Pricing` part of the run's backend (None: a cloud not registered; its prices are the catalog's
+    rows alone)."""
 
-    def __init__(self, snapshot: Mapping[str, Any] | None, cloud: str, catalog: Catalog | None):
+    def __init__(self, snapshot: Mapping[str, Any] | None, cloud: str, catalog: Catalog | None,
+                 pricing: Pricing | None):
         self.snapshot = snapshot or {}
         self.cloud = cloud
         self._catalog = catalog
-        self._backend = known(cloud)
+        self._backend = pricing
         self.region = self.snapshot.get("region") or (self._backend.default_region if self._backend else None)
         self.gpus_billed_apart = bool(self._backend and self._backend.gpus_billed_apart)
         self.default_disk_type = self._backend.default_disk_type if self._backend else None
@@ -192,7 +203,8 @@ class Pricer:
             row = self._backend.instance_price(self.catalog, region, item, market)
         elif kind == "disk":
             notes: list[str] = []
-            row = disk_row(self.catalog, self.cloud, region, item, notes)
+            row = disk_row(self.catalog, self.cloud, region, item, notes,
+                           self._backend.default_region if self._backend else None)
         else:
             row = self.catalog.get(self.cloud, region, kind, item, market)
         return row.price, row.cite(), f"{item} {market} price not in the run's snapshot: today's catalog used"

@@ -7,7 +7,7 @@ import datetime as _dt
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog
 from gpucluster.errors import UsageError, not_allowed
@@ -15,6 +15,9 @@ from gpucluster.records import RunRecord
 
 from .rules import money
 from .runcost import run_cost
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
 GROUPS = ("day", "cloud", "cluster", "chain")  # chain: a resumed job (gpucluster.chains), by its first run
@@ -33,11 +36,14 @@ def parse_since(value: str | None) -> float | None:
     return d.timestamp()
 
 
-def report(records: Iterable[RunRecord], *, group_by: str | None = None, now: float | None = None,
-           catalog: Catalog | None = None, links: Mapping[str, tuple] | None = None) -> dict[str, Any]:
+def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], group_by: str | None = None,
+           now: float | None = None, catalog: Catalog | None = None,
+           links: Mapping[str, tuple] | None = None) -> dict[str, Any]:
     """Per-run costs (the stored cost if the run has one and nothing was left billing, else
     computed now) with totals, optionally grouped by day (UTC), cloud, cluster or chain: a run and
     every run resumed from it, transitively, as one job (its first run's id, and `run_ids`).
+    `backends`: the plugins of the clouds the records name, by name, from the caller (a cloud
+    missing from it is one no registered backend is called: see `run_cost`).
     `links` (`Ledger.resume_links()`) finds a chain's first run even when the report leaves it out
     (--since); without it, the runs' own `resumed_from` are used."""
     if group_by is not None and group_by not in GROUPS:
@@ -55,7 +61,7 @@ def report(records: Iterable[RunRecord], *, group_by: str | None = None, now: fl
         stored = run.cost
         cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
         if cost is None:
-            cost = run_cost(record, now=now, catalog=catalog)
+            cost = run_cost(record, backend=backends.get(run.cloud or ""), now=now, catalog=catalog)
         wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
         created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)  # type: ignore[arg-type]
         rows.append({"run_id": run.id, "created": created.isoformat(timespec="seconds"),

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, normalize_gpu
 from gpucluster.errors import UsageError
 from gpucluster.records import ResourceRow, RunRecord
 from gpucluster.spec import ClusterSpec, parse_bool
 
-from .plan import Pricer, is_free, region_for
+from .plan import Pricer, is_free, pricing_of, region_for, same_cloud
 from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
 def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
@@ -125,18 +128,22 @@ def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:
     return {c: str(v) for c, v in by.items()}
 
 
-def run_cost(record: RunRecord, *, now: float | None = None, catalog: Catalog | None = None) -> dict[str, Any]:
+def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = None,
+             catalog: Catalog | None = None) -> dict[str, Any]:
     """The cost of a run (finished, failed, interrupted or still going) from its ledger record
     (`Ledger.get_run`): its resources' lifetimes, the price snapshot stored at launch, and the
-    billing rules. JSON-able; store it with `Ledger.set_cost(run_id, cost)`."""
+    billing rules. `backend`: the plugin of the run's cloud, given by the caller; None when no
+    registered backend is called that (a ledger row may name anything: its resources are priced
+    from the catalog alone, or said unpriced). JSON-able; store it with `Ledger.set_cost(run_id, cost)`."""
     now = time.time() if now is None else now
     if not isinstance(record, RunRecord):
         raise ValueError("run_cost needs the run's resources: pass Ledger.get_run(run_id), not a list_runs row")
     run = record.run
     cloud = run.cloud
+    same_cloud(cloud, backend)
     result: dict[str, Any] = {"run_id": run.id, "cloud": cloud, "currency": "USD",
                               "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
-    if is_free(cloud):
+    if is_free(backend):
         result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
         result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
         return result
@@ -144,10 +151,10 @@ def run_cost(record: RunRecord, *, now: float | None = None, catalog: Catalog | 
     if not snapshot:
         result["notes"].append("no price snapshot stored with the run: priced with today's catalog")
     free_tier = bool((snapshot or {}).get("rules", {}).get("gke_free_tier", False))
-    pricer = Pricer(snapshot, cloud, catalog)
+    pricer = Pricer(snapshot, cloud, catalog, pricing_of(backend))
     if not snapshot and run.spec:
         try:
-            pricer.region = region_for(ClusterSpec.from_dict(run.spec))
+            pricer.region = region_for(ClusterSpec.from_dict(run.spec), pricing_of(backend))
         except Exception:  # noqa: BLE001 - an odd stored spec only loses the default region
             pass
     for res in record.resources:
@@ -173,11 +180,12 @@ def run_cost(record: RunRecord, *, now: float | None = None, catalog: Catalog | 
     return result
 
 
-def record_run_cost(ledger: Any, run_id: str, *, now: float | None = None) -> dict[str, Any]:
-    """Compute a run's cost from the ledger and store it there (`runs.cost`); returns it."""
+def record_run_cost(ledger: Any, run_id: str, *, backend: Plugin | None, now: float | None = None) -> dict[str, Any]:
+    """Compute a run's cost from the ledger and store it there (`runs.cost`); returns it.
+    `backend`: the plugin of the run's cloud (as for `run_cost`)."""
     run = ledger.get_run(run_id)
     if run is None:
         raise UsageError(f"no run {run_id!r} in the ledger")
-    cost = run_cost(run, now=now)
+    cost = run_cost(run, backend=backend, now=now)
     ledger.set_cost(run.id, cost)
     return cost

@@ -1,29 +1,33 @@
 """What-if projections: wall time and cost of a workload on other node counts, from the speed
-measured by the runs in the ledger (never an assumed scaling)."""
+measured by the runs in the ledger (never an assumed scaling). The backends of the runs' clouds
+are given by the caller."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
-from gpucluster.errors import UsageError
-from gpucluster.infra.registry import NAMES, traits
+from gpucluster.errors import UsageError, not_allowed
 from gpucluster.records import RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 
 from .estimate import estimate
-from .plan import is_free, known
+from .plan import is_free, pricing_of
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
-def _run_shape(run: RunRow, catalog: Catalog | None) -> tuple[str, str | None, str | None, int | None]:
+def _run_shape(run: RunRow, catalog: Catalog | None,
+               backends: Mapping[str, Plugin]) -> tuple[str, str | None, str | None, int | None]:
     spec = run.spec or {}  # the spec as recorded (JSON)
     cloud = run.cloud or spec.get("cloud")
     itype = spec.get("instance_type")
     gpu = spec.get("accelerator")
-    chosen = known(cloud)
+    chosen = pricing_of(backends.get(cloud or ""))
     if chosen is not None and itype and catalog is not None:
         gpu = chosen.gpu_of(itype, catalog) or gpu  # aws: the GPU the instance type carries
     if gpu:
@@ -40,7 +44,8 @@ def _fmt_shape(shape: tuple) -> str:
 
 
 def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: str, epochs: int, *,
-            cloud: str | None = None, instance_type: str | None = None, gpus_per_node: int | None = None,
+            backends: Mapping[str, Plugin], max_nodes: int, cloud: str | None = None,
+            instance_type: str | None = None, gpus_per_node: int | None = None,
             catalog: Catalog | None = None) -> dict[str, Any]:
     """Project wall time and cost of `epochs` epochs of `workload` on each node count, from the
     runs in the ledger (succeeded, same workload, same cloud / instance type / GPU type / GPUs per
@@ -48,8 +53,11 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     from a power-law fit of epoch time against node count over the measured counts (the measured
     scaling, never an assumed linear one); with one measured count nothing else is projected.
     Set-up and tear-down time (run wall time minus training time) is the median measured at the
-    nearest measured count. Raises UsageError when no run qualifies."""
-    nodes_list = [parse_int("nodes", n, low=1, high=max(traits(c).max_nodes for c in NAMES)) for n in nodes_list]
+    nearest measured count. Raises UsageError when no run qualifies.
+
+    `backends`: the plugins of the clouds the runs name, by name; `max_nodes`: the largest node
+    count any backend takes. Both from the caller (the CLI), which looked them up."""
+    nodes_list = [parse_int("nodes", n, low=1, high=max_nodes) for n in nodes_list]
     epochs = parse_int("epochs", epochs, low=1)
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
@@ -64,7 +72,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         train_s, run_epochs = summary.get("train_time_s"), summary.get("epochs")
         if run.status != "succeeded" or not train_s or not run_epochs:
             continue
-        shape = _run_shape(run, catalog)
+        shape = _run_shape(run, catalog, backends)
         if cloud and shape[0] != cloud or instance_type and shape[1] != instance_type \
                 or gpus_per_node is not None and shape[3] != gpus_per_node:
             continue
@@ -83,6 +91,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         raise UsageError(f"runs of {workload!r} were measured on several node shapes ({listed}); choose one with "
                          "--cloud / --instance-type / --gpus")
     shape = shapes[0]
+    backend = backends.get(shape[0] or "")
     by_nodes: dict[int, list[tuple[RunRow, dict[str, Any], float, float | None]]] = {}
     for _, run, summary, epoch_s, wall in usable:
         # nodes is NOT NULL in the ledger
@@ -130,10 +139,14 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         row.update(basis=basis, epoch_s=round(epoch_s, 3), train_s=round(train_s, 3), wall_s=round(wall_s, 3),
                    efficiency=round((base["epoch_s"] * base["nodes"]) / (epoch_s * n), 4),
                    overhead_from_nodes=nearest["nodes"])
-        if is_free(shape[0]) or spec_base is None:
+        if is_free(backend) or spec_base is None:
             row.update(cost="0", hourly="0", note=f"{shape[0]} runs cost $0")
+        elif backend is None:  # a ledger row may name a cloud no registered backend is called
+            raise UsageError(not_allowed("cloud", shape[0], "no registered backend has that name, so its runs "
+                                         "cannot be priced"))
         else:
-            est = estimate(spec_base.replace(nodes=n), Decimal(str(round(wall_s, 3))) / 3600, catalog=catalog)
+            est = estimate(spec_base.replace(nodes=n), Decimal(str(round(wall_s, 3))) / 3600, backend=backend,
+                           catalog=catalog)
             row.update(cost=str(est.total), hourly=str(est.hourly), price_date=est.price_date)
         projection.append(row)
     return {"workload": workload, "epochs": epochs, "shape": _fmt_shape(shape),

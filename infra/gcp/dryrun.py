@@ -150,7 +150,9 @@ def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict
     mocks, outputs = _declare(spec)
     resources = [_summary(r) for r in mocks.resources]
     manifests, plan_notes = _manifests(outputs, job, launcher) if job is not None else ([], [])
-    est = cost.estimate(spec, 1)
+    from .plugin import PLUGIN
+
+    est = cost.estimate(spec, 1, backend=PLUGIN)
     result = {"dry_run": True, "project": spec.option("project"), "project_source": spec.option("projectSource"),
               "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes,
               "estimate": est.to_dict() if hasattr(est, "to_dict") else str(est), "estimate_line": est.render_line()}
