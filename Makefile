@@ -16,7 +16,7 @@ NODES ?= 4
 # pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers)
 TEST_WORKERS ?= 3
 
-.PHONY: demo test test-py test-floors bench install install-test system-deps clean
+.PHONY: demo test test-py test-floors typecheck bench install install-test system-deps clean
 
 $(VENV)/.stamp-local: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ test: install-test
 	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --reruns 2 -rR; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider -m alone --reruns 2 -rR; rc2=$$?; if [ $$rc2 -eq 5 ]; then rc2=0; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
+
+# mypy over the package (pyproject.toml's [tool.mypy]; tests/test_types.py runs the same): no error expected
+typecheck: install-test
+	$(PY) .ci/typecheck.py
 
 # The unit tests on another Python, in .venv-pyX.Y (made once): make test-py PY=/root/.pyenv/versions/3.10.13/bin/python3
 test-py:

@@ -22,7 +22,8 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code a ClassVar, yet reads it from the instance: each carries its own
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 def _boundary(fn: Callable) -> Callable:
@@ -104,10 +105,9 @@ def prices(ctx: click.Context, cloud: str | None, region: str | None, gpu: str |
     from rich.table import Table
 
     table = Table(title="gpucluster price catalog (USD)", show_lines=False)
-    for col, kw in (("cloud", {}), ("region", {}), ("item", {}), ("market", {}),
-                    ("price", {"justify": "right"}), ("unit", {}), ("GPUs", {"justify": "right"}),
-                    ("$/GPU-hour", {"justify": "right"}), ("read", {})):
-        table.add_column(col, overflow="fold", **kw)
+    right = {"price", "GPUs", "$/GPU-hour"}
+    for col in ("cloud", "region", "item", "market", "price", "unit", "GPUs", "$/GPU-hour", "read"):
+        table.add_column(col, overflow="fold", justify="right" if col in right else "left")
     for r in rows:
         table.add_row(r.cloud, r.region, r.item, r.market, f"{r.price.normalize():f}", r.unit,
                       str(r.gpus or ""), _dec(r.per_gpu_hour, 4) if r.per_gpu_hour is not None else "",
@@ -172,9 +172,9 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
 
             raise UsageError(not_allowed("cloud", cloud, CLOUDS))
         spec = ClusterSpec(cloud=cloud, nodes=1)
-    changes = {k: v for k, v in dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes,
-                                     spot=spot, disk_gb=disk_gb, disk_type=disk_type, region=region,
-                                     zone=zone).items() if v is not None}
+    given = dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes, spot=spot,
+                 disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone)
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if "zone" in changes and "region" not in changes:
         changes["region"] = None
     return spec.replace(**changes)
@@ -265,9 +265,9 @@ def render_estimate(est, console=None) -> None:
         return
     table = Table(title=f"Estimate: {est.nodes} node(s), {est.cloud} {est.region}, {est.market}, "
                         f"{_dec(est.hours, 3)} h (USD)")
-    for col, kw in (("item", {}), ("what", {}), ("unit price", {"justify": "right"}), ("unit", {}),
-                    ("per hour", {"justify": "right"}), ("total", {"justify": "right"}), ("note", {})):
-        table.add_column(col, overflow="fold", **kw)
+    right = {"unit price", "per hour", "total"}
+    for col in ("item", "what", "unit price", "unit", "per hour", "total", "note"):
+        table.add_column(col, overflow="fold", justify="right" if col in right else "left")
     for ln in est.lines:
         table.add_row(ln["category"], ln["description"], _dec(ln["unit_price"], 6), ln["unit"],
                       money_or_dash(ln["hourly"]), money_or_dash(ln["total"]), ln.get("note") or "")

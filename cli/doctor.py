@@ -115,9 +115,9 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
     if as_json:
         click.echo(json.dumps(checks, indent=2))
     else:
-        for c in checks:
-            mark = {True: "ok  ", False: "FAIL", None: "note"}[c["ok"]]
-            click.echo(f"{mark}  {c['check']}: {c['detail']}")
-            if c["fix"]:
-                click.echo(f"      fix: {c['fix']}")
-    return int(ExitCode.FAILURE if any(c["ok"] is False for c in checks) else ExitCode.OK)
+        for row in checks:
+            mark = {True: "ok  ", False: "FAIL", None: "note"}[row["ok"]]
+            click.echo(f"{mark}  {row['check']}: {row['detail']}")
+            if row["fix"]:
+                click.echo(f"      fix: {row['fix']}")
+    return int(ExitCode.FAILURE if any(row["ok"] is False for row in checks) else ExitCode.OK)

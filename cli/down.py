@@ -88,9 +88,13 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
         # a terminal's status line: the clock and what is deleted of what was open, what it waits on
         with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
             ui.phase("teardown")
+
+            def say(text: str, n: str = name) -> None:
+                ui.message(f"{n}: {text}")
+
             results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
                                      force=force, project=project, ack_unwitnessed=ack_unwitnessed,
-                                     any_owner=any_owner, say=lambda text, n=name: ui.message(f"{n}: {text}")))
+                                     any_owner=any_owner, say=say))
         _render(out, results[-1], backends[c])
     if as_json:
         click.echo(json.dumps([r.verdict for r in results], indent=2, default=str))

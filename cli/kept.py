@@ -63,7 +63,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
     cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
     out = common.console(stderr=as_json)
-    job = plan.job
+    job = plan.needs_job()
     out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({len(cluster_.nodes)} node(s) on {kept.cloud}, "
               f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)
     for line in [*plan.notes, *([fits] if fits else [])]:

@@ -26,10 +26,11 @@ class Int(click.IntRange):
     def __init__(self, what: str, low: int, high: int | None = None, *, later: bool = False):
         super().__init__(min=low, max=high)
         self.what, self.later = what, later
+        self.low, self.high = low, high  # click's min and max, typed as given
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         try:
-            return parse_int(self.what, value, low=int(self.min), high=None if self.max is None else int(self.max))
+            return parse_int(self.what, value, low=self.low, high=self.high)
         except UsageError:
             if self.later:  # the bound depends on another flag (--nodes: the cloud's): the core says it
                 return value
@@ -42,13 +43,14 @@ class Float(click.FloatRange):
     def __init__(self, what: str, allowed: str, low: float = 0.0, high: float | None = None):
         super().__init__(min=low, max=high, min_open=True)
         self.what, self.allowed = what, allowed
+        self.low, self.high = low, high  # click's min and max, typed as given
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         try:
             number = float(value)
         except (TypeError, ValueError):
             number = float("nan")
-        if not (number > self.min and (self.max is None or number <= self.max)):
+        if not (number > self.low and (self.high is None or number <= self.high)):
             raise UsageError(not_allowed(self.what, value, self.allowed))
         return number
 

@@ -57,7 +57,7 @@ def metric_parts(values: dict[str, Any], keys: tuple[str, ...] | None = None) ->
 
 def fmt_metric(record: dict[str, Any]) -> str:
     kind = record.get("kind")
-    keys = ("epoch", "step", "loss", "accuracy", "samples_per_s", "train_time_s")
+    keys: tuple[str, ...] = ("epoch", "step", "loss", "accuracy", "samples_per_s", "train_time_s")
     if kind != "epoch":
         keys += ("rank",)
     return "  ".join([kind or "?", *metric_parts(record, keys)])
@@ -224,7 +224,8 @@ def phase_rows(record: RunRecord) -> list[tuple[str, float | None, str]]:
 def run_report(console: Console, record: RunRecord) -> None:
     """The report printed at the end of `run`, and by `show`."""
     run = record.run
-    style = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}.get(run.status, "bold")
+    styles = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}
+    style = styles.get(run.status or "", "bold")
     head = Text()
     head.append(f"run {run.id} ", style="bold")
     head.append(str(run.status).upper(), style=style)

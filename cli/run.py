@@ -76,16 +76,17 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import run_watch
 
+    job = plan.needs_job()
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         if plan.policy.retries:  # a lost node is replaced and the run resumed (docs/recovery.md)
             from gpucluster.recovery import run_chain
 
-            chain = run_chain(plan.spec, plan.job, policy=plan.policy, ledger=ledger, provider=plan.provider,
+            chain = run_chain(plan.spec, job, policy=plan.policy, ledger=ledger, provider=plan.provider,
                               launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
                               resumed_from=plan.resumed_from, backend=chosen, reprice=_reprice(chosen))
             outcome, exit_code = chain.final, chain.exit_code
         else:
-            outcome = execute(plan.spec, plan.job, ledger=ledger, provider=plan.provider, launcher=plan.launcher,
+            outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.launcher,
                               backend=chosen, ui=ui,
                               keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
                               prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)

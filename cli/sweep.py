@@ -90,13 +90,13 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])  # e.g. --region with local: refused as `run` refuses it
     node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
-    gpn_list = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
-                                                                        high=16))
+    asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
+                                                                         high=16))
     if report_dir:
         from gpucluster.home import check_writable_dir
 
         check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
-    gpn_list = gpu_sizes(gpn_list, compare_cpu, chosen.ops.known_gpus(), node_counts)
+    gpn_list = gpu_sizes(asked_gpn, compare_cpu, chosen.ops.known_gpus(), node_counts)
     plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
                            readers=readers()), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run
@@ -106,7 +106,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     sweep_id = new_sweep_id()
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(sizes)} run(s) on {flags['cloud']}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
-              f"repeat {repeat}: {plan.job.display}")
+              f"repeat {repeat}: {plan.needs_job().display}")
     confirm_billable(chosen, yes, "a sweep creates billable cloud resources",
                      f"Create {len(sizes)} cluster(s) one after another and run?")
     ui = RichRunUI(out, quiet=True)

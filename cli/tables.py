@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -23,7 +24,7 @@ class Col:
     header: str
     keep: bool = False  # shown whole, never wrapped or cut (what the user types next)
     drop: int | None = None  # may go when the table does not fit: the highest rank goes first
-    justify: str = "left"
+    justify: JustifyMethod = "left"
 
 
 def _cell_width(value: Any) -> int:
@@ -44,7 +45,7 @@ def fitted(width: int, columns: Sequence[Col], rows: Sequence[Sequence[Any]], *,
         # rich: one space of padding each side of a cell, one rule between columns, two with edges
         return sum(least[i] + 2 for i in idx) + len(idx) - 1 + (2 if edge else 0)
 
-    droppable = sorted((i for i, c in enumerate(columns) if c.drop is not None), key=lambda i: -columns[i].drop)
+    droppable = [i for _, i in sorted((-c.drop, i) for i, c in enumerate(columns) if c.drop is not None)]
     for i in droppable:
         if total(shown) <= width:
             break
@@ -53,9 +54,9 @@ def fitted(width: int, columns: Sequence[Col], rows: Sequence[Sequence[Any]], *,
     for i in shown:
         c = columns[i]
         if c.keep:
-            table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=natural[i])  # type: ignore[arg-type]
+            table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=natural[i])
         else:
-            table.add_column(c.header, justify=c.justify, overflow="fold")  # type: ignore[arg-type]
+            table.add_column(c.header, justify=c.justify, overflow="fold")
     for r in rows:
         table.add_row(*(r[i] for i in shown))
     return table

@@ -45,7 +45,7 @@ def chain_attempts(ledger: Any, run_ids: list[str]) -> list[dict[str, Any]]:
         if record is None:
             continue
         records = [r for r in ledger.metrics(rid) if r.get("kind") in PROGRESS_KINDS + ("attempt", "node_lost")]
-        attempt = next((r for r in records if r.get("kind") == "attempt"), {})
+        attempt: dict[str, Any] = next((r for r in records if r.get("kind") == "attempt"), {})
         lost = sorted((r for r in records if r.get("kind") == "node_lost"), key=lambda r: r.get("detected_at") or 0)
         interruption = attempt.get("interruption")
         if interruption is None and lost and record.run.status == "failed":

@@ -83,20 +83,22 @@ def _slower_than_smaller(results: Sequence[SizeResult], r: SizeResult) -> Findin
     """More nodes, less done per second: lower global samples/s than a smaller size (or, when the
     workload reports no samples, a longer training time for the same job)."""
     smaller = [s for s in results if s.gpus_per_node == r.gpus_per_node and s.nodes < r.nodes]
-    if r.samples_per_s and smaller and all(s.samples_per_s for s in smaller):
-        best = max(smaller, key=lambda s: s.samples_per_s.median)
-        if r.samples_per_s.median >= best.samples_per_s.median:
+    rated = [(s.samples_per_s.median, s) for s in smaller if s.samples_per_s]  # (samples/s, size)
+    if r.samples_per_s and smaller and len(rated) == len(smaller):
+        best_rate, best = max(rated, key=lambda p: p[0])
+        if r.samples_per_s.median >= best_rate:
             return None
-        ratio = best.samples_per_s.median / r.samples_per_s.median
+        ratio = best_rate / r.samples_per_s.median
         what = "samples/s"
     else:
-        smaller = [s for s in smaller if s.train_s]
+        timed = [(s.train_s.median, s) for s in smaller if s.train_s]  # (training seconds, size)
+        smaller = [s for _, s in timed]
         if not (r.train_s and smaller):
             return None
-        best = min(smaller, key=lambda s: s.train_s.median)
-        if r.train_s.median <= best.train_s.median:
+        best_time, best = min(timed, key=lambda p: p[0])
+        if r.train_s.median <= best_time:
             return None
-        ratio = r.train_s.median / best.train_s.median
+        ratio = r.train_s.median / best_time
         what = "training time"
     rows = sorted([*smaller, r], key=lambda s: s.nodes)
     times = ", ".join(f"{s.nodes} node(s) {_s(s.train_s.median)}" for s in rows if s.train_s)
@@ -209,8 +211,7 @@ def communication_bound(r: SizeResult, base: SizeResult | None) -> Finding | Non
     extra = ""
     nums = {"comm_s": round(comm, 4), "compute_s": round(compute, 4), "comm_share": round(comm / total, 3),
             "steps": steps}
-    bs = _splits(base) if base is not None and base is not r else None
-    if bs:
+    if base is not None and base is not r and (bs := _splits(base)):
         extra = f"; at {base.nodes} node(s) all-reduce took {_per_step(bs[1], bs[3])}"
         nums["baseline_comm_s"] = round(bs[1], 4)
     return Finding(

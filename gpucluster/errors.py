@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from enum import IntEnum
+from types import ModuleType
 from typing import Iterable
 
 
@@ -88,7 +89,7 @@ def not_allowed(what: str, value: object, allowed: Iterable[str] | str) -> str:
     return f"{what} {value!r} is not allowed{hint}; allowed: {shown}"
 
 
-def require(module: str, extra: str):
+def require(module: str, extra: str) -> ModuleType:
     """Import an optional dependency or raise a clear MissingDependency."""
     import importlib
 

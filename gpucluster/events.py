@@ -23,7 +23,9 @@ class Phase(str, enum.Enum):
     `str()` and f-strings give the value."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     PREPARE = "prepare"
     PROVISION = "provision"

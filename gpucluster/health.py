@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
+from gpucluster.procs import piped
 
 PREFIX = "@gpucluster-check "
 PROGRAM = Path(__file__).with_name("node_check.py")
@@ -113,7 +114,7 @@ def _pump(proc: subprocess.Popen, node: NodeRun, log: Path | None) -> None:
     except OSError:
         out = None
     try:
-        for raw in proc.stdout:  # type: ignore[union-attr]
+        for raw in piped(proc.stdout):
             now = time.time()
             if out is not None:
                 try:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gpucluster.errors import ConfigError, UsageError
-
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables)
 from gpucluster.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
@@ -261,10 +260,8 @@ class Ledger:
             db.execute(
                 "INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, gpus_per_node, workload,"
                 " command, spec, prices, sweep_id, log_dir, resumed_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run_id, now or time.time(), "running", cloud, cluster, nodes, gpus_per_node, workload,
-                    _dumps(command), _dumps(spec), _dumps(prices), sweep_id, log_dir, resumed_from,
-                ),
+                (run_id, now or time.time(), "running", cloud, cluster, nodes, gpus_per_node, workload,
+                 _dumps(command), _dumps(spec), _dumps(prices), sweep_id, log_dir, resumed_from),
             )
 
     def phase_start(self, run_id: str, name: str, now: float | None = None) -> None:
@@ -322,7 +319,9 @@ class Ledger:
                 "INSERT INTO resources (run_id, kind, name, region, detail, requested_at) VALUES (?,?,?,?,?,?)",
                 (run_id, kind, name, region, _dumps(detail), now or time.time()),
             )
-            return int(cur.lastrowid)
+            rowid = cur.lastrowid
+            assert rowid is not None  # an INSERT sets it
+            return rowid
 
     def resource_created(self, run_id: str, kind: str, name: str, cloud_id: str | None = None,
                          now: float | None = None) -> None:
@@ -407,7 +406,7 @@ class Ledger:
                 return None
             row = matches[0]
         run = RunRow.from_dict(self._run_dict(row))
-        rid = run.id
+        rid: str = row["id"]  # the runs table's key (run.id is None only for an estimate's imagined run)
         phases = [PhaseRow(**dict(r)) for r in self._db.execute(
             "SELECT name, started_at, ended_at, status, detail FROM phases WHERE run_id = ? ORDER BY started_at", (rid,))]
         nodes = [NodeRow(**{**dict(r), "last_lines": _loads(r["last_lines"])})
@@ -449,7 +448,8 @@ class Ledger:
 
     def list_runs(self, *, limit: int | None = 50, cloud: str | None = None, since: float | None = None,
                   status: str | None = None, sweep_id: str | None = None) -> list[RunRow]:
-        sql, args = "SELECT * FROM runs WHERE 1=1", []
+        sql = "SELECT * FROM runs WHERE 1=1"
+        args: list[Any] = []
         if cloud:
             sql += " AND cloud = ?"
             args.append(cloud)

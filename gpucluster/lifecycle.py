@@ -165,6 +165,7 @@ class LedgerEvents:
 class RunLedger(LedgerEvents):
     """One run's ledger writer: its resource rows (as `LedgerEvents`), its phases, its metric
     records and the processes its launcher started. It writes; it shows nothing."""
+    run_id: str  # never None here: a run's writer (LedgerEvents' is None for `down`)
 
     def __init__(self, ledger: Ledger, run_id: str, region: str | None):
         super().__init__(ledger, None, run_id, region)
@@ -290,8 +291,7 @@ def execute(
                 run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                 command=list(job.command) or [f"workload:{job.workload}", *job.workload_args], spec=spec.to_dict(),
                 workload=workload or job.workload, prices=prices, sweep_id=sweep_id, log_dir=str(log_dir),
-                resumed_from=resumed_from,
-            )
+                resumed_from=resumed_from)
             recorded = True
             return _run(spec, job, ledger, provider, launcher, backend, ui, keep, log_dir, signals)
     finally:
@@ -416,7 +416,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui
         return Provisioned(cluster, rec.record_error)
 
 
-def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
+def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder | _Quiet) -> list[str]:
     """The "outputs" phase: the launcher copies every node's output folder to `job.output_dir`
     (`Launcher.collect_outputs`); each node's verdict goes to the ledger. Returns one problem line
     per node whose copy is not complete (or why nothing could be collected)."""
@@ -441,7 +441,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder) -> list[str]:
         return [problem]
 
 
-def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder, *, keep: bool,
+def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder | _Quiet, *, keep: bool,
               busy: bool = False, unwitnessed: Any = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 

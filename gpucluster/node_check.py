@@ -23,6 +23,8 @@ library's shutdown can turn a finished check into a crash.
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib
 import json
 import os
 import shutil
@@ -30,6 +32,12 @@ import socket
 import subprocess
 import sys
 import time
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the node imports torch only where it checks with it (and says so when it cannot)
+    from torch import Tensor
+    from torch.distributed import Store
 
 PREFIX = "@gpucluster-check "
 ITERS = 3  # timed exchanges per pair (the fastest counts) and timed all-reduces, after one warm-up each
@@ -52,7 +60,7 @@ def nvidia_smi_gpus() -> tuple[list[dict] | None, str | None]:
     if cp.returncode != 0:
         last = (cp.stderr or cp.stdout).strip().splitlines()[-1:] or [f"exit code {cp.returncode}"]
         return None, f"nvidia-smi failed: {last[0][:200]}"
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line in cp.stdout.splitlines():
         parts = [p.strip() for p in line.split(",", 2)]
         if len(parts) == 3 and parts[0].isdigit():
@@ -108,12 +116,13 @@ def free_gb(path: str) -> float:
     return shutil.disk_usage(path or "/").free / 1e9
 
 
-def own_checks(args: argparse.Namespace) -> tuple[dict, object]:
+def own_checks(args: argparse.Namespace) -> tuple[dict, ModuleType | None]:
     """The node record, and torch (None when it cannot be imported)."""
     problems: list[str] = []
     rec: dict = {"rank": args.rank, "gpus_promised": args.gpus}
+    torch: ModuleType | None
     try:
-        import torch
+        torch = importlib.import_module("torch")
     except Exception as exc:  # noqa: BLE001 - whatever breaks the import is the finding
         problems.append(f"torch cannot be imported: {type(exc).__name__}: {exc}"[:300])
         torch = None
@@ -171,10 +180,8 @@ def schedule(world: int) -> list[dict[int, int]]:
 class Group:
     """One process per node: gloo bound to --addr, or NCCL on this node's first GPU."""
 
-    def __init__(self, torch: object, store: object, args: argparse.Namespace, use_cuda: bool):
-        import datetime
-
-        import torch as t  # noqa: F811
+    def __init__(self, torch: ModuleType, store: Store, args: argparse.Namespace, use_cuda: bool):
+        import torch as t
         import torch.distributed as dist
 
         self.t, self.dist = t, dist
@@ -185,35 +192,38 @@ class Group:
             t.cuda.set_device(0)
             dist.init_process_group("nccl", store=dist.PrefixStore("nccl", store), rank=args.rank,
                                     world_size=args.world, timeout=timeout, device_id=self.device)
-            self.pg = None
+            self.pg: Any = None
         else:
             from torch.distributed import ProcessGroupGloo
 
-            opts = ProcessGroupGloo._Options()
-            opts._devices = [ProcessGroupGloo.create_device(hostname=args.addr)]
+            # Any: torch's stub of ProcessGroupGloo lacks what the runtime has and this uses: _Options,
+            # the constructor that takes them, allreduce/send/recv
+            gloo: Any = ProcessGroupGloo
+            opts = gloo._Options()
+            opts._devices = [gloo.create_device(hostname=args.addr)]
             opts._timeout = timeout
-            self.pg = ProcessGroupGloo(dist.PrefixStore("gloo", store), args.rank, args.world, opts)
+            self.pg = gloo(dist.PrefixStore("gloo", store), args.rank, args.world, opts)
 
-    def tensor(self, mib: int) -> object:
+    def tensor(self, mib: int) -> Tensor:
         return self.t.ones(mib * (1 << 20) // 4, dtype=self.t.float32, device=self.device)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             self.t.cuda.synchronize(self.device)
 
-    def allreduce(self, x: object) -> None:
+    def allreduce(self, x: Tensor) -> None:
         if self.pg is not None:
             self.pg.allreduce([x]).wait()
         else:
             self.dist.all_reduce(x)
 
-    def send(self, x: object, peer: int, tag: int) -> None:
+    def send(self, x: Tensor, peer: int, tag: int) -> None:
         if self.pg is not None:
             self.pg.send([x], peer, tag).wait()
         else:
             self.dist.send(x, peer)
 
-    def recv(self, x: object, peer: int, tag: int) -> None:
+    def recv(self, x: Tensor, peer: int, tag: int) -> None:
         if self.pg is not None:
             self.pg.recv([x], peer, tag).wait()
         else:
@@ -224,7 +234,7 @@ class Group:
             self.dist.destroy_process_group()
 
 
-def links(torch: object, store: object, args: argparse.Namespace, use_cuda: bool) -> dict:
+def links(torch: ModuleType, store: Store, args: argparse.Namespace, use_cuda: bool) -> dict:
     """The all-reduce and every pair this node is part of."""
     group = Group(torch, store, args, use_cuda)
     n = args.world
@@ -298,10 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)
 
 
-def collective(torch: object, args: argparse.Namespace, ok: bool, use_cuda: bool) -> dict:
+def collective(torch: ModuleType, args: argparse.Namespace, ok: bool, use_cuda: bool) -> dict:
     """Through node 0's store: every node's own verdict, then (all ok) the process group's tests."""
-    import datetime
-
     from torch.distributed import TCPStore
 
     host, _, port = args.store.rpartition(":")
@@ -324,8 +332,8 @@ def collective(torch: object, args: argparse.Namespace, ok: bool, use_cuda: bool
             pass
 
 
-def _verdicts_then_links(torch: object, store: object, args: argparse.Namespace, ok: bool, use_cuda: bool,
-                         timeout: object) -> dict:
+def _verdicts_then_links(torch: ModuleType, store: Store, args: argparse.Namespace, ok: bool, use_cuda: bool,
+                         timeout: datetime.timedelta) -> dict:
     store.set(f"own/{args.rank}", "ok" if ok else "bad")
     keys = [f"own/{r}" for r in range(args.world)]
     try:

@@ -21,7 +21,7 @@ import stat
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import Any, Protocol
 
 from gpucluster.errors import UsageError
 
@@ -238,14 +238,20 @@ def _safe_name(name: str) -> str | None:
     return "/".join(parts)
 
 
-def _read_exact(src: IO[bytes], n: int) -> bytes:
+class ByteReader(Protocol):
+    """What `extract_stream` reads: a pipe's stdout, or the k8s backend's exec reader."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+
+def _read_exact(src: ByteReader, n: int) -> bytes:
     data = src.read(n)
     if len(data) < n:
         raise tarfile.ReadError("unexpected end of data")
     return data
 
 
-def _skip(src: IO[bytes], n: int) -> None:
+def _skip(src: ByteReader, n: int) -> None:
     while n > 0:
         n -= len(_read_exact(src, min(n, 1 << 20)))
 
@@ -263,7 +269,7 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
-def extract_stream(fileobj: IO[bytes], dest: Path, tally: dict[str, Any] | None = None) -> tuple[int, int, list[str]]:
+def extract_stream(fileobj: ByteReader, dest: Path, tally: dict[str, Any] | None = None) -> tuple[int, int, list[str]]:
     """Unpack a tar stream (GNU, ustar or pax, as `tar -cf -` writes it) into `dest` (created):
     (files, bytes, refused members with why). Headers are parsed by `tarfile.TarInfo.frombuf`
     (checksums checked); file data goes straight from the stream to the file, in the pieces the
@@ -281,7 +287,8 @@ def extract_stream(fileobj: IO[bytes], dest: Path, tally: dict[str, Any] | None 
     longname: str | None = None
     pax: dict[str, str] = {}
     view = memoryview(bytearray(1 << 20))  # file data: stream -> buffer -> file, no other copy
-    readinto = getattr(fileobj, "readinto1", None) or fileobj.readinto
+    # every pipe, file and the exec reader has readinto (typing.IO does not declare it)
+    readinto = getattr(fileobj, "readinto1", None) or getattr(fileobj, "readinto")
     while True:
         header = _read_exact(fileobj, tarfile.BLOCKSIZE)
         if header == tarfile.NUL * tarfile.BLOCKSIZE:
@@ -355,7 +362,7 @@ def summary(outputs: list[dict[str, Any]]) -> str:
     return f"{where} ({files} file(s), {fmt_bytes(nbytes)}; {state}){work}"
 
 
-def fmt_bytes(n: int) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -210,7 +210,8 @@ class Ownership:
 
     def split(self, found: Iterable[Any]) -> tuple[list[Any], list[Any]]:
         """(ours to delete, the rest: not ours or standalone stacks, left alone)."""
-        ours, rest = [], []
+        ours: list[Any] = []
+        rest: list[Any] = []
         for lo in found:
             (ours if self.whose(lo) == OURS else rest).append(lo)
         return ours, rest

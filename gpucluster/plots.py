@@ -112,7 +112,7 @@ def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = No
     base = first if t0 is None else float(t0)
     has_gpu = any(_gpu(r, "util") is not None for recs in nodes.values() for r in recs)
     cpu_key, cpu_label, cpu_top = _cpu_panel(nodes)
-    panels = [(cpu_key, cpu_label, None)]
+    panels: list[tuple[str, str, str | None]] = [(cpu_key, cpu_label, None)]
     if has_gpu:
         panels += [("util", "GPU utilisation (%, mean of node's GPUs)", "mean"),
                    ("mem_used_mib", "GPU memory used (MiB, node total)", "sum"),

@@ -122,6 +122,12 @@ class Prepared:
     def hourly(self) -> Any:
         return None if self.estimate is None else self.estimate.hourly
 
+    def needs_job(self) -> JobSpec:
+        """The job of a plan that has one (`Request.job`: run, exec, sweep; `up` plans none)."""
+        if self.job is None:
+            raise ValueError("this plan has no job (it was prepared for `up`)")
+        return self.job
+
 
 def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: bool = True) -> Prepared:
     """The request as a plan, or a UsageError. `provider`: a provider to use instead of the
@@ -429,14 +435,15 @@ def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), proj
     Returns the regions to use: an empty one means the default, as for `run`, so it is left out."""
     from gpucluster.spec import resolve, validate
 
-    asked = [{"region": r} for r in regions]
+    asked: list[tuple[str | None, str | None]] = [(r, None) for r in regions]  # (region, instance type)
     if instance_type is not None:
-        asked.append({"region": next((r for r in regions if r), None), "instance_type": instance_type})
-    for place in asked:
+        asked.append((next((r for r in regions if r), None), instance_type))
+    for region, itype in asked:
         refusals: list[UsageError] = []
         for name in backends:
             try:
-                validate(resolve(ClusterSpec(cloud=name, nodes=1, **place), backends[name]), backends[name])
+                spec = ClusterSpec(cloud=name, nodes=1, region=region, instance_type=itype)
+                validate(resolve(spec, backends[name]), backends[name])
             except UsageError as exc:
                 refusals.append(exc)
         if refusals and len(refusals) == len(backends):

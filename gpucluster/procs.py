@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import TypeVar
 
 import psutil
 
 
 OWNER_ENV = "GPUCLUSTER_OWNER"
+_Stream = TypeVar("_Stream")
+
+
+def piped(stream: _Stream | None) -> _Stream:
+    """A `Popen`'s stdin, stdout or stderr that was opened with `subprocess.PIPE` (each is typed
+    Optional: None only for a stream that was not piped)."""
+    if stream is None:
+        raise ValueError("the process was not started with a pipe for this stream")
+    return stream
 
 
 def is_run_env(env: dict[str, str], run_id: str, owner: str | None) -> bool:

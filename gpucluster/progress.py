@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 LAUNCHER_KINDS = ("process",)  # rows the launcher writes for the job's processes, not cloud resources
 
@@ -132,7 +132,7 @@ class ResourceWatch:
         return text
 
 
-def planned_counts(rows: list[Mapping[str, Any]]) -> dict[str, int]:
+def planned_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """{kind: how many} of a plan's resource rows (`Pricing.planned_resources`)."""
     out: dict[str, int] = {}
     for r in rows:

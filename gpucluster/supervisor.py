@@ -9,11 +9,10 @@ import os
 import queue
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from gpucluster.control import NODE_EXIT, WORKER_START, Gate, NodeKeys
 from gpucluster.errors import LaunchError
@@ -68,6 +67,16 @@ NODE_EXIT_KIND = NODE_EXIT
 NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d, \"key\": \"%s\"}\\n' "
                 "'@gpucluster-metric ' \"$rc\" \"$gk_exit\" >&2; exit $rc")
 DRAIN_S = 10.0  # how long a node's session may stay open once its job has ended
+
+
+class NodeProcess(Protocol):
+    """What `NodeSupervisor.run` watches of a node: a `subprocess.Popen`, or the Kubernetes
+    launcher's pod handle."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
 
 
 class NodeSupervisor:
@@ -206,8 +215,8 @@ class NodeSupervisor:
         if maybe_metric:
             for ln in metric_lines(run):
                 self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
-        for ln in scan.lines(run):
-            self._queue.put((node_rank, ln))
+        for text in scan.lines(run):
+            self._queue.put((node_rank, text))
         self.console.offer(node_rank, run, nlines)
 
     def _drain(self, timeout: float) -> None:
@@ -271,7 +280,7 @@ class NodeSupervisor:
             _say(self.events, f"node {node_rank}: a metric line was ignored ({why}); "
                               "further bad metric lines are counted in the run's metrics")
 
-    def _undrained(self, procs: dict[int, subprocess.Popen], exit_codes: dict[int, int | None]) -> list[int]:
+    def _undrained(self, procs: Mapping[int, NodeProcess], exit_codes: dict[int, int | None]) -> list[int]:
         now = time.monotonic()
         late = [r for r, (_, said) in self.node_exits.items()
                 if r in procs and r not in exit_codes and procs[r].poll() is None and now - said > DRAIN_S]
@@ -300,7 +309,7 @@ class NodeSupervisor:
         self._phase(Phase.RENDEZVOUS)
         self.rendezvous_started_at = time.time()
 
-    def _setup_failure(self, rank: int, code: int) -> str:
+    def _setup_failure(self, rank: int, code: int | None) -> str:
         lines = [ln for ln in self.tail(rank) if "@gpucluster-metric" not in ln and ln.strip()]
         last = " | ".join(ln.strip()[:200] for ln in lines[-5:])
         return (f"setup failed on node {rank} ({self.hosts[rank]}): exit code {code}"
@@ -319,7 +328,7 @@ class NodeSupervisor:
         """Let the console show what it still can (bounded), then stop its thread."""
         self.console.close()
 
-    def run(self, procs: dict[int, subprocess.Popen], stop: Callable[[], None],
+    def run(self, procs: Mapping[int, NodeProcess], stop: Callable[[], None],
             watch: Callable[[], str | None] | None = None,
             release: Callable[[], None] | None = None, stage: Any = None,
             lost: Callable[[int, int | None], str | None] | None = None) -> JobResult:
@@ -341,7 +350,8 @@ class NodeSupervisor:
         self._release = release if setup else None
         staged = stage is None
         self.rendezvous_started_at = time.time() if staged and not setup else None
-        deadline = time.monotonic() + self.job.max_seconds if self.job.max_seconds else None
+        limit = self.job.max_seconds
+        deadline = time.monotonic() + limit if limit else None
         exit_codes: dict[int, int | None] = {}
         failure: str | None = None
         failed_node: int | None = None
@@ -398,9 +408,9 @@ class NodeSupervisor:
                     break
                 if len(exit_codes) == len(procs):
                     break
-                if deadline is not None and time.monotonic() > deadline:
+                if limit and deadline is not None and time.monotonic() > deadline:
                     timed_out = True
-                    failure = f"the run exceeded its time limit of {self.job.max_seconds / 60:g} minutes"
+                    failure = f"the run exceeded its time limit of {limit / 60:g} minutes"
                     break
         finally:
             stop()
@@ -453,7 +463,7 @@ def _say(events: RunEvents, text: str) -> None:
         pass
 
 
-def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], None] | None = None) -> None:
+def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], object] | None = None) -> None:
     """SIGTERM whole process groups, then SIGKILL what is left after `grace` seconds.
 
     torchrun agents have been seen ignoring SIGTERM for minutes after a worker crashed, hence the

@@ -108,12 +108,12 @@ def gpu_sizes(asked: list[int] | None, compare_cpu: bool, present: int | None,
                              "none), so --compare-cpu / GPUs per node > 0 cannot run here; run the sweep on a machine "
                              "or cloud with GPUs, or sweep CPU nodes only")
         if compare_cpu:
-            return sorted({0, *[g if g is not None else max(1, present // max(node_counts)) for g in gpn_list]})
+            return list(sorted({0, *[g if g is not None else max(1, present // max(node_counts)) for g in gpn_list]}))
         if gpn_list == [None]:
             return [present // max(node_counts) if present else 0]
         return gpn_list
     if compare_cpu:
-        cpu_and_asked: list[int | None] = sorted({0, *[g for g in gpn_list if g is not None]})
+        cpu_and_asked: list[int | None] = list(sorted({0, *[g for g in gpn_list if g is not None]}))
         return cpu_and_asked if cpu_and_asked != [0] else [0, None]
     return gpn_list
 
@@ -188,7 +188,7 @@ def _size_spec(base_spec: Any, nodes: int, gpus_per_node: int | None, run_id: st
 def load_sweep(ledger: Ledger, sweep_id: str) -> list[RunRecord]:
     """Every run of a sweep with its metric records, oldest first."""
     rows = ledger.list_runs(limit=None, sweep_id=sweep_id)
-    runs = [ledger.get_run(r.id, with_metrics=True) for r in reversed(rows)]
+    runs = [ledger.get_run(r.id, with_metrics=True) for r in reversed(rows) if r.id is not None]
     return [r for r in runs if r is not None]
 
 
@@ -245,6 +245,8 @@ class RunFacts:
 def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
     """What one run of a sweep measured; `backends`: the plugins of the runs' clouds (its cost)."""
     run = record.run
+    if run.id is None or run.status is None or run.nodes is None:  # only an estimate's imagined run
+        raise ValueError("run_facts: not a run the ledger holds (no id, status or node count)")
     records = record.metric_records or []  # the nodes' JSON metric records
     metrics = run.metrics or {}
     start = next((m for m in records if m.get("kind") == "start"), {})
@@ -367,7 +369,8 @@ def summarize(runs: Sequence[RunRecord], backends: Mapping[str, Plugin]) -> list
         results.append(SizeResult(
             nodes=nodes, gpus_per_node=gpn, world_size=next((f.world_size for f in ok if f.world_size), None),
             runs=[f.run_id for f in facts], failed=[f.run_id for f in facts if f.status != "succeeded"],
-            wall_s=Stat.of(f.wall_s for f in ok), phases={p: Stat.of(f.phases.get(p) for f in ok) for p in phase_names},
+            wall_s=Stat.of(f.wall_s for f in ok),
+            phases={p: st for p in phase_names if (st := Stat.of(f.phases.get(p) for f in ok))},
             train_s=Stat.of(f.train_s for f in ok), samples_per_s=Stat.of(f.samples_per_s for f in ok),
             accuracy=Stat.of(f.accuracy for f in ok), loss=Stat.of(f.loss for f in ok),
             epochs=int(epochs.median) if epochs else None, cost_usd=Stat.of(f.cost_usd for f in ok),
@@ -390,16 +393,15 @@ def _add_efficiency(results: list[SizeResult]) -> None:
         for r in usable:
             r.baseline_nodes = base.nodes
             ratio = r.nodes / base.nodes
-            if use_sps:
-                r.speedup = r.samples_per_s.median / base.samples_per_s.median
-            elif r.train_s and base.train_s:
-                r.speedup = base.train_s.median / r.train_s.median
-            if use_sps:
-                s, b = r.samples_per_s, base.samples_per_s.median
+            s, bs = r.samples_per_s, base.samples_per_s
+            if use_sps and s and bs:  # use_sps: every usable size (the base too) has samples/s
+                r.speedup = s.median / bs.median
+                b = bs.median
                 r.efficiency = s.median / (ratio * b)
                 r.efficiency_range = (s.min / (ratio * b), s.max / (ratio * b))
                 r.efficiency_basis = "samples/s"
             elif r.train_s and base.train_s:
+                r.speedup = base.train_s.median / r.train_s.median
                 t, b = r.train_s, base.train_s.median
                 r.efficiency = b / (ratio * t.median)
                 r.efficiency_range = (b / (ratio * t.max), b / (ratio * t.min))
@@ -430,7 +432,7 @@ def compare_cpu_gpu(results: Sequence[SizeResult]) -> list[Comparison]:
     out = []
     for r in results:
         base = cpu.get(r.nodes)
-        if r.gpus_per_node and base and r.train_s:
+        if r.gpus_per_node and base and base.train_s and r.train_s:  # base.train_s: every cpu size has one
             if r.samples_per_s and base.samples_per_s:
                 speedup = r.samples_per_s.median / base.samples_per_s.median
             else:

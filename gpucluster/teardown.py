@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
+
+if TYPE_CHECKING:
+    from gpucluster.records import RunRow
 
 
 # -- down ---------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ def live_clusters(ledger: Any) -> set[str]:
     from gpucluster.owner import owner as lock_owner
 
     live = set()
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, RunRow] = {}
     for run in ledger.list_runs(limit=None):
         latest.setdefault(run.cluster, run)
     for name, run in latest.items():

@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal, overload
 
 from gpucluster.domain import NullEvents, ProvisionEvents
 from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
@@ -117,6 +117,11 @@ class PulumiDriver:
             project_settings=ProjectSettings(name=PROJECT, runtime="python"),
             pulumi_command=self.cli,
         )
+
+    @overload
+    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: Literal["new"]) -> Any: ...
+    @overload
+    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool) -> Any | None: ...
 
     def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool | str) -> Any | None:
         """The cluster's stack, or None when it does not exist. create: False (select only), True
@@ -216,7 +221,7 @@ class PulumiDriver:
             events.message(f"cleanup failed: {exc.message}")
             return [exc.message]
 
-    def _up_error(self, spec: Any, text: str, cleanup_errors: list[str]) -> ProvisionError:
+    def _up_error(self, spec: Any, text: str, cleanup_errors: list[str]) -> GpuclusterError:
         cleanup = "what was created has been destroyed"
         if cleanup_errors:
             cleanup = (f"the cleanup did not finish ({cleanup_errors[0]}): run `gpucluster down {spec.name}` "
@@ -250,7 +255,7 @@ class PulumiDriver:
         from pulumi import automation as auto
 
         errors: list[str] = []
-        refresh_opts = {"color": "never"}
+        refresh_opts: dict[str, Any] = {"color": "never"}
         if _supported(stack.refresh, "clear_pending_creates"):
             refresh_opts["clear_pending_creates"] = True
         try:
@@ -259,7 +264,7 @@ class PulumiDriver:
         except auto.CommandError as exc:  # destroy may still work: go on
             events.message(f"refresh of {stack.name} failed, destroying anyway: "
                            f"{last_error_line(command_text(exc))}")
-        destroy_opts = {"color": "never"}
+        destroy_opts: dict[str, Any] = {"color": "never"}
         if _supported(stack.destroy, "continue_on_error"):
             destroy_opts["continue_on_error"] = True
         bridge = EventBridge(events, self._provisioner())

@@ -108,6 +108,7 @@ def capacity_error(provisioner: Provisioner, spec: Any, text: str, zone_lister: 
     marker = next((m for m in provisioner.capacity_markers if m.lower() in text.lower()), None)
     if marker is None:
         return None
+    suggested: list[str]
     if provisioner.capacity_zones is None:
         zone, suggested, what = getattr(spec, "zone", None), [], "the request"
     else:

@@ -62,10 +62,10 @@ class PulumiProvider(Provider):
     """Provider for `aws` and `gcp`. `driver`, `find` and `delete` are injectable for tests."""
 
     def __init__(self, plugin: Plugin, *, driver: PulumiDriver | None = None,
-                 find: Callable[..., list[Leftover]] | None = None,
+                 find: Callable[..., Check | list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
-                 credentials: Callable[[], list[dict[str, Any]]] | None = None,
+                 credentials: Callable[[str | None], list[dict[str, Any]]] | None = None,
                  cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None):
         self.plugin = plugin
         self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)

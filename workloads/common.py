@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,10 +25,10 @@ try:  # run as gpucluster.workloads.<name>
     from gpucluster.workloads.protocol import emit
     from gpucluster.workloads.sampler import Sampler, interval_from_env
 except ImportError:  # run as a script from a shipped copy of this folder
-    import args as _args  # type: ignore[no-redef]
-    import checkpoint  # type: ignore[no-redef]
-    from protocol import emit  # type: ignore[no-redef]
-    from sampler import Sampler, interval_from_env  # type: ignore[no-redef]
+    import args as _args  # type: ignore[no-redef, import-not-found]
+    import checkpoint  # type: ignore[no-redef, import-not-found]
+    from protocol import emit  # type: ignore[no-redef, import-not-found]
+    from sampler import Sampler, interval_from_env  # type: ignore[no-redef, import-not-found]
 
 
 @dataclass
@@ -104,7 +105,9 @@ class GradSync:
     def __call__(self) -> float:
         if self.ctx.backend is None:
             return 0.0
-        grads = [p.grad for p in self.params]
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if len(grads) != len(self.params):  # every rank must send the same buffer
+            raise RuntimeError("a trainable parameter got no gradient in this step")
         flat = torch.cat([g.reshape(-1) for g in grads])
         sync(self.ctx)
         t0 = time.perf_counter()
@@ -248,7 +251,8 @@ def train_classifier(model: torch.nn.Module, data: tuple, args: argparse.Namespa
 
 
 def _classifier_epochs(model: torch.nn.Module, data: tuple, args: argparse.Namespace, ctx: Ctx,
-                       keep: checkpoint.Keeper, opt: torch.optim.Optimizer, sched: object, sync_grads: GradSync, *,
+                       keep: checkpoint.Keeper, opt: torch.optim.Optimizer,
+                       sched: torch.optim.lr_scheduler.LRScheduler, sync_grads: GradSync, *,
                        first: int, step: int, skip: int, partial: tuple, loss_v: float, acc: float,
                        step_every: int) -> dict:
     x_train, y_train, x_test, y_test = data
@@ -317,9 +321,9 @@ def _classifier_epochs(model: torch.nn.Module, data: tuple, args: argparse.Names
 def step_timing(step_times: list[float], data_s: float, compute_s: float, comm_s: float, ctx: Ctx) -> dict:
     """Per-epoch timing splits, plus every rank's p90 step time (to spot stragglers)."""
     p90 = sorted(step_times)[int(0.9 * (len(step_times) - 1))] if step_times else 0.0
-    out = dict(data_s=round(data_s, 4), compute_s=round(compute_s, 4), comm_s=round(comm_s, 4))
+    out: dict[str, Any] = dict(data_s=round(data_s, 4), compute_s=round(compute_s, 4), comm_s=round(comm_s, 4))
     if ctx.backend is not None:
-        gathered = [None] * ctx.world_size
+        gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, round(p90, 5))
         out["step_p90_s"] = gathered
     else:

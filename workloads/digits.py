@@ -21,8 +21,8 @@ try:
     from gpucluster.workloads import common
     from gpucluster.workloads.args import build_parser
 except ImportError:
-    import common  # type: ignore[no-redef]
-    from args import build_parser  # type: ignore[no-redef]
+    import common  # type: ignore[no-redef, import-not-found]
+    from args import build_parser  # type: ignore[no-redef, import-not-found]
 
 
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits.csv.gz")
@@ -36,7 +36,7 @@ def digits_file() -> str:
     try:
         from gpucluster.workloads.digits_data import local_digits_file
     except ImportError:
-        from digits_data import local_digits_file  # type: ignore[no-redef]
+        from digits_data import local_digits_file  # type: ignore[no-redef, import-not-found]
     path = local_digits_file()
     if path is None:
         raise SystemExit(f"digits: the data file {SHIPPED} is missing (a broken install?); pass --data-file")

@@ -26,8 +26,8 @@ try:
     from gpucluster.workloads import common
     from gpucluster.workloads.args import build_parser
 except ImportError:
-    import common  # type: ignore[no-redef]
-    from args import build_parser  # type: ignore[no-redef]
+    import common  # type: ignore[no-redef, import-not-found]
+    from args import build_parser  # type: ignore[no-redef, import-not-found]
 
 IDX_FILES = {
     "train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
@@ -91,9 +91,10 @@ def _find_idx(data_dir: str, stem: str) -> str | None:
 
 def load_idx(data_dir: str) -> tuple[torch.Tensor, ...] | None:
     paths = {k: _find_idx(data_dir, v) for k, v in IDX_FILES.items()}
-    if not all(paths.values()):
+    found = {k: p for k, p in paths.items() if p}
+    if len(found) != len(paths):
         return None
-    t = {k: _read_idx(p) for k, p in paths.items()}  # type: ignore[arg-type]
+    t = {k: _read_idx(p) for k, p in found.items()}
     return (t["train_x"].float() / 255.0, t["train_y"].long(), t["test_x"].float() / 255.0, t["test_y"].long())
 
 

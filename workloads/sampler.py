@@ -27,6 +27,7 @@ CUDA_VISIBLE_DEVICES means none. Without pynvml or without a driver, the gpu lis
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -37,7 +38,7 @@ from typing import Any, Callable
 try:
     from gpucluster.workloads.protocol import emit
 except ImportError:  # run as a script from a shipped copy of this folder
-    from protocol import emit  # type: ignore[no-redef]
+    from protocol import emit  # type: ignore[no-redef, import-not-found]
 
 DEFAULT_INTERVAL = 1.0
 INTERVAL_ENV = "GPUCLUSTER_UTIL_INTERVAL"  # seconds between samples; "0" turns sampling off
@@ -197,7 +198,7 @@ class GpuMeter:
         self.error: str | None = None
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py
+                nvml = importlib.import_module("pynvml")  # nvidia-ml-py
             except ImportError:
                 self.error = "pynvml (nvidia-ml-py) is not installed"
                 return
@@ -225,8 +226,10 @@ class GpuMeter:
             self.error = f"NVML device query failed: {exc}"
 
     def read(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         nvml = getattr(self, "nvml", None)
+        if nvml is None:  # without NVML there are no handles either
+            return out
         for index, h in self.handles:
             rec: dict[str, Any] = {"index": index}
             try:

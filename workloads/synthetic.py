@@ -19,10 +19,10 @@ try:
     from gpucluster.workloads.args import build_parser
     from gpucluster.workloads.protocol import emit
 except ImportError:
-    import checkpoint  # type: ignore[no-redef]
-    import common  # type: ignore[no-redef]
-    from args import build_parser  # type: ignore[no-redef]
-    from protocol import emit  # type: ignore[no-redef]
+    import checkpoint  # type: ignore[no-redef, import-not-found]
+    import common  # type: ignore[no-redef, import-not-found]
+    from args import build_parser  # type: ignore[no-redef, import-not-found]
+    from protocol import emit  # type: ignore[no-redef, import-not-found]
 
 
 def model(width: int, depth: int, classes: int = 16) -> nn.Module:

@@ -53,17 +53,19 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
     if group_by == "chain":
         from gpucluster.chains import root_of
 
-        known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records}
+        known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
     rows = []
     for record in records:
         run = record.run
+        if run.id is None or run.created_at is None:  # every ledger row has both (an estimate's run has no id)
+            raise ValueError("report needs runs the ledger holds")
         stored = run.cost
         cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
         if cost is None:
             cost = run_cost(record, backend=backends.get(run.cloud or ""), now=now, catalog=catalog)
         wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
-        created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)  # type: ignore[arg-type]
+        created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)
         rows.append({"run_id": run.id, "created": created.isoformat(timespec="seconds"),
                      "day": created.strftime("%Y-%m-%d"), "cloud": run.cloud, "cluster": run.cluster,
                      "status": run.status, "nodes": run.nodes, "wall_s": wall,

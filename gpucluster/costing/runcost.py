@@ -43,7 +43,7 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
                       "note": "; ".join(n for n in notes + [note] if n)})
 
     if kind == "instance":
-        itype = detail.get("instance_type") or detail.get("machine_type")
+        itype = str(detail.get("instance_type") or detail.get("machine_type"))  # the detail is JSON
         price, cited, note = pricer.price("instance", itype, market, region)
         if market == "spot":  # the launched zone's price where it is known, else the catalog's (said which)
             price, cited, said = pricer.in_zone(price, cited, itype, market, region, detail.get("availability_zone"))
@@ -60,7 +60,7 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
         _disk_lines(detail, 1, seconds, pricer, region, add)
     elif kind == "node-pool":
         count = int(detail.get("node_count") or 1)
-        mtype = detail.get("machine_type") or detail.get("instance_type")
+        mtype = str(detail.get("machine_type") or detail.get("instance_type"))
         price, cited, note = pricer.price("instance", mtype, market, region)
         billed, cost = time_cost(price, seconds, count)
         add("instances", f"{count} x {mtype} ({market})", price, count, "hour", billed, cost, cited, note)
@@ -99,18 +99,19 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
     return lines
 
 
-def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer: Pricer, region: str, add) -> None:
+def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer: Pricer, region: str | None,
+                add) -> None:
     gb = detail.get("disk_gb")
     if not gb:
         return
-    dtype = detail.get("disk_type") or pricer.default_disk_type
+    dtype = str(detail.get("disk_type") or pricer.default_disk_type)
     price, cited, note = pricer.price("disk", dtype, "on-demand", region)
     total_gb = int(gb) * count
     billed, cost = disk_cost(price, total_gb, seconds)
     add("disks", f"{total_gb} GB {dtype}", price, total_gb, "gb-month", billed, cost, cited, note)
 
 
-def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str, add) -> None:
+def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str | None, add) -> None:
     """Public IPv4 addresses, billed per address-hour (aws: auto-assigned ones too)."""
     if not count:
         return
@@ -140,6 +141,8 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
         raise ValueError("run_cost needs the run's resources: pass Ledger.get_run(run_id), not a list_runs row")
     run = record.run
     cloud = run.cloud
+    if cloud is None:  # every ledger row has one; an estimate's imagined run too
+        raise ValueError("run_cost needs the run's cloud")
     same_cloud(cloud, backend)
     result: dict[str, Any] = {"run_id": run.id, "cloud": cloud, "currency": "USD",
                               "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}

@@ -246,20 +246,21 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-host-key-{rank}", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
             )
             self.host_keys.append(host_key)
-            user_data = pulumi.Output.secret(
-                pulumi.Output.all(host_key.private_key_openssh, host_key.public_key_openssh).apply(
-                    lambda keys, rank=rank: render_user_data(
-                        cluster=spec.name,
-                        rank=rank,
-                        expected_gpus=self.itype.gpus,
-                        max_lifetime_minutes=spec.max_lifetime_minutes,
-                        host_private_key=keys[0],
-                        host_public_key=keys[1],
-                        setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
-                        idle_minutes=catalog.idle_minutes(spec),
-                    )
+
+            def user_data_of(keys: list[str], rank: int = rank) -> str:  # rank: this node's, bound now
+                return render_user_data(
+                    cluster=spec.name,
+                    rank=rank,
+                    expected_gpus=self.itype.gpus,
+                    max_lifetime_minutes=spec.max_lifetime_minutes,
+                    host_private_key=keys[0],
+                    host_public_key=keys[1],
+                    setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
+                    idle_minutes=catalog.idle_minutes(spec),
                 )
-            )
+
+            user_data: pulumi.Output[str] = pulumi.Output.secret(
+                pulumi.Output.all(host_key.private_key_openssh, host_key.public_key_openssh).apply(user_data_of))
             network: dict[str, Any]
             if self.efa:
                 # one EFA interface, made by EC2 at launch from the template, with an auto-assigned
@@ -314,7 +315,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.register_outputs(self.outputs())
 
     # -- helpers -------------------------------------------------------------------------------
-    def _node_role(self, name: str, spec: ClusterSpec, s3_scopes: Any) -> "aws.iam.InstanceProfile":
+    def _node_role(self, name: str, spec: ClusterSpec,
+                   s3_scopes: tuple[list[str], list[str]]) -> "aws.iam.InstanceProfile":
         """The nodes' instance role and profile, made only for a reason (`permissions.role_reasons`):
         the s3 grants of the spec (one inline policy), and with option `ssm=true` the SSM core policy."""
         ssm_wanted = catalog.flag(spec, "ssm")

@@ -4,7 +4,7 @@ shape, and the regions a sweep of every cluster looks in."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 EC2_GVT_QUOTA = "L-DB2E81BA"  # "Running On-Demand G and VT instances" (vCPUs)
 DEFAULT_RUN_NODES = 2  # `run --cloud aws` without --nodes
@@ -48,7 +48,8 @@ def check_aws(region: str, session: Any = None, *, nodes: int | None = None, ins
             _check("aws permissions a run needs", None, summary(spec))]
 
 
-def gc_regions(open_rows: list[dict[str, Any]], runs: list[dict[str, Any]], extra: tuple[str, ...]) -> list[str]:
+def gc_regions(open_rows: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]],
+               extra: tuple[str, ...]) -> list[str]:
     """Where `gc` looks: the regions given, those of open ledger rows and of recorded runs, and,
     without --region, the catalog's default (a cluster made without --region went there) and the
     region your AWS configuration names."""

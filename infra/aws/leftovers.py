@@ -52,7 +52,7 @@ LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
 
 
 def _tag_dict(tags: Iterable[dict[str, str]] | None) -> dict[str, str]:
-    return {t.get("Key"): t.get("Value") for t in (tags or [])}
+    return {t["Key"]: t.get("Value", "") for t in (tags or []) if "Key" in t}  # EC2 tags have both
 
 
 def _aws_filters(name: str | None, run_id: str | None) -> list[dict[str, Any]]:
@@ -248,7 +248,7 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
     errors: list[str] = []
     order = {k: i for i, k in enumerate(DELETE_ORDER)}
     ordered = sorted((lo for lo in leftovers if lo.kind in order), key=lambda lo: order[lo.kind])
-    terminated: dict[str, list[str]] = {}
+    terminated: dict[str | None, list[str]] = {}
     for lo in ordered:
         if lo.kind == "instance":
             terminated.setdefault(lo.region, []).append(lo.id)

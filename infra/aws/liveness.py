@@ -34,7 +34,7 @@ def _reason_time(reason: str | None) -> float | None:
 def _bound(row: Mapping[str, Any], lifetime_min: int | None, now: float) -> float:
     start = row.get("created_at") or row.get("requested_at") or now
     if lifetime_min:
-        return min(now, float(start) + lifetime_min * 60 + BOOT_SLACK_S)  # type: ignore[arg-type]
+        return min(now, float(start) + lifetime_min * 60 + BOOT_SLACK_S)
     return now
 
 

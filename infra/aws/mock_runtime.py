@@ -9,6 +9,7 @@ Inputs are recorded as the engine sees them: camelCase names, secrets wrapped in
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -114,6 +115,13 @@ def build(
     """
     from gpucluster.infra import program as program_module
 
+    declare: Callable[[], dict[str, Any]]
+    if program is not None:
+        declare = program
+    elif spec is not None:
+        declare = functools.partial(program_module.run, spec)
+    else:
+        raise ValueError("build needs a spec or a program")
     recorder = Recorder()
     pulumi.runtime.set_mocks(recorder, project="gpucluster", stack=stack, preview=False)
     built = Built(recorder)
@@ -121,7 +129,7 @@ def build(
     @pulumi.runtime.test
     def go():
         try:
-            outputs = program() if program is not None else program_module.run(spec)
+            outputs = declare()
         except GpuclusterError as exc:
             built.error = exc
             return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpucluster.domain import Provider
 from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Provisioner,
@@ -35,19 +35,20 @@ def provider(options: LaunchOptions) -> PulumiProvider:
 
 
 def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
-    kw: dict[str, object] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
-                             "objects": s3.NodeTransfer(),
-                             # a spot interruption notice, watched on every node (node_notice.py)
-                             "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5", "--keyed")}
+    kw: dict[str, Any] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
+                          "objects": s3.NodeTransfer(),
+                          # a spot interruption notice, watched on every node (node_notice.py)
+                          "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5", "--keyed")}
     if options.ready_timeout is not None:
         kw["ready_timeout"] = options.ready_timeout
-    return PulumiProvider(PLUGIN), SshLauncher(**kw)  # type: ignore[arg-type]
+    return PulumiProvider(PLUGIN), SshLauncher(**kw)
 
 
 def scan_scope(recorded: Record | None) -> ScanScope:
     """A leftover scan of a recorded cluster looks in its region."""
     spec = recorded or {}
-    region = spec.get("region") or engine.region_of_zone(spec.get("zone"))  # type: ignore[arg-type]
+    zone = spec.get("zone")
+    region = spec.get("region") or engine.region_of_zone(str(zone) if zone else None)
     return ScanScope(regions=(str(region),)) if region else ScanScope()
 
 
@@ -63,7 +64,7 @@ def node_gpu_state(provider: Provider, name: str) -> list[dict[str, object]]:
 
 def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple[str, ...],
              project: str | None) -> ScanScope:
-    return ScanScope(regions=tuple(doctor.gc_regions(list(open_rows), list(runs), regions)))  # type: ignore[arg-type]
+    return ScanScope(regions=tuple(doctor.gc_regions(open_rows, runs, regions)))
 
 
 def gc_label(scope: ScanScope) -> str:
@@ -73,7 +74,7 @@ def gc_label(scope: ScanScope) -> str:
 def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes: int | None = None,
                   instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
     """The preflight of `run` for the region and shape given (default: the default run's)."""
-    return doctor.doctor(region, nodes=nodes, instance_type=instance_type, spot=bool(spot))  # type: ignore[return-value]
+    return doctor.doctor(region, nodes=nodes, instance_type=instance_type, spot=bool(spot))
 
 
 PLUGIN = CreatedMachines(

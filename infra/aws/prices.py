@@ -163,8 +163,8 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     machine = catalog.get("aws", region, "instance", itype, market)
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != machine.gpus:
         same = [t for t in catalog.items("aws", "instance")
-                if catalog.find("aws", region, "instance", t, market)
-                and catalog.find("aws", region, "instance", t, market).gpus == int(spec.gpus_per_node)]
+                if (row := catalog.find("aws", region, "instance", t, market)) is not None
+                and row.gpus == int(spec.gpus_per_node)]
         raise UsageError(f"gpus {spec.gpus_per_node} is not allowed for {itype}: it carries exactly "
                          f"{machine.gpus} GPU(s)"
                          + (f"; types with {spec.gpus_per_node}: {', '.join(same)}" if same else ""))

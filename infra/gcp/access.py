@@ -29,7 +29,7 @@ import configparser
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping, overload
 
 from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
 
@@ -93,6 +93,16 @@ def adc_project() -> str | None:
         return google.auth.default(scopes=list(SCOPES))[1] or None
     except Exception:  # noqa: BLE001 - no credentials: the caller says what to do
         return None
+
+
+@overload
+def resolve_project(flag: str | None = None, stack_config: str | None = None, *,
+                    env: Mapping[str, str] | None = None, adc: Callable[[], str | None] | None = None,
+                    required: Literal[True] = True) -> tuple[str, str]: ...
+@overload
+def resolve_project(flag: str | None = None, stack_config: str | None = None, *,
+                    env: Mapping[str, str] | None = None, adc: Callable[[], str | None] | None = None,
+                    required: bool) -> tuple[str | None, str]: ...
 
 
 def resolve_project(flag: str | None = None, stack_config: str | None = None, *,
@@ -220,8 +230,9 @@ def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
     gce = _QUOTA_RE.search(text)
     if gke is None and gce is None and "QUOTA_EXCEEDED" not in text and "quotaExceeded" not in text:
         return None
-    quota = (gke or gce).group("quota") if (gke or gce) else "a quota"
-    limit = (gke or gce).group("limit") if (gke or gce) else None
+    found = gke or gce
+    quota = found.group("quota") if found else "a quota"
+    limit = found.group("limit") if found else None
     glob = is_global_quota(quota) or bool(gke and gke.group("scope") == "global") or bool(
         gce and gce.group("glob"))
     region = None if glob else ((gce.group("region") if gce else None) or getattr(spec, "region", None))

@@ -174,6 +174,7 @@ class GpuCluster(pulumi.ComponentResource):
             pulumi.log.warn(text, resource=self)
 
         self.spec = spec
+        assert spec.accelerator is not None and spec.gpus_per_node is not None  # catalog.resolve sets both
         labels = spec.managed_tags()
         child = pulumi.ResourceOptions(parent=self)
         # Pools have fixed names, so a change that forces a new pool must delete the old one first.
@@ -285,7 +286,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.cluster_name = self.cluster.name
         self.location = self.cluster.location
         self.endpoint = self.cluster.endpoint
-        self.kubeconfig = pulumi.Output.secret(
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             pulumi.Output.all(
                 self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
             ).apply(lambda a: kubeconfig_for(a[0], a[1], a[2] or ""))

@@ -73,7 +73,7 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
     )
     member = account.email.apply(lambda email: f"serviceAccount:{email}")
     rows = gcs.iam_bindings(reads, writes)
-    declared: list[pulumi.Resource] = []
+    declared: list[pulumi.CustomResource] = []
     for i, b in enumerate(rows):
         condition = None
         if b["condition_expression"]:

@@ -100,8 +100,13 @@ def _ca_file(ca_base64: str) -> str:
     fd, path = tempfile.mkstemp(prefix="gpucluster-ca-", suffix=".crt")
     with os.fdopen(fd, "wb") as f:
         f.write(base64.b64decode(ca_base64))
+    def remove_all() -> None:
+        for p in _CA_FILES:
+            if os.path.exists(p):
+                os.unlink(p)
+
     if not _CA_FILES:
-        atexit.register(lambda: [os.path.exists(p) and os.unlink(p) for p in _CA_FILES])
+        atexit.register(remove_all)
     _CA_FILES.append(path)
     return path
 
@@ -137,7 +142,7 @@ def transient(exc: BaseException) -> bool:
         import re
 
         m = re.search(r"Handshake status (\d+)", str(getattr(exc, "reason", "")))
-        return bool(m) and int(m.group(1)) in RETRY_STATUS
+        return m is not None and int(m.group(1)) in RETRY_STATUS
     return status in RETRY_STATUS or (status is None and hasattr(exc, "reason"))
 
 

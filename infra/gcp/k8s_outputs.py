@@ -58,7 +58,7 @@ def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = Fals
         # kubernetes 36's ApiClient decodes the body of the ApiException(status=0) that websocket_call raises
         # for a refused handshake, which has none: the AttributeError hides it. Raise what it hides.
         hidden = exc.__context__
-        if getattr(hidden, "status", None) is not None:
+        if hidden is not None and getattr(hidden, "status", None) is not None:
             raise hidden from None
         raise
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Generator, Iterable, Iterator
 
 from gpucluster.errors import LaunchError
 from gpucluster.supervisor import NodeSupervisor
@@ -98,7 +98,8 @@ def _node_gone(pod: Any) -> str | None:
     reason = getattr(status, "reason", None)
     if getattr(status, "phase", None) == "Failed" and (reason in NODE_LOST_REASONS or disruption is not None):
         why = getattr(status, "message", None) or getattr(disruption, "message", None) or ""
-        return (f"pod {name} failed ({reason or disruption.reason})" + (f": {why}" if why else "")).rstrip()
+        lost = reason or getattr(disruption, "reason", None)
+        return (f"pod {name} failed ({lost})" + (f": {why}" if why else "")).rstrip()
     if disruption is not None:
         return f"pod {name} is being disrupted ({disruption.reason}): {disruption.message or ''}".rstrip(": ")
     if getattr(pod.metadata, "deletion_timestamp", None):
@@ -270,10 +271,11 @@ class _Pods:
         for rank in unplaced or stuck:
             pod = current.get(rank)
             name = pod.metadata.name if pod is not None else None
-            why = _initialising(pod) if pod is not None else None
-            if why is not None:
-                tail = self._init_log(name, why[0])
-                why = f"init container {why[0]} has not completed ({why[1]})" + (
+            init = _initialising(pod) if pod is not None else None
+            why: str | None
+            if pod is not None and init is not None:
+                tail = self._init_log(pod.metadata.name, init[0])
+                why = f"init container {init[0]} has not completed ({init[1]})" + (
                     f"; its last log lines:\n{tail}" if tail else "")
             else:
                 why = self._events_reason(name) if name else "the Job made no pod for it"
@@ -304,7 +306,7 @@ class _Pods:
     def _done(self, rank: int) -> bool:
         return rank in self.exit_codes or rank in self.ended or self.closed
 
-    def _follow(self, pod_name: str, rank: int) -> Iterator[bytes]:
+    def _follow(self, pod_name: str, rank: int) -> Generator[bytes, None, None]:
         """The app container's log, every line once, reattached when the stream breaks while the
         container runs (see the module docstring); gives up after `retry.bound_s` without progress."""
         last: tuple[str, str] | None = None  # the time of the last line given
@@ -364,7 +366,7 @@ class _Pods:
             while time.monotonic() < end and not self._done(rank):
                 time.sleep(0.05)
 
-    def _until_job_end(self, lines: Iterator[bytes], rank: int) -> Iterator[bytes]:
+    def _until_job_end(self, lines: Generator[bytes, None, None], rank: int) -> Iterator[bytes]:
         """The log up to the entry script's job_end record, which gives the node's exit code; the
         stream is closed there (the container keeps running until its outputs are copied)."""
         try:

@@ -74,7 +74,7 @@ def _last(err: bytes, rc: Any) -> str:
     return lines[-1][-400:] if lines else f"exit code {rc}"
 
 
-def _answer(out: bytes) -> dict[str, Any]:
+def _answer(out: bytes) -> dict[str, Any] | list[Any]:
     lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         got = json.loads(lines[-1]) if lines else None
@@ -204,7 +204,8 @@ class PodStager:
             def send(sink: _Stdin) -> None:
                 sink.write(json.dumps(layout).encode() + b"\n")
                 if missing:
-                    with tarfile.open(fileobj=sink, mode="w|") as tar:
+                    # typeshed wants a readable, seekable file for every mode; the stream mode w| only writes
+                    with tarfile.open(fileobj=sink, mode="w|") as tar:  # type: ignore[call-overload]
                         for h in missing:
                             path, size = self.by_hash[h]
                             info = tarfile.TarInfo(h)

@@ -92,9 +92,11 @@ def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float
     import time as _time
 
     clock, sleep = clock or _time.monotonic, sleep or _time.sleep
-    errors = []
+    errors: list[str] = []
     ops: list[tuple[Leftover, str]] = []
     gke = _gke_client(client) if any(lo.kind == "gke-cluster" for lo in leftovers) else None
+    if gke is None:  # no cluster among them: nothing here to delete
+        return errors
     for lo in leftovers:
         if lo.kind != "gke-cluster" or lo.deleting:
             continue
@@ -119,7 +121,7 @@ def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float
             status = getattr(getattr(op, "status", None), "name", str(getattr(op, "status", "")))
             if status == "DONE":
                 err = getattr(op, "error", None)
-                if err is not None and getattr(err, "message", ""):
+                if err is not None and getattr(err, "message", None):
                     errors.append(f"GKE cluster {lo.id}: delete failed ({err.message})")
                 break
             if clock() >= end:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
                                        Provisioner, Record, ScanScope, SpecRules, Transport)
@@ -21,7 +22,7 @@ def declare(spec: ClusterSpec) -> Mapping[str, object]:
     return declare_(spec)
 
 
-def cluster_from_outputs(outputs: Mapping[str, object]) -> object:
+def cluster_from_outputs(outputs: Mapping[str, object]) -> Cluster:
     """Imported here: the component module imports pulumi and pulumi_gcp."""
     from .component import cluster_from_outputs as read
 
@@ -49,8 +50,9 @@ def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
 def scan_scope(recorded: Record | None) -> ScanScope:
     """A leftover scan of a recorded cluster looks in its project."""
     spec = recorded or {}
-    options = spec.get("options") or {}
-    project = spec.get("project") or dict(options).get("project")  # type: ignore[call-overload]
+    options = spec.get("options") or {}  # recorded as a mapping or as [key, value] pairs
+    given = dict(options) if isinstance(options, (Mapping, list, tuple)) else {}
+    project = spec.get("project") or given.get("project")
     return ScanScope(project=str(project)) if project else ScanScope()
 
 
@@ -71,7 +73,7 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
                   instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
     """The prerequisites of a run of the shape given (default: the default run's). The region and the
     machine type are used only when gcp is the one cloud checked (else they name aws ones)."""
-    return access.doctor_checks(project, region if sole else None, nodes=nodes,  # type: ignore[return-value]
+    return access.doctor_checks(project, region if sole else None, nodes=nodes,
                                 instance_type=instance_type if sole else None, spot=spot)
 
 
@@ -86,7 +88,7 @@ PLUGIN = CreatedMachines(
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks),
     provisioner=Provisioner(
-        declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,  # type: ignore[arg-type]
+        declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)

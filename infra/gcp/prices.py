@@ -86,7 +86,10 @@ def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> li
         for fam, counts in (("standard", (4, 8, 16, 32)),):
             for n in counts:
                 mt = f"n1-{fam}-{n}"
-                cpus, gib = n1_shape(mt)
+                shape = n1_shape(mt)
+                if shape is None:  # every n1-standard-N above is a predefined N1 type
+                    continue
+                cpus, gib = shape
                 row = PriceRow(
                     cloud="gcp", region=region, kind="instance", item=mt, market=market, unit="hour",
                     price=vcpu.price * cpus + mem.price * gib, date=date, vcpus=cpus, memory_gib=gib,
@@ -143,9 +146,12 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
             raise UsageError(not_allowed("V100 count per node", gpus, [str(n) for n in V100_LIMITS]))
         max_cpu, max_gb = V100_LIMITS[gpus]
         cpus, gib = n1_shape(itype) or (rows.machine.vcpus, rows.machine.memory_gib)
-        if cpus is not None and (cpus > max_cpu or gib > max_gb):
-            fits = [mt for mt in n1_machine_types() if n1_shape(mt)[0] <= max_cpu and n1_shape(mt)[1] <= max_gb]
-            raise UsageError(f"machine type {itype} ({cpus} vCPU, {gib.normalize():f} GB) cannot take {gpus} V100: "
+        # a catalog row may give the vCPUs without the memory: then only the vCPUs are checked
+        if cpus is not None and (cpus > max_cpu or (gib is not None and gib > max_gb)):
+            fits = [mt for mt in n1_machine_types()
+                    if (shape := n1_shape(mt)) is not None and shape[0] <= max_cpu and shape[1] <= max_gb]
+            memory = "" if gib is None else f", {gib.normalize():f} GB"
+            raise UsageError(f"machine type {itype} ({cpus} vCPU{memory}) cannot take {gpus} V100: "
                              f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
                              + ", ".join(f for f in fits if f.startswith("n1-standard")))
         rows.gpu = catalog.get("gcp", region, "gpu", rows.gpu_name, market)

@@ -27,7 +27,7 @@ from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_a
                                torchrun_argv)
 from gpucluster.nodeloss import killed_why
 from gpucluster.supervisor import NodeSupervisor, terminate_groups
-from gpucluster.procs import kill_run_processes, run_processes
+from gpucluster.procs import kill_run_processes, piped, run_processes
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 from gpucluster.infra.ssh.ship import user_program
 
@@ -70,7 +70,7 @@ class RendezvousStore:
 
     def _read(self) -> None:
         try:
-            for raw in self.proc.stdout:
+            for raw in piped(self.proc.stdout):
                 line = raw.decode("utf-8", "replace").rstrip()
                 if line.startswith("ready "):
                     self.ready.set()
@@ -171,6 +171,8 @@ class LocalLauncher(Launcher):
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list:
         from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
 
+        if not job.output_dir:  # the lifecycle collects only a job that has an output folder
+            return []
         results = []
         for rank, path in sorted(self._outputs.pop(job.run_id, {}).items()):
             start = time.monotonic()
@@ -223,7 +225,7 @@ class LocalLauncher(Launcher):
         program = program_args(job)
         code_dir, shipped = user_program(job, self.python_for(job))
         work: dict[int, Path] = {}
-        if code_dir is not None:  # the script's folder, copied per node: no two nodes write the same file
+        if code_dir is not None and shipped is not None:  # (both or neither) the script's folder, copied per node
             work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
             self._work[job.run_id] = work
             try:
@@ -312,7 +314,7 @@ class LocalLauncher(Launcher):
                 procs[node.rank] = proc
                 give_keys(proc, keys[node.rank].reaper_line(bool(job.setup)))
                 events.on_spawn(node.rank, "process", str(proc.pid))
-                supervisor.attach(node.rank, proc.stdout)
+                supervisor.attach(node.rank, piped(proc.stdout))
                 if job.command:
                     # A user's script reports no utilisation: a sampler runs beside it on each node
                     # (built-in workloads sample themselves). It carries the run id in its
@@ -325,7 +327,7 @@ class LocalLauncher(Launcher):
                                                stderr=subprocess.DEVNULL, env=env, cwd=self.cwd,
                                                start_new_session=True)
                     samplers.append(sampler)
-                    supervisor.attach(node.rank, sampler.stdout)
+                    supervisor.attach(node.rank, piped(sampler.stdout))
         except OSError as exc:
             stop()
             supervisor.close()
@@ -357,8 +359,12 @@ class LocalLauncher(Launcher):
         from gpucluster import health
         from gpucluster.events import Phase
 
+        check = job.check
+        if check is None:
+            raise ValueError("_check: the job asks for no health check")
         events.on_phase(Phase.CHECK)
-        store, procs = f"127.0.0.1:{free_port()}", {}
+        store = f"127.0.0.1:{free_port()}"
+        procs: dict[int, subprocess.Popen] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
 
         def stop() -> None:
@@ -373,7 +379,7 @@ class LocalLauncher(Launcher):
             for node in cluster.nodes:
                 disk = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else str(log_dir)
                 argv = [self.python, str(health.PROGRAM), *health.program_args(
-                    job.check, rank=node.rank, world=len(cluster.nodes), store=store, addr="127.0.0.1", disk=disk)]
+                    check, rank=node.rank, world=len(cluster.nodes), store=store, addr="127.0.0.1", disk=disk)]
                 env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, GPUCLUSTER_NODE_RANK=str(node.rank),
                            CUDA_VISIBLE_DEVICES=_visible(cluster, node.rank), PYTHONUNBUFFERED="1")
                 procs[node.rank] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -385,7 +391,7 @@ class LocalLauncher(Launcher):
         except BaseException:  # Ctrl-C included: what was started is stopped before it propagates
             stop()
             raise
-        health.run(procs, {n.rank: f"local:{n.rank}" for n in cluster.nodes}, job.check, events, stop,
+        health.run(procs, {n.rank: f"local:{n.rank}" for n in cluster.nodes}, check, events, stop,
                    log_dir=log_dir, lost_why=lambda rank, code: killed_why(code))
 
 

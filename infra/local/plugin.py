@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from gpucluster.domain import Check
+from gpucluster.domain import Check, Provider
 from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
 from gpucluster.procs import kill_run_processes
 
@@ -18,7 +18,7 @@ def make(options: LaunchOptions) -> tuple[LocalProvider, LocalLauncher]:
     return LocalProvider(), LocalLauncher(python=options.python)
 
 
-def check_down(provider: LocalProvider, name: str, runs: Mapping[str, Record]) -> Check:
+def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
     """A crashed run's stray processes are killed first (this home's: by run id AND owner, so another
     home's processes on this machine are never touched); then each run's processes are looked for."""
     from gpucluster.ownership import installation_id

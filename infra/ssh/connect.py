@@ -31,6 +31,7 @@ class NodeAccess:
                 extra.append("-N")  # a tunnel: no shell
         if command and sys.stdin.isatty():
             extra.append("-t")  # an interactive command (top, python) gets a terminal
+        # self: the SshLauncher this is mixed into (a mixin cannot say so in its own annotations)
         with Session(self, cluster) as session:  # type: ignore[arg-type]
             argv = session.argv(node, shlex.join(command) if command else None, *extra)
             try:

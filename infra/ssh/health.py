@@ -112,6 +112,9 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
                 dirs: dict[int, str], log_dir: Path) -> None:
     from gpucluster import health
 
+    check = job.check
+    if check is None:
+        raise ValueError("check_nodes: the job asks for no health check")
     events.on_phase(Phase.CHECK)
     head = cluster.head
     port, _ = free_port(launcher, session, head, job.rdzv_port + 1)
@@ -126,7 +129,7 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
     try:
         for node in cluster.nodes:
             d = dirs[node.rank]
-            args = health.program_args(job.check, rank=node.rank, world=len(cluster.nodes), store=store,
+            args = health.program_args(check, rank=node.rank, world=len(cluster.nodes), store=store,
                                        addr=node.private_ip, disk=d)
             env = {"GPUCLUSTER_RUN_ID": job.run_id, "GPUCLUSTER_NODE_RANK": str(node.rank), "PYTHONUNBUFFERED": "1"}
             script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
@@ -137,7 +140,7 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
     except BaseException:  # Ctrl-C included: what was started is stopped before it propagates
         stop()
         raise
-    health.run(procs, {n.rank: node_label(n) for n in cluster.nodes}, job.check, events, stop, log_dir=log_dir,
+    health.run(procs, {n.rank: node_label(n) for n in cluster.nodes}, check, events, stop, log_dir=log_dir,
                lost_why=ssh_lost)
 
 

@@ -48,6 +48,7 @@ from gpucluster.events import Phase, RunEvents
 from gpucluster.jobenv import env_line, secret_values
 from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
+from gpucluster.procs import piped
 
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
@@ -186,7 +187,7 @@ class SshLauncher(NodeAccess, Launcher):
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
                 if job.resume_files and job.resume is not None and code_dir is not None:
-                    self._lay_back(session, job, dirs, events)
+                    self._lay_back(session, job, job.resume_files[0], dirs, events)
                 job = self._free_rdzv_port(session, cluster, job, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
@@ -255,7 +256,7 @@ class SshLauncher(NodeAccess, Launcher):
                                            workdir_dest(dest, node.rank)))
         return res
 
-    def _lay_back(self, session: "Session", job: JobSpec, dirs: dict[int, str], events: Any) -> None:
+    def _lay_back(self, session: "Session", job: JobSpec, rel: str, dirs: dict[int, str], events: Any) -> None:
         """--resume: the chosen node's working-folder files, staged under resume/, copied into
         every node's working folder (writable copies, not the cache's read-only links)."""
         import json
@@ -268,7 +269,7 @@ class SshLauncher(NodeAccess, Launcher):
             d = dirs[node.rank]
             cp = session.run(node, f"exec {shlex.quote(self.python)} {shlex.quote(f'{d}/{PROGRAM}')} "
                                    f"{shlex.quote(f'{d}/code')} --lay-back "
-                                   f"{shlex.quote(f'{d}/code/{RESUME_DEST}/{job.resume_files[0]}')}", timeout=600)
+                                   f"{shlex.quote(f'{d}/code/{RESUME_DEST}/{rel}')}", timeout=600)
             if cp.returncode != 0:
                 return None, (f"node {node.rank} ({node_label(node)}): laying back the resumed files failed: "
                               + cp.stderr.decode("utf-8", "replace").strip()[-300:])
@@ -493,7 +494,7 @@ class SshLauncher(NodeAccess, Launcher):
                 self._started.setdefault(job.run_id, set()).add(node.rank)
                 # the ledger notes where the run's processes live
                 events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
-                supervisor.attach(node.rank, proc.stdout)
+                supervisor.attach(node.rank, piped(proc.stdout))
         except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
             stop()
             raise

@@ -16,7 +16,7 @@ def ours(env):
 def matching():
     # the run's processes (by environment) and every descendant of those, whatever its
     # environment: a daemon that cleared it is adopted by the node's reaper (a subreaper)
-    out, stat, kids = {}, {}, {}
+    out, stat, kids = {}, {}, {}  # type: dict[int, None], dict[int, bytes], dict[int, list[int]]
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue

@@ -1,5 +1,5 @@
 
-import contextlib, hashlib, json, os, shutil, signal, sys, tarfile, time
+import contextlib, functools, hashlib, json, os, shutil, signal, sys, tarfile, time
 mode, cache = sys.argv[1], os.path.expanduser(sys.argv[2])
 base = sys.argv[3] if len(sys.argv) > 3 else ""
 os.makedirs(cache, mode=0o700, exist_ok=True)
@@ -31,14 +31,14 @@ received = 0
 with tarfile.open(fileobj=inp, mode="r|") if head["tar"] else contextlib.nullcontext(()) as tar:
     for member in tar:
         h = member.name
-        if not member.isfile() or len(h) != 64 or not all(c in "0123456789abcdef" for c in h):
+        src = tar.extractfile(member) if isinstance(tar, tarfile.TarFile) and member.isfile() else None
+        if src is None or len(h) != 64 or not all(c in "0123456789abcdef" for c in h):
             sys.exit("unexpected tar member %r" % h)
-        src = tar.extractfile(member)
         tmp = os.path.join(cache, ".tmp-%d-%s" % (os.getpid(), h))
         try:
             digest = hashlib.sha256()
             with open(tmp, "wb") as f:
-                for block in iter(lambda: src.read(1 << 20), b""):
+                for block in iter(functools.partial(src.read, 1 << 20), b""):
                     digest.update(block)
                     f.write(block)
             if digest.hexdigest() != h:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from gpucluster.domain import Check, Provider
 from gpucluster.errors import UsageError
@@ -15,7 +15,7 @@ from .provider import SshProvider, parse_hosts, validate_spec
 
 
 def make(options: LaunchOptions) -> tuple[SshProvider, SshLauncher]:
-    kw: dict[str, str] = {}
+    kw: dict[str, Any] = {}  # only what is given: the launcher's own defaults otherwise
     if options.identity:
         kw["identity"] = options.identity
     if options.known_hosts:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 from gpucluster.events import RunEvents
+from gpucluster.procs import piped
 
 if TYPE_CHECKING:
     from .launch import SshLauncher
@@ -380,16 +381,17 @@ class Session:
             proc = subprocess.Popen(self.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                     start_new_session=True, bufsize=1 << 20)
-            grow_pipe(proc.stdout)  # ssh goes on receiving while a piece is written to disk here
+            stdout = piped(proc.stdout)
+            grow_pipe(stdout)  # ssh goes on receiving while a piece is written to disk here
             try:
                 try:
-                    extract_stream(proc.stdout, dest, tally)
+                    extract_stream(stdout, dest, tally)
                 except (OSError, tarfile.TarError) as exc:
                     broken = f"the copy stopped after {tally['files']} file(s): {exc}"
-                    while proc.stdout.read(1 << 20):  # the sender must not block on a full pipe
+                    while stdout.read(1 << 20):  # the sender must not block on a full pipe
                         pass
             finally:
-                proc.stdout.close()
+                stdout.close()
                 try:
                     rc = proc.wait(timeout=self.launcher.connect_timeout + 30)
                 except subprocess.TimeoutExpired:

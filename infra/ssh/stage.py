@@ -30,6 +30,7 @@ import time
 from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError
+from gpucluster.procs import piped
 from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 
 from .session import node_label, sh
@@ -101,22 +102,23 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
         layout = {"tar": bool(missing), "mounts": [{"dest": d, "files": fs} for d, fs in zip(dests[node.rank], files)]}
         place = _remote(session, node, f"exec env {env} {py} -c {shlex.quote(STAGE_PY)} place {cache}",
                         procs, lock)
-        sink = _Counter(place.stdin)
+        sink = _Counter(piped(place.stdin))
         try:
             sink.write(json.dumps(layout).encode() + b"\n")
             if missing:
-                with tarfile.open(fileobj=sink, mode="w|") as tar:
+                # typeshed wants a readable, seekable file for every mode; the stream mode w| only writes
+                with tarfile.open(fileobj=sink, mode="w|") as tar:  # type: ignore[call-overload]
                     for h in missing:
                         path, size = by_hash[h]
                         info = tarfile.TarInfo(h)
                         info.size = size
                         with open(path, "rb") as f:
                             tar.addfile(info, f)
-            place.stdin.close()
+            piped(place.stdin).close()
         except (BrokenPipeError, OSError):
             pass  # the node's answer says why
-        out = place.stdout.read()
-        err = place.stderr.read()
+        out = piped(place.stdout).read()
+        err = piped(place.stderr).read()
         place.wait()
         if place.returncode != 0:
             raise LaunchError(f"{label}: staging the data failed: {_last(err, place.returncode)}")
