@@ -271,7 +271,7 @@ def load_catalog(user_path: Path | None | bool = None) -> Catalog:
     clouds = _clouds(shipped)
     if user_path is False:
         return Catalog(shipped, clouds=clouds)
-    path = user_catalog_path() if user_path is None else Path(user_path)
+    path = user_catalog_path() if user_path is None or user_path is True else Path(user_path)
     if not path.exists():
         return Catalog(shipped, user_path=path, clouds=clouds)
     try:

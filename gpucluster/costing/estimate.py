@@ -82,10 +82,11 @@ def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
     same_cloud(spec.cloud, backend)
     spec = resolved(spec, backend)
     end = float(Decimal(str(start)) + seconds)
-    region = region_for(spec, backend.pricing)
+    pricing = backend.needs_pricing()
+    region = region_for(spec, pricing) or pricing.default_region
     common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
               "region": region}
-    return [{**common, **row} for row in backend.needs_pricing().planned_resources(spec, region, catalog)]
+    return [{**common, **row} for row in pricing.planned_resources(spec, region, catalog)]
 
 
 def parse_hours(value: Any) -> Decimal:
@@ -151,7 +152,8 @@ def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog
         lines.insert(1, {"category": "gpus",
                          "description": f"{planned.nodes * planned.gpus_per_node} x {planned.gpu_name}",
                          "quantity": str(planned.nodes * planned.gpus_per_node), "unit": "-", "unit_price": "0",
-                         "hourly": "0", "total": "0", "source": planned.machine.source, "date": planned.machine.date,
+                         "hourly": "0", "total": "0", "source": planned.machine.source if planned.machine else None,
+                         "date": planned.machine.date if planned.machine else None,
                          "note": "included in the instance price"})
     order = {c: i for i, c in enumerate(CATEGORIES)}
     lines.sort(key=lambda ln: order.get(ln["category"], 99))

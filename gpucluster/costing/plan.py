@@ -64,7 +64,7 @@ def same_cloud(cloud: object, backend: Plugin | None) -> None:
         raise ValueError(f"the {backend.name} backend was given to price a {cloud} spec or run")
 
 
-def region_for(spec: ClusterSpec, pricing: Pricing | None) -> str:
+def region_for(spec: ClusterSpec, pricing: Pricing | None) -> str | None:
     return spec.region or region_of(spec.zone) or (pricing.default_region if pricing else None)
 
 
@@ -103,7 +103,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     chosen = backend.needs_pricing()
     spec = resolved(spec, backend)
     nodes = parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
-    region = region_for(spec, chosen)
+    region = region_for(spec, chosen) or chosen.default_region
     regions = catalog.regions(spec.cloud)
     if region not in regions:
         from gpucluster.spec import resolve as resolve_spec, validate
@@ -195,7 +195,7 @@ class Pricer:
         return self._catalog
 
     def price(self, kind: str, item: str, market: str, region: str | None) -> tuple[Decimal, dict[str, Any], str]:
-        region = region or self.region
+        region = region or self.region or ""  # none known: no row matches, and get() says so
         cited = self.snapshot.get("prices", {}).get(snap_key(kind, item, market))
         if cited and cited.get("region") in (region, "*", None):
             return Decimal(cited["price"]), cited, ""

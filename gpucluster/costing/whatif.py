@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def _run_shape(run: RunRow, catalog: Catalog | None,
-               backends: Mapping[str, Plugin]) -> tuple[str, str | None, str | None, int | None]:
+               backends: Mapping[str, Plugin]) -> tuple[str | None, str | None, str | None, int | None]:
     spec = run.spec or {}  # the spec as recorded (JSON)
     cloud = run.cloud or spec.get("cloud")
     itype = spec.get("instance_type")
@@ -96,7 +96,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     for _, run, summary, epoch_s, wall in usable:
         # nodes is NOT NULL in the ledger
         by_nodes.setdefault(int(run.nodes), []).append((run, summary, epoch_s, wall))  # type: ignore[arg-type]
-    measured = []
+    measured: list[dict[str, Any]] = []
     for n in sorted(by_nodes):
         rows = by_nodes[n]
         epoch_s = statistics.median(e for _, _, e, _ in rows)
@@ -108,7 +108,7 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     base = measured[0]
     for m in measured:
         m["efficiency"] = (base["epoch_s"] * base["nodes"]) / (m["epoch_s"] * m["nodes"])
-    fit = None
+    fit: dict[str, Any] | None = None
     if len(measured) >= 2:
         xs = [math.log(m["nodes"]) for m in measured]
         ys = [math.log(m["epoch_s"]) for m in measured]

@@ -476,9 +476,8 @@ class SshLauncher(NodeAccess, Launcher):
                         "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
                 # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
                 # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
-                # It reads the node's keys on stdin, keeps its own, pipes the watcher its key (if there
-                # is a watcher) and the rest (and the environment line that follows, with --env/--secret)
-                # to the reaper.
+                # It reads the node's keys on stdin, keeps its own, gives the watcher its key, and pipes the
+                # rest (and the environment line that follows, with --env/--secret) to the reaper.
                 rest = "; cat" if user_env else ""
                 pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
                 inner = (f"IFS=' ' read -r gk_exit gk_notice gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
