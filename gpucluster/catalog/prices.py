@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
 
@@ -264,14 +264,14 @@ def normalize_gpu(name: str, known: Iterable[str] = ("A10G", "V100")) -> str:
     return canonical
 
 
-def load_catalog(user_path: Path | None | bool = None) -> Catalog:
+def load_catalog(user_path: Path | None | Literal[False] = None) -> Catalog:
     """Shipped rows overlaid by the user catalog (`user_path`; None: the default under the home
     directory; False: shipped only). A user catalog that cannot be used becomes a warning."""
     shipped = parse_document(shipped_document(), "shipped")
     clouds = _clouds(shipped)
     if user_path is False:
         return Catalog(shipped, clouds=clouds)
-    path = user_catalog_path() if user_path is None or user_path is True else Path(user_path)
+    path = user_catalog_path() if user_path is None else Path(user_path)
     if not path.exists():
         return Catalog(shipped, user_path=path, clouds=clouds)
     try:
