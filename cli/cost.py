@@ -239,12 +239,13 @@ def estimate_cmd(cloud, instance_type, gpus_per_node, gpus, nodes, hours, spot, 
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
     from gpucluster.cost import estimate
     from gpucluster.infra.registry import plugin
-    from gpucluster.spec import validate
+    from gpucluster.spec import normalize, validate
 
     spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus,
                       nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)
     chosen = plugin(spec.cloud)  # the one lookup: the cost engine is given it
+    spec = normalize(spec, chosen)  # a stack file's options in their one spelling, scopes as URL fields
     est = estimate(spec, hours if hours is not None else "1", backend=chosen, free_tier=True if free_tier else None)
     validate(spec, chosen)  # and what `run` refuses besides, by the same checks
     if as_json:
@@ -409,7 +410,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
             from gpucluster.infra.registry import project_id
 
             project = project_id(project)
-            runs = [r for r in runs if r.run.options.get("project") == project]
+            runs = [r for r in runs if r.run.project == project]
         rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
                      links=links if group_by == "chain" else None)
         if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)

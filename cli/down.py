@@ -51,16 +51,10 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
       gpucluster down gpucluster-local --ack-unwitnessed   # a killed reaper's node, checked by hand
       gpucluster down lab-cluster --cloud aws --state s3://team-state --any-owner
     """
-    from gpucluster.infra.pulumi_state import StateSecretsMissing
-    from gpucluster.infra.registry import plugin
-    from gpucluster.teardown import check_project, down_targets, refuse_busy, take_down
+    from gpucluster.teardown import refuse_busy
 
-    if cluster and all_:
-        raise UsageError("give a cluster name or --all, not both")
     ledger = common.ledger()
-    targets = down_targets(ledger, cluster, all_, cloud, provisioning())
-    backends = {c: plugin(c) for c in set(targets.values())}  # the one lookup: the lifecycle is given them
-    project = None if not project else check_project(project_id(project), targets, backends)
+    targets, backends, project = _targets(ledger, cluster, all_, cloud, project)
     out = common.console(stderr=as_json)
     if not targets:
         out.print("nothing to do: the ledger records no cluster that may still exist")
@@ -73,32 +67,56 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
         _name_owners(out, ledger, targets, backends, project)
     common.confirm(f"Delete {', '.join(sorted(targets))} and everything in it"
                    f"{' whoever made it' if any_owner else ''}?", yes)
-    for c in sorted({c for c in targets.values() if backends[c].can(Capability.PROVISIONS)}):
-        try:  # the Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag
-            common.preflight(common.provider_for(c).preflight, yes)
-        except StateSecretsMissing:
-            raise  # a shared state without the team's passphrase: nothing can be destroyed through it
-        except GpuclusterError:
-            pass
-    results = []
-    from gpucluster.cli.render import RichRunUI
-    from gpucluster.cli.watch import cluster_watch
-
-    for name, c in sorted(targets.items()):  # each verdict is shown as soon as it is known
-        # a terminal's status line: the clock and what is deleted of what was open, what it waits on
-        with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
-            ui.phase("teardown")
-
-            def say(text: str, n: str = name) -> None:
-                ui.message(f"{n}: {text}")
-
-            results.append(take_down(name, c, ledger=ledger, provider_for=common.provider_for, backend=backends[c],
-                                     force=force, project=project, ack_unwitnessed=ack_unwitnessed,
-                                     any_owner=any_owner, say=say))
-        _render(out, results[-1], backends[c])
+    _offer_pulumi(targets, backends, yes)
+    results = [_take_down_one(out, ledger, name, backends[c], force=force, project=project,
+                              ack_unwitnessed=ack_unwitnessed, any_owner=any_owner)
+               for name, c in sorted(targets.items())]  # each verdict is shown as soon as it is known
     if as_json:
         click.echo(json.dumps([r.verdict for r in results], indent=2, default=str))
     return int(max((r.exit_code for r in results), default=ExitCode.OK))
+
+
+def _targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
+             project: str | None) -> tuple[dict[str, str], dict[str, Any], str | None]:
+    """The clusters to take down (name -> cloud), their backends (the one lookup: the lifecycle is
+    given them) and the checked `--project`."""
+    from gpucluster.infra.registry import plugin
+    from gpucluster.teardown import check_project, down_targets
+
+    if cluster and all_:
+        raise UsageError("give a cluster name or --all, not both")
+    targets = down_targets(ledger, cluster, all_, cloud, provisioning())
+    backends = {c: plugin(c) for c in set(targets.values())}
+    return targets, backends, None if not project else check_project(project_id(project), targets, backends)
+
+
+def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) -> None:
+    """The Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag. A shared
+    state without the team's passphrase stops here: nothing could be destroyed through it."""
+    from gpucluster.infra.pulumi_state import StateSecretsMissing
+
+    for c in sorted({c for c in targets.values() if backends[c].can(Capability.PROVISIONS)}):
+        try:
+            common.preflight(common.provider_for(c).preflight, yes)
+        except StateSecretsMissing:
+            raise
+        except GpuclusterError:  # any other: down goes on by tag (said by the verdict)
+            pass
+
+
+def _take_down_one(out: Any, ledger: Any, name: str, chosen: Any, **how: Any) -> Any:
+    """One cluster down, with a terminal's status line (the clock, what is deleted of what was open,
+    what it waits on), then its verdict."""
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.cli.watch import cluster_watch
+    from gpucluster.teardown import take_down
+
+    with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
+        ui.phase("teardown")
+        result = take_down(name, chosen.name, ledger=ledger, provider_for=common.provider_for, backend=chosen,
+                           say=lambda text: ui.message(f"{name}: {text}"), **how)
+    _render(out, result, chosen)
+    return result
 
 
 def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:

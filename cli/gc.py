@@ -45,7 +45,7 @@ def gc(clouds, regions, project, include_kept, any_owner, older_than, stacks, ye
       gpucluster gc --cloud aws --any-owner --older-than 7d   # an admin: everyone's week-old leftovers
     """
     from gpucluster.infra.registry import plugin
-    from gpucluster.ownership import owners_of, parse_duration
+    from gpucluster.ownership import parse_duration
     from gpucluster.prepare import check_place
     from gpucluster.teardown import Collected, Collection
 
@@ -62,20 +62,32 @@ def gc(clouds, regions, project, include_kept, any_owner, older_than, stacks, ye
         out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
     _left_alone(out, sweep)
     if result.found:
-        _list(out, result.found)
-        owners = owners_of(result.found)
-        whose = f" of owner(s) {', '.join(owners)}" if any_owner or stacks else ""
-        common.confirm(f"Delete these {len(result.found)} resource(s){whose}?", yes)
-        result = sweep.delete(by_cloud)
-        for err in result.errors:
-            out.print(f"[red]could not delete {err}[/red]")
+        result = _delete(out, sweep, result, by_cloud, yes=yes, named_owners=any_owner or bool(stacks))
     _render(out, result, sweep.where)
     if as_json:
-        click.echo(json.dumps({"verdict": result.check.verdict, "found": [lo.to_dict() for lo in result.found],
-                               "deleted": [lo.to_dict() for lo in result.deleted], "errors": result.errors,
-                               "unchecked": result.skipped, "live_clusters": sorted(sweep.live),
-                               "not_ours": [lo.to_dict() for lo in result.not_ours]}, indent=2))
+        click.echo(json.dumps(_as_json(result, sweep), indent=2))
     return int(ExitCode.OK if result.check.verified else ExitCode.LEFTOVERS)
+
+
+def _delete(out: Any, sweep: Any, result: Any, by_cloud: Any, *, yes: bool, named_owners: bool) -> Any:
+    """List what was found, ask (naming the owners when others' were asked for), delete."""
+    from gpucluster.ownership import owners_of
+
+    _list(out, result.found)
+    owners = owners_of(result.found)
+    whose = f" of owner(s) {', '.join(owners)}" if named_owners else ""
+    common.confirm(f"Delete these {len(result.found)} resource(s){whose}?", yes)
+    result = sweep.delete(by_cloud)
+    for err in result.errors:
+        out.print(f"[red]could not delete {err}[/red]")
+    return result
+
+
+def _as_json(result: Any, sweep: Any) -> dict[str, Any]:
+    return {"verdict": result.check.verdict, "found": [lo.to_dict() for lo in result.found],
+            "deleted": [lo.to_dict() for lo in result.deleted], "errors": result.errors,
+            "unchecked": result.skipped, "live_clusters": sorted(sweep.live),
+            "not_ours": [lo.to_dict() for lo in result.not_ours]}
 
 
 def live_clusters(ledger: Any) -> set[str]:

@@ -38,25 +38,32 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     from gpucluster.kept import Attached, attach, check_fits, close_processes, find
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, open_ledger, prepare
-    from gpucluster.spec import ClusterSpec
+    from dataclasses import replace
+
+    from gpucluster.spec import ClusterSpec, normalize
 
     if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
         flags["check"] = False
     ledger = open_ledger()
     kept = find(ledger, cluster)
-    spec = ClusterSpec.from_dict(kept.spec)
     chosen = plugin(kept.cloud)
+    spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
     fits = check_fits(kept, None if flags["max_minutes"] is None else flags["max_minutes"] * 60)
     req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
                   region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
                   disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
                   options=tuple(f"{k}={v}" for k, v in spec.options), command=command,
                   provisioning=provisioning(), readers=readers(), **flags)
+    if spec.project and not req.project:
+        req = replace(req, project=spec.project)  # the kept cluster's project, not whatever is configured now
     plan = prepare(req, chosen)
     granted = dict(spec.options)
-    asked = {k: v for k, v in plan.spec.options if granted.get(k) != v}  # e.g. object access for a new URL
+    asked = [f"{k}={v}" for k, v in plan.spec.options if granted.get(k) != v]
+    # object access for a URL the cluster's nodes were not granted when it was created
+    asked += [f"read access to {u}" for u in plan.spec.reads if u not in spec.reads]
+    asked += [f"write access to {u}" for u in plan.spec.writes if u not in spec.writes]
     if asked:
-        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(f'{k}={v}' for k, v in asked.items())}: "
+        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(asked)}: "
                          "what its nodes may reach is fixed when it is created; give only what it was created "
                          "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
     # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"

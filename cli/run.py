@@ -45,22 +45,13 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.cli.common import preflight, print_notes
     from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
 
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
-    if idle_minutes is not None:  # an idle stop is for a cluster that stays: --keep, on a cloud gpucluster creates
-        if not keep or not chosen.can(Capability.PROVISIONS):
-            raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep"
-                             if keep is False else f"--idle-minutes is not allowed with --cloud {flags['cloud']}: its "
-                             "machines are not created by gpucluster (nothing is kept)")
-        flags["options"] = with_idle_stop(flags["options"], idle_minutes)
+    flags["options"] = _idle_stop(chosen, flags["options"], keep, idle_minutes)
     plan = prepare(Request(**flags, provisioning=provisioning(), readers=readers()), chosen)
-    if keep and plan.policy.retries:  # a kept cluster and a replaced one cannot both be the result
-        if flags["recover"] is not None:
-            raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
-        plan.policy = replace(plan.policy, retries=0)
+    plan.policy = _kept_policy(plan.policy, keep, flags["recover"])
     out = _console(stderr=as_json)
     print_notes(out, plan.notes)
     print_plan(out, plan)
@@ -75,30 +66,45 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import run_watch
+    from gpucluster.recovery import run_plan
 
-    job = plan.needs_job()
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
-        if plan.policy.retries:  # a lost node is replaced and the run resumed (docs/recovery.md)
-            from gpucluster.recovery import run_chain
+        result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
+    report(out, with_attempts(ledger, ledger.get_run(result.final.run_id)), as_json)
+    _said_after(out, result, plan.spec.name, as_json)
+    return int(result.exit_code)
 
-            chain = run_chain(plan.spec, job, policy=plan.policy, ledger=ledger, provider=plan.provider,
-                              launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
-                              resumed_from=plan.resumed_from, backend=chosen, reprice=_reprice(chosen))
-            outcome, exit_code = chain.final, chain.exit_code
-        else:
-            outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.launcher,
-                              backend=chosen, ui=ui,
-                              keep=keep and chosen.can(Capability.PROVISIONS),  # processes are never kept
-                              prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
-            chain, exit_code = None, outcome.exit_code
-    report(out, with_attempts(ledger, ledger.get_run(outcome.run_id)), as_json)
-    if chain is not None and chain.stopped and not as_json:
-        out.print(f"recovery stopped: {chain.stopped}", highlight=False)
-    if outcome.record_error:  # the ledger does not say what happened: one line, exit 3
+
+def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) -> Any:
+    """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
+    with the node-side idle stop, or a UsageError."""
+    if idle_minutes is None:
+        return options
+    if not keep:
+        raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep")
+    if not chosen.can(Capability.PROVISIONS):
+        raise UsageError(f"--idle-minutes is not allowed with --cloud {chosen.name}: its machines are not created "
+                         "by gpucluster (nothing is kept)")
+    return with_idle_stop(options, idle_minutes)
+
+
+def _kept_policy(policy: Any, keep: bool, recover: int | None) -> Any:
+    """A kept cluster and a replaced one cannot both be the result: --keep runs without recovery."""
+    if not keep or policy is None or not policy.retries:
+        return policy
+    if recover is not None:
+        raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
+    return replace(policy, retries=0)
+
+
+def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
+    """After the report: why recovery stopped, and a ledger that could not be kept true (exit 3)."""
+    if result.stopped and not as_json:
+        out.print(f"recovery stopped: {result.stopped}", highlight=False)
+    if result.final.record_error:  # the ledger does not say what happened: one line
         from gpucluster.recording import record_line
 
-        click.echo(f"gpucluster: error: {record_line(outcome.record_error, plan.spec.name)}", err=True)
-    return int(exit_code)
+        click.echo(f"gpucluster: error: {record_line(result.final.record_error, cluster)}", err=True)
 
 
 def _reprice(chosen: Any) -> Any:

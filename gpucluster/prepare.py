@@ -137,9 +137,9 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     command, workload = _command_or_workload(req)
     host_list = backend.ops.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
-    from gpucluster.spec import resolve, validate
+    from gpucluster.spec import normalize, resolve, validate
 
-    spec = build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes)
+    spec = normalize(build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes), backend)
     validate(spec, backend)  # bad input is refused before anything is looked up
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
     spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later

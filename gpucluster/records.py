@@ -68,8 +68,13 @@ class RunRow:
 
     @property
     def options(self) -> Mapping[str, Any]:
-        """The recorded spec's backend options (e.g. gcp's project)."""
+        """The recorded spec's backend options."""
         return (self.spec or {}).get("options") or {}
+
+    @property
+    def project(self) -> str | None:
+        """The recorded spec's account (gcp project): a field, among the options in older records."""
+        return (self.spec or {}).get("project") or self.options.get("project")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gpucluster.errors import SpecError, not_allowed
+from gpucluster.errors import SpecError, UsageError, not_allowed
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -87,6 +88,13 @@ class ClusterSpec:
     # who made it (gpucluster.ownership.owner_marks / stack_marks): reserved tags on every resource
     marks: tuple[tuple[str, str], ...] = ()
     state: str | None = None  # aws/gcp: the Pulumi backend URL its stack lives in (recorded with the run)
+    # object storage the nodes may read / write: URLs of the backend's scheme (`run --data/--output
+    # s3://...`, or the stack options s3Read/s3Write, gcsRead/gcsWrite, lifted here by `normalize`)
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    # the account its resources live in (gcp: the project) and where that came from (flag, env, ...)
+    project: str | None = None
+    project_source: str | None = None
 
     # -- convenience -------------------------------------------------------------------------
     @property
@@ -109,6 +117,7 @@ class ClusterSpec:
         d["options"] = dict(self.options)
         d["hosts"] = list(self.hosts)
         d["marks"] = dict(self.marks)
+        d["reads"], d["writes"] = list(self.reads), list(self.writes)
         return d
 
     @classmethod
@@ -122,6 +131,12 @@ class ClusterSpec:
         kw["options"] = _pairs(kw.get("options") or {})
         kw["hosts"] = tuple(kw.get("hosts") or ())
         kw["marks"] = _pairs(kw.get("marks") or {})
+        kw["reads"], kw["writes"] = tuple(kw.get("reads") or ()), tuple(kw.get("writes") or ())
+        # a spec recorded before the project was a field kept it among the options
+        legacy = dict(kw["options"])
+        if kw.get("project") is None and legacy.get("project"):
+            kw["project"], kw["project_source"] = legacy.pop("project"), legacy.pop("projectSource", None)
+            kw["options"] = tuple(sorted(legacy.items()))
         return cls(**kw)
 
     def managed_tags(self) -> dict[str, str]:
@@ -132,6 +147,60 @@ class ClusterSpec:
             tags["gpucluster-run"] = self.run_id
         tags.update((k, v) for k, v in self.marks if k in MARK_KEYS)  # validate() refuses others
         return tags
+
+
+def key_forms(key: str) -> tuple[str, str]:
+    """An option name's two spellings: camelCase (stack config) and snake_case (`--option`)."""
+    camel = re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), key)
+    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+    return camel, snake
+
+
+def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
+    """The spec in its one representation, whatever it was built from (`--option`, a stack file, a
+    recorded run): each option the backend knows under its one spelling (`SpecRules.options`; the
+    other spelling is accepted as input), the object-storage scopes (options such as `s3Read`) as
+    the URL fields `reads`/`writes`, the project as a field. An unknown option stays as given, so
+    `validate` names it as the user wrote it. SpecError for a scope option that is not a URL list."""
+    canonical = {form: name for name in backend.spec.options for form in (name, *key_forms(name))}
+    options: dict[str, str] = {}
+    for key, value in spec.options:
+        options[canonical.get(key, key)] = value
+    changes: dict[str, Any] = {}
+    store = backend.objects
+    if store is not None:
+        for option, field in ((store.read_option, "reads"), (store.write_option, "writes")):
+            if option in options:
+                given = option_urls(options.pop(option), option, store.url, store.scheme)
+                changes[field] = tuple(sorted(set(getattr(spec, field)) | set(given)))
+    if options.get("project") and "project" in backend.spec.options:
+        changes["project"] = options.pop("project")
+        changes["project_source"] = options.pop("projectSource", None) or spec.project_source or "option project"
+    options.pop("projectSource", None)
+    return spec.replace(options=tuple(sorted(options.items())), **changes)
+
+
+def option_urls(raw: str, key: str, parse: Callable[[str, str], str], scheme: str) -> list[str]:
+    """The URLs of scope option `key` (its value `raw`: a JSON list, or one URL taken as a list of
+    one), each checked by `parse(url, what)`; SpecError naming the option for anything else."""
+    if raw in (None, ""):
+        return []
+    allowed = f"a JSON list of {scheme}:// URLs"
+    try:
+        values = json.loads(raw) if str(raw).lstrip().startswith("[") else [raw]
+    except json.JSONDecodeError:
+        raise SpecError(f"option {key} {raw!r} is not allowed: {allowed}") from None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise SpecError(f"option {key} {raw!r} is not allowed: {allowed}")
+    return scope_urls(values, f"option {key}", parse)
+
+
+def scope_urls(values: Sequence[str], what: str, parse: Callable[[str, str], str]) -> list[str]:
+    """Each URL checked by `parse`, SpecError naming `what` and the URL otherwise."""
+    try:
+        return [parse(v, f"{what} {v!r}") for v in values]
+    except UsageError as exc:
+        raise SpecError(exc.message) from None
 
 
 def _pairs(m: Mapping[str, Any] | tuple) -> tuple[tuple[str, str], ...]:
@@ -239,6 +308,10 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
         if not _MARK_VALUE_RE.match(value):
             raise SpecError(not_allowed(f"owner mark {key} value", value,
                                         "1-63 lowercase letters, digits, '_' and '-' (a GCP label value)"))
+    known = backend.spec.options
+    for key, _ in spec.options:
+        if key not in known:
+            raise SpecError(not_allowed(f"{backend.name} option", key, list(known) or "none (this backend takes no options)"))
     return list(backend.spec.validate(spec))
 
 

@@ -19,7 +19,7 @@ Two bases follow from the data:
 
 Parts and who calls them
   Traits       (cli/, lifecycle)  identity, limits, capabilities and what the CLI says.
-  SpecRules    (spec, cli)        validate -> warnings (SpecError names the bad value); resolve ->
+  SpecRules    (spec, cli)        options -> the option names it takes; validate -> warnings (SpecError names the bad value); resolve ->
                the location and defaults really used; prepare -> values found at run time (aws: the
                SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
                spec) -> where a leftover scan of the cluster looks; ready_within -> how long its
@@ -38,8 +38,8 @@ Parts and who calls them
                gpus_billed_apart, price_rows(spec, catalog, region, market, free_tier) -> PricedRows
                (returned, never written into the core's Plan), instance_price, planned_resources,
                estimate_notes, gpu_of, system_pool, fetch_prices.
-  ObjectStore  (staging, cli)     scheme ("s3", "gs"), url(text, what) checked for form,
-               with_access(spec, reads, writes) -> the spec granting exactly those URLs.
+  ObjectStore  (staging, cli)     scheme ("s3", "gs"), url(text, what) checked for form, and the
+               names of the stack options that carry the scopes (lifted into `spec.reads/writes`).
   Accounts     (cli)              with_project(spec, project, required), parse_project(text).
 
 A part that does not apply is absent (None); `Plugin.capabilities` says which apply.
@@ -150,6 +150,9 @@ def _no_link(spec: ClusterSpec) -> float | None:
 
 @dataclass(frozen=True)
 class SpecRules:
+    # the options (`--option K=V`, stack keys `gpucluster:K`) it takes, each in its one spelling
+    # (the other spelling, camelCase or snake_case, is accepted as input: `gpucluster.spec.normalize`)
+    options: tuple[str, ...] = ()
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
     resolve: Callable[[ClusterSpec], ClusterSpec] = _unchanged
     prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
@@ -288,7 +291,8 @@ class Pricing:
 class ObjectStore:
     scheme: str
     url: Callable[[str, str], str]  # (text, what) -> normalized URL; UsageError starting with `what`
-    with_access: Callable[[ClusterSpec, Sequence[str], Sequence[str]], ClusterSpec]
+    read_option: str  # the stack option (JSON list of URLs) that sets `spec.reads`, e.g. s3Read
+    write_option: str  # ... and `spec.writes`
 
 
 @dataclass(frozen=True)
@@ -338,7 +342,7 @@ class Plugin:
     def with_object_access(self, spec: ClusterSpec, reads: Sequence[str] = (),
                            writes: Sequence[str] = ()) -> ClusterSpec:
         if self.objects is not None:
-            return self.objects.with_access(spec, reads, writes)
+            return spec.replace(reads=tuple(sorted(set(reads))), writes=tuple(sorted(set(writes))))
         if reads or writes:
             raise UsageError(f"--cloud {self.name} nodes cannot read or write object storage")
         return spec

@@ -1,51 +1,20 @@
-"""Object-storage scopes a cluster grants its nodes, kept in the spec's options as JSON lists of URLs
-(a pair of option names per backend: aws `s3Read`/`s3Write`, gcp `gcsRead`/`gcsWrite`, also settable
-in a stack file). Shared by the backends' URL modules (`infra/aws/s3.py`, `infra/gcp/gcs.py`), each
+"""Object-storage scopes a cluster grants its nodes: the spec's `reads`/`writes` URL fields. A stack
+file (or `--option`) gives them as a pair of options per backend, JSON lists of URLs (aws
+`s3Read`/`s3Write`, gcp `gcsRead`/`gcsWrite`), which `gpucluster.spec.normalize` lifts into the
+fields. Shared by the backends' URL modules (`infra/aws/s3.py`, `infra/gcp/gcs.py`), each
 passing its own URL check. Imports nothing heavy."""
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from gpucluster.errors import SpecError, UsageError
-
-
-def snake(key: str) -> str:
-    """`gcsRead` -> `gcs_read` (the CLI's spelling of a stack option)."""
-    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+from gpucluster.errors import UsageError
+from gpucluster.spec import scope_urls as checked
 
 
-def urls(spec: Any, key: str, parse: Callable[[str, str], str], scheme: str) -> list[str]:
-    """The URLs of option `key` (camelCase or snake_case), each checked by `parse(url, what)`; a
-    single URL is taken as a list of one. SpecError naming the option for anything else."""
-    opts = dict(spec.options)
-    raw = opts.get(key, opts.get(snake(key)))
-    if raw in (None, ""):
-        return []
-    allowed = f"a JSON list of {scheme}:// URLs"
-    try:
-        values = json.loads(raw) if str(raw).lstrip().startswith("[") else [raw]
-    except json.JSONDecodeError:
-        raise SpecError(f"option {key} {raw!r} is not allowed: {allowed}") from None
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise SpecError(f"option {key} {raw!r} is not allowed: {allowed}")
-    try:
-        return [parse(v, f"option {key} {v!r}") for v in values]
-    except UsageError as exc:
-        raise SpecError(exc.message) from None
-
-
-def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str], read_key: str, write_key: str) -> Any:
-    """The spec with the read and write scopes in its options (replacing any given before)."""
-    drop = {read_key, write_key, snake(read_key), snake(write_key)}
-    opts = [(k, v) for k, v in spec.options if k not in drop]
-    if reads:
-        opts.append((read_key, json.dumps(sorted(set(reads)))))
-    if writes:
-        opts.append((write_key, json.dumps(sorted(set(writes)))))
-    return spec.replace(options=tuple(opts))
+def scopes(spec: Any, parse: Callable[[str, str], str]) -> tuple[list[str], list[str]]:
+    """(reads, writes): the spec's object-storage scopes, each URL checked by the backend's `parse`."""
+    return checked(spec.reads, "read scope", parse), checked(spec.writes, "write scope", parse)
 
 
 def parse_url(text: str, what: str, scheme: str, allowed: str, bucket_problem: Callable[[str], str | None],

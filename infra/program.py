@@ -12,17 +12,17 @@ from typing import Any
 
 from gpucluster.errors import SpecError
 from gpucluster.infra.registry import NAMES, plugin, traits
-from gpucluster.spec import ClusterSpec, validate
+from gpucluster.spec import ClusterSpec, normalize, validate
 from gpucluster.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
 
 __all__ = ["GENERIC_KEYS", "NAMESPACE", "main", "namespace_config", "run", "sanitize_name", "spec_from_config"]
 
 
-def run(spec: ClusterSpec) -> dict[str, Any]:
+def run(spec: ClusterSpec, chosen: Any = None) -> dict[str, Any]:
     """Validate (raising before anything is declared), declare the cloud's component, export."""
     import pulumi
 
-    chosen = plugin(spec.cloud)  # the composition root of the Pulumi program
+    chosen = chosen or plugin(spec.cloud)  # the composition root of the Pulumi program
     for warning in validate(spec, chosen):
         pulumi.log.warn(warning)
     if chosen.provisioner is None:
@@ -68,7 +68,8 @@ def main() -> None:
     # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr
     # becomes this machine's public IPv4 /32, or the update stops (a cluster nobody can reach is
     # never made)
-    spec, notes = plugin(spec.cloud).spec.prepare(spec)
+    chosen = plugin(spec.cloud)
+    spec, notes = chosen.spec.prepare(normalize(spec, chosen))  # options in one spelling, scopes as URL fields
     for note in notes:
         pulumi.log.info(note)
-    run(spec)
+    run(spec, chosen)

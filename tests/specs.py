@@ -8,7 +8,13 @@ from gpucluster.infra.registry import plugin
 
 
 def validate(spec: _spec.ClusterSpec) -> list[str]:
-    return _spec.validate(spec, plugin(spec.cloud))
+    """As a command does: the spec in its one representation (`normalize`), then checked."""
+    chosen = plugin(spec.cloud)
+    return _spec.validate(_spec.normalize(spec, chosen), chosen)
+
+
+def normalize(spec: _spec.ClusterSpec) -> _spec.ClusterSpec:
+    return _spec.normalize(spec, plugin(spec.cloud))
 
 
 def resolve(spec: _spec.ClusterSpec) -> _spec.ClusterSpec:

@@ -607,7 +607,7 @@ def test_gcp_provider_outputs_and_scan_project(home):
     prov = PulumiProvider(_plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                           find=find, delete=lambda items: [])
     s = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
-                    accelerator="nvidia-tesla-v100", gpus_per_node=4, options=(("project", "my-proj"),))
+                    accelerator="nvidia-tesla-v100", gpus_per_node=4, project="my-proj")
     rec = Recorder()
     cluster = prov.up(s, rec)
     assert cluster.cloud == "gcp" and cluster.kubeconfig.startswith("apiVersion") and "kubeconfig" not in cluster.outputs

@@ -251,7 +251,7 @@ def _as(aws, user, *docs):
     return who
 
 
-S3 = (("s3Read", "s3://data-bkt/train"),)
+S3 = ("s3://data-bkt/train",)
 
 
 def test_power_user_credentials_run_a_default_cluster_and_are_refused_a_role(aws):
@@ -268,7 +268,7 @@ def test_power_user_credentials_run_a_default_cluster_and_are_refused_a_role(aws
     assert sims and all(s["PolicySourceArn"] == "arn:aws:iam::123456789012:user/dev" for s in sims)
     assert not any(a.startswith("iam:Create") for s in sims for a in s["ActionNames"])
     with pytest.raises(PreflightError) as err:
-        preflight(spec(options=S3), session=dev)
+        preflight(spec(reads=S3), session=dev)
     msg = err.value.message
     assert "\n" not in msg and err.value.exit_code == ExitCode.USAGE
     assert "user/dev may not iam:CreateRole, " in msg and "iam:PassRole" in msg and "iam:CreateInstanceProfile" in msg
@@ -290,10 +290,10 @@ def test_pass_role_to_another_service_only_is_refused_by_name(aws):
          "Condition": {"StringEquals": {"iam:PassedToService": "lambda.amazonaws.com"}}}]}
     ops = _as(aws, "ops", doc)
     with pytest.raises(PreflightError, match=r"user/ops may not iam:PassRole, which a run with an instance role"):
-        preflight(spec(options=S3), session=ops)
+        preflight(spec(reads=S3), session=ops)
     doc["Statement"][1]["Condition"]["StringEquals"]["iam:PassedToService"] = "ec2.amazonaws.com"
     ok = _as(aws, "ops2", doc)
-    assert next(c for c in checks(spec(options=S3), session=ok) if c["check"] == "IAM permissions")["ok"] is True
+    assert next(c for c in checks(spec(reads=S3), session=ok) if c["check"] == "IAM permissions")["ok"] is True
 
 
 def test_without_the_simulator_the_needs_are_a_note_and_doctor_lists_them(aws):
@@ -302,7 +302,7 @@ def test_without_the_simulator_the_needs_are_a_note_and_doctor_lists_them(aws):
     aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
     aws.on("ec2", "DescribeImages", dlami_rule())
     pu = _as(aws, "pu", aws_managed_document("PowerUserAccess"))  # may not iam:SimulatePrincipalPolicy
-    row = next(c for c in checks(spec(options=S3), session=pu) if c["check"] == "IAM permissions")
+    row = next(c for c in checks(spec(reads=S3), session=pu) if c["check"] == "IAM permissions")
     assert row["ok"] is None and "AccessDenied" in row["detail"] and "iam:PassRole" in row["detail"]
     found = aws_doctor.doctor(session=pu)
     need = found[-1]

@@ -234,7 +234,7 @@ def test_no_iam_unless_the_nodes_need_a_role(default):
     (profile,) = rec.of_type("aws:iam/instanceProfile:InstanceProfile")
     assert {i.inputs["iamInstanceProfile"] for i in rec.instances()} == {profile.name}
     # s3 without ssm: the scoped inline policy and no SSM attachment
-    rec = build(spec(options={"s3Read": "s3://bkt/data"})).recorder
+    rec = build(spec(reads=("s3://bkt/data",))).recorder
     assert len(rec.of_type("aws:iam/rolePolicy:RolePolicy")) == 1
     assert rec.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == []
     assert len(rec.of_type("aws:iam/instanceProfile:InstanceProfile")) == 1

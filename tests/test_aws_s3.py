@@ -74,11 +74,16 @@ def test_gs_is_refused_where_gcs_is_not_read_and_dest_overlap_counts_urls():
 
 
 def test_spec_options_are_checked_for_stack_files_too():
+    from specs import normalize
+
     spec = ClusterSpec(cloud="aws", nodes=1, name="d", region="us-east-1", options=(("s3Read", '["s3://UPPER"]'),))
     with pytest.raises(SpecError, match="lowercase"):
-        s3.scopes(spec)
-    spec = spec.replace(options=(("s3Write", "s3://ok-bucket/out"),))  # a single URL is fine too
+        normalize(spec)
+    spec = normalize(spec.replace(options=(("s3_write", "s3://ok-bucket/out"),)))  # one URL, snake_case (CLI)
+    assert spec.options == () and spec.writes == ("s3://ok-bucket/out",)
     assert s3.scopes(spec) == ([], ["s3://ok-bucket/out"])
+    with pytest.raises(SpecError, match="lowercase"):  # a field set by hand is checked too
+        s3.scopes(spec.replace(reads=("s3://UPPER",)))
 
 
 # -- the policy document -------------------------------------------------------------------------
@@ -114,7 +119,7 @@ def _built(**options):
 
     spec = ClusterSpec(cloud="aws", nodes=2, name="demo", region="us-east-1", instance_type="g5.xlarge",
                        ssh_cidr="203.0.113.7/32", run_id="r20261122-031500-abc123")
-    spec = s3.with_access(spec, options.get("reads", ()), options.get("writes", ()))
+    spec = spec.replace(reads=tuple(options.get("reads", ())), writes=tuple(options.get("writes", ())))
     built = build(spec)
     assert built.error is None, built.error
     return built.recorder

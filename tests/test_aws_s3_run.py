@@ -131,7 +131,7 @@ def test_s3_data_on_every_rank_and_outputs_uploaded_by_each_node(home, tmp_path,
     assert outs[0]["path"] == f"s3://out-bkt/runs/{rid}/node-0" and outs[0]["files"] == 2
     assert outs[0]["bytes"] == 32 * 4096 + len("rank 0 done\n") and outs[1]["files"] == 1
     # what the component was asked to grant for this run (recorded in the ledger's spec)
-    assert run["spec"]["options"] == {"s3Read": '["s3://data-bkt/train/v1"]', "s3Write": '["s3://out-bkt/runs"]'}
+    assert run["spec"]["reads"] == ["s3://data-bkt/train/v1"] and run["spec"]["writes"] == ["s3://out-bkt/runs"]
     assert run["teardown"] == "verified" and set(found) == {"e2e"}
     assert sshd.run_processes(rid) == {} and sshd.leaked_ssh_masters() == []
 

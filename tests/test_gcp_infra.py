@@ -52,7 +52,7 @@ def mocks():
 def spec(**kw) -> ClusterSpec:
     base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
                 accelerator="nvidia-tesla-v100", gpus_per_node=4, run_id="r20261122-031500-abc123",
-                disk_gb=200, disk_type="pd-ssd", options=(("project", "my-proj"),))
+                disk_gb=200, disk_type="pd-ssd", project="my-proj")
     base.update(kw)
     return ClusterSpec(**base)
 
@@ -161,7 +161,7 @@ def test_system_pool_is_small_cpu_only_and_labelled(mocks):
 
 @pulumi.runtime.test
 def test_spot_autoscaling_and_options(mocks):
-    outputs = declare(spec(spot=True, options=(("project", "proj-two"), ("autoscale", "true"), ("minNodes", "1"),
+    outputs = declare(spec(spot=True, project="proj-two", options=(("autoscale", "true"), ("minNodes", "1"),
                                      ("releaseChannel", "stable"), ("gpuDriverVersion", "DEFAULT"),
                                      ("systemMachineType", "e2-medium"))))
 
@@ -181,7 +181,7 @@ def test_spot_autoscaling_and_options(mocks):
 
 @pulumi.runtime.test
 def test_autoscale_off_gives_a_fixed_pool(mocks):
-    outputs = declare(spec(options=(("project", "proj-two"), ("autoscale", "false"))))
+    outputs = declare(spec(project="proj-two", options=(("autoscale", "false"),)))
 
     def check(_):
         gpu = mocks.pool("gpu")
@@ -228,7 +228,7 @@ def test_outputs_and_secret_kubeconfig_with_exec_plugin(mocks):
         (dict(zone="europe-west1-b"), "europe-west1-b"),
         (dict(accelerator="nvidia-tesla-a100"), "nvidia-tesla-a100"),
         (dict(nodes=65), "nodes 65"),
-        (dict(options=()), "no GCP project"),
+        (dict(project=None), "no GCP project"),
     ],
 )
 def test_invalid_spec_refused_before_any_resource(mocks, monkeypatch, tmp_path, bad, message):

@@ -15,7 +15,7 @@ from gpucluster.spec import ClusterSpec
 
 
 def spec(**kw):
-    base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", options=(("project", "my-proj-42"),))
+    base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", project="my-proj-42")
     base.update(kw)
     return ClusterSpec(**base)
 
@@ -133,9 +133,9 @@ def test_billing_disabled_is_refused_and_an_unreadable_billing_is_only_noted():
 def test_buckets_need_uniform_access_for_a_prefix_and_the_right_to_set_their_policy():
     project = FakeProject().ready()
     project.buckets = {"data-bkt": Bucket(ubla=False), "out-bkt": Bucket(ubla=False)}
-    whole = spec(options=(("project", "my-proj-42"), ("gcsRead", '["gs://data-bkt"]')))
+    whole = spec(reads=("gs://data-bkt",))
     run_preflight(project, whole)  # the whole bucket: a binding without a condition, no UBLA needed
-    prefixed = spec(options=(("project", "my-proj-42"), ("gcsRead", '["gs://data-bkt/train"]')))
+    prefixed = spec(reads=("gs://data-bkt/train",))
     with pytest.raises(PreflightError) as err:
         run_preflight(project, prefixed)
     assert "gs://data-bkt has no uniform bucket-level access" in err.value.message
@@ -143,7 +143,7 @@ def test_buckets_need_uniform_access_for_a_prefix_and_the_right_to_set_their_pol
     project.buckets["data-bkt"] = Bucket(ubla=True, may_set_policy=False)
     with pytest.raises(PreflightError, match="may not change the IAM policy of gs://data-bkt"):
         run_preflight(project, prefixed)
-    missing = spec(options=(("project", "my-proj-42"), ("gcsWrite", '["gs://gone-bkt/runs"]')))
+    missing = spec(writes=("gs://gone-bkt/runs",))
     with pytest.raises(PreflightError, match="gs://gone-bkt does not exist"):
         run_preflight(project, missing)
     project.buckets["data-bkt"] = Bucket(ubla=True, may_get=False)

@@ -68,28 +68,32 @@ def test_the_backend_declares_gs_and_other_clouds_refuse_it():
     assert check_output_dest("gs://out-bkt/runs/exp1/", gcp) == "gs://out-bkt/runs/exp1"
 
 
-def test_access_rides_in_the_spec_options_and_stack_files_are_checked_too():
-    spec = ClusterSpec(cloud="gcp", nodes=1, name="d", options=(("project", "p1"),))
+def test_access_rides_in_the_spec_fields_and_stack_file_options_are_lifted_and_checked():
+    from specs import normalize
+
+    spec = ClusterSpec(cloud="gcp", nodes=1, name="d", project="p1")
     spec = plugin("gcp").with_object_access(spec, ["gs://data-bkt/train", "gs://data-bkt/train"], ["gs://out-bkt/r"])
-    assert dict(spec.options)["gcsRead"] == '["gs://data-bkt/train"]'
+    assert spec.reads == ("gs://data-bkt/train",) and spec.options == ()
     assert gcs.scopes(spec) == (["gs://data-bkt/train"], ["gs://out-bkt/r"])
-    assert gcs.scopes(gcs.with_access(spec, [], [])) == ([], [])  # replaced, not added to
-    assert dict(spec.options)["project"] == "p1"
-    bad = spec.replace(options=(("gcsRead", '["gs://UPPER"]'),))
+    assert gcs.scopes(plugin("gcp").with_object_access(spec, [], [])) == ([], [])  # replaced, not added to
+    assert spec.project == "p1"
+    # a stack file (or --option) gives them as options: lifted into the fields, checked on the way
     with pytest.raises(SpecError, match="option gcsRead 'gs://UPPER' is not allowed.*lowercase"):
-        gcs.scopes(bad)
+        normalize(spec.replace(options=(("gcsRead", '["gs://UPPER"]'),)))
     with pytest.raises(SpecError, match="a JSON list of gs:// URLs"):
-        gcs.scopes(spec.replace(options=(("gcsWrite", '[1, 2]'),)))
-    single = spec.replace(options=(("gcs_write", "gs://ok-bucket/out"),))  # one URL, snake_case (CLI)
-    assert gcs.scopes(single) == ([], ["gs://ok-bucket/out"])
+        normalize(spec.replace(options=(("gcsWrite", '[1, 2]'),)))
+    single = normalize(spec.replace(writes=(), options=(("gcs_write", "gs://ok-bucket/out"),)))  # one URL, snake_case
+    assert single.options == () and gcs.scopes(single) == (["gs://data-bkt/train"], ["gs://ok-bucket/out"])
+    with pytest.raises(SpecError, match="read scope 'gs://Bad'.*lowercase"):  # a field set by hand is checked too
+        gcs.scopes(spec.replace(reads=("gs://Bad",)))
     # validated where every gcp spec is (gpucluster.spec.validate -> catalog.validate_spec)
     from gpucluster.infra.gcp.catalog import validate_spec
 
     with pytest.raises(SpecError, match="lowercase"):
-        validate_spec(ClusterSpec(cloud="gcp", nodes=1, name="d", options=(("gcsRead", "gs://Bad"),)))
+        validate_spec(ClusterSpec(cloud="gcp", nodes=1, name="d", reads=("gs://Bad",)))
     with pytest.raises(SpecError, match="option namespace 'Team_A'"):
-        validate_spec(ClusterSpec(cloud="gcp", nodes=1, name="d",
-                                  options=(("gcsRead", "gs://ok-bkt"), ("namespace", "Team_A"))))
+        validate_spec(ClusterSpec(cloud="gcp", nodes=1, name="d", reads=("gs://ok-bkt",),
+                                  options=(("namespace", "Team_A"),)))
 
 
 # -- IAM -----------------------------------------------------------------------------------------
@@ -180,8 +184,8 @@ def mocks():
 def _spec(**options) -> ClusterSpec:
     spec = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",
                        accelerator="nvidia-tesla-v100", gpus_per_node=4, run_id="r20261122-031500-abc123",
-                       options=(("project", "my-proj"), *options.pop("extra", ())))
-    return gcs.with_access(spec, options.get("reads", ()), options.get("writes", ()))
+                       project="my-proj", options=tuple(options.pop("extra", ())))
+    return plugin("gcp").with_object_access(spec, options.get("reads", ()), options.get("writes", ()))
 
 
 def _declare(spec):
@@ -257,7 +261,7 @@ def test_nothing_is_declared_without_gcs_options(mocks):
 
 
 def test_a_bad_url_in_a_stack_option_is_refused_before_any_resource(mocks):
-    spec = _spec().replace(options=(("project", "my-proj"), ("gcsWrite", json.dumps(["gs://goog-out/x"]))))
+    spec = _spec().replace(writes=("gs://goog-out/x",))
     with pytest.raises(SpecError, match="'goog'"):
         _declare(spec)
     assert mocks.resources == []

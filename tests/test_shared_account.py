@@ -364,7 +364,7 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
 
     aws_spec = ClusterSpec(cloud="aws", nodes=2, name="walk", region=REGION, instance_type="g5.8xlarge",
                            ssh_cidr="203.0.113.7/32", run_id="r20261125-100000-bbbbbb", marks=marks,
-                           options=(("efa", "true"), ("s3Read", "s3://data/x")))
+                           options=(("efa", "true"),), reads=("s3://data/x",))
     built = mock_runtime.build(aws_spec)
     assert built.error is None
     checked = 0
@@ -382,7 +382,7 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
 
     gcp_spec = ClusterSpec(cloud="gcp", nodes=2, name="walk", zone="us-central1-a", instance_type="n1-standard-16",
                            accelerator="nvidia-tesla-v100", gpus_per_node=4, run_id="r20261125-100000-cccccc",
-                           marks=marks, options=(("project", "my-proj"), ("gcsRead", "gs://data/x")))
+                           marks=marks, project="my-proj", reads=("gs://data/x",))
     mocks, _ = _declare(gcp_spec)
     labelled = 0
     for r in mocks.resources:

@@ -132,17 +132,9 @@ def link_gbps(spec: "ClusterSpec") -> float | None:
     return min(float(m.group(1)), FLOW_GBPS_IN_PLACEMENT_GROUP) if m else None
 
 
-def _snake(key: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in key)
-
-
 def option(spec: "ClusterSpec", key: str, default: Any = None) -> Any:
-    """An option by its camelCase name (stack config) or its snake_case name (CLI)."""
-    opts = spec.option_dict
-    for k in (key, _snake(key)):
-        if k in opts:
-            return opts[k]
-    return default
+    """An option by its name in `OPTIONS`."""
+    return spec.option(key, default)
 
 
 def flag(spec: "ClusterSpec", key: str, default: bool = False) -> bool:
@@ -191,7 +183,9 @@ def idle_minutes(spec: "ClusterSpec") -> int | None:
     return minutes
 
 
-# Options the AWS component understands (camelCase as in stack config; snake_case also works).
+# Options the AWS component understands, in their one spelling (camelCase, as in stack config;
+# `--option` may give the snake_case form: `gpucluster.spec.normalize`). `gpucluster.spec.validate`
+# refuses any other key.
 OPTIONS = (
     "allowOpenSsh",
     "allowUnlistedRegion",
@@ -213,11 +207,6 @@ OPTIONS = (
 def validate_spec(spec: "ClusterSpec") -> list[str]:
     """AWS checks on top of `gpucluster.spec.validate`; raise SpecError or return warnings."""
     warnings: list[str] = []
-    known = set(OPTIONS) | {_snake(k) for k in OPTIONS}
-    for key, _ in spec.options:
-        if key not in known:
-            raise SpecError(not_allowed("aws option", key, list(OPTIONS)))
-
     itype = instance_type_of(spec)
     idle_minutes(spec)  # checked here, before anything is declared
     if spec.instance_type is None:

@@ -79,7 +79,7 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
 
 PLUGIN = CreatedMachines(
     traits=TRAITS,
-    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
+    spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within,
                    link_gbps=catalog.link_gbps),
     transport=Transport(make=make, provider=provider),
@@ -102,5 +102,5 @@ PLUGIN = CreatedMachines(
         price_rows=prices.price_rows, instance_price=prices.instance_price,
         planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of,
         region_note=prices.region_note),  # opt-in regions
-    objects=ObjectStore(scheme="s3", url=s3.parse_url, with_access=s3.with_access),
+    objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
 )

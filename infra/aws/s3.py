@@ -10,8 +10,9 @@ the IAM policy document. Imports nothing heavy (no boto3, no pulumi).
   prefix may not hold `*`, `?` or `$` (they would be IAM wildcards or policy variables in the
   granted ARNs, widening the scope), `:` (the `--data` DEST separator), `..`/`.` segments or
   empty segments.
-- `with_access(spec, reads, writes)`: the spec with options `s3Read` / `s3Write` (JSON lists of
-  URLs), which the component reads (also settable in a stack file: `gpucluster:s3Read`).
+- `scopes(spec)`: the spec's `reads`/`writes` checked. A stack file (or `--option`) gives them as
+  the options `s3Read` / `s3Write` (JSON lists of URLs), lifted into those fields by
+  `gpucluster.spec.normalize`.
 - `policy_document(reads, writes, partition)`: read = s3:GetObject on `bucket/prefix/*` and
   s3:ListBucket on the bucket restricted by an `s3:prefix` condition; write = s3:PutObject and
   s3:AbortMultipartUpload on `bucket/prefix/*`. Nothing else: no `s3:*`, no `*` resource.
@@ -82,17 +83,10 @@ def parse_url(text: str, what: str) -> str:
 
 
 def scopes(spec: Any) -> tuple[list[str], list[str]]:
-    """(read URLs, write URLs) the component grants the nodes, from the spec's options."""
-    from gpucluster.infra.object_scopes import urls
+    """(read URLs, write URLs) the component grants the nodes: the spec's `reads`/`writes`, checked."""
+    from gpucluster.infra.object_scopes import scopes as checked
 
-    return urls(spec, READ_OPTION, parse_url, "s3"), urls(spec, WRITE_OPTION, parse_url, "s3")
-
-
-def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str]) -> Any:
-    """The spec with the read and write scopes in its options (replacing any given before)."""
-    from gpucluster.infra.object_scopes import with_access as replace_scopes
-
-    return replace_scopes(spec, reads, writes, READ_OPTION, WRITE_OPTION)
+    return checked(spec, parse_url)
 
 
 def partition_of(region: str) -> str:

@@ -244,7 +244,7 @@ def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
     where = " (all regions)" if glob else f" in {region}" if region else ""
     need = f", needs {gke.group('need')} more than is free" if gke and gke.group("short") else ""
     msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit}{need})" if limit else "")
-    project = (spec.option("project") if spec is not None and hasattr(spec, "option") else None) or "PROJECT"
+    project = getattr(spec, "project", None) or "PROJECT"
     asked = float(gke.group("need")) if gke and gke.group("need") else 0.0
     hint = quota_fix(str(project), quota, region, asked, others) if quota != "a quota" else (
         f"see the project's quotas: https://console.cloud.google.com/iam-admin/quotas?project={project}")
@@ -252,13 +252,14 @@ def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
 
 
 def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
-    """The spec with the resolved GCP project in its options (`project`, `projectSource`), so the program,
-    the tag scan and the ledger (the spec is stored with the run) all use the same one."""
-    project, source = resolve_project(flag or spec.option("project"), None, required=required)
+    """The spec with the resolved GCP project (`project`, `project_source`), so the program, the tag scan
+    and the ledger (the spec is stored with the run) all use the same one."""
+    project, source = resolve_project(flag or spec.project, None, required=required)
     if project is None:
         return spec
-    options = {**spec.option_dict, "project": project, "projectSource": source}
-    return spec.replace(options=tuple(sorted(options.items())))
+    if not flag and spec.project and spec.project_source:
+        source = spec.project_source  # given by a stack file or a recorded run: say so, not "flag"
+    return spec.replace(project=project, project_source=source)
 
 
 def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int | None = None,
@@ -295,7 +296,7 @@ def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: 
                             "pass --project MY-PROJECT or `gcloud config set project MY-PROJECT`"))
     region = region or catalog.region_of(catalog.DEFAULT_ZONE)
     spec = ClusterSpec(cloud="gcp", nodes=nodes or 2, region=region, instance_type=instance_type, spot=bool(spot),
-                       options=(("project", project),) if project else ())
+                       project=project)
     name = "gcp run shape"
     try:
         catalog.validate_spec(spec)

@@ -139,6 +139,26 @@ def v100_zones(spec: Any) -> tuple[str, ...]:
     return zones
 
 
+# Options the GCP component and launcher understand, in their one spelling (as in stack config;
+# `--option` may give the other form: `gpucluster.spec.normalize`); docs/gcp.md lists them.
+OPTIONS = (
+    "autoscale",
+    "gcsRead",  # gs:// URLs the pods may read (set by `run --data gs://...`; infra/gcp/gcs.py)
+    "gcsWrite",  # gs:// URLs the pods may write (set by `run --output gs://...`)
+    "gke_free_tier",  # cost: count GKE's one free zonal cluster per billing account
+    "gpuDriverVersion",
+    "idleMinutes",  # refused with its own reason (validate_spec)
+    "image",
+    "launcher",
+    "minNodes",
+    "namespace",
+    "project",  # the GCP project (a stack's gpucluster:project; lifted into spec.project)
+    "releaseChannel",
+    "systemMachineType",
+    "v100Zones",
+)
+
+
 def option_bool(spec: Any, key: str, default: bool = False) -> bool:
     return parse_bool(f"option {key}", spec.option(key), default)
 
@@ -190,7 +210,7 @@ def resolve(spec: Any) -> Any:
 
 def validate_spec(spec: Any) -> list[str]:
     """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
-    if any(k in ("idleMinutes", "idle_minutes") for k, _ in spec.options):
+    if spec.option("idleMinutes") is not None:
         # the cluster autoscaler removes a node unneeded for --scale-down-unneeded-time (10 min by default,
         # kubernetes/autoscaler cluster-autoscaler/FAQ.md); GKE sets it, not gpucluster
         raise SpecError("--idle-minutes (option idleMinutes) is not available with gcp: a kept cluster's GPU pool "

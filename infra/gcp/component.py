@@ -63,7 +63,7 @@ def project_of(spec: ClusterSpec) -> str:
         stack_project = pulumi.Config("gcp").get("project")
     except Exception:  # noqa: BLE001 - outside a Pulumi program there is no stack config
         stack_project = None
-    return str(resolve_project(spec.option("project"), stack_project)[0])
+    return str(resolve_project(spec.project, stack_project)[0])
 
 
 def kubeconfig_for(name: str, endpoint: str, ca_certificate: str) -> str:

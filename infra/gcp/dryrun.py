@@ -144,8 +144,8 @@ def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict
     from gpucluster import cost
 
     notes = []
-    if not spec.option("project"):
-        spec = spec.replace(options=tuple(sorted({**spec.option_dict, "project": PLACEHOLDER_PROJECT}.items())))
+    if not spec.project:
+        spec = spec.replace(project=PLACEHOLDER_PROJECT)
         notes.append(f"no GCP project resolved here: shown as {PLACEHOLDER_PROJECT} (pass --project)")
     mocks, outputs = _declare(spec)
     resources = [_summary(r) for r in mocks.resources]
@@ -153,7 +153,7 @@ def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict
     from .plugin import PLUGIN
 
     est = cost.estimate(spec, 1, backend=PLUGIN)
-    result = {"dry_run": True, "project": spec.option("project"), "project_source": spec.option("projectSource"),
+    result = {"dry_run": True, "project": spec.project, "project_source": spec.project_source,
               "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes,
               "estimate": est.to_dict() if hasattr(est, "to_dict") else str(est), "estimate_line": est.render_line()}
     result["text"] = render(result, est)

@@ -13,8 +13,9 @@ pull or push (`gcs_node.py`). Imports nothing heavy (no google.*, no pulumi).
   `:` (the `--data` DEST separator), control characters (object names cannot hold CR or LF),
   `.`/`..` or empty segments; object names are at most 1,024 bytes of UTF-8
   (https://cloud.google.com/storage/docs/objects#naming), so the prefix is at most 900.
-- `with_access(spec, reads, writes)`: the spec with options `gcsRead` / `gcsWrite` (JSON lists of
-  URLs), which the component reads (also settable in a stack file: `gpucluster:gcsRead`).
+- `scopes(spec)`: the spec's `reads`/`writes` checked. A stack file (or `--option`) gives them as
+  the options `gcsRead` / `gcsWrite` (JSON lists of URLs), lifted into those fields by
+  `gpucluster.spec.normalize`.
 - `iam_bindings(reads, writes)`: read = roles/storage.objectViewer, write =
   roles/storage.objectCreator (create only: overwriting needs storage.objects.delete, which it
   lacks), each on its bucket with an IAM condition confining it to the prefix. Nothing broader: no
@@ -103,17 +104,10 @@ def parse_url(text: str, what: str) -> str:
 
 
 def scopes(spec: Any) -> tuple[list[str], list[str]]:
-    """(read URLs, write URLs) the component grants the nodes, from the spec's options."""
-    from gpucluster.infra.object_scopes import urls
+    """(read URLs, write URLs) the component grants the nodes: the spec's `reads`/`writes`, checked."""
+    from gpucluster.infra.object_scopes import scopes as checked
 
-    return urls(spec, READ_OPTION, parse_url, "gs"), urls(spec, WRITE_OPTION, parse_url, "gs")
-
-
-def with_access(spec: Any, reads: Sequence[str], writes: Sequence[str]) -> Any:
-    """The spec with the read and write scopes in its options (replacing any given before)."""
-    from gpucluster.infra.object_scopes import with_access as replace_scopes
-
-    return replace_scopes(spec, reads, writes, READ_OPTION, WRITE_OPTION)
+    return checked(spec, parse_url)
 
 
 # -- identities ------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def scan_scope(recorded: Record | None) -> ScanScope:
     spec = recorded or {}
     options = spec.get("options") or {}  # recorded as a mapping or as [key, value] pairs
     given = dict(options) if isinstance(options, (Mapping, list, tuple)) else {}
-    project = spec.get("project") or given.get("project")
+    project = spec.get("project") or given.get("project")  # a field; among the options before
     return ScanScope(project=str(project)) if project else ScanScope()
 
 
@@ -83,7 +83,7 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 
 PLUGIN = CreatedMachines(
     traits=TRAITS,
-    spec=SpecRules(validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
+    spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
                    link_gbps=catalog.link_gbps),
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks),
@@ -102,6 +102,6 @@ PLUGIN = CreatedMachines(
         gpus_billed_apart=True,  # GCE bills attached GPUs per GPU-hour, apart from the VM
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
         fetch_prices=prices.fetch_prices, estimate_notes=prices.estimate_notes, system_pool=catalog.system_pool),
-    objects=ObjectStore(scheme="gs", url=gcs.parse_url, with_access=gcs.with_access),
+    objects=ObjectStore(scheme="gs", url=gcs.parse_url, read_option=gcs.READ_OPTION, write_option=gcs.WRITE_OPTION),
     accounts=Accounts(with_project=access.spec_with_project, parse_project=parse_project),
 )

@@ -125,7 +125,7 @@ def needs(spec: Any) -> dict[str, Any]:
     vcpus = (catalog.n1_shape(r.instance_type) or (0, 0))[0]
     system = catalog.system_pool(r)["machine_type"]
     system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
-    return {"project": r.option("project"), "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
+    return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
             "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
             "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
             "shape": f"{r.nodes} x {r.instance_type} + {r.gpus_per_node} V100"}

@@ -53,7 +53,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
 
 PLUGIN = ExistingMachines(
     traits=TRAITS,
-    spec=SpecRules(validate=validate_spec),
+    spec=SpecRules(options=("private_ips",), validate=validate_spec),
     transport=Transport(make=make),
     ops=Operations(host_list=host_list, check_down=check_down),
 )

@@ -149,9 +149,6 @@ def validate_spec(spec: Any) -> list[str]:
             warnings.append(f"{key} is ignored by the ssh backend (the machines already exist)")
     if spec.spot:
         warnings.append("spot is ignored by the ssh backend (the machines already exist)")
-    unknown = sorted(set(spec.option_dict) - {"private_ips"})
-    if unknown:
-        raise SpecError(not_allowed("ssh option", unknown[0], ["private_ips"]))
     if not spec.gpus_per_node:
         warnings.append("no GPU count given (--gpus-per-node): nodes are not checked for GPUs")
     return warnings
