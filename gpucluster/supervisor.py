@@ -20,7 +20,7 @@ from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
-from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure
+from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure, save_grace
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
@@ -93,10 +93,11 @@ class NodeSupervisor:
 
     def __init__(self, job: JobSpec, events: RunEvents, log_dir: Path, hosts: Sequence[str],
                  console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
-                 reaper: bool = False, keys: Mapping[int, NodeKeys] | None = None):
+                 reaper: bool = False, keys: Mapping[int, NodeKeys] | None = None, grace: float = 3.0):
         self.job = job
         self.events = events
         self.log_dir = log_dir
+        self.usual_grace = float(grace)  # the launcher's grace when stopping the ranks
         self.hosts = list(hosts)
         # the ranks gpucluster launched: a script's own "world_size" or "rank" never overrides them
         self.metrics = MetricsState(launched_world=job.nproc_per_node * len(hosts))
@@ -118,6 +119,8 @@ class NodeSupervisor:
         self.gate = Gate(keys)
         self.phase: Phase | None = None  # the phase this supervisor last reported
         self.notice: tuple[int, dict[str, Any]] | None = None  # a node's interruption notice (nodeloss.py)
+        # after a notice: how long the launcher's stop gives the ranks to save (nodeloss.save_grace)
+        self.stop_grace: float | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -384,6 +387,9 @@ class NodeSupervisor:
                     failed_node = self.notice[0]
                     failure = notice_failure(failed_node, self.hosts[failed_node], self.notice[1])
                     self._lost(failed_node, failure.split(" lost: ", 1)[1], "interruption")
+                    self.stop_grace = save_grace(self.notice[1], self.usual_grace)
+                    _say(self.events, f"node {failed_node} gave notice: the ranks get up to {self.stop_grace:g} s to "
+                                      "save (SIGTERM) before they are stopped")
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode
