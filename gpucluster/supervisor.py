@@ -343,7 +343,8 @@ class NodeSupervisor:
         limit) and `release()` is called once every node has reported its setup done; an
         exception from it ends the run as a failure.
         `stage`, when given, stages data into the nodes while they run (the Kubernetes launcher:
-        pods exist only once the job does): the run opens in the "stage" phase, `stage.poll()` is
+        pods exist only once the job does; its health check goes first, and `stage.phase`, when it
+        has one, names the phase it is in): the run opens in the "stage" phase, `stage.poll()` is
         asked every loop (a string ends the run as that failure), and once `stage.done` is true
         the run moves on to "setup" (or "rendezvous"); the setup's release waits for it.
         `lost(rank, exit status)`, when given, says why a node that ended is a lost node (killed,
@@ -360,11 +361,15 @@ class NodeSupervisor:
         failed_node: int | None = None
         timed_out = False
         try:
-            self._phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
+            self._phase(getattr(stage, "phase", Phase.STAGE) if not staged else Phase.SETUP if setup
+                        else Phase.RENDEZVOUS)
             while True:
                 self._drain(0.2)
                 if not staged and failure is None:
                     failure = stage.poll()
+                    now = getattr(stage, "phase", Phase.STAGE)
+                    if failure is None and not stage.done and now != self.phase:
+                        self._phase(now)  # the Kubernetes launcher's check, then its staging
                     if failure is None and stage.done:
                         staged = True
                         self._phase(Phase.SETUP) if setup else self._rendezvous()
