@@ -115,3 +115,43 @@ def test_a_pod_that_fails_the_check_is_named_and_nothing_of_the_job_starts(tmp_p
     assert not kinds(events, "start")  # torchrun never started: every pod waited for the check
     assert not any("says hello" in line for _, line in events.lines)
     assert_everything_deleted(fake)
+
+
+@pytest.mark.slow
+def test_a_pod_deleted_during_the_check_is_named_lost_and_the_check_stops(tmp_path):
+    """Node 1's pod is deleted while its check program runs (its exec'd process dies with the pod,
+    tests/k8s_fake.py): the run ends at once naming node 1 as lost in the check phase (cause
+    interruption, for the recovery loop), not node 0 (whose collective waited on node 1); every
+    check program is stopped and nothing of the job starts."""
+    import threading
+    import time
+
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)}, delete_ticks=3)
+    hit: list[float] = []
+
+    def strike():
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if any(c[0] == "exec" and c[3].endswith("-1-fake1") and any(a.endswith("node_check.py") for a in c[4])
+                   for c in list(fake.calls)):
+                time.sleep(1.0)  # its program runs (imports torch, waits on the others)
+                hit.append(time.time())
+                fake.delete_pod(1)
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=strike, daemon=True).start()
+    t0 = time.monotonic()
+    result, err, events = run(fake, tmp_path, output=False, check=HealthSpec(gpus=0, timeout_s=30),
+                              rdzv_port=free_port())
+    took = time.monotonic() - t0
+    assert hit and err is None and not result.ok
+    # the pod watch sees it first (the check's own reading would say "lost during the check")
+    assert result.failure.startswith(f"node 1 ({NAME}-1.{NAME}) lost: pod {NAME}-1-fake1 is being deleted"), \
+        result.failure
+    assert "node 0" not in result.failure
+    lost = [m for _, m in kinds(events, "node_lost")]
+    assert [(m["node_rank"], m["cause"], m["phase"]) for m in lost] == [(1, "interruption", "check")]
+    assert not kinds(events, "start") and took < 60, took  # not the check's own 2 x 30 s + 60 s deadline
+    assert all(c.proc.poll() is not None for c in fake.exec_clients)  # no check program left running
+    assert_everything_deleted(fake)

@@ -26,12 +26,13 @@ Stopping (`cancel`) closes the exec streams and ends what may still run of the c
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 from typing import Any, Callable
 
-from gpucluster.events import Phase
+from gpucluster.events import NullEvents, Phase
 
 from .k8s_outputs import TOUCH, _exec, _run
 from .k8s_plan import CHECK_FILE, CONTAINER, MOUNT, RUN_DIR, STAGED_FILE, Plan
@@ -113,7 +114,7 @@ class _ExecProc:
         self._thread.join(5)
 
 
-class _Buffered:
+class _Buffered(NullEvents):
     """The run's events, kept while the check's thread reports and given on the supervisor's thread."""
 
     def __init__(self) -> None:
@@ -210,7 +211,7 @@ class PodChecker:
         for r in range(self.plan.nodes):
             argv = [self.python, program, *health.program_args(self.spec, rank=r, world=self.plan.nodes, store=store,
                                                                addr=ips[r], disk=RUN_DIR)]
-            self.procs[r] = _ExecProc(lambda argv=argv, pod=names[r]: self._open(pod, argv))
+            self.procs[r] = _ExecProc(functools.partial(self._open, names[r], argv))
         try:
             health.run(self.procs, {r: f"pod {n}" for r, n in names.items()}, self.spec, self._buffer, self._stop,
                        log_dir=self.log_dir, lost_why=lambda rank, code: self.pods.lost.get(rank))
@@ -222,7 +223,7 @@ class PodChecker:
     def _open(self, pod: str, argv: list[str]) -> Any:
         # stdin: the stream then carries what the program prints as it prints it (its first line's
         # arrival is the clock check's reference); the program never reads it
-        return _exec(self.api, _InContainer(self.plan), pod, argv, stdin=True)
+        return _exec(self.api, self.plan, pod, argv, stdin=True, container=CONTAINER)
 
     def _stop(self) -> None:
         """Close every check stream; in each pod whose program may still run, end it."""
@@ -233,8 +234,8 @@ class PodChecker:
             pod = self.pods.pod_names.get(r)
             if pod and r not in self.pods.lost:
                 try:
-                    _run(self.api, _InContainer(self.plan), pod, [self.python, "-c", KILL, f"{MOUNT}/{CHECK_FILE}"],
-                         self.retry)
+                    _run(self.api, self.plan, pod, [self.python, "-c", KILL, f"{MOUNT}/{CHECK_FILE}"], self.retry,
+                         container=CONTAINER)
                 except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
                     pass
 
@@ -252,16 +253,3 @@ class PodChecker:
                               + (err.strip().splitlines()[-1] if err.strip() else f"exit code {rc}"))
         return "; ".join(errors) or None
 
-
-class _InContainer:
-    """The plan, with exec calls going to the training container (the node's GPUs are there)."""
-
-    def __init__(self, plan: Plan):
-        self._plan = plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._plan, name)
-
-    @property
-    def exec_container(self) -> str:
-        return CONTAINER

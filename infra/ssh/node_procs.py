@@ -69,8 +69,8 @@ if pgid_file:
         except OSError:
             pass
         try:
-            with open(os.path.join(os.path.dirname(pgid_file), "stop-grace"), "w") as f:
-                f.write("%g\n" % float(inner))
+            with open(os.path.join(os.path.dirname(pgid_file), "stop-grace"), "w") as gf:
+                gf.write("%g\n" % float(inner))
         except (OSError, ValueError):
             pass
 own = os.getpgrp()
