@@ -193,7 +193,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "check": (("--check/--no-check", "check"), dict(default=None,
                                                   help="Check every node before training: its GPUs (nvidia-smi, a "
                                                        "matmul, DCGM), disk, clock, and every node pair's link "
-                                                       "[default: on for aws, off for local/ssh; gcp: not yet].")),
+                                                       "[default: on for aws and gcp, off for local/ssh].")),
     "recover": (("--recover",), dict(default=None, type=Int("recover", 0, 20), metavar="N",
                                      help="When a node is lost (spot interruption, preemption, unreachable, agent "
                                           "killed), provision again and resume from the last checkpoint, up to N "

@@ -257,6 +257,13 @@ def _check_workload(value: Any, cloud: str | None) -> None:
         raise UsageError(not_allowed("workload", value, WORKLOADS))
 
 
+def _check_fallback(value: Any, cloud: str | None) -> None:
+    from gpucluster.recovery import FALLBACKS
+
+    if value not in FALLBACKS:
+        raise UsageError(not_allowed("--fallback", value, FALLBACKS))
+
+
 def _check_env(value: Any, cloud: str | None) -> None:
     from gpucluster.jobenv import parse_env
 
@@ -315,6 +322,7 @@ _CHECKS: dict[str, Callable[[Any, str | None], None]] = {
     "env_file": _check_env_files,
     "secret": _check_secrets,
     "command": _check_command,
+    "fallback": _check_fallback,
     "identity": _check_ssh_file("identity"),
     "known_hosts": _check_ssh_file("known_hosts"),
 }

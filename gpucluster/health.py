@@ -23,12 +23,11 @@ bad node also gets a `node_lost` record (gpucluster/nodeloss.py), which the reco
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
@@ -40,6 +39,16 @@ CLOCK_SKEW_S = 30.0  # more than this off this machine's clock is not sane (TLS,
 LINK_FLOOR = 0.1  # a pair under a tenth of the shape's expected bandwidth is slow
 RELATIVE_FLOOR = 0.125  # ... or, with 3+ nodes, under an eighth of the fastest pair
 MIN_FREE_GB = 2.0
+
+
+class NodeProgram(Protocol):
+    """What is read of a node's check program: a `subprocess.Popen` with its stdout piped, or the
+    Kubernetes launcher's view of an exec stream (infra/gcp/k8s_check.py)."""
+
+    @property
+    def stdout(self) -> Any: ...
+
+    def poll(self) -> int | None: ...
 
 
 class HealthCheckFailed(LaunchError):
@@ -107,7 +116,7 @@ class NodeRun:
     stopped: bool = False  # still running when another node was lost: stopped, not judged
 
 
-def _pump(proc: subprocess.Popen, node: NodeRun, log: Path | None) -> None:
+def _pump(proc: NodeProgram, node: NodeRun, log: Path | None) -> None:
     out = None
     try:
         out = open(log, "ab") if log is not None else None
@@ -141,7 +150,7 @@ def _pump(proc: subprocess.Popen, node: NodeRun, log: Path | None) -> None:
             out.close()
 
 
-def collect(procs: Mapping[int, subprocess.Popen], labels: Mapping[int, str], spec: HealthSpec,
+def collect(procs: Mapping[int, NodeProgram], labels: Mapping[int, str], spec: HealthSpec,
             stop: Callable[[], None], log_dir: Path | None = None,
             lost_why: Callable[[int, int | None], str | None] | None = None) -> dict[int, NodeRun]:
     """Read every node's program until all have ended, one is lost (`lost_why` says so of its exit
@@ -178,6 +187,8 @@ def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
           lost_why: Callable[[int, int | None], str | None] | None = None) -> tuple[dict[int, list[str]], dict[int, str], list[dict[str, Any]]]:
     """(problems by node rank, lost nodes' causes by rank, link records). A pure function of what
     the nodes said; `lost_why(rank, exit status)`: the launcher's reason a node is gone, or None."""
+    from gpucluster.nodeloss import cause_of
+
     problems: dict[int, list[str]] = {}
     causes: dict[int, str] = {}
     for r, n in sorted(nodes.items()):
@@ -188,7 +199,7 @@ def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
             why = lost_why(r, n.rc) if lost_why is not None and not n.timed_out else None
             if why:
                 problems.setdefault(r, []).append(f"lost during the check: {why}")
-                causes[r] = "killed" if "killed" in why or "signal" in why else "unreachable"
+                causes[r] = cause_of(why)  # killed, unreachable, or (a deleted pod) interruption
             elif n.timed_out:
                 stage = "its own checks" if own is None else "the link test"
                 problems.setdefault(r, []).append(f"the check did not finish ({stage}) within {2 * spec.timeout_s + 60:g} s")
@@ -256,7 +267,7 @@ def _links(nodes: Mapping[int, NodeRun], spec: HealthSpec) -> tuple[dict[int, li
     return problems, {}, records
 
 
-def run(procs: Mapping[int, subprocess.Popen], labels: Mapping[int, str], spec: HealthSpec, events: RunEvents,
+def run(procs: Mapping[int, NodeProgram], labels: Mapping[int, str], spec: HealthSpec, events: RunEvents,
         stop: Callable[[], None], *, log_dir: Path | None = None,
         lost_why: Callable[[int, int | None], str | None] | None = None, phase: str = "check") -> dict[str, Any]:
     """Read, judge, record; the `check` record, or HealthCheckFailed naming each bad node."""

@@ -25,6 +25,10 @@ NOTICE_KIND = "node_notice"
 # interruption: the cloud said it takes the node back; unreachable: it stopped answering;
 # killed: its agent or its process was killed; health: it failed the health check
 CAUSES = ("interruption", "unreachable", "killed", "health")
+# After a notice the ranks are given the time the notice leaves, less what the outputs copy needs,
+# to save (SIGTERM: the built-in workloads write a checkpoint), instead of the usual few seconds.
+NOTICE_S = 120.0  # aws: the spot interruption notice comes two minutes before (EC2 User Guide)
+OUTPUTS_MARGIN_S = 30.0  # kept back from the notice for copying the outputs home and the teardown
 
 
 def lost_record(node_rank: int, host: str, cause: str, reason: str, phase: str | None) -> dict[str, Any]:
@@ -59,6 +63,27 @@ def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
     when = f" at {record['when']}" if record.get("when") else ""
     src = record.get("source") or "the cloud"
     return f"node {node_rank} ({host}) lost: {src} gave notice: {what}{when}"
+
+
+def save_grace(record: Mapping[str, Any], usual: float, now: float | None = None) -> float:
+    """Seconds the ranks get between SIGTERM and SIGKILL after a node's interruption notice: the
+    time left before the node goes (the notice's `when`, else NOTICE_S from now; never more than
+    NOTICE_S, whatever a skewed clock says) less OUTPUTS_MARGIN_S, and never less than `usual` (the
+    launcher's grace). A rank that has saved and exited ends the wait at once."""
+    now = time.time() if now is None else now
+    left = NOTICE_S
+    when = record.get("when")
+    if isinstance(when, str) and when.strip():
+        import datetime as dt
+
+        try:
+            at = dt.datetime.fromisoformat(when.strip().replace("Z", "+00:00"))
+            if at.tzinfo is None:
+                at = at.replace(tzinfo=dt.timezone.utc)
+            left = min(NOTICE_S, at.timestamp() - now)
+        except ValueError:
+            pass
+    return round(max(float(usual), left - OUTPUTS_MARGIN_S), 1)
 
 
 def cause_of(reason: str) -> str:

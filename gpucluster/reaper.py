@@ -2,7 +2,7 @@
 when the command ends or the supervisor is told to stop, stops every process the command left
 behind.
 
-    python reaper.py [--grace SECONDS] [--keyed] [--env-stdin] -- COMMAND [ARGS...]
+    python reaper.py [--grace SECONDS] [--grace-file PATH] [--keyed] [--env-stdin] -- COMMAND [ARGS...]
 
 Why: a training script can start a daemon that leaves its session and its parent and clears its
 environment (`setsid -f env -i sleep 778`). Such a process carries no GPUCLUSTER_RUN_ID and has
@@ -19,9 +19,12 @@ Behaviour:
   launcher sends the job's --env and --secret values this way: never on a command line, never in
   a file);
 - on SIGTERM, SIGINT or SIGHUP: passes SIGTERM to COMMAND; if COMMAND has not ended after
-  `--grace` seconds, every descendant gets SIGKILL;
+  `--grace` seconds, every descendant gets SIGKILL; with `--grace-file`, a number of seconds in
+  that file when the signal comes is the grace instead when it is longer (the launcher writes it
+  before stopping a node that gave an interruption notice: the ranks get the notice's time to save);
 - when COMMAND has ended: every remaining descendant gets SIGTERM, then SIGKILL after `--grace`
-  seconds; what it stopped is written to stderr (one line, `gpucluster-reaper: ...`);
+  seconds (after a stop with a longer grace, what is left of that one); what it stopped is
+  written to stderr (one line, `gpucluster-reaper: ...`);
 - exits with COMMAND's exit code (128 + N when COMMAND died of signal N);
 - is its own witness: a metric record `reaper_start` once it adopts orphans, and `reaper_done`
   (stopped, survived) once its final pass is over. A node whose reaper started but never said
@@ -95,6 +98,19 @@ def nested_grace(launcher_grace: float) -> float:
     """The reaper's grace under a launcher's: it fits twice into the launcher's, so the reaper
     finishes its own pass before the launcher escalates to SIGKILL."""
     return max(0.5, min(2.0, launcher_grace / 3))
+
+
+def stop_grace(grace: float, grace_file: str | None) -> float:
+    """The grace for a stop that is starting now: the number in `grace_file` when it is there and
+    longer (at most an hour), else `grace`."""
+    if not grace_file:
+        return grace
+    try:
+        with open(grace_file) as f:
+            longer = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return grace
+    return min(3600.0, longer) if longer > grace else grace
 
 
 def become_subreaper() -> str | None:
@@ -226,6 +242,9 @@ def main(argv: list[str]) -> int:
             print(PREFIX + f"--grace {args[1]!r} is not a number of seconds", file=sys.stderr)
             return 2
         args = args[2:]
+    grace_file = None
+    if args[:1] == ["--grace-file"] and len(args) >= 2:
+        grace_file, args = args[1], args[2:]
     handed: list[str] = []
     read_stdin = args[:1] in (["--keyed"], ["--env-stdin"])
     if args[:1] == ["--keyed"]:  # the keys line comes first on stdin, then (--env-stdin) the environment
@@ -246,7 +265,7 @@ def main(argv: list[str]) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--keyed] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
+        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--grace-file PATH] [--keyed] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     why = become_subreaper()
     if why:
@@ -255,7 +274,7 @@ def main(argv: list[str]) -> int:
     else:
         witness(START_KIND)
 
-    state = {"stopping": False}
+    state: dict = {"stopping": False}
 
     def on_alarm(signum, frame):  # the command ignored SIGTERM for `grace` seconds
         _signal_all(descendants(os.getpid()), signal.SIGKILL)
@@ -268,8 +287,10 @@ def main(argv: list[str]) -> int:
                 pass
         if not state["stopping"]:
             state["stopping"] = True
+            given = stop_grace(grace, grace_file)
+            state["until"] = time.monotonic() + given  # a COMMAND that ends early leaves its workers this long
             signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, max(grace, 0.01))
+            signal.setitimer(signal.ITIMER_REAL, max(given, 0.01))
 
     child = 0
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -303,7 +324,9 @@ def main(argv: list[str]) -> int:
     signal.setitimer(signal.ITIMER_REAL, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # finish the pass, whatever arrives now
-    seen, survivors = stop_descendants(grace)
+    # told to stop with a longer grace (a notice): what COMMAND left (torchrun's workers, still
+    # saving when a second SIGTERM cut torchrun's own wait short) keeps the rest of it
+    seen, survivors = stop_descendants(max(grace, state.get("until", 0.0) - time.monotonic()))
     if seen:
         print(PREFIX + f"stopped {len(seen)} process(es) the job left running: " + "; ".join(seen[:8])
               + (" ..." if len(seen) > 8 else ""), file=sys.stderr, flush=True)

@@ -20,7 +20,7 @@ from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
-from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure
+from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure, save_grace
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
@@ -93,10 +93,11 @@ class NodeSupervisor:
 
     def __init__(self, job: JobSpec, events: RunEvents, log_dir: Path, hosts: Sequence[str],
                  console_backlog: int = CONSOLE_BACKLOG, console_rate: float = CONSOLE_RATE,
-                 reaper: bool = False, keys: Mapping[int, NodeKeys] | None = None):
+                 reaper: bool = False, keys: Mapping[int, NodeKeys] | None = None, grace: float = 3.0):
         self.job = job
         self.events = events
         self.log_dir = log_dir
+        self.usual_grace = float(grace)  # the launcher's grace when stopping the ranks
         self.hosts = list(hosts)
         # the ranks gpucluster launched: a script's own "world_size" or "rank" never overrides them
         self.metrics = MetricsState(launched_world=job.nproc_per_node * len(hosts))
@@ -118,6 +119,8 @@ class NodeSupervisor:
         self.gate = Gate(keys)
         self.phase: Phase | None = None  # the phase this supervisor last reported
         self.notice: tuple[int, dict[str, Any]] | None = None  # a node's interruption notice (nodeloss.py)
+        # after a notice: how long the launcher's stop gives the ranks to save (nodeloss.save_grace)
+        self.stop_grace: float | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
 
@@ -340,7 +343,8 @@ class NodeSupervisor:
         limit) and `release()` is called once every node has reported its setup done; an
         exception from it ends the run as a failure.
         `stage`, when given, stages data into the nodes while they run (the Kubernetes launcher:
-        pods exist only once the job does): the run opens in the "stage" phase, `stage.poll()` is
+        pods exist only once the job does; its health check goes first, and `stage.phase`, when it
+        has one, names the phase it is in): the run opens in the "stage" phase, `stage.poll()` is
         asked every loop (a string ends the run as that failure), and once `stage.done` is true
         the run moves on to "setup" (or "rendezvous"); the setup's release waits for it.
         `lost(rank, exit status)`, when given, says why a node that ended is a lost node (killed,
@@ -357,11 +361,15 @@ class NodeSupervisor:
         failed_node: int | None = None
         timed_out = False
         try:
-            self._phase(Phase.STAGE if not staged else Phase.SETUP if setup else Phase.RENDEZVOUS)
+            self._phase(getattr(stage, "phase", Phase.STAGE) if not staged else Phase.SETUP if setup
+                        else Phase.RENDEZVOUS)
             while True:
                 self._drain(0.2)
                 if not staged and failure is None:
                     failure = stage.poll()
+                    now = getattr(stage, "phase", Phase.STAGE)
+                    if failure is None and not stage.done and now != self.phase:
+                        self._phase(now)  # the Kubernetes launcher's check, then its staging
                     if failure is None and stage.done:
                         staged = True
                         self._phase(Phase.SETUP) if setup else self._rendezvous()
@@ -384,6 +392,9 @@ class NodeSupervisor:
                     failed_node = self.notice[0]
                     failure = notice_failure(failed_node, self.hosts[failed_node], self.notice[1])
                     self._lost(failed_node, failure.split(" lost: ", 1)[1], "interruption")
+                    self.stop_grace = save_grace(self.notice[1], self.usual_grace)
+                    _say(self.events, f"node {failed_node} gave notice: the ranks get up to {self.stop_grace:g} s to "
+                                      "save (SIGTERM) before they are stopped")
                 for rank, proc in procs.items():
                     if rank not in exit_codes and proc.poll() is not None:
                         exit_codes[rank] = proc.returncode

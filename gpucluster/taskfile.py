@@ -85,6 +85,12 @@ KEYS: dict[str, Key] = {
     "limits.ready_timeout": _key("ready_timeout", INT),
     "limits.start_deadline": _key("start_deadline", INT),
     "keep": _key("keep", BOOL),
+    # the health check and recovery (docs/recovery.md)
+    "check": _key("check", BOOL, "--check/--no-check"),
+    "recover": _key("recover", INT),
+    "fallback": _key("fallback", STR),
+    "fallback_after": _key("fallback_after", INT),
+    "checkpoint_every": _key("checkpoint_every", INT),
 }
 GROUPS = sorted({k.split(".")[0] for k in KEYS if "." in k})
 TOP = sorted({k.split(".")[0] for k in KEYS})

@@ -49,7 +49,7 @@ from k8s_fake import FakeApiException
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 EXEC_HANDSHAKE_S = 0.2
 PROTOCOLS = ("v4.channel.k8s.io",)  # what this API server speaks (no v5)
-_ID = {"image_id": "imageID", "container_id": "containerID"}
+_ID = {"image_id": "imageID", "container_id": "containerID", "pod_ip": "podIP"}
 
 
 def to_json(obj):

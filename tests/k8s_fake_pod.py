@@ -507,7 +507,11 @@ class _Pod:
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),
-            status=NS(phase=phase, reason=self.shutdown[0] if self.shutdown else None,
+            # podIP: "IP address allocated to the pod ... Empty if not yet allocated" (Kubernetes API
+            # reference, PodStatus): given once the pod is placed (its sandbox exists); every fake pod
+            # shares this machine's loopback (tests/k8s_fake_net.py)
+            status=NS(phase=phase, pod_ip="127.0.0.1" if self.sandbox else None,
+                      reason=self.shutdown[0] if self.shutdown else None,
                       message=self.shutdown[1] if self.shutdown else None,
                       init_container_statuses=self._init_statuses(), container_statuses=statuses,
                       conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",

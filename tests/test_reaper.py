@@ -97,6 +97,29 @@ def test_reaper_on_sigterm_kills_a_command_that_ignores_it_after_the_grace(marke
 
 
 @linux_only
+@pytest.mark.parametrize("longer", [None, "4"])
+def test_a_grace_file_written_before_the_stop_gives_the_command_that_long(tmp_path, longer):
+    """A command whose SIGTERM save takes 2 s, under a reaper with a 0.5 s grace: with a longer
+    grace in its --grace-file (what the ssh launcher writes after an interruption notice) the save
+    finishes and the reaper ends as soon as it has; without the file it is cut at 0.5 s."""
+    grace_file, saved = tmp_path / "stop-grace", tmp_path / "saved"
+    if longer:
+        grace_file.write_text(longer + "\n")
+    script = (f"trap 'sleep 2; touch {saved}; exit 0' TERM; echo up; while :; do sleep 0.1; done")
+    p = subprocess.Popen([sys.executable, reaper.__file__, "--grace", "0.5", "--grace-file", str(grace_file), "--",
+                          "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "up"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=20)
+    took = time.monotonic() - t0
+    if longer:
+        assert saved.exists() and p.returncode == 0 and 1.9 <= took < 3.5, (p.returncode, took)
+    else:
+        assert not saved.exists() and p.returncode == 128 + signal.SIGKILL and took < 1.9, (p.returncode, took)
+
+
+@linux_only
 def test_leftover_check_finds_an_env_cleared_descendant_of_the_run(marker):
     """While the reaper lives, the daemon (no run id in its environment) is found as its
     descendant, reported as a leftover process, and killed."""

@@ -231,3 +231,77 @@ def test_a_jobs_forged_notice_is_data_and_the_keyed_watchers_notice_ends_the_run
     (lost,) = [m for m in events.metrics if m["kind"] == "node_lost"]
     assert (lost["node_rank"], lost["cause"]) == (1, "interruption")
     assert sup.metrics.refused == 1  # the job's own copy, counted and not acted on
+
+
+# -- saving within the notice ---------------------------------------------------------------------
+def test_save_grace_is_the_notices_time_less_the_outputs_margin():
+    from gpucluster.nodeloss import NOTICE_S, OUTPUTS_MARGIN_S, save_grace
+
+    now = 1_800_000_000.0
+    at = lambda s: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + s))  # noqa: E731
+    assert save_grace({"when": at(120)}, 3.0, now) == 120 - OUTPUTS_MARGIN_S
+    assert save_grace({"when": at(50)}, 3.0, now) == 50 - OUTPUTS_MARGIN_S  # found late: less is left
+    assert save_grace({"when": at(20)}, 3.0, now) == 3.0  # too late to save: the usual grace
+    assert save_grace({"when": at(3600)}, 3.0, now) == NOTICE_S - OUTPUTS_MARGIN_S  # a skewed clock: bounded
+    assert save_grace({}, 3.0, now) == save_grace({"when": "soon"}, 3.0, now) == NOTICE_S - OUTPUTS_MARGIN_S
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_a_save_longer_than_the_usual_grace_survives_a_spot_notice(tmp_path, monkeypatch):
+    """Two real sshd "nodes", each with the aws watcher (node_notice.py) beside its job and a fake
+    metadata service of its own; the job (tests/fixtures/slow_save.py) takes 6 s to write its
+    checkpoint on SIGTERM, twice the launchers' usual grace (3 s; 1 s inside the node's supervisor).
+    Node 1's notice comes mid-run: the ranks get the notice's time, less the outputs margin, to save;
+    both checkpoints are written and come back, and the stop ends once the ranks have exited, not
+    after the whole grace. (Checked once by hand: with the stop using the usual grace, as before,
+    neither checkpoint is written and this test fails.)"""
+    import shutil
+
+    import sshd
+
+    reason = sshd.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    from gpucluster.launch import JobSpec
+
+    imds = [FakeImds(), FakeImds()]
+    hosts = sshd.SshdHosts.start(tmp_path / "sshd", 2, env=[{"GPUCLUSTER_IMDS_URL": m.url} for m in imds])
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "tests" / "fixtures" / "slow_save.py", project / "train.py")
+    monkeypatch.chdir(project)
+    remote = tmp_path / "remote"
+    launcher = sshd.make_launcher(hosts, remote, watcher=(str(WATCHER), "--interval", "0.5", "--keyed"))
+    launcher.grace = 3.0  # the launchers' default
+    started: set[int] = set()
+
+    def on_line(rank, line):
+        if line.strip() == "started":
+            started.add(rank)
+            if started == {0, 1} and imds[1].action is None:
+                imds[1].schedule("terminate", 120)
+
+    events = sshd.Recorder(on_line=on_line)
+    out = tmp_path / "out"
+    job = JobSpec(f"notice-{os.getpid()}", command=("python", "train.py"), rdzv_port=sshd.free_port(),
+                  max_seconds=120, threads_per_proc=1, output_dir=str(out))
+    cluster = sshd.cluster_of(hosts, 2)
+    try:
+        result = launcher.launch(cluster, job, events, tmp_path / "logs")
+        stopped_at = time.time()
+        outs = launcher.collect_outputs(job, events)
+        sshd.assert_nothing_left(hosts, cluster, job.run_id, remote)
+    finally:
+        hosts.stop()
+        for m in imds:
+            m.stop()
+    assert imds[1].scheduled_at is not None, events.lines[-20:]
+    assert result.failure.startswith("node 1 (") and "aws spot gave notice: terminate" in result.failure, result.failure
+    lost = [r for _, r in events.metrics if r.get("kind") == "node_lost"]
+    assert [(r["node_rank"], r["cause"]) for r in lost] == [(1, "interruption")]
+    for n in (0, 1):  # every rank saved: 6 s, past the usual grace, within the notice
+        assert (out / f"node-{n}" / "checkpoint.txt").read_text().startswith("saved in 6."), n
+    assert [o.verdict for o in outs] == ["complete", "complete"]
+    took = stopped_at - imds[1].scheduled_at
+    assert 6 < took < 30, took  # the save's 6 s, not the notice's 90 s of grace

@@ -159,6 +159,28 @@ def test_every_ssh_and_gcp_key_reaches_its_flag(captured, project):
     assert (req.cloud, req.project, req.start_deadline) == ("gcp", "my-proj-123", 30)
 
 
+def test_the_check_and_recovery_keys_reach_their_flags_and_flags_win(captured, project):
+    task = write(project, """\
+resources: {cloud: aws, instance_type: g5.xlarge, nodes: 2, spot: true, ssh_cidr: 203.0.113.7/32}
+workload: digits
+epochs: 8
+check: false
+recover: 5
+fallback: on-demand
+fallback_after: 1
+checkpoint_every: 200
+""")
+    req = request(captured, "run", str(task))
+    assert (req.check, req.recover, req.fallback, req.fallback_after, req.checkpoint_every) == (
+        False, 5, "on-demand", 1, 200)
+    req = request(captured, "run", str(task), "--check", "--recover", "0", "--checkpoint-every", "50")
+    assert (req.check, req.recover, req.checkpoint_every) == (True, 0, 50)  # the flags win
+    assert (req.fallback, req.fallback_after) == ("on-demand", 1)  # the rest stay the file's
+    # not in the file: the defaults (None: the backend's or --spot's default, decided by the core)
+    req = request(captured, "run", str(write(project, "resources: {cloud: local}\nworkload: digits\n", "b.yaml")))
+    assert (req.check, req.recover, req.fallback, req.fallback_after, req.checkpoint_every) == (None,) * 5
+
+
 def test_the_tests_above_cover_every_key():
     text = Path(__file__).read_text()
     for key in taskfile.KEYS:
@@ -328,6 +350,18 @@ ERRORS = [
     ("workdir: nowhere\n", 1, "workdir: the folder 'nowhere'"),
     ("resources:\n  cloud: aws\n  tags: {managed-by: me}\n", 3, "resources.tags: --tag key 'managed-by' is reserved"),
     ("run: python train.py\nworkload: digits\n", 2, "run and workload: give one"),
+    # the health check and recovery, checked as --check, --recover, --fallback ... are
+    ("check: maybe\n", 1, "check: true or false, not 'maybe'"),
+    ("recover: three\n", 1, "recover: an integer, not 'three'"),
+    ("recover: 21\n", 1, "recover: recover 21 is not allowed"),
+    ("fallback: spot\n", 1, "fallback: --fallback 'spot' is not allowed; allowed: on-demand"),
+    ("fallback_after: 0\n", 1, "fallback_after: fallback after 0 is not allowed"),
+    ("checkpoint_every: 0\n", 1, "checkpoint_every: checkpoint every 0 is not allowed"),
+    ("checkpoint_every: 2.5\n", 1, "checkpoint_every: an integer, not 2.5"),
+    # ... and together with the rest of the run (the checks the prepare step makes)
+    ("workload: digits\nfallback: on-demand\nrecover: 2\n", 2, "fallback: --fallback on-demand is for --spot runs"),
+    ("run: python train.py\ncheckpoint_every: 100\n", 2,
+     "checkpoint_every: --checkpoint-every is for built-in workloads"),
 ]
 
 

@@ -78,7 +78,7 @@ class KubernetesLauncher(Launcher):
     out through the exec API (`infra.gcp.k8s_outputs`) and then deletes the Job, Service and ConfigMap.
     Without it, they are deleted before `launch` returns."""
 
-    collects_outputs = True
+    collects_outputs = checks_nodes = True
 
     def __init__(
         self,
@@ -151,9 +151,15 @@ class KubernetesLauncher(Launcher):
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
         created = Created(api, plan, retry)
-        stager = None
+        stager: Any = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
             stager = PodStager(api, plan, pods, mounts, objects=transfer)
+            stager.events = events
+        if job.check is not None:  # the health check in every pod goes first (k8s_check)
+            from .k8s_check import PodChecker
+
+            stager = PodChecker(api, plan, pods, job.check, then=stager, log_dir=Path(log_dir),
+                                retry=retry)
             stager.events = events
 
         def stop() -> None:

@@ -46,13 +46,13 @@ PACK = _program("pod_pack.py")
 TOUCH = _program("pod_touch.py")
 
 
-def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False) -> Any:
+def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False, container: str | None = None) -> Any:
     """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes;
     with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see k8s_stage). Each exec
     gets its own ApiClient (`KubeApi.exec_core`): exec runs in threads while the main thread lists pods."""
     try:
         return api.stream(api.exec_core().connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
-                          container=plan.exec_container, stdin=stdin, stdout=True, stderr=True, tty=False,
+                          container=container or plan.exec_container, stdin=stdin, stdout=True, stderr=True, tty=False,
                           binary=True, _preload_content=False)
     except AttributeError as exc:
         # kubernetes 36's ApiClient decodes the body of the ApiException(status=0) that websocket_call raises
@@ -131,12 +131,13 @@ class _ExecReader:
             return None
 
 
-def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None) -> tuple[int | None, str]:
+def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None,
+         container: str | None = None) -> tuple[int | None, str]:
     """(exit code, stderr) of a short command in the pod; the exit code is None when unknown. An exec the
     API server refuses transiently (a control plane away) is opened again (`k8s_api.Retry`)."""
     from .k8s_api import Retry
 
-    client = (retry or Retry()).call(_exec, api, plan, pod, command)
+    client = (retry or Retry()).call(_exec, api, plan, pod, command, False, container)
     reader = _ExecReader(client, idle_s=30)
     try:
         reader.read()

@@ -73,6 +73,8 @@ SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
 # through a content-addressed cache on the GPU node itself (a hostPath volume, so a rerun on a kept
 # cluster sends only what that node lacks); each rank's argv waits for STAGED_FILE first.
 STAGED_FILE = f"{CONTROL_DIR}/staged"
+# the health check (gpucluster/node_check.py), shipped in the ConfigMap as MOUNT/CHECK_FILE (k8s_check)
+CHECK_FILE = "node_check.py"
 CACHE_MOUNT = "/gpucluster-cache"
 CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (COS: /var is writable)
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
@@ -174,12 +176,13 @@ class Plan:
     requests: tuple[tuple[str, str], ...] = ()  # the training container's CPU and memory requests
     code: bool = False  # a user's script folder is shipped: the job runs from its copy at CODE_DIR
     keeper_env: tuple[tuple[str, str], ...] = ()  # the keeper container's environment
+    checks: bool = False  # the health check runs in every pod first: each argv waits for STAGED_FILE (k8s_check)
 
     @property
     def run_dir(self) -> bool:
         """Whether each pod gets the emptyDir at RUN_DIR (outputs, control files, staged data, the
         script's working copy), and with it the keeper container."""
-        return self.collects or self.setup or self.stages or self.code
+        return self.collects or self.setup or self.stages or self.code or self.checks
 
     @property
     def exec_container(self) -> str:
@@ -336,8 +339,9 @@ def plan_job(
         argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
                                        str(int(start_deadline_s)), "--", *a) for r, a in enumerate(argv))
     mounts = staged_mounts(job)
-    if job.setup or mounts:
-        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts else None))
+    checks = job.check is not None  # the health check runs in every pod before the job (k8s_check)
+    if job.setup or mounts or checks:
+        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts or checks else None))
                      for a in argv)
     collects = bool(job.output_dir)
     env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
@@ -345,7 +349,7 @@ def plan_job(
     code = bool(user_files)
     env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, code)}" for m in mounts]))
     keeper_env: dict[str, str] = {}
-    if collects or job.setup or mounts or code:  # the run folder, and the keeper beside the training container
+    if collects or job.setup or mounts or code or checks:  # the run folder, and the keeper beside the training container
         env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR)
         keeper_env = {"GPUCLUSTER_CONTROL_DIR": CONTROL_DIR, "GPUCLUSTER_COLLECT_WAIT_S": str(int(collect_wait_s)),
                       "GPUCLUSTER_COLLECTING": "1" if collects else "0"}
@@ -358,6 +362,10 @@ def plan_job(
         files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
     if code and collects:  # chooses what the job wrote in its working folder, to copy back
         files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
+    if checks:
+        from gpucluster.health import PROGRAM as CHECK_PROGRAM
+
+        files.append((CHECK_FILE, CHECK_FILE, CHECK_PROGRAM.read_text()))
     files += _workload_files() + data_files + user_files + list(extra_files)
     size = _size(files)
     if size > CONFIGMAP_LIMIT:
@@ -404,6 +412,9 @@ def plan_job(
     if job.setup:
         notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
                      f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
+    if checks:
+        notes.append(f"check: {MOUNT}/{CHECK_FILE} in every pod (exec, its training container) once all run, before "
+                     "anything of the job; a pod that fails it fails the run, named")
     if job.secrets:
         notes.append(f"secrets: {', '.join(job.secrets)} from the run's own Kubernetes Secret {namespace}/{name}, "
                      "created before the pods and deleted with them")
@@ -418,7 +429,7 @@ def plan_job(
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
         secrets=tuple(job.secrets),
         requests=tuple(pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
-        code=code, keeper_env=tuple(keeper_env.items()),
+        code=code, keeper_env=tuple(keeper_env.items()), checks=checks,
     )
 
 

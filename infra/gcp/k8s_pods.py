@@ -133,6 +133,7 @@ class _Pods:
         self.failures = 0
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
         self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/nodeloss.py)
+        self.ips: dict[int, str] = {}  # rank -> its pod's address (status.podIP: empty until one is allocated)
         self._last = float("-inf")
         self._next = float("-inf")  # no listing before this (backing off while the API fails)
         self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
@@ -179,6 +180,9 @@ class _Pods:
     def _observe(self, rank: int, pod: Any) -> None:
         status = pod.status
         phase = getattr(status, "phase", None)
+        ip = getattr(status, "pod_ip", None)
+        if ip:
+            self.ips[rank] = str(ip)
         state = None
         for cs in getattr(status, "container_statuses", None) or []:
             if cs.name == CONTAINER:

@@ -445,11 +445,12 @@ class SshLauncher(NodeAccess, Launcher):
         nodes = cluster.nodes
         user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv
         keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.control)
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys)
+        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys,
+                                    grace=self.grace)
         procs: dict[int, subprocess.Popen] = {}
 
-        def stop() -> None:
-            session.kill_run(job.run_id, dirs, job.owner)
+        def stop() -> None:  # after a node's interruption notice the ranks get the notice's time to save
+            session.kill_run(job.run_id, dirs, job.owner, grace=supervisor.stop_grace)
             stop_local(procs)
 
         def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere
@@ -473,7 +474,7 @@ class SshLauncher(NodeAccess, Launcher):
                 # torchrun runs under the node supervisor, a child subreaper that stops whatever
                 # the job leaves behind (re-parented daemons included) and carries the run's env.
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
+                        "--grace-file", f"{node_dir}/stop-grace", "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
                 # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
                 # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
                 # It reads the node's keys on stdin, keeps its own, gives the watcher its key, and pipes the

@@ -2,6 +2,9 @@
 import json, os, signal, sys, time
 mode, run_id, rank, pgid_file, grace = sys.argv[1:6]
 owner = sys.argv[6].encode() if len(sys.argv) > 6 else b""
+# the node supervisor's grace for this stop (reaper.py --grace-file), written before anything is signalled;
+# 0: its own (a number the job may have left there is overwritten)
+inner = sys.argv[7] if len(sys.argv) > 7 and sys.argv[7] else "0"
 want = [b"GPUCLUSTER_RUN_ID=" + run_id.encode()] if run_id else []
 if rank:
     want.append(b"GPUCLUSTER_NODE_RANK=" + rank.encode())
@@ -64,6 +67,11 @@ if pgid_file:
         try:
             open(os.path.join(os.path.dirname(pgid_file), "cancelled"), "w").close()
         except OSError:
+            pass
+        try:
+            with open(os.path.join(os.path.dirname(pgid_file), "stop-grace"), "w") as gf:
+                gf.write("%g\n" % float(inner))
+        except (OSError, ValueError):
             pass
 own = os.getpgrp()
 def groups():

@@ -436,11 +436,12 @@ class Session:
         return out
 
     def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
-              grace: float, owner: str | None = None) -> tuple[dict[str, str], None]:
+              grace: float, owner: str | None = None, inner: float = 0.0) -> tuple[dict[str, str], None]:
         """({pid: command line}, None): the run's processes on the node ("list"), or those that
         survived SIGKILL ("kill"); with `owner`, only those it started (by run id AND owner, see
-        node_procs.py). LaunchError naming the node when it cannot be asked."""
-        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace), owner or ""))
+        node_procs.py). `inner`: the node supervisor's grace for this stop, when longer than its own
+        (reaper.py --grace-file). LaunchError naming the node when it cannot be asked."""
+        args = " ".join(shlex.quote(a) for a in (mode, run_id, rank, pgid_file, str(grace), owner or "", f"{inner:g}"))
         cp = self.run(node, f"exec {shlex.quote(self.launcher.python)} - {args}", stdin=PROCS_PY.encode(), timeout=grace + 30)
         out = cp.stdout.decode("utf-8", "replace").strip().splitlines()
         if cp.returncode != 0 or not out:
@@ -452,10 +453,18 @@ class Session:
             raise LaunchError(f"node {node.rank} ({node_label(node)}): process check printed {out[-1][:200]!r}") from None
         return (data if mode == "list" else data.get("left", {})), None
 
-    def kill_run(self, run_id: str, dirs: dict[int, str], owner: str | None = None) -> dict[int, str | None]:
-        """Kill the run's processes (by run id AND owner) on every reachable node; {rank: problem or None}."""
+    def kill_run(self, run_id: str, dirs: dict[int, str], owner: str | None = None,
+                 grace: float | None = None) -> dict[int, str | None]:
+        """Kill the run's processes (by run id AND owner) on every reachable node; {rank: problem or None}.
+        `grace`: longer than the launcher's (a node's interruption notice: the ranks' time to save);
+        the node supervisors then wait nearly as long (reaper.py --grace-file)."""
+        from gpucluster.reaper import nested_grace
+
+        usual = self.launcher.grace
+        grace = usual if grace is None or grace <= usual else float(grace)
+        inner = max(nested_grace(usual), grace - 2.0) if grace > usual else 0.0
         results = self.each(lambda n: self.procs(n, "kill", run_id, str(n.rank), f"{dirs[n.rank]}/pgid",
-                                                 self.launcher.grace, owner))
+                                                 grace, owner, inner))
         problems: dict[int, str | None] = {}
         for node, (left, err) in zip(self.nodes, results):
             problems[node.rank] = err or (f"{len(left)} process(es) survived SIGKILL" if left else None)
