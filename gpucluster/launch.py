@@ -8,7 +8,7 @@ an exception) makes sure none of the processes it started is left running.
 Here: the job and result types, the torchrun command line (argv lists, never shell strings) and
 the per-node environment contract. Beside it: `gpucluster.supervisor` (`NodeSupervisor`, which
 runs one local process per node, a torchrun agent for `local`, an `ssh` client for `ssh`, and
-watches them; `terminate_groups`) and `gpucluster.node_output` (what a node prints: cut lines,
+watches them; `gpucluster.procs.terminate_groups` stops them) and `gpucluster.node_output` (what a node prints: cut lines,
 tails, the console feed, the root cause of a failure).
 """
 

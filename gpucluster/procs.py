@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TypeVar
+import time
+from typing import Callable, Iterable, TypeVar
 
 import psutil
 
@@ -105,3 +106,38 @@ def kill_run_processes(run_id: str, grace: float = 3.0, also: list[psutil.Proces
     procs.update((p.pid, p) for p in run_processes(run_id, owner))
     kill_processes(list(procs.values()), grace)
     return len(procs)
+
+
+def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], object] | None = None) -> None:
+    """SIGTERM whole process groups, then SIGKILL what is left after `grace` seconds.
+
+    torchrun agents have been seen ignoring SIGTERM for minutes after a worker crashed, hence the
+    escalation.
+    """
+    pgids = [p for p in set(pgids) if p and p > 1]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+                alive.append(pgid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not alive or sig == signal.SIGKILL:
+            return
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            if reap:
+                reap()  # our own children stay zombies (and their group "alive") until reaped
+            if not any(_group_alive(p) for p in alive):
+                return
+            time.sleep(0.05)
+        pgids = [p for p in alive if _group_alive(p)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

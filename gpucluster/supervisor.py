@@ -5,7 +5,6 @@ SIGTERM then SIGKILL to process groups, reaping as it goes."""
 
 from __future__ import annotations
 
-import os
 import queue
 import re
 import signal
@@ -472,38 +471,3 @@ def _say(events: RunEvents, text: str) -> None:
         events.message(text)
     except Exception:  # noqa: BLE001 - a broken console must not stop the run
         pass
-
-
-def terminate_groups(pgids: Iterable[int], grace: float = 3.0, reap: Callable[[], object] | None = None) -> None:
-    """SIGTERM whole process groups, then SIGKILL what is left after `grace` seconds.
-
-    torchrun agents have been seen ignoring SIGTERM for minutes after a worker crashed, hence the
-    escalation.
-    """
-    pgids = [p for p in set(pgids) if p and p > 1]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
-        for pgid in pgids:
-            try:
-                os.killpg(pgid, sig)
-                alive.append(pgid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if not alive or sig == signal.SIGKILL:
-            return
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            if reap:
-                reap()  # our own children stay zombies (and their group "alive") until reaped
-            if not any(_group_alive(p) for p in alive):
-                return
-            time.sleep(0.05)
-        pgids = [p for p in alive if _group_alive(p)]
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucluster.errors import ExitCode
+
 sys.path.insert(0, str(Path(__file__).parent))
 import sshd  # noqa: E402
 
@@ -115,8 +117,17 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
         assert start["resumed_from_step"] > 0
     for rid in ids:
         run = ledger.get_run(rid)
-        assert run.run.teardown == "verified", (rid, run.run.teardown, run.run.unchecked, run.run.leftovers)
-        assert all(r.confirmed_gone for r in run.resources), [r for r in run.resources if not r.confirmed_gone]
+        if rid == ids[0] and any(u.startswith("no witness: node 1 (") for u in run.run.unchecked):
+            # the lost node's reaper could not vouch for its end, and the host still exists (it may only
+            # have been cut off): the attempt stays "not verified", naming the node, and the chain went on
+            # and ends 3 (docs/teardown.md); nothing else may be unchecked, and nothing is left
+            # the rows stay open until someone checks the node and says so (`down --ack-unwitnessed`)
+            assert run.run.teardown == "not verified" and len(run.run.unchecked) == 1, run.run.unchecked
+            assert chain.exit_code == ExitCode.LEFTOVERS
+            assert not ledger.metrics(rid, kind="teardown_acknowledged")
+        else:
+            assert run.run.teardown == "verified", (rid, run.run.teardown, run.run.unchecked, run.run.leftovers)
+            assert all(r.confirmed_gone for r in run.resources), [r for r in run.resources if not r.confirmed_gone]
         assert sshd.run_processes(rid) == {} and run_processes(rid) == []
         assert not (remote / rid).exists(), list((remote / rid).rglob("*"))
     assert sshd.leaked_ssh_masters() == []

@@ -118,22 +118,22 @@ class _Buffered(NullEvents):
     """The run's events, kept while the check's thread reports and given on the supervisor's thread."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.calls: list[Callable[[Any], None]] = []
         self.lock = threading.Lock()
 
     def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
         with self.lock:
-            self.calls.append(("on_metric", (node_rank, record)))
+            self.calls.append(lambda events: events.on_metric(node_rank, record))
 
     def message(self, text: str) -> None:
         with self.lock:
-            self.calls.append(("message", (text,)))
+            self.calls.append(lambda events: events.message(text))
 
     def flush(self, events: Any) -> None:
         with self.lock:
             calls, self.calls = self.calls, []
-        for name, args in calls:
-            getattr(events, name)(*args)
+        for call in calls:
+            call(events)
 
 
 class PodChecker:

@@ -26,7 +26,8 @@ from gpucluster.events import RunEvents
 from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_args, resume_record,
                                torchrun_argv)
 from gpucluster.nodeloss import killed_why
-from gpucluster.supervisor import NodeSupervisor, terminate_groups
+from gpucluster.procs import terminate_groups
+from gpucluster.supervisor import NodeSupervisor
 from gpucluster.procs import kill_run_processes, piped, run_processes
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 from gpucluster.infra.ssh.ship import user_program
@@ -444,7 +445,7 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
 def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
     `gpucluster/workdir.py`): (files, bytes, problems)."""
-    from gpucluster.outputs import named, remove_if_empty, workdir_args, workdir_problems
+    from gpucluster.outputs import remove_if_empty, workdir_args, workdir_problems
     from gpucluster.workdir import DEFAULT_LIMIT, select
 
     args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))

@@ -14,21 +14,20 @@
    id is written to `node-<rank>/pgid`) with the GPUCLUSTER_* environment, the head's private
    address as the rendezvous endpoint and the node's private address as `--local-addr`;
 5. watches the local ssh clients with `NodeSupervisor` (logs, metrics, fail fast, deadline).
-   Whenever the run ends (success, failure, time limit, Ctrl-C, exception) every node that can
-   still be reached gets its run's processes killed: the recorded process group and every
-   process whose environment carries this run's id and the node's rank (torchrun starts its
-   workers in sessions of their own), SIGTERM then SIGKILL after a grace period. Then the local
-   ssh clients are stopped, the remote run folders removed (logs are kept locally) and the
-   master connections closed.
+   Whenever the run ends (success, failure, time limit, Ctrl-C, exception) every reachable node
+   gets its run's processes killed (the recorded process group and every process whose
+   environment carries this run's id and the node's rank), SIGTERM then SIGKILL after a grace.
+   Then the local ssh clients stop, the remote run folders go (logs are kept locally) and the
+   master connections close.
 
 Modules beside this one: `session` (the connections and per-node operations), `remote` (the
 Python programs run on the nodes), `ship` (what is shipped), `cleanup` (`remote_leftovers`, the
-teardown check: the processes on each node whose environment still carries
-`GPUCLUSTER_RUN_ID=<run_id>`; `clean_recorded_hosts` for `down` after a killed run).
+teardown check: each node's processes whose environment still carries `GPUCLUSTER_RUN_ID=<run_id>`;
+`clean_recorded_hosts` for `down` after a killed run).
 
 Every remote command is a POSIX `sh -c` script built with `shlex.quote`; local commands are argv
-lists. Secrets (the cluster's private key) go to files of mode 0600 in the temporary directory,
-never onto a command line or into a log.
+lists. Secrets (the cluster's private key) go to 0600 files in the temporary directory, never
+onto a command line or into a log.
 """
 
 from __future__ import annotations
@@ -95,8 +94,7 @@ class SshLauncher(NodeAccess, Launcher):
     ssh_options: extra `Key=Value` OpenSSH options (e.g. "ProxyJump=bastion").
     remote_dir: where run folders go on the nodes ("~/" is the remote user's home).
     data_cache: the `--data` cache on the nodes (default ~/.cache/gpucluster/data).
-    python: the Python on the nodes that has torch (a name on the remote PATH or a full path,
-        e.g. /opt/conda/bin/python).
+    python: the Python on the nodes that has torch (a name on the remote PATH or a full path).
     objects: what the nodes run to pull `--data` URLs and push outputs to a `--output` URL with
         their own credentials (`infra/ssh/objects.py`; aws: `infra.aws.s3.NodeTransfer`); None
         where the nodes have no object storage of their own (ssh).
@@ -471,14 +469,15 @@ class SshLauncher(NodeAccess, Launcher):
                 env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
                 env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON
                 argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}", keyed=True)
-                # torchrun runs under the node supervisor, a child subreaper that stops whatever
-                # the job leaves behind (re-parented daemons included) and carries the run's env.
+                # torchrun runs under the node supervisor (a child subreaper: it stops what the job leaves
+                # behind, carries the run's env, and after a notice takes the grace the stop wrote).
                 argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        "--grace-file", f"{node_dir}/stop-grace", "--keyed", *(["--env-stdin"] if user_env else []), "--", *argv]
-                # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives
-                # a killed reaper keeps the session's output open: the supervisor cuts it, bounded).
-                # It reads the node's keys on stdin, keeps its own, gives the watcher its key, and pipes the
-                # rest (and the environment line that follows, with --env/--secret) to the reaper.
+                        "--grace-file", f"{node_dir}/stop-grace", "--keyed", *(["--env-stdin"] if user_env else []),
+                        "--", *argv]
+                # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives a
+                # killed reaper keeps the output open: the supervisor cuts it, bounded). It reads the node's
+                # keys on stdin, keeps its own, gives the watcher its key, and pipes the rest (and the
+                # environment line that follows, with --env/--secret) to the reaper.
                 rest = "; cat" if user_env else ""
                 pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
                 inner = (f"IFS=' ' read -r gk_exit gk_notice gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
