@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("kubernetes")
 pytest.importorskip("torch")
 
+from gcs_emulator import gcs_server  # noqa: E402,F401
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
 from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import Events, cluster  # noqa: E402
@@ -35,27 +36,39 @@ def assert_everything_deleted(fake):
     assert fake.objects == {} and fake.pods == {}
 
 
-def _gcp_run(tmp_path, monkeypatch, **job_fields):
+def _gcp_run(tmp_path, monkeypatch, output=None, **job_fields):
+    """`output`: a gs:// URL (the pods upload, as the cluster's Google service account), else a folder here."""
     project = tmp_path / "project"
     shutil.copytree(JOB, project)
     monkeypatch.chdir(project)  # the script folder is the working folder, as the user runs it
     fake = FakeKubeApi({r: PodScript(program=True) for r in range(2)})
     api, stop = serve(fake)
-    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0.05, api_retry_s=10)
+    objects = None
+    if output:
+        from gpucluster.infra.gcp import gcs
+
+        objects = gcs.GcsTransfer()
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0.05, api_retry_s=10, objects=objects)
     job = JobSpec(f"r20261125-0{next(_COUNT)}0000-abcdef", command=("python", "train.py"), nproc_per_node=1,
-                  threads_per_proc=1, max_seconds=180, output_dir=str(tmp_path / "results"), **job_fields)
+                  threads_per_proc=1, max_seconds=180, output_dir=output or str(tmp_path / "results"), **job_fields)
     events = Events()
+    if output:
+        from test_k8s_gcs import cluster as gcs_cluster
+
+        spec = gcs_cluster(2)
+    else:
+        spec = cluster(2)
     try:
-        result = launcher.launch(cluster(2), job, events, tmp_path / "logs")
+        result = launcher.launch(spec, job, events, tmp_path / "logs")
         got = {o.node_rank: o for o in launcher.collect_outputs(job, Events())}
     finally:
         stop()
     assert fake.rest_upgrades == []  # no REST call went out on an ApiClient an exec had patched
-    return fake, result, got
+    return fake, result, got, job
 
 
 def test_gcp_files_written_in_the_working_folder_come_back_before_teardown(tmp_path, monkeypatch):
-    fake, result, got = _gcp_run(tmp_path, monkeypatch)
+    fake, result, got, _ = _gcp_run(tmp_path, monkeypatch)
     assert result.ok, result.failure
     assert check_every_file_came_back(tmp_path / "results", 2) == 9
     assert [got[r].verdict for r in range(2)] == [COMPLETE, COMPLETE], [got[r].detail for r in range(2)]
@@ -64,7 +77,7 @@ def test_gcp_files_written_in_the_working_folder_come_back_before_teardown(tmp_p
 
 
 def test_gcp_limit_is_partial_and_named(tmp_path, monkeypatch):
-    fake, result, got = _gcp_run(tmp_path, monkeypatch, env=(("BIG", "30000"),), collect_limit=20000)
+    fake, result, got, _ = _gcp_run(tmp_path, monkeypatch, env=(("BIG", "30000"),), collect_limit=20000)
     assert [got[r].verdict for r in range(2)] == [PARTIAL, PARTIAL]
     assert all("big.bin (30000 B)" in got[r].detail and "limit" in got[r].detail for r in range(2))
     assert not list((tmp_path / "results" / "workdir").rglob("big.bin"))
@@ -78,7 +91,7 @@ def test_gcp_data_beside_the_script_folder(tmp_path, monkeypatch):
     data = tmp_path / "dataset"
     data.mkdir()
     (data / "input.txt").write_text("forty-two\n")
-    fake, result, got = _gcp_run(tmp_path, monkeypatch, data=parse_data([f"{data}:../data"]))
+    fake, result, got, _ = _gcp_run(tmp_path, monkeypatch, data=parse_data([f"{data}:../data"]))
     assert result.ok, result.failure
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("node-*.log"))
     assert logs.count("read ../data/input.txt: forty-two") == 2, logs[-2000:]
@@ -99,3 +112,50 @@ def test_data_above_the_working_folder_stays_in_the_run_folder():
         with pytest.raises(UsageError):
             k8s_plan.staged_rel(dest, code)
     assert os.path.normpath("/gpucluster-run/" + k8s_plan.staged_rel("../data", True)) == "/gpucluster-run/data"
+
+
+def test_gcp_working_folders_are_uploaded_beside_gs_outputs(gcs_server, tmp_path, monkeypatch):
+    """`--output gs://...`: each pod uploads its output folder to URL/RUN_ID/node-N and what the job wrote
+    in its working folder to URL/RUN_ID/workdir/node-N, itself (through the same Cloud Storage program and
+    service account), so nothing the job wrote is lost; checksums compared against the objects."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from gpucluster.outputs import summary
+
+    for k, v in gcs_server.env.items():
+        monkeypatch.setenv(k, v)
+    gcs_server.make_bucket("results")
+    fake, result, got, job = _gcp_run(tmp_path, monkeypatch, output="gs://results/runs")
+    assert result.ok, result.failure
+    run = job.run_id
+    names = set(gcs_server.objects("results"))
+
+    def fetch(name):
+        q = urllib.parse.quote(name, safe="")
+        with urllib.request.urlopen(f"{gcs_server.url}/storage/v1/b/results/o/{q}?alt=media", timeout=30) as r:
+            return r.read()
+
+    for n in range(2):
+        assert got[n].verdict == COMPLETE, got[n].detail
+        assert got[n].path == f"gs://results/runs/{run}/node-{n}"
+        wrote = {}
+        for name in sorted(names):
+            if name.startswith(f"runs/{run}/node-{n}/wrote-rank"):
+                wrote.update(json.loads(fetch(name)))
+        assert wrote, f"node {n} reported nothing"
+        base = f"runs/{run}/workdir/node-{n}"
+        for rel, digest in wrote.items():
+            assert gcs_server.sha256("results", f"{base}/{rel}") == digest, (n, rel)
+        assert fetch(f"{base}/same-name.txt") == f"written by node {n}\n".encode()
+        assert f"{base}/train.py" not in names and f"{base}/unchanged.txt" not in names  # shipped, unchanged
+        assert not any(x.startswith(f"{base}/outputs/") for x in names)  # the output folder went on its own
+        uploaded = sorted(x for x in names if x.startswith(base + "/"))
+        assert got[n].workdir_files == len(uploaded) and got[n].workdir_bytes == sum(
+            gcs_server.objects("results")[x] for x in uploaded)
+    assert f"gs://results/runs/{run}/workdir/node-N" in summary([got[n].to_dict() for n in range(2)])
+    # the Job, Service and ConfigMap are deleted; the Kubernetes service account stays with the cluster
+    assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
+    fake.settle()
+    assert set(fake.objects) == {("serviceaccount", "gpucluster-objects")} and fake.pods == {}

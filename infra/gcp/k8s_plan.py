@@ -367,8 +367,9 @@ def plan_job(
         left = f", {ignored} left out by .gitignore/.gpuclusterignore" if ignored else ""
         notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes{left}) "
                      f"as {MOUNT}/user; the job runs from a writable copy at {CODE_DIR}"
-                     + (" and what it writes there comes back to OUTPUT/workdir/node-N" if collects and
-                        "://" not in str(job.output_dir) else ""))
+                     + ((" and what it writes there is uploaded to OUTPUT/RUN_ID/workdir/node-N"
+                         if "://" in str(job.output_dir) else " and what it writes there comes back to "
+                         "OUTPUT/workdir/node-N") if collects else ""))
     selector = {}
     if outputs.get("accelerator_type"):
         selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
