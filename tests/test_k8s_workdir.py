@@ -68,8 +68,18 @@ def _gcp_run(tmp_path, monkeypatch, output=None, **job_fields):
 
 
 def test_gcp_files_written_in_the_working_folder_come_back_before_teardown(tmp_path, monkeypatch):
-    fake, result, got, _ = _gcp_run(tmp_path, monkeypatch)
+    """Also issue 28 item 6 on gcp: every rank and --setup command gets GPUCLUSTER_PYTHON, the image's
+    `python` (here the fake pod's) as an absolute path, with its folder first on PATH."""
+    import json
+
+    fake, result, got, _ = _gcp_run(tmp_path, monkeypatch, setup=("echo SETUP-PY $GPUCLUSTER_PYTHON ${PATH%%:*}",))
     assert result.ok, result.failure
+    logs = "".join((tmp_path / "logs" / f"node-{r}.log").read_text() for r in range(2))
+    seen = [json.loads(ln.split("PY ", 1)[1]) for ln in logs.splitlines() if ln.startswith("PY ")]
+    assert len(seen) == 2 and all(os.path.isabs(s["gp"] or "") and os.path.basename(s["gp"]) == "python"
+                                  and s["path0"] == os.path.dirname(s["gp"]) for s in seen), seen
+    for s in seen:
+        assert f"SETUP-PY {s['gp']} {s['path0']}" in logs, logs[-2000:]
     assert check_every_file_came_back(tmp_path / "results", 2) == 9
     assert [got[r].verdict for r in range(2)] == [COMPLETE, COMPLETE], [got[r].detail for r in range(2)]
     assert all(got[r].workdir_files > 0 for r in range(2))
