@@ -169,3 +169,41 @@ def test_gcp_working_folders_are_uploaded_beside_gs_outputs(gcs_server, tmp_path
     assert [d[1] for d in fake.of("delete")] == ["job", "service", "configmap"]
     fake.settle()
     assert set(fake.objects) == {("serviceaccount", "gpucluster-objects")} and fake.pods == {}
+
+
+def test_gcp_resume_lays_the_scripts_own_snapshot_back(tmp_path, monkeypatch):
+    """Issue 28 item 3 on gcp: `--resume RUN` stages RUN's outputs (its workdir/node-K included) into each pod,
+    then, once the entry script has laid the shipped folder down, copies node K's working-folder files into
+    the pod's working folder (gpucluster/workdir.py --lay-back through exec), before the job may start:
+    the fixture reloads its own snapshot.pt on every rank, and the files come back with this run too."""
+    from gpucluster.staging import DataMount
+
+    first = tmp_path / "first"
+    first.mkdir()
+    _, result, got, _ = _gcp_run(first, monkeypatch, env=(("RESUME", "1"),))
+    assert result.ok, result.failure
+    outputs = first / "results"
+    (head,) = [n for n in range(2) if (outputs / "workdir" / f"node-{n}" / "snapshot.pt").is_file()]
+    second = tmp_path / "second"
+    second.mkdir()
+    events = []
+    real = Events.on_metric
+
+    def keep(self, rank, record):
+        events.append((rank, record))
+        return real(self, rank, record)
+
+    monkeypatch.setattr(Events, "on_metric", keep)
+    fake, result, got, _ = _gcp_run(second, monkeypatch, env=(("RESUME", "1"),),
+                                    resume=DataMount(str(outputs), "resume"),
+                                    resume_files=(f"workdir/node-{head}", f"node {head}, which held global rank 0"))
+    assert result.ok, result.failure
+    logs = "".join((second / "logs" / f"node-{r}.log").read_text() for r in range(2))
+    assert logs.count("resumed from snapshot.pt at epoch 1") == 2, logs[-3000:]
+    laid = {r: rec for r, rec in events if rec.get("kind") == "resume_files"}
+    assert set(laid) == {0, 1} and all(rec["files"] >= 1 and rec["from"].endswith(f"workdir/node-{head}")
+                                       for rec in laid.values()), laid
+    # the laid-back files are the job's own now: they come back with this run (a later --resume finds them)
+    assert all((second / "results" / "workdir" / f"node-{n}" / "snapshot.pt").is_file() for n in range(2))
+    assert [got[r].verdict for r in range(2)] == [COMPLETE, COMPLETE]
+    assert_everything_deleted(fake)

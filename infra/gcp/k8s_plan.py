@@ -356,7 +356,7 @@ def plan_job(
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
     if keeper_env:
         files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
-    if code and collects:  # chooses what the job wrote in its working folder, to copy back
+    if code and (collects or job.resume_files):  # chooses what the job wrote (copy back); --resume's lay-back
         files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
     files += _workload_files() + data_files + user_files + list(extra_files)
     size = _size(files)
