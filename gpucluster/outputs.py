@@ -4,7 +4,9 @@ teardown, and each node's copy gets a verdict.
 - `check_output_dest(value, store)`: the `--output DIR|URL` check made before anything starts. DIR
   must be creatable and writable, and new or empty. A bucket URL is accepted only where the run's
   backend declares that scheme (the plugin's `ObjectStore`: aws takes s3://); then each node uploads
-  its own folder to URL/RUN_ID/node-N (`infra/ssh/objects.py`) and nothing is copied back here.
+  its own folder to URL/RUN_ID/node-N (`infra/ssh/objects.py`) and nothing is copied back here;
+  what the job wrote in its working folder goes to URL/RUN_ID/workdir/node-N the same way
+  (`workdir_push_script`, `workdir_pushed`).
 - `NodeOutputs`: one node's copy (where it went, files, bytes, seconds, verdict, detail). The
   verdict is `complete` (every file the node's folder listed is here), `partial` (some came back;
   `detail` says what is missing), or `failed` (nothing came back; `detail` says why).
@@ -103,6 +105,63 @@ def workdir_problems(answer: dict[str, Any], limit: int | None) -> list[str]:
     if answer.get("unreadable"):
         out.append(named("could not be read", answer["unreadable"]))
     return out
+
+
+WORKDIR_STAGE = ".gpucluster-workdir-upload"  # in a node's run folder: the chosen files, linked, for the upload
+PICK_FAILED_RC = 9  # the upload script's exit code when choosing the files failed
+
+
+def workdir_url(output_url: str, run_id: str, rank: int) -> str:
+    """Where a node uploads what its job wrote in its working folder: URL/RUN_ID/workdir/node-N, beside
+    URL/RUN_ID/node-N (its output folder), so the report's `.../workdir/node-N` names it."""
+    return f"{output_url.rstrip('/')}/{run_id}/{WORKDIR}/node-{rank}"
+
+
+def workdir_push_script(python: str, program: str, args: list[str], stage: str, push: str) -> str:
+    """A POSIX sh script for a node whose outputs go to object storage: gpucluster/workdir.py (`program`,
+    with `args` from `workdir_args`) puts the chosen files under `stage` (its JSON line on stderr), then
+    `push` (the backend's node transfer program, uploading `stage`) runs; its answer is on stdout."""
+    import shlex
+
+    return (f"{shlex.quote(python)} {shlex.quote(program)} {shlex.join(args)} --into {shlex.quote(stage)} >&2 "
+            f"|| exit {PICK_FAILED_RC}\n{push}")
+
+
+def workdir_pushed(where: str, who: str, rc: int | None, stdout: str, stderr: str, seconds: float,
+                   limit: int | None) -> tuple[int, int, list[str]]:
+    """(files, bytes, problems) of a node's working-folder upload (`workdir_push_script`): the counts are
+    what was uploaded; the problems name what is over the limit or unreadable, and a failed upload."""
+    import json
+
+    picked: dict[str, Any] | None = None
+    other: list[str] = []
+    for line in (ln.strip() for ln in stderr.splitlines()):
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "over" in value and "files" in value:
+            picked = value
+        else:
+            other.append(line)
+    if picked is None or rc == PICK_FAILED_RC:
+        return 0, 0, [f"{who}: choosing what to upload failed (exit code {rc})"
+                      + (": " + "; ".join(other[-3:]) if other else "")]
+    answer: dict[str, Any] = {}
+    for line in reversed([ln for ln in stdout.splitlines() if ln.strip()]):
+        try:
+            answer = json.loads(line)
+            break
+        except ValueError:
+            continue
+    why = other[-1][-400:] if other else ("the command's exit status was lost" if rc is None else f"exit code {rc}")
+    up = pushed(0, where, who, rc, answer if isinstance(answer, dict) else {}, why, seconds)
+    problems = workdir_problems(picked, limit)
+    if up.verdict != COMPLETE:
+        problems.append(up.detail or f"{who}: upload to {where} failed")
+    return up.files, up.bytes, problems
 
 
 def remove_if_empty(dest: Path) -> None:

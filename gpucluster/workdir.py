@@ -3,10 +3,15 @@
 
     python workdir.py ROOT --since MARKER [--exclude NAME]... [--collect PATTERN]... [--limit BYTES]
 
+    python workdir.py ROOT --since MARKER ... --into DIR
+
     python workdir.py ROOT --lay-back SRC      (--resume: SRC's files copied into ROOT)
 
 The first writes a tar stream (pax format) of the chosen files to stdout, then one JSON line to stderr:
-{"files", "bytes", "over": [names over the limit], "unreadable": [...]}.
+{"files", "bytes", "over": [names over the limit], "unreadable": [...]}. With `--into DIR` the chosen
+files are put under DIR instead (hard links where the filesystem allows, else copies; DIR is made even
+when nothing is chosen), for the node's object-storage upload (`--output s3://...`, `gs://...`), and
+the same JSON line goes to stderr.
 
 - chosen: regular files under ROOT whose modification time is later than MARKER's (a file
   written when the job's files were laid down, before anything ran), not at or under a
@@ -106,6 +111,31 @@ def lay_back(src: str, root: str) -> tuple[int, int]:
     return files, nbytes
 
 
+def put_into(root: str, chosen: list[tuple[str, int]], into: str, unreadable: list[str]) -> tuple[int, int]:
+    """The chosen files under `into`, same relative paths: a hard link (the job has ended, so the file
+    no longer changes), else a copy; what cannot be read or written is added to `unreadable`. (files, bytes)."""
+    import shutil
+
+    os.makedirs(into, exist_ok=True)
+    files = nbytes = 0
+    for rel, _size in chosen:
+        src, dst = os.path.join(root, rel), os.path.join(into, rel)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if os.path.lexists(dst):
+                os.unlink(dst)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+            nbytes += os.lstat(dst).st_size
+        except OSError as exc:
+            unreadable.append(f"{rel}: {exc.strerror}")
+            continue
+        files += 1
+    return files, nbytes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="workdir.py")
     ap.add_argument("root")
@@ -114,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude", action="append", default=[])
     ap.add_argument("--collect", action="append", default=[])
     ap.add_argument("--limit", type=int, default=DEFAULT_LIMIT)
+    ap.add_argument("--into", default=None, help="put the chosen files under this folder instead of a tar stream")
     a = ap.parse_args(argv)
     if a.lay_back:
         files, nbytes = lay_back(a.lay_back, a.root)
@@ -123,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--since is required")
     since = os.stat(a.since).st_mtime_ns
     chosen, over, unreadable = select(a.root, since, a.exclude, a.collect, a.limit)
+    if a.into:
+        files, nbytes = put_into(a.root, chosen, a.into, unreadable)
+        sys.stderr.write(json.dumps({"files": files, "bytes": nbytes, "over": over, "unreadable": unreadable}) + "\n")
+        return 0
     files = nbytes = 0
     with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for rel, _size in chosen:

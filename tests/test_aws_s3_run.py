@@ -36,7 +36,8 @@ from test_cloud_run import _launcher, _provider_and_fake, checkip, dlami_python,
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 # Checks the staged folder on every rank against CHECK_MANIFEST (relative path -> sha256), then
-# writes rank-R.txt on every rank and, on rank 0, model.pt: 128 KiB derived from the manifest.
+# writes rank-R.txt on every rank and, on rank 0, model.pt: 128 KiB derived from the manifest; then, in
+# its working folder, ckpt/rank-R.bin on every rank and snapshot.pt on rank 0.
 SCRIPT = r'''
 import hashlib, json, os, sys
 data, want, rank = os.environ["GPUCLUSTER_DATA"], json.loads(os.environ["CHECK_MANIFEST"]), os.environ["RANK"]
@@ -52,6 +53,11 @@ out = os.environ["GPUCLUSTER_OUTPUT_DIR"]
 open(os.path.join(out, "rank-%s.txt" % rank), "w").write("rank %s done\n" % rank)
 if rank == "0":
     open(os.path.join(out, "model.pt"), "wb").write(hashlib.sha256(json.dumps(want, sort_keys=True).encode()).digest() * 4096)
+# and, as most scripts do, files saved relative to its working folder (issue 28 item 1)
+os.makedirs("ckpt", exist_ok=True)
+open(os.path.join("ckpt", "rank-%s.bin" % rank), "wb").write(hashlib.sha256(rank.encode()).digest() * 300)
+if rank == "0":
+    open("snapshot.pt", "wb").write(b"epoch 1\n" * 1000)
 '''
 
 
@@ -124,10 +130,21 @@ def test_s3_data_on_every_rank_and_outputs_uploaded_by_each_node(home, tmp_path,
                                     and r["tool"] == "boto3" and r["sent_bytes"] == 0 for r in staged), staged
     rid = run["id"]
     assert s3_server.keys("out-bkt") == [f"runs/{rid}/node-0/model.pt", f"runs/{rid}/node-0/rank-0.txt",
-                                         f"runs/{rid}/node-1/rank-1.txt"]
+                                         f"runs/{rid}/node-1/rank-1.txt",
+                                         # what the script saved in its working folder (issue 28 item 1)
+                                         f"runs/{rid}/workdir/node-0/ckpt/rank-0.bin",
+                                         f"runs/{rid}/workdir/node-0/snapshot.pt",
+                                         f"runs/{rid}/workdir/node-1/ckpt/rank-1.bin"]
     assert s3_server.sha256("out-bkt", f"runs/{rid}/node-0/model.pt") == _model_sha(want)
+    for r in ("0", "1"):
+        assert s3_server.sha256("out-bkt", f"runs/{rid}/workdir/node-{r}/ckpt/rank-{r}.bin") == hashlib.sha256(
+            hashlib.sha256(r.encode()).digest() * 300).hexdigest()
+    assert s3_server.sha256("out-bkt", f"runs/{rid}/workdir/node-0/snapshot.pt") == hashlib.sha256(
+        b"epoch 1\n" * 1000).hexdigest()
     outs = {o["node_rank"]: o for o in run["outputs"]}
-    assert [outs[r]["verdict"] for r in (0, 1)] == ["complete", "complete"]
+    assert [outs[r]["verdict"] for r in (0, 1)] == ["complete", "complete"], run["failure"]
+    assert [outs[r]["workdir_files"] for r in (0, 1)] == [2, 1]
+    assert outs[0]["workdir_bytes"] == 32 * 300 + 8000 and outs[1]["workdir_bytes"] == 32 * 300
     assert outs[0]["path"] == f"s3://out-bkt/runs/{rid}/node-0" and outs[0]["files"] == 2
     assert outs[0]["bytes"] == 32 * 4096 + len("rank 0 done\n") and outs[1]["files"] == 1
     # what the component was asked to grant for this run (recorded in the ledger's spec)
@@ -146,6 +163,8 @@ def test_a_failed_upload_is_reported_by_node_fails_the_run_and_teardown_still_ru
     assert [outs[r]["verdict"] for r in (0, 1)] == ["failed", "failed"]
     for rank in (0, 1):
         assert outs[rank]["detail"].startswith(f"node {rank} (") and "NoSuchBucket" in outs[rank]["detail"]
+        # the working folder's upload failed too, and says so (nothing is counted as uploaded)
+        assert "working folder: node" in outs[rank]["detail"] and outs[rank]["workdir_files"] == 0
     assert run["failure"].startswith("outputs of node 0 failed: node 0 ("), run["failure"]
     assert [p["status"] for p in run["phases"] if p["name"] == "outputs"] == ["failed"]
     assert run["teardown"] == "verified" and set(found) == {"e2e"}

@@ -561,3 +561,50 @@ def test_the_estimate_follows_the_gpu_pools_autoscaling_setting(catalog):
     one_node = (floor.hourly - Decimal("0.2068")) / 2
     assert "scales down to 1 node(s)" in kept
     assert f"({(Decimal('0.2068') + one_node).quantize(Decimal('0.0001'))})" in kept
+
+
+def test_the_gke_free_tier_follows_the_setting_and_is_off_by_default(catalog, home, tmp_path):
+    """issue 26 item 9: the GKE free-tier credit covers one zonal cluster per billing account, which
+    gpucluster cannot see, so it is applied only when asked: the spec option `gke_free_tier`
+    (`--option gke_free_tier=true` on run/up) or `cost estimate --free-tier`; a value that is not a
+    boolean is refused by name (exit 2, one line), before anything is created."""
+    from gpucluster.cli.cost import cost
+    from gpucluster.errors import SpecError
+
+    base = ClusterSpec(cloud="gcp", nodes=2, instance_type="n1-standard-4", gpus_per_node=1, zone="us-central1-a")
+
+    def fee(spec):
+        est = C.estimate(spec, "2", catalog=catalog, backend=backend(spec))
+        return sum((Decimal(ln["total"]) for ln in est.lines if ln["category"] == "cluster fee"), Decimal(0)), est
+
+    default, paid = fee(base)
+    assert default == Decimal("0.20")  # $0.10/h x 2 h: not applied unless asked
+    for on in ("true", "yes", "1"):
+        covered, free = fee(base.replace(options=(("gke_free_tier", on),)))
+        assert covered == 0 and paid.total - free.total == Decimal("0.20"), on
+    assert fee(base.replace(options=(("gke_free_tier", "false"),)))[0] == Decimal("0.20")
+    with pytest.raises(SpecError, match="option gke_free_tier 'maybe'.*true or false"):
+        fee(base.replace(options=(("gke_free_tier", "maybe"),)))
+
+    pytest.importorskip("pulumi_gcp")
+    # the command line: `cost estimate --free-tier`, and `run --option gke_free_tier=...` (a dry run: no credentials)
+    args = ["estimate", "--cloud", "gcp", "--nodes", "2", "--zone", "us-central1-a", "--hours", "2", "--json"]
+    plain, credited = (json.loads(CliRunner().invoke(cost, a).stdout) for a in (args, args + ["--free-tier"]))
+    assert Decimal(plain["total"]) - Decimal(credited["total"]) == Decimal("0.20")
+    import subprocess
+    import sys
+
+    def dry_run(*extra):
+        return subprocess.run([sys.executable, "-m", "gpucluster.cli.main", "run", "--cloud", "gcp", "--nodes", "2",
+                               "--project", "my-proj-42", "--dry-run", *extra], capture_output=True, text=True,
+                              timeout=300, stdin=subprocess.DEVNULL,
+                              env={**__import__("os").environ, "GPUCLUSTER_HOME": str(tmp_path / "h")})
+
+    off, on = dry_run("--json"), dry_run("--json", "--option", "gke_free_tier=true")
+    assert off.returncode == 0 and on.returncode == 0, off.stderr + on.stderr
+    assert "$5.58/h" in json.loads(off.stdout)["estimate_line"]
+    assert "$5.48/h" in json.loads(on.stdout)["estimate_line"]  # the $0.10/h fee covered
+    bad = dry_run("--option", "gke_free_tier=maybe")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "gke_free_tier 'maybe'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert not (tmp_path / "h").exists()  # nothing recorded or created

@@ -232,3 +232,42 @@ def test_up_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(h
     assert err.value.exit_code == ExitCode.USAGE
     assert "up" not in fake.verbs() and fake.stacks == {}
     assert Ledger.open_default().list_runs() == []
+
+
+def test_run_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(home, monkeypatch):
+    """`run` goes through the same preflight as `up` (issue 26 item 5): a new project is refused, one line,
+    exit 2, before the Pulumi program, a ledger row or any Kubernetes object."""
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import FakePulumiCommand
+
+    from gpucluster import prepare
+    from gpucluster.cli import run
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+
+    project = FakeProject()
+    project.enabled.update({"container.googleapis.com", "compute.googleapis.com"})  # the APIs are on; no GPU quota
+    fake = FakePulumiCommand()
+    p = PulumiProvider(plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+                       credentials=lambda: [{"check": "gcp application-default credentials", "ok": True, "detail": "x"}],
+                       cloud_checks=lambda s: preflight.preflight(s, google=project, billing=project))
+    real_make = prepare._make
+    made = []
+
+    def make(req, backend, spec, provider, ready):
+        _, launcher = real_make(req, backend, spec, provider, ready)  # the real Kubernetes launcher
+        made.append(launcher)
+        return p, launcher
+
+    monkeypatch.setattr(prepare, "_make", make)
+    with pytest.raises(UsageError) as err:
+        run.run.main(["--cloud", "gcp", "--name", "demo", "--project", "my-proj-42", "--nodes", "2", "--yes"],
+                     standalone_mode=False)
+    msg = err.value.message
+    assert err.value.exit_code == ExitCode.USAGE and "\n" not in msg
+    assert "GPUS_ALL_REGIONS" in msg and "another region does not help" in msg, msg
+    assert made and "up" not in fake.verbs() and fake.stacks == {}
+    assert Ledger.open_default().list_runs() == []

@@ -121,3 +121,22 @@ def test_an_oom_killed_app_container_is_named(tmp_path):
     assert not result.ok and result.failed_node == 1
     assert "container pytorch ended with exit code 137 (OOMKilled): container exceeded its memory limit" in \
         result.failure
+
+
+def test_an_oom_killed_init_container_is_named_with_its_reason():
+    """An init container over its memory limit is killed by the kernel's OOM killer: terminated, reason
+    OOMKilled, exit code 137 (Kubernetes docs, "Assign Memory Resources to Containers and Pods"); with
+    restartPolicy Never the pod fails (docs, "Init Containers"). The status is built as the API gives it."""
+    fake = FakeKubeApi({})
+    plan = k8s_plan.plan_job(cluster(1), job())
+    pods = _Pods(KubeApi(fake, fake, fake, stream=fake.stream), plan, SimpleNamespace(attach=lambda *a: None), 0)
+    name = f"{NAME}-0-abcde"
+    init = SimpleNamespace(name="wait-for-peers", state=SimpleNamespace(
+        waiting=None, running=None, terminated=SimpleNamespace(exit_code=137, reason="OOMKilled", message=None)))
+    app = SimpleNamespace(name="pytorch", state=SimpleNamespace(
+        waiting=SimpleNamespace(reason="PodInitializing", message=None), running=None, terminated=None))
+    pod = SimpleNamespace(metadata=SimpleNamespace(name=name, deletion_timestamp=None, labels={}),
+                          status=SimpleNamespace(phase="Failed", init_container_statuses=[init],
+                                                 container_statuses=[app], conditions=[], reason=None, message=None))
+    code, why = pods._init_failure(pod)
+    assert code == 137 and why == f"pod {name} init container wait-for-peers OOMKilled: exit code 137"

@@ -153,7 +153,15 @@ class KubernetesLauncher(Launcher):
         created = Created(api, plan, retry)
         stager: Any = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
-            stager = PodStager(api, plan, pods, mounts, objects=transfer)
+            lay_back = None
+            if job.resume_files and job.resume is not None and plan.code:  # --resume: the script's own files
+                from gpucluster.launch import resume_record
+
+                from .k8s_plan import RUN_DIR, staged_rel
+
+                lay_back = (f"{RUN_DIR}/{staged_rel(job.resume.dest, plan.code)}/{job.resume_files[0]}",
+                            lambda files, nbytes: resume_record(job, files, nbytes))
+            stager = PodStager(api, plan, pods, mounts, objects=transfer, lay_back=lay_back)
             stager.events = events
         if job.check is not None:  # the health check in every pod goes first (k8s_check)
             from .k8s_check import PodChecker

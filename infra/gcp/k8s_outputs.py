@@ -29,7 +29,7 @@ from typing import Any
 
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
-from .k8s_plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
+from .k8s_plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, RUN_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
 
 
 def _program(name: str) -> str:
@@ -255,6 +255,36 @@ def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[
     return got["files"], got["bytes"], problems
 
 
+def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: Any) -> tuple[int, int, list[str]]:
+    """`--output gs://...`: what the job wrote in its working folder (chosen by gpucluster/workdir.py as for
+    a copy home) uploaded by the pod itself to `where` (URL/RUN_ID/workdir/node-N), through a folder of
+    hard links beside the working folder. (files, bytes, problems), as `copy_workdir`."""
+    from gpucluster.outputs import WORKDIR_STAGE, workdir_args, workdir_push_script, workdir_pushed
+
+    who = f"pod {pod}"
+    if objects is None:
+        return 0, 0, [f"{who}: this backend's pods cannot write object storage"]
+    stage = f"{RUN_DIR}/{WORKDIR_STAGE}"
+    script = workdir_push_script("python", f"{MOUNT}/workdir.py", workdir_args(job, CODE_DIR, SHIPPED_MARK), stage,
+                                 objects.script("python", "push", stage, where))
+    start = time.monotonic()
+    try:
+        client = _exec(api, plan, pod, ["sh", "-c", script])
+    except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
+        return 0, 0, [f"{who}: the exec API refused the upload: {exc}"]
+    reader = _ExecReader(client)
+    try:
+        out = reader.read()
+        rc = reader.returncode()
+    except OSError as exc:
+        out, rc = b"", None
+        reader.stderr += str(exc).encode()
+    finally:
+        client.close()
+    return workdir_pushed(where, who, rc, out.decode("utf-8", "replace"), reader.stderr.decode("utf-8", "replace"),
+                          time.monotonic() - start, job.collect_limit)
+
+
 def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
     """`--output gs://...`: the pod uploads its output folder to `where` itself, with its own
     credentials (the backend's node transfer program, `objects.script(..., "push", ...)`)."""
@@ -322,10 +352,11 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
                 f"node {rank}: pod {name} is {phase}: Kubernetes cannot exec into a container that is not "
                 "running, so its output folder cannot be read"))
         got = push_pod(api, plan, rank, name, target, objects) if url else copy_pod(api, plan, rank, name, target)
-        if plan.code and not url and job is not None:  # what the job wrote beside its script
-            from gpucluster.outputs import add_workdir, workdir_dest
+        if plan.code and job is not None:  # what the job wrote beside its script
+            from gpucluster.outputs import add_workdir, workdir_dest, workdir_url
 
-            add_workdir(got, *copy_workdir(api, plan, name, job, workdir_dest(dest, rank)))
+            add_workdir(got, *(push_workdir(api, plan, name, job, workdir_url(url, plan.run_id, rank), objects)
+                               if url else copy_workdir(api, plan, name, job, workdir_dest(dest, rank))))
         try:
             _run(api, plan, name, ["python", "-c", TOUCH, COLLECTED_FILE])
         except Exception:  # noqa: BLE001 - the Job is deleted next anyway

@@ -360,7 +360,7 @@ def plan_job(
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
     if keeper_env:
         files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
-    if code and collects:  # chooses what the job wrote in its working folder, to copy back
+    if code and (collects or job.resume_files):  # chooses what the job wrote (copy back); --resume's lay-back
         files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
     if checks:
         from gpucluster.health import PROGRAM as CHECK_PROGRAM
@@ -375,8 +375,9 @@ def plan_job(
         left = f", {ignored} left out by .gitignore/.gpuclusterignore" if ignored else ""
         notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes{left}) "
                      f"as {MOUNT}/user; the job runs from a writable copy at {CODE_DIR}"
-                     + (" and what it writes there comes back to OUTPUT/workdir/node-N" if collects and
-                        "://" not in str(job.output_dir) else ""))
+                     + ((" and what it writes there is uploaded to OUTPUT/RUN_ID/workdir/node-N"
+                         if "://" in str(job.output_dir) else " and what it writes there comes back to "
+                         "OUTPUT/workdir/node-N") if collects else ""))
     selector = {}
     if outputs.get("accelerator_type"):
         selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])

@@ -16,7 +16,11 @@ is `stage` until every pod is staged. For one pod:
    protocol has no way to close stdin, kubernetes/kubernetes#89899).
 2. object-storage sources (`--data gs://...`) are pulled by the pod itself with its own
    credentials (`launcher.objects`, the backend's node transfer program, run by `sh -c`).
-3. the staged file is made; the pod's wrapper goes on.
+3. `--resume` with a shipped script (`lay_back`): once the entry script has laid the script's folder
+   down and made its mark, the resumed run's working-folder files (staged under resume/) are copied
+   into the pod's working folder (`gpucluster/workdir.py --lay-back`, as over ssh), with a
+   `resume_files` record.
+4. the staged file is made; the pod's wrapper goes on.
 
 One `stage` metric record per pod (files, bytes, sent_bytes, sent_files, seconds, what the cache
 program answered, fetched_bytes for object storage), emitted from `poll` on the supervisor's
@@ -39,7 +43,9 @@ from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 from .k8s_api import KubeApi, _is_api_error, _status
 from .k8s_manifests import kube_models
 from .k8s_outputs import TOUCH, _exec, _ExecReader
-from .k8s_plan import CACHE_MOUNT, MOUNT, RUN_DIR, STAGED_FILE, Plan, staged_rel
+from .k8s_plan import CACHE_MOUNT, CODE_DIR, MOUNT, RUN_DIR, SHIPPED_MARK, STAGED_FILE, Plan, staged_rel
+
+LAY_BACK_WAIT_S = 600  # --resume: how long the lay-back waits for the entry script to lay the working folder down
 
 CHUNK = 1 << 20  # bytes per stdin frame
 
@@ -87,8 +93,11 @@ class PodStager:
     """Stages `mounts` into every pod of `plan` as it starts running (see the module docstring)."""
 
     def __init__(self, api: Any, plan: Plan, pods: Any, mounts: Sequence[DataMount], objects: Any = None,
-                 python: str = "python"):
+                 python: str = "python", lay_back: tuple[str, Any] | None = None):
         self.api, self.plan, self.pods, self.objects, self.python = api, plan, pods, objects, python
+        # --resume: (the folder in the pod whose files go back into CODE_DIR, record(files, bytes) -> metric)
+        self.lay_back = lay_back
+        self.laid: dict[int, dict[str, Any]] = {}
         self.mounts = list(mounts)
         self.local = [m for m in self.mounts if not m.remote]
         self.files = [manifest(m.src) for m in self.local]  # hashed once, here, before any pod exists
@@ -126,6 +135,8 @@ class PodStager:
             self.emitted.add(rank)
             if self.events is not None:
                 self.events.on_metric(rank, ready[rank])
+                if rank in self.laid:
+                    self.events.on_metric(rank, self.laid[rank])
         if errors:
             return "; ".join(errors[r] for r in sorted(errors))
         return None
@@ -149,12 +160,20 @@ class PodStager:
         who = f"node {rank} (pod {pod})"
         try:
             rec = self._stage(pod)
+            laid = self._lay_back(pod) if self.lay_back is not None else None
+            start = time.monotonic()
+            rc, _, err, _ = self._run(pod, [self.python, "-c", TOUCH, STAGED_FILE])  # the job may start
+            if rc != 0:
+                raise LaunchError(f"cannot start the pod's job after staging: {_last(err, rc)}")
+            rec["seconds"] = round(rec["seconds"] + time.monotonic() - start, 3)
         except Exception as exc:  # noqa: BLE001 - reported by node
             why = str(exc) if isinstance(exc, (LaunchError, OSError)) else f"{type(exc).__name__}: {exc}"
             with self._lock:
                 self.errors[rank] = f"{who}: staging the data failed: {why}"
             return
         with self._lock:
+            if laid is not None:
+                self.laid[rank] = laid
             self.records[rank] = rec
 
     def _run(self, pod: str, command: list[str], payload: Any = None) -> tuple[int | None, bytes, bytes, int]:
@@ -232,11 +251,27 @@ class PodStager:
             rec["tool"] = got.get("tool", "?")
         if fetched_files or any(m.remote for m in self.mounts):
             rec.update(files=rec["files"] + fetched_files, bytes=rec["bytes"] + fetched, fetched_bytes=fetched)
-        rc, _, err, _ = self._run(pod, [self.python, "-c", TOUCH, STAGED_FILE])
-        if rc != 0:
-            raise LaunchError(f"cannot start the pod's job after staging: {_last(err, rc)}")
         rec["seconds"] = round(time.monotonic() - start, 3)
         return rec
+
+    def _lay_back(self, pod: str) -> dict[str, Any]:
+        """--resume: the resumed run's working-folder files (staged under resume/) copied into the pod's
+        working folder, as on ssh (gpucluster/workdir.py --lay-back). Only once the entry script has laid
+        the shipped folder down and made its mark (it runs beside the staging), so the files are the
+        job's own (newer than the mark: they come back with this run too); bounded by LAY_BACK_WAIT_S."""
+        import shlex
+
+        src, record = self.lay_back
+        script = (f"i=0; while [ ! -e {shlex.quote(SHIPPED_MARK)} ]; do i=$((i+1)); "
+                  f"if [ $i -gt {int(LAY_BACK_WAIT_S * 5)} ]; then echo 'the working folder was never laid down' >&2; "
+                  f"exit 3; fi; sleep 0.2; done\n"
+                  f"exec {shlex.quote(self.python)} {MOUNT}/workdir.py {shlex.quote(CODE_DIR)} --lay-back "
+                  f"{shlex.quote(src)}")
+        rc, out, err, _ = self._run(pod, ["sh", "-c", script])
+        got = _answer(out) if rc == 0 else None
+        if not isinstance(got, dict) or "files" not in got:
+            raise LaunchError(f"laying back the resumed files failed: {_last(err, rc)}")
+        return record(int(got["files"]), int(got["bytes"]))
 
 
 def uses_objects(job: JobSpec) -> bool:

@@ -4,6 +4,7 @@ The app container's command in every pod of a Kubernetes run (`python /gpucluste
 file is shipped by content in the run's ConfigMap (`infra.gcp.k8s_plan`) and runs with the image's
 python, standard library only. It picks this node's argv from argv.json (beside it) and runs it.
 
+- GPUCLUSTER_PYTHON: the image's `python` on PATH (absolute), its folder first on PATH.
 - With GPUCLUSTER_CODE_DIR (a user's script folder was shipped, read-only, at /gpucluster/user): the
   folder is copied there first (the pod's run folder, an emptyDir), the file GPUCLUSTER_SHIPPED_MARK
   is made, and the command runs from there, so the script's relative paths work and what it writes
@@ -51,6 +52,13 @@ def main() -> None:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.json")) as f:
         argv = json.load(f)[int(rank)]
     os.environ["GPUCLUSTER_NODE_RANK"] = str(int(rank))
+    # the node's Python, as on the other backends: the image's `python` (what torchrun runs under), as an
+    # absolute path, its folder first on PATH, so a wrapper (`bash run.sh`) or --setup gets the same one
+    python = shutil.which("python")
+    if python:
+        python = os.path.abspath(python)
+        os.environ["GPUCLUSTER_PYTHON"] = python
+        os.environ["PATH"] = os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")
     code_dir = os.environ.get("GPUCLUSTER_CODE_DIR")
     if code_dir:
         here = os.path.dirname(os.path.abspath(__file__))  # /gpucluster: the script folder is its user/

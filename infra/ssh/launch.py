@@ -37,6 +37,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -220,7 +221,10 @@ class SshLauncher(NodeAccess, Launcher):
             started = self._started.get(job.run_id, set())
             todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
             if objects.is_url(job.output_dir):  # each node uploads its own folder (objects.py)
-                return objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
+                results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
+                if held.cwds:  # and what the job wrote in its working folder, to URL/RUN_ID/workdir/node-N
+                    self._push_workdirs(held, job, results)
+                return results
             copies = held.session.each(lambda n: (self._copy_node(held, job, n, dest) if n.rank in todo else None, None))
             for node, (res, err) in zip(held.session.nodes, copies):
                 if node.rank not in todo:
@@ -253,6 +257,40 @@ class SshLauncher(NodeAccess, Launcher):
             add_workdir(res, *copy_workdir(held.session, node, f"{d}/{PROGRAM}", args,
                                            workdir_dest(dest, node.rank)))
         return res
+
+    def _push_workdirs(self, held: _Held, job: JobSpec, results: list) -> None:
+        """`--output s3://...`: each node uploads what its job wrote in its working folder (chosen by
+        workdir.py, as for a copy home) with its own transfer program; folded into its verdict."""
+        from gpucluster.outputs import add_workdir, workdir_args, workdir_push_script, workdir_pushed, workdir_url
+        from gpucluster.outputs import WORKDIR_STAGE
+        from .workdir_copy import PROGRAM
+
+        transfer = held.session.launcher.objects
+        by_rank = {r.node_rank: r for r in results}
+
+        def one(node: Any) -> tuple[Any, None]:
+            res, cwd = by_rank.get(node.rank), held.cwds.get(node.rank)
+            if res is None or not cwd or transfer is None:
+                return None, None
+            d, py = held.dirs[node.rank], held.session.launcher.python
+            tool = () if cwd != d else ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED,
+                                        WORKDIR_STAGE)
+            where = workdir_url(str(job.output_dir), job.run_id, node.rank)
+            stage = f"{d}/{WORKDIR_STAGE}"
+            script = workdir_push_script(py, f"{d}/{PROGRAM}", workdir_args(job, cwd, f"{d}/{SHIPPED}", tool), stage,
+                                         transfer.script(py, "push", stage, where))
+            start, who = time.monotonic(), f"node {node.rank} ({node_label(node)})"
+            try:
+                cp = held.session.run(node, script, timeout=objects.TRANSFER_TIMEOUT_S)
+            except LaunchError as exc:  # the node stopped answering: nothing of its working folder is known to be up
+                add_workdir(res, 0, 0, [f"{who}: upload to {where} failed: {exc}"])
+                return None, None
+            add_workdir(res, *workdir_pushed(where, who, cp.returncode, cp.stdout.decode("utf-8", "replace"),
+                                             cp.stderr.decode("utf-8", "replace"), time.monotonic() - start,
+                                             job.collect_limit))
+            return None, None
+
+        held.session.each(one)
 
     def _lay_back(self, session: "Session", job: JobSpec, rel: str, dirs: dict[int, str], events: Any) -> None:
         """--resume: the chosen node's working-folder files, staged under resume/, copied into
