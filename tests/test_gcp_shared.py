@@ -15,6 +15,9 @@ behaves, and the public source for each behaviour:
   (projects.serviceAccounts.create returns 409 ALREADY_EXISTS for an ID in use,
   https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create), and a
   service account takes no labels (its owner marks are in its description).
+- A listed Cluster carries its node pools (`nodePools[].config.machineType`, `.accelerators`,
+  `.spot`, `initialNodeCount`: the Cluster and NodePool resources of the same reference), which is
+  what a foreign cluster's $/hour is priced from.
 - `delete_cluster` returns a long-running operation; the cluster is listed STOPPING until the
   operation is DONE, and a second delete meanwhile fails (FAILED_PRECONDITION)
   (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.operations).
@@ -54,16 +57,23 @@ class Gke:
         self.clusters: dict[str, dict] = {}  # path -> {location, labels, status, reads_left}
         self.deleted: list[str] = []
 
-    def add(self, name: str, zone: str, labels: dict[str, str]) -> str:
+    def add(self, name: str, zone: str, labels: dict[str, str], pools: tuple = ()) -> str:
+        """`pools`: (machine type, V100s per node, spot, initial node count) each."""
         path = f"projects/{PROJECT}/locations/{zone}/clusters/{name}"
         assert path not in self.clusters, "GKE: a name is unique within its location"
-        self.clusters[path] = {"name": name, "location": zone, "labels": labels, "status": "RUNNING"}
+        node_pools = [NS(name=f"pool-{i}", initial_node_count=count, config=NS(
+            machine_type=machine, spot=spot, preemptible=False,
+            accelerators=[NS(accelerator_count=gpus, accelerator_type="nvidia-tesla-v100")] if gpus else []))
+            for i, (machine, gpus, spot, count) in enumerate(pools)]
+        self.clusters[path] = {"name": name, "location": zone, "labels": labels, "status": "RUNNING",
+                               "node_pools": node_pools}
         return path
 
     def list_clusters(self, parent):
         assert parent == f"projects/{PROJECT}/locations/-"
         return NS(clusters=[NS(name=c["name"], location=c["location"], resource_labels=dict(c["labels"]),
-                               status=NS(name=c["status"]), create_time="2026-11-20T10:00:00Z")
+                               status=NS(name=c["status"]), create_time="2026-11-20T10:00:00Z",
+                               node_pools=c["node_pools"])
                             for c in self.clusters.values()])
 
     def delete_cluster(self, name):
@@ -114,7 +124,8 @@ class Events:
 def project(home):
     """Alice's cluster `demo` (zone a) and her pods' service account, made from another home."""
     gke, google = Gke(), FakeProject(project=PROJECT)
-    gke.add("demo", "us-central1-a", marks(ALICE, "alice", HER_RUN))
+    gke.add("demo", "us-central1-a", marks(ALICE, "alice", HER_RUN),
+            pools=(("n1-standard-2", 0, False, 1), ("n1-standard-8", 1, True, 2)))  # system pool, spot GPU pool
     google.accounts["gpuc-demo@proj-one.iam.gserviceaccount.com"] = {
         "uniqueId": "11", "displayName": "gpucluster demo pods",
         "description": account_description("demo", HER_RUN, ["her-data"], marks(ALICE, "alice", HER_RUN))}
@@ -176,6 +187,10 @@ def test_bobs_gc_deletes_his_orphan_only(project, home):
     assert [lo.id for lo in found["gcp"]] == [mine] and skipped == []
     foreign = {(lo.kind, lo.owner, lo.made_by) for lo in sweep.not_ours()}
     assert foreign == {("gke-cluster", ALICE, "alice@laptop"), ("service-account", ALICE, "alice@laptop")}
+    # her cluster's $/hour at most, from the shipped catalog (us-central1 rows of 2026-11-22): the fee
+    # 0.10 + the system node n1-standard-2 0.095 + 2 spot GPU nodes x (n1-standard-8 0.10446 + V100 1.0885)
+    (gke,) = [lo for lo in sweep.not_ours() if lo.kind == "gke-cluster"]
+    assert gke.hourly == "2.5809", gke.hourly
     result = sweep.delete(found)
     assert result.check.verified and [lo.id for lo in result.deleted] == [mine]
     assert project.gke.deleted == [mine]
