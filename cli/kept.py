@@ -10,14 +10,32 @@ import click
 from gpucluster.cli import common
 from gpucluster.cli.complete import complete_cluster
 from gpucluster.cli.options import options
+from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import UsageError, not_allowed
 
-JOB_OPTIONS = ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "max_restarts",
-               "max_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "quiet",
-               "as_json", "check")
+JOB_OPTIONS = ("task_file", "workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "max_restarts",
+               "max_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "env",
+               "env_file", "secret", "quiet", "as_json", "check")
 
 
-@click.command("exec")
+class ExecCommand(TaskCommand):
+    """`exec` takes a task file as `run` does (`exec CLUSTER task.yaml`, or `-f`): its job keys apply;
+    its cluster keys (resources, name, limits of the nodes) are the kept cluster's and are not used."""
+
+    @staticmethod
+    def known_cloud(ctx: click.Context, opts: dict[str, Any]) -> str | None:
+        """The kept cluster's cloud, from the ledger (the task file's cloud-only keys are checked
+        against it); None when the ledger does not know the name (the command itself says so)."""
+        name = opts.get("cluster")
+        if ctx.resilient_parsing or not isinstance(name, str):
+            return None
+        from gpucluster.ledger import Ledger
+
+        runs = [r for r in Ledger.open_default().list_runs(limit=None) if r.cluster == name]
+        return str(runs[0].cloud) if runs else None
+
+
+@click.command("exec", cls=ExecCommand)
 @click.argument("cluster", shell_complete=complete_cluster)
 @options(*JOB_OPTIONS, as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -32,6 +50,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     Examples:
       gpucluster exec demo -- python train.py --epochs 3
       gpucluster exec demo --workload digits --epochs 2 --data ./data
+      gpucluster exec demo task.yaml --env LR=0.1 --secret HF_TOKEN   (a task file: its job keys)
     """
     from gpucluster.cli.run import report
     from gpucluster.infra.registry import plugin, provisioning, readers

@@ -98,6 +98,9 @@ def _task_path(cmd: click.Command, ctx: click.Context, args: list[str]) -> tuple
     rest = opts.get("command")
     if isinstance(rest, (tuple, list)):  # `run`, `sweep`: the first argument ends the options
         rest, i = list(rest), len(args) - len(rest)
+        if rest and not (0 <= i < len(args) and args[i] == rest[0]):  # `exec CLUSTER FILE --env ...`: options after it
+            before = _before_dashes(args)
+            i = before.index(rest[0]) if rest[0] in before else -1
     else:  # no arguments of its own (`up`, `cost estimate`): the file may stand among the options
         rest = list(largs)
         i = _before_dashes(args).index(rest[0]) if rest and rest[0] in _before_dashes(args) else -1
@@ -154,6 +157,9 @@ def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: Any, e
         opts = {}
     if isinstance(opts.get("cloud"), str):
         return opts["cloud"]
+    known = getattr(cmd, "known_cloud", None)  # `exec CLUSTER`: the cloud is the kept cluster's
+    if known is not None:
+        return known(ctx, opts)
     if task is not None and "cloud" in task.values:
         if task.values["cloud"] not in names:
             raise task.error("cloud", not_allowed("cloud", task.values["cloud"], names))

@@ -27,6 +27,8 @@ from gpucluster.infra.pulumi_events import CapacityError
 from gpucluster.infra.contract import Plugin
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
 
+GLOBAL = "global"  # a leftover's region when its name is unique account- or project-wide (not per region)
+
 
 class _Tracking:
     """ProvisionEvents proxy remembering what was requested and not yet reported deleted, so a
@@ -147,11 +149,16 @@ class PulumiProvider(Provider):
         except GpuclusterError:
             return
         where = {spec.region, spec.zone} - {None}
-        held = [lo for lo in check.not_ours if lo.region in where]
+        # "global": a name that is unique in the whole account or project, whatever the zone (the
+        # pods' Google service account, one ID per cluster name): held there, it is held everywhere
+        held = sorted((lo for lo in check.not_ours if lo.region in where or lo.region == GLOBAL),
+                      key=lambda lo: lo.region == GLOBAL)
         if held:
             lo = held[0]
             whose = f"standalone stack {lo.stack}" if lo.stack else describe_owner(lo)
-            raise UsageError(f"cluster name {spec.name!r} is already held in {lo.region} by another owner ({whose}; "
+            project = self.plugin.spec.scan_scope(spec.to_dict()).project
+            place = lo.region if lo.region != GLOBAL else f"project {project}" if project else "the account"
+            raise UsageError(f"cluster name {spec.name!r} is already held in {place} by another owner ({whose}; "
                              f"{len(held)} resource(s), e.g. {lo.kind} {lo.id}): choose another --name, or leave "
                              "--name out for your own default name")
 

@@ -452,6 +452,31 @@ def test_user_backend_and_passphrase_are_respected(home, monkeypatch):
     assert not (home / "pulumi" / "state").exists()
 
 
+def test_a_shared_state_with_a_kms_key_needs_no_passphrase_and_reaches_pulumi(home, monkeypatch):
+    """GPUCLUSTER_STATE=s3://... with GPUCLUSTER_SECRETS_PROVIDER=awskms://... (issue 24 item 6): the
+    check before anything passes without a passphrase, Pulumi is pointed at the bucket, and the stack
+    is made with the key as its secrets provider (`pulumi stack init --secrets-provider`, Pulumi's
+    "Secrets handling": awskms://, gcpkms://, azurekeyvault://, hashivault://)."""
+    from gpucluster.infra.pulumi_state import StateSecretsMissing, check_secrets
+
+    for var in ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "PULUMI_BACKEND_URL",
+                "GPUCLUSTER_SECRETS_PROVIDER"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GPUCLUSTER_STATE", "s3://team-bucket/gpucluster")
+    with pytest.raises(StateSecretsMissing, match="needs a passphrase every teammate uses"):
+        check_secrets()  # neither a passphrase nor a key: refused
+    key = "awskms://alias/team-pulumi?region=us-east-1"
+    monkeypatch.setenv("GPUCLUSTER_SECRETS_PROVIDER", key)
+    check_secrets()
+    fake = FakePulumiCommand()
+    provider(fake).up(spec(), Recorder())
+    init = next(c for c in fake.calls if c[:2] == ["stack", "init"])
+    assert init[init.index("--secrets-provider") + 1] == key
+    assert all(env["PULUMI_BACKEND_URL"] == "s3://team-bucket/gpucluster" for env in fake.envs)
+    assert not any("PULUMI_CONFIG_PASSPHRASE_FILE" in env or "PULUMI_CONFIG_PASSPHRASE" in env for env in fake.envs)
+    assert not (home / "pulumi" / "state").exists()  # nothing of the home's own backend
+
+
 def test_importing_the_driver_does_not_import_pulumi():
     code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
             "gpucluster.cli.down, gpucluster.cli.up, gpucluster.cli.gc, gpucluster.cli.doctor, "

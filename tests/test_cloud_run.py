@@ -279,7 +279,7 @@ def _launcher(tmp_path, ready_timeout: float):
     return launcher
 
 
-def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip, dlami_python):
+def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip, dlami_python, monkeypatch):
     from gpucluster.launch import JobSpec
     from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import execute
@@ -296,8 +296,12 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     spec, _ = provider.plugin.spec.prepare(spec)
     assert spec.ssh_cidr == f"{CALLER}/32" and spec.gpus_per_node == 1
     ledger = Ledger(home / "ledger.sqlite3")
+    # a job with a secret (issue 29 item 2): its value goes to the ranks over ssh's stdin, never
+    # into the Pulumi program, its config, its state, the user data or any argv of the Pulumi CLI
+    secret_mark = "gcmark-" + os.urandom(12).hex()
+    monkeypatch.setenv("GC_MARK", secret_mark)
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1,
-                  nproc_per_node=spec.gpus_per_node)
+                  nproc_per_node=spec.gpus_per_node, env=(("PLAIN_SETTING", "visible"),), secrets=("GC_MARK",))
     t0 = time.monotonic()
     outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
 
@@ -325,6 +329,13 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     assert sshd.run_processes(run_id) == {}
     assert sshd.leaked_ssh_masters() == []
     assert run["cost"] and run["cost"]["local"] is False and float(run["cost"]["total"]) > 0
+    # the secret: in no argv the Pulumi CLI was given, no file under the home (ledger, Pulumi work
+    # folders and state) and no file on the nodes (the user data's files included)
+    assert not [c for c in fake.calls if any(secret_mark in str(a) for a in c)]
+    for root in (home, tmp_path / "remote", *ec2.node_roots):
+        for path in Path(root).rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert secret_mark.encode() not in path.read_bytes(), path
 
 
 def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_it(

@@ -321,3 +321,50 @@ def _talk(port: int, data: bytes) -> bytes:
             raise AssertionError("the tunnel never answered")
         time.sleep(0.3)
 
+
+
+def test_exec_takes_a_task_file_with_env_and_a_secret_found_nowhere(cloud, tmp_path):
+    """`exec CLUSTER task.yaml`: the file's job keys (run, setup, env, env_file, secrets, ssh) apply,
+    a flag wins over the file, its cluster keys are the kept cluster's; every rank and every setup
+    command gets the environment, and the secret's value is in no process's command line and no
+    file here or in the nodes' run folders, during the job or after it (tests/test_secrets.py)."""
+    from test_secrets import CHECK, Watcher, assert_every_rank_got_them, assert_nowhere, marker_value, node_logs
+
+    from gpucluster.ledger import Ledger
+
+    _up(cloud)
+    job = tmp_path / "task"
+    job.mkdir()
+    (job / "check_env.py").write_text(CHECK)
+    (job / "settings.env").write_text("FROM_FILE='file value'\n")
+    (job / "task.yaml").write_text(
+        "resources:\n  cloud: aws\n  nodes: 2\n"  # the cluster's already: not used by exec
+        f"ssh:\n  remote_python: {sys.executable}\n"
+        "setup: python check_env.py setup\n"
+        "run: python check_env.py train\n"
+        "env:\n  PLAIN_SETTING: from-the-file\n"  # the --env flag below wins
+        "env_file: [settings.env]\n"
+        "secrets: [GC_MARK]\n")
+    marker = marker_value()
+    elsewhere = tmp_path / "elsewhere"  # the file's paths are the task folder's, wherever the shell is
+    elsewhere.mkdir()
+    remote = [h / ".gpucluster" / "runs" for h in cloud.homes]
+    with Watcher(marker, [cloud.home, *remote]) as watch:
+        r = subprocess.run(cloud.argv("exec", "kept", str(job / "task.yaml"), "--env", "PLAIN_SETTING=visible"),
+                           capture_output=True, text=True, env=cloud.env(GC_MARK=marker), cwd=elsewhere, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "exec on kept cluster kept (2 node(s) on aws" in r.stdout
+    assert_every_rank_got_them(node_logs(cloud.home), marker, nodes=2)
+    assert watch.torchruns > 0 and watch.hits == [], watch.hits
+    ledger = Ledger(cloud.home / "ledger.sqlite3")
+    run = max(ledger.list_runs(limit=None), key=lambda x: x.created_at)
+    assert run.cluster == "kept" and run.command == ["python", "check_env.py", "train"] and run.teardown == "kept"
+    shown = cloud.cli("show", run.id, "--json")
+    assert_nowhere(marker, cloud.home, r.stdout, r.stderr, shown.stdout)
+    # -f works too, and a task file's error names its line; nothing is recorded
+    (job / "bad.yaml").write_text("run: python check_env.py train\nenv_fil: [settings.env]\n")
+    before = [x.id for x in ledger.list_runs(limit=None)]
+    bad = cloud.cli("exec", "kept", "-f", str(job / "bad.yaml"), cwd=elsewhere)
+    assert bad.returncode == 2 and "line 2: unknown key 'env_fil'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert [x.id for x in ledger.list_runs(limit=None)] == before
+    assert cloud.cli("down", "kept", "--yes").returncode == 0

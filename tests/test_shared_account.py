@@ -328,8 +328,18 @@ def test_up_from_one_home_and_down_from_another_through_a_shared_file_state(acco
     assert invoke(down.down, "team-x", "--cloud", "aws", "--yes") == 3
     assert "incorrect passphrase" in capsys.readouterr().out
     assert aws_apply.exists(made, account.session()) == made
-    # the team's passphrase and --any-owner: destroyed through Pulumi, and said so
+    # the team's passphrase and --any-owner: the owners are named before the question; with no
+    # terminal to ask on, it needs --yes and nothing goes
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "team-secret")
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    with pytest.raises(UsageError, match=r"Delete team-x and everything in it whoever made it: confirm with --yes"):
+        invoke(down.down, "team-x", "--cloud", "aws", "--any-owner")
+    out = capsys.readouterr().out
+    import re
+
+    assert re.search(rf"team-x: [1-9]\d* resource\(s\) found by tag, made by owner\(s\) {alice_id} \(alice@", out), out
+    assert aws_apply.exists(made, account.session()) == made
+    # destroyed through Pulumi, and said so
     assert invoke(down.down, "team-x", "--cloud", "aws", "--any-owner", "--yes") == 0
     out = capsys.readouterr().out
     assert f"Pulumi destroyed stack team-x (state {state})" in out and "team-x: down; verified" in out
@@ -373,8 +383,11 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
             continue
         params = inspect.signature(args_class(pulumi_aws, r.typ).__init__).parameters
         if "tags" in params:
-            assert r.inputs.get("tags", {}).get("gpucluster-owner") == owner, r.typ
-            assert r.inputs["tags"]["gpucluster-user"] == dict(marks)["gpucluster-user"], r.typ
+            tags = r.inputs.get("tags", {})
+            assert tags.get("gpucluster-owner") == owner, r.typ
+            assert tags["gpucluster-user"] == dict(marks)["gpucluster-user"], r.typ
+            assert tags["gpucluster-host"] == dict(marks)["gpucluster-host"], r.typ  # who made it, where
+            assert tags["gpucluster-run"] == aws_spec.run_id, r.typ  # and in which run
             checked += 1
         if r.typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile"):
             assert r.inputs["path"] == f"/gpucluster/{owner}/{REGION}/walk/"
@@ -392,7 +405,11 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
         for key in ("labels", "resource_labels"):
             camel = {"labels": "labels", "resource_labels": "resourceLabels"}[key]
             if key in params:
-                assert r.inputs.get(camel, {}).get("gpucluster-owner") == owner, r.typ
+                labels = r.inputs.get(camel, {})
+                assert labels.get("gpucluster-owner") == owner, r.typ
+                assert labels["gpucluster-user"] == dict(marks)["gpucluster-user"], r.typ
+                assert labels["gpucluster-host"] == dict(marks)["gpucluster-host"], r.typ
+                assert labels["gpucluster-run"] == gcp_spec.run_id, r.typ
                 labelled += 1
         if r.typ == "gcp:container/nodePool:NodePool":
             assert r.inputs["nodeConfig"]["resourceLabels"]["gpucluster-owner"] == owner
@@ -401,5 +418,8 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
             assert f"gpucluster-owner={owner}" in r.inputs["description"]
             from gpucluster.infra.gcp.component_access import marks_from_description
 
-            assert marks_from_description(r.inputs["description"])["gpucluster-owner"] == owner
+            described = marks_from_description(r.inputs["description"])
+            assert described["gpucluster-owner"] == owner and described["gpucluster-run"] == gcp_spec.run_id
+            assert described["gpucluster-user"] == dict(marks)["gpucluster-user"]
+            assert described["gpucluster-host"] == dict(marks)["gpucluster-host"]
     assert labelled >= 1

@@ -33,6 +33,34 @@ def _created(text: Any) -> float | None:
     except ValueError:
         return None
 
+def _hourly(cl: Any) -> str | None:
+    """At most what a GKE cluster bills per hour, from the price catalog: the cluster fee, and each
+    node pool at its starting size (`initialNodeCount`: a pool the autoscaler shrank costs less) of
+    its machine type and GPUs, spot where the pool is. None when a part has no price."""
+    from decimal import Decimal
+
+    from gpucluster.catalog.prices import load_catalog, normalize_gpu
+
+    from .prices import n1_row
+
+    location = str(getattr(cl, "location", "") or "")
+    region = location if location.count("-") <= 1 else location.rsplit("-", 1)[0]  # us-central1-a -> us-central1
+    try:
+        catalog = load_catalog()
+        total = catalog.get("gcp", region, "cluster-fee", "gke").price
+        for pool in getattr(cl, "node_pools", None) or ():
+            cfg = pool.config
+            market = "spot" if getattr(cfg, "spot", False) or getattr(cfg, "preemptible", False) else "on-demand"
+            per_node = n1_row(catalog, region, str(cfg.machine_type), market).price
+            for acc in getattr(cfg, "accelerators", None) or ():
+                gpu = normalize_gpu(str(acc.accelerator_type), catalog.items("gcp", "gpu"))
+                per_node += catalog.get("gcp", region, "gpu", gpu, market).price * int(acc.accelerator_count)
+            total += per_node * int(getattr(pool, "initial_node_count", 0) or 0)
+    except (GpuclusterError, AttributeError, TypeError, ValueError):  # a part with no price: say none
+        return None
+    return format(Decimal(total).quantize(Decimal("0.0001")).normalize(), "f")
+
+
 def gcp_project(flag: str | None = None) -> str | None:
     """The project by the one resolution order (`gcp_access.resolve_project`), or None."""
     from gpucluster.infra.gcp.access import resolve_project
@@ -78,7 +106,8 @@ def scan(name: str | None = None, run_id: str | None = None, *, project: str | N
         deleting = status == "STOPPING"
         detail = f"{status}{' (being deleted)' if deleting else ''} cluster={labels.get(CLUSTER_TAG, '?')}"
         lo = with_marks(Leftover("gke-cluster", path, cl.location, detail, deleting=deleting), labels,
-                        _created(getattr(cl, "create_time", None)))  # who made it: owner, user@host, since
+                        _created(getattr(cl, "create_time", None)),  # who made it: owner, user@host, since
+                        _hourly(cl))
         report.found.append(Found(lo, labels.get(CLUSTER_TAG), labels.get(RUN_TAG)))
     return report
 
