@@ -142,7 +142,7 @@ def bob(project) -> PulumiProvider:
 
 def spec(zone: str, name: str = "demo") -> ClusterSpec:
     return ClusterSpec(cloud="gcp", nodes=1, name=name, zone=zone, region=zone.rsplit("-", 1)[0],
-                       options=(("project", PROJECT),))
+                       project=PROJECT)
 
 
 def test_a_name_alice_holds_is_refused_in_her_zone_and_for_her_project_wide_account(project):
