@@ -174,6 +174,7 @@ def test_parallel_node_copies_with_nothing_do_not_break_each_other(tmp_path):
         sys.setswitchinterval(interval)
     assert errors == []
 
+
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
 def test_long_names_in_every_tar_format(tmp_path, fmt):
     src = tmp_path / "src"
