@@ -16,7 +16,7 @@ NODES ?= 4
 # pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers)
 TEST_WORKERS ?= 3
 
-.PHONY: demo test test-py test-floors typecheck bench install install-test system-deps clean
+.PHONY: demo test test-py test-floors typecheck bench bench-scale install install-test system-deps clean
 
 $(VENV)/.stamp-local: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,14 @@ test-floors:
 
 bench: install-test
 	$(PY) benchmarks/run_all.py
+
+# Scale (README, Benchmarks): each script takes its sizes as arguments; these are the defaults.
+# About 20 minutes on a 2-core machine (the 32 sshd hosts and 128 fake pods all run here).
+bench-scale: install-test
+	$(PY) benchmarks/scale_ssh.py 8 16 32
+	$(PY) benchmarks/scale_k8s.py 16 64 128
+	$(PY) benchmarks/aws_program.py 1 16 64 256
+	$(PY) benchmarks/ledger_scale.py 100 1000 10000
 
 clean:
 	rm -rf $(VENV) build *.egg-info

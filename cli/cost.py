@@ -417,7 +417,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
             from gpucluster.attempts import chain_attempts
 
             for g in rep["groups"]:
-                rows = chain_attempts(ledger, g["run_ids"]) if len(g["run_ids"]) > 1 else []
+                rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
                 if any(r.get("interruption") for r in rows):
                     g["attempts"] = rows
     finally:

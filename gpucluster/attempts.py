@@ -37,11 +37,13 @@ def _progress(records: list[dict[str, Any]]) -> tuple[int | None, int | None, fl
     return resumed, max(steps, default=None), per_epoch
 
 
-def chain_attempts(ledger: Any, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One dict per run of the chain, oldest first."""
+def chain_attempts(ledger: Any, run_ids: list[str], links: Any = None) -> list[dict[str, Any]]:
+    """One dict per run of the chain, oldest first. `links`: `Ledger.resume_links()`, when the
+    caller has read them (a report over many chains reads them once, not once per run)."""
     rows: list[dict[str, Any]] = []
+    links = ledger.resume_links() if links is None else links
     for i, rid in enumerate(run_ids):
-        record = ledger.get_run(rid)
+        record = ledger.get_run(rid, links=links)
         if record is None:
             continue
         records = [r for r in ledger.metrics(rid) if r.get("kind") in PROGRESS_KINDS + ("attempt", "node_lost")]

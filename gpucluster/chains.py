@@ -14,6 +14,24 @@ from typing import Mapping
 Links = Mapping[str, tuple]
 
 
+class ResumeLinks(dict[str, tuple]):
+    """`links` as `Ledger.resume_links()` reads them, with every chain's members found once, on
+    first use: `members` is then a look-up, so reading every run of a ledger (`cost report`) stays
+    linear in the runs, where walking the links for each run made it quadratic in the chained
+    ones. Read once and not changed afterwards (a change would not reach the index)."""
+
+    _chains: dict[str, list[str]] | None = None
+
+    def chains(self) -> dict[str, list[str]]:
+        """root -> the chain's runs, ordered as `members` orders them."""
+        if self._chains is None:
+            groups: dict[str, list[str]] = {}
+            for r in self:
+                groups.setdefault(root_of(r, self), []).append(r)
+            self._chains = {root: _ordered(root, runs, self) for root, runs in groups.items()}
+        return self._chains
+
+
 def root_of(run_id: str, links: Links) -> str:
     """The first run of `run_id`'s chain (itself when it was resumed from nothing). A link to a run
     no longer in the ledger ends the walk there; a loop (only a hand-edited ledger has one) too."""
@@ -32,9 +50,14 @@ def root_of(run_id: str, links: Links) -> str:
 def members(run_id: str, links: Links) -> list[str]:
     """Every run of `run_id`'s chain, the root first, then in the order they were created."""
     root = root_of(run_id, links)
-    out = [r for r in links if root_of(r, links) == root]
-    if root not in out:
-        out.append(root)
+    if isinstance(links, ResumeLinks):
+        return list(links.chains().get(root) or [root])
+    return _ordered(root, [r for r in links if root_of(r, links) == root], links)
+
+
+def _ordered(root: str, runs: list[str], links: Links) -> list[str]:
+    """A chain's runs, the root first (added when it is not among the links), then by creation."""
+    out = runs if root in runs else [*runs, root]
     return sorted(out, key=lambda r: (r != root, (links.get(r) or (None, 0.0))[1] or 0.0, r))
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from gpucluster.chains import ResumeLinks
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables)
@@ -467,12 +468,13 @@ class Ledger:
             sql += f" LIMIT {int(limit)}"
         return [RunRow.from_dict(self._run_dict(r)) for r in self._db.execute(sql, args)]
 
-    def resume_links(self) -> dict[str, tuple[str | None, float]]:
-        """run id -> (resumed_from, created_at) for every run that resumed or was resumed."""
+    def resume_links(self) -> ResumeLinks:
+        """run id -> (resumed_from, created_at) for every run that resumed or was resumed (a dict
+        that indexes its chains once: `gpucluster.chains.ResumeLinks`)."""
         rows = self._db.execute(
             "SELECT id, resumed_from, created_at FROM runs WHERE resumed_from IS NOT NULL"
             " OR id IN (SELECT resumed_from FROM runs WHERE resumed_from IS NOT NULL)")
-        return {r["id"]: (r["resumed_from"], r["created_at"]) for r in rows}
+        return ResumeLinks({r["id"]: (r["resumed_from"], r["created_at"]) for r in rows})
 
     def open_resources(self, cluster: str | None = None) -> list[dict[str, Any]]:
         """Resources not confirmed gone (what `down`/`gc` must finish), newest run first."""

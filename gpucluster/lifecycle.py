@@ -276,7 +276,9 @@ def execute(
 ) -> RunOutcome:
     """Run one job on one cluster, end to end. Never raises for run failures: returns the outcome."""
     from gpucluster.home import runs_dir
+    from gpucluster.procs import raise_open_files
 
+    raise_open_files()  # a file or socket per node: 64 nodes would exhaust macOS's default 256
     ui = ui or QuietUI()
     run_id = job.run_id
     log_dir = log_dir or runs_dir(run_id)

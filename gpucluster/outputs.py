@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -164,13 +165,27 @@ def workdir_pushed(where: str, who: str, rc: int | None, stdout: str, stderr: st
     return up.files, up.bytes, problems
 
 
+# Nodes are copied in parallel (threads of this process) into folders under one shared parent
+# (workdir/node-N): a copy that brought nothing removes its node-N and, when empty, the parent,
+# while another node's copy may be creating its node-N there (pathlib makes the parent, then the
+# folder: a parent removed in between fails that copy with ENOENT). Both hold this lock.
+_TREE = threading.Lock()
+
+
+def make_dest(dest: Path) -> None:
+    """`dest` and its parents, safe against a sibling copy's `remove_if_empty` (see _TREE)."""
+    with _TREE:
+        dest.mkdir(parents=True, exist_ok=True)
+
+
 def remove_if_empty(dest: Path) -> None:
     """A working-folder copy that brought nothing leaves no empty node-N (nor workdir/) behind."""
-    for d in (dest, dest.parent):
-        try:
-            d.rmdir()
-        except OSError:
-            return
+    with _TREE:
+        for d in (dest, dest.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                return
 
 
 def named(what: str, items: list[str], show: int = 5) -> str:
@@ -342,7 +357,7 @@ def extract_stream(fileobj: ByteReader, dest: Path, tally: dict[str, Any] | None
     damaged stream (one that ends without tar's end-of-archive blocks included), OSError here."""
     t = tally if tally is not None else {}
     t.setdefault("files", 0), t.setdefault("bytes", 0), t.setdefault("refused", [])
-    dest.mkdir(parents=True, exist_ok=True)
+    make_dest(dest)
     longname: str | None = None
     pax: dict[str, str] = {}
     view = memoryview(bytearray(1 << 20))  # file data: stream -> buffer -> file, no other copy

@@ -28,6 +28,29 @@ OWNER_ENV = "GPUCLUSTER_OWNER"
 _Stream = TypeVar("_Stream")
 
 
+# Open files a run may need here: per node, the ssh launcher holds about 4 at its peak (the staging
+# pipes of each node's copy, its agent's pipes, its log file) and the Kubernetes launcher 2 (the log
+# stream's socket, the log file): 280 for 64 ssh nodes (benchmarks/scale_ssh.py: 135 at 32). macOS
+# starts processes with a soft limit of 256 open files (Linux: 1024); the hard limit is higher.
+OPEN_FILES_WANTED = 8192
+
+
+def raise_open_files(wanted: int = OPEN_FILES_WANTED) -> tuple[int, int]:
+    """Raise this process's soft limit on open files to `wanted` (at most the hard limit; never
+    lowered), as a run starts. (soft limit before, after). The processes it starts inherit it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # a platform that refuses (macOS caps it at OPEN_MAX): keep what there is
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
 def piped(stream: _Stream | None) -> _Stream:
     """A `Popen`'s stdin, stdout or stderr that was opened with `subprocess.PIPE` (each is typed
     Optional: None only for a stream that was not piped)."""

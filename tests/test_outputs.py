@@ -136,6 +136,45 @@ def test_extract_stream_from_a_pipe_that_delivers_odd_pieces(tmp_path):
         assert (tmp_path / "out" / name).read_bytes() == blob
 
 
+
+def test_parallel_node_copies_with_nothing_do_not_break_each_other(tmp_path):
+    """Nodes copy their working folders at once, each into workdir/node-N; one that brought nothing
+    removes its folder and the then-empty workdir/ (remove_if_empty). Another node creating its
+    folder at that moment must not lose it: before the fix, 4 of 8 ssh hosts on loopback failed
+    their copy with ENOENT on workdir/node-N (benchmarks/scale_ssh.py, 8 hosts), and the run failed."""
+    import threading
+
+    from gpucluster.outputs import remove_if_empty
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: the window is a few bytecodes
+    empty = _tar([]).getvalue()
+    errors: list[str] = []
+    nodes = 8
+    try:
+        for round_ in range(150):
+            gate = threading.Barrier(nodes)
+
+            def node(rank: int) -> None:
+                dest = tmp_path / f"r{round_}" / "workdir" / f"node-{rank}"
+                gate.wait()
+                try:
+                    extract_stream(io.BytesIO(empty), dest)
+                except OSError as exc:
+                    errors.append(f"round {round_} node {rank}: {exc}")
+                remove_if_empty(dest)
+
+            threads = [threading.Thread(target=node, args=(r,)) for r in range(nodes)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not (tmp_path / f"r{round_}" / "workdir").exists()  # nothing came back: nothing left
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
 def test_long_names_in_every_tar_format(tmp_path, fmt):
     src = tmp_path / "src"

@@ -445,7 +445,7 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
 def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
     `gpucluster/workdir.py`): (files, bytes, problems)."""
-    from gpucluster.outputs import remove_if_empty, workdir_args, workdir_problems
+    from gpucluster.outputs import make_dest, remove_if_empty, workdir_args, workdir_problems
     from gpucluster.workdir import DEFAULT_LIMIT, select
 
     args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))
@@ -460,7 +460,7 @@ def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, l
     for rel, _size in chosen:
         target = dest / rel
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_dest(target.parent)
             shutil.copyfile(node_dir / "code" / rel, target)
         except OSError as exc:
             unreadable.append(f"{rel}: {exc.strerror}")
