@@ -261,6 +261,7 @@ class PodStager:
         job's own (newer than the mark: they come back with this run too); bounded by LAY_BACK_WAIT_S."""
         import shlex
 
+        assert self.lay_back is not None  # asked for only when the run resumes working-folder files
         src, record = self.lay_back
         script = (f"i=0; while [ ! -e {shlex.quote(SHIPPED_MARK)} ]; do i=$((i+1)); "
                   f"if [ $i -gt {int(LAY_BACK_WAIT_S * 5)} ]; then echo 'the working folder was never laid down' >&2; "

@@ -37,7 +37,6 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -61,12 +60,15 @@ from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forw
 from . import objects
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
+from .workdir_copy import PROGRAM, copy_workdir, lay_back
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
 _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
                 "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
 SHIPPED = "shipped"  # touched once the job's files are on a node: the job's own files are newer
+# what gpucluster puts in a node's run folder, never taken for the job's own files (a run without code)
+TOOL_FILES = ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED)
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
 
@@ -186,7 +188,7 @@ class SshLauncher(NodeAccess, Launcher):
                     self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
                                                for r, d in dirs.items()}, events)
                 if job.resume_files and job.resume is not None and code_dir is not None:
-                    self._lay_back(session, job, job.resume_files[0], dirs, events)
+                    lay_back(session, job, job.resume_files[0], dirs, events)
                 job = self._free_rdzv_port(session, cluster, job, events)
                 return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
             finally:
@@ -223,7 +225,9 @@ class SshLauncher(NodeAccess, Launcher):
             if objects.is_url(job.output_dir):  # each node uploads its own folder (objects.py)
                 results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
                 if held.cwds:  # and what the job wrote in its working folder, to URL/RUN_ID/workdir/node-N
-                    self._push_workdirs(held, job, results)
+                    from .workdir_copy import push_workdirs
+
+                    push_workdirs(held, job, results, tool_files=TOOL_FILES, shipped=SHIPPED)
                 return results
             copies = held.session.each(lambda n: (self._copy_node(held, job, n, dest) if n.rank in todo else None, None))
             for node, (res, err) in zip(held.session.nodes, copies):
@@ -246,77 +250,16 @@ class SshLauncher(NodeAccess, Launcher):
     def _copy_node(self, held: _Held, job: JobSpec, node: Any, dest: Path) -> Any:
         """A node's output folder, then (a user's command) what the job wrote in its working folder."""
         from gpucluster.outputs import add_workdir, workdir_args, workdir_dest
-        from .workdir_copy import PROGRAM, copy_workdir
 
         res = held.session.copy_outputs(node, held.out_dirs[node.rank], dest / f"node-{node.rank}")
         cwd = held.cwds.get(node.rank)
         if cwd:
             d = held.dirs[node.rank]
-            tool = () if cwd != d else ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED)
+            tool = () if cwd != d else TOOL_FILES
             args = workdir_args(job, cwd, f"{d}/{SHIPPED}", tool)
             add_workdir(res, *copy_workdir(held.session, node, f"{d}/{PROGRAM}", args,
                                            workdir_dest(dest, node.rank)))
         return res
-
-    def _push_workdirs(self, held: _Held, job: JobSpec, results: list) -> None:
-        """`--output s3://...`: each node uploads what its job wrote in its working folder (chosen by
-        workdir.py, as for a copy home) with its own transfer program; folded into its verdict."""
-        from gpucluster.outputs import add_workdir, workdir_args, workdir_push_script, workdir_pushed, workdir_url
-        from gpucluster.outputs import WORKDIR_STAGE
-        from .workdir_copy import PROGRAM
-
-        transfer = held.session.launcher.objects
-        by_rank = {r.node_rank: r for r in results}
-
-        def one(node: Any) -> tuple[Any, None]:
-            res, cwd = by_rank.get(node.rank), held.cwds.get(node.rank)
-            if res is None or not cwd or transfer is None:
-                return None, None
-            d, py = held.dirs[node.rank], held.session.launcher.python
-            tool = () if cwd != d else ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED,
-                                        WORKDIR_STAGE)
-            where = workdir_url(str(job.output_dir), job.run_id, node.rank)
-            stage = f"{d}/{WORKDIR_STAGE}"
-            script = workdir_push_script(py, f"{d}/{PROGRAM}", workdir_args(job, cwd, f"{d}/{SHIPPED}", tool), stage,
-                                         transfer.script(py, "push", stage, where))
-            start, who = time.monotonic(), f"node {node.rank} ({node_label(node)})"
-            try:
-                cp = held.session.run(node, script, timeout=objects.TRANSFER_TIMEOUT_S)
-            except LaunchError as exc:  # the node stopped answering: nothing of its working folder is known to be up
-                add_workdir(res, 0, 0, [f"{who}: upload to {where} failed: {exc}"])
-                return None, None
-            add_workdir(res, *workdir_pushed(where, who, cp.returncode, cp.stdout.decode("utf-8", "replace"),
-                                             cp.stderr.decode("utf-8", "replace"), time.monotonic() - start,
-                                             job.collect_limit))
-            return None, None
-
-        held.session.each(one)
-
-    def _lay_back(self, session: "Session", job: JobSpec, rel: str, dirs: dict[int, str], events: Any) -> None:
-        """--resume: the chosen node's working-folder files, staged under resume/, copied into
-        every node's working folder (writable copies, not the cache's read-only links)."""
-        import json
-
-        from gpucluster.launch import resume_record
-        from gpucluster.staging import RESUME_DEST
-        from .workdir_copy import PROGRAM
-
-        def one(node: Any) -> tuple[Any, str | None]:
-            d = dirs[node.rank]
-            cp = session.run(node, f"exec {shlex.quote(self.python)} {shlex.quote(f'{d}/{PROGRAM}')} "
-                                   f"{shlex.quote(f'{d}/code')} --lay-back "
-                                   f"{shlex.quote(f'{d}/code/{RESUME_DEST}/{rel}')}", timeout=600)
-            if cp.returncode != 0:
-                return None, (f"node {node.rank} ({node_label(node)}): laying back the resumed files failed: "
-                              + cp.stderr.decode("utf-8", "replace").strip()[-300:])
-            return json.loads(cp.stdout.decode().strip().splitlines()[-1]), None
-
-        done = session.each(one)
-        errors = [err for _, err in done if err]
-        if errors:
-            raise LaunchError("; ".join(errors))
-        for node, (got, _) in zip(session.nodes, done):
-            events.on_metric(node.rank, resume_record(job, got["files"], got["bytes"]))
 
     def _out_dirs(self, job: JobSpec, dirs: dict[int, str], has_code: bool) -> dict[int, str]:
         """Each node's output folder: `outputs/` in the job's working folder on that node."""

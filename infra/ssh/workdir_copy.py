@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 PROGRAM = "workdir.py"  # in each node's run folder, beside reaper.py (ship.bundle)
 
@@ -39,6 +40,75 @@ def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: P
     remove_if_empty(dest)
     return tally["files"], tally["bytes"], problems
 
+
+
+def push_workdirs(held: Any, job: Any, results: list, *, tool_files: Sequence[str], shipped: str) -> None:
+    """`--output s3://...`: each node uploads what its job wrote in its working folder (chosen by
+    workdir.py, as for a copy home) with its own transfer program; folded into its verdict. `held`:
+    the launcher's connections and node folders; `tool_files`: what gpucluster put in a run folder
+    (never the job's); `shipped`: the mark the job's own files are newer than."""
+    from gpucluster.errors import LaunchError
+    from gpucluster.outputs import WORKDIR_STAGE, add_workdir, workdir_args, workdir_push_script, workdir_pushed
+    from gpucluster.outputs import workdir_url
+
+    from . import objects
+    from .session import node_label
+
+    transfer = held.session.launcher.objects
+    by_rank = {r.node_rank: r for r in results}
+
+    def one(node: Any) -> tuple[Any, None]:
+        res, cwd = by_rank.get(node.rank), held.cwds.get(node.rank)
+        if res is None or not cwd or transfer is None:
+            return None, None
+        d, py = held.dirs[node.rank], held.session.launcher.python
+        tool = () if cwd != d else (*tool_files, WORKDIR_STAGE)
+        where = workdir_url(str(job.output_dir), job.run_id, node.rank)
+        stage = f"{d}/{WORKDIR_STAGE}"
+        script = workdir_push_script(py, f"{d}/{PROGRAM}", workdir_args(job, cwd, f"{d}/{shipped}", tool), stage,
+                                     transfer.script(py, "push", stage, where))
+        start, who = time.monotonic(), f"node {node.rank} ({node_label(node)})"
+        try:
+            cp = held.session.run(node, script, timeout=objects.TRANSFER_TIMEOUT_S)
+        except LaunchError as exc:  # the node stopped answering: nothing of its working folder is known to be up
+            add_workdir(res, 0, 0, [f"{who}: upload to {where} failed: {exc}"])
+            return None, None
+        add_workdir(res, *workdir_pushed(where, who, cp.returncode, cp.stdout.decode("utf-8", "replace"),
+                                         cp.stderr.decode("utf-8", "replace"), time.monotonic() - start,
+                                         job.collect_limit))
+        return None, None
+
+    held.session.each(one)
+
+
+def lay_back(session: Any, job: Any, rel: str, dirs: dict[int, str], events: Any) -> None:
+    """--resume: the chosen node's working-folder files, staged under resume/, copied into every
+    node's working folder (writable copies, not the cache's read-only links); LaunchError naming
+    each node where it failed."""
+    from gpucluster.errors import LaunchError
+    from gpucluster.launch import resume_record
+    from gpucluster.staging import RESUME_DEST
+
+    from .session import node_label
+
+    python = session.launcher.python
+
+    def one(node: Any) -> tuple[Any, str | None]:
+        d = dirs[node.rank]
+        cp = session.run(node, f"exec {shlex.quote(python)} {shlex.quote(f'{d}/{PROGRAM}')} "
+                               f"{shlex.quote(f'{d}/code')} --lay-back "
+                               f"{shlex.quote(f'{d}/code/{RESUME_DEST}/{rel}')}", timeout=600)
+        if cp.returncode != 0:
+            return None, (f"node {node.rank} ({node_label(node)}): laying back the resumed files failed: "
+                          + cp.stderr.decode("utf-8", "replace").strip()[-300:])
+        return json.loads(cp.stdout.decode().strip().splitlines()[-1]), None
+
+    done = session.each(one)
+    errors = [err for _, err in done if err]
+    if errors:
+        raise LaunchError("; ".join(errors))
+    for node, (got, _) in zip(session.nodes, done):
+        events.on_metric(node.rank, resume_record(job, got["files"], got["bytes"]))
 
 
 def _limit(args: list[str]) -> int | None:
