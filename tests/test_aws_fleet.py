@@ -306,3 +306,19 @@ def test_the_scan_finds_the_fleet_and_its_instances_and_delete_leaves_nothing_bi
     # deleting it again (a second `gc`) counts as done
     assert leftovers.delete([lo for lo in ours if lo.kind == "fleet"], session=moto_ec2) == []
     assert {f["FleetId"]: f["FleetState"] for f in ec2.describe_fleets()["Fleets"]}[other] == "active"
+
+
+def test_the_key_cache_lives_with_the_clusters_ssh_files_and_goes_with_a_verified_down(home):
+    from gpucluster.kept import access_dir, forget_access
+
+    clock = Clock()
+    console = LateConsole(clock, {"i-0aaa": KEY0, "i-0bbb": KEY1}, {"i-0aaa": 0.0, "i-0bbb": 0.0})
+    hostkeys.pin(cluster(), client=console, sleep=clock.sleep, clock=clock.now)
+    folder = access_dir("demo") / "hostkeys"
+    assert sorted(p.name for p in folder.iterdir()) == ["i-0aaa", "i-0bbb"]
+    # a new incarnation of the cluster (new instances): the old keys are dropped, never trusted
+    console.keys["i-0ccc"], console.at["i-0ccc"] = KEY1, 0.0
+    hostkeys.pin(cluster(ids=("i-0aaa", "i-0ccc")), client=console, sleep=clock.sleep, clock=clock.now)
+    assert sorted(p.name for p in folder.iterdir()) == ["i-0aaa", "i-0ccc"]
+    forget_access("demo")  # what a verified `down` does (gpucluster.teardown.take_down)
+    assert not folder.exists()

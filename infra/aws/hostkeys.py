@@ -10,8 +10,10 @@ pins it before the first ssh connection. Console output can lack the block (cano
 or show it minutes after `running`: a node whose console shows no key by the deadline is not
 reached, and the run fails naming it.
 
-Keys once read are kept in the gpucluster home (`hostkeys/<instance id>`), so reaching a kept
-cluster later does not depend on the console's last 64 KB still holding the block.
+Keys once read are kept in the gpucluster home (`ssh/<cluster>/hostkeys/<instance id>`, removed by a
+verified `down` with the cluster's other ssh files; keys of instances the cluster no longer has are
+dropped when it is next pinned), so reaching a kept cluster later does not depend on the console's
+last 64 KB still holding the block.
 """
 
 from __future__ import annotations
@@ -73,10 +75,12 @@ def client_for(region: str | None) -> Any:
                         config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3}))
 
 
-def _cache_dir() -> Path:
-    from gpucluster.home import home_dir
+def _cache_dir(cluster: str) -> Path:
+    """Beside the cluster's `ssh --ssh-config` files: a verified `down` removes the folder
+    (`gpucluster.kept.forget_access`)."""
+    from gpucluster.kept import access_dir
 
-    return home_dir() / "hostkeys"
+    return access_dir(cluster) / "hostkeys"
 
 
 def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOUT_S, poll: float = 5.0,
@@ -86,7 +90,12 @@ def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOU
     ProvisionError naming each node whose console showed no key within `timeout` seconds."""
     if all(n.host_keys for n in cluster.nodes):
         return cluster
-    folder = _cache_dir() if cache is None else (None if cache is False else Path(cache))
+    folder = _cache_dir(cluster.name) if cache is None else (None if cache is False else Path(cache))
+    if folder is not None and folder.is_dir():  # keys of instances this cluster no longer has: gone
+        current = {n.instance_id for n in cluster.nodes}
+        for stale in folder.iterdir():
+            if stale.name not in current:
+                stale.unlink(missing_ok=True)
     keys: dict[int, str] = {}
     for node in cluster.nodes:
         if node.host_keys:
@@ -130,16 +139,6 @@ def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOU
         sleep(min(poll, max(0.0, deadline - clock())))
     nodes = tuple(n if n.host_keys else _with_key(n, keys[n.rank]) for n in cluster.nodes)
     return _with_nodes(cluster, nodes)
-
-
-def forget(instance_ids: list[str], cache: Path | None = None) -> None:
-    """Drop cached keys (the instances are gone; their ids are never reused)."""
-    folder = _cache_dir() if cache is None else Path(cache)
-    for iid in instance_ids:
-        try:
-            (folder / iid).unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _with_key(node: Any, key: str) -> Any:
