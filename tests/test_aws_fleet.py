@@ -184,8 +184,12 @@ def test_a_short_fleet_fails_over_to_the_next_zone_and_its_row_is_closed(home, m
     from test_automation import provider, spec
 
     # the fleet is created (6 resources, the rule unrecorded), then the program fails on its count
+    from gpucluster.infra.aws.engine import PROVIDER_MAX_RETRIES
+
+    # the provider's retry model is on (tests/test_aws_failures.py), but CreateFleet answers a shortage
+    # with a 200 and `Errors`, which the SDK does not retry: the next zone is tried at once
     fake = FakePulumiCommand(resources=AWS_FLEET_RESOURCES, fail_up_after=6, fail_text=FLEET_SHORT, fail_up_times=1,
-                             fail_in_program=True,
+                             fail_in_program=True, provider_max_retries=PROVIDER_MAX_RETRIES,
                              outputs=aws_outputs())
     prov = provider(fake, capacity_attempts=plugin("aws").provisioner.capacity_attempts)
     zones = []
@@ -197,6 +201,9 @@ def test_a_short_fleet_fails_over_to_the_next_zone_and_its_row_is_closed(home, m
     rec = _Recorder(ledger, s.run_id, QuietUI(), "us-east-1")
     cluster = prov.up(s, rec)
     assert zones == ["us-east-1a", "us-east-1b"] and len(cluster.nodes) == 2
+    gap = fake.up_started[1] - fake.up_started[0]  # from the first attempt's start to the next zone's
+    print(f"capacity error to the next zone's attempt: {gap:.1f} s (fake clock)")
+    assert gap < 60 and fake.capacity_errors_at == []  # no provider retry delay on this path
     rows = ledger.get_run(s.run_id).to_dict()["resources"]
     assert not [r for r in rows if r["kind"] == "instance"]  # never one row per node
     fleets = [r for r in rows if r["kind"] == "fleet"]

@@ -287,7 +287,9 @@ def _provider_and_fake(ec2: Ec2Like, **fake_kw):
         # what EC2 would have assigned: the loopback "instances", their host keys, our login key
         # what EC2 would have assigned: the loopback "instances", our login key; no host keys in the
         # outputs: the launcher reads each from the node's console (FakeConsole)
-        ids = ["i-0000000000000000a", "i-0000000000000000b"]
+        # new instances get new ids (EC2 never reuses an instance id), so a key pinned for an
+        # earlier boot's instance is never offered for a new one
+        ids = [f"i-{ec2.boots - 1:016x}a", f"i-{ec2.boots - 1:016x}b"]
         outputs.update(private_ips=ADDRESSES, public_ips=ADDRESSES, ssh_user=ec2.hosts.user,
                        ssh_private_key=ec2.hosts.identity.read_text(), instance_ids=ids)
         assert "host_public_keys" not in outputs
