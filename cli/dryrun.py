@@ -33,6 +33,8 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     if inst:
         out.print(f"instances: {inst['count']} × {inst['type']}, root {inst['root']}, IMDSv2 {inst['imds']}, "
                   f"shutdown={inst['shutdown']}, spot={inst['spot']}", highlight=False)
+        if inst.get("launch"):
+            out.print(f"launch: {inst['launch']}", highlight=False)
     for r in d.get("security_group_rules", []):
         out.print(f"security group {r['direction']}: {r['protocol']} ports {r['ports']} "
                   f"{'from' if r['direction'] == 'ingress' else 'to'} {r['peer']}  ({r['description']})", highlight=False)

@@ -99,7 +99,8 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         try:
             hourly = common.hourly(ClusterSpec.from_dict(latest.spec))
             if hourly is not None and closed and latest.nodes:  # some nodes are gone: they bill no more
-                live = sum(1 for res in ledger.open_resources(r["cluster"]) if res["kind"] == "instance")
+                live = sum(1 if res["kind"] == "instance" else int((res.get("detail") or {}).get("node_count") or 1)
+                           for res in ledger.open_resources(r["cluster"]) if res["kind"] in ("instance", "fleet"))
                 hourly = hourly * live / latest.nodes
                 r["state"] += f", {latest.nodes - live} of {latest.nodes} node(s) gone"
             r["hourly_usd"] = None if hourly is None else str(hourly)

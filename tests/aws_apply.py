@@ -4,8 +4,9 @@
 `apply(recorder, session)` takes what the program declared under Pulumi's mock runtime
 (`infra.aws.mock_runtime.build`) and creates each resource in the account through boto3, with the
 inputs the program gave it: the tags (Name, managed-by, gpucluster-cluster/-run and the owner
-marks), the IAM path of the role and instance profile, the VPC/subnet/security group each
-instance is placed in, the root volume's tags. References between resources (the mock runtime's
+marks), the IAM path of the role and instance profile, the nodes' launch template (its instance,
+volume and interface tags) and the instant EC2 Fleet that launches them all (its instances are
+listed after it, as the fleet reports them). References between resources (the mock runtime's
 ids, "<resource name>-id") become the real ids. It returns what it made, in creation order, so
 that `destroy(made, session)` deletes exactly those, the way `pulumi destroy` deletes what its
 state holds (never by tag). Resources that carry no AWS object of their own (rules, associations,
@@ -76,6 +77,39 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1") -> list[tuple[
             iam.create_instance_profile(InstanceProfileName=rid, Path=i.get("path", "/"), Tags=_tags(i))
             iam.add_role_to_instance_profile(InstanceProfileName=rid, RoleName=ref(i["role"]))
             made.append(("instance-profile", rid))
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            # the nodes' template: its instance/volume/interface tags are what the fleet's instances get
+            nic = dict((i.get("networkInterfaces") or [{}])[0])
+            data: dict[str, Any] = {"ImageId": "ami-12c6146b", "TagSpecifications": [
+                {"ResourceType": t["resourceType"], "Tags": _tags(t)} for t in i.get("tagSpecifications") or []]}
+            if nic:
+                data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
+                                              "Groups": [ref(g) for g in nic.get("securityGroups") or []],
+                                              "AssociatePublicIpAddress": nic.get("associatePublicIpAddress") == "true"}]
+            rid = ec2.create_launch_template(LaunchTemplateName=f"{r.name}-{n}", LaunchTemplateData=data,
+                                             TagSpecifications=_spec("launch-template", i))[
+                "LaunchTemplate"]["LaunchTemplateId"]
+            made.append(("launch-template", rid))
+        elif typ == "aws:ec2/fleet:Fleet":
+            # one instant fleet for all nodes (CreateFleet: all or none with MinTargetCapacity)
+            config = (i.get("launchTemplateConfigs") or [{}])[0]
+            target = i.get("targetCapacitySpecification") or {}
+            options = i.get("onDemandOptions") or i.get("spotOptions") or {}
+            opts_key = "OnDemandOptions" if i.get("onDemandOptions") else "SpotOptions"
+            resp = ec2.create_fleet(
+                Type=i.get("type", "instant"), TagSpecifications=_spec("fleet", i),
+                LaunchTemplateConfigs=[{
+                    "LaunchTemplateSpecification": {"LaunchTemplateId": ref(config["launchTemplateSpecification"][
+                        "launchTemplateId"]), "Version": "$Latest"},
+                    "Overrides": [{"InstanceType": o.get("instanceType")} for o in config.get("overrides") or []]}],
+                TargetCapacitySpecification={"TotalTargetCapacity": int(target["totalTargetCapacity"]),
+                                             "DefaultTargetCapacityType": target["defaultTargetCapacityType"]},
+                **{opts_key: {"MinTargetCapacity": int(options.get("minTargetCapacity") or 0),
+                              "SingleInstanceType": bool(options.get("singleInstanceType")),
+                              "SingleAvailabilityZone": bool(options.get("singleAvailabilityZone"))}})
+            rid = resp["FleetId"]
+            made.append(("fleet", rid))
+            made.extend(("instance", iid) for s in resp.get("Instances") or [] for iid in s.get("InstanceIds") or [])
         elif typ == "aws:ec2/instance:Instance":
             root = i.get("rootBlockDevice") or {}
             specs = [{"ResourceType": "instance", "Tags": _tags(i)}]
@@ -124,6 +158,11 @@ def exists(made: list[tuple[str, str]], session: Any, region: str = "us-east-1")
                 "InternetGateways"])
         elif kind == "route-table":
             ok = bool(ec2.describe_route_tables(Filters=[{"Name": "route-table-id", "Values": [rid]}])["RouteTables"])
+        elif kind == "fleet":
+            ok = any(not str(f.get("FleetState", "")).startswith("deleted")
+                     for f in ec2.describe_fleets(FleetIds=[rid]).get("Fleets", []))
+        elif kind == "launch-template":
+            ok = rid in {t["LaunchTemplateId"] for t in ec2.describe_launch_templates()["LaunchTemplates"]}
         elif kind == "key-pair":
             ok = rid in {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
         elif kind == "iam-role":

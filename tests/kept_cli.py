@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pulumi_fake import FakePulumiCommand  # noqa: E402
+from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand  # noqa: E402
 
 
 class PersistentFake(FakePulumiCommand):
@@ -48,7 +48,7 @@ def install() -> PersistentFake:
     from gpucluster.cli import common, status
 
     outputs = json.loads(Path(os.environ["FAKE_PULUMI_OUTPUTS"]).read_text())
-    fake = PersistentFake(Path(os.environ["FAKE_PULUMI_STATE"]), outputs=outputs,
+    fake = PersistentFake(Path(os.environ["FAKE_PULUMI_STATE"]), outputs=outputs, resources=AWS_FLEET_RESOURCES,
                           step_delay_s=float(os.environ.get("FAKE_PULUMI_STEP_S") or 0))
     common.provider_for = lambda cloud: provider(fake)
     # the fake cloud has no EC2 to ask whether its instances still run (tests/test_aws_status.py does)

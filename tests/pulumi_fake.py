@@ -10,6 +10,9 @@ engine does, and returns scripted outputs and failures:
   `error: update failed` last, in both the engine events and the printed "Diagnostics:" section
   (pulumi/pulumi pkg/backend/display: diagnostics are grouped per resource and the root stack's
   "update failed" comes after the resources'; issue 25 read this from real runs);
+- `fail_in_program=True` (with `fail_up_after=N`): the N resources are created, then the program
+  raises (the aws program does when its instant fleet launched fewer nodes than asked), reported on
+  the stack as the Python language host does, then `error: update failed`;
 - `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
 - `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
 - `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay);
@@ -45,6 +48,17 @@ AWS_RESOURCES = [
     ("aws:ec2/instance:Instance", "demo-node-1", "i-0000000000000000b"),
 ]
 
+# what the aws program declares since issue 25: the nodes come from one launch template through one
+# instant EC2 Fleet (infra/aws/component.py); the fleet is one ledger row for its N instances
+AWS_FLEET_RESOURCES = [
+    ("aws:ec2/vpc:Vpc", "demo-vpc", "vpc-0a1"),
+    ("aws:ec2/securityGroup:SecurityGroup", "demo-sg", "sg-0b2"),
+    ("aws:ec2/rule:Rule", "demo-in-members", "sgr-1"),  # not recorded (a rule)
+    ("aws:ec2/keyPair:KeyPair", "demo-key", "key-0c3"),
+    ("aws:ec2/launchTemplate:LaunchTemplate", "demo-nodes", "lt-0d4"),
+    ("aws:ec2/fleet:Fleet", "demo-fleet", "fleet-0e5f6a7b8-1234-4c5d-9e0f-0123456789ab"),
+]
+
 
 def aws_outputs(n: int = 2) -> dict[str, Any]:
     return {
@@ -71,7 +85,7 @@ class FakePulumiCommand:
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
                  fail_up_times: int | None = None, provider_max_retries: int | None = None,
-                 before_up=None, persist: bool = False, step_delay_s: float = 0.0):
+                 before_up=None, persist: bool = False, step_delay_s: float = 0.0, fail_in_program: bool = False):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -81,6 +95,7 @@ class FakePulumiCommand:
         self.scripted_outputs = aws_outputs() if outputs is None else outputs
         self.secret_keys = set(secret_keys)
         self.fail_up_after, self.fail_text = fail_up_after, fail_text
+        self.fail_in_program = fail_in_program  # the failure is the program's exception, not a resource's
         self.interrupt_up_after = interrupt_up_after
         self.locked_by_pid = locked_by_pid
         self.fail_destroy_text = fail_destroy_text
@@ -330,6 +345,29 @@ class FakePulumiCommand:
             events.append(self._step("resourcePreEvent", "create", type_, name, rid, stack))
             events.append(self._step("resOutputsEvent", "create", type_, name, rid, stack))
             made.append((type_, name, rid))
+        if self.fail_up_after is not None and self.fail_in_program:
+            # the program itself raised (in an apply, after the resources it read were created): the
+            # Python language host reports it on the stack, "Program failed with an unhandled
+            # exception:" and the traceback (pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec),
+            # then the stack's "update failed"; no resource step fails
+            stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+            trace = ("Program failed with an unhandled exception:\nTraceback (most recent call last):\n"
+                     '  File "/work/infra/aws/engine.py", line 170, in fleet_instance_ids\n'
+                     f"gpucluster.errors.ProvisionError: {self.fail_text}\n")
+            events.append({"diagnosticEvent": {"message": trace, "color": "never", "severity": "error",
+                                               "urn": stack_urn}})
+            events.append({"diagnosticEvent": {"message": "update failed\n", "color": "never", "severity": "error",
+                                               "urn": stack_urn}})
+            events.append({"cancelEvent": {}})
+            self._emit(target, events)
+            if self.fail_up_times is not None:
+                self.fail_up_times -= 1
+                if self.fail_up_times <= 0:
+                    self.fail_up_after = None
+            shown = "".join(f"    {'error: ' if i == 0 else ''}{ln}\n" for i, ln in enumerate(trace.splitlines()))
+            self._fail("", stdout=(f"Updating ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack (gpucluster-{stack}):\n"
+                                   f"{shown}    error: update failed\n\nResources:\n    + {limit} created\n\n"
+                                   "Duration: 1s\n"))
         if self.fail_up_after is not None:
             type_, name, rid = self.resources[limit]
             if self.provider_max_retries is not None and "InsufficientInstanceCapacity" in self.fail_text:

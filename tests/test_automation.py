@@ -539,7 +539,7 @@ def test_ctrl_c_is_forwarded_to_a_running_update(home, stand_in_pulumi):
 
 
 # -- the real AWS program, run under Pulumi's mocks, replayed through the driver --------------------
-def test_real_aws_program_through_the_driver(home, tmp_path):
+def test_real_aws_program_through_the_driver(home, tmp_path, monkeypatch):
     """What `infra.program.run(spec)` declares and exports (under pulumi's mock runtime) is what
     the fake CLI replays as engine events and outputs: the driver must turn it into a head-first
     Cluster and ledger rows the cost code can price."""
@@ -557,20 +557,31 @@ def test_real_aws_program_through_the_driver(home, tmp_path):
     ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=3, gpus_per_node=1, command=["x"], spec=s.to_dict())
     from gpucluster.lifecycle import LedgerEvents
 
+    # the nodes' host keys come from their serial consoles (infra/aws/hostkeys.py; tests/test_aws_fleet.py)
+    from gpucluster.infra.aws import hostkeys
+
+    class Console:
+        def get_console_output(self, InstanceId, Latest):  # noqa: N803 - boto3's names
+            text = f"-----BEGIN SSH HOST KEY KEYS-----\nssh-ed25519 AAAA{InstanceId[-3:]} root@n\n-----END SSH HOST KEY KEYS-----\n"
+            return {"Output": __import__("base64").b64encode(text.encode()).decode()}
+
+    monkeypatch.setattr(hostkeys, "client_for", lambda region: Console())
     cluster = provider(fake).up(s, LedgerEvents(ledger, "demo", s.run_id, s.region))
     assert [n.rank for n in cluster.nodes] == [0, 1, 2]
     assert [n.private_ip for n in cluster.nodes] == [aws_mocks.private_ip(i) for i in range(3)]
-    assert cluster.nodes[2].host_keys == (built.outputs["host_public_keys"][2],)
+    assert cluster.nodes[2].host_keys == ("ssh-ed25519 AAAA" + built.outputs["instance_ids"][2][-3:],)
     assert cluster.ssh_private_key == built.outputs["ssh_private_key"] and "ssh_private_key" not in cluster.outputs
 
     rows = ledger.get_run(s.run_id).to_dict()["resources"]
     kinds = sorted({r["kind"] for r in rows})
-    assert {"instance", "security-group", "key-pair", "placement-group", "vpc", "subnet"} <= set(kinds)
+    assert {"fleet", "launch-template", "security-group", "key-pair", "placement-group", "vpc", "subnet"} <= set(kinds)
     assert not {"iam-role", "instance-profile"} & set(kinds)  # a default run creates no IAM (issue 25)
-    instances = [r for r in rows if r["kind"] == "instance"]
-    assert len(instances) == 3 and all(r["created_at"] for r in instances)
-    d = instances[0]["detail"]
-    assert (d["instance_type"], d["disk_gb"], d["disk_type"], d["spot"]) == ("g5.xlarge", 100, "gp3", False)
+    assert "instance" not in kinds  # the nodes are one fleet row (issue 25: all in one request)
+    (fleet,) = [r for r in rows if r["kind"] == "fleet"]
+    assert fleet["created_at"]
+    d = fleet["detail"]
+    assert (d["instance_type"], d["node_count"], d["disk_gb"], d["disk_type"], d["spot"]) == (
+        "g5.xlarge", 3, 100, "gp3", False)
     # the zone it launched in (the subnet's, set on the instance: spot is priced by zone) and its public IPv4
     assert d["availability_zone"] == built.outputs["availability_zone"] and d["public_ipv4"] == 1
     try:

@@ -70,7 +70,9 @@ def _deadman(spec) -> str:
     from gpucluster.infra.aws import user_data as boot
     from gpucluster.infra.aws.mock_runtime import build, unwrap
 
-    doc = yaml.safe_load(unwrap(build(spec).recorder.instances()[0].inputs["userData"]))
+    import base64
+
+    doc = yaml.safe_load(base64.b64decode(unwrap(build(spec).recorder.node_template().inputs["userData"])).decode())
     return next(f["content"] for f in doc["write_files"] if f["path"] == boot.DEADMAN_SCRIPT_PATH)
 
 

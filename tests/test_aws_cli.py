@@ -44,9 +44,10 @@ def test_dry_run_of_a_default_two_node_run_declares_a_reachable_cluster_and_crea
     assert "2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.38/h" in out  # with 2 public IPv4
     assert "SSH allowed from 198.51.100.23/32" in out + r.stderr
     assert "security group ingress: tcp ports 22 from 198.51.100.23/32" in out
-    assert "2 × aws:ec2/instance:Instance" in out
+    assert "1 × aws:ec2/fleet:Fleet" in out and "aws:ec2/instance:Instance" not in out
+    assert "one EC2 Fleet request (type instant), all or none: min target capacity 2" in out
     assert "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *" in out
-    assert "/usr/local/sbin/gpucluster-ready 0" in out and "secret, not shown" in out
+    assert "/usr/local/sbin/gpucluster-ready" in out and "printed to the serial console and pinned from there" in out
     assert "BEGIN OPENSSH PRIVATE KEY" not in out
     node_lines = [ln for ln in out.splitlines() if ln.strip().startswith("node ")]
     assert len(node_lines) == 2

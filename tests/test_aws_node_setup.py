@@ -83,11 +83,10 @@ exit 2
 
 
 def _sandbox(tmp_path: Path, *, offline: bool = False, disk_full: bool = False) -> tuple[dict[str, str], Path]:
-    text = boot.render_user_data(cluster="demo", rank=1, expected_gpus=1, max_lifetime_minutes=60,
-                                 host_private_key="KEY", host_public_key="ssh-ed25519 AAAA", setup_torch=True)
+    text = boot.render_user_data(cluster="demo", expected_gpus=1, max_lifetime_minutes=60, setup_torch=True)
     doc = yaml.safe_load(text)
     # the order the node runs them in: setup, then the ready check
-    assert doc["runcmd"][1:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH, "1"]]
+    assert doc["runcmd"][2:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH]]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, body in (("apt-get", APT), ("python3", PYTHON3), ("nvidia-smi", "#!/bin/sh\necho 550.127.05\n")):
@@ -111,7 +110,7 @@ def _sandbox(tmp_path: Path, *, offline: bool = False, disk_full: bool = False) 
 def _boot(env: dict[str, str], where: Path) -> dict:
     """cloud-init's runcmd: each command in turn, a failing one does not stop the next."""
     subprocess.run([str(where / Path(boot.SETUP_TORCH_PATH).name)], env=env, timeout=30)
-    subprocess.run([str(where / Path(boot.READY_SCRIPT_PATH).name), "1"], env=env, check=True, timeout=30)
+    subprocess.run([str(where / Path(boot.READY_SCRIPT_PATH).name)], env=env, check=True, timeout=30)
     return json.loads((where / "state" / "ready").read_text())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import os
@@ -75,32 +76,75 @@ def default():
     return built
 
 
-def user_data(resource) -> dict:
-    text = unwrap(resource.inputs["userData"])
+def user_data(template) -> dict:
+    """The shared user data of the nodes' launch template (a template takes it base64-encoded)."""
+    text = base64.b64decode(unwrap(template.inputs["userData"])).decode()
     assert text.startswith("#cloud-config\n")
     return yaml.safe_load(text)
+
+
+def nodes_of(rec):
+    """(the fleet, the launch template it launches every node from)."""
+    fleet, template = rec.fleet(), rec.node_template()
+    assert fleet is not None and template is not None
+    (config,) = fleet.inputs["launchTemplateConfigs"]
+    assert config["launchTemplateSpecification"]["launchTemplateId"] == template.name + "-id"
+    return fleet, template
 
 
 # -- structure --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("nodes", [1, 3])
-def test_instance_count_equals_nodes_all_in_one_subnet_zone_and_placement_group(nodes):
+def test_all_nodes_in_one_instant_fleet_all_or_none_in_one_subnet_zone_and_placement_group(nodes):
+    # issue 25: one RunInstances per node let node 0 bill while its peers failed on capacity. One
+    # instant EC2 Fleet with min_target_capacity = the target launches all or none (EC2 API
+    # reference, OnDemandOptionsRequest: MinTargetCapacity needs SingleInstanceType and
+    # SingleAvailabilityZone; "If the minimum target capacity is not reached, the fleet launches no
+    # instances"), and AWS recommends one request for a cluster placement group (EC2 User Guide).
     built = build(spec(nodes=nodes))
     rec = built.recorder
-    instances = rec.instances()
-    assert len(instances) == nodes
+    assert rec.instances() == []  # no aws.ec2.Instance at all
+    fleet, lt = nodes_of(rec)
+    assert len(rec.of_type("aws:ec2/fleet:Fleet")) == 1
+    i = fleet.inputs
+    assert i["type"] == "instant" and i["terminateInstances"] is True
+    assert i["targetCapacitySpecification"] == {"defaultTargetCapacityType": "on-demand",
+                                                "totalTargetCapacity": nodes, "onDemandTargetCapacity": nodes}
+    assert i["onDemandOptions"] == {"minTargetCapacity": nodes, "singleInstanceType": True,
+                                    "singleAvailabilityZone": True}
+    assert "spotOptions" not in i
     (subnet,) = rec.of_type("aws:ec2/subnet:Subnet")
     (pg,) = rec.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert pg.inputs["strategy"] == "cluster"
     # the first zone (by name) where the mock says the type is offered
     assert subnet.inputs["availabilityZone"] == "us-east-1a" == built.outputs["availability_zone"]
-    for inst in instances:
-        assert inst.inputs["subnetId"] == f"{subnet.name}-id"
-        assert inst.inputs["placementGroup"] == pg.name
-        assert inst.inputs["instanceType"] == "g5.xlarge"
-        assert inst.inputs["associatePublicIpAddress"] is True
-    assert len(rec.of_type("tls:index/privateKey:PrivateKey")) == nodes + 1  # host keys + login
+    (override,) = i["launchTemplateConfigs"][0]["overrides"]
+    assert override == {"instanceType": "g5.xlarge", "availabilityZone": "us-east-1a"}
+    (nic,) = lt.inputs["networkInterfaces"]
+    assert nic["subnetId"] == f"{subnet.name}-id" and nic["associatePublicIpAddress"] == "true"
+    assert lt.inputs["placement"] == {"groupName": pg.name}
+    assert len(built.outputs["instance_ids"]) == nodes
+    # no host key is generated for the nodes any more: each makes its own (read from the console)
+    assert [r.name for r in rec.of_type("tls:index/privateKey:PrivateKey")] == ["demo-login-key"]
+
+
+def test_a_fleet_short_of_its_target_fails_the_program_with_ec2s_cause():
+    # CreateFleet (type instant) answers a capacity shortage with no API error, only no instances and
+    # an Errors list (aws/aws-parallelcluster-node#533: "In case of ICE create-fleet doesn't raise an
+    # exception"), and terraform-provider-aws's resourceFleetCreate stores such a fleet as created
+    # (it reads no Errors). The program must fail, naming EC2's cause, so `up` fails over.
+    cause = ("InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge capacity in the "
+             "Availability Zone you requested (us-east-1a).")
+    built = build(spec(nodes=3), fleet_launches=0, fleet_error=cause)
+    assert built.error is not None
+    assert str(built.error).startswith("EC2 Fleet demo-fleet-id launched 0 of 3 instances (all or none): ")
+    assert cause in str(built.error)
+    from gpucluster.infra.aws.engine import CAPACITY_MARKERS, capacity_zones
+
+    assert any(m in str(built.error) for m in CAPACITY_MARKERS)
+    assert capacity_zones(spec(), str(built.error), zone_lister=lambda r, t: ["us-east-1a", "us-east-1b"])[:2] == (
+        "us-east-1a", ["us-east-1b"])
 
 
 def test_zone_from_the_spec_skips_the_offerings_lookup():
@@ -123,7 +167,7 @@ def test_existing_subnet_from_options_creates_no_network():
     (call,) = rec.calls_to("aws:ec2/getSubnet:getSubnet")
     assert call.args["id"] == "subnet-0existing"
     assert rec.of_type("aws:ec2/securityGroup:SecurityGroup")[0].inputs["vpcId"] == "vpc-0existing"
-    assert {i.inputs["subnetId"] for i in rec.instances()} == {"subnet-0existing"}
+    assert nodes_of(rec)[1].inputs["networkInterfaces"][0]["subnetId"] == "subnet-0existing"
     assert built.outputs["availability_zone"] == MOCK_EXISTING_SUBNET["availabilityZone"]
 
 
@@ -135,46 +179,49 @@ def test_ami_lookup_filters_and_override(default):
     # the PyTorch DLAMI (torch at /opt/pytorch/bin/python, G5 supported), AWS DLAMI release notes
     assert filters["name"] == ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *"]
     assert filters["architecture"] == ["x86_64"]
-    assert {i.inputs["ami"] for i in default.recorder.instances()} == {MOCK_AMI_ID}
+    lt = nodes_of(default.recorder)[1]
+    assert lt.inputs["imageId"] == MOCK_AMI_ID
+    assert lt.inputs["blockDeviceMappings"][0]["deviceName"] == "/dev/sda1"  # the AMI's root device
     assert default.outputs["node_python"] == "/opt/pytorch/bin/python"
-    assert boot.SETUP_TORCH_PATH not in json.dumps(user_data(default.recorder.instances()[0]))
+    assert boot.SETUP_TORCH_PATH not in json.dumps(user_data(lt))
 
     base = build(spec(options={"image": "base"})).recorder
     (call,) = base.calls_to("aws:ec2/getAmi:getAmi")
     assert {f["name"]: f["values"] for f in call.args["filters"]}["name"] == [
         "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"]
-    doc = user_data(base.instances()[0])
+    doc = user_data(nodes_of(base)[1])
     # the Base DLAMI has no torch: a setup step installs it at the same path, before the ready check
-    assert doc["runcmd"][1:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH, "0"]]
+    assert doc["runcmd"][2:] == [[boot.SETUP_TORCH_PATH], [boot.READY_SCRIPT_PATH]]
     setup = _written(doc, boot.SETUP_TORCH_PATH)
     assert "/opt/pytorch/bin/python" in setup and "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update" in setup
     # what it does is run in a sandbox by tests/test_aws_node_setup.py
 
     rec = build(spec(options={"ami": "ami-0pinned"})).recorder
     assert rec.calls_to("aws:ec2/getAmi:getAmi") == []
-    assert {i.inputs["ami"] for i in rec.instances()} == {"ami-0pinned"}
+    assert nodes_of(rec)[1].inputs["imageId"] == "ami-0pinned"
 
 
 def test_instances_require_imdsv2_encrypted_gp3_root_and_terminate_on_shutdown():
     rec = build(spec(disk_gb=250)).recorder
-    for inst in rec.instances():
-        assert inst.inputs["metadataOptions"]["httpTokens"] == "required"
-        root = inst.inputs["rootBlockDevice"]
-        assert root["volumeType"] == "gp3"
-        assert root["encrypted"] is True
-        assert root["volumeSize"] == 250
-        assert root["deleteOnTermination"] is True
-        assert inst.inputs["instanceInitiatedShutdownBehavior"] == "terminate"
-        assert "instanceMarketOptions" not in inst.inputs  # on-demand by default
+    fleet, lt = nodes_of(rec)
+    assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
+    (root,) = lt.inputs["blockDeviceMappings"]
+    assert root["ebs"] == {"volumeType": "gp3", "encrypted": "true", "volumeSize": 250, "deleteOnTermination": "true"}
+    assert lt.inputs["instanceInitiatedShutdownBehavior"] == "terminate"
+    assert "instanceMarketOptions" not in lt.inputs  # the market is the fleet's
+    assert fleet.inputs["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
 
 
 def test_spot_is_one_time_and_terminates_on_interruption():
-    rec = build(spec(spot=True)).recorder
-    for inst in rec.instances():
-        market = inst.inputs["instanceMarketOptions"]
-        assert market["marketType"] == "spot"
-        assert market["spotOptions"]["instanceInterruptionBehavior"] == "terminate"
-        assert market["spotOptions"]["spotInstanceType"] == "one-time"
+    # an instant fleet's spot requests are one-time by nature (EC2 Fleet: "instant" places a
+    # synchronous one-time request); all or none as on-demand, terminated on interruption
+    rec = build(spec(spot=True, nodes=2)).recorder
+    fleet, lt = nodes_of(rec)
+    assert fleet.inputs["targetCapacitySpecification"] == {"defaultTargetCapacityType": "spot",
+                                                           "totalTargetCapacity": 2, "spotTargetCapacity": 2}
+    assert fleet.inputs["spotOptions"] == {"instanceInterruptionBehavior": "terminate", "minTargetCapacity": 2,
+                                           "singleInstanceType": True, "singleAvailabilityZone": True}
+    assert "onDemandOptions" not in fleet.inputs and "instanceMarketOptions" not in lt.inputs
 
 
 # -- security group ---------------------------------------------------------------------------
@@ -202,7 +249,7 @@ def test_ssh_only_from_the_callers_cidr_and_members_talk_freely(default):
     assert len(members) == 1 and members[0].inputs["securityGroupId"] == sg_id
     egress = rec.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
     assert any(r.inputs.get("referencedSecurityGroupId") == sg_id for r in egress)
-    assert {i.inputs["vpcSecurityGroupIds"][0] for i in rec.instances()} == {sg_id}
+    assert nodes_of(rec)[1].inputs["networkInterfaces"][0]["securityGroups"] == [sg_id]
 
 
 def test_no_ssh_cidr_means_no_ssh_rule_and_open_ssh_only_when_asked():
@@ -222,7 +269,7 @@ def test_no_iam_unless_the_nodes_need_a_role(default):
     # reason (s3 URLs, option ssm), so a default run needs no IAM writes and no iam:PassRole.
     rec = default.recorder
     assert [r for r in rec.resources if r.typ.startswith("aws:iam/")] == []
-    assert all(i.inputs.get("iamInstanceProfile") is None for i in rec.instances())
+    assert nodes_of(rec)[1].inputs.get("iamInstanceProfile") is None
 
     rec = build(spec(options={"ssm": "true"})).recorder
     (role,) = rec.of_type("aws:iam/role:Role")
@@ -232,7 +279,7 @@ def test_no_iam_unless_the_nodes_need_a_role(default):
     assert [a.inputs["policyArn"] for a in attachments] == [component.SSM_POLICY_ARN]
     assert rec.of_type("aws:iam/rolePolicy:RolePolicy") == []
     (profile,) = rec.of_type("aws:iam/instanceProfile:InstanceProfile")
-    assert {i.inputs["iamInstanceProfile"] for i in rec.instances()} == {profile.name}
+    assert nodes_of(rec)[1].inputs["iamInstanceProfile"] == {"name": profile.name}
     # s3 without ssm: the scoped inline policy and no SSM attachment
     rec = build(spec(reads=("s3://bkt/data",))).recorder
     assert len(rec.of_type("aws:iam/rolePolicy:RolePolicy")) == 1
@@ -251,18 +298,16 @@ def test_efa_interfaces_without_elastic_ips_when_asked():
     rec = built.recorder
     assert rec.of_type("aws:ec2/eip:Eip") == []
     assert rec.of_type("aws:ec2/networkInterface:NetworkInterface") == []
-    (lt,) = rec.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    (lt,) = rec.of_type("aws:ec2/launchTemplate:LaunchTemplate")  # the one template of the fleet
+    fleet, _ = nodes_of(rec)
     (nic,) = lt.inputs["networkInterfaces"]
     assert nic["interfaceType"] == "efa" and nic["associatePublicIpAddress"] == "true"
     assert nic["deviceIndex"] == 0 and nic["subnetId"] and nic["securityGroups"]
-    assert len(rec.instances()) == 8
-    for inst in rec.instances():
-        assert "subnetId" not in inst.inputs and "vpcSecurityGroupIds" not in inst.inputs
-        assert "primaryNetworkInterface" not in inst.inputs
-        assert inst.inputs["launchTemplate"]["id"] == lt.name + "-id"
+    assert fleet.inputs["targetCapacitySpecification"]["totalTargetCapacity"] == 8
     assert built.outputs["public_ips"] == [f"198.51.100.{10 + i}" for i in range(8)]  # the instances' own
-    # and none without the option
-    assert build(spec(instance_type="g5.8xlarge")).recorder.of_type("aws:ec2/launchTemplate:LaunchTemplate") == []
+    # and no EFA interface without the option
+    plain = build(spec(instance_type="g5.8xlarge")).recorder
+    assert "interfaceType" not in nodes_of(plain)[1].inputs["networkInterfaces"][0]
 
 
 # -- tags -------------------------------------------------------------------------------------
@@ -294,9 +339,11 @@ def test_every_taggable_resource_carries_the_cluster_tags(efa):
         assert want.items() <= tags.items(), (r.typ, tags)
         checked += 1
     assert checked >= 15
-    for inst in rec.instances():
-        assert want.items() <= inst.inputs["rootBlockDevice"]["tags"].items()
-        assert inst.inputs["tags"]["gpucluster-rank"] == inst.name.rsplit("-", 1)[1]
+    # what the fleet launches is tagged by the template: instances, their root volumes, interfaces
+    specs = {t["resourceType"]: t["tags"] for t in nodes_of(rec)[1].inputs["tagSpecifications"]}
+    assert set(specs) == {"instance", "volume", "network-interface"}
+    for tags in specs.values():
+        assert want.items() <= tags.items()
 
 
 # -- outputs and secrets ----------------------------------------------------------------------
@@ -305,10 +352,14 @@ def test_every_taggable_resource_carries_the_cluster_tags(efa):
 def test_outputs_are_head_first_and_complete():
     built = build(spec(nodes=5))
     out = built.outputs
-    assert out["instance_ids"] == [f"demo-node-{i}-id" for i in range(5)]
+    # ranks are the fleet's instances sorted by id; each one's addresses from ec2.getInstance
+    assert out["instance_ids"] == [f"i-0mock{i:012d}" for i in range(5)]
+    assert out["fleet_id"] == "demo-fleet-id"
+    calls = built.recorder.calls_to("aws:ec2/getInstance:getInstance")
+    assert sorted(c.args["instanceId"] for c in calls) == out["instance_ids"]
     assert out["private_ips"] == [private_ip(i) for i in range(5)]
     assert out["public_ips"] == [public_ip(i) for i in range(5)]
-    assert out["host_public_keys"] == [f"ssh-ed25519 AAAAmockdemohostkey{i}" for i in range(5)]
+    assert "host_public_keys" not in out  # read from each node's console, not made by the program
     assert (out["ssh_user"], out["region"], out["instance_type"], out["gpus_per_node"]) == (
         "ubuntu",
         "us-east-1",
@@ -321,11 +372,11 @@ def test_outputs_are_head_first_and_complete():
 
 def test_secrets_are_marked_secret(default):
     assert default.secret["ssh_private_key"] is True
-    for key in ("instance_ids", "private_ips", "public_ips", "host_public_keys", "ssh_user"):
+    for key in ("instance_ids", "private_ips", "public_ips", "fleet_id", "ssh_user"):
         assert default.secret[key] is False, key
-    for inst in default.recorder.instances():
-        assert is_secret_input(inst.inputs["userData"])  # it carries a private host key
-        assert inst.inputs["userDataReplaceOnChange"] is True
+    # the shared user data holds no private key any more (nodes make their own host keys)
+    doc = user_data(nodes_of(default.recorder)[1])
+    assert "PRIVATE KEY" not in json.dumps(doc) and "ssh_keys" not in doc
 
 
 def test_users_public_key_replaces_the_generated_one():
@@ -334,19 +385,28 @@ def test_users_public_key_replaces_the_generated_one():
     rec = built.recorder
     assert rec.of_type("aws:ec2/keyPair:KeyPair")[0].inputs["publicKey"] == key
     names = [r.name for r in rec.of_type("tls:index/privateKey:PrivateKey")]
-    assert sorted(names) == ["demo-host-key-0", "demo-host-key-1"]  # no login key generated
+    assert names == []  # no login key generated, and no host keys (the nodes make their own)
     assert built.outputs["ssh_private_key"] is None and built.secret["ssh_private_key"] is True
 
 
 # -- user data: host keys, dead-man switch, readiness -----------------------------------------
 
 
-def test_user_data_pins_the_host_key_exported_for_the_same_node(default):
-    for rank, inst in enumerate(default.recorder.instances()):
-        doc = user_data(inst)
-        assert doc["ssh_deletekeys"] is True and doc["ssh_genkeytypes"] == []
-        assert doc["ssh_keys"]["ed25519_public"] == default.outputs["host_public_keys"][rank]
-        assert f"mock-demo-host-key-{rank}" in doc["ssh_keys"]["ed25519_private"]
+def test_user_data_makes_a_new_host_key_and_prints_it_to_the_console_first(default, tmp_path):
+    doc = user_data(nodes_of(default.recorder)[1])
+    # the image's keys go (a snapshot's keys are shared by every copy); one ed25519 key per node
+    assert doc["ssh_deletekeys"] is True and doc["ssh_genkeytypes"] == ["ed25519"]
+    assert doc["ssh"] == {"emit_keys_to_console": True} and doc["ssh_key_console_blacklist"] == []
+    # first in runcmd (cloud-init's own keys_to_console only runs after runcmd, i.e. after the GPU wait)
+    assert doc["runcmd"][0] == ["sh", "-c", boot.PRINT_HOST_KEY]
+    # what it prints is what the launcher parses
+    from gpucluster.infra.aws.hostkeys import key_from_console
+
+    pub = tmp_path / "ssh_host_ed25519_key.pub"
+    pub.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnode root@ip-10-42-0-10\n")
+    out = subprocess.run(["sh", "-c", boot.PRINT_HOST_KEY.replace("/etc/ssh/ssh_host_ed25519_key.pub", str(pub))
+                          .replace("> /dev/console", "")], capture_output=True, text=True, check=True).stdout
+    assert key_from_console(out) == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnode"
 
 
 def _fake_bin(tmp_path, name: str, body: str) -> pathlib.Path:
@@ -378,9 +438,9 @@ def _script(tmp_path, doc: dict, path: str) -> pathlib.Path:
 
 def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
     rec = build(spec(max_lifetime_minutes=90)).recorder
-    doc = user_data(rec.instances()[0])
-    # armed first (before the GPU check), by a unit that runs again on every boot
-    assert doc["runcmd"][0] == ["systemctl", "enable", "--now", "--no-block", boot.DEADMAN_UNIT]
+    doc = user_data(nodes_of(rec)[1])
+    # armed right after the host key is printed (before the GPU check), by a unit that runs on every boot
+    assert doc["runcmd"][1] == ["systemctl", "enable", "--now", "--no-block", boot.DEADMAN_UNIT]
     unit = _written(doc, f"/etc/systemd/system/{boot.DEADMAN_UNIT}")
     assert f"ExecStart={boot.DEADMAN_SCRIPT_PATH}" in unit and "WantedBy=multi-user.target" in unit
     script = _script(tmp_path, doc, boot.DEADMAN_SCRIPT_PATH)
@@ -406,8 +466,8 @@ def test_dead_man_switch_carries_the_lifetime_and_survives_reboots(tmp_path):
 
 
 def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
-    doc = user_data(build(s).recorder.instances()[0])
-    assert doc["runcmd"][1] == [boot.READY_SCRIPT_PATH, "0"]
+    doc = user_data(nodes_of(build(s).recorder)[1])
+    assert doc["runcmd"][2] == [boot.READY_SCRIPT_PATH]
     return _script(tmp_path, doc, boot.READY_SCRIPT_PATH)
 
 
@@ -420,7 +480,7 @@ def test_readiness_marker_reports_the_gpu_check(tmp_path):
     subprocess.run([str(script), "3"], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
     result = json.loads(marker.read_text())
     assert result["ok"] is True and result["gpus"] == 4 and result["expected_gpus"] == 4
-    assert result["driver"] == "550.127.05" and result["cluster"] == "demo" and result["rank"] == 3
+    assert result["driver"] == "550.127.05" and result["cluster"] == "demo" and "rank" not in result  # one user data for all nodes
 
     _fake_bin(tmp_path, "nvidia-smi", "echo 550.127.05\n")  # one GPU missing
     subprocess.run([str(script)], env=_env(tmp_path, bindir, GPUCLUSTER_READY_TRIES="1"), check=True, timeout=20)
@@ -466,7 +526,7 @@ def test_stack_example_parses_into_a_valid_spec():
     assert resolve_spec(program.spec_from_config(lambda: as_strings, "aws-g5"),
                         detect=lambda: "198.51.100.23")[0] == s
     built = build(s)
-    assert built.error is None and len(built.recorder.instances()) == 2
+    assert built.error is None and len(built.outputs["instance_ids"]) == 2
 
 
 def test_spec_from_config_defaults_name_and_options():
@@ -523,11 +583,12 @@ def test_main_reads_the_stack_namespace_and_exports():
         pulumi.runtime.config.set_all_config({})
     assert built.error is None
     rec = built.recorder
-    assert len(rec.instances()) == 3
+    fleet, lt = nodes_of(rec)
+    assert fleet.inputs["targetCapacitySpecification"]["totalTargetCapacity"] == 3
     (provider,) = rec.of_type("pulumi:providers:aws")
     assert (provider.inputs["region"], provider.inputs["profile"]) == ("eu-west-1", "research")
-    assert {i.inputs["tags"]["gpucluster-cluster"] for i in rec.instances()} == {"team-run-1"}
-    assert "60 * 30" in _written(user_data(rec.instances()[0]), boot.DEADMAN_SCRIPT_PATH)
+    assert lt.inputs["tagSpecifications"][0]["tags"]["gpucluster-cluster"] == "team-run-1"
+    assert "60 * 30" in _written(user_data(lt), boot.DEADMAN_SCRIPT_PATH)
 
 
 def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs():
@@ -539,7 +600,12 @@ def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs
     assert [n.rank for n in cluster.nodes] == [0, 1, 2]
     assert cluster.head.private_ip == private_ip(0) and cluster.head.host == public_ip(0)
     assert cluster.node_ips == [private_ip(i) for i in range(3)]
-    assert [n.host_keys for n in cluster.nodes] == [(k,) for k in built.outputs["host_public_keys"]]
+    assert [n.instance_id for n in cluster.nodes] == built.outputs["instance_ids"]
+    assert [n.host_keys for n in cluster.nodes] == [(), (), ()]  # pinned from the console next (hostkeys.pin)
+    # a stack made before the fleet still carries its host keys, and they are used
+    old = cluster_from_outputs(dict(built.outputs, host_public_keys=["ssh-ed25519 AAAA0", "ssh-ed25519 AAAA1",
+                                                                     "ssh-ed25519 AAAA2"]))
+    assert [n.host_keys for n in old.nodes] == [("ssh-ed25519 AAAA0",), ("ssh-ed25519 AAAA1",), ("ssh-ed25519 AAAA2",)]
     assert {(n.user, n.gpus) for n in cluster.nodes} == {("ubuntu", 4)}
     assert (cluster.region, cluster.zone, cluster.instance_type) == ("us-east-1", "us-east-1a", "g5.12xlarge")
     assert cluster.ssh_private_key.startswith("-----BEGIN OPENSSH")
@@ -548,5 +614,5 @@ def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs
     broken = dict(built.outputs, public_ips=built.outputs["public_ips"][:2])
     with pytest.raises(ProvisionError, match="disagree on the node count"):
         cluster_from_outputs(broken)
-    with pytest.raises(ProvisionError, match="lack host_public_keys"):
-        cluster_from_outputs({k: v for k, v in built.outputs.items() if k != "host_public_keys"})
+    with pytest.raises(ProvisionError, match="lack public_ips"):
+        cluster_from_outputs({k: v for k, v in built.outputs.items() if k != "public_ips"})

@@ -122,3 +122,44 @@ def test_a_cluster_that_cannot_be_asked_keeps_accruing_and_says_why(home, monkey
     assert row["observed"] == ["not checked with aws (RuntimeError: Unable to locate credentials): cost accrues up "
                                "to now"]
     assert row["resources"] == 2 and row["state"] == "kept"
+
+
+def test_a_kept_fleet_row_closes_once_all_its_instances_are_gone(home, ec2_session):
+    """Issue 25: the nodes are one instant EC2 Fleet, one ledger row. An instant fleet lists its
+    instances in DescribeFleets (DescribeFleetInstances "does not support fleets of type instant", EC2
+    API reference); the row stops billing when the last of them is gone, not before."""
+    from gpucluster.cli.status import cluster_rows
+
+    ec2 = ec2_session.real.client("ec2", region_name=REGION)
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    lt = ec2.create_launch_template(LaunchTemplateName="kept-nodes", LaunchTemplateData={
+        "ImageId": ami, "InstanceType": "g5.xlarge"})["LaunchTemplate"]["LaunchTemplateId"]
+    fleet = ec2.create_fleet(Type="instant", LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {
+        "LaunchTemplateId": lt, "Version": "$Latest"}}], TargetCapacitySpecification={
+        "TotalTargetCapacity": 2, "DefaultTargetCapacityType": "on-demand", "OnDemandTargetCapacity": 2})
+    ids = [i for s in fleet["Instances"] for i in s["InstanceIds"]]
+    assert len(ids) == 2
+    now = time.time()
+    started = now - 3 * HOUR
+    ledger = Ledger.open_default()
+    ledger.create_run("r-kept", cloud="aws", cluster="kept", nodes=2, gpus_per_node=1, command=["up"],
+                      spec={"cloud": "aws", "region": REGION, "nodes": 2, "instance_type": "g5.xlarge",
+                            "max_lifetime_minutes": 60, "name": "kept"}, now=started)
+    ledger.resource_requested("r-kept", "fleet", "kept-fleet", region=REGION, now=started,
+                              detail={"instance_type": "g5.xlarge", "node_count": 2, "spot": False})
+    ledger.resource_created("r-kept", "fleet", "kept-fleet", fleet["FleetId"], now=started + 30)
+    ledger.resource_requested("r-kept", "vpc", "kept-vpc", region=REGION, now=started)
+    ledger.finish_run("r-kept", status="succeeded", exit_code=0, teardown="kept")
+
+    ec2.terminate_instances(InstanceIds=[ids[0]])  # one node gone: the fleet still bills for the other
+    (row,) = cluster_rows(ledger, now=now)
+    assert not [r for r in ledger.get_run("r-kept").resources if r.confirmed_gone] and row["observed"] == []
+    ec2.terminate_instances(InstanceIds=[ids[1]])  # the last one: the row closes
+    (row,) = cluster_rows(ledger, now=now + 60)
+    (closed,) = [r for r in ledger.get_run("r-kept").resources if r.confirmed_gone]
+    assert closed.name == "kept-fleet"
+    # moto drops terminated instances from the fleet's list, so no end time is known: the dead-man
+    # deadline at the latest (created + 60 min lifetime + 15 min boot); AWS keeps them listed ("the
+    # instances that were launched by the fleet"), and then each one's end is read as for instance rows
+    assert closed.deleted_at == pytest.approx(started + 30 + 75 * 60)
+    assert any("the fleet lists no instance any more" in n for n in row["observed"]), row["observed"]

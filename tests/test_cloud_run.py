@@ -149,6 +149,8 @@ class Ec2Like:
         self.terminated = threading.Event()
         self.node_env: dict[str, str] = {}  # more environment for every node's ssh sessions
         self.node_envs: list[dict[str, str]] = [{} for _ in ADDRESSES]  # ... and for node i's only
+        self.console = None  # the fake GetConsoleOutput of the instances `up` made last
+        self.restore: list = []  # undone when the test ends
 
     def prepare(self, cidrs: list[str]) -> None:
         import ipaddress
@@ -192,9 +194,20 @@ class Ec2Like:
             target.chmod(int(f["permissions"], 8))
         env = {"PATH": f"{self.stub_bin}:/usr/bin:/bin", "NODE_ROOT": str(root),
                "GPUCLUSTER_STATE_DIR": str(root / "var/lib/gpucluster"), "GPUCLUSTER_READY_TRIES": "1"}
+        # the node's own host key (sshd's, made by the test) where cloud-init writes it, and its
+        # serial console a file the fake GetConsoleOutput serves
+        pub = root / "etc/ssh/ssh_host_ed25519_key.pub"
+        pub.parent.mkdir(parents=True, exist_ok=True)
+        pub.write_text(self.hosts.host_keys[rank] + " root@ip-10-42-0-1" + str(rank) + "\n")
         for cmd in doc["runcmd"]:
+            if cmd[:2] == ["sh", "-c"]:
+                cmd = ["sh", "-c", cmd[2].replace("/etc/ssh/", f"{root}/etc/ssh/")
+                       .replace("/dev/console", f"{root}/console")]
             argv = [str(root / cmd[0].lstrip("/")) if cmd[0].startswith("/") else cmd[0], *cmd[1:]]
             subprocess.run(argv, env=env, check=True, timeout=60)
+
+    def console_client(self, instance_ids: list[str]) -> "FakeConsole":
+        return FakeConsole(self, instance_ids)
 
     def terminate(self) -> None:
         self.terminated.set()
@@ -202,6 +215,24 @@ class Ec2Like:
             t.join(timeout=30)
         if self.hosts:
             self.hosts.stop()
+
+
+class FakeConsole:
+    """EC2 GetConsoleOutput for the loopback "instances": what each node's serial console holds so far.
+    As AWS's: base64 text (EC2 API reference, GetConsoleOutput), boot noise first, and the host key
+    block only once the node's user data printed it, i.e. late (after SSHD_DELAY_S + MARKER_DELAY_S
+    here; on EC2 after the boot and cloud-init's init stage); before that, no block at all."""
+
+    def __init__(self, nodes: "Ec2Like", instance_ids: list[str]):
+        self.nodes, self.ids = nodes, list(instance_ids)
+        self.calls: list[str] = []
+
+    def get_console_output(self, InstanceId: str, Latest: bool = False) -> dict:
+        self.calls.append(InstanceId)
+        rank = self.ids.index(InstanceId)
+        console = self.nodes.node_roots[rank] / "console"
+        text = "[    0.000000] Linux version 6.8.0-1019-aws\r\n" + (console.read_text() if console.exists() else "")
+        return {"InstanceId": InstanceId, "Output": base64.b64encode(text.encode()).decode()}
 
 
 @pytest.fixture
@@ -224,6 +255,8 @@ def ec2(tmp_path):
         nodes = Ec2Like(tmp_path / "ec2")
         yield nodes
         nodes.terminate()
+        for undo in nodes.restore:
+            undo()
 
 
 def _provider_and_fake(ec2: Ec2Like, **fake_kw):
@@ -252,15 +285,32 @@ def _provider_and_fake(ec2: Ec2Like, **fake_kw):
         ec2.prepare([r["cidrIpv4"] for r in rules])
         outputs = dict(built.outputs)
         # what EC2 would have assigned: the loopback "instances", their host keys, our login key
-        outputs.update(private_ips=ADDRESSES, public_ips=ADDRESSES, host_public_keys=ec2.hosts.host_keys,
-                       ssh_user=ec2.hosts.user, ssh_private_key=ec2.hosts.identity.read_text(),
-                       instance_ids=["i-0000000000000000a", "i-0000000000000000b"])
+        # what EC2 would have assigned: the loopback "instances", our login key; no host keys in the
+        # outputs: the launcher reads each from the node's console (FakeConsole)
+        # new instances get new ids (EC2 never reuses an instance id), so a key pinned for an
+        # earlier boot's instance is never offered for a new one
+        ids = [f"i-{ec2.boots - 1:016x}a", f"i-{ec2.boots - 1:016x}b"]
+        outputs.update(private_ips=ADDRESSES, public_ips=ADDRESSES, ssh_user=ec2.hosts.user,
+                       ssh_private_key=ec2.hosts.identity.read_text(), instance_ids=ids)
+        assert "host_public_keys" not in outputs
+        ec2.console = ec2.console_client(ids)
         fake.scripted_outputs = outputs
-        for rank, inst in enumerate(rec.instances()):
-            t = threading.Thread(target=ec2.boot, args=(rank, aws_mocks.unwrap(inst.inputs["userData"])), daemon=True)
+        template = rec.node_template()  # one user data for every node of the fleet
+        count = int(rec.fleet().inputs["targetCapacitySpecification"]["totalTargetCapacity"])
+        assert count == len(ADDRESSES)
+        for rank in range(count):
+            user_data = base64.b64decode(aws_mocks.unwrap(template.inputs["userData"])).decode()
+            t = threading.Thread(target=ec2.boot, args=(rank, user_data), daemon=True)
             t.start()
             ec2.threads.append(t)
 
+    from gpucluster.infra.aws import hostkeys
+
+    hostkeys_client, hostkeys.client_for = hostkeys.client_for, lambda region: ec2.console
+    ec2.restore.append(lambda: setattr(hostkeys, "client_for", hostkeys_client))
+    from pulumi_fake import AWS_FLEET_RESOURCES
+
+    fake_kw.setdefault("resources", AWS_FLEET_RESOURCES)
     fake = FakePulumiCommand(on_up=on_up, on_destroy=lambda stack: ec2.terminate(), **fake_kw)
     found: list = []
     provider = PulumiProvider(_plugin("aws"), driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
@@ -313,7 +363,7 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     # the ready markers and the dead-man switch came from the real user-data scripts
     for rank, root in enumerate(ec2.node_roots):
         marker = json.loads((root / "var/lib/gpucluster/ready").read_text())
-        assert marker["ok"] is True and marker["rank"] == rank and marker["torch"]
+        assert marker["ok"] is True and marker["torch"]
         assert (root / "shutdown.log").read_text().startswith("-P +240 ")
     ready = [p for p in run["phases"] if p["name"] == "ready"]
     assert ready and ready[0]["status"] == "ok"
@@ -323,7 +373,11 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     verbs = fake.verbs()
     assert verbs.index("up") < verbs.index("refresh") < verbs.index("destroy")
     kinds = {r["kind"] for r in run["resources"]}
-    assert {"instance", "process"} <= kinds
+    assert {"fleet", "launch-template", "process"} <= kinds and "instance" not in kinds
+    (fleet_row,) = [r for r in run["resources"] if r["kind"] == "fleet"]
+    assert fleet_row["detail"]["node_count"] == 2 and fleet_row["detail"]["instance_type"] == "g5.xlarge"
+    # the host keys were read from each node's console, late (the block came with the user data)
+    assert set(ec2.console.calls) == {"i-0000000000000000a", "i-0000000000000000b"}
     assert all(r["confirmed_gone"] for r in run["resources"])
     assert run["teardown"] == "verified" and found and set(found) == {"e2e"}
     assert sshd.run_processes(run_id) == {}

@@ -112,7 +112,7 @@ def test_a_second_ctrl_c_says_what_the_stopping_waits_for_and_changes_nothing(te
 
 def test_provisioning_shows_resources_done_planned_and_in_flight(term, tmp_path):
     """`up` on aws with the FAKE Pulumi CLI whose resource steps take 1.5 s each (tests/kept_cli.py):
-    the status line says what is created, of the planned instances, and what is in flight, while it runs."""
+    the status line says what is created, of the planned fleet (all nodes in one), and what is in flight."""
     pytest.importorskip("pulumi.automation")
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({
@@ -125,10 +125,10 @@ def test_provisioning_shows_resources_done_planned_and_in_flight(term, tmp_path)
     t = term([sys.executable, str(HERE / "kept_cli.py"), "up", "--cloud", "aws", "--name", "slowup", "--nodes", "2",
               "--instance-type", "g5.xlarge", "--region", "us-east-1", "--ssh-cidr", "203.0.113.7/32", "--yes"],
              env=env, width=120)
-    m = t.wait_for(rf"^ provision{CLOCK}(\d+) created, (\d+) in flight, instance (\d) of 2; slowest: \S+ \S+ "
+    m = t.wait_for(rf"^ provision{CLOCK}(\d+) created, (\d+) in flight, fleet (\d) of 1; slowest: \S+ \S+ "
                    r"\((\d+)s\)", timeout=120, history=False)
     seen = {m.group(0)}
-    while not re.search(r"instance 2 of 2", "\n".join(seen)) and "hourly cost" not in t.screen(True):
+    while not re.search(r"fleet 1 of 1", "\n".join(seen)) and "hourly cost" not in t.screen(True):
         time.sleep(0.2)
         found = re.search(r"^ provision\s.*$", t.screen(), re.M)
         if found:

@@ -78,7 +78,7 @@ def test_two_g5_12xlarge_for_3h_with_200gb_gp3(catalog):
     assert abs(Decimal(lines["disks"]["total"]) - Decimal(96) / 730) < Decimal("0.000000002")
     assert lines["gpus"]["description"] == "8 x A10G" and Decimal(lines["gpus"]["total"]) == 0
     # each node's public IPv4 address: 2 x 0.005 $/h x 3 h (AWS bills every public IPv4 since 2024-02-01)
-    assert lines["public IPv4"]["description"] == "2 x 1 public IPv4 address"
+    assert lines["public IPv4"]["description"] == "2 public IPv4 addresses"  # the fleet's two nodes
     assert Decimal(lines["public IPv4"]["total"]) == Decimal("0.03")
     assert est.total.quantize(C.CENT) == Decimal("34.19")
     assert est.hourly.quantize(Decimal("0.0001")) == Decimal("11.3978")  # 11.344 + 400*0.08/730 + 0.01
@@ -197,11 +197,11 @@ def test_estimate_equals_reported_cost_when_durations_match(tmp_path, catalog):
                           gpus_per_node=spec.gpus_per_node, command=["train"], spec=spec.to_dict(),
                           prices=C.price_snapshot(spec, catalog, backend=backend(spec)), now=T0)
         seconds = 2.75 * 3600
-        if spec.cloud == "aws":
-            res = [("instance", f"n{i}", "us-east-1", {"instance_type": "g5.12xlarge", "spot": False, "disk_gb": 200,
-                                                      "disk_type": "gp3", "public_ipv4": 1},
-                    T0 + 10, T0 + 40, T0 + 10 + seconds)
-                   for i in range(2)]
+        if spec.cloud == "aws":  # what a run records: one instant fleet of both nodes (issue 25)
+            res = [("fleet", "est-aws-fleet", "us-east-1", {"instance_type": "g5.12xlarge", "node_count": 2,
+                                                           "spot": False, "disk_gb": 200, "disk_type": "gp3",
+                                                           "public_ipv4": 1},
+                    T0 + 10, T0 + 40, T0 + 10 + seconds)]
         else:
             pool = {"machine_type": "n1-standard-16", "node_count": 2, "gpus_per_node": 4, "spot": True,
                     "accelerator": "nvidia-tesla-v100", "disk_gb": 150, "disk_type": "pd-balanced",
@@ -383,7 +383,8 @@ def test_cli_estimate_json_and_stack(monkeypatch):
     res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3", "--json"])
     assert res.exit_code == 0, res.output
     stacked = json.loads(res.stdout)
-    assert stacked["total"] == flags["total"] == "34.193506850"  # with 2 public IPv4 addresses
+    # with 2 public IPv4 addresses; one fleet row of 2 nodes, rounded to the nano-dollar once
+    assert stacked["total"] == flags["total"] == "34.193506849"
     res = runner.invoke(cost, ["estimate", "--stack", str(FIXTURES / "Pulumi.aws-g5.yaml"), "--hours", "3",
                                "--nodes", "1"])
     assert res.exit_code == 0 and "$17.10" in res.stdout  # 5.672 x 3 + 0.0658 + 0.015 (its public IPv4)

@@ -146,7 +146,8 @@ def test_alices_cluster_survives_bobs_gc_down_and_name(account, capsys):
     assert name == f"gpucluster-aws-{alice_id[:4]}"  # the default name carries the owner's short id
     made = list(account.made[name])
     kinds = {k for k, _ in made}
-    assert {"instance", "vpc", "subnet", "security-group", "key-pair", "iam-role", "instance-profile"} <= kinds
+    assert {"fleet", "launch-template", "instance", "vpc", "subnet", "security-group", "key-pair", "iam-role",
+            "instance-profile"} <= kinds
 
     account.be("bob")
     bob_id = installation_id()
@@ -216,7 +217,7 @@ def test_bobs_run_teardown_leaves_alices_cluster_of_the_same_name(account, capsy
         account.made["lab-alice"] = aws_apply.apply(mock_runtime.build(hers).recorder, account.session(), REGION)
 
     fake.before_up = alice_lands
-    fake.fail_up_after, fake.fail_text = 3, "error: creating EC2 Instance: InsufficientInstanceCapacity: no capacity"
+    fake.fail_up_after, fake.fail_text = 3, "error: creating EC2 Fleet: InsufficientInstanceCapacity: no capacity"
     with pytest.raises(Exception):
         invoke(up.up, *UP, "--name", "lab")
     made = account.made["lab-alice"]
@@ -244,7 +245,7 @@ def test_standalone_stacks_survive_gc_and_any_owner_unless_named(account, capsys
     assert built.error is None
     monkeypatch.delenv("PULUMI_CONFIG")
     made = aws_apply.apply(built.recorder, account.session(), REGION)
-    assert {k for k, _ in made} >= {"instance", "vpc", "iam-role"}
+    assert {k for k, _ in made} >= {"fleet", "instance", "vpc", "iam-role"}
 
     for who in ("alice", "bob"):  # whether or not the stack was made from this home
         account.be(who)

@@ -70,8 +70,9 @@ def pulumi_up(stack: str, monkeypatch):
 def test_aws_example_stack_declares_two_g5_nodes_reachable_from_the_caller(checkip, monkeypatch):
     built = pulumi_up("aws-g5", monkeypatch)
     assert built.error is None, built.error
-    instances = built.recorder.instances()
-    assert len(instances) == 2 and {i.inputs["instanceType"] for i in instances} == {"g5.xlarge"}
+    fleet = built.recorder.fleet()  # all nodes in one instant EC2 Fleet
+    assert fleet.inputs["targetCapacitySpecification"]["totalTargetCapacity"] == 2
+    assert fleet.inputs["launchTemplateConfigs"][0]["overrides"][0]["instanceType"] == "g5.xlarge"
     ssh = [r for r in built.recorder.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
            if r.inputs.get("fromPort") == 22]
     assert [r.inputs["cidrIpv4"] for r in ssh] == [f"{CALLER}/32"]

@@ -31,7 +31,7 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
     base = {"resource": res.name, "kind": kind, "seconds": str(seconds), "still_billing": not gone,
             "region": region}
     notes = []
-    if res.created_at is None and kind in ("instance", "node-pool", "gke-cluster", "volume", "disk"):
+    if res.created_at is None and kind in ("instance", "fleet", "node-pool", "gke-cluster", "volume", "disk"):
         notes.append("creation never confirmed: billed from the request (upper bound)")
     lines: list[dict[str, Any]] = []
 
@@ -42,22 +42,24 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
                       "source": cited.get("source"), "date": cited.get("date"),
                       "note": "; ".join(n for n in notes + [note] if n)})
 
-    if kind == "instance":
+    if kind in ("instance", "fleet"):  # a fleet: node_count identical instances living as long as it
+        count = int(detail.get("node_count") or 1) if kind == "fleet" else 1
         itype = str(detail.get("instance_type") or detail.get("machine_type"))  # the detail is JSON
         price, cited, note = pricer.price("instance", itype, market, region)
         if market == "spot":  # the launched zone's price where it is known, else the catalog's (said which)
             price, cited, said = pricer.in_zone(price, cited, itype, market, region, detail.get("availability_zone"))
             note = "; ".join(n for n in (note, said) if n)
-        billed, cost = time_cost(price, seconds)
-        add("instances", f"{itype} ({market})", price, 1, "hour", billed, cost, cited, note)
-        _ipv4_lines(int(detail.get("public_ipv4") or 0), seconds, pricer, region, add)
+        billed, cost = time_cost(price, seconds, count)
+        add("instances", f"{count} x {itype} ({market})" if kind == "fleet" else f"{itype} ({market})", price, count,
+            "hour", billed, cost, cited, note)
+        _ipv4_lines(int(detail.get("public_ipv4") or 0) * count, seconds, pricer, region, add)
         gpus = int(detail.get("gpus") or 0)
         if gpus and pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
             name = normalize_gpu(detail.get("accelerator") or "V100")
             price, cited, note = pricer.price("gpu", name, market, region)
             billed, cost = time_cost(price, seconds, gpus)
             add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
-        _disk_lines(detail, 1, seconds, pricer, region, add)
+        _disk_lines(detail, count, seconds, pricer, region, add)
     elif kind == "node-pool":
         count = int(detail.get("node_count") or 1)
         mtype = str(detail.get("machine_type") or detail.get("instance_type"))

@@ -13,7 +13,7 @@ from gpucluster.infra.contract import Capability, Traits
 TRAITS = Traits(
     name="aws",
     max_nodes=64,
-    resource_kinds=("instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
+    resource_kinds=("fleet", "instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
                     "internet-gateway", "route-table", "iam-role", "instance-profile", "launch-template"),
     flags=("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
            "max_lifetime",  # the nodes' self-shutdown timer

@@ -10,23 +10,24 @@ allows tags):
 - a security group: all traffic between members (NCCL/gloo use ephemeral ports both ways), all
   egress, SSH only from `spec.ssh_cidr` (0.0.0.0/0 only with option `allowOpenSsh=true`,
   enforced by the catalog's validation);
-- a cluster placement group; with option `efa=true` (types with EFA only) a launch template
-  whose one interface is an EFA interface with a public IPv4 assigned at launch (no Elastic IP);
+- a cluster placement group;
 - the login key: generated with pulumi-tls (the private key only ever as a secret output) or
   the user's public key from option `sshPublicKey`;
-- one ed25519 host key per node, generated here and installed by cloud-init from user data
-  (a secret), so the launcher pins host keys instead of trusting on first use;
 - only when the nodes need one (`permissions.role_reasons`): an IAM role + instance profile (under
   the IAM path /gpucluster/<owner>/<region>/<cluster>/, so the leftover scan finds them by owner and
   cluster), with one inline role policy granting exactly the spec's s3 prefixes (options s3Read /
   s3Write, set by `run --data s3://...` / `--output s3://...`; `infra.aws.s3.policy_document`: the
   nodes use the instance role's credentials, no keys are ever copied to them) and, with option
   `ssm=true`, AmazonSSMManagedInstanceCore. A default run creates no IAM and needs no `iam:PassRole`;
-- N instances of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
+- one launch template and one EC2 Fleet of type `instant` that launches all N nodes in one
+  request, all or none (min_target_capacity = N, one type, one zone), of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
   PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
   `ami` overrides the lookup, IMDSv2 required, encrypted gp3 root, shutdown =
-  terminate, optional one-time spot that terminates on interruption;
+  terminate, optional spot that terminates on interruption; interface 0 in the cluster's subnet with
+  a public IPv4 assigned at launch (with option `efa=true`, an EFA interface: no Elastic IP). Each
+  node generates its own host key; the launcher reads it from the serial console
+  (`infra.aws.hostkeys`), never trusting on first use;
 - user data that arms a dead-man switch on every boot (power off, hence terminate, at first
   boot + max lifetime) and writes a readiness marker after checking the GPU count
   (`infra.aws.user_data`).
@@ -36,6 +37,7 @@ allows tags):
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, Optional
 
@@ -47,7 +49,7 @@ from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
-from .engine import PROVIDER_MAX_RETRIES
+from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
 from .leftovers import iam_path
 from .permissions import role_reasons
 from .user_data import READY_FILE, render_user_data
@@ -58,6 +60,9 @@ AMI_NAME_PATTERN = catalog.IMAGES[catalog.DEFAULT_IMAGE]
 AMI_OWNERS = ("amazon",)
 SSM_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 DEFAULT_VPC_CIDR = "10.42.0.0/16"
+# the root device of a pinned `ami`: Ubuntu AMIs, the DLAMIs included, name it /dev/sda1; a
+# looked-up AMI's own `root_device_name` is used instead
+DEFAULT_ROOT_DEVICE = "/dev/sda1"
 
 class GpuCluster(pulumi.ComponentResource):
     """N g5 instances, head first, in one subnet/AZ/placement group (see the module docstring)."""
@@ -212,8 +217,8 @@ class GpuCluster(pulumi.ComponentResource):
 
         # -- instances ---------------------------------------------------------------------
         ami_opt = catalog.option(spec, "ami")
-        self.ami_id: pulumi.Output[str] = (
-            pulumi.Output.from_input(str(ami_opt))
+        self.ami = (
+            None
             if ami_opt
             else aws.ec2.get_ami_output(
                 most_recent=True,
@@ -224,94 +229,64 @@ class GpuCluster(pulumi.ComponentResource):
                     aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
                 ],
                 opts=invoke_opts,
-            ).id
+            )
         )
-        market = None
-        if spec.spot:
-            market = aws.ec2.InstanceInstanceMarketOptionsArgs(
-                market_type="spot",
-                spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
-                    spot_instance_type="one-time",
-                    instance_interruption_behavior="terminate",
-                ),
-            )
-
-        self.instances: list[aws.ec2.Instance] = []
-        self.host_keys: list[tls.PrivateKey] = []
-        public_ips: list[pulumi.Output[str]] = []
-        for rank in range(spec.nodes):
-            node = f"{spec.name}-node-{rank}"
-            node_tags = self._tags(node, **{"gpucluster-rank": str(rank)})
-            host_key = tls.PrivateKey(
-                f"{name}-host-key-{rank}", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
-            )
-            self.host_keys.append(host_key)
-
-            def user_data_of(keys: list[str], rank: int = rank) -> str:  # rank: this node's, bound now
-                return render_user_data(
-                    cluster=spec.name,
-                    rank=rank,
-                    expected_gpus=self.itype.gpus,
-                    max_lifetime_minutes=spec.max_lifetime_minutes,
-                    host_private_key=keys[0],
-                    host_public_key=keys[1],
-                    setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
-                    idle_minutes=catalog.idle_minutes(spec),
-                )
-
-            user_data: pulumi.Output[str] = pulumi.Output.secret(
-                pulumi.Output.all(host_key.private_key_openssh, host_key.public_key_openssh).apply(user_data_of))
-            network: dict[str, Any]
-            if self.efa:
-                # one EFA interface, made by EC2 at launch from the template, with an auto-assigned
-                # public IPv4 (as SkyPilot launches EFA nodes): no Elastic IP, whose default quota
-                # is 5 per region
-                network = {"launch_template": aws.ec2.InstanceLaunchTemplateArgs(
-                    id=self._efa_template(name, spec, subnet_id, sg).id, version="$Latest")}
-            else:
-                network = {
-                    "subnet_id": subnet_id,
-                    "vpc_security_group_ids": [sg.id],
-                    "associate_public_ip_address": True,
-                }
-            instance = aws.ec2.Instance(
-                f"{name}-node-{rank}",
-                ami=self.ami_id,
-                instance_type=self.itype.name,
-                availability_zone=self.availability_zone,  # the subnet's; recorded, so spot is priced by zone
-                placement_group=pg.name,
-                key_name=key_pair.key_name,
-                iam_instance_profile=profile.name if profile is not None else None,
-                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                    http_endpoint="enabled", http_tokens="required"
-                ),
-                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                    volume_type=catalog.DEFAULT_DISK_TYPE,
-                    volume_size=int(spec.disk_gb),
-                    encrypted=True,
-                    delete_on_termination=True,
-                    tags=self._tags(f"{node}-root"),
-                ),
-                instance_initiated_shutdown_behavior="terminate",
-                instance_market_options=market,
-                user_data=user_data,
-                user_data_replace_on_change=True,
-                tags=node_tags,
-                opts=self._opts(
-                    additional_secret_outputs=["user_data"],
-                    depends_on=[*self._role_deps, *self._network_deps],
-                ),
-                **network,
-            )
-            public_ips.append(instance.public_ip)
-            self.instances.append(instance)
-
-        self.instance_ids = pulumi.Output.all(*[i.id for i in self.instances])
-        self.private_ips = pulumi.Output.all(*[i.private_ip for i in self.instances])
-        self.public_ips = pulumi.Output.all(*public_ips)
-        self.host_public_keys = pulumi.Output.all(
-            *[k.public_key_openssh.apply(lambda s: s.strip()) for k in self.host_keys]
+        self.ami_id: pulumi.Output[str] = (pulumi.Output.from_input(str(ami_opt)) if self.ami is None
+                                           else self.ami.id)
+        # -- the nodes: one launch template, one EC2 Fleet of type instant ----------------------
+        # All nodes in one request, all or none: an instant fleet is one synchronous CreateFleet
+        # call, and with min_target_capacity equal to the target (which needs single_instance_type
+        # and single_availability_zone) EC2 launches every node or none (EC2 API reference,
+        # OnDemandOptionsRequest/SpotOptionsRequest: "MinTargetCapacity: the minimum target
+        # capacity ... in the fleet. If the minimum target capacity is not reached, the fleet
+        # launches no instances"). One template means one user data for all nodes, so no node
+        # carries a host key of ours: each generates its own, cloud-init prints it to the serial
+        # console, and the launcher pins it from GetConsoleOutput (`infra.aws.hostkeys`).
+        self.instance_tags = self._tags(f"{spec.name}-node")
+        user_data = render_user_data(
+            cluster=spec.name,
+            expected_gpus=self.itype.gpus,
+            max_lifetime_minutes=spec.max_lifetime_minutes,
+            setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
+            idle_minutes=catalog.idle_minutes(spec),
         )
+        self.user_data = user_data
+        self.launch_template = self._node_template(name, spec, subnet_id, sg, pg, key_pair, profile, user_data)
+        capacity_type = "spot" if spec.spot else "on-demand"
+        all_or_none: dict[str, Any] = dict(min_target_capacity=spec.nodes, single_instance_type=True,
+                                           single_availability_zone=True)
+        self.fleet = aws.ec2.Fleet(
+            f"{name}-fleet",
+            type="instant",
+            launch_template_configs=[aws.ec2.FleetLaunchTemplateConfigArgs(
+                launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
+                    launch_template_id=self.launch_template.id,
+                    version=self.launch_template.latest_version.apply(str),
+                ),
+                overrides=[aws.ec2.FleetLaunchTemplateConfigOverrideArgs(
+                    instance_type=self.itype.name, availability_zone=self.availability_zone)],
+            )],
+            target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
+                default_target_capacity_type=capacity_type,
+                total_target_capacity=spec.nodes,
+                **({"spot_target_capacity": spec.nodes} if spec.spot else {"on_demand_target_capacity": spec.nodes}),
+            ),
+            on_demand_options=None if spec.spot else aws.ec2.FleetOnDemandOptionsArgs(**all_or_none),
+            spot_options=aws.ec2.FleetSpotOptionsArgs(instance_interruption_behavior="terminate", **all_or_none)
+            if spec.spot else None,
+            # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
+            terminate_instances=True,
+            tags=self._tags(f"{spec.name}-fleet"),
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps]),
+        )
+        region = self.region
+        ids = pulumi.Output.all(self.fleet.id, self.fleet.fleet_instance_sets).apply(
+            lambda both: fleet_instance_ids(both[1], spec.nodes, fleet_id=both[0], region=region))
+        self.instance_ids = ids
+        hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(lambda xs, r=rank: xs[r]), opts=invoke_opts)
+                 for rank in range(spec.nodes)]
+        self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
+        self.public_ips = pulumi.Output.all(*[h.public_ip for h in hosts])
         self.register_outputs(self.outputs())
 
     # -- helpers -------------------------------------------------------------------------------
@@ -353,23 +328,47 @@ class GpuCluster(pulumi.ComponentResource):
     def _opts(self, **kw: Any) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, **kw)
 
-    def _efa_template(self, name: str, spec: Any, subnet_id: Any, sg: Any) -> Any:
-        """The launch template of the EFA nodes (made once): interface 0 is an EFA interface in the
-        cluster's subnet and security group, with a public IPv4 assigned at launch (one interface
-        only: EC2 assigns no public IPv4 to an instance launched with several)."""
-        if getattr(self, "_efa_lt", None) is None:
-            self._efa_lt = aws.ec2.LaunchTemplate(
-                f"{name}-efa",
-                description=f"{spec.name} EFA nodes",
-                network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                    device_index=0, interface_type="efa", associate_public_ip_address="true",
-                    delete_on_termination="true", subnet_id=subnet_id, security_groups=[sg.id])],
-                tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
-                    resource_type="network-interface", tags=self._tags(f"{spec.name}-efa"))],
-                tags=self._tags(f"{spec.name}-efa"),
-                opts=self._opts(depends_on=[*self._network_deps]),
-            )
-        return self._efa_lt
+    def _node_template(self, name: str, spec: Any, subnet_id: Any, sg: Any, pg: Any, key_pair: Any,
+                       profile: Any, user_data: str) -> Any:
+        """The one launch template every node of the fleet is launched from: the AMI, the login key,
+        IMDSv2 required, an encrypted gp3 root deleted on termination, shutdown = terminate, the
+        placement group, the instance profile when there is one, the tags of the instances and their
+        volumes and interfaces, and the shared user data. Interface 0 is in the cluster's subnet and
+        security group with a public IPv4 assigned at launch; with option efa=true it is an EFA
+        interface (one interface only: EC2 assigns no public IPv4 to an instance launched with
+        several, and no Elastic IP is needed, whose default quota is 5 per region)."""
+        root_device = (self.ami.root_device_name if self.ami is not None
+                       else pulumi.Output.from_input(DEFAULT_ROOT_DEVICE))
+        return aws.ec2.LaunchTemplate(
+            f"{name}-nodes",
+            description=f"{spec.name} nodes",
+            image_id=self.ami_id,
+            key_name=key_pair.key_name,
+            iam_instance_profile=(aws.ec2.LaunchTemplateIamInstanceProfileArgs(name=profile.name)
+                                  if profile is not None else None),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(http_endpoint="enabled",
+                                                                       http_tokens="required"),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=root_device,
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_type=catalog.DEFAULT_DISK_TYPE, volume_size=int(spec.disk_gb), encrypted="true",
+                    delete_on_termination="true"))],
+            instance_initiated_shutdown_behavior="terminate",
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name),
+            network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                device_index=0, associate_public_ip_address="true", delete_on_termination="true",
+                subnet_id=subnet_id, security_groups=[sg.id], **({"interface_type": "efa"} if self.efa else {}))],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=self.instance_tags),
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume",
+                                                           tags=self._tags(f"{spec.name}-node-root")),
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="network-interface",
+                                                           tags=self._tags(f"{spec.name}-node-eni")),
+            ],
+            user_data=base64.b64encode(user_data.encode()).decode(),  # a launch template takes it encoded
+            tags=self._tags(f"{spec.name}-nodes"),
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps]),
+        )
 
     def _first_zone_offering(self, invoke_opts: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:
         """The first zone (by name) of the region where the instance type is offered."""
@@ -400,7 +399,7 @@ class GpuCluster(pulumi.ComponentResource):
             "public_ips": self.public_ips,
             "ssh_user": pulumi.Output.from_input(catalog.SSH_USER),
             "ssh_private_key": self.ssh_private_key,
-            "host_public_keys": self.host_public_keys,
+            "fleet_id": self.fleet.id,
             "region": pulumi.Output.from_input(self.region),
             "availability_zone": self.availability_zone,
             "instance_type": pulumi.Output.from_input(self.itype.name),

@@ -11,6 +11,7 @@ module `infra/<cloud>_dryrun.py` exposing the same function.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from typing import Any
@@ -53,16 +54,24 @@ def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, An
     ami_filter = ({"owners": ami[0].get("owners"), "most_recent": ami[0].get("mostRecent"),
                    **{f["name"]: f["values"] for f in ami[0].get("filters", [])}} if ami
                   else {"ami": "pinned by option ami"})
-    instances = rec.instances()
-    first = instances[0].inputs if instances else {}
+    fleet = rec.fleet()
+    template = rec.node_template()
+    fi = fleet.inputs if fleet is not None else {}
+    first = template.inputs if template is not None else {}
+    target = fi.get("targetCapacitySpecification") or {}
+    options = fi.get("onDemandOptions") or fi.get("spotOptions") or {}
     user_data = {}
     if first.get("userData") is not None:
-        doc = yaml.safe_load(unwrap(first["userData"]))
+        doc = yaml.safe_load(base64.b64decode(unwrap(first["userData"])).decode())
         user_data = {
             "runcmd": [" ".join(map(str, c)) for c in doc.get("runcmd", [])],
             "files": [f["path"] for f in doc.get("write_files", [])],
-            "host_key": "pinned ed25519 key from the stack (secret, not shown)" if doc.get("ssh_keys") else None,
+            "host_key": ("a new ed25519 key per node, printed to the serial console and pinned from there"
+                         if "ed25519" in (doc.get("ssh_genkeytypes") or []) else None),
         }
+    root = ((first.get("blockDeviceMappings") or [{}])[0].get("ebs") or {})
+    instance_tags = next((t.get("tags") or {} for t in first.get("tagSpecifications") or []
+                          if t.get("resourceType") == "instance"), {})
     policies = [json.loads(unwrap(r.inputs["policy"])) for r in rec.of_type("aws:iam/rolePolicy:RolePolicy")]
     object_access = [{"actions": st["Action"], "resources": st["Resource"], **({"condition": st["Condition"]}
                                                                             if "Condition" in st else {})}
@@ -73,17 +82,19 @@ def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, An
         "resources": dict(sorted(counts.items())),
         "resource_count": len(rec.resources),
         "instances": {
-            "count": len(instances),
-            "type": first.get("instanceType"),
-            "root": {k: first.get("rootBlockDevice", {}).get(k) for k in ("volumeType", "volumeSize", "encrypted")},
+            "count": int(target.get("totalTargetCapacity") or 0),
+            "type": ((fi.get("launchTemplateConfigs") or [{}])[0].get("overrides") or [{}])[0].get("instanceType"),
+            "launch": (f"one EC2 Fleet request (type {fi.get('type')}), all or none: min target capacity "
+                       f"{int(options.get('minTargetCapacity') or 0)}, one type, one zone") if fleet else None,
+            "root": {k: root.get(k) for k in ("volumeType", "volumeSize", "encrypted")},
             "imds": first.get("metadataOptions", {}).get("httpTokens"),
             "shutdown": first.get("instanceInitiatedShutdownBehavior"),
-            "spot": bool(first.get("instanceMarketOptions")),
+            "spot": target.get("defaultTargetCapacityType") == "spot",
         },
         "security_group_rules": rules,
         "ami_filter": ami_filter,
         "user_data": user_data,
-        "tags": {k: v for k, v in (first.get("tags") or {}).items() if k not in ("Name", "gpucluster-rank")},
+        "tags": {k: v for k, v in instance_tags.items() if k != "Name"},
         "outputs": {k: v for k, v in built.outputs.items() if k != "ssh_private_key"},
         "note": "declared under Pulumi's mock runtime: AMI id, zone and IPs are placeholders from the mocks",
     }

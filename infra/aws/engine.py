@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 # or block a later delete) are recorded; components, providers, rules and local keys are not.
 PULUMI_KINDS = {
     "aws:ec2/instance:Instance": "instance",
+    "aws:ec2/fleet:Fleet": "fleet",  # one row for the N instances an instant fleet launched
     "aws:ec2/securityGroup:SecurityGroup": "security-group",
     "aws:ec2/keyPair:KeyPair": "key-pair",
     "aws:ec2/placementGroup:PlacementGroup": "placement-group",
@@ -51,10 +52,23 @@ def region_of_zone(zone: str | None) -> str | None:
 
 
 def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """What the cost code needs about a requested instance: from its inputs, else from the spec."""
+    """What the cost code needs about a requested instance or fleet: from its inputs, else from the spec."""
+    inputs = inputs or {}
+    if kind == "fleet":
+        target = inputs.get("targetCapacitySpecification") or {}
+        config = (inputs.get("launchTemplateConfigs") or [{}])[0]
+        override = (config.get("overrides") or [{}])[0]
+        return {
+            "instance_type": override.get("instanceType") or getattr(spec, "instance_type", None),
+            "node_count": int(target.get("totalTargetCapacity") or getattr(spec, "nodes", 1) or 1),
+            "spot": target.get("defaultTargetCapacityType") == "spot" if target else bool(getattr(spec, "spot", False)),
+            "disk_gb": getattr(spec, "disk_gb", None),  # the launch template's root volume, one per node
+            "disk_type": getattr(spec, "disk_type", None) or "gp3",
+            "availability_zone": override.get("availabilityZone") or getattr(spec, "zone", None),
+            "public_ipv4": 1,  # per node: interface 0 gets a public IPv4 at launch
+        }
     if kind != "instance":
         return {}
-    inputs = inputs or {}
     root = inputs.get("rootBlockDevice") or {}
     return {
         "instance_type": inputs.get("instanceType") or getattr(spec, "instance_type", None),
@@ -108,3 +122,59 @@ def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None]
             zone = sorted(offering)[0]
         suggested = suggested or sorted(offering)
     return zone, [z for z in suggested if z != zone], itype or "the instance type"
+
+
+def _ids_of(instance_set: Any) -> list[str]:
+    """The instance ids of one `fleet_instance_sets` entry (an output object, or a plain dict)."""
+    ids = instance_set.get("instance_ids") if isinstance(instance_set, Mapping) else getattr(
+        instance_set, "instance_ids", None)
+    if ids is None and isinstance(instance_set, Mapping):
+        ids = instance_set.get("instanceIds")
+    return [str(i) for i in ids or []]
+
+
+def fleet_instance_ids(instance_sets: Any, wanted: int, *, fleet_id: str | None = None,
+                       region: str | None = None, errors_of: Callable[..., str] | None = None) -> list[str]:
+    """The instances an instant EC2 Fleet launched, in rank order (sorted by id: stable across
+    refreshes, whatever order EC2 lists them in). Fewer than `wanted` is a failure: CreateFleet
+    answers a capacity shortage with no error of its own, only no instances and an `Errors` list
+    (aws/aws-parallelcluster-node#533: "In case of ICE create-fleet doesn't raise an exception"),
+    and the AWS provider stores the fleet as created (terraform-provider-aws ec2_fleet.go,
+    resourceFleetCreate, reads no `Errors`). So the program fails here, naming EC2's own cause
+    (`fleet_errors`, DescribeFleets), and `up`'s capacity failover sees InsufficientInstanceCapacity."""
+    from gpucluster.errors import ProvisionError
+
+    ids = sorted({i for s in instance_sets or [] for i in _ids_of(s)})
+    if len(ids) == wanted:
+        return ids
+    cause = ""
+    if fleet_id:
+        try:
+            cause = (errors_of or FLEET_ERRORS[0])(region, fleet_id)
+        except Exception as exc:  # noqa: BLE001 - the count alone is still the failure
+            cause = f"its errors could not be read ({type(exc).__name__}: {exc})"
+    raise ProvisionError(
+        f"EC2 Fleet {fleet_id or '?'} launched {len(ids)} of {wanted} instances (all or none)"
+        + (f": {cause}" if cause else ""))
+
+
+def fleet_errors(region: str | None, fleet_id: str, *, client: Any = None) -> str:
+    """An instant fleet's launch errors, "CODE: MESSAGE; ..." (DescribeFleets: `Errors`, "valid
+    only when Type is set to instant"), '' when it lists none."""
+    if client is None:
+        import boto3
+
+        client = boto3.client("ec2", region_name=region)
+    fleets = client.describe_fleets(FleetIds=[fleet_id]).get("Fleets") or []
+    seen: list[str] = []
+    for fleet in fleets:
+        for err in fleet.get("Errors") or []:
+            text = f"{err.get('ErrorCode')}: {err.get('ErrorMessage')}"
+            if text not in seen:
+                seen.append(text)
+    return "; ".join(seen)
+
+
+# who reads a short fleet's errors: EC2 (DescribeFleets); the mock runtime puts its own answer here
+# for the length of a build, so a program run under mocks never calls AWS
+FLEET_ERRORS: list[Callable[..., str]] = [fleet_errors]

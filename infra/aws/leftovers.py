@@ -46,7 +46,7 @@ def _iam_in_scope(path: str, regions: Iterable[str], name: str | None, owner: st
 
 
 # what the tag scan reports and `delete` handles, in deletion order: what holds others first
-DELETE_ORDER = ("instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
+DELETE_ORDER = ("fleet", "instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
                 "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile", "iam-role")
 LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
 
@@ -119,6 +119,7 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
                     add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
                         f"{inst.get('InstanceType', '')} {state}", inst.get("LaunchTime"),
                         _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"))
+        _scan_fleets(ec2, region, name, run_id, add, report)
         for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
             add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
                 lt.get("LaunchTemplateName", ""))
@@ -217,7 +218,7 @@ def _why(exc: BaseException) -> str:
 # a list and a describe): EC2's *.NotFound codes, IAM's NoSuchEntity, and EC2's
 # InvalidPlacementGroup.Unknown (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html,
 # https://docs.aws.amazon.com/IAM/latest/APIReference/CommonErrors.html and each IAM action's errors).
-GONE_CODES = ("NoSuchEntity", "InvalidPlacementGroup.Unknown")
+GONE_CODES = ("NoSuchEntity", "InvalidPlacementGroup.Unknown", "fleetIdDoesNotExist")  # DeleteFleetErrorCode
 # Codes that mean "something still holds it": retried with backoff, up to `retry_seconds`. EC2
 # releases a terminated instance's network interfaces some time after the instance is terminated,
 # so security group, subnet and VPC deletes meet DependencyViolation for a while; IAM answers
@@ -248,6 +249,14 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
     errors: list[str] = []
     order = {k: i for i, k in enumerate(DELETE_ORDER)}
     ordered = sorted((lo for lo in leftovers if lo.kind in order), key=lambda lo: order[lo.kind])
+    # fleets first: deleting one terminates its instances (and an instant fleet cannot be deleted
+    # without), so none is left running while its fleet is deleted after them
+    for lo in [lo for lo in ordered if lo.kind == "fleet"]:
+        try:
+            _delete_one(session, lo)
+        except (ClientError, BotoCoreError, NotImplementedError) as exc:
+            if not gone(exc):
+                errors.append(f"fleet {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}")
     terminated: dict[str | None, list[str]] = {}
     for lo in ordered:
         if lo.kind == "instance":
@@ -261,7 +270,7 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
         except (ClientError, BotoCoreError, WaiterError) as exc:
             errors.append(f"instances {', '.join(ids)} in {region}: {_why(exc)}")
     for lo in ordered:
-        if lo.kind == "instance":
+        if lo.kind in ("instance", "fleet"):
             continue
         start, delay = clock(), 2.0
         while True:
@@ -279,6 +288,45 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
                 errors.append(f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}{waited}")
                 break
     return errors
+
+
+def _scan_fleets(ec2: Any, region: str, name: str | None, run_id: str | None, add: Any, report: Any) -> None:
+    """EC2 Fleets carrying our tags. DescribeFleets filters on no tag (its filters are activity-status,
+    excess-capacity-termination-policy, fleet-state, replace-unhealthy-instances and type: EC2 API
+    reference), so the tags are matched here. A deleted fleet stays listed for a while in a `deleted*`
+    state (EC2 User Guide, "Delete an EC2 Fleet"): that one is gone."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        pages = (ec2.get_paginator("describe_fleets").paginate() if ec2.can_paginate("describe_fleets")
+                 else [ec2.describe_fleets()])
+        for page in pages:
+            for fleet in page.get("Fleets", []):
+                tags = _tag_dict(fleet.get("Tags"))
+                if tags.get(MANAGED_BY[0]) != MANAGED_BY[1] or str(fleet.get("FleetState", "")).startswith("deleted"):
+                    continue
+                if (name and tags.get(CLUSTER_TAG) != name) or (not name and run_id and tags.get(RUN_TAG) != run_id):
+                    continue
+                add("fleet", fleet["FleetId"], region, tags, f"{fleet.get('Type', '')} {fleet.get('FleetState', '')}",
+                    fleet.get("CreateTime"))
+    except (ClientError, BotoCoreError, NotImplementedError) as exc:
+        report.skipped.append(f"fleets in {region}: not checked ({_why(exc)})")
+
+
+def _delete_fleet(ec2: Any, fleet_id: str) -> None:
+    """DeleteFleets with TerminateInstances (an instant fleet cannot be deleted without: EC2 API
+    reference, DeleteFleets). A failed deletion comes back in the answer, not as an error: raised here."""
+    from botocore.exceptions import ClientError
+
+    listed = ec2.describe_fleets(FleetIds=[fleet_id]).get("Fleets", [])
+    if not listed or all(str(f.get("FleetState", "")).startswith("deleted") for f in listed):
+        return  # already deleted (a deleted fleet stays listed for a while): done
+    resp = ec2.delete_fleets(FleetIds=[fleet_id], TerminateInstances=True)
+    for bad in resp.get("UnsuccessfulFleetDeletions", []):
+        err = bad.get("Error") or {}
+        raise ClientError({"Error": {"Code": err.get("Code") or "UnsuccessfulFleetDeletion",
+                                     "Message": err.get("Message") or f"fleet {fleet_id} not deleted"}},
+                          "DeleteFleets")
 
 
 def _delete_one(session: Any, lo: Leftover) -> None:
@@ -301,6 +349,8 @@ def _delete_one(session: Any, lo: Leftover) -> None:
     ec2 = session.client("ec2", region_name=lo.region)
     if lo.kind == "volume":
         ec2.delete_volume(VolumeId=lo.id)
+    elif lo.kind == "fleet":
+        _delete_fleet(ec2, lo.id)
     elif lo.kind == "launch-template":
         ec2.delete_launch_template(LaunchTemplateId=lo.id)
     elif lo.kind == "security-group":

@@ -30,6 +30,15 @@ def rank_of(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
 
+def instance_id(rank: int) -> str:
+    """The mock fleet's instances: ids that sort in rank order (the program ranks them by id)."""
+    return f"i-0mock{rank:012d}"
+
+
+def rank_of_instance(instance_id_: str) -> int:
+    return int(instance_id_.rsplit("mock", 1)[1])
+
+
 def private_ip(rank: int) -> str:
     return f"10.42.{rank // 200}.{10 + rank % 200}"
 
@@ -41,9 +50,11 @@ def public_ip(rank: int) -> str:
 class Recorder(pulumi.runtime.Mocks):
     """Answers the engine like a tiny fake AWS and remembers every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, fleet_launches: int | None = None, fleet_error: str = "") -> None:
+        self.fleet_error = fleet_error  # what DescribeFleets' `Errors` would say of a short fleet
         self.resources: list[pulumi.runtime.MockResourceArgs] = []
         self.calls: list[pulumi.runtime.MockCallArgs] = []
+        self.fleet_launches = fleet_launches  # None: a fleet launches its whole target
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(args)
@@ -52,6 +63,16 @@ class Recorder(pulumi.runtime.Mocks):
         if args.typ == "aws:ec2/instance:Instance":
             rank = rank_of(args.name)
             state.update(privateIp=private_ip(rank), publicIp=public_ip(rank))
+        elif args.typ == "aws:ec2/fleet:Fleet":
+            # an instant fleet reports what it launched (`fleet_instance_sets`); the mock launches
+            # the whole target unless told to launch fewer (a capacity shortage: `fleet_launches`)
+            target = int((args.inputs.get("targetCapacitySpecification") or {}).get("totalTargetCapacity") or 0)
+            n = target if self.fleet_launches is None else self.fleet_launches
+            state.update(fleetInstanceSets=[{"instanceIds": [instance_id(i) for i in range(n)],
+                                             "instanceType": ((args.inputs.get("launchTemplateConfigs") or [{}])[0].get(
+                                                 "overrides") or [{}])[0].get("instanceType")}] if n else [])
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.setdefault("latestVersion", 1)
         elif args.typ == "aws:ec2/eip:Eip":
             state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)))
         elif args.typ == "aws:ec2/keyPair:KeyPair":
@@ -69,7 +90,12 @@ class Recorder(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append(args)
         if args.token == "aws:ec2/getAmi:getAmi":
-            return {"id": MOCK_AMI_ID, "name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20261120"}
+            return {"id": MOCK_AMI_ID, "name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20261120",
+                    "rootDeviceName": "/dev/sda1"}
+        if args.token == "aws:ec2/getInstance:getInstance":
+            rank = rank_of_instance(args.args["instanceId"])
+            return {"id": args.args["instanceId"], "instanceId": args.args["instanceId"],
+                    "privateIp": private_ip(rank), "publicIp": public_ip(rank)}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             n = len(MOCK_ZONES)
             return {
@@ -89,6 +115,15 @@ class Recorder(pulumi.runtime.Mocks):
     def instances(self) -> list[pulumi.runtime.MockResourceArgs]:
         return sorted(self.of_type("aws:ec2/instance:Instance"), key=lambda r: rank_of(r.name))
 
+    def fleet(self) -> pulumi.runtime.MockResourceArgs | None:
+        found = self.of_type("aws:ec2/fleet:Fleet")
+        return found[0] if found else None
+
+    def node_template(self) -> pulumi.runtime.MockResourceArgs | None:
+        """The launch template the fleet launches from."""
+        found = [r for r in self.of_type("aws:ec2/launchTemplate:LaunchTemplate") if r.name.endswith("-nodes")]
+        return found[0] if found else None
+
     def calls_to(self, token: str) -> list[pulumi.runtime.MockCallArgs]:
         return [c for c in self.calls if c.token == token]
 
@@ -107,6 +142,8 @@ def build(
     *,
     program: Callable[[], dict[str, pulumi.Output[Any]]] | None = None,
     stack: str = "test",
+    fleet_launches: int | None = None,
+    fleet_error: str = "",
 ) -> Built:
     """Run `infra.program.run(spec)` (or `program()`) under mocks; wait for every registration.
 
@@ -122,7 +159,9 @@ def build(
         declare = functools.partial(program_module.run, spec)
     else:
         raise ValueError("build needs a spec or a program")
-    recorder = Recorder()
+    from gpucluster.infra.aws import engine
+
+    recorder = Recorder(fleet_launches, fleet_error)
     pulumi.runtime.set_mocks(recorder, project="gpucluster", stack=stack, preview=False)
     built = Built(recorder)
 
@@ -136,13 +175,23 @@ def build(
 
         async def collect():
             for key, out in (outputs or {}).items():
-                built.outputs[key] = await out.future()
+                try:
+                    built.outputs[key] = await out.future()
+                except GpuclusterError as exc:  # raised inside an apply (a fleet short of its target)
+                    built.error = built.error or exc
+                    continue
                 built.secret[key] = await out.is_secret()
 
         return collect()
 
     start = time.perf_counter()
-    go()
+    engine.FLEET_ERRORS[0] = lambda region, fleet_id: recorder.fleet_error
+    try:
+        go()
+    except GpuclusterError as exc:  # raised in an apply, re-raised as the runtime drains
+        built.error = built.error or exc
+    finally:
+        engine.FLEET_ERRORS[0] = engine.fleet_errors
     built.seconds = time.perf_counter() - start
     return built
 

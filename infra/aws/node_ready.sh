@@ -2,7 +2,6 @@
 state="${GPUCLUSTER_STATE_DIR:-/var/lib/gpucluster}"
 tries="${GPUCLUSTER_READY_TRIES:-@TRIES@}"
 expected=@EXPECTED@
-rank="${1:-0}"
 mkdir -p "$state"
 count=0; driver=""; err=""
 for attempt in $(seq 1 "$tries"); do
@@ -28,7 +27,7 @@ if [ -z "$torch" ]; then
   fi
   [ -n "$err" ] || err="torch is not importable by $py"
 fi
-printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "rank": %d, "checked_at": "%s"}\n' \
-  "$ok" "$count" "$expected" "$driver" "$torch" "$err" "$rank" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
+printf '{"ok": %s, "gpus": %d, "expected_gpus": %d, "driver": "%s", "torch": "%s", "error": "%s", "cluster": "@CLUSTER@", "checked_at": "%s"}\n' \
+  "$ok" "$count" "$expected" "$driver" "$torch" "$err" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$state/ready.tmp"
 chmod 0644 "$state/ready.tmp"
 mv "$state/ready.tmp" "$state/ready"

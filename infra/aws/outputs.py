@@ -12,7 +12,10 @@ from gpucluster.errors import ProvisionError
 
 from gpucluster.domain import Cluster, Node
 
-LIST_KEYS = ("instance_ids", "private_ips", "public_ips", "host_public_keys")
+LIST_KEYS = ("instance_ids", "private_ips", "public_ips")
+# stacks made before the fleet exported the host keys they generated; a fleet's nodes make their own,
+# read from the serial console (`hostkeys.pin`, in `cluster_with_host_keys`)
+OLD_KEYS = "host_public_keys"
 SECRET_KEYS = ("ssh_private_key",)
 
 
@@ -22,6 +25,8 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
     if missing:
         raise ProvisionError(f"the AWS stack outputs lack {', '.join(missing)}; was `pulumi up` complete?")
     lists = {k: list(outputs[k]) for k in LIST_KEYS}
+    if outputs.get(OLD_KEYS) is not None:
+        lists[OLD_KEYS] = list(outputs[OLD_KEYS])
     lengths = {k: len(v) for k, v in lists.items()}
     if len(set(lengths.values())) != 1 or not lists["instance_ids"]:
         raise ProvisionError(f"the AWS stack outputs disagree on the node count: {lengths}")
@@ -37,10 +42,10 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
             user=user,
             instance_id=instance_id,
             gpus=gpus,
-            host_keys=(host_key,),
+            host_keys=(lists[OLD_KEYS][rank],) if OLD_KEYS in lists else (),
         )
-        for rank, (instance_id, private, public, host_key) in enumerate(
-            zip(lists["instance_ids"], lists["private_ips"], lists["public_ips"], lists["host_public_keys"])
+        for rank, (instance_id, private, public) in enumerate(
+            zip(lists["instance_ids"], lists["private_ips"], lists["public_ips"])
         )
     )
     return Cluster(
@@ -54,6 +59,15 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
         ssh_private_key=outputs.get("ssh_private_key") or None,
         outputs={k: v for k, v in outputs.items() if k not in SECRET_KEYS},
     )
+
+
+def cluster_with_host_keys(outputs: Mapping[str, Any]) -> Cluster:
+    """`cluster_from_outputs`, each node's host key pinned from its serial console (or the keys
+    cached when first read): what `up`, `attach` and `probe` connect with. A node whose console shows
+    no key in time fails it, naming the node (`hostkeys.pin`)."""
+    from . import hostkeys
+
+    return hostkeys.pin(cluster_from_outputs(outputs))
 
 
 def console_tail(cluster: Cluster, node: Node, *, lines: int = 12, client: Any = None) -> str | None:

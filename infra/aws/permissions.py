@@ -40,9 +40,11 @@ EC2_CLUSTER = (
     "ec2:DeleteKeyPair", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
     "ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances", "ec2:DescribeInstanceAttribute",
     "ec2:DescribeVolumes", "ec2:TerminateInstances", "ec2:GetConsoleOutput",
+    # every node from one launch template through one instant EC2 Fleet (all or none)
+    "ec2:CreateLaunchTemplate", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
+    "ec2:DeleteLaunchTemplate", "ec2:CreateFleet", "ec2:DescribeFleets", "ec2:DeleteFleets",
 )
-EC2_EFA = ("ec2:CreateLaunchTemplate", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
-           "ec2:DeleteLaunchTemplate")
+EC2_EFA: tuple[str, ...] = ()  # the EFA interface is in the same launch template
 # the node role (only with a reason for one: `role_reasons`)
 IAM_ROLE = (
     "iam:CreateRole", "iam:GetRole", "iam:TagRole", "iam:PutRolePolicy", "iam:GetRolePolicy", "iam:ListRolePolicies",

@@ -57,7 +57,7 @@ def node_gpu_state(provider: Provider, name: str) -> list[dict[str, object]]:
     found = provider.driver.outputs(name)  # type: ignore[attr-defined]  # the aws transport's PulumiProvider
     if not found:
         return [{"note": "no stack outputs: the cluster is not up"}]
-    cluster = outputs.cluster_from_outputs(found)
+    cluster = outputs.cluster_with_host_keys(found)
     return [{"node": r.rank, "host": r.label, "reachable": r.ok or bool(r.gpu_state), "problems": r.problems,
              "gpus": r.gpu_state} for r in SshLauncher().probe(cluster)]
 
@@ -86,7 +86,8 @@ PLUGIN = CreatedMachines(
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=Provisioner(
-        declare=declare, cluster_from_outputs=outputs.cluster_from_outputs, dry_run=dry_run,
+        # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)
+        declare=declare, cluster_from_outputs=outputs.cluster_with_host_keys, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         leftover_kinds=leftovers.DELETE_ORDER,

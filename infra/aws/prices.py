@@ -176,13 +176,14 @@ def instance_price(catalog: Catalog, region: str, item: str, market: str) -> Pri
 
 
 def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = None) -> list[dict[str, object]]:
-    """One `instance` per node, each with its root volume (deleted with it) and its public IPv4
-    address (assigned at launch, billed per address-hour: engine.resource_detail records the same)."""
+    """One `fleet` of N nodes (the instant EC2 Fleet that launches them all: component.py), each node
+    with its root volume (deleted with it) and its public IPv4 address (assigned at launch, billed
+    per address-hour): what engine.resource_detail records for the fleet."""
     disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
-    return [{"kind": "instance", "name": f"{spec.name}-{i}",
-             "detail": {"instance_type": itype, "spot": spec.spot, "public_ipv4": 1, "availability_zone": spec.zone,
-                        **disk}} for i in range(int(spec.nodes))]
+    return [{"kind": "fleet", "name": f"{spec.name}-fleet",
+             "detail": {"instance_type": itype, "node_count": int(spec.nodes), "spot": spec.spot, "public_ipv4": 1,
+                        "availability_zone": spec.zone, **disk}}]
 
 
 def region_note(region: str) -> str | None:

@@ -1,7 +1,8 @@
 """What an EC2 node of a gpucluster cluster runs at boot: the cloud-init user data.
 
-`render_user_data(...)` writes, for one node: its ed25519 host key (so the launcher pins host keys
-instead of trusting on first use), a dead-man switch armed on every boot (power off, hence
+`render_user_data(...)` writes, for every node of a cluster (one launch template): a fresh ed25519
+host key per node, printed to the serial console (so the launcher pins host keys instead of trusting
+on first use), a dead-man switch armed on every boot (power off, hence
 terminate, at first boot + max lifetime: `DEADMAN_SCRIPT`, `DEADMAN_UNIT`), with option idleMinutes
 an idle stop (`IDLE_SCRIPT`, `IDLE_UNIT`: power off after that long without a job), with option
 `image=base` a step that installs torch at the PyTorch DLAMI's python path (`SETUP_TORCH_SCRIPT`),
@@ -88,6 +89,11 @@ READY_SCRIPT = _program("node_ready.sh")
 READY_TRIES, READY_PAUSE_S = 60, 10
 
 
+# the same block cloud-init's keys_to_console writes, to the serial console (console=ttyS0 on EC2)
+PRINT_HOST_KEY = ("{ echo '-----BEGIN SSH HOST KEY KEYS-----'; cat /etc/ssh/ssh_host_ed25519_key.pub; "
+                  "echo '-----END SSH HOST KEY KEYS-----'; } > /dev/console")
+
+
 def _fill(template: str, **values: Any) -> str:
     for key, value in values.items():
         template = template.replace(f"@{key.upper()}@", str(value))
@@ -97,28 +103,30 @@ def _fill(template: str, **values: Any) -> str:
 def render_user_data(
     *,
     cluster: str,
-    rank: int,
     expected_gpus: int,
     max_lifetime_minutes: int,
-    host_private_key: str,
-    host_public_key: str,
     setup_torch: bool = False,
     idle_minutes: int | None = None,
 ) -> str:
-    """The cloud-config for one node. It holds a private host key: keep it a Pulumi secret."""
+    """The cloud-config every node of the cluster boots with (one launch template: no per-node
+    part, no secret). Each node makes its own ed25519 host key and cloud-init prints it on the serial
+    console between `-----BEGIN SSH HOST KEY KEYS-----` markers (its keys_to_console module), where
+    the launcher reads and pins it (`infra.aws.hostkeys`)."""
     keys = {
-        # Replace the image's host keys with the pinned one; generate no others.
+        # Replace the image's host keys (a snapshot's keys are shared by every copy) with one new
+        # ed25519 key per node, and print it to the console (cloud-init cc_keys_to_console).
         "ssh_deletekeys": True,
-        "ssh_genkeytypes": [],
-        "ssh_keys": {
-            "ed25519_private": host_private_key,
-            "ed25519_public": host_public_key.strip(),
-        },
+        "ssh_genkeytypes": ["ed25519"],
+        "ssh": {"emit_keys_to_console": True},
+        "ssh_key_console_blacklist": [],
         "runcmd": [
+            # the key block on the console at once, not only at the end of cloud-init's final stage
+            # (keys_to_console runs after runcmd, i.e. after the ready check's GPU wait)
+            ["sh", "-c", PRINT_HOST_KEY],
             ["systemctl", "enable", "--now", "--no-block", DEADMAN_UNIT],
             *([["systemctl", "enable", "--now", "--no-block", IDLE_UNIT]] if idle_minutes else []),
             *([[SETUP_TORCH_PATH]] if setup_torch else []),
-            [READY_SCRIPT_PATH, str(int(rank))],
+            [READY_SCRIPT_PATH],
         ],
     }
     return (
