@@ -6,9 +6,8 @@ exit codes, metrics and resources are appended as they happen, each in its own s
 so a crash at any point leaves rows that say what may still exist; `gpucluster down` / `gc` read
 them to finish the job.
 
-Times are Unix seconds (float, UTC). The schema is versioned (`PRAGMA user_version`) and moved
-forward by the explicit, ordered migrations in `gpucluster.ledger_schema`; a ledger from a newer gpucluster is refused.
-"""
+Times are Unix seconds (float, UTC). The schema is versioned (`PRAGMA user_version`) and moved forward
+by the ordered migrations in `gpucluster.ledger_schema`; a ledger from a newer gpucluster is refused."""
 
 from __future__ import annotations
 
@@ -469,8 +468,7 @@ class Ledger:
         return [RunRow.from_dict(self._run_dict(r)) for r in self._db.execute(sql, args)]
 
     def resume_links(self) -> ResumeLinks:
-        """run id -> (resumed_from, created_at) for every run that resumed or was resumed (a dict
-        that indexes its chains once: `gpucluster.chains.ResumeLinks`)."""
+        """run id -> (resumed_from, created_at) of every run in a chain (indexed once: `ResumeLinks`)."""
         rows = self._db.execute(
             "SELECT id, resumed_from, created_at FROM runs WHERE resumed_from IS NOT NULL"
             " OR id IN (SELECT resumed_from FROM runs WHERE resumed_from IS NOT NULL)")

@@ -2,12 +2,10 @@
 
     validate -> plan -> ledger row -> provision -> ready -> rendezvous/train -> teardown -> verify -> cost
 
-`execute()` writes the run row before anything is created, records every phase, resource, node
-exit code and metric as it happens, and tears down in a `finally` that also runs on Ctrl-C,
-SIGTERM, SIGHUP and exceptions. After the first signal, or once teardown has begun, no further signal
-can cut the stopping of processes, the teardown or its check short. The teardown verdict has three
-states (verified / leftovers / not verified) and anything but "verified" exits 3.
-"""
+`execute()` writes the run row before anything is created, records every phase, resource, node exit
+code and metric as it happens, and tears down in a `finally` that also runs on Ctrl-C, SIGTERM,
+SIGHUP and exceptions; after the first signal, or once teardown began, no signal cuts the stopping of
+processes, the teardown or its check short. Verdicts: verified / leftovers / not verified (exit 3)."""
 
 from __future__ import annotations
 
@@ -278,7 +276,7 @@ def execute(
     from gpucluster.home import runs_dir
     from gpucluster.procs import raise_open_files
 
-    raise_open_files()  # a file or socket per node: 64 nodes would exhaust macOS's default 256
+    raise_open_files()  # a file or socket per node: 64 nodes would pass macOS's default of 256
     ui = ui or QuietUI()
     run_id = job.run_id
     log_dir = log_dir or runs_dir(run_id)

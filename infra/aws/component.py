@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 from typing import Any, Optional
 
 import pulumi
@@ -269,7 +270,8 @@ class GpuCluster(pulumi.ComponentResource):
             target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
                 default_target_capacity_type=capacity_type,
                 total_target_capacity=spec.nodes,
-                **({"spot_target_capacity": spec.nodes} if spec.spot else {"on_demand_target_capacity": spec.nodes}),
+                spot_target_capacity=spec.nodes if spec.spot else None,
+                on_demand_target_capacity=None if spec.spot else spec.nodes,
             ),
             on_demand_options=None if spec.spot else aws.ec2.FleetOnDemandOptionsArgs(**all_or_none),
             spot_options=aws.ec2.FleetSpotOptionsArgs(instance_interruption_behavior="terminate", **all_or_none)
@@ -280,10 +282,12 @@ class GpuCluster(pulumi.ComponentResource):
             opts=self._opts(depends_on=[*self._role_deps, *self._network_deps]),
         )
         region = self.region
-        ids = pulumi.Output.all(self.fleet.id, self.fleet.fleet_instance_sets).apply(
-            lambda both: fleet_instance_ids(both[1], spec.nodes, fleet_id=both[0], region=region))
+        def ranked(both: list[Any]) -> list[str]:
+            return fleet_instance_ids(both[1], spec.nodes, fleet_id=both[0], region=region)
+
+        ids = pulumi.Output.all(self.fleet.id, self.fleet.fleet_instance_sets).apply(ranked)
         self.instance_ids = ids
-        hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(lambda xs, r=rank: xs[r]), opts=invoke_opts)
+        hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(operator.itemgetter(rank)), opts=invoke_opts)
                  for rank in range(spec.nodes)]
         self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
         self.public_ips = pulumi.Output.all(*[h.public_ip for h in hosts])
@@ -357,7 +361,7 @@ class GpuCluster(pulumi.ComponentResource):
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name),
             network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                 device_index=0, associate_public_ip_address="true", delete_on_termination="true",
-                subnet_id=subnet_id, security_groups=[sg.id], **({"interface_type": "efa"} if self.efa else {}))],
+                subnet_id=subnet_id, security_groups=[sg.id], interface_type="efa" if self.efa else None)],
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=self.instance_tags),
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume",

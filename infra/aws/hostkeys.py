@@ -23,7 +23,7 @@ import binascii
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from gpucluster.domain import Cluster
 from gpucluster.errors import ProvisionError
@@ -85,12 +85,12 @@ def _cache_dir(cluster: str) -> Path:
 
 def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOUT_S, poll: float = 5.0,
         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-        cache: Path | None | bool = None, progress: Callable[[str], None] | None = None) -> Cluster:
+        cache: Path | None | Literal[False] = None, progress: Callable[[str], None] | None = None) -> Cluster:
     """`cluster` with every node's host key pinned from its console (or the cache). Raises a
     ProvisionError naming each node whose console showed no key within `timeout` seconds."""
     if all(n.host_keys for n in cluster.nodes):
         return cluster
-    folder = _cache_dir(cluster.name) if cache is None else (None if cache is False else Path(cache))
+    folder = _cache_dir(cluster.name) if cache is None else (None if cache is False else cache)
     if folder is not None and folder.is_dir():  # keys of instances this cluster no longer has: gone
         current = {n.instance_id for n in cluster.nodes}
         for stale in folder.iterdir():
