@@ -149,6 +149,13 @@ class FakePulumiCommand:
                 return a.split("=", 1)[1]
         return None
 
+    def _spend_failure(self) -> None:
+        """One failed `up` of the `fail_up_times` asked for: the next ones succeed once they are spent."""
+        if self.fail_up_times is not None:
+            self.fail_up_times -= 1
+            if self.fail_up_times <= 0:
+                self.fail_up_after = None
+
     def _emit(self, target: str | None, events: list[dict[str, Any]]) -> None:
         if not target:
             return
@@ -360,10 +367,7 @@ class FakePulumiCommand:
                                                "urn": stack_urn}})
             events.append({"cancelEvent": {}})
             self._emit(target, events)
-            if self.fail_up_times is not None:
-                self.fail_up_times -= 1
-                if self.fail_up_times <= 0:
-                    self.fail_up_after = None
+            self._spend_failure()
             shown = "".join(f"    {'error: ' if i == 0 else ''}{ln}\n" for i, ln in enumerate(trace.splitlines()))
             self._fail("", stdout=(f"Updating ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack (gpucluster-{stack}):\n"
                                    f"{shown}    error: update failed\n\nResources:\n    + {limit} created\n\n"
@@ -385,10 +389,7 @@ class FakePulumiCommand:
                                                "urn": stack_urn}})
             events.append({"cancelEvent": {}})
             self._emit(target, events)
-            if self.fail_up_times is not None:
-                self.fail_up_times -= 1
-                if self.fail_up_times <= 0:
-                    self.fail_up_after = None
+            self._spend_failure()
             kind = type_.split("/")[0] + ":" + type_.rsplit(":", 1)[-1]  # aws:ec2/instance:Instance -> aws:ec2:Instance
             stdout = (f"Updating ({stack}):\n\nDiagnostics:\n  {kind} ({name}):\n    error: {cause}\n\n"
                       f"  pulumi:pulumi:Stack (gpucluster-{stack}):\n    error: update failed\n\n"

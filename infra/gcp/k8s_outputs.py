@@ -289,6 +289,13 @@ def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: 
         client = _exec(api, plan, pod, ["sh", "-c", script])
     except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
         return 0, 0, [f"{who}: the exec API refused the upload: {exc}"]
+    out, rc, err = _read_all(client)
+    return workdir_pushed(where, who, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                          time.monotonic() - start, job.collect_limit)
+
+
+def _read_all(client: Any) -> tuple[bytes, int | None, bytes]:
+    """An exec's stdout, its exit code (None: lost with the stream) and its stderr; the client closed."""
     reader = _ExecReader(client)
     try:
         out = reader.read()
@@ -298,8 +305,7 @@ def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: 
         reader.stderr += str(exc).encode()
     finally:
         client.close()
-    return workdir_pushed(where, who, rc, out.decode("utf-8", "replace"), reader.stderr.decode("utf-8", "replace"),
-                          time.monotonic() - start, job.collect_limit)
+    return out, rc, reader.stderr
 
 
 def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
@@ -315,21 +321,13 @@ def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any
         client = _exec(api, plan, pod, ["sh", "-c", objects.script("python", "push", OUTPUT_DIR, where)])
     except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
         return NodeOutputs(rank, where, FAILED, detail=f"{who}: the exec API refused the upload: {exc}")
-    reader = _ExecReader(client)
-    try:
-        out = reader.read()
-        rc = reader.returncode()
-    except OSError as exc:
-        out, rc = b"", None
-        reader.stderr += str(exc).encode()
-    finally:
-        client.close()
+    out, rc, stderr = _read_all(client)
     lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         answer = json.loads(lines[-1]) if lines else {}
     except json.JSONDecodeError:
         answer = {}
-    err = [ln.strip() for ln in reader.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    err = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     why = err[-1][-400:] if err else ("the exec stream ended without the command's exit status" if rc is None
                                       else f"exit code {rc}")
     return pushed(rank, where, who, rc, answer if isinstance(answer, dict) else {}, why, time.monotonic() - start)
