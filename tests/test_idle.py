@@ -35,8 +35,7 @@ class Node:
 
     def __init__(self, root: Path, minutes: int):
         self.root = root
-        doc = yaml.safe_load(boot.render_user_data(cluster="demo", rank=0, expected_gpus=1, max_lifetime_minutes=240,
-                                                   host_private_key="PRIV", host_public_key="ssh-ed25519 AAAA",
+        doc = yaml.safe_load(boot.render_user_data(cluster="demo", expected_gpus=1, max_lifetime_minutes=240,
                                                    idle_minutes=minutes))
         self.runcmd = doc["runcmd"]
         for f in doc["write_files"]:
@@ -104,8 +103,7 @@ def test_the_user_data_installs_and_starts_the_watcher_only_when_asked(node):
     assert ["systemctl", "enable", "--now", "--no-block", boot.IDLE_UNIT] in n.runcmd
     assert "--minutes 30 --ssh-sessions" in n.unit and "Restart=always" in n.unit
     assert (n.root / boot.IDLE_SCRIPT_PATH.lstrip("/")).read_text() == boot.IDLE_SCRIPT
-    plain = boot.render_user_data(cluster="demo", rank=0, expected_gpus=1, max_lifetime_minutes=240,
-                                  host_private_key="PRIV", host_public_key="ssh-ed25519 AAAA")
+    plain = boot.render_user_data(cluster="demo", expected_gpus=1, max_lifetime_minutes=240)
     assert boot.IDLE_UNIT not in plain and "gpucluster-idle" not in plain
 
 

@@ -155,3 +155,32 @@ def test_a_pod_deleted_during_the_check_is_named_lost_and_the_check_stops(tmp_pa
     assert not kinds(events, "start") and took < 60, took  # not the check's own 2 x 30 s + 60 s deadline
     assert all(c.proc.poll() is not None for c in fake.exec_clients)  # no check program left running
     assert_everything_deleted(fake)
+
+
+def test_the_check_program_stops_the_other_checks_in_its_container(tmp_path):
+    """`node_check.py --stop` (run by the launcher in each pod whose check must end: closing an exec
+    stream need not end its command in a real container) kills every process whose command line
+    holds the program's path, and nothing else."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from gpucluster import node_check
+
+    program = tmp_path / "node_check.py"
+    shutil.copy(node_check.__file__, program)
+    hold = "import time; time.sleep(120)"
+    check = subprocess.Popen([sys.executable, "-c", hold, str(program), "--rank", "0"])
+    other = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / "other.py")])
+    try:
+        assert subprocess.run([sys.executable, str(program), "--stop"], timeout=60).returncode == 0
+        deadline = time.monotonic() + 10
+        while check.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert check.poll() == -9
+        assert other.poll() is None
+    finally:
+        for p in (check, other):
+            p.kill()
+            p.wait()

@@ -39,23 +39,6 @@ from .k8s_plan import CHECK_FILE, CONTAINER, MOUNT, RUN_DIR, STAGED_FILE, Plan
 
 ADDRESS_WAIT_S = 15.0  # how long every pod may run without its address before its DNS name is used
 
-# Ends every process in the container whose command line holds argv[1] (the check program's path).
-KILL = ("import os, signal, sys\n"
-        "me = str(os.getpid())\n"
-        "for d in os.listdir('/proc'):\n"
-        "    if not d.isdigit() or d == me:\n"
-        "        continue\n"
-        "    try:\n"
-        "        cmd = open('/proc/%s/cmdline' % d, 'rb').read().split(b'\\0')\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    if sys.argv[1].encode() in cmd:\n"
-        "        try:\n"
-        "            os.kill(int(d), signal.SIGKILL)\n"
-        "        except OSError:\n"
-        "            pass\n")
-
-
 class _ExecProc:
     """What `gpucluster.health` reads of a node's check program (a `subprocess.Popen`'s `stdout`,
     `poll`, `returncode`), over one exec stream: its stdout and stderr on one pipe, as a node's
@@ -234,7 +217,7 @@ class PodChecker:
             pod = self.pods.pod_names.get(r)
             if pod and r not in self.pods.lost:
                 try:
-                    _run(self.api, self.plan, pod, [self.python, "-c", KILL, f"{MOUNT}/{CHECK_FILE}"], self.retry,
+                    _run(self.api, self.plan, pod, [self.python, f"{MOUNT}/{CHECK_FILE}", "--stop"], self.retry,
                          container=CONTAINER)
                 except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
                     pass

@@ -305,7 +305,7 @@ def _read_all(client: Any) -> tuple[bytes, int | None, bytes]:
         reader.stderr += str(exc).encode()
     finally:
         client.close()
-    return out, rc, reader.stderr
+    return out, rc, bytes(reader.stderr)
 
 
 def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
