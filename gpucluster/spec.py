@@ -162,18 +162,22 @@ def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     other spelling is accepted as input), the object-storage scopes (options such as `s3Read`) as
     the URL fields `reads`/`writes`, the project as a field. An unknown option stays as given, so
     `validate` names it as the user wrote it. SpecError for a scope option that is not a URL list."""
-    canonical = {form: name for name in backend.spec.options for form in (name, *key_forms(name))}
+    store = backend.objects
+    # the backend's options, and the option forms of the typed fields (lifted below, so that a spec
+    # that skipped this step still carries them and `validate` refuses them, never drops them)
+    lifted = [*((store.read_option, store.write_option) if store is not None else ()),
+              *(("project",) if backend.accounts is not None else ())]
+    canonical = {form: name for name in (*backend.spec.options, *lifted) for form in (name, *key_forms(name))}
     options: dict[str, str] = {}
     for key, value in spec.options:
         options[canonical.get(key, key)] = value
     changes: dict[str, Any] = {}
-    store = backend.objects
     if store is not None:
         for option, field in ((store.read_option, "reads"), (store.write_option, "writes")):
             if option in options:
                 given = option_urls(options.pop(option), option, store.url, store.scheme)
                 changes[field] = tuple(sorted(set(getattr(spec, field)) | set(given)))
-    if options.get("project") and "project" in backend.spec.options:
+    if options.get("project") and backend.accounts is not None:
         changes["project"] = options.pop("project")
         changes["project_source"] = options.pop("projectSource", None) or spec.project_source or "option project"
     options.pop("projectSource", None)

@@ -74,3 +74,11 @@ def test_recorded_specs_of_either_shape_read_back_the_same():
            "options": {"project": "p-123456", "projectSource": "--project", "gcsRead": '["gs://a-bkt"]',
                        "gcsWrite": '["gs://b-bkt/o"]', "autoscale": "false"}}
     assert normalize(ClusterSpec.from_dict(old), plugin("gcp")) == new
+
+
+def test_a_scope_option_that_skipped_normalize_is_refused_not_dropped():
+    """The typed fields are the only place the component reads grants from: a spec still carrying
+    `s3Read` (built without `normalize`) must fail validation, never run without its grant."""
+    for cloud, key in (("aws", "s3Read"), ("gcp", "gcsRead"), ("gcp", "project")):
+        with pytest.raises(SpecError, match=f"{cloud} option '{key}' is not allowed"):
+            validate(ClusterSpec(cloud=cloud, nodes=1, name="dd", options=((key, "x"),)), plugin(cloud))

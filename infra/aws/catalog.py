@@ -185,7 +185,8 @@ def idle_minutes(spec: "ClusterSpec") -> int | None:
 
 # Options the AWS component understands, in their one spelling (camelCase, as in stack config;
 # `--option` may give the snake_case form: `gpucluster.spec.normalize`). `gpucluster.spec.validate`
-# refuses any other key.
+# refuses any other key. The stack options s3Read/s3Write are not among them: `normalize` lifts them
+# into the spec's `reads`/`writes` fields (infra/aws/s3.py).
 OPTIONS = (
     "allowOpenSsh",
     "allowUnlistedRegion",
@@ -193,8 +194,6 @@ OPTIONS = (
     "efa",
     "idleMinutes",  # `up --idle-minutes N`: the nodes power off after N minutes without a job (node_idle.py)
     "image",
-    "s3Read",  # s3:// URLs the nodes may read (set by `run --data s3://...`; infra/aws/s3.py)
-    "s3Write",  # s3:// URLs the nodes may write (set by `run --output s3://...`)
     "spotInterruptionBehavior",
     "ssm",  # an instance role with AmazonSSMManagedInstanceCore (Session Manager, Run Command)
     "sshPublicKey",

@@ -140,11 +140,10 @@ def v100_zones(spec: Any) -> tuple[str, ...]:
 
 
 # Options the GCP component and launcher understand, in their one spelling (as in stack config;
-# `--option` may give the other form: `gpucluster.spec.normalize`); docs/gcp.md lists them.
+# `--option` may give the other form: `gpucluster.spec.normalize`); docs/gcp.md lists them. The
+# stack options gcsRead/gcsWrite and project are lifted by `normalize` into the spec's fields.
 OPTIONS = (
     "autoscale",
-    "gcsRead",  # gs:// URLs the pods may read (set by `run --data gs://...`; infra/gcp/gcs.py)
-    "gcsWrite",  # gs:// URLs the pods may write (set by `run --output gs://...`)
     "gke_free_tier",  # cost: count GKE's one free zonal cluster per billing account
     "gpuDriverVersion",
     "idleMinutes",  # refused with its own reason (validate_spec)
@@ -152,7 +151,6 @@ OPTIONS = (
     "launcher",
     "minNodes",
     "namespace",
-    "project",  # the GCP project (a stack's gpucluster:project; lifted into spec.project)
     "releaseChannel",
     "systemMachineType",
     "v100Zones",
