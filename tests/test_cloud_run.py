@@ -4,8 +4,9 @@ FRESH instances, not helpful ones.
 The real lifecycle drives the real Automation API driver against the FAKE Pulumi CLI
 (tests/pulumi_fake.py). When the fake `up` succeeds, the REAL Pulumi program (`infra.program`,
 under Pulumi's mock runtime) is run for the spec the driver was given, and two "instances" boot
-from what it declares: real OpenSSH servers on 127.0.0.2 and 127.0.0.3, port 22, with the stack's
-key. How each node behaves, and the public source for it:
+from what it declares: real OpenSSH servers on a pair of loopback addresses (127.0.0.2 and
+127.0.0.3, or another pair of ADDRESS_PAIRS), port 22, with the stack's key. How each node
+behaves, and the public source for it:
 
 - sshd answers only some seconds after `up` returns: Pulumi's `aws.ec2.Instance` is created once
   EC2 reports the instance "running", and the EC2 user guide (instance lifecycle,
@@ -47,6 +48,7 @@ from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.infra.registry import plugin as _plugin
 
 import base64
+import contextlib
 import http.server
 import json
 import os
@@ -66,15 +68,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 import sshd  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
-ADDRESSES = ["127.0.0.2", "127.0.0.3"]
+# Port 22 is one per address: each test that boots "instances" holds one of these pairs (its lock
+# file) for its whole life, so up to three such tests run at once in parallel workers. test_kept.py
+# uses 127.0.0.6/7 and test_health_ssh.py 127.0.0.5-7 on other ports.
+ADDRESS_PAIRS = [["127.0.0.2", "127.0.0.3"], ["127.0.0.8", "127.0.0.9"], ["127.0.0.10", "127.0.0.11"]]
+ADDRESSES = ADDRESS_PAIRS[0]  # the first pair (benchmarks/recovery.py runs alone)
 CALLER = "127.0.0.1"  # the source address the "nodes" see (loopback's src), as checkip reports it
 SSHD_DELAY_S = 4.0
 MARKER_DELAY_S = 3.0
 DLAMI_PYTHON = Path("/opt/pytorch/bin/python")
 
 
-def _port_22_free() -> bool:
-    for a in ADDRESSES:
+def _port_22_free(addresses: list[str] = ADDRESSES) -> bool:
+    for a in addresses:
         with socket.socket() as s:
             # as sshd binds (SO_REUSEADDR): the previous test's connections in TIME_WAIT do not count
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,15 +113,28 @@ def checkip(monkeypatch):
 
 @pytest.fixture
 def dlami_python():
-    """/opt/pytorch/bin/python runs this test's interpreter (torch installed), like the DLAMI's."""
-    created = not DLAMI_PYTHON.exists()
-    if created:
-        DLAMI_PYTHON.parent.mkdir(parents=True, exist_ok=True)
-        DLAMI_PYTHON.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        DLAMI_PYTHON.chmod(0o755)
-    yield str(DLAMI_PYTHON)
-    if created:
-        shutil.rmtree("/opt/pytorch", ignore_errors=True)
+    """/opt/pytorch/bin/python runs this test's interpreter (torch installed), like the DLAMI's.
+    Tests in parallel workers share it: each holds a shared lock for its life, and the last one out
+    (it gets the lock exclusively) removes it, if a test made it."""
+    import fcntl
+
+    made_by_tests = "# made by gpucluster's tests\n"
+    with open(os.path.join(tempfile.gettempdir(), "gpucluster-tests-dlami.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not DLAMI_PYTHON.exists():
+            DLAMI_PYTHON.parent.mkdir(parents=True, exist_ok=True)
+            tmp = DLAMI_PYTHON.with_name(f".python.{os.getpid()}")
+            tmp.write_text(f'#!/bin/sh\n{made_by_tests}exec {sys.executable} "$@"\n')
+            tmp.chmod(0o755)
+            tmp.replace(DLAMI_PYTHON)
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield str(DLAMI_PYTHON)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another test still runs nodes on it
+        if DLAMI_PYTHON.exists() and made_by_tests in DLAMI_PYTHON.read_text():
+            shutil.rmtree("/opt/pytorch", ignore_errors=True)
 
 
 STUBS = {
@@ -131,10 +150,11 @@ STUBS = {
 class Ec2Like:
     """Two deferred sshd "instances" that boot from the real program's declarations."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, addresses: list[str] = ADDRESSES):
         self.root = root
+        self.addresses = list(addresses)
         self.boots = 0  # how many times instances were made (each `up` after a `destroy` makes new ones)
-        self.node_roots = [root / f"node{i}" for i in range(len(ADDRESSES))]
+        self.node_roots = [root / f"node{i}" for i in range(len(self.addresses))]
         stub_bin = root / "stubs"
         stub_bin.mkdir()
         for name, body in STUBS.items():
@@ -148,7 +168,7 @@ class Ec2Like:
         self.errors: list[str] = []
         self.terminated = threading.Event()
         self.node_env: dict[str, str] = {}  # more environment for every node's ssh sessions
-        self.node_envs: list[dict[str, str]] = [{} for _ in ADDRESSES]  # ... and for node i's only
+        self.node_envs: list[dict[str, str]] = [{} for _ in self.addresses]  # ... and for node i's only
         self.console = None  # the fake GetConsoleOutput of the instances `up` made last
         self.restore: list = []  # undone when the test ends
 
@@ -158,12 +178,12 @@ class Ec2Like:
         self.ssh_cidrs = cidrs
         self.boots += 1
         if self.boots > 1:  # new instances: new disks
-            self.node_roots = [self.root / f"boot{self.boots}" / f"node{i}" for i in range(len(ADDRESSES))]
+            self.node_roots = [self.root / f"boot{self.boots}" / f"node{i}" for i in range(len(self.addresses))]
         if self.terminated.is_set():  # a `destroy` came before (a failed `up` is destroyed too): new instances run
             self.terminated = threading.Event()
         allow = " ".join(f"*@{c}" for c in cidrs) or "nobody@255.255.255.255"
         self.hosts = sshd.SshdHosts.start(
-            self.root / ("sshd" if self.boots == 1 else f"sshd-{self.boots}"), 2, addresses=ADDRESSES, port=22,
+            self.root / ("sshd" if self.boots == 1 else f"sshd-{self.boots}"), 2, addresses=self.addresses, port=22,
             defer=True, path=[str(self.stub_bin), "/usr/bin", "/bin"],  # python3 here is the system one: no torch
             extra_config=[f"AllowUsers {allow}"] * 2,
             env=[{"GPUCLUSTER_STATE_DIR": str(r / "var/lib/gpucluster"), **self.node_env, **self.node_envs[i]}
@@ -176,7 +196,7 @@ class Ec2Like:
                 return
             if self.reachable:  # else the security group drops the caller's packets: never answers
                 self.hosts.launch(rank)
-                self.booted.append(ADDRESSES[rank])
+                self.booted.append(self.addresses[rank])
             if self.terminated.wait(MARKER_DELAY_S):
                 return
             self._run_user_data(rank, user_data)
@@ -245,18 +265,38 @@ def ec2(tmp_path):
         pytest.skip(reason)
     import fcntl
 
-    # Port 22 on 127.0.0.2/3 is one per machine: tests using it in parallel workers (pytest-xdist)
-    # take turns, holding this lock for the test's whole life.
-    with open(os.path.join(tempfile.gettempdir(), "gpucluster-tests-port22.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.geteuid() != 0 or not _port_22_free():
-            pytest.skip("needs root and a free port 22 on 127.0.0.2/3 to look like EC2 nodes")
+    with _address_pair() as addresses:
+        if os.geteuid() != 0 or not _port_22_free(addresses):
+            pytest.skip(f"needs root and a free port 22 on {'/'.join(addresses)} to look like EC2 nodes")
         (tmp_path / "ec2").mkdir()
-        nodes = Ec2Like(tmp_path / "ec2")
+        nodes = Ec2Like(tmp_path / "ec2", addresses)
         yield nodes
         nodes.terminate()
         for undo in nodes.restore:
             undo()
+
+
+@contextlib.contextmanager
+def _address_pair():
+    """One of ADDRESS_PAIRS, held (an flock on its own file) until the block ends: a free pair at
+    once if any, else the first pair once its holder is done."""
+    import fcntl
+
+    files = [open(os.path.join(tempfile.gettempdir(), f"gpucluster-tests-port22-{a[0]}.lock"), "w")
+             for a in ADDRESS_PAIRS]
+    try:
+        for f, pair in zip(files, ADDRESS_PAIRS):
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            yield pair
+            return
+        fcntl.flock(files[0], fcntl.LOCK_EX)
+        yield ADDRESS_PAIRS[0]
+    finally:
+        for f in files:
+            f.close()
 
 
 def _provider_and_fake(ec2: Ec2Like, **fake_kw):
@@ -283,6 +323,7 @@ def _provider_and_fake(ec2: Ec2Like, **fake_kw):
                  if r.inputs.get("ipProtocol") in ("tcp", "-1") and r.inputs.get("cidrIpv4")
                  and (r.inputs["ipProtocol"] == "-1" or int(r.inputs["fromPort"]) <= 22 <= int(r.inputs["toPort"]))]
         ec2.prepare([r["cidrIpv4"] for r in rules])
+        addresses = ec2.addresses
         outputs = dict(built.outputs)
         # what EC2 would have assigned: the loopback "instances", their host keys, our login key
         # what EC2 would have assigned: the loopback "instances", our login key; no host keys in the
@@ -290,14 +331,14 @@ def _provider_and_fake(ec2: Ec2Like, **fake_kw):
         # new instances get new ids (EC2 never reuses an instance id), so a key pinned for an
         # earlier boot's instance is never offered for a new one
         ids = [f"i-{ec2.boots - 1:016x}a", f"i-{ec2.boots - 1:016x}b"]
-        outputs.update(private_ips=ADDRESSES, public_ips=ADDRESSES, ssh_user=ec2.hosts.user,
+        outputs.update(private_ips=addresses, public_ips=addresses, ssh_user=ec2.hosts.user,
                        ssh_private_key=ec2.hosts.identity.read_text(), instance_ids=ids)
         assert "host_public_keys" not in outputs
         ec2.console = ec2.console_client(ids)
         fake.scripted_outputs = outputs
         template = rec.node_template()  # one user data for every node of the fleet
         count = int(rec.fleet().inputs["targetCapacitySpecification"]["totalTargetCapacity"])
-        assert count == len(ADDRESSES)
+        assert count == len(addresses)
         for rank in range(count):
             user_data = base64.b64decode(aws_mocks.unwrap(template.inputs["userData"])).decode()
             t = threading.Thread(target=ec2.boot, args=(rank, user_data), daemon=True)
@@ -351,14 +392,15 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     secret_mark = "gcmark-" + os.urandom(12).hex()
     monkeypatch.setenv("GC_MARK", secret_mark)
     job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "3"), threads_per_proc=1,
-                  nproc_per_node=spec.gpus_per_node, env=(("PLAIN_SETTING", "visible"),), secrets=("GC_MARK",))
+                  nproc_per_node=spec.gpus_per_node, env=(("PLAIN_SETTING", "visible"),), secrets=("GC_MARK",),
+                  rdzv_port=sshd.free_port())  # the nodes are this machine: not the port a parallel test uses
     t0 = time.monotonic()
     outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
 
     run = ledger.get_run(run_id).to_dict()
     assert ec2.errors == []
     assert outcome.status == "succeeded", (run["failure"], [n["last_lines"][-5:] for n in run["node_results"]])
-    assert ec2.booted and sorted(ec2.booted) == ADDRESSES
+    assert ec2.booted and sorted(ec2.booted) == ec2.addresses
     assert time.monotonic() - t0 > SSHD_DELAY_S + MARKER_DELAY_S  # the launcher did wait
     # the ready markers and the dead-man switch came from the real user-data scripts
     for rank, root in enumerate(ec2.node_roots):
@@ -368,7 +410,7 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
     ready = [p for p in run["phases"] if p["name"] == "ready"]
     assert ready and ready[0]["status"] == "ok"
     assert [n["exit_code"] for n in run["node_results"]] == [0, 0]
-    assert ["127.0.0.2" in n["host"] for n in run["node_results"]] == [True, False]  # head first
+    assert [ec2.addresses[0] in n["host"] for n in run["node_results"]] == [True, False]  # head first
     assert run["metrics"]["world_size"] == 2 and run["metrics"]["final_records"] == 2
     verbs = fake.verbs()
     assert verbs.index("up") < verbs.index("refresh") < verbs.index("destroy")
@@ -421,7 +463,8 @@ def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_i
                        ssh_cidr="203.0.113.7/32", gpus_per_node=1, run_id=run_id)
     validate(spec)
     ledger = Ledger(home / "ledger.sqlite3")
-    job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "1"), threads_per_proc=1)
+    job = JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", "1"), threads_per_proc=1,
+                  rdzv_port=sshd.free_port())
     outcome = execute(spec, job, backend=backend_of(spec.cloud), ledger=ledger, provider=provider, launcher=launcher)
     run = ledger.get_run(run_id).to_dict()
     assert ec2.ssh_cidrs == ["203.0.113.7/32"] and ec2.booted == []

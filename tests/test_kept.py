@@ -86,7 +86,7 @@ def cloud(tmp_path):
     reason = sshd.missing_reason()
     if reason:
         pytest.skip(reason)
-    with open(os.path.join(tempfile.gettempdir(), "gpucluster-tests-port22.lock"), "w") as lock:
+    with open(os.path.join(tempfile.gettempdir(), "gpucluster-tests-port22-127.0.0.6.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # port 22 is one per address; tests that use it take turns
         if os.geteuid() != 0 or not _port_22_free():
             pytest.skip("needs root and a free port 22 on 127.0.0.6/7 to look like EC2 nodes")

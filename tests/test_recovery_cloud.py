@@ -97,6 +97,13 @@ def _spec(run_id, **kw):
 
 @pytest.mark.slow
 @pytest.mark.sshd
+def _port() -> int:
+    """A free rendezvous port: the "nodes" are this machine, where parallel tests start stores too."""
+    import sshd
+
+    return sshd.free_port()
+
+
 def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_path, ec2, checkip, dlami_python):
     from recovery_faults import Fault, Interrupting
     from test_recovery import _digits_job
@@ -123,7 +130,7 @@ def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_pa
     ledger = Ledger(home / "ledger.sqlite3")
     fault = Fault(lambda: imds[1].schedule("terminate", 120), lambda: None)
     try:
-        chain = run_chain(spec, _digits_job(spec.run_id, epochs=30), policy=Policy(retries=1, replace_bad_nodes=True),
+        chain = run_chain(spec, _digits_job(spec.run_id, epochs=30, rdzv_port=_port()), policy=Policy(retries=1, replace_bad_nodes=True),
                           ledger=ledger, provider=provider, launcher=Interrupting(launcher, "train", fault),
                           workload="digits", backend=plugin("aws"))
     finally:
@@ -168,7 +175,7 @@ def test_no_spot_capacity_falls_back_to_on_demand(home, tmp_path, ec2, checkip, 
     spec = _spec(new_run_id(), spot=True)
     pol = policy(SimpleNamespace(recover=1, fallback="on-demand", fallback_after=1), plugin("aws"), spec)
     ledger = Ledger(home / "ledger.sqlite3")
-    chain = run_chain(spec, _digits_job(spec.run_id, epochs=2), policy=pol, ledger=ledger, provider=provider,
+    chain = run_chain(spec, _digits_job(spec.run_id, epochs=2, rdzv_port=_port()), policy=pol, ledger=ledger, provider=provider,
                       launcher=launcher, workload="digits", backend=plugin("aws"),
                       reprice=lambda s: {"market": "spot" if s.spot else "on-demand"})
     first, last = chain.attempts
