@@ -1,11 +1,13 @@
 """FAKE GKE behind the fake Pulumi CLI (tests/pulumi_fake.py), for runs that provision, lose a node,
 tear down and provision again (tests/test_recovery_gcp.py, benchmarks/recovery.py). NOT Google.
 
-The real Automation API driver runs the fake CLI; when its `up` succeeds the REAL gcp program
+The real Automation API driver runs the fake CLI; as its `up` starts the REAL gcp program
 (`infra.program.run`, the component in infra/gcp/component.py) is run under Pulumi's mock runtime for
-the spec the driver was given (`infra.gcp.dryrun._declare`), and its outputs become the stack's, with
-the cluster's endpoint the API server of a NEW in-memory cluster (tests/k8s_fake.py, served over HTTP
-by tests/k8s_fake_http.py, whose pods run the launcher's real programs as processes). How it behaves,
+the spec the driver was given (`infra.gcp.dryrun._declare`): the engine events report the resources
+it declares with their inputs (so the ledger's rows and the cost come from the machine type, the
+GPUs and the spot setting the program asked for), and its outputs become the stack's, with the
+cluster's endpoint the API server of a NEW in-memory cluster (tests/k8s_fake.py, served over HTTP by
+tests/k8s_fake_http.py, whose pods run the launcher's real programs as processes). How it behaves,
 and the public source for it:
 
 - Every `up` after a `destroy` makes a new cluster: a new control plane at a new endpoint, with none of
@@ -47,13 +49,6 @@ class FakeGoogleCredentials:
         self.token, self.valid = TOKEN, True
 
 
-def resources(name: str) -> list[tuple[str, str, str]]:
-    """What the gcp program declares for a cluster without gs:// access, as the fake CLI reports it."""
-    return [("gcp:container/cluster:Cluster", f"{name}-cluster", f"projects/p/locations/z/clusters/{name}"),
-            ("gcp:container/nodePool:NodePool", f"{name}-system", "system-pool"),
-            ("gcp:container/nodePool:NodePool", f"{name}-gpu", "gpu-pool")]
-
-
 class GkeLike:
     """Clusters made and deleted by the fake CLI's `up` and `destroy` (see the module docstring).
     `scripts()`: the pods' scripts of each new cluster (default: the job's own program on every node)."""
@@ -69,14 +64,23 @@ class GkeLike:
         self.urls: list[str] = []
         self._stop: Any = None
         self.spec: Any = None  # the spec the driver was given (set by `provider`)
+        self.outputs: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.fake: Any = None
 
     # -- the fake CLI's hooks ----------------------------------------------------------------------
-    def on_up(self, stack: str) -> None:
+    def before_up(self, stack: str) -> None:
+        """The real program declares the stack for the spec: the fake CLI reports its resources with
+        their inputs (what the ledger records and the cost is computed from)."""
         from gpucluster.infra.gcp import dryrun
 
-        _, outputs = dryrun._declare(self.spec)  # the real program's outputs for this spec
+        mocks, self.outputs = dryrun._declare(self.spec)
+        made = [r for r in mocks.resources if r.typ.startswith("gcp:")]
+        self.fake.resources = [(r.typ, r.name, f"projects/my-proj-42/{r.name}") for r in made]
+        self.fake.inputs.update({r.name: dict(r.inputs) for r in made})
+
+    def on_up(self, stack: str) -> None:
+        outputs = dict(self.outputs)  # the real program's outputs for this spec
         fake = FakeKubeApi(self.scripts(), delete_ticks=self.delete_ticks)
         url, stop = serve_http(fake, TOKEN)
         config = json.loads(outputs["kubeconfig"])
@@ -114,8 +118,9 @@ class GkeLike:
         self.on_destroy("")
 
     # -- the provider ------------------------------------------------------------------------------
-    def provider(self, name: str, **fake_kw: Any) -> tuple[Any, Any]:
-        """(the gcp PulumiProvider on the real driver and this fake CLI, the fake CLI)."""
+    def provider(self, name: str, provider_kw: dict[str, Any] | None = None, **fake_kw: Any) -> tuple[Any, Any]:
+        """(the gcp PulumiProvider on the real driver and this fake CLI, the fake CLI). `provider_kw`:
+        more of PulumiProvider's arguments (a stand-in account's credential and cloud checks)."""
         from pulumi_fake import FakePulumiCommand
 
         from gpucluster.infra.automation import PulumiDriver
@@ -130,10 +135,10 @@ class GkeLike:
                 return super().up(spec, events)
 
         delays = {f"{name}-cluster": self.cluster_s, f"{name}-gpu": self.pool_s}
-        self.fake = FakePulumiCommand(resources=resources(name), outputs={}, secret_keys=("kubeconfig",),
+        self.fake = FakePulumiCommand(resources=[], outputs={}, secret_keys=("kubeconfig",), before_up=self.before_up,
                                       on_up=self.on_up, on_destroy=self.on_destroy, create_delays=delays, **fake_kw)
         provider = PulumiProvider(plugin("gcp"), driver=Driver(pulumi_command=self.fake, program_runner=lambda s: None),
-                                  find=self.find, delete=lambda items: [])
+                                  find=self.find, delete=lambda items: [], **(provider_kw or {}))
         return provider, self.fake
 
     def launcher(self, poll_interval: float = 2.0, api_retry_s: float = 10.0) -> Any:
