@@ -345,12 +345,8 @@ class WebSocketExec:
                 pass
 
 
-def serve(fake, token: str = "fake-token"):
-    """(KubeApi on the real kubernetes client, stop) for `fake` served on loopback."""
-    import yaml
-
-    from gpucluster.infra.gcp.k8s_api import KubeApi
-
+def serve_http(fake, token: str = "fake-token"):
+    """(the API server's URL, stop) for `fake` served on loopback, accepting bearer `token` only."""
     fake.rest_upgrades = []
     fake.exec_handshake_s = EXEC_HANDSHAKE_S
     fake.tokens.add(token)
@@ -360,14 +356,24 @@ def serve(fake, token: str = "fake-token"):
     server.fake = fake
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-              "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-              "users": [{"name": "fake", "user": {"token": token}}],
-              "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}
-    api = KubeApi.from_kubeconfig(yaml.safe_dump(config))
 
     def stop() -> None:
         server.shutdown()
         server.server_close()
 
+    return f"http://127.0.0.1:{server.server_address[1]}", stop
+
+
+def serve(fake, token: str = "fake-token"):
+    """(KubeApi on the real kubernetes client, stop) for `fake` served on loopback."""
+    import yaml
+
+    from gpucluster.infra.gcp.k8s_api import KubeApi
+
+    url, stop = serve_http(fake, token)
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
+              "clusters": [{"name": "fake", "cluster": {"server": url}}],
+              "users": [{"name": "fake", "user": {"token": token}}],
+              "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}
+    api = KubeApi.from_kubeconfig(yaml.safe_dump(config))
     return api, stop

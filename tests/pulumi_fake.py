@@ -85,7 +85,8 @@ class FakePulumiCommand:
                  fail_up_after: int | None = None, fail_text: str = "", interrupt_up_after: int | None = None,
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
                  fail_up_times: int | None = None, provider_max_retries: int | None = None,
-                 before_up=None, persist: bool = False, step_delay_s: float = 0.0, fail_in_program: bool = False):
+                 before_up=None, persist: bool = False, step_delay_s: float = 0.0, fail_in_program: bool = False,
+                 create_delays: dict[str, float] | None = None):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -112,6 +113,9 @@ class FakePulumiCommand:
         # instance is "pending" before "running": https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
         # ec2-instance-lifecycle.html); 0: every event at once (the old, kinder fake)
         self.step_delay_s = step_delay_s
+        # seconds the create step of a resource (by name, or by type) takes, where it differs from
+        # step_delay_s (a GKE cluster takes minutes, its GPU node pool minutes more: tests/gke_fake.py)
+        self.create_delays = dict(create_delays or {})
         # The AWS provider retries InsufficientInstanceCapacity on RunInstances before it reports
         # it (terraform-provider-aws internal/service/ec2/service_package.go; issues #43193, #49863).
         # Its `max_retries` (the program's provider setting; default 25) becomes the SDK's
@@ -173,12 +177,18 @@ class FakePulumiCommand:
                 fh.write(json.dumps(e) + "\n")
 
     def _paced(self, events: list[dict[str, Any]], flush: Any = None) -> Any:
-        """The events, each resource's outputs `step_delay_s` after the step began."""
+        """The events, each resource's outputs `step_delay_s` (or its type's `create_delays`) after the
+        step began."""
         for e in events:
-            if self.step_delay_s and ("resOutputsEvent" in e or "diagnosticEvent" in e):
+            delay = self.step_delay_s
+            meta = (e.get("resOutputsEvent") or {}).get("metadata") or {}
+            if meta.get("op") == "create":  # by the resource's name, else by its type
+                name = str(meta.get("urn", "")).rsplit("::", 1)[-1]
+                delay = self.create_delays.get(name, self.create_delays.get(meta.get("type"), delay))
+            if delay and ("resOutputsEvent" in e or "diagnosticEvent" in e):
                 if flush is not None:
                     flush()
-                time.sleep(self.step_delay_s)
+                time.sleep(delay)
             yield e
 
     def _step(self, kind: str, op: str, type_: str, name: str, rid: str, stack: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ an epoch give the same model as an uninterrupted run; SIGTERM saves where traini
 143. Real runs on the local backend (torchrun agents and workers): a node lost at each phase where
 a local node can be lost (check, setup, train); the recovered chain's final digits model matches an
 uninterrupted run with the same seed; detection is measured; nothing of any attempt is left. (ssh:
-tests/test_recovery_ssh.py; aws and gcp: tests/test_recovery_cloud.py.)"""
+tests/test_recovery_ssh.py; aws: tests/test_recovery_cloud.py; gcp: tests/test_recovery_gcp.py.)"""
 
 from __future__ import annotations
 
