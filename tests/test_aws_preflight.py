@@ -400,6 +400,11 @@ def test_spot_on_an_account_without_the_spot_role_needs_leave_to_create_it(aws):
     sim = [s for s in ec2_only.seen("iam", "SimulatePrincipalPolicy") if s["ActionNames"] == ["iam:CreateServiceLinkedRole"]]
     assert sim[-1]["ContextEntries"][0] == {"ContextKeyName": "iam:AWSServiceName", "ContextKeyValues": ["spot.amazonaws.com"],
                                             "ContextKeyType": "string"}
+    # doctor --spot finds it too, and its list of what a run needs names the role
+    found = aws_doctor.doctor(session=ec2_only, spot=True)
+    assert next(c for c in found if c["check"] == "EC2 service-linked roles")["ok"] is False
+    assert "AWSServiceRoleForEC2Spot, or iam:CreateServiceLinkedRole" in found[-1]["detail"]
+    assert "AWSServiceRoleForEC2Spot" not in aws_doctor.doctor(session=ec2_only)[-1]["detail"]
     # on demand needs no service-linked role: the same credentials pass
     preflight(spec(), session=ec2_only)
     # leave to make a service-linked role for another service only: still refused

@@ -93,7 +93,10 @@ def summary(spec: Any) -> str:
     role = (f"an instance role because of {', '.join(why)}" if why else
             "no IAM writes (no instance role: a run with --data/--output s3:// or option ssm=true also needs "
             + ", ".join(IAM_ROLE + IAM_PROFILE) + ")")
-    return f"{role}; {text}"
+    spot = ("; --spot also needs the account's service-linked role AWSServiceRoleForEC2Spot, or "
+            "iam:CreateServiceLinkedRole (iam:AWSServiceName = spot.amazonaws.com) so that EC2 makes it at the first "
+            "spot launch (an on-demand run needs no service-linked role)" if spec.spot else "")
+    return f"{role}; {text}{spot}"
 
 
 def principal(caller_arn: str) -> str | None:
