@@ -170,5 +170,7 @@ def print_plan(out: Any, plan: Any) -> None:
         out.print(f"  {line}", highlight=False)
     if plan.estimate is not None:
         out.print(f"estimated cost: {plan.estimate.render_limit(plan.limit_minutes, plan.limit_what)}")
+        for gap in plan.estimate.gaps:  # e.g. a disk priced at another region's price: said, never hidden
+            out.print(f"  estimate: {gap}", highlight=False)
     else:
         out.print("estimated cost: $0 (machines gpucluster does not rent)")

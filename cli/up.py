@@ -60,19 +60,20 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
     plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
     cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
            if plan.estimate is not None else "")
+    gaps = [f"  estimate: {gap}" for gap in (plan.estimate.gaps if plan.estimate is not None else [])]
     if dry_run:
         from gpucluster.cli.dryrun import print_dry_run
 
         out.print(plan_line + _rate(plan.hourly, True) + cap)
-        for line in plan.bounds:
-            out.print(f"  {line}", highlight=False)
+        for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
+            out.print(line, highlight=False)
         return print_dry_run(out, plan.provider, None, spec, None, as_json)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
-    for line in plan.bounds:
-        out.print(f"  {line}", highlight=False)
+    for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
+        out.print(line, highlight=False)
     common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import run_watch

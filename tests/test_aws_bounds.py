@@ -134,3 +134,17 @@ def test_an_unpriced_region_is_refused_with_the_refresh_that_prices_it(home):
     # a region that does not offer the type stays refused by the spec check, priced or not
     with pytest.raises(UsageError, match="not offered in region 'us-west-1'"):
         plan(region="us-west-1")
+
+
+def test_a_price_borrowed_from_another_region_is_said_in_the_plan(home):
+    """FACTS.md gives EBS gp3 for us-east-1 only: a us-west-2 or eu-west-1 plan prices the root volumes at
+    us-east-1's gp3 price, and `run`/`up` say so under the estimate (before, only `cost estimate` did)."""
+    for verb in (("run",), ("up",)):
+        r = run_cli(*verb, "--cloud", "aws", "--region", "eu-west-1", "--ssh-cidr", "203.0.113.7/32", "--dry-run",
+                    *(["--", "python", "-c", "pass"] if verb == ("run",) else []))
+        assert r.returncode == 0, r.stderr
+        text = r.stdout + r.stderr
+        assert "estimate: no gp3 price for eu-west-1 in the catalog: used us-east-1's (0.08/GB-month)" in text, text
+    r = run_cli("run", "--cloud", "aws", "--region", "us-east-1", "--ssh-cidr", "203.0.113.7/32", "--dry-run",
+                "--", "python", "-c", "pass")
+    assert r.returncode == 0 and "estimate: no gp3 price" not in r.stdout + r.stderr

@@ -309,3 +309,133 @@ def test_without_the_simulator_the_needs_are_a_note_and_doctor_lists_them(aws):
     assert need["check"] == "aws permissions a run needs" and need["ok"] is None
     assert need["detail"].startswith("no IAM writes") and "ec2:RunInstances" in need["detail"]
     assert "iam:PassRole" in need["detail"]  # named as what a run with s3:// or ssm would need
+
+
+# -- the launch as the program makes it: a launch template, one instant EC2 Fleet -------------------------
+def test_the_launch_template_is_dry_run_as_the_program_makes_it(aws):
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    found = {c["check"]: c for c in checks(spec(disk_gb=120), session=aws)}
+    assert found["EC2 CreateLaunchTemplate dry run (us-east-1)"]["ok"] is True
+    (req,) = aws.seen("ec2", "CreateLaunchTemplate")
+    data = req["LaunchTemplateData"]
+    assert req["DryRun"] is True and data["ImageId"] == "ami-0dlami000000001"
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 120
+    assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
+    assert {t["ResourceType"] for t in data["TagSpecifications"]} == {"instance", "volume", "network-interface"}
+    (lt_tags,) = req["TagSpecifications"]  # tagging the template needs ec2:CreateTags on it
+    assert lt_tags["ResourceType"] == "launch-template" and {"Key": "managed-by", "Value": "gpucluster"} in lt_tags["Tags"]
+    # nothing refers to a resource the run has not made yet, and nothing was made
+    assert not {"KeyName", "SecurityGroupIds", "NetworkInterfaces", "Placement", "IamInstanceProfile"} & set(data)
+    assert aws.real.client("ec2", region_name="us-east-1").describe_launch_templates()["LaunchTemplates"] == []
+    assert found["EC2 service-linked roles"]["ok"] is True and "instant EC2 Fleet" in found["EC2 service-linked roles"]["detail"]
+
+
+def test_a_refused_launch_template_fails_the_preflight_naming_create_launch_template(aws):
+    """Credentials that may RunInstances but not CreateLaunchTemplate (and no policy simulator to say so):
+    the old preflight dry-ran RunInstances only and passed; the fleet then fails after the VPC exists."""
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+
+    def refuse(params):
+        # EC2 answers a DryRun request the caller may not make with UnauthorizedOperation (HTTP 403),
+        # one it may make with DryRunOperation (EC2 API reference, CommonParameters "DryRun"; Karpenter's
+        # authorization check relies on exactly these two answers: aws/karpenter-provider-aws,
+        # pkg/controllers/nodeclass/validation.go). moto answers DryRunOperation to every caller.
+        assert params["DryRun"] is True
+        raise AwsError("UnauthorizedOperation", "You are not authorized to perform this operation. "
+                                                "Encoded authorization failure message: FAKE", 403)
+
+    aws.on("ec2", "CreateLaunchTemplate", refuse)
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(), session=aws)
+    msg = err.value.message
+    assert "\n" not in msg and err.value.exit_code == ExitCode.USAGE
+    assert "permission ec2:CreateLaunchTemplate is denied in us-east-1" in msg
+    assert "grant ec2:CreateLaunchTemplate, ec2:DeleteLaunchTemplate and ec2:CreateTags" in msg
+    assert created_nothing(aws)
+
+
+def test_a_denied_create_fleet_is_named_by_the_simulator(aws):
+    """ec2:CreateFleet has no dry run before its launch template exists (launch_checks.py): the
+    simulator decides it. An explicit Deny on it wins over ec2:* (IAM policy evaluation logic)."""
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    doc = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["ec2:*", "iam:SimulatePrincipalPolicy", "iam:List*", "iam:Get*"], "Resource": "*"},
+        {"Effect": "Deny", "Action": "ec2:CreateFleet", "Resource": "*"}]}
+    who = _as(aws, "nofleet", doc)
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(), session=who)
+    assert "user/nofleet may not ec2:CreateFleet, which a run without IAM writes (no instance role) needs" in err.value.message
+    assert "fix: grant ec2:CreateFleet to arn:aws:iam::123456789012:user/nofleet" in err.value.message
+    # without the simulator, the note says that ec2:CreateFleet went unverified
+    row = next(c for c in checks(spec(), session=aws) if c["check"] == "IAM permissions")
+    assert row["ok"] is None and "ec2:CreateFleet is unverified" in row["detail"]
+
+
+SPOT_ROLE_PATH = "/aws-service-role/spot.amazonaws.com/"
+EC2_ONLY = {"Version": "2012-10-17", "Statement": [
+    {"Effect": "Allow", "Action": ["ec2:*", "iam:SimulatePrincipalPolicy", "iam:List*", "iam:Get*"], "Resource": "*"}]}
+
+
+def test_spot_on_an_account_without_the_spot_role_needs_leave_to_create_it(aws):
+    """A fresh account has no AWSServiceRoleForEC2Spot (moto's, too: no role at all). An instant fleet of
+    spot instances then launches nothing with AuthFailure.ServiceLinkedRoleCreationNotPermitted unless the
+    caller may iam:CreateServiceLinkedRole for spot.amazonaws.com (EC2 User Guide, "Service-linked role for
+    Spot Instance requests": "you must first ensure that this role exists"; kubernetes/kops#16475 shows the
+    fleet error). The old preflight never looked: it passed this account."""
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0, GVT_SPOT: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    ec2_only = _as(aws, "ec2only", EC2_ONLY)
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(spot=True), session=ec2_only)
+    msg = err.value.message
+    assert "\n" not in msg and err.value.exit_code == ExitCode.USAGE
+    assert ("--spot in us-east-1 needs the service-linked role AWSServiceRoleForEC2Spot: the account has no "
+            "AWSServiceRoleForEC2Spot, and arn:aws:iam::123456789012:user/ec2only may not iam:CreateServiceLinkedRole "
+            "for spot.amazonaws.com (implicitDeny)") in msg
+    assert "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com" in msg
+    sim = [s for s in ec2_only.seen("iam", "SimulatePrincipalPolicy") if s["ActionNames"] == ["iam:CreateServiceLinkedRole"]]
+    assert sim[-1]["ContextEntries"][0] == {"ContextKeyName": "iam:AWSServiceName", "ContextKeyValues": ["spot.amazonaws.com"],
+                                            "ContextKeyType": "string"}
+    # doctor --spot finds it too, and its list of what a run needs names the role
+    found = aws_doctor.doctor(session=ec2_only, spot=True)
+    assert next(c for c in found if c["check"] == "EC2 service-linked roles")["ok"] is False
+    assert "AWSServiceRoleForEC2Spot, or iam:CreateServiceLinkedRole" in found[-1]["detail"]
+    assert "AWSServiceRoleForEC2Spot" not in aws_doctor.doctor(session=ec2_only)[-1]["detail"]
+    # on demand needs no service-linked role: the same credentials pass
+    preflight(spec(), session=ec2_only)
+    # leave to make a service-linked role for another service only: still refused
+    elb_only = _as(aws, "elbonly", EC2_ONLY, {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
+         "Condition": {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}}}]})
+    with pytest.raises(PreflightError, match="may not iam:CreateServiceLinkedRole for spot.amazonaws.com"):
+        preflight(spec(spot=True), session=elb_only)
+    assert created_nothing(aws)
+
+
+def test_spot_passes_when_the_role_exists_or_the_caller_may_create_it(aws):
+    from aws_strict import aws_managed_document
+
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0, GVT_SPOT: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    # PowerUserAccess allows iam:CreateServiceLinkedRole: EC2 makes the role at the first spot launch
+    dev = _as(aws, "dev", aws_managed_document("PowerUserAccess"), aws_managed_document("ReadOnlyAccess"))
+    row = next(c for c in checks(spec(spot=True), session=dev) if c["check"] == "EC2 service-linked roles")
+    assert row["ok"] is True and "EC2 makes it at the first spot launch" in row["detail"]
+    # once the role exists (an administrator made it; moto names it differently, its path is AWS's), no
+    # simulation is needed
+    aws.real.client("iam").create_service_linked_role(AWSServiceName="spot.amazonaws.com")
+    assert aws.real.client("iam").list_roles(PathPrefix=SPOT_ROLE_PATH)["Roles"]
+    ec2_only = _as(aws, "ec2only", EC2_ONLY)
+    row = next(c for c in checks(spec(spot=True), session=ec2_only) if c["check"] == "EC2 service-linked roles")
+    assert row["ok"] is True and row["detail"].startswith("AWSServiceRoleForEC2Spot exists")
+    assert not [s for s in ec2_only.seen("iam", "SimulatePrincipalPolicy")
+                if s["ActionNames"] == ["iam:CreateServiceLinkedRole"]]
+    # no simulator and no role: a note with the command, not a refusal
+    aws.real.client("iam").delete_service_linked_role(
+        RoleName=aws.real.client("iam").list_roles(PathPrefix=SPOT_ROLE_PATH)["Roles"][0]["RoleName"])
+    row = next(c for c in checks(spec(spot=True), session=aws) if c["check"] == "EC2 service-linked roles")
+    assert row["ok"] is None and "create-service-linked-role --aws-service-name spot.amazonaws.com" in row["detail"]

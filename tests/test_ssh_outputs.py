@@ -164,3 +164,65 @@ def test_broken_stream_is_partial_or_failed_by_node(hosts, remote_dir, tmp_path,
     assert "tar on the node exited with code 2" in outcome.failure and "the copy stopped after" in outcome.failure
     assert run["outputs"][w]["verdict"] in ("partial", "failed") and run["outputs"][1 - w]["verdict"] == "complete"
     nothing_left(hosts, remote_dir, job.run_id)
+
+
+class RefuseLoginsAt(SignalAt):
+    """The real launcher; once a node prints `marker`, every node stops taking new ssh connections
+    (its sshd listener exits; the sessions already open live on, as sshd's per-connection processes
+    are in sessions of their own). Stricter than what a scheduled `shutdown` does in its last 5
+    minutes: it writes /run/nologin, and sshd then refuses every non-root login (shutdown(8);
+    sshd(8), "If /etc/nologin exists..."; on systemd, /run/nologin is what pam_nologin reads)."""
+
+    def __init__(self, inner, marker, servers):
+        super().__init__(inner, marker)
+        self.servers = servers
+
+    def launch(self, cluster, job, events, log_dir):
+        outer = self
+
+        class Events:
+            def __getattr__(self, name):
+                return getattr(events, name)
+
+            def on_line(self, node_rank, line):
+                events.on_line(node_rank, line)
+                if outer.marker in line and not outer.sent:
+                    outer.sent = True
+                    for proc in outer.servers.procs:
+                        proc.terminate()
+                        proc.wait(timeout=10)
+
+        return self.inner.launch(cluster, job, Events(), log_dir)
+
+
+def test_outputs_come_back_when_the_nodes_take_no_new_logins(remote_dir, tmp_path, monkeypatch):
+    """issue 25: the dead-man switch's `shutdown` refuses new logins in its last 5 minutes. The outputs
+    copy (and the cleanup after it) must not need one: they run over the connection opened when the
+    nodes became ready (ControlMaster), so they come back complete although no node answers a new
+    connection any more."""
+    import socket
+    import subprocess
+
+    from sshd import SshdHosts
+
+    servers = SshdHosts.start(tmp_path / "sshd-nologin", 2)
+    try:
+        outcome, run, job = run_script(servers, remote_dir, tmp_path, monkeypatch, env=[("STEPS", "40")],
+                                       launcher=lambda inner: RefuseLoginsAt(inner, "SAVED checkpoint.pt", servers))
+        # the nodes really took no new connection after the marker
+        for address, port in zip(servers.addresses, servers.ports):
+            with pytest.raises(OSError):
+                socket.create_connection((address, port), timeout=2).close()
+        fresh = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
+                                "-o", f"UserKnownHostsFile={servers.known_hosts}", "-i", str(servers.identity),
+                                "-p", str(servers.ports[0]), f"{servers.user}@{servers.addresses[0]}", "true"],
+                               capture_output=True, text=True, timeout=30)
+        assert fresh.returncode == 255, fresh
+        assert outcome.status == "succeeded", outcome.failure
+        dest = tmp_path / "home" / "runs" / job.run_id / "outputs"
+        w, log = writer(tmp_path / "logs")
+        assert sha(dest / f"node-{w}" / "model.pt") == saved(log, "model.pt")[-1]
+        assert [(o["node_rank"], o["verdict"]) for o in run["outputs"]] == [(0, "complete"), (1, "complete")]
+        assert not list(remote_dir.glob(f"*{job.run_id}*"))  # the cleanup reached the nodes too
+    finally:
+        servers.stop()

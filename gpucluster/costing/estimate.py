@@ -37,6 +37,9 @@ class Estimate:
     per_gpu_hour: Decimal | None = None
     notes: list[str] = field(default_factory=list)
     snapshot: dict[str, Any] = field(default_factory=dict)
+    # what the catalog lacked for this spec and what was used or left out instead (a price borrowed
+    # from another region, an unpriced pool): a run's plan prints these under its estimate line
+    gaps: list[str] = field(default_factory=list)
 
     def render_line(self) -> str:
         """One line for a plan: total, hourly, the items, the price date."""
@@ -176,4 +179,5 @@ def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog
         notes.append("spot prices are a point-in-time reference and the nodes can be reclaimed")
     return Estimate(cloud=spec.cloud, region=planned.region, nodes=planned.nodes, hours=hours, market=planned.market,
                     lines=lines, hourly=hourly, total=total, price_date=cost["price_date"], gpus=gpus,
-                    per_gpu_hour=(gpu_hourly / gpus) if gpus else None, notes=notes, snapshot=snapshot)
+                    per_gpu_hour=(gpu_hourly / gpus) if gpus else None, notes=notes, snapshot=snapshot,
+                    gaps=list(planned.notes))

@@ -93,7 +93,10 @@ def summary(spec: Any) -> str:
     role = (f"an instance role because of {', '.join(why)}" if why else
             "no IAM writes (no instance role: a run with --data/--output s3:// or option ssm=true also needs "
             + ", ".join(IAM_ROLE + IAM_PROFILE) + ")")
-    return f"{role}; {text}"
+    spot = ("; --spot also needs the account's service-linked role AWSServiceRoleForEC2Spot, or "
+            "iam:CreateServiceLinkedRole (iam:AWSServiceName = spot.amazonaws.com) so that EC2 makes it at the first "
+            "spot launch (an on-demand run needs no service-linked role)" if spec.spot else "")
+    return f"{role}; {text}{spot}"
 
 
 def principal(caller_arn: str) -> str | None:
@@ -161,8 +164,10 @@ def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - any failure to simulate (AccessDenied, NoSuchEntity, root) is a note
         code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
         return {"check": name, "ok": None, "fix": "", "detail": (
-            f"not checked ({code or exc}: needs iam:SimulatePrincipalPolicy on {caller_arn}); this run goes "
-            f"{role} and needs " + "; ".join(f"{k}: {', '.join(v)}" for k, v in needed(spec).items()))}
+            f"not checked ({code or exc}: needs iam:SimulatePrincipalPolicy on {caller_arn}), so ec2:CreateFleet is "
+            "unverified (it has no dry run before its launch template exists; the template and instance dry "
+            f"runs below still run); this run goes {role} and needs "
+            + "; ".join(f"{k}: {', '.join(v)}" for k, v in needed(spec).items()))}
     writes = needed(spec).get("IAM (the node role)", ())
     blocking = [a for a in refused if a not in VERIFY or a in writes]
     reads = [a for a in refused if a not in blocking]

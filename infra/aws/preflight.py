@@ -11,7 +11,10 @@ anything is created (after the plan, before `pulumi up`), and the same checks fo
   snapshot: "Volume of size N is smaller than snapshot", InvalidBlockDeviceMapping);
 - an existing `subnetId`: its route table must send 0.0.0.0/0 to an internet gateway, else the
   nodes get no public route and ssh never answers;
-- `RunInstances` with `DryRun=True` for the exact launch (AMI, type, zone, count, disk, market).
+- `CreateLaunchTemplate` with `DryRun=True` for the nodes' template, `RunInstances` with `DryRun=True`
+  for the exact instances (AMI, type, zone, count, disk, market) that the instant fleet launches with
+  the caller's permissions, and the service-linked role a spot launch needs (launch_checks.py, which
+  also says why `CreateFleet` itself is checked with IAM's simulator and not with a dry run).
   EC2 answers `DryRunOperation` when the request would have succeeded and the real error code
   otherwise (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonParameters.html,
   "DryRun"); the codes we explain are in
@@ -173,7 +176,8 @@ def _dry_run_verdict(code: str, msg: str, region: str, spec: Any, what: str) -> 
     if code in NO_DEFAULT_VPC:
         return _check(name, None, f"not checked ({code}: the account has no default VPC; the cluster makes its own)")
     if code == "UnauthorizedOperation":
-        return _check(name, False, f"permission ec2:RunInstances is denied in {region} for {what} ({msg})",
+        return _check(name, False, f"permission ec2:RunInstances is denied in {region} for {what}: the instant "
+                                   f"fleet launches the nodes with these credentials' ec2:RunInstances ({msg})",
                       "grant ec2:RunInstances (with ec2:CreateTags) to these credentials; read the reason with "
                       "`aws sts decode-authorization-message --encoded-message MESSAGE`")
     if code == "OptInRequired":
@@ -319,6 +323,11 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
         out.append(_check(f"EC2 describe ({region})", False, f"{c} in {region}: {msg}",
                           "grant ec2:Describe* to these credentials"))
         return out
+    # the launch as the program makes it: a launch template, then one instant fleet that launches
+    # the instances with these credentials' ec2:RunInstances (launch_checks.py says what is checked how)
+    from .launch_checks import service_linked_roles, template_dry_run
+
+    out.append(template_dry_run(ec2, spec, image, region))
     req = launch_request(spec, image, zone)
     what = f"{spec.nodes} × {itype} in {zone or region}" + (" (spot)" if spec.spot else "")
     try:
@@ -328,6 +337,8 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     except (BotoCoreError, ClientError) as exc:
         c, msg = _code(exc)
         out.append(_dry_run_verdict(c, msg, region, spec, what))
+    out.append(service_linked_roles(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or ""),
+                                    region))
     return out
 
 
