@@ -38,7 +38,7 @@ def one(home: Path) -> tuple[float, dict]:
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-c", "pass"), threads_per_proc=1,
                   check=HealthSpec(), max_seconds=300)
     outcome = execute(spec, job, backend=backend_of(spec.cloud),
-                      ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher())
+                      ledger=ledger, provider=LocalProvider(), launcher=LocalLauncher(python=sys.executable))
     if outcome.status != "succeeded":
         raise SystemExit(f"run failed: {outcome.failure}")
     phase = ledger.get_run(spec.run_id).phase("check")

@@ -276,12 +276,20 @@ def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider:
             job = replace(job, run_id=rid, resume=mount, resume_files=files)
         if job.output_dir and "://" not in job.output_dir:
             job = replace(job, output_dir=None)  # --output DIR holds the first attempt's; later ones: their run folders
+        # a port of its own for each attempt: on the same ssh hosts the last attempt's store may still
+        # hold its port while the new head binds (+1 is the health check's, so +2)
+        job = replace(job, rdzv_port=fresh_port(job.rdzv_port))
         spec = spec.replace(run_id=rid)
         resumed_from, after = outcome.run_id, reason
         ui.message(f"{reason}: recovering, attempt {n + 1} of {policy.retries + 1}"
                    + (f", resuming from the checkpoint of {source}" if source else ", from the start (no checkpoint)"))
     return chain
 
+
+def fresh_port(port: int) -> int:
+    """The next attempt's rendezvous port: 2 past the last (the health check uses port + 1),
+    wrapping within the unprivileged range."""
+    return port + 2 if port + 2 <= 65000 else 29400
 
 def run_plan(plan: Any, *, ledger: Any, ui: "RunUI | None", backend: Any, keep: bool = False,
              reprice: Callable[[Any], dict[str, Any] | None] | None = None) -> ChainOutcome:

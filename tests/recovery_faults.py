@@ -68,12 +68,14 @@ class Interrupting(Launcher):
     def __init__(self, inner: Launcher, phase: str, fault: Fault):
         self.inner, self.phase, self.fault = inner, phase, fault
         self.collects_outputs = inner.collects_outputs
+        self.ports: list[int] = []  # each launch's rendezvous port, as the chain gave it
 
     @property
     def cleanup_errors(self) -> Any:  # type: ignore[override]
         return self.inner.cleanup_errors
 
     def launch(self, cluster: Any, job: Any, events: Any, log_dir: Any) -> Any:
+        self.ports.append(job.rdzv_port)
         return self.inner.launch(cluster, job, _Events(events, self.phase, self.fault), log_dir)
 
     def collect_outputs(self, job: Any, events: Any) -> Any:

@@ -98,8 +98,9 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
     ids: list[str] = []
     fault = _fault(alive, phase, kind, lambda: [spec.run_id])
     job = _digits_job(spec.run_id, epochs=3, **extra)
+    wrapped = Interrupting(launcher, phase, fault)
     chain = run_chain(spec, job, policy=Policy(retries=1), ledger=ledger, provider=SshProvider(launcher=launcher),
-                      launcher=Interrupting(launcher, phase, fault), workload="digits", backend=plugin("ssh"))
+                      launcher=wrapped, workload="digits", backend=plugin("ssh"))
     ids = [a.run_id for a in chain.attempts]
     assert fault.fired_at is not None, "the fault never fired"
     first, last = chain.attempts[0], chain.attempts[-1]
@@ -112,6 +113,8 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
         assert lost[0]["cause"] == "unreachable" and "ssh session was cut" in lost[0]["reason"]
     assert len(ids) == 2 and last.outcome.status == "succeeded", [(a.run_id, a.outcome.failure) for a in chain.attempts]
     assert ledger.get_run(ids[1]).run.resumed_from == ids[0]
+    if len(wrapped.ports) == 2:  # both attempts launched: the second on a port of its own (the same hosts)
+        assert wrapped.ports[1] == wrapped.ports[0] + 2, wrapped.ports
     if phase in ("train", "outputs"):  # the first attempt had saved: the second resumed, not restarted
         start = ledger.metrics(ids[1], kind="start")[0]
         assert start["resumed_from_step"] > 0

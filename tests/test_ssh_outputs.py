@@ -56,9 +56,12 @@ class SignalAt(Launcher):
                 events.on_line(node_rank, line)
                 if outer.marker in line and not outer.sent:
                     outer.sent = True
-                    os.kill(os.getpid(), signal.SIGINT)
+                    outer.strike()
 
         return self.inner.launch(cluster, job, Events(), log_dir)
+
+    def strike(self):
+        os.kill(os.getpid(), signal.SIGINT)
 
     def collect_outputs(self, job, events):
         return self.inner.collect_outputs(job, events)
@@ -177,22 +180,10 @@ class RefuseLoginsAt(SignalAt):
         super().__init__(inner, marker)
         self.servers = servers
 
-    def launch(self, cluster, job, events, log_dir):
-        outer = self
-
-        class Events:
-            def __getattr__(self, name):
-                return getattr(events, name)
-
-            def on_line(self, node_rank, line):
-                events.on_line(node_rank, line)
-                if outer.marker in line and not outer.sent:
-                    outer.sent = True
-                    for proc in outer.servers.procs:
-                        proc.terminate()
-                        proc.wait(timeout=10)
-
-        return self.inner.launch(cluster, job, Events(), log_dir)
+    def strike(self):
+        for proc in self.servers.procs:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def test_outputs_come_back_when_the_nodes_take_no_new_logins(remote_dir, tmp_path, monkeypatch):
