@@ -235,6 +235,9 @@ class Provisioner:
     # a UsageError (exit 2) with the fix. It checks the credentials itself, first: given a spec, the
     # provider asks nothing else (no second credential check in a default region)
     preflight: Callable[[ClusterSpec], None] | None = None
+    # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
+    # stop's watcher, infra/gcp/k8s_idle.py); an error fails `up`, whose teardown then removes the stack
+    after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

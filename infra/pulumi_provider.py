@@ -198,7 +198,10 @@ class PulumiProvider(Provider):
             tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
             try:
                 result = self.driver.up(spec, tracked)
-                return self.provisioner.cluster_from_outputs(result.outputs)
+                cluster = self.provisioner.cluster_from_outputs(result.outputs)
+                if self.provisioner.after_up is not None:
+                    self.provisioner.after_up(spec, cluster, events)
+                return cluster
             except (GpuclusterError, KeyboardInterrupt) as exc:
                 # the driver destroyed what it made; what the scan no longer finds is confirmed gone
                 gone = False
