@@ -89,6 +89,8 @@ class Traits:
     pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)
     provider_region_config: str | None = None  # Pulumi config namespace whose `region` is a stack's
     object_store: str | None = None  # the URL scheme its nodes read and write, or None
+    idle_stop_stops: str = "the nodes"  # what `--idle-minutes` stops (`status`)
+    idle_stop_keeps: str = ""  # what bills on after the idle stop until `down` (`status`), "" for nothing of note
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities

@@ -286,3 +286,80 @@ def test_the_max_lifetime_releases_the_nodes_even_while_a_job_runs(cluster):
     c.start()
     assert c.wait_for(lambda: c.parallelism() == 0, 20)
     assert "the cluster's max lifetime has passed" in c.log.read_text()
+
+
+# -- where it is installed, and what `status` says ------------------------------------------------
+def _provider_up(monkeypatch, served, spec):
+    """`PulumiProvider.up` of a gcp stack against the fake Pulumi CLI; the cluster's API is the fake's."""
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import FakePulumiCommand
+
+    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.gcp.k8s_api import KubeApi
+    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.registry import plugin
+
+    outputs = {"cluster_name": spec.name, "location": "us-central1-a", "zone": "us-central1-a",
+               "endpoint": "203.0.113.10", "kubeconfig": "apiVersion: v1\nkind: Config\n", "node_pool_name": "gpu",
+               "system_pool_name": "system", "machine_type": "n1-standard-4", "accelerator_type": "nvidia-tesla-v100",
+               "gpus_per_node": 1, "nodes": spec.nodes}
+    fake = FakePulumiCommand(resources=[("gcp:container/cluster:Cluster", spec.name, "projects/p/clusters/x")],
+                             outputs=outputs, secret_keys=["kubeconfig"])
+    asked = []
+    monkeypatch.setattr(KubeApi, "from_gke", classmethod(lambda cls, kubeconfig, **kw: asked.append(kubeconfig) or served))
+    prov = PulumiProvider(plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+                          find=lambda cloud, **kw: [], delete=lambda items: [])
+
+    class Events:
+        messages: list[str] = []
+
+        def __getattr__(self, name):
+            return lambda *a, **kw: self.messages.append(a[0]) if name == "message" else None
+
+    events = Events()
+    return prov.up(spec, events), events.messages, asked
+
+
+def test_up_of_a_gcp_stack_installs_the_idle_stop_in_the_cluster_and_a_refusal_fails_it(home, monkeypatch):
+    fake = FakeKubeApi({}, delete_ticks=2)
+    api, stop = serve(fake)
+    try:
+        spec = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", project="my-proj",
+                           options=(("idleMinutes", "30"),))
+        cluster, messages, asked = _provider_up(monkeypatch, api, spec)
+        assert asked == ["apiVersion: v1\nkind: Config\n"]  # the stack's kubeconfig (a bearer token from ADC)
+        assert {k for k, _ in fake.objects} >= {"serviceaccount", "role", "rolebinding", "configmap", "job", "deployment"}
+        assert fake.objects[("job", k8s_idle.HOLD)].spec.parallelism == 2
+        assert any("idle stop: the GPU nodes are released after 30 min" in m and "bill until `gpucluster down demo`" in m
+                   for m in messages), messages
+        # without the option nothing is asked of the cluster's API
+        fake.objects.clear()
+        _, _, asked = _provider_up(monkeypatch, api, spec.replace(options=()))
+        assert asked == [] and not fake.objects
+        # the account may not create a Role: `up` fails naming it (the lifecycle then tears the stack down)
+        fake.refuse["role"] = 403
+        from gpucluster.errors import LaunchError
+
+        with pytest.raises(LaunchError, match="cannot install the idle stop: role default/gpucluster-idle: 403"):
+            _provider_up(monkeypatch, api, spec)
+    finally:
+        stop()
+
+
+def test_status_says_when_the_gpu_nodes_go_and_what_bills_on(home, monkeypatch):
+    from gpucluster.cli import status
+    from gpucluster.ledger import Ledger
+
+    monkeypatch.setattr(status, "ended_resources", lambda cloud, rows, lifetime: {})
+    led = Ledger.open_default()
+    spec = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", options=(("idleMinutes", "30"),))
+    now = time.time()
+    led.create_run("r20261126-000000-aaaaaa", cloud="gcp", cluster="demo", nodes=2, gpus_per_node=1,
+                   command=["gpucluster", "up"], spec=spec.to_dict(), now=now - 600)
+    led.resource_requested("r20261126-000000-aaaaaa", "gke-cluster", "demo", now=now - 600)
+    led.finish_run("r20261126-000000-aaaaaa", status="succeeded", exit_code=0, teardown="kept", now=now - 540)
+    (row,) = status.cluster_rows(led, now=now)
+    assert row["idle_minutes"] == 30 and abs(row["idle_stop_in_s"] - 21 * 60) < 1
+    assert row["idle_stop_keeps"] == "the cluster fee and the system pool"
+    assert row["state"] == ("kept, idle stop in 21 min (of the GPU nodes; the cluster fee and the system pool "
+                            "bill until down)")
