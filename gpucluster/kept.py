@@ -105,7 +105,8 @@ def attach(provider: Any, kept: Kept) -> Cluster:
     if cluster is None:
         raise UsageError(f"cluster {kept.name!r} is in the ledger as kept, but its stack is gone; close the "
                          f"record with `gpucluster down {kept.name}`")
-    if len(cluster.nodes) == 0:
+    # a GKE cluster lists no nodes (the pool's nodes come and go with the autoscaler): its size is an output
+    if len(cluster.nodes) == 0 and not int((cluster.outputs or {}).get("nodes") or 0):
         raise UsageError(f"cluster {kept.name!r} has no node up")
     return cluster
 

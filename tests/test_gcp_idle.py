@@ -363,3 +363,38 @@ def test_status_says_when_the_gpu_nodes_go_and_what_bills_on(home, monkeypatch):
     assert row["idle_stop_keeps"] == "the cluster fee and the system pool"
     assert row["state"] == ("kept, idle stop in 21 min (of the GPU nodes; the cluster fee and the system pool "
                             "bill until down)")
+
+
+def test_the_dry_run_lists_what_up_installs_in_the_cluster():
+    pytest.importorskip("pulumi")
+    from gpucluster.infra.registry import plugin
+
+    spec = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", project="my-proj",
+                       options=(("idleMinutes", "30"), ("namespace", "team")))
+    p = plugin("gcp")
+    result = p.provisioner.dry_run(p.spec.resolve(spec))
+    assert [(o["kind"], o["namespace"], o["name"]) for o in result["idle_stop"]] == [
+        ("ServiceAccount", "team", "gpucluster-idle"), ("Role", "team", "gpucluster-idle"),
+        ("RoleBinding", "team", "gpucluster-idle"), ("ConfigMap", "team", "gpucluster-idle"),
+        ("Job", "team", "gpucluster-hold"), ("Deployment", "team", "gpucluster-idle")]
+    assert "installed after the stack is up (the idle stop; they go with the cluster)" in result["text"]
+    assert "idle stop: 30 min after the last gpucluster job the GPU nodes are released" in result["text"]
+    assert plugin("gcp").provisioner.dry_run(p.spec.resolve(spec.replace(options=())))["idle_stop"] == []
+
+
+def test_exec_can_attach_to_a_kept_gke_cluster_whose_nodes_the_autoscaler_owns():
+    """A GKE cluster's `Cluster` lists no nodes (the launcher places one pod per node); `exec` must not take
+    that for "no node up" (it did: every `exec` on gcp was refused), or no job could reset the idle stop."""
+    from types import SimpleNamespace
+
+    from gpucluster import kept
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.gcp.component import cluster_from_outputs
+
+    gke = cluster_from_outputs({"cluster_name": "demo", "zone": "us-central1-a", "nodes": 2, "gpus_per_node": 1,
+                                "kubeconfig": "apiVersion: v1\n"})
+    record = SimpleNamespace(name="demo")
+    assert kept.attach(SimpleNamespace(attach=lambda name: gke), record) is gke
+    none_up = cluster_from_outputs({"cluster_name": "demo", "zone": "us-central1-a", "nodes": 0})
+    with pytest.raises(UsageError, match="has no node up"):
+        kept.attach(SimpleNamespace(attach=lambda name: none_up), record)

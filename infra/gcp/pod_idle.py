@@ -23,7 +23,7 @@ import os
 import ssl
 import sys
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -84,7 +84,8 @@ def decide(now, last, minutes, scale, deadline, held, active, nodes, most):
 
 
 def look(api, ns, hold, minutes, scale, deadline, most, last_seen):
-    pods = api.call("GET", "/api/v1/namespaces/%s/pods?labelSelector=%s" % (ns, SELECTOR.replace(",", "%2C")))
+    query = urllib.parse.urlencode({"labelSelector": SELECTOR})
+    pods = api.call("GET", "/api/v1/namespaces/%s/pods?%s" % (ns, query))
     active, nodes = active_nodes(pods.get("items") or [])
     path = "/apis/batch/v1/namespaces/%s/jobs/%s" % (ns, hold)
     job = api.call("GET", path)
