@@ -75,6 +75,9 @@ It behaves like a real API server at its worst, each behaviour with its public s
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
   older API servers do not speak), so a command that waits for end-of-input hangs, as in a real pod.
+- RBAC for service-account tokens, label selectors of several requirements, Jobs that are not Indexed
+  (placeholder pods, `parallelism` changed by a merge patch) and Roles, RoleBindings and Deployments
+  stored: tests/k8s_fake_rbac.py, each with its source.
 - GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes service account
   annotated with the Google service account it acts as (GKE docs, "Authenticate to Google Cloud APIs
   from GKE workloads").

@@ -24,6 +24,11 @@ Each behaviour from its source:
   closes. The handshake crosses the API server, the kubelet and the runtime's streaming server
   (Kubernetes design, "CRI streaming requests"), so it takes EXEC_HANDSHAKE_S before the 101 answer; a
   refused exec (no such pod, a container not running) is an HTTP error before any upgrade.
+- Patches (Kubernetes docs, "API Concepts", patch): a PATCH must say its patch type in Content-Type
+  (`application/merge-patch+json`, `application/strategic-merge-patch+json`, ...); any other answers
+  415 Unsupported Media Type. PUT replaces an object by name (404 when it is not there).
+- A request made with a service account's token goes through RBAC first (tests/k8s_fake_rbac.py): 403
+  unless a Role bound to that account allows it.
 - A REST path asked for with `Upgrade: websocket` (what the kubernetes client sends for ANY call made
   through an ApiClient whose `request` another thread's exec has swapped) is answered as the plain
   request it names, without upgrading (the API server upgrades only streaming endpoints), so the
