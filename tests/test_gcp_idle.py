@@ -398,3 +398,19 @@ def test_exec_can_attach_to_a_kept_gke_cluster_whose_nodes_the_autoscaler_owns()
     none_up = cluster_from_outputs({"cluster_name": "demo", "zone": "us-central1-a", "nodes": 0})
     with pytest.raises(UsageError, match="has no node up"):
         kept.attach(SimpleNamespace(attach=lambda name: none_up), record)
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--idle-minutes", "30", "--option", "autoscale=false"),
+     "gpucluster: error: idle minutes '30' is not allowed with option autoscale=false: a fixed GPU pool keeps"),
+    (("--idle-minutes", "300"), "gpucluster: error: idle minutes '300' is not allowed: a whole number of minutes "
+                                "from 1 to the max lifetime (240)"),
+])
+def test_bad_idle_minutes_on_gcp_are_one_line_exit_2_and_nothing_made(home, args, said):
+    from conftest import gpucluster_argv
+
+    p = subprocess.run(gpucluster_argv("up", "--cloud", "gcp", "--name", "demo", "--project", "my-proj", *args,
+                                       "--dry-run"), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(said) and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert not home.exists() or not any(home.rglob("*"))  # no ledger, no run folder: nothing recorded
