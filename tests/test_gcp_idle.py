@@ -414,3 +414,32 @@ def test_bad_idle_minutes_on_gcp_are_one_line_exit_2_and_nothing_made(home, args
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith(said) and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert not home.exists() or not any(home.rglob("*"))  # no ledger, no run folder: nothing recorded
+
+
+def test_a_job_the_real_launcher_runs_holds_the_idle_stop_off(cluster, tmp_path):
+    """The pods of a job as the Kubernetes launcher makes them (its Indexed Job, labels, real entry script,
+    through the real client) are what the watcher counts: `exec` resets the count."""
+    import json as _json
+
+    from gpucluster.domain import Cluster as GkeCluster
+    from gpucluster.events import NullEvents
+    from gpucluster.infra.gcp import k8s
+    from gpucluster.launch import JobSpec
+    from gpucluster.workloads.protocol import PREFIX
+    from k8s_fake import PodScript
+
+    c = cluster(minutes=2)
+    final = PREFIX + _json.dumps({"kind": "final", "rank": 0, "epochs": 1, "loss": 0.5, "accuracy": 0.9, "ok": True})
+    c.fake.scripts[0] = PodScript(lines=["training", final], run_s=5 * SCALE)
+    started = c.start()
+    launcher = k8s.KubernetesLauncher(api=c.api, poll_interval=0.05, api_retry_s=5)
+    gke = GkeCluster(name="demo", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig="{}",
+                     outputs={"nodes": 1, "gpus_per_node": 1})
+    result = launcher.launch(gke, JobSpec(run_id="r20261126-130000-abc123", workload="digits", nproc_per_node=1),
+                             NullEvents(), tmp_path / "logs")
+    ended = time.time()
+    assert result.ok, result
+    assert ended - started > 2 * SCALE + 1  # the job outlived the idle time...
+    assert c.parallelism() == 2  # ...and the hold was kept all along
+    at = c.wait_for(lambda: c.parallelism() == 0, 30)
+    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 5.0, at - ended
