@@ -206,10 +206,11 @@ def test_no_job_releases_the_gpu_nodes_after_the_idle_time(cluster):
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
     assert at is not None, c.log.read_text()
     installed_at = float(c.fake.objects[("job", k8s_idle.HOLD)].metadata.annotations[k8s_idle.LAST_ANNOTATION])
-    assert 2 * SCALE - 0.3 <= at - installed_at <= 2 * SCALE + 5.0, at - installed_at  # counted from `up`
+    assert 2 * SCALE - 0.3 <= at - installed_at <= 2 * SCALE + 8.0, at - installed_at  # counted from `up`
     assert at >= t0
     assert c.wait_for(lambda: not c.hold_pods(live=False), 5)  # the pods went (terminating first)
-    assert "released the GPU nodes (hold 2 -> 0): no gpucluster job for 2 minutes" in c.log.read_text()
+    assert c.wait_for(lambda: "released the GPU nodes (hold 2 -> 0): no gpucluster job for 2 minutes"
+                      in c.log.read_text(), 5), c.log.read_text()
     assert c.proc.poll() is None  # it stays, for the next job
 
 
@@ -222,12 +223,12 @@ def test_a_job_holds_it_off_its_end_starts_the_count_again_and_a_later_job_pins_
     c.fake.finish_pods("gpucluster-r1")
     ended = time.time()
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
-    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 5.0, at - ended
+    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 8.0, at - ended
     # `exec` starts a job after the release: once its pod has a node, that node is held again (one, not the
     # two of the pool: a hold pod that found no node would make the autoscaler add one)
     c.job(name="gpucluster-r2", nodes=1, labels={**JOB_LABELS, k8s_plan.JOB_LABEL: "gpucluster-r2"})
     assert c.wait_for(lambda: c.parallelism() == 1, 10), c.log.read_text()
-    assert "holding 1 GPU node(s)" in c.log.read_text()
+    assert c.wait_for(lambda: "holding 1 GPU node(s)" in c.log.read_text(), 5), c.log.read_text()
 
 
 def test_a_restarted_watcher_keeps_the_time_of_the_last_job(cluster):
@@ -238,7 +239,7 @@ def test_a_restarted_watcher_keeps_the_time_of_the_last_job(cluster):
     assert c.parallelism() == 2
     c.start()
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
-    assert at is not None and 3 * SCALE - 0.3 <= at - first <= 3 * SCALE + 5.0, at - first
+    assert at is not None and 3 * SCALE - 0.3 <= at - first <= 3 * SCALE + 8.0, at - first
 
 
 def test_it_rides_out_an_api_outage(cluster):
@@ -248,7 +249,7 @@ def test_it_rides_out_an_api_outage(cluster):
     c.fake.outage(1.5)
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
     assert at is not None and c.proc.poll() is None
-    assert "API call failed" in c.log.read_text()
+    assert c.wait_for(lambda: "API call failed" in c.log.read_text(), 5), c.log.read_text()
 
 
 def test_it_never_touches_pods_or_objects_that_are_not_the_clusters(cluster):
@@ -260,7 +261,7 @@ def test_it_never_touches_pods_or_objects_that_are_not_the_clusters(cluster):
     c.job(name="lookalike", nodes=1, labels={k8s_plan.JOB_LABEL: "lookalike"})
     t0 = c.start()
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
-    assert at is not None and at - t0 <= 2 * SCALE + 5.0  # they did not hold it off
+    assert at is not None and at - t0 <= 2 * SCALE + 8.0  # they did not hold it off
     mine = [x for x in c.fake.calls if x[0] in ("patch", "delete", "replace", "create") and x[1] != "pod"]
     touched = {(x[0], x[1], x[3]) for x in mine if x[0] != "create"}
     assert touched == {("patch", "job", k8s_idle.HOLD)}, touched  # the watcher patched its hold Job only
@@ -285,7 +286,8 @@ def test_the_max_lifetime_releases_the_nodes_even_while_a_job_runs(cluster):
     c.job(nodes=1)
     c.start()
     assert c.wait_for(lambda: c.parallelism() == 0, 20)
-    assert "the cluster's max lifetime has passed" in c.log.read_text()
+    # the watcher says it once its patch was answered
+    assert c.wait_for(lambda: "the cluster's max lifetime has passed" in c.log.read_text(), 5), c.log.read_text()
 
 
 # -- where it is installed, and what `status` says ------------------------------------------------
@@ -442,4 +444,4 @@ def test_a_job_the_real_launcher_runs_holds_the_idle_stop_off(cluster, tmp_path)
     assert ended - started > 2 * SCALE + 1  # the job outlived the idle time...
     assert c.parallelism() == 2  # ...and the hold was kept all along
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
-    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 5.0, at - ended
+    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 8.0, at - ended
