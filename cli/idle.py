@@ -5,8 +5,8 @@ from __future__ import annotations
 from gpucluster.cli.options import Int
 
 IDLE_MINUTES = Int("idle minutes", 1, 7 * 24 * 60)
-IDLE_HELP = ("Power the nodes off after N minutes without a gpucluster job (`exec`), whatever this machine does "
-             "(aws; gcp GPU pools scale to zero by themselves).")
+IDLE_HELP = ("Stop the nodes after N minutes without a gpucluster job (`exec`), whatever this machine does "
+             "(aws: they power off; gcp: the GPU nodes are released and the pool scales to zero).")
 
 
 def with_idle_stop(options: tuple[str, ...], minutes: int | None) -> tuple[str, ...]:

@@ -90,7 +90,8 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
     out = common.console(stderr=as_json)
     job = plan.needs_job()
-    out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({len(cluster_.nodes)} node(s) on {kept.cloud}, "
+    count = len(cluster_.nodes) or int((cluster_.outputs or {}).get("nodes") or 0)  # GKE: the pool's size
+    out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({count} node(s) on {kept.cloud}, "
               f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)
     for line in [*plan.notes, *([fits] if fits else [])]:
         out.print(f"  note: {line}", highlight=False)

@@ -88,9 +88,16 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         from gpucluster.kept import idle_left
 
         idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
-        if idle is not None:  # `up --idle-minutes N`: the nodes power themselves off after N minutes without a job
+        if idle is not None:  # `up --idle-minutes N`: the nodes stop themselves after N minutes without a job
             r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
             r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
+            from gpucluster.infra.registry import NAMES, traits
+
+            facts = traits(r["cloud"]) if r["cloud"] in NAMES else None
+            keeps = facts.idle_stop_keeps if facts is not None else ""
+            if facts is not None and keeps:  # gcp: the GPU nodes go; the fee and the system pool bill until `down`
+                r["idle_stop_keeps"] = keeps
+                r["state"] += f" (of {facts.idle_stop_stops}; {keeps} bill until down)"
         r["observed"], closed = observed.get(r["cluster"], ([], 0))
         r["hourly_usd"] = r["accrued_usd"] = None
         from gpucluster import cost

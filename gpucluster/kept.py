@@ -11,8 +11,9 @@ reaches its nodes, and an idle stop (`--idle-minutes`) powers it down when no jo
 - `close_processes(...)`: the teardown of an `exec` run keeps the nodes, so the run's processes are
   checked apart (`Launcher.leftovers`): none left closes their ledger rows; any left is the run's
   verdict (leftovers, exit 3).
-- `idle_left(...)`: the time before the idle stop, from the ledger: the node-side watcher counts
-  from the end of the last job the same way (a job's processes carry GPUCLUSTER_RUN_ID).
+- `idle_left(...)`: the time before the idle stop, from the ledger: the watcher (aws: on each node, a
+  job's processes carry GPUCLUSTER_RUN_ID; gcp: in the cluster, a job's pods carry its labels) counts
+  from the end of the last job the same way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from gpucluster.domain import Check, Cluster, Provider
 from gpucluster.errors import ExitCode, UsageError, did_you_mean
 
-IDLE_OPTION = "idleMinutes"  # the spec option the node-side idle watcher is configured from
+IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nodes; gcp: in the cluster) is set up from
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def attach(provider: Any, kept: Kept) -> Cluster:
     if cluster is None:
         raise UsageError(f"cluster {kept.name!r} is in the ledger as kept, but its stack is gone; close the "
                          f"record with `gpucluster down {kept.name}`")
-    if len(cluster.nodes) == 0:
+    # a GKE cluster lists no nodes (the pool's nodes come and go with the autoscaler): its size is an output
+    if len(cluster.nodes) == 0 and not int((cluster.outputs or {}).get("nodes") or 0):
         raise UsageError(f"cluster {kept.name!r} has no node up")
     return cluster
 

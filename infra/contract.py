@@ -89,6 +89,8 @@ class Traits:
     pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)
     provider_region_config: str | None = None  # Pulumi config namespace whose `region` is a stack's
     object_store: str | None = None  # the URL scheme its nodes read and write, or None
+    idle_stop_stops: str = "the nodes"  # what `--idle-minutes` stops (`status`)
+    idle_stop_keeps: str = ""  # what bills on after the idle stop until `down` (`status`), "" for nothing of note
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -235,6 +237,9 @@ class Provisioner:
     # a UsageError (exit 2) with the fix. It checks the credentials itself, first: given a spec, the
     # provider asks nothing else (no second credential check in a default region)
     preflight: Callable[[ClusterSpec], None] | None = None
+    # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
+    # stop's watcher, infra/gcp/k8s_idle.py); an error fails `up`, whose teardown then removes the stack
+    after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

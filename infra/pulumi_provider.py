@@ -198,7 +198,6 @@ class PulumiProvider(Provider):
             tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
             try:
                 result = self.driver.up(spec, tracked)
-                return self.provisioner.cluster_from_outputs(result.outputs)
             except (GpuclusterError, KeyboardInterrupt) as exc:
                 # the driver destroyed what it made; what the scan no longer finds is confirmed gone
                 gone = False
@@ -218,6 +217,11 @@ class PulumiProvider(Provider):
                                f"retrying in {nxt[0]}")
                 spec = spec.replace(zone=nxt[0])
                 attempt += 1
+                continue
+            cluster = self.provisioner.cluster_from_outputs(result.outputs)
+            if self.provisioner.after_up is not None:  # the stack is up: an error here is the caller's to tear down
+                self.provisioner.after_up(spec, cluster, events)
+            return cluster
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
         """Destroy, then delete by tag whatever the scan still finds. Raises `TeardownIncomplete`

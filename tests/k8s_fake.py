@@ -75,6 +75,9 @@ It behaves like a real API server at its worst, each behaviour with its public s
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
   older API servers do not speak), so a command that waits for end-of-input hangs, as in a real pod.
+- RBAC for service-account tokens, label selectors of several requirements, Jobs that are not Indexed
+  (placeholder pods, `parallelism` changed by a merge patch) and Roles, RoleBindings and Deployments
+  stored: tests/k8s_fake_rbac.py, each with its source.
 - GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes service account
   annotated with the Google service account it acts as (GKE docs, "Authenticate to Google Cloud APIs
   from GKE workloads").
@@ -97,6 +100,7 @@ from k8s_fake_logs import _InitLogResponse, _LogResponse
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
                               ObjectStore)
 from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
+from k8s_fake_rbac import ClusterObjects, PlainPod, parse_selector, selector_match
 
 @dataclass
 class PodScript:
@@ -129,7 +133,7 @@ def _get(obj, *path):
     return obj
 
 
-class FakeKubeApi(ObjectStore):
+class FakeKubeApi(ClusterObjects, ObjectStore):
     """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
@@ -166,6 +170,7 @@ class FakeKubeApi(ObjectStore):
         self.refused_while_down = 0
         self.exec_handshake_s = 0.0  # how long an exec's websocket handshake takes (tests/k8s_fake_http.py)
         self.rest_upgrades: list = []  # REST calls that came as websocket upgrades (a patched ApiClient)
+        self.sa_tokens: dict[str, tuple[str, str]] = {}  # token -> (namespace, service account): RBAC applies
 
     # -- the control plane ---------------------------------------------------------------------
     def outage(self, seconds: float, when=None) -> None:
@@ -265,6 +270,8 @@ class FakeKubeApi(ObjectStore):
         return pod
 
     def create_namespaced_job(self, namespace, body, **kw):
+        if (body.spec.completion_mode or "NonIndexed") != "Indexed":
+            return self._plain_job(namespace, body)  # tests/k8s_fake_rbac.py
         self._create("job", namespace, body)
         labels = body.spec.template.metadata.labels
         n = body.spec.completions
@@ -307,8 +314,7 @@ class FakeKubeApi(ObjectStore):
             self.lists += 1
             self.calls.append(("list", "pod", namespace, label_selector))
             self._authenticate()
-            if label_selector and not _SELECTOR.match(label_selector):
-                raise FakeApiException(400, f"BadRequest: unable to parse requirement: {label_selector!r}")
+            reqs = parse_selector(label_selector)  # 400 for a selector the API server cannot parse
             self._age_deletions()
             if self.interrupt_on_list is not None and self.lists == self.interrupt_on_list:  # one Ctrl-C
                 raise KeyboardInterrupt
@@ -317,11 +323,12 @@ class FakeKubeApi(ObjectStore):
                 raise KeyboardInterrupt
             if self.lists in self.list_errors:
                 raise FakeApiException(503, "Service Unavailable")
-            key, _, value = (label_selector or "").partition("=")
             items = []
             for pod in list(self.pods.values()):
                 pod.tick()
-                if not key or pod.labels.get(key) == value:
+                if isinstance(pod, PlainPod) and pod.namespace != namespace:
+                    continue
+                if selector_match(reqs, pod.labels):
                     items.append(pod.view())
             return NS(items=items)
 

@@ -24,6 +24,11 @@ Each behaviour from its source:
   closes. The handshake crosses the API server, the kubelet and the runtime's streaming server
   (Kubernetes design, "CRI streaming requests"), so it takes EXEC_HANDSHAKE_S before the 101 answer; a
   refused exec (no such pod, a container not running) is an HTTP error before any upgrade.
+- Patches (Kubernetes docs, "API Concepts", patch): a PATCH must say its patch type in Content-Type
+  (`application/merge-patch+json`, `application/strategic-merge-patch+json`, ...); any other answers
+  415 Unsupported Media Type. PUT replaces an object by name (404 when it is not there).
+- A request made with a service account's token goes through RBAC first (tests/k8s_fake_rbac.py): 403
+  unless a Role bound to that account allows it.
 - A REST path asked for with `Upgrade: websocket` (what the kubernetes client sends for ANY call made
   through an ApiClient whose `request` another thread's exec has swapped) is answered as the plain
   request it names, without upgrading (the API server upgrades only streaming endpoints), so the
@@ -45,6 +50,7 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlparse
 
 from k8s_fake import FakeApiException
+from k8s_fake_rbac import authorize
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 EXEC_HANDSHAKE_S = 0.2
@@ -81,6 +87,13 @@ ROUTES = [  # (method, path regex, handler name)
     ("GET", r"/api/v1/namespaces/(?P<name>[^/]+)", "read_namespace"),
     ("DELETE", r"/api/v1/namespaces/(?P<name>[^/]+)", "delete_namespace"),
     ("POST", r"/api/v1/namespaces", "create_namespace"),
+    ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|serviceaccounts)/(?P<name>[^/]+)", "replace"),
+    ("POST", r"/apis/(?P<group>rbac.authorization.k8s.io|apps)/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>roles|rolebindings|deployments)",
+     "create"),
+    ("PUT", r"/apis/(?P<group>rbac.authorization.k8s.io|apps)/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>roles|rolebindings|deployments)"
+     r"/(?P<name>[^/]+)", "replace"),
+    ("GET", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)", "read_job"),
+    ("PATCH", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)", "patch_job"),
     ("GET", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs", "jobs"),
     ("POST", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs", "create_job"),
     ("DELETE", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)", "delete_job"),
@@ -90,7 +103,13 @@ ROUTES = [  # (method, path regex, handler name)
 ]
 MODELS = {"configmaps": ("V1ConfigMap", "create_namespaced_config_map"),
           "services": ("V1Service", "create_namespaced_service"),
-          "serviceaccounts": ("V1ServiceAccount", "create_namespaced_service_account")}
+          "serviceaccounts": ("V1ServiceAccount", "create_namespaced_service_account"),
+          "roles": ("V1Role", "create_namespaced_role"),
+          "rolebindings": ("V1RoleBinding", "create_namespaced_role_binding"),
+          "deployments": ("V1Deployment", "create_namespaced_deployment")}
+REPLACE = {"configmaps": "replace_namespaced_config_map", "serviceaccounts": "replace_namespaced_service_account",
+           "roles": "replace_namespaced_role", "rolebindings": "replace_namespaced_role_binding",
+           "deployments": "replace_namespaced_deployment"}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -112,6 +131,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self):  # noqa: N802
         self._route("DELETE")
 
+    def do_PATCH(self):  # noqa: N802
+        self._route("PATCH")
+
+    def do_PUT(self):  # noqa: N802
+        self._route("PUT")
+
     # -- plumbing ------------------------------------------------------------------------------
     def _route(self, method: str) -> None:
         url = urlparse(self.path)
@@ -126,7 +151,12 @@ class Handler(BaseHTTPRequestHandler):
                 if upgrade and name != "exec":
                     self.fake.rest_upgrades.append((method, url.path))
                 try:
-                    getattr(self, "h_" + name)(**match.groupdict())
+                    token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                    if token in self.fake.sa_tokens:  # tests/k8s_fake_rbac.py: RBAC for service accounts
+                        self.fake._authenticate()
+                        authorize(self.fake, token, method, url.path)
+                    args = {k: v for k, v in match.groupdict().items() if k != "group"}
+                    getattr(self, "h_" + name)(**args)
                 except FakeApiException as exc:
                     self._status(exc)
                 return
@@ -176,6 +206,24 @@ class Handler(BaseHTTPRequestHandler):
         cls, method = MODELS[kind]
         getattr(self.fake, method)(ns, model(self.body, cls))
         self._send(201, self.body)
+
+    def h_replace(self, ns, kind, name):
+        cls = MODELS[kind][0]
+        getattr(self.fake, REPLACE[kind])(name, ns, model(self.body, cls))
+        self._send(200, self.body)
+
+    def h_read_job(self, ns, name):
+        from kubernetes.client import ApiClient
+
+        self._send(200, ApiClient().sanitize_for_serialization(self.fake.read_namespaced_job(name, ns)))
+
+    def h_patch_job(self, ns, name):
+        from kubernetes.client import ApiClient
+
+        if self.headers.get("Content-Type", "").split(";")[0] not in ("application/merge-patch+json",
+                                                                     "application/strategic-merge-patch+json"):
+            raise FakeApiException(415, "UnsupportedMediaType")
+        self._send(200, ApiClient().sanitize_for_serialization(self.fake.patch_namespaced_job(name, ns, self.body)))
 
     def h_delete(self, ns, kind, name):
         {"configmaps": self.fake.delete_namespaced_config_map,

@@ -154,8 +154,7 @@ def test_idle_minutes_are_checked_by_the_cloud_s_rules():
     for bad in ("0", "241", "ten", "-5"):
         with pytest.raises(SpecError, match=f"idle minutes '{bad}' is not allowed: a whole number of minutes from 1"):
             aws.validate_spec(spec.replace(options=(("idleMinutes", bad),)))
-    with pytest.raises(SpecError, match="not available with gcp: a kept cluster's GPU pool already scales to zero"):
-        gcp.validate_spec(ClusterSpec(cloud="gcp", nodes=1, options=(("idleMinutes", "30"),)))
+    assert gcp.idle_minutes(ClusterSpec(cloud="gcp", nodes=1, options=(("idleMinutes", "30"),))) == 30  # tests/test_gcp_idle.py
 
 
 def test_status_says_when_the_idle_stop_is_due(home, capsys, monkeypatch):

@@ -23,4 +23,6 @@ TRAITS = Traits(
     capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE, Capability.ACCOUNTS}),
     pulumi_plugins=("gcp",),
     object_store="gs",  # read and written by the pods through Workload Identity (gcs.py)
+    idle_stop_stops="the GPU nodes",  # released to the cluster autoscaler (k8s_idle.py)
+    idle_stop_keeps="the cluster fee and the system pool",
 )

@@ -146,7 +146,7 @@ OPTIONS = (
     "autoscale",
     "gke_free_tier",  # cost: count GKE's one free zonal cluster per billing account
     "gpuDriverVersion",
-    "idleMinutes",  # refused with its own reason (validate_spec)
+    "idleMinutes",  # `up --idle-minutes N`: the GPU nodes are released after N minutes without a job (k8s_idle.py)
     "image",
     "launcher",
     "minNodes",
@@ -206,15 +206,29 @@ def resolve(spec: Any) -> Any:
     )
 
 
+def idle_minutes(spec: Any) -> int | None:
+    """Option idleMinutes: a whole number of minutes from 1 to the max lifetime, or None. Refused with a
+    fixed-size pool (autoscale=false): nothing would remove its nodes once the hold is released."""
+    value = spec.option("idleMinutes")
+    if value in (None, ""):
+        return None
+    allowed = f"a whole number of minutes from 1 to the max lifetime ({spec.max_lifetime_minutes})"
+    try:
+        minutes = int(str(value).strip())
+    except ValueError:
+        raise SpecError(not_allowed("idle minutes", value, allowed)) from None
+    if not 1 <= minutes <= spec.max_lifetime_minutes:
+        raise SpecError(not_allowed("idle minutes", value, allowed))
+    if not option_bool(spec, "autoscale", True):
+        raise SpecError(f"idle minutes {value!r} is not allowed with option autoscale=false: a fixed GPU pool keeps "
+                        "its nodes whatever runs on them; drop autoscale=false (the GPU pool then scales to zero "
+                        "once the idle stop releases it)")
+    return minutes
+
+
 def validate_spec(spec: Any) -> list[str]:
     """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
-    if spec.option("idleMinutes") is not None:
-        # the cluster autoscaler removes a node unneeded for --scale-down-unneeded-time (10 min by default,
-        # kubernetes/autoscaler cluster-autoscaler/FAQ.md); GKE sets it, not gpucluster
-        raise SpecError("--idle-minutes (option idleMinutes) is not available with gcp: a kept cluster's GPU pool "
-                        "already scales to zero about 10 minutes after the last job's pods end (GKE's cluster "
-                        "autoscaler; the defaults autoscale=true, minNodes=0); the system node and the cluster "
-                        "keep billing until `gpucluster down`")
+    idle_minutes(spec)  # checked before anything is declared
     if spec.accelerator is not None and spec.accelerator not in ACCELERATORS:
         raise SpecError(not_allowed("accelerator", spec.accelerator, ACCELERATORS))
     if spec.gpus_per_node is not None and (

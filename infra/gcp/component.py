@@ -172,6 +172,10 @@ class GpuCluster(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, resource_name, None, opts)
         for text in warnings:
             pulumi.log.warn(text, resource=self)
+        if catalog.idle_minutes(spec):  # infra/gcp/k8s_idle.py: no Kubernetes provider in this program
+            pulumi.log.info("idleMinutes: the idle stop's watcher is installed in the cluster by `gpucluster up` "
+                            "(or `run --keep`) once the stack is up; a plain `pulumi up` does not install it",
+                            resource=self)
 
         self.spec = spec
         assert spec.accelerator is not None and spec.gpus_per_node is not None  # catalog.resolve sets both

@@ -150,11 +150,21 @@ def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict
     mocks, outputs = _declare(spec)
     resources = [_summary(r) for r in mocks.resources]
     manifests, plan_notes = _manifests(outputs, job, launcher) if job is not None else ([], [])
+    from .catalog import idle_minutes
     from .plugin import PLUGIN
+
+    idle = []
+    minutes = idle_minutes(spec)
+    if minutes:  # installed through the Kubernetes API once the stack is up (infra/gcp/k8s_idle.py)
+        from .k8s_idle import manifests as idle_manifests, namespace_of
+
+        ns = namespace_of(spec.options)
+        made = idle_manifests(cluster=spec.name, namespace=ns, minutes=minutes, nodes=spec.nodes, deadline=0, now=0)
+        idle = [{"kind": obj.kind, "namespace": ns, "name": obj.metadata.name} for obj in made.values()]
 
     est = cost.estimate(spec, 1, backend=PLUGIN)
     result = {"dry_run": True, "project": spec.project, "project_source": spec.project_source,
-              "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes,
+              "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes, "idle_stop": idle,
               "estimate": est.to_dict() if hasattr(est, "to_dict") else str(est), "estimate_line": est.render_line()}
     result["text"] = render(result, est)
     return result
@@ -190,6 +200,9 @@ def render(result: dict[str, Any], est: Any) -> str:
             lines.append(f"  {m['kind']:<10} {meta['namespace']}/{meta['name']}  {desc}")
     for n in result["plan"]:
         lines.append(f"  {n}")
+    if result.get("idle_stop"):
+        lines.append("Kubernetes objects installed after the stack is up (the idle stop; they go with the cluster):")
+        lines += [f"  {o['kind']:<14} {o['namespace']}/{o['name']}" for o in result["idle_stop"]]
     lines.append("estimate: " + result["estimate_line"])
     for ln in est.lines:
         lines.append(f"  {ln['category']:<12} {ln['description']:<46} ${Decimal_str(ln['hourly'])}/h")

@@ -21,6 +21,8 @@ class KubeApi:
     batch: Any
     custom: Any
     stream: Any = None
+    rbac: Any = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.k8s_idle)
+    apps: Any = None
 
     def __post_init__(self) -> None:
         if self.stream is None:
@@ -57,7 +59,8 @@ class KubeApi:
         except Exception as exc:  # the loaders raise ConfigException, YAMLError, OSError, ...
             raise LaunchError(f"cannot use the cluster's kubeconfig: {exc}") from None
         return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
-                   k8s.client.CustomObjectsApi(api_client))
+                   k8s.client.CustomObjectsApi(api_client), rbac=k8s.client.RbacAuthorizationV1Api(api_client),
+                   apps=k8s.client.AppsV1Api(api_client))
 
     @classmethod
     def from_gke(cls, kubeconfig: str, *, credentials: Any = None) -> "KubeApi":
@@ -85,7 +88,8 @@ class KubeApi:
         configuration.refresh_api_key_hook = bearer_token_hook(credentials)
         api_client = k8s.client.ApiClient(configuration)
         return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
-                   k8s.client.CustomObjectsApi(api_client))
+                   k8s.client.CustomObjectsApi(api_client), rbac=k8s.client.RbacAuthorizationV1Api(api_client),
+                   apps=k8s.client.AppsV1Api(api_client))
 
 
 _CA_FILES: list[str] = []

@@ -36,6 +36,16 @@ def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
     return dry_run_(spec, **kw)
 
 
+def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
+    """Imported here: the idle stop's manifests import the kubernetes client (only when asked for)."""
+    from .catalog import idle_minutes
+
+    if idle_minutes(spec):
+        from .k8s_idle import after_up as install
+
+        install(spec, cluster, events)
+
+
 def provider(options: LaunchOptions) -> PulumiProvider:
     return PulumiProvider(PLUGIN)
 
@@ -95,7 +105,8 @@ PLUGIN = CreatedMachines(
         leftover_kinds=("gke-cluster", "service-account"),
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
         classify_failure=classify_failure,
-        preflight=preflight.preflight),  # APIs, billing, quotas and buckets, before anything is created
+        preflight=preflight.preflight,  # APIs, billing, quotas and buckets, before anything is created
+        after_up=after_up),  # the idle stop's watcher in the cluster (option idleMinutes)
     pricing=Pricing(
         default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
         default_disk_type=catalog.DEFAULT_DISK_TYPE,

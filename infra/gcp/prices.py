@@ -24,7 +24,7 @@ from gpucluster.spec import ClusterSpec
 from gpucluster.spec import parse_bool
 
 from .catalog import (ACCELERATOR, DEFAULT_DISK_TYPE, EXTERNAL_IPV4_PER_NODE, V100_LIMITS, min_nodes, n1_machine_types,
-                      n1_shape, option_bool, system_pool)
+                      idle_minutes, n1_shape, option_bool, system_pool)
 
 GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
 # the machine type priced when a spec names none and resolve could not choose one
@@ -168,6 +168,12 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     rows.free_tier = parse_bool("option gke_free_tier", opt)
     # what the GPU pool keeps after the job: all its nodes without autoscaling, else its minimum
     rows.idle_nodes = min_nodes(spec) if option_bool(spec, "autoscale", True) else int(spec.nodes)
+    idle = idle_minutes(spec)
+    if idle:  # infra/gcp/k8s_idle.py
+        floor = f"{rows.idle_nodes} node(s)" if rows.idle_nodes else "zero"
+        rows.notes.append(f"idle stop: {idle} min after the last gpucluster job the GPU nodes are released and the "
+                          f"pool scales to {floor} about 10 min later (the cluster autoscaler's delay); the cluster "
+                          "fee and the system pool keep billing until `gpucluster down`")
     return rows
 
 
