@@ -92,7 +92,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace as NS
 
-from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
+from k8s_fake_exec import _FakeExecStdin, _FakeExecTty, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
                               ObjectStore)
@@ -399,12 +399,17 @@ class FakeKubeApi(ObjectStore):
         if c is None or not c.running:
             raise FakeApiException(0, f"Handshake status 500 Internal Server Error: container {container} is not "
                                       "running")
-        assert preload is False and stdout and stderr and not tty
+        assert preload is False and stdout and (stderr or tty)
         argv = [sys.executable if a == "python" else pod.mapped(a) for a in command]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if not self._google_identity(pod):  # no Workload Identity: no storage endpoint, no token
             env.pop("STORAGE_EMULATOR_HOST", None)
             env["GCE_METADATA_HOST"] = "127.0.0.1:9"
+        if tty:  # a terminal (kubectl exec -it): no stderr stream, its size from the resize channel
+            env = {**env, **(c.env or {}), "TERM": env.get("TERM", "xterm")}
+            client = _FakeExecTty(argv, env, cwd=c.cwd)
+            self.exec_clients.append(client)
+            return client
         if stdin:
             pod.host.mkdir(parents=True, exist_ok=True)  # the hostPath volume, DirectoryOrCreate
             client = _FakeExecStdin(argv, env, binary, self.stdin_delay)

@@ -74,6 +74,8 @@ ROUTES = [  # (method, path regex, handler name)
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log", "log"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec", "exec"),
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec", "exec"),
+    ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/portforward", "portforward"),
+    ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/portforward", "portforward"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "events"),
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|serviceaccounts)", "create"),
@@ -123,7 +125,7 @@ class Handler(BaseHTTPRequestHandler):
         for m, pattern, name in ROUTES:
             match = re.fullmatch(pattern, url.path)
             if match and m == method:
-                if upgrade and name != "exec":
+                if upgrade and name not in ("exec", "portforward"):
                     self.fake.rest_upgrades.append((method, url.path))
                 try:
                     getattr(self, "h_" + name)(**match.groupdict())
@@ -238,6 +240,31 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(b"0\r\n\r\n")
 
+    # -- port forward over a websocket (tests/k8s_fake_forward.py) -------------------------------------
+    def h_portforward(self, ns, name):
+        from k8s_fake_forward import WebSocketForward, check
+
+        offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+        chosen = next((p for p in offered if p in PROTOCOLS), None)
+        key = self.headers.get("Sec-WebSocket-Key")
+        if self.headers.get("Upgrade", "").lower() != "websocket" or not key or chosen is None:
+            raise FakeApiException(400, "BadRequest: portforward needs a websocket upgrade with a channel protocol")
+        self.fake._authenticate()
+        ports = check(self.fake, name, self.q("ports"))
+        self._upgrade(key, chosen)
+        WebSocketForward(self.connection, self.fake, name, ports).run()
+
+    def _upgrade(self, key: str, chosen: str) -> None:
+        accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", chosen)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+
     # -- exec over a websocket -----------------------------------------------------------------------
     def h_exec(self, ns, name):
         offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
@@ -252,16 +279,8 @@ class Handler(BaseHTTPRequestHandler):
         except FakeApiException as exc:
             raise FakeApiException(0, f"Handshake status {exc.status} {exc.reason}") from None
         client = self.fake.exec_in(name, self.query.get("command", []), self.q("container"),
-                                   self.flag("stdin"), True)
-        accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
-        self.send_response(101, "Switching Protocols")
-        self.send_header("Upgrade", "websocket")
-        self.send_header("Connection", "Upgrade")
-        self.send_header("Sec-WebSocket-Accept", accept)
-        self.send_header("Sec-WebSocket-Protocol", chosen)
-        self.end_headers()
-        self.wfile.flush()
-        self.close_connection = True
+                                   self.flag("stdin"), True, True, self.flag("stderr"), self.flag("tty"))
+        self._upgrade(key, chosen)
         WebSocketExec(self.connection, client).run()
 
 
@@ -308,6 +327,8 @@ class WebSocketExec:
                     self.send(0xA, payload)
                 elif opcode in (0x1, 0x2) and payload[:1] == b"\x00" and len(payload) > 1:
                     self.client.write_stdin(payload[1:])
+                elif opcode in (0x1, 0x2) and payload[:1] == b"\x04" and hasattr(self.client, "resize"):
+                    self.client.resize(payload[1:])  # the resize channel (a terminal's size)
         except (EOFError, OSError):
             pass
         self.closed.set()
