@@ -265,6 +265,7 @@ def test_a_tunnel_relays_two_connections_at_once_and_ctrl_c_closes_it(gke):
     assert "Traceback" not in err and "error" not in err.lower(), err
     assert not _listening(local)  # the listener is gone
     assert _listening(remote)  # the pod's server is untouched
+    assert gke.fake.rest_upgrades == []  # no REST call went out on a client a stream had patched
 
 
 def test_a_tunnel_to_a_port_nothing_listens_on_says_so(gke):
