@@ -57,11 +57,11 @@ class _FakeExecStdin(_FakeWSClient):
     never closed (see the module docstring); `close()` ends the command, as the API server does when
     the websocket goes."""
 
-    def __init__(self, argv, env, binary: bool, delay: float = 0.0):
+    def __init__(self, argv, env, binary: bool, delay: float = 0.0, stdin: bool = True):
         import queue
 
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.binary, self.frames, self.sent = binary, queue.Queue(), 0
         self.delay = delay  # seconds per frame sent: a slow link
         self._channels: dict[int, object] = {}
@@ -81,6 +81,8 @@ class _FakeExecStdin(_FakeWSClient):
             import time
 
             time.sleep(self.delay)
+        if self.proc.stdin is None:
+            raise OSError("the exec was opened without stdin")
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
         self.sent += len(data)
@@ -115,7 +117,8 @@ class _FakeExecStdin(_FakeWSClient):
         self.proc.wait()
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
-                f.close()
+                if f is not None:
+                    f.close()
             except OSError:
                 pass
 

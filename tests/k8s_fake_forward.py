@@ -73,7 +73,7 @@ class WebSocketForward(WebSocketExec):
     """One port-forward websocket: per port, a connection to the pod's port relayed on channel 2i."""
 
     def __init__(self, conn: socket.socket, fake, pod_name: str, ports: list[int]):
-        super().__init__(conn, None)
+        super().__init__(conn, None, fake)
         self.fake, self.pod_name, self.ports = fake, pod_name, ports
         self.targets: dict[int, socket.socket] = {}  # data channel -> the pod's connection
 
@@ -150,6 +150,7 @@ class WebSocketForward(WebSocketExec):
             pass
         finally:
             self.closed.set()
+            self.forget()
             for target in self.targets.values():
                 try:
                     target.close()

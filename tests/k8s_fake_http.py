@@ -281,16 +281,32 @@ class Handler(BaseHTTPRequestHandler):
         client = self.fake.exec_in(name, self.query.get("command", []), self.q("container"),
                                    self.flag("stdin"), True, True, self.flag("stderr"), self.flag("tty"))
         self._upgrade(key, chosen)
-        WebSocketExec(self.connection, client).run()
+        WebSocketExec(self.connection, client, self.fake).run()
 
 
 class WebSocketExec:
     """One exec's websocket: the command's stdout/stderr out as channel frames, stdin frames in."""
 
-    def __init__(self, conn: socket.socket, client):
+    def __init__(self, conn: socket.socket, client, fake=None):
         self.conn, self.client = conn, client
         self.lock = threading.Lock()
         self.closed = threading.Event()
+        self.owner = fake
+        if fake is not None:  # an outage drops it (FakeKubeApi._go_down)
+            fake.websockets = getattr(fake, "websockets", set())
+            fake.websockets.add(self)
+
+    def forget(self) -> None:
+        if self.owner is not None:
+            self.owner.websockets.discard(self)
+
+    def drop(self) -> None:
+        """The API server went away: the connection ends with no close frame."""
+        self.closed.set()
+        try:
+            self.conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def send(self, opcode: int, payload: bytes) -> None:
         n = len(payload)
@@ -360,6 +376,7 @@ class WebSocketExec:
             pass
         finally:
             self.closed.set()
+            self.forget()
             try:
                 self.conn.shutdown(socket.SHUT_RDWR)
             except OSError:

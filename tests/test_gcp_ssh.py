@@ -69,6 +69,7 @@ class KeptGke:
         from gpucluster.ledger import Ledger
 
         self.fake = FakeKubeApi({}, skew=0, delete_ticks=0)
+        self.fake.streaming_exec = True  # a command's output as it comes (kubectl exec streams it)
         self.api, self.stop = serve(self.fake)
         server = self.api.core.api_client.configuration.host
         kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "demo",
@@ -203,6 +204,24 @@ def test_a_command_gives_its_output_and_exit_code(gke):
     r = gke.cli("ssh", "demo", "--", "python", "-c", "import sys; sys.stdout.write('ab' * 100000)")
     assert r.returncode == 0 and r.stdout == "ab" * 100000, r.stderr[-2000:]
     assert [c for c in gke.fake.calls if c[0] == "exec"][-1][3] == f"gpucluster-{RUN}-0-fake0"
+
+
+def test_a_command_whose_connection_drops_ends_with_one_line(gke):
+    """The control plane goes away mid-command (an upgrade): the stream ends with no status."""
+    gke.start_job()
+    proc = subprocess.Popen(gke.argv("ssh", "demo", "--", "sh", "-c", "echo started; sleep 30"), env=gke.env(),
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        gke.fake.outage(2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode not in (0, 2) and "Traceback" not in err, (proc.returncode, out, err, gke.fake.calls[-5:])
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[0].startswith("gpucluster: error: the connection to pod gpucluster-") and "was lost" in lines[0], err
 
 
 def _get(port: int, path: str, results: dict, key: str) -> None:

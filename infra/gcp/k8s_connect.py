@@ -148,8 +148,14 @@ def _drain(ws: Any, out: Any, err: Any) -> None:
             stream.flush()
 
 
+def _lost(target: Target, exc: BaseException) -> LaunchError:
+    return LaunchError(f"the connection to pod {target.pod} was lost: {type(exc).__name__}: {exc}")
+
+
 def run_command(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
     """`argv` in the pod, its stdout/stderr here as they come; its exit code."""
+    from websocket import WebSocketException
+
     ws = _open(api, namespace, target, argv, tty=False)
     out, err = sys.stdout.buffer, sys.stderr.buffer
     try:
@@ -160,6 +166,8 @@ def run_command(api: Any, namespace: str, target: Target, argv: list[str]) -> in
         return _returncode(ws, target)
     except KeyboardInterrupt:  # the websocket goes: the API server ends the command
         return 130
+    except (OSError, WebSocketException) as exc:  # the API server or the network went away
+        raise _lost(target, exc) from None
     finally:
         ws.close()
 
@@ -168,6 +176,8 @@ def terminal(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
     """`argv` in a terminal of the pod, driven by this machine's terminal (raw mode, its size)."""
     import termios
     import tty
+
+    from websocket import WebSocketException
 
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
     ws = _open(api, namespace, target, argv, tty=True)
@@ -200,6 +210,10 @@ def terminal(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
         if data:
             os.write(fd_out, data)
         return _returncode(ws, target)
+    except (WebSocketException, ValueError) as exc:  # the API server or the network went away
+        raise _lost(target, exc) from None
+    except OSError as exc:
+        raise _lost(target, exc) from None
     finally:
         termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
         signal.signal(signal.SIGWINCH, previous)
