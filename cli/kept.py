@@ -155,6 +155,9 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     if rest and rest[0] == "--":
         rest.pop(0)
     tunnels = [Forward.parse(f) for f in forwards]  # checked before anything is read
+    twice = sorted({f.local for f in tunnels if [t.local for t in tunnels].count(f.local) > 1})
+    if twice:
+        raise UsageError(f"-L: local port {twice[0]} is given twice; each -L needs a LOCAL port of its own")
     if ssh_config and (tunnels or rest):
         raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
     check_ssh_files(identity, None)

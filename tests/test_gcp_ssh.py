@@ -190,6 +190,10 @@ def test_refusals_are_one_line_exit_2_and_open_nothing(gke):
                         f"127.0.0.1:{port} cannot be used on this machine")
     finally:
         taken.close()
+    free = _free_port()
+    _one_line_error(gke.cli("ssh", "demo", "-L", f"{free}:localhost:1", "-L", f"{free}:localhost:2"),
+                    f"-L: local port {free} is given twice")
+    assert not _listening(free)
     assert gke.streams() == []  # nothing was opened on the cluster
 
 

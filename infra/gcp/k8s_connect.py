@@ -105,8 +105,10 @@ def connect(api: Any, namespace: str, mode: str, cluster: Any, rank: int, comman
     """`Launcher.connect` for the Kubernetes launcher: its exit code (the command's or the shell's)."""
     target = check(api, namespace, mode, cluster, rank, command, forwards)
     shell = not command and not forwards
-    tunnels = [Tunnel(api, namespace, target.pod, f) for f in forwards]  # bound now: a taken port fails here
+    tunnels: list[Tunnel] = []
     try:
+        for f in forwards:  # bound now: a taken port fails here (and closes those bound before it)
+            tunnels.append(Tunnel(api, namespace, target.pod, f))
         for t in tunnels:
             t.start()
         if shell or (command and sys.stdin.isatty()):
