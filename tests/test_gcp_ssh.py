@@ -5,12 +5,14 @@ websockets). The kept cluster is in a real ledger; the job running on it is an I
 labelled as the launcher labels them, whose containers are real processes here: node N's training
 container serves HTTP on BASE+N (a folder with a 300 KB file), the keeper container sleeps.
 
-Covered: a command's stdout, stderr and exit code; refusals (no job running, a bad NODE, a NODE past
-the cluster's nodes, a -L host the portforward API cannot reach, a taken local port, a shell without a
-terminal), each one line and exit 2 with nothing opened on the cluster; -L relaying real bytes both
-ways to the pod's server, two connections at once, each over a websocket of its own, closed by Ctrl-C
-(SIGINT) with exit 0 and the port free again; a shell in a real pseudo-terminal (tmux) that runs
-`echo`, sees the terminal's size (and its change), and exits with the shell's code.
+Covered: a command's stdout, stderr and exit code, and its stream dropped by an API outage (one line);
+refusals (no job running, a bad NODE, a NODE past the cluster's nodes, a -L host the portforward API
+cannot reach, a bad or taken or repeated local port, a shell without a terminal), each one line and
+exit 2 with nothing opened on the cluster; -L relaying real bytes both ways to the pod's server, two
+connections at once, each over a websocket of its own, closed by Ctrl-C (SIGINT) with exit 0 and the
+port free again; a port nothing listens on in the pod; a shell in a real pseudo-terminal (tmux) that
+runs `echo`, sees the terminal's size (and its change), passes Ctrl-C to the pod, and exits with the
+shell's code.
 """
 
 from __future__ import annotations
@@ -330,6 +332,11 @@ def test_a_shell_in_a_real_terminal(gke):
         time.sleep(0.5)
         term.send("stty size", "Enter")
         term.wait_for(r"^30 100$", timeout=30)  # and its change (SIGWINCH)
+        term.send("sleep 30", "Enter")
+        time.sleep(1)
+        term.send("C-c")  # raw mode: Ctrl-C goes to the pod's terminal, not to gpucluster
+        term.send("echo after-$?", "Enter")
+        term.wait_for(r"^after-130$", timeout=30)
         term.send("exit 5", "Enter")
         assert term.exit_code(timeout=60) == 5  # the shell's exit code is gpucluster's
     finally:
