@@ -128,19 +128,22 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
 def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None, ssh_config: bool) -> int:
     """Open a shell, run a command or forward ports on a node of a kept cluster.
 
-    CLUSTER [NODE] [-- COMMAND...]: NODE is the node's rank (default 0, the head). The connection
-    trusts only the host keys the cluster's outputs pinned, with the cluster's own key.
+    CLUSTER [NODE] [-- COMMAND...]: NODE is the node's rank (default 0, the head). aws: over ssh,
+    trusting only the host keys the cluster's outputs pinned, with the cluster's own key. gcp:
+    through the Kubernetes API (exec, portforward) into node NODE's pod of the job running on the
+    cluster (between jobs a GKE cluster has no pod of ours: start one with `exec`).
 
     \b
     Examples:
       gpucluster ssh demo
       gpucluster ssh demo 1 -- nvidia-smi
       gpucluster ssh demo -L 6006:localhost:6006
-      gpucluster ssh demo --ssh-config
+      gpucluster ssh demo --ssh-config              (aws)
+      gpucluster ssh gke-demo 1 -- nvidia-smi       (gcp: while a job runs on it)
     """
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
-    from gpucluster.kept import access_dir, attach, find
+    from gpucluster.kept import access_dir, attach, find, node_count
     from gpucluster.launch import Forward
     from gpucluster.prepare import check_ssh_files
 
@@ -148,20 +151,25 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
         raise UsageError("name a cluster: gpucluster ssh CLUSTER [NODE] [-- COMMAND]")
     name, rest = target[0], list(target[1:])
     rank = 0
-    if rest and rest[0].isdigit():
+    if rest and rest[0].isascii() and rest[0].isdigit():
         rank = int(rest.pop(0))
     if rest and rest[0] == "--":
         rest.pop(0)
     tunnels = [Forward.parse(f) for f in forwards]  # checked before anything is read
+    twice = sorted({f.local for f in tunnels if [t.local for t in tunnels].count(f.local) > 1})
+    if twice:
+        raise UsageError(f"-L: local port {twice[0]} is given twice; each -L needs a LOCAL port of its own")
     if ssh_config and (tunnels or rest):
         raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
     check_ssh_files(identity, None)
     kept = find(common.ledger(), name, in_use_ok=True)
     cluster = attach(common.provider_for(kept.cloud), kept)
-    if not 0 <= rank < len(cluster.nodes):
-        raise UsageError(not_allowed("node", rank, f"0 to {len(cluster.nodes) - 1} (cluster {name} has "
-                                                   f"{len(cluster.nodes)} node(s))"))
-    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity))
+    nodes = node_count(cluster)
+    if not 0 <= rank < nodes:
+        raise UsageError(not_allowed("node", rank, f"0 to {nodes - 1} (cluster {name} has {nodes} node(s))"))
+    recorded = kept.spec.get("options") or {}  # gcp: the launcher's namespace and kind, as the cluster's runs had them
+    spec_options = {str(k): str(v) for k, v in (recorded.items() if isinstance(recorded, dict) else recorded)}
+    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity, spec_options=spec_options))
     if ssh_config:
         lines = launcher.ssh_config(cluster, access_dir(name, create=True))
         click.echo(f"host aliases for cluster {name}: "
@@ -170,7 +178,22 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
         for line in lines:
             click.echo(f"  {line}")
         return 0
+    launcher.check_connect(cluster, rank, rest, tunnels)
+    for f in tunnels:  # a taken port is refused here, before anything is opened (and by the backend again)
+        check_free(f)
     for f in tunnels:
         click.echo(f"forwarding 127.0.0.1:{f.local} -> {f.host}:{f.remote} on node {rank} of {name}"
                    + ("" if rest else "; Ctrl-C closes it"), err=True)
     return launcher.connect(cluster, rank, rest, tunnels)
+
+
+def check_free(forward: Any) -> None:
+    """-L LOCAL: 127.0.0.1:LOCAL can be listened on here (UsageError naming it otherwise)."""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", forward.local))
+        except OSError as exc:
+            raise UsageError(f"-L {forward}: 127.0.0.1:{forward.local} cannot be used on this machine "
+                             f"({exc.strerror}); choose another LOCAL port") from None

@@ -105,10 +105,18 @@ def attach(provider: Any, kept: Kept) -> Cluster:
     if cluster is None:
         raise UsageError(f"cluster {kept.name!r} is in the ledger as kept, but its stack is gone; close the "
                          f"record with `gpucluster down {kept.name}`")
-    # a GKE cluster lists no nodes (the pool's nodes come and go with the autoscaler): its size is an output
-    if len(cluster.nodes) == 0 and not int((cluster.outputs or {}).get("nodes") or 0):
+    if node_count(cluster) == 0:
         raise UsageError(f"cluster {kept.name!r} has no node up")
     return cluster
+
+
+def node_count(cluster: Cluster) -> int:
+    """The cluster's nodes: its addressed nodes, or (a cluster whose nodes are not addressed one by
+    one, whose launcher places one pod per node) the count its outputs give."""
+    try:
+        return len(cluster.nodes) or int(cluster.outputs.get("nodes") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def check_fits(kept: Kept, max_seconds: float | None, now: float | None = None) -> str | None:

@@ -124,6 +124,7 @@ class Launcher:
       `cleanup_errors`.
     - `connect(cluster, rank, command, forwards)`: `gpucluster ssh`: a shell (or `command`) on node
       `rank` of a kept cluster, with local ports forwarded to the node (`Forward`); its exit code.
+      `check_connect(...)` refuses first what `connect` would refuse (a host it cannot forward to).
     - `ssh_config(cluster, folder)`: `gpucluster ssh --ssh-config`: OpenSSH host aliases for the
       nodes (the files it needs written under `folder`); the lines to add to ~/.ssh/config.
     """
@@ -146,6 +147,9 @@ class Launcher:
 
     def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
         return None
+
+    def check_connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> None:
+        """What `connect` would refuse, refused before anything is said or opened (UsageError)."""
 
     def connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> int:
         raise UsageError(f"{cluster.cloud} nodes cannot be reached with `gpucluster ssh`")

@@ -45,7 +45,8 @@ It behaves like a real API server at its worst, each behaviour with its public s
 - The control plane goes away (GKE docs, "Standard cluster upgrades": a zonal cluster's only control
   plane is unavailable for minutes while it is upgraded; repairs ignore maintenance exclusions):
   `outage(seconds)` makes every call answer 503 Service Unavailable, refuses exec handshakes and
-  breaks every open log stream for that long (real seconds: the tests scale the launcher's retry
+  breaks every open log stream and drops every open exec and port-forward websocket (no close frame:
+  the TCP connection just ends) for that long (real seconds: the tests scale the launcher's retry
   bound down with it).
 - Exec (`stream(core.connect_get_namespaced_pod_exec, POD, NS, command=..., container=..., binary=True,
   _preload_content=False)`, as kubernetes.stream.stream is called) works only into a running container
@@ -95,7 +96,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace as NS
 
-from k8s_fake_exec import _FakeExecStdin, _FakeWSClient
+from k8s_fake_exec import _FakeExecStdin, _FakeExecTty, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
                               ObjectStore)
@@ -171,6 +172,9 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
         self.exec_handshake_s = 0.0  # how long an exec's websocket handshake takes (tests/k8s_fake_http.py)
         self.rest_upgrades: list = []  # REST calls that came as websocket upgrades (a patched ApiClient)
         self.sa_tokens: dict[str, tuple[str, str]] = {}  # token -> (namespace, service account): RBAC applies
+        # an exec without stdin streams its output as the command writes it, as the kubelet does; off:
+        # the command runs to its end when the exec opens (the launcher's copies, written before this)
+        self.streaming_exec = False
 
     # -- the control plane ---------------------------------------------------------------------
     def outage(self, seconds: float, when=None) -> None:
@@ -185,6 +189,8 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
         for r in self.responses:  # every open connection drops
             with r.container.log.cond:
                 r.container.log.cond.notify_all()
+        for ws in list(getattr(self, "websockets", ())):  # exec and port-forward streams too (k8s_fake_http)
+            ws.drop()
 
     def api_down(self) -> bool:
         if self.outage_when is not None and self.outage_when[0](self):
@@ -406,12 +412,17 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
         if c is None or not c.running:
             raise FakeApiException(0, f"Handshake status 500 Internal Server Error: container {container} is not "
                                       "running")
-        assert preload is False and stdout and stderr and not tty
+        assert preload is False and stdout and (stderr or tty)
         argv = [sys.executable if a == "python" else pod.mapped(a) for a in command]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if not self._google_identity(pod):  # no Workload Identity: no storage endpoint, no token
             env.pop("STORAGE_EMULATOR_HOST", None)
             env["GCE_METADATA_HOST"] = "127.0.0.1:9"
+        if tty:  # a terminal (kubectl exec -it): no stderr stream, its size from the resize channel
+            env = {**env, **(c.env or {}), "TERM": env.get("TERM", "xterm")}
+            client = _FakeExecTty(argv, env, cwd=c.cwd)
+            self.exec_clients.append(client)
+            return client
         if stdin:
             pod.host.mkdir(parents=True, exist_ok=True)  # the hostPath volume, DirectoryOrCreate
             client = _FakeExecStdin(argv, env, binary, self.stdin_delay)
@@ -419,6 +430,10 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
             return client
         if pod.script.raw_tar is not None and argv[-1] == str(pod.root / "outputs"):
             return _FakeWSClient(pod.script.raw_tar, b"", 0, binary)
+        if self.streaming_exec:  # the output comes as the command writes it; its status when it ends
+            client = _FakeExecStdin(argv, env, binary, stdin=False)
+            self.exec_clients.append(client)
+            return client
         cp = subprocess.run(argv, capture_output=True, env=env)
         return _FakeWSClient(cp.stdout, cp.stderr, cp.returncode, binary)
 

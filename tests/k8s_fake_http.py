@@ -80,6 +80,8 @@ ROUTES = [  # (method, path regex, handler name)
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log", "log"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec", "exec"),
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/exec", "exec"),
+    ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/portforward", "portforward"),
+    ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/portforward", "portforward"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "events"),
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|serviceaccounts)", "create"),
@@ -148,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
         for m, pattern, name in ROUTES:
             match = re.fullmatch(pattern, url.path)
             if match and m == method:
-                if upgrade and name != "exec":
+                if upgrade and name not in ("exec", "portforward"):
                     self.fake.rest_upgrades.append((method, url.path))
                 try:
                     token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
@@ -286,6 +288,31 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(b"0\r\n\r\n")
 
+    # -- port forward over a websocket (tests/k8s_fake_forward.py) -------------------------------------
+    def h_portforward(self, ns, name):
+        from k8s_fake_forward import WebSocketForward, check
+
+        offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+        chosen = next((p for p in offered if p in PROTOCOLS), None)
+        key = self.headers.get("Sec-WebSocket-Key")
+        if self.headers.get("Upgrade", "").lower() != "websocket" or not key or chosen is None:
+            raise FakeApiException(400, "BadRequest: portforward needs a websocket upgrade with a channel protocol")
+        self.fake._authenticate()
+        ports = check(self.fake, name, self.q("ports"))
+        self._upgrade(key, chosen)
+        WebSocketForward(self.connection, self.fake, name, ports).run()
+
+    def _upgrade(self, key: str, chosen: str) -> None:
+        accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", chosen)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+
     # -- exec over a websocket -----------------------------------------------------------------------
     def h_exec(self, ns, name):
         offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
@@ -300,26 +327,34 @@ class Handler(BaseHTTPRequestHandler):
         except FakeApiException as exc:
             raise FakeApiException(0, f"Handshake status {exc.status} {exc.reason}") from None
         client = self.fake.exec_in(name, self.query.get("command", []), self.q("container"),
-                                   self.flag("stdin"), True)
-        accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
-        self.send_response(101, "Switching Protocols")
-        self.send_header("Upgrade", "websocket")
-        self.send_header("Connection", "Upgrade")
-        self.send_header("Sec-WebSocket-Accept", accept)
-        self.send_header("Sec-WebSocket-Protocol", chosen)
-        self.end_headers()
-        self.wfile.flush()
-        self.close_connection = True
-        WebSocketExec(self.connection, client).run()
+                                   self.flag("stdin"), True, True, self.flag("stderr"), self.flag("tty"))
+        self._upgrade(key, chosen)
+        WebSocketExec(self.connection, client, self.fake).run()
 
 
 class WebSocketExec:
     """One exec's websocket: the command's stdout/stderr out as channel frames, stdin frames in."""
 
-    def __init__(self, conn: socket.socket, client):
+    def __init__(self, conn: socket.socket, client, fake=None):
         self.conn, self.client = conn, client
         self.lock = threading.Lock()
         self.closed = threading.Event()
+        self.owner = fake
+        if fake is not None:  # an outage drops it (FakeKubeApi._go_down)
+            fake.websockets = getattr(fake, "websockets", set())
+            fake.websockets.add(self)
+
+    def forget(self) -> None:
+        if self.owner is not None:
+            self.owner.websockets.discard(self)
+
+    def drop(self) -> None:
+        """The API server went away: the connection ends with no close frame."""
+        self.closed.set()
+        try:
+            self.conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def send(self, opcode: int, payload: bytes) -> None:
         n = len(payload)
@@ -356,6 +391,8 @@ class WebSocketExec:
                     self.send(0xA, payload)
                 elif opcode in (0x1, 0x2) and payload[:1] == b"\x00" and len(payload) > 1:
                     self.client.write_stdin(payload[1:])
+                elif opcode in (0x1, 0x2) and payload[:1] == b"\x04" and hasattr(self.client, "resize"):
+                    self.client.resize(payload[1:])  # the resize channel (a terminal's size)
         except (EOFError, OSError):
             pass
         self.closed.set()
@@ -387,6 +424,7 @@ class WebSocketExec:
             pass
         finally:
             self.closed.set()
+            self.forget()
             try:
                 self.conn.shutdown(socket.SHUT_RDWR)
             except OSError:

@@ -126,3 +126,23 @@ def test_the_job_s_processes_are_checked_after_it(home, answer, code, verdict, c
     assert all(r.confirmed_gone for r in rec.resources) is closed
     if code is not None:
         assert said
+
+
+def test_a_cluster_whose_nodes_are_not_addressed_counts_them_from_its_outputs():
+    """gcp: `cluster_from_outputs` gives no addressed nodes (one pod per node) and the count in
+    outputs["nodes"]; `exec` and `ssh` take it, and refuse a cluster with none."""
+    from gpucluster.kept import Kept, attach, node_count
+
+    kept = Kept("gke", "gcp", [], None, {})
+
+    class Stack:
+        def __init__(self, outputs):
+            self.outputs = outputs
+
+        def attach(self, name):
+            return Cluster(name, "gcp", (), outputs=self.outputs)
+
+    assert node_count(attach(Stack({"nodes": 2}), kept)) == 2
+    for outputs in ({"nodes": 0}, {}, {"nodes": "x"}):
+        with pytest.raises(UsageError, match="has no node up"):
+            attach(Stack(outputs), kept)

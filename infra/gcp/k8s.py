@@ -229,12 +229,18 @@ class KubernetesLauncher(Launcher):
             self.cleanup_errors = list(created.errors)
 
     def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
-        """`gpucluster ssh` on a GKE cluster (a shell through the exec API, ports through the portforward
-        API) is not built yet: said, with the kubectl commands that do it (`Launcher.connect`)."""
-        raise UsageError(
-            "`gpucluster ssh` is not available for gcp clusters yet: use kubectl with the cluster's kubeconfig (its "
-            f"stack's secret output `kubeconfig`): `kubectl get pods -n {self.namespace}`, then `kubectl exec -it "
-            "POD -- sh` or `kubectl port-forward POD 6006:6006` for a pod of a running job")
+        """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster
+        (the exec API), local ports forwarded to it (the portforward API): `infra.gcp.k8s_connect`."""
+        from .k8s_connect import connect
+
+        return connect(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command,
+                       forwards)
+
+    def check_connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> None:
+        """The -L hosts, a terminal for a shell, and node `rank`'s pod of a running job."""
+        from .k8s_connect import check
+
+        check(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command, forwards)
 
     def _api_for(self, cluster: Any) -> KubeApi:
         kubeconfig = getattr(cluster, "kubeconfig", None)

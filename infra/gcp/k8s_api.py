@@ -23,12 +23,22 @@ class KubeApi:
     stream: Any = None
     rbac: Any = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.k8s_idle)
     apps: Any = None
+    portforward: Any = None  # kubernetes.stream.portforward (or a fake's), looked up when first used
 
     def __post_init__(self) -> None:
         if self.stream is None:
             from kubernetes.stream import stream
 
             self.stream = stream
+
+    def open_portforward(self, method: Any, *args: Any, **kw: Any) -> Any:
+        """A portforward websocket (`kubernetes.stream.portforward(method, POD, NS, ports=...)`):
+        a `PortForward` whose `socket(port)` is the pod's port."""
+        if self.portforward is None:
+            from kubernetes.stream import portforward
+
+            self.portforward = portforward
+        return self.portforward(method, *args, **kw)
 
     def exec_core(self) -> Any:
         """The CoreV1Api to open ONE exec stream with: on an `ApiClient` of its own (the same

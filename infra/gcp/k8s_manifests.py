@@ -173,8 +173,14 @@ def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
 
 def rank_of(pod: Any, plan: Plan) -> int | None:
     """The node rank of one of the job's pods, or None for a pod that is not one of ours."""
+    return rank_in(pod, plan.mode)
+
+
+def rank_in(pod: Any, mode: str) -> int | None:
+    """The node rank of a pod of a job of launcher `mode` (job: its completion index; pytorchjob: the
+    operator's replica labels), or None."""
     meta = pod.metadata
-    if plan.mode == "job":
+    if mode == "job":
         value = (meta.annotations or {}).get(INDEX_ANNOTATION) or (meta.labels or {}).get(INDEX_ANNOTATION)
         return int(value) if value is not None and str(value).isdigit() else None
     labels = meta.labels or {}
