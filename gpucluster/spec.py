@@ -245,6 +245,20 @@ def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
     raise SpecError(not_allowed(what, raw, "true or false"))
 
 
+def parse_minutes(what: str, raw: Any, most: int) -> int | None:
+    """An option's whole number of minutes from 1 to `most` (None when unset), or a SpecError naming it."""
+    if raw in (None, ""):
+        return None
+    allowed = f"a whole number of minutes from 1 to the max lifetime ({most})"
+    try:
+        minutes = int(str(raw).strip())
+    except ValueError:
+        raise SpecError(not_allowed(what, raw, allowed)) from None
+    if not 1 <= minutes <= most:
+        raise SpecError(not_allowed(what, raw, allowed))
+    return minutes
+
+
 def config_scalar(what: str, value: Any) -> Any:
     """A stack-config value that must be one string/number/boolean (not a mapping or list)."""
     if isinstance(value, (Mapping, list, tuple, set)):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucluster.errors import SpecError, did_you_mean, not_allowed
-from gpucluster.spec import parse_bool
+from gpucluster.spec import parse_bool, parse_minutes
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpucluster.spec import ClusterSpec
@@ -170,17 +170,7 @@ def efa_requested(spec: "ClusterSpec") -> bool:
 
 def idle_minutes(spec: "ClusterSpec") -> int | None:
     """Option idleMinutes: a whole number of minutes from 1 to the max lifetime, or None."""
-    value = option(spec, "idleMinutes")
-    if value in (None, ""):
-        return None
-    allowed = f"a whole number of minutes from 1 to the max lifetime ({spec.max_lifetime_minutes})"
-    try:
-        minutes = int(str(value).strip())
-    except ValueError:
-        raise SpecError(not_allowed("idle minutes", value, allowed)) from None
-    if not 1 <= minutes <= spec.max_lifetime_minutes:
-        raise SpecError(not_allowed("idle minutes", value, allowed))
-    return minutes
+    return parse_minutes("idle minutes", option(spec, "idleMinutes"), spec.max_lifetime_minutes)
 
 
 # Options the AWS component understands, in their one spelling (camelCase, as in stack config;

@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
-from gpucluster.spec import parse_bool
+from gpucluster.spec import parse_bool, parse_minutes
 
 ACCELERATOR = "nvidia-tesla-v100"
 ACCELERATORS = (ACCELERATOR,)
@@ -210,15 +210,9 @@ def idle_minutes(spec: Any) -> int | None:
     """Option idleMinutes: a whole number of minutes from 1 to the max lifetime, or None. Refused with a
     fixed-size pool (autoscale=false): nothing would remove its nodes once the hold is released."""
     value = spec.option("idleMinutes")
-    if value in (None, ""):
+    minutes = parse_minutes("idle minutes", value, spec.max_lifetime_minutes)
+    if minutes is None:
         return None
-    allowed = f"a whole number of minutes from 1 to the max lifetime ({spec.max_lifetime_minutes})"
-    try:
-        minutes = int(str(value).strip())
-    except ValueError:
-        raise SpecError(not_allowed("idle minutes", value, allowed)) from None
-    if not 1 <= minutes <= spec.max_lifetime_minutes:
-        raise SpecError(not_allowed("idle minutes", value, allowed))
     if not option_bool(spec, "autoscale", True):
         raise SpecError(f"idle minutes {value!r} is not allowed with option autoscale=false: a fixed GPU pool keeps "
                         "its nodes whatever runs on them; drop autoscale=false (the GPU pool then scales to zero "
