@@ -54,7 +54,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     """
     from gpucluster.cli.run import report
     from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.kept import Attached, attach, check_fits, close_processes, find
+    from gpucluster.kept import Attached, attach, check_fits, close_processes, find, node_count
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, open_ledger, prepare
     from dataclasses import replace
@@ -90,7 +90,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
     out = common.console(stderr=as_json)
     job = plan.needs_job()
-    count = len(cluster_.nodes) or int((cluster_.outputs or {}).get("nodes") or 0)  # GKE: the pool's size
+    count = node_count(cluster_)  # GKE: the pool's size (its nodes are not listed one by one)
     out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({count} node(s) on {kept.cloud}, "
               f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)
     for line in [*plan.notes, *([fits] if fits else [])]:

@@ -89,7 +89,7 @@ class Attached(Provider):
         self.cloud = cluster.cloud
 
     def up(self, spec: Any, events: Any) -> Cluster:
-        events.message(f"on kept cluster {self.cluster.name}: {len(self.cluster.nodes)} node(s), nothing created")
+        events.message(f"on kept cluster {self.cluster.name}: {node_count(self.cluster)} node(s), nothing created")
         return self.cluster
 
     def down(self, name: str, events: Any) -> None:
