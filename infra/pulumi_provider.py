@@ -11,7 +11,9 @@
 - `leftovers(name, run_id) -> Check`: the tag scan, in the region/project the cluster was created
   in (as recorded), with every check that could not run; what is not ours (`Ownership`: another
   owner's, a standalone stack's) is in `Check.not_ours`, never in the verdict.
-- `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2).
+- `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2); what a destroy
+  left of our own under the name with a project-wide id (gcp: the pods' service account) and no
+  stack to update it is removed by `up` before Pulumi runs (`_remove_orphans`).
 - `status(name)`: from the stack's outputs, without touching the cloud.
 """
 
