@@ -152,7 +152,11 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     if command:
         check_command(command)
     staged = _staged(req, backend)
-    spec = backend.with_object_access(spec, staged.reads, [output_dir] if isinstance(output_dir, str) else [])
+    outputs = [output_dir] if isinstance(output_dir, str) else []
+    # `up` has no --data/--output: the cluster's grants are the ones its options name (gcsRead/gcsWrite,
+    # s3Read/s3Write, lifted by `normalize`); a run's are exactly what it reads and writes
+    spec = (backend.with_object_access(spec, staged.reads, outputs) if req.job
+            else backend.with_object_access(spec, spec.reads, spec.writes))
     from gpucluster.bounds import decide
 
     bounds = decide(backend, spec, ready_timeout=req.ready_timeout, max_lifetime=req.max_lifetime,

@@ -11,7 +11,9 @@
 - `leftovers(name, run_id) -> Check`: the tag scan, in the region/project the cluster was created
   in (as recorded), with every check that could not run; what is not ours (`Ownership`: another
   owner's, a standalone stack's) is in `Check.not_ours`, never in the verdict.
-- `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2).
+- `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2); what a destroy
+  left of our own under the name with a project-wide id (gcp: the pods' service account) and no
+  stack to update it is removed by `up` before Pulumi runs (`_remove_orphans`).
 - `status(name)`: from the stack's outputs, without touching the cloud.
 """
 
@@ -87,6 +89,7 @@ class PulumiProvider(Provider):
         self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
         self._looked: set[str] = set()  # clusters whose stack outputs were read for where they are
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
+        self._prechecked: dict[str, Check] = {}  # the preflight's scan of a name, for `up` to act on
         # attempts on capacity errors, each in the next zone offering the type: the cloud's
         # backend says how many (`capacity_attempts`; 1 = no retry)
         if capacity_attempts is None:
@@ -140,7 +143,8 @@ class PulumiProvider(Provider):
         """A name another owner's cluster (or a standalone stack) already holds in this account's
         region, or this project's zone, is refused before anything is recorded: exit 2, naming that
         owner as its tags record it. A scan that cannot run refuses nothing (the run's own checks say
-        why soon enough); resources of ours under the name are `up`'s to update."""
+        why soon enough); resources of ours under the name are `up`'s to update, or to remove first
+        when no stack holds them (`_remove_orphans`)."""
         from gpucluster.ownership import describe_owner
 
         self._remember(spec.name, spec.to_dict())
@@ -148,6 +152,7 @@ class PulumiProvider(Provider):
             check = self.leftovers(spec.name)
         except GpuclusterError:
             return
+        self._prechecked[spec.name] = check
         where = {spec.region, spec.zone} - {None}
         # "global": a name that is unique in the whole account or project, whatever the zone (the
         # pods' Google service account, one ID per cluster name): held there, it is held everywhere
@@ -193,6 +198,7 @@ class PulumiProvider(Provider):
         self._remember(spec.name, spec.to_dict())
         tried: list[str] = []
         attempt = 1
+        self._remove_orphans(spec.name, events)
         while True:
             extra = {"attempt": attempt, "zone": spec.zone} if self.capacity_attempts > 1 else {}
             tracked = _Tracking(events, self._open.setdefault(spec.name, {}), extra)
@@ -222,6 +228,37 @@ class PulumiProvider(Provider):
             if self.provisioner.after_up is not None:  # the stack is up: an error here is the caller's to tear down
                 self.provisioner.after_up(spec, cluster, events)
             return cluster
+
+    def _remove_orphans(self, name: str, events: ProvisionEvents) -> None:
+        """Before the create: what a destroy left of an earlier cluster of ours under this name whose
+        own name is unique in the whole project (region GLOBAL: the pods' Google service account,
+        `gpuc-<name>`) is removed first, with a line saying so, as `gpucluster down NAME` would remove
+        it: the program would create it again under the same id, which IAM refuses (409
+        ALREADY_EXISTS, projects.serviceAccounts.create) and the program does not adopt. Only when no
+        cluster of ours holds the name (no regional leftover) and no Pulumi stack of that name exists
+        (a stack's own resources are its update's). A removal that fails stops here, before Pulumi runs,
+        naming what is left and the command that removes it. Acts on the preflight's scan
+        (`check_name_free`): without one (a recovery attempt, whose previous teardown was verified
+        before it could start) nothing is scanned here."""
+        check = self._prechecked.pop(name, None)
+        if check is None:
+            return
+        orphans = [lo for lo in check.leftovers if lo.region == GLOBAL and not lo.deleting]
+        if not orphans or any(lo.region != GLOBAL for lo in check.leftovers):
+            return
+        try:
+            if self.driver.outputs(name) is not None:
+                return
+        except Exception:  # noqa: BLE001 - no Pulumi CLI, a locked stack: `up` itself says so
+            return
+        for lo in orphans:
+            events.message(f"{lo.kind} {lo.id} ({lo.detail}) is left from an earlier cluster {name} that is gone (no "
+                           f"cluster, no Pulumi stack): removing it first, as `gpucluster down {name}` would; its "
+                           "name is unique in the project, so creating it again would be refused")
+        errors = self._delete_fn()(orphans)
+        if errors:
+            raise ProvisionError(f"cannot remove what an earlier cluster {name!r} left ({errors[0]}); nothing was "
+                                 "created", hint=f"remove it with `gpucluster down {name}`, then try again")
 
     def down(self, name: str, events: ProvisionEvents | None = None) -> None:
         """Destroy, then delete by tag whatever the scan still finds. Raises `TeardownIncomplete`

@@ -25,6 +25,13 @@ and the public source for it:
   fake CLI's create steps of the cluster and of its GPU pool (the system pool is made beside the GPU
   pool, in parallel, and takes no extra time here); 0 (the default): at once. Deletion is at once
   here (GKE takes minutes; `pulumi destroy` waits for it).
+- With `iam` (a tests/google_fake.FakeProject), the program's Google service accounts are created in
+  that project's IAM as `up` reaches them and deleted by `destroy`. An account id already taken there
+  fails the update at that resource as pulumi-gcp reports IAM's 409 ALREADY_EXISTS ("Error creating
+  service account: googleapi: Error 409: ..., alreadyExists": the provider returns the create's error
+  as is unless `create_ignore_already_exists` is set, terraform-provider-google
+  resource_google_service_account.go; pulumi-gcp 10.2's `serviceaccount.Account` takes the same flag
+  and the program does not set it); the resources before it were created, as the engine's are.
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ class GkeLike:
     `scripts()`: the pods' scripts of each new cluster (default: the job's own program on every node)."""
 
     def __init__(self, nodes: int = 2, scripts: Any = None, cluster_s: float = 0.0, pool_s: float = 0.0,
-                 delete_ticks: int = 2):
+                 delete_ticks: int = 2, iam: Any = None):
         self.nodes = nodes
+        self.iam = iam  # the project's IAM (google_fake.FakeProject): where the program's accounts are made
         self.scripts = scripts or (lambda: {r: PodScript(program=True) for r in range(nodes)})
         self.cluster_s, self.pool_s = cluster_s, pool_s
         self.delete_ticks = delete_ticks
@@ -67,6 +75,7 @@ class GkeLike:
         self.outputs: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.fake: Any = None
+        self.accounts: list[str] = []  # emails of the accounts the program made in `iam`
 
     # -- the fake CLI's hooks ----------------------------------------------------------------------
     def before_up(self, stack: str) -> None:
@@ -78,6 +87,27 @@ class GkeLike:
         made = [r for r in mocks.resources if r.typ.startswith("gcp:")]
         self.fake.resources = [(r.typ, r.name, f"projects/my-proj-42/{r.name}") for r in made]
         self.fake.inputs.update({r.name: dict(r.inputs) for r in made})
+        if self.iam is not None:
+            self._create_accounts(made)
+
+    ACCOUNT = "gcp:serviceaccount/account:Account"
+
+    def _create_accounts(self, made: list) -> None:
+        """The program's service accounts, made in IAM in the order the update reaches them; the first
+        whose id is taken fails the update there (see the module docstring)."""
+        self.fake.fail_up_after, self.fake.fail_text = None, ""
+        for i, r in enumerate(made):
+            if r.typ != self.ACCOUNT:
+                continue
+            try:
+                self.iam.create_account(r.inputs["accountId"], r.inputs.get("displayName", ""),
+                                        r.inputs.get("description", ""))
+            except Exception as exc:  # noqa: BLE001 - the fake's api_error: 409 ALREADY_EXISTS
+                self.fake.fail_up_after = i
+                self.fake.fail_text = (f"error: Error creating service account: googleapi: Error {exc.status}: "
+                                       f"{exc.message}, alreadyExists")
+                return
+            self.accounts.append(f"{r.inputs['accountId']}@{self.iam.project}.iam.gserviceaccount.com")
 
     def on_up(self, stack: str) -> None:
         outputs = dict(self.outputs)  # the real program's outputs for this spec
@@ -93,7 +123,12 @@ class GkeLike:
         self.fake.scripted_outputs = outputs
 
     def on_destroy(self, stack: str) -> None:
-        """The cluster is deleted with its nodes: every pod's processes die, the API goes away."""
+        """The cluster is deleted with its nodes: every pod's processes die, the API goes away; the
+        accounts the program made are deleted."""
+        from gpucluster.infra.gcp.leftovers import IAM
+
+        while self.iam is not None and self.accounts:
+            self.iam.delete(f"{IAM}/projects/-/serviceAccounts/{self.accounts.pop()}")
         with self.lock:
             fake, stop, self.current, self._stop = self.current, self._stop, None, None
         if fake is None:
@@ -137,8 +172,9 @@ class GkeLike:
         delays = {f"{name}-cluster": self.cluster_s, f"{name}-gpu": self.pool_s}
         self.fake = FakePulumiCommand(resources=[], outputs={}, secret_keys=("kubeconfig",), before_up=self.before_up,
                                       on_up=self.on_up, on_destroy=self.on_destroy, create_delays=delays, **fake_kw)
+        kw = {"find": self.find, "delete": lambda items: [], **(provider_kw or {})}  # a test may scan for real
         provider = PulumiProvider(plugin("gcp"), driver=Driver(pulumi_command=self.fake, program_runner=lambda s: None),
-                                  find=self.find, delete=lambda items: [], **(provider_kw or {}))
+                                  **kw)
         return provider, self.fake
 
     def launcher(self, poll_interval: float = 2.0, api_retry_s: float = 10.0) -> Any:

@@ -24,6 +24,13 @@ project's state in dicts and answers as the real APIs do, each behaviour from it
   uniqueId, displayName and description (service accounts take no labels); `get` and `delete` by
   email (404 once gone). A deleted account's bucket bindings stay, rewritten as
   `deleted:serviceAccount:EMAIL?uid=UNIQUE_ID` (IAM docs, "Delete service accounts").
+- IAM `projects.serviceAccounts.create` (`create_account`): the account id is unique within the
+  project; one already taken answers 409 ALREADY_EXISTS, "Service account ID already exists within
+  project projects/P." (IAM REST reference, projects.serviceAccounts/create; the answer as
+  terraform-provider-google reports it: GoogleCloudPlatform/marketing-analytics-jumpstart#200,
+  hashicorp/terraform-provider-google#19112). A new account gets a new uniqueId, even with the id of
+  one deleted before (IAM docs, "Delete service accounts": a new account with the same name is a
+  separate identity and inherits none of the old one's roles).
 - Cloud Storage `buckets.getIamPolicy` (`optionsRequestedPolicyVersion=3`) gives {version, etag,
   bindings: [{role, members, condition}]}; `setIamPolicy` (PUT) replaces it only if its etag is the
   current one, else 412 Precondition Failed (a read-modify-write that lost a race).
@@ -67,6 +74,7 @@ class FakeProject:
     buckets: dict = field(default_factory=dict)
     accounts: dict = field(default_factory=dict)  # email -> {uniqueId, displayName, description}
     policies: dict = field(default_factory=dict)  # bucket -> {"etag": str, "bindings": [...]}
+    uid: int = 100000000000000000000  # the last uniqueId given (IAM's are 21 digits)
     page_size: int = 2  # accounts per page (IAM pages its lists; small here so paging is exercised)
     calls: list = field(default_factory=list)
 
@@ -105,6 +113,19 @@ class FakeProject:
             raise api_error(412, {"error": {"code": 412, "message": "Precondition Failed"}})
         self.policies[bucket] = {"etag": f"{policy['etag']}+", "bindings": body["bindings"]}
         return self._policy(url)
+
+    def create_account(self, account_id: str, display_name: str = "", description: str = "") -> dict:
+        email = f"{account_id}@{self.project}.iam.gserviceaccount.com"
+        self.calls.append(("create account", account_id))
+        if email in self.accounts:
+            raise api_error(409, {"error": {
+                "code": 409, "status": "ALREADY_EXISTS",
+                "message": f"Service account {account_id} already exists within project projects/{self.project}.",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ResourceInfo",
+                             "resourceName": f"projects/{self.project}/serviceAccounts/{email}"}]}})
+        self.uid += 1
+        self.accounts[email] = {"uniqueId": str(self.uid), "displayName": display_name, "description": description}
+        return {"email": email, **self.accounts[email]}
 
     def _iam_get(self, url: str, params: dict) -> dict:
         path = urlparse(url).path

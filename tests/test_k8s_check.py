@@ -122,7 +122,11 @@ def test_a_pod_deleted_during_the_check_is_named_lost_and_the_check_stops(tmp_pa
     """Node 1's pod is deleted while its check program runs (its exec'd process dies with the pod,
     tests/k8s_fake.py): the run ends at once naming node 1 as lost in the check phase (cause
     interruption, for the recovery loop), not node 0 (whose collective waited on node 1); every
-    check program is stopped and nothing of the job starts."""
+    check program is stopped and nothing of the job starts. The deleted pod stays listed with a
+    deletionTimestamp while it terminates (Kubernetes docs, "Termination of Pods"; the fake's
+    `delete_ticks`). Checked once by hand (2026-11-26): with `delete_ticks` forced to 0 (the old,
+    kinder fake that drops a deleted pod at once) this test fails, the run saying the pod
+    "disappeared" instead of "is being deleted"."""
     import threading
     import time
 

@@ -284,6 +284,13 @@ def test_gke_access_uses_a_bearer_token_from_adc_and_refreshes_it():
 
 
 def test_the_fake_refuses_unauthenticated_calls_and_the_launch_names_the_fix(tmp_path):
+    """An API server refuses a request no authenticator accepts with 401 (Kubernetes docs,
+    "Authenticating": "requests that are rejected by all authenticators are ... HTTP status code 401");
+    a GKE access token is an OAuth token that expires (google-auth refreshes it inside its margin), and
+    a refreshed token the cluster does not accept is such a request. The fake checks the bearer token
+    the client's refresh hook would send (`auth`, `tokens`).
+    Checked once by hand (2026-11-26): with the fake's token check removed (the old, kinder fake that
+    accepted any call), this test fails ("DID NOT RAISE LaunchError")."""
     creds = FakeCredentials()
     api = k8s.KubeApi.from_gke(KUBECONFIG, credentials=creds)
     config = api.core.api_client.configuration
@@ -318,6 +325,15 @@ def test_missing_adc_is_one_line_before_anything_is_created(tmp_path, monkeypatc
 
 
 def test_the_fake_validates_like_the_api_server():
+    """The fake's field validation answers 422 Unprocessable Entity as the API server does (Kubernetes
+    docs, "Object Names and IDs": ConfigMap and Job names are DNS-1123 subdomains, Service names
+    DNS-1035 labels; "ConfigMaps": keys [-._a-zA-Z0-9]+, at most 1 MiB; "Jobs": an Indexed Job needs
+    `completions`, its pod template's restartPolicy Never or OnFailure; "Labels and Selectors": a
+    malformed selector is a 400). Every launcher test's objects go through it, so a manifest the API
+    server would refuse fails those tests; no launcher path sends such an object today (the spec
+    rules refuse bad names first, exit 2), so only this test fails without it.
+    Checked once by hand (2026-11-26): with `_validate` a no-op (the old, kinder fake), this test
+    fails ("DID NOT RAISE") and the other 22 tests of this file pass."""
     from kubernetes import client as kc
 
     fake = FakeKubeApi({})
@@ -386,6 +402,38 @@ def test_a_namespace_the_run_made_is_kept_while_another_runs_job_is_in_it(tmp_pa
     assert "namespace" not in [d[1] for d in fake.of("delete")] and launcher.cleanup_errors == []
     fake.settle()
     assert "team-a" in fake.namespaces  # the other run's Job is still in it
+
+
+def test_a_namespace_the_run_made_goes_when_the_other_job_in_it_is_being_deleted(tmp_path):
+    """Another run's Job in the namespace was deleted just before our cleanup; the API server still lists
+    it, with a deletionTimestamp, until its pods are gone (Kubernetes docs, "Garbage Collection":
+    with Foreground propagation the owner stays, with a deletionTimestamp, until its dependents are
+    deleted; the fake keeps it listed for `delete_ticks` listings). It is going, so it does not keep
+    the namespace: ours is deleted.
+    Checked once by hand (2026-11-26): with the launcher's `deletion_timestamp` filter removed
+    (k8s_objects._delete_namespace), this test fails on this fake (the namespace is kept); on the
+    old, kinder fake (delete_ticks=0: a deleted Job is gone at once) the same broken launcher passes
+    it, the bug hidden."""
+    fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
+    other = ("job", "gpucluster-other")
+
+    delete_job = fake.delete_namespaced_job
+
+    def another_run_ends_first(name, namespace, **kw):  # its Job, in our namespace, is deleted as ours is
+        if name != other[1] and other not in fake.objects:
+            fake.objects[other] = NS(metadata=NS(name=other[1], labels={"app.kubernetes.io/managed-by": "gpucluster",
+                                                                           "gpucluster-job": other[1]}))
+            fake.object_ns[other] = "team-a"
+            delete_job(other[1], "team-a")
+        return delete_job(name, namespace, **kw)
+
+    fake.delete_namespaced_job = another_run_ends_first
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake), poll_interval=0, namespace="team-a",
+                                      api_retry_s=API_RETRY_S)
+    assert launcher.launch(cluster(2), job(), Events(), tmp_path / "logs").ok
+    assert [d[1] for d in fake.of("delete")][-1] == "namespace" and launcher.cleanup_errors == []
+    fake.settle()
+    assert "team-a" not in fake.namespaces and fake.objects == {}
 
 
 def test_the_fake_refuses_objects_in_a_namespace_that_does_not_exist():

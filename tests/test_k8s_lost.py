@@ -5,7 +5,11 @@ deletionTimestamp while it terminates), or vanishes. Each time the run fails at 
 as lost, with a `node_lost` record (cause "interruption") for the recovery loop, within a pod
 listing of it. (Checked once by hand: without `FakeKubeApi.preempt` and `delete_pod` modelling a
 pod that stays listed, a launcher that only noticed vanished pods failed these tests: a preempted
-pod was reported as the job's own failure, exit code 143.)"""
+pod was reported as the job's own failure, exit code 143. And once more, 2026-11-26, against the
+fake's deletion that takes time (Kubernetes docs, "Pod Lifecycle", "Termination of Pods": a deleted
+pod is listed with a deletionTimestamp, Terminating, through its grace period): with `delete_ticks`
+forced to 0, the old, kinder fake that drops a deleted pod at once, the `delete` case fails, the run
+saying "disappeared" instead of "is being deleted".)"""
 
 from __future__ import annotations
 

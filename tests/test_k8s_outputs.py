@@ -93,6 +93,62 @@ def test_outputs_come_back_after_success_then_everything_is_deleted(tmp_path):
     assert_everything_deleted(fake)
 
 
+def test_rest_calls_made_while_the_copy_execs_stay_rest_calls(tmp_path):
+    """The copy opens its execs 8 at a time in threads while the launcher goes on making REST calls on
+    its own client (its watch loop's listings, its deletes). `kubernetes.stream.stream` swaps the
+    `request` of the ApiClient it is given for a websocket call until the handshake is done
+    (kubernetes/stream/stream.py `_websocket_request`), so a REST call on that client meanwhile goes
+    out as a websocket handshake and fails ("Handshake status 200 OK": kubernetes-client/python#928;
+    harbor-framework/harbor PR #1517 on GKE), and two overlapping swaps leave it patched for good.
+    Here the fake is served over HTTP (tests/k8s_fake_http.py: the real client and its real
+    websocket exec; each exec's upgrade takes 0.2 s, as an API server relaying to the kubelet takes
+    time; a REST path asked for with `Upgrade: websocket` is recorded in `rest_upgrades`), and another
+    thread lists pods on the launcher's client all through `collect_outputs` of 4 pods.
+    Checked once by hand (2026-11-26): with `k8s_outputs._exec` opening its streams on `api.core`
+    (the shared client) instead of `api.exec_core()`, this test fails: 59 of the other thread's
+    listings failed (the client's AttributeError on the refused handshake), each recorded by the
+    fake as a websocket upgrade of GET /api/v1/namespaces/default/pods."""
+    import threading
+
+    nodes = 4
+    fake = FakeKubeApi({r: with_outputs(healthy(r, nodes), r) for r in range(nodes)})
+    api, stop = serve(fake)
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0, api_retry_s=10)
+    spec = job(output_dir=str(tmp_path / "out"))
+    done, listed, refused = threading.Event(), [0], []
+
+    def lister():
+        while not done.is_set():
+            try:
+                api.core.list_namespaced_pod("default", label_selector=f"gpucluster-job={NAME}")
+                listed[0] += 1
+            except Exception as exc:  # noqa: BLE001 - what the test is about
+                refused.append(exc)
+            time.sleep(0.005)
+
+    try:
+        result = launcher.launch(cluster(nodes), spec, Events(), tmp_path / "logs")
+        assert result.ok, result.failure
+        before = len(fake.of("exec"))
+        thread = threading.Thread(target=lister, daemon=True)
+        thread.start()
+        try:
+            got = {o.node_rank: o for o in launcher.collect_outputs(spec, Events())}
+        finally:
+            done.set()
+            thread.join(10)
+        copy_execs = len(fake.of("exec")) - before
+    finally:
+        stop()
+    assert refused == [] and fake.rest_upgrades == [], (refused[:2], fake.rest_upgrades[:2])
+    assert copy_execs >= 2 * nodes and listed[0] >= 10, (copy_execs, listed[0])  # they did overlap
+    assert launcher.cleanup_errors == []  # the deletes after the copy were REST calls too
+    assert all(got[r].verdict == COMPLETE for r in range(nodes)), [o.problem() for o in got.values()]
+    for rank in range(nodes):
+        assert_copied(tmp_path, fake, rank)
+    assert_everything_deleted(fake)
+
+
 def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_path):
     scripts = {0: with_outputs(PodScript(lines=["training"], exit_code=None), 0),  # would run forever
                1: with_outputs(PodScript(lines=["Traceback", "RuntimeError: CUDA out of memory"], exit_code=3), 1)}
