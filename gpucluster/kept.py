@@ -8,9 +8,9 @@ reaches its nodes, and an idle stop (`--idle-minutes`) powers it down when no jo
 - `Attached`: the provider of an `exec` run. The cluster was read before the run's ledger row
   (`Provider.attach`: the stack's outputs); `up` hands it to the lifecycle and creates nothing; the
   lifecycle is run with `keep=True`, so nothing is torn down.
-- `close_processes(...)`: the teardown of an `exec` run keeps the nodes, so the run's processes are
-  checked apart (`Launcher.leftovers`): none left closes their ledger rows; any left is the run's
-  verdict (leftovers, exit 3).
+- `close_processes(...)`: the teardown of an `exec` run keeps the nodes, so what its launcher started
+  there (processes; on gcp the job's Kubernetes objects) is checked apart (`Launcher.leftovers`): none
+  left closes their ledger rows still open; any left is the run's verdict (leftovers, exit 3).
 - `idle_left(...)`: the time before the idle stop, from the ledger: the watcher (aws: on each node, a
   job's processes carry GPUCLUSTER_RUN_ID; gcp: in the cluster, a job's pods carry its labels) counts
   from the end of the last job the same way.
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpucluster.domain import Check, Cluster, Provider
+from gpucluster.domain import LAUNCHER_KINDS, Check, Cluster, Provider
 from gpucluster.errors import ExitCode, UsageError, did_you_mean
 
 IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nodes; gcp: in the cluster) is set up from
@@ -59,7 +59,7 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False) -> Kept:
         raise UsageError(f"cluster {name!r} is not in the ledger{did_you_mean(name, known)}; create one with "
                          f"`gpucluster up --name {name}` (or `gpucluster run --keep`)")
     latest = runs[0]
-    open_rows = [r for r in ledger.open_resources(name) if r["kind"] != "process"]
+    open_rows = [r for r in ledger.open_resources(name) if r["kind"] not in LAUNCHER_KINDS]
     if not open_rows:
         raise UsageError(f"cluster {name!r} is not up: the ledger holds nothing of it that may still exist (its "
                          f"last run {latest.id} ended with teardown {latest.teardown or 'none'}); create it with "
@@ -68,8 +68,11 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False) -> Kept:
     if info and not info.get("self") and not (in_use_ok and info.get("op") == "run"):
         raise busy_error(name, info)
     if latest.status == "running" and not (in_use_ok and info):
+        left = [f"{r['kind']} {r['name']}" for r in ledger.open_resources(name)
+                if r["run_id"] == latest.id and r["kind"] in LAUNCHER_KINDS]
+        on_it = f"; what it started there may still run: {', '.join(left)}" if left else ""
         raise UsageError(f"cluster {name!r}: its last run {latest.id} never finished (its gpucluster process ended "
-                         f"without teardown); check or remove it with `gpucluster down {name}`")
+                         f"without teardown){on_it}; check or remove it with `gpucluster down {name}`")
     holders = {r["run_id"] for r in open_rows}
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
     if origin.teardown not in (None, "kept") and origin.status != "running":
@@ -140,7 +143,7 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     None found: their ledger rows are closed. Found, or not checkable: the run's teardown verdict says
     so (leftovers / not verified). Returns (the exit code it forces, or None; a line to show)."""
     record = ledger.get_run(run_id)
-    rows = [r for r in (record.resources if record else []) if r.kind == "process" and not r.confirmed_gone]
+    rows = [r for r in (record.resources if record else []) if r.kind in LAUNCHER_KINDS and not r.confirmed_gone]
     if not rows:
         return None, None
     try:

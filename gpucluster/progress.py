@@ -11,7 +11,8 @@ own, from the console's refresh thread) and says, in one line:
 "of 2" is what the plan said the run creates of a kind (`Pricing.planned_resources`: the priced
 kinds, e.g. one instance per node); Pulumi itself announces a resource only when it starts on it,
 so no total of every resource is known before the end. The rows of the job's processes (kind
-"process", closed after the teardown check) are not cloud resources and are left out.
+"process") and of a GKE job's Kubernetes objects (`k8s-*`), closed after the launcher's check, are not
+cloud resources and are left out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-LAUNCHER_KINDS = ("process",)  # rows the launcher writes for the job's processes, not cloud resources
+from gpucluster.domain import LAUNCHER_KINDS  # rows the launcher writes (processes, a job's k8s objects)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ ROUTES = [  # (method, path regex, handler name)
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "events"),
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|serviceaccounts)", "create"),
+    ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|secrets)", "list"),
     ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services)/(?P<name>[^/]+)", "delete"),
     ("GET", r"/api/v1/namespaces/(?P<name>[^/]+)", "read_namespace"),
     ("DELETE", r"/api/v1/namespaces/(?P<name>[^/]+)", "delete_namespace"),
@@ -102,6 +103,7 @@ ROUTES = [  # (method, path regex, handler name)
     ("POST", r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)", "create_custom"),
     ("DELETE", r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)/(?P<name>[^/]+)",
      "delete_custom"),
+    ("GET", r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)", "list_custom"),
 ]
 MODELS = {"configmaps": ("V1ConfigMap", "create_namespaced_config_map"),
           "services": ("V1Service", "create_namespaced_service"),
@@ -244,6 +246,19 @@ class Handler(BaseHTTPRequestHandler):
     def h_delete_namespace(self, name):
         self.fake.delete_namespace(name)
         self._send(200, {"kind": "Status", "status": "Success"})
+
+    def h_list(self, ns, kind):
+        lister = {"configmaps": "list_namespaced_config_map", "services": "list_namespaced_service",
+                  "secrets": "list_namespaced_secret"}[kind]
+        got = getattr(self.fake, lister)(ns, label_selector=self.q("labelSelector"))
+        name = {"configmaps": "ConfigMapList", "services": "ServiceList", "secrets": "SecretList"}[kind]
+        self._send(200, {"kind": name, "apiVersion": "v1", "metadata": {},
+                         "items": [{"metadata": to_json(i.metadata)} for i in got.items]})
+
+    def h_list_custom(self, group, version, ns, plural):
+        got = self.fake.list_namespaced_custom_object(group, version, ns, plural,
+                                                      label_selector=self.q("labelSelector"))
+        self._send(200, {"kind": "List", "apiVersion": f"{group}/{version}", "metadata": {}, "items": got["items"]})
 
     def h_jobs(self, ns):
         got = self.fake.list_namespaced_job(ns, label_selector=self.q("labelSelector"))

@@ -212,6 +212,41 @@ class ObjectStore:
                         "2026-11-22T00:01:00Z" if (kind, name) in self.terminating else None))))
         return NS(items=items)
 
+    def _list(self, kind: str, namespace: str, label_selector=None) -> list:
+        """The objects of `kind` in `namespace` matching an equality selector. A deleted object whose
+        deletion is not finished is still listed, with metadata.deletionTimestamp set (Kubernetes docs,
+        "Finalizers": the API server "marks the object for deletion by populating
+        .metadata.deletionTimestamp" and it "remains in a terminating state"; "Garbage Collection":
+        with Foreground propagation the owner "remains visible through the Kubernetes API" until its
+        dependents are gone). A missing namespace lists nothing (a list in it answers an empty list)."""
+        self.calls.append(("list", kind, namespace, label_selector))
+        self._authenticate()
+        key, _, value = (label_selector or "").partition("=")
+        items = []
+        for (k, name), body in self.objects.items():
+            if k != kind or self.object_ns.get((k, name)) != namespace:
+                continue
+            meta = body["metadata"] if isinstance(body, dict) else None
+            labels = (meta.get("labels") if meta is not None else body.metadata.labels) or {}
+            if not key or labels.get(key) == value:
+                items.append(NS(metadata=NS(name=name, labels=dict(labels), deletion_timestamp=(
+                    "2026-11-22T00:01:00Z" if (k, name) in self.terminating else None))))
+        return items
+
+    def list_namespaced_service(self, namespace, label_selector=None, **kw):
+        return NS(items=self._list("service", namespace, label_selector))
+
+    def list_namespaced_config_map(self, namespace, label_selector=None, **kw):
+        return NS(items=self._list("configmap", namespace, label_selector))
+
+    def list_namespaced_secret(self, namespace, label_selector=None, **kw):
+        return NS(items=self._list("secret", namespace, label_selector))
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None, **kw):
+        items = self._list(f"{plural}.{group}", namespace, label_selector)  # the client returns a dict
+        return {"items": [{"metadata": {"name": i.metadata.name, "labels": i.metadata.labels,
+                                        "deletionTimestamp": i.metadata.deletion_timestamp}} for i in items]}
+
     def _delete(self, kind: str, name: str, namespace: str, body=None):
         policy = body.get("propagationPolicy") if isinstance(body, dict) else getattr(body, "propagation_policy", None)
         self.calls.append(("delete", kind, namespace, name, policy))

@@ -119,6 +119,8 @@ def test_up_exec_twice_and_down_on_a_kept_gke_cluster(home, tmp_path, monkeypatc
             assert f"on kept cluster {NAME}: 2 node(s), nothing created" in out, out  # GKE lists no nodes
             assert f"teardown: cluster kept (--keep); remove it with 'gpucluster down {NAME}'" in out, out
             assert f"the nodes bill to cluster {NAME}" in out
+            # the job's objects are ledger rows now, each confirmed gone: not "nothing was billed"
+            assert "nothing was billed" not in out, out
             # what the job made on the cluster was deleted when it ended (the fake keeps a deleted
             # object or pod listed as terminating for a few listings, as the API server does while
             # its finalizers run): nothing of it stays, its containers' processes are gone
@@ -148,6 +150,10 @@ def test_up_exec_twice_and_down_on_a_kept_gke_cluster(home, tmp_path, monkeypatc
                 assert (outs / f"node-{rank}" / f"marker-{rank}.txt").read_text() == \
                     f"rank {rank} of 2 job {run.id} data part-0.bin,part-1.bin,part-2.bin\n"
             assert {o.verdict for o in rec.outputs} == {"complete"}, rec.outputs
+            job_name = f"default/gpucluster-{run.id}"  # each object a row, requested, created, confirmed gone
+            assert sorted((r.kind, r.name) for r in rec.resources) == [
+                ("k8s-configmap", job_name), ("k8s-job", job_name), ("k8s-service", job_name)], rec.resources
+            assert all(r.created_at and r.confirmed_gone and r.deleted_at for r in rec.resources), rec.resources
             assert _no_process_left(run.id) == []
         # the second job found the data in the GPU nodes' cache (hostPath, kept with the nodes): nothing sent
         stage1, stage2 = (ledger.metrics(r.id, "stage") for r in (first, second))
@@ -176,3 +182,89 @@ def test_up_exec_twice_and_down_on_a_kept_gke_cluster(home, tmp_path, monkeypatc
     code, out, err = _cli(capsys, "exec", NAME, "--", "python", "script.py")
     assert code == 2 and f"cluster '{NAME}' is not up" in err, out + err
     assert took < 60, took
+
+
+LONG = """\
+import time
+print("long job started", flush=True)
+time.sleep(120)
+"""
+
+
+def test_an_exec_killed_mid_job_leaves_rows_that_down_cleans_and_verifies(home, tmp_path, monkeypatch, capsys):
+    """`gpucluster exec` SIGKILLed while its Job runs: no cleanup runs (SIGKILL cannot be caught,
+    signal(7)), so the Job, Service and ConfigMap stay on the cluster, their ledger rows open (written
+    before each create) and the run row `running`. The next `exec` is refused naming them; `down`
+    deletes the cluster with them and verifies: every row closed, the killed run finished as failed.
+
+    The killed `exec` is a real process: tests/kept_gcp_cli.py (the real CLI, the stack's outputs from
+    a file) reaching this test's fake API server over HTTP, as `ssh` does in tests/test_gcp_ssh.py."""
+    import signal
+    import subprocess
+
+    from gke_fake import TOKEN, FakeGoogleCredentials, GkeLike
+    from test_recovery_gcp import _no_process_left
+
+    from gpucluster.cli import common
+    from gpucluster.infra.gcp import access
+    from gpucluster.ledger import Ledger
+
+    gke = GkeLike(nodes=2)
+    ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]
+    provider, fake = gke.provider(NAME, provider_kw={"credentials": lambda *a: ok, "cloud_checks": lambda s: None})
+    monkeypatch.setattr(common, "provider_for", lambda cloud: provider)
+    monkeypatch.setattr(access, "google_credentials", lambda credentials=None: FakeGoogleCredentials())
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "script.py").write_text(LONG)
+    outputs = tmp_path / "outputs.json"
+    proc = None
+    try:
+        code, out, err = _cli(capsys, "up", "--cloud", "gcp", "--name", NAME, "--project", "my-proj-42",
+                              "--zone", "us-central1-a", "--nodes", "2", "--gpus-per-node", "1", "--yes")
+        assert code == 0, out + err
+        (cluster,) = gke.clusters
+        outputs.write_text(json.dumps({NAME: fake.scripted_outputs}))
+        env = {**os.environ, "GPUCLUSTER_HOME": str(home), "FAKE_GCP_OUTPUTS": str(outputs), "FAKE_GCP_TOKEN": TOKEN,
+               "COLUMNS": "200"}
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "kept_gcp_cli.py"), "exec", NAME,
+                                 "--", "python", "script.py"], cwd=job, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            running = [p for p in list(cluster.pods.values()) if p.terminating is None and p.phase == "Running"]
+            if len(running) == 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[0]
+        assert len(running) == 2, cluster.pods
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        ledger = Ledger.open_default()
+        killed = max(ledger.list_runs(limit=None), key=lambda r: r.created_at)
+        made = f"gpucluster-{killed.id}"
+        assert killed.status == "running"  # nothing finished it
+        # what it made is still on the cluster, and each is an open row of the killed run
+        assert {k for k in cluster.objects if k[1] == made and k not in cluster.terminating} == {
+            ("configmap", made), ("service", made), ("job", made)}, cluster.objects
+        rows = ledger.get_run(killed.id).resources
+        assert sorted((r.kind, r.name, bool(r.created_at), r.confirmed_gone) for r in rows) == [
+            (k, f"default/{made}", True, False) for k in ("k8s-configmap", "k8s-job", "k8s-service")], rows
+        # the next exec is refused, naming them
+        code, out, err = _cli(capsys, "exec", NAME, "--", "python", "script.py")
+        assert code == 2 and "never finished" in err and f"k8s-job default/{made}" in err, out + err
+        code, out, err = _cli(capsys, "down", NAME, "--yes")
+        assert code == 0, out + err
+        assert f"{NAME}: down; verified by tag" in out, out
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        gke.stop()
+    assert cluster.objects == {} and cluster.pods == {}
+    assert ledger.open_resources(NAME) == []
+    rec = ledger.get_run(killed.id)
+    assert all(r.confirmed_gone for r in rec.resources), rec.resources
+    assert rec.run.status == "failed" and rec.run.teardown == "verified", (rec.run.status, rec.run.teardown)
+    assert "ended before the run finished" in (rec.run.failure or "")
+    assert _no_process_left(killed.id) == []

@@ -150,7 +150,7 @@ class KubernetesLauncher(Launcher):
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
-        created = Created(api, plan, retry)
+        created = Created(api, plan, retry, events=events)
         stager: Any = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
             lay_back = None
@@ -202,8 +202,7 @@ class KubernetesLauncher(Launcher):
             if plan.collects and pods.started_at is not None:
                 self._held[job.run_id] = (api, plan, pods, created, transfer)  # deleted by collect_outputs
             else:
-                created.delete_all()
-                self.cleanup_errors = list(created.errors)
+                self._deleted(created, events)
         if result.failed_node is not None and result.failed_node in pods.reasons and \
                 pods.reasons[result.failed_node] not in (result.failure or ""):
             result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
@@ -225,8 +224,26 @@ class KubernetesLauncher(Launcher):
             ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
             return collect(api, plan, ran, job.output_dir or ".", objects=transfer, job=job)
         finally:
-            created.delete_all()
-            self.cleanup_errors = list(created.errors)
+            self._deleted(created, events)
+
+    def _deleted(self, created: Created, events: Any) -> None:
+        """Delete the run's objects, read them back (their ledger rows closed when confirmed gone);
+        what is not is in `cleanup_errors`, which makes the run's verdict "not verified"."""
+        created.delete_all()
+        self.cleanup_errors = list(created.errors)
+        if created.going:
+            events.message("deleted, still terminating in the cluster (their deletion is accepted and "
+                           "finishes there): " + ", ".join(created.going))
+
+    def leftovers(self, cluster: Any, run_id: str | None) -> list | None:
+        """The objects labelled with run `run_id` still in the namespace, deletion not under way
+        (`infra.gcp.k8s_gone`); None without a run id (objects are found by their run's label)."""
+        if not run_id:
+            return None
+        from .k8s_gone import run_leftovers
+
+        return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id,
+                             retry=Retry(self.api_retry_s))
 
     def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
         """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster

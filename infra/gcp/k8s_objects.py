@@ -11,6 +11,14 @@ request (an interrupted call may still have succeeded), deleted in reverse whate
 - the ConfigMap, the headless Service and the Job (or a Kubeflow PyTorchJob), built by
   `infra.gcp.k8s_manifests`.
 
+Ledger rows (the ledger-first rule): with `events` (the run's `RunEvents`) each object is a resource
+row `k8s-<kind>` `<namespace>/<name>` (the namespace: `<namespace>`) written before its create request
+and marked created after it. `delete_all` then reads every kind back by the run's label
+(`infra.gcp.k8s_gone`): an object not found, or listed with a deletionTimestamp (its deletion accepted,
+finished by the cluster), has its row closed as confirmed gone; one still there, or one that cannot be
+read back, is an error (its row stays open: the run's verdict is not verified, and `gpucluster down`
+or the next check finds it by the run's label).
+
 Every call is retried while the API answers transiently (`k8s_api.Retry`: a control-plane upgrade of
 a zonal cluster takes minutes); a create that answers 409 after a failed try had reached the server
 the first time. What could not be deleted is kept in `errors` (shown by the lifecycle).
@@ -24,6 +32,7 @@ from typing import Any
 from gpucluster.errors import LaunchError
 
 from .k8s_api import KubeApi, Retry, _is_api_error, _status, transient
+from .k8s_gone import ROW_PREFIX, listed, namespace_state, row_name
 from .k8s_manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
                             service_manifest)
 from .k8s_plan import DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, Plan
@@ -41,6 +50,9 @@ class Created:
     kinds: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     done: bool = False
+    events: Any = None  # RunEvents: a ledger row for each object, written before its request
+    going: list[str] = field(default_factory=list)  # deleted, still terminating when read back
+    ns_in_use: list[str] = field(default_factory=list)  # the Jobs of other runs that kept our namespace
 
     # -- create ---------------------------------------------------------------------------------
     def namespace(self) -> None:
@@ -74,7 +86,23 @@ class Created:
             self._create("pytorchjob", lambda: api.custom.create_namespaced_custom_object(
                 KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, pytorchjob_manifest(plan)))
 
+    def _row(self, kind: str) -> tuple[str, str]:
+        return ROW_PREFIX + kind, row_name(kind, self.plan.namespace, self.plan.name)
+
+    def _note(self, what: str, kind: str) -> None:
+        if self.events is None:
+            return
+        row, name = self._row(kind)
+        if what == "requested":  # a ledger that cannot take it raises here: nothing is asked for
+            self.events.resource_requested(row, name, namespace=self.plan.namespace,
+                                           label=f"gpucluster-run={self.plan.label_dict.get('gpucluster-run')}")
+        elif what == "created":
+            self.events.resource_created(row, name)
+        else:
+            self.events.resource_deleted(row, name)
+
     def _create(self, kind: str, create: Any, exists_is_ours: bool = True) -> None:
+        self._note("requested", kind)  # the ledger first: the row exists before the request
         self.kinds.append(kind)  # before the request: an interrupted call may still succeed
         tried = [False]
 
@@ -91,10 +119,14 @@ class Created:
             if not _is_api_error(exc):
                 raise
             if _status(exc) == 409 and (tried[0] or not exists_is_ours):
-                if not exists_is_ours:  # made by someone else meanwhile: not ours to delete
+                if not exists_is_ours:  # made by someone else meanwhile: not ours to delete, nor to count
                     self.kinds.remove(kind)
+                    self._note("deleted", kind)
+                    return
+                self._note("created", kind)
                 return  # the earlier try had reached the server: it exists, as ours
             raise self._refused(kind, exc) from None
+        self._note("created", kind)
 
     def _refused(self, kind: str, exc: Exception) -> LaunchError:
         ns, name = self.plan.namespace, self.plan.name
@@ -136,6 +168,35 @@ class Created:
                 if _status(exc) != 404:
                     what = f"namespace {ns}" if kind == "namespace" else f"{kind} {ns}/{name}"
                     self.errors.append(f"{what}: {exc}")
+        self.confirm()
+
+    def confirm(self) -> None:
+        """Read back what this run asked for (`k8s_gone`): gone or going closes its ledger row; still
+        there, or unreadable, is an error (the row stays open)."""
+        ns, name = self.plan.namespace, self.plan.name
+        run_id = str(self.plan.label_dict.get("gpucluster-run") or "")
+        inner = [k for k in self.kinds if k != "namespace"]
+        try:
+            found = listed(self.api, ns, run_id, inner, retry=self.retry) if inner else {}
+            states = {k: ("there" if found.get((k, name)) is False else "going" if (k, name) in found else "gone")
+                      for k in inner}
+            if "namespace" in self.kinds:
+                states["namespace"] = namespace_state(self.api, ns, retry=self.retry)
+        except Exception as exc:  # noqa: BLE001 - not read back: not confirmed; the rows stay open
+            self.errors.append(f"the run's objects in namespace {ns} could not be read back after their delete: "
+                               f"{_status(exc) or type(exc).__name__} {getattr(exc, 'reason', exc)}")
+            return
+        for kind, state in states.items():
+            what = f"namespace {ns}" if kind == "namespace" else f"{kind} {ns}/{name}"
+            if state == "there" and kind == "namespace" and self.ns_in_use:
+                continue  # left on purpose for the other run's Job: its row stays open, it bills nothing
+            if state == "there":
+                if not any(e.startswith(what + ":") for e in self.errors):
+                    self.errors.append(f"{what}: still there after its delete")
+                continue
+            if state == "going":
+                self.going.append(what)
+            self._note("deleted", kind)
 
     def _delete_namespace(self) -> None:
         """The namespace this run made, unless another gpucluster run's Job is in it now."""
@@ -144,5 +205,6 @@ class Created:
         others = [j.metadata.name for j in jobs if (j.metadata.labels or {}).get(JOB_LABEL) != self.plan.name
                   and not getattr(j.metadata, "deletion_timestamp", None)]
         if others:
+            self.ns_in_use = others
             return  # in use by another run; it stays (empty once that run ends) until the cluster goes
         self.api.core.delete_namespace(ns)
