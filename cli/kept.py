@@ -54,7 +54,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     """
     from gpucluster.cli.run import report
     from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.kept import Attached, attach, check_fits, close_processes, find, node_count
+    from gpucluster.kept import Attached, attach, check_fits, close_processes, find, node_count, reclaim
     from gpucluster.lifecycle import execute
     from gpucluster.prepare import Request, open_ledger, prepare
     from dataclasses import replace
@@ -64,7 +64,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
         flags["check"] = False
     ledger = open_ledger()
-    kept = find(ledger, cluster)
+    kept = find(ledger, cluster, dead_ok=True)
     chosen = plugin(kept.cloud)
     spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
     fits = check_fits(kept, None if flags["max_minutes"] is None else flags["max_minutes"] * 60)
@@ -89,6 +89,9 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
     cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
     out = common.console(stderr=as_json)
+    reclaimed = reclaim(ledger, plan.launcher, cluster_, kept)  # a killed job's leftovers, before this job
+    if reclaimed:
+        out.print(f"note: {reclaimed}", highlight=False)
     job = plan.needs_job()
     count = node_count(cluster_)  # GKE: the pool's size (its nodes are not listed one by one)
     out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({count} node(s) on {kept.cloud}, "

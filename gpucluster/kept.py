@@ -35,6 +35,7 @@ class Kept:
     runs: list[Any]  # RunRow, newest first
     origin: Any  # RunRow of the run whose rows hold the cluster's resources
     spec: dict[str, Any]  # the spec recorded by that run
+    dead: Any = None  # RunRow of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
 
     @property
     def created_at(self) -> float:
@@ -48,9 +49,11 @@ class Kept:
         return self.created_at + float(minutes) * 60 - (time.time() if now is None else now)
 
 
-def find(ledger: Any, name: str, *, in_use_ok: bool = False) -> Kept:
+def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = False) -> Kept:
     """The kept cluster `name`, or a UsageError / ClusterBusy saying why it cannot take a job.
-    `in_use_ok` (`ssh`): a job running on it now is fine (a shell or a tunnel beside it)."""
+    `in_use_ok` (`ssh`): a job running on it now is fine (a shell or a tunnel beside it). `dead_ok`
+    (`exec`): a last job whose process died, having left only launcher rows, is returned as `dead`
+    for `reclaim` instead of refused."""
     from gpucluster.owner import busy_error, owner
 
     runs = [r for r in ledger.list_runs(limit=None) if r.cluster == name]
@@ -67,19 +70,53 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False) -> Kept:
     info = owner(name)
     if info and not info.get("self") and not (in_use_ok and info.get("op") == "run"):
         raise busy_error(name, info)
-    if latest.status == "running" and not (in_use_ok and info):
-        left = [f"{r['kind']} {r['name']}" for r in ledger.open_resources(name)
-                if r["run_id"] == latest.id and r["kind"] in LAUNCHER_KINDS]
-        on_it = f"; what it started there may still run: {', '.join(left)}" if left else ""
-        raise UsageError(f"cluster {name!r}: its last run {latest.id} never finished (its gpucluster process ended "
-                         f"without teardown){on_it}; check or remove it with `gpucluster down {name}`")
     holders = {r["run_id"] for r in open_rows}
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
+    dead = None
+    if latest.status == "running" and not (in_use_ok and info):
+        if not (dead_ok and latest.id not in holders and latest.id != origin.id):
+            raise dead_run(ledger, name, latest.id)
+        dead = latest  # a job (not the cluster's maker) whose rows are all its launcher's: `reclaim` may finish it
     if origin.teardown not in (None, "kept") and origin.status != "running":
         # the run that created it tore it down, or tried: what is left is `down`'s to finish
         raise UsageError(f"cluster {name!r}: its teardown said {origin.teardown}; finish it with "
                          f"`gpucluster down {name}`")
-    return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}))
+    return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}), dead)
+
+
+def dead_run(ledger: Any, name: str, run_id: str) -> UsageError:
+    """The refusal of a cluster whose last run never finished, naming what it left there."""
+    left = [f"{r['kind']} {r['name']}" for r in ledger.open_resources(name)
+            if r["run_id"] == run_id and r["kind"] in LAUNCHER_KINDS]
+    on_it = f"; what it started there may still run: {', '.join(left)}" if left else ""
+    return UsageError(f"cluster {name!r}: its last run {run_id} never finished (its gpucluster process ended "
+                      f"without teardown){on_it}; check or remove it with `gpucluster down {name}`")
+
+
+def reclaim(ledger: Any, launcher: Any, cluster: Cluster, kept: Kept) -> str | None:
+    """Before a job on a kept cluster whose last job's gpucluster process died (`kept.dead`): the
+    launcher deletes what that job started there, found by its run's marks (`Launcher.reclaim`; gcp:
+    its Kubernetes objects by the run label), and reads it back. Nothing left: its open rows are closed
+    and the run is finished as failed (a line to show). The launcher cannot, or something is left: the
+    refusal (UsageError, exit 2) naming it, nothing recorded."""
+    if kept.dead is None:
+        return None
+    rid = kept.dead.id
+    left = launcher.reclaim(cluster, rid)
+    if left is None:
+        raise dead_run(ledger, kept.name, rid)
+    if left:
+        raise UsageError(f"cluster {kept.name!r}: its last run {rid} never finished, and what it started there "
+                         f"could not all be deleted: {', '.join(f'{x.kind} {x.id}' for x in left)}; remove it with "
+                         f"`gpucluster down {kept.name}`")
+    for r in ledger.open_resources(kept.name):
+        if r["run_id"] == rid:
+            ledger.resource_deleted(rid, r["kind"], r["name"])
+    ledger.finish_run(rid, status="failed", exit_code=int(ExitCode.FAILURE),
+                      failure="the gpucluster process ended before the run finished (crash or kill); what it "
+                              "started on the cluster was deleted by the next `gpucluster exec`",
+                      teardown="kept", leftovers=[])
+    return f"run {rid} had ended without cleanup (its gpucluster process died): what it left on the cluster is deleted"
 
 
 class Attached(Provider):

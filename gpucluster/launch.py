@@ -148,6 +148,11 @@ class Launcher:
     def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
         return None
 
+    def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
+        """Delete what run `run_id` (whose gpucluster process died) started on a kept cluster, found by
+        its marks, and return what is still there (`leftovers`); None: this launcher cannot."""
+        return None
+
     def check_connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> None:
         """What `connect` would refuse, refused before anything is said or opened (UsageError)."""
 

@@ -255,7 +255,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"kind": name, "apiVersion": "v1", "metadata": {},
                          "items": [{"metadata": to_json(i.metadata)} for i in got.items]})
 
-    def h_list_custom(self, group, version, ns, plural):
+    def h_list_custom(self, version, ns, plural):
+        group = urlparse(self.path).path.split("/")[2]  # `_route` passes no `group` (the RBAC routes' word)
         got = self.fake.list_namespaced_custom_object(group, version, ns, plural,
                                                       label_selector=self.q("labelSelector"))
         self._send(200, {"kind": "List", "apiVersion": f"{group}/{version}", "metadata": {}, "items": got["items"]})

@@ -245,6 +245,14 @@ class KubernetesLauncher(Launcher):
         return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id,
                              retry=Retry(self.api_retry_s))
 
+    def reclaim(self, cluster: Any, run_id: str) -> list | None:
+        """A killed run's objects (by its label) deleted, then read back: what is still there."""
+        from .k8s_gone import delete_run_objects, run_leftovers
+
+        api, retry = self.api or self._api_for(cluster), Retry(self.api_retry_s)
+        delete_run_objects(api, self.namespace, run_id, retry=retry)
+        return run_leftovers(api, self.namespace, run_id, retry=retry)
+
     def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
         """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster
         (the exec API), local ports forwarded to it (the portforward API): `infra.gcp.k8s_connect`."""

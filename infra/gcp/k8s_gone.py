@@ -93,3 +93,30 @@ def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = N
     return [Leftover(ROW_PREFIX + kind, row_name(kind, namespace, name), run_id=run_id,
                      detail="labelled with the run, no deletion under way")
             for (kind, name), deleting in sorted(found.items()) if not deleting]
+
+
+def delete_run_objects(api: Any, namespace: str, run_id: str, retry: Retry | None = None) -> None:
+    """Delete the run's namespaced objects found by its label (a Job with Foreground propagation, so
+    its pods go first). Not found is fine; other API errors raise (the read-back says what is left)."""
+    from .k8s_manifests import kube_models
+
+    call = (retry or Retry(0)).call
+    body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
+    delete = {
+        "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
+        "pytorchjob": lambda n: call(api.custom.delete_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
+                                     namespace, KUBEFLOW_PLURAL, n, body=body),
+        "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
+        "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
+        "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
+    }
+    order = {k: i for i, k in enumerate(("job", "pytorchjob", "service", "configmap", "secret"))}
+    found = listed(api, namespace, run_id, retry=retry)
+    for (kind, name), deleting in sorted(found.items(), key=lambda kv: order[kv[0][0]]):
+        if deleting:
+            continue
+        try:
+            delete[kind](name)
+        except Exception as exc:  # ApiException is in the lazily imported SDK
+            if not (_is_api_error(exc) and _status(exc) == 404):
+                raise
