@@ -146,3 +146,49 @@ def test_a_cluster_whose_nodes_are_not_addressed_counts_them_from_its_outputs():
     for outputs in ({"nodes": 0}, {}, {"nodes": "x"}):
         with pytest.raises(UsageError, match="has no node up"):
             attach(Stack(outputs), kept)
+
+
+class _Reclaimer:
+    """A launcher's `reclaim` as the lifecycle sees it: None (cannot), or what is still there."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def reclaim(self, cluster, run_id):
+        self.asked.append(run_id)
+        return self.answer
+
+
+@pytest.mark.parametrize("answer,refused", [
+    (None, "never finished.*what it started there may still run: k8s-job default/gpucluster-x"),
+    ([Leftover("k8s-job", "default/gpucluster-x")], "could not all be deleted: k8s-job default/gpucluster-x"),
+    ([], None),
+])
+def test_a_job_whose_process_died_is_reclaimed_by_the_next_exec_or_refused(home, answer, refused):
+    from gpucluster.kept import reclaim
+
+    led = Ledger.open_default()
+    origin = _kept(led)
+    dead = "r20261126-000009-dddddd"
+    led.create_run(dead, cloud="gcp", cluster="demo", nodes=2, gpus_per_node=1, command=["python", "x.py"], spec={})
+    led.resource_requested(dead, "k8s-job", "default/gpucluster-x")
+    led.resource_created(dead, "k8s-job", "default/gpucluster-x")
+    with pytest.raises(UsageError, match="never finished.*k8s-job default/gpucluster-x"):
+        find(led, "demo")  # `ssh` and anything but exec: refused, naming what it left
+    kept = find(led, "demo", dead_ok=True)
+    assert kept.dead.id == dead and kept.origin.id == origin
+    launcher = _Reclaimer(answer)
+    cluster = Cluster(name="demo", cloud="gcp", nodes=())
+    if refused:
+        with pytest.raises(UsageError, match=refused):
+            reclaim(led, launcher, cluster, kept)
+        assert led.get_run(dead).run.status == "running" and not led.get_run(dead).resources[0].confirmed_gone
+    else:
+        assert "had ended without cleanup" in reclaim(led, launcher, cluster, kept)
+        rec = led.get_run(dead)
+        assert rec.run.status == "failed" and all(r.confirmed_gone for r in rec.resources)
+    assert launcher.asked == [dead]
+    # a cluster whose maker died is never reclaimed: `down` finishes it
+    _kept(led, "orphan", status="running")
+    with pytest.raises(UsageError, match="never finished.*gpucluster down orphan"):
+        find(led, "orphan", dead_ok=True)
