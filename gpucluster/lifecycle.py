@@ -1,5 +1,4 @@
 """The run lifecycle, shared by every backend:
-
     validate -> plan -> ledger row -> provision -> ready -> rendezvous/train -> teardown -> verify -> cost
 
 `execute()` writes the run row before anything is created, records every phase, resource, node exit
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 
 from gpucluster.domain import VERIFIED, Check
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
+from gpucluster import recording
 from gpucluster.events import Phase
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger, LedgerError
@@ -475,7 +475,7 @@ def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder | _Quiet, *,
         # untagged resources still in the stack): the failure itself leaves the verdict open
         check = check.with_unchecked(*not_run)
     if check.verified:
-        for kind, name in rec.spawned:
+        for kind, name in recording.launcher_rows(rec):
             rec.resource_deleted(kind, name)
         note = "".join(f"; {n.replace('delete:', 'delete failed:', 1)}" for n in not_run)
         rec.end_phase("ok", "verified: every check ran and found nothing" + note)

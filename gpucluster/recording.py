@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpucluster import domain
 from gpucluster.ledger import LedgerError
 
 
@@ -73,3 +74,18 @@ class Quiet:
     @property
     def rec(self) -> Any:
         return self._rec
+
+
+def launcher_rows(rec: Any) -> list[tuple[str, str]]:
+    """What a verified teardown closes besides the cloud's own rows: the processes the launcher
+    started, and any other row a launcher wrote that is still open (a GKE job's Kubernetes objects
+    whose delete failed went with the cluster the check has just found gone)."""
+    rows = list(rec.spawned)
+    try:
+        run = rec.ledger.get_run(rec.run_id)
+    except Exception:  # noqa: BLE001 - the spawned rows are still closed
+        run = None
+    for r in run.resources if run is not None else ():
+        if r.kind in domain.LAUNCHER_KINDS and not r.confirmed_gone and (r.kind, r.name) not in rows:
+            rows.append((r.kind, r.name))
+    return rows

@@ -437,11 +437,19 @@ def test_a_job_the_real_launcher_runs_holds_the_idle_stop_off(cluster, tmp_path)
     launcher = k8s.KubernetesLauncher(api=c.api, poll_interval=0.05, api_retry_s=5)
     gke = GkeCluster(name="demo", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig="{}",
                      outputs={"nodes": 1, "gpus_per_node": 1})
+    last_line: list[float] = []
+
+    class Events(NullEvents):
+        def on_line(self, node_rank, line):
+            last_line.append(time.time())  # the job's last line: its pod ends right after
+
     result = launcher.launch(gke, JobSpec(run_id="r20261126-130000-abc123", workload="digits", nproc_per_node=1),
-                             NullEvents(), tmp_path / "logs")
-    ended = time.time()
+                             Events(), tmp_path / "logs")
+    ended = time.time()  # the launcher's cleanup (deletes, read-backs) came after the pod's end
     assert result.ok, result
-    assert ended - started > 2 * SCALE + 1  # the job outlived the idle time...
+    assert last_line and ended - started > 2 * SCALE + 1  # the job outlived the idle time...
     assert c.parallelism() == 2  # ...and the hold was kept all along
     at = c.wait_for(lambda: c.parallelism() == 0, 30)
-    assert at is not None and 2 * SCALE - 0.3 <= at - ended <= 2 * SCALE + 8.0, at - ended
+    # counted from the job's end (its pod last seen), not from when the launcher returned
+    assert at is not None and 2 * SCALE - 0.3 <= at - last_line[-1] and at - ended <= 2 * SCALE + 8.0, \
+        (at - last_line[-1], at - ended)

@@ -271,3 +271,31 @@ def test_up_whose_record_cannot_be_written_keeps_the_cluster_and_says_so(tmp_pat
     made = provision_only(_aws_spec("r-up"), backend=backend_of("aws"), ledger=FullOnFinish(tmp_path / "l.db"),
                           provider=NoDown())
     assert made.cluster.name == "c1" and "disk is full" in made.record_error
+
+
+class LeavesRowsOpen(LeavesObjects):
+    """A GKE job's launcher: its Kubernetes objects are ledger rows (written before each create), and
+    its deletes failed, so their rows are still open when the run's cluster is destroyed."""
+
+    def launch(self, cluster, job, events, log_dir):
+        for kind, name in (("k8s-configmap", "default/gpucluster-r4"), ("k8s-job", "default/gpucluster-r4")):
+            events.resource_requested(kind, name)
+            events.resource_created(kind, name)
+        return super().launch(cluster, job, events, log_dir)
+
+
+def test_a_verified_teardown_of_the_cluster_closes_the_launchers_open_rows(tmp_path, monkeypatch):
+    """The launcher could not delete its objects, but the cluster they lived on was destroyed and the
+    check found nothing: the rows close with it (confirmed gone), the failed deletes are still said,
+    and nothing of the run stays open in the ledger (which `status` and `down` read)."""
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    ledger = Ledger(tmp_path / "l.db")
+    spec = ClusterSpec(cloud="aws", nodes=1, name="c4", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", run_id="r4")
+    out = execute(spec, JobSpec(run_id="r4", workload="digits"), backend=backend_of(spec.cloud),
+                  ledger=ledger, provider=MadeCluster(), launcher=LeavesRowsOpen())
+    assert out.teardown == "verified", (out.teardown, out.unchecked)
+    assert "the launcher could not delete configmap default/gpucluster-r3" in (out.failure or "")
+    rows = {(r.kind, r.name): r.confirmed_gone for r in ledger.get_run("r4").resources}
+    assert rows[("k8s-job", "default/gpucluster-r4")] and rows[("k8s-configmap", "default/gpucluster-r4")], rows
+    assert [r for r in ledger.open_resources("c4")] == []

@@ -27,6 +27,7 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.gcp.k8s_plan", "KEEPER_PROGRAM"): "infra/gcp/pod_keeper.py",
     ("gpucluster.infra.gcp.k8s_outputs", "PACK"): "infra/gcp/pod_pack.py",
     ("gpucluster.infra.gcp.k8s_outputs", "TOUCH"): "infra/gcp/pod_touch.py",
+    ("gpucluster.infra.gcp.k8s_idle", "WATCHER"): "infra/gcp/pod_idle.py",
 }
 NOT_PROGRAMS = {"gpucluster/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
 # shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle

@@ -37,6 +37,7 @@ from .k8s_plan import DEFAULT_NAMESPACE, GPU_TAINT_KEY, program_text
 NAME = "gpucluster-idle"  # ServiceAccount, Role, RoleBinding, ConfigMap and Deployment
 HOLD = "gpucluster-hold"  # the Job whose pods pin the GPU nodes
 PROGRAM = "idle.py"
+WATCHER = program_text("pod_idle.py")  # the watcher's text, shipped in the ConfigMap
 IMAGE = "python:3.12-slim"  # standard library only; Docker Hub's official image
 LAST_ANNOTATION = "gpucluster.io/idle-last-job"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -116,7 +117,7 @@ def manifests(*, cluster: str, namespace: str, minutes: int, nodes: int, deadlin
         "role": role,
         "rolebinding": binding,
         "configmap": k.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=meta(NAME, "idle"),
-                                   data={PROGRAM: program_text("pod_idle.py")}),
+                                   data={PROGRAM: WATCHER}),
         "job": hold,
         "deployment": watcher,
     }
