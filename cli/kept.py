@@ -149,6 +149,7 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     from gpucluster.kept import access_dir, attach, find, node_count
     from gpucluster.launch import Forward
     from gpucluster.prepare import check_ssh_files
+    from gpucluster.spec import ClusterSpec, normalize
 
     if not target:
         raise UsageError("name a cluster: gpucluster ssh CLUSTER [NODE] [-- COMMAND]")
@@ -170,9 +171,9 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     nodes = node_count(cluster)
     if not 0 <= rank < nodes:
         raise UsageError(not_allowed("node", rank, f"0 to {nodes - 1} (cluster {name} has {nodes} node(s))"))
-    recorded = kept.spec.get("options") or {}  # gcp: the launcher's namespace and kind, as the cluster's runs had them
-    spec_options = {str(k): str(v) for k, v in (recorded.items() if isinstance(recorded, dict) else recorded)}
-    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity, spec_options=spec_options))
+    # gcp: the launcher's namespace and kind, as the cluster's runs had them (read as `prepare` reads them)
+    spec = normalize(ClusterSpec.from_dict(kept.spec), plugin(kept.cloud))
+    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity, spec_options=spec.option_dict))
     if ssh_config:
         lines = launcher.ssh_config(cluster, access_dir(name, create=True))
         click.echo(f"host aliases for cluster {name}: "
