@@ -337,7 +337,8 @@ class NodeSupervisor:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
 
         `watch`, when given, is asked every loop for a failure of something beside the nodes
-        (e.g. the launcher's rendezvous store); a string ends the run as that failure.
+        (the local launcher also lets go of its rendezvous store there); a string ends the run as
+        that failure.
         With a job `setup`, the run starts in the "setup" phase (which counts against the time
         limit) and `release()` is called once every node has reported its setup done; an
         exception from it ends the run as a failure.

@@ -87,17 +87,24 @@ class Interrupting(Launcher):
         return self.inner.describe(spec, job)
 
 
+def runs_program(arg: str, marker: str) -> bool:
+    """`arg` (one of a command line's first words) names the program `marker`: it is it, a path
+    ending with it, or the local launcher's `python -c BOOT` code that runs it as a module
+    (gpucluster.launch.agent_boot)."""
+    return arg == marker or arg.endswith("/" + marker) or f"run_module({marker!r}" in arg
+
+
 def node_procs(run_id: str, rank: int, marker: str | None = None) -> list[psutil.Process]:
     """This machine's processes of the run's node `rank` (by the environment every node process
     inherits), optionally only the program `marker` (one of its first three arguments is it or
-    ends with it: `python -m torch.distributed.run`, `python .../reaper.py`; not a shell whose
+    ends with it: `python -m torch.distributed.run`, `python .../reaper.py`, see `runs_program`; not a shell whose
     script merely mentions it)."""
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
             env = p.environ()
             if env.get("GPUCLUSTER_RUN_ID") == run_id and env.get("GPUCLUSTER_NODE_RANK") == str(rank):
-                if marker is None or any(a == marker or a.endswith("/" + marker) for a in p.cmdline()[:3]):
+                if marker is None or any(runs_program(a, marker) for a in p.cmdline()[:3]):
                     found.append(p)
         except (psutil.Error, OSError):
             continue

@@ -1,10 +1,12 @@
-"""Real local runs (issue 10 items 11, 15, 16): the rendezvous store in a process the launcher
-controls (started first, stopped last, gone on every path), a clean console for a clean run,
-the train phase of a user script, and the ledger/`show --json` size with a huge log line."""
+"""Real local runs (issue 10 items 11, 15, 16): the rendezvous store kept by node 0's agent until
+the launcher lets go (after every other agent, on every path; issue 31: no process of its own), a
+clean console for a clean run, the train phase of a user script, and the ledger/`show --json` size
+with a huge log line."""
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
-from gpucluster.launch import JobSpec, torchrun_argv, announced_program
+from gpucluster.launch import JobSpec, agent_boot, torchrun_argv, announced_program
 from gpucluster.node_output import TAIL_BYTES
 from gpucluster.ledger import Ledger
 from gpucluster.procs import kill_run_processes, run_processes
@@ -29,26 +31,23 @@ def only_run(home):
     return ledger.get_run(runs[0].id, with_metrics=True).to_dict()
 
 
-def store_processes(run_id):
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            cmd = p.info["cmdline"] or []
-            if "gpucluster.rdzv_store" in cmd and p.environ().get("GPUCLUSTER_RUN_ID") == run_id:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    found.append(p)
-        except psutil.Error:
-            continue
-    return found
+def is_agent(cmd):
+    """An agent's argv: `python -m torch.distributed.run` or the local launcher's `python -c BOOT`."""
+    return (cmd[1:3] == ["-m", "torch.distributed.run"]
+            or (cmd[1:2] == ["-c"] and len(cmd) > 2 and "torch.distributed.run" in cmd[2]))
+
+
+def hosts_store(cmd):
+    return cmd[1:2] == ["-c"] and "TCPStore(" in cmd[2]
 
 
 class StoreWatch(threading.Thread):
-    """Notes every rendezvous store process seen while a run goes on, and every agent's argv."""
+    """Notes every agent of the watched runs while they go on: its argv, and when it was last seen."""
 
     def __init__(self):
         super().__init__(daemon=True)
-        self.stores: dict[int, str] = {}
-        self.agents: dict[int, list[str]] = {}
+        self.agents: dict[int, tuple[str, list[str]]] = {}
+        self.last_seen: dict[int, float] = {}
         self.done = threading.Event()
 
     def run(self):
@@ -56,14 +55,14 @@ class StoreWatch(threading.Thread):
             for p in psutil.process_iter(["pid", "cmdline"]):
                 cmd = p.info["cmdline"] or []
                 try:
-                    if "gpucluster.rdzv_store" in cmd:
-                        self.stores[p.pid] = p.environ().get("GPUCLUSTER_RUN_ID")
-                    elif ("torch.distributed.run" in cmd and not any(a.endswith("reaper.py") for a in cmd)
-                          and p.environ().get("GPUCLUSTER_RUN_ID")):  # the agent, not its supervisor
-                        self.agents[p.pid] = (p.environ().get("GPUCLUSTER_RUN_ID"), cmd)
+                    if is_agent(cmd) and p.status() != psutil.STATUS_ZOMBIE:
+                        rid = p.environ().get("GPUCLUSTER_RUN_ID")
+                        if rid:
+                            self.agents[p.pid] = (rid, cmd)
+                            self.last_seen[p.pid] = time.monotonic()
                 except psutil.Error:
                     pass
-            time.sleep(0.2)
+            time.sleep(0.05)
 
 
 def test_torchrun_argv_without_a_store_on_the_head_and_announcer_for_commands():
@@ -80,6 +79,19 @@ def test_torchrun_argv_without_a_store_on_the_head_and_announcer_for_commands():
     wl = torchrun_argv(JobSpec("r1", workload="digits"), python="py", nnodes=2, node_rank=0, rdzv_host="h",
                        local_addr=None, program=["-m", "x"])
     assert wl[-2:] == ["-m", "x"] and any(a.startswith("--rdzv-conf=is_host=true") for a in wl)
+    assert wl[:3] == ["py", "-m", "torch.distributed.run"]
+    # the local launcher's boot: the same torchrun options after `python -c BOOT`
+    booted = torchrun_argv(JobSpec("r1", workload="digits"), python="py", nnodes=2, node_rank=0,
+                           rdzv_host="h", local_addr=None, program=["-m", "x"], store_on_head=False,
+                           boot=agent_boot(("127.0.0.1", 29501, 7)))
+    assert booted[:2] == ["py", "-c"] and hosts_store(booted) and "os.read(7, 1)" in booted[2]
+
+    def options(argv):
+        return [a for a in argv[3:] if not a.startswith("--rdzv-conf")]
+
+    assert options(booted) == options(wl)
+    assert any(a.startswith("--rdzv-conf=is_host=false") for a in booted)
+    assert not hosts_store(["py", "-c", agent_boot()])
 
 
 def test_a_scripts_own_options_never_reach_torchruns_parser(tmp_path):
@@ -120,32 +132,88 @@ def test_announcer_reports_the_worker_then_execs_it_in_the_same_process(program,
         assert p.stdout.splitlines()[1] == f"argv {record['pid']}"
 
 
+def boot_agent(tmp_path, script_text, port):
+    """`python -c agent_boot(store) ...`: a 1-node torchrun whose agent hosts the store; (Popen,
+    write end of its hold)."""
+    script = tmp_path / "job.py"
+    script.write_text(script_text)
+    r, w = os.pipe()
+    job = JobSpec("boot1", command=None, workload="x", rdzv_port=port)
+    argv = torchrun_argv(job, python=sys.executable, nnodes=1, node_rank=0, rdzv_host="127.0.0.1",
+                         local_addr="127.0.0.1", program=[str(script)], store_on_head=False,
+                         boot=agent_boot(("127.0.0.1", port, r)))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            pass_fds=(r,), env=dict(os.environ, OMP_NUM_THREADS="1"))
+    os.close(r)
+    return proc, w
+
+
 @needs_torch
-def test_rendezvous_store_serves_and_exits_when_its_owner_goes(tmp_path):
+def test_the_store_agent_keeps_serving_after_its_job_until_released(tmp_path):
+    """The agent that hosts the store outlives its own (successful) torchrun until the launcher
+    lets go, and keeps serving the store meanwhile (what the other agents need while they shut
+    down); then it exits 0. A plain agent (`python -m torch.distributed.run`, or the boot without
+    the wait) exits as soon as its job has: this test fails on it."""
     from datetime import timedelta
 
     from torch.distributed import TCPStore
 
-    from gpucluster.infra.local.launch import RendezvousStore, free_port
+    from gpucluster.infra.local.launch import free_port
 
     port = free_port()
-    store = RendezvousStore(sys.executable, "127.0.0.1", port, dict(os.environ), str(ROOT))
-    assert store.ready.wait(120), list(store.lines)
-    client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
-    client.set("k", "v")
-    assert client.get("k") == b"v"
-    # a second store on the same port cannot listen: a one-line reason, not a hang
-    clash = RendezvousStore(sys.executable, "127.0.0.1", port, dict(os.environ), str(ROOT))
-    clash.proc.wait(120)
-    assert "cannot listen on 127.0.0.1:" in clash.failure()
-    clash.stop(1.0)
-    # its owner dying (here: closing the owner's end of its stdin, as the kernel does on SIGKILL)
-    # ends it by itself
-    store.proc.stdin.close()
-    assert store.proc.wait(10) == 0
-    store.stop(1.0)
+    marker = tmp_path / "job-done"
+    proc, w = boot_agent(tmp_path, f"import os, pathlib\npathlib.Path({str(marker)!r}).touch()\nos._exit(0)\n", port)
+    try:
+        end = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "job did not run"
+        # torchrun notices its worker's end within its monitor interval (0.5 s) and returns; the
+        # agent must still be there, serving
+        time.sleep(3)
+        assert proc.poll() is None
+        assert not [c for c in psutil.Process(proc.pid).children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+        client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        client.set("late", "still here")
+        assert client.get("late") == b"still here"
+        del client
+    finally:
+        os.close(w)  # the launcher lets go (or dies: the kernel closes the write end the same way)
+    assert proc.wait(30) == 0, proc.stdout.read()[-2000:]
 
 
+@needs_torch
+def test_the_store_agent_of_a_failed_job_leaves_at_once(tmp_path):
+    """A failed torchrun is not held: its node must be seen failing while the launcher still
+    holds the store (the run stops anyway), with torchrun's own exit code and failure report."""
+    from gpucluster.infra.local.launch import free_port
+
+    proc, w = boot_agent(tmp_path, "import os\nos._exit(3)\n", free_port())
+    try:
+        code = proc.wait(120)  # the write end is still open here
+    finally:
+        os.close(w)
+    out = proc.stdout.read()
+    assert code == 1, out[-2000:]  # torchrun's own code for a failed worker
+    assert "ChildFailedError" in out and "exitcode  : 3" in out
+
+
+@needs_torch
+def test_a_store_port_taken_is_one_line_and_exit_1(tmp_path):
+    from gpucluster.infra.local.launch import free_port
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        proc, w = boot_agent(tmp_path, "print('never runs')\n", port)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            os.close(w)
+    assert proc.returncode == 1
+    assert f"rendezvous store: cannot listen on 127.0.0.1:{port}:" in out and "never runs" not in out
+    assert "Traceback" not in out
 
 
 @needs_torch
@@ -154,7 +222,7 @@ def test_rendezvous_store_serves_and_exits_when_its_owner_goes(tmp_path):
 def test_digits_multi_node_clean_console_and_no_store_left(home, nodes):
     """A real digits run on N local nodes: it learns, every rank trained its own shard, every
     phase and process is accounted for, the console carries no gloo/c10d noise, and the run's one
-    rendezvous store is gone with it."""
+    rendezvous store, in node 0's agent, was the last agent to go."""
     watch = StoreWatch()
     watch.start()
     try:
@@ -169,13 +237,15 @@ def test_digits_multi_node_clean_console_and_no_store_left(home, nodes):
     assert record["id"] == run["id"]
     noise = [ln for ln in (r.stdout + r.stderr).splitlines() if NOISE.search(ln)]
     assert noise == []
-    # one store, for this run, seen while it ran; every agent only connected to it (other runs
-    # on this machine are ignored: matched by run id)
-    assert list(watch.stores.values()).count(run["id"]) == 1
-    agents = [argv for rid, argv in watch.agents.values() if rid == run["id"]]
+    # one agent hosted the store, and it was seen after every other agent had gone; every agent
+    # only connected to it (other runs on this machine are ignored: matched by run id)
+    agents = {pid: argv for pid, (rid, argv) in watch.agents.items() if rid == run["id"]}
     assert len(agents) == nodes
-    assert all("--rdzv-conf=is_host=false,join_timeout=300" in argv for argv in agents)
-    assert store_processes(run["id"]) == [] and run_processes(run["id"]) == []  # this run only: other runs may share the machine
+    assert all("--rdzv-conf=is_host=false,join_timeout=300" in argv for argv in agents.values())
+    hosts = [pid for pid, argv in agents.items() if hosts_store(argv)]
+    assert len(hosts) == 1
+    assert all(watch.last_seen[hosts[0]] >= watch.last_seen[pid] for pid in agents)
+    assert run_processes(run["id"]) == []  # this run only: other runs may share the machine
     assert run["status"] == "succeeded" and run["exit_code"] == 0 and run["teardown"] == "verified"
     assert run["leftovers"] == []
     assert run["metrics"]["accuracy"] >= 0.95
@@ -221,13 +291,16 @@ def test_user_script_failing_after_start_fails_in_train_not_rendezvous(home):
     assert sorted(m["rank"] for m in starts) == [0, 1]
     assert "worker_start" not in r.stdout  # bookkeeping, not shown
     assert "failing after start on purpose" in r.stdout
-    assert store_processes(run["id"]) == [] and run_processes(run["id"]) == []  # this run only: other runs may share the machine
+    assert run_processes(run["id"]) == []  # this run only: other runs may share the machine
 
 
 @needs_torch
 @pytest.mark.slow
-def test_store_goes_when_gpucluster_is_killed(home):
-    env = dict(os.environ, COLUMNS="200")
+def test_store_hold_goes_when_gpucluster_is_killed(home):
+    """gpucluster SIGKILLed mid-run: no teardown runs, the agents go on to the job's end, and the
+    agent that hosts the store must not wait for a release that will never come: every process
+    of the run ends by itself."""
+    env = dict(os.environ, COLUMNS="200", STEPS="120")  # about 6 s of steps, then the job ends
     proc = subprocess.Popen(gpucluster_argv("run", "--nodes", "2", "--", "python", str(FIXTURES / "crashy_train.py")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
                             start_new_session=True)
@@ -237,17 +310,19 @@ def test_store_goes_when_gpucluster_is_killed(home):
             if line.startswith("[node ") and "epoch" in line:
                 break
         run_id = Ledger(home / "ledger.sqlite3").list_runs()[0].id
-        assert len(store_processes(run_id)) == 1
-        proc.kill()  # SIGKILL: no teardown runs; the store must notice on its own
+        hosts = [p for p in psutil.process_iter(["cmdline"]) if hosts_store(p.info["cmdline"] or [])
+                 and p.environ().get("GPUCLUSTER_RUN_ID") == run_id]
+        assert len(hosts) == 1
+        proc.kill()  # SIGKILL: no teardown runs; the hold ends with this process
         proc.wait(10)
-        end = time.monotonic() + 15
-        while store_processes(run_id) and time.monotonic() < end:
+        end = time.monotonic() + 90
+        while run_processes(run_id) and time.monotonic() < end:
             time.sleep(0.2)
-        assert store_processes(run_id) == []
+        assert run_processes(run_id) == []
     finally:
         if proc.poll() is None:
             proc.kill()
-        if run_id:  # the agents and workers are not this test's subject: clean them up
+        if run_id:  # whatever is left is not this test's to leave behind
             kill_run_processes(run_id, grace=1.0)
 
 
@@ -270,4 +345,4 @@ def test_fast_printer_through_the_cli_ledger_and_show_stay_small(home):
         assert any("line cut: 5000004 bytes" in ln for ln in node["last_lines"])
     shown = run_cli("show", run["id"], "--json")
     assert shown.returncode == 0 and len(shown.stdout) < 4 * TAIL_BYTES
-    assert store_processes(run["id"]) == [] and run_processes(run["id"]) == []  # this run only: other runs may share the machine
+    assert run_processes(run["id"]) == []  # this run only: other runs may share the machine

@@ -2,12 +2,12 @@
 rendezvous on 127.0.0.1 under the run's unique id. gloo on CPU, nccl when CUDA GPUs are present
 (node i then sees its own slice of the GPUs through CUDA_VISIBLE_DEVICES).
 
-The rendezvous store runs in a process of the launcher's own (`gpucluster.rdzv_store`), started
-before the agents and stopped after the last of them has exited, on every path."""
+The rendezvous store lives in node 0's agent process beside its torchrun (`agent_boot`), which
+keeps it until the launcher lets go: after every other agent has exited, on every path (see
+`StoreHold`)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import shutil
@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,8 +22,8 @@ from pathlib import Path
 from gpucluster.control import give_keys, new_keys
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
-from gpucluster.launch import (JobResult, JobSpec, Launcher, node_env, program_args, resume_record,
-                               torchrun_argv)
+from gpucluster.launch import (JobResult, JobSpec, Launcher, agent_boot, node_env, program_args,
+                               resume_record, torchrun_argv)
 from gpucluster.nodeloss import killed_why
 from gpucluster.procs import terminate_groups
 from gpucluster.supervisor import NodeSupervisor
@@ -50,68 +49,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class RendezvousStore:
-    """`python -m gpucluster.rdzv_store HOST PORT` run for one run; see gpucluster.rdzv_store.
+class StoreHold:
+    """The launcher's hold on the rendezvous store that node 0's agent hosts (`agent_boot`): a pipe
+    whose read end only that agent's process tree inherits (`read_fd`, passed to its reaper;
+    every other child gets none: subprocess closes fds) and whose write end only this process
+    holds. The agent keeps the store until its read returns: `release()` (once every other
+    agent has exited, or the run is stopped), or this process dying, even by SIGKILL (the kernel
+    closes the write end)."""
 
-    It carries the run id in its environment (so the leftover check finds it like any process of
-    the run), and its stdin is a pipe that only gpucluster holds open: if gpucluster dies, even
-    by SIGKILL, the store reads EOF and exits by itself."""
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
 
-    READY_TIMEOUT = 120.0
+    def started(self) -> None:
+        """The agent's process has its copy of the read end: this process lets go of its own."""
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
 
-    def __init__(self, python: str, host: str, port: int, env: dict[str, str], cwd: str | None):
-        self.address = f"{host}:{port}"
-        self.proc = subprocess.Popen([python, "-m", "gpucluster.rdzv_store", host, str(port)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=env, cwd=cwd, start_new_session=True)
-        self.started = time.monotonic()
-        self.ready = threading.Event()
-        self.lines: collections.deque[str] = collections.deque(maxlen=20)
-        threading.Thread(target=self._read, name="rdzv-store-out", daemon=True).start()
+    def release(self) -> None:
+        self.started()
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+            self._write_fd = -1
 
-    def _read(self) -> None:
-        try:
-            for raw in piped(self.proc.stdout):
-                line = raw.decode("utf-8", "replace").rstrip()
-                if line.startswith("ready "):
-                    self.ready.set()
-                elif line:
-                    self.lines.append(line)
-        except (OSError, ValueError):
-            pass
-
-    def failure(self) -> str | None:
-        """Why the store cannot serve the run, or None while it can (or is still starting)."""
-        code = self.proc.poll()
-        if code is not None:
-            last = next((ln for ln in reversed(self.lines) if ln.strip()), "")
-            return (f"the rendezvous store for {self.address} exited with code {code}"
-                    + (f": {last}" if last else ""))
-        if not self.ready.is_set() and time.monotonic() - self.started > self.READY_TIMEOUT:
-            return f"the rendezvous store for {self.address} did not listen within {self.READY_TIMEOUT:g} s"
-        return None
-
-    def stop(self, grace: float) -> None:
-        """Close its stdin (it exits), SIGTERM/SIGKILL its group if it does not, and reap it.
-        A store that never listened has served nobody: it is killed at once."""
-        if not self.ready.is_set() and self.proc.poll() is None:
-            terminate_groups([self.proc.pid], grace=0.0, reap=self.proc.poll)
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            terminate_groups([self.proc.pid], grace=grace, reap=self.proc.poll)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
+    def release_when_alone(self, procs: dict[int, subprocess.Popen]) -> None:
+        """Release once every agent other than node 0's has exited (asked on every loop)."""
+        if self._write_fd >= 0 and all(p.poll() is not None for rank, p in procs.items() if rank != 0):
+            self.release()
 
 
 def node_python(python: str | None) -> str:
@@ -254,17 +218,15 @@ class LocalLauncher(Launcher):
                                     keys=keys)
         procs: dict[int, subprocess.Popen] = {}
         samplers: list[subprocess.Popen] = []
-        store: list[RendezvousStore] = []
+        hold = StoreHold()
 
         def stop() -> None:
             started = list(procs.values()) + samplers
             # The run's whole process tree, listed before anything is stopped: processes that a
             # reaper adopted are no longer findable under it once it is gone.
             tree = run_processes(job.run_id, job.owner)
+            hold.release()  # node 0's agent no longer waits for the others: it stops with them
             terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
-            # The store goes last: only now has every agent finished with the rendezvous.
-            for s in store:
-                s.stop(self.grace)
             # Workers live in sessions of their own: find them by the run id they inherited.
             kill_run_processes(job.run_id, grace=self.grace, also=tree, owner=job.owner)
             for p in list(procs.values()) + samplers:
@@ -281,17 +243,16 @@ class LocalLauncher(Launcher):
                 try:
                     path.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
+                    hold.release()
                     raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
         try:
-            store_env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, CUDA_VISIBLE_DEVICES="")
-            store_env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
-            if job.owner:
-                store_env["GPUCLUSTER_OWNER"] = job.owner
-            store.append(RendezvousStore(self.own_python, "127.0.0.1", job.rdzv_port, store_env, self.cwd))
             for node in cluster.nodes:
+                # node 0's agent hosts the store and keeps it until `hold` lets go; no agent hosts
+                # it through torchrun (is_host=false), so each only connects
+                boot = agent_boot(("127.0.0.1", job.rdzv_port, hold.read_fd) if node.rank == 0 else None)
                 argv = torchrun_argv(job, python=self.python_for(job), nnodes=nnodes, node_rank=node.rank,
                                      rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
-                                     store_on_head=False)
+                                     store_on_head=False, boot=boot)
                 cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
                 # torchrun runs under the node supervisor: a child subreaper that stops whatever
                 # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
@@ -311,8 +272,11 @@ class LocalLauncher(Launcher):
                 # lies in the run's folder. A PET_LOG_DIR of the user's own is kept.
                 env.setdefault("PET_LOG_DIR", str(Path(log_dir) / "nodes" / f"node-{node.rank}" / "torchelastic"))
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+                                        stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                        pass_fds=(hold.read_fd,) if node.rank == 0 else ())
                 procs[node.rank] = proc
+                if node.rank == 0:
+                    hold.started()
                 give_keys(proc, keys[node.rank].reaper_line(bool(job.setup)))
                 events.on_spawn(node.rank, "process", str(proc.pid))
                 supervisor.attach(node.rank, piped(proc.stdout))
@@ -335,8 +299,7 @@ class LocalLauncher(Launcher):
             _remove(go_dir)
             if not job.output_dir:
                 _remove_work(self._work.pop(job.run_id, {}))
-            what = "the rendezvous store" if not store else f"torchrun for local node {len(procs)}"
-            raise LaunchError(f"could not start {what}: {exc}") from None
+            raise LaunchError(f"could not start torchrun for local node {len(procs)}: {exc}") from None
         except BaseException:  # Ctrl-C included: what was started is stopped and removed before it propagates
             stop()
             supervisor.close()
@@ -345,10 +308,11 @@ class LocalLauncher(Launcher):
                 _remove_work(self._work.pop(job.run_id, {}))
             raise
         try:
-            return supervisor.run(procs, stop, watch=store[0].failure,
+            return supervisor.run(procs, stop, watch=lambda: hold.release_when_alone(procs),
                                   release=lambda: open(go_file, "x").close() if go_file else None,
                                   lost=lambda rank, code: killed_why(code))
         finally:
+            hold.release()
             _remove(go_dir)
             if not job.output_dir:  # nothing is collected: the node folders go now
                 _remove_work(self._work.pop(job.run_id, {}))
