@@ -46,7 +46,7 @@ demo: install
 # listed in the summary ("R"), and a test that fails every time still fails the run. The 25 slowest
 # tests are listed at the end (where the suite's time goes; issue 31).
 test: install-test
-	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider -m alone --reruns 2 -rR; rc2=$$?; if [ $$rc2 -eq 5 ]; then rc2=0; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 

@@ -18,6 +18,59 @@ for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLU
     os.environ.pop(_var, None)
 
 
+# Seconds each of the slowest test files took (the sum of its tests of 3 s or more, in one xdist
+# worker) in `make test` on a clean clone of 4888aed, 2026-11-26 (pytest --durations=0). `make test`
+# hands whole files to its workers (--dist loadfile) in collection order (--no-loadscope-reorder);
+# xdist's own order, most tests first, left the files with few long tests (mypy's 4.6 minutes, the
+# fault matrix's 12) to the end, where one worker ran them while the others had nothing left.
+# Heaviest first, the rest after in their usual order.
+HEAVY_FILES = {
+    "test_fault_matrix.py": 714,
+    "test_recovery_ssh.py": 318,
+    "test_types.py": 278,
+    "test_recovery_cloud.py": 194,
+    "test_recovery.py": 180,
+    "test_workdir.py": 171,
+    "test_ssh_outputs.py": 154,
+    "test_ssh_workdir.py": 139,
+    "test_local_store_phases.py": 134,
+    "test_cloud_run.py": 130,
+    "test_aws_s3_run.py": 116,
+    "test_kept.py": 109,
+    "test_ssh_sshd.py": 107,
+    "test_local_runs.py": 90,
+    "test_shared_account.py": 82,
+    "test_ssh_data.py": 73,
+    "test_reaper.py": 65,
+    "test_ssh_faults.py": 61,
+    "test_k8s_workdir.py": 61,
+    "test_recovery_gcp.py": 59,
+    "test_console_tty.py": 55,
+    "test_outputs.py": 54,
+    "test_ssh_down.py": 52,
+    "test_shared_hosts.py": 49,
+    "test_resume.py": 49,
+    "test_wheel.py": 46,
+    "test_health_ssh.py": 43,
+    "test_k8s_resilience.py": 41,
+    "test_ssh_resume.py": 39,
+    "test_ssh_digits.py": 39,
+    "test_gcp_ssh.py": 37,
+    "test_secrets.py": 36,
+    "test_sweep.py": 35,
+    "test_k8s_check.py": 34,
+    "test_kept_gcp.py": 29,
+    "test_aws_preflight.py": 29,
+    "test_local_setup_data.py": 27,
+    "test_health.py": 26,
+    "test_ledger.py": 24,
+}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: -HEAVY_FILES.get(item.path.name, 0))  # stable: each file's own order kept
+
+
 @pytest.fixture(autouse=True)
 def no_inherited_terminal_size(monkeypatch):
     """pytest-xdist's workers run with COLUMNS=80 and LINES=24 set; the CLI reads COLUMNS for
