@@ -241,7 +241,15 @@ def test_refresh_aws_with_stubbed_clients_writes_user_catalog(home):
 
 
 def test_refresh_without_credentials_is_a_clear_error_and_keeps_catalog(home, monkeypatch, tmp_path):
-    pytest.importorskip("boto3")
+    boto3 = pytest.importorskip("boto3")
+    # Something earlier in the process (another test, or gpucluster itself) used boto3's default
+    # session while credentials were set: that session keeps them for the life of the process
+    # (botocore's Session caches what its credential chain found). The refresh must not borrow
+    # them: it failed so when the suite ran the moto tests first in the same worker.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # this test's own, restored after it
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "earlier")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "earlier")
+    assert boto3.client("sts", region_name="us-east-1")._request_signer._credentials is not None
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))

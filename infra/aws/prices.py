@@ -112,10 +112,13 @@ def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
     """On-demand (Price List API) and spot (DescribeSpotPriceHistory) rows for the regions."""
     if pricing_client is None or ec2_client_for is None:
         boto3 = require("boto3", "aws")
+        # a session of its own, as preflight and the leftover sweep use: boto3's default session
+        # keeps the first credentials it found for the life of the process
+        session = boto3.session.Session()
         if pricing_client is None:
-            pricing_client = boto3.client("pricing", region_name="us-east-1")
+            pricing_client = session.client("pricing", region_name="us-east-1")
         if ec2_client_for is None:
-            ec2_client_for = lambda region: boto3.client("ec2", region_name=region)  # noqa: E731
+            ec2_client_for = lambda region: session.client("ec2", region_name=region)  # noqa: E731
     rows: list[PriceRow] = []
     for region in regions:
         items: list[str] = []
