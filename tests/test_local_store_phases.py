@@ -42,16 +42,20 @@ def hosts_store(cmd):
 
 
 class StoreWatch(threading.Thread):
-    """Notes every agent of the watched runs while they go on: its argv, and when it was last seen."""
+    """Notes every agent of the watched runs while they go on: its argv, and the last sweep of the
+    process table that found it alive (a sweep number, not a clock: within one sweep the processes
+    are met one after another, so a clock would rank two agents alive together by their pids)."""
 
     def __init__(self):
         super().__init__(daemon=True)
         self.agents: dict[int, tuple[str, list[str]]] = {}
-        self.last_seen: dict[int, float] = {}
+        self.last_seen: dict[int, int] = {}
         self.done = threading.Event()
 
     def run(self):
+        sweep = 0
         while not self.done.is_set():
+            sweep += 1
             for p in psutil.process_iter(["pid", "cmdline"]):
                 cmd = p.info["cmdline"] or []
                 try:
@@ -59,7 +63,7 @@ class StoreWatch(threading.Thread):
                         rid = p.environ().get("GPUCLUSTER_RUN_ID")
                         if rid:
                             self.agents[p.pid] = (rid, cmd)
-                            self.last_seen[p.pid] = time.monotonic()
+                            self.last_seen[p.pid] = sweep
                 except psutil.Error:
                     pass
             time.sleep(0.05)
