@@ -267,9 +267,9 @@ def agent_boot(store: tuple[str, int, int] | None = None) -> str:
     - `store` = (host, port, fd): this agent also hosts the run's c10d rendezvous store (a
       multi-tenant `TCPStore`, as torch's c10d backend makes on its host agent; every agent,
       this one included, runs with is_host=false and connects to it), and, when its torchrun
-      succeeded, keeps it until the launcher lets go: until reading `fd` (the read end of a pipe whose only write end the
-      launcher holds) returns, which it does once every other agent has exited, when the launcher
-      stops the run, or when the launcher dies. So no agent loses the store while it shuts the
+      succeeded, keeps it until the launcher lets go: until reading `fd` (the read end of a pipe
+      whose only write end the launcher holds) returns, which it does once every other agent has
+      exited, when the launcher stops the run, or when the launcher dies. So no agent loses the store while it shuts the
       rendezvous down (torch's `recvVector failed ... RendezvousConnectionError` traces at the end
       of a clean run when the store's agent left first), and the store costs no process of its
       own: a separate one imported torch again, about 1.8 s of CPU per run.
@@ -326,8 +326,9 @@ def torchrun_argv(
 
     With `store_on_head=False` no agent hosts the rendezvous store (every agent has
     is_host=false): the launcher has the store served at `rdzv_host:rdzv_port` itself (the local
-    launcher: by node 0's agent through `agent_boot`), so that it outlives every agent. A user's command (not a built-in
-    workload) is started through a one-line announcer (see `announced_program`).
+    launcher: by node 0's agent through `agent_boot`), so that it outlives every agent. A user's
+    command (not a built-in workload) is started through a one-line announcer (see
+    `announced_program`).
     `boot` (from `agent_boot`): `python -c BOOT` instead of `python -m torch.distributed.run`, the
     same torchrun. The local launcher uses it, where every node shares one machine; the others
     keep the command users know.
