@@ -9,7 +9,8 @@ when done (the launcher's `stop`), judges, records and, when a node is bad, rais
 What is judged (`judge`, a pure function of what the nodes said):
 - a node whose program ended without its final record: lost (the launcher's `lost_why` says why:
   killed, unreachable) or broken (its last lines);
-- a node's own problems (GPUs fewer than promised or unusable, DCGM, disk);
+- a node's own problems (GPUs fewer than promised or unusable, DCGM, disk), and a GPU whose test
+  matmul runs under MATMUL_FLOOR of its model's fp32 peak (FP32_PEAK_TFLOPS);
 - its clock, more than CLOCK_SKEW_S from this machine's when its first line arrived;
 - the links, only when every node passed its own checks: a pair slower than LINK_FLOOR of the
   shape's expectation, or (three nodes or more) than RELATIVE_FLOOR of the fastest pair; a node
@@ -39,6 +40,45 @@ CLOCK_SKEW_S = 30.0  # more than this off this machine's clock is not sane (TLS,
 LINK_FLOOR = 0.1  # a pair under a tenth of the shape's expected bandwidth is slow
 RELATIVE_FLOOR = 0.125  # ... or, with 3+ nodes, under an eighth of the fastest pair
 MIN_FREE_GB = 2.0
+MATMUL_FLOOR = 0.25  # a GPU whose fp32 test matmul runs under a quarter of its model's fp32 peak is slow
+
+# FP32 (non-tensor-core) dense peaks in TFLOP/s, from NVIDIA's data sheets, by the name nvidia-smi
+# gives; more specific names first ("H100 PCIe" before "H100", "L40S" before "L4"). The check's
+# 4096^3 fp32 matmul (TF32 off) reaches 50-80 % of these on a healthy GPU; a GPU stuck at low clocks
+# (HW slowdown, a power cap) or on a broken link to its memory falls far under. Unknown names are
+# not judged.
+FP32_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    (r"\bH200 NVL\b", 60.0), (r"\bH200\b", 67.0),  # H200 data sheet (SXM / NVL)
+    (r"\bH100 PCIe\b", 51.0), (r"\bH100 NVL\b", 60.0), (r"\bH100\b", 67.0),  # H100 data sheet
+    (r"\bA100\b", 19.5),  # A100 data sheet
+    (r"\bL40S\b", 91.6), (r"\bL4\b", 30.3),  # L40S, L4 data sheets
+    (r"\bA10G\b", 31.2), (r"\bA10\b", 31.2),  # A10 data sheet (AWS's A10G: the same GA102 part)
+    (r"\bV100\b", 14.0),  # V100 PCIe (SXM2: 15.7)
+    (r"\bT4\b", 8.1),  # T4 data sheet
+)
+
+
+def fp32_peak(name: str) -> float | None:
+    """The FP32 peak (TFLOP/s) of the GPU model nvidia-smi calls `name`, or None when unknown."""
+    import re
+
+    return next((peak for pattern, peak in FP32_PEAK_TFLOPS if re.search(pattern, name)), None)
+
+
+def slow_gpus(own: Mapping[str, Any]) -> list[str]:
+    """A node's GPUs whose test matmul ran under MATMUL_FLOOR of their model's fp32 peak."""
+    names = [str(n) for n in own.get("gpu_names") or []]
+    out = []
+    for m in own.get("matmul") or []:
+        if not isinstance(m, Mapping) or not m.get("ok") or not isinstance(m.get("tflops"), (int, float)):
+            continue
+        i = int(m.get("gpu", 0))
+        name = names[i] if i < len(names) else (names[0] if names else "")
+        peak = fp32_peak(name)
+        if peak and m["tflops"] < MATMUL_FLOOR * peak:
+            out.append(f"GPU {i} ({name}) is slow: its fp32 test matmul ran at {m['tflops']:g} TFLOP/s, under "
+                       f"{MATMUL_FLOOR:.0%} of the model's {peak:g} (clocks held low, a power cap, or a fault?)")
+    return out
 
 
 class NodeProgram(Protocol):
@@ -209,6 +249,7 @@ def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
                                                   + (f": {last}" if last else ""))
         if own:
             problems.setdefault(r, []).extend(str(p) for p in own.get("problems") or [])
+            problems[r].extend(slow_gpus(own))
         hello = n.records.get("hello")
         if hello and n.hello_arrived is not None and isinstance(hello.get("time"), (int, float)):
             skew = float(hello["time"]) - n.hello_arrived

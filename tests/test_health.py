@@ -100,6 +100,26 @@ def test_own_problems_clock_and_lost_nodes_outrank_the_links():
     assert list(problems) == [1] and causes == {1: "killed"} and "killed by SIGKILL" in problems[1][0]
 
 
+def test_a_gpu_far_under_its_models_fp32_peak_is_slow_and_unknown_models_are_not_judged():
+    """The matmul floor (health.MATMUL_FLOOR of FP32_PEAK_TFLOPS): a healthy H100 gave ~50 TFLOP/s in
+    the check's 4096^3 fp32 matmul; one held at idle clocks gives a few."""
+    from gpucluster.health import MATMUL_FLOOR, fp32_peak
+
+    assert fp32_peak("NVIDIA H100 80GB HBM3") == 67.0 and fp32_peak("NVIDIA H100 PCIe") == 51.0
+    assert fp32_peak("NVIDIA L40S") == 91.6 and fp32_peak("NVIDIA L4") == 30.3  # L4 is not L40S's prefix
+    assert fp32_peak("NVIDIA A10G") == 31.2 and fp32_peak("NVIDIA H200") == 67.0 and fp32_peak("Quadro X") is None
+    nodes = _mesh({(0, 1): 9.0})
+    nodes[0].records["node"].update(gpu_names=["NVIDIA H100 80GB HBM3"] * 2,
+                                    matmul=[{"gpu": 0, "tflops": 48.7, "ok": True}, {"gpu": 1, "tflops": 3.1, "ok": True}])
+    nodes[1].records["node"].update(gpu_names=["Quadro X"], matmul=[{"gpu": 0, "tflops": 0.5, "ok": True}])
+    problems, _, links = judge(nodes, HealthSpec())
+    assert list(problems) == [0] and len(problems[0]) == 1 and links == []
+    assert problems[0][0].startswith("GPU 1 (NVIDIA H100 80GB HBM3) is slow: its fp32 test matmul ran at 3.1 TFLOP/s")
+    assert f"under {MATMUL_FLOOR:.0%} of the model's 67" in problems[0][0]
+    nodes[0].records["node"]["matmul"][1]["tflops"] = 0.3 * 67  # over the floor: not judged slow
+    assert judge(nodes, HealthSpec())[0] == {}
+
+
 def test_nobody_reaching_the_store_names_node_0_and_one_node_names_itself():
     unreached = {"unreached": "store", "problems": ["could not reach node 0's check store"]}
     nodes = {0: _node(0, pairs={}), 1: _node(1, links_extra=unreached), 2: _node(2, links_extra=unreached)}

@@ -38,10 +38,19 @@ def digits_parser(prog: str | None = None, cls: type = argparse.ArgumentParser) 
 
 
 def mnist_parser(prog: str | None = None, cls: type = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p = base_parser("CNN on real MNIST", epochs=2, batch=64, lr=1e-3, prog=prog, cls=cls)
+    p = base_parser("CNN on real MNIST (defaults: 2 epochs, batch 64, lr 1e-3; with --fast: 5, 512, 2e-3)",
+                    epochs=2, batch=64, lr=1e-3, prog=prog, cls=cls)
     p.add_argument("--data-dir", default=None, help="folder with the MNIST IDX files")
     p.add_argument("--download", action="store_true", help="download the IDX files into --data-dir if missing")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (quick checks)")
+    p.add_argument("--fast", action="store_true",
+                   help="the fast variant (workloads/fast.py): data on the device, batch 512, bf16 on CUDA, "
+                        "one-cycle SGD; default 5 epochs, --lr 0.002 (at a global batch of 64)")
+    p.add_argument("--shift", type=int, default=2, metavar="PIXELS",
+                   help="--fast: move each batch by up to PIXELS in x and y (augmentation; 0: none; default 2)")
+    p.add_argument("--target", type=float, default=0.99,
+                   help="test accuracy whose training time is reported as time_to_target_s (default 0.99)")
+    p.set_defaults(epochs=None, lr=None, batch_size=None)  # the defaults depend on --fast (mnist.defaults)
     return p
 
 
@@ -51,6 +60,9 @@ def synthetic_parser(prog: str | None = None, cls: type = argparse.ArgumentParse
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=20, help="steps per epoch (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before the first epoch")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                   help="matmul precision on CUDA: fp32 (default), tf32 (fp32 storage, TF32 tensor cores), "
+                        "bf16 (autocast); the CPU stays fp32")
     return p
 
 

@@ -139,15 +139,33 @@ def model() -> nn.Module:
     )
 
 
+DEFAULTS = {False: dict(epochs=2, batch_size=64, lr=1e-3), True: dict(epochs=5, batch_size=512, lr=2e-3)}
+
+
+def defaults(args):
+    """--epochs, --batch-size and --lr where not given: the plain CNN's, or --fast's (workloads/fast.py)."""
+    for key, value in DEFAULTS[bool(args.fast)].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
     p = build_parser("mnist")  # torch-free (args.py): `gpucluster run` checks --workload-args with it
-    args = p.parse_args(argv)
+    args = defaults(p.parse_args(argv))
     ctx = common.setup(args)  # data is loaded after the rendezvous but before the clock starts
     x_train, y_train, x_test, y_test = load(args)
     if args.limit:
         x_train, y_train = x_train[:args.limit], y_train[:args.limit]
     data = (x_train.reshape(-1, 1, 28, 28), y_train, x_test.reshape(-1, 1, 28, 28), y_test)
-    result = common.train_classifier(model(), data, args, ctx, workload="mnist", step_every=100)
+    if args.fast:
+        try:
+            from gpucluster.workloads import fast
+        except ImportError:
+            import fast  # type: ignore[no-redef, import-not-found]
+        result = fast.train(data, args, ctx)
+    else:
+        result = common.train_classifier(model(), data, args, ctx, workload="mnist", step_every=100)
     common.finish(ctx, result)
 
 

@@ -9,6 +9,7 @@ global samples/s and the per-step split into compute and all-reduce time.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -32,6 +33,21 @@ def model(width: int, depth: int, classes: int = 16) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
+def flops_per_sample(net: nn.Module) -> int:
+    """Training FLOPs per sample: forward 2 x weights (multiply-add), backward twice that."""
+    return 6 * sum(m.weight.numel() for m in net.modules() if isinstance(m, nn.Linear))
+
+
+def precision(name: str, ctx) -> contextlib.AbstractContextManager:
+    """The context every forward pass runs in for --precision (TF32 is a global switch)."""
+    cuda = ctx.device.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+    if cuda and name == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = build_parser("synthetic")  # torch-free (args.py): `gpucluster run` checks --workload-args with it
     args = p.parse_args(argv)
@@ -45,10 +61,13 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(args.batch_size, args.width, generator=g).to(ctx.device)
     y = torch.randint(0, 16, (args.batch_size,), generator=g).to(ctx.device)
 
+    flops = flops_per_sample(net)
+
     def step() -> tuple[float, float, float]:
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = nn.functional.cross_entropy(net(x), y)
+        with precision(args.precision, ctx):
+            loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         common.sync(ctx)
         t1 = time.perf_counter()
@@ -75,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     if ctx.is_main:
         emit("start", rank=ctx.rank, world_size=ctx.world_size, backend=ctx.backend or "none",
              device=str(ctx.device), global_batch=args.batch_size * ctx.world_size, lr=lr, workload="synthetic",
-             params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank, **resumed)
+             params=params, width=args.width, depth=args.depth, node_rank=ctx.node_rank,
+             precision=args.precision if ctx.device.type == "cuda" else "fp32", flops_per_sample=flops, **resumed)
         if first > args.epochs:
             print(f"synthetic: the checkpoint is at epoch {first - 1}, --epochs is {args.epochs}: "
                   "nothing left to train", flush=True)
@@ -104,9 +124,10 @@ def main(argv: list[str] | None = None) -> None:
             loss_mean = common.mean_across_ranks(loss_v, ctx)
             timing = common.step_timing(times, 0.0, compute_s, comm_s, ctx)
             if ctx.is_main:
+                rate = len(times) * args.batch_size * ctx.world_size / epoch_time
                 emit("epoch", rank=ctx.rank, epoch=epoch, step=total_steps, loss=round(loss_mean, 5),
-                     samples_per_s=round(len(times) * args.batch_size * ctx.world_size / epoch_time, 2),
-                     epoch_time_s=round(epoch_time, 4), **timing)
+                     samples_per_s=round(rate, 2), epoch_time_s=round(epoch_time, 4),
+                     model_tflops=round(rate * flops / 1e12, 3), **timing)
             keep.epoch_end(epoch, total_steps, loss=loss_mean)
     except Exception:  # a collective broke (a peer went away): the last consistent state is saved first
         if ctx.backend is not None:
