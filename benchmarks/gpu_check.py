@@ -38,8 +38,9 @@ BF16_DENSE_PEAK = {"H100": 989.0, "H200": 989.0}  # NVIDIA data sheets, SXM, den
 
 
 class Check:
-    def __init__(self, out: Path, budget: float) -> None:
+    def __init__(self, out: Path, budget: float, base: Path) -> None:
         self.out = out
+        self.base = base
         self.home = out / "home"
         self.start = time.monotonic()
         self.budget = budget
@@ -110,7 +111,9 @@ class Check:
         self.save()
 
     def save(self) -> None:
-        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str))
+        text = json.dumps(self.summary, indent=2, default=str)
+        (self.out / "summary.json").write_text(text)
+        (self.base / "summary.json").write_text(text)  # as it grows: a run cut short still brings it back
 
 
 def records(run: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix="gpu-check-")) / "gpu-check"  # the runs' homes: many files
     out.mkdir()
-    c = Check(out, args.budget)
+    c = Check(out, args.budget, base)
     if not c.cli:
         print("gpu_check: no `gpucluster` on PATH (install it first: benchmarks/gpu_check.sh)", file=sys.stderr)
         return 2
@@ -172,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     c.step("node_check", lambda: node_check(c), cost_s=20)
     c.step("health_check_run", lambda: health_run(c), cost_s=25)
     c.step("mnist_fast", lambda: mnist_fast(c), gpu=True, cost_s=30)
-    c.step("mnist_fast_grid", lambda: fast_grid(c), gpu=True, cost_s=60)
-    c.step("mnist", lambda: mnist(c), gpu=True, cost_s=40)
-    c.step("two_nodes_one_gpu", lambda: two_nodes(c), cost_s=30)
-    c.step("synthetic_bf16", lambda: synthetic_big(c, "bf16"), gpu=True, cost_s=40)
-    c.step("cpu_vs_gpu_digits", lambda: compare(c, "digits", "--epochs", "5"), gpu=True, cost_s=40)
+    c.step("mnist", lambda: mnist(c), gpu=True, cost_s=30)
+    c.step("synthetic_bf16", lambda: synthetic_big(c, "bf16"), gpu=True, cost_s=30)
+    c.step("cpu_vs_gpu_digits", lambda: compare(c, "digits", "--epochs", "5"), gpu=True, cost_s=30)
+    c.step("two_nodes_one_gpu", lambda: two_nodes(c), cost_s=25)
+    c.step("mnist_fast_grid", lambda: fast_grid(c), gpu=True, cost_s=40)
     c.step("cpu_vs_gpu_synthetic", lambda: compare(c, "synthetic", "--workload-args",
                                                    "--width 2048 --depth 4 --batch-size 1024 --steps 10",
                                                    "--epochs", "2"), gpu=True, cost_s=50)
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     c.say(f"done in {c.summary['total_s']} s; figures in {out / 'summary.md'}")
     c.log.close()
     with tarfile.open(base / "gpu-check.tar.gz", "w:gz") as tar:
-        tar.add(out, arcname="gpu-check")
+        tar.add(out, arcname="gpu-check", filter=lambda t: t if t.size < (1 << 20) else None)  # not checkpoints
     # the few files worth a look without unpacking (a device lease brings back at most 8)
     for name in ("summary.md", "summary.json", "log.txt", *sorted(p.name for p in out.glob("util-*.png"))[:4]):
         if (out / name).exists():
@@ -280,7 +283,7 @@ def mnist_fast(c: Check) -> dict[str, Any]:
 def fast_grid(c: Check) -> dict[str, Any]:
     """benchmarks/mnist_fast_grid.py: --fast's learning rate, epochs and shift, two seeds each."""
     cp = c.sh([sys.executable, str(ROOT / "benchmarks" / "mnist_fast_grid.py"), "--lrs", "0.001,0.002,0.004,0.008",
-               "--epochs", "3,4", "--shifts", "0,2", "--seeds", "0,1", "--budget", "50"], timeout=120)
+               "--epochs", "3,4", "--shifts", "0,2", "--seeds", "0,1", "--budget", "30"], timeout=120)
     rows = []
     for ln in cp.stdout.splitlines():
         try:
@@ -308,9 +311,9 @@ def two_nodes(c: Check) -> dict[str, Any]:
     return {**brief(run), "said": said, "gpus_per_node": run.get("gpus_per_node")}
 
 
-def synthetic_big(c: Check, precision: str, steps: int = 40) -> dict[str, Any]:
+def synthetic_big(c: Check, precision: str, steps: int = 20) -> dict[str, Any]:
     """The synthetic MLP at a size where the GPU's matrix units can be busy: its model TFLOP/s."""
-    wl = f"--width 8192 --depth 8 --batch-size 8192 --steps {steps} --precision {precision}"
+    wl = f"--width 4096 --depth 8 --batch-size 8192 --steps {steps} --precision {precision}"
     run = c.run_json("--nodes", "1", "--workload", "synthetic", "--epochs", "3", "--workload-args", wl, timeout=300)
     eps = epochs_of(run)
     best = max((e.get("model_tflops") or 0 for e in eps), default=0)

@@ -197,7 +197,7 @@ def render(out, sweep_id, summary, findings, comparisons, threshold) -> None:
         if c.cpu_cost_usd is not None and c.gpu_cost_usd is not None:
             cost = f"; cost CPU ${c.cpu_cost_usd:.4f} vs GPU ${c.gpu_cost_usd:.4f}"
         out.print(f"CPU vs GPU at {c.nodes} node(s): {c.cpu_train_s:.2f} s vs {c.gpu_train_s:.2f} s "
-                  f"({c.speedup:.1f}x faster on {c.gpus_per_node} GPU/node){cost}", highlight=False)
+                  f"({c.verdict}){cost}", highlight=False)
     if not findings:
         out.print(Text(f"diagnosis: every size scaled at efficiency >= {threshold:g}", style="green"), highlight=False)
     for f in findings:

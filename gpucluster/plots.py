@@ -360,7 +360,7 @@ def write_report(outdir: Path | str, summary: Sequence[Any], findings: Sequence[
         md += ["## CPU vs GPU", ""]
         md += [_md_table(["nodes", "GPUs/node", "CPU training", "GPU training", "GPU speed-up", "CPU cost", "GPU cost"],
                          [[str(c.nodes), str(c.gpus_per_node), f"{c.cpu_train_s:.2f} s", f"{c.gpu_train_s:.2f} s",
-                           f"{c.speedup:.1f}x", "-" if c.cpu_cost_usd is None else f"${c.cpu_cost_usd:.4f}",
+                           f"{c.speedup:.1f}x" + ("" if c.speedup >= 1 else " (slower)"), "-" if c.cpu_cost_usd is None else f"${c.cpu_cost_usd:.4f}",
                            "-" if c.gpu_cost_usd is None else f"${c.gpu_cost_usd:.4f}"] for c in comparisons]), ""]
     md += ["## Diagnosis", ""]
     if findings:

@@ -171,6 +171,11 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     present = backend.ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
     if present is not None and spec.gpus_per_node is None:
         spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
+        if present and not spec.gpus_per_node:  # NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
+            notes.append(f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, so "
+                         "every node trains on the CPU (gloo); "
+                         + ("--nodes 1 trains on the GPU" if present == 1 else
+                            f"--nodes {present} or fewer gives each node GPUs of its own"))
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
     if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
         job = replace(job, check=health_spec(spec, backend, req.check, launcher))

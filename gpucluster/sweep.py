@@ -420,6 +420,16 @@ class Comparison:
     cpu_cost_usd: Decimal | None
     gpu_cost_usd: Decimal | None
 
+    @property
+    def verdict(self) -> str:
+        """'12.3x faster on 1 GPU/node', or, where the GPU lost (a job too small to fill one: on an
+        H200 the digits workload, batch 32, ran 0.88x the CPU's speed), how much slower and why."""
+        if self.speedup >= 1:
+            return f"{self.speedup:.1f}x faster on {self.gpus_per_node} GPU/node"
+        return (f"{1 / self.speedup:.1f}x SLOWER on {self.gpus_per_node} GPU/node: each step is too small to keep "
+                "a GPU busy (kernel launches and copies cost more than the arithmetic); a larger batch or model "
+                "would use it")
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         for k in ("cpu_cost_usd", "gpu_cost_usd"):

@@ -349,3 +349,16 @@ def test_cpu_vs_gpu_comparison(tmp_path):
     assert c.cpu_cost_usd == Decimal(fx.ledger.get_run(cpu).to_dict()["cost"]["total"]) > Decimal("7")
     # CPU and GPU sizes are separate groups: each is its own efficiency baseline
     assert all(r.efficiency == pytest.approx(1.0) for r in summary)
+    assert c.verdict == "25.0x faster on 1 GPU/node"
+
+
+def test_a_gpu_slower_than_the_cpu_is_called_slower_not_0_9x_faster(tmp_path):
+    """On an H200 (benchmarks/gpu_check.py, 2026-11-28) `sweep --compare-cpu --workload digits` said
+    "(0.9x faster on 1 GPU/node)": the GPU ran at 0.88x the CPU's samples/s (batch 32 of 8x8 images)."""
+    fx = Fixture(tmp_path)
+    fx.run(1, gpn=0, train_s=1.08, sps=6500.0)
+    fx.run(1, gpn=1, train_s=1.23, sps=5740.0)
+    (c,) = compare_cpu_gpu(fx.summary())
+    assert c.speedup == pytest.approx(0.883, abs=1e-3)
+    assert c.verdict.startswith("1.1x SLOWER on 1 GPU/node: each step is too small to keep a GPU busy")
+    assert "faster" not in c.verdict

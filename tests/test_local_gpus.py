@@ -1,46 +1,64 @@
-"""The local backend's GPU split (infra/local/provider.py), without a GPU: the count nvidia-smi
-gives is replaced. Node i sees GPUs [i*G, (i+1)*G) through CUDA_VISIBLE_DEVICES; where there are
-fewer GPUs than nodes, no two nodes share one (NCCL refuses two ranks on one device: "Duplicate GPU
-detected"), so every node trains on the CPU with gloo, and the run says so in one line (before,
-`--nodes 2` on a one-GPU machine ran both nodes on the CPU without a word)."""
+"""The local backend's GPU split, without a GPU: a stand-in `nvidia-smi` on PATH answers `-L` as
+the real one does ("GPU 0: NVIDIA H200 (UUID: GPU-...)", one line per GPU). Node i sees GPUs
+[i*G, (i+1)*G) through CUDA_VISIBLE_DEVICES (infra/local/launch.py `_visible`). Where there are
+fewer GPUs than nodes, no two nodes share one (NCCL refuses two ranks on one device: "Duplicate
+GPU detected"), so every node trains on the CPU with gloo, and the plan says so in one line: on an
+H200 (benchmarks/gpu_check.py, 2026-11-28) `--nodes 2` ran both nodes on the CPU without a word."""
 
 from __future__ import annotations
 
-from gpucluster.events import NullEvents
+import pytest
+
 from gpucluster.infra.local import catalog
 from gpucluster.infra.local.launch import _visible
 from gpucluster.infra.local.provider import LocalProvider
-from gpucluster.spec import ClusterSpec
+from gpucluster.infra.registry import plugin
+from gpucluster.events import NullEvents
+from gpucluster.prepare import Request, prepare
 
 
-class Said(NullEvents):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+@pytest.fixture
+def gpus(tmp_path, monkeypatch):
+    def have(n: int) -> None:
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + "".join(f'echo "GPU {i}: NVIDIA H200 (UUID: GPU-{i:08d})"\n' for i in range(n)))
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+        catalog.gpus_present.cache_clear()
 
-    def message(self, text: str) -> None:
-        self.lines.append(text)
-
-
-def _up(monkeypatch, present: int, nodes: int, gpn: int | None = None):
-    monkeypatch.setattr(catalog, "gpus_present", lambda: present)
-    events = Said()
-    cluster = LocalProvider().up(ClusterSpec(cloud="local", nodes=nodes, name="t", gpus_per_node=gpn), events)
-    return cluster, events.lines
+    yield have
+    catalog.gpus_present.cache_clear()
 
 
-def test_one_gpu_two_nodes_trains_on_the_cpu_and_says_so(monkeypatch):
-    cluster, said = _up(monkeypatch, present=1, nodes=2)
-    assert cluster.gpus_per_node == 0 and [n.gpus for n in cluster.nodes] == [0, 0]
+def _plan(nodes: int, gpn: int | None = None):
+    plan = prepare(Request(cloud="local", nodes=nodes, gpus_per_node=gpn, workload="digits"), plugin("local"))
+    cluster = LocalProvider().up(plan.spec, NullEvents())
+    return plan, cluster
+
+
+def test_one_gpu_two_nodes_trains_on_the_cpu_and_the_plan_says_so(gpus):
+    gpus(1)
+    plan, cluster = _plan(2)
+    assert plan.spec.gpus_per_node == 0 and [n.gpus for n in cluster.nodes] == [0, 0]
     assert [_visible(cluster, r) for r in range(2)] == ["", ""]
-    assert said == ["this machine has 1 GPU(s) for 2 nodes: no node gets a whole GPU, so every node trains on "
-                    "the CPU (gloo); --nodes 1 or fewer puts each node on GPUs of its own"]
+    assert [n for n in plan.notes if "GPU" in n] == [
+        "this machine has 1 GPU(s) for 2 nodes: no node gets a whole GPU, so every node trains on the CPU (gloo); "
+        "--nodes 1 trains on the GPU"]
+    gpus(3)
+    plan, _ = _plan(4)
+    assert any(n.endswith("--nodes 3 or fewer gives each node GPUs of its own") for n in plan.notes)
 
 
-def test_gpus_are_split_between_nodes_without_a_word(monkeypatch):
-    cluster, said = _up(monkeypatch, present=8, nodes=2)
-    assert cluster.gpus_per_node == 4 and said == []
+def test_gpus_are_split_between_nodes_without_a_word(gpus):
+    gpus(8)
+    plan, cluster = _plan(2)
+    assert cluster.gpus_per_node == 4 and not [n for n in plan.notes if "GPU" in n]
     assert [_visible(cluster, r) for r in range(2)] == ["0,1,2,3", "4,5,6,7"]
-    cluster, said = _up(monkeypatch, present=0, nodes=3)  # a machine without GPUs: nothing to say
-    assert cluster.gpus_per_node == 0 and said == []
-    cluster, said = _up(monkeypatch, present=1, nodes=2, gpn=0)  # asked for CPU nodes: nothing to say
-    assert said == []
+    plan, cluster = _plan(3)  # 8 // 3: two GPUs each, two left idle
+    assert [_visible(cluster, r) for r in range(3)] == ["0,1", "2,3", "4,5"]
+    gpus(0)  # a machine without GPUs: nothing to say
+    plan, cluster = _plan(3)
+    assert cluster.gpus_per_node == 0 and not [n for n in plan.notes if "GPU" in n]
+    gpus(1)  # CPU nodes asked for: nothing to say
+    plan, _ = _plan(2, gpn=0)
+    assert not [n for n in plan.notes if "GPU" in n]

@@ -23,7 +23,7 @@ def test_fast_has_its_own_defaults_and_given_values_win():
     plain = mnist.defaults(build_parser("mnist").parse_args([]))
     assert (plain.epochs, plain.batch_size, plain.lr, plain.fast) == (2, 64, 1e-3, False)
     fast = mnist.defaults(build_parser("mnist").parse_args(["--fast"]))
-    assert (fast.epochs, fast.batch_size, fast.lr, fast.shift, fast.target) == (5, 512, 2e-3, 2, 0.99)
+    assert (fast.epochs, fast.batch_size, fast.lr, fast.shift, fast.target) == (3, 512, 8e-3, 0, 0.99)
     given = mnist.defaults(build_parser("mnist").parse_args(["--fast", "--epochs", "3", "--lr", "0.01"]))
     assert (given.epochs, given.lr, given.batch_size) == (3, 0.01, 512)
     assert check_args("mnist", ["--fast", "--shift", "x"]) == "argument --shift: invalid int value: 'x'"

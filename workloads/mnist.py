@@ -139,7 +139,7 @@ def model() -> nn.Module:
     )
 
 
-DEFAULTS = {False: dict(epochs=2, batch_size=64, lr=1e-3), True: dict(epochs=5, batch_size=512, lr=2e-3)}
+DEFAULTS = {False: dict(epochs=2, batch_size=64, lr=1e-3), True: dict(epochs=3, batch_size=512, lr=8e-3)}
 
 
 def defaults(args):

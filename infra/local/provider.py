@@ -20,10 +20,6 @@ class LocalProvider(Provider):
 
         present = gpus_present()
         gpn = spec.gpus_per_node if spec.gpus_per_node is not None else (present // spec.nodes if present else 0)
-        if present and not gpn and spec.gpus_per_node is None:  # two nodes cannot share one GPU under NCCL ("Duplicate GPU detected")
-            events.message(f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, "
-                           f"so every node trains on the CPU (gloo); --nodes {present} or fewer puts each node "
-                           "on GPUs of its own")
         nodes = tuple(Node(rank=i, host=LOCALHOST, private_ip=LOCALHOST, gpus=gpn) for i in range(spec.nodes))
         return Cluster(name=spec.name, cloud="local", nodes=nodes, gpus_per_node=gpn)
 
