@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = ("gpucluster", "infra", "cli", "workloads")  # [tool.setuptools.package-dir]'s folders
 
