@@ -43,16 +43,21 @@ system-deps:
 demo: install
 	$(VENV)/bin/gpucluster run --cloud local --nodes $(NODES) --workload digits --yes
 
-# Two steps: everything in parallel, then the tests marked `alone` (they read machine-wide state:
-# every process, every ssh session) with nothing else running. pytest's exit 5 (none collected) is 0.
+# Everything (docs/testing.md). Two pytest steps: everything in parallel, then the tests marked
+# `alone` (they read machine-wide state: every process, every ssh session) with nothing else running.
+# mypy (`make typecheck`) runs in the background during the parallel step (one process; a clean
+# checkout's first run takes minutes, the parallel step far longer); its messages are printed after
+# that step, and the target fails when it fails. pytest's exit 5 (none collected) is 0.
 # A failed test is run again, up to twice (pytest-rerunfailures): some real-process tests lose a
 # race under the parallel load of 2 cores (a port taken by another worker, a deadline); each rerun is
 # listed in the summary ("R"), and a test that fails every time still fails the run. The 25 slowest
 # tests are listed at the end (where the suite's time goes; issue 31).
 test: install-test
-	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
+	@tclog=$$(mktemp); $(PY) .ci/typecheck.py >$$tclog 2>&1 & tcpid=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
+	wait $$tcpid; tc=$$?; echo "make typecheck (mypy):"; cat $$tclog; rm -f $$tclog; if [ $$tc -ne 0 ]; then echo "make typecheck failed (exit $$tc)"; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider -m alone --reruns 2 -rR; rc2=$$?; if [ $$rc2 -eq 5 ]; then rc2=0; fi; \
-	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; if [ $$tc -ne 0 ]; then exit $$tc; fi; exit $$rc2
 
 # The unit tier only (tests/conftest.py): no torchrun, sshd, fake cloud server or CLI subprocess that
 # runs a job; about a minute on 2 cores (docs/testing.md). Run it after each change; `make test` (CI)
@@ -60,7 +65,7 @@ test: install-test
 test-fast: install-test
 	@$(PY) -m pytest -q -n $(FAST_WORKERS) -p no:cacheprovider -m "$(FAST_TIER)"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
 
-# mypy over the package (pyproject.toml's [tool.mypy]; tests/test_types.py runs the same): no error expected
+# mypy over the package (pyproject.toml's [tool.mypy]): no error expected; `make test` runs it too
 typecheck: install-test
 	$(PY) .ci/typecheck.py
 

@@ -51,11 +51,11 @@ for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLU
 # hands whole files to its workers (--dist loadfile) in collection order (--no-loadscope-reorder);
 # xdist's own order, most tests first, left the files with few long tests (mypy's 4.6 minutes, the
 # fault matrix's 12) to the end, where one worker ran them while the others had nothing left.
+# (mypy has run outside pytest since issue 39: `make typecheck`, a step of `make test`.)
 # Heaviest first, the rest after in their usual order.
 HEAVY_FILES = {
     "test_fault_matrix.py": 714,
     "test_recovery_ssh.py": 318,
-    "test_types.py": 278,
     "test_recovery_cloud.py": 194,
     "test_recovery.py": 180,
     "test_workdir.py": 171,

@@ -57,11 +57,13 @@ def test_the_markers_are_registered():
         assert f'"{tier}: ' in text, f"marker {tier!r} is not registered in pyproject.toml"
 
 
-def test_make_test_fast_selects_the_unit_tier():
+def test_make_test_fast_selects_the_unit_tier_and_make_test_runs_mypy():
     make = (ROOT / "Makefile").read_text()
     m = re.search(r"^FAST_TIER := (.+)$", make, re.M)
     assert m and m.group(1).strip() == FAST_TIER, (m and m.group(1), FAST_TIER)
     assert set(HEAVY_TIERS) == {w for w in FAST_TIER.split() if w not in ("not", "and")}
+    recipe = make.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert ".ci/typecheck.py" in recipe and "-m alone" in recipe
 
 
 def test_the_check_reads_marks_as_pytest_does(tmp_path):
