@@ -1,4 +1,4 @@
-# Two set-up commands (see README.md):  `make demo`  and  `make test`.
+# Two set-up commands (see README.md):  `make demo`  and  `make test`; while working: `make test-fast`.
 # Both create ./.venv on first use; nothing is installed outside it except, for the tests, the
 # OpenSSH server package (Debian) that the ssh backend's tests start on loopback.
 
@@ -15,8 +15,12 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NODES ?= 4
 # pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers)
 TEST_WORKERS ?= 3
+# The unit tier (tests/conftest.py: every test file names its tier; `make test-fast` runs the tests
+# marked none of these four; tests/test_tiers.py checks this line against conftest's FAST_TIER)
+FAST_TIER := not integration and not slow and not sshd and not alone
+FAST_WORKERS ?= 2
 
-.PHONY: demo test test-py test-floors typecheck bench bench-scale install install-test system-deps clean
+.PHONY: demo test test-fast test-py test-floors typecheck bench bench-scale install install-test system-deps clean
 
 $(VENV)/.stamp-local: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,18 +43,29 @@ system-deps:
 demo: install
 	$(VENV)/bin/gpucluster run --cloud local --nodes $(NODES) --workload digits --yes
 
-# Two steps: everything in parallel, then the tests marked `alone` (they read machine-wide state:
-# every process, every ssh session) with nothing else running. pytest's exit 5 (none collected) is 0.
+# Everything (docs/testing.md). Two pytest steps: everything in parallel, then the tests marked
+# `alone` (they read machine-wide state: every process, every ssh session) with nothing else running.
+# mypy (`make typecheck`) runs in the background during the parallel step (one process; a clean
+# checkout's first run takes minutes, the parallel step far longer); its messages are printed after
+# that step, and the target fails when it fails. pytest's exit 5 (none collected) is 0.
 # A failed test is run again, up to twice (pytest-rerunfailures): some real-process tests lose a
 # race under the parallel load of 2 cores (a port taken by another worker, a deadline); each rerun is
 # listed in the summary ("R"), and a test that fails every time still fails the run. The 25 slowest
 # tests are listed at the end (where the suite's time goes; issue 31).
 test: install-test
-	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
+	@tclog=$$(mktemp); $(PY) .ci/typecheck.py >$$tclog 2>&1 & tcpid=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --reruns 2 -rR --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
+	wait $$tcpid; tc=$$?; echo "make typecheck (mypy):"; cat $$tclog; rm -f $$tclog; if [ $$tc -ne 0 ]; then echo "make typecheck failed (exit $$tc)"; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider -m alone --reruns 2 -rR; rc2=$$?; if [ $$rc2 -eq 5 ]; then rc2=0; fi; \
-	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; if [ $$tc -ne 0 ]; then exit $$tc; fi; exit $$rc2
 
-# mypy over the package (pyproject.toml's [tool.mypy]; tests/test_types.py runs the same): no error expected
+# The unit tier only (tests/conftest.py): no torchrun, sshd, fake cloud server or CLI subprocess that
+# runs a job; about a minute on 2 cores (docs/testing.md). Run it after each change; `make test` (CI)
+# before a commit that touches processes, backends or the CLI. No mypy: `make typecheck`.
+test-fast: install-test
+	@$(PY) -m pytest -q -n $(FAST_WORKERS) -p no:cacheprovider -m "$(FAST_TIER)"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; exit $$rc
+
+# mypy over the package (pyproject.toml's [tool.mypy]): no error expected; `make test` runs it too
 typecheck: install-test
 	$(PY) .ci/typecheck.py
 
@@ -66,7 +81,7 @@ test-floors:
 bench: install-test
 	$(PY) benchmarks/run_all.py
 
-# Scale (README, Benchmarks): each script takes its sizes as arguments; these are the defaults.
+# Scale (docs/benchmarks.md): each script takes its sizes as arguments; these are the defaults.
 # About 20 minutes on a 2-core machine (the 32 sshd hosts and 128 fake pods all run here).
 bench-scale: install-test
 	$(PY) benchmarks/scale_ssh.py 8 16 32

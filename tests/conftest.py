@@ -1,3 +1,25 @@
+"""Shared fixtures, and the test tiers.
+
+TEST TIERS. Every tests/test_*.py file names its tier at its top, after the imports, with a
+module-level `pytestmark` (tests/test_tiers.py fails for a file that does not):
+
+    unit         in-process only: no torchrun, no sshd, no fake cloud server, no CLI subprocess that
+                 runs a job. `make test-fast` runs this tier (about a minute; run it after each change).
+    integration  starts real processes or servers: the CLI in a subprocess, the fake Pulumi CLI,
+                 moto's server, the fake Kubernetes API and its pods, the GCS emulator, the reaper,
+                 torchrun without a training job.
+    slow         real multi-process training runs under torchrun (seconds each).
+    sshd         real OpenSSH servers on loopback (usually with `slow` too).
+    alone        reads machine-wide state; `make test` runs these last, with nothing else running.
+
+A test in a `unit` file that is heavier carries its own marker (`@pytest.mark.integration`,
+`@pytest.mark.slow`): the heavier marker wins, because `make test-fast` selects by exclusion
+(FAST_TIER below; the Makefile's `-m` says the same). `make test` runs every tier. A new test
+file: start from the tier of what it does, and measure (`pytest --durations=0 tests/test_x.py`):
+a unit file whose tests take more than a second or two each belongs in `integration`.
+Where the tiers and the commands are explained for people: docs/testing.md.
+"""
+
 import os
 import subprocess
 import sys
@@ -6,6 +28,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The markers that take a test out of the unit tier (`make test-fast`), lightest first; `unit` is
+# the rest. tests/test_tiers.py checks that every file declares one of TIERS and that the
+# Makefile's test-fast expression is FAST_TIER.
+HEAVY_TIERS = ("integration", "slow", "sshd", "alone")
+TIERS = ("unit", *HEAVY_TIERS)
+FAST_TIER = " and ".join(f"not {m}" for m in HEAVY_TIERS)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The tests run as a user with this environment active: its `python` (with torch) first on PATH,
 # which is what a local node runs by default (`--python`; infra/local/launch.py node_python).
@@ -23,11 +51,11 @@ for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLU
 # hands whole files to its workers (--dist loadfile) in collection order (--no-loadscope-reorder);
 # xdist's own order, most tests first, left the files with few long tests (mypy's 4.6 minutes, the
 # fault matrix's 12) to the end, where one worker ran them while the others had nothing left.
+# (mypy has run outside pytest since issue 39: `make typecheck`, a step of `make test`.)
 # Heaviest first, the rest after in their usual order.
 HEAVY_FILES = {
     "test_fault_matrix.py": 714,
     "test_recovery_ssh.py": 318,
-    "test_types.py": 278,
     "test_recovery_cloud.py": 194,
     "test_recovery.py": 180,
     "test_workdir.py": 171,

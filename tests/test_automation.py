@@ -19,6 +19,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi.automation")
 
 from pulumi_fake import FakePulumiCommand, aws_outputs  # noqa: E402

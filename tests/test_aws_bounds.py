@@ -18,6 +18,8 @@ from gpucluster.errors import UsageError
 from gpucluster.infra.registry import plugin
 from gpucluster.prepare import Request, prepare
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def plan(**kw):
     base = dict(cloud="aws", ssh_cidr="203.0.113.7/32", dry_run=True)
@@ -136,6 +138,7 @@ def test_an_unpriced_region_is_refused_with_the_refresh_that_prices_it(home):
         plan(region="us-west-1")
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_a_price_borrowed_from_another_region_is_said_in_the_plan(home):
     """FACTS.md gives EBS gp3 for us-east-1 only: a us-west-2 or eu-west-1 plan prices the root volumes at
     us-east-1's gp3 price, and `run`/`up` say so under the estimate (before, only `cost estimate` did)."""

@@ -9,6 +9,8 @@ from gpucluster.errors import SpecError
 from gpucluster.spec import ClusterSpec
 from specs import validate
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def aws_spec(**kw) -> ClusterSpec:
     base = dict(

@@ -11,6 +11,8 @@ import pytest
 from conftest import run_cli
 from test_bad_input import assert_clean_refusal, assert_no_run_recorded
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi_aws")
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 pytest.importorskip("pulumi.automation")
 

@@ -22,9 +22,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpucluster.infra.aws import user_data as boot
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 APT = r"""#!/bin/sh
 echo "apt-get $*" >> "$SANDBOX/calls"

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi_aws")
 pytest.importorskip("pulumi_tls")
 import pulumi  # noqa: E402
@@ -471,6 +473,7 @@ def _ready_script(tmp_path, s: ClusterSpec) -> pathlib.Path:
     return _script(tmp_path, doc, boot.READY_SCRIPT_PATH)
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 @needs_torch  # the node's check imports torch with the Python it is given (here this one)
 def test_readiness_marker_reports_the_gpu_check(tmp_path):
     script = _ready_script(tmp_path, spec(instance_type="g5.12xlarge"))

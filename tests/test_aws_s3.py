@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
 from moto_s3 import s3_server  # noqa: E402,F401

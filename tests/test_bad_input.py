@@ -8,6 +8,8 @@ import pytest
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def assert_clean_refusal(result, *needles, code=2):
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from gpucluster.cli.main import cli
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def all_commands(group: click.Group, prefix=()):
     ctx = click.Context(group)

@@ -17,6 +17,8 @@ from gpucluster.errors import UsageError
 from gpucluster.ledger import Ledger
 from conftest import run_cli
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 COMMANDS = {"up": up.up, "down": down.down, "status": status.status, "logs": logs.logs, "gc": gc.gc,
             "doctor": doctor.doctor}
 

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from gpucluster.ledger import Ledger
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 
 def complete(home, words: str) -> list[str]:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import FIXTURES
 from gpucluster import control, reaper, supervisor
 from gpucluster.control import Gate, NodeKeys
@@ -21,6 +23,8 @@ from gpucluster.events import NullEvents
 from gpucluster.launch import JobSpec
 from gpucluster.staging import setup_wrapped
 from gpucluster.supervisor import NodeSupervisor
+
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
 FORGER = str(FIXTURES / "forger.py")
 

@@ -20,6 +20,8 @@ from gpucluster.ledger import Ledger
 from gpucluster.records import RunRecord
 from gpucluster.spec import ClusterSpec
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "cost"
 T0 = 1_795_000_000.0  # 2026-11-18 UTC
 # what a command looks up in the registry and gives the cost engine (it never looks a backend up itself)
@@ -564,6 +566,7 @@ def test_the_estimate_follows_the_gpu_pools_autoscaling_setting(catalog):
     assert f"({(Decimal('0.2068') + one_node).quantize(Decimal('0.0001'))})" in kept
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_the_gke_free_tier_follows_the_setting_and_is_off_by_default(catalog, home, tmp_path):
     """issue 26 item 9: the GKE free-tier credit covers one zonal cluster per billing account, which
     gpucluster cannot see, so it is applied only when asked: the spec option `gke_free_tier`

@@ -15,6 +15,8 @@ from gpucluster.infra.contract import Capability, Pricing
 from gpucluster.infra.registry import NAMES, plugin, priced
 from gpucluster.spec import ClusterSpec
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 def test_cost_hooks_have_not_applicable_defaults():
     free = plugin("local")  # machines that exist: no pricing part at all
     assert free.pricing is None and not free.can(Capability.PRICED)

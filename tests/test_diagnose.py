@@ -13,6 +13,8 @@ from gpucluster.infra.registry import plugin
 from gpucluster.ledger import Ledger
 from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 T0 = 1_790_000_000.0
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, needs_torch  # noqa: E402
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402

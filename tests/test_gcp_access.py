@@ -9,6 +9,8 @@ from gpucluster.infra.gcp import access as gcp_access
 from gpucluster.infra.gcp.access import QuotaError, classify_quota, resolve_project
 from gpucluster.spec import ClusterSpec
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 ALL_ENV = {"GOOGLE_PROJECT": "env-google-project", "GOOGLE_CLOUD_PROJECT": "env-google-cloud",
            "GCLOUD_PROJECT": "env-gcloud-project", "CLOUDSDK_CORE_PROJECT": "env-cloudsdk-core"}
 

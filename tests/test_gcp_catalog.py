@@ -9,6 +9,8 @@ from gpucluster.errors import SpecError
 from gpucluster.spec import ClusterSpec
 from specs import validate
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def spec(**kw) -> ClusterSpec:
     base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", instance_type="n1-standard-16",

@@ -10,6 +10,8 @@ import pytest
 
 from gpucluster.infra.gcp import access as gcp_access
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi_gcp")
 pytest.importorskip("kubernetes")
 

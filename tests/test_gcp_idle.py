@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi  # noqa: E402

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pulumi = pytest.importorskip("pulumi")
 pytest.importorskip("pulumi_gcp")
 

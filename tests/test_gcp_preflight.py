@@ -13,6 +13,8 @@ from gpucluster.infra.gcp import access, preflight
 from gpucluster.infra.gcp.preflight import PreflightError, checks
 from gpucluster.spec import ClusterSpec
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def spec(**kw):
     base = dict(cloud="gcp", nodes=2, name="v100", zone="us-central1-a", project="my-proj-42")

@@ -31,6 +31,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from google_fake import FakeProject  # noqa: E402
 

@@ -28,6 +28,8 @@ from gpucluster.infra import leftovers
 from gpucluster.infra.gcp import leftovers as gcp_leftovers
 from gpucluster.infra.pulumi_provider import PulumiProvider
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 PROJECT = "proj-one"
 OWNER = "0123456789abcdef"  # this home's installation id, as the cluster's labels carry it (gpucluster.ownership)
 PATH = f"projects/{PROJECT}/locations/us-central1-a/clusters/demo"

@@ -16,6 +16,8 @@ from gpucluster.infra.registry import plugin, readers
 from gpucluster.spec import ClusterSpec
 from gpucluster.staging import DataMount, parse_data
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 _ACCOUNT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # IAM's rule for service account IDs
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from gcs_emulator import gcs_server, metadata_server  # noqa: E402,F401
 

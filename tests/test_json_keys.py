@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gpucluster.cli.main import cli
 from gpucluster.ledger import Ledger
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 GOLDEN = Path(__file__).parent / "fixtures" / "json_records.txt"
 T = 1_763_800_000.0

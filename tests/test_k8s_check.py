@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 pytest.importorskip("torch")
 

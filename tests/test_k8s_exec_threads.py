@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 kubernetes = pytest.importorskip("kubernetes")
 
 from gpucluster.infra.gcp import k8s_plan  # noqa: E402

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 sys.path.insert(0, str(Path(__file__).parent))
 

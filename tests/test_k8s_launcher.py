@@ -12,6 +12,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from gpucluster.infra.gcp import k8s, k8s_manifests, k8s_plan  # noqa: E402
@@ -291,6 +293,7 @@ def test_init_container_waits_for_every_pods_dns_record_only(plan):
     assert k8s_manifests.pod_template(pj).spec.init_containers is None
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
     import socket
     import time

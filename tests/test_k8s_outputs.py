@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript, _Pod  # noqa: E402

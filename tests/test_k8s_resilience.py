@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402

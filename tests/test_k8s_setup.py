@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeKubeApi  # noqa: E402

@@ -14,6 +14,8 @@ from gpucluster.errors import ClusterBusy, ExitCode, UsageError
 from gpucluster.kept import Attached, check_fits, close_processes, find
 from gpucluster.ledger import Ledger
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def _kept(led: Ledger, name: str = "demo", *, status: str = "succeeded", teardown: str | None = "kept",
           lifetime: int = 240, created: float | None = None) -> str:

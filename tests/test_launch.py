@@ -3,10 +3,14 @@
 import io
 import json
 
+import pytest
+
 from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
 from gpucluster.node_output import root_cause, worker_lines
 from gpucluster.metrics import MetricsState, parse_line
 from gpucluster.workloads.protocol import PREFIX, emit
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 
 def test_program_args_variants():

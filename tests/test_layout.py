@@ -23,6 +23,8 @@ import pytest
 from gpucluster.infra.contract import Plugin, Traits
 from gpucluster.infra.registry import NAMES, PACKAGES
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = ("gpucluster", "infra", "cli", "stacks", "workloads")
 BACKEND_DIRS = {ROOT / "infra" / name for name in NAMES}

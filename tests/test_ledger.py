@@ -5,6 +5,8 @@ import pytest
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger import SCHEMA_VERSION, Ledger
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def make_run(ledger, run_id="r1", **kw):
     ledger.create_run(run_id, cloud="aws", cluster="c1", nodes=2, gpus_per_node=1, command=["python", "t.py"],
@@ -138,6 +140,7 @@ def test_writes_from_several_threads_never_collide_in_one_transaction(tmp_path):
     assert len(ledger.metrics("r1")) == 400
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_simultaneous_first_commands_in_a_new_home_all_succeed(tmp_path):
     """100 `gpucluster runs` started at once in a home with no ledger yet (issue 32 item 6): each
     one migrates or waits for the one that does; none fails with "table runs already exists",

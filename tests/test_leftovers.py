@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 

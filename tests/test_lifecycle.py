@@ -1,5 +1,7 @@
 """Lifecycle rules that need no processes: a busy cluster is left alone, bugs still tear down."""
 
+import pytest
+
 from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.domain import Provider
 from gpucluster.errors import ClusterBusy, ExitCode
@@ -7,6 +9,8 @@ from gpucluster.launch import JobSpec, Launcher
 from gpucluster.ledger import Ledger
 from gpucluster.lifecycle import execute
 from gpucluster.spec import ClusterSpec
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 
 class BusyProvider(Provider):

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from gpucluster.infra.local.launch import LocalLauncher
 from gpucluster.launch import JobSpec
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 
 def _env_python(tmp_path, monkeypatch):

@@ -21,6 +21,8 @@ from gpucluster.node_output import TAIL_BYTES
 from gpucluster.ledger import Ledger
 from gpucluster.procs import kill_run_processes, run_processes
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 NOISE = re.compile(r"recvVector|RendezvousConnectionError|frame #\d+|Exception raised from|Traceback \(most recent")
 
 

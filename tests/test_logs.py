@@ -12,11 +12,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES
 from gpucluster.launch import JobSpec
 from gpucluster.events import NullEvents
 from gpucluster.node_output import LINE_CAP, TAIL_BYTES, cap_last_lines
 from gpucluster.supervisor import NodeSupervisor
+
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
 SPEW = str(FIXTURES / "spew.py")
 SUMMARY = re.compile(r"^\.\.\. (\d+) lines not shown; full log: (.+)$")

@@ -7,9 +7,13 @@ import json
 import threading
 import time
 
+import pytest
+
 from gpucluster.cli import logs
 from gpucluster.ledger import Ledger
 from gpucluster.owner import owner_lock
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 RID = "r20261126-000000-aaaaaa"
 

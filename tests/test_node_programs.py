@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.launch", "_ANNOUNCE"): "gpucluster/node_announce.py",

@@ -13,9 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, gpucluster_argv, needs_torch  # noqa: E402
 from gpucluster.procs import OPEN_FILES_WANTED  # noqa: E402
+
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
 SOFT, HARD = resource.getrlimit(resource.RLIMIT_NOFILE)
 START = 256  # macOS's default soft limit

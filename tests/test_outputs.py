@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
@@ -289,6 +291,7 @@ def test_bad_output_is_refused_before_anything(home, args, needles):
     assert_no_run_recorded(home)
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_output_on_gcp_is_accepted_and_creates_nothing_in_a_dry_run(home, tmp_path):
     """gcp copies outputs back from the pods (issue 14): --output DIR is no longer refused there;
     a dry run still creates nothing. (An s3:// URL on gcp stays refused: tests/test_bad_input.py.)"""

@@ -13,6 +13,8 @@ from gpucluster.errors import UsageError
 from gpucluster.ownership import (Ownership, default_name, installation_id, label_value, owner_marks,
                                   owners_of, parse_duration, run_started, stack_marks)
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 ME, THEM = "0123456789abcdef", "fedcba9876543210"
 
 
@@ -112,6 +114,7 @@ def test_the_service_account_description_carries_the_marks():
                                             "gpucluster-user": "alice", "gpucluster-host": "laptop"}
 
 
+@pytest.mark.integration  # a real process or server: not in `make test-fast`
 def test_two_owners_on_one_kubernetes_api_server(tmp_path):
     """Alice's Job, Service and ConfigMap (made by her launcher, labelled with her owner) stay
     while bob's launcher runs and cleans up its own run on the same API server."""

@@ -5,6 +5,8 @@ import zlib
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("matplotlib")
 
 from gpucluster.diagnose import diagnose  # noqa: E402

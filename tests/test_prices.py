@@ -18,6 +18,8 @@ from gpucluster.infra.gcp import prices as gcp_prices
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.infra.registry import plugin, priced
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 @pytest.fixture()
 def home(tmp_path, monkeypatch):

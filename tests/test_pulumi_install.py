@@ -26,6 +26,8 @@ import urllib.request
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi.automation")
 
 from gpucluster.errors import ConfigError, MissingDependency  # noqa: E402

@@ -7,6 +7,8 @@ import inspect
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi.automation")
 
 

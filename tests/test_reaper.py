@@ -26,6 +26,8 @@ from gpucluster.domain import UNWITNESSED
 from gpucluster.ledger import Ledger
 from gpucluster import reaper
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers are Linux-only")
 DAEMON = FIXTURES / "daemon_script.py"
 

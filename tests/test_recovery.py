@@ -22,6 +22,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, needs_torch  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402

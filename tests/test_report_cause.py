@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from rich.console import Console
 
+import pytest
+
 from gpucluster.cli.render import run_report
 from gpucluster.ledger import Ledger
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 
 def _report(tmp_path, failure, metrics=None):

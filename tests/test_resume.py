@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, gpucluster_argv, needs_torch, run_cli  # noqa: E402
 from gpucluster.chains import ResumeLinks, ancestors, members, root_of  # noqa: E402

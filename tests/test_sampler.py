@@ -15,6 +15,8 @@ from gpucluster.metrics import parse_line
 from gpucluster.workloads import sampler as sampler_mod
 from gpucluster.workloads.sampler import GpuMeter, Sampler, interval_from_env, sampler_argv
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 FAKE_NVML = textwrap.dedent('''
     """A stand-in for nvidia-ml-py: 4 devices with fixed, distinct readings."""
     import os

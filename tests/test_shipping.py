@@ -17,6 +17,8 @@ from gpucluster.errors import UsageError
 from gpucluster.launch import JobSpec
 from gpucluster.shipping import MAX_SHIP_BYTES, shipment
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():

@@ -10,6 +10,8 @@ from gpucluster.errors import SpecError
 from gpucluster.infra.registry import plugin
 from gpucluster.spec import ClusterSpec, key_forms, normalize, validate
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def test_key_forms_are_twins():
     assert key_forms("allowOpenSsh") == ("allowOpenSsh", "allow_open_ssh")

@@ -20,6 +20,8 @@ from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.infra.ssh.session import gpu_row, node_label
 from gpucluster.infra.ssh.ship import bundle, check_run_id, user_program
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 @pytest.mark.parametrize(
     "text, expected",

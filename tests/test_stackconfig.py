@@ -13,6 +13,8 @@ from gpucluster.errors import ConfigError, SpecError, UsageError
 from gpucluster.infra import program
 from gpucluster.stackconfig import read_stack_file, spec_from_stack_file, stack_name_of
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 yaml = pytest.importorskip("yaml")
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 pytest.importorskip("pulumi_aws")
 pytest.importorskip("pulumi_gcp")
 yaml = pytest.importorskip("yaml")

@@ -10,6 +10,8 @@ from gpucluster.cli.main import main
 from gpucluster.ledger import Ledger
 from test_plots import assert_sensible_png
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 SMALL = "--epochs 2 --steps 5 --width 256"
 
 

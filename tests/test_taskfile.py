@@ -16,6 +16,8 @@ from gpucluster import prepare as prepare_module
 from gpucluster import taskfile
 from gpucluster.cli.main import main
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 class Stop(Exception):
     pass

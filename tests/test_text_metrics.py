@@ -31,6 +31,8 @@ from gpucluster.metrics import MetricsState, check_record
 from gpucluster.supervisor import NodeSupervisor
 from gpucluster.text_metrics import TEXT_KIND, TextScan, text_record
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 FORMS = [
     ("loss=0.31", {"loss": 0.31}),
     ("loss: 0.3120", {"loss": 0.312}),

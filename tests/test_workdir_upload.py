@@ -13,8 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gpucluster import workdir
 from gpucluster.outputs import COMPLETE, PARTIAL, NodeOutputs, add_workdir, workdir_pushed, workdir_url
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 PROGRAM = Path(workdir.__file__)
 

@@ -8,6 +8,8 @@ import types
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 torch = pytest.importorskip("torch")
 
 from gpucluster.workloads import common, digits, mnist  # noqa: E402
