@@ -16,6 +16,8 @@ from gpucluster.infra.registry import plugin
 from gpucluster.events import NullEvents
 from gpucluster.prepare import Request, prepare
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 @pytest.fixture
 def gpus(tmp_path, monkeypatch):

@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import needs_torch  # noqa: E402
 from gpucluster.workloads.args import build_parser, check_args  # noqa: E402
 
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
 
 def test_fast_has_its_own_defaults_and_given_values_win():
     from gpucluster.workloads import mnist
