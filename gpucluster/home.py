@@ -81,9 +81,12 @@ def setting(key: str) -> str | None:
     that is not such an object, or an unknown key, is a ConfigError naming it (exit 2)."""
     import json
 
+    from gpucluster.userfile import read_bounded
+
     path = home_dir(create=False) / CONFIG_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, "settings file", 1 << 16, hint="a JSON object; fix or remove it",
+                            error=ConfigError).decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

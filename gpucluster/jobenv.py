@@ -71,12 +71,11 @@ def parse_env(values: Iterable[str]) -> dict[str, str]:
 
 def read_env_file(path: str) -> dict[str, str]:
     """An env file's settings; UsageError (exit 2) naming the file and line."""
+    from gpucluster.userfile import read_bounded
+
     full = os.path.expanduser(path)
     try:
-        if os.path.getsize(full) > MAX_ENV_FILE_BYTES:
-            raise UsageError(f"--env-file {path!r} is over {MAX_ENV_FILE_BYTES} bytes; it holds KEY=VALUE lines")
-        with open(full, encoding="utf-8") as f:
-            text = f.read()
+        text = read_bounded(full, "--env-file", MAX_ENV_FILE_BYTES, hint="a file of KEY=VALUE lines").decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--env-file {path!r} does not exist; give a file of KEY=VALUE lines") from None
     except IsADirectoryError:

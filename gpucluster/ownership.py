@@ -44,8 +44,11 @@ def label_value(text: str, limit: int = 63) -> str:
 
 
 def _read_id(path: Path) -> str | None:
+    from gpucluster.userfile import read_bounded
+
     try:
-        text = path.read_text(encoding="ascii").strip()
+        text = read_bounded(path, "installation id file", 4096, hint="a file of 16 hex digits; fix or move it aside",
+                            error=ConfigError).decode("ascii").strip()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

@@ -152,11 +152,19 @@ def _spec(lines: list[str]) -> Any:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
+MAX_IGNORE_BYTES = 1 << 20  # a .gitignore is a few KB
+
+
 def _read(path: Path) -> list[str] | None:
+    """An ignore file's lines; None when there is none. One that is not a regular file (a FIFO
+    would block, /dev/zero never ends) or is over MAX_IGNORE_BYTES: UsageError (exit 2)."""
+    from gpucluster.userfile import read_bounded
+
     try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        data = read_bounded(path, "ignore file", MAX_IGNORE_BYTES, hint="a file of git ignore patterns")
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def _rules_in(folder: Path, rel: str) -> Rules:

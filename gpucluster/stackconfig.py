@@ -15,9 +15,7 @@ Every other key of the namespace is a cloud option and goes into `spec.options` 
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
@@ -128,14 +126,20 @@ def stack_name_of(path: str | Path) -> str:
 MAX_STACK_BYTES = 1 << 20  # a Pulumi stack file is a few KB
 MAX_YAML_DEPTH = 32  # levels of nesting (the real ones have 3)
 MAX_YAML_VALUES = 10_000  # values once aliases are expanded (a "billion laughs" file expands to 10^9)
+# The tags a plain YAML document resolves to (YAML 1.1's core schema, as PyYAML's SafeLoader resolves
+# them, and `<<` merge keys). An explicit tag (`!custom`, `!!python/name:os.system`) is refused by
+# name before anything is constructed: SafeLoader would raise a ConstructorError traceback for it.
+PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
+                                                           "merge", "timestamp"))
 
 
 def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") -> Any:
     """The document's node graph (`yaml.compose`, safe), measured before anything is built: with
     YAML aliases a 2 KB file can expand to billions of values (the "billion laughs" file), and deep
-    nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH:
-    ConfigError naming `what` and `where`. None for an empty document. The nodes keep their
-    positions (`start_mark`), so a reader can name the line of a bad value (task files)."""
+    nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH, or a
+    tag outside PLAIN_TAGS: ConfigError naming `what` and `where` (and the tag's line). None for
+    an empty document. The nodes keep their positions (`start_mark`), so a reader can name the
+    line of a bad value (task files)."""
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -150,6 +154,10 @@ def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") 
                                   "(YAML aliases repeating others?); write the values out")
             if depth > MAX_YAML_DEPTH:
                 raise ConfigError(f"{what} {where!r} is nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+            if node.tag not in PLAIN_TAGS:
+                tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+                raise ConfigError(f"{what} {where!r}, line {node.start_mark.line + 1}: the YAML tag {tag!r} is not "
+                                  "allowed (plain values only: strings, numbers, booleans, lists and mappings)")
             if isinstance(node, yaml.SequenceNode):
                 todo.extend((child, depth + 1) for child in node.value)
             elif isinstance(node, yaml.MappingNode):
@@ -193,20 +201,12 @@ def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTE
 
 
 def _read_bounded(path: Path, max_bytes: int = MAX_STACK_BYTES, what: str = "stack file") -> bytes:
-    """The file's bytes, at most `max_bytes` of them (more: ConfigError). Only a regular file is
-    read (a FIFO would block, /dev/zero never ends): it is opened without blocking, then checked."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
-        hint = "a Pulumi stack YAML file" if what == "stack file" else "a YAML file"
-        raise ConfigError(f"{what} {str(path)!r} is {kind}, not a file; give {hint}")
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ConfigError(f"{what} {str(path)!r} is over {max_bytes} bytes; at most {max_bytes} bytes are read")
-    return data
+    """The file's bytes, at most `max_bytes` of them (gpucluster.userfile.read_bounded: a regular
+    file only; a FIFO would block, /dev/zero never ends); every refusal a ConfigError."""
+    from gpucluster.userfile import read_bounded
+
+    hint = "a Pulumi stack YAML file" if what == "stack file" else "a YAML file"
+    return read_bounded(path, what, max_bytes, hint=hint, error=ConfigError)
 
 
 def read_stack_file(path: str | Path) -> dict[str, Any]:

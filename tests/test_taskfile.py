@@ -407,6 +407,37 @@ def test_file_level_errors(case, project, capsys):
     assert expected in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("text, line, tag", [
+    ("name: !custom demo\n", 1, "!custom"),
+    ("resources:\n  nodes: !!python/name:os.system 1\n", 2, "!!python/name:os.system"),
+    ("env:\n  - !!python/object/apply:os.system [id]\n", 2, "!!python/object/apply:os.system"),
+    ("name: !!binary aGVsbG8=\n", 1, "!!binary"),
+])
+def test_a_yaml_tag_is_refused_in_one_line_naming_file_line_and_tag(text, line, tag, project, home, capsys):
+    """Issue 45 item 9: before, PyYAML's ConstructorError came out as a 30-line traceback."""
+    task = write(project, text)
+    assert main(["run", str(task), "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"gpucluster: error: task file {str(task)!r}, line {line}: the YAML tag {tag!r} is not "
+                           "allowed (plain values only: strings, numbers, booleans, lists and mappings)")
+    assert not (home / "ledger.sqlite3").exists()
+
+
+def test_plain_yaml_with_aliases_merge_keys_and_dates_is_still_read(project):
+    task = write(project, "name: &n demo\nenv:\n  A: *n\n  B: 2026-11-28\n")
+    assert taskfile.load(task).values["name"] == "demo"
+
+
+def test_a_yaml_tag_in_the_config_file_is_refused(home, tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("cloud: local\nnodes: !foo 2\n")
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(cfg))
+    assert main(["cost", "estimate", "--nodes", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"gpucluster: error: config file {str(cfg)!r}, line 2: the YAML tag '!foo' is not allowed (plain values "
+        "only: strings, numbers, booleans, lists and mappings)")
+
+
 def test_a_yaml_value_after_dashes_is_the_commands_not_a_task_file(captured, project):
     (project / "conf.yaml").write_text("lr: 1\n")
     req = request(captured, "run", "--cloud", "local", "--", "python", str(project / "train.py"),
