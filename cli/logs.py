@@ -67,12 +67,15 @@ def logs(run_id, node, follow, tail, metrics, raw):
                 continue
             if not p.is_file():
                 raise UsageError(f"node log {str(p)!r} is not a file (a folder?); move it aside to read the others")
-            with open(p, "r", encoding="utf-8", errors="replace") as fh:
+            # bytes, not text: the offset counts the bytes read (a line that is not UTF-8 is re-encoded
+            # longer by errors="replace", and a text offset then skipped what came after it)
+            with open(p, "rb") as fh:
                 fh.seek(offsets.get(p, 0))
-                chunk = fh.read()
-            if chunk and not chunk.endswith("\n") and follow:
-                chunk = chunk[: chunk.rfind("\n") + 1]  # a line still being written: next time
-            offsets[p] = offsets.get(p, 0) + len(chunk.encode("utf-8", errors="replace"))
+                data = fh.read()
+            if data and not data.endswith(b"\n") and follow:
+                data = data[: data.rfind(b"\n") + 1]  # a line still being written: next time
+            offsets[p] = offsets.get(p, 0) + len(data)
+            chunk = data.decode("utf-8", errors="replace")
             shown = [s for s in (view.show(p.stem, line) for line in chunk.splitlines()) if s is not None]
             if first and tail is not None:
                 shown = shown[len(shown) - tail:] if tail else []

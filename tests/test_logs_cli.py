@@ -91,3 +91,29 @@ def test_without_follow_a_run_with_no_logs_yet_says_so(home, tmp_path, capsys):
     _run(tmp_path, running=True)
     assert invoke(RID) == 0
     assert "has no node logs" in capsys.readouterr().err
+
+
+def test_follow_keeps_every_line_after_bytes_that_are_not_utf8(home, tmp_path, capsys):
+    """Issue 45 item 8: the offset counted the re-encoded text (each bad byte became a 3-byte U+FFFD),
+    so after a line with bytes that are not UTF-8 the next read began past the next lines: 28 of 60
+    lines shown, exit 0."""
+    led, log_dir = _run(tmp_path, nodes=1, running=True)
+    log_dir.mkdir(parents=True)
+    log = log_dir / "node-0.log"
+    log.write_bytes(b"".join(b"line %d \xff\xfe\x80 latin-1 caf\xe9\n" % i for i in range(30)))
+
+    def later():
+        time.sleep(0.8)
+        with open(log, "ab") as fh:
+            fh.write(b"".join(b"more %d \xe9\n" % i for i in range(30)))
+        time.sleep(0.8)
+        Ledger.open_default().finish_run(RID, status="succeeded", exit_code=0)
+
+    t = threading.Thread(target=later)
+    with owner_lock("c1", "run", run_id=RID):
+        t.start()
+        assert invoke(RID, "--follow") == 0
+    t.join()
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split()[1] for ln in out] == [str(i) for i in range(30)] * 2
+    assert out[0] == "line 0 \ufffd\ufffd\ufffd latin-1 caf\ufffd" and out[-1] == "more 29 \ufffd"
