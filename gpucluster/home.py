@@ -19,8 +19,41 @@ def home_dir(create: bool = True) -> Path:
 
         path = Path(platformdirs.user_data_dir("gpucluster", appauthor=False))
     if create:
+        fresh = not path.exists()
         ensure_writable_dir(path, "GPUCLUSTER_HOME" if env else "gpucluster data directory")
+        make_private(path, fresh)
     return path
+
+
+# What marks a folder as a gpucluster home (an existing folder is tightened only when it holds one:
+# GPUCLUSTER_HOME=/tmp or a project folder must never lose its other users' access).
+HOME_MARKS = ("ledger.sqlite3", "installation-id")
+_told: set[str] = set()
+
+
+def make_private(path: Path, fresh: bool) -> None:
+    """The home readable by its owner only (0700), whatever the umask: every run's command line,
+    environment names, job output and cluster names are in it, and a home made 0755 under the usual
+    umask let every user of a shared machine read them (issue 45 item 12). A new home is made so; an
+    existing one that is ours, marked as a home and open to others is tightened once, with a note
+    on stderr. Its files are then out of other users' reach whatever their own modes (no search
+    permission on the folder); the ledger's files are 0600 as well (Ledger)."""
+    import stat
+    import sys
+
+    try:
+        st = path.stat()
+        if not stat.S_IMODE(st.st_mode) & 0o077 or st.st_uid != os.getuid():
+            return
+        if not fresh and not any((path / m).exists() for m in HOME_MARKS):
+            return
+        os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+    except OSError:
+        return  # not ours to change (a read-only mount, another owner): the writable check said what matters
+    if not fresh and str(path) not in _told:
+        _told.add(str(path))
+        print(f"note: gpucluster home {str(path)!r} was readable by other users (mode "
+              f"{stat.S_IMODE(st.st_mode):04o}); it is now 0700 (owner only)", file=sys.stderr)
 
 
 def ensure_writable_dir(path: Path, what: str) -> Path:
@@ -105,3 +138,21 @@ def setting(key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"settings file {str(path)!r}: {key} must be a string, not {type(value).__name__}")
     return value or None
+
+
+def private_file(path: Path) -> None:
+    """The ledger file 0600 before SQLite opens it: SQLite makes its -wal and -shm files with the
+    database file's permissions (SQLite os_unix.c, findCreateFileMode), and would make the file
+    itself 0644 under the usual umask. An existing ledger open to others is tightened (ours only)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return  # read-only or not ours: SQLite's own open says what is wrong
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.getuid():
+            os.fchmod(fd, st.st_mode & 0o600)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

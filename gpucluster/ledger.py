@@ -1,5 +1,5 @@
-"""The run ledger: one SQLite file that says what every run did, what it created, and whether
-that is confirmed gone.
+"""The run ledger: one SQLite file (0600, in a 0700 home) that says what every run did, what it
+created, and whether that is confirmed gone.
 
 A run row is written (in one transaction) before anything is started or created. Phases, node
 exit codes, metrics and resources are appended as they happen, each in its own short transaction,
@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import random
 import sqlite3
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gpucluster.chains import ResumeLinks
+from gpucluster.home import home_dir, private_file
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables)
@@ -110,12 +112,12 @@ def _guard(method):
 class Ledger:
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        # SQLite transactions are per connection, not per thread: without this lock a metric
-        # written by a reader thread while the main thread is in a transaction fails with
-        # "cannot start a transaction within a transaction" (seen on a Ctrl-C'd ssh run).
+        # per connection, not per thread: without it a reader thread's metric inside the main thread's
+        # transaction fails "cannot start a transaction within a transaction" (a Ctrl-C'd ssh run)
         self._lock = threading.RLock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new home: its owner's (home.py)
+            private_file(self.path)
             self._open()
         except sqlite3.DatabaseError as exc:
             raise _ledger_error(self.path, exc) from None
@@ -152,8 +154,6 @@ class Ledger:
 
     @classmethod
     def open_default(cls) -> "Ledger":
-        from gpucluster.home import home_dir
-
         return cls(home_dir() / "ledger.sqlite3")
 
     def close(self) -> None:

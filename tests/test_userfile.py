@@ -84,7 +84,7 @@ def test_env_files_that_are_not_files_are_refused_in_one_line(kind, home, tmp_pa
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
 def test_home_files_that_are_not_files_are_refused_in_one_line(kind, home, capsys):
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     hostile(home / "installation-id", kind)
     assert within(30, main, ["run", "--cloud", "local", "--nodes", "1", "--yes"]) == 2
     err = capsys.readouterr().err.strip()
