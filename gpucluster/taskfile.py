@@ -263,6 +263,11 @@ def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
     items = _items(task, key, kind, node)
     if kind == ARGV:
         if len(items) == 1 and isinstance(node, yaml.ScalarNode):
+            op = shell_operator(items[0])
+            if op:
+                raise _err(task, node, key, f"one command, not a shell line: {op!r} is a shell operator and no shell "
+                                            "runs it (the script would get it as an argument); put the pipeline in "
+                                            "a script, or write run: [bash, -c, '...']")
             try:
                 items = shlex.split(items[0])
             except ValueError as exc:
@@ -273,6 +278,33 @@ def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
     if kind == HOSTS:
         return ",".join(items)
     return items
+
+
+def shell_operator(text: str) -> str | None:
+    """The first unquoted shell operator in a command line (`|`, `||`, `&&`, `;`, `&`, `>`, `>>`,
+    `<`, `2>`), or None. `run: python train.py | tee log` split into arguments gave the script `|`,
+    `tee` and `log` (issue 45 item 10). Quoted or backslash-escaped characters are arguments."""
+    quote = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+            elif c == "\\" and quote == '"':
+                i += 1
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            i += 1
+        elif c in "|;&<>":
+            j = i + 1
+            while j < len(text) and text[j] in "|&>" and j - i < 2:
+                j += 1
+            start = i - 1 if c == ">" and i > 0 and text[i - 1].isdigit() and (i < 2 or text[i - 2].isspace()) else i
+            return text[start:j]
+        i += 1
+    return None
 
 
 def _items(task: TaskFile, key: str, kind: str, node: Any) -> list[str]:

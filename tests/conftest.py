@@ -38,6 +38,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The tests run as a user with this environment active: its `python` (with torch) first on PATH,
 # which is what a local node runs by default (`--python`; infra/local/launch.py node_python).
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+# Folders and files the tests make for a home are private, as gpucluster makes its own (gpucluster/home.py
+# make_private): a home a test made 0755 by hand would be tightened with a note on stderr, in the
+# middle of the one-line errors the tests read. tests/test_home_private.py sets the usual 022 itself.
+os.umask(0o077)
 # No user config file and no GPUCLUSTER_* defaults of the person running the tests (gpucluster/userconfig.py);
 # a test about them sets its own.
 os.environ["GPUCLUSTER_CONFIG"] = ""

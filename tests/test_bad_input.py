@@ -456,7 +456,12 @@ def test_read_only_ledger_is_refused_before_a_run_starts(shared_home, layout, cm
     else:
         os.chmod(shared_home, 0o755)  # owned by root: uid 65534 can read, not write
         os.chmod(ledger, 0o644)
-    r = run_as_nobody(*cmd, home=shared_home)
+    # the nodes' Python is checked (torch there) before the ledger is opened; uid 65534 cannot start this
+    # Python as a child (its binary is under /root, 0700), so a stand-in that answers the check
+    ok_python = shared_home.parent / "python-ok"
+    ok_python.write_text("#!/bin/sh\nexit 0\n")
+    ok_python.chmod(0o755)
+    r = run_as_nobody(*cmd, "--python", str(ok_python), home=shared_home)
     assert_clean_refusal(r)
     assert "read-only" in r.stderr or "not a writable directory" in r.stderr, r.stderr
     assert ledger_rows(shared_home) == before

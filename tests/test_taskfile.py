@@ -423,6 +423,26 @@ def test_a_yaml_tag_is_refused_in_one_line_naming_file_line_and_tag(text, line, 
     assert not (home / "ledger.sqlite3").exists()
 
 
+@pytest.mark.parametrize("run, op", [("python train.py | tee log", "|"), ("python train.py > out.txt", ">"),
+                                     ("python prep.py && python train.py", "&&"), ("python train.py; echo done", ";"),
+                                     ("python train.py 2>err.txt", "2>")])
+def test_a_shell_line_in_run_is_refused_naming_the_operator(run, op, project, home, capsys):
+    """Issue 45 item 10: `run: python train.py | tee log` gave the script `|`, `tee` and `log` as
+    arguments (no shell runs the command; docs/tasks.md says so)."""
+    task = write(project, f"run: {run}\n")
+    assert main(["run", str(task), "--yes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gpucluster: error: task file {str(task)!r}, line 1: ") and f"{op!r} is a shell operator" in err
+    assert not (home / "ledger.sqlite3").exists()
+
+
+def test_quoted_operators_and_a_list_are_arguments(project):
+    for text in ("run: python -c \"print(1 | 2)\"\n", "run: [bash, -c, 'python train.py | tee log']\n",
+                 "run: python train.py --sep '|'\n"):
+        task = write(project, text)
+        assert taskfile.load(task).values["command"][0] in ("python", "bash")
+
+
 def test_plain_yaml_with_aliases_merge_keys_and_dates_is_still_read(project):
     task = write(project, "name: &n demo\nenv:\n  A: *n\n  B: 2026-11-28\n")
     assert taskfile.load(task).values["name"] == "demo"

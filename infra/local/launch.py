@@ -93,6 +93,44 @@ def node_python(python: str | None) -> str:
     return os.path.abspath(found) if found else sys.executable
 
 
+_PROBE = """import importlib.util, sys
+for f in sys.argv[1:]:
+    try:
+        compile(open(f, "rb").read(), f, "exec")
+    except SyntaxError as e:
+        print(f"{e.lineno or 0}\\t{e.msg}"); sys.exit(4)
+sys.exit(0 if importlib.util.find_spec("torch") else 3)
+"""
+
+
+def check_python(python: str, given: bool, job: JobSpec) -> None:
+    """Before anything is created (issue 45 item 10): the nodes' Python runs, can find torch (torchrun
+    and the ranks need it), and compiles the job's Python script. A Python without torch, or
+    `--python /bin/false`, used to start every node and fail each in `rendezvous`; a script with a
+    syntax error started on every node. UsageError (exit 2) naming the interpreter or the line."""
+    from gpucluster.errors import UsageError
+
+    prog = program_args(job) if job.command else []
+    scripts = [prog[0]] if prog and prog[0] not in ("--no-python", "-m") and prog[0].endswith(".py") \
+        and os.path.isfile(prog[0]) else []
+    which = f"--python {python!r}" if given else f"the nodes' Python {python!r} (the first python on PATH; --python to choose)"
+    try:
+        cp = subprocess.run([python, "-c", _PROBE, *scripts], capture_output=True, text=True, timeout=60,
+                            stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"{which} cannot be run: {exc}") from None
+    if cp.returncode == 4:
+        line, _, msg = cp.stdout.strip().partition("\t")
+        raise UsageError(f"{scripts[0]}, line {line}: {msg} (a syntax error: fix the script; nothing was started)")
+    if cp.returncode == 3:
+        raise UsageError(f"{which} has no torch (torchrun and the ranks need it): install torch there "
+                         "(pip install torch) or give a Python that has it")
+    if cp.returncode != 0:
+        last = (cp.stderr or cp.stdout).strip().splitlines()[-1:]
+        raise UsageError(f"{which} is not a working Python (asked to run a line of Python it ended with exit "
+                         f"code {cp.returncode}{': ' + last[0][:200] if last else ''}); give a Python with torch")
+
+
 def python_env(python: str, path: str) -> dict[str, str]:
     """GPUCLUSTER_PYTHON for every rank and setup command, with its folder first on PATH."""
     folder = os.path.dirname(python)
@@ -171,6 +209,7 @@ class LocalLauncher(Launcher):
 
         python = self.python_for(job)
         ship = script_shipment(job, python)  # within the size limit, the script not ignored
+        check_python(python, self.python_given, job)  # torch there, the script's syntax: before anything exists
         lines.append(f"python: {python}")
         if ship is not None:
             lines.append(f"working folder: a copy of {ship.root} per node ({ship.summary()}); what the job writes "
