@@ -34,8 +34,8 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     users = cloud_only_flags()
     for param in ctx.command.params:
         clouds = users.get(param.name or "")
-        if not clouds or param.name in mine.flags or param.name not in ctx.params:
-            continue
+        if not clouds or param.name in mine.flags or (param.name not in ctx.params and param.expose_value):
+            continue  # (--state is read by its callback, not passed on: expose_value False)
         source = ctx.get_parameter_source(param.name)
         if source is None or source == ParameterSource.DEFAULT:
             continue

@@ -92,6 +92,9 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
     asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                          high=16))
+    if report_dir is not None and not report_dir.strip():
+        raise UsageError("--report '' is not allowed: give the folder the report and its plots go to, "
+                         "e.g. --report sweep-report")
     if report_dir:
         from gpucluster.home import check_writable_dir
 

@@ -809,6 +809,9 @@ SAME_CHECKS = [  # (argv, needles): each value is one `run` refuses
     (["cost", "estimate", "--cloud", "aws", "--gpus-per-node", "17"], ["gpus per node '17'", "0 to 16"]),
     (["cost", "estimate", "--cloud", "aws", "--gpus", "17"], ["gpus per node '17'", "0 to 16"]),  # the old spelling
     (["sweep", "--cloud", "local", "--region", "us-east-1"], ["--region does not apply to --cloud local"]),
+    # issue 45 item 10: --state (read by its callback, not passed on) was taken and ignored on local
+    (["run", "--cloud", "local", "--state", "file:///tmp/x", "--nodes", "1"], ["--state does not apply to --cloud local"]),
+    (["sweep", "--cloud", "local", "--nodes", "1", "--report", ""], ["--report '' is not allowed"]),
     (["gc", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),
     (["gc", "--project", "Not A Project"], ["'Not A Project'", "project ID"]),
     (["doctor", "--cloud", "aws", "--region", "us-est-1"], ["'us-est-1'", 'did you mean "us-east-1"']),

@@ -16,6 +16,7 @@ TRAITS = Traits(
     resource_kinds=("fleet", "instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
                     "internet-gateway", "route-table", "iam-role", "instance-profile", "launch-template"),
     flags=("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
+           "state",  # where the Pulumi state lives
            "max_lifetime",  # the nodes' self-shutdown timer
            "ssh_cidr",  # who may reach the nodes over ssh
            "remote_python",

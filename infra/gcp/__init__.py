@@ -15,6 +15,7 @@ TRAITS = Traits(
     max_nodes=64,
     resource_kinds=("gke-cluster", "node-pool", "network", "subnetwork", "firewall", "service-account"),
     flags=("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
+           "state",  # where the Pulumi state lives
            "project",  # a GCP project
            "start_deadline",  # GKE pods' scheduling deadline
            "setup",  # run in each pod before torchrun (the entry script's setup wrapper)
