@@ -72,6 +72,14 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
         result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
     report(out, with_attempts(ledger, ledger.get_run(result.final.run_id)), as_json)
     _said_after(out, result, plan.spec.name, as_json)
+    from gpucluster.errors import ExitCode
+    from gpucluster.home import ledger_moved
+
+    moved = ledger_moved(ledger.path, ledger.identity)  # the record written into a file that is gone: said last, exit 3
+    if moved:
+        click.echo(f"gpucluster: error: {moved}", err=True)
+        return max(int(result.exit_code), int(ExitCode.LEFTOVERS)) if result.exit_code != ExitCode.INTERRUPTED \
+            else int(result.exit_code)
     return int(result.exit_code)
 
 

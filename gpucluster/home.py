@@ -140,19 +140,44 @@ def setting(key: str) -> str | None:
     return value or None
 
 
-def private_file(path: Path) -> None:
+def private_file(path: Path) -> tuple[int, int] | None:
     """The ledger file 0600 before SQLite opens it: SQLite makes its -wal and -shm files with the
     database file's permissions (SQLite os_unix.c, findCreateFileMode), and would make the file
-    itself 0644 under the usual umask. An existing ledger open to others is tightened (ours only)."""
+    itself 0644 under the usual umask. An existing ledger open to others is tightened (ours only).
+    The file's (device, inode), or None when it cannot be opened for writing."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError:
-        return  # read-only or not ours: SQLite's own open says what is wrong
+        return file_identity(path)  # read-only or not ours: SQLite's own open says what is wrong
     try:
         st = os.fstat(fd)
         if st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.fchmod(fd, st.st_mode & 0o600)
+        return st.st_dev, st.st_ino
     except OSError:
-        pass
+        return None
     finally:
         os.close(fd)
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def ledger_moved(path: Path, opened: tuple[int, int] | None) -> str | None:
+    """Why the run's record is not where the ledger says it is, or None (issue 45 item 11): the
+    file was deleted or replaced while the run wrote to it. SQLite keeps writing to the open file
+    (an unlinked inode), so every write "succeeds" and the record is then lost with the file.
+    `opened`: the file's (device, inode) when the ledger was opened (Ledger.identity)."""
+    if opened is None:
+        return None
+    now = file_identity(path)
+    if now == opened:
+        return None
+    how = "deleted" if now is None else "replaced by another file"
+    return (f"the ledger {str(path)!r} was {how} during the run: this run's record went with the old file "
+            "(what it created was still torn down and checked; see the report above)")

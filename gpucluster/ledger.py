@@ -112,12 +112,11 @@ def _guard(method):
 class Ledger:
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        # per connection, not per thread: without it a reader thread's metric inside the main thread's
-        # transaction fails "cannot start a transaction within a transaction" (a Ctrl-C'd ssh run)
+        # per connection, not per thread: else a reader thread's metric in the main thread's transaction
         self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new home: its owner's (home.py)
-            private_file(self.path)
+            self.identity = private_file(self.path)  # (device, inode): `home.ledger_moved` after a run
             self._open()
         except sqlite3.DatabaseError as exc:
             raise _ledger_error(self.path, exc) from None

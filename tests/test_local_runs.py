@@ -162,3 +162,29 @@ def test_live_local_run_is_owned_and_down_refuses_it(home):
     assert_nothing_left(run_id)
     run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
+
+
+def test_a_ledger_deleted_mid_run_is_said_last_with_exit_3(home, tmp_path):
+    """Issue 45 item 11: the ledger deleted while the run wrote to it went unnoticed: SQLite keeps
+    writing to the unlinked file, the run "succeeded", exit 0, verified, and its record was gone.
+    The job waits until the test has deleted the ledger, so the deletion is mid-run every time."""
+    go = tmp_path / "go"
+    script = tmp_path / "wait.py"
+    script.write_text(f"import os, time\nend = time.time() + 60\nwhile not os.path.exists({str(go)!r}) and "
+                      "time.time() < end:\n    time.sleep(0.1)\n")
+    proc = subprocess.Popen(gpucluster_argv("run", "--cloud", "local", "--nodes", "1", "--yes", "--", "python",
+                                            str(script)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, COLUMNS="200"), cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not list(home.glob("runs/*/node-0.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for f in home.glob("ledger.sqlite3*"):
+        f.unlink()
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last == (f"gpucluster: error: the ledger {str(home / 'ledger.sqlite3')!r} was deleted during the run: this "
+                    "run's record went with the old file (what it created was still torn down and checked; see the "
+                    "report above)")
+    assert "teardown: verified" in out + err
