@@ -95,7 +95,9 @@ def read_env_file(path: str) -> dict[str, str]:
         key = key.strip()
         where = f"--env-file {path!r}, line {number}"
         if not sep:
-            raise UsageError(f"{where}: {raw.strip()[:40]!r} is not KEY=VALUE")
+            # not quoted back: a pasted token on a line of its own would be shown (issue 45 item 13)
+            raise UsageError(f"{where} is not KEY=VALUE (a line of {len(raw.strip())} characters without '='; "
+                             "not shown here, it may hold a secret)")
         try:
             check_name("variable", key)
         except UsageError as exc:
