@@ -158,8 +158,8 @@ class GkeLike:
         more of PulumiProvider's arguments (a stand-in account's credential and cloud checks)."""
         from pulumi_fake import FakePulumiCommand
 
-        from gpucluster.infra.automation import PulumiDriver
-        from gpucluster.infra.pulumi_provider import PulumiProvider
+        from gpucluster.infra.pulumi.engine import PulumiDriver
+        from gpucluster.infra.pulumi.provider import PulumiProvider
         from gpucluster.infra.registry import plugin
 
         gke = self

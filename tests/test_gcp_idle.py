@@ -296,9 +296,9 @@ def _provider_up(monkeypatch, served, spec):
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import FakePulumiCommand
 
-    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.pulumi.engine import PulumiDriver
     from gpucluster.infra.gcp.k8s_api import KubeApi
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
 
     outputs = {"cluster_name": spec.name, "location": "us-central1-a", "zone": "us-central1-a",

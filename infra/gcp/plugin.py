@@ -8,7 +8,7 @@ from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
                                        Provisioner, Record, ScanScope, SpecRules, Transport)
-from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
 
 from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices

@@ -80,7 +80,7 @@ def chosen() -> tuple[str | None, str]:
 
 
 def home_state() -> str:
-    from gpucluster.infra.pulumi_cli import _folder, pulumi_dir
+    from gpucluster.infra.pulumi.cli import _folder, pulumi_dir
 
     return _folder(pulumi_dir() / "state").resolve().as_uri()  # a file in the way: one line, exit 2
 
