@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import ConfigError, MissingDependency, require
+from gpucluster.infra.pulumi.state import _folder, pulumi_dir  # noqa: F401 - pulumi_dir: part of this module's API
 
 
 PROJECT = "gpucluster"
@@ -44,22 +45,6 @@ _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 
 
 # -- where state lives --------------------------------------------------------------------------
-def pulumi_dir() -> Path:
-    from gpucluster.home import home_dir
-
-    return _folder(home_dir() / "pulumi")
-
-
-def _folder(path: Path) -> Path:
-    """`path` made (parents too) as a folder; one line (ConfigError, exit 2) when it cannot be."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # e.g. $GPUCLUSTER_HOME/pulumi is a file
-        raise ConfigError(f"Pulumi state folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
-                          f"{str(path.parent)!r} must hold a folder there that you can write") from None
-    return path
-
-
 def own_backend() -> bool:
     """Whether the state is the home's own file backend (not a state others may share)."""
     from gpucluster.infra.pulumi.state import shared
