@@ -115,7 +115,7 @@ def one(n: int, fail: int | None, work: Path) -> dict:
 
     from gpucluster.domain import Cluster
     from gpucluster.events import NullEvents
-    from gpucluster.infra.gcp import k8s
+    from gpucluster.infra.kubernetes import launcher as k8s
     from gpucluster.launch import JobSpec
 
     fake = FakeKubeApi(scripts(n, fail))

@@ -66,7 +66,7 @@ def preflight(check: Callable[[], None], yes: bool) -> None:
     minimum version into the gpucluster home, then check again. Called only on the way to a real
     `run`/`up`/`down` (never on --help or --dry-run). GPUCLUSTER_INSTALL_PULUMI=yes or --yes installs
     without asking; =no, a "no", or no terminal without either leaves the missing-CLI error as it was."""
-    from gpucluster.infra import pulumi_cli
+    from gpucluster.infra.pulumi import cli as pulumi_cli
 
     try:
         check()

@@ -42,7 +42,7 @@ def pulumi_plugins() -> list[str]:
 
 
 def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
-    from gpucluster.infra import automation
+    from gpucluster.infra.pulumi import engine as automation
 
     try:
         cmd = automation.load_cli(pulumi_command)
@@ -51,7 +51,7 @@ def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
                        f"`curl -fsSL https://get.pulumi.com | sh` (needs {automation.MIN_PULUMI_VERSION}+; "
                        f"{automation.INSTALL_URL}), or `gpucluster up`/`run` installs it into the gpucluster home "
                        "when you agree")]
-    from gpucluster.infra.pulumi_cli import cli_source
+    from gpucluster.infra.pulumi.cli import cli_source
 
     checks = [_check("pulumi CLI", True, f"version {cmd.version}, {cli_source(cmd)} "
                                           f"(needs {automation.MIN_PULUMI_VERSION}+)")]
@@ -69,7 +69,7 @@ def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
 
 
 def check_home() -> dict[str, Any]:
-    from gpucluster.infra import automation
+    from gpucluster.infra.pulumi import engine as automation
 
     try:
         path = automation.passphrase_file()
@@ -103,7 +103,7 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
     wanted = [c for c in provisioning() if not clouds or c in clouds]
     region = next(iter(check_place({c: plugin(c) for c in wanted}, regions=(region,) if region is not None else (),
                                    project=project, instance_type=instance_type)), None)  # as `run` refuses them
-    from gpucluster.infra.pulumi_cli import pulumi_dir
+    from gpucluster.infra.pulumi.cli import pulumi_dir
 
     pulumi_dir()  # the home, or a file where its Pulumi folder belongs: one line, exit 2, as `run` says it
     n_nodes = None if nodes is None else parse_int("nodes", nodes, low=1, high=64)

@@ -93,7 +93,7 @@ def _targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
 def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) -> None:
     """The Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag. A shared
     state without the team's passphrase stops here: nothing could be destroyed through it."""
-    from gpucluster.infra.pulumi_state import StateSecretsMissing
+    from gpucluster.infra.pulumi.state import StateSecretsMissing
 
     for c in sorted({c for c in targets.values() if backends[c].can(Capability.PROVISIONS)}):
         try:

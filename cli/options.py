@@ -66,7 +66,7 @@ def _use_state(ctx: Any, param: Any, value: Any) -> Any:
     if value:
         import os
 
-        from gpucluster.infra.pulumi_state import STATE_ENV, parse_state
+        from gpucluster.infra.pulumi.state import STATE_ENV, parse_state
 
         os.environ[STATE_ENV] = parse_state(value)
     return value

@@ -224,7 +224,7 @@ def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], proj
 def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """With a shared state: its stacks (listed through Pulumi) that this ledger does not hold, each
     with the owner its outputs name (`infra.program.run` exports the marks); None without one."""
-    from gpucluster.infra.pulumi_state import shared
+    from gpucluster.infra.pulumi.state import shared
 
     if not shared():
         return None

@@ -83,7 +83,7 @@ def slow_gpus(own: Mapping[str, Any]) -> list[str]:
 
 class NodeProgram(Protocol):
     """What is read of a node's check program: a `subprocess.Popen` with its stdout piped, or the
-    Kubernetes launcher's view of an exec stream (infra/gcp/k8s_check.py)."""
+    Kubernetes launcher's view of an exec stream (infra/kubernetes/check.py)."""
 
     @property
     def stdout(self) -> Any: ...

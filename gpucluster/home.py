@@ -106,7 +106,7 @@ def runs_dir(run_id: str) -> Path:
 
 
 CONFIG_FILE = "config.json"
-SETTINGS = ("state", "secrets_provider")  # where team state lives (infra.pulumi_state)
+SETTINGS = ("state", "secrets_provider")  # where team state lives (infra.pulumi.state)
 
 
 def setting(key: str) -> str | None:

@@ -1,6 +1,6 @@
 """Live progress of provisioning and teardown, read from the ledger's resource rows.
 
-The Pulumi engine's events already become ledger rows as they happen (`infra.pulumi_events` ->
+The Pulumi engine's events already become ledger rows as they happen (`infra.pulumi.events` ->
 `lifecycle.LedgerEvents`): a row is written when a resource is requested, stamped when it is
 created and when it is confirmed deleted. `ResourceWatch` reads those rows (on a connection of its
 own, from the console's refresh thread) and says, in one line:

@@ -33,6 +33,15 @@ from gpucluster.errors import UsageError
 SETUP_START, SETUP_END = "setup_start", "setup_end"  # metric record kinds printed by the wrapper
 STAGE_KIND = "stage"  # metric record per node: files, bytes, bytes sent, seconds
 GO_FILE = "setup-go"  # the barrier: torchrun starts once the launcher has created it
+# The node's side of a staged local folder (node_stage.py, shipped by content), the same over ssh
+# (`infra/ssh/stage.py`) and in a pod (`infra/kubernetes/stage.py`). Run on each node by `python3 -c
+# STAGE_PY MODE CACHE [BASE]`: "check" reads one line, a JSON list of hashes, and prints those the
+# cache lacks; "place" reads one JSON line (the mounts; a relative DEST is under BASE) then, when it
+# says so, a tar of files named by their hash. Neither needs its stdin to be closed: a line ends the
+# check, the tar's end-of-archive blocks end the files. That is how it also runs through the
+# Kubernetes exec API, whose v4 websocket protocol cannot close stdin (kubernetes/kubernetes#89899;
+# only v5.channel.k8s.io adds a close signal).
+STAGE_PY = (Path(__file__).parent / "node_stage.py").read_text()
 _URL_PREFIXES = ("s3://", "gs://")
 
 

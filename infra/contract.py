@@ -238,7 +238,7 @@ class Provisioner:
     # provider asks nothing else (no second credential check in a default region)
     preflight: Callable[[ClusterSpec], None] | None = None
     # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
-    # stop's watcher, infra/gcp/k8s_idle.py); an error fails `up`, whose teardown then removes the stack
+    # stop's watcher, infra/gcp/idle.py); an error fails `up`, whose teardown then removes the stack
     after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
 
 

@@ -14,7 +14,7 @@ and the public source for it:
   the old one's objects or pods (GKE docs, "Deleting a cluster": deleting a cluster deletes its control
   plane, its nodes and the workloads on them). Here: a new FakeKubeApi on a new port each time; the
   kubeconfig in the stack's outputs names it. The launcher reaches it as production does, from that
-  kubeconfig with a bearer token from Google credentials (`KubeApi.from_gke`; a fake google-auth
+  kubeconfig with a bearer token from Google credentials (`infra.gcp.gke.api_from_gke`; a fake google-auth
   credential mints the token). The one difference: plain HTTP, no cluster CA.
 - `destroy` deletes the cluster: its pods' processes are killed, its API server stops answering
   (connection refused), and the tag scan (`find`) no longer reports it; until then the scan reports
@@ -158,8 +158,8 @@ class GkeLike:
         more of PulumiProvider's arguments (a stand-in account's credential and cloud checks)."""
         from pulumi_fake import FakePulumiCommand
 
-        from gpucluster.infra.automation import PulumiDriver
-        from gpucluster.infra.pulumi_provider import PulumiProvider
+        from gpucluster.infra.pulumi.engine import PulumiDriver
+        from gpucluster.infra.pulumi.provider import PulumiProvider
         from gpucluster.infra.registry import plugin
 
         gke = self
@@ -180,7 +180,8 @@ class GkeLike:
     def launcher(self, poll_interval: float = 2.0, api_retry_s: float = 10.0) -> Any:
         """The Kubernetes launcher as `gpucluster run --cloud gcp` makes it, reaching each new cluster
         from its stack's kubeconfig with the fake Google credentials."""
-        from gpucluster.infra.gcp.k8s import KubernetesLauncher
+        from gpucluster.infra.gcp.gke import GKE
+        from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 
         return KubernetesLauncher(credentials=FakeGoogleCredentials(), poll_interval=poll_interval,
-                                  api_retry_s=api_retry_s)
+                                  api_retry_s=api_retry_s, platform=GKE)

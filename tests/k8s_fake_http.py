@@ -470,7 +470,7 @@ def serve(fake, token: str = "fake-token"):
     """(KubeApi on the real kubernetes client, stop) for `fake` served on loopback."""
     import yaml
 
-    from gpucluster.infra.gcp.k8s_api import KubeApi
+    from gpucluster.infra.kubernetes.api import KubeApi
 
     url, stop = serve_http(fake, token)
     config = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",

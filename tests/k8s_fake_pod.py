@@ -3,7 +3,7 @@ app containers, its network records and its logs. The API server part and the so
 behaviours are in tests/k8s_fake.py.
 
 Every container runs its REAL command here, as a process of this machine (wait.py, the entry script
-infra/gcp/pod_entry.py with the setup wrapper and gates, the keeper infra/gcp/pod_keeper.py), from the
+infra/kubernetes/pod_entry.py with the setup wrapper and gates, the keeper infra/kubernetes/pod_keeper.py), from the
 ConfigMap the launcher made, with the pod template's environment. Volumes cannot be mounted, so their
 paths (/gpucluster/, /gpucluster-run, /gpucluster-cache) are mapped to folders here wherever they occur
 in a command, an environment value or argv.json. The image is this machine's Python, run under the fake

@@ -5,7 +5,7 @@ reads a stack's outputs; the kubeconfig in them points at the FAKE Kubernetes AP
 token (the one the fake API server accepts), as google-auth gives a valid, unexpired token.
 
 THIS IS A TEST DOUBLE FOR THE CLOUD, NOT FOR gpucluster: the CLI, the ledger, the gcp plugin's
-launcher, `cluster_from_outputs`, `KubeApi.from_gke` and the kubernetes client all run for real.
+launcher, `cluster_from_outputs`, `infra.gcp.gke.api_from_gke` and the kubernetes client all run for real.
 
     FAKE_GCP_OUTPUTS=outputs.json python tests/kept_gcp_cli.py ssh demo 1 -- nvidia-smi
 """

@@ -26,10 +26,10 @@ pytest.importorskip("pulumi.automation")
 from pulumi_fake import FakePulumiCommand, aws_outputs  # noqa: E402
 
 from gpucluster.errors import ConfigError, MissingDependency, ProvisionError, TeardownIncomplete  # noqa: E402
-from gpucluster.infra import automation, pulumi_cli, pulumi_events  # noqa: E402
-from gpucluster.infra.automation import PulumiDriver  # noqa: E402
-from gpucluster.infra.pulumi_events import CapacityError  # noqa: E402
-from gpucluster.infra.pulumi_provider import PulumiProvider  # noqa: E402
+from gpucluster.infra.pulumi import cli as pulumi_cli, engine as automation, events as pulumi_events  # noqa: E402
+from gpucluster.infra.pulumi.engine import PulumiDriver  # noqa: E402
+from gpucluster.infra.pulumi.events import CapacityError  # noqa: E402
+from gpucluster.infra.pulumi.provider import PulumiProvider  # noqa: E402
 from gpucluster.domain import Leftover  # noqa: E402
 from gpucluster.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
 from gpucluster.ledger import Ledger  # noqa: E402
@@ -459,7 +459,7 @@ def test_a_shared_state_with_a_kms_key_needs_no_passphrase_and_reaches_pulumi(ho
     check before anything passes without a passphrase, Pulumi is pointed at the bucket, and the stack
     is made with the key as its secrets provider (`pulumi stack init --secrets-provider`, Pulumi's
     "Secrets handling": awskms://, gcpkms://, azurekeyvault://, hashivault://)."""
-    from gpucluster.infra.pulumi_state import StateSecretsMissing, check_secrets
+    from gpucluster.infra.pulumi.state import StateSecretsMissing, check_secrets
 
     for var in ("PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "PULUMI_BACKEND_URL",
                 "GPUCLUSTER_SECRETS_PROVIDER"):
@@ -480,10 +480,10 @@ def test_a_shared_state_with_a_kms_key_needs_no_passphrase_and_reaches_pulumi(ho
 
 
 def test_importing_the_driver_does_not_import_pulumi():
-    code = ("import sys; import gpucluster.infra.automation, gpucluster.infra.pulumi_provider, gpucluster.infra.leftovers, "
+    code = ("import sys; import gpucluster.infra.pulumi.engine, gpucluster.infra.pulumi.provider, gpucluster.infra.leftovers, "
             "gpucluster.cli.down, gpucluster.cli.up, gpucluster.cli.gc, gpucluster.cli.doctor, "
             "gpucluster.infra.aws.leftovers, gpucluster.infra.gcp.leftovers, gpucluster.infra.aws.engine, "
-            "gpucluster.infra.gcp.engine, gpucluster.infra.pulumi_cli, gpucluster.infra.pulumi_events; "
+            "gpucluster.infra.gcp.engine, gpucluster.infra.pulumi.cli, gpucluster.infra.pulumi.events; "
             "bad = [m for m in ('pulumi', 'boto3', 'google.cloud') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

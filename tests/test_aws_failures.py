@@ -27,7 +27,7 @@ from pulumi_fake import FakePulumiCommand  # noqa: E402
 from test_automation import Recorder, provider, spec  # noqa: E402
 
 from gpucluster.errors import ProvisionError  # noqa: E402
-from gpucluster.infra import pulumi_events  # noqa: E402
+from gpucluster.infra.pulumi import events as pulumi_events  # noqa: E402
 from gpucluster.infra.aws.failures import aws_error, classify  # noqa: E402
 from gpucluster.infra.registry import plugin as _plugin  # noqa: E402
 
@@ -110,8 +110,8 @@ NO_ZONE = ("creating EC2 Instance: operation error EC2: RunInstances, https resp
 
 
 def test_a_capacity_message_without_a_zone_never_retries_the_failed_zone_first(home):
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
 
     fake = FakePulumiCommand(fail_up_after=4, fail_text=NO_ZONE, fail_up_times=1)
     # the zones offering the type, sorted as engine.zones_offering returns them; the program launched

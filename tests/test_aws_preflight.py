@@ -224,8 +224,8 @@ def test_the_preflight_asks_once_and_only_in_the_runs_region(aws, home, monkeypa
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import FakePulumiCommand
 
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
 
     aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))

@@ -305,8 +305,8 @@ def _provider_and_fake(ec2: Ec2Like, **fake_kw):
     from pulumi_fake import FakePulumiCommand
 
     from gpucluster.infra.aws import mock_runtime as aws_mocks
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
 
     seen: dict = {}
 

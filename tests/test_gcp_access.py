@@ -84,7 +84,7 @@ def test_quota_error_classified_with_next_steps():
 
 
 def test_quota_error_reaches_the_user_through_the_driver():
-    from gpucluster.infra.automation import PulumiDriver
+    from gpucluster.infra.pulumi.engine import PulumiDriver
 
     spec = ClusterSpec(cloud="gcp", nodes=2, name="v100", zone="us-central1-a")
     driver = PulumiDriver.__new__(PulumiDriver)

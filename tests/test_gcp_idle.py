@@ -1,4 +1,4 @@
-"""Idle stop on gcp (`up --idle-minutes N`): the objects `infra/gcp/k8s_idle.py` installs, created through
+"""Idle stop on gcp (`up --idle-minutes N`): the objects `infra/gcp/idle.py` installs, created through
 the REAL kubernetes client against the fake API server served over HTTP (tests/k8s_fake_http.py, with
 RBAC, label selectors, plain Jobs and merge patches: tests/k8s_fake_rbac.py), and the REAL watcher
 (`infra/gcp/pod_idle.py`) run as its Deployment's container command says, with the ConfigMap's copy of the
@@ -26,7 +26,8 @@ from k8s_fake import FakeApiException, FakeKubeApi  # noqa: E402
 from k8s_fake_http import serve  # noqa: E402
 
 from gpucluster.errors import SpecError  # noqa: E402
-from gpucluster.infra.gcp import catalog, k8s_idle, k8s_plan  # noqa: E402
+from gpucluster.infra.gcp import catalog, idle as k8s_idle  # noqa: E402
+from gpucluster.infra.kubernetes import plan as k8s_plan  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
 SCALE = 1.0  # seconds per "minute"
@@ -298,9 +299,9 @@ def _provider_up(monkeypatch, served, spec):
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import FakePulumiCommand
 
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.gcp.k8s_api import KubeApi
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.gcp import gke
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
 
     outputs = {"cluster_name": spec.name, "location": "us-central1-a", "zone": "us-central1-a",
@@ -310,7 +311,7 @@ def _provider_up(monkeypatch, served, spec):
     fake = FakePulumiCommand(resources=[("gcp:container/cluster:Cluster", spec.name, "projects/p/clusters/x")],
                              outputs=outputs, secret_keys=["kubeconfig"])
     asked = []
-    monkeypatch.setattr(KubeApi, "from_gke", classmethod(lambda cls, kubeconfig, **kw: asked.append(kubeconfig) or served))
+    monkeypatch.setattr(gke, "api_from_gke", lambda kubeconfig, **kw: asked.append(kubeconfig) or served)
     prov = PulumiProvider(plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                           find=lambda cloud, **kw: [], delete=lambda items: [])
 
@@ -427,7 +428,7 @@ def test_a_job_the_real_launcher_runs_holds_the_idle_stop_off(cluster, tmp_path)
 
     from gpucluster.domain import Cluster as GkeCluster
     from gpucluster.events import NullEvents
-    from gpucluster.infra.gcp import k8s
+    from gpucluster.infra.kubernetes import launcher as k8s
     from gpucluster.launch import JobSpec
     from gpucluster.workloads.protocol import PREFIX
     from k8s_fake import PodScript

@@ -61,8 +61,9 @@ def spec(**kw) -> ClusterSpec:
 
 def declare(s):
     from gpucluster.infra.gcp import component as gcp
+    from gpucluster.infra.gcp.plugin import PLUGIN
 
-    return gcp.declare(s)
+    return gcp.declare(s, PLUGIN)
 
 
 def after(outputs: dict, check):
@@ -281,9 +282,10 @@ def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
     assert (c.name, c.cloud, c.zone, c.gpus_per_node, c.kubeconfig) == ("v100", "gcp", "us-central1-a", 4, "{secret}")
     assert "kubeconfig" not in c.outputs and c.outputs["nodes"] == 2
     pytest.importorskip("kubernetes")
-    from gpucluster.infra.gcp import k8s_plan
+    from gpucluster.infra.gcp.gke import GKE
+    from gpucluster.infra.kubernetes import plan as k8s_plan
     from gpucluster.launch import JobSpec
 
-    plan = k8s_plan.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4))
+    plan = k8s_plan.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4), platform=GKE)
     assert plan.nodes == 2 and plan.gpus_per_node == 4
     assert dict(plan.node_selector)["cloud.google.com/gke-nodepool"] == "gpu"

@@ -15,7 +15,7 @@ The stand-in's behaviour, with its source:
   resource_google_service_account.go), which the program does not set: adopting the old account would
   keep its old identity and grants and its old run's marks.
 
-What the run does (infra/pulumi_provider.py `_remove_orphans`): our own leftover account of that name,
+What the run does (infra/pulumi/provider.py `_remove_orphans`): our own leftover account of that name,
 with no cluster of ours and no Pulumi stack under the name, is removed first (its grants first), with
 a line saying so, before Pulumi runs. Checked once by hand (2026-11-26): with `_remove_orphans` not
 called, the first test fails: `up` stops with "creating cluster 'demo' failed: Error creating service
@@ -155,7 +155,7 @@ def test_an_account_that_cannot_be_removed_stops_the_run_before_pulumi_naming_it
 
 def test_a_stack_that_holds_the_name_is_left_to_its_update():
     """With a stack of that name (its own resources are its update's), nothing is removed first."""
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.provider import PulumiProvider
 
     p = PulumiProvider.__new__(PulumiProvider)
     removed = []

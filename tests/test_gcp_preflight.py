@@ -218,8 +218,8 @@ def test_up_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(h
 
     from gpucluster.cli import common, up
     from gpucluster.errors import UsageError
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
     from gpucluster.ledger import Ledger
 
@@ -245,8 +245,8 @@ def test_run_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(
     from gpucluster import prepare
     from gpucluster.cli import run
     from gpucluster.errors import UsageError
-    from gpucluster.infra.automation import PulumiDriver
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
     from gpucluster.ledger import Ledger
 

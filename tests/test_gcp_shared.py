@@ -38,7 +38,7 @@ from google_fake import FakeProject  # noqa: E402
 
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.infra.gcp.component_access import account_description  # noqa: E402
-from gpucluster.infra.pulumi_provider import PulumiProvider  # noqa: E402
+from gpucluster.infra.pulumi.provider import PulumiProvider  # noqa: E402
 from gpucluster.infra.registry import plugin  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""`gpucluster ssh` on a kept gcp cluster (infra/gcp/k8s_connect.py), every command its own CLI process
+"""`gpucluster ssh` on a kept gcp cluster (infra/kubernetes/connect.py), every command its own CLI process
 (tests/kept_gcp_cli.py: the stack's outputs from a file, their kubeconfig pointing at the FAKE
 Kubernetes API server, tests/k8s_fake_http.py, which the REAL kubernetes client talks to over HTTP and
 websockets). The kept cluster is in a real ledger; the job running on it is an Indexed Job of two pods

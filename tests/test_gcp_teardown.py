@@ -26,7 +26,7 @@ import pytest
 from gpucluster.errors import TeardownIncomplete
 from gpucluster.infra import leftovers
 from gpucluster.infra.gcp import leftovers as gcp_leftovers
-from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.infra.pulumi.provider import PulumiProvider
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -192,8 +192,9 @@ def _spec(**options) -> ClusterSpec:
 
 def _declare(spec):
     from gpucluster.infra.gcp.component import declare
+    from gpucluster.infra.gcp.plugin import PLUGIN
 
-    return declare(spec)
+    return declare(spec, PLUGIN)
 
 
 @pulumi.runtime.test

@@ -48,7 +48,7 @@ def kinds(events, kind):
 
 def test_the_kubernetes_launcher_checks_by_default_and_check_is_no_longer_refused():
     from gpucluster.health import spec_for
-    from gpucluster.infra.gcp.k8s import KubernetesLauncher
+    from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import ClusterSpec
 

@@ -1,5 +1,5 @@
 """`--data` and `--resume` on gcp: folders staged into each pod through the exec API while it runs
-(`infra.gcp.k8s_stage`), against FakeKubeApi, the in-memory FAKE API server. Its exec really runs
+(`infra.kubernetes.stage`), against FakeKubeApi, the in-memory FAKE API server. Its exec really runs
 the staging program over a folder per pod and a folder per GPU node (the hostPath cache), never
 closes an exec's stdin (the v4 websocket protocol cannot: kubernetes/kubernetes#89899), starts
 pods with skew and refuses exec into a pod that is not running (tests/k8s_fake.py gives the source
@@ -20,7 +20,7 @@ from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
 from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
-from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
 from gpucluster.staging import RESUME_ENV, STAGE_KIND, DataMount, parse_data  # noqa: E402
 
 

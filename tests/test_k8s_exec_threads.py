@@ -22,9 +22,9 @@ pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/t
 
 kubernetes = pytest.importorskip("kubernetes")
 
-from gpucluster.infra.gcp import k8s_plan  # noqa: E402
-from gpucluster.infra.gcp.k8s_api import KubeApi  # noqa: E402
-from gpucluster.infra.gcp.k8s_outputs import _exec  # noqa: E402
+from gpucluster.infra.kubernetes import plan as k8s_plan  # noqa: E402
+from gpucluster.infra.kubernetes.api import KubeApi  # noqa: E402
+from gpucluster.infra.kubernetes.outputs import _exec  # noqa: E402
 
 UPGRADE_DELAY_S = 1.5
 

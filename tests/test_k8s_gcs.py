@@ -28,7 +28,9 @@ from test_k8s_outputs import with_outputs  # noqa: E402
 
 from gpucluster.domain import Cluster  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
-from gpucluster.infra.gcp import gcs, k8s  # noqa: E402
+from gpucluster.infra.gcp import gcs  # noqa: E402
+from gpucluster.infra.gcp.gke import GKE  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
 from gpucluster.outputs import COMPLETE, FAILED  # noqa: E402
 from gpucluster.staging import STAGE_KIND, parse_data  # noqa: E402
 from gpucluster.infra.registry import plugin, readers  # noqa: E402
@@ -45,7 +47,7 @@ def cluster(nodes=2, objects=True):
 
 def launcher(fake, api=None):
     return k8s.KubernetesLauncher(api=api or k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0,
-                                  objects=gcs.GcsTransfer(), api_retry_s=10)
+                                  objects=gcs.GcsTransfer(), api_retry_s=10, platform=GKE)
 
 
 def test_pods_pull_gs_data_and_upload_their_outputs_as_the_bound_service_account(gcs_server, tmp_path,
@@ -124,7 +126,7 @@ def test_a_cluster_made_without_object_access_is_refused_before_anything_is_crea
 
 
 def _ksa():
-    from gpucluster.infra.gcp.k8s_manifests import kube_models
+    from gpucluster.infra.kubernetes.manifests import kube_models
 
     k = kube_models()
     return k.V1ServiceAccount(metadata=k.V1ObjectMeta(name=gcs.OBJECTS_KSA, namespace="default",

@@ -22,10 +22,10 @@ pytest.importorskip("kubernetes")
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402
 from test_k8s_launcher import NAME, cluster, healthy, job, launch  # noqa: E402
 
-from gpucluster.infra.gcp import k8s_plan  # noqa: E402
-from gpucluster.infra.gcp.k8s_api import KubeApi  # noqa: E402
-from gpucluster.infra.gcp.k8s_manifests import config_map_manifest, job_manifest, service_manifest  # noqa: E402
-from gpucluster.infra.gcp.k8s_pods import _Pods  # noqa: E402
+from gpucluster.infra.kubernetes import plan as k8s_plan  # noqa: E402
+from gpucluster.infra.kubernetes.api import KubeApi  # noqa: E402
+from gpucluster.infra.kubernetes.manifests import config_map_manifest, job_manifest, service_manifest  # noqa: E402
+from gpucluster.infra.kubernetes.pods import _Pods  # noqa: E402
 
 
 def create(fake, plan, init_command=None, restart_policy="Never"):

@@ -18,7 +18,8 @@ pytest.importorskip("kubernetes")
 
 from k8s_fake import FakeApiException, FakeKubeApi, PodScript  # noqa: E402
 
-from gpucluster.infra.gcp import k8s  # noqa: E402
+from gpucluster.infra.gcp.gke import GKE, api_from_gke  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.domain import Cluster  # noqa: E402
 from gpucluster.events import NullEvents  # noqa: E402
@@ -274,7 +275,7 @@ KUBECONFIG = json.dumps({"clusters": [{"name": "c", "cluster": {"server": "https
 
 def test_gke_access_uses_a_bearer_token_from_adc_and_refreshes_it():
     creds = FakeCredentials()
-    api = k8s.KubeApi.from_gke(KUBECONFIG, credentials=creds)
+    api = api_from_gke(KUBECONFIG, credentials=creds)
     config = api.core.api_client.configuration
     assert config.host == "https://192.0.2.10"
     with open(config.ssl_ca_cert, "rb") as f:
@@ -294,7 +295,7 @@ def test_the_fake_refuses_unauthenticated_calls_and_the_launch_names_the_fix(tmp
     Checked once by hand (2026-11-26): with the fake's token check removed (the old, kinder fake that
     accepted any call), this test fails ("DID NOT RAISE LaunchError")."""
     creds = FakeCredentials()
-    api = k8s.KubeApi.from_gke(KUBECONFIG, credentials=creds)
+    api = api_from_gke(KUBECONFIG, credentials=creds)
     config = api.core.api_client.configuration
     fake = FakeKubeApi({0: healthy(0, 1)}, auth=lambda: config.get_api_key_with_prefix("authorization"),
                        tokens=("Bearer tok1",))
@@ -317,7 +318,7 @@ def test_missing_adc_is_one_line_before_anything_is_created(tmp_path, monkeypatc
         raise DefaultCredentialsError("Your default credentials were not found.")
 
     monkeypatch.setattr(google.auth, "default", no_adc)
-    launcher = k8s.KubernetesLauncher(poll_interval=0)
+    launcher = k8s.KubernetesLauncher(poll_interval=0, platform=GKE)  # gcp's: Google credentials for the API
     c = Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=1, kubeconfig=KUBECONFIG,
                 outputs={"nodes": 1, "gpus_per_node": 1})
     with pytest.raises(LaunchError) as err:
@@ -439,8 +440,8 @@ def test_a_namespace_the_run_made_goes_when_the_other_job_in_it_is_being_deleted
 
 
 def test_the_fake_refuses_objects_in_a_namespace_that_does_not_exist():
-    from gpucluster.infra.gcp import k8s_plan
-    from gpucluster.infra.gcp.k8s_manifests import config_map_manifest
+    from gpucluster.infra.kubernetes import plan as k8s_plan
+    from gpucluster.infra.kubernetes.manifests import config_map_manifest
 
     fake = FakeKubeApi({})
     plan = k8s_plan.plan_job(cluster(1), job(), namespace="nope")

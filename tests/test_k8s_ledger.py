@@ -23,8 +23,8 @@ from test_k8s_launcher import NAME, RUN, Events, cluster, healthy, job  # noqa: 
 
 from gpucluster.domain import LAUNCHER_KINDS  # noqa: E402
 from gpucluster.ledger import LedgerError  # noqa: E402
-from gpucluster.infra.gcp import k8s  # noqa: E402
-from gpucluster.infra.gcp.k8s_gone import ROW_KINDS  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
+from gpucluster.infra.kubernetes.gone import ROW_KINDS  # noqa: E402
 
 ROWS = {f"k8s-{k}": f"default/{NAME}" for k in ("configmap", "service", "job")}
 
@@ -134,9 +134,9 @@ def test_a_ledger_that_cannot_take_the_row_means_nothing_is_created(tmp_path):
 
 
 def test_a_killed_runs_objects_are_found_by_its_label_and_not_another_runs(tmp_path):
-    from gpucluster.infra.gcp.k8s_api import Retry
-    from gpucluster.infra.gcp.k8s_objects import Created
-    from gpucluster.infra.gcp.k8s_plan import plan_job
+    from gpucluster.infra.kubernetes.api import Retry
+    from gpucluster.infra.kubernetes.objects import Created
+    from gpucluster.infra.kubernetes.plan import plan_job
 
     fake = FakeKubeApi({0: healthy(0), 1: healthy(1)}, delete_ticks=0)
     api = k8s.KubeApi(fake, fake, fake)

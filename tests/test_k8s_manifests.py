@@ -13,7 +13,9 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 
 pytest.importorskip("kubernetes")
 
-from gpucluster.infra.gcp import k8s, k8s_manifests, k8s_plan  # noqa: E402
+from gpucluster.infra.gcp import gke  # noqa: E402
+from gpucluster.infra.gcp.gke import GKE  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s, manifests as k8s_manifests, plan as k8s_plan  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.domain import Cluster, Node  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
@@ -41,7 +43,7 @@ def job(**kw):
 
 @pytest.fixture
 def plan():
-    return k8s_plan.plan_job(cluster(), job())
+    return k8s_plan.plan_job(cluster(), job(), platform=GKE)  # gcp's: the GPU pool's labels, N1 requests
 
 
 def serial(obj):
@@ -362,13 +364,13 @@ def test_training_pods_request_the_nodes_cpu_and_memory_less_what_gke_keeps(plan
     container = serial(k8s_manifests.pod_template(plan))["spec"]["containers"][0]
     # n1-standard-16: 16 vCPU, 60 GB. CPU kept: 0.06 + 0.01 + 2 x 0.005 + 12 x 0.0025 = 0.11 -> 15.89;
     # memory kept: 1 + 0.8 + 0.8 + 44 x 0.06 + 0.1 (eviction) = 5.34 GiB -> 54.66; less 1 CPU, 1.5 GiB
-    assert k8s_plan.allocatable(16, 60) == pytest.approx((15.89, 54.66))
+    assert gke.allocatable(16, 60) == pytest.approx((15.89, 54.66))
     assert container["resources"]["requests"] == {"cpu": "14890m", "memory": "54435Mi"}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     for machine in ("n1-standard-4", "n1-standard-8", "n1-highmem-8", "n1-highcpu-16", "n1-standard-32"):
         from gpucluster.infra.gcp.catalog import n1_shape
 
-        req = k8s_plan.pod_requests(machine)
-        cpus, gib = k8s_plan.allocatable(*map(float, n1_shape(machine)))
+        req = gke.pod_requests(machine)
+        cpus, gib = gke.allocatable(*map(float, n1_shape(machine)))
         assert 0 < int(req["cpu"][:-1]) / 1000 <= cpus - 1 and 0 < int(req["memory"][:-2]) / 1024 <= gib - 1.5
-    assert k8s_plan.pod_requests("e2-weird") == {} and k8s_plan.pod_requests(None) == {}
+    assert gke.pod_requests("e2-weird") == {} and gke.pod_requests(None) == {}

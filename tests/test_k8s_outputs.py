@@ -24,7 +24,7 @@ from k8s_fake import FakeApiException, FakeKubeApi, PodScript, _Pod  # noqa: E40
 from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
-from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
 from gpucluster.events import NullEvents  # noqa: E402
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL  # noqa: E402
 

@@ -22,8 +22,8 @@ from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
 from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, job, metric  # noqa: E402
 
-from gpucluster.infra.gcp import k8s  # noqa: E402
-from gpucluster.infra.gcp.k8s_api import API_RETRY_S  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
+from gpucluster.infra.kubernetes.api import API_RETRY_S  # noqa: E402
 
 RETRY_S = 20.0
 OUTAGE_S = RETRY_S * 90 / API_RETRY_S  # 3 s: a 90 s outage against the 600 s bound

@@ -20,7 +20,7 @@ pytest.importorskip("kubernetes")
 from k8s_fake import FakeKubeApi  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job, launch  # noqa: E402
 
-from gpucluster.infra.gcp import k8s, k8s_plan  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
 from gpucluster.staging import GO_FILE, setup_wrapped  # noqa: E402
 
 SETUP = ("echo preparing; echo ready > prepared.txt",)
@@ -101,7 +101,7 @@ def test_plan_wraps_every_rank_and_mounts_the_run_folder():
     for rank, argv in enumerate(plan.argv_by_rank):
         assert argv[:2] == ("sh", "-c") and argv[3] == "gpucluster-setup" and k8s_plan.SETUP_GO_FILE in argv[2]
         assert argv[4:] == bare.argv_by_rank[rank]  # then this rank's torchrun, unchanged
-    from gpucluster.infra.gcp.k8s_manifests import job_manifest
+    from gpucluster.infra.kubernetes.manifests import job_manifest
 
     volumes = lambda p: {v.name for v in job_manifest(p).spec.template.spec.volumes}  # noqa: E731
     assert "run" in volumes(plan) and "run" not in volumes(bare)  # the go file's emptyDir

@@ -22,7 +22,7 @@ from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import Events, cluster  # noqa: E402
 from test_workdir import JOB, check_every_file_came_back  # noqa: E402
 
-from gpucluster.infra.gcp import k8s  # noqa: E402
+from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
 from gpucluster.launch import JobSpec  # noqa: E402
 from gpucluster.outputs import COMPLETE, PARTIAL  # noqa: E402
 
@@ -43,12 +43,13 @@ def _gcp_run(tmp_path, monkeypatch, output=None, **job_fields):
     monkeypatch.chdir(project)  # the script folder is the working folder, as the user runs it
     fake = FakeKubeApi({r: PodScript(program=True) for r in range(2)})
     api, stop = serve(fake)
-    objects = None
+    objects, platform = None, k8s.GENERIC
     if output:
         from gpucluster.infra.gcp import gcs
+        from gpucluster.infra.gcp.gke import GKE
 
-        objects = gcs.GcsTransfer()
-    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0.05, api_retry_s=10, objects=objects)
+        objects, platform = gcs.GcsTransfer(), GKE  # gs:// as the cluster's Google service account
+    launcher = k8s.KubernetesLauncher(api=api, poll_interval=0.05, api_retry_s=10, objects=objects, platform=platform)
     job = JobSpec(f"r20261125-0{next(_COUNT)}0000-abcdef", command=("python", "train.py"), nproc_per_node=1,
                   threads_per_proc=1, max_seconds=180, output_dir=output or str(tmp_path / "results"), **job_fields)
     events = Events()
@@ -113,7 +114,7 @@ def test_data_above_the_working_folder_stays_in_the_run_folder():
     """DEST may climb one level beside a shipped script; never onto what the run folder holds, and never
     without a shipped script (there is no working folder of ours then)."""
     from gpucluster.errors import UsageError
-    from gpucluster.infra.gcp import k8s_plan
+    from gpucluster.infra.kubernetes import plan as k8s_plan
 
     assert k8s_plan.staged_rel("../data", True) == "data"
     assert k8s_plan.staged_rel("inputs/x", True) == "code/inputs/x"

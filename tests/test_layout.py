@@ -92,6 +92,14 @@ def infra_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[
     `module`: `import x.y`, `from x.y import z`, `from x import y` (a submodule), relative imports,
     imports inside functions or `if TYPE_CHECKING:`, and `importlib.import_module("...")` /
     `__import__("...")` of a constant name."""
+    return [(line, t) for line, t in all_imports(tree, module, is_package)
+            if t == "gpucluster.infra" or t.startswith("gpucluster.infra.")]
+
+
+def all_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every import in the module `module`, by any of the spellings `infra_imports`
+    names (relative ones resolved; `from x import y` gives x.y where x is gpucluster or gpucluster.infra,
+    else x)."""
     package = module.split(".") if is_package else module.split(".")[:-1]
     found: list[tuple[int, str]] = []
     for n in ast.walk(tree):
@@ -107,7 +115,7 @@ def infra_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[
                 isinstance(n.args[0].value, str) and (getattr(n.func, "attr", None) in _IMPORTERS
                                                       or getattr(n.func, "id", None) in _IMPORTERS):
             targets = [n.args[0].value]
-        found += [(n.lineno, t) for t in targets if t == "gpucluster.infra" or t.startswith("gpucluster.infra.")]
+        found += [(n.lineno, t) for t in targets]
     return found
 
 
@@ -213,3 +221,41 @@ def test_no_event_or_ui_method_is_found_by_probing(path):
     probes = event_probes(ast.parse(path.read_text()))
     assert not probes, (f"{_rel(path)} lines {probes}: an event or UI method looked up with hasattr/getattr; "
                         "declare it in gpucluster.events.RunEvents (or lifecycle.RunUI) and call it")
+
+
+# -- issue 39, item 5: infra/kubernetes/ is plain Kubernetes -----------------------------------------
+# The launcher, staging, outputs, exec/ssh/port-forward and the health check are shared by every backend
+# whose jobs run as pods (gcp today; `--cloud kubernetes`, existing clusters, next): what a provider adds
+# is injected (`infra.kubernetes.platform.Platform`; gcp's is infra/gcp/gke.py), never imported.
+KUBERNETES = sorted((ROOT / "infra" / "kubernetes").rglob("*.py"))
+NOT_IN_KUBERNETES = ("gpucluster.infra.gcp", "gpucluster.infra.aws", "google", "boto3", "botocore")
+
+
+def cloud_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    return [(line, t) for line, t in all_imports(tree, module, is_package)
+            if any(t == p or t.startswith(p + ".") for p in NOT_IN_KUBERNETES)]
+
+
+def test_the_cloud_import_check_sees_every_spelling():
+    code = ("def f():\n    from gpucluster.infra.gcp.access import GcpAuthError\nfrom ..gcp import gcs\n"
+            "import google.auth\nimportlib.import_module('boto3')\nfrom gpucluster.infra import aws\n"
+            "from .api import KubeApi\nimport kubernetes\nfrom gpucluster.staging import STAGE_PY\n"
+            "import googleapiclient\n")
+    assert sorted(cloud_imports(ast.parse(code), "gpucluster.infra.kubernetes.launcher")) == [
+        (2, "gpucluster.infra.gcp.access"), (3, "gpucluster.infra.gcp"), (4, "google.auth"), (5, "boto3"),
+        (6, "gpucluster.infra.aws")]
+
+
+def test_the_kubernetes_package_is_found_and_is_not_a_backend():
+    names = {p.name for p in KUBERNETES}
+    assert {"launcher.py", "api.py", "plan.py", "stage.py", "outputs.py", "check.py", "connect.py"} <= names
+    assert "kubernetes" not in NAMES and "pulumi" not in NAMES
+
+
+@pytest.mark.parametrize("path", KUBERNETES, ids=_rel)
+def test_the_kubernetes_package_imports_no_cloud(path):
+    module = "gpucluster." + _module_name(path)
+    found = cloud_imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+    assert found == [], (f"{_rel(path)} imports " + ", ".join(f"{m} (line {line})" for line, m in found)
+                         + ": infra/kubernetes/ is plain Kubernetes; what a provider adds is given to it "
+                           "(infra.kubernetes.platform.Platform), not imported")

@@ -19,17 +19,18 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.ssh.launch", "PORT_PY"): "infra/ssh/node_port.py",
     ("gpucluster.infra.ssh.remote", "READY_PY"): "infra/ssh/node_ready.py",
     ("gpucluster.infra.ssh.remote", "PROCS_PY"): "infra/ssh/node_procs.py",
-    ("gpucluster.infra.ssh.stage", "STAGE_PY"): "infra/ssh/node_stage.py",
+    ("gpucluster.staging", "STAGE_PY"): "gpucluster/node_stage.py",
+    ("gpucluster.infra.ssh.stage", "STAGE_PY"): "gpucluster/node_stage.py",  # the same program, over ssh
     ("gpucluster.infra.aws.user_data", "SETUP_TORCH_SCRIPT"): "infra/aws/node_setup_torch.sh",
     ("gpucluster.infra.aws.user_data", "DEADMAN_SCRIPT"): "infra/aws/node_deadman.sh",
     ("gpucluster.infra.aws.user_data", "READY_SCRIPT"): "infra/aws/node_ready.sh",
     ("gpucluster.infra.aws.user_data", "IDLE_SCRIPT"): "infra/aws/node_idle.py",
-    ("gpucluster.infra.gcp.k8s_plan", "ENTRYPOINT"): "infra/gcp/pod_entry.py",
-    ("gpucluster.infra.gcp.k8s_plan", "WAITER"): "infra/gcp/pod_wait.py",
-    ("gpucluster.infra.gcp.k8s_plan", "KEEPER_PROGRAM"): "infra/gcp/pod_keeper.py",
-    ("gpucluster.infra.gcp.k8s_outputs", "PACK"): "infra/gcp/pod_pack.py",
-    ("gpucluster.infra.gcp.k8s_outputs", "TOUCH"): "infra/gcp/pod_touch.py",
-    ("gpucluster.infra.gcp.k8s_idle", "WATCHER"): "infra/gcp/pod_idle.py",
+    ("gpucluster.infra.kubernetes.plan", "ENTRYPOINT"): "infra/kubernetes/pod_entry.py",
+    ("gpucluster.infra.kubernetes.plan", "WAITER"): "infra/kubernetes/pod_wait.py",
+    ("gpucluster.infra.kubernetes.plan", "KEEPER_PROGRAM"): "infra/kubernetes/pod_keeper.py",
+    ("gpucluster.infra.kubernetes.outputs", "PACK"): "infra/kubernetes/pod_pack.py",
+    ("gpucluster.infra.kubernetes.outputs", "TOUCH"): "infra/kubernetes/pod_touch.py",
+    ("gpucluster.infra.gcp.idle", "WATCHER"): "infra/gcp/pod_idle.py",
 }
 NOT_PROGRAMS = {"gpucluster/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
 # shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle

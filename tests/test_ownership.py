@@ -123,8 +123,8 @@ def test_two_owners_on_one_kubernetes_api_server(tmp_path):
     from k8s_fake import FakeKubeApi
     from test_k8s_launcher import Events, cluster, healthy
 
-    from gpucluster.infra.gcp import k8s
-    from gpucluster.infra.gcp.k8s_plan import plan_job
+    from gpucluster.infra.kubernetes import launcher as k8s
+    from gpucluster.infra.kubernetes.plan import plan_job
     from gpucluster.launch import JobSpec
 
     fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
@@ -132,7 +132,7 @@ def test_two_owners_on_one_kubernetes_api_server(tmp_path):
     hers = JobSpec(run_id="r20261125-100000-a11ce0", workload="digits", nproc_per_node=1, owner=ME)
     plan = plan_job(cluster(2), hers, namespace="default")
     assert plan.label_dict["gpucluster-owner"] == ME
-    from gpucluster.infra.gcp.k8s_objects import Created
+    from gpucluster.infra.kubernetes.objects import Created
 
     Created(api, plan).objects()  # her run, mid-flight
     before = {k for k in fake.objects if k[1] == plan.name}

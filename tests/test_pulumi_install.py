@@ -31,7 +31,7 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 pytest.importorskip("pulumi.automation")
 
 from gpucluster.errors import ConfigError, MissingDependency  # noqa: E402
-from gpucluster.infra import pulumi_cli  # noqa: E402
+from gpucluster.infra.pulumi import cli as pulumi_cli  # noqa: E402
 
 PINNED = pulumi_cli.MIN_PULUMI_VERSION
 
@@ -131,7 +131,7 @@ def user_pulumi(tmp_path, monkeypatch, version: str):
 def _cli_check(provider_for):
     """The aws provider's preflight as `run` calls it, with a stand-in account: the credential and
     quota checks pass, so what is tested is the Pulumi CLI's (install offered, or not)."""
-    from gpucluster.infra.pulumi_provider import PulumiProvider
+    from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
 
     prov = PulumiProvider(plugin("aws"), credentials=lambda region=None: [], cloud_checks=lambda spec: None)

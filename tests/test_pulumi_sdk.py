@@ -1,4 +1,4 @@
-"""The copy of `PulumiCommand.run` in infra/pulumi_cli.py (why a copy: its docstring) must keep
+"""The copy of `PulumiCommand.run` in infra/pulumi/cli.py (why a copy: its docstring) must keep
 the installed SDK's signature: the SDK's workspace calls `run` positionally, so a parameter added,
 renamed or reordered upstream would be passed to the wrong one. And the reason for the copy must
 still hold: when upstream's `run` learns to start the CLI in its own session, the copy can go."""
@@ -21,7 +21,7 @@ def test_the_copied_run_has_the_installed_sdks_signature():
     the copy keeps it, so an SDK from the floor (3.165, which passes four) up calls it rightly."""
     from pulumi.automation import PulumiCommand
 
-    from gpucluster.infra.pulumi_cli import detached_command_class
+    from gpucluster.infra.pulumi.cli import detached_command_class
 
     ours, upstream = _params(detached_command_class().run), _params(PulumiCommand.run)
     assert ours[:len(upstream)] == upstream

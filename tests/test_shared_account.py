@@ -36,7 +36,7 @@ from pulumi_fake import FakePulumiCommand  # noqa: E402
 
 from gpucluster.cli import common, down, gc, status, up  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
-from gpucluster.infra.pulumi_state import StateSecretsMissing  # noqa: E402
+from gpucluster.infra.pulumi.state import StateSecretsMissing  # noqa: E402
 
 REGION = "us-east-1"
 UP = ("--cloud", "aws", "--nodes", "2", "--instance-type", "g5.xlarge", "--region", REGION,
@@ -90,8 +90,8 @@ class Account:
         return self.fakes[self.who]
 
     def provider(self, cloud: str):
-        from gpucluster.infra.automation import PulumiDriver
-        from gpucluster.infra.pulumi_provider import PulumiProvider
+        from gpucluster.infra.pulumi.engine import PulumiDriver
+        from gpucluster.infra.pulumi.provider import PulumiProvider
         from gpucluster.infra.registry import plugin
 
         fake = self.fake()

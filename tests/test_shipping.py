@@ -138,7 +138,7 @@ def test_gcp_configmap_ships_the_same_choice_without_hidden_files_or_links(proje
     pytest.importorskip("kubernetes")
     from types import SimpleNamespace
 
-    from gpucluster.infra.gcp.k8s_plan import plan_job
+    from gpucluster.infra.kubernetes.plan import plan_job
 
     monkeypatch.chdir(project)
     cluster = SimpleNamespace(name="c", nodes=(), gpus_per_node=1, outputs={"nodes": 1})

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from gpucluster.domain import Provider
 from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Provisioner,
                                        Record, ScanScope, SpecRules, Transport)
-from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 

@@ -3,8 +3,9 @@ Pulumi; jobs run as a Kubernetes Indexed Job + headless Service (or a Kubeflow P
 
 Contract: `gpucluster.infra.contract`. `TRAITS` here (plain values); `plugin.PLUGIN` holds its
 parts. Modules: catalog (zones, machine types, spec checks), component (the Pulumi component),
-access (project and credentials), k8s (the launcher), engine (Pulumi events, capacity),
-leftovers (the tag scan), prices, gcs (object storage), dryrun (--dry-run)."""
+access (project and credentials), gke (GKE's `Platform` for the shared Kubernetes launcher,
+`infra.kubernetes`), idle (the idle stop), engine (Pulumi events, capacity), leftovers (the tag
+scan), prices, gcs (object storage), dryrun (--dry-run)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ TRAITS = Traits(
            "project",  # a GCP project
            "start_deadline",  # GKE pods' scheduling deadline
            "setup",  # run in each pod before torchrun (the entry script's setup wrapper)
-           "data", "resume"),  # staged into each pod through the exec API (k8s_stage)
+           "data", "resume"),  # staged into each pod through the exec API (infra.kubernetes.stage)
     flags_refused_why="gcp runs on GKE pods reached through the Kubernetes API",
     capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE, Capability.ACCOUNTS}),
     pulumi_plugins=("gcp",),
     object_store="gs",  # read and written by the pods through Workload Identity (gcs.py)
-    idle_stop_stops="the GPU nodes",  # released to the cluster autoscaler (k8s_idle.py)
+    idle_stop_stops="the GPU nodes",  # released to the cluster autoscaler (idle.py)
     idle_stop_keeps="the cluster fee and the system pool",
 )

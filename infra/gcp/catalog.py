@@ -146,7 +146,7 @@ OPTIONS = (
     "autoscale",
     "gke_free_tier",  # cost: count GKE's one free zonal cluster per billing account
     "gpuDriverVersion",
-    "idleMinutes",  # `up --idle-minutes N`: the GPU nodes are released after N minutes without a job (k8s_idle.py)
+    "idleMinutes",  # `up --idle-minutes N`: the GPU nodes are released after N minutes without a job (idle.py)
     "image",
     "launcher",
     "minNodes",

@@ -43,6 +43,7 @@ import pulumi_gcp as gcp
 from gpucluster.infra.gcp import catalog, gcs
 from gpucluster.infra.gcp.component_access import declare_object_access
 from gpucluster.domain import Cluster
+from gpucluster.infra.contract import Plugin
 from gpucluster.spec import ClusterSpec, validate
 
 TYPE_TOKEN = "gpucluster:gcp:GpuCluster"
@@ -147,12 +148,12 @@ class GpuCluster(pulumi.ComponentResource):
         resource_name: str,
         *,
         spec: ClusterSpec,
+        backend: Plugin,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        # Everything that can be refused is refused here, before the component registers.
-        from gpucluster.infra.gcp.plugin import PLUGIN
-
-        warnings = validate(spec, PLUGIN)
+        # Everything that can be refused is refused here, before the component registers (`backend`:
+        # gcp's plugin, given by `plugin.declare`: this module does not import the plugin back).
+        warnings = validate(spec, backend)
         spec = catalog.resolve(spec)
         project = project_of(spec)
         release_channel = catalog.option_choice(
@@ -172,7 +173,7 @@ class GpuCluster(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, resource_name, None, opts)
         for text in warnings:
             pulumi.log.warn(text, resource=self)
-        if catalog.idle_minutes(spec):  # infra/gcp/k8s_idle.py: no Kubernetes provider in this program
+        if catalog.idle_minutes(spec):  # infra/gcp/idle.py: no Kubernetes provider in this program
             pulumi.log.info("idleMinutes: the idle stop's watcher is installed in the cluster by `gpucluster up` "
                             "(or `run --keep`) once the stack is up; a plain `pulumi up` does not install it",
                             resource=self)
@@ -321,9 +322,9 @@ class GpuCluster(pulumi.ComponentResource):
         self.register_outputs(self.outputs)
 
 
-def declare(spec: ClusterSpec) -> dict[str, Any]:
+def declare(spec: ClusterSpec, backend: Plugin) -> dict[str, Any]:
     """Declare the GCP cluster for `spec` (inside a Pulumi program); the outputs to export."""
-    component = GpuCluster(spec.name, spec=spec)
+    component = GpuCluster(spec.name, spec=spec, backend=backend)
     return {k: v if isinstance(v, pulumi.Output) else pulumi.Output.from_input(v) for k, v in component.outputs.items()}
 
 

@@ -112,19 +112,20 @@ def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
 def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[dict[str, Any]], list[str]]:
     from kubernetes.client import ApiClient
 
-    from gpucluster.infra.gcp import k8s, k8s_manifests, k8s_plan
+    from gpucluster.infra.kubernetes import launcher as k8s, manifests as k8s_manifests, plan as k8s_plan
+    from gpucluster.infra.kubernetes.stage import object_transfer
 
-    from gpucluster.infra.gcp.component import cluster_from_outputs
-
-    from gpucluster.infra.gcp.k8s_stage import object_account, object_transfer
+    from .component import cluster_from_outputs
+    from .gke import GKE
 
     cluster = cluster_from_outputs(outputs)
-    launcher = launcher or k8s.KubernetesLauncher()
-    account = object_account(cluster, job)  # the pods' service account when they use gs://
+    launcher = launcher or k8s.KubernetesLauncher(platform=GKE)
+    account = launcher.platform.object_account(cluster, job)  # the pods' service account when they use gs://
     files, _ = object_transfer(launcher.objects, job)
     plan = k8s_plan.plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
                              start_deadline_s=launcher.start_deadline_s,
-                             service_account=account[0] if account else None, extra_files=files)
+                             service_account=account[0] if account else None, extra_files=files,
+                             platform=launcher.platform)
     objects = [k8s_manifests.config_map_manifest(plan)]
     if plan.mode == "job":
         objects += [k8s_manifests.service_manifest(plan), k8s_manifests.job_manifest(plan)]
@@ -139,8 +140,9 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
     return objects, list(plan.notes)
 
 
-def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict[str, Any]:
-    """Resources under Pulumi mocks, the Kubernetes manifests, the plan notes and the estimate (+ text)."""
+def dry_run(spec: ClusterSpec, *, backend: Any, job: Any = None, launcher: Any = None) -> dict[str, Any]:
+    """Resources under Pulumi mocks, the Kubernetes manifests, the plan notes and the estimate (+ text);
+    `backend`: gcp's plugin (given by `plugin.dry_run`: this module does not import the plugin back)."""
     from gpucluster import cost
 
     notes = []
@@ -151,18 +153,17 @@ def dry_run(spec: ClusterSpec, *, job: Any = None, launcher: Any = None) -> dict
     resources = [_summary(r) for r in mocks.resources]
     manifests, plan_notes = _manifests(outputs, job, launcher) if job is not None else ([], [])
     from .catalog import idle_minutes
-    from .plugin import PLUGIN
 
     idle = []
     minutes = idle_minutes(spec)
-    if minutes:  # installed through the Kubernetes API once the stack is up (infra/gcp/k8s_idle.py)
-        from .k8s_idle import manifests as idle_manifests, namespace_of
+    if minutes:  # installed through the Kubernetes API once the stack is up (infra/gcp/idle.py)
+        from .idle import manifests as idle_manifests, namespace_of
 
         ns = namespace_of(spec.options)
         made = idle_manifests(cluster=spec.name, namespace=ns, minutes=minutes, nodes=spec.nodes, deadline=0, now=0)
         idle = [{"kind": obj.kind, "namespace": ns, "name": obj.metadata.name} for obj in made.values()]
 
-    est = cost.estimate(spec, 1, backend=PLUGIN)
+    est = cost.estimate(spec, 1, backend=backend)
     result = {"dry_run": True, "project": spec.project, "project_source": spec.project_source,
               "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes, "idle_stop": idle,
               "estimate": est.to_dict() if hasattr(est, "to_dict") else str(est), "estimate_line": est.render_line()}

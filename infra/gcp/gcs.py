@@ -40,7 +40,7 @@ WRITE_ROLE = "roles/storage.objectCreator"  # storage.objects.create: no read, n
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 NODE_PROGRAM = "gcs_node.py"  # what a pod runs to pull and push (GcsTransfer)
 OBJECTS_KSA = "gpucluster-objects"  # the Kubernetes service account the pods run as for object storage
-DEFAULT_NAMESPACE = "default"  # = k8s_plan.DEFAULT_NAMESPACE (option `namespace` overrides both)
+DEFAULT_NAMESPACE = "default"  # = infra.kubernetes.plan.DEFAULT_NAMESPACE (option `namespace` overrides both)
 PREFIX_MAX_BYTES = 900  # object names are at most 1,024 bytes: room for RUN_ID/node-N/<file>
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
 _PREFIX_BAD = set("*?[]#\"'\\:")

@@ -8,18 +8,19 @@ from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
                                        Provisioner, Record, ScanScope, SpecRules, Transport)
-from gpucluster.infra.pulumi_provider import PulumiProvider
+from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
 
 from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices
-from .k8s import KubernetesLauncher
+from .gke import GKE
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
     """Imported here: the component module imports pulumi and pulumi_gcp (only a program needs them)."""
     from .component import declare as declare_
 
-    return declare_(spec)
+    return declare_(spec, PLUGIN)
 
 
 def cluster_from_outputs(outputs: Mapping[str, object]) -> Cluster:
@@ -33,7 +34,7 @@ def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
     """Imported here: the dry run imports pulumi's mock runtime."""
     from .dryrun import dry_run as dry_run_
 
-    return dry_run_(spec, **kw)
+    return dry_run_(spec, backend=PLUGIN, **kw)
 
 
 def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
@@ -41,7 +42,7 @@ def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
     from .catalog import idle_minutes
 
     if idle_minutes(spec):
-        from .k8s_idle import after_up as install
+        from .idle import after_up as install
 
         install(spec, cluster, events)
 
@@ -54,7 +55,7 @@ def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
     kw: dict[str, object] = {"objects": gcs.GcsTransfer()}  # gs:// read and written by the pods themselves
     if options.start_deadline_s:
         kw["start_deadline_s"] = options.start_deadline_s
-    return PulumiProvider(PLUGIN), KubernetesLauncher.from_options(dict(options.spec_options), **kw)
+    return PulumiProvider(PLUGIN), KubernetesLauncher.from_options(dict(options.spec_options), platform=GKE, **kw)
 
 
 def scan_scope(recorded: Record | None) -> ScanScope:

@@ -1,5 +1,5 @@
 """gpucluster idle stop on GKE (`up --idle-minutes N`), run in the cluster by the Deployment
-`gpucluster-idle` on the system pool (infra/gcp/k8s_idle.py), with its own ServiceAccount whose Role
+`gpucluster-idle` on the system pool (infra/gcp/idle.py), with its own ServiceAccount whose Role
 allows only: list pods in its namespace, get and patch the one Job `gpucluster-hold`.
 
 The hold Job's pods (one per GPU node, no resources requested, annotated

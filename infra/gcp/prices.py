@@ -169,7 +169,7 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     # what the GPU pool keeps after the job: all its nodes without autoscaling, else its minimum
     rows.idle_nodes = min_nodes(spec) if option_bool(spec, "autoscale", True) else int(spec.nodes)
     idle = idle_minutes(spec)
-    if idle:  # infra/gcp/k8s_idle.py
+    if idle:  # infra/gcp/idle.py
         floor = f"{rows.idle_nodes} node(s)" if rows.idle_nodes else "zero"
         rows.notes.append(f"idle stop: {idle} min after the last gpucluster job the GPU nodes are released and the "
                           f"pool scales to {floor} about 10 min later (the cluster autoscaler's delay); the cluster "

@@ -19,7 +19,6 @@ caller's cleanup removes the run folder; the cache keeps only complete, verified
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import json
 import shlex
@@ -31,25 +30,13 @@ from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.procs import piped
-from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
+from gpucluster.staging import STAGE_KIND, STAGE_PY, DataMount, manifest, staged_mounts
 
 from .session import node_label, sh
 
 
-def _program(name: str) -> str:
-    """The text of a program that runs on a node (a file of this package, shipped by content)."""
-    return (Path(__file__).parent / name).read_text()
-
-
 CACHE_DIR = "~/.cache/gpucluster/data"
 
-# Run on each node by `python3 -c STAGE_PY MODE CACHE [BASE]`: "check" reads one line, a JSON list of
-# hashes, and prints those the cache lacks; "place" reads one JSON line (the mounts; a relative DEST
-# is under BASE) then, when it says so, a tar of files named by their hash. Neither needs its stdin
-# to be closed: a line ends the check, the tar's end-of-archive blocks end the files. That is how it
-# also runs through the Kubernetes exec API, whose v4 websocket protocol cannot close stdin
-# (kubernetes/kubernetes#89899; only v5.channel.k8s.io adds a close signal).
-STAGE_PY = _program("node_stage.py")
 
 
 class _Counter:

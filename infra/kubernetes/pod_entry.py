@@ -1,7 +1,7 @@
 """gpucluster: run torchrun with this pod's node rank (JOB_COMPLETION_INDEX or the operator's RANK).
 
 The app container's command in every pod of a Kubernetes run (`python /gpucluster/entry.py`): this
-file is shipped by content in the run's ConfigMap (`infra.gcp.k8s_plan`) and runs with the image's
+file is shipped by content in the run's ConfigMap (`infra.kubernetes.plan`) and runs with the image's
 python, standard library only. It picks this node's argv from argv.json (beside it) and runs it.
 
 - GPUCLUSTER_PYTHON: the image's `python` on PATH (absolute), its folder first on PATH.

@@ -1,9 +1,9 @@
-"""`gpucluster ssh` on a kept GKE cluster, through the Kubernetes API only (the kubernetes client; no
+"""`gpucluster ssh` on a kept Kubernetes cluster (gcp: GKE), through the Kubernetes API only (the kubernetes client; no
 kubectl, no ssh): a shell or a command in node N's pod through the exec API, and `-L` port forwards
 through the portforward API.
 
-Which pod: a kept GKE cluster has no pod of ours between jobs (each `exec` or `run --keep` makes an
-Indexed Job whose pods are deleted once its outputs are copied; the GPU pool then scales to zero), so
+Which pod: a kept cluster has no pod of ours between jobs (each `exec` or `run --keep` makes an
+Indexed Job whose pods are deleted once its outputs are copied; on GKE the GPU pool then scales to zero), so
 node N is the pod of node rank N of the job running on the cluster now (`find_target`): its training
 container while torchrun runs there (the GPUs, the job's environment and files), else the keeper
 container that keeps the pod up for the outputs copy (`pod_keeper.py`). No such pod: refused, saying
@@ -40,8 +40,9 @@ from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError, UsageError
 
-from .k8s_manifests import rank_in
-from .k8s_plan import CONTAINER, KEEPER
+from .manifests import rank_in
+from .platform import GENERIC, Platform
+from .plan import CONTAINER, KEEPER
 
 # the pod's shell: bash where the image has it, else sh (one line; the exec API runs an argv)
 SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
@@ -64,15 +65,16 @@ def _running(pod: Any, name: str) -> bool:
     return False
 
 
-def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str) -> Target:
+def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
+                platform: Platform = GENERIC) -> Target:
     """Node `rank`'s pod of the job running on the cluster now, and the container to use."""
     pods = api.core.list_namespaced_pod(namespace, label_selector=MANAGED).items
     live = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None
             and getattr(p.status, "phase", None) == "Running" and rank_in(p, mode) is not None]
     if not live:
         raise UsageError(
-            f"cluster {cluster!r}: no job is running on it, and on gcp a node is reached through a job's pod "
-            "(between jobs the GPU pool holds no pod of ours and scales to zero); start a job with "
+            f"cluster {cluster!r}: no job is running on it, and on {platform.name} a node is reached through a job's "
+            f"pod ({platform.between_jobs}); start a job with "
             f"`gpucluster exec {cluster} ...`, then `gpucluster ssh {cluster}` while it runs")
     newest = max(live, key=lambda p: str(getattr(p.metadata, "creation_timestamp", None) or ""))
     run = (newest.metadata.labels or {}).get("gpucluster-run", "")
@@ -89,21 +91,21 @@ def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str) ->
 
 
 def check(api: Any, namespace: str, mode: str, cluster: Any, rank: int, command: Sequence[str],
-          forwards: Sequence[Any]) -> Target:
+          forwards: Sequence[Any], *, platform: Platform = GENERIC) -> Target:
     """What `connect` refuses (UsageError), before anything is opened; the pod it would reach."""
     for f in forwards:
         if f.host not in POD_HOSTS:
-            raise UsageError(f"-L {f} is not allowed on gcp: HOST must be localhost (the portforward API reaches "
+            raise UsageError(f"-L {f} is not allowed on {platform.name}: HOST must be localhost (the portforward API reaches "
                              "the pod's own ports), e.g. -L 6006:localhost:6006")
     if not command and not forwards and not sys.stdin.isatty():
         raise UsageError("a shell needs a terminal on stdin; give a command: gpucluster ssh CLUSTER [NODE] -- COMMAND")
-    return find_target(api, namespace, mode, rank, cluster.name)
+    return find_target(api, namespace, mode, rank, cluster.name, platform=platform)
 
 
 def connect(api: Any, namespace: str, mode: str, cluster: Any, rank: int, command: Sequence[str],
-            forwards: Sequence[Any]) -> int:
+            forwards: Sequence[Any], *, platform: Platform = GENERIC) -> int:
     """`Launcher.connect` for the Kubernetes launcher: its exit code (the command's or the shell's)."""
-    target = check(api, namespace, mode, cluster, rank, command, forwards)
+    target = check(api, namespace, mode, cluster, rank, command, forwards, platform=platform)
     shell = not command and not forwards
     tunnels: list[Tunnel] = []
     try:

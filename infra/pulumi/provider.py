@@ -1,5 +1,5 @@
 """`PulumiProvider`: the Provider contract for the cloud backends (aws, gcp) on top of
-`infra.automation` (Pulumi) and `infra.leftovers` (the tag scan).
+`infra.pulumi.engine` (Pulumi) and `infra.leftovers` (the tag scan).
 
 - `up(spec, events)`: `pulumi up` of the cluster's stack; the outputs become a `Cluster`
   (nodes head first, pinned host keys, the SSH key and kubeconfig as secrets).
@@ -24,8 +24,8 @@ from typing import Any, Callable
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
 
-from gpucluster.infra.automation import ClusterBusy, PulumiDriver
-from gpucluster.infra.pulumi_events import CapacityError
+from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
+from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
 
@@ -105,9 +105,9 @@ class PulumiProvider(Provider):
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
         state directory with its passphrase, then (given the spec) the backend's own checks against
         the cloud (aws: `infra/aws/preflight.py`)."""
-        from gpucluster.infra.pulumi_cli import backend_url, passphrase_file
+        from gpucluster.infra.pulumi.cli import backend_url, passphrase_file
 
-        from gpucluster.infra.pulumi_state import check_secrets
+        from gpucluster.infra.pulumi.state import check_secrets
 
         backend_url()
         check_secrets()  # shared state: a passphrase the team shares (environment) or a KMS key
@@ -123,7 +123,7 @@ class PulumiProvider(Provider):
             self.check_name_free(spec)
 
     def state_url(self) -> str | None:
-        from gpucluster.infra.pulumi_cli import backend_url
+        from gpucluster.infra.pulumi.cli import backend_url
 
         return backend_url()
 
@@ -271,7 +271,7 @@ class PulumiProvider(Provider):
         destroy_error: GpuclusterError | None = None
         try:
             if self.driver.destroy(name, events):
-                from gpucluster.infra.pulumi_cli import backend_url
+                from gpucluster.infra.pulumi.cli import backend_url
 
                 events.message(f"Pulumi destroyed stack {name} (state {backend_url()})")
         except ClusterBusy:

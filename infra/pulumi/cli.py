@@ -1,4 +1,4 @@
-"""The Pulumi CLI and where its state lives, for `infra.automation`'s driver.
+"""The Pulumi CLI and where its state lives, for `infra.pulumi.engine`'s driver.
 
 State is a local file backend under the gpucluster home (`<home>/pulumi/state`, a file:// URL), so
 no Pulumi Cloud account is needed; a user's own `PULUMI_BACKEND_URL` is respected. Secrets are
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import ConfigError, MissingDependency, require
+from gpucluster.infra.pulumi.state import _folder, pulumi_dir  # noqa: F401 - pulumi_dir: part of this module's API
 
 
 PROJECT = "gpucluster"
@@ -44,33 +45,17 @@ _LOCK_OWNER = re.compile(r"created by (?P<who>\S+) \(pid (?P<pid>\d+)\)")
 
 
 # -- where state lives --------------------------------------------------------------------------
-def pulumi_dir() -> Path:
-    from gpucluster.home import home_dir
-
-    return _folder(home_dir() / "pulumi")
-
-
-def _folder(path: Path) -> Path:
-    """`path` made (parents too) as a folder; one line (ConfigError, exit 2) when it cannot be."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # e.g. $GPUCLUSTER_HOME/pulumi is a file
-        raise ConfigError(f"Pulumi state folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
-                          f"{str(path.parent)!r} must hold a folder there that you can write") from None
-    return path
-
-
 def own_backend() -> bool:
     """Whether the state is the home's own file backend (not a state others may share)."""
-    from gpucluster.infra.pulumi_state import shared
+    from gpucluster.infra.pulumi.state import shared
 
     return not shared()
 
 
 def backend_url() -> str:
-    """The state chosen (--state, GPUCLUSTER_STATE, config.json, PULUMI_BACKEND_URL: `infra.pulumi_state`),
+    """The state chosen (--state, GPUCLUSTER_STATE, config.json, PULUMI_BACKEND_URL: `infra.pulumi.state`),
     else a file backend under the gpucluster home."""
-    from gpucluster.infra.pulumi_state import state_url
+    from gpucluster.infra.pulumi.state import state_url
 
     return state_url()
 
@@ -100,7 +85,7 @@ def passphrase_file() -> Path:
 
 def workspace_env() -> dict[str, str]:
     """The CLI's environment: the state, and the home's passphrase file unless the user gives one
-    (a shared state needs the team's: `infra.pulumi_state.check_secrets`)."""
+    (a shared state needs the team's: `infra.pulumi.state.check_secrets`)."""
     env = {"PULUMI_BACKEND_URL": backend_url(), "PULUMI_SKIP_UPDATE_CHECK": "true"}
     if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")) \
             and own_backend():

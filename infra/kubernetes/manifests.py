@@ -1,4 +1,4 @@
-"""The Kubernetes objects of a run, built from its `Plan` (`infra.gcp.k8s_plan`) with the
+"""The Kubernetes objects of a run, built from its `Plan` (`infra.kubernetes.plan`) with the
 kubernetes client's typed models: the ConfigMap, the headless Service, the pod template (all the
 node's GPUs, the GPU taint tolerated, one pod per node), the Indexed Job, the Kubeflow PyTorchJob
 (a plain dict: a custom resource), and `rank_of(pod)`, the node rank of a pod of either kind.
@@ -12,7 +12,7 @@ from typing import Any
 
 from gpucluster.errors import require
 
-from .k8s_plan import (CACHE_HOST_PATH, CACHE_MOUNT, CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
+from .plan import (CACHE_HOST_PATH, CACHE_MOUNT, CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
                        KEEPER, KUBEFLOW_GROUP, KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
 
 
@@ -72,7 +72,7 @@ def pod_template(plan: Plan):
             ),
         ))
     limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
-    requests = dict(plan.requests) or None  # CPU and memory (k8s_plan.pod_requests): not a BestEffort pod
+    requests = dict(plan.requests) or None  # CPU and memory (plan.pod_requests): not a BestEffort pod
     container = k.V1Container(
         name=CONTAINER,
         image=plan.image,

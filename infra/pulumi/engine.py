@@ -19,7 +19,7 @@ Robustness rules, each tested with a recording fake of `PulumiCommand`:
   (the tag scan finds anything they made); `destroy --continue-on-error` goes past a resource
   that fails to delete; a stack that does not exist is already down.
 
-The Pulumi CLI and its state: `infra.pulumi_cli`; engine events and error text: `infra.pulumi_events`.
+The Pulumi CLI and its state: `infra.pulumi.cli`; engine events and error text: `infra.pulumi.events`.
 `pulumi.automation` is imported inside functions only: importing this module is cheap.
 """
 
@@ -36,11 +36,11 @@ from typing import Any, Callable, Iterator, Literal, overload
 
 from gpucluster.domain import NullEvents, ProvisionEvents
 from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
-from gpucluster.infra.pulumi_cli import (PROJECT, backend_url, load_cli, stale_pulumi_lock, work_dir,
+from gpucluster.infra.pulumi.cli import (PROJECT, backend_url, load_cli, stale_pulumi_lock, work_dir,
                                          workspace_env)
-from gpucluster.infra.pulumi_state import secrets_provider
-from gpucluster.infra.pulumi_cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
-from gpucluster.infra.pulumi_events import EventBridge, capacity_error, command_text, last_error_line
+from gpucluster.infra.pulumi.state import secrets_provider
+from gpucluster.infra.pulumi.cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
+from gpucluster.infra.pulumi.events import EventBridge, capacity_error, command_text, last_error_line
 from gpucluster.infra.contract import Provisioner
 from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
 from gpucluster.owner import owner_lock

@@ -79,9 +79,24 @@ def chosen() -> tuple[str | None, str]:
     return None, ""
 
 
-def home_state() -> str:
-    from gpucluster.infra.pulumi_cli import _folder, pulumi_dir
+def pulumi_dir() -> Path:
+    """The home's Pulumi folder (its own state, the managed CLI), made when missing."""
+    from gpucluster.home import home_dir
 
+    return _folder(home_dir() / "pulumi")
+
+
+def _folder(path: Path) -> Path:
+    """`path` made (parents too) as a folder; one line (ConfigError, exit 2) when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. $GPUCLUSTER_HOME/pulumi is a file
+        raise ConfigError(f"Pulumi state folder {str(path)!r} cannot be created ({exc.strerror or exc}); "
+                          f"{str(path.parent)!r} must hold a folder there that you can write") from None
+    return path
+
+
+def home_state() -> str:
     return _folder(pulumi_dir() / "state").resolve().as_uri()  # a file in the way: one line, exit 2
 
 

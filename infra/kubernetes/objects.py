@@ -1,4 +1,4 @@
-"""The Kubernetes objects of one run (`infra.gcp.k8s`): created in order, each recorded before its
+"""The Kubernetes objects of one run (`infra.kubernetes.launcher`): created in order, each recorded before its
 request (an interrupted call may still have succeeded), deleted in reverse whatever happened.
 
 - the namespace: the API server refuses objects in a namespace that does not exist (the
@@ -9,17 +9,17 @@ request (an interrupted call may still have succeeded), deleted in reverse whate
   made it: otherwise it stays, empty, until the cluster goes).
 - with --secret, the run's own Secret (its values, nothing else, deleted with the run);
 - the ConfigMap, the headless Service and the Job (or a Kubeflow PyTorchJob), built by
-  `infra.gcp.k8s_manifests`.
+  `infra.kubernetes.manifests`.
 
 Ledger rows (the ledger-first rule): with `events` (the run's `RunEvents`) each object is a resource
 row `k8s-<kind>` `<namespace>/<name>` (the namespace: `<namespace>`) written before its create request
 and marked created after it. `delete_all` then reads every kind back by the run's label
-(`infra.gcp.k8s_gone`): an object not found, or listed with a deletionTimestamp (its deletion accepted,
+(`infra.kubernetes.gone`): an object not found, or listed with a deletionTimestamp (its deletion accepted,
 finished by the cluster), has its row closed as confirmed gone; one still there, or one that cannot be
 read back, is an error (its row stays open: the run's verdict is not verified, and `gpucluster down`
 or the next check finds it by the run's label).
 
-Every call is retried while the API answers transiently (`k8s_api.Retry`: a control-plane upgrade of
+Every call is retried while the API answers transiently (`api.Retry`: a control-plane upgrade of
 a zonal cluster takes minutes); a create that answers 409 after a failed try had reached the server
 the first time. What could not be deleted is kept in `errors` (shown by the lifecycle).
 """
@@ -31,11 +31,11 @@ from typing import Any
 
 from gpucluster.errors import LaunchError
 
-from .k8s_api import KubeApi, Retry, _is_api_error, _status, transient
-from .k8s_gone import ROW_PREFIX, listed, namespace_state, row_name
-from .k8s_manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
+from .api import KubeApi, Retry, _is_api_error, _status, transient
+from .gone import ROW_PREFIX, listed, namespace_state, row_name
+from .manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
                             service_manifest)
-from .k8s_plan import DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, Plan
+from .plan import DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, Plan
 
 MANAGED = ("app.kubernetes.io/managed-by", "gpucluster")
 
@@ -171,7 +171,7 @@ class Created:
         self.confirm()
 
     def confirm(self) -> None:
-        """Read back what this run asked for (`k8s_gone`): gone or going closes its ledger row; still
+        """Read back what this run asked for (`gone`): gone or going closes its ledger row; still
         there, or unreadable, is an error (the row stays open)."""
         ns, name = self.plan.namespace, self.plan.name
         run_id = str(self.plan.label_dict.get("gpucluster-run") or "")

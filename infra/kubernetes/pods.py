@@ -1,4 +1,4 @@
-"""Watching a Kubernetes run's pods for the launcher (`infra.gcp.k8s`): `_Pods` lists the job's pods,
+"""Watching a Kubernetes run's pods for the launcher (`infra.kubernetes.launcher`): `_Pods` lists the job's pods,
 attaches each app container's log stream to the supervisor, and turns pod and container states into
 node exit codes and reasons (init containers included: an image that cannot be pulled, a crash loop or
 a failed init container ends the run at once, naming the pod, the container, the reason and message,
@@ -7,7 +7,7 @@ and the init container's last log lines); `_PodHandle` is one node's Popen-like 
 
 The control plane of a zonal cluster goes away for minutes while GKE upgrades or repairs it, and
 every connection to it is cut then. So a failed listing is retried with backoff for up to
-`Retry.bound_s` (`k8s_api`), and a log stream that breaks is reattached: it is read with
+`Retry.bound_s` (`api`), and a log stream that breaks is reattached: it is read with
 `timestamps=true` (each line starts with its RFC3339Nano time, as the kubelet keeps it) and
 reattached with `sinceSeconds` covering the time since its last line (the python client has no
 `sinceTime`), the lines already given (same or earlier time; at the same time, as many as were given)
@@ -25,9 +25,9 @@ from typing import Any, Generator, Iterable, Iterator
 from gpucluster.errors import LaunchError
 from gpucluster.supervisor import NodeSupervisor
 
-from .k8s_api import KubeApi, Retry, _is_api_error, _status, backoff, transient
-from .k8s_manifests import rank_of
-from .k8s_plan import CONTAINER, JOB_END_KIND, Plan
+from .api import KubeApi, Retry, _is_api_error, _status, backoff, transient
+from .manifests import rank_of
+from .plan import CONTAINER, JOB_END_KIND, Plan
 
 SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clock and ours differ
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.

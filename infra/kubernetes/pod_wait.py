@@ -1,6 +1,6 @@
 """gpucluster: wait for the job's pods in the network, standard library only.
 
-Shipped by content in the run's ConfigMap (`infra.gcp.k8s_plan`) as /gpucluster/wait.py and run with
+Shipped by content in the run's ConfigMap (`infra.kubernetes.plan`) as /gpucluster/wait.py and run with
 the image's python, in two places:
 
 - `wait.py dns HOSTS PORT LIMIT` is the init container `wait-for-peers` (job mode): it ends once every

@@ -1,4 +1,4 @@
-"""The plan of a Kubernetes run on GKE: what each pod runs and what the ConfigMap carries.
+"""The plan of a Kubernetes run: what each pod runs and what the ConfigMap carries.
 
 `plan_job(cluster, job, ...) -> Plan`: the torchrun argv of every node rank (built with
 `gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
@@ -7,8 +7,10 @@ same as on the other backends, with c10d timeouts above the start deadline), the
 entry script `pod_entry.py` that picks its argv by node rank and runs torchrun, waiting for the
 outputs copy, and `pod_wait.py`), and
 the names, image, namespace, mode and deadlines. Refused here, before anything is created: a bad
-mode, a ConfigMap over the API server's 1 MiB. The model is described in `infra.gcp.k8s`; the
-manifests built from a plan are in `infra.gcp.k8s_manifests`.
+mode, a ConfigMap over the API server's 1 MiB. What the cluster's provider adds (node selector, pod
+requests, object-storage identity, wording) comes from the `Platform` given (gcp: `infra.gcp.gke`).
+The model is described in `infra.kubernetes.launcher`; the manifests built from a plan are in
+`infra.kubernetes.manifests`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
 from gpucluster import workdir as workdir_module
 from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
+from .platform import GENERIC, Platform
 from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group, then SIGKILL
 
 # A public PyTorch image (docker.io/pytorch/pytorch, Python 3.11) whose CUDA 12.4 build still
@@ -69,11 +72,11 @@ KEEPER = "gpucluster"
 # once every pod's setup_end record said rc 0. The emptyDir at RUN_DIR is mounted for it.
 SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
 # --data / --resume: staged into each pod by the launcher through exec while the pod runs
-# (`infra.gcp.k8s_stage`): a folder DEST lands at RUN_DIR/DEST (the emptyDir); local folders go
+# (`infra.kubernetes.stage`): a folder DEST lands at RUN_DIR/DEST (the emptyDir); local folders go
 # through a content-addressed cache on the GPU node itself (a hostPath volume, so a rerun on a kept
 # cluster sends only what that node lacks); each rank's argv waits for STAGED_FILE first.
 STAGED_FILE = f"{CONTROL_DIR}/staged"
-# the health check (gpucluster/node_check.py), shipped in the ConfigMap as MOUNT/CHECK_FILE (k8s_check)
+# the health check (gpucluster/node_check.py), shipped in the ConfigMap as MOUNT/CHECK_FILE (check)
 CHECK_FILE = "node_check.py"
 CACHE_MOUNT = "/gpucluster-cache"
 CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (COS: /var is writable)
@@ -94,50 +97,6 @@ def program_text(name: str) -> str:
 ENTRYPOINT = program_text("pod_entry.py")
 WAITER = program_text("pod_wait.py")
 KEEPER_PROGRAM = program_text("pod_keeper.py")
-
-
-# What a training pod requests of its node (so it is not a BestEffort pod, the first the kubelet evicts
-# under memory pressure: Kubernetes docs, "Node-pressure Eviction"): the node's allocatable, by GKE's
-# documented reservations (GKE docs, "Standard cluster architecture", node allocatable: CPU 6 % of the
-# first core, 1 % of the next, 0.5 % of the next 2, 0.25 % above 4; memory 25 % of the first 4 GiB,
-# 20 % of the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128, plus a 100 MiB eviction
-# threshold), less what GKE's own pods on a GPU node take (logging, metadata server, device plugin,
-# kube-proxy: left as REQUEST_MARGIN, more than they request, so the pod always fits).
-REQUEST_MARGIN_CPU, REQUEST_MARGIN_GIB = 1.0, 1.5
-
-
-def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
-    """(CPUs, GiB) of a GKE node that Kubernetes may give to pods."""
-    cpu_reserved, left = 0.0, float(vcpus)
-    for size, rate in ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025)):
-        part = min(left, size)
-        cpu_reserved += part * rate
-        left -= part
-    mem_reserved, left = 0.1, float(mem_gib)  # the eviction threshold
-    if mem_gib < 1:
-        mem_reserved += 0.25
-    else:
-        for size, rate in ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02)):
-            part = min(left, size)
-            mem_reserved += part * rate
-            left -= part
-    return vcpus - cpu_reserved, mem_gib - mem_reserved
-
-
-def pod_requests(machine_type: str | None) -> dict[str, str]:
-    """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
-    type is not an N1 type this code knows."""
-    from .catalog import n1_shape
-
-    shape = n1_shape(machine_type) if machine_type else None
-    if shape is None:
-        return {}
-    cpus, mem = allocatable(float(shape[0]), float(shape[1]))
-    cpu_m = int((cpus - REQUEST_MARGIN_CPU) * 1000)
-    mem_mi = int((mem - REQUEST_MARGIN_GIB) * 1024)
-    if cpu_m < 500 or mem_mi < 1024:
-        return {}
-    return {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}
 
 
 def dns_name(text: str, limit: int = 52) -> str:
@@ -169,14 +128,14 @@ class Plan:
     notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
     collects: bool = False  # outputs are copied out of the pods (the entry script waits for it)
     setup: bool = False  # --setup: each argv is the setup wrapper, released by SETUP_GO_FILE
-    stages: bool = False  # --data/--resume: each argv waits for STAGED_FILE (k8s_stage)
+    stages: bool = False  # --data/--resume: each argv waits for STAGED_FILE (stage)
     cache: bool = False  # a local folder is staged: the node's cache is mounted (hostPath)
     service_account: str | None = None  # pods run as this Kubernetes service account (object storage)
     secrets: tuple[str, ...] = ()  # --secret names: env from the run's own Secret `<name>` (values never here)
     requests: tuple[tuple[str, str], ...] = ()  # the training container's CPU and memory requests
     code: bool = False  # a user's script folder is shipped: the job runs from its copy at CODE_DIR
     keeper_env: tuple[tuple[str, str], ...] = ()  # the keeper container's environment
-    checks: bool = False  # the health check runs in every pod first: each argv waits for STAGED_FILE (k8s_check)
+    checks: bool = False  # the health check runs in every pod first: each argv waits for STAGED_FILE (check)
 
     @property
     def run_dir(self) -> bool:
@@ -306,6 +265,7 @@ def plan_job(
     collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
     service_account: str | None = None,
     extra_files: Iterable[tuple[str, str, str | bytes]] = (),
+    platform: Platform = GENERIC,
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
 
@@ -339,7 +299,7 @@ def plan_job(
         argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
                                        str(int(start_deadline_s)), "--", *a) for r, a in enumerate(argv))
     mounts = staged_mounts(job)
-    checks = job.check is not None  # the health check runs in every pod before the job (k8s_check)
+    checks = job.check is not None  # the health check runs in every pod before the job (check)
     if job.setup or mounts or checks:
         argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts or checks else None))
                      for a in argv)
@@ -378,11 +338,8 @@ def plan_job(
                      + ((" and what it writes there is uploaded to OUTPUT/RUN_ID/workdir/node-N"
                          if "://" in str(job.output_dir) else " and what it writes there comes back to "
                          "OUTPUT/workdir/node-N") if collects else ""))
-    selector = {}
-    if outputs.get("accelerator_type"):
-        selector["cloud.google.com/gke-accelerator"] = str(outputs["accelerator_type"])
-    if outputs.get("node_pool_name"):
-        selector["cloud.google.com/gke-nodepool"] = str(outputs["node_pool_name"])
+    selector = platform.node_selector(outputs)  # gcp: the GPU pool's GKE node labels
+    identity = f" ({platform.identity})" if platform.identity else ""
     labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
               JOB_LABEL: name}
     if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
@@ -394,8 +351,8 @@ def plan_job(
                                          if image == DEFAULT_IMAGE else ""))
     if collects and "://" in str(job.output_dir):
         notes.append(f"outputs: each pod uploads its {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) to "
-                     f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access "
-                     "(Workload Identity) before the Job is deleted; nothing is copied back here")
+                     f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access"
+                     f"{identity} before the Job is deleted; nothing is copied back here")
     elif collects:
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
@@ -403,10 +360,11 @@ def plan_job(
     if namespace != DEFAULT_NAMESPACE:
         notes.append(f"namespace {namespace}: made for the run if it is missing, and then removed after it")
     if service_account:
-        notes.append(f"pods run as the Kubernetes service account {namespace}/{service_account}, bound to the "
-                     "cluster's Google service account (created once if missing, kept with the cluster)")
+        bound = f", bound to {platform.account_bound_to}" if platform.account_bound_to else ""
+        notes.append(f"pods run as the Kubernetes service account {namespace}/{service_account}{bound} "
+                     "(created once if missing, kept with the cluster)")
     for m in mounts:
-        how = ("pulled by each pod with its own read-only access (Workload Identity)" if m.remote else
+        how = (f"pulled by each pod with its own read-only access{identity}" if m.remote else
                f"sent through the exec API into each pod, through a cache on its node ({CACHE_HOST_PATH}) that "
                "keeps what an earlier run sent")
         notes.append(f"data: {m.src} -> {RUN_DIR}/{m.dest}, {how}")
@@ -429,7 +387,7 @@ def plan_job(
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
         secrets=tuple(job.secrets),
-        requests=tuple(pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
+        requests=tuple(platform.pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
         code=code, keeper_env=tuple(keeper_env.items()), checks=checks,
     )
 

@@ -2,7 +2,7 @@
 `kubernetes.stream.stream`, `binary=True` so stdout comes as bytes, not text decoded as UTF-8).
 
 Kubernetes cannot exec into a container that has ended, so every pod with a run folder has a second
-container, the keeper (`k8s_plan.KEEPER`, `pod_keeper.py`), that stays running after torchrun (and
+container, the keeper (`plan.KEEPER`, `pod_keeper.py`), that stays running after torchrun (and
 with it the training container) has ended, until the file `collected` exists in the control folder;
 every exec goes to it (`Plan.exec_container`). Here:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
-from .k8s_plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, RUN_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
+from .plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, RUN_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
 
 
 def _program(name: str) -> str:
@@ -48,7 +48,7 @@ TOUCH = _program("pod_touch.py")
 
 def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False, container: str | None = None) -> Any:
     """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes;
-    with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see k8s_stage). Each exec
+    with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see stage). Each exec
     gets its own ApiClient (`KubeApi.exec_core`): exec runs in threads while the main thread lists pods."""
     try:
         return api.stream(api.exec_core().connect_get_namespaced_pod_exec, pod, plan.namespace, command=command,
@@ -134,8 +134,8 @@ class _ExecReader:
 def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None,
          container: str | None = None) -> tuple[int | None, str]:
     """(exit code, stderr) of a short command in the pod; the exit code is None when unknown. An exec the
-    API server refuses transiently (a control plane away) is opened again (`k8s_api.Retry`)."""
-    from .k8s_api import Retry
+    API server refuses transiently (a control plane away) is opened again (`api.Retry`)."""
+    from .api import Retry
 
     client = (retry or Retry()).call(_exec, api, plan, pod, command, False, container)
     reader = _ExecReader(client, idle_s=30)

@@ -1,5 +1,5 @@
-"""`--data` and `--resume` on gcp: each pod's folders staged through the Kubernetes exec API while
-the pod runs (its argv waits for `k8s_plan.STAGED_FILE` before setup and torchrun).
+"""`--data` and `--resume` on Kubernetes: each pod's folders staged through the Kubernetes exec API while
+the pod runs (its argv waits for `plan.STAGED_FILE` before setup and torchrun).
 
 A pod exists only once the Job does, so staging is not a step before the launch (as over ssh) but
 part of the run: `PodStager` is the `stage` of `gpucluster.supervisor.NodeSupervisor.run`. Asked
@@ -7,10 +7,10 @@ every loop (`poll`), it starts one thread for each pod whose container is runnin
 is `stage` until every pod is staged. For one pod:
 
 1. local folders (`--data DIR`, `--resume`) go through the same content-addressed cache program
-   as over ssh (`infra.ssh.stage.STAGE_PY`), here with the cache on the GPU node's own disk (a
-   hostPath volume at `k8s_plan.CACHE_MOUNT`): the pod answers which sha256 it lacks, a tar of only
+   as over ssh (`gpucluster.staging.STAGE_PY`), here with the cache on the GPU node's own disk (a
+   hostPath volume at `plan.CACHE_MOUNT`): the pod answers which sha256 it lacks, a tar of only
    those files goes to its stdin, and it lays each folder out at `RUN_DIR/DEST` (beside a shipped
-   script, `RUN_DIR/code/DEST`: `k8s_plan.staged_rel`) (copies: a hard
+   script, `RUN_DIR/code/DEST`: `plan.staged_rel`) (copies: a hard
    link cannot cross from one volume mount to another). Stdin is never closed: the program reads
    a line, then a tar that ends with its own end-of-archive blocks (the exec API's v4 websocket
    protocol has no way to close stdin, kubernetes/kubernetes#89899).
@@ -40,10 +40,10 @@ from gpucluster.errors import LaunchError
 from gpucluster.launch import JobSpec
 from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 
-from .k8s_api import KubeApi, _is_api_error, _status
-from .k8s_manifests import kube_models
-from .k8s_outputs import TOUCH, _exec, _ExecReader
-from .k8s_plan import CACHE_MOUNT, CODE_DIR, MOUNT, RUN_DIR, SHIPPED_MARK, STAGED_FILE, Plan, staged_rel
+from .api import KubeApi, _is_api_error, _status
+from .manifests import kube_models
+from .outputs import TOUCH, _exec, _ExecReader
+from .plan import CACHE_MOUNT, CODE_DIR, MOUNT, RUN_DIR, SHIPPED_MARK, STAGED_FILE, Plan, staged_rel
 
 LAY_BACK_WAIT_S = 600  # --resume: how long the lay-back waits for the entry script to lay the working folder down
 
@@ -201,7 +201,7 @@ class PodStager:
             client.close()
 
     def _stage(self, pod: str) -> dict[str, Any]:
-        from gpucluster.infra.ssh.stage import STAGE_PY
+        from gpucluster.staging import STAGE_PY
 
         start = time.monotonic()
         rec: dict[str, Any] = {"kind": STAGE_KIND, "files": sum(len(fs) for fs in self.files),
@@ -290,33 +290,15 @@ def object_transfer(objects: Any, job: JobSpec) -> tuple[tuple[tuple[str, str, s
     return ((f"o.{name}", name, text),), objects.at(f"{MOUNT}/{name}")
 
 
-def object_account(cluster: Any, job: JobSpec) -> tuple[str, str] | None:
-    """(Kubernetes service account, Google service account) the pods run as when the job reads or
-    writes object storage (`--data gs://...`, `--output gs://...`): the cluster's outputs name them
-    (the component binds the one to the other for Workload Identity). None when the job uses none;
-    LaunchError when it does and the cluster was made without object access."""
-    urls = [m.src for m in staged_mounts(job) if m.remote] + ([str(job.output_dir)] if job.output_dir and
-                                                               "://" in str(job.output_dir) else [])
-    if not urls:
-        return None
-    outputs = dict(getattr(cluster, "outputs", None) or {})
-    ksa, gsa = outputs.get("objects_ksa"), outputs.get("objects_service_account")
-    if not ksa or not gsa:
-        raise LaunchError(f"cluster {cluster.name!r} grants its pods no object storage access, which "
-                          f"{', '.join(urls)} needs: it was made without them (gpucluster run declares the access "
-                          "for the URLs it is given; for a stack, set gpucluster:gcsRead / gpucluster:gcsWrite)")
-    return str(ksa), str(gsa)
-
-
-def ensure_service_account(api: KubeApi, plan: Plan, ksa: str, gsa: str) -> None:
-    """The Kubernetes service account annotated with the Google service account it acts as
-    (GKE Workload Identity, `iam.gke.io/gcp-service-account`). It belongs to the cluster, not to one
-    run (the component's IAM binding names it), so it is created once and left for later runs; it
-    bills nothing and goes with the cluster."""
+def ensure_service_account(api: KubeApi, plan: Plan, ksa: str, annotations: dict[str, str]) -> None:
+    """The Kubernetes service account the pods run as for object storage, with the annotations that
+    bind it to the provider's identity (gcp: `iam.gke.io/gcp-service-account`, GKE Workload Identity:
+    `infra.gcp.gke`). It belongs to the cluster, not to one run (the provider's binding names it), so
+    it is created once and left for later runs; it bills nothing and goes with the cluster."""
     k = kube_models()
     body = k.V1ServiceAccount(metadata=k.V1ObjectMeta(
         name=ksa, namespace=plan.namespace, labels={"app.kubernetes.io/managed-by": "gpucluster"},
-        annotations={"iam.gke.io/gcp-service-account": gsa}))
+        annotations=dict(annotations)))
     try:
         api.core.create_namespaced_service_account(plan.namespace, body)
     except Exception as exc:  # the client's ApiException is in the SDK, imported lazily: non-API errors re-raise

@@ -1,4 +1,8 @@
-"""The Kubernetes launcher: torchrun across a GKE GPU pool, one pod per node.
+"""The Kubernetes launcher: torchrun across a cluster's GPU nodes, one pod per node.
+
+What the cluster's provider adds (how its API is reached, node selector, pod requests, the pods'
+object-storage identity) is the `Platform` it is given (`infra.kubernetes.platform`; gcp's is
+`infra.gcp.gke.GKE`); nothing here imports a cloud's package.
 
 Model (the `job` launcher, the default):
 
@@ -32,23 +36,24 @@ Outputs (when the job has an output folder, as every lifecycle run does): each p
 at /gpucluster-run; GPUCLUSTER_OUTPUT_DIR is its `outputs/`. The entry script runs torchrun as a
 child, prints a `job_end` record with its exit code (the node's end, read from the log) and keeps
 the container running; stopping the run asks the pods to stop torchrun instead of deleting them;
-`collect_outputs` copies every folder out through the exec API (`infra.gcp.k8s_outputs`, as a tar
+`collect_outputs` copies every folder out through the exec API (`infra.kubernetes.outputs`, as a tar
 stream unpacked safely here) and only then deletes the Job, Service and ConfigMap.
 
-With `--setup` each rank's argv is the setup wrapper (`infra.gcp.k8s_plan.SETUP_GO_FILE`): the run
+With `--setup` each rank's argv is the setup wrapper (`infra.kubernetes.plan.SETUP_GO_FILE`): the run
 opens in the `setup` phase; once every pod's `setup_end` record says rc 0 (the supervisor counts
-them) `release` makes the go file in every pod through exec (`k8s_outputs.release_pods`) and the
+them) `release` makes the go file in every pod through exec (`outputs.release_pods`) and the
 rendezvous phase begins; a pod whose setup failed fails the run (node, exit code, last lines).
 
 With `--data`/`--resume` each rank's argv first waits for a `staged` file: the run opens in the
-`stage` phase, and `infra.gcp.k8s_stage.PodStager` sends each pod its folders through exec as soon
-as it runs (local folders through a cache on the node; `gs://` pulled by the pod itself, as the
-Kubernetes service account the component binds to a Google service account). `--output gs://`:
-each pod uploads its folder instead of it being copied here.
+`stage` phase, and `infra.kubernetes.stage.PodStager` sends each pod its folders through exec as soon
+as it runs (local folders through a cache on the node; object-storage URLs pulled by the pod itself,
+with the identity the platform gives it: gcp's `gs://`, as the Kubernetes service account the component
+binds to a Google service account). `--output gs://`: each pod uploads its folder instead of it being
+copied here.
 
 The `kubernetes` package is imported lazily (`gpucluster --help` must not import it); tests pass
-an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.gcp.k8s_plan`; the
-manifests built from it are `infra.gcp.k8s_manifests`; this module runs and watches them.
+an in-memory fake through `KubeApi`. The plan (argv, files, names) is `infra.kubernetes.plan`; the
+manifests built from it are `infra.kubernetes.manifests`; this module runs and watches them.
 """
 
 from __future__ import annotations
@@ -63,19 +68,20 @@ from gpucluster.launch import JobResult, JobSpec, Launcher
 from gpucluster.staging import staged_mounts
 from gpucluster.supervisor import NodeSupervisor
 
-from .k8s_stage import PodStager, ensure_service_account, object_account, object_transfer, uses_objects
+from .platform import GENERIC, Platform
+from .stage import PodStager, ensure_service_account, object_transfer, uses_objects
 
-from .k8s_api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
-from .k8s_objects import Created
-from .k8s_plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
-from .k8s_pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
+from .api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
+from .objects import Created
+from .plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
+from .pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
 
 class KubernetesLauncher(Launcher):
-    """`Launcher` for clusters reached through the Kubernetes API (GKE).
+    """`Launcher` for clusters reached through the Kubernetes API (gcp: GKE, its `Platform` given).
 
     With `job.output_dir` set, the pods outlive `launch`: stopping the run stops torchrun in them
     (the entry script keeps the container running), and `collect_outputs` copies every output folder
-    out through the exec API (`infra.gcp.k8s_outputs`) and then deletes the Job, Service and ConfigMap.
+    out through the exec API (`infra.kubernetes.outputs`) and then deletes the Job, Service and ConfigMap.
     Without it, they are deleted before `launch` returns."""
 
     collects_outputs = checks_nodes = True
@@ -93,6 +99,7 @@ class KubernetesLauncher(Launcher):
         collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
         objects: Any = None,
         api_retry_s: float = API_RETRY_S,
+        platform: Platform = GENERIC,
     ):
         if mode not in MODES:
             raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
@@ -110,6 +117,7 @@ class KubernetesLauncher(Launcher):
         self.collect_wait_s = int(collect_wait_s)
         self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
         self.api_retry_s = api_retry_s  # how long API calls are retried while the control plane is away
+        self.platform = platform  # the provider's parts: API access, node selector, requests, identity
         self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, Any]] = {}  # run id -> for collect_outputs
 
     @classmethod
@@ -128,23 +136,23 @@ class KubernetesLauncher(Launcher):
         cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
                                   outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes,
                                            "machine_type": spec.instance_type})
-        from .gcs import OBJECTS_KSA
-
         files, _ = object_transfer(self.objects, job)
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
-                        service_account=OBJECTS_KSA if uses_objects(job) else None, extra_files=files)
+                        service_account=self.platform.account_name if uses_objects(job) else None,
+                        extra_files=files, platform=self.platform)
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         from gpucluster.jobenv import secret_values
 
         secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
-        account = object_account(cluster, job)
-        files, transfer = object_transfer(self.objects, job)  # the pods' gs:// program, shipped
+        account = self.platform.object_account(cluster, job)
+        files, transfer = object_transfer(self.objects, job)  # the pods' object-storage program, shipped
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
-                        service_account=account[0] if account else None, extra_files=files)
+                        service_account=account[0] if account else None, extra_files=files,
+                        platform=self.platform)
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
@@ -157,14 +165,14 @@ class KubernetesLauncher(Launcher):
             if job.resume_files and job.resume is not None and plan.code:  # --resume: the script's own files
                 from gpucluster.launch import resume_record
 
-                from .k8s_plan import RUN_DIR, staged_rel
+                from .plan import RUN_DIR, staged_rel
 
                 lay_back = (f"{RUN_DIR}/{staged_rel(job.resume.dest, plan.code)}/{job.resume_files[0]}",
                             lambda files, nbytes: resume_record(job, files, nbytes))
             stager = PodStager(api, plan, pods, mounts, objects=transfer, lay_back=lay_back)
             stager.events = events
-        if job.check is not None:  # the health check in every pod goes first (k8s_check)
-            from .k8s_check import PodChecker
+        if job.check is not None:  # the health check in every pod goes first (check)
+            from .check import PodChecker
 
             stager = PodChecker(api, plan, pods, job.check, then=stager, log_dir=Path(log_dir),
                                 retry=retry)
@@ -177,13 +185,13 @@ class KubernetesLauncher(Launcher):
             if not plan.collects:
                 created.delete_all()
                 return
-            from .k8s_outputs import stop_pods  # torchrun stops; the pods stay for the copy
+            from .outputs import stop_pods  # torchrun stops; the pods stay for the copy
 
             stop_pods(api, plan, {r: n for r, n in pods.pod_names.items()
                                   if r in pods.attached and r not in pods.ended})
 
         def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
-            from .k8s_outputs import release_pods
+            from .outputs import release_pods
 
             errors = release_pods(api, plan, dict(pods.pod_names))
             if errors:
@@ -192,7 +200,7 @@ class KubernetesLauncher(Launcher):
         try:
             created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
             if account:
-                ensure_service_account(api, plan, *account)
+                ensure_service_account(api, plan, account[0], self.platform.account_annotations(account[1]))
             created.objects(secrets)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
@@ -212,14 +220,14 @@ class KubernetesLauncher(Launcher):
 
     def collect_outputs(self, job: JobSpec, events: Any) -> list:
         """Every output folder of a pod whose container ran, into `job.output_dir/node-N`, with
-        its verdict (`infra.gcp.k8s_outputs.collect`); then the Job, Service and ConfigMap are
+        its verdict (`infra.kubernetes.outputs.collect`); then the Job, Service and ConfigMap are
         deleted, whatever the copies did. [] when the job was started nowhere."""
         held = self._held.pop(job.run_id, None)
         if held is None:
             return []
         api, plan, pods, created, transfer = held
         try:
-            from .k8s_outputs import collect
+            from .outputs import collect
 
             ran = {r: n for r, n in pods.pod_names.items() if r in pods.attached}
             return collect(api, plan, ran, job.output_dir or ".", objects=transfer, job=job)
@@ -237,17 +245,17 @@ class KubernetesLauncher(Launcher):
 
     def leftovers(self, cluster: Any, run_id: str | None) -> list | None:
         """The objects labelled with run `run_id` still in the namespace, deletion not under way
-        (`infra.gcp.k8s_gone`); None without a run id (objects are found by their run's label)."""
+        (`infra.kubernetes.gone`); None without a run id (objects are found by their run's label)."""
         if not run_id:
             return None
-        from .k8s_gone import run_leftovers
+        from .gone import run_leftovers
 
         return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id,
                              retry=Retry(self.api_retry_s))
 
     def reclaim(self, cluster: Any, run_id: str) -> list | None:
         """A killed run's objects (by its label) deleted, then read back: what is still there."""
-        from .k8s_gone import delete_run_objects, run_leftovers
+        from .gone import delete_run_objects, run_leftovers
 
         api, retry = self.api or self._api_for(cluster), Retry(self.api_retry_s)
         delete_run_objects(api, self.namespace, run_id, retry=retry)
@@ -255,25 +263,19 @@ class KubernetesLauncher(Launcher):
 
     def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
         """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster
-        (the exec API), local ports forwarded to it (the portforward API): `infra.gcp.k8s_connect`."""
-        from .k8s_connect import connect
+        (the exec API), local ports forwarded to it (the portforward API): `infra.kubernetes.connect`."""
+        from .connect import connect
 
         return connect(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command,
-                       forwards)
+                       forwards, platform=self.platform)
 
     def check_connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> None:
         """The -L hosts, a terminal for a shell, and node `rank`'s pod of a running job."""
-        from .k8s_connect import check
+        from .connect import check
 
-        check(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command, forwards)
+        check(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command, forwards,
+              platform=self.platform)
 
     def _api_for(self, cluster: Any) -> KubeApi:
-        kubeconfig = getattr(cluster, "kubeconfig", None)
-        if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials
-            from gpucluster.infra.gcp.access import GcpAuthError
-
-            try:
-                return KubeApi.from_gke(kubeconfig, credentials=self.credentials)
-            except GcpAuthError as exc:
-                raise LaunchError(f"cannot authenticate to the GKE cluster: {exc.message}", hint=exc.hint) from None
-        return KubeApi.from_kubeconfig(kubeconfig)
+        """The cluster's API, as its platform reaches it (gcp: the stack's kubeconfig, Google credentials)."""
+        return self.platform.api(cluster, self.credentials)

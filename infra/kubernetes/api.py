@@ -1,6 +1,6 @@
-"""Access to a cluster's Kubernetes API for the launcher (`infra.gcp.k8s`): `KubeApi` (the API groups
-and the exec stream) from a kubeconfig or from a GKE stack's kubeconfig with a bearer token from Google
-application-default credentials; how API errors are told apart. `kubernetes` is imported lazily."""
+"""Access to a cluster's Kubernetes API for the launcher (`infra.kubernetes.launcher`): `KubeApi` (the API groups
+and the exec stream) from a kubeconfig or from a configured `ApiClient` (gcp builds one for a GKE stack:
+`infra.gcp.gke`); how API errors are told apart, and how calls are retried. `kubernetes` is imported lazily."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class KubeApi:
     batch: Any
     custom: Any
     stream: Any = None
-    rbac: Any = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.k8s_idle)
+    rbac: Any = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.idle)
     apps: Any = None
     portforward: Any = None  # kubernetes.stream.portforward (or a fake's), looked up when first used
 
@@ -68,35 +68,12 @@ class KubeApi:
                 api_client = k8s.config.new_client_from_config()
         except Exception as exc:  # the loaders raise ConfigException, YAMLError, OSError, ...
             raise LaunchError(f"cannot use the cluster's kubeconfig: {exc}") from None
-        return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
-                   k8s.client.CustomObjectsApi(api_client), rbac=k8s.client.RbacAuthorizationV1Api(api_client),
-                   apps=k8s.client.AppsV1Api(api_client))
+        return cls.from_api_client(api_client)
 
     @classmethod
-    def from_gke(cls, kubeconfig: str, *, credentials: Any = None) -> "KubeApi":
-        """From the GKE stack's kubeconfig (server and CA only) with a bearer token from Google
-        application-default credentials (google-auth), refreshed before it expires. No gcloud and no
-        `gke-gcloud-auth-plugin` are needed; the kubeconfig's exec entry is for kubectl users."""
+    def from_api_client(cls, api_client: Any) -> "KubeApi":
+        """The API groups on one `kubernetes.client.ApiClient` (host, CA, credentials already set)."""
         k8s = require("kubernetes", "gcp")
-        import yaml
-
-        from gpucluster.infra.gcp.access import bearer_token_hook, google_credentials
-
-        try:
-            config = yaml.safe_load(kubeconfig)
-            cluster = config["clusters"][0]["cluster"]
-            server, ca = cluster["server"], cluster.get("certificate-authority-data")
-        except Exception as exc:  # noqa: BLE001 - YAMLError, KeyError, TypeError, ...
-            raise LaunchError(f"cannot read the cluster's kubeconfig: {exc!r}") from None
-        credentials = google_credentials(credentials)  # fails here, as one line, when ADC is missing
-        configuration = k8s.client.Configuration()
-        configuration.host = server
-        if ca:
-            configuration.ssl_ca_cert = _ca_file(ca)
-        configuration.api_key = {"authorization": credentials.token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-        configuration.refresh_api_key_hook = bearer_token_hook(credentials)
-        api_client = k8s.client.ApiClient(configuration)
         return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
                    k8s.client.CustomObjectsApi(api_client), rbac=k8s.client.RbacAuthorizationV1Api(api_client),
                    apps=k8s.client.AppsV1Api(api_client))
@@ -105,7 +82,7 @@ class KubeApi:
 _CA_FILES: list[str] = []
 
 
-def _ca_file(ca_base64: str) -> str:
+def ca_file(ca_base64: str) -> str:
     """The cluster CA (base64 PEM, as in a kubeconfig) in a private temporary file, removed at exit."""
     import atexit
     import os

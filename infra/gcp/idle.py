@@ -26,18 +26,19 @@ GCP bills afterwards: the cluster fee and the system pool (and `minNodes` GPU no
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import LaunchError
 
-from .k8s_api import KubeApi, Retry, _is_api_error, _status
-from .k8s_manifests import kube_models
-from .k8s_plan import DEFAULT_NAMESPACE, GPU_TAINT_KEY, program_text
+from gpucluster.infra.kubernetes.api import KubeApi, Retry, _is_api_error, _status
+from gpucluster.infra.kubernetes.manifests import kube_models
+from gpucluster.infra.kubernetes.plan import DEFAULT_NAMESPACE, GPU_TAINT_KEY
 
 NAME = "gpucluster-idle"  # ServiceAccount, Role, RoleBinding, ConfigMap and Deployment
 HOLD = "gpucluster-hold"  # the Job whose pods pin the GPU nodes
 PROGRAM = "idle.py"
-WATCHER = program_text("pod_idle.py")  # the watcher's text, shipped in the ConfigMap
+WATCHER = (Path(__file__).parent / "pod_idle.py").read_text()  # the watcher's text, shipped in the ConfigMap
 IMAGE = "python:3.12-slim"  # standard library only; Docker Hub's official image
 LAST_ANNOTATION = "gpucluster.io/idle-last-job"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -200,7 +201,10 @@ def after_up(spec: Any, cluster: Any, events: Any, api: KubeApi | None = None) -
     objects = manifests(cluster=spec.name, namespace=namespace, minutes=minutes, nodes=int(spec.nodes),
                         deadline=deadline, gpu_pool=str(outputs.get("node_pool_name") or "gpu"),
                         system_pool=str(outputs.get("system_pool_name") or "system"))
-    api = api or KubeApi.from_gke(str(cluster.kubeconfig or ""))
+    if api is None:
+        from .gke import api_from_gke
+
+        api = api_from_gke(str(cluster.kubeconfig or ""))
     install(api, objects, namespace)
     events.message(f"idle stop: the GPU nodes are released after {minutes} min without a gpucluster job "
                    f"(watcher {namespace}/{NAME} on the system pool); the cluster fee and the system pool "

@@ -1,5 +1,5 @@
 """Whether a run's Kubernetes objects still exist, read back from the API server by the run's label
-(`gpucluster-run=<run id>`, on every object `infra.gcp.k8s_objects.Created` makes).
+(`gpucluster-run=<run id>`, on every object `infra.kubernetes.objects.Created` makes).
 
 An object is in one of three states:
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .k8s_api import Retry, _is_api_error, _status
-from .k8s_plan import KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, dns_name
+from .api import Retry, _is_api_error, _status
+from .plan import KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, dns_name
 
 RUN_LABEL = "gpucluster-run"
 ROW_PREFIX = "k8s-"
@@ -98,7 +98,7 @@ def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = N
 def delete_run_objects(api: Any, namespace: str, run_id: str, retry: Retry | None = None) -> None:
     """Delete the run's namespaced objects found by its label (a Job with Foreground propagation, so
     its pods go first). Not found is fine; other API errors raise (the read-back says what is left)."""
-    from .k8s_manifests import kube_models
+    from .manifests import kube_models
 
     call = (retry or Retry(0)).call
     body = kube_models().V1DeleteOptions(propagation_policy="Foreground")

@@ -1,9 +1,9 @@
 """The `check` phase on gcp (docs/recovery.md): gpucluster/node_check.py in every pod, judged by
 `gpucluster.health` as on the other backends.
 
-A pod exists only once the Job does, so the check, like staging (`k8s_stage`), is part of the run:
+A pod exists only once the Job does, so the check, like staging (`stage`), is part of the run:
 `PodChecker` is the `stage` of `gpucluster.supervisor.NodeSupervisor.run`, in front of the stager
-when there is one. Every rank's argv waits for `k8s_plan.STAGED_FILE` before anything of the job
+when there is one. Every rank's argv waits for `plan.STAGED_FILE` before anything of the job
 (setup, torchrun). Once every pod's training container runs and the pod has an address
 (`status.podIP`, empty until one is allocated: Kubernetes API reference, PodStatus), node_check.py
 (shipped in the ConfigMap) runs in each pod through the exec API, in the training container (the
@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 from gpucluster.events import NullEvents, Phase
 
-from .k8s_outputs import TOUCH, _exec, _run
-from .k8s_plan import CHECK_FILE, CONTAINER, MOUNT, RUN_DIR, STAGED_FILE, Plan
+from .outputs import TOUCH, _exec, _run
+from .plan import CHECK_FILE, CONTAINER, MOUNT, RUN_DIR, STAGED_FILE, Plan
 
 ADDRESS_WAIT_S = 15.0  # how long every pod may run without its address before its DNS name is used
 

@@ -1,0 +1,63 @@
+"""What the provider of a Kubernetes cluster adds to the generic launcher: a `Platform`.
+
+The launcher (`infra.kubernetes.launcher`) knows the Kubernetes API only. What depends on who runs
+the cluster is given to it as one `Platform`: how to reach the API of a cluster gpucluster knows
+(GKE: the stack's kubeconfig with a bearer token from Google credentials), which nodes the pods
+go to and what they request of them (GKE: its node-pool labels and its documented allocatable),
+and the identity the pods read and write object storage as (GKE: a Kubernetes service account
+bound to a Google service account through Workload Identity). The default, `Platform()`, adds
+nothing: the cluster's kubeconfig (or ~/.kube/config), no node selector, no requests, no
+object-storage identity. gcp's is `infra.gcp.gke.GKE`. Nothing here imports a cloud's package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:
+    from .api import KubeApi
+
+
+def _none(*_: Any) -> Any:
+    return None
+
+
+def _empty(*_: Any) -> dict[str, str]:
+    return {}
+
+
+def kubeconfig_api(cluster: Any, credentials: Any = None) -> "KubeApi":
+    """The API of a cluster from its `kubeconfig` (a kubeconfig text), else ~/.kube/config."""
+    from .api import KubeApi
+
+    return KubeApi.from_kubeconfig(getattr(cluster, "kubeconfig", None))
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The provider's parts of a Kubernetes run; every one has a plain Kubernetes default."""
+
+    name: str = "kubernetes"  # the --cloud the messages name ("-L ... is not allowed on gcp")
+    # (cluster, credentials) -> KubeApi: how the launcher reaches the cluster's API
+    api: Callable[[Any, Any], "KubeApi"] = kubeconfig_api
+    # the cluster's outputs -> the pods' node selector (GKE: its accelerator and node-pool labels)
+    node_selector: Callable[[Mapping[str, Any]], dict[str, str]] = _empty
+    # a machine type -> the training container's CPU and memory requests ({}: none)
+    pod_requests: Callable[[Any], dict[str, str]] = _empty
+    # (cluster, job) -> (Kubernetes service account, the identity it is bound to) the pods run as
+    # when the job reads or writes object storage; None: the namespace's default account
+    object_account: Callable[[Any, Any], "tuple[str, str] | None"] = _none
+    # the bound identity -> the service account's annotations (GKE: iam.gke.io/gcp-service-account)
+    account_annotations: Callable[[str], dict[str, str]] = _empty
+    # the service account a plan names before the cluster exists (the dry run's, `describe`)
+    account_name: str | None = None
+    # how pods get their object-storage access, for the plan's notes ("Workload Identity")
+    identity: str = ""
+    # what the service account is bound to, for the plan's notes ("the cluster's Google service account")
+    account_bound_to: str = ""
+    # what holds no pod of ours between jobs, for `ssh` with no job running
+    between_jobs: str = "between jobs no pod of ours runs"
+
+
+GENERIC = Platform()
