@@ -93,16 +93,6 @@ def node_python(python: str | None) -> str:
     return os.path.abspath(found) if found else sys.executable
 
 
-_PROBE = """import importlib.util, sys
-for f in sys.argv[1:]:
-    try:
-        compile(open(f, "rb").read(), f, "exec")
-    except SyntaxError as e:
-        print(f"{e.lineno or 0}\\t{e.msg}"); sys.exit(4)
-sys.exit(0 if importlib.util.find_spec("torch") else 3)
-"""
-
-
 def check_python(python: str, given: bool, job: JobSpec) -> None:
     """Before anything is created (issue 45 item 10): the nodes' Python runs, can find torch (torchrun
     and the ranks need it), and compiles the job's Python script. A Python without torch, or
@@ -115,7 +105,8 @@ def check_python(python: str, given: bool, job: JobSpec) -> None:
         and os.path.isfile(prog[0]) else []
     which = f"--python {python!r}" if given else f"the nodes' Python {python!r} (the first python on PATH; --python to choose)"
     try:
-        cp = subprocess.run([python, "-c", _PROBE, *scripts], capture_output=True, text=True, timeout=60,
+        cp = subprocess.run([python, str(Path(__file__).with_name("python_probe.py")), *scripts], capture_output=True,
+                            text=True, timeout=60,
                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"{which} cannot be run: {exc}") from None
