@@ -116,7 +116,8 @@ def train(data: tuple, args: argparse.Namespace, ctx: common.Ctx) -> dict:
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
 
-    net = model().to(ctx.device, memory_format=torch.channels_last)
+    # Module.to takes memory_format at run time; torch's stub lists only device/dtype/tensor
+    net = model().to(ctx.device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     batch = args.batch_size if args.batch_size else BATCH
     steps_per_epoch = (xt.shape[0] // ctx.world_size) // batch
     total = steps_per_epoch * args.epochs
@@ -132,13 +133,13 @@ def train(data: tuple, args: argparse.Namespace, ctx: common.Ctx) -> dict:
             loss = loss_fn(net(xb), yb)
         loss.backward()
         if multi:
-            flat = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
             torch.distributed.all_reduce(flat)
             flat /= ctx.world_size
             offset = 0
             for p in params:
                 n = p.numel()
-                p.grad.copy_(flat[offset:offset + n].view_as(p))  # type: ignore[union-attr]
+                p.grad.copy_(flat[offset:offset + n].view_as(p))
                 offset += n
         opt.step()
         return loss.detach()
