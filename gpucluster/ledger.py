@@ -238,23 +238,10 @@ class Ledger:
                 raise
 
     # -- writes ----------------------------------------------------------------------------
-    def create_run(
-        self,
-        run_id: str,
-        *,
-        cloud: str,
-        cluster: str,
-        nodes: int,
-        gpus_per_node: int | None,
-        command: list[str],
-        spec: dict[str, Any],
-        workload: str | None = None,
-        prices: dict[str, Any] | None = None,
-        sweep_id: str | None = None,
-        log_dir: str | None = None,
-        resumed_from: str | None = None,
-        now: float | None = None,
-    ) -> None:
+    def create_run(self, run_id: str, *, cloud: str, cluster: str, nodes: int, gpus_per_node: int | None,
+                   command: list[str], spec: dict[str, Any], workload: str | None = None,
+                   prices: dict[str, Any] | None = None, sweep_id: str | None = None, log_dir: str | None = None,
+                   resumed_from: str | None = None, now: float | None = None) -> None:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, gpus_per_node, workload,"
@@ -302,14 +289,21 @@ class Ledger:
                  for o in outputs],
             )
 
-    def add_metrics(self, run_id: str, records: list[tuple[int | None, dict[str, Any]]]) -> None:
+    def add_metrics(self, run_id: str, records: list[tuple[int | None, dict[str, Any]]],
+                    busy_s: float | None = None) -> None:
+        """`busy_s`: wait at most this long for a lock another process holds (default: 30 s, as every write)."""
         if not records:
             return
-        with self._tx() as db:
-            db.executemany(
-                "INSERT INTO metrics (run_id, node_rank, kind, time, data) VALUES (?,?,?,?,?)",
-                [(run_id, nr, r.get("kind", "?"), r.get("time"), _dumps(r)) for nr, r in records],
-            )
+        with self._lock:
+            if busy_s is not None:
+                self._db.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
+            try:
+                with self._tx() as db:
+                    db.executemany("INSERT INTO metrics (run_id, node_rank, kind, time, data) VALUES (?,?,?,?,?)",
+                                   [(run_id, nr, r.get("kind", "?"), r.get("time"), _dumps(r)) for nr, r in records])
+            finally:
+                if busy_s is not None:
+                    self._db.execute("PRAGMA busy_timeout = 30000")
 
     def resource_requested(self, run_id: str, kind: str, name: str, *, region: str | None = None,
                            detail: dict[str, Any] | None = None, now: float | None = None) -> int:

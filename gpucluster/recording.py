@@ -45,6 +45,19 @@ def quietly(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return None
 
 
+def held_line(error: str) -> str:
+    """What a person is told, once, when metric records cannot be written while the job runs: the
+    real cause (another process's lock, a full disk, ...), and that nothing waits for it."""
+    low = error.lower()
+    if "locked" in low or "busy" in low:
+        cause = ("the ledger is locked by another process (a sqlite3 shell, a backup?): close it; the records "
+                 "wait in memory and are written when it lets go")
+    else:
+        cause = "make room in GPUCLUSTER_HOME (its node logs and outputs go there too)"
+    return (f"the run's metric records cannot be written now ({error}): the job goes on and nothing waits for the "
+            f"ledger; {cause}. A run whose records are never written ends with exit 3")
+
+
 def going_on(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """`quietly`, for the records written while the job runs (its metrics, its phases): a ledger
     that cannot take them does not stop a healthy job, which goes on; the person is told once, and
