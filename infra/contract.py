@@ -240,6 +240,12 @@ class Provisioner:
     # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
     # stop's watcher, infra/gcp/k8s_idle.py); an error fails `up`, whose teardown then removes the stack
     after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
+    # the machines `down` stops first and waits for, before the stack is destroyed: leftover kinds, and
+    # how to ask the cloud to stop them (no wait; the errors). aws: the fleet's instances, which an
+    # instant fleet's delete does not wait for while EC2 refuses to delete their placement group, security
+    # group and subnet until they are terminated (infra/aws/leftovers.py `terminate_in`)
+    terminate_kinds: tuple[str, ...] = ()
+    terminate: Callable[[Sequence[Leftover], ScanScope], list[str]] | None = None
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

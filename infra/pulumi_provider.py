@@ -269,6 +269,7 @@ class PulumiProvider(Provider):
         self._remember_region(name)
         self._refuse_foreign_stack(name)
         destroy_error: GpuclusterError | None = None
+        self._terminate_nodes_first(name, events)
         try:
             if self.driver.destroy(name, events):
                 from gpucluster.infra.pulumi_cli import backend_url
@@ -292,6 +293,8 @@ class PulumiProvider(Provider):
             for err in errors:
                 events.message(f"could not delete {err}")
             check = self._await_deleting(name, self.leftovers(name), events)
+        if destroy_error is not None and not check.leftovers and not check.unchecked:
+            destroy_error = self._destroy_again(name, events, destroy_error)
         hint = f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`"
         left = check.leftovers
         if left and all(lo.deleting for lo in left):
@@ -313,6 +316,71 @@ class PulumiProvider(Provider):
         # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
         # else is left (or could not be checked) is the caller's independent check.
         events.confirm_rest_gone()
+
+    def _terminate_nodes_first(self, name: str, events: Any) -> None:
+        """Before `pulumi destroy`: stop the cluster's machines of ours (the backend's
+        `terminate_kinds`) and wait until the tag scan no longer finds them, bounded by
+        `await_seconds`, with a progress line each poll. An AWS instant fleet's delete returns at
+        once (terraform-provider-aws ec2_fleet.go, resourceFleetDelete: no waiter for `instant`)
+        and its nodes take a minute or two to terminate, while EC2 refuses to delete their
+        placement group (InvalidPlacementGroup.InUse), security group and subnet
+        (DependencyViolation): the destroy would fail on them. Under the cluster's owner lock (a
+        cluster in use by another process is not touched: ClusterBusy). A scan that cannot run, or
+        a wait that runs out, leaves the rest to the destroy and the checks after it."""
+        import time as _time
+
+        from gpucluster.owner import owner_lock
+
+        kinds, terminate = self.provisioner.terminate_kinds, self.provisioner.terminate
+        if not kinds or terminate is None:
+            return
+        try:
+            nodes = [lo for lo in self.leftovers(name).leftovers if lo.kind in kinds]
+        except GpuclusterError:
+            return
+        if not nodes:
+            return
+        from gpucluster.infra.leftovers import scope_of
+
+        clock, sleep = self._clock or _time.monotonic, self._sleep or _time.sleep
+        with owner_lock(name, "down"):
+            live = [lo for lo in nodes if not lo.deleting]
+            if live:
+                events.message(f"terminating {len(live)} node(s) of {name} and waiting for them before the stack is "
+                               "destroyed: the placement group and security group cannot be deleted while they "
+                               "shut down")
+                for err in terminate(live, scope_of({**self.scan_options, **self._scopes.get(name, {})})):
+                    events.message(f"could not terminate {err}")
+            start = clock()
+            while True:
+                try:
+                    left = [lo for lo in self.leftovers(name).leftovers if lo.kind in kinds]
+                except GpuclusterError:
+                    return
+                if not left:
+                    events.message(f"{len(nodes)} node(s) of {name} terminated after {clock() - start:.0f} s")
+                    return
+                if clock() - start >= self.await_seconds:
+                    events.message(f"{len(left)} node(s) still not terminated after {self.await_seconds:.0f} s; "
+                                   "destroying anyway")
+                    return
+                states = ", ".join(f"{lo.id} {lo.detail.split(' cluster=')[0]}" for lo in left[:3])
+                events.message(f"waiting for {len(left)} node(s) to terminate ({states}), "
+                               f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+                sleep(self.poll_seconds)
+
+    def _destroy_again(self, name: str, events: Any, first: GpuclusterError) -> GpuclusterError | None:
+        """The destroy failed, then the delete by tag removed what was left and the tag check, run
+        everywhere, finds nothing: `pulumi destroy` once more, so the stack's own record confirms
+        it (a resource the provider finds gone counts as deleted). None when it succeeded; else the
+        first error stands."""
+        events.message("the tag check finds nothing left: destroying the stack again to confirm it")
+        try:
+            self.driver.destroy(name, events)
+        except ProvisionError as exc:
+            events.message(f"{exc.message}")
+            return first
+        return None
 
     def _await_deleting(self, name: str, check: Check, events: Any) -> Check:
         """While every leftover is one the cloud is already deleting, poll (bounded by `await_seconds`,
