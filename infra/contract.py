@@ -231,6 +231,9 @@ class Provisioner:
     capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
+    # why the spec's zone cannot change (aws: option subnetId, whose subnet is in one zone), or None:
+    # then a capacity error tries no other zone and its hint says so, instead of "retrying" the same zone
+    zone_pinned: Callable[[ClusterSpec], str | None] | None = None
     classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
     # the spec checked against the cloud before anything is recorded or created (aws: credentials, the
     # vCPU quota, IAM permissions, the AMI and a RunInstances dry run, all in the spec's region); raises

@@ -49,6 +49,7 @@ seconds pass at once.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ from typing import Any
 
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
+
+
+ACTIVE: list["TimedEc2"] = []  # the model installed for the running test (tests/aws_apply.py asks)
 
 
 class ScaledClock:
@@ -137,6 +141,7 @@ class TimedEc2:
                 return handler(client, params, lambda p=params: orig(client, operation, p))
 
         monkeypatch.setattr(BaseClient, "_make_api_call", call)
+        monkeypatch.setattr(sys.modules[__name__], "ACTIVE", [self])
         return self
 
     def _raw(self, client: Any, operation: str, params: dict[str, Any]) -> Any:

@@ -95,6 +95,7 @@ PLUGIN = CreatedMachines(
         # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
         # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
         capacity_attempts=3,
+        zone_pinned=catalog.zone_pinned,  # option subnetId: the subnet's zone, no failover (issue 40 item 5)
         classify_failure=failures.classify,  # the AWS error code and message, not "update failed"
         preflight=preflight,
         # `down` terminates the nodes and waits for `terminated` before `pulumi destroy` (issue 40 item 1)
