@@ -356,3 +356,24 @@ def test_a_capacity_error_with_option_subnet_id_tries_no_other_zone_and_says_why
     assert "no other zone was tried: option subnetId=subnet-0abc fixes the zone" in err.value.message
     assert "subnetId of a subnet in another zone" in err.value.hint
     assert not [e for e in rec.log if e[0] == "message" and "retrying in" in e[1]]
+
+
+def test_the_fleet_scan_asks_ec2_for_fleets_not_deleted(monkeypatch):
+    """Issue 40 item 12: a deleted instant fleet stays listed for about two days (EC2 User Guide,
+    "Delete an EC2 Fleet") and every run leaves one, so the scan asks DescribeFleets for the fleets
+    that are not deleted (its fleet-state filter) instead of paging them all."""
+    pytest.importorskip("moto")
+    from aws_strict import StrictSession
+
+    from gpucluster.infra.aws import leftovers
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    import moto
+
+    with moto.mock_aws():
+        session = StrictSession()
+        leftovers.scan(["us-east-1"], "demo", session=session, include_iam=False)
+        (params,) = session.seen("ec2", "DescribeFleets")
+        states = {v for f in params.get("Filters", []) if f["Name"] == "fleet-state" for v in f["Values"]}
+        assert states and not [s for s in states if s.startswith("deleted")]

@@ -307,9 +307,12 @@ def _scan_fleets(ec2: Any, region: str, name: str | None, run_id: str | None, ad
     state (EC2 User Guide, "Delete an EC2 Fleet"): that one is gone."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    # only fleets not deleted: a deleted one stays listed for about two days (EC2 User Guide, "Delete an
+    # EC2 Fleet"), and every run leaves one; the fleet-state filter (DescribeFleets) keeps them out
+    live = [{"Name": "fleet-state", "Values": ["submitted", "active", "modifying", "failed"]}]
     try:
-        pages = (ec2.get_paginator("describe_fleets").paginate() if ec2.can_paginate("describe_fleets")
-                 else [ec2.describe_fleets()])
+        pages = (ec2.get_paginator("describe_fleets").paginate(Filters=live) if ec2.can_paginate("describe_fleets")
+                 else [ec2.describe_fleets(Filters=live)])
         for page in pages:
             for fleet in page.get("Fleets", []):
                 tags = _tag_dict(fleet.get("Tags"))
