@@ -231,6 +231,9 @@ class Provisioner:
     capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
+    # why the spec's zone cannot change (aws: option subnetId, whose subnet is in one zone), or None:
+    # then a capacity error tries no other zone and its hint says so, instead of "retrying" the same zone
+    zone_pinned: Callable[[ClusterSpec], str | None] | None = None
     classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
     # the spec checked against the cloud before anything is recorded or created (aws: credentials, the
     # vCPU quota, IAM permissions, the AMI and a RunInstances dry run, all in the spec's region); raises
@@ -240,6 +243,12 @@ class Provisioner:
     # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
     # stop's watcher, infra/gcp/idle.py); an error fails `up`, whose teardown then removes the stack
     after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
+    # the machines `down` stops first and waits for, before the stack is destroyed: leftover kinds, and
+    # how to ask the cloud to stop them (no wait; the errors). aws: the fleet's instances, which an
+    # instant fleet's delete does not wait for while EC2 refuses to delete their placement group, security
+    # group and subnet until they are terminated (infra/aws/leftovers.py `terminate_in`)
+    terminate_kinds: tuple[str, ...] = ()
+    terminate: Callable[[Sequence[Leftover], ScanScope], list[str]] | None = None
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

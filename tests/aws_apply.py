@@ -10,8 +10,13 @@ listed after it, as the fleet reports them). References between resources (the m
 ids, "<resource name>-id") become the real ids. It returns what it made, in creation order, so
 that `destroy(made, session)` deletes exactly those, the way `pulumi destroy` deletes what its
 state holds (never by tag). Resources that carry no AWS object of their own (rules, associations,
-the provider, TLS keys) are skipped: they hold no tag and bill nothing; so is the placement group,
-which moto 5.2 cannot create (CreatePlacementGroup "has not been implemented").
+the provider, TLS keys) are skipped: they hold no tag and bill nothing. The placement group is made
+where the account can make one (the EC2 that keeps time, tests/ec2_timed.py); plain moto 5.2 cannot
+(CreatePlacementGroup "has not been implemented"), and there it is skipped, as it always was.
+
+`destroy_as_provider(made, session)` deletes as `pulumi destroy` does through pulumi-aws (the
+terraform-provider-aws resource deletes it bridges), in reverse creation order, each delete with that
+provider's own retries and waits, and never the waits it does not have (see its docstring).
 """
 
 from __future__ import annotations
@@ -20,10 +25,31 @@ import itertools
 from typing import Any
 
 _seq = itertools.count(1)
+# resource id -> the ids of the resources its inputs refer to (the engine's dependency graph, which
+# `destroy_as_provider` deletes by: dependents first, independent resources at once)
+DEPENDS_ON: dict[str, set[str]] = {}
+
+
+def _refs(value: Any, ids: dict[str, str]) -> set[str]:
+    if isinstance(value, str):
+        return {ids[value]} if value in ids else set()
+    if isinstance(value, dict):  # tags name things, they do not refer to them
+        return set().union(*(_refs(v, ids) for k, v in value.items() if k != "tags")) if value else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_refs(v, ids) for v in value)) if value else set()
+    return set()
 
 
 def _tags(inputs: dict[str, Any]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": str(v)} for k, v in (inputs.get("tags") or {}).items()]
+
+
+def _timed_ec2() -> bool:
+    """Whether the EC2 that keeps time (tests/ec2_timed.py) is in front of moto in this test."""
+    import sys
+
+    timed = sys.modules.get("ec2_timed")
+    return bool(timed is not None and getattr(timed, "ACTIVE", None))
 
 
 def _spec(kind: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -63,6 +89,14 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1") -> list[tuple[
                                             VpcId=ref(i["vpcId"]), TagSpecifications=_spec("security-group", i))[
                 "GroupId"]
             made.append(("security-group", rid))
+        elif typ == "aws:ec2/placementGroup:PlacementGroup":
+            if not _timed_ec2():
+                continue  # plain moto cannot make one: skipped, as before
+            rid = f"{r.name}-{n}"  # Pulumi auto-names it: name + random suffix
+            ec2.create_placement_group(GroupName=rid, Strategy=i.get("strategy") or "cluster",
+                                       TagSpecifications=_spec("placement-group", i))
+            made.append(("placement-group", rid))
+            ids[r.name] = rid  # the launch template refers to it by name
         elif typ == "aws:ec2/keyPair:KeyPair":
             rid = f"{r.name}-{n}"
             ec2.create_key_pair(KeyName=rid, TagSpecifications=_spec("key-pair", i))
@@ -82,6 +116,9 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1") -> list[tuple[
             nic = dict((i.get("networkInterfaces") or [{}])[0])
             data: dict[str, Any] = {"ImageId": "ami-12c6146b", "TagSpecifications": [
                 {"ResourceType": t["resourceType"], "Tags": _tags(t)} for t in i.get("tagSpecifications") or []]}
+            group = ids.get((i.get("placement") or {}).get("groupName") or "")
+            if group:
+                data["Placement"] = {"GroupName": group}
             if nic:
                 data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
                                               "Groups": [ref(g) for g in nic.get("securityGroups") or []],
@@ -123,6 +160,7 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1") -> list[tuple[
             made.append(("instance", rid))
         else:
             continue
+        DEPENDS_ON[rid] = _refs(i, ids) - {rid}
         ids[f"{r.name}-id"] = rid
         if typ == "aws:iam/role:Role":
             ids[r.name] = rid  # the profile refers to the role by name
@@ -134,6 +172,18 @@ def destroy(made: list[tuple[str, str]], session: Any, region: str = "us-east-1"
     from gpucluster.domain import Leftover
     from gpucluster.infra.aws.leftovers import delete
 
+    ec2 = session.client("ec2", region_name=region)
+    for kind, rid in made:
+        if kind == "fleet":
+            try:
+                ec2.delete_fleets(FleetIds=[rid], TerminateInstances=True)
+            except Exception as exc:  # noqa: BLE001 - moto's quirk, below
+                # moto 5.2 refuses DeleteFleets(TerminateInstances) of a fleet whose instances are all
+                # terminated already ("No instances specified"), as they are once `down` terminated them
+                # first; EC2 deletes it (tests/ec2_timed.py answers so in-process; this is server mode)
+                if "No instances specified" not in str(exc):
+                    raise
+                ec2.delete_fleets(FleetIds=[rid], TerminateInstances=False)
     errors = delete([Leftover(kind, rid, None if kind in ("iam-role", "instance-profile") else region)
                      for kind, rid in made], session=session, wait_seconds=30)
     assert errors == [], errors
@@ -161,6 +211,8 @@ def exists(made: list[tuple[str, str]], session: Any, region: str = "us-east-1")
         elif kind == "fleet":
             ok = any(not str(f.get("FleetState", "")).startswith("deleted")
                      for f in ec2.describe_fleets(FleetIds=[rid]).get("Fleets", []))
+        elif kind == "placement-group":
+            ok = bool(ec2.describe_placement_groups(GroupNames=[rid])["PlacementGroups"])
         elif kind == "launch-template":
             ok = rid in {t["LaunchTemplateId"] for t in ec2.describe_launch_templates()["LaunchTemplates"]}
         elif kind == "key-pair":
@@ -175,3 +227,117 @@ def exists(made: list[tuple[str, str]], session: Any, region: str = "us-east-1")
         if ok:
             live.append((kind, rid))
     return live
+
+
+class DestroyFailed(Exception):
+    """`pulumi destroy` ended with errors: one diagnostic line per resource whose delete failed."""
+
+
+# what the provider's delete of each kind retries, for how long (simulated seconds), and on which codes:
+# terraform-provider-aws, the resources pulumi-aws bridges (internal/service/ec2/...):
+#   vpc_security_group.go resourceSecurityGroupDelete: RetryWhenAWSErrCodeEquals(d.Timeout(Delete) = 15 min,
+#     DependencyViolation, InvalidGroup.InUse)
+#   vpc_subnet.go resourceSubnetDelete: RetryWhenAWSErrCodeEquals(d.Timeout(Delete) = 20 min, DependencyViolation)
+#   vpc_internet_gateway.go detachInternetGateway: retries DependencyViolation ("mapped public address") 20 min
+#   vpc_.go resourceVPCDelete: RetryWhenAWSErrCodeEquals(5 min, DependencyViolation)
+# and no retry for the placement group (ec2_placement_group.go resourcePlacementGroupDelete: only
+# InvalidPlacementGroup.Unknown is "already gone"; InvalidPlacementGroup.InUse fails the delete:
+# hashicorp/terraform-provider-aws#21460, scylladb/scylla-cluster-tests#6742).
+PROVIDER_RETRIES = {
+    "security-group": (900.0, ("DependencyViolation", "InvalidGroup.InUse")),
+    "subnet": (1200.0, ("DependencyViolation",)),
+    "internet-gateway": (1200.0, ("DependencyViolation",)),
+    "vpc": (300.0, ("DependencyViolation",)),
+}
+PROVIDER_NAMES = {"fleet": "EC2 Fleet", "launch-template": "EC2 Launch Template", "placement-group":
+                  "EC2 Placement Group", "key-pair": "EC2 Key Pair", "security-group": "Security Group",
+                  "subnet": "EC2 Subnet", "route-table": "Route Table", "internet-gateway": "EC2 Internet Gateway",
+                  "vpc": "EC2 VPC", "iam-role": "IAM Role", "instance-profile": "IAM Instance Profile",
+                  "instance": "EC2 Instance"}
+
+
+def destroy_as_provider(made: list[tuple[str, str]], session: Any, region: str = "us-east-1", *,
+                        sleep: Any = None, now: Any = None) -> None:
+    """`pulumi destroy` of what `apply` made, as pulumi-aws deletes it. The engine deletes a resource
+    once nothing that refers to it is left, and independent resources at the same time (Pulumi docs,
+    "pulumi destroy": `--parallel`, default unbounded); each delete is terraform-provider-aws's:
+
+    - the instant fleet: DeleteFleets(TerminateInstances) and nothing more: "Limiting waiter to
+      non-instant fleet types" (ec2_fleet.go, resourceFleetDelete); its instances are not in the
+      stack (the fleet reports them) and keep shutting down after it is "deleted";
+    - a standalone instance (no fleet): TerminateInstances and a wait for `terminated`
+      (ec2_instance.go, resourceInstanceDelete);
+    - the deletes of PROVIDER_RETRIES with their retries; any other failure fails that resource at once.
+
+    With `--continue-on-error` (which the driver passes) the engine goes on with what does not
+    depend on a failed resource and reports each failure; a failed resource, and what it refers to,
+    stay in the state (`made` keeps them; the deleted go). Raises DestroyFailed with each failed
+    resource's diagnostic. `sleep`/`now`: the scaled clock."""
+    import time
+
+    from botocore.exceptions import ClientError
+
+    from gpucluster.domain import Leftover
+    from gpucluster.infra.aws.leftovers import _delete_one
+
+    sleep, now = sleep or time.sleep, now or time.monotonic
+    ec2 = session.client("ec2", region_name=region)
+    if any(k == "fleet" for k, _ in made):
+        made[:] = [(k, i) for k, i in made if k != "instance"]  # the fleet's: not resources of the stack
+    errors: list[str] = []
+
+    def attempt(kind: str, rid: str) -> str | None:
+        """None: deleted (or already gone); "retry"; else the diagnostic of a failed delete."""
+        try:
+            if kind == "fleet":
+                ec2.delete_fleets(FleetIds=[rid], TerminateInstances=True)
+            elif kind == "instance":
+                ec2.terminate_instances(InstanceIds=[rid])
+                state = ec2.describe_instances(InstanceIds=[rid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+                return None if state == "terminated" else "retry"
+            else:
+                _delete_one(session, Leftover(kind, rid, None if kind in ("iam-role", "instance-profile") else region))
+            return None
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            code = err.get("Code", "")
+            if "NotFound" in code or code in ("InvalidPlacementGroup.Unknown", "NoSuchEntity"):
+                return None
+            if code in PROVIDER_RETRIES.get(kind, (0.0, ()))[1]:
+                return "retry"
+            return (f"deleting {PROVIDER_NAMES.get(kind, kind)} ({rid}): operation error {exc.operation_name}, https "
+                    "response error StatusCode: 400, RequestID: 00000000-0000-0000-0000-000000000000, "
+                    f"api error {code}: {err.get('Message', '')}")
+
+    pending = list(reversed(made))  # not started yet
+    active: dict[tuple[str, str], float] = {}  # being deleted (retrying) -> since when
+    keep: set[str] = set()  # what a failed resource refers to: the engine does not delete it
+    while pending or active:
+        left = {rid for _, rid in pending} | {rid for _, rid in active} | {rid for _, rid in made if rid in keep}
+        for entry in list(pending):
+            if entry[1] in keep:
+                pending.remove(entry)
+            elif not any(entry[1] in DEPENDS_ON.get(other, set()) for other in left - {entry[1]}):
+                pending.remove(entry)  # nothing that refers to it is left: its delete starts now
+                active[entry] = now()
+        if not active:
+            break
+        for (kind, rid), start in list(active.items()):
+            outcome = attempt(kind, rid)
+            if outcome is None:
+                made.remove((kind, rid))
+                del active[(kind, rid)]
+            elif outcome != "retry" or now() - start >= PROVIDER_RETRIES.get(kind, (600.0,))[0]:
+                errors.append(outcome if outcome != "retry" else f"deleting {PROVIDER_NAMES.get(kind, kind)} "
+                              f"({rid}): timeout while waiting for it to be deleted")
+                del active[(kind, rid)]
+                todo = [rid]
+                while todo:
+                    for dep in DEPENDS_ON.get(todo.pop(), set()):
+                        if dep not in keep:
+                            keep.add(dep)
+                            todo.append(dep)
+        if active:
+            sleep(5.0)
+    if errors:
+        raise DestroyFailed("\n".join(errors))

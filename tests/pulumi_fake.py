@@ -16,6 +16,8 @@ engine does, and returns scripted outputs and failures:
 - `interrupt_up_after=N`: `up` creates N resources, then raises KeyboardInterrupt (Ctrl-C);
 - `locked_by_pid=P`: the stack carries a DIY-backend lock left by pid P until `cancel`;
 - `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay);
+- `destroy_in_account=True`: `on_destroy(stack)` is the provider's deletes in the account, run as the
+  destroy's own steps; what it raises fails the destroy, the stack keeping its resources;
 - `before_up(stack)`: called as `up` starts (another user's cluster landing between a check and a create);
 - `persist=True`: the stacks live in the `file://` backend named by PULUMI_BACKEND_URL, as a
   self-managed backend keeps them ("State and backends", Pulumi docs: the state is a file per stack
@@ -86,7 +88,7 @@ class FakePulumiCommand:
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
                  fail_up_times: int | None = None, provider_max_retries: int | None = None,
                  before_up=None, persist: bool = False, step_delay_s: float = 0.0, fail_in_program: bool = False,
-                 create_delays: dict[str, float] | None = None):
+                 create_delays: dict[str, float] | None = None, destroy_in_account: bool = False):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -104,6 +106,9 @@ class FakePulumiCommand:
         # on_up(stack): called when `up` succeeds, before the outputs are stored (it may change
         # scripted_outputs and start the "instances"); on_destroy(stack): after `destroy`
         self.on_up, self.on_destroy = on_up, on_destroy
+        # destroy_in_account: `on_destroy` is the provider's deletes, run before the stack is emptied;
+        # an exception from it fails the destroy (the resources stay in the stack)
+        self.destroy_in_account = destroy_in_account
         self.before_up = before_up
         self.persist = persist
         self.salts: dict[str, str] = {}  # stack -> the passphrase provider's "v1:salt:check" (its state)
@@ -420,6 +425,23 @@ class FakePulumiCommand:
             text, self.fail_destroy_text = self.fail_destroy_text, ""
             self._emit(target, [{"cancelEvent": {}}])
             self._fail(f"error: destroy failed\n{text}")
+        if self.on_destroy is not None and self.destroy_in_account:
+            # the provider's deletes in the account (tests/aws_apply.py destroy_as_provider): a delete
+            # that fails fails the destroy, as the engine reports it (each failed resource's diagnostic,
+            # then the stack's "update failed"), and the stack keeps its resources for the next destroy
+            try:
+                self.on_destroy(stack)
+            except Exception as exc:  # noqa: BLE001 - the provider's error, as the CLI prints it
+                stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+                lines = str(exc).splitlines() or [type(exc).__name__]
+                events = [{"diagnosticEvent": {"message": ln + "\n", "color": "never", "severity": "error",
+                                               "urn": stack_urn}} for ln in lines]
+                events.append({"diagnosticEvent": {"message": "update failed\n", "color": "never",
+                                                   "severity": "error", "urn": stack_urn}})
+                self._emit(target, events + [{"cancelEvent": {}}])
+                shown = "".join(f"    error: {ln}\n" for ln in lines)
+                self._fail("", stdout=(f"Destroying ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack "
+                                       f"(gpucluster-{stack}):\n{shown}    error: update failed\n\nDuration: 1s\n"))
         events = []
         for type_, name, rid in reversed(self.stacks.get(stack, [])):
             events.append(self._step("resourcePreEvent", "delete", type_, name, rid, stack))
@@ -427,6 +449,6 @@ class FakePulumiCommand:
         self._emit(target, events + [{"cancelEvent": {}}])
         self.stacks[stack] = []
         self.outputs.pop(stack, None)
-        if self.on_destroy is not None:
+        if self.on_destroy is not None and not self.destroy_in_account:
             self.on_destroy(stack)
         return CommandResult("Destroying (FAKE)", "", 0)

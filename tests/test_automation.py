@@ -395,12 +395,35 @@ def test_destroy_error_falls_back_to_the_tag_scan(home):
     prov = provider(fake, leftovers=[left, []], deleted=deleted)
     prov.up(spec(), Recorder())
     fake.fail_destroy_text = "error: deleting EC2 Instance (i-0000000000000000a): timeout while waiting"
-    # the scan deleted what destroy could not, but a failed destroy is always reported: what Pulumi
-    # was deleting is never marked gone on the strength of a tag scan alone
+    # the scan deleted what destroy could not; what Pulumi was deleting is never marked gone on the
+    # strength of a tag scan alone, so the stack is destroyed again (issue 40 item 1): that destroy
+    # succeeds, and it is Pulumi's record that confirms the rest gone
     rec = Recorder()
+    prov.down("demo", rec)
+    assert deleted == [left]
+    assert fake.verbs().count("destroy") == 2
+    assert any("destroying the stack again" in e[1] for e in rec.log if e[0] == "message")
+
+
+def test_a_destroy_that_fails_twice_is_reported_even_when_the_tag_check_is_clean(home):
+    fake = FakePulumiCommand()
+    left = [Leftover("instance", "i-0000000000000000a", "us-east-1", owner=installation_id())]  # ours
+    deleted: list = []
+    prov = provider(fake, leftovers=[left, []], deleted=deleted)
+    prov.up(spec(), Recorder())
+    real_destroy = fake._destroy
+
+    def always_fails(args, stack):
+        fake.fail_destroy_text = "error: deleting EC2 Instance (i-0000000000000000a): timeout while waiting"
+        return real_destroy(args, stack)
+
+    fake._destroy = always_fails
+    rec = Recorder()
+    # a failed destroy is always reported: what Pulumi was deleting is never marked gone on the
+    # strength of a tag scan alone
     with pytest.raises(TeardownIncomplete, match="destroying cluster 'demo' failed .*not confirmed gone"):
         prov.down("demo", rec)
-    assert deleted == [left]
+    assert deleted == [left] and fake.verbs().count("destroy") == 2
     assert not [e for e in rec.log if e[0] == "deleted" and e[1] == "instance"]
 
 

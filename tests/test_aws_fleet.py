@@ -331,3 +331,51 @@ def test_the_key_cache_lives_with_the_clusters_ssh_files_and_goes_with_a_verifie
     assert sorted(p.name for p in folder.iterdir()) == ["i-0aaa", "i-0ccc"]
     forget_access("demo")  # what a verified `down` does (gpucluster.teardown.take_down)
     assert not folder.exists()
+
+
+def test_a_capacity_error_with_option_subnet_id_tries_no_other_zone_and_says_why(home):
+    """Issue 40 item 5: with option subnetId the nodes launch in that subnet, which is in one zone
+    (EC2 User Guide, "Subnets for your VPC"); a failover to "the next zone" kept the subnet and so
+    retried the same zone while saying it tried another. Now one attempt, and the error says what
+    would move the run (a subnet of another zone)."""
+    pytest.importorskip("pulumi.automation")
+    from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand, aws_outputs
+
+    from gpucluster.infra.pulumi_events import CapacityError
+    from gpucluster.infra.registry import plugin
+    from test_automation import Recorder, provider, spec
+
+    fake = FakePulumiCommand(resources=AWS_FLEET_RESOURCES, fail_up_after=6, fail_text=FLEET_SHORT, fail_up_times=1,
+                             fail_in_program=True, outputs=aws_outputs())
+    prov = provider(fake, capacity_attempts=plugin("aws").provisioner.capacity_attempts)
+    zones = []
+    real_up = prov.driver.up
+    prov.driver.up = lambda s, ev=None: zones.append(s.zone) or real_up(s, ev)
+    rec = Recorder()
+    with pytest.raises(CapacityError) as err:
+        prov.up(spec(options=(("subnetId", "subnet-0abc"), ("vpcId", "vpc-0abc"))), rec)
+    assert zones == ["us-east-1a"]  # one attempt: no "retry" in the same subnet's zone
+    assert "no other zone was tried: option subnetId=subnet-0abc fixes the zone" in err.value.message
+    assert "subnetId of a subnet in another zone" in err.value.hint
+    assert not [e for e in rec.log if e[0] == "message" and "retrying in" in e[1]]
+
+
+def test_the_fleet_scan_asks_ec2_for_fleets_not_deleted(monkeypatch):
+    """Issue 40 item 12: a deleted instant fleet stays listed for about two days (EC2 User Guide,
+    "Delete an EC2 Fleet") and every run leaves one, so the scan asks DescribeFleets for the fleets
+    that are not deleted (its fleet-state filter) instead of paging them all."""
+    pytest.importorskip("moto")
+    from aws_strict import StrictSession
+
+    from gpucluster.infra.aws import leftovers
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    import moto
+
+    with moto.mock_aws():
+        session = StrictSession()
+        leftovers.scan(["us-east-1"], "demo", session=session, include_iam=False)
+        (params,) = session.seen("ec2", "DescribeFleets")
+        states = {v for f in params.get("Filters", []) if f["Name"] == "fleet-state" for v in f["Values"]}
+        assert states and not [s for s in states if s.startswith("deleted")]

@@ -179,7 +179,9 @@ def test_ami_lookup_filters_and_override(default):
     assert call.args["mostRecent"] is True
     filters = {f["name"]: f["values"] for f in call.args["filters"]}
     # the PyTorch DLAMI (torch at /opt/pytorch/bin/python, G5 supported), AWS DLAMI release notes
-    assert filters["name"] == ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *"]
+    # the Ubuntu releases checked, pinned (issue 40 item 11): not "Ubuntu 2?.04", which takes 26.04 too
+    assert filters["name"] == ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 22.04) *",
+                               "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 24.04) *"]
     assert filters["architecture"] == ["x86_64"]
     lt = nodes_of(default.recorder)[1]
     assert lt.inputs["imageId"] == MOCK_AMI_ID
@@ -619,3 +621,29 @@ def test_outputs_become_a_head_first_cluster_without_the_secret_in_plain_outputs
         cluster_from_outputs(broken)
     with pytest.raises(ProvisionError, match="lack public_ips"):
         cluster_from_outputs({k: v for k, v in built.outputs.items() if k != "public_ips"})
+
+
+def test_the_template_and_the_fleet_wait_for_every_security_group_rule(monkeypatch):
+    """Issue 40 item 12: the rules are resources of their own (aws.vpc.SecurityGroupIngressRule /
+    EgressRule); without a dependency the engine may create the fleet first, and a node's first
+    seconds of boot lack egress (package mirrors) or the members' rule EFA needs."""
+    from gpucluster.infra.aws import component, mock_runtime
+    from gpucluster.spec import ClusterSpec
+
+    seen: list[tuple[str, list[str]]] = []
+    real = component.GpuCluster._opts
+
+    def opts(self, **kw):
+        if kw.get("depends_on") is not None:
+            seen.append(("deps", [r._name for r in kw["depends_on"]]))
+        return real(self, **kw)
+
+    monkeypatch.setattr(component.GpuCluster, "_opts", opts)
+    spec = ClusterSpec(cloud="aws", nodes=2, name="deps40", region="us-east-1", instance_type="g5.xlarge",
+                       ssh_cidr="203.0.113.7/32", gpus_per_node=1, run_id="r20261128-000000-aaaaaa")
+    built = mock_runtime.build(spec)
+    assert built.error is None, built.error
+    rules = {r.name for r in built.recorder.resources if r.typ.startswith("aws:vpc/securityGroup")}
+    assert rules == {"deps40-in-members", "deps40-out-members", "deps40-out-all", "deps40-in-ssh"}
+    waits = [set(names) for _, names in seen]
+    assert len([w for w in waits if rules <= w]) == 2, waits  # the launch template and the fleet

@@ -1062,3 +1062,31 @@ def test_gcp_data_above_the_working_folder_needs_a_shipped_script_and_stays_in_t
                 f"{ROOT / 'tests'}:../control", "--", "python", "train.py", cwd=project)
     assert_clean_refusal(r, "'../control'", "already holds")
     assert_no_run_recorded(home)
+
+
+@pytest.mark.parametrize("cmd", [("up", "--cloud", "aws", "--yes"), ("run", "--cloud", "aws", "--yes")])
+@pytest.mark.parametrize("tag,bad", [("team=ml,infra", "','"), ("cost-center=a;b", "';'"),
+                                     ("note=#42", "'#'")])
+def test_a_tag_iam_refuses_is_refused_before_a_run_that_makes_a_role(home, cmd, tag, bad):
+    """Issue 40 item 10: IAM tag keys and values match [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]* (IAM API
+    reference, Tag), and a run with option ssm=true (or s3:// data) tags the role it creates: such a
+    tag is refused before anything is created, naming it and what IAM allows."""
+    r = run_cli(*cmd, "--tag", tag, "--option", "ssm=true")
+    assert_clean_refusal(r, repr(tag.split("=", 1)[1]), bad, "IAM", "letters, digits, spaces and _ . : / = + - @")
+    assert not (home / "ledger.sqlite3").exists()
+    assert_nothing_started(home)
+
+
+def test_the_same_tag_is_fine_on_a_run_without_a_role():
+    """EC2 tags allow any character: without a role to tag, the tag passes validation."""
+    from gpucluster.infra.registry import plugin
+    from gpucluster.spec import ClusterSpec
+
+    spec = ClusterSpec(cloud="aws", nodes=2, name="c40", region="us-east-1", instance_type="g5.xlarge",
+                       tags=(("team", "ml,infra"),))
+    plugin("aws").spec.validate(spec)
+    from gpucluster.errors import SpecError
+
+    with pytest.raises(SpecError, match="IAM"):
+        plugin("aws").spec.validate(spec.replace(options=(("ssm", "true"),)))
+    plugin("aws").spec.validate(spec.replace(options=(("ssm", "true"),), tags=(("team", "ml/infra ü@1"),)))

@@ -43,9 +43,14 @@ SSH_USER = "ubuntu"  # the DLAMI Ubuntu images' login user
 # /opt/pytorch/bin/python (https://docs.aws.amazon.com/dlami/latest/devguide/appendix-ami-release-notes.html).
 # The Base OSS Nvidia Driver DLAMI ships the driver, CUDA, NCCL and EFA but no PyTorch: with
 # image=base, user data installs torch into a venv at the same path before the ready marker.
+# The Ubuntu releases are pinned to those checked (issue 40 item 11): "Ubuntu 2?.04" would also take
+# a 26.04 DLAMI, whose OpenSSH (9.8 and later) runs sessions as `sshd-session`, and whatever else a new
+# release changes (its python_location, its driver branch) is unchecked. A new release is added here
+# once checked. EC2's DescribeImages takes several values of one filter (any of them matches).
+UBUNTU_CHECKED = ("22.04", "24.04")
 IMAGES = {
-    "pytorch": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu 2?.04) *",
-    "base": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",
+    "pytorch": tuple(f"Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.* (Ubuntu {r}) *" for r in UBUNTU_CHECKED),
+    "base": ("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",),
 }
 DEFAULT_IMAGE = "pytorch"
 NODE_PYTHON = "/opt/pytorch/bin/python"  # the DLAMI's python_location (torch is importable there)
@@ -256,6 +261,9 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
 
     scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
     flag(spec, "ssm")  # SpecError for a value that is not true/false
+    from .permissions import check_iam_tags
+
+    check_iam_tags(spec)
     image = option(spec, "image")
     if image is not None and image not in IMAGES:
         raise SpecError(not_allowed("option image", image, list(IMAGES)))
@@ -317,8 +325,27 @@ def image_of(spec: "ClusterSpec") -> str:
     return str(option(spec, "image") or DEFAULT_IMAGE)
 
 
+def zone_pinned(spec: "ClusterSpec") -> str | None:
+    """Why a capacity failover cannot move this spec to another zone: with option subnetId the nodes
+    launch in that subnet, and a subnet is in one zone (EC2 User Guide, "Subnets for your VPC": "Each
+    subnet must reside entirely within one Availability Zone"), so a new --zone would retry the same
+    zone while saying it tries another. None when the zone can change."""
+    subnet = option(spec, "subnetId")
+    if not subnet:
+        return None
+    return (f"option subnetId={subnet} fixes the zone (a subnet is in one zone): pass the subnetId of a subnet "
+            "in another zone of the VPC, or leave subnetId (and vpcId) out for a new VPC in the next zone "
+            "offering the type")
+
+
+def ami_name_patterns(spec: "ClusterSpec") -> list[str]:
+    """The AMI name filter's values (any of them matches; the newest match is taken)."""
+    return list(IMAGES[image_of(spec)])
+
+
 def ami_name_pattern(spec: "ClusterSpec") -> str:
-    return IMAGES[image_of(spec)]
+    """The AMI name filter as one line, for messages."""
+    return " or ".join(repr(p) for p in IMAGES[image_of(spec)])
 
 
 def detect_public_ipv4(url: str | None = None, timeout: float = CHECKIP_TIMEOUT_S) -> str:

@@ -21,7 +21,7 @@ allows tags):
   `ssm=true`, AmazonSSMManagedInstanceCore. A default run creates no IAM and needs no `iam:PassRole`;
 - one launch template and one EC2 Fleet of type `instant` that launches all N nodes in one
   request, all or none (min_target_capacity = N, one type, one zone), of the latest x86_64 PyTorch DLAMI ("Deep Learning OSS Nvidia Driver AMI GPU
-  PyTorch 2.* (Ubuntu 2?.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
+  PyTorch 2.* (Ubuntu 22.04 or 24.04)", torch at /opt/pytorch/bin/python); option `image=base` picks the
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
   `ami` overrides the lookup, IMDSv2 required, encrypted gp3 root, shutdown =
   terminate, optional spot that terminates on interruption; interface 0 in the cluster's subnet with
@@ -57,7 +57,7 @@ from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
 
-AMI_NAME_PATTERN = catalog.IMAGES[catalog.DEFAULT_IMAGE]
+AMI_NAME_PATTERNS = catalog.IMAGES[catalog.DEFAULT_IMAGE]
 AMI_OWNERS = ("amazon",)
 SSM_POLICY_ARN = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 DEFAULT_VPC_CIDR = "10.42.0.0/16"
@@ -154,7 +154,10 @@ class GpuCluster(pulumi.ComponentResource):
             opts=self._opts(),
         )
         self.security_group = sg
-        aws.vpc.SecurityGroupIngressRule(
+        # the rules are resources of their own: the nodes' template and fleet depend on them, so no node
+        # boots before its egress and the members' (EFA) rules exist (issue 40 item 12)
+        self._rule_deps: list[pulumi.Resource] = []
+        self._rule_deps.append(aws.vpc.SecurityGroupIngressRule(
             f"{name}-in-members",
             security_group_id=sg.id,
             referenced_security_group_id=sg.id,
@@ -162,8 +165,8 @@ class GpuCluster(pulumi.ComponentResource):
             description="all traffic between cluster members (rendezvous, NCCL, gloo, EFA)",
             tags=self._tags(f"{spec.name}-in-members"),
             opts=self._opts(),
-        )
-        aws.vpc.SecurityGroupEgressRule(
+        ))
+        self._rule_deps.append(aws.vpc.SecurityGroupEgressRule(
             f"{name}-out-members",
             security_group_id=sg.id,
             referenced_security_group_id=sg.id,
@@ -171,8 +174,8 @@ class GpuCluster(pulumi.ComponentResource):
             description="all traffic to cluster members (EFA needs this rule explicitly)",
             tags=self._tags(f"{spec.name}-out-members"),
             opts=self._opts(),
-        )
-        aws.vpc.SecurityGroupEgressRule(
+        ))
+        self._rule_deps.append(aws.vpc.SecurityGroupEgressRule(
             f"{name}-out-all",
             security_group_id=sg.id,
             cidr_ipv4="0.0.0.0/0",
@@ -180,9 +183,9 @@ class GpuCluster(pulumi.ComponentResource):
             description="outbound: package mirrors, data, SSM",
             tags=self._tags(f"{spec.name}-out-all"),
             opts=self._opts(),
-        )
+        ))
         if spec.ssh_cidr:  # IPv4 only: validate_spec refuses an IPv6 CIDR (the VPC has no IPv6)
-            aws.vpc.SecurityGroupIngressRule(
+            self._rule_deps.append(aws.vpc.SecurityGroupIngressRule(
                 f"{name}-in-ssh",
                 security_group_id=sg.id,
                 cidr_ipv4=spec.ssh_cidr,
@@ -192,7 +195,7 @@ class GpuCluster(pulumi.ComponentResource):
                 description="SSH from the caller",
                 tags=self._tags(f"{spec.name}-in-ssh"),
                 opts=self._opts(),
-            )
+            ))
 
         # -- placement group, keys, IAM ----------------------------------------------------
         pg = aws.ec2.PlacementGroup(
@@ -225,7 +228,7 @@ class GpuCluster(pulumi.ComponentResource):
                 most_recent=True,
                 owners=list(AMI_OWNERS),
                 filters=[
-                    aws.ec2.GetAmiFilterArgs(name="name", values=[catalog.ami_name_pattern(spec)]),
+                    aws.ec2.GetAmiFilterArgs(name="name", values=catalog.ami_name_patterns(spec)),
                     aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
                     aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
                 ],
@@ -279,7 +282,7 @@ class GpuCluster(pulumi.ComponentResource):
             # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
             terminate_instances=True,
             tags=self._tags(f"{spec.name}-fleet"),
-            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps]),
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps]),
         )
         region = self.region
         def ranked(both: list[Any]) -> list[str]:
@@ -371,7 +374,7 @@ class GpuCluster(pulumi.ComponentResource):
             ],
             user_data=base64.b64encode(user_data.encode()).decode(),  # a launch template takes it encoded
             tags=self._tags(f"{spec.name}-nodes"),
-            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps]),
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps]),
         )
 
     def _first_zone_offering(self, invoke_opts: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:

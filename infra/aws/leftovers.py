@@ -48,7 +48,11 @@ def _iam_in_scope(path: str, regions: Iterable[str], name: str | None, owner: st
 # what the tag scan reports and `delete` handles, in deletion order: what holds others first
 DELETE_ORDER = ("fleet", "instance", "launch-template", "elastic-ip", "network-interface", "volume", "placement-group", "key-pair",
                 "security-group", "subnet", "route-table", "internet-gateway", "vpc", "instance-profile", "iam-role")
-LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
+# `shutting-down` still holds its placement group, security groups, subnet, volumes and interfaces:
+# EC2 refuses to delete those until it is `terminated` (EC2 User Guide, "Instance state changes";
+# DeletePlacementGroup: "You must terminate all instances in the placement group"). Reported as a
+# leftover the cloud is already deleting (`Leftover.deleting`): waited for, not deleted again.
+LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
 def _tag_dict(tags: Iterable[dict[str, str]] | None) -> dict[str, str]:
@@ -91,11 +95,11 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
     regions = list(dict.fromkeys(regions))
 
     def add(kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "",
-            created: Any = None, hourly: str | None = None) -> None:
+            created: Any = None, hourly: str | None = None, deleting: bool = False) -> None:
         label = tags.get("Name") or ""
         text = " ".join(x for x in (label, detail, f"cluster={tags.get(CLUSTER_TAG, '?')}") if x)
         since = created.timestamp() if hasattr(created, "timestamp") else None
-        lo = with_marks(Leftover(kind, rid, region, text), tags, since, hourly)
+        lo = with_marks(Leftover(kind, rid, region, text, deleting=deleting), tags, since, hourly)
         report.found.append(Found(lo, tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
 
     for region in dict.fromkeys(regions):
@@ -118,7 +122,8 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
                 if state in LIVE_INSTANCE_STATES:
                     add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
                         f"{inst.get('InstanceType', '')} {state}", inst.get("LaunchTime"),
-                        _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"))
+                        _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"),
+                        deleting=state == "shutting-down")
         _scan_fleets(ec2, region, name, run_id, add, report)
         for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
             add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
@@ -223,7 +228,12 @@ GONE_CODES = ("NoSuchEntity", "InvalidPlacementGroup.Unknown", "fleetIdDoesNotEx
 # releases a terminated instance's network interfaces some time after the instance is terminated,
 # so security group, subnet and VPC deletes meet DependencyViolation for a while; IAM answers
 # DeleteConflict while a role is still in an instance profile.
-RETRY_CODES = ("DependencyViolation", "DeleteConflict", "InvalidIPAddress.InUse")
+# An instance that is still shutting down holds its placement group (InvalidPlacementGroup.InUse,
+# DeletePlacementGroup), its volumes (VolumeInUse, DeleteVolume) and its network interfaces
+# (InvalidNetworkInterface.InUse, DeleteNetworkInterface): EC2 API reference, each action's page and
+# "Error codes for the Amazon EC2 API".
+RETRY_CODES = ("DependencyViolation", "DeleteConflict", "InvalidIPAddress.InUse", "InvalidPlacementGroup.InUse",
+               "VolumeInUse", "InvalidNetworkInterface.InUse")
 
 
 def _error_code(exc: BaseException) -> str:
@@ -297,9 +307,12 @@ def _scan_fleets(ec2: Any, region: str, name: str | None, run_id: str | None, ad
     state (EC2 User Guide, "Delete an EC2 Fleet"): that one is gone."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    # only fleets not deleted: a deleted one stays listed for about two days (EC2 User Guide, "Delete an
+    # EC2 Fleet"), and every run leaves one; the fleet-state filter (DescribeFleets) keeps them out
+    live = [{"Name": "fleet-state", "Values": ["submitted", "active", "modifying", "failed"]}]
     try:
-        pages = (ec2.get_paginator("describe_fleets").paginate() if ec2.can_paginate("describe_fleets")
-                 else [ec2.describe_fleets()])
+        pages = (ec2.get_paginator("describe_fleets").paginate(Filters=live) if ec2.can_paginate("describe_fleets")
+                 else [ec2.describe_fleets(Filters=live)])
         for page in pages:
             for fleet in page.get("Fleets", []):
                 tags = _tag_dict(fleet.get("Tags"))
@@ -395,6 +408,27 @@ def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanRe
     session = scope.clients.get("session")
     regions = scope.regions or tuple(default_regions(session))
     return scan(list(regions), name, run_id, session=session, owner=scope.owner)
+
+
+def terminate_in(leftovers: Sequence[Leftover], scope: ScanScope) -> list[str]:
+    """TerminateInstances for the instances among `leftovers`, per region, without waiting (the
+    caller polls the tag scan, with progress); one line per region that refused. An instance already
+    gone counts as terminated."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = _session(scope.clients.get("session"))
+    by_region: dict[str | None, list[str]] = {}
+    for lo in leftovers:
+        if lo.kind == "instance" and not lo.deleting:
+            by_region.setdefault(lo.region, []).append(lo.id)
+    errors = []
+    for region, ids in by_region.items():
+        try:
+            session.client("ec2", region_name=region).terminate_instances(InstanceIds=ids)
+        except (ClientError, BotoCoreError) as exc:
+            if not gone(exc):
+                errors.append(f"instances {', '.join(ids)} in {region}: {_why(exc)}")
+    return errors
 
 
 def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:

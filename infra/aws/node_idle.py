@@ -15,11 +15,17 @@ per minute, 60) are for tests.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 MARK = b"GPUCLUSTER_RUN_ID="
+# A logged-in user's session process, by its title: "sshd: USER@pts/0" / "sshd: USER@notty" (OpenSSH
+# before 9.8), "sshd-session: USER@pts/0" (OpenSSH 9.8 and later run each session as sshd-session,
+# release notes of 9.8, 2024-07-01); never the listener ("sshd: /usr/sbin/sshd -D [listener] ...") nor
+# a session still authenticating ("sshd-session: USER [priv]", "sshd-auth: ..."), which carry no "@".
+SESSION_TITLE = re.compile(rb"^sshd(?:-session)?: [^ @\[]+@\S+")
 
 
 def job_running(proc="/proc", me=None, ssh_sessions=False):
@@ -35,7 +41,7 @@ def job_running(proc="/proc", me=None, ssh_sessions=False):
             if ssh_sessions:
                 with open(os.path.join(proc, pid, "cmdline"), "rb") as fh:
                     cmd = fh.read().split(b"\0")[0]
-                if cmd.startswith(b"sshd: ") and b"@" in cmd:  # "sshd: USER@pts/0", "sshd: USER@notty"
+                if SESSION_TITLE.match(cmd):
                     return True
         except OSError:  # gone meanwhile, or not readable: not a job of ours
             continue

@@ -31,7 +31,7 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
     if len(set(lengths.values())) != 1 or not lists["instance_ids"]:
         raise ProvisionError(f"the AWS stack outputs disagree on the node count: {lengths}")
     if any(not ip for ip in lists["public_ips"]):
-        raise ProvisionError("an AWS node has no public IP yet; the launcher cannot reach it")
+        raise ProvisionError("an AWS node has no public IP yet; the launcher cannot reach it")  # see wait_running
     gpus = int(outputs.get("gpus_per_node") or 0)
     user = str(outputs["ssh_user"])
     nodes = tuple(
@@ -64,10 +64,55 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
 def cluster_with_host_keys(outputs: Mapping[str, Any]) -> Cluster:
     """`cluster_from_outputs`, each node's host key pinned from its serial console (or the keys
     cached when first read): what `up`, `attach` and `probe` connect with. A node whose console shows
-    no key in time fails it, naming the node (`hostkeys.pin`)."""
+    no key in time fails it, naming the node (`hostkeys.pin`). A node without a public IP in the
+    outputs is waited for until it is `running` (`wait_running`)."""
     from . import hostkeys
 
-    return hostkeys.pin(cluster_from_outputs(outputs))
+    return hostkeys.pin(cluster_from_outputs(wait_running(outputs)))
+
+
+RUNNING_WAIT_S = 600.0  # how long a node may stay `pending` (EC2 takes seconds to minutes)
+RUNNING_POLL_S = 5.0
+
+
+def wait_running(outputs: Mapping[str, Any], *, client: Any = None, clock: Any = None, sleep: Any = None,
+                 timeout: float | None = None) -> Mapping[str, Any]:
+    """The outputs with every node's addresses, once every node is `running`. The program reads each
+    node (`aws.ec2.get_instance`) right after the instant fleet returns, while EC2 may still report
+    it `pending`, and a pending instance has no public IPv4 yet (EC2 User Guide, "Instance
+    lifecycle"; the address is assigned as the instance starts). So when a public IP is missing, ask
+    EC2 (DescribeInstances) until each node is `running`, bounded by RUNNING_WAIT_S, and take the
+    addresses it reports then. A node that is shutting down or gone, or still pending at the
+    deadline, fails `up` naming it (ProvisionError); the outputs unchanged when nothing is missing."""
+    import time
+
+    ids = [str(i) for i in outputs.get("instance_ids") or []]
+    publics = list(outputs.get("public_ips") or [])
+    if not ids or len(publics) != len(ids) or all(publics):
+        return outputs
+    if client is None:
+        import boto3
+
+        client = boto3.client("ec2", region_name=outputs.get("region"))
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    limit = RUNNING_WAIT_S if timeout is None else timeout
+    start = clock()
+    while True:
+        found = {i["InstanceId"]: i for r in client.describe_instances(InstanceIds=ids).get("Reservations", [])
+                 for i in r.get("Instances", [])}
+        states = {i: (found.get(i) or {}).get("State", {}).get("Name", "unknown") for i in ids}
+        bad = [f"{i} is {s}" for i, s in states.items() if s in ("shutting-down", "terminated", "stopping", "stopped")]
+        if bad:
+            raise ProvisionError(f"AWS node {bad[0]} before it was reached"
+                                 + (f" ({len(bad) - 1} more)" if len(bad) > 1 else ""))
+        if all(s == "running" and found[i].get("PublicIpAddress") for i, s in states.items()):
+            return {**outputs, "public_ips": [found[i]["PublicIpAddress"] for i in ids],
+                    "private_ips": [found[i].get("PrivateIpAddress") or p
+                                    for i, p in zip(ids, outputs.get("private_ips") or [""] * len(ids))]}
+        if clock() - start >= limit:
+            waiting = [f"{i} ({s})" for i, s in states.items() if s != "running" or not found[i].get("PublicIpAddress")]
+            raise ProvisionError(f"AWS node(s) {', '.join(waiting)} not running with a public IP after {limit:.0f} s")
+        sleep(RUNNING_POLL_S)
 
 
 def console_tail(cluster: Cluster, node: Node, *, lines: int = 12, client: Any = None) -> str | None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpucluster.errors import SpecError
+
 from . import catalog
 
 # What pulumi-aws (terraform-provider-aws) calls for the resources of component.py, create to delete.
@@ -40,6 +42,9 @@ EC2_CLUSTER = (
     "ec2:DeleteKeyPair", "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
     "ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances", "ec2:DescribeInstanceAttribute",
     "ec2:DescribeVolumes", "ec2:TerminateInstances", "ec2:GetConsoleOutput",
+    # the destroy of the security group and subnet looks for interfaces left on them (terraform-provider-
+    # aws vpc_security_group.go / vpc_subnet.go: deleteLingeringENIs, DescribeNetworkInterfaces)
+    "ec2:DescribeNetworkInterfaces",
     # every node from one launch template through one instant EC2 Fleet (all or none)
     "ec2:CreateLaunchTemplate", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
     "ec2:DeleteLaunchTemplate", "ec2:CreateFleet", "ec2:DescribeFleets", "ec2:DeleteFleets",
@@ -55,7 +60,53 @@ IAM_SSM = ("iam:AttachRolePolicy", "iam:DetachRolePolicy")
 IAM_PROFILE = ("iam:CreateInstanceProfile", "iam:GetInstanceProfile", "iam:TagInstanceProfile",
                "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile")
 # what the teardown check reads to prove no role or profile of the cluster is left (leftovers.py)
-VERIFY = ("iam:ListRoles", "iam:ListRoleTags", "iam:ListInstanceProfiles", "iam:GetInstanceProfile")
+VERIFY_IAM = ("iam:ListRoles", "iam:ListRoleTags", "iam:ListInstanceProfiles", "iam:GetInstanceProfile")
+# what the tag scan lists in every region it checks, whatever the run made (leftovers.scan), and what its
+# delete by tag may call on what it finds (leftovers.delete / _delete_one): a run without them is
+# "not verified" (exit 3), or leaves what the scan found. Kept in step with leftovers.py by
+# tests/test_aws_teardown.py (every boto3 call there is one of these, or of EC2_NETWORK/EC2_CLUSTER).
+VERIFY_EC2 = (
+    "ec2:DescribeInstances", "ec2:DescribeFleets", "ec2:DescribeLaunchTemplates", "ec2:DescribeVolumes",
+    "ec2:DescribeSecurityGroups", "ec2:DescribeKeyPairs", "ec2:DescribePlacementGroups",
+    "ec2:DescribeNetworkInterfaces", "ec2:DescribeAddresses", "ec2:DescribeSubnets", "ec2:DescribeRouteTables",
+    "ec2:DescribeInternetGateways", "ec2:DescribeVpcs",
+    "ec2:DeleteVolume", "ec2:DeleteNetworkInterface", "ec2:DisassociateAddress", "ec2:ReleaseAddress",
+)
+VERIFY = VERIFY_IAM + VERIFY_EC2
+
+
+IAM_TAG_EXTRA = "_.:/=+-@"  # besides letters, separators (spaces) and numbers
+
+
+def _iam_tag_bad(text: str) -> str | None:
+    """The first character of `text` IAM refuses in a tag: its keys and values match
+    `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` (IAM API reference, Tag: Key and Value patterns; CreateRole
+    answers ValidationError otherwise), unlike EC2's tags, which allow any character."""
+    import unicodedata
+
+    for ch in text:
+        if ch not in IAM_TAG_EXTRA and unicodedata.category(ch)[0] not in "LZN":
+            return ch
+    return None
+
+
+def check_iam_tags(spec: Any) -> None:
+    """A run that creates the nodes' IAM role and instance profile (`permissions.role_reasons`) puts
+    every tag on them too: a key or value with a character IAM refuses fails `CreateRole` after the
+    network is made. Refused here, before anything is created (SpecError: exit 2), naming the tag and
+    what IAM allows. Key length 1-128 and value length up to 256 are IAM's as well."""
+    why = role_reasons(spec)
+    if not why:
+        return
+    for key, value in spec.managed_tags().items():
+        for what, text, limit in (("key", key, 128), ("value", value, 256)):
+            bad = _iam_tag_bad(text)
+            if bad is not None or len(text) > limit:
+                problem = f"character {bad!r}" if bad is not None else f"more than {limit} characters"
+                raise SpecError(
+                    f"tag {key}={value!r}: its {what} has {problem}, which IAM refuses on the node role this run "
+                    f"creates ({', '.join(why)}); IAM tag keys and values allow letters, digits, spaces and "
+                    f"{' '.join(IAM_TAG_EXTRA)} only (keys up to 128, values up to 256 characters)")
 
 
 def role_reasons(spec: Any) -> list[str]:
@@ -81,7 +132,7 @@ def needed(spec: Any) -> dict[str, tuple[str, ...]]:
     out = {"EC2": ec2}
     if role_reasons(spec):
         out["IAM (the node role)"] = IAM_ROLE + (IAM_SSM if catalog.flag(spec, "ssm") else ()) + IAM_PROFILE
-    out["IAM reads (the teardown check)"] = VERIFY
+    out["the teardown check (tag scan and delete by tag)"] = tuple(a for a in VERIFY if a not in ec2)
     return out
 
 
@@ -137,7 +188,7 @@ def denied(iam: Any, spec: Any, caller_arn: str, account: str) -> list[str]:
     part = source.split(":")[1]
     groups = needed(spec)
     found: dict[str, str] = {}
-    found.update(_decisions(iam, source, groups["EC2"] + VERIFY))
+    found.update(_decisions(iam, source, tuple(dict.fromkeys(groups["EC2"] + VERIFY))))
     if "IAM (the node role)" in groups:
         # the names Pulumi gives them: the logical name plus a random suffix (component.py)
         role = f"arn:{part}:iam::{account}:role/{spec.name}-role-0000000"
@@ -169,7 +220,8 @@ def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
             f"runs below still run); this run goes {role} and needs "
             + "; ".join(f"{k}: {', '.join(v)}" for k, v in needed(spec).items()))}
     writes = needed(spec).get("IAM (the node role)", ())
-    blocking = [a for a in refused if a not in VERIFY or a in writes]
+    launch = needed(spec)["EC2"]  # what the launch and the destroy call: never only the check's
+    blocking = [a for a in refused if a not in VERIFY or a in writes or a in launch]
     reads = [a for a in refused if a not in blocking]
     if blocking:
         fix = (f"grant {', '.join(blocking)} to {principal(caller_arn)}"
@@ -180,6 +232,6 @@ def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
     if reads:
         return {"check": name, "ok": None, "fix": "", "detail": (
             f"the run may go {role}, but the teardown check may not {', '.join(reads)}: it would end "
-            "'not verified' (exit 3); grant them to verify that no role or profile of the cluster is left")}
+            "'not verified' (exit 3); grant them to verify that nothing of the cluster is left")}
     return {"check": name, "ok": True, "fix": "",
             "detail": f"every action a run {role} needs is allowed to {caller_arn}"}

@@ -95,8 +95,11 @@ PLUGIN = CreatedMachines(
         # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
         # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
         capacity_attempts=3,
+        zone_pinned=catalog.zone_pinned,  # option subnetId: the subnet's zone, no failover (issue 40 item 5)
         classify_failure=failures.classify,  # the AWS error code and message, not "update failed"
-        preflight=preflight),  # quota, AMI, subnet and a RunInstances dry run, before anything
+        preflight=preflight,
+        # `down` terminates the nodes and waits for `terminated` before `pulumi destroy` (issue 40 item 1)
+        terminate_kinds=("instance",), terminate=leftovers.terminate_in),  # quota, AMI, subnet and a RunInstances dry run, before anything
     pricing=Pricing(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs

@@ -113,7 +113,7 @@ def newest_ami(ec2: Any, spec: Any) -> dict[str, Any] | None:
         images = ec2.describe_images(ImageIds=[str(pinned)]).get("Images", [])
     else:
         images = ec2.describe_images(Owners=list(AMI_OWNERS), Filters=[
-            {"Name": "name", "Values": [catalog.ami_name_pattern(spec)]},
+            {"Name": "name", "Values": catalog.ami_name_patterns(spec)},
             {"Name": "architecture", "Values": ["x86_64"]},
             {"Name": "state", "Values": ["available"]}]).get("Images", [])
     return max(images, key=lambda i: i.get("CreationDate") or "", default=None)
@@ -280,8 +280,9 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
                           else "check option ami / image"))
         return out
     if image is None:
-        what = catalog.option(spec, "ami") or catalog.ami_name_pattern(spec)
-        out.append(_check(f"AMI ({region})", False, f"no available x86_64 image {what!r} in {region}",
+        ami = catalog.option(spec, "ami")
+        what = repr(ami) if ami else catalog.ami_name_pattern(spec)
+        out.append(_check(f"AMI ({region})", False, f"no available x86_64 image {what} in {region}",
                           "choose another region, or pass option ami=ami-..."))
         return out
     snap = root_snapshot_gb(image)

@@ -70,7 +70,8 @@ class PulumiProvider(Provider):
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
                  scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
                  credentials: Callable[[str | None], list[dict[str, Any]]] | None = None,
-                 cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None):
+                 cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None,
+                 terminate: Callable[[list[Leftover]], list[str]] | None = None):
         self.plugin = plugin
         self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
         self.provisioner = plugin.needs_provisioner()
@@ -82,6 +83,7 @@ class PulumiProvider(Provider):
         self.driver.provisioner = self.provisioner  # the driver drives this backend's stacks
         self._find = find
         self._delete = delete
+        self._terminate = terminate  # `_terminate_nodes_first`: none by default where `delete` is a test's
         # the credential checks, (region) -> checks: the backend's own (`Operations.credentials`), else its
         # doctor checks; a test's stand-in account passes its own
         self._credentials = credentials or self._backend_credentials
@@ -213,6 +215,13 @@ class PulumiProvider(Provider):
                         gone = True
                 except Exception:  # noqa: BLE001 - the check is best effort here; `down` checks again
                     pass
+                pinned = self.provisioner.zone_pinned(spec) if self.provisioner.zone_pinned is not None else None
+                if isinstance(exc, CapacityError) and pinned:  # no other zone: say so, and what would move it
+                    exc.message = f"{exc.message}; no other zone was tried: {pinned.split(':', 1)[0]}"
+                    exc.args = (exc.message,)
+                    exc.hint = pinned.split(": ", 1)[-1]
+                    exc.suggested_zones = []
+                    raise
                 if not isinstance(exc, CapacityError) or not gone or attempt >= self.capacity_attempts:
                     raise
                 tried.append(exc.zone or spec.zone or "?")
@@ -269,6 +278,7 @@ class PulumiProvider(Provider):
         self._remember_region(name)
         self._refuse_foreign_stack(name)
         destroy_error: GpuclusterError | None = None
+        self._terminate_nodes_first(name, events)
         try:
             if self.driver.destroy(name, events):
                 from gpucluster.infra.pulumi.cli import backend_url
@@ -292,6 +302,9 @@ class PulumiProvider(Provider):
             for err in errors:
                 events.message(f"could not delete {err}")
             check = self._await_deleting(name, self.leftovers(name), events)
+        if (destroy_error is not None and not isinstance(destroy_error, MissingDependency) and not check.leftovers
+                and not check.unchecked):
+            destroy_error = self._destroy_again(name, events, destroy_error)
         hint = f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`"
         left = check.leftovers
         if left and all(lo.deleting for lo in left):
@@ -313,6 +326,65 @@ class PulumiProvider(Provider):
         # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
         # else is left (or could not be checked) is the caller's independent check.
         events.confirm_rest_gone()
+
+    def _terminate_nodes_first(self, name: str, events: Any) -> None:
+        """Before `pulumi destroy`: terminate the cluster's machines of ours (the backend's
+        `terminate_kinds`) and wait, bounded by `await_seconds` with a line each poll, until the tag
+        scan no longer finds them. An AWS instant fleet's delete does not wait for its nodes
+        (terraform-provider-aws ec2_fleet.go, resourceFleetDelete), and EC2 refuses to delete their
+        placement group, security group and subnet while they shut down (a minute or two). Under the
+        owner lock (ClusterBusy before any scan); a scan or terminate that fails, or a wait that runs
+        out, leaves the rest to the destroy and the checks after it."""
+        import time as _time
+
+        from gpucluster.owner import owner_lock
+
+        kinds, terminate = self.provisioner.terminate_kinds, self._terminate_fn()
+        clock, sleep = self._clock or _time.monotonic, self._sleep or _time.sleep
+        if not kinds or terminate is None:
+            return
+        with owner_lock(name, "down"):
+            start, first = clock(), True
+            while True:
+                try:
+                    left = [lo for lo in self.leftovers(name).leftovers if lo.kind in kinds]
+                except GpuclusterError:
+                    return
+                live = [lo for lo in left if not lo.deleting]
+                if first and live:
+                    events.message(f"terminating {len(live)} node(s) of {name} and waiting for them before the stack "
+                                   "is destroyed: the placement group and security group cannot be deleted while "
+                                   "they shut down")
+                    errors = terminate(live)
+                    for err in errors:
+                        events.message(f"could not terminate {err}")
+                    if errors:  # nothing to wait for: the destroy and the checks after it say what is left
+                        return
+                elif not left or clock() - start >= self.await_seconds:
+                    if left or not first:
+                        events.message(f"{len(left)} node(s) of {name} still not terminated after "
+                                       f"{self.await_seconds:.0f} s; destroying anyway" if left else
+                                       f"the node(s) of {name} terminated after {clock() - start:.0f} s")
+                    return
+                else:
+                    states = ", ".join(f"{lo.id} {lo.detail.split(' cluster=')[0]}" for lo in left[:3])
+                    events.message(f"waiting for {len(left)} node(s) to terminate ({states}), "
+                                   f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+                    sleep(self.poll_seconds)
+                first = False
+
+    def _destroy_again(self, name: str, events: Any, first: GpuclusterError) -> GpuclusterError | None:
+        """The destroy failed, the delete by tag then left nothing the check (run everywhere) finds:
+        destroy once more, so the stack's own record confirms it. None when that worked."""
+        events.message("the tag check finds nothing left: destroying the stack again to confirm it")
+        try:
+            self.driver.destroy(name, events)
+        except ClusterBusy:
+            raise
+        except GpuclusterError as exc:
+            events.message(f"the second destroy failed too: {exc.message}")
+            return first
+        return None
 
     def _await_deleting(self, name: str, check: Check, events: Any) -> Check:
         """While every leftover is one the cloud is already deleting, poll (bounded by `await_seconds`,
@@ -403,6 +475,14 @@ class PulumiProvider(Provider):
 
             self._find = find
         return self._find
+
+    def _terminate_fn(self) -> Callable[[list[Leftover]], list[str]] | None:
+        if self._terminate is None and self._delete is None and self.provisioner.terminate is not None:
+            from gpucluster.infra.leftovers import scope_of
+
+            stop = self.provisioner.terminate
+            self._terminate = lambda nodes: stop(nodes, scope_of(self.scan_options))
+        return self._terminate
 
     def _delete_fn(self):
         if self._delete is None:
