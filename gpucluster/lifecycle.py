@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,8 +21,8 @@ from gpucluster import recording
 from gpucluster.events import Phase
 from gpucluster.launch import JobResult, JobSpec
 from gpucluster.ledger import Ledger, LedgerError
-from gpucluster.recording import (Provisioned, Quiet as _Quiet, going_on as _going_on, held_line,
-                                  quietly as _quietly, record_line)
+from gpucluster.recording import MetricBuffer, Provisioned, Quiet as _Quiet, going_on as _going_on, quietly as _quietly
+from gpucluster.recording import record_line
 from gpucluster.owner import owner_lock
 
 
@@ -40,15 +39,10 @@ class RunUI(Protocol):
     log) and transient progress (a status line)."""
 
     def phase(self, name: str) -> None: ...
-
     def line(self, node_rank: int, text: str) -> None: ...
-
     def metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
-
     def message(self, text: str) -> None: ...
-
     def progress(self, text: str) -> None: ...
-
     def stopping(self, signal_name: str) -> None: ...  # a stop signal: the first one, or a later one
 
 
@@ -167,24 +161,11 @@ class RunLedger(LedgerEvents):
     records and the processes its launcher started. It writes; it shows nothing."""
     run_id: str  # never None here: a run's writer (LedgerEvents' is None for `down`)
 
-    # A metric write waits at most METRIC_BUSY_S for a lock another process holds (a sqlite3 shell, a
-    # backup): the node log readers and the time limit run on the threads that report metrics, and a
-    # ledger held for minutes made each record wait out SQLite's 30 s (issue 45 item 2: a --max-minutes 1
-    # run lasted 265 s). Records that could not be written wait in memory (at most METRIC_KEEP), are
-    # tried again with the next record once METRIC_RETRY_S has passed, and once more, with the usual
-    # patience, when the job has ended (`flush_metrics`).
-    METRIC_BUSY_S = 0.2
-    METRIC_RETRY_S = 5.0
-    METRIC_KEEP = 200_000
-
     def __init__(self, ledger: Ledger, run_id: str, region: str | None):
         super().__init__(ledger, None, run_id, region)
         self.current_phase: Phase | None = None
         self.spawned: list[tuple[str, str]] = []
-        self.pending: list[tuple[int | None, dict[str, Any]]] = []
-        self.dropped = 0
-        self._retry_at = 0.0
-        self._metric_lock = threading.Lock()
+        self.metrics = MetricBuffer(ledger, run_id)  # never waits on another process's lock (recording.py)
 
     def start_phase(self, phase: Phase) -> None:
         """End the current phase ("ok") and start `phase`."""
@@ -199,33 +180,7 @@ class RunLedger(LedgerEvents):
             self.current_phase = None
 
     def add_metric(self, node_rank: int, record: dict[str, Any]) -> None:
-        """Write the record (and any kept in memory) without waiting on another process's lock for
-        more than METRIC_BUSY_S; LedgerError when it could not (the records stay pending)."""
-        with self._metric_lock:
-            if len(self.pending) < self.METRIC_KEEP:
-                self.pending.append((node_rank, record))
-            else:
-                self.dropped += 1
-            if time.monotonic() < self._retry_at:
-                return
-            batch, self.pending = self.pending, []
-            try:
-                self.ledger.add_metrics(self.run_id, batch, busy_s=self.METRIC_BUSY_S)
-            except LedgerError:
-                self.pending = batch + self.pending
-                self._retry_at = time.monotonic() + self.METRIC_RETRY_S
-                raise
-            self._retry_at = 0.0
-
-    def flush_metrics(self) -> None:
-        """The records kept in memory, written with the usual patience (LedgerError when they cannot be)."""
-        with self._metric_lock:
-            if self.pending:
-                self.ledger.add_metrics(self.run_id, self.pending)
-                self.pending = []
-            if self.dropped:
-                raise LedgerError(f"{self.dropped} metric record(s) over the {self.METRIC_KEEP} kept in memory "
-                                  "while the ledger could not be written were dropped")
+        self.metrics.add(node_rank, record)
 
     def spawn(self, node_rank: int, kind: str, ident: str) -> None:
         """A node's process: a resource row, requested and created at once, closed by a verified teardown."""
@@ -240,7 +195,6 @@ class _Recorder:
     the run's ledger writer (`RunLedger`), then to the `RunUI`. It holds no state of its own."""
 
     record_error: str | None = None  # the first ledger write that failed once the row existed
-    metrics_held: str | None = None  # why metric records wait in memory (said once; exit 3 only if never written)
 
     def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
         self.book = RunLedger(ledger, run_id, region)
@@ -288,12 +242,7 @@ class _Recorder:
         self.ui.line(node_rank, line)
 
     def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
-        try:
-            self.book.add_metric(node_rank, record)
-        except LedgerError as exc:  # kept in memory, tried again: the job goes on, nothing waits (RunLedger)
-            if not self.metrics_held:
-                self.metrics_held = exc.message
-                self.ui.message(held_line(exc.message))
+        self.book.metrics.add(node_rank, record, self.ui.message)  # waits on no lock; a full home: the job goes on
         self.ui.metric(node_rank, record)
 
     def on_phase(self, phase: Phase) -> None:
@@ -407,10 +356,7 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
         teardown, unchecked, exit_code = "not verified", unchecked + cleanup, ExitCode.LEFTOVERS
     elif cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
         failure = "; ".join(([failure] if failure else []) + cleanup)
-    if rec.book.pending or rec.book.dropped:  # what waited in memory for a locked ledger
-        _quietly(rec, rec.book.flush_metrics)
-        if rec.metrics_held and not rec.record_error:
-            rec.ui.message("the ledger took the metric records kept in memory: the run's record is complete")
+    _quietly(rec, rec.book.metrics.flush, rec.ui.message)  # what waited in memory for a locked ledger
     _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
              metrics=result.metrics.summary() if result else None,
              teardown=teardown, leftovers=leftovers, unchecked=unchecked)

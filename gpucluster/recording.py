@@ -102,3 +102,77 @@ def launcher_rows(rec: Any) -> list[tuple[str, str]]:
         if r.kind in domain.LAUNCHER_KINDS and not r.confirmed_gone and (r.kind, r.name) not in rows:
             rows.append((r.kind, r.name))
     return rows
+
+
+class MetricBuffer:
+    """A run's metric records on their way to the ledger, never waiting on another process's lock.
+
+    A write waits at most BUSY_S for a lock another process holds (a sqlite3 shell, a backup): the
+    node log readers and the time limit run on the threads that report metrics, and a ledger held
+    for minutes made each record wait out SQLite's 30 s (issue 45 item 2: a --max-minutes 1 run
+    lasted 265 s). Records that could not be written wait in memory (at most KEEP), are tried again
+    with the next record once RETRY_S has passed, and once more, with the usual patience, when the
+    job has ended (`flush`)."""
+
+    BUSY_S = 0.2
+    RETRY_S = 5.0
+    KEEP = 200_000
+
+    def __init__(self, ledger: Any, run_id: str):
+        import threading
+
+        self.ledger, self.run_id = ledger, run_id
+        self.pending: list[tuple[int | None, dict[str, Any]]] = []
+        self.dropped = 0
+        self.why: str | None = None  # the first write that failed, said once
+        self._retry_at = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        return bool(self.pending or self.dropped)
+
+    def add(self, node_rank: int | None, record: dict[str, Any], say: Any = None) -> None:
+        """Write the record (and any kept in memory). When it could not (they stay kept): `say` the
+        cause once (`held_line`), or, without `say`, LedgerError."""
+        try:
+            self._add(node_rank, record)
+        except LedgerError as exc:
+            if say is None:
+                raise
+            if self.why is None:
+                self.why = exc.message
+                say(held_line(exc.message))
+
+    def _add(self, node_rank: int | None, record: dict[str, Any]) -> None:
+        import time
+
+        with self._lock:
+            if len(self.pending) < self.KEEP:
+                self.pending.append((node_rank, record))
+            else:
+                self.dropped += 1
+            if time.monotonic() < self._retry_at:
+                return
+            batch, self.pending = self.pending, []
+            try:
+                self.ledger.add_metrics(self.run_id, batch, busy_s=self.BUSY_S)
+            except LedgerError:
+                self.pending = batch + self.pending
+                self._retry_at = time.monotonic() + self.RETRY_S
+                raise
+            self._retry_at = 0.0
+
+    def flush(self, say: Any = None) -> None:
+        """The records kept in memory, written with the usual patience (LedgerError when they cannot be)."""
+        with self._lock:
+            if not self.held:
+                return
+            if self.pending:
+                self.ledger.add_metrics(self.run_id, self.pending)
+                self.pending = []
+            if say is not None and self.why and not self.dropped:
+                say("the ledger took the metric records kept in memory: the run's record is complete")
+            if self.dropped:
+                raise LedgerError(f"{self.dropped} metric record(s) over the {self.KEEP} kept in memory while "
+                                  "the ledger could not be written were dropped")

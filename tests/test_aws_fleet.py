@@ -341,7 +341,7 @@ def test_a_capacity_error_with_option_subnet_id_tries_no_other_zone_and_says_why
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand, aws_outputs
 
-    from gpucluster.infra.pulumi_events import CapacityError
+    from gpucluster.infra.pulumi.events import CapacityError
     from gpucluster.infra.registry import plugin
     from test_automation import Recorder, provider, spec
 

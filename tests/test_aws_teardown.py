@@ -36,6 +36,8 @@ import aws_apply  # noqa: E402
 from ec2_timed import ScaledClock, TimedEc2  # noqa: E402
 from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand, aws_outputs  # noqa: E402
 
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
 REGION = "us-east-1"
 
 
@@ -75,8 +77,8 @@ class Account:
                                       sleep=self.timed.clock.sleep, now=self.timed.clock.now)
 
     def provider(self):
-        from gpucluster.infra.automation import PulumiDriver
-        from gpucluster.infra.pulumi_provider import PulumiProvider
+        from gpucluster.infra.pulumi.engine import PulumiDriver
+        from gpucluster.infra.pulumi.provider import PulumiProvider
         from gpucluster.infra.registry import plugin
 
         account = self

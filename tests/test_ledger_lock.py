@@ -15,7 +15,7 @@ import pytest
 
 from gpucluster.ledger import Ledger, LedgerError
 from gpucluster.lifecycle import RunLedger
-from gpucluster.recording import held_line
+from gpucluster.recording import MetricBuffer, held_line
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -35,31 +35,31 @@ def test_metrics_never_wait_on_another_process_lock_and_are_written_once_it_lets
     try:
         start = time.monotonic()
         with pytest.raises(LedgerError, match="locked"):
-            book.add_metric(0, {"kind": "step", "time": 1.0, "step": 1})
+            book.metrics.add(0, {"kind": "step", "time": 1.0, "step": 1})
         for i in range(2, 51):  # within METRIC_RETRY_S: not even tried, kept
-            book.add_metric(0, {"kind": "step", "time": float(i), "step": i})
+            book.metrics.add(0, {"kind": "step", "time": float(i), "step": i})
         took = time.monotonic() - start
         assert took < 2.0, f"50 records took {took:.1f} s while the ledger was locked (each used to wait 30 s)"
-        assert len(book.pending) == 50
+        assert len(book.metrics.pending) == 50
     finally:
         other.execute("COMMIT")
         other.close()
-    book.flush_metrics()  # the job has ended: the usual patience, and the lock is gone
+    book.metrics.flush()  # the job has ended: the usual patience, and the lock is gone
     assert [r["step"] for r in ledger.metrics(RID, kind="step")] == list(range(1, 50 + 1))
-    assert book.pending == []
+    assert book.metrics.pending == []
 
 
 def test_a_retry_after_the_lock_writes_what_was_kept(home, monkeypatch):
     ledger, book = _book(home)
-    monkeypatch.setattr(RunLedger, "METRIC_RETRY_S", 0.0)
+    monkeypatch.setattr(MetricBuffer, "RETRY_S", 0.0)
     other = sqlite3.connect(str(home / "ledger.sqlite3"), isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     with pytest.raises(LedgerError):
-        book.add_metric(0, {"kind": "step", "time": 1.0, "step": 1})
+        book.metrics.add(0, {"kind": "step", "time": 1.0, "step": 1})
     other.execute("COMMIT")
     other.close()
-    book.add_metric(0, {"kind": "step", "time": 2.0, "step": 2})  # the next record carries the kept one
-    assert [r["step"] for r in ledger.metrics(RID, kind="step")] == [1, 2] and book.pending == []
+    book.metrics.add(0, {"kind": "step", "time": 2.0, "step": 2})  # the next record carries the kept one
+    assert [r["step"] for r in ledger.metrics(RID, kind="step")] == [1, 2] and book.metrics.pending == []
 
 
 def test_the_warning_names_the_cause():
