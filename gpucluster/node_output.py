@@ -290,3 +290,21 @@ def root_cause(lines: Sequence[str]) -> str | None:
     if rank is None or code is None:
         return None
     return f"worker rank {rank} exit code {code}"
+
+
+# the last line of a Python traceback: "OSError: [Errno 28] No space left on device: '/out/x'", with
+# torch's per-rank prefix ("[rank0]: ") where torchrun adds one
+_EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)"
+                        r"(?::\s.*)?)$")
+_AGENT_OWN = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def last_error(lines: Sequence[str]) -> str | None:
+    """The worker's own last exception line ("OSError: [Errno 28] No space left on device"), not
+    torchrun's report about it (ChildFailedError); None when the worker printed none. A rank that
+    failed on a full --output folder was said only as "exited with code 1" (issue 45 item 13)."""
+    for line in reversed(worker_lines(lines)):
+        m = _EXCEPTION.match(line.strip())
+        if m and not any(own in m.group(1) for own in _AGENT_OWN):
+            return m.group(1)[:300]
+    return None

@@ -23,6 +23,7 @@ from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failu
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
+from gpucluster.node_output import last_error
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause,
                                     worker_lines)
@@ -319,8 +320,8 @@ class NodeSupervisor:
 
     def _node_failure(self, rank: int, code: int | None) -> str:
         failure = f"node {rank} ({self.hosts[rank]}) exited with code {code}"
-        cause = root_cause(self.tail(rank))
-        return failure + (f" ({cause})" if cause else "") + signal_note(self.tail(rank))
+        cause, error = root_cause(self.tail(rank)), last_error(self.tail(rank))
+        return failure + (f" ({cause})" if cause else "") + (f": {error}" if error else "") + signal_note(self.tail(rank))
 
     def tail(self, node_rank: int) -> list[str]:
         tail = self._tails.get(node_rank)

@@ -78,3 +78,22 @@ def test_worker_lines_and_root_cause():
     assert worker_lines(lines) == ["rank 1 crashing"]
     assert root_cause(lines) == "worker rank 1 exit code 3"
     assert root_cause(["nothing"]) is None
+
+
+def test_the_workers_own_last_exception_is_named_not_torchruns():
+    """Issue 45 item 13: a rank failing on a full --output folder was said as "exited with code 1"
+    only; ENOSPC was in the node log. Torchrun's own ChildFailedError report after it is not the cause."""
+    from gpucluster.node_output import last_error
+
+    lines = [
+        "epoch 1 done",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        "OSError: [Errno 28] No space left on device: '/out/model.pt'",
+        "E1122 03:19:10.237000 17925 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0",
+        "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    assert last_error(lines) == "OSError: [Errno 28] No space left on device: '/out/model.pt'"
+    assert last_error(["[rank0]: RuntimeError: CUDA error: out of memory"]) == "RuntimeError: CUDA error: out of memory"
+    assert last_error(["epoch 1", "Errors: 0 of 10 samples bad"]) is None  # a line that merely mentions errors
