@@ -44,10 +44,22 @@ def world_record(line: str) -> dict[str, Any] | None:
     return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None
 
 
+_FINISHED = re.compile(r"\b(done|finished|complete[d]?|saved|success(ful(ly)?)?|exiting)\b", re.I)
+# what a signal death means, said beside it (issue 46 item 1: a SIGKILL mid-training, the out-of-memory
+# killer's signal, was reported as "its work may be complete")
+SIGNAL_MEANS = {
+    "SIGKILL": "killed, e.g. by the out-of-memory killer (`dmesg` on the node says which process and why)",
+    "SIGSEGV": "a crash in native code (a CUDA or C extension fault)",
+    "SIGBUS": "a bad memory access (a file mapped in memory that shrank, or shared memory /dev/shm full)",
+    "SIGTERM": "asked to stop by another process",
+}
+
+
 def signal_note(lines: list[str]) -> str:
-    """'; worker ended with SIGABRT after its last line; its work may be complete' when torchrun's
-    root cause is a worker killed by a signal and the worker's own last lines show no error (an
-    abort at interpreter exit, after the script finished); '; worker ended with SIGNAME' otherwise."""
+    """'; worker ended with SIGNAME: what it means', from torchrun's root cause when a worker died
+    by a signal. '...after its last line; its work may be complete' only for SIGABRT (torch's abort
+    at interpreter exit, after the script finished) and only when the worker's own last line says
+    it finished and no error line precedes it."""
     m = next((m for m in map(_SIGNALLED.match, lines) if m), None)
     if not m:
         return ""
@@ -56,9 +68,9 @@ def signal_note(lines: list[str]) -> str:
     except ValueError:
         name = f"signal {m.group(1)}"
     own = [ln for ln in worker_lines(lines) if "@gpucluster-metric" not in ln and ln.strip()]
-    if own and not any(_ERROR_LINE.search(ln) for ln in own[-10:]):
+    if name == "SIGABRT" and own and _FINISHED.search(own[-1]) and not any(_ERROR_LINE.search(ln) for ln in own[-10:]):
         return f"; worker ended with {name} after its last line; its work may be complete"
-    return f"; worker ended with {name}"
+    return f"; worker ended with {name}" + (f": {SIGNAL_MEANS[name]}" if name in SIGNAL_MEANS else "")
 
 
 NODE_EXIT_KIND = NODE_EXIT

@@ -97,3 +97,23 @@ def test_the_workers_own_last_exception_is_named_not_torchruns():
     assert last_error(lines) == "OSError: [Errno 28] No space left on device: '/out/model.pt'"
     assert last_error(["[rank0]: RuntimeError: CUDA error: out of memory"]) == "RuntimeError: CUDA error: out of memory"
     assert last_error(["epoch 1", "Errors: 0 of 10 samples bad"]) is None  # a line that merely mentions errors
+
+
+def test_a_signal_death_says_what_the_signal_means_and_never_complete_for_a_kill():
+    """Issue 46 item 1: a SIGKILL mid-training (the out-of-memory killer's signal) was reported as
+    "its work may be complete". Only SIGABRT after a last line that says the script finished is."""
+    from gpucluster.supervisor import signal_note
+
+    agent = ("E1122 03:19:10.237000 17925 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+             "(exitcode: -9) local_rank: 0")
+
+    def died(last: str, sig: int) -> str:
+        return signal_note([last, agent, "Root Cause (first observed failure):", f"  exitcode  : -{sig} (pid: 7)"])
+
+    killed = died("epoch 110 loss 0.31", 9)
+    assert killed == ("; worker ended with SIGKILL: killed, e.g. by the out-of-memory killer (`dmesg` on the node says "
+                      "which process and why)")
+    assert "may be complete" not in died("rank 1 all work done", 9)  # a kill is never "complete"
+    assert died("rank 1 all work done", 6) == "; worker ended with SIGABRT after its last line; its work may be complete"
+    assert died("epoch 3 loss 0.2", 6) == "; worker ended with SIGABRT"  # mid-training: nothing says it finished
+    assert died("saving", 11).startswith("; worker ended with SIGSEGV: a crash in native code")
