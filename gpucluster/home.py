@@ -144,20 +144,24 @@ def private_file(path: Path) -> tuple[int, int] | None:
     """The ledger file 0600 before SQLite opens it: SQLite makes its -wal and -shm files with the
     database file's permissions (SQLite os_unix.c, findCreateFileMode), and would make the file
     itself 0644 under the usual umask. An existing ledger open to others is tightened (ours only).
-    The file's (device, inode), or None when it cannot be opened for writing."""
+    The file's (device, inode), or None when there is none.
+
+    An existing file is never opened here, only stat'ed and chmod'ed by path: closing any descriptor
+    of a database file drops every POSIX lock this process holds on it, those of its other open
+    SQLite connections included (https://www.sqlite.org/howtocorrupt.html, section 2.2), and a
+    second Ledger in the same process then lost a committed run row."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600))
+    except FileExistsError:
+        try:
+            st = os.stat(path)
+            if st.st_mode & 0o077 and st.st_uid == os.getuid():
+                os.chmod(path, st.st_mode & 0o600)
+        except OSError:
+            pass
     except OSError:
-        return file_identity(path)  # read-only or not ours: SQLite's own open says what is wrong
-    try:
-        st = os.fstat(fd)
-        if st.st_mode & 0o077 and st.st_uid == os.getuid():
-            os.fchmod(fd, st.st_mode & 0o600)
-        return st.st_dev, st.st_ino
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        pass  # read-only or not ours: SQLite's own open says what is wrong
+    return file_identity(path)
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:

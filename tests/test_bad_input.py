@@ -312,9 +312,10 @@ def _flag_cases():
               "--keep": ["--keep"], "--ready-timeout": ["--ready-timeout", "600"],
               "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"],
               "--data": ["--data", "tests"], "--setup": ["--setup", "true"],
-              "--resume": ["--resume", "r20261122-000001-aaaaaa"], "--python": ["--python", "python3"]}
+              "--resume": ["--resume", "r20261122-000001-aaaaaa"], "--python": ["--python", "python3"],
+              "--state": ["--state", "file:///tmp/gpucluster-state"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
-                  "--ssh-cidr", "--tag", "--keep"]
+                  "--ssh-cidr", "--tag", "--keep", "--state"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
     cases += [("ssh", values[f]) for f in cloud_only]
     cases += [(cloud, values[f]) for cloud in ("local", "ssh") for f in ("--ready-timeout", "--project",
