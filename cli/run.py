@@ -78,8 +78,8 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     moved = ledger_moved(ledger.path, ledger.identity)  # the record written into a file that is gone: said last, exit 3
     if moved:
         click.echo(f"gpucluster: error: {moved}", err=True)
-        return max(int(result.exit_code), int(ExitCode.LEFTOVERS)) if result.exit_code != ExitCode.INTERRUPTED \
-            else int(result.exit_code)
+        if result.exit_code != ExitCode.INTERRUPTED:  # an interrupt's 130 says more
+            return max(int(result.exit_code), int(ExitCode.LEFTOVERS))
     return int(result.exit_code)
 
 

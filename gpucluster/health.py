@@ -66,15 +66,17 @@ def fp32_peak(name: str) -> float | None:
 
 
 def slow_gpus(own: Mapping[str, Any]) -> list[str]:
-    """A node's GPUs whose test matmul ran under MATMUL_FLOOR of their model's fp32 peak."""
+    """A node's GPUs whose test matmul ran under MATMUL_FLOOR of their model's fp32 peak. The name
+    is the CUDA device's own (the one the matmul ran on; nvidia-smi's list, by index, from an older
+    node program). A MIG slice ("... MIG 1g.10gb") has a share of the GPU's units: not judged."""
     names = [str(n) for n in own.get("gpu_names") or []]
     out = []
     for m in own.get("matmul") or []:
         if not isinstance(m, Mapping) or not m.get("ok") or not isinstance(m.get("tflops"), (int, float)):
             continue
         i = int(m.get("gpu", 0))
-        name = names[i] if i < len(names) else (names[0] if names else "")
-        peak = fp32_peak(name)
+        name = str(m.get("name") or (names[i] if i < len(names) else (names[0] if names else "")))
+        peak = None if "MIG" in name.split() else fp32_peak(name)
         if peak and m["tflops"] < MATMUL_FLOOR * peak:
             out.append(f"GPU {i} ({name}) is slow: its fp32 test matmul ran at {m['tflops']:g} TFLOP/s, under "
                        f"{MATMUL_FLOOR:.0%} of the model's {peak:g} (clocks held low, a power cap, or a fault?)")

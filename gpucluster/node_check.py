@@ -92,7 +92,8 @@ def matmul(device: int, n: int = 4096) -> dict:
     want = (a * a).sum(dim=1)
     err = ((c.diagonal() - want).abs() / want.abs().clamp_min(1e-6)).max().item()
     ok = bool(t.isfinite(c).all().item()) and err < 1e-3
-    return {"gpu": device, "tflops": round(2 * n ** 3 / seconds / 1e12, 2), "ok": ok, "rel_error": err}
+    return {"gpu": device, "name": t.cuda.get_device_name(dev), "tflops": round(2 * n ** 3 / seconds / 1e12, 2), "ok": ok,
+            "rel_error": err}
 
 
 def dcgm() -> tuple[str, str | None]:

@@ -172,7 +172,7 @@ class MetricBuffer:
                 self.ledger.add_metrics(self.run_id, self.pending)
                 self.pending = []
             if say is not None and self.why and not self.dropped:
-                say("the ledger took the metric records kept in memory: the run's record is complete")
+                say("the ledger took the metric records kept in memory (no record of the job's is missing)")
             if self.dropped:
                 raise LedgerError(f"{self.dropped} metric record(s) over the {self.KEEP} kept in memory while "
                                   "the ledger could not be written were dropped")

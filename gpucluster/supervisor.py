@@ -23,9 +23,8 @@ from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failu
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
-from gpucluster.node_output import last_error
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
-                                    LineSplitter, Tail, count_lines, grow_pipe, metric_lines, root_cause,
+                                    LineSplitter, Tail, count_lines, grow_pipe, last_error, metric_lines, root_cause,
                                     worker_lines)
 
 

@@ -120,6 +120,11 @@ def test_a_gpu_far_under_its_models_fp32_peak_is_slow_and_unknown_models_are_not
     assert f"under {MATMUL_FLOOR:.0%} of the model's 67" in problems[0][0]
     nodes[0].records["node"]["matmul"][1]["tflops"] = 0.3 * 67  # over the floor: not judged slow
     assert judge(nodes, HealthSpec())[0] == {}
+    # the CUDA device's own name wins over nvidia-smi's list; a MIG slice is a share of a GPU: not judged
+    nodes[0].records["node"]["matmul"] = [{"gpu": 0, "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "tflops": 4.0, "ok": True},
+                                          {"gpu": 1, "name": "NVIDIA L4", "tflops": 3.0, "ok": True}]
+    problems, _, _ = judge(nodes, HealthSpec())
+    assert list(problems) == [0] and len(problems[0]) == 1 and problems[0][0].startswith("GPU 1 (NVIDIA L4) is slow")
 
 
 def test_nobody_reaching_the_store_names_node_0_and_one_node_names_itself():

@@ -59,8 +59,8 @@ def test_a_python_that_cannot_run_or_has_no_torch_is_refused_before_anything_sta
     from gpucluster.cli.main import main
 
     no_torch = _fake(tmp_path, "python-no-torch", f'exec {sys.executable} -S -c "import sys; sys.exit(3)"')
-    for python, said in (("/bin/false", "--python '/bin/false' is not a working Python (asked to run a line of "
-                          "Python it ended with exit code 1); give a Python with torch"),
+    for python, said in (("/bin/false", "--python '/bin/false' is not a working Python (asked to run a small "
+                          "Python program it ended with exit code 1); give a Python with torch"),
                          (no_torch, f"--python {no_torch!r} has no torch (torchrun and the ranks need it): install "
                           "torch there (pip install torch) or give a Python that has it")):
         assert main(["run", "--cloud", "local", "--nodes", "1", "--python", python, "--yes"]) == 2

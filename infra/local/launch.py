@@ -106,8 +106,7 @@ def check_python(python: str, given: bool, job: JobSpec) -> None:
     which = f"--python {python!r}" if given else f"the nodes' Python {python!r} (the first python on PATH; --python to choose)"
     try:
         cp = subprocess.run([python, str(Path(__file__).with_name("python_probe.py")), *scripts], capture_output=True,
-                            text=True, timeout=60,
-                            stdin=subprocess.DEVNULL)
+                            text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"{which} cannot be run: {exc}") from None
     if cp.returncode == 4:
@@ -118,7 +117,7 @@ def check_python(python: str, given: bool, job: JobSpec) -> None:
                          "(pip install torch) or give a Python that has it")
     if cp.returncode != 0:
         last = (cp.stderr or cp.stdout).strip().splitlines()[-1:]
-        raise UsageError(f"{which} is not a working Python (asked to run a line of Python it ended with exit "
+        raise UsageError(f"{which} is not a working Python (asked to run a small Python program it ended with exit "
                          f"code {cp.returncode}{': ' + last[0][:200] if last else ''}); give a Python with torch")
 
 
