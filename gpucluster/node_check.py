@@ -48,11 +48,32 @@ def say(kind: str, **fields: object) -> None:
     print(PREFIX + json.dumps({"kind": kind, **fields}, default=str), flush=True)
 
 
+NVIDIA_BIN = "/usr/local/nvidia/bin"
+
+
+def no_kernel_hint(error: str, torch, index: int) -> str:
+    """Why CUDA says "no kernel image is available": the torch build in the image has no code for this
+    GPU's compute capability (PyTorch's cu128/cu130 wheels dropped Volta, sm_70: pytorch/pytorch#172352;
+    CUDA 13 dropped it too)."""
+    if "no kernel image" not in error:
+        return ""
+    try:
+        major, minor = torch.cuda.get_device_capability(index)
+        archs = " ".join(torch.cuda.get_arch_list())
+    except Exception:  # noqa: BLE001 - the hint goes without the figures
+        return ": this torch build has no kernels for this GPU; use an image with a build that supports it"
+    return (f": this torch build (CUDA {torch.version.cuda}, built for {archs}) has no kernels for this GPU "
+            f"(compute capability {major}.{minor}); on a V100 (7.0) use a CUDA 12.6 build (e.g. the image "
+            "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime, or pip's cu126 wheels)")
+
+
 def nvidia_smi_gpus() -> tuple[list[dict] | None, str | None]:
     """This node's GPUs as nvidia-smi lists them: [{index, uuid, name}], or (None, why not)."""
-    exe = shutil.which("nvidia-smi")
+    # GKE's driver installer puts the tools in /usr/local/nvidia/bin, mounted into GPU containers but not
+    # on an image's PATH (GKE docs, "Run GPUs in GKE Standard node pools": CUDA libraries and tools)
+    exe = shutil.which("nvidia-smi") or shutil.which("nvidia-smi", path=NVIDIA_BIN)
     if exe is None:
-        return None, "nvidia-smi not found on PATH (no NVIDIA driver?)"
+        return None, f"nvidia-smi not found on PATH or in {NVIDIA_BIN} (no NVIDIA driver?)"
     try:
         cp = subprocess.run([exe, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
                             capture_output=True, text=True, timeout=60)
@@ -150,7 +171,8 @@ def own_checks(args: argparse.Namespace) -> tuple[dict, ModuleType | None]:
                     got = {"gpu": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
                 rec["matmul"].append(got)
                 if not got.get("ok"):
-                    problems.append(f"GPU {i}: the test matmul failed ({got.get('error') or 'wrong result'})")
+                    problems.append(f"GPU {i}: the test matmul failed ({got.get('error') or 'wrong result'})"
+                                    + no_kernel_hint(str(got.get("error") or ""), torch, i))
         rec["dcgm"], why = dcgm()
         if why:
             problems.append(why)

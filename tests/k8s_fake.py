@@ -79,6 +79,10 @@ It behaves like a real API server at its worst, each behaviour with its public s
 - RBAC for service-account tokens, label selectors of several requirements, Jobs that are not Indexed
   (placeholder pods, `parallelism` changed by a merge patch) and Roles, RoleBindings and Deployments
   stored: tests/k8s_fake_rbac.py, each with its source.
+- The Job controller (failed and deleted pods counted per Job or per index, failed Jobs terminating
+  their running pods, activeDeadlineSeconds, ttlSecondsAfterFinished, podFailurePolicy, replacement
+  pods) and the Kubeflow training operator's cleanPodPolicy act on their own thread, on a clock
+  scaled by `time_scale`: tests/k8s_fake_jobs.py, each rule with its source.
 - GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes service account
   annotated with the Google service account it acts as (GKE docs, "Authenticate to Google Cloud APIs
   from GKE workloads").
@@ -96,6 +100,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace as NS
 
+from k8s_fake_jobs import JobControllers, job_state, pytorchjob_state, validate_job
 from k8s_fake_exec import _FakeExecStdin, _FakeExecTty, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
@@ -134,7 +139,7 @@ def _get(obj, *path):
     return obj
 
 
-class FakeKubeApi(ClusterObjects, ObjectStore):
+class FakeKubeApi(JobControllers, ClusterObjects, ObjectStore):
     """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
@@ -175,6 +180,8 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
         # an exec without stdin streams its output as the command writes it, as the kubelet does; off:
         # the command runs to its end when the exec opens (the launcher's copies, written before this)
         self.streaming_exec = False
+        self.scheduler = None  # a tests/k8s_fake_sched.Scheduler: pods placed only where their requests fit
+        self._start_controllers()  # the Job controller and the training operator (tests/k8s_fake_jobs.py)
 
     # -- the control plane ---------------------------------------------------------------------
     def outage(self, seconds: float, when=None) -> None:
@@ -273,12 +280,16 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
                     for c in _get(pod_spec, "containers") or []]
         pod.restart_policy = _get(pod_spec, "restart_policy") or _get(pod_spec, "restartPolicy") or "Always"
         pod.image = _get((_get(pod_spec, "containers") or [None])[0], "image") or ""
+        pod.schedule = lambda: self.scheduler.place(name, pod_spec) if self.scheduler is not None else None
         return pod
 
     def create_namespaced_job(self, namespace, body, **kw):
+        self._authenticate()
+        validate_job(body)  # 422 as the API server's Job validation (tests/k8s_fake_jobs.py)
         if (body.spec.completion_mode or "NonIndexed") != "Indexed":
             return self._plain_job(namespace, body)  # tests/k8s_fake_rbac.py
         self._create("job", namespace, body)
+        state = self.jobs[body.metadata.name] = job_state(body, self.clock())
         labels = body.spec.template.metadata.labels
         n = body.spec.completions
         network = self.networks.setdefault(body.metadata.name, Network(self.root / f"net-{body.metadata.name}.json"))
@@ -291,6 +302,7 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
                                 body.metadata.name, delay=self.skew * (n - 1 - i))
             pod.network, pod.dns_names = network, self._dns_names(body, i)
             pod.resolve_env = lambda containers=body.spec.template.spec.containers: self.secret_env(containers, namespace)
+            state.pods[pod.name] = i
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
@@ -298,6 +310,8 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
         # the training operator's part: one pod per replica, labelled with its type and index; the
         # operator's Service for the master gives `<name>-master-0` a DNS record
         name, rank = body["metadata"]["name"], 0
+        replicas = sum((body["spec"]["pytorchReplicaSpecs"].get(k) or {}).get("replicas", 0) for k in ("Master", "Worker"))
+        state = self.jobs[name] = pytorchjob_state(body, self.clock(), replicas)
         network = self.networks.setdefault(name, Network(self.root / f"net-{name}.json"))
         network.names.add(f"{name}-master-0")
         network.write()
@@ -311,6 +325,7 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
                 # the operator sets RANK (and MASTER_ADDR/PORT, WORLD_SIZE) in every container
                 pod = self._new_pod(pod_name, rank, labels, spec["template"]["spec"], name, extra_env={"RANK": str(rank)})
                 pod.network, pod.dns_names = network, [pod_name] if kind == "Worker" else [f"{name}-master-0"]
+                state.pods[pod_name] = rank
                 rank += 1
         return body
 
@@ -473,10 +488,12 @@ class FakeKubeApi(ClusterObjects, ObjectStore):
 
     def delete_namespaced_job(self, name, namespace, body=None, **kw):
         self._delete("job", name, namespace, body)
+        self.jobs.pop(name, None)  # its controller stops with it; its pods go (cascading)
         self._terminate_pods(name)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
         self._delete(f"{plural}.{group}", name, namespace, body)
+        self.jobs.pop(name, None)
         self._terminate_pods(name)
 
     # -- inspection ------------------------------------------------------------------------

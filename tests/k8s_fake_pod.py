@@ -269,6 +269,8 @@ class _Pod:
         self.init_term: tuple[str, str | None] = ("Error", None)  # how a failed init container terminated
         self.init_failed: int | None = None  # restartPolicy Never: the init container that failed the pod
         self.app_age: int | None = None  # when the app containers started
+        self.schedule = None  # () -> None once bound to a node, else why not (tests/k8s_fake_sched.py)
+        self.unplaced: str | None = None  # the scheduler's FailedScheduling message while it cannot place it
         self.events: list[NS] = [NS(type="Normal", reason="Scheduled" if not script.unschedulable else "Pending",
                                     message="fake", last_timestamp="2026-11-22T00:00:00Z")]
         if script.unschedulable:
@@ -319,6 +321,15 @@ class _Pod:
         s = self.script
         if s.unschedulable or self.age < s.start_after + self.delay:
             return
+        if not self.sandbox and self.schedule is not None:
+            why = self.schedule()
+            if why is not None:
+                if self.unplaced != why:
+                    self.events.append(NS(type="Warning", reason="FailedScheduling", message=why,
+                                          last_timestamp="2026-11-22T00:00:05Z"))
+                self.unplaced = why
+                return
+            self.unplaced = None
         if not self.sandbox:  # placed: the pod has an address, its DNS record is published
             self.sandbox = True
             self._write_config()
@@ -517,6 +528,8 @@ class _Pod:
                       conditions=[NS(type="PodScheduled", status="False", reason="Unschedulable",
                                      message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
                       if self.script.unschedulable else
+                      [NS(type="PodScheduled", status="False", reason="Unschedulable", message=self.unplaced)]
+                      if self.unplaced else
                       [NS(type="DisruptionTarget", status="True", reason="TerminationByKubelet",
                           message=self.shutdown[1])] if self.shutdown else []),
         )

@@ -274,3 +274,34 @@ def test_a_node_killed_during_the_check_is_a_lost_node(home):
     assert lost["node_rank"] == 1 and lost["cause"] == "killed" and lost["phase"] == "check"
     assert lost["detected_at"] - killed[0] < 30
     assert run_processes(spec.run_id) == [] and record.run.teardown == "verified"
+
+
+def test_nvidia_smi_is_found_where_gke_mounts_it_when_it_is_not_on_path(tmp_path, monkeypatch):
+    """GKE's driver installer mounts nvidia-smi at /usr/local/nvidia/bin in GPU containers, not on a
+    public image's PATH (GKE docs, "Run GPUs in GKE Standard node pools")."""
+    from gpucluster import node_check
+
+    bin_dir = tmp_path / "nvidia-bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "nvidia-smi", 'echo "0, GPU-00000000-aaaa, Tesla V100-SXM2-16GB"\n')
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(node_check, "NVIDIA_BIN", str(bin_dir))
+    rows, why = node_check.nvidia_smi_gpus()
+    assert why is None and [r["name"] for r in rows] == ["Tesla V100-SXM2-16GB"]
+    monkeypatch.setattr(node_check, "NVIDIA_BIN", str(tmp_path / "none"))
+    rows, why = node_check.nvidia_smi_gpus()
+    assert rows is None and "not found on PATH or in" in why
+
+
+def test_no_kernel_image_is_explained_with_the_builds_architectures_and_the_gpus_capability():
+    """A current torch build (cu128/cu130) on a V100 fails every kernel with "no kernel image is
+    available for execution on the device" (pytorch/pytorch#172352: sm_70 dropped)."""
+    from types import SimpleNamespace as NS
+
+    from gpucluster.node_check import no_kernel_hint
+
+    torch = NS(version=NS(cuda="13.0"), cuda=NS(get_device_capability=lambda i: (7, 0),
+                                                get_arch_list=lambda: ["sm_75", "sm_80", "sm_90", "sm_100"]))
+    hint = no_kernel_hint("RuntimeError: CUDA error: no kernel image is available for execution on the device", torch, 0)
+    assert "CUDA 13.0" in hint and "sm_75 sm_80" in hint and "compute capability 7.0" in hint and "cu126" in hint
+    assert no_kernel_hint("RuntimeError: CUDA error: out of memory", torch, 0) == ""

@@ -83,8 +83,10 @@ def test_job_manifest_indexed_backoff_restart_and_deadline(plan):
     s = m.spec
     assert s.completion_mode == "Indexed"
     assert s.completions == 2 and s.parallelism == 2
-    assert s.backoff_limit == 0
-    assert s.active_deadline_seconds == 1200 + 600 and s.ttl_seconds_after_finished == 3600
+    assert s.backoff_limit is None and s.backoff_limit_per_index == 0 and s.max_failed_indexes is None
+    # the time limit, then torchrun's stop grace, the copy (as long as a pod waits for it) and a minute
+    assert s.active_deadline_seconds == 1200 + k8s_plan.STOP_GRACE_S + k8s_plan.DEFAULT_COLLECT_WAIT_S + 60
+    assert s.ttl_seconds_after_finished == 3600
     pod = s.template.spec
     assert pod.restart_policy == "Never"
     assert pod.subdomain == NAME  # with the headless Service: <job>-<index>.<service>
@@ -166,7 +168,7 @@ def test_pytorchjob_manifest_master_and_workers():
     container = specs["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch" and container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert "subdomain" not in specs["Master"]["template"]["spec"]
-    assert m["spec"]["runPolicy"]["backoffLimit"] == 0 and m["spec"]["runPolicy"]["cleanPodPolicy"] == "All"
+    assert m["spec"]["runPolicy"]["backoffLimit"] == 0 and m["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
     assert "Worker" not in k8s_manifests.pytorchjob_manifest(k8s_plan.plan_job(cluster(nodes=1), job(), mode="pytorchjob"))["spec"]["pytorchReplicaSpecs"]
 
 
@@ -326,13 +328,16 @@ def test_waiter_script_waits_for_dns_then_the_head_port(tmp_path):
     assert out.returncode == 0 and "rendezvous 127.0.0.1" in out.stdout and flag.exists()
 
 
-def test_job_deadline_is_the_max_lifetime_unless_the_time_limit_is_shorter():
+def test_job_deadline_is_the_max_lifetime_or_the_time_limit_with_the_time_to_stop_and_copy():
     no_limit = k8s_plan.plan_job(cluster(), job(max_seconds=None))
     assert no_limit.active_deadline_s == 240 * 60  # the default max lifetime
     c = cluster()
     c.outputs["max_lifetime_minutes"] = 30
     assert k8s_plan.plan_job(c, job(max_seconds=None)).active_deadline_s == 1800
-    assert k8s_plan.plan_job(c, job(max_seconds=600)).active_deadline_s == 1200
+    # 30 minutes of lifetime leave less than the copy window: the launcher stops after a minute, no less
+    assert k8s_plan.plan_job(c, job(max_seconds=None)).run_limit_s == 60
+    assert k8s_plan.plan_job(c, job(max_seconds=600)).active_deadline_s == \
+        600 + k8s_plan.STOP_GRACE_S + k8s_plan.DEFAULT_COLLECT_WAIT_S + 60
 
 
 def test_log_lines_are_reassembled_from_chunks_and_the_response_released():
@@ -363,14 +368,30 @@ def test_training_pods_request_the_nodes_cpu_and_memory_less_what_gke_keeps(plan
     reservations, less a margin for GKE's own pods on the node, so it always fits."""
     container = serial(k8s_manifests.pod_template(plan))["spec"]["containers"][0]
     # n1-standard-16: 16 vCPU, 60 GB. CPU kept: 0.06 + 0.01 + 2 x 0.005 + 12 x 0.0025 = 0.11 -> 15.89;
-    # memory kept: 1 + 0.8 + 0.8 + 44 x 0.06 + 0.1 (eviction) = 5.34 GiB -> 54.66; less 1 CPU, 1.5 GiB
-    assert gke.allocatable(16, 60) == pytest.approx((15.89, 54.66))
-    assert container["resources"]["requests"] == {"cpu": "14890m", "memory": "54435Mi"}
+    # memory: MemTotal taken as 60 x 0.975 = 58.5, kept 1 + 0.8 + 0.8 + 44 x 0.06 + 0.1 (eviction) =
+    # 5.34 GiB -> 53.16; less GKE's DaemonSets (0.5 CPU, 0.75 GiB) and a margin (0.5 CPU, 0.25 GiB)
+    assert gke.allocatable(16, 60) == pytest.approx((15.89, 53.16))
+    assert container["resources"]["requests"] == {"cpu": "14890m", "memory": "53411Mi"}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     for machine in ("n1-standard-4", "n1-standard-8", "n1-highmem-8", "n1-highcpu-16", "n1-standard-32"):
         from gpucluster.infra.gcp.catalog import n1_shape
 
         req = gke.pod_requests(machine)
         cpus, gib = gke.allocatable(*map(float, n1_shape(machine)))
-        assert 0 < int(req["cpu"][:-1]) / 1000 <= cpus - 1 and 0 < int(req["memory"][:-2]) / 1024 <= gib - 1.5
+        assert 0 < int(req["cpu"][:-1]) / 1000 <= cpus - 1 and 0 < int(req["memory"][:-2]) / 1024 <= gib - 1
     assert gke.pod_requests("e2-weird") == {} and gke.pod_requests(None) == {}
+
+
+def test_the_jobs_deadline_leaves_room_to_stop_and_copy_and_without_a_limit_the_launcher_stops_first():
+    """activeDeadlineSeconds terminates every running pod (Kubernetes docs, "Jobs", "Job termination and
+    cleanup"): the outputs still being copied then are lost. It must come after the time limit, the stop
+    and the whole copy window; without --max-minutes the launcher itself stops the training that long
+    before the cluster's lifetime (the Job's deadline) ends."""
+    with_limit = k8s_plan.plan_job(cluster(), job(max_seconds=600), collect_wait_s=900)
+    assert with_limit.active_deadline_s == 600 + k8s_plan.STOP_GRACE_S + 900 + 60
+    assert with_limit.run_limit_s == 600
+    assert with_limit.active_deadline_s - with_limit.run_limit_s >= k8s_plan.STOP_GRACE_S + 900
+    no_limit = k8s_plan.plan_job(cluster(), job(max_seconds=None), collect_wait_s=900, max_lifetime_s=4 * 3600)
+    assert no_limit.active_deadline_s == 4 * 3600
+    assert no_limit.active_deadline_s - no_limit.run_limit_s >= k8s_plan.STOP_GRACE_S + 900
+    assert any("without --max-minutes the run is stopped after" in n for n in no_limit.notes), no_limit.notes

@@ -75,6 +75,18 @@ def run(fake, tmp_path, nodes=2, http=False):
     return result, err, {o.node_rank: o for o in got}
 
 
+def slow_copy(fake, pod_name: str, seconds: float) -> None:
+    """The copy out of `pod_name` takes `seconds` longer (its output folder is bigger)."""
+    exec_in = fake.exec_in
+
+    def slow(name, command, *args, **kw):
+        if name == pod_name and k8s_plan.OUTPUT_DIR in " ".join(command or ()):
+            time.sleep(seconds)
+        return exec_in(name, command, *args, **kw)
+
+    fake.exec_in = slow
+
+
 def assert_copied(tmp_path, fake, rank):
     folder = tmp_path / "out" / f"node-{rank}"
     for rel, content in fake.scripts[rank].outputs.items():
@@ -155,6 +167,10 @@ def test_a_failed_rank_stops_the_others_and_every_output_still_comes_back(tmp_pa
     scripts = {0: with_outputs(PodScript(lines=["training"], exit_code=None), 0),  # would run forever
                1: with_outputs(PodScript(lines=["Traceback", "RuntimeError: CUDA out of memory"], exit_code=3), 1)}
     fake = FakeKubeApi(scripts)
+    # node 0's copy takes longer than node 1's (a bigger output folder): node 1 is done first. The
+    # Job controller acts on its pod as soon as it ends (tests/k8s_fake_jobs.py); on a Job that gives
+    # up after one failed pod (backoffLimit 0) it would terminate pod 0 in the middle of its copy.
+    slow_copy(fake, f"{NAME}-0-fake0", 0.6)
     result, _, got = run(fake, tmp_path, http=True)
     assert not result.ok and result.failed_node == 1 and "code 3" in result.failure
     assert [c[3] for c in fake.of("exec") if k8s_plan.STOP_FILE in c[4]] == [f"{NAME}-0-fake0"]
@@ -220,6 +236,7 @@ def test_a_pod_lost_before_the_copy_fails_that_node_only(tmp_path):
     spec = job(output_dir=str(tmp_path / "out"))
     assert launcher.launch(cluster(2), spec, Events(), tmp_path / "logs").ok
     fake.lose(1)  # preempted between the end of the job and the copy
+    time.sleep(0.3)  # the Job controller sees it before the copy starts (it reacts within ms)
     got = {o.node_rank: o for o in launcher.collect_outputs(spec, Events())}
     assert got[0].verdict == COMPLETE
     assert got[1].verdict == FAILED and f"pod {NAME}-1-fake1 is gone" in got[1].problem()

@@ -193,7 +193,7 @@ def render(result: dict[str, Any], est: Any) -> str:
                 desc = f"headless (clusterIP {spec.get('clusterIP')}), port {spec['ports'][0]['port']}"
             elif m["kind"] == "Job":
                 pod = spec["template"]["spec"]
-                desc = (f"Indexed, completions {spec['completions']}, backoffLimit {spec['backoffLimit']}, "
+                desc = (f"Indexed, completions {spec['completions']}, backoffLimitPerIndex {spec.get('backoffLimitPerIndex')}, "
                         f"activeDeadlineSeconds {spec.get('activeDeadlineSeconds')}, image "
                         f"{pod['containers'][0]['image']}, GPUs/pod "
                         f"{(pod['containers'][0].get('resources') or {}).get('limits', {}).get('nvidia.com/gpu', 0)}, "

@@ -76,13 +76,21 @@ def node_selector(outputs: Mapping[str, Any]) -> dict[str, str]:
 # documented reservations (GKE docs, "Standard cluster architecture", node allocatable: CPU 6 % of the
 # first core, 1 % of the next, 0.5 % of the next 2, 0.25 % above 4; memory 25 % of the first 4 GiB,
 # 20 % of the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128, plus a 100 MiB eviction
-# threshold), less what GKE's own pods on a GPU node take (logging, metadata server, device plugin,
-# kube-proxy: left as REQUEST_MARGIN, more than they request, so the pod always fits).
-REQUEST_MARGIN_CPU, REQUEST_MARGIN_GIB = 1.0, 1.5
+# threshold), taken from the memory the kubelet really reports as capacity: MemTotal, 1.6-2 % below the
+# machine type's nominal memory (measured on GKE nodes: 2i2c-org/infrastructure issue #2121; their
+# PR #804 hit exactly this on n1-standard-32), here 2.5 % to be safe; less what GKE's own DaemonSets
+# on a GPU node request (fluentbit, metadata server, device plugin, kube-proxy, ...: 566-656 MiB and
+# about 0.3 CPU measured there; DAEMONSETS_GIB/CPU, above that), and a margin. The pod must fit a node
+# the autoscaler has not made yet (a pool scaled to zero), so this is computed, not read from a node.
+MEMTOTAL_SHORTFALL = 0.025
+DAEMONSETS_CPU, DAEMONSETS_GIB = 0.5, 0.75
+REQUEST_MARGIN_CPU, REQUEST_MARGIN_GIB = 0.5, 0.25
 
 
 def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
-    """(CPUs, GiB) of a GKE node that Kubernetes may give to pods."""
+    """(CPUs, GiB) of a GKE node of a machine type with `mem_gib` nominal memory that Kubernetes may
+    give to pods: its capacity (MemTotal, taken as MEMTOTAL_SHORTFALL below nominal) less GKE's
+    reservations, which GKE computes from the machine's memory."""
     cpu_reserved, left = 0.0, float(vcpus)
     for size, rate in ((1, 0.06), (1, 0.01), (2, 0.005), (float("inf"), 0.0025)):
         part = min(left, size)
@@ -96,7 +104,7 @@ def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
             part = min(left, size)
             mem_reserved += part * rate
             left -= part
-    return vcpus - cpu_reserved, mem_gib - mem_reserved
+    return vcpus - cpu_reserved, mem_gib * (1 - MEMTOTAL_SHORTFALL) - mem_reserved
 
 
 def pod_requests(machine_type: str | None) -> dict[str, str]:
@@ -108,8 +116,8 @@ def pod_requests(machine_type: str | None) -> dict[str, str]:
     if shape is None:
         return {}
     cpus, mem = allocatable(float(shape[0]), float(shape[1]))
-    cpu_m = int((cpus - REQUEST_MARGIN_CPU) * 1000)
-    mem_mi = int((mem - REQUEST_MARGIN_GIB) * 1024)
+    cpu_m = int((cpus - DAEMONSETS_CPU - REQUEST_MARGIN_CPU) * 1000)
+    mem_mi = int((mem - DAEMONSETS_GIB - REQUEST_MARGIN_GIB) * 1024)
     if cpu_m < 500 or mem_mi < 1024:
         return {}
     return {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}

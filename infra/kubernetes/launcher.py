@@ -13,7 +13,7 @@ Model (the `job` launcher, the default):
 - a **headless Service** `<name>` (clusterIP None, `publishNotReadyAddresses`) gives every pod a
   stable DNS name `<name>-<index>.<name>`; pod 0's name is the rendezvous endpoint.
 - an **Indexed Job** `<name>`: completions = parallelism = nodes, `completionMode: Indexed`,
-  `backoffLimit: 0`, `restartPolicy: Never`, `subdomain` = the Service. Each pod requests all the
+  `backoffLimitPerIndex: 0` (a failed pod fails its index only), `restartPolicy: Never`, `subdomain` = the Service. Each pod requests all the
   node's GPUs (`nvidia.com/gpu` limits), tolerates the GPU taint, avoids sharing a node with
   another pod of the job, and runs `python /gpucluster/entry.py`, which picks its argv by
   `JOB_COMPLETION_INDEX` (the node rank) and runs torchrun (see Outputs below).
@@ -155,6 +155,11 @@ class KubernetesLauncher(Launcher):
                         platform=self.platform)
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
+        lifetime_limit = not job.max_seconds and bool(plan.run_limit_s)
+        if lifetime_limit:  # the lifetime's limit: stopped and copied before the Job's deadline
+            import dataclasses
+
+            job = dataclasses.replace(job, max_seconds=float(plan.run_limit_s))
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
@@ -214,6 +219,9 @@ class KubernetesLauncher(Launcher):
         if result.failed_node is not None and result.failed_node in pods.reasons and \
                 pods.reasons[result.failed_node] not in (result.failure or ""):
             result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
+        if result.timed_out and lifetime_limit:
+            result.failure = (f"{result.failure} (no --max-minutes: the cluster's lifetime less the time to stop and "
+                              "copy the outputs before the Job's own deadline; set --max-minutes or --max-lifetime)")
         if result.timed_out and pods.pending:
             result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
         return result

@@ -144,7 +144,13 @@ def job_manifest(plan: Plan):
             completion_mode="Indexed",
             completions=plan.nodes,
             parallelism=plan.nodes,
-            backoff_limit=0,
+            # one failed, lost or deleted pod fails its index only: the others keep running (and keep
+            # their outputs and checkpoints) until the launcher has stopped and copied them; with the
+            # global `backoffLimit: 0` the Job controller would terminate them all at the first
+            # (Kubernetes docs, "Jobs": "Backoff limit per index", GA in 1.33, "the Job executes all
+            # indexes by default"; job_controller.go isPodFailed counts a deleted pod as failed).
+            # No index is retried: a replacement pod would rejoin a rendezvous that has moved on.
+            backoff_limit_per_index=0,
             active_deadline_seconds=plan.active_deadline_s,
             ttl_seconds_after_finished=TTL_AFTER_FINISHED_S,
             template=pod_template(plan),
@@ -159,7 +165,10 @@ def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
     if plan.nodes > 1:
         replicas["Worker"] = {"replicas": plan.nodes - 1, "restartPolicy": "Never", "template": template}
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "All", "backoffLimit": 0,
+    # cleanPodPolicy None: the operator deletes no pod when the job ends (All deletes every pod once the
+    # Master completes, workers still being copied from included: kubeflow/training-operator
+    # pkg/controller.v1/common/job.go, CleanupJob); the launcher deletes the PyTorchJob after the copy.
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": 0,
                                   "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S}
     if plan.active_deadline_s:
         run_policy["activeDeadlineSeconds"] = plan.active_deadline_s

@@ -336,7 +336,7 @@ def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any
 def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects: Any = None,
             job: Any = None) -> list[NodeOutputs]:
     """Every node whose container ran (`ran`: rank -> pod name): its copy and verdict, nodes in
-    parallel; each pod copied from is then told it was collected (its entry script exits).
+    parallel; once every copy is done, each pod is told it was collected (its keeper exits).
     `dest` an object-storage URL (`--output gs://...`): each pod uploads to URL/RUN_ID/node-N."""
     if not ran:
         return []
@@ -372,11 +372,17 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
 
             add_workdir(got, *(push_workdir(api, plan, name, job, workdir_url(url, plan.run_id, rank), objects)
                                if url else copy_workdir(api, plan, name, job, workdir_dest(dest, rank))))
-        try:
-            _run(api, plan, name, ["python", "-c", TOUCH, COLLECTED_FILE])
-        except Exception:  # noqa: BLE001 - the Job is deleted next anyway
-            pass
         return got
 
+    def collected(rank: int) -> None:
+        try:
+            _run(api, plan, ran[rank], ["python", "-c", TOUCH, COLLECTED_FILE])
+        except Exception:  # noqa: BLE001 - the Job is deleted next anyway
+            pass
+
     with ThreadPoolExecutor(max_workers=min(EXEC_WORKERS, len(ran))) as pool:
-        return list(pool.map(one, sorted(ran)))
+        got = list(pool.map(one, sorted(ran)))
+        # A barrier: no pod is told it was collected before every copy is done. The keeper then ends,
+        # and a pod whose torchrun failed turns Failed; the Job controller may act on that at once.
+        list(pool.map(collected, sorted(ran)))
+    return got

@@ -45,7 +45,6 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
 JOB_LABEL = "gpucluster-job"
-DEADLINE_MARGIN_S = 600
 TTL_AFTER_FINISHED_S = 3600
 # How long every pod of the job may take to be running (GPU node creation by the autoscaler, driver
 # installation, image pull); past it the run fails with the scheduler's reason. `--start-deadline`.
@@ -125,6 +124,7 @@ class Plan:
     rdzv_port: int = 29400
     active_deadline_s: int | None = None
     start_deadline_s: int = DEFAULT_START_DEADLINE_S
+    run_limit_s: int | None = None  # when the launcher stops the training itself (--max-minutes, or the lifetime's)
     notes: tuple[str, ...] = ()  # what the plan tells the user (image, data, what is shipped)
     collects: bool = False  # outputs are copied out of the pods (the entry script waits for it)
     setup: bool = False  # --setup: each argv is the setup wrapper, released by SETUP_GO_FILE
@@ -345,7 +345,7 @@ def plan_job(
     if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
         labels["gpucluster-owner"] = job.owner
     lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
-    deadline = min(lifetime, int(job.max_seconds) + DEADLINE_MARGIN_S) if job.max_seconds else lifetime
+    limit, deadline = run_limits(job.max_seconds, lifetime, int(collect_wait_s))
     image = image or DEFAULT_IMAGE
     notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
                                          if image == DEFAULT_IMAGE else ""))
@@ -377,19 +377,39 @@ def plan_job(
     if job.secrets:
         notes.append(f"secrets: {', '.join(job.secrets)} from the run's own Kubernetes Secret {namespace}/{name}, "
                      "created before the pods and deleted with them")
+    if not job.max_seconds:
+        notes.append(f"time limit: without --max-minutes the run is stopped after {limit // 60} minutes (the "
+                     f"cluster's {lifetime // 60}-minute lifetime less the time to stop and copy), outputs copied")
     notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
-                 f"{deadline} s (activeDeadlineSeconds), even without this machine")
+                 f"{deadline} s (activeDeadlineSeconds: the start deadline, the time limit and the time to stop "
+                 "and copy), even without this machine")
     return Plan(
         name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
         image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
-        node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline,
+        node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline, run_limit_s=limit,
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
         stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
         secrets=tuple(job.secrets),
         requests=tuple(platform.pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
         code=code, keeper_env=tuple(keeper_env.items()), checks=checks,
     )
+
+
+def run_limits(max_seconds: float | None, lifetime_s: int, collect_wait_s: int) -> tuple[int, int]:
+    """(when the launcher stops the training, the Job's activeDeadlineSeconds), both in seconds.
+
+    Kubernetes counts activeDeadlineSeconds from the Job's start and, once reached, terminates every
+    running pod (Kubernetes docs, "Jobs", "Job termination and cleanup"): whatever is still being copied
+    out then is lost. So the Job's deadline comes after everything the launcher does before it deletes
+    the Job: the training (the time limit, counted by the launcher from the Job's creation, so the pods'
+    start is inside it), the stop (torchrun's grace) and the copy (as long as a pod waits for it), with
+    a minute for the API's own delays. Without --max-minutes the launcher stops the training itself that
+    much before the cluster's lifetime ends, so the copy still fits."""
+    window = STOP_GRACE_S + collect_wait_s + 60
+    if max_seconds:
+        return int(max_seconds), int(max_seconds) + window
+    return max(60, lifetime_s - window), lifetime_s
 
 
 def staged_rel(dest: str, code: bool) -> str:
