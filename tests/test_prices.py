@@ -31,8 +31,10 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     cat = P.load_catalog(False)
     assert cat.warnings == []
     for row in cat.rows.values():
-        # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25
-        assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else "2026-11-22")
+        # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25; the GPU
+        # families of issue 42 (g6, g6e, p4d, p4de, p5, p5e, p5en, p6-b200) on 2026-11-28
+        first = "2026-11-28" if row.gpu not in (None, "A10G", "V100") else "2026-11-22"
+        assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else first)
         assert isinstance(row.price, Decimal)
     ipv4 = cat.get("aws", "eu-west-1", "ipv4", "public")  # region "*": every region
     assert ipv4.price == Decimal("0.005") and ipv4.unit == "address-hour" and "2024-02-01" in ipv4.source
@@ -232,7 +234,8 @@ def test_refresh_aws_with_stubbed_clients_writes_user_catalog(home):
                         now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
         ps.assert_no_pending_responses()
         es.assert_no_pending_responses()
-    assert out["rows"] == 10 and out["date"] == "2026-12-01"
+    known = {r.item for r in P.load_catalog(False).rows.values() if r.cloud == "aws" and r.kind == "instance"}
+    assert out["rows"] == len(known) + 2 and out["date"] == "2026-12-01"  # every type, gp3, the one spot row
     cat = P.load_catalog()
     g12 = cat.get("aws", "us-east-1", "instance", "g5.12xlarge")
     assert g12.origin == "user" and g12.date == "2026-12-01" and "Price List API" in g12.source
