@@ -88,10 +88,25 @@ def parse(text: str) -> tuple[str, int]:
     name = normalize(m.group(1))
     count = int(m.group(2)) if m.group(2) is not None else 1
     if count < 1:
-        raise UsageError(f"--gpu {str(text)!r} is not allowed: COUNT is the GPUs per node, 1 or more")
+        raise UsageError(f"--gpu {str(text)!r} is not allowed: write TYPE:COUNT with COUNT the GPUs per node, 1 or more")
     return name, count
 
 
 def spelled(name: str, count: int) -> str:
     """The form plans and JSON show: `H100:8`."""
     return f"{name}:{count}"
+
+
+def combine(gpu: str | None, gpus_per_node: int | None, accelerator: str | None = None, *,
+            flag: str = "--gpu", count_flag: str = "--gpus-per-node") -> tuple[str | None, int | None]:
+    """(accelerator, GPUs per node) of a spec given `--gpu TYPE[:COUNT]` and the older flags; a
+    contradiction between them is refused naming both. Without `gpu` the others pass unchanged."""
+    if gpu is None:
+        return accelerator, gpus_per_node
+    name, count = parse(gpu)
+    if gpus_per_node is not None and int(gpus_per_node) != count:
+        raise UsageError(f"{flag} {gpu} asks for {count} GPU(s) per node but {count_flag} is {gpus_per_node}: "
+                         f"give one of them (COUNT in {flag} TYPE:COUNT is the GPUs per node)")
+    if accelerator is not None and lookup(accelerator) is not None and normalize(accelerator) != name:
+        raise UsageError(f"{flag} {gpu} and accelerator {accelerator!r} name different GPUs: give one of them")
+    return name, count

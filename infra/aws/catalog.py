@@ -207,13 +207,15 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         gpu = gpus.normalize(spec.accelerator)
         if gpu != itype.gpu_model:
             with_gpu = [t.name for t in INSTANCE_TYPES.values() if t.gpu_model == gpu]
+            asked = f"{gpu}:{spec.gpus_per_node}" if spec.gpus_per_node else gpu
             raise SpecError(
-                f"accelerator {spec.accelerator!r} (gpu {gpu}) contradicts instance type {itype.name} "
-                f"({itype.gpus} × {itype.gpu_model}): give --gpu or --instance-type, not both"
+                f"gpu {asked} (--gpu, or accelerator {spec.accelerator!r}) contradicts instance type {itype.name} "
+                f"(--instance-type, {itype.gpus} × {itype.gpu_model}): give one of them"
                 + (f"; types with {gpu}: {', '.join(with_gpu)}" if with_gpu else f"; aws has no {gpu}")
             )
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != itype.gpus:
-        sizes = [t.name for t in INSTANCE_TYPES.values() if t.gpus == int(spec.gpus_per_node)]
+        sizes = [t.name for t in INSTANCE_TYPES.values()
+                 if t.gpus == int(spec.gpus_per_node) and t.gpu_model == itype.gpu_model]
         allowed = f"{itype.gpus} (what {itype.name} carries)"
         if sizes:
             allowed += f"; types with {spec.gpus_per_node} GPUs: {', '.join(sizes)}"
