@@ -60,3 +60,18 @@ def test_task_file_gpu_key(home, tmp_path):
     code, out, err = _cli("run", str(task), "--dry-run", "--json")
     assert code == 0, err
     assert (json.loads(out)["instance_type"], json.loads(out)["gpu"]) == ("p5.4xlarge", "H100:1")
+
+
+def test_gcp_gpu_through_the_cli(home):
+    code, out, err = _cli("run", "--cloud", "gcp", "--gpu", "L4:1", "--nodes", "2", "--dry-run", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert (d["instance_type"], d["gpu"]) == ("g2-standard-4", "L4:1")
+    assert "plan: 2 × g2-standard-4 (1 × L4 each)" in err
+    code, out, err = _cli("cost", "estimate", "--cloud", "gcp", "--gpu", "H100:8", "--json")
+    assert code == 0, err
+    est = json.loads(out)
+    assert (est["instance_type"], est["gpu"]) == ("a3-highgpu-8g", "H100:8")
+    r = run_cli("run", "--cloud", "gcp", "--gpu", "H100:2", "--nodes", "2", "--yes")
+    assert_clean_refusal(r, "a3-highgpu-2g is offered as Spot VMs or through flex-start only")
+    assert_no_run_recorded(home)

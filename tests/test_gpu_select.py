@@ -116,3 +116,57 @@ def test_stack_config_gpu_key():
     with pytest.raises(UsageError, match=r"gpucluster:gpu H100:8 asks for 8 GPU\(s\) per node but "
                                          r"gpucluster:gpusPerNode is 2"):
         spec_from_config({"cloud": "aws", "gpu": "H100:8", "gpusPerNode": "2"}, "demo")
+
+
+# -- GKE (infra/gcp/shapes.py; prices from SkyPilot's catalogs/v8/gcp/vms.csv, read 2026-11-28) ----------
+def gke(**kw) -> ClusterSpec:
+    from gpucluster.infra.gcp import catalog as gcp
+
+    return gcp.resolve(ClusterSpec(**{**dict(cloud="gcp", nodes=2), **kw}))
+
+
+def test_gke_picks_the_cheapest_machine_and_writes_gkes_accelerator_name():
+    l4 = gke(accelerator="L4", gpus_per_node=1)  # host + 1 L4 row: g2-standard-4 is the cheapest 1-L4 G2
+    assert (l4.instance_type, l4.accelerator, l4.gpus_per_node, l4.zone) == ("g2-standard-4", "nvidia-l4", 1,
+                                                                              "us-central1-a")
+    assert gke(accelerator="h100", gpus_per_node=8).instance_type == "a3-highgpu-8g"
+    assert gke(accelerator="A100", gpus_per_node=4).instance_type == "a2-highgpu-4g"
+    assert gke(accelerator="A100-80GB", gpus_per_node=8).instance_type == "a2-ultragpu-8g"
+    t4 = gke(accelerator="T4", gpus_per_node=2)  # N1 + attached T4: 4 vCPUs per GPU
+    assert (t4.instance_type, t4.accelerator) == ("n1-standard-8", "nvidia-tesla-t4")
+    h200 = gke(accelerator="H200", gpus_per_node=8)  # offered in us-central1-b only there
+    assert (h200.instance_type, h200.zone) == ("a3-ultragpu-8g", "us-central1-b")
+    # a machine type that carries GPUs names them without --gpu
+    a3 = gke(instance_type="a3-highgpu-8g")
+    assert (a3.accelerator, a3.gpus_per_node) == ("nvidia-h100-80gb", 8)
+    # the design card's V100 default is unchanged
+    v100 = gke()
+    assert (v100.instance_type, v100.accelerator, v100.gpus_per_node) == ("n1-standard-4", "nvidia-tesla-v100", 1)
+
+
+def test_gke_a3_shapes_under_8_gpus_are_refused_on_demand_with_the_reason():
+    with pytest.raises(SpecError) as err:
+        gke(accelerator="H100", gpus_per_node=4)
+    assert "a3-highgpu-4g is offered as Spot VMs or through flex-start only, not on demand" in str(err.value)
+    assert "add --spot, or use a3-highgpu-8g (H100:8)" in str(err.value)
+    assert gke(accelerator="H100", gpus_per_node=4, spot=True).instance_type == "a3-highgpu-4g"
+    from gpucluster.infra.gcp import catalog as gcp
+
+    with pytest.raises(SpecError, match="machine type a3-highgpu-2g is not allowed on demand"):
+        gcp.validate_spec(ClusterSpec(cloud="gcp", nodes=1, instance_type="a3-highgpu-2g"))
+
+
+def test_gke_refusals_name_counts_regions_and_contradictions():
+    with pytest.raises(SpecError, match=r"GPUs per node that exist: 1, 2, 4, 8 \(1: g2-standard-4, g2-standard-8"):
+        gke(accelerator="L4", gpus_per_node=3)
+    with pytest.raises(SpecError, match=r"gpu H200:8 is not offered on gcp in region 'us-east1'.*us-central1 "
+                                        r"\(a3-ultragpu-8g \$86\.76/h\)"):
+        gke(accelerator="H200", gpus_per_node=8, region="us-east1")
+    from gpucluster.infra.gcp import catalog as gcp
+
+    with pytest.raises(SpecError, match=r"gpu H100:8 .* contradicts machine type a2-highgpu-8g \(--machine-type, "
+                                        r"8 × A100\): give one of them; machine types with H100:8: a3-highgpu-8g"):
+        gcp.validate_spec(ClusterSpec(cloud="gcp", nodes=1, accelerator="H100", gpus_per_node=8,
+                                      instance_type="a2-highgpu-8g"))
+    with pytest.raises(SpecError, match=r"gpu A10G is not offered on gcp.*it is on aws us-east-1"):
+        gcp.validate_spec(ClusterSpec(cloud="gcp", nodes=1, accelerator="A10G"))

@@ -33,7 +33,8 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     for row in cat.rows.values():
         # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25; the GPU
         # families of issue 42 (g6, g6e, p4d, p4de, p5, p5e, p5en, p6-b200) on 2026-11-28
-        first = "2026-11-28" if row.gpu not in (None, "A10G", "V100") else "2026-11-22"
+        new = row.gpu not in (None, "A10G", "V100") or row.item.startswith(("g2-", "a2-", "a3-"))
+        first = "2026-11-28" if new else "2026-11-22"
         assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else first)
         assert isinstance(row.price, Decimal)
     ipv4 = cat.get("aws", "eu-west-1", "ipv4", "public")  # region "*": every region
@@ -74,8 +75,9 @@ def test_lookup_errors_name_the_value_and_suggest():
         cat.get("aws", "us-west-3", "instance", "g5.xlarge")
     with pytest.raises(UsageError, match="spot prices for g5.xlarge exist in: us-east-1"):
         cat.get("aws", "eu-west-1", "instance", "g5.xlarge", "spot")
-    with pytest.raises(UsageError, match="gpu 'T4' is not allowed"):
-        cat.select(gpu="T4")
+    with pytest.raises(UsageError, match="gpu 'K80' is not allowed"):
+        cat.select(gpu="K80")
+    assert {r.gpu for r in cat.select(gpu="nvidia-tesla-t4")} == {"T4"}  # GKE's name for it (issue 42)
     assert {r.gpu for r in cat.select(gpu="v100")} == {"V100"}
 
 

@@ -95,7 +95,7 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
-                   link_gbps=catalog.link_gbps),
+                   link_gbps=catalog.link_gbps, plan_line=catalog.plan_line),
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks),
     provisioner=Provisioner(
