@@ -410,3 +410,11 @@ def plan_line(spec: Any, nproc_per_node: int, hourly: Any = None) -> str:
 
         line += f", {money(hourly)}/h"
     return line
+
+
+def pool_zones(spec: Any) -> tuple[str, ...]:
+    """The zones the spec's GPU pool may use (its shape's, or the stack's gpuZones/v100Zones): the
+    capacity failover's and the quota hints' candidates."""
+    r = spec if spec.instance_type else resolve(spec)
+    shape = shapes.shape_of(r.instance_type or "", gpu_of(r), r.gpus_per_node)
+    return gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
