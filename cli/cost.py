@@ -77,7 +77,7 @@ def _dec(value: Any, places: int = 4) -> str:
 @click.group(invoke_without_command=True)
 @click.option("--cloud", help="aws or gcp (default: both).")
 @click.option("--region", help="Only this region (rows priced everywhere are kept).")
-@click.option("--gpu", help="Only rows for this GPU: V100 or A10G.")
+@click.option("--gpu", help="Only rows for this GPU (any case: H100, l4, nvidia-tesla-v100; `gpucluster gpus` lists them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (prices as strings).")
 @click.pass_context
 @_boundary
@@ -205,7 +205,7 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
          task_file=dict(help="Price a task file's cluster (docs/tasks.md) for its limit (limits.max_minutes, else "
                              "limits.max_lifetime), as `run` does; flags given here win."),
          cloud=dict(default=None, show_default=False, help="aws, gcp (local and ssh cost $0)."),
-         instance_type=dict(help="g5.* (aws) or n1-* (gcp)."),
+         instance_type=dict(help="EC2 type (g5.*, p5.*, ...) or GCE machine type (n1-*, a3-*, ...); --gpu picks one."),
          gpus_per_node=dict(type=Int("gpus per node", 0, MAX_GPUS), help="GPUs per node (aws: what the type "
                             "carries; gcp: 1, 2, 4 or 8 V100)."))
 @click.option("--gpus", "gpus", hidden=True, type=Int("gpus per node", 0, MAX_GPUS))  # the old spelling
@@ -475,3 +475,47 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)
     if plot:
         console.print(f"Plot written to {plot}", highlight=False)
+
+
+@click.command("gpus")
+@click.option("--gpu", help="Only this GPU (any case, e.g. h100, nvidia-l4).")
+@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON (prices as strings).")
+@_boundary
+def gpus(gpu: str | None, as_json: bool) -> None:
+    """List the GPUs `--gpu` takes: memory, clouds and machines, cheapest $/GPU-hour and where.
+
+    \b
+    Examples:
+      gpucluster gpus
+      gpucluster gpus --gpu H100 --json
+    """
+    from gpucluster.catalog.listing import gpu_listing
+    from gpucluster.catalog.prices import load_catalog
+    from gpucluster.infra.registry import plugins
+
+    catalog = load_catalog()
+    listing = gpu_listing(plugins(), catalog, gpu)
+    if as_json:
+        click.echo(json.dumps({"gpus": listing, "currency": "USD"}, indent=1))
+        return
+    from rich.table import Table
+
+    from gpucluster.cli.common import console
+
+    table = Table(title="GPUs (--gpu TYPE:COUNT; COUNT: GPUs per node)")
+    for col in ("gpu", "memory", "clouds: machines (GPUs per node)", "cheapest on-demand $/GPU-h", "cheapest spot $/GPU-h"):
+        table.add_column(col)
+
+    def cheapest(entry: dict, market: str) -> str:
+        c = entry["cheapest"].get(market)
+        return "-" if c is None else (f"${c['per_gpu_hour']} {c['cloud']} {c['region']} {c['machine']} "
+                                      f"(read {c['date']})")
+
+    for e in listing:
+        clouds = "; ".join(f"{cloud}: " + ", ".join(f"{s['machine']} ({s['gpus']}{'' if s['on_demand'] else ', spot'})"
+                                                     for s in shapes) for cloud, shapes in e["clouds"].items())
+        table.add_row(e["gpu"], f"{e['nominal_gb']} GB", clouds or "-", cheapest(e, "on-demand"), cheapest(e, "spot"))
+    con = console()
+    con.print(table)
+    con.print("Prices are the catalog's (`gpucluster prices` lists every row with its source; `gpucluster prices "
+              "refresh` fetches current ones). Spot prices are point in time.")

@@ -172,3 +172,9 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 def shapes_for(gpu: str, count: int | None = None) -> list[InstanceType]:
     """Every type carrying `gpu` (canonical name), with exactly `count` of them when given."""
     return [t for t in INSTANCE_TYPES.values() if t.gpu_model == gpu and (count is None or t.gpus == count)]
+
+
+def gpu_shapes() -> list[dict[str, object]]:
+    """`SpecRules.gpu_shapes`: every type, as `--gpu` chooses among them (all on demand)."""
+    return [{"machine": t.name, "gpu": t.gpu_model, "gpus": t.gpus, "regions": t.regions, "on_demand": True}
+            for t in INSTANCE_TYPES.values()]

@@ -133,3 +133,9 @@ def shape_of(machine_type: str, gpu: str | None, count: int | None) -> Shape | N
     if machine_type in BY_NAME:
         return BY_NAME[machine_type]
     return next((s for s in SHAPES if s.attached and s.gpu_model == gpu and s.gpus == count), None)
+
+
+def gpu_shapes() -> list[dict[str, object]]:
+    """`SpecRules.gpu_shapes`: every shape, as `--gpu` chooses among them."""
+    return [{"machine": s.name, "gpu": s.gpu_model, "gpus": s.gpus, "regions": s.regions, "on_demand": s.on_demand}
+            for s in SHAPES]
