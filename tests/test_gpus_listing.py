@@ -60,7 +60,7 @@ def test_one_gpu_by_any_spelling_and_unknown_names(listing):
 def test_the_cli_prints_json(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from gpucluster.cli.cost import gpus
+    from gpucluster.cli.gpus import gpus
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path))
     res = CliRunner().invoke(gpus, ["--gpu", "l40s", "--json"])
