@@ -16,9 +16,16 @@ from gpucluster.errors import SpecError
 
 
 class Shape(Protocol):
-    name: str
-    gpus: int
-    gpu_model: str
+    """What a cloud's shape tells (read-only: the shapes are frozen dataclasses)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def gpu_model(self) -> str: ...
 
     @property
     def regions(self) -> tuple[str, ...]: ...
