@@ -309,6 +309,28 @@ def test_parse_gcp_skus():
     assert len([k for k in rows if k[2] == "gpu"]) == 2  # commitment SKU ignored
 
 
+def test_parse_gcp_skus_for_the_gke_gpus_and_their_hosts():
+    # issue 42: `prices refresh --cloud gcp` covers the GPUs and the G2/A2/A3 hosts (descriptions as the
+    # Cloud Billing Catalog lists them; the prices here are made up)
+    skus = [_sku("Nvidia L4 GPU running in Americas", ["us-central1"], 0, 560040000),
+            _sku("Nvidia H100 80GB GPU running in Americas", ["us-central1"], 9, 796550569),
+            _sku("Spot Preemptible Nvidia H100 80GB GPU running in Americas", ["us-central1"], 2, 992600000,
+                 usage="Preemptible"),
+            _sku("Nvidia Tesla A100 GPU running in Americas", ["us-central1"], 2, 933908000),
+            _sku("Nvidia A100 80GB GPU running in Americas", ["us-central1"], 3, 928080000),
+            _sku("Commitment v1: Nvidia L4 GPU running in Americas for 1 Year", ["us-central1"], 0, 100000000),
+            _sku("A3 Instance Core running in Americas", ["us-central1"], 0, 30000000),
+            _sku("A3 Instance Ram running in Americas", ["us-central1"], 0, 2000000, unit="GiBy.h")]
+    rows = {r.key: r for r in gcp_prices.parse_gcp_skus(skus, ["us-central1"], "2026-12-01")}
+    gpu = {(k[3], k[4]): r.price for k, r in rows.items() if k[2] == "gpu"}
+    assert gpu == {("L4", "on-demand"): Decimal("0.56004"), ("H100", "on-demand"): Decimal("9.796550569"),
+                   ("H100", "spot"): Decimal("2.9926"), ("A100", "on-demand"): Decimal("2.933908"),
+                   ("A100-80GB", "on-demand"): Decimal("3.92808")}  # the commitment SKU is not a price
+    host = rows[("gcp", "us-central1", "instance", "a3-highgpu-8g", "on-demand")]
+    assert host.price == Decimal("0.03") * 208 + Decimal("0.002") * 1872 and host.source.startswith("derived")
+    assert ("gcp", "us-central1", "instance", "a2-highgpu-1g", "on-demand") not in rows  # no A2 SKUs given
+
+
 def test_refresh_gcp_with_fake_client(home):
     calls = []
 

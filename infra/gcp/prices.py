@@ -41,6 +41,16 @@ _GCP_SKU_PATTERNS = [
     (re.compile(r"^Spot Preemptible N1 Predefined Instance Core running in "), "vcpu", "n1", "spot"),
     (re.compile(r"^N1 Predefined Instance Ram running in "), "memory", "n1", "on-demand"),
     (re.compile(r"^Spot Preemptible N1 Predefined Instance Ram running in "), "memory", "n1", "spot"),
+    # issue 42: the other GKE GPUs and the hosts of G2/A2/A3 (descriptions as the Cloud Billing Catalog
+    # lists them, e.g. "Nvidia L4 GPU running in Americas", "Nvidia H100 80GB GPU running in Americas",
+    # "A2 Instance Core running in Americas"; the H200 one is taken in the same form, not seen here)
+    *[(re.compile(rf"^{spot}Nvidia {name} GPU running in ", re.I), "gpu", gpu, market)
+      for gpu, name in (("T4", "Tesla T4"), ("L4", "L4"), ("A100", "Tesla A100"), ("A100-80GB", "(Tesla )?A100 80GB"),
+                        ("H100", "H100( 80GB)?"), ("H200", "H200( 141GB)?"))
+      for spot, market in (("", "on-demand"), ("Spot Preemptible ", "spot"))],
+    *[(re.compile(rf"^{spot}{fam.upper()} Instance {part} running in ", re.I), kind, fam, market)
+      for fam in ("a2", "a3", "g2") for part, kind in (("Core", "vcpu"), ("Ram", "memory"))
+      for spot, market in (("", "on-demand"), ("Spot Preemptible ", "spot"))],
     (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
     (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
     (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
@@ -96,7 +106,31 @@ def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> li
                     source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
                     origin="user")
                 rows[row.key] = row
+    _derive_hosts(rows, date)
     return list(rows.values())
+
+
+def _derive_hosts(rows: dict[tuple, PriceRow], date: str) -> None:
+    """The G2/A2/A3 machine types' host rows from their family's vCPU and memory unit prices (GCE bills
+    the GPUs of these machines apart, in the gpu rows): vCPUs x core price + GB x RAM price."""
+    from . import shapes
+
+    for shape in shapes.SHAPES:
+        if shape.attached:
+            continue
+        for (cloud, region, kind, item, market), vcpu in list(rows.items()):
+            if kind != "vcpu" or item != shape.family:
+                continue
+            mem = rows.get((cloud, region, "memory", item, market))
+            if mem is None:
+                continue
+            gib = Decimal(str(shape.memory_gb))
+            row = PriceRow(
+                cloud="gcp", region=region, kind="instance", item=shape.name, market=market, unit="hour",
+                price=vcpu.price * shape.vcpus + mem.price * gib, date=date, vcpus=shape.vcpus, memory_gib=gib,
+                source=(f"derived: {shape.vcpus} x vCPU + {gib} GB x RAM from the Cloud Billing Catalog "
+                        f"{shape.family.upper()} SKUs (the host; its GPUs are in the gpu rows)"), origin="user")
+            rows[row.key] = row
 
 
 def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
