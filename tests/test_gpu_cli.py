@@ -75,3 +75,15 @@ def test_gcp_gpu_through_the_cli(home):
     r = run_cli("run", "--cloud", "gcp", "--gpu", "H100:2", "--nodes", "2", "--yes")
     assert_clean_refusal(r, "a3-highgpu-2g is offered as Spot VMs or through flex-start only")
     assert_no_run_recorded(home)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "--cloud", "local", "--gpu", "H100:8", "--nodes", "1"], "--gpu H100:8 is not allowed with --cloud local"),
+    (["sweep", "--cloud", "aws", "--gpu", "H100:3", "--nodes", "1", "--yes"], "GPUs per node that exist: 1, 8"),
+    (["sweep", "--cloud", "aws", "--gpu", "H100:8", "--gpus-per-node", "4", "--nodes", "1", "--yes"],
+     "--gpu H100:8 asks for 8 GPU(s) per node but --gpus-per-node is 4"),
+])
+def test_gpu_refusals_of_local_and_sweep(home, args, needle):
+    r = run_cli(*args)
+    assert_clean_refusal(r, needle)
+    assert_no_run_recorded(home)
