@@ -209,5 +209,11 @@ def region_note(region: str) -> str | None:
 
 
 def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
+    """The GPU the type carries: its price rows', else the shipped shapes' (a type with no price row)."""
+    from .shapes import INSTANCE_TYPES
+
     row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
-    return row.gpu if row else None
+    if row is not None and row.gpu:
+        return row.gpu
+    shape = INSTANCE_TYPES.get(instance_type)
+    return shape.gpu_model if shape else None
