@@ -170,3 +170,12 @@ def test_gke_refusals_name_counts_regions_and_contradictions():
                                       instance_type="a2-highgpu-8g"))
     with pytest.raises(SpecError, match=r"gpu A10G is not offered on gcp.*it is on aws us-east-1"):
         gcp.validate_spec(ClusterSpec(cloud="gcp", nodes=1, accelerator="A10G"))
+
+
+def test_gke_machine_shapes_for_requests_and_quotas():
+    from decimal import Decimal as D
+
+    from gpucluster.infra.gcp.catalog import machine_shape
+
+    assert machine_shape("a3-highgpu-8g") == (208, D("1872")) and machine_shape("g2-standard-4") == (4, D("16"))
+    assert machine_shape("n1-standard-16") == (16, D("60")) and machine_shape("e2-small") is None

@@ -128,6 +128,16 @@ def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
     return mt.vcpus, N1_GB_PER_VCPU[kind] * mt.vcpus
 
 
+def machine_shape(machine_type: str) -> tuple[int, Decimal] | None:
+    """(vCPUs, memory as an exact Decimal, in the GB Google states) of a machine type a GPU pool may use:
+    an N1 predefined type (`n1_shape`) or a G2/A2/A3 shape (shapes.py). None for any other. What pod
+    requests and quota needs can be derived from for every GPU machine (issue 42)."""
+    carried = shapes.BY_NAME.get(machine_type)
+    if carried is not None:
+        return carried.vcpus, Decimal(str(carried.memory_gb))
+    return n1_shape(machine_type)
+
+
 DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
 
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
