@@ -55,6 +55,9 @@ def test_the_cheapest_type_with_exactly_that_many_gpus_in_the_region():
     assert picked("H200", 8) == "p5en.48xlarge"  # p5e is not offered in us-east-1
     assert picked("A10G", 1) == "g5.xlarge"
     assert picked("L4", 8, region="us-west-2", spot=True) == "g6.48xlarge"
+    # no price in us-east-2 for either H200 type: the one sold on demand somewhere (p5en) before p5e, which
+    # the catalog never prices on demand (capacity blocks)
+    assert picked("H200", 8, region="us-east-2") == "p5en.48xlarge"
 
 
 def test_the_pick_follows_the_prices_not_a_fixed_list(tmp_path, monkeypatch):

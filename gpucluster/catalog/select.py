@@ -80,8 +80,12 @@ def pick(cloud: str, gpu: str, count: int, region: str, shapes: Sequence[Shape],
                         f"({', '.join(s.name for s in exact)} are not there); it is in: "
                         f"{', '.join(priced_first[:8])}{', ...' if len(priced_first) > 8 else ''}; pass --region")
 
-    def rank(s: Shape) -> tuple[int, Decimal, int, str]:
+    def rank(s: Shape) -> tuple[int, Decimal, int, int, str]:
         p = price_of(s, region, market)
-        return (0 if p is not None else 1, p if p is not None else Decimal(0), getattr(s, "vcpus", 0), s.name)
+        # unpriced here: a shape sold in this market somewhere (p5en) before one never priced in it (p5e,
+        # capacity blocks only), then the fewest vCPUs
+        elsewhere = p is not None or any(price_of(s, r, market) is not None for r in s.regions)
+        return (0 if p is not None else 1, p if p is not None else Decimal(0), 0 if elsewhere else 1,
+                getattr(s, "vcpus", 0), s.name)
 
     return min(here, key=rank)
