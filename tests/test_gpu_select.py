@@ -182,3 +182,17 @@ def test_gke_machine_shapes_for_requests_and_quotas():
 
     assert machine_shape("a3-highgpu-8g") == (208, D("1872")) and machine_shape("g2-standard-4") == (4, D("16"))
     assert machine_shape("n1-standard-16") == (16, D("60")) and machine_shape("e2-small") is None
+
+
+def test_doctor_checks_the_machine_run_would_pick():
+    from gpucluster.cli.doctor import _machine_for
+    from gpucluster.infra.registry import plugin
+
+    assert _machine_for(plugin("aws"), "aws", "H100:8", None, None, False, strict=True) == ("p5.48xlarge", "")
+    assert _machine_for(plugin("gcp"), "gcp", "l4", None, None, False, strict=True) == ("g2-standard-4", "")
+    machine, why = _machine_for(plugin("gcp"), "gcp", "B200:8", None, None, False, strict=False)
+    assert machine is None and "gpu B200 is not offered on gcp" in why
+    with pytest.raises(SpecError, match="not offered on gcp"):
+        _machine_for(plugin("gcp"), "gcp", "B200:8", None, None, False, strict=True)
+    with pytest.raises(UsageError, match="--gpu H100:8 and --instance-type g5.xlarge both pick the machine"):
+        _machine_for(plugin("aws"), "aws", "H100:8", "g5.xlarge", None, False, strict=True)
