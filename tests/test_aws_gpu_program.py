@@ -65,3 +65,13 @@ def test_efa_default_is_off_for_one_node_and_when_the_stack_says_so():
     assert one.error is None and one.recorder.node_template().inputs["networkInterfaces"][0].get("interfaceType") is None
     off = build(gpu_spec("H100", 8, options=(("efa", "false"),)))
     assert off.error is None and off.recorder.node_template().inputs["networkInterfaces"][0].get("interfaceType") is None
+
+
+def test_capacity_failover_stays_in_the_catalogs_zones_when_ec2_cannot_say():
+    from gpucluster.infra.aws.engine import capacity_zones
+
+    spec = gpu_spec("A100-80GB", 8)  # p4de.24xlarge: us-east-1b and us-east-1c only (shapes.ZONES)
+    text = ("InsufficientInstanceCapacity: We currently do not have sufficient p4de.24xlarge capacity in the "
+            "Availability Zone you requested (us-east-1b).")
+    zone, others, itype = capacity_zones(spec, text, zone_lister=lambda region, t: [])
+    assert (zone, others, itype) == ("us-east-1b", ["us-east-1c"], "p4de.24xlarge")
