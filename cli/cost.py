@@ -77,7 +77,7 @@ def _dec(value: Any, places: int = 4) -> str:
 @click.group(invoke_without_command=True)
 @click.option("--cloud", help="aws or gcp (default: both).")
 @click.option("--region", help="Only this region (rows priced everywhere are kept).")
-@click.option("--gpu", help="Only rows for this GPU: V100 or A10G.")
+@click.option("--gpu", help="Only rows for this GPU (any case: H100, l4, nvidia-tesla-v100; `gpucluster gpus` lists them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (prices as strings).")
 @click.pass_context
 @_boundary
@@ -154,7 +154,7 @@ def _stack_path(stack: str) -> Path:
 
 def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | None, gpus: int | None,
                nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
-               region: str | None, zone: str | None):
+               region: str | None, zone: str | None, gpu: str | None = None):
     """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
     from gpucluster.errors import UsageError
     from gpucluster.infra.registry import priced
@@ -172,8 +172,17 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
 
             raise UsageError(not_allowed("cloud", cloud, CLOUDS))
         spec = ClusterSpec(cloud=cloud, nodes=1)
+    accelerator = None
+    if gpu is not None:  # --gpu TYPE[:COUNT]: the cloud's catalog picks the machine (as `run` does)
+        from gpucluster.catalog.gpus import combine
+
+        accelerator, gpus = combine(gpu, gpus)
+        if instance_type is None and spec.instance_type is not None:
+            instance_type_from_stack = spec.instance_type
+            raise UsageError(f"--gpu {gpu} and the stack's instanceType {instance_type_from_stack} both pick the "
+                             "machine: give one of them")
     given = dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes, spot=spot,
-                 disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone)
+                 disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone, accelerator=accelerator)
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if "zone" in changes and "region" not in changes:
         changes["region"] = None
@@ -192,11 +201,11 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 
 
 @cost.command("estimate", cls=TaskCommand)
-@options("task_file", "cloud", "instance_type", "gpus_per_node",
+@options("task_file", "cloud", "gpu", "instance_type", "gpus_per_node",
          task_file=dict(help="Price a task file's cluster (docs/tasks.md) for its limit (limits.max_minutes, else "
                              "limits.max_lifetime), as `run` does; flags given here win."),
          cloud=dict(default=None, show_default=False, help="aws, gcp (local and ssh cost $0)."),
-         instance_type=dict(help="g5.* (aws) or n1-* (gcp)."),
+         instance_type=dict(help="EC2 type (g5.*, p5.*, ...) or GCE machine type (n1-*, a3-*, ...); --gpu picks one."),
          gpus_per_node=dict(type=Int("gpus per node", 0, MAX_GPUS), help="GPUs per node (aws: what the type "
                             "carries; gcp: 1, 2, 4 or 8 V100)."))
 @click.option("--gpus", "gpus", hidden=True, type=Int("gpus per node", 0, MAX_GPUS))  # the old spelling
@@ -215,7 +224,7 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 @click.option("--workload", help="What-if: project from measured runs of this workload.")
 @options("epochs", "as_json", epochs=dict(help="What-if: epochs to project."), as_json=dict(help="Print JSON."))
 @_boundary
-def estimate_cmd(cloud, instance_type, gpus_per_node, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
+def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
                  free_tier, workload, epochs, as_json) -> None:
     """Itemized cost of a cluster for some hours, or (with --workload) a what-if projection.
 
@@ -241,7 +250,7 @@ def estimate_cmd(cloud, instance_type, gpus_per_node, gpus, nodes, hours, spot, 
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import normalize, validate
 
-    spec = build_spec(stack=stack, cloud=cloud, instance_type=instance_type, gpus=gpus,
+    spec = build_spec(stack=stack, cloud=cloud, gpu=gpu, instance_type=instance_type, gpus=gpus,
                       nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)
     chosen = plugin(spec.cloud)  # the one lookup: the cost engine is given it
@@ -466,3 +475,4 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)
     if plot:
         console.print(f"Plot written to {plot}", highlight=False)
+

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from gpucluster.errors import ExitCode, GpuclusterError
+from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.registry import provisioning
 
 
@@ -86,9 +86,12 @@ def check_home() -> dict[str, Any]:
 @click.option("--project", default=None, help="gcp: the project to check [default: the usual resolution order].")
 @click.option("--nodes", "-n", default=None, help="The nodes a run would ask for, checked against the quotas [default: 2].")
 @click.option("--instance-type", default=None, help="The type a run would launch [default: aws g5.xlarge, gcp n1-standard-4].")
+@click.option("--gpu", default=None, metavar="TYPE[:COUNT]", help="The GPU a run would ask for (as `run --gpu`): "
+              "each cloud checks the machine it would pick, with that machine's quota (aws: P or G/VT; gcp: the GPU's "
+              "metric).")
 @click.option("--spot", is_flag=True, help="Check the spot quotas (aws L-3819A6DF, gcp the preemptible ones) instead of on-demand.")
 @click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
-def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
+def doctor(clouds, region, project, nodes, instance_type, gpu, spot, as_json):
     """Check what cloud runs need: credentials, Pulumi CLI and plugins, APIs and GPU quotas, ssh client.
 
     \b
@@ -109,8 +112,15 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
     n_nodes = None if nodes is None else parse_int("nodes", nodes, low=1, high=64)
     checks = [check_home(), check_ssh(), *check_pulumi()]
     for c in wanted:
+        itype = instance_type
+        if gpu is not None:
+            itype, note = _machine_for(plugin(c), c, gpu, instance_type, region if len(wanted) == 1 else None, spot,
+                                       strict=len(wanted) == 1)
+            if itype is None:
+                checks.append(_check(f"{c} --gpu {gpu}", None, note))
+                continue
         # --region names one cloud's region: with several clouds each uses it only if it says so
-        checks += plugin(c).ops.doctor(region, project, len(wanted) == 1, nodes=n_nodes, instance_type=instance_type,
+        checks += plugin(c).ops.doctor(region, project, len(wanted) == 1, nodes=n_nodes, instance_type=itype,
                                        spot=spot)
     if as_json:
         click.echo(json.dumps(checks, indent=2))
@@ -121,3 +131,24 @@ def doctor(clouds, region, project, nodes, instance_type, spot, as_json):
             if row["fix"]:
                 click.echo(f"      fix: {row['fix']}")
     return int(ExitCode.FAILURE if any(row["ok"] is False for row in checks) else ExitCode.OK)
+
+
+def _machine_for(backend, cloud, gpu, instance_type, region, spot, *, strict):
+    """(the machine `run --gpu` would pick on `cloud`, None) or (None, why not) where the cloud lacks the GPU;
+    with one cloud asked (`strict`) a refusal is the command's (one line, exit 2), as `run` says it."""
+    from gpucluster.catalog.gpus import combine
+    from gpucluster.errors import SpecError
+    from gpucluster.spec import ClusterSpec, resolve
+
+    accelerator, count = combine(gpu, None)
+    if instance_type is not None:
+        raise UsageError(f"--gpu {gpu} and --instance-type {instance_type} both pick the machine: give one of them")
+    try:
+        spec = resolve(ClusterSpec(cloud=cloud, nodes=1, region=region, accelerator=accelerator, gpus_per_node=count,
+                                   spot=bool(spot)), backend)
+        spec, _ = backend.spec.prepare(spec, detect=None)
+    except SpecError as exc:
+        if strict:
+            raise
+        return None, exc.message
+    return spec.instance_type, ""

@@ -10,7 +10,8 @@ from gpucluster.errors import UsageError, not_allowed
 from gpucluster.spec import ClusterSpec
 
 
-def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool = False) -> int:
+def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool = False,
+                  shape: dict | None = None) -> int:
     """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
     (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
@@ -20,6 +21,8 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     if not traits(spec.cloud).can(Capability.PROVISIONS):
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
     d = provider.dry_run(spec, job=job, launcher=launcher)
+    if shape:  # the machine and GPUs planned (`--gpu`'s pick included): instance_type, gpu
+        d = {**shape, **d}
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return 0

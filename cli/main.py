@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "teardown."),
     "gc": ("gpucluster.cli.gc:gc", "Find resources tagged managed-by=gpucluster that no live cluster owns; delete "
            "them after asking."),
+    "gpus": ("gpucluster.cli.gpus:gpus", "List the GPUs `--gpu` takes: memory, clouds and machines, cheapest "
+             "$/GPU-hour and where."),
     "logs": ("gpucluster.cli.logs:logs", "Print a run's per-node logs (node-N.log under the run's log directory)."),
     "prices": ("gpucluster.cli.cost:prices", "Show the price catalog: every row with its source and the date it was "
                "read."),

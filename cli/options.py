@@ -98,7 +98,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "region": (("--region",), dict(default=None)),
     "zone": (("--zone",), dict(default=None)),
     "instance_type": (("--instance-type", "--machine-type", "instance_type"),
-                      dict(default=None, help="EC2 type or GCE machine type.")),
+                      dict(default=None, help="EC2 type or GCE machine type (for experts: --gpu picks one).")),
+    "gpu": (("--gpu",), dict(default=None, metavar="TYPE[:COUNT]",
+                             help="aws/gcp: the GPU and how many per node, e.g. H100:8, L4, A100-80GB:4 [COUNT "
+                                  "default: 1]; the cheapest machine in the region with exactly that many is used "
+                                  "(`gpucluster gpus` lists them).")),
     "spot": (("--spot",), dict(is_flag=True, help="Spot/preemptible capacity.")),
     "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
@@ -211,7 +215,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 }
 
 # the cluster's shape and place: `up`, `run` (and, in part, `sweep` and `cost estimate`)
-CLUSTER = ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
+CLUSTER = ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
            "max_lifetime", "ssh_cidr", "tags", "options", "dry_run", "yes", "as_json", "project", "state")
 # the job: `run` and `sweep`
 JOB = ("workload", "epochs", "workload_args", "threads_per_proc", "data", "setup")
@@ -222,7 +226,7 @@ ENV = ("env", "env_file", "secret")
 # (`cli.taskopts.TaskCommand.format_options`); an option not named here is under "Options".
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Task file", ("task_file",)),
-    ("Cluster", ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
+    ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
                  "project", "ssh_cidr", "hosts", "tags", "options")),
     ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
              "python")),

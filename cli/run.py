@@ -18,7 +18,7 @@ from gpucluster.errors import UsageError
 
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
-@options("task_file", "cloud", "nodes", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
+@options("task_file", "cloud", "nodes", "gpu", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
          "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
@@ -58,7 +58,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     if flags["dry_run"]:
         from gpucluster.cli.dryrun import print_dry_run
 
-        return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json)
+        return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, plan.shape())
     ledger = open_ledger()
     preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
     for line in plan.described:

@@ -14,7 +14,7 @@ from gpucluster.spec import parse_int
 
 
 # what `run` takes about the cluster's shape and place that the lines above do not name
-CLUSTER_SHAPE = ("name", "region", "zone", "instance_type", "spot", "disk_gb", "max_lifetime", "tags", "hosts",
+CLUSTER_SHAPE = ("gpu", "name", "region", "zone", "instance_type", "spot", "disk_gb", "max_lifetime", "tags", "hosts",
                  "identity", "known_hosts", "remote_python", "python", "ready_timeout", "start_deadline")
 
 
@@ -92,6 +92,14 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
     asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                          high=16))
+    if flags.get("gpu") is not None:  # --gpu TYPE:COUNT fixes the GPUs per node of every size
+        from gpucluster.catalog.gpus import parse
+
+        count = parse(flags["gpu"])[1]
+        if asked_gpn is not None and asked_gpn != [count]:
+            raise UsageError(f"--gpu {flags['gpu']} asks for {count} GPU(s) per node but --gpus-per-node is "
+                             f"{gpus_per_node}: give one of them")
+        asked_gpn = [count]
     if report_dir is not None and not report_dir.strip():
         raise UsageError("--report '' is not allowed: give the folder the report and its plots go to, "
                          "e.g. --report sweep-report")

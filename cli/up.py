@@ -67,7 +67,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
         out.print(plan_line + _rate(plan.hourly, True) + cap)
         for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
             out.print(line, highlight=False)
-        return print_dry_run(out, plan.provider, None, spec, None, as_json)
+        return print_dry_run(out, plan.provider, None, spec, None, as_json, plan.shape())
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     # a missing Pulumi CLI is offered or said before anything is asked or recorded
     common.preflight(lambda: check_before_recording(plan), yes)

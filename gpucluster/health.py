@@ -9,8 +9,10 @@ when done (the launcher's `stop`), judges, records and, when a node is bad, rais
 What is judged (`judge`, a pure function of what the nodes said):
 - a node whose program ended without its final record: lost (the launcher's `lost_why` says why:
   killed, unreachable) or broken (its last lines);
-- a node's own problems (GPUs fewer than promised or unusable, DCGM, disk), and a GPU whose test
-  matmul runs under MATMUL_FLOOR of its model's fp32 peak (FP32_PEAK_TFLOPS);
+- a node's own problems (GPUs fewer than promised or unusable, DCGM, disk), a GPU whose test
+  matmul runs under MATMUL_FLOOR of its model's fp32 peak (FP32_PEAK_TFLOPS), and GPUs other than
+  the ones the shape promises (`wrong_gpus`: nvidia-smi's name and memory.total against the expected
+  model and its memory, within GPU_MEMORY_TOLERANCE);
 - its clock, more than CLOCK_SKEW_S from this machine's when its first line arrived;
 - the links, only when every node passed its own checks: a pair slower than LINK_FLOOR of the
   shape's expectation, or (three nodes or more) than RELATIVE_FLOOR of the fastest pair; a node
@@ -56,6 +58,39 @@ FP32_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     (r"\bV100\b", 14.0),  # V100 PCIe (SXM2: 15.7)
     (r"\bT4\b", 8.1),  # T4 data sheet
 )
+
+
+# nvidia-smi's memory.total runs a little under or over the catalog's figure (L4: 23034 MiB against
+# 22888; H100: 81559 against 81920): a GPU within this fraction of the expected memory has it.
+GPU_MEMORY_TOLERANCE = 0.06
+
+
+def wrong_gpus(own: Mapping[str, Any], spec: "HealthSpec") -> list[str]:
+    """A node's GPUs that are not the model the shape promises (`spec.gpu`, gpucluster.catalog.gpus):
+    nvidia-smi's name must carry the model's name and its memory.total (when reported) be the model's,
+    so an A100 40 GB is not taken for the 80 GB one. Nothing is judged without an expected model; a MIG
+    slice is a share of a GPU: not judged."""
+    import re
+
+    from gpucluster.catalog.gpus import GPUS
+
+    model = GPUS.get(spec.gpu or "")
+    if model is None:
+        return []
+    names = [str(n) for n in own.get("gpu_names") or []]
+    mems = list(own.get("gpu_memory_mib") or [])
+    token = re.compile(r"\b" + re.escape(model.name.split("-")[0]) + r"\b")
+    expected = f"{spec.gpus} × {model.name} ({model.memory_mib} MiB each)" if spec.gpus else model.name
+    out = []
+    for i, name in enumerate(names[:spec.gpus] if spec.gpus else names):
+        if "MIG" in name.split():
+            continue
+        mem = mems[i] if i < len(mems) and isinstance(mems[i], (int, float)) else None
+        same_memory = mem is None or abs(mem - model.memory_mib) <= GPU_MEMORY_TOLERANCE * model.memory_mib
+        if not token.search(name) or not same_memory:
+            found = f"{name}" + (f" with {mem:g} MiB" if mem is not None else "")
+            out.append(f"GPU {i} is {found}, not the GPU this shape promises: expected {expected}")
+    return out
 
 
 def fp32_peak(name: str) -> float | None:
@@ -108,6 +143,7 @@ class HealthSpec:
 
     gpus: int = 0
     link_gbps: float | None = None
+    gpu: str | None = None  # the GPU model every node should show (gpucluster.catalog.gpus name); None: not judged
     min_free_gb: float = MIN_FREE_GB
     timeout_s: float = 60.0
     pair_mib: int = 0  # 0: the program's default (1 MiB on gloo, 64 on NCCL)
@@ -129,7 +165,22 @@ def spec_for(spec: Any, backend: Any, check: bool | None, launcher: Any = None) 
     on = check if check is not None else (backend.can(Capability.PROVISIONS) and able)
     if not on:
         return None
-    return HealthSpec(gpus=int(spec.gpus_per_node or 0), link_gbps=backend.spec.link_gbps(spec))
+    return HealthSpec(gpus=int(spec.gpus_per_node or 0), link_gbps=backend.spec.link_gbps(spec),
+                      gpu=expected_gpu(spec, backend))
+
+
+def expected_gpu(spec: Any, backend: Any) -> str | None:
+    """The GPU model the spec's nodes carry: its accelerator (any spelling), else the one the backend's
+    shape of that machine type carries (`SpecRules.gpu_shapes`); None where neither says."""
+    from gpucluster.catalog.gpus import lookup
+
+    if not spec.gpus_per_node:
+        return None
+    named = lookup(spec.accelerator) if spec.accelerator else None
+    if named is not None:
+        return named.name
+    shapes = [s for s in backend.spec.gpu_shapes() if s["machine"] == spec.instance_type]
+    return str(shapes[0]["gpu"]) if shapes else None
 
 
 def program_args(spec: HealthSpec, *, rank: int, world: int, store: str, addr: str, disk: str) -> list[str]:
@@ -251,6 +302,7 @@ def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
                                                   + (f": {last}" if last else ""))
         if own:
             problems.setdefault(r, []).extend(str(p) for p in own.get("problems") or [])
+            problems[r].extend(wrong_gpus(own, spec))
             problems[r].extend(slow_gpus(own))
         hello = n.records.get("hello")
         if hello and n.hello_arrived is not None and isinstance(hello.get("time"), (int, float)):

@@ -95,6 +95,24 @@ def nvidia_smi_gpus() -> tuple[list[dict] | None, str | None]:
             or any(w.startswith("GPU-") and r["uuid"].startswith(w) for w in wanted)], None
 
 
+def nvidia_smi_memory() -> dict[int, int]:
+    """Each GPU's memory.total in MiB by index (nvidia-smi's own query), {} when it cannot say."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    try:
+        cp = subprocess.run([exe, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                            capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {}
+    out: dict[int, int] = {}
+    for line in cp.stdout.splitlines() if cp.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = int(parts[1])
+    return out
+
+
 def matmul(device: int, n: int = 4096) -> dict:
     """A fp32 matmul on one GPU, timed; checked: finite, and diag(a @ a.T) == row sums of a * a."""
     import torch as t
@@ -155,6 +173,9 @@ def own_checks(args: argparse.Namespace) -> tuple[dict, ModuleType | None]:
             problems.append(why or "nvidia-smi failed")
         else:
             rec["gpu_names"] = [r["name"] for r in rows]
+            memory = nvidia_smi_memory()  # the health check compares it with the promised model's
+            if memory:
+                rec["gpu_memory_mib"] = [memory.get(r["index"]) for r in rows]
             rec["gpus_visible"] = len(rows)
             if len(rows) < args.gpus:
                 problems.append(f"{len(rows)} of {args.gpus} promised GPU(s) visible to nvidia-smi")

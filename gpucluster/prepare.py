@@ -49,6 +49,7 @@ class Request:
     region: str | None = None
     zone: str | None = None
     instance_type: str | None = None
+    gpu: str | None = None  # --gpu TYPE[:COUNT]: the GPU and GPUs per node; the cloud picks the machine
     spot: bool = False
     disk_gb: int = 100
     max_lifetime: int | None = None  # None: the default, raised to fit --max-minutes (gpucluster.bounds)
@@ -122,6 +123,17 @@ class Prepared:
     def hourly(self) -> Any:
         return None if self.estimate is None else self.estimate.hourly
 
+    def shape(self) -> dict[str, Any]:
+        """The machine and GPUs planned, as `--dry-run --json` and the plan show them: the instance type
+        (the one `--gpu` picked included) and `gpu` as TYPE:COUNT per node (None where none)."""
+        gpu = getattr(self.estimate, "gpu", None)
+        if gpu is None and self.spec.accelerator and self.spec.gpus_per_node:
+            from gpucluster.catalog.gpus import lookup
+
+            known = lookup(self.spec.accelerator)
+            gpu = f"{known.name if known else self.spec.accelerator}:{self.spec.gpus_per_node}"
+        return {"instance_type": self.spec.instance_type, "gpu": gpu}
+
     def needs_job(self) -> JobSpec:
         """The job of a plan that has one (`Request.job`: run, exec, sweep; `up` plans none)."""
         if self.job is None:
@@ -139,6 +151,10 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
     from gpucluster.spec import normalize, resolve, validate
 
+    if req.gpu is not None and not backend.can(Capability.PROVISIONS):  # it picks a machine: only where one is made
+        raise UsageError(f"--gpu {req.gpu} is not allowed with --cloud {req.cloud}: it picks the machine to create "
+                         f"({' or '.join(req.provisioning) or 'aws or gcp'}); here the machines exist: use "
+                         "--gpus-per-node")
     spec = normalize(build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes), backend)
     validate(spec, backend)  # bad input is refused before anything is looked up
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
@@ -391,9 +407,14 @@ def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | N
     n = parse_int("nodes", str(nodes), low=1, high=max_nodes)  # the text as given, quoted
     g = None if req.gpus_per_node is None else parse_int("gpus per node", str(req.gpus_per_node), low=0,
                                                          high=MAX_GPUS_PER_NODE)
+    from gpucluster.catalog.gpus import combine
+
+    accelerator, g = combine(req.gpu, g)  # --gpu TYPE:COUNT; refused against a different --gpus-per-node
+    if g is not None and g > MAX_GPUS_PER_NODE:
+        raise UsageError(f"--gpu {req.gpu} is not allowed: at most {MAX_GPUS_PER_NODE} GPUs per node")
     return ClusterSpec(
         cloud=req.cloud, nodes=n, name=req.name or f"gpucluster-{req.cloud}", region=req.region, zone=req.zone,
-        instance_type=req.instance_type, gpus_per_node=g, spot=req.spot,
+        instance_type=req.instance_type, accelerator=accelerator, gpus_per_node=g, spot=req.spot,
         disk_gb=parse_int("disk size (GB)", str(req.disk_gb), low=DISK_GB[0], high=DISK_GB[1]),
         max_lifetime_minutes=parse_int("max lifetime (minutes)", str(req.max_lifetime or DEFAULT_LIFETIME_MINUTES),
                                        low=LIFETIME_MINUTES[0], high=LIFETIME_MINUTES[1]),

@@ -33,6 +33,7 @@ GENERIC_KEYS = {
     "zone": "zone",
     "instanceType": "instance_type",
     "accelerator": "accelerator",
+    "gpu": "gpu",  # TYPE[:COUNT], as --gpu: sets accelerator and gpus_per_node (the cloud picks the machine)
     "gpusPerNode": "gpus_per_node",
     "spot": "spot",
     "diskGb": "disk_gb",
@@ -110,6 +111,12 @@ def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpe
             f"stack {stack_name!r} has no {NAMESPACE}:cloud; set it, e.g. "
             f"`pulumi config set {NAMESPACE}:cloud aws -s {stack_name}`"
         )
+    if "gpu" in fields:
+        from gpucluster.catalog.gpus import combine
+
+        fields["accelerator"], fields["gpus_per_node"] = combine(
+            fields.pop("gpu"), fields.get("gpus_per_node"), fields.get("accelerator"),
+            flag=f"{NAMESPACE}:gpu", count_flag=f"{NAMESPACE}:gpusPerNode")
     fields.setdefault("nodes", 1)
     fields.setdefault("name", sanitize_name(stack_name))
     fields["tags"] = tuple(sorted(fields.get("tags", {}).items()))

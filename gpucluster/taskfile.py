@@ -49,6 +49,7 @@ KEYS: dict[str, Key] = {
     "resources.cloud": _key("cloud", STR),
     "resources.region": _key("region", STR),
     "resources.zone": _key("zone", STR),
+    "resources.gpu": _key("gpu", STR),
     "resources.instance_type": _key("instance_type", STR),
     "resources.nodes": _key("nodes", INT),
     "resources.gpus_per_node": _key("gpus_per_node", INT),

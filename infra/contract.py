@@ -146,6 +146,10 @@ def _no_ready_bound(spec: ClusterSpec) -> tuple[int, str] | None:
     return None
 
 
+def _no_shapes() -> list[dict[str, object]]:
+    return []
+
+
 def _no_link(spec: ClusterSpec) -> float | None:
     return None
 
@@ -165,6 +169,9 @@ class SpecRules:
     # the bandwidth (Gbit/s) one flow between two of the shape's nodes should reach; the health
     # check's expectation for every node pair (None: unknown, not judged)
     link_gbps: Callable[[ClusterSpec], float | None] = _no_link
+    # the machines it can create that carry GPUs, each {"machine", "gpu", "gpus", "regions", "on_demand"}:
+    # what `--gpu` chooses among and `gpucluster gpus` lists (none: a backend that creates no machines)
+    gpu_shapes: Callable[[], list[dict[str, object]]] = _no_shapes
 
 
 @dataclass(frozen=True)

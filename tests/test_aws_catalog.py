@@ -40,8 +40,38 @@ FACTS = {
 }
 
 
+# issue 42: the current GPU families (moto 5.2.5 DescribeInstanceTypes; FACTS.md, gathered 2026-11-28)
+GPU_FACTS = {  # type: (gpu, gpus, MiB per GPU, vcpus, GiB, most EFA interfaces, quota class)
+    "g6.xlarge": ("L4", 1, 22888, 4, 16, 0, "G"),
+    "g6.48xlarge": ("L4", 8, 22888, 192, 768, 1, "G"),
+    "g6e.xlarge": ("L40S", 1, 45776, 4, 32, 0, "G"),
+    "g6e.48xlarge": ("L40S", 8, 45776, 192, 1536, 4, "G"),
+    "p4d.24xlarge": ("A100", 8, 40960, 96, 1152, 4, "P"),
+    "p4de.24xlarge": ("A100-80GB", 8, 81920, 96, 1152, 4, "P"),
+    "p5.4xlarge": ("H100", 1, 81920, 16, 256, 1, "P"),
+    "p5.48xlarge": ("H100", 8, 81920, 192, 2048, 32, "P"),
+    "p5e.48xlarge": ("H200", 8, 144384, 192, 2048, 32, "P"),
+    "p5en.48xlarge": ("H200", 8, 144384, 192, 2048, 16, "P"),
+    "p6-b200.48xlarge": ("B200", 8, 183359, 192, 2048, 8, "P"),
+}
+
+
+def test_catalog_has_every_gpu_family_with_the_sourced_specs_and_zones():
+    assert set(GPU_FACTS) <= set(catalog.INSTANCE_TYPES)
+    assert {t.family for t in catalog.INSTANCE_TYPES.values()} == {
+        "g5", "g6", "g6e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200"}
+    for name, (gpu, n, mib, vcpus, gib, efa, klass) in GPU_FACTS.items():
+        t = catalog.INSTANCE_TYPES[name]
+        assert (t.gpu_model, t.gpus, t.gpu_memory_mib, t.vcpus, t.memory_gib, t.efa_interfaces, t.quota_class) == (
+            gpu, n, mib, vcpus, gib, efa, klass), name
+    p5 = catalog.INSTANCE_TYPES["p5.48xlarge"]
+    assert p5.zones_in("us-east-1") == tuple(f"us-east-1{z}" for z in "abcdef") and p5.efa_default
+    assert catalog.INSTANCE_TYPES["p5e.48xlarge"].zones_in("us-east-1") == ()  # p5e: us-east-2, us-west-2, ...
+    assert not catalog.INSTANCE_TYPES["g6.48xlarge"].efa_default  # EFA on by default only where made for it
+
+
 def test_catalog_has_the_eight_g5_sizes_with_the_sourced_specs():
-    assert set(catalog.INSTANCE_TYPES) == set(FACTS)
+    assert set(FACTS) <= set(catalog.INSTANCE_TYPES)
     for name, (gpus, vcpus, ram, efa) in FACTS.items():
         t = catalog.INSTANCE_TYPES[name]
         assert (t.gpus, t.vcpus, t.memory_gib, t.efa) == (gpus, vcpus, ram, efa), name
@@ -49,7 +79,7 @@ def test_catalog_has_the_eight_g5_sizes_with_the_sourced_specs():
         for region in ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1"):
             assert region in t.regions
     assert catalog.INSTANCE_TYPES["g5.48xlarge"].total_gpu_memory_mib == 8 * 22888
-    assert catalog.SOURCE_DATE == "2026-11-22"
+    assert catalog.SOURCE_DATE == "2026-11-28"
 
 
 def test_a_good_spec_passes_through_the_generic_validate():
@@ -67,8 +97,8 @@ def test_unknown_type_suggests_the_close_one():
     with pytest.raises(SpecError, match=r'did you mean "g5\.xlarge"') as exc:
         validate(aws_spec(instance_type="g5.xlarg"))
     assert "'g5.xlarg'" in str(exc.value)
-    with pytest.raises(SpecError, match="p4d.24xlarge"):
-        validate(aws_spec(instance_type="p4d.24xlarge"))
+    with pytest.raises(SpecError, match="p3.2xlarge"):
+        validate(aws_spec(instance_type="p3.2xlarge"))
 
 
 def test_region_where_g5_is_not_offered_is_refused_with_the_list():

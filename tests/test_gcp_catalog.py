@@ -73,8 +73,14 @@ def test_gpu_counts_other_than_1_2_4_8_refused(count):
 
 
 def test_other_accelerators_refused():
-    with pytest.raises(SpecError, match="'nvidia-tesla-t4'.*nvidia-tesla-v100"):
-        validate(spec(accelerator="nvidia-tesla-t4"))
+    # issue 42: T4 is a GKE GPU now (N1 + attached T4); K80 is not known, A10G is not on GKE
+    assert validate(spec(accelerator="nvidia-tesla-t4")) == []
+    from gpucluster.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"gpu 'nvidia-tesla-k80' is not known.*known GPUs: T4, V100"):
+        validate(spec(accelerator="nvidia-tesla-k80"))
+    with pytest.raises(SpecError, match=r"gpu A10G is not offered on gcp.*it is on aws"):
+        validate(spec(accelerator="A10G", instance_type=None, gpus_per_node=1))
 
 
 def test_unknown_or_non_n1_machine_type_refused_with_suggestion():

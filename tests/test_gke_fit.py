@@ -20,13 +20,14 @@ from gpucluster.domain import Cluster  # noqa: E402
 
 from gpucluster.events import NullEvents  # noqa: E402
 from gpucluster.infra.gcp import gke  # noqa: E402
-from gpucluster.infra.gcp.catalog import DEFAULT_MACHINE_TYPE, N1_MACHINE_TYPES, n1_shape  # noqa: E402
+from gpucluster.infra.gcp import shapes  # noqa: E402
+from gpucluster.infra.gcp.catalog import DEFAULT_MACHINE_TYPE, N1_MACHINE_TYPES, machine_shape, n1_shape  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s, manifests, plan as k8s_plan  # noqa: E402
 
 
-@pytest.mark.parametrize("machine", sorted(N1_MACHINE_TYPES))
-def test_every_n1_shape_fits_its_real_node_with_gkes_daemonsets_on_it(machine):
-    vcpus, gib = n1_shape(machine)
+@pytest.mark.parametrize("machine", sorted(N1_MACHINE_TYPES) + sorted(shapes.BY_NAME))
+def test_every_gpu_machine_shape_fits_its_real_node_with_gkes_daemonsets_on_it(machine):
+    vcpus, gib = machine_shape(machine)
     requests = gke.pod_requests(machine)
     if not requests:  # too small a machine to ask anything of: the pod asks nothing (and fits)
         return

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 pytest.importorskip("kubernetes")
 
 from gpucluster.infra.gcp import gke  # noqa: E402
-from gpucluster.infra.gcp.gke import GKE  # noqa: E402
+from gpucluster.infra.gcp.gke import GKE, LEGACY_GPU_IMAGE  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s, manifests as k8s_manifests, plan as k8s_plan  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.domain import Cluster, Node  # noqa: E402
@@ -98,7 +98,8 @@ def test_job_manifest_indexed_backoff_restart_and_deadline(plan):
 def test_pod_requests_all_gpus_tolerates_taint_and_spreads(plan):
     pod = k8s_manifests.job_manifest(plan).spec.template.spec
     (c,) = pod.containers
-    assert c.name == "pytorch" and c.image == k8s_plan.DEFAULT_IMAGE
+    # GKE's V100 pool: the CUDA 12.6 build by the GPU's generation (issue 42; gcp/gke.py default_image)
+    assert c.name == "pytorch" and c.image == LEGACY_GPU_IMAGE
     assert c.resources.limits == {"nvidia.com/gpu": "4"}
     assert c.command == ["python", "/gpucluster/entry.py"]
     (t,) = pod.tolerations

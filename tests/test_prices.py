@@ -31,8 +31,11 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     cat = P.load_catalog(False)
     assert cat.warnings == []
     for row in cat.rows.values():
-        # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25
-        assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else "2026-11-22")
+        # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25; the GPU
+        # families of issue 42 (g6, g6e, p4d, p4de, p5, p5e, p5en, p6-b200) on 2026-11-28
+        new = row.gpu not in (None, "A10G", "V100") or row.item.startswith(("g2-", "a2-", "a3-"))
+        first = "2026-11-28" if new else "2026-11-22"
+        assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else first)
         assert isinstance(row.price, Decimal)
     ipv4 = cat.get("aws", "eu-west-1", "ipv4", "public")  # region "*": every region
     assert ipv4.price == Decimal("0.005") and ipv4.unit == "address-hour" and "2024-02-01" in ipv4.source
@@ -72,8 +75,9 @@ def test_lookup_errors_name_the_value_and_suggest():
         cat.get("aws", "us-west-3", "instance", "g5.xlarge")
     with pytest.raises(UsageError, match="spot prices for g5.xlarge exist in: us-east-1"):
         cat.get("aws", "eu-west-1", "instance", "g5.xlarge", "spot")
-    with pytest.raises(UsageError, match="gpu 'T4' is not allowed"):
-        cat.select(gpu="T4")
+    with pytest.raises(UsageError, match="gpu 'K80' is not allowed"):
+        cat.select(gpu="K80")
+    assert {r.gpu for r in cat.select(gpu="nvidia-tesla-t4")} == {"T4"}  # GKE's name for it (issue 42)
     assert {r.gpu for r in cat.select(gpu="v100")} == {"V100"}
 
 
@@ -232,7 +236,8 @@ def test_refresh_aws_with_stubbed_clients_writes_user_catalog(home):
                         now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
         ps.assert_no_pending_responses()
         es.assert_no_pending_responses()
-    assert out["rows"] == 10 and out["date"] == "2026-12-01"
+    known = {r.item for r in P.load_catalog(False).rows.values() if r.cloud == "aws" and r.kind == "instance"}
+    assert out["rows"] == len(known) + 2 and out["date"] == "2026-12-01"  # every type, gp3, the one spot row
     cat = P.load_catalog()
     g12 = cat.get("aws", "us-east-1", "instance", "g5.12xlarge")
     assert g12.origin == "user" and g12.date == "2026-12-01" and "Price List API" in g12.source
@@ -302,6 +307,28 @@ def test_parse_gcp_skus():
     assert n16.price == Decimal("0.031611") * 16 + Decimal("0.004237") * 60 and n16.source.startswith("derived")
     assert not any(k[1] == "europe-west4" for k in rows)  # not asked for
     assert len([k for k in rows if k[2] == "gpu"]) == 2  # commitment SKU ignored
+
+
+def test_parse_gcp_skus_for_the_gke_gpus_and_their_hosts():
+    # issue 42: `prices refresh --cloud gcp` covers the GPUs and the G2/A2/A3 hosts (descriptions as the
+    # Cloud Billing Catalog lists them; the prices here are made up)
+    skus = [_sku("Nvidia L4 GPU running in Americas", ["us-central1"], 0, 560040000),
+            _sku("Nvidia H100 80GB GPU running in Americas", ["us-central1"], 9, 796550569),
+            _sku("Spot Preemptible Nvidia H100 80GB GPU running in Americas", ["us-central1"], 2, 992600000,
+                 usage="Preemptible"),
+            _sku("Nvidia Tesla A100 GPU running in Americas", ["us-central1"], 2, 933908000),
+            _sku("Nvidia A100 80GB GPU running in Americas", ["us-central1"], 3, 928080000),
+            _sku("Commitment v1: Nvidia L4 GPU running in Americas for 1 Year", ["us-central1"], 0, 100000000),
+            _sku("A3 Instance Core running in Americas", ["us-central1"], 0, 30000000),
+            _sku("A3 Instance Ram running in Americas", ["us-central1"], 0, 2000000, unit="GiBy.h")]
+    rows = {r.key: r for r in gcp_prices.parse_gcp_skus(skus, ["us-central1"], "2026-12-01")}
+    gpu = {(k[3], k[4]): r.price for k, r in rows.items() if k[2] == "gpu"}
+    assert gpu == {("L4", "on-demand"): Decimal("0.56004"), ("H100", "on-demand"): Decimal("9.796550569"),
+                   ("H100", "spot"): Decimal("2.9926"), ("A100", "on-demand"): Decimal("2.933908"),
+                   ("A100-80GB", "on-demand"): Decimal("3.92808")}  # the commitment SKU is not a price
+    host = rows[("gcp", "us-central1", "instance", "a3-highgpu-8g", "on-demand")]
+    assert host.price == Decimal("0.03") * 208 + Decimal("0.002") * 1872 and host.source.startswith("derived")
+    assert ("gcp", "us-central1", "instance", "a2-highgpu-1g", "on-demand") not in rows  # no A2 SKUs given
 
 
 def test_refresh_gcp_with_fake_client(home):

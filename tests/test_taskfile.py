@@ -149,6 +149,14 @@ run: [python, train.py]
     assert captured and req.command == ("python", "train.py")
 
 
+def test_the_gpu_key_reaches_its_flag(captured, project):
+    # issue 42: resources.gpu is --gpu TYPE[:COUNT] (the cloud picks the machine)
+    task = write(project, "resources:\n  cloud: aws\n  gpu: H100:8\n  nodes: 2\nrun: python train.py\n", "gpu.yaml")
+    req = request(captured, "run", str(task))
+    assert (req.gpu, req.instance_type) == ("H100:8", None)
+    assert request(captured, "run", str(task), "--gpu", "L4:4").gpu == "L4:4"  # the flag wins
+
+
 def test_every_ssh_and_gcp_key_reaches_its_flag(captured, project):
     task = write(project, "resources:\n  cloud: ssh\n  hosts: [ubuntu@10.0.0.5, 'ubuntu@10.0.0.6:2222']\n"
                           "ssh:\n  identity: id_key\n  known_hosts: known\nrun: python train.py\n")

@@ -63,8 +63,8 @@ UNITS = {
     "cluster-fee": "cluster-hour",
     "ipv4": "address-hour",
 }
-# The GPU names as users type them (--gpu) mapped to what the catalog calls them.
-GPU_ALIASES = {"v100": "V100", "nvidia-tesla-v100": "V100", "a10g": "A10G", "a10": "A10G"}
+# The GPU names as users type them (--gpu) mapped to what the catalog calls them: gpucluster.catalog.gpus
+# (case-insensitive names and aliases, GKE's accelerator names included).
 
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _KEY_FIELDS = ("cloud", "region", "kind", "item", "market")
@@ -256,9 +256,14 @@ class Catalog:
         return min(dates) if dates else ""
 
 
-def normalize_gpu(name: str, known: Iterable[str] = ("A10G", "V100")) -> str:
-    known = list(known)
-    canonical = GPU_ALIASES.get(str(name).lower(), str(name))
+def normalize_gpu(name: str, known: Iterable[str] | None = None) -> str:
+    """The catalog's name of a GPU (`gpus.lookup`: any case, aliases, GKE's accelerator names), one of
+    `known` (default: every GPU gpucluster knows); UsageError naming the allowed ones."""
+    from gpucluster.catalog.gpus import GPUS, lookup
+
+    known = list(GPUS) if known is None else list(known)
+    gpu = lookup(str(name))
+    canonical = gpu.name if gpu is not None else str(name)
     if canonical not in known:
         raise UsageError(not_allowed("gpu", name, known))
     return canonical

@@ -40,6 +40,8 @@ class Estimate:
     # what the catalog lacked for this spec and what was used or left out instead (a price borrowed
     # from another region, an unpriced pool): a run's plan prints these under its estimate line
     gaps: list[str] = field(default_factory=list)
+    instance_type: str | None = None  # the machine priced (EC2 type / GCE machine type), `--gpu`'s pick included
+    gpu: str | None = None  # TYPE:COUNT per node, e.g. H100:8
 
     def render_line(self) -> str:
         """One line for a plan: total, hourly, the items, the price date."""
@@ -73,7 +75,7 @@ class Estimate:
                 "market": self.market, "lines": self.lines, "hourly": str(self.hourly), "total": str(self.total),
                 "price_date": self.price_date, "gpus": self.gpus,
                 "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
-                "notes": self.notes, "currency": "USD"}
+                "notes": self.notes, "currency": "USD", "instance_type": self.instance_type, "gpu": self.gpu}
 
 
 def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
@@ -180,4 +182,6 @@ def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog
     return Estimate(cloud=spec.cloud, region=planned.region, nodes=planned.nodes, hours=hours, market=planned.market,
                     lines=lines, hourly=hourly, total=total, price_date=cost["price_date"], gpus=gpus,
                     per_gpu_hour=(gpu_hourly / gpus) if gpus else None, notes=notes, snapshot=snapshot,
-                    gaps=list(planned.notes))
+                    gaps=list(planned.notes), instance_type=planned.machine.item if planned.machine else None,
+                    gpu=f"{planned.gpu_name}:{planned.gpus_per_node}" if planned.gpu_name and planned.gpus_per_node
+                    else None)

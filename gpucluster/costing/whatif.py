@@ -32,7 +32,7 @@ def _run_shape(run: RunRow, catalog: Catalog | None,
         gpu = chosen.gpu_of(itype, catalog) or gpu  # aws: the GPU the instance type carries
     if gpu:
         try:
-            gpu = normalize_gpu(gpu, ("A10G", "V100"))
+            gpu = normalize_gpu(gpu)  # any GPU gpucluster knows, by its catalog name
         except UsageError:
             pass
     return cloud, itype, gpu, run.gpus_per_node

@@ -1,15 +1,14 @@
-"""The EC2 g5 catalog (NVIDIA A10G) and the AWS part of spec validation.
+"""The EC2 catalog (g5 A10G, g6 L4, g6e L40S, p4d/p4de A100, p5 H100, p5e/p5en H200, p6-b200 B200),
+`--gpu` selection and the AWS part of spec validation.
 
-Sources, read 2026-11-22:
+Sources:
 
-- Instance facts (GPUs, GPU memory, vCPUs, memory, EFA, cluster placement, spot): the EC2
-  instance-type data bundled in moto 5.2.5 (`moto/ec2/resources/instance_types.json.gz`, a dump
-  of EC2 DescribeInstanceTypes); they agree with ../shared/reference/FACTS.md (SkyPilot catalog
-  v8, catalogs/v8/aws/vms.csv).
-- Regions: the per-region DescribeInstanceTypeOfferings dumps bundled in moto 5.2.5
-  (`moto/ec2/resources/instance_type_offerings/region/*.json.gz`). Every g5 size is listed in
-  the same 19 regions there. Regions that dump does not cover (or that added g5 later) are
-  refused here: pass the option `allowUnlistedRegion=true` to try one anyway.
+- Instance facts and the zones offering each type: shapes.py (the EC2 DescribeInstanceTypes and
+  DescribeInstanceTypeOfferings dumps bundled in moto 5.2.5, read 2026-11-28). Regions that dump
+  does not list for a type are refused here: pass the option `allowUnlistedRegion=true` to try one
+  anyway.
+- `--gpu TYPE:COUNT` picks the cheapest type in the region with exactly COUNT of that GPU, by the
+  price catalog's row for the run's market (gpucluster/catalog/data/prices.json, dated rows).
 - Spot inside a cluster placement group must terminate (not stop or hibernate) on interruption
   (FACTS.md, AWS EC2 user guide on placement groups).
 
@@ -28,8 +27,7 @@ from gpucluster.spec import parse_bool, parse_minutes
 if TYPE_CHECKING:  # pragma: no cover
     from gpucluster.spec import ClusterSpec
 
-SOURCE = "moto 5.2.5 bundled EC2 DescribeInstanceTypes/DescribeInstanceTypeOfferings data"
-SOURCE_DATE = "2026-11-22"
+from .shapes import SOURCE, SOURCE_DATE  # noqa: E402,F401
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
@@ -63,63 +61,10 @@ CHECKIP_TIMEOUT_S = 5.0
 # Spot inside a cluster placement group must terminate on interruption.
 SPOT_INTERRUPTION_BEHAVIORS = ("terminate",)
 
-G5_REGIONS: tuple[str, ...] = (
-    "ap-east-1",
-    "ap-northeast-1",
-    "ap-northeast-2",
-    "ap-south-1",
-    "ap-southeast-2",
-    "ap-southeast-3",
-    "ca-central-1",
-    "eu-central-1",
-    "eu-north-1",
-    "eu-south-2",
-    "eu-west-1",
-    "eu-west-2",
-    "eu-west-3",
-    "il-central-1",
-    "me-central-1",
-    "sa-east-1",
-    "us-east-1",
-    "us-east-2",
-    "us-west-2",
-)
+# The shapes (every GPU family gpucluster creates) live in shapes.py with their sources and dates.
+from .shapes import INSTANCE_TYPES, InstanceType, shapes_for  # noqa: E402,F401 - re-exported
 
-
-@dataclass(frozen=True)
-class InstanceType:
-    name: str
-    gpus: int
-    gpu_memory_mib: int  # per GPU, as the driver reports it
-    vcpus: int
-    memory_gib: int
-    efa: bool
-    network: str
-    regions: tuple[str, ...] = G5_REGIONS
-    gpu_model: str = "A10G"
-
-    @property
-    def total_gpu_memory_mib(self) -> int:
-        return self.gpus * self.gpu_memory_mib
-
-
-def _g5(name: str, gpus: int, vcpus: int, memory_gib: int, efa: bool, network: str) -> InstanceType:
-    return InstanceType(name, gpus, 22888, vcpus, memory_gib, efa, network)
-
-
-INSTANCE_TYPES: dict[str, InstanceType] = {
-    t.name: t
-    for t in (
-        _g5("g5.xlarge", 1, 4, 16, False, "up to 10 Gigabit"),
-        _g5("g5.2xlarge", 1, 8, 32, False, "up to 10 Gigabit"),
-        _g5("g5.4xlarge", 1, 16, 64, False, "up to 25 Gigabit"),
-        _g5("g5.8xlarge", 1, 32, 128, True, "25 Gigabit"),
-        _g5("g5.12xlarge", 4, 48, 192, True, "40 Gigabit"),
-        _g5("g5.16xlarge", 1, 64, 256, True, "25 Gigabit"),
-        _g5("g5.24xlarge", 4, 96, 384, True, "50 Gigabit"),
-        _g5("g5.48xlarge", 8, 192, 768, True, "100 Gigabit"),
-    )
-}
+G5_REGIONS: tuple[str, ...] = INSTANCE_TYPES["g5.xlarge"].regions
 
 
 # One flow (a 5-tuple) between two instances of a cluster placement group (every gpucluster cluster
@@ -162,6 +107,9 @@ def resolve(spec: "ClusterSpec") -> "ClusterSpec":
 
 
 def instance_type_of(spec: "ClusterSpec") -> InstanceType:
+    """The spec's type: the one named, else the one `--gpu` picks (`select_type`), else the default."""
+    if spec.instance_type is None and spec.accelerator is not None:
+        return select_type(spec)
     name = spec.instance_type or DEFAULT_INSTANCE_TYPE
     try:
         return INSTANCE_TYPES[name]
@@ -169,8 +117,28 @@ def instance_type_of(spec: "ClusterSpec") -> InstanceType:
         raise SpecError(not_allowed("aws instance type", name, list(INSTANCE_TYPES))) from None
 
 
+def select_type(spec: "ClusterSpec") -> InstanceType:
+    """`--gpu TYPE:COUNT`: the cheapest type in the spec's region with exactly COUNT of that GPU, by
+    the price catalog's row for the spec's market (gpucluster.catalog.select.pick)."""
+    from gpucluster.catalog import gpus
+    from gpucluster.catalog.prices import load_catalog
+    from gpucluster.catalog.select import pick
+
+    gpu = gpus.normalize(str(spec.accelerator))
+    prices = load_catalog()
+
+    def price_of(t: InstanceType, region: str, market: str) -> Any:
+        row = prices.find("aws", region, "instance", t.name, market)
+        return None if row is None else row.price
+
+    chosen = pick("aws", gpu, int(spec.gpus_per_node or 1), region_of(spec), list(INSTANCE_TYPES.values()),
+                  price_of, market="spot" if spec.spot else "on-demand", catalog=prices)
+    return INSTANCE_TYPES[chosen.name]
+
+
 def efa_requested(spec: "ClusterSpec") -> bool:
-    return flag(spec, "efa")
+    """Option efa; without it, on for a multi-node cluster of a shape made for EFA (the P shapes)."""
+    return flag(spec, "efa", instance_type_of(spec).efa_default and spec.nodes > 1)
 
 
 def idle_minutes(spec: "ClusterSpec") -> int | None:
@@ -233,12 +201,21 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
                 not_allowed("aws availability zone", spec.zone, f"a zone of {region}, such as {region}a")
             )
 
-    if spec.accelerator is not None and spec.accelerator.lower() not in (ACCELERATOR, "a10g"):
-        raise SpecError(
-            not_allowed("aws accelerator", spec.accelerator, f"{ACCELERATOR} (implied by the g5 type)")
-        )
+    if spec.accelerator is not None:
+        from gpucluster.catalog import gpus
+
+        gpu = gpus.normalize(spec.accelerator)
+        if gpu != itype.gpu_model:
+            with_gpu = [t.name for t in INSTANCE_TYPES.values() if t.gpu_model == gpu]
+            asked = f"{gpu}:{spec.gpus_per_node}" if spec.gpus_per_node else gpu
+            raise SpecError(
+                f"gpu {asked} (--gpu, or accelerator {spec.accelerator!r}) contradicts instance type {itype.name} "
+                f"(--instance-type, {itype.gpus} × {itype.gpu_model}): give one of them"
+                + (f"; types with {gpu}: {', '.join(with_gpu)}" if with_gpu else f"; aws has no {gpu}")
+            )
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != itype.gpus:
-        sizes = [t.name for t in INSTANCE_TYPES.values() if t.gpus == int(spec.gpus_per_node)]
+        sizes = [t.name for t in INSTANCE_TYPES.values()
+                 if t.gpus == int(spec.gpus_per_node) and t.gpu_model == itype.gpu_model]
         allowed = f"{itype.gpus} (what {itype.name} carries)"
         if sizes:
             allowed += f"; types with {spec.gpus_per_node} GPUs: {', '.join(sizes)}"
@@ -247,7 +224,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
     if spec.disk_type is not None and spec.disk_type not in DISK_TYPES:
         raise SpecError(not_allowed("aws root disk type", spec.disk_type, DISK_TYPES))
 
-    if efa_requested(spec):
+    if option(spec, "efa") is not None and efa_requested(spec):
         if not itype.efa:
             efa_types = [t.name for t in INSTANCE_TYPES.values() if t.efa]
             raise SpecError(

@@ -102,7 +102,8 @@ def zones_offering(region: str, instance_type: str | None) -> list[str]:
 def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None
                    ) -> tuple[str | None, list[str], str]:
     """(the zone that ran out, the zones to try next, the instance type) from an EC2 capacity error:
-    the zones AWS's message suggests, else the region's zones offering the type."""
+    the zones AWS's message suggests, else the region's zones offering the type (EC2's answer, else the
+    shipped catalog's zones for the type: the failover stays inside the zones that have it)."""
     itype = getattr(spec, "instance_type", None)
     m = re.search(r"Availability Zone you requested \((" + AZ + r")\)", text)
     zone = m.group(1) if m else None
@@ -116,6 +117,11 @@ def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None]
     if not suggested or zone is None:
         region = getattr(spec, "region", None) or region_of_zone(zone)
         offering = (zone_lister or zones_offering)(region, itype) if region else []
+        if not offering and region and itype:  # EC2 not asked or not answering: the shipped offerings' zones
+            from .shapes import INSTANCE_TYPES
+
+            known = INSTANCE_TYPES.get(itype)
+            offering = list(known.zones_in(region)) if known else []
         if zone is None and offering:
             # the message names no zone and the spec set none: the program launched in the first
             # zone (by name) offering the type (component._first_zone_offering), so that one failed

@@ -12,7 +12,7 @@ from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 
-from . import TRAITS, catalog, doctor, engine, failures, leftovers, liveness, outputs, prices, s3
+from . import TRAITS, catalog, doctor, engine, failures, leftovers, liveness, outputs, prices, s3, shapes
 from .preflight import credentials_check, preflight
 
 
@@ -81,7 +81,7 @@ PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within,
-                   link_gbps=catalog.link_gbps),
+                   link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off

@@ -2,9 +2,11 @@
 anything is created (after the plan, before `pulumi up`), and the same checks for `doctor`.
 
 - credentials: STS `GetCallerIdentity`;
-- the vCPU quota of the run's market in the run's region, against what the cluster needs plus the
-  G/VT vCPUs already running there: "Running On-Demand G and VT instances" (L-DB2E81BA) or "All G
-  and VT Spot Instance Requests" (L-3819A6DF). EC2 counts these quotas in vCPUs
+- the vCPU quota of the run's market and the type's quota class in the run's region, against what
+  the cluster needs plus the vCPUs of that class already running there: for g* types "Running
+  On-Demand G and VT instances" (L-DB2E81BA) or "All G and VT Spot Instance Requests" (L-3819A6DF),
+  for p* types "Running On-Demand P instances" (L-417A185B) or "All P Spot Instance Requests"
+  (L-7212CCBC). EC2 counts these quotas in vCPUs
   (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html);
 - the AMI the program would pick (the same name filter, owner `amazon`, newest) and its root
   snapshot size, against `--disk-gb` (RunInstances refuses a root volume smaller than the
@@ -37,13 +39,20 @@ from . import catalog
 
 GVT_ON_DEMAND = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 GVT_SPOT = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
-QUOTA_NAMES = {GVT_ON_DEMAND: "Running On-Demand G and VT instances", GVT_SPOT: "All G and VT Spot Instance Requests"}
+P_ON_DEMAND = "L-417A185B"  # Running On-Demand P instances (vCPUs)
+P_SPOT = "L-7212CCBC"  # All P Spot Instance Requests (vCPUs)
+QUOTA_NAMES = {GVT_ON_DEMAND: "Running On-Demand G and VT instances", GVT_SPOT: "All G and VT Spot Instance Requests",
+               P_ON_DEMAND: "Running On-Demand P instances", P_SPOT: "All P Spot Instance Requests"}
+# quota class (shapes.InstanceType.quota_class) -> (on-demand code, spot code); the same source as above
+QUOTA_CODES = {"G": (GVT_ON_DEMAND, GVT_SPOT), "P": (P_ON_DEMAND, P_SPOT)}
 # Regions that are disabled until the account opts in (those of the shipped g5 catalog), from
 # https://docs.aws.amazon.com/accounts/latest/reference/manage-acct-regions.html
 OPT_IN_REGIONS = ("ap-east-1", "ap-southeast-3", "eu-south-2", "il-central-1", "me-central-1")
 AMI_OWNERS = ("amazon",)
 NO_DEFAULT_VPC = ("VPCIdNotSpecified", "MissingInput")
 GVT_FAMILY = re.compile(r"(g|gr|vt)\d")  # g4dn, g5, g5g, g6e, gr6, vt1: the families these quotas count
+P_FAMILY = re.compile(r"p\d")  # p3, p4d, p4de, p5, p5e, p5en, p6-b200: the families the P quotas count
+FAMILIES = {"G": GVT_FAMILY, "P": P_FAMILY}
 
 
 class PreflightError(SpecError):
@@ -59,8 +68,14 @@ def _code(exc: Exception) -> tuple[str, str]:
     return str(err.get("Code") or type(exc).__name__), str(err.get("Message") or exc).split("\n")[0][:300]
 
 
+def quota_class(spec: Any) -> str:
+    """'G' or 'P': which EC2 vCPU quotas the spec's instance type counts against."""
+    return catalog.instance_type_of(spec).quota_class
+
+
 def quota_code(spec: Any) -> str:
-    return GVT_SPOT if spec.spot else GVT_ON_DEMAND
+    on_demand, spot = QUOTA_CODES[quota_class(spec)]
+    return spot if spec.spot else on_demand
 
 
 def _clients(session: Any, region: str) -> Any:
@@ -83,15 +98,17 @@ def quota_value(sq: Any, code: str) -> float:
     return float(sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
 
 
-def running_vcpus(ec2: Any, spot: bool) -> int:
-    """vCPUs of the G and VT instances pending or running in the region, of one market (the
-    quotas count those: on-demand ones against L-DB2E81BA, spot ones against L-3819A6DF)."""
+def running_vcpus(ec2: Any, spot: bool, klass: str = "G") -> int:
+    """vCPUs of the instances of one quota class (G and VT, or P) pending or running in the region, of
+    one market (the quotas count those: G on-demand against L-DB2E81BA, spot against L-3819A6DF; P
+    on-demand against L-417A185B, spot against L-7212CCBC)."""
+    family = FAMILIES[klass]
     found: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(Filters=[
         {"Name": "instance-state-name", "Values": ["pending", "running"]}])
     for page in pages:
         for res in page.get("Reservations", []):
-            found += [i for i in res.get("Instances", []) if GVT_FAMILY.match(i.get("InstanceType", ""))
+            found += [i for i in res.get("Instances", []) if family.match(i.get("InstanceType", ""))
                       and (i.get("InstanceLifecycle") == "spot") == spot]
     known = {name: t.vcpus for name, t in catalog.INSTANCE_TYPES.items()}
     unknown = sorted({i["InstanceType"] for i in found if i["InstanceType"] not in known and not i.get("CpuOptions")})
@@ -150,7 +167,7 @@ def first_zone(ec2: Any, itype: str) -> str | None:
 def launch_request(spec: Any, image: dict[str, Any], zone: str | None) -> dict[str, Any]:
     """The RunInstances request of the whole cluster (every node in one call, MinCount=MaxCount)."""
     req: dict[str, Any] = {
-        "DryRun": True, "ImageId": image["ImageId"], "InstanceType": spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE,
+        "DryRun": True, "ImageId": image["ImageId"], "InstanceType": catalog.instance_type_of(spec).name,
         "MinCount": spec.nodes, "MaxCount": spec.nodes,
         "BlockDeviceMappings": [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": {
             "VolumeSize": int(spec.disk_gb or 100), "VolumeType": "gp3", "Encrypted": True,
@@ -199,7 +216,7 @@ def _dry_run_verdict(code: str, msg: str, region: str, spec: Any, what: str) -> 
 
 
 def _vcpus(spec: Any) -> int:
-    return catalog.INSTANCE_TYPES[spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE].vcpus
+    return catalog.instance_type_of(spec).vcpus
 
 
 def _identity(client: Any, region: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -245,7 +262,7 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
 
     out.append(permissions_check(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or "")))
     ec2 = client("ec2")
-    itype = spec.instance_type or catalog.DEFAULT_INSTANCE_TYPE
+    itype = catalog.instance_type_of(spec).name
     need = spec.nodes * _vcpus(spec)
     code = quota_code(spec)
     qname = f"EC2 quota {code} ({region})"
@@ -257,7 +274,7 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
                                        "servicequotas:GetServiceQuota); the dry run below still checks the launch"))
     if quota is not None:
         try:
-            used, seen = running_vcpus(ec2, bool(spec.spot)), ""
+            used, seen = running_vcpus(ec2, bool(spec.spot), quota_class(spec)), ""
         except (BotoCoreError, ClientError) as exc:
             used, seen = 0, f" (running instances not visible: {_code(exc)[0]})"
         free = int(quota) - used

@@ -162,7 +162,7 @@ def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: 
 def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
                free_tier: bool | None = None) -> PricedRows:
     """The instance row (GPUs included in its price); a GPU count the type does not carry is refused."""
-    itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
+    itype = _type_of(spec)
     machine = catalog.get("aws", region, "instance", itype, market)
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != machine.gpus:
         same = [t for t in catalog.items("aws", "instance")
@@ -174,6 +174,15 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     return PricedRows(machine=machine, gpus_per_node=machine.gpus, gpu_name=machine.gpu)
 
 
+def _type_of(spec: ClusterSpec) -> str:
+    """The type named, else the one `--gpu` picks (catalog.select_type), else the default."""
+    if spec.instance_type is None and spec.accelerator is not None:
+        from .catalog import instance_type_of
+
+        return instance_type_of(spec).name
+    return spec.instance_type or DEFAULT_INSTANCE_TYPE
+
+
 def instance_price(catalog: Catalog, region: str, item: str, market: str) -> PriceRow:
     return catalog.get("aws", region, "instance", item, market)
 
@@ -183,7 +192,7 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
     with its root volume (deleted with it) and its public IPv4 address (assigned at launch, billed
     per address-hour): what engine.resource_detail records for the fleet."""
     disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
-    itype = spec.instance_type or DEFAULT_INSTANCE_TYPE
+    itype = _type_of(spec)
     return [{"kind": "fleet", "name": f"{spec.name}-fleet",
              "detail": {"instance_type": itype, "node_count": int(spec.nodes), "spot": spec.spot, "public_ipv4": 1,
                         "availability_zone": spec.zone, **disk}}]
@@ -200,5 +209,11 @@ def region_note(region: str) -> str | None:
 
 
 def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
+    """The GPU the type carries: its price rows', else the shipped shapes' (a type with no price row)."""
+    from .shapes import INSTANCE_TYPES
+
     row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
-    return row.gpu if row else None
+    if row is not None and row.gpu:
+        return row.gpu
+    shape = INSTANCE_TYPES.get(instance_type)
+    return shape.gpu_model if shape else None

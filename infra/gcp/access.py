@@ -208,9 +208,10 @@ _GKE_QUOTA_RE = re.compile(r"Insufficient (?:(?P<scope>regional|global|zonal) )?
 
 
 def v100_regions(spec: Any = None) -> list[str]:
+    """The regions offering the spec's GPU pool shape (V100 without a spec; the name is the old one)."""
     from gpucluster.infra.gcp import catalog
 
-    zones = catalog.v100_zones(spec) if spec is not None else catalog.DEFAULT_V100_ZONES
+    zones = catalog.pool_zones(spec) if spec is not None else catalog.DEFAULT_V100_ZONES
     return sorted({catalog.region_of(z) for z in zones})
 
 
@@ -240,7 +241,7 @@ def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
         from gpucluster.infra.gcp import catalog
 
         region = catalog.region_of(spec.zone)
-    others = [] if glob or "V100" not in quota else [r for r in v100_regions(spec) if r != region]
+    others = [] if glob or not quota.endswith("_GPUS") else [r for r in v100_regions(spec) if r != region]
     where = " (all regions)" if glob else f" in {region}" if region else ""
     need = f", needs {gke.group('need')} more than is free" if gke and gke.group("short") else ""
     msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit}{need})" if limit else "")

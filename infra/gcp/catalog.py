@@ -1,4 +1,6 @@
-"""GCP facts for GKE node pools with NVIDIA V100 GPUs on N1 hosts, and `validate_spec`.
+"""GCP facts for GKE GPU node pools and `validate_spec`: N1 hosts with V100 or T4 attached, and the
+accelerator-optimized G2 (L4), A2 (A100 40/80 GB) and A3 (H100, H200) machines (shapes.py holds
+those shapes, their zones and quota metrics; `--gpu TYPE:COUNT` picks among them by price).
 
 Everything here is shipped data (no cloud SDK, no network), gathered 2026-11-22:
 
@@ -17,9 +19,12 @@ Everything here is shipped data (no cloud SDK, no network), gathered 2026-11-22:
   2m34s per MNIST epoch against 39s on n1-standard-16 (reference/FACTS.md).
 
 Defaults (documented in docs/gcp.md): accelerator `nvidia-tesla-v100`; `gpus_per_node` None
-means 1 GPU; no machine type means the n1-standard type with 4 vCPUs per GPU; no zone means the
-first V100 zone of the region (or `us-central1-a` without a region); disk type `pd-balanced`.
-`resolve(spec)` applies them, so validation and the Pulumi component see the same values.
+means 1 GPU; no machine type means, for V100/T4, the n1-standard type with 4 vCPUs per GPU, for the
+other GPUs the cheapest machine carrying exactly that many (shapes.py, by the price catalog); a
+machine type that carries GPUs (a3-highgpu-8g, ...) without a GPU named implies its GPUs; no zone
+means the first zone of the region offering the shape (or `us-central1-a` without a region); disk
+type `pd-balanced`. `resolve(spec)` applies them and writes GKE's accelerator name in the spec, so
+validation and the Pulumi component see the same values.
 """
 
 from __future__ import annotations
@@ -32,12 +37,19 @@ from typing import Any
 from gpucluster.errors import SpecError, not_allowed
 from gpucluster.spec import parse_bool, parse_minutes
 
+from . import shapes
+
 ACCELERATOR = "nvidia-tesla-v100"
 ACCELERATORS = (ACCELERATOR,)
 V100_COUNTS = (1, 2, 4, 8)
 
 # GPU count -> (max vCPUs, max memory GB) of the N1 VM carrying them.
 V100_LIMITS: dict[int, tuple[int, float]] = {1: (12, 78.0), 2: (24, 156.0), 4: (48, 312.0), 8: (96, 624.0)}
+
+# T4 on N1, GPU count -> (max vCPUs, max memory GB) of the VM (Google Cloud docs, "GPU machine types",
+# N1 + T4 table, https://cloud.google.com/compute/docs/gpus#t4-gpus, read 2026-11-28)
+T4_LIMITS: dict[int, tuple[int, float]] = {1: (48, 312.0), 2: (48, 312.0), 4: (96, 624.0)}
+N1_LIMITS = {"V100": V100_LIMITS, "T4": T4_LIMITS}
 
 # Fewer vCPUs per GPU than this starves the input pipeline (seed 003: 2m34s vs 39s per epoch).
 MIN_VCPUS_PER_GPU = 4
@@ -116,6 +128,16 @@ def n1_shape(machine_type: str) -> tuple[int, Decimal] | None:
     return mt.vcpus, N1_GB_PER_VCPU[kind] * mt.vcpus
 
 
+def machine_shape(machine_type: str) -> tuple[int, Decimal] | None:
+    """(vCPUs, memory as an exact Decimal, in the GB Google states) of a machine type a GPU pool may use:
+    an N1 predefined type (`n1_shape`) or a G2/A2/A3 shape (shapes.py). None for any other. What pod
+    requests and quota needs can be derived from for every GPU machine (issue 42)."""
+    carried = shapes.BY_NAME.get(machine_type)
+    if carried is not None:
+        return carried.vcpus, Decimal(str(carried.memory_gb))
+    return n1_shape(machine_type)
+
+
 DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
 
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
@@ -153,6 +175,7 @@ OPTIONS = (
     "namespace",
     "releaseChannel",
     "systemMachineType",
+    "gpuZones",  # the zones to use for the GPU pool's shape, replacing the shipped list (any GPU)
     "v100Zones",
 )
 
@@ -173,31 +196,90 @@ def option_choice(spec: Any, key: str, choices: tuple[str, ...], default: str) -
     raise SpecError(not_allowed(f"option {key}", raw, choices))
 
 
+def gpu_of(spec: Any) -> str:
+    """The spec's GPU by gpucluster's name (V100 when none is named; a machine type that carries GPUs
+    names its own). UsageError for a name not known, with the known ones."""
+    from gpucluster.catalog.gpus import normalize
+
+    if spec.accelerator is not None:
+        return normalize(str(spec.accelerator))
+    carried = shapes.BY_NAME.get(spec.instance_type or "")
+    return carried.gpu_model if carried else "V100"
+
+
+def gpu_zones(spec: Any, shape: Any) -> tuple[str, ...]:
+    """The zones the GPU pool may use: option gpuZones (v100Zones for V100), else the shape's."""
+    raw = spec.option("gpuZones")
+    if (raw is None or not str(raw).strip()) and shape.gpu_model == "V100":
+        return v100_zones(spec)
+    if raw is None or not str(raw).strip():
+        return shape.zones
+    zones = tuple(z.strip() for z in str(raw).split(",") if z.strip())
+    for z in zones:
+        if not _ZONE_RE.match(z):
+            raise SpecError(not_allowed("gpuZones entry", z, "zone names such as us-central1-a"))
+    return zones
+
+
+def select_shape(spec: Any, gpu: str, count: int, region: str) -> Any:
+    """`--gpu TYPE:COUNT`: the cheapest shape in `region` carrying exactly COUNT (host + COUNT GPU rows of
+    the price catalog, the spec's market); N1 (V100, T4): the default N1 type for the count."""
+    from gpucluster.catalog.prices import load_catalog
+    from gpucluster.catalog.select import pick
+
+    prices = load_catalog()
+    market = "spot" if spec.spot else "on-demand"
+    candidates = [s for s in shapes.SHAPES if spec.spot or s.on_demand or s.gpu_model != gpu or s.gpus != count]
+
+    def price_of(shape: Any, where: str, market: str) -> Any:
+        host = prices.find("gcp", where, "instance", shape.name, market)
+        card = prices.find("gcp", where, "gpu", shape.gpu_model, market)
+        return None if host is None or card is None else host.price + card.price * shape.gpus
+
+    if not spec.spot and any(not s.on_demand for s in shapes.shapes_for(gpu, count)) and not [
+            s for s in shapes.shapes_for(gpu, count) if s.on_demand]:
+        raise SpecError(f"gpu {gpu}:{count} is not allowed on demand: "
+                        + shapes.ON_DEMAND_REFUSAL.format(name=shapes.shapes_for(gpu, count)[0].name))
+    return pick("gcp", gpu, count, region, candidates, price_of, market=market, catalog=prices)
+
+
 def resolve(spec: Any) -> Any:
     """The spec with the GCP defaults filled in (accelerator, GPUs, machine type, zone, disk).
 
-    Raises SpecError where a default cannot be chosen (a region without V100 zones, a zone that
-    contradicts the region); the remaining checks are `validate_spec`'s.
+    Raises SpecError where a default cannot be chosen (a region without zones for the GPU, a zone
+    that contradicts the region, a GPU count no machine carries); the remaining checks are
+    `validate_spec`'s.
     """
-    accelerator = spec.accelerator or ACCELERATOR
-    gpus = spec.gpus_per_node if spec.gpus_per_node is not None else 1
-    machine = spec.instance_type or DEFAULT_MACHINE_TYPE.get(gpus)
+    gpu = gpu_of(spec)
+    carried = shapes.BY_NAME.get(spec.instance_type or "")
+    gpus = spec.gpus_per_node if spec.gpus_per_node is not None else (carried.gpus if carried else 1)
     zone, region = spec.zone, spec.region
-    if zone is None:
-        if region is None:
-            zone = DEFAULT_ZONE
+    if region is None and zone is not None:
+        region = region_of(zone)
+    machine = spec.instance_type
+    if machine is None:
+        if gpu in N1_LIMITS:  # N1 + attached GPUs: 4 vCPUs per GPU
+            machine = DEFAULT_MACHINE_TYPE.get(gpus) if gpu == "V100" else next(
+                (s.name for s in shapes.shapes_for(gpu, gpus)), None)
         else:
-            in_region = [z for z in v100_zones(spec) if region_of(z) == region]
+            machine = select_shape(spec, gpu, int(gpus), region or region_of(DEFAULT_ZONE)).name
+    shape = shapes.shape_of(machine or "", gpu, gpus)
+    if zone is None:
+        zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
+        if region is None:
+            zone = DEFAULT_ZONE if DEFAULT_ZONE in zones or shape is None else zones[0]
+        else:
+            in_region = [z for z in zones if region_of(z) == region]
             if not in_region:
-                regions = sorted({region_of(z) for z in v100_zones(spec)})
-                raise SpecError(not_allowed("region (no V100 zone known there)", region, regions))
+                regions = sorted({region_of(z) for z in zones})
+                raise SpecError(not_allowed(f"region (no {gpu} zone known there)", region, regions))
             zone = in_region[0]
     elif region is not None and region_of(zone) != region:
         raise SpecError(
             not_allowed("zone", zone, f"a zone of region {region} (or leave the region out)")
         )
     return spec.replace(
-        accelerator=accelerator,
+        accelerator=shapes.ACCELERATORS.get(gpu, spec.accelerator or ACCELERATOR),
         gpus_per_node=gpus,
         instance_type=machine,
         zone=zone,
@@ -223,33 +305,57 @@ def idle_minutes(spec: Any) -> int | None:
 def validate_spec(spec: Any) -> list[str]:
     """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
     idle_minutes(spec)  # checked before anything is declared
-    if spec.accelerator is not None and spec.accelerator not in ACCELERATORS:
-        raise SpecError(not_allowed("accelerator", spec.accelerator, ACCELERATORS))
-    if spec.gpus_per_node is not None and (
-        isinstance(spec.gpus_per_node, bool) or spec.gpus_per_node not in V100_COUNTS
-    ):
+    gpu = gpu_of(spec)  # a GPU name not known: the known ones, with a did-you-mean
+    if gpu not in shapes.ACCELERATORS:  # refused with where the GPU is (another cloud) and at what price
+        from gpucluster.catalog.prices import load_catalog
+        from gpucluster.catalog.select import pick
+
+        pick("gcp", gpu, int(spec.gpus_per_node or 1), spec.region or "", shapes.SHAPES, lambda *a: None,
+             catalog=load_catalog())
+    if gpu in N1_LIMITS and spec.gpus_per_node is not None and (
+        isinstance(spec.gpus_per_node, bool) or spec.gpus_per_node not in N1_LIMITS[gpu]
+    ) and spec.instance_type not in shapes.BY_NAME:
         raise SpecError(
-            not_allowed("V100 GPUs per node", spec.gpus_per_node, [str(n) for n in V100_COUNTS])
+            not_allowed(f"{gpu} GPUs per node", spec.gpus_per_node, [str(n) for n in N1_LIMITS[gpu]])
         )
     if spec.zone is not None and not _ZONE_RE.match(spec.zone):
         raise SpecError(not_allowed("zone", spec.zone, "a zone name such as us-central1-a"))
-    zones = v100_zones(spec)
     r = resolve(spec)
-    if r.zone not in zones:
-        raise SpecError(not_allowed("zone (no V100 there)", r.zone, zones))
-
-    mt = N1_MACHINE_TYPES.get(r.instance_type or "")
-    if mt is None:
-        raise SpecError(
-            not_allowed("machine type (V100 needs an N1 predefined type)", r.instance_type, N1_MACHINE_TYPES)
-        )
-    max_vcpus, max_gb = V100_LIMITS[r.gpus_per_node]
-    if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
-        raise SpecError(
-            f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
-            f"{r.gpus_per_node} V100: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
-            f"use more GPUs per node or a smaller type such as {DEFAULT_MACHINE_TYPE[r.gpus_per_node]}"
-        )
+    carried = shapes.BY_NAME.get(r.instance_type or "")
+    if carried is not None:  # G2 / A2 / A3: the machine type fixes the GPU and its count
+        if (carried.gpu_model, carried.gpus) != (gpu, r.gpus_per_node):
+            with_gpu = [s.name for s in shapes.shapes_for(gpu, r.gpus_per_node) if not s.attached]
+            raise SpecError(
+                f"gpu {gpu}:{r.gpus_per_node} (--gpu, or accelerator/gpusPerNode) contradicts machine type "
+                f"{carried.name} (--machine-type, {carried.gpus} × {carried.gpu_model}): give one of them"
+                + (f"; machine types with {gpu}:{r.gpus_per_node}: {', '.join(with_gpu)}" if with_gpu else "")
+            )
+        if not carried.on_demand and not r.spot:
+            raise SpecError(f"machine type {carried.name} is not allowed on demand: "
+                            + shapes.ON_DEMAND_REFUSAL.format(name=carried.name))
+        zones = gpu_zones(spec, carried)
+        if r.zone not in zones:
+            raise SpecError(not_allowed(f"zone (no {carried.name} there)", r.zone, zones))
+    else:
+        shape = shapes.shape_of(r.instance_type or "", gpu, r.gpus_per_node)
+        zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
+        if r.zone not in zones:
+            raise SpecError(not_allowed(f"zone (no {gpu} there)", r.zone, zones))
+        mt = N1_MACHINE_TYPES.get(r.instance_type or "")
+        if mt is None or gpu not in N1_LIMITS:
+            allowed = [*N1_MACHINE_TYPES] if gpu in N1_LIMITS else [s.name for s in shapes.shapes_for(gpu)]
+            needs = "an N1 predefined type" if gpu in N1_LIMITS else "its own machine types"
+            raise SpecError(
+                not_allowed(f"machine type for accelerator {spec.accelerator or gpu!r} ({gpu} needs {needs})",
+                            r.instance_type, allowed)
+            )
+        max_vcpus, max_gb = N1_LIMITS[gpu][r.gpus_per_node]
+        if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
+            raise SpecError(
+                f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
+                f"{r.gpus_per_node} {gpu}: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
+                f"use more GPUs per node or a smaller type such as n1-standard-{4 * r.gpus_per_node}"
+            )
     if r.disk_type not in DISK_TYPES:
         raise SpecError(not_allowed("disk type", r.disk_type, DISK_TYPES))
     for key, value in spec.managed_tags().items():
@@ -269,12 +375,13 @@ def validate_spec(spec: Any) -> list[str]:
         _min_nodes(spec, r.nodes)
 
     warnings: list[str] = []
-    if mt.vcpus < MIN_VCPUS_PER_GPU * r.gpus_per_node:
+    mt = N1_MACHINE_TYPES.get(r.instance_type or "")
+    if mt is not None and mt.vcpus < MIN_VCPUS_PER_GPU * r.gpus_per_node:
         warnings.append(
-            f"{mt.name} has {mt.vcpus} vCPU for {r.gpus_per_node} V100 "
+            f"{mt.name} has {mt.vcpus} vCPU for {r.gpus_per_node} {gpu} "
             f"({mt.vcpus / r.gpus_per_node:g} per GPU, fewer than {MIN_VCPUS_PER_GPU}): the GPUs may "
             "starve; in seed 003 n1-standard-4 with 4 V100 took 2m34s per epoch against 39s on "
-            f"n1-standard-16; consider {DEFAULT_MACHINE_TYPE[r.gpus_per_node]}"
+            f"n1-standard-16; consider n1-standard-{4 * r.gpus_per_node}"
         )
     return warnings
 
@@ -301,3 +408,23 @@ def system_pool(spec: Any) -> dict[str, Any]:
     return {"machine_type": spec.option("systemMachineType") or DEFAULT_SYSTEM_MACHINE_TYPE, "node_count": 1,
             "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE,
             "external_ipv4": EXTERNAL_IPV4_PER_NODE}
+
+
+def plan_line(spec: Any, nproc_per_node: int, hourly: Any = None) -> str:
+    """e.g. `2 × a3-highgpu-8g (8 × H100 each), 16 training processes, $86.38/h` (spec resolved)."""
+    gpu = gpu_of(spec)
+    line = (f"{spec.nodes} × {spec.instance_type} ({spec.gpus_per_node} × {gpu} each), "
+            f"{spec.nodes * nproc_per_node} training processes")
+    if hourly is not None:
+        from gpucluster.costing.rules import money
+
+        line += f", {money(hourly)}/h"
+    return line
+
+
+def pool_zones(spec: Any) -> tuple[str, ...]:
+    """The zones the spec's GPU pool may use (its shape's, or the stack's gpuZones/v100Zones): the
+    capacity failover's and the quota hints' candidates."""
+    r = spec if spec.instance_type else resolve(spec)
+    shape = shapes.shape_of(r.instance_type or "", gpu_of(r), r.gpus_per_node)
+    return gpu_zones(spec, shape) if shape is not None else v100_zones(spec)

@@ -1,4 +1,5 @@
-"""`gpucluster:gcp:GpuCluster`: a zonal GKE Standard cluster with a V100 node pool.
+"""`gpucluster:gcp:GpuCluster`: a zonal GKE Standard cluster with a GPU node pool (N1 + V100/T4, G2 L4,
+A2 A100, A3 H100/H200: catalog.resolve and shapes.py).
 
 What it declares (every child has `parent=self`):
 
@@ -137,7 +138,7 @@ def maintenance_policy(max_lifetime_minutes: int, now: Any = None) -> Any:
 
 
 class GpuCluster(pulumi.ComponentResource):
-    """A GKE Standard cluster with a CPU system pool and a V100 GPU pool, built from a ClusterSpec."""
+    """A GKE Standard cluster with a CPU system pool and a GPU pool, built from a ClusterSpec."""
 
     cluster: gcp.container.Cluster
     system_pool: gcp.container.NodePool
@@ -248,6 +249,9 @@ class GpuCluster(pulumi.ComponentResource):
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=spec.instance_type,
                 image_type="COS_CONTAINERD",
+                # gVNIC: the virtual NIC GPU machines need for their bandwidth (A3 requires it; GKE docs,
+                # "Use Google Virtual NIC": node pools with --enable-gvnic, COS images support it)
+                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
                 spot=spec.spot,
                 disk_size_gb=spec.disk_gb,
                 disk_type=spec.disk_type,

@@ -49,14 +49,14 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
 
 
 def capacity_zones(spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
-    """(the zone that ran out, the V100 zones to try next: same region first, what could not be
-    placed) from a GKE/GCE stockout."""
+    """(the zone that ran out, the zones offering the pool's shape to try next: same region first, what
+    could not be placed) from a GKE/GCE stockout."""
     from . import catalog
 
     any_zone = re.search(r"\b(" + ZONE + r")\b", text)
     zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
     try:
-        zones = list(catalog.v100_zones(spec))
+        zones = list(catalog.pool_zones(spec))
     except Exception:  # noqa: BLE001 - the zones to try next are a suggestion: best effort
         zones = []
     region = catalog.region_of(zone) if zone else None

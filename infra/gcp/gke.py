@@ -109,10 +109,10 @@ def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
 
 def pod_requests(machine_type: str | None) -> dict[str, str]:
     """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
-    type is not an N1 type this code knows."""
-    from .catalog import n1_shape
+    type is not a GPU machine type this code knows (N1, G2, A2, A3: `catalog.machine_shape`)."""
+    from .catalog import machine_shape
 
-    shape = n1_shape(machine_type) if machine_type else None
+    shape = machine_shape(machine_type) if machine_type else None
     if shape is None:
         return {}
     cpus, mem = allocatable(float(shape[0]), float(shape[1]))
@@ -149,8 +149,29 @@ def account_annotations(gsa: str) -> dict[str, str]:
     return {"iam.gke.io/gcp-service-account": gsa}
 
 
+# The training image by the GPU's generation, when the option `image` names none (public PyTorch images,
+# docker.io/pytorch/pytorch, torch only; tags chosen 2026-11-28). PyTorch 2.11's cu128/cu130 wheels dropped
+# sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
+# CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
+# Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
+# compatibility).
+LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+
+
+def default_image(outputs: Mapping[str, Any]) -> str | None:
+    """The image for the GPU pool's accelerator (outputs accelerator_type: GKE's name), None when unknown."""
+    from gpucluster.catalog.gpus import LEGACY_GENERATIONS, lookup
+
+    gpu = lookup(str(outputs.get("accelerator_type") or ""))
+    if gpu is None:
+        return None
+    return LEGACY_GPU_IMAGE if gpu.generation in LEGACY_GENERATIONS else CURRENT_GPU_IMAGE
+
+
 GKE = Platform(
     name="gcp",
+    default_image=default_image,
     api=cluster_api,
     node_selector=node_selector,
     pod_requests=pod_requests,

@@ -12,7 +12,7 @@ from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
 
-from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices
+from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices, shapes
 from .gke import GKE
 
 
@@ -95,7 +95,7 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
-                   link_gbps=catalog.link_gbps),
+                   link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks),
     provisioner=Provisioner(

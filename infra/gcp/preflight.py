@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from gpucluster.errors import SpecError
 
-from . import catalog
+from . import catalog, shapes
 
 SERVICES = (("container.googleapis.com", "Kubernetes Engine API"), ("compute.googleapis.com", "Compute Engine API"))
 SERVICE_USAGE = "https://serviceusage.googleapis.com/v1"
@@ -122,13 +122,17 @@ def _why(exc: Exception) -> str:
 def needs(spec: Any) -> dict[str, Any]:
     """What the cluster of `spec` (resolved) takes from the quotas at its largest."""
     r = catalog.resolve(spec)
-    vcpus = (catalog.n1_shape(r.instance_type) or (0, 0))[0]
+    gpu = catalog.gpu_of(r)
+    carried = shapes.BY_NAME.get(r.instance_type or "")
+    vcpus = carried.vcpus if carried else (catalog.n1_shape(r.instance_type) or (0, 0))[0]
     system = catalog.system_pool(r)["machine_type"]
     system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
     return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
             "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
             "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
-            "shape": f"{r.nodes} x {r.instance_type} + {r.gpus_per_node} V100"}
+            "gpu": gpu, "metric": shapes.QUOTA_METRICS.get(gpu, V100),
+            "shape": f"{r.nodes} x {r.instance_type}" + ("" if carried else f" + {r.gpus_per_node} {gpu}")
+            + (f" ({r.gpus_per_node} {gpu} each)" if carried else "")}
 
 
 def _quotas(body: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
@@ -157,13 +161,15 @@ def quota_fix(project: str, metric: str, region: str | None, need: float = 0.0,
            f"(filter: metric compute.googleapis.com/{metric.lower()}{where})")
     if not region:
         fix += "; the quota is global: another region does not help"
-    if metric in (V100, V100_SPOT, "GPUS_ALL_REGIONS"):
+    gpu = next((g for g, m in shapes.QUOTA_METRICS.items() if metric in (m, "PREEMPTIBLE_" + m)), None)
+    if gpu is not None or metric == "GPUS_ALL_REGIONS":
         fix += "; free-trial billing accounts cannot raise GPU quotas: upgrade the account first"
-    if region and metric in (V100, V100_SPOT):
+    if region and gpu is not None:
         if others is None:
-            others = sorted({catalog.region_of(z) for z in catalog.DEFAULT_V100_ZONES} - {region})
+            zones = catalog.DEFAULT_V100_ZONES if gpu == "V100" else [z for s in shapes.shapes_for(gpu) for z in s.zones]
+            others = sorted({catalog.region_of(z) for z in zones} - {region})
         if others:
-            fix += f", or use another region that offers V100 (--region {' / '.join(others)})"
+            fix += f", or use another region that offers {gpu} (--region {' / '.join(others[:6])})"
     return fix
 
 
@@ -235,7 +241,8 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
         out.append(_check("gcp quotas (all regions)", None, f"not checked: Compute Engine answered {_why(exc)}",
                           QUOTAS_PAGE.format(project=project)))
     if glob is not None:
-        out.append(_quota_check(project, glob, "GPUS_ALL_REGIONS", need["gpus"], None, f"{need['gpus']} V100"))
+        out.append(_quota_check(project, glob, "GPUS_ALL_REGIONS", need["gpus"], None,
+                                f"{need['gpus']} {need.get('gpu', 'V100')}"))
         out.append(_quota_check(project, glob, "CPUS_ALL_REGIONS", need["gpu_vcpus"] + need["other_vcpus"], None,
                                 "the nodes' vCPUs"))
     try:
@@ -244,7 +251,8 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
         out.append(_check(f"gcp quotas ({region})", None, f"not checked: Compute Engine answered {_why(exc)}",
                           QUOTAS_PAGE.format(project=project)))
         return out
-    gpu = _spot_metric(reg, V100, V100_SPOT, spot)
+    metric = need.get("metric", V100)  # the GPU's own metric: NVIDIA_H100_GPUS for a3-highgpu, ...
+    gpu = _spot_metric(reg, metric, "PREEMPTIBLE_" + metric, spot)
     out.append(_quota_check(project, reg, gpu, need["gpus"], region, f"{need['shape']}"))
     cpu = _spot_metric(reg, "CPUS", "PREEMPTIBLE_CPUS", spot)
     if cpu == "CPUS":

@@ -23,7 +23,7 @@ from gpucluster.infra.contract import PricedRows
 from gpucluster.spec import ClusterSpec
 from gpucluster.spec import parse_bool
 
-from .catalog import (ACCELERATOR, DEFAULT_DISK_TYPE, EXTERNAL_IPV4_PER_NODE, V100_LIMITS, min_nodes, n1_machine_types,
+from .catalog import (ACCELERATOR, DEFAULT_DISK_TYPE, EXTERNAL_IPV4_PER_NODE, N1_LIMITS, V100_LIMITS, min_nodes, n1_machine_types,
                       idle_minutes, n1_shape, option_bool, system_pool)
 
 GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -41,6 +41,16 @@ _GCP_SKU_PATTERNS = [
     (re.compile(r"^Spot Preemptible N1 Predefined Instance Core running in "), "vcpu", "n1", "spot"),
     (re.compile(r"^N1 Predefined Instance Ram running in "), "memory", "n1", "on-demand"),
     (re.compile(r"^Spot Preemptible N1 Predefined Instance Ram running in "), "memory", "n1", "spot"),
+    # issue 42: the other GKE GPUs and the hosts of G2/A2/A3 (descriptions as the Cloud Billing Catalog
+    # lists them, e.g. "Nvidia L4 GPU running in Americas", "Nvidia H100 80GB GPU running in Americas",
+    # "A2 Instance Core running in Americas"; the H200 one is taken in the same form, not seen here)
+    *[(re.compile(rf"^{spot}Nvidia {name} GPU running in ", re.I), "gpu", gpu, market)
+      for gpu, name in (("T4", "Tesla T4"), ("L4", "L4"), ("A100", "Tesla A100"), ("A100-80GB", "(Tesla )?A100 80GB"),
+                        ("H100", "H100( 80GB)?"), ("H200", "H200( 141GB)?"))
+      for spot, market in (("", "on-demand"), ("Spot Preemptible ", "spot"))],
+    *[(re.compile(rf"^{spot}{fam.upper()} Instance {part} running in ", re.I), kind, fam, market)
+      for fam in ("a2", "a3", "g2") for part, kind in (("Core", "vcpu"), ("Ram", "memory"))
+      for spot, market in (("", "on-demand"), ("Spot Preemptible ", "spot"))],
     (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
     (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
     (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
@@ -96,7 +106,31 @@ def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> li
                     source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
                     origin="user")
                 rows[row.key] = row
+    _derive_hosts(rows, date)
     return list(rows.values())
+
+
+def _derive_hosts(rows: dict[tuple, PriceRow], date: str) -> None:
+    """The G2/A2/A3 machine types' host rows from their family's vCPU and memory unit prices (GCE bills
+    the GPUs of these machines apart, in the gpu rows): vCPUs x core price + GB x RAM price."""
+    from . import shapes
+
+    for shape in shapes.SHAPES:
+        if shape.attached:
+            continue
+        for (cloud, region, kind, item, market), vcpu in list(rows.items()):
+            if kind != "vcpu" or item != shape.family:
+                continue
+            mem = rows.get((cloud, region, "memory", item, market))
+            if mem is None:
+                continue
+            gib = Decimal(str(shape.memory_gb))
+            row = PriceRow(
+                cloud="gcp", region=region, kind="instance", item=shape.name, market=market, unit="hour",
+                price=vcpu.price * shape.vcpus + mem.price * gib, date=date, vcpus=shape.vcpus, memory_gib=gib,
+                source=(f"derived: {shape.vcpus} x vCPU + {gib} GB x RAM from the Cloud Billing Catalog "
+                        f"{shape.family.upper()} SKUs (the host; its GPUs are in the gpu rows)"), origin="user")
+            rows[row.key] = row
 
 
 def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
@@ -136,28 +170,38 @@ def n1_row(catalog: Catalog, region: str, machine_type: str, market: str) -> Pri
 
 def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
                free_tier: bool | None = None) -> PricedRows:
-    """The N1 row, the V100 row (a count and shape GCE allows), the GKE fee, the system pool."""
+    """The host row (N1, or the G2/A2/A3 machine without its GPUs), the GPU row (a count and shape GCE
+    allows), the GKE fee, the system pool."""
+    from . import shapes
+
     itype = spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE
-    rows = PricedRows(machine=n1_row(catalog, region, itype, market))
+    carried = shapes.BY_NAME.get(itype)
+    rows = PricedRows(machine=catalog.get("gcp", region, "instance", itype, market) if carried
+                      else n1_row(catalog, region, itype, market))
     gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
+    if carried is not None and gpus and gpus != carried.gpus:
+        raise UsageError(f"gpus {gpus} is not allowed for {itype}: it carries exactly {carried.gpus} "
+                         f"{carried.gpu_model}")
     if gpus:
-        rows.gpu_name = normalize_gpu(spec.accelerator or "V100", catalog.items("gcp", "gpu"))
-        if gpus not in V100_LIMITS:
-            raise UsageError(not_allowed("V100 count per node", gpus, [str(n) for n in V100_LIMITS]))
-        max_cpu, max_gb = V100_LIMITS[gpus]
+        default = carried.gpu_model if carried else "V100"
+        rows.gpu_name = normalize_gpu(spec.accelerator or default, catalog.items("gcp", "gpu"))
+        limits = N1_LIMITS.get(rows.gpu_name, V100_LIMITS)
+        if carried is None and gpus not in limits:
+            raise UsageError(not_allowed(f"{rows.gpu_name} count per node", gpus, [str(n) for n in limits]))
+        max_cpu, max_gb = limits[gpus] if carried is None else (carried.vcpus, carried.memory_gb)
         cpus, gib = n1_shape(itype) or (rows.machine.vcpus, rows.machine.memory_gib)
         # a catalog row may give the vCPUs without the memory: then only the vCPUs are checked
-        if cpus is not None and (cpus > max_cpu or (gib is not None and gib > max_gb)):
+        if carried is None and cpus is not None and (cpus > max_cpu or (gib is not None and gib > max_gb)):
             fits = [mt for mt in n1_machine_types()
                     if (shape := n1_shape(mt)) is not None and shape[0] <= max_cpu and shape[1] <= max_gb]
             memory = "" if gib is None else f", {gib.normalize():f} GB"
-            raise UsageError(f"machine type {itype} ({cpus} vCPU{memory}) cannot take {gpus} V100: "
-                             f"{gpus} V100 allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
+            raise UsageError(f"machine type {itype} ({cpus} vCPU{memory}) cannot take {gpus} {rows.gpu_name}: "
+                             f"{gpus} {rows.gpu_name} allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
                              + ", ".join(f for f in fits if f.startswith("n1-standard")))
         rows.gpu = catalog.get("gcp", region, "gpu", rows.gpu_name, market)
         rows.gpus_per_node = gpus
     else:
-        rows.notes.append("no GPUs requested (pass --gpus-per-node to add V100s)")
+        rows.notes.append("no GPUs requested (pass --gpu TYPE:COUNT, e.g. --gpu L4:1, to add GPUs)")
     system = system_pool(spec)["machine_type"]
     if catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
         rows.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")

@@ -346,9 +346,9 @@ def plan_job(
         labels["gpucluster-owner"] = job.owner
     lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
     limit, deadline = run_limits(job.max_seconds, lifetime, int(collect_wait_s))
-    image = image or DEFAULT_IMAGE
+    image = image or platform.default_image(outputs) or DEFAULT_IMAGE
     notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
-                                         if image == DEFAULT_IMAGE else ""))
+                                         if image == DEFAULT_IMAGE or "pytorch/pytorch:" in image else ""))
     if collects and "://" in str(job.output_dir):
         notes.append(f"outputs: each pod uploads its {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) to "
                      f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access"

@@ -43,6 +43,9 @@ class Platform:
     api: Callable[[Any, Any], "KubeApi"] = kubeconfig_api
     # the cluster's outputs -> the pods' node selector (GKE: its accelerator and node-pool labels)
     node_selector: Callable[[Mapping[str, Any]], dict[str, str]] = _empty
+    # the cluster's outputs -> the training image when the option `image` names none (GKE: by the GPU's
+    # generation); None: the launcher's DEFAULT_IMAGE
+    default_image: Callable[[Mapping[str, Any]], "str | None"] = _none
     # a machine type -> the training container's CPU and memory requests ({}: none)
     pod_requests: Callable[[Any], dict[str, str]] = _empty
     # (cluster, job) -> (Kubernetes service account, the identity it is bound to) the pods run as
