@@ -151,6 +151,15 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                                    help="gcp: minutes every pod may take to be running (GPU nodes, "
                                                         "driver, image); past it the run fails with the scheduler's "
                                                         "reason.")),
+    # --cloud kubernetes: which cluster (a kubeconfig context) and where in it; stored as the run's options
+    "context": (("--context",), dict(default=None, metavar="NAME",
+                                     help="kubernetes: the kubeconfig context [default: its current context; "
+                                          "$KUBECONFIG or ~/.kube/config, as kubectl reads them].")),
+    "namespace": (("--namespace",), dict(default=None, metavar="NS",
+                                         help="kubernetes: the namespace [default: the context's, else default].")),
+    "create_namespace": (("--create-namespace",), dict(is_flag=True, default=None,
+                                                       help="kubernetes: make the namespace when it is missing "
+                                                            "(removed after the run); refused otherwise.")),
     "data": (("--data", "data"), dict(multiple=True, metavar="SRC[:DEST]", help=_DATA_HELP)),
     "setup": (("--setup", "setup"), dict(multiple=True, metavar="CMD",
                                          help="Shell command run on every node before training, in the job's folder "
@@ -223,7 +232,7 @@ ENV = ("env", "env_file", "secret")
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Task file", ("task_file",)),
     ("Cluster", ("cloud", "nodes", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
-                 "project", "ssh_cidr", "hosts", "tags", "options")),
+                 "project", "context", "namespace", "create_namespace", "ssh_cidr", "hosts", "tags", "options")),
     ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
              "python")),
     ("Environment", ENV),

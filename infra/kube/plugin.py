@@ -1,0 +1,103 @@
+"""The `kubernetes` plugin: an existing cluster (machines that exist), reached through a kubeconfig context;
+the run's objects made and removed by the shared Kubernetes launcher."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpucluster.domain import Check, Leftover, Provider
+from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
+from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+
+from . import TRAITS, options
+from .platform import kube_platform
+from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
+
+
+class KubeLauncher(KubernetesLauncher):
+    """The shared launcher in the namespace the run's context and options pinned (`provider.prepare`),
+    saying what the provider's preflight found before the objects are made."""
+
+    def __init__(self, provider: KubeProvider, **kw: Any):
+        super().__init__(**kw)
+        self.provider = provider
+
+    def describe(self, spec: Any, job: Any) -> list[str]:
+        self.namespace = str(spec.option("namespace") or self.namespace)
+        return super().describe(spec, job)
+
+    def launch(self, cluster: Any, job: Any, events: Any, log_dir: Path) -> Any:
+        from .cleanup import kinds_of
+
+        self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
+        self.provider.kinds = kinds_of((), self.mode, bool(job.secrets))
+        for line in self.provider.checked:
+            events.message(f"checked before creating: {line}")
+        for line in self.provider.skipped:
+            events.message(f"not checked: {line}")
+        return super().launch(cluster, job, events, log_dir)
+
+
+def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
+    provider = KubeProvider()
+    kw: dict[str, Any] = {}
+    if opts.start_deadline_s:
+        kw["start_deadline_s"] = opts.start_deadline_s
+    given = dict(opts.spec_options)
+    return provider, KubeLauncher(provider, mode=str(given.get("launcher") or "job").strip().lower(),
+                                  image=given.get("image") or None,
+                                  namespace=given.get("namespace") or options.DEFAULT_NAMESPACE,
+                                  platform=kube_platform(given), **kw)
+
+
+def provider(opts: LaunchOptions) -> KubeProvider:
+    return KubeProvider()
+
+
+def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Check:
+    """Each run's objects, found by its label (and of the kinds its ledger rows name) in the context and
+    namespace it recorded, deleted and read back."""
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+
+    from . import access
+    from .cleanup import delete_run, kinds_of, run_leftovers
+
+    check = Check()
+    for rid in sorted(runs):
+        record = runs[rid] or {}
+        where = run_where(record)
+        if where is None:
+            check = check.with_unchecked(f"run {rid}: the ledger holds no context and namespace for it")
+            continue
+        context, namespace = where
+        rows = [str(r.get("kind")) for r in (record.get("resources") or []) if isinstance(r, Mapping)]
+        kinds = kinds_of(rows)
+        try:
+            api, retry = KubeApi.from_api_client(access.api_client(context)), Retry(30)
+            errors = delete_run(api, namespace, rid, kinds, retry)
+            found: list[Leftover] = run_leftovers(api, namespace, rid, kinds, retry)
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused: not checked, said
+            check = check.with_unchecked(f"run {rid} in context {context}, namespace {namespace}: "
+                                         f"{getattr(exc, 'message', None) or exc}")
+            continue
+        check = (check + Check.of(found)).with_unchecked(*(f"delete {e}" for e in errors if found))
+    return check
+
+
+def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
+    gpus = f"{spec.gpus_per_node} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node else "CPU only"
+    where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
+    price = options.price_per_gpu_hour(spec)
+    cost = f", internal price ${hourly(spec):.2f}/hour" if price is not None else ", $0 (not rented by gpucluster)"
+    return f"{spec.nodes} pod(s) on kubernetes ({where}; {gpus}, {nproc} process(es)/pod{cost})"
+
+
+PLUGIN = ExistingMachines(
+    traits=TRAITS,
+    spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
+                   plan_line=plan_line),
+    transport=Transport(make=make, provider=provider),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost),
+)
