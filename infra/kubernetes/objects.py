@@ -65,6 +65,9 @@ class Created:
             self.retry.call(self.api.core.read_namespace, ns)
             return
         except Exception as exc:  # ApiException is in the lazily imported SDK: non-API errors re-raise
+            if _is_api_error(exc) and _status(exc) == 403:
+                return  # a user whose Role is namespaced may not read its namespace: used as it is (a missing
+                # one then fails the first create with 404, and such a user could not create it anyway)
             if not _is_api_error(exc) or _status(exc) != 404:
                 raise self._refused("namespace", exc) from None
         k = kube_models()
