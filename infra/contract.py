@@ -213,6 +213,9 @@ class Operations:
     # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
     # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
     internal_cost: Callable[[Mapping[str, object], float], tuple[Decimal, str] | None] | None = None
+    # `gc` of a backend whose objects live in namespaces the user names (kubernetes): (context, namespace, owner,
+    # remove) -> (ours still there, other owners' objects, errors); ours are deleted first with `remove`
+    sweep: Callable[[str | None, str, str, bool], tuple[list[Leftover], list[Leftover], list[str]]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:

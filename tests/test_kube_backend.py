@@ -254,3 +254,50 @@ def test_a_run_on_someone_elses_cluster_touches_only_its_own(cluster, capsys):
     assert {r["kind"] for r in rows} == {"k8s-configmap", "k8s-service", "k8s-job"} and all(
         r["confirmed_gone"] for r in rows), rows
     assert json.dumps(record).count("team-token") == 0  # the plugin's token is never recorded
+
+
+def _cli(capsys, *args):
+    from gpucluster.cli.main import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out + out.err, out.out
+
+
+def test_down_finishes_a_run_whose_teardown_failed_and_gc_sweeps_only_ours(cluster, capsys):
+    """The API refuses the deletes (403) during the run's teardown: leftovers, the objects named. `down`
+    then deletes them by the run's label in the context and namespace the ledger recorded; `gc` lists the
+    other owner's objects as not ours and leaves them."""
+    c = cluster()
+    c.fake.refuse_delete = {"job": 403, "service": 403, "configmap": 403}
+    code, out, err = gpucluster(capsys, "--", "python", "-c", "print(1)")
+    assert code == 3 and "teardown: LEFTOVERS" in out + err and "still exists: k8s-job team-a/" in out + err, \
+        (out + err)[-3000:]
+    ours = {k for k in c.fake.objects if k[1].startswith("gpucluster-r")}
+    assert {k[0] for k in ours} == {"job", "service", "configmap"}, ours
+    c.fake.refuse_delete = {}
+    name = next(ln.split("cluster ")[1].split()[0] for ln in (out + err).splitlines() if " cluster gpucluster-" in ln)
+    code, text, _ = _cli(capsys, "down", name, "--yes")
+    assert code == 0 and "verified by run label" in text, text[-3000:]
+    c.fake.settle()
+    assert not {k for k in c.fake.objects if k[1].startswith("gpucluster-r")}
+    assert ("configmap", "gpucluster-theirs") in c.fake.objects and ("service", "gpucluster-theirs") in c.fake.objects
+    from kubernetes.client import V1ConfigMap, V1ObjectMeta
+
+    from gpucluster.ownership import installation_id
+
+    c.fake._tls.authorization = "Bearer fake-token"  # this thread acts as the cluster's admin, putting it there
+    c.fake.create_namespaced_config_map(TEAM_NS, V1ConfigMap(metadata=V1ObjectMeta(  # a killed run of this home's
+        name="gpucluster-killed", labels={"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": "r1",
+                                          "gpucluster-owner": installation_id()}), data={"a": "b"}))
+    code, text, stdout = _cli(capsys, "gc", "--cloud", "kubernetes", "--namespace", TEAM_NS, "--yes", "--json")
+    assert code == 0, text
+    report = json.loads(stdout)
+    assert report["verdict"] == "verified" and [lo["id"] for lo in report["found"]] == [f"{TEAM_NS}/gpucluster-killed"]
+    c.fake.settle()
+    assert ("configmap", "gpucluster-killed") not in c.fake.objects
+    assert {lo["id"] for lo in report["not_ours"]} == {f"{TEAM_NS}/gpucluster-theirs"}
+    assert {lo["owner"] for lo in report["not_ours"]} == {"ffffeeeeddddcccc"}
+    assert ("configmap", "gpucluster-theirs") in c.fake.objects
+    code, text, _ = _cli(capsys, "gc", "--cloud", "kubernetes")
+    assert code == 2 and "needs --namespace" in text, text

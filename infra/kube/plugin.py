@@ -86,6 +86,29 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
     return check
 
 
+def sweep(context: str | None, namespace: str, owner: str, remove: bool) -> tuple[list[Leftover], list[Leftover],
+                                                                              list[str]]:
+    """`gc --cloud kubernetes --namespace N`: the gpucluster objects of N, ours (owner) removed with `remove`."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+
+    from . import access
+    from .cleanup import sweep as sweep_
+
+    where = access.target(context, namespace)
+    api = KubeApi.from_api_client(access.api_client(where.context))
+    try:
+        return sweep_(api, where.namespace, owner, Retry(30), remove=remove)
+    except Exception as exc:  # noqa: BLE001 - unreachable, 401, 403: one line
+        said = access.refused(exc, where.context, f"listing namespace {where.namespace}")
+        if said is not None:
+            raise said from None
+        from gpucluster.infra.kubernetes.api import _status
+
+        raise UsageError(f"context {where.context!r} could not list gpucluster's objects in namespace "
+                         f"{where.namespace}: {_status(exc)} {getattr(exc, 'reason', exc)}") from None
+
+
 def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
     gpus = f"{spec.gpus_per_node} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node else "CPU only"
     where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
@@ -99,5 +122,5 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep),
 )
