@@ -15,11 +15,14 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
     (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
     from gpucluster.infra.contract import Capability
-    from gpucluster.infra.registry import provisioning, traits
+    from gpucluster.infra.registry import plugin, provisioning
 
-    if not traits(spec.cloud).can(Capability.PROVISIONS):
+    chosen = plugin(spec.cloud)
+    if not chosen.can(Capability.PROVISIONS) and chosen.ops.preview is None:
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
-    d = provider.dry_run(spec, job=job, launcher=launcher)
+    # a backend that provisions nothing previews what its launcher would create (kubernetes: the manifests)
+    d = provider.dry_run(spec, job=job, launcher=launcher) if chosen.ops.preview is None else \
+        chosen.ops.preview(spec, job, launcher)
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return 0

@@ -216,6 +216,9 @@ class Operations:
     # `gc` of a backend whose objects live in namespaces the user names (kubernetes): (context, namespace, owner,
     # remove) -> (ours still there, other owners' objects, errors); ours are deleted first with `remove`
     sweep: Callable[[str | None, str, str, bool], tuple[list[Leftover], list[Leftover], list[str]]] | None = None
+    # `--dry-run` of a backend that provisions nothing: (spec, job, launcher) -> {"text": what would be created},
+    # reaching nothing (kubernetes: the manifests, and the checks a real run makes that were skipped)
+    preview: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:

@@ -301,3 +301,21 @@ def test_down_finishes_a_run_whose_teardown_failed_and_gc_sweeps_only_ours(clust
     assert ("configmap", "gpucluster-theirs") in c.fake.objects
     code, text, _ = _cli(capsys, "gc", "--cloud", "kubernetes")
     assert code == 2 and "needs --namespace" in text, text
+
+
+def test_dry_run_prints_the_manifests_without_reaching_the_cluster(cluster, capsys):
+    c = cluster()
+    calls = len(c.fake.calls)
+    code, out, err = gpucluster(capsys, "--dry-run", "--gpus-per-node", "2", "--option", "queue=team-queue",
+                                "--option", "priority-class=research")
+    assert code == 0, (out + err)[-3000:]
+    assert len(c.fake.calls) == calls and c.fake.reviews == []  # nothing asked of the API server
+    text = out + err
+    docs = list(yaml.safe_load_all(text[text.index("apiVersion"):text.index("not checked")]))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
+    job = docs[2]
+    assert job["metadata"]["namespace"] == TEAM_NS and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "research"
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert "permissions: a SelfSubjectAccessReview" in text and "the namespace's ResourceQuota" in text

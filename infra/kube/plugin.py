@@ -72,7 +72,8 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
             check = check.with_unchecked(f"run {rid}: the ledger holds no context and namespace for it")
             continue
         context, namespace = where
-        rows = [str(r.get("kind")) for r in (record.get("resources") or []) if isinstance(r, Mapping)]
+        resources = record.get("resources")
+        rows = [str(r.get("kind")) for r in (resources if isinstance(resources, list) else []) if isinstance(r, Mapping)]
         kinds = kinds_of(rows)
         try:
             api, retry = KubeApi.from_api_client(access.api_client(context)), Retry(30)
@@ -109,6 +110,13 @@ def sweep(context: str | None, namespace: str, owner: str, remove: bool) -> tupl
                          f"{where.namespace}: {_status(exc)} {getattr(exc, 'reason', exc)}") from None
 
 
+def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
+    """Imported here: the preview imports the kubernetes client and yaml."""
+    from .preview import preview as preview_
+
+    return preview_(spec, job, launcher)
+
+
 def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
     gpus = f"{spec.gpus_per_node} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node else "CPU only"
     where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
@@ -122,5 +130,5 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview),
 )
