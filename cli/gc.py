@@ -20,15 +20,15 @@ from gpucluster.infra.registry import provisioning
 def _swept() -> tuple[str, ...]:
     """The clouds `gc` sweeps: those gpucluster provisions, and those whose objects live in namespaces the
     user names (kubernetes: only with --namespace)."""
-    from gpucluster.infra.registry import NAMES
+    from gpucluster.infra.registry import NAMES, traits
 
-    return provisioning() + tuple(n for n in NAMES if n == "kubernetes")
+    return provisioning() + tuple(n for n in NAMES if "namespace" in traits(n).flags)
 
 
 @click.command()
 @click.option("--cloud", "clouds", multiple=True, type=click.Choice(_swept()),
-              help=f"Cloud to sweep (repeatable) [default: {' and '.join(provisioning())}; kubernetes only when "
-                   "named, with --namespace].")
+              help=f"Cloud to sweep (repeatable) [default: {' and '.join(provisioning())}; an existing "
+                   "cluster's (kubernetes) only when named, with --namespace].")
 @click.option("--context", default=None, metavar="NAME", help="kubernetes: the kubeconfig context [default: current].")
 @click.option("--namespace", "namespaces", multiple=True, metavar="NS",
               help="kubernetes: a namespace to sweep (repeatable; required with --cloud kubernetes).")
@@ -59,15 +59,17 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     """
     from gpucluster.errors import UsageError
 
-    if "kubernetes" in clouds:
-        if set(clouds) != {"kubernetes"} or regions or project or any_owner or stacks or include_kept:
-            raise UsageError("gc --cloud kubernetes takes only --context, --namespace, --yes and --json "
+    namespaced = [c for c in clouds if c not in provisioning()]  # objects in namespaces the user names
+    if namespaced:
+        cloud = namespaced[0]
+        if len(clouds) > 1 or regions or project or any_owner or stacks or include_kept:
+            raise UsageError(f"gc --cloud {cloud} takes only --context, --namespace, --yes and --json "
                              "(sweep the other clouds in another gc)")
         if not namespaces:
-            raise UsageError("gc --cloud kubernetes needs --namespace NS (repeatable): it looks only where it is told")
+            raise UsageError(f"gc --cloud {cloud} needs --namespace NS (repeatable): it looks only where it is told")
         from gpucluster.cli.gc_namespaces import sweep_namespaces
 
-        return sweep_namespaces(context, namespaces, yes=yes, as_json=as_json)
+        return sweep_namespaces(cloud, context, namespaces, yes=yes, as_json=as_json)
     if context or namespaces:
         raise UsageError("--context and --namespace are for gc --cloud kubernetes")
     from gpucluster.infra.registry import plugin

@@ -13,11 +13,11 @@ from gpucluster.cli import common
 from gpucluster.errors import ExitCode
 
 
-def sweep_namespaces(context: str | None, namespaces: tuple[str, ...], *, yes: bool, as_json: bool) -> int:
+def sweep_namespaces(cloud: str, context: str | None, namespaces: tuple[str, ...], *, yes: bool, as_json: bool) -> int:
     from gpucluster.infra.registry import plugin
     from gpucluster.ownership import installation_id, not_ours_line
 
-    chosen = plugin("kubernetes")
+    chosen = plugin(cloud)
     sweep = chosen.ops.sweep
     assert sweep is not None
     owner = installation_id()
