@@ -21,12 +21,16 @@ behaviour from its source:
   `system:basic-user` ClusterRole) and answered with `status.allowed` as the authorizer would decide the
   request described by `spec.resourceAttributes`: here the Roles and RoleBindings of the namespace for a
   service account's token (tests/k8s_fake_rbac.py `authorize`), everything for an admin's token.
+- Kueue (Kueue docs, "Run a Job" and "Overview"): a Job labelled `kueue.x-k8s.io/queue-name` is suspended by
+  Kueue's webhook when it is created (`spec.suspend: true`), so the Job controller makes no pods (Kubernetes docs,
+  "Jobs": suspending a Job); once its Workload is admitted Kueue un-suspends it and the pods are created.
+  `kueue(fake, admit_after_s)` admits each queued Job that many seconds after its create (checked at each pod
+  listing, the clock of this fake's controllers); a Job deleted while it waits never gets pods.
 - Other owners' objects live in the same namespaces and are never ours to touch: the tests put them there.
 """
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace as NS
 
 import k8s_fake_http
@@ -196,8 +200,35 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
     type(fake)._create = create
 
 
-def pod_requests_json(pods) -> str:
-    return json.dumps(pods)
+def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-name") -> None:
+    """Kueue on `fake`: queued Jobs suspended at their create, admitted `admit_after_s` seconds later."""
+    import time
+
+    create, list_pods = fake.create_namespaced_job, fake.list_namespaced_pod
+    fake.queued, fake.admitted = [], []
+
+    def create_job(namespace, body, **kw):
+        if not (body.metadata.labels or {}).get(queue_label):
+            return create(namespace, body, **kw)
+        body.spec.suspend = True  # Kueue's mutating webhook
+        fake._create("job", namespace, body)
+        fake.queued.append((time.monotonic() + admit_after_s, namespace, body))
+        return body
+
+    def list_namespaced_pod(namespace, label_selector=None, **kw):
+        now = time.monotonic()
+        for due, ns, body in [q for q in fake.queued if q[0] <= now]:
+            fake.queued.remove((due, ns, body))
+            key = ("job", body.metadata.name)
+            if key not in fake.objects or key in fake.terminating:
+                continue  # deleted while it waited
+            del fake.objects[key], fake.object_ns[key]  # re-made un-suspended, its pods with it
+            body.spec.suspend = False
+            create(ns, body)
+            fake.admitted.append(body.metadata.name)
+        return list_pods(namespace, label_selector=label_selector, **kw)
+
+    fake.create_namespaced_job, fake.list_namespaced_pod = create_job, list_namespaced_pod
 
 
-__all__ = ["NS", "install", "node", "foreign_pod", "quota"]
+__all__ = ["NS", "install", "kueue", "node", "foreign_pod", "quota"]

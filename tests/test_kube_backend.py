@@ -21,7 +21,7 @@ pytest.importorskip("kubernetes")
 import yaml  # noqa: E402
 
 from k8s_fake import FakeKubeApi, PodScript  # noqa: E402
-from k8s_fake_cluster import foreign_pod, install, node, quota  # noqa: E402
+from k8s_fake_cluster import foreign_pod, install, kueue, node, quota  # noqa: E402
 from k8s_fake_http import serve_http  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,8 @@ def _theirs(fake):
 class Cluster:
     """Someone else's cluster: the fake served over HTTP, and a kubeconfig of two contexts."""
 
-    def __init__(self, tmp_path, monkeypatch, *, nodes=None, quotas=None, rules=ROLE_RULES, foreign=None):
+    def __init__(self, tmp_path, monkeypatch, *, nodes=None, quotas=None, rules=ROLE_RULES, foreign=None,
+                 admit_after_s=None):
         self.fake = FakeKubeApi({r: PodScript(lines=[f"hello from {r}"]) for r in range(4)})
         install(self.fake, nodes=nodes if nodes is not None else [node("gpu-a", 4), node("gpu-b", 4)],
                 quotas=quotas, foreign_pods=foreign or {},
@@ -80,6 +81,8 @@ class Cluster:
         self.fake.tokens.add(SA_TOKEN)
         _role(self.fake, rules)
         _theirs(self.fake)
+        if admit_after_s is not None:
+            kueue(self.fake, admit_after_s)
         url, self.stop = serve_http(self.fake)  # from here on every call needs a token the server accepts
         self.token_file = tmp_path / "token"
         self.token_file.write_text(SA_TOKEN)
@@ -319,3 +322,16 @@ def test_dry_run_prints_the_manifests_without_reaching_the_cluster(cluster, caps
     assert pod["priorityClassName"] == "research"
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
     assert "permissions: a SelfSubjectAccessReview" in text and "the namespace's ResourceQuota" in text
+
+
+def test_a_queued_job_waits_for_kueue_admission_within_the_start_deadline(cluster, capsys):
+    """GPUs others hold now: without a queue the run is refused; with one, the Job is created suspended,
+    waits for admission (no pods meanwhile), and runs once admitted."""
+    c = cluster(foreign={"lab-b": [foreign_pod("their-0", "lab-b", "gpu-a", 4), foreign_pod("their-1", "lab-b",
+                                                                                          "gpu-b", 4)]},
+                admit_after_s=4.0)
+    code, out, err = gpucluster(capsys, "--option", "queue=team-queue", "--", "python", "-c", "print(1)")
+    assert code == 0, (out + err)[-3000:]
+    said = " ".join((out + err).split())  # the console wraps long lines
+    assert "0 node(s) have 1 free nvidia.com/gpu now" in said and "the queue's admission is waited for" in said, said
+    assert len(c.fake.admitted) == 1 and c.jobs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
