@@ -29,7 +29,9 @@ Parts and who calls them
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
                independent check), node_gpu_state (status --gpus), gone_at (status: kept nodes that
-               powered off), doctor checks, credentials.
+               powered off), doctor checks, credentials, internal_cost (an unpriced backend's own price
+               of a run), sweep (`gc` of objects in namespaces the user names), preview (`--dry-run` of a
+               backend that provisions nothing).
   Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
                cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
                rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
