@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -21,8 +22,8 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     if not chosen.can(Capability.PROVISIONS) and chosen.ops.preview is None:
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
     # a backend that provisions nothing previews what its launcher would create (kubernetes: the manifests)
-    d = provider.dry_run(spec, job=job, launcher=launcher) if chosen.ops.preview is None else \
-        chosen.ops.preview(spec, job, launcher)
+    d: dict[str, Any] = provider.dry_run(spec, job=job, launcher=launcher) if chosen.ops.preview is None else \
+        dict(chosen.ops.preview(spec, job, launcher))
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return 0
