@@ -256,6 +256,22 @@ def test_a_run_on_someone_elses_cluster_touches_only_its_own(cluster, capsys):
     assert {r["kind"] for r in rows} == {"k8s-configmap", "k8s-service", "k8s-job"} and all(
         r["confirmed_gone"] for r in rows), rows
     assert json.dumps(record).count("team-token") == 0  # the plugin's token is never recorded
+    code, text, _ = _cli(capsys, "show", run.id)
+    assert code == 0 and "teardown: verified" in text, text[-2000:]
+    code, text, _ = _cli(capsys, "logs", run.id, "--node", "1")
+    assert code == 0 and "hello from 1" in text, text[-2000:]
+
+
+def test_create_namespace_makes_it_for_the_run_and_removes_it(cluster, capsys):
+    """The admin's context (no namespace of its own): --create-namespace makes the namespace, the run's objects
+    go in it, and it goes with them; without the flag the same run is refused (bad-input test)."""
+    c = cluster()
+    code, out, err = gpucluster(capsys, "--context", "admin", "--namespace", "scratch", "--create-namespace", "--",
+                                "python", "-c", "print(1)")
+    assert code == 0, (out + err)[-3000:]
+    assert ("create", "namespace", "", "scratch") in c.fake.calls
+    c.fake.settle()
+    assert "scratch" not in c.fake.namespaces
 
 
 def _cli(capsys, *args):
