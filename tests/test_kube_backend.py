@@ -233,6 +233,7 @@ def test_a_run_on_someone_elses_cluster_touches_only_its_own(cluster, capsys):
     assert "context team, namespace team-a (the context's namespace)" in text, text[-3000:]
     assert "internal price $5.00/hour" in text and "checked before creating: fits" in text, text[-3000:]
     assert "an internal price of $2.5/GPU-hour (--option price-per-gpu-hour) × 2 GPU(s)" in text, text[-3000:]
+    assert "namespace team-a: used as it is (it must exist)" in " ".join(text.split()), text[-3000:]
     (job,) = c.jobs
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
     pod = job["spec"]["template"]["spec"]
@@ -294,7 +295,11 @@ def test_down_finishes_a_run_whose_teardown_failed_and_gc_sweeps_only_ours(clust
     ours = {k for k in c.fake.objects if k[1].startswith("gpucluster-r")}
     assert {k[0] for k in ours} == {"job", "service", "configmap"}, ours
     c.fake.refuse_delete = {}
+    secret_run = c.fake.reviews[:]
+    assert not any(r[1] == "secrets" for r in secret_run)  # no --secret: no Secret asked for
     name = next(ln.split("cluster ")[1].split()[0] for ln in (out + err).splitlines() if " cluster gpucluster-" in ln)
+    code, text, _ = _cli(capsys, "status")
+    assert code == 0 and name in text, text[-2000:]
     code, text, _ = _cli(capsys, "down", name, "--yes")
     assert code == 0 and "verified by run label" in text, text[-3000:]
     c.fake.settle()
@@ -350,3 +355,11 @@ def test_a_queued_job_waits_for_kueue_admission_within_the_start_deadline(cluste
     said = " ".join((out + err).split())  # the console wraps long lines
     assert "0 node(s) have 1 free nvidia.com/gpu now" in said and "the queue's admission is waited for" in said, said
     assert len(c.fake.admitted) == 1 and c.jobs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+
+
+def test_a_run_with_a_secret_asks_for_the_secret_permissions_first(cluster, capsys, monkeypatch):
+    rules = [r if r[1][0] != "configmaps" else ("", ["configmaps", "services"], list(ALL_VERBS)) for r in ROLE_RULES]
+    c = cluster(rules=rules)  # no Secrets in the team's Role
+    monkeypatch.setenv("WANDB_API_KEY", "s3cr3t")
+    line = refused(capsys, c, "--secret", "WANDB_API_KEY", "--", "python", "-c", "print(1)")
+    assert "context 'team' may not create secrets in namespace team-a" in line, line

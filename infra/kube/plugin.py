@@ -25,8 +25,15 @@ class KubeLauncher(KubernetesLauncher):
         self.provider = provider
 
     def describe(self, spec: Any, job: Any) -> list[str]:
+        """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
+        preflight to ask for the Secret permissions too (describe comes first: `gpucluster.prepare`)."""
         self.namespace = str(spec.option("namespace") or self.namespace)
-        return super().describe(spec, job)
+        self.provider.secrets = bool(job.secrets)
+        lines = super().describe(spec, job)
+        made = options.create_namespace(spec)
+        return [(f"namespace {self.namespace}: " + ("made for the run if it is missing (--create-namespace), and then "
+                                                    "removed after it" if made else "used as it is (it must exist)"))
+                if line.startswith(f"namespace {self.namespace}:") else line for line in lines]
 
     def launch(self, cluster: Any, job: Any, events: Any, log_dir: Path) -> Any:
         from .cleanup import kinds_of

@@ -50,6 +50,7 @@ class KubeProvider(Provider):
         self.skipped: list[str] = []
         self.where: tuple[str, str] | None = None  # (context, namespace) of the run `up` handed over
         self.kinds: list[str] = ["configmap", "service", "job"]  # what the run makes (the launcher says)
+        self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
 
     def preflight(self, spec: Any = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
@@ -79,7 +80,7 @@ class KubeProvider(Provider):
                 raise UsageError(f"namespace {namespace!r} does not exist in context {context!r}: give an existing "
                                  "one with --namespace, or add --create-namespace to make it for the run")
             mode = str(spec.option("launcher") or "job").lower()
-            secrets = False  # the job's --secret is not known to the provider: a refusal comes at its create
+            secrets = self.secrets  # the job's --secret (KubeLauncher.describe says it): a Secret is created
             permissions.check(client, namespace, context, permissions.needed(mode, secrets, create and not exists))
             result = fit.Fit()
             resource = options.gpu_resource(spec)
