@@ -363,3 +363,17 @@ def test_a_run_with_a_secret_asks_for_the_secret_permissions_first(cluster, caps
     monkeypatch.setenv("WANDB_API_KEY", "s3cr3t")
     line = refused(capsys, c, "--secret", "WANDB_API_KEY", "--", "python", "-c", "print(1)")
     assert "context 'team' may not create secrets in namespace team-a" in line, line
+
+
+def test_a_task_file_names_the_context_and_namespace(cluster, capsys, tmp_path):
+    """Task-file keys resources.context, namespace and create_namespace reach their flags (docs/tasks.md)."""
+    c = cluster()
+    task = tmp_path / "task.yaml"
+    task.write_text("resources:\n  cloud: kubernetes\n  nodes: 1\n  context: admin\n  namespace: scratch\n"
+                    "  create_namespace: true\nrun: python -c 'print(1)'\n")
+    from gpucluster.cli.main import main
+
+    code = main(["run", str(task), "--dry-run"])
+    text = " ".join((capsys.readouterr().out).split())
+    assert code == 0 and "context admin, namespace scratch" in text and '"namespace": "scratch"' not in text, text[-2000:]
+    assert c.fake.reviews == []
