@@ -70,7 +70,7 @@ class KubeProvider(Provider):
         try:
             exists, unread = True, False
             try:
-                retry.call(core.read_namespace, namespace)
+                Retry(0).call(core.read_namespace, namespace)  # the first contact: unreachable is said at once
             except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
                 if not (_is_api_error(exc) and _status(exc) in (404, 403)):
                     raise
