@@ -25,7 +25,10 @@ behaviour from its source:
   Kueue's webhook when it is created (`spec.suspend: true`), so the Job controller makes no pods (Kubernetes docs,
   "Jobs": suspending a Job); once its Workload is admitted Kueue un-suspends it and the pods are created.
   `kueue(fake, admit_after_s)` admits each queued Job that many seconds after its create (checked at each pod
-  listing, the clock of this fake's controllers); a Job deleted while it waits never gets pods.
+  listing, the clock of this fake's controllers); a Job deleted while it waits never gets pods. Its LocalQueues
+  (`fake.local_queues`: namespace -> names) are read by name at GET
+  /apis/kueue.x-k8s.io/v1beta1/namespaces/NS/localqueues/NAME (404 for another name, as for a cluster
+  without Kueue's CRDs).
 - Other owners' objects live in the same namespaces and are never ours to touch: the tests put them there.
 """
 
@@ -156,6 +159,14 @@ def h_quotas(self, ns):
     self._send(200, {"kind": "ResourceQuotaList", "apiVersion": "v1", "metadata": {}, "items": items})
 
 
+def h_local_queue(self, ns, name):
+    self.fake._authenticate()
+    if name not in getattr(self.fake, "local_queues", {}).get(ns, ()):
+        raise FakeApiException(404, f'NotFound: localqueues.kueue.x-k8s.io "{name}" not found')
+    self._send(200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                     "metadata": {"name": name, "namespace": ns}, "spec": {"clusterQueue": "cluster-queue"}})
+
+
 def h_ssar(self):
     self.fake._authenticate()
     token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
@@ -172,6 +183,7 @@ ROUTES = [
     ("GET", r"/api/v1/pods", "all_pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "quotas"),
     ("POST", SSAR, "ssar"),
+    ("GET", r"/apis/kueue.x-k8s.io/v1beta1/namespaces/(?P<ns>[^/]+)/localqueues/(?P<name>[^/]+)", "local_queue"),
 ]
 
 
@@ -186,7 +198,7 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
         return
     k8s_fake_http._cluster_installed = True
     k8s_fake_http.ROUTES[:0] = ROUTES
-    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_ssar"):
+    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_ssar", "h_local_queue"):
         setattr(k8s_fake_http.Handler, name, globals()[name])
     k8s_fake_http.authorize = authorize  # SSAR and the cluster-scoped reads, then the namespaced RBAC
     original = type(fake)._create
@@ -206,6 +218,7 @@ def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-n
 
     create, list_pods = fake.create_namespaced_job, fake.list_namespaced_pod
     fake.queued, fake.admitted = [], []
+    fake.local_queues = {ns: ("team-queue",) for ns in fake.namespaces}
 
     def create_job(namespace, body, **kw):
         if not (body.metadata.labels or {}).get(queue_label):

@@ -31,6 +31,7 @@ ALL_VERBS = ("create", "get", "list", "delete")
 ROLE_RULES = [  # what the team's Role grants: everything a run uses (permissions.py), in its namespace
     ("", ["configmaps", "services", "secrets"], list(ALL_VERBS)),
     ("", ["pods", "pods/log", "events", "resourcequotas"], ["get", "list"]),
+    ("kueue.x-k8s.io", ["localqueues"], ["get", "list"]),
     ("", ["pods/exec", "pods/portforward"], ["create", "get"]),  # the fake reads a websocket's GET as get
     ("batch", ["jobs"], list(ALL_VERBS)),
 ]
@@ -223,7 +224,7 @@ def test_a_run_on_someone_elses_cluster_touches_only_its_own(cluster, capsys):
                             taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
                        node("gpu-b", 4, labels={"nvidia.com/gpu.product": "NVIDIA-A100"},
                             taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
-                       node("gpu-c", 8, labels={"nvidia.com/gpu.product": "NVIDIA-T4"})])
+                       node("gpu-c", 8, labels={"nvidia.com/gpu.product": "NVIDIA-T4"})], admit_after_s=0.0)
     code, out, err = gpucluster(capsys, "--option", "gpu-product=NVIDIA-A100", "--option", "tolerations=dedicated=ml:NoSchedule",
                                 "--option", "priority-class=research", "--option", "image-pull-secret=regcred",
                                 "--option", "queue=team-queue", "--option", "price-per-gpu-hour=2.5", "--", "python", "-c",
@@ -350,6 +351,8 @@ def test_a_queued_job_waits_for_kueue_admission_within_the_start_deadline(cluste
     c = cluster(foreign={"lab-b": [foreign_pod("their-0", "lab-b", "gpu-a", 4), foreign_pod("their-1", "lab-b",
                                                                                           "gpu-b", 4)]},
                 admit_after_s=4.0)
+    line = refused(capsys, c, "--option", "queue=team-qeueu")
+    assert "no Kueue LocalQueue 'team-qeueu' in namespace team-a" in line, line
     code, out, err = gpucluster(capsys, "--option", "queue=team-queue", "--", "python", "-c", "print(1)")
     assert code == 0, (out + err)[-3000:]
     said = " ".join((out + err).split())  # the console wraps long lines

@@ -190,3 +190,26 @@ def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dic
     if secrets:
         out.update({"secrets": 1.0, "count/secrets": 1.0})
     return out
+
+
+KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
+
+
+def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -> None:
+    """The Kueue LocalQueue the Job names exists in the namespace (Kueue docs, "Local Queue": a Job whose
+    queue-name label names no LocalQueue stays suspended, "LocalQueue ... doesn't exist", and would wait out
+    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, queue)
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) == 404:
+            raise UsageError(f"no Kueue LocalQueue {queue!r} in namespace {namespace} (or Kueue is not installed): "
+                             "the Job would stay suspended; `kubectl get localqueues -n " + namespace + "` lists them"
+                             ) from None
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the Kueue LocalQueue {queue} (this user may not get localqueues in {namespace})")
+        return
+    fit.notes.append(f"Kueue LocalQueue {queue} exists in {namespace}")

@@ -87,6 +87,8 @@ class KubeProvider(Provider):
             extra = options.passthrough(spec)
             fit.check_nodes(core, spec.nodes, int(spec.gpus_per_node or 0), resource, extra, bool(extra.queue),
                             retry, result)
+            if extra.queue and exists:
+                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result)
             if exists:
                 fit.check_quota(core, namespace, fit.needs(spec.nodes, int(spec.gpus_per_node or 0), resource,
                                                            mode, secrets), retry, result)
