@@ -16,6 +16,8 @@ behaviour from its source:
   `hard` is refused at admission with 403 `exceeded quota: NAME, requested: ..., used: ..., limited: ...`,
   and so is a pod that does not state a resource the quota limits (`must specify requests.cpu`). Modelled
   for the counted objects this backend makes (configmaps, services, jobs) at their create.
+- LimitRange (Kubernetes docs, "Limit Ranges"): GET /api/v1/namespaces/NS/limitranges lists
+  `fake.limit_ranges[NS]` (a container over a `max` is refused at admission; the tests only read them).
 - SelfSubjectAccessReview (Kubernetes docs, "Authorization", checking API access; `kubectl auth can-i`):
   POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews is allowed to every authenticated user (the
   `system:basic-user` ClusterRole) and answered with `status.allowed` as the authorizer would decide the
@@ -167,6 +169,12 @@ def h_local_queue(self, ns, name):
                      "metadata": {"name": name, "namespace": ns}, "spec": {"clusterQueue": "cluster-queue"}})
 
 
+def h_limits(self, ns):
+    self.fake._authenticate()
+    items = [dict(lr, metadata={**lr["metadata"], "namespace": ns}) for lr in getattr(self.fake, "limit_ranges", {}).get(ns, [])]
+    self._send(200, {"kind": "LimitRangeList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+
 def h_ssar(self):
     self.fake._authenticate()
     token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
@@ -182,6 +190,7 @@ ROUTES = [
     ("GET", r"/api/v1/nodes", "nodes"),
     ("GET", r"/api/v1/pods", "all_pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "quotas"),
+    ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/limitranges", "limits"),
     ("POST", SSAR, "ssar"),
     ("GET", r"/apis/kueue.x-k8s.io/v1beta1/namespaces/(?P<ns>[^/]+)/localqueues/(?P<name>[^/]+)", "local_queue"),
 ]
@@ -198,7 +207,7 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
         return
     k8s_fake_http._cluster_installed = True
     k8s_fake_http.ROUTES[:0] = ROUTES
-    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_ssar", "h_local_queue"):
+    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_limits", "h_ssar", "h_local_queue"):
         setattr(k8s_fake_http.Handler, name, globals()[name])
     k8s_fake_http.authorize = authorize  # SSAR and the cluster-scoped reads, then the namespaced RBAC
     original = type(fake)._create

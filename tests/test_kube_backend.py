@@ -30,7 +30,7 @@ TEAM_NS, SA, SA_TOKEN = "team-a", "trainer", "team-a-token"
 ALL_VERBS = ("create", "get", "list", "delete")
 ROLE_RULES = [  # what the team's Role grants: everything a run uses (permissions.py), in its namespace
     ("", ["configmaps", "services", "secrets"], list(ALL_VERBS)),
-    ("", ["pods", "pods/log", "events", "resourcequotas"], ["get", "list"]),
+    ("", ["pods", "pods/log", "events", "resourcequotas", "limitranges"], ["get", "list"]),
     ("kueue.x-k8s.io", ["localqueues"], ["get", "list"]),
     ("", ["pods/exec", "pods/portforward"], ["create", "get"]),  # the fake reads a websocket's GET as get
     ("batch", ["jobs"], list(ALL_VERBS)),
@@ -180,6 +180,11 @@ def test_bad_input_each_one_line_and_nothing_created(cluster, capsys, tmp_path, 
     assert "namespace 'nowhere' does not exist in context 'admin'" in line and "--create-namespace" in line, line
     line = refused(capsys, c, "--option", "gpu-resource=amd.com/gpu")
     assert "no node of the cluster offers amd.com/gpu (offered: nvidia.com/gpu)" in line, line
+    c.fake.limit_ranges = {TEAM_NS: [{"metadata": {"name": "per-pod"}, "spec": {"limits": [
+        {"type": "Container", "max": {"nvidia.com/gpu": "2"}}]}}]}
+    line = refused(capsys, c, "--gpus-per-node", "3")
+    assert "LimitRange per-pod in namespace team-a allows at most 2 nvidia.com/gpu per container" in line, line
+    c.fake.limit_ranges = {}
     line = refused(capsys, c, "--gpus-per-node", "8")
     assert "2 nodes × 8 GPUs requested; the largest node has 4 allocatable nvidia.com/gpu" in line, line
     for bad in ("tolerations=gpu:Sometimes", "node-selector=a b", "queue=-team-", "priority-class=Upper_Case",

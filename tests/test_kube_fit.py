@@ -37,8 +37,8 @@ def pod(on, gpus):
 
 
 class Core:
-    def __init__(self, nodes, pods=(), quotas=()):
-        self.nodes, self.pods, self.quotas = list(nodes), list(pods), list(quotas)
+    def __init__(self, nodes, pods=(), quotas=(), limits=()):
+        self.nodes, self.pods, self.quotas, self.limits = list(nodes), list(pods), list(quotas), list(limits)
 
     def list_node(self):
         return NS(items=self.nodes)
@@ -48,6 +48,9 @@ class Core:
 
     def list_namespaced_resource_quota(self, namespace):
         return NS(items=self.quotas)
+
+    def list_namespaced_limit_range(self, namespace):
+        return NS(items=self.limits)
 
 
 def spec(**opts):
@@ -111,6 +114,16 @@ def test_quota_room_and_a_quota_on_cpu():
     fit.check_quota(Core([], quotas=[quota({"requests.nvidia.com/gpu": "16", "pods": "10"}, {"pods": "2"})]), "ns",
                     need, Retry(0), ok)
     assert ok.notes == ["fits the namespace's ResourceQuota (q)"]
+
+
+def test_a_limit_range_under_the_gpus_a_pod_asks():
+    lr = model({"metadata": {"name": "small"}, "spec": {"limits": [{"type": "Container", "max": {"nvidia.com/gpu": "2"}},
+                                                                     {"type": "Pod", "max": {"cpu": "4"}}]}},
+               "V1LimitRange")
+    with pytest.raises(UsageError, match="LimitRange small in namespace ns allows at most 2 nvidia.com/gpu per "
+                                         r"container; the run asks 4 \(--gpus-per-node\)"):
+        fit.check_limits(Core([], limits=[lr]), "ns", "nvidia.com/gpu", 4, Retry(0), fit.Fit())
+    fit.check_limits(Core([], limits=[lr]), "ns", "nvidia.com/gpu", 2, Retry(0), fit.Fit())
 
 
 @pytest.mark.parametrize("key,value", [("tolerations", "a=b:Never"), ("tolerations", "=b:NoSchedule"),

@@ -213,3 +213,25 @@ def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -
         fit.skipped.append(f"the Kueue LocalQueue {queue} (this user may not get localqueues in {namespace})")
         return
     fit.notes.append(f"Kueue LocalQueue {queue} exists in {namespace}")
+
+
+def check_limits(core: Any, namespace: str, resource: str, gpus: int, retry: Any, fit: Fit) -> None:
+    """Each LimitRange of the namespace against the GPUs one container (and one pod) asks for (Kubernetes docs,
+    "Limit Ranges": a Container or Pod whose limit is over a `max` is refused at admission)."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    if gpus <= 0:
+        return
+    try:
+        ranges = retry.call(core.list_namespaced_limit_range, namespace).items
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the namespace's LimitRanges (this user may not list limitranges in {namespace})")
+        return
+    for lr in ranges:
+        for item in (lr.spec.limits or []) if lr.spec else []:
+            most = (item.max or {}).get(resource)
+            if item.type in ("Container", "Pod") and most is not None and _quantity(most) < gpus:
+                raise UsageError(f"LimitRange {lr.metadata.name} in namespace {namespace} allows at most {most} "
+                                 f"{resource} per {item.type.lower()}; the run asks {gpus} (--gpus-per-node)")

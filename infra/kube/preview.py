@@ -13,7 +13,7 @@ SKIPPED = ("the API server answering and accepting the context's credentials",
            "the namespace existing (made only with --create-namespace)",
            "permissions: a SelfSubjectAccessReview for every verb and resource the run uses",
            "fit: the nodes' allocatable GPUs, their labels, taints and cordons, the GPUs other pods hold now",
-           "the namespace's ResourceQuota", "the Kueue LocalQueue (with --option queue)")
+           "the namespace's ResourceQuota and LimitRanges", "the Kueue LocalQueue (with --option queue)")
 
 
 def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:

@@ -90,6 +90,7 @@ class KubeProvider(Provider):
             if extra.queue and exists:
                 fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result)
             if exists:
+                fit.check_limits(core, namespace, resource, int(spec.gpus_per_node or 0), retry, result)
                 fit.check_quota(core, namespace, fit.needs(spec.nodes, int(spec.gpus_per_node or 0), resource,
                                                            mode, secrets), retry, result)
         except UsageError:
