@@ -96,6 +96,8 @@ class KubeProvider(Provider):
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - an API answer: unreachable and 401 are bad input
+            if not _is_api_error(exc) and not isinstance(exc, OSError):
+                raise  # not an answer of the API server: a bug, shown as one
             said = access.refused(exc, context, "asked before the run", plugin)
             if said is not None:
                 raise said from None
