@@ -74,7 +74,8 @@ def _cluster_allowed(fake, token: str, group: str, resource: str, verb: str) -> 
     ns_sa = fake.sa_tokens.get(token)
     if ns_sa is None:
         return True  # an admin's token
-    return any(g == group and r == resource and verb in verbs for g, r, verbs in fake.cluster_grants.get(ns_sa, ()))
+    grants = getattr(fake, "cluster_grants", {})  # a fake without install(): none, as before
+    return any(g == group and r == resource and verb in verbs for g, r, verbs in grants.get(ns_sa, ()))
 
 
 def authorize(fake, token: str, method: str, path: str) -> None:
