@@ -385,3 +385,33 @@ def test_a_task_file_names_the_context_and_namespace(cluster, capsys, tmp_path):
     text = " ".join((capsys.readouterr().out).split())
     assert code == 0 and "context admin, namespace scratch" in text and '"namespace": "scratch"' not in text, text[-2000:]
     assert c.fake.reviews == []
+
+
+def test_a_job_kueue_never_admits_fails_at_the_start_deadline_saying_so(tmp_path):
+    """The launcher's own start deadline (30 s, its least) passes while Kueue holds the Job suspended: the run
+    fails naming the queue, and the Job goes."""
+    from k8s_fake_http import serve
+    from test_k8s_launcher import Events
+
+    from gpucluster.domain import Cluster
+    from gpucluster.infra.kube.platform import kube_platform
+    from gpucluster.infra.kube.plugin import KubeLauncher
+    from gpucluster.infra.kube.provider import KubeProvider
+    from gpucluster.launch import JobSpec
+
+    fake = FakeKubeApi({})
+    install(fake)
+    kueue(fake, admit_after_s=3600)
+    api, stop = serve(fake)
+    launcher = KubeLauncher(KubeProvider(), queue="team-queue", api=api, start_deadline_s=30, poll_interval=0.5,
+                            api_retry_s=5, platform=kube_platform({"queue": "team-queue"}))
+    cluster_ = Cluster(name="lab", cloud="kubernetes", nodes=(), gpus_per_node=1,
+                       outputs={"nodes": 2, "namespace": "default", "context": "admin"})
+    try:
+        result = launcher.launch(cluster_, JobSpec(run_id="r20261128-000000-abcdef", command=("python", "-c", "1"),
+                                                   nproc_per_node=1, threads_per_proc=1), Events(), tmp_path / "logs")
+    finally:
+        stop()
+    assert not result.ok and "the Job made no pod for it" in result.failure, result.failure
+    assert "waiting for Kueue to admit it from LocalQueue team-queue" in result.failure, result.failure
+    assert fake.admitted == [] and [d[1] for d in fake.calls if d[0] == "delete"][:1] == ["job"]

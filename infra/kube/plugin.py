@@ -20,9 +20,10 @@ class KubeLauncher(KubernetesLauncher):
     """The shared launcher in the namespace the run's context and options pinned (`provider.prepare`),
     saying what the provider's preflight found before the objects are made."""
 
-    def __init__(self, provider: KubeProvider, **kw: Any):
+    def __init__(self, provider: KubeProvider, queue: str | None = None, **kw: Any):
         super().__init__(**kw)
         self.provider = provider
+        self.queue = queue  # --option queue: Kueue admits the Job (or does not) within the start deadline
 
     def describe(self, spec: Any, job: Any) -> list[str]:
         """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
@@ -44,7 +45,12 @@ class KubeLauncher(KubernetesLauncher):
             events.message(f"checked before creating: {line}")
         for line in self.provider.skipped:
             events.message(f"not checked: {line}")
-        return super().launch(cluster, job, events, log_dir)
+        result = super().launch(cluster, job, events, log_dir)
+        if self.queue and result.failure and "the Job made no pod for it" in result.failure:
+            result.failure += (f"; the Job was still waiting for Kueue to admit it from LocalQueue {self.queue} "
+                               f"(`kubectl get workloads -n {self.namespace}` says why; a longer --start-deadline "
+                               "waits longer)")
+        return result
 
 
 def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
@@ -53,7 +59,7 @@ def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
     if opts.start_deadline_s:
         kw["start_deadline_s"] = opts.start_deadline_s
     given = dict(opts.spec_options)
-    return provider, KubeLauncher(provider, mode=str(given.get("launcher") or "job").strip().lower(),
+    return provider, KubeLauncher(provider, queue=given.get("queue") or None, mode=str(given.get("launcher") or "job").strip().lower(),
                                   image=given.get("image") or None,
                                   namespace=given.get("namespace") or options.DEFAULT_NAMESPACE,
                                   platform=kube_platform(given), **kw)
