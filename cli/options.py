@@ -113,8 +113,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                               help="Cloud option, as in the stack file (repeatable), e.g. --option "
                                                    "efa=true --option image=base.")),
     "dry_run": (("--dry-run",), dict(is_flag=True, help="aws/gcp: show what would be declared and run (the real "
-                                     "Pulumi program under Pulumi's mocks) and the estimate; create nothing, need no "
-                                     "credentials.")),
+                                     "Pulumi program under Pulumi's mocks) and the estimate; kubernetes: the manifests, "
+                                     "without reaching the cluster; create nothing, need no credentials.")),
     "ready_timeout": (("--ready-timeout",), dict(default=None, type=Int("ready timeout (seconds)", 10, 6 * 3600),
                                                  help="Seconds to wait for cloud nodes to answer ssh and report "
                                                       "ready [default: what the image's boot steps and the node's own "
@@ -148,9 +148,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "project": (("--project",), dict(default=None, help=_PROJECT_HELP)),
     "start_deadline": (("--start-deadline",), dict(default=20, show_default=True,
                                                    type=Int("start deadline (minutes)", 1, 24 * 60),
-                                                   help="gcp: minutes every pod may take to be running (GPU nodes, "
-                                                        "driver, image); past it the run fails with the scheduler's "
-                                                        "reason.")),
+                                                   help="gcp, kubernetes: minutes every pod may take to be running (GPU "
+                                                        "nodes, driver, image, Kueue admission); past it the run fails "
+                                                        "with the scheduler's reason.")),
     # --cloud kubernetes: which cluster (a kubeconfig context) and where in it; stored as the run's options
     "context": (("--context",), dict(default=None, metavar="NAME",
                                      help="kubernetes: the kubeconfig context [default: its current context; "
