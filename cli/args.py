@@ -42,3 +42,18 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
         flag = "/".join(param.opts)
         raise UsageError(f"{flag} does not apply to --cloud {cloud} ({mine.flags_refused_why}); "
                          f"it is used with --cloud {' or '.join(clouds)} only: remove it")
+
+
+# flags that a backend keeps among its spec's options (`--context X` is `--option context=X`), so the
+# ledger records them with the run and `down` finds the run's objects again
+OPTION_FLAGS = {"context": "context", "namespace": "namespace", "create_namespace": "createNamespace"}
+
+
+def fold_option_flags(flags: dict) -> tuple[str, ...]:
+    """`flags` without the option flags (popped), and its `options` with them added as K=V."""
+    added = []
+    for flag, key in OPTION_FLAGS.items():
+        value = flags.pop(flag, None)
+        if value not in (None, False, ""):
+            added.append(f"{key}={'true' if value is True else value}")
+    return tuple(flags.get("options") or ()) + tuple(added)

@@ -301,7 +301,8 @@ def render_run_cost(cost: dict, console=None) -> None:
 
     console = console or _console()
     if cost.get("local"):
-        console.print(f"Cost: $0 ({'; '.join(cost['notes'])})", highlight=False)
+        total = f"${cost['total']} internal" if cost.get("internal") else "$0"  # the user's own price (kubernetes)
+        console.print(f"Cost: {total} ({'; '.join(cost['notes'])})", highlight=False)
         return
     table = Table(title=f"Cost of run {cost.get('run_id') or ''} (USD, prices read {cost.get('price_date')})")
     for col in ("resource", "item", "what", "billed s", "cost", "note"):

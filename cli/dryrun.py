@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -16,11 +17,14 @@ def print_dry_run(out, provider, launcher, spec: ClusterSpec, job, as_json: bool
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
     (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
     from gpucluster.infra.contract import Capability
-    from gpucluster.infra.registry import provisioning, traits
+    from gpucluster.infra.registry import plugin, provisioning
 
-    if not traits(spec.cloud).can(Capability.PROVISIONS):
+    chosen = plugin(spec.cloud)
+    if not chosen.can(Capability.PROVISIONS) and chosen.ops.preview is None:
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
-    d = provider.dry_run(spec, job=job, launcher=launcher)
+    # a backend that provisions nothing previews what its launcher would create (kubernetes: the manifests)
+    d: dict[str, Any] = provider.dry_run(spec, job=job, launcher=launcher) if chosen.ops.preview is None else \
+        dict(chosen.ops.preview(spec, job, launcher))
     if shape:  # the machine and GPUs planned (`--gpu`'s pick included): instance_type, gpu
         d = {**shape, **d}
     if as_json:

@@ -17,9 +17,21 @@ from gpucluster.errors import ExitCode
 from gpucluster.infra.registry import provisioning
 
 
+def _swept() -> tuple[str, ...]:
+    """The clouds `gc` sweeps: those gpucluster provisions, and those whose objects live in namespaces the
+    user names (kubernetes: only with --namespace)."""
+    from gpucluster.infra.registry import NAMES, traits
+
+    return provisioning() + tuple(n for n in NAMES if "namespace" in traits(n).flags)
+
+
 @click.command()
-@click.option("--cloud", "clouds", multiple=True, type=click.Choice(provisioning()),
-              help=f"Cloud to sweep (repeatable) [default: {' and '.join(provisioning())}].")
+@click.option("--cloud", "clouds", multiple=True, type=click.Choice(_swept()),
+              help=f"Cloud to sweep (repeatable) [default: {' and '.join(provisioning())}; an existing "
+                   "cluster's (kubernetes) only when named, with --namespace].")
+@click.option("--context", default=None, metavar="NAME", help="kubernetes: the kubeconfig context [default: current].")
+@click.option("--namespace", "namespaces", multiple=True, metavar="NS",
+              help="kubernetes: a namespace to sweep (repeatable; required with --cloud kubernetes).")
 @click.option("--region", "regions", multiple=True, help="AWS region to sweep (repeatable) [default: the ledger's "
               "regions and your default region].")
 @click.option("--project", default=None, help="GCP project [default: from google.auth / GOOGLE_CLOUD_PROJECT].")
@@ -32,7 +44,7 @@ from gpucluster.infra.registry import provisioning
               "`pulumi up -s STACK`), repeatable; never swept otherwise.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @click.option("--json", "as_json", is_flag=True, help="What was found (and deleted) as JSON.")
-def gc(clouds, regions, project, include_kept, any_owner, older_than, stacks, yes, as_json):
+def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, older_than, stacks, yes, as_json):
     """Find resources tagged managed-by=gpucluster that no live cluster owns; delete them after asking.
 
     Only this home's resources are deleted; other owners' and standalone stacks (`pulumi up`) are
@@ -43,7 +55,23 @@ def gc(clouds, regions, project, include_kept, any_owner, older_than, stacks, ye
       gpucluster gc --cloud aws            # list, then ask
       gpucluster gc --cloud aws --yes      # delete without asking
       gpucluster gc --cloud aws --any-owner --older-than 7d   # an admin: everyone's week-old leftovers
+      gpucluster gc --cloud kubernetes --context lab --namespace ml   # this home's objects in ml
     """
+    from gpucluster.errors import UsageError
+
+    namespaced = [c for c in clouds if c not in provisioning()]  # objects in namespaces the user names
+    if namespaced:
+        cloud = namespaced[0]
+        if len(clouds) > 1 or regions or project or any_owner or stacks or include_kept:
+            raise UsageError(f"gc --cloud {cloud} takes only --context, --namespace, --yes and --json "
+                             "(sweep the other clouds in another gc)")
+        if not namespaces:
+            raise UsageError(f"gc --cloud {cloud} needs --namespace NS (repeatable): it looks only where it is told")
+        from gpucluster.cli.gc_namespaces import sweep_namespaces
+
+        return sweep_namespaces(cloud, context, namespaces, yes=yes, as_json=as_json)
+    if context or namespaces:
+        raise UsageError("--context and --namespace are for gc --cloud kubernetes")
     from gpucluster.infra.registry import plugin
     from gpucluster.ownership import parse_duration
     from gpucluster.prepare import check_place

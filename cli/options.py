@@ -117,8 +117,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                               help="Cloud option, as in the stack file (repeatable), e.g. --option "
                                                    "efa=true --option image=base.")),
     "dry_run": (("--dry-run",), dict(is_flag=True, help="aws/gcp: show what would be declared and run (the real "
-                                     "Pulumi program under Pulumi's mocks) and the estimate; create nothing, need no "
-                                     "credentials.")),
+                                     "Pulumi program under Pulumi's mocks) and the estimate; kubernetes: the manifests, "
+                                     "without reaching the cluster; create nothing, need no credentials.")),
     "ready_timeout": (("--ready-timeout",), dict(default=None, type=Int("ready timeout (seconds)", 10, 6 * 3600),
                                                  help="Seconds to wait for cloud nodes to answer ssh and report "
                                                       "ready [default: what the image's boot steps and the node's own "
@@ -152,9 +152,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "project": (("--project",), dict(default=None, help=_PROJECT_HELP)),
     "start_deadline": (("--start-deadline",), dict(default=20, show_default=True,
                                                    type=Int("start deadline (minutes)", 1, 24 * 60),
-                                                   help="gcp: minutes every pod may take to be running (GPU nodes, "
-                                                        "driver, image); past it the run fails with the scheduler's "
-                                                        "reason.")),
+                                                   help="gcp, kubernetes: minutes every pod may take to be running (GPU "
+                                                        "nodes, driver, image, Kueue admission); past it the run fails "
+                                                        "with the scheduler's reason.")),
+    # --cloud kubernetes: which cluster (a kubeconfig context) and where in it; stored as the run's options
+    "context": (("--context",), dict(default=None, metavar="NAME",
+                                     help="kubernetes: the kubeconfig context [default: its current context; "
+                                          "$KUBECONFIG or ~/.kube/config, as kubectl reads them].")),
+    "namespace": (("--namespace",), dict(default=None, metavar="NS",
+                                         help="kubernetes: the namespace [default: the context's, else default].")),
+    "create_namespace": (("--create-namespace",), dict(is_flag=True, default=None,
+                                                       help="kubernetes: make the namespace when it is missing "
+                                                            "(removed after the run); refused otherwise.")),
     "data": (("--data", "data"), dict(multiple=True, metavar="SRC[:DEST]", help=_DATA_HELP)),
     "setup": (("--setup", "setup"), dict(multiple=True, metavar="CMD",
                                          help="Shell command run on every node before training, in the job's folder "
@@ -227,7 +236,7 @@ ENV = ("env", "env_file", "secret")
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Task file", ("task_file",)),
     ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
-                 "project", "ssh_cidr", "hosts", "tags", "options")),
+                 "project", "context", "namespace", "create_namespace", "ssh_cidr", "hosts", "tags", "options")),
     ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
              "python")),
     ("Environment", ENV),

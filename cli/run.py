@@ -23,7 +23,7 @@ from gpucluster.errors import UsageError
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
-         "fallback", "fallback_after", "checkpoint_every",
+         "fallback", "fallback_after", "checkpoint_every", "context", "namespace", "create_namespace",
          as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
@@ -40,15 +40,17 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
       gpucluster run --cloud local --nodes 2 --epochs 8 --resume r20261122-101500-ab12cd
       gpucluster run --cloud ssh --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6 --identity ~/.ssh/id_ed25519
       gpucluster run --cloud aws --nodes 2 --dry-run
+      gpucluster run --cloud kubernetes --context lab --namespace ml --nodes 2 --gpus-per-node 4
       gpucluster run --cloud aws --nodes 4 --spot --recover 3 --fallback on-demand --checkpoint-every 200
     """
-    from gpucluster.cli.args import check_cloud_flags
+    from gpucluster.cli.args import check_cloud_flags, fold_option_flags
     from gpucluster.cli.common import preflight, print_notes
     from gpucluster.infra.registry import plugin, provisioning, readers
     from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
 
     chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
     check_cloud_flags(flags["cloud"])
+    flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the run's options
     flags["options"] = _idle_stop(chosen, flags["options"], keep, idle_minutes)
     plan = prepare(Request(**flags, provisioning=provisioning(), readers=readers()), chosen)
     plan.policy = _kept_policy(plan.policy, keep, flags["recover"])

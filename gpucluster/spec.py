@@ -150,7 +150,8 @@ class ClusterSpec:
 
 
 def key_forms(key: str) -> tuple[str, str]:
-    """An option name's two spellings: camelCase (stack config) and snake_case (`--option`)."""
+    """An option name's two spellings: camelCase (stack config) and snake_case (`--option`; `normalize` also
+    takes the snake_case form with '-' for '_', as kubectl-style flags write it: gpu-resource)."""
     camel = re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), key)
     snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
     return camel, snake
@@ -167,7 +168,8 @@ def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     # that skipped this step still carries them and `validate` refuses them, never drops them)
     lifted = [*((store.read_option, store.write_option) if store is not None else ()),
               *(("project",) if backend.accounts is not None else ())]
-    canonical = {form: name for name in (*backend.spec.options, *lifted) for form in (name, *key_forms(name))}
+    canonical = {form: name for name in (*backend.spec.options, *lifted)
+                 for form in (name, *key_forms(name), key_forms(name)[1].replace("_", "-"))}  # and kebab-case
     options: dict[str, str] = {}
     for key, value in spec.options:
         options[canonical.get(key, key)] = value

@@ -58,6 +58,9 @@ KEYS: dict[str, Key] = {
     "resources.ssh_cidr": _key("ssh_cidr", STR),
     "resources.project": _key("project", STR),
     "resources.hosts": _key("hosts", HOSTS),
+    "resources.context": _key("context", STR),  # kubernetes: the kubeconfig context
+    "resources.namespace": _key("namespace", STR),
+    "resources.create_namespace": _key("create_namespace", BOOL),
     "resources.tags": _key("tags", MAP, "--tag"),
     "resources.options": _key("options", MAP, "--option"),
     "ssh.identity": _key("identity", PATH),

@@ -29,7 +29,9 @@ Parts and who calls them
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
                independent check), node_gpu_state (status --gpus), gone_at (status: kept nodes that
-               powered off), doctor checks, credentials.
+               powered off), doctor checks, credentials, internal_cost (an unpriced backend's own price
+               of a run), sweep (`gc` of objects in namespaces the user names), preview (`--dry-run` of a
+               backend that provisions nothing).
   Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
                cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
                rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
@@ -217,6 +219,15 @@ class Operations:
     # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
     # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
     credentials: Callable[[str | None], list[dict[str, object]]] | None = None
+    # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
+    # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
+    internal_cost: Callable[[Mapping[str, object], float], tuple[Decimal, str] | None] | None = None
+    # `gc` of a backend whose objects live in namespaces the user names (kubernetes): (context, namespace, owner,
+    # remove) -> (ours still there, other owners' objects, errors); ours are deleted first with `remove`
+    sweep: Callable[[str | None, str, str, bool], tuple[list[Leftover], list[Leftover], list[str]]] | None = None
+    # `--dry-run` of a backend that provisions nothing: (spec, job, launcher) -> {"text": what would be created},
+    # reaching nothing (kubernetes: the manifests, and the checks a real run makes that were skipped)
+    preview: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:

@@ -19,6 +19,7 @@ PACKAGES = {
     "ssh": "gpucluster.infra.ssh",
     "aws": "gpucluster.infra.aws",
     "gcp": "gpucluster.infra.gcp",
+    "kubernetes": "gpucluster.infra.kube",
 }
 
 NAMES = tuple(PACKAGES)

@@ -27,7 +27,7 @@ def test_cost_hooks_have_not_applicable_defaults():
     assert bare.estimate_notes(None, Decimal(0)) == [] and bare.gpu_of("x", None) is None
     assert bare.system_pool(ClusterSpec(cloud="local", nodes=1)) is None
     assert priced() == ("aws", "gcp")
-    assert [n for n in NAMES if plugin(n).pricing is None] == ["local", "ssh"]
+    assert [n for n in NAMES if plugin(n).pricing is None] == ["local", "ssh", "kubernetes"]
 
 
 def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():

@@ -249,7 +249,11 @@ def test_the_cloud_import_check_sees_every_spelling():
 def test_the_kubernetes_package_is_found_and_is_not_a_backend():
     names = {p.name for p in KUBERNETES}
     assert {"launcher.py", "api.py", "plan.py", "stage.py", "outputs.py", "check.py", "connect.py"} <= names
-    assert "kubernetes" not in NAMES and "pulumi" not in NAMES
+    from gpucluster.infra.registry import PACKAGES
+
+    # the `kubernetes` backend (existing clusters) is its own package, infra/kube; the shared engines are none
+    assert "gpucluster.infra.kubernetes" not in PACKAGES.values() and "pulumi" not in NAMES
+    assert PACKAGES["kubernetes"] == "gpucluster.infra.kube"
 
 
 @pytest.mark.parametrize("path", KUBERNETES, ids=_rel)

@@ -192,7 +192,7 @@ checkpoint_every: 200
 
 
 def test_the_tests_above_cover_every_key():
-    text = Path(__file__).read_text()
+    text = Path(__file__).read_text() + Path(__file__).with_name("test_kube_backend.py").read_text()  # kubernetes'
     for key in taskfile.KEYS:
         leaf = key.split(".")[-1]
         assert f"{leaf}:" in text or f"{leaf}: " in text, key

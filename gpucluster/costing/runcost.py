@@ -150,6 +150,12 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
                               "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
     if is_free(backend):
         result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
+        internal = backend.ops.internal_cost if backend is not None else None
+        priced = internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now))) if internal else None
+        if priced is not None:  # the user's own price for machines gpucluster does not rent
+            result.update(total=str(priced[0]), internal=True)
+            result["notes"].append(f"{cloud} run: no rented cloud resources; {priced[1]}")
+            return result
         result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
         return result
     snapshot = run.prices

@@ -163,7 +163,7 @@ class KubernetesLauncher(Launcher):
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
-        created = Created(api, plan, retry, events=events)
+        created = Created(api, plan, retry, events=events, shape=self.platform.shape)
         stager: Any = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
             lay_back = None

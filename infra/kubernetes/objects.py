@@ -53,6 +53,7 @@ class Created:
     events: Any = None  # RunEvents: a ledger row for each object, written before its request
     going: list[str] = field(default_factory=list)  # deleted, still terminating when read back
     ns_in_use: list[str] = field(default_factory=list)  # the Jobs of other runs that kept our namespace
+    shape: Any = None  # (kind, manifest) -> manifest: the platform's additions (`Platform.shape`)
 
     # -- create ---------------------------------------------------------------------------------
     def namespace(self) -> None:
@@ -64,6 +65,9 @@ class Created:
             self.retry.call(self.api.core.read_namespace, ns)
             return
         except Exception as exc:  # ApiException is in the lazily imported SDK: non-API errors re-raise
+            if _is_api_error(exc) and _status(exc) == 403:
+                return  # a user whose Role is namespaced may not read its namespace: used as it is (a missing
+                # one then fails the first create with 404, and such a user could not create it anyway)
             if not _is_api_error(exc) or _status(exc) != 404:
                 raise self._refused("namespace", exc) from None
         k = kube_models()
@@ -75,16 +79,19 @@ class Created:
         """The run's objects; with --secret first its own Secret holding `secret_values` (the values
         go only there, deleted with the run)."""
         api, plan, ns = self.api, self.plan, self.plan.namespace
+        shape = self.shape or (lambda kind, manifest: manifest)
         if plan.secrets:
-            self._create("secret", lambda: api.core.create_namespaced_secret(ns, secret_manifest(plan,
-                                                                                                secret_values or {})))
-        self._create("configmap", lambda: api.core.create_namespaced_config_map(ns, config_map_manifest(plan)))
+            self._create("secret", lambda: api.core.create_namespaced_secret(ns, shape("secret", secret_manifest(
+                plan, secret_values or {}))))
+        self._create("configmap", lambda: api.core.create_namespaced_config_map(ns, shape("configmap",
+                                                                                          config_map_manifest(plan))))
         if plan.mode == "job":
-            self._create("service", lambda: api.core.create_namespaced_service(ns, service_manifest(plan)))
-            self._create("job", lambda: api.batch.create_namespaced_job(ns, job_manifest(plan)))
+            self._create("service", lambda: api.core.create_namespaced_service(ns, shape("service",
+                                                                                       service_manifest(plan))))
+            self._create("job", lambda: api.batch.create_namespaced_job(ns, shape("job", job_manifest(plan))))
         else:
             self._create("pytorchjob", lambda: api.custom.create_namespaced_custom_object(
-                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, pytorchjob_manifest(plan)))
+                KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, shape("pytorchjob", pytorchjob_manifest(plan))))
 
     def _row(self, kind: str) -> tuple[str, str]:
         return ROW_PREFIX + kind, row_name(kind, self.plan.namespace, self.plan.name)

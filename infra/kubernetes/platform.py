@@ -27,6 +27,10 @@ def _empty(*_: Any) -> dict[str, str]:
     return {}
 
 
+def _as_built(kind: str, manifest: Any) -> Any:
+    return manifest
+
+
 def kubeconfig_api(cluster: Any, credentials: Any = None) -> "KubeApi":
     """The API of a cluster from its `kubeconfig` (a kubeconfig text), else ~/.kube/config."""
     from .api import KubeApi
@@ -61,6 +65,10 @@ class Platform:
     account_bound_to: str = ""
     # what holds no pod of ours between jobs, for `ssh` with no job running
     between_jobs: str = "between jobs no pod of ours runs"
+    # (kind, manifest) -> the manifest as created: what the provider adds to each object the run makes
+    # (kubernetes: the user's queue label, priority class, node selector, tolerations, service account,
+    # image pull secret); kind is "secret", "configmap", "service", "job" or "pytorchjob"
+    shape: Callable[[str, Any], Any] = _as_built
 
 
 GENERIC = Platform()

@@ -1,0 +1,237 @@
+"""Whether a run fits the cluster, judged from what the API server says before anything is created.
+
+The scheduler's rules that decide it (Kubernetes docs): a pod goes only to a node that is schedulable
+(`spec.unschedulable` unset: "Safely Drain a Node", cordon), whose labels match its nodeSelector
+("Assigning Pods to Nodes"), whose NoSchedule and NoExecute taints it all tolerates ("Taints and
+Tolerations"; PreferNoSchedule only steers), and whose allocatable extended resource, less what the pods
+already bound there request, covers its request ("Resource Management for Pods and Containers": extended
+resources such as nvidia.com/gpu are integers, never overcommitted). The run's pods avoid sharing a node
+(its required pod anti-affinity on kubernetes.io/hostname), so N pods need N distinct such nodes.
+A ResourceQuota admits an object only while `used + request <= hard` for each resource it names
+("Resource Quotas"; extended resources only as `requests.<name>`; object counts as `count/<resource>` or
+the short names pods, services, configmaps, secrets); with `requests.cpu`/`requests.memory` (or `limits.*`)
+set, a pod that does not say them is refused at admission.
+
+"Ever": the largest allocatable cannot hold the request, or a quota's hard limit is below it.
+"Now": the free GPUs or a quota's remaining room are too small today. Without a Kueue queue a run that
+does not fit now is refused (its pods would wait Pending up to the start deadline for GPUs others hold);
+with one, Kueue holds the Job until it is admitted, and the wait is said instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucluster.errors import UsageError
+
+from .options import GPU_RESOURCE, Passthrough
+
+OUR_TOLERATION = (GPU_RESOURCE, None, "NoSchedule")  # infra/kubernetes/manifests.py: every pod tolerates it
+
+
+@dataclass
+class Fit:
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _quantity(value: Any) -> float:
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return float(parse_quantity(str(value)))
+    except Exception:  # noqa: BLE001 - a quantity we cannot read counts as none
+        return 0.0
+
+
+def _tolerated(taint: Any, tolerations: list[tuple[str, str | None, str]]) -> bool:
+    if taint.effect not in ("NoSchedule", "NoExecute"):
+        return True
+    return any(k == taint.key and (v is None or v == (taint.value or "")) and e == taint.effect
+               for k, v, e in tolerations)
+
+
+def node_room(core: Any, resource: str, passthrough: Passthrough, retry: Any) -> tuple[list[tuple[str, float]], list[str]]:
+    """([(node, allocatable)] of nodes the pods may go to, [why each other node may not]); every node
+    offering none of `resource` is left out of both."""
+    nodes = retry.call(core.list_node).items
+    tolerations = [OUR_TOLERATION] + [(t.key, t.value, t.effect) for t in passthrough.tolerations]
+    selector = dict(passthrough.node_selector)
+    eligible, others = [], []
+    offering = [n for n in nodes if _quantity((n.status.allocatable or {}).get(resource, 0)) > 0]
+    for n in offering:
+        name, labels = n.metadata.name, n.metadata.labels or {}
+        have = _quantity((n.status.allocatable or {}).get(resource, 0))
+        wrong = [f"{k}={labels.get(k, '(unset)')}" for k, v in selector.items() if labels.get(k) != v]
+        taints = [t for t in (n.spec.taints or []) if not _tolerated(t, tolerations)]
+        if n.spec.unschedulable:
+            others.append(f"{name}: cordoned")
+        elif wrong:
+            others.append(f"{name}: label {', '.join(wrong)}")
+        elif taints:
+            said = ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in taints)
+            others.append(f"{name}: taint {said} not tolerated")
+        else:
+            eligible.append((name, have))
+    return eligible, others
+
+
+def offered(core: Any, retry: Any) -> list[str]:
+    """The extended resources any node offers (their names), for the refusal of one none offers."""
+    names = set()
+    for n in retry.call(core.list_node).items:
+        names |= {k for k, v in (n.status.allocatable or {}).items() if "/" in k and _quantity(v) > 0}
+    return sorted(names)
+
+
+def bound_requests(core: Any, resource: str, retry: Any) -> dict[str, float] | None:
+    """{node: `resource` requested by the pods bound there and not ended}; None when the user may not list
+    every namespace's pods (then the "now" check is skipped, and said)."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        pods = retry.call(core.list_pod_for_all_namespaces).items
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) == 403:
+            return None
+        raise
+    used: dict[str, float] = {}
+    for p in pods:
+        if not p.spec.node_name or (p.status and p.status.phase in ("Succeeded", "Failed")):
+            continue
+        for c in p.spec.containers or []:
+            req = (c.resources.requests or {}) if c.resources else {}
+            lim = (c.resources.limits or {}) if c.resources else {}
+            used[p.spec.node_name] = used.get(p.spec.node_name, 0.0) + _quantity(req.get(resource, lim.get(resource, 0)))
+    return used
+
+
+def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Passthrough, queued: bool,
+                retry: Any, fit: Fit) -> None:
+    if gpus <= 0:
+        return
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        eligible, others = node_room(core, resource, passthrough, retry)
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the nodes' {resource} (this user may not list nodes: a namespaced Role cannot grant it)")
+        return
+    asked = f"{nodes} node{'s' if nodes > 1 else ''} × {gpus} GPU{'s' if gpus > 1 else ''} requested"
+    if not eligible and not others:
+        have = offered(core, retry)
+        raise UsageError(f"no node of the cluster offers {resource} (offered: {', '.join(have) or 'no extended resource'})"
+                         "; name the GPU resource with --option gpu-resource=NAME, or install the device plugin")
+    why = f"; not eligible: {'; '.join(others)}" if others else ""
+    big = sorted((have for _, have in eligible), reverse=True)
+    if len([h for h in big if h >= gpus]) < nodes:
+        largest = f"the largest node has {int(big[0])} allocatable {resource}" if big else f"no node the pods may use has {resource}"
+        enough = len([h for h in big if h >= gpus])
+        raise UsageError(f"{asked}; {largest}" + (f" and {enough} node(s) have {gpus}" if big and enough else "")
+                         + f"{why}: it can never fit (ask for fewer GPUs per node with --gpus-per-node, or fewer nodes)")
+    used = bound_requests(core, resource, retry)
+    if used is None:
+        fit.skipped.append("free GPUs now (this user may not list every namespace's pods)")
+        return
+    free = sorted((have - used.get(name, 0.0) for name, have in eligible), reverse=True)
+    room = len([f for f in free if f >= gpus])
+    if room < nodes:
+        text = (f"{asked}; {room} node(s) have {gpus} free {resource} now (the others' GPUs are held by running pods)")
+        if not queued:
+            raise UsageError(text + ": it does not fit now; try later, ask for less, or give a Kueue queue "
+                                    "(--option queue=NAME) to wait for it")
+        fit.notes.append(text + "; the queue's admission is waited for")
+    else:
+        fit.notes.append(f"fits: {room} eligible node(s) have {gpus} free {resource} now")
+
+
+def check_quota(core: Any, namespace: str, need: dict[str, float], retry: Any, fit: Fit) -> None:
+    """Each ResourceQuota of the namespace against what the run's objects will ask for."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        quotas = retry.call(core.list_namespaced_resource_quota, namespace).items
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the namespace's ResourceQuotas (this user may not list resourcequotas in {namespace})")
+        return
+    for q in quotas:
+        hard = {k: _quantity(v) for k, v in ((q.status.hard if q.status and q.status.hard else None)
+                                             or (q.spec.hard or {})).items()}
+        used = {k: _quantity(v) for k, v in ((q.status.used if q.status else None) or {}).items()}
+        for key in ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory", "cpu", "memory"):
+            if key in hard:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} limits {key}, so every pod "
+                                 f"must state it, and gpucluster's training container states no CPU or memory: "
+                                 "use a namespace without that quota")
+        for key, amount in need.items():
+            if key not in hard or amount <= 0:
+                continue
+            if amount > hard[key]:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} "
+                                 f"{hard[key]:g}; the run needs {amount:g}: it can never fit there")
+            if used.get(key, 0.0) + amount > hard[key]:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} {hard[key]:g} "
+                                 f"with {used.get(key, 0.0):g} in use; the run needs {amount:g}: it does not fit now")
+    if quotas:
+        fit.notes.append(f"fits the namespace's ResourceQuota ({', '.join(q.metadata.name for q in quotas)})")
+
+
+def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dict[str, float]:
+    """What the run's objects count against a quota."""
+    out = {f"requests.{resource}": float(nodes * gpus), "pods": float(nodes), f"count/pods": float(nodes),
+           "configmaps": 1.0, "count/configmaps": 1.0}
+    if mode == "job":
+        out.update({"services": 1.0, "count/services": 1.0, "count/jobs.batch": 1.0})
+    if secrets:
+        out.update({"secrets": 1.0, "count/secrets": 1.0})
+    return out
+
+
+KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
+
+
+def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -> None:
+    """The Kueue LocalQueue the Job names exists in the namespace (Kueue docs, "Local Queue": a Job whose
+    queue-name label names no LocalQueue stays suspended, "LocalQueue ... doesn't exist", and would wait out
+    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, queue)
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) == 404:
+            raise UsageError(f"no Kueue LocalQueue {queue!r} in namespace {namespace} (or Kueue is not installed): "
+                             "the Job would stay suspended; `kubectl get localqueues -n " + namespace + "` lists them"
+                             ) from None
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the Kueue LocalQueue {queue} (this user may not get localqueues in {namespace})")
+        return
+    fit.notes.append(f"Kueue LocalQueue {queue} exists in {namespace}")
+
+
+def check_limits(core: Any, namespace: str, resource: str, gpus: int, retry: Any, fit: Fit) -> None:
+    """Each LimitRange of the namespace against the GPUs one container (and one pod) asks for (Kubernetes docs,
+    "Limit Ranges": a Container or Pod whose limit is over a `max` is refused at admission)."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    if gpus <= 0:
+        return
+    try:
+        ranges = retry.call(core.list_namespaced_limit_range, namespace).items
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the namespace's LimitRanges (this user may not list limitranges in {namespace})")
+        return
+    for lr in ranges:
+        for item in (lr.spec.limits or []) if lr.spec else []:
+            most = (item.max or {}).get(resource)
+            if item.type in ("Container", "Pod") and most is not None and _quantity(most) < gpus:
+                raise UsageError(f"LimitRange {lr.metadata.name} in namespace {namespace} allows at most {most} "
+                                 f"{resource} per {item.type.lower()}; the run asks {gpus} (--gpus-per-node)")

@@ -1,0 +1,180 @@
+"""The `--option K=V` keys of `--cloud kubernetes`, each checked for form before anything is looked up
+(one line naming the bad value and what is allowed), and the typed values the other modules read.
+
+Forms, from the Kubernetes docs: names of namespaces are DNS-1123 labels ("Namespaces"); names of
+service accounts, Secrets and PriorityClasses DNS-1123 subdomains ("Object Names and IDs"); label keys
+an optional DNS-subdomain prefix and a name of at most 63 characters, label values at most 63 characters
+of [A-Za-z0-9._-] beginning and ending alphanumeric ("Labels and Selectors"); extended resources such
+as `nvidia.com/gpu` a domain-prefixed name ("Resource Management for Pods and Containers"); taint effects
+NoSchedule, PreferNoSchedule and NoExecute ("Taints and Tolerations"); a Kueue LocalQueue is named by
+the `kueue.x-k8s.io/queue-name` label on the Job (Kueue docs, "Run a Job"), so its name is a label value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from gpucluster.errors import SpecError, not_allowed
+
+OPTIONS = (
+    "context",  # --context: the kubeconfig context [default: its current context]
+    "namespace",  # --namespace: [default: the context's namespace, else default]
+    "createNamespace",  # --create-namespace: make a missing namespace (removed after the run)
+    "image",
+    "launcher",  # job (Indexed Job + headless Service) | pytorchjob (Kubeflow)
+    "gpuResource",  # the extended resource the pods request [default: nvidia.com/gpu]
+    "gpuProduct",  # only nodes labelled nvidia.com/gpu.product=VALUE (GPU feature discovery)
+    "pricePerGpuHour",  # an internal price per GPU-hour for the report [default: 0]
+    "queue",  # a Kueue LocalQueue: the Job waits for its admission within the start deadline
+    "priorityClass",
+    "nodeSelector",  # k=v[,k=v]
+    "tolerations",  # key[=value]:Effect[,...] (as kubectl taint writes a taint)
+    "serviceAccount",
+    "imagePullSecret",
+)
+LAUNCHERS = ("job", "pytorchjob")
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"  # set on GPU nodes by NVIDIA GPU feature discovery
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+DEFAULT_NAMESPACE = "default"
+
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}$")
+_VALUE = re.compile(rf"^({_NAME})?$")
+_RESOURCE = re.compile(rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/{_NAME}$")
+
+
+def _text(spec: Any, key: str) -> str | None:
+    raw = spec.option(key)
+    return None if raw is None or str(raw).strip() == "" else str(raw).strip()
+
+
+def _named(spec: Any, key: str, pattern: re.Pattern[str], allowed: str) -> str | None:
+    value = _text(spec, key)
+    if value is not None and not pattern.match(value):
+        raise SpecError(not_allowed(f"option {key}", value, allowed))
+    return value
+
+
+def namespace(spec: Any) -> str | None:
+    """The namespace given (--namespace), or None: the context's, else `default` (access.py)."""
+    return _named(spec, "namespace", _LABEL, "a DNS-1123 label: lowercase letters, digits and '-', at most 63")
+
+
+def create_namespace(spec: Any) -> bool:
+    from gpucluster.spec import parse_bool
+
+    return parse_bool("option createNamespace", spec.option("createNamespace"), False)
+
+
+def gpu_resource(spec: Any) -> str:
+    return _named(spec, "gpuResource", _RESOURCE, "an extended resource such as nvidia.com/gpu or amd.com/gpu") \
+        or GPU_RESOURCE
+
+
+def gpu_product(spec: Any) -> str | None:
+    return _named(spec, "gpuProduct", _VALUE, "a label value such as NVIDIA-A100-SXM4-80GB")
+
+
+def price_per_gpu_hour(spec: Any) -> Decimal | None:
+    """The internal price given, or None ($0: the cluster is not rented by gpucluster)."""
+    value = _text(spec, "pricePerGpuHour")
+    if value is None:
+        return None
+    try:
+        price = Decimal(value)
+    except InvalidOperation:
+        price = Decimal(-1)
+    if not price.is_finite() or price < 0 or price > 1000:
+        raise SpecError(not_allowed("option pricePerGpuHour", value, "dollars per GPU-hour, 0 to 1000, e.g. 2.50"))
+    return price
+
+
+def labels(text: str, key: str) -> dict[str, str]:
+    """`k=v[,k=v]`, each key and value of label form."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        k, eq, v = part.strip().partition("=")
+        if not eq or not _KEY.match(k.strip()) or not _VALUE.match(v.strip()):
+            raise SpecError(not_allowed(f"option {key}", text, "label pairs k=v[,k=v] (Kubernetes label syntax)"))
+        out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    value: str | None
+    effect: str
+
+
+def tolerations(text: str) -> list[Toleration]:
+    """`key[=value]:Effect[,...]` (kubectl taint's syntax): Equal with a value, Exists without."""
+    out = []
+    allowed = f"key[=value]:Effect[,...] with Effect one of {', '.join(EFFECTS)}"
+    for part in text.split(","):
+        body, colon, effect = part.strip().rpartition(":")
+        k, eq, v = body.partition("=")
+        if not colon or effect not in EFFECTS or not _KEY.match(k) or (eq and not _VALUE.match(v)):
+            raise SpecError(not_allowed("option tolerations", text, allowed))
+        out.append(Toleration(k, v if eq else None, effect))
+    return out
+
+
+@dataclass(frozen=True)
+class Passthrough:
+    """What the user's options add to the run's objects (platform.shape)."""
+
+    queue: str | None = None
+    priority_class: str | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    service_account: str | None = None
+    image_pull_secret: str | None = None
+
+
+def passthrough(spec: Any) -> Passthrough:
+    sub = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'"
+    selector = _text(spec, "nodeSelector")
+    tol = _text(spec, "tolerations")
+    product = gpu_product(spec)
+    chosen = labels(selector, "nodeSelector") if selector else {}
+    if product:
+        chosen[PRODUCT_LABEL] = product
+    return Passthrough(
+        queue=_named(spec, "queue", _VALUE, "a Kueue LocalQueue name (a label value, at most 63 characters)"),
+        priority_class=_named(spec, "priorityClass", _SUBDOMAIN, sub),
+        node_selector=tuple(sorted(chosen.items())),
+        tolerations=tuple(tolerations(tol)) if tol else (),
+        service_account=_named(spec, "serviceAccount", _SUBDOMAIN, sub),
+        image_pull_secret=_named(spec, "imagePullSecret", _SUBDOMAIN, sub),
+    )
+
+
+def validate_spec(spec: Any) -> list[str]:
+    """Every option checked for form; the cluster itself is asked only by the provider's preflight."""
+    namespace(spec)
+    create_namespace(spec)
+    gpu_resource(spec)
+    price_per_gpu_hour(spec)
+    passthrough(spec)
+    launcher = (_text(spec, "launcher") or "job").lower()
+    if launcher not in LAUNCHERS:
+        raise SpecError(not_allowed("option launcher", launcher, LAUNCHERS))
+    if spec.spot:
+        raise SpecError("--spot is not allowed with --cloud kubernetes: the cluster's nodes are not rented by gpucluster")
+    if spec.accelerator is not None and not gpu_product(spec):
+        raise SpecError(f"accelerator {spec.accelerator!r} is not allowed with --cloud kubernetes: name the nodes' "
+                        f"GPU with --option gpu-product=VALUE (their {PRODUCT_LABEL} label)")
+    return []
+
+
+def resolve(spec: Any) -> Any:
+    """GPUs per node: 1 unless given (a shared cluster is asked for what the job needs, not a whole node)."""
+    return spec.replace(gpus_per_node=1 if spec.gpus_per_node is None else spec.gpus_per_node)

@@ -1,0 +1,87 @@
+"""The `Platform` `--cloud kubernetes` gives the shared launcher (`infra.kubernetes`): the API of the
+kubeconfig context the run names (access.py), and what the user's options add to the run's objects
+(`Platform.shape`), each where the Kubernetes and Kueue docs put it:
+
+- `queue`: the label `kueue.x-k8s.io/queue-name` on the Job (Kueue docs, "Run a Job": Kueue's webhook then
+  suspends the Job until its workload is admitted, and un-suspends it; the pods are not labelled, so
+  Kueue's pod integration does not gate them a second time);
+- `priorityClass`: the pods' `priorityClassName` ("Pod Priority and Preemption");
+- `nodeSelector` and `gpuProduct`: merged into the pods' nodeSelector ("Assigning Pods to Nodes");
+- `tolerations`: added to the pods' own ("Taints and Tolerations");
+- `serviceAccount`: the pods' `serviceAccountName`;
+- `imagePullSecret`: the pods' `imagePullSecrets` ("Pull an Image from a Private Registry").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gpucluster.infra.kubernetes.api import KubeApi
+from gpucluster.infra.kubernetes.platform import Platform
+
+from .options import QUEUE_LABEL, Passthrough, passthrough
+
+
+class OptionView:
+    """`spec.option(key)` over an option mapping (what `Transport.make` is given)."""
+
+    def __init__(self, options: Mapping[str, Any]):
+        self.options = dict(options)
+        self.spot, self.accelerator = False, None
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return self.options.get(key, default)
+
+
+def context_api(cluster: Any, credentials: Any = None) -> KubeApi:
+    """The API of the context the run's cluster names (its outputs), through the kubeconfig loader."""
+    from . import access
+
+    outputs = dict(getattr(cluster, "outputs", None) or {})
+    context = str(outputs.get("context") or "")
+    return KubeApi.from_api_client(access.api_client(context, outputs.get("kubeconfig_path") or None))
+
+
+def _pod_spec(spec: dict[str, Any], extra: Passthrough) -> None:
+    """The options' additions to a pod spec in the API's JSON form."""
+    if extra.priority_class:
+        spec["priorityClassName"] = extra.priority_class
+    if extra.node_selector:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **dict(extra.node_selector)}
+    if extra.tolerations:
+        spec["tolerations"] = list(spec.get("tolerations") or []) + [
+            {"key": t.key, "operator": "Equal" if t.value is not None else "Exists", "effect": t.effect,
+             **({"value": t.value} if t.value is not None else {})} for t in extra.tolerations]
+    if extra.service_account and not spec.get("serviceAccountName"):
+        spec["serviceAccountName"] = extra.service_account
+    if extra.image_pull_secret:
+        spec["imagePullSecrets"] = [{"name": extra.image_pull_secret}]
+
+
+def shaper(extra: Passthrough) -> Any:
+    """(kind, manifest) -> the manifest with the options' additions (a typed model comes back typed)."""
+
+    def shape(kind: str, manifest: Any) -> Any:
+        if kind not in ("job", "pytorchjob") or extra == Passthrough():
+            return manifest
+        from kubernetes.client import ApiClient
+
+        client = ApiClient()
+        body = manifest if isinstance(manifest, dict) else client.sanitize_for_serialization(manifest)
+        if extra.queue:
+            body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}), QUEUE_LABEL: extra.queue}
+        if kind == "job":
+            _pod_spec(body["spec"]["template"]["spec"], extra)
+        else:
+            for replica in body["spec"]["pytorchReplicaSpecs"].values():
+                _pod_spec(replica["template"]["spec"], extra)
+        if isinstance(manifest, dict):
+            return body
+        return client._ApiClient__deserialize(body, "V1Job")  # the typed model the launcher sends
+
+    return shape
+
+
+def kube_platform(options: Mapping[str, Any]) -> Platform:
+    return Platform(name="kubernetes", api=context_api, shape=shaper(passthrough(OptionView(options))),
+                    between_jobs="between jobs no pod of ours runs in the namespace")

@@ -1,0 +1,147 @@
+"""The `kubernetes` plugin: an existing cluster (machines that exist), reached through a kubeconfig context;
+the run's objects made and removed by the shared Kubernetes launcher."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpucluster.domain import Check, Leftover, Provider
+from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
+from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+
+from . import TRAITS, options
+from .platform import kube_platform
+from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
+
+
+class KubeLauncher(KubernetesLauncher):
+    """The shared launcher in the namespace the run's context and options pinned (`provider.prepare`),
+    saying what the provider's preflight found before the objects are made."""
+
+    def __init__(self, provider: KubeProvider, queue: str | None = None, **kw: Any):
+        super().__init__(**kw)
+        self.provider = provider
+        self.queue = queue  # --option queue: Kueue admits the Job (or does not) within the start deadline
+
+    def describe(self, spec: Any, job: Any) -> list[str]:
+        """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
+        preflight to ask for the Secret permissions too (describe comes first: `gpucluster.prepare`)."""
+        self.namespace = str(spec.option("namespace") or self.namespace)
+        self.provider.secrets = bool(job.secrets)
+        lines = super().describe(spec, job)
+        made = options.create_namespace(spec)
+        return [(f"namespace {self.namespace}: " + ("made for the run if it is missing (--create-namespace), and then "
+                                                    "removed after it" if made else "used as it is (it must exist)"))
+                if line.startswith(f"namespace {self.namespace}:") else line for line in lines]
+
+    def launch(self, cluster: Any, job: Any, events: Any, log_dir: Path) -> Any:
+        from .cleanup import kinds_of
+
+        self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
+        self.provider.kinds = kinds_of((), self.mode, bool(job.secrets))
+        for line in self.provider.checked:
+            events.message(f"checked before creating: {line}")
+        for line in self.provider.skipped:
+            events.message(f"not checked: {line}")
+        result = super().launch(cluster, job, events, log_dir)
+        if self.queue and result.failure and "the Job made no pod for it" in result.failure:
+            result.failure += (f"; the Job was still waiting for Kueue to admit it from LocalQueue {self.queue} "
+                               f"(`kubectl get workloads -n {self.namespace}` says why; a longer --start-deadline "
+                               "waits longer)")
+        return result
+
+
+def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
+    provider = KubeProvider()
+    kw: dict[str, Any] = {}
+    if opts.start_deadline_s:
+        kw["start_deadline_s"] = opts.start_deadline_s
+    given = dict(opts.spec_options)
+    return provider, KubeLauncher(provider, queue=given.get("queue") or None, mode=str(given.get("launcher") or "job").strip().lower(),
+                                  image=given.get("image") or None,
+                                  namespace=given.get("namespace") or options.DEFAULT_NAMESPACE,
+                                  platform=kube_platform(given), **kw)
+
+
+def provider(opts: LaunchOptions) -> KubeProvider:
+    return KubeProvider()
+
+
+def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Check:
+    """Each run's objects, found by its label (and of the kinds its ledger rows name) in the context and
+    namespace it recorded, deleted and read back."""
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+
+    from . import access
+    from .cleanup import delete_run, kinds_of, run_leftovers
+
+    check = Check()
+    for rid in sorted(runs):
+        record = runs[rid] or {}
+        where = run_where(record)
+        if where is None:
+            check = check.with_unchecked(f"run {rid}: the ledger holds no context and namespace for it")
+            continue
+        context, namespace = where
+        resources = record.get("resources")
+        rows = [str(r.get("kind")) for r in (resources if isinstance(resources, list) else []) if isinstance(r, Mapping)]
+        kinds = kinds_of(rows)
+        try:
+            api, retry = KubeApi.from_api_client(access.api_client(context)), Retry(30)
+            errors = delete_run(api, namespace, rid, kinds, retry)
+            found: list[Leftover] = run_leftovers(api, namespace, rid, kinds, retry)
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused: not checked, said
+            check = check.with_unchecked(f"run {rid} in context {context}, namespace {namespace}: "
+                                         f"{getattr(exc, 'message', None) or exc}")
+            continue
+        check = (check + Check.of(found)).with_unchecked(*(f"delete {e}" for e in errors if found))
+    return check
+
+
+def sweep(context: str | None, namespace: str, owner: str, remove: bool) -> tuple[list[Leftover], list[Leftover],
+                                                                              list[str]]:
+    """`gc --cloud kubernetes --namespace N`: the gpucluster objects of N, ours (owner) removed with `remove`."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+
+    from . import access
+    from .cleanup import sweep as sweep_
+
+    where = access.target(context, namespace)
+    api = KubeApi.from_api_client(access.api_client(where.context))
+    try:
+        return sweep_(api, where.namespace, owner, Retry(30), remove=remove)
+    except Exception as exc:  # noqa: BLE001 - unreachable, 401, 403: one line
+        said = access.refused(exc, where.context, f"listing namespace {where.namespace}")
+        if said is not None:
+            raise said from None
+        from gpucluster.infra.kubernetes.api import _status
+
+        raise UsageError(f"context {where.context!r} could not list gpucluster's objects in namespace "
+                         f"{where.namespace}: {_status(exc)} {getattr(exc, 'reason', exc)}") from None
+
+
+def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
+    """Imported here: the preview imports the kubernetes client and yaml."""
+    from .preview import preview as preview_
+
+    return preview_(spec, job, launcher)
+
+
+def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
+    gpus = f"{spec.gpus_per_node} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node else "CPU only"
+    where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
+    price = options.price_per_gpu_hour(spec)
+    cost = f", internal price ${hourly(spec):.2f}/hour" if price is not None else ", $0 (not rented by gpucluster)"
+    return f"{spec.nodes} pod(s) on kubernetes ({where}; {gpus}, {nproc} process(es)/pod{cost})"
+
+
+PLUGIN = ExistingMachines(
+    traits=TRAITS,
+    spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
+                   plan_line=plan_line),
+    transport=Transport(make=make, provider=provider),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview),
+)

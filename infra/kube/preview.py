@@ -1,0 +1,49 @@
+"""`gpucluster run --cloud kubernetes --dry-run`: the objects a run would create, built by the launcher's own
+code (plan and manifests, the user's options added by the platform's `shape`) and serialized as the API
+server would receive them, without reaching the cluster; and the checks a real run makes before creating
+anything that a dry run therefore skipped. The ConfigMap is shown by its keys and sizes (it carries whole
+files: the workloads, the entry script, the script folder)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+SKIPPED = ("the API server answering and accepting the context's credentials",
+           "the namespace existing (made only with --create-namespace)",
+           "permissions: a SelfSubjectAccessReview for every verb and resource the run uses",
+           "fit: the nodes' allocatable GPUs, their labels, taints and cordons, the GPUs other pods hold now",
+           "the namespace's ResourceQuota and LimitRanges", "the Kueue LocalQueue (with --option queue)")
+
+
+def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
+    import yaml
+    from kubernetes.client import ApiClient
+
+    from gpucluster.infra.kubernetes.manifests import config_map_manifest, job_manifest, pytorchjob_manifest, \
+        service_manifest
+    from gpucluster.infra.kubernetes.plan import plan_job
+
+    cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
+                              outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+    namespace = str(spec.option("namespace") or launcher.namespace)
+    plan = plan_job(cluster, job, namespace=namespace, image=launcher.image, mode=launcher.mode,
+                    start_deadline_s=launcher.start_deadline_s, collect_wait_s=launcher.collect_wait_s,
+                    platform=launcher.platform)
+    shape, client = launcher.platform.shape, ApiClient()
+    config = client.sanitize_for_serialization(config_map_manifest(plan))
+    config["data"] = {k: f"({len(v)} characters)" for k, v in (config.get("data") or {}).items()}
+    config["binaryData"] = {k: f"({len(v)} base64 characters)" for k, v in (config.get("binaryData") or {}).items()}
+    docs = [config]
+    if plan.mode == "job":
+        docs += [client.sanitize_for_serialization(shape("service", service_manifest(plan))),
+                 client.sanitize_for_serialization(shape("job", job_manifest(plan)))]
+    else:
+        docs.append(shape("pytorchjob", pytorchjob_manifest(plan)))
+    context = spec.option("context") or "(the kubeconfig's current context)"
+    lines = [f"dry run: {len(docs)} object(s) would be created in context {context}, namespace {namespace}, "
+             "each labelled with the run and its owner; nothing was created and the cluster was not reached",
+             yaml.safe_dump_all(docs, sort_keys=False).rstrip(),
+             "not checked (a dry run does not reach the cluster; a real run checks each before creating anything):"]
+    lines += [f"  - {s}" for s in SKIPPED]
+    return {"text": "\n".join(lines), "objects": docs, "skipped": list(SKIPPED)}
