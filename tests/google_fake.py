@@ -221,6 +221,10 @@ class FakeProject:
         self.global_quotas["CPUS_ALL_REGIONS"] = (96.0, 0.0)
         self.regions["us-central1"]["NVIDIA_V100_GPUS"] = (8.0, 0.0)
         self.regions["us-central1"]["CPUS"] = (96.0, 0.0)
+        # regions.get always lists the disk quotas (a new project often has only 250-500 GB of SSD: see
+        # test_gcp_preflight; this one was raised, as a run of 4 nodes of 200 GB needs)
+        self.regions["us-central1"].setdefault("SSD_TOTAL_GB", (2048.0, 0.0))
+        self.regions["us-central1"].setdefault("DISKS_TOTAL_GB", (4096.0, 0.0))
         return self
 
 

@@ -273,3 +273,21 @@ def test_run_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(
     assert "GPUS_ALL_REGIONS" in msg and "another region does not help" in msg, msg
     assert made and "up" not in fake.verbs() and fake.stacks == {}
     assert Ledger.open_default().list_runs() == []
+
+
+def test_the_boot_disks_regional_quota_is_checked_before_anything_is_created():
+    """pd-balanced and pd-ssd boot disks draw on the region's SSD_TOTAL_GB, pd-standard on DISKS_TOTAL_GB
+    (Compute Engine docs, "Allocation quotas"); new projects often have 250-500 GB, so five 100 GB
+    GPU nodes fail at node-pool creation, after the cluster took 5-10 minutes to build."""
+    project = FakeProject().ready()
+    project.regions["us-central1"]["SSD_TOTAL_GB"] = (500.0, 0.0)
+    with pytest.raises(PreflightError) as err:
+        run_preflight(project, spec(nodes=5, disk_gb=100))
+    msg = err.value.message
+    # 5 x 100 GB GPU nodes + the 50 GB system node + GKE's 100 GB default node
+    assert "SSD_TOTAL_GB (us-central1)" in msg and "needs 650" in msg, msg
+    run_preflight(project, spec(nodes=2, disk_gb=100))  # 350 GB fits
+    project.regions["us-central1"]["DISKS_TOTAL_GB"] = (100.0, 0.0)
+    with pytest.raises(PreflightError) as err:
+        run_preflight(project, spec(nodes=2, disk_gb=100, disk_type="pd-standard"))
+    assert "DISKS_TOTAL_GB (us-central1)" in err.value.message and "needs 200" in err.value.message

@@ -49,6 +49,14 @@ QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={projec
 BILLING_PAGE = "https://console.cloud.google.com/billing/linkedaccount?project={project}"
 V100, V100_SPOT = "NVIDIA_V100_GPUS", "PREEMPTIBLE_NVIDIA_V100_GPUS"
 GKE_DEFAULT_POOL_VCPUS = 2  # the default pool's e2-medium node, made and removed while the cluster is created
+GKE_DEFAULT_POOL_DISK = (100, "pd-balanced")  # its boot disk (GKE docs, "Configuring node disks": 100 GB default)
+
+
+def disk_metric(disk_type: str) -> str:
+    """The regional quota a Persistent Disk type draws on: pd-ssd and pd-balanced on SSD_TOTAL_GB, pd-standard
+    on DISKS_TOTAL_GB (Compute Engine docs, "Allocation quotas", Persistent Disk). New projects often have 250-500 GB
+    of SSD_TOTAL_GB: without this check `--nodes 5` fails at node-pool creation, after the cluster was built."""
+    return "DISKS_TOTAL_GB" if disk_type == "pd-standard" else "SSD_TOTAL_GB"
 SET_POLICY = "storage.buckets.setIamPolicy"
 
 
@@ -127,10 +135,14 @@ def needs(spec: Any) -> dict[str, Any]:
     vcpus = carried.vcpus if carried else (catalog.n1_shape(r.instance_type) or (0, 0))[0]
     system = catalog.system_pool(r)["machine_type"]
     system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
+    disks: dict[str, int] = {}
+    for gb, kind in ((r.nodes * int(r.disk_gb or 0), r.disk_type or catalog.DEFAULT_DISK_TYPE),
+                     (catalog.SYSTEM_DISK_GB, catalog.SYSTEM_DISK_TYPE), GKE_DEFAULT_POOL_DISK):
+        disks[disk_metric(kind)] = disks.get(disk_metric(kind), 0) + gb
     return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
             "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
             "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
-            "gpu": gpu, "metric": shapes.QUOTA_METRICS.get(gpu, V100),
+            "gpu": gpu, "metric": shapes.QUOTA_METRICS.get(gpu, V100), "disks": disks,
             "shape": f"{r.nodes} x {r.instance_type}" + ("" if carried else f" + {r.gpus_per_node} {gpu}")
             + (f" ({r.gpus_per_node} {gpu} each)" if carried else "")}
 
@@ -263,6 +275,10 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
         out.append(_quota_check(project, reg, "CPUS", need["other_vcpus"], region, "the system and default nodes"))
     out.append(_quota_check(project, reg, "IN_USE_ADDRESSES", need["addresses"], region,
                             "one external IPv4 per node"))
+    for metric, gb in sorted((need.get("disks") or {}).items()):
+        if gb:
+            out.append(_quota_check(project, reg, metric, gb, region,
+                                    "the boot disks of the GPU nodes, the system node and GKE's default node"))
     return out
 
 
