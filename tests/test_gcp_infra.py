@@ -98,8 +98,10 @@ def test_cluster_is_zonal_without_default_pool_or_deletion_protection(mocks):
         assert excl["exclusionName"] == "gpucluster-run" and excl["exclusionOptions"] == {"scope": "NO_UPGRADES"}
         start, end = (datetime.strptime(excl[k], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
                       for k in ("startTime", "endTime"))
-        assert abs(datetime.now(timezone.utc) - start) < timedelta(minutes=5)
-        assert end - start == timedelta(minutes=spec().max_lifetime_minutes + 60)
+        now = datetime.now(timezone.utc)
+        assert start == now.replace(hour=0, minute=0, second=0, microsecond=0) or now - start < timedelta(minutes=5)
+        assert end - start == timedelta(days=1, minutes=spec().max_lifetime_minutes + 60)
+        assert end >= now + timedelta(minutes=spec().max_lifetime_minutes + 60)
 
     return after(outputs, check)
 
@@ -111,7 +113,25 @@ def test_the_maintenance_exclusion_is_capped_at_gkes_30_days():
 
     now = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
     (excl,) = maintenance_policy(90 * 24 * 60, now=now).maintenance_exclusions
-    assert excl.start_time == "2026-11-25T12:00:00Z" and excl.end_time == "2026-12-25T12:00:00Z"
+    assert excl.start_time == "2026-11-25T00:00:00Z" and excl.end_time == "2026-12-25T00:00:00Z"
+
+
+def test_a_second_up_the_same_day_declares_the_same_exclusion_so_the_cluster_is_not_updated():
+    """The program runs at every `pulumi up`; an exclusion computed from the second changed the cluster
+    each time. Within a day it is the same; it still covers the whole lifetime from any moment of it."""
+    from datetime import datetime, timedelta, timezone
+
+    from gpucluster.infra.gcp.component import maintenance_policy
+
+    def window(at):
+        (e,) = maintenance_policy(240, now=at).maintenance_exclusions
+        return e.start_time, e.end_time
+
+    morning, night = (datetime(2026, 11, 25, h, m, tzinfo=timezone.utc) for h, m in ((0, 5), (23, 59)))
+    assert window(morning) == window(night)
+    end = datetime.strptime(window(night)[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert end >= night + timedelta(minutes=240 + 60)
+    assert window(night + timedelta(minutes=2)) != window(night)  # the next day: one update
 
 
 @pulumi.runtime.test

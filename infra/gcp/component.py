@@ -118,11 +118,15 @@ MAINTENANCE_WINDOW_START = "03:00"  # UTC; only used after the exclusion has end
 
 
 def maintenance_policy(max_lifetime_minutes: int, now: Any = None) -> Any:
-    """A NO_UPGRADES exclusion from now until the cluster's max lifetime has passed (capped at 30 days)."""
+    """A NO_UPGRADES exclusion that covers the cluster from now until its max lifetime has passed (capped at
+    30 days). Its start is today's midnight (UTC), not now: the program runs again at every `pulumi up` of
+    the stack, and an exclusion computed from the very second would change the cluster each time (an
+    update of the cluster at every `up`); from the day, it changes at most once a day. So it ends a day
+    later than it must: midnight + 1 day + the lifetime + 1 hour still covers now + the lifetime + 1 hour."""
     from datetime import datetime, timedelta, timezone
 
-    start = (now or datetime.now(timezone.utc)).replace(microsecond=0)
-    end = start + min(timedelta(minutes=int(max_lifetime_minutes)) + timedelta(hours=1),
+    start = (now or datetime.now(timezone.utc)).replace(hour=0, minute=0, second=0, microsecond=0)
+    end = start + min(timedelta(days=1, minutes=int(max_lifetime_minutes)) + timedelta(hours=1),
                       timedelta(days=EXCLUSION_MAX_DAYS))
     return gcp.container.ClusterMaintenancePolicyArgs(
         daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
