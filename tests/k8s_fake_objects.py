@@ -243,6 +243,8 @@ class ObjectStore:
         return NS(items=self._list("secret", namespace, label_selector))
 
     def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None, **kw):
+        if f"{plural}.{group}" in getattr(self, "missing_crds", ()):  # no such resource type is served
+            raise FakeApiException(404, "the server could not find the requested resource")
         items = self._list(f"{plural}.{group}", namespace, label_selector)  # the client returns a dict
         return {"items": [{"metadata": {"name": i.metadata.name, "labels": i.metadata.labels,
                                         "deletionTimestamp": i.metadata.deletion_timestamp}} for i in items]}

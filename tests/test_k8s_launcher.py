@@ -448,3 +448,14 @@ def test_the_fake_refuses_objects_in_a_namespace_that_does_not_exist():
     with pytest.raises(FakeApiException, match='namespaces "nope" not found') as err:
         fake.create_namespaced_config_map("nope", config_map_manifest(plan))
     assert err.value.status == 404
+
+
+def test_pytorchjob_mode_without_the_operator_is_refused_before_anything_is_created(tmp_path):
+    """An API server serves a custom resource only when its CRD is installed; otherwise 404 "the server
+    could not find the requested resource" (Kubernetes docs, "Custom Resources")."""
+    fake = FakeKubeApi({r: healthy(r) for r in range(2)})
+    fake.missing_crds = {"pytorchjobs.kubeflow.org"}
+    with pytest.raises(LaunchError) as err:
+        launch(fake, tmp_path, mode="pytorchjob")
+    assert "training operator" in str(err.value) and "nothing was created" in str(err.value)
+    assert fake.of("create") == []

@@ -76,6 +76,25 @@ from .objects import Created
 from .plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
 from .pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
 
+def require_operator(api: KubeApi, plan: Plan, retry: Retry) -> None:
+    """The PyTorchJob resource type exists on the cluster (the training operator's CRD is installed), else a
+    LaunchError naming how to install it; asked by listing PyTorchJobs (404: the type is not served)."""
+    from .api import _is_api_error, _status
+    from .plan import KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION
+
+    try:
+        retry.call(api.custom.list_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION, plan.namespace,
+                   KUBEFLOW_PLURAL)
+    except Exception as exc:  # ApiException is in the lazily imported SDK: non-API errors re-raise
+        if not _is_api_error(exc) or _status(exc) != 404:
+            raise
+        raise LaunchError(f"launcher pytorchjob needs the PyTorchJob resource ({KUBEFLOW_PLURAL}.{KUBEFLOW_GROUP}/"
+                          f"{KUBEFLOW_VERSION}), which this cluster does not serve: install Kubeflow's training operator "
+                          "v1 (kubectl apply --server-side -k \"github.com/kubeflow/training-operator.git/manifests/"
+                          "overlays/standalone?ref=v1.9.2\"), or use the default launcher (an Indexed Job, no "
+                          "operator); nothing was created") from None
+
+
 class KubernetesLauncher(Launcher):
     """`Launcher` for clusters reached through the Kubernetes API (gcp: GKE, its `Platform` given).
 
@@ -203,6 +222,8 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError("; ".join(errors))
 
         try:
+            if plan.mode == "pytorchjob":  # before anything is created: the operator's resource type is served
+                require_operator(api, plan, retry)
             created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
             if account:
                 ensure_service_account(api, plan, account[0], self.platform.account_annotations(account[1]))

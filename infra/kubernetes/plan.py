@@ -357,6 +357,10 @@ def plan_job(
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    if mode == "pytorchjob":
+        notes.append("launcher pytorchjob is deprecated: it needs Kubeflow's training operator v1 (kubeflow.org/v1), "
+                     "which Kubeflow Trainer v2 replaced (v1 is kept only on its release-1.9 branch); the default "
+                     "launcher (an Indexed Job) needs no operator")
     if namespace != DEFAULT_NAMESPACE:
         notes.append(f"namespace {namespace}: made for the run if it is missing, and then removed after it")
     if service_account:
