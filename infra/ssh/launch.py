@@ -147,6 +147,9 @@ class SshLauncher(NodeAccess, Launcher):
         self.ready_timeout = float(ready_timeout)
         self.diagnose = diagnose
         self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
+        # run id -> node ranks given a run folder: from then on the launcher runs the run's programs
+        # there (the health check, staging, the job) and the teardown check must ask each of them
+        self._touched: dict[str, set[int]] = {}
         self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
@@ -173,6 +176,7 @@ class SshLauncher(NodeAccess, Launcher):
                 session.wait_ready(str(ready_file), self.ready_timeout, events)
             ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+            self._touched.setdefault(job.run_id, set()).update(dirs)
             for rank, d in dirs.items():
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
@@ -291,8 +295,15 @@ class SshLauncher(NodeAccess, Launcher):
             return session.readiness(cluster.gpus_per_node, raise_on_problem=False)
 
     def started_ranks(self, run_id: str) -> set[int]:
-        """The node ranks where this launcher started the run's processes (in this process)."""
+        """The node ranks where this launcher started the run's torchrun (in this process)."""
         return set(self._started.get(run_id, ()))
+
+    def touched_ranks(self, run_id: str) -> set[int]:
+        """The node ranks where this launcher may have left something of the run (in this process):
+        each node given a run folder, where the health check, the staging and the job run. A node
+        frozen during the check holds its check program and its folder: it is asked at teardown,
+        and when it does not answer the verdict is "not verified", naming it (issue 45 item 1)."""
+        return set(self._touched.get(run_id, ())) | self.started_ranks(run_id)
 
     def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None,
                   owner: str | None = None) -> list:
