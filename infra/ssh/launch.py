@@ -57,7 +57,7 @@ from .health import PhaseNoted, check_nodes, free_port, report_unreachable, ssh_
 from .remote import RESOLVE_PYTHON
 from .session import NodeReadiness, Session, node_label, sh
 from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
-from . import objects
+from . import objects, rdzv
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
 from .workdir_copy import PROGRAM, copy_workdir, lay_back
@@ -194,7 +194,8 @@ class SshLauncher(NodeAccess, Launcher):
                 if job.resume_files and job.resume is not None and code_dir is not None:
                     lay_back(session, job, job.resume_files[0], dirs, events)
                 job = self._free_rdzv_port(session, cluster, job, events)
-                return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
+                return rdzv.once_more(self, session, cluster, job, events, dirs, lambda j: self._run(  # EADDRINUSE
+                    session, cluster, j, events, Path(log_dir), dirs, code_dir is not None, program), ("cancelled", "pgid", GO_FILE))
             finally:
                 if job.output_dir and self._started.get(job.run_id):
                     # the outputs are copied back before the folders go (collect_outputs)
