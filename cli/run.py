@@ -87,6 +87,9 @@ def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) 
     """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
     with the node-side idle stop, or a UsageError."""
     if idle_minutes is None:
+        given = next((o for o in options or () if o.split("=", 1)[0].strip() in ("idleMinutes", "idle_minutes")), None)
+        if given is not None and not keep:  # the option gets what the flag gets (issue 45 item 10)
+            raise UsageError(f"--option {given} is for a cluster that is kept: add --keep")
         return options
     if not keep:
         raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep")
