@@ -18,7 +18,7 @@ from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
-from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure, save_grace
+from gpucluster.nodeloss import NOTICE_KIND, REAPER_KILLED, cause_of, lost_record, notice_failure, save_grace
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
@@ -377,6 +377,8 @@ class NodeSupervisor:
                     failure = failure or str(exc)
                 for rank, (code, _) in list(self.node_exits.items()):  # a node's shell said its agent was killed
                     why = lost(rank, code) if lost is not None and rank not in exit_codes and failure is None else None
+                    if why and code == 128 + 9 and self.reapers.get(rank) == "started":  # no reaper_done: the reaper
+                        why = REAPER_KILLED
                     if why:
                         exit_codes[rank], failed_node, failure = code, rank, self._lost(rank, why)
                 for rank in self._stuck(procs, exit_codes):
