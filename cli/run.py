@@ -14,7 +14,7 @@ from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
-from gpucluster.errors import UsageError
+from gpucluster.errors import ExitCode, UsageError
 
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
@@ -112,6 +112,13 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
     """After the report: why recovery stopped, and a ledger that could not be kept true (exit 3)."""
     if result.stopped and not as_json:
         out.print(f"recovery stopped: {result.stopped}", highlight=False)
+    earlier = [a for a in result.attempts[:-1] if a.outcome.exit_code == ExitCode.LEFTOVERS]
+    if earlier and result.final.exit_code != ExitCode.LEFTOVERS:  # the exit 3 is theirs: said last (issue 45 item 13)
+        first = earlier[0].outcome
+        why = "; ".join([*first.unchecked, *(str(x.get("id", x)) for x in first.leftovers)][:2]) or first.teardown
+        click.echo(f"gpucluster: exit 3: {len(earlier)} earlier attempt(s) did not tear down verified: "
+                   f"{earlier[0].run_id} ({first.teardown}: {why}); see `gpucluster show {earlier[0].run_id}`, finish "
+                   f"with `gpucluster down {cluster}`", err=True)
     if result.final.record_error:  # the ledger does not say what happened: one line
         from gpucluster.recording import record_line
 
