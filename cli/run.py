@@ -70,7 +70,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
-    report(out, with_attempts(ledger, ledger.get_run(result.final.run_id)), as_json)
+    report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
     from gpucluster.errors import ExitCode
     from gpucluster.home import ledger_moved
@@ -145,6 +145,19 @@ def with_attempts(ledger: Any, record: Any) -> Any:
 
     rows = chain_attempts(ledger, record.chain)
     return replace(record, attempts=rows) if any(r.get("interruption") for r in rows) else record
+
+
+def as_ended(record: Any, outcome: Any) -> Any:
+    """The record to report: the ledger's, except where the ledger could not be written (a full or
+    read-only home, a lock held past the wait): its row may still say `running` with no teardown,
+    while the run has ended and torn down. Then what the run knows in memory is shown (issue 45
+    item 13: the report said `RUNNING ... teardown: not run` above a last line saying it ran)."""
+    if record is None or not outcome.record_error:
+        return record
+    run = replace(record.run, status=outcome.status, exit_code=int(outcome.exit_code), failure=outcome.failure,
+                  teardown=outcome.teardown, leftovers=list(outcome.leftovers), unchecked=list(outcome.unchecked),
+                  teardown_verified=outcome.teardown_verified)
+    return replace(record, run=run)
 
 
 def report(out: Any, record: Any, as_json: bool) -> None:

@@ -43,3 +43,26 @@ def test_nothing_is_said_when_the_last_attempt_is_the_one(capsys):
                           Attempt("r-2", _outcome("r-2", ExitCode.OK, "verified"), False)])
     _said_after(Console(file=None), chain, "lab", as_json=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_whose_record_could_not_be_written_is_reported_as_it_ended(tmp_path):
+    """Issue 45 item 13: the ledger's row stayed `running` (its last writes failed: a full home);
+    the report above the last line must not say `RUNNING ... teardown: not run` for a run that
+    ended and tore down, verified."""
+    from rich.console import Console
+
+    from gpucluster.cli.render import run_report
+    from gpucluster.cli.run import as_ended
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.create_run("r-full", cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=["python", "t.py"],
+                      spec={"cloud": "local", "name": "c", "nodes": 2})
+    outcome = _outcome("r-full", ExitCode.LEFTOVERS, "verified")
+    outcome.status, outcome.record_error = "succeeded", "the disk is full"
+    con = Console(record=True, width=200)
+    run_report(con, as_ended(ledger.get_run("r-full"), outcome))
+    text = con.export_text()
+    assert "RUNNING" not in text and "not run" not in text, text
+    assert "SUCCEEDED" in text and "teardown: verified" in text, text
+    assert as_ended(ledger.get_run("r-full"), _outcome("r-full", ExitCode.OK, "verified")).run.status == "running"
