@@ -21,6 +21,9 @@ def cloud_only_flags() -> dict[str, tuple[str, ...]]:
     return users
 
 
+_PLACES = ("project", "region", "zone", "instance_type")  # where a cluster goes: '' would fall back to a default
+
+
 def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     """Refuse (exit 2) a flag the chosen cloud would silently ignore, naming it."""
     from click.core import ParameterSource
@@ -34,6 +37,8 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     users = cloud_only_flags()
     for param in ctx.command.params:
         clouds = users.get(param.name or "")
+        if param.name in _PLACES and ctx.params.get(param.name) == "":  # `--project ''`: never the default
+            raise UsageError(f"{'/'.join(param.opts)} '' is not allowed: give a value, or leave the flag out")
         if not clouds or param.name in mine.flags or (param.name not in ctx.params and param.expose_value):
             continue  # (--state is read by its callback, not passed on: expose_value False)
         source = ctx.get_parameter_source(param.name)

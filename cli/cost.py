@@ -257,6 +257,9 @@ def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, s
     spec = normalize(spec, chosen)  # a stack file's options in their one spelling, scopes as URL fields
     est = estimate(spec, hours if hours is not None else "1", backend=chosen, free_tier=True if free_tier else None)
     validate(spec, chosen)  # and what `run` refuses besides, by the same checks
+    if free_tier and not any(line.get("category") == "cluster fee" for line in est.lines):
+        raise UsageError(f"--free-tier does not apply to --cloud {spec.cloud}: it waives a cluster fee (GKE's), and "
+                         f"its runs have none: remove it")
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=1))
         return
@@ -417,7 +420,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
         links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
         runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
         if project is not None:
-            from gpucluster.infra.registry import project_id
+            from gpucluster.infra.registry import project_id, traits
+
+            if cloud is not None and "project" not in traits(cloud).flags:
+                raise UsageError(f"--project {project} does not apply to --cloud {cloud}: it names a GCP project "
+                                 "(give it with --cloud gcp, or without --cloud)")
 
             project = project_id(project)
             runs = [r for r in runs if r.run.project == project]

@@ -14,7 +14,7 @@ from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
-from gpucluster.errors import UsageError
+from gpucluster.errors import ExitCode, UsageError
 
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
@@ -72,7 +72,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
-    report(out, with_attempts(ledger, ledger.get_run(result.final.run_id)), as_json)
+    report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
     from gpucluster.errors import ExitCode
     from gpucluster.home import ledger_moved
@@ -89,6 +89,9 @@ def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) 
     """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
     with the node-side idle stop, or a UsageError."""
     if idle_minutes is None:
+        given = next((o for o in options or () if o.split("=", 1)[0].strip() in ("idleMinutes", "idle_minutes")), None)
+        if given is not None and not keep:  # the option gets what the flag gets (issue 45 item 10)
+            raise UsageError(f"--option {given} is for a cluster that is kept: add --keep")
         return options
     if not keep:
         raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep")
@@ -111,6 +114,13 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
     """After the report: why recovery stopped, and a ledger that could not be kept true (exit 3)."""
     if result.stopped and not as_json:
         out.print(f"recovery stopped: {result.stopped}", highlight=False)
+    earlier = [a for a in result.attempts[:-1] if a.outcome.exit_code == ExitCode.LEFTOVERS]
+    if earlier and result.final.exit_code != ExitCode.LEFTOVERS:  # the exit 3 is theirs: said last (issue 45 item 13)
+        first = earlier[0].outcome
+        why = "; ".join([*first.unchecked, *(str(x.get("id", x)) for x in first.leftovers)][:2]) or first.teardown
+        click.echo(f"gpucluster: exit 3: {len(earlier)} earlier attempt(s) did not tear down verified: "
+                   f"{earlier[0].run_id} ({first.teardown}: {why}); see `gpucluster show {earlier[0].run_id}`, finish "
+                   f"with `gpucluster down {cluster}`", err=True)
     if result.final.record_error:  # the ledger does not say what happened: one line
         from gpucluster.recording import record_line
 
@@ -137,6 +147,19 @@ def with_attempts(ledger: Any, record: Any) -> Any:
 
     rows = chain_attempts(ledger, record.chain)
     return replace(record, attempts=rows) if any(r.get("interruption") for r in rows) else record
+
+
+def as_ended(record: Any, outcome: Any) -> Any:
+    """The record to report: the ledger's, except where the ledger could not be written (a full or
+    read-only home, a lock held past the wait): its row may still say `running` with no teardown,
+    while the run has ended and torn down. Then what the run knows in memory is shown (issue 45
+    item 13: the report said `RUNNING ... teardown: not run` above a last line saying it ran)."""
+    if record is None or not outcome.record_error:
+        return record
+    run = replace(record.run, status=outcome.status, exit_code=int(outcome.exit_code), failure=outcome.failure,
+                  teardown=outcome.teardown, leftovers=list(outcome.leftovers), unchecked=list(outcome.unchecked),
+                  teardown_verified=outcome.teardown_verified)
+    return replace(record, run=run)
 
 
 def report(out: Any, record: Any, as_json: bool) -> None:

@@ -26,12 +26,18 @@ def runs(limit, cloud, status, as_json):
     """
     from gpucluster.ledger import Ledger
 
-    rows = Ledger.open_default().list_runs(limit=limit, cloud=cloud, status=status)
+    ledger = Ledger.open_default()
+    rows = ledger.list_runs(limit=limit, cloud=cloud, status=status)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
         return 0
     from gpucluster.cli.render import fmt_secs, fmt_time
 
+    orphans: set[str] = set()
+    if any(r.status == "running" for r in rows):  # its process is gone: "orphaned", not running for ever
+        from gpucluster.teardown import orphaned_runs
+
+        orphans = {str(r.id) for r in orphaned_runs(ledger)}
     cells = []
     for r in rows:
         m = r.metrics or {}
@@ -41,7 +47,7 @@ def runs(limit, cloud, status, as_json):
 
         cost = money(c["total"]) if c.get("total") is not None else "-"
         cells.append([r.id, fmt_time(r.created_at), r.cloud, r.cluster, str(r.nodes),
-                      r.workload or "-", r.status, fmt_secs(r.wall_s), acc, cost])
+                      r.workload or "-", "orphaned" if r.id in orphans else r.status, fmt_secs(r.wall_s), acc, cost])
     con = _console()
     from gpucluster.cli.tables import Col, fitted
 

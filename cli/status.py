@@ -67,6 +67,13 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         r["since"] = min(r["since"], res["requested_at"])
         r["runs"].add(res["run_id"])
         r["resources"] += 1
+    from gpucluster.teardown import orphaned_runs
+
+    for run in orphaned_runs(ledger):  # killed before its first resource row (in `check`): its node programs may live on
+        r = rows.setdefault(str(run.cluster), {"cluster": run.cluster, "cloud": run.cloud, "since": run.created_at,
+                                               "runs": set(), "resources": 0})
+        r["since"] = min(r["since"], run.created_at or now)
+        r["runs"].add(run.id)
     out = []
     links = ledger.resume_links() if rows else {}  # read once, not once per run
     for r in rows.values():

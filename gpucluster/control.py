@@ -4,6 +4,9 @@ could print the same lines; these keys make sure it cannot be believed when it d
 
 - `reaper_start` / `reaper_done` (gpucluster/reaper.py): the node's witness; a node whose reaper
   started but never said its final pass was over gets "not verified";
+- `agent_exit` (the reaper's watch process, gpucluster/reaper.py): the node's agent has ended, so
+  its reaper must say `reaper_done` within its grace, or it is taken for stopped (a job can SIGSTOP
+  it), stopped, and the node has no witness;
 - `node_exit` (the ssh node's shell, after the reaper): the node's job is over, so a session that
   something the job left holds open may be cut;
 - `setup_start` / `setup_end` (the --setup wrapper, `staging.setup_wrapped`): every node's
@@ -46,7 +49,8 @@ REAPER_START, REAPER_DONE = "reaper_start", "reaper_done"  # gpucluster.reaper.S
 NODE_EXIT = "node_exit"
 SETUP_START, SETUP_END = "setup_start", "setup_end"  # gpucluster.staging.SETUP_START, SETUP_END
 NODE_NOTICE = "node_notice"  # gpucluster.nodeloss.NOTICE_KIND
-KEYED = (REAPER_START, REAPER_DONE, NODE_EXIT, SETUP_START, SETUP_END, NODE_NOTICE)
+AGENT_EXIT = "agent_exit"  # gpucluster.reaper.AGENT_KIND
+KEYED = (REAPER_START, REAPER_DONE, NODE_EXIT, SETUP_START, SETUP_END, NODE_NOTICE, AGENT_EXIT)
 LAUNCHER_ONLY = ("stage", "resume_files", "rdzv_port")  # the launcher's own records (events.on_metric)
 WORKER_START = "worker_start"
 
@@ -62,9 +66,9 @@ class NodeKeys:
         return cls({kind: secrets.token_hex(16) for kind in KEYED})
 
     def reaper_line(self, setup: bool) -> bytes:
-        """The line the reaper reads on its stdin (`reaper.py --keyed`): its own two keys, then the
-        setup wrapper's, which it hands on to the wrapper."""
-        kinds = (REAPER_START, REAPER_DONE) + ((SETUP_START, SETUP_END) if setup else ())
+        """The line the reaper reads on its stdin (`reaper.py --keyed`): its own two keys, its watch
+        process's (`agent_exit`), then the setup wrapper's, which it hands on to the wrapper."""
+        kinds = (REAPER_START, REAPER_DONE, AGENT_EXIT) + ((SETUP_START, SETUP_END) if setup else ())
         return (" ".join(self.keys[k] for k in kinds) + "\n").encode()
 
     def shell_line(self, setup: bool) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -308,3 +309,36 @@ def last_error(lines: Sequence[str]) -> str | None:
         if m and not any(own in m.group(1) for own in _AGENT_OWN):
             return m.group(1)[:300]
     return None
+
+
+_SIGNALLED = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
+_ERROR_LINE = re.compile(r"Traceback|Error|Exception|terminate called|Fatal|Segmentation|core dumped")
+
+
+_FINISHED = re.compile(r"\b(done|finished|complete[d]?|saved|success(ful(ly)?)?|exiting)\b", re.I)
+# what a signal death means, said beside it (issue 46 item 1: a SIGKILL mid-training, the out-of-memory
+# killer's signal, was reported as "its work may be complete")
+SIGNAL_MEANS = {
+    "SIGKILL": "killed, e.g. by the out-of-memory killer (`dmesg` on the node says which process and why)",
+    "SIGSEGV": "a crash in native code (a CUDA or C extension fault)",
+    "SIGBUS": "a bad memory access (a file mapped in memory that shrank, or shared memory /dev/shm full)",
+    "SIGTERM": "asked to stop by another process",
+}
+
+
+def signal_note(lines: list[str]) -> str:
+    """'; worker ended with SIGNAME: what it means', from torchrun's root cause when a worker died
+    by a signal. '...after its last line; its work may be complete' only for SIGABRT (torch's abort
+    at interpreter exit, after the script finished) and only when the worker's own last line says
+    it finished and no error line precedes it."""
+    m = next((m for m in map(_SIGNALLED.match, lines) if m), None)
+    if not m:
+        return ""
+    try:
+        name = signal.Signals(int(m.group(1))).name
+    except ValueError:
+        name = f"signal {m.group(1)}"
+    own = [ln for ln in worker_lines(lines) if "@gpucluster-metric" not in ln and ln.strip()]
+    if name == "SIGABRT" and own and _FINISHED.search(own[-1]) and not any(_ERROR_LINE.search(ln) for ln in own[-10:]):
+        return f"; worker ended with {name} after its last line; its work may be complete"
+    return f"; worker ended with {name}" + (f": {SIGNAL_MEANS[name]}" if name in SIGNAL_MEANS else "")

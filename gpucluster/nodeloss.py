@@ -57,6 +57,11 @@ def killed_why(code: int | None) -> str | None:
     return None
 
 
+# A node's shell says 137 (128 + SIGKILL) both when its reaper reports that its agent was killed and
+# when the reaper itself was killed; a reaper that started and never said `reaper_done` was the one.
+REAPER_KILLED = "its reaper (the node's supervisor) was killed by SIGKILL"
+
+
 def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
     """The run's failure line for a node's interruption notice."""
     what = record.get("action") or "terminate"

@@ -29,6 +29,11 @@ Behaviour:
 - is its own witness: a metric record `reaper_start` once it adopts orphans, and `reaper_done`
   (stopped, survived) once its final pass is over. A node whose reaper started but never said
   it was done (the reaper was killed) cannot vouch for its processes: its verdict is not verified.
+- with `--keyed`, a watch process (a fork of the reaper, beside COMMAND) says `agent_exit` (with
+  COMMAND's exit status when it can read it) as soon as COMMAND has ended, whether or not the
+  reaper could collect it: a job that stops its reaper (SIGSTOP) leaves COMMAND a zombie that
+  nobody waits for, and the launcher, told so, gives the reaper its grace to say `reaper_done`,
+  then stops it and counts the node as without a witness, instead of waiting for ever.
 - with `--keyed`: before anything else it reads one line from its stdin, the run's keys for this
   node (gpucluster/control.py): its own two, which its two records carry, then any others, which
   it hands to COMMAND as a line on a pipe that becomes COMMAND's stdin (the --setup wrapper reads
@@ -51,6 +56,7 @@ PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PREFIX = "gpucluster-reaper: "
 METRIC = "@gpucluster-metric "  # gpucluster.workloads.protocol.PREFIX (this file is standard library only)
 START_KIND, DONE_KIND = "reaper_start", "reaper_done"
+AGENT_KIND = "agent_exit"  # the watch process's record: COMMAND has ended (gpucluster.control.AGENT_EXIT)
 
 
 KEYS: dict = {}  # kind -> this node's key for it (--keyed)
@@ -213,6 +219,50 @@ def stop_descendants(grace: float) -> tuple[list[str], list[int]]:
     return seen, descendants(me)
 
 
+def _ended(pid: int) -> tuple[bool, int | None]:
+    """(whether process `pid` has ended, its exit status as the reaper would give it, when /proc
+    still holds it). An ended child that nobody has collected is a zombie whose /proc/PID/stat
+    keeps the wait status in field 52, exit_code (proc(5), Linux >= 3.5)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return True, None  # collected already (the reaper ran) or gone
+    if rest[0] != b"Z":
+        return False, None
+    try:
+        status = int(rest[49])
+    except (IndexError, ValueError):
+        return True, None
+    return True, (status >> 8) & 0xFF if status & 0x7F == 0 else 128 + (status & 0x7F)
+
+
+def _watch(child: int) -> int:
+    """Fork the watch process: it says `agent_exit` once `child` has ended (then exits), or exits
+    when the reaper has gone. Its pid (0 when it could not start: then nothing says it)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return 0
+    if pid:
+        return pid
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        key = KEYS.get(AGENT_KIND)
+        KEYS.clear()
+        KEYS[AGENT_KIND] = key
+        reaper = os.getppid()
+        while os.getppid() == reaper:
+            ended, code = _ended(child)
+            if ended:
+                witness(AGENT_KIND, **({"rc": code} if code is not None else {}))
+                break
+            time.sleep(0.1)
+    finally:
+        os._exit(0)
+
+
 MAX_ENV_LINE = 4 << 20  # bytes of the --env-stdin line
 
 
@@ -249,8 +299,8 @@ def main(argv: list[str]) -> int:
     read_stdin = args[:1] in (["--keyed"], ["--env-stdin"])
     if args[:1] == ["--keyed"]:  # the keys line comes first on stdin, then (--env-stdin) the environment
         words = read_keys()
-        KEYS.update(zip((START_KIND, DONE_KIND), words))
-        handed = words[2:]
+        KEYS.update(zip((START_KIND, DONE_KIND, AGENT_KIND), words))
+        handed = words[3:]
         args = args[1:]
     if args[:1] == ["--env-stdin"]:
         args = args[1:]
@@ -312,15 +362,24 @@ def main(argv: list[str]) -> int:
             print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
 
+    watch = _watch(child) if AGENT_KIND in KEYS else 0
     code = 1
     while True:
         try:
             pid, status = os.waitpid(-1, 0)  # adopted orphans are reaped here too
         except ChildProcessError:
             break
+        if pid == watch:
+            watch = 0
         if pid == child:
             code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
             break
+    if watch:  # its work is done (the reaper reports now): never counted among what the job left
+        _signal_all([watch], signal.SIGKILL)
+        try:
+            os.waitpid(watch, 0)
+        except ChildProcessError:
+            pass
     signal.setitimer(signal.ITIMER_REAL, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # finish the pass, whatever arrives now

@@ -15,6 +15,7 @@ import json
 import re
 import secrets
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -38,6 +39,11 @@ RESERVED_TAG_KEYS = ("managed-by",)
 RESERVED_TAG_PREFIX = "gpucluster"
 
 
+# EC2: "Maximum tags per resource: 50" (Tag your Amazon EC2 resources, tag restrictions); GCP labels: 64
+# per resource. gpucluster's own (managed-by, gpucluster-cluster, -run, the MARK_KEYS, the per-resource
+# ones) take up to 10 of them.
+OWN_TAGS = 10
+MAX_TAGS = 50 - OWN_TAGS
 MARK_KEYS = ("gpucluster-owner", "gpucluster-user", "gpucluster-host", "gpucluster-stack")
 _MARK_VALUE_RE = re.compile(r"^[a-z0-9_-]{1,63}$")
 
@@ -313,6 +319,9 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
             raise SpecError(
                 not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4/IPv6 network such as 203.0.113.7/32")
             ) from None
+    if len(spec.tags) > MAX_TAGS:
+        raise SpecError(not_allowed("number of tags", len(spec.tags),
+                                    f"at most {MAX_TAGS} (EC2 takes 50 per resource, and gpucluster keeps {OWN_TAGS} for its own)"))
     for key, value in spec.tags:
         if is_reserved_tag(key):
             raise SpecError(reserved_tag_error(key))
@@ -322,6 +331,9 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
             )
         if len(value) > 63:
             raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
+        if any(unicodedata.category(ch).startswith("C") for ch in value):
+            raise SpecError(not_allowed(f"tag {key} value", value, "printable characters: no newline, tab or "
+                                        "other control character (EC2 tags and GCP labels refuse them)"))
     for key, value in spec.marks:
         if key not in MARK_KEYS:
             raise SpecError(not_allowed("owner mark", key, MARK_KEYS))

@@ -7,29 +7,24 @@ from __future__ import annotations
 
 import queue
 import re
-import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from gpucluster.control import NODE_EXIT, WORKER_START, Gate, NodeKeys
+from gpucluster.control import AGENT_EXIT, NODE_EXIT, WORKER_START, Gate, NodeKeys
 from gpucluster.errors import LaunchError
 from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
-from gpucluster.nodeloss import NOTICE_KIND, cause_of, lost_record, notice_failure, save_grace
+from gpucluster.nodeloss import NOTICE_KIND, REAPER_KILLED, cause_of, lost_record, notice_failure, save_grace
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
 from gpucluster.text_metrics import TextScan, text_record
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, last_error, metric_lines, root_cause,
-                                    worker_lines)
-
-
-_SIGNALLED = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
-_ERROR_LINE = re.compile(r"Traceback|Error|Exception|terminate called|Fatal|Segmentation|core dumped")
+                                    signal_note)  # signal_note: imported from here too
 
 
 # PyTorch Lightning, when its process group is up: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"
@@ -41,35 +36,6 @@ def world_record(line: str) -> dict[str, Any] | None:
     multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
     m = _LIGHTNING_WORLD.search(line)
     return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None
-
-
-_FINISHED = re.compile(r"\b(done|finished|complete[d]?|saved|success(ful(ly)?)?|exiting)\b", re.I)
-# what a signal death means, said beside it (issue 46 item 1: a SIGKILL mid-training, the out-of-memory
-# killer's signal, was reported as "its work may be complete")
-SIGNAL_MEANS = {
-    "SIGKILL": "killed, e.g. by the out-of-memory killer (`dmesg` on the node says which process and why)",
-    "SIGSEGV": "a crash in native code (a CUDA or C extension fault)",
-    "SIGBUS": "a bad memory access (a file mapped in memory that shrank, or shared memory /dev/shm full)",
-    "SIGTERM": "asked to stop by another process",
-}
-
-
-def signal_note(lines: list[str]) -> str:
-    """'; worker ended with SIGNAME: what it means', from torchrun's root cause when a worker died
-    by a signal. '...after its last line; its work may be complete' only for SIGABRT (torch's abort
-    at interpreter exit, after the script finished) and only when the worker's own last line says
-    it finished and no error line precedes it."""
-    m = next((m for m in map(_SIGNALLED.match, lines) if m), None)
-    if not m:
-        return ""
-    try:
-        name = signal.Signals(int(m.group(1))).name
-    except ValueError:
-        name = f"signal {m.group(1)}"
-    own = [ln for ln in worker_lines(lines) if "@gpucluster-metric" not in ln and ln.strip()]
-    if name == "SIGABRT" and own and _FINISHED.search(own[-1]) and not any(_ERROR_LINE.search(ln) for ln in own[-10:]):
-        return f"; worker ended with {name} after its last line; its work may be complete"
-    return f"; worker ended with {name}" + (f": {SIGNAL_MEANS[name]}" if name in SIGNAL_MEANS else "")
 
 
 NODE_EXIT_KIND = NODE_EXIT
@@ -126,6 +92,8 @@ class NodeSupervisor:
         self.reapers: dict[int, str] = {}  # node rank -> "started" | "done" (as the reaper said)
         self.node_exits: dict[int, tuple[int, float]] = {}  # node rank -> (reaper's exit status, when said)
         self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
+        self.agent_exits: dict[int, tuple[Any, float]] = {}  # node rank -> (its agent's exit status, when said)
+        self.stuck: set[int] = set()  # nodes whose reaper said nothing within its grace after its agent ended
         # control records (reaper, node exit, setup) are taken only with the node's key for them
         self.gate = Gate(keys)
         self.phase: Phase | None = None  # the phase this supervisor last reported
@@ -275,6 +243,8 @@ class NodeSupervisor:
             elif kind == REAPER_DONE:
                 survived = record.get("survived")
                 self.reapers[node_rank] = "done" if survived == 0 else f"survived:{survived}"
+            if kind == AGENT_EXIT:
+                self.agent_exits.setdefault(node_rank, (record.get("rc"), time.monotonic()))
             if kind == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
                 self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
             if kind == SETUP_END and record.get("rc") == 0:
@@ -300,6 +270,21 @@ class NodeSupervisor:
                 if r in procs and r not in exit_codes and procs[r].poll() is None and now - said > DRAIN_S]
         self.undrained.update(late)
         return late
+
+    def _stuck(self, procs: Mapping[int, NodeProcess], exit_codes: dict[int, int | None]) -> list[int]:
+        """Nodes whose agent ended (`agent_exit`) more than the reaper's grace for its final pass
+        ago (twice the launcher's, and 5 s) while their reaper has still not said `reaper_done`: a
+        job can stop its reaper (SIGSTOP), which then never ends. Taken as ended with the agent's
+        status; the launcher's stop() kills the reaper (SIGKILL works on a stopped process); the
+        node has no witness."""
+        now, late = time.monotonic(), 2 * self.usual_grace + 5.0
+        stuck = [r for r, (_, said) in self.agent_exits.items() if r in procs and r not in exit_codes
+                 and self.reapers.get(r) == "started" and procs[r].poll() is None and now - said > late]
+        for r in stuck:
+            self.stuck.add(r)
+            _say(self.events, f"node {r}: its reaper said nothing {late:g} s after the job's agent ended (stopped by "
+                              "the job?): it is stopped, and the node has no witness")
+        return stuck
 
     def _maybe_release(self) -> None:
         """Once every node's --setup succeeded (and staging is over), rendezvous begins: the
@@ -392,8 +377,15 @@ class NodeSupervisor:
                     failure = failure or str(exc)
                 for rank, (code, _) in list(self.node_exits.items()):  # a node's shell said its agent was killed
                     why = lost(rank, code) if lost is not None and rank not in exit_codes and failure is None else None
+                    if why and code == 128 + 9 and self.reapers.get(rank) == "started":  # no reaper_done: the reaper
+                        why = REAPER_KILLED
                     if why:
                         exit_codes[rank], failed_node, failure = code, rank, self._lost(rank, why)
+                for rank in self._stuck(procs, exit_codes):
+                    rc = self.agent_exits[rank][0]
+                    exit_codes[rank] = rc if isinstance(rc, int) else None
+                    if rc != 0 and failure is None:
+                        failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
                 for rank in self._undrained(procs, exit_codes):
                     # the node's job is over but its session is not: something the job left holds
                     # its output open. Its exit status is the one its shell reported; stop() ends it.
@@ -464,7 +456,10 @@ class NodeSupervisor:
         # pass was over (it was killed) cannot vouch that nothing of the job survived there.
         unwitnessed = [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper ended without finishing its final "
                        "pass (killed?): a process the job detached there may survive unseen"
-                       for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started"]
+                       for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started" and r not in self.stuck]
+        unwitnessed += [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper said nothing within its grace after the "
+                        "job's agent ended (stopped by the job?) and was killed: a process the job detached there may "
+                        "survive unseen" for r in sorted(self.stuck)]
         unwitnessed += [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper saw "
                         f"{self.reapers[r].split(':', 1)[1]} process(es) survive SIGKILL"
                         for r in sorted(procs) if self.reapers.get(r, "").startswith("survived:")]

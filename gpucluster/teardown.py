@@ -42,7 +42,34 @@ def clusters_known(ledger: Any) -> dict[str, str]:
 
 
 def open_clusters(ledger: Any) -> dict[str, str]:
-    return {row["cluster"]: row["cloud"] for row in ledger.open_resources()}
+    """cluster -> cloud of what may still exist: open resource rows, and runs whose process is gone
+    (`orphaned_runs`: a run killed before its first resource row, e.g. in its `check` phase, left
+    its node programs and no row)."""
+    out = {row["cluster"]: row["cloud"] for row in ledger.open_resources()}
+    for run in orphaned_runs(ledger):
+        out.setdefault(run.cluster, run.cloud)
+    return out
+
+
+def orphaned_runs(ledger: Any, cluster: str | None = None) -> list["RunRow"]:
+    """Runs still `running` in the ledger whose cluster no live gpucluster process owns: the owner
+    lock (gpucluster/owner.py, taken before the run's row and released by the kernel when its
+    process dies) is free, so the process that wrote the row ended without finishing it (a crash, a
+    SIGKILL), whatever resource rows it wrote. This process's own lock (`down` taking the cluster)
+    does not make a run live."""
+    from gpucluster.owner import owner
+
+    live: dict[str, bool] = {}
+    out = []
+    for run in ledger.list_runs(limit=None, status="running"):
+        if cluster is not None and run.cluster != cluster:
+            continue
+        if run.cluster not in live:
+            info = owner(run.cluster)
+            live[run.cluster] = info is not None and not (info.get("self") and info.get("op") == "down")
+        if not live[run.cluster]:
+            out.append(run)
+    return out
 
 
 def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
@@ -124,6 +151,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
                 verdict["stopped_owner"] = stopped
         with owner_lock(name, "down"):
             had_open = {r["run_id"] for r in ledger.open_resources(name)}
+            had_open |= {r.id for r in orphaned_runs(ledger, name)}  # killed before its first row (issue 45 item 7)
             provider = provider_for(cloud)
             provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
             if project:

@@ -66,10 +66,10 @@ def test_the_gate_takes_a_record_only_with_its_nodes_key_and_once():
 def test_every_key_is_new_and_the_lines_hold_them_in_order():
     a, b = NodeKeys.new(), NodeKeys.new()
     assert len({*a.keys.values(), *b.keys.values()}) == 2 * len(control.KEYED)
-    assert a.reaper_line(False).split() == [a.keys["reaper_start"].encode(), a.keys["reaper_done"].encode()]
+    assert a.reaper_line(False).split() == [a.keys[k].encode() for k in ("reaper_start", "reaper_done", "agent_exit")]
     assert a.shell_line(True).decode().split() == [a.keys[k] for k in
                                                    ("node_exit", "node_notice", "reaper_start", "reaper_done",
-                                                    "setup_start", "setup_end")]
+                                                    "agent_exit", "setup_start", "setup_end")]
 
 
 def _supervise(tmp_path, argv, keys, job=None, stdin=None):

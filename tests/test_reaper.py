@@ -269,3 +269,27 @@ def test_forged_control_lines_from_a_local_job_change_nothing(home, marker):
     assert kinds.count("setup_end") == 2 and kinds.count("reaper_start") == 2 and "reaper_done" not in kinds
     assert run["metrics"]["refused_metric_lines"] > 100, run["metrics"]
     assert len(daemons(marker)) == 2  # the verdict was right: both daemons survived (the fixture removes them)
+
+
+@needs_torch
+@linux_only
+@pytest.mark.slow
+def test_a_stopped_reaper_is_killed_after_its_grace_and_the_node_has_no_witness(home):
+    """Issue 45 item 5: the job SIGSTOPs its node's reaper and ends with exit code 0. The reaper's
+    watch process says the agent ended (reading the zombie's status in /proc); once the reaper's
+    grace for its final pass is over without `reaper_done`, the run stops waiting: the stopped
+    reaper is killed, the run is not held to its time limit, and the node has no witness (exit 3).
+    Before this, the run waited for the reaper until --max-minutes and failed as over its limit."""
+    started = time.monotonic()
+    r = run_cli("run", "--nodes", "1", "--max-minutes", "1", "--", "python", str(FIXTURES / "reaper_stopper.py"),
+                timeout=200)
+    took = time.monotonic() - started
+    assert r.returncode == 3, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    run = _only_run(home)
+    assert run["status"] == "succeeded" and "time limit" not in (run["failure"] or ""), (run["status"], run["failure"])
+    assert run["teardown"] == "not verified", run["teardown"]
+    assert any(u.startswith(UNWITNESSED) and "said nothing within its grace" in u for u in run["unchecked"]), run["unchecked"]
+    assert took < 50, took  # the grace (2 x 3 s + 5 s) and the teardown, never the 60 s limit
+    from gpucluster.procs import run_processes
+
+    assert run_processes(run["id"]) == []  # the stopped reaper was killed, its watch process ended

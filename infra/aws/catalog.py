@@ -196,9 +196,10 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
         warnings.append(opt_in)
     if spec.zone is not None:
         suffix = spec.zone[len(region):]
-        if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix.isalpha()):
+        # zone letters run a-f: no region has more than six zones (us-east-1's are us-east-1a to -1f)
+        if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix in "abcdef"):
             raise SpecError(
-                not_allowed("aws availability zone", spec.zone, f"a zone of {region}, such as {region}a")
+                not_allowed("aws availability zone", spec.zone, f"a zone of {region}: {region}a to {region}f at most")
             )
 
     if spec.accelerator is not None:

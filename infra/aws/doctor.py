@@ -4,6 +4,7 @@ shape, and the regions a sweep of every cluster looks in."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 EC2_GVT_QUOTA = "L-DB2E81BA"  # "Running On-Demand G and VT instances" (vCPUs)
@@ -63,5 +64,17 @@ def gc_regions(open_rows: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[st
         from .catalog import DEFAULT_REGION
         from .leftovers import default_regions
 
-        regions += [DEFAULT_REGION, *default_regions()]
+        configured = default_regions()
+        for region in configured:  # AWS_REGION=mars-1: refused by name, never 27 unchecked lines (issue 45 item 10)
+            if not _REGION_RE.match(region):
+                from gpucluster.errors import UsageError, not_allowed
+
+                raise UsageError(not_allowed("AWS region", region, "a region name such as us-east-1 (it comes from "
+                                             "AWS_REGION, AWS_DEFAULT_REGION or your AWS config; or pass --region)"))
+        regions += [DEFAULT_REGION, *configured]
     return list(dict.fromkeys(regions))
+
+
+# a region's name: its partition's geography, a direction and a number (us-east-1, ap-southeast-3,
+# us-gov-west-1, cn-north-1, eu-isoe-west-1), "Regions and Availability Zones", AWS general reference
+_REGION_RE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$")

@@ -376,6 +376,9 @@ class LocalLauncher(Launcher):
                     check, rank=node.rank, world=len(cluster.nodes), store=store, addr="127.0.0.1", disk=disk)]
                 env = dict(os.environ, GPUCLUSTER_RUN_ID=job.run_id, GPUCLUSTER_NODE_RANK=str(node.rank),
                            CUDA_VISIBLE_DEVICES=_visible(cluster, node.rank), PYTHONUNBUFFERED="1")
+                env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
+                if job.owner:  # `down` after a kill finds the check programs by run id AND owner
+                    env["GPUCLUSTER_OWNER"] = job.owner
                 procs[node.rank] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                     stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
                                                     start_new_session=True)

@@ -132,6 +132,8 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
             args = health.program_args(check, rank=node.rank, world=len(cluster.nodes), store=store,
                                        addr=node.private_ip, disk=d)
             env = {"GPUCLUSTER_RUN_ID": job.run_id, "GPUCLUSTER_NODE_RANK": str(node.rank), "PYTHONUNBUFFERED": "1"}
+            if job.owner:  # `down` after a kill finds the check program by run id AND owner (node_procs.py)
+                env["GPUCLUSTER_OWNER"] = job.owner
             script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
                       + shlex.join([launcher.python, f"{d}/{CHECK_PROGRAM}", *args]))
             procs[node.rank] = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),

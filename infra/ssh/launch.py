@@ -57,7 +57,7 @@ from .health import PhaseNoted, check_nodes, free_port, report_unreachable, ssh_
 from .remote import RESOLVE_PYTHON
 from .session import NodeReadiness, Session, node_label, sh
 from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
-from . import objects
+from . import objects, rdzv
 from .stage import CACHE_DIR, stage
 from .ship import bundle as make_bundle, check_run_id, user_program
 from .workdir_copy import PROGRAM, copy_workdir, lay_back
@@ -147,6 +147,9 @@ class SshLauncher(NodeAccess, Launcher):
         self.ready_timeout = float(ready_timeout)
         self.diagnose = diagnose
         self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
+        # run id -> node ranks given a run folder: from then on the launcher runs the run's programs
+        # there (the health check, staging, the job) and the teardown check must ask each of them
+        self._touched: dict[str, set[int]] = {}
         self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
@@ -173,6 +176,7 @@ class SshLauncher(NodeAccess, Launcher):
                 session.wait_ready(str(ready_file), self.ready_timeout, events)
             ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+            self._touched.setdefault(job.run_id, set()).update(dirs)
             for rank, d in dirs.items():
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
@@ -190,7 +194,8 @@ class SshLauncher(NodeAccess, Launcher):
                 if job.resume_files and job.resume is not None and code_dir is not None:
                     lay_back(session, job, job.resume_files[0], dirs, events)
                 job = self._free_rdzv_port(session, cluster, job, events)
-                return self._run(session, cluster, job, events, Path(log_dir), dirs, code_dir is not None, program)
+                return rdzv.once_more(self, session, cluster, job, events, dirs, lambda j: self._run(  # EADDRINUSE
+                    session, cluster, j, events, Path(log_dir), dirs, code_dir is not None, program), ("cancelled", "pgid", GO_FILE))
             finally:
                 if job.output_dir and self._started.get(job.run_id):
                     # the outputs are copied back before the folders go (collect_outputs)
@@ -291,8 +296,15 @@ class SshLauncher(NodeAccess, Launcher):
             return session.readiness(cluster.gpus_per_node, raise_on_problem=False)
 
     def started_ranks(self, run_id: str) -> set[int]:
-        """The node ranks where this launcher started the run's processes (in this process)."""
+        """The node ranks where this launcher started the run's torchrun (in this process)."""
         return set(self._started.get(run_id, ()))
+
+    def touched_ranks(self, run_id: str) -> set[int]:
+        """The node ranks where this launcher may have left something of the run (in this process):
+        each node given a run folder, where the health check, the staging and the job run. A node
+        frozen during the check holds its check program and its folder: it is asked at teardown,
+        and when it does not answer the verdict is "not verified", naming it (issue 45 item 1)."""
+        return set(self._touched.get(run_id, ())) | self.started_ranks(run_id)
 
     def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None,
                   owner: str | None = None) -> list:

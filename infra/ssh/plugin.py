@@ -43,6 +43,9 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
         assert isinstance(resources, list)
         rows += [{**r, "cluster": name} for r in resources if r["kind"] == RUN_RESOURCE]
     recorded = {r["run_id"] for r in rows}
+    # a run with no resource row at all (ended before its launcher wrote the connection details, which
+    # it does before its first connection: a full home, a kill in prepare) reached no host
+    recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
     from gpucluster.ownership import installation_id
 
     check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's

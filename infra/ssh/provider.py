@@ -158,8 +158,8 @@ class SshProvider(Provider):
     """Provider for existing machines: nothing to create, nothing to delete, processes to check.
 
     `launcher`: the `SshLauncher` that runs the jobs; `leftovers` then reaches the hosts the way
-    it does and checks only the nodes where it started something (a run refused before it
-    started, e.g. for an unknown host key, left nothing to check). Without it, `identity`,
+    it does and checks only the nodes it gave a run folder (the health check, the staging and the
+    job run there; a run refused before that, e.g. for an unknown host key, left nothing to check). Without it, `identity`,
     `known_hosts` and `ssh_options` (as for `SshLauncher`) are used and every node is checked.
     """
 
@@ -202,16 +202,17 @@ class SshProvider(Provider):
         """Processes on the hosts whose environment carries the run's id (any gpucluster run when
         `run_id` is None). A host that cannot be reached is reported as a leftover of kind
         "unverified", since nothing can be said about it. With the launcher of the run, a run it
-        started nowhere (stopped before launch) has nothing on any host: the check is complete.
+        reached nowhere (stopped before any node had a run folder) has nothing on any host: the
+        check is complete.
         Otherwise a cluster this provider has not brought up in this process is unknown: its hosts
         cannot be asked, and that is "not checked", never "nothing left"."""
         cluster = self._clusters.get(name)
-        if self.launcher is not None and run_id and not self.launcher.started_ranks(run_id):
-            return Check()  # the only thing that starts processes on the hosts started none
+        if self.launcher is not None and run_id and not self.launcher.touched_ranks(run_id):
+            return Check()  # the only thing that starts processes on the hosts reached none
         if cluster is None:
             return Check(unchecked=(f"processes of cluster {name!r}: its hosts are unknown to this process",))
         if self.launcher is not None:
-            ranks = self.launcher.started_ranks(run_id) if run_id else None
+            ranks = self.launcher.touched_ranks(run_id) if run_id else None
             return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks, owner=self._owners.get(name)))
         from gpucluster.infra.ssh.cleanup import remote_leftovers
 
