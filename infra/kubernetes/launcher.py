@@ -174,8 +174,8 @@ class KubernetesLauncher(Launcher):
                         platform=self.platform)
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
-        lifetime_limit = not job.max_seconds and bool(plan.run_limit_s)
-        if lifetime_limit:  # the lifetime's limit: stopped and copied before the Job's deadline
+        lifetime_limit = not job.max_seconds and plan.run_limit_s is not None
+        if not job.max_seconds and plan.run_limit_s is not None:  # the lifetime's: stopped and copied before the Job's deadline
             import dataclasses
 
             job = dataclasses.replace(job, max_seconds=float(plan.run_limit_s))
