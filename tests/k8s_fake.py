@@ -104,7 +104,7 @@ from k8s_fake_jobs import JobControllers, job_state, pytorchjob_state, validate_
 from k8s_fake_exec import _FakeExecStdin, _FakeExecTty, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
-                              ObjectStore)
+                              ObjectStore, _get)
 from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
 from k8s_fake_rbac import ClusterObjects, PlainPod, parse_selector, selector_match
 
@@ -131,12 +131,6 @@ class PodScript:
                 "outputs": {k: (v if isinstance(v, bytes) else v.encode()).hex() for k, v in self.outputs.items()}}
 
 
-def _get(obj, *path):
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-        if obj is None:
-            return None
-    return obj
 
 
 class FakeKubeApi(JobControllers, ClusterObjects, ObjectStore):
@@ -470,21 +464,12 @@ class FakeKubeApi(JobControllers, ClusterObjects, ObjectStore):
         """`kubectl delete pod` on the pod of `rank` (see the module docstring)."""
         for name, pod in list(self.pods.items()):
             if pod.index == rank:
-                pod.kill()
-                if self.delete_ticks:
-                    pod.terminating = self.delete_ticks
-                else:
-                    self.pods.pop(name)
+                self._delete_pod_object(name)
 
     # -- delete ----------------------------------------------------------------------------
     def _terminate_pods(self, name: str) -> None:
         for pod_name in [p for p in self.pods if p.startswith(name + "-")]:
-            pod = self.pods[pod_name]
-            pod.kill()  # the containers are stopped now; the pod object lingers while terminating
-            if self.delete_ticks:
-                pod.terminating = self.delete_ticks
-            else:
-                self.pods.pop(pod_name)
+            self._delete_pod_object(pod_name)  # containers stopped now; the object lingers while terminating
 
     def delete_namespaced_job(self, name, namespace, body=None, **kw):
         self._delete("job", name, namespace, body)

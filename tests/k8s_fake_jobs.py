@@ -51,18 +51,10 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from k8s_fake_objects import FakeApiException
+from k8s_fake_objects import FakeApiException, _get
 
 MAX_INT32 = 2**31 - 1
 SYNC_S = 0.02  # how often the controllers look (the real one reacts to pod watch events within ms)
-
-
-def _get(obj, *path):
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-        if obj is None:
-            return None
-    return obj
 
 
 @dataclass
@@ -287,9 +279,10 @@ class JobControllers:
                 continue
             if running_only and pod.phase in ("Succeeded", "Failed"):
                 continue
-            self._controller_delete_pod(pod_name)
+            self._delete_pod_object(pod_name)
 
-    def _controller_delete_pod(self, pod_name: str) -> None:
+    def _delete_pod_object(self, pod_name: str) -> None:
+        """A pod deleted (by a client or a controller): its containers stopped, listed as terminating a while."""
         pod = self.pods[pod_name]
         pod.kill()
         if self.delete_ticks:
@@ -304,4 +297,4 @@ class JobControllers:
         self.object_ns.pop(key, None)
         for pod_name in state.pods:
             if pod_name in self.pods and self.pods[pod_name].terminating is None:
-                self._controller_delete_pod(pod_name)
+                self._delete_pod_object(pod_name)

@@ -10,6 +10,15 @@ from types import SimpleNamespace as NS
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
+def _get(obj, *path):
+    """A field of a client model or of the same object as a dict (snake_case or camelCase path given)."""
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+        if obj is None:
+            return None
+    return obj
+
+
 class FakeApiException(Exception):
     """Shaped like kubernetes.client.ApiException: status and reason."""
 

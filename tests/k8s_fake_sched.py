@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k8s_fake_objects import _get
+
 GIB_MI = 1024
 MEMTOTAL_SHORTFALL = 0.018
 DAEMONSET_MEM_MI = 620
@@ -65,14 +67,6 @@ def gke_node(name: str, vcpus: int, mem_gib: float, gpus: int, labels: dict | No
     node = FakeNode(name, int((vcpus - cpu_res) * 1000), int(capacity_mi - mem_res * GIB_MI), gpus, dict(labels or {}))
     node.used = {"cpu": DAEMONSET_CPU_M, "memory": DAEMONSET_MEM_MI, "gpu": 0}
     return node
-
-
-def _get(obj, *path):
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-        if obj is None:
-            return None
-    return obj
 
 
 def quantity_m(text) -> int:
