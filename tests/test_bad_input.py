@@ -313,7 +313,8 @@ def _flag_cases():
               "--project": ["--project", "my-project"], "--start-deadline": ["--start-deadline", "20"],
               "--data": ["--data", "tests"], "--setup": ["--setup", "true"],
               "--resume": ["--resume", "r20261122-000001-aaaaaa"], "--python": ["--python", "python3"],
-              "--state": ["--state", "file:///tmp/gpucluster-state"]}
+              "--state": ["--state", "file:///tmp/gpucluster-state"], "--context": ["--context", "lab"],
+              "--namespace": ["--namespace", "team-a"], "--create-namespace": ["--create-namespace"]}
     cloud_only = ["--region", "--zone", "--instance-type", "--machine-type", "--spot", "--disk-gb", "--max-lifetime",
                   "--ssh-cidr", "--tag", "--keep", "--state"]
     cases = [("local", values[f]) for f in cloud_only + ["--hosts", "--identity", "--known-hosts", "--remote-python"]]
@@ -325,6 +326,14 @@ def _flag_cases():
     cases += [("gcp", values[f]) for f in ("--hosts", "--identity", "--known-hosts", "--remote-python", "--ssh-cidr",
                                            "--max-lifetime", "--ready-timeout")]
     cases += [(cloud, values["--python"]) for cloud in ("ssh", "aws", "gcp")]  # local only (issue 28)
+    # an existing Kubernetes cluster (issue 44): its context and namespace flags are its own; it provisions
+    # nothing, so every flag that shapes or places machines, and every ssh flag, is refused there
+    cases += [(cloud, values[f]) for cloud in ("local", "ssh", "aws", "gcp")
+              for f in ("--context", "--namespace", "--create-namespace")]
+    cases += [("kubernetes", values[f]) for f in ("--region", "--zone", "--instance-type", "--spot", "--disk-gb",
+                                                  "--max-lifetime", "--ssh-cidr", "--tag", "--keep", "--state",
+                                                  "--hosts", "--identity", "--known-hosts", "--remote-python",
+                                                  "--ready-timeout", "--project", "--python")]
     return cases
 
 
