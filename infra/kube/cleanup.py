@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from gpucluster.domain import Leftover
-from gpucluster.infra.kubernetes.gone import NAMESPACED, ROW_PREFIX, listed, row_name
-from gpucluster.infra.kubernetes.plan import KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION
+from gpucluster.infra.kubernetes import gone
+from gpucluster.infra.kubernetes.gone import DELETE_ORDER, NAMESPACED, ROW_PREFIX, deleters, listed, object_lists
 
 MANAGED = "app.kubernetes.io/managed-by=gpucluster"
 OWNER, RUN = "gpucluster-owner", "gpucluster-run"
@@ -28,36 +28,18 @@ def kinds_of(rows: Iterable[str], mode: str = "job", secrets: bool = False) -> l
 
 
 def run_leftovers(api: Any, namespace: str, run_id: str, kinds: Sequence[str], retry: Any) -> list[Leftover]:
-    found = listed(api, namespace, run_id, kinds, retry=retry)
-    return [Leftover(ROW_PREFIX + kind, row_name(kind, namespace, name), run_id=run_id,
-                     detail="labelled with the run, no deletion under way")
-            for (kind, name), deleting in sorted(found.items()) if not deleting]
-
-
-def _deleters(api: Any, namespace: str, retry: Any) -> dict[str, Any]:
-    from gpucluster.infra.kubernetes.manifests import kube_models
-
-    body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
-    call = retry.call
-    return {
-        "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
-        "pytorchjob": lambda n: call(api.custom.delete_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
-                                     namespace, KUBEFLOW_PLURAL, n, body=body),
-        "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
-        "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
-        "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
-    }
+    """The run's objects of `kinds` still there, deletion not under way (`infra.kubernetes.gone`)."""
+    return gone.run_leftovers(api, namespace, run_id, retry=retry, kinds=kinds)
 
 
 def delete(api: Any, namespace: str, objects: Iterable[tuple[str, str]], retry: Any) -> list[str]:
     """Delete (kind, name) objects, the workload first; the errors (not found is fine)."""
     from gpucluster.infra.kubernetes.api import _status
 
-    order = {k: i for i, k in enumerate(("job", "pytorchjob", "service", "configmap", "secret"))}
-    deleters, errors = _deleters(api, namespace, retry), []
-    for kind, name in sorted(objects, key=lambda o: order[o[0]]):
+    delete_one, errors = deleters(api, namespace, retry), []
+    for kind, name in sorted(objects, key=lambda o: DELETE_ORDER[o[0]]):
         try:
-            deleters[kind](name)
+            delete_one[kind](name)
         except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
             if _status(exc) != 404:
                 errors.append(f"{kind} {namespace}/{name}: {_status(exc)} {getattr(exc, 'reason', exc)}")
@@ -71,13 +53,7 @@ def delete_run(api: Any, namespace: str, run_id: str, kinds: Sequence[str], retr
 
 def managed(api: Any, namespace: str, kinds: Sequence[str], retry: Any) -> list[tuple[str, str, dict[str, str], bool]]:
     """[(kind, name, labels, terminating)] of every object labelled managed-by=gpucluster in `namespace`."""
-    call = retry.call
-    lists = {
-        "job": lambda: call(api.batch.list_namespaced_job, namespace, label_selector=MANAGED).items,
-        "service": lambda: call(api.core.list_namespaced_service, namespace, label_selector=MANAGED).items,
-        "configmap": lambda: call(api.core.list_namespaced_config_map, namespace, label_selector=MANAGED).items,
-        "secret": lambda: call(api.core.list_namespaced_secret, namespace, label_selector=MANAGED).items,
-    }
+    lists = object_lists(api, namespace, MANAGED, retry)
     out = []
     for kind in kinds:
         for item in lists[kind]():

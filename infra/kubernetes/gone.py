@@ -42,13 +42,10 @@ def _meta(item: Any) -> tuple[str, Any]:
     return str(item.metadata.name), getattr(item.metadata, "deletion_timestamp", None)
 
 
-def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPACED,
-           retry: Retry | None = None) -> dict[tuple[str, str], bool]:
-    """{(kind, name): terminating} of the run's namespaced objects the API server lists now. A
-    namespace that does not exist holds nothing (404: {}). Other API errors raise."""
+def object_lists(api: Any, namespace: str, selector: str, retry: Retry | None = None) -> dict[str, Any]:
+    """{kind: () -> the items of that kind in `namespace` matching the label `selector`}."""
     call = (retry or Retry(0)).call
-    selector = f"{RUN_LABEL}={dns_name(run_id, 63)}"
-    lists = {
+    return {
         "job": lambda: call(api.batch.list_namespaced_job, namespace, label_selector=selector).items,
         "service": lambda: call(api.core.list_namespaced_service, namespace, label_selector=selector).items,
         "configmap": lambda: call(api.core.list_namespaced_config_map, namespace, label_selector=selector).items,
@@ -56,6 +53,32 @@ def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPA
         "pytorchjob": lambda: (call(api.custom.list_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
                                     namespace, KUBEFLOW_PLURAL, label_selector=selector) or {}).get("items") or [],
     }
+
+
+def deleters(api: Any, namespace: str, retry: Retry | None = None) -> dict[str, Any]:
+    """{kind: name -> delete it} (a Job or PyTorchJob with Foreground propagation, so its pods go first)."""
+    from .manifests import kube_models
+
+    call = (retry or Retry(0)).call
+    body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
+    return {
+        "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
+        "pytorchjob": lambda n: call(api.custom.delete_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
+                                     namespace, KUBEFLOW_PLURAL, n, body=body),
+        "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
+        "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
+        "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
+    }
+
+
+DELETE_ORDER = {k: i for i, k in enumerate(("job", "pytorchjob", "service", "configmap", "secret"))}  # workload first
+
+
+def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPACED,
+           retry: Retry | None = None) -> dict[tuple[str, str], bool]:
+    """{(kind, name): terminating} of the run's namespaced objects the API server lists now. A
+    namespace that does not exist holds nothing (404: {}). Other API errors raise."""
+    lists = object_lists(api, namespace, f"{RUN_LABEL}={dns_name(run_id, 63)}", retry)
     found: dict[tuple[str, str], bool] = {}
     for kind in kinds:
         try:
@@ -84,12 +107,13 @@ def namespace_state(api: Any, namespace: str, retry: Retry | None = None) -> str
     return "going" if terminating or getattr(ns.metadata, "deletion_timestamp", None) else "there"
 
 
-def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = None) -> list[Any]:
+def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = None,
+                  kinds: Iterable[str] = NAMESPACED) -> list[Any]:
     """The run's objects still there (`Leftover`s, kind `k8s-<kind>`, id `<namespace>/<name>`); those
     being deleted (a deletionTimestamp) are not leftovers (see the module docstring)."""
     from gpucluster.domain import Leftover
 
-    found = listed(api, namespace, run_id, retry=retry)
+    found = listed(api, namespace, run_id, kinds, retry=retry)
     return [Leftover(ROW_PREFIX + kind, row_name(kind, namespace, name), run_id=run_id,
                      detail="labelled with the run, no deletion under way")
             for (kind, name), deleting in sorted(found.items()) if not deleting]
@@ -98,19 +122,7 @@ def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = N
 def delete_run_objects(api: Any, namespace: str, run_id: str, retry: Retry | None = None) -> None:
     """Delete the run's namespaced objects found by its label (a Job with Foreground propagation, so
     its pods go first). Not found is fine; other API errors raise (the read-back says what is left)."""
-    from .manifests import kube_models
-
-    call = (retry or Retry(0)).call
-    body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
-    delete = {
-        "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
-        "pytorchjob": lambda n: call(api.custom.delete_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
-                                     namespace, KUBEFLOW_PLURAL, n, body=body),
-        "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
-        "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
-        "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
-    }
-    order = {k: i for i, k in enumerate(("job", "pytorchjob", "service", "configmap", "secret"))}
+    delete, order = deleters(api, namespace, retry), DELETE_ORDER
     found = listed(api, namespace, run_id, retry=retry)
     for (kind, name), deleting in sorted(found.items(), key=lambda kv: order[kv[0][0]]):
         if deleting:
