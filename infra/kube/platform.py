@@ -77,7 +77,11 @@ def shaper(extra: Passthrough) -> Any:
                 _pod_spec(replica["template"]["spec"], extra)
         if isinstance(manifest, dict):
             return body
-        return client._ApiClient__deserialize(body, "V1Job")  # the typed model the launcher sends
+        # the typed model the launcher sends, through the client's public deserializer (it reads `.data`)
+        import json
+        from types import SimpleNamespace
+
+        return client.deserialize(SimpleNamespace(data=json.dumps(body)), "V1Job")
 
     return shape
 
