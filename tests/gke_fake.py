@@ -56,6 +56,23 @@ class FakeGoogleCredentials:
         self.token, self.valid = TOKEN, True
 
 
+def gpu_pool_scheduler(outputs: dict) -> Any:
+    """A scheduler over the GPU pool's nodes (tests/k8s_fake_sched.py: MemTotal capacity, GKE's
+    reservations, its DaemonSets already there), labelled as GKE labels them; None for a machine type
+    the catalog does not know."""
+    from k8s_fake_sched import Scheduler, gke_node
+
+    from gpucluster.infra.gcp.catalog import machine_shape
+    from gpucluster.infra.gcp.gke import node_selector
+
+    shape = machine_shape(str(outputs.get("machine_type") or ""))
+    if shape is None:
+        return None
+    labels = node_selector(outputs)
+    return Scheduler([gke_node(f"gke-gpu-{i}", shape[0], float(shape[1]), int(outputs.get("gpus_per_node") or 1),
+                               labels) for i in range(int(outputs.get("nodes") or 1))])
+
+
 class GkeLike:
     """Clusters made and deleted by the fake CLI's `up` and `destroy` (see the module docstring).
     `scripts()`: the pods' scripts of each new cluster (default: the job's own program on every node)."""
@@ -112,6 +129,7 @@ class GkeLike:
     def on_up(self, stack: str) -> None:
         outputs = dict(self.outputs)  # the real program's outputs for this spec
         fake = FakeKubeApi(self.scripts(), delete_ticks=self.delete_ticks)
+        fake.scheduler = gpu_pool_scheduler(outputs)  # the pool's nodes as the kubelet reports them
         url, stop = serve_http(fake, TOKEN)
         config = json.loads(outputs["kubeconfig"])
         config["clusters"][0]["cluster"] = {"server": url}  # plain HTTP: no CA

@@ -274,8 +274,12 @@ class FakeKubeApi(JobControllers, ClusterObjects, ObjectStore):
                     for c in _get(pod_spec, "containers") or []]
         pod.restart_policy = _get(pod_spec, "restart_policy") or _get(pod_spec, "restartPolicy") or "Always"
         pod.image = _get((_get(pod_spec, "containers") or [None])[0], "image") or ""
-        pod.schedule = lambda: self.scheduler.place(name, pod_spec) if self.scheduler is not None else None
+        pod.schedule = lambda: self.scheduler.place(name, pod_spec, self._holds) if self.scheduler is not None else None
         return pod
+
+    def _holds(self, name: str) -> bool:
+        pod = self.pods.get(name)
+        return pod is not None and pod.phase not in ("Succeeded", "Failed")
 
     def create_namespaced_job(self, namespace, body, **kw):
         self._authenticate()

@@ -114,9 +114,13 @@ class Scheduler:
         self.nodes = nodes
         self.bound: dict[str, tuple[FakeNode, dict]] = {}
 
-    def place(self, pod_name: str, pod_spec) -> str | None:
+    def place(self, pod_name: str, pod_spec, holds=None) -> str | None:
+        """`holds(name)`: whether a pod placed earlier still holds its node's resources (a pod that ended,
+        Succeeded or Failed, or was deleted gives them back: the scheduler counts only non-terminal pods)."""
         if pod_name in self.bound:
             return None
+        for name in [n for n in self.bound if holds is not None and not holds(n)]:
+            self.release(name)
         want = pod_requests(pod_spec)
         selector = dict(_get(pod_spec, "node_selector") or _get(pod_spec, "nodeSelector") or {})
         short: dict[str, int] = {}

@@ -174,11 +174,11 @@ class KubernetesLauncher(Launcher):
                         platform=self.platform)
         mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
-        lifetime_limit = not job.max_seconds and plan.run_limit_s is not None
+        lifetime_limit = False
         if not job.max_seconds and plan.run_limit_s is not None:  # the lifetime's: stopped and copied before the Job's deadline
             import dataclasses
 
-            job = dataclasses.replace(job, max_seconds=float(plan.run_limit_s))
+            job, lifetime_limit = dataclasses.replace(job, max_seconds=float(plan.run_limit_s)), True
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)

@@ -385,7 +385,7 @@ def plan_job(
         notes.append(f"time limit: without --max-minutes the run is stopped after {limit // 60} minutes (the "
                      f"cluster's {lifetime // 60}-minute lifetime less the time to stop and copy), outputs copied")
     notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
-                 f"{deadline} s (activeDeadlineSeconds: the start deadline, the time limit and the time to stop "
+                 f"{deadline} s (activeDeadlineSeconds: the time limit and the time to stop "
                  "and copy), even without this machine")
     return Plan(
         name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
