@@ -222,10 +222,11 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 @click.option("--stack", help="Read the spec from stacks/Pulumi.STACK.yaml (or a .yaml path); flags override it.")
 @click.option("--free-tier", is_flag=True, help="GKE: the billing account's free zonal cluster covers the fee.")
 @click.option("--workload", help="What-if: project from measured runs of this workload.")
-@options("epochs", "as_json", epochs=dict(help="What-if: epochs to project."), as_json=dict(help="Print JSON."))
+@options("epochs", "as_json", "max_hourly", epochs=dict(help="What-if: epochs to project."),
+         as_json=dict(help="Print JSON."))
 @_boundary
 def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
-                 free_tier, workload, epochs, as_json) -> None:
+                 free_tier, workload, epochs, as_json, max_hourly=None) -> None:
     """Itemized cost of a cluster for some hours, or (with --workload) a what-if projection.
 
     \b
@@ -248,8 +249,15 @@ def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, s
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
     from gpucluster.cost import estimate
     from gpucluster.infra.registry import plugin
+    from gpucluster.placement import wanted
     from gpucluster.spec import normalize, validate
 
+    if wanted(cloud, region) or max_hourly is not None:  # the ranking `run --cloud auto` shows
+        from gpucluster.cli.place import estimate_placed
+
+        return estimate_placed(build_spec, cloud, region, max_hourly, as_json, hours, dict(
+            gpu=gpu, instance_type=instance_type, gpus=gpus, nodes=node_list[0] if node_list else None, spot=spot,
+            disk_gb=disk_gb, disk_type=disk_type, zone=zone, stack=None))
     spec = build_spec(stack=stack, cloud=cloud, gpu=gpu, instance_type=instance_type, gpus=gpus,
                       nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
                       region=region, zone=zone)

@@ -74,9 +74,10 @@ def _use_state(ctx: Any, param: Any, value: Any) -> Any:
 
 # name -> (flags, Click keyword arguments)
 OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS),
+    "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS) + "|auto|A,B",
                                  help="Where the cluster runs [default: the task file's, GPUCLUSTER_CLOUD, the "
-                                      "config file's cloud, else local].")),
+                                      "config file's cloud, else local]; auto or a list (aws,gcp): the cheapest "
+                                      "candidate, failing over down the ranking (docs/placement.md).")),
     "nodes": (("--nodes", "-n"), dict(default=None, type=Int("nodes", 1, later=True),
                                       help="Number of nodes [default: 2; ssh: the number of --hosts]. local: at most "
                                            "16; clouds: at most 64.")),
@@ -95,7 +96,12 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "name": (("--name",), dict(default=None, metavar="NAME", help="Cluster name [default: gpucluster-CLOUD-OWNER, OWNER: the first 4 "
                                                   "hex digits of this home's installation id]; one another owner's "
                                                   "cluster holds in the account is refused.")),
-    "region": (("--region",), dict(default=None)),
+    "region": (("--region",), dict(default=None, metavar="REGION|auto|A,B",
+                                   help="Region [default: the cloud's]; auto or a list: ranked (docs/placement.md).")),
+    "max_hourly": (("--max-hourly",), dict(default=None, metavar="DOLLARS",
+                                           help="Placement: drop candidates whose cluster costs more per hour.")),
+    "max_attempts": (("--max-attempts",), dict(default=None, type=Int("max attempts", 1, 100),
+                                               help="Placement: try at most this many candidates [default: all].")),
     "zone": (("--zone",), dict(default=None)),
     "instance_type": (("--instance-type", "--machine-type", "instance_type"),
                       dict(default=None, help="EC2 type or GCE machine type (for experts: --gpu picks one).")),
@@ -235,7 +241,7 @@ ENV = ("env", "env_file", "secret")
 # (`cli.taskopts.TaskCommand.format_options`); an option not named here is under "Options".
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Task file", ("task_file",)),
-    ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "instance_type", "spot", "disk_gb",
+    ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "max_hourly", "max_attempts", "instance_type", "spot", "disk_gb",
                  "project", "context", "namespace", "create_namespace", "ssh_cidr", "hosts", "tags", "options")),
     ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
              "python")),

@@ -24,7 +24,7 @@ from gpucluster.errors import ExitCode, UsageError
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
          "fallback", "fallback_after", "checkpoint_every", "context", "namespace", "create_namespace",
-         as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "max_hourly", "max_attempts", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -43,26 +43,31 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
       gpucluster run --cloud kubernetes --context lab --namespace ml --nodes 2 --gpus-per-node 4
       gpucluster run --cloud aws --nodes 4 --spot --recover 3 --fallback on-demand --checkpoint-every 200
     """
-    from gpucluster.cli.args import check_cloud_flags, fold_option_flags
+    from gpucluster.cli.args import fold_option_flags
     from gpucluster.cli.common import preflight, print_notes
-    from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
+    from gpucluster.cli.place import placeable, prepared, print_placement
+    from gpucluster.infra.registry import plugin
+    from gpucluster.placement import wanted
+    from gpucluster.prepare import check_before_recording, open_ledger
 
-    chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
-    check_cloud_flags(flags["cloud"])
     flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the run's options
-    flags["options"] = _idle_stop(chosen, flags["options"], keep, idle_minutes)
-    plan = prepare(Request(**flags, provisioning=provisioning(), readers=readers()), chosen)
+    first = placeable()[0] if wanted(flags["cloud"], None) else flags["cloud"]
+    flags["options"] = _idle_stop(plugin(first), flags["options"], keep, idle_minutes)
+    chosen, plan, placement = prepared(flags)  # the one lookup (or the ranking's first): everything below is given it
     plan.policy = _kept_policy(plan.policy, keep, flags["recover"])
     out = _console(stderr=as_json)
+    if placement is not None:
+        print_placement(out, placement)
     print_notes(out, plan.notes)
     print_plan(out, plan)
     if flags["dry_run"]:
         from gpucluster.cli.dryrun import print_dry_run
 
-        return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, plan.shape())
+        shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
+        return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, shape)
     ledger = open_ledger()
-    preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
+    if placement is None:  # a placed plan's preflight ran while ranking
+        preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
     for line in plan.described:
         out.print(f"  {line}")
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")
@@ -71,7 +76,13 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     from gpucluster.recovery import run_plan
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
-        result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
+        if placement is None:
+            result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
+        else:  # down the ranking on capacity and quota errors (docs/placement.md)
+            from gpucluster.cli.place import run_failover
+
+            result = run_failover(placement, ledger=ledger, ui=ui, keep=keep, reprice=_reprice,
+                                  policy_of=lambda p: _kept_policy(p, keep, flags["recover"]))
     report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
     from gpucluster.errors import ExitCode

@@ -51,7 +51,7 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
-@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts")
+@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts", "max_hourly", "max_attempts")
 @options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project", "state",
          as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
          ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
@@ -87,9 +87,21 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
 
     from gpucluster.cli.args import check_cloud_flags
 
-    chosen = plugin(flags["cloud"])  # the one lookup: everything below is given it
-    check_cloud_flags(flags["cloud"])  # e.g. --region with local: refused as `run` refuses it
-    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes))
+    from gpucluster.cli.place import prepared, print_placement
+    from gpucluster.placement import wanted
+
+    limits = {k: flags.pop(k) for k in ("max_hourly", "max_attempts")}
+    placing = wanted(flags["cloud"], flags.get("region")) or any(v is not None for v in limits.values())
+    chosen = None if placing else plugin(flags["cloud"])  # the one lookup: everything below is given it
+    if chosen is not None:
+        check_cloud_flags(flags["cloud"])  # e.g. --region with local: refused as `run` refuses it
+    node_counts = sorted(parse_int_list("nodes", nodes, low=1, high=chosen.traits.max_nodes if chosen else 64))
+    placement = None
+    if placing:  # one placement for every size, chosen for the largest (docs/placement.md)
+        chosen, _, placement = prepared({**flags, **limits}, nodes=node_counts[-1], default_workload="synthetic",
+                                        procs_per_node=1)
+        flags.update(cloud=chosen.name, region=placement.chosen.region)
+    assert chosen is not None  # one cloud, or the ranking's first
     asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                          high=16))
     if flags.get("gpu") is not None:  # --gpu TYPE:COUNT fixes the GPUs per node of every size
@@ -114,6 +126,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     check_before_recording(plan)
     sizes = plan_sizes(node_counts, gpn_list, repeat)
     out = console(stderr=as_json)
+    if placement is not None:
+        print_placement(out, placement)
     sweep_id = new_sweep_id()
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(sizes)} run(s) on {flags['cloud']}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "

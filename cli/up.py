@@ -16,10 +16,10 @@ from gpucluster.infra.registry import NAMES, plugin, provisioning
 
 
 @click.command(cls=TaskCommand)
-@options("task_file", *CLUSTER,
+@options("task_file", *CLUSTER, "max_hourly", "max_attempts",
          task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
                              "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
-         cloud=dict(metavar="|".join(provisioning()), show_default=False,
+         cloud=dict(metavar="|".join(provisioning()) + "|auto|A,B", show_default=False,
                     help="Where the cluster is created [default: the task file's, GPUCLUSTER_CLOUD, the config "
                          "file's cloud; as for `run`, local otherwise, which needs no `up`]."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
@@ -38,24 +38,25 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
       gpucluster up task.yaml
     """
-    from gpucluster.cli.args import check_cloud_flags
+    from gpucluster.cli.place import prepared, print_placement
     from gpucluster.lifecycle import provision_only
-    from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
+    from gpucluster.placement import wanted
+    from gpucluster.prepare import check_before_recording, open_ledger
 
     cloud = flags["cloud"]
     clouds = provisioning()
-    if cloud not in clouds:
+    if cloud not in clouds and not wanted(cloud, None):
         others = [n for n in NAMES if n not in clouds]
         raise UsageError(not_allowed("cloud", cloud, clouds)
                          + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
                             if cloud in NAMES else ""))
-    check_cloud_flags(cloud)  # e.g. --ssh-cidr with gcp: GKE would ignore it
     flags["options"] = with_idle_stop(flags["options"], idle_minutes)  # the cloud's spec rules check it
-    chosen = plugin(cloud)  # the one lookup: everything below is given it
-    plan = prepare(Request(**flags, job=False), chosen, provider=common.provider_for(cloud),
-                   strict_prices=False)
-    spec, dry_run = plan.spec, flags["dry_run"]
+    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it
+    chosen, plan, placement = prepared(flags, provider_for=common.provider_for, strict_prices=False, job=False)
+    cloud, spec, dry_run = chosen.name, plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)
+    if placement is not None:
+        print_placement(out, placement)
     common.print_notes(out, plan.notes)
     plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
     cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
@@ -67,10 +68,11 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
         out.print(plan_line + _rate(plan.hourly, True) + cap)
         for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
             out.print(line, highlight=False)
-        return print_dry_run(out, plan.provider, None, spec, None, as_json, plan.shape())
+        shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
+        return print_dry_run(out, plan.provider, None, spec, None, as_json, shape)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
-    # a missing Pulumi CLI is offered or said before anything is asked or recorded
-    common.preflight(lambda: check_before_recording(plan), yes)
+    if placement is None:  # a missing Pulumi CLI is offered or said before anything is asked or recorded
+        common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
     for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
         out.print(line, highlight=False)

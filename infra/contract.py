@@ -249,6 +249,9 @@ class Provisioner:
     capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
+    # substrings of a create-time error meaning "a quota is too low there" (placement fails over on these
+    # as on capacity: docs/placement.md)
+    quota_markers: tuple[str, ...] = ()
     # why the spec's zone cannot change (aws: option subnetId, whose subnet is in one zone), or None:
     # then a capacity error tries no other zone and its hint says so, instead of "retrying" the same zone
     zone_pinned: Callable[[ClusterSpec], str | None] | None = None

@@ -92,6 +92,7 @@ PLUGIN = CreatedMachines(
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         leftover_kinds=leftovers.DELETE_ORDER,
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
+        quota_markers=("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"),  # failures.classify's quota codes
         # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
         # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
         capacity_attempts=3,

@@ -105,6 +105,7 @@ PLUGIN = CreatedMachines(
         # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)
         leftover_kinds=("gke-cluster", "service-account"),
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
+        quota_markers=("QUOTA_EXCEEDED", "quotaExceeded", "quota to satisfy", "Quota '"),  # access.classify_quota
         classify_failure=classify_failure,
         preflight=preflight.preflight,  # APIs, billing, quotas and buckets, before anything is created
         after_up=after_up),  # the idle stop's watcher in the cluster (option idleMinutes)

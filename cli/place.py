@@ -1,0 +1,134 @@
+"""`--cloud auto|A,B`, `--region auto|A,B`, `--max-hourly`, `--max-attempts` on `run`, `up`, `sweep` and
+`cost estimate`: the candidates ranked before anything is created (gpucluster.placement), the table
+the plan shows, and the plan of the one chosen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.errors import UsageError
+
+
+def placeable() -> tuple[str, ...]:
+    """The clouds placement chooses among: those gpucluster creates on and prices (aws, gcp)."""
+    from gpucluster.infra.registry import priced, provisioning
+
+    return tuple(c for c in provisioning() if c in priced())
+
+
+def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: bool = True,
+             **request: Any) -> tuple[Any, Any, Any]:
+    """(the chosen cloud's plugin, its plan, the Placement or None) for a command's flags (`prepare.Request`'s
+    fields plus `max_hourly` and `max_attempts`, taken out here; `request`: more of its fields). One cloud
+    and one region, with neither limit: the plan as before (no placement). `provider_for(cloud)`: a
+    provider of the command's own (`up`), instead of the backend's."""
+    from gpucluster import placement as pl
+    from gpucluster.cli.args import check_cloud_flags
+    from gpucluster.infra.registry import plugin, provisioning, readers
+    from gpucluster.prepare import Request, check_before_recording, prepare
+
+    max_hourly = pl.parse_max_hourly(flags.pop("max_hourly", None))
+    max_attempts = flags.pop("max_attempts", None)
+    cloud = flags["cloud"]
+    req = Request(**flags, **request, provisioning=provisioning(), readers=readers())
+    if not pl.wanted(cloud, flags.get("region")) and max_hourly is None and max_attempts is None:
+        chosen = plugin(cloud)
+        check_cloud_flags(cloud)
+        return chosen, prepare(req, chosen, provider=provider_for(cloud) if provider_for else None,
+                               strict_prices=strict_prices), None
+    clouds = pl.parse_clouds(cloud, placeable())
+    backends = {c: plugin(c) for c in clouds}
+    check_regions(flags.get("region"), backends)
+    if flags.get("instance_type") and len(clouds) > 1:
+        raise UsageError(f"--instance-type {flags['instance_type']} names one cloud's machine: with --cloud {cloud} "
+                         "give --gpu TYPE[:COUNT] instead (each cloud picks its machine)")
+
+    def one(r: Any, backend: Any) -> Any:
+        return prepare(r, backend, provider=provider_for(r.cloud) if provider_for else None, strict_prices=True)
+
+    placement = pl.place(req, backends, prepare=one, preflight=None if req.dry_run else check_before_recording,
+                         max_hourly=max_hourly, max_attempts=max_attempts)
+    return backends[placement.chosen.cloud], placement.chosen.plan, placement
+
+
+def run_failover(placement: Any, *, ledger: Any, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:
+    """`run` on a placement: the chosen candidate, then the next on capacity or quota errors
+    (gpucluster.failover); each candidate's plan with the run's policy, linked to the last attempt."""
+    from gpucluster.failover import run_placed
+    from gpucluster.infra.registry import plugin
+    from gpucluster.recovery import run_plan
+
+    backends = {c.cloud: plugin(c.cloud) for c in placement.tried}
+
+    def one(cand: Any, after: str | None) -> Any:
+        plan, backend = cand.plan, backends[cand.cloud]
+        plan.policy = policy_of(plan.policy)
+        if after is not None and plan.resumed_from is None:  # the chain `show` and `cost report` follow
+            plan.resumed_from = after
+        return run_plan(plan, ledger=ledger, ui=ui, backend=backend, keep=keep, reprice=reprice(backend))
+
+    return run_placed(placement, ledger=ledger, ui=ui, backends=backends, run_one=one)
+
+
+def check_regions(asked: str | None, backends: dict[str, Any]) -> None:
+    """Each region of a --region list is one at least one of the clouds knows; else exit 2 naming it."""
+    from gpucluster.placement import AUTO, split_list, knows_region
+
+    if asked is None or asked.strip() == AUTO:
+        return
+    for region in split_list("--region", asked):
+        if not any(knows_region(b, c, region) for c, b in backends.items()):
+            raise UsageError(f"--region {region!r} is not allowed: no region of {', '.join(backends)} by that name "
+                             "(`gpucluster prices` lists the regions priced)")
+
+
+def print_placement(out: Any, placement: Any, top: int = 10) -> None:
+    """The ranking as the plan shows it (and `cost estimate --cloud auto`)."""
+    from gpucluster.cli.tables import Col, fitted
+    from gpucluster.placement import table_rows
+
+    hours = placement.hours.normalize()
+    out.print(f"[bold]placement[/bold]: {len(placement.ranked)} candidate(s) ranked by the estimated total for "
+              f"{hours:f} h, {len(placement.dropped)} dropped"
+              + (f"; at most {placement.max_attempts} tried" if placement.max_attempts else ""), highlight=False)
+    cols = [Col("#", keep=True), Col("cloud", keep=True), Col("region", keep=True), Col("zones", drop=2),
+            Col("instance type", keep=True), Col("$/h", keep=True, justify="right"),
+            Col("est. total", keep=True, justify="right"), Col("note", drop=1)]
+    out.print(fitted(out.width, cols, table_rows(placement, top)))
+
+
+def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_hourly: str | None, as_json: bool,
+                    hours: Any, shape: dict[str, Any]) -> None:
+    """`cost estimate --cloud auto|A,B` / `--region auto|A,B`: every candidate priced as a one-cloud estimate
+    is, ranked (gpucluster.placement); the table, or its JSON."""
+    from dataclasses import replace
+    from decimal import Decimal
+    from types import SimpleNamespace
+
+    from gpucluster.cost import estimate
+    from gpucluster.infra.registry import plugin
+    from gpucluster.placement import parse_clouds, parse_max_hourly, place
+    from gpucluster.prepare import Request
+    from gpucluster.spec import normalize, resolve, validate
+
+    backends = {c: plugin(c) for c in parse_clouds(cloud or "auto", placeable())}
+    check_regions(region, backends)
+    span = Decimal(str(hours if hours is not None else "1"))
+
+    def one(req: Any, backend: Any) -> Any:
+        spec = resolve(normalize(build_spec(**shape, cloud=req.cloud, region=req.region), backend), backend)
+        validate(spec, backend)
+        return SimpleNamespace(spec=spec, estimate=estimate(spec, span, backend=backend), limit_minutes=span * 60)
+
+    placement = place(replace(Request(cloud=cloud or "auto"), gpu=shape["gpu"], region=region), backends,
+                      prepare=one, preflight=None, max_hourly=parse_max_hourly(max_hourly))
+    if as_json:
+        import json
+
+        import click
+
+        click.echo(json.dumps(placement.to_dict(), indent=1))
+        return
+    from gpucluster.cli.common import console
+
+    print_placement(console(), placement)

@@ -1,0 +1,209 @@
+"""Placement (docs/placement.md): `--cloud auto`, `--cloud aws,gcp`, `--region auto`, `--region A,B`.
+
+Every (cloud, region) the request allows is a candidate. Each is prepared exactly as a run of that
+one cloud and region is (`gpucluster.prepare.prepare`: the `--gpu` pick, validation, the estimate
+`cost estimate` makes, fixed fees included) and priced for the run's limit; a real run also asks
+the cloud's preflight (credentials, quotas, permissions, APIs). A candidate any of these refuse is
+dropped with the reason; the rest are ranked by the estimate's total. A dry run reaches no cloud:
+its candidates carry the preflight checks it could not run as "not checked", and none is dropped
+for them.
+
+Cloud-agnostic: the backends are passed in by the command (`backends`: name -> plugin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any, Callable, Mapping, Sequence
+
+from gpucluster.errors import GpuclusterError, UsageError, not_allowed
+
+AUTO = "auto"
+NOT_CHECKED = ("credentials", "quota", "permissions", "enabled APIs")  # what a dry run's preflight skips
+
+
+def wanted(cloud: str | None, region: str | None) -> bool:
+    """Whether the flags ask for placement (a list or `auto` in --cloud or --region)."""
+    return any(isinstance(v, str) and (v.strip() == AUTO or "," in v) for v in (cloud, region))
+
+
+def split_list(flag: str, text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise UsageError(f"{flag} {text!r} is not allowed: a comma-separated list without empty items, or {AUTO}")
+    return list(dict.fromkeys(parts))
+
+
+def parse_clouds(text: str, placeable: Sequence[str]) -> tuple[str, ...]:
+    """`auto` -> every cloud placement can create on; a list -> its names, each one of those."""
+    if text.strip() == AUTO:
+        return tuple(placeable)
+    names = split_list("--cloud", text)
+    for name in names:
+        if name not in placeable:
+            raise UsageError(not_allowed("--cloud", name, [*placeable, AUTO]) + " (a list or auto places on clouds "
+                             "gpucluster creates and prices)")
+    return tuple(names)
+
+
+def parse_max_hourly(text: str | None) -> Decimal | None:
+    """`--max-hourly 12.5` or `$12.50` -> Decimal; UsageError naming the value otherwise."""
+    if text is None:
+        return None
+    try:
+        value = Decimal(str(text).strip().lstrip("$"))
+    except ArithmeticError:
+        value = Decimal(-1)
+    if not value.is_finite() or value <= 0:
+        raise UsageError(f"--max-hourly {text!r} is not allowed: a price in dollars per hour above 0, e.g. 12.5")
+    return value
+
+
+@dataclass
+class Candidate:
+    cloud: str
+    region: str | None
+    zones: tuple[str, ...] = ()
+    instance_type: str | None = None
+    hourly: Decimal | None = None
+    total: Decimal | None = None
+    dropped: str | None = None  # why it is not ranked (None: ranked)
+    not_checked: tuple[str, ...] = ()  # preflight checks a dry run could not make
+    plan: Any = field(default=None, repr=False)  # the prepared plan (gpucluster.prepare.Prepared)
+
+    @property
+    def where(self) -> str:
+        return f"{self.cloud} {self.region or '-'}" + (f" ({', '.join(self.zones)})" if self.zones else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        money = (lambda v: None if v is None else str(v))
+        return {"cloud": self.cloud, "region": self.region, "zones": list(self.zones),
+                "instance_type": self.instance_type, "hourly": money(self.hourly), "total": money(self.total),
+                "dropped": self.dropped, "not_checked": list(self.not_checked)}
+
+
+@dataclass
+class Placement:
+    ranked: list[Candidate]
+    dropped: list[Candidate]
+    hours: Decimal  # what `total` covers
+    max_attempts: int | None = None
+
+    @property
+    def chosen(self) -> Candidate:
+        return self.ranked[0]
+
+    @property
+    def tried(self) -> list[Candidate]:
+        """The candidates failover goes through, in order (--max-attempts of them)."""
+        return self.ranked[: self.max_attempts] if self.max_attempts else list(self.ranked)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidates": [c.to_dict() for c in self.ranked], "dropped": [c.to_dict() for c in self.dropped],
+                "chosen": self.chosen.to_dict(), "hours": str(self.hours), "max_attempts": self.max_attempts}
+
+
+def regions_for(cloud: str, backend: Any, gpu: str | None, asked: str | None) -> list[str | None]:
+    """The regions of `cloud` to try: those of `asked` (a list: only the ones this cloud knows; `auto`
+    or None: every region where its catalog has the GPU, or that its price rows cover)."""
+    if asked is not None and asked.strip() != AUTO:
+        return [r for r in split_list("--region", asked) if knows_region(backend, cloud, r)]
+    from gpucluster.catalog.prices import load_catalog
+
+    priced = {row.region for row in load_catalog().rows.values() if row.cloud == cloud and row.region}
+    regions: list[str] = sorted(priced)
+    if gpu is not None:  # where a shape with exactly that GPU and count is sold, and the catalog prices
+        from gpucluster.catalog.gpus import parse
+
+        name, count = parse(gpu)
+        regions = [str(r) for shape in backend.spec.gpu_shapes() if shape.get("gpu") == name
+                   and int(str(shape.get("gpus") or 0)) == count for r in shape.get("regions") or () if r in priced]
+    found: list[str | None] = [*sorted(dict.fromkeys(regions))]
+    return found or [None]
+
+
+def knows_region(backend: Any, cloud: str, region: str) -> bool:
+    from gpucluster.spec import ClusterSpec, resolve, validate
+
+    try:
+        validate(resolve(ClusterSpec(cloud=cloud, nodes=1, region=region), backend), backend)
+    except UsageError:
+        return False
+    return True
+
+
+def candidates(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
+               preflight: Callable[[Any], None] | None) -> list[Candidate]:
+    """Every (cloud, region) of the request, each prepared as a run there (`prepare(request, backend)`),
+    priced, and (a real run: `preflight` given) checked against the cloud; unranked."""
+    out: list[Candidate] = []
+    for cloud, backend in backends.items():
+        for region in regions_for(cloud, backend, req.gpu, req.region):
+            cand = Candidate(cloud, region)
+            try:
+                plan = prepare(replace(req, cloud=cloud, region=region), backend)
+            except GpuclusterError as exc:
+                cand.dropped = exc.message
+                out.append(cand)
+                continue
+            spec, est = plan.spec, plan.estimate
+            cand.plan, cand.region = plan, spec.region
+            cand.instance_type = spec.instance_type or getattr(est, "instance_type", None)
+            cand.zones = (spec.zone,) if spec.zone else ()
+            cand.hourly, cand.total = (est.hourly, est.total) if est is not None else (None, None)
+            if est is None:
+                cand.dropped = "not priced"
+            elif preflight is None:
+                cand.not_checked = NOT_CHECKED
+            else:
+                try:
+                    preflight(plan)
+                except GpuclusterError as exc:
+                    cand.dropped = exc.message
+            out.append(cand)
+    return out
+
+
+def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None = None,
+         max_attempts: int | None = None) -> Placement:
+    """Ranked by total (then $/h, cloud, region); above `max_hourly` dropped; none left: a UsageError
+    naming every candidate and why it was dropped."""
+    for c in found:
+        if c.dropped is None and max_hourly is not None and c.hourly is not None and c.hourly > max_hourly:
+            c.dropped = f"${c.hourly:.2f}/h is above --max-hourly ${max_hourly}"
+    ranked = sorted((c for c in found if c.dropped is None),
+                    key=lambda c: (c.total, c.hourly, c.cloud, c.region or ""))
+    dropped = [c for c in found if c.dropped is not None]
+    if not ranked:
+        why = "; ".join(f"{c.where}: {c.dropped}" for c in dropped) or "none matched"
+        raise UsageError(f"no candidate is left to place the cluster ({len(dropped)} dropped): {why}")
+    return Placement(ranked, dropped, hours, max_attempts)
+
+
+def place(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
+          preflight: Callable[[Any], None] | None, max_hourly: Decimal | None = None,
+          max_attempts: int | None = None) -> Placement:
+    found = candidates(req, backends, prepare=prepare, preflight=preflight)
+    plans = [c.plan for c in found if c.plan is not None]
+    hours = Decimal(str(plans[0].limit_minutes)) / 60 if plans else Decimal(1)
+    return rank(found, hours, max_hourly=max_hourly, max_attempts=max_attempts)
+
+
+def table_rows(placement: Placement, top: int = 10) -> list[tuple[str, ...]]:
+    """The plan's table: rank, cloud, region, zones, instance type, $/h, est. total, note."""
+    rows: list[tuple[str, ...]] = []
+    for i, c in enumerate(placement.ranked[:top], 1):
+        note = "chosen" if i == 1 else ""
+        if c.not_checked:
+            note = (note + "; " if note else "") + "not checked: " + ", ".join(c.not_checked)
+        rows.append((str(i), c.cloud, c.region or "-", ", ".join(c.zones) or "any", c.instance_type or "-",
+                     _money(c.hourly), _money(c.total), note))
+    for c in placement.dropped:
+        rows.append(("-", c.cloud, c.region or "-", ", ".join(c.zones) or "-", c.instance_type or "-",
+                     _money(c.hourly), _money(c.total), f"dropped: {c.dropped}"))
+    return rows
+
+
+def _money(value: Decimal | None) -> str:
+    return "-" if value is None else f"${value.quantize(Decimal('0.01'))}"
