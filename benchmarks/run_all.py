@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 for name in ("cli_start", "local_overhead", "log_throughput", "scaling", "aws_program", "outputs_copy", "health_check",
-             "recovery"):
+             "recovery", "failover"):
     try:
         mod = importlib.import_module(name)
     except ImportError as exc:

@@ -1,0 +1,178 @@
+"""Failover down the placement ranking (issue 43 item 3, docs/placement.md) on the existing stand-ins:
+the real Automation API driver (infra/pulumi) on the fake Pulumi CLI (tests/pulumi_fake.py), the
+real lifecycle, ledger and teardown check; the tag scan and the launcher are stubs (no nodes boot).
+
+What the stand-ins answer, at their worst:
+- GKE out of GPUs in a zone: the node pool's create fails with GCE's ZONE_RESOURCE_POOL_EXHAUSTED
+  ("The zone ... does not have enough resources available to fulfill the request. Try a different
+  zone, or try again later."; https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability),
+  after the cluster itself was created (so there is something to tear down and price).
+- EC2 out of capacity in every zone of a region: RunInstances' InsufficientInstanceCapacity
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/troubleshooting-launch.html#troubleshooting-launch-capacity),
+  as tests/test_automation.py's zone failover inside a region sees it, in each zone the provider tries.
+- a quota met only at create time: EC2's VcpuLimitExceeded
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-resource-limits.html).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest.importorskip("pulumi.automation")
+from pulumi_fake import FakePulumiCommand  # noqa: E402
+
+GKE_STOCKOUT = ("error: 1 error occurred:\n\t* error creating NodePool: googleapi: Error 400: The zone "
+                "'projects/p/zones/{zone}' does not have enough resources available to fulfill the request. Try a "
+                "different zone, or try again later. (ZONE_RESOURCE_POOL_EXHAUSTED)")
+EC2_CAPACITY = ("creating EC2 Fleet: InsufficientInstanceCapacity: We currently do not have sufficient g6.xlarge "
+                "capacity in the Availability Zone you requested ({zone}). Our system will be working on "
+                "provisioning additional capacity.")
+EC2_QUOTA = ("creating EC2 Fleet: VcpuLimitExceeded: You have requested more vCPU capacity than your current vCPU "
+             "limit of 0 allows for the instance bucket that the specified instance type belongs to.")
+GKE_RESOURCES = [("gcp:container/cluster:Cluster", "c", "projects/p/locations/z/clusters/c"),
+                 ("gcp:container/nodePool:NodePool", "c-gpu", "pool-id")]
+
+
+from gpucluster.launch import JobResult, Launcher, NodeResult  # noqa: E402
+from gpucluster.metrics import MetricsState  # noqa: E402
+
+
+class StubLauncher(Launcher):
+    """Every node exits 0 (nothing boots: the test is about what happens before and between runs)."""
+
+    def launch(self, cluster, job, events, log_dir):
+        return JobResult(ok=True, nodes=[NodeResult(n.rank, n.host, 0) for n in cluster.nodes], metrics=MetricsState())
+
+
+def _provider(cloud: str, fake: FakePulumiCommand):
+    from gpucluster.infra.pulumi.engine import PulumiDriver
+    from gpucluster.infra.pulumi.provider import PulumiProvider
+    from gpucluster.infra.registry import plugin
+
+    return PulumiProvider(plugin(cloud), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
+                          find=lambda *a, **kw: [], delete=lambda items: [],
+                          credentials=lambda region=None: [{"check": f"{cloud} credentials", "ok": True, "detail": "ok"}],
+                          cloud_checks=lambda spec: None)
+
+
+def _placed(nodes: int = 4, **kw):
+    """The real ranking of 4 × L4 nodes on aws and gcp (gcp first: its fixed fees spread over 4 nodes)."""
+    from gpucluster.infra.registry import plugin
+    from gpucluster.placement import place
+    from gpucluster.prepare import Request, prepare
+
+    req = Request(cloud="aws,gcp", gpu="L4", nodes=nodes, dry_run=True, max_minutes=10, **kw)
+    return place(req, {c: plugin(c) for c in ("aws", "gcp")}, prepare=prepare, preflight=None)
+
+
+def _run(placement, fakes, home):
+    from gpucluster.failover import run_placed
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI
+    from gpucluster.recovery import run_plan
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    messages: list[str] = []
+    ui = QuietUI()
+    ui.message = messages.append
+    requested: list[tuple[str, float]] = []
+
+    def one(cand, after):
+        plan = cand.plan
+        plan.provider, plan.launcher = _provider(cand.cloud, fakes[(cand.cloud, cand.region)]), StubLauncher()
+        plan.resumed_from = after
+        requested.append((cand.where, time.monotonic()))
+        return run_plan(plan, ledger=ledger, ui=ui, backend=plugin(cand.cloud))
+
+    backends = {c.cloud: plugin(c.cloud) for c in placement.tried}
+    return run_placed(placement, ledger=ledger, ui=ui, backends=backends, run_one=one), ledger, messages, requested
+
+
+def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_and_recorded(home):
+    placement = _placed()
+    order = [(c.cloud, c.region) for c in placement.ranked]
+    assert order[:3] == [("gcp", "us-central1"), ("gcp", "europe-west4"), ("aws", "us-east-1")]
+    fakes = {("gcp", "us-central1"): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                                                       fail_text=GKE_STOCKOUT.format(zone="us-central1-a")),
+             ("gcp", "europe-west4"): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                                                        fail_text=GKE_STOCKOUT.format(zone="europe-west4-a")),
+             # every zone the aws provider tries in us-east-1 is out too ... then us-west-2 has it
+             ("aws", "us-east-1"): FakePulumiCommand(fail_up_after=4, fail_text=EC2_CAPACITY.format(zone="us-east-1a")),
+             ("aws", "us-west-2"): FakePulumiCommand()}
+    chain, ledger, messages, requested = _run(placement, fakes, home)
+    assert [w for w, _ in requested] == ["gcp us-central1 (us-central1-a)", "gcp europe-west4 (europe-west4-a)",
+                                         "aws us-east-1", "aws us-west-2"]
+    assert chain.final.status == "succeeded" and chain.stopped is None
+    # the aws provider moved through us-east-1's zones itself before the region was given up
+    assert fakes[("aws", "us-east-1")].verbs().count("up") == 3
+    failed, last = chain.attempts[:-1], chain.attempts[-1]
+    for n, a in enumerate(failed, 1):
+        run = ledger.get_run(a.run_id)
+        assert run.run.teardown == "verified" and run.phase("provision").status == "failed"
+        (rec,) = ledger.metrics(a.run_id, kind="placement")
+        assert rec["attempt"] == n and rec["cause"] == "capacity" and rec["of"] == 4
+        assert rec["failure"].startswith(f"no capacity at {rec['cloud']} {rec['region']}")
+        (att,) = ledger.metrics(a.run_id, kind="attempt")
+        assert att["cause"] == "capacity" and att["chain"] == chain.attempts[0].run_id
+        assert float(run.cost["total"]) > 0  # what the attempt created was requested: priced
+    for fake in fakes.values():
+        assert fake.stacks == {}  # every failed attempt's stack destroyed
+    # `show` and `cost report --group-by chain` follow the chain the attempts make
+    from gpucluster.attempts import chain_attempts
+
+    chain_ids = ledger.get_run(last.run_id).chain
+    assert chain_ids == [a.run_id for a in chain.attempts]
+    rows = chain_attempts(ledger, chain_ids)
+    assert [r["cause"] for r in rows] == ["capacity", "capacity", "capacity", None]
+    assert any("failing over to candidate 2 of 4, gcp europe-west4" in m for m in messages)
+    # the benchmark's figure, on the stand-ins: capacity error -> next create request
+    gaps = [b - a for (_, a), (_, b) in zip(requested, requested[1:])]
+    assert max(gaps) < 60
+
+
+def test_a_quota_error_at_create_time_fails_over_and_max_attempts_stops_the_list(home):
+    placement = _placed(nodes=1)
+    placement.max_attempts = 2
+    first, second = placement.tried
+    fakes = {(first.cloud, first.region): FakePulumiCommand(fail_up_after=1, fail_text=EC2_QUOTA),
+             (second.cloud, second.region): FakePulumiCommand(
+                 resources=GKE_RESOURCES, fail_up_after=1, fail_text=GKE_STOCKOUT.format(zone=second.zones[0]))}
+    assert first.cloud == "aws"
+    chain, ledger, messages, requested = _run(placement, fakes, home)
+    assert len(requested) == 2 and chain.final.status == "failed"
+    causes = [ledger.metrics(a.run_id, kind="placement")[0]["cause"] for a in chain.attempts]
+    assert causes == ["quota", "capacity"]
+    assert "every candidate tried (2; 2 more left out by --max-attempts 2)" in chain.stopped
+
+
+def test_a_failure_placement_cannot_fix_does_not_fail_over(home):
+    placement = _placed()
+    first = placement.chosen
+    fakes = {(first.cloud, first.region): FakePulumiCommand(
+        resources=GKE_RESOURCES, fail_up_after=1, fail_text="error: googleapi: Error 403: Permission denied")}
+    chain, ledger, messages, requested = _run(placement, fakes, home)
+    assert len(requested) == 1 and chain.final.status == "failed"
+    assert ledger.metrics(chain.final.run_id, kind="placement")[0]["cause"] is None
+
+
+def test_ctrl_c_during_failover_tears_down_the_current_attempt_and_starts_no_next(home):
+    placement = _placed()
+    first, second = placement.tried[:2]
+    fakes = {(first.cloud, first.region): FakePulumiCommand(
+        resources=GKE_RESOURCES, fail_up_after=1, fail_text=GKE_STOCKOUT.format(zone=first.zones[0])),
+        # Ctrl-C while the second candidate's cluster is being created
+        (second.cloud, second.region): FakePulumiCommand(resources=GKE_RESOURCES, interrupt_up_after=1)}
+    chain, ledger, messages, requested = _run(placement, fakes, home)
+    assert len(requested) == 2
+    assert chain.final.status == "interrupted"
+    run = ledger.get_run(chain.final.run_id)
+    assert run.run.teardown == "verified" and fakes[(second.cloud, second.region)].stacks == {}
+    assert ledger.metrics(chain.final.run_id, kind="placement")[0]["cause"] is None
