@@ -4,6 +4,7 @@ the plan shows, and the plan of the one chosen."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpucluster.errors import UsageError
@@ -43,12 +44,37 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
         raise UsageError(f"--instance-type {flags['instance_type']} names one cloud's machine: with --cloud {cloud} "
                          "give --gpu TYPE[:COUNT] instead (each cloud picks its machine)")
 
-    def one(r: Any, backend: Any) -> Any:
+    own = _own_flags(req, backends)
+    if req.project is not None:  # a bad --project is the user's to fix, not a reason to place elsewhere
+        from gpucluster.prepare import check_place
+
+        check_place({c: b for c, b in backends.items() if "project" in b.traits.flags}, project=req.project)
+
+    def one(r: Any, backend: Any) -> Any:  # each cloud gets the cloud-only flags it takes (--project: gcp)
+        r = replace(r, **own[backend.name])
         return prepare(r, backend, provider=provider_for(r.cloud) if provider_for else None, strict_prices=True)
 
     placement = pl.place(req, backends, prepare=one, preflight=None if req.dry_run else check_before_recording,
                          max_hourly=max_hourly, max_attempts=max_attempts)
     return backends[placement.chosen.cloud], placement.chosen.plan, placement
+
+
+def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per cloud, the cloud-only flags given that it does not take, set back to their defaults (it would
+    refuse them); a flag none of the clouds takes is refused, as `run --cloud X` refuses it."""
+    from dataclasses import MISSING, fields
+
+    from gpucluster.cli.args import cloud_only_flags
+
+    defaults = {f.name: f.default for f in fields(req) if f.default is not MISSING}
+    defaults.update({f.name: f.default_factory() for f in fields(req) if f.default_factory is not MISSING})
+    given = [k for k in cloud_only_flags() if k in defaults and getattr(req, k) != defaults[k]]
+    for k in given:
+        if not any(k in b.traits.flags for b in backends.values()):
+            flag = "--" + k.replace("_", "-")
+            raise UsageError(f"{flag} does not apply to --cloud {req.cloud}: none of {', '.join(backends)} uses it; "
+                             "remove it")
+    return {c: {k: defaults[k] for k in given if k not in b.traits.flags} for c, b in backends.items()}
 
 
 def run_failover(placement: Any, *, ledger: Any, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:

@@ -175,6 +175,8 @@ def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None =
     ranked = sorted((c for c in found if c.dropped is None),
                     key=lambda c: (c.total, c.hourly, c.cloud, c.region or ""))
     dropped = [c for c in found if c.dropped is not None]
+    if not ranked and len({c.dropped for c in dropped}) == 1 and len(dropped) > 1:
+        raise UsageError(str(dropped[0].dropped))  # the same for every candidate: the request's own fault
     if not ranked:
         why = "; ".join(f"{c.where}: {c.dropped}" for c in dropped) or "none matched"
         raise UsageError(f"no candidate is left to place the cluster ({len(dropped)} dropped): {why}")

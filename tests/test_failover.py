@@ -176,3 +176,37 @@ def test_ctrl_c_during_failover_tears_down_the_current_attempt_and_starts_no_nex
     run = ledger.get_run(chain.final.run_id)
     assert run.run.teardown == "verified" and fakes[(second.cloud, second.region)].stacks == {}
     assert ledger.metrics(chain.final.run_id, kind="placement")[0]["cause"] is None
+
+
+def test_run_cloud_auto_through_the_cli_fails_over_and_reports_every_attempt(home, monkeypatch, capsys, tmp_path):
+    """`gpucluster run --cloud aws,gcp` end to end in-process: the ranking, each candidate's preflight,
+    the failover and the report; each candidate's provider is the stand-in of its (cloud, region)."""
+    import json
+
+    import gpucluster.prepare as prepare_mod
+    from gpucluster.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    fakes: dict = {}
+
+    def fake_for(spec):
+        if (spec.cloud, spec.region) not in fakes:
+            fakes[(spec.cloud, spec.region)] = FakePulumiCommand(
+                resources=GKE_RESOURCES, fail_up_after=1, fail_text=GKE_STOCKOUT.format(zone=spec.zone)) \
+                if spec.cloud == "gcp" else FakePulumiCommand()
+        return fakes[(spec.cloud, spec.region)]
+
+    monkeypatch.setattr(prepare_mod, "_make", lambda req, backend, spec, provider, ready: (
+        _provider(spec.cloud, fake_for(spec)), StubLauncher()))
+    code = main(["run", "--cloud", "aws,gcp", "--gpu", "L4", "--nodes", "4", "--project", "my-project-1", "--ssh-cidr",
+                 "203.0.113.7/32", "--max-minutes", "10", "--no-check", "--yes", "--json", "--", "python", "train.py"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["cloud"] == "aws" and record["status"] == "succeeded" and record["teardown"] == "verified"
+    assert "placement: 4 candidate(s)" in err and "failing over to candidate 3 of 4, aws us-east-1" in err
+    attempts = record["attempts"]
+    assert [a["cause"] for a in attempts] == ["capacity", "capacity", None]
+    assert all("ZONE_RESOURCE_POOL_EXHAUSTED" in a["interruption"] for a in attempts[:2])
+    assert all(a["cost"] is not None for a in attempts)

@@ -94,6 +94,9 @@ def test_max_hourly_drops_candidates_above_it_and_says_so(cli):
     (("--cloud", "auto", "--max-hourly", "0.10"), "no candidate is left"),
     (("--cloud", "auto", "--max-attempts", "0"), "max attempts"),
     (("--cloud", "aws,gcp", "--instance-type", "g6.xlarge"), "g6.xlarge"),
+    (("--cloud", "auto", "--project", "P"), "'P'"),  # the user's to fix: not a reason to place on aws
+    (("--cloud", "auto", "--hosts", "a@b"), "--hosts"),
+    (("--cloud", "auto", "--workload", "nope"), "workload 'nope' is not allowed"),  # one line, not 4 drops
 ])
 def test_bad_placement_input_is_one_line_exit_2_and_creates_nothing(cli, home, args, named):
     res = cli("run", *args, "--gpu", "L4", "--nodes", "1", "--dry-run")
@@ -128,3 +131,38 @@ def test_a_real_run_drops_what_preflight_refuses_with_the_reason(home):
     assert placed.chosen.cloud == "gcp"
     assert placed.dropped and all(c.cloud == "aws" and "credentials" in (c.dropped or "") for c in placed.dropped)
     assert all(not c.not_checked for c in placed.ranked)  # asked: not "not checked"
+
+
+def test_cloud_only_flags_go_to_the_clouds_that_take_them(cli):
+    """--project is gcp's and --ssh-cidr aws's: each candidate gets its own, none is dropped for the other's."""
+    res = cli("run", "--cloud", "auto", "--gpu", "L4", "--nodes", "1", "--project", "my-project-1",
+              "--ssh-cidr", "203.0.113.7/32", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert {c["cloud"] for c in d["candidates"]} == {"aws", "gcp"} and not d["dropped"]
+
+
+def test_up_places_as_run_does(cli):
+    res = cli("up", "--cloud", "auto", "--gpu", "L4", "--nodes", "4", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["chosen"]["cloud"] == "gcp" and d["instance_type"] == d["chosen"]["instance_type"]
+
+
+def test_a_sweep_keeps_one_placement_chosen_for_its_largest_size(cli, monkeypatch):
+    """--nodes 1,4: ranked for 4 nodes (gcp first; for 1 node aws would be). The sweep is stopped where
+    its ledger is opened, after the placement (the preflight stubbed: it is a cloud's)."""
+    import gpucluster.prepare as prepare_mod
+    from gpucluster.errors import UsageError
+
+    seen = []
+    monkeypatch.setattr(prepare_mod, "check_before_recording", lambda plan: seen.append(plan.spec.nodes))
+
+    def stop():
+        raise UsageError("stopped here by the test")
+
+    monkeypatch.setattr(prepare_mod, "open_ledger", stop)
+    res = cli("sweep", "--cloud", "aws,gcp", "--gpu", "L4", "--nodes", "1,4", "--project", "my-project-1",
+              "--ssh-cidr", "203.0.113.7/32", "--", "python", "-c", "pass")
+    assert res.exit_code == 2 and "stopped here by the test" in res.stderr, res.output
+    assert seen and set(seen) == {4}  # every candidate checked for the largest size
