@@ -142,11 +142,12 @@ def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_
     span = Decimal(str(hours if hours is not None else "1"))
 
     def one(req: Any, backend: Any) -> Any:
-        spec = resolve(normalize(build_spec(**shape, cloud=req.cloud, region=req.region), backend), backend)
+        given = {**shape, "zone": req.zone}
+        spec = resolve(normalize(build_spec(**given, cloud=req.cloud, region=req.region), backend), backend)
         validate(spec, backend)
         return SimpleNamespace(spec=spec, estimate=estimate(spec, span, backend=backend), limit_minutes=span * 60)
 
-    placement = place(replace(Request(cloud=cloud or "auto"), gpu=shape["gpu"], region=region), backends,
+    placement = place(replace(Request(cloud=cloud or "auto"), gpu=shape["gpu"], region=region, zone=shape["zone"]), backends,
                       prepare=one, preflight=None, max_hourly=parse_max_hourly(max_hourly))
     if as_json:
         import json

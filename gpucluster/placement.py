@@ -104,23 +104,31 @@ class Placement:
                 "chosen": self.chosen.to_dict(), "hours": str(self.hours), "max_attempts": self.max_attempts}
 
 
-def regions_for(cloud: str, backend: Any, gpu: str | None, asked: str | None) -> list[str | None]:
-    """The regions of `cloud` to try: those of `asked` (a list: only the ones this cloud knows; `auto`
-    or None: every region where its catalog has the GPU, or that its price rows cover)."""
-    if asked is not None and asked.strip() != AUTO:
-        return [r for r in split_list("--region", asked) if knows_region(backend, cloud, r)]
+def places_for(cloud: str, backend: Any, gpu: str | None, asked: str | None,
+               zone: str | None = None) -> list[tuple[str | None, str | None]]:
+    """The (region, zone) pairs of `cloud` to try. Regions: those of `asked` (a list: only the ones this
+    cloud knows; `auto` or None: every region where its catalog has the GPU, or that its price rows
+    cover). Zones: where the cloud's shapes name zones (gcp: a zonal cluster), each zone of the region
+    that sells the GPU, in order; else None (aws: the fleet and the provider choose among the region's)."""
     from gpucluster.catalog.prices import load_catalog
 
-    priced = {row.region for row in load_catalog().rows.values() if row.cloud == cloud and row.region}
-    regions: list[str] = sorted(priced)
-    if gpu is not None:  # where a shape with exactly that GPU and count is sold, and the catalog prices
+    shapes: list[dict[str, Any]] = []
+    if gpu is not None:
         from gpucluster.catalog.gpus import parse
 
         name, count = parse(gpu)
-        regions = [str(r) for shape in backend.spec.gpu_shapes() if shape.get("gpu") == name
-                   and int(str(shape.get("gpus") or 0)) == count for r in shape.get("regions") or () if r in priced]
-    found: list[str | None] = [*sorted(dict.fromkeys(regions))]
-    return found or [None]
+        shapes = [s for s in backend.spec.gpu_shapes() if s.get("gpu") == name and int(str(s.get("gpus") or 0)) == count]
+    if asked is not None and asked.strip() != AUTO:
+        regions = [r for r in split_list("--region", asked) if knows_region(backend, cloud, r)]
+    else:
+        priced = {row.region for row in load_catalog().rows.values() if row.cloud == cloud and row.region}
+        regions = sorted(priced) if gpu is None else sorted(
+            {str(r) for s in shapes for r in s.get("regions") or () if r in priced})
+    out: list[tuple[str | None, str | None]] = []
+    for region in regions:
+        zones = sorted({str(z) for s in shapes for z in s.get("zones") or () if str(z).startswith(f"{region}-")})
+        out.extend((region, z) for z in (zones if zones and zone is None else [zone]))
+    return out or [(None, zone)]
 
 
 def knows_region(backend: Any, cloud: str, region: str) -> bool:
@@ -139,10 +147,10 @@ def candidates(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any,
     priced, and (a real run: `preflight` given) checked against the cloud; unranked."""
     out: list[Candidate] = []
     for cloud, backend in backends.items():
-        for region in regions_for(cloud, backend, req.gpu, req.region):
-            cand = Candidate(cloud, region)
+        for region, zone in places_for(cloud, backend, req.gpu, req.region, req.zone):
+            cand = Candidate(cloud, region, (zone,) if zone else ())
             try:
-                plan = prepare(replace(req, cloud=cloud, region=region), backend)
+                plan = prepare(replace(req, cloud=cloud, region=region, zone=zone), backend)
             except GpuclusterError as exc:
                 cand.dropped = exc.message
                 out.append(cand)
@@ -173,7 +181,7 @@ def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None =
         if c.dropped is None and max_hourly is not None and c.hourly is not None and c.hourly > max_hourly:
             c.dropped = f"${c.hourly:.2f}/h is above --max-hourly ${max_hourly}"
     ranked = sorted((c for c in found if c.dropped is None),
-                    key=lambda c: (c.total, c.hourly, c.cloud, c.region or ""))
+                    key=lambda c: (c.total, c.hourly, c.cloud, c.region or "", c.zones))
     dropped = [c for c in found if c.dropped is not None]
     if not ranked and len({c.dropped for c in dropped}) == 1 and len(dropped) > 1:
         raise UsageError(str(dropped[0].dropped))  # the same for every candidate: the request's own fault

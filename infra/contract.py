@@ -171,8 +171,9 @@ class SpecRules:
     # the bandwidth (Gbit/s) one flow between two of the shape's nodes should reach; the health
     # check's expectation for every node pair (None: unknown, not judged)
     link_gbps: Callable[[ClusterSpec], float | None] = _no_link
-    # the machines it can create that carry GPUs, each {"machine", "gpu", "gpus", "regions", "on_demand"}:
-    # what `--gpu` chooses among and `gpucluster gpus` lists (none: a backend that creates no machines)
+    # the machines it can create that carry GPUs, each {"machine", "gpu", "gpus", "regions", "on_demand"} and,
+    # where a cluster is placed in one zone (gcp), "zones": what `--gpu` chooses among, `gpucluster gpus` lists
+    # and placement makes its candidates of (none: a backend that creates no machines)
     gpu_shapes: Callable[[], list[dict[str, object]]] = _no_shapes
 
 

@@ -87,7 +87,8 @@ def _run(placement, fakes, home):
 
     def one(cand, after):
         plan = cand.plan
-        plan.provider, plan.launcher = _provider(cand.cloud, fakes[(cand.cloud, cand.region)]), StubLauncher()
+        fake = fakes[cand.where] if cand.where in fakes else fakes[(cand.cloud, cand.region)]  # a zone's, or its region's
+        plan.provider, plan.launcher = _provider(cand.cloud, fake), StubLauncher()
         plan.resumed_from = after
         requested.append((cand.where, time.monotonic()))
         return run_plan(plan, ledger=ledger, ui=ui, backend=plugin(cand.cloud))
@@ -98,31 +99,33 @@ def _run(placement, fakes, home):
 
 def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_and_recorded(home):
     placement = _placed()
-    order = [(c.cloud, c.region) for c in placement.ranked]
-    assert order[:3] == [("gcp", "us-central1"), ("gcp", "europe-west4"), ("aws", "us-east-1")]
-    fakes = {("gcp", "us-central1"): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
-                                                       fail_text=GKE_STOCKOUT.format(zone="us-central1-a")),
-             ("gcp", "europe-west4"): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
-                                                        fail_text=GKE_STOCKOUT.format(zone="europe-west4-a")),
-             # every zone the aws provider tries in us-east-1 is out too ... then us-west-2 has it
-             ("aws", "us-east-1"): FakePulumiCommand(fail_up_after=4, fail_text=EC2_CAPACITY.format(zone="us-east-1a")),
-             ("aws", "us-west-2"): FakePulumiCommand()}
+    where = [c.where for c in placement.ranked]
+    gke = [f"gcp {r} ({r}-{z})" for r in ("us-central1", "europe-west4") for z in "abc"]
+    assert where == [*gke, "aws us-east-1", "aws us-west-2"]  # a GKE cluster is zonal: each zone a candidate
+    fakes = {("gcp", r): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,  # every zone stocked out
+                                           fail_text=GKE_STOCKOUT.format(zone=f"{r}-a"))
+             for r in ("us-central1", "europe-west4")}
+    # every zone the aws provider tries in us-east-1 is out too ... then us-west-2 has it
+    fakes[("aws", "us-east-1")] = FakePulumiCommand(fail_up_after=4, fail_text=EC2_CAPACITY.format(zone="us-east-1a"))
+    fakes[("aws", "us-west-2")] = FakePulumiCommand()
     chain, ledger, messages, requested = _run(placement, fakes, home)
-    assert [w for w, _ in requested] == ["gcp us-central1 (us-central1-a)", "gcp europe-west4 (europe-west4-a)",
-                                         "aws us-east-1", "aws us-west-2"]
+    assert [w for w, _ in requested] == where
     assert chain.final.status == "succeeded" and chain.stopped is None
     # the aws provider moved through us-east-1's zones itself before the region was given up
     assert fakes[("aws", "us-east-1")].verbs().count("up") == 3
     failed, last = chain.attempts[:-1], chain.attempts[-1]
+    assert len(failed) == 7
     for n, a in enumerate(failed, 1):
         run = ledger.get_run(a.run_id)
         assert run.run.teardown == "verified" and run.phase("provision").status == "failed"
         (rec,) = ledger.metrics(a.run_id, kind="placement")
-        assert rec["attempt"] == n and rec["cause"] == "capacity" and rec["of"] == 4
-        assert rec["failure"].startswith(f"no capacity at {rec['cloud']} {rec['region']}")
+        assert rec["attempt"] == n and rec["cause"] == "capacity" and rec["of"] == 8
+        assert rec["failure"].startswith(f"no capacity at {where[n - 1]}")
         (att,) = ledger.metrics(a.run_id, kind="attempt")
         assert att["cause"] == "capacity" and att["chain"] == chain.attempts[0].run_id
         assert float(run.cost["total"]) > 0  # what the attempt created was requested: priced
+    assert ledger.get_run(failed[0].run_id).run.spec["zone"] == "us-central1-a"
+    assert ledger.get_run(failed[1].run_id).run.spec["zone"] == "us-central1-b"
     for fake in fakes.values():
         assert fake.stacks == {}  # every failed attempt's stack destroyed
     # `show` and `cost report --group-by chain` follow the chain the attempts make
@@ -131,8 +134,10 @@ def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_
     chain_ids = ledger.get_run(last.run_id).chain
     assert chain_ids == [a.run_id for a in chain.attempts]
     rows = chain_attempts(ledger, chain_ids)
-    assert [r["cause"] for r in rows] == ["capacity", "capacity", "capacity", None]
-    assert any("failing over to candidate 2 of 4, gcp europe-west4" in m for m in messages)
+    assert [r["cause"] for r in rows] == ["capacity"] * 7 + [None]
+    assert any("failing over to candidate 2 of 8, gcp us-central1 (us-central1-b)" in m for m in messages)
+    assert any("failing over to candidate 4 of 8, gcp europe-west4 (europe-west4-a)" in m for m in messages)
+    assert any("failing over to candidate 7 of 8, aws us-east-1" in m for m in messages)
     # the benchmark's figure, on the stand-ins: capacity error -> next create request
     gaps = [b - a for (_, a), (_, b) in zip(requested, requested[1:])]
     assert max(gaps) < 60
@@ -150,7 +155,7 @@ def test_a_quota_error_at_create_time_fails_over_and_max_attempts_stops_the_list
     assert len(requested) == 2 and chain.final.status == "failed"
     causes = [ledger.metrics(a.run_id, kind="placement")[0]["cause"] for a in chain.attempts]
     assert causes == ["quota", "capacity"]
-    assert "every candidate tried (2; 2 more left out by --max-attempts 2)" in chain.stopped
+    assert "every candidate tried (2; 6 more left out by --max-attempts 2)" in chain.stopped
 
 
 def test_a_failure_placement_cannot_fix_does_not_fail_over(home):
@@ -166,15 +171,15 @@ def test_a_failure_placement_cannot_fix_does_not_fail_over(home):
 def test_ctrl_c_during_failover_tears_down_the_current_attempt_and_starts_no_next(home):
     placement = _placed()
     first, second = placement.tried[:2]
-    fakes = {(first.cloud, first.region): FakePulumiCommand(
+    fakes = {first.where: FakePulumiCommand(
         resources=GKE_RESOURCES, fail_up_after=1, fail_text=GKE_STOCKOUT.format(zone=first.zones[0])),
-        # Ctrl-C while the second candidate's cluster is being created
-        (second.cloud, second.region): FakePulumiCommand(resources=GKE_RESOURCES, interrupt_up_after=1)}
+        # Ctrl-C while the second candidate's cluster (the next zone's) is being created
+        second.where: FakePulumiCommand(resources=GKE_RESOURCES, interrupt_up_after=1)}
     chain, ledger, messages, requested = _run(placement, fakes, home)
     assert len(requested) == 2
     assert chain.final.status == "interrupted"
     run = ledger.get_run(chain.final.run_id)
-    assert run.run.teardown == "verified" and fakes[(second.cloud, second.region)].stacks == {}
+    assert run.run.teardown == "verified" and fakes[second.where].stacks == {}
     assert ledger.metrics(chain.final.run_id, kind="placement")[0]["cause"] is None
 
 
@@ -205,8 +210,8 @@ def test_run_cloud_auto_through_the_cli_fails_over_and_reports_every_attempt(hom
     assert code == 0, err
     record = json.loads(out)
     assert record["cloud"] == "aws" and record["status"] == "succeeded" and record["teardown"] == "verified"
-    assert "placement: 4 candidate(s)" in err and "failing over to candidate 3 of 4, aws us-east-1" in err
+    assert "placement: 8 candidate(s)" in err and "failing over to candidate 7 of 8, aws us-east-1" in err
     attempts = record["attempts"]
-    assert [a["cause"] for a in attempts] == ["capacity", "capacity", None]
-    assert all("ZONE_RESOURCE_POOL_EXHAUSTED" in a["interruption"] for a in attempts[:2])
+    assert [a["cause"] for a in attempts] == ["capacity"] * 6 + [None]
+    assert all("ZONE_RESOURCE_POOL_EXHAUSTED" in a["interruption"] for a in attempts[:6])
     assert all(a["cost"] is not None for a in attempts)

@@ -137,5 +137,5 @@ def shape_of(machine_type: str, gpu: str | None, count: int | None) -> Shape | N
 
 def gpu_shapes() -> list[dict[str, object]]:
     """`SpecRules.gpu_shapes`: every shape, as `--gpu` chooses among them."""
-    return [{"machine": s.name, "gpu": s.gpu_model, "gpus": s.gpus, "regions": s.regions, "on_demand": s.on_demand}
-            for s in SHAPES]
+    return [{"machine": s.name, "gpu": s.gpu_model, "gpus": s.gpus, "regions": s.regions, "on_demand": s.on_demand,
+             "zones": s.zones} for s in SHAPES]
