@@ -19,7 +19,7 @@ from gpucluster.errors import ExitCode, UsageError
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
 @options("task_file", "cloud", "nodes", "gpu", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
-         "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
+         "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_cost", "stall_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",

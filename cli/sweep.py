@@ -51,7 +51,9 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
-@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts")
+@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_cost", "stall_minutes", "max_restarts",
+         max_cost=dict(help="aws/gcp: the whole sweep's cost cap in USD: each run is stopped when the sweep's cost "
+                            "so far reaches it, and no further run starts (exit code 4)."))
 @options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project", "state",
          as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
          ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
@@ -129,6 +131,9 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
                   interrupted=result.interrupted, all_ok=result.ok)
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
         click.echo(f"gpucluster: error: {line}", err=True)
+    if result.capped and not result.doubts:
+        click.echo(f"gpucluster: sweep stopped: {result.capped}; no further run was started", err=True)
+        return int(ExitCode.COST_CAP)
     return int(ExitCode.LEFTOVERS) if result.doubts else code
 
 

@@ -9,6 +9,7 @@ Where: `$GPUCLUSTER_CONFIG` when set, else `config.yaml` in the platform's user 
     aws:                             # defaults for aws runs only
       region: us-west-2
       ssh_cidr: 203.0.113.7/32
+      max_cost: 50                   # --max-cost for every aws run and sweep that does not give one
     gcp:
       region: us-central1
       project: my-project
@@ -33,7 +34,7 @@ MAX_CONFIG_BYTES = 64 * 1024
 TOP_KEYS = ("cloud", "state")
 # the keys of a cloud's section (each must be a flag that cloud takes)
 CLOUD_KEYS = ("region", "zone", "instance_type", "ssh_cidr", "project", "identity", "known_hosts", "remote_python",
-              "python")
+              "python", "max_cost", "stall_minutes")
 # the environment's layer: variable -> the setting (a Click parameter name, or "state")
 ENV_VARS = {"GPUCLUSTER_CLOUD": "cloud", "GPUCLUSTER_REGION": "region", "GPUCLUSTER_ZONE": "zone",
             "GPUCLUSTER_SSH_CIDR": "ssh_cidr", "GPUCLUSTER_PROJECT": "project", "GPUCLUSTER_STATE": "state"}
