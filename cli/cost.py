@@ -437,6 +437,9 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                 rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
                 if any(r.get("interruption") for r in rows):
                     g["attempts"] = rows
+        from gpucluster.cli.budgets import standing
+
+        rep["budget"] = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
     finally:
         ledger.close()
     if plot:
@@ -478,6 +481,9 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                               + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
                               highlight=False)
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
+    for b in rep["budget"]:
+        console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
+                      f"{money(Decimal(b['budget']))}, {money(Decimal(b['remaining']))} remaining", highlight=False)
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gpucluster.cli.budgets import OVER_BUDGET, check_budget, record_override
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
@@ -27,8 +28,10 @@ from gpucluster.errors import ExitCode, UsageError
          as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
+@click.option("--over-budget", "over_budget", **OVER_BUDGET)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, **flags: Any) -> int:
+def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, over_budget: bool = False,
+        **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -62,6 +65,8 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
         return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, plan.shape())
     ledger = open_ledger()
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags["max_cost"], over_budget)
+    print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget
     preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
     for line in plan.described:
         out.print(f"  {line}")
@@ -72,6 +77,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
         result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
+    record_override(ledger, result.attempts[0].run_id, over)
     report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
     from gpucluster.errors import ExitCode

@@ -343,3 +343,76 @@ def test_the_cli_refuses_a_bad_cap_in_one_line_exit_2_before_anything_is_recorde
     lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(said), cp.stderr
     assert "Traceback" not in cp.stderr and not (home / "ledger.sqlite3").exists()
+
+
+# -- budgets ----------------------------------------------------------------------------------------
+def test_periods_start_at_utc_midnight_monday_and_the_first_of_the_month():
+    from gpucluster.budget import period_start
+
+    now = 1795866466.0  # Saturday 2026-11-28 11:47:46 UTC
+    assert period_start("daily", now) == 1795824000.0  # 2026-11-28 00:00 UTC
+    assert period_start("weekly", now) == 1795392000.0  # Monday 2026-11-23
+    assert period_start("monthly", now) == 1793491200.0  # 2026-11-01
+
+
+def _spent_ledger(home, total="4.20"):
+    from gpucluster.ledger import Ledger
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    ledger.create_run("r-spent", cloud="aws", cluster="c", nodes=1, gpus_per_node=1, command=["x"], spec={},
+                      workload=None)
+    ledger.finish_run("r-spent", status="succeeded", exit_code=0)
+    ledger.set_cost("r-spent", {"total": total, "lines": [], "notes": [], "still_billing": []})
+    return ledger
+
+
+def test_a_run_past_the_budget_is_refused_naming_spent_remaining_and_estimate_unless_over_budget(
+        tmp_path, monkeypatch):
+    from gpucluster.cli.budgets import check_budget, record_override
+
+    (tmp_path / "config.yaml").write_text("budget:\n  daily: 5\n  monthly: 100\n")
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(tmp_path / "config.yaml"))
+    ledger = _spent_ledger(tmp_path)
+    assert check_budget(ledger, Decimal("0.50"), None, False) == []  # 4.20 + 0.50 fits the daily 5
+    with pytest.raises(UsageError) as err:
+        check_budget(ledger, Decimal("2.00"), None, False)
+    assert str(err.value).startswith("the daily budget is $5.00: $4.20 spent since ")
+    assert "$0.80 remaining, and this run's estimate is $2.00: not started (give --over-budget" in str(err.value)
+    assert check_budget(ledger, Decimal("2.00"), 0.7, False) == []  # its --max-cost is what it can spend
+    lines = check_budget(ledger, Decimal("2.00"), None, True)
+    assert len(lines) == 1 and lines[0].startswith("over budget (--over-budget): the daily budget is $5.00")
+    record_override(ledger, "r-spent", lines)
+    (rec,) = ledger.metrics("r-spent", kind="budget")
+    assert rec["over_budget"] is True and rec["lines"] == lines
+
+
+@pytest.mark.parametrize("text,said", [("budget: 5\n", "a mapping of periods"),
+                                       ("budget: {hourly: 5}\n", "budget.hourly: unknown period"),
+                                       ("budget: {daily: -1}\n", "budget.daily: '-1' is not allowed")])
+def test_a_bad_budget_in_the_config_is_refused_naming_its_line(tmp_path, monkeypatch, text, said):
+    from gpucluster.errors import ConfigError
+    from gpucluster.userconfig import load_config
+
+    monkeypatch.delenv("GPUCLUSTER_CONFIG", raising=False)  # the suite's "no config file"
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=said):
+        load_config(path)
+
+
+def test_the_cli_refuses_past_the_budget_and_cost_report_shows_the_standing(tmp_path):
+    from conftest import run_cli
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    _spent_ledger(home).close()
+    (tmp_path / "config.yaml").write_text("budget:\n  daily: 5\n")
+    env = {"GPUCLUSTER_HOME": str(home), "GPUCLUSTER_CONFIG": str(tmp_path / "config.yaml")}
+    cp = run_cli("run", "--cloud", "aws", "--nodes", "2", "--gpu", "A10G", "--max-minutes", "60", "--ssh-cidr",
+                 "203.0.113.7/32", "--yes", env=env, timeout=120)
+    assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr
+    assert cp.stderr.strip().splitlines()[-1].startswith("gpucluster: error: the daily budget is $5.00: $4.20 spent")
+    cp = run_cli("cost", "report", env=env, timeout=120)
+    assert cp.returncode == 0 and "Budget (daily, since " in cp.stdout and "$4.20 spent of $5.00, $0.80 remaining" \
+        in cp.stdout, cp.stdout
