@@ -31,6 +31,9 @@ from gpucluster.infra.registry import NAMES, plugin, provisioning
                            "estimate; create nothing, need no credentials."),
          as_json=dict(help="Print the cluster as JSON (secrets left out)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N", help=IDLE_HELP)
+@options("max_cost", max_cost=dict(help="aws/gcp: the cluster's cost cap in USD: each `exec` job is stopped when the "
+                                          "cluster has cost that much, none starts past it, and the nodes power off "
+                                          "once it is spent (their lifetime is what the cap buys)."))
 @click.option("--over-budget", "over_budget", **OVER_BUDGET)
 def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = False, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
@@ -87,6 +90,10 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui,  # the state recorded
                               backend=chosen, prices=plan.prices)
     record_override(ledger, str(spec.run_id), over)
+    if flags["max_cost"] is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
+        from gpucluster.guards import CAP_KIND
+
+        ledger.add_metrics(str(spec.run_id), [(None, {"kind": CAP_KIND, "max_cost": flags["max_cost"]})])
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

@@ -35,6 +35,12 @@ class GpuclusterError(Exception):
         return self.message
 
 
+class CostCapReached(GpuclusterError):
+    """A kept cluster's --max-cost is reached: no further job is started on it."""
+
+    exit_code = ExitCode.COST_CAP
+
+
 class UsageError(GpuclusterError):
     """Bad input (flags, spec, config). Raised before anything is created."""
 

@@ -328,3 +328,31 @@ def apply_guards(plan: Any, req: Any, backend: Any) -> bool:
                       "its outputs, before then" for n in plan.notes]
         return True
     return False
+
+
+CAP_KIND = "cost_cap"  # a kept cluster's --max-cost, recorded with the run that created it
+
+
+def kept_cap(ledger: Any, origin_id: str) -> float | None:
+    """The --max-cost a kept cluster was created with (`up --max-cost`), or None."""
+    for rec in ledger.metrics(origin_id, kind=CAP_KIND):
+        if isinstance(rec.get("max_cost"), (int, float)):
+            return float(rec["max_cost"])
+    return None
+
+
+def exec_guard(ledger: Any, kept_name: str, origin_id: str, backend: Any, job: Any) -> Any:
+    """`exec` on a kept cluster with a cap: refused when the cluster has reached it (a GpuclusterError,
+    exit 4; nothing started), else the job watched against it (the cluster's own cost)."""
+    from dataclasses import replace
+
+    from gpucluster.errors import CostCapReached
+
+    cap = kept_cap(ledger, origin_id)
+    if cap is None:
+        return job
+    spent = accrued_of(ledger, origin_id, backend)()
+    if spent is not None and spent >= cap:
+        raise CostCapReached(f"cluster {kept_name!r} has reached its cost cap: {cap_reason(cap, spent)}; no job "
+                             f"started", hint=f"remove it with: gpucluster down {kept_name}")
+    return replace(job, max_cost=min(cap, job.max_cost or cap), cost_of=origin_id)

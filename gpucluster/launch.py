@@ -77,6 +77,7 @@ class JobSpec:
     max_cost: float | None = None
     stall_s: float | None = None
     cost_before: float = 0.0
+    cost_of: str | None = None  # the run whose cost the cap watches (exec: the kept cluster's first run); None: this one
 
     @property
     def display(self) -> str:

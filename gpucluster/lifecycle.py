@@ -197,10 +197,11 @@ class _Recorder:
 
     record_error: str | None = None  # the first ledger write that failed once the row existed
 
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Any = None):
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Any = None,
+                 priced: str | None = None):
         self.book = RunLedger(ledger, run_id, region)
         self.ui = ui
-        self.accrued_cost = accrued_of(ledger, run_id, backend)  # RunEvents: the run's cost so far (guards.py)
+        self.accrued_cost = accrued_of(ledger, priced or run_id, backend)  # RunEvents: cost so far (guards.py)
 
     @property
     def ledger(self) -> Ledger:
@@ -302,7 +303,7 @@ def execute(
 def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, backend: Any, ui: RunUI,
          keep: bool, log_dir: Any, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
-    rec = _Recorder(ledger, run_id, ui, spec.region, backend)
+    rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
     result: JobResult | None = None
     busy = False

@@ -416,3 +416,75 @@ def test_the_cli_refuses_past_the_budget_and_cost_report_shows_the_standing(tmp_
     cp = run_cli("cost", "report", env=env, timeout=120)
     assert cp.returncode == 0 and "Budget (daily, since " in cp.stdout and "$4.20 spent of $5.00, $0.80 remaining" \
         in cp.stdout, cp.stdout
+
+
+def test_the_caps_lifetime_reaches_the_aws_dead_man_switch_and_the_gke_jobs_deadline(monkeypatch):
+    """Without --max-minutes, what the cap buys at the plan's $/h becomes the nodes' lifetime: the aws
+    user data's dead-man switch powers off then, and the GKE Job's activeDeadlineSeconds ends then."""
+    from gpucluster.infra.aws.user_data import render_user_data
+    from gpucluster.infra.kubernetes.plan import run_limits
+    from gpucluster.infra.registry import plugin
+    from gpucluster.prepare import Request, prepare
+
+    plan = prepare(Request(cloud="aws", nodes=2, gpu="H100:8", max_cost=100.0, ssh_cidr="203.0.113.7/32",
+                           dry_run=True), plugin("aws"))
+    assert plan.spec.max_lifetime_minutes == 54 and plan.job.max_cost == 100.0
+    assert float(plan.estimate.total) <= 100.0  # priced again for the shorter lifetime
+    text = render_user_data(cluster="c", expected_gpus=8, max_lifetime_minutes=plan.spec.max_lifetime_minutes)
+    assert "max lifetime 54 minutes" in text and "max lifetime 240" not in text
+    gcp = prepare(Request(cloud="gcp", nodes=2, gpu="L4:1", max_cost=3.0, project="proj-one", dry_run=True), plugin("gcp"))
+    assert gcp.spec.max_lifetime_minutes < 240
+    limit, deadline = run_limits(None, gcp.spec.max_lifetime_minutes * 60, 120)
+    assert deadline <= gcp.spec.max_lifetime_minutes * 60 and limit < deadline
+
+
+# -- kept clusters ----------------------------------------------------------------------------------
+def _kept_ledger(home, cap, hours_ago):
+    """A kept cluster created by `up --max-cost CAP` HOURS_AGO: its fleet of 2 g5.xlarge still open."""
+    from gpucluster.guards import CAP_KIND
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.spec import ClusterSpec
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    then = time.time() - hours_ago * 3600
+    spec = ClusterSpec(cloud="aws", nodes=2, name="lab", region="us-east-1", instance_type="g5.xlarge", run_id="r-up")
+    from gpucluster import cost
+
+    ledger.create_run("r-up", cloud="aws", cluster="lab", nodes=2, gpus_per_node=1, command=["gpucluster", "up"],
+                      spec=spec.to_dict(), workload=None, prices=cost.price_snapshot(spec, backend=plugin("aws")),
+                      now=then)
+    detail = dict(instance_type="g5.xlarge", node_count=2, spot=False, public_ipv4=1, disk_gb=100, disk_type="gp3")
+    ledger.resource_requested("r-up", "fleet", "lab-fleet", region="us-east-1", detail=detail, now=then)
+    ledger.resource_created("r-up", "fleet", "lab-fleet", "fleet-0123", now=then)
+    ledger.finish_run("r-up", status="succeeded", exit_code=0, teardown="kept")
+    ledger.add_metrics("r-up", [(None, {"kind": CAP_KIND, "max_cost": cap})])
+    return ledger
+
+
+def test_exec_on_a_kept_cluster_past_its_cap_is_refused_and_below_it_watches_the_clusters_cost(tmp_path):
+    """2 x g5.xlarge ($1.006/h each) up for 3 h: about $6.05 accrued (instances, disks, IPv4)."""
+    from gpucluster.errors import CostCapReached
+    from gpucluster.guards import exec_guard
+    from gpucluster.infra.registry import plugin
+    from gpucluster.launch import JobSpec
+
+    ledger = _kept_ledger(tmp_path, cap=5.0, hours_ago=3)
+    job = JobSpec(run_id="r-exec", workload="digits")
+    with pytest.raises(CostCapReached) as err:
+        exec_guard(ledger, "lab", "r-up", plugin("aws"), job)
+    assert err.value.exit_code == ExitCode.COST_CAP
+    assert str(err.value).startswith("cluster 'lab' has reached its cost cap: cost cap $5.00 reached (accrued $6.")
+    ledger.close()
+    (tmp_path / "b").mkdir()
+    ledger = _kept_ledger(tmp_path / "b", cap=50.0, hours_ago=3)
+    watched = exec_guard(ledger, "lab", "r-up", plugin("aws"), job)
+    assert (watched.max_cost, watched.cost_of) == (50.0, "r-up")
+
+
+def test_status_shows_a_kept_clusters_accrued_cost_against_its_cap(tmp_path):
+    from gpucluster.cli.status import cluster_rows
+
+    ledger = _kept_ledger(tmp_path, cap=10.0, hours_ago=3)
+    (row,) = cluster_rows(ledger, observe=False)
+    assert row["max_cost_usd"] == "10.0" and row["state"] == "kept, 61% of its cap $10.00", row["state"]  # $6.05
