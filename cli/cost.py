@@ -439,7 +439,9 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                     g["attempts"] = rows
         from gpucluster.cli.budgets import standing
 
-        rep["budget"] = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
+        budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
+        if budgets:  # a key only where a budget is set: the JSON without one stays as it was
+            rep["budget"] = budgets
     finally:
         ledger.close()
     if plot:
@@ -481,7 +483,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                               + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
                               highlight=False)
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
-    for b in rep["budget"]:
+    for b in rep.get("budget", []):
         console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
                       f"{money(Decimal(b['budget']))}, {money(Decimal(b['remaining']))} remaining", highlight=False)
     if rep["still_billing"]:

@@ -19,8 +19,9 @@ While the job runs (`Guard`, polled by the node supervisor's loop):
   without GPUs, its CPUs) busy for the stall time is stopped the same way; status "failed".
   "Busy": a utilisation record of the node's sampler with a GPU at GPU_BUSY_PCT % or more, or
   (no GPU) the node's processes using CPU_BUSY_CORES cores or more (CPU_BUSY_PCT % of the
-  machine where the sampler measures the whole machine). The clock starts when the nodes start
-  their job (rendezvous), not during staging or --setup.
+  machine where the sampler measures the whole machine). The clock starts when the job's first
+  worker starts (the train phase), not during staging, --setup or torchrun's rendezvous (which has
+  its own timeout).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class Guard:
         return bool(self.max_cost) or bool(self.stall_s)
 
     def start(self) -> None:
-        """The nodes started their job: the stall clock runs from here."""
+        """The job's first worker started: the stall clock runs from here."""
         with self._lock:
             if self._started is None:
                 self._started = self.clock()

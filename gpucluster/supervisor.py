@@ -254,6 +254,7 @@ class NodeSupervisor:
                 self.guard.alive(node_rank)
             if kind in ("start", WORKER_START) and self.train_started_at is None:
                 self.train_started_at = time.time()
+                self.guard.start()  # the stall clock runs from the job's first worker
                 self._phase(Phase.TRAIN)
             self.events.on_metric(node_rank, record)
 
@@ -308,7 +309,6 @@ class NodeSupervisor:
     def _rendezvous(self) -> None:
         self._phase(Phase.RENDEZVOUS)
         self.rendezvous_started_at = time.time()
-        self.guard.start()
 
     def _setup_failure(self, rank: int, code: int | None) -> str:
         lines = [ln for ln in self.tail(rank) if "@gpucluster-metric" not in ln and ln.strip()]
@@ -353,8 +353,6 @@ class NodeSupervisor:
         self._release = release if setup else None
         staged = stage is None
         self.rendezvous_started_at = time.time() if staged and not setup else None
-        if self.rendezvous_started_at is not None:
-            self.guard.start()
         stopped_by: str | None = None
         limit = self.job.max_seconds
         deadline = time.monotonic() + limit if limit else None
