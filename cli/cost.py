@@ -222,8 +222,7 @@ def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
 @click.option("--stack", help="Read the spec from stacks/Pulumi.STACK.yaml (or a .yaml path); flags override it.")
 @click.option("--free-tier", is_flag=True, help="GKE: the billing account's free zonal cluster covers the fee.")
 @click.option("--workload", help="What-if: project from measured runs of this workload.")
-@options("epochs", "as_json", "max_hourly", epochs=dict(help="What-if: epochs to project."),
-         as_json=dict(help="Print JSON."))
+@options("epochs", "as_json", "max_hourly", epochs=dict(help="What-if: epochs to project."), as_json=dict(help="Print JSON."))
 @_boundary
 def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, spot, disk_gb, region, zone, disk_type, stack,
                  free_tier, workload, epochs, as_json, max_hourly=None) -> None:
@@ -249,12 +248,10 @@ def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, s
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
     from gpucluster.cost import estimate
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import wanted
+    from gpucluster.cli.place import estimate_placed, wanted
     from gpucluster.spec import normalize, validate
 
     if wanted(cloud, region) or max_hourly is not None:  # the ranking `run --cloud auto` shows
-        from gpucluster.cli.place import estimate_placed
-
         return estimate_placed(build_spec, cloud, region, max_hourly, as_json, hours, dict(
             gpu=gpu, instance_type=instance_type, gpus=gpus, nodes=node_list[0] if node_list else None, spot=spot,
             disk_gb=disk_gb, disk_type=disk_type, zone=zone, stack=None))
@@ -445,6 +442,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                 rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
                 if any(r.get("interruption") for r in rows):
                     g["attempts"] = rows
+        from gpucluster.cli.budgets import standing
+
+        budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
+        if budgets:  # a key only where a budget is set: the JSON without one stays as it was
+            rep["budget"] = budgets
     finally:
         ledger.close()
     if plot:
@@ -486,6 +488,9 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
                               + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
                               highlight=False)
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
+    for b in rep.get("budget", []):
+        console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
+                      f"{money(Decimal(b['budget']))}, {money(Decimal(b['remaining']))} remaining", highlight=False)
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)

@@ -14,7 +14,7 @@ from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import UsageError, not_allowed
 
 JOB_OPTIONS = ("task_file", "workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "max_restarts",
-               "max_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "env",
+               "max_minutes", "max_cost", "stall_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "env",
                "env_file", "secret", "quiet", "as_json", "check")
 
 
@@ -92,7 +92,12 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     reclaimed = reclaim(ledger, plan.launcher, cluster_, kept)  # a killed job's leftovers, before this job
     if reclaimed:
         out.print(f"note: {reclaimed}", highlight=False)
+    from gpucluster.guards import exec_guard
+
     job = plan.needs_job()
+    if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
+        job = replace(job, cost_of=kept.origin.id)
+    job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
     count = node_count(cluster_)  # GKE: the pool's size (its nodes are not listed one by one)
     out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({count} node(s) on {kept.cloud}, "
               f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)

@@ -55,6 +55,28 @@ class Float(click.FloatRange):
         return number
 
 
+class Money(click.ParamType):
+    """--max-cost: US dollars > 0 (gpucluster.guards.parse_cost's one-line error otherwise)."""
+
+    name = "usd"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from gpucluster.guards import parse_cost
+
+        return value if isinstance(value, float) else parse_cost(value)
+
+
+class Stall(click.ParamType):
+    """--stall-minutes: minutes >= 0 (0: off)."""
+
+    name = "minutes"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        from gpucluster.guards import parse_stall
+
+        return value if isinstance(value, float) else parse_stall(value)
+
+
 _DATA_HELP = ("A local folder staged to every node (repeatable); the first is $GPUCLUSTER_DATA. DEST: relative "
               "to the job's working directory [default: data/BASENAME]. local: used in place, read-only. "
               "aws: also s3://BUCKET[/PREFIX][:DEST], gcp: gs://BUCKET[/PREFIX][:DEST], synced by every node "
@@ -113,6 +135,15 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
                                              help="Wall-clock limit for the job; everything is stopped past it.")),
+    "max_cost": (("--max-cost",), dict(default=None, type=Money(), metavar="USD",
+                                       help="aws/gcp: stop the run when what it has cost (the report's figure, "
+                                            "earlier attempts included) reaches USD: a warning at 80 %, then the job "
+                                            "is stopped with time to save, outputs home, teardown; exit code 4. "
+                                            "Refused when the estimate for --max-minutes exceeds it.")),
+    "stall_minutes": (("--stall-minutes",), dict(default=None, type=Stall(), metavar="N",
+                                                 help="Stop a job whose nodes print nothing, report no metric and "
+                                                      "keep no GPU (CPU) busy for N minutes [default: 30 on aws/gcp/"
+                                                      "kubernetes, off on local/ssh; 0: off].")),
     "max_lifetime": (("--max-lifetime",), dict(default=None, type=Int("max lifetime (minutes)", 5, 7 * 24 * 60),
                                                help="Minutes after which cloud nodes power themselves off, even if "
                                                     "this machine is gone [default: 240, raised to fit --max-minutes "
@@ -247,7 +278,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
              "python")),
     ("Environment", ENV),
     ("Reaching the nodes", ("identity", "known_hosts", "remote_python")),
-    ("Limits", ("max_minutes", "max_lifetime", "max_restarts", "ready_timeout", "start_deadline")),
+    ("Limits", ("max_minutes", "max_cost", "stall_minutes", "max_lifetime", "max_restarts", "ready_timeout",
+                "start_deadline")),
     ("Outputs", ("output", "collect", "collect_limit", "keep")),
     ("Behaviour", ("dry_run", "yes", "quiet", "as_json", "help")),
 )

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpucluster.errors import UsageError
+from gpucluster.placement import wanted  # noqa: F401 (the commands ask it through here)
 
 
 def placeable() -> tuple[str, ...]:

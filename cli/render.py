@@ -224,7 +224,7 @@ def phase_rows(record: RunRecord) -> list[tuple[str, float | None, str]]:
 def run_report(console: Console, record: RunRecord) -> None:
     """The report printed at the end of `run`, and by `show`."""
     run = record.run
-    styles = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow"}
+    styles = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow", "stopped": "bold yellow"}
     style = styles.get(run.status or "", "bold")
     head = Text()
     head.append(f"run {run.id} ", style="bold")

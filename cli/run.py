@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gpucluster.cli.budgets import OVER_BUDGET, check_budget, record_override
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import options
@@ -19,7 +20,7 @@ from gpucluster.errors import ExitCode, UsageError
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
 @options("task_file", "cloud", "nodes", "gpu", "gpus_per_node", "procs_per_node", "workload", "epochs", "workload_args", "name", "region",
-         "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
+         "zone", "instance_type", "spot", "disk_gb", "max_minutes", "max_cost", "stall_minutes", "max_lifetime", "ssh_cidr", "tags", "options",
          "dry_run", "ready_timeout", "hosts", "identity", "known_hosts", "remote_python", "threads_per_proc",
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
@@ -27,8 +28,10 @@ from gpucluster.errors import ExitCode, UsageError
          "max_hourly", "max_attempts", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
+@click.option("--over-budget", "over_budget", **OVER_BUDGET)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, **flags: Any) -> int:
+def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, over_budget: bool = False,
+        **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -66,6 +69,8 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
         shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
         return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, shape)
     ledger = open_ledger()
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags["max_cost"], over_budget)
+    print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget
     if placement is None:  # a placed plan's preflight ran while ranking
         preflight(lambda: check_before_recording(plan), yes)  # e.g. a missing Pulumi CLI: offered or said first
     for line in plan.described:
@@ -83,6 +88,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
 
             result = run_failover(placement, ledger=ledger, ui=ui, keep=keep, reprice=_reprice,
                                   policy_of=lambda p: _kept_policy(p, keep, flags["recover"]))
+    record_override(ledger, result.attempts[0].run_id, over)
     report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
     from gpucluster.errors import ExitCode

@@ -15,7 +15,7 @@ from gpucluster.infra.registry import NAMES as CLOUDS
 @click.command()
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--cloud", default=None, type=click.Choice(CLOUDS))
-@click.option("--status", default=None, type=click.Choice(["running", "succeeded", "failed", "interrupted"]))
+@click.option("--status", default=None, type=click.Choice(["running", "succeeded", "failed", "interrupted", "stopped"]))
 @click.option("--json", "as_json", is_flag=True, help="JSON list for scripts.")
 def runs(limit, cloud, status, as_json):
     """List recorded runs, newest first.

@@ -125,6 +125,12 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
                                                               now=now)["total"]) for run in runs), Decimal(0)))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
             pass
+        from gpucluster.guards import kept_cap, money
+
+        caps = [c for c in (kept_cap(ledger, rid) for rid in r["runs"]) if c is not None]
+        r["max_cost_usd"] = str(caps[0]) if caps else None  # `up --max-cost`: accrued against it
+        if caps and r["accrued_usd"] is not None:
+            r["state"] += f", {float(r['accrued_usd']) / caps[0]:.0%} of its cap {money(caps[0])}"
         out.append(r)
     return sorted(out, key=lambda x: x["since"])
 

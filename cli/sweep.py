@@ -9,6 +9,7 @@ import click
 
 from gpucluster.cli.options import ENV, Float, Int, options
 from gpucluster.cli.taskopts import TaskCommand
+from gpucluster.cli.budgets import OVER_BUDGET
 from gpucluster.errors import ExitCode, UsageError, not_allowed
 from gpucluster.spec import parse_int
 
@@ -51,7 +52,9 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
-@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_restarts", "max_hourly", "max_attempts")
+@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_cost", "stall_minutes", "max_restarts", "max_hourly", "max_attempts",
+         max_cost=dict(help="aws/gcp: the whole sweep's cost cap in USD: each run is stopped when the sweep's cost "
+                            "so far reaches it, and no further run starts (exit code 4)."))
 @options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project", "state",
          as_json=dict(help="Print the summary and findings as JSON (progress on stderr)."),
          ssh_cidr=dict(help="Cloud sweeps: who may SSH to the nodes [aws default: this machine's public IPv4/32]."),
@@ -60,9 +63,10 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
                         "(repeatable); each run's stage phase is in the report."),
          setup=dict(help="Shell command run on every node of every run before training, as for `run --setup` "
                          "(repeatable)."))
+@click.option("--over-budget", "over_budget", **OVER_BUDGET)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool, threshold: float,
-          report_dir: str | None, as_json: bool, yes: bool, **flags: Any) -> int:
+          report_dir: str | None, as_json: bool, yes: bool, over_budget: bool = False, **flags: Any) -> int:
     """Run the same job at several cluster sizes and report how it scales.
 
     \b
@@ -77,7 +81,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
       gpucluster sweep --nodes 1 --compare-cpu --workload mnist --epochs 1
       gpucluster sweep --nodes 1,2 --data ./shards --setup 'pip install -r requirements.txt' -- python train.py
     """
-    from gpucluster.cli.common import console
+    from gpucluster.cli.budgets import check_budget
+    from gpucluster.cli.common import console, print_notes
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.run import confirm_billable
     from gpucluster.infra.registry import plugin, readers
@@ -100,7 +105,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     if placing:  # one placement for every size, chosen for the largest (docs/placement.md)
         chosen, _, placement = prepared({**flags, **limits}, nodes=node_counts[-1], default_workload="synthetic",
                                         procs_per_node=1)
-        flags.update(cloud=chosen.name, region=placement.chosen.region)
+        where = placement.chosen
+        flags.update(cloud=chosen.name, region=where.region, zone=where.zones[0] if where.zones else flags.get("zone"))
     assert chosen is not None  # one cloud, or the ranking's first
     asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
                                                                          high=16))
@@ -123,11 +129,15 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
                            readers=readers()), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run
-    check_before_recording(plan)
     sizes = plan_sizes(node_counts, gpn_list, repeat)
     out = console(stderr=as_json)
     if placement is not None:
         print_placement(out, placement)
+    # the smallest size's estimate for each run: the least the sweep costs (its --max-cost when lower)
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags["max_cost"], over_budget,
+                        runs=len(sizes))
+    print_notes(out, over)
+    check_before_recording(plan)
     sweep_id = new_sweep_id()
     out.print(f"[bold]sweep {sweep_id}[/bold]: {len(sizes)} run(s) on {flags['cloud']}: nodes {node_counts}, "
               f"GPUs/node {['CPU' if g == 0 else ('present' if g is None else g) for g in gpn_list]}, "
@@ -139,10 +149,17 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
                            ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
                            workload=plan.workload)
+    if result.runs:
+        from gpucluster.cli.budgets import record_override
+
+        record_override(ledger, result.runs[0].run_id, over)
     code = report(out, ledger, sweep_id, threshold, chosen, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
         click.echo(f"gpucluster: error: {line}", err=True)
+    if result.capped and not result.doubts:
+        click.echo(f"gpucluster: sweep stopped: {result.capped}; no further run was started", err=True)
+        return int(ExitCode.COST_CAP)
     return int(ExitCode.LEFTOVERS) if result.doubts else code
 
 

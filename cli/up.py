@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
+from gpucluster.cli.budgets import OVER_BUDGET, check_budget, record_override
 from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.cli.taskopts import TaskCommand
@@ -30,7 +31,11 @@ from gpucluster.infra.registry import NAMES, plugin, provisioning
                            "estimate; create nothing, need no credentials."),
          as_json=dict(help="Print the cluster as JSON (secrets left out)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N", help=IDLE_HELP)
-def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
+@options("max_cost", max_cost=dict(help="aws/gcp: the cluster's cost cap in USD: each `exec` job is stopped when the "
+                                          "cluster has cost that much, none starts past it, and the nodes power off "
+                                          "once it is spent (their lifetime is what the cap buys)."))
+@click.option("--over-budget", "over_budget", **OVER_BUDGET)
+def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = False, **flags: Any) -> int:
     """Create a cluster and leave it running (remove it with `gpucluster down NAME`).
 
     \b
@@ -71,6 +76,8 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
         shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
         return print_dry_run(out, plan.provider, None, spec, None, as_json, shape)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, None, over_budget)
+    common.print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget
     if placement is None:  # a missing Pulumi CLI is offered or said before anything is asked or recorded
         common.preflight(lambda: check_before_recording(plan), yes)
     out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
@@ -84,6 +91,11 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, **flags: Any) -> int:
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
         made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui,  # the state recorded
                               backend=chosen, prices=plan.prices)
+    record_override(ledger, str(spec.run_id), over)
+    if flags["max_cost"] is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
+        from gpucluster.guards import CAP_KIND
+
+        ledger.add_metrics(str(spec.run_id), [(None, {"kind": CAP_KIND, "max_cost": flags["max_cost"]})])
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     FAILURE = 1  # runtime failure: the run failed, a resource could not be created, ...
     USAGE = 2  # bad input: nothing was created
     LEFTOVERS = 3  # the run ended but something it created may still exist (and bill)
+    COST_CAP = 4  # --max-cost: the run was stopped at its cost cap (outputs home, torn down)
     INTERRUPTED = 130  # Ctrl-C / SIGTERM; teardown still ran
 
 
@@ -32,6 +33,12 @@ class GpuclusterError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class CostCapReached(GpuclusterError):
+    """A kept cluster's --max-cost is reached: no further job is started on it."""
+
+    exit_code = ExitCode.COST_CAP
 
 
 class UsageError(GpuclusterError):

@@ -66,6 +66,10 @@ class RunEvents(ProvisionEvents, Protocol):
 
     def progress(self, text: str) -> None: ...
 
+    def accrued_cost(self) -> float | None:
+        """What the run has cost so far, in USD (the report's computation); None where not priced."""
+        ...
+
 
 class NullEvents:
     """Drops every event (providers used standalone; a test's recorder subclasses it and keeps
@@ -97,3 +101,6 @@ class NullEvents:
 
     def progress(self, text: str) -> None:
         pass
+
+    def accrued_cost(self) -> float | None:
+        return None

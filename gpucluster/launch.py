@@ -73,6 +73,11 @@ class JobSpec:
     collect_limit: int | None = None  # --collect-limit: bytes per node from the working folder (None: 10 GB)
     owner: str | None = None  # the installation id of the home running it (GPUCLUSTER_OWNER on every process)
     check: HealthSpec | None = None  # the health check before the job (gpucluster/health.py); None: skipped
+    # money guards (gpucluster/guards.py): the cap in USD, the stall time, what earlier attempts cost
+    max_cost: float | None = None
+    stall_s: float | None = None
+    cost_before: float = 0.0
+    cost_of: str | None = None  # the run whose cost the cap watches (exec: the kept cluster's first run); None: this one
 
     @property
     def display(self) -> str:
@@ -101,6 +106,7 @@ class JobResult:
     rendezvous_started_at: float | None = None
     log_dir: str | None = None
     unwitnessed: list[str] = field(default_factory=list)  # nodes whose end nothing vouches for (the verdict)
+    stopped_by: str | None = None  # a money guard stopped the job: "cost" or "stall" (gpucluster/guards.py)
 
 
 class Launcher:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 PHASES = ("prepare", "provision", "ready", "check", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
-RUN_STATES = ("running", "succeeded", "failed", "interrupted")
+RUN_STATES = ("running", "succeeded", "failed", "interrupted", "stopped")  # stopped: at its --max-cost
 
 MIGRATIONS: list[tuple[int, str]] = [
     (

@@ -24,6 +24,7 @@ from gpucluster.ledger import Ledger, LedgerError
 from gpucluster.recording import MetricBuffer, Provisioned, Quiet as _Quiet, going_on as _going_on, quietly as _quietly
 from gpucluster.recording import record_line
 from gpucluster.owner import owner_lock
+from gpucluster.guards import ProvisionWatch, accrued_of, store_cost
 
 
 class Terminated(KeyboardInterrupt):
@@ -196,9 +197,11 @@ class _Recorder:
 
     record_error: str | None = None  # the first ledger write that failed once the row existed
 
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None):
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Any = None,
+                 priced: str | None = None):
         self.book = RunLedger(ledger, run_id, region)
         self.ui = ui
+        self.accrued_cost = accrued_of(ledger, priced or run_id, backend)  # RunEvents: cost so far (guards.py)
 
     @property
     def ledger(self) -> Ledger:
@@ -300,14 +303,16 @@ def execute(
 def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, backend: Any, ui: RunUI,
          keep: bool, log_dir: Any, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
-    rec = _Recorder(ledger, run_id, ui, spec.region)
+    rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
     result: JobResult | None = None
     busy = False
+    capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
     try:
         rec.start_phase(Phase.PREPARE)
         rec.start_phase(Phase.PROVISION)
-        cluster = provider.up(spec, rec)
+        with capped:
+            cluster = provider.up(spec, rec)
         rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
         result = launcher.launch(cluster, job, rec, log_dir)
         for node in result.nodes:
@@ -317,10 +322,12 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
             _quietly(rec, rec.end_phase, "ok")
         else:
             failure = result.failure
+            if result.stopped_by == "cost":  # the cap stopped it: its own status and exit code
+                status, exit_code = "stopped", ExitCode.COST_CAP
             _quietly(rec, rec.end_phase, "failed", failure)
     except KeyboardInterrupt as exc:
-        status, exit_code = "interrupted", ExitCode.INTERRUPTED
-        failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
+        status, exit_code = ("stopped", ExitCode.COST_CAP) if capped.reason else ("interrupted", ExitCode.INTERRUPTED)
+        failure = capped.reason or (f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
         _quietly(rec, rec.end_phase, "interrupted", failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
@@ -360,7 +367,7 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
     _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
              metrics=result.metrics.summary() if result else None,
              teardown=teardown, leftovers=leftovers, unchecked=unchecked)
-    _quietly(rec, _record_cost, ledger, run_id, backend)
+    _quietly(rec, store_cost, ledger, run_id, backend)
     if rec.record_error:  # the ledger does not say what happened: never a clean exit
         exit_code = ExitCode.LEFTOVERS
     return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked,
@@ -402,7 +409,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui
             _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
                      teardown=teardown, leftovers=[] if check is None else check.to_dict()["leftovers"],
                      unchecked=[] if check is None else list(check.unchecked))
-            _quietly(rec, _record_cost, ledger, run_id, backend)
+            _quietly(rec, store_cost, ledger, run_id, backend)
             if check is not None and not check.verified:
                 raise TeardownIncomplete(f"{failure}; teardown {check.summary()}",
                                          hint=f"finish it with: gpucluster down {spec.name}") from exc
@@ -487,12 +494,3 @@ def _describe(exc: BaseException) -> str:
     return exc.message if isinstance(exc, GpuclusterError) else f"{type(exc).__name__}: {exc}"
 
 
-def _record_cost(ledger: Ledger, run_id: str, backend: Any) -> None:
-    from gpucluster import cost
-
-    run = ledger.get_run(run_id)
-    if run is not None:
-        try:
-            ledger.set_cost(run_id, cost.run_cost(run, backend=backend))
-        except GpuclusterError:
-            pass

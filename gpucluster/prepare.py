@@ -97,6 +97,9 @@ class Request:
     fallback: str | None = None
     fallback_after: int | None = None
     checkpoint_every: int | None = None
+    # money guards (gpucluster/guards.py)
+    max_cost: float | None = None
+    stall_minutes: float | None = None
 
 
 @dataclass
@@ -174,6 +177,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     spec = (backend.with_object_access(spec, staged.reads, outputs) if req.job
             else backend.with_object_access(spec, spec.reads, spec.writes))
     from gpucluster.bounds import decide
+    from gpucluster.guards import apply_guards
 
     bounds = decide(backend, spec, ready_timeout=req.ready_timeout, max_lifetime=req.max_lifetime,
                     max_minutes=req.max_minutes if req.job else None, job=req.job, longest=LIFETIME_MINUTES[1])
@@ -199,6 +203,8 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
                     workload=workload or command_name(command), bounds=bounds.lines,
                     policy=policy(req, backend, spec) if req.job else None)
     _price(plan, backend, strict_prices)
+    if apply_guards(plan, req, backend):  # --max-cost shortened the nodes' lifetime
+        _price(plan, backend, strict_prices)
     if not req.dry_run and launcher is not None:
         plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
     return plan

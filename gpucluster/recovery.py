@@ -274,6 +274,14 @@ def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider:
         else:
             mount, files, source = first_resume
             job = replace(job, run_id=rid, resume=mount, resume_files=files)
+        if job.max_cost:  # --max-cost is the chain's: what its attempts cost counts (guards.py)
+            from gpucluster.guards import cap_reason, chain_cost
+
+            spent = chain_cost(ledger, ids)
+            if spent >= job.max_cost:
+                chain.stopped = f"{reason}; not recovering: {cap_reason(job.max_cost, spent)}"
+                break
+            job = replace(job, cost_before=spent)
         if job.output_dir and "://" not in job.output_dir:
             job = replace(job, output_dir=None)  # --output DIR holds the first attempt's; later ones: their run folders
         # a port of its own for each attempt: on the same ssh hosts the last attempt's store may still

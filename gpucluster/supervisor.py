@@ -16,29 +16,21 @@ from gpucluster.control import AGENT_EXIT, NODE_EXIT, WORKER_START, Gate, NodeKe
 from gpucluster.errors import LaunchError
 from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
+from gpucluster.guards import Guard
 from gpucluster.launch import JobResult, JobSpec, NodeResult
 from gpucluster.metrics import MetricsState, read_line
 from gpucluster.nodeloss import NOTICE_KIND, REAPER_KILLED, cause_of, lost_record, notice_failure, save_grace
 from gpucluster.reaper import DONE_KIND as REAPER_DONE, START_KIND as REAPER_START
 from gpucluster.staging import SETUP_END
-from gpucluster.text_metrics import TextScan, text_record
+from gpucluster.text_metrics import TextScan, text_record, world_record  # world_record: imported from here too
 from gpucluster.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HOLD, METRIC_PREFIX, READ_SIZE, ConsoleFeed,
                                     LineSplitter, Tail, count_lines, grow_pipe, last_error, metric_lines, root_cause,
                                     signal_note)  # signal_note: imported from here too
 
 
-# PyTorch Lightning, when its process group is up: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"
-_LIGHTNING_WORLD = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)")
-
-
-def world_record(line: str) -> dict[str, Any] | None:
-    """A `world` record (a worker's process-group size) from a framework's own start line, so a
-    multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
-    m = _LIGHTNING_WORLD.search(line)
-    return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None
-
-
 NODE_EXIT_KIND = NODE_EXIT
+# the records that show a job is alive (guards.py's stall clock): its own metrics, printed losses, its start
+_LIVE_KINDS = frozenset({"start", "epoch", "step", "final", "world", "text_metric", WORKER_START})
 # A node's shell, after its reaper: one metric record with the reaper's exit status and the node's
 # node_exit key, which the shell read into $gk_exit from its stdin (gpucluster.control) (sh syntax)
 NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d, \"key\": \"%s\"}\\n' "
@@ -102,6 +94,9 @@ class NodeSupervisor:
         self.stop_grace: float | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
+        # --max-cost and --stall-minutes (gpucluster/guards.py): asked every loop once the nodes start their job
+        self.guard = Guard(max_cost=job.max_cost, stall_s=job.stall_s, cost_before=job.cost_before,
+                           accrued=events.accrued_cost, say=lambda text: _say(events, text), nodes=len(self.hosts))
 
     def attach(self, node_rank: int, stream: Iterable[bytes]) -> None:
         log_path = self.log_dir / f"node-{node_rank}.log"
@@ -194,9 +189,11 @@ class NodeSupervisor:
     def _take(self, node_rank: int, tail: Tail, run: bytes, maybe_metric: bool, scan: TextScan) -> None:
         nlines = count_lines(run)
         tail.add(run, nlines)
-        if maybe_metric:
-            for ln in metric_lines(run):
-                self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
+        said = metric_lines(run) if maybe_metric else []
+        for ln in said:
+            self._queue.put((node_rank, ln.decode("utf-8", "replace").rstrip("\r")))
+        if nlines > len(said):  # a line of the job's own (not a metric record): a sign of life
+            self.guard.alive(node_rank)
         for text in scan.lines(run):
             self._queue.put((node_rank, text))
         self.console.offer(node_rank, run, nlines)
@@ -251,8 +248,13 @@ class NodeSupervisor:
                 self.setup_done.add(node_rank)
             if kind == NOTICE_KIND and self.notice is None:  # a node's interruption notice (keyed: gpucluster/control.py)
                 self.notice = (node_rank, record)
+            if kind == "util":
+                self.guard.utilisation(node_rank, record)
+            elif kind in _LIVE_KINDS:
+                self.guard.alive(node_rank)
             if kind in ("start", WORKER_START) and self.train_started_at is None:
                 self.train_started_at = time.time()
+                self.guard.start()  # the stall clock runs from the job's first worker
                 self._phase(Phase.TRAIN)
             self.events.on_metric(node_rank, record)
 
@@ -351,6 +353,7 @@ class NodeSupervisor:
         self._release = release if setup else None
         staged = stage is None
         self.rendezvous_started_at = time.time() if staged and not setup else None
+        stopped_by: str | None = None
         limit = self.job.max_seconds
         deadline = time.monotonic() + limit if limit else None
         exit_codes: dict[int, int | None] = {}
@@ -419,6 +422,13 @@ class NodeSupervisor:
                             failure = self._node_failure(rank, proc.returncode)
                 if failure is None and watch is not None:
                     failure = watch()
+                if failure is None and self.guard.active:
+                    stop_now = self.guard.poll()
+                    if stop_now is not None:  # a money guard: stopped as on a notice, with time to save
+                        failure, stopped_by = stop_now.reason, stop_now.kind
+                        self.stop_grace = save_grace({}, self.usual_grace)
+                        _say(self.events, f"{failure}: stopping the job (the ranks get up to {self.stop_grace:g} s "
+                                          "to save, SIGTERM), copying its outputs home, tearing down")
                 if failure is not None:
                     break
                 if len(exit_codes) == len(procs):
@@ -470,6 +480,7 @@ class NodeSupervisor:
             ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=failed_node,
             timed_out=timed_out, train_started_at=self.train_started_at,
             rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir), unwitnessed=unwitnessed,
+            stopped_by=stopped_by,
         )
 
 

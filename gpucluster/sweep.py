@@ -77,10 +77,11 @@ class Sweep:
     runs: list[SweepRun] = field(default_factory=list)
     interrupted: bool = False
     record_error: str | None = None  # the ledger failed: the sweep stopped (no further run can be recorded)
+    capped: str | None = None  # --max-cost: why the sweep stopped at its cost cap
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and all(r.status == "succeeded" for r in self.runs)
+        return not self.interrupted and not self.capped and all(r.status == "succeeded" for r in self.runs)
 
     @property
     def doubts(self) -> list[str]:
@@ -133,6 +134,7 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
     does a ledger that cannot be written (a full home): no further run could be recorded.
     `on_run(index, total, finished_run_or_None, size)` is called before (None) and after each run.
     """
+    from gpucluster.guards import chain_cost
     from gpucluster.lifecycle import execute
     from gpucluster.spec import new_run_id as default_run_id, validate
 
@@ -156,6 +158,8 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
         job = replace(job_template, run_id=run_id)
         if g:
             job = replace(job, nproc_per_node=g)
+        if job.max_cost:  # --max-cost is the whole sweep's: what its runs so far cost counts (guards.py)
+            job = replace(job, cost_before=chain_cost(ledger, [d.run_id for d in sweep.runs]))
         try:
             outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, backend=plugin, ui=ui,
                               prices=prices, sweep_id=sweep_id, workload=workload or job.workload)
@@ -171,6 +175,9 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
             on_run(i, len(plan), done, size)
         if outcome.record_error:
             sweep.record_error = outcome.record_error
+            break
+        if outcome.status == "stopped":  # at the sweep's cost cap: no further run starts
+            sweep.capped = outcome.failure
             break
         if outcome.status == "interrupted":
             sweep.interrupted = True

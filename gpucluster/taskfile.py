@@ -84,6 +84,8 @@ KEYS: dict[str, Key] = {
     "outputs.collect": _key("collect", LIST),
     "outputs.limit": _key("collect_limit", STR, "--collect-limit"),
     "limits.max_minutes": _key("max_minutes", FLOAT),
+    "limits.max_cost": _key("max_cost", FLOAT, "--max-cost"),
+    "limits.stall_minutes": _key("stall_minutes", FLOAT),
     "limits.max_lifetime": _key("max_lifetime", INT),
     "limits.max_restarts": _key("max_restarts", INT),
     "limits.ready_timeout": _key("ready_timeout", INT),

@@ -122,3 +122,14 @@ class TextScan:
         """The newest line not yet handed over (the job's last figures), when the stream ends."""
         rest, self.pending = self.pending, None
         return [rest] if rest is not None else []
+
+
+# PyTorch Lightning, when its process group is up: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"
+_LIGHTNING_WORLD = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)")
+
+
+def world_record(line: str) -> dict[str, Any] | None:
+    """A `world` record (a worker's process-group size) from a framework's own start line, so a
+    multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
+    m = _LIGHTNING_WORLD.search(line)
+    return {"kind": "world", "rank": int(m.group(1)), "world_size": int(m.group(2)), "source": "lightning"} if m else None

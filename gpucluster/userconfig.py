@@ -5,10 +5,12 @@ Where: `$GPUCLUSTER_CONFIG` when set, else `config.yaml` in the platform's user 
 ~/Library/Application Support/gpucluster on macOS). A missing file is no defaults.
 
     cloud: aws                       # the cloud when neither --cloud nor a task file names one
+    budget: {daily: 50, monthly: 800}  # USD this home may spend per period (gpucluster/budget.py)
     state: s3://team-bucket/pulumi   # the Pulumi state backend (`state_backend()`)
     aws:                             # defaults for aws runs only
       region: us-west-2
       ssh_cidr: 203.0.113.7/32
+      max_cost: 50                   # --max-cost for every aws run and sweep that does not give one
     gcp:
       region: us-central1
       project: my-project
@@ -30,10 +32,10 @@ from gpucluster.errors import ConfigError, did_you_mean
 
 CONFIG_ENV = "GPUCLUSTER_CONFIG"
 MAX_CONFIG_BYTES = 64 * 1024
-TOP_KEYS = ("cloud", "state")
+TOP_KEYS = ("cloud", "state", "budget")  # budget: a mapping of periods (gpucluster/budget.py)
 # the keys of a cloud's section (each must be a flag that cloud takes)
 CLOUD_KEYS = ("region", "zone", "instance_type", "ssh_cidr", "project", "identity", "known_hosts", "remote_python",
-              "python")
+              "python", "max_cost", "stall_minutes")
 # the environment's layer: variable -> the setting (a Click parameter name, or "state")
 ENV_VARS = {"GPUCLUSTER_CLOUD": "cloud", "GPUCLUSTER_REGION": "region", "GPUCLUSTER_ZONE": "zone",
             "GPUCLUSTER_SSH_CIDR": "ssh_cidr", "GPUCLUSTER_PROJECT": "project", "GPUCLUSTER_STATE": "state"}
@@ -45,6 +47,7 @@ class UserConfig:
     top: dict[str, str] = field(default_factory=dict)  # cloud, state
     clouds: dict[str, dict[str, str]] = field(default_factory=dict)  # cloud -> setting -> value
     lines: dict[str, int] = field(default_factory=dict)  # "cloud", "aws.region" -> line
+    budget: dict[str, float] = field(default_factory=dict)  # period -> USD (gpucluster/budget.py)
 
     def where(self, key: str) -> str:
         return f"config file {str(self.path)!r}, line {self.lines.get(key, 0)}: {key}"
@@ -89,6 +92,13 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
         if key in cfg.lines:
             raise ConfigError(f"config file {str(path)!r}, line {line}: {key} is given twice; keep one")
         cfg.lines[key] = line
+        if key == "budget":
+            from gpucluster.budget import parse_budget
+
+            given = ({str(k.value): v.value for k, v in vnode.value} if isinstance(vnode, yaml.MappingNode)
+                     else vnode.value)
+            cfg.budget = parse_budget(given, cfg.where(key))
+            continue
         if key in TOP_KEYS:
             cfg.top[key] = _text(cfg, key, vnode)
             if key == "cloud" and clouds is not None and cfg.top[key] not in clouds:

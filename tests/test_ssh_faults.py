@@ -108,3 +108,21 @@ def _alive(pid: int) -> str | None:
     except OSError:
         return None
     return None if stat == "Z" else f"{stat} {cmd}"
+
+
+def test_a_hung_job_on_ssh_hosts_is_stopped_by_the_stall_guard_with_its_last_lines(hosts, remote_dir, tmp_path,
+                                                                                 monkeypatch):
+    """Issue 48 item 2 on real sshd hosts: a script that prints one line and then sleeps on every
+    rank. --stall-minutes 0.05 (3 s): the run fails "stalled for 0.05 min" well before its time
+    limit, the last line is in the node's tail, and nothing is left on any host."""
+    job_dir = user_job_dir(tmp_path, monkeypatch)
+    (job_dir / "hang.py").write_text("import time\nprint('about to hang', flush=True)\ntime.sleep(600)\n")
+    cluster = cluster_of(hosts, 2)
+    run_id = f"rs-{os.getpid()}"
+    job = JobSpec(run_id, command=("python", "hang.py"), rdzv_port=free_port(), max_seconds=120, stall_s=3.0)
+    t0 = time.monotonic()
+    result = make_launcher(hosts, remote_dir).launch(cluster, job, Recorder(None), tmp_path / "logs")
+    assert not result.ok and result.failure.startswith("stalled for 0.05 min"), result.failure
+    assert result.stopped_by == "stall" and time.monotonic() - t0 < 60
+    assert any("about to hang" in ln for n in result.nodes for ln in n.last_lines), [n.last_lines[-6:] for n in result.nodes]
+    assert_nothing_left(hosts, cluster, run_id, remote_dir)

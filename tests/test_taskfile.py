@@ -136,6 +136,8 @@ ssh:
 limits:
   max_lifetime: 120
   ready_timeout: 900
+  max_cost: 40
+  stall_minutes: 12
 keep: true
 run: [python, train.py]
 """)
@@ -146,6 +148,7 @@ run: [python, train.py]
     assert req.tags == ("team=vision", "cost-center=42") and req.options == ("efa=true", "image=base")
     assert req.remote_python == "/opt/pytorch/bin/python"
     assert req.max_lifetime == 120 and req.ready_timeout == 900
+    assert (req.max_cost, req.stall_minutes) == (40.0, 12.0)  # issue 48: the money guards
     assert captured and req.command == ("python", "train.py")
 
 

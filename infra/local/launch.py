@@ -255,12 +255,14 @@ class LocalLauncher(Launcher):
             # reaper adopted are no longer findable under it once it is gone.
             tree = run_processes(job.run_id, job.owner)
             hold.release()  # node 0's agent no longer waits for the others: it stops with them
-            terminate_groups([p.pid for p in started], grace=self.grace, reap=lambda: [p.poll() for p in started])
+            # a money guard's stop (guards.py) gives the ranks the notice's time to save a checkpoint
+            grace = max(self.grace, supervisor.stop_grace or 0.0)
+            terminate_groups([p.pid for p in started], grace=grace, reap=lambda: [p.poll() for p in started])
             # Workers live in sessions of their own: find them by the run id they inherited.
             kill_run_processes(job.run_id, grace=self.grace, also=tree, owner=job.owner)
             for p in list(procs.values()) + samplers:
                 try:
-                    p.wait(timeout=self.grace)
+                    p.wait(timeout=grace)
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
