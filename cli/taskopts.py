@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
+from gpucluster.placement import wanted
 
 META = "gpucluster.taskopts"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -161,12 +162,12 @@ def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: Any, e
     if known is not None:
         return known(ctx, opts)
     if task is not None and "cloud" in task.values:
-        if task.values["cloud"] not in names:
+        if task.values["cloud"] not in names and not wanted(task.values["cloud"], None):  # auto, a list: placement
             raise task.error("cloud", not_allowed("cloud", task.values["cloud"], names))
         return task.values["cloud"]
     if "cloud" in env:
         value, var = env["cloud"]
-        if value not in names:
+        if value not in names and not wanted(value, None):
             raise ConfigError(not_allowed(f"{var}", value, names))
         return value
     if config.top.get("cloud"):

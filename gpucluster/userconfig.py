@@ -101,7 +101,7 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
             continue
         if key in TOP_KEYS:
             cfg.top[key] = _text(cfg, key, vnode)
-            if key == "cloud" and clouds is not None and cfg.top[key] not in clouds:
+            if key == "cloud" and clouds is not None and cfg.top[key] not in clouds and not _placed(cfg.top[key]):
                 raise ConfigError(f"{cfg.where(key)}: {cfg.top[key]!r} is not a cloud{did_you_mean(cfg.top[key], names)}; "
                                   f"allowed: {', '.join(names)}")
             continue
@@ -142,6 +142,13 @@ def state_backend() -> str | None:
 def env_layer() -> dict[str, tuple[str, str]]:
     """The environment's settings: setting -> (value, the variable it came from)."""
     return {setting: (os.environ[var], var) for var, setting in ENV_VARS.items() if os.environ.get(var)}
+
+
+def _placed(value: str) -> bool:
+    """`auto` or a list (`aws,gcp`): placement's, checked item by item by the command (docs/placement.md)."""
+    from gpucluster.placement import wanted
+
+    return wanted(value, None)
 
 
 def _cloud_only(clouds: Mapping[str, tuple[str, ...]]) -> set[str]:

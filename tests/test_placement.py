@@ -166,3 +166,20 @@ def test_a_sweep_keeps_one_placement_chosen_for_its_largest_size(cli, monkeypatc
               "--ssh-cidr", "203.0.113.7/32", "--", "python", "-c", "pass")
     assert res.exit_code == 2 and "stopped here by the test" in res.stderr, res.output
     assert seen and set(seen) == {4}  # every candidate checked for the largest size
+
+
+@pytest.mark.parametrize("where", ["task file", "environment", "config file"])
+def test_auto_and_lists_are_taken_from_the_task_file_the_environment_and_the_config(cli, monkeypatch, tmp_path, where):
+    args = ["run", "--gpu", "L4", "--nodes", "4", "--dry-run", "--json"]
+    if where == "task file":
+        (tmp_path / "task.yaml").write_text("resources:\n  cloud: aws,gcp\nrun: python -c pass\n")
+        args.insert(1, str(tmp_path / "task.yaml"))
+    elif where == "environment":
+        monkeypatch.setenv("GPUCLUSTER_CLOUD", "auto")
+    else:
+        (tmp_path / "config.yaml").write_text("cloud: auto\n")
+        monkeypatch.setenv("GPUCLUSTER_CONFIG", str(tmp_path / "config.yaml"))
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["chosen"]["cloud"] == "gcp" and {c["cloud"] for c in d["candidates"]} == {"aws", "gcp"}
