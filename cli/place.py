@@ -40,6 +40,8 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
                                strict_prices=strict_prices), None
     clouds = pl.parse_clouds(cloud, placeable())
     backends = {c: plugin(c) for c in clouds}
+    absent = _without_credentials(backends) if cloud.strip() == pl.AUTO and not req.dry_run else {}
+    backends = {c: b for c, b in backends.items() if c not in absent}
     check_regions(flags.get("region"), backends)
     if flags.get("instance_type") and len(clouds) > 1:
         raise UsageError(f"--instance-type {flags['instance_type']} names one cloud's machine: with --cloud {cloud} "
@@ -57,7 +59,19 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
 
     placement = pl.place(req, backends, prepare=one, preflight=None if req.dry_run else check_before_recording,
                          max_hourly=max_hourly, max_attempts=max_attempts)
+    placement.dropped[:0] = [pl.Candidate(c, None, dropped=why) for c, why in absent.items()]
     return backends[placement.chosen.cloud], placement.chosen.plan, placement
+
+
+def _without_credentials(backends: dict[str, Any]) -> dict[str, str]:
+    """`--cloud auto` places on the clouds whose credentials this machine has: cloud -> what was looked
+    for, for the others; none has them: exit 2 naming what was looked for."""
+    absent = {c: why for c, b in backends.items() if b.ops.credentials_found is not None
+              for why in [b.ops.credentials_found()] if why}
+    if len(absent) == len(backends):
+        raise UsageError("--cloud auto: no cloud's credentials were found: "
+                         + "; ".join(f"{c}: {why}" for c, why in absent.items()))
+    return absent
 
 
 def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -220,6 +220,9 @@ class Operations:
     # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
     # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
     credentials: Callable[[str | None], list[dict[str, object]]] | None = None
+    # () -> None when credentials are found on this machine, else what was looked for; asks no API (it
+    # may read files, the environment and a metadata server): which clouds `--cloud auto` places on
+    credentials_found: Callable[[], str | None] | None = None
     # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
     # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
     internal_cost: Callable[[Mapping[str, object], float], tuple[Decimal, str] | None] | None = None

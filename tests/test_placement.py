@@ -183,3 +183,41 @@ def test_auto_and_lists_are_taken_from_the_task_file_the_environment_and_the_con
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["chosen"]["cloud"] == "gcp" and {c["cloud"] for c in d["candidates"]} == {"aws", "gcp"}
+
+
+@pytest.fixture
+def offline_clouds(monkeypatch):
+    """No metadata server answers (this machine is no EC2 instance or GCE VM): botocore's and
+    google.auth's own switches, so the chains end at once as they do off-cloud."""
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+
+
+def test_cloud_auto_with_no_credentials_at_all_is_exit_2_naming_what_was_looked_for(cli, home, offline_clouds):
+    res = cli("run", "--cloud", "auto", "--gpu", "L4", "--nodes", "1", "--yes")
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert "no cloud's credentials were found" in line
+    assert "~/.aws/credentials" in line and "GOOGLE_APPLICATION_CREDENTIALS" in line
+    assert not (home / "ledger.sqlite3").exists()
+
+
+def test_cloud_auto_places_only_on_the_clouds_whose_credentials_are_found(cli, monkeypatch, offline_clouds):
+    """aws keys in the environment (botocore's EnvProvider), no Google ADC: gcp is dropped, said in the table;
+    the run is stopped by the test where its ledger opens (the cloud's preflight stubbed: it calls AWS)."""
+    import gpucluster.prepare as prepare_mod
+    from gpucluster.errors import UsageError
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setattr(prepare_mod, "check_before_recording", lambda plan: None)
+
+    def stop():
+        raise UsageError("stopped here by the test")
+
+    monkeypatch.setattr(prepare_mod, "open_ledger", stop)
+    res = cli("run", "--cloud", "auto", "--gpu", "L4", "--nodes", "4", "--ssh-cidr", "203.0.113.7/32", "--yes")
+    assert res.exit_code == 2 and "stopped here by the test" in res.stderr, res.output
+    assert "dropped: no Google application-default credentials" in res.output
+    assert "gpucluster-aws-" in res.output  # the plan is aws's, though gcp is cheaper for 4 nodes

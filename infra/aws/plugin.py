@@ -13,7 +13,7 @@ from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
 
 from . import TRAITS, catalog, doctor, engine, failures, leftovers, liveness, outputs, prices, s3, shapes
-from .preflight import credentials_check, preflight
+from .preflight import credentials_check, credentials_found, preflight
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -84,6 +84,7 @@ PLUGIN = CreatedMachines(
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
+                   credentials_found=credentials_found,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=Provisioner(
         # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)

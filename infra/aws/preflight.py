@@ -243,6 +243,19 @@ def credentials_check(region: str | None = None, session: Any = None) -> list[di
     return [_identity(_clients(session or boto3.session.Session(), region), region)[1]]
 
 
+def credentials_found() -> str | None:
+    """`Operations.credentials_found`: boto3's own credential chain, asking no API (botocore's providers:
+    the environment, the shared credentials and config files, SSO, the container and instance roles)."""
+    try:
+        import boto3
+    except ImportError:
+        return "boto3 is not installed (pip install 'gpucluster[aws]')"
+    if boto3.session.Session().get_credentials() is None:
+        return ("no AWS credentials (looked in AWS_ACCESS_KEY_ID/AWS_PROFILE, ~/.aws/credentials and ~/.aws/config, "
+                "SSO, the container and instance roles); run `aws configure`")
+    return None
+
+
 def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     """Every preflight check for `spec` (resolved: region set), in order, every call in the spec's
     region; stops after a failure that makes the later checks meaningless (no credentials, no image)."""

@@ -163,6 +163,22 @@ def google_credentials(credentials: Any = None) -> Any:
     return credentials
 
 
+def credentials_found() -> str | None:
+    """`Operations.credentials_found`: google.auth's application-default chain, asking no API (the
+    GOOGLE_APPLICATION_CREDENTIALS file, gcloud's ADC file, the metadata server)."""
+    try:
+        import google.auth
+        import google.auth.exceptions
+    except ImportError:
+        return "google-auth is not installed (pip install 'gpucluster[gcp]')"
+    try:
+        google.auth.default(scopes=list(SCOPES))
+    except google.auth.exceptions.DefaultCredentialsError:
+        return ("no Google application-default credentials (looked in GOOGLE_APPLICATION_CREDENTIALS, gcloud's "
+                "application_default_credentials.json, the metadata server); " + ADC_FIX)
+    return None
+
+
 def _refresh(credentials: Any) -> None:
     import google.auth.exceptions
     import google.auth.transport.requests

@@ -97,7 +97,7 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(doctor=doctor_checks),
+    ops=Operations(doctor=doctor_checks, credentials_found=access.credentials_found),
     provisioner=Provisioner(
         declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
