@@ -60,7 +60,8 @@ def test_gitignore_and_gpuclusterignore_as_git_reads_them(project):
     # model.pt, wandb/, data/, lib/util.py, sub/scratch/ (5 rules' worth); .venv, __pycache__, .pyc: tool files
     assert ship.ignored == 5
     assert [e.link for e in ship.entries if e.rel == "alias.py"] == [True]
-    assert ship.summary() == f"9 file(s), {ship.total} B (5 left out by .gitignore/.gpuclusterignore)"
+    assert ship.summary() == (f"9 file(s), {ship.total} B (5 left out by .gitignore/.gpuclusterignore: data/, "
+                              "lib/util.py, model.pt, ...)")
 
 
 def test_the_repositorys_outer_ignore_files_count_but_not_one_that_ignores_the_folder_itself(tmp_path):
@@ -146,3 +147,49 @@ def test_gcp_configmap_ships_the_same_choice_without_hidden_files_or_links(proje
     user = sorted(path for _, path, _ in plan.files if path.startswith("user/"))
     assert user == ["user/big.ckpt", "user/keep.pt", "user/sub/data/notes.txt", "user/sub/keep2.pt", "user/train.py"]
     assert any("5 left out by .gitignore/.gpuclusterignore" in n for n in plan.notes), plan.notes
+
+
+def _git(repo: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_git_tracked_files_ship_whatever_gitignore_says(tmp_path):
+    """pytorch/examples' root .gitignore has a line `data`, and distributed/minGPT-ddp tracks its
+    own mingpt/data/input.txt: git never applies .gitignore to a tracked file, so neither do we
+    (issue 46 item 3). Untracked files under the ignored name stay out; .gpuclusterignore still
+    leaves out a tracked file (the size limit's advice)."""
+    repo = tree(tmp_path / "examples", {
+        ".gitignore": "data\n*.bin\n",
+        "distributed/minGPT-ddp/mingpt/main.py": "x",
+        "distributed/minGPT-ddp/mingpt/data/input.txt": "tiny shakespeare",
+        "distributed/minGPT-ddp/mingpt/data/scratch.txt": "untracked",
+        "distributed/minGPT-ddp/mingpt/big.bin": "tracked but .gpuclusterignore'd",
+        "distributed/minGPT-ddp/mingpt/.gpuclusterignore": "big.bin\n",
+        "distributed/minGPT-ddp/mingpt/train.bin": "generated, untracked",
+    })
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-f", ".gitignore", "distributed/minGPT-ddp/mingpt/main.py",
+         "distributed/minGPT-ddp/mingpt/data/input.txt", "distributed/minGPT-ddp/mingpt/big.bin")
+    ship = shipment(repo / "distributed/minGPT-ddp/mingpt")
+    assert sorted(e.rel for e in ship.entries) == [".gpuclusterignore", "data/input.txt", "main.py"]
+    assert sorted(ship.left_out) == ["big.bin", "data/scratch.txt", "train.bin"]
+    assert ship.summary().endswith("(3 left out by .gitignore/.gpuclusterignore: big.bin, data/scratch.txt, train.bin)")
+
+
+def test_the_plan_names_an_argument_left_out(tmp_path, monkeypatch):
+    """nanoGPT's .gitignore drops the *.bin its documented first step makes: a command that names
+    one gets a note in the plan saying so and how to ship it (issue 46 item 3)."""
+    from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
+
+    root = tree(tmp_path / "nanogpt", {".gitignore": "*.bin\n", "train.py": "x",
+                                       "data/shakespeare/train.bin": "b", "data/shakespeare/meta.pkl": "m"})
+    monkeypatch.chdir(root)
+    job = JobSpec(run_id="r1", command=("python", "train.py", "--data=data/shakespeare/train.bin",
+                                        "data/shakespeare/meta.pkl"))
+    ship = script_shipment(job)
+    assert ship is not None and ship.left_out == ["data/shakespeare/train.bin"]
+    notes = left_out_notes(ship, job)
+    assert len(notes) == 1 and "'data/shakespeare/train.bin', named by the command, is left out" in notes[0]
+    assert "!data/shakespeare/train.bin" in notes[0]

@@ -195,7 +195,7 @@ class LocalLauncher(Launcher):
 
     def describe(self, spec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
-        from gpucluster.infra.ssh.ship import script_shipment
+        from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
 
         python = self.python_for(job)
         ship = script_shipment(job, python)  # within the size limit, the script not ignored
@@ -204,6 +204,7 @@ class LocalLauncher(Launcher):
         if ship is not None:
             lines.append(f"working folder: a copy of {ship.root} per node ({ship.summary()}); what the job writes "
                          "there comes back to OUTPUTS/workdir/node-N")
+            lines += left_out_notes(ship, job)
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:

@@ -361,7 +361,7 @@ class SshLauncher(NodeAccess, Launcher):
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
-        from .ship import check_shippable
+        from .ship import check_shippable, left_out_notes
 
         ship = check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
@@ -373,7 +373,7 @@ class SshLauncher(NodeAccess, Launcher):
         lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]
-        lines += [f"code: {ship.root} -> every node: {ship.summary()}"] if ship is not None else []
+        lines += [f"code: {ship.root} -> every node: {ship.summary()}", *left_out_notes(ship, job)] if ship else []
         if objects.is_url(job.output_dir):
             lines.append(f"outputs: every node uploads its output folder to {job.output_dir}/{job.run_id}/node-N "
                          "with its own write-only credentials (nothing is copied back here)")

@@ -121,6 +121,14 @@ def script_shipment(job: JobSpec, python: str = "python3") -> Shipment | None:
     return ship
 
 
+def left_out_notes(ship: Shipment | None, job: JobSpec) -> list[str]:
+    """Plan lines for the command's arguments that name a file left out of the shipment."""
+    named = ship.named_left_out(job.command[1:]) if ship is not None else []
+    return [f"note: {n!r}, named by the command, is left out by a .gitignore/.gpuclusterignore rule and will not be "
+            f"on the nodes; to ship it, add the line !{n} to {ship.root / '.gpuclusterignore'}"
+            for n in named] if ship is not None else []
+
+
 def check_shippable(job: JobSpec, python: str = "python3", ssh: str = "ssh") -> Shipment | None:
     """Before anything is recorded: `ssh` on PATH, and the script's folder shippable (`script_shipment`;
     UsageError, exit 2, with the fix). What is shipped, for the plan."""
