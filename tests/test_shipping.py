@@ -193,3 +193,63 @@ def test_the_plan_names_an_argument_left_out(tmp_path, monkeypatch):
     notes = left_out_notes(ship, job)
     assert len(notes) == 1 and "'data/shakespeare/train.bin', named by the command, is left out" in notes[0]
     assert "!data/shakespeare/train.bin" in notes[0]
+
+
+def _job_wrote(code: Path) -> None:
+    """What a job does in its working folder: a new file, a shipped file changed in place (same
+    size, mtime put back), the interpreter's caches."""
+    (code / "ckpt.pt").write_text("new")
+    st = (code / "train.py").stat()
+    (code / "train.py").write_text("print('HI')\n")
+    os.utime(code / "train.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "util.cpython-311.pyc").write_bytes(b"c")
+
+
+def test_local_outputs_are_what_differs_from_the_shipped_list_not_what_is_newer(tmp_path):
+    """Copies keep their source's mtime: a file saved just before the run (a touched module, a
+    fresh .gpuclusterignore, data copied in) came back as job output (issue 46 item 5). Now the
+    node's marker holds the shipped list (size, content) and only what differs from it comes
+    back; never __pycache__."""
+    import time
+
+    from gpucluster.infra.local.launch import _copy_workdir, _lay_down
+
+    project = tree(tmp_path / "proj", {"train.py": "print('hi')\n", "datautils.py": "d", "data/mnist.bin": "m" * 100})
+    soon = time.time() + 30  # saved "just now" (a clock a little ahead): newer than any back-dated mark
+    for rel in ("datautils.py", "data/mnist.bin"):
+        os.utime(project / rel, (soon, soon))
+    node = tmp_path / "home" / "runs" / "r1" / "nodes" / "node-0"
+    job = JobSpec("r1", command=("python", "train.py"))
+    _lay_down(job, project, node)
+    _job_wrote(node / "code")
+    files, _bytes, problems = _copy_workdir(job, node, tmp_path / "back")
+    got = sorted(p.relative_to(tmp_path / "back").as_posix() for p in (tmp_path / "back").rglob("*") if p.is_file())
+    assert got == ["ckpt.pt", "train.py"] and files == 2 and not problems
+
+
+def test_ssh_bundle_carries_the_shipped_list_and_the_node_program_uses_it(tmp_path):
+    """ssh: the bundle's `shipped` marker is the shipped list; workdir.py on the node takes what
+    differs from it, never __pycache__ (the .pyc came back and --resume laid them back)."""
+    from gpucluster import workdir
+    from gpucluster.infra.ssh.ship import bundle
+
+    project = tree(tmp_path / "proj", {"train.py": "print('hi')\n", "datautils.py": "d"})
+    node = tmp_path / "node"
+    with tarfile.open(fileobj=io.BytesIO(bundle(project))) as tar:
+        tar.extractall(node)
+    later = os.stat(node / "shipped").st_mtime + 60
+    os.utime(node / "code" / "datautils.py", (later, later))  # newer than the mark, yet as shipped
+    _job_wrote(node / "code")
+    into = tmp_path / "into"
+    assert workdir.main([str(node / "code"), "--since", str(node / "shipped"), "--into", str(into)]) == 0
+    assert sorted(p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file()) == ["ckpt.pt", "train.py"]
+    # an earlier run's copy holding __pycache__ is not laid back by --resume
+    back = tmp_path / "resume"
+    (back / "__pycache__").mkdir(parents=True)
+    (back / "__pycache__" / "m.pyc").write_bytes(b"c")
+    (back / "snapshot.pt").write_text("s")
+    dest = tmp_path / "fresh"
+    dest.mkdir()
+    assert workdir.lay_back(str(back), str(dest)) == (1, 1)
+    assert not (dest / "__pycache__").exists()

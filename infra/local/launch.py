@@ -8,7 +8,6 @@ keeps it until the launcher lets go: after every other agent has exited, on ever
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -399,7 +398,7 @@ def _visible(cluster, rank: int) -> str:
     return ",".join(str(first + i) for i in range(cluster.gpus_per_node))
 
 
-SHIPPED = "shipped"  # touched once a node's folder is laid down: what the job writes is newer
+SHIPPED = "shipped"  # the shipped list, written once a node's folder is laid down (gpucluster/workdir.py)
 
 
 def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
@@ -431,10 +430,10 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(os.path.abspath(m.src), target_is_directory=True)
-        mark = node_dir / SHIPPED
-        mark.touch()
-        then = mark.stat().st_mtime - 1  # a second back: a file written right after is surely newer
-        os.utime(mark, (then, then))
+        from gpucluster.workdir import shipped_list
+
+        # the shipped list (size, content): what differs from it later is the job's, whatever its mtime
+        (node_dir / SHIPPED).write_text(shipped_list(str(code), [e.rel for e in ship.entries if not e.link]))
     except OSError as exc:
         raise LaunchError(f"could not lay down the node folder {node_dir}: {exc}") from None
 
@@ -443,16 +442,16 @@ def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, l
     """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
     `gpucluster/workdir.py`): (files, bytes, problems)."""
     from gpucluster.outputs import make_dest, remove_if_empty, workdir_args, workdir_problems
-    from gpucluster.workdir import DEFAULT_LIMIT, select
+    from gpucluster.workdir import DEFAULT_LIMIT, read_marker, select
 
     args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))
     skip = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]
     try:
-        since = (node_dir / SHIPPED).stat().st_mtime_ns
+        since, shipped = read_marker(str(node_dir / SHIPPED))
     except OSError as exc:
         return 0, 0, [f"the node folder {node_dir} is gone ({exc.strerror})"]
     limit = DEFAULT_LIMIT if job.collect_limit is None else job.collect_limit
-    chosen, over, unreadable = select(str(node_dir / "code"), since, skip, list(job.collect), limit)
+    chosen, over, unreadable = select(str(node_dir / "code"), since, skip, list(job.collect), limit, shipped)
     files = nbytes = 0
     for rel, _size in chosen:
         target = dest / rel
@@ -469,12 +468,13 @@ def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, l
 
 
 def _remove_work(work: dict[int, Path]) -> None:
+    """The node folders and the folder holding them (RUN/nodes), as a whole: what a --setup or the
+    job wrote beside the node folders (`../../Datasets` from `code/`) is the run's too."""
     for d in work.values():
         shutil.rmtree(d, ignore_errors=True)
-    parents = {d.parent for d in work.values()}
-    for p in parents:
-        with contextlib.suppress(OSError):
-            p.rmdir()
+    for p in {d.parent for d in work.values()}:
+        if p.name == "nodes":
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _remove(folder: str | None) -> None:

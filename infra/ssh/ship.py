@@ -103,6 +103,13 @@ def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
                 raise LaunchError(exc.message) from None
             for entry in ship.entries:
                 tar.add(code_dir / entry.rel, arcname=f"code/{entry.rel}", recursive=False)
+            from gpucluster.workdir import shipped_list
+
+            # the shipped list (size, content) as the marker the job's own files are told from (workdir.py)
+            listed = shipped_list(str(code_dir), [e.rel for e in ship.entries if not e.link]).encode()
+            info = tarfile.TarInfo("shipped")
+            info.size, info.mode = len(listed), 0o644
+            tar.addfile(info, io.BytesIO(listed))
     return buf.getvalue()
 
 
