@@ -281,6 +281,12 @@ def run_report(console: Console, record: RunRecord) -> None:
                                "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
                                style="yellow"), highlight=False)
 
+    from gpucluster.trained import no_training_warning
+
+    untrained = no_training_warning(record)
+    if untrained:
+        console.print(Text(untrained, style="yellow"), highlight=False)
+
     nodes = record.nodes
     if nodes:
         n = Table(title="nodes", show_edge=False, title_justify="left")
