@@ -207,11 +207,27 @@ class LocalLauncher(Launcher):
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+        """The job on a free rendezvous port; once more on another when node 0's store could not
+        bind it (EADDRINUSE: another process took it after it was found free; issue 46 item 6)."""
+        from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
+
+        taken = free_port()
+        result = self._launch(cluster, replace(job, rdzv_port=taken), events, log_dir)
+        if not port_taken(result):
+            return result
+        alt = free_port()
+        events.message(f"rendezvous port {taken} on node 0 (local:0) was taken by another process after it was found "
+                       f"free (EADDRINUSE): starting once more on port {alt}")
+        events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": taken,
+                             "holder": "another process, after the check (EADDRINUSE)"})
+        again = self._launch(cluster, replace(job, rdzv_port=alt, check=None), events, log_dir)
+        return taken_twice(again, taken, alt, "local:0") if port_taken(again) else again
+
+    def _launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
         from gpucluster.jobenv import secret_values
 
         secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
-        job = replace(job, rdzv_port=free_port())
         if job.check is not None:  # the health check (gpucluster/health.py), before anything else starts
             self._check(cluster, job, events, Path(log_dir))
         if job.threads_per_proc is None:
