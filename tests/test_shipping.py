@@ -253,3 +253,19 @@ def test_ssh_bundle_carries_the_shipped_list_and_the_node_program_uses_it(tmp_pa
     dest.mkdir()
     assert workdir.lay_back(str(back), str(dest)) == (1, 1)
     assert not (dest / "__pycache__").exists()
+
+
+def test_the_plan_says_where_paths_above_the_script_folder_go(tmp_path, monkeypatch):
+    """Lightning's examples read and download into `<script dir>/../../Datasets`: on the nodes that
+    is inside the run folder, and nothing told the user (issue 46 item 4)."""
+    from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
+
+    root = tree(tmp_path / "examples" / "fabric", {
+        "train.py": 'import os\nDATASETS = os.path.join(os.path.dirname(__file__), "..", "..", "Datasets")\n'})
+    monkeypatch.chdir(root)
+    job = JobSpec(run_id="r1", command=("python", "train.py"))
+    notes = left_out_notes(script_shipment(job), job)
+    assert len(notes) == 1 and "train.py names paths above its folder ('..')" in notes[0], notes
+    assert "--data SRC:../NAME" in notes[0] and str(tmp_path / "examples") in notes[0]
+    (root / "train.py").write_text("print('no parent paths here')\n")
+    assert left_out_notes(script_shipment(job), job) == []
