@@ -115,3 +115,8 @@ def test_a_setup_writing_beside_the_node_folders_leaves_nothing(home, tmp_path):
     (home / "runs" / run["id"] / "nodes" / "Datasets").mkdir(parents=True)
     left = LocalProvider().leftovers("c", run["id"]).leftovers
     assert [(f.kind, f.detail) for f in left] == [("folder", "holds Datasets")], left
+    # `down` after a crash removes them, then finds nothing
+    from gpucluster.infra.local.plugin import check_down
+
+    assert check_down(LocalProvider(), "c", {run["id"]: {}}).verdict == "verified"
+    assert not (home / "runs" / run["id"] / "nodes").exists()
