@@ -1,8 +1,9 @@
 """What of a script's folder is shipped to the nodes (every backend: ssh/aws tar bundle, local
 per-node copies, gcp ConfigMap), chosen in one place.
 
-Git-tracked files are always shipped (git never applies `.gitignore` to a file it tracks; asked with
-`git ls-files`); only `.gpuclusterignore` rules leave one out. Of the others, left out:
+Git-tracked files are shipped whatever `.gitignore` says (git never applies it to a file it tracks;
+asked with `git ls-files`); only `.gpuclusterignore` rules and the tool folders below leave one out.
+Of the others, left out:
 - tool folders (`SKIP_DIRS`: .git, virtualenvs, caches, node_modules) and `.pyc` files;
 - what `.gitignore` files ignore, as git reads them: the one in each folder applies to the paths
   below that folder; those of the folders above the script's folder count too, up to the
