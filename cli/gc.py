@@ -82,8 +82,14 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     age_limit = None if older_than is None else parse_duration(older_than)
     ledger = common.ledger()
     sweep = Collection(ledger, wanted, regions, project, include_kept, any_owner=any_owner, older_than=age_limit,
-                       stacks=tuple(stacks))
+                       stacks=tuple(stacks), asked=bool(clouds))
     out = common.console(stderr=as_json)
+    if sweep.not_installed:
+        out.print(f"gc finds cloud resources ({', '.join(provisioning())}) that gpucluster made and no run owns; not "
+                  f"looked for on {', '.join(sweep.not_installed)}: its package is not installed here (pip install "
+                  f"'gpucluster[{','.join(sweep.not_installed)}]') and no run of this home used it. local and ssh runs "
+                  "make no cloud resources (their processes: `gpucluster status`, `gpucluster down`)", highlight=False,
+                  markup=False)
     by_cloud, skipped = sweep.look()
     result = Collected(sweep.flat(by_cloud), skipped, not_ours=sweep.not_ours())
     if sweep.live:

@@ -14,7 +14,9 @@ from gpucluster.errors import UsageError, not_allowed
 
 
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
-TOOL_KINDS = frozenset({"util", "worker_start"})
+# gpucluster's own records, shown only with --metrics: the sampler, the announcer, the node supervisor and shell
+TOOL_KINDS = frozenset({"util", "worker_start", "reaper_start", "reaper_done", "node_exit"})
+SECRET_FIELDS = frozenset({"key"})  # a node's control key (gpucluster.control): never printed but by --raw
 METRIC_MARK = "@gpucluster-metric"
 
 
@@ -146,7 +148,8 @@ def summarize(record: dict[str, Any]) -> str:
                 f"{fmt_bytes(record.get('sent_bytes') or 0)} in {fmt_secs(record.get('seconds'))}")
     parts = metric_parts(record)
     if not parts:  # a record of the job's own kind: its fields, briefly
-        parts = [f"{k} {v}" for k, v in record.items() if k not in ("kind", "time") and not isinstance(v, (dict, list))]
+        parts = [f"{k} {v}" for k, v in record.items()
+                 if k not in ("kind", "time", *SECRET_FIELDS) and not isinstance(v, (dict, list))]
     return "  ".join([kind, *parts])
 
 

@@ -150,6 +150,9 @@ class RichRunUI:
         self._print(node_rank, Text(text))
 
     def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+        if record.get("kind") == "text_metric" and node_rank == 0:  # a script's printed loss: the status line too
+            self.state.update({k: record[k] for k in ("epoch", "loss", "accuracy") if record.get(k) is not None})
+            self._refresh()
         if record.get("kind") in ("epoch", "step"):
             for k in ("epoch", "step", "loss", "accuracy", "samples_per_s"):
                 if record.get(k) is not None:
@@ -280,6 +283,12 @@ def run_report(console: Console, record: RunRecord) -> None:
                                "never formed one group, each node trained alone (Lightning: Trainer(num_nodes=N) / "
                                "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
                                style="yellow"), highlight=False)
+
+    from gpucluster.trained import no_training_warning
+
+    untrained = no_training_warning(record)
+    if untrained:
+        console.print(Text(untrained, style="yellow"), highlight=False)
 
     nodes = record.nodes
     if nodes:

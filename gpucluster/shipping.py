@@ -1,7 +1,9 @@
 """What of a script's folder is shipped to the nodes (every backend: ssh/aws tar bundle, local
 per-node copies, gcp ConfigMap), chosen in one place.
 
-Left out:
+Git-tracked files are shipped whatever `.gitignore` says (git never applies it to a file it tracks;
+asked with `git ls-files`); only `.gpuclusterignore` rules and the tool folders below leave one out.
+Of the others, left out:
 - tool folders (`SKIP_DIRS`: .git, virtualenvs, caches, node_modules) and `.pyc` files;
 - what `.gitignore` files ignore, as git reads them: the one in each folder applies to the paths
   below that folder; those of the folders above the script's folder count too, up to the
@@ -29,6 +31,7 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "n
                        ".pytest_cache"})
 IGNORE_FILES = (".gitignore", ".gpuclusterignore")
 LARGEST_SHOWN = 5
+LEFT_OUT_SHOWN = 3  # the left-out paths the plan names
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Shipment:
     root: Path
     entries: list[Entry] = field(default_factory=list)
     ignored: int = 0  # files and folders left out by .gitignore / .gpuclusterignore rules
+    left_out: list[str] = field(default_factory=list)  # their paths (a folder ends with '/')
 
     @property
     def total(self) -> int:
@@ -53,9 +57,28 @@ class Shipment:
         return len(self.entries)
 
     def summary(self) -> str:
-        """"12 file(s), 3.4 MB (5 left out by .gitignore/.gpuclusterignore)"."""
-        left = f" ({self.ignored} left out by .gitignore/.gpuclusterignore)" if self.ignored else ""
-        return f"{self.files} file(s), {human(self.total)}{left}"
+        """"12 file(s), 3.4 MB (5 left out by .gitignore/.gpuclusterignore: data/, a.bin, b.pkl, ...)"."""
+        if not self.ignored:
+            return f"{self.files} file(s), {human(self.total)}"
+        names = ", ".join(self.left_out[:LEFT_OUT_SHOWN]) + (", ..." if self.ignored > LEFT_OUT_SHOWN else "")
+        return f"{self.files} file(s), {human(self.total)} ({self.ignored} left out by .gitignore/.gpuclusterignore: {names})"
+
+    def named_left_out(self, args: Iterable[str]) -> list[str]:
+        """The command's arguments that name a path left out (itself or a path under a folder left
+        out), read as the job reads them, from the shipped folder: the job would not find them."""
+        root = self.root.resolve()
+        out = []
+        for arg in args:
+            value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+            if not value or value.startswith("-") or "://" in value:
+                continue
+            try:
+                rel = (root / value).resolve().relative_to(root).as_posix()
+            except (ValueError, OSError):
+                continue
+            if any(rel == p.rstrip("/") or (p.endswith("/") and rel.startswith(p)) for p in self.left_out):
+                out.append(value)
+        return out
 
     def require(self, rel: str) -> None:
         """UsageError when the script itself (`rel`) is left out by an ignore rule."""
@@ -97,14 +120,39 @@ def shipment(root: Path, *, exclude: Iterable[Path] = (), skip_hidden: bool = Fa
 
     never = {Path(p).resolve() for p in (*exclude, home_dir(create=False))}  # gpucluster's own state: never shipped
     rules = _outer_rules(root.resolve())
-    _walk(root, "", rules, never, skip_hidden, out)
+    _walk(root, "", rules, never, skip_hidden, out, _Tracked(tracked_files(root)))
     return out
 
 
-Rules = list[tuple[str, Any]]  # (folder relative to root, "" for root or above, GitIgnoreSpec)
+def tracked_files(root: Path) -> set[str]:
+    """The files under `root` that git tracks (paths relative to `root`); empty outside a
+    repository or without git."""
+    import subprocess
+
+    try:
+        got = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached"], capture_output=True, timeout=60,
+                             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if got.returncode != 0:
+        return set()
+    return {p for p in got.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
 
 
-def _walk(folder: Path, rel: str, rules: Rules, never: set[Path], skip_hidden: bool, out: Shipment) -> None:
+class _Tracked:
+    """Tracked files and the folders holding them (a folder an ignore rule names is still entered for them)."""
+
+    def __init__(self, files: set[str]):
+        self.files = files
+        self.dirs = {"/".join(f.split("/")[:i]) + "/" for f in files for i in range(1, f.count("/") + 1)}
+
+
+Rules = list[tuple[str, Any, str]]  # (folder relative to root, "" for root or above; GitIgnoreSpec; file name)
+
+
+def _walk(folder: Path, rel: str, rules: Rules, never: set[Path], skip_hidden: bool, out: Shipment,
+          tracked: _Tracked, inside_ignored: bool = False) -> None:
+    """`inside_ignored`: `folder` is ignored as a whole and entered only for its tracked files."""
     rules = rules + _rules_in(folder, rel)
     try:
         names = sorted(os.listdir(folder))
@@ -125,19 +173,34 @@ def _walk(folder: Path, rel: str, rules: Rules, never: set[Path], skip_hidden: b
             continue
         if not is_dir and name.endswith(".pyc"):
             continue
-        if _ignored(rules, sub + ("/" if is_dir else "")):
-            out.ignored += 1
+        key = sub + ("/" if is_dir else "")
+        if key in tracked.files or key in tracked.dirs:  # git ignores no tracked file: only .gpuclusterignore may
+            if _ignored([r for r in rules if r[2] == ".gpuclusterignore"], key):
+                _left_out(out, key)
+                continue
+            if is_dir:
+                _walk(path, key, rules, never, skip_hidden, out, tracked,
+                      inside_ignored or _ignored(rules, key))
+                continue
+        elif inside_ignored or _ignored(rules, key):
+            _left_out(out, key)
             continue
-        if is_dir:
-            _walk(path, sub + "/", rules, never, skip_hidden, out)
-        elif link or path.is_file():
+        elif is_dir:
+            _walk(path, key, rules, never, skip_hidden, out, tracked)
+            continue
+        if link or path.is_file():
             out.entries.append(Entry(sub, 0 if link else st.st_size, link))
+
+
+def _left_out(out: Shipment, rel: str) -> None:
+    out.ignored += 1
+    out.left_out.append(rel)
 
 
 def _ignored(rules: Rules, rel: str) -> bool:
     """The last rule file with a word on `rel` decides (deeper files come later)."""
     decision = False
-    for base, spec in rules:
+    for base, spec, _name in rules:
         if base and not rel.startswith(base):
             continue
         result = spec.check_file(rel[len(base):])
@@ -172,7 +235,7 @@ def _rules_in(folder: Path, rel: str) -> Rules:
     for name in IGNORE_FILES:
         lines = _read(folder / name)
         if lines:
-            found.append((rel, _spec(lines)))
+            found.append((rel, _spec(lines), name))
     return found
 
 
@@ -191,7 +254,7 @@ def _outer_rules(root: Path) -> Rules:
         for name in IGNORE_FILES:
             lines = _read(outer / name)
             if lines:
-                rules.append(("", _Outer(_spec(lines), prefix)))
+                rules.append(("", _Outer(_spec(lines), prefix), name))
     return rules
 
 

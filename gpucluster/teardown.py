@@ -250,9 +250,13 @@ class Collection:
     now: float | None = None
     ownership: Any = None
     left_alone: list[tuple[Any, str, str]] = field(default_factory=list)  # (leftover, why, cloud), last look
+    asked: bool = True  # the clouds were named (gc --cloud); False: every cloud, those not installed left out
+    not_installed: list[str] = field(default_factory=list)  # clouds left out: no SDK here, no run of ours there
 
     def __post_init__(self) -> None:
         import dataclasses
+
+        from gpucluster.errors import MissingDependency
 
         if self.any_owner and self.older_than is None:
             raise UsageError("gc --any-owner also needs --older-than DURATION (e.g. --older-than 12h): it deletes "
@@ -260,9 +264,19 @@ class Collection:
         self.ownership = ownership_of(self.ledger, any_owner=self.any_owner, stacks=self.stacks)
         self.live = set() if self.include_kept else live_clusters(self.ledger)
         open_rows = self.ledger.open_resources()
-        self.scopes = {c: dataclasses.replace(b.needs_provisioner().gc_scope(
-            [r for r in open_rows if r["cloud"] == c], [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)],
-            self.regions, self.project), owner=self.ownership.scan_owner) for c, b in self.backends.items()}
+        self.scopes = {}
+        for c, b in list(self.backends.items()):
+            runs = [r.to_dict() for r in self.ledger.list_runs(limit=200, cloud=c)]
+            try:
+                scope = b.needs_provisioner().gc_scope([r for r in open_rows if r["cloud"] == c], runs, self.regions,
+                                                       self.project)
+            except MissingDependency:
+                if self.asked or runs:  # named, or this home ran there: the user must hear what is missing
+                    raise
+                self.not_installed.append(c)  # nothing of this home's can be there
+                del self.backends[c]
+                continue
+            self.scopes[c] = dataclasses.replace(scope, owner=self.ownership.scan_owner)
 
     @property
     def where(self) -> str:

@@ -13,9 +13,12 @@ files are put under DIR instead (hard links where the filesystem allows, else co
 when nothing is chosen), for the node's object-storage upload (`--output s3://...`, `gs://...`), and
 the same JSON line goes to stderr.
 
-- chosen: regular files under ROOT whose modification time is later than MARKER's (a file
-  written when the job's files were laid down, before anything ran), not at or under a
-  path named by --exclude (relative to ROOT: the output folder, the --data and --resume folders, the tool's own
+- chosen: regular files under ROOT that were not shipped as they are now. MARKER (written when the
+  job's files were laid down, before anything ran) holds the shipped list, {"files": {path: [size,
+  sha1]}}: a file not in it, or of another size or content, is the job's (never by modification
+  time: copies keep their source's, and a file saved just before the run is not the job's output).
+  An empty MARKER (no list): files whose modification time is later than MARKER's. Never
+  `__pycache__` folders (the interpreter's, not the job's), nor what is at or under a path named by --exclude (relative to ROOT: the output folder, the --data and --resume folders, the tool's own
   files); links, devices and what they point to are never followed or copied;
 - `--collect PATTERN` (repeatable): only files whose relative path, or one of whose folders,
   matches a pattern (fnmatch: `*.pt`, `lightning_logs`, `ckpt/*`);
@@ -37,6 +40,50 @@ import sys
 import tarfile
 
 DEFAULT_LIMIT = 10 * 1000 ** 3  # bytes per node (10 GB)
+NEVER_TAKEN = "__pycache__"  # a folder the interpreter writes beside imported modules
+
+
+def stamp(path: str) -> str:
+    """A file's content stamp: its SHA-1."""
+    import hashlib
+
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_list(root: str, rels: list[str]) -> str:
+    """The MARKER text for the regular files `rels` under `root` as shipped (JSON)."""
+    files = {}
+    for rel in rels:
+        path = os.path.join(root, rel)
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            files[rel] = [st.st_size, stamp(path)]
+    return json.dumps({"files": files}, sort_keys=True)
+
+
+def read_marker(path: str) -> tuple[int, dict | None]:
+    """(MARKER's modification time in ns, its shipped list or None when it holds none)."""
+    since = os.stat(path).st_mtime_ns
+    try:
+        with open(path, encoding="utf-8") as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        return since, None
+    return since, got.get("files") if isinstance(got, dict) and isinstance(got.get("files"), dict) else None
+
+
+def _unchanged(path: str, st: os.stat_result, shipped: dict, rel: str) -> bool:
+    was = shipped.get(rel)
+    if not was or was[0] != st.st_size:
+        return False
+    try:
+        return stamp(path) == was[1]
+    except OSError:
+        return False
 
 
 def _matches(rel: str, patterns: list[str]) -> bool:
@@ -47,9 +94,10 @@ def _matches(rel: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in prefixes)
 
 
-def select(root: str, since_ns: int, exclude: list[str], patterns: list[str], limit: int
-           ) -> tuple[list[tuple[str, int]], list[str], list[str]]:
-    """([(relative path, size)] to copy, [over the limit: 'path (size)'], [unreadable: 'path: why'])."""
+def select(root: str, since_ns: int, exclude: list[str], patterns: list[str], limit: int,
+           shipped: dict | None = None) -> tuple[list[tuple[str, int]], list[str], list[str]]:
+    """([(relative path, size)] to copy, [over the limit: 'path (size)'], [unreadable: 'path: why']).
+    `shipped`: the shipped list (path -> [size, sha1]); None: files newer than `since_ns`."""
     chosen: list[tuple[str, int]] = []
     over: list[str] = []
     unreadable: list[str] = []
@@ -62,7 +110,7 @@ def select(root: str, since_ns: int, exclude: list[str], patterns: list[str], li
     for top, dirs, names in os.walk(root, onerror=onerror):
         rel_top = os.path.relpath(top, root).replace(os.sep, "/")
         pre = "" if rel_top == "." else rel_top + "/"
-        dirs[:] = sorted(d for d in dirs if pre + d not in skip)
+        dirs[:] = sorted(d for d in dirs if pre + d not in skip and d != NEVER_TAKEN)
         names = [n for n in names if pre + n not in skip]
         for name in sorted(names):
             path = os.path.join(top, name)
@@ -72,13 +120,17 @@ def select(root: str, since_ns: int, exclude: list[str], patterns: list[str], li
             except OSError as exc:
                 unreadable.append(f"{rel}: {exc.strerror}")
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_mtime_ns <= since_ns or not _matches(rel, patterns):
+            if not stat.S_ISREG(st.st_mode) or not _matches(rel, patterns):
+                continue
+            if shipped is None and st.st_mtime_ns <= since_ns:
                 continue
             if not os.access(path, os.R_OK):
                 unreadable.append(f"{rel}: not readable")
                 continue
             if total + st.st_size > limit:
                 over.append(f"{rel} ({st.st_size} B)")
+                continue
+            if shipped is not None and _unchanged(path, st, shipped, rel):
                 continue
             total += st.st_size
             chosen.append((rel, st.st_size))
@@ -93,7 +145,8 @@ def lay_back(src: str, root: str) -> tuple[int, int]:
     import shutil
 
     files = nbytes = 0
-    for top, _dirs, names in os.walk(src):
+    for top, dirs, names in os.walk(src):
+        dirs[:] = [d for d in dirs if d != NEVER_TAKEN]  # an earlier run's copy may hold the interpreter's caches
         for name in names:
             path = os.path.join(top, name)
             if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -152,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.since:
         ap.error("--since is required")
-    since = os.stat(a.since).st_mtime_ns
-    chosen, over, unreadable = select(a.root, since, a.exclude, a.collect, a.limit)
+    since, shipped = read_marker(a.since)
+    chosen, over, unreadable = select(a.root, since, a.exclude, a.collect, a.limit, shipped)
     if a.into:
         files, nbytes = put_into(a.root, chosen, a.into, unreadable)
         sys.stderr.write(json.dumps({"files": files, "bytes": nbytes, "over": over, "unreadable": unreadable}) + "\n")

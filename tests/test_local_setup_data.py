@@ -95,3 +95,28 @@ def test_ctrl_c_during_setup_leaves_nothing(home):
     run = Ledger(home / "ledger.sqlite3").get_run(run_id).to_dict()
     assert run["status"] == "interrupted" and run["teardown"] == "verified"
     assert {p["name"]: p["status"] for p in run["phases"]}["setup"] == "interrupted"
+
+
+def test_a_setup_writing_beside_the_node_folders_leaves_nothing(home, tmp_path):
+    """A --setup that writes outside the node folder (Lightning's `<script dir>/../../Datasets`)
+    left it after "teardown: verified" (issue 46 item 7): the node folders' folder goes as a whole,
+    and the teardown check looks there."""
+    from gpucluster.infra.local.provider import LocalProvider
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('trained')\n")
+    r = run_cli("run", "--nodes", "2", "--setup", "mkdir -p ../../Datasets && echo x > ../../Datasets/n$GPUCLUSTER_NODE_RANK",
+                "--json", "--", "python", "train.py", cwd=project)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = json.loads(r.stdout)
+    assert run["teardown"] == "verified", run
+    assert not (home / "runs" / run["id"] / "nodes").exists()
+    (home / "runs" / run["id"] / "nodes" / "Datasets").mkdir(parents=True)
+    left = LocalProvider().leftovers("c", run["id"]).leftovers
+    assert [(f.kind, f.detail) for f in left] == [("folder", "holds Datasets")], left
+    # `down` after a crash removes them, then finds nothing
+    from gpucluster.infra.local.plugin import check_down
+
+    assert check_down(LocalProvider(), "c", {run["id"]: {}}).verdict == "verified"
+    assert not (home / "runs" / run["id"] / "nodes").exists()

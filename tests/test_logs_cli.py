@@ -42,7 +42,9 @@ def test_tail_and_metric_summaries(home, tmp_path, capsys):
     lines = [f"line {i}" for i in range(10)] + [
         metric(kind="epoch", epoch=1, step=40, loss=0.31204, accuracy=0.912),
         metric(kind="util", node_rank=0, gpu=[], cpu_percent=40.0),
-        "done"]
+        "done",
+        # the node supervisor's own record (internal, with its control key): hidden (issue 46 item 9)
+        metric(kind="reaper_done", stopped=0, survived=0, key="1425356c4b2ffcb2a667dee2dfcfaa6c")]
     (log_dir / "node-0.log").write_text("\n".join(lines) + "\n")
     (log_dir / "node-1.log").write_text("only line\n")
     assert invoke(RID, "--tail", "3") == 0
@@ -50,9 +52,9 @@ def test_tail_and_metric_summaries(home, tmp_path, capsys):
     # the sampler's record is hidden (it does not count towards the tail), the epoch record summarised
     assert out == ["[node 0] line 9", "[node 0] epoch  epoch 1  step 40  loss 0.3120  acc 91.20%", "[node 0] done",
                    "[node 1] only line"]
-    assert invoke(RID, "--node", "0", "--tail", "2", "--metrics") == 0
-    assert capsys.readouterr().out.splitlines() == ["util  cpu 40%", "done"]
-    assert invoke(RID, "--node", "0", "--tail", "3", "--raw") == 0
+    assert invoke(RID, "--node", "0", "--tail", "3", "--metrics") == 0
+    assert capsys.readouterr().out.splitlines() == ["util  cpu 40%", "done", "reaper_done  stopped 0  survived 0"]
+    assert invoke(RID, "--node", "0", "--tail", "4", "--raw") == 0
     raw = capsys.readouterr().out.splitlines()
     assert raw[0].startswith("@gpucluster-metric {") and json.loads(raw[0].split(" ", 1)[1])["kind"] == "epoch"
     assert invoke(RID, "--tail", "0") == 0 and capsys.readouterr().out == ""

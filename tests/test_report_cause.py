@@ -114,3 +114,38 @@ def test_a_multi_node_run_whose_workers_each_had_world_size_1_is_warned_about(tm
     (tmp_path / "g").mkdir()
     assert "warning: every worker" not in _report(tmp_path / "g", None, metrics=good.summary())
     assert world_record("epoch 1 loss 0.3") is None
+
+
+START = '@gpucluster-metric {"kind": "worker_start", "rank": 0, "local_rank": 0, "pid": 1}'
+UTIL = '@gpucluster-metric {"kind":"util","time":1.0,"node_rank":0,"gpu":[],"cpu_cores":0.2}'
+
+
+def _succeeded(tmp_path, lines, metrics=None, files=0):
+    ledger = Ledger(tmp_path / "l.db")
+    ledger.create_run("r1", cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=["python", "main.py"],
+                      spec={}, workload=None)
+    for rank in (0, 1):
+        ledger.record_node("r1", rank, f"local:{rank}", 0, [UTIL, START, *lines, UTIL])
+    ledger.record_outputs("r1", [{"node_rank": 0, "path": "/o/node-0", "files": 0, "bytes": 0, "verdict": "complete",
+                                  "workdir_files": files, "workdir_bytes": files}])
+    ledger.finish_run("r1", status="succeeded", exit_code=0, failure=None, metrics=metrics or {"final_records": 0})
+    con = Console(record=True, width=200)
+    run_report(con, ledger.get_run("r1"))
+    return " ".join(con.export_text().split())
+
+
+def test_a_script_that_exits_0_without_training_gets_a_warning(tmp_path):
+    """minGPT-ddp exits 0 after one line when a node has fewer than 2 GPUs: SUCCEEDED, but the
+    report (and `show`, the same report) asks whether it trained (issue 46 item 2)."""
+    text = _succeeded(tmp_path, ["Unable to locate sufficient 2 gpus to run this example. Exiting."])
+    assert "SUCCEEDED" in text
+    assert ("warning: no sign of training: no rank reported a metric or a loss, no node wrote a file" in text
+            and "node 0 last printed 'Unable to locate sufficient 2 gpus" in text and "Did the script train?" in text)
+    # progress printed, a printed loss read as a metric, or many lines: no warning
+    for i, (lines, metrics) in enumerate([([f"step {i}" for i in range(10)], None),
+                                          (["epoch 1 loss 0.3"], {"loss": 0.3, "metrics_source": "text"}),
+                                          (["hi"], {"world_size": 2})]):
+        (tmp_path / str(i)).mkdir()
+        assert "no sign of training" not in _succeeded(tmp_path / str(i), lines, metrics)
+    (tmp_path / "f").mkdir()
+    assert "no sign of training" not in _succeeded(tmp_path / "f", ["saved"], files=1)  # a file written: trained

@@ -102,11 +102,18 @@ def test_failing_setup_names_the_node_and_leaves_nothing(hosts, remote_dir, tmp_
     project(tmp_path, monkeypatch)
     ds = make_data(tmp_path, files=2, size=1000)
     run_id = f"ds-{os.getpid()}"
-    setup = ['if [ "$GPUCLUSTER_NODE_RANK" = 1 ]; then echo broken-on-node-1; exit 7; fi; echo fine']
+    # Lightning's `<script dir>/../../Datasets`: written beside the node folders, in the run folder (issue 46 item 7)
+    setup = ['mkdir -p ../../Datasets/mnist && echo x > ../../Datasets/mnist/n$GPUCLUSTER_NODE_RANK; '
+             'if [ "$GPUCLUSTER_NODE_RANK" = 1 ]; then echo broken-on-node-1; exit 7; fi; echo fine']
     result, events = run(hosts, remote_dir, tmp_path, ds, run_id, setup=setup)
     assert not result.ok
     assert result.failure.startswith(f"setup failed on node 1 ({hosts.hosts[1]}): exit code 7"), result.failure
     assert "broken-on-node-1" in result.failure
     assert "train" not in events.phases and "rendezvous" not in events.phases
     assert not any("data ok" in ln for _, ln in events.lines)
-    assert_nothing_left(hosts, cluster_of(hosts, 2), run_id, remote_dir)
+    assert_nothing_left(hosts, cluster_of(hosts, 2), run_id, remote_dir)  # the whole run folder went
+    # and the teardown check looks there: a run folder left on a host is named, not "verified"
+    (remote_dir / run_id / "Datasets").mkdir(parents=True)
+    left = make_launcher(hosts, remote_dir).leftovers(cluster_of(hosts, 2), run_id)
+    assert [(f.kind, f.id.endswith(f"{remote_dir}/{run_id}"), f.detail.endswith("(holds Datasets)")) for f in left] == [
+        ("folder", True, True)], left

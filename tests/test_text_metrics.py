@@ -168,3 +168,19 @@ def test_a_script_that_reports_metric_records_keeps_them():
     state.update({"kind": "epoch", "epoch": 1, "loss": 0.2, "accuracy": 0.8}, 0)
     summary = state.summary()
     assert summary["loss"] == 0.2 and summary["accuracy"] == 0.8 and "metrics_source" not in summary
+
+
+def test_the_status_line_shows_a_scripts_printed_loss():
+    """README: on a terminal the status line shows the phase, epoch/step, loss and accuracy; for a
+    user's script whose loss is read from its printed lines it showed the phase only (issue 46 item 9)."""
+    from rich.console import Console
+
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.text_metrics import text_record
+
+    ui = RichRunUI(Console(record=True, width=200))
+    ui.phase("train")
+    ui.metric(0, text_record("Epoch 3 | loss 0.2100 | acc 91.2%"))
+    ui.metric(1, text_record("Epoch 3 | loss 9.9 | acc 1%"))  # node 0's, as the result: line
+    status = ui._status().plain
+    assert "epoch 3" in status and "loss 0.2100" in status and "acc 91.20%" in status, status

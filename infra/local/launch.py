@@ -8,7 +8,6 @@ keeps it until the launcher lets go: after every other agent has exited, on ever
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -195,7 +194,7 @@ class LocalLauncher(Launcher):
 
     def describe(self, spec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
-        from gpucluster.infra.ssh.ship import script_shipment
+        from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
 
         python = self.python_for(job)
         ship = script_shipment(job, python)  # within the size limit, the script not ignored
@@ -204,14 +203,31 @@ class LocalLauncher(Launcher):
         if ship is not None:
             lines.append(f"working folder: a copy of {ship.root} per node ({ship.summary()}); what the job writes "
                          "there comes back to OUTPUTS/workdir/node-N")
+            lines += left_out_notes(ship, job)
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+        """The job on a free rendezvous port; once more on another when node 0's store could not
+        bind it (EADDRINUSE: another process took it after it was found free; issue 46 item 6)."""
+        from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
+
+        taken = free_port()
+        result = self._launch(cluster, replace(job, rdzv_port=taken), events, log_dir)
+        if not port_taken(result):
+            return result
+        alt = free_port()
+        events.message(f"rendezvous port {taken} on node 0 (local:0) was taken by another process after it was found "
+                       f"free (EADDRINUSE): starting once more on port {alt}")
+        events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": taken,
+                             "holder": "another process, after the check (EADDRINUSE)"})
+        again = self._launch(cluster, replace(job, rdzv_port=alt, check=None), events, log_dir)
+        return taken_twice(again, taken, alt, "local:0") if port_taken(again) else again
+
+    def _launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
         from gpucluster.jobenv import secret_values
 
         secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
-        job = replace(job, rdzv_port=free_port())
         if job.check is not None:  # the health check (gpucluster/health.py), before anything else starts
             self._check(cluster, job, events, Path(log_dir))
         if job.threads_per_proc is None:
@@ -400,7 +416,7 @@ def _visible(cluster, rank: int) -> str:
     return ",".join(str(first + i) for i in range(cluster.gpus_per_node))
 
 
-SHIPPED = "shipped"  # touched once a node's folder is laid down: what the job writes is newer
+SHIPPED = "shipped"  # the shipped list, written once a node's folder is laid down (gpucluster/workdir.py)
 
 
 def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
@@ -432,10 +448,10 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(os.path.abspath(m.src), target_is_directory=True)
-        mark = node_dir / SHIPPED
-        mark.touch()
-        then = mark.stat().st_mtime - 1  # a second back: a file written right after is surely newer
-        os.utime(mark, (then, then))
+        from gpucluster.workdir import shipped_list
+
+        # the shipped list (size, content): what differs from it later is the job's, whatever its mtime
+        (node_dir / SHIPPED).write_text(shipped_list(str(code), [e.rel for e in ship.entries if not e.link]))
     except OSError as exc:
         raise LaunchError(f"could not lay down the node folder {node_dir}: {exc}") from None
 
@@ -444,16 +460,16 @@ def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, l
     """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
     `gpucluster/workdir.py`): (files, bytes, problems)."""
     from gpucluster.outputs import make_dest, remove_if_empty, workdir_args, workdir_problems
-    from gpucluster.workdir import DEFAULT_LIMIT, select
+    from gpucluster.workdir import DEFAULT_LIMIT, read_marker, select
 
     args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))
     skip = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]
     try:
-        since = (node_dir / SHIPPED).stat().st_mtime_ns
+        since, shipped = read_marker(str(node_dir / SHIPPED))
     except OSError as exc:
         return 0, 0, [f"the node folder {node_dir} is gone ({exc.strerror})"]
     limit = DEFAULT_LIMIT if job.collect_limit is None else job.collect_limit
-    chosen, over, unreadable = select(str(node_dir / "code"), since, skip, list(job.collect), limit)
+    chosen, over, unreadable = select(str(node_dir / "code"), since, skip, list(job.collect), limit, shipped)
     files = nbytes = 0
     for rel, _size in chosen:
         target = dest / rel
@@ -470,12 +486,13 @@ def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, l
 
 
 def _remove_work(work: dict[int, Path]) -> None:
+    """The node folders and the folder holding them (RUN/nodes), as a whole: what a --setup or the
+    job wrote beside the node folders (`../../Datasets` from `code/`) is the run's too."""
     for d in work.values():
         shutil.rmtree(d, ignore_errors=True)
-    parents = {d.parent for d in work.values()}
-    for p in parents:
-        with contextlib.suppress(OSError):
-            p.rmdir()
+    for p in {d.parent for d in work.values()}:
+        if p.name == "nodes":
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _remove(folder: str | None) -> None:

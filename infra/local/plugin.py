@@ -20,12 +20,19 @@ def make(options: LaunchOptions) -> tuple[LocalProvider, LocalLauncher]:
 
 def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
     """A crashed run's stray processes are killed first (this home's: by run id AND owner, so another
-    home's processes on this machine are never touched); then each run's processes are looked for."""
+    home's processes on this machine are never touched) and its node folders removed; then each
+    run's processes and folders are looked for."""
     from gpucluster.ownership import installation_id
+
+    import shutil
+
+    from gpucluster.home import home_dir
 
     owner = installation_id()
     for rid in runs:
         kill_run_processes(rid, owner=owner)
+        # the run's node folders (what a --setup wrote beside them too), which its teardown did not reach
+        shutil.rmtree(home_dir(create=False) / "runs" / rid / "nodes", ignore_errors=True)
     check = Check()
     for rid in sorted(runs):
         check = check + Check.of(provider.leftovers(name, rid))

@@ -41,6 +41,12 @@ class LocalProvider(Provider):
             except (psutil.Error, OSError):  # gone or not ours to read: the pid is still reported
                 cmd = ""
             out.append(Leftover(kind="process", id=str(p.pid), detail=cmd))
+        from gpucluster.home import home_dir
+
+        nodes = home_dir(create=False) / "runs" / run_id / "nodes"  # the node folders' folder, removed as a whole (launch._remove_work)
+        if nodes.exists() or nodes.is_symlink():
+            held = sorted(p.name for p in nodes.iterdir())[:4] if nodes.is_dir() else []
+            out.append(Leftover(kind="folder", id=str(nodes), detail=f"holds {', '.join(held) or 'nothing'}"))
         return Check(tuple(out))
 
     def status(self, name: str) -> ClusterStatus | None:

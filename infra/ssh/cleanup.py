@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 
 from .launch import SshLauncher
+from .runfolder import folder_left, folder_leftover, remove_run_folder
 from .session import NOT_OURS_RC, OWNER_FILE, Session, node_label, owner_guard
 from .ship import check_run_id
 
@@ -66,23 +67,27 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, 
             check_run_id(run_id)
             launcher = SshLauncher(identity, known_hosts, options, python=python, grace=grace)
             with Session(launcher, cluster) as session:
-                def one(node: Any) -> tuple[dict[str, str], None]:
+                def one(node: Any) -> tuple[dict[str, Any], None]:
                     d = dirs.get(node.rank, "")
                     session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace, owner)
                     if d:
                         cp = session.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && "
-                                               f"{{ rmdir {shlex.quote(os.path.dirname(d))} 2>/dev/null; true; }}")
+                                               + remove_run_folder(d, owner))
                         if cp.returncode == NOT_OURS_RC:  # another owner's folder at this path: not ours
-                            pass
+                            d = ""
                         elif cp.returncode != 0:
                             raise LaunchError(f"node {node.rank} ({node_label(node)}): could not remove {d}: "
                                               + cp.stderr.decode("utf-8", "replace").strip()[-200:])
-                    return session.procs(node, "list", run_id, str(node.rank), "", 0, owner)
+                    left, _ = session.procs(node, "list", run_id, str(node.rank), "", 0, owner)
+                    return {**left, "folder": folder_left(session, node, os.path.dirname(d)) if d else None}, None
 
                 for node, (left, err) in zip(cluster.nodes, session.each(one)):
                     if err is not None:
                         found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {err}"))
                         continue
+                    folder = left.pop("folder")
+                    if folder and folder not in {f.detail for f in found}:
+                        found.append(folder_leftover(node, folder))
                     for pid, cmd in sorted(left.items(), key=lambda kv: int(kv[0])):
                         found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
         except (ConfigError, MissingDependency, LaunchError) as exc:

@@ -66,7 +66,7 @@ DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
 _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
                 "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
-SHIPPED = "shipped"  # touched once the job's files are on a node: the job's own files are newer
+SHIPPED = "shipped"  # the shipped list (ship.bundle), touched once the job's files are on a node (workdir.py)
 # what gpucluster puts in a node's run folder, never taken for the job's own files (a run without code)
 TOOL_FILES = ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED)
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
@@ -320,12 +320,19 @@ class SshLauncher(NodeAccess, Launcher):
                 return []
         found: list = []
         seen: set[tuple[str, int]] = set()
+        from .runfolder import folder_leftover, folder_left
+
+        folder = f"{self.remote_dir.rstrip('/')}/{run_id}" if run_id else None  # the run folder, removed as a whole
         with Session(self, cluster) as session:
-            results = session.each(lambda n: session.procs(n, "list", run_id or "", "", "", 0, owner))
-            for node, (out, err) in zip(cluster.nodes, results):
+            results = session.each(lambda n: ((session.procs(n, "list", run_id or "", "", "", 0, owner)[0],
+                                               folder_left(session, n, folder) if folder else None), None))
+            for node, (got, err) in zip(cluster.nodes, results):
                 if err is not None:
                     found.append(Leftover("unverified", node_label(node), detail=f"could not check: {err}"))
                     continue
+                out, left = got
+                if left and left not in {f.detail for f in found}:  # hosts sharing a home: one folder
+                    found.append(folder_leftover(node, left))
                 for pid, cmd in sorted(out.items(), key=lambda kv: int(kv[0])):
                     if (node.host, int(pid)) not in seen:
                         seen.add((node.host, int(pid)))
@@ -361,7 +368,7 @@ class SshLauncher(NodeAccess, Launcher):
         return out
 
     def describe(self, spec: Any, job: JobSpec) -> list[str]:
-        from .ship import check_shippable
+        from .ship import check_shippable, left_out_notes
 
         ship = check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
@@ -373,7 +380,7 @@ class SshLauncher(NodeAccess, Launcher):
         lines = [f"{'resume' if m is job.resume else 'data'}: {m.src} -> {m.dest} on every node, " + (
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]
-        lines += [f"code: {ship.root} -> every node: {ship.summary()}"] if ship is not None else []
+        lines += [f"code: {ship.root} -> every node: {ship.summary()}", *left_out_notes(ship, job)] if ship else []
         if objects.is_url(job.output_dir):
             lines.append(f"outputs: every node uploads its output folder to {job.output_dir}/{job.run_id}/node-N "
                          "with its own write-only credentials (nothing is copied back here)")

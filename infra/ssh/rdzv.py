@@ -62,8 +62,11 @@ def once_more(launcher: "SshLauncher", session: "Session", cluster: Any, job: Jo
                          "holder": "another process, between the check and torchrun's bind (EADDRINUSE)"})
     job = dataclasses.replace(job, rdzv_port=alt)
     again = run(job)
-    if port_taken(again):
-        why = (f"the rendezvous port was taken by another process between its check and torchrun's bind "
-               f"(EADDRINUSE) twice: port {taken}, then port {alt}, on node 0 ({node_label(head)})")
-        again = dataclasses.replace(again, failure=f"{why}; {again.failure}" if again.failure else why)
-    return again
+    return taken_twice(again, taken, alt, node_label(head)) if port_taken(again) else again
+
+
+def taken_twice(result: JobResult, taken: int, alt: int, head: str) -> JobResult:
+    """`result` of a second try whose port was taken too, its failure naming both ports."""
+    why = (f"the rendezvous port was taken by another process between its check and torchrun's bind "
+           f"(EADDRINUSE) twice: port {taken}, then port {alt}, on node 0 ({head})")
+    return dataclasses.replace(result, failure=f"{why}; {result.failure}" if result.failure else why)

@@ -476,9 +476,10 @@ class Session:
         def one(node: Any) -> tuple[bool, None]:
             d = dirs.get(node.rank)
             if d:
-                parent = shlex.quote(os.path.dirname(d))
-                cp = self.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && "
-                                    f"{{ rmdir {parent} 2>/dev/null; true; }}", timeout=60)
+                from .runfolder import remove_run_folder
+
+                cp = self.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && {remove_run_folder(d, owner)}",
+                              timeout=60)
                 return cp.returncode == 0, None
             return True, None
 

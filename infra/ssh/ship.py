@@ -103,6 +103,13 @@ def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
                 raise LaunchError(exc.message) from None
             for entry in ship.entries:
                 tar.add(code_dir / entry.rel, arcname=f"code/{entry.rel}", recursive=False)
+            from gpucluster.workdir import shipped_list
+
+            # the shipped list (size, content) as the marker the job's own files are told from (workdir.py)
+            listed = shipped_list(str(code_dir), [e.rel for e in ship.entries if not e.link]).encode()
+            info = tarfile.TarInfo("shipped")
+            info.size, info.mode = len(listed), 0o644
+            tar.addfile(info, io.BytesIO(listed))
     return buf.getvalue()
 
 
@@ -119,6 +126,30 @@ def script_shipment(job: JobSpec, python: str = "python3") -> Shipment | None:
     if script is not None:
         ship.require(script)
     return ship
+
+
+_ABOVE = re.compile(r"""["']\.\.(?:["']|/)""")  # a path above the script's folder in its text: '..', "../data"
+SCRIPT_READ = 1 << 20  # bytes of the script read for it
+
+
+def left_out_notes(ship: Shipment | None, job: JobSpec) -> list[str]:
+    """Plan lines for the command's arguments that name a file left out of the shipment, and for a
+    script whose text names a path above its folder (Lightning's `<script dir>/../../Datasets`)."""
+    if ship is None:
+        return []
+    notes = [f"note: {n!r}, named by the command, is left out by a .gitignore/.gpuclusterignore rule and will not be "
+             f"on the nodes; to ship it, add the line !{n} to {ship.root / '.gpuclusterignore'}"
+             for n in ship.named_left_out(job.command[1:])]
+    script = next((ship.root / a for a in job.command[1:] if a.endswith(".py") and (ship.root / a).is_file()), None)
+    try:
+        text = script.open("rb").read(SCRIPT_READ).decode("utf-8", "replace") if script else ""
+    except OSError:
+        text = ""
+    if _ABOVE.search(text):
+        notes.append(f"note: {script.name if script else 'the script'} names paths above its folder ('..'): on the nodes "
+                     f"'..' is the node's run folder, not {ship.root.parent}; what the job writes there is removed at "
+                     "teardown and does not come back, and data it reads there needs --data SRC:../NAME")
+    return notes
 
 
 def check_shippable(job: JobSpec, python: str = "python3", ssh: str = "ssh") -> Shipment | None:
