@@ -7,6 +7,8 @@ Where: `$GPUCLUSTER_CONFIG` when set, else `config.yaml` in the platform's user 
     cloud: aws                       # the cloud when neither --cloud nor a task file names one
     budget: {daily: 50, monthly: 800}  # USD this home may spend per period (gpucluster/budget.py)
     state: s3://team-bucket/pulumi   # the Pulumi state backend (`state_backend()`)
+    notify:                          # webhooks told when a run ends (`run --notify`; gpucluster.notify)
+      - https://hooks.slack.com/services/T000/B000/XXXX
     aws:                             # defaults for aws runs only
       region: us-west-2
       ssh_cidr: 203.0.113.7/32
@@ -32,7 +34,7 @@ from gpucluster.errors import ConfigError, did_you_mean
 
 CONFIG_ENV = "GPUCLUSTER_CONFIG"
 MAX_CONFIG_BYTES = 64 * 1024
-TOP_KEYS = ("cloud", "state", "budget")  # budget: a mapping of periods (gpucluster/budget.py)
+TOP_KEYS = ("cloud", "state", "budget", "notify")  # budget: a mapping of periods (gpucluster/budget.py)
 # the keys of a cloud's section (each must be a flag that cloud takes)
 CLOUD_KEYS = ("region", "zone", "instance_type", "ssh_cidr", "project", "identity", "known_hosts", "remote_python",
               "python", "max_cost", "stall_minutes")
@@ -45,6 +47,7 @@ ENV_VARS = {"GPUCLUSTER_CLOUD": "cloud", "GPUCLUSTER_REGION": "region", "GPUCLUS
 class UserConfig:
     path: Path
     top: dict[str, str] = field(default_factory=dict)  # cloud, state
+    notify: list[str] = field(default_factory=list)  # webhook URLs (a URL or a list of them in the file)
     clouds: dict[str, dict[str, str]] = field(default_factory=dict)  # cloud -> setting -> value
     lines: dict[str, int] = field(default_factory=dict)  # "cloud", "aws.region" -> line
     budget: dict[str, float] = field(default_factory=dict)  # period -> USD (gpucluster/budget.py)
@@ -99,6 +102,10 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
                      else vnode.value)
             cfg.budget = parse_budget(given, cfg.where(key))
             continue
+        if key == "notify":
+            items = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+            cfg.notify = [_text(cfg, key, item) for item in items]
+            continue
         if key in TOP_KEYS:
             cfg.top[key] = _text(cfg, key, vnode)
             if key == "cloud" and clouds is not None and cfg.top[key] not in clouds and not _placed(cfg.top[key]):
@@ -137,6 +144,11 @@ def state_backend() -> str | None:
     if env:
         return env
     return load_config().top.get("state")
+
+
+def notify_urls() -> list[str]:
+    """The config file's `notify:` webhooks (added to `--notify` and the API's `notify=`)."""
+    return list(load_config().notify)
 
 
 def env_layer() -> dict[str, tuple[str, str]]:
