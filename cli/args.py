@@ -28,24 +28,35 @@ def check_cloud_flags(cloud: str, ctx: click.Context | None = None) -> None:
     """Refuse (exit 2) a flag the chosen cloud would silently ignore, naming it."""
     from click.core import ParameterSource
 
+    ctx = ctx or click.get_current_context()
+    given: dict[str, tuple[tuple[str, ...], object]] = {}
+    for param in ctx.command.params:
+        if not param.name or (param.name not in ctx.params and param.expose_value):
+            continue  # (--state is read by its callback, not passed on: expose_value False)
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source == ParameterSource.DEFAULT:
+            if not (param.name in _PLACES and ctx.params.get(param.name) == ""):
+                continue
+        given[param.name] = (tuple(param.opts), ctx.params.get(param.name))
+    refuse_flags(cloud, given)
+
+
+def refuse_flags(cloud: str, given: dict[str, tuple[tuple[str, ...], object]]) -> None:
+    """The check of `check_cloud_flags` on the settings given (name -> (its flags, value)): also the
+    Python API's (gpucluster.api), so both refuse the same settings with the same words."""
     from gpucluster.infra.registry import traits
 
     if cloud not in CLOUDS:
         return
-    ctx = ctx or click.get_current_context()
     mine = traits(cloud)
     users = cloud_only_flags()
-    for param in ctx.command.params:
-        clouds = users.get(param.name or "")
-        if param.name in _PLACES and ctx.params.get(param.name) == "":  # `--project ''`: never the default
-            raise UsageError(f"{'/'.join(param.opts)} '' is not allowed: give a value, or leave the flag out")
-        if not clouds or param.name in mine.flags or (param.name not in ctx.params and param.expose_value):
-            continue  # (--state is read by its callback, not passed on: expose_value False)
-        source = ctx.get_parameter_source(param.name)
-        if source is None or source == ParameterSource.DEFAULT:
+    for name, (opts, value) in given.items():
+        if name in _PLACES and value == "":  # `--project ''`: never the default
+            raise UsageError(f"{'/'.join(opts)} '' is not allowed: give a value, or leave the flag out")
+        clouds = users.get(name)
+        if not clouds or name in mine.flags:
             continue
-        flag = "/".join(param.opts)
-        raise UsageError(f"{flag} does not apply to --cloud {cloud} ({mine.flags_refused_why}); "
+        raise UsageError(f"{'/'.join(opts)} does not apply to --cloud {cloud} ({mine.flags_refused_why}); "
                          f"it is used with --cloud {' or '.join(clouds)} only: remove it")
 
 

@@ -145,61 +145,6 @@ def cost() -> None:
     """Estimate costs before a run, and report what runs cost."""
 
 
-def _stack_path(stack: str) -> Path:
-    p = Path(stack)
-    if p.suffix in (".yaml", ".yml"):
-        return p
-    return Path("stacks") / f"Pulumi.{stack}.yaml"
-
-
-def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | None, gpus: int | None,
-               nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
-               region: str | None, zone: str | None, gpu: str | None = None):
-    """The ClusterSpec an estimate prices: the stack file's, overridden by the flags given."""
-    from gpucluster.errors import UsageError
-    from gpucluster.infra.registry import priced
-    from gpucluster.infra.registry import NAMES as CLOUDS
-    from gpucluster.spec import ClusterSpec
-    from gpucluster.stackconfig import spec_from_stack_file
-
-    if stack:
-        spec = spec_from_stack_file(_stack_path(stack))
-    elif cloud is None:
-        raise UsageError(f"give --cloud {'|'.join(priced())} (or --stack NAME to read stacks/Pulumi.NAME.yaml)")
-    else:
-        if cloud not in CLOUDS:
-            from gpucluster.errors import not_allowed
-
-            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-        spec = ClusterSpec(cloud=cloud, nodes=1)
-    accelerator = None
-    if gpu is not None:  # --gpu TYPE[:COUNT]: the cloud's catalog picks the machine (as `run` does)
-        from gpucluster.catalog.gpus import combine
-
-        accelerator, gpus = combine(gpu, gpus)
-        if instance_type is None and spec.instance_type is not None:
-            instance_type_from_stack = spec.instance_type
-            raise UsageError(f"--gpu {gpu} and the stack's instanceType {instance_type_from_stack} both pick the "
-                             "machine: give one of them")
-    given = dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes, spot=spot,
-                 disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone, accelerator=accelerator)
-    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if "zone" in changes and "region" not in changes:
-        changes["region"] = None
-    return spec.replace(**changes)
-
-
-def _parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
-    """--nodes N or N,N,...: each within the cloud's limit as `run` checks it (64 with no cloud given)."""
-    from gpucluster.infra.registry import NAMES as CLOUDS, traits
-    from gpucluster.spec import parse_int
-
-    if value is None:
-        return None
-    high = traits(cloud).max_nodes if cloud in CLOUDS else 64
-    return [parse_int("nodes", part, low=1, high=high) for part in value.split(",")]
-
-
 @cost.command("estimate", cls=TaskCommand)
 @options("task_file", "cloud", "gpu", "instance_type", "gpus_per_node",
          task_file=dict(help="Price a task file's cluster (docs/tasks.md) for its limit (limits.max_minutes, else "
@@ -234,10 +179,11 @@ def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, s
       gpucluster cost estimate --stack aws-g5 --hours 2
       gpucluster cost estimate --nodes 1,2,4,8 --workload mnist --epochs 8
     """
+    from gpucluster.api.clusters import estimate, parse_nodes
     from gpucluster.errors import UsageError
 
     gpus = gpus_per_node if gpus_per_node is not None else gpus
-    node_list = _parse_nodes(None if nodes is None else str(nodes), cloud)
+    node_list = parse_nodes(None if nodes is None else str(nodes), cloud)
     if workload is not None:
         if epochs is None:
             raise UsageError("--workload needs --epochs (how many epochs to project)")
@@ -246,25 +192,17 @@ def estimate_cmd(cloud, gpu, instance_type, gpus_per_node, gpus, nodes, hours, s
         raise UsageError("--epochs is for what-if projections: give --workload too")
     if node_list is not None and len(node_list) > 1:
         raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
-    from gpucluster.cost import estimate
-    from gpucluster.infra.registry import plugin
+    from gpucluster.api.clusters import build_spec
     from gpucluster.cli.place import estimate_placed, wanted
-    from gpucluster.spec import normalize, validate
 
     if wanted(cloud, region) or max_hourly is not None:  # the ranking `run --cloud auto` shows
         return estimate_placed(build_spec, cloud, region, max_hourly, as_json, hours, dict(
             gpu=gpu, instance_type=instance_type, gpus=gpus, nodes=node_list[0] if node_list else None, spot=spot,
             disk_gb=disk_gb, disk_type=disk_type, zone=zone, stack=None))
-    spec = build_spec(stack=stack, cloud=cloud, gpu=gpu, instance_type=instance_type, gpus=gpus,
-                      nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
-                      region=region, zone=zone)
-    chosen = plugin(spec.cloud)  # the one lookup: the cost engine is given it
-    spec = normalize(spec, chosen)  # a stack file's options in their one spelling, scopes as URL fields
-    est = estimate(spec, hours if hours is not None else "1", backend=chosen, free_tier=True if free_tier else None)
-    validate(spec, chosen)  # and what `run` refuses besides, by the same checks
-    if free_tier and not any(line.get("category") == "cluster fee" for line in est.lines):
-        raise UsageError(f"--free-tier does not apply to --cloud {spec.cloud}: it waives a cluster fee (GKE's), and "
-                         f"its runs have none: remove it")
+    # the one path: gpucluster.estimate's (api/clusters.py)
+    est = estimate(cloud=cloud, nodes=nodes, gpu=gpu, instance_type=instance_type, gpus_per_node=gpus,
+                   hours=hours, spot=spot, disk_gb=disk_gb, region=region, zone=zone,
+                   disk_type=disk_type, stack=stack, free_tier=free_tier)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=1))
         return

@@ -107,14 +107,13 @@ def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) 
 def _take_down_one(out: Any, ledger: Any, name: str, chosen: Any, **how: Any) -> Any:
     """One cluster down, with a terminal's status line (the clock, what is deleted of what was open,
     what it waits on), then its verdict."""
+    from gpucluster.api.records import take_down_one
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import cluster_watch
-    from gpucluster.teardown import take_down
 
     with RichRunUI(out, quiet=True, watch=cluster_watch(ledger, name)) as ui:
-        ui.phase("teardown")
-        result = take_down(name, chosen.name, ledger=ledger, provider_for=common.provider_for, backend=chosen,
-                           say=lambda text: ui.message(f"{name}: {text}"), **how)
+        ui.phase("teardown")  # the one path: gpucluster.down's (api/records.py)
+        result = take_down_one(name, chosen, ledger=ledger, say=lambda text: ui.message(f"{name}: {text}"), **how)
     _render(out, result, chosen)
     return result
 

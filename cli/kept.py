@@ -52,52 +52,19 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
       gpucluster exec demo --workload digits --epochs 2 --data ./data
       gpucluster exec demo task.yaml --env LR=0.1 --secret HF_TOKEN   (a task file: its job keys)
     """
+    from gpucluster.api.clusters import plan_exec, run_exec
     from gpucluster.cli.run import report
-    from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.kept import Attached, attach, check_fits, close_processes, find, node_count, reclaim
-    from gpucluster.lifecycle import execute
-    from gpucluster.prepare import Request, open_ledger, prepare
-    from dataclasses import replace
+    from gpucluster.kept import node_count
+    from gpucluster.prepare import open_ledger
 
-    from gpucluster.spec import ClusterSpec, normalize
-
-    if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
-        flags["check"] = False
     ledger = open_ledger()
-    kept = find(ledger, cluster, dead_ok=True)
-    chosen = plugin(kept.cloud)
-    spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
-    fits = check_fits(kept, None if flags["max_minutes"] is None else flags["max_minutes"] * 60)
-    req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
-                  region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
-                  disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
-                  options=tuple(f"{k}={v}" for k, v in spec.options), command=command,
-                  provisioning=provisioning(), readers=readers(), **flags)
-    if spec.project and not req.project:
-        req = replace(req, project=spec.project)  # the kept cluster's project, not whatever is configured now
-    plan = prepare(req, chosen)
-    granted = dict(spec.options)
-    asked = [f"{k}={v}" for k, v in plan.spec.options if granted.get(k) != v]
-    # object access for a URL the cluster's nodes were not granted when it was created
-    asked += [f"read access to {u}" for u in plan.spec.reads if u not in spec.reads]
-    asked += [f"write access to {u}" for u in plan.spec.writes if u not in spec.writes]
-    if asked:
-        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(asked)}: "
-                         "what its nodes may reach is fixed when it is created; give only what it was created "
-                         "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
-    # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
-    plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
-    cluster_ = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
+    planned = plan_exec(cluster, dict(flags, command=command), ledger)  # the one path: Cluster.exec's (api/clusters.py)
+    kept, plan, cluster_ = planned.kept, planned.plan, planned.attached
+    fits, reclaimed = planned.fits, planned.reclaimed
     out = common.console(stderr=as_json)
-    reclaimed = reclaim(ledger, plan.launcher, cluster_, kept)  # a killed job's leftovers, before this job
     if reclaimed:
         out.print(f"note: {reclaimed}", highlight=False)
-    from gpucluster.guards import exec_guard
-
     job = plan.needs_job()
-    if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
-        job = replace(job, cost_of=kept.origin.id)
-    job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
     count = node_count(cluster_)  # GKE: the pool's size (its nodes are not listed one by one)
     out.print(f"[bold]plan[/bold]: exec on kept cluster {kept.name} ({count} node(s) on {kept.cloud}, "
               f"created by run {kept.origin.id}), run {job.run_id}: {job.display}", highlight=False)
@@ -108,10 +75,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     from gpucluster.cli.render import RichRunUI
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"]) as ui:
-        outcome = execute(plan.spec, job, ledger=ledger, provider=Attached(cluster_), launcher=plan.launcher,
-                          backend=chosen, ui=ui,
-                          keep=True, prices=plan.prices, workload=plan.workload, resumed_from=plan.resumed_from)
-    forced, said = close_processes(ledger, plan.launcher, cluster_, outcome.run_id)
+        outcome, forced, said = run_exec(planned, ledger=ledger, ui=ui)
     report(out, ledger.get_run(outcome.run_id), as_json)
     if said:
         click.echo(f"gpucluster: {said}", err=True)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from gpucluster.cli import common
 from gpucluster.cli.complete import complete_run_id
-from gpucluster.errors import UsageError, not_allowed
 
 
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
@@ -43,15 +40,11 @@ def logs(run_id, node, follow, tail, metrics, raw):
       gpucluster logs r20261122-031500-1a2b3c --node 0
       gpucluster logs r20261122-031500-1a2b3c --follow --tail 20
     """
-    ledger = common.ledger()
-    run = ledger.get_run(run_id)
-    if run is None:
-        raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    log_dir = Path(run.run.log_dir or "")
-    files = _node_logs(log_dir)
-    if node is not None and node >= (run.run.nodes or 0) and not any(p.stem == f"node-{node}" for p in files):
-        have = sorted(p.stem for p in files)
-        raise UsageError(not_allowed("node", node, ", ".join(have) or "none: the run has no node logs"))
+    from gpucluster.api.records import reader
+
+    read = reader(run_id, node, ledger=common.ledger())  # the one path: gpucluster.logs's (api/records.py)
+    run, log_dir = read.record, read.log_dir
+    files = read.files()
     live = follow and run.run.status == "running"
     if not files and not live:
         click.echo(f"run {run.id} has no node logs in {log_dir}", err=True)
@@ -60,57 +53,31 @@ def logs(run_id, node, follow, tail, metrics, raw):
         click.echo(f"run {run.id}: no node log yet (the nodes are being provisioned or started); waiting ...",
                    err=True)
     view = _View(raw=raw, metrics=metrics, prefix=(run.run.nodes or 1) > 1 and node is None and not raw)
-    offsets: dict[Path, int] = {}
 
-    def pump(first: bool) -> bool:
-        grew = False
-        for p in _node_logs(log_dir):
-            if node is not None and p.stem != f"node-{node}":
-                continue
-            if not p.is_file():
-                raise UsageError(f"node log {str(p)!r} is not a file (a folder?); move it aside to read the others")
-            # bytes, not text: the offset counts the bytes read (a line that is not UTF-8 is re-encoded
-            # longer by errors="replace", and a text offset then skipped what came after it)
-            with open(p, "rb") as fh:
-                fh.seek(offsets.get(p, 0))
-                data = fh.read()
-            if data and not data.endswith(b"\n") and follow:
-                data = data[: data.rfind(b"\n") + 1]  # a line still being written: next time
-            offsets[p] = offsets.get(p, 0) + len(data)
-            chunk = data.decode("utf-8", errors="replace")
-            shown = [s for s in (view.show(p.stem, line) for line in chunk.splitlines()) if s is not None]
+    def echo(batch: list[Any], first: bool = False) -> None:
+        by_node: dict[int, list[str]] = {}
+        for line in batch:
+            text = view.show(f"node-{line.node}", line.text)
+            if text is not None:
+                by_node.setdefault(line.node, []).append(text)
+        for shown in by_node.values():
             if first and tail is not None:
                 shown = shown[len(shown) - tail:] if tail else []
             for text in shown:
                 click.echo(text)
-            grew = grew or bool(chunk)
-        return grew
 
-    pump(first=True)
+    def orphaned() -> None:
+        click.echo(f"run {run.id}: its gpucluster process is gone, yet the record says it is "
+                   f"running; close it with: gpucluster down {run.run.cluster}", err=True)
+
+    echo(read.read(whole_lines=follow), first=True)
     if follow:
         try:
-            while True:
-                grew = pump(first=False)
-                now = ledger.get_run(run.id)
-                if not grew and (now is None or now.run.status != "running"):
-                    pump(first=False)  # what was written between the last read and the end
-                    break
-                if not grew and not _owner_alive(run):
-                    pump(first=False)  # what it wrote just before it went
-                    click.echo(f"run {run.id}: its gpucluster process is gone, yet the record says it is "
-                               f"running; close it with: gpucluster down {run.run.cluster}", err=True)
-                    break
-                time.sleep(0.5)
+            for batch in read.follow(on_orphan=orphaned):
+                echo(batch)
         except KeyboardInterrupt:
             pass
     return 0
-
-
-def _node_logs(log_dir: Path) -> list[Path]:
-    if not log_dir.is_dir():
-        return []
-    found = [p for p in log_dir.glob("node-*.log") if p.stem.split("-", 1)[1].isdigit()]
-    return sorted(found, key=lambda p: int(p.stem.split("-")[1]))
 
 
 class _View:
@@ -151,14 +118,3 @@ def summarize(record: dict[str, Any]) -> str:
         parts = [f"{k} {v}" for k, v in record.items()
                  if k not in ("kind", "time", *SECRET_FIELDS) and not isinstance(v, (dict, list))]
     return "  ".join([kind, *parts])
-
-
-def _owner_alive(run: Any) -> bool:
-    """Whether a live gpucluster process still owns the run (its owner lock, released by the kernel
-    when that process dies, names this run)."""
-    from gpucluster.owner import owner
-
-    info = owner(run.run.cluster)
-    if info is None:
-        return False
-    return info.get("run_id") in (None, run.id)  # an unreadable lock: assume it is this run's

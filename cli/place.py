@@ -18,7 +18,7 @@ def placeable() -> tuple[str, ...]:
     return tuple(c for c in provisioning() if c in priced())
 
 
-def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: bool = True,
+def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: bool = True, given: Any = None,
              **request: Any) -> tuple[Any, Any, Any]:
     """(the chosen cloud's plugin, its plan, the Placement or None) for a command's flags (`prepare.Request`'s
     fields plus `max_hourly` and `max_attempts`, taken out here; `request`: more of its fields). One cloud
@@ -35,7 +35,12 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
     req = Request(**flags, **request, provisioning=provisioning(), readers=readers())
     if not pl.wanted(cloud, flags.get("region")) and max_hourly is None and max_attempts is None:
         chosen = plugin(cloud)
-        check_cloud_flags(cloud)
+        if given is None:
+            check_cloud_flags(cloud)
+        else:  # the Python API (api/): the settings it was given, checked the same way
+            from gpucluster.cli.args import refuse_flags
+
+            refuse_flags(cloud, dict(given))
         return chosen, prepare(req, chosen, provider=provider_for(cloud) if provider_for else None,
                                strict_prices=strict_prices), None
     clouds = pl.parse_clouds(cloud, placeable())

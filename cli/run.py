@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from gpucluster.cli.budgets import OVER_BUDGET, check_budget, record_override
+from gpucluster.cli.budgets import OVER_BUDGET, check_budget
 from gpucluster.cli.common import console as _console
-from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES
 from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
@@ -29,9 +29,13 @@ from gpucluster.errors import ExitCode, UsageError
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
 @click.option("--over-budget", "over_budget", **OVER_BUDGET)
+@click.option("--notify", "notify", multiple=True, metavar="URL",
+              help="POST a JSON event (Slack-compatible `text`) to this webhook when the run ends, fails, is "
+                   "recovered or leaves something not verified (repeatable; also `notify:` in the config file). "
+                   "A webhook that fails is retried twice, then said; the run is not affected.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | None = None, over_budget: bool = False,
-        **flags: Any) -> int:
+        notify: tuple[str, ...] = (), **flags: Any) -> int:
     """Provision a cluster, train on it with torchrun, tear it down, report.
 
     \b
@@ -46,18 +50,14 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
       gpucluster run --cloud kubernetes --context lab --namespace ml --nodes 2 --gpus-per-node 4
       gpucluster run --cloud aws --nodes 4 --spot --recover 3 --fallback on-demand --checkpoint-every 200
     """
-    from gpucluster.cli.args import fold_option_flags
+    from gpucluster.api.jobs import all_webhooks, execute_plan, plan_run
     from gpucluster.cli.common import preflight, print_notes
-    from gpucluster.cli.place import placeable, prepared, print_placement
-    from gpucluster.infra.registry import plugin
-    from gpucluster.placement import wanted
+    from gpucluster.cli.place import print_placement
     from gpucluster.prepare import check_before_recording, open_ledger
 
-    flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the run's options
-    first = placeable()[0] if wanted(flags["cloud"], None) else flags["cloud"]
-    flags["options"] = _idle_stop(plugin(first), flags["options"], keep, idle_minutes)
-    chosen, plan, placement = prepared(flags)  # the one lookup (or the ranking's first): everything below is given it
-    plan.policy = _kept_policy(plan.policy, keep, flags["recover"])
+    urls = all_webhooks(notify)  # checked before anything else is done
+    planned = plan_run(flags, keep=keep, idle_minutes=idle_minutes)  # the one path: gpucluster.run's (api/jobs.py)
+    chosen, plan, placement = planned.backend, planned.plan, planned.placement
     out = _console(stderr=as_json)
     if placement is not None:
         print_placement(out, placement)
@@ -78,19 +78,14 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     confirm_billable(chosen, yes, "this creates billable cloud resources", "Create the cluster and run?")
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import run_watch
-    from gpucluster.recovery import run_plan
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
-        if placement is None:
-            result = run_plan(plan, ledger=ledger, ui=ui, backend=chosen, keep=keep, reprice=_reprice(chosen))
-        else:  # down the ranking on capacity and quota errors (docs/placement.md)
-            from gpucluster.cli.place import run_failover
-
-            result = run_failover(placement, ledger=ledger, ui=ui, keep=keep, reprice=_reprice,
-                                  policy_of=lambda p: _kept_policy(p, keep, flags["recover"]))
-    record_override(ledger, result.attempts[0].run_id, over)
-    report(out, as_ended(with_attempts(ledger, ledger.get_run(result.final.run_id)), result.final), as_json)
+        done = execute_plan(planned, ledger=ledger, ui=ui, notify=urls, over=over)
+    result = done.result
+    report(out, as_ended(with_attempts(ledger, done.record), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)
+    for line in done.undelivered:  # a webhook that failed changes nothing of the run: said, not fatal
+        click.echo(f"gpucluster: warning: {line}", err=True)
     from gpucluster.errors import ExitCode
     from gpucluster.home import ledger_moved
 
@@ -100,31 +95,6 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
         if result.exit_code != ExitCode.INTERRUPTED:  # an interrupt's 130 says more
             return max(int(result.exit_code), int(ExitCode.LEFTOVERS))
     return int(result.exit_code)
-
-
-def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) -> Any:
-    """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
-    with the node-side idle stop, or a UsageError."""
-    if idle_minutes is None:
-        given = next((o for o in options or () if o.split("=", 1)[0].strip() in ("idleMinutes", "idle_minutes")), None)
-        if given is not None and not keep:  # the option gets what the flag gets (issue 45 item 10)
-            raise UsageError(f"--option {given} is for a cluster that is kept: add --keep")
-        return options
-    if not keep:
-        raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep")
-    if not chosen.can(Capability.PROVISIONS):
-        raise UsageError(f"--idle-minutes is not allowed with --cloud {chosen.name}: its machines are not created "
-                         "by gpucluster (nothing is kept)")
-    return with_idle_stop(options, idle_minutes)
-
-
-def _kept_policy(policy: Any, keep: bool, recover: int | None) -> Any:
-    """A kept cluster and a replaced one cannot both be the result: --keep runs without recovery."""
-    if not keep or policy is None or not policy.retries:
-        return policy
-    if recover is not None:
-        raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
-    return replace(policy, retries=0)
 
 
 def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
@@ -142,17 +112,6 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
         from gpucluster.recording import record_line
 
         click.echo(f"gpucluster: error: {record_line(result.final.record_error, cluster)}", err=True)
-
-
-def _reprice(chosen: Any) -> Any:
-    """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
-    if not chosen.can(Capability.PRICED):
-        return None
-    import functools
-
-    from gpucluster import cost
-
-    return functools.partial(cost.price_snapshot, backend=chosen)
 
 
 def with_attempts(ledger: Any, record: Any) -> Any:

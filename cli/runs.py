@@ -8,7 +8,6 @@ import click
 
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.complete import complete_run_id
-from gpucluster.errors import UsageError
 from gpucluster.infra.registry import NAMES as CLOUDS
 
 
@@ -24,10 +23,11 @@ def runs(limit, cloud, status, as_json):
     Example:
       gpucluster runs --limit 5
     """
+    from gpucluster.api.records import runs as listed
     from gpucluster.ledger import Ledger
 
     ledger = Ledger.open_default()
-    rows = ledger.list_runs(limit=limit, cloud=cloud, status=status)
+    rows = listed(limit, cloud=cloud, status=status, ledger=ledger)  # the one path: gpucluster.runs (api/records.py)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
         return 0
@@ -81,13 +81,10 @@ def show(run_id, as_json, plot_path):
         from gpucluster.plots import check_plot_file
 
         check_plot_file(plot_path, "--plot file")  # before anything is read or drawn
-    ledger = Ledger.open_default()
-    run = ledger.get_run(run_id, with_metrics=as_json)
-    if run is None:
-        raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    from gpucluster.cli.run import with_attempts
+    from gpucluster.api.records import show as shown
 
-    run = with_attempts(ledger, run)  # a recovered chain: its attempts
+    ledger = Ledger.open_default()
+    run = shown(run_id, metrics=as_json, ledger=ledger)  # gpucluster.show: a recovered chain with its attempts
     if plot_path:
         from gpucluster.plots import plot_run
 

@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from gpucluster.cli import common
-from gpucluster.cli.budgets import OVER_BUDGET, check_budget, record_override
-from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES, with_idle_stop
+from gpucluster.cli.budgets import OVER_BUDGET, check_budget
+from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.cli.taskopts import TaskCommand
-from gpucluster.errors import TeardownIncomplete, UsageError, not_allowed
-from gpucluster.infra.registry import NAMES, plugin, provisioning
+from gpucluster.errors import TeardownIncomplete
+from gpucluster.infra.registry import provisioning
 
 
 @click.command(cls=TaskCommand)
@@ -43,21 +43,12 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
       gpucluster up task.yaml
     """
-    from gpucluster.cli.place import prepared, print_placement
-    from gpucluster.lifecycle import provision_only
-    from gpucluster.placement import wanted
+    from gpucluster.api.clusters import plan_up, provision
+    from gpucluster.cli.place import print_placement
     from gpucluster.prepare import check_before_recording, open_ledger
 
-    cloud = flags["cloud"]
-    clouds = provisioning()
-    if cloud not in clouds and not wanted(cloud, None):
-        others = [n for n in NAMES if n not in clouds]
-        raise UsageError(not_allowed("cloud", cloud, clouds)
-                         + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
-                            if cloud in NAMES else ""))
-    flags["options"] = with_idle_stop(flags["options"], idle_minutes)  # the cloud's spec rules check it
-    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it
-    chosen, plan, placement = prepared(flags, provider_for=common.provider_for, strict_prices=False, job=False)
+    planned = plan_up(flags, idle_minutes=idle_minutes)  # the one path: gpucluster.up's (api/clusters.py)
+    chosen, plan, placement = planned.backend, planned.plan, planned.placement
     cloud, spec, dry_run = chosen.name, plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)
     if placement is not None:
@@ -89,13 +80,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
 
     # messages printed; the status line ticks with the resources created, planned and in flight
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
-        made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui,  # the state recorded
-                              backend=chosen, prices=plan.prices)
-    record_override(ledger, str(spec.run_id), over)
-    if flags["max_cost"] is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
-        from gpucluster.guards import CAP_KIND
-
-        ledger.add_metrics(str(spec.run_id), [(None, {"kind": CAP_KIND, "max_cost": flags["max_cost"]})])
+        made = provision(planned, ledger=ledger, ui=ui, over=over)  # the state recorded
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.recording import kept_line

@@ -196,6 +196,25 @@ class RunRecord:
         """The stored cost (`gpucluster.cost.run_cost`), None before it was computed."""
         return self.run.cost
 
+    # the run's own columns a caller of the Python API reads most (docs/python.md)
+    @property
+    def status(self) -> str | None:
+        """running, succeeded, failed or interrupted."""
+        return self.run.status
+
+    @property
+    def teardown(self) -> str | None:
+        """The teardown verdict: verified, leftovers, not verified, kept, or None (nothing to check)."""
+        return self.run.teardown
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.run.exit_code
+
+    @property
+    def cluster(self) -> str | None:
+        return self.run.cluster
+
     def phase(self, name: str) -> PhaseRow | None:
         return next((p for p in self.phases if p.name == name), None)
 

@@ -26,7 +26,7 @@ from gpucluster.infra.registry import NAMES, PACKAGES
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("gpucluster", "infra", "cli", "stacks", "workloads")
+SOURCE_DIRS = ("gpucluster", "infra", "cli", "api", "stacks", "workloads")
 BACKEND_DIRS = {ROOT / "infra" / name for name in NAMES}
 SHARED = sorted(p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py")
                 if not any(parent in BACKEND_DIRS for parent in p.parents) and p.name != "registry.py")

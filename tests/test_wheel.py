@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 # source folder -> import name, as pyproject.toml's [tool.setuptools.package-dir] maps them
 MAPPED = {"gpucluster": "gpucluster", "infra": "gpucluster/infra", "workloads": "gpucluster/workloads",
-          "cli": "gpucluster/cli"}
+          "cli": "gpucluster/cli", "api": "gpucluster/api"}
 SKIP = {".venv", ".git", "build", "dist", "__pycache__", ".pytest_cache", "gpucluster.egg-info"}
 BLOCKED = ("sklearn", "scipy")
 TIMES: dict[str, float] = {}

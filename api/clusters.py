@@ -1,0 +1,292 @@
+"""Clusters and prices from Python: `estimate(...)`, `up(...) -> Cluster` with `Cluster.exec`,
+`.status()` and `.down()`; the steps `gpucluster up`, `exec` and `cost estimate` take through the
+same code (the CLI prints between them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gpucluster.errors import UsageError, not_allowed
+
+
+# -- estimate -------------------------------------------------------------------------------------
+def parse_nodes(value: str | None, cloud: str | None) -> list[int] | None:
+    """--nodes N or N,N,...: each within the cloud's limit as `run` checks it (64 with no cloud given)."""
+    from gpucluster.infra.registry import NAMES as CLOUDS, traits
+    from gpucluster.spec import parse_int
+
+    if value is None:
+        return None
+    high = traits(cloud).max_nodes if cloud in CLOUDS else 64
+    return [parse_int("nodes", part, low=1, high=high) for part in value.split(",")]
+
+
+def stack_path(stack: str) -> Path:
+    p = Path(stack)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return Path("stacks") / f"Pulumi.{stack}.yaml"
+
+
+def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | None, gpus: int | None,
+               nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
+               region: str | None, zone: str | None, gpu: str | None = None) -> Any:
+    """The ClusterSpec an estimate prices: the stack file's, overridden by the settings given."""
+    from gpucluster.infra.registry import NAMES as CLOUDS, priced
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.stackconfig import spec_from_stack_file
+
+    if stack:
+        spec = spec_from_stack_file(stack_path(stack))
+    elif cloud is None:
+        raise UsageError(f"give --cloud {'|'.join(priced())} (or --stack NAME to read stacks/Pulumi.NAME.yaml)")
+    else:
+        if cloud not in CLOUDS:
+            raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+        spec = ClusterSpec(cloud=cloud, nodes=1)
+    accelerator = None
+    if gpu is not None:  # --gpu TYPE[:COUNT]: the cloud's catalog picks the machine (as `run` does)
+        from gpucluster.catalog.gpus import combine
+
+        accelerator, gpus = combine(gpu, gpus)
+        if instance_type is None and spec.instance_type is not None:
+            raise UsageError(f"--gpu {gpu} and the stack's instanceType {spec.instance_type} both pick the "
+                             "machine: give one of them")
+    given = dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes, spot=spot,
+                 disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone, accelerator=accelerator)
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if "zone" in changes and "region" not in changes:
+        changes["region"] = None
+    return spec.replace(**changes)
+
+
+def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | None = None,
+             instance_type: str | None = None, gpus_per_node: int | None = None, hours: float | str | None = None,
+             spot: bool | None = None, disk_gb: int | None = None, region: str | None = None, zone: str | None = None,
+             disk_type: str | None = None, stack: str | None = None, free_tier: bool = False) -> Any:
+    """The itemised cost of a cluster for some hours (default 1; `gpucluster cost estimate`): a
+    `costing.estimate.Estimate` with `.hourly`, `.total` and `.lines` (Decimal dollars)."""
+    from gpucluster.cli.options import OPTIONS, Float
+    from gpucluster.cost import estimate as priced_estimate
+    from gpucluster.infra.registry import plugin
+    from gpucluster.spec import normalize, validate
+
+    if gpus_per_node is not None:
+        gpus_per_node = OPTIONS["gpus_per_node"][1]["type"].convert(gpus_per_node, None, None)
+    if disk_gb is not None:
+        disk_gb = OPTIONS["disk_gb"][1]["type"].convert(disk_gb, None, None)
+    priced_hours: float | str = "1" if hours is None else \
+        Float("hours", "a number of hours above 0 (e.g. 0.5, 3)", 0, 24 * 366).convert(hours, None, None)
+    node_list = parse_nodes(None if nodes is None else str(nodes), cloud)
+    if node_list is not None and len(node_list) > 1:
+        raise UsageError(f"--nodes {nodes!r}: a list of node counts needs --workload and --epochs")
+    spec = build_spec(stack=stack, cloud=cloud, gpu=gpu, instance_type=instance_type, gpus=gpus_per_node,
+                      nodes=node_list[0] if node_list else None, spot=spot, disk_gb=disk_gb, disk_type=disk_type,
+                      region=region, zone=zone)
+    chosen = plugin(spec.cloud)  # the one lookup: the cost engine is given it
+    spec = normalize(spec, chosen)  # a stack file's options in their one spelling, scopes as URL fields
+    est = priced_estimate(spec, priced_hours, backend=chosen, free_tier=True if free_tier else None)
+    validate(spec, chosen)  # and what `run` refuses besides, by the same checks
+    if free_tier and not any(line.get("category") == "cluster fee" for line in est.lines):
+        raise UsageError(f"--free-tier does not apply to --cloud {spec.cloud}: it waives a cluster fee (GKE's), and "
+                         f"its runs have none: remove it")
+    return est
+
+
+# -- up -------------------------------------------------------------------------------------------
+def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
+            given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Any:
+    """`up`'s plan (a cluster, no job) and its backend, or a UsageError; nothing is recorded."""
+    from gpucluster.api.jobs import Planned
+    from gpucluster.cli import common
+    from gpucluster.cli.idle import with_idle_stop
+    from gpucluster.cli.place import prepared
+    from gpucluster.infra.registry import NAMES, provisioning
+    from gpucluster.placement import wanted
+
+    cloud = flags["cloud"]
+    clouds = provisioning()
+    if cloud not in clouds and not wanted(cloud, None):
+        others = [n for n in NAMES if n not in clouds]
+        raise UsageError(not_allowed("cloud", cloud, clouds)
+                         + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
+                            if cloud in NAMES else ""))
+    flags["options"] = with_idle_stop(tuple(flags.get("options") or ()), idle_minutes)  # the cloud's rules check it
+    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it
+    chosen, plan, placement = prepared(flags, provider_for=common.provider_for, strict_prices=False, job=False,
+                                       given=given)
+    return Planned(chosen, plan, keep=True, max_cost=flags.get("max_cost"), placement=placement)
+
+
+def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None) -> Any:
+    """Create the planned cluster (the run lifecycle's bookkeeping, no job): `lifecycle.Provisioned`;
+    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run)."""
+    from gpucluster.cli.budgets import record_override
+    from gpucluster.lifecycle import provision_only
+
+    plan = planned.plan
+    made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui, backend=planned.backend,
+                          prices=plan.prices)
+    record_override(ledger, str(plan.spec.run_id), over or [])
+    if planned.max_cost is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
+        from gpucluster.guards import CAP_KIND
+
+        ledger.add_metrics(str(plan.spec.run_id), [(None, {"kind": CAP_KIND, "max_cost": planned.max_cost})])
+    return made
+
+
+@dataclass
+class Cluster:
+    """A kept cluster (`up`, `run(keep=True)`): its name, cloud, nodes (head first) and hourly price."""
+
+    name: str
+    cloud: str
+    nodes: list[Any]
+    run_id: str | None = None
+    hourly: Any = None
+
+    def exec(self, command: Sequence[str] | str | None = None, **options: Any) -> Any:
+        """Run a job on the cluster (`gpucluster exec`): its own run, no teardown; its record."""
+        return exec_on(self.name, command, **options)
+
+    def status(self) -> dict[str, Any]:
+        """What the ledger says of the cluster now: `up`, the resources that may still exist, its runs."""
+        from gpucluster.ledger import Ledger
+
+        ledger = Ledger.open_default()
+        open_rows = ledger.open_resources(self.name)
+        runs = [r.id for r in ledger.list_runs(limit=None) if r.cluster == self.name]
+        return {"name": self.name, "cloud": self.cloud, "up": bool(open_rows), "open_resources": len(open_rows),
+                "runs": runs}
+
+    def down(self, **how: Any) -> Any:
+        """Delete the cluster and check what is left (`gpucluster down NAME`): the verdict."""
+        from gpucluster.api.records import down
+
+        return down(self, **how)
+
+
+def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, over_budget: bool = False,
+       quiet: bool = True, progress: Any = None, **options: Any) -> Cluster:
+    """Create a cluster and leave it up (`gpucluster up`); `Cluster.down()` removes it."""
+    from gpucluster.api.flags import flags_of
+    from gpucluster.api.jobs import PLACEMENT_FLAGS, ui_for
+    from gpucluster.cli.budgets import check_budget
+    from gpucluster.cli.options import CLUSTER
+    from gpucluster.errors import TeardownIncomplete
+    from gpucluster.prepare import check_before_recording, open_ledger
+
+    allowed = [c for c in CLUSTER if c not in ("dry_run", "yes", "as_json", "state")] + ["max_cost", *PLACEMENT_FLAGS]
+    flags, given = flags_of(dict(cloud=cloud, nodes=nodes, **options), allowed, defaults={})
+    if idle_minutes is not None:
+        from gpucluster.cli.idle import IDLE_MINUTES
+
+        idle_minutes = IDLE_MINUTES.convert(idle_minutes, None, None)
+    planned = plan_up(flags, idle_minutes=idle_minutes, given=given)
+    ledger = open_ledger()
+    plan = planned.plan
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, None, over_budget)
+    if planned.placement is None:  # a placed plan's preflight ran while ranking
+        check_before_recording(plan)
+    made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over)
+    if made.record_error:
+        from gpucluster.recording import kept_line
+
+        raise TeardownIncomplete(kept_line(made.record_error, planned.plan.spec.name))
+    return Cluster(made.cluster.name, planned.backend.name, list(made.cluster.nodes), planned.plan.spec.run_id,
+                   planned.plan.hourly)
+
+
+# -- exec -----------------------------------------------------------------------------------------
+@dataclass
+class ExecPlan:
+    """A job planned on a kept cluster (`exec`): what the CLI shows before it runs."""
+
+    kept: Any
+    backend: Any
+    plan: Any
+    attached: Any  # the cluster as its provider describes it now
+    reclaimed: str | None
+    fits: str | None
+
+
+def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
+    """The job's plan on the kept cluster `cluster`, or a UsageError (nothing recorded)."""
+    from gpucluster.cli import common
+    from gpucluster.infra.registry import plugin, provisioning, readers
+    from gpucluster.kept import attach, check_fits, find, reclaim
+    from gpucluster.prepare import Request, prepare
+    from gpucluster.spec import ClusterSpec, normalize
+
+    if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
+        flags["check"] = False
+    kept = find(ledger, cluster, dead_ok=True)
+    chosen = plugin(kept.cloud)
+    spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
+    fits = check_fits(kept, None if flags.get("max_minutes") is None else flags["max_minutes"] * 60)
+    req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
+                  region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
+                  disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
+                  options=tuple(f"{k}={v}" for k, v in spec.options), provisioning=provisioning(), readers=readers(),
+                  **flags)
+    if spec.project and not req.project:
+        req = replace(req, project=spec.project)  # the kept cluster's project, not whatever is configured now
+    plan = prepare(req, chosen)
+    granted = dict(spec.options)
+    asked = [f"{k}={v}" for k, v in plan.spec.options if granted.get(k) != v]
+    # object access for a URL the cluster's nodes were not granted when it was created
+    asked += [f"read access to {u}" for u in plan.spec.reads if u not in spec.reads]
+    asked += [f"write access to {u}" for u in plan.spec.writes if u not in spec.writes]
+    if asked:
+        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(asked)}: "
+                         "what its nodes may reach is fixed when it is created; give only what it was created "
+                         "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
+    # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
+    plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
+    attached = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
+    reclaimed = reclaim(ledger, plan.launcher, attached, kept)  # a killed job's leftovers, before this job
+    from gpucluster.guards import exec_guard
+
+    job = plan.needs_job()
+    if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
+        job = replace(job, cost_of=kept.origin.id)
+    plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+    return ExecPlan(kept, chosen, plan, attached, reclaimed, fits)
+
+
+def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str | None]:
+    """Run the planned job on the kept cluster: (its outcome, a forced exit code or None, what to say)."""
+    from gpucluster.kept import Attached, close_processes
+    from gpucluster.lifecycle import execute
+
+    plan = planned.plan
+    outcome = execute(plan.spec, plan.needs_job(), ledger=ledger, provider=Attached(planned.attached),
+                      launcher=plan.launcher, backend=planned.backend, ui=ui, keep=True, prices=plan.prices,
+                      workload=plan.workload, resumed_from=plan.resumed_from)
+    forced, said = close_processes(ledger, plan.launcher, planned.attached, outcome.run_id)
+    return outcome, forced, said
+
+
+def exec_on(cluster: str, command: Sequence[str] | str | None = None, *, quiet: bool = True, progress: Any = None,
+            **options: Any) -> Any:
+    """Run a job on the kept cluster named `cluster` (`gpucluster exec`); its record."""
+    import shlex
+
+    from gpucluster.api.flags import flags_of
+    from gpucluster.api.jobs import ui_for
+    from gpucluster.cli.kept import JOB_OPTIONS
+    from gpucluster.prepare import open_ledger
+
+    allowed = ["command", *(o for o in JOB_OPTIONS if o not in ("task_file", "quiet", "as_json"))]
+    if isinstance(command, str):
+        command = shlex.split(command)
+    flags, _ = flags_of(dict(command=command, **options), allowed, defaults={})
+    flags["command"] = tuple(flags.get("command") or ())
+    ledger = open_ledger()
+    planned = plan_exec(cluster, flags, ledger)
+    outcome, _, _ = run_exec(planned, ledger=ledger, ui=ui_for(quiet, progress))
+    if outcome.status == "interrupted":
+        raise KeyboardInterrupt(f"run {outcome.run_id} interrupted")
+    return ledger.get_run(outcome.run_id)

@@ -1,0 +1,235 @@
+"""`gpucluster.run(...)`: provision, train, tear down, report, from Python; and the two steps that
+`gpucluster run` (cli/run.py) takes through the same code: `plan_run` (the flags as a validated,
+priced plan) and `execute_plan` (the run, then its events to `on_event` and the webhooks)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+from gpucluster.errors import UsageError
+
+ProgressFn = Callable[[str], Any]
+EventFn = Callable[[Any], Any]  # given a gpucluster.notify.RunEvent
+
+
+@dataclass
+class Planned:
+    """A run's plan (`gpucluster.prepare.Prepared`) and the backend it was made for."""
+
+    backend: Any
+    plan: Any
+    keep: bool = False
+    max_cost: Any = None  # `up --max-cost`: the kept cluster's cap, recorded once it is up
+    placement: Any = None  # `--cloud auto` or a list: the ranking (gpucluster.placement), else None
+    recover: int | None = None  # --recover as given (each placed attempt's policy, `_kept_policy`)
+
+
+@dataclass
+class Finished:
+    """What `execute_plan` gives back: the chain's outcome, the final run's record, and what the
+    notifications could not deliver."""
+
+    result: Any  # gpucluster.recovery.ChainOutcome
+    record: Any  # gpucluster.records.RunRecord of the final attempt (None: the ledger lost it)
+    undelivered: list[str] = field(default_factory=list)
+
+
+def plan_run(flags: dict[str, Any], *, keep: bool = False, idle_minutes: int | None = None,
+             given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Planned:
+    """The run's plan from its flags (the CLI's parameter names), or a UsageError; nothing is
+    recorded or created. `given`: the settings given (name -> (flags, value)) when the caller is not
+    a Click command (the CLI checks its own context)."""
+    from gpucluster.cli.args import fold_option_flags
+    from gpucluster.cli.place import placeable, prepared
+    from gpucluster.infra.registry import plugin
+    from gpucluster.placement import wanted
+
+    flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the run's options
+    first = placeable()[0] if wanted(flags["cloud"], None) else flags["cloud"]
+    flags["options"] = _idle_stop(plugin(first), flags["options"], keep, idle_minutes)
+    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it
+    chosen, plan, placement = prepared(flags, given=given)
+    plan.policy = _kept_policy(plan.policy, keep, flags.get("recover"))
+    return Planned(chosen, plan, keep, placement=placement, recover=flags.get("recover"))
+
+
+def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str] = (),
+                 on_event: EventFn | None = None, over: list[str] | None = None) -> Finished:
+    """Run the plan (recovery included), then tell `on_event` and every webhook how it went.
+    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the run)."""
+    from gpucluster.cli.budgets import record_override
+    from gpucluster.notify import chain_events, deliver
+    from gpucluster.recovery import run_plan
+
+    if planned.placement is None:
+        result = run_plan(planned.plan, ledger=ledger, ui=ui, backend=planned.backend, keep=planned.keep,
+                          reprice=_reprice(planned.backend))
+    else:  # down the ranking on capacity and quota errors (docs/placement.md)
+        from gpucluster.cli.place import run_failover
+
+        result = run_failover(planned.placement, ledger=ledger, ui=ui, keep=planned.keep, reprice=_reprice,
+                              policy_of=lambda p: _kept_policy(p, planned.keep, planned.recover))
+    record_override(ledger, result.attempts[0].run_id, over or [])
+    record = ledger.get_run(result.final.run_id)
+    undelivered: list[str] = []
+    if notify or on_event is not None:
+        ids = [a.run_id for a in result.attempts]
+        recovered = [bool(a.interruption) for a in result.attempts]
+        try:
+            events = chain_events(ledger, ids, recovered)
+        except Exception as exc:  # a ledger that cannot be read now: the run stays as it ended
+            events, undelivered = [], [f"no event sent: the ledger could not be read ({exc})"]
+        undelivered += deliver(events, list(notify), on_event)
+    return Finished(result, record, undelivered)
+
+
+def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nodes: int | None = None,
+        gpu: str | None = None, workload: str | None = None, epochs: int | None = None,
+        data: Sequence[str] | str = (), output: str | None = None, env: Mapping[str, str] | Sequence[str] = (),
+        secrets: Sequence[str] = (), keep: bool = False, idle_minutes: int | None = None, over_budget: bool = False,
+        quiet: bool = True,
+        progress: ProgressFn | None = None, on_event: EventFn | None = None, notify: Sequence[str] | str = (),
+        **options: Any) -> Any:
+    """Run a job on a new cluster and tear it down (`gpucluster run`); the run's record.
+
+    Every other option of `gpucluster run` is a keyword of the same name (`max_minutes=`,
+    `region=`, `hosts=`, `recover=`, ...); bad input raises the `UsageError` the CLI prints (nothing
+    is created). A failed run is returned (its `.status`); Ctrl-C tears the cluster down, then
+    raises KeyboardInterrupt. Nothing is printed unless `quiet=False` (to stderr) or `progress=`."""
+    from gpucluster.cli.budgets import check_budget
+    from gpucluster.prepare import Request, check_before_recording, open_ledger
+
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    if "dry_run" in options:
+        raise UsageError("dry_run= is not allowed here: gpucluster.estimate(...) gives the cost, and "
+                         "`gpucluster run --dry-run` what would be declared")
+    kwargs = dict(command=command, cloud=cloud, nodes=nodes, gpu=gpu, workload=workload, epochs=epochs, data=data,
+                  output=output, env=env, secrets=secrets, **options)
+    flags, given = _checked(kwargs, [*Request.__dataclass_fields__, *OPTION_FLAGS, *PLACEMENT_FLAGS])
+    if idle_minutes is not None:
+        from gpucluster.cli.idle import IDLE_MINUTES
+
+        idle_minutes = IDLE_MINUTES.convert(idle_minutes, None, None)
+    urls = all_webhooks(notify)
+    planned = plan_run(flags, keep=keep, idle_minutes=idle_minutes, given=given)
+    ledger = open_ledger()
+    plan = planned.plan
+    over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags.get("max_cost"), over_budget)
+    if planned.placement is None:  # a placed plan's preflight ran while ranking
+        check_before_recording(plan)  # e.g. no Pulumi CLI: said before the ledger row
+    done = execute_plan(planned, ledger=ledger, ui=ui_for(quiet, progress), notify=urls, on_event=on_event, over=over)
+    final = done.result.final
+    if final.status == "interrupted":
+        raise KeyboardInterrupt(f"run {final.run_id} interrupted; teardown: {final.teardown}")
+    if done.record is None:
+        from gpucluster.errors import GpuclusterError
+
+        raise GpuclusterError(f"run {final.run_id} ended ({final.status}) but the ledger has no record of it: "
+                              f"{final.record_error or 'it was removed'}")
+    return done.record
+
+
+OPTION_FLAGS = ("context", "namespace", "create_namespace")
+PLACEMENT_FLAGS = ("max_hourly", "max_attempts")  # `--cloud auto` (cli/place.py takes them out of the flags)
+
+
+def _checked(kwargs: dict[str, Any], allowed: Sequence[str]) -> tuple[dict[str, Any], dict]:
+    """The keywords as the flags of `gpucluster run` (Request's own defaults for the rest)."""
+    from gpucluster.api.flags import flags_of
+
+    flags, given = flags_of(kwargs, allowed, defaults={"recover": None})
+    flags["command"] = tuple(flags.get("command") or ())
+    return flags, given
+
+
+def all_webhooks(notify: Sequence[str] | str) -> tuple[str, ...]:
+    """The webhooks given (checked) and the config file's `notify:`."""
+    from gpucluster.notify import check_urls
+    from gpucluster.userconfig import notify_urls
+
+    given = [notify] if isinstance(notify, str) else list(notify or ())
+    return check_urls(dict.fromkeys([*given, *notify_urls()]))
+
+
+class ProgressUI:
+    """A run's UI for the API: each phase, message and (unless quiet) node line as one string to
+    `say` (the caller's `progress=`, or stderr)."""
+
+    def __init__(self, say: ProgressFn, quiet: bool):
+        self.say, self.quiet = say, quiet
+
+    def phase(self, name: str) -> None:
+        self.say(f"phase: {name}")
+
+    def line(self, node_rank: int, text: str) -> None:
+        if not self.quiet:
+            self.say(f"[node {node_rank}] {text}")
+
+    def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        self.say(text)
+
+    def progress(self, text: str) -> None:
+        pass
+
+    def stopping(self, signal_name: str) -> None:
+        self.say(f"{signal_name}: stopping the run and tearing down")
+
+
+def ui_for(quiet: bool, progress: ProgressFn | None) -> Any:
+    """Nothing shown (quiet, no callback), the callback, or stderr."""
+    if progress is not None:
+        return ProgressUI(progress, quiet)
+    if quiet:
+        from gpucluster.lifecycle import QuietUI
+
+        return QuietUI()
+    return ProgressUI(lambda text: print(text, file=sys.stderr, flush=True), False)
+
+
+def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) -> Any:
+    """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
+    with the node-side idle stop, or a UsageError."""
+    from gpucluster.cli.idle import with_idle_stop
+    from gpucluster.infra.contract import Capability
+
+    if idle_minutes is None:
+        given = next((o for o in options or () if o.split("=", 1)[0].strip() in ("idleMinutes", "idle_minutes")), None)
+        if given is not None and not keep:  # the option gets what the flag gets (issue 45 item 10)
+            raise UsageError(f"--option {given} is for a cluster that is kept: add --keep")
+        return options
+    if not keep:
+        raise UsageError(f"--idle-minutes {idle_minutes} is for a cluster that is kept: add --keep")
+    if not chosen.can(Capability.PROVISIONS):
+        raise UsageError(f"--idle-minutes is not allowed with --cloud {chosen.name}: its machines are not created "
+                         "by gpucluster (nothing is kept)")
+    return with_idle_stop(options, idle_minutes)
+
+
+def _kept_policy(policy: Any, keep: bool, recover: int | None) -> Any:
+    """A kept cluster and a replaced one cannot both be the result: --keep runs without recovery."""
+    if not keep or policy is None or not policy.retries:
+        return policy
+    if recover is not None:
+        raise UsageError("--keep and --recover: a recovered run provisions again; give one of them")
+    return replace(policy, retries=0)
+
+
+def _reprice(chosen: Any) -> Any:
+    """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
+    from gpucluster.infra.contract import Capability
+
+    if not chosen.can(Capability.PRICED):
+        return None
+    import functools
+
+    from gpucluster import cost
+
+    return functools.partial(cost.price_snapshot, backend=chosen)
