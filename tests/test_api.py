@@ -127,3 +127,35 @@ def test_runs_show_and_logs_read_the_ledger(home, capsys):
     with pytest.raises(UsageError) as caught:
         gpucluster.down("nope")
     assert caught.value.message == _cli_error(capsys, "down", "nope")
+
+
+def test_an_old_ledger_is_migrated_and_a_newer_one_refused_as_the_cli_does(home, capsys):
+    import sqlite3
+
+    from gpucluster.errors import ConfigError
+    from gpucluster.ledger_schema import MIGRATIONS
+
+    home.mkdir(parents=True)
+    path = home / "ledger.sqlite3"
+    db = sqlite3.connect(path)
+    for _, script in MIGRATIONS[:3]:
+        for stmt in script.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, command, spec) "
+               "VALUES ('old', 1, 'succeeded', 'local', 'c', 2, '[]', '{}')")
+    db.commit()
+    db.close()
+    assert [r.id for r in gpucluster.runs()] == ["old"] and gpucluster.show("old").status == "succeeded"
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS[-1][0]  # moved forward
+    db.execute(f"PRAGMA user_version = {MIGRATIONS[-1][0] + 5}")
+    db.commit()
+    db.close()
+    with pytest.raises(ConfigError) as caught:
+        gpucluster.runs()
+    assert "newer" in caught.value.message
+    assert main(["runs"]) == 2 and caught.value.message in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="newer"):
+        gpucluster.run(["true"], nodes=1)  # refused before anything is recorded or started

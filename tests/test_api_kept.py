@@ -1,0 +1,54 @@
+"""Issue 47, item 4: the Python API's kept cluster end to end, `gpucluster.up(...)` -> `Cluster.exec(...)`
+-> `Cluster.status()` -> `Cluster.down()`, on the stand-in cloud of tests/test_kept.py (the fake Pulumi
+CLI, two real sshd "instances" on 127.0.0.6/7): local and ssh clusters have no `up`, so a kept
+cluster needs a cloud gpucluster creates. Run in a subprocess, as a user's script would be."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_kept import HERE, cloud  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
+
+SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import kept_cli
+kept_cli.install()  # the fake cloud: gpucluster itself runs for real
+import gpucluster
+from gpucluster.errors import UsageError
+
+cluster = gpucluster.up(cloud="aws", name="kept", nodes=2, instance_type="g5.xlarge", region="us-east-1",
+                        ssh_cidr="203.0.113.7/32")
+record = cluster.exec(["python", "-c", "import os; print('on', os.environ['NODE_NAME'])"],
+                      remote_python=sys.executable)
+status = cluster.status()
+try:
+    cluster.exec(["true"], nodes=3)
+    refused = None
+except UsageError as exc:
+    refused = exc.message
+downed = cluster.down()
+print(json.dumps(dict(name=cluster.name, nodes=len(cluster.nodes), run=record.id, status=record.status,
+                      failure=record.run.failure,
+                      teardown=record.teardown, logs=sorted(gpucluster.logs(record.id)), up=status["up"],
+                      refused=refused, verdict=downed.verdict["verdict"], exit=int(downed.exit_code),
+                      after=cluster.status()["up"])))
+"""
+
+
+def test_up_exec_status_down_through_the_api(cloud, tmp_path):  # noqa: F811 - the fixture
+    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=str(HERE))], capture_output=True, text=True,
+                          env=cloud.env(), cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["name"] == "kept" and got["nodes"] == 2 and got["up"] is True
+    assert got["status"] == "succeeded" and got["teardown"] == "kept", got["failure"]
+    assert [line for line in got["logs"] if line.startswith("on ")] == ["on node0", "on node1"], got["logs"]
+    assert got["refused"] and "unknown keyword 'nodes'" in got["refused"]
+    assert got["verdict"] == "verified" and got["exit"] == 0 and got["after"] is False
