@@ -15,36 +15,11 @@ from test_kept import HERE, cloud  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
-SCRIPT = """
-import json, sys
-sys.path.insert(0, {tests!r})
-import kept_cli
-kept_cli.install()  # the fake cloud: gpucluster itself runs for real
-import gpucluster
-from gpucluster.errors import UsageError
-
-cluster = gpucluster.up(cloud="aws", name="kept", nodes=2, instance_type="g5.xlarge", region="us-east-1",
-                        ssh_cidr="203.0.113.7/32")
-record = cluster.exec(["python", "-c", "import os; print('on', os.environ['NODE_NAME'])"],
-                      remote_python=sys.executable)
-status = cluster.status()
-try:
-    cluster.exec(["true"], nodes=3)
-    refused = None
-except UsageError as exc:
-    refused = exc.message
-downed = cluster.down()
-print(json.dumps(dict(name=cluster.name, nodes=len(cluster.nodes), run=record.id, status=record.status,
-                      failure=record.run.failure,
-                      teardown=record.teardown, logs=sorted(gpucluster.logs(record.id)), up=status["up"],
-                      refused=refused, verdict=downed.verdict["verdict"], exit=int(downed.exit_code),
-                      after=cluster.status()["up"])))
-"""
 
 
 def test_up_exec_status_down_through_the_api(cloud, tmp_path):  # noqa: F811 - the fixture
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=str(HERE))], capture_output=True, text=True,
-                          env=cloud.env(), cwd=tmp_path, timeout=240)
+    proc = subprocess.run([sys.executable, str(HERE / "fixtures" / "api_kept.py"), str(HERE)], capture_output=True,
+                          text=True, env=cloud.env(), cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["name"] == "kept" and got["nodes"] == 2 and got["up"] is True
