@@ -89,9 +89,8 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
         gpu: str | None = None, workload: str | None = None, epochs: int | None = None,
         data: Sequence[str] | str = (), output: str | None = None, env: Mapping[str, str] | Sequence[str] = (),
         secrets: Sequence[str] = (), keep: bool = False, idle_minutes: int | None = None, over_budget: bool = False,
-        quiet: bool = True,
-        progress: ProgressFn | None = None, on_event: EventFn | None = None, notify: Sequence[str] | str = (),
-        **options: Any) -> Any:
+        quiet: bool = True, progress: ProgressFn | None = None, on_event: EventFn | None = None,
+        notify: Sequence[str] | str = (), **options: Any) -> Any:
     """Run a job on a new cluster and tear it down (`gpucluster run`); the run's record.
 
     Every other option of `gpucluster run` is a keyword of the same name (`max_minutes=`,
@@ -131,7 +130,9 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
 
         raise GpuclusterError(f"run {final.run_id} ended ({final.status}) but the ledger has no record of it: "
                               f"{final.record_error or 'it was removed'}")
-    return done.record
+    from gpucluster.cli.run import with_attempts
+
+    return with_attempts(ledger, done.record)  # a recovered chain: with its attempts, as `show` gives it
 
 
 OPTION_FLAGS = ("context", "namespace", "create_namespace")

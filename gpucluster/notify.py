@@ -1,6 +1,6 @@
 """Run events for people: what `--notify URL` POSTs and what the Python API's `on_event=` is given.
 
-A run that ends (succeeded, failed, interrupted), an attempt that was recovered (a lost node replaced,
+A run that ends (succeeded, failed, interrupted, stopped at its cost cap), an attempt that was recovered (a lost node replaced,
 docs/recovery.md), and a teardown that is not verified (leftovers, or a check that could not run)
 each become one `RunEvent`. `post` sends it to each webhook as JSON with a Slack-compatible `text`
 field, with the standard library only, retried twice; a webhook that fails never changes the run:
@@ -21,7 +21,8 @@ from gpucluster.domain import VERIFIED
 from gpucluster.errors import UsageError
 
 LOG = logging.getLogger("gpucluster.notify")
-KINDS = ("succeeded", "failed", "interrupted", "recovered", "not_verified")
+KINDS = ("succeeded", "failed", "interrupted", "stopped", "recovered", "not_verified")
+ENDS = ("succeeded", "failed", "interrupted", "stopped")  # stopped: at its --max-cost (gpucluster/guards.py)
 RETRIES = 2  # after the first try
 TIMEOUT_S = 10.0
 BACKOFF_S = 1.0
@@ -47,6 +48,7 @@ class RunEvent:
     def text(self) -> str:
         """One line for a chat channel (Slack's `text`)."""
         head = {"succeeded": "succeeded", "failed": "FAILED", "interrupted": "was interrupted",
+                "stopped": "was stopped at its cost cap",
                 "recovered": "lost a node and was recovered", "not_verified": "may have left resources behind"}
         parts = [f"gpucluster run {self.run_id} on {self.cloud or '?'} (cluster {self.cluster or '?'}) "
                  f"{head.get(self.kind, self.kind)}"]
@@ -83,7 +85,7 @@ def events_of(record: Any, *, kind: str | None = None) -> list[RunEvent]:
     base = dict(run_id=str(run.id), status=run.status, verdict=run.teardown, cost=None if cost is None else str(cost),
                 cluster=run.cluster, cloud=run.cloud, exit_code=run.exit_code, failure=run.failure,
                 show=f"gpucluster show {run.id}")
-    end = kind or (run.status if run.status in ("succeeded", "failed", "interrupted") else "failed")
+    end = kind or (run.status if run.status in ENDS else "failed")
     events = [RunEvent(kind=end, **base)]
     if kind is None and run.teardown not in (None, VERIFIED, "kept"):
         events.append(RunEvent(kind="not_verified", **base))

@@ -132,6 +132,25 @@ def run_cli(*args: str, env: dict | None = None, cwd=None, timeout: float = 300)
                           cwd=cwd or ROOT, timeout=timeout)
 
 
+def write_old_ledger(path: Path, version: int = 3) -> None:
+    """A ledger as gpucluster wrote it at schema `version` (its migrations up to there), holding one
+    finished local run, 'old'."""
+    import sqlite3
+
+    from gpucluster.ledger_schema import MIGRATIONS
+
+    db = sqlite3.connect(path)
+    for _, script in MIGRATIONS[:version]:
+        for stmt in script.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+    db.execute(f"PRAGMA user_version = {int(version)}")
+    db.execute("INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, command, spec) "
+               "VALUES ('old', 1, 'succeeded', 'local', 'c', 2, '[]', '{}')")
+    db.commit()
+    db.close()
+
+
 def have_torch() -> bool:
     try:
         import torch  # noqa: F401

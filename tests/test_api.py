@@ -132,21 +132,13 @@ def test_runs_show_and_logs_read_the_ledger(home, capsys):
 def test_an_old_ledger_is_migrated_and_a_newer_one_refused_as_the_cli_does(home, capsys):
     import sqlite3
 
+    from conftest import write_old_ledger
     from gpucluster.errors import ConfigError
     from gpucluster.ledger_schema import MIGRATIONS
 
     home.mkdir(parents=True)
     path = home / "ledger.sqlite3"
-    db = sqlite3.connect(path)
-    for _, script in MIGRATIONS[:3]:
-        for stmt in script.split(";"):
-            if stmt.strip():
-                db.execute(stmt)
-    db.execute("PRAGMA user_version = 3")
-    db.execute("INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, command, spec) "
-               "VALUES ('old', 1, 'succeeded', 'local', 'c', 2, '[]', '{}')")
-    db.commit()
-    db.close()
+    write_old_ledger(path, 3)
     assert [r.id for r in gpucluster.runs()] == ["old"] and gpucluster.show("old").status == "succeeded"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS[-1][0]  # moved forward

@@ -80,6 +80,8 @@ def test_a_run_that_left_something_gives_its_end_and_a_not_verified_event():
     assert [e.kind for e in events_of(_record(teardown="kept"))] == ["succeeded"]
     assert [e.kind for e in events_of(_record(status="interrupted", teardown="not verified"))] == \
         ["interrupted", "not_verified"]
+    [stopped] = events_of(_record(status="stopped", exit_code=4, failure="stopped at its --max-cost"))
+    assert stopped.kind == "stopped" and "was stopped at its cost cap" in stopped.text
 
 
 def test_a_failing_webhook_is_retried_twice_then_logged_never_raised(caplog):

@@ -111,21 +111,11 @@ def test_report_groups_a_chain_as_one_job():
 
 
 def test_ledger_migration_adds_the_link_to_an_old_ledger(tmp_path):
-    import sqlite3
-
+    from conftest import write_old_ledger
     from gpucluster.ledger_schema import MIGRATIONS
 
     path = tmp_path / "old.sqlite3"
-    db = sqlite3.connect(path)
-    for version, script in MIGRATIONS[:3]:
-        for stmt in script.split(";"):
-            if stmt.strip():
-                db.execute(stmt)
-    db.execute("PRAGMA user_version = 3")
-    db.execute("INSERT INTO runs (id, created_at, status, cloud, cluster, nodes, command, spec) "
-               "VALUES ('old', 1, 'succeeded', 'local', 'c', 2, '[]', '{}')")
-    db.commit()
-    db.close()
+    write_old_ledger(path, 3)
     ledger = Ledger(path)
     assert ledger.schema_version == MIGRATIONS[-1][0] >= 4  # every later migration applied too
     assert ledger.get_run("old").to_dict()["resumed_from"] is None and ledger.get_run("old").to_dict()["chain"] == ["old"]
