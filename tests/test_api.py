@@ -151,3 +151,19 @@ def test_an_old_ledger_is_migrated_and_a_newer_one_refused_as_the_cli_does(home,
     assert main(["runs"]) == 2 and caught.value.message in capsys.readouterr().err
     with pytest.raises(ConfigError, match="newer"):
         gpucluster.run(["true"], nodes=1)  # refused before anything is recorded or started
+
+
+def test_a_run_past_the_budget_is_refused_by_the_api_as_by_the_cli(home, tmp_path, monkeypatch, capsys):
+    """config.yaml's budget (issue 48) holds for the API too: the same check in the same place."""
+    from test_money_guards import _spent_ledger
+
+    home.mkdir(mode=0o700)
+    _spent_ledger(home).close()
+    (tmp_path / "config.yaml").write_text("budget:\n  daily: 5\n")
+    monkeypatch.setenv("GPUCLUSTER_CONFIG", str(tmp_path / "config.yaml"))
+    with pytest.raises(UsageError) as caught:
+        gpucluster.run(cloud="aws", nodes=2, gpu="A10G", max_minutes=60, ssh_cidr="203.0.113.7/32")
+    assert caught.value.message.startswith("the daily budget is $5.00: $4.20 spent")
+    assert caught.value.message == _cli_error(capsys, "run", "--cloud", "aws", "--nodes", "2", "--gpu", "A10G",
+                                              "--max-minutes", "60", "--ssh-cidr", "203.0.113.7/32", "--yes")
+    assert [r.id for r in gpucluster.runs()] == ["r-spent"]  # nothing recorded
