@@ -16,21 +16,14 @@ import time
 import pytest
 
 from conftest import ROOT, needs_torch, run_cli
-from test_notify import Hook
+from test_notify import hook  # noqa: F401 - the fixture: a webhook on loopback
 
 pytestmark = [needs_torch, pytest.mark.slow]
 
 SAY = [sys.executable, "-c", "print('hello from', __import__('os').environ['RANK'])"]
 
 
-@pytest.fixture
-def hook():
-    h = Hook()
-    yield h
-    h.close()
-
-
-def test_a_run_returns_its_typed_record_and_tells_on_event_and_the_webhook(home, hook):
+def test_a_run_returns_its_typed_record_and_tells_on_event_and_the_webhook(home, hook):  # noqa: F811
     import gpucluster
 
     seen, said = [], []
@@ -105,7 +98,7 @@ def test_ctrl_c_in_the_caller_tears_down_then_raises(home):
     assert "teardown: verified" in out
 
 
-def test_the_cli_notify_flag_posts_the_same_event(home, hook):
+def test_the_cli_notify_flag_posts_the_same_event(home, hook):  # noqa: F811
     r = run_cli("run", "--cloud", "local", "--nodes", "1", "--notify", hook.url, "--json", "--", *SAY)
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads(r.stdout)
