@@ -143,3 +143,18 @@ def test_notify_in_the_config_file_is_a_url_or_a_list(tmp_path, monkeypatch):
     cfg.write_text("notify: not-a-url\n")
     with pytest.raises(UsageError, match="--notify 'not-a-url'"):
         all_webhooks(())
+
+
+def test_a_recovered_chain_tells_each_lost_attempt_then_how_it_ended():
+    from gpucluster.notify import chain_events
+
+    records = {"a1": _record(id="a1", status="failed", exit_code=1, failure="node 1 lost (spot interruption)"),
+               "a2": _record(id="a2", status="succeeded", teardown="leftovers")}
+
+    class Ledger:
+        def get_run(self, run_id):
+            return records.get(run_id)
+
+    events = chain_events(Ledger(), ["a1", "a2"], [True, False])
+    assert [(e.kind, e.run_id) for e in events] == [("recovered", "a1"), ("succeeded", "a2"), ("not_verified", "a2")]
+    assert "lost a node and was recovered; node 1 lost (spot interruption)" in events[0].text
