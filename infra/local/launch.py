@@ -314,10 +314,10 @@ class LocalLauncher(Launcher):
                 env.update(secrets)
                 env.update(python_env(self.python_for(job), env.get("PATH", "")))
                 env["CUDA_VISIBLE_DEVICES"] = _visible(cluster, node.rank)
-                # torchrun's own log folder: without one it makes a /tmp/torchelastic_* per node
-                # and never removes it (torch.distributed.elastic.multiprocessing.api); here it
-                # lies in the run's folder. A PET_LOG_DIR of the user's own is kept.
-                env.setdefault("PET_LOG_DIR", str(Path(log_dir) / "nodes" / f"node-{node.rank}" / "torchelastic"))
+                # torchrun's own log folder (else a /tmp/torchelastic_* per node, never removed: torch.distributed.
+                # elastic.multiprocessing.api) beside the node logs, kept with them; not in RUN/nodes, which goes at
+                # teardown and which the leftover check looks for. A PET_LOG_DIR of the user's own is kept.
+                env.setdefault("PET_LOG_DIR", str(Path(log_dir) / "torchelastic" / f"node-{node.rank}"))
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
                                         pass_fds=(hold.read_fd,) if node.rank == 0 else ())
