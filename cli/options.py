@@ -142,8 +142,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                             "Refused when the estimate for --max-minutes exceeds it.")),
     "stall_minutes": (("--stall-minutes",), dict(default=None, type=Stall(), metavar="N",
                                                  help="Stop a job whose nodes print nothing, report no metric and "
-                                                      "keep no GPU (CPU) busy for N minutes [default: 30 on aws/gcp/"
-                                                      "kubernetes, off on local/ssh; 0: off].")),
+                                                      "keep no GPU (CPU) busy for N minutes [default: 30 on aws/gcp, "
+                                                      "off on local/ssh/kubernetes; 0: off].")),
     "max_lifetime": (("--max-lifetime",), dict(default=None, type=Int("max lifetime (minutes)", 5, 7 * 24 * 60),
                                                help="Minutes after which cloud nodes power themselves off, even if "
                                                     "this machine is gone [default: 240, raised to fit --max-minutes "

@@ -158,13 +158,11 @@ class Guard:
 
     def __init__(self, *, max_cost: float | None, stall_s: float | None, cost_before: float = 0.0,
                  accrued: Callable[[], float | None] | None = None, say: Callable[[str], None] | None = None,
-                 nodes: int = 1, clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S):
+                 clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S):
         self.max_cost, self.stall_s, self.cost_before = max_cost, stall_s, cost_before
         self.accrued, self.say, self.clock, self.every = accrued, say or (lambda _t: None), clock, every
-        self.nodes = nodes
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}  # node -> when it last showed a sign of life
-        self._last_lines: dict[int, float] = {}
         self._busy: dict[int, str] = {}  # node -> its last utilisation, in words
         self._started: float | None = None
         self._next_cost = 0.0
