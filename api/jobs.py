@@ -60,9 +60,11 @@ def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str
     """Run the plan (recovery included), then tell `on_event` and every webhook how it went.
     `over`: the budget's warning lines when `--over-budget` passed it (recorded with the run)."""
     from gpucluster.cli.budgets import record_override
-    from gpucluster.notify import chain_events, deliver
+    from gpucluster.notify import LiveEvents, chain_events, deliver
     from gpucluster.recovery import run_plan
 
+    live = LiveEvents(ui, ledger, notify, on_event) if (notify or on_event is not None) else None
+    ui = live if live is not None else ui
     if planned.placement is None:
         result = run_plan(planned.plan, ledger=ledger, ui=ui, backend=planned.backend, keep=planned.keep,
                           reprice=_reprice(planned.backend))
@@ -81,6 +83,8 @@ def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str
             events = chain_events(ledger, ids, recovered)
         except Exception as exc:  # a ledger that cannot be read now: the run stays as it ended
             events, undelivered = [], [f"no event sent: the ledger could not be read ({exc})"]
+        undelivered += live.close() if live is not None else []
+        events = [e for e in events if live is None or (e.kind, e.run_id) not in live.sent]  # told already
         undelivered += deliver(events, list(notify), on_event)
     return Finished(result, record, undelivered)
 
@@ -171,7 +175,7 @@ class ProgressUI:
         if not self.quiet:
             self.say(f"[node {node_rank}] {text}")
 
-    def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         pass
 
     def message(self, text: str) -> None:

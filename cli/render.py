@@ -149,7 +149,7 @@ class RichRunUI:
             return
         self._print(node_rank, Text(text))
 
-    def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         if record.get("kind") == "text_metric" and node_rank == 0:  # a script's printed loss: the status line too
             self.state.update({k: record[k] for k in ("epoch", "loss", "accuracy") if record.get(k) is not None})
             self._refresh()
@@ -161,8 +161,11 @@ class RichRunUI:
         if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
                                                 "reaper_start", "reaper_done", "rdzv_port", "node_exit",
                                                 "text_metric", "world", "node_check", "link", "allreduce", "check",
-                                                "attempt"):
+                                                "attempt", "cost_warning"):
             return  # setup, text_metric, world: read from the node's own lines; the health check: its own message
+        if node_rank is None:  # a record of the whole run, not of a node
+            self.message(fmt_metric(record))
+            return
         if record.get("kind") == "node_lost":
             self._print(node_rank, Text(f"lost ({record.get('cause')}): {record.get('reason')}", style="bold red"))
             return

@@ -60,7 +60,7 @@ class RunEvents(ProvisionEvents, Protocol):
 
     def on_line(self, node_rank: int, line: str) -> None: ...
 
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
+    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
 
     def on_phase(self, phase: Phase) -> None: ...
 
@@ -93,7 +93,7 @@ class NullEvents:
     def on_line(self, node_rank: int, line: str) -> None:
         pass
 
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         pass
 
     def on_phase(self, phase: Phase) -> None:

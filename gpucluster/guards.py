@@ -43,6 +43,7 @@ CPU_BUSY_CORES = 0.1
 CPU_BUSY_PCT = 5.0
 MAX_COST = 1_000_000.0
 COST_KIND, STALL_KIND = "cost", "stall"
+WARNING_KIND = "cost_warning"  # the metric record of the warning at WARN_AT
 
 
 def parse_cost(value: Any, flag: str = "--max-cost") -> float:
@@ -158,8 +159,10 @@ class Guard:
 
     def __init__(self, *, max_cost: float | None, stall_s: float | None, cost_before: float = 0.0,
                  accrued: Callable[[], float | None] | None = None, say: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S):
+                 clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S,
+                 record: Callable[[dict[str, Any]], None] | None = None):
         self.max_cost, self.stall_s, self.cost_before = max_cost, stall_s, cost_before
+        self.record = record  # the warning as a metric record (the ledger; a live webhook, notify.LiveEvents)
         self.accrued, self.say, self.clock, self.every = accrued, say or (lambda _t: None), clock, every
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}  # node -> when it last showed a sign of life
@@ -226,6 +229,8 @@ class Guard:
                     self._warned = True
                     self.say(f"warning: the run has cost {money(total)}, {total / self.max_cost:.0%} of its cap "
                              f"{money(self.max_cost)} (--max-cost): it is stopped at the cap")
+                    if self.record is not None:
+                        self.record({"kind": WARNING_KIND, "accrued": round(total, 4), "cap": self.max_cost})
         return None
 
 

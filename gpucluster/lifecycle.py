@@ -41,7 +41,7 @@ class RunUI(Protocol):
 
     def phase(self, name: str) -> None: ...
     def line(self, node_rank: int, text: str) -> None: ...
-    def metric(self, node_rank: int, record: dict[str, Any]) -> None: ...
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
     def message(self, text: str) -> None: ...
     def progress(self, text: str) -> None: ...
     def stopping(self, signal_name: str) -> None: ...  # a stop signal: the first one, or a later one
@@ -54,7 +54,7 @@ class QuietUI:
     def line(self, node_rank: int, text: str) -> None:
         pass
 
-    def metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -244,7 +244,7 @@ class _Recorder:
     def on_line(self, node_rank: int, line: str) -> None:
         self.ui.line(node_rank, line)
 
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         self.book.metrics.add(node_rank, record, self.ui.message)  # waits on no lock; a full home: the job goes on
         self.ui.metric(node_rank, record)
 

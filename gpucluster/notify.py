@@ -14,14 +14,14 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from gpucluster.domain import VERIFIED
 from gpucluster.errors import UsageError
 
 LOG = logging.getLogger("gpucluster.notify")
-KINDS = ("succeeded", "failed", "interrupted", "stopped", "recovered", "not_verified")
+KINDS = ("succeeded", "failed", "interrupted", "stopped", "recovered", "not_verified", "cost_warning")
 ENDS = ("succeeded", "failed", "interrupted", "stopped")  # stopped: at its --max-cost (gpucluster/guards.py)
 RETRIES = 2  # after the first try
 TIMEOUT_S = 10.0
@@ -49,7 +49,8 @@ class RunEvent:
         """One line for a chat channel (Slack's `text`)."""
         head = {"succeeded": "succeeded", "failed": "FAILED", "interrupted": "was interrupted",
                 "stopped": "was stopped at its cost cap",
-                "recovered": "lost a node and was recovered", "not_verified": "may have left resources behind"}
+                "recovered": "lost a node and was recovered", "not_verified": "may have left resources behind",
+                "cost_warning": "has spent 80% of its cost cap (--max-cost) and is stopped at the cap"}
         parts = [f"gpucluster run {self.run_id} on {self.cloud or '?'} (cluster {self.cluster or '?'}) "
                  f"{head.get(self.kind, self.kind)}"]
         if self.failure and self.kind != "succeeded":
@@ -102,6 +103,74 @@ def chain_events(ledger: Any, run_ids: Sequence[str], recovered: Sequence[bool])
         last = i == len(run_ids) - 1
         events += events_of(record, kind=None if last else ("recovered" if recovered[i] else None))
     return events
+
+
+class LiveEvents:
+    """A run's UI (`lifecycle.RunUI`) that tells, as they happen, what should not wait for the run's
+    end: the cost cap's warning (guards.py's `cost_warning` record) and an attempt that is being
+    recovered (recovery.py's `attempt` record with `recovering`). Each goes to `on_event` and every
+    webhook from a thread of its own, so a slow webhook never holds the job; everything else goes
+    to the wrapped UI. `close()` waits for what is being sent; `sent` holds (kind, run id)."""
+
+    def __init__(self, ui: Any, ledger: Any, urls: Sequence[str], on_event: Callable[[RunEvent], Any] | None, **how: Any):
+        import threading
+
+        self.ui, self.ledger, self.urls, self.on_event, self.how = ui, ledger, list(urls), on_event, how
+        self.sent: set[tuple[str, str]] = set()
+        self.undelivered: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    # lifecycle.RunUI: to the wrapped UI
+    def phase(self, name: str) -> None:
+        self.ui.phase(name)
+
+    def line(self, node_rank: int, text: str) -> None:
+        self.ui.line(node_rank, text)
+
+    def message(self, text: str) -> None:
+        self.ui.message(text)
+
+    def progress(self, text: str) -> None:
+        self.ui.progress(text)
+
+    def stopping(self, signal_name: str) -> None:
+        self.ui.stopping(signal_name)
+
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+        self.ui.metric(node_rank, record)
+        kind, run_id = record.get("kind"), record.get("run_id")
+        if not run_id or not (kind == "cost_warning" or (kind == "attempt" and record.get("recovering"))):
+            return
+        told = "cost_warning" if kind == "cost_warning" else "recovered"
+        if (told, str(run_id)) in self.sent:
+            return
+        self.sent.add((told, str(run_id)))
+        self._send(told, str(run_id), record.get("accrued"))
+
+    def _send(self, kind: str, run_id: str, accrued: Any) -> None:
+        import threading
+
+        def tell() -> None:
+            try:
+                found = self.ledger.get_run(run_id)
+                event = events_of(found, kind=kind)[0] if found is not None else RunEvent(
+                    kind=kind, run_id=run_id, status=None, verdict=None, cost=None, cluster=None, cloud=None)
+                if accrued is not None:
+                    event = replace(event, cost=str(accrued), status="running")
+            except Exception as exc:  # noqa: BLE001 - a ledger that cannot be read now: the run goes on
+                self.undelivered.append(f"no {kind} event sent for run {run_id}: {exc}")
+                return
+            self.undelivered.extend(deliver([event], self.urls, self.on_event, **self.how))
+
+        thread = threading.Thread(target=tell, name=f"notify-{kind}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def close(self, timeout: float = 60.0) -> list[str]:
+        """Wait (at most `timeout` s each) for the events being sent; what could not be delivered."""
+        for thread in self._threads:
+            thread.join(timeout)
+        return self.undelivered
 
 
 def post(url: str, event: RunEvent, *, retries: int = RETRIES, timeout: float = TIMEOUT_S,

@@ -289,6 +289,9 @@ def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider:
         job = replace(job, rdzv_port=fresh_port(job.rdzv_port))
         spec = spec.replace(run_id=rid)
         resumed_from, after = outcome.run_id, reason
+        # told as it happens (a live webhook: notify.LiveEvents), not only at the chain's end
+        ui.metric(None, {"kind": ATTEMPT_KIND, "run_id": outcome.run_id, "recovering": True, "interruption": reason,
+                         "next": rid})
         ui.message(f"{reason}: recovering, attempt {n + 1} of {policy.retries + 1}"
                    + (f", resuming from the checkpoint of {source}" if source else ", from the start (no checkpoint)"))
     return chain

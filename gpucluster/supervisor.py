@@ -96,7 +96,8 @@ class NodeSupervisor:
         self.console = ConsoleFeed(events, log_dir, console_backlog, console_rate)
         # --max-cost and --stall-minutes (gpucluster/guards.py): asked every loop once the nodes start their job
         self.guard = Guard(max_cost=job.max_cost, stall_s=job.stall_s, cost_before=job.cost_before,
-                           accrued=events.accrued_cost, say=lambda text: _say(events, text))
+                           accrued=events.accrued_cost, say=lambda text: _say(events, text),
+                           record=lambda rec: events.on_metric(None, {**rec, "run_id": job.run_id}))
 
     def attach(self, node_rank: int, stream: Iterable[bytes]) -> None:
         log_path = self.log_dir / f"node-{node_rank}.log"

@@ -88,8 +88,9 @@ def test_bad_caps_are_refused_in_one_line(value):
 # -- the running guard ----------------------------------------------------------------------------
 def test_the_cost_guard_warns_once_at_80_percent_and_stops_at_the_cap_counting_earlier_attempts():
     clock, said, spent = Clock(), [], [0.0]
+    recorded = []
     g = Guard(max_cost=10.0, stall_s=None, cost_before=2.0, accrued=lambda: spent[0], say=said.append,
-              clock=clock, every=10.0)
+              clock=clock, every=10.0, record=recorded.append)
     assert g.poll() is None and g.last_accrued == 2.0
     spent[0] = 6.5  # 8.5 with the earlier attempts: past 80 %, read on the next 10-second tick only
     assert g.poll() is None and said == []
@@ -98,6 +99,7 @@ def test_the_cost_guard_warns_once_at_80_percent_and_stops_at_the_cap_counting_e
     spent[0] = 7.0
     clock.t += 10
     assert g.poll() is None and len(said) == 1  # said once
+    assert recorded == [{"kind": "cost_warning", "accrued": 8.5, "cap": 10.0}]  # the ledger; a live webhook
     spent[0] = 8.01
     clock.t += 10
     stop = g.poll()

@@ -158,3 +158,45 @@ def test_a_recovered_chain_tells_each_lost_attempt_then_how_it_ended():
     events = chain_events(Ledger(), ["a1", "a2"], [True, False])
     assert [(e.kind, e.run_id) for e in events] == [("recovered", "a1"), ("succeeded", "a2"), ("not_verified", "a2")]
     assert "lost a node and was recovered; node 1 lost (spot interruption)" in events[0].text
+
+
+def test_the_cost_warning_and_a_recovery_are_told_as_they_happen_and_once():
+    """notify.LiveEvents wraps the run's UI: the guard's `cost_warning` record and recovery.py's
+    `attempt` record with `recovering` are told at once, from a thread (a slow webhook never holds
+    the job), each once; every record still reaches the wrapped UI."""
+    import threading
+
+    from gpucluster.notify import LiveEvents
+
+    records = {"r1": _record(id="r1", status="running")}
+    shown, told, arrived = [], [], threading.Event()
+
+    class UI:
+        def metric(self, node, record):
+            shown.append(record["kind"])
+
+        def message(self, text):
+            shown.append(text)
+
+    class Ledger:
+        def get_run(self, run_id):
+            return records.get(run_id)
+
+    def on_event(event):
+        told.append(event)
+        arrived.set()
+
+    live = LiveEvents(UI(), Ledger(), [], on_event)
+    live.metric(None, {"kind": "cost_warning", "run_id": "r1", "accrued": 8.2, "cap": 10.0})
+    assert arrived.wait(5)  # before the run ends (close)
+    live.metric(None, {"kind": "cost_warning", "run_id": "r1", "accrued": 8.9, "cap": 10.0})  # said once
+    live.metric(0, {"kind": "epoch", "loss": 0.1})
+    live.metric(None, {"kind": "attempt", "run_id": "r1", "interruption": None})  # not recovering: nothing told
+    live.metric(None, {"kind": "attempt", "run_id": "r1", "recovering": True, "interruption": "node 1 lost"})
+    live.message("hello")  # the rest goes to the wrapped UI (lifecycle.RunUI)
+    assert live.close() == []
+    assert [(e.kind, e.cost, e.status) for e in told] == [("cost_warning", "8.2", "running"),
+                                                         ("recovered", "1.25", "running")]
+    assert "80% of its cost cap" in told[0].text
+    assert shown == ["cost_warning", "cost_warning", "epoch", "attempt", "attempt", "hello"]
+    assert live.sent == {("cost_warning", "r1"), ("recovered", "r1")}

@@ -192,14 +192,18 @@ def test_the_newest_whole_copy_among_the_nodes_is_resumed(tmp_path, monkeypatch)
 
 
 # -- real runs on the local backend ---------------------------------------------------------------
-def _chain(home, spec, job, launcher, provider=None, retries=1, store=None):
+def _chain(home, spec, job, launcher, provider=None, retries=1, store=None, on_event=None):
     from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.infra.registry import plugin
+    from gpucluster.lifecycle import QuietUI
+    from gpucluster.notify import LiveEvents
     from gpucluster.recovery import run_chain
 
     ledger = Ledger(home / "ledger.sqlite3")
+    ui = LiveEvents(QuietUI(), ledger, [], on_event) if on_event else None
     chain = run_chain(spec, job, policy=Policy(retries=retries), ledger=ledger, provider=provider or LocalProvider(),
-                      launcher=launcher, workload=job.workload, backend=store or plugin(spec.cloud))
+                      launcher=launcher, workload=job.workload, backend=store or plugin(spec.cloud), ui=ui)
+    assert ui is None or ui.close() == []
     return chain, ledger
 
 
@@ -247,9 +251,13 @@ def test_local_node_lost_at_a_phase_is_recovered(home, phase, marker):
     job = _digits_job(spec.run_id, check=HealthSpec() if phase == "check" else None,
                       **({"setup": ("sleep 4",)} if phase == "setup" else {}))
     fault = Fault(kill_node_procs(lambda: [spec.run_id], 1, marker))
-    chain, ledger = _chain(home, spec, job, Interrupting(LocalLauncher(grace=2.0), phase, fault))
+    told = []  # the API's on_event (notify.LiveEvents): the recovery is told as it starts, not at the end
+    chain, ledger = _chain(home, spec, job, Interrupting(LocalLauncher(grace=2.0), phase, fault),
+                           on_event=lambda e: told.append((e.kind, e.run_id, time.time())))
     assert fault.fired_at is not None
     first, last = chain.attempts
+    assert [(k, r) for k, r, _ in told] == [("recovered", first.run_id)]
+    assert told[0][2] < ledger.get_run(last.run_id).run.ended_at  # told while the next attempt ran
     assert first.outcome.status == "failed" and first.cause == "killed", first.outcome.failure
     assert first.interruption.startswith("node 1 (local:1) lost: ") and "killed by SIGKILL" in first.interruption
     (lost,) = ledger.metrics(first.run_id, kind="node_lost")

@@ -104,7 +104,7 @@ class _Buffered(NullEvents):
         self.calls: list[Callable[[Any], None]] = []
         self.lock = threading.Lock()
 
-    def on_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
         with self.lock:
             self.calls.append(lambda events: events.on_metric(node_rank, record))
 
