@@ -173,11 +173,19 @@ class SshdHosts:
 
 
 # -- shared by the test modules that use these servers ----------------------------------------
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    h = SshdHosts.start(tmp_path_factory.mktemp("sshd"), 3)
-    yield h
-    h.stop()
+def hosts_fixture(n: int):
+    """A module's `hosts` fixture of `n` sshd hosts (`hosts = sshd.hosts_fixture(2)` in the module)."""
+
+    @pytest.fixture(scope="module", name="hosts")
+    def _hosts(tmp_path_factory):
+        h = SshdHosts.start(tmp_path_factory.mktemp("sshd"), n)
+        yield h
+        h.stop()
+
+    return _hosts
+
+
+hosts = hosts_fixture(3)
 
 
 @pytest.fixture

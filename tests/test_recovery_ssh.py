@@ -29,11 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 sshd.skip_unless_usable()
 
 
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    h = sshd.SshdHosts.start(tmp_path_factory.mktemp("sshd"), 2)
-    yield h
-    h.stop()
+hosts = sshd.hosts_fixture(2)  # the module's two sshd hosts
 
 
 @pytest.fixture
