@@ -242,8 +242,10 @@ class Dashboard:
         if not self.allow_actions:
             return PlainTextResponse("403: this dashboard is read-only: start it with --allow-actions to take "
                                      "clusters down from it\n", status_code=403)
-        form = await request.form()
-        if not hmac.compare_digest(str(form.get("token") or "").encode(), self.token.encode()):
+        from urllib.parse import parse_qs
+
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))  # the form's one field, urlencoded
+        if not hmac.compare_digest(((form.get("token") or [""])[0]).encode(), self.token.encode()):
             return PlainTextResponse("403: the form carries no or a wrong token\n", status_code=403)
         name = request.path_params["name"]
         with self.lock:
@@ -266,7 +268,8 @@ class Dashboard:
         result: dict[str, Any] = {}
         try:
             downed = _reading(lambda ledger: down(name, ledger=ledger, say=say))()
-            result = {"state": "done", "verdict": getattr(downed, "verdict", None)}
+            verdict = getattr(downed, "verdict", None)
+            result = {"state": "done", "verdict": verdict.get("verdict") if isinstance(verdict, dict) else verdict}
         except GpuclusterError as exc:
             result = {"state": "failed", "error": exc.message}
         except Exception as exc:  # noqa: BLE001 - shown on the page; the server goes on

@@ -72,8 +72,12 @@ def serve(*, port: int | None, browser: bool, allow_actions: bool) -> int:
     from gpucluster.cli.dashboard.app import build
     from gpucluster.ledger import Ledger
 
-    Ledger.open_default().close()  # a damaged or newer ledger: its one-line error now, not on the first page
-    sock = bind(port)
+    sock = bind(port)  # a port it cannot have: one line, before anything else
+    try:
+        Ledger.open_default().close()  # a damaged or newer ledger: its one-line error now, not on the first page
+    except BaseException:
+        sock.close()
+        raise
     bound = sock.getsockname()[1]
     token = secrets.token_urlsafe(18)
     base = f"http://{HOST}:{bound}"

@@ -124,7 +124,8 @@ def util_series(records: list[dict[str, Any]], t0: float) -> tuple[list, list]:
         if r.get("kind") != "util" or not isinstance(r.get("time"), (int, float)):
             continue
         node, at = int(r.get("node_rank") or 0), float(r["time"]) - t0
-        vals = [g.get("util") for g in r.get("gpu") or [] if isinstance(g, dict) and isinstance(g.get("util"), (int, float))]
+        vals = [float(g["util"]) for g in r.get("gpu") or []
+                if isinstance(g, dict) and isinstance(g.get("util"), (int, float))]
         if vals:
             gpu.setdefault(node, []).append((at, sum(vals) / len(vals)))
         if isinstance(r.get("cpu_percent"), (int, float)):
