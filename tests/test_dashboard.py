@@ -192,3 +192,23 @@ def test_its_help_imports_no_server_library():
             "print([m for m in ('starlette', 'uvicorn', 'jinja2', 'rich') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "--allow-actions" in out and out.strip().splitlines()[-1] == "[]"
+
+
+def test_an_old_ledger_is_migrated_and_a_newer_one_refused_before_it_serves(home, capsys):
+    import sqlite3
+
+    from conftest import write_old_ledger
+    from gpucluster.ledger_schema import MIGRATIONS
+
+    home.mkdir(parents=True)
+    path = home / "ledger.sqlite3"
+    write_old_ledger(path, 3)
+    assert [r["id"] for r in client().get("/api/runs", params={"token": TOKEN}).json()] == ["old"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS[-1][0]  # moved forward
+    db.execute(f"PRAGMA user_version = {MIGRATIONS[-1][0] + 5}")
+    db.commit()
+    db.close()
+    assert main(["dashboard", "--no-browser"]) == 2  # as `runs` refuses it: one line, before any URL
+    out = capsys.readouterr()
+    assert out.out == "" and "newer" in out.err and len(out.err.splitlines()) == 1
