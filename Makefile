@@ -30,7 +30,7 @@ $(VENV)/.stamp-local: pyproject.toml
 	touch $@
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-local
-	$(PIP) install -e '.[local,aws,gcp,plot,gpu,test]'
+	$(PIP) install -e '.[local,aws,gcp,plot,gpu,dashboard,test]'
 	touch $@
 
 install: $(VENV)/.stamp-local

@@ -106,13 +106,21 @@ class LogReader:
             if batch:
                 yield batch
                 continue
-            now = self.ledger.get_run(self.record.id)
-            if now is None or now.run.status != "running" or not owner_alive(self.record):
+            over, orphaned = self.ended()
+            if over:
                 yield self.read(whole_lines=False)  # what was written between the last read and the end
-                if now is not None and now.run.status == "running" and on_orphan is not None:
+                if orphaned and on_orphan is not None:
                     on_orphan()
                 return
             time.sleep(poll_s)
+
+    def ended(self) -> tuple[bool, bool]:
+        """(whether the run is over: no longer running, or its process gone; whether it was left
+        `running` by a process that is gone: orphaned). `follow` and the dashboard's live logs stop on it."""
+        now = self.ledger.get_run(self.record.id)
+        if now is None or now.run.status != "running":
+            return True, False
+        return (True, True) if not owner_alive(self.record) else (False, False)
 
 
 def reader(run_id: str, node: int | None = None, *, ledger: Any = None) -> LogReader:

@@ -329,6 +329,41 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
                       "(-1 = perfect scaling, 0 = none, > 0 = more nodes are slower)", highlight=False)
 
 
+def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
+              project: str | None = None) -> dict[str, Any]:
+    """What `cost report` shows (`gpucluster.cost.report` over the ledger's runs, a recovered chain's
+    attempts, config.yaml's budgets), for the command and the dashboard's costs page alike."""
+    from gpucluster.cost import report
+    from gpucluster.errors import UsageError
+
+    links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
+    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+    if project is not None:
+        from gpucluster.infra.registry import project_id, traits
+
+        if cloud is not None and "project" not in traits(cloud).flags:
+            raise UsageError(f"--project {project} does not apply to --cloud {cloud}: it names a GCP project "
+                             "(give it with --cloud gcp, or without --cloud)")
+
+        project = project_id(project)
+        runs = [r for r in runs if r.run.project == project]
+    rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
+                 links=links if group_by == "chain" else None)
+    if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
+        from gpucluster.attempts import chain_attempts
+
+        for g in rep["groups"]:
+            rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
+            if any(r.get("interruption") for r in rows):
+                g["attempts"] = rows
+    from gpucluster.cli.budgets import standing
+
+    budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
+    if budgets:  # a key only where a budget is set: the JSON without one stays as it was
+        rep["budget"] = budgets
+    return rep
+
+
 @cost.command("report")
 @click.option("--since", help="Only runs started on/after this date (YYYY-MM-DD, UTC).")
 @click.option("--cloud", help="Only runs on this cloud: aws, gcp, local, ssh.")
@@ -343,7 +378,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
     from decimal import Decimal
 
-    from gpucluster.cost import GROUPS, money, parse_since, plot_report, report
+    from gpucluster.cost import GROUPS, money, parse_since, plot_report
     from gpucluster.errors import UsageError, not_allowed
     from gpucluster.infra.registry import NAMES as CLOUDS
 
@@ -360,31 +395,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
-        links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
-        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
-        if project is not None:
-            from gpucluster.infra.registry import project_id, traits
-
-            if cloud is not None and "project" not in traits(cloud).flags:
-                raise UsageError(f"--project {project} does not apply to --cloud {cloud}: it names a GCP project "
-                                 "(give it with --cloud gcp, or without --cloud)")
-
-            project = project_id(project)
-            runs = [r for r in runs if r.run.project == project]
-        rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
-                     links=links if group_by == "chain" else None)
-        if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
-            from gpucluster.attempts import chain_attempts
-
-            for g in rep["groups"]:
-                rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
-                if any(r.get("interruption") for r in rows):
-                    g["attempts"] = rows
-        from gpucluster.cli.budgets import standing
-
-        budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
-        if budgets:  # a key only where a budget is set: the JSON without one stays as it was
-            rep["budget"] = budgets
+        rep = report_of(ledger, cloud=cloud, since_ts=since_ts, group_by=group_by, project=project)
     finally:
         ledger.close()
     if plot:

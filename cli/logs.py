@@ -52,7 +52,7 @@ def logs(run_id, node, follow, tail, metrics, raw):
     if not files:
         click.echo(f"run {run.id}: no node log yet (the nodes are being provisioned or started); waiting ...",
                    err=True)
-    view = _View(raw=raw, metrics=metrics, prefix=(run.run.nodes or 1) > 1 and node is None and not raw)
+    view = LineView(raw=raw, metrics=metrics, prefix=(run.run.nodes or 1) > 1 and node is None and not raw)
 
     def echo(batch: list[Any], first: bool = False) -> None:
         by_node: dict[int, list[str]] = {}
@@ -80,8 +80,9 @@ def logs(run_id, node, follow, tail, metrics, raw):
     return 0
 
 
-class _View:
-    """How one log line is shown: None (hidden), the line, or a metric line's summary."""
+class LineView:
+    """How one log line is shown (`gpucluster logs`, the dashboard): None (hidden), the line, or a metric
+    line's summary."""
 
     def __init__(self, *, raw: bool, metrics: bool, prefix: bool):
         self.raw, self.metrics, self.prefix = raw, metrics, prefix

@@ -20,6 +20,8 @@ CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 # command runs (tests/test_cli_help.py checks that the short helps match the commands).
 COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("gpucluster.cli.cost:cost", "Estimate costs before a run, and report what runs cost."),
+    "dashboard": ("gpucluster.cli.dashboard:dashboard", "Serve a local dashboard of runs, live logs, loss curves, "
+                  "clusters and costs."),
     "doctor": ("gpucluster.cli.doctor:doctor", "Check what cloud runs need: credentials, Pulumi CLI and plugins, "
                "APIs and GPU quotas, ssh client."),
     "down": ("gpucluster.cli.down:down", "Delete a cluster, then check independently (by tag, by run id) what is "

@@ -85,12 +85,31 @@ def events_of(record: Any, *, kind: str | None = None) -> list[RunEvent]:
     cost = (run.cost or {}).get("total")
     base = dict(run_id=str(run.id), status=run.status, verdict=run.teardown, cost=None if cost is None else str(cost),
                 cluster=run.cluster, cloud=run.cloud, exit_code=run.exit_code, failure=run.failure,
-                show=f"gpucluster show {run.id}")
+                show=f"gpucluster show {run.id}", link=dashboard_link(str(run.id)))
     end = kind or (run.status if run.status in ENDS else "failed")
     events = [RunEvent(kind=end, **base)]
     if kind is None and run.teardown not in (None, VERIFIED, "kept"):
         events.append(RunEvent(kind="not_verified", **base))
     return events
+
+
+def dashboard_link(run_id: str) -> str | None:
+    """The run's page on the dashboard this home serves (`gpucluster dashboard` writes where, in
+    `dashboard.json`, while it runs), without its token: it opens in the browser that already
+    holds the dashboard's cookie. None when no dashboard is running."""
+    import psutil
+
+    from gpucluster.home import home_dir
+
+    try:
+        with open(home_dir(create=False) / "dashboard.json") as fh:
+            note = json.load(fh)
+        url, pid = str(note["url"]), int(note["pid"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not url.startswith("http://127.0.0.1:") or not psutil.pid_exists(pid):
+        return None
+    return f"{url}/runs/{run_id}"
 
 
 def chain_events(ledger: Any, run_ids: Sequence[str], recovered: Sequence[bool]) -> list[RunEvent]:

@@ -62,7 +62,9 @@ HEAVY = ("torch", "boto3", "botocore", "pulumi", "pulumi_aws", "pulumi_gcp", "go
          "gpucluster.cli.run", "gpucluster.cli.runs", "gpucluster.cli.up", "gpucluster.cli.down",
          "gpucluster.cli.gc", "gpucluster.cli.doctor", "gpucluster.cli.status", "gpucluster.cli.logs",
          "gpucluster.cli.sweep", "gpucluster.cli.cost", "gpucluster.cli.kept", "gpucluster.lifecycle",
-         "gpucluster.spec")
+         "gpucluster.spec",
+         # the dashboard's server (the `dashboard` extra) and its command module
+         "starlette", "uvicorn", "jinja2", "gpucluster.cli.dashboard")
 
 
 def test_help_imports_nothing_heavy():
