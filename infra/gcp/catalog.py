@@ -173,6 +173,8 @@ OPTIONS = (
     "launcher",
     "minNodes",
     "namespace",
+    "network",  # the VPC network the cluster goes on (default: `default`); checked before anything is created
+    "subnetwork",  # its subnetwork in the region (needed in a custom-mode network)
     "releaseChannel",
     "systemMachineType",
     "gpuZones",  # the zones to use for the GPU pool's shape, replacing the shipped list (any GPU)
