@@ -71,3 +71,17 @@ def test_a_ready_project_passes_and_the_account_check_asks_iam():
     assert found["gcp network default"]["ok"] is True and found["gcp node service account"]["ok"] is True
     assert ("POST", f"https://iam.googleapis.com/v1/projects/my-proj-42/serviceAccounts/{ACCOUNT}:testIamPermissions") \
         in project.calls
+
+
+def test_a_users_own_image_on_v100_is_warned_of_before_anything_is_created():
+    """Issue 41 item 6: PyTorch's cu128/cu130 builds dropped sm_70 (pytorch/pytorch#172352); the plan's
+    warnings (`validate_spec`, printed before the plan, dry runs included) name the fix."""
+    from gpucluster.infra.gcp import catalog
+
+    (warning,) = [w for w in catalog.validate_spec(spec(options=(("image", "me/train:cu128"),))) if "image" in w]
+    assert "me/train:cu128 on V100" in warning and "no kernel image is available" in warning
+    assert "cu126" in warning and "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime" in warning
+    assert not [w for w in catalog.validate_spec(spec()) if "image" in w]  # the default image is a cu126 build
+    l4 = spec(options=(("image", "me/train:cu128"),), accelerator="nvidia-l4", gpus_per_node=1,
+              instance_type="g2-standard-8")
+    assert not [w for w in catalog.validate_spec(l4) if "image" in w]
