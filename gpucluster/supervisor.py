@@ -99,6 +99,13 @@ class NodeSupervisor:
                            accrued=events.accrued_cost, say=lambda text: _say(events, text),
                            record=lambda rec: events.on_metric(None, {**rec, "run_id": job.run_id}))
 
+    def notify(self, node_rank: int, record: dict[str, Any]) -> None:
+        """A node's interruption notice read by the launcher from its platform (GKE: host maintenance), not
+        from the node's output: acted on as a keyed `node_notice` record is (only the first counts)."""
+        if self.notice is None:
+            self.notice = (node_rank, {**record, "kind": NOTICE_KIND, "node_rank": node_rank})
+            self.events.on_metric(node_rank, self.notice[1])
+
     def attach(self, node_rank: int, stream: Iterable[bytes]) -> None:
         log_path = self.log_dir / f"node-{node_rank}.log"
         read1 = getattr(stream, "read1", None)

@@ -34,6 +34,15 @@ project's state in dicts and answers as the real APIs do, each behaviour from it
 - Cloud Storage `buckets.getIamPolicy` (`optionsRequestedPolicyVersion=3`) gives {version, etag,
   bindings: [{role, members, condition}]}; `setIamPolicy` (PUT) replaces it only if its etag is the
   current one, else 412 Precondition Failed (a read-modify-write that lost a race).
+- Networks (Compute REST reference, `networks.get`, `subnetworks.get`): a project has the auto-mode
+  `default` network unless it was made under the org policy `compute.skipDefaultNetworkCreation`
+  (`networks` without it); a network is {name, autoCreateSubnetworks}; a missing network or subnetwork
+  is 404 "The resource 'projects/P/global/networks/N' was not found".
+- The Compute Engine default service account `NUMBER-compute@developer.gserviceaccount.com`, named by
+  `projects.get` (`defaultServiceAccount`): IAM `serviceAccounts.get` gives it with `disabled`, 404 once
+  deleted; `serviceAccounts.testIamPermissions` (POST) answers only the permissions the caller holds,
+  `{}` when none (IAM REST reference); `act_as` False is an organisation that removed the owner's
+  automatic grants (`iam.automaticIamGrantsForDefaultServiceAccounts`).
 - Cloud Billing `projects.getBillingInfo`: {name, projectId, billingAccountName, billingEnabled}; when
   the caller may not read it, or the Cloud Billing API is disabled in the quota project, the client
   raises google.api_core.exceptions.PermissionDenied.
@@ -77,6 +86,10 @@ class FakeProject:
     uid: int = 100000000000000000000  # the last uniqueId given (IAM's are 21 digits)
     page_size: int = 2  # accounts per page (IAM pages its lists; small here so paging is exercised)
     calls: list = field(default_factory=list)
+    networks: dict = field(default_factory=lambda: {"default": True})  # name -> auto mode
+    subnetworks: set = field(default_factory=set)  # (region, name)
+    node_account: str = "enabled"  # the Compute Engine default service account: enabled, disabled or deleted
+    act_as: bool = True  # the caller holds iam.serviceAccounts.actAs on it
 
     # -- the REST transport ------------------------------------------------------------------
     def get(self, url: str, params=None) -> dict:
@@ -104,6 +117,18 @@ class FakeProject:
                 b["members"] = [f"deleted:{m}?uid={acct['uniqueId']}" if m == f"serviceAccount:{email}" else m
                                 for m in b["members"]]
         return {}
+
+    def post(self, url: str, body: dict) -> dict:
+        self.calls.append(("POST", url))
+        email = urlparse(url).path.rsplit("/", 1)[-1].split(":")[0]
+        assert url.startswith(IAM) and url.endswith(":testIamPermissions") and email == self.compute_account, url
+        self._iam_get(url.split(":testIamPermissions")[0], {})
+        held = [p for p in body.get("permissions", []) if self.act_as and p == "iam.serviceAccounts.actAs"]
+        return {"permissions": held} if held else {}
+
+    @property
+    def compute_account(self) -> str:
+        return f"{self.number}-compute@developer.gserviceaccount.com"
 
     def put(self, url: str, body: dict) -> dict:
         self.calls.append(("PUT", url))
@@ -139,6 +164,8 @@ class FakeProject:
                 body["nextPageToken"] = str(start + self.page_size)
             return body
         email = path.rsplit("/", 1)[-1]
+        if email == self.compute_account and self.node_account != "deleted":
+            return {"email": email, "disabled": self.node_account == "disabled"}
         if email not in self.accounts:
             raise api_error(404, {"error": {"code": 404, "message": f"Service account {email} does not exist."}})
         return {"email": email, **self.accounts[email]}
@@ -178,7 +205,17 @@ class FakeProject:
         if path[:2] != ["projects", self.project]:
             raise api_error(403, {"error": {"code": 403, "message": "Required 'compute.projects.get' permission"}})
         if len(path) == 2:
-            return {"name": self.project, "quotas": _rows(self.global_quotas)}
+            return {"name": self.project, "quotas": _rows(self.global_quotas),
+                    "defaultServiceAccount": self.compute_account}
+        missing = api_error(404, {"error": {"code": 404, "message": f"The resource '{'/'.join(path)}' was not found"}})
+        if path[2:4] == ["global", "networks"]:
+            if path[4] not in self.networks:
+                raise missing
+            return {"name": path[4], "autoCreateSubnetworks": self.networks[path[4]]}
+        if path[4:5] == ["subnetworks"]:
+            if (path[3], path[5]) not in self.subnetworks:
+                raise missing
+            return {"name": path[5], "region": path[3]}
         region = path[3]
         if region not in self.regions:
             raise api_error(404, {"error": {"code": 404, "message": f"The resource 'projects/{self.project}/regions/"

@@ -72,6 +72,8 @@ It behaves like a real API server at its worst, each behaviour with its public s
   conditions"); GKE's docs name the reason `Shutdown` for preempted Spot VMs): the pod stays listed,
   Failed once its containers ended, its log ends; `delete_pod(rank)` deletes one pod as `kubectl
   delete pod` does: listed with a deletionTimestamp while it terminates (`delete_ticks`), then gone.
+- Nodes (`spec.nodeName`, `read_node`) and GCE host maintenance of a GPU node as GKE shows it, late
+  and with no warning at its start (`host_maintenance(rank)`): tests/k8s_fake_nodes.py, with its sources.
 - Exec with stdin (`stdin=True`, as the launcher stages data): the command runs while frames are
   sent to it with `write_stdin`; its stdin is NEVER closed, because the v4 websocket protocol has
   no way to close it (kubernetes/kubernetes#89899; v5.channel.k8s.io added a close signal that
@@ -103,6 +105,7 @@ from types import SimpleNamespace as NS
 from k8s_fake_jobs import JobControllers, job_state, pytorchjob_state, validate_job
 from k8s_fake_exec import _FakeExecStdin, _FakeExecTty, _FakeWSClient
 from k8s_fake_logs import _InitLogResponse, _LogResponse
+from k8s_fake_nodes import FakeNodes
 from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, FakeApiException,  # noqa: F401
                               ObjectStore, _get)
 from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
@@ -133,7 +136,7 @@ class PodScript:
 
 
 
-class FakeKubeApi(JobControllers, ClusterObjects, ObjectStore):
+class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
     """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,

@@ -521,6 +521,8 @@ class _Pod:
             # podIP: "IP address allocated to the pod ... Empty if not yet allocated" (Kubernetes API
             # reference, PodStatus): given once the pod is placed (its sandbox exists); every fake pod
             # shares this machine's loopback (tests/k8s_fake_net.py)
+            spec=NS(node_name=f"gke-gpu-node-{self.index}" if self.sandbox else None,  # tests/k8s_fake_nodes.py
+                    containers=[NS(name=name, image=self.image) for name, _, _ in self.apps]),
             status=NS(phase=phase, pod_ip="127.0.0.1" if self.sandbox else None,
                       reason=self.shutdown[0] if self.shutdown else None,
                       message=self.shutdown[1] if self.shutdown else None,

@@ -173,6 +173,8 @@ OPTIONS = (
     "launcher",
     "minNodes",
     "namespace",
+    "network",  # the VPC network the cluster goes on (default: `default`); checked before anything is created
+    "subnetwork",  # its subnetwork in the region (needed in a custom-mode network)
     "releaseChannel",
     "systemMachineType",
     "gpuZones",  # the zones to use for the GPU pool's shape, replacing the shipped list (any GPU)
@@ -383,6 +385,15 @@ def validate_spec(spec: Any) -> list[str]:
             "starve; in seed 003 n1-standard-4 with 4 V100 took 2m34s per epoch against 39s on "
             f"n1-standard-16; consider n1-standard-{4 * r.gpus_per_node}"
         )
+    image = str(spec.option("image") or "").strip()
+    if image and gpu == "V100":  # the user's own image on Volta (sm_70): said before anything is created
+        from .gke import LEGACY_GPU_IMAGE
+
+        warnings.append(
+            f"image {image} on V100: PyTorch's cu128 and cu130 builds (2.11 and later) have no kernels for the V100 "
+            "(sm_70; pytorch/pytorch#172352) and CUDA 13 dropped Volta, so such an image fails the health check "
+            "with 'no kernel image is available' after the nodes bill; use a CUDA 12.6 (cu126) build of PyTorch, "
+            f"e.g. {LEGACY_GPU_IMAGE} (the default here), or another GPU (--gpu L4, A100)")
     return warnings
 
 

@@ -204,6 +204,8 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=release_channel),
             maintenance_policy=maintenance_policy(spec.max_lifetime_minutes),
+            network=spec.option("network") or None,  # None: the project's `default` network
+            subnetwork=spec.option("subnetwork") or None,
             resource_labels=labels,
             opts=child,
         )

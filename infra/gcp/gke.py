@@ -17,6 +17,7 @@ from gpucluster.infra.kubernetes.api import KubeApi, ca_file
 from gpucluster.infra.kubernetes.platform import Platform
 
 from .gcs import OBJECTS_KSA
+from .maintenance import maintenance_notice
 
 
 # -- the API ---------------------------------------------------------------------------------------
@@ -181,4 +182,5 @@ GKE = Platform(
     identity="Workload Identity",
     account_bound_to="the cluster's Google service account",
     between_jobs="between jobs the GPU pool holds no pod of ours and scales to zero",
+    node_notice=maintenance_notice,
 )

@@ -25,6 +25,8 @@ a disabled API) or at node-pool creation minutes later, with GPUs possibly alrea
   `iamConfiguration.uniformBucketLevelAccess.enabled`): IAM Conditions, which confine the grant to
   the prefix, work only there (Cloud Storage docs, "IAM Conditions" / "Uniform bucket-level
   access"); otherwise `pulumi up` fails minutes in, creating the binding.
+- the network (option `network`, default `default`; `subnetwork`) exists, and the caller may act as the
+  nodes' service account (`iam.serviceAccounts.actAs`): `infra.gcp.preflight_project`.
 
 Each check is a dict shaped like `doctor`'s ({check, ok, detail, fix}); ok None is a check that
 could not run (said, never taken as passed). `preflight(spec)` raises a one-line `PreflightError`
@@ -88,7 +90,7 @@ def api_error(status: int, body: Any) -> ApiError:
 
 
 class Google:
-    """Google REST APIs (GET, PUT, DELETE) with application-default credentials (AuthorizedSession);
+    """Google REST APIs (GET, PUT, DELETE, POST) with application-default credentials (AuthorizedSession);
     an error answer raises `ApiError`."""
 
     def __init__(self, credentials: Any = None):
@@ -116,6 +118,9 @@ class Google:
 
     def delete(self, url: str) -> dict[str, Any]:
         return self._call("DELETE", url)
+
+    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", url, json=body)
 
 
 def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
@@ -344,7 +349,11 @@ def checks(spec: Any, *, google: Any = None, billing: Any = None,
     if compute_off:
         out.append(_check("gcp quotas", None, "not checked: the Compute Engine API is not enabled"))
     else:
+        from .preflight_project import check_network, check_node_account
+
         out += check_quotas(google, project, need)
+        out += check_network(google, project, need["region"], spec.option("network"), spec.option("subnetwork"))
+        out.append(check_node_account(google, project))
     out += check_buckets(google, spec)
     return out
 

@@ -73,6 +73,7 @@ from .stage import PodStager, ensure_service_account, object_transfer, uses_obje
 
 from .api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
 from .objects import Created
+from .notices import DEFAULT_INTERVAL_S as NOTICE_INTERVAL_S
 from .plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
 from .pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
 
@@ -138,6 +139,8 @@ class KubernetesLauncher(Launcher):
         self.api_retry_s = api_retry_s  # how long API calls are retried while the control plane is away
         self.platform = platform  # the provider's parts: API access, node selector, requests, identity
         self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, Any]] = {}  # run id -> for collect_outputs
+        self.notice_interval_s = NOTICE_INTERVAL_S  # how often the job's nodes are read for a provider's notice
+        self.wall_clock = time.time  # the time a notice's label is compared with (tests: a fake's scaled clock)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
@@ -182,6 +185,11 @@ class KubernetesLauncher(Launcher):
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
+        if self.platform.node_notice is not None:  # GKE: a GPU node's host maintenance, acted on as a spot notice
+            from .notices import NodeNotices
+
+            pods.notices = NodeNotices(api, self.platform.node_notice, self.notice_interval_s, self.wall_clock,
+                                       say=events.message)
         created = Created(api, plan, retry, events=events, shape=self.platform.shape)
         stager: Any = None
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
@@ -211,8 +219,13 @@ class KubernetesLauncher(Launcher):
                 return
             from .outputs import stop_pods  # torchrun stops; the pods stay for the copy
 
-            stop_pods(api, plan, {r: n for r, n in pods.pod_names.items()
-                                  if r in pods.attached and r not in pods.ended})
+            running = {r: n for r, n in pods.pod_names.items() if r in pods.attached and r not in pods.ended}
+            stop_pods(api, plan, running, grace=supervisor.stop_grace)
+            if supervisor.stop_grace:  # a notice (or a money guard): the ranks' time to save, then the copy
+                end = time.monotonic() + supervisor.stop_grace + 5
+                while time.monotonic() < end and any(r not in pods.ended and r not in pods.lost for r in running):
+                    pods.refresh()
+                    time.sleep(0.2)
 
         def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
             from .outputs import release_pods

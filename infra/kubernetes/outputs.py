@@ -160,11 +160,13 @@ def _each(pods: dict[int, str], fn: Any) -> list[Any]:
         return list(pool.map(lambda item: fn(*item), sorted(pods.items())))
 
 
-def stop_pods(api: Any, plan: Plan, pods: dict[int, str]) -> None:
-    """Ask each pod (rank -> name) to stop its torchrun; the container stays for the copy."""
+def stop_pods(api: Any, plan: Plan, pods: dict[int, str], grace: float | None = None) -> None:
+    """Ask each pod (rank -> name) to stop its torchrun; the container stays for the copy. `grace`: the
+    seconds its ranks get to save before SIGKILL (a notice's), written into the stop file (else the
+    entry script's own)."""
     def one(rank: int, name: str) -> None:
         try:
-            _run(api, plan, name, ["python", "-c", TOUCH, STOP_FILE])
+            _run(api, plan, name, ["python", "-c", TOUCH, STOP_FILE] + ([f"{grace:g}"] if grace else []))
         except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
             pass
 

@@ -69,6 +69,9 @@ class Platform:
     # (kubernetes: the user's queue label, priority class, node selector, tolerations, service account,
     # image pull secret); kind is "secret", "configmap", "service", "job" or "pytorchjob"
     shape: Callable[[str, Any], Any] = _as_built
+    # (a node, the time now) -> a `node_notice` record when the provider is taking that node back (GKE: host
+    # maintenance, read from its node labels; `infra.kubernetes.notices`); None: the nodes are not read
+    node_notice: "Callable[[Any, float], dict[str, Any] | None] | None" = None
 
 
 GENERIC = Platform()

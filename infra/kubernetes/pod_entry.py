@@ -11,7 +11,8 @@ python, standard library only. It picks this node's argv from argv.json (beside 
   beside itself can be copied back (files newer than the mark: gpucluster/workdir.py).
 - Without a control folder (GPUCLUSTER_CONTROL_DIR) it execs the argv.
 - With one the argv runs as a child in its own process group: a file `stop` there (made by the
-  launcher through the exec API) stops it (SIGTERM, then SIGKILL after STOP_GRACE_S). When it has
+  launcher through the exec API) stops it (SIGTERM, then SIGKILL after STOP_GRACE_S, or after the
+  seconds written in it: a notice's time to save). When it has
   ended the script writes its exit code to `exit_code` there, prints a `job_end` metric record with
   it and exits with it: the container's status then carries the node's exit code even if its log
   stream broke. The pod's second container (`pod_keeper.py`) keeps the pod running while the
@@ -43,6 +44,16 @@ def lay_down(src, dest, mark):
                 shutil.copyfile(os.path.join(top, name), os.path.join(dest, rel, name))
     with open(mark, "w"):
         pass
+
+
+def stop_grace(path):
+    """The seconds the launcher's stop gives the ranks to save (written in the stop file after a notice;
+    at least STOP_GRACE_S, at most an hour)."""
+    try:
+        with open(path) as f:
+            return min(3600.0, max(float(STOP_GRACE_S), float(f.read().strip() or STOP_GRACE_S)))
+    except (OSError, ValueError):
+        return float(STOP_GRACE_S)
 
 
 def main() -> None:
@@ -86,12 +97,12 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stopping = None
+    stopping, grace = None, STOP_GRACE_S
     while child.poll() is None:
         if stopping is None and (signalled or os.path.exists(os.path.join(control, "stop"))):
-            stopping = time.monotonic()
+            stopping, grace = time.monotonic(), stop_grace(os.path.join(control, "stop"))
             kill(signal.SIGTERM)
-        elif stopping is not None and time.monotonic() - stopping > STOP_GRACE_S:
+        elif stopping is not None and time.monotonic() - stopping > grace:
             kill(signal.SIGKILL)
         time.sleep(0.2)
     code = child.returncode if child.returncode >= 0 else 128 - child.returncode

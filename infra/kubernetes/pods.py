@@ -134,6 +134,8 @@ class _Pods:
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
         self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/nodeloss.py)
         self.ips: dict[int, str] = {}  # rank -> its pod's address (status.podIP: empty until one is allocated)
+        self.nodes: dict[int, str] = {}  # rank -> the node its pod was bound to (spec.nodeName)
+        self.notices: Any = None  # a notices.NodeNotices: the provider's notice that it takes a node back
         self._last = float("-inf")
         self._next = float("-inf")  # no listing before this (backing off while the API fails)
         self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
@@ -171,6 +173,11 @@ class _Pods:
             self.pod_names[rank] = pod.metadata.name
             self._observe(rank, pod)
         self._check_start_deadline(current, now)
+        if self.notices is not None:  # a node the provider takes back (GKE: host maintenance): as a spot notice
+            notice = self.notices.poll({r: n for r, n in self.nodes.items()
+                                        if r in self.attached and r not in self.exit_codes})
+            if notice is not None:
+                self.supervisor.notify(*notice)
         for rank in set(self.pod_names) - set(current):
             if rank not in self.exit_codes:
                 self.exit_codes[rank] = -1
@@ -180,6 +187,9 @@ class _Pods:
     def _observe(self, rank: int, pod: Any) -> None:
         status = pod.status
         phase = getattr(status, "phase", None)
+        node = getattr(getattr(pod, "spec", None), "node_name", None)
+        if node:
+            self.nodes[rank] = str(node)
         ip = getattr(status, "pod_ip", None)
         if ip:
             self.ips[rank] = str(ip)
