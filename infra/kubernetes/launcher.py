@@ -17,9 +17,8 @@ Model (the `job` launcher, the default):
   node's GPUs (`nvidia.com/gpu` limits), tolerates the GPU taint, avoids sharing a node with
   another pod of the job, and runs `python /gpucluster/entry.py`, which picks its argv by
   `JOB_COMPLETION_INDEX` (the node rank) and runs torchrun (see Outputs below).
-  `activeDeadlineSeconds` (the job's
-  time limit + 10 min) and `ttlSecondsAfterFinished` make the cluster clean up even if this
-  machine disappears.
+  `activeDeadlineSeconds` (the job's time limit + stop grace + copy window + 60 s, plan.run_limits)
+  and `ttlSecondsAfterFinished` make the cluster clean up even if this machine disappears.
 
 With the option `launcher: pytorchjob` a Kubeflow **PyTorchJob** (`kubeflow.org/v1`, needs the
 training operator, as in seed 003) replaces the Job and Service: Master + Workers, the same pod
