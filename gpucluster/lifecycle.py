@@ -13,18 +13,22 @@ import signal
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gpucluster.domain import VERIFIED, Check
+from gpucluster.domain import VERIFIED, Check, Provider
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
 from gpucluster import recording
 from gpucluster.events import Phase
-from gpucluster.launch import JobResult, JobSpec
+from gpucluster.launch import JobResult, JobSpec, Launcher
 from gpucluster.ledger import Ledger, LedgerError
 from gpucluster.recording import MetricBuffer, Provisioned, Quiet as _Quiet, going_on as _going_on, quietly as _quietly
 from gpucluster.recording import record_line
 from gpucluster.owner import owner_lock
 from gpucluster.guards import ProvisionWatch, accrued_of, store_cost
+from gpucluster.spec import ClusterSpec
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 
 class Terminated(KeyboardInterrupt):
@@ -48,23 +52,14 @@ class RunUI(Protocol):
 
 
 class QuietUI:
-    def phase(self, name: str) -> None:
-        pass
+    """Shows nothing (a run driven by a script or a test)."""
 
-    def line(self, node_rank: int, text: str) -> None:
-        pass
-
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        pass
-
-    def progress(self, text: str) -> None:
-        pass
-
-    def stopping(self, signal_name: str) -> None:
-        pass
+    def phase(self, name: str) -> None: ...
+    def line(self, node_rank: int, text: str) -> None: ...
+    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+    def progress(self, text: str) -> None: ...
+    def stopping(self, signal_name: str) -> None: ...
 
 
 @dataclass
@@ -257,18 +252,18 @@ class _Recorder:
 
 
 def execute(
-    spec: Any,
+    spec: ClusterSpec,
     job: JobSpec,
     *,
     ledger: Ledger,
-    provider: Any,
-    launcher: Any,
-    backend: Any,  # the plugin of spec.cloud, given by the caller: its pricing costs the run at the end
+    provider: Provider,
+    launcher: Launcher,
+    backend: Plugin,  # the plugin of spec.cloud, given by the caller: its pricing costs the run at the end
     ui: RunUI | None = None,
     keep: bool = False,
     prices: dict[str, Any] | None = None,
     sweep_id: str | None = None,
-    log_dir: Any = None,
+    log_dir: Path | str | None = None,
     workload: str | None = None,
     resumed_from: str | None = None,
 ) -> RunOutcome:
@@ -279,7 +274,7 @@ def execute(
     raise_open_files()  # a file or socket per node: 64 nodes would pass macOS's default of 256
     ui = ui or QuietUI()
     run_id = job.run_id
-    log_dir = log_dir or runs_dir(run_id)
+    log_dir = Path(log_dir) if log_dir else runs_dir(run_id)
     if job.output_dir is None and launcher.collects_outputs:  # default: $GPUCLUSTER_HOME/runs/RUN_ID/outputs
         job = replace(job, output_dir=str(runs_dir(run_id) / "outputs"))
     # The owner lock (kernel-released when this process dies) is held from before the ledger row to the end of the
@@ -300,8 +295,8 @@ def execute(
                 Path(log_dir).rmdir()  # only when empty
 
 
-def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, backend: Any, ui: RunUI,
-         keep: bool, log_dir: Any, signals: RunSignals) -> RunOutcome:
+def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher, backend: Plugin,
+         ui: RunUI, keep: bool, log_dir: Path, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
     status, failure, exit_code = "failed", None, ExitCode.FAILURE
@@ -374,8 +369,8 @@ def _run(spec: Any, job: JobSpec, ledger: Ledger, provider: Any, launcher: Any, 
                       record_error=rec.record_error)
 
 
-def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui: RunUI | None = None,
-                   prices: dict[str, Any] | None = None) -> Any:
+def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, backend: Plugin,
+                   ui: RunUI | None = None, prices: dict[str, Any] | None = None) -> Provisioned:
     """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another live process
     owns is refused before anything is recorded): the ledger row, the provision phase and, on success, the row
     finished as "kept". On a failure or an interrupt, the same teardown and independent check as `execute`, its
@@ -383,6 +378,8 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui
     verified raises `TeardownIncomplete` instead, exit 3). Returns `Provisioned` (cluster, record error)."""
     ui = ui or QuietUI()
     run_id = spec.run_id
+    if run_id is None:
+        raise ValueError("provision_only: the spec has no run id (prepare gives every planned spec one)")
     with owner_lock(spec.name, "up", run_id=run_id), RunSignals(ui) as signals:
         ledger.create_run(run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes,
                           gpus_per_node=spec.gpus_per_node, command=["gpucluster", "up"], spec=spec.to_dict(),
@@ -421,7 +418,7 @@ def provision_only(spec: Any, *, ledger: Ledger, provider: Any, backend: Any, ui
         return Provisioned(cluster, rec.record_error)
 
 
-def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder | _Quiet) -> list[str]:
+def _collect_outputs(launcher: Launcher, job: JobSpec, rec: _Recorder | _Quiet) -> list[str]:
     """The "outputs" phase: the launcher copies every node's output folder to `job.output_dir`
     (`Launcher.collect_outputs`); each node's verdict goes to the ledger. Returns one problem line
     per node whose copy is not complete (or why nothing could be collected)."""
@@ -446,7 +443,7 @@ def _collect_outputs(launcher: Any, job: JobSpec, rec: _Recorder | _Quiet) -> li
         return [problem]
 
 
-def _teardown(spec: Any, run_id: str, provider: Any, rec: _Recorder | _Quiet, *, keep: bool,
+def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder | _Quiet, *, keep: bool,
               busy: bool = False, unwitnessed: Any = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 

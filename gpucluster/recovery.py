@@ -29,7 +29,14 @@ from gpucluster.launch import JobSpec
 from gpucluster.nodeloss import LOST_KIND
 
 if TYPE_CHECKING:
+    from gpucluster.domain import Provider
+    from gpucluster.staging import DataMount
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.launch import Launcher
+    from gpucluster.ledger import Ledger
     from gpucluster.lifecycle import RunOutcome, RunUI
+    from gpucluster.prepare import Prepared, Request
+    from gpucluster.spec import ClusterSpec
 
 ATTEMPT_KIND = "attempt"
 DEFAULT_SPOT_RECOVERIES = 3
@@ -79,7 +86,7 @@ class ChainOutcome:
         return self.final.exit_code
 
 
-def policy(req: Any, backend: Any, spec: Any) -> Policy:
+def policy(req: Request, backend: Plugin, spec: ClusterSpec) -> Policy:
     """The run's recovery policy from its flags (`prepare.Request`), checked (UsageError, exit 2):
     --recover N (default: 3 with --spot, else 0), --fallback on-demand (only with --spot) after
     --fallback-after K spot attempts (default 2)."""
@@ -110,7 +117,7 @@ def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
     return ["--checkpoint-every", str(int(every))]
 
 
-def interruption_of(ledger: Any, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
+def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
     """(reason, cause, when detected) when the attempt was interrupted by a lost node or by no
     capacity; (None, None, None) for every other ending."""
     if outcome.status != "failed":
@@ -128,7 +135,8 @@ def interruption_of(ledger: Any, outcome: "RunOutcome", policy: Policy) -> tuple
     return None, None, None
 
 
-def resume_point(ledger: Any, chain: list[str], store: Any, workload: str | None) -> tuple[str, Any, Any] | None:
+def resume_point(ledger: Ledger, chain: list[str], store: Plugin,
+                 workload: str | None) -> tuple[str, DataMount, tuple[str, str] | None] | None:
     """(run id, mount, working-folder files) of the newest run of the chain that can be resumed:
     its outputs came back, and, for a built-in workload, hold a checkpoint."""
     from gpucluster.resume import resume_files, resume_source
@@ -153,7 +161,8 @@ def _has_checkpoint(folder: str) -> bool:
         os.path.isfile(os.path.join(folder, "checkpoint.pt"))
 
 
-def finish_teardown(spec: Any, ledger: Any, provider: Any, store: Any, outcome: "RunOutcome", ui: Any) -> str | None:
+def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store: Plugin, outcome: RunOutcome,
+                    ui: RunUI) -> str | None:
     """Before another attempt, what the interrupted one may have left is dealt with now that its
     node may be back: its rows not confirmed gone (a run folder on a node that was unreachable
     when it was removed) are taken down as `gpucluster down` does (gpucluster/teardown.py), and a
@@ -206,10 +215,11 @@ def finish_teardown(spec: Any, ledger: Any, provider: Any, store: Any, outcome: 
     return None
 
 
-def run_chain(spec: Any, job: JobSpec, *, policy: Policy, ledger: Any, provider: Any, launcher: Any,
+def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger, provider: Provider,
+              launcher: Launcher,
               ui: "RunUI | None" = None, keep: bool = False, prices: dict[str, Any] | None = None,
-              workload: str | None = None, resumed_from: str | None = None, backend: Any,
-              reprice: Callable[[Any], dict[str, Any] | None] | None = None,
+              workload: str | None = None, resumed_from: str | None = None, backend: Plugin,
+              reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None,
               new_run_id: Callable[[], str] | None = None) -> ChainOutcome:
     """Run `job` on `spec`, and again (resumed) after each interruption, up to `policy.retries`
     more times. `backend`: the plugin of `spec.cloud` (each attempt's cost, the teardown of what an
@@ -302,8 +312,8 @@ def fresh_port(port: int) -> int:
     wrapping within the unprivileged range."""
     return port + 2 if port + 2 <= 65000 else 29400
 
-def run_plan(plan: Any, *, ledger: Any, ui: "RunUI | None", backend: Any, keep: bool = False,
-             reprice: Callable[[Any], dict[str, Any] | None] | None = None) -> ChainOutcome:
+def run_plan(plan: Prepared, *, ledger: Ledger, ui: RunUI | None, backend: Plugin, keep: bool = False,
+             reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None) -> ChainOutcome:
     """`gpucluster run`'s job on its prepared plan (`gpucluster.prepare.Prepared`): a chain of attempts
     when the plan's policy replaces lost nodes (docs/recovery.md), else one `execute` (an outcome of
     one attempt, so the caller reads `final`, `exit_code` and `stopped` the same way either way).
