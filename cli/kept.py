@@ -79,8 +79,11 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     report(out, ledger.get_run(outcome.run_id), as_json)
     if said:
         click.echo(f"gpucluster: {said}", err=True)
-    out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`",
-              highlight=False)
+    from gpucluster.infra.registry import provisioning
+
+    out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`"
+              if kept.cloud in provisioning() else f"cluster {kept.name} stays kept (machines that exist, $0 here) "
+              f"until `gpucluster down {kept.name}`", highlight=False)
     if outcome.record_error:
         from gpucluster.recording import record_line
 
