@@ -56,8 +56,10 @@ def refuse_flags(cloud: str, given: dict[str, tuple[tuple[str, ...], object]]) -
         clouds = users.get(name)
         if not clouds or name in mine.flags:
             continue
+        kept = (f"; to keep these machines for `exec`: gpucluster up --cloud {cloud} ... --name NAME"
+                if name == "keep" and cloud in ("ssh", "local") else "")  # a kept cluster of machines that exist
         raise UsageError(f"{'/'.join(opts)} does not apply to --cloud {cloud} ({mine.flags_refused_why}); "
-                         f"it is used with --cloud {' or '.join(clouds)} only: remove it")
+                         f"it is used with --cloud {' or '.join(clouds)} only: remove it{kept}")
 
 
 # flags that a backend keeps among its spec's options (`--context X` is `--option context=X`), so the

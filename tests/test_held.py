@@ -99,3 +99,12 @@ def test_ssh_down_looks_for_every_run_without_rows_on_the_held_hosts():
         ("r-killed", "/home/u/.gpucluster/runs/r-killed/node-0"),
         ("r-killed", "/home/u/.gpucluster/runs/r-killed/node-1")]
     assert all(r["kind"] == "ssh-run" and r["detail"]["python"] == "python3" for r in rows)
+
+
+def test_run_keep_on_machines_that_exist_points_to_up(home):
+    from gpucluster.cli.args import refuse_flags
+
+    with pytest.raises(UsageError) as caught:
+        refuse_flags("ssh", {"keep": (("--keep",), True)})
+    assert "--keep does not apply to --cloud ssh" in caught.value.message
+    assert caught.value.message.endswith("gpucluster up --cloud ssh ... --name NAME")
