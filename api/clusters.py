@@ -96,6 +96,7 @@ def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | N
 
 
 # -- up -------------------------------------------------------------------------------------------
+HELD_FLAGS = ("hosts", "identity", "known_hosts", "remote_python", "python")  # `up` of machines that exist
 def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
             given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Any:
     """`up`'s plan (a cluster, no job) and its backend, or a UsageError; nothing is recorded."""
@@ -108,25 +109,56 @@ def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
 
     cloud = flags["cloud"]
     clouds = provisioning()
-    if cloud not in clouds and not wanted(cloud, None):
-        others = [n for n in NAMES if n not in clouds]
-        raise UsageError(not_allowed("cloud", cloud, clouds)
+    held = held_clouds()  # machines that exist, kept under a name (gpucluster.held)
+    if cloud not in clouds + held and not wanted(cloud, None):
+        others = [n for n in NAMES if n not in clouds + held]
+        raise UsageError(not_allowed("cloud", cloud, clouds + held)
                          + (f"; {' and '.join(others)} clusters need no `up`: use `gpucluster run`"
                             if cloud in NAMES else ""))
+    if cloud in held:
+        check_held_flags(cloud, flags, idle_minutes)
     flags["options"] = with_idle_stop(tuple(flags.get("options") or ()), idle_minutes)  # the cloud's rules check it
-    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it
-    chosen, plan, placement = prepared(flags, provider_for=common.provider_for, strict_prices=False, job=False,
-                                       given=given)
+    # the one lookup (or the ranking's first: docs/placement.md): everything below is given it; machines that exist
+    # get the backend's own provider and launcher (the launcher asks them whether they are ready)
+    chosen, plan, placement = prepared(flags, provider_for=None if cloud in held else common.provider_for,
+                                       strict_prices=False, job=False, given=given)
+    if cloud in held and not flags.get("dry_run"):  # each machine asked once, before anything is recorded
+        from gpucluster.held import Holding, attach_held, reach_given
+
+        found = chosen.ops.hold(plan.launcher, attach_held(plan.provider, plan.spec))
+        plan.provider = Holding(plan.provider, found, reach_given(flags))
     return Planned(chosen, plan, keep=True, max_cost=flags.get("max_cost"), placement=placement)
+
+
+def held_clouds() -> tuple[str, ...]:
+    """The backends of machines that exist whose clusters `up` keeps under a name (`Operations.hold`)."""
+    from gpucluster.infra.registry import NAMES, plugin, provisioning
+
+    return tuple(n for n in NAMES if n not in provisioning() and plugin(n).ops.hold is not None)
+
+
+def check_held_flags(cloud: str, flags: dict[str, Any], idle_minutes: int | None) -> None:
+    """What only a cluster gpucluster creates has: a cost cap, an idle stop, a lifetime (its nodes power
+    themselves off). Machines that exist bill nobody here and are never stopped: refused by name."""
+    given = [f for f, v in (("--max-cost", flags.get("max_cost")), ("--idle-minutes", idle_minutes),
+                            ("--max-lifetime", flags.get("max_lifetime"))) if v is not None]
+    if given:
+        raise UsageError(f"{given[0]} does not apply to `up --cloud {cloud}`: the machines exist, bill nothing here "
+                         "and are never stopped by gpucluster; remove it")
 
 
 def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None) -> Any:
     """Create the planned cluster (the run lifecycle's bookkeeping, no job): `lifecycle.Provisioned`;
     `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run)."""
     from gpucluster.cli.budgets import record_override
+    from gpucluster.infra.contract import Capability
     from gpucluster.lifecycle import provision_only
 
     plan = planned.plan
+    name = plan.spec.name
+    if not planned.backend.can(Capability.PROVISIONS) and ledger.open_resources(name):  # machines that exist
+        raise UsageError(f"cluster {name!r} is kept already: run jobs on it with `gpucluster exec {name}`, or remove "
+                         f"it first with `gpucluster down {name}`")
     made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui, backend=planned.backend,
                           prices=plan.prices)
     record_override(ledger, str(plan.spec.run_id), over or [])
@@ -178,7 +210,10 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
     from gpucluster.errors import TeardownIncomplete
     from gpucluster.prepare import check_before_recording, open_ledger
 
-    allowed = [c for c in CLUSTER if c not in ("dry_run", "yes", "as_json", "state")] + ["max_cost", *PLACEMENT_FLAGS]
+    allowed = [c for c in CLUSTER if c not in ("dry_run", "yes", "as_json", "state")] + ["max_cost", *PLACEMENT_FLAGS,
+                                                                                         *HELD_FLAGS]
+    if isinstance(options.get("hosts"), (list, tuple)):  # hosts=["user@h1", "h2:2222"], as --hosts takes them
+        options["hosts"] = ",".join(str(h) for h in options["hosts"])
     flags, given = flags_of(dict(cloud=cloud, nodes=nodes, **options), allowed, defaults={})
     if idle_minutes is not None:
         from gpucluster.cli.idle import IDLE_MINUTES
@@ -225,8 +260,15 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     kept = find(ledger, cluster, dead_ok=True)
     chosen = plugin(kept.cloud)
     spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
-    fits = check_fits(kept, None if flags.get("max_minutes") is None else flags["max_minutes"] * 60)
+    held = kept.cloud not in provisioning()  # machines that exist (gpucluster.held): no lifetime, no stack
+    if held:
+        from gpucluster.held import reach_of
+
+        for key, value in reach_of(ledger, kept).items():  # how `up` reached them (a flag given here wins)
+            flags[key] = flags.get(key) or value
+    fits = None if held else check_fits(kept, None if flags.get("max_minutes") is None else flags["max_minutes"] * 60)
     req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
+                  hosts=",".join(spec.hosts) if spec.hosts else None,
                   region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
                   disk_gb=spec.disk_gb, ssh_cidr=spec.ssh_cidr, tags=tuple(f"{k}={v}" for k, v in spec.tags),
                   options=tuple(f"{k}={v}" for k, v in spec.options), provisioning=provisioning(), readers=readers(),
@@ -245,7 +287,8 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
                          "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
     # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
     plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
-    attached = attach(common.provider_for(kept.cloud), kept)  # before the run's row: a gone stack records nothing
+    # before the run's row: a gone stack records nothing
+    attached = attach(plan.provider if held else common.provider_for(kept.cloud), kept, plan.spec if held else None)
     reclaimed = reclaim(ledger, plan.launcher, attached, kept)  # a killed job's leftovers, before this job
     from gpucluster.guards import exec_guard
 

@@ -56,8 +56,17 @@ def refuse_flags(cloud: str, given: dict[str, tuple[tuple[str, ...], object]]) -
         clouds = users.get(name)
         if not clouds or name in mine.flags:
             continue
+        kept = (f"; to keep these machines for `exec`: gpucluster up --cloud {cloud} ... --name NAME"
+                if name == "keep" and _holds(cloud) else "")  # a kept cluster of machines that exist
         raise UsageError(f"{'/'.join(opts)} does not apply to --cloud {cloud} ({mine.flags_refused_why}); "
-                         f"it is used with --cloud {' or '.join(clouds)} only: remove it")
+                         f"it is used with --cloud {' or '.join(clouds)} only: remove it{kept}")
+
+
+def _holds(cloud: str) -> bool:
+    """`up` keeps this backend's machines that exist under a name (`Operations.hold`)."""
+    from gpucluster.infra.registry import plugin
+
+    return plugin(cloud).ops.hold is not None
 
 
 # flags that a backend keeps among its spec's options (`--context X` is `--option context=X`), so the

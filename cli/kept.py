@@ -79,8 +79,11 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     report(out, ledger.get_run(outcome.run_id), as_json)
     if said:
         click.echo(f"gpucluster: {said}", err=True)
-    out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`",
-              highlight=False)
+    from gpucluster.infra.registry import provisioning
+
+    out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`"
+              if kept.cloud in provisioning() else f"cluster {kept.name} stays kept (machines that exist, $0 here) "
+              f"until `gpucluster down {kept.name}`", highlight=False)
     if outcome.record_error:
         from gpucluster.recording import record_line
 
@@ -113,6 +116,7 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
       gpucluster ssh demo --ssh-config              (aws)
       gpucluster ssh gke-demo 1 -- nvidia-smi       (gcp: while a job runs on it)
     """
+    from gpucluster.held import holding, reach_of
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
     from gpucluster.kept import access_dir, attach, find, node_count
@@ -135,14 +139,18 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     if ssh_config and (tunnels or rest):
         raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
     check_ssh_files(identity, None)
-    kept = find(common.ledger(), name, in_use_ok=True)
-    cluster = attach(common.provider_for(kept.cloud), kept)
+    ledger = common.ledger()
+    kept = find(ledger, name, in_use_ok=True)
+    # gcp: the launcher's namespace and kind, as the cluster's runs had them (read as `prepare` reads them)
+    spec = normalize(ClusterSpec.from_dict(kept.spec), plugin(kept.cloud))
+    reach = reach_of(ledger, kept)  # machines that exist (`up --cloud ssh`): the key and known hosts `up` was given
+    provider, launcher = plugin(kept.cloud).transport.make(LaunchOptions(
+        identity=identity or reach.get("identity"), known_hosts=reach.get("known_hosts"),
+        remote_python=reach.get("remote_python"), spec_options=spec.option_dict))
+    cluster = attach(provider, kept, spec) if holding(kept, ledger) else attach(common.provider_for(kept.cloud), kept)
     nodes = node_count(cluster)
     if not 0 <= rank < nodes:
         raise UsageError(not_allowed("node", rank, f"0 to {nodes - 1} (cluster {name} has {nodes} node(s))"))
-    # gcp: the launcher's namespace and kind, as the cluster's runs had them (read as `prepare` reads them)
-    spec = normalize(ClusterSpec.from_dict(kept.spec), plugin(kept.cloud))
-    _, launcher = plugin(kept.cloud).transport.make(LaunchOptions(identity=identity, spec_options=spec.option_dict))
     if ssh_config:
         lines = launcher.ssh_config(cluster, access_dir(name, create=True))
         click.echo(f"host aliases for cluster {name}: "

@@ -12,17 +12,19 @@ from gpucluster.cli.budgets import OVER_BUDGET, check_budget
 from gpucluster.cli.idle import IDLE_HELP, IDLE_MINUTES
 from gpucluster.cli.options import CLUSTER, options
 from gpucluster.cli.taskopts import TaskCommand
-from gpucluster.errors import TeardownIncomplete
+from gpucluster.errors import TeardownIncomplete, UsageError
+from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import provisioning
 
 
 @click.command(cls=TaskCommand)
-@options("task_file", *CLUSTER, "max_hourly", "max_attempts",
+@options("task_file", *CLUSTER, "max_hourly", "max_attempts", "hosts", "identity", "known_hosts", "remote_python", "python",
          task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
                              "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
-         cloud=dict(metavar="|".join(provisioning()) + "|auto|A,B", show_default=False,
+         cloud=dict(default=None, metavar="|".join(provisioning()) + "|ssh|local|auto|A,B", show_default=False,
                     help="Where the cluster is created [default: the task file's, GPUCLUSTER_CLOUD, the config "
-                         "file's cloud; as for `run`, local otherwise, which needs no `up`]."),
+                         "file's cloud; no default]. ssh (--hosts) and local: machines that exist, checked ready "
+                         "once and kept under --name for `exec`; nothing is created."),
          nodes=dict(default=2, show_default=True, help="Number of nodes (at most 64)."),
          max_lifetime=dict(help="Minutes after which the nodes power themselves off, even if this machine is gone "
                                 "[default: 240]."),
@@ -41,12 +43,16 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     \b
     Examples:
       gpucluster up --cloud aws --nodes 2 --instance-type g5.xlarge --ssh-cidr 203.0.113.7/32
+      gpucluster up --cloud ssh --hosts ubuntu@gpu1,ubuntu@gpu2 --name lab   (machines that exist)
       gpucluster up task.yaml
     """
     from gpucluster.api.clusters import plan_up, provision
     from gpucluster.cli.place import print_placement
     from gpucluster.prepare import check_before_recording, open_ledger
 
+    if flags["cloud"] is None:  # `up` alone keeps nothing by default: not even this machine's "nodes"
+        raise UsageError(f"give --cloud: {', '.join(provisioning())} (a cluster created), ssh with --hosts or local "
+                         "(machines that exist, kept under --name)")
     planned = plan_up(flags, idle_minutes=idle_minutes)  # the one path: gpucluster.up's (api/clusters.py)
     chosen, plan, placement = planned.backend, planned.plan, planned.placement
     cloud, spec, dry_run = chosen.name, plan.spec, flags["dry_run"]
@@ -54,7 +60,10 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     if placement is not None:
         print_placement(out, placement)
     common.print_notes(out, plan.notes)
-    plan_line = f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, "
+    held = not chosen.can(Capability.PROVISIONS)  # machines that exist (gpucluster.held): nothing is created
+    plan_line = (f"[bold]plan[/bold]: keep {spec.nodes} machine(s) that exist on {cloud} as cluster {spec.name} "
+                 "(each checked ready once; nothing created), billed by nobody here" if held else
+                 f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, ")
     cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
            if plan.estimate is not None else "")
     gaps = [f"  estimate: {gap}" for gap in (plan.estimate.gaps if plan.estimate is not None else [])]
@@ -71,10 +80,11 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     common.print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget
     if placement is None:  # a missing Pulumi CLI is offered or said before anything is asked or recorded
         common.preflight(lambda: check_before_recording(plan), yes)
-    out.print(plan_line + f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}")
-    for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
+    out.print(plan_line + ("" if held else f"{_rate(plan.hourly, False)} until `gpucluster down {spec.name}`{cap}"))
+    for line in [*gaps, *([] if held else [f"  {b}" for b in plan.bounds])]:
         out.print(line, highlight=False)
-    common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
+    if not held:
+        common.confirm("Create the cluster (it bills until you run `gpucluster down`)?", yes)
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.watch import run_watch
 
@@ -114,5 +124,9 @@ def _render(out: Any, cluster: Any, plan: Any, as_json: bool) -> int:
     for n in nodes_out:
         t.add_row(str(n["rank"]), n["host"] or "-", n["private_ip"] or "-", n["instance_id"] or "-", str(n["gpus"]))
     out.print(t)
-    out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
+    if cloud in provisioning():
+        out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
+    else:
+        out.print(f"machines that exist (not priced: $0 here); jobs: gpucluster exec {cluster.name} -- ...; "
+                  f"gpucluster down {cluster.name} removes what gpucluster put on them, never the machines")
     return 0

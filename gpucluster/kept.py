@@ -139,8 +139,13 @@ class Attached(Provider):
         raise UsageError(f"a job on kept cluster {name!r} checks only its own processes")
 
 
-def attach(provider: Any, kept: Kept) -> Cluster:
-    """The kept cluster from its backend (stack outputs), before anything is recorded."""
+def attach(provider: Any, kept: Kept, spec: Any = None) -> Cluster:
+    """The kept cluster from its backend (stack outputs), before anything is recorded. `spec`: a
+    cluster of machines that exist (`gpucluster.held`), rebuilt from the spec `up` recorded."""
+    if spec is not None:
+        from gpucluster.held import attach_held
+
+        return attach_held(provider, spec)
     cluster = provider.attach(kept.name)
     if cluster is None:
         raise UsageError(f"cluster {kept.name!r} is in the ledger as kept, but its stack is gone; close the "

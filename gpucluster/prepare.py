@@ -205,7 +205,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     _price(plan, backend, strict_prices)
     if apply_guards(plan, req, backend):  # --max-cost shortened the nodes' lifetime
         _price(plan, backend, strict_prices)
-    if not req.dry_run and launcher is not None:
+    if not req.dry_run and launcher is not None and job is not None:  # `up` of machines that exist: no job
         plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
     return plan
 

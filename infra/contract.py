@@ -28,7 +28,8 @@ Parts and who calls them
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
                Provider alone (`up`, `down`, `status`).
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
-               independent check), node_gpu_state (status --gpus), gone_at (status: kept nodes that
+               independent check), hold (`up` of machines that exist: the ready check, once),
+               node_gpu_state (status --gpus), gone_at (status: kept nodes that
                powered off), doctor checks, credentials, internal_cost (an unpriced backend's own price
                of a run), sweep (`gc` of objects in namespaces the user names), preview (`--dry-run` of a
                backend that provisions nothing).
@@ -232,6 +233,10 @@ class Operations:
     # `--dry-run` of a backend that provisions nothing: (spec, job, launcher) -> {"text": what would be created},
     # reaching nothing (kubernetes: the manifests, and the checks a real run makes that were skipped)
     preview: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
+    # a kept cluster of machines that exist (`up --cloud ssh`): (launcher, cluster) -> {rank: what to record with
+    # the machine's `host` row}, each machine asked once whether it is ready (a LaunchError naming those that are
+    # not); None: `up` is not offered on this backend (`gpucluster.held`)
+    hold: Callable[[Launcher, Cluster], dict[int, dict[str, object]]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:

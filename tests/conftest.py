@@ -87,6 +87,7 @@ HEAVY_FILES = {
     "test_k8s_resilience.py": 41,
     "test_ssh_resume.py": 39,
     "test_ssh_digits.py": 39,
+    "test_held_ssh.py": 40,  # up, two jobs (one stopped by Ctrl-C), ssh, status, down on loopback sshd hosts
     "test_gcp_ssh.py": 37,
     "test_secrets.py": 36,
     "test_sweep.py": 35,

@@ -81,8 +81,8 @@ def test_unknown_keywords_and_wrong_types_are_refused_by_name(home):
 
 def test_up_and_estimate_refuse_as_the_cli_does(capsys, home):
     with pytest.raises(UsageError) as caught:
-        gpucluster.up(cloud="local")
-    assert caught.value.message == _cli_error(capsys, "up", "--cloud", "local")
+        gpucluster.up(cloud="kubernetes")
+    assert caught.value.message == _cli_error(capsys, "up", "--cloud", "kubernetes")
     with pytest.raises(UsageError) as caught:
         gpucluster.estimate(cloud="aws", nodes=0)
     assert caught.value.message == _cli_error(capsys, "cost", "estimate", "--cloud", "aws", "--nodes", "0")

@@ -105,8 +105,8 @@ def test_up_failure_is_recorded(home, monkeypatch):
 
 
 def test_bad_input(home, monkeypatch):
-    with pytest.raises(UsageError, match="'local'.*need no `up`"):
-        invoke(up.up, "--cloud", "local", "--yes")
+    with pytest.raises(UsageError, match="'kubernetes'.*need no `up`"):
+        invoke(up.up, "--cloud", "kubernetes", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None,
                                                                                    state_url=lambda: None))  # no --yes

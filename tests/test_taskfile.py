@@ -264,7 +264,7 @@ def test_precedence_flag_task_env_config_builtin(captured, project, monkeypatch,
 
 def test_run_and_up_default_the_same_way(captured, monkeypatch, tmp_path, capsys):
     assert main(["up"]) == 2
-    assert "cloud 'local' is not allowed" in capsys.readouterr().err  # the built-in default, as for run
+    assert "give --cloud" in capsys.readouterr().err  # no default: a bare `up` keeps nothing, not even local nodes
     monkeypatch.setenv("GPUCLUSTER_CLOUD", "gcp")
     assert request(captured, "up", "--dry-run").cloud == "gcp"
     assert request(captured, "run", "--dry-run").cloud == "gcp"

@@ -10,12 +10,12 @@ from gpucluster.procs import kill_run_processes
 
 from . import TRAITS
 from .catalog import gpus_present, validate_spec
-from .launch import LocalLauncher
+from .held import KeptLocalLauncher, hold
 from .provider import LocalProvider
 
 
-def make(options: LaunchOptions) -> tuple[LocalProvider, LocalLauncher]:
-    return LocalProvider(), LocalLauncher(python=options.python)
+def make(options: LaunchOptions) -> tuple[LocalProvider, KeptLocalLauncher]:
+    return LocalProvider(), KeptLocalLauncher(python=options.python)
 
 
 def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
@@ -43,5 +43,5 @@ PLUGIN = ExistingMachines(
     traits=TRAITS,
     spec=SpecRules(validate=validate_spec),
     transport=Transport(make=make),
-    ops=Operations(known_gpus=gpus_present, check_down=check_down),
+    ops=Operations(known_gpus=gpus_present, check_down=check_down, hold=hold),
 )

@@ -10,7 +10,10 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 
 from . import TRAITS
 from .cleanup import clean_recorded_hosts
-from .launch import RUN_RESOURCE, SshLauncher
+from gpucluster.held import HOST_KIND
+
+from .held import hold, host_run_rows
+from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE, SshLauncher
 from .provider import SshProvider, parse_hosts, validate_spec
 
 
@@ -43,6 +46,16 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
         assert isinstance(resources, list)
         rows += [{**r, "cluster": name} for r in resources if r["kind"] == RUN_RESOURCE]
     recorded = {r["run_id"] for r in rows}
+    # a kept cluster's hosts (`up --cloud ssh`, gpucluster.held): every run without rows of its own (the `up`, a
+    # job killed before it wrote them) is looked for there by its run id, and its run folder removed
+    held = []
+    for rid in sorted(runs):
+        found = (runs[rid] or {}).get("resources") or []
+        assert isinstance(found, list)
+        held += [{**r, "cluster": name} for r in found if r["kind"] == HOST_KIND]
+    if held:
+        rows += host_run_rows(held, sorted(set(runs) - recorded), DEFAULT_REMOTE_DIR)
+        recorded |= set(runs)
     # a run with no resource row at all (ended before its launcher wrote the connection details, which
     # it does before its first connection: a full home, a kill in prepare) reached no host
     recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
@@ -58,5 +71,5 @@ PLUGIN = ExistingMachines(
     traits=TRAITS,
     spec=SpecRules(options=("private_ips",), validate=validate_spec),
     transport=Transport(make=make),
-    ops=Operations(host_list=host_list, check_down=check_down),
+    ops=Operations(host_list=host_list, check_down=check_down, hold=hold),
 )

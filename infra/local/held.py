@@ -1,0 +1,29 @@
+"""A kept local cluster (`up --cloud local --nodes N`, `gpucluster.held`): N "nodes" of this machine
+held under a name, so that `exec` runs job after job on them as on a kept cloud cluster.
+
+- `hold(launcher, cluster)`: the nodes' Python is asked once (it runs and finds torch, as before a
+  local run); each node's `host` row records that Python, so a later `exec` uses the same one.
+- `KeptLocalLauncher`: the local launcher, with the check `exec` asks after each job
+  (`Launcher.leftovers`): the run's processes on this machine and its node folders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.launch import JobSpec
+
+from .launch import LocalLauncher, check_python
+from .provider import LocalProvider
+
+
+def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+    check_python(launcher.python, launcher.python_given, JobSpec(run_id="up"))  # UsageError: nothing recorded
+    return {n.rank: {"python": launcher.python} for n in cluster.nodes}
+
+
+class KeptLocalLauncher(LocalLauncher):
+    def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
+        if not run_id:
+            return None
+        return list(LocalProvider().leftovers(cluster.name, run_id).leftovers)

@@ -1,0 +1,110 @@
+"""Kept clusters of machines that exist (issue 46 item 8, `gpucluster.held`): `up --cloud local|ssh`
+records the machines as `host` rows after one ready check; refusals say what is allowed and record
+nothing; `down` of a local kept cluster is verified and closes the rows; the ssh `down` looks for
+every run of the cluster on the recorded hosts. In-process: no job runs here (tests/test_held_ssh.py
+runs jobs on real sshd hosts)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import gpucluster
+from gpucluster.cli import up
+from gpucluster.errors import UsageError
+from gpucluster.held import HOST_KIND, reach_given
+from gpucluster.kept import find
+from gpucluster.ledger import Ledger
+
+pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
+
+
+def invoke(cmd, *args):
+    return cmd.main(list(args), prog_name=f"gpucluster {cmd.name}", standalone_mode=False)
+
+
+def test_up_on_kubernetes_is_still_refused_naming_what_up_takes(home):
+    with pytest.raises(UsageError) as caught:
+        invoke(up.up, "--cloud", "kubernetes", "--yes")
+    msg = caught.value.message
+    assert "'kubernetes'" in msg and "ssh" in msg and "local" in msg and "aws" in msg and "need no `up`" in msg
+    assert not (home / "ledger.sqlite3").exists() or Ledger.open_default().list_runs() == []
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--max-cost", "5"), "--max-cost"),
+    (("--idle-minutes", "30"), "--idle-minutes"),
+])
+def test_what_only_a_created_cluster_has_is_refused_by_name(home, flags, named):
+    with pytest.raises(UsageError) as caught:
+        invoke(up.up, "--cloud", "local", "--nodes", "2", *flags)
+    assert caught.value.message.startswith(f"{named} does not apply to `up --cloud local`")
+    assert not (home / "ledger.sqlite3").exists() or Ledger.open_default().list_runs() == []
+
+
+def test_ssh_up_needs_hosts_and_a_bad_host_is_named(home):
+    with pytest.raises(UsageError, match="needs --hosts"):
+        invoke(up.up, "--cloud", "ssh")
+    with pytest.raises(Exception, match="'bad host!'"):
+        invoke(up.up, "--cloud", "ssh", "--hosts", "bad host!")
+    assert not (home / "ledger.sqlite3").exists() or Ledger.open_default().list_runs() == []
+
+
+def test_a_python_without_torch_is_refused_before_anything_is_recorded(home, tmp_path):
+    fake = tmp_path / "python-without-torch"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I -c 'import sys; sys.exit(3)' \"$@\"\n")
+    fake.chmod(0o755)
+    with pytest.raises(UsageError, match="has no torch"):
+        invoke(up.up, "--cloud", "local", "--nodes", "2", "--python", str(fake), "--name", "lab")
+    assert not (home / "ledger.sqlite3").exists() or Ledger.open_default().list_runs() == []
+
+
+@pytest.mark.integration  # the nodes' Python is started (the ready check): about a second
+def test_local_up_records_each_node_then_down_verifies_and_closes_them(home):
+    cluster = gpucluster.up(cloud="local", nodes=2, name="lab", python=sys.executable)
+    assert cluster.cloud == "local" and len(cluster.nodes) == 2 and cluster.hourly is None
+    ledger = Ledger.open_default()
+    rows = [r for r in ledger.open_resources("lab") if r["kind"] == HOST_KIND]
+    assert sorted(r["name"] for r in rows) == ["node-0", "node-1"]
+    assert all(r["detail"]["python"] == sys.executable for r in rows)  # `exec` runs the same Python
+    run = ledger.list_runs()[0]
+    assert run.status == "succeeded" and run.teardown == "kept" and run.command == ["gpucluster", "up"]
+    kept = find(ledger, "lab")  # what `exec` and `ssh` take: the cluster is up
+    assert kept.origin.id == run.id and kept.cloud == "local"
+    assert cluster.status()["up"] is True
+    with pytest.raises(UsageError, match="kept already"):  # a second `up` of the same name is not a second cluster
+        gpucluster.up(cloud="local", nodes=2, name="lab", python=sys.executable)
+    result = cluster.down()
+    assert result.verdict["verdict"] == "verified" and result.exit_code == 0, result.verdict
+    assert ledger.open_resources("lab") == []
+    assert cluster.status()["up"] is False
+
+
+def test_reach_is_recorded_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = reach_given({"identity": "id_key", "known_hosts": "~/kh", "remote_python": "python3", "python": None})
+    assert got["identity"] == str(tmp_path / "id_key") and got["known_hosts"].endswith("/kh")
+    assert got["remote_python"] == "python3" and "python" not in got
+
+
+def test_ssh_down_looks_for_every_run_without_rows_on_the_held_hosts():
+    from gpucluster.infra.ssh.held import host_run_rows
+
+    held = [{"kind": HOST_KIND, "cluster": "lab", "detail": {"rank": r, "host": "10.0.0.5", "user": "u", "port": 22 + r,
+                                                             "home": "/home/u", "identity": "/k"}} for r in (0, 1)]
+    rows = host_run_rows(held, ["r-up", "r-killed"], "~/.gpucluster/runs")
+    assert [(r["run_id"], r["cloud_id"]) for r in rows] == [
+        ("r-up", "/home/u/.gpucluster/runs/r-up/node-0"), ("r-up", "/home/u/.gpucluster/runs/r-up/node-1"),
+        ("r-killed", "/home/u/.gpucluster/runs/r-killed/node-0"),
+        ("r-killed", "/home/u/.gpucluster/runs/r-killed/node-1")]
+    assert all(r["kind"] == "ssh-run" and r["detail"]["python"] == "python3" for r in rows)
+
+
+def test_run_keep_on_machines_that_exist_points_to_up(home):
+    from gpucluster.cli.args import refuse_flags
+
+    with pytest.raises(UsageError) as caught:
+        refuse_flags("ssh", {"keep": (("--keep",), True)})
+    assert "--keep does not apply to --cloud ssh" in caught.value.message
+    assert caught.value.message.endswith("gpucluster up --cloud ssh ... --name NAME")
