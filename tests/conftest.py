@@ -48,6 +48,16 @@ os.environ["GPUCLUSTER_CONFIG"] = ""
 for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLUSTER_SSH_CIDR", "GPUCLUSTER_PROJECT",
              "GPUCLUSTER_STATE"):
     os.environ.pop(_var, None)
+# Ctrl-C is part of what is tested (real SIGINT to the CLI, a tunnel, torchrun). A shell starts a
+# background command (`make test &`, nohup, CI runners without job control) with SIGINT ignored
+# (bash(1), "background commands ignore SIGINT and SIGQUIT"), and a process started with SIGINT
+# ignored keeps it ignored: Python installs no KeyboardInterrupt handler, OpenSSH's ssh keeps it
+# ignored (clientloop.c). Every CLI, ssh and torchrun the tests start would then ignore Ctrl-C, and
+# they hung. A handler here (not SIG_IGN) is reset to the default in every child at exec.
+import signal as _signal  # noqa: E402
+
+if _signal.getsignal(_signal.SIGINT) is _signal.SIG_IGN:
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 
 # Seconds each of the slowest test files took (the sum of its tests of 3 s or more, in one xdist
