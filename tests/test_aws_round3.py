@@ -70,8 +70,9 @@ def test_a_state_bucket_whose_region_cannot_be_found_is_refused_with_the_fix(aws
 def _spec(**kw):
     from gpucluster.spec import ClusterSpec
 
-    return ClusterSpec(cloud="aws", nodes=2, name="cred40", region="us-east-1", instance_type="g5.xlarge",
-                       ssh_cidr="203.0.113.7/32", gpus_per_node=1, **kw)
+    kw.setdefault("region", "us-east-1")
+    return ClusterSpec(cloud="aws", nodes=2, name="cred40", instance_type="g5.xlarge", ssh_cidr="203.0.113.7/32",
+                       gpus_per_node=1, **kw)
 
 
 def test_environment_credentials_that_end_before_the_run_stop_it_before_anything(aws, monkeypatch):
@@ -112,3 +113,45 @@ def test_credentials_botocore_refreshes_pass_and_long_lived_keys_say_nothing():
     assert lifetime_check(Credentials("A", "S"), _spec(), now=now) is None
     unknown = lifetime_check(Credentials("A", "S", "T", method="shared-credentials-file"), _spec(), now=now)
     assert unknown["ok"] is None and "end is not known" in unknown["detail"]
+
+
+# -- item 7: the simulator's request context ---------------------------------------------------------
+class ScpSimulator:
+    """IAM's policy simulator (SimulatePrincipalPolicy) for a caller allowed everything by its identity
+    policy, under two Organizations SCPs (Control Tower's region deny and a require-IMDSv2 deny, both
+    written with negated operators) and an identity policy that allows ec2:CreateTags only with a tag the
+    simulation is not given. As the simulator evaluates them (IAM User Guide, "Condition operators": a
+    negated operator such as StringNotEquals matches when the key is absent; "IAM policy simulator": a
+    condition on a key the request does not supply leaves it out, listed in MissingContextValues)."""
+
+    REGIONS = ("us-east-1", "us-west-2")
+
+    def simulate_principal_policy(self, **kw):
+        ctx = {e["ContextKeyName"]: e["ContextKeyValues"] for e in kw.get("ContextEntries") or []}
+        out = []
+        for action in kw["ActionNames"]:
+            decision, missing = "allowed", []
+            if not action.startswith("iam:") and not set(ctx.get("aws:RequestedRegion", [])) & set(self.REGIONS):
+                decision = "explicitDeny"  # StringNotEquals aws:RequestedRegion: a missing key matches
+            elif action == "ec2:RunInstances" and ctx.get("ec2:MetadataHttpTokens") != ["required"]:
+                decision = "explicitDeny"  # StringNotEquals ec2:MetadataHttpTokens "required"
+            elif action == "ec2:CreateTags":
+                decision, missing = "implicitDeny", ["aws:RequestTag/team"]  # allowed only with that tag
+            out.append({"EvalActionName": action, "EvalDecision": decision, "MissingContextValues": missing})
+        return {"EvaluationResults": out, "IsTruncated": False}
+
+
+def test_conditional_scps_pass_with_the_request_context_and_a_missing_key_is_unverified():
+    """Item 7: with the region, IMDSv2 and the other keys the real calls carry, the SCPs allow the run;
+    an action allowed only under a condition on a key not given is "not verified" (a note), not a
+    refusal (old code: no context, so both SCPs matched and the run was refused, exit 2)."""
+    from gpucluster.infra.aws import permissions
+
+    caller = "arn:aws:iam::123456789012:user/scp"
+    row = permissions.check(ScpSimulator(), _spec(), caller, "123456789012")
+    assert row["ok"] is None, row
+    assert "ec2:CreateTags (aws:RequestTag/team)" in row["detail"] and "not verified" in row["detail"]
+    keys = {e["ContextKeyName"]: e["ContextKeyValues"] for e in permissions.request_context(_spec())}
+    assert keys["aws:RequestedRegion"] == ["us-east-1"] and keys["ec2:MetadataHttpTokens"] == ["required"]
+    elsewhere = permissions.check(ScpSimulator(), _spec(region="eu-central-1"), caller, "123456789012")
+    assert elsewhere["ok"] is False and "ec2:RunInstances" in elsewhere["detail"]  # the region deny still refuses
