@@ -279,6 +279,12 @@ class Provisioner:
     # group and subnet until they are terminated (infra/aws/leftovers.py `terminate_in`)
     terminate_kinds: tuple[str, ...] = ()
     terminate: Callable[[Sequence[Leftover], ScanScope], list[str]] | None = None
+    # a launch the cloud refuses only for a while (aws: a new instance profile IAM has not yet propagated to
+    # EC2): (spec, failure text) -> (the Pulumi type token of what to launch again, why), or None. `up` then
+    # replaces that resource alone (`pulumi up --replace`) after each of `relaunch_delays` seconds, keeping
+    # the rest (a new profile would meet the same wait), before it fails as any other failed `up`
+    relaunch: Callable[[ClusterSpec, str], tuple[str, str] | None] | None = None
+    relaunch_delays: tuple[float, ...] = ()
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

@@ -40,6 +40,15 @@ def _refs(value: Any, ids: dict[str, str]) -> set[str]:
     return set()
 
 
+def client(session: Any, service: str, region: str | None = None) -> Any:
+    """One boto3 client per session, service and region (making one reads the service's model: ~0.4 s for EC2)."""
+    cache = session.__dict__.setdefault("_aws_apply_clients", {})
+    key = (service, region)
+    if key not in cache:
+        cache[key] = session.client(service, region_name=region) if region else session.client(service)
+    return cache[key]
+
+
 def _tags(inputs: dict[str, Any]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": str(v)} for k, v in (inputs.get("tags") or {}).items()]
 
@@ -56,115 +65,240 @@ def _spec(kind: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"ResourceType": kind, "Tags": _tags(inputs)}]
 
 
-def apply(recorder: Any, session: Any, region: str = "us-east-1") -> list[tuple[str, str]]:
-    """Create in the account what the recorded program declared; [(kind, id)] in creation order."""
-    ec2, iam = session.client("ec2", region_name=region), session.client("iam")
+# what the provider replaces whatever the program says (ForceNew in terraform-provider-aws's schema,
+# internal/service/ec2/ec2_fleet.go ResourceFleet: type, on_demand_options, spot_options,
+# replace_unhealthy_instances, terminate_instances_with_expiration, valid_from/until; launch_template_config
+# and target_capacity_specification's totals are updated in place with ModifyFleet, which EC2 allows only
+# for `maintain` fleets)
+FORCE_NEW = {
+    "aws:ec2/fleet:Fleet": {"type", "onDemandOptions", "spotOptions", "replaceUnhealthyInstances",
+                            "terminateInstancesWithExpiration", "validFrom", "validUntil"},
+    "aws:ec2/launchTemplate:LaunchTemplate": {"name", "namePrefix"},
+}
+
+
+class UpdateFailed(Exception):
+    """`pulumi up` of a changed program failed: the provider's diagnostic of the resource it could not update."""
+
+
+def _resolve(value: Any, ids: dict[str, str]) -> Any:
+    """Inputs with the mock runtime's references replaced by the account's ids (tags left as they are)."""
+    if isinstance(value, str):
+        return ids.get(value, value)
+    if isinstance(value, dict):
+        return {k: (v if k == "tags" else _resolve(v, ids)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_resolve(v, ids) for v in value]
+    return value
+
+
+def _provider_delete(session: Any, region: str, kind: str, rid: str) -> None:
+    from gpucluster.domain import Leftover
+    from gpucluster.infra.aws.leftovers import _delete_one
+
+    if kind == "fleet":  # an instant fleet's delete does not wait for its instances (destroy_as_provider)
+        client(session, "ec2", region).delete_fleets(FleetIds=[rid], TerminateInstances=True)
+    else:
+        _delete_one(session, Leftover(kind, rid, None if kind in ("iam-role", "instance-profile") else region))
+
+
+def apply(recorder: Any, session: Any, region: str = "us-east-1", state: dict[str, Any] | None = None,
+          replace: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Create in the account what the recorded program declared; [(kind, id)] in creation order.
+
+    `state`: the stack's state, name -> {"kind", "id", "inputs", "members"}, read and rewritten. Given
+    one from an earlier apply, this is an update as the engine and pulumi-aws make it (Pulumi docs,
+    "How Pulumi works": each resource's new inputs are diffed against its state): the same inputs
+    keep the resource; changed ones update it in place unless a changed input is one of its
+    `replaceOnChanges` (the program's options, `Recorder.options`) or one the provider cannot update
+    (FORCE_NEW), or it is named in `replace` (`pulumi up --replace`); a replacement is created
+    before the old one is deleted, at the end of the update, or after it with `deleteBeforeReplace`.
+    In place, a launch template gets a new version (CreateLaunchTemplateVersion), which changes what
+    its fleet launches, and a fleet whose inputs other than its tags changed is modified
+    (ModifyFleet: the EC2 stand-in refuses it for an instant fleet); any other resource's change is
+    its tags, updated in place and not modelled. A failed update raises UpdateFailed."""
+    ec2, iam = client(session, "ec2", region), client(session, "iam")
     ids: dict[str, str] = {}  # mock id ("<name>-id") -> the account's id
     made: list[tuple[str, str]] = []
+    previous = dict(state or {})
+    bumped: set[str] = set()  # ids of templates given a new version in place by this update
+    delete_after: list[tuple[str, str]] = []
+    for r in recorder.resources:
+        i, typ = r.inputs, r.typ
+        prev = previous.pop(r.name, None)
+        if prev is not None:
+            resolved = _resolve(i, ids)
+            changed = {k for k in set(resolved) | set(prev["inputs"]) if resolved.get(k) != prev["inputs"].get(k)}
+            changed |= {k for k, v in i.items() if k != "tags" and _refs(v, ids) & bumped}
+            opts = recorder.options.get(r.name) or {}
+            roc = set(opts.get("replaceOnChanges") or ())
+            if not changed and r.name not in replace:
+                _keep(r, prev, ids, made, state)
+                continue
+            if r.name not in replace and not ("*" in roc or changed & roc or changed & FORCE_NEW.get(typ, set())):
+                _update_in_place(ec2, r, prev, changed, resolved, bumped)
+                _keep(r, prev, ids, made, state, resolved)
+                continue
+            if opts.get("deleteBeforeReplace"):
+                _provider_delete(session, region, prev["kind"], prev["id"])
+            else:
+                delete_after.append((prev["kind"], prev["id"]))
+        created = _create(r, ec2, iam, ids, region)
+        if created is None:
+            continue
+        kind, rid, members = created
+        made.append((kind, rid))
+        made.extend(("instance", iid) for iid in members)
+        DEPENDS_ON[rid] = _refs(i, ids) - {rid}
+        ids[f"{r.name}-id"] = rid
+        if typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile", "aws:ec2/placementGroup:PlacementGroup"):
+            ids[r.name] = rid  # referred to by name: the profile names its role, the template its profile and group
+        if state is not None:
+            state[r.name] = {"kind": kind, "id": rid, "inputs": _resolve(i, ids), "members": members}
+    for kind, rid in delete_after:  # the replaced, once their replacements exist ("delete-replaced")
+        _provider_delete(session, region, kind, rid)
+    for name, gone in previous.items():  # declared no more: deleted
+        _provider_delete(session, region, gone["kind"], gone["id"])
+        if state is not None:
+            state.pop(name, None)
+    return made
+
+
+def _keep(r: Any, prev: dict[str, Any], ids: dict[str, str], made: list[tuple[str, str]],
+          state: dict[str, Any] | None, resolved: Any = None) -> None:
+    ids[f"{r.name}-id"] = prev["id"]
+    if r.typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile", "aws:ec2/placementGroup:PlacementGroup"):
+        ids[r.name] = prev["id"]
+    made.append((prev["kind"], prev["id"]))
+    made.extend(("instance", iid) for iid in prev.get("members") or [])
+    if state is not None and resolved is not None:
+        state[r.name] = {**prev, "inputs": resolved}
+
+
+def _update_in_place(ec2: Any, r: Any, prev: dict[str, Any], changed: set[str], resolved: dict[str, Any],
+                     bumped: set[str]) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        if r.typ == "aws:ec2/launchTemplate:LaunchTemplate" and changed - {"tags", "description"}:
+            ec2.create_launch_template_version(LaunchTemplateId=prev["id"], LaunchTemplateData={"ImageId": "ami-12c6146b"})
+            bumped.add(prev["id"])
+        elif r.typ == "aws:ec2/fleet:Fleet" and changed - {"tags"}:
+            # terraform-provider-aws ec2_fleet.go resourceFleetUpdate: ModifyFleet with the new template
+            # configs and target (tags alone go through UpdateTags)
+            config = (resolved.get("launchTemplateConfigs") or [{}])[0]
+            spec = config.get("launchTemplateSpecification") or {}
+            ec2.modify_fleet(FleetId=prev["id"], LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {
+                "LaunchTemplateId": spec.get("launchTemplateId"), "Version": str(spec.get("version") or "$Latest")}}])
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        name = PROVIDER_NAMES.get(prev["kind"], prev["kind"])
+        raise UpdateFailed(f"updating {name} ({prev['id']}): operation error EC2: {exc.operation_name}, https response "
+                           "error StatusCode: 400, RequestID: 00000000-0000-0000-0000-000000000000, api error "
+                           f"{err.get('Code')}: {err.get('Message')}") from None
+
+
+def _create(r: Any, ec2: Any, iam: Any, ids: dict[str, str], region: str) -> tuple[str, str, list[str]] | None:
+    """Create one declared resource: (kind, id, the fleet's instances), or None for what is skipped."""
+    i, typ, n = r.inputs, r.typ, next(_seq)
 
     def ref(value: Any) -> Any:
         return ids.get(value, value)
 
-    for r in recorder.resources:
-        i, typ, n = r.inputs, r.typ, next(_seq)
-        if typ == "aws:ec2/vpc:Vpc":
-            rid = ec2.create_vpc(CidrBlock=i["cidrBlock"], TagSpecifications=_spec("vpc", i))["Vpc"]["VpcId"]
-            made.append(("vpc", rid))
-        elif typ == "aws:ec2/internetGateway:InternetGateway":
-            rid = ec2.create_internet_gateway(TagSpecifications=_spec("internet-gateway", i))["InternetGateway"][
-                "InternetGatewayId"]
-            ec2.attach_internet_gateway(InternetGatewayId=rid, VpcId=ref(i["vpcId"]))
-            made.append(("internet-gateway", rid))
-        elif typ == "aws:ec2/subnet:Subnet":
-            rid = ec2.create_subnet(VpcId=ref(i["vpcId"]), CidrBlock=i["cidrBlock"],
-                                    AvailabilityZone=i.get("availabilityZone") or f"{region}a",
-                                    TagSpecifications=_spec("subnet", i))["Subnet"]["SubnetId"]
-            made.append(("subnet", rid))
-        elif typ == "aws:ec2/routeTable:RouteTable":
-            rid = ec2.create_route_table(VpcId=ref(i["vpcId"]), TagSpecifications=_spec("route-table", i))[
-                "RouteTable"]["RouteTableId"]
-            made.append(("route-table", rid))
-        elif typ == "aws:ec2/securityGroup:SecurityGroup":
-            rid = ec2.create_security_group(GroupName=f"{r.name}-{n}", Description=i.get("description") or "sg",
-                                            VpcId=ref(i["vpcId"]), TagSpecifications=_spec("security-group", i))[
-                "GroupId"]
-            made.append(("security-group", rid))
-        elif typ == "aws:ec2/placementGroup:PlacementGroup":
-            if not _timed_ec2():
-                continue  # plain moto cannot make one: skipped, as before
-            rid = f"{r.name}-{n}"  # Pulumi auto-names it: name + random suffix
-            ec2.create_placement_group(GroupName=rid, Strategy=i.get("strategy") or "cluster",
-                                       TagSpecifications=_spec("placement-group", i))
-            made.append(("placement-group", rid))
-            ids[r.name] = rid  # the launch template refers to it by name
-        elif typ == "aws:ec2/keyPair:KeyPair":
-            rid = f"{r.name}-{n}"
-            ec2.create_key_pair(KeyName=rid, TagSpecifications=_spec("key-pair", i))
-            made.append(("key-pair", rid))
-        elif typ == "aws:iam/role:Role":
-            rid = f"{r.name}-{n}"  # Pulumi auto-names roles: name + random suffix
-            iam.create_role(RoleName=rid, Path=i.get("path", "/"), AssumeRolePolicyDocument=i["assumeRolePolicy"],
-                            Tags=_tags(i))
-            made.append(("iam-role", rid))
-        elif typ == "aws:iam/instanceProfile:InstanceProfile":
-            rid = f"{r.name}-{n}"
-            iam.create_instance_profile(InstanceProfileName=rid, Path=i.get("path", "/"), Tags=_tags(i))
-            iam.add_role_to_instance_profile(InstanceProfileName=rid, RoleName=ref(i["role"]))
-            made.append(("instance-profile", rid))
-        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            # the nodes' template: its instance/volume/interface tags are what the fleet's instances get
-            nic = dict((i.get("networkInterfaces") or [{}])[0])
-            data: dict[str, Any] = {"ImageId": "ami-12c6146b", "TagSpecifications": [
-                {"ResourceType": t["resourceType"], "Tags": _tags(t)} for t in i.get("tagSpecifications") or []]}
-            group = ids.get((i.get("placement") or {}).get("groupName") or "")
-            if group:
-                data["Placement"] = {"GroupName": group}
-            if nic:
-                data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
-                                              "Groups": [ref(g) for g in nic.get("securityGroups") or []],
-                                              "AssociatePublicIpAddress": nic.get("associatePublicIpAddress") == "true"}]
-            rid = ec2.create_launch_template(LaunchTemplateName=f"{r.name}-{n}", LaunchTemplateData=data,
-                                             TagSpecifications=_spec("launch-template", i))[
-                "LaunchTemplate"]["LaunchTemplateId"]
-            made.append(("launch-template", rid))
-        elif typ == "aws:ec2/fleet:Fleet":
-            # one instant fleet for all nodes (CreateFleet: all or none with MinTargetCapacity)
-            config = (i.get("launchTemplateConfigs") or [{}])[0]
-            target = i.get("targetCapacitySpecification") or {}
-            options = i.get("onDemandOptions") or i.get("spotOptions") or {}
-            opts_key = "OnDemandOptions" if i.get("onDemandOptions") else "SpotOptions"
-            resp = ec2.create_fleet(
-                Type=i.get("type", "instant"), TagSpecifications=_spec("fleet", i),
-                LaunchTemplateConfigs=[{
-                    "LaunchTemplateSpecification": {"LaunchTemplateId": ref(config["launchTemplateSpecification"][
-                        "launchTemplateId"]), "Version": "$Latest"},
-                    "Overrides": [{"InstanceType": o.get("instanceType")} for o in config.get("overrides") or []]}],
-                TargetCapacitySpecification={"TotalTargetCapacity": int(target["totalTargetCapacity"]),
-                                             "DefaultTargetCapacityType": target["defaultTargetCapacityType"]},
-                **{opts_key: {"MinTargetCapacity": int(options.get("minTargetCapacity") or 0),
-                              "SingleInstanceType": bool(options.get("singleInstanceType")),
-                              "SingleAvailabilityZone": bool(options.get("singleAvailabilityZone"))}})
-            rid = resp["FleetId"]
-            made.append(("fleet", rid))
-            made.extend(("instance", iid) for s in resp.get("Instances") or [] for iid in s.get("InstanceIds") or [])
-        elif typ == "aws:ec2/instance:Instance":
-            root = i.get("rootBlockDevice") or {}
-            specs = [{"ResourceType": "instance", "Tags": _tags(i)}]
-            if root.get("tags"):
-                specs.append({"ResourceType": "volume", "Tags": _tags(root)})
-            inst = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType=i["instanceType"],
-                                     SubnetId=ref(i["subnetId"]),
-                                     SecurityGroupIds=[ref(x) for x in i.get("vpcSecurityGroupIds") or []],
-                                     TagSpecifications=specs)["Instances"][0]
-            rid = inst["InstanceId"]
-            made.append(("instance", rid))
-        else:
-            continue
-        DEPENDS_ON[rid] = _refs(i, ids) - {rid}
-        ids[f"{r.name}-id"] = rid
-        if typ == "aws:iam/role:Role":
-            ids[r.name] = rid  # the profile refers to the role by name
-    return made
+    members: list[str] = []
+    if typ == "aws:ec2/vpc:Vpc":
+        rid = ec2.create_vpc(CidrBlock=i["cidrBlock"], TagSpecifications=_spec("vpc", i))["Vpc"]["VpcId"]
+        kind = "vpc"
+    elif typ == "aws:ec2/internetGateway:InternetGateway":
+        rid = ec2.create_internet_gateway(TagSpecifications=_spec("internet-gateway", i))["InternetGateway"][
+            "InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=rid, VpcId=ref(i["vpcId"]))
+        kind = "internet-gateway"
+    elif typ == "aws:ec2/subnet:Subnet":
+        rid = ec2.create_subnet(VpcId=ref(i["vpcId"]), CidrBlock=i["cidrBlock"],
+                                AvailabilityZone=i.get("availabilityZone") or f"{region}a",
+                                TagSpecifications=_spec("subnet", i))["Subnet"]["SubnetId"]
+        kind = "subnet"
+    elif typ == "aws:ec2/routeTable:RouteTable":
+        rid = ec2.create_route_table(VpcId=ref(i["vpcId"]), TagSpecifications=_spec("route-table", i))[
+            "RouteTable"]["RouteTableId"]
+        kind = "route-table"
+    elif typ == "aws:ec2/securityGroup:SecurityGroup":
+        rid = ec2.create_security_group(GroupName=f"{r.name}-{n}", Description=i.get("description") or "sg",
+                                        VpcId=ref(i["vpcId"]), TagSpecifications=_spec("security-group", i))["GroupId"]
+        kind = "security-group"
+    elif typ == "aws:ec2/placementGroup:PlacementGroup":
+        if not _timed_ec2():
+            return None  # plain moto cannot make one: skipped, as before
+        rid = f"{r.name}-{n}"  # Pulumi auto-names it: name + random suffix
+        ec2.create_placement_group(GroupName=rid, Strategy=i.get("strategy") or "cluster",
+                                   TagSpecifications=_spec("placement-group", i))
+        kind = "placement-group"
+    elif typ == "aws:ec2/keyPair:KeyPair":
+        rid = f"{r.name}-{n}"
+        ec2.create_key_pair(KeyName=rid, TagSpecifications=_spec("key-pair", i))
+        kind = "key-pair"
+    elif typ == "aws:iam/role:Role":
+        rid = f"{r.name}-{n}"  # Pulumi auto-names roles: name + random suffix
+        iam.create_role(RoleName=rid, Path=i.get("path", "/"), AssumeRolePolicyDocument=i["assumeRolePolicy"],
+                        Tags=_tags(i))
+        kind = "iam-role"
+    elif typ == "aws:iam/instanceProfile:InstanceProfile":
+        rid = f"{r.name}-{n}"
+        iam.create_instance_profile(InstanceProfileName=rid, Path=i.get("path", "/"), Tags=_tags(i))
+        iam.add_role_to_instance_profile(InstanceProfileName=rid, RoleName=ref(i["role"]))
+        kind = "instance-profile"
+    elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+        # the nodes' template: its instance/volume/interface tags are what the fleet's instances get
+        nic = dict((i.get("networkInterfaces") or [{}])[0])
+        data: dict[str, Any] = {"ImageId": "ami-12c6146b", "TagSpecifications": [
+            {"ResourceType": t["resourceType"], "Tags": _tags(t)} for t in i.get("tagSpecifications") or []]}
+        group = ids.get((i.get("placement") or {}).get("groupName") or "")
+        if group:
+            data["Placement"] = {"GroupName": group}
+        profile = (i.get("iamInstanceProfile") or {}).get("name")
+        if profile:
+            data["IamInstanceProfile"] = {"Name": ref(profile)}
+        if nic:
+            data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
+                                          "Groups": [ref(g) for g in nic.get("securityGroups") or []],
+                                          "AssociatePublicIpAddress": nic.get("associatePublicIpAddress") == "true"}]
+        rid = ec2.create_launch_template(LaunchTemplateName=f"{r.name}-{n}", LaunchTemplateData=data,
+                                         TagSpecifications=_spec("launch-template", i))["LaunchTemplate"][
+            "LaunchTemplateId"]
+        kind = "launch-template"
+    elif typ == "aws:ec2/fleet:Fleet":
+        # one instant fleet for all nodes (CreateFleet: all or none with MinTargetCapacity)
+        config = (i.get("launchTemplateConfigs") or [{}])[0]
+        target = i.get("targetCapacitySpecification") or {}
+        options = i.get("onDemandOptions") or i.get("spotOptions") or {}
+        opts_key = "OnDemandOptions" if i.get("onDemandOptions") else "SpotOptions"
+        resp = ec2.create_fleet(
+            Type=i.get("type", "instant"), TagSpecifications=_spec("fleet", i),
+            LaunchTemplateConfigs=[{
+                "LaunchTemplateSpecification": {"LaunchTemplateId": ref(config["launchTemplateSpecification"][
+                    "launchTemplateId"]), "Version": "$Latest"},
+                "Overrides": [{"InstanceType": o.get("instanceType")} for o in config.get("overrides") or []]}],
+            TargetCapacitySpecification={"TotalTargetCapacity": int(target["totalTargetCapacity"]),
+                                         "DefaultTargetCapacityType": target["defaultTargetCapacityType"]},
+            **{opts_key: {"MinTargetCapacity": int(options.get("minTargetCapacity") or 0),
+                          "SingleInstanceType": bool(options.get("singleInstanceType")),
+                          "SingleAvailabilityZone": bool(options.get("singleAvailabilityZone"))}})
+        rid, kind = resp["FleetId"], "fleet"
+        members = [iid for s in resp.get("Instances") or [] for iid in s.get("InstanceIds") or []]
+    elif typ == "aws:ec2/instance:Instance":
+        root = i.get("rootBlockDevice") or {}
+        specs = [{"ResourceType": "instance", "Tags": _tags(i)}]
+        if root.get("tags"):
+            specs.append({"ResourceType": "volume", "Tags": _tags(root)})
+        inst = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType=i["instanceType"],
+                                 SubnetId=ref(i["subnetId"]),
+                                 SecurityGroupIds=[ref(x) for x in i.get("vpcSecurityGroupIds") or []],
+                                 TagSpecifications=specs)["Instances"][0]
+        rid, kind = inst["InstanceId"], "instance"
+    else:
+        return None
+    return kind, rid, members
 
 
 def destroy(made: list[tuple[str, str]], session: Any, region: str = "us-east-1") -> None:
@@ -172,7 +306,7 @@ def destroy(made: list[tuple[str, str]], session: Any, region: str = "us-east-1"
     from gpucluster.domain import Leftover
     from gpucluster.infra.aws.leftovers import delete
 
-    ec2 = session.client("ec2", region_name=region)
+    ec2 = client(session, "ec2", region)
     for kind, rid in made:
         if kind == "fleet":
             try:
@@ -191,7 +325,7 @@ def destroy(made: list[tuple[str, str]], session: Any, region: str = "us-east-1"
 
 def exists(made: list[tuple[str, str]], session: Any, region: str = "us-east-1") -> list[tuple[str, str]]:
     """Which of `made` the account still has (instances: not terminated)."""
-    ec2, iam = session.client("ec2", region_name=region), session.client("iam")
+    ec2, iam = client(session, "ec2", region), client(session, "iam")
     live = []
     for kind, rid in made:
         if kind == "instance":
@@ -281,7 +415,7 @@ def destroy_as_provider(made: list[tuple[str, str]], session: Any, region: str =
     from gpucluster.infra.aws.leftovers import _delete_one
 
     sleep, now = sleep or time.sleep, now or time.monotonic
-    ec2 = session.client("ec2", region_name=region)
+    ec2 = client(session, "ec2", region)
     if any(k == "fleet" for k, _ in made):
         made[:] = [(k, i) for k, i in made if k != "instance"]  # the fleet's: not resources of the stack
     errors: list[str] = []

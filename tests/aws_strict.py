@@ -37,6 +37,10 @@ class StrictSession:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.regions: list[tuple[str, str, str]] = []  # (service, operation, the client's region) of every call
 
+    def get_credentials(self) -> Any:
+        """The credentials botocore's chain finds (boto3.session.Session.get_credentials)."""
+        return self.real.get_credentials()
+
     def on(self, service: str, operation: str, rule: Rule) -> None:
         self.rules[(service, operation)] = rule
 

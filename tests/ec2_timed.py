@@ -40,6 +40,17 @@ moto. Each behaviour and its public source:
   to update").
 - Placement groups themselves (Create/Describe/DeletePlacementGroup), which moto 5.2 does not
   implement ("has not been implemented"), are kept here.
+- A new instance profile is not usable by EC2 for `profile_s` seconds after CreateInstanceProfile:
+  an instant fleet whose template names it launches nothing and lists the error EC2 gives,
+  `InvalidParameterValue` "Invalid IAM Instance Profile name", in its `Errors` (IAM is eventually
+  consistent: AWS IAM User Guide, "Troubleshooting IAM roles" / "Changes that I make are not always
+  immediately visible"; EC2 User Guide, "IAM roles for Amazon EC2": "it can take a few seconds for
+  the instance profile to propagate"; terraform-provider-aws ec2_instance.go resourceInstanceCreate
+  retries RunInstances on exactly this message for iamPropagationTimeout, 2 minutes).
+- ModifyFleet of an `instant` fleet is refused, `FleetNotInModifiableState` (API reference,
+  ModifyFleet: "This action is only supported for the maintain type"; the answer EC2 gives for a
+  fleet of another type: jenkinsci/ec2-fleet-plugin#131, "... is not a modifiable fleet request
+  type"); moto would modify it.
 
 The clock is scaled: `scale` simulated seconds pass per real second, so a 90 s termination takes
 4.5 s at scale 20; `clock.sleep(s)`, given to the code under test as its sleep, lets `s` simulated
@@ -111,8 +122,12 @@ class TimedEc2:
     """`install(monkeypatch)` puts this model in front of moto's EC2 for the test's life."""
 
     def __init__(self, clock: ScaledClock | None = None, *, pending_s: tuple[float, float] = (20.0, 40.0),
-                 terminate_s: tuple[float, float] = (60.0, 120.0), seed: int = 7):
+                 terminate_s: tuple[float, float] = (60.0, 120.0), seed: int = 7, profile_s: float = 10.0):
         self.clock = clock or ScaledClock()
+        self.profile_s = profile_s  # seconds a new instance profile stays unusable to EC2 launches
+        self.profiles: dict[str, float] = {}  # instance profile name -> simulated time it was created
+        self.fleet_errors: dict[str, list[dict[str, Any]]] = {}  # fleet id -> its launch errors
+        self.fleet_types: dict[str, str] = {}  # fleet id -> instant / maintain / request
         self.pending_s, self.terminate_s = pending_s, terminate_s
         self.rng = random.Random(seed)
         self.instances: dict[str, Inst] = {}
@@ -132,7 +147,13 @@ class TimedEc2:
         model = self
 
         def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
-            if client.meta.service_model.service_name != "ec2":
+            service = client.meta.service_model.service_name
+            if service == "iam" and operation == "CreateInstanceProfile":
+                resp = orig(client, operation, params)
+                with model.lock:
+                    model.profiles[params["InstanceProfileName"]] = model.clock.now()
+                return resp
+            if service != "ec2":
                 return orig(client, operation, params)
             handler = getattr(model, f"_{operation}", None)
             if handler is None:
@@ -197,18 +218,51 @@ class TimedEc2:
         nic = (data.get("NetworkInterfaces") or [{}])[0]
         self.templates[resp["LaunchTemplate"]["LaunchTemplateId"]] = {
             "placement": (data.get("Placement") or {}).get("GroupName"), "subnet": nic.get("SubnetId"),
-            "groups": nic.get("Groups") or data.get("SecurityGroupIds") or []}
+            "groups": nic.get("Groups") or data.get("SecurityGroupIds") or [],
+            "profile": (data.get("IamInstanceProfile") or {}).get("Name")}
         return resp
 
+    def _young_profile(self, name: str | None) -> bool:
+        made = self.profiles.get(name or "")
+        return made is not None and self.clock.now() - made < self.profile_s
+
     def _CreateFleet(self, client: Any, params: dict[str, Any], real: Any) -> Any:
-        resp = real()
-        ids = [i for s in resp.get("Instances") or [] for i in s.get("InstanceIds") or []]
         configs = params.get("LaunchTemplateConfigs") or [{}]
         template = (configs[0].get("LaunchTemplateSpecification") or {}).get("LaunchTemplateId")
         where = self.templates.get(template or "") or {}
+        errors: list[dict[str, Any]] = []
+        if params.get("Type") == "instant" and self._young_profile(where.get("profile")):
+            # EC2 does not see the profile yet: the instant fleet is made, launches nothing, lists why
+            errors = [{"ErrorCode": "InvalidParameterValue", "ErrorMessage": (
+                f"Value ({where['profile']}) for parameter iamInstanceProfile.name is invalid. Invalid IAM "
+                "Instance Profile name"), "Lifecycle": "on-demand"}]
+            options = "SpotOptions" if params.get("SpotOptions") else "OnDemandOptions"
+            resp = real({**params, "TargetCapacitySpecification": {
+                **params["TargetCapacitySpecification"], "TotalTargetCapacity": 0},
+                options: {**(params.get(options) or {}), "MinTargetCapacity": 0}})
+            resp["Errors"] = errors
+        else:
+            resp = real()
+        ids = [i for s in resp.get("Instances") or [] for i in s.get("InstanceIds") or []]
         self._track(client, ids, where.get("placement"), where)
         self.fleets[resp["FleetId"]] = ids
+        self.fleet_errors[resp["FleetId"]] = errors
+        self.fleet_types[resp["FleetId"]] = params.get("Type") or "maintain"
         return resp
+
+    def _DescribeFleets(self, client: Any, params: dict[str, Any], real: Any) -> Any:
+        resp = real()
+        for fleet in resp.get("Fleets", []):
+            if self.fleet_errors.get(fleet.get("FleetId", "")):
+                fleet["Errors"] = list(self.fleet_errors[fleet["FleetId"]])
+        return resp
+
+    def _ModifyFleet(self, client: Any, params: dict[str, Any], real: Any) -> Any:
+        fid = params.get("FleetId", "")
+        if self.fleet_types.get(fid, "maintain") != "maintain":
+            raise self._refuse("ModifyFleet", fid, "FleetNotInModifiableState",
+                               f"Fleet Request: {fid} is not a modifiable fleet request type.")
+        return real()
 
     # -- reads ----------------------------------------------------------------------------------
     def _rewrite(self, raw: dict[str, Any]) -> str | None:

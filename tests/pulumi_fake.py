@@ -18,6 +18,10 @@ engine does, and returns scripted outputs and failures:
 - `fail_destroy_text=...`: `destroy` fails once with that stderr (resources stay);
 - `destroy_in_account=True`: `on_destroy(stack)` is the provider's deletes in the account, run as the
   destroy's own steps; what it raises fails the destroy, the stack keeping its resources;
+- `up_in_account=True`: `on_up(stack)` is the provider's creates (and updates) in the account, run as
+  the update's own steps; what it raises fails the update, as the engine reports a failed resource or
+  a program that raised (the resources made stay in the stack); `replaced` keeps each update's
+  `--replace` URNs (`pulumi up --replace`: "Specify resources to replace");
 - `before_up(stack)`: called as `up` starts (another user's cluster landing between a check and a create);
 - `persist=True`: the stacks live in the `file://` backend named by PULUMI_BACKEND_URL, as a
   self-managed backend keeps them ("State and backends", Pulumi docs: the state is a file per stack
@@ -88,7 +92,8 @@ class FakePulumiCommand:
                  locked_by_pid: int | None = None, fail_destroy_text: str = "", on_up=None, on_destroy=None,
                  fail_up_times: int | None = None, provider_max_retries: int | None = None,
                  before_up=None, persist: bool = False, step_delay_s: float = 0.0, fail_in_program: bool = False,
-                 create_delays: dict[str, float] | None = None, destroy_in_account: bool = False):
+                 create_delays: dict[str, float] | None = None, destroy_in_account: bool = False,
+                 up_in_account: bool = False):
         self.version = VersionInfo.parse(version)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
@@ -109,6 +114,8 @@ class FakePulumiCommand:
         # destroy_in_account: `on_destroy` is the provider's deletes, run before the stack is emptied;
         # an exception from it fails the destroy (the resources stay in the stack)
         self.destroy_in_account = destroy_in_account
+        self.up_in_account = up_in_account
+        self.replaced: list[list[str]] = []  # each `up`'s --replace URNs
         self.before_up = before_up
         self.persist = persist
         self.salts: dict[str, str] = {}  # stack -> the passphrase provider's "v1:salt:check" (its state)
@@ -413,8 +420,21 @@ class FakePulumiCommand:
         if self.interrupt_up_after is not None:
             self._emit(target, events + [{"cancelEvent": {}}])
             raise KeyboardInterrupt()
+        self.replaced.append([args[n + 1] for n, a in enumerate(args[:-1]) if a == "--replace"])
+        if self.on_up is not None and self.up_in_account:
+            try:
+                self.on_up(stack)
+            except Exception as exc:  # noqa: BLE001 - the provider's or the program's error, as the CLI prints it
+                stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+                lines = str(exc).splitlines() or [type(exc).__name__]
+                diags = [{"diagnosticEvent": {"message": ln + "\n", "color": "never", "severity": "error",
+                                              "urn": stack_urn}} for ln in [*lines, "update failed"]]
+                self._emit(target, events + diags + [{"cancelEvent": {}}])
+                shown = "".join(f"    error: {ln}\n" for ln in lines)
+                self._fail("", stdout=(f"Updating ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack (gpucluster-{stack}):\n"
+                                       f"{shown}    error: update failed\n\nDuration: 1s\n"))
         self._emit(target, events + [{"cancelEvent": {}}])
-        if self.on_up is not None:
+        if self.on_up is not None and not self.up_in_account:
             self.on_up(stack)
         self.outputs[stack] = dict(self.scripted_outputs)
         return CommandResult("Updating (FAKE)\nResources: created", "", 0)

@@ -33,101 +33,11 @@ pytest.importorskip("pulumi.automation")
 pytest.importorskip("pulumi_aws")
 
 import aws_apply  # noqa: E402
-from ec2_timed import ScaledClock, TimedEc2  # noqa: E402
-from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand, aws_outputs  # noqa: E402
+from pulumi_fake import aws_outputs  # noqa: E402
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
-REGION = "us-east-1"
-
-
-class Account:
-    """moto's account behind the timed EC2, the fake Pulumi CLI, and the real provider on them."""
-
-    def __init__(self, timed: TimedEc2):
-        import boto3
-
-        self.timed = timed
-        self.session = boto3.session.Session(region_name=REGION)
-        self.made: dict[str, list[tuple[str, str]]] = {}
-        self.seen: dict[str, object] = {}
-        self.fake = FakePulumiCommand(on_up=self.on_up, on_destroy=self.on_destroy, destroy_in_account=True,
-                                      resources=AWS_FLEET_RESOURCES)
-
-    def on_up(self, stack: str) -> None:
-        from gpucluster.infra.aws import mock_runtime
-
-        built = mock_runtime.build(self.seen[stack])
-        assert built.error is None, built.error
-        made = self.made[stack] = aws_apply.apply(built.recorder, self.session, REGION)
-        ids = sorted(i for k, i in made if k == "instance")
-        ec2 = self.session.client("ec2", region_name=REGION)
-        by_id = {i["InstanceId"]: i for r in ec2.describe_instances(InstanceIds=ids)["Reservations"]
-                 for i in r["Instances"]}
-        # what the program exports: each node as aws.ec2.get_instance reads it right after CreateFleet
-        # (DescribeInstances; a pending instance has no public IP: publicIp "")
-        self.fake.scripted_outputs = {
-            **aws_outputs(len(ids)), **built.outputs, "instance_ids": ids,
-            "private_ips": [by_id[i].get("PrivateIpAddress", "") for i in ids],
-            "public_ips": [by_id[i].get("PublicIpAddress", "") for i in ids],
-            "host_public_keys": [f"ssh-ed25519 AAAAHOST{n}" for n in range(len(ids))]}
-
-    def on_destroy(self, stack: str) -> None:
-        aws_apply.destroy_as_provider(self.made.get(stack, []), self.session, REGION,
-                                      sleep=self.timed.clock.sleep, now=self.timed.clock.now)
-
-    def provider(self):
-        from gpucluster.infra.pulumi.engine import PulumiDriver
-        from gpucluster.infra.pulumi.provider import PulumiProvider
-        from gpucluster.infra.registry import plugin
-
-        account = self
-
-        class Driver(PulumiDriver):
-            def up(self, spec, events=None):
-                account.seen[spec.name] = spec
-                return super().up(spec, events)
-
-        clock = self.timed.clock
-        return PulumiProvider(plugin("aws"), driver=Driver(pulumi_command=self.fake, program_runner=lambda s: None),
-                              credentials=lambda region=None: [{"check": "aws credentials", "ok": True,
-                                                                "detail": "account"}],
-                              cloud_checks=lambda spec: None,
-                              scan_options={"clock": clock.now, "sleep": clock.sleep, "poll_seconds": 10,
-                                            "await_seconds": 900})
-
-
-@pytest.fixture
-def account(home, monkeypatch):
-    import moto
-
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "PULUMI_BACKEND_URL",
-                "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE", "GPUCLUSTER_STATE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    from gpucluster.infra.aws import outputs
-
-    monkeypatch.setattr(outputs, "RUNNING_POLL_S", 0.25, raising=False)  # real seconds: 5 s on the scaled clock
-    with moto.mock_aws():
-        timed = TimedEc2(ScaledClock(20.0), pending_s=(20.0, 40.0), terminate_s=(60.0, 120.0)).install(monkeypatch)
-        yield Account(timed)
-
-
-def _spec(name: str = "t40", **kw):
-    from gpucluster.ownership import installation_id, owner_marks
-    from gpucluster.spec import ClusterSpec, new_run_id
-
-    from specs import validate
-
-    kw.setdefault("marks", owner_marks(installation_id()))  # as `up`/`run` mark what they make
-    # the default shape: two g5.xlarge nodes in the default region
-    spec = ClusterSpec(cloud="aws", nodes=2, name=name, region=REGION, instance_type="g5.xlarge",
-                       ssh_cidr="203.0.113.7/32", gpus_per_node=1, run_id=new_run_id(), **kw)
-    validate(spec)
-    return spec
+from aws_account import REGION, _Quiet, _spec, account  # noqa: E402,F401 - the fixture, for pytest
 
 
 def _fine_launcher():
@@ -233,11 +143,6 @@ def test_the_scan_reports_a_node_shutting_down_as_being_deleted(account):
     account.timed.clock.sleep(121)  # the longest termination passes
     assert not [f for f in leftovers.scan([REGION], "scan40", session=account.session).found
                 if f.leftover.kind == "instance"]
-
-
-class _Quiet:
-    def __getattr__(self, name):
-        return lambda *a, **kw: None
 
 
 def test_the_permission_check_covers_every_call_of_the_scan_and_the_teardown():

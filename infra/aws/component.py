@@ -64,6 +64,12 @@ DEFAULT_VPC_CIDR = "10.42.0.0/16"
 # the root device of a pinned `ami`: Ubuntu AMIs, the DLAMIs included, name it /dev/sda1; a
 # looked-up AMI's own `root_device_name` is used instead
 DEFAULT_ROOT_DEVICE = "/dev/sda1"
+# the inputs whose change replaces the nodes' launch template, and the instant fleet (issue 40 item 2;
+# its tags alone are updated in place, which EC2 allows: CreateTags)
+TEMPLATE_REPLACED_ON = ("image_id", "user_data", "tag_specifications", "iam_instance_profile", "block_device_mappings",
+                        "network_interfaces", "placement", "key_name", "metadata_options",
+                        "instance_initiated_shutdown_behavior")
+FLEET_REPLACED_ON = ("launch_template_configs", "target_capacity_specification", "on_demand_options", "spot_options")
 
 class GpuCluster(pulumi.ComponentResource):
     """N g5 instances, head first, in one subnet/AZ/placement group (see the module docstring)."""
@@ -282,7 +288,12 @@ class GpuCluster(pulumi.ComponentResource):
             # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
             terminate_instances=True,
             tags=self._tags(f"{spec.name}-fleet"),
-            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps]),
+            # An update that changes the nodes (a new DLAMI, new tags: a new template) replaces the
+            # fleet, the old one deleted first (its nodes terminate, the new ones launch): EC2 modifies
+            # only `maintain` fleets (ModifyFleet: FleetNotInModifiableState for an instant one), and the
+            # provider would modify it in place (issue 40 item 2)
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps],
+                            replace_on_changes=list(FLEET_REPLACED_ON), delete_before_replace=True),
         )
         region = self.region
         def ranked(both: list[Any]) -> list[str]:
@@ -374,7 +385,10 @@ class GpuCluster(pulumi.ComponentResource):
             ],
             user_data=base64.b64encode(user_data.encode()).decode(),  # a launch template takes it encoded
             tags=self._tags(f"{spec.name}-nodes"),
-            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps]),
+            # what the nodes are made of changes: a new template, and with it a new fleet (not a new
+            # version of this one under a fleet EC2 cannot modify)
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps],
+                            replace_on_changes=list(TEMPLATE_REPLACED_ON)),
         )
 
     def _first_zone_offering(self, invoke_opts: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:

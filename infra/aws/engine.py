@@ -184,3 +184,23 @@ def fleet_errors(region: str | None, fleet_id: str, *, client: Any = None) -> st
 # who reads a short fleet's errors: EC2 (DescribeFleets); the mock runtime puts its own answer here
 # for the length of a build, so a program run under mocks never calls AWS
 FLEET_ERRORS: list[Callable[..., str]] = [fleet_errors]
+
+
+# A new instance profile is not at once usable by EC2: the instant fleet launches nothing and lists
+# `InvalidParameterValue` "Invalid IAM Instance Profile name" (or "... has no associated IAM Roles")
+# in its errors (AWS IAM User Guide, "Troubleshooting IAM roles": changes are eventually consistent;
+# EC2 User Guide, "IAM roles for Amazon EC2"). terraform-provider-aws retries RunInstances on exactly
+# these messages for iamPropagationTimeout, 2 minutes (internal/service/ec2/ec2_instance.go,
+# resourceInstanceCreate); its instant fleet does not. `up` launches the fleet again (the profile
+# kept: a new one would wait again) after each of these delays, 120 s in all.
+PROFILE_NOT_READY = ("Invalid IAM Instance Profile", "has no associated IAM Roles")
+RELAUNCH_DELAYS = (5.0, 10.0, 20.0, 40.0, 45.0)
+FLEET_TYPE = "aws:ec2/fleet:Fleet"
+
+
+def relaunch(spec: Any, text: str) -> tuple[str, str] | None:
+    """(the fleet's type token, why) when a failed `up` is the instance profile's propagation, else None."""
+    if any(marker in text for marker in PROFILE_NOT_READY):
+        return FLEET_TYPE, ("EC2 does not see the nodes' new IAM instance profile yet (IAM propagates within "
+                            "seconds to a minute or two; the fleet launched nothing)")
+    return None

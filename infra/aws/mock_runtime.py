@@ -55,6 +55,20 @@ class Recorder(pulumi.runtime.Mocks):
         self.resources: list[pulumi.runtime.MockResourceArgs] = []
         self.calls: list[pulumi.runtime.MockCallArgs] = []
         self.fleet_launches = fleet_launches  # None: a fleet launches its whole target
+        # resource name -> the options the engine would act on in an update: {"replaceOnChanges": [...],
+        # "deleteBeforeReplace": bool} (what a `pulumi up` of a changed program replaces, and how)
+        self.options: dict[str, dict[str, Any]] = {}
+
+    def watch(self, monitor: Any) -> None:
+        """Keep each registration's replacement options (the mock runtime passes only inputs on)."""
+        register = monitor.RegisterResource
+
+        def recording(request: Any) -> Any:
+            self.options[request.name] = {"replaceOnChanges": list(request.replaceOnChanges),
+                                          "deleteBeforeReplace": bool(request.deleteBeforeReplace)}
+            return register(request)
+
+        monitor.RegisterResource = recording
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(args)
@@ -163,6 +177,7 @@ def build(
 
     recorder = Recorder(fleet_launches, fleet_error)
     pulumi.runtime.set_mocks(recorder, project="gpucluster", stack=stack, preview=False)
+    recorder.watch(pulumi.runtime.settings.get_monitor())
     built = Built(recorder)
 
     @pulumi.runtime.test

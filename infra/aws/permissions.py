@@ -173,22 +173,55 @@ def _decisions(iam: Any, source: str, actions: tuple[str, ...], resources: list[
     while True:
         resp = iam.simulate_principal_policy(**kw)
         for r in resp.get("EvaluationResults", []):
-            out[r["EvalActionName"]] = r["EvalDecision"]
+            missing = r.get("MissingContextValues") or []
+            # not allowed only for want of keys the real call may carry (a policy's condition on a tag, a
+            # VPC, ...): unverified, not denied (issue 40 item 7)
+            out[r["EvalActionName"]] = (f"unverified:{','.join(missing)}" if missing and r["EvalDecision"] != "allowed"
+                                        else r["EvalDecision"])
         if not resp.get("IsTruncated"):
             return out
         kw["Marker"] = resp["Marker"]
 
 
+def request_context(spec: Any) -> list[dict[str, Any]]:
+    """The condition keys the program's EC2 calls carry, for the simulator: without them a policy's
+    condition on them (an Organizations SCP that denies other regions, Control Tower's region deny; one
+    that requires IMDSv2) evaluates as if the key were absent, and a negated condition then matches
+    (IAM User Guide, "Condition operators": "...IfExists", a missing key; "Testing IAM policies with
+    the IAM policy simulator": context keys)."""
+    region = catalog.region_of(spec)
+
+    def key(name: str, value: str) -> dict[str, Any]:
+        return {"ContextKeyName": name, "ContextKeyValues": [value], "ContextKeyType": "string"}
+
+    return [key("aws:RequestedRegion", region), key("ec2:Region", region),
+            key("ec2:InstanceType", catalog.instance_type_of(spec).name),
+            key("ec2:MetadataHttpTokens", "required"), key("ec2:MetadataHttpEndpoint", "enabled"),
+            key("ec2:InstanceMarketType", "spot" if spec.spot else "on-demand")]
+
+
 def denied(iam: Any, spec: Any, caller_arn: str, account: str) -> list[str]:
     """The actions the run needs that the caller may not do (SimulatePrincipalPolicy); raises the
-    client's error when the simulation cannot run."""
+    client's error when the simulation cannot run. Those not allowed only for want of context keys
+    are `unverified(...)`'s, not these."""
+    return [a for a, d in decisions(iam, spec, caller_arn, account).items() if not d.startswith(("allowed", "unverified"))]
+
+
+def unverified(found: dict[str, str]) -> list[str]:
+    """The actions whose decision depends on context keys the simulator was not given, with those keys."""
+    return [f"{a} ({d.split(':', 1)[1]})" for a, d in found.items() if d.startswith("unverified")]
+
+
+def decisions(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, str]:
+    """Each action the run needs -> the simulator's decision (allowed, implicitDeny, explicitDeny, or
+    "unverified:KEYS"), the EC2 ones simulated with the request's context (`request_context`)."""
     source = principal(caller_arn)
     if source is None:
         raise ValueError(f"{caller_arn} cannot be simulated (the root user or a federated user)")
     part = source.split(":")[1]
     groups = needed(spec)
     found: dict[str, str] = {}
-    found.update(_decisions(iam, source, tuple(dict.fromkeys(groups["EC2"] + VERIFY))))
+    found.update(_decisions(iam, source, tuple(dict.fromkeys(groups["EC2"] + VERIFY)), context=request_context(spec)))
     if "IAM (the node role)" in groups:
         # the names Pulumi gives them: the logical name plus a random suffix (component.py)
         role = f"arn:{part}:iam::{account}:role/{spec.name}-role-0000000"
@@ -200,7 +233,7 @@ def denied(iam: Any, spec: Any, caller_arn: str, account: str) -> list[str]:
             "ContextKeyType": "string"}]))
         found.update(_decisions(iam, source, IAM_PROFILE, [profile]))
     wanted = [a for g in groups.values() for a in g]
-    return [a for a in dict.fromkeys(wanted) if found.get(a, "implicitDeny") != "allowed"]
+    return {a: found.get(a, "implicitDeny") for a in dict.fromkeys(wanted)}
 
 
 def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
@@ -211,7 +244,8 @@ def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
     why = role_reasons(spec)
     role = f"with an instance role ({', '.join(why)})" if why else "without IAM writes (no instance role)"
     try:
-        refused = denied(iam, spec, caller_arn, account)
+        found = decisions(iam, spec, caller_arn, account)
+        refused = [a for a, d in found.items() if not d.startswith(("allowed", "unverified"))]
     except Exception as exc:  # noqa: BLE001 - any failure to simulate (AccessDenied, NoSuchEntity, root) is a note
         code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
         return {"check": name, "ok": None, "fix": "", "detail": (
@@ -233,5 +267,9 @@ def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
         return {"check": name, "ok": None, "fix": "", "detail": (
             f"the run may go {role}, but the teardown check may not {', '.join(reads)}: it would end "
             "'not verified' (exit 3); grant them to verify that nothing of the cluster is left")}
+    if unverified(found):
+        return {"check": name, "ok": None, "fix": "", "detail": (
+            f"not verified for {', '.join(unverified(found))}: a policy's condition needs keys the simulator "
+            "was not given (the real call may carry them); the dry runs below still check the launch")}
     return {"check": name, "ok": True, "fix": "",
             "detail": f"every action a run {role} needs is allowed to {caller_arn}"}

@@ -99,9 +99,11 @@ PLUGIN = CreatedMachines(
         capacity_attempts=3,
         zone_pinned=catalog.zone_pinned,  # option subnetId: the subnet's zone, no failover (issue 40 item 5)
         classify_failure=failures.classify,  # the AWS error code and message, not "update failed"
-        preflight=preflight,
+        preflight=preflight,  # quota, AMI, subnet and a RunInstances dry run, before anything
         # `down` terminates the nodes and waits for `terminated` before `pulumi destroy` (issue 40 item 1)
-        terminate_kinds=("instance",), terminate=leftovers.terminate_in),  # quota, AMI, subnet and a RunInstances dry run, before anything
+        terminate_kinds=("instance",), terminate=leftovers.terminate_in,
+        # a fleet refused for an instance profile IAM has not propagated is launched again (issue 40 item 3)
+        relaunch=engine.relaunch, relaunch_delays=engine.RELAUNCH_DELAYS),
     pricing=Pricing(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs

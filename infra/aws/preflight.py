@@ -1,7 +1,8 @@
 """Preflight for `run`/`up --cloud aws`: what would make `RunInstances` fail, asked of AWS before
 anything is created (after the plan, before `pulumi up`), and the same checks for `doctor`.
 
-- credentials: STS `GetCallerIdentity`;
+- credentials: STS `GetCallerIdentity`, and temporary ones that cannot be refreshed must outlast the
+  run and its teardown (credentials.py);
 - the vCPU quota of the run's market and the type's quota class in the run's region, against what
   the cluster needs plus the vCPUs of that class already running there: for g* types "Running
   On-Demand G and VT instances" (L-DB2E81BA) or "All G and VT Spot Instance Requests" (L-3819A6DF),
@@ -265,12 +266,18 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     except ImportError:
         return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
     region = spec.region or catalog.DEFAULT_REGION
-    client = _clients(session or boto3.session.Session(), region)
+    session = session or boto3.session.Session()
+    client = _clients(session, region)
     out: list[dict[str, Any]] = []
     ident, row = _identity(client, region)
     if ident is None:
         return [row]
     out.append(row)
+    from .credentials import lifetime_check
+
+    lasting = lifetime_check(session.get_credentials(), spec)  # they must outlast the run (issue 40 item 8)
+    if lasting is not None:
+        out.append(lasting)
     from .permissions import check as permissions_check
 
     out.append(permissions_check(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or "")))

@@ -95,6 +95,7 @@ class PulumiDriver:
         self.provisioner = provisioner
         self.program_runner = program_runner or default_program_runner
         self.zone_lister = zone_lister
+        self.sleep: Callable[[float], None] = time.sleep  # between relaunches; tests pass a scaled clock's
 
     def _provisioner(self) -> Provisioner:
         if self.provisioner is None:
@@ -182,8 +183,7 @@ class PulumiDriver:
                 self._refresh_before_up(stack, events)
             bridge = EventBridge(events, self._provisioner(), spec)
             try:
-                res = self._with_lock_recovery(
-                    stack, events, lambda: stack.up(on_event=bridge, color="never", on_output=lambda line: None))
+                res = self._up_relaunching(stack, spec, events, bridge)
             except (KeyboardInterrupt, auto.CommandError) as exc:
                 if existing:
                     # a cluster that was up before this call is not destroyed because an update failed
@@ -204,6 +204,34 @@ class PulumiDriver:
                 raise self._up_error(spec, text, cleanup_errors) from None
         outputs = {k: v.value for k, v in res.outputs.items()}
         return UpResult(outputs, {k for k, v in res.outputs.items() if v.secret})
+
+    def _up_relaunching(self, stack: Any, spec: Any, events: ProvisionEvents, bridge: EventBridge) -> Any:
+        """`pulumi up`; a launch the backend calls transient (`Provisioner.relaunch`) is replaced alone
+        (`--replace` of the resources of that type this update created) after each of its
+        `relaunch_delays`, the rest of the stack kept; the last failure is raised as it came."""
+        from pulumi import automation as auto
+
+        prov = self._provisioner()
+        delays = list(prov.relaunch_delays)
+        replace: list[str] = []
+        while True:
+            extra: dict[str, Any] = {"replace": replace} if replace else {}
+            try:
+                return self._with_lock_recovery(stack, events, lambda: stack.up(
+                    on_event=bridge, color="never", on_output=lambda line: None, **extra))
+            except auto.CommandError as exc:
+                text = "\n".join([command_text(exc), *bridge.diagnostics])
+                found = prov.relaunch(spec, text) if prov.relaunch is not None else None
+                urns = sorted({urn for typ, urn in bridge.created if found is not None and typ == found[0]})
+                if found is None or not urns or not delays:
+                    raise
+                wait = delays.pop(0)
+                done = len(prov.relaunch_delays) - len(delays)
+                events.message(f"{found[1]}: launching it again in {wait:.0f} s (retry {done} of "
+                               f"{len(prov.relaunch_delays)})")
+                self.sleep(wait)
+                replace = urns
+                bridge.diagnostics.clear()
 
     def _refresh_before_up(self, stack: Any, events: ProvisionEvents) -> None:
         from pulumi import automation as auto

@@ -45,6 +45,7 @@ class EventBridge:
         self.failed: list[str] = []
         self.errors: list[BaseException] = []
         self.requested: list[tuple[str, str]] = []
+        self.created: list[tuple[str, str]] = []  # (type token, URN) of each resource this operation created
 
     def __call__(self, event: Any) -> None:
         try:
@@ -61,6 +62,8 @@ class EventBridge:
                 inputs = (md.new.inputs if md.new else None) or {}
                 self.events.resource_requested(kind, name, type=md.type, **self.detail(kind, inputs or {}, self.spec))
                 self.requested.append((kind, name))
+        if ev.res_outputs_event is not None and ev.res_outputs_event.metadata.op in CREATE_OPS:
+            self.created.append((ev.res_outputs_event.metadata.type, ev.res_outputs_event.metadata.urn))
         if ev.res_outputs_event is not None and self.record:
             md = ev.res_outputs_event.metadata
             kind = self.kinds.get(md.type)

@@ -108,11 +108,11 @@ class PulumiProvider(Provider):
         state directory with its passphrase, then (given the spec) the backend's own checks against
         the cloud (aws: `infra/aws/preflight.py`)."""
         from gpucluster.infra.pulumi.cli import backend_url, passphrase_file
-
-        from gpucluster.infra.pulumi.state import check_secrets
+        from gpucluster.infra.pulumi.state import check_secrets, check_state_region
 
         backend_url()
         check_secrets()  # shared state: a passphrase the team shares (environment) or a KMS key
+        check_state_region()  # an s3:// state without ?region=: its bucket's region, or the fix
         self.driver.cli  # noqa: B018 - loads and checks the CLI
         passphrase_file()
         if spec is not None and self._cloud_checks is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from gpucluster.errors import ConfigError, UsageError
 
@@ -100,9 +101,74 @@ def home_state() -> str:
     return _folder(pulumi_dir() / "state").resolve().as_uri()  # a file in the way: one line, exit 2
 
 
+# s3 state bucket -> its region, found by `check_state_region` (HeadBucket) for a URL that names none
+_BUCKET_REGIONS: dict[str, str] = {}
+
+
+def _bucket(url: str) -> str:
+    return url[len("s3://"):].split("?", 1)[0].split("/", 1)[0]
+
+
+def _names_region(url: str) -> bool:
+    from urllib.parse import parse_qs, urlsplit
+
+    query = parse_qs(urlsplit(url).query)
+    return bool(query.get("region") or query.get("endpoint"))
+
+
+def with_region(url: str) -> str:
+    """An `s3://` state URL with the bucket's region (`?region=R`, Pulumi's S3 backend URL form, "State
+    and backends") when it names none and `check_state_region` found it; any other URL as it is."""
+    if not url.startswith("s3://") or _names_region(url) or _bucket(url) not in _BUCKET_REGIONS:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}region={_BUCKET_REGIONS[_bucket(url)]}"
+
+
 def state_url() -> str:
     url, _ = chosen()
-    return url if url else home_state()
+    return with_region(url) if url else home_state()
+
+
+def bucket_region(bucket: str, client: object = None) -> tuple[str | None, str]:
+    """(the S3 bucket's region, '') from HeadBucket's `x-amz-bucket-region`, which S3 sends also with a
+    301 (the bucket is in another region) or a 403 (S3 API reference, HeadBucket: "BucketRegion"), or
+    (None, why not)."""
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return None, "boto3 is not installed"
+    s3: Any = client or boto3.client("s3", region_name="us-east-1")
+    try:
+        resp = s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        resp = exc.response
+        code = str(resp.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            return None, f"no bucket {bucket!r} (HeadBucket: 404)"
+        region = (resp.get("ResponseMetadata", {}).get("HTTPHeaders") or {}).get("x-amz-bucket-region")
+        return (region, "") if region else (None, f"HeadBucket: {code or exc}")
+    except BotoCoreError as exc:
+        return None, f"HeadBucket: {exc}"
+    region = resp.get("BucketRegion") or (resp.get("ResponseMetadata", {}).get("HTTPHeaders") or {}).get(
+        "x-amz-bucket-region")
+    return (str(region), "") if region else (None, "HeadBucket named no region")
+
+
+def check_state_region(client: object = None) -> None:
+    """Before anything is created: an `s3://` state that names no region gets its bucket's, or is refused
+    with the fix. Pulumi's S3 backend needs one: without it, or with another than the bucket's, it fails
+    (MissingRegion when the environment has none; a redirect when the bucket is elsewhere)."""
+    url, source = chosen()
+    if not url or not url.startswith("s3://") or _names_region(url) or _bucket(url) in _BUCKET_REGIONS:
+        return
+    region, why = bucket_region(_bucket(url), client)
+    if region is None:
+        raise UsageError(f"the Pulumi state {url} (from {source}) names no region and the bucket's could not be "
+                         f"found ({why}); nothing was created: name it in the URL, e.g. "
+                         f"s3://{_bucket(url)}?region=us-west-2 (the bucket's region: aws s3api get-bucket-location "
+                         f"--bucket {_bucket(url)})")
+    _BUCKET_REGIONS[_bucket(url)] = region
 
 
 def shared() -> bool:
