@@ -283,7 +283,7 @@ class Provisioner:
     # EC2): (spec, failure text) -> (the Pulumi type token of what to launch again, why), or None. `up` then
     # replaces that resource alone (`pulumi up --replace`) after each of `relaunch_delays` seconds, keeping
     # the rest (a new profile would meet the same wait), before it fails as any other failed `up`
-    relaunch: Callable[[ClusterSpec, str], tuple[str, str] | None] | None = None
+    relaunch: Callable[[ClusterSpec, str], tuple[str | None, str] | None] | None = None
     relaunch_delays: tuple[float, ...] = ()
 
 

@@ -62,3 +62,23 @@ def capacity_zones(spec: Any, text: str, zone_lister: Any = None) -> tuple[str |
     region = catalog.region_of(zone) if zone else None
     same = [z for z in zones if region and z.startswith(region + "-")]
     return zone, same + [z for z in zones if z not in same], f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"
+
+
+# IAM is eventually consistent (https://cloud.google.com/iam/docs/access-change-propagation: "typically
+# takes 2 minutes", "7 minutes or longer" at times). The pods' new Google service account can be
+# refused as a member of a bucket binding for a while after it is made ("Service account ... does not
+# exist", HTTP 400: magic-modules PR 14447, which made the provider wait after creating one), and
+# the project's Workload Identity pool appears only some time after its first such cluster ("Identity
+# Pool does not exist (PROJECT.svc.id.goog)"). What failed was never created: `up` runs again as it
+# was (the account, the cluster and the pool kept) after each of these delays, 120 s in all.
+NOT_VISIBLE_YET = (r"Service account \S+ does not exist", r"Identity Pool does not exist")
+RELAUNCH_DELAYS = (5.0, 10.0, 20.0, 40.0, 45.0)
+
+
+def relaunch(spec: Any, text: str) -> tuple[str | None, str] | None:
+    """(None: run the same `up` again, why) when a failed `up` is IAM not showing what was just made."""
+    if re.search(NOT_VISIBLE_YET[0], text):
+        return None, "IAM does not show the pods' new service account yet (IAM changes take up to minutes to apply)"
+    if re.search(NOT_VISIBLE_YET[1], text):
+        return None, "the project's Workload Identity pool does not exist yet (it follows the first such cluster)"
+    return None

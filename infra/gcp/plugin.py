@@ -107,6 +107,8 @@ PLUGIN = CreatedMachines(
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
         quota_markers=("QUOTA_EXCEEDED", "quotaExceeded", "quota to satisfy", "Quota '"),  # access.classify_quota
         classify_failure=classify_failure,
+        # a binding refused for an account or pool IAM does not show yet: `up` again (issue 41 item 9)
+        relaunch=engine.relaunch, relaunch_delays=engine.RELAUNCH_DELAYS,
         preflight=preflight.preflight,  # APIs, billing, quotas and buckets, before anything is created
         after_up=after_up),  # the idle stop's watcher in the cluster (option idleMinutes)
     pricing=Pricing(

@@ -208,7 +208,9 @@ class PulumiDriver:
     def _up_relaunching(self, stack: Any, spec: Any, events: ProvisionEvents, bridge: EventBridge) -> Any:
         """`pulumi up`; a launch the backend calls transient (`Provisioner.relaunch`) is replaced alone
         (`--replace` of the resources of that type this update created) after each of its
-        `relaunch_delays`, the rest of the stack kept; the last failure is raised as it came."""
+        `relaunch_delays`, the rest of the stack kept; a type of None: the same `up` again (what
+        failed was never created: gcp's bucket binding of an account IAM does not show yet). The
+        last failure is raised as it came."""
         from pulumi import automation as auto
 
         prov = self._provisioner()
@@ -223,12 +225,12 @@ class PulumiDriver:
                 text = "\n".join([command_text(exc), *bridge.diagnostics])
                 found = prov.relaunch(spec, text) if prov.relaunch is not None else None
                 urns = sorted({urn for typ, urn in bridge.created if found is not None and typ == found[0]})
-                if found is None or not urns or not delays:
+                if found is None or (found[0] is not None and not urns) or not delays:
                     raise
                 wait = delays.pop(0)
                 done = len(prov.relaunch_delays) - len(delays)
-                events.message(f"{found[1]}: launching it again in {wait:.0f} s (retry {done} of "
-                               f"{len(prov.relaunch_delays)})")
+                again = "launching it again" if found[0] is not None else "running the update again"
+                events.message(f"{found[1]}: {again} in {wait:.0f} s (retry {done} of {len(prov.relaunch_delays)})")
                 self.sleep(wait)
                 replace = urns
                 bridge.diagnostics.clear()
