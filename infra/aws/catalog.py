@@ -18,6 +18,7 @@ No cloud SDK is imported by this module.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +159,7 @@ OPTIONS = (
     "idleMinutes",  # `up --idle-minutes N`: the nodes power off after N minutes without a job (node_idle.py)
     "image",
     "spotInterruptionBehavior",
+    "s3KmsKeys",  # the KMS keys of SSE-KMS buckets the nodes read or write (infra/aws/kms.py; found by `prepare`)
     "ssm",  # an instance role with AmazonSSMManagedInstanceCore (Session Manager, Run Command)
     "sshPublicKey",
     "subnetId",
@@ -238,6 +240,7 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
     from .s3 import scopes
 
     scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
+    _kms_keys(spec)  # SpecError for a value that is not a list of KMS key ARNs
     flag(spec, "ssm")  # SpecError for a value that is not true/false
     from .permissions import check_iam_tags
 
@@ -386,7 +389,42 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
             notes.append(f"that address was detected through the proxy {proxy} (HTTPS_PROXY/https_proxy): it is the "
                          "proxy's public address, and ssh from this machine may come from another one; pass "
                          "--ssh-cidr with the address your ssh connections leave from")
-    return (spec.replace(**changes) if changes else spec), notes
+    spec = spec.replace(**changes) if changes else spec
+    if detect is not None:  # a real run: the buckets' KMS keys, read before anything is created
+        spec, said = with_bucket_keys(spec)
+        notes += said
+    return spec, notes
+
+
+def with_bucket_keys(spec: "ClusterSpec", session: Any = None) -> tuple["ClusterSpec", list[str]]:
+    """The spec with option s3KmsKeys naming the customer managed keys of the SSE-KMS buckets it reads
+    or writes (none given, some found), and notes (infra/aws/kms.py)."""
+    from . import kms
+    from .s3 import split
+
+    urls = [*spec.reads, *spec.writes]
+    if not urls or option(spec, kms.KEYS_OPTION) is not None:
+        return spec, []
+    import boto3
+
+    arns, notes = kms.bucket_keys([split(u)[0] for u in urls if u.startswith("s3://")],
+                                  session or boto3.session.Session(region_name=region_of(spec)))
+    if arns:
+        notes.append(f"the nodes' role may use the buckets' KMS key(s) {', '.join(arns)} (SSE-KMS: kms:Decrypt, "
+                     "kms:GenerateDataKey)")
+        spec = spec.replace(options=(*spec.options, (kms.KEYS_OPTION, ",".join(arns))))
+    return spec, notes
+
+
+def _kms_keys(spec: "ClusterSpec") -> list[str]:
+    from .kms import KEYS_OPTION, keys_of
+
+    keys = keys_of(option(spec, KEYS_OPTION))
+    for key in keys:
+        if not re.fullmatch(r"arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+", key):
+            raise SpecError(not_allowed(f"option {KEYS_OPTION}", key, "KMS key ARNs "
+                                        "(arn:aws:kms:REGION:ACCOUNT:key/ID), comma-separated"))
+    return keys
 
 
 # How long a node may take to be ready, from EC2's "running" to the ready marker (SpecRules.ready_within):

@@ -51,6 +51,7 @@ from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
 from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
+from .kms import KEYS_OPTION, keys_of
 from .leftovers import iam_path
 from .permissions import role_reasons
 from .user_data import READY_FILE, render_user_data
@@ -332,7 +333,8 @@ class GpuCluster(pulumi.ComponentResource):
             self.s3_policy = aws.iam.RolePolicy(
                 f"{name}-s3",
                 role=role.id,
-                policy=json.dumps(s3.policy_document(*s3_scopes, partition=s3.partition_of(self.region))),
+                policy=json.dumps(s3.policy_document(*s3_scopes, partition=s3.partition_of(self.region),
+                                                     kms_keys=keys_of(catalog.option(spec, KEYS_OPTION)))),
                 opts=self._opts(),
             )
         return aws.iam.InstanceProfile(

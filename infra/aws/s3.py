@@ -98,8 +98,10 @@ def partition_of(region: str) -> str:
     return "aws"
 
 
-def policy_document(reads: Sequence[str], writes: Sequence[str], partition: str = "aws") -> dict[str, Any]:
-    """The role policy: exactly these buckets and prefixes, read or write, nothing more."""
+def policy_document(reads: Sequence[str], writes: Sequence[str], partition: str = "aws",
+                    kms_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """The role policy: exactly these buckets and prefixes, read or write, nothing more; with the
+    SSE-KMS buckets' customer managed keys, their use (infra/aws/kms.py)."""
     arn = f"arn:{partition}:s3:::"
     statements: list[dict[str, Any]] = []
     for i, url in enumerate(sorted(set(reads))):
@@ -117,7 +119,10 @@ def policy_document(reads: Sequence[str], writes: Sequence[str], partition: str 
         objects = f"{arn}{bucket}/{prefix}/*" if prefix else f"{arn}{bucket}/*"
         statements.append({"Sid": f"WriteOutputs{i}", "Effect": "Allow",
                            "Action": ["s3:PutObject", "s3:AbortMultipartUpload"], "Resource": [objects]})
-    return {"Version": "2012-10-17", "Statement": statements}
+    from .kms import statement
+
+    keys = statement(kms_keys)
+    return {"Version": "2012-10-17", "Statement": statements + ([keys] if keys else [])}
 
 
 class NodeTransfer:
