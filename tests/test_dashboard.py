@@ -110,6 +110,8 @@ def test_costs_are_bars_by_day_and_cloud_and_the_runs_list_filters(ledger):
     by_day = re.search(r'<svg[^>]*id="by-day".*?</svg>', costs, re.S).group(0)
     assert {k for k in re.findall(r'data-key="(\w+)"', by_day)} == {"aws", "gcp"}  # $0 local bars are not drawn
     assert "$9.52" in costs  # 6.12 + 3.40: cost report's total
+    by_cluster = re.search(r'<svg[^>]*id="by-cluster".*?</svg>', costs, re.S).group(0)
+    assert len(re.findall(r'<rect class="bar" data-group="', by_cluster)) == 2  # the priced clusters, largest first
     runs = c.get("/", params={"cloud": "aws"}).text
     assert f'data-run="{AWS}"' in runs and f'data-run="{DONE}"' not in runs
     fragment = c.get("/", params={"fragment": "1", "q": "0dead"}).text

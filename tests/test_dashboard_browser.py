@@ -142,6 +142,11 @@ def test_the_runs_list_shows_a_finished_run_and_its_page_the_timeline_and_loss_c
     wait(browser, lambda d: "node 0 starting" in d.find_element(By.ID, "log-0").text)
     wait(browser, lambda d: d.find_element(By.ID, "logs-state").text == "(the run is over)")
     shot(browser, "run")
+    browser.find_element(By.LINK_TEXT, "costs").click()  # the costs page: its three bar charts drawn
+    for chart in ("by-day", "by-cloud", "by-cluster"):
+        wait(browser, lambda d, chart=chart: d.find_element(By.CSS_SELECTOR, f"svg#{chart}"))
+    assert browser.find_elements(By.CSS_SELECTOR, "svg#by-cluster rect.bar")
+    shot(browser, "costs")
 
 
 @needs_browser

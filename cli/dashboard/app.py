@@ -282,7 +282,10 @@ class Dashboard:
         by_day = {day: {c: float(v) for c, v in parts.items()} for day, parts in data["by_day"].items()}
         charts = [svg.stacked_bars("spend by day (USD), by cloud", by_day, chart_id="by-day"),
                   svg.stacked_bars("spend by cloud (USD)", {c: {c: float(v)} for c, v in data["by_cloud"].items()},
-                                   width=460, chart_id="by-cloud")]
+                                   width=460, chart_id="by-cloud"),
+                  svg.stacked_bars("spend by cluster (USD), the 12 largest",
+                                   {n: {"cost": float(v)} for n, v in list(data["by_cluster"].items())[:12] if v > 0},
+                                   width=460, chart_id="by-cluster")]
         return self.page("costs.html", title="costs", nav="costs", charts=charts, rep=data["report"],
                          by_cluster=data["by_cluster"])
 

@@ -159,9 +159,11 @@ def stacked_bars(title: str, groups: dict[str, dict[str, float]], *, unit: str =
                        f'y="{py(level + value):.1f}" width="{bar:.1f}" height="{py(level) - py(level + value):.1f}" '
                        f'fill="{color}"><title>{escape(name)} {escape(key)}: {unit}{value:.2f}</title></rect>')
             level += value
-        if i % every == 0:
+        if i % every == 0:  # a name wider than its slot (about 6.5 px a character) keeps its end
+            room = max(4, int(slot * every / 6.5))
+            label = name if len(name) <= room else "\u2026" + name[-(room - 1):]
             out.append(f'<text class="tick" x="{x + bar / 2:.1f}" y="{top + ph + 14}" text-anchor="middle">'
-                       f'{escape(name)}</text>')
+                       f'{escape(label)}</text>')
     for i, key in enumerate(keys):
         out.append(f'<text class="legend" x="{left + pw - 4}" y="{top + 14 + 13 * i}" text-anchor="end" '
                    f'fill="{COLORS[i % len(COLORS)]}">{escape(key)}</text>')
