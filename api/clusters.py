@@ -159,8 +159,19 @@ def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = No
     if not planned.backend.can(Capability.PROVISIONS) and ledger.open_resources(name):  # machines that exist
         raise UsageError(f"cluster {name!r} is kept already: run jobs on it with `gpucluster exec {name}`, or remove "
                          f"it first with `gpucluster down {name}`")
-    made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui, backend=planned.backend,
-                          prices=plan.prices)
+    if planned.placement is not None and len(planned.placement.tried) > 1:  # down the ranking (docs/placement.md)
+        from gpucluster.failover import up_placed
+        from gpucluster.infra.registry import plugin
+
+        backends = {c.cloud: plugin(c.cloud) for c in planned.placement.tried}
+        cand, made = up_placed(planned.placement, ledger=ledger, ui=ui, backends=backends, provision_one=lambda c: (
+            provision_only(c.plan.spec, ledger=ledger, provider=c.plan.provider, ui=ui, backend=backends[c.cloud],
+                           prices=c.plan.prices)))
+        plan = planned.plan = cand.plan  # the candidate that is up: what is recorded and shown
+        planned.backend = backends[cand.cloud]
+    else:
+        made = provision_only(plan.spec, ledger=ledger, provider=plan.provider, ui=ui, backend=planned.backend,
+                              prices=plan.prices)
     record_override(ledger, str(plan.spec.run_id), over or [])
     if planned.max_cost is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
         from gpucluster.guards import CAP_KIND

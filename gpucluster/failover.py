@@ -31,12 +31,60 @@ def failover_cause(ledger: Any, outcome: Any, backend: Any) -> str | None:
     provision = record.phase("provision") if record is not None else None
     if provision is None or provision.status != "failed":
         return None
-    text = (outcome.failure or "").lower()
+    return cause_of(outcome.failure or "", backend)
+
+
+def cause_of(failure: str, backend: Any) -> str | None:
+    """"capacity" or "quota" when a failed create's text carries the backend's markers, else None."""
+    if backend.provisioner is None:
+        return None
+    text = failure.lower()
     for cause, markers in (("capacity", backend.provisioner.capacity_markers),
                            ("quota", backend.provisioner.quota_markers)):
         if any(m.lower() in text for m in markers):
             return cause
     return None
+
+
+def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, Any],
+              provision_one: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """`up` down the ranking: `provision_one(candidate)` (the cluster made and kept, or the error it
+    raised once what it made was torn down and checked) for each of `placement.tried` until one is up;
+    a capacity or quota error moves to the next, anything else is raised as it came. Each attempt's
+    row gets a `placement` record. Returns (the candidate that is up, what `provision_one` gave)."""
+    from gpucluster.errors import TeardownIncomplete
+
+    tried = placement.tried
+    first: str | None = None
+    for n, cand in enumerate(tried, 1):
+        rid = str(cand.plan.spec.run_id)
+        first = first or rid
+        try:
+            made = provision_one(cand)
+        except TeardownIncomplete:  # not verified: nothing more is created while that may still exist
+            raise
+        except GpuclusterError as exc:
+            cause = cause_of(exc.message, backends[cand.cloud])
+            why = None if cause is None else f"no {cause} at {cand.where}: {exc.message[:300]}"
+            _place_record(ledger, rid, {"kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first,
+                                        **cand.to_dict(), "cause": cause, "failure": why, "teardown": VERIFIED})
+            if cause is None or n == len(tried):
+                raise
+            nxt = tried[n]
+            ui.message(f"no {cause} at {cand.where}: failing over to candidate {n + 1} of {len(tried)}, {nxt.where} "
+                       f"{nxt.instance_type or ''} (${nxt.hourly:.2f}/h)")
+            continue
+        _place_record(ledger, rid, {"kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first,
+                                    **cand.to_dict(), "cause": None, "failure": None, "teardown": "kept"})
+        return cand, made
+    raise GpuclusterError("no candidate to create the cluster at")  # never: a placement has one at least
+
+
+def _place_record(ledger: Any, run_id: str, record: dict[str, Any]) -> None:
+    try:
+        ledger.add_metrics(run_id, [(None, record)])
+    except GpuclusterError:  # the attempt's own row says how it ended; the placement record is extra
+        pass
 
 
 def run_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, Any],

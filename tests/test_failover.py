@@ -215,3 +215,65 @@ def test_run_cloud_auto_through_the_cli_fails_over_and_reports_every_attempt(hom
     assert [a["cause"] for a in attempts] == ["capacity"] * 6 + [None]
     assert all("ZONE_RESOURCE_POOL_EXHAUSTED" in a["interruption"] for a in attempts[:6])
     assert all(a["cost"] is not None for a in attempts)
+
+
+def test_up_fails_over_too_and_keeps_the_first_candidate_that_comes_up(home):
+    """`up --cloud aws,gcp` (issue 43 item 3 for `up`): GKE is out of L4s in every zone, so each
+    zone's attempt is torn down (verified) and the next tried; aws us-east-1 comes up and is kept.
+    The cluster `up` shows and records is that candidate's."""
+    from gpucluster.api.clusters import provision
+    from gpucluster.api.jobs import Planned
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI
+
+    placement = _placed()
+    fakes = {("gcp", r): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                                           fail_text=GKE_STOCKOUT.format(zone=f"{r}-a"))
+             for r in ("us-central1", "europe-west4")}
+    fakes[("aws", "us-east-1")] = FakePulumiCommand()
+    fakes[("aws", "us-west-2")] = FakePulumiCommand()  # never reached
+    for cand in placement.tried:
+        cand.plan.provider = _provider(cand.cloud, fakes[(cand.cloud, cand.region)])
+    ledger = Ledger(home / "ledger.sqlite3")
+    messages: list[str] = []
+    ui = QuietUI()
+    ui.message = messages.append
+    first = placement.tried[0]
+    planned = Planned(plugin(first.cloud), first.plan, keep=True, placement=placement)
+    made = provision(planned, ledger=ledger, ui=ui)
+    assert planned.backend.name == "aws" and planned.plan.spec.region == "us-east-1"
+    assert made.cluster.nodes  # the fake's scripted outputs: the nodes of the cluster that is up
+    runs = ledger.list_runs(limit=None)
+    kept = [r for r in runs if r.teardown == "kept"]  # `up`'s row: succeeded, its cluster kept
+    failed = [r for r in runs if r.teardown != "kept"]
+    assert len(kept) == 1 and kept[0].id == planned.plan.spec.run_id and len(failed) == 6
+    for run in failed:
+        assert ledger.get_run(run.id).run.teardown == "verified"
+        (rec,) = ledger.metrics(run.id, kind="placement")
+        assert rec["cause"] == "capacity" and rec["failure"].startswith("no capacity at gcp ")
+    (rec,) = ledger.metrics(kept[0].id, kind="placement")
+    assert rec["attempt"] == 7 and rec["cause"] is None and rec["teardown"] == "kept"
+    assert all(fakes[("gcp", r)].stacks == {} for r in ("us-central1", "europe-west4"))
+    assert fakes[("aws", "us-east-1")].stacks  # the one kept
+    assert any("failing over to candidate 7 of 8, aws us-east-1" in m for m in messages)
+
+
+def test_up_does_not_fail_over_on_an_error_placement_cannot_fix(home):
+    from gpucluster.api.clusters import provision
+    from gpucluster.api.jobs import Planned
+    from gpucluster.errors import GpuclusterError
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI
+
+    placement = _placed()
+    denied = FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                               fail_text="error creating NodePool: googleapi: Error 403: Permission denied")
+    for cand in placement.tried:
+        cand.plan.provider = _provider(cand.cloud, denied if cand.cloud == "gcp" else FakePulumiCommand())
+    first = placement.tried[0]
+    with pytest.raises(GpuclusterError, match="Permission denied"):
+        provision(Planned(plugin(first.cloud), first.plan, keep=True, placement=placement),
+                  ledger=Ledger(home / "ledger.sqlite3"), ui=QuietUI())
+    assert len(Ledger(home / "ledger.sqlite3").list_runs(limit=None)) == 1  # no second attempt
