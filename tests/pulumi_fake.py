@@ -425,19 +425,24 @@ class FakePulumiCommand:
             try:
                 self.on_up(stack)
             except Exception as exc:  # noqa: BLE001 - the provider's or the program's error, as the CLI prints it
-                stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
-                lines = str(exc).splitlines() or [type(exc).__name__]
-                diags = [{"diagnosticEvent": {"message": ln + "\n", "color": "never", "severity": "error",
-                                              "urn": stack_urn}} for ln in [*lines, "update failed"]]
-                self._emit(target, events + diags + [{"cancelEvent": {}}])
-                shown = "".join(f"    error: {ln}\n" for ln in lines)
-                self._fail("", stdout=(f"Updating ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack (gpucluster-{stack}):\n"
-                                       f"{shown}    error: update failed\n\nDuration: 1s\n"))
+                self._fail_in_account(target, events, stack, exc, "Updating")
         self._emit(target, events + [{"cancelEvent": {}}])
         if self.on_up is not None and not self.up_in_account:
             self.on_up(stack)
         self.outputs[stack] = dict(self.scripted_outputs)
         return CommandResult("Updating (FAKE)\nResources: created", "", 0)
+
+    def _fail_in_account(self, target, events, stack, exc, doing):
+        """An error raised by the account's creates or deletes, as the engine reports a failed resource:
+        each line a diagnostic of the stack, then "update failed", in the events and the printed text."""
+        stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        diags = [{"diagnosticEvent": {"message": ln + "\n", "color": "never", "severity": "error",
+                                      "urn": stack_urn}} for ln in [*lines, "update failed"]]
+        self._emit(target, events + diags + [{"cancelEvent": {}}])
+        shown = "".join(f"    error: {ln}\n" for ln in lines)
+        self._fail("", stdout=(f"{doing} ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack (gpucluster-{stack}):\n"
+                               f"{shown}    error: update failed\n\nDuration: 1s\n"))
 
     def _destroy(self, args, stack):
         target = self._flag(args, "--event-log")
@@ -452,16 +457,7 @@ class FakePulumiCommand:
             try:
                 self.on_destroy(stack)
             except Exception as exc:  # noqa: BLE001 - the provider's error, as the CLI prints it
-                stack_urn = f"urn:pulumi:{stack}::gpucluster::pulumi:pulumi:Stack::gpucluster-{stack}"
-                lines = str(exc).splitlines() or [type(exc).__name__]
-                events = [{"diagnosticEvent": {"message": ln + "\n", "color": "never", "severity": "error",
-                                               "urn": stack_urn}} for ln in lines]
-                events.append({"diagnosticEvent": {"message": "update failed\n", "color": "never",
-                                                   "severity": "error", "urn": stack_urn}})
-                self._emit(target, events + [{"cancelEvent": {}}])
-                shown = "".join(f"    error: {ln}\n" for ln in lines)
-                self._fail("", stdout=(f"Destroying ({stack}):\n\nDiagnostics:\n  pulumi:pulumi:Stack "
-                                       f"(gpucluster-{stack}):\n{shown}    error: update failed\n\nDuration: 1s\n"))
+                self._fail_in_account(target, [], stack, exc, "Destroying")
         events = []
         for type_, name, rid in reversed(self.stacks.get(stack, [])):
             events.append(self._step("resourcePreEvent", "delete", type_, name, rid, stack))
