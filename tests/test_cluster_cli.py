@@ -284,7 +284,8 @@ def test_doctor_aws_checks(monkeypatch):
         for value, ok in ((192.0, True), (0.0, False)):
             quota = QuotaStub(value)
             session = SimpleNamespace(client=lambda name, region_name=None, config=None, q=quota: q
-                                      if name == "service-quotas" else real.client(name, region_name=region_name))
+                                      if name == "service-quotas" else real.client(name, region_name=region_name),
+                                      get_credentials=real.get_credentials)  # their lifetime (issue 40 item 8)
             # issue 25: doctor runs the run's preflight for a shape (default: 2 x g5.xlarge), so the
             # quota line compares the quota with what that run needs (no more "room for N" line)
             found = aws_doctor.check_aws("us-east-1", session=session)
