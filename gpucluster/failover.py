@@ -50,7 +50,8 @@ def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, An
               provision_one: Callable[[Any], Any]) -> tuple[Any, Any]:
     """`up` down the ranking: `provision_one(candidate)` (the cluster made and kept, or the error it
     raised once what it made was torn down and checked) for each of `placement.tried` until one is up;
-    a capacity or quota error moves to the next, anything else is raised as it came. Each attempt's
+    a capacity or quota error whose attempt's teardown the ledger holds as verified moves to the next,
+    anything else is raised as it came. Each attempt's
     row gets a `placement` record. Returns (the candidate that is up, what `provision_one` gave)."""
     from gpucluster.errors import TeardownIncomplete
 
@@ -66,9 +67,10 @@ def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, An
         except GpuclusterError as exc:
             cause = cause_of(exc.message, backends[cand.cloud])
             why = None if cause is None else f"no {cause} at {cand.where}: {exc.message[:300]}"
+            teardown = _teardown_of(ledger, rid)  # as the attempt's own check recorded it, never assumed
             _place_record(ledger, rid, {"kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first,
-                                        **cand.to_dict(), "cause": cause, "failure": why, "teardown": VERIFIED})
-            if cause is None or n == len(tried):
+                                        **cand.to_dict(), "cause": cause, "failure": why, "teardown": teardown})
+            if cause is None or teardown != VERIFIED or n == len(tried):
                 raise
             nxt = tried[n]
             ui.message(f"no {cause} at {cand.where}: failing over to candidate {n + 1} of {len(tried)}, {nxt.where} "
@@ -78,6 +80,14 @@ def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, An
                                     **cand.to_dict(), "cause": None, "failure": None, "teardown": "kept"})
         return cand, made
     raise GpuclusterError("no candidate to create the cluster at")  # never: a placement has one at least
+
+
+def _teardown_of(ledger: Any, run_id: str) -> str | None:
+    try:
+        record = ledger.get_run(run_id)
+    except GpuclusterError:
+        return None
+    return None if record is None else record.run.teardown
 
 
 def _place_record(ledger: Any, run_id: str, record: dict[str, Any]) -> None:
