@@ -15,10 +15,14 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from gpucluster.domain import VERIFIED
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import RunUI
 
 LOG = logging.getLogger("gpucluster.notify")
 KINDS = ("succeeded", "failed", "interrupted", "stopped", "recovered", "not_verified", "cost_warning")
@@ -131,7 +135,8 @@ class LiveEvents:
     webhook from a thread of its own, so a slow webhook never holds the job; everything else goes
     to the wrapped UI. `close()` waits for what is being sent; `sent` holds (kind, run id)."""
 
-    def __init__(self, ui: Any, ledger: Any, urls: Sequence[str], on_event: Callable[[RunEvent], Any] | None, **how: Any):
+    def __init__(self, ui: RunUI, ledger: Ledger, urls: Sequence[str], on_event: Callable[[RunEvent], Any] | None,
+                 **how: Any):
         import threading
 
         self.ui, self.ledger, self.urls, self.on_event, self.how = ui, ledger, list(urls), on_event, how
