@@ -24,11 +24,13 @@ AWS_MANAGED_ALIAS = "alias/aws/s3"
 
 def bucket_keys(buckets: Iterable[str], session: Any) -> tuple[list[str], list[str]]:
     """(customer managed key ARNs the buckets' default encryption uses, notes)."""
+    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
     arns: list[str] = []
     notes: list[str] = []
-    s3 = session.client("s3")
+    # a plan waits on this: an unreachable endpoint is a note in seconds, not botocore's minutes of retries
+    s3 = session.client("s3", config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
     for bucket in sorted(set(buckets)):
         try:
             rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
