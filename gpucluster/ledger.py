@@ -27,7 +27,7 @@ from gpucluster.chains import ResumeLinks
 from gpucluster.home import home_dir, private_file
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
-                                      TEARDOWN_STATES, expected_tables)
+                                      TEARDOWN_STATES, expected_tables, leave_wal)
 from gpucluster.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
                                 StageRecord)
 
@@ -124,10 +124,11 @@ class Ledger:
             raise ConfigError(f"ledger {str(self.path)!r} cannot be created: {exc.strerror or exc}") from None
 
     def _open(self) -> None:
-        """Connect, switch to WAL, migrate, check the tables; a busy answer is tried again (with
-        jitter) for up to `OPEN_BUSY_S`. SQLite's busy timeout does not cover a WAL database whose
-        last connection is closing: an opening connection "might get an SQLITE_BUSY error" at once
-        (https://www.sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY In WAL Mode")."""
+        """Connect, leave WAL for a rollback journal, migrate, check the tables; a busy answer is
+        tried again (with jitter) for up to `OPEN_BUSY_S`. SQLite's busy timeout does not cover a
+        WAL database (a ledger an older gpucluster made) whose last connection is closing: an opening
+        connection "might get an SQLITE_BUSY error" at once (https://www.sqlite.org/wal.html,
+        "Sometimes Queries Return SQLITE_BUSY In WAL Mode")."""
         end = time.monotonic() + OPEN_BUSY_S
         delay = 0.005
         while True:
@@ -136,7 +137,7 @@ class Ledger:
                 db.row_factory = sqlite3.Row
                 self._db = db
                 db.execute("PRAGMA foreign_keys = ON")
-                db.execute("PRAGMA journal_mode = WAL")
+                leave_wal(db)
                 self._migrate()
                 self._check_tables()
                 return

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 
 PHASES = ("prepare", "provision", "ready", "check", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
 RUN_STATES = ("running", "succeeded", "failed", "interrupted", "stopped")  # stopped: at its --max-cost
@@ -133,3 +134,18 @@ JSON_COLUMNS = (
     ("nodes", "run_id", ("last_lines",)),
     ("resources", "run_id", ("detail",)),
 )
+
+
+def leave_wal(db: sqlite3.Connection) -> None:
+    """A rollback journal, not WAL (issue 45 item 3): WAL's index `ledger.sqlite3-shm` is mapped
+    into memory (https://www.sqlite.org/walformat.html), and once its pages cannot be backed (file
+    system read-only or full, file truncated) the next access is SIGBUS: gpucluster dies mid-run,
+    silent, no teardown. A rollback journal maps nothing; those faults become write errors, which
+    callers survive. A WAL ledger (older gpucluster) is moved back when this connection is alone;
+    while another holds it open SQLite says "locked" at once and this one stays in WAL."""
+    if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        try:
+            db.execute("PRAGMA journal_mode = DELETE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+                raise
