@@ -35,6 +35,10 @@ CASES = {
     # the option gets the checks the flag gets: --idle-minutes without --keep is refused
     "idle-option-unkept": (("run", "--cloud", "aws", "--option", "idleMinutes=5", "--dry-run", "--", "python", "x.py"),
                            {}, ("idleMinutes=5", "--keep")),
+    # a GKE system pool machine that does not exist (Compute Engine's N1 types: 1, 2, 4, ... 96 vCPUs)
+    "system-machine-type": (("run", "--cloud", "gcp", "--project", "my-proj-123", "--option",
+                             "systemMachineType=n1-standard-0", "--dry-run", "--", "python", "x.py"),
+                            {}, ("systemMachineType 'n1-standard-0'", "n1-standard-2")),
 }
 
 

@@ -146,3 +146,16 @@ def test_disk_type_and_options_checked():
 def test_label_values_must_follow_gcp_rules():
     with pytest.raises(SpecError, match="label team value 'ML Team'"):
         validate(spec(tags=(("team", "ML Team"),)))
+
+
+@pytest.mark.parametrize("value", ["n1-standard-2", "e2-medium", "e2-standard-2", "n2-standard-8",
+                                   "n1-custom-2-7680", "n2-custom-4-16384-ext", "c3-highcpu-4-lssd"])
+def test_system_machine_type_takes_compute_engine_cpu_types(value):
+    assert catalog.system_machine_type(spec(options={"systemMachineType": value})) == value
+
+
+@pytest.mark.parametrize("value", ["n1-standard-0", "n1-standard-3", "n2-standard-0", "bogus", "N1-STANDARD-2",
+                                   "a2-highgpu-1g", "g2-standard-4"])
+def test_system_machine_type_refuses_names_that_are_no_cpu_machine(value):
+    with pytest.raises(SpecError, match=f"option systemMachineType '{value}' is not allowed"):
+        catalog.system_machine_type(spec(options={"systemMachineType": value}))

@@ -307,6 +307,7 @@ def idle_minutes(spec: Any) -> int | None:
 def validate_spec(spec: Any) -> list[str]:
     """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
     idle_minutes(spec)  # checked before anything is declared
+    system_machine_type(spec)
     gpu = gpu_of(spec)  # a GPU name not known: the known ones, with a did-you-mean
     if gpu not in shapes.ACCELERATORS:  # refused with where the GPU is (another cloud) and at what price
         from gpucluster.catalog.prices import load_catalog
@@ -413,10 +414,36 @@ def min_nodes(spec: Any) -> int:
     return _min_nodes(spec, spec.nodes)
 
 
+# Compute Engine machine type names (https://cloud.google.com/compute/docs/machine-resource):
+# SERIES-TYPE-VCPUS (n2-standard-8, c3-highcpu-4-lssd), the shared-core types, and custom types
+# SERIES-custom-VCPUS-MIB[-ext] (https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type).
+_MACHINE_RE = re.compile(r"^(?:[a-z][a-z0-9]*-[a-z]+-[1-9][0-9]*(?:-lssd)?"
+                         r"|[a-z][a-z0-9]*-custom-[1-9][0-9]*-[1-9][0-9]*(?:-ext)?"
+                         r"|e2-micro|e2-small|e2-medium|f1-micro|g1-small)$")
+
+
+def system_machine_type(spec: Any) -> str:
+    """The option `systemMachineType` (the CPU system pool's machine), checked before anything is
+    created: a Compute Engine machine type name, an N1 one among N1's predefined types, never a GPU
+    machine (the pool runs no training)."""
+    raw = spec.option("systemMachineType")
+    if raw is None or str(raw).strip() == "":
+        return DEFAULT_SYSTEM_MACHINE_TYPE
+    value = str(raw).strip()
+    allowed = f"a Compute Engine CPU machine type such as {DEFAULT_SYSTEM_MACHINE_TYPE}, e2-standard-2 or n2-standard-2"
+    if not _MACHINE_RE.match(value) or (value.startswith("n1-") and "-custom-" not in value
+                                        and value not in N1_MACHINE_TYPES):
+        raise SpecError(not_allowed("option systemMachineType", raw, allowed))
+    if value in shapes.BY_NAME:
+        raise SpecError(not_allowed("option systemMachineType", raw, allowed + " (a GPU machine type bills its GPUs "
+                                    "around the clock in a pool that runs no training)"))
+    return value
+
+
 def system_pool(spec: Any) -> dict[str, Any]:
     """The always-on CPU system pool the GKE component declares (a `node-pool` cost detail): it and
     the cluster fee keep billing after the dead-man switch has removed the GPU nodes."""
-    return {"machine_type": spec.option("systemMachineType") or DEFAULT_SYSTEM_MACHINE_TYPE, "node_count": 1,
+    return {"machine_type": system_machine_type(spec), "node_count": 1,
             "gpus_per_node": 0, "spot": False, "disk_gb": SYSTEM_DISK_GB, "disk_type": SYSTEM_DISK_TYPE,
             "external_ipv4": EXTERNAL_IPV4_PER_NODE}
 

@@ -171,7 +171,7 @@ class GpuCluster(pulumi.ComponentResource):
         # has killed its pods, the cluster autoscaler removes the idle GPU nodes with no client.
         autoscale = catalog.option_bool(spec, "autoscale", True)
         min_nodes = catalog.min_nodes(spec) if autoscale else None
-        system_machine_type = spec.option("systemMachineType") or catalog.DEFAULT_SYSTEM_MACHINE_TYPE
+        system_machine_type = catalog.system_machine_type(spec)
         gcs_reads, gcs_writes = gcs.scopes(spec)  # SpecError for a malformed gcsRead/gcsWrite URL
         namespace = gcs.namespace_of(spec) if gcs_reads or gcs_writes else None
 

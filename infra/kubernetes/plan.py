@@ -168,14 +168,22 @@ def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
     return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
 
 
-def _folder_files(folder: Path) -> tuple[list[Path], int]:
+def _folder_files(folder: Path) -> tuple[list[Path], int, int]:
     """The script folder's files that go into the ConfigMap (`gpucluster.shipping`: .gitignore and
-    .gpuclusterignore honoured; here also hidden files and links left out), and how many the ignore
-    files left out."""
+    .gpuclusterignore honoured; here also hidden files and links left out), how many the ignore
+    files left out, and their size in bytes as listed."""
     from gpucluster.shipping import shipment
 
     ship = shipment(folder, skip_hidden=True)
-    return [folder / e.rel for e in ship.entries if not e.link], ship.ignored
+    kept = [e for e in ship.entries if not e.link]
+    return [folder / e.rel for e in kept], ship.ignored, sum(e.size for e in kept)
+
+
+def _too_big(folder: Path, size: int) -> LaunchError:
+    return LaunchError(
+        f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+        "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
+        "on the nodes), or build an image with it and set the option image")
 
 
 def _ship_user_script(program: list[str], workdir: Path
@@ -183,7 +191,10 @@ def _ship_user_script(program: list[str], workdir: Path
     """Ship the command's script folder when the script is a local .py file below `workdir`: every
     file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
     ConfigMap under /gpucluster/user/; the entry script copies it to CODE_DIR (writable) and the
-    command runs from there, with the script's path rewritten."""
+    command runs from there, with the script's path rewritten. The listed sizes are checked
+    against the ConfigMap's bound before any file is read (a script in a large folder is refused,
+    not read into memory); a file gone since the listing is left out, one that cannot be read
+    refused in one line."""
     if not program or program[0] in ("-m", "--no-python"):
         return program, [], 0
     script = Path(program[0])
@@ -194,10 +205,19 @@ def _ship_user_script(program: list[str], workdir: Path
         return program, [], 0
     folder = local.parent
     files: list[tuple[str, str, str | bytes]] = []
-    paths, ignored = _folder_files(folder)
+    paths, ignored, listed = _folder_files(folder)
+    if listed > CONFIGMAP_LIMIT:
+        raise _too_big(folder, listed)
     for i, path in enumerate(paths):
         rel = path.relative_to(workdir).as_posix()
-        data = path.read_bytes()
+        try:
+            with open(path, "rb") as f:
+                data = f.read(CONFIGMAP_LIMIT + 1)  # a file that grew since the listing stays bounded
+        except FileNotFoundError:
+            continue  # removed since the listing: nothing to ship
+        except OSError as exc:
+            raise LaunchError(f"the script folder's file {path} cannot be read ({exc.strerror or exc}): "
+                              "make it readable, or leave it out with .gpuclusterignore") from None
         try:
             content: str | bytes = data.decode()
         except UnicodeDecodeError:
@@ -207,10 +227,7 @@ def _ship_user_script(program: list[str], workdir: Path
         files.append((key, f"user/{rel}", content))
     size = _size(files)
     if size > CONFIGMAP_LIMIT:
-        raise LaunchError(
-            f"the script folder {folder} takes {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
-            "ConfigMap holds (1 MiB): put the script in a folder of its own, keep data out of it (download it "
-            "on the nodes), or build an image with it and set the option image")
+        raise _too_big(folder, size)
     return [f"{CODE_DIR}/{script.as_posix()}", *program[1:]], files, ignored
 
 
