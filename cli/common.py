@@ -87,3 +87,18 @@ def preflight(check: Callable[[], None], yes: bool) -> None:
     cmd = pulumi_cli.install_cli()
     click.echo(f"Pulumi CLI {cmd.version} ready: {pulumi_cli.cli_source(cmd)}", err=True)
     check()
+
+
+def ledger_kept_true(ledger: Any, code: int, what: str = "run", then: str = "") -> int:
+    """The exit code once the ledger is checked to still be the file this command wrote to (issue
+    45 item 11): a ledger deleted or replaced meanwhile took the record with it, said last on
+    stderr and exit 3 (an interrupt's 130 says more and stays). `what`: whose record it was;
+    `then`: what the user does about it."""
+    from gpucluster.errors import ExitCode
+    from gpucluster.home import ledger_moved
+
+    moved = ledger_moved(ledger.path, ledger.identity, what)
+    if not moved:
+        return code
+    click.echo(f"gpucluster: error: {moved}{'; ' + then if then else ''}", err=True)
+    return code if code == int(ExitCode.INTERRUPTED) else max(int(code), int(ExitCode.LEFTOVERS))

@@ -88,7 +88,8 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
         from gpucluster.recording import record_line
 
         click.echo(f"gpucluster: error: {record_line(outcome.record_error, kept.name)}", err=True)
-    return int(forced if forced is not None and int(forced) > int(outcome.exit_code) else outcome.exit_code)
+    code = int(forced if forced is not None and int(forced) > int(outcome.exit_code) else outcome.exit_code)
+    return common.ledger_kept_true(ledger, code, "exec", "the job's outputs and report above are all that is left of it")
 
 
 @click.command("ssh")

@@ -86,15 +86,9 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     _said_after(out, result, plan.spec.name, as_json)
     for line in done.undelivered:  # a webhook that failed changes nothing of the run: said, not fatal
         click.echo(f"gpucluster: warning: {line}", err=True)
-    from gpucluster.errors import ExitCode
-    from gpucluster.home import ledger_moved
+    from gpucluster.cli.common import ledger_kept_true
 
-    moved = ledger_moved(ledger.path, ledger.identity)  # the record written into a file that is gone: said last, exit 3
-    if moved:
-        click.echo(f"gpucluster: error: {moved}", err=True)
-        if result.exit_code != ExitCode.INTERRUPTED:  # an interrupt's 130 says more
-            return max(int(result.exit_code), int(ExitCode.LEFTOVERS))
-    return int(result.exit_code)
+    return ledger_kept_true(ledger, int(result.exit_code))  # a record written into a file that is gone: said last, exit 3
 
 
 def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:

@@ -159,8 +159,12 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         click.echo(f"gpucluster: error: {line}", err=True)
     if result.capped and not result.doubts:
         click.echo(f"gpucluster: sweep stopped: {result.capped}; no further run was started", err=True)
-        return int(ExitCode.COST_CAP)
-    return int(ExitCode.LEFTOVERS) if result.doubts else code
+        code = int(ExitCode.COST_CAP)
+    elif result.doubts:
+        code = int(ExitCode.LEFTOVERS)
+    from gpucluster.cli.common import ledger_kept_true
+
+    return ledger_kept_true(ledger, code, "sweep", "the report above is all that is left of its runs")
 
 
 def _progress(ui: Any) -> Any:

@@ -97,7 +97,8 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         from gpucluster.recording import kept_line
 
         raise TeardownIncomplete(kept_line(made.record_error, plan.spec.name))
-    return code
+    return common.ledger_kept_true(ledger, code, "up", f"cluster {plan.spec.name} is up and billing but no longer "
+                                   f"recorded: `gpucluster gc --cloud {plan.spec.cloud}` finds it by its owner tags")
 
 
 def _rate(hourly: Any, dry_run: bool) -> str:

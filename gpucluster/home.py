@@ -172,7 +172,7 @@ def file_identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def ledger_moved(path: Path, opened: tuple[int, int] | None) -> str | None:
+def ledger_moved(path: Path, opened: tuple[int, int] | None, what: str = "run") -> str | None:
     """Why the run's record is not where the ledger says it is, or None (issue 45 item 11): the
     file was deleted or replaced while the run wrote to it. SQLite keeps writing to the open file
     (an unlinked inode), so every write "succeeds" and the record is then lost with the file.
@@ -183,5 +183,7 @@ def ledger_moved(path: Path, opened: tuple[int, int] | None) -> str | None:
     if now == opened:
         return None
     how = "deleted" if now is None else "replaced by another file"
-    return (f"the ledger {str(path)!r} was {how} during the run: this run's record went with the old file "
-            "(what it created was still torn down and checked; see the report above)")
+    if what == "run":
+        return (f"the ledger {str(path)!r} was {how} during the run: this run's record went with the old file "
+                "(what it created was still torn down and checked; see the report above)")
+    return f"the ledger {str(path)!r} was {how} during the {what}: its records went with the old file"

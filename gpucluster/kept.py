@@ -196,12 +196,17 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     if left is None:
         return None, None
     check = Check.of(left)
-    if check.verified:
-        for r in rows:
-            ledger.resource_deleted(run_id, r.kind, r.name)
-        return None, None
-    ledger.set_teardown(run_id, check.verdict, check.to_dict()["leftovers"], list(check.unchecked))
-    return ExitCode.LEFTOVERS, f"the job's processes: {check.summary()}"
+    from gpucluster.ledger import LedgerError
+
+    try:  # the check stands whether or not it can be written down
+        if check.verified:
+            for r in rows:
+                ledger.resource_deleted(run_id, r.kind, r.name)
+        else:
+            ledger.set_teardown(run_id, check.verdict, check.to_dict()["leftovers"], list(check.unchecked))
+    except LedgerError as exc:  # a ledger gone read-only, full or deleted: the run's end says it (exit 3)
+        return ExitCode.LEFTOVERS, (f"the job's processes: {check.summary()}; not recorded: {exc.message}")
+    return (None, None) if check.verified else (ExitCode.LEFTOVERS, f"the job's processes: {check.summary()}")
 
 
 def idle_minutes(spec: dict[str, Any]) -> int | None:

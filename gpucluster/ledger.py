@@ -104,7 +104,10 @@ def _guard(method):
                 pass
             raise (_damaged(self.path, where) if where else _ledger_error(self.path, exc)) from None
         except sqlite3.DatabaseError as exc:
-            raise _ledger_error(self.path, exc) from None
+            from gpucluster.home import ledger_moved
+
+            moved = ledger_moved(self.path, self.identity, "command")  # SQLite: SQLITE_READONLY_DBMOVED
+            raise (LedgerError(moved) if moved else _ledger_error(self.path, exc)) from None
 
     return wrapper
 
