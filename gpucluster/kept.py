@@ -70,7 +70,10 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = Fal
     info = owner(name)
     if info and not info.get("self") and not (in_use_ok and info.get("op") == "run"):
         raise busy_error(name, info)
-    holders = {r["run_id"] for r in open_rows}
+    from gpucluster.held import HOST_KIND
+
+    held = [r for r in open_rows if r["kind"] == HOST_KIND]  # machines that exist: the cluster is its host rows,
+    holders = {r["run_id"] for r in (held or open_rows)}  # every other row there is a job's (e.g. its run folders)
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
     dead = None
     if latest.status == "running" and not (in_use_ok and info):

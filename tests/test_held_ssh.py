@@ -97,3 +97,45 @@ def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path)
     assert leaked_ssh_masters() == []
     gone = run_cli("exec", "lab", "--", "python", "job.py", env=env, cwd=project)
     assert gone.returncode == 2 and "is not up" in gone.stderr
+
+
+def test_exec_after_a_job_whose_gpucluster_was_killed_reclaims_it(hosts, tmp_path):  # noqa: F811 - the fixture
+    """The gpucluster process of an `exec` SIGKILLed mid-job (an OOM kill, a closed laptop): its run
+    row stays `running` and its processes and run folder stay on the hosts. The next `exec` kills
+    them by run id and owner, removes the folder, reads both back, closes the dead run as failed and
+    runs its own job. Before, every later `exec` was refused until `down` (the ssh launcher had no
+    `reclaim`)."""
+    home = tmp_path / "home"
+    env = {"GPUCLUSTER_HOME": str(home)}
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "job.py").write_text(JOB)
+    up = run_cli("up", "--cloud", "ssh", "--hosts", ",".join(hosts.hosts[:2]), "--identity", str(hosts.identity),
+                 "--known-hosts", str(hosts.known_hosts), "--remote-python", sys.executable, "--name", "lab", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    proc = subprocess.Popen(gpucluster_argv("exec", "lab", "--", "python", "job.py", "120"), cwd=project,
+                            env=dict(os.environ, **env, COLUMNS="200"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started rank" in line or time.monotonic() > deadline:
+            break
+    ledger = Ledger(home / "ledger.sqlite3")
+    dead = ledger.list_runs()[0]
+    assert run_processes(dead.id), "the job should be running on the hosts"
+    os.kill(proc.pid, signal.SIGKILL)  # gpucluster only: its ssh clients and the hosts' processes are left
+    proc.communicate(timeout=30)
+    try:
+        again = run_cli("exec", "lab", "--", "python", "job.py", env=env, cwd=project)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert f"run {dead.id} had ended without cleanup" in again.stdout + again.stderr
+        assert run_processes(dead.id) == {} and not remote_run_dir(dead.id).exists()
+        closed = ledger.get_run(dead.id).run
+        assert closed.status == "failed" and closed.teardown == "kept", (closed.status, closed.teardown)
+        assert ledger.list_runs()[0].status == "succeeded"
+    finally:
+        down = run_cli("down", "lab", "--yes", env=env)
+    assert down.returncode == 0 and "verified" in down.stdout, down.stdout + down.stderr
+    for run in ledger.list_runs():
+        assert run_processes(run.id) == {} and not remote_run_dir(run.id).exists(), run.id

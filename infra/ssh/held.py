@@ -5,6 +5,9 @@ once, and the rows `down` cleans the hosts with.
   the key and known hosts given, python, torch, setsid, tar, the GPUs expected); a LaunchError
   naming each host that is not ready. Returns what each host's `host` row records: its home (where
   the run folders go), its Python and torch.
+- `HeldSshLauncher`: the ssh launcher with `reclaim`: before a job on a kept cluster whose last job's
+  gpucluster process died, that job's processes (by run id AND this owner) are killed on every host
+  and its run folder removed, then read back as a teardown would (`leftovers`).
 - `host_run_rows(rows, run_ids)`: `ssh-run`-shaped rows for the runs of a kept cluster that hold
   none of their own (the `up` run; a job killed before it wrote them), from the `host` rows: `down`
   kills each such run's processes by run id and removes its run folder under the recorded home.
@@ -16,7 +19,10 @@ from typing import Any, Iterable
 
 from gpucluster.held import HOST_KIND, not_ready
 
-from .session import node_label
+from .launch import SshLauncher
+from .runfolder import remove_run_folder
+from .session import Session, node_label, owner_guard
+from .ship import check_run_id
 
 
 def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
@@ -26,6 +32,27 @@ def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
         raise not_ready(problems, {n.rank: node_label(n) for n in cluster.nodes})
     return {r.rank: {"label": r.label, "home": r.home, "remote_python_path": r.python, "torch": r.torch,
                      "gpus_seen": r.gpus} for r in ready}
+
+
+class HeldSshLauncher(SshLauncher):
+    def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
+        """Kill what run `run_id` left on the hosts and remove its run folder; what is still there
+        after (`leftovers`: an unreachable host is an "unverified" leftover, so exec refuses)."""
+        from gpucluster.ownership import installation_id
+
+        check_run_id(run_id)
+        owner = installation_id()
+        base = self.remote_dir.rstrip("/")
+        base = base[2:] if base.startswith("~/") else base  # ssh runs the command in the remote home
+        with Session(self, cluster) as session:
+            def one(node: Any) -> tuple[int, None]:
+                d = f"{base}/{run_id}/node-{node.rank}"
+                session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid", self.grace, owner)
+                return session.run(node, f"{owner_guard(d, owner)}{remove_run_folder(d, owner)}",
+                                   timeout=60).returncode, None
+
+            session.each(one)  # a host that cannot be reached shows in the read-back below
+        return self.leftovers(cluster, run_id, owner=owner)
 
 
 def host_run_rows(rows: Iterable[dict[str, Any]], run_ids: Iterable[str], remote_dir: str) -> list[dict[str, Any]]:

@@ -12,12 +12,12 @@ from . import TRAITS
 from .cleanup import clean_recorded_hosts
 from gpucluster.held import HOST_KIND
 
-from .held import hold, host_run_rows
-from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE, SshLauncher
+from .held import HeldSshLauncher, hold, host_run_rows
+from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE
 from .provider import SshProvider, parse_hosts, validate_spec
 
 
-def make(options: LaunchOptions) -> tuple[SshProvider, SshLauncher]:
+def make(options: LaunchOptions) -> tuple[SshProvider, HeldSshLauncher]:
     kw: dict[str, Any] = {}  # only what is given: the launcher's own defaults otherwise
     if options.identity:
         kw["identity"] = options.identity
@@ -25,7 +25,7 @@ def make(options: LaunchOptions) -> tuple[SshProvider, SshLauncher]:
         kw["known_hosts"] = options.known_hosts
     if options.remote_python:
         kw["python"] = options.remote_python
-    launcher = SshLauncher(**kw)
+    launcher = HeldSshLauncher(**kw)  # an SshLauncher that can also reclaim a dead job on a kept cluster
     # The provider asks only the nodes where this launcher started the run for leftovers.
     return SshProvider(launcher=launcher), launcher
 
