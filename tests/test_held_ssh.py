@@ -55,6 +55,7 @@ def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path)
     rows = [r for r in ledger.open_resources("lab") if r["kind"] == "host"]
     assert [r["detail"]["home"] for r in rows] == [str(Path.home())] * 2  # found by the ready check, once
     assert all(r["detail"]["known_hosts"] == str(hosts.known_hosts) for r in rows)
+    assert (home / "held" / "lab.ready.json").is_file()  # the hosts' answers, for an exec within the minute
 
     # Ctrl-C while the job runs: the job's processes and run folder go, the cluster stays kept
     proc = subprocess.Popen(gpucluster_argv("exec", "lab", "--", "python", "job.py", "60"), cwd=project,
@@ -91,7 +92,7 @@ def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path)
 
     down = run_cli("down", "lab", "--yes", env=env)
     assert down.returncode == 0 and "verified" in down.stdout, down.stdout + down.stderr
-    assert ledger.open_resources("lab") == []
+    assert ledger.open_resources("lab") == [] and not (home / "held" / "lab.ready.json").exists()
     for run in ledger.list_runs():  # nothing of any of its runs on the hosts, and no connection left here
         assert run_processes(run.id) == {} and not remote_run_dir(run.id).exists(), run.id
     assert leaked_ssh_masters() == []

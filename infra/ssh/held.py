@@ -7,7 +7,10 @@ once, and the rows `down` cleans the hosts with.
   the run folders go), its Python and torch.
 - `HeldSshLauncher`: the ssh launcher with `reclaim`: before a job on a kept cluster whose last job's
   gpucluster process died, that job's processes (by run id AND this owner) are killed on every host
-  and its run folder removed, then read back as a teardown would (`leftovers`).
+  and its run folder removed, then read back as a teardown would (`leftovers`). On a kept cluster
+  whose hosts answered the readiness questions (python, torch, home, GPUs) less than READY_FRESH_S
+  ago (`up`, or the last job's start), a job skips asking them again (issue 46, done-means 2): the
+  answers are kept in `$GPUCLUSTER_HOME/held/NAME.ready.json`, which `up` writes and `down` removes.
 - `host_run_rows(rows, run_ids)`: `ssh-run`-shaped rows for the runs of a kept cluster that hold
   none of their own (the `up` run; a job killed before it wrote them), from the `host` rows: `down`
   kills each such run's processes by run id and removes its run folder under the recorded home.
@@ -15,13 +18,17 @@ once, and the rows `down` cleans the hosts with.
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
 from typing import Any, Iterable
 
 from gpucluster.held import HOST_KIND, not_ready
 
 from .launch import SshLauncher
 from .runfolder import remove_run_folder
-from .session import Session, node_label, owner_guard
+from .session import NodeReadiness, Session, node_label, owner_guard
 from .ship import check_run_id
 
 
@@ -30,8 +37,53 @@ def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
     problems = {r.rank: r.problems for r in ready if not r.ok}
     if problems:
         raise not_ready(problems, {n.rank: node_label(n) for n in cluster.nodes})
+    remember_ready(cluster, launcher.python, ready)
     return {r.rank: {"label": r.label, "home": r.home, "remote_python_path": r.python, "torch": r.torch,
                      "gpus_seen": r.gpus} for r in ready}
+
+
+READY_FRESH_S = 60.0  # hosts that answered this recently are not asked again (issue 46: "within the last minute")
+
+
+def ready_file(name: str) -> Path:
+    from gpucluster.home import home_dir
+
+    return home_dir() / "held" / f"{name}.ready.json"
+
+
+def _key(cluster: Any, python: str) -> dict[str, Any]:
+    return {"hosts": [node_label(n) for n in cluster.nodes], "python": python,
+            "gpus_expected": int(cluster.gpus_per_node or 0)}
+
+
+def remember_ready(cluster: Any, python: str, ready: list[NodeReadiness], *, only_if_kept: bool = False) -> None:
+    """Keep the hosts' answers for the next job (`up`; each job's check on a kept cluster)."""
+    path = ready_file(cluster.name)
+    if only_if_kept and not path.exists():
+        return  # a plain `run` on these hosts: nothing kept
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**_key(cluster, python), "at": time.time(), "nodes": [
+        {"rank": r.rank, "label": r.label, "home": r.home, "python": r.python, "torch": r.torch,
+         "gpu_state": r.gpu_state} for r in ready]}))
+    os.replace(tmp, path)
+
+
+def recent_ready(cluster: Any, python: str, now: float | None = None) -> list[NodeReadiness] | None:
+    """The hosts' answers when the same hosts, Python and GPU count answered less than
+    READY_FRESH_S ago; None otherwise (ask them)."""
+    from gpucluster.errors import GpuclusterError
+    from gpucluster.userfile import read_bounded
+
+    try:
+        data = json.loads(read_bounded(ready_file(cluster.name), "kept hosts' readiness", 1 << 20))
+        age = (time.time() if now is None else now) - float(data["at"])
+        if {k: data.get(k) for k in ("hosts", "python", "gpus_expected")} != _key(cluster, python) or not 0 <= age < READY_FRESH_S:
+            return None
+        return [NodeReadiness(int(n["rank"]), str(n["label"]), ok=True, home=n.get("home"), python=n.get("python"),
+                              torch=n.get("torch"), gpu_state=list(n.get("gpu_state") or [])) for n in data["nodes"]]
+    except (OSError, ValueError, KeyError, TypeError, GpuclusterError):  # no usable answers: ask the hosts
+        return None
 
 
 class HeldSshLauncher(SshLauncher):
@@ -53,6 +105,21 @@ class HeldSshLauncher(SshLauncher):
 
             session.each(one)  # a host that cannot be reached shows in the read-back below
         return self.leftovers(cluster, run_id, owner=owner)
+
+    def ready_of(self, session: Session, cluster: Any) -> list[NodeReadiness]:
+        """The kept hosts' recent answers when fresh (each host still reached: its ssh master opened),
+        else the questions asked, and the answers kept when this is a kept cluster."""
+        recent = recent_ready(cluster, self.python)
+        if recent is None:
+            ready = super().ready_of(session, cluster)
+            remember_ready(cluster, self.python, ready, only_if_kept=True)
+            return ready
+        failed = [err for _, err in session.each(lambda n: (session.open_master(n), None)) if err]
+        if failed:
+            from gpucluster.errors import LaunchError
+
+            raise LaunchError("; ".join(failed))
+        return recent
 
 
 def host_run_rows(rows: Iterable[dict[str, Any]], run_ids: Iterable[str], remote_dir: str) -> list[dict[str, Any]]:

@@ -20,10 +20,7 @@
    Then the local ssh clients stop, the remote run folders go (logs are kept locally) and the
    master connections close.
 
-Modules beside this one: `session` (the connections and per-node operations), `remote` (the
-Python programs run on the nodes), `ship` (what is shipped), `cleanup` (`remote_leftovers`, the
-teardown check: each node's processes whose environment still carries `GPUCLUSTER_RUN_ID=<run_id>`;
-`clean_recorded_hosts` for `down` after a killed run).
+Beside it: `session` (connections, per-node operations), `remote` (node programs), `ship`, `cleanup`.
 
 Every remote command is a POSIX `sh -c` script built with `shlex.quote`; local commands are argv
 lists. Secrets (the cluster's private key) go to 0600 files in the temporary directory, never
@@ -174,7 +171,7 @@ class SshLauncher(NodeAccess, Launcher):
             ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
             if ready_file:
                 session.wait_ready(str(ready_file), self.ready_timeout, events)
-            ready = session.readiness(cluster.gpus_per_node, raise_on_problem=True)
+            ready = self.ready_of(session, cluster)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
             self._touched.setdefault(job.run_id, set()).update(dirs)
             for rank, d in dirs.items():
@@ -289,6 +286,10 @@ class SshLauncher(NodeAccess, Launcher):
                 known_hosts=os.path.abspath(os.path.expanduser(self.known_hosts)) if self.known_hosts else None,
                 ssh_options=list(self.ssh_options), python=self.python, control_dir=session.tmp,
             )
+
+    def ready_of(self, session: "Session", cluster: Any) -> list[NodeReadiness]:
+        """Each node asked (python, torch, home, GPUs); a LaunchError naming each one not ready."""
+        return session.readiness(cluster.gpus_per_node, raise_on_problem=True)
 
     def probe(self, cluster: Any) -> list[NodeReadiness]:
         """Readiness of every node (reachable, python, torch, GPUs) without raising: for `status`."""
@@ -411,8 +412,7 @@ class SshLauncher(NodeAccess, Launcher):
     @staticmethod
     def _data_dirs(job: JobSpec, node_dir: str, has_code: bool) -> list[str]:
         """Each --data (then --resume) folder's absolute path on a node (DEST under the job's working directory)."""
-        cwd = f"{node_dir}/code" if has_code else node_dir
-        return [f"{cwd}/{m.dest}" for m in staged_mounts(job)]
+        return [f"{node_dir}/code/{m.dest}" if has_code else f"{node_dir}/{m.dest}" for m in staged_mounts(job)]
 
     def _base(self, home: str | None) -> str:
         base = self.remote_dir.rstrip("/")

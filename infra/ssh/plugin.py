@@ -12,7 +12,7 @@ from . import TRAITS
 from .cleanup import clean_recorded_hosts
 from gpucluster.held import HOST_KIND
 
-from .held import HeldSshLauncher, hold, host_run_rows
+from .held import HeldSshLauncher, hold, host_run_rows, ready_file
 from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE
 from .provider import SshProvider, parse_hosts, validate_spec
 
@@ -54,6 +54,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
         assert isinstance(found, list)
         held += [{**r, "cluster": name} for r in found if r["kind"] == HOST_KIND]
     if held:
+        ready_file(name).unlink(missing_ok=True)  # the hosts' kept answers go with the cluster
         rows += host_run_rows(held, sorted(set(runs) - recorded), DEFAULT_REMOTE_DIR)
         recorded |= set(runs)
     # a run with no resource row at all (ended before its launcher wrote the connection details, which
