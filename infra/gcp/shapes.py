@@ -17,6 +17,15 @@ Shipped data, no SDK. Sources, read 2026-11-28:
   NVIDIA_A100_80GB_GPUS, NVIDIA_H100_GPUS; https://cloud.google.com/compute/docs/reference/rest/v1/regions).
   The enum has no H200 value as read: NVIDIA_H200_GPUS is the name the Cloud Quotas console shows;
   a region whose quotas[] lacks it reports the check as not done (preflight), never as passed.
+- vCPU quota per machine family (regions.get quotas[]): N1 and E2 draw on the regional `CPUS`; the
+  other series each on their own family metric, A2 on `A2_CPUS` (the Compute v1 `Quota.Metric` enum:
+  CPUS "Guest CPUs", A2_CPUS, N2_CPUS, E2_CPUS, ...; GoogleCloudPlatform/gcpdiag
+  gcpdiag/lint/gce/warn_2022_005_cpu_quota.py checks compute.googleapis.com/cpus beside a2_cpus,
+  n2_cpus, ...; Cloud Quotas terminology, "CPUS-PER-VM-FAMILY-per-project-region": "the number of
+  Compute Engine vCPUs available to your project for a specific VM family in a particular region").
+  G2 and A3 draw on `G2_CPUS` and `A3_CPUS`: the names regions.get lists for them (the v1 enum as
+  read stops at A2 and C3, as it lacks NVIDIA_H200_GPUS); a region that does not list the family's
+  metric is reported as not checked, never as passed (preflight).
 - Zones offering each shape: SkyPilot's catalog rows for the machine type (G2, A2, A3) or for the
   GPU (N1 + T4/V100). Offerings differ per project: option `gpuZones` ("us-central1-a,...")
   replaces the list for a stack (`v100Zones`, the older spelling, still works for V100).
@@ -66,6 +75,16 @@ ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "L4": "nvi
 QUOTA_METRICS = {"T4": "NVIDIA_T4_GPUS", "V100": "NVIDIA_V100_GPUS", "L4": "NVIDIA_L4_GPUS",
                  "A100": "NVIDIA_A100_GPUS", "A100-80GB": "NVIDIA_A100_80GB_GPUS", "H100": "NVIDIA_H100_GPUS",
                  "H200": "NVIDIA_H200_GPUS"}
+
+
+# the regional vCPU quota each machine family draws on (see above); any family not named: its own <FAMILY>_CPUS
+SHARED_CPU_FAMILIES = ("n1", "e2", "f1", "g1")
+
+
+def cpu_quota_metric(machine_type: str) -> str:
+    """`CPUS` for N1/E2 (and the shared-core f1/g1), `A2_CPUS` for a2-highgpu-8g, `G2_CPUS`, `A3_CPUS`, ..."""
+    family = machine_type.split("-", 1)[0].lower()
+    return "CPUS" if family in SHARED_CPU_FAMILIES else f"{family.upper()}_CPUS"
 
 
 def _zones(spec: str) -> tuple[str, ...]:
