@@ -58,6 +58,8 @@ def disk_metric(disk_type: str) -> str:
     """The regional quota a Persistent Disk type draws on: pd-ssd and pd-balanced on SSD_TOTAL_GB, pd-standard
     on DISKS_TOTAL_GB (Compute Engine docs, "Allocation quotas", Persistent Disk). New projects often have 250-500 GB
     of SSD_TOTAL_GB: without this check `--nodes 5` fails at node-pool creation, after the cluster was built."""
+    if disk_type == "hyperdisk-balanced":  # Hyperdisk Balanced has its own regional quota (shapes.py)
+        return "HDB_TOTAL_GB"
     return "DISKS_TOTAL_GB" if disk_type == "pd-standard" else "SSD_TOTAL_GB"
 SET_POLICY = "storage.buckets.setIamPolicy"
 

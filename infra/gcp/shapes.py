@@ -26,6 +26,13 @@ Shipped data, no SDK. Sources, read 2026-11-28:
   G2 and A3 draw on `G2_CPUS` and `A3_CPUS`: the names regions.get lists for them (the v1 enum as
   read stops at A2 and C3, as it lacks NVIDIA_H200_GPUS); a region that does not list the family's
   metric is reported as not checked, never as passed (preflight).
+- Boot disk types per series (the node pool's `disk_type`; Google Cloud docs, accelerator-optimized
+  machines, each series' "Supported disk types", and general-purpose machines for N1; as recalled
+  2026-11-28: the page bodies could not be read from here, see docs/gcp.md): N1 and A2 take pd-standard,
+  pd-balanced and pd-ssd; G2 and A3 High no pd-standard (pd-balanced, pd-ssd; A3 High also Hyperdisk
+  Balanced); A3 Ultra Hyperdisk only (hyperdisk-balanced: its default here). Hyperdisk Balanced draws on
+  the regional HDB_TOTAL_GB quota (the metric Compute Engine names when refusing it: "Quota
+  'HDB_TOTAL_GB' exceeded. Limit: 500.0 in region us-central1", as public projects quote it).
 - Zones offering each shape: SkyPilot's catalog rows for the machine type (G2, A2, A3) or for the
   GPU (N1 + T4/V100). Offerings differ per project: option `gpuZones` ("us-central1-a,...")
   replaces the list for a stack (`v100Zones`, the older spelling, still works for V100).
@@ -85,6 +92,32 @@ def cpu_quota_metric(machine_type: str) -> str:
     """`CPUS` for N1/E2 (and the shared-core f1/g1), `A2_CPUS` for a2-highgpu-8g, `G2_CPUS`, `A3_CPUS`, ..."""
     family = machine_type.split("-", 1)[0].lower()
     return "CPUS" if family in SHARED_CPU_FAMILIES else f"{family.upper()}_CPUS"
+
+
+# boot disk types a node of each series may have (above); the first one listed that is pd-balanced, else the first
+BOOT_DISK_TYPES: dict[str, tuple[str, ...]] = {
+    "n1": ("pd-standard", "pd-balanced", "pd-ssd"),
+    "a2": ("pd-standard", "pd-balanced", "pd-ssd"),
+    "g2": ("pd-balanced", "pd-ssd"),
+    "a3-highgpu": ("pd-balanced", "pd-ssd", "hyperdisk-balanced"),
+    "a3-ultragpu": ("hyperdisk-balanced",),
+}
+BOOT_DISK_SOURCE = ("Google Cloud docs, accelerator-optimized machine family, supported disk types "
+                    "(https://cloud.google.com/compute/docs/accelerator-optimized-machines)")
+
+
+def boot_disk_types(machine_type: str) -> tuple[str, ...] | None:
+    """The boot disk types of `machine_type`'s series (a3-ultragpu-8g: hyperdisk-balanced only), None if not known."""
+    for series in sorted(BOOT_DISK_TYPES, key=len, reverse=True):
+        if machine_type == series or machine_type.startswith(series + "-"):
+            return BOOT_DISK_TYPES[series]
+    return None
+
+
+def default_boot_disk_type(machine_type: str, fallback: str) -> str:
+    """pd-balanced where the series takes it (`fallback`), else the series' first type (A3 Ultra: hyperdisk-balanced)."""
+    allowed = boot_disk_types(machine_type)
+    return fallback if allowed is None or fallback in allowed else allowed[0]
 
 
 def _zones(spec: str) -> tuple[str, ...]:
