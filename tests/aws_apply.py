@@ -256,6 +256,11 @@ def _create(r: Any, ec2: Any, iam: Any, ids: dict[str, str], region: str) -> tup
         group = ids.get((i.get("placement") or {}).get("groupName") or "")
         if group:
             data["Placement"] = {"GroupName": group}
+        # the root volume the program asks for (EC2 refuses one smaller than the image's snapshot: ec2_timed.py)
+        data["BlockDeviceMappings"] = [{"DeviceName": str(m.get("deviceName") or "/dev/sda1"), "Ebs": {
+            "VolumeSize": int((m.get("ebs") or {}).get("volumeSize") or 0),
+            "VolumeType": (m.get("ebs") or {}).get("volumeType") or "gp3"}}
+            for m in i.get("blockDeviceMappings") or [] if (m.get("ebs") or {}).get("volumeSize")]
         profile = (i.get("iamInstanceProfile") or {}).get("name")
         if profile:
             data["IamInstanceProfile"] = {"Name": ref(profile)}
