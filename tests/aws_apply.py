@@ -264,10 +264,13 @@ def _create(r: Any, ec2: Any, iam: Any, ids: dict[str, str], region: str) -> tup
         profile = (i.get("iamInstanceProfile") or {}).get("name")
         if profile:
             data["IamInstanceProfile"] = {"Name": ref(profile)}
-        if nic:
-            data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
-                                          "Groups": [ref(g) for g in nic.get("securityGroups") or []],
-                                          "AssociatePublicIpAddress": nic.get("associatePublicIpAddress") == "true"}]
+        if nic:  # every interface the template declares (EC2 refuses a public IPv4 with more than one)
+            data["NetworkInterfaces"] = [{
+                "DeviceIndex": int(n.get("deviceIndex") or 0), "NetworkCardIndex": int(n.get("networkCardIndex") or 0),
+                "SubnetId": ref(n.get("subnetId")), "Groups": [ref(g) for g in n.get("securityGroups") or []],
+                "AssociatePublicIpAddress": n.get("associatePublicIpAddress") == "true",
+                **({"InterfaceType": n["interfaceType"]} if n.get("interfaceType") else {})}
+                for n in i.get("networkInterfaces") or []]
         rid = ec2.create_launch_template(LaunchTemplateName=f"{r.name}-{n}", LaunchTemplateData=data,
                                          TagSpecifications=_spec("launch-template", i))["LaunchTemplate"][
             "LaunchTemplateId"]

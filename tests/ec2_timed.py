@@ -55,6 +55,11 @@ moto. Each behaviour and its public source:
   AMI and "expect >= 75GB" for a GPU DLAMI in public projects' terraform/launch logs). The image's
   snapshot size is what DescribeImages says of it, or `images[ami] = (snapshot id, GB)` for an image
   moto does not ship (the DLAMIs: moto 5.2 has none).
+- A launch with more than one network interface that asks for a public IPv4 is refused: an instant
+  fleet launches nothing and lists `InvalidParameterCombination` "The associatePublicIPAddress parameter
+  cannot be specified when launching with multiple network interfaces." (EC2 API Reference,
+  InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress: "You cannot specify more than one
+  network interface in the request"; the fleet error as aws/karpenter-provider-aws#5666 quotes it).
 - ModifyFleet of an `instant` fleet is refused, `FleetNotInModifiableState` (API reference,
   ModifyFleet: "This action is only supported for the maintain type"; the answer EC2 gives for a
   fleet of another type: jenkinsci/ec2-fleet-plugin#131, "... is not a modifiable fleet request
@@ -254,7 +259,9 @@ class TimedEc2:
             "placement": (data.get("Placement") or {}).get("GroupName"), "subnet": nic.get("SubnetId"),
             "groups": nic.get("Groups") or data.get("SecurityGroupIds") or [],
             "profile": (data.get("IamInstanceProfile") or {}).get("Name"),
-            "too_small": self._too_small(client, data.get("ImageId"), data.get("BlockDeviceMappings") or [])}
+            "too_small": self._too_small(client, data.get("ImageId"), data.get("BlockDeviceMappings") or []),
+            "public_multi": len(data.get("NetworkInterfaces") or []) > 1 and any(
+                n.get("AssociatePublicIpAddress") for n in data.get("NetworkInterfaces") or [])}
         return resp
 
     def _young_profile(self, name: str | None) -> bool:
@@ -275,6 +282,11 @@ class TimedEc2:
             self.refused.append(("CreateFleet", template or "", "InvalidBlockDeviceMapping"))
             errors = [{"ErrorCode": "InvalidBlockDeviceMapping", "ErrorMessage": where["too_small"],
                        "Lifecycle": "spot" if params.get("SpotOptions") else "on-demand"}]
+        elif params.get("Type") == "instant" and where.get("public_multi"):
+            self.refused.append(("CreateFleet", template or "", "InvalidParameterCombination"))
+            errors = [{"ErrorCode": "InvalidParameterCombination", "ErrorMessage": (
+                "The associatePublicIPAddress parameter cannot be specified when launching with multiple "
+                "network interfaces."), "Lifecycle": "spot" if params.get("SpotOptions") else "on-demand"}]
         if errors:
             options = "SpotOptions" if params.get("SpotOptions") else "OnDemandOptions"
             resp = real({**params, "TargetCapacitySpecification": {
