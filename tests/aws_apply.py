@@ -256,13 +256,21 @@ def _create(r: Any, ec2: Any, iam: Any, ids: dict[str, str], region: str) -> tup
         group = ids.get((i.get("placement") or {}).get("groupName") or "")
         if group:
             data["Placement"] = {"GroupName": group}
+        # the root volume the program asks for (EC2 refuses one smaller than the image's snapshot: ec2_timed.py)
+        data["BlockDeviceMappings"] = [{"DeviceName": str(m.get("deviceName") or "/dev/sda1"), "Ebs": {
+            "VolumeSize": int((m.get("ebs") or {}).get("volumeSize") or 0),
+            "VolumeType": (m.get("ebs") or {}).get("volumeType") or "gp3"}}
+            for m in i.get("blockDeviceMappings") or [] if (m.get("ebs") or {}).get("volumeSize")]
         profile = (i.get("iamInstanceProfile") or {}).get("name")
         if profile:
             data["IamInstanceProfile"] = {"Name": ref(profile)}
-        if nic:
-            data["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": ref(nic.get("subnetId")),
-                                          "Groups": [ref(g) for g in nic.get("securityGroups") or []],
-                                          "AssociatePublicIpAddress": nic.get("associatePublicIpAddress") == "true"}]
+        if nic:  # every interface the template declares (EC2 refuses a public IPv4 with more than one)
+            data["NetworkInterfaces"] = [{
+                "DeviceIndex": int(n.get("deviceIndex") or 0), "NetworkCardIndex": int(n.get("networkCardIndex") or 0),
+                "SubnetId": ref(n.get("subnetId")), "Groups": [ref(g) for g in n.get("securityGroups") or []],
+                "AssociatePublicIpAddress": n.get("associatePublicIpAddress") == "true",
+                **({"InterfaceType": n["interfaceType"]} if n.get("interfaceType") else {})}
+                for n in i.get("networkInterfaces") or []]
         rid = ec2.create_launch_template(LaunchTemplateName=f"{r.name}-{n}", LaunchTemplateData=data,
                                          TagSpecifications=_spec("launch-template", i))["LaunchTemplate"][
             "LaunchTemplateId"]

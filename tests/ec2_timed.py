@@ -47,6 +47,19 @@ moto. Each behaviour and its public source:
   immediately visible"; EC2 User Guide, "IAM roles for Amazon EC2": "it can take a few seconds for
   the instance profile to propagate"; terraform-provider-aws ec2_instance.go resourceInstanceCreate
   retries RunInstances on exactly this message for iamPropagationTimeout, 2 minutes).
+- A root volume smaller than the image's root snapshot is refused: RunInstances answers
+  `InvalidBlockDeviceMapping` "Volume of size 50GB is smaller than snapshot 'snap-...', expect size >=
+  75GB", and an instant fleet launches nothing and lists that error (EBS User Guide, "Create a volume
+  from a snapshot": the new volume must be at least the snapshot's size; the message as launches report
+  it, e.g. "Volume of size 20GB is smaller than snapshot, expect size >= 30GB" for an Amazon Linux 2023
+  AMI and "expect >= 75GB" for a GPU DLAMI in public projects' terraform/launch logs). The image's
+  snapshot size is what DescribeImages says of it, or `images[ami] = (snapshot id, GB)` for an image
+  moto does not ship (the DLAMIs: moto 5.2 has none).
+- A launch with more than one network interface that asks for a public IPv4 is refused: an instant
+  fleet launches nothing and lists `InvalidParameterCombination` "The associatePublicIPAddress parameter
+  cannot be specified when launching with multiple network interfaces." (EC2 API Reference,
+  InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress: "You cannot specify more than one
+  network interface in the request"; the fleet error as aws/karpenter-provider-aws#5666 quotes it).
 - ModifyFleet of an `instant` fleet is refused, `FleetNotInModifiableState` (API reference,
   ModifyFleet: "This action is only supported for the maintain type"; the answer EC2 gives for a
   fleet of another type: jenkinsci/ec2-fleet-plugin#131, "... is not a modifiable fleet request
@@ -136,6 +149,7 @@ class TimedEc2:
         # CreateFleet ignores a template's network interfaces; EC2 launches them there)
         self.templates: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}  # placement groups, by name
+        self.images: dict[str, tuple[str, int]] = {}  # image id -> (root snapshot id, its size in GB), beside moto's
         self.refused: list[tuple[str, str, str]] = []  # (operation, resource, code) of every refusal
         self.lock = threading.RLock()
         self._orig: Any = None
@@ -204,7 +218,32 @@ class TimedEc2:
                         inst.volumes.add(bdm["Ebs"]["VolumeId"])
                 self.instances[inst.id] = inst
 
+    def _root_snapshot(self, client: Any, image_id: str | None) -> tuple[str, int] | None:
+        if not image_id:
+            return None
+        if image_id in self.images:
+            return self.images[image_id]
+        images = self._raw(client, "DescribeImages", {"ImageIds": [image_id]}).get("Images") or [{}]
+        root = images[0].get("RootDeviceName")
+        for m in images[0].get("BlockDeviceMappings") or []:
+            ebs = m.get("Ebs") or {}
+            if m.get("DeviceName") == root and ebs.get("VolumeSize"):
+                return str(ebs.get("SnapshotId") or ""), int(ebs["VolumeSize"])
+        return None
+
+    def _too_small(self, client: Any, image_id: str | None, mappings: list[dict[str, Any]]) -> str | None:
+        """EC2's message when the launch's root volume is smaller than the image's snapshot, else None."""
+        snap = self._root_snapshot(client, image_id)
+        sizes = [int((m.get("Ebs") or {}).get("VolumeSize") or 0) for m in mappings or []
+                 if (m.get("Ebs") or {}).get("VolumeSize")]
+        if snap is None or not sizes or sizes[0] >= snap[1]:
+            return None
+        return f"Volume of size {sizes[0]}GB is smaller than snapshot '{snap[0]}', expect size >= {snap[1]}GB"
+
     def _RunInstances(self, client: Any, params: dict[str, Any], real: Any) -> Any:
+        small = self._too_small(client, params.get("ImageId"), params.get("BlockDeviceMappings") or [])
+        if small:
+            raise self._refuse("RunInstances", params.get("ImageId", ""), "InvalidBlockDeviceMapping", small)
         resp = real()
         ids = [i["InstanceId"] for i in resp.get("Instances", [])]
         self._track(client, ids, (params.get("Placement") or {}).get("GroupName"))
@@ -219,7 +258,10 @@ class TimedEc2:
         self.templates[resp["LaunchTemplate"]["LaunchTemplateId"]] = {
             "placement": (data.get("Placement") or {}).get("GroupName"), "subnet": nic.get("SubnetId"),
             "groups": nic.get("Groups") or data.get("SecurityGroupIds") or [],
-            "profile": (data.get("IamInstanceProfile") or {}).get("Name")}
+            "profile": (data.get("IamInstanceProfile") or {}).get("Name"),
+            "too_small": self._too_small(client, data.get("ImageId"), data.get("BlockDeviceMappings") or []),
+            "public_multi": len(data.get("NetworkInterfaces") or []) > 1 and any(
+                n.get("AssociatePublicIpAddress") for n in data.get("NetworkInterfaces") or [])}
         return resp
 
     def _young_profile(self, name: str | None) -> bool:
@@ -236,6 +278,16 @@ class TimedEc2:
             errors = [{"ErrorCode": "InvalidParameterValue", "ErrorMessage": (
                 f"Value ({where['profile']}) for parameter iamInstanceProfile.name is invalid. Invalid IAM "
                 "Instance Profile name"), "Lifecycle": "on-demand"}]
+        elif params.get("Type") == "instant" and where.get("too_small"):  # every launch of it is refused
+            self.refused.append(("CreateFleet", template or "", "InvalidBlockDeviceMapping"))
+            errors = [{"ErrorCode": "InvalidBlockDeviceMapping", "ErrorMessage": where["too_small"],
+                       "Lifecycle": "spot" if params.get("SpotOptions") else "on-demand"}]
+        elif params.get("Type") == "instant" and where.get("public_multi"):
+            self.refused.append(("CreateFleet", template or "", "InvalidParameterCombination"))
+            errors = [{"ErrorCode": "InvalidParameterCombination", "ErrorMessage": (
+                "The associatePublicIPAddress parameter cannot be specified when launching with multiple "
+                "network interfaces."), "Lifecycle": "spot" if params.get("SpotOptions") else "on-demand"}]
+        if errors:
             options = "SpotOptions" if params.get("SpotOptions") else "OnDemandOptions"
             resp = real({**params, "TargetCapacitySpecification": {
                 **params["TargetCapacitySpecification"], "TotalTargetCapacity": 0},

@@ -16,7 +16,14 @@ project's state in dicts and answers as the real APIs do, each behaviour from it
   `regions.get` while compute.googleapis.com is disabled.
 - Compute `projects.get` lists the global quotas, `regions.get` the regional ones, each
   {metric, limit, usage} (Compute REST reference, Project.quotas / Region.quotas); a metric the fake is
-  not given is not listed, and an unknown region is 404 "The resource ... was not found".
+  not given is not listed, and an unknown region is 404 "The resource ... was not found". The vCPUs of
+  a VM count against the quota of its machine family: `CPUS` for N1 and E2 (Quota.Metric CPUS, "Guest
+  CPUs"), `A2_CPUS`, `G2_CPUS`, `A3_CPUS`, `N2_CPUS`, ... for the other series (Cloud Quotas
+  terminology, "CPUS-PER-VM-FAMILY-per-project-region"; the Compute v1 Quota.Metric enum lists A2_CPUS,
+  N2_CPUS, E2_CPUS beside CPUS; GoogleCloudPlatform/gcpdiag gcpdiag/lint/gce/warn_2022_005_cpu_quota.py).
+  `create_instance` takes a VM's vCPUs from the quota of its family and refuses past the limit as
+  Compute Engine does: 403 QUOTA_EXCEEDED "Quota 'A3_CPUS' exceeded. Limit: 0.0 in region us-central1."
+  (the message GKE's node-pool operations and `instances.insert` report, errors[].reason quotaExceeded).
 - Cloud Storage `buckets.testIamPermissions` (JSON API) answers only the permissions the caller HAS,
   without error for the others; a missing bucket is 404. `buckets.get?fields=iamConfiguration` gives
   `iamConfiguration.uniformBucketLevelAccess.enabled`; without storage.buckets.get it is 403.
@@ -75,9 +82,12 @@ class FakeProject:
     enabled: set = field(default_factory=lambda: {"serviceusage.googleapis.com", "storage.googleapis.com"})
     global_quotas: dict = field(default_factory=lambda: {"GPUS_ALL_REGIONS": (0.0, 0.0),
                                                          "CPUS_ALL_REGIONS": (32.0, 0.0)})
+    # a new project: the regional CPUS (N1, E2) and, beside it, one vCPU quota per machine family, those of the
+    # GPU series at 0 (A2_CPUS, G2_CPUS, A3_CPUS: see the module docstring)
     regions: dict = field(default_factory=lambda: {"us-central1": {
         "CPUS": (24.0, 0.0), "NVIDIA_V100_GPUS": (0.0, 0.0), "PREEMPTIBLE_NVIDIA_V100_GPUS": (0.0, 0.0),
-        "PREEMPTIBLE_CPUS": (0.0, 0.0), "IN_USE_ADDRESSES": (8.0, 0.0)}})
+        "PREEMPTIBLE_CPUS": (0.0, 0.0), "IN_USE_ADDRESSES": (8.0, 0.0), "N2_CPUS": (24.0, 0.0),
+        "A2_CPUS": (0.0, 0.0), "G2_CPUS": (0.0, 0.0), "A3_CPUS": (0.0, 0.0)}})
     billing_enabled: bool = True
     billing_readable: bool = True
     buckets: dict = field(default_factory=dict)
@@ -250,6 +260,22 @@ class FakeProject:
         return SimpleNamespace(name=f"{name}/billingInfo", project_id=self.project,
                                billing_account_name="billingAccounts/012345-6789AB-CDEF01" if self.billing_enabled
                                else "", billing_enabled=self.billing_enabled)
+
+    def create_instance(self, region: str, machine_type: str, vcpus: int, spot: bool = False) -> None:
+        """A VM of `machine_type` made in `region` (what a GKE node pool makes per node): its vCPUs are taken
+        from its family's quota (PREEMPTIBLE_CPUS for spot where the project has it), refused past the limit."""
+        from gpucluster.infra.gcp.shapes import cpu_quota_metric
+
+        quotas = self.regions[region]
+        metric = cpu_quota_metric(machine_type)
+        if spot and quotas.get("PREEMPTIBLE_CPUS", (0.0, 0.0))[0] > 0:
+            metric = "PREEMPTIBLE_CPUS"
+        limit, usage = quotas.get(metric, (0.0, 0.0))
+        if usage + vcpus > limit:
+            raise api_error(403, {"error": {"code": 403, "message": f"Quota '{metric}' exceeded.  Limit: {limit} in "
+                                                                    f"region {region}.",
+                                            "errors": [{"reason": "quotaExceeded", "domain": "usageLimits"}]}})
+        quotas[metric] = (limit, usage + vcpus)
 
     def ready(self) -> "FakeProject":
         """The project after its owner enabled the APIs and got GPU and CPU quota: what a run needs."""

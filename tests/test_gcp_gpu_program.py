@@ -58,6 +58,8 @@ def test_gpu_pool_per_family(mocks, gpu, count, spot, machine, accelerator):
         assert nc["guestAccelerators"] == [{"type": accelerator, "count": count,
                                             "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"}}]
         assert nc["gvnic"] == {"enabled": True}
+        # A3 Ultra boots from Hyperdisk only (infra/gcp/shapes.py BOOT_DISK_TYPES); the others from pd-balanced
+        assert nc["diskType"] == ("hyperdisk-balanced" if machine == "a3-ultragpu-8g" else "pd-balanced")
         assert nc["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
 
     return after(outputs, check)

@@ -18,7 +18,7 @@ instance     hour (per instance)         EC2 type (g5.*) or GCE machine type (n1
 gpu          gpu-hour                    accelerator short name (V100); GCE bills GPUs apart
 vcpu         vcpu-hour                   machine family (n1): prices custom/other N1 shapes
 memory       gib-hour                    machine family (n1)
-disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd
+disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd, hyperdisk-balanced
 cluster-fee  cluster-hour                gke (region "*": the same everywhere)
 ipv4         address-hour                public (aws: every public IPv4 address), external-ipv4 (gcp, by market); region "*"
 ===========  ==========================  =================================================

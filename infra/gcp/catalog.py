@@ -62,7 +62,7 @@ DEFAULT_V100_ZONES = (
     "asia-east1-c",
 )
 DEFAULT_ZONE = "us-central1-a"
-DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd")
+DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "hyperdisk-balanced")  # which series takes which: shapes.py
 DEFAULT_DISK_TYPE = "pd-balanced"
 
 # GKE settings the stack may choose (spec options); values as the GKE API spells them.
@@ -286,7 +286,7 @@ def resolve(spec: Any) -> Any:
         instance_type=machine,
         zone=zone,
         region=region_of(zone),
-        disk_type=spec.disk_type or DEFAULT_DISK_TYPE,
+        disk_type=spec.disk_type or shapes.default_boot_disk_type(machine or "", DEFAULT_DISK_TYPE),
     )
 
 
@@ -361,6 +361,10 @@ def validate_spec(spec: Any) -> list[str]:
             )
     if r.disk_type not in DISK_TYPES:
         raise SpecError(not_allowed("disk type", r.disk_type, DISK_TYPES))
+    series_disks = shapes.boot_disk_types(r.instance_type or "")
+    if series_disks is not None and r.disk_type not in series_disks:
+        raise SpecError(f"disk type {r.disk_type!r} is not allowed as the boot disk of {r.instance_type} nodes; "
+                        f"allowed: {', '.join(series_disks)} ({shapes.BOOT_DISK_SOURCE})")
     for key, value in spec.managed_tags().items():
         if not _LABEL_VALUE_RE.match(value):
             raise SpecError(

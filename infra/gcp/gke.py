@@ -155,7 +155,10 @@ def account_annotations(gsa: str) -> dict[str, str]:
 # sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
 # CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
 # Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
-# compatibility).
+# compatibility). Both tags exist on Docker Hub as written (checked 2026-11-28 from here without Docker Hub's
+# API: public Dockerfiles pin them by digest, e.g. `pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c74...`
+# and the linux/amd64 digest `sha256:2b59b1b9...` of the cuda12.6 tag; the tags follow the pytorch/pytorch
+# release Dockerfile's `<version>-cuda<major.minor>-cudnn<major>-runtime` naming; linux/amd64 only).
 LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
 CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 

@@ -58,6 +58,8 @@ def disk_metric(disk_type: str) -> str:
     """The regional quota a Persistent Disk type draws on: pd-ssd and pd-balanced on SSD_TOTAL_GB, pd-standard
     on DISKS_TOTAL_GB (Compute Engine docs, "Allocation quotas", Persistent Disk). New projects often have 250-500 GB
     of SSD_TOTAL_GB: without this check `--nodes 5` fails at node-pool creation, after the cluster was built."""
+    if disk_type == "hyperdisk-balanced":  # Hyperdisk Balanced has its own regional quota (shapes.py)
+        return "HDB_TOTAL_GB"
     return "DISKS_TOTAL_GB" if disk_type == "pd-standard" else "SSD_TOTAL_GB"
 SET_POLICY = "storage.buckets.setIamPolicy"
 
@@ -147,6 +149,8 @@ def needs(spec: Any) -> dict[str, Any]:
     return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
             "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
             "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
+            "cpu_metric": shapes.cpu_quota_metric(r.instance_type or "n1"),  # A2_CPUS, G2_CPUS, A3_CPUS or CPUS
+            "system_cpu_metric": shapes.cpu_quota_metric(system),
             "gpu": gpu, "metric": shapes.QUOTA_METRICS.get(gpu, V100), "disks": disks,
             "shape": f"{r.nodes} x {r.instance_type}" + ("" if carried else f" + {r.gpus_per_node} {gpu}")
             + (f" ({r.gpus_per_node} {gpu} each)" if carried else "")}
@@ -271,13 +275,7 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
     metric = need.get("metric", V100)  # the GPU's own metric: NVIDIA_H100_GPUS for a3-highgpu, ...
     gpu = _spot_metric(reg, metric, "PREEMPTIBLE_" + metric, spot)
     out.append(_quota_check(project, reg, gpu, need["gpus"], region, f"{need['shape']}"))
-    cpu = _spot_metric(reg, "CPUS", "PREEMPTIBLE_CPUS", spot)
-    if cpu == "CPUS":
-        out.append(_quota_check(project, reg, "CPUS", need["gpu_vcpus"] + need["other_vcpus"], region,
-                                "the GPU nodes, the system node and GKE's default node"))
-    else:  # spot GPU nodes on preemptible CPUs; the system and default nodes on standard ones
-        out.append(_quota_check(project, reg, cpu, need["gpu_vcpus"], region, "the spot GPU nodes"))
-        out.append(_quota_check(project, reg, "CPUS", need["other_vcpus"], region, "the system and default nodes"))
+    out += _cpu_checks(project, reg, need)
     out.append(_quota_check(project, reg, "IN_USE_ADDRESSES", need["addresses"], region,
                             "one external IPv4 per node"))
     for metric, gb in sorted((need.get("disks") or {}).items()):
@@ -285,6 +283,23 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
             out.append(_quota_check(project, reg, metric, gb, region,
                                     "the boot disks of the GPU nodes, the system node and GKE's default node"))
     return out
+
+
+def _cpu_checks(project: str, reg: Mapping[str, tuple[float, float]], need: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The regional vCPU quotas: the GPU nodes' family metric (CPUS for N1, A2_CPUS / G2_CPUS / A3_CPUS for the
+    accelerator-optimized series: shapes.cpu_quota_metric), or PREEMPTIBLE_CPUS for spot nodes where the project
+    has it; the system node's family metric and GKE's default e2-medium node (CPUS), each summed per metric."""
+    region = need["region"]
+    gpu_metric = _spot_metric(reg, need.get("cpu_metric", "CPUS"), "PREEMPTIBLE_CPUS", need["spot"])
+    system_metric = need.get("system_cpu_metric", "CPUS")
+    wants: dict[str, list[tuple[float, str]]] = {}
+    gpu_what = "the spot GPU nodes" if gpu_metric == "PREEMPTIBLE_CPUS" else "the GPU nodes"
+    wants.setdefault(gpu_metric, []).append((need["gpu_vcpus"], f"{gpu_what} ({need['shape']})"))
+    system_vcpus = need["other_vcpus"] - GKE_DEFAULT_POOL_VCPUS
+    wants.setdefault(system_metric, []).append((system_vcpus, "the system node"))
+    wants.setdefault("CPUS", []).append((GKE_DEFAULT_POOL_VCPUS, "GKE's default node"))
+    return [_quota_check(project, reg, metric, sum(n for n, _ in parts), region, " + ".join(w for _, w in parts))
+            for metric, parts in wants.items()]
 
 
 def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:

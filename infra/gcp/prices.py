@@ -54,6 +54,8 @@ _GCP_SKU_PATTERNS = [
     (re.compile(r"^Storage PD Capacity( in |$)"), "disk", "pd-standard", "on-demand"),
     (re.compile(r"^Balanced PD Capacity( in |$)"), "disk", "pd-balanced", "on-demand"),
     (re.compile(r"^SSD backed PD Capacity( in |$)"), "disk", "pd-ssd", "on-demand"),
+    # A3 Ultra boots from Hyperdisk Balanced only (shapes.py); the SKU's description taken in the PD form, not seen here
+    (re.compile(r"^Hyperdisk Balanced Capacity( in |$)"), "disk", "hyperdisk-balanced", "on-demand"),
 ]
 _GCP_UNITS = {"gpu": "h", "vcpu": "h", "memory": "GiBy.h", "disk": "GiBy.mo"}
 

@@ -17,6 +17,22 @@ Shipped data, no SDK. Sources, read 2026-11-28:
   NVIDIA_A100_80GB_GPUS, NVIDIA_H100_GPUS; https://cloud.google.com/compute/docs/reference/rest/v1/regions).
   The enum has no H200 value as read: NVIDIA_H200_GPUS is the name the Cloud Quotas console shows;
   a region whose quotas[] lacks it reports the check as not done (preflight), never as passed.
+- vCPU quota per machine family (regions.get quotas[]): N1 and E2 draw on the regional `CPUS`; the
+  other series each on their own family metric, A2 on `A2_CPUS` (the Compute v1 `Quota.Metric` enum:
+  CPUS "Guest CPUs", A2_CPUS, N2_CPUS, E2_CPUS, ...; GoogleCloudPlatform/gcpdiag
+  gcpdiag/lint/gce/warn_2022_005_cpu_quota.py checks compute.googleapis.com/cpus beside a2_cpus,
+  n2_cpus, ...; Cloud Quotas terminology, "CPUS-PER-VM-FAMILY-per-project-region": "the number of
+  Compute Engine vCPUs available to your project for a specific VM family in a particular region").
+  G2 and A3 draw on `G2_CPUS` and `A3_CPUS`: the names regions.get lists for them (the v1 enum as
+  read stops at A2 and C3, as it lacks NVIDIA_H200_GPUS); a region that does not list the family's
+  metric is reported as not checked, never as passed (preflight).
+- Boot disk types per series (the node pool's `disk_type`; Google Cloud docs, accelerator-optimized
+  machines, each series' "Supported disk types", and general-purpose machines for N1; as recalled
+  2026-11-28: the page bodies could not be read from here, see docs/gcp.md): N1 and A2 take pd-standard,
+  pd-balanced and pd-ssd; G2 and A3 High no pd-standard (pd-balanced, pd-ssd; A3 High also Hyperdisk
+  Balanced); A3 Ultra Hyperdisk only (hyperdisk-balanced: its default here). Hyperdisk Balanced draws on
+  the regional HDB_TOTAL_GB quota (the metric Compute Engine names when refusing it: "Quota
+  'HDB_TOTAL_GB' exceeded. Limit: 500.0 in region us-central1", as public projects quote it).
 - Zones offering each shape: SkyPilot's catalog rows for the machine type (G2, A2, A3) or for the
   GPU (N1 + T4/V100). Offerings differ per project: option `gpuZones` ("us-central1-a,...")
   replaces the list for a stack (`v100Zones`, the older spelling, still works for V100).
@@ -66,6 +82,42 @@ ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "L4": "nvi
 QUOTA_METRICS = {"T4": "NVIDIA_T4_GPUS", "V100": "NVIDIA_V100_GPUS", "L4": "NVIDIA_L4_GPUS",
                  "A100": "NVIDIA_A100_GPUS", "A100-80GB": "NVIDIA_A100_80GB_GPUS", "H100": "NVIDIA_H100_GPUS",
                  "H200": "NVIDIA_H200_GPUS"}
+
+
+# the regional vCPU quota each machine family draws on (see above); any family not named: its own <FAMILY>_CPUS
+SHARED_CPU_FAMILIES = ("n1", "e2", "f1", "g1")
+
+
+def cpu_quota_metric(machine_type: str) -> str:
+    """`CPUS` for N1/E2 (and the shared-core f1/g1), `A2_CPUS` for a2-highgpu-8g, `G2_CPUS`, `A3_CPUS`, ..."""
+    family = machine_type.split("-", 1)[0].lower()
+    return "CPUS" if family in SHARED_CPU_FAMILIES else f"{family.upper()}_CPUS"
+
+
+# boot disk types a node of each series may have (above); the first one listed that is pd-balanced, else the first
+BOOT_DISK_TYPES: dict[str, tuple[str, ...]] = {
+    "n1": ("pd-standard", "pd-balanced", "pd-ssd"),
+    "a2": ("pd-standard", "pd-balanced", "pd-ssd"),
+    "g2": ("pd-balanced", "pd-ssd"),
+    "a3-highgpu": ("pd-balanced", "pd-ssd", "hyperdisk-balanced"),
+    "a3-ultragpu": ("hyperdisk-balanced",),
+}
+BOOT_DISK_SOURCE = ("Google Cloud docs, accelerator-optimized machine family, supported disk types "
+                    "(https://cloud.google.com/compute/docs/accelerator-optimized-machines)")
+
+
+def boot_disk_types(machine_type: str) -> tuple[str, ...] | None:
+    """The boot disk types of `machine_type`'s series (a3-ultragpu-8g: hyperdisk-balanced only), None if not known."""
+    for series in sorted(BOOT_DISK_TYPES, key=len, reverse=True):
+        if machine_type == series or machine_type.startswith(series + "-"):
+            return BOOT_DISK_TYPES[series]
+    return None
+
+
+def default_boot_disk_type(machine_type: str, fallback: str) -> str:
+    """pd-balanced where the series takes it (`fallback`), else the series' first type (A3 Ultra: hyperdisk-balanced)."""
+    allowed = boot_disk_types(machine_type)
+    return fallback if allowed is None or fallback in allowed else allowed[0]
 
 
 def _zones(spec: str) -> tuple[str, ...]:
