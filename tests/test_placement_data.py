@@ -194,3 +194,38 @@ def test_the_preflights_of_one_place_ask_what_they_share_once(home, monkeypatch)
         assert each[2].count(op) == 3 and shared[2].count(op) == 1, op
     assert shared[2].count(("ec2", "RunInstances")) == 3  # each machine's own launch is still dry-run
     assert shared[0] < each[0]
+
+
+def test_the_zones_of_one_gcp_region_ask_their_project_once(home):
+    """GKE candidates are zonal: every zone of us-central1 is one, and each preflight asks the same
+    project's APIs, billing, regional quotas, network and node account (tests/google_fake.py, the
+    FakeProject stand-in of those APIs). Within a placement they are asked once for the region."""
+    from google_fake import FakeProject
+
+    from gpucluster.infra.gcp.preflight import preflight
+    from gpucluster.infra.registry import plugin
+    from gpucluster.placement import candidates, place
+    from gpucluster.prepare import Request, prepare
+
+    req = Request(cloud="gcp", region="us-central1", gpu="V100", nodes=1, dry_run=True, job=False,
+                  project="my-proj-42")
+    measured = {}
+    for how in ("each asks", "shared"):
+        fake = FakeProject().ready()
+        zones: list[str] = []
+
+        def check(plan):
+            zones.append(plan.spec.zone)
+            preflight(plan.spec, google=fake, billing=fake)
+
+        t0 = time.monotonic()
+        if how == "each asks":
+            found = candidates(req, {"gcp": plugin("gcp")}, prepare=prepare, preflight=check)
+        else:
+            found = place(req, {"gcp": plugin("gcp")}, prepare=prepare, preflight=check).ranked
+        measured[how] = (len(fake.calls), time.monotonic() - t0)
+        assert len(set(zones)) >= 3 and all(c.dropped is None for c in found), [c.dropped for c in found]
+    each, shared = measured["each asks"], measured["shared"]
+    print(f"preflight of {len(zones)} gcp candidates in us-central1: {each[0]} API calls in {each[1]:.2f} s each "
+          f"asking; {shared[0]} in {shared[1]:.2f} s shared")
+    assert shared[0] * 2 <= each[0]
