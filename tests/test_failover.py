@@ -280,3 +280,30 @@ def test_up_does_not_fail_over_on_an_error_placement_cannot_fix(home):
         provision(Planned(plugin(first.cloud), first.plan, keep=True, placement=placement),
                   ledger=Ledger(home / "ledger.sqlite3"), ui=QuietUI())
     assert len(Ledger(home / "ledger.sqlite3").list_runs(limit=None)) == 1  # no second attempt
+
+
+def test_ctrl_c_during_up_failover_tears_down_the_current_attempt_and_starts_no_next(home):
+    """`up --cloud aws,gcp`: the first zone is stocked out, Ctrl-C comes while the next zone's cluster is
+    being created; that attempt is torn down (verified) and no third candidate is created."""
+    from gpucluster.api.clusters import provision
+    from gpucluster.api.jobs import Planned
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI
+
+    placement = _placed()
+    first, second = placement.tried[:2]
+    fakes = {first.where: FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                                            fail_text=GKE_STOCKOUT.format(zone=first.zones[0])),
+             second.where: FakePulumiCommand(resources=GKE_RESOURCES, interrupt_up_after=1)}
+    untouched = FakePulumiCommand()
+    for cand in placement.tried:
+        cand.plan.provider = _provider(cand.cloud, fakes.get(cand.where, untouched))
+    ledger = Ledger(home / "ledger.sqlite3")
+    with pytest.raises(KeyboardInterrupt):  # `up` ends as Ctrl-C ends it (exit 130), after the teardown
+        provision(Planned(plugin(first.cloud), first.plan, keep=True, placement=placement), ledger=ledger,
+                  ui=QuietUI())
+    runs = ledger.list_runs(limit=None)
+    assert len(runs) == 2  # the stocked-out zone and the interrupted one: no third attempt
+    assert all(ledger.get_run(r.id).run.teardown == "verified" for r in runs)
+    assert fakes[second.where].stacks == {} and untouched.verbs() == []
