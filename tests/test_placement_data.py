@@ -229,3 +229,34 @@ def test_the_zones_of_one_gcp_region_ask_their_project_once(home):
     print(f"preflight of {len(zones)} gcp candidates in us-central1: {each[0]} API calls in {each[1]:.2f} s each "
           f"asking; {shared[0]} in {shared[1]:.2f} s shared")
     assert shared[0] * 2 <= each[0]
+
+
+def test_gcp_buckets_are_looked_up_and_another_region_is_priced_inter_region(home):
+    """`gs://` data in a us-central1 bucket (google_fake.FakeProject: buckets.get's location, objects.list
+    paged 2 items at a time): europe-west4 candidates cross at gcp's inter-region price, us-central1 ones
+    do not; the size counts only the objects under the prefix, every page."""
+    from google_fake import Bucket, FakeProject
+
+    from gpucluster.infra.gcp.bucket_facts import bucket_facts
+    from gpucluster.infra.registry import plugin, readers
+    from gpucluster.placement import place
+    from gpucluster.prepare import Request, prepare
+
+    fake = FakeProject()
+    fake.buckets["train-data"] = Bucket(objects={"set/a": 1_500_000_000, "set/b": 500_000_000, "set/c": 1_000_000_000,
+                                                 "elsewhere/x": 9_000_000_000})
+    assert bucket_facts("gs://train-data/set", google=fake) == ("us-central1", 3_000_000_000)
+    facts = (lambda cloud: (lambda url: bucket_facts(url, google=fake)) if cloud == "gcp" else None)
+    req = Request(cloud="gcp", region="auto", gpu="L4", nodes=1, dry_run=True, job=True, max_minutes=60,
+                  project="my-proj-42", data=("gs://train-data/set",), readers=readers())
+    refused = place(req, {"gcp": plugin("gcp")}, prepare=prepare, preflight=lambda plan: None, facts=facts)
+    assert {c.region for c in refused.ranked} == {"us-central1"}
+    assert any("reading it from gcp europe-west4 costs $0.02/GB inter-region egress: --allow-egress" in (c.dropped or "")
+               for c in refused.dropped)
+    allowed = place(req, {"gcp": plugin("gcp")}, prepare=prepare, preflight=lambda plan: None, facts=facts,
+                    allow_egress=True)
+    eu = [c for c in allowed.ranked if c.region == "europe-west4"]
+    assert eu and all(c.egress is not None and c.egress.gb == Decimal("3.000") and c.egress.cost == Decimal("0.06")
+                      for c in eu)
+    fake.buckets["train-data"].location_type = "multi-region"  # a multi-region bucket has no one region
+    assert bucket_facts("gs://train-data/set", google=fake) == (None, 3_000_000_000)
