@@ -140,7 +140,7 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
 
 
 OPTION_FLAGS = ("context", "namespace", "create_namespace")
-PLACEMENT_FLAGS = ("max_hourly", "max_attempts")  # `--cloud auto` (cli/place.py takes them out of the flags)
+PLACEMENT_FLAGS = ("max_hourly", "max_attempts", "allow_egress")  # `--cloud auto` (cli/place.py takes them out of the flags)
 
 
 def _checked(kwargs: dict[str, Any], allowed: Sequence[str]) -> tuple[dict[str, Any], dict]:

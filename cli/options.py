@@ -122,6 +122,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                    help="Region [default: the cloud's]; auto or a list: ranked (docs/placement.md).")),
     "max_hourly": (("--max-hourly",), dict(default=None, metavar="DOLLARS",
                                            help="Placement: drop candidates whose cluster costs more per hour.")),
+    "allow_egress": (("--allow-egress",), dict(is_flag=True, default=False,
+                                               help="Placement: keep candidates outside the region or cloud of the "
+                                                    "--data/--output bucket, egress priced in.")),
     "max_attempts": (("--max-attempts",), dict(default=None, type=Int("max attempts", 1, 100),
                                                help="Placement: try at most this many candidates [default: all].")),
     "zone": (("--zone",), dict(default=None)),
@@ -272,7 +275,7 @@ ENV = ("env", "env_file", "secret")
 # (`cli.taskopts.TaskCommand.format_options`); an option not named here is under "Options".
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Task file", ("task_file",)),
-    ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "max_hourly", "max_attempts", "instance_type", "spot", "disk_gb",
+    ("Cluster", ("cloud", "nodes", "gpu", "gpus_per_node", "name", "region", "zone", "max_hourly", "max_attempts", "allow_egress", "instance_type", "spot", "disk_gb",
                  "project", "context", "namespace", "create_namespace", "ssh_cidr", "hosts", "tags", "options")),
     ("Job", ("workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "setup", "data", "resume",
              "python")),

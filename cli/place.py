@@ -31,6 +31,7 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
 
     max_hourly = pl.parse_max_hourly(flags.pop("max_hourly", None))
     max_attempts = flags.pop("max_attempts", None)
+    allow_egress = bool(flags.pop("allow_egress", False))
     cloud = flags["cloud"]
     req = Request(**flags, **request, provisioning=provisioning(), readers=readers())
     if not pl.wanted(cloud, flags.get("region")) and max_hourly is None and max_attempts is None:
@@ -63,9 +64,17 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
         return prepare(r, backend, provider=provider_for(r.cloud) if provider_for else None, strict_prices=True)
 
     placement = pl.place(req, backends, prepare=one, preflight=None if req.dry_run else check_before_recording,
-                         max_hourly=max_hourly, max_attempts=max_attempts)
+                         max_hourly=max_hourly, max_attempts=max_attempts, allow_egress=allow_egress,
+                         facts=bucket_facts)
     placement.dropped[:0] = [pl.Candidate(c, None, dropped=why) for c, why in absent.items()]
     return backends[placement.chosen.cloud], placement.chosen.plan, placement
+
+
+def bucket_facts(cloud: str) -> Any:
+    """`cloud`'s bucket lookup (URL -> its region, the bytes under it), or None where it has none."""
+    from gpucluster.infra.registry import plugin
+
+    return plugin(cloud).ops.bucket_facts
 
 
 def _without_credentials(backends: dict[str, Any]) -> dict[str, str]:
@@ -139,7 +148,7 @@ def print_placement(out: Any, placement: Any, top: int = 10) -> None:
               + (f"; at most {placement.max_attempts} tried" if placement.max_attempts else ""), highlight=False)
     cols = [Col("#", keep=True), Col("cloud", keep=True), Col("region", keep=True), Col("zones", drop=2),
             Col("instance type", keep=True), Col("$/h", keep=True, justify="right"),
-            Col("est. total", keep=True, justify="right"), Col("note", drop=1)]
+            Col("est. total", keep=True, justify="right"), Col("egress", drop=3, justify="right"), Col("note", drop=1)]
     out.print(fitted(out.width, cols, table_rows(placement, top)))
 
 
@@ -162,12 +171,13 @@ def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_
     span = Decimal(str(hours if hours is not None else "1"))
 
     def one(req: Any, backend: Any) -> Any:
-        given = {**shape, "zone": req.zone}
+        given = {**shape, "zone": req.zone, "instance_type": req.instance_type}  # each machine of a place
         spec = resolve(normalize(build_spec(**given, cloud=req.cloud, region=req.region), backend), backend)
         validate(spec, backend)
         return SimpleNamespace(spec=spec, estimate=estimate(spec, span, backend=backend), limit_minutes=span * 60)
 
-    placement = place(replace(Request(cloud=cloud or "auto"), gpu=shape["gpu"], region=region, zone=shape["zone"]), backends,
+    placement = place(replace(Request(cloud=cloud or "auto"), gpu=shape["gpu"], region=region, zone=shape["zone"],
+                              instance_type=shape["instance_type"]), backends,
                       prepare=one, preflight=None, max_hourly=parse_max_hourly(max_hourly))
     if as_json:
         import json

@@ -25,7 +25,7 @@ from gpucluster.errors import ExitCode, UsageError
          "max_restarts", "project", "start_deadline", "data", "setup", "output", "keep", "yes", "quiet", "as_json",
          "resume", "python", "collect", "collect_limit", "env", "env_file", "secret", "state", "check", "recover",
          "fallback", "fallback_after", "checkpoint_every", "context", "namespace", "create_namespace",
-         "max_hourly", "max_attempts", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
+         "max_hourly", "max_attempts", "allow_egress", as_json=dict(help="Print the run record as JSON at the end (logs go to stderr)."))
 @click.option("--idle-minutes", "idle_minutes", default=None, type=IDLE_MINUTES, metavar="N",
               help="With --keep: " + IDLE_HELP)
 @click.option("--over-budget", "over_budget", **OVER_BUDGET)

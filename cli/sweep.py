@@ -52,7 +52,7 @@ def parse_int_list(what: str, text: str, *, low: int, high: int) -> list[int]:
 @options("threads_per_proc")
 @click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False),
               help="Write PNG plots and summary.md into this directory.")
-@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_cost", "stall_minutes", "max_restarts", "max_hourly", "max_attempts",
+@options(*CLUSTER_SHAPE, *ENV, "max_minutes", "max_cost", "stall_minutes", "max_restarts", "max_hourly", "max_attempts", "allow_egress",
          max_cost=dict(help="aws/gcp: the whole sweep's cost cap in USD: each run is stopped when the sweep's cost "
                             "so far reaches it, and no further run starts (exit code 4)."))
 @options("as_json", "yes", "ssh_cidr", "options", "data", "setup", "project", "state",
@@ -95,8 +95,8 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.cli.place import prepared, print_placement
     from gpucluster.placement import wanted
 
-    limits = {k: flags.pop(k) for k in ("max_hourly", "max_attempts")}
-    placing = wanted(flags["cloud"], flags.get("region")) or any(v is not None for v in limits.values())
+    limits = {k: flags.pop(k) for k in ("max_hourly", "max_attempts", "allow_egress")}
+    placing = wanted(flags["cloud"], flags.get("region")) or any(v not in (None, False) for v in limits.values())
     chosen = None if placing else plugin(flags["cloud"])  # the one lookup: everything below is given it
     if chosen is not None:
         check_cloud_flags(flags["cloud"])  # e.g. --region with local: refused as `run` refuses it

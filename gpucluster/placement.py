@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
+from gpucluster import egress as eg
+from gpucluster.egress import Egress
 from gpucluster.errors import GpuclusterError, UsageError, not_allowed
 
 AUTO = "auto"
@@ -71,6 +73,7 @@ class Candidate:
     dropped: str | None = None  # why it is not ranked (None: ranked)
     not_checked: tuple[str, ...] = ()  # preflight checks a dry run could not make
     plan: Any = field(default=None, repr=False)  # the prepared plan (gpucluster.prepare.Prepared)
+    egress: Egress | None = None  # what its data and outputs cost in transfer (in `total` where known)
 
     @property
     def where(self) -> str:
@@ -80,7 +83,8 @@ class Candidate:
         money = (lambda v: None if v is None else str(v))
         return {"cloud": self.cloud, "region": self.region, "zones": list(self.zones),
                 "instance_type": self.instance_type, "hourly": money(self.hourly), "total": money(self.total),
-                "dropped": self.dropped, "not_checked": list(self.not_checked)}
+                "dropped": self.dropped, "not_checked": list(self.not_checked),
+                "egress": None if self.egress is None else self.egress.to_dict()}
 
 
 @dataclass
@@ -141,36 +145,92 @@ def knows_region(backend: Any, cloud: str, region: str) -> bool:
     return True
 
 
+def machines(backend: Any, gpu: str | None, region: str | None) -> list[str]:
+    """Every machine of the cloud's catalog that carries exactly the `--gpu` count asked in `region`,
+    in the catalog's order (each becomes a candidate where it prepares: offered and priced there)."""
+    if gpu is None or region is None:
+        return []
+    from gpucluster.catalog.gpus import parse
+
+    name, count = parse(gpu)
+    return [str(s["machine"]) for s in backend.spec.gpu_shapes() if s.get("gpu") == name and s.get("machine")
+            and int(str(s.get("gpus") or 0)) == count and region in (s.get("regions") or ())]
+
+
 def candidates(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
-               preflight: Callable[[Any], None] | None) -> list[Candidate]:
-    """Every (cloud, region) of the request, each prepared as a run there (`prepare(request, backend)`),
-    priced, and (a real run: `preflight` given) checked against the cloud; unranked."""
+               preflight: Callable[[Any], None] | None, allow_egress: bool = False,
+               facts: Callable[[str], eg.Facts | None] | None = None) -> list[Candidate]:
+    """Every (cloud, region, zone, machine) of the request, each prepared as a run there
+    (`prepare(request, backend)`), priced with what its data costs in transfer (gpucluster.egress;
+    `facts(cloud)`: that cloud's bucket lookup, asked in a real run), and (a real run: `preflight`
+    given) checked against the cloud; unranked."""
+    from gpucluster.catalog.prices import load_catalog
+
+    catalog, readers = load_catalog(), dict(req.readers or {})
+    known = {b.url: b for b in eg.looked_up(eg.buckets(req.data, req.output, (), (), readers),
+                                            facts if preflight is not None else None)}
     out: list[Candidate] = []
     for cloud, backend in backends.items():
-        for region, zone in places_for(cloud, backend, req.gpu, req.region, req.zone):
-            cand = Candidate(cloud, region, (zone,) if zone else ())
-            try:
-                plan = prepare(replace(req, cloud=cloud, region=region, zone=zone), backend)
-            except GpuclusterError as exc:
-                cand.dropped = exc.message
-                out.append(cand)
+        foreign = [b for b in known.values() if b.cloud != cloud]
+        if foreign:  # another cloud's bucket: egress at internet rates, or not readable at all
+            b = foreign[0]
+            readable = cloud in readers.get(b.url.split("://", 1)[0], ())
+            if not (allow_egress and readable):
+                out.append(Candidate(cloud, None, dropped=eg.refusal(b, cloud, None, catalog, readable)))
                 continue
-            spec, est = plan.spec, plan.estimate
-            cand.plan, cand.region = plan, spec.region
-            cand.instance_type = spec.instance_type or getattr(est, "instance_type", None)
-            cand.zones = (spec.zone,) if spec.zone else ()
-            cand.hourly, cand.total = (est.hourly, est.total) if est is not None else (None, None)
-            if est is None:
-                cand.dropped = "not priced"
-            elif preflight is None:
-                cand.not_checked = NOT_CHECKED
-            else:
+        seen: set[tuple[Any, ...]] = set()
+        for region, zone in places_for(cloud, backend, req.gpu, req.region, req.zone):
+            types = [None] if req.instance_type else [None, *machines(backend, req.gpu, region)]
+            for machine in types:
+                r = replace(req, cloud=cloud, region=region, zone=zone, instance_type=machine or req.instance_type)
+                cand = Candidate(cloud, region, (zone,) if zone else (), instance_type=machine)
                 try:
-                    preflight(plan)
+                    plan = prepare(r, backend)
                 except GpuclusterError as exc:
-                    cand.dropped = exc.message
-            out.append(cand)
+                    if machine is None:  # the --gpu pick itself: said; another machine: not offered there
+                        cand.dropped = exc.message
+                        out.append(cand)
+                        break
+                    continue
+                spec = plan.spec
+                key = (spec.region, spec.zone, spec.instance_type or getattr(plan.estimate, "instance_type", None))
+                if key in seen:  # the --gpu pick, met again by name
+                    continue
+                seen.add(key)
+                out.append(_priced(cand, plan, known, readers, catalog, allow_egress, facts, preflight))
     return out
+
+
+def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: Mapping[str, Any], catalog: Any,
+            allow_egress: bool, facts: Callable[[str], eg.Facts | None] | None,
+            preflight: Callable[[Any], None] | None) -> Candidate:
+    spec, est = plan.spec, plan.estimate
+    cand.plan, cand.region = plan, spec.region
+    cand.instance_type = spec.instance_type or getattr(est, "instance_type", None)
+    cand.zones = (spec.zone,) if spec.zone else ()
+    cand.hourly, cand.total = (est.hourly, est.total) if est is not None else (None, None)
+    more = [b for b in eg.buckets((), None, spec.reads, spec.writes, readers) if b.url not in known]
+    for b in eg.looked_up(more, facts if preflight is not None else None):  # a resumed run's bucket
+        known[b.url] = b
+    found = [known[u] for u in dict.fromkeys(
+        [b.url for b in eg.buckets((), None, spec.reads, spec.writes, readers)] + list(known))]
+    crossed = [b for b in found if eg.crossing(b, cand.cloud, cand.region) is not None]
+    if crossed and not allow_egress:
+        cand.dropped = eg.refusal(crossed[0], cand.cloud, cand.region, catalog, True)
+        return cand
+    cand.egress = eg.priced(found, cand.cloud, cand.region, catalog)
+    if cand.egress is not None and cand.egress.cost and cand.total is not None:
+        cand.total += cand.egress.cost
+    if est is None:
+        cand.dropped = "not priced"
+    elif preflight is None:
+        cand.not_checked = NOT_CHECKED
+    else:
+        try:
+            preflight(plan)
+        except GpuclusterError as exc:
+            cand.dropped = exc.message
+    return cand
 
 
 def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None = None,
@@ -193,26 +253,47 @@ def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None =
 
 def place(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
           preflight: Callable[[Any], None] | None, max_hourly: Decimal | None = None,
-          max_attempts: int | None = None) -> Placement:
-    found = candidates(req, backends, prepare=prepare, preflight=preflight)
+          max_attempts: int | None = None, allow_egress: bool = False,
+          facts: Callable[[str], eg.Facts | None] | None = None) -> Placement:
+    from gpucluster.shared_answers import sharing
+
+    with sharing():  # what candidates of one place ask their cloud alike is asked once (a region's quota, ...)
+        found = candidates(req, backends, prepare=prepare, preflight=preflight, allow_egress=allow_egress,
+                           facts=facts)
     plans = [c.plan for c in found if c.plan is not None]
     hours = Decimal(str(plans[0].limit_minutes)) / 60 if plans else Decimal(1)
     return rank(found, hours, max_hourly=max_hourly, max_attempts=max_attempts)
 
 
 def table_rows(placement: Placement, top: int = 10) -> list[tuple[str, ...]]:
-    """The plan's table: rank, cloud, region, zones, instance type, $/h, est. total, note."""
+    """The plan's table: rank, cloud, region, zones, instance type, $/h, est. total, egress, note; the
+    first `top` ranked and dropped, then one row each saying how many more."""
     rows: list[tuple[str, ...]] = []
     for i, c in enumerate(placement.ranked[:top], 1):
         note = "chosen" if i == 1 else ""
         if c.not_checked:
             note = (note + "; " if note else "") + "not checked: " + ", ".join(c.not_checked)
+        if c.egress is not None and c.egress.cost is None and c.egress.why != eg.NOT_CHECKED:
+            note = (note + "; " if note else "") + "; ".join(c.egress.lines)
         rows.append((str(i), c.cloud, c.region or "-", ", ".join(c.zones) or "any", c.instance_type or "-",
-                     _money(c.hourly), _money(c.total), note))
-    for c in placement.dropped:
+                     _money(c.hourly), _money(c.total), _egress(c), note))
+    left = len(placement.ranked) - top
+    if left > 0:
+        rows.append(("…", "", "", "", "", "", "", "", f"{left} more ranked (--json lists them all)"))
+    for c in placement.dropped[:top]:
         rows.append(("-", c.cloud, c.region or "-", ", ".join(c.zones) or "-", c.instance_type or "-",
-                     _money(c.hourly), _money(c.total), f"dropped: {c.dropped}"))
+                     _money(c.hourly), _money(c.total), "-", f"dropped: {c.dropped}"))
+    if len(placement.dropped) > top:
+        rows.append(("…", "", "", "", "", "", "", "", f"{len(placement.dropped) - top} more dropped"))
     return rows
+
+
+def _egress(c: Candidate) -> str:
+    if c.egress is None:
+        return "-"
+    if c.egress.cost is None:
+        return c.egress.why or "size unknown"
+    return f"{_money(c.egress.cost)} ({c.egress.gb} GB)"
 
 
 def _money(value: Decimal | None) -> str:

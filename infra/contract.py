@@ -224,6 +224,9 @@ class Operations:
     # () -> None when credentials are found on this machine, else what was looked for; asks no API (it
     # may read files, the environment and a metadata server): which clouds `--cloud auto` places on
     credentials_found: Callable[[], str | None] | None = None
+    # (a bucket URL of its object store) -> (the bucket's region, bytes under the URL, None when not counted); a
+    # GpuclusterError says why it could not be read: what placement prices egress with (gpucluster.egress)
+    bucket_facts: Callable[[str], tuple[str | None, int | None]] | None = None
     # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
     # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
     internal_cost: Callable[[Mapping[str, object], float], tuple[Decimal, str] | None] | None = None

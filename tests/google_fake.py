@@ -50,6 +50,11 @@ project's state in dicts and answers as the real APIs do, each behaviour from it
   deleted; `serviceAccounts.testIamPermissions` (POST) answers only the permissions the caller holds,
   `{}` when none (IAM REST reference); `act_as` False is an organisation that removed the owner's
   automatic grants (`iam.automaticIamGrantsForDefaultServiceAccounts`).
+- Cloud Storage `buckets.get?fields=location,locationType` gives `location` upper case ("US-CENTRAL1")
+  and `locationType` (https://cloud.google.com/storage/docs/json_api/v1/buckets); `objects.list` pages
+  its `items` ({name, size}, size a decimal string) with `nextPageToken` until the last, `page_size`
+  a page here (GCS: at most 1,000 and "may return fewer";
+  https://cloud.google.com/storage/docs/json_api/v1/objects/list), filtered by `prefix`.
 - Cloud Billing `projects.getBillingInfo`: {name, projectId, billingAccountName, billingEnabled}; when
   the caller may not read it, or the Cloud Billing API is disabled in the quota project, the client
   raises google.api_core.exceptions.PermissionDenied.
@@ -73,6 +78,9 @@ class Bucket:
     ubla: bool = True
     may_set_policy: bool = True
     may_get: bool = True
+    location: str = "US-CENTRAL1"  # buckets.get: upper case; locationType region, dual-region, multi-region
+    location_type: str = "region"
+    objects: dict = field(default_factory=dict)  # name -> size in bytes (objects.list)
 
 
 @dataclass
@@ -244,6 +252,15 @@ class FakeProject:
         if not bucket.may_get:
             raise api_error(403, {"error": {"code": 403, "message": "caller does not have storage.buckets.get "
                                                                     "access to the Google Cloud Storage bucket."}})
+        asked = dict(params)
+        if path[1:] == ["o"]:
+            names = sorted(n for n in bucket.objects if n.startswith(asked.get("prefix", "")))
+            start = int(asked.get("pageToken") or 0)
+            page = names[start:start + self.page_size]
+            more = {"nextPageToken": str(start + self.page_size)} if start + self.page_size < len(names) else {}
+            return {"items": [{"name": n, "size": str(bucket.objects[n])} for n in page], **more}
+        if asked.get("fields") == "location,locationType":
+            return {"location": bucket.location, "locationType": bucket.location_type}
         return {"iamConfiguration": {"bucketPolicyOnly": {"enabled": bucket.ubla},
                                      "uniformBucketLevelAccess": {"enabled": bucket.ubla},
                                      "publicAccessPrevention": "inherited"}}

@@ -69,7 +69,9 @@ def _placed(nodes: int = 4, **kw):
     from gpucluster.prepare import Request, prepare
 
     req = Request(cloud="aws,gcp", gpu="L4", nodes=nodes, dry_run=True, max_minutes=10, **kw)
-    return place(req, {c: plugin(c) for c in ("aws", "gcp")}, prepare=prepare, preflight=None)
+    # the cheapest machine of each place comes first (the larger g2/g6 machines rank after these 8), so
+    # --max-attempts 8 walks zone -> region -> cloud; tests/test_placement_data.py covers the machines
+    return place(req, {c: plugin(c) for c in ("aws", "gcp")}, prepare=prepare, preflight=None, max_attempts=8)
 
 
 def _run(placement, fakes, home):
@@ -99,7 +101,7 @@ def _run(placement, fakes, home):
 
 def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_and_recorded(home):
     placement = _placed()
-    where = [c.where for c in placement.ranked]
+    where = [c.where for c in placement.tried]
     gke = [f"gcp {r} ({r}-{z})" for r in ("us-central1", "europe-west4") for z in "abc"]
     assert where == [*gke, "aws us-east-1", "aws us-west-2"]  # a GKE cluster is zonal: each zone a candidate
     fakes = {("gcp", r): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,  # every zone stocked out
@@ -155,7 +157,8 @@ def test_a_quota_error_at_create_time_fails_over_and_max_attempts_stops_the_list
     assert len(requested) == 2 and chain.final.status == "failed"
     causes = [ledger.metrics(a.run_id, kind="placement")[0]["cause"] for a in chain.attempts]
     assert causes == ["quota", "capacity"]
-    assert "every candidate tried (2; 6 more left out by --max-attempts 2)" in chain.stopped
+    left = len(placement.ranked) - 2
+    assert f"every candidate tried (2; {left} more left out by --max-attempts 2)" in chain.stopped
 
 
 def test_a_failure_placement_cannot_fix_does_not_fail_over(home):
@@ -205,12 +208,12 @@ def test_run_cloud_auto_through_the_cli_fails_over_and_reports_every_attempt(hom
     monkeypatch.setattr(prepare_mod, "_make", lambda req, backend, spec, provider, ready: (
         _provider(spec.cloud, fake_for(spec)), StubLauncher()))
     code = main(["run", "--cloud", "aws,gcp", "--gpu", "L4", "--nodes", "4", "--project", "my-project-1", "--ssh-cidr",
-                 "203.0.113.7/32", "--max-minutes", "10", "--no-check", "--yes", "--json", "--", "python", "train.py"])
+                 "203.0.113.7/32", "--max-minutes", "10", "--max-attempts", "8", "--no-check", "--yes", "--json", "--", "python", "train.py"])
     out, err = capsys.readouterr()
     assert code == 0, err
     record = json.loads(out)
     assert record["cloud"] == "aws" and record["status"] == "succeeded" and record["teardown"] == "verified"
-    assert "placement: 8 candidate(s)" in err and "failing over to candidate 7 of 8, aws us-east-1" in err
+    assert "at most 8 tried" in err and "failing over to candidate 7 of 8, aws us-east-1" in err
     attempts = record["attempts"]
     assert [a["cause"] for a in attempts] == ["capacity"] * 6 + [None]
     assert all("ZONE_RESOURCE_POOL_EXHAUSTED" in a["interruption"] for a in attempts[:6])
@@ -277,3 +280,30 @@ def test_up_does_not_fail_over_on_an_error_placement_cannot_fix(home):
         provision(Planned(plugin(first.cloud), first.plan, keep=True, placement=placement),
                   ledger=Ledger(home / "ledger.sqlite3"), ui=QuietUI())
     assert len(Ledger(home / "ledger.sqlite3").list_runs(limit=None)) == 1  # no second attempt
+
+
+def test_ctrl_c_during_up_failover_tears_down_the_current_attempt_and_starts_no_next(home):
+    """`up --cloud aws,gcp`: the first zone is stocked out, Ctrl-C comes while the next zone's cluster is
+    being created; that attempt is torn down (verified) and no third candidate is created."""
+    from gpucluster.api.clusters import provision
+    from gpucluster.api.jobs import Planned
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import QuietUI
+
+    placement = _placed()
+    first, second = placement.tried[:2]
+    fakes = {first.where: FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
+                                            fail_text=GKE_STOCKOUT.format(zone=first.zones[0])),
+             second.where: FakePulumiCommand(resources=GKE_RESOURCES, interrupt_up_after=1)}
+    untouched = FakePulumiCommand()
+    for cand in placement.tried:
+        cand.plan.provider = _provider(cand.cloud, fakes.get(cand.where, untouched))
+    ledger = Ledger(home / "ledger.sqlite3")
+    with pytest.raises(KeyboardInterrupt):  # `up` ends as Ctrl-C ends it (exit 130), after the teardown
+        provision(Planned(plugin(first.cloud), first.plan, keep=True, placement=placement), ledger=ledger,
+                  ui=QuietUI())
+    runs = ledger.list_runs(limit=None)
+    assert len(runs) == 2  # the stocked-out zone and the interrupted one: no third attempt
+    assert all(ledger.get_run(r.id).run.teardown == "verified" for r in runs)
+    assert fakes[second.where].stacks == {} and untouched.verbs() == []

@@ -53,7 +53,8 @@ def test_gke_fixed_fees_make_aws_cheaper_for_one_node_and_gcp_for_four(cli, node
     for c in ranked:
         assert set(c) >= {"cloud", "region", "zones", "instance_type", "hourly", "total"}
         # each candidate is priced exactly as the one-cloud `cost estimate` prices it, fixed fees included
-        alone = _estimate(cli, "--cloud", c["cloud"], "--region", c["region"], "--gpu", "L4", "--nodes", str(nodes))
+        alone = _estimate(cli, "--cloud", c["cloud"], "--region", c["region"], "--gpu", "L4", "--nodes", str(nodes),
+                          "--instance-type", c["instance_type"], *(("--zone", c["zones"][0]) if c["zones"] else ()))
         assert Decimal(c["total"]) == Decimal(alone["total"])
         assert c["instance_type"] == alone["instance_type"]
     gcp = next(c for c in ranked if c["cloud"] == "gcp")

@@ -33,8 +33,10 @@ def test_shipped_catalog_rows_are_sourced_dated_and_complete():
     for row in cat.rows.values():
         # the FACTS.md snapshot of 2026-11-22; the public IPv4 charge was read on 2026-11-25; the GPU
         # families of issue 42 (g6, g6e, p4d, p4de, p5, p5e, p5en, p6-b200) on 2026-11-28
-        # (and hyperdisk-balanced, the A3 Ultra boot disk, on 2026-11-28)
-        new = row.gpu not in (None, "A10G", "V100") or row.item.startswith(("g2-", "a2-", "a3-", "hyperdisk-"))
+        # (and hyperdisk-balanced, the A3 Ultra boot disk, on 2026-11-28), GCP's egress (issue 43) on
+        # 2026-11-28 (AWS's is FACTS.md's)
+        new = (row.gpu not in (None, "A10G", "V100") or row.item.startswith(("g2-", "a2-", "a3-", "hyperdisk-"))
+               or (row.kind, row.cloud) == ("egress", "gcp"))
         first = "2026-11-28" if new else "2026-11-22"
         assert row.source and row.date == ("2026-11-25" if (row.kind, row.item) == ("ipv4", "public") else first)
         assert isinstance(row.price, Decimal)

@@ -21,6 +21,7 @@ memory       gib-hour                    machine family (n1)
 disk         gb-month                    gp3, pd-standard, pd-balanced, pd-ssd, hyperdisk-balanced
 cluster-fee  cluster-hour                gke (region "*": the same everywhere)
 ipv4         address-hour                public (aws: every public IPv4 address), external-ipv4 (gcp, by market); region "*"
+egress       gb                          internet, inter-region: data read out of the cloud's storage (placement, docs/placement.md); region "*"
 ===========  ==========================  =================================================
 
 `market` is "on-demand" or "spot". `gpus` is the number of GPUs one unit carries (an instance's
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from gpucluster.infra.contract import Pricing
 
 MARKETS = ("on-demand", "spot")
-KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee", "ipv4")
+KINDS = ("instance", "gpu", "vcpu", "memory", "disk", "cluster-fee", "ipv4", "egress")
 UNITS = {
     "instance": "hour",
     "gpu": "gpu-hour",
@@ -62,6 +63,7 @@ UNITS = {
     "disk": "gb-month",
     "cluster-fee": "cluster-hour",
     "ipv4": "address-hour",
+    "egress": "gb",
 }
 # The GPU names as users type them (--gpu) mapped to what the catalog calls them: gpucluster.catalog.gpus
 # (case-insensitive names and aliases, GKE's accelerator names included).

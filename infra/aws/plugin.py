@@ -84,7 +84,7 @@ PLUGIN = CreatedMachines(
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
-                   credentials_found=credentials_found,
+                   credentials_found=credentials_found, bucket_facts=s3.bucket_facts,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=Provisioner(
         # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)

@@ -265,11 +265,14 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
         return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
+    from gpucluster.shared_answers import shared
+
     region = spec.region or catalog.DEFAULT_REGION
     session = session or boto3.session.Session()
     client = _clients(session, region)
     out: list[dict[str, Any]] = []
-    ident, row = _identity(client, region)
+    # what every candidate of this region asks alike is asked once per placement (gpucluster.shared_answers)
+    ident, row = shared(("aws", region, "identity"), lambda: _identity(client, region))
     if ident is None:
         return [row]
     out.append(row)
@@ -280,21 +283,24 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
         out.append(lasting)
     from .permissions import check as permissions_check
 
-    out.append(permissions_check(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or "")))
-    ec2 = client("ec2")
     itype = catalog.instance_type_of(spec).name
+    arn, account = str(ident.get("Arn") or ""), str(ident.get("Account") or "")
+    out.append(shared(("aws", region, "permissions", arn, itype, bool(spec.spot), repr(sorted(spec.option_dict.items()))),
+                      lambda: permissions_check(client("iam"), spec, arn, account)))
+    ec2 = client("ec2")
     need = spec.nodes * _vcpus(spec)
     code = quota_code(spec)
     qname = f"EC2 quota {code} ({region})"
     try:
-        quota = quota_value(client("service-quotas"), code)
+        quota = shared(("aws", region, "quota", code), lambda: quota_value(client("service-quotas"), code))
     except Exception as exc:  # noqa: BLE001 - informational: the dry run still checks the launch
         quota = None
         out.append(_check(qname, None, f"could not read {QUOTA_NAMES[code]} ({_code(exc)[0]}: needs "
                                        "servicequotas:GetServiceQuota); the dry run below still checks the launch"))
     if quota is not None:
         try:
-            used, seen = running_vcpus(ec2, bool(spec.spot), quota_class(spec)), ""
+            used, seen = shared(("aws", region, "running", bool(spec.spot), quota_class(spec)),
+                                lambda: running_vcpus(ec2, bool(spec.spot), quota_class(spec))), ""
         except (BotoCoreError, ClientError) as exc:
             used, seen = 0, f" (running instances not visible: {_code(exc)[0]})"
         free = int(quota) - used
@@ -309,7 +315,8 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
             out.append(_check(qname, True, f"{QUOTA_NAMES[code]}: {free} of {int(quota)} vCPUs free "
                                            f"({used} in use{seen}), the cluster needs {shape}"))
     try:
-        image = newest_ami(ec2, spec)
+        image = shared(("aws", region, "ami", tuple(catalog.ami_name_patterns(spec)), catalog.option(spec, "ami")),
+                       lambda: newest_ami(ec2, spec))
     except (BotoCoreError, ClientError) as exc:
         c, msg = _code(exc)
         out.append(_check(f"AMI ({region})", False, f"{c} in {region}: DescribeImages failed ({msg})",
@@ -350,7 +357,7 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
                 return out
             out.append(_check(f"subnet {subnet}", True, f"public (0.0.0.0/0 -> internet gateway), in {zone}"))
         elif zone is None:
-            zone = first_zone(ec2, itype)
+            zone = shared(("aws", region, "zone", itype), lambda: first_zone(ec2, itype))
             if zone is None:
                 out.append(_check(f"EC2 offerings ({region})", False, f"{itype} is not offered in any availability "
                                                                       f"zone of {region} for this account",
@@ -375,8 +382,8 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
     except (BotoCoreError, ClientError) as exc:
         c, msg = _code(exc)
         out.append(_dry_run_verdict(c, msg, region, spec, what))
-    out.append(service_linked_roles(client("iam"), spec, str(ident.get("Arn") or ""), str(ident.get("Account") or ""),
-                                    region))
+    out.append(shared(("aws", region, "service-linked roles", arn, bool(spec.spot)),
+                      lambda: service_linked_roles(client("iam"), spec, arn, account, region)))
     return out
 
 

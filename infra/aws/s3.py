@@ -160,3 +160,33 @@ class NodeTransfer:
                 f"if python3 -c 'import boto3' >/dev/null 2>&1; then exec {run('python3')}; fi\n"
                 f"echo {shlex.quote(missing)} >&2\n"
                 "exit 4")
+
+
+def bucket_facts(url: str, session: Any = None, max_pages: int = 100) -> tuple[str | None, int | None]:
+    """`Operations.bucket_facts`: (the bucket's region, bytes under the URL's prefix) for placement's egress
+    price (gpucluster.egress). GetBucketLocation answers a null LocationConstraint for us-east-1
+    (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetBucketLocation.html); ListObjectsV2 lists
+    1,000 keys a page (https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html), so
+    past `max_pages` pages the size is not counted (None). An error is one line naming the bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucluster.errors import GpuclusterError
+
+    bucket, prefix = split(url)
+    try:
+        import boto3
+
+        s3 = (session or boto3.session.Session()).client("s3")
+        region = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
+        size, pages = 0, 0
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            size += sum(int(o.get("Size") or 0) for o in page.get("Contents") or ())
+            pages += 1
+            if pages >= max_pages and page.get("IsTruncated"):
+                return region, None
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        raise GpuclusterError(f"s3://{bucket}: {err.get('Code', 'error')} ({err.get('Message', '')})") from None
+    except BotoCoreError as exc:
+        raise GpuclusterError(f"s3://{bucket}: {exc}") from None
+    return region, size

@@ -14,6 +14,7 @@ from gpucluster.spec import ClusterSpec
 
 from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices, shapes
 from .gke import GKE
+from .bucket_facts import bucket_facts
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -97,7 +98,7 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(doctor=doctor_checks, credentials_found=access.credentials_found),
+    ops=Operations(doctor=doctor_checks, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
     provisioner=Provisioner(
         declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,

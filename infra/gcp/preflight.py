@@ -350,6 +350,28 @@ def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
     return out
 
 
+class SharedGets:
+    """A client whose GETs (reads: quotas, networks, service accounts, buckets) are asked once per
+    placement (gpucluster.shared_answers): every zone of a region asks the same."""
+
+    def __init__(self, google: Any):
+        self.google = google
+
+    def get(self, url: str, params: Any = None) -> dict[str, Any]:
+        from gpucluster.shared_answers import shared
+
+        return shared(("gcp", "GET", url, repr(params)), lambda: self.google.get(url, params))
+
+    def put(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.google.put(url, body)
+
+    def delete(self, url: str) -> dict[str, Any]:
+        return self.google.delete(url)
+
+    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.google.post(url, body)
+
+
 def checks(spec: Any, *, google: Any = None, billing: Any = None,
            credentials: Any = None) -> list[dict[str, Any]]:
     """Every check for `spec` (resolved, with its project); `google`/`billing` are stand-ins in tests."""
@@ -357,9 +379,11 @@ def checks(spec: Any, *, google: Any = None, billing: Any = None,
     project = need["project"]
     if not project:
         return [_check("gcp project", None, "not checked: no project resolved")]
-    google = google if google is not None else Google(credentials)
-    out = check_services(google, project)
-    out.append(check_billing(project, billing))
+    from gpucluster.shared_answers import shared
+
+    google = SharedGets(google if google is not None else Google(credentials))
+    out = list(shared(("gcp", project, "services"), lambda: check_services(google, project)))
+    out.append(shared(("gcp", project, "billing"), lambda: check_billing(project, billing)))
     compute_off = any(c["ok"] is False and "compute" in c["detail"] for c in out)
     if compute_off:
         out.append(_check("gcp quotas", None, "not checked: the Compute Engine API is not enabled"))
