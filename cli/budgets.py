@@ -10,7 +10,7 @@ OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estim
                                       "past its budget; recorded with the run.")
 
 
-def standing(ledger: Any) -> list[Any]:
+def standing(ledger: Any, now: float | None = None) -> list[Any]:
     """Each budgeted period of the user config with what this ledger's runs spent in it ([] without a budget)."""
     from gpucluster.budget import standings
     from gpucluster.userconfig import load_config
@@ -23,11 +23,11 @@ def standing(ledger: Any) -> list[Any]:
         from gpucluster.cli.cost import _plugins_of
         from gpucluster.cost import report
 
-        links = ledger.resume_links()
-        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, since=since)]
-        return Decimal(report(runs, backends=_plugins_of(r.run.cloud for r in runs))["total"])
+        links = ledger.resume_links()  # what accrued since the period's start, a run across it in part
+        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, billed_since=since)]
+        return Decimal(report(runs, backends=_plugins_of(r.run.cloud for r in runs), since=since, now=now)["total"])
 
-    return standings(budget, spent_since)
+    return standings(budget, spent_since, now)
 
 
 def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, over_budget: bool,

@@ -337,7 +337,7 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
     from gpucluster.errors import UsageError
 
     links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
-    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, billed_since=since_ts)]
     if project is not None:
         from gpucluster.infra.registry import project_id, traits
 
@@ -348,7 +348,7 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
         project = project_id(project)
         runs = [r for r in runs if r.run.project == project]
     rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
-                 links=links if group_by == "chain" else None)
+                 links=links if group_by == "chain" else None, since=since_ts)
     if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
         from gpucluster.attempts import chain_attempts
 
@@ -365,7 +365,8 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
 
 
 @cost.command("report")
-@click.option("--since", help="Only runs started on/after this date (YYYY-MM-DD, UTC).")
+@click.option("--since", help="What accrued on/after this date (YYYY-MM-DD, UTC): runs started since, and the part "
+              "of an earlier run that billed since.")
 @click.option("--cloud", help="Only runs on this cloud: aws, gcp, local, ssh.")
 @click.option("--group-by", "group_by", help="Subtotals by day, cloud, cluster or chain (a run and every run "
               "resumed from it with --resume, transitively: one job, with its run ids).")
