@@ -147,18 +147,43 @@ def check_held_flags(cloud: str, flags: dict[str, Any], idle_minutes: int | None
                          "and are never stopped by gpucluster; remove it")
 
 
-def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None) -> Any:
+def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None, over_budget: bool = False) -> Any:
     """Create the planned cluster (the run lifecycle's bookkeeping, no job): `lifecycle.Provisioned`;
-    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run)."""
-    from gpucluster.cli.budgets import record_override
-    from gpucluster.infra.contract import Capability
-    from gpucluster.lifecycle import provision_only
+    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run).
+    A team budget in the shared state is checked first (exit 2, nothing created); the cluster's spend
+    record there stays open until `down` ends it (or is ended here when the cluster did not come up)."""
+    from gpucluster.cli.budgets import claim_team, settle_team
 
     plan = planned.plan
     name = plan.spec.name
+    key = str(plan.spec.run_id)
+    from gpucluster.infra.contract import Capability
+
     if not planned.backend.can(Capability.PROVISIONS) and ledger.open_resources(name):  # machines that exist
         raise UsageError(f"cluster {name!r} is kept already: run jobs on it with `gpucluster exec {name}`, or remove "
                          f"it first with `gpucluster down {name}`")
+    team = claim_team(plan, key=key, kind="up", max_cost=planned.max_cost, over_budget=over_budget)
+    for line in team:
+        ui.message(line)
+    try:
+        made = _provision(planned, ledger=ledger, ui=ui, over=[*(over or []), *team])
+    except BaseException:
+        settle_team(ledger, key, [key])
+        raise
+    if not ledger.open_resources(planned.plan.spec.name):
+        settle_team(ledger, key, [key])  # nothing of it is up: nothing left to bill
+    else:
+        from gpucluster.cli.budgets import remember_team
+
+        remember_team(ledger, str(planned.plan.spec.run_id), key)  # `down` ends the record
+    return made
+
+
+def _provision(planned: Any, *, ledger: Any, ui: Any, over: list[str]) -> Any:
+    from gpucluster.cli.budgets import record_override
+    from gpucluster.lifecycle import provision_only
+
+    plan = planned.plan
     if planned.placement is not None and len(planned.placement.tried) > 1:  # down the ranking (docs/placement.md)
         from gpucluster.failover import up_placed
         from gpucluster.infra.registry import plugin
@@ -236,7 +261,7 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
     over = check_budget(ledger, plan.estimate.total if plan.estimate else None, None, over_budget)
     if planned.placement is None:  # a placed plan's preflight ran while ranking
         check_before_recording(plan)
-    made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over)
+    made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over, over_budget=over_budget)
     if made.record_error:
         from gpucluster.recording import kept_line
 

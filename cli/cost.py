@@ -330,7 +330,7 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
 
 
 def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
-              project: str | None = None) -> dict[str, Any]:
+              project: str | None = None, team: bool = False) -> dict[str, Any]:
     """What `cost report` shows (`gpucluster.cost.report` over the ledger's runs, a recovered chain's
     attempts, config.yaml's budgets), for the command and the dashboard's costs page alike."""
     from gpucluster.cost import report
@@ -361,6 +361,15 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
     budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
     if budgets:  # a key only where a budget is set: the JSON without one stays as it was
         rep["budget"] = budgets
+    from gpucluster.cli.budgets import team_store
+
+    store = team_store() if team else None  # the shared state's team budget (--state): every member's spend
+    if store is not None:
+        from gpucluster.cli.team import standing_of
+
+        shared = standing_of(store)
+        if shared["budget"]:
+            rep["team_budget"] = shared
     return rep
 
 
@@ -374,6 +383,8 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV, one row per run.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), help="Write a PNG of cost and wall time per run.")
 @click.option("--project", help="Only gcp runs made in this GCP project (as resolved and recorded at launch).")
+@options("state", state=dict(help="The shared state whose team budget to show too (`gpucluster budget`): s3://BUCKET"
+                                  "[/PREFIX], gs://BUCKET[/PREFIX] or file:///PATH; default $GPUCLUSTER_STATE, ..."))
 @_boundary
 def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
@@ -396,7 +407,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
-        rep = report_of(ledger, cloud=cloud, since_ts=since_ts, group_by=group_by, project=project)
+        rep = report_of(ledger, cloud=cloud, since_ts=since_ts, group_by=group_by, project=project, team=True)
     finally:
         ledger.close()
     if plot:
@@ -441,6 +452,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     for b in rep.get("budget", []):
         console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
                       f"{money(Decimal(b['budget']))}, {money(Decimal(b['remaining']))} remaining", highlight=False)
+    if rep.get("team_budget"):
+        from gpucluster.cli.team import lines_of
+
+        for line in lines_of(rep["team_budget"]):
+            console.print(line, highlight=False)
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)
