@@ -331,7 +331,17 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     job = plan.needs_job()
     if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
         job = replace(job, cost_of=kept.origin.id)
-    plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+    from gpucluster.errors import CostCapReached
+
+    try:
+        plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+    except CostCapReached as exc:  # past it with no job running (the nodes' lifetime not yet over): down, checked
+        from gpucluster.api.records import take_down_one
+
+        done = take_down_one(kept.name, chosen, ledger=ledger, say=lambda text: None)
+        verdict = done.check.verdict if done.check is not None else "not verified"
+        raise CostCapReached(f"{exc.message}; the cluster was torn down: {verdict}",
+                             hint=None if verdict == "verified" else f"finish with: gpucluster down {kept.name}") from None
     return ExecPlan(kept, chosen, plan, attached, reclaimed, fits)
 
 
@@ -345,6 +355,15 @@ def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str 
                       launcher=plan.launcher, backend=planned.backend, ui=ui, keep=True, prices=plan.prices,
                       workload=plan.workload, resumed_from=plan.resumed_from)
     forced, said = close_processes(ledger, plan.launcher, planned.attached, outcome.run_id)
+    from gpucluster.api.records import take_down_one
+    from gpucluster.kept import cap_teardown
+
+    kept = planned.kept  # stopped at the cluster's own cap (`up --max-cost`): the cluster goes too, checked
+    code, line = cap_teardown(ledger, kept.name, kept.origin.id, planned.backend, outcome, lambda: take_down_one(
+        kept.name, planned.backend, ledger=ledger, say=ui.message))
+    if code is not None:
+        forced = code if forced is None or int(code) > int(forced) else forced
+        said = "; ".join(x for x in (said, line) if x)
     return outcome, forced, said
 
 
