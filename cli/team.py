@@ -69,8 +69,8 @@ def set_cmd(daily: str | None, weekly: str | None, monthly: str | None) -> None:
     from gpucluster.ownership import user_and_host
     from gpucluster.teambudget import read_budget, write_budget
 
-    given = {p: _amount(f"--{p}", v) for p, v in (("daily", daily), ("weekly", weekly), ("monthly", monthly))}
-    given = {p: v for p, v in given.items() if v is not None}
+    amounts = {p: _amount(f"--{p}", v) for p, v in (("daily", daily), ("weekly", weekly), ("monthly", monthly))}
+    given = {p: v for p, v in amounts.items() if v is not None}
     if not given:
         raise UsageError("budget set: give at least one of --daily, --weekly, --monthly (US dollars)")
     store = _store()

@@ -59,7 +59,8 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
 
         known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
-    rows = []
+    rows: list[dict[str, Any]] = []
+    days_of: dict[str, dict[str, Decimal]] = {}  # --group-by day: run id -> its cost per day
     for record in records:
         run = record.run
         if run.id is None or run.created_at is None:  # every ledger row has both (an estimate's run has no id)
@@ -84,7 +85,7 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
         if since is not None and float(run.created_at) < since:
             rows[-1]["cost_in_all"] = str(cost["total"])
         if group_by == "day":
-            rows[-1]["days"] = by_day(cut)
+            days_of[str(run.id)] = by_day(cut)
         if group_by == "chain":
             rows[-1]["chain"] = root_of(run.id, known)
     rows.sort(key=lambda r: r["created"])
@@ -94,16 +95,16 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
         acc: dict[str, dict[str, Any]] = {}
         for r in rows:
             # by day: a run's cost in each day it billed in (its wall time in the day it started)
-            parts = r.pop("days") if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
+            parts = days_of[r["run_id"]] if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
             for key, part in (parts or {r["day"]: Decimal(0)}).items():
-                g = acc.setdefault(key, {group_by: key if group_by == "day" else r[group_by], "runs": 0,
-                                         "cost": Decimal(0), "wall_s": 0.0})
-                g["runs"] += 1
-                g["cost"] += part
+                grp = acc.setdefault(key, {group_by: key if group_by == "day" else r[group_by], "runs": 0,
+                                           "cost": Decimal(0), "wall_s": 0.0})
+                grp["runs"] += 1
+                grp["cost"] += part
             g = acc.get(str(r[group_by]))
             if g is not None:
                 g["wall_s"] += r["wall_s"] or 0.0
-            if group_by == "chain":
+            if group_by == "chain" and g is not None:
                 g.setdefault("run_ids", []).append(r["run_id"])  # rows are in creation order
         groups = [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
     return {"currency": "USD", "runs": rows, "groups": groups, "group_by": group_by, "total": str(total),

@@ -50,7 +50,8 @@ def open_store(url: str) -> Any:
         parts = urllib.parse.urlsplit(url)
         prefix = "/".join(p for p in (parts.path.strip("/"), FOLDER) if p)
         if url.startswith("s3://"):
-            region = (urllib.parse.parse_qs(parts.query).get("region") or [None])[0]
+            regions = urllib.parse.parse_qs(parts.query).get("region") or []
+            region = regions[0] if regions else None
             return S3Store(parts.netloc, prefix, region)
         return GcsStore(parts.netloc, prefix)
     raise UsageError(f"a team budget is kept in the shared state, and {url.split('?')[0]!r} is not one it can use: "
