@@ -6,8 +6,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estimate takes a budgeted period (config.yaml `budget:`) "
-                                      "past its budget; recorded with the run.")
+OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estimate takes a budgeted period (config.yaml `budget:`, "
+                                      "or the team's in the shared state: `gpucluster budget`) past its budget; "
+                                      "recorded with the run.")
 
 
 def standing(ledger: Any, now: float | None = None) -> list[Any]:
