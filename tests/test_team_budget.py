@@ -239,3 +239,38 @@ def test_a_run_past_the_teams_budget_creates_nothing_and_a_run_within_it_records
     # part may be in yesterday when this test runs just after midnight UTC
     assert 0 < s.spent <= est / 2 + Decimal("0.000001") and (abs(s.spent - est / 2) < Decimal("0.000001")
                                                           or time.gmtime().tm_hour == 0)
+
+
+def test_a_kept_clusters_record_stays_open_until_down_ends_it_with_the_clusters_cost(tmp_path, monkeypatch):
+    """`up` (or `run --keep`) leaves its record open and notes where it is (`remember_team`); `down`,
+    once every resource of the cluster is confirmed gone, ends it with the cluster's cost (its fleet's
+    two hours), in the state it was written to even when another state is chosen now."""
+    from gpucluster import cost
+    from gpucluster.cli.budgets import remember_team, settle_kept
+    from gpucluster.infra.registry import plugin
+    from gpucluster.ledger import Ledger
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.teambudget import ENDED, OPEN, claim, write_budget
+
+    monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
+    url = f"file://{tmp_path / 'shared'}"
+    monkeypatch.setenv("GPUCLUSTER_STATE", url)
+    store = _store(url)
+    write_budget(store, {"monthly": 500.0}, "alice@laptop")
+    t0 = time.time() - 2 * 3600
+    claim(store, _record("r-up", "40", hourly="2.04", started=t0, kind="up"), over_budget=False)
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    spec = ClusterSpec(cloud="aws", nodes=2, name="lab", region="us-east-1", instance_type="g5.xlarge", run_id="r-up")
+    ledger.create_run("r-up", cloud="aws", cluster="lab", nodes=2, gpus_per_node=1, command=["up"], spec=spec.to_dict(),
+                      workload=None, prices=cost.price_snapshot(spec, backend=plugin("aws")), now=t0)
+    detail = dict(instance_type="g5.xlarge", node_count=2, spot=False, public_ipv4=1, disk_gb=100, disk_type="gp3")
+    ledger.resource_requested("r-up", "fleet", "lab-fleet", region="us-east-1", detail=detail, now=t0)
+    ledger.finish_run("r-up", status="succeeded", exit_code=0, teardown="kept")
+    remember_team(ledger, "r-up", "r-up")
+    monkeypatch.setenv("GPUCLUSTER_STATE", f"file://{tmp_path / 'elsewhere'}")
+    ledger.resource_deleted("r-up", "fleet", "lab-fleet", now=t0 + 2 * 3600)  # what `down` confirmed
+    settle_kept(ledger, "lab")
+    assert store.list(OPEN) == [] and [n for n, _ in store.list(ENDED)] == [f"{ENDED}/r-up.json"]
+    ended = __import__("json").loads(store.get(f"{ENDED}/r-up.json"))
+    assert Decimal("4.02") < Decimal(ended["total"]) < Decimal("4.2")  # 2 h of 2 x $1.006/h, disks, addresses
+    assert all(ln["to"] - ln["from"] == pytest.approx(7200, abs=1) for ln in ended["lines"])
