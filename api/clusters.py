@@ -152,13 +152,12 @@ def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = No
     `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run).
     A team budget in the shared state is checked first (exit 2, nothing created); the cluster's spend
     record there stays open until `down` ends it (or is ended here when the cluster did not come up)."""
-    from gpucluster.cli.budgets import claim_team, settle_team
+    from gpucluster.cli.budgets import claim_team, remember_team, settle_team
+    from gpucluster.infra.contract import Capability
 
     plan = planned.plan
     name = plan.spec.name
     key = str(plan.spec.run_id)
-    from gpucluster.infra.contract import Capability
-
     if not planned.backend.can(Capability.PROVISIONS) and ledger.open_resources(name):  # machines that exist
         raise UsageError(f"cluster {name!r} is kept already: run jobs on it with `gpucluster exec {name}`, or remove "
                          f"it first with `gpucluster down {name}`")
@@ -173,8 +172,6 @@ def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = No
     if not ledger.open_resources(planned.plan.spec.name):
         settle_team(ledger, key, [key])  # nothing of it is up: nothing left to bill
     else:
-        from gpucluster.cli.budgets import remember_team
-
         remember_team(ledger, str(planned.plan.spec.run_id), key)  # `down` ends the record
     return made
 
