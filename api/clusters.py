@@ -147,18 +147,40 @@ def check_held_flags(cloud: str, flags: dict[str, Any], idle_minutes: int | None
                          "and are never stopped by gpucluster; remove it")
 
 
-def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None) -> Any:
+def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None, over_budget: bool = False) -> Any:
     """Create the planned cluster (the run lifecycle's bookkeeping, no job): `lifecycle.Provisioned`;
-    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run)."""
-    from gpucluster.cli.budgets import record_override
+    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run).
+    A team budget in the shared state is checked first (exit 2, nothing created); the cluster's spend
+    record there stays open until `down` ends it (or is ended here when the cluster did not come up)."""
+    from gpucluster.cli.budgets import claim_team, remember_team, settle_team
     from gpucluster.infra.contract import Capability
-    from gpucluster.lifecycle import provision_only
 
     plan = planned.plan
     name = plan.spec.name
+    key = str(plan.spec.run_id)
     if not planned.backend.can(Capability.PROVISIONS) and ledger.open_resources(name):  # machines that exist
         raise UsageError(f"cluster {name!r} is kept already: run jobs on it with `gpucluster exec {name}`, or remove "
                          f"it first with `gpucluster down {name}`")
+    team = claim_team(plan, key=key, kind="up", max_cost=planned.max_cost, over_budget=over_budget)
+    for line in team:
+        ui.message(line)
+    try:
+        made = _provision(planned, ledger=ledger, ui=ui, over=[*(over or []), *team])
+    except BaseException:
+        settle_team(ledger, key, [key])
+        raise
+    if not ledger.open_resources(planned.plan.spec.name):
+        settle_team(ledger, key, [key])  # nothing of it is up: nothing left to bill
+    else:
+        remember_team(ledger, str(planned.plan.spec.run_id), key)  # `down` ends the record
+    return made
+
+
+def _provision(planned: Any, *, ledger: Any, ui: Any, over: list[str]) -> Any:
+    from gpucluster.cli.budgets import record_override
+    from gpucluster.lifecycle import provision_only
+
+    plan = planned.plan
     if planned.placement is not None and len(planned.placement.tried) > 1:  # down the ranking (docs/placement.md)
         from gpucluster.failover import up_placed
         from gpucluster.infra.registry import plugin
@@ -236,7 +258,7 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
     over = check_budget(ledger, plan.estimate.total if plan.estimate else None, None, over_budget)
     if planned.placement is None:  # a placed plan's preflight ran while ranking
         check_before_recording(plan)
-    made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over)
+    made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over, over_budget=over_budget)
     if made.record_error:
         from gpucluster.recording import kept_line
 
@@ -306,7 +328,17 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     job = plan.needs_job()
     if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
         job = replace(job, cost_of=kept.origin.id)
-    plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+    from gpucluster.errors import CostCapReached
+
+    try:
+        plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+    except CostCapReached as exc:  # past it with no job running (the nodes' lifetime not yet over): down, checked
+        from gpucluster.api.records import take_down_one
+
+        done = take_down_one(kept.name, chosen, ledger=ledger, say=lambda text: None)
+        verdict = done.check.verdict if done.check is not None else "not verified"
+        raise CostCapReached(f"{exc.message}; the cluster was torn down: {verdict}",
+                             hint=None if verdict == "verified" else f"finish with: gpucluster down {kept.name}") from None
     return ExecPlan(kept, chosen, plan, attached, reclaimed, fits)
 
 
@@ -320,6 +352,15 @@ def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str 
                       launcher=plan.launcher, backend=planned.backend, ui=ui, keep=True, prices=plan.prices,
                       workload=plan.workload, resumed_from=plan.resumed_from)
     forced, said = close_processes(ledger, plan.launcher, planned.attached, outcome.run_id)
+    from gpucluster.api.records import take_down_one
+    from gpucluster.kept import cap_teardown
+
+    kept = planned.kept  # stopped at the cluster's own cap (`up --max-cost`): the cluster goes too, checked
+    code, line = cap_teardown(ledger, kept.name, kept.origin.id, planned.backend, outcome, lambda: take_down_one(
+        kept.name, planned.backend, ledger=ledger, say=ui.message))
+    if code is not None:
+        forced = code if forced is None or int(code) > int(forced) else forced
+        said = "; ".join(x for x in (said, line) if x)
     return outcome, forced, said
 
 

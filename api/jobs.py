@@ -56,24 +56,42 @@ def plan_run(flags: dict[str, Any], *, keep: bool = False, idle_minutes: int | N
 
 
 def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str] = (),
-                 on_event: EventFn | None = None, over: list[str] | None = None) -> Finished:
+                 on_event: EventFn | None = None, over: list[str] | None = None, over_budget: bool = False) -> Finished:
     """Run the plan (recovery included), then tell `on_event` and every webhook how it went.
-    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the run)."""
-    from gpucluster.cli.budgets import record_override
+    `over`: the budget's warning lines when `--over-budget` passed it (recorded with the run).
+    A team budget in the shared state is checked first (`claim_team`: exit 2, nothing created) and
+    the run's spend record there ended with its cost (a kept cluster's at `down`)."""
+    from gpucluster.cli.budgets import claim_team, record_override, settle_team
     from gpucluster.notify import LiveEvents, chain_events, deliver
     from gpucluster.recovery import run_plan
 
+    key = str(planned.plan.spec.run_id)
+    team = claim_team(planned.plan, key=key, kind="run", over_budget=over_budget,
+                      max_cost=planned.plan.job.max_cost if planned.plan.job else None)
+    for line in team:  # --over-budget past the team's budget: said, and recorded with the run below
+        ui.message(line)
+    over = [*(over or []), *team]
     live = LiveEvents(ui, ledger, notify, on_event) if (notify or on_event is not None) else None
     ui = live if live is not None else ui
-    if planned.placement is None:
-        result = run_plan(planned.plan, ledger=ledger, ui=ui, backend=planned.backend, keep=planned.keep,
-                          reprice=_reprice(planned.backend))
-    else:  # down the ranking on capacity and quota errors (docs/placement.md)
-        from gpucluster.cli.place import run_failover
+    result = None
+    try:
+        if planned.placement is None:
+            result = run_plan(planned.plan, ledger=ledger, ui=ui, backend=planned.backend, keep=planned.keep,
+                              reprice=_reprice(planned.backend))
+        else:  # down the ranking on capacity and quota errors (docs/placement.md)
+            from gpucluster.cli.place import run_failover
 
-        result = run_failover(planned.placement, ledger=ledger, ui=ui, keep=planned.keep, reprice=_reprice,
-                              policy_of=lambda p: _kept_policy(p, planned.keep, planned.recover))
-    record_override(ledger, result.attempts[0].run_id, over or [])
+            result = run_failover(planned.placement, ledger=ledger, ui=ui, keep=planned.keep, reprice=_reprice,
+                                  policy_of=lambda p: _kept_policy(p, planned.keep, planned.recover))
+    finally:
+        ids = [key] if result is None else [a.run_id for a in result.attempts]
+        if result is None or result.final.teardown != "kept":  # a kept cluster's record is ended by `down`
+            settle_team(ledger, key, ids)
+        else:
+            from gpucluster.cli.budgets import remember_team
+
+            remember_team(ledger, result.final.run_id, key)
+    record_override(ledger, result.attempts[0].run_id, over)
     record = ledger.get_run(result.final.run_id)
     undelivered: list[str] = []
     if notify or on_event is not None:
@@ -125,7 +143,8 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
     over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags.get("max_cost"), over_budget)
     if planned.placement is None:  # a placed plan's preflight ran while ranking
         check_before_recording(plan)  # e.g. no Pulumi CLI: said before the ledger row
-    done = execute_plan(planned, ledger=ledger, ui=ui_for(quiet, progress), notify=urls, on_event=on_event, over=over)
+    done = execute_plan(planned, ledger=ledger, ui=ui_for(quiet, progress), notify=urls, on_event=on_event, over=over,
+                        over_budget=over_budget)
     final = done.result.final
     if final.status == "interrupted":
         raise KeyboardInterrupt(f"run {final.run_id} interrupted; teardown: {final.teardown}")

@@ -196,4 +196,9 @@ def take_down_one(name: str, chosen: Any, *, ledger: Any, say: Callable[[str], A
     from gpucluster.cli.common import provider_for
     from gpucluster.teardown import take_down
 
-    return take_down(name, chosen.name, ledger=ledger, provider_for=provider_for, backend=chosen, say=say, **how)
+    done = take_down(name, chosen.name, ledger=ledger, provider_for=provider_for, backend=chosen, say=say, **how)
+    if not ledger.open_resources(name):  # all of it confirmed gone: a team's spend record of it ends (cli/budgets.py)
+        from gpucluster.cli.budgets import settle_kept
+
+        settle_kept(ledger, name)
+    return done

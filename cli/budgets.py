@@ -6,11 +6,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estimate takes a budgeted period (config.yaml `budget:`) "
-                                      "past its budget; recorded with the run.")
+OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estimate takes a budgeted period (config.yaml `budget:`, "
+                                      "or the team's in the shared state: `gpucluster budget`) past its budget; "
+                                      "recorded with the run.")
 
 
-def standing(ledger: Any) -> list[Any]:
+def standing(ledger: Any, now: float | None = None) -> list[Any]:
     """Each budgeted period of the user config with what this ledger's runs spent in it ([] without a budget)."""
     from gpucluster.budget import standings
     from gpucluster.userconfig import load_config
@@ -23,11 +24,11 @@ def standing(ledger: Any) -> list[Any]:
         from gpucluster.cli.cost import _plugins_of
         from gpucluster.cost import report
 
-        links = ledger.resume_links()
-        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, since=since)]
-        return Decimal(report(runs, backends=_plugins_of(r.run.cloud for r in runs))["total"])
+        links = ledger.resume_links()  # what accrued since the period's start, a run across it in part
+        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, billed_since=since)]
+        return Decimal(report(runs, backends=_plugins_of(r.run.cloud for r in runs), since=since, now=now)["total"])
 
-    return standings(budget, spent_since)
+    return standings(budget, spent_since, now)
 
 
 def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, over_budget: bool,
@@ -56,3 +57,91 @@ def record_override(ledger: Any, run_id: str, lines: list[str]) -> None:
             ledger.add_metrics(run_id, [(None, {"kind": BUDGET_KIND, "over_budget": True, "lines": lines})])
         except GpuclusterError:
             pass
+
+
+# -- the team's budget in the shared state (gpucluster/teambudget.py) ---------------------------------
+def team_store(url: str | None = None) -> Any:
+    """The objects beside the shared state (`url`, else the state chosen: --state, GPUCLUSTER_STATE,
+    ...), or None where there is no shared state of a kind that can keep them (the home's own, Pulumi Cloud)."""
+    from gpucluster.infra.pulumi.objects import open_store
+    from gpucluster.infra.pulumi.state import chosen
+
+    url = url or chosen()[0]
+    if not url or not url.startswith(("s3://", "gs://", "file://")):
+        return None
+    return open_store(url)
+
+
+def claim_team(plan: Any, *, key: str, kind: str, max_cost: float | None, over_budget: bool, runs: int = 1) -> list[str]:
+    """Before the run creates anything: its open spend record in the shared state, checked against the
+    team's budget with every member's (`teambudget.claim`: UsageError, exit 2, unless `over_budget`)."""
+    import time
+
+    from gpucluster.ownership import installation_id, user_and_host
+    from gpucluster.teambudget import claim, open_record
+
+    store = team_store()
+    if store is None or plan.estimate is None:
+        return []
+    est = Decimal(str(plan.estimate.total)) * runs
+    if max_cost is not None:
+        est = min(est, Decimal(str(max_cost)))
+    now = time.time()
+    lifetime = plan.spec.max_lifetime_minutes
+    user, host = user_and_host()
+    record = open_record(run_id=key, kind=kind, owner=installation_id(), who=f"{user}@{host}", cloud=plan.spec.cloud,
+                         cluster=plan.spec.name, reserve=est, hourly=plan.hourly,
+                         until=now + float(lifetime) * 60 * runs if lifetime else None, over_budget=over_budget,
+                         now=now)
+    return claim(store, record, over_budget=over_budget, now=now)
+
+
+def settle_team(ledger: Any, key: str, run_ids: list[str], url: str | None = None) -> None:
+    """The run (a sweep's runs, a kept cluster's maker at `down`) has ended: its spend record gets the
+    cost lines of its report (`teambudget.settle`); nothing where it has no open record."""
+    from gpucluster.cli.cost import _plugins_of
+    from gpucluster.costing.runcost import run_cost
+    from gpucluster.errors import GpuclusterError
+    from gpucluster.teambudget import settle
+
+    try:
+        store = team_store(url)
+        if store is None:
+            return
+        lines: list[dict[str, Any]] = []
+        for rid in run_ids:
+            record = ledger.get_run(rid)
+            if record is not None and record.run.cloud:
+                lines += run_cost(record, backend=_plugins_of([record.run.cloud]).get(record.run.cloud))["lines"]
+        settle(store, key, lines, sum((Decimal(str(ln.get("cost") or 0)) for ln in lines), Decimal(0)))
+    except GpuclusterError as exc:  # the run has ended whatever the state says: said, and left open there
+        import click
+
+        click.echo(f"gpucluster: warning: the team's spend record of {key} could not be ended in the shared state "
+                   f"({exc}); it counts at its estimate until `gpucluster budget forget {key}`", err=True)
+
+
+TEAM_KIND = "team_spend"  # a kept cluster's run: the key of its open spend record in the shared state, for `down`
+
+
+def remember_team(ledger: Any, run_id: str, key: str) -> None:
+    """A cluster left up (`up`, `run --keep`): where its open spend record is, so `down` can end it."""
+    from gpucluster.errors import GpuclusterError
+    from gpucluster.infra.pulumi.state import chosen
+
+    url = chosen()[0]
+    if url and url.startswith(("s3://", "gs://", "file://")):
+        try:
+            ledger.add_metrics(run_id, [(None, {"kind": TEAM_KIND, "key": key, "state": url})])
+        except GpuclusterError:
+            pass
+
+
+def settle_kept(ledger: Any, cluster: str) -> None:
+    """`down` of a cluster whose resources are all confirmed gone: the open spend record of the run that
+    left it up ends with that run's cost (in the state it was written to)."""
+    for run in ledger.list_runs(limit=None):
+        if run.cluster != cluster:
+            continue
+        for rec in ledger.metrics(run.id, kind=TEAM_KIND):
+            settle_team(ledger, str(rec.get("key")), [run.id], url=str(rec.get("state") or "") or None)

@@ -330,14 +330,14 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
 
 
 def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
-              project: str | None = None) -> dict[str, Any]:
+              project: str | None = None, team: bool = False) -> dict[str, Any]:
     """What `cost report` shows (`gpucluster.cost.report` over the ledger's runs, a recovered chain's
     attempts, config.yaml's budgets), for the command and the dashboard's costs page alike."""
     from gpucluster.cost import report
     from gpucluster.errors import UsageError
 
     links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
-    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, since=since_ts)]
+    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, billed_since=since_ts)]
     if project is not None:
         from gpucluster.infra.registry import project_id, traits
 
@@ -348,7 +348,7 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
         project = project_id(project)
         runs = [r for r in runs if r.run.project == project]
     rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
-                 links=links if group_by == "chain" else None)
+                 links=links if group_by == "chain" else None, since=since_ts)
     if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
         from gpucluster.attempts import chain_attempts
 
@@ -361,11 +361,21 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
     budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
     if budgets:  # a key only where a budget is set: the JSON without one stays as it was
         rep["budget"] = budgets
+    from gpucluster.cli.budgets import team_store
+
+    store = team_store() if team else None  # the shared state's team budget (--state): every member's spend
+    if store is not None:
+        from gpucluster.cli.team import standing_of
+
+        shared = standing_of(store)
+        if shared["budget"]:
+            rep["team_budget"] = shared
     return rep
 
 
 @cost.command("report")
-@click.option("--since", help="Only runs started on/after this date (YYYY-MM-DD, UTC).")
+@click.option("--since", help="What accrued on/after this date (YYYY-MM-DD, UTC): runs started since, and the part "
+              "of an earlier run that billed since.")
 @click.option("--cloud", help="Only runs on this cloud: aws, gcp, local, ssh.")
 @click.option("--group-by", "group_by", help="Subtotals by day, cloud, cluster or chain (a run and every run "
               "resumed from it with --resume, transitively: one job, with its run ids).")
@@ -373,6 +383,8 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV, one row per run.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), help="Write a PNG of cost and wall time per run.")
 @click.option("--project", help="Only gcp runs made in this GCP project (as resolved and recorded at launch).")
+@options("state", state=dict(help="The shared state whose team budget to show too (`gpucluster budget`): s3://BUCKET"
+                                  "[/PREFIX], gs://BUCKET[/PREFIX] or file:///PATH; default $GPUCLUSTER_STATE, ..."))
 @_boundary
 def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
@@ -395,7 +407,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
-        rep = report_of(ledger, cloud=cloud, since_ts=since_ts, group_by=group_by, project=project)
+        rep = report_of(ledger, cloud=cloud, since_ts=since_ts, group_by=group_by, project=project, team=True)
     finally:
         ledger.close()
     if plot:
@@ -440,6 +452,11 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     for b in rep.get("budget", []):
         console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
                       f"{money(Decimal(b['budget']))}, {money(Decimal(b['remaining']))} remaining", highlight=False)
+    if rep.get("team_budget"):
+        from gpucluster.cli.team import lines_of
+
+        for line in lines_of(rep["team_budget"]):
+            console.print(line, highlight=False)
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)

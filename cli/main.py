@@ -19,6 +19,8 @@ CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 # `gpucluster --help` is printed from this table alone: no command module is imported until a
 # command runs (tests/test_cli_help.py checks that the short helps match the commands).
 COMMANDS: dict[str, tuple[str, str]] = {
+    "budget": ("gpucluster.cli.team:budget", "A team's budget in the shared state (--state): set it, and see what the "
+               "team spent against it."),
     "cost": ("gpucluster.cli.cost:cost", "Estimate costs before a run, and report what runs cost."),
     "dashboard": ("gpucluster.cli.dashboard:dashboard", "Serve a local dashboard of runs, live logs, loss curves, "
                   "clusters and costs."),

@@ -80,7 +80,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     from gpucluster.cli.watch import run_watch
 
     with RichRunUI(out, quiet=quiet, epochs=flags["epochs"], watch=run_watch(ledger, plan.spec)) as ui:
-        done = execute_plan(planned, ledger=ledger, ui=ui, notify=urls, over=over)
+        done = execute_plan(planned, ledger=ledger, ui=ui, notify=urls, over=over, over_budget=over_budget)
     result = done.result
     report(out, as_ended(with_attempts(ledger, done.record), result.final), as_json)
     _said_after(out, result, plan.spec.name, as_json)

@@ -144,15 +144,24 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
               f"repeat {repeat}: {plan.needs_job().display}")
     confirm_billable(chosen, yes, "a sweep creates billable cloud resources",
                      f"Create {len(sizes)} cluster(s) one after another and run?")
+    from gpucluster.cli.budgets import claim_team, settle_team
+
+    team = claim_team(plan, key=sweep_id, kind="sweep", max_cost=flags["max_cost"], over_budget=over_budget,
+                      runs=len(sizes))  # the team's budget in the shared state: exit 2 here, nothing created
+    print_notes(out, team)
     ui = RichRunUI(out, quiet=True)
-    with ui:
-        result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
-                           ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices, plugin=chosen,
-                           workload=plan.workload)
+    result = None
+    try:
+        with ui:
+            result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
+                               ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices,
+                               plugin=chosen, workload=plan.workload)
+    finally:
+        settle_team(ledger, sweep_id, [r.id for r in ledger.list_runs(limit=None, sweep_id=sweep_id)])
     if result.runs:
         from gpucluster.cli.budgets import record_override
 
-        record_override(ledger, result.runs[0].run_id, over)
+        record_override(ledger, result.runs[0].run_id, [*over, *team])
     code = report(out, ledger, sweep_id, threshold, chosen, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else

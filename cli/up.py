@@ -90,7 +90,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
 
     # messages printed; the status line ticks with the resources created, planned and in flight
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
-        made = provision(planned, ledger=ledger, ui=ui, over=over)  # the state recorded
+        made = provision(planned, ledger=ledger, ui=ui, over=over, over_budget=over_budget)  # the state recorded
     plan = planned.plan  # with --cloud auto: the candidate that is up (gpucluster.failover.up_placed)
     code = _render(out, made.cluster, plan, as_json)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2

@@ -6,9 +6,10 @@ period, in US dollars:
       monthly: 800
 
 A period is the UTC day, the ISO week (from Monday 00:00 UTC) or the calendar month (UTC). What
-was spent in it is what `cost report --since START` totals: every run the ledger holds that
-started in the period, finished ones at their stored cost, running ones at what they have cost so
-far. `run`, `up` and `sweep` refuse (exit 2, nothing created) a run whose estimate would take a
+was spent in it is what `cost report --since START` totals: what the ledger's runs accrued in the
+period (finished ones from their stored cost, running ones from what they have cost so far; a run
+that started earlier, its part in the period: costing/periods.py). A team's budget in the shared
+state is gpucluster/teambudget.py. `run`, `up` and `sweep` refuse (exit 2, nothing created) a run whose estimate would take a
 period past its budget, naming what was spent, what remains and the estimate, unless
 `--over-budget` is given; that override is recorded with the run (a `budget` metric record).
 """

@@ -254,3 +254,27 @@ def forget_access(name: str) -> None:
     import shutil
 
     shutil.rmtree(access_dir(name), ignore_errors=True)
+
+
+def cap_teardown(ledger: Any, name: str, origin_id: str, backend: Any, outcome: Any,
+                 take_down: Any) -> tuple[ExitCode | None, str | None]:
+    """After a job on a kept cluster stopped at a cost cap: when the *cluster's* own cap (`up --max-cost`)
+    has been reached by what the cluster cost (its resources since `up`, as the report prices them), the
+    cluster is torn down and checked (`take_down()`: `gpucluster down`'s own path) rather than left billing.
+    Returns (the exit code: 4 when verified, else the teardown's; the line to say), or (None, None) when the
+    stop was not the cluster's cap (an `exec --max-cost` below it stops only the job)."""
+    from gpucluster.guards import accrued_of, cap_reason, kept_cap
+
+    cap = kept_cap(ledger, origin_id)
+    if cap is None or outcome.status != "stopped":
+        return None, None
+    spent = accrued_of(ledger, origin_id, backend)()
+    if spent is None or spent < cap:
+        return None, None
+    done = take_down()
+    verdict = done.check.verdict if done.check is not None else str(done.verdict.get("verdict") or "not verified")
+    reason = cap_reason(cap, spent)
+    if done.exit_code == ExitCode.OK:
+        return ExitCode.COST_CAP, f"cluster {name!r}: {reason} (up --max-cost): torn down, verified"
+    return done.exit_code, (f"cluster {name!r}: {reason} (up --max-cost): torn down, {verdict}; finish with "
+                            f"`gpucluster down {name}`")

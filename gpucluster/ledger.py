@@ -444,9 +444,13 @@ class Ledger:
         return out
 
     def list_runs(self, *, limit: int | None = 50, cloud: str | None = None, since: float | None = None,
-                  status: str | None = None, sweep_id: str | None = None) -> list[RunRow]:
+                  status: str | None = None, sweep_id: str | None = None, billed_since: float | None = None) -> list[RunRow]:
         sql = "SELECT * FROM runs WHERE 1=1"
         args: list[Any] = []
+        if billed_since is not None:  # started since, or one of its resources billed after it (costing/periods.py)
+            sql += (" AND (created_at >= ? OR id IN (SELECT run_id FROM resources WHERE confirmed_gone = 0"
+                    " OR deleted_at IS NULL OR deleted_at > ?))")
+            args += [billed_since, billed_since]
         if cloud:
             sql += " AND cloud = ?"
             args.append(cloud)

@@ -156,7 +156,9 @@ def _gate_handler(base, state: GateState):
             except NotFound:
                 self._answer(404, {"error": {"code": 404, "message": "The specified bucket does not exist."}})
                 return True
-            items = [{"name": o["name"], "size": o["size"], "md5Hash": o.get("md5Hash")} for o in items]
+            # `updated` as GCS lists it (https://cloud.google.com/storage/docs/json_api/v1/objects#resource)
+            items = [{"name": o["name"], "size": o["size"], "md5Hash": o.get("md5Hash"), "updated": o.get("updated")}
+                     for o in items]
             items += [{"name": n, "size": str(s)} for n, s in state.extra_listed.get(bucket, []) if n.startswith(prefix)]
             items.sort(key=lambda o: o["name"])
             start = int(query.get("pageToken", ["0"])[0])

@@ -38,14 +38,18 @@ def parse_since(value: str | None) -> float | None:
 
 def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], group_by: str | None = None,
            now: float | None = None, catalog: Catalog | None = None,
-           links: Mapping[str, tuple] | None = None) -> dict[str, Any]:
+           links: Mapping[str, tuple] | None = None, since: float | None = None) -> dict[str, Any]:
     """Per-run costs (the stored cost if the run has one and nothing was left billing, else
     computed now) with totals, optionally grouped by day (UTC), cloud, cluster or chain: a run and
     every run resumed from it, transitively, as one job (its first run's id, and `run_ids`).
     `backends`: the plugins of the clouds the records name, by name, from the caller (a cloud
     missing from it is one no registered backend is called: see `run_cost`).
     `links` (`Ledger.resume_links()`) finds a chain's first run even when the report leaves it out
-    (--since); without it, the runs' own `resumed_from` are used."""
+    (--since); without it, the runs' own `resumed_from` are used.
+    `since`: each run counts what accrued from then on (a run that started before it, part of its
+    cost: `periods.py`), and `--group-by day` splits a run's cost over the days it billed in."""
+    from .periods import by_day, since as cut_at
+
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
     now = time.time() if now is None else now
@@ -55,7 +59,8 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
 
         known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
-    rows = []
+    rows: list[dict[str, Any]] = []
+    days_of: dict[str, dict[str, Decimal]] = {}  # --group-by day: run id -> its cost per day
     for record in records:
         run = record.run
         if run.id is None or run.created_at is None:  # every ledger row has both (an estimate's run has no id)
@@ -66,12 +71,21 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
             cost = run_cost(record, backend=backends.get(run.cloud or ""), now=now, catalog=catalog)
         wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
         created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)
+        cut = cut_at(cost, since, started=float(run.created_at))
+        counted = sum((amount for amount, _a, _b in cut), Decimal(0)) if since is not None else Decimal(cost["total"])
+        notes = list(cost.get("notes") or [])
+        if since is not None and float(run.created_at) < since:
+            notes.insert(0, f"started before --since: {money(counted)} of its {money(cost['total'])} accrued since")
         rows.append({"run_id": run.id, "created": created.isoformat(timespec="seconds"),
                      "day": created.strftime("%Y-%m-%d"), "cloud": run.cloud, "cluster": run.cluster,
                      "status": run.status, "nodes": run.nodes, "wall_s": wall,
-                     "cost": cost["total"], "still_billing": bool(cost.get("still_billing")),
-                     "note": "; ".join(cost.get("notes") or []), "price_date": cost.get("price_date"),
+                     "cost": str(counted), "still_billing": bool(cost.get("still_billing")),
+                     "note": "; ".join(notes), "price_date": cost.get("price_date"),
                      "resumed_from": run.resumed_from})
+        if since is not None and float(run.created_at) < since:
+            rows[-1]["cost_in_all"] = str(cost["total"])
+        if group_by == "day":
+            days_of[str(run.id)] = by_day(cut)
         if group_by == "chain":
             rows[-1]["chain"] = root_of(run.id, known)
     rows.sort(key=lambda r: r["created"])
@@ -80,11 +94,17 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
     if group_by:
         acc: dict[str, dict[str, Any]] = {}
         for r in rows:
-            g = acc.setdefault(str(r[group_by]), {group_by: r[group_by], "runs": 0, "cost": Decimal(0), "wall_s": 0.0})
-            g["runs"] += 1
-            g["cost"] += Decimal(r["cost"])
-            g["wall_s"] += r["wall_s"] or 0.0
-            if group_by == "chain":
+            # by day: a run's cost in each day it billed in (its wall time in the day it started)
+            parts = days_of[r["run_id"]] if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
+            for key, part in (parts or {r["day"]: Decimal(0)}).items():
+                grp = acc.setdefault(key, {group_by: key if group_by == "day" else r[group_by], "runs": 0,
+                                           "cost": Decimal(0), "wall_s": 0.0})
+                grp["runs"] += 1
+                grp["cost"] += part
+            g = acc.get(str(r[group_by]))
+            if g is not None:
+                g["wall_s"] += r["wall_s"] or 0.0
+            if group_by == "chain" and g is not None:
                 g.setdefault("run_ids", []).append(r["run_id"])  # rows are in creation order
         groups = [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
     return {"currency": "USD", "runs": rows, "groups": groups, "group_by": group_by, "total": str(total),

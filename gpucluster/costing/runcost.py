@@ -28,8 +28,9 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
     seconds = max(Decimal(str(end)) - Decimal(str(res.requested_at)), Decimal(0))
     region = region_of(res.region or detail.get("region") or detail.get("location")) or pricer.region
     market = "spot" if parse_bool("spot", detail.get("spot", False)) else "on-demand"
+    born = float(res.requested_at or 0)
     base = {"resource": res.name, "kind": kind, "seconds": str(seconds), "still_billing": not gone,
-            "region": region}
+            "region": region, "from": born, "to": max(float(end or 0), born)}  # its billed life (periods.py)
     notes = []
     if res.created_at is None and kind in ("instance", "fleet", "node-pool", "gke-cluster", "volume", "disk"):
         notes.append("creation never confirmed: billed from the request (upper bound)")
