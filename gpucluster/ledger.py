@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gpucluster.chains import ResumeLinks
-from gpucluster.home import home_dir, private_file
+from gpucluster.home import home_dir, ledger_moved as _moved, private_file
 from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger_schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables, leave_wal)
@@ -104,9 +104,7 @@ def _guard(method):
                 pass
             raise (_damaged(self.path, where) if where else _ledger_error(self.path, exc)) from None
         except sqlite3.DatabaseError as exc:
-            from gpucluster.home import ledger_moved
-
-            moved = ledger_moved(self.path, self.identity, "command")  # SQLite: SQLITE_READONLY_DBMOVED
+            moved = _moved(self.path, self.identity, "command")  # SQLite: SQLITE_READONLY_DBMOVED
             raise (LedgerError(moved) if moved else _ledger_error(self.path, exc)) from None
 
     return wrapper
