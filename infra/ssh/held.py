@@ -114,7 +114,11 @@ class HeldSshLauncher(SshLauncher):
             ready = super().ready_of(session, cluster)
             remember_ready(cluster, self.python, ready, only_if_kept=True)
             return ready
-        failed = [err for _, err in session.each(lambda n: (session.open_master(n), None)) if err]
+        def reach(node: Any) -> tuple[bool, None]:
+            session.open_master(node)  # a LaunchError naming the node when it cannot be reached
+            return True, None
+
+        failed = [err for _, err in session.each(reach) if err]
         if failed:
             from gpucluster.errors import LaunchError
 
