@@ -74,14 +74,21 @@ def add_workdir(out: NodeOutputs, files: int, nbytes: int, problems: list[str]) 
     return out
 
 
-def workdir_args(job: Any, root: str, marker: str, tool_files: tuple[str, ...] = ()) -> list[str]:
+def workdir_args(job: Any, root: str, marker: str, tool_files: tuple[str, ...] = (),
+                 output_dir: str | None = None) -> list[str]:
     """The arguments of `gpucluster/workdir.py` for a node whose job ran in `root`: what was laid
-    down before `marker` is not taken, nor the output folder (copied on its own), the --data and
-    --resume folders, and `tool_files` (gpucluster's own files when `root` is the run folder)."""
+    down before `marker` is not taken, nor the node's output folder `output_dir` when it lies in
+    `root` (copied on its own; a folder the job names `outputs` elsewhere, Hydra's, is the job's),
+    the --data and --resume folders, and `tool_files` (gpucluster's own files when `root` is the
+    run folder)."""
     from gpucluster.staging import staged_mounts
     from gpucluster.workdir import DEFAULT_LIMIT
 
-    skip = ["outputs", *tool_files]
+    skip = list(tool_files)
+    if output_dir:
+        inside = os.path.relpath(os.path.normpath(output_dir), os.path.normpath(root))
+        if inside != "." and not inside.startswith(".."):
+            skip.append(inside)
     for m in staged_mounts(job):
         dest = os.path.normpath(m.dest)
         if not dest.startswith(".."):

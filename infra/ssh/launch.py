@@ -258,7 +258,7 @@ class SshLauncher(NodeAccess, Launcher):
         if cwd:
             d = held.dirs[node.rank]
             tool = () if cwd != d else TOOL_FILES
-            args = workdir_args(job, cwd, f"{d}/{SHIPPED}", tool)
+            args = workdir_args(job, cwd, f"{d}/{SHIPPED}", tool, held.out_dirs[node.rank])
             add_workdir(res, *copy_workdir(held.session, node, f"{d}/{PROGRAM}", args,
                                            workdir_dest(dest, node.rank)))
         return res

@@ -65,7 +65,7 @@ def push_workdirs(held: Any, job: Any, results: list, *, tool_files: Sequence[st
         tool = () if cwd != d else (*tool_files, WORKDIR_STAGE)
         where = workdir_url(str(job.output_dir), job.run_id, node.rank)
         stage = f"{d}/{WORKDIR_STAGE}"
-        script = workdir_push_script(py, f"{d}/{PROGRAM}", workdir_args(job, cwd, f"{d}/{shipped}", tool), stage,
+        script = workdir_push_script(py, f"{d}/{PROGRAM}", workdir_args(job, cwd, f"{d}/{shipped}", tool, held.out_dirs[node.rank]), stage,
                                      transfer.script(py, "push", stage, where))
         start, who = time.monotonic(), f"node {node.rank} ({node_label(node)})"
         try:
