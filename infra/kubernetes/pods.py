@@ -27,7 +27,7 @@ from gpucluster.supervisor import NodeSupervisor
 
 from .api import KubeApi, Retry, _is_api_error, _status, backoff, transient
 from .manifests import rank_of
-from .plan import CONTAINER, JOB_END_KIND, Plan
+from .plan import JOB_END_KIND, Plan
 
 SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clock and ours differ
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
@@ -126,6 +126,7 @@ class _Pods:
         self.retry = retry or Retry()
         self.exit_codes: dict[int, int] = {}
         self.ended: dict[int, int] = {}  # rank -> torchrun's exit code (the entry script's job_end record)
+        self.log_ended: set[int] = set()  # ranks whose log was read to its end (or to job_end)
         self.reasons: dict[int, str] = {}
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
@@ -195,7 +196,7 @@ class _Pods:
             self.ips[rank] = str(ip)
         state = None
         for cs in getattr(status, "container_statuses", None) or []:
-            if cs.name == CONTAINER:
+            if cs.name == self.plan.app_container:
                 state = cs.state
         running = state is not None and (state.running is not None or state.terminated is not None)
         if rank not in self.attached and rank not in self.exit_codes and (
@@ -222,11 +223,13 @@ class _Pods:
             return
         terminated = state.terminated if state is not None else None
         waiting = state.waiting if state is not None else None
+        if terminated is not None and self.plan.mode == "trainjob" and rank not in self.log_ended:
+            return  # the container exits 0 whatever torchrun did (pod_entry.py): its job_end record, read first, says
         if terminated is not None:  # the training container ended (the keeper may keep the pod Running)
             code = terminated.exit_code if terminated.exit_code is not None else 1
             self.exit_codes[rank] = code
             if code != 0:
-                self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} ended with exit code {code}"
+                self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} ended with exit code {code}"
                                       + (f" ({terminated.reason})" if terminated.reason else "")
                                       + (f": {terminated.message}" if getattr(terminated, "message", None) else ""))
         elif phase == "Succeeded":
@@ -238,7 +241,7 @@ class _Pods:
                                   + (f": {message}" if message else ""))
         elif waiting is not None and waiting.reason in FATAL_WAITING:
             self.exit_codes[rank] = -1
-            self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} cannot start: {waiting.reason}: "
+            self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} cannot start: {waiting.reason}: "
                                   f"{waiting.message or ''}").rstrip(": ")
 
     def _init_failure(self, pod: Any) -> tuple[int, str] | None:
@@ -315,7 +318,7 @@ class _Pods:
 
     def _log_stream(self, pod_name: str, rank: int) -> Iterable[bytes]:
         stream = self._follow(pod_name, rank)
-        return self._until_job_end(stream, rank) if self.plan.collects else stream
+        return self._until_job_end(stream, rank) if self.plan.collects or self.plan.mode == "trainjob" else stream
 
     def _done(self, rank: int) -> bool:
         return rank in self.exit_codes or rank in self.ended or self.closed
@@ -337,7 +340,7 @@ class _Pods:
             response = None
             try:
                 response = self.api.core.read_namespaced_pod_log(
-                    pod_name, self.plan.namespace, container=CONTAINER, follow=True, timestamps=True,
+                    pod_name, self.plan.namespace, container=self.plan.app_container, follow=True, timestamps=True,
                     _preload_content=False, **kw)
             except Exception as exc:  # noqa: BLE001 - ApiException, connection errors: retried or said
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -391,6 +394,7 @@ class _Pods:
                     return
                 yield line
         finally:
+            self.log_ended.add(rank)
             lines.close()
 
 
