@@ -171,6 +171,8 @@ class _Pods:
             if rank is not None and 0 <= rank < self.plan.nodes:
                 current[rank] = pod
         for rank, pod in current.items():
+            if rank in self.lost and self.pod_names.get(rank) not in (None, pod.metadata.name):
+                continue  # a Job controller's replacement for a lost pod (a TrainJob's child Job retries): not ours
             self.pod_names[rank] = pod.metadata.name
             self._observe(rank, pod)
         self._check_start_deadline(current, now)
