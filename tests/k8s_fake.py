@@ -112,6 +112,7 @@ from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, Fa
                               ObjectStore, _get)
 from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
 from k8s_fake_rbac import ClusterObjects, PlainPod, parse_selector, selector_match
+from k8s_fake_sched import NodeViews
 from k8s_fake_trainer import TrainerControllers
 
 @dataclass
@@ -139,7 +140,7 @@ class PodScript:
 
 
 
-class FakeKubeApi(FakeNodes, TrainerControllers, JobControllers, ClusterObjects, ObjectStore):
+class FakeKubeApi(FakeNodes, NodeViews, TrainerControllers, JobControllers, ClusterObjects, ObjectStore):
     """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,

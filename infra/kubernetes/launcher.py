@@ -185,6 +185,10 @@ class KubernetesLauncher(Launcher):
             job, lifetime_limit = dataclasses.replace(job, max_seconds=float(plan.run_limit_s)), True
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
+        if plan.requests:  # the pool's nodes exist: their real allocatable less their DaemonSets (sizing.py)
+            from .sizing import fitted
+
+            plan = fitted(api, plan, retry, say=events.message)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
         if self.platform.node_notice is not None:  # GKE: a GPU node's host maintenance, acted on as a spot notice
             from .notices import NodeNotices
