@@ -131,3 +131,27 @@ def test_the_trainjob_carries_the_run_pod_and_the_controllers_refuse_what_the_re
     patch["template"]["spec"]["template"]["spec"]["containers"].append({"name": "gpucluster"})  # a keeper
     with pytest.raises(Exception, match="container that doesn't exist"):
         fake.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", body)
+
+
+def test_without_the_self_kept_container_a_failed_rank_is_rerun_until_the_job_and_jobset_fail_and_every_pod_goes():
+    """What the design avoids, on the fake's controllers: an entry script that exits with torchrun's code
+    is rerun in place (restartPolicy OnFailure), its restarts count toward the child Job's default
+    backoffLimit 6, the Job fails and terminates its running pods (their outputs with them), the JobSet fails."""
+    from gpucluster.infra.kubernetes.manifests import config_map_manifest, trainjob_manifest
+
+    fake = FakeKubeApi({r: PodScript(lines=["boom"], exit_code=3) for r in range(2)})
+    plan = k8s_plan.plan_job(cluster(2), job(), mode="trainjob")
+    body = trainjob_manifest(plan)
+    body["spec"]["trainer"]["env"] = [e for e in body["spec"]["trainer"]["env"] if e["name"] != "GPUCLUSTER_SELF_KEEP"]
+    fake.create_namespaced_config_map("default", config_map_manifest(plan))
+    fake.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", body)
+    end = time.monotonic() + 60
+    while time.monotonic() < end and NAME not in fake.trainjob_status:
+        fake.list_namespaced_pod("default", label_selector=plan.selector)
+        time.sleep(0.05)
+    assert fake.trainjob_status[NAME] == ("Failed", "FailedJobs")
+    # the failed Job terminated its running pods (a failed Job is no longer active: the JobSet deletes only
+    # active child Jobs, which matters when a JobSet has more than one)
+    assert fake.job_condition(CHILD)[:2] == ("Failed", "BackoffLimitExceeded")
+    assert fake.pods and all(p.deleted.is_set() for p in fake.pods.values())
+    assert sum(c.restarts for p in fake.pods.values() for c in p.containers) > 6
