@@ -155,3 +155,33 @@ def test_without_the_self_kept_container_a_failed_rank_is_rerun_until_the_job_an
     assert fake.job_condition(CHILD)[:2] == ("Failed", "BackoffLimitExceeded")
     assert fake.pods and all(p.deleted.is_set() for p in fake.pods.values())
     assert sum(c.restarts for p in fake.pods.values() for c in p.containers) > 6
+
+
+@pytest.mark.slow  # the health check's own run (as tests/test_k8s_check.py)
+def test_the_health_check_and_a_data_folder_reach_every_trainjob_pod_before_training(tmp_path):
+    """As with the Job launcher: the check runs in every pod (exec into the `node` container), then the
+    --data folder is staged into each, then torchrun starts; outputs come home."""
+    import socket
+
+    from test_k8s_data import dataset, staged
+
+    from gpucluster.health import HealthSpec
+    from gpucluster.staging import parse_data
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake = FakeKubeApi({r: with_outputs(healthy(r), r) for r in range(2)})
+    mounts = parse_data((str(dataset(tmp_path, n=3)),), None)
+    launcher = launcher_for(fake)
+    spec = job(data=tuple(mounts), output_dir=str(tmp_path / "out"), check=HealthSpec(gpus=0, timeout_s=30),
+               rdzv_port=port)
+    events = Events()
+    result = launcher.launch(cluster(2), spec, events, tmp_path / "logs")
+    got = {o.node_rank: o for o in launcher.collect_outputs(spec, Events())}
+    assert result.ok, result.failure
+    assert sorted(staged(events)) == [0, 1]
+    assert {c.name for p in fake.pods.values() for c in p.containers} == {"node"}  # no keeper: exec went there
+    assert any("node_check.py" in " ".join(c[4]) for c in fake.of("exec"))
+    assert got[0].verdict == got[1].verdict == COMPLETE
+    assert_nothing_left(fake)

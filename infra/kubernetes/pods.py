@@ -225,7 +225,8 @@ class _Pods:
             return
         terminated = state.terminated if state is not None else None
         waiting = state.waiting if state is not None else None
-        if terminated is not None and self.plan.mode == "trainjob" and rank not in self.log_ended:
+        if terminated is not None and terminated.exit_code == 0 and self.plan.mode == "trainjob" and \
+                rank not in self.log_ended:
             return  # the container exits 0 whatever torchrun did (pod_entry.py): its job_end record, read first, says
         if terminated is not None:  # the training container ended (the keeper may keep the pod Running)
             code = terminated.exit_code if terminated.exit_code is not None else 1
