@@ -68,7 +68,7 @@ class Cluster:
 # ssh, aws) and a GKE run's Kubernetes objects (`infra.kubernetes.gone.ROW_KINDS`). They are not cloud resources
 # (no bill of their own, not part of a cluster being up) and are closed by the launcher's own check.
 LAUNCHER_KINDS = ("process", "k8s-secret", "k8s-configmap", "k8s-service", "k8s-job", "k8s-pytorchjob",
-                  "k8s-namespace")
+                  "k8s-trainjob", "k8s-namespace")
 
 
 @dataclass(frozen=True)

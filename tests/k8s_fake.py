@@ -85,6 +85,8 @@ It behaves like a real API server at its worst, each behaviour with its public s
   their running pods, activeDeadlineSeconds, ttlSecondsAfterFinished, podFailurePolicy, replacement
   pods) and the Kubeflow training operator's cleanPodPolicy act on their own thread, on a clock
   scaled by `time_scale`: tests/k8s_fake_jobs.py, each rule with its source.
+- Kubeflow Trainer v2 (TrainJob -> JobSet -> headless Service and child Jobs, API discovery, the torch
+  ClusterTrainingRuntime): tests/k8s_fake_trainer.py, each rule with its source.
 - GKE Workload Identity: a pod has Google credentials only when it runs as a Kubernetes service account
   annotated with the Google service account it acts as (GKE docs, "Authenticate to Google Cloud APIs
   from GKE workloads").
@@ -110,6 +112,8 @@ from k8s_fake_objects import (BUILTIN_NAMESPACES, _FIELD_SELECTOR, _SELECTOR, Fa
                               ObjectStore, _get)
 from k8s_fake_pod import INDEX, Network, _Pod, python_shim  # noqa: F401 - _Pod, INDEX: for tests
 from k8s_fake_rbac import ClusterObjects, PlainPod, parse_selector, selector_match
+from k8s_fake_sched import NodeViews
+from k8s_fake_trainer import TrainerControllers
 
 @dataclass
 class PodScript:
@@ -136,7 +140,7 @@ class PodScript:
 
 
 
-class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
+class FakeKubeApi(FakeNodes, NodeViews, TrainerControllers, JobControllers, ClusterObjects, ObjectStore):
     """FAKE: records calls, keeps objects in dicts, runs pods. Use as core, batch and custom."""
 
     def __init__(self, scripts: dict[int, PodScript], *, refuse: dict[str, int] | None = None,
@@ -178,6 +182,7 @@ class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
         # the command runs to its end when the exec opens (the launcher's copies, written before this)
         self.streaming_exec = False
         self.scheduler = None  # a tests/k8s_fake_sched.Scheduler: pods placed only where their requests fit
+        self._start_trainer()  # Kubeflow Trainer v2 and JobSet (tests/k8s_fake_trainer.py)
         self._start_controllers()  # the Job controller and the training operator (tests/k8s_fake_jobs.py)
 
     # -- the control plane ---------------------------------------------------------------------
@@ -219,10 +224,11 @@ class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
         """{path under /gpucluster: content} of the ConfigMap volume, as the kubelet projects it."""
         import base64
 
-        cm = self.objects.get(("configmap", name))
-        data, binary = (_get(cm, "data") or {}), (_get(cm, "binary_data") or _get(cm, "binaryData") or {})
         files = {}
         for vol in volumes or []:
+            source = _get(vol, "config_map") or _get(vol, "configMap")
+            cm = self.objects.get(("configmap", _get(source, "name") or name)) if source is not None else None
+            data, binary = (_get(cm, "data") or {}), (_get(cm, "binary_data") or _get(cm, "binaryData") or {})
             items = _get(vol, "config_map", "items") or _get(vol, "configMap", "items") or []
             for item in items:
                 key, path = _get(item, "key"), _get(item, "path")
@@ -307,6 +313,8 @@ class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
         return body
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
+        if plural == "trainjobs":
+            return self.create_trainjob(namespace, body)
         self._create(f"{plural}.{group}", namespace, body)
         # the training operator's part: one pod per replica, labelled with its type and index; the
         # operator's Service for the master gives `<name>-master-0` a DNS record
@@ -484,6 +492,8 @@ class FakeKubeApi(FakeNodes, JobControllers, ClusterObjects, ObjectStore):
         self._terminate_pods(name)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None, **kw):
+        if plural == "trainjobs":
+            return self.delete_trainjob(namespace, name, body)
         self._delete(f"{plural}.{group}", name, namespace, body)
         self.jobs.pop(name, None)
         self._terminate_pods(name)

@@ -174,6 +174,7 @@ class JobControllers:
     def sync_controllers(self) -> None:
         with self.lock:
             now = self.clock()
+            self.sync_trainer(now)  # Kubeflow Trainer v2 and JobSet (tests/k8s_fake_trainer.py)
             for name, state in list(self.jobs.items()):
                 if state.condition is None:
                     self._sync_job(state, now)
@@ -200,6 +201,13 @@ class JobControllers:
             self._pod_failed(state, index, pod)
             if state.condition is not None:
                 return
+        # restartPolicy OnFailure: the containers' restarts count toward backoffLimit (job_controller.go
+        # pastBackoffLimitOnFailure: "the sum of the restartCount of all containers ... > backoffLimit")
+        restarts = sum(c.restarts for n in state.pods if (p := self.pods.get(n)) is not None
+                       and p.restart_policy == "OnFailure" for c in p.containers)
+        if restarts and restarts > state.backoff_limit:
+            self._finish(state, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            return
         if state.deadline_s is not None and now - state.started >= state.deadline_s:
             self._finish(state, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
             return

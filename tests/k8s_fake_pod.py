@@ -180,6 +180,7 @@ class _Container:
         self.code: int | None = None
         self.reason: str | None = None
         self.pump: threading.Thread | None = None
+        self.restarts = 0  # times the kubelet reran it in this pod (restartPolicy OnFailure)
 
     def start(self) -> None:
         import uuid
@@ -309,6 +310,8 @@ class _Pod:
             return "Pending"
         if any(c.code is None for c in self.containers):
             return "Running"
+        if self.restart_policy == "OnFailure" and not self.deleted.is_set():
+            return "Running"  # a container that failed is rerun in place ("Pod Lifecycle": phase stays Running)
         return "Succeeded" if all(c.code == 0 for c in self.containers) else "Failed"
 
     # -- the kubelet's clock -------------------------------------------------------------------
@@ -316,6 +319,19 @@ class _Pod:
         self.age += 1
         if self.phase == "Pending" and not self.deleted.is_set():
             self._tick_pending()
+        if self.restart_policy == "OnFailure" and not self.deleted.is_set():
+            self._restart_failed()
+
+    def _restart_failed(self) -> None:
+        """restartPolicy OnFailure: the kubelet reruns an app container that exited non-zero in the same pod
+        (its emptyDir kept), and the pod stays Running (Kubernetes docs, "Pod Lifecycle", "Container restart
+        policy"; a Job counts those restarts toward its backoffLimit: not modelled here)."""
+        for i, c in enumerate(self.containers):
+            if c.code not in (None, 0):
+                again = _Container(c.name, c.command, c.env, c.cwd)
+                again.restarts = c.restarts + 1
+                self.containers[i] = again
+                again.start()
 
     def _tick_pending(self) -> None:
         s = self.script
@@ -512,7 +528,8 @@ class _Pod:
             state = c.state(waiting) if c is not None else NS(
                 waiting=NS(reason=waiting or "ContainerCreating", message=self.config_error or "fake"), running=None,
                 terminated=None)
-            statuses.append(self._status(name, state, ready=c is not None and c.running))
+            statuses.append(self._status(name, state, ready=c is not None and c.running,
+                                         restarts=c.restarts if c is not None else 0))
         return NS(
             metadata=NS(name=self.name, namespace="default", labels=dict(self.labels),
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,

@@ -57,16 +57,57 @@ class FakeNode:
     gpus: int
     labels: dict = field(default_factory=dict)
     used: dict = field(default_factory=lambda: {"cpu": 0, "memory": 0, "gpu": 0})  # requests of the pods on it
+    daemonsets: list = field(default_factory=list)  # (cpu_m, mem_mi) of each DaemonSet pod on it
 
 
-def gke_node(name: str, vcpus: int, mem_gib: float, gpus: int, labels: dict | None = None) -> FakeNode:
+def gke_node(name: str, vcpus: int, mem_gib: float, gpus: int, labels: dict | None = None, *,
+             shortfall: float = MEMTOTAL_SHORTFALL, daemonset_mi: int = DAEMONSET_MEM_MI) -> FakeNode:
     """A GKE node of a machine type with `mem_gib` nominal memory: allocatable as the kubelet reports
-    it, with GKE's DaemonSets already on it."""
-    capacity_mi = mem_gib * (1 - MEMTOTAL_SHORTFALL) * GIB_MI
+    it, with GKE's DaemonSets already on it (their pods listed by `list_pod_for_all_namespaces`)."""
+    capacity_mi = mem_gib * (1 - shortfall) * GIB_MI
     cpu_res, mem_res = gke_reserved(vcpus, mem_gib)
     node = FakeNode(name, int((vcpus - cpu_res) * 1000), int(capacity_mi - mem_res * GIB_MI), gpus, dict(labels or {}))
-    node.used = {"cpu": DAEMONSET_CPU_M, "memory": DAEMONSET_MEM_MI, "gpu": 0}
+    node.daemonsets = [(DAEMONSET_CPU_M // 2, daemonset_mi // 2), (DAEMONSET_CPU_M - DAEMONSET_CPU_M // 2,
+                                                                   daemonset_mi - daemonset_mi // 2)]
+    node.used = {"cpu": DAEMONSET_CPU_M, "memory": daemonset_mi, "gpu": 0}
     return node
+
+
+class NodeViews:
+    """Mixin of FakeKubeApi: the scheduler's nodes as `list_node` shows them (status.allocatable) and the
+    DaemonSet pods bound to each (`list_pod_for_all_namespaces(field_selector="spec.nodeName=N")`),
+    owned by their DaemonSet (Kubernetes API reference, Node and Pod; "DaemonSet": one pod per node).
+    Without a scheduler the pool has no node (scaled to zero)."""
+
+    def list_node(self, label_selector=None, **kw):
+        from types import SimpleNamespace as NS
+
+        self.calls.append(("list", "node", "", label_selector))
+        self._authenticate()
+        want = dict(kv.split("=", 1) for kv in (label_selector or "").split(",") if "=" in kv)
+        nodes = self.scheduler.nodes if self.scheduler is not None else []
+        return NS(items=[NS(metadata=NS(name=n.name, labels=dict(n.labels)), spec=NS(unschedulable=None, taints=[]),
+                            status=NS(allocatable={"cpu": f"{n.cpu_m}m", "memory": f"{n.mem_mi}Mi",
+                                                   "nvidia.com/gpu": str(n.gpus)}))
+                         for n in nodes if all(n.labels.get(k) == v for k, v in want.items())])
+
+    def list_pod_for_all_namespaces(self, field_selector=None, **kw):
+        from types import SimpleNamespace as NS
+
+        self.calls.append(("list", "pod", "", field_selector))
+        self._authenticate()
+        name = (field_selector or "").partition("spec.nodeName=")[2]
+        items = []
+        for n in self.scheduler.nodes if self.scheduler is not None else []:
+            if name and n.name != name:
+                continue
+            for i, (cpu, mem) in enumerate(n.daemonsets):
+                items.append(NS(metadata=NS(name=f"ds{i}-{n.name}", namespace="kube-system",
+                                            owner_references=[NS(kind="DaemonSet", name=f"gke-ds{i}")]),
+                                spec=NS(node_name=n.name, init_containers=None, containers=[NS(resources=NS(
+                                    requests={"cpu": f"{cpu}m", "memory": f"{mem}Mi"}, limits=None))]),
+                                status=NS(phase="Running")))
+        return NS(items=items)
 
 
 def quantity_m(text) -> int:

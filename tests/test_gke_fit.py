@@ -56,3 +56,59 @@ def test_an_8_gpu_v100_pod_is_scheduled_on_a_real_like_n1_standard_32(tmp_path):
     assert len(fake.scheduler.bound) == 2
     plan = k8s_plan.plan_job(c, job(), platform=gke.GKE)
     assert pod_requests(manifests.pod_template(plan).spec)["gpu"] == 8
+
+
+def test_a_pool_whose_real_allocatable_is_below_the_formula_still_schedules(tmp_path):
+    """Nodes of the pool exist (scaled up) and give pods less than the formula assumes: MemTotal 4 % below
+    nominal (the formula takes 2.5 %) and DaemonSets holding 1.5 GiB (it takes 0.75). The formula's
+    request does not fit them (FailedScheduling, Insufficient memory, until the start deadline); the
+    launcher reads the nodes' status.allocatable and their DaemonSet pods' requests and asks what is left."""
+    from k8s_fake_sched import DAEMONSET_CPU_M
+
+    machine = DEFAULT_MACHINE_TYPE[8]
+    vcpus, gib = n1_shape(machine)
+    labels = {"cloud.google.com/gke-accelerator": "nvidia-tesla-v100", "cloud.google.com/gke-nodepool": "gpu"}
+
+    def pool():
+        return [gke_node(f"gke-gpu-{i}", vcpus, float(gib), 8, labels, shortfall=0.04, daemonset_mi=1536)
+                for i in range(2)]
+
+    formula = gke.pod_requests(machine)
+    alone = Scheduler(pool()).place("p", {"containers": [{"resources": {"requests": formula}}]})
+    assert alone is not None and "Insufficient memory" in alone  # the formula's pod would never run here
+    fake = FakeKubeApi({r: healthy(r) for r in range(2)})
+    fake.scheduler = Scheduler(pool())
+    c = Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=8, instance_type=machine, kubeconfig="{}",
+                outputs={"nodes": 2, "gpus_per_node": 8, "machine_type": machine,
+                         "accelerator_type": "nvidia-tesla-v100", "node_pool_name": "gpu"})
+    said = []
+
+    class Events(NullEvents):
+        def message(self, text):
+            said.append(text)
+
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0,
+                                      platform=gke.GKE, start_deadline_s=30)
+    result = launcher.launch(c, job(), Events(), tmp_path / "logs")
+    assert result.ok, result.failure
+    assert len(fake.scheduler.bound) == 2
+    assert any("from the pool's nodes" in s for s in said)
+    assert ("list", "node", "", "cloud.google.com/gke-accelerator=nvidia-tesla-v100,cloud.google.com/gke-nodepool=gpu") \
+        in fake.calls
+    node = fake.scheduler.nodes[0]
+    assert node.used["memory"] <= node.mem_mi and DAEMONSET_CPU_M < node.used["cpu"] <= node.cpu_m
+
+
+def test_a_pool_at_zero_keeps_the_formula(tmp_path):
+    """No node yet (the autoscaler makes them for the pods): the conservative formula is what the pods ask."""
+    fake = FakeKubeApi({0: healthy(0, 1)})
+    machine = DEFAULT_MACHINE_TYPE[1]
+    c = Cluster(name="v100", cloud="gcp", nodes=(), gpus_per_node=1, instance_type=machine, kubeconfig="{}",
+                outputs={"nodes": 1, "gpus_per_node": 1, "machine_type": machine})
+    launcher = k8s.KubernetesLauncher(api=k8s.KubeApi(fake, fake, fake, stream=fake.stream), poll_interval=0,
+                                      platform=gke.GKE)
+    assert launcher.launch(c, job(), NullEvents(), tmp_path / "logs").ok
+    created = [c for c in fake.calls if c[:2] == ("create", "job")]
+    assert created and any(c[:2] == ("list", "node") for c in fake.calls)
+    plan = k8s_plan.plan_job(c, job(), platform=gke.GKE)
+    assert dict(plan.requests) == gke.pod_requests(machine)

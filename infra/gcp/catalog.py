@@ -70,7 +70,7 @@ RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")
 DEFAULT_RELEASE_CHANNEL = "REGULAR"
 GPU_DRIVER_VERSIONS = ("DEFAULT", "LATEST", "INSTALLATION_DISABLED")
 DEFAULT_GPU_DRIVER_VERSION = "LATEST"
-LAUNCHERS = ("job", "pytorchjob")
+LAUNCHERS = ("job", "pytorchjob", "trainjob")
 DEFAULT_SYSTEM_MACHINE_TYPE = "n1-standard-2"  # priced by the N1 unit prices; stays up after the switch
 SYSTEM_DISK_GB = 50
 # Every node of a GKE cluster without private nodes has one ephemeral external IPv4, billed while in use

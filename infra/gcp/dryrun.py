@@ -131,7 +131,8 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
         objects += [k8s_manifests.service_manifest(plan), k8s_manifests.job_manifest(plan)]
         objects = [ApiClient().sanitize_for_serialization(o) for o in objects]
     else:
-        objects = [ApiClient().sanitize_for_serialization(objects[0]), k8s_manifests.pytorchjob_manifest(plan)]
+        build = k8s_manifests.trainjob_manifest if plan.mode == "trainjob" else k8s_manifests.pytorchjob_manifest
+        objects = [ApiClient().sanitize_for_serialization(objects[0]), build(plan)]
     cm = objects[0]
     sizes = {k: len(v) for k, v in {**(cm.get("data") or {}), **(cm.get("binaryData") or {})}.items()}
     cm["data"] = {k: f"<{n} characters>" for k, n in sizes.items() if k in (cm.get("data") or {})}

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from gpucluster.events import NullEvents, Phase
 
 from .outputs import TOUCH, _exec, _run
-from .plan import CHECK_FILE, CONTAINER, MOUNT, RUN_DIR, STAGED_FILE, Plan
+from .plan import CHECK_FILE, MOUNT, RUN_DIR, STAGED_FILE, Plan
 
 ADDRESS_WAIT_S = 15.0  # how long every pod may run without its address before its DNS name is used
 
@@ -206,7 +206,7 @@ class PodChecker:
     def _open(self, pod: str, argv: list[str]) -> Any:
         # stdin: the stream then carries what the program prints as it prints it (its first line's
         # arrival is the clock check's reference); the program never reads it
-        return _exec(self.api, self.plan, pod, argv, stdin=True, container=CONTAINER)
+        return _exec(self.api, self.plan, pod, argv, stdin=True, container=self.plan.app_container)
 
     def _stop(self) -> None:
         """Close every check stream; in each pod whose program may still run, end it."""
@@ -218,7 +218,7 @@ class PodChecker:
             if pod and r not in self.pods.lost:
                 try:
                     _run(self.api, self.plan, pod, [self.python, f"{MOUNT}/{CHECK_FILE}", "--stop"], self.retry,
-                         container=CONTAINER)
+                         container=self.plan.app_container)
                 except Exception:  # noqa: BLE001 - a pod that is gone has nothing left to stop
                     pass
 

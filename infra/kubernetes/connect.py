@@ -42,7 +42,7 @@ from gpucluster.errors import LaunchError, UsageError
 
 from .manifests import rank_in
 from .platform import GENERIC, Platform
-from .plan import CONTAINER, KEEPER
+from .plan import CONTAINER, KEEPER, TRAINER_NODE
 
 # the pod's shell: bash where the image has it, else sh (one line; the exec API runs an argv)
 SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
@@ -84,7 +84,7 @@ def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
         raise UsageError(f"cluster {cluster!r}: node {rank}'s pod of run {run} is not running (running: node(s) "
                          f"{', '.join(map(str, ranks))})")
     pod = mine[0]
-    for container in (CONTAINER, KEEPER):
+    for container in (CONTAINER, KEEPER, TRAINER_NODE):
         if _running(pod, container):
             return Target(pod.metadata.name, container, run)
     raise UsageError(f"cluster {cluster!r}: pod {pod.metadata.name} has no running container to reach")

@@ -22,11 +22,14 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .api import Retry, _is_api_error, _status
-from .plan import KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, dns_name
+from .plan import (KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL,
+                   dns_name)
 
 RUN_LABEL = "gpucluster-run"
 ROW_PREFIX = "k8s-"
-NAMESPACED = ("secret", "configmap", "service", "job", "pytorchjob")
+NAMESPACED = ("secret", "configmap", "service", "job", "pytorchjob", "trainjob")
+CUSTOM = {"pytorchjob": (KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL),
+          "trainjob": (TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL)}  # kind -> (group, version, plural)
 ROW_KINDS = tuple(ROW_PREFIX + k for k in (*NAMESPACED, "namespace"))  # the ledger kinds of a run's objects
 
 
@@ -50,8 +53,9 @@ def object_lists(api: Any, namespace: str, selector: str, retry: Retry | None = 
         "service": lambda: call(api.core.list_namespaced_service, namespace, label_selector=selector).items,
         "configmap": lambda: call(api.core.list_namespaced_config_map, namespace, label_selector=selector).items,
         "secret": lambda: call(api.core.list_namespaced_secret, namespace, label_selector=selector).items,
-        "pytorchjob": lambda: (call(api.custom.list_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
-                                    namespace, KUBEFLOW_PLURAL, label_selector=selector) or {}).get("items") or [],
+        **{kind: lambda gvp=gvp: (call(api.custom.list_namespaced_custom_object, gvp[0], gvp[1], namespace, gvp[2],
+                                            label_selector=selector) or {}).get("items") or []
+           for kind, gvp in CUSTOM.items()},
     }
 
 
@@ -63,15 +67,15 @@ def deleters(api: Any, namespace: str, retry: Retry | None = None) -> dict[str, 
     body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
     return {
         "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
-        "pytorchjob": lambda n: call(api.custom.delete_namespaced_custom_object, KUBEFLOW_GROUP, KUBEFLOW_VERSION,
-                                     namespace, KUBEFLOW_PLURAL, n, body=body),
+        **{kind: lambda n, gvp=gvp: call(api.custom.delete_namespaced_custom_object, gvp[0], gvp[1], namespace,
+                                         gvp[2], n, body=body) for kind, gvp in CUSTOM.items()},
         "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
         "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
         "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
     }
 
 
-DELETE_ORDER = {k: i for i, k in enumerate(("job", "pytorchjob", "service", "configmap", "secret"))}  # workload first
+DELETE_ORDER = {k: i for i, k in enumerate(("job", "pytorchjob", "trainjob", "service", "configmap", "secret"))}  # workload first
 
 
 def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPACED,
@@ -85,7 +89,7 @@ def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPA
             items = lists[kind]()
         except Exception as exc:  # ApiException is in the lazily imported SDK: non-API errors re-raise
             if _is_api_error(exc) and _status(exc) == 404:
-                if kind == "pytorchjob":
+                if kind in CUSTOM:
                     continue  # no Kubeflow operator (its CRD is missing): nothing of that kind exists
                 return {}  # the namespace is gone, and everything in it
             raise

@@ -23,7 +23,9 @@ Model (the `job` launcher, the default):
 With the option `launcher: pytorchjob` a Kubeflow **PyTorchJob** (`kubeflow.org/v1`, needs the
 training operator, as in seed 003) replaces the Job and Service: Master + Workers, the same pod
 template and entry script; the rank comes from the operator's `RANK` variable and the rendezvous
-is on `<name>-master-0`, the Service the operator makes for the master.
+is on `<name>-master-0`, the Service the operator makes for the master. With `launcher: trainjob` a
+Kubeflow Trainer v2 **TrainJob** on the `torch-distributed` ClusterTrainingRuntime replaces them (the
+Trainer makes a JobSet, the JobSet an Indexed Job and a headless Service; see `infra.kubernetes.trainjob`).
 
 The launcher lists the job's pods every `poll_interval` seconds, streams each pod's log as soon as
 its container runs, feeds every line (node rank attached) to `gpucluster.supervisor.NodeSupervisor`
@@ -143,7 +145,7 @@ class KubernetesLauncher(Launcher):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
-        """From a spec's options: `launcher` (job|pytorchjob), `image`, `namespace`."""
+        """From a spec's options: `launcher` (job|pytorchjob|trainjob), `image`, `namespace`."""
         mode = str(options.get("launcher") or "job").strip().lower()
         return cls(mode=mode, image=options.get("image") or None,
                    namespace=options.get("namespace") or DEFAULT_NAMESPACE, **kw)
@@ -183,6 +185,10 @@ class KubernetesLauncher(Launcher):
             job, lifetime_limit = dataclasses.replace(job, max_seconds=float(plan.run_limit_s)), True
         supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
         retry = Retry(self.api_retry_s)
+        if plan.requests:  # the pool's nodes exist: their real allocatable less their DaemonSets (sizing.py)
+            from .sizing import fitted
+
+            plan = fitted(api, plan, retry, say=events.message)
         pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
         if self.platform.node_notice is not None:  # GKE: a GPU node's host maintenance, acted on as a spot notice
             from .notices import NodeNotices
@@ -236,6 +242,10 @@ class KubernetesLauncher(Launcher):
         try:
             if plan.mode == "pytorchjob":  # before anything is created: the operator's resource type is served
                 require_operator(api, plan, retry)
+            elif plan.mode == "trainjob":  # Trainer's and JobSet's resource types, and the torch runtime
+                from .trainjob import require_trainer
+
+                require_trainer(api, retry)
             created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
             if account:
                 ensure_service_account(api, plan, account[0], self.platform.account_annotations(account[1]))

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpucluster.errors import require
 
-from .plan import (CACHE_HOST_PATH, CACHE_MOUNT, CONTAINER, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
+from .plan import (CACHE_HOST_PATH, CACHE_MOUNT, GPU_RESOURCE, GPU_TAINT_KEY, INDEX_ANNOTATION, JOB_LABEL,
                        KEEPER, KUBEFLOW_GROUP, KUBEFLOW_VERSION, MOUNT, RUN_DIR, TTL_AFTER_FINISHED_S, Plan)
 
 
@@ -74,7 +74,7 @@ def pod_template(plan: Plan):
     limits = {GPU_RESOURCE: str(plan.gpus_per_node)} if plan.gpus_per_node else None
     requests = dict(plan.requests) or None  # CPU and memory (plan.pod_requests): not a BestEffort pod
     container = k.V1Container(
-        name=CONTAINER,
+        name=plan.app_container,
         image=plan.image,
         command=["python", f"{MOUNT}/entry.py"],
         env=env,
@@ -87,7 +87,7 @@ def pod_template(plan: Plan):
           + ([k.V1VolumeMount(name="data-cache", mount_path=CACHE_MOUNT)] if plan.cache else []),
     )
     containers = [container]
-    if plan.run_dir:  # keeps the pod running for exec once torchrun has ended (pod_keeper.py)
+    if plan.exec_container == KEEPER:  # keeps the pod running for exec once torchrun has ended (pod_keeper.py)
         containers.append(k.V1Container(
             name=KEEPER, image=plan.image, command=["python", f"{MOUNT}/keeper.py"],
             env=[k.V1EnvVar(name=key, value=value) for key, value in plan.keeper_env],
@@ -180,6 +180,14 @@ def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
     }
 
 
+def trainjob_manifest(plan: Plan) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 TrainJob on the torch ClusterTrainingRuntime (`infra.kubernetes.trainjob`)."""
+    from .trainjob import trainjob_manifest as build
+
+    k = kube_models()
+    return build(plan, k.ApiClient().sanitize_for_serialization(pod_template(plan)))
+
+
 def rank_of(pod: Any, plan: Plan) -> int | None:
     """The node rank of one of the job's pods, or None for a pod that is not one of ours."""
     return rank_in(pod, plan.mode)
@@ -189,7 +197,7 @@ def rank_in(pod: Any, mode: str) -> int | None:
     """The node rank of a pod of a job of launcher `mode` (job: its completion index; pytorchjob: the
     operator's replica labels), or None."""
     meta = pod.metadata
-    if mode == "job":
+    if mode in ("job", "trainjob"):  # a TrainJob's pods are its JobSet's child Job's: Indexed as well
         value = (meta.annotations or {}).get(INDEX_ANNOTATION) or (meta.labels or {}).get(INDEX_ANNOTATION)
         return int(value) if value is not None and str(value).isdigit() else None
     labels = meta.labels or {}

@@ -8,7 +8,8 @@ request (an interrupted call may still have succeeded), deleted in reverse whate
   of another gpucluster run is in it then (it goes with the last such run's cleanup only if that run
   made it: otherwise it stays, empty, until the cluster goes).
 - with --secret, the run's own Secret (its values, nothing else, deleted with the run);
-- the ConfigMap, the headless Service and the Job (or a Kubeflow PyTorchJob), built by
+- the ConfigMap, the headless Service and the Job (or a Kubeflow PyTorchJob, or a Trainer v2 TrainJob,
+  whose JobSet makes the Service and the Job), built by
   `infra.kubernetes.manifests`.
 
 Ledger rows (the ledger-first rule): with `events` (the run's `RunEvents`) each object is a resource
@@ -34,8 +35,9 @@ from gpucluster.errors import LaunchError
 from .api import KubeApi, Retry, _is_api_error, _status, transient
 from .gone import ROW_PREFIX, listed, namespace_state, row_name
 from .manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
-                            service_manifest)
-from .plan import DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, Plan
+                            service_manifest, trainjob_manifest)
+from .plan import (DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, TRAINER_GROUP,
+                   TRAINER_VERSION, TRAINJOB_PLURAL, Plan)
 
 MANAGED = ("app.kubernetes.io/managed-by", "gpucluster")
 
@@ -89,6 +91,9 @@ class Created:
             self._create("service", lambda: api.core.create_namespaced_service(ns, shape("service",
                                                                                        service_manifest(plan))))
             self._create("job", lambda: api.batch.create_namespaced_job(ns, shape("job", job_manifest(plan))))
+        elif plan.mode == "trainjob":  # the Trainer makes the JobSet, its child Job and headless Service
+            self._create("trainjob", lambda: api.custom.create_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, ns, TRAINJOB_PLURAL, shape("trainjob", trainjob_manifest(plan))))
         else:
             self._create("pytorchjob", lambda: api.custom.create_namespaced_custom_object(
                 KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, shape("pytorchjob", pytorchjob_manifest(plan))))
@@ -162,6 +167,9 @@ class Created:
                 name, ns, body=k.V1DeleteOptions(propagation_policy="Foreground")),
             "pytorchjob": lambda: self.api.custom.delete_namespaced_custom_object(
                 KUBEFLOW_GROUP, KUBEFLOW_VERSION, ns, KUBEFLOW_PLURAL, name,
+                body=k.V1DeleteOptions(propagation_policy="Foreground")),
+            "trainjob": lambda: self.api.custom.delete_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, ns, TRAINJOB_PLURAL, name,
                 body=k.V1DeleteOptions(propagation_policy="Foreground")),
             "service": lambda: self.api.core.delete_namespaced_service(name, ns),
             "configmap": lambda: self.api.core.delete_namespaced_config_map(name, ns),

@@ -35,7 +35,7 @@ from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group,
 # Tag chosen 2026-11-22; the option `image` replaces it.
 DEFAULT_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 DEFAULT_NAMESPACE = "default"
-MODES = ("job", "pytorchjob")
+MODES = ("job", "pytorchjob", "trainjob")
 MOUNT = "/gpucluster"
 WORKLOAD_DIR = f"{MOUNT}/workloads"
 CONTAINER = "pytorch"  # the name the Kubeflow operator requires; used by both modes
@@ -43,6 +43,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 KUBEFLOW_GROUP, KUBEFLOW_VERSION, KUBEFLOW_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+# Kubeflow Trainer v2 (kubeflow/trainer v2.3.0, pkg/apis/trainer/v1alpha1): a TrainJob on the torch
+# ClusterTrainingRuntime of Trainer's manifests (manifests/base/runtimes/torch_distributed.yaml), whose
+# one trainer ReplicatedJob and container are both named "node" (pkg/constants/constants.go `Node`);
+# the Trainer makes a JobSet of it (JobSet v1alpha2, kubernetes-sigs/jobset).
+TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+RUNTIME_PLURAL, TORCH_RUNTIME, TRAINER_NODE = "clustertrainingruntimes", "torch-distributed", "node"
+JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
 JOB_LABEL = "gpucluster-job"
 TTL_AFTER_FINISHED_S = 3600
@@ -141,12 +148,19 @@ class Plan:
     def run_dir(self) -> bool:
         """Whether each pod gets the emptyDir at RUN_DIR (outputs, control files, staged data, the
         script's working copy), and with it the keeper container."""
-        return self.collects or self.setup or self.stages or self.code or self.checks
+        return self.collects or self.setup or self.stages or self.code or self.checks or self.mode == "trainjob"
+
+    @property
+    def app_container(self) -> str:
+        """The training container: the runtime's `node` for a TrainJob (its container must keep that name)."""
+        return TRAINER_NODE if self.mode == "trainjob" else CONTAINER
 
     @property
     def exec_container(self) -> str:
-        """The container exec calls go to: the keeper when there is one (it outlives torchrun)."""
-        return KEEPER if self.run_dir else CONTAINER
+        """The container exec calls go to: the keeper when there is one (it outlives torchrun); a
+        TrainJob's pod has only the runtime's container (a runtime patch may not add one), which keeps
+        itself running (pod_entry.py, GPUCLUSTER_SELF_KEEP)."""
+        return KEEPER if self.run_dir and self.mode != "trainjob" else self.app_container
 
     @property
     def label_dict(self) -> dict[str, str]:
@@ -302,6 +316,8 @@ def plan_job(
     name = dns_name(f"gpucluster-{job.run_id}")
     if mode == "job":
         hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
+    elif mode == "trainjob":  # JobSet: child Job <jobset>-<replicatedJob>-<index>, subdomain <jobset> (its Service)
+        hosts = tuple(f"{name}-{TRAINER_NODE}-0-{i}.{name}" for i in range(nodes))
     else:
         hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
     data_args, data_files, notes = _builtin_data(job)
@@ -312,9 +328,12 @@ def plan_job(
                                            local_addr=hosts[r], program=program), start_deadline_s))
         for r in range(nodes)
     )
-    if mode == "job":  # off the head: torchrun starts once the head's rendezvous port answers (pod_wait.py)
+    if mode in ("job", "trainjob"):  # off the head: torchrun starts once the head's rendezvous port answers
         argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
                                        str(int(start_deadline_s)), "--", *a) for r, a in enumerate(argv))
+    if mode == "trainjob":  # no init container can be added to the runtime's pod: every DNS record first, here
+        argv = tuple((python, f"{MOUNT}/wait.py", "dns", ",".join(hosts), str(job.rdzv_port),
+                      str(int(start_deadline_s)), "--", *a) for a in argv)
     mounts = staged_mounts(job)
     checks = job.check is not None  # the health check runs in every pod before the job (check)
     if job.setup or mounts or checks:
@@ -326,16 +345,20 @@ def plan_job(
     code = bool(user_files)
     env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, code)}" for m in mounts]))
     keeper_env: dict[str, str] = {}
-    if collects or job.setup or mounts or code or checks:  # the run folder, and the keeper beside the training container
+    if collects or job.setup or mounts or code or checks or mode == "trainjob":  # the run folder, and the keeper
         env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR)
         keeper_env = {"GPUCLUSTER_CONTROL_DIR": CONTROL_DIR, "GPUCLUSTER_COLLECT_WAIT_S": str(int(collect_wait_s)),
                       "GPUCLUSTER_COLLECTING": "1" if collects else "0"}
+    if mode == "trainjob":  # the JobSet webhook makes the pods restartPolicy OnFailure (jobset_webhook.go
+        # Default): a container that exits non-zero is rerun in place, torchrun with it; so the entry script
+        # keeps the container itself, as the keeper would, and exits 0 (the node's code is its job_end record)
+        env.update({k: v for k, v in keeper_env.items() if k != "GPUCLUSTER_CONTROL_DIR"}, GPUCLUSTER_SELF_KEEP="1")
     if code:
         env.update(GPUCLUSTER_CODE_DIR=CODE_DIR, GPUCLUSTER_SHIPPED_MARK=SHIPPED_MARK)
     files: list[tuple[str, str, str | bytes]] = [
         ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
         ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    if keeper_env:
+    if keeper_env and mode != "trainjob":  # a TrainJob's pod has no keeper: its entry script keeps it
         files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
     if code and (collects or job.resume_files):  # chooses what the job wrote (copy back); --resume's lay-back
         files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
@@ -374,6 +397,9 @@ def plan_job(
         notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
                      f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
                      f"{int(collect_wait_s)} s for that copy")
+    if mode == "trainjob":
+        notes.append(f"launcher trainjob: a Kubeflow Trainer v2 TrainJob ({TRAINER_GROUP}/{TRAINER_VERSION}) on the "
+                     f"ClusterTrainingRuntime {TORCH_RUNTIME}; the Trainer makes a JobSet ({JOBSET_GROUP}) of it")
     if mode == "pytorchjob":
         notes.append("launcher pytorchjob is deprecated: it needs Kubeflow's training operator v1 (kubeflow.org/v1), "
                      "which Kubeflow Trainer v2 replaced (v1 is kept only on its release-1.9 branch); the default "

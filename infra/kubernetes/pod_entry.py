@@ -17,6 +17,10 @@ python, standard library only. It picks this node's argv from argv.json (beside 
   it and exits with it: the container's status then carries the node's exit code even if its log
   stream broke. The pod's second container (`pod_keeper.py`) keeps the pod running while the
   launcher copies the output folder out (exec needs a running container).
+With GPUCLUSTER_SELF_KEEP=1 (a TrainJob's pod, which has no keeper container, and which the JobSet
+webhook makes restartPolicy OnFailure, so a container that exits non-zero is rerun in place) the
+script keeps the container running itself after the job_end record, as the keeper would (until the
+file `collected`, or GPUCLUSTER_COLLECT_WAIT_S), and then exits 0.
 SIGTERM/SIGINT (the pod is deleted) go to the child. With --setup the argv is the setup wrapper
 (setup commands, setup_end record, wait for the go file, exec torchrun): a failed setup ends the
 child with its code, and `stop` while it waits for the go file ends it too.
@@ -112,7 +116,19 @@ def main() -> None:
     os.replace(tmp, os.path.join(control, "exit_code"))
     print("@gpucluster-metric " + json.dumps({"kind": "job_end", "exit_code": code,
                                               "stopped": stopping is not None}), flush=True)
+    if os.environ.get("GPUCLUSTER_SELF_KEEP") == "1":
+        keep(control, signalled)
+        sys.exit(0)
     sys.exit(code)
+
+
+def keep(control, signalled):
+    """Until the launcher's `collected` (collecting), at most GPUCLUSTER_COLLECT_WAIT_S, or a SIGTERM."""
+    if os.environ.get("GPUCLUSTER_COLLECTING") != "1":
+        return
+    end = time.monotonic() + float(os.environ.get("GPUCLUSTER_COLLECT_WAIT_S") or 1800)
+    while not signalled and time.monotonic() < end and not os.path.exists(os.path.join(control, "collected")):
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":

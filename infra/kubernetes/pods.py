@@ -27,7 +27,7 @@ from gpucluster.supervisor import NodeSupervisor
 
 from .api import KubeApi, Retry, _is_api_error, _status, backoff, transient
 from .manifests import rank_of
-from .plan import CONTAINER, JOB_END_KIND, Plan
+from .plan import JOB_END_KIND, Plan
 
 SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clock and ours differ
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
@@ -126,6 +126,7 @@ class _Pods:
         self.retry = retry or Retry()
         self.exit_codes: dict[int, int] = {}
         self.ended: dict[int, int] = {}  # rank -> torchrun's exit code (the entry script's job_end record)
+        self.log_ended: set[int] = set()  # ranks whose log was read to its end (or to job_end)
         self.reasons: dict[int, str] = {}
         self.pod_names: dict[int, str] = {}
         self.attached: set[int] = set()
@@ -170,6 +171,8 @@ class _Pods:
             if rank is not None and 0 <= rank < self.plan.nodes:
                 current[rank] = pod
         for rank, pod in current.items():
+            if rank in self.lost and self.pod_names.get(rank) not in (None, pod.metadata.name):
+                continue  # a Job controller's replacement for a lost pod (a TrainJob's child Job retries): not ours
             self.pod_names[rank] = pod.metadata.name
             self._observe(rank, pod)
         self._check_start_deadline(current, now)
@@ -195,7 +198,7 @@ class _Pods:
             self.ips[rank] = str(ip)
         state = None
         for cs in getattr(status, "container_statuses", None) or []:
-            if cs.name == CONTAINER:
+            if cs.name == self.plan.app_container:
                 state = cs.state
         running = state is not None and (state.running is not None or state.terminated is not None)
         if rank not in self.attached and rank not in self.exit_codes and (
@@ -222,11 +225,14 @@ class _Pods:
             return
         terminated = state.terminated if state is not None else None
         waiting = state.waiting if state is not None else None
+        if terminated is not None and terminated.exit_code == 0 and self.plan.mode == "trainjob" and \
+                rank not in self.log_ended:
+            return  # the container exits 0 whatever torchrun did (pod_entry.py): its job_end record, read first, says
         if terminated is not None:  # the training container ended (the keeper may keep the pod Running)
             code = terminated.exit_code if terminated.exit_code is not None else 1
             self.exit_codes[rank] = code
             if code != 0:
-                self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} ended with exit code {code}"
+                self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} ended with exit code {code}"
                                       + (f" ({terminated.reason})" if terminated.reason else "")
                                       + (f": {terminated.message}" if getattr(terminated, "message", None) else ""))
         elif phase == "Succeeded":
@@ -238,7 +244,7 @@ class _Pods:
                                   + (f": {message}" if message else ""))
         elif waiting is not None and waiting.reason in FATAL_WAITING:
             self.exit_codes[rank] = -1
-            self.reasons[rank] = (f"pod {pod.metadata.name} container {CONTAINER} cannot start: {waiting.reason}: "
+            self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} cannot start: {waiting.reason}: "
                                   f"{waiting.message or ''}").rstrip(": ")
 
     def _init_failure(self, pod: Any) -> tuple[int, str] | None:
@@ -315,7 +321,7 @@ class _Pods:
 
     def _log_stream(self, pod_name: str, rank: int) -> Iterable[bytes]:
         stream = self._follow(pod_name, rank)
-        return self._until_job_end(stream, rank) if self.plan.collects else stream
+        return self._until_job_end(stream, rank) if self.plan.collects or self.plan.mode == "trainjob" else stream
 
     def _done(self, rank: int) -> bool:
         return rank in self.exit_codes or rank in self.ended or self.closed
@@ -337,7 +343,7 @@ class _Pods:
             response = None
             try:
                 response = self.api.core.read_namespaced_pod_log(
-                    pod_name, self.plan.namespace, container=CONTAINER, follow=True, timestamps=True,
+                    pod_name, self.plan.namespace, container=self.plan.app_container, follow=True, timestamps=True,
                     _preload_content=False, **kw)
             except Exception as exc:  # noqa: BLE001 - ApiException, connection errors: retried or said
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -391,6 +397,7 @@ class _Pods:
                     return
                 yield line
         finally:
+            self.log_ended.add(rank)
             lines.close()
 
 
