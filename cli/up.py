@@ -19,6 +19,7 @@ from gpucluster.infra.registry import provisioning
 
 @click.command(cls=TaskCommand)
 @options("task_file", *CLUSTER, "max_hourly", "max_attempts", "hosts", "identity", "known_hosts", "remote_python", "python",
+         "context", "namespace", "create_namespace",
          task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
                              "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
          cloud=dict(default=None, metavar="|".join(provisioning()) + "|ssh|local|auto|A,B", show_default=False,

@@ -51,6 +51,7 @@ class KubeProvider(Provider):
         self.where: tuple[str, str] | None = None  # (context, namespace) of the run `up` handed over
         self.kinds: list[str] = ["configmap", "service", "job"]  # what the run makes (the launcher says)
         self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
+        self.spec: Any = None  # the spec `up` was handed
 
     def preflight(self, spec: Any = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
@@ -109,6 +110,7 @@ class KubeProvider(Provider):
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         self.where = (str(spec.option("context")), str(spec.option("namespace")))
+        self.spec = spec  # a kept cluster's check (`held.hold`) asks the preflight of this spec
         return Cluster(name=spec.name, cloud="kubernetes", nodes=(), gpus_per_node=int(spec.gpus_per_node or 0),
                        outputs={"nodes": spec.nodes, "context": spec.option("context"),
                                 "namespace": spec.option("namespace"), "max_lifetime_minutes": spec.max_lifetime_minutes,

@@ -68,7 +68,14 @@ def _running(pod: Any, name: str) -> bool:
 def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
                 platform: Platform = GENERIC) -> Target:
     """Node `rank`'s pod of the job running on the cluster now, and the container to use."""
-    pods = api.core.list_namespaced_pod(namespace, label_selector=MANAGED).items
+    selector = MANAGED
+    if platform.shared:  # others' pods share the namespace: only this cluster's, made by this home
+        from gpucluster.ownership import installation_id
+
+        from .plan import CLUSTER_LABEL, dns_name
+
+        selector += f",{CLUSTER_LABEL}={dns_name(cluster, 63)},gpucluster-owner={installation_id()}"
+    pods = api.core.list_namespaced_pod(namespace, label_selector=selector).items
     live = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None
             and getattr(p.status, "phase", None) == "Running" and rank_in(p, mode) is not None]
     if not live:
