@@ -17,7 +17,8 @@ behaviour from its source:
   and so is a pod that does not state a resource the quota limits (`must specify requests.cpu`). Modelled
   for the counted objects this backend makes (configmaps, services, jobs) at their create.
 - LimitRange (Kubernetes docs, "Limit Ranges"): GET /api/v1/namespaces/NS/limitranges lists
-  `fake.limit_ranges[NS]` (a container over a `max` is refused at admission; the tests only read them).
+  `fake.limit_ranges[NS]` as the API server stores them (defaulted), and a Job whose pods they refuse gets no pod
+  (the LimitRanger admission of each pod create): tests/k8s_fake_limits.py, with its sources.
 - SelfSubjectAccessReview (Kubernetes docs, "Authorization", checking API access; `kubectl auth can-i`):
   POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews is allowed to every authenticated user (the
   `system:basic-user` ClusterRole) and answered with `status.allowed` as the authorizer would decide the
@@ -39,6 +40,7 @@ from __future__ import annotations
 from types import SimpleNamespace as NS
 
 import k8s_fake_http
+from k8s_fake_limits import pod_refusals, served
 from k8s_fake_objects import FakeApiException
 from k8s_fake_rbac import authorize as namespaced_authorize
 
@@ -172,7 +174,8 @@ def h_local_queue(self, ns, name):
 
 def h_limits(self, ns):
     self.fake._authenticate()
-    items = [dict(lr, metadata={**lr["metadata"], "namespace": ns}) for lr in getattr(self.fake, "limit_ranges", {}).get(ns, [])]
+    items = [dict(served(lr), metadata={**lr["metadata"], "namespace": ns})
+             for lr in getattr(self.fake, "limit_ranges", {}).get(ns, [])]
     self._send(200, {"kind": "LimitRangeList", "apiVersion": "v1", "metadata": {}, "items": items})
 
 
@@ -220,6 +223,24 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
         return original(self, kind, namespace, body)
 
     type(fake)._create = create
+    create_job = type(fake).create_namespaced_job
+
+    def create_namespaced_job(self, namespace, body, **kw):  # the LimitRanger admission of the Job's pod creates
+        from kubernetes.client import ApiClient
+
+        ranges = [served(lr) for lr in getattr(self, "limit_ranges", {}).get(namespace, [])]
+        pod = ApiClient().sanitize_for_serialization(body)["spec"]["template"]["spec"] if ranges else {}
+        refused = pod_refusals(pod, ranges) if ranges else []
+        if not refused:
+            return create_job(self, namespace, body, **kw)
+        self._authenticate()
+        self._create("job", namespace, body)  # the Job is made; the controller's pod creates are all refused
+        self.refused_jobs = getattr(self, "refused_jobs", {})
+        self.refused_jobs[body.metadata.name] = (f'Error creating: pods "{body.metadata.name}-0" is forbidden: '
+                                                 f'[{", ".join(refused)}]')
+        return body
+
+    type(fake).create_namespaced_job = create_namespaced_job
 
 
 def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-name") -> None:

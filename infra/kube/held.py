@@ -21,7 +21,14 @@ from gpucluster.domain import Leftover
 
 
 def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+    from gpucluster.launch import JobSpec
+
+    from .limits import job_pod
+
     provider = launcher.provider  # the KubeLauncher's own provider, handed the spec by `up` (attach_held)
+    # a job's pod as `exec` will make it (a command; the LimitRanges and quotas judge its containers)
+    provider.pod = job_pod(launcher, provider.spec, JobSpec(run_id=str(provider.spec.run_id or "up"),
+                                                            command=("python", "-c", "pass")))
     provider.preflight(provider.spec)  # UsageError (exit 2): nothing recorded, nothing created
     outputs = dict(cluster.outputs or {})
     context, namespace = str(outputs.get("context")), str(outputs.get("namespace"))

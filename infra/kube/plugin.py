@@ -32,6 +32,9 @@ class KubeLauncher(KubernetesLauncher):
         self.namespace = str(spec.option("namespace") or self.namespace)
         self.provider.secrets = bool(job.secrets)
         lines = super().describe(spec, job)
+        from .limits import job_pod
+
+        self.provider.pod = job_pod(self, spec, job)  # judged against the LimitRanges and quotas before creating
         made = options.create_namespace(spec)
         return [(f"namespace {self.namespace}: " + ("made for the run if it is missing (--create-namespace), and then "
                                                     "removed after it" if made else "used as it is (it must exist)"))

@@ -52,6 +52,7 @@ class KubeProvider(Provider):
         self.kinds: list[str] = ["configmap", "service", "job"]  # what the run makes (the launcher says)
         self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
         self.spec: Any = None  # the spec `up` was handed
+        self.pod: dict[str, Any] | None = None  # the pod spec the run's Job will carry (the launcher says)
 
     def preflight(self, spec: Any = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
@@ -91,9 +92,10 @@ class KubeProvider(Provider):
             if extra.queue and exists:
                 fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result)
             if exists:
-                fit.check_limits(core, namespace, resource, int(spec.gpus_per_node or 0), retry, result)
+                ranges = fit.check_limits(core, namespace, self.pod, resource, int(spec.gpus_per_node or 0), retry,
+                                          result)
                 fit.check_quota(core, namespace, fit.needs(spec.nodes, int(spec.gpus_per_node or 0), resource,
-                                                           mode, secrets), retry, result)
+                                                           mode, secrets), retry, result, self.pod, ranges, spec.nodes)
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - an API answer: unreachable and 401 are bad input
