@@ -444,3 +444,31 @@ def test_a_limit_range_on_memory_refuses_the_pods_and_is_caught_before_anything_
         {"type": "Container", "max": {"cpu": "4", "memory": "8Gi"}}]}}]}  # its defaults fill every container
     code, out, err = gpucluster(capsys, "--", "python", "-c", "print(1)")
     assert code == 0 and "pass the namespace's LimitRanges (cpu)" in " ".join((out + err).split()), (out + err)[-3000:]
+
+
+def _cluster_queue(gpus, cohort=None, borrowing=None):
+    res = {"name": "nvidia.com/gpu", "nominalQuota": str(gpus), **({"borrowingLimit": str(borrowing)} if borrowing else {})}
+    return {"spec": {**({"cohort": cohort} if cohort else {}), "resourceGroups": [
+        {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [res]}]}]}}
+
+
+def test_a_job_over_its_cluster_queue_is_refused_and_a_user_who_may_not_read_it_is_told(cluster, capsys):
+    """Kueue's ClusterQueue behind the LocalQueue holds 4 GPUs: 2 × 3 would never be admitted (the fake's Kueue
+    leaves it pending for ever, tests/k8s_fake_cluster.py `kueue_capacity`), so it is refused before creating; a
+    cohort's borrowingLimit adds room. The team's own context may not read clusterqueues (cluster-scoped): its
+    plan says "not checked" and the run goes on."""
+    c = cluster(admit_after_s=0.0)
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(4)}
+    admin = ("--context", "admin", "--namespace", TEAM_NS, "--option", "queue=team-queue", "--gpus-per-node", "3")
+    line = refused(capsys, c, *admin)
+    assert "6 nvidia.com/gpu requested; Kueue ClusterQueue cluster-queue (of LocalQueue team-queue) can admit at " \
+           "most a100 4 (nominalQuota): it would never be admitted" in line, line
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(4, cohort="lab", borrowing=2)}
+    code, out, err = gpucluster(capsys, *admin, "--", "python", "-c", "print(1)")
+    said = " ".join((out + err).split())
+    assert code == 0 and "Kueue ClusterQueue cluster-queue has room for 6 nvidia.com/gpu in flavor a100" in said, said[-3000:]
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(8)}
+    code, out, err = gpucluster(capsys, "--option", "queue=team-queue", "--", "python", "-c", "print(1)")
+    said = " ".join((out + err).split())
+    assert code == 0 and "not checked: the room in Kueue ClusterQueue cluster-queue of LocalQueue team-queue (this user may not " \
+           "get clusterqueues)" in said, said[-3000:]

@@ -162,14 +162,17 @@ def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dic
 KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
 
 
-def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -> None:
+def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit, resource: str = GPU_RESOURCE,
+                total: float = 0) -> None:
     """The Kueue LocalQueue the Job names exists in the namespace (Kueue docs, "Local Queue": a Job whose
     queue-name label names no LocalQueue stays suspended, "LocalQueue ... doesn't exist", and would wait out
-    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers."""
+    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers. Then its ClusterQueue's
+    quota for `resource` against the job's `total` (`cluster_queue_room`)."""
     from gpucluster.infra.kubernetes.api import _status
 
     try:
-        retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, queue)
+        local = retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES,
+                           queue)
     except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
         if _status(exc) == 404:
             raise UsageError(f"no Kueue LocalQueue {queue!r} in namespace {namespace} (or Kueue is not installed): "
@@ -180,6 +183,57 @@ def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -
         fit.skipped.append(f"the Kueue LocalQueue {queue} (this user may not get localqueues in {namespace})")
         return
     fit.notes.append(f"Kueue LocalQueue {queue} exists in {namespace}")
+    cq = str(((local or {}).get("spec") or {}).get("clusterQueue") or "")
+    if cq and total > 0:
+        cluster_queue_room(custom, cq, queue, resource, total, retry, fit)
+
+
+def cluster_queue_room(custom: Any, name: str, queue: str, resource: str, total: float, retry: Any, fit: Fit) -> None:
+    """Whether Kueue can ever admit `total` of `resource` from ClusterQueue `name` (kueue.x-k8s.io/v1beta1): one
+    podset's request goes to one flavor that covers the resource, and a flavor whose potential capacity is below
+    it is "insufficient quota ... request > maximum capacity" for ever (kubernetes-sigs/kueue
+    pkg/scheduler/flavorassigner/flavorassigner.go `fitsResourceQuota`: the capacity is the ClusterQueue's
+    `PotentialAvailable`, its nominalQuota, plus its borrowingLimit when it is in a cohort). In a cohort with no
+    borrowingLimit it may borrow whatever the cohort lends: not judged here. A user who may not read
+    clusterqueues (cluster-scoped) gets "not checked"."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        cq = retry.call(custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name) or {}
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) not in (403, 404):
+            raise
+        why = "this user may not get clusterqueues" if _status(exc) == 403 else "it was not found"
+        fit.skipped.append(f"the room in Kueue ClusterQueue {name} of LocalQueue {queue} ({why})")
+        return
+    spec = cq.get("spec") or {}
+    cohort = spec.get("cohort") or spec.get("cohortName")
+    flavors, unbounded = [], False
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") != resource:
+                    continue
+                most = _quantity(res.get("nominalQuota", 0))
+                if cohort:
+                    if res.get("borrowingLimit") is None:
+                        unbounded = True
+                    most += _quantity(res.get("borrowingLimit") or 0)
+                flavors.append((str(flavor.get("name")), most))
+    if unbounded:
+        fit.skipped.append(f"the room in Kueue ClusterQueue {name}: it may borrow {resource} from cohort {cohort} "
+                           "without a limit")
+        return
+    if not flavors:
+        raise UsageError(f"Kueue ClusterQueue {name} (of LocalQueue {queue}) has no quota for {resource}: Kueue "
+                         "would never admit the Job; ask for a queue whose ClusterQueue covers it")
+    if all(total > most for _, most in flavors):
+        said = ", ".join(f"{f} {most:g}" for f, most in flavors)
+        raise UsageError(f"{total:g} {resource} requested; Kueue ClusterQueue {name} (of LocalQueue {queue}) can admit "
+                         f"at most {said} (nominalQuota{' + borrowingLimit, cohort ' + str(cohort) if cohort else ''}): "
+                         "it would never be admitted (ask for fewer GPUs or nodes, or another queue)")
+    fit.notes.append(f"Kueue ClusterQueue {name} has room for {total:g} {resource} in flavor "
+                     f"{next(f for f, most in flavors if total <= most)}")
 
 
 def check_limits(core: Any, namespace: str, pod: dict[str, Any] | None, resource: str, gpus: int, retry: Any,

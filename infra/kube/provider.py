@@ -90,7 +90,8 @@ class KubeProvider(Provider):
             fit.check_nodes(core, spec.nodes, int(spec.gpus_per_node or 0), resource, extra, bool(extra.queue),
                             retry, result)
             if extra.queue and exists:
-                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result)
+                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result, resource,
+                                float(spec.nodes * int(spec.gpus_per_node or 0)))
             if exists:
                 ranges = fit.check_limits(core, namespace, self.pod, resource, int(spec.gpus_per_node or 0), retry,
                                           result)
