@@ -32,7 +32,7 @@ def _ours(c):
 
 
 def _labels_of_theirs(c):
-    return {k for k in c.fake.objects if "theirs" in k[1]}
+    return {k for k in c.fake.objects if "theirs" in k[1] or "their-" in k[1]}
 
 
 def _their_job(c):
@@ -99,11 +99,23 @@ def test_up_exec_status_ssh_and_down_of_a_kept_namespace(cluster, capsys):
     jobs = [j for j in c.jobs]
     assert len(jobs) == 2 and all(j["metadata"]["labels"]["gpucluster-cluster"] == "lab" for j in jobs)
     assert all(j["spec"]["template"]["metadata"]["labels"]["gpucluster-cluster"] == "lab" for j in jobs)
+    from kubernetes.client import V1ConfigMap, V1ObjectMeta
+
+    from gpucluster.ownership import installation_id
+
+    c.fake._tls.authorization = "Bearer fake-token"  # the cluster's admin puts them there
+    for name, owner in (("gpucluster-lost", installation_id()), ("gpucluster-their-lab", "ffffeeeeddddcccc")):
+        # a job of lab whose ledger rows are gone (its record lost), and another home's cluster named lab too
+        c.fake.create_namespaced_config_map(TEAM_NS, V1ConfigMap(metadata=V1ObjectMeta(name=name, labels={
+            "app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": "r20261101-000000-cccccc",
+            "gpucluster-cluster": "lab", "gpucluster-owner": owner}), data={"a": "b"}))
     code, text, _ = _cli(capsys, "down", "lab", "--yes")
     assert code == 0 and "verified by run label" in text, text[-3000:]
     assert ledger.open_resources("lab") == []
     c.fake.settle()
-    assert _labels_of_theirs(c) == theirs and not _ours(c)
+    assert ("configmap", "gpucluster-lost") not in c.fake.objects  # found by the cluster's label and this owner
+    assert ("configmap", "gpucluster-their-lab") in c.fake.objects
+    assert _labels_of_theirs(c) == theirs | {("configmap", "gpucluster-their-lab")} and not _ours(c)
     assert not [d for d in c.fake.calls if d[0] == "delete" and "theirs" in str(d)]
 
 
