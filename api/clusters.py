@@ -96,7 +96,8 @@ def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | N
 
 
 # -- up -------------------------------------------------------------------------------------------
-HELD_FLAGS = ("hosts", "identity", "known_hosts", "remote_python", "python")  # `up` of machines that exist
+HELD_FLAGS = ("hosts", "identity", "known_hosts", "remote_python", "python",  # `up` of machines that exist
+              "context", "namespace", "create_namespace")  # ... and of a namespace of a Kubernetes cluster
 def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
             given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Any:
     """`up`'s plan (a cluster, no job) and its backend, or a UsageError; nothing is recorded."""
@@ -117,6 +118,9 @@ def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
                             if cloud in NAMES else ""))
     if cloud in held:
         check_held_flags(cloud, flags, idle_minutes)
+    from gpucluster.cli.args import fold_option_flags
+
+    flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the cluster's options
     flags["options"] = with_idle_stop(tuple(flags.get("options") or ()), idle_minutes)  # the cloud's rules check it
     # the one lookup (or the ranking's first: docs/placement.md): everything below is given it; machines that exist
     # get the backend's own provider and launcher (the launcher asks them whether they are ready)
@@ -318,6 +322,8 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
         raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(asked)}: "
                          "what its nodes may reach is fixed when it is created; give only what it was created "
                          "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
+    if held:  # asked before each job as `run` asks it (kubernetes: permissions, the pods' fit); ssh, local: nothing
+        plan.provider.preflight(plan.spec)
     # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
     plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
     # before the run's row: a gone stack records nothing

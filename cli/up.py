@@ -19,6 +19,7 @@ from gpucluster.infra.registry import provisioning
 
 @click.command(cls=TaskCommand)
 @options("task_file", *CLUSTER, "max_hourly", "max_attempts", "hosts", "identity", "known_hosts", "remote_python", "python",
+         "context", "namespace", "create_namespace",
          task_file=dict(help="A task file (docs/tasks.md): its resources are the defaults, flags given here win "
                              "(its job keys are for `run`). Also as the argument: `gpucluster up task.yaml`."),
          cloud=dict(default=None, metavar="|".join(provisioning()) + "|ssh|local|auto|A,B", show_default=False,
@@ -61,8 +62,10 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         print_placement(out, placement)
     common.print_notes(out, plan.notes)
     held = not chosen.can(Capability.PROVISIONS)  # machines that exist (gpucluster.held): nothing is created
-    plan_line = (f"[bold]plan[/bold]: keep {spec.nodes} machine(s) that exist on {cloud} as cluster {spec.name} "
-                 "(each checked ready once; nothing created), billed by nobody here" if held else
+    shape = chosen.spec.plan_line(spec, spec.gpus_per_node or 1, None) if held else None  # kubernetes: pods, namespace
+    plan_line = (f"[bold]plan[/bold]: keep {shape or f'{spec.nodes} machine(s) that exist on {cloud}'} as cluster "
+                 f"{spec.name} ({'checked once as a run is' if shape else 'each checked ready once'}; nothing created), "
+                 "billed by nobody here" if held else
                  f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, ")
     cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
            if plan.estimate is not None else "")
@@ -125,7 +128,8 @@ def _render(out: Any, cluster: Any, plan: Any, as_json: bool) -> int:
         t.add_column(col)
     for n in nodes_out:
         t.add_row(str(n["rank"]), n["host"] or "-", n["private_ip"] or "-", n["instance_id"] or "-", str(n["gpus"]))
-    out.print(t)
+    if nodes_out:  # a kept namespace of a Kubernetes cluster lists no nodes (a job's pods are placed by its scheduler)
+        out.print(t)
     if cloud in provisioning():
         out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
     else:

@@ -5,6 +5,9 @@ records one `host` row per machine with how it is reached (the key, the known ho
 Python). Those rows are what makes the cluster "up" in the ledger (`kept.find`), what `status`
 lists (billed by nobody: $0) and what `down` closes once the check of the hosts is verified; the
 hosts themselves are never touched, only what gpucluster put there (run folders, processes).
+A namespace of an existing Kubernetes cluster (`up --cloud kubernetes --name`) is held the same way:
+its cluster lists no nodes (a job's pods are placed by the scheduler), so `hold` names its one row
+(the context and namespace) and the check is the one a run makes before creating anything.
 
 - `Holding`: the provider `up` runs through the lifecycle's `provision_only` (the same bookkeeping
   as a cloud cluster's `up`): the backend's own provider builds the cluster and the rows are
@@ -22,7 +25,7 @@ from typing import Any
 from gpucluster.domain import Check, Cluster, Provider
 from gpucluster.errors import LaunchError
 
-HOST_KIND = "host"  # the ledger's row of a machine that exists, held as a kept cluster's node
+HOST_KIND = "host"  # the ledger's row of a machine that exists (or a namespace of a cluster), held as a kept cluster's
 REACH = ("identity", "known_hosts", "remote_python", "python")  # Request fields recorded with the rows
 
 
@@ -52,15 +55,17 @@ class Holding(Provider):
 
     def up(self, spec: Any, events: Any) -> Cluster:
         cluster: Cluster = self.inner.up(spec, events)
-        for node in cluster.nodes:
-            name = f"node-{node.rank}"
-            detail = {"rank": node.rank, "host": node.host, "user": node.user, "port": node.port,
-                      **self.reach, **(self.found.get(node.rank) or {})}
+        rows = [(f"node-{node.rank}", {"rank": node.rank, "host": node.host, "user": node.user, "port": node.port,
+                                       **self.reach, **(self.found.get(node.rank) or {})}) for node in cluster.nodes]
+        if not cluster.nodes:  # a place whose nodes are not addressed one by one (a Kubernetes namespace): its rows
+            rows = [(str(d.get("row") or f"place-{r}"), {"rank": r, **self.reach, **d}) for r, d in sorted(self.found.items())]
+        for name, detail in rows:
             events.resource_requested(HOST_KIND, name, **detail)
             self._written.append(name)
-            events.resource_created(HOST_KIND, name, detail.get("label") or node.host)
+            events.resource_created(HOST_KIND, name, str(detail.get("label") or detail.get("host")))
         events.message(f"kept cluster {spec.name}: {len(cluster.nodes)} machine(s) that exist, each checked ready; "
-                       "nothing created")
+                       "nothing created" if cluster.nodes else f"kept cluster {spec.name}: "
+                       f"{', '.join(str(d.get('label')) for _, d in rows)}, checked as a run checks it; nothing created")
         return cluster
 
     def down(self, name: str, events: Any) -> None:

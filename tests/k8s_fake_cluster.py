@@ -17,7 +17,8 @@ behaviour from its source:
   and so is a pod that does not state a resource the quota limits (`must specify requests.cpu`). Modelled
   for the counted objects this backend makes (configmaps, services, jobs) at their create.
 - LimitRange (Kubernetes docs, "Limit Ranges"): GET /api/v1/namespaces/NS/limitranges lists
-  `fake.limit_ranges[NS]` (a container over a `max` is refused at admission; the tests only read them).
+  `fake.limit_ranges[NS]` as the API server stores them (defaulted), and a Job whose pods they refuse gets no pod
+  (the LimitRanger admission of each pod create): tests/k8s_fake_limits.py, with its sources.
 - SelfSubjectAccessReview (Kubernetes docs, "Authorization", checking API access; `kubectl auth can-i`):
   POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews is allowed to every authenticated user (the
   `system:basic-user` ClusterRole) and answered with `status.allowed` as the authorizer would decide the
@@ -30,7 +31,10 @@ behaviour from its source:
   listing, the clock of this fake's controllers); a Job deleted while it waits never gets pods. Its LocalQueues
   (`fake.local_queues`: namespace -> names) are read by name at GET
   /apis/kueue.x-k8s.io/v1beta1/namespaces/NS/localqueues/NAME (404 for another name, as for a cluster
-  without Kueue's CRDs).
+  without Kueue's CRDs), each pointing at ClusterQueue `cluster-queue`; `fake.cluster_queues` are served at GET
+  /apis/kueue.x-k8s.io/v1beta1/clusterqueues/NAME (cluster-scoped: a namespaced Role cannot grant it, 403), and
+  a queued Job whose GPUs are over the ClusterQueue's capacity is never admitted (`kueue_capacity`, with its
+  source; `fake.never_admitted` keeps the workload's message).
 - Other owners' objects live in the same namespaces and are never ours to touch: the tests put them there.
 """
 
@@ -39,11 +43,13 @@ from __future__ import annotations
 from types import SimpleNamespace as NS
 
 import k8s_fake_http
+from k8s_fake_limits import pod_refusals, served
 from k8s_fake_objects import FakeApiException
 from k8s_fake_rbac import authorize as namespaced_authorize
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 CLUSTER_PATHS = {"/api/v1/nodes": ("", "nodes"), "/api/v1/pods": ("", "pods"), "/api/v1/namespaces": ("", "namespaces")}
+CLUSTER_QUEUES = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues/"
 VERB_METHOD = {"create": "POST", "get": "GET", "list": "GET", "delete": "DELETE", "update": "PUT", "patch": "PATCH",
                "watch": "GET"}
 
@@ -83,9 +89,9 @@ def authorize(fake, token: str, method: str, path: str) -> None:
     cluster-scoped reads allowed by a ClusterRoleBinding (`fake.cluster_grants`)."""
     if path == SSAR:
         return
-    if path in CLUSTER_PATHS:
-        group, resource = CLUSTER_PATHS[path]
-        verb = {"GET": "list", "POST": "create"}.get(method, method.lower())
+    if path in CLUSTER_PATHS or path.startswith(CLUSTER_QUEUES):
+        group, resource = CLUSTER_PATHS.get(path) or ("kueue.x-k8s.io", "clusterqueues")  # cluster-scoped
+        verb = {"GET": "get" if path.startswith(CLUSTER_QUEUES) else "list", "POST": "create"}.get(method, method.lower())
         if not _cluster_allowed(fake, token, group, resource, verb):
             ns_sa = fake.sa_tokens[token]
             raise FakeApiException(403, f'Forbidden: User "system:serviceaccount:{ns_sa[0]}:{ns_sa[1]}" cannot {verb} '
@@ -170,9 +176,45 @@ def h_local_queue(self, ns, name):
                      "metadata": {"name": name, "namespace": ns}, "spec": {"clusterQueue": "cluster-queue"}})
 
 
+def h_cluster_queue(self, name):
+    self.fake._authenticate()
+    cq = getattr(self.fake, "cluster_queues", {}).get(name)
+    if cq is None:
+        raise FakeApiException(404, f'NotFound: clusterqueues.kueue.x-k8s.io "{name}" not found')
+    self._send(200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name}, **cq})
+
+
+def kueue_capacity(cq: dict, resource: str, total: float) -> str | None:
+    """Kueue's flavor assignment of one podset needing `total` of `resource` (kubernetes-sigs/kueue
+    pkg/scheduler/flavorassigner/flavorassigner.go `fitsResourceQuota`: "request > maximum capacity" when the
+    request is over the flavor's potential capacity, `PotentialAvailable`: nominalQuota, plus borrowingLimit in a
+    cohort, or the cohort's whole lendable quota without one, here taken as unbounded); the condition message of a
+    workload that never fits, else None."""
+    from kubernetes.utils import parse_quantity
+
+    spec = cq.get("spec") or {}
+    said = []
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") != resource:
+                    continue
+                cap = float(parse_quantity(str(res.get("nominalQuota", 0))))
+                if spec.get("cohort"):
+                    if res.get("borrowingLimit") is None:
+                        return None
+                    cap += float(parse_quantity(str(res["borrowingLimit"])))
+                if total <= cap:
+                    return None
+                said.append(f"insufficient quota for {resource} in flavor {flavor.get('name')}, request > maximum "
+                            f"capacity ({total:g} > {cap:g})")
+    return "couldn't assign flavors to pod set main: " + ("; ".join(said) or f"resource {resource} unavailable in ClusterQueue")
+
+
 def h_limits(self, ns):
     self.fake._authenticate()
-    items = [dict(lr, metadata={**lr["metadata"], "namespace": ns}) for lr in getattr(self.fake, "limit_ranges", {}).get(ns, [])]
+    items = [dict(served(lr), metadata={**lr["metadata"], "namespace": ns})
+             for lr in getattr(self.fake, "limit_ranges", {}).get(ns, [])]
     self._send(200, {"kind": "LimitRangeList", "apiVersion": "v1", "metadata": {}, "items": items})
 
 
@@ -193,6 +235,7 @@ ROUTES = [
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "quotas"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/limitranges", "limits"),
     ("POST", SSAR, "ssar"),
+    ("GET", r"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/(?P<name>[^/]+)", "cluster_queue"),
     ("GET", r"/apis/kueue.x-k8s.io/v1beta1/namespaces/(?P<ns>[^/]+)/localqueues/(?P<name>[^/]+)", "local_queue"),
 ]
 
@@ -208,7 +251,7 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
         return
     k8s_fake_http._cluster_installed = True
     k8s_fake_http.ROUTES[:0] = ROUTES
-    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_limits", "h_ssar", "h_local_queue"):
+    for name in ("h_nodes", "h_all_pods", "h_quotas", "h_limits", "h_ssar", "h_local_queue", "h_cluster_queue"):
         setattr(k8s_fake_http.Handler, name, globals()[name])
     k8s_fake_http.authorize = authorize  # SSAR and the cluster-scoped reads, then the namespaced RBAC
     original = type(fake)._create
@@ -220,6 +263,24 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
         return original(self, kind, namespace, body)
 
     type(fake)._create = create
+    create_job = type(fake).create_namespaced_job
+
+    def create_namespaced_job(self, namespace, body, **kw):  # the LimitRanger admission of the Job's pod creates
+        from kubernetes.client import ApiClient
+
+        ranges = [served(lr) for lr in getattr(self, "limit_ranges", {}).get(namespace, [])]
+        pod = ApiClient().sanitize_for_serialization(body)["spec"]["template"]["spec"] if ranges else {}
+        refused = pod_refusals(pod, ranges) if ranges else []
+        if not refused:
+            return create_job(self, namespace, body, **kw)
+        self._authenticate()
+        self._create("job", namespace, body)  # the Job is made; the controller's pod creates are all refused
+        self.refused_jobs = getattr(self, "refused_jobs", {})
+        self.refused_jobs[body.metadata.name] = (f'Error creating: pods "{body.metadata.name}-0" is forbidden: '
+                                                 f'[{", ".join(refused)}]')
+        return body
+
+    type(fake).create_namespaced_job = create_namespaced_job
 
 
 def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-name") -> None:
@@ -229,6 +290,10 @@ def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-n
     create, list_pods = fake.create_namespaced_job, fake.list_namespaced_pod
     fake.queued, fake.admitted = [], []
     fake.local_queues = {ns: ("team-queue",) for ns in fake.namespaces}
+    fake.cluster_queues = getattr(fake, "cluster_queues", None) or {"cluster-queue": {"spec": {"resourceGroups": [
+        {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "default-flavor", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}}}
+    fake.never_admitted = {}  # job name -> the workload's condition message
 
     def create_job(namespace, body, **kw):
         if not (body.metadata.labels or {}).get(queue_label):
@@ -241,6 +306,12 @@ def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-n
     def list_namespaced_pod(namespace, label_selector=None, **kw):
         now = time.monotonic()
         for due, ns, body in [q for q in fake.queued if q[0] <= now]:
+            gpus = body.spec.completions * sum(int((c.resources.limits or {}).get("nvidia.com/gpu", 0))
+                                               for c in body.spec.template.spec.containers if c.resources)
+            never = kueue_capacity(fake.cluster_queues.get("cluster-queue") or {}, "nvidia.com/gpu", gpus)
+            if never:  # QuotaReserved=False, reason Pending, for as long as the quota stays as it is
+                fake.never_admitted[body.metadata.name] = never
+                continue
             fake.queued.remove((due, ns, body))
             key = ("job", body.metadata.name)
             if key not in fake.objects or key in fake.terminating:

@@ -84,9 +84,9 @@ ROUTES = [  # (method, path regex, handler name)
     ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/portforward", "portforward"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "pods"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "events"),
-    ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|serviceaccounts)", "create"),
+    ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|serviceaccounts|secrets)", "create"),
     ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|secrets)", "list"),
-    ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services)/(?P<name>[^/]+)", "delete"),
+    ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>configmaps|services|secrets)/(?P<name>[^/]+)", "delete"),
     ("GET", r"/api/v1/namespaces/(?P<name>[^/]+)", "read_namespace"),
     ("DELETE", r"/api/v1/namespaces/(?P<name>[^/]+)", "delete_namespace"),
     ("POST", r"/api/v1/namespaces", "create_namespace"),
@@ -108,6 +108,7 @@ ROUTES = [  # (method, path regex, handler name)
 MODELS = {"configmaps": ("V1ConfigMap", "create_namespaced_config_map"),
           "services": ("V1Service", "create_namespaced_service"),
           "serviceaccounts": ("V1ServiceAccount", "create_namespaced_service_account"),
+          "secrets": ("V1Secret", "create_namespaced_secret"),
           "roles": ("V1Role", "create_namespaced_role"),
           "rolebindings": ("V1RoleBinding", "create_namespaced_role_binding"),
           "deployments": ("V1Deployment", "create_namespaced_deployment")}
@@ -231,7 +232,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_delete(self, ns, kind, name):
         {"configmaps": self.fake.delete_namespaced_config_map,
-         "services": self.fake.delete_namespaced_service}[kind](name, ns)
+         "services": self.fake.delete_namespaced_service,
+         "secrets": self.fake.delete_namespaced_secret}[kind](name, ns)
         self._send(200, {"kind": "Status", "status": "Success"})
 
     def h_read_namespace(self, name):

@@ -214,12 +214,14 @@ class ObjectStore:
     def list_namespaced_job(self, namespace, label_selector=None, **kw):
         self.calls.append(("list", "job", namespace, label_selector))
         self._authenticate()
-        key, _, value = (label_selector or "").partition("=")
+        from k8s_fake_rbac import parse_selector, selector_match  # it imports this module
+
+        reqs = parse_selector(label_selector)  # "k=v,k2=v2": every requirement holds (Labels and Selectors)
         items = []
         for (kind, name), body in self.objects.items():
             if kind == "job" and self.object_ns.get((kind, name)) == namespace:
                 labels = body.metadata.labels or {}
-                if not key or labels.get(key) == value:
+                if selector_match(reqs, labels):
                     items.append(NS(metadata=NS(name=name, labels=dict(labels), deletion_timestamp=(
                         "2026-11-22T00:01:00Z" if (kind, name) in self.terminating else None))))
         return NS(items=items)
@@ -233,14 +235,16 @@ class ObjectStore:
         dependents are gone). A missing namespace lists nothing (a list in it answers an empty list)."""
         self.calls.append(("list", kind, namespace, label_selector))
         self._authenticate()
-        key, _, value = (label_selector or "").partition("=")
+        from k8s_fake_rbac import parse_selector, selector_match  # it imports this module
+
+        reqs = parse_selector(label_selector)  # "k=v,k2=v2": every requirement holds (Labels and Selectors)
         items = []
         for (k, name), body in self.objects.items():
             if k != kind or self.object_ns.get((k, name)) != namespace:
                 continue
             meta = body["metadata"] if isinstance(body, dict) else None
             labels = (meta.get("labels") if meta is not None else body.metadata.labels) or {}
-            if not key or labels.get(key) == value:
+            if selector_match(reqs, labels):
                 items.append(NS(metadata=NS(name=name, labels=dict(labels), deletion_timestamp=(
                     "2026-11-22T00:01:00Z" if (k, name) in self.terminating else None))))
         return items

@@ -241,6 +241,9 @@ class _Pod:
     def __init__(self, name: str, index: int, labels: dict, script, delay: int = 0):
         self.name, self.index, self.labels, self.script = name, index, labels, script
         self.delay = delay  # start-up skew: extra Pending ticks
+        # metadata.creationTimestamp: set by the API server at the create, RFC 3339 in UTC to the second (Kubernetes
+        # API reference, ObjectMeta: "creationTimestamp ... populated by the system. Read-only")
+        self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.age = 0
         self.deleted = threading.Event()
         self.terminating: int | None = None  # listings left before a deleted pod is really gone
@@ -531,7 +534,7 @@ class _Pod:
             statuses.append(self._status(name, state, ready=c is not None and c.running,
                                          restarts=c.restarts if c is not None else 0))
         return NS(
-            metadata=NS(name=self.name, namespace="default", labels=dict(self.labels),
+            metadata=NS(name=self.name, namespace="default", labels=dict(self.labels), creation_timestamp=self.created,
                         deletion_timestamp="2026-11-22T00:01:00Z" if self.terminating is not None else None,
                         annotations={} if "training.kubeflow.org/replica-type" in self.labels
                         else {INDEX: str(self.index)}),

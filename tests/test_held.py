@@ -24,11 +24,13 @@ def invoke(cmd, *args):
     return cmd.main(list(args), prog_name=f"gpucluster {cmd.name}", standalone_mode=False)
 
 
-def test_up_on_kubernetes_is_still_refused_naming_what_up_takes(home):
-    with pytest.raises(UsageError) as caught:
-        invoke(up.up, "--cloud", "kubernetes", "--yes")
-    msg = caught.value.message
-    assert "'kubernetes'" in msg and "ssh" in msg and "local" in msg and "aws" in msg and "need no `up`" in msg
+def test_up_on_kubernetes_without_a_kubeconfig_is_one_line_and_records_nothing(home, tmp_path, monkeypatch):
+    """`up --cloud kubernetes` keeps a namespace of an existing cluster (tests/test_kube_kept.py); without a
+    kubeconfig it is refused naming where it looked, before anything is recorded."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    with pytest.raises(Exception) as caught:
+        invoke(up.up, "--cloud", "kubernetes", "--name", "lab", "--yes")
+    assert f"no kubeconfig at {tmp_path / 'none'}" in str(caught.value)
     assert not (home / "ledger.sqlite3").exists() or Ledger.open_default().list_runs() == []
 
 

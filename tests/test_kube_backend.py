@@ -183,7 +183,8 @@ def test_bad_input_each_one_line_and_nothing_created(cluster, capsys, tmp_path, 
     c.fake.limit_ranges = {TEAM_NS: [{"metadata": {"name": "per-pod"}, "spec": {"limits": [
         {"type": "Container", "max": {"nvidia.com/gpu": "2"}}]}}]}
     line = refused(capsys, c, "--gpus-per-node", "3")
-    assert "LimitRange per-pod in namespace team-a allows at most 2 nvidia.com/gpu per container" in line, line
+    assert "LimitRange per-pod in namespace team-a refuses the run's pods: Maximum nvidia.com/gpu usage per " \
+           "Container is 2, but limit is 3. (container pytorch)" in line, line
     c.fake.limit_ranges = {}
     line = refused(capsys, c, "--gpus-per-node", "8")
     assert "2 nodes × 8 GPUs requested; the largest node has 4 allocatable nvidia.com/gpu" in line, line
@@ -417,3 +418,57 @@ def test_a_job_kueue_never_admits_fails_at_the_start_deadline_saying_so(tmp_path
     assert not result.ok and "the Job made no pod for it" in result.failure, result.failure
     assert "waiting for Kueue to admit it from LocalQueue team-queue" in result.failure, result.failure
     assert fake.admitted == [] and [d[1] for d in fake.calls if d[0] == "delete"][:1] == ["job"]
+
+
+def test_a_limit_range_on_memory_refuses_the_pods_and_is_caught_before_anything_is_created(cluster, capsys):
+    """A Pod `max` on memory: gpucluster's containers state no memory limit, so the API server's LimitRanger would
+    refuse every pod the Job makes (tests/k8s_fake_limits.py) and the run would wait out its start deadline; the
+    check says so before anything exists. The same Job, made anyway through the fake, gets no pod."""
+    c = cluster()
+    c.fake.limit_ranges = {TEAM_NS: [{"metadata": {"name": "mem"}, "spec": {"limits": [
+        {"type": "Pod", "max": {"memory": "16Gi"}}]}}]}
+    line = refused(capsys, c, "--", "python", "-c", "print(1)")
+    assert "LimitRange mem in namespace team-a refuses the run's pods: Maximum memory usage per Pod is 16Gi.  " \
+           "No limit is specified." in line, line
+    code, out, err = gpucluster(capsys, "--dry-run", "--", "python", "-c", "print(1)")
+    assert code == 0, err
+    from kubernetes.client import ApiClient
+
+    (job,) = [d for d in yaml.safe_load_all(out[out.index("apiVersion"):out.index("not checked")]) if d["kind"] == "Job"]
+    c.fake._tls.authorization = "Bearer fake-token"  # the cluster's admin makes it anyway
+    c.fake.create_namespaced_job(TEAM_NS, ApiClient()._ApiClient__deserialize(job, "V1Job"))
+    assert "is forbidden: [maximum memory usage per Pod is 16Gi, no limit is specified]" in \
+        c.fake.refused_jobs[job["metadata"]["name"]]
+    assert not [p for p in c.fake.pods.values() if p.name.startswith(job["metadata"]["name"])]
+    c.fake.limit_ranges = {TEAM_NS: [{"metadata": {"name": "cpu"}, "spec": {"limits": [
+        {"type": "Container", "max": {"cpu": "4", "memory": "8Gi"}}]}}]}  # its defaults fill every container
+    code, out, err = gpucluster(capsys, "--", "python", "-c", "print(1)")
+    assert code == 0 and "pass the namespace's LimitRanges (cpu)" in " ".join((out + err).split()), (out + err)[-3000:]
+
+
+def _cluster_queue(gpus, cohort=None, borrowing=None):
+    res = {"name": "nvidia.com/gpu", "nominalQuota": str(gpus), **({"borrowingLimit": str(borrowing)} if borrowing else {})}
+    return {"spec": {**({"cohort": cohort} if cohort else {}), "resourceGroups": [
+        {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [res]}]}]}}
+
+
+def test_a_job_over_its_cluster_queue_is_refused_and_a_user_who_may_not_read_it_is_told(cluster, capsys):
+    """Kueue's ClusterQueue behind the LocalQueue holds 4 GPUs: 2 × 3 would never be admitted (the fake's Kueue
+    leaves it pending for ever, tests/k8s_fake_cluster.py `kueue_capacity`), so it is refused before creating; a
+    cohort's borrowingLimit adds room. The team's own context may not read clusterqueues (cluster-scoped): its
+    plan says "not checked" and the run goes on."""
+    c = cluster(admit_after_s=0.0)
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(4)}
+    admin = ("--context", "admin", "--namespace", TEAM_NS, "--option", "queue=team-queue", "--gpus-per-node", "3")
+    line = refused(capsys, c, *admin)
+    assert "6 nvidia.com/gpu requested; Kueue ClusterQueue cluster-queue (of LocalQueue team-queue) can admit at " \
+           "most a100 4 (nominalQuota): it would never be admitted" in line, line
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(4, cohort="lab", borrowing=2)}
+    code, out, err = gpucluster(capsys, *admin, "--", "python", "-c", "print(1)")
+    said = " ".join((out + err).split())
+    assert code == 0 and "Kueue ClusterQueue cluster-queue has room for 6 nvidia.com/gpu in flavor a100" in said, said[-3000:]
+    c.fake.cluster_queues = {"cluster-queue": _cluster_queue(8)}
+    code, out, err = gpucluster(capsys, "--option", "queue=team-queue", "--", "python", "-c", "print(1)")
+    said = " ".join((out + err).split())
+    assert code == 0 and "not checked: the room in Kueue ClusterQueue cluster-queue of LocalQueue team-queue (this user may not " \
+           "get clusterqueues)" in said, said[-3000:]

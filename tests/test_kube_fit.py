@@ -122,8 +122,8 @@ def test_a_limit_range_under_the_gpus_a_pod_asks():
                "V1LimitRange")
     with pytest.raises(UsageError, match="LimitRange small in namespace ns allows at most 2 nvidia.com/gpu per "
                                          r"container; the run asks 4 \(--gpus-per-node\)"):
-        fit.check_limits(Core([], limits=[lr]), "ns", "nvidia.com/gpu", 4, Retry(0), fit.Fit())
-    fit.check_limits(Core([], limits=[lr]), "ns", "nvidia.com/gpu", 2, Retry(0), fit.Fit())
+        fit.check_limits(Core([], limits=[lr]), "ns", None, "nvidia.com/gpu", 4, Retry(0), fit.Fit())
+    fit.check_limits(Core([], limits=[lr]), "ns", None, "nvidia.com/gpu", 2, Retry(0), fit.Fit())
 
 
 @pytest.mark.parametrize("key,value", [("tolerations", "a=b:Never"), ("tolerations", "=b:NoSchedule"),

@@ -148,39 +148,6 @@ def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Pa
         fit.notes.append(f"fits: {room} eligible node(s) have {gpus} free {resource} now")
 
 
-def check_quota(core: Any, namespace: str, need: dict[str, float], retry: Any, fit: Fit) -> None:
-    """Each ResourceQuota of the namespace against what the run's objects will ask for."""
-    from gpucluster.infra.kubernetes.api import _status
-
-    try:
-        quotas = retry.call(core.list_namespaced_resource_quota, namespace).items
-    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
-        if _status(exc) != 403:
-            raise
-        fit.skipped.append(f"the namespace's ResourceQuotas (this user may not list resourcequotas in {namespace})")
-        return
-    for q in quotas:
-        hard = {k: _quantity(v) for k, v in ((q.status.hard if q.status and q.status.hard else None)
-                                             or (q.spec.hard or {})).items()}
-        used = {k: _quantity(v) for k, v in ((q.status.used if q.status else None) or {}).items()}
-        for key in ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory", "cpu", "memory"):
-            if key in hard:
-                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} limits {key}, so every pod "
-                                 f"must state it, and gpucluster's training container states no CPU or memory: "
-                                 "use a namespace without that quota")
-        for key, amount in need.items():
-            if key not in hard or amount <= 0:
-                continue
-            if amount > hard[key]:
-                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} "
-                                 f"{hard[key]:g}; the run needs {amount:g}: it can never fit there")
-            if used.get(key, 0.0) + amount > hard[key]:
-                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} {hard[key]:g} "
-                                 f"with {used.get(key, 0.0):g} in use; the run needs {amount:g}: it does not fit now")
-    if quotas:
-        fit.notes.append(f"fits the namespace's ResourceQuota ({', '.join(q.metadata.name for q in quotas)})")
-
-
 def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dict[str, float]:
     """What the run's objects count against a quota."""
     out = {f"requests.{resource}": float(nodes * gpus), "pods": float(nodes), f"count/pods": float(nodes),
@@ -195,14 +162,17 @@ def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dic
 KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
 
 
-def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -> None:
+def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit, resource: str = GPU_RESOURCE,
+                total: float = 0) -> None:
     """The Kueue LocalQueue the Job names exists in the namespace (Kueue docs, "Local Queue": a Job whose
     queue-name label names no LocalQueue stays suspended, "LocalQueue ... doesn't exist", and would wait out
-    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers."""
+    the start deadline). A 404 is also what a cluster without Kueue's CRDs answers. Then its ClusterQueue's
+    quota for `resource` against the job's `total` (`cluster_queue_room`)."""
     from gpucluster.infra.kubernetes.api import _status
 
     try:
-        retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, queue)
+        local = retry.call(custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES,
+                           queue)
     except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
         if _status(exc) == 404:
             raise UsageError(f"no Kueue LocalQueue {queue!r} in namespace {namespace} (or Kueue is not installed): "
@@ -213,25 +183,154 @@ def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit) -
         fit.skipped.append(f"the Kueue LocalQueue {queue} (this user may not get localqueues in {namespace})")
         return
     fit.notes.append(f"Kueue LocalQueue {queue} exists in {namespace}")
+    cq = str(((local or {}).get("spec") or {}).get("clusterQueue") or "")
+    if cq and total > 0:
+        cluster_queue_room(custom, cq, queue, resource, total, retry, fit)
 
 
-def check_limits(core: Any, namespace: str, resource: str, gpus: int, retry: Any, fit: Fit) -> None:
-    """Each LimitRange of the namespace against the GPUs one container (and one pod) asks for (Kubernetes docs,
-    "Limit Ranges": a Container or Pod whose limit is over a `max` is refused at admission)."""
+def cluster_queue_room(custom: Any, name: str, queue: str, resource: str, total: float, retry: Any, fit: Fit) -> None:
+    """Whether Kueue can ever admit `total` of `resource` from ClusterQueue `name` (kueue.x-k8s.io/v1beta1): one
+    podset's request goes to one flavor that covers the resource, and a flavor whose potential capacity is below
+    it is "insufficient quota ... request > maximum capacity" for ever (kubernetes-sigs/kueue
+    pkg/scheduler/flavorassigner/flavorassigner.go `fitsResourceQuota`: the capacity is the ClusterQueue's
+    `PotentialAvailable`, its nominalQuota, plus its borrowingLimit when it is in a cohort). In a cohort with no
+    borrowingLimit it may borrow whatever the cohort lends: not judged here. A user who may not read
+    clusterqueues (cluster-scoped) gets "not checked"."""
     from gpucluster.infra.kubernetes.api import _status
 
-    if gpus <= 0:
-        return
     try:
-        ranges = retry.call(core.list_namespaced_limit_range, namespace).items
+        cq = retry.call(custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name) or {}
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) not in (403, 404):
+            raise
+        why = "this user may not get clusterqueues" if _status(exc) == 403 else "it was not found"
+        fit.skipped.append(f"the room in Kueue ClusterQueue {name} of LocalQueue {queue} ({why})")
+        return
+    spec = cq.get("spec") or {}
+    cohort = spec.get("cohort") or spec.get("cohortName")
+    flavors, unbounded = [], False
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") != resource:
+                    continue
+                most = _quantity(res.get("nominalQuota", 0))
+                if cohort:
+                    if res.get("borrowingLimit") is None:
+                        unbounded = True
+                    most += _quantity(res.get("borrowingLimit") or 0)
+                flavors.append((str(flavor.get("name")), most))
+    if unbounded:
+        fit.skipped.append(f"the room in Kueue ClusterQueue {name}: it may borrow {resource} from cohort {cohort} "
+                           "without a limit")
+        return
+    if not flavors:
+        raise UsageError(f"Kueue ClusterQueue {name} (of LocalQueue {queue}) has no quota for {resource}: Kueue "
+                         "would never admit the Job; ask for a queue whose ClusterQueue covers it")
+    if all(total > most for _, most in flavors):
+        said = ", ".join(f"{f} {most:g}" for f, most in flavors)
+        raise UsageError(f"{total:g} {resource} requested; Kueue ClusterQueue {name} (of LocalQueue {queue}) can admit "
+                         f"at most {said} (nominalQuota{' + borrowingLimit, cohort ' + str(cohort) if cohort else ''}): "
+                         "it would never be admitted (ask for fewer GPUs or nodes, or another queue)")
+    fit.notes.append(f"Kueue ClusterQueue {name} has room for {total:g} {resource} in flavor "
+                     f"{next(f for f, most in flavors if total <= most)}")
+
+
+def check_limits(core: Any, namespace: str, pod: dict[str, Any] | None, resource: str, gpus: int, retry: Any,
+                 fit: Fit) -> list[Any]:
+    """Each LimitRange of the namespace against the pod the run's Job will make, as the LimitRanger admission
+    plugin judges it at the pod's create (limits.py: min, max and maxLimitRequestRatio, per container and per pod,
+    after its defaults); without the pod (none planned), the GPUs one container asks for against each `max`.
+    Returns the LimitRanges read (their defaults count in a ResourceQuota's check)."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        ranges = list(retry.call(core.list_namespaced_limit_range, namespace).items)
     except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
         if _status(exc) != 403:
             raise
         fit.skipped.append(f"the namespace's LimitRanges (this user may not list limitranges in {namespace})")
-        return
-    for lr in ranges:
+        return []
+    if pod is not None:
+        from .limits import refusals
+
+        refused = refusals(pod, ranges)
+        if refused:
+            more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+            raise UsageError(f"LimitRange {refused[0][0]} in namespace {namespace} refuses the run's pods: "
+                             f"{refused[0][1]}{more}; the API server would refuse every pod the Job makes")
+        if ranges:
+            fit.notes.append(f"the run's pods pass the namespace's LimitRanges ({', '.join(lr.metadata.name for lr in ranges)})")
+        return ranges
+    for lr in ranges if gpus > 0 else []:
         for item in (lr.spec.limits or []) if lr.spec else []:
             most = (item.max or {}).get(resource)
             if item.type in ("Container", "Pod") and most is not None and _quantity(most) < gpus:
                 raise UsageError(f"LimitRange {lr.metadata.name} in namespace {namespace} allows at most {most} "
                                  f"{resource} per {item.type.lower()}; the run asks {gpus} (--gpus-per-node)")
+    return ranges
+
+
+COMPUTE = {"requests.cpu": "requests.cpu", "cpu": "requests.cpu", "requests.memory": "requests.memory",
+           "memory": "requests.memory", "limits.cpu": "limits.cpu", "limits.memory": "limits.memory"}
+
+
+def compute_needs(pod: dict[str, Any], ranges: list[Any], nodes: int, quota: str, namespace: str,
+                  hard: dict[str, float]) -> dict[str, float]:
+    """What N of the run's pods count against a quota's CPU and memory keys (ResourceQuota docs: `cpu` is
+    `requests.cpu`); a key it tracks that a container does not state (after the LimitRanges' defaults) is the
+    quota admission's refusal, said here."""
+    from .limits import pod_usage
+
+    req, lim, missing = pod_usage(pod, ranges)
+    out = {}
+    for key in hard:
+        if key not in COMPUTE:
+            continue
+        which = COMPUTE[key]
+        if missing[which]:
+            raise UsageError(f"ResourceQuota {quota} in namespace {namespace} limits {key}, so every container must "
+                             f"state {which}, and the run's {', '.join(missing[which])} do not (no LimitRange default "
+                             "sets it): use a namespace whose LimitRange gives defaults, or one without that quota")
+        amount = (req if which.startswith("requests.") else lim)[which.split(".", 1)[1]]
+        out[key] = float(amount) * nodes
+    return out
+
+
+def check_quota(core: Any, namespace: str, need: dict[str, float], retry: Any, fit: Fit,
+                pod: dict[str, Any] | None = None, ranges: list[Any] | None = None, nodes: int = 1) -> None:
+    """Each ResourceQuota of the namespace against what the run's objects will ask for (CPU and memory: the
+    pods as the LimitRanges' defaults leave them, `compute_needs`)."""
+    from gpucluster.infra.kubernetes.api import _status
+
+    try:
+        quotas = retry.call(core.list_namespaced_resource_quota, namespace).items
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if _status(exc) != 403:
+            raise
+        fit.skipped.append(f"the namespace's ResourceQuotas (this user may not list resourcequotas in {namespace})")
+        return
+    for q in quotas:
+        hard = {k: _quantity(v) for k, v in ((q.status.hard if q.status and q.status.hard else None)
+                                             or (q.spec.hard or {})).items()}
+        used = {k: _quantity(v) for k, v in ((q.status.used if q.status else None) or {}).items()}
+        wanted = dict(need)
+        if pod is not None:
+            wanted.update(compute_needs(pod, ranges or [], nodes, q.metadata.name, namespace, hard))
+        else:
+            for key in COMPUTE:
+                if key in hard:
+                    raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} limits {key}, so every "
+                                     "pod must state it, and gpucluster's training container states no CPU or memory: "
+                                     "use a namespace without that quota")
+        for key, amount in wanted.items():
+            if key not in hard or amount <= 0:
+                continue
+            if amount > hard[key]:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} "
+                                 f"{hard[key]:g}; the run needs {amount:g}: it can never fit there")
+            if used.get(key, 0.0) + amount > hard[key]:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} {hard[key]:g} "
+                                 f"with {used.get(key, 0.0):g} in use; the run needs {amount:g}: it does not fit now")
+    if quotas:
+        fit.notes.append(f"fits the namespace's ResourceQuota ({', '.join(q.metadata.name for q in quotas)})")

@@ -88,4 +88,4 @@ def shaper(extra: Passthrough) -> Any:
 
 def kube_platform(options: Mapping[str, Any]) -> Platform:
     return Platform(name="kubernetes", api=context_api, shape=shaper(passthrough(OptionView(options))),
-                    between_jobs="between jobs no pod of ours runs in the namespace")
+                    between_jobs="between jobs no pod of ours runs in the namespace", shared=True)

@@ -12,6 +12,7 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 
 from . import TRAITS, options
+from .held import hold
 from .platform import kube_platform
 from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
 
@@ -31,6 +32,9 @@ class KubeLauncher(KubernetesLauncher):
         self.namespace = str(spec.option("namespace") or self.namespace)
         self.provider.secrets = bool(job.secrets)
         lines = super().describe(spec, job)
+        from .limits import job_pod
+
+        self.provider.pod = job_pod(self, spec, job)  # judged against the LimitRanges and quotas before creating
         made = options.create_namespace(spec)
         return [(f"namespace {self.namespace}: " + ("made for the run if it is missing (--create-namespace), and then "
                                                     "removed after it" if made else "used as it is (it must exist)"))
@@ -51,6 +55,31 @@ class KubeLauncher(KubernetesLauncher):
                                f"(`kubectl get workloads -n {self.namespace}` says why; a longer --start-deadline "
                                "waits longer)")
         return result
+
+
+    def leftovers(self, cluster: Any, run_id: str | None) -> list | None:
+        """The run's objects of the kinds it made (a team's Role covers those, not every kind), read back."""
+        if not run_id:
+            return None
+        from gpucluster.infra.kubernetes.api import Retry
+
+        from .cleanup import run_leftovers
+
+        return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id, self.provider.kinds,
+                             Retry(self.api_retry_s))
+
+    def reclaim(self, cluster: Any, run_id: str) -> list | None:
+        """A killed job's objects on a kept cluster (by its run label, of the kinds a job makes), deleted and
+        read back before the next job."""
+        from gpucluster.infra.kubernetes.api import Retry
+
+        from .cleanup import delete_run, kinds_of, run_leftovers
+
+        api, retry = self.api or self._api_for(cluster), Retry(self.api_retry_s)
+        self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
+        kinds = kinds_of((), self.mode, self.provider.secrets)
+        delete_run(api, self.namespace, run_id, kinds, retry)
+        return run_leftovers(api, self.namespace, run_id, kinds, retry)
 
 
 def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
@@ -97,6 +126,44 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
                                          f"{getattr(exc, 'message', None) or exc}")
             continue
         check = (check + Check.of(found)).with_unchecked(*(f"delete {e}" for e in errors if found))
+    return check + held_down(name, runs)
+
+
+def held_down(name: str, runs: Mapping[str, Record]) -> Check:
+    """A kept cluster (`up --cloud kubernetes --name`, a `host` row): every object of its namespace labelled
+    with the cluster's name and this home's owner, whatever run made it, deleted and read back."""
+    from gpucluster.held import HOST_KIND
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+    from gpucluster.infra.kubernetes.gone import NAMESPACED
+    from gpucluster.ownership import installation_id
+
+    from . import access
+    from .cleanup import kinds_of
+    from .held import cluster_leftovers
+
+    places, named, modes = set(), [], {"job"}
+    for record in runs.values():
+        rows = (record or {}).get("resources")
+        for r in rows if isinstance(rows, list) else []:
+            detail = r.get("detail") if isinstance(r, Mapping) else None
+            named.append(str(r.get("kind")) if isinstance(r, Mapping) else "")
+            if r.get("kind") == HOST_KIND and isinstance(detail, Mapping) and detail.get("namespace"):
+                places.add((str(detail.get("context")), str(detail.get("namespace"))))
+        spec = (record or {}).get("spec")
+        opts = dict(spec.get("options") or ()) if isinstance(spec, Mapping) else {}
+        modes.add(str(opts.get("launcher") or "job").lower())
+    # the kinds the runs' rows name, and those a job makes (no Secret unless a run made one: a Role may lack it)
+    kinds = sorted(set(kinds_of(named)) | {k for m in modes for k in kinds_of((), m)}, key=NAMESPACED.index)
+    check = Check()
+    for context, namespace in sorted(places):
+        try:
+            api = KubeApi.from_api_client(access.api_client(context))
+            left, errors = cluster_leftovers(api, namespace, name, installation_id(), kinds, Retry(30))
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused: not checked, said
+            check = check.with_unchecked(f"cluster {name} in context {context}, namespace {namespace}: "
+                                         f"{getattr(exc, 'message', None) or exc}")
+            continue
+        check = (check + Check.of(left)).with_unchecked(*(f"delete {e}" for e in errors if left))
     return check
 
 
@@ -143,5 +210,5 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview, hold=hold),
 )

@@ -51,6 +51,8 @@ class KubeProvider(Provider):
         self.where: tuple[str, str] | None = None  # (context, namespace) of the run `up` handed over
         self.kinds: list[str] = ["configmap", "service", "job"]  # what the run makes (the launcher says)
         self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
+        self.spec: Any = None  # the spec `up` was handed
+        self.pod: dict[str, Any] | None = None  # the pod spec the run's Job will carry (the launcher says)
 
     def preflight(self, spec: Any = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
@@ -88,11 +90,13 @@ class KubeProvider(Provider):
             fit.check_nodes(core, spec.nodes, int(spec.gpus_per_node or 0), resource, extra, bool(extra.queue),
                             retry, result)
             if extra.queue and exists:
-                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result)
+                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result, resource,
+                                float(spec.nodes * int(spec.gpus_per_node or 0)))
             if exists:
-                fit.check_limits(core, namespace, resource, int(spec.gpus_per_node or 0), retry, result)
+                ranges = fit.check_limits(core, namespace, self.pod, resource, int(spec.gpus_per_node or 0), retry,
+                                          result)
                 fit.check_quota(core, namespace, fit.needs(spec.nodes, int(spec.gpus_per_node or 0), resource,
-                                                           mode, secrets), retry, result)
+                                                           mode, secrets), retry, result, self.pod, ranges, spec.nodes)
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - an API answer: unreachable and 401 are bad input
@@ -109,6 +113,7 @@ class KubeProvider(Provider):
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         self.where = (str(spec.option("context")), str(spec.option("namespace")))
+        self.spec = spec  # a kept cluster's check (`held.hold`) asks the preflight of this spec
         return Cluster(name=spec.name, cloud="kubernetes", nodes=(), gpus_per_node=int(spec.gpus_per_node or 0),
                        outputs={"nodes": spec.nodes, "context": spec.option("context"),
                                 "namespace": spec.option("namespace"), "max_lifetime_minutes": spec.max_lifetime_minutes,

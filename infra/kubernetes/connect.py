@@ -7,7 +7,8 @@ Indexed Job whose pods are deleted once its outputs are copied; on GKE the GPU p
 node N is the pod of node rank N of the job running on the cluster now (`find_target`): its training
 container while torchrun runs there (the GPUs, the job's environment and files), else the keeper
 container that keeps the pod up for the outputs copy (`pod_keeper.py`). No such pod: refused, saying
-how to start one.
+how to start one. In a namespace others use too (`Platform.shared`: kubernetes), only the pods labelled with
+this cluster's name and this home's owner id are looked at (another home's cluster may have the same name).
 
 - A command (`-- CMD`): stdout and stderr come back as they are; the exit code is the command's,
   read from the exec's status (channel 3). With a terminal on stdin it runs in a terminal (below).
@@ -68,7 +69,14 @@ def _running(pod: Any, name: str) -> bool:
 def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
                 platform: Platform = GENERIC) -> Target:
     """Node `rank`'s pod of the job running on the cluster now, and the container to use."""
-    pods = api.core.list_namespaced_pod(namespace, label_selector=MANAGED).items
+    selector = MANAGED
+    if platform.shared:  # others' pods share the namespace: only this cluster's, made by this home
+        from gpucluster.ownership import installation_id
+
+        from .plan import CLUSTER_LABEL, dns_name
+
+        selector += f",{CLUSTER_LABEL}={dns_name(cluster, 63)},gpucluster-owner={installation_id()}"
+    pods = api.core.list_namespaced_pod(namespace, label_selector=selector).items
     live = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None
             and getattr(p.status, "phase", None) == "Running" and rank_in(p, mode) is not None]
     if not live:

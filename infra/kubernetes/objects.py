@@ -73,7 +73,7 @@ class Created:
             if not _is_api_error(exc) or _status(exc) != 404:
                 raise self._refused("namespace", exc) from None
         k = kube_models()
-        body = k.V1Namespace(metadata=k.V1ObjectMeta(name=ns, labels=dict([MANAGED, ("gpucluster-run",
+        body = k.V1Namespace(api_version="v1", kind="Namespace", metadata=k.V1ObjectMeta(name=ns, labels=dict([MANAGED, ("gpucluster-run",
                                                                                     self.plan.label_dict["gpucluster-run"])])))
         self._create("namespace", lambda: self.api.core.create_namespace(body), exists_is_ours=False)
 

@@ -52,6 +52,7 @@ RUNTIME_PLURAL, TORCH_RUNTIME, TRAINER_NODE = "clustertrainingruntimes", "torch-
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses ConfigMaps over 1 MiB
 JOB_LABEL = "gpucluster-job"
+CLUSTER_LABEL = "gpucluster-cluster"  # a shared namespace (Platform.shared): the cluster a run is on
 TTL_AFTER_FINISHED_S = 3600
 # How long every pod of the job may take to be running (GPU node creation by the autoscaler, driver
 # installation, image pull); past it the run fails with the scheduler's reason. `--start-deadline`.
@@ -384,6 +385,8 @@ def plan_job(
               JOB_LABEL: name}
     if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
         labels["gpucluster-owner"] = job.owner
+    if platform.shared:  # others use the namespace too: `ssh` finds this cluster's pods by it (connect.py)
+        labels[CLUSTER_LABEL] = dns_name(str(cluster.name), 63)
     lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
     limit, deadline = run_limits(job.max_seconds, lifetime, int(collect_wait_s))
     image = image or platform.default_image(outputs) or DEFAULT_IMAGE

@@ -72,6 +72,10 @@ class Platform:
     # (a node, the time now) -> a `node_notice` record when the provider is taking that node back (GKE: host
     # maintenance, read from its node labels; `infra.kubernetes.notices`); None: the nodes are not read
     node_notice: "Callable[[Any, float], dict[str, Any] | None] | None" = None
+    # a namespace other people use too (kubernetes): every object of a run carries its cluster's name
+    # (`gpucluster-cluster`), and `ssh` reaches only pods of that cluster made by this home's owner; a cluster
+    # gpucluster made for itself (GKE) holds nothing else of note, and is not asked
+    shared: bool = False
 
 
 GENERIC = Platform()

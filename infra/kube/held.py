@@ -1,0 +1,64 @@
+"""A kept cluster on an existing Kubernetes cluster (`up --cloud kubernetes --name lab`, `gpucluster.held`): a
+namespace of a kubeconfig context held under a name, so that `exec` runs job after job there as `run` would,
+and `ssh` reaches a pod of the job running on it now.
+
+- `hold(launcher, cluster)`: what a run checks before it creates anything, asked once (the provider's
+  preflight: the API server answering, the credentials, the namespace, every permission a job uses, the pods'
+  fit on the nodes, the ResourceQuotas and LimitRanges, the Kueue LocalQueue); a refusal records nothing.
+  Nothing is created in the cluster: the kept cluster is one `host` row in the ledger naming the context and
+  the namespace (the options are the spec `up` recorded). Each `exec` makes its own job's objects (ledger
+  rows before each create) and deletes them after it, read back.
+- `cluster_leftovers(...)`: `down`'s sweep of the namespace: every object labelled with this cluster's name
+  (`gpucluster-cluster`) and this home's owner id, whatever run made it (a run whose rows were lost), deleted
+  and read back; other owners' objects, and other clusters' of this home, are not listed at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from gpucluster.domain import Leftover
+
+
+def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+    from gpucluster.launch import JobSpec
+
+    from .limits import job_pod
+
+    provider = launcher.provider  # the KubeLauncher's own provider, handed the spec by `up` (attach_held)
+    # a job's pod as `exec` will make it (a command; the LimitRanges and quotas judge its containers)
+    provider.pod = job_pod(launcher, provider.spec, JobSpec(run_id=str(provider.spec.run_id or "up"),
+                                                            command=("python", "-c", "pass")))
+    provider.preflight(provider.spec)  # UsageError (exit 2): nothing recorded, nothing created
+    outputs = dict(cluster.outputs or {})
+    context, namespace = str(outputs.get("context")), str(outputs.get("namespace"))
+    return {0: {"row": "namespace", "context": context, "namespace": namespace,
+                "label": f"namespace {namespace} of context {context}",
+                "checked": list(provider.checked), "not_checked": list(provider.skipped)}}
+
+
+def cluster_leftovers(api: Any, namespace: str, cluster: str, owner: str, kinds: Sequence[str],
+                      retry: Any) -> tuple[list[Leftover], list[str]]:
+    """(this cluster's objects of this owner still there after their deletion, the delete errors)."""
+    from gpucluster.infra.kubernetes.gone import ROW_PREFIX, _meta, object_lists
+    from gpucluster.infra.kubernetes.plan import CLUSTER_LABEL, dns_name
+
+    from .cleanup import MANAGED, OWNER, RUN, delete
+
+    selector = f"{MANAGED},{CLUSTER_LABEL}={dns_name(cluster, 63)},{OWNER}={owner}"
+
+    def found() -> list[tuple[str, str, bool, str | None]]:
+        lists = object_lists(api, namespace, selector, retry)
+        out = []
+        for kind in kinds:
+            for item in lists[kind]():
+                name, deleting = _meta(item)
+                labels = (item.get("metadata") or {}).get("labels") if isinstance(item, dict) else item.metadata.labels
+                out.append((kind, name, bool(deleting), (labels or {}).get(RUN)))
+        return out
+
+    errors = delete(api, namespace, [(k, n) for k, n, deleting, _ in found() if not deleting], retry)
+    left = [Leftover(ROW_PREFIX + k, f"{namespace}/{n}", run_id=rid,
+                     detail=f"labelled with cluster {cluster}, no deletion under way")
+            for k, n, deleting, rid in found() if not deleting]
+    return left, errors
