@@ -105,7 +105,8 @@ def test_up_failure_is_recorded(home, monkeypatch):
 
 
 def test_bad_input(home, monkeypatch):
-    with pytest.raises(UsageError, match="'kubernetes'.*need no `up`"):
+    monkeypatch.setenv("KUBECONFIG", str(home / "no-such-kubeconfig"))  # a kept namespace (issue 44) needs one
+    with pytest.raises(UsageError, match="no kubeconfig at .*no-such-kubeconfig"):
         invoke(up.up, "--cloud", "kubernetes", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None,

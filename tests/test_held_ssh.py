@@ -42,7 +42,8 @@ def remote_run_dir(run_id: str) -> Path:
     return Path.home() / ".gpucluster" / "runs" / run_id
 
 
-def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path):  # noqa: F811 - the fixture
+def kept_lab(hosts, tmp_path) -> tuple[Path, dict, Path]:
+    """`up --cloud ssh` of the first two hosts as cluster `lab`: (its home, the env, a project holding JOB)."""
     home = tmp_path / "home"
     env = {"GPUCLUSTER_HOME": str(home)}
     project = tmp_path / "project"
@@ -51,6 +52,11 @@ def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path)
     up = run_cli("up", "--cloud", "ssh", "--hosts", ",".join(hosts.hosts[:2]), "--identity", str(hosts.identity),
                  "--known-hosts", str(hosts.known_hosts), "--remote-python", sys.executable, "--name", "lab", env=env)
     assert up.returncode == 0, up.stdout + up.stderr
+    return home, env, project
+
+
+def test_up_exec_ctrl_c_exec_status_down_on_machines_that_exist(hosts, tmp_path):  # noqa: F811 - the fixture
+    home, env, project = kept_lab(hosts, tmp_path)
     ledger = Ledger(home / "ledger.sqlite3")
     rows = [r for r in ledger.open_resources("lab") if r["kind"] == "host"]
     assert [r["detail"]["home"] for r in rows] == [str(Path.home())] * 2  # found by the ready check, once
@@ -106,14 +112,7 @@ def test_exec_after_a_job_whose_gpucluster_was_killed_reclaims_it(hosts, tmp_pat
     them by run id and owner, removes the folder, reads both back, closes the dead run as failed and
     runs its own job. Before, every later `exec` was refused until `down` (the ssh launcher had no
     `reclaim`)."""
-    home = tmp_path / "home"
-    env = {"GPUCLUSTER_HOME": str(home)}
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "job.py").write_text(JOB)
-    up = run_cli("up", "--cloud", "ssh", "--hosts", ",".join(hosts.hosts[:2]), "--identity", str(hosts.identity),
-                 "--known-hosts", str(hosts.known_hosts), "--remote-python", sys.executable, "--name", "lab", env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
+    home, env, project = kept_lab(hosts, tmp_path)
     proc = subprocess.Popen(gpucluster_argv("exec", "lab", "--", "python", "job.py", "120"), cwd=project,
                             env=dict(os.environ, **env, COLUMNS="200"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

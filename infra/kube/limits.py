@@ -114,6 +114,18 @@ def _pod_total(containers: list[tuple[Resources, Resources]], inits: list[tuple[
     return total(0), total(1)
 
 
+def _defaults(item: Any, containers: list[tuple[Any, Resources, Resources]]) -> None:
+    """A `Container` limit item's defaultRequest and default, set on each container that does not
+    state them (the LimitRanger's defaulting, before any bound is checked)."""
+    if _field(item, "type", "type") != "Container":
+        return
+    for _, req, lim in containers:
+        for k, v in (_field(item, "default_request", "defaultRequest") or {}).items():
+            req.setdefault(k, _q(v))
+        for k, v in (_field(item, "default", "default") or {}).items():
+            lim.setdefault(k, _q(v))
+
+
 def refusals(pod: dict[str, Any], ranges: list[Any]) -> list[tuple[str, str]]:
     """[(LimitRange name, the plugin's message)] for each constraint the pod (its spec, as JSON) breaks."""
     containers = [(c.get("name"), *_resources(c)) for c in pod.get("containers") or []]
@@ -123,12 +135,7 @@ def refusals(pod: dict[str, Any], ranges: list[Any]) -> list[tuple[str, str]]:
         name = str(_field(_field(lr, "metadata", "metadata"), "name", "name"))
         items = list(_field(_field(lr, "spec", "spec") or {}, "limits", "limits") or [])
         for item in items:  # this range's defaults on every container that does not state them
-            if _field(item, "type", "type") == "Container":
-                for _, req, lim in containers + inits:
-                    for k, v in (_field(item, "default_request", "defaultRequest") or {}).items():
-                        req.setdefault(k, _q(v))
-                    for k, v in (_field(item, "default", "default") or {}).items():
-                        lim.setdefault(k, _q(v))
+            _defaults(item, containers + inits)
         for item in items:
             kind = _field(item, "type", "type")
             if kind == "Container":
@@ -171,12 +178,7 @@ def pod_usage(pod: dict[str, Any], ranges: list[Any]) -> tuple[Resources, Resour
     inits = [(c.get("name"), *_resources(c)) for c in pod.get("initContainers") or []]
     for lr in ranges:
         for item in list(_field(_field(lr, "spec", "spec") or {}, "limits", "limits") or []):
-            if _field(item, "type", "type") == "Container":
-                for _, req, lim in containers + inits:
-                    for k, v in (_field(item, "default_request", "defaultRequest") or {}).items():
-                        req.setdefault(k, _q(v))
-                    for k, v in (_field(item, "default", "default") or {}).items():
-                        lim.setdefault(k, _q(v))
+            _defaults(item, containers + inits)
     missing = {f"{which}.{r}": [str(n) for n, req, lim in containers + inits if r not in (req if which == "requests" else lim)]
                for which in ("requests", "limits") for r in ("cpu", "memory")}
     req, lim = _pod_total([(r, m) for _, r, m in containers], [(r, m) for _, r, m in inits])
