@@ -100,8 +100,13 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         from gpucluster.recording import kept_line
 
         raise TeardownIncomplete(kept_line(made.record_error, plan.spec.name))
-    return common.ledger_kept_true(ledger, code, "up", f"cluster {plan.spec.name} is up and billing but no longer "
-                                   f"recorded: `gpucluster gc --cloud {plan.spec.cloud}` finds it by its owner tags")
+    if held:  # machines that exist: nothing was created, nothing bills; the record is all `exec` needs
+        then = (f"cluster {plan.spec.name} is no longer recorded (nothing of it bills: the machines exist); run "
+                f"`gpucluster up` again to record it")
+    else:
+        then = (f"cluster {plan.spec.name} is up and billing but no longer recorded: `gpucluster gc --cloud "
+                f"{plan.spec.cloud}` finds it by its owner tags")
+    return common.ledger_kept_true(ledger, code, "up", then)
 
 
 def _rate(hourly: Any, dry_run: bool) -> str:

@@ -215,8 +215,10 @@ def _digits_job(run_id, epochs=4, every=10, **kw):
                    threads_per_proc=1, max_seconds=240, **kw)
 
 
-def assert_chain_clean(chain, ledger, n=2):
-    """Both attempts' rows are whole and linked; nothing of either is left on this machine."""
+def assert_chain_clean(chain, ledger, n=2, unwitnessed_first=None):
+    """Both attempts' rows are whole and linked; nothing of either is left on this machine. With
+    `unwitnessed_first`, the first attempt's verdict is "not verified" for that reason alone (its
+    node's reaper was killed after it began to adopt orphans, so nothing vouches for that node)."""
     from gpucluster.procs import run_processes
 
     ids = [a.run_id for a in chain.attempts]
@@ -225,8 +227,14 @@ def assert_chain_clean(chain, ledger, n=2):
         assert ledger.get_run(nxt).run.resumed_from == prev
     for rid in ids:
         run = ledger.get_run(rid)
-        assert run.run.ended_at is not None and run.run.teardown == "verified", (rid, run.run.teardown, run.run.unchecked)
-        assert all(r.confirmed_gone for r in run.resources), [r for r in run.resources if not r.confirmed_gone]
+        if rid == ids[0] and unwitnessed_first:
+            assert run.run.ended_at is not None and run.run.teardown == "not verified", (rid, run.run.teardown)
+            assert len(run.run.unchecked) == 1 and unwitnessed_first in run.run.unchecked[0], run.run.unchecked
+            # an open verdict confirms nothing: the rows stay for `down`/`gc` to settle
+            assert not any(r.confirmed_gone for r in run.resources), run.resources
+        else:
+            assert run.run.ended_at is not None and run.run.teardown == "verified", (rid, run.run.teardown, run.run.unchecked)
+            assert all(r.confirmed_gone for r in run.resources), [r for r in run.resources if not r.confirmed_gone]
         assert run_processes(rid) == []
     assert ledger.get_run(ids[-1]).chain == ids
 
@@ -250,7 +258,10 @@ def test_local_node_lost_at_a_phase_is_recovered(home, phase, marker):
     spec = ClusterSpec(cloud="local", nodes=2, name="rc", gpus_per_node=0, run_id=new_run_id())
     job = _digits_job(spec.run_id, check=HealthSpec() if phase == "check" else None,
                       **({"setup": ("sleep 4",)} if phase == "setup" else {}))
-    fault = Fault(kill_node_procs(lambda: [spec.run_id], 1, marker))
+    # the reaper is killed once it has forked the setup command, so after its `reaper_start` record:
+    # a fixed point (killed before that record, its node needed no witness and the verdict was
+    # "verified"; after it, "not verified": which one depended on this machine's load)
+    fault = Fault(kill_node_procs(lambda: [spec.run_id], 1, marker, once_parent=phase == "setup"))
     told = []  # the API's on_event (notify.LiveEvents): the recovery is told as it starts, not at the end
     chain, ledger = _chain(home, spec, job, Interrupting(LocalLauncher(grace=2.0), phase, fault),
                            on_event=lambda e: told.append((e.kind, e.run_id, time.time())))
@@ -263,7 +274,8 @@ def test_local_node_lost_at_a_phase_is_recovered(home, phase, marker):
     (lost,) = ledger.metrics(first.run_id, kind="node_lost")
     assert lost["phase"] == phase and lost["detected_at"] - fault.fired_at < 30
     assert last.outcome.status == "succeeded", last.outcome.failure
-    assert_chain_clean(chain, ledger)
+    assert_chain_clean(chain, ledger, unwitnessed_first=(
+        "node 1 (local:1): its reaper ended without finishing its final pass" if phase == "setup" else None))
     (attempt,) = ledger.metrics(last.run_id, kind="attempt")
     assert attempt["attempt"] == 2 and attempt["after"] == first.interruption and attempt["chain"] == first.run_id
     start = ledger.metrics(last.run_id, kind="start")[0]
