@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import psutil
 
-from gpucluster.launch import Launcher
+from gpucluster.watch.launch import Launcher
 
 
 class Fault:
@@ -90,7 +90,7 @@ class Interrupting(Launcher):
 def runs_program(arg: str, marker: str) -> bool:
     """`arg` (one of a command line's first words) names the program `marker`: it is it, a path
     ending with it, or the local launcher's `python -c BOOT` code that runs it as a module
-    (gpucluster.launch.agent_boot)."""
+    (gpucluster.watch.launch.agent_boot)."""
     return arg == marker or arg.endswith("/" + marker) or f"run_module({marker!r}" in arg
 
 

@@ -70,7 +70,7 @@ def test_a_ledger_deleted_mid_exec_is_said_last_with_exit_3(home, tmp_path):
 
 def test_an_undisturbed_ledger_changes_no_exit_code(home, tmp_path):
     from gpucluster.cli.common import ledger_kept_true
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     assert [ledger_kept_true(ledger, c, "sweep") for c in (0, 1, 3, 130)] == [0, 1, 3, 130]

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, needs_torch  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.recovery import Policy, interruption_of, policy  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.lifecycle.recovery import Policy, interruption_of, policy  # noqa: E402
 
 # the digits model of a recovered chain vs an uninterrupted run with the same seed: every parameter
 # within this (the chain's arithmetic is the same, step for step; only the order of gloo's sums may differ)
@@ -73,7 +73,7 @@ def _ledger(tmp_path):
 
 
 def test_an_interruption_is_a_lost_node_or_no_capacity_and_nothing_else(tmp_path):
-    from gpucluster.lifecycle import RunOutcome
+    from gpucluster.lifecycle.steps import RunOutcome
     from gpucluster.errors import ExitCode
 
     ledger = _ledger(tmp_path)
@@ -95,7 +95,7 @@ def test_an_interruption_is_a_lost_node_or_no_capacity_and_nothing_else(tmp_path
 
 
 def test_a_chains_attempts_say_what_was_redone(tmp_path):
-    from gpucluster.attempts import chain_attempts
+    from gpucluster.ledger.attempts import chain_attempts
 
     ledger = _ledger(tmp_path)
     ledger.create_run("a2", cloud="aws", cluster="c", nodes=2, gpus_per_node=1, command=[], spec={}, resumed_from="a1")
@@ -195,9 +195,9 @@ def test_the_newest_whole_copy_among_the_nodes_is_resumed(tmp_path, monkeypatch)
 def _chain(home, spec, job, launcher, provider=None, retries=1, store=None, on_event=None):
     from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.infra.registry import plugin
-    from gpucluster.lifecycle import QuietUI
-    from gpucluster.notify import LiveEvents
-    from gpucluster.recovery import run_chain
+    from gpucluster.lifecycle.steps import QuietUI
+    from gpucluster.lifecycle.notify import LiveEvents
+    from gpucluster.lifecycle.recovery import run_chain
 
     ledger = Ledger(home / "ledger.sqlite3")
     ui = LiveEvents(QuietUI(), ledger, [], on_event) if on_event else None
@@ -208,7 +208,7 @@ def _chain(home, spec, job, launcher, provider=None, retries=1, store=None, on_e
 
 
 def _digits_job(run_id, epochs=4, every=10, **kw):
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     return JobSpec(run_id=run_id, workload="digits", workload_args=("--epochs", str(epochs), "--seed", "5",
                                                                     "--checkpoint-every", str(every)),
@@ -219,7 +219,7 @@ def assert_chain_clean(chain, ledger, n=2, unwitnessed_first=None):
     """Both attempts' rows are whole and linked; nothing of either is left on this machine. With
     `unwitnessed_first`, the first attempt's verdict is "not verified" for that reason alone (its
     node's reaper was killed after it began to adopt orphans, so nothing vouches for that node)."""
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
 
     ids = [a.run_id for a in chain.attempts]
     assert len(ids) == n, [(a.run_id, a.outcome.status, a.outcome.failure) for a in chain.attempts]
@@ -251,7 +251,7 @@ def test_local_node_lost_at_a_phase_is_recovered(home, phase, marker):
 
     from recovery_faults import Fault, Interrupting, kill_node_procs
 
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.spec import ClusterSpec, new_run_id
 
@@ -296,7 +296,7 @@ def test_the_recovered_chains_digits_model_matches_an_uninterrupted_run(home):
 
     from recovery_faults import Fault, Interrupting, kill_node_procs
 
-    from gpucluster.attempts import chain_attempts
+    from gpucluster.ledger.attempts import chain_attempts
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.spec import ClusterSpec, new_run_id
 
@@ -392,7 +392,7 @@ def test_bad_recovery_flags_are_refused_before_anything(home, args, text):
 
 
 def test_the_check_is_on_by_default_where_machines_are_made_and_a_launcher_can_run_it():
-    from gpucluster.health import spec_for
+    from gpucluster.watch.health import spec_for
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import ClusterSpec
 
@@ -415,8 +415,8 @@ def test_a_nodes_interruption_notice_ends_the_run_as_a_lost_node(tmp_path):
     parser: the run ends at once, node 1 lost, cause interruption (a record the parser refused
     would be ignored: the notice's own time is `when`, as a record's `time` is a Unix time)."""
     from gpucluster.events import NullEvents
-    from gpucluster.launch import JobSpec
-    from gpucluster.supervisor import NodeSupervisor
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.supervisor import NodeSupervisor
 
     notice = ('@gpucluster-metric {"kind": "node_notice", "source": "aws spot", "action": "terminate", '
               '"when": "2026-11-26T01:36:28Z"}')
