@@ -48,67 +48,82 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
     (--since); without it, the runs' own `resumed_from` are used.
     `since`: each run counts what accrued from then on (a run that started before it, part of its
     cost: `periods.py`), and `--group-by day` splits a run's cost over the days it billed in."""
-    from .periods import by_day, since as cut_at
+    from .periods import by_day
 
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
     now = time.time() if now is None else now
     records = list(records)
+    known: dict[str, tuple] = {}
     if group_by == "chain":
-        from gpucluster.ledger.chains import root_of
-
         known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
     rows: list[dict[str, Any]] = []
     days_of: dict[str, dict[str, Decimal]] = {}  # --group-by day: run id -> its cost per day
     for record in records:
-        run = record.run
-        if run.id is None or run.created_at is None:  # every ledger row has both (an estimate's run has no id)
-            raise ValueError("report needs runs the ledger holds")
-        stored = run.cost
-        cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
-        if cost is None:
-            cost = run_cost(record, backend=backends.get(run.cloud or ""), now=now, catalog=catalog)
-        wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
-        created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)
-        cut = cut_at(cost, since, started=float(run.created_at))
-        counted = sum((amount for amount, _a, _b in cut), Decimal(0)) if since is not None else Decimal(cost["total"])
-        notes = list(cost.get("notes") or [])
-        if since is not None and float(run.created_at) < since:
-            notes.insert(0, f"started before --since: {money(counted)} of its {money(cost['total'])} accrued since")
-        rows.append({"run_id": run.id, "created": created.isoformat(timespec="seconds"),
-                     "day": created.strftime("%Y-%m-%d"), "cloud": run.cloud, "cluster": run.cluster,
-                     "status": run.status, "nodes": run.nodes, "wall_s": wall,
-                     "cost": str(counted), "still_billing": bool(cost.get("still_billing")),
-                     "note": "; ".join(notes), "price_date": cost.get("price_date"),
-                     "resumed_from": run.resumed_from})
-        if since is not None and float(run.created_at) < since:
-            rows[-1]["cost_in_all"] = str(cost["total"])
+        row, cut = _report_row(record, backends, now, catalog, since)
         if group_by == "day":
-            days_of[str(run.id)] = by_day(cut)
+            days_of[row["run_id"]] = by_day(cut)
         if group_by == "chain":
-            rows[-1]["chain"] = root_of(run.id, known)
+            from gpucluster.ledger.chains import root_of
+
+            row["chain"] = root_of(row["run_id"], known)
+        rows.append(row)
     rows.sort(key=lambda r: r["created"])
     total = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
-    groups = []
-    if group_by:
-        acc: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            # by day: a run's cost in each day it billed in (its wall time in the day it started)
-            parts = days_of[r["run_id"]] if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
-            for key, part in (parts or {r["day"]: Decimal(0)}).items():
-                grp = acc.setdefault(key, {group_by: key if group_by == "day" else r[group_by], "runs": 0,
-                                           "cost": Decimal(0), "wall_s": 0.0})
-                grp["runs"] += 1
-                grp["cost"] += part
-            g = acc.get(str(r[group_by]))
-            if g is not None:
-                g["wall_s"] += r["wall_s"] or 0.0
-            if group_by == "chain" and g is not None:
-                g.setdefault("run_ids", []).append(r["run_id"])  # rows are in creation order
-        groups = [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
-    return {"currency": "USD", "runs": rows, "groups": groups, "group_by": group_by, "total": str(total),
+    return {"currency": "USD", "runs": rows, "groups": _groups(rows, group_by, days_of) if group_by else [],
+            "group_by": group_by, "total": str(total),
             "still_billing": [r["run_id"] for r in rows if r["still_billing"]]}
+
+
+def _report_row(record: RunRecord, backends: Mapping[str, Plugin], now: float, catalog: Catalog | None,
+                since: float | None) -> tuple[dict[str, Any], Any]:
+    """One run's row of the report, and its cost cut at `since` (periods.py)."""
+    from .periods import since as cut_at
+
+    run = record.run
+    if run.id is None or run.created_at is None:  # every ledger row has both (an estimate's run has no id)
+        raise ValueError("report needs runs the ledger holds")
+    stored = run.cost
+    cost = stored if stored and not stored.get("still_billing") and "total" in stored else None
+    if cost is None:
+        cost = run_cost(record, backend=backends.get(run.cloud or ""), now=now, catalog=catalog)
+    wall = None if not (run.ended_at and run.created_at) else round(float(run.ended_at) - float(run.created_at), 3)
+    created = _dt.datetime.fromtimestamp(float(run.created_at), _dt.timezone.utc)
+    cut = cut_at(cost, since, started=float(run.created_at))
+    counted = sum((amount for amount, _a, _b in cut), Decimal(0)) if since is not None else Decimal(cost["total"])
+    notes = list(cost.get("notes") or [])
+    before = since is not None and float(run.created_at) < since
+    if before:
+        notes.insert(0, f"started before --since: {money(counted)} of its {money(cost['total'])} accrued since")
+    row = {"run_id": run.id, "created": created.isoformat(timespec="seconds"),
+           "day": created.strftime("%Y-%m-%d"), "cloud": run.cloud, "cluster": run.cluster,
+           "status": run.status, "nodes": run.nodes, "wall_s": wall,
+           "cost": str(counted), "still_billing": bool(cost.get("still_billing")),
+           "note": "; ".join(notes), "price_date": cost.get("price_date"),
+           "resumed_from": run.resumed_from}
+    if before:
+        row["cost_in_all"] = str(cost["total"])
+    return row, cut
+
+
+def _groups(rows: list[dict[str, Any]], group_by: str, days_of: Mapping[str, dict[str, Decimal]]) -> list[dict]:
+    """Runs, cost and wall time per group; by day: a run's cost in each day it billed in (its wall
+    time in the day it started); by chain: the chain's run ids in creation order."""
+    acc: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        parts = days_of[r["run_id"]] if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
+        for key, part in (parts or {r["day"]: Decimal(0)}).items():
+            grp = acc.setdefault(key, {group_by: key if group_by == "day" else r[group_by], "runs": 0,
+                                       "cost": Decimal(0), "wall_s": 0.0})
+            grp["runs"] += 1
+            grp["cost"] += part
+        g = acc.get(str(r[group_by]))
+        if g is not None:
+            g["wall_s"] += r["wall_s"] or 0.0
+        if group_by == "chain" and g is not None:
+            g.setdefault("run_ids", []).append(r["run_id"])  # rows are in creation order
+    return [{**g, "cost": str(g["cost"]), "wall_s": round(g["wall_s"], 3)} for _, g in sorted(acc.items())]
 
 
 REPORT_CSV_FIELDS = ("run_id", "created", "cloud", "cluster", "status", "nodes", "wall_s", "cost", "still_billing",

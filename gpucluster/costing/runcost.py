@@ -19,87 +19,110 @@ if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
 
 
-def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
-    """Cost lines of one ledger resource row (see the module docstring for `detail`)."""
-    kind = res.kind
-    detail = res.detail or {}
-    gone = bool(res.confirmed_gone) and res.deleted_at is not None
-    end = res.deleted_at if gone else now
-    seconds = max(Decimal(str(end)) - Decimal(str(res.requested_at)), Decimal(0))
-    region = region_of(res.region or detail.get("region") or detail.get("location")) or pricer.region
-    market = "spot" if parse_bool("spot", detail.get("spot", False)) else "on-demand"
-    born = float(res.requested_at or 0)
-    base = {"resource": res.name, "kind": kind, "seconds": str(seconds), "still_billing": not gone,
-            "region": region, "from": born, "to": max(float(end or 0), born)}  # its billed life (periods.py)
-    notes = []
-    if res.created_at is None and kind in ("instance", "fleet", "node-pool", "gke-cluster", "volume", "disk"):
-        notes.append("creation never confirmed: billed from the request (upper bound)")
-    lines: list[dict[str, Any]] = []
+class _Lines:
+    """The cost lines of one ledger resource row, built by kind (see the module docstring for
+    `detail`)."""
 
-    def add(category: str, description: str, unit_price: Decimal, quantity: Decimal | int, unit: str,
+    def __init__(self, res: ResourceRow, pricer: Pricer, now: float) -> None:
+        self.detail: Mapping[str, Any] = res.detail or {}
+        gone = bool(res.confirmed_gone) and res.deleted_at is not None
+        end = res.deleted_at if gone else now
+        self.seconds = max(Decimal(str(end)) - Decimal(str(res.requested_at)), Decimal(0))
+        self.pricer = pricer
+        self.region = region_of(res.region or self.detail.get("region") or self.detail.get("location")) or pricer.region
+        self.market = "spot" if parse_bool("spot", self.detail.get("spot", False)) else "on-demand"
+        born = float(res.requested_at or 0)
+        self.base = {"resource": res.name, "kind": res.kind, "seconds": str(self.seconds), "still_billing": not gone,
+                     "region": self.region, "from": born, "to": max(float(end or 0), born)}  # its billed life (periods.py)
+        self.notes = []
+        if res.created_at is None and res.kind in ("instance", "fleet", "node-pool", "gke-cluster", "volume", "disk"):
+            self.notes.append("creation never confirmed: billed from the request (upper bound)")
+        self.lines: list[dict[str, Any]] = []
+
+    def add(self, category: str, description: str, unit_price: Decimal, quantity: Decimal | int, unit: str,
             billed: int, cost: Decimal, cited: dict[str, Any], note: str) -> None:
-        lines.append({**base, "category": category, "description": description, "unit_price": str(unit_price),
-                      "unit": unit, "quantity": str(quantity), "billed_seconds": billed, "cost": str(cost),
-                      "source": cited.get("source"), "date": cited.get("date"),
-                      "note": "; ".join(n for n in notes + [note] if n)})
+        self.lines.append({**self.base, "category": category, "description": description,
+                           "unit_price": str(unit_price), "unit": unit, "quantity": str(quantity),
+                           "billed_seconds": billed, "cost": str(cost), "source": cited.get("source"),
+                           "date": cited.get("date"), "note": "; ".join(n for n in self.notes + [note] if n)})
 
-    if kind in ("instance", "fleet"):  # a fleet: node_count identical instances living as long as it
-        count = int(detail.get("node_count") or 1) if kind == "fleet" else 1
+    def timed(self, category: str, what: str, key: str, count: int, unit: str, description: str,
+              market: str | None = None, minimum: int | None = None) -> None:
+        """`count` of a thing priced per hour (`what`, `key` in the catalog) for the resource's life."""
+        price, cited, note = self.pricer.price(what, key, market or self.market, self.region)
+        billed, cost = (time_cost(price, self.seconds, count) if minimum is None
+                        else time_cost(price, self.seconds, count, minimum=minimum))
+        self.add(category, description, price, count, unit, billed, cost, cited, note)
+
+    def gpus(self, gpus: int) -> None:
+        if gpus:
+            name = normalize_gpu(self.detail.get("accelerator") or "V100")
+            self.timed("gpus", "gpu", name, gpus, "gpu-hour", f"{gpus} x {name} ({self.market})")
+
+    def instances(self, fleet: bool) -> None:
+        """An instance, or a fleet: node_count identical instances living as long as it."""
+        detail, market = self.detail, self.market
+        count = int(detail.get("node_count") or 1) if fleet else 1
         itype = str(detail.get("instance_type") or detail.get("machine_type"))  # the detail is JSON
-        price, cited, note = pricer.price("instance", itype, market, region)
+        price, cited, note = self.pricer.price("instance", itype, market, self.region)
         if market == "spot":  # the launched zone's price where it is known, else the catalog's (said which)
-            price, cited, said = pricer.in_zone(price, cited, itype, market, region, detail.get("availability_zone"))
+            price, cited, said = self.pricer.in_zone(price, cited, itype, market, self.region,
+                                                     detail.get("availability_zone"))
             note = "; ".join(n for n in (note, said) if n)
-        billed, cost = time_cost(price, seconds, count)
-        add("instances", f"{count} x {itype} ({market})" if kind == "fleet" else f"{itype} ({market})", price, count,
-            "hour", billed, cost, cited, note)
-        _ipv4_lines(int(detail.get("public_ipv4") or 0) * count, seconds, pricer, region, add)
-        gpus = int(detail.get("gpus") or 0)
-        if gpus and pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
-            name = normalize_gpu(detail.get("accelerator") or "V100")
-            price, cited, note = pricer.price("gpu", name, market, region)
-            billed, cost = time_cost(price, seconds, gpus)
-            add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
-        _disk_lines(detail, count, seconds, pricer, region, add)
-    elif kind == "node-pool":
+        billed, cost = time_cost(price, self.seconds, count)
+        self.add("instances", f"{count} x {itype} ({market})" if fleet else f"{itype} ({market})", price, count,
+                 "hour", billed, cost, cited, note)
+        _ipv4_lines(int(detail.get("public_ipv4") or 0) * count, self.seconds, self.pricer, self.region, self.add)
+        if self.pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
+            self.gpus(int(detail.get("gpus") or 0))
+        _disk_lines(detail, count, self.seconds, self.pricer, self.region, self.add)
+
+    def node_pool(self) -> None:
+        detail = self.detail
         count = int(detail.get("node_count") or 1)
         mtype = str(detail.get("machine_type") or detail.get("instance_type"))
-        price, cited, note = pricer.price("instance", mtype, market, region)
-        billed, cost = time_cost(price, seconds, count)
-        add("instances", f"{count} x {mtype} ({market})", price, count, "hour", billed, cost, cited, note)
-        gpus = int(detail.get("gpus_per_node") or 0) * count
-        if gpus:
-            name = normalize_gpu(detail.get("accelerator") or "V100")
-            price, cited, note = pricer.price("gpu", name, market, region)
-            billed, cost = time_cost(price, seconds, gpus)
-            add("gpus", f"{gpus} x {name} ({market})", price, gpus, "gpu-hour", billed, cost, cited, note)
-        _disk_lines(detail, count, seconds, pricer, region, add)
+        self.timed("instances", "instance", mtype, count, "hour", f"{count} x {mtype} ({self.market})")
+        self.gpus(int(detail.get("gpus_per_node") or 0) * count)
+        _disk_lines(detail, count, self.seconds, self.pricer, self.region, self.add)
         ips = int(detail.get("external_ipv4") or 0) * count  # addresses per node (GCE bills each in use)
         if ips:
-            price, cited, note = pricer.price("ipv4", "external-ipv4", market, region)
-            billed, cost = time_cost(price, seconds, ips)
-            add("instances", f"{ips} x external IPv4 ({market})", price, ips, "address-hour", billed, cost, cited, note)
-    elif kind in ("volume", "disk"):
-        _disk_lines(detail, 1, seconds, pricer, region, add)
-    elif kind == "elastic-ip":  # billed as a public IPv4 address, attached or not
-        _ipv4_lines(1, seconds, pricer, region, add)
-    elif kind == "gke-cluster":
-        price, cited, note = pricer.price("cluster-fee", "gke", "on-demand", region)
+            self.timed("instances", "ipv4", "external-ipv4", ips, "address-hour",
+                       f"{ips} x external IPv4 ({self.market})")
+
+    def cluster_fee(self, free_tier: bool) -> None:
+        detail = self.detail
+        price, cited, note = self.pricer.price("cluster-fee", "gke", "on-demand", self.region)
         zonal = (parse_bool("zonal", detail["zonal"]) if "zonal" in detail
                  else bool(ZONE_RE.match(str(detail.get("location", "")))))
         if free_tier and zonal:
-            billed = billed_seconds(seconds, 0)
-            add("cluster fee", "GKE cluster fee (zonal, free tier)", price, 1, "cluster-hour", billed, Decimal(0),
-                cited, "covered by the GKE free tier: one zonal cluster per billing account")
+            billed = billed_seconds(self.seconds, 0)
+            self.add("cluster fee", "GKE cluster fee (zonal, free tier)", price, 1, "cluster-hour", billed,
+                     Decimal(0), cited, "covered by the GKE free tier: one zonal cluster per billing account")
         else:
-            billed, cost = time_cost(price, seconds, 1, minimum=0)
+            billed, cost = time_cost(price, self.seconds, 1, minimum=0)
             why = "regional clusters are not covered by the free tier" if free_tier else ""
-            add("cluster fee", f"GKE cluster fee ({'zonal' if zonal else 'regional'})", price, 1, "cluster-hour",
-                billed, cost, cited, why)
+            self.add("cluster fee", f"GKE cluster fee ({'zonal' if zonal else 'regional'})", price, 1,
+                     "cluster-hour", billed, cost, cited, why)
+
+
+def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
+    """Cost lines of one ledger resource row (see the module docstring for `detail`)."""
+    out = _Lines(res, pricer, now)
+    kind = res.kind
+    if kind in ("instance", "fleet"):
+        out.instances(fleet=kind == "fleet")
+    elif kind == "node-pool":
+        out.node_pool()
+    elif kind in ("volume", "disk"):
+        _disk_lines(out.detail, 1, out.seconds, pricer, out.region, out.add)
+    elif kind == "elastic-ip":  # billed as a public IPv4 address, attached or not
+        _ipv4_lines(1, out.seconds, pricer, out.region, out.add)
+    elif kind == "gke-cluster":
+        out.cluster_fee(free_tier)
     else:
-        lines.append({**base, "category": "no charge", "description": f"{kind} (no charge)", "cost": "0",
-                      "billed_seconds": 0, "note": ""})
-    return lines
+        out.lines.append({**out.base, "category": "no charge", "description": f"{kind} (no charge)", "cost": "0",
+                          "billed_seconds": 0, "note": ""})
+    return out.lines
 
 
 def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer: Pricer, region: str | None,

@@ -43,6 +43,9 @@ def _fmt_shape(shape: tuple) -> str:
     return f"{cloud}" + (f" {itype}" if itype else "") + (f" {gpn} x {gpu}" if gpu else (f" {gpn} GPU" if gpn else ""))
 
 
+Usable = tuple[tuple, RunRow, dict[str, Any], float, "float | None"]  # shape, run, metrics, epoch s, wall s
+
+
 def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: str, epochs: int, *,
             backends: Mapping[str, Plugin], max_nodes: int, cloud: str | None = None,
             instance_type: str | None = None, gpus_per_node: int | None = None,
@@ -62,7 +65,24 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     if not nodes_list:
         raise UsageError("nodes: give at least one node count, e.g. --nodes 1,2,4,8")
     catalog = catalog or load_catalog()
-    usable: list[tuple[tuple, RunRow, dict[str, Any], float, float | None]] = []
+    usable = _usable(ledger_runs, workload, catalog, backends, (cloud, instance_type, gpus_per_node))
+    shape = _one_shape(usable, workload)
+    measured = _measured(usable)
+    fit = _fit(measured)
+    latest = max((u[1] for u in usable), key=lambda r: r.created_at or 0)
+    projector = _Projector(measured, fit, epochs, shape, backends.get(shape[0] or ""),
+                           ClusterSpec.from_dict(latest.spec) if latest.spec else None, catalog)
+    return {"workload": workload, "epochs": epochs, "shape": _fmt_shape(shape),
+            "runs_used": [rid for m in measured for rid in m["runs"]], "measured": measured, "fit": fit,
+            "projection": [projector.row(n) for n in nodes_list]}
+
+
+def _usable(ledger_runs: Iterable[RunRow], workload: str, catalog: Catalog, backends: Mapping[str, Plugin],
+            wanted: tuple[str | None, str | None, int | None]) -> list[Usable]:
+    """The succeeded runs of `workload` with training metrics, of the wanted shape (cloud, instance
+    type, GPUs per node; None: any); UsageError saying why when there is none."""
+    cloud, instance_type, gpus_per_node = wanted
+    usable: list[Usable] = []
     seen_workload = False
     for run in ledger_runs:
         if run.workload != workload:
@@ -76,22 +96,28 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
         if cloud and shape[0] != cloud or instance_type and shape[1] != instance_type \
                 or gpus_per_node is not None and shape[3] != gpus_per_node:
             continue
-        wall = None
-        if run.ended_at and run.created_at:
-            wall = float(run.ended_at) - float(run.created_at)
+        wall = float(run.ended_at) - float(run.created_at) if run.ended_at and run.created_at else None
         usable.append((shape, run, summary, float(train_s) / float(run_epochs), wall))
     if not usable:
         why = ("no succeeded run with training metrics matches" if seen_workload
                else "the ledger has no run of this workload")
         raise UsageError(f"cannot project {workload!r}: {why}; run it first (e.g. on 1 and 2 nodes) so the "
                          "projection rests on measured speed")
+    return usable
+
+
+def _one_shape(usable: list[Usable], workload: str) -> tuple:
     shapes = sorted({u[0] for u in usable}, key=str)
     if len(shapes) > 1:
         listed = "; ".join(_fmt_shape(s) for s in shapes)
         raise UsageError(f"runs of {workload!r} were measured on several node shapes ({listed}); choose one with "
                          "--cloud / --instance-type / --gpus")
-    shape = shapes[0]
-    backend = backends.get(shape[0] or "")
+    return shapes[0]
+
+
+def _measured(usable: list[Usable]) -> list[dict[str, Any]]:
+    """Per measured node count: the runs, median epoch time, overhead and samples/s, and the
+    efficiency against the smallest count."""
     by_nodes: dict[int, list[tuple[RunRow, dict[str, Any], float, float | None]]] = {}
     for _, run, summary, epoch_s, wall in usable:
         # nodes is NOT NULL in the ledger
@@ -108,47 +134,59 @@ def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: 
     base = measured[0]
     for m in measured:
         m["efficiency"] = (base["epoch_s"] * base["nodes"]) / (m["epoch_s"] * m["nodes"])
-    fit: dict[str, Any] | None = None
-    if len(measured) >= 2:
-        xs = [math.log(m["nodes"]) for m in measured]
-        ys = [math.log(m["epoch_s"]) for m in measured]
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-        fit = {"exponent": b, "intercept": my - b * mx,
-               "meaning": "epoch time ~ nodes^exponent; -1 would be perfect scaling, 0 none, > 0 slower"}
-    latest = max((u[1] for u in usable), key=lambda r: r.created_at or 0)
-    spec_base = ClusterSpec.from_dict(latest.spec) if latest.spec else None
-    known = {m["nodes"]: m for m in measured}
-    lo, hi = measured[0]["nodes"], measured[-1]["nodes"]
-    projection = []
-    for n in nodes_list:
+    return measured
+
+
+def _fit(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The least-squares power law epoch time ~ nodes^b over the measured counts (None: one count)."""
+    if len(measured) < 2:
+        return None
+    xs = [math.log(m["nodes"]) for m in measured]
+    ys = [math.log(m["epoch_s"]) for m in measured]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return {"exponent": b, "intercept": my - b * mx,
+            "meaning": "epoch time ~ nodes^exponent; -1 would be perfect scaling, 0 none, > 0 slower"}
+
+
+class _Projector:
+    """One projection row per node count: measured, fitted between measured counts, extrapolated
+    beyond them, or not projected at all (one measured count); priced with the latest run's spec."""
+
+    def __init__(self, measured: list[dict[str, Any]], fit: dict[str, Any] | None, epochs: int, shape: tuple,
+                 backend: Plugin | None, spec_base: ClusterSpec | None, catalog: Catalog) -> None:
+        self.measured, self.fit, self.epochs, self.shape = measured, fit, epochs, shape
+        self.backend, self.spec_base, self.catalog = backend, spec_base, catalog
+        self.known = {m["nodes"]: m for m in measured}
+        self.lo, self.hi = measured[0]["nodes"], measured[-1]["nodes"]
+
+    def row(self, n: int) -> dict[str, Any]:
         row: dict[str, Any] = {"nodes": n}
-        nearest = min(measured, key=lambda m: (abs(math.log(m["nodes"]) - math.log(n)), m["nodes"]))
-        if n in known:
-            epoch_s, basis = known[n]["epoch_s"], "measured"
-        elif fit is not None:
-            epoch_s = math.exp(fit["intercept"] + fit["exponent"] * math.log(n))
-            basis = "fitted" if lo < n < hi else "extrapolated"
+        nearest = min(self.measured, key=lambda m: (abs(math.log(m["nodes"]) - math.log(n)), m["nodes"]))
+        if n in self.known:
+            epoch_s, basis = self.known[n]["epoch_s"], "measured"
+        elif self.fit is not None:
+            epoch_s = math.exp(self.fit["intercept"] + self.fit["exponent"] * math.log(n))
+            basis = "fitted" if self.lo < n < self.hi else "extrapolated"
         else:
-            row.update(basis=None, note=f"not measured: only {lo} node(s) measured, so scaling to {n} is unknown; "
-                                        f"run it on {n} nodes (or one more node count) first")
-            projection.append(row)
-            continue
-        train_s = epoch_s * epochs
+            row.update(basis=None, note=f"not measured: only {self.lo} node(s) measured, so scaling to {n} is "
+                                        f"unknown; run it on {n} nodes (or one more node count) first")
+            return row
+        base = self.measured[0]
+        train_s = epoch_s * self.epochs
         wall_s = train_s + nearest["overhead_s"]
         row.update(basis=basis, epoch_s=round(epoch_s, 3), train_s=round(train_s, 3), wall_s=round(wall_s, 3),
                    efficiency=round((base["epoch_s"] * base["nodes"]) / (epoch_s * n), 4),
                    overhead_from_nodes=nearest["nodes"])
-        if is_free(backend) or spec_base is None:
-            row.update(cost="0", hourly="0", note=f"{shape[0]} runs cost $0")
-        elif backend is None:  # a ledger row may name a cloud no registered backend is called
-            raise UsageError(not_allowed("cloud", shape[0], "no registered backend has that name, so its runs "
+        row.update(self._priced(n, wall_s))
+        return row
+
+    def _priced(self, n: int, wall_s: float) -> dict[str, Any]:
+        if is_free(self.backend) or self.spec_base is None:
+            return {"cost": "0", "hourly": "0", "note": f"{self.shape[0]} runs cost $0"}
+        if self.backend is None:  # a ledger row may name a cloud no registered backend is called
+            raise UsageError(not_allowed("cloud", self.shape[0], "no registered backend has that name, so its runs "
                                          "cannot be priced"))
-        else:
-            est = estimate(spec_base.replace(nodes=n), Decimal(str(round(wall_s, 3))) / 3600, backend=backend,
-                           catalog=catalog)
-            row.update(cost=str(est.total), hourly=str(est.hourly), price_date=est.price_date)
-        projection.append(row)
-    return {"workload": workload, "epochs": epochs, "shape": _fmt_shape(shape),
-            "runs_used": [rid for m in measured for rid in m["runs"]], "measured": measured, "fit": fit,
-            "projection": projection}
+        est = estimate(self.spec_base.replace(nodes=n), Decimal(str(round(wall_s, 3))) / 3600, backend=self.backend,
+                       catalog=self.catalog)
+        return {"cost": str(est.total), "hourly": str(est.hourly), "price_date": est.price_date}

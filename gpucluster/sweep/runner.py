@@ -260,38 +260,49 @@ def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
     epochs = [m for m in records if m.get("kind") == "epoch"]
     finals = {m["rank"]: m for m in records if m.get("kind") == "final" and isinstance(m.get("rank"), int)}
     phases = {p.name: p.seconds for p in record.phases if p.seconds is not None}
-    wall = run.wall_s
-    train_s = metrics.get("train_time_s")
-    if train_s is None:
-        train_s = (finals.get(0) or {}).get("train_time_s")
-    if train_s is None:
-        train_s = phases.get("train")
+    train_s = _first_known(metrics.get("train_time_s"), (finals.get(0) or {}).get("train_time_s"),
+                           phases.get("train"))
     world = metrics.get("world_size") or start.get("world_size") or (len(finals) or None)
     n_epochs = metrics.get("epochs") or (epochs[-1].get("epoch") if epochs else None)
-    reported = metrics.get("samples_per_s")
     seen = {r: int(f["samples_seen"]) for r, f in finals.items() if f.get("samples_seen") is not None}
     train_samples = start.get("train_samples")
-    useful = reported
-    if train_samples and n_epochs and seen and train_s:
-        total = sum(seen.values()) if len(seen) == (world or len(seen)) else max(seen.values()) * (world or 1)
-        useful = min(total, int(train_samples) * int(n_epochs)) / train_s
     sums = {k: (sum(e.get(k) or 0.0 for e in epochs) if any(k in e for e in epochs) else None)
             for k in ("compute_s", "comm_s", "data_s")}
-    steps = epochs[-1].get("step") if epochs else None
-    p90 = None
-    per_epoch = [e["step_p90_s"] for e in epochs if isinstance(e.get("step_p90_s"), list) and e["step_p90_s"]]
-    if per_epoch:
-        width = max(len(x) for x in per_epoch)
-        p90 = [statistics.median([x[i] for x in per_epoch if i < len(x) and x[i] is not None]) for i in range(width)]
     return RunFacts(
         run_id=run.id, status=run.status, nodes=run.nodes, gpus_per_node=int(run.gpus_per_node or 0), world_size=world,
-        wall_s=wall, phases=phases, train_s=train_s, samples_per_s=useful, reported_samples_per_s=reported,
+        wall_s=run.wall_s, phases=phases, train_s=train_s,
+        samples_per_s=_useful_rate(metrics.get("samples_per_s"), train_samples, n_epochs, seen, train_s, world),
+        reported_samples_per_s=metrics.get("samples_per_s"),
         accuracy=metrics.get("accuracy"), loss=metrics.get("loss"), epochs=n_epochs,
         cost_usd=run_cost_usd(record, backends), train_samples=int(train_samples) if train_samples else None,
         samples_seen=seen,
-        compute_s=sums["compute_s"], comm_s=sums["comm_s"], data_s=sums["data_s"], steps=steps, step_p90_s=p90,
+        compute_s=sums["compute_s"], comm_s=sums["comm_s"], data_s=sums["data_s"],
+        steps=epochs[-1].get("step") if epochs else None, step_p90_s=_p90_per_rank(epochs),
         util=[m for m in records if m.get("kind") == "util"],
     )
+
+
+def _first_known(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _useful_rate(reported: Any, train_samples: Any, n_epochs: Any, seen: dict[int, int], train_s: Any,
+                 world: Any) -> Any:
+    """Samples of the data set trained per second: what the ranks saw, at most the data set once per
+    epoch (a rank that repeats samples does not count twice); the reported rate when unknown."""
+    if not (train_samples and n_epochs and seen and train_s):
+        return reported
+    total = sum(seen.values()) if len(seen) == (world or len(seen)) else max(seen.values()) * (world or 1)
+    return min(total, int(train_samples) * int(n_epochs)) / train_s
+
+
+def _p90_per_rank(epochs: list[dict[str, Any]]) -> list[float] | None:
+    """Per rank: the median over epochs of each epoch's p90 step time."""
+    per_epoch = [e["step_p90_s"] for e in epochs if isinstance(e.get("step_p90_s"), list) and e["step_p90_s"]]
+    if not per_epoch:
+        return None
+    width = max(len(x) for x in per_epoch)
+    return [statistics.median([x[i] for x in per_epoch if i < len(x) and x[i] is not None]) for i in range(width)]
 
 
 def run_cost_usd(record: RunRecord, backends: Mapping[str, Plugin]) -> Decimal | None:

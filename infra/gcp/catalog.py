@@ -305,10 +305,32 @@ def idle_minutes(spec: Any) -> int | None:
 
 
 def validate_spec(spec: Any) -> list[str]:
-    """GCP checks for a GKE V100 pool; raise SpecError on the first problem, return warnings."""
+    """GCP checks for a GKE GPU pool; raise SpecError on the first problem, return warnings."""
     idle_minutes(spec)  # checked before anything is declared
     system_machine_type(spec)
     gpu = gpu_of(spec)  # a GPU name not known: the known ones, with a did-you-mean
+    _check_gpu(spec, gpu)
+    r = resolve(spec)
+    carried = shapes.BY_NAME.get(r.instance_type or "")
+    if carried is not None:  # G2 / A2 / A3: the machine type fixes the GPU and its count
+        _check_carried(spec, r, carried, gpu)
+    else:
+        _check_attached(spec, r, gpu)
+    _check_disk_and_labels(spec, r)
+    option_choice(spec, "releaseChannel", RELEASE_CHANNELS, DEFAULT_RELEASE_CHANNEL)
+    option_choice(spec, "gpuDriverVersion", GPU_DRIVER_VERSIONS, DEFAULT_GPU_DRIVER_VERSION)
+    option_choice(spec, "launcher", LAUNCHERS, "job")
+    from .gcs import namespace_of, scopes
+
+    if any(scopes(spec)):  # SpecError for a malformed gcsRead/gcsWrite URL (infra/gcp/gcs.py)
+        namespace_of(spec)
+    if option_bool(spec, "autoscale", True):
+        _min_nodes(spec, r.nodes)
+    return _warnings(spec, r, gpu)
+
+
+def _check_gpu(spec: Any, gpu: str) -> None:
+    """A GPU GKE has, in a count an N1 VM takes it in, and a zone name that is one."""
     if gpu not in shapes.ACCELERATORS:  # refused with where the GPU is (another cloud) and at what price
         from gpucluster.catalog.prices import load_catalog
         from gpucluster.catalog.select import pick
@@ -323,42 +345,51 @@ def validate_spec(spec: Any) -> list[str]:
         )
     if spec.zone is not None and not _ZONE_RE.match(spec.zone):
         raise SpecError(not_allowed("zone", spec.zone, "a zone name such as us-central1-a"))
-    r = resolve(spec)
-    carried = shapes.BY_NAME.get(r.instance_type or "")
-    if carried is not None:  # G2 / A2 / A3: the machine type fixes the GPU and its count
-        if (carried.gpu_model, carried.gpus) != (gpu, r.gpus_per_node):
-            with_gpu = [s.name for s in shapes.shapes_for(gpu, r.gpus_per_node) if not s.attached]
-            raise SpecError(
-                f"gpu {gpu}:{r.gpus_per_node} (--gpu, or accelerator/gpusPerNode) contradicts machine type "
-                f"{carried.name} (--machine-type, {carried.gpus} × {carried.gpu_model}): give one of them"
-                + (f"; machine types with {gpu}:{r.gpus_per_node}: {', '.join(with_gpu)}" if with_gpu else "")
-            )
-        if not carried.on_demand and not r.spot:
-            raise SpecError(f"machine type {carried.name} is not allowed on demand: "
-                            + shapes.ON_DEMAND_REFUSAL.format(name=carried.name))
-        zones = gpu_zones(spec, carried)
-        if r.zone not in zones:
-            raise SpecError(not_allowed(f"zone (no {carried.name} there)", r.zone, zones))
-    else:
-        shape = shapes.shape_of(r.instance_type or "", gpu, r.gpus_per_node)
-        zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
-        if r.zone not in zones:
-            raise SpecError(not_allowed(f"zone (no {gpu} there)", r.zone, zones))
-        mt = N1_MACHINE_TYPES.get(r.instance_type or "")
-        if mt is None or gpu not in N1_LIMITS:
-            allowed = [*N1_MACHINE_TYPES] if gpu in N1_LIMITS else [s.name for s in shapes.shapes_for(gpu)]
-            needs = "an N1 predefined type" if gpu in N1_LIMITS else "its own machine types"
-            raise SpecError(
-                not_allowed(f"machine type for accelerator {spec.accelerator or gpu!r} ({gpu} needs {needs})",
-                            r.instance_type, allowed)
-            )
-        max_vcpus, max_gb = N1_LIMITS[gpu][r.gpus_per_node]
-        if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
-            raise SpecError(
-                f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
-                f"{r.gpus_per_node} {gpu}: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
-                f"use more GPUs per node or a smaller type such as n1-standard-{4 * r.gpus_per_node}"
-            )
+
+
+def _check_carried(spec: Any, r: Any, carried: Any, gpu: str) -> None:
+    """A machine type that carries its GPUs (G2 / A2 / A3): the GPU and count it has, on demand
+    only where it is offered so, in a zone that has it."""
+    if (carried.gpu_model, carried.gpus) != (gpu, r.gpus_per_node):
+        with_gpu = [s.name for s in shapes.shapes_for(gpu, r.gpus_per_node) if not s.attached]
+        raise SpecError(
+            f"gpu {gpu}:{r.gpus_per_node} (--gpu, or accelerator/gpusPerNode) contradicts machine type "
+            f"{carried.name} (--machine-type, {carried.gpus} × {carried.gpu_model}): give one of them"
+            + (f"; machine types with {gpu}:{r.gpus_per_node}: {', '.join(with_gpu)}" if with_gpu else "")
+        )
+    if not carried.on_demand and not r.spot:
+        raise SpecError(f"machine type {carried.name} is not allowed on demand: "
+                        + shapes.ON_DEMAND_REFUSAL.format(name=carried.name))
+    zones = gpu_zones(spec, carried)
+    if r.zone not in zones:
+        raise SpecError(not_allowed(f"zone (no {carried.name} there)", r.zone, zones))
+
+
+def _check_attached(spec: Any, r: Any, gpu: str) -> None:
+    """An N1 VM with attached GPUs (T4, V100): a zone that has the GPU, an N1 predefined type within
+    the GPU count's vCPU and memory limits."""
+    shape = shapes.shape_of(r.instance_type or "", gpu, r.gpus_per_node)
+    zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
+    if r.zone not in zones:
+        raise SpecError(not_allowed(f"zone (no {gpu} there)", r.zone, zones))
+    mt = N1_MACHINE_TYPES.get(r.instance_type or "")
+    if mt is None or gpu not in N1_LIMITS:
+        allowed = [*N1_MACHINE_TYPES] if gpu in N1_LIMITS else [s.name for s in shapes.shapes_for(gpu)]
+        needs = "an N1 predefined type" if gpu in N1_LIMITS else "its own machine types"
+        raise SpecError(
+            not_allowed(f"machine type for accelerator {spec.accelerator or gpu!r} ({gpu} needs {needs})",
+                        r.instance_type, allowed)
+        )
+    max_vcpus, max_gb = N1_LIMITS[gpu][r.gpus_per_node]
+    if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
+        raise SpecError(
+            f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
+            f"{r.gpus_per_node} {gpu}: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
+            f"use more GPUs per node or a smaller type such as n1-standard-{4 * r.gpus_per_node}"
+        )
+
+
+def _check_disk_and_labels(spec: Any, r: Any) -> None:
     if r.disk_type not in DISK_TYPES:
         raise SpecError(not_allowed("disk type", r.disk_type, DISK_TYPES))
     series_disks = shapes.boot_disk_types(r.instance_type or "")
@@ -371,16 +402,9 @@ def validate_spec(spec: Any) -> list[str]:
                 not_allowed(f"label {key} value", value, "lowercase letters, digits, '_' and '-' (GCP labels)")
             )
 
-    option_choice(spec, "releaseChannel", RELEASE_CHANNELS, DEFAULT_RELEASE_CHANNEL)
-    option_choice(spec, "gpuDriverVersion", GPU_DRIVER_VERSIONS, DEFAULT_GPU_DRIVER_VERSION)
-    option_choice(spec, "launcher", LAUNCHERS, "job")
-    from .gcs import namespace_of, scopes
 
-    if any(scopes(spec)):  # SpecError for a malformed gcsRead/gcsWrite URL (infra/gcp/gcs.py)
-        namespace_of(spec)
-    if option_bool(spec, "autoscale", True):
-        _min_nodes(spec, r.nodes)
-
+def _warnings(spec: Any, r: Any, gpu: str) -> list[str]:
+    """What holds but may hurt: too few vCPUs per GPU, a user's image on V100."""
     warnings: list[str] = []
     mt = N1_MACHINE_TYPES.get(r.instance_type or "")
     if mt is not None and mt.vcpus < MIN_VCPUS_PER_GPU * r.gpus_per_node:
