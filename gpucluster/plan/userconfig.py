@@ -95,22 +95,8 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
         if key in cfg.lines:
             raise ConfigError(f"config file {str(path)!r}, line {line}: {key} is given twice; keep one")
         cfg.lines[key] = line
-        if key == "budget":
-            from gpucluster.costing.budget import parse_budget
-
-            given = ({str(k.value): v.value for k, v in vnode.value} if isinstance(vnode, yaml.MappingNode)
-                     else vnode.value)
-            cfg.budget = parse_budget(given, cfg.where(key))
-            continue
-        if key == "notify":
-            items = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
-            cfg.notify = [_text(cfg, key, item) for item in items]
-            continue
-        if key in TOP_KEYS:
-            cfg.top[key] = _text(cfg, key, vnode)
-            if key == "cloud" and clouds is not None and cfg.top[key] not in clouds and not _placed(cfg.top[key]):
-                raise ConfigError(f"{cfg.where(key)}: {cfg.top[key]!r} is not a cloud{did_you_mean(cfg.top[key], names)}; "
-                                  f"allowed: {', '.join(names)}")
+        if key in ("budget", "notify", *TOP_KEYS):
+            _top_key(cfg, key, vnode, clouds, names)
             continue
         if clouds is not None and key not in clouds:
             raise ConfigError(f"config file {str(path)!r}, line {line}: unknown key {key!r}"
@@ -118,22 +104,48 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
         if not isinstance(vnode, yaml.MappingNode):
             raise ConfigError(f"config file {str(path)!r}, line {line}: {key}: a mapping of settings "
                               f"({', '.join(CLOUD_KEYS)})")
-        section: dict[str, str] = {}
-        for sk, sv in vnode.value:
-            name = str(sk.value)
-            full = f"{key}.{name}"
-            cfg.lines[full] = sk.start_mark.line + 1
-            if name not in CLOUD_KEYS:
-                raise ConfigError(f"config file {str(path)!r}, line {cfg.lines[full]}: unknown key {full!r}"
-                                  f"{did_you_mean(name, CLOUD_KEYS)}; allowed in a cloud's section: "
-                                  f"{', '.join(CLOUD_KEYS)}")
-            if name in section:
-                raise ConfigError(f"{cfg.where(full)} is given twice; keep one")
-            if clouds is not None and name not in clouds[key] and name in _cloud_only(clouds):
-                raise ConfigError(f"{cfg.where(full)}: {key} does not take --{name.replace('_', '-')}; remove it")
-            section[name] = _text(cfg, full, sv)
-        cfg.clouds[key] = section
+        cfg.clouds[key] = _cloud_section(cfg, key, vnode, clouds)
     return cfg
+
+
+def _top_key(cfg: UserConfig, key: str, vnode: Any, clouds: Mapping[str, tuple[str, ...]] | None,
+             names: tuple[str, ...]) -> None:
+    """`budget:`, `notify:` or one of TOP_KEYS (`cloud:` names a cloud, or a placement)."""
+    yaml = _yaml()
+    if key == "budget":
+        from gpucluster.costing.budget import parse_budget
+
+        given = ({str(k.value): v.value for k, v in vnode.value} if isinstance(vnode, yaml.MappingNode)
+                 else vnode.value)
+        cfg.budget = parse_budget(given, cfg.where(key))
+    elif key == "notify":
+        items = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+        cfg.notify = [_text(cfg, key, item) for item in items]
+    else:
+        cfg.top[key] = _text(cfg, key, vnode)
+        if key == "cloud" and clouds is not None and cfg.top[key] not in clouds and not _placed(cfg.top[key]):
+            raise ConfigError(f"{cfg.where(key)}: {cfg.top[key]!r} is not a cloud{did_you_mean(cfg.top[key], names)}; "
+                              f"allowed: {', '.join(names)}")
+
+
+def _cloud_section(cfg: UserConfig, key: str, vnode: Any,
+                   clouds: Mapping[str, tuple[str, ...]] | None) -> dict[str, str]:
+    """One cloud's section: settings of CLOUD_KEYS, each once, and only those the cloud takes."""
+    section: dict[str, str] = {}
+    for sk, sv in vnode.value:
+        name = str(sk.value)
+        full = f"{key}.{name}"
+        cfg.lines[full] = sk.start_mark.line + 1
+        if name not in CLOUD_KEYS:
+            raise ConfigError(f"config file {str(cfg.path)!r}, line {cfg.lines[full]}: unknown key {full!r}"
+                              f"{did_you_mean(name, CLOUD_KEYS)}; allowed in a cloud's section: "
+                              f"{', '.join(CLOUD_KEYS)}")
+        if name in section:
+            raise ConfigError(f"{cfg.where(full)} is given twice; keep one")
+        if clouds is not None and name not in clouds[key] and name in _cloud_only(clouds):
+            raise ConfigError(f"{cfg.where(full)}: {key} does not take --{name.replace('_', '-')}; remove it")
+        section[name] = _text(cfg, full, sv)
+    return section
 
 
 def state_backend() -> str | None:

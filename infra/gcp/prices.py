@@ -181,27 +181,8 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     rows = PricedRows(machine=catalog.get("gcp", region, "instance", itype, market) if carried
                       else n1_row(catalog, region, itype, market))
     gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
-    if carried is not None and gpus and gpus != carried.gpus:
-        raise UsageError(f"gpus {gpus} is not allowed for {itype}: it carries exactly {carried.gpus} "
-                         f"{carried.gpu_model}")
     if gpus:
-        default = carried.gpu_model if carried else "V100"
-        rows.gpu_name = normalize_gpu(spec.accelerator or default, catalog.items("gcp", "gpu"))
-        limits = N1_LIMITS.get(rows.gpu_name, V100_LIMITS)
-        if carried is None and gpus not in limits:
-            raise UsageError(not_allowed(f"{rows.gpu_name} count per node", gpus, [str(n) for n in limits]))
-        max_cpu, max_gb = limits[gpus] if carried is None else (carried.vcpus, carried.memory_gb)
-        cpus, gib = n1_shape(itype) or (rows.machine.vcpus, rows.machine.memory_gib)
-        # a catalog row may give the vCPUs without the memory: then only the vCPUs are checked
-        if carried is None and cpus is not None and (cpus > max_cpu or (gib is not None and gib > max_gb)):
-            fits = [mt for mt in n1_machine_types()
-                    if (shape := n1_shape(mt)) is not None and shape[0] <= max_cpu and shape[1] <= max_gb]
-            memory = "" if gib is None else f", {gib.normalize():f} GB"
-            raise UsageError(f"machine type {itype} ({cpus} vCPU{memory}) cannot take {gpus} {rows.gpu_name}: "
-                             f"{gpus} {rows.gpu_name} allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
-                             + ", ".join(f for f in fits if f.startswith("n1-standard")))
-        rows.gpu = catalog.get("gcp", region, "gpu", rows.gpu_name, market)
-        rows.gpus_per_node = gpus
+        _gpu_rows(rows, spec, catalog, region, market, itype, carried, gpus)
     else:
         rows.notes.append("no GPUs requested (pass --gpu TYPE:COUNT, e.g. --gpu L4:1, to add GPUs)")
     system = system_pool(spec)["machine_type"]
@@ -221,6 +202,33 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
                           f"pool scales to {floor} about 10 min later (the cluster autoscaler's delay); the cluster "
                           "fee and the system pool keep billing until `gpucluster down`")
     return rows
+
+
+def _gpu_rows(rows: PricedRows, spec: ClusterSpec, catalog: Catalog, region: str, market: str, itype: str,
+              carried: Any, gpus: int) -> None:
+    """The GPU row: `gpus` of the machine's own GPU (G2/A2/A3: exactly its count) or of the one asked
+    for on an N1 VM (a count GCE allows, on a VM within that count's vCPU and memory limits)."""
+    if carried is not None and gpus != carried.gpus:
+        raise UsageError(f"gpus {gpus} is not allowed for {itype}: it carries exactly {carried.gpus} "
+                         f"{carried.gpu_model}")
+    default = carried.gpu_model if carried else "V100"
+    rows.gpu_name = normalize_gpu(spec.accelerator or default, catalog.items("gcp", "gpu"))
+    if carried is None:
+        limits = N1_LIMITS.get(rows.gpu_name, V100_LIMITS)
+        if gpus not in limits:
+            raise UsageError(not_allowed(f"{rows.gpu_name} count per node", gpus, [str(n) for n in limits]))
+        max_cpu, max_gb = limits[gpus]
+        cpus, gib = n1_shape(itype) or (rows.machine.vcpus, rows.machine.memory_gib)
+        # a catalog row may give the vCPUs without the memory: then only the vCPUs are checked
+        if cpus is not None and (cpus > max_cpu or (gib is not None and gib > max_gb)):
+            fits = [mt for mt in n1_machine_types()
+                    if (shape := n1_shape(mt)) is not None and shape[0] <= max_cpu and shape[1] <= max_gb]
+            memory = "" if gib is None else f", {gib.normalize():f} GB"
+            raise UsageError(f"machine type {itype} ({cpus} vCPU{memory}) cannot take {gpus} {rows.gpu_name}: "
+                             f"{gpus} {rows.gpu_name} allow at most {max_cpu} vCPU and {max_gb:g} GB per VM, e.g. "
+                             + ", ".join(f for f in fits if f.startswith("n1-standard")))
+    rows.gpu = catalog.get("gcp", region, "gpu", rows.gpu_name, market)
+    rows.gpus_per_node = gpus
 
 
 def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) -> list[dict[str, Any]]:
