@@ -36,7 +36,7 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
     """The ClusterSpec an estimate prices: the stack file's, overridden by the settings given."""
     from gpucluster.infra.registry import NAMES as CLOUDS, priced
     from gpucluster.spec import ClusterSpec
-    from gpucluster.stackconfig import spec_from_stack_file
+    from gpucluster.plan.stackconfig import spec_from_stack_file
 
     if stack:
         spec = spec_from_stack_file(stack_path(stack))
@@ -69,7 +69,7 @@ def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | N
     """The itemised cost of a cluster for some hours (default 1; `gpucluster cost estimate`): a
     `costing.estimate.Estimate` with `.hourly`, `.total` and `.lines` (Decimal dollars)."""
     from gpucluster.cli.options import OPTIONS, Float
-    from gpucluster.cost import estimate as priced_estimate
+    from gpucluster.costing.cost import estimate as priced_estimate
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import normalize, validate
 
@@ -106,11 +106,11 @@ def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
     from gpucluster.cli.idle import with_idle_stop
     from gpucluster.cli.place import prepared
     from gpucluster.infra.registry import NAMES, provisioning
-    from gpucluster.placement import wanted
+    from gpucluster.plan.placement import wanted
 
     cloud = flags["cloud"]
     clouds = provisioning()
-    held = held_clouds()  # machines that exist, kept under a name (gpucluster.held)
+    held = held_clouds()  # machines that exist, kept under a name (gpucluster.lifecycle.held)
     if cloud not in clouds + held and not wanted(cloud, None):
         others = [n for n in NAMES if n not in clouds + held]
         raise UsageError(not_allowed("cloud", cloud, clouds + held)
@@ -127,7 +127,7 @@ def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
     chosen, plan, placement = prepared(flags, provider_for=None if cloud in held else common.provider_for,
                                        strict_prices=False, job=False, given=given)
     if cloud in held and not flags.get("dry_run"):  # each machine asked once, before anything is recorded
-        from gpucluster.held import Holding, attach_held, reach_given
+        from gpucluster.lifecycle.held import Holding, attach_held, reach_given
 
         found = chosen.ops.hold(plan.launcher, attach_held(plan.provider, plan.spec))
         plan.provider = Holding(plan.provider, found, reach_given(flags))
@@ -182,11 +182,11 @@ def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = No
 
 def _provision(planned: Any, *, ledger: Any, ui: Any, over: list[str]) -> Any:
     from gpucluster.cli.budgets import record_override
-    from gpucluster.lifecycle import provision_only
+    from gpucluster.lifecycle.steps import provision_only
 
     plan = planned.plan
     if planned.placement is not None and len(planned.placement.tried) > 1:  # down the ranking (docs/placement.md)
-        from gpucluster.failover import up_placed
+        from gpucluster.lifecycle.failover import up_placed
         from gpucluster.infra.registry import plugin
 
         backends = {c.cloud: plugin(c.cloud) for c in planned.placement.tried}
@@ -200,7 +200,7 @@ def _provision(planned: Any, *, ledger: Any, ui: Any, over: list[str]) -> Any:
                               prices=plan.prices)
     record_override(ledger, str(plan.spec.run_id), over or [])
     if planned.max_cost is not None:  # the kept cluster's cap: every `exec` is watched against it (guards.py)
-        from gpucluster.guards import CAP_KIND
+        from gpucluster.costing.guards import CAP_KIND
 
         ledger.add_metrics(str(plan.spec.run_id), [(None, {"kind": CAP_KIND, "max_cost": planned.max_cost})])
     return made
@@ -222,7 +222,7 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         """What the ledger says of the cluster now: `up`, the resources that may still exist, its runs."""
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         ledger = Ledger.open_default()
         open_rows = ledger.open_resources(self.name)
@@ -245,7 +245,7 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
     from gpucluster.cli.budgets import check_budget
     from gpucluster.cli.options import CLUSTER
     from gpucluster.errors import TeardownIncomplete
-    from gpucluster.prepare import check_before_recording, open_ledger
+    from gpucluster.lifecycle.prepare import check_before_recording, open_ledger
 
     allowed = [c for c in CLUSTER if c not in ("dry_run", "yes", "as_json", "state")] + ["max_cost", *PLACEMENT_FLAGS,
                                                                                          *HELD_FLAGS]
@@ -264,7 +264,7 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
         check_before_recording(plan)
     made = provision(planned, ledger=ledger, ui=ui_for(quiet, progress), over=over, over_budget=over_budget)
     if made.record_error:
-        from gpucluster.recording import kept_line
+        from gpucluster.ledger.recording import kept_line
 
         raise TeardownIncomplete(kept_line(made.record_error, planned.plan.spec.name))
     return Cluster(made.cluster.name, planned.backend.name, list(made.cluster.nodes), planned.plan.spec.run_id,
@@ -288,8 +288,8 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     """The job's plan on the kept cluster `cluster`, or a UsageError (nothing recorded)."""
     from gpucluster.cli import common
     from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.kept import attach, check_fits, find, reclaim
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.lifecycle.kept import attach, check_fits, find, reclaim
+    from gpucluster.lifecycle.prepare import Request, prepare
     from gpucluster.spec import ClusterSpec, normalize
 
     if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
@@ -297,9 +297,9 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     kept = find(ledger, cluster, dead_ok=True)
     chosen = plugin(kept.cloud)
     spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
-    held = kept.cloud not in provisioning()  # machines that exist (gpucluster.held): no lifetime, no stack
+    held = kept.cloud not in provisioning()  # machines that exist (gpucluster.lifecycle.held): no lifetime, no stack
     if held:
-        from gpucluster.held import reach_of
+        from gpucluster.lifecycle.held import reach_of
 
         for key, value in reach_of(ledger, kept).items():  # how `up` reached them (a flag given here wins)
             flags[key] = flags.get(key) or value
@@ -331,7 +331,7 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     # before the run's row: a gone stack records nothing
     attached = attach(plan.provider if held else common.provider_for(kept.cloud), kept, plan.spec if held else None)
     reclaimed = reclaim(ledger, plan.launcher, attached, kept)  # a killed job's leftovers, before this job
-    from gpucluster.guards import exec_guard
+    from gpucluster.costing.guards import exec_guard
 
     job = plan.needs_job()
     if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
@@ -352,8 +352,8 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
 
 def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str | None]:
     """Run the planned job on the kept cluster: (its outcome, a forced exit code or None, what to say)."""
-    from gpucluster.kept import Attached, close_processes
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.kept import Attached, close_processes
+    from gpucluster.lifecycle.steps import execute
 
     plan = planned.plan
     outcome = execute(plan.spec, plan.needs_job(), ledger=ledger, provider=Attached(planned.attached),
@@ -361,7 +361,7 @@ def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str 
                       workload=plan.workload, resumed_from=plan.resumed_from)
     forced, said = close_processes(ledger, plan.launcher, planned.attached, outcome.run_id)
     from gpucluster.api.records import take_down_one
-    from gpucluster.kept import cap_teardown
+    from gpucluster.lifecycle.kept import cap_teardown
 
     kept = planned.kept  # stopped at the cluster's own cap (`up --max-cost`): the cluster goes too, checked
     code, line = cap_teardown(ledger, kept.name, kept.origin.id, planned.backend, outcome, lambda: take_down_one(
@@ -380,7 +380,7 @@ def exec_on(cluster: str, command: Sequence[str] | str | None = None, *, quiet: 
     from gpucluster.api.flags import flags_of
     from gpucluster.api.jobs import ui_for
     from gpucluster.cli.kept import JOB_OPTIONS
-    from gpucluster.prepare import open_ledger
+    from gpucluster.lifecycle.prepare import open_ledger
 
     allowed = ["command", *(o for o in JOB_OPTIONS if o not in ("task_file", "quiet", "as_json"))]
     if isinstance(command, str):

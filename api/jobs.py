@@ -11,18 +11,18 @@ from typing import Any, Callable, Mapping, Sequence
 from gpucluster.errors import UsageError
 
 ProgressFn = Callable[[str], Any]
-EventFn = Callable[[Any], Any]  # given a gpucluster.notify.RunEvent
+EventFn = Callable[[Any], Any]  # given a gpucluster.lifecycle.notify.RunEvent
 
 
 @dataclass
 class Planned:
-    """A run's plan (`gpucluster.prepare.Prepared`) and the backend it was made for."""
+    """A run's plan (`gpucluster.lifecycle.prepare.Prepared`) and the backend it was made for."""
 
     backend: Any
     plan: Any
     keep: bool = False
     max_cost: Any = None  # `up --max-cost`: the kept cluster's cap, recorded once it is up
-    placement: Any = None  # `--cloud auto` or a list: the ranking (gpucluster.placement), else None
+    placement: Any = None  # `--cloud auto` or a list: the ranking (gpucluster.plan.placement), else None
     recover: int | None = None  # --recover as given (each placed attempt's policy, `_kept_policy`)
 
 
@@ -31,8 +31,8 @@ class Finished:
     """What `execute_plan` gives back: the chain's outcome, the final run's record, and what the
     notifications could not deliver."""
 
-    result: Any  # gpucluster.recovery.ChainOutcome
-    record: Any  # gpucluster.records.RunRecord of the final attempt (None: the ledger lost it)
+    result: Any  # gpucluster.lifecycle.recovery.ChainOutcome
+    record: Any  # gpucluster.ledger.records.RunRecord of the final attempt (None: the ledger lost it)
     undelivered: list[str] = field(default_factory=list)
 
 
@@ -44,7 +44,7 @@ def plan_run(flags: dict[str, Any], *, keep: bool = False, idle_minutes: int | N
     from gpucluster.cli.args import fold_option_flags
     from gpucluster.cli.place import placeable, prepared
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import wanted
+    from gpucluster.plan.placement import wanted
 
     flags["options"] = fold_option_flags(flags)  # --context, --namespace: kept with the run's options
     first = placeable()[0] if wanted(flags["cloud"], None) else flags["cloud"]
@@ -62,8 +62,8 @@ def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str
     A team budget in the shared state is checked first (`claim_team`: exit 2, nothing created) and
     the run's spend record there ended with its cost (a kept cluster's at `down`)."""
     from gpucluster.cli.budgets import claim_team, record_override, settle_team
-    from gpucluster.notify import LiveEvents, chain_events, deliver
-    from gpucluster.recovery import run_plan
+    from gpucluster.lifecycle.notify import LiveEvents, chain_events, deliver
+    from gpucluster.lifecycle.recovery import run_plan
 
     key = str(planned.plan.spec.run_id)
     team = claim_team(planned.plan, key=key, kind="run", over_budget=over_budget,
@@ -120,7 +120,7 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
     is created). A failed run is returned (its `.status`); Ctrl-C tears the cluster down, then
     raises KeyboardInterrupt. Nothing is printed unless `quiet=False` (to stderr) or `progress=`."""
     from gpucluster.cli.budgets import check_budget
-    from gpucluster.prepare import Request, check_before_recording, open_ledger
+    from gpucluster.lifecycle.prepare import Request, check_before_recording, open_ledger
 
     if isinstance(command, str):
         import shlex
@@ -173,8 +173,8 @@ def _checked(kwargs: dict[str, Any], allowed: Sequence[str]) -> tuple[dict[str, 
 
 def all_webhooks(notify: Sequence[str] | str) -> tuple[str, ...]:
     """The webhooks given (checked) and the config file's `notify:`."""
-    from gpucluster.notify import check_urls
-    from gpucluster.userconfig import notify_urls
+    from gpucluster.lifecycle.notify import check_urls
+    from gpucluster.plan.userconfig import notify_urls
 
     given = [notify] if isinstance(notify, str) else list(notify or ())
     return check_urls(dict.fromkeys([*given, *notify_urls()]))
@@ -212,7 +212,7 @@ def ui_for(quiet: bool, progress: ProgressFn | None) -> Any:
     if progress is not None:
         return ProgressUI(progress, quiet)
     if quiet:
-        from gpucluster.lifecycle import QuietUI
+        from gpucluster.lifecycle.steps import QuietUI
 
         return QuietUI()
     return ProgressUI(lambda text: print(text, file=sys.stderr, flush=True), False)
@@ -254,6 +254,6 @@ def _reprice(chosen: Any) -> Any:
         return None
     import functools
 
-    from gpucluster import cost
+    from gpucluster.costing import cost
 
     return functools.partial(cost.price_snapshot, backend=chosen)

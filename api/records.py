@@ -15,7 +15,7 @@ from gpucluster.errors import UsageError, not_allowed
 def _ledger(ledger: Any = None) -> Any:
     if ledger is not None:
         return ledger
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     return Ledger.open_default()
 
@@ -23,7 +23,7 @@ def _ledger(ledger: Any = None) -> Any:
 def runs(limit: int | None = 20, *, cloud: str | None = None, status: str | None = None, ledger: Any = None) -> list:
     """The recorded runs (`records.RunRow`), newest first."""
     from gpucluster.infra.registry import NAMES
-    from gpucluster.ledger_schema import RUN_STATES as STATUSES
+    from gpucluster.ledger.schema import RUN_STATES as STATUSES
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise UsageError(not_allowed("limit", limit, "an integer of 1 or more"))
@@ -158,7 +158,7 @@ def logs(run_id: str, node: int | None = None, follow: bool = False, *, raw: boo
 def owner_alive(record: Any) -> bool:
     """Whether a live gpucluster process still owns the run (its owner lock, released by the kernel
     when that process dies, names this run)."""
-    from gpucluster.owner import owner
+    from gpucluster.lifecycle.owner import owner
 
     info = owner(record.run.cluster)
     if info is None:
@@ -173,7 +173,7 @@ def down(cluster: Any, *, cloud: str | None = None, force: bool = False, any_own
     verified / leftovers / not verified, `.exit_code`). A cluster a live gpucluster process owns is
     refused (ClusterBusy) unless `force`."""
     from gpucluster.infra.registry import plugin, project_id, provisioning
-    from gpucluster.teardown import check_project, down_targets, refuse_busy
+    from gpucluster.lifecycle.teardown import check_project, down_targets, refuse_busy
 
     name = getattr(cluster, "name", cluster)
     if not isinstance(name, str) or not name:
@@ -194,7 +194,7 @@ def down(cluster: Any, *, cloud: str | None = None, force: bool = False, any_own
 def take_down_one(name: str, chosen: Any, *, ledger: Any, say: Callable[[str], Any], **how: Any) -> Any:
     """One cluster of `chosen`'s cloud down and checked (`down`; `gpucluster down` for each cluster)."""
     from gpucluster.cli.common import provider_for
-    from gpucluster.teardown import take_down
+    from gpucluster.lifecycle.teardown import take_down
 
     done = take_down(name, chosen.name, ledger=ledger, provider_for=provider_for, backend=chosen, say=say, **how)
     if not ledger.open_resources(name):  # all of it confirmed gone: a team's spend record of it ends (cli/budgets.py)

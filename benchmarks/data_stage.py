@@ -24,8 +24,8 @@ from sshd import SshdHosts, cluster_of, free_port, make_launcher, Recorder  # no
 def main() -> None:
     mb = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     nfiles = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    from gpucluster.launch import JobSpec
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.staging import parse_data
 
     tmp = Path(tempfile.mkdtemp(prefix="gcdata-"))
     hosts = SshdHosts.start(tmp / "sshd", 2)

@@ -1,7 +1,7 @@
 """Placement failover (issue 43 item 3): from a capacity error to the next candidate's create request.
 
-The real ranking of 4 × L4 nodes on aws and gcp (gpucluster.placement: gcp us-central1-a, -b, -c,
-europe-west4-a, -b, -c, aws us-east-1, ...) run through gpucluster.failover on the stand-ins of
+The real ranking of 4 × L4 nodes on aws and gcp (gpucluster.plan.placement: gcp us-central1-a, -b, -c,
+europe-west4-a, -b, -c, aws us-east-1, ...) run through gpucluster.lifecycle.failover on the stand-ins of
 tests/test_failover.py: the real Automation API driver on the fake Pulumi CLI, the real lifecycle,
 ledger and teardown check; tag scan and launcher stubbed. Every GKE candidate fails with
 ZONE_RESOURCE_POOL_EXHAUSTED after its cluster was created; aws us-east-1 succeeds.

@@ -253,14 +253,14 @@ def peaks(c: Check) -> dict[str, Any]:
 
 def node_check(c: Check) -> dict[str, Any]:
     """The health check's node program alone, as a launcher starts it, on this machine's GPU(s)."""
-    from gpucluster import node_check as program
+    from gpucluster.node import node_check as program
 
     gpus = c.summary["steps"]["environment"].get("gpus") or 0
     cp = c.sh([sys.executable, program.__file__, "--rank", "0", "--world", "1", "--store", "127.0.0.1:1",
                "--addr", "127.0.0.1", "--gpus", str(gpus), "--disk", str(c.out)], timeout=120)
     recs = [json.loads(ln[len(program.PREFIX):]) for ln in cp.stdout.splitlines() if ln.startswith(program.PREFIX)]
     node = next((r for r in recs if r.get("kind") == "node"), {})
-    from gpucluster.health import fp32_peak, slow_gpus
+    from gpucluster.watch.health import fp32_peak, slow_gpus
 
     names = node.get("gpu_names") or []
     return {"node": node, "fp32_peak_tflops": fp32_peak(names[0]) if names else None,

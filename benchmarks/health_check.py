@@ -24,13 +24,13 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
 def one(home: Path) -> tuple[float, dict]:
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.local.provider import LocalProvider
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
     from gpucluster.infra.registry import plugin as backend_of
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
     spec = ClusterSpec(cloud="local", nodes=NODES, name="bench-hc", gpus_per_node=0, run_id=new_run_id())

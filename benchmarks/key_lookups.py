@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ["cli/render.py", "gpucluster/sweep.py", "gpucluster/cost.py", *sorted(
+DEFAULT = ["cli/render.py", "gpucluster/sweep/runner.py", "gpucluster/costing/cost.py", *sorted(
     str(p.relative_to(ROOT)) for p in (ROOT / "gpucluster/costing").glob("*.py"))]
 
 

@@ -40,7 +40,7 @@ TABLES = {"phases": "run_id", "nodes": "run_id", "metrics": "run_id", "resources
 
 def _template(ledger, rid: str, cloud: str, now: float) -> None:
     """One finished run as the lifecycle records it (phases, nodes, metrics, resources, outputs, cost)."""
-    from gpucluster import cost as C
+    from gpucluster.costing import cost as C
     from gpucluster.catalog.prices import load_catalog
     from gpucluster.spec import ClusterSpec
     from gpucluster.infra import registry
@@ -96,7 +96,7 @@ def _template(ledger, rid: str, cloud: str, now: float) -> None:
 
 def fill(home: Path, count: int) -> str:
     """A ledger of `count` runs under `home`; returns the id of a run in the middle."""
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     clouds = ("aws", "gcp", "local", "ssh")

@@ -62,8 +62,8 @@ def via_gpucluster() -> tuple[float, int]:
 
 def pipeline_throughput(mb: int = 50) -> float:
     """MB/s through NodeSupervisor from two local processes printing `mb` MB each."""
-    from gpucluster.launch import JobSpec
-    from gpucluster.supervisor import NodeSupervisor
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.supervisor import NodeSupervisor
 
     class Events:
         def on_line(self, node_rank, line):

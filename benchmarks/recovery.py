@@ -1,6 +1,6 @@
 """Recovery time (issue 30 items 4 and 6): from a lost node to the recovered run training again.
 
-Each case is a real recovery chain (gpucluster/recovery.py) of digits (2 nodes, seed 5, a
+Each case is a real recovery chain (gpucluster/lifecycle/recovery.py) of digits (2 nodes, seed 5, a
 checkpoint every 10 steps) with node 1 lost mid-training (after the first epoch record), the
 fault made as in the tests (tests/recovery_faults.py). Figures, from the fault:
   detect   the `node_lost` record's detected_at (the goal: <= 30 s)
@@ -45,8 +45,8 @@ def _chain(home: Path, spec, launcher, provider, store, fault=None, epochs: int 
     from recovery_faults import Interrupting
     from test_recovery import _digits_job
 
-    from gpucluster.ledger import Ledger
-    from gpucluster.recovery import Policy, run_chain
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.recovery import Policy, run_chain
 
     ledger = Ledger(home / "ledger.sqlite3")
     t0 = time.time()

@@ -116,7 +116,7 @@ def one(n: int, fail: int | None, work: Path) -> dict:
     from gpucluster.domain import Cluster
     from gpucluster.events import NullEvents
     from gpucluster.infra.kubernetes import launcher as k8s
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     fake = FakeKubeApi(scripts(n, fail))
     stamps: list[tuple[float, str]] = []

@@ -1,5 +1,5 @@
 """The flags a cloud would ignore, refused by name (`run`, `up`). Turning the flags into a checked
-`ClusterSpec` and job is the core's prepare step (`gpucluster.prepare`)."""
+`ClusterSpec` and job is the core's prepare step (`gpucluster.lifecycle.prepare`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Budgets on the command line (gpucluster/budget.py): the check before `run`, `up` and `sweep`
+"""Budgets on the command line (gpucluster/costing/budget.py): the check before `run`, `up` and `sweep`
 create anything, the override recorded with the run, and `cost report`'s standing per period."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estim
 
 def standing(ledger: Any, now: float | None = None) -> list[Any]:
     """Each budgeted period of the user config with what this ledger's runs spent in it ([] without a budget)."""
-    from gpucluster.budget import standings
-    from gpucluster.userconfig import load_config
+    from gpucluster.costing.budget import standings
+    from gpucluster.plan.userconfig import load_config
 
     budget = load_config().budget
     if not budget:
@@ -22,7 +22,7 @@ def standing(ledger: Any, now: float | None = None) -> list[Any]:
 
     def spent_since(since: float) -> Decimal:
         from gpucluster.cli.cost import _plugins_of
-        from gpucluster.cost import report
+        from gpucluster.costing.cost import report
 
         links = ledger.resume_links()  # what accrued since the period's start, a run across it in part
         runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, billed_since=since)]
@@ -36,7 +36,7 @@ def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, 
     """Before anything is created: a UsageError (exit 2) when this run's estimate (its --max-cost
     when that is lower; `runs` times it for a sweep) takes a budgeted period past its budget, unless
     `over_budget`; the warning lines to say (and record) when it does with the override."""
-    from gpucluster.budget import check
+    from gpucluster.costing.budget import check
 
     found = standing(ledger)
     if not found or estimate is None:
@@ -49,7 +49,7 @@ def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, 
 
 def record_override(ledger: Any, run_id: str, lines: list[str]) -> None:
     """`--over-budget` used past a budget: a `budget` record with the run (what `show` and the ledger keep)."""
-    from gpucluster.budget import BUDGET_KIND
+    from gpucluster.costing.budget import BUDGET_KIND
     from gpucluster.errors import GpuclusterError
 
     if lines:
@@ -59,7 +59,7 @@ def record_override(ledger: Any, run_id: str, lines: list[str]) -> None:
             pass
 
 
-# -- the team's budget in the shared state (gpucluster/teambudget.py) ---------------------------------
+# -- the team's budget in the shared state (gpucluster/costing/teambudget.py) ---------------------------------
 def team_store(url: str | None = None) -> Any:
     """The objects beside the shared state (`url`, else the state chosen: --state, GPUCLUSTER_STATE,
     ...), or None where there is no shared state of a kind that can keep them (the home's own, Pulumi Cloud)."""
@@ -77,8 +77,8 @@ def claim_team(plan: Any, *, key: str, kind: str, max_cost: float | None, over_b
     team's budget with every member's (`teambudget.claim`: UsageError, exit 2, unless `over_budget`)."""
     import time
 
-    from gpucluster.ownership import installation_id, user_and_host
-    from gpucluster.teambudget import claim, open_record
+    from gpucluster.lifecycle.ownership import installation_id, user_and_host
+    from gpucluster.costing.teambudget import claim, open_record
 
     store = team_store()
     if store is None or plan.estimate is None:
@@ -102,7 +102,7 @@ def settle_team(ledger: Any, key: str, run_ids: list[str], url: str | None = Non
     from gpucluster.cli.cost import _plugins_of
     from gpucluster.costing.runcost import run_cost
     from gpucluster.errors import GpuclusterError
-    from gpucluster.teambudget import settle
+    from gpucluster.costing.teambudget import settle
 
     try:
         store = team_store(url)

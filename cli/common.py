@@ -22,7 +22,7 @@ def provider_for(cloud: str) -> Any:
 
 
 def ledger():
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     return Ledger.open_default()
 
@@ -39,7 +39,7 @@ def confirm(question: str, yes: bool) -> None:
 def hourly(spec: Any) -> Decimal | None:
     """Estimated $/hour of a spec; None when no price is known for it (a one-line error from the
     catalog: an unknown type or region). A bug in the cost code is not hidden as "no price known"."""
-    from gpucluster import cost
+    from gpucluster.costing import cost
     from gpucluster.infra.registry import plugin
 
     try:
@@ -49,7 +49,7 @@ def hourly(spec: Any) -> Decimal | None:
 
 
 def money(value: Decimal | None) -> str:
-    from gpucluster.cost import money as dollars
+    from gpucluster.costing.cost import money as dollars
 
     return "-" if value is None else dollars(value)
 

@@ -16,7 +16,7 @@ from click.shell_completion import CompletionItem
 
 def _ledger() -> Any:
     from gpucluster.home import home_dir
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     path = home_dir(create=False) / "ledger.sqlite3"
     return Ledger(path) if path.is_file() else None

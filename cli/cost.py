@@ -1,5 +1,5 @@
 """`gpucluster prices` and `gpucluster cost`: thin Click layers over gpucluster.catalog.prices and
-gpucluster.cost. Only click is imported at module level; rich and the core are imported inside
+gpucluster.costing.cost. Only click is imported at module level; rich and the core are imported inside
 the commands so `gpucluster --help` stays fast.
 
 Domain errors (`GpuclusterError`) leave every command as a `click.ClickException` carrying the
@@ -43,7 +43,7 @@ from gpucluster.cli.console import make_console as _console  # noqa: E402
 from gpucluster.cli.options import Float, Int, options  # noqa: E402
 from gpucluster.cli.taskopts import TaskCommand  # noqa: E402
 
-MAX_GPUS = 16  # gpucluster.prepare.MAX_GPUS_PER_NODE, as `run --gpus-per-node` takes it
+MAX_GPUS = 16  # gpucluster.lifecycle.prepare.MAX_GPUS_PER_NODE, as `run --gpus-per-node` takes it
 
 
 class _Hours(Float):
@@ -213,7 +213,7 @@ def render_estimate(est, console=None) -> None:
     """Print an Estimate as a table (also used by `gpucluster run`'s plan)."""
     from rich.table import Table
 
-    from gpucluster.cost import money
+    from gpucluster.costing.cost import money
 
     console = console or _console()
     if not est.lines:
@@ -238,12 +238,12 @@ def render_estimate(est, console=None) -> None:
 
 
 def render_run_cost(cost: dict, console=None) -> None:
-    """Print a run's cost (`gpucluster.cost.run_cost` output) line by line, for run reports."""
+    """Print a run's cost (`gpucluster.costing.cost.run_cost` output) line by line, for run reports."""
     from decimal import Decimal
 
     from rich.table import Table
 
-    from gpucluster.cost import money
+    from gpucluster.costing.cost import money
 
     console = console or _console()
     if cost.get("local"):
@@ -270,13 +270,13 @@ def render_run_cost(cost: dict, console=None) -> None:
 def money_or_dash(value: str) -> str:
     from decimal import Decimal
 
-    from gpucluster.cost import money
+    from gpucluster.costing.cost import money
 
     return money(value) if Decimal(value) else "-"
 
 
 def _open_ledger():
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     return Ledger.open_default()
 
@@ -290,7 +290,7 @@ def _plugins_of(clouds) -> dict:
 
 
 def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -> None:
-    from gpucluster.cost import what_if
+    from gpucluster.costing.cost import what_if
     from gpucluster.infra.registry import NAMES as CLOUDS, traits
 
     ledger = _open_ledger()
@@ -307,7 +307,7 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
         return
     from rich.table import Table
 
-    from gpucluster.cost import money
+    from gpucluster.costing.cost import money
     from decimal import Decimal
 
     table = Table(title=f"What-if: {workload}, {result['epochs']} epochs on {result['shape']}")
@@ -331,9 +331,9 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
 
 def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
               project: str | None = None, team: bool = False) -> dict[str, Any]:
-    """What `cost report` shows (`gpucluster.cost.report` over the ledger's runs, a recovered chain's
+    """What `cost report` shows (`gpucluster.costing.cost.report` over the ledger's runs, a recovered chain's
     attempts, config.yaml's budgets), for the command and the dashboard's costs page alike."""
-    from gpucluster.cost import report
+    from gpucluster.costing.cost import report
     from gpucluster.errors import UsageError
 
     links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
@@ -350,7 +350,7 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
     rep = report(runs, backends=_plugins_of(r.run.cloud for r in runs), group_by=group_by,
                  links=links if group_by == "chain" else None, since=since_ts)
     if group_by == "chain":  # a recovered chain: its attempts (what interrupted each, what was redone)
-        from gpucluster.attempts import chain_attempts
+        from gpucluster.ledger.attempts import chain_attempts
 
         for g in rep["groups"]:
             rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
@@ -390,7 +390,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
     from decimal import Decimal
 
-    from gpucluster.cost import GROUPS, money, parse_since, plot_report
+    from gpucluster.costing.cost import GROUPS, money, parse_since, plot_report
     from gpucluster.errors import UsageError, not_allowed
     from gpucluster.infra.registry import NAMES as CLOUDS
 
@@ -401,7 +401,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     if group_by is not None and group_by not in GROUPS:
         raise UsageError(not_allowed("group-by", group_by, GROUPS))
     if plot is not None:
-        from gpucluster.plots import check_plot_file
+        from gpucluster.costing.plots import check_plot_file
 
         check_plot_file(plot, "--plot file")  # .png, in an existing writable folder
     since_ts = parse_since(since)
@@ -416,7 +416,7 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
         click.echo(json.dumps(rep, indent=1))
         return
     if as_csv:
-        from gpucluster.cost import report_csv
+        from gpucluster.costing.cost import report_csv
 
         click.echo(report_csv(rep), nl=False)
         return

@@ -101,7 +101,7 @@ def doctor(clouds, region, project, nodes, instance_type, gpu, spot, as_json):
     from gpucluster.spec import parse_int
     from gpucluster.infra.registry import plugin
 
-    from gpucluster.prepare import check_place
+    from gpucluster.lifecycle.prepare import check_place
 
     wanted = [c for c in provisioning() if not clouds or c in clouds]
     region = next(iter(check_place({c: plugin(c) for c in wanted}, regions=(region,) if region is not None else (),

@@ -51,7 +51,7 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
       gpucluster down gpucluster-local --ack-unwitnessed   # a killed reaper's node, checked by hand
       gpucluster down lab-cluster --cloud aws --state s3://team-state --any-owner
     """
-    from gpucluster.teardown import refuse_busy
+    from gpucluster.lifecycle.teardown import refuse_busy
 
     ledger = common.ledger()
     targets, backends, project = _targets(ledger, cluster, all_, cloud, project)
@@ -81,7 +81,7 @@ def _targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
     """The clusters to take down (name -> cloud), their backends (the one lookup: the lifecycle is
     given them) and the checked `--project`."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.teardown import check_project, down_targets
+    from gpucluster.lifecycle.teardown import check_project, down_targets
 
     if cluster and all_:
         raise UsageError("give a cluster name or --all, not both")
@@ -120,8 +120,8 @@ def _take_down_one(out: Any, ledger: Any, name: str, chosen: Any, **how: Any) ->
 
 def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:
     """`--any-owner`: before the question, each owner whose resources would go (from a tag scan)."""
-    from gpucluster.ownership import owners_of
-    from gpucluster.teardown import ownership_of
+    from gpucluster.lifecycle.ownership import owners_of
+    from gpucluster.lifecycle.teardown import ownership_of
 
     for name, c in sorted(targets.items()):
         if not backends[c].can(Capability.PROVISIONS):
@@ -135,13 +135,13 @@ def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[
         out.print(f"[yellow]{name}: {len(found.leftovers)} resource(s) found by tag"
                   + (f", made by owner(s) {', '.join(owners)}" if owners else "") + "[/yellow]")
         for lo in found.not_ours:  # standalone stacks stay out even now
-            from gpucluster.ownership import not_ours_line
+            from gpucluster.lifecycle.ownership import not_ours_line
 
             out.print(f"  left alone: {not_ours_line(lo)}", highlight=False)
 
 
 def _render(out: Any, result: Any, chosen: Any) -> None:
-    from gpucluster.ownership import not_ours_line
+    from gpucluster.lifecycle.ownership import not_ours_line
 
     name, c, check = result.verdict["cluster"], result.verdict["cloud"], result.check
     untouched = [not_ours_line(lo) for lo in (check.not_ours if check is not None else ())]

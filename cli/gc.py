@@ -73,9 +73,9 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     if context or namespaces:
         raise UsageError("--context and --namespace are for gc --cloud kubernetes")
     from gpucluster.infra.registry import plugin
-    from gpucluster.ownership import parse_duration
-    from gpucluster.prepare import check_place
-    from gpucluster.teardown import Collected, Collection
+    from gpucluster.lifecycle.ownership import parse_duration
+    from gpucluster.lifecycle.prepare import check_place
+    from gpucluster.lifecycle.teardown import Collected, Collection
 
     wanted = {c: plugin(c) for c in provisioning() if not clouds or c in clouds}  # the one lookup
     regions = check_place(wanted, regions=regions, project=project)  # refused (or defaulted) as `run` does
@@ -105,7 +105,7 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
 
 def _delete(out: Any, sweep: Any, result: Any, by_cloud: Any, *, yes: bool, named_owners: bool) -> Any:
     """List what was found, ask (naming the owners when others' were asked for), delete."""
-    from gpucluster.ownership import owners_of
+    from gpucluster.lifecycle.ownership import owners_of
 
     _list(out, result.found)
     owners = owners_of(result.found)
@@ -125,14 +125,14 @@ def _as_json(result: Any, sweep: Any) -> dict[str, Any]:
 
 
 def live_clusters(ledger: Any) -> set[str]:
-    from gpucluster.teardown import live_clusters as live
+    from gpucluster.lifecycle.teardown import live_clusters as live
 
     return live(ledger)
 
 
 def _left_alone(out: Any, sweep: Any) -> None:
     """What is not ours, with owner, age and $/hour: listed, never deleted."""
-    from gpucluster.ownership import age
+    from gpucluster.lifecycle.ownership import age
 
     foreign = sweep.not_ours()
     if not foreign:

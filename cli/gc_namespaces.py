@@ -15,7 +15,7 @@ from gpucluster.errors import ExitCode
 
 def sweep_namespaces(cloud: str, context: str | None, namespaces: tuple[str, ...], *, yes: bool, as_json: bool) -> int:
     from gpucluster.infra.registry import plugin
-    from gpucluster.ownership import installation_id, not_ours_line
+    from gpucluster.lifecycle.ownership import installation_id, not_ours_line
 
     chosen = plugin(cloud)
     sweep = chosen.ops.sweep

@@ -11,6 +11,6 @@ IDLE_HELP = ("Stop the nodes after N minutes without a gpucluster job (`exec`), 
 
 def with_idle_stop(options: tuple[str, ...], minutes: int | None) -> tuple[str, ...]:
     """The `--option` list with the idle stop added (the cloud's spec rules check and refuse it)."""
-    from gpucluster.kept import IDLE_OPTION
+    from gpucluster.lifecycle.kept import IDLE_OPTION
 
     return tuple(options) if minutes is None else (*options, f"{IDLE_OPTION}={int(minutes)}")

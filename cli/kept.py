@@ -29,7 +29,7 @@ class ExecCommand(TaskCommand):
         name = opts.get("cluster")
         if ctx.resilient_parsing or not isinstance(name, str):
             return None
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         runs = [r for r in Ledger.open_default().list_runs(limit=None) if r.cluster == name]
         return str(runs[0].cloud) if runs else None
@@ -54,8 +54,8 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     """
     from gpucluster.api.clusters import plan_exec, run_exec
     from gpucluster.cli.run import report
-    from gpucluster.kept import node_count
-    from gpucluster.prepare import open_ledger
+    from gpucluster.lifecycle.kept import node_count
+    from gpucluster.lifecycle.prepare import open_ledger
 
     ledger = open_ledger()
     planned = plan_exec(cluster, dict(flags, command=command), ledger)  # the one path: Cluster.exec's (api/clusters.py)
@@ -79,7 +79,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     report(out, ledger.get_run(outcome.run_id), as_json)
     if said:
         click.echo(f"gpucluster: {said}", err=True)
-    from gpucluster.held import kept_said
+    from gpucluster.lifecycle.held import kept_said
     from gpucluster.infra.registry import provisioning
 
     out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`"
@@ -87,7 +87,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
               f"({kept_said(planned.backend, planned.plan.spec)[0]}) until `gpucluster down {kept.name}`",
               highlight=False)
     if outcome.record_error:
-        from gpucluster.recording import record_line
+        from gpucluster.ledger.recording import record_line
 
         click.echo(f"gpucluster: error: {record_line(outcome.record_error, kept.name)}", err=True)
     code = int(forced if forced is not None and int(forced) > int(outcome.exit_code) else outcome.exit_code)
@@ -119,12 +119,12 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
       gpucluster ssh demo --ssh-config              (aws)
       gpucluster ssh gke-demo 1 -- nvidia-smi       (gcp: while a job runs on it)
     """
-    from gpucluster.held import holding, reach_of
+    from gpucluster.lifecycle.held import holding, reach_of
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
-    from gpucluster.kept import access_dir, attach, find, node_count
-    from gpucluster.launch import Forward
-    from gpucluster.prepare import check_ssh_files
+    from gpucluster.lifecycle.kept import access_dir, attach, find, node_count
+    from gpucluster.watch.launch import Forward
+    from gpucluster.lifecycle.prepare import check_ssh_files
     from gpucluster.spec import ClusterSpec, normalize
 
     if not target:

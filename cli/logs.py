@@ -13,7 +13,7 @@ from gpucluster.cli.complete import complete_run_id
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
 # gpucluster's own records, shown only with --metrics: the sampler, the announcer, the node supervisor and shell
 TOOL_KINDS = frozenset({"util", "worker_start", "reaper_start", "reaper_done", "node_exit"})
-SECRET_FIELDS = frozenset({"key"})  # a node's control key (gpucluster.control): never printed but by --raw
+SECRET_FIELDS = frozenset({"key"})  # a node's control key (gpucluster.watch.control): never printed but by --raw
 METRIC_MARK = "@gpucluster-metric"
 
 
@@ -91,7 +91,7 @@ class LineView:
         if self.raw:
             return line
         if METRIC_MARK in line:
-            from gpucluster.metrics import parse_line
+            from gpucluster.watch.metrics import parse_line
 
             record = parse_line(line)
             if record is not None:

@@ -16,7 +16,7 @@ from gpucluster.errors import UsageError, not_allowed
 from gpucluster.infra.registry import NAMES as CLOUDS
 from gpucluster.spec import parse_int
 
-WORKLOAD_NAMES = ("digits", "mnist", "synthetic")  # gpucluster.prepare.WORKLOADS (not imported: --help stays light)
+WORKLOAD_NAMES = ("digits", "mnist", "synthetic")  # gpucluster.lifecycle.prepare.WORKLOADS (not imported: --help stays light)
 
 
 class Int(click.IntRange):
@@ -56,12 +56,12 @@ class Float(click.FloatRange):
 
 
 class Money(click.ParamType):
-    """--max-cost: US dollars > 0 (gpucluster.guards.parse_cost's one-line error otherwise)."""
+    """--max-cost: US dollars > 0 (gpucluster.costing.guards.parse_cost's one-line error otherwise)."""
 
     name = "usd"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        from gpucluster.guards import parse_cost
+        from gpucluster.costing.guards import parse_cost
 
         return value if isinstance(value, float) else parse_cost(value)
 
@@ -72,7 +72,7 @@ class Stall(click.ParamType):
     name = "minutes"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        from gpucluster.guards import parse_stall
+        from gpucluster.costing.guards import parse_stall
 
         return value if isinstance(value, float) else parse_stall(value)
 

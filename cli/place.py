@@ -1,5 +1,5 @@
 """`--cloud auto|A,B`, `--region auto|A,B`, `--max-hourly`, `--max-attempts` on `run`, `up`, `sweep` and
-`cost estimate`: the candidates ranked before anything is created (gpucluster.placement), the table
+`cost estimate`: the candidates ranked before anything is created (gpucluster.plan.placement), the table
 the plan shows, and the plan of the one chosen."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpucluster.errors import UsageError
-from gpucluster.placement import wanted  # noqa: F401 (the commands ask it through here)
+from gpucluster.plan.placement import wanted  # noqa: F401 (the commands ask it through here)
 
 
 def placeable() -> tuple[str, ...]:
@@ -24,10 +24,10 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
     fields plus `max_hourly` and `max_attempts`, taken out here; `request`: more of its fields). One cloud
     and one region, with neither limit: the plan as before (no placement). `provider_for(cloud)`: a
     provider of the command's own (`up`), instead of the backend's."""
-    from gpucluster import placement as pl
+    from gpucluster.plan import placement as pl
     from gpucluster.cli.args import check_cloud_flags
     from gpucluster.infra.registry import plugin, provisioning, readers
-    from gpucluster.prepare import Request, check_before_recording, prepare
+    from gpucluster.lifecycle.prepare import Request, check_before_recording, prepare
 
     max_hourly = pl.parse_max_hourly(flags.pop("max_hourly", None))
     max_attempts = flags.pop("max_attempts", None)
@@ -55,7 +55,7 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
 
     own = _own_flags(req, backends)
     if req.project is not None:  # a bad --project is the user's to fix, not a reason to place elsewhere
-        from gpucluster.prepare import check_place
+        from gpucluster.lifecycle.prepare import check_place
 
         check_place({c: b for c, b in backends.items() if "project" in b.traits.flags}, project=req.project)
 
@@ -108,10 +108,10 @@ def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def run_failover(placement: Any, *, ledger: Any, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:
     """`run` on a placement: the chosen candidate, then the next on capacity or quota errors
-    (gpucluster.failover); each candidate's plan with the run's policy, linked to the last attempt."""
-    from gpucluster.failover import run_placed
+    (gpucluster.lifecycle.failover); each candidate's plan with the run's policy, linked to the last attempt."""
+    from gpucluster.lifecycle.failover import run_placed
     from gpucluster.infra.registry import plugin
-    from gpucluster.recovery import run_plan
+    from gpucluster.lifecycle.recovery import run_plan
 
     backends = {c.cloud: plugin(c.cloud) for c in placement.tried}
 
@@ -127,7 +127,7 @@ def run_failover(placement: Any, *, ledger: Any, ui: Any, keep: bool, reprice: A
 
 def check_regions(asked: str | None, backends: dict[str, Any]) -> None:
     """Each region of a --region list is one at least one of the clouds knows; else exit 2 naming it."""
-    from gpucluster.placement import AUTO, split_list, knows_region
+    from gpucluster.plan.placement import AUTO, split_list, knows_region
 
     if asked is None or asked.strip() == AUTO:
         return
@@ -140,7 +140,7 @@ def check_regions(asked: str | None, backends: dict[str, Any]) -> None:
 def print_placement(out: Any, placement: Any, top: int = 10) -> None:
     """The ranking as the plan shows it (and `cost estimate --cloud auto`)."""
     from gpucluster.cli.tables import Col, fitted
-    from gpucluster.placement import table_rows
+    from gpucluster.plan.placement import table_rows
 
     hours = placement.hours.normalize()
     out.print(f"[bold]placement[/bold]: {len(placement.ranked)} candidate(s) ranked by the estimated total for "
@@ -155,15 +155,15 @@ def print_placement(out: Any, placement: Any, top: int = 10) -> None:
 def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_hourly: str | None, as_json: bool,
                     hours: Any, shape: dict[str, Any]) -> None:
     """`cost estimate --cloud auto|A,B` / `--region auto|A,B`: every candidate priced as a one-cloud estimate
-    is, ranked (gpucluster.placement); the table, or its JSON."""
+    is, ranked (gpucluster.plan.placement); the table, or its JSON."""
     from dataclasses import replace
     from decimal import Decimal
     from types import SimpleNamespace
 
-    from gpucluster.cost import estimate
+    from gpucluster.costing.cost import estimate
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import parse_clouds, parse_max_hourly, place
-    from gpucluster.prepare import Request
+    from gpucluster.plan.placement import parse_clouds, parse_max_hourly, place
+    from gpucluster.lifecycle.prepare import Request
     from gpucluster.spec import normalize, resolve, validate
 
     backends = {c: plugin(c) for c in parse_clouds(cloud or "auto", placeable())}

@@ -13,7 +13,7 @@ from rich.text import Text
 from gpucluster.domain import UNWITNESSED
 
 if TYPE_CHECKING:
-    from gpucluster.records import NodeRow, RunRecord
+    from gpucluster.ledger.records import NodeRow, RunRecord
 
 NODE_STYLES = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -69,7 +69,7 @@ class RichRunUI:
     The status line is re-drawn four times a second (`rich.live.Live` asks `_Ticking` for it), so
     its clocks (the phase's and the whole command's) tick in every phase, between events too.
     `watch(phase)`: one line of resource progress in the provision and teardown phases
-    (`gpucluster.progress.ResourceWatch.line`). After `stopping` (the first Ctrl-C, SIGTERM or
+    (`gpucluster.ledger.progress.ResourceWatch.line`). After `stopping` (the first Ctrl-C, SIGTERM or
     SIGHUP) the nodes' own lines are no longer shown: what the stopping job prints (torchrun's
     tracebacks) stays in the node logs."""
 
@@ -287,7 +287,7 @@ def run_report(console: Console, record: RunRecord) -> None:
                                "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
                                style="yellow"), highlight=False)
 
-    from gpucluster.trained import no_training_warning
+    from gpucluster.lifecycle.trained import no_training_warning
 
     untrained = no_training_warning(record)
     if untrained:
@@ -306,7 +306,7 @@ def run_report(console: Console, record: RunRecord) -> None:
         console.print(n)
         failed = [r for r in nodes if r.exit_code not in (0,)]
         for r in named_node(run.failure, nodes) or failed[:1]:
-            from gpucluster.node_output import worker_lines
+            from gpucluster.ledger.node_output import worker_lines
 
             lines = [ln for ln in worker_lines(r.last_lines or []) if "@gpucluster-metric" not in ln][-10:]
             if lines:
@@ -366,7 +366,7 @@ def outputs_lines(console: Console, record: RunRecord) -> None:
     """Each node's copied-back outputs (files, size, verdict) and where they are."""
     import dataclasses
 
-    from gpucluster.outputs import COMPLETE, fmt_bytes, summary
+    from gpucluster.watch.outputs import COMPLETE, fmt_bytes, summary
 
     outputs = record.outputs
     if not outputs:

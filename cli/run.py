@@ -53,7 +53,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     from gpucluster.api.jobs import all_webhooks, execute_plan, plan_run
     from gpucluster.cli.common import preflight, print_notes
     from gpucluster.cli.place import print_placement
-    from gpucluster.prepare import check_before_recording, open_ledger
+    from gpucluster.lifecycle.prepare import check_before_recording, open_ledger
 
     urls = all_webhooks(notify)  # checked before anything else is done
     planned = plan_run(flags, keep=keep, idle_minutes=idle_minutes)  # the one path: gpucluster.run's (api/jobs.py)
@@ -103,7 +103,7 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
                    f"{earlier[0].run_id} ({first.teardown}: {why}); see `gpucluster show {earlier[0].run_id}`, finish "
                    f"with `gpucluster down {cluster}`", err=True)
     if result.final.record_error:  # the ledger does not say what happened: one line
-        from gpucluster.recording import record_line
+        from gpucluster.ledger.recording import record_line
 
         click.echo(f"gpucluster: error: {record_line(result.final.record_error, cluster)}", err=True)
 
@@ -113,7 +113,7 @@ def with_attempts(ledger: Any, record: Any) -> Any:
     (a recovered run), so every other record prints as it always has."""
     if record is None or len(record.chain) < 2:
         return record
-    from gpucluster.attempts import chain_attempts
+    from gpucluster.ledger.attempts import chain_attempts
 
     rows = chain_attempts(ledger, record.chain)
     return replace(record, attempts=rows) if any(r.get("interruption") for r in rows) else record
@@ -167,7 +167,7 @@ def print_plan(out: Any, plan: Any) -> None:
         if job.resume_files:
             out.print(f"  resumes: the working-folder files of {job.resume_files[1]} laid back into every node's "
                       "working folder", highlight=False)
-    from gpucluster.jobenv import describe as env_lines
+    from gpucluster.plan.jobenv import describe as env_lines
 
     for line in env_lines(job.env, job.secrets):
         out.print(f"  {line}", highlight=False)

@@ -24,7 +24,7 @@ def runs(limit, cloud, status, as_json):
       gpucluster runs --limit 5
     """
     from gpucluster.api.records import runs as listed
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger.open_default()
     rows = listed(limit, cloud=cloud, status=status, ledger=ledger)  # the one path: gpucluster.runs (api/records.py)
@@ -35,7 +35,7 @@ def runs(limit, cloud, status, as_json):
 
     orphans: set[str] = set()
     if any(r.status == "running" for r in rows):  # its process is gone: "orphaned", not running for ever
-        from gpucluster.teardown import orphaned_runs
+        from gpucluster.lifecycle.teardown import orphaned_runs
 
         orphans = {str(r.id) for r in orphaned_runs(ledger)}
     cells = []
@@ -43,7 +43,7 @@ def runs(limit, cloud, status, as_json):
         m = r.metrics or {}
         acc = f"{m['accuracy']:.2%}" if m.get("accuracy") is not None else "-"
         c = r.cost or {}
-        from gpucluster.cost import money
+        from gpucluster.costing.cost import money
 
         cost = money(c["total"]) if c.get("total") is not None else "-"
         cells.append([r.id, fmt_time(r.created_at), r.cloud, r.cluster, str(r.nodes),
@@ -75,10 +75,10 @@ def show(run_id, as_json, plot_path):
       gpucluster show r20261122-031500-1a2b3c
       gpucluster show r20261122-031500-1a2b3c --plot util.png
     """
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     if plot_path:
-        from gpucluster.plots import check_plot_file
+        from gpucluster.costing.plots import check_plot_file
 
         check_plot_file(plot_path, "--plot file")  # before anything is read or drawn
     from gpucluster.api.records import show as shown
@@ -86,7 +86,7 @@ def show(run_id, as_json, plot_path):
     ledger = Ledger.open_default()
     run = shown(run_id, metrics=as_json, ledger=ledger)  # gpucluster.show: a recovered chain with its attempts
     if plot_path:
-        from gpucluster.plots import plot_run
+        from gpucluster.costing.plots import plot_run
 
         written = plot_run(ledger, run.id, plot_path)
         click.echo(f"utilisation plot: {written}", err=as_json)

@@ -27,7 +27,7 @@ def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None
 def close_ended(ledger: Any, now: float) -> dict[str, tuple[list[str], int]]:
     """For every cluster not in use (kept, or its process gone), close the rows of resources the
     cloud says are gone, at the end it reports, so their cost stops there; {cluster: (notes, rows closed)}."""
-    from gpucluster.owner import owner as lock_owner
+    from gpucluster.lifecycle.owner import owner as lock_owner
 
     by_cluster: dict[str, list[dict[str, Any]]] = {}
     for res in ledger.open_resources():
@@ -56,7 +56,7 @@ def close_ended(ledger: Any, now: float) -> dict[str, tuple[list[str], int]]:
 def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) -> list[dict[str, Any]]:
     """Clusters that may still exist (open ledger rows), with age, hourly and accrued cost; with
     `observe`, first closes the rows of resources the cloud says are gone (`close_ended`)."""
-    from gpucluster.owner import owner as lock_owner
+    from gpucluster.lifecycle.owner import owner as lock_owner
 
     now = time.time() if now is None else now
     observed = close_ended(ledger, now) if observe else {}
@@ -67,7 +67,7 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         r["since"] = min(r["since"], res["requested_at"])
         r["runs"].add(res["run_id"])
         r["resources"] += 1
-    from gpucluster.teardown import orphaned_runs
+    from gpucluster.lifecycle.teardown import orphaned_runs
 
     for run in orphaned_runs(ledger):  # killed before its first resource row (in `check`): its node programs may live on
         r = rows.setdefault(str(run.cluster), {"cluster": run.cluster, "cloud": run.cloud, "since": run.created_at,
@@ -92,7 +92,7 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"
-        from gpucluster.kept import idle_left
+        from gpucluster.lifecycle.kept import idle_left
 
         idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
         if idle is not None:  # `up --idle-minutes N`: the nodes stop themselves after N minutes without a job
@@ -107,7 +107,7 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
                 r["state"] += f" (of {facts.idle_stop_stops}; {keeps} bill until down)"
         r["observed"], closed = observed.get(r["cluster"], ([], 0))
         r["hourly_usd"] = r["accrued_usd"] = None
-        from gpucluster import cost
+        from gpucluster.costing import cost
         from gpucluster.spec import ClusterSpec
 
         try:
@@ -130,7 +130,7 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
                                                               now=now)["total"]) for run in runs), Decimal(0)))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
             pass
-        from gpucluster.guards import kept_cap, money
+        from gpucluster.costing.guards import kept_cap, money
 
         caps = [c for c in (kept_cap(ledger, rid) for rid in r["runs"]) if c is not None]
         r["max_cost_usd"] = str(caps[0]) if caps else None  # `up --max-cost`: accrued against it
@@ -241,8 +241,8 @@ def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], proj
     if not clouds:
         return [], []
     from gpucluster.infra.registry import plugin
-    from gpucluster.prepare import check_place
-    from gpucluster.teardown import census
+    from gpucluster.lifecycle.prepare import check_place
+    from gpucluster.lifecycle.teardown import census
 
     backends = {c: plugin(c) for c in clouds}
     check_place(backends, regions=regions, project=project)
@@ -278,7 +278,7 @@ def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
 
 
 def _print_found(con: Any, found: list[dict[str, Any]], unchecked: list[str], stacks: Any) -> None:
-    from gpucluster.ownership import age
+    from gpucluster.lifecycle.ownership import age
 
     for r in found:
         who = ("ours" if r["whose"] == "ours" else f"standalone stack {r['stack']}" if r["stack"]

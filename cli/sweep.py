@@ -86,14 +86,14 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.cli.render import RichRunUI
     from gpucluster.cli.run import confirm_billable
     from gpucluster.infra.registry import plugin, readers
-    from gpucluster.prepare import Request, check_before_recording, open_ledger, prepare
+    from gpucluster.lifecycle.prepare import Request, check_before_recording, open_ledger, prepare
     from gpucluster.spec import new_run_id
-    from gpucluster.sweep import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
+    from gpucluster.sweep.runner import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
 
     from gpucluster.cli.args import check_cloud_flags
 
     from gpucluster.cli.place import prepared, print_placement
-    from gpucluster.placement import wanted
+    from gpucluster.plan.placement import wanted
 
     limits = {k: flags.pop(k) for k in ("max_hourly", "max_attempts", "allow_egress")}
     placing = wanted(flags["cloud"], flags.get("region")) or any(v not in (None, False) for v in limits.values())
@@ -192,8 +192,8 @@ def _progress(ui: Any) -> Any:
 def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_json: bool, report_dir: str | None,
            interrupted: bool = False, all_ok: bool = True) -> int:
     """Summarise a sweep from the ledger and render it (terminal / JSON / report dir)."""
-    from gpucluster.diagnose import diagnose
-    from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
+    from gpucluster.sweep.diagnose import diagnose
+    from gpucluster.sweep.runner import compare_cpu_gpu, load_sweep, summarize
 
     runs = load_sweep(ledger, sweep_id)
     summary = summarize(runs, {backend.name: backend})  # the sweep's runs are all on its backend
@@ -201,7 +201,7 @@ def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_jso
     comparisons = compare_cpu_gpu(summary)
     report_path = None
     if report_dir:
-        from gpucluster.plots import write_report
+        from gpucluster.costing.plots import write_report
 
         util_runs = []
         for r in summary:
@@ -230,7 +230,7 @@ def render(out, sweep_id, summary, findings, comparisons, threshold) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from gpucluster.plots import SUMMARY_HEADERS, summary_rows
+    from gpucluster.costing.plots import SUMMARY_HEADERS, summary_rows
 
     t = Table(title=f"sweep {sweep_id}", show_edge=False, title_justify="left")
     for h in SUMMARY_HEADERS:

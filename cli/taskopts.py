@@ -1,6 +1,6 @@
 """Task files and the user config, fed to `run`, `up`, `sweep` and `cost estimate` as Click
 defaults (`ctx.default_map`), so the one set of options (`cli.options`) and the one prepare step
-(`gpucluster.prepare`) serve flags and files alike. See docs/tasks.md.
+(`gpucluster.lifecycle.prepare`) serve flags and files alike. See docs/tasks.md.
 
 Precedence, for every setting: a flag > the task file > the environment (GPUCLUSTER_CLOUD, ...) >
 the user config file > the built-in default. `env`, `env_file` and `secrets` of the file and the
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
-from gpucluster.placement import wanted
+from gpucluster.plan.placement import wanted
 
 META = "gpucluster.taskopts"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -34,7 +34,7 @@ PATH_PARAMS = ("identity", "known_hosts", "env_file", "report_dir", "output", "p
 class Found:
     """What `TaskCommand.parse_args` found, for `invoke`."""
 
-    task: Any = None  # gpucluster.taskfile.TaskFile
+    task: Any = None  # gpucluster.plan.taskfile.TaskFile
     merged: dict[str, list[str]] = field(default_factory=dict)  # MERGED param -> the file's values
 
 
@@ -116,7 +116,7 @@ def _task_path(cmd: click.Command, ctx: click.Context, args: list[str]) -> tuple
 # -- the layers -----------------------------------------------------------------------------------
 def _defaults(cmd: click.Command, ctx: click.Context, args: list[str], path: str | None, found: Found) -> dict:
     from gpucluster.infra.registry import NAMES, traits
-    from gpucluster.userconfig import env_layer, load_config
+    from gpucluster.plan.userconfig import env_layer, load_config
 
     params = {p.name: p for p in cmd.params if p.name}
     flags = {name: traits(name).flags for name in NAMES}
@@ -125,7 +125,7 @@ def _defaults(cmd: click.Command, ctx: click.Context, args: list[str], path: str
     env = env_layer()
     task = None
     if path is not None:
-        from gpucluster import taskfile
+        from gpucluster.plan import taskfile
 
         task = found.task = taskfile.load(path)
     cloud = _cloud(cmd, ctx, args, task, env, config, NAMES)
@@ -178,7 +178,7 @@ def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: Any, e
 
 def _task_values(cmd: click.Command, ctx: click.Context, params: dict, task: Any, cloud: str | None,
                  flags: dict, cloud_only: set, found: Found) -> dict[str, Any]:
-    from gpucluster.taskfile import BY_PARAM
+    from gpucluster.plan.taskfile import BY_PARAM
 
     out: dict[str, Any] = {}
     if "command" in task.values and "workload" in task.values:
@@ -233,14 +233,14 @@ def _plugin(cloud: str | None) -> Any:
 
 def _check_data(value: Any, cloud: str | None) -> None:
     from gpucluster.infra.registry import readers
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.staging import parse_data
 
     parse_data(value, _plugin(cloud), readers())
 
 
 def _check_output(value: Any, cloud: str | None) -> None:
     from gpucluster.infra.registry import readers
-    from gpucluster.outputs import check_output_dest
+    from gpucluster.watch.outputs import check_output_dest
 
     check_output_dest(value, _plugin(cloud), readers())
 
@@ -252,53 +252,53 @@ def _check_hosts(value: Any, cloud: str | None) -> None:
 
 
 def _check_limit(value: Any, cloud: str | None) -> None:
-    from gpucluster.prepare import parse_size
+    from gpucluster.lifecycle.prepare import parse_size
 
     parse_size("--collect-limit", value)
 
 
 def _check_workload(value: Any, cloud: str | None) -> None:
-    from gpucluster.prepare import WORKLOADS
+    from gpucluster.lifecycle.prepare import WORKLOADS
 
     if value not in WORKLOADS:
         raise UsageError(not_allowed("workload", value, WORKLOADS))
 
 
 def _check_fallback(value: Any, cloud: str | None) -> None:
-    from gpucluster.recovery import FALLBACKS
+    from gpucluster.lifecycle.recovery import FALLBACKS
 
     if value not in FALLBACKS:
         raise UsageError(not_allowed("--fallback", value, FALLBACKS))
 
 
 def _check_env(value: Any, cloud: str | None) -> None:
-    from gpucluster.jobenv import parse_env
+    from gpucluster.plan.jobenv import parse_env
 
     parse_env(value)
 
 
 def _check_env_files(value: Any, cloud: str | None) -> None:
-    from gpucluster.jobenv import read_env_file
+    from gpucluster.plan.jobenv import read_env_file
 
     for path in value:
         read_env_file(path)
 
 
 def _check_secrets(value: Any, cloud: str | None) -> None:
-    from gpucluster.jobenv import parse_secrets
+    from gpucluster.plan.jobenv import parse_secrets
 
     parse_secrets(value)
 
 
 def _check_command(value: Any, cloud: str | None) -> None:
-    from gpucluster.prepare import check_command
+    from gpucluster.lifecycle.prepare import check_command
 
     check_command(tuple(value))
 
 
 def _check_ssh_file(flag: str) -> Callable[[Any, str | None], None]:
     def check(value: Any, cloud: str | None) -> None:
-        from gpucluster.prepare import check_ssh_files
+        from gpucluster.lifecycle.prepare import check_ssh_files
 
         check_ssh_files(*((value, None) if flag == "identity" else (None, value)))
 
@@ -321,9 +321,9 @@ _CHECKS: dict[str, Callable[[Any, str | None], None]] = {
     "data": _check_data,
     "output": _check_output,
     "hosts": _check_hosts,
-    "setup": _simple("gpucluster.staging:parse_setup"),
-    "tags": _simple("gpucluster.prepare:parse_tags"),
-    "options": _simple("gpucluster.prepare:parse_options"),
+    "setup": _simple("gpucluster.watch.staging:parse_setup"),
+    "tags": _simple("gpucluster.lifecycle.prepare:parse_tags"),
+    "options": _simple("gpucluster.lifecycle.prepare:parse_options"),
     "collect_limit": _check_limit,
     "env": _check_env,
     "env_file": _check_env_files,
@@ -381,7 +381,7 @@ def _located(call: Callable[[click.Context], Any], ctx: click.Context, task: Any
         if task is None or "task file" in exc.message:
             raise
         from click.core import ParameterSource
-        from gpucluster.taskfile import KEYS, BY_PARAM
+        from gpucluster.plan.taskfile import KEYS, BY_PARAM
 
         for name, where in task.where.items():
             if ctx.get_parameter_source(name) != ParameterSource.DEFAULT_MAP:

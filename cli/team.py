@@ -1,4 +1,4 @@
-"""`gpucluster budget`: a team's budget kept in the shared state (gpucluster/teambudget.py), with
+"""`gpucluster budget`: a team's budget kept in the shared state (gpucluster/costing/teambudget.py), with
 what its members spent against it."""
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def set_cmd(daily: str | None, weekly: str | None, monthly: str | None) -> None:
       gpucluster budget set --state s3://team-bucket/gpucluster --monthly 500 --daily 60
     """
     from gpucluster.errors import UsageError
-    from gpucluster.ownership import user_and_host
-    from gpucluster.teambudget import read_budget, write_budget
+    from gpucluster.lifecycle.ownership import user_and_host
+    from gpucluster.costing.teambudget import read_budget, write_budget
 
     amounts = {p: _amount(f"--{p}", v) for p, v in (("daily", daily), ("weekly", weekly), ("monthly", monthly))}
     given = {p: v for p, v in amounts.items() if v is not None}
@@ -109,7 +109,7 @@ def show_cmd(as_json: bool) -> None:
 @_boundary
 def forget_cmd(run_id: str) -> None:
     """Remove a run's open spend record (a run whose process died: it counts at its estimate until then)."""
-    from gpucluster.teambudget import forget
+    from gpucluster.costing.teambudget import forget
 
     forget(_store(), run_id)
     click.echo(f"spend record of {run_id} removed")
@@ -119,7 +119,7 @@ def standing_of(store: Any, now: float | None = None) -> dict[str, Any]:
     """{budget: [...per period], open: [...open records]} of the team (`budget show`, `cost report`)."""
     import time
 
-    from gpucluster.teambudget import counted, read_budget, records, standings
+    from gpucluster.costing.teambudget import counted, read_budget, records, standings
 
     now = time.time() if now is None else now
     found = standings(store, read_budget(store), now)
@@ -132,7 +132,7 @@ def standing_of(store: Any, now: float | None = None) -> dict[str, Any]:
 def lines_of(rep: dict[str, Any]) -> list[str]:
     from decimal import Decimal
 
-    from gpucluster.cost import money
+    from gpucluster.costing.cost import money
 
     if not rep["budget"]:
         return ["no team budget is set (gpucluster budget set --state URL --monthly USD)"]

@@ -49,7 +49,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     """
     from gpucluster.api.clusters import plan_up, provision
     from gpucluster.cli.place import print_placement
-    from gpucluster.prepare import check_before_recording, open_ledger
+    from gpucluster.lifecycle.prepare import check_before_recording, open_ledger
 
     if flags["cloud"] is None:  # `up` alone keeps nothing by default: not even this machine's "nodes"
         raise UsageError(f"give --cloud: {', '.join(provisioning())} (a cluster created), ssh with --hosts or local "
@@ -61,7 +61,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     if placement is not None:
         print_placement(out, placement)
     common.print_notes(out, plan.notes)
-    held = not chosen.can(Capability.PROVISIONS)  # machines that exist (gpucluster.held): nothing is created
+    held = not chosen.can(Capability.PROVISIONS)  # machines that exist (gpucluster.lifecycle.held): nothing is created
     shape = chosen.spec.plan_line(spec, spec.gpus_per_node or 1, None) if held else None  # kubernetes: pods, namespace
     plan_line = (f"[bold]plan[/bold]: keep {shape or f'{spec.nodes} machine(s) that exist on {cloud}'} as cluster "
                  f"{spec.name} ({'checked once as a run is' if shape else 'each checked ready once'}; nothing created), "
@@ -94,14 +94,19 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     # messages printed; the status line ticks with the resources created, planned and in flight
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
         made = provision(planned, ledger=ledger, ui=ui, over=over, over_budget=over_budget)  # the state recorded
-    plan = planned.plan  # with --cloud auto: the candidate that is up (gpucluster.failover.up_placed)
+    plan = planned.plan  # with --cloud auto: the candidate that is up (gpucluster.lifecycle.failover.up_placed)
     code = _render(out, made.cluster, plan, as_json, chosen)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
-        from gpucluster.recording import kept_line
+        from gpucluster.ledger.recording import kept_line
 
         raise TeardownIncomplete(kept_line(made.record_error, plan.spec.name))
-    return common.ledger_kept_true(ledger, code, "up", f"cluster {plan.spec.name} is up and billing but no longer "
-                                   f"recorded: `gpucluster gc --cloud {plan.spec.cloud}` finds it by its owner tags")
+    if held:  # machines that exist: nothing was created, nothing bills; the record is all `exec` needs
+        then = (f"cluster {plan.spec.name} is no longer recorded (nothing of it bills: the machines exist); run "
+                f"`gpucluster up` again to record it")
+    else:
+        then = (f"cluster {plan.spec.name} is up and billing but no longer recorded: `gpucluster gc --cloud "
+                f"{plan.spec.cloud}` finds it by its owner tags")
+    return common.ledger_kept_true(ledger, code, "up", then)
 
 
 def _rate(hourly: Any, dry_run: bool) -> str:
@@ -133,7 +138,7 @@ def _render(out: Any, cluster: Any, plan: Any, as_json: bool, backend: Any) -> i
     if cloud in provisioning():
         out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
     else:
-        from gpucluster.held import kept_said
+        from gpucluster.lifecycle.held import kept_said
 
         what, spares = kept_said(backend, plan.spec)
         out.print(f"{what}; jobs: gpucluster exec {cluster.name} -- ...; gpucluster down {cluster.name} removes what "

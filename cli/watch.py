@@ -1,4 +1,4 @@
-"""The console's live resource progress for `run`, `up`, `exec` and `down` (`gpucluster.progress`)."""
+"""The console's live resource progress for `run`, `up`, `exec` and `down` (`gpucluster.ledger.progress`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gpucluster.errors import GpuclusterError
 def run_watch(ledger: Any, spec: Any) -> Any:
     """A `ResourceWatch` over the rows of the run `spec.run_id`, with the plan's counts per kind
     (`Pricing.planned_resources`: e.g. one instance per node); None without a run id."""
-    from gpucluster.progress import ResourceWatch, planned_counts
+    from gpucluster.ledger.progress import ResourceWatch, planned_counts
 
     if not spec.run_id:
         return None
@@ -28,6 +28,6 @@ def run_watch(ledger: Any, spec: Any) -> Any:
 
 def cluster_watch(ledger: Any, cluster: str) -> Any:
     """`down`: the cluster's open rows, each closed row a deletion done."""
-    from gpucluster.progress import ResourceWatch
+    from gpucluster.ledger.progress import ResourceWatch
 
     return ResourceWatch.for_cluster(ledger.path, cluster).line

@@ -80,7 +80,7 @@ class Leftover:
     region: str | None = None
     detail: str = ""
     deleting: bool = False  # the cloud is deleting it already (GKE STOPPING): wait, do not delete again
-    # who made it, from its marks (gpucluster.ownership); None where the scan does not read them
+    # who made it, from its marks (gpucluster.lifecycle.ownership); None where the scan does not read them
     owner: str | None = None  # the installation id of the home whose run made it (gpucluster-owner)
     made_by: str | None = None  # "user@host" (gpucluster-user, gpucluster-host)
     run_id: str | None = None  # gpucluster-run
@@ -208,7 +208,7 @@ class Provider:
         return None
 
     def set_ownership(self, ownership: Any) -> None:
-        """What is ours to delete (`gpucluster.ownership.Ownership`), for providers that sweep by tag
+        """What is ours to delete (`gpucluster.lifecycle.ownership.Ownership`), for providers that sweep by tag
         where other owners' resources may be found too; those that only see their own ignore it."""
         return None
 

@@ -30,7 +30,7 @@ class Phase(str, enum.Enum):
     PREPARE = "prepare"
     PROVISION = "provision"
     READY = "ready"
-    CHECK = "check"  # the health check of every node (gpucluster/health.py), before the job
+    CHECK = "check"  # the health check of every node (gpucluster/watch/health.py), before the job
     STAGE = "stage"
     SETUP = "setup"
     RENDEZVOUS = "rendezvous"

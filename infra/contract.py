@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from gpucluster.catalog.prices import Catalog, PriceRow
     from gpucluster.costing.plan import Plan
     from gpucluster.domain import Check, Cluster, Leftover, Provider
-    from gpucluster.launch import Launcher
+    from gpucluster.watch.launch import Launcher
     from gpucluster.spec import ClusterSpec
     from gpucluster.infra.leftovers import ScanReport
 
@@ -230,7 +230,7 @@ class Operations:
     # may read files, the environment and a metadata server): which clouds `--cloud auto` places on
     credentials_found: Callable[[], str | None] | None = None
     # (a bucket URL of its object store) -> (the bucket's region, bytes under the URL, None when not counted); a
-    # GpuclusterError says why it could not be read: what placement prices egress with (gpucluster.egress)
+    # GpuclusterError says why it could not be read: what placement prices egress with (gpucluster.plan.egress)
     bucket_facts: Callable[[str], tuple[str | None, int | None]] | None = None
     # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
     # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
@@ -243,7 +243,7 @@ class Operations:
     preview: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
     # a kept cluster of machines that exist (`up --cloud ssh`): (launcher, cluster) -> {rank: what to record with
     # the machine's `host` row}, each machine asked once whether it is ready (a LaunchError naming those that are
-    # not); None: `up` is not offered on this backend (`gpucluster.held`)
+    # not); None: `up` is not offered on this backend (`gpucluster.lifecycle.held`)
     hold: Callable[[Launcher, Cluster], dict[int, dict[str, object]]] | None = None
 
 

@@ -1,7 +1,7 @@
 """The one Pulumi program: stack config -> `ClusterSpec` -> validated -> the cloud's component.
 
 `pulumi up -s aws-g5` (stacks/__main__.py calls `main()`) and the Automation API both run this.
-Config keys live in the `gpucluster:` namespace and are read by `gpucluster.stackconfig` (the
+Config keys live in the `gpucluster:` namespace and are read by `gpucluster.plan.stackconfig` (the
 same reader `gpucluster cost estimate --stack` uses; its docstring lists the keys). The spec is
 validated before any resource is declared: a bad spec declares nothing.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from gpucluster.errors import SpecError
 from gpucluster.infra.registry import NAMES, plugin, traits
 from gpucluster.spec import ClusterSpec, normalize, validate
-from gpucluster.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
+from gpucluster.plan.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
 
 __all__ = ["GENERIC_KEYS", "NAMESPACE", "main", "namespace_config", "run", "sanitize_name", "spec_from_config"]
 
@@ -62,7 +62,7 @@ def main() -> None:
     spec = spec_from_config(config, pulumi.get_stack())
     # made without the CLI: every resource carries the owner of this machine's gpucluster home and
     # the stack (project/stack), so `gc` never sweeps it unless it is named (`gc --stack`)
-    from gpucluster.ownership import stack_marks
+    from gpucluster.lifecycle.ownership import stack_marks
 
     spec = spec.replace(marks=stack_marks(pulumi.get_project(), pulumi.get_stack()))
     # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr

@@ -42,7 +42,7 @@ os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.enviro
 # make_private): a home a test made 0755 by hand would be tightened with a note on stderr, in the
 # middle of the one-line errors the tests read. tests/test_home_private.py sets the usual 022 itself.
 os.umask(0o077)
-# No user config file and no GPUCLUSTER_* defaults of the person running the tests (gpucluster/userconfig.py);
+# No user config file and no GPUCLUSTER_* defaults of the person running the tests (gpucluster/plan/userconfig.py);
 # a test about them sets its own.
 os.environ["GPUCLUSTER_CONFIG"] = ""
 for _var in ("GPUCLUSTER_CLOUD", "GPUCLUSTER_REGION", "GPUCLUSTER_ZONE", "GPUCLUSTER_SSH_CIDR", "GPUCLUSTER_PROJECT",
@@ -152,7 +152,7 @@ def write_old_ledger(path: Path, version: int = 3) -> None:
     finished local run, 'old'."""
     import sqlite3
 
-    from gpucluster.ledger_schema import MIGRATIONS
+    from gpucluster.ledger.schema import MIGRATIONS
 
     db = sqlite3.connect(path)
     for _, script in MIGRATIONS[:version]:

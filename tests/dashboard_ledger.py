@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 from gpucluster.spec import ClusterSpec
 
 DONE = "r20261127-091500-d1g175"

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import psutil
 
-from gpucluster.launch import Launcher
+from gpucluster.watch.launch import Launcher
 
 
 class Fault:
@@ -90,7 +90,7 @@ class Interrupting(Launcher):
 def runs_program(arg: str, marker: str) -> bool:
     """`arg` (one of a command line's first words) names the program `marker`: it is it, a path
     ending with it, or the local launcher's `python -c BOOT` code that runs it as a module
-    (gpucluster.launch.agent_boot)."""
+    (gpucluster.watch.launch.agent_boot)."""
     return arg == marker or arg.endswith("/" + marker) or f"run_module({marker!r}" in arg
 
 
@@ -112,15 +112,19 @@ def node_procs(run_id: str, rank: int, marker: str | None = None) -> list[psutil
 
 
 def kill_node_procs(run_ids: Callable[[], list[str]], rank: int, marker: str, *, wait_s: float = 60,
-                    sig: int = signal.SIGKILL) -> Callable[[], None]:
+                    sig: int = signal.SIGKILL, once_parent: bool = False) -> Callable[[], None]:
     """A kill that waits (in a thread) for the node's process whose command line has `marker`
-    (e.g. the torchrun agent, node_check.py, the reaper) and sends it `sig`."""
+    (e.g. the torchrun agent, node_check.py, the reaper) and sends it `sig`; with `once_parent`,
+    only once that process has started a child (for the reaper: after its `reaper_start` record,
+    which it writes, flushed, before it forks its command: a fixed point instead of a race)."""
     def kill() -> None:
         def hunt() -> None:
             end = time.monotonic() + wait_s
             while time.monotonic() < end:
                 for rid in run_ids():
                     procs = node_procs(rid, rank, marker)
+                    if once_parent:
+                        procs = [p for p in procs if _has_children(p)]
                     if procs:
                         for p in procs:
                             try:
@@ -132,6 +136,13 @@ def kill_node_procs(run_ids: Callable[[], list[str]], rank: int, marker: str, *,
 
         threading.Thread(target=hunt, daemon=True).start()
     return kill
+
+
+def _has_children(p: psutil.Process) -> bool:
+    try:
+        return bool(p.children())
+    except psutil.Error:
+        return False
 
 
 def kill_host(hosts: Any, i: int) -> None:

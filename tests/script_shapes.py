@@ -22,8 +22,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import FIXTURES, run_cli
-from gpucluster.ledger import Ledger
-from gpucluster.procs import run_processes
+from gpucluster.ledger.store import Ledger
+from gpucluster.watch.procs import run_processes
 
 SHAPES = FIXTURES / "shapes"
 

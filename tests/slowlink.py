@@ -66,12 +66,12 @@ def main() -> None:
     os.environ["GPUCLUSTER_HOME"] = str(work / "home")
     import sshd
 
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.ssh.provider import SshProvider
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
     from gpucluster.infra.registry import plugin as backend_of
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
     hosts = None

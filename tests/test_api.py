@@ -27,7 +27,7 @@ def _cli_error(capsys, *argv: str) -> str:
 
 def test_import_gpucluster_and_its_api_import_nothing_heavy():
     heavy = ("torch", "boto3", "botocore", "pulumi", "pulumi_aws", "pulumi_gcp", "kubernetes", "google", "numpy",
-             "matplotlib", "rich", "gpucluster.lifecycle")
+             "matplotlib", "rich", "gpucluster.lifecycle.steps")
     code = ("import sys, json\nimport gpucluster\nnames = [gpucluster.run, gpucluster.up, gpucluster.runs, "
             "gpucluster.show, gpucluster.logs, gpucluster.estimate, gpucluster.down, gpucluster.Cluster]\n"
             f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n")
@@ -100,7 +100,7 @@ def test_estimate_is_the_cli_estimate(capsys):
 
 
 def test_runs_show_and_logs_read_the_ledger(home, capsys):
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger.open_default()
     log_dir = home / "runs" / "r1" / "logs"
@@ -134,7 +134,7 @@ def test_an_old_ledger_is_migrated_and_a_newer_one_refused_as_the_cli_does(home,
 
     from conftest import write_old_ledger
     from gpucluster.errors import ConfigError
-    from gpucluster.ledger_schema import MIGRATIONS
+    from gpucluster.ledger.schema import MIGRATIONS
 
     home.mkdir(parents=True)
     path = home / "ledger.sqlite3"

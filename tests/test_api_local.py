@@ -81,7 +81,7 @@ def test_ctrl_c_in_the_caller_tears_down_then_raises(home):
             "    print('INTERRUPTED', exc, flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=dict(os.environ))
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:

@@ -31,10 +31,10 @@ from gpucluster.infra.pulumi.engine import PulumiDriver  # noqa: E402
 from gpucluster.infra.pulumi.events import CapacityError  # noqa: E402
 from gpucluster.infra.pulumi.provider import PulumiProvider  # noqa: E402
 from gpucluster.domain import Leftover  # noqa: E402
-from gpucluster.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.metrics import MetricsState  # noqa: E402
-from gpucluster.ownership import installation_id  # noqa: E402
+from gpucluster.watch.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.watch.metrics import MetricsState  # noqa: E402
+from gpucluster.lifecycle.ownership import installation_id  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
 CAPACITY = ("creating EC2 Instance: InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge "
@@ -107,7 +107,7 @@ class StubLauncher(Launcher):
 
 
 def test_up_outputs_launch_destroy(home, tmp_path):
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.steps import execute
 
     fake = FakePulumiCommand()
     prov = provider(fake)
@@ -187,9 +187,9 @@ def test_up_failing_halfway_destroys_and_names_the_next_zone(home):
 
 
 def test_capacity_error_retries_in_the_next_zone_and_each_attempt_is_priced_in_the_ledger(home):
-    from gpucluster.cost import run_cost
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI, _Recorder
+    from gpucluster.costing.cost import run_cost
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI, _Recorder
 
     from gpucluster.infra.registry import plugin
 
@@ -276,7 +276,7 @@ def test_failed_update_of_an_existing_cluster_leaves_it_alone(home):
 
 
 def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.steps import execute
 
     fake = FakePulumiCommand(interrupt_up_after=5)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
@@ -294,7 +294,7 @@ def test_ctrl_c_during_up_in_a_run_leaves_a_true_ledger_row(home, tmp_path):
 def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     from gpucluster.cli import common
     from gpucluster.cli.down import down
-    from gpucluster.lifecycle import LedgerEvents
+    from gpucluster.lifecycle.steps import LedgerEvents
 
     fake = FakePulumiCommand()
     ledger = Ledger.open_default()
@@ -380,8 +380,8 @@ def test_another_live_gpucluster_process_owning_the_cluster_blocks_down(home):
 
 
 def hold_owner_lock(name: str) -> subprocess.Popen:
-    """A real other process owning cluster `name` through gpucluster.owner (an fcntl lock)."""
-    code = ("import sys, time\nfrom gpucluster.owner import owner_lock\n"
+    """A real other process owning cluster `name` through gpucluster.lifecycle.owner (an fcntl lock)."""
+    code = ("import sys, time\nfrom gpucluster.lifecycle.owner import owner_lock\n"
             "with owner_lock(sys.argv[1], 'run', run_id='r-holder'):\n    print('held', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -580,7 +580,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path, monkeypatch):
     fake.inputs = {r.name: {k: aws_mocks.unwrap(v) for k, v in r.inputs.items()} for r in built.recorder.resources}
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.create_run(s.run_id, cloud="aws", cluster="demo", nodes=3, gpus_per_node=1, command=["x"], spec=s.to_dict())
-    from gpucluster.lifecycle import LedgerEvents
+    from gpucluster.lifecycle.steps import LedgerEvents
 
     # the nodes' host keys come from their serial consoles (infra/aws/hostkeys.py; tests/test_aws_fleet.py)
     from gpucluster.infra.aws import hostkeys
@@ -610,7 +610,7 @@ def test_real_aws_program_through_the_driver(home, tmp_path, monkeypatch):
     # the zone it launched in (the subnet's, set on the instance: spot is priced by zone) and its public IPv4
     assert d["availability_zone"] == built.outputs["availability_zone"] and d["public_ipv4"] == 1
     try:
-        from gpucluster import cost
+        from gpucluster.costing import cost
     except ImportError:
         return
     priced = cost.run_cost(ledger.get_run(s.run_id), backend=backend_of(s.cloud))

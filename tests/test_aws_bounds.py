@@ -1,4 +1,4 @@
-"""A cloud run's time bounds, decided before anything exists and said in the plan (gpucluster.bounds):
+"""A cloud run's time bounds, decided before anything exists and said in the plan (gpucluster.plan.bounds):
 how long aws nodes may take to be ready (from the image's boot steps and the node's own bounds;
 --ready-timeout overrides), and a node lifetime that holds the job (--max-lifetime vs --max-minutes).
 
@@ -16,7 +16,7 @@ from test_bad_input import assert_clean_refusal, assert_no_run_recorded
 
 from gpucluster.errors import UsageError
 from gpucluster.infra.registry import plugin
-from gpucluster.prepare import Request, prepare
+from gpucluster.lifecycle.prepare import Request, prepare
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -77,7 +77,7 @@ def test_a_failed_up_names_the_aws_error_code_and_message_and_the_fix(home):
 
 def test_the_ledger_keeps_the_aws_cause(home, monkeypatch):
     from gpucluster.cli import common, up
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     fake = FakePulumiCommand(fail_up_after=1, fail_text=V1)
     monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))

@@ -181,8 +181,8 @@ def test_a_short_fleet_fails_over_to_the_next_zone_and_its_row_is_closed(home, m
     from pulumi_fake import AWS_FLEET_RESOURCES, FakePulumiCommand, aws_outputs
 
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI, _Recorder
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI, _Recorder
     from test_automation import provider, spec
 
     # the fleet is created (6 resources, the rule unrecorded), then the program fails on its count
@@ -217,9 +217,9 @@ def test_a_short_fleet_fails_over_to_the_next_zone_and_its_row_is_closed(home, m
 
 
 def test_one_fleet_row_costs_what_its_instances_would(home):
-    from gpucluster.cost import run_cost
+    from gpucluster.costing.cost import run_cost
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     detail = {"instance_type": "g5.xlarge", "spot": False, "disk_gb": 100, "disk_type": "gp3", "public_ipv4": 1}
@@ -318,7 +318,7 @@ def test_the_scan_finds_the_fleet_and_its_instances_and_delete_leaves_nothing_bi
 
 
 def test_the_key_cache_lives_with_the_clusters_ssh_files_and_goes_with_a_verified_down(home):
-    from gpucluster.kept import access_dir, forget_access
+    from gpucluster.lifecycle.kept import access_dir, forget_access
 
     clock = Clock()
     console = LateConsole(clock, {"i-0aaa": KEY0, "i-0bbb": KEY1}, {"i-0aaa": 0.0, "i-0bbb": 0.0})
@@ -329,7 +329,7 @@ def test_the_key_cache_lives_with_the_clusters_ssh_files_and_goes_with_a_verifie
     console.keys["i-0ccc"], console.at["i-0ccc"] = KEY1, 0.0
     hostkeys.pin(cluster(ids=("i-0aaa", "i-0ccc")), client=console, sleep=clock.sleep, clock=clock.now)
     assert sorted(p.name for p in folder.iterdir()) == ["i-0aaa", "i-0ccc"]
-    forget_access("demo")  # what a verified `down` does (gpucluster.teardown.take_down)
+    forget_access("demo")  # what a verified `down` does (gpucluster.lifecycle.teardown.take_down)
     assert not folder.exists()
 
 

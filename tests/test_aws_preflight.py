@@ -200,7 +200,7 @@ def test_up_stops_at_preflight_with_exit_2_before_pulumi_or_the_ledger(aws, home
 
     from gpucluster.cli import common, up
     from gpucluster.errors import UsageError
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 0.0}))
     aws.on("ec2", "DescribeImages", dlami_rule())

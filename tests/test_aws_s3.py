@@ -26,7 +26,7 @@ from gpucluster.infra.aws import s3  # noqa: E402
 from gpucluster.infra.aws.s3_node import cli_argv  # noqa: E402
 from gpucluster.infra.registry import plugin, readers  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
-from gpucluster.staging import DataMount, parse_data  # noqa: E402
+from gpucluster.watch.staging import DataMount, parse_data  # noqa: E402
 
 NODE_PY = Path(s3.__file__).parent / "s3_node.py"
 

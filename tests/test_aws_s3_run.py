@@ -77,13 +77,13 @@ def _dataset(root: Path) -> Path:
 def _run(home, tmp_path, ec2, s3_server, monkeypatch, output_url: str):
     from gpucluster.infra.aws.s3 import NodeTransfer
     from gpucluster.infra.registry import plugin
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
-    from gpucluster.outputs import check_output_dest
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
+    from gpucluster.watch.outputs import check_output_dest
     from gpucluster.spec import ClusterSpec, new_run_id
     from specs import validate
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.staging import parse_data
 
     c = s3_server.client()
     c.create_bucket(Bucket="data-bkt")

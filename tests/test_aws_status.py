@@ -31,9 +31,9 @@ moto = pytest.importorskip("moto")
 
 from aws_strict import StrictSession  # noqa: E402
 
-from gpucluster.cost import run_cost  # noqa: E402
+from gpucluster.costing.cost import run_cost  # noqa: E402
 from gpucluster.infra.registry import plugin  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
 
 REGION = "us-east-1"
 HOUR = 3600.0

@@ -41,8 +41,8 @@ from aws_account import REGION, _Quiet, _spec, account  # noqa: E402,F401 - the 
 
 
 def _fine_launcher():
-    from gpucluster.launch import JobResult, Launcher
-    from gpucluster.metrics import MetricsState
+    from gpucluster.watch.launch import JobResult, Launcher
+    from gpucluster.watch.metrics import MetricsState
 
     class Fine(Launcher):
         def __init__(self):
@@ -61,9 +61,9 @@ def test_run_then_teardown_on_terminating_nodes_ends_verified_exit_0(account):
     the tag check finds nothing, and the run ends verified, exit 0 (old code: "teardown incomplete",
     exit 3, after InvalidPlacementGroup.InUse)."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
 
     spec = _spec()
     ledger = Ledger.open_default()

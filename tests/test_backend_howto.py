@@ -94,7 +94,7 @@ class ToyProvider(Provider):
         _save(left)
 
     def leftovers(self, name, run_id=None):
-        from gpucluster.procs import run_processes
+        from gpucluster.watch.procs import run_processes
 
         found = [Leftover(kind="toy-node", id=n["name"]) for n in _load() if n["cluster"] == name]
         if run_id:

@@ -23,7 +23,7 @@ def assert_clean_refusal(result, *needles, code=2):
 def assert_no_run_recorded(home):
     ledger = home / "ledger.sqlite3"
     if ledger.exists():
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         assert Ledger(ledger).list_runs() == []
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
@@ -118,7 +118,7 @@ def ledger_rows(home) -> list[tuple[str, str]]:
 
 def seed_runs(home, *ids: str) -> None:
     """Finished local runs in a fresh ledger under `home`."""
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     led = Ledger(home / "ledger.sqlite3")
     for i, rid in enumerate(ids):
@@ -619,7 +619,7 @@ def test_empty_setup_on_gcp(home):
 
 # -- --resume (issue 14): an unknown run, or one with nothing to resume from ------------------------
 def _ended_run(home, run_id, outputs=None, status="interrupted"):
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     ledger.create_run(run_id, cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=["x"], spec={})
@@ -682,7 +682,7 @@ def test_bad_resume(home, case):
     if not had_ledger:
         assert not (home / "ledger.sqlite3").exists()  # looking the run up created nothing
     else:
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         assert len(Ledger(home / "ledger.sqlite3").list_runs()) == 1  # only the run set up here
     after = sorted(p.name for p in (home / "runs").iterdir()) if (home / "runs").exists() else []
@@ -718,7 +718,7 @@ def test_data_folder_with_a_link_that_cannot_be_copied(home, tmp_path, how, name
 
 
 def test_data_folder_with_good_links_is_taken(tmp_path):
-    from gpucluster.staging import bad_link
+    from gpucluster.watch.staging import bad_link
 
     top = tmp_path / "shards"
     (top / "sub").mkdir(parents=True)
@@ -761,7 +761,7 @@ def test_command_that_cannot_run(home, cmd, argv, needles):
 
 
 def test_runnable_commands_pass_the_check(tmp_path):
-    from gpucluster.prepare import check_command
+    from gpucluster.lifecycle.prepare import check_command
 
     check_command(("python", "-c", "pass"))
     check_command(("python", "-m", "json.tool"))
@@ -959,7 +959,7 @@ def test_home_paths_of_the_wrong_kind(home, what, needle):
     elif what == "runs-file":
         (home / "runs").write_text("x")
     else:  # the lock of the default cluster, whose name carries this home's owner id
-        from gpucluster.ownership import default_name, installation_id
+        from gpucluster.lifecycle.ownership import default_name, installation_id
 
         (home / "locks" / f"{default_name('local', installation_id(home))}.lock").mkdir(parents=True)
     r = _local_run()
@@ -987,7 +987,7 @@ def test_pulumi_folder_that_is_a_file(home, argv):
 
 def test_node_log_that_is_a_folder(home):
     seed_runs(home, "r20261122-000001-aaaaaa")
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     led = Ledger(home / "ledger.sqlite3")
     log_dir = home / "runs" / "r20261122-000002-bbbbbb"

@@ -23,9 +23,9 @@ def ts(text: str) -> float:
 
 def _ledger(path, runs):
     """runs: (run id, start, end or None (still billing)): each a fleet of 2 g5.xlarge in us-east-1."""
-    from gpucluster import cost
+    from gpucluster.costing import cost
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
     from gpucluster.spec import ClusterSpec
 
     ledger = Ledger(path / "ledger.sqlite3")
@@ -46,7 +46,7 @@ def _ledger(path, runs):
 
 
 def _report(ledger, since=None, group_by=None, now=None):
-    from gpucluster.cost import report
+    from gpucluster.costing.cost import report
     from gpucluster.infra.registry import plugin
 
     runs = [ledger.get_run(r.id) for r in ledger.list_runs(limit=None, billed_since=since)]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from gpucluster.errors import ExitCode
-from gpucluster.lifecycle import RunOutcome
-from gpucluster.recovery import Attempt, ChainOutcome
+from gpucluster.lifecycle.steps import RunOutcome
+from gpucluster.lifecycle.recovery import Attempt, ChainOutcome
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -53,7 +53,7 @@ def test_a_run_whose_record_could_not_be_written_is_reported_as_it_ended(tmp_pat
 
     from gpucluster.cli.render import run_report
     from gpucluster.cli.run import as_ended
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     ledger.create_run("r-full", cloud="local", cluster="c", nodes=2, gpus_per_node=0, command=["python", "t.py"],

@@ -61,7 +61,7 @@ HEAVY = ("torch", "boto3", "botocore", "pulumi", "pulumi_aws", "pulumi_gcp", "go
          # no command module either: --help is printed from the lazy group's table
          "gpucluster.cli.run", "gpucluster.cli.runs", "gpucluster.cli.up", "gpucluster.cli.down",
          "gpucluster.cli.gc", "gpucluster.cli.doctor", "gpucluster.cli.status", "gpucluster.cli.logs",
-         "gpucluster.cli.sweep", "gpucluster.cli.cost", "gpucluster.cli.kept", "gpucluster.lifecycle",
+         "gpucluster.cli.sweep", "gpucluster.cli.cost", "gpucluster.cli.kept", "gpucluster.lifecycle.steps",
          "gpucluster.spec",
          # the dashboard's server (the `dashboard` extra) and its command module
          "starlette", "uvicorn", "jinja2", "gpucluster.cli.dashboard")

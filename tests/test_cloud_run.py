@@ -371,9 +371,9 @@ def _launcher(tmp_path, ready_timeout: float):
 
 
 def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip, dlami_python, monkeypatch):
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
     from specs import validate
 
@@ -436,9 +436,9 @@ def test_aws_run_end_to_end_on_fresh_ec2_like_nodes(home, tmp_path, ec2, checkip
 
 def test_a_node_the_declared_security_group_does_not_open_fails_the_run_naming_it(
         home, tmp_path, ec2, checkip, dlami_python):
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
     from specs import validate
 

@@ -14,7 +14,7 @@ import pytest
 from gpucluster.cli import common, doctor, down, gc, logs, status, up
 from gpucluster.infra.aws import doctor as aws_doctor
 from gpucluster.errors import UsageError
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 from conftest import run_cli
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
@@ -65,7 +65,7 @@ def test_up_status_down_cycle(fake_cloud, capsys, monkeypatch):
     assert invoke(status.status, "--json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["cluster"] for r in rows] == ["demo"] and rows[0]["state"] == "kept" and rows[0]["nodes"] == 2
-    if rows[0]["hourly_usd"] is not None:  # priced by gpucluster.cost when present: 2 x g5.xlarge
+    if rows[0]["hourly_usd"] is not None:  # priced by gpucluster.costing.cost when present: 2 x g5.xlarge
         assert float(rows[0]["hourly_usd"]) > 2.0
 
     assert invoke(down.down, "--all", "--yes", "--json") == 0
@@ -183,7 +183,7 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(home, tmp_path, capsys)
     t = threading.Thread(target=writer)
     t.start()
     start = time.monotonic()
-    from gpucluster.owner import owner_lock
+    from gpucluster.lifecycle.owner import owner_lock
 
     with owner_lock("c", "run", run_id="r20261122-000000-aaaaaa"):  # the run's live owner, as `run` holds it
         assert invoke(logs.logs, "r20261122-000000-aaaaaa", "--follow") == 0

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

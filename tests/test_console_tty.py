@@ -145,7 +145,7 @@ def test_provisioning_shows_resources_done_planned_and_in_flight(term, tmp_path)
 
 def _seed(home: Path) -> tuple[list[str], list[str]]:
     """Runs with long cluster names, a kept cluster (open rows), and costs, as the ledger holds them."""
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     led = Ledger(home / "ledger.sqlite3")
     ids, clusters = [], []

@@ -2,7 +2,7 @@
 
 gpucluster acts on a few records its own node programs print on the node's stream (a reaper's start
 and end, a node shell's exit, a setup's start and end). The job prints on the same stream. Each such
-record carries a one-time key per node and kind (gpucluster/control.py); a line without it is data.
+record carries a one-time key per node and kind (gpucluster/watch/control.py); a line without it is data.
 These drive the real NodeSupervisor with a real child process writing into a real pipe, and the
 real reaper and setup wrapper; the full runs (local and real sshd) are in test_reaper.py and
 test_ssh_sshd.py."""
@@ -16,13 +16,15 @@ import time
 import pytest
 
 from conftest import FIXTURES
-from gpucluster import control, reaper, supervisor
-from gpucluster.control import Gate, NodeKeys
+from gpucluster.watch import control
+from gpucluster.node import reaper
+from gpucluster.watch import supervisor
+from gpucluster.watch.control import Gate, NodeKeys
 from gpucluster.domain import UNWITNESSED
 from gpucluster.events import NullEvents
-from gpucluster.launch import JobSpec
-from gpucluster.staging import setup_wrapped
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.watch.launch import JobSpec
+from gpucluster.watch.staging import setup_wrapped
+from gpucluster.watch.supervisor import NodeSupervisor
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 

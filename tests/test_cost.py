@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpucluster import cost as C
+from gpucluster.costing import cost as C
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
 from gpucluster.infra.registry import NAMES, plugin
-from gpucluster.ledger import Ledger
-from gpucluster.records import RunRecord
+from gpucluster.ledger.store import Ledger
+from gpucluster.ledger.records import RunRecord
 from gpucluster.spec import ClusterSpec
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)

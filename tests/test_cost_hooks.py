@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpucluster import cost as C
+from gpucluster.costing import cost as C
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
 from gpucluster.infra.contract import Capability, Pricing

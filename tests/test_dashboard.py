@@ -174,7 +174,7 @@ def test_it_binds_to_loopback_and_a_port_it_cannot_have_is_one_line(home, capsys
 
 
 def test_the_notification_links_to_the_page_while_a_dashboard_runs(ledger, home):
-    from gpucluster.notify import events_of
+    from gpucluster.lifecycle.notify import events_of
 
     assert events_of(ledger.get_run(DONE))[0].link is None
     serve.write_note("http://127.0.0.1:4321")
@@ -200,7 +200,7 @@ def test_an_old_ledger_is_migrated_and_a_newer_one_refused_before_it_serves(home
     import sqlite3
 
     from conftest import write_old_ledger
-    from gpucluster.ledger_schema import MIGRATIONS
+    from gpucluster.ledger.schema import MIGRATIONS
 
     home.mkdir(parents=True)
     path = home / "ledger.sqlite3"

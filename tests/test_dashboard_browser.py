@@ -151,7 +151,7 @@ def test_the_runs_list_shows_a_finished_run_and_its_page_the_timeline_and_loss_c
 
 @needs_browser
 def test_a_live_run_s_logs_appear_in_the_page_while_it_runs(site, browser):
-    from gpucluster.owner import owner_lock
+    from gpucluster.lifecycle.owner import owner_lock
 
     home, ledger = site["home"], site["ledger"]
     logs = home / "runs" / LIVE

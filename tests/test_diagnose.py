@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from gpucluster.diagnose import diagnose, flagged_sizes
+from gpucluster.sweep.diagnose import diagnose, flagged_sizes
 from gpucluster.infra.registry import plugin
-from gpucluster.ledger import Ledger
-from gpucluster.sweep import compare_cpu_gpu, load_sweep, summarize
+from gpucluster.ledger.store import Ledger
+from gpucluster.sweep.runner import compare_cpu_gpu, load_sweep, summarize
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -76,7 +76,7 @@ class Fixture:
         if cost is not None:
             # what a real cloud run records: one instance of type `cost` per node, alive from the
             # provision to the end of teardown, priced by the real cost engine
-            from gpucluster.cost import run_cost
+            from gpucluster.costing.cost import run_cost
 
             for node in range(nodes):
                 where = "us-east-1" if cloud == "aws" else "us-central1-a"

@@ -40,8 +40,8 @@ GKE_RESOURCES = [("gcp:container/cluster:Cluster", "c", "projects/p/locations/z/
                  ("gcp:container/nodePool:NodePool", "c-gpu", "pool-id")]
 
 
-from gpucluster.launch import JobResult, Launcher, NodeResult  # noqa: E402
-from gpucluster.metrics import MetricsState  # noqa: E402
+from gpucluster.watch.launch import JobResult, Launcher, NodeResult  # noqa: E402
+from gpucluster.watch.metrics import MetricsState  # noqa: E402
 
 
 class StubLauncher(Launcher):
@@ -65,8 +65,8 @@ def _provider(cloud: str, fake: FakePulumiCommand):
 def _placed(nodes: int = 4, **kw):
     """The real ranking of 4 × L4 nodes on aws and gcp (gcp first: its fixed fees spread over 4 nodes)."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     req = Request(cloud="aws,gcp", gpu="L4", nodes=nodes, dry_run=True, max_minutes=10, **kw)
     # the cheapest machine of each place comes first (the larger g2/g6 machines rank after these 8), so
@@ -75,11 +75,11 @@ def _placed(nodes: int = 4, **kw):
 
 
 def _run(placement, fakes, home):
-    from gpucluster.failover import run_placed
+    from gpucluster.lifecycle.failover import run_placed
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI
-    from gpucluster.recovery import run_plan
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI
+    from gpucluster.lifecycle.recovery import run_plan
 
     ledger = Ledger(home / "ledger.sqlite3")
     messages: list[str] = []
@@ -131,7 +131,7 @@ def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_
     for fake in fakes.values():
         assert fake.stacks == {}  # every failed attempt's stack destroyed
     # `show` and `cost report --group-by chain` follow the chain the attempts make
-    from gpucluster.attempts import chain_attempts
+    from gpucluster.ledger.attempts import chain_attempts
 
     chain_ids = ledger.get_run(last.run_id).chain
     assert chain_ids == [a.run_id for a in chain.attempts]
@@ -191,7 +191,7 @@ def test_run_cloud_auto_through_the_cli_fails_over_and_reports_every_attempt(hom
     the failover and the report; each candidate's provider is the stand-in of its (cloud, region)."""
     import json
 
-    import gpucluster.prepare as prepare_mod
+    import gpucluster.lifecycle.prepare as prepare_mod
     from gpucluster.cli.main import main
 
     monkeypatch.chdir(tmp_path)
@@ -227,8 +227,8 @@ def test_up_fails_over_too_and_keeps_the_first_candidate_that_comes_up(home):
     from gpucluster.api.clusters import provision
     from gpucluster.api.jobs import Planned
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI
 
     placement = _placed()
     fakes = {("gcp", r): FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
@@ -267,8 +267,8 @@ def test_up_does_not_fail_over_on_an_error_placement_cannot_fix(home):
     from gpucluster.api.jobs import Planned
     from gpucluster.errors import GpuclusterError
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI
 
     placement = _placed()
     denied = FakePulumiCommand(resources=GKE_RESOURCES, fail_up_after=1,
@@ -288,8 +288,8 @@ def test_ctrl_c_during_up_failover_tears_down_the_current_attempt_and_starts_no_
     from gpucluster.api.clusters import provision
     from gpucluster.api.jobs import Planned
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import QuietUI
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import QuietUI
 
     placement = _placed()
     first, second = placement.tried[:2]

@@ -34,10 +34,10 @@ from conftest import FIXTURES, needs_torch  # noqa: E402
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.errors import ExitCode, ProvisionError  # noqa: E402
 from gpucluster.domain import Provider
-from gpucluster.launch import JobSpec, Launcher
-from gpucluster.ledger import Ledger
-from gpucluster.lifecycle import execute
-from gpucluster.procs import run_processes
+from gpucluster.watch.launch import JobSpec, Launcher
+from gpucluster.ledger.store import Ledger
+from gpucluster.lifecycle.steps import execute
+from gpucluster.watch.procs import run_processes
 from gpucluster.spec import ClusterSpec, new_run_id
 
 psutil = pytest.importorskip("psutil")
@@ -347,7 +347,7 @@ def _run_with_storage_fault(home, spec, provider, launcher, phase, fault_name):
     fault = StorageFault(fault_name, home)
     ledger = FaultyLedger(home / "ledger.sqlite3", phase, fault)
     script = ("plain_job.py",) if phase in PLAIN_PHASES else ("stubborn.py", *JOB_ARGS)
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     owner = installation_id(home)  # made at the first command in a home, as `run`'s prepare step makes it
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-X", f"marker={marker}", *script),

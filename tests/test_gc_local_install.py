@@ -18,7 +18,7 @@ def test_gc_on_a_local_only_install_says_what_it_is_for(home, monkeypatch, capsy
 
     monkeypatch.setitem(sys.modules, "boto3", None)  # not installed: importing it raises ImportError
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p-1")
-    monkeypatch.setattr("gpucluster.teardown.Collection.look", lambda self: ({c: [] for c in self.backends}, []))
+    monkeypatch.setattr("gpucluster.lifecycle.teardown.Collection.look", lambda self: ({c: [] for c in self.backends}, []))
     gc.gc.main([], prog_name="gpucluster gc", standalone_mode=False)
     out = " ".join(capsys.readouterr().out.split())
     assert "gc finds cloud resources" in out and "not looked for on aws: its package is not installed" in out

@@ -353,7 +353,7 @@ def test_up_of_a_gcp_stack_installs_the_idle_stop_in_the_cluster_and_a_refusal_f
 
 def test_status_says_when_the_gpu_nodes_go_and_what_bills_on(home, monkeypatch):
     from gpucluster.cli import status
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     monkeypatch.setattr(status, "ended_resources", lambda cloud, rows, lifetime: {})
     led = Ledger.open_default()
@@ -392,7 +392,7 @@ def test_exec_can_attach_to_a_kept_gke_cluster_whose_nodes_the_autoscaler_owns()
     that for "no node up" (it did: every `exec` on gcp was refused), or no job could reset the idle stop."""
     from types import SimpleNamespace
 
-    from gpucluster import kept
+    from gpucluster.lifecycle import kept
     from gpucluster.errors import UsageError
     from gpucluster.infra.gcp.component import cluster_from_outputs
 
@@ -429,7 +429,7 @@ def test_a_job_the_real_launcher_runs_holds_the_idle_stop_off(cluster, tmp_path)
     from gpucluster.domain import Cluster as GkeCluster
     from gpucluster.events import NullEvents
     from gpucluster.infra.kubernetes import launcher as k8s
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
     from gpucluster.workloads.protocol import PREFIX
     from k8s_fake import PodScript
 

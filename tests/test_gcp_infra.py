@@ -304,7 +304,7 @@ def test_cluster_from_outputs_feeds_the_kubernetes_launcher():
     pytest.importorskip("kubernetes")
     from gpucluster.infra.gcp.gke import GKE
     from gpucluster.infra.kubernetes import plan as k8s_plan
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     plan = k8s_plan.plan_job(c, JobSpec(run_id="r1", workload="digits", nproc_per_node=4), platform=GKE)
     assert plan.nodes == 2 and plan.gpus_per_node == 4

@@ -56,7 +56,7 @@ class Gke:
         self.gke = gke
 
     def list_clusters(self, parent):
-        from gpucluster.ownership import installation_id
+        from gpucluster.lifecycle.ownership import installation_id
 
         if self.gke.current is None:
             return NS(clusters=[])
@@ -68,7 +68,7 @@ class Gke:
 def left_project():
     """A ready project where a destroy of cluster demo left its pods' account, with its grant on out-bkt."""
     from gpucluster.infra.gcp.component_access import account_description
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     project = FakeProject(project=PROJECT).ready()
     project.buckets["out-bkt"] = Bucket()
@@ -100,7 +100,7 @@ def provider(project, monkeypatch):
 
 def test_up_after_a_destroy_that_left_the_account_removes_it_first_and_creates_the_cluster(home, monkeypatch, capsys):
     from gpucluster.cli import up
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     project = left_project()
     gke, fake = provider(project, monkeypatch)

@@ -221,7 +221,7 @@ def test_up_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(h
     from gpucluster.infra.pulumi.engine import PulumiDriver
     from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     project = FakeProject()
     fake = FakePulumiCommand()
@@ -242,13 +242,13 @@ def test_run_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(
     pytest.importorskip("pulumi.automation")
     from pulumi_fake import FakePulumiCommand
 
-    from gpucluster import prepare
+    from gpucluster.lifecycle import prepare
     from gpucluster.cli import run
     from gpucluster.errors import UsageError
     from gpucluster.infra.pulumi.engine import PulumiDriver
     from gpucluster.infra.pulumi.provider import PulumiProvider
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     project = FakeProject()
     project.enabled.update({"container.googleapis.com", "compute.googleapis.com"})  # the APIs are on; no GPU quota

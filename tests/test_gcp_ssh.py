@@ -70,7 +70,7 @@ class KeptGke:
     """A kept gcp cluster `demo` of 2 nodes: its ledger rows, its stack outputs, the fake API server."""
 
     def __init__(self, tmp_path: Path, home: Path):
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         self.fake = FakeKubeApi({}, skew=0, delete_ticks=0)
         self.fake.streaming_exec = True  # a command's output as it comes (kubectl exec streams it)

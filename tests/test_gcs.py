@@ -14,7 +14,7 @@ from gpucluster.errors import SpecError, UsageError
 from gpucluster.infra.gcp import gcs
 from gpucluster.infra.registry import plugin, readers
 from gpucluster.spec import ClusterSpec
-from gpucluster.staging import DataMount, parse_data
+from gpucluster.watch.staging import DataMount, parse_data
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -65,7 +65,7 @@ def test_the_backend_declares_gs_and_other_clouds_refuse_it():
     with pytest.raises(UsageError) as exc:
         parse_data(["s3://bucket/p"], gcp, readers())
     assert "s3:// works with --cloud aws" in exc.value.message
-    from gpucluster.outputs import check_output_dest
+    from gpucluster.watch.outputs import check_output_dest
 
     assert check_output_dest("gs://out-bkt/runs/exp1/", gcp) == "gs://out-bkt/runs/exp1"
 

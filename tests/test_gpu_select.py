@@ -19,7 +19,7 @@ from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import SpecError, UsageError
 from gpucluster.infra.aws import catalog as aws
 from gpucluster.spec import ClusterSpec
-from gpucluster.stackconfig import spec_from_config
+from gpucluster.plan.stackconfig import spec_from_config
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -1,5 +1,5 @@
-"""The `check` phase (issue 30 item 1): gpucluster/node_check.py on every node, judged by
-gpucluster/health.py. The judgement as a pure function (units), then real checks on the local
+"""The `check` phase (issue 30 item 1): gpucluster/node/node_check.py on every node, judged by
+gpucluster/watch/health.py. The judgement as a pure function (units), then real checks on the local
 backend: real processes, gloo over 127.0.0.1, torch imported by each node. The bad-node paths name
 the node: fewer GPUs than promised (a stub nvidia-smi on PATH, listing what a real one lists:
 `nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader`), DCGM's quick diagnostic failing
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, needs_torch  # noqa: E402
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
-from gpucluster.health import HealthCheckFailed, HealthSpec, NodeRun, judge  # noqa: E402
-from gpucluster.node_check import schedule  # noqa: E402
+from gpucluster.watch.health import HealthCheckFailed, HealthSpec, NodeRun, judge  # noqa: E402
+from gpucluster.node.node_check import schedule  # noqa: E402
 
 
 # -- units -------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_own_problems_clock_and_lost_nodes_outrank_the_links():
 def test_a_gpu_far_under_its_models_fp32_peak_is_slow_and_unknown_models_are_not_judged():
     """The matmul floor (health.MATMUL_FLOOR of FP32_PEAK_TFLOPS): a healthy H100 gave ~50 TFLOP/s in
     the check's 4096^3 fp32 matmul; one held at idle clocks gives a few."""
-    from gpucluster.health import MATMUL_FLOOR, fp32_peak
+    from gpucluster.watch.health import MATMUL_FLOOR, fp32_peak
 
     assert fp32_peak("NVIDIA H100 80GB HBM3") == 67.0 and fp32_peak("NVIDIA H100 PCIe") == 51.0
     assert fp32_peak("NVIDIA L40S") == 91.6 and fp32_peak("NVIDIA L4") == 30.3  # L4 is not L40S's prefix
@@ -139,9 +139,9 @@ def test_nobody_reaching_the_store_names_node_0_and_one_node_names_itself():
 def _execute(home, spec, check, env=None, output=None):
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.local.provider import LocalProvider
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
 
     ledger = Ledger(home / "ledger.sqlite3")
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, str(FIXTURES / "plain_job.py")), threads_per_proc=1,
@@ -154,7 +154,7 @@ def _execute(home, spec, check, env=None, output=None):
 @needs_torch
 @pytest.mark.slow
 def test_four_local_nodes_pass_the_check_and_it_is_recorded_and_timed(home):
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
     from gpucluster.spec import ClusterSpec, new_run_id
 
     spec = ClusterSpec(cloud="local", nodes=4, name="hc", gpus_per_node=0, run_id=new_run_id())
@@ -191,7 +191,7 @@ def test_fewer_gpus_than_promised_and_a_failing_dcgm_name_the_node(home, tmp_pat
     """This machine shows three GPUs to nvidia-smi (stub); two local nodes of two GPUs each: node 1's
     slice (2,3) holds one of them. dcgmi's quick diagnostic fails. torch sees no CUDA device here
     (a CPU machine): that is said for both nodes, as a real check must."""
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
     from gpucluster.spec import ClusterSpec, new_run_id
 
     bin_dir = tmp_path / "bin"
@@ -244,7 +244,7 @@ def test_a_node_killed_during_the_check_is_a_lost_node(home):
 
     import psutil
 
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
     from gpucluster.spec import ClusterSpec, new_run_id
 
     spec = ClusterSpec(cloud="local", nodes=2, name="hc", gpus_per_node=0, run_id=new_run_id())
@@ -279,7 +279,7 @@ def test_a_node_killed_during_the_check_is_a_lost_node(home):
 def test_nvidia_smi_is_found_where_gke_mounts_it_when_it_is_not_on_path(tmp_path, monkeypatch):
     """GKE's driver installer mounts nvidia-smi at /usr/local/nvidia/bin in GPU containers, not on a
     public image's PATH (GKE docs, "Run GPUs in GKE Standard node pools")."""
-    from gpucluster import node_check
+    from gpucluster.node import node_check
 
     bin_dir = tmp_path / "nvidia-bin"
     bin_dir.mkdir()
@@ -298,7 +298,7 @@ def test_no_kernel_image_is_explained_with_the_builds_architectures_and_the_gpus
     available for execution on the device" (pytorch/pytorch#172352: sm_70 dropped)."""
     from types import SimpleNamespace as NS
 
-    from gpucluster.node_check import no_kernel_hint
+    from gpucluster.node.node_check import no_kernel_hint
 
     torch = NS(version=NS(cuda="13.0"), cuda=NS(get_device_capability=lambda i: (7, 0),
                                                 get_arch_list=lambda: ["sm_75", "sm_80", "sm_90", "sm_100"]))

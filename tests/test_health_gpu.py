@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
-from gpucluster.health import HealthSpec, NodeRun, expected_gpu, judge, spec_for, wrong_gpus  # noqa: E402
+from gpucluster.watch.health import HealthSpec, NodeRun, expected_gpu, judge, spec_for, wrong_gpus  # noqa: E402
 from gpucluster.infra.registry import plugin  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_the_node_program_reports_memory_total_from_nvidia_smi(tmp_path, monkeyp
                     'esac\n')
     stub.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    code = ("import sys; sys.argv=['x']; from gpucluster import node_check as n; "
+    code = ("import sys; sys.argv=['x']; from gpucluster.node import node_check as n; "
             "print(n.nvidia_smi_memory()); print(n.nvidia_smi_gpus()[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
                          cwd=Path(__file__).parent.parent)

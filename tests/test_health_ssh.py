@@ -30,12 +30,12 @@ def hosts(tmp_path_factory):
 
 
 def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_path, hosts):
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.ssh.provider import SshProvider
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
     from gpucluster.infra.registry import plugin as backend_of
-    from gpucluster.lifecycle import execute
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
     remote = tmp_path / "remote"

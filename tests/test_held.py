@@ -1,4 +1,4 @@
-"""Kept clusters of machines that exist (issue 46 item 8, `gpucluster.held`): `up --cloud local|ssh`
+"""Kept clusters of machines that exist (issue 46 item 8, `gpucluster.lifecycle.held`): `up --cloud local|ssh`
 records the machines as `host` rows after one ready check; refusals say what is allowed and record
 nothing; `down` of a local kept cluster is verified and closes the rows; the ssh `down` looks for
 every run of the cluster on the recorded hosts. In-process: no job runs here (tests/test_held_ssh.py
@@ -13,9 +13,9 @@ import pytest
 import gpucluster
 from gpucluster.cli import up
 from gpucluster.errors import UsageError
-from gpucluster.held import HOST_KIND, reach_given
-from gpucluster.kept import find
-from gpucluster.ledger import Ledger
+from gpucluster.lifecycle.held import HOST_KIND, reach_given
+from gpucluster.lifecycle.kept import find
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -18,7 +18,7 @@ SAY = [sys.executable, "-c", "print('hello from', __import__('os').environ['RANK
 
 def test_exec_twice_on_a_kept_local_cluster_then_down(home):
     import gpucluster
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     cluster = gpucluster.up(cloud="local", nodes=2, name="bench", python=sys.executable)
     records = [cluster.exec(SAY), cluster.exec(SAY)]

@@ -26,7 +26,7 @@ from sshd import hosts, leaked_ssh_masters, run_processes, skip_unless_usable  #
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
 
 JOB = """import os, sys, time
 rank = os.environ["RANK"]

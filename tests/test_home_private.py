@@ -14,7 +14,7 @@ import pytest
 
 from gpucluster import home as home_module
 from gpucluster.cli.main import main
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -1,7 +1,7 @@
 """Idle stop (`up --idle-minutes N`): the real node-side watcher, as the user data installs it, run in
 a sandbox with its minute scaled down (GPUCLUSTER_IDLE_SCALE seconds per minute) and `shutdown`
 stubbed to record its arguments. Processes of a "job" are real processes carrying GPUCLUSTER_RUN_ID in
-their environment, as every launcher gives each process of a job (gpucluster.launch.node_env).
+their environment, as every launcher gives each process of a job (gpucluster.watch.launch.node_env).
 
 The watcher reads /proc of this machine: it would also count a job of another test running at the
 same moment (that only delays the stop; these tests run under the heavy-test lock)."""
@@ -159,7 +159,7 @@ def test_idle_minutes_are_checked_by_the_cloud_s_rules():
 
 def test_status_says_when_the_idle_stop_is_due(home, capsys, monkeypatch):
     from gpucluster.cli import status
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     monkeypatch.setattr(status, "ended_resources", lambda cloud, rows, lifetime: {})
     led = Ledger.open_default()

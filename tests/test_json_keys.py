@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpucluster.cli.main import cli
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -106,7 +106,7 @@ def test_json_outputs_are_byte_for_byte_as_before(home):
 
 
 def test_records_are_typed_and_round_trip(home):
-    from gpucluster.records import NodeRow, PhaseRow, RunRecord, RunRow
+    from gpucluster.ledger.records import NodeRow, PhaseRow, RunRecord, RunRow
 
     ledger = Ledger(home / "ledger.sqlite3")
     _fill(ledger)

@@ -1,4 +1,4 @@
-"""The health check on gcp (issue 30 item 1): the Kubernetes launcher runs gpucluster/node_check.py
+"""The health check on gcp (issue 30 item 1): the Kubernetes launcher runs gpucluster/node/node_check.py
 in every pod, through the exec API, before anything of the job starts; against the fake API server
 (tests/k8s_fake.py), whose pods run the launcher's real entry programs and whose exec really runs
 the command (here: the real check program, gloo over the pods' addresses, which the fake gives as
@@ -21,7 +21,7 @@ from k8s_fake import FakeKubeApi  # noqa: E402
 from test_k8s_data import dataset, run, staged  # noqa: E402
 from test_k8s_launcher import NAME, assert_everything_deleted, healthy  # noqa: E402
 
-from gpucluster.health import HealthSpec  # noqa: E402
+from gpucluster.watch.health import HealthSpec  # noqa: E402
 
 
 def free_port() -> int:
@@ -47,7 +47,7 @@ def kinds(events, kind):
 
 
 def test_the_kubernetes_launcher_checks_by_default_and_check_is_no_longer_refused():
-    from gpucluster.health import spec_for
+    from gpucluster.watch.health import spec_for
     from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
     from gpucluster.infra.registry import plugin
     from gpucluster.spec import ClusterSpec
@@ -65,7 +65,7 @@ def test_the_kubernetes_launcher_checks_by_default_and_check_is_no_longer_refuse
 def test_every_pod_passes_the_check_before_the_job_starts(tmp_path, how):
     """`http`: through the real kubernetes client's websocket exec (tests/k8s_fake_http.py);
     `with-data`: the check, then the staging of a --data folder, then the job."""
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.staging import parse_data
 
     fake = FakeKubeApi({0: healthy(0), 1: healthy(1)})
     mounts = parse_data((str(dataset(tmp_path, n=3)),), None) if how == "with-data" else ()
@@ -172,7 +172,7 @@ def test_the_check_program_stops_the_other_checks_in_its_container(tmp_path):
     import sys
     import time
 
-    from gpucluster import node_check
+    from gpucluster.node import node_check
 
     program = tmp_path / "node_check.py"
     shutil.copy(node_check.__file__, program)

@@ -21,7 +21,7 @@ from k8s_fake_http import serve  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job  # noqa: E402
 
 from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
-from gpucluster.staging import RESUME_ENV, STAGE_KIND, DataMount, parse_data  # noqa: E402
+from gpucluster.watch.staging import RESUME_ENV, STAGE_KIND, DataMount, parse_data  # noqa: E402
 
 
 def staged(events):

@@ -31,8 +31,8 @@ from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.infra.gcp import gcs  # noqa: E402
 from gpucluster.infra.gcp.gke import GKE  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
-from gpucluster.outputs import COMPLETE, FAILED  # noqa: E402
-from gpucluster.staging import STAGE_KIND, parse_data  # noqa: E402
+from gpucluster.watch.outputs import COMPLETE, FAILED  # noqa: E402
+from gpucluster.watch.staging import STAGE_KIND, parse_data  # noqa: E402
 from gpucluster.infra.registry import plugin, readers  # noqa: E402
 
 GSA = "gpuc-v100@my-proj.iam.gserviceaccount.com"
@@ -136,8 +136,8 @@ def _ksa():
 def test_resume_from_outputs_a_run_uploaded_to_gs_is_pulled_by_every_pod(gcs_server, tmp_path, monkeypatch):
     """`--resume` of a run whose pods uploaded to gs://: the ledger's rows name the URLs; the new run's
     pods pull PREFIX/RUN_ID (every node-N/) into resume/ themselves."""
-    from gpucluster.ledger import Ledger
-    from gpucluster.resume import resume_source
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.plan.resume import resume_source
 
     for k, v in gcs_server.env.items():
         monkeypatch.setenv(k, v)

@@ -23,7 +23,7 @@ from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
 from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.domain import Cluster  # noqa: E402
 from gpucluster.events import NullEvents  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 from gpucluster.workloads.protocol import PREFIX  # noqa: E402
 
 RUN = "r20261122-040000-feed01"

@@ -22,7 +22,7 @@ from k8s_fake import FakeKubeApi  # noqa: E402
 from test_k8s_launcher import NAME, RUN, Events, cluster, healthy, job  # noqa: E402
 
 from gpucluster.domain import LAUNCHER_KINDS  # noqa: E402
-from gpucluster.ledger import LedgerError  # noqa: E402
+from gpucluster.ledger.store import LedgerError  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
 from gpucluster.infra.kubernetes.gone import ROW_KINDS  # noqa: E402
 

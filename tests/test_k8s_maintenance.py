@@ -29,7 +29,7 @@ from test_k8s_outputs import assert_copied, with_outputs  # noqa: E402
 
 from gpucluster.infra.gcp.gke import GKE  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
-from gpucluster.outputs import COMPLETE  # noqa: E402
+from gpucluster.watch.outputs import COMPLETE  # noqa: E402
 
 
 def test_gpu_host_maintenance_is_a_notice_and_every_output_comes_back(tmp_path):

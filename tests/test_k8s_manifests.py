@@ -18,7 +18,7 @@ from gpucluster.infra.gcp.gke import GKE, LEGACY_GPU_IMAGE  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s, manifests as k8s_manifests, plan as k8s_plan  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.domain import Cluster, Node  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 
 RUN = "r20261122-031500-abc123"
 NAME = "gpucluster-r20261122-031500-abc123"

@@ -26,7 +26,7 @@ from test_k8s_launcher import NAME, assert_everything_deleted, cluster, healthy,
 
 from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
 from gpucluster.events import NullEvents  # noqa: E402
-from gpucluster.outputs import COMPLETE, FAILED, PARTIAL  # noqa: E402
+from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL  # noqa: E402
 
 BLOB = bytes(range(256)) * 300 + b"\xff\xfe\x00 not utf-8"  # binary: a text exec would mangle it
 

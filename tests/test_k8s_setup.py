@@ -1,4 +1,4 @@
-"""`--setup` on gcp: the real entry script runs the setup wrapper (`gpucluster.staging.setup_wrapped`)
+"""`--setup` on gcp: the real entry script runs the setup wrapper (`gpucluster.watch.staging.setup_wrapped`)
 locally with a stand-in torchrun; the launcher's setup barrier (go file through exec, only once every
 pod's setup_end record says rc 0) against FakeKubeApi, the FAKE API server whose pods run the real entry
 script, setup wrapper and wait.py (tests/k8s_fake.py says where each behaviour comes from)."""
@@ -21,7 +21,7 @@ from k8s_fake import FakeKubeApi  # noqa: E402
 from test_k8s_launcher import NAME, Events, assert_everything_deleted, cluster, healthy, job, launch  # noqa: E402
 
 from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
-from gpucluster.staging import GO_FILE, setup_wrapped  # noqa: E402
+from gpucluster.watch.staging import GO_FILE, setup_wrapped  # noqa: E402
 
 SETUP = ("echo preparing; echo ready > prepared.txt",)
 # torchrun's stand-in: fails unless the setup ran before it, in the same working directory

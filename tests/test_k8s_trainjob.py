@@ -19,7 +19,7 @@ from test_k8s_outputs import Events, assert_copied, slow_copy, with_outputs  # n
 
 from gpucluster.errors import ConfigError, ExitCode  # noqa: E402
 from gpucluster.infra.kubernetes import launcher as k8s, plan as k8s_plan  # noqa: E402
-from gpucluster.outputs import COMPLETE  # noqa: E402
+from gpucluster.watch.outputs import COMPLETE  # noqa: E402
 
 TRAINJOBS, JOBSETS = "trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"
 CHILD = f"{NAME}-node-0"  # the JobSet's child Job: <jobset>-<replicatedJob>-<index> (placement.GenJobName)
@@ -165,8 +165,8 @@ def test_the_health_check_and_a_data_folder_reach_every_trainjob_pod_before_trai
 
     from test_k8s_data import dataset, staged
 
-    from gpucluster.health import HealthSpec
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.health import HealthSpec
+    from gpucluster.watch.staging import parse_data
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

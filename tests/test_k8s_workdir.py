@@ -23,8 +23,8 @@ from test_k8s_launcher import Events, cluster  # noqa: E402
 from test_workdir import JOB, check_every_file_came_back  # noqa: E402
 
 from gpucluster.infra.kubernetes import launcher as k8s  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
-from gpucluster.outputs import COMPLETE, PARTIAL  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
+from gpucluster.watch.outputs import COMPLETE, PARTIAL  # noqa: E402
 
 pytestmark = pytest.mark.slow
 _COUNT = itertools.count()
@@ -97,7 +97,7 @@ def test_gcp_limit_is_partial_and_named(tmp_path, monkeypatch):
 
 def test_gcp_data_beside_the_script_folder(tmp_path, monkeypatch):
     """`--data SRC:../data`: staged beside the job's working folder in each pod's run folder."""
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.staging import parse_data
 
     data = tmp_path / "dataset"
     data.mkdir()
@@ -133,7 +133,7 @@ def test_gcp_working_folders_are_uploaded_beside_gs_outputs(gcs_server, tmp_path
     import urllib.parse
     import urllib.request
 
-    from gpucluster.outputs import summary
+    from gpucluster.watch.outputs import summary
 
     for k, v in gcs_server.env.items():
         monkeypatch.setenv(k, v)
@@ -175,9 +175,9 @@ def test_gcp_working_folders_are_uploaded_beside_gs_outputs(gcs_server, tmp_path
 def test_gcp_resume_lays_the_scripts_own_snapshot_back(tmp_path, monkeypatch):
     """Issue 28 item 3 on gcp: `--resume RUN` stages RUN's outputs (its workdir/node-K included) into each pod,
     then, once the entry script has laid the shipped folder down, copies node K's working-folder files into
-    the pod's working folder (gpucluster/workdir.py --lay-back through exec), before the job may start:
+    the pod's working folder (gpucluster/node/workdir.py --lay-back through exec), before the job may start:
     the fixture reloads its own snapshot.pt on every rank, and the files come back with this run too."""
-    from gpucluster.staging import DataMount
+    from gpucluster.watch.staging import DataMount
 
     first = tmp_path / "first"
     first.mkdir()

@@ -123,7 +123,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def test_exec_runs_jobs_on_a_kept_cluster_and_keeps_it(cloud, tmp_path):
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     _up(cloud)
     job = _project(tmp_path)
@@ -175,7 +175,7 @@ def test_exec_runs_jobs_on_a_kept_cluster_and_keeps_it(cloud, tmp_path):
 
 
 def test_exec_refuses_what_cannot_run_before_recording_anything(cloud, tmp_path):
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     _up(cloud)
     job = _project(tmp_path)
@@ -284,7 +284,7 @@ def test_a_job_started_by_exec_resets_the_idle_stop(cloud, tmp_path):
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         log = tmp_path / "shutdown.log"
         assert not log.exists(), "powered off while the job ran"
-        from gpucluster.ledger import Ledger
+        from gpucluster.ledger.store import Ledger
 
         run = Ledger(cloud.home / "ledger.sqlite3").list_runs(limit=1)[0]
         train = next(p for p in Ledger(cloud.home / "ledger.sqlite3").get_run(run.id).phases if p.name == "train")
@@ -330,7 +330,7 @@ def test_exec_takes_a_task_file_with_env_and_a_secret_found_nowhere(cloud, tmp_p
     file here or in the nodes' run folders, during the job or after it (tests/test_secrets.py)."""
     from test_secrets import CHECK, Watcher, assert_every_rank_got_them, assert_nowhere, marker_value, node_logs
 
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     _up(cloud)
     job = tmp_path / "task"

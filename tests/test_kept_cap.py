@@ -29,7 +29,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import needs_torch  # noqa: E402
 
-from gpucluster import guards  # noqa: E402
+from gpucluster.costing import guards  # noqa: E402
 from gpucluster.errors import ExitCode  # noqa: E402
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py); the real jobs below are marked slow
@@ -39,7 +39,7 @@ def test_up_max_cost_gives_the_kept_nodes_the_lifetime_the_cap_buys_on_aws_and_g
     from gpucluster.infra.aws.user_data import render_user_data
     from gpucluster.infra.gcp.idle import manifests
     from gpucluster.infra.registry import plugin
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     aws = prepare(Request(cloud="aws", nodes=2, gpu="H100:8", max_cost=100.0, ssh_cidr="203.0.113.7/32",
                           dry_run=True, job=False), plugin("aws"))
@@ -92,11 +92,11 @@ class Fleet:
 
 def _kept(home, cap):
     """`up --max-cost CAP` on the stand-in: the cluster, its provider, the ledger."""
-    from gpucluster import cost
-    from gpucluster.guards import CAP_KIND
+    from gpucluster.costing import cost
+    from gpucluster.costing.guards import CAP_KIND
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import provision_only
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import provision_only
     from gpucluster.spec import ClusterSpec
 
     ledger = Ledger(home / "ledger.sqlite3")
@@ -111,13 +111,13 @@ def _kept(home, cap):
 
 def _exec(ledger, cluster, provider, spec, script, run_id):
     """`exec` as api/clusters.run_exec runs it: the job under the cluster's cap, then the cap's teardown."""
-    from gpucluster.guards import exec_guard
+    from gpucluster.costing.guards import exec_guard
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.registry import plugin
-    from gpucluster.kept import Attached, cap_teardown
-    from gpucluster.launch import JobSpec
-    from gpucluster.lifecycle import execute
-    from gpucluster.teardown import take_down
+    from gpucluster.lifecycle.kept import Attached, cap_teardown
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.lifecycle.steps import execute
+    from gpucluster.lifecycle.teardown import take_down
 
     job = exec_guard(ledger, "lab", "r-up", plugin("aws"), JobSpec(
         run_id=run_id, command=(sys.executable, str(script)), threads_per_proc=1, max_seconds=120))

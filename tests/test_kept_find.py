@@ -1,4 +1,4 @@
-"""Which clusters `exec` and `ssh` accept (gpucluster/kept.py), and the process check that stands for
+"""Which clusters `exec` and `ssh` accept (gpucluster/lifecycle/kept.py), and the process check that stands for
 the teardown of a job on a kept cluster. The ledger is real; the end-to-end runs are tests/test_kept.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from gpucluster.domain import Cluster, Leftover, Node
 from gpucluster.errors import ClusterBusy, ExitCode, UsageError
-from gpucluster.kept import Attached, check_fits, close_processes, find
-from gpucluster.ledger import Ledger
+from gpucluster.lifecycle.kept import Attached, check_fits, close_processes, find
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -55,7 +55,7 @@ def test_a_cluster_another_process_uses_is_busy_for_exec_not_for_ssh(home):
     led.create_run(job, cloud="aws", cluster="demo", nodes=2, gpus_per_node=1, command=["python", "x.py"],
                    spec={"cloud": "aws", "nodes": 2, "name": "demo"})
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time\nfrom gpucluster.owner import owner_lock\n"
+        "import time\nfrom gpucluster.lifecycle.owner import owner_lock\n"
         f"with owner_lock('demo', 'run', run_id={job!r}):\n    print('locked', flush=True)\n    time.sleep(30)\n")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -133,7 +133,7 @@ def test_the_job_s_processes_are_checked_after_it(home, answer, code, verdict, c
 def test_a_cluster_whose_nodes_are_not_addressed_counts_them_from_its_outputs():
     """gcp: `cluster_from_outputs` gives no addressed nodes (one pod per node) and the count in
     outputs["nodes"]; `exec` and `ssh` take it, and refuse a cluster with none."""
-    from gpucluster.kept import Kept, attach, node_count
+    from gpucluster.lifecycle.kept import Kept, attach, node_count
 
     kept = Kept("gke", "gcp", [], None, {})
 
@@ -167,7 +167,7 @@ class _Reclaimer:
     ([], None),
 ])
 def test_a_job_whose_process_died_is_reclaimed_by_the_next_exec_or_refused(home, answer, refused):
-    from gpucluster.kept import reclaim
+    from gpucluster.lifecycle.kept import reclaim
 
     led = Ledger.open_default()
     origin = _kept(led)

@@ -70,10 +70,10 @@ def test_up_exec_twice_and_down_on_a_kept_gke_cluster(home, tmp_path, monkeypatc
     from gke_fake import FakeGoogleCredentials, GkeLike
     from test_recovery_gcp import _no_process_left
 
-    from gpucluster import prepare
+    from gpucluster.lifecycle import prepare
     from gpucluster.cli import common
     from gpucluster.infra.gcp import access
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     gke = GkeLike(nodes=2)
     ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]
@@ -209,7 +209,7 @@ def test_an_exec_killed_mid_job_leaves_rows_that_the_next_exec_or_down_cleans(ho
 
     from gpucluster.cli import common
     from gpucluster.infra.gcp import access
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     gke = GkeLike(nodes=2)
     ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]

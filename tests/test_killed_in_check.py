@@ -2,9 +2,9 @@
 
 At that moment the run has its ledger row (`running`) and no resource row yet: the local backend
 records a node's process only when its torchrun agent starts, and the check programs
-(gpucluster/node_check.py) come before. A SIGKILL runs no handler, so nothing ends the row, and the
+(gpucluster/node/node_check.py) come before. A SIGKILL runs no handler, so nothing ends the row, and the
 kernel releases the run's owner lock (flock(2): "the lock is released ... when all file
-descriptors referring to the open file are closed", which process exit does; gpucluster/owner.py).
+descriptors referring to the open file are closed", which process exit does; gpucluster/lifecycle/owner.py).
 The check programs are stopped (SIGSTOP) before the kill, as a check program hung on a store that
 never answers would be: they live on after gpucluster, which is the case `down` must finish.
 
@@ -24,8 +24,8 @@ import time
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
-from gpucluster.ledger import Ledger
-from gpucluster.procs import run_processes
+from gpucluster.ledger.store import Ledger
+from gpucluster.watch.procs import run_processes
 
 pytestmark = [needs_torch, pytest.mark.slow]
 

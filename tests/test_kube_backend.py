@@ -254,7 +254,7 @@ def test_a_run_on_someone_elses_cluster_touches_only_its_own(cluster, capsys):
     assert not [d for d in c.fake.calls if d[0] == "delete" and "theirs" in str(d)]
     first_create = next(i for i, call in enumerate(c.fake.calls) if call in c.created())
     assert c.fake.reviews and len(c.fake.reviews) >= 14 and first_create > 0
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger.open_default()
     (run,) = ledger.list_runs()
@@ -314,7 +314,7 @@ def test_down_finishes_a_run_whose_teardown_failed_and_gc_sweeps_only_ours(clust
     assert ("configmap", "gpucluster-theirs") in c.fake.objects and ("service", "gpucluster-theirs") in c.fake.objects
     from kubernetes.client import V1ConfigMap, V1ObjectMeta
 
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     c.fake._tls.authorization = "Bearer fake-token"  # this thread acts as the cluster's admin, putting it there
     c.fake.create_namespaced_config_map(TEAM_NS, V1ConfigMap(metadata=V1ObjectMeta(  # a killed run of this home's
@@ -399,7 +399,7 @@ def test_a_job_kueue_never_admits_fails_at_the_start_deadline_saying_so(tmp_path
     from gpucluster.infra.kube.platform import kube_platform
     from gpucluster.infra.kube.plugin import KubeLauncher
     from gpucluster.infra.kube.provider import KubeProvider
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     fake = FakeKubeApi({})
     install(fake)

@@ -48,7 +48,7 @@ def refused(capsys, c, *args):
     assert len(lines) == 1 and lines[0].startswith("gpucluster: error: "), err
     assert "Traceback" not in out + err
     assert c.created() == [] and set(c.fake.objects) == c.before, c.created()  # nothing made in the cluster
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     assert Ledger.open_default().list_runs() == []  # nor recorded
     return lines[0]
@@ -182,7 +182,7 @@ def test_a_kept_namespace_keeps_its_gpu_and_its_internal_price(cluster, capsys):
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {PRODUCT: "NVIDIA-L4"}
     assert set(placed(c).values()) <= {"l4-0", "l4-1", "l4-2"}, placed(c)
     from gpucluster.cli.status import cluster_rows
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     code, text, _ = _cli(capsys, "exec", "lab", *SAY)
     assert code == 0, text[-3000:]

@@ -70,8 +70,8 @@ def test_up_exec_status_ssh_and_down_of_a_kept_namespace(cluster, capsys):
     said = " ".join(text.split())
     assert "kept cluster lab: namespace team-a of context team, checked as a run checks it; nothing created" in said, said
     assert c.created() == [] and c.fake.reviews, c.created()  # asked (permissions), created nothing
-    from gpucluster.held import HOST_KIND
-    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle.held import HOST_KIND
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger.open_default()
     (row,) = [r for r in ledger.open_resources("lab") if r["kind"] == HOST_KIND]
@@ -101,7 +101,7 @@ def test_up_exec_status_ssh_and_down_of_a_kept_namespace(cluster, capsys):
     assert all(j["spec"]["template"]["metadata"]["labels"]["gpucluster-cluster"] == "lab" for j in jobs)
     from kubernetes.client import V1ConfigMap, V1ObjectMeta
 
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     c.fake._tls.authorization = "Bearer fake-token"  # the cluster's admin puts them there
     for name, owner in (("gpucluster-lost", installation_id()), ("gpucluster-their-lab", "ffffeeeeddddcccc")):
@@ -129,7 +129,7 @@ def test_up_refused_before_anything_is_recorded(cluster, capsys):
     code, text, _ = _cli(capsys, "up", "--cloud", "kubernetes", "--name", "lab2", "--nodes", "2", "--gpus-per-node",
                          "8", "--context", "admin", "--namespace", TEAM_NS, "--yes")
     assert code == 2 and "the largest node has 4 allocatable nvidia.com/gpu" in text, text
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     assert Ledger.open_default().list_runs() == []
 

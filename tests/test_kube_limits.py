@@ -20,7 +20,7 @@ from gpucluster.errors import UsageError  # noqa: E402
 from gpucluster.infra.kube import fit  # noqa: E402
 from gpucluster.infra.kube.limits import job_pod, refusals  # noqa: E402
 from gpucluster.infra.kubernetes.api import Retry  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
-from gpucluster.node_output import root_cause, worker_lines
-from gpucluster.metrics import MetricsState, parse_line
+from gpucluster.watch.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster.ledger.node_output import root_cause, worker_lines
+from gpucluster.watch.metrics import MetricsState, parse_line
 from gpucluster.workloads.protocol import PREFIX, emit
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
@@ -83,7 +83,7 @@ def test_worker_lines_and_root_cause():
 def test_the_workers_own_last_exception_is_named_not_torchruns():
     """Issue 45 item 13: a rank failing on a full --output folder was said as "exited with code 1"
     only; ENOSPC was in the node log. Torchrun's own ChildFailedError report after it is not the cause."""
-    from gpucluster.node_output import last_error
+    from gpucluster.ledger.node_output import last_error
 
     lines = [
         "epoch 1 done",
@@ -102,7 +102,7 @@ def test_the_workers_own_last_exception_is_named_not_torchruns():
 def test_a_signal_death_says_what_the_signal_means_and_never_complete_for_a_kill():
     """Issue 46 item 1: a SIGKILL mid-training (the out-of-memory killer's signal) was reported as
     "its work may be complete". Only SIGABRT after a last line that says the script finished is."""
-    from gpucluster.supervisor import signal_note
+    from gpucluster.watch.supervisor import signal_note
 
     agent = ("E1122 03:19:10.237000 17925 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
              "(exitcode: -9) local_rank: 0")

@@ -139,7 +139,7 @@ def test_the_infra_import_check_sees_every_spelling():
 
 def test_the_core_is_found():
     names = {_rel(p) for p in CORE}
-    assert {"gpucluster/staging.py", "gpucluster/catalog/prices.py", "gpucluster/costing/plan.py"} <= names
+    assert {"gpucluster/watch/staging.py", "gpucluster/catalog/prices.py", "gpucluster/costing/plan.py"} <= names
     assert not any(n.startswith(("infra/", "cli/")) for n in names)
 
 
@@ -239,7 +239,7 @@ def cloud_imports(tree: ast.AST, module: str, is_package: bool = False) -> list[
 def test_the_cloud_import_check_sees_every_spelling():
     code = ("def f():\n    from gpucluster.infra.gcp.access import GcpAuthError\nfrom ..gcp import gcs\n"
             "import google.auth\nimportlib.import_module('boto3')\nfrom gpucluster.infra import aws\n"
-            "from .api import KubeApi\nimport kubernetes\nfrom gpucluster.staging import STAGE_PY\n"
+            "from .api import KubeApi\nimport kubernetes\nfrom gpucluster.watch.staging import STAGE_PY\n"
             "import googleapiclient\n")
     assert sorted(cloud_imports(ast.parse(code), "gpucluster.infra.kubernetes.launcher")) == [
         (2, "gpucluster.infra.gcp.access"), (3, "gpucluster.infra.gcp"), (4, "google.auth"), (5, "boto3"),

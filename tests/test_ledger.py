@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from gpucluster.errors import ConfigError, UsageError
-from gpucluster.ledger import SCHEMA_VERSION, Ledger
+from gpucluster.ledger.store import SCHEMA_VERSION, Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -117,7 +117,7 @@ def test_writes_from_several_threads_never_collide_in_one_transaction(tmp_path):
     # transaction within a transaction"). Every public method takes the ledger's lock.
     import threading
 
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(tmp_path / "l.sqlite3")
     ledger.create_run("r1", cloud="local", cluster="c", nodes=2, gpus_per_node=0, spec={}, command=["x"])
@@ -157,7 +157,7 @@ def test_simultaneous_first_commands_in_a_new_home_all_succeed(tmp_path):
     ready.mkdir()
     code = ("import os, sys, time\n"
             "from gpucluster.cli.main import main\n"
-            "import gpucluster.cli.runs, gpucluster.ledger, platformdirs, rich.table\n"
+            "import gpucluster.cli.runs, gpucluster.ledger.store, platformdirs, rich.table\n"
             f"open(os.path.join({str(ready)!r}, str(os.getpid())), 'w').close()\n"
             f"while not os.path.exists({str(go)!r}): time.sleep(0.002)\n"
             "sys.exit(main(['runs']))\n")
@@ -193,7 +193,7 @@ class _BusyAtOpen(sqlite3.Connection):
 
 
 def _connect_busy(monkeypatch, times):
-    import gpucluster.ledger as ledger_mod
+    import gpucluster.ledger.store as ledger_mod
 
     real = sqlite3.connect
     _BusyAtOpen.busy_left = times
@@ -208,7 +208,7 @@ def test_a_busy_answer_while_opening_is_tried_again(tmp_path, monkeypatch):
 
 
 def test_a_ledger_busy_for_longer_than_the_bound_is_one_line(tmp_path, monkeypatch):
-    import gpucluster.ledger as ledger_mod
+    import gpucluster.ledger.store as ledger_mod
 
     _connect_busy(monkeypatch, 10**9)
     monkeypatch.setattr(ledger_mod, "OPEN_BUSY_S", 0.3)

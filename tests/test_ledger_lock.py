@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from gpucluster.ledger import Ledger, LedgerError
-from gpucluster.lifecycle import RunLedger
-from gpucluster.recording import MetricBuffer, held_line
+from gpucluster.ledger.store import Ledger, LedgerError
+from gpucluster.lifecycle.steps import RunLedger
+from gpucluster.ledger.recording import MetricBuffer, held_line
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -70,9 +70,37 @@ def test_a_ledger_deleted_mid_exec_is_said_last_with_exit_3(home, tmp_path):
 
 def test_an_undisturbed_ledger_changes_no_exit_code(home, tmp_path):
     from gpucluster.cli.common import ledger_kept_true
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     assert [ledger_kept_true(ledger, c, "sweep") for c in (0, 1, 3, 130)] == [0, 1, 3, 130]
     (home / "ledger.sqlite3").unlink()
     assert [ledger_kept_true(ledger, c, "sweep") for c in (0, 1, 3, 130)] == [3, 3, 3, 130]
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_up_of_machines_that_exist_with_a_moved_ledger_says_nothing_bills(home, tmp_path, monkeypatch, capsys, moved):
+    """`up --cloud local` records a kept cluster of machines that exist and creates nothing: a ledger
+    moved meanwhile loses only the record, and the last line says so, never "up and billing" nor a
+    `gc --cloud local` that does not exist. (The move is made to be seen by the check itself:
+    `up` of existing machines is over before a test could delete the file mid-command.)"""
+    import gpucluster.home
+    from gpucluster.cli.main import main
+
+    if moved:
+        monkeypatch.setattr(gpucluster.home, "ledger_moved",
+                            lambda path, identity, what: f"the ledger {str(path)!r} was deleted during the {what}")
+    try:
+        code = main(["up", "--cloud", "local", "--nodes", "1", "--name", "lab", "--yes"])
+        err = capsys.readouterr().err
+        assert code == (3 if moved else 0), err
+        if moved:
+            assert err.strip().splitlines()[-1] == (
+                f"gpucluster: error: the ledger {str(home / 'ledger.sqlite3')!r} was deleted during the up; cluster "
+                "lab is no longer recorded (nothing of it bills: the machines exist); run `gpucluster up` again to "
+                "record it"), err
+        else:
+            assert "no longer recorded" not in err
+    finally:
+        monkeypatch.undo()
+        main(["down", "lab", "--yes"])

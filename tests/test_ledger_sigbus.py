@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/t
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import gpucluster_argv, needs_torch, run_cli  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
 
 
 def _journal_mode(path: Path) -> str:

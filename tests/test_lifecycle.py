@@ -5,9 +5,9 @@ import pytest
 from gpucluster.infra.registry import plugin as backend_of
 from gpucluster.domain import Provider
 from gpucluster.errors import ClusterBusy, ExitCode
-from gpucluster.launch import JobSpec, Launcher
-from gpucluster.ledger import Ledger
-from gpucluster.lifecycle import execute
+from gpucluster.watch.launch import JobSpec, Launcher
+from gpucluster.ledger.store import Ledger
+from gpucluster.lifecycle.steps import execute
 from gpucluster.spec import ClusterSpec
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
@@ -122,7 +122,7 @@ def test_phases_are_one_enum_whose_values_the_ledger_keeps():
     import json
 
     from gpucluster.events import Phase
-    from gpucluster.ledger_schema import PHASES
+    from gpucluster.ledger.schema import PHASES
 
     assert tuple(Phase) == PHASES and all(isinstance(p, str) for p in Phase)
     assert json.dumps([Phase.TRAIN]) == '["train"]' and f"{Phase.SETUP}" == "setup"
@@ -148,8 +148,8 @@ class LeavesObjects(Launcher):
     cleanup_errors = ["configmap default/gpucluster-r3: (500) Internal Server Error"]
 
     def launch(self, cluster, job, events, log_dir):
-        from gpucluster.launch import JobResult
-        from gpucluster.metrics import MetricsState
+        from gpucluster.watch.launch import JobResult
+        from gpucluster.watch.metrics import MetricsState
 
         return JobResult(ok=True, nodes=[], metrics=MetricsState())
 
@@ -189,8 +189,8 @@ class Unwitnessed(Launcher):
 
     def launch(self, cluster, job, events, log_dir):
         from gpucluster.domain import UNWITNESSED
-        from gpucluster.launch import JobResult
-        from gpucluster.metrics import MetricsState
+        from gpucluster.watch.launch import JobResult
+        from gpucluster.watch.metrics import MetricsState
 
         return JobResult(ok=True, nodes=[], metrics=MetricsState(),
                          unwitnessed=[UNWITNESSED + "node 0 (h0): its reaper ended without finishing its final pass"])
@@ -203,7 +203,7 @@ class FullOnFinish(Ledger):
     full = False
 
     def finish_run(self, run_id, **kw):
-        from gpucluster.ledger import LedgerError
+        from gpucluster.ledger.store import LedgerError
 
         if self.full or kw.get("status") is not None:
             self.full = True
@@ -211,7 +211,7 @@ class FullOnFinish(Ledger):
         return super().finish_run(run_id, **kw)
 
     def create_run(self, *a, **kw):
-        from gpucluster.ledger import LedgerError
+        from gpucluster.ledger.store import LedgerError
 
         if self.full:
             raise LedgerError("could not write the ledger: database or disk is full")
@@ -225,7 +225,7 @@ def _aws_spec(run_id=None):
 
 def test_a_sweep_whose_runs_were_not_verified_says_so_for_each(tmp_path, monkeypatch):
     from gpucluster.infra.registry import plugin
-    from gpucluster.sweep import run_sweep
+    from gpucluster.sweep.runner import run_sweep
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
     ledger = Ledger(tmp_path / "l.db")
@@ -241,12 +241,12 @@ def test_a_sweep_stops_when_its_record_cannot_be_written(tmp_path, monkeypatch):
     """The first run's row cannot be closed (a full home): that run still tears down and checks
     (verified), the sweep does not start the next size (it could not be recorded), and says why."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.sweep import run_sweep
+    from gpucluster.sweep.runner import run_sweep
 
     class Fine(Launcher):
         def launch(self, cluster, job, events, log_dir):
-            from gpucluster.launch import JobResult
-            from gpucluster.metrics import MetricsState
+            from gpucluster.watch.launch import JobResult
+            from gpucluster.watch.metrics import MetricsState
 
             return JobResult(ok=True, nodes=[], metrics=MetricsState())
 
@@ -264,7 +264,7 @@ def test_up_whose_record_cannot_be_written_keeps_the_cluster_and_says_so(tmp_pat
     """`up` made the cluster, then the ledger could not take the success (a full home): the
     cluster is kept (as asked, and it bills), and the record error comes back for exit 3 (it
     raised LedgerError before: exit 2, "bad input, nothing was started", with a cluster up)."""
-    from gpucluster.lifecycle import provision_only
+    from gpucluster.lifecycle.steps import provision_only
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
 

@@ -14,7 +14,7 @@ from gpucluster.infra.local.launch import _visible
 from gpucluster.infra.local.provider import LocalProvider
 from gpucluster.infra.registry import plugin
 from gpucluster.events import NullEvents
-from gpucluster.prepare import Request, prepare
+from gpucluster.lifecycle.prepare import Request, prepare
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpucluster.infra.local.launch import LocalLauncher
-from gpucluster.launch import JobSpec
+from gpucluster.watch.launch import JobSpec
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import needs_torch
 from gpucluster.domain import Cluster, Node
 from gpucluster.infra.local import launch as local_launch
-from gpucluster.launch import JobSpec
+from gpucluster.watch.launch import JobSpec
 from sshd import Recorder
 
 pytestmark = [needs_torch, pytest.mark.slow]

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
-from gpucluster.ledger import Ledger
-from gpucluster.procs import run_processes
+from gpucluster.ledger.store import Ledger
+from gpucluster.watch.procs import run_processes
 
 pytestmark = [needs_torch, pytest.mark.slow]
 

@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
-from gpucluster.launch import JobSpec, agent_boot, torchrun_argv, announced_program
-from gpucluster.node_output import TAIL_BYTES
-from gpucluster.ledger import Ledger
-from gpucluster.procs import kill_run_processes, run_processes
+from gpucluster.watch.launch import JobSpec, agent_boot, torchrun_argv, announced_program
+from gpucluster.ledger.node_output import TAIL_BYTES
+from gpucluster.ledger.store import Ledger
+from gpucluster.watch.procs import kill_run_processes, run_processes
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from gpucluster.launch import JobSpec
+from gpucluster.watch.launch import JobSpec
 from gpucluster.events import NullEvents
-from gpucluster.node_output import LINE_CAP, TAIL_BYTES, cap_last_lines
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.ledger.node_output import LINE_CAP, TAIL_BYTES, cap_last_lines
+from gpucluster.watch.supervisor import NodeSupervisor
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -260,7 +260,7 @@ def test_logs_follow_ends_when_the_runs_owner_is_gone(tmp_path):
     released by the kernel when the owner dies, says no process owns the run: `logs -f` prints
     what there is and ends, naming the way to close the record. While the owner lives, it follows."""
     from conftest import run_cli
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     home = tmp_path / "home"
     rid = "r20261125-000001-aaaaaa"
@@ -274,7 +274,7 @@ def test_logs_follow_ends_when_the_runs_owner_is_gone(tmp_path):
     # a live owner for 4 s: it writes a line at 2 s, then dies without closing the row
     holder = subprocess.Popen([sys.executable, "-c", (
         "import time, sys\n"
-        "from gpucluster.owner import owner_lock\n"
+        "from gpucluster.lifecycle.owner import owner_lock\n"
         f"with owner_lock('c1', 'run', run_id={rid!r}):\n"
         "    print('locked', flush=True)\n"
         "    time.sleep(2)\n"

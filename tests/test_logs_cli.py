@@ -10,8 +10,8 @@ import time
 import pytest
 
 from gpucluster.cli import logs
-from gpucluster.ledger import Ledger
-from gpucluster.owner import owner_lock
+from gpucluster.ledger.store import Ledger
+from gpucluster.lifecycle.owner import owner_lock
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

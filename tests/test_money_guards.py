@@ -26,9 +26,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import needs_torch  # noqa: E402
 
-from gpucluster import guards  # noqa: E402
+from gpucluster.costing import guards  # noqa: E402
 from gpucluster.errors import ExitCode, UsageError  # noqa: E402
-from gpucluster.guards import Guard, plan_guards  # noqa: E402
+from gpucluster.costing.guards import Guard, plan_guards  # noqa: E402
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py); the real runs below are marked slow
 
@@ -134,9 +134,9 @@ def test_a_cap_reached_while_a_chains_next_cluster_is_created_stops_it_there(tmp
     CreateFleet and the boot do). The cap is reached during that wait: the attempt is interrupted
     as Ctrl-C would, torn down and verified, status "stopped", exit code 4, and no job starts."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.launch import JobSpec, Launcher
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec, Launcher
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
@@ -201,8 +201,8 @@ def SlowPricedProvider(wait_s):  # noqa: N802 - a stand-in's constructor
 def _run(home, job, spec):
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
 
     ledger = Ledger(home / "ledger.sqlite3")
     provider = PricedLocal()
@@ -217,8 +217,8 @@ def test_a_cap_reached_mid_training_saves_brings_home_tears_down_and_exits_4(hom
     """digits on 2 priced "g5.xlarge" nodes (2 x $1.006/h), cap $10. The scaled clock: the accrued
     cost is computed 10^5 s (27.8 h, about $56) ahead once the first checkpoint exists, so the cap
     is reached mid-training, after a checkpoint, whatever the machine's speed."""
-    from gpucluster.launch import JobSpec
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.procs import run_processes
     from gpucluster.spec import ClusterSpec, new_run_id
 
     rid = new_run_id()
@@ -257,8 +257,8 @@ def test_a_hung_job_is_stopped_by_the_stall_guard_with_its_last_lines(home, tmp_
     """A script that prints, then hangs: rank 0 sleeping, or rank 0 blocked in an all_reduce that
     rank 1 never joins (gloo waits on its socket, no CPU). --stall-minutes 0.05 (3 s): the run
     fails "stalled for 0.05 min", the node's last lines and utilisation are in the record."""
-    from gpucluster.launch import JobSpec
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.procs import run_processes
     from gpucluster.spec import ClusterSpec, new_run_id
 
     script = tmp_path / "hang.py"
@@ -270,8 +270,8 @@ def test_a_hung_job_is_stopped_by_the_stall_guard_with_its_last_lines(home, tmp_
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
 
     ledger = Ledger(home / "ledger.sqlite3")
     t0 = time.monotonic()
@@ -292,9 +292,9 @@ def test_a_slow_job_that_keeps_printing_is_never_stopped(home, tmp_path):
     from gpucluster.infra.local.launch import LocalLauncher
     from gpucluster.infra.local.provider import LocalProvider
     from gpucluster.infra.registry import plugin
-    from gpucluster.launch import JobSpec
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
     script = tmp_path / "slow.py"
@@ -349,7 +349,7 @@ def test_the_cli_refuses_a_bad_cap_in_one_line_exit_2_before_anything_is_recorde
 
 # -- budgets ----------------------------------------------------------------------------------------
 def test_periods_start_at_utc_midnight_monday_and_the_first_of_the_month():
-    from gpucluster.budget import period_start
+    from gpucluster.costing.budget import period_start
 
     now = 1795866466.0  # Saturday 2026-11-28 11:47:46 UTC
     assert period_start("daily", now) == 1795824000.0  # 2026-11-28 00:00 UTC
@@ -358,7 +358,7 @@ def test_periods_start_at_utc_midnight_monday_and_the_first_of_the_month():
 
 
 def _spent_ledger(home, total="4.20"):
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     ledger = Ledger(home / "ledger.sqlite3")
     ledger.create_run("r-spent", cloud="aws", cluster="c", nodes=1, gpus_per_node=1, command=["x"], spec={},
@@ -393,7 +393,7 @@ def test_a_run_past_the_budget_is_refused_naming_spent_remaining_and_estimate_un
                                        ("budget: {daily: -1}\n", "budget.daily: '-1' is not allowed")])
 def test_a_bad_budget_in_the_config_is_refused_naming_its_line(tmp_path, monkeypatch, text, said):
     from gpucluster.errors import ConfigError
-    from gpucluster.userconfig import load_config
+    from gpucluster.plan.userconfig import load_config
 
     monkeypatch.delenv("GPUCLUSTER_CONFIG", raising=False)  # the suite's "no config file"
 
@@ -426,7 +426,7 @@ def test_the_caps_lifetime_reaches_the_aws_dead_man_switch_and_the_gke_jobs_dead
     from gpucluster.infra.aws.user_data import render_user_data
     from gpucluster.infra.kubernetes.plan import run_limits
     from gpucluster.infra.registry import plugin
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     plan = prepare(Request(cloud="aws", nodes=2, gpu="H100:8", max_cost=100.0, ssh_cidr="203.0.113.7/32",
                            dry_run=True), plugin("aws"))
@@ -443,15 +443,15 @@ def test_the_caps_lifetime_reaches_the_aws_dead_man_switch_and_the_gke_jobs_dead
 # -- kept clusters ----------------------------------------------------------------------------------
 def _kept_ledger(home, cap, hours_ago):
     """A kept cluster created by `up --max-cost CAP` HOURS_AGO: its fleet of 2 g5.xlarge still open."""
-    from gpucluster.guards import CAP_KIND
+    from gpucluster.costing.guards import CAP_KIND
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
     from gpucluster.spec import ClusterSpec
 
     ledger = Ledger(home / "ledger.sqlite3")
     then = time.time() - hours_ago * 3600
     spec = ClusterSpec(cloud="aws", nodes=2, name="lab", region="us-east-1", instance_type="g5.xlarge", run_id="r-up")
-    from gpucluster import cost
+    from gpucluster.costing import cost
 
     ledger.create_run("r-up", cloud="aws", cluster="lab", nodes=2, gpus_per_node=1, command=["gpucluster", "up"],
                       spec=spec.to_dict(), workload=None, prices=cost.price_snapshot(spec, backend=plugin("aws")),
@@ -467,9 +467,9 @@ def _kept_ledger(home, cap, hours_ago):
 def test_exec_on_a_kept_cluster_past_its_cap_is_refused_and_below_it_watches_the_clusters_cost(tmp_path):
     """2 x g5.xlarge ($1.006/h each) up for 3 h: about $6.05 accrued (instances, disks, IPv4)."""
     from gpucluster.errors import CostCapReached
-    from gpucluster.guards import exec_guard
+    from gpucluster.costing.guards import exec_guard
     from gpucluster.infra.registry import plugin
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     ledger = _kept_ledger(tmp_path, cap=5.0, hours_ago=3)
     job = JobSpec(run_id="r-exec", workload="digits")

@@ -15,12 +15,12 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {  # module, constant -> file (relative to the repository)
-    ("gpucluster.launch", "_ANNOUNCE"): "gpucluster/node_announce.py",
+    ("gpucluster.watch.launch", "_ANNOUNCE"): "gpucluster/node/node_announce.py",
     ("gpucluster.infra.ssh.launch", "PORT_PY"): "infra/ssh/node_port.py",
     ("gpucluster.infra.ssh.remote", "READY_PY"): "infra/ssh/node_ready.py",
     ("gpucluster.infra.ssh.remote", "PROCS_PY"): "infra/ssh/node_procs.py",
-    ("gpucluster.staging", "STAGE_PY"): "gpucluster/node_stage.py",
-    ("gpucluster.infra.ssh.stage", "STAGE_PY"): "gpucluster/node_stage.py",  # the same program, over ssh
+    ("gpucluster.watch.staging", "STAGE_PY"): "gpucluster/node/node_stage.py",
+    ("gpucluster.infra.ssh.stage", "STAGE_PY"): "gpucluster/node/node_stage.py",  # the same program, over ssh
     ("gpucluster.infra.aws.user_data", "SETUP_TORCH_SCRIPT"): "infra/aws/node_setup_torch.sh",
     ("gpucluster.infra.aws.user_data", "DEADMAN_SCRIPT"): "infra/aws/node_deadman.sh",
     ("gpucluster.infra.aws.user_data", "READY_SCRIPT"): "infra/aws/node_ready.sh",
@@ -32,9 +32,9 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
     ("gpucluster.infra.kubernetes.outputs", "TOUCH"): "infra/kubernetes/pod_touch.py",
     ("gpucluster.infra.gcp.idle", "WATCHER"): "infra/gcp/pod_idle.py",
 }
-NOT_PROGRAMS = {"gpucluster/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
+NOT_PROGRAMS = {"gpucluster/ledger/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
 # shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle
-SHIPPED_AS_FILES = {"gpucluster/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py"}
+SHIPPED_AS_FILES = {"gpucluster/node/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py"}
 FILES = sorted(set(PROGRAMS.values()) | set(SHIPPED_AS_FILES))
 
 

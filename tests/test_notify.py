@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpucluster.errors import UsageError
-from gpucluster.notify import RunEvent, check_urls, deliver, events_of, post
-from gpucluster.records import RunRecord, RunRow
+from gpucluster.lifecycle.notify import RunEvent, check_urls, deliver, events_of, post
+from gpucluster.ledger.records import RunRecord, RunRow
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -88,7 +88,7 @@ def test_a_failing_webhook_is_retried_twice_then_logged_never_raised(caplog):
     hook = Hook(answers=[500, 502, 503, 200])
     try:
         [event] = events_of(_record())
-        with caplog.at_level(logging.WARNING, logger="gpucluster.notify"):
+        with caplog.at_level(logging.WARNING, logger="gpucluster.lifecycle.notify"):
             why = post(hook.url, event, backoff=0)
         assert len(hook.bodies) == 3  # the first try and two retries, no fourth
         assert why is not None and "HTTP 503" in why and "after 3 tries" in why
@@ -126,7 +126,7 @@ def test_webhook_urls_are_checked_for_form():
 def test_notify_in_the_config_file_is_a_url_or_a_list(tmp_path, monkeypatch):
     from gpucluster.api.jobs import all_webhooks
     from gpucluster.errors import ConfigError
-    from gpucluster.userconfig import load_config
+    from gpucluster.plan.userconfig import load_config
 
     cfg = tmp_path / "config.yaml"
     monkeypatch.setenv("GPUCLUSTER_CONFIG", str(cfg))
@@ -146,7 +146,7 @@ def test_notify_in_the_config_file_is_a_url_or_a_list(tmp_path, monkeypatch):
 
 
 def test_a_recovered_chain_tells_each_lost_attempt_then_how_it_ended():
-    from gpucluster.notify import chain_events
+    from gpucluster.lifecycle.notify import chain_events
 
     records = {"a1": _record(id="a1", status="failed", exit_code=1, failure="node 1 lost (spot interruption)"),
                "a2": _record(id="a2", status="succeeded", teardown="leftovers")}
@@ -166,7 +166,7 @@ def test_the_cost_warning_and_a_recovery_are_told_as_they_happen_and_once():
     the job), each once; every record still reaches the wrapped UI."""
     import threading
 
-    from gpucluster.notify import LiveEvents
+    from gpucluster.lifecycle.notify import LiveEvents
 
     records = {"r1": _record(id="r1", status="running")}
     shown, told, arrived = [], [], threading.Event()

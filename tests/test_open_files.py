@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, gpucluster_argv, needs_torch  # noqa: E402
-from gpucluster.procs import OPEN_FILES_WANTED  # noqa: E402
+from gpucluster.watch.procs import OPEN_FILES_WANTED  # noqa: E402
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -34,7 +34,7 @@ def _expected() -> int:
 
 
 def test_the_soft_limit_is_raised_to_what_a_run_needs_never_lowered():
-    code = ("import resource; from gpucluster.procs import raise_open_files as r; "
+    code = ("import resource; from gpucluster.watch.procs import raise_open_files as r; "
             "print(r()); print(r()); print(r(16)); print(resource.getrlimit(resource.RLIMIT_NOFILE))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=_as_mac,
                          check=True).stdout.split("\n")

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.outputs import check_output_dest, extract_stream  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.watch.outputs import check_output_dest, extract_stream  # noqa: E402
 from outputs_check import saved, sha, writer  # noqa: E402
 
 SCRIPT = FIXTURES / "output_train.py"
@@ -146,7 +146,7 @@ def test_parallel_node_copies_with_nothing_do_not_break_each_other(tmp_path):
     their copy with ENOENT on workdir/node-N (benchmarks/scale_ssh.py, 8 hosts), and the run failed."""
     import threading
 
-    from gpucluster.outputs import remove_if_empty
+    from gpucluster.watch.outputs import remove_if_empty
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch as often as they can: the window is a few bytecodes

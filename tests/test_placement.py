@@ -120,8 +120,8 @@ def test_a_real_run_drops_what_preflight_refuses_with_the_reason(home):
     credentials, as aws's preflight words it) drops it, and the next is chosen."""
     from gpucluster.errors import UsageError
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     def preflight(plan):
         if plan.spec.cloud == "aws":
@@ -153,7 +153,7 @@ def test_up_places_as_run_does(cli):
 def test_a_sweep_keeps_one_placement_chosen_for_its_largest_size(cli, monkeypatch):
     """--nodes 1,4: ranked for 4 nodes (gcp first; for 1 node aws would be). The sweep is stopped where
     its ledger is opened, after the placement (the preflight stubbed: it is a cloud's)."""
-    import gpucluster.prepare as prepare_mod
+    import gpucluster.lifecycle.prepare as prepare_mod
     from gpucluster.errors import UsageError
 
     seen = []
@@ -207,7 +207,7 @@ def test_cloud_auto_with_no_credentials_at_all_is_exit_2_naming_what_was_looked_
 def test_cloud_auto_places_only_on_the_clouds_whose_credentials_are_found(cli, monkeypatch, offline_clouds):
     """aws keys in the environment (botocore's EnvProvider), no Google ADC: gcp is dropped, said in the table;
     the run is stopped by the test where its ledger opens (the cloud's preflight stubbed: it calls AWS)."""
-    import gpucluster.prepare as prepare_mod
+    import gpucluster.lifecycle.prepare as prepare_mod
     from gpucluster.errors import UsageError
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")

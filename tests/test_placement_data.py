@@ -47,8 +47,8 @@ def test_a_capacity_error_on_the_cheapest_machine_falls_over_to_the_next_machine
     """The ranking failover walks: after g6.xlarge in us-east-1 comes g6.4xlarge in us-east-1, before
     another region (--region us-east-1 given; across regions the ranking is by price alone)."""
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     req = Request(cloud="aws,gcp", region="us-east-1", gpu="L4", nodes=1, dry_run=True, job=False)
     placed = place(req, {"aws": plugin("aws")}, prepare=prepare, preflight=None)
@@ -110,8 +110,8 @@ def _real_run_placement(allow_egress: bool):
     up with aws's own lookup (moto), the cloud's preflight passed (its checks are the next test's)."""
     from gpucluster.cli.place import bucket_facts
     from gpucluster.infra.registry import plugin, readers
-    from gpucluster.placement import place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     req = Request(cloud="aws", region="auto", gpu="L4", nodes=1, dry_run=True, job=True, max_minutes=60,
                   data=("s3://train-bucket/set",), readers=readers())
@@ -147,7 +147,7 @@ def test_a_bucket_that_cannot_be_looked_up_is_said_in_the_table(s3, home, monkey
     west = [c for c in placed.ranked if c.region == "us-west-2"]
     assert west and all(c.egress is not None and c.egress.cost is None and "NoSuchBucket" in " ".join(c.egress.lines)
                         for c in west)
-    from gpucluster.placement import table_rows
+    from gpucluster.plan.placement import table_rows
 
     rows = [row for row in table_rows(placed, top=50) if row[2] == "us-west-2"]
     assert rows and all(row[7] == "region unknown" and "NoSuchBucket" in row[8] for row in rows)
@@ -162,8 +162,8 @@ def test_the_preflights_of_one_place_ask_what_they_share_once(home, monkeypatch)
 
     from gpucluster.infra.aws.preflight import GVT_ON_DEMAND, GVT_SPOT, preflight
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import candidates, place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import candidates, place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -204,8 +204,8 @@ def test_the_zones_of_one_gcp_region_ask_their_project_once(home):
 
     from gpucluster.infra.gcp.preflight import preflight
     from gpucluster.infra.registry import plugin
-    from gpucluster.placement import candidates, place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import candidates, place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     req = Request(cloud="gcp", region="us-central1", gpu="V100", nodes=1, dry_run=True, job=False,
                   project="my-proj-42")
@@ -239,8 +239,8 @@ def test_gcp_buckets_are_looked_up_and_another_region_is_priced_inter_region(hom
 
     from gpucluster.infra.gcp.bucket_facts import bucket_facts
     from gpucluster.infra.registry import plugin, readers
-    from gpucluster.placement import place
-    from gpucluster.prepare import Request, prepare
+    from gpucluster.plan.placement import place
+    from gpucluster.lifecycle.prepare import Request, prepare
 
     fake = FakeProject()
     fake.buckets["train-data"] = Bucket(objects={"set/a": 1_500_000_000, "set/b": 500_000_000, "set/c": 1_000_000_000,

@@ -9,10 +9,10 @@ pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.
 
 pytest.importorskip("matplotlib")
 
-from gpucluster.diagnose import diagnose  # noqa: E402
+from gpucluster.sweep.diagnose import diagnose  # noqa: E402
 from gpucluster.errors import UsageError  # noqa: E402
-from gpucluster.plots import plot_run, scaling_plots, utilisation_plot, write_report  # noqa: E402
-from gpucluster.sweep import compare_cpu_gpu  # noqa: E402
+from gpucluster.costing.plots import plot_run, scaling_plots, utilisation_plot, write_report  # noqa: E402
+from gpucluster.sweep.runner import compare_cpu_gpu  # noqa: E402
 from test_diagnose import Fixture, seed_003, util  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -134,7 +134,7 @@ def test_a_short_run_is_drawn_in_the_run_s_time_with_its_phases():
     the x axis spans the run, not 0.007 s; every sample is a marker; the phases are named."""
     import matplotlib.pyplot as plt
 
-    from gpucluster.plots import utilisation_figure
+    from gpucluster.costing.plots import utilisation_figure
 
     t0 = 1000.0
     recs = [{"kind": "util", "time": t0 + 12.300, "node_rank": 0, "cpu_cores": 0.9, "cpu_percent": 45.0,

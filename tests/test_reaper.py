@@ -2,7 +2,7 @@
 
 A user script starts `setsid -f env -i sleep 778 MARKER`: re-parented (its parent exits at once),
 in a session of its own, with an empty environment, so neither the run id nor a process group
-finds it. Each node's torchrun runs under gpucluster/reaper.py, a child subreaper
+finds it. Each node's torchrun runs under gpucluster/node/reaper.py, a child subreaper
 (prctl(PR_SET_CHILD_SUBREAPER), https://man7.org/linux/man-pages/man2/prctl.2.html): the orphan
 is adopted by it instead of init, found as its descendant and stopped. The tests scan every
 process's command line for the marker, independently of the code under test.
@@ -23,8 +23,8 @@ import pytest
 
 from conftest import FIXTURES, ROOT, gpucluster_argv, needs_torch, run_cli
 from gpucluster.domain import UNWITNESSED
-from gpucluster.ledger import Ledger
-from gpucluster import reaper
+from gpucluster.ledger.store import Ledger
+from gpucluster.node import reaper
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -126,7 +126,7 @@ def test_leftover_check_finds_an_env_cleared_descendant_of_the_run(marker):
     """While the reaper lives, the daemon (no run id in its environment) is found as its
     descendant, reported as a leftover process, and killed."""
     from gpucluster.infra.local.provider import LocalProvider
-    from gpucluster.procs import kill_run_processes, run_processes
+    from gpucluster.watch.procs import kill_run_processes, run_processes
 
     run_id = f"reap-{os.getpid()}-{marker[-6:]}"
     p = subprocess.Popen([sys.executable, reaper.__file__, "--grace", "1", "--", "sh", "-c",
@@ -171,7 +171,7 @@ def test_local_run_leaves_no_detached_daemon(home, marker):
     logs = "".join(open(os.path.join(run["log_dir"], f"node-{i}.log")).read() for i in range(2))
     # each node's reaper found its daemon (the two nodes started one each) and stopped it
     assert logs.count("gpucluster-reaper: stopped 1 process(es)") == 2, logs[-3000:]
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
 
     assert run_processes(run["id"]) == []
 
@@ -290,6 +290,6 @@ def test_a_stopped_reaper_is_killed_after_its_grace_and_the_node_has_no_witness(
     assert run["teardown"] == "not verified", run["teardown"]
     assert any(u.startswith(UNWITNESSED) and "said nothing within its grace" in u for u in run["unchecked"]), run["unchecked"]
     assert took < 50, took  # the grace (2 x 3 s + 5 s) and the teardown, never the 60 s limit
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
 
     assert run_processes(run["id"]) == []  # the stopped reaper was killed, its watch process ended

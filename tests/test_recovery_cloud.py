@@ -61,7 +61,7 @@ def test_the_watcher_renews_its_token_and_reports_the_notice(tmp_path):
     record = json.loads(out.strip().splitlines()[-1].split("@gpucluster-metric ", 1)[1])
     assert record["kind"] == "node_notice" and record["action"] == "terminate" and record["source"] == "aws spot"
     assert record["when"] == imds.action["time"]
-    from gpucluster.metrics import read_line  # the supervisor's parser takes it as a record (not refused)
+    from gpucluster.watch.metrics import read_line  # the supervisor's parser takes it as a record (not refused)
 
     assert isinstance(read_line(out.strip().splitlines()[-1]), dict)
     statuses = [s for m, p, s in imds.requests if m == "GET"]
@@ -111,8 +111,8 @@ def test_aws_spot_notice_mid_training_is_recovered_on_new_instances(home, tmp_pa
     from test_recovery import _digits_job
 
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.recovery import Policy, run_chain
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.recovery import Policy, run_chain
     from gpucluster.spec import new_run_id
 
     imds = [FakeImds(), FakeImds()]
@@ -164,8 +164,8 @@ def test_no_spot_capacity_falls_back_to_on_demand(home, tmp_path, ec2, checkip, 
     from test_recovery import _digits_job
 
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.recovery import policy, run_chain
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.recovery import policy, run_chain
     from gpucluster.spec import new_run_id
     from types import SimpleNamespace
 
@@ -197,10 +197,10 @@ def test_a_jobs_forged_notice_is_data_and_the_keyed_watchers_notice_ends_the_run
     on; then the real watcher (`--keyed`, its key on stdin as the ssh node's shell gives it) reports
     the metadata service's notice: the run ends at once, that node lost, cause interruption.
     (Checked once by hand: with the notice not in control.KEYED, the job's own line ends the run.)"""
-    from gpucluster.control import NodeKeys, give_keys
+    from gpucluster.watch.control import NodeKeys, give_keys
     from gpucluster.events import NullEvents
-    from gpucluster.launch import JobSpec
-    from gpucluster.supervisor import NodeSupervisor
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.supervisor import NodeSupervisor
 
     class Events(NullEvents):
         def __init__(self):
@@ -244,7 +244,7 @@ def test_a_jobs_forged_notice_is_data_and_the_keyed_watchers_notice_ends_the_run
 
 # -- saving within the notice ---------------------------------------------------------------------
 def test_save_grace_is_the_notices_time_less_the_outputs_margin():
-    from gpucluster.nodeloss import NOTICE_S, OUTPUTS_MARGIN_S, save_grace
+    from gpucluster.watch.nodeloss import NOTICE_S, OUTPUTS_MARGIN_S, save_grace
 
     now = 1_800_000_000.0
     at = lambda s: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + s))  # noqa: E731
@@ -272,7 +272,7 @@ def test_a_save_longer_than_the_usual_grace_survives_a_spot_notice(tmp_path, mon
     reason = sshd.missing_reason()
     if reason:
         pytest.skip(reason)
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     imds = [FakeImds(), FakeImds()]
     hosts = sshd.SshdHosts.start(tmp_path / "sshd", 2, env=[{"GPUCLUSTER_IMDS_URL": m.url} for m in imds])

@@ -1,5 +1,5 @@
 """Recovery on gcp, end to end on the stand-ins (issue 30 items 2, 4, 5): the real recovery chain
-(gpucluster/recovery.py) with the gcp PulumiProvider driving the fake Pulumi CLI and the Kubernetes
+(gpucluster/lifecycle/recovery.py) with the gcp PulumiProvider driving the fake Pulumi CLI and the Kubernetes
 launcher against fake GKE clusters (tests/gke_fake.py: each `up` makes a new cluster, a new API server
 at a new endpoint reached from the stack's kubeconfig with Google credentials; `destroy` deletes it
 with its pods), whose pods run the launcher's real entry programs and digits itself (gloo, CPU).
@@ -53,7 +53,7 @@ def _spec(run_id, **kw):
 def _no_process_left(run_id: str, within_s: float = 20.0) -> list:
     """The run's processes on this machine (the fake pods' containers), once they have had the time a
     deleted pod's containers get to end (the pods' 15 s grace; at once, unless the machine is loaded)."""
-    from gpucluster.procs import run_processes
+    from gpucluster.watch.procs import run_processes
 
     end = time.monotonic() + within_s
     while run_processes(run_id) and time.monotonic() < end:
@@ -68,8 +68,8 @@ def test_a_preempted_gke_node_is_recovered_on_a_new_cluster(home, tmp_path):
     from test_recovery import _digits_job
 
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.recovery import Policy, run_chain
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.recovery import Policy, run_chain
     from gpucluster.spec import new_run_id
 
     gke = GkeLike()
@@ -137,9 +137,9 @@ def test_gpucluster_run_recovers_a_preempted_gke_node_through_the_cli(home, monk
     from gke_fake import FakeGoogleCredentials, GkeLike
     from recovery_faults import Fault, Interrupting
 
-    from gpucluster import prepare
+    from gpucluster.lifecycle import prepare
     from gpucluster.cli import run
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     gke = GkeLike()
     ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]

@@ -65,12 +65,12 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
     from recovery_faults import Interrupting
     from test_recovery import _digits_job
 
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.registry import plugin
     from gpucluster.infra.ssh.provider import SshProvider
-    from gpucluster.ledger import Ledger
-    from gpucluster.procs import run_processes
-    from gpucluster.recovery import Policy, run_chain
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.watch.procs import run_processes
+    from gpucluster.lifecycle.recovery import Policy, run_chain
     from gpucluster.spec import ClusterSpec, new_run_id
 
     monkeypatch.chdir(tmp_path)
@@ -87,7 +87,7 @@ def test_ssh_node_lost_at_a_phase_is_recovered(home, tmp_path, alive, monkeypatc
     if phase == "setup":
         extra["setup"] = ("sleep 4",)
     if phase == "stage":
-        from gpucluster.staging import parse_data
+        from gpucluster.watch.staging import parse_data
 
         extra["data"] = parse_data((str(data),), plugin("ssh"))
     ledger = Ledger(home / "ledger.sqlite3")

@@ -9,7 +9,7 @@ from rich.console import Console
 import pytest
 
 from gpucluster.cli.render import run_report
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -98,8 +98,8 @@ def test_a_multi_node_run_whose_workers_each_had_world_size_1_is_warned_about(tm
     MEMBER: 1/1 on every node (the line Lightning logs when its process group starts, as its SLURM
     troubleshooting docs show: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4"), which becomes a
     `world` record; the report warns."""
-    from gpucluster.metrics import MetricsState
-    from gpucluster.supervisor import world_record
+    from gpucluster.watch.metrics import MetricsState
+    from gpucluster.watch.supervisor import world_record
 
     state = MetricsState()
     for line in ("[rank: 0] Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1",

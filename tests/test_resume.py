@@ -23,10 +23,10 @@ pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/t
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import ROOT, gpucluster_argv, needs_torch, run_cli  # noqa: E402
-from gpucluster.chains import ResumeLinks, ancestors, members, root_of  # noqa: E402
+from gpucluster.ledger.chains import ResumeLinks, ancestors, members, root_of  # noqa: E402
 from gpucluster.costing.report import report  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.records import RunRecord  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.ledger.records import RunRecord  # noqa: E402
 
 
 # -- chains and the report's grouping (units) ------------------------------------------------
@@ -60,7 +60,7 @@ def test_cost_report_by_chain_is_linear_in_the_runs(home, monkeypatch):
     walks them a bounded number of times per run: reading them again for each run of each chain
     (chain_attempts) and walking every link for each chained run (members) made it quadratic:
     41 s of CPU with 10,000 runs, against 22 s for the plain report (benchmarks/ledger_scale.py)."""
-    import gpucluster.chains as chains
+    import gpucluster.ledger.chains as chains
     from click.testing import CliRunner
 
     from gpucluster.cli.cost import cost
@@ -112,7 +112,7 @@ def test_report_groups_a_chain_as_one_job():
 
 def test_ledger_migration_adds_the_link_to_an_old_ledger(tmp_path):
     from conftest import write_old_ledger
-    from gpucluster.ledger_schema import MIGRATIONS
+    from gpucluster.ledger.schema import MIGRATIONS
 
     path = tmp_path / "old.sqlite3"
     write_old_ledger(path, 3)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from gpucluster.metrics import parse_line
+from gpucluster.watch.metrics import parse_line
 from gpucluster.workloads import sampler as sampler_mod
 from gpucluster.workloads.sampler import GpuMeter, Sampler, interval_from_env, sampler_argv
 

@@ -1,4 +1,4 @@
-"""--env, --env-file and --secret (gpucluster/jobenv.py): every rank and every --setup command gets
+"""--env, --env-file and --secret (gpucluster/plan/jobenv.py): every rank and every --setup command gets
 them, and a secret's value is found nowhere else. The leak tests run a job with a marker secret
 (local and real sshd, through the CLI as a user would) while a watcher reads, every 50 ms, every
 process's command line (/proc/PID/cmdline) and every file under $GPUCLUSTER_HOME and the nodes' run
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
 
 from gpucluster.errors import LaunchError, UsageError  # noqa: E402
-from gpucluster.jobenv import job_env, parse_secrets, read_env_file  # noqa: E402
+from gpucluster.plan.jobenv import job_env, parse_secrets, read_env_file  # noqa: E402
 
 CHECK = """\
 import hashlib, os, sys, time
@@ -169,8 +169,8 @@ def test_env_files_secrets_and_their_errors(tmp_path, monkeypatch):
 
 
 def test_a_secret_unset_before_launch_fails_naming_it_not_showing_it(monkeypatch):
-    from gpucluster.jobenv import secret_values
-    from gpucluster.launch import JobSpec
+    from gpucluster.plan.jobenv import secret_values
+    from gpucluster.watch.launch import JobSpec
 
     monkeypatch.setenv("GC_MARK", "v")
     assert secret_values(JobSpec("r1", secrets=("GC_MARK",))) == {"GC_MARK": "v"}
@@ -253,7 +253,7 @@ def test_ssh_run_every_rank_gets_them_over_stdin_and_the_secret_is_nowhere(home,
 def test_the_reaper_reads_the_environment_line_and_gives_its_command_no_stdin(tmp_path):
     import subprocess
 
-    from gpucluster import reaper
+    from gpucluster.node import reaper
 
     code = "import os,sys; print(os.environ['GC_A'], repr(sys.stdin.read()))"
     proc = subprocess.run([sys.executable, reaper.__file__, "--grace", "1", "--env-stdin", "--", sys.executable,

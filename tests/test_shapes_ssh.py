@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 def test_shape_runs_unmodified_on_ssh(hosts, home, tmp_path, shape, check):  # noqa: F811 - the fixture
     reach = ("--cloud", "ssh", "--hosts", ",".join(hosts.hosts[:2]), "--identity", str(hosts.identity),
              "--known-hosts", str(hosts.known_hosts), "--remote-python", sys.executable)
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     check(home, project(tmp_path, shape), reach)
     nothing_on_hosts([r.id for r in Ledger(home / "ledger.sqlite3").list_runs()])

@@ -27,7 +27,7 @@ from sshd import hosts, run_processes, skip_unless_usable  # noqa: E402,F401
 from test_reaper import daemons, marked, new_marker  # noqa: E402
 from test_ssh_down import project, remote_run_dir, ssh_args  # noqa: E402
 
-from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
 
 pytestmark = [needs_torch, pytest.mark.slow]
 SLEEP = ["--", "python", "-c", "import time; time.sleep(300)"]

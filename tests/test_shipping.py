@@ -1,4 +1,4 @@
-"""What of a script's folder is shipped (gpucluster/shipping.py), the same for ssh/aws (the tar
+"""What of a script's folder is shipped (gpucluster/plan/shipping.py), the same for ssh/aws (the tar
 bundle), local (the per-node copies) and gcp (the ConfigMap): .gitignore and .gpuclusterignore as
 git reads them, tool folders and .pyc left out, links kept as links, the size limit's message
 naming the largest files, and the plan saying what is shipped."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster.errors import UsageError
-from gpucluster.launch import JobSpec
-from gpucluster.shipping import MAX_SHIP_BYTES, shipment
+from gpucluster.watch.launch import JobSpec
+from gpucluster.plan.shipping import MAX_SHIP_BYTES, shipment
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -231,7 +231,7 @@ def test_local_outputs_are_what_differs_from_the_shipped_list_not_what_is_newer(
 def test_ssh_bundle_carries_the_shipped_list_and_the_node_program_uses_it(tmp_path):
     """ssh: the bundle's `shipped` marker is the shipped list; workdir.py on the node takes what
     differs from it, never __pycache__ (the .pyc came back and --resume laid them back)."""
-    from gpucluster import workdir
+    from gpucluster.node import workdir
     from gpucluster.infra.ssh.ship import bundle
 
     project = tree(tmp_path / "proj", {"train.py": "print('hi')\n", "datautils.py": "d"})

@@ -13,7 +13,7 @@ import pytest
 from gpucluster.errors import ConfigError, LaunchError, SpecError
 from gpucluster.domain import Node, NullEvents, Provider
 from gpucluster.infra.ssh.provider import SshProvider, format_host, parse_host, parse_hosts
-from gpucluster.launch import JobSpec
+from gpucluster.watch.launch import JobSpec
 from gpucluster.spec import ClusterSpec
 from specs import validate
 from gpucluster.infra.ssh.launch import SshLauncher

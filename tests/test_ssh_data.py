@@ -23,8 +23,8 @@ from sshd import (  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-from gpucluster.launch import JobSpec  # noqa: E402
-from gpucluster.staging import parse_data  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
+from gpucluster.watch.staging import parse_data  # noqa: E402
 
 CHECK = Path(__file__).parent / "fixtures" / "check_data.py"
 

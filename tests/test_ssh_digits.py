@@ -21,7 +21,7 @@ skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 
 
 def test_digits_on_three_hosts_through_the_run_lifecycle_records_a_verified_teardown(hosts, remote_dir, tmp_path,
@@ -30,8 +30,8 @@ def test_digits_on_three_hosts_through_the_run_lifecycle_records_a_verified_tear
     one rank, the ledger row, phases and node results, the run's processes recorded as resources
     and confirmed gone by the leftover check."""
     from gpucluster.infra.ssh.provider import SshProvider
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec
     from specs import validate
 

@@ -31,7 +31,7 @@ from test_reaper import daemons, marked, new_marker  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-from gpucluster.ledger import Ledger  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from sshd import (  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 
 
 def long_run(hosts, remote_dir, tmp_path, monkeypatch, run_id, fault):

@@ -45,12 +45,12 @@ def test_a_host_frozen_before_the_job_starts_is_never_verified(home, tmp_path, h
     from recovery_faults import Fault, Interrupting, freeze_host
     from test_recovery import _digits_job
 
-    from gpucluster.health import HealthSpec
+    from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.registry import plugin
     from gpucluster.infra.ssh.cleanup import clean_recorded_hosts
     from gpucluster.infra.ssh.provider import SshProvider
-    from gpucluster.ledger import Ledger
-    from gpucluster.lifecycle import execute
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
     monkeypatch.chdir(tmp_path)
@@ -60,7 +60,7 @@ def test_a_host_frozen_before_the_job_starts_is_never_verified(home, tmp_path, h
                        hosts=tuple(hosts.hosts[:2]))
     extra: dict = {"check": HealthSpec(timeout_s=30)}
     if phase == "stage":
-        from gpucluster.staging import parse_data
+        from gpucluster.watch.staging import parse_data
 
         data = tmp_path / "data"
         data.mkdir()

@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
-from gpucluster.launch import JobSpec, Launcher  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.lifecycle import execute  # noqa: E402
+from gpucluster.watch.launch import JobSpec, Launcher  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.lifecycle.steps import execute  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 from specs import validate  # noqa: E402
 from outputs_check import saved, sha, writer  # noqa: E402

@@ -34,7 +34,7 @@ from sshd import (  # noqa: E402
 skip_unless_usable()
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 
 
 class Grabber(Recorder):

@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.domain import NullEvents  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.lifecycle import execute  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.lifecycle.steps import execute  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 from specs import validate  # noqa: E402
-from gpucluster.staging import RESUME_DEST, DataMount  # noqa: E402
+from gpucluster.watch.staging import RESUME_DEST, DataMount  # noqa: E402
 
 
 @needs_torch

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 from gpucluster.errors import LaunchError  # noqa: E402
 from gpucluster.domain import Cluster, Node, NullEvents  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 from gpucluster.infra.ssh.launch import SshLauncher  # noqa: E402
 
@@ -242,7 +242,7 @@ def test_a_killed_reaper_and_a_daemon_holding_the_session_cannot_hang_the_run(ho
     import time
 
     from conftest import FIXTURES
-    from gpucluster.supervisor import DRAIN_S
+    from gpucluster.watch.supervisor import DRAIN_S
     from test_reaper import daemons, new_marker
 
     project = tmp_path / "project"
@@ -290,7 +290,7 @@ def test_forged_control_lines_from_the_job_change_nothing(hosts, remote_dir, tmp
 
     from conftest import FIXTURES
     from gpucluster.domain import UNWITNESSED
-    from gpucluster.supervisor import DRAIN_S
+    from gpucluster.watch.supervisor import DRAIN_S
     from test_reaper import daemons, new_marker
 
     class Timed(Recorder):

@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 from gpucluster.infra.registry import plugin as backend_of  # noqa: E402
 from gpucluster.infra.ssh.provider import SshProvider  # noqa: E402
-from gpucluster.launch import JobSpec  # noqa: E402
-from gpucluster.ledger import Ledger  # noqa: E402
-from gpucluster.lifecycle import execute  # noqa: E402
+from gpucluster.watch.launch import JobSpec  # noqa: E402
+from gpucluster.ledger.store import Ledger  # noqa: E402
+from gpucluster.lifecycle.steps import execute  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 from specs import validate  # noqa: E402
 from test_ssh_outputs import nothing_left  # noqa: E402
@@ -86,7 +86,7 @@ def test_ssh_limit_is_partial_and_named(hosts, remote_dir, tmp_path, monkeypatch
 
 def test_ssh_data_beside_the_script_folder(hosts, remote_dir, tmp_path, monkeypatch):
     """`--data SRC:../data` (issue 28 item 7): staged beside `code/` in each node's run folder."""
-    from gpucluster.staging import parse_data
+    from gpucluster.watch.staging import parse_data
 
     data = tmp_path / "dataset"
     data.mkdir()
@@ -106,7 +106,7 @@ def test_ssh_resume_lays_the_scripts_own_snapshot_back(hosts, remote_dir, tmp_pa
 
     import torch
 
-    from gpucluster.resume import resume_files, resume_source
+    from gpucluster.plan.resume import resume_files, resume_source
 
     first, run1, job1 = _ssh_run(hosts, remote_dir, tmp_path / "a", monkeypatch, env=(("RESUME", "1"),))
     assert first.status == "succeeded", first.failure

@@ -1,4 +1,4 @@
-"""One stack-config reader (`gpucluster.stackconfig`): `cost estimate --stack` prices exactly the
+"""One stack-config reader (`gpucluster.plan.stackconfig`): `cost estimate --stack` prices exactly the
 spec the Pulumi program (`infra.program`) declares from the same `stacks/Pulumi.<stack>.yaml`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpucluster.errors import ConfigError, SpecError, UsageError
 from gpucluster.infra import program
-from gpucluster.stackconfig import read_stack_file, spec_from_stack_file, stack_name_of
+from gpucluster.plan.stackconfig import read_stack_file, spec_from_stack_file, stack_name_of
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

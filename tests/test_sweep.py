@@ -7,7 +7,7 @@ import pytest
 from conftest import needs_torch, run_cli
 from gpucluster.infra.local.catalog import gpus_present
 from gpucluster.cli.main import main
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 from test_plots import assert_sensible_png
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
@@ -38,7 +38,7 @@ def test_real_local_sweep_one_and_two_nodes(home, tmp_path):
     expected = sizes[2]["samples_per_s"]["median"] / (2 * sizes[1]["samples_per_s"]["median"])
     assert sizes[2]["efficiency"] == pytest.approx(expected)
     # The tiny job is dominated by start-up; whatever the verdict, each finding names a known rule.
-    from gpucluster.diagnose import RULES
+    from gpucluster.sweep.diagnose import RULES
 
     assert all(f["rule"] in RULES and f["message"] for f in out["findings"])
 
@@ -111,9 +111,9 @@ def test_every_size_is_validated_before_anything_runs(tmp_path):
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
     from gpucluster.errors import SpecError
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
     from gpucluster.spec import ClusterSpec
-    from gpucluster.sweep import run_sweep
+    from gpucluster.sweep.runner import run_sweep
 
     ledger = Ledger(tmp_path / "l.sqlite3")
     with pytest.raises(SpecError, match="no NVIDIA GPU"):
@@ -123,7 +123,7 @@ def test_every_size_is_validated_before_anything_runs(tmp_path):
 
 
 def test_plan_interleaves_repeats():
-    from gpucluster.sweep import plan_sizes
+    from gpucluster.sweep.runner import plan_sizes
 
     assert plan_sizes([1, 2], [0, 1], 2) == [(1, 0, 1), (2, 0, 1), (1, 1, 1), (2, 1, 1),
                                              (1, 0, 2), (2, 0, 2), (1, 1, 2), (2, 1, 2)]

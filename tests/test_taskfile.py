@@ -1,4 +1,4 @@
-"""Task files (gpucluster/taskfile.py, cli/taskopts.py): every key reaches its flag, flags win, the
+"""Task files (gpucluster/plan/taskfile.py, cli/taskopts.py): every key reaches its flag, flags win, the
 same file serves run, up, sweep and cost estimate, and every error names the key and the line (exit 2,
 one line, nothing created). The commands are stopped where the one prepare step would start: what
 they would prepare is the `Request` they hand it."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster import prepare as prepare_module
-from gpucluster import taskfile
+from gpucluster.lifecycle import prepare as prepare_module
+from gpucluster.plan import taskfile
 from gpucluster.cli.main import main
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
@@ -271,7 +271,7 @@ def test_run_and_up_default_the_same_way(captured, monkeypatch, tmp_path, capsys
 
 
 def test_the_config_file_location_and_state_backend(monkeypatch, tmp_path):
-    from gpucluster import userconfig
+    from gpucluster.plan import userconfig
 
     monkeypatch.delenv("GPUCLUSTER_CONFIG")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
@@ -500,7 +500,7 @@ def test_help_is_grouped_under_headings_and_imports_no_yaml():
 
 
 def test_docs_list_every_key_and_the_config_settings():
-    from gpucluster.userconfig import CLOUD_KEYS, ENV_VARS
+    from gpucluster.plan.userconfig import CLOUD_KEYS, ENV_VARS
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "tasks.md").read_text()
     for key, spec in taskfile.KEYS.items():

@@ -1,5 +1,5 @@
 """A team's budget kept in the shared state (issue 48, item 3; docs/cost.md "Team budgets";
-gpucluster/teambudget.py, infra/pulumi/objects.py).
+gpucluster/costing/teambudget.py, infra/pulumi/objects.py).
 
 The same checks on the three kinds of shared state a team budget can live in, each a stand-in that
 speaks the real protocol over TCP or the file system:
@@ -63,7 +63,7 @@ def _store(url):
 
 
 def _record(run_id, reserve, hourly="10", started=NOW - 600, owner="a" * 16, kind="run", until=None):
-    from gpucluster.teambudget import open_record
+    from gpucluster.costing.teambudget import open_record
 
     return open_record(run_id=run_id, kind=kind, owner=owner, who="alice@laptop", cloud="aws", cluster="c",
                        reserve=Decimal(reserve), hourly=Decimal(hourly), until=until, over_budget=False, now=started)
@@ -73,7 +73,7 @@ def test_members_spend_counts_against_the_teams_budget_and_a_run_past_it_is_refu
     """Alice finished a run that billed $300 in November (lines across Oct 31 -> Nov 1: only the
     November part counts) and has one running (estimate $100); Bob's run estimated at $150 would take
     the month past $500: refused in one line, his record gone; $90 fits; --over-budget passes, said."""
-    from gpucluster.teambudget import ENDED, OPEN, claim, read_budget, settle, standings, write_budget
+    from gpucluster.costing.teambudget import ENDED, OPEN, claim, read_budget, settle, standings, write_budget
 
     store = _store(state)
     write_budget(store, {"monthly": 500.0}, "alice@laptop", now=NOW)
@@ -99,7 +99,7 @@ def test_members_spend_counts_against_the_teams_budget_and_a_run_past_it_is_refu
 
 
 def test_a_run_whose_process_died_counts_at_its_estimate_until_its_nodes_lifetime_and_can_be_forgotten(state):
-    from gpucluster.teambudget import claim, forget, read_budget, standings, write_budget
+    from gpucluster.costing.teambudget import claim, forget, read_budget, standings, write_budget
 
     store = _store(state)
     write_budget(store, {"daily": 50.0}, "bob@desk", now=NOW)
@@ -117,7 +117,7 @@ def test_two_members_starting_at_once_cannot_both_pass_a_budget_they_would_excee
     """Each writes its record, then lists: held at a barrier between the two steps, both lists come
     after both writes (the interleaving that lets a read-then-write check pass both). $60 each against
     $100: at most one starts (here both see the other and both are refused: start one again)."""
-    from gpucluster.teambudget import OPEN, claim, write_budget
+    from gpucluster.costing.teambudget import OPEN, claim, write_budget
 
     store = _store(state)
     write_budget(store, {"weekly": 100.0}, "alice@laptop", now=NOW)
@@ -155,7 +155,7 @@ def test_two_members_starting_at_once_cannot_both_pass_a_budget_they_would_excee
 
 def test_many_records_are_all_read_through_list_pages(state):
     """Seven members' open records (the GCS gate pages 2 at a time): every one is counted."""
-    from gpucluster.teambudget import claim, read_budget, standings, write_budget
+    from gpucluster.costing.teambudget import claim, read_budget, standings, write_budget
 
     store = _store(state)
     write_budget(store, {"monthly": 1000.0}, "alice@laptop", now=NOW)
@@ -193,12 +193,12 @@ def test_a_run_past_the_teams_budget_creates_nothing_and_a_run_within_it_records
     records a fleet of 2 g5.xlarge living half an hour (the scaled clock) and ends."""
     import types
 
-    from gpucluster import recovery
+    from gpucluster.lifecycle import recovery
     from gpucluster.api.jobs import Planned, execute_plan
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
-    from gpucluster.prepare import Request, prepare
-    from gpucluster.teambudget import ENDED, OPEN, read_budget, standings, write_budget
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.prepare import Request, prepare
+    from gpucluster.costing.teambudget import ENDED, OPEN, read_budget, standings, write_budget
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
     url = f"file://{tmp_path / 'shared'}"
@@ -245,12 +245,12 @@ def test_a_kept_clusters_record_stays_open_until_down_ends_it_with_the_clusters_
     """`up` (or `run --keep`) leaves its record open and notes where it is (`remember_team`); `down`,
     once every resource of the cluster is confirmed gone, ends it with the cluster's cost (its fleet's
     two hours), in the state it was written to even when another state is chosen now."""
-    from gpucluster import cost
+    from gpucluster.costing import cost
     from gpucluster.cli.budgets import remember_team, settle_kept
     from gpucluster.infra.registry import plugin
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
     from gpucluster.spec import ClusterSpec
-    from gpucluster.teambudget import ENDED, OPEN, claim, write_budget
+    from gpucluster.costing.teambudget import ENDED, OPEN, claim, write_budget
 
     monkeypatch.setenv("GPUCLUSTER_HOME", str(tmp_path / "home"))
     url = f"file://{tmp_path / 'shared'}"

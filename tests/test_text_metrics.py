@@ -25,11 +25,11 @@ from rich.console import Console
 
 from gpucluster.cli.render import run_report
 from gpucluster.events import NullEvents
-from gpucluster.launch import JobSpec
-from gpucluster.ledger import Ledger
-from gpucluster.metrics import MetricsState, check_record
-from gpucluster.supervisor import NodeSupervisor
-from gpucluster.text_metrics import TEXT_KIND, TextScan, text_record
+from gpucluster.watch.launch import JobSpec
+from gpucluster.ledger.store import Ledger
+from gpucluster.watch.metrics import MetricsState, check_record
+from gpucluster.watch.supervisor import NodeSupervisor
+from gpucluster.watch.text_metrics import TEXT_KIND, TextScan, text_record
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -176,7 +176,7 @@ def test_the_status_line_shows_a_scripts_printed_loss():
     from rich.console import Console
 
     from gpucluster.cli.render import RichRunUI
-    from gpucluster.text_metrics import text_record
+    from gpucluster.watch.text_metrics import text_record
 
     ui = RichRunUI(Console(record=True, width=200))
     ui.phase("train")

@@ -99,7 +99,7 @@ def test_home_files_that_are_not_files_are_refused_in_one_line(kind, home, capsy
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
 def test_an_ignore_file_that_is_not_a_file_is_refused(kind, tmp_path):
-    from gpucluster.shipping import shipment
+    from gpucluster.plan.shipping import shipment
 
     (tmp_path / "train.py").write_text("print(1)\n")
     hostile(tmp_path / ".gitignore", kind)

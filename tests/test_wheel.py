@@ -145,7 +145,7 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(built):
     assert not extra, f"in the wheel, not in the source tree: {extra}"
     # the ones a user meets first, named so a failure reads plainly
     for must in ("gpucluster/costing/estimate.py", "gpucluster/catalog/data/prices.json",
-                 "gpucluster/infra/aws/s3_node.py", "gpucluster/infra/gcp/gcs_node.py", "gpucluster/reaper.py",
+                 "gpucluster/infra/aws/s3_node.py", "gpucluster/infra/gcp/gcs_node.py", "gpucluster/node/reaper.py",
                  "gpucluster/workloads/data/digits.csv.gz", "gpucluster/workloads/data/DIGITS-LICENSE.txt"):
         assert must in names
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, needs_torch, run_cli
-from gpucluster.ledger import Ledger
+from gpucluster.ledger.store import Ledger
 
 pytestmark = [pytest.mark.slow]
 

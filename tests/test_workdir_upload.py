@@ -1,6 +1,6 @@
 """The node side of the working-folder upload beside object-storage outputs (issue 28 item 1 with
-`--output s3://...`/`gs://...`): `gpucluster/workdir.py --into DIR` run as the nodes run it (a
-subprocess of the standard library program), and how `gpucluster.outputs.workdir_pushed` reads the
+`--output s3://...`/`gs://...`): `gpucluster/node/workdir.py --into DIR` run as the nodes run it (a
+subprocess of the standard library program), and how `gpucluster.watch.outputs.workdir_pushed` reads the
 upload script's answers, failures included. The end-to-end runs are in tests/test_aws_s3_run.py (S3)
 and tests/test_k8s_workdir.py (GCS)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster import workdir
-from gpucluster.outputs import COMPLETE, PARTIAL, NodeOutputs, add_workdir, workdir_pushed, workdir_url
+from gpucluster.node import workdir
+from gpucluster.watch.outputs import COMPLETE, PARTIAL, NodeOutputs, add_workdir, workdir_pushed, workdir_url
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 

@@ -1,7 +1,7 @@
 """The metrics line protocol shared by workloads and the controller (standard library only).
 
 A workload prints one JSON object per line behind PREFIX on stdout. Every backend streams node
-logs through the same parser (`gpucluster.metrics.parse_line`), so a metric means the same thing
+logs through the same parser (`gpucluster.watch.metrics.parse_line`), so a metric means the same thing
 whether it came from a local process, an ssh host or a Kubernetes pod.
 
 Record kinds (all carry "kind", "rank" and "time", a Unix timestamp):

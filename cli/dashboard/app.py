@@ -73,7 +73,7 @@ def _templates() -> Any:
 
 
 def _ledger() -> Any:
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     return Ledger.open_default()
 

@@ -43,7 +43,7 @@ def note_path() -> Any:
 
 
 def write_note(base: str) -> None:
-    """Where this dashboard serves, for `gpucluster.notify`'s `link` (removed when it stops)."""
+    """Where this dashboard serves, for `gpucluster.lifecycle.notify`'s `link` (removed when it stops)."""
     path = note_path()
     tmp = path.with_name(f".dashboard.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -70,7 +70,7 @@ def serve(*, port: int | None, browser: bool, allow_actions: bool) -> int:
     import uvicorn
 
     from gpucluster.cli.dashboard.app import build
-    from gpucluster.ledger import Ledger
+    from gpucluster.ledger.store import Ledger
 
     sock = bind(port)  # a port it cannot have: one line, before anything else
     try:

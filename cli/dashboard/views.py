@@ -13,7 +13,7 @@ RUN_STATUSES = ("running", "succeeded", "failed", "interrupted", "stopped")  # w
 
 
 def money(value: Any) -> str:
-    from gpucluster.cost import money as dollars
+    from gpucluster.costing.cost import money as dollars
 
     return "-" if value is None else dollars(Decimal(str(value)))
 
@@ -32,7 +32,7 @@ def orphans(ledger: Any, rows: list[Any]) -> set[str]:
     """The `running` rows whose process is gone (as `gpucluster runs` shows them: orphaned)."""
     if not any(r.status == "running" for r in rows):
         return set()
-    from gpucluster.teardown import orphaned_runs
+    from gpucluster.lifecycle.teardown import orphaned_runs
 
     return {str(r.id) for r in orphaned_runs(ledger)}
 
@@ -60,7 +60,7 @@ def run_cells(row: dict[str, Any]) -> dict[str, Any]:
     cost = (row.get("cost") or {}).get("total")
     wall = None if not (row.get("ended_at") and row.get("created_at")) else row["ended_at"] - row["created_at"]
     status = "orphaned" if row["orphaned"] else row["status"]
-    from gpucluster.records import RunRow
+    from gpucluster.ledger.records import RunRow
 
     return {"id": row["id"], "started": fmt_time(row.get("created_at")), "status": status, "cloud": row["cloud"],
             "cluster": row["cluster"], "nodes": row["nodes"], "gpu": gpu_label(RunRow.from_dict(row)),
@@ -89,7 +89,7 @@ def run_cost_now(record: Any, now: float | None = None) -> dict[str, Any] | None
     stored = record.cost
     if stored and not stored.get("still_billing") and "total" in stored:
         return stored
-    from gpucluster import cost
+    from gpucluster.costing import cost
     from gpucluster.infra.registry import NAMES, plugin
 
     cloud = record.run.cloud

@@ -1,4 +1,4 @@
-"""The cost engine, one module per job; `gpucluster.cost` is its public face (and documents the
+"""The cost engine, one module per job; `gpucluster.costing.cost` is its public face (and documents the
 billing rules and the resource records it prices).
 
 rules     billing arithmetic: billed seconds, time and disk costs, money formatting

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.records import ResourceRow, RunRecord, RunRow
+from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 
 from .plan import is_free, plan, price_snapshot, region_for, resolved, same_cloud

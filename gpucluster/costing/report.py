@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.records import RunRecord
+from gpucluster.ledger.records import RunRecord
 
 from .rules import money
 from .runcost import run_cost
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
 
 
-GROUPS = ("day", "cloud", "cluster", "chain")  # chain: a resumed job (gpucluster.chains), by its first run
+GROUPS = ("day", "cloud", "cluster", "chain")  # chain: a resumed job (gpucluster.ledger.chains), by its first run
 
 
 def parse_since(value: str | None) -> float | None:
@@ -55,7 +55,7 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
     now = time.time() if now is None else now
     records = list(records)
     if group_by == "chain":
-        from gpucluster.chains import root_of
+        from gpucluster.ledger.chains import root_of
 
         known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
@@ -131,7 +131,7 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     """A PNG of what each run cost (top) and how long it ran (bottom), one bar per run in the order they
     started, coloured by cloud: separate runs are separate bars, never points joined by a line.
     Needs matplotlib (the `plot` extra)."""
-    from gpucluster.plots import save_png
+    from gpucluster.costing.plots import save_png
 
     return save_png(report_figure(rep), path, "--plot file", format="png")
 

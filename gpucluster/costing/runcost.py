@@ -1,5 +1,5 @@
 """The true cost of a run, from the lifetimes of the resources its ledger records and the price
-snapshot stored at launch (`gpucluster.cost` documents the resource records and the rules)."""
+snapshot stored at launch (`gpucluster.costing.cost` documents the resource records and the rules)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, normalize_gpu
 from gpucluster.errors import UsageError
-from gpucluster.records import UP_COMMAND, ResourceRow, RunRecord
+from gpucluster.ledger.records import UP_COMMAND, ResourceRow, RunRecord
 from gpucluster.spec import ClusterSpec, parse_bool
 
 from .plan import Pricer, is_free, pricing_of, region_for, same_cloud

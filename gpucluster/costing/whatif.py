@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
 from gpucluster.errors import UsageError, not_allowed
-from gpucluster.records import RunRow
+from gpucluster.ledger.records import RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 
 from .estimate import estimate

@@ -87,7 +87,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.itype = catalog.instance_type_of(spec)
         self.region = catalog.region_of(spec)
         self.efa = catalog.efa_requested(spec)
-        base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.ownership)
+        base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.lifecycle.ownership)
         self._base_tags = base_tags
         self._iam_path = iam_path(base_tags.get("gpucluster-owner"), self.region, spec.name)
 

@@ -77,8 +77,8 @@ def client_for(region: str | None) -> Any:
 
 def _cache_dir(cluster: str) -> Path:
     """Beside the cluster's `ssh --ssh-config` files: a verified `down` removes the folder
-    (`gpucluster.kept.forget_access`)."""
-    from gpucluster.kept import access_dir
+    (`gpucluster.lifecycle.kept.forget_access`)."""
+    from gpucluster.lifecycle.kept import access_dir
 
     return access_dir(cluster) / "hostkeys"
 

@@ -1,6 +1,6 @@
 """Runs on every EC2 node beside the job (standard library only): watches the instance metadata for
 a spot interruption notice and says so on the node's output, where gpucluster's supervisor turns it
-into a lost node (gpucluster/nodeloss.py) two minutes before the instance goes.
+into a lost node (gpucluster/watch/nodeloss.py) two minutes before the instance goes.
 
     python node_notice.py [--interval 5] [--url http://169.254.169.254] [--keyed]
 
@@ -13,7 +13,7 @@ is renewed. GPUCLUSTER_IMDS_URL overrides the address (the tests' fake nodes ser
 
 On a notice it prints one metric record, `{"kind": "node_notice", "source": "aws spot", "action",
 "when"}` (`when`: the notice's time, as text; a record's `time` is a Unix time), and exits 0.
-With `--keyed` it first reads one line from its stdin, its key (gpucluster/control.py), which the
+With `--keyed` it first reads one line from its stdin, its key (gpucluster/watch/control.py), which the
 record carries: a job that prints the same line cannot end the run as if the cloud took the node
 back. if the metadata service never answers it says so once and exits 0 (the
 job is not its business). It is stopped with the node's job (it carries the run's environment).

@@ -265,13 +265,13 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
         return [_check("aws credentials", False, "boto3 is not installed", "pip install 'gpucluster[aws]'")]
-    from gpucluster.shared_answers import shared
+    from gpucluster.plan.shared_answers import shared
 
     region = spec.region or catalog.DEFAULT_REGION
     session = session or boto3.session.Session()
     client = _clients(session, region)
     out: list[dict[str, Any]] = []
-    # what every candidate of this region asks alike is asked once per placement (gpucluster.shared_answers)
+    # what every candidate of this region asks alike is asked once per placement (gpucluster.plan.shared_answers)
     ident, row = shared(("aws", region, "identity"), lambda: _identity(client, region))
     if ident is None:
         return [row]

@@ -164,7 +164,7 @@ class NodeTransfer:
 
 def bucket_facts(url: str, session: Any = None, max_pages: int = 100) -> tuple[str | None, int | None]:
     """`Operations.bucket_facts`: (the bucket's region, bytes under the URL's prefix) for placement's egress
-    price (gpucluster.egress). GetBucketLocation answers a null LocationConstraint for us-east-1
+    price (gpucluster.plan.egress). GetBucketLocation answers a null LocationConstraint for us-east-1
     (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetBucketLocation.html); ListObjectsV2 lists
     1,000 keys a page (https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html), so
     past `max_pages` pages the size is not counted (None). An error is one line naming the bucket."""

@@ -1,5 +1,5 @@
 """`Operations.bucket_facts` for `gs://` URLs: the bucket's region and the bytes under the URL's prefix,
-for placement's egress price (gpucluster.egress), read with the caller's credentials through the
+for placement's egress price (gpucluster.plan.egress), read with the caller's credentials through the
 Cloud Storage JSON API (the same REST client as the preflight, `preflight.Google`).
 
 - `buckets.get` gives `location` upper-case ("US-CENTRAL1") and `locationType` "region",

@@ -144,7 +144,7 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
 def dry_run(spec: ClusterSpec, *, backend: Any, job: Any = None, launcher: Any = None) -> dict[str, Any]:
     """Resources under Pulumi mocks, the Kubernetes manifests, the plan notes and the estimate (+ text);
     `backend`: gcp's plugin (given by `plugin.dry_run`: this module does not import the plugin back)."""
-    from gpucluster import cost
+    from gpucluster.costing import cost
 
     notes = []
     if not spec.project:

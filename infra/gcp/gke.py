@@ -130,7 +130,7 @@ def object_account(cluster: Any, job: Any) -> tuple[str, str] | None:
     writes object storage (`--data gs://...`, `--output gs://...`): the cluster's outputs name them
     (the component binds the one to the other for Workload Identity). None when the job uses none;
     LaunchError when it does and the cluster was made without object access."""
-    from gpucluster.staging import staged_mounts
+    from gpucluster.watch.staging import staged_mounts
 
     urls = [m.src for m in staged_mounts(job) if m.remote] + ([str(job.output_dir)] if job.output_dir and
                                                                "://" in str(job.output_dir) else [])

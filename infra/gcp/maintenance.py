@@ -18,7 +18,7 @@ maintenance events"; the label and taint names as GKE's maintenance controller s
 
 `maintenance_notice` turns either into a `node_notice` record: an active maintenance at once, a
 scheduled one once its start is MAINTENANCE_LEAD_S away (the ranks keep training until then; the notice's
-save grace, `gpucluster.nodeloss.save_grace`, and the outputs copy fit in that lead). The metadata
+save grace, `gpucluster.watch.nodeloss.save_grace`, and the outputs copy fit in that lead). The metadata
 server's `maintenance-event` is seen only from inside the VM (a pod under Workload Identity reaches
 GKE's metadata server, not the VM's), so it is not read; the node labels are GKE's view of the same event.
 """

@@ -352,13 +352,13 @@ def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
 
 class SharedGets:
     """A client whose GETs (reads: quotas, networks, service accounts, buckets) are asked once per
-    placement (gpucluster.shared_answers): every zone of a region asks the same."""
+    placement (gpucluster.plan.shared_answers): every zone of a region asks the same."""
 
     def __init__(self, google: Any):
         self.google = google
 
     def get(self, url: str, params: Any = None) -> dict[str, Any]:
-        from gpucluster.shared_answers import shared
+        from gpucluster.plan.shared_answers import shared
 
         return shared(("gcp", "GET", url, repr(params)), lambda: self.google.get(url, params))
 
@@ -379,7 +379,7 @@ def checks(spec: Any, *, google: Any = None, billing: Any = None,
     project = need["project"]
     if not project:
         return [_check("gcp project", None, "not checked: no project resolved")]
-    from gpucluster.shared_answers import shared
+    from gpucluster.plan.shared_answers import shared
 
     google = SharedGets(google if google is not None else Google(credentials))
     out = list(shared(("gcp", project, "services"), lambda: check_services(google, project)))

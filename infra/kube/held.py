@@ -1,4 +1,4 @@
-"""A kept cluster on an existing Kubernetes cluster (`up --cloud kubernetes --name lab`, `gpucluster.held`): a
+"""A kept cluster on an existing Kubernetes cluster (`up --cloud kubernetes --name lab`, `gpucluster.lifecycle.held`): a
 namespace of a kubeconfig context held under a name, so that `exec` runs job after job there as `run` would,
 and `ssh` reaches a pod of the job running on it now.
 
@@ -21,7 +21,7 @@ from gpucluster.domain import Leftover
 
 
 def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
-    from gpucluster.launch import JobSpec
+    from gpucluster.watch.launch import JobSpec
 
     from .limits import job_pod
 

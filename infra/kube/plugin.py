@@ -31,7 +31,7 @@ class KubeLauncher(KubernetesLauncher):
 
     def describe(self, spec: Any, job: Any) -> list[str]:
         """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
-        preflight to ask for the Secret permissions too (describe comes first: `gpucluster.prepare`)."""
+        preflight to ask for the Secret permissions too (describe comes first: `gpucluster.lifecycle.prepare`)."""
         self.namespace = str(spec.option("namespace") or self.namespace)
         self.provider.secrets = bool(job.secrets)
         lines = super().describe(spec, job)
@@ -138,10 +138,10 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
 def held_down(name: str, runs: Mapping[str, Record]) -> Check:
     """A kept cluster (`up --cloud kubernetes --name`, a `host` row): every object of its namespace labelled
     with the cluster's name and this home's owner, whatever run made it, deleted and read back."""
-    from gpucluster.held import HOST_KIND
+    from gpucluster.lifecycle.held import HOST_KIND
     from gpucluster.infra.kubernetes.api import KubeApi, Retry
     from gpucluster.infra.kubernetes.gone import NAMESPACED
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     from . import access
     from .cleanup import kinds_of

@@ -1,8 +1,8 @@
-"""The `check` phase on gcp (docs/recovery.md): gpucluster/node_check.py in every pod, judged by
-`gpucluster.health` as on the other backends.
+"""The `check` phase on gcp (docs/recovery.md): gpucluster/node/node_check.py in every pod, judged by
+`gpucluster.watch.health` as on the other backends.
 
 A pod exists only once the Job does, so the check, like staging (`stage`), is part of the run:
-`PodChecker` is the `stage` of `gpucluster.supervisor.NodeSupervisor.run`, in front of the stager
+`PodChecker` is the `stage` of `gpucluster.watch.supervisor.NodeSupervisor.run`, in front of the stager
 when there is one. Every rank's argv waits for `plan.STAGED_FILE` before anything of the job
 (setup, torchrun). Once every pod's training container runs and the pod has an address
 (`status.podIP`, empty until one is allocated: Kubernetes API reference, PodStatus), node_check.py
@@ -10,14 +10,14 @@ when there is one. Every rank's argv waits for `plan.STAGED_FILE` before anythin
 one that holds the node's GPUs), all at once: node 0's pod hosts the check's TCP store on the
 rendezvous port + 1 (its own network namespace: nothing else there uses it) and every process group
 binds its own pod's address. What each prints comes back on the exec stream and is read, judged and
-recorded by `gpucluster.health.run` on a thread of its own; its records reach the run's events from
+recorded by `gpucluster.watch.health.run` on a thread of its own; its records reach the run's events from
 `poll`, on the supervisor's thread. Then:
 
 - every node passed: the stager goes on (it makes the staged file), or the staged file is made in
   every pod here, and the job starts;
 - a node failed: the run fails before anything of the job started, naming each bad node and its pod
   (`health check failed: node 1 (pod NAME): ...`), each with a `node_lost` record (cause `health`:
-  the recovery loop provisions again, gpucluster/recovery.py); a pod lost during the check (deleted,
+  the recovery loop provisions again, gpucluster/lifecycle/recovery.py); a pod lost during the check (deleted,
   preempted) is named as lost.
 
 Stopping (`cancel`) closes the exec streams and ends what may still run of the check in each pod
@@ -40,7 +40,7 @@ from .plan import CHECK_FILE, MOUNT, RUN_DIR, STAGED_FILE, Plan
 ADDRESS_WAIT_S = 15.0  # how long every pod may run without its address before its DNS name is used
 
 class _ExecProc:
-    """What `gpucluster.health` reads of a node's check program (a `subprocess.Popen`'s `stdout`,
+    """What `gpucluster.watch.health` reads of a node's check program (a `subprocess.Popen`'s `stdout`,
     `poll`, `returncode`), over one exec stream: its stdout and stderr on one pipe, as a node's
     merged output; the exit status once the stream has ended (-1 when Kubernetes gave none)."""
 
@@ -185,7 +185,7 @@ class PodChecker:
 
     # -- the check, on its own thread -------------------------------------------------------------
     def _check(self) -> None:
-        from gpucluster import health
+        from gpucluster.watch import health
 
         names = {r: self.pods.pod_names[r] for r in range(self.plan.nodes)}
         ips = {r: self.pods.ips.get(r) or self.plan.hosts[r] for r in range(self.plan.nodes)}

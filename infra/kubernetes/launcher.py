@@ -8,7 +8,7 @@ Model (the `job` launcher, the default):
 
 - a **ConfigMap** `<name>` carries the built-in workloads (`gpucluster/workloads/*.py`), a tiny
   standard-library entry script and `argv.json`, the torchrun argv of every node rank built with
-  `gpucluster.launch.torchrun_argv` (so the c10d flags, `is_host` on rank 0 and the run id are the
+  `gpucluster.watch.launch.torchrun_argv` (so the c10d flags, `is_host` on rank 0 and the run id are the
   same as on the other backends). It is mounted read-only at `/gpucluster`.
 - a **headless Service** `<name>` (clusterIP None, `publishNotReadyAddresses`) gives every pod a
   stable DNS name `<name>-<index>.<name>`; pod 0's name is the rendezvous endpoint.
@@ -28,7 +28,7 @@ Kubeflow Trainer v2 **TrainJob** on the `torch-distributed` ClusterTrainingRunti
 Trainer makes a JobSet, the JobSet an Indexed Job and a headless Service; see `infra.kubernetes.trainjob`).
 
 The launcher lists the job's pods every `poll_interval` seconds, streams each pod's log as soon as
-its container runs, feeds every line (node rank attached) to `gpucluster.supervisor.NodeSupervisor`
+its container runs, feeds every line (node rank attached) to `gpucluster.watch.supervisor.NodeSupervisor`
 (the same metrics parser, tails, fail-fast and deadline as the local and ssh launchers), and when
 the run ends, fails, times out or is interrupted deletes everything it created (Job with
 Foreground propagation, so its pods go too; Service; ConfigMap).
@@ -65,9 +65,9 @@ from typing import Any, Mapping
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.events import RunEvents
-from gpucluster.launch import JobResult, JobSpec, Launcher
-from gpucluster.staging import staged_mounts
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.watch.launch import JobResult, JobSpec, Launcher
+from gpucluster.watch.staging import staged_mounts
+from gpucluster.watch.supervisor import NodeSupervisor
 
 from .platform import GENERIC, Platform
 from .stage import PodStager, ensure_service_account, object_transfer, uses_objects
@@ -167,7 +167,7 @@ class KubernetesLauncher(Launcher):
         return list(plan.notes)
 
     def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        from gpucluster.jobenv import secret_values
+        from gpucluster.plan.jobenv import secret_values
 
         secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
         account = self.platform.object_account(cluster, job)
@@ -200,7 +200,7 @@ class KubernetesLauncher(Launcher):
         if mounts:  # hashed here, before anything is created: an unreadable file fails now
             lay_back = None
             if job.resume_files and job.resume is not None and plan.code:  # --resume: the script's own files
-                from gpucluster.launch import resume_record
+                from gpucluster.watch.launch import resume_record
 
                 from .plan import RUN_DIR, staged_rel
 

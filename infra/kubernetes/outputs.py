@@ -11,9 +11,9 @@ every exec goes to it (`Plan.exec_container`). Here:
   `--max-minutes` or Ctrl-C.
 - `collect`: one fresh pod listing, then for every node whose container ran: `PACK` (a
   standard-library tar writer, run with the image's python) streams the output folder, unpacked here
-  by `gpucluster.outputs.extract_stream` (only regular files and folders inside `node-N`; absolute
+  by `gpucluster.watch.outputs.extract_stream` (only regular files and folders inside `node-N`; absolute
   names, `..`, links and devices are refused and named); with a shipped script, what the job wrote
-  in its working folder (`gpucluster/workdir.py`, shipped in the ConfigMap) the same way into
+  in its working folder (`gpucluster/node/workdir.py`, shipped in the ConfigMap) the same way into
   `workdir/node-N`; then `collected` is made. A pod that is gone, terminating or ended gets the
   verdict failed, with why.
 """
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
+from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
 from .plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, RUN_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
 
@@ -247,10 +247,10 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
 
 def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[int, int, list[str]]:
     """What the job wrote in its working folder (CODE_DIR) in the pod, into `dest`, chosen there by
-    gpucluster/workdir.py (shipped in the ConfigMap): files newer than SHIPPED_MARK, outside the --data
+    gpucluster/node/workdir.py (shipped in the ConfigMap): files newer than SHIPPED_MARK, outside the --data
     and --resume folders, within --collect patterns and the size limit. (files, bytes, problems), as the
     ssh launcher's copy (`infra/ssh/workdir_copy.py`)."""
-    from gpucluster.outputs import named, remove_if_empty, workdir_args, workdir_problems
+    from gpucluster.watch.outputs import named, remove_if_empty, workdir_args, workdir_problems
 
     args = workdir_args(job, CODE_DIR, SHIPPED_MARK)
     got = _receive(api, plan, pod, ["python", f"{MOUNT}/workdir.py", *args], dest)
@@ -275,10 +275,10 @@ def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[
 
 
 def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: Any) -> tuple[int, int, list[str]]:
-    """`--output gs://...`: what the job wrote in its working folder (chosen by gpucluster/workdir.py as for
+    """`--output gs://...`: what the job wrote in its working folder (chosen by gpucluster/node/workdir.py as for
     a copy home) uploaded by the pod itself to `where` (URL/RUN_ID/workdir/node-N), through a folder of
     hard links beside the working folder. (files, bytes, problems), as `copy_workdir`."""
-    from gpucluster.outputs import WORKDIR_STAGE, workdir_args, workdir_push_script, workdir_pushed
+    from gpucluster.watch.outputs import WORKDIR_STAGE, workdir_args, workdir_push_script, workdir_pushed
 
     who = f"pod {pod}"
     if objects is None:
@@ -313,7 +313,7 @@ def _read_all(client: Any) -> tuple[bytes, int | None, bytes]:
 def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
     """`--output gs://...`: the pod uploads its output folder to `where` itself, with its own
     credentials (the backend's node transfer program, `objects.script(..., "push", ...)`)."""
-    from gpucluster.outputs import pushed
+    from gpucluster.watch.outputs import pushed
 
     who = f"node {rank} (pod {pod})"
     if objects is None:
@@ -370,7 +370,7 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
                 "running, so its output folder cannot be read"))
         got = push_pod(api, plan, rank, name, target, objects) if url else copy_pod(api, plan, rank, name, target)
         if plan.code and job is not None:  # what the job wrote beside its script
-            from gpucluster.outputs import add_workdir, workdir_dest, workdir_url
+            from gpucluster.watch.outputs import add_workdir, workdir_dest, workdir_url
 
             add_workdir(got, *(push_workdir(api, plan, name, job, workdir_url(url, plan.run_id, rank), objects)
                                if url else copy_workdir(api, plan, name, job, workdir_dest(dest, rank))))

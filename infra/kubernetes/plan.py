@@ -1,7 +1,7 @@
 """The plan of a Kubernetes run: what each pod runs and what the ConfigMap carries.
 
 `plan_job(cluster, job, ...) -> Plan`: the torchrun argv of every node rank (built with
-`gpucluster.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
+`gpucluster.watch.launch.torchrun_argv`, so the c10d flags, `is_host` on rank 0 and the run id are the
 same as on the other backends, with c10d timeouts above the start deadline), the files mounted at
 `/gpucluster` (the built-in workloads, the user's script folder, built-in data, the standard-library
 entry script `pod_entry.py` that picks its argv by node rank and runs torchrun, waiting for the
@@ -23,9 +23,9 @@ from typing import Any, Iterable
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
-from gpucluster.launch import JobSpec, node_env, program_args, torchrun_argv
-from gpucluster import workdir as workdir_module
-from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+from gpucluster.watch.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster.node import workdir as workdir_module
+from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
 from .platform import GENERIC, Platform
 from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group, then SIGKILL
@@ -74,7 +74,7 @@ CODE_DIR, SHIPPED_MARK = f"{RUN_DIR}/code", f"{RUN_DIR}/shipped"
 # The pod's second container (pod_keeper.py): keeps the pod running for exec once torchrun has ended,
 # so the training container's status gives the node's exit code; every exec goes to it.
 KEEPER = "gpucluster"
-# --setup: each rank's argv is `gpucluster.staging.setup_wrapped` around torchrun (the same wrapper,
+# --setup: each rank's argv is `gpucluster.watch.staging.setup_wrapped` around torchrun (the same wrapper,
 # records and wording as on ssh/local); it waits for this file, made by the launcher through exec
 # once every pod's setup_end record said rc 0. The emptyDir at RUN_DIR is mounted for it.
 SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
@@ -83,7 +83,7 @@ SETUP_GO_FILE = f"{CONTROL_DIR}/{GO_FILE}"
 # through a content-addressed cache on the GPU node itself (a hostPath volume, so a rerun on a kept
 # cluster sends only what that node lacks); each rank's argv waits for STAGED_FILE first.
 STAGED_FILE = f"{CONTROL_DIR}/staged"
-# the health check (gpucluster/node_check.py), shipped in the ConfigMap as MOUNT/CHECK_FILE (check)
+# the health check (gpucluster/node/node_check.py), shipped in the ConfigMap as MOUNT/CHECK_FILE (check)
 CHECK_FILE = "node_check.py"
 CACHE_MOUNT = "/gpucluster-cache"
 CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (COS: /var is writable)
@@ -184,10 +184,10 @@ def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
 
 
 def _folder_files(folder: Path) -> tuple[list[Path], int, int]:
-    """The script folder's files that go into the ConfigMap (`gpucluster.shipping`: .gitignore and
+    """The script folder's files that go into the ConfigMap (`gpucluster.plan.shipping`: .gitignore and
     .gpuclusterignore honoured; here also hidden files and links left out), how many the ignore
     files left out, and their size in bytes as listed."""
-    from gpucluster.shipping import shipment
+    from gpucluster.plan.shipping import shipment
 
     ship = shipment(folder, skip_hidden=True)
     kept = [e for e in ship.entries if not e.link]
@@ -364,7 +364,7 @@ def plan_job(
     if code and (collects or job.resume_files):  # chooses what the job wrote (copy back); --resume's lay-back
         files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
     if checks:
-        from gpucluster.health import PROGRAM as CHECK_PROGRAM
+        from gpucluster.watch.health import PROGRAM as CHECK_PROGRAM
 
         files.append((CHECK_FILE, CHECK_FILE, CHECK_PROGRAM.read_text()))
     files += _workload_files() + data_files + user_files + list(extra_files)
@@ -383,7 +383,7 @@ def plan_job(
     identity = f" ({platform.identity})" if platform.identity else ""
     labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
               JOB_LABEL: name}
-    if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
+    if job.owner:  # the home that started it (gpucluster.lifecycle.ownership), as on every cloud resource
         labels["gpucluster-owner"] = job.owner
     if platform.shared:  # others use the namespace too: `ssh` finds this cluster's pods by it (connect.py)
         labels[CLUSTER_LABEL] = dns_name(str(cluster.name), 63)

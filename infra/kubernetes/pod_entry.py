@@ -8,7 +8,7 @@ python, standard library only. It picks this node's argv from argv.json (beside 
 - With GPUCLUSTER_CODE_DIR (a user's script folder was shipped, read-only, at /gpucluster/user): the
   folder is copied there first (the pod's run folder, an emptyDir), the file GPUCLUSTER_SHIPPED_MARK
   is made, and the command runs from there, so the script's relative paths work and what it writes
-  beside itself can be copied back (files newer than the mark: gpucluster/workdir.py).
+  beside itself can be copied back (files newer than the mark: gpucluster/node/workdir.py).
 - Without a control folder (GPUCLUSTER_CONTROL_DIR) it execs the argv.
 - With one the argv runs as a child in its own process group: a file `stop` there (made by the
   launcher through the exec API) stops it (SIGTERM, then SIGKILL after STOP_GRACE_S, or after the

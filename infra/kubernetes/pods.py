@@ -23,7 +23,7 @@ import time
 from typing import Any, Generator, Iterable, Iterator
 
 from gpucluster.errors import LaunchError
-from gpucluster.supervisor import NodeSupervisor
+from gpucluster.watch.supervisor import NodeSupervisor
 
 from .api import KubeApi, Retry, _is_api_error, _status, backoff, transient
 from .manifests import rank_of
@@ -133,7 +133,7 @@ class _Pods:
         self.failing_since: float | None = None  # the first of the listings failing now
         self.failures = 0
         self.pending: dict[int, str] = {}  # rank -> why its pod is not scheduled (no GPU node free, ...)
-        self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/nodeloss.py)
+        self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/watch/nodeloss.py)
         self.ips: dict[int, str] = {}  # rank -> its pod's address (status.podIP: empty until one is allocated)
         self.nodes: dict[int, str] = {}  # rank -> the node its pod was bound to (spec.nodeName)
         self.notices: Any = None  # a notices.NodeNotices: the provider's notice that it takes a node back

@@ -2,12 +2,12 @@
 the pod runs (its argv waits for `plan.STAGED_FILE` before setup and torchrun).
 
 A pod exists only once the Job does, so staging is not a step before the launch (as over ssh) but
-part of the run: `PodStager` is the `stage` of `gpucluster.supervisor.NodeSupervisor.run`. Asked
+part of the run: `PodStager` is the `stage` of `gpucluster.watch.supervisor.NodeSupervisor.run`. Asked
 every loop (`poll`), it starts one thread for each pod whose container is running; the run's phase
 is `stage` until every pod is staged. For one pod:
 
 1. local folders (`--data DIR`, `--resume`) go through the same content-addressed cache program
-   as over ssh (`gpucluster.staging.STAGE_PY`), here with the cache on the GPU node's own disk (a
+   as over ssh (`gpucluster.watch.staging.STAGE_PY`), here with the cache on the GPU node's own disk (a
    hostPath volume at `plan.CACHE_MOUNT`): the pod answers which sha256 it lacks, a tar of only
    those files goes to its stdin, and it lays each folder out at `RUN_DIR/DEST` (beside a shipped
    script, `RUN_DIR/code/DEST`: `plan.staged_rel`) (copies: a hard
@@ -18,7 +18,7 @@ is `stage` until every pod is staged. For one pod:
    credentials (`launcher.objects`, the backend's node transfer program, run by `sh -c`).
 3. `--resume` with a shipped script (`lay_back`): once the entry script has laid the script's folder
    down and made its mark, the resumed run's working-folder files (staged under resume/) are copied
-   into the pod's working folder (`gpucluster/workdir.py --lay-back`, as over ssh), with a
+   into the pod's working folder (`gpucluster/node/workdir.py --lay-back`, as over ssh), with a
    `resume_files` record.
 4. the staged file is made; the pod's wrapper goes on.
 
@@ -37,8 +37,8 @@ import time
 from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError
-from gpucluster.launch import JobSpec
-from gpucluster.staging import STAGE_KIND, DataMount, manifest, staged_mounts
+from gpucluster.watch.launch import JobSpec
+from gpucluster.watch.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 
 from .api import KubeApi, _is_api_error, _status
 from .manifests import kube_models
@@ -201,7 +201,7 @@ class PodStager:
             client.close()
 
     def _stage(self, pod: str) -> dict[str, Any]:
-        from gpucluster.staging import STAGE_PY
+        from gpucluster.watch.staging import STAGE_PY
 
         start = time.monotonic()
         rec: dict[str, Any] = {"kind": STAGE_KIND, "files": sum(len(fs) for fs in self.files),
@@ -256,7 +256,7 @@ class PodStager:
 
     def _lay_back(self, pod: str) -> dict[str, Any]:
         """--resume: the resumed run's working-folder files (staged under resume/) copied into the pod's
-        working folder, as on ssh (gpucluster/workdir.py --lay-back). Only once the entry script has laid
+        working folder, as on ssh (gpucluster/node/workdir.py --lay-back). Only once the entry script has laid
         the shipped folder down and made its mark (it runs beside the staging), so the files are the
         job's own (newer than the mark: they come back with this run too); bounded by LAY_BACK_WAIT_S."""
         import shlex

@@ -1,4 +1,4 @@
-"""A kept local cluster (`up --cloud local --nodes N`, `gpucluster.held`): N "nodes" of this machine
+"""A kept local cluster (`up --cloud local --nodes N`, `gpucluster.lifecycle.held`): N "nodes" of this machine
 held under a name, so that `exec` runs job after job on them as on a kept cloud cluster.
 
 - `hold(launcher, cluster)`: the nodes' Python is asked once (it runs and finds torch, as before a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucluster.launch import JobSpec
+from gpucluster.watch.launch import JobSpec
 
 from .launch import LocalLauncher, check_python
 from .provider import LocalProvider

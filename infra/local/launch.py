@@ -18,16 +18,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpucluster.control import give_keys, new_keys
+from gpucluster.watch.control import give_keys, new_keys
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
-from gpucluster.launch import (JobResult, JobSpec, Launcher, agent_boot, node_env, program_args,
+from gpucluster.watch.launch import (JobResult, JobSpec, Launcher, agent_boot, node_env, program_args,
                                resume_record, torchrun_argv)
-from gpucluster.nodeloss import killed_why
-from gpucluster.procs import terminate_groups
-from gpucluster.supervisor import NodeSupervisor
-from gpucluster.procs import kill_run_processes, piped, run_processes
-from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+from gpucluster.watch.nodeloss import killed_why
+from gpucluster.watch.procs import terminate_groups
+from gpucluster.watch.supervisor import NodeSupervisor
+from gpucluster.watch.procs import kill_run_processes, piped, run_processes
+from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 from gpucluster.infra.ssh.ship import user_program
 
 
@@ -128,8 +128,8 @@ def python_env(python: str, path: str) -> dict[str, str]:
 
 def reaper_argv(python: str, grace: float, keyed: bool = False) -> list[str]:
     """`python reaper.py --grace G [--keyed] --`: the node supervisor's command line (`--keyed`: it
-    reads the node's keys on its stdin, gpucluster.control)."""
-    from gpucluster import reaper
+    reads the node's keys on its stdin, gpucluster.watch.control)."""
+    from gpucluster.node import reaper
 
     return [python, reaper.__file__, "--grace", f"{reaper.nested_grace(grace):g}", *(["--keyed"] if keyed else []),
             "--"]
@@ -161,7 +161,7 @@ class LocalLauncher(Launcher):
         self._work: dict[str, dict[int, Path]] = {}  # run id -> node rank -> run folder (nodes/node-N)
 
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list:
-        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
+        from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
 
         if not job.output_dir:  # the lifecycle collects only a job that has an output folder
             return []
@@ -225,10 +225,10 @@ class LocalLauncher(Launcher):
 
     def _launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         nnodes = len(cluster.nodes)
-        from gpucluster.jobenv import secret_values
+        from gpucluster.plan.jobenv import secret_values
 
         secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
-        if job.check is not None:  # the health check (gpucluster/health.py), before anything else starts
+        if job.check is not None:  # the health check (gpucluster/watch/health.py), before anything else starts
             self._check(cluster, job, events, Path(log_dir))
         if job.threads_per_proc is None:
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
@@ -242,7 +242,7 @@ class LocalLauncher(Launcher):
                 for rank, d in work.items():
                     _lay_down(job, code_dir, d)
                     if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
-                        from gpucluster.workdir import lay_back
+                        from gpucluster.node.workdir import lay_back
 
                         try:
                             files, nbytes = lay_back(os.path.join(job.resume.src, job.resume_files[0]), str(d / "code"))
@@ -257,7 +257,7 @@ class LocalLauncher(Launcher):
         # --setup: the nodes wait for this file (created once every node's setup succeeded)
         go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
         go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
-        # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.control)
+        # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.watch.control)
         keys = new_keys(n.rank for n in cluster.nodes)
         supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True,
                                     keys=keys)
@@ -302,7 +302,7 @@ class LocalLauncher(Launcher):
                                      store_on_head=False, boot=boot)
                 cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
                 # torchrun runs under the node supervisor: a child subreaper that stops whatever
-                # the job leaves behind, re-parented daemons included (see gpucluster/reaper.py).
+                # the job leaves behind, re-parented daemons included (see gpucluster/node/reaper.py).
                 argv = reaper_argv(self.own_python, self.grace, keyed=True) + setup_wrapped(
                     argv, job.setup, go_file, keyed=True)
                 env = dict(os.environ)
@@ -368,7 +368,7 @@ class LocalLauncher(Launcher):
     def _check(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> None:
         """Every node's health check at once: node_check.py with the nodes' Python, node i's GPUs
         only, gloo (or NCCL) over 127.0.0.1; HealthCheckFailed names each bad node."""
-        from gpucluster import health
+        from gpucluster.watch import health
         from gpucluster.events import Phase
 
         check = job.check
@@ -416,15 +416,15 @@ def _visible(cluster, rank: int) -> str:
     return ",".join(str(first + i) for i in range(cluster.gpus_per_node))
 
 
-SHIPPED = "shipped"  # the shipped list, written once a node's folder is laid down (gpucluster/workdir.py)
+SHIPPED = "shipped"  # the shipped list, written once a node's folder is laid down (gpucluster/node/workdir.py)
 
 
 def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
     """A node's run folder: `code/` a copy of what is shipped of the script's folder (as on ssh:
-    `gpucluster.shipping`, .gitignore and .gpuclusterignore honoured; links copied as links), each
+    `gpucluster.plan.shipping`, .gitignore and .gpuclusterignore honoured; links copied as links), each
     --data/--resume DEST a link to its SRC, then the `shipped` mark."""
     from gpucluster.errors import UsageError
-    from gpucluster.shipping import shipment
+    from gpucluster.plan.shipping import shipment
 
     ship = shipment(code_dir, exclude=[node_dir])  # e.g. GPUCLUSTER_HOME inside the script's folder
     try:
@@ -448,7 +448,7 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(os.path.abspath(m.src), target_is_directory=True)
-        from gpucluster.workdir import shipped_list
+        from gpucluster.node.workdir import shipped_list
 
         # the shipped list (size, content): what differs from it later is the job's, whatever its mtime
         (node_dir / SHIPPED).write_text(shipped_list(str(code), [e.rel for e in ship.entries if not e.link]))
@@ -458,9 +458,9 @@ def _lay_down(job: JobSpec, code_dir: Path, node_dir: Path) -> None:
 
 def _copy_workdir(job: JobSpec, node_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """What the node's job wrote in its working folder, copied to `dest` (same choice as on ssh:
-    `gpucluster/workdir.py`): (files, bytes, problems)."""
-    from gpucluster.outputs import make_dest, remove_if_empty, workdir_args, workdir_problems
-    from gpucluster.workdir import DEFAULT_LIMIT, read_marker, select
+    `gpucluster/node/workdir.py`): (files, bytes, problems)."""
+    from gpucluster.watch.outputs import make_dest, remove_if_empty, workdir_args, workdir_problems
+    from gpucluster.node.workdir import DEFAULT_LIMIT, read_marker, select
 
     args = workdir_args(job, str(node_dir / "code"), str(node_dir / SHIPPED))
     skip = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]

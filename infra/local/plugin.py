@@ -6,7 +6,7 @@ from typing import Mapping
 
 from gpucluster.domain import Check, Provider
 from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
-from gpucluster.procs import kill_run_processes
+from gpucluster.watch.procs import kill_run_processes
 
 from . import TRAITS
 from .catalog import gpus_present, validate_spec
@@ -22,7 +22,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     """A crashed run's stray processes are killed first (this home's: by run id AND owner, so another
     home's processes on this machine are never touched) and its node folders removed; then each
     run's processes and folders are looked for."""
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     import shutil
 

@@ -31,8 +31,8 @@ class LocalProvider(Provider):
             return Check(unchecked=(f"processes of cluster {name!r}: no run id to look for",))
         import psutil
 
-        from gpucluster.ownership import installation_id
-        from gpucluster.procs import run_processes
+        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.watch.procs import run_processes
 
         out = []
         for p in run_processes(run_id, installation_id()):  # this home's: by run id AND owner

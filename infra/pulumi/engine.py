@@ -42,8 +42,8 @@ from gpucluster.infra.pulumi.state import secrets_provider
 from gpucluster.infra.pulumi.cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
 from gpucluster.infra.pulumi.events import EventBridge, capacity_error, command_text, last_error_line
 from gpucluster.infra.contract import Provisioner
-from gpucluster.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
-from gpucluster.owner import owner_lock
+from gpucluster.lifecycle.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
+from gpucluster.lifecycle.owner import owner_lock
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Small JSON objects kept beside the Pulumi state, under `<state URL>/.gpucluster/` (a team's budget
-and its members' spend records: gpucluster/teambudget.py). Pulumi's own backend keeps its files
+and its members' spend records: gpucluster/costing/teambudget.py). Pulumi's own backend keeps its files
 under `.pulumi/` of the same URL ("State and backends", Pulumi docs) and reads nothing else there.
 
 `open_store(url)` gives a store of the state URL's kind, each with the same four calls: `put(name,

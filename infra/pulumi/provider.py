@@ -73,7 +73,7 @@ class PulumiProvider(Provider):
                  cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None,
                  terminate: Callable[[list[Leftover]], list[str]] | None = None):
         self.plugin = plugin
-        self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
+        self._ownership = ownership  # gpucluster.lifecycle.ownership.Ownership: what is ours to delete (default: this home's)
         self.provisioner = plugin.needs_provisioner()
         self.cloud = plugin.name
         # the backend's checks of a spec against the cloud (aws: quota, AMI, a launch dry run); a
@@ -133,7 +133,7 @@ class PulumiProvider(Provider):
     @property
     def ownership(self) -> Any:
         if self._ownership is None:
-            from gpucluster.ownership import Ownership
+            from gpucluster.lifecycle.ownership import Ownership
 
             self._ownership = Ownership.here()
         return self._ownership
@@ -147,7 +147,7 @@ class PulumiProvider(Provider):
         owner as its tags record it. A scan that cannot run refuses nothing (the run's own checks say
         why soon enough); resources of ours under the name are `up`'s to update, or to remove first
         when no stack holds them (`_remove_orphans`)."""
-        from gpucluster.ownership import describe_owner
+        from gpucluster.lifecycle.ownership import describe_owner
 
         self._remember(spec.name, spec.to_dict())
         try:
@@ -337,7 +337,7 @@ class PulumiProvider(Provider):
         out, leaves the rest to the destroy and the checks after it."""
         import time as _time
 
-        from gpucluster.owner import owner_lock
+        from gpucluster.lifecycle.owner import owner_lock
 
         kinds, terminate = self.provisioner.terminate_kinds, self._terminate_fn()
         clock, sleep = self._clock or _time.monotonic, self._sleep or _time.sleep
@@ -425,7 +425,7 @@ class PulumiProvider(Provider):
             return
         owner = marks.get("gpucluster-owner")
         if owner and owner != self.ownership.owner:
-            from gpucluster.ownership import STACK_TAG
+            from gpucluster.lifecycle.ownership import STACK_TAG
 
             who = f"{marks.get('gpucluster-user', '?')}@{marks.get('gpucluster-host', '?')}"
             what = f"standalone stack {marks[STACK_TAG]}" if marks.get(STACK_TAG) else f"stack {name}"
@@ -494,6 +494,6 @@ class PulumiProvider(Provider):
 
 
 def _not_ours_lines(check: Check) -> list[str]:
-    from gpucluster.ownership import not_ours_line
+    from gpucluster.lifecycle.ownership import not_ours_line
 
     return [not_ours_line(lo) for lo in check.not_ours]

@@ -67,7 +67,7 @@ def chosen() -> tuple[str | None, str]:
     env = os.environ.get(STATE_ENV, "").strip()
     if env:
         return parse_state(env, STATE_ENV), STATE_ENV
-    from gpucluster.userconfig import config_path, load_config
+    from gpucluster.plan.userconfig import config_path, load_config
 
     configured = load_config().top.get("state")  # the user config file (docs/tasks.md)
     if configured:

@@ -133,7 +133,7 @@ def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh
                 clients.append(p)
         except psutil.Error:
             continue
-    from gpucluster.procs import kill_processes
+    from gpucluster.watch.procs import kill_processes
 
     survivors = kill_processes(clients, grace=2.0)
     shutil.rmtree(control_dir, ignore_errors=True)

@@ -3,7 +3,7 @@
 - `check_nodes`: the `check` phase: `node_check.py` (shipped in the job bundle) on every node at
   once over the run's ssh connections, its process group's store on the head (a free port near the
   rendezvous port, found by node_port.py), each node bound to its private address; judged by
-  gpucluster/health.py.
+  gpucluster/watch/health.py.
 - `ssh_lost`: why a node's ssh session that ended is a lost node: 255 (the session was cut: the
   host stopped answering within the keep-alive, ServerAliveInterval=5 x ServerAliveCountMax=3, or
   its sshd went away) or the shell's 137 (its agent killed by SIGKILL).
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import Phase, RunEvents
-from gpucluster.launch import JobSpec
-from gpucluster.nodeloss import killed_why, lost_record
+from gpucluster.watch.launch import JobSpec
+from gpucluster.watch.nodeloss import killed_why, lost_record
 
 from .session import node_label, sh
 
@@ -77,7 +77,7 @@ def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str, key_va
     """`cmd` (a node's job, as sh text) with the launcher's watcher beside it: a node program shipped
     in the job bundle (e.g. infra/aws/node_notice.py, which reports an interruption notice on the
     node's output), started first, stopped once the job has ended; the job's exit status is kept.
-    `key_var`: the shell variable holding the watcher's key (gpucluster/control.py), given to it as
+    `key_var`: the shell variable holding the watcher's key (gpucluster/watch/control.py), given to it as
     one line on its stdin (never on its command line)."""
     if not watcher:
         return cmd
@@ -110,7 +110,7 @@ def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int,
 
 def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: JobSpec, events: RunEvents,
                 dirs: dict[int, str], log_dir: Path) -> None:
-    from gpucluster import health
+    from gpucluster.watch import health
 
     check = job.check
     if check is None:

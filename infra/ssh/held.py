@@ -1,4 +1,4 @@
-"""A kept ssh cluster (`up --cloud ssh --hosts ...`, `gpucluster.held`): the ready check `up` runs
+"""A kept ssh cluster (`up --cloud ssh --hosts ...`, `gpucluster.lifecycle.held`): the ready check `up` runs
 once, and the rows `down` cleans the hosts with.
 
 - `hold(launcher, cluster)`: every host asked once (the launcher's readiness probe: reachable with
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpucluster.held import HOST_KIND, not_ready
+from gpucluster.lifecycle.held import HOST_KIND, not_ready
 
 from .launch import SshLauncher
 from .runfolder import remove_run_folder
@@ -90,7 +90,7 @@ class HeldSshLauncher(SshLauncher):
     def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
         """Kill what run `run_id` left on the hosts and remove its run folder; what is still there
         after (`leftovers`: an unreachable host is an "unverified" leftover, so exec refuses)."""
-        from gpucluster.ownership import installation_id
+        from gpucluster.lifecycle.ownership import installation_id
 
         check_run_id(run_id)
         owner = installation_id()

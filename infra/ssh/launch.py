@@ -37,18 +37,18 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from gpucluster.control import give_keys, new_keys
+from gpucluster.watch.control import give_keys, new_keys
 from gpucluster.errors import ConfigError, LaunchError
-from gpucluster.reaper import nested_grace
+from gpucluster.node.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
-from gpucluster.jobenv import env_line, secret_values
-from gpucluster.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
-from gpucluster.supervisor import NODE_EXIT_SH, NodeSupervisor
-from gpucluster.procs import piped
+from gpucluster.plan.jobenv import env_line, secret_values
+from gpucluster.watch.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.watch.supervisor import NODE_EXIT_SH, NodeSupervisor
+from gpucluster.watch.procs import piped
 
-from gpucluster.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
-from gpucluster.health import HealthCheckFailed
+from gpucluster.watch.health import HealthCheckFailed
 
 from .health import PhaseNoted, check_nodes, free_port, report_unreachable, ssh_lost, stop_local, watched
 from .remote import RESOLVE_PYTHON
@@ -236,7 +236,7 @@ class SshLauncher(NodeAccess, Launcher):
                 if node.rank not in todo:
                     continue
                 if res is None:
-                    from gpucluster.outputs import FAILED, NodeOutputs
+                    from gpucluster.watch.outputs import FAILED, NodeOutputs
 
                     res = NodeOutputs(node.rank, str(dest / f"node-{node.rank}"), FAILED, detail=err)
                 results.append(res)
@@ -251,7 +251,7 @@ class SshLauncher(NodeAccess, Launcher):
 
     def _copy_node(self, held: _Held, job: JobSpec, node: Any, dest: Path) -> Any:
         """A node's output folder, then (a user's command) what the job wrote in its working folder."""
-        from gpucluster.outputs import add_workdir, workdir_args, workdir_dest
+        from gpucluster.watch.outputs import add_workdir, workdir_args, workdir_dest
 
         res = held.session.copy_outputs(node, held.out_dirs[node.rank], dest / f"node-{node.rank}")
         cwd = held.cwds.get(node.rank)
@@ -442,7 +442,7 @@ class SshLauncher(NodeAccess, Launcher):
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
         user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv
-        keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.control)
+        keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.watch.control)
         supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys,
                                     grace=self.grace)
         procs: dict[int, subprocess.Popen] = {}

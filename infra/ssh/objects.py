@@ -70,8 +70,8 @@ def pull(session: Any, job: Any, pairs: dict[int, Sequence[tuple[str, str]]]) ->
 
 def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_id: str) -> list:
     """Every node in `todo` uploads its output folder to URL/RUN_ID/node-N/. One
-    `gpucluster.outputs.NodeOutputs` per node: complete, partial (which files failed) or failed."""
-    from gpucluster.outputs import FAILED, NodeOutputs, pushed
+    `gpucluster.watch.outputs.NodeOutputs` per node: complete, partial (which files failed) or failed."""
+    from gpucluster.watch.outputs import FAILED, NodeOutputs, pushed
 
     objects = session.launcher.objects
     base = url.rstrip("/")

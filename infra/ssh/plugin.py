@@ -10,7 +10,7 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 
 from . import TRAITS
 from .cleanup import clean_recorded_hosts
-from gpucluster.held import HOST_KIND
+from gpucluster.lifecycle.held import HOST_KIND
 
 from .held import HeldSshLauncher, hold, host_run_rows, ready_file
 from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE
@@ -46,7 +46,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
         assert isinstance(resources, list)
         rows += [{**r, "cluster": name} for r in resources if r["kind"] == RUN_RESOURCE]
     recorded = {r["run_id"] for r in rows}
-    # a kept cluster's hosts (`up --cloud ssh`, gpucluster.held): every run without rows of its own (the `up`, a
+    # a kept cluster's hosts (`up --cloud ssh`, gpucluster.lifecycle.held): every run without rows of its own (the `up`, a
     # job killed before it wrote them) is looked for there by its run id, and its run folder removed
     held = []
     for rid in sorted(runs):
@@ -60,7 +60,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     # a run with no resource row at all (ended before its launcher wrote the connection details, which
     # it does before its first connection: a full home, a kill in prepare) reached no host
     recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
-    from gpucluster.ownership import installation_id
+    from gpucluster.lifecycle.ownership import installation_id
 
     check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's
     return check.with_unchecked(*(

@@ -22,7 +22,7 @@ import shlex
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.events import RunEvents
-from gpucluster.launch import JobResult, JobSpec
+from gpucluster.watch.launch import JobResult, JobSpec
 
 from .session import node_label
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 from gpucluster.events import RunEvents
-from gpucluster.procs import piped
+from gpucluster.watch.procs import piped
 
 if TYPE_CHECKING:
     from .launch import SshLauncher
@@ -369,11 +369,11 @@ class Session:
 
     def receive_tar(self, node: Any, script: str, dest: Path) -> tuple[dict[str, Any], str | None, int, str]:
         """Run `script` on the node over this session's master connection and unpack the tar it
-        writes to stdout into `dest` (`gpucluster.outputs.extract_stream`: regular files and
+        writes to stdout into `dest` (`gpucluster.watch.outputs.extract_stream`: regular files and
         folders only). (tally {files, bytes, refused}, why the stream broke or None, the remote
         exit code, its stderr)."""
-        from gpucluster.node_output import grow_pipe
-        from gpucluster.outputs import extract_stream
+        from gpucluster.ledger.node_output import grow_pipe
+        from gpucluster.watch.outputs import extract_stream
 
         tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
         broken = None
@@ -403,11 +403,11 @@ class Session:
 
     def copy_outputs(self, node: Any, remote: str, dest: Path) -> Any:
         """Stream `remote` (a folder on the node) into `dest` here: `tar -cf - .` over this
-        session's master connection, unpacked by `gpucluster.outputs.extract_stream`. Returns a
+        session's master connection, unpacked by `gpucluster.watch.outputs.extract_stream`. Returns a
         `NodeOutputs` with the verdict: complete (tar and the unpacking both finished, nothing
         refused), partial (some files came back: what tar could not read or what was refused is
         named), failed (nothing came back, and why)."""
-        from gpucluster.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs
+        from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs
 
         who = f"node {node.rank} ({node_label(node)})"
         script = f"cd {shlex.quote(remote)} 2>/dev/null || exit {NO_OUTPUT_RC}; exec tar -cf - ."
@@ -458,7 +458,7 @@ class Session:
         """Kill the run's processes (by run id AND owner) on every reachable node; {rank: problem or None}.
         `grace`: longer than the launcher's (a node's interruption notice: the ranks' time to save);
         the node supervisors then wait nearly as long (reaper.py --grace-file)."""
-        from gpucluster.reaper import nested_grace
+        from gpucluster.node.reaper import nested_grace
 
         usual = self.launcher.grace
         grace = usual if grace is None or grace <= usual else float(grace)

@@ -1,5 +1,5 @@
 """What the ssh launcher ships to the nodes: the run id checked as a folder name, the user's
-script (its folder, when the command runs a local script: what of it `gpucluster.shipping`
+script (its folder, when the command runs a local script: what of it `gpucluster.plan.shipping`
 chooses, .gitignore and .gpuclusterignore honoured) and a tar bundle of the built-in workloads
 plus that folder, bounded in size."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from gpucluster.errors import LaunchError, UsageError
-from gpucluster.launch import _PYTHON_RE, JobSpec, program_args
-from gpucluster.shipping import MAX_SHIP_BYTES, SKIP_DIRS as _SKIP_DIRS, Shipment, shipment  # noqa: F401 - re-exported
+from gpucluster.watch.launch import _PYTHON_RE, JobSpec, program_args
+from gpucluster.plan.shipping import MAX_SHIP_BYTES, SKIP_DIRS as _SKIP_DIRS, Shipment, shipment  # noqa: F401 - re-exported
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -78,13 +78,13 @@ def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted(Path(workloads.__file__).parent.glob("*.py")):
             tar.add(f, arcname=f"workloads/{f.name}")
-        from gpucluster import reaper
+        from gpucluster.node import reaper
 
         tar.add(reaper.__file__, arcname="reaper.py")  # the node supervisor (stdlib only)
-        from gpucluster import workdir
+        from gpucluster.node import workdir
 
         tar.add(workdir.__file__, arcname="workdir.py")  # chooses what the job wrote, to copy back (stdlib only)
-        from gpucluster import node_check
+        from gpucluster.node import node_check
 
         tar.add(node_check.__file__, arcname="node_check.py")  # the health check (torch + stdlib)
         for path in extra:
@@ -103,7 +103,7 @@ def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
                 raise LaunchError(exc.message) from None
             for entry in ship.entries:
                 tar.add(code_dir / entry.rel, arcname=f"code/{entry.rel}", recursive=False)
-            from gpucluster.workdir import shipped_list
+            from gpucluster.node.workdir import shipped_list
 
             # the shipped list (size, content) as the marker the job's own files are told from (workdir.py)
             listed = shipped_list(str(code_dir), [e.rel for e in ship.entries if not e.link]).encode()

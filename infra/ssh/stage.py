@@ -29,8 +29,8 @@ import time
 from typing import Any, Sequence
 
 from gpucluster.errors import LaunchError
-from gpucluster.procs import piped
-from gpucluster.staging import STAGE_KIND, STAGE_PY, DataMount, manifest, staged_mounts
+from gpucluster.watch.procs import piped
+from gpucluster.watch.staging import STAGE_KIND, STAGE_PY, DataMount, manifest, staged_mounts
 
 from .session import node_label, sh
 

@@ -1,5 +1,5 @@
 """The ssh launcher's copy of what a job wrote in its working folder on a node (beside the
-output folder, which `Session.copy_outputs` copies): `gpucluster/workdir.py`, shipped with the
+output folder, which `Session.copy_outputs` copies): `gpucluster/node/workdir.py`, shipped with the
 job, chooses the files on the node and streams them as tar over the run's master connection."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ PROGRAM = "workdir.py"  # in each node's run folder, beside reaper.py (ship.bund
 
 def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: Path) -> tuple[int, int, list[str]]:
     """What the job wrote in its working folder on the node, streamed into `dest` here: the
-    node's Python runs `program` (gpucluster/workdir.py, shipped with the job) with `args`;
-    its tar stream is unpacked by `gpucluster.outputs.extract_stream` (same rules as the
+    node's Python runs `program` (gpucluster/node/workdir.py, shipped with the job) with `args`;
+    its tar stream is unpacked by `gpucluster.watch.outputs.extract_stream` (same rules as the
     output folder). (files, bytes, problems): problems name what did not come back."""
-    from gpucluster.outputs import named, remove_if_empty, workdir_problems
+    from gpucluster.watch.outputs import named, remove_if_empty, workdir_problems
 
     script = f"exec {shlex.quote(session.launcher.python)} {shlex.quote(program)} {shlex.join(args)}"
     tally, broken, rc, stderr = session.receive_tar(node, script, dest)
@@ -48,8 +48,8 @@ def push_workdirs(held: Any, job: Any, results: list, *, tool_files: Sequence[st
     the launcher's connections and node folders; `tool_files`: what gpucluster put in a run folder
     (never the job's); `shipped`: the mark the job's own files are newer than."""
     from gpucluster.errors import LaunchError
-    from gpucluster.outputs import WORKDIR_STAGE, add_workdir, workdir_args, workdir_push_script, workdir_pushed
-    from gpucluster.outputs import workdir_url
+    from gpucluster.watch.outputs import WORKDIR_STAGE, add_workdir, workdir_args, workdir_push_script, workdir_pushed
+    from gpucluster.watch.outputs import workdir_url
 
     from . import objects
     from .session import node_label
@@ -86,8 +86,8 @@ def lay_back(session: Any, job: Any, rel: str, dirs: dict[int, str], events: Any
     node's working folder (writable copies, not the cache's read-only links); LaunchError naming
     each node where it failed."""
     from gpucluster.errors import LaunchError
-    from gpucluster.launch import resume_record
-    from gpucluster.staging import RESUME_DEST
+    from gpucluster.watch.launch import resume_record
+    from gpucluster.watch.staging import RESUME_DEST
 
     from .session import node_label
 

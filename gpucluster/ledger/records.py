@@ -1,0 +1,262 @@
+"""The ledger's run records, typed: what `Ledger.list_runs` (one `RunRow` per run) and
+`Ledger.get_run` (a `RunRecord`: the row and its phases, nodes, outputs, resources, staging and
+setup records, resume chain and cost) hand back. Readers use attributes; `to_dict()` gives the
+JSON form that `show --json`, `run --json` and `runs --json` print, key for key and in the same
+order as before these types existed (tests/test_json_keys.py pins it).
+
+Values the nodes and the cost engine write as JSON (a run's metric summary, its metric records,
+its price snapshot and stored cost, its recorded spec) stay the mappings they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+# the command the ledger records for a run that only brings a cluster up (`up`: lifecycle.provision_only), no job
+UP_COMMAND = ("gpucluster", "up")
+
+
+def _known(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of the `runs` table, its JSON columns decoded (`id` is None only for the run an
+    estimate imagines)."""
+
+    id: str | None
+    created_at: float | None = None
+    ended_at: float | None = None
+    status: str | None = None
+    cloud: str | None = None
+    cluster: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    workload: str | None = None
+    command: list[str] | None = None
+    spec: dict[str, Any] | None = None
+    prices: dict[str, Any] | None = None
+    failure: str | None = None
+    exit_code: int | None = None
+    metrics: dict[str, Any] | None = None
+    teardown_verified: bool | None = None
+    leftovers: list[dict[str, Any]] | None = None
+    cost: dict[str, Any] | None = None
+    sweep_id: str | None = None
+    log_dir: str | None = None
+    teardown: str | None = None
+    unchecked: list[str] = field(default_factory=list)
+    resumed_from: str | None = None
+    # the column order of the row read (the --json order), and columns a newer schema added
+    _columns: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunRow":
+        known = _known(cls)
+        return cls(**{k: v for k, v in d.items() if k in known},
+                   _columns=tuple(d), _extra={k: v for k, v in d.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        columns = self._columns or tuple(f.name for f in dataclasses.fields(self) if not f.name.startswith("_"))
+        return {c: (self._extra[c] if c in self._extra else getattr(self, c)) for c in columns}
+
+    @property
+    def wall_s(self) -> float | None:
+        """Seconds from the row's creation to its end; None while it runs."""
+        return self.ended_at - self.created_at if self.ended_at and self.created_at is not None else None
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The recorded spec's backend options."""
+        return (self.spec or {}).get("options") or {}
+
+    @property
+    def project(self) -> str | None:
+        """The recorded spec's account (gcp project): a field, among the options in older records."""
+        return (self.spec or {}).get("project") or self.options.get("project")
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    name: str
+    started_at: float
+    ended_at: float | None = None
+    status: str | None = None
+    detail: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        return self.ended_at - self.started_at if self.ended_at is not None else None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node_rank: int
+    host: str | None = None
+    exit_code: int | None = None
+    last_lines: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    node_rank: int
+    path: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    seconds: float | None = None
+    verdict: str | None = None
+    detail: str | None = None
+    # what came back from the node's working folder (files the job wrote beside its script)
+    workdir_files: int | None = None
+    workdir_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ResourceRow:
+    kind: str
+    name: str
+    id: int | None = None
+    run_id: str | None = None
+    cloud_id: str | None = None
+    region: str | None = None
+    detail: dict[str, Any] | None = None
+    requested_at: float | None = None
+    created_at: float | None = None
+    deleted_at: float | None = None
+    confirmed_gone: bool = False
+    _columns: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ResourceRow":
+        known = _known(cls)
+        return cls(**{k: v for k, v in d.items() if k in known}, _columns=tuple(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in self._columns}
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """A node's `stage` metric record (--data): what it holds, what was sent and fetched, how long."""
+
+    node_rank: int | None
+    files: int = 0
+    bytes: int = 0
+    sent_bytes: int = 0
+    fetched_bytes: int = 0
+    seconds: float = 0
+    sent_files: int | None = None  # files sent (the rest were in the node's cache); None: not counted
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StageRecord":
+        return cls(d.get("node_rank"), d.get("files", 0), d.get("bytes", 0), d.get("sent_bytes", 0),
+                   d.get("fetched_bytes", 0), d.get("seconds", 0), d.get("sent_files"), raw=d)
+
+
+@dataclass(frozen=True)
+class SetupRecord:
+    """A node's `setup_end` metric record (--setup): its exit code and how long it took."""
+
+    node_rank: int | None
+    rc: int | None = None
+    seconds: float = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SetupRecord":
+        return cls(d.get("node_rank"), d.get("rc"), d.get("seconds", 0), raw=d)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as the ledger holds it (`Ledger.get_run`)."""
+
+    run: RunRow
+    phases: list[PhaseRow] = field(default_factory=list)
+    nodes: list[NodeRow] = field(default_factory=list)
+    outputs: list[OutputRow] = field(default_factory=list)
+    resources: list[ResourceRow] = field(default_factory=list)
+    staging: list[StageRecord] = field(default_factory=list)
+    setup: list[SetupRecord] = field(default_factory=list)
+    resumed_chain: list[str] = field(default_factory=list)  # the runs it continues, nearest first
+    chain: list[str] = field(default_factory=list)  # its whole --resume chain, oldest first
+    # --resume: the working-folder files laid back into each node, and from which node (metric records)
+    resume_files: list[dict[str, Any]] = field(default_factory=list)
+    metric_records: list[dict[str, Any]] | None = None  # every metric record (get_run(with_metrics=True))
+    attempts: list[dict[str, Any]] | None = None  # a recovered chain's attempts (gpucluster/ledger/attempts.py)
+
+    @property
+    def id(self) -> str | None:
+        return self.run.id
+
+    @property
+    def cost(self) -> dict[str, Any] | None:
+        """The stored cost (`gpucluster.costing.cost.run_cost`), None before it was computed."""
+        return self.run.cost
+
+    # the run's own columns a caller of the Python API reads most (docs/python.md)
+    @property
+    def status(self) -> str | None:
+        """running, succeeded, failed or interrupted."""
+        return self.run.status
+
+    @property
+    def teardown(self) -> str | None:
+        """The teardown verdict: verified, leftovers, not verified, kept, or None (nothing to check)."""
+        return self.run.teardown
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.run.exit_code
+
+    @property
+    def cluster(self) -> str | None:
+        return self.run.cluster
+
+    def phase(self, name: str) -> PhaseRow | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (`show --json`): the row's columns, then the lists, as always."""
+        d = self.run.to_dict()
+        d["phases"] = [dataclasses.asdict(p) for p in self.phases]
+        d["node_results"] = [dataclasses.asdict(n) for n in self.nodes]
+        d["outputs"] = [dataclasses.asdict(o) for o in self.outputs]
+        d["resources"] = [r.to_dict() for r in self.resources]
+        d["resumed_chain"] = list(self.resumed_chain)
+        d["chain"] = list(self.chain)
+        d["staging"] = [dict(s.raw) for s in self.staging]
+        d["setup"] = [dict(s.raw) for s in self.setup]
+        d["resume_files"] = [dict(r) for r in self.resume_files]
+        if self.metric_records is not None:
+            d["metric_records"] = list(self.metric_records)
+        if self.attempts is not None:
+            d["attempts"] = [dict(a) for a in self.attempts]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
+        """The inverse of `to_dict` (also for a record written by hand, as tests and old callers do:
+        every list may be left out)."""
+        lists = {"phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging", "setup",
+                 "resume_files", "metric_records", "attempts"}
+        return cls(
+            run=RunRow.from_dict({k: v for k, v in d.items() if k not in lists}),
+            phases=[PhaseRow(**p) for p in d.get("phases") or []],
+            nodes=[NodeRow(**n) for n in d.get("node_results") or []],
+            outputs=[OutputRow(**o) for o in d.get("outputs") or []],
+            resources=[ResourceRow.from_dict(r) for r in d.get("resources") or []],
+            staging=[StageRecord.from_dict(s) for s in d.get("staging") or []],
+            setup=[SetupRecord.from_dict(s) for s in d.get("setup") or []],
+            resume_files=[dict(r) for r in d.get("resume_files") or []],
+            resumed_chain=list(d.get("resumed_chain") or []),
+            chain=list(d.get("chain") or []),
+            metric_records=None if d.get("metric_records") is None else list(d["metric_records"]),
+            attempts=None if d.get("attempts") is None else [dict(a) for a in d["attempts"]],
+        )
