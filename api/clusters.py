@@ -303,6 +303,8 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
 
         for key, value in reach_of(ledger, kept).items():  # how `up` reached them (a flag given here wins)
             flags[key] = flags.get(key) or value
+    if held and spec.accelerator and spec.gpus_per_node and not flags.get("gpu"):  # `up --gpu` (kubernetes): kept
+        flags["gpu"] = f"{spec.accelerator}:{spec.gpus_per_node}"
     fits = None if held else check_fits(kept, None if flags.get("max_minutes") is None else flags["max_minutes"] * 60)
     req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
                   hosts=",".join(spec.hosts) if spec.hosts else None,

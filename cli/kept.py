@@ -79,11 +79,13 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
     report(out, ledger.get_run(outcome.run_id), as_json)
     if said:
         click.echo(f"gpucluster: {said}", err=True)
+    from gpucluster.lifecycle.held import kept_said
     from gpucluster.infra.registry import provisioning
 
     out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`"
-              if kept.cloud in provisioning() else f"cluster {kept.name} stays kept (machines that exist, $0 here) "
-              f"until `gpucluster down {kept.name}`", highlight=False)
+              if kept.cloud in provisioning() else f"cluster {kept.name} stays kept "
+              f"({kept_said(planned.backend, planned.plan.spec)[0]}) until `gpucluster down {kept.name}`",
+              highlight=False)
     if outcome.record_error:
         from gpucluster.ledger.recording import record_line
 

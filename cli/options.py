@@ -133,7 +133,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "gpu": (("--gpu",), dict(default=None, metavar="TYPE[:COUNT]",
                              help="aws/gcp: the GPU and how many per node, e.g. H100:8, L4, A100-80GB:4 [COUNT "
                                   "default: 1]; the cheapest machine in the region with exactly that many is used "
-                                  "(`gpucluster gpus` lists them).")),
+                                  "(`gpucluster gpus` lists them). kubernetes: COUNT GPUs per pod, on the nodes whose "
+                                  "nvidia.com/gpu.product label names the GPU.")),
     "spot": (("--spot",), dict(is_flag=True, help="Spot/preemptible capacity.")),
     "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),

@@ -121,6 +121,11 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             from gpucluster.infra.registry import NAMES, plugin
 
             backends = {c: plugin(c) for c in {run.run.cloud for run in runs} if c in NAMES}  # the runs' backends
+            from gpucluster.infra.contract import Capability
+
+            chosen = backends.get(str(r["cloud"]))
+            if chosen is not None and not chosen.can(Capability.PROVISIONS):
+                runs = runs + _jobs_since(ledger, r["cluster"], runs, links)  # what holds machines that exist: its jobs
             r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, backend=backends.get(run.run.cloud),
                                                               now=now)["total"]) for run in runs), Decimal(0)))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
@@ -133,6 +138,16 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
             r["state"] += f", {float(r['accrued_usd']) / caps[0]:.0%} of its cap {money(caps[0])}"
         out.append(r)
     return sorted(out, key=lambda x: x["since"])
+
+
+def _jobs_since(ledger: Any, cluster: str, runs: list[Any], links: Any) -> list[Any]:
+    """The ended jobs of a kept cluster of machines that exist (`exec`: a run each, its rows closed), since the
+    cluster's first open run: the machines are not rented by gpucluster, so what the cluster has cost (an
+    internal price, `Operations.internal_cost`) is what its jobs held; the `up` itself holds nothing."""
+    since = min((float(x.run.created_at or 0) for x in runs), default=0.0)
+    held = {x.run.id for x in runs}
+    return [ledger.get_run(x.id, links=links) for x in ledger.list_runs(limit=None, since=since)
+            if x.cluster == cluster and x.id not in held]
 
 
 def fmt_minutes(seconds: float) -> str:

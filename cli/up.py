@@ -95,7 +95,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
     with RichRunUI(out, quiet=True, watch=run_watch(ledger, plan.spec)) as ui:
         made = provision(planned, ledger=ledger, ui=ui, over=over, over_budget=over_budget)  # the state recorded
     plan = planned.plan  # with --cloud auto: the candidate that is up (gpucluster.lifecycle.failover.up_placed)
-    code = _render(out, made.cluster, plan, as_json)
+    code = _render(out, made.cluster, plan, as_json, chosen)
     if made.record_error:  # the cluster is up (and shown): exit 3 with the one line, never 2
         from gpucluster.ledger.recording import kept_line
 
@@ -115,7 +115,7 @@ def _rate(hourly: Any, dry_run: bool) -> str:
     return "no price known here" if dry_run else "billed by the hour (no price known here)"
 
 
-def _render(out: Any, cluster: Any, plan: Any, as_json: bool) -> int:
+def _render(out: Any, cluster: Any, plan: Any, as_json: bool, backend: Any) -> int:
     cloud = plan.spec.cloud
     nodes_out = [{"rank": n.rank, "host": n.host, "private_ip": n.private_ip, "user": n.user,
                   "instance_id": n.instance_id, "gpus": n.gpus} for n in cluster.nodes]
@@ -138,6 +138,9 @@ def _render(out: Any, cluster: Any, plan: Any, as_json: bool) -> int:
     if cloud in provisioning():
         out.print(f"hourly cost: {_rate(plan.hourly, False)} while it runs; remove it with: gpucluster down {cluster.name}")
     else:
-        out.print(f"machines that exist (not priced: $0 here); jobs: gpucluster exec {cluster.name} -- ...; "
-                  f"gpucluster down {cluster.name} removes what gpucluster put on them, never the machines")
+        from gpucluster.lifecycle.held import kept_said
+
+        what, spares = kept_said(backend, plan.spec)
+        out.print(f"{what}; jobs: gpucluster exec {cluster.name} -- ...; gpucluster down {cluster.name} removes what "
+                  f"gpucluster put there, never {spares}")
     return 0

@@ -87,6 +87,11 @@ class Traits:
     flags: tuple[str, ...] = ()  # the cloud-only CLI options (Click names) it uses; others are refused
     flags_refused_why: str = ""  # why the other backends' flags do not apply here
     capabilities: frozenset[Capability] = frozenset()
+    # `--gpu TYPE[:COUNT]` where no machine is created: COUNT GPUs per node, on the nodes that carry TYPE
+    # (kubernetes: by their GPU feature discovery labels); False: refused (only a cloud that creates machines)
+    gpu_selects_nodes: bool = False
+    kept_as: str = "machines that exist"  # what a kept cluster of a backend that provisions nothing is (`up`, `exec`)
+    kept_spares: str = "the machines"  # what `down` of such a cluster never touches
     verified_how: str = "by tag"  # how `down` checks a teardown ("by tag" / "by run id")
     verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
     pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)

@@ -283,7 +283,8 @@ class FakeKubeApi(FakeNodes, NodeViews, TrainerControllers, JobControllers, Clus
                     for c in _get(pod_spec, "containers") or []]
         pod.restart_policy = _get(pod_spec, "restart_policy") or _get(pod_spec, "restartPolicy") or "Always"
         pod.image = _get((_get(pod_spec, "containers") or [None])[0], "image") or ""
-        pod.schedule = lambda: self.scheduler.place(name, pod_spec, self._holds) if self.scheduler is not None else None
+        pod.schedule = lambda: (self.scheduler.place(name, pod_spec, self._holds, labels) if self.scheduler is not None
+                                else None)
         return pod
 
     def _holds(self, name: str) -> bool:

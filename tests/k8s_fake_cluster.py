@@ -36,6 +36,9 @@ behaviour from its source:
   a queued Job whose GPUs are over the ClusterQueue's capacity is never admitted (`kueue_capacity`, with its
   source; `fake.never_admitted` keeps the workload's message).
 - Other owners' objects live in the same namespaces and are never ours to touch: the tests put them there.
+- `schedule(fake)`: the run's pods are placed on these nodes by tests/k8s_fake_sched.py's scheduler (their
+  nodeSelector, required node affinity, taints, pod anti-affinity and free resources, with the sources named
+  there), other people's pods holding their GPUs; without it a pod is placed wherever the fake puts it.
 """
 
 from __future__ import annotations
@@ -283,6 +286,25 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
     type(fake).create_namespaced_job = create_namespaced_job
 
 
+def schedule(fake):
+    """The scheduler of tests/k8s_fake_sched.py over `fake.kube_nodes`, other people's pods counted where they run;
+    `fake.scheduler.bound` then says which node each pod of ours went to."""
+    from k8s_fake_sched import FakeNode, Scheduler, pod_requests, quantity_m, quantity_mi
+
+    nodes = []
+    for n in fake.kube_nodes:
+        alloc = n["status"]["allocatable"]
+        node = FakeNode(n["metadata"]["name"], quantity_m(alloc.get("cpu", "0")), quantity_mi(alloc.get("memory", "0")),
+                        int(alloc.get("nvidia.com/gpu", 0)), dict(n["metadata"]["labels"]),
+                        taints=list(n["spec"].get("taints") or []))
+        for pod in [p for pods in fake.foreign_pods.values() for p in pods if p["spec"]["nodeName"] == node.name]:
+            for key, value in pod_requests(pod["spec"]).items():
+                node.used[key] += value
+        nodes.append(node)
+    fake.scheduler = Scheduler(nodes)
+    return fake.scheduler
+
+
 def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-name") -> None:
     """Kueue on `fake`: queued Jobs suspended at their create, admitted `admit_after_s` seconds later."""
     import time
@@ -325,4 +347,4 @@ def kueue(fake, admit_after_s: float, queue_label: str = "kueue.x-k8s.io/queue-n
     fake.create_namespaced_job, fake.list_namespaced_pod = create_job, list_namespaced_pod
 
 
-__all__ = ["NS", "install", "kueue", "node", "foreign_pod", "quota"]
+__all__ = ["NS", "install", "kueue", "node", "foreign_pod", "quota", "schedule"]

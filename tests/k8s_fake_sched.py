@@ -22,6 +22,22 @@ Each rule with its public source:
   Containers", "How Pods with resource requests are scheduled"; otherwise the pod stays Pending with
   a `FailedScheduling` event "0/N nodes are available: N Insufficient memory." and the condition
   PodScheduled=False, reason Unschedulable.
+- A pod goes only to a node whose labels match its `nodeSelector` (every key, equal values) and its required
+  node affinity (`affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`:
+  the terms ORed, each term's `matchExpressions` ANDed; operators In, NotIn, Exists, DoesNotExist, Gt, Lt,
+  NotIn and DoesNotExist also matching a node without the key) — Kubernetes docs, "Assigning Pods to Nodes"
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/, "nodeSelector" and "Node
+  affinity": "If you specify both nodeSelector and nodeAffinity, both must be satisfied"; "If you specify
+  multiple terms in nodeSelectorTerms ... the Pod can be scheduled onto a node if one of the specified terms
+  can be satisfied"; "If you specify multiple expressions in a single matchExpressions field ... the Pod can
+  be scheduled onto a node only if all the expressions are satisfied"); the rest counts as "node(s) didn't
+  match Pod's node affinity/selector" in FailedScheduling.
+- A node's NoSchedule and NoExecute taints keep off every pod that does not tolerate them (operator Equal:
+  key, value and effect; Exists: key and effect, or every taint with an empty key; an empty effect tolerates
+  every effect) — Kubernetes docs, "Taints and Tolerations"; counted as "node(s) had untolerated taint".
+- Required pod anti-affinity with topologyKey `kubernetes.io/hostname` (what gpucluster's pods carry): a pod
+  does not go to a node where a pod whose labels match the term's `labelSelector.matchLabels` is bound
+  (same page, "Inter-pod affinity and anti-affinity"); counted as "node(s) didn't match pod anti-affinity rules".
 """
 
 from __future__ import annotations
@@ -56,6 +72,7 @@ class FakeNode:
     mem_mi: int
     gpus: int
     labels: dict = field(default_factory=dict)
+    taints: list = field(default_factory=list)  # {"key", "value", "effect"} as the Node's spec.taints
     used: dict = field(default_factory=lambda: {"cpu": 0, "memory": 0, "gpu": 0})  # requests of the pods on it
     daemonsets: list = field(default_factory=list)  # (cpu_m, mem_mi) of each DaemonSet pod on it
 
@@ -148,14 +165,77 @@ def pod_requests(pod_spec) -> dict:
     return total
 
 
+def _expression_matches(expr, labels: dict) -> bool:
+    key, op = _get(expr, "key"), _get(expr, "operator")
+    values = [str(v) for v in (_get(expr, "values") or [])]
+    if op == "In":
+        return key in labels and str(labels[key]) in values
+    if op == "NotIn":
+        return key not in labels or str(labels[key]) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        try:
+            have, bound = int(labels[key]), int(values[0])
+        except (KeyError, IndexError, ValueError):
+            return False
+        return have > bound if op == "Gt" else have < bound
+    raise ValueError(f"unknown node selector operator {op!r}")  # the API server's validation refuses it
+
+
+def node_matches(pod_spec, labels: dict) -> bool:
+    """The pod's nodeSelector and required node affinity against a node's labels (module docstring)."""
+    selector = dict(_get(pod_spec, "node_selector") or _get(pod_spec, "nodeSelector") or {})
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    node_affinity = _get(_get(pod_spec, "affinity"), "node_affinity") or _get(_get(pod_spec, "affinity"), "nodeAffinity")
+    required = (_get(node_affinity, "required_during_scheduling_ignored_during_execution")
+                or _get(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is None:
+        return True
+    terms = _get(required, "node_selector_terms") or _get(required, "nodeSelectorTerms") or []
+    return any(all(_expression_matches(e, labels)
+                   for e in (_get(t, "match_expressions") or _get(t, "matchExpressions") or [])) for t in terms)
+
+
+def tolerated(pod_spec, taint: dict) -> bool:
+    if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+        return True  # PreferNoSchedule only steers
+    for t in _get(pod_spec, "tolerations") or []:
+        key, op, effect = _get(t, "key"), _get(t, "operator") or "Equal", _get(t, "effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        if op == "Exists" and (not key or key == taint.get("key")):
+            return True
+        if op == "Equal" and key == taint.get("key") and (_get(t, "value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
 class Scheduler:
     """Binds pods to nodes, first fit; `place` -> None when bound, else the FailedScheduling message."""
 
     def __init__(self, nodes: list[FakeNode]):
         self.nodes = nodes
         self.bound: dict[str, tuple[FakeNode, dict]] = {}
+        self.labels: dict[str, dict] = {}  # the bound pods' labels (pod anti-affinity)
 
-    def place(self, pod_name: str, pod_spec, holds=None) -> str | None:
+    def _repelled(self, pod_spec, node: FakeNode) -> bool:
+        anti = _get(pod_spec, "affinity", "pod_anti_affinity") or _get(pod_spec, "affinity", "podAntiAffinity")
+        terms = (_get(anti, "required_during_scheduling_ignored_during_execution")
+                 or _get(anti, "requiredDuringSchedulingIgnoredDuringExecution") or [])
+        for term in terms:
+            if (_get(term, "topology_key") or _get(term, "topologyKey")) != "kubernetes.io/hostname":
+                continue
+            match = dict(_get(term, "label_selector", "match_labels") or _get(term, "labelSelector", "matchLabels") or {})
+            if any(bound_node is node and all(self.labels.get(name, {}).get(k) == v for k, v in match.items())
+                   for name, (bound_node, _) in self.bound.items()):
+                return True
+        return False
+
+    def place(self, pod_name: str, pod_spec, holds=None, labels: dict | None = None) -> str | None:
         """`holds(name)`: whether a pod placed earlier still holds its node's resources (a pod that ended,
         Succeeded or Failed, or was deleted gives them back: the scheduler counts only non-terminal pods)."""
         if pod_name in self.bound:
@@ -163,12 +243,18 @@ class Scheduler:
         for name in [n for n in self.bound if holds is not None and not holds(n)]:
             self.release(name)
         want = pod_requests(pod_spec)
-        selector = dict(_get(pod_spec, "node_selector") or _get(pod_spec, "nodeSelector") or {})
         short: dict[str, int] = {}
         for node in self.nodes:
-            if any(node.labels.get(k) != v for k, v in selector.items()):
+            if not node_matches(pod_spec, node.labels):
                 short["node(s) didn't match Pod's node affinity/selector"] = short.get(
                     "node(s) didn't match Pod's node affinity/selector", 0) + 1
+                continue
+            if any(not tolerated(pod_spec, t) for t in node.taints):
+                short["node(s) had untolerated taint"] = short.get("node(s) had untolerated taint", 0) + 1
+                continue
+            if labels is not None and self._repelled(pod_spec, node):
+                short["node(s) didn't match pod anti-affinity rules"] = short.get(
+                    "node(s) didn't match pod anti-affinity rules", 0) + 1
                 continue
             free = {"cpu": node.cpu_m - node.used["cpu"], "memory": node.mem_mi - node.used["memory"],
                     "gpu": node.gpus - node.used["gpu"]}
@@ -177,6 +263,7 @@ class Scheduler:
                 for k in node.used:
                     node.used[k] += want[k]
                 self.bound[pod_name] = (node, want)
+                self.labels[pod_name] = dict(labels or {})
                 return None
             for k in lacking:
                 what = {"cpu": "Insufficient cpu", "memory": "Insufficient memory", "gpu": "Insufficient nvidia.com/gpu"}[k]
@@ -187,6 +274,7 @@ class Scheduler:
     def release(self, pod_name: str) -> None:
         """A pod that ended or was deleted gives its node's resources back."""
         bound = self.bound.pop(pod_name, None)
+        self.labels.pop(pod_name, None)
         if bound is not None:
             node, want = bound
             for k in node.used:

@@ -88,7 +88,7 @@ def test_up_exec_status_ssh_and_down_of_a_kept_namespace(cluster, capsys):
         assert code == 0 and "Traceback" not in text, text[-3000:]
         said = " ".join(text.split())
         assert "exec on kept cluster lab (2 node(s) on kubernetes" in said and "checked before creating: fits" in said, said
-        assert "stays kept (machines that exist, $0 here)" in said, said
+        assert "stays kept (a namespace of an existing Kubernetes cluster, $0 here)" in said, said
         runs.append(ledger.list_runs()[0].id)
     for rid in runs:
         rec = ledger.get_run(rid)

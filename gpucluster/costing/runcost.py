@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gpucluster.catalog.prices import Catalog, normalize_gpu
 from gpucluster.errors import UsageError
-from gpucluster.ledger.records import ResourceRow, RunRecord
+from gpucluster.ledger.records import UP_COMMAND, ResourceRow, RunRecord
 from gpucluster.spec import ClusterSpec, parse_bool
 
 from .plan import Pricer, is_free, pricing_of, region_for, same_cloud
@@ -175,7 +175,10 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
     if is_free(backend):
         result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
         internal = backend.ops.internal_cost if backend is not None else None
-        priced = internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now))) if internal else None
+        # a run without a job (`up` of machines that exist) holds no GPU: its own price is none
+        job = tuple(run.command or ()) != UP_COMMAND
+        priced = (internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now)))
+                  if internal and job else None)
         if priced is not None:  # the user's own price for machines gpucluster does not rent
             result.update(total=str(priced[0]), internal=True)
             result["notes"].append(f"{cloud} run: no rented cloud resources; {priced[1]}")

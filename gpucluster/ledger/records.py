@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
+# the command the ledger records for a run that only brings a cluster up (`up`: lifecycle.provision_only), no job
+UP_COMMAND = ("gpucluster", "up")
+
+
 def _known(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 

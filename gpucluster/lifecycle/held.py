@@ -29,6 +29,18 @@ HOST_KIND = "host"  # the ledger's row of a machine that exists (or a namespace 
 REACH = ("identity", "known_hosts", "remote_python", "python")  # Request fields recorded with the rows
 
 
+def kept_said(backend: Any, spec: Any) -> tuple[str, str]:
+    """(what the kept cluster is, with its price; what `down` never touches), as `up` and `exec` say them:
+    the backend's words (`Traits.kept_as`, `kept_spares`), $0 unless the user gave an internal price
+    (`Operations.internal_cost`, for an hour of the spec's GPUs)."""
+    from gpucluster.costing.cost import money
+
+    internal = backend.ops.internal_cost
+    priced = internal(spec.to_dict(), 3600.0) if internal is not None else None
+    price = f"internal price {money(priced[0])}/hour while it runs a job, rented by nobody" if priced else "$0 here"
+    return f"{backend.traits.kept_as}, {price}", backend.traits.kept_spares
+
+
 def reach_given(flags: dict[str, Any]) -> dict[str, str]:
     """The connection settings `up` was given, paths made absolute (a later `exec` runs elsewhere)."""
     out = {}

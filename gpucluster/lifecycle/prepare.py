@@ -154,10 +154,11 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
     from gpucluster.spec import normalize, resolve, validate
 
-    if req.gpu is not None and not backend.can(Capability.PROVISIONS):  # it picks a machine: only where one is made
+    # it picks a machine: only where one is made, or where the backend picks nodes by their GPU (kubernetes)
+    if req.gpu is not None and not backend.can(Capability.PROVISIONS) and not backend.traits.gpu_selects_nodes:
         raise UsageError(f"--gpu {req.gpu} is not allowed with --cloud {req.cloud}: it picks the machine to create "
-                         f"({' or '.join(req.provisioning) or 'aws or gcp'}); here the machines exist: use "
-                         "--gpus-per-node")
+                         f"({' or '.join(req.provisioning) or 'aws or gcp'}) or, on kubernetes, the nodes by their "
+                         "GPU; here the machines exist: use --gpus-per-node")
     spec = normalize(build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes), backend)
     validate(spec, backend)  # bad input is refused before anything is looked up
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks

@@ -21,6 +21,7 @@ from gpucluster.ledger import recording
 from gpucluster.events import Phase
 from gpucluster.watch.launch import JobResult, JobSpec, Launcher
 from gpucluster.ledger.store import Ledger, LedgerError
+from gpucluster.ledger.records import UP_COMMAND
 from gpucluster.ledger.recording import MetricBuffer, Provisioned, Quiet as _Quiet, going_on as _going_on, quietly as _quietly
 from gpucluster.ledger.recording import record_line
 from gpucluster.lifecycle.owner import owner_lock
@@ -382,7 +383,7 @@ def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, bac
         raise ValueError("provision_only: the spec has no run id (prepare gives every planned spec one)")
     with owner_lock(spec.name, "up", run_id=run_id), RunSignals(ui) as signals:
         ledger.create_run(run_id, cloud=spec.cloud, cluster=spec.name, nodes=spec.nodes,
-                          gpus_per_node=spec.gpus_per_node, command=["gpucluster", "up"], spec=spec.to_dict(),
+                          gpus_per_node=spec.gpus_per_node, command=list(UP_COMMAND), spec=spec.to_dict(),
                           workload=None, prices=prices)
         rec = _Recorder(ledger, run_id, ui, spec.region)
         try:

@@ -22,6 +22,9 @@ TRAITS = Traits(
            "start_deadline",  # pods' scheduling (and Kueue admission) deadline
            "setup", "data", "resume"),  # as on gcp: through the exec API (infra.kubernetes.stage)
     flags_refused_why="kubernetes runs pods on an existing cluster through its API",
+    kept_as="a namespace of an existing Kubernetes cluster",
+    kept_spares="the namespace, the cluster or its nodes",
+    gpu_selects_nodes=True,  # --gpu TYPE:COUNT: COUNT GPUs per pod on the nodes labelled with TYPE (gpus.py)
     verified_how="by run label",
     verified_detail="every object labelled with the run gone",
 )

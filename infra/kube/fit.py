@@ -7,6 +7,8 @@ Tolerations"; PreferNoSchedule only steers), and whose allocatable extended reso
 already bound there request, covers its request ("Resource Management for Pods and Containers": extended
 resources such as nvidia.com/gpu are integers, never overcommitted). The run's pods avoid sharing a node
 (its required pod anti-affinity on kubernetes.io/hostname), so N pods need N distinct such nodes.
+With `--gpu TYPE` only the nodes whose GPU feature discovery label names TYPE count (gpus.py: the rule, and
+the refusals when no node carries it or the label is missing); their product values select the pods' nodes.
 A ResourceQuota admits an object only while `used + request <= hard` for each resource it names
 ("Resource Quotas"; extended resources only as `requests.<name>`; object counts as `count/<resource>` or
 the short names pods, services, configmaps, secrets); with `requests.cpu`/`requests.memory` (or `limits.*`)
@@ -25,6 +27,7 @@ from typing import Any
 
 from gpucluster.errors import UsageError
 
+from .gpus import PRODUCT_LABEL, GpuNodes
 from .options import GPU_RESOURCE, Passthrough
 
 OUR_TOLERATION = (GPU_RESOURCE, None, "NoSchedule")  # infra/kubernetes/manifests.py: every pod tolerates it
@@ -34,6 +37,7 @@ OUR_TOLERATION = (GPU_RESOURCE, None, "NoSchedule")  # infra/kubernetes/manifest
 class Fit:
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    gpu: GpuNodes | None = None  # --gpu TYPE: the nodes carrying it (gpus.py), for the pods' node selection
 
 
 def _quantity(value: Any) -> float:
@@ -52,16 +56,17 @@ def _tolerated(taint: Any, tolerations: list[tuple[str, str | None, str]]) -> bo
                for k, v, e in tolerations)
 
 
-def node_room(core: Any, resource: str, passthrough: Passthrough, retry: Any) -> tuple[list[tuple[str, float]], list[str]]:
-    """([(node, allocatable)] of nodes the pods may go to, [why each other node may not]); every node
-    offering none of `resource` is left out of both."""
-    nodes = retry.call(core.list_node).items
+def node_room(nodes: list[Any], resource: str, passthrough: Passthrough,
+              gpu: GpuNodes | None = None) -> tuple[list[tuple[str, float]], list[str]]:
+    """([(node, allocatable)] of the nodes (those offering `resource`) the pods may go to, [why each other
+    node may not]); with `gpu`, the nodes without that GPU are left out of both (its check said them)."""
     tolerations = [OUR_TOLERATION] + [(t.key, t.value, t.effect) for t in passthrough.tolerations]
     selector = dict(passthrough.node_selector)
     eligible, others = [], []
-    offering = [n for n in nodes if _quantity((n.status.allocatable or {}).get(resource, 0)) > 0]
-    for n in offering:
+    for n in nodes:
         name, labels = n.metadata.name, n.metadata.labels or {}
+        if gpu is not None and not gpu.admits(labels):
+            continue
         have = _quantity((n.status.allocatable or {}).get(resource, 0))
         wrong = [f"{k}={labels.get(k, '(unset)')}" for k, v in selector.items() if labels.get(k) != v]
         taints = [t for t in (n.spec.taints or []) if not _tolerated(t, tolerations)]
@@ -77,10 +82,10 @@ def node_room(core: Any, resource: str, passthrough: Passthrough, retry: Any) ->
     return eligible, others
 
 
-def offered(core: Any, retry: Any) -> list[str]:
+def offered(nodes: list[Any]) -> list[str]:
     """The extended resources any node offers (their names), for the refusal of one none offers."""
     names = set()
-    for n in retry.call(core.list_node).items:
+    for n in nodes:
         names |= {k for k, v in (n.status.allocatable or {}).items() if "/" in k and _quantity(v) > 0}
     return sorted(names)
 
@@ -108,27 +113,44 @@ def bound_requests(core: Any, resource: str, retry: Any) -> dict[str, float] | N
 
 
 def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Passthrough, queued: bool,
-                retry: Any, fit: Fit) -> None:
+                retry: Any, fit: Fit, gpu: str | None = None, pinned: str | None = None) -> None:
+    """Whether `nodes` pods of `gpus` fit; with `gpu` (--gpu TYPE), only on the nodes carrying it (gpus.py),
+    which `fit.gpu` then names for the pods' node selection. `pinned`: the product value the user gave."""
     if gpus <= 0:
         return
     from gpucluster.infra.kubernetes.api import _status
 
+    from .gpus import assumed, choose
+
     try:
-        eligible, others = node_room(core, resource, passthrough, retry)
+        listed = list(retry.call(core.list_node).items)
     except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
         if _status(exc) != 403:
             raise
         fit.skipped.append(f"the nodes' {resource} (this user may not list nodes: a namespaced Role cannot grant it)")
+        if gpu:
+            fit.gpu = assumed(gpu, pinned)
+            fit.skipped.append(f"which nodes carry GPU {gpu} (their {PRODUCT_LABEL} labels): the pods select "
+                               f"{', '.join(fit.gpu.products)}, the values GPU feature discovery writes for it; "
+                               "--option gpu-product=VALUE pins the one your nodes carry")
         return
-    asked = f"{nodes} node{'s' if nodes > 1 else ''} × {gpus} GPU{'s' if gpus > 1 else ''} requested"
-    if not eligible and not others:
-        have = offered(core, retry)
+    offering = [n for n in listed if _quantity((n.status.allocatable or {}).get(resource, 0)) > 0]
+    if not offering:
+        have = offered(listed)
         raise UsageError(f"no node of the cluster offers {resource} (offered: {', '.join(have) or 'no extended resource'})"
                          "; name the GPU resource with --option gpu-resource=NAME, or install the device plugin")
+    if gpu:
+        fit.gpu = choose(offering, gpu, resource, pinned)
+        fit.notes.append(fit.gpu.said())
+    eligible, others = node_room(offering, resource, passthrough, fit.gpu)
+    kind = f" {gpu}" if gpu else ""
+    asked = f"{nodes} node{'s' if nodes > 1 else ''} × {gpus}{kind} GPU{'s' if gpus > 1 else ''} requested"
     why = f"; not eligible: {'; '.join(others)}" if others else ""
     big = sorted((have for _, have in eligible), reverse=True)
     if len([h for h in big if h >= gpus]) < nodes:
-        largest = f"the largest node has {int(big[0])} allocatable {resource}" if big else f"no node the pods may use has {resource}"
+        node_ = f"node with GPU {gpu}" if gpu else "node"
+        largest = (f"the largest {node_} has {int(big[0])} allocatable {resource}" if big
+                   else f"no {node_} the pods may use has {resource}")
         enough = len([h for h in big if h >= gpus])
         raise UsageError(f"{asked}; {largest}" + (f" and {enough} node(s) have {gpus}" if big and enough else "")
                          + f"{why}: it can never fit (ask for fewer GPUs per node with --gpus-per-node, or fewer nodes)")

@@ -19,6 +19,8 @@ from typing import Any
 
 from gpucluster.errors import SpecError, not_allowed
 
+from .gpus import PRODUCT_LABEL  # set on GPU nodes by NVIDIA GPU feature discovery (gpus.py)
+
 OPTIONS = (
     "context",  # --context: the kubeconfig context [default: its current context]
     "namespace",  # --namespace: [default: the context's namespace, else default]
@@ -37,7 +39,6 @@ OPTIONS = (
 )
 LAUNCHERS = ("job", "pytorchjob")
 GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"  # set on GPU nodes by NVIDIA GPU feature discovery
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_NAMESPACE = "default"
@@ -169,10 +170,50 @@ def validate_spec(spec: Any) -> list[str]:
         raise SpecError(not_allowed("option launcher", launcher, LAUNCHERS))
     if spec.spot:
         raise SpecError("--spot is not allowed with --cloud kubernetes: the cluster's nodes are not rented by gpucluster")
-    if spec.accelerator is not None and not gpu_product(spec):
-        raise SpecError(f"accelerator {spec.accelerator!r} is not allowed with --cloud kubernetes: name the nodes' "
-                        f"GPU with --option gpu-product=VALUE (their {PRODUCT_LABEL} label)")
+    check_gpu(spec)
     return []
+
+
+def gpu(spec: Any) -> str | None:
+    """The catalog's name of the GPU `--gpu` (or a task file's `gpu:`, a stack's `accelerator`) asks for."""
+    from gpucluster.catalog.gpus import lookup
+
+    known = lookup(spec.accelerator) if spec.accelerator else None
+    return known.name if known else None
+
+
+def pinned_product(spec: Any) -> str | None:
+    """The exact product label value the user gave: --option gpu-product, else node-selector's."""
+    selector = _text(spec, "nodeSelector")
+    return gpu_product(spec) or (labels(selector, "nodeSelector").get(PRODUCT_LABEL) if selector else None)
+
+
+def check_gpu(spec: Any) -> None:
+    """--gpu TYPE against the options that also choose the nodes' GPU: each contradiction named, both sides."""
+    from gpucluster.catalog.gpus import GPUS
+
+    from .gpus import names_other
+
+    selector = _text(spec, "nodeSelector")
+    chosen = labels(selector, "nodeSelector").get(PRODUCT_LABEL) if selector else None
+    product = gpu_product(spec)
+    if product and chosen and product != chosen:
+        raise SpecError(f"--option gpu-product={product} and --option node-selector={PRODUCT_LABEL}={chosen} name "
+                        "different nodes: give one of them")
+    if spec.accelerator is None:
+        return
+    name = gpu(spec)
+    if name is None:
+        raise SpecError(not_allowed("--gpu", spec.accelerator, f"a GPU of the catalog: {', '.join(GPUS)}"))
+    resource = gpu_resource(spec)
+    if not resource.startswith("nvidia.com/"):
+        raise SpecError(f"--gpu {name} chooses nodes by NVIDIA's {PRODUCT_LABEL} label, and --option "
+                        f"gpu-resource={resource} is not an NVIDIA resource: give one of them")
+    for flag, value in ((f"--option gpu-product={product}", product),
+                        (f"--option node-selector={PRODUCT_LABEL}={chosen}", chosen)):
+        if value and names_other(name, value):
+            raise SpecError(f"--gpu {name} and {flag} name different GPUs: give one of them (--gpu alone "
+                            f"selects the nodes whose {PRODUCT_LABEL} names {name})")
 
 
 def resolve(spec: Any) -> Any:

@@ -7,6 +7,8 @@ kubeconfig context the run names (access.py), and what the user's options add to
   Kueue's pod integration does not gate them a second time);
 - `priorityClass`: the pods' `priorityClassName` ("Pod Priority and Preemption");
 - `nodeSelector` and `gpuProduct`: merged into the pods' nodeSelector ("Assigning Pods to Nodes");
+- `--gpu TYPE`: the product values of the nodes carrying it (gpus.py), in the nodeSelector (one value) or a
+  required node affinity `In` them (several);
 - `tolerations`: added to the pods' own ("Taints and Tolerations");
 - `serviceAccount`: the pods' `serviceAccountName`;
 - `imagePullSecret`: the pods' `imagePullSecrets` ("Pull an Image from a Private Registry").
@@ -19,6 +21,7 @@ from typing import Any, Mapping
 from gpucluster.infra.kubernetes.api import KubeApi
 from gpucluster.infra.kubernetes.platform import Platform
 
+from .gpus import GpuNodes
 from .options import QUEUE_LABEL, Passthrough, passthrough
 
 
@@ -42,8 +45,28 @@ def context_api(cluster: Any, credentials: Any = None) -> KubeApi:
     return KubeApi.from_api_client(access.api_client(context, outputs.get("kubeconfig_path") or None))
 
 
-def _pod_spec(spec: dict[str, Any], extra: Passthrough) -> None:
+def _gpu_nodes(spec: dict[str, Any], gpu: GpuNodes) -> None:
+    """--gpu TYPE: the nodes carrying it (gpus.py), by nodeSelector for one product value, else by a required
+    node affinity term (ANDed with the nodeSelector and the pods' own anti-affinity: "Assigning Pods to Nodes")."""
+    if gpu.selector():
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **gpu.selector()}
+        return
+    affinity = dict(spec.get("affinity") or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = list(required.get("nodeSelectorTerms") or []) or [{}]
+    # the terms are ORed, a term's expressions ANDed: the GPU's expressions go into every term
+    required["nodeSelectorTerms"] = [{**t, "matchExpressions": list(t.get("matchExpressions") or []) + gpu.affinity()}
+                                     for t in terms]
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node
+    spec["affinity"] = affinity
+
+
+def _pod_spec(spec: dict[str, Any], extra: Passthrough, gpu: GpuNodes | None = None) -> None:
     """The options' additions to a pod spec in the API's JSON form."""
+    if gpu is not None:
+        _gpu_nodes(spec, gpu)
     if extra.priority_class:
         spec["priorityClassName"] = extra.priority_class
     if extra.node_selector:
@@ -58,11 +81,12 @@ def _pod_spec(spec: dict[str, Any], extra: Passthrough) -> None:
         spec["imagePullSecrets"] = [{"name": extra.image_pull_secret}]
 
 
-def shaper(extra: Passthrough) -> Any:
-    """(kind, manifest) -> the manifest with the options' additions (a typed model comes back typed)."""
+def shaper(extra: Passthrough, gpu: GpuNodes | None = None) -> Any:
+    """(kind, manifest) -> the manifest with the options' additions and the GPU's nodes (a typed model comes
+    back typed)."""
 
     def shape(kind: str, manifest: Any) -> Any:
-        if kind not in ("job", "pytorchjob") or extra == Passthrough():
+        if kind not in ("job", "pytorchjob") or (extra == Passthrough() and gpu is None):
             return manifest
         from kubernetes.client import ApiClient
 
@@ -71,10 +95,10 @@ def shaper(extra: Passthrough) -> Any:
         if extra.queue:
             body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}), QUEUE_LABEL: extra.queue}
         if kind == "job":
-            _pod_spec(body["spec"]["template"]["spec"], extra)
+            _pod_spec(body["spec"]["template"]["spec"], extra, gpu)
         else:
             for replica in body["spec"]["pytorchReplicaSpecs"].values():
-                _pod_spec(replica["template"]["spec"], extra)
+                _pod_spec(replica["template"]["spec"], extra, gpu)
         if isinstance(manifest, dict):
             return body
         # the typed model the launcher sends, through the client's public deserializer (it reads `.data`)
@@ -86,6 +110,7 @@ def shaper(extra: Passthrough) -> Any:
     return shape
 
 
-def kube_platform(options: Mapping[str, Any]) -> Platform:
-    return Platform(name="kubernetes", api=context_api, shape=shaper(passthrough(OptionView(options))),
+def kube_platform(options: Mapping[str, Any], gpu: GpuNodes | None = None) -> Platform:
+    """`gpu`: the nodes of the GPU --gpu names, as the provider's preflight found them (or the rule's values)."""
+    return Platform(name="kubernetes", api=context_api, shape=shaper(passthrough(OptionView(options)), gpu),
                     between_jobs="between jobs no pod of ours runs in the namespace", shared=True)

@@ -12,6 +12,7 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 
 from . import TRAITS, options
+from .gpus import GpuNodes
 from .held import hold
 from .platform import kube_platform
 from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
@@ -21,10 +22,12 @@ class KubeLauncher(KubernetesLauncher):
     """The shared launcher in the namespace the run's context and options pinned (`provider.prepare`),
     saying what the provider's preflight found before the objects are made."""
 
-    def __init__(self, provider: KubeProvider, queue: str | None = None, **kw: Any):
+    def __init__(self, provider: KubeProvider, queue: str | None = None, options: Mapping[str, Any] | None = None,
+                 **kw: Any):
         super().__init__(**kw)
         self.provider = provider
         self.queue = queue  # --option queue: Kueue admits the Job (or does not) within the start deadline
+        self.options = dict(options or {})  # the run's options, for the platform once --gpu's nodes are known
 
     def describe(self, spec: Any, job: Any) -> list[str]:
         """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
@@ -44,6 +47,9 @@ class KubeLauncher(KubernetesLauncher):
         from .cleanup import kinds_of
 
         self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
+        gpu = GpuNodes.from_dict((cluster.outputs or {}).get("gpu_nodes"))
+        if gpu is not None:  # --gpu TYPE: its nodes, as the provider's preflight found them
+            self.platform = kube_platform(self.options, gpu)
         self.provider.kinds = kinds_of((), self.mode, bool(job.secrets))
         for line in self.provider.checked:
             events.message(f"checked before creating: {line}")
@@ -88,7 +94,7 @@ def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
     if opts.start_deadline_s:
         kw["start_deadline_s"] = opts.start_deadline_s
     given = dict(opts.spec_options)
-    return provider, KubeLauncher(provider, queue=given.get("queue") or None, mode=str(given.get("launcher") or "job").strip().lower(),
+    return provider, KubeLauncher(provider, queue=given.get("queue") or None, options=given, mode=str(given.get("launcher") or "job").strip().lower(),
                                   image=given.get("image") or None,
                                   namespace=given.get("namespace") or options.DEFAULT_NAMESPACE,
                                   platform=kube_platform(given), **kw)
@@ -198,7 +204,9 @@ def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
 
 
 def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
-    gpus = f"{spec.gpus_per_node} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node else "CPU only"
+    gpu = options.gpu(spec)
+    gpus = (f"{spec.gpus_per_node}{' ' + gpu if gpu else ''} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node
+            else "CPU only")
     where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
     price = options.price_per_gpu_hour(spec)
     cost = f", internal price ${hourly(spec):.2f}/hour" if price is not None else ", $0 (not rented by gpucluster)"

@@ -24,6 +24,13 @@ def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
         service_manifest
     from gpucluster.infra.kubernetes.plan import plan_job
 
+    from . import options
+    from .gpus import PRODUCT_LABEL, assumed
+    from .platform import kube_platform
+
+    gpu = options.gpu(spec)
+    if gpu:  # the nodes are not read: the selector the rule gives (gpus.py `KNOWN`, or the value the user pinned)
+        launcher.platform = kube_platform(spec.option_dict, assumed(gpu, options.pinned_product(spec)))
     cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
                               outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
     namespace = str(spec.option("namespace") or launcher.namespace)
@@ -59,5 +66,8 @@ def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
              + (f"; not validated (no schema here for a custom resource): {', '.join(unchecked)}" if unchecked else ""),
              yaml.safe_dump_all(docs, sort_keys=False).rstrip(),
              "not checked (a dry run does not reach the cluster; a real run checks each before creating anything):"]
-    lines += [f"  - {s}" for s in SKIPPED]
-    return {"text": "\n".join(lines), "objects": docs, "skipped": list(SKIPPED)}
+    skipped = list(SKIPPED) + ([f"the GPU labels: which nodes carry GPU {gpu} ({PRODUCT_LABEL}); the selector above "
+                                f"is the rule's ({', '.join(assumed(gpu, options.pinned_product(spec)).products)}), "
+                                "a real run selects the values its nodes carry"] if gpu else [])
+    lines += [f"  - {s}" for s in skipped]
+    return {"text": "\n".join(lines), "objects": docs, "skipped": skipped}

@@ -53,6 +53,7 @@ class KubeProvider(Provider):
         self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
         self.spec: Any = None  # the spec `up` was handed
         self.pod: dict[str, Any] | None = None  # the pod spec the run's Job will carry (the launcher says)
+        self.gpu_nodes: Any = None  # --gpu TYPE: the nodes carrying it, found by preflight (gpus.GpuNodes)
 
     def preflight(self, spec: Any = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
@@ -88,7 +89,7 @@ class KubeProvider(Provider):
             resource = options.gpu_resource(spec)
             extra = options.passthrough(spec)
             fit.check_nodes(core, spec.nodes, int(spec.gpus_per_node or 0), resource, extra, bool(extra.queue),
-                            retry, result)
+                            retry, result, options.gpu(spec), options.pinned_product(spec))
             if extra.queue and exists:
                 fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result, resource,
                                 float(spec.nodes * int(spec.gpus_per_node or 0)))
@@ -108,16 +109,22 @@ class KubeProvider(Provider):
             raise UsageError(f"the API server of context {context!r} answered {_status(exc)} "
                              f"{getattr(exc, 'reason', exc)} before the run; nothing was created") from None
         self.checked = result.notes
+        self.gpu_nodes = result.gpu
         self.skipped = result.skipped + ([f"namespace {namespace} exists (this user may not read namespaces)"]
                                          if unread else [])
 
     def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
         self.where = (str(spec.option("context")), str(spec.option("namespace")))
+        if self.gpu_nodes is None and options.gpu(spec):  # --gpu without a preflight's reading: the rule's values
+            from .gpus import assumed
+
+            self.gpu_nodes = assumed(str(options.gpu(spec)), options.pinned_product(spec))
         self.spec = spec  # a kept cluster's check (`held.hold`) asks the preflight of this spec
         return Cluster(name=spec.name, cloud="kubernetes", nodes=(), gpus_per_node=int(spec.gpus_per_node or 0),
                        outputs={"nodes": spec.nodes, "context": spec.option("context"),
                                 "namespace": spec.option("namespace"), "max_lifetime_minutes": spec.max_lifetime_minutes,
-                                "gpu_resource": options.gpu_resource(spec)})
+                                "gpu_resource": options.gpu_resource(spec),
+                                **({"gpu_nodes": self.gpu_nodes.to_dict()} if self.gpu_nodes is not None else {})})
 
     def down(self, name: str, events: ProvisionEvents) -> None:
         return None  # nothing was provisioned: a run's objects go with the run (check_down for a killed one)
