@@ -101,8 +101,8 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
 
         raise TeardownIncomplete(kept_line(made.record_error, plan.spec.name))
     if held:  # machines that exist: nothing was created, nothing bills; the record is all `exec` needs
-        then = (f"cluster {plan.spec.name} is no longer recorded (nothing of it bills: the machines exist); run "
-                f"`gpucluster up` again to record it")
+        then = (f"cluster {plan.spec.name} is no longer recorded (gpucluster created nothing that bills for it: it "
+                "runs on what exists); run `gpucluster up` again to record it")
     else:
         then = (f"cluster {plan.spec.name} is up and billing but no longer recorded: `gpucluster gc --cloud "
                 f"{plan.spec.cloud}` finds it by its owner tags")

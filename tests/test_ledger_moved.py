@@ -97,7 +97,7 @@ def test_up_of_machines_that_exist_with_a_moved_ledger_says_nothing_bills(home, 
         if moved:
             assert err.strip().splitlines()[-1] == (
                 f"gpucluster: error: the ledger {str(home / 'ledger.sqlite3')!r} was deleted during the up; cluster "
-                "lab is no longer recorded (nothing of it bills: the machines exist); run `gpucluster up` again to "
+                "lab is no longer recorded (gpucluster created nothing that bills for it: it runs on what exists); run `gpucluster up` again to "
                 "record it"), err
         else:
             assert "no longer recorded" not in err
