@@ -34,15 +34,15 @@ _WRAPPERS: list = []  # the wrappers made (a module executed twice is wrapped on
 
 
 def _say(kind, **fields):
+    """One metric record on fd 2, written at once (never through the script's sys.stderr)."""
     try:
-        import json
-
-        rec = {"kind": kind}
         rank = os.environ.get("RANK", "")
-        if rank.isdigit():
-            rec["rank"] = int(rank)
-        rec.update(fields)
-        os.write(2, (PREFIX + json.dumps(rec) + "\n").encode())
+        rec = '{"kind": "%s"' % kind + (', "rank": %d' % int(rank) if rank.isdigit() else "")
+        if fields:  # after init_process_group: torch has imported json long before
+            import json
+
+            rec += ", " + json.dumps(fields)[1:-1]
+        os.write(2, (PREFIX + rec + "}\n").encode())
     except Exception:  # noqa: BLE001 - a closed stderr, anything: never the script's problem
         pass
 
@@ -128,12 +128,13 @@ def _chain(here):
     Its own errors are raised as they would have been (site.py says them and goes on)."""
     try:
         from importlib.machinery import PathFinder
-        from importlib.util import module_from_spec
 
         rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
         spec = PathFinder.find_spec("sitecustomize", rest)
         if spec is None or spec.loader is None:
             return
+        from importlib.util import module_from_spec  # only when there is one (Debian's, a user's)
+
         module = module_from_spec(spec)
     except Exception:  # noqa: BLE001
         return
