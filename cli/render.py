@@ -161,7 +161,7 @@ class RichRunUI:
         if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
                                                 "reaper_start", "reaper_done", "rdzv_port", "node_exit",
                                                 "text_metric", "world", "node_check", "link", "allreduce", "check",
-                                                "attempt", "cost_warning"):
+                                                "attempt", "cost_warning", "pg_hook", "pg_join"):
             return  # setup, text_metric, world: read from the node's own lines; the health check: its own message
         if node_rank is None:  # a record of the whole run, not of a node
             self.message(fmt_metric(record))
