@@ -46,6 +46,7 @@ def check_no_group(r, rid: str) -> None:
     """The run of NO_GROUP: SUCCEEDED, the warning in the report, `show` and `show --json`."""
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCEEDED" in r.stdout and WARNING in " ".join(r.stdout.split())
+    assert "pg_hook" not in r.stdout + r.stderr  # gpucluster's own records: not on the console
     text, record = shown(rid)
     assert WARNING in text
     assert record["status"] == "succeeded" and record["metrics"]["pg_ranks"] == 0 \
