@@ -11,8 +11,9 @@ from gpucluster.cli.complete import complete_run_id
 
 
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
-# gpucluster's own records, shown only with --metrics: the sampler, the announcer, the node supervisor and shell
-TOOL_KINDS = frozenset({"util", "worker_start", "reaper_start", "reaper_done", "node_exit"})
+# gpucluster's own records, shown only with --metrics: the sampler, the announcer, the node supervisor and shell,
+# the process-group hook (gpucluster/node/node_pghook.py)
+TOOL_KINDS = frozenset({"util", "worker_start", "reaper_start", "reaper_done", "node_exit", "pg_hook", "pg_join"})
 SECRET_FIELDS = frozenset({"key"})  # a node's control key (gpucluster.watch.control): never printed but by --raw
 METRIC_MARK = "@gpucluster-metric"
 

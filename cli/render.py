@@ -161,7 +161,7 @@ class RichRunUI:
         if self.quiet or record.get("kind") in ("util", "step", "worker_start", "setup_start", "setup_end",
                                                 "reaper_start", "reaper_done", "rdzv_port", "node_exit",
                                                 "text_metric", "world", "node_check", "link", "allreduce", "check",
-                                                "attempt", "cost_warning"):
+                                                "attempt", "cost_warning", "pg_hook", "pg_join"):
             return  # setup, text_metric, world: read from the node's own lines; the health check: its own message
         if node_rank is None:  # a record of the whole run, not of a node
             self.message(fmt_metric(record))
@@ -281,17 +281,11 @@ def run_report(console: Console, record: RunRecord) -> None:
             bits.append(f"as node {m.get('text_node', 0)} last printed {' and '.join(names)}")
         if bits:  # a script that reports no metrics gets no empty `result:` line
             console.print("result: " + ", ".join(bits), highlight=False)
-        if m.get("world_size") == 1 and (run.nodes or 1) > 1:
-            console.print(Text(f"warning: every worker's world size was 1 on a {run.nodes}-node run: the ranks "
-                               "never formed one group, each node trained alone (Lightning: Trainer(num_nodes=N) / "
-                               "--trainer.num_nodes N; plain torch: init_process_group() with the default env://)",
-                               style="yellow"), highlight=False)
 
-    from gpucluster.lifecycle.trained import no_training_warning
+    from gpucluster.ledger.trained import training_warnings
 
-    untrained = no_training_warning(record)
-    if untrained:
-        console.print(Text(untrained, style="yellow"), highlight=False)
+    for warning in training_warnings(record):  # every world size 1, no process group, no sign of training
+        console.print(Text(warning, style="yellow"), highlight=False)
 
     nodes = record.nodes
     if nodes:

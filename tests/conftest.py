@@ -111,6 +111,9 @@ HEAVY_FILES = {
     "test_dashboard_browser.py": 25,
     "test_aws_update.py": 20,
     "test_held_local.py": 15,
+    # their own runs (2026-11-28, 2 cores shared): issue 46 item 2's real runs
+    "test_pghook_ssh.py": 32,
+    "test_pghook_local.py": 25,
 }
 
 

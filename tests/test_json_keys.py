@@ -23,8 +23,9 @@ RUN_KEYS = ["id", "created_at", "ended_at", "status", "cloud", "cluster", "nodes
             "cost", "sweep_id", "log_dir", "teardown", "unchecked", "resumed_from"]
 # issue 28 added "resume_files" (the working-folder files a --resume laid back) and each output row's
 # "workdir_files"/"workdir_bytes" (what came back from the job's working folder): added keys, at the end
+# issue 46 added "warnings" (the report's lines on whether the run trained: no rank joined a process group, ...)
 RECORD_KEYS = RUN_KEYS + ["phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging",
-                          "setup", "resume_files"]
+                          "setup", "resume_files", "warnings"]
 
 
 def _fill(ledger: Ledger) -> None:

@@ -396,3 +396,16 @@ def test_the_jobs_deadline_leaves_room_to_stop_and_copy_and_without_a_limit_the_
     assert no_limit.active_deadline_s == 4 * 3600
     assert no_limit.active_deadline_s - no_limit.run_limit_s >= k8s_plan.STOP_GRACE_S + 900
     assert any("without --max-minutes the run is stopped after" in n for n in no_limit.notes), no_limit.notes
+
+
+def test_a_user_command_gets_the_process_group_hook(tmp_path):
+    """Issue 46 item 2: the pods carry gpucluster/node/node_pghook.py as /gpucluster/pghook/sitecustomize.py and
+    name that folder in GPUCLUSTER_PG_HOOK, which the announcer puts first on the workers' PYTHONPATH."""
+    from gpucluster.watch.launch import pg_hook_file
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    p = k8s_plan.plan_job(cluster(), job(workload=None, command=("python", "train.py")), workdir=tmp_path)
+    assert dict(p.env)["GPUCLUSTER_PG_HOOK"] == f"{k8s_plan.MOUNT}/pghook"
+    assert [c for _, path, c in p.files if path == "pghook/sitecustomize.py"] == [pg_hook_file().read_text()]
+    builtin = k8s_plan.plan_job(cluster(), job())  # a built-in workload: nothing of it
+    assert "GPUCLUSTER_PG_HOOK" not in dict(builtin.env) and not any(path.startswith("pghook/") for _, path, _ in builtin.files)

@@ -34,7 +34,8 @@ PROGRAMS = {  # module, constant -> file (relative to the repository)
 }
 NOT_PROGRAMS = {"gpucluster/ledger/node_output.py"}  # named node_*, but runs here (the supervisor's parser)
 # shipped as files (in the ssh job bundle, infra/ssh/ship.py), not as text: name in the bundle
-SHIPPED_AS_FILES = {"gpucluster/node/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py"}
+SHIPPED_AS_FILES = {"gpucluster/node/node_check.py": "node_check.py", "infra/aws/node_notice.py": "node_notice.py",
+                    "gpucluster/node/node_pghook.py": "pghook/sitecustomize.py"}
 FILES = sorted(set(PROGRAMS.values()) | set(SHIPPED_AS_FILES))
 
 

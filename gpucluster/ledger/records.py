@@ -234,6 +234,9 @@ class RunRecord:
         d["staging"] = [dict(s.raw) for s in self.staging]
         d["setup"] = [dict(s.raw) for s in self.setup]
         d["resume_files"] = [dict(r) for r in self.resume_files]
+        from gpucluster.ledger.trained import training_warnings
+
+        d["warnings"] = training_warnings(self)  # the report's lines on whether the run trained (issue 46)
         if self.metric_records is not None:
             d["metric_records"] = list(self.metric_records)
         if self.attempts is not None:
@@ -245,7 +248,7 @@ class RunRecord:
         """The inverse of `to_dict` (also for a record written by hand, as tests and old callers do:
         every list may be left out)."""
         lists = {"phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging", "setup",
-                 "resume_files", "metric_records", "attempts"}
+                 "resume_files", "metric_records", "attempts", "warnings"}
         return cls(
             run=RunRow.from_dict({k: v for k, v in d.items() if k not in lists}),
             phases=[PhaseRow(**p) for p in d.get("phases") or []],

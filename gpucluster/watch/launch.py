@@ -45,8 +45,27 @@ WORKER_START_KIND = "worker_start"
 # torch.distributed.launcher.api._get_entrypoint_name takes the first argument that does not start
 # with "-" when the entry point is its own interpreter (torch 2.x).
 _ANNOUNCE = _program("node_announce.py")  # its first line is that "-1"
+# Whether a rank joined a process group (issue 46 item 2): node_pghook.py, shipped as `sitecustomize.py`
+# into a folder of the run that GPUCLUSTER_PG_HOOK names; the announcer puts it first on the worker's
+# PYTHONPATH (`pg_hook_file`, `lay_pg_hook`; the ssh bundle and the Kubernetes ConfigMap carry it too).
+PG_HOOK_ENV, PG_HOOK_DIR = "GPUCLUSTER_PG_HOOK", "pghook"
 
 
+def pg_hook_file() -> Path:
+    """The hook's program, a file of gpucluster/node/ (stdlib only), shipped as `PG_HOOK_DIR/sitecustomize.py`."""
+    return Path(__file__).parents[1] / "node" / "node_pghook.py"
+
+
+def lay_pg_hook(folder: str) -> str | None:
+    """`folder/PG_HOOK_DIR/sitecustomize.py` written (the local launcher's run folder); the hook's folder, or
+    None when it could not be written (then whether a rank joined a process group is not known)."""
+    hook = Path(folder) / PG_HOOK_DIR
+    try:
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_bytes(pg_hook_file().read_bytes())
+    except OSError:
+        return None
+    return str(hook)
 
 
 @dataclass(frozen=True)
@@ -384,9 +403,10 @@ def resume_record(job: JobSpec, files: int, nbytes: int) -> dict[str, Any]:
 
 
 def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_node: int,
-             output_dir: str | None = None) -> dict[str, str]:
+             output_dir: str | None = None, pg_hook: str | None = None) -> dict[str, str]:
     """The GPUCLUSTER_* contract every rank sees, beside torchrun's own variables.
-    `output_dir`: the node's output folder (GPUCLUSTER_OUTPUT_DIR), copied back before teardown."""
+    `output_dir`: the node's output folder (GPUCLUSTER_OUTPUT_DIR), copied back before teardown.
+    `pg_hook`: the folder on the node holding the process-group hook (`PG_HOOK_DIR`), for a user's command."""
     env = {
         "GPUCLUSTER_RUN_ID": job.run_id,
         "GPUCLUSTER_NODE_RANK": str(node_rank),
@@ -399,6 +419,8 @@ def node_env(job: JobSpec, *, node_rank: int, node_ips: Sequence[str], gpus_per_
         env["GPUCLUSTER_OWNER"] = job.owner
     if output_dir:
         env["GPUCLUSTER_OUTPUT_DIR"] = output_dir
+    if pg_hook and job.command:
+        env[PG_HOOK_ENV] = pg_hook
     if job.threads_per_proc:
         env["OMP_NUM_THREADS"] = str(job.threads_per_proc)
         env["MKL_NUM_THREADS"] = str(job.threads_per_proc)

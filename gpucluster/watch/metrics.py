@@ -102,6 +102,9 @@ class MetricsState:
     text: dict[int, dict[str, Any]] = field(default_factory=dict)  # node -> its newest loss/accuracy line (text_metrics)
     refused: int = 0  # metric lines refused (bad JSON, wrong types, values out of range)
     first_refusal: str | None = None
+    # the process-group hook (gpucluster/node/node_pghook.py): the ranks whose Python loaded it, those that joined a group
+    pg_hooked: set[int] = field(default_factory=set)
+    pg_joined: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def refuse(self, why: str) -> None:
         self.refused += 1
@@ -139,6 +142,10 @@ class MetricsState:
                 self.finals[rank] = record
         elif kind == "world":  # a worker's process group size, as its framework printed it
             self.world_size = max(self.world_size or 0, int(record.get("world_size") or 0)) or None
+        elif kind == "pg_join" and isinstance(record.get("rank"), int):  # the hook: the rank joined a process group
+            self.pg_joined.setdefault(record["rank"], record)
+        elif kind == "pg_hook" and isinstance(record.get("rank"), int):
+            self.pg_hooked.add(record["rank"])
         elif kind == "text_metric" and node_rank is not None:  # read from a printed line (text_metrics)
             self.text[node_rank] = record
         elif kind == "util":
@@ -166,6 +173,12 @@ class MetricsState:
             "world_size": self.world_size,
             "final_records": len(self.finals),
             "refused_metric_lines": self.refused or None,
+            # ranks that joined a process group; 0 only when every rank launched loaded the hook (else not known)
+            "pg_ranks": len(self.pg_joined) if self.pg_joined else 0 if self.launched_world and
+            len(self.pg_hooked) >= self.launched_world else None,
+            "pg_hooked": len(self.pg_hooked) or None,
+            # the largest group a rank joined (1 on every rank of a multi-node run: each node trained alone)
+            "pg_world_size": max((r.get("world_size") or 0 for r in self.pg_joined.values()), default=0) or None,
         }
         if not self.finals and not self.epochs and self.text:
             # the job reported no metric records: the newest loss/accuracy it printed (lowest node)

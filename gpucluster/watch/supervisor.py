@@ -30,7 +30,7 @@ from gpucluster.ledger.node_output import (CONSOLE_BACKLOG, CONSOLE_RATE, LOG_HO
 
 NODE_EXIT_KIND = NODE_EXIT
 # the records that show a job is alive (guards.py's stall clock): its own metrics, printed losses, its start
-_LIVE_KINDS = frozenset({"start", "epoch", "step", "final", "world", "text_metric", WORKER_START})
+_LIVE_KINDS = frozenset({"start", "epoch", "step", "final", "world", "text_metric", "pg_join", WORKER_START})
 # A node's shell, after its reaper: one metric record with the reaper's exit status and the node's
 # node_exit key, which the shell read into $gk_exit from its stdin (gpucluster.watch.control) (sh syntax)
 NODE_EXIT_SH = ("rc=$?; printf '%s{\"kind\": \"" + NODE_EXIT_KIND + "\", \"rc\": %d, \"key\": \"%s\"}\\n' "

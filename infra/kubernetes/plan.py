@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
-from gpucluster.watch.launch import JobSpec, node_env, program_args, torchrun_argv
+from gpucluster.watch.launch import PG_HOOK_DIR, JobSpec, node_env, pg_hook_file, program_args, torchrun_argv
 from gpucluster.node import workdir as workdir_module
 from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
 
@@ -341,7 +341,8 @@ def plan_job(
         argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts or checks else None))
                      for a in argv)
     collects = bool(job.output_dir)
-    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None)
+    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None,
+                   pg_hook=f"{MOUNT}/{PG_HOOK_DIR}")
     env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
     code = bool(user_files)
     env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, code)}" for m in mounts]))
@@ -367,6 +368,8 @@ def plan_job(
         from gpucluster.watch.health import PROGRAM as CHECK_PROGRAM
 
         files.append((CHECK_FILE, CHECK_FILE, CHECK_PROGRAM.read_text()))
+    if job.command:  # whether a rank joined a process group (gpucluster/node/node_pghook.py, found first by the workers)
+        files.append(("pghook.sitecustomize.py", f"{PG_HOOK_DIR}/sitecustomize.py", pg_hook_file().read_text()))
     files += _workload_files() + data_files + user_files + list(extra_files)
     size = _size(files)
     if size > CONFIGMAP_LIMIT:

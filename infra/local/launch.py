@@ -21,7 +21,7 @@ from pathlib import Path
 from gpucluster.watch.control import give_keys, new_keys
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
-from gpucluster.watch.launch import (JobResult, JobSpec, Launcher, agent_boot, node_env, program_args,
+from gpucluster.watch.launch import (JobResult, JobSpec, Launcher, agent_boot, lay_pg_hook, node_env, program_args,
                                resume_record, torchrun_argv)
 from gpucluster.watch.nodeloss import killed_why
 from gpucluster.watch.procs import terminate_groups
@@ -254,9 +254,9 @@ class LocalLauncher(Launcher):
                 _remove_work(work)
                 raise
             program = shipped
-        # --setup: the nodes wait for this file (created once every node's setup succeeded)
-        go_dir = tempfile.mkdtemp(prefix="gcsetup-") if job.setup else None
-        go_file = os.path.join(go_dir, GO_FILE) if go_dir else ""
+        # the run's folder: --setup's go file (made once every setup succeeded), a user command's process-group hook
+        go_dir = tempfile.mkdtemp(prefix="gcrun-") if job.setup or job.command else None
+        go_file, pg_hook = os.path.join(go_dir, GO_FILE) if go_dir and job.setup else "", go_dir and lay_pg_hook(go_dir)
         # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.watch.control)
         keys = new_keys(n.rank for n in cluster.nodes)
         supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True,
@@ -309,7 +309,7 @@ class LocalLauncher(Launcher):
                 env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
                 out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
                 env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
-                                    gpus_per_node=cluster.gpus_per_node, output_dir=out))
+                                    gpus_per_node=cluster.gpus_per_node, output_dir=out, pg_hook=pg_hook))
                 env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
                 env.update(secrets)
                 env.update(python_env(self.python_for(job), env.get("PATH", "")))

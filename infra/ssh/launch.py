@@ -42,7 +42,7 @@ from gpucluster.errors import ConfigError, LaunchError
 from gpucluster.node.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
 from gpucluster.plan.jobenv import env_line, secret_values
-from gpucluster.watch.launch import JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.watch.launch import PG_HOOK_DIR, JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.watch.supervisor import NODE_EXIT_SH, NodeSupervisor
 from gpucluster.watch.procs import piped
 
@@ -65,7 +65,7 @@ _OWN_OPTIONS = {"stricthostkeychecking", "userknownhostsfile", "globalknownhosts
                 "controlmaster", "controlpath", "controlpersist", "updatehostkeys"}
 SHIPPED = "shipped"  # the shipped list (ship.bundle), touched once the job's files are on a node (workdir.py)
 # what gpucluster puts in a node's run folder, never taken for the job's own files (a run without code)
-TOOL_FILES = ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED)
+TOOL_FILES = ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED, PG_HOOK_DIR)
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
 
@@ -463,8 +463,8 @@ class SshLauncher(NodeAccess, Launcher):
                                       rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
                 cwd = f"{node_dir}/code" if has_code else node_dir
                 out = f"{cwd}/outputs"  # GPUCLUSTER_OUTPUT_DIR, copied back by collect_outputs
-                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
-                               gpus_per_node=cluster.gpus_per_node, output_dir=out)
+                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node,
+                               output_dir=out, pg_hook=f"{node_dir}/{PG_HOOK_DIR}")
                 env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
                 env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
                 env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON

@@ -87,6 +87,9 @@ def bundle(code_dir: Path | None, extra: Sequence[str] = ()) -> bytes:
         from gpucluster.node import node_check
 
         tar.add(node_check.__file__, arcname="node_check.py")  # the health check (torch + stdlib)
+        from gpucluster.watch.launch import PG_HOOK_DIR, pg_hook_file
+
+        tar.add(pg_hook_file(), arcname=f"{PG_HOOK_DIR}/sitecustomize.py")  # did a rank join a process group (stdlib)
         for path in extra:
             tar.add(path, arcname=os.path.basename(path))
         # digits' data (~60 KB) goes with the scripts, so a node needs only torch
