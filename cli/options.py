@@ -135,7 +135,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                   "default: 1]; the cheapest machine in the region with exactly that many is used "
                                   "(`gpucluster gpus` lists them).")),
     "spot": (("--spot",), dict(is_flag=True, help="Spot/preemptible capacity.")),
-    "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
+    "disk_gb": (("--disk-gb",), dict(default=None, type=Int("disk size (GB)", 10, 16384),
+                                     help="Root disk per node in GB [default: 100; aws: at least the image's root "
+                                          "snapshot + 25].")),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
                                              help="Wall-clock limit for the job; everything is stopped past it.")),
     "max_cost": (("--max-cost",), dict(default=None, type=Money(), metavar="USD",

@@ -54,6 +54,7 @@ from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
 from .kms import KEYS_OPTION, keys_of
 from .leftovers import iam_path
 from .permissions import role_reasons
+from .rootdisk import ROOT_GB_TAG, root_disk_gb, snapshot_gb
 from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
@@ -288,7 +289,8 @@ class GpuCluster(pulumi.ComponentResource):
             if spec.spot else None,
             # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
             terminate_instances=True,
-            tags=self._tags(f"{spec.name}-fleet"),
+            # the nodes' root size, as the cost records read it (engine.resource_detail): sized for the image
+            tags={**self._tags(f"{spec.name}-fleet"), ROOT_GB_TAG: self.root_gb.apply(str)},
             # An update that changes the nodes (a new DLAMI, new tags: a new template) replaces the
             # fleet, the old one deleted first (its nodes terminate, the new ones launch): EC2 modifies
             # only `maintain` fleets (ModifyFleet: FleetNotInModifiableState for an instant one), and the
@@ -359,6 +361,15 @@ class GpuCluster(pulumi.ComponentResource):
         several, and no Elastic IP is needed, whose default quota is 5 per region)."""
         root_device = (self.ami.root_device_name if self.ami is not None
                        else pulumi.Output.from_input(DEFAULT_ROOT_DEVICE))
+        # --disk-gb as given, else sized for the image: max(100, its root snapshot + 25) (rootdisk.py)
+        # (a pinned `ami` is read by its id for that, and only then)
+        if spec.disk_gb is not None:
+            self.root_gb: pulumi.Output[int] = pulumi.Output.from_input(int(spec.disk_gb))
+        else:
+            sized_by = self.ami if self.ami is not None else aws.ec2.get_ami_output(
+                filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[str(catalog.option(spec, "ami"))])],
+                opts=pulumi.InvokeOutputOptions(parent=self, provider=self._provider))
+            self.root_gb = sized_by.apply(_sized_for)
         return aws.ec2.LaunchTemplate(
             f"{name}-nodes",
             description=f"{spec.name} nodes",
@@ -371,7 +382,7 @@ class GpuCluster(pulumi.ComponentResource):
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=root_device,
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_type=catalog.DEFAULT_DISK_TYPE, volume_size=int(spec.disk_gb), encrypted="true",
+                    volume_type=catalog.DEFAULT_DISK_TYPE, volume_size=self.root_gb, encrypted="true",
                     delete_on_termination="true"))],
             instance_initiated_shutdown_behavior="terminate",
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name),
@@ -430,6 +441,14 @@ class GpuCluster(pulumi.ComponentResource):
             "ready_file": pulumi.Output.from_input(READY_FILE),
             "node_python": pulumi.Output.from_input(catalog.NODE_PYTHON),
         }
+
+
+def _sized_for(ami: Any) -> int:
+    """The default root size for a looked-up AMI (`aws.ec2.get_ami`'s result; its `ebs` map has
+    snake_case keys, as terraform-provider-aws's data source sets them)."""
+    return root_disk_gb(None, snapshot_gb(ami.root_device_name, [
+        {"DeviceName": m.device_name, "Ebs": {"VolumeSize": (m.ebs or {}).get("volume_size")}}
+        for m in ami.block_device_mappings or []]))
 
 
 def declare(spec: ClusterSpec) -> dict[str, pulumi.Output[Any]]:

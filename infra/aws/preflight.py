@@ -37,6 +37,7 @@ from typing import Any
 from gpucluster.errors import SpecError
 
 from . import catalog
+from .rootdisk import root_disk_gb, snapshot_gb, why as rootdisk_why
 
 GVT_ON_DEMAND = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 GVT_SPOT = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
@@ -138,11 +139,12 @@ def newest_ami(ec2: Any, spec: Any) -> dict[str, Any] | None:
 
 
 def root_snapshot_gb(image: dict[str, Any]) -> int | None:
-    root = image.get("RootDeviceName")
-    for m in image.get("BlockDeviceMappings", []):
-        if m.get("DeviceName") == root and (m.get("Ebs") or {}).get("VolumeSize"):
-            return int(m["Ebs"]["VolumeSize"])
-    return None
+    return snapshot_gb(image.get("RootDeviceName"), image.get("BlockDeviceMappings", []))
+
+
+def disk_for(spec: Any, image: dict[str, Any]) -> int:
+    """The root volume the program gives each node: `--disk-gb`, else sized for `image` (rootdisk.py)."""
+    return root_disk_gb(spec.disk_gb, root_snapshot_gb(image))
 
 
 def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool, str | None]:
@@ -171,7 +173,7 @@ def launch_request(spec: Any, image: dict[str, Any], zone: str | None) -> dict[s
         "DryRun": True, "ImageId": image["ImageId"], "InstanceType": catalog.instance_type_of(spec).name,
         "MinCount": spec.nodes, "MaxCount": spec.nodes,
         "BlockDeviceMappings": [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": {
-            "VolumeSize": int(spec.disk_gb or 100), "VolumeType": "gp3", "Encrypted": True,
+            "VolumeSize": disk_for(spec, image), "VolumeType": "gp3", "Encrypted": True,
             "DeleteOnTermination": True}}],
         "MetadataOptions": {"HttpTokens": "required"},
         "InstanceInitiatedShutdownBehavior": "terminate",
@@ -330,14 +332,15 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
                           "choose another region, or pass option ami=ami-..."))
         return out
     snap = root_snapshot_gb(image)
-    disk = int(spec.disk_gb or 100)
-    if snap is not None and disk < snap:
+    disk = disk_for(spec, image)
+    if snap is not None and disk < snap:  # only a size the user gave can be below it (rootdisk.py)
         out.append(_check(f"AMI ({region})", False, f"disk gb {disk} is below the root snapshot of {image['ImageId']} "
                                                    f"({snap} GB); allowed: {snap} or more",
                           f"pass --disk-gb {snap} or more"))
         return out
     out.append(_check(f"AMI ({region})", True, f"{image['ImageId']} ({image.get('Name', '')}), root snapshot "
-                                               f"{snap if snap is not None else '?'} GB, disk {disk} GB"))
+                                               f"{snap if snap is not None else '?'} GB, disk {disk} GB "
+                                               f"({rootdisk_why(spec.disk_gb, snap)})"))
     zone = spec.zone
     subnet = catalog.option(spec, "subnetId")
     try:
