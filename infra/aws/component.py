@@ -25,7 +25,8 @@ allows tags):
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
   `ami` overrides the lookup, IMDSv2 required, encrypted gp3 root, shutdown =
   terminate, optional spot that terminates on interruption; interface 0 in the cluster's subnet with
-  a public IPv4 assigned at launch (with option `efa=true`, an EFA interface: no Elastic IP). Each
+  a public IPv4 assigned at launch (with option `efa=true` an EFA interface; on a type with several
+  network cards one EFA interface per card, and then an Elastic IP per node: interfaces.py). Each
   node generates its own host key; the launcher reads it from the serial console
   (`infra.aws.hostkeys`), never trusting on first use;
 - user data that arms a dead-man switch on every boot (power off, hence terminate, at first
@@ -50,7 +51,9 @@ from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
+from .efa import cards as efa_cards
 from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
+from .interfaces import node_addresses, template_interfaces
 from .kms import KEYS_OPTION, keys_of
 from .leftovers import iam_path
 from .permissions import role_reasons
@@ -88,6 +91,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.itype = catalog.instance_type_of(spec)
         self.region = catalog.region_of(spec)
         self.efa = catalog.efa_requested(spec)
+        self.cards = efa_cards(spec)  # network cards given an EFA interface (efa.py)
         base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.ownership)
         self._base_tags = base_tags
         self._iam_path = iam_path(base_tags.get("gpucluster-owner"), self.region, spec.name)
@@ -307,7 +311,11 @@ class GpuCluster(pulumi.ComponentResource):
         hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(operator.itemgetter(rank)), opts=invoke_opts)
                  for rank in range(spec.nodes)]
         self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
-        self.public_ips = pulumi.Output.all(*[h.public_ip for h in hosts])
+        # several interfaces (EFA on every card): no public IPv4 at launch, an Elastic IP each (interfaces.py)
+        self.public_ips = pulumi.Output.all(*(
+            node_addresses(name, spec.name, hosts, self._tags,
+                           lambda: self._opts(depends_on=[self.fleet, *self._network_deps]))
+            if self.cards > 1 else [h.public_ip for h in hosts]))
         self.register_outputs(self.outputs())
 
     # -- helpers -------------------------------------------------------------------------------
@@ -356,9 +364,9 @@ class GpuCluster(pulumi.ComponentResource):
         IMDSv2 required, an encrypted gp3 root deleted on termination, shutdown = terminate, the
         placement group, the instance profile when there is one, the tags of the instances and their
         volumes and interfaces, and the shared user data. Interface 0 is in the cluster's subnet and
-        security group with a public IPv4 assigned at launch; with option efa=true it is an EFA
-        interface (one interface only: EC2 assigns no public IPv4 to an instance launched with
-        several, and no Elastic IP is needed, whose default quota is 5 per region)."""
+        security group; with option efa=true it is an EFA interface, and a type with several network
+        cards gets an `efa-only` interface on each further card, and then no public IPv4 at launch
+        (an Elastic IP per node instead: interfaces.py, efa.py)."""
         root_device = (self.ami.root_device_name if self.ami is not None
                        else pulumi.Output.from_input(DEFAULT_ROOT_DEVICE))
         # --disk-gb as given, else sized for the image: max(100, its root snapshot + 25) (rootdisk.py)
@@ -386,9 +394,7 @@ class GpuCluster(pulumi.ComponentResource):
                     delete_on_termination="true"))],
             instance_initiated_shutdown_behavior="terminate",
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name),
-            network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                device_index=0, associate_public_ip_address="true", delete_on_termination="true",
-                subnet_id=subnet_id, security_groups=[sg.id], interface_type="efa" if self.efa else None)],
+            network_interfaces=template_interfaces(self.cards, self.efa, subnet_id, sg.id),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=self.instance_tags),
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+from .efa import needs_addresses
 from .rootdisk import ROOT_GB_TAG
 
 # Pulumi type token -> ledger resource kind. Only resources that exist in the cloud (and may bill
@@ -68,7 +69,9 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
             "disk_gb": int((inputs.get("tags") or {}).get(ROOT_GB_TAG) or spec.disk_size),
             "disk_type": getattr(spec, "disk_type", None) or "gp3",
             "availability_zone": override.get("availabilityZone") or getattr(spec, "zone", None),
-            "public_ipv4": 1,  # per node: interface 0 gets a public IPv4 at launch
+            # per node: interface 0 gets a public IPv4 at launch; with EFA on every card none, an Elastic IP
+            # each instead, recorded (and billed) as its own `elastic-ip` resource (efa.py)
+            "public_ipv4": 0 if needs_addresses(spec) else 1,
         }
     if kind != "instance":
         return {}

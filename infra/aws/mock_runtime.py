@@ -90,7 +90,8 @@ class Recorder(pulumi.runtime.Mocks):
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.setdefault("latestVersion", 1)
         elif args.typ == "aws:ec2/eip:Eip":
-            state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)))
+            state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)), allocationId=f"eipalloc-mock{rank_of(args.name)}",
+                         associationId=f"eipassoc-mock{rank_of(args.name)}" if args.inputs.get("networkInterface") else "")
         elif args.typ == "aws:ec2/keyPair:KeyPair":
             state.setdefault("keyName", args.name)
         elif args.typ == "tls:index/privateKey:PrivateKey":
@@ -113,7 +114,7 @@ class Recorder(pulumi.runtime.Mocks):
         if args.token == "aws:ec2/getInstance:getInstance":
             rank = rank_of_instance(args.args["instanceId"])
             return {"id": args.args["instanceId"], "instanceId": args.args["instanceId"],
-                    "privateIp": private_ip(rank), "publicIp": public_ip(rank)}
+                    "privateIp": private_ip(rank), "publicIp": public_ip(rank), "networkInterfaceId": f"eni-mock{rank}"}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             n = len(MOCK_ZONES)
             return {
