@@ -89,3 +89,14 @@ def test_capacity_failover_stays_in_the_catalogs_zones_when_ec2_cannot_say():
             "Availability Zone you requested (us-east-1b).")
     zone, others, itype = capacity_zones(spec, text, zone_lister=lambda region, t: [])
     assert (zone, others, itype) == ("us-east-1b", ["us-east-1c"], "p4de.24xlarge")
+
+
+def test_elastic_ips_are_asked_leave_for_and_counted_once_in_the_cost():
+    # the Elastic IP actions pulumi-aws's aws_eip calls (ec2_eip.go) are simulated only when the nodes get one;
+    # the ledger bills each address as its own `elastic-ip` resource, so the fleet then counts no launch address
+    from gpucluster.infra.aws.engine import resource_detail
+    from gpucluster.infra.aws.permissions import EC2_ADDRESSES, needed
+
+    p5, off = gpu_spec("H100", 8), gpu_spec("H100", 8, options=(("efa", "false"),))
+    assert set(EC2_ADDRESSES) <= set(needed(p5)["EC2"]) and not set(EC2_ADDRESSES) & set(needed(off)["EC2"])
+    assert resource_detail("fleet", {}, p5)["public_ipv4"] == 0 and resource_detail("fleet", {}, off)["public_ipv4"] == 1
