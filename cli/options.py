@@ -136,7 +136,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
                                   "(`gpucluster gpus` lists them). kubernetes: COUNT GPUs per pod, on the nodes whose "
                                   "nvidia.com/gpu.product label names the GPU.")),
     "spot": (("--spot",), dict(is_flag=True, help="Spot/preemptible capacity.")),
-    "disk_gb": (("--disk-gb",), dict(default=100, show_default=True, type=Int("disk size (GB)", 10, 16384))),
+    "disk_gb": (("--disk-gb",), dict(default=None, type=Int("disk size (GB)", 10, 16384),
+                                     help="Root disk per node in GB [default: 100; aws: at least the image's root "
+                                          "snapshot + 25].")),
     "max_minutes": (("--max-minutes",), dict(default=None, type=Float("max minutes", "a number of minutes > 0"),
                                              help="Wall-clock limit for the job; everything is stopped past it.")),
     "max_cost": (("--max-cost",), dict(default=None, type=Money(), metavar="USD",

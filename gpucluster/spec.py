@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 # Lifetime after which cloud nodes power themselves off even if this machine is gone.
 DEFAULT_MAX_LIFETIME_MINUTES = 240
 MAX_LIFETIME_MINUTES = 7 * 24 * 60
+# Root/boot disk per node when the user gives none (`disk_gb` None): a backend may size it up for its
+# image (aws: at least the AMI's root snapshot plus headroom, `infra/aws/catalog.root_disk_gb`).
+DEFAULT_DISK_GB = 100
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 _TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -83,7 +86,7 @@ class ClusterSpec:
     accelerator: str | None = None  # gcp: nvidia-tesla-v100; aws: implied by the type (A10G)
     gpus_per_node: int | None = None  # None: what the instance type carries / what is present
     spot: bool = False
-    disk_gb: int = 100
+    disk_gb: int | None = None  # None: not given, the backend's default (DEFAULT_DISK_GB, sized up for the image)
     disk_type: str | None = None  # aws: gp3; gcp: pd-balanced
     max_lifetime_minutes: int = DEFAULT_MAX_LIFETIME_MINUTES
     ssh_cidr: str | None = None
@@ -113,6 +116,11 @@ class ClusterSpec:
 
     def option(self, key: str, default: Any = None) -> Any:
         return self.option_dict.get(key, default)
+
+    @property
+    def disk_size(self) -> int:
+        """The disk per node in GB: the one given, else DEFAULT_DISK_GB (a backend may size it up)."""
+        return DEFAULT_DISK_GB if self.disk_gb is None else int(self.disk_gb)
 
     def replace(self, **changes: Any) -> "ClusterSpec":
         return dataclasses.replace(self, **changes)
@@ -310,7 +318,8 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
         )
     if spec.gpus_per_node is not None:
         parse_int("gpus per node", spec.gpus_per_node, low=0, high=16)
-    parse_int("disk size (GB)", spec.disk_gb, low=10, high=16384)
+    if spec.disk_gb is not None:
+        parse_int("disk size (GB)", spec.disk_gb, low=10, high=16384)
     parse_int("max lifetime (minutes)", spec.max_lifetime_minutes, low=5, high=MAX_LIFETIME_MINUTES)
     if spec.ssh_cidr is not None:
         try:

@@ -60,7 +60,8 @@ class Account:
         types = {urn.split("::")[2].rsplit("$", 1)[-1] for urn in self.fake.replaced[-1]}
         replace = tuple(r.name for r in built.recorder.resources if r.typ in types)
         state = self.states.setdefault(stack, {})
-        made = self.made[stack] = aws_apply.apply(built.recorder, self.session, REGION, state=state, replace=replace)
+        made = self.made[stack] = []  # filled as they are made: a failed create leaves the others in the stack
+        aws_apply.apply(built.recorder, self.session, REGION, state=state, replace=replace, made=made)
         ec2 = aws_apply.client(self.session, "ec2", REGION)
         fleet = next(v for v in state.values() if v["kind"] == "fleet")
         # the program, once the fleet is made: fewer nodes than asked fails the update with EC2's errors

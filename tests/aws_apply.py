@@ -28,6 +28,7 @@ _seq = itertools.count(1)
 # resource id -> the ids of the resources its inputs refer to (the engine's dependency graph, which
 # `destroy_as_provider` deletes by: dependents first, independent resources at once)
 DEPENDS_ON: dict[str, set[str]] = {}
+FLEET_MEMBERS: list[str] = []  # the instances of the fleet applied last (an Elastic IP names one by rank)
 
 
 def _refs(value: Any, ids: dict[str, str]) -> set[str]:
@@ -77,6 +78,15 @@ FORCE_NEW = {
 }
 
 
+class Partial(Exception):
+    """A create that made its resource and then failed (an Elastic IP whose association was refused): the
+    engine keeps it in the state (the provider returned its id), so the attempt's destroy deletes it."""
+
+    def __init__(self, kind: str, rid: str, cause: Exception):
+        super().__init__(str(cause))
+        self.kind, self.rid, self.cause = kind, rid, cause
+
+
 class UpdateFailed(Exception):
     """`pulumi up` of a changed program failed: the provider's diagnostic of the resource it could not update."""
 
@@ -103,7 +113,7 @@ def _provider_delete(session: Any, region: str, kind: str, rid: str) -> None:
 
 
 def apply(recorder: Any, session: Any, region: str = "us-east-1", state: dict[str, Any] | None = None,
-          replace: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+          replace: tuple[str, ...] = (), made: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """Create in the account what the recorded program declared; [(kind, id)] in creation order.
 
     `state`: the stack's state, name -> {"kind", "id", "inputs", "members"}, read and rewritten. Given
@@ -116,10 +126,12 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1", state: dict[st
     In place, a launch template gets a new version (CreateLaunchTemplateVersion), which changes what
     its fleet launches, and a fleet whose inputs other than its tags changed is modified
     (ModifyFleet: the EC2 stand-in refuses it for an instant fleet); any other resource's change is
-    its tags, updated in place and not modelled. A failed update raises UpdateFailed."""
+    its tags, updated in place and not modelled. A failed update raises UpdateFailed. `made`: a list
+    filled as resources are made, so that a create that fails midway leaves what was made before it
+    in the stack (as the engine's state keeps it) for the destroy of that attempt."""
     ec2, iam = client(session, "ec2", region), client(session, "iam")
     ids: dict[str, str] = {}  # mock id ("<name>-id") -> the account's id
-    made: list[tuple[str, str]] = []
+    made = [] if made is None else made
     previous = dict(state or {})
     bumped: set[str] = set()  # ids of templates given a new version in place by this update
     delete_after: list[tuple[str, str]] = []
@@ -143,13 +155,20 @@ def apply(recorder: Any, session: Any, region: str = "us-east-1", state: dict[st
                 _provider_delete(session, region, prev["kind"], prev["id"])
             else:
                 delete_after.append((prev["kind"], prev["id"]))
-        created = _create(r, ec2, iam, ids, region)
+        try:
+            created = _create(r, ec2, iam, ids, region)
+        except Partial as part:
+            made.append((part.kind, part.rid))
+            DEPENDS_ON[part.rid] = {m for k, m in made if k in ("fleet", "internet-gateway")}
+            raise part.cause from None
         if created is None:
             continue
         kind, rid, members = created
         made.append((kind, rid))
         made.extend(("instance", iid) for iid in members)
         DEPENDS_ON[rid] = _refs(i, ids) - {rid}
+        if kind == "elastic-ip":  # the program's depends_on: after the fleet and the internet gateway
+            DEPENDS_ON[rid] |= {m for k, m in made if k in ("fleet", "internet-gateway")}
         ids[f"{r.name}-id"] = rid
         if typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile", "aws:ec2/placementGroup:PlacementGroup"):
             ids[r.name] = rid  # referred to by name: the profile names its role, the template its profile and group
@@ -171,6 +190,8 @@ def _keep(r: Any, prev: dict[str, Any], ids: dict[str, str], made: list[tuple[st
         ids[r.name] = prev["id"]
     made.append((prev["kind"], prev["id"]))
     made.extend(("instance", iid) for iid in prev.get("members") or [])
+    if prev["kind"] == "fleet":
+        FLEET_MEMBERS[:] = sorted(prev.get("members") or [])
     if state is not None and resolved is not None:
         state[r.name] = {**prev, "inputs": resolved}
 
@@ -294,6 +315,20 @@ def _create(r: Any, ec2: Any, iam: Any, ids: dict[str, str], region: str) -> tup
                           "SingleAvailabilityZone": bool(options.get("singleAvailabilityZone"))}})
         rid, kind = resp["FleetId"], "fleet"
         members = [iid for s in resp.get("Instances") or [] for iid in s.get("InstanceIds") or []]
+        FLEET_MEMBERS[:] = sorted(members)  # rank order (engine.fleet_instance_ids)
+    elif typ == "aws:ec2/eip:Eip":
+        # AllocateAddress tagged at creation, then (pulumi-aws: ec2_eip.go resourceEIPCreate) AssociateAddress
+        # with the node's primary interface; the program names it by the mocks' id, "eni-mock<rank>"
+        rid = ec2.allocate_address(Domain="vpc", TagSpecifications=_spec("elastic-ip", i))["AllocationId"]
+        kind = "elastic-ip"
+        if i.get("networkInterface"):
+            node = FLEET_MEMBERS[int(str(i["networkInterface"]).rsplit("mock", 1)[1])]
+            nics = ec2.describe_instances(InstanceIds=[node])["Reservations"][0]["Instances"][0]["NetworkInterfaces"]
+            primary = next(n for n in nics if (n.get("Attachment") or {}).get("DeviceIndex", 0) == 0)
+            try:
+                ec2.associate_address(AllocationId=rid, NetworkInterfaceId=primary["NetworkInterfaceId"])
+            except Exception as exc:  # noqa: BLE001 - the provider's create failed after AllocateAddress
+                raise Partial("elastic-ip", rid, exc) from None
     elif typ == "aws:ec2/instance:Instance":
         root = i.get("rootBlockDevice") or {}
         specs = [{"ResourceType": "instance", "Tags": _tags(i)}]
@@ -359,6 +394,8 @@ def exists(made: list[tuple[str, str]], session: Any, region: str = "us-east-1")
             ok = rid in {t["LaunchTemplateId"] for t in ec2.describe_launch_templates()["LaunchTemplates"]}
         elif kind == "key-pair":
             ok = rid in {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
+        elif kind == "elastic-ip":
+            ok = rid in {a.get("AllocationId") for a in ec2.describe_addresses()["Addresses"]}
         elif kind == "iam-role":
             ok = rid in {r["RoleName"] for p in iam.get_paginator("list_roles").paginate() for r in p["Roles"]}
         elif kind == "instance-profile":
@@ -395,7 +432,7 @@ PROVIDER_NAMES = {"fleet": "EC2 Fleet", "launch-template": "EC2 Launch Template"
                   "EC2 Placement Group", "key-pair": "EC2 Key Pair", "security-group": "Security Group",
                   "subnet": "EC2 Subnet", "route-table": "Route Table", "internet-gateway": "EC2 Internet Gateway",
                   "vpc": "EC2 VPC", "iam-role": "IAM Role", "instance-profile": "IAM Instance Profile",
-                  "instance": "EC2 Instance"}
+                  "instance": "EC2 Instance", "elastic-ip": "EC2 EIP"}
 
 
 def destroy_as_provider(made: list[tuple[str, str]], session: Any, region: str = "us-east-1", *,

@@ -60,6 +60,9 @@ moto. Each behaviour and its public source:
   cannot be specified when launching with multiple network interfaces." (EC2 API Reference,
   InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress: "You cannot specify more than one
   network interface in the request"; the fleet error as aws/karpenter-provider-aws#5666 quotes it).
+- Elastic IPs and multi-interface instances (tests/ec2_addresses.py, mixed in): no public IPv4 for an
+  instance with several interfaces unless an Elastic IP is associated, the region's Elastic IP quota
+  (AddressLimitExceeded), no release of an associated address (InvalidIPAddress.InUse).
 - ModifyFleet of an `instant` fleet is refused, `FleetNotInModifiableState` (API reference,
   ModifyFleet: "This action is only supported for the maintain type"; the answer EC2 gives for a
   fleet of another type: jenkinsci/ec2-fleet-plugin#131, "... is not a modifiable fleet request
@@ -81,6 +84,8 @@ from typing import Any
 
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
+
+from ec2_addresses import Addresses
 
 
 ACTIVE: list["TimedEc2"] = []  # the model installed for the running test (tests/aws_apply.py asks)
@@ -117,6 +122,7 @@ class Inst:
     placement: str | None = None
     volumes: set[str] = field(default_factory=set)
     enis: set[str] = field(default_factory=set)
+    multi: bool = False  # launched with several network interfaces: no public IPv4 at launch
 
     def state(self, now: float) -> str:
         if self.terminate_at is not None:
@@ -131,7 +137,7 @@ def _error(op: str, code: str, message: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}}, op)
 
 
-class TimedEc2:
+class TimedEc2(Addresses):
     """`install(monkeypatch)` puts this model in front of moto's EC2 for the test's life."""
 
     def __init__(self, clock: ScaledClock | None = None, *, pending_s: tuple[float, float] = (20.0, 40.0),
@@ -153,6 +159,7 @@ class TimedEc2:
         self.refused: list[tuple[str, str, str]] = []  # (operation, resource, code) of every refusal
         self.lock = threading.RLock()
         self._orig: Any = None
+        self._addresses_init()
 
     # -- wiring ---------------------------------------------------------------------------------
     def install(self, monkeypatch: Any) -> "TimedEc2":
@@ -203,6 +210,7 @@ class TimedEc2:
                 inst = Inst(raw["InstanceId"], now, self.rng.uniform(*self.pending_s),
                             self.rng.uniform(*self.terminate_s), placement=placement)
                 inst.groups = {g["GroupId"] for g in raw.get("SecurityGroups", [])}
+                inst.multi = bool((where or {}).get("multi"))
                 inst.subnet, inst.vpc = raw.get("SubnetId"), raw.get("VpcId")
                 for eni in raw.get("NetworkInterfaces", []):
                     inst.enis.add(eni["NetworkInterfaceId"])
@@ -260,6 +268,7 @@ class TimedEc2:
             "groups": nic.get("Groups") or data.get("SecurityGroupIds") or [],
             "profile": (data.get("IamInstanceProfile") or {}).get("Name"),
             "too_small": self._too_small(client, data.get("ImageId"), data.get("BlockDeviceMappings") or []),
+            "multi": len(data.get("NetworkInterfaces") or []) > 1,
             "public_multi": len(data.get("NetworkInterfaces") or []) > 1 and any(
                 n.get("AssociatePublicIpAddress") for n in data.get("NetworkInterfaces") or [])}
         return resp
@@ -323,7 +332,9 @@ class TimedEc2:
             return None
         state = inst.state(self.clock.now())
         raw["State"] = {"Code": _CODES[state], "Name": state}
-        if state != "running":  # no public IPv4 while pending; released when it stops running
+        if state != "running" or (inst.multi and not self.has_address(inst.id)):
+            # no public IPv4 while pending, released when it stops running; none at all for an instance
+            # with several interfaces, but the Elastic IP associated with it (ec2_addresses.py)
             raw.pop("PublicIpAddress", None)
             raw.pop("PublicDnsName", None)
             for eni in raw.get("NetworkInterfaces", []):

@@ -92,7 +92,8 @@ def test_options_reach_the_program_and_up_has_dry_run_too(home):
     r = run_cli("up", "--cloud", "aws", "--ssh-cidr", "198.51.100.7/32", "--instance-type", "g5.12xlarge",
                 "--option", "efa=true", "--option", "image=base", "--dry-run")
     assert r.returncode == 0, r.stderr
-    # efa=true: one launch template with an EFA interface and a public IPv4, no Elastic IPs (issue 25)
+    # efa=true on a one-card type: one launch template with an EFA interface and a public IPv4, no Elastic IPs
+    # (issue 25; a type with several cards gets an Elastic IP per node: tests/test_aws_efa_public_ip.py)
     assert "1 × aws:ec2/launchTemplate:LaunchTemplate" in r.stdout and "aws:ec2/eip:Eip" not in r.stdout
     assert "Deep Learning Base OSS Nvidia Driver GPU AMI" in r.stdout  # image=base
     assert "/usr/local/sbin/gpucluster-setup-torch" in r.stdout

@@ -247,12 +247,16 @@ def test_the_fleet_input_becomes_the_ledger_detail():
               "launchTemplateConfigs": [{"overrides": [{"instanceType": "g5.12xlarge",
                                                         "availabilityZone": "us-east-1c"}]}]}
 
-    class Spec:
-        disk_gb, disk_type, nodes = 200, "gp3", 4
+    from gpucluster.spec import ClusterSpec
 
-    d = resource_detail("fleet", inputs, Spec())
+    given = ClusterSpec(cloud="aws", nodes=4, disk_gb=200, disk_type="gp3")
+    d = resource_detail("fleet", inputs, given)
     assert d == {"instance_type": "g5.12xlarge", "node_count": 4, "spot": True, "disk_gb": 200, "disk_type": "gp3",
                  "availability_zone": "us-east-1c", "public_ipv4": 1}
+    # no --disk-gb: the size the program gave the nodes for their image, as the fleet's tag says it (issue 42)
+    sized = {**inputs, "tags": {"gpucluster-root-gb": "115"}}
+    assert resource_detail("fleet", sized, given.replace(disk_gb=None))["disk_gb"] == 115
+    assert resource_detail("fleet", inputs, given.replace(disk_gb=None))["disk_gb"] == 100  # the default
 
 
 # -- leftovers: scan and delete ------------------------------------------------------------------

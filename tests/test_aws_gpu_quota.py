@@ -56,7 +56,9 @@ def test_p5_asks_the_p_instance_quota_not_the_g_one(aws):
     assert "Running On-Demand P instances in us-east-1" in msg
     assert "needs 2 × p5.48xlarge = 384 vCPUs, 0 available (quota 0, 0 in use)" in msg
     assert "--quota-code L-417A185B --desired-value 384 --region us-east-1" in msg
-    assert aws.seen("service-quotas", "GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-417A185B"}]
+    # and, for the Elastic IP each node gets with EFA on its 32 cards (efa.py), the address quota
+    assert aws.seen("service-quotas", "GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+                                                             {"ServiceCode": "ec2", "QuotaCode": "L-0263D0A3"}]
 
 
 def test_p_quota_counts_running_p_instances_and_not_g_ones(aws):
@@ -87,3 +89,28 @@ def test_a_gpu_spec_without_a_type_asks_the_quota_of_the_picked_type(aws):
         aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 0.0, P_ON_DEMAND: 1000.0}))
         preflight(spec(instance_type=None, accelerator="L4", gpus_per_node=4), session=aws)
     assert "2 × g6.12xlarge = 96 vCPUs" in err.value.message
+
+
+def test_the_elastic_ips_of_a_p5_cluster_must_fit_the_address_quota_left(aws):
+    # EFA on every card: no public IPv4 at launch, an Elastic IP per node (efa.py). "EC2-VPC Elastic IPs"
+    # L-0263D0A3 is 5 per region by default (VPC User Guide, "Amazon VPC quotas") and counts every address
+    # allocated in the region, associated or not; past it AllocateAddress fails AddressLimitExceeded
+    aws.on("ec2", "DescribeImages", dlami_rule())
+    ec2 = aws.real.client("ec2", region_name="us-east-1")
+    for _ in range(4):
+        ec2.allocate_address(Domain="vpc")
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({P_ON_DEMAND: 1000.0, "L-0263D0A3": 5.0}))
+    with pytest.raises(PreflightError) as err:
+        preflight(spec(), session=aws)
+    msg = err.value.message
+    assert "\n" not in msg and ("EC2-VPC Elastic IPs in us-east-1: the cluster needs 2 Elastic IPs (one per p5.48xlarge "
+                                "node: 32 EFA network cards, no public IPv4 at launch), 1 available (quota 5, 4 "
+                                "allocated)") in msg, msg
+    assert "--quota-code L-0263D0A3 --desired-value 6 --region us-east-1" in msg and "efa=false" in msg
+    assert len(ec2.describe_addresses()["Addresses"]) == 4 and not ec2.describe_instances()["Reservations"]
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({P_ON_DEMAND: 1000.0, "L-0263D0A3": 6.0}))
+    (row,) = [c for c in checks(spec(), session=aws) if "L-0263D0A3" in c["check"]]
+    assert row["ok"] and "2 of 6 free (4 allocated), the cluster needs 2" in row["detail"]
+    # one interface (efa=false, or one node: EFA off by default) needs no address and asks no quota for it
+    assert not [c for c in checks(spec(options=(("efa", "false"),)), session=aws) if "L-0263D0A3" in c["check"]]
+    assert not [c for c in checks(spec(nodes=1), session=aws) if "L-0263D0A3" in c["check"]]

@@ -441,3 +441,20 @@ def test_spot_passes_when_the_role_exists_or_the_caller_may_create_it(aws):
         RoleName=aws.real.client("iam").list_roles(PathPrefix=SPOT_ROLE_PATH)["Roles"][0]["RoleName"])
     row = next(c for c in checks(spec(spot=True), session=aws) if c["check"] == "EC2 service-linked roles")
     assert row["ok"] is None and "create-service-linked-role --aws-service-name spot.amazonaws.com" in row["detail"]
+
+
+def test_a_default_disk_follows_the_image_and_a_given_one_below_it_is_refused(aws):
+    # issue 42: no --disk-gb is max(100, root snapshot + 25) (infra/aws/rootdisk.py), so an image whose
+    # snapshot grew past 100 GB still launches; a size the user gave is never raised, only refused
+    aws.on("service-quotas", "GetServiceQuota", quota_rule({GVT_ON_DEMAND: 64.0}))
+    aws.on("ec2", "DescribeImages", dlami_rule(snapshot_gb=120))
+    rows = checks(spec(), session=aws)
+    (ami,) = [c for c in rows if c["check"].startswith("AMI")]
+    assert ami["ok"] and "disk 145 GB (default: max(100, root snapshot 120 + 25))" in ami["detail"]
+    assert aws.seen("ec2", "RunInstances")[-1]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 145
+    assert aws.seen("ec2", "CreateLaunchTemplate")[-1]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"][
+        "VolumeSize"] == 145
+    with pytest.raises(PreflightError, match=r"disk gb 100 is below the root snapshot of ami-0dlami000000001 "
+                                             r"\(120 GB\); allowed: 120 or more; fix: pass --disk-gb 120 or more"):
+        preflight(spec(disk_gb=100), session=aws)
+    assert created_nothing(aws)

@@ -200,8 +200,13 @@ def test_ami_lookup_filters_and_override(default):
     assert "/opt/pytorch/bin/python" in setup and "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update" in setup
     # what it does is run in a sandbox by tests/test_aws_node_setup.py
 
-    rec = build(spec(options={"ami": "ami-0pinned"})).recorder
+    rec = build(spec(options={"ami": "ami-0pinned"}, disk_gb=120)).recorder
     assert rec.calls_to("aws:ec2/getAmi:getAmi") == []
+    assert nodes_of(rec)[1].inputs["imageId"] == "ami-0pinned"
+    # without --disk-gb the pinned image is read by its id, only to size the root for it (issue 42, rootdisk.py)
+    rec = build(spec(options={"ami": "ami-0pinned"})).recorder
+    (call,) = rec.calls_to("aws:ec2/getAmi:getAmi")
+    assert call.args["filters"] == [{"name": "image-id", "values": ["ami-0pinned"]}]
     assert nodes_of(rec)[1].inputs["imageId"] == "ami-0pinned"
 
 

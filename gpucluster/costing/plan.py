@@ -117,7 +117,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
                          f"(needs {spec.cloud} credentials)" + (f"; {note}" if note else ""))
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
-    result.disk_gb = parse_int("disk size (GB)", spec.disk_gb, low=1, high=65536)
+    result.disk_gb = parse_int("disk size (GB)", spec.disk_size, low=1, high=65536)
     result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type or chosen.default_disk_type, result.notes,
                            chosen.default_region)
     rows = chosen.price_rows(spec, catalog, region, market, free_tier)

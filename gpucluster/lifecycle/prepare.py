@@ -51,7 +51,7 @@ class Request:
     instance_type: str | None = None
     gpu: str | None = None  # --gpu TYPE[:COUNT]: the GPU and GPUs per node; the cloud picks the machine
     spot: bool = False
-    disk_gb: int = 100
+    disk_gb: int | None = None  # None: the backend's default (gpucluster.spec.DEFAULT_DISK_GB, sized for the image)
     max_lifetime: int | None = None  # None: the default, raised to fit --max-minutes (gpucluster.plan.bounds)
     ssh_cidr: str | None = None
     tags: tuple[str, ...] = ()
@@ -422,7 +422,8 @@ def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | N
     return ClusterSpec(
         cloud=req.cloud, nodes=n, name=req.name or f"gpucluster-{req.cloud}", region=req.region, zone=req.zone,
         instance_type=req.instance_type, accelerator=accelerator, gpus_per_node=g, spot=req.spot,
-        disk_gb=parse_int("disk size (GB)", str(req.disk_gb), low=DISK_GB[0], high=DISK_GB[1]),
+        disk_gb=(None if req.disk_gb is None
+                 else parse_int("disk size (GB)", str(req.disk_gb), low=DISK_GB[0], high=DISK_GB[1])),
         max_lifetime_minutes=parse_int("max lifetime (minutes)", str(req.max_lifetime or DEFAULT_LIFETIME_MINUTES),
                                        low=LIFETIME_MINUTES[0], high=LIFETIME_MINUTES[1]),
         ssh_cidr=req.ssh_cidr, tags=tuple(sorted(parse_tags(req.tags).items())), hosts=tuple(hosts), run_id=run_id,

@@ -25,7 +25,8 @@ allows tags):
   Base OSS Nvidia Driver DLAMI plus a user-data step that installs torch at that path; option
   `ami` overrides the lookup, IMDSv2 required, encrypted gp3 root, shutdown =
   terminate, optional spot that terminates on interruption; interface 0 in the cluster's subnet with
-  a public IPv4 assigned at launch (with option `efa=true`, an EFA interface: no Elastic IP). Each
+  a public IPv4 assigned at launch (with option `efa=true` an EFA interface; on a type with several
+  network cards one EFA interface per card, and then an Elastic IP per node: interfaces.py). Each
   node generates its own host key; the launcher reads it from the serial console
   (`infra.aws.hostkeys`), never trusting on first use;
 - user data that arms a dead-man switch on every boot (power off, hence terminate, at first
@@ -50,10 +51,13 @@ from gpucluster.infra.aws import catalog, s3
 from gpucluster.errors import ProvisionError
 from gpucluster.spec import ClusterSpec
 
+from .efa import cards as efa_cards
 from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
+from .interfaces import node_addresses, template_interfaces
 from .kms import KEYS_OPTION, keys_of
 from .leftovers import iam_path
 from .permissions import role_reasons
+from .rootdisk import ROOT_GB_TAG, root_disk_gb, snapshot_gb
 from .user_data import READY_FILE, render_user_data
 
 TYPE_TOKEN = "gpucluster:aws:GpuCluster"
@@ -87,6 +91,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.itype = catalog.instance_type_of(spec)
         self.region = catalog.region_of(spec)
         self.efa = catalog.efa_requested(spec)
+        self.cards = efa_cards(spec)  # network cards given an EFA interface (efa.py)
         base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.lifecycle.ownership)
         self._base_tags = base_tags
         self._iam_path = iam_path(base_tags.get("gpucluster-owner"), self.region, spec.name)
@@ -288,7 +293,8 @@ class GpuCluster(pulumi.ComponentResource):
             if spec.spot else None,
             # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
             terminate_instances=True,
-            tags=self._tags(f"{spec.name}-fleet"),
+            # the nodes' root size, as the cost records read it (engine.resource_detail): sized for the image
+            tags={**self._tags(f"{spec.name}-fleet"), ROOT_GB_TAG: self.root_gb.apply(str)},
             # An update that changes the nodes (a new DLAMI, new tags: a new template) replaces the
             # fleet, the old one deleted first (its nodes terminate, the new ones launch): EC2 modifies
             # only `maintain` fleets (ModifyFleet: FleetNotInModifiableState for an instant one), and the
@@ -305,7 +311,11 @@ class GpuCluster(pulumi.ComponentResource):
         hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(operator.itemgetter(rank)), opts=invoke_opts)
                  for rank in range(spec.nodes)]
         self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
-        self.public_ips = pulumi.Output.all(*[h.public_ip for h in hosts])
+        # several interfaces (EFA on every card): no public IPv4 at launch, an Elastic IP each (interfaces.py)
+        self.public_ips = pulumi.Output.all(*(
+            node_addresses(name, spec.name, hosts, self._tags,
+                           lambda: self._opts(depends_on=[self.fleet, *self._network_deps]))
+            if self.cards > 1 else [h.public_ip for h in hosts]))
         self.register_outputs(self.outputs())
 
     # -- helpers -------------------------------------------------------------------------------
@@ -354,11 +364,20 @@ class GpuCluster(pulumi.ComponentResource):
         IMDSv2 required, an encrypted gp3 root deleted on termination, shutdown = terminate, the
         placement group, the instance profile when there is one, the tags of the instances and their
         volumes and interfaces, and the shared user data. Interface 0 is in the cluster's subnet and
-        security group with a public IPv4 assigned at launch; with option efa=true it is an EFA
-        interface (one interface only: EC2 assigns no public IPv4 to an instance launched with
-        several, and no Elastic IP is needed, whose default quota is 5 per region)."""
+        security group; with option efa=true it is an EFA interface, and a type with several network
+        cards gets an `efa-only` interface on each further card, and then no public IPv4 at launch
+        (an Elastic IP per node instead: interfaces.py, efa.py)."""
         root_device = (self.ami.root_device_name if self.ami is not None
                        else pulumi.Output.from_input(DEFAULT_ROOT_DEVICE))
+        # --disk-gb as given, else sized for the image: max(100, its root snapshot + 25) (rootdisk.py)
+        # (a pinned `ami` is read by its id for that, and only then)
+        if spec.disk_gb is not None:
+            self.root_gb: pulumi.Output[int] = pulumi.Output.from_input(int(spec.disk_gb))
+        else:
+            sized_by = self.ami if self.ami is not None else aws.ec2.get_ami_output(
+                filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[str(catalog.option(spec, "ami"))])],
+                opts=pulumi.InvokeOutputOptions(parent=self, provider=self._provider))
+            self.root_gb = sized_by.apply(_sized_for)
         return aws.ec2.LaunchTemplate(
             f"{name}-nodes",
             description=f"{spec.name} nodes",
@@ -371,13 +390,11 @@ class GpuCluster(pulumi.ComponentResource):
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=root_device,
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_type=catalog.DEFAULT_DISK_TYPE, volume_size=int(spec.disk_gb), encrypted="true",
+                    volume_type=catalog.DEFAULT_DISK_TYPE, volume_size=self.root_gb, encrypted="true",
                     delete_on_termination="true"))],
             instance_initiated_shutdown_behavior="terminate",
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name),
-            network_interfaces=[aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                device_index=0, associate_public_ip_address="true", delete_on_termination="true",
-                subnet_id=subnet_id, security_groups=[sg.id], interface_type="efa" if self.efa else None)],
+            network_interfaces=template_interfaces(self.cards, self.efa, subnet_id, sg.id),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=self.instance_tags),
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume",
@@ -430,6 +447,14 @@ class GpuCluster(pulumi.ComponentResource):
             "ready_file": pulumi.Output.from_input(READY_FILE),
             "node_python": pulumi.Output.from_input(catalog.NODE_PYTHON),
         }
+
+
+def _sized_for(ami: Any) -> int:
+    """The default root size for a looked-up AMI (`aws.ec2.get_ami`'s result; its `ebs` map has
+    snake_case keys, as terraform-provider-aws's data source sets them)."""
+    return root_disk_gb(None, snapshot_gb(ami.root_device_name, [
+        {"DeviceName": m.device_name, "Ebs": {"VolumeSize": (m.ebs or {}).get("volume_size")}}
+        for m in ami.block_device_mappings or []]))
 
 
 def declare(spec: ClusterSpec) -> dict[str, pulumi.Output[Any]]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+from .efa import needs_addresses
+from .rootdisk import ROOT_GB_TAG
+
 # Pulumi type token -> ledger resource kind. Only resources that exist in the cloud (and may bill
 # or block a later delete) are recorded; components, providers, rules and local keys are not.
 PULUMI_KINDS = {
@@ -62,10 +65,13 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
             "instance_type": override.get("instanceType") or getattr(spec, "instance_type", None),
             "node_count": int(target.get("totalTargetCapacity") or getattr(spec, "nodes", 1) or 1),
             "spot": target.get("defaultTargetCapacityType") == "spot" if target else bool(getattr(spec, "spot", False)),
-            "disk_gb": getattr(spec, "disk_gb", None),  # the launch template's root volume, one per node
+            # the launch template's root volume, one per node: as the program sized it (fleet tag), else the spec's
+            "disk_gb": int((inputs.get("tags") or {}).get(ROOT_GB_TAG) or spec.disk_size),
             "disk_type": getattr(spec, "disk_type", None) or "gp3",
             "availability_zone": override.get("availabilityZone") or getattr(spec, "zone", None),
-            "public_ipv4": 1,  # per node: interface 0 gets a public IPv4 at launch
+            # per node: interface 0 gets a public IPv4 at launch; with EFA on every card none, an Elastic IP
+            # each instead, recorded (and billed) as its own `elastic-ip` resource (efa.py)
+            "public_ipv4": 0 if needs_addresses(spec) else 1,
         }
     if kind != "instance":
         return {}
@@ -73,7 +79,7 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
     return {
         "instance_type": inputs.get("instanceType") or getattr(spec, "instance_type", None),
         "spot": bool(inputs.get("instanceMarketOptions")) or bool(getattr(spec, "spot", False)),
-        "disk_gb": root.get("volumeSize") or getattr(spec, "disk_gb", None),
+        "disk_gb": root.get("volumeSize") or spec.disk_size,
         "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
         "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
         # every node gets one public IPv4 at launch (subnet or EFA interface), billed per address-hour

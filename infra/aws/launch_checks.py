@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import catalog
+from .rootdisk import root_disk_gb, snapshot_gb
 
 SPOT_SERVICE = "spot.amazonaws.com"
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
@@ -69,7 +70,8 @@ def template_request(spec: Any, image: dict[str, Any]) -> dict[str, Any]:
             "ImageId": image["ImageId"],
             "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required"},
             "BlockDeviceMappings": [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": {
-                "VolumeType": catalog.DEFAULT_DISK_TYPE, "VolumeSize": int(spec.disk_gb or 100), "Encrypted": True,
+                "VolumeType": catalog.DEFAULT_DISK_TYPE, "VolumeSize": root_disk_gb(spec.disk_gb, snapshot_gb(
+                    image.get("RootDeviceName"), image.get("BlockDeviceMappings", []))), "Encrypted": True,
                 "DeleteOnTermination": True}}],
             "InstanceInitiatedShutdownBehavior": "terminate",
             "TagSpecifications": [tagged("instance", f"{spec.name}-node"), tagged("volume", f"{spec.name}-node-root"),

@@ -22,6 +22,8 @@ from gpucluster.spec import ClusterSpec
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # the engine's marker for a secret value
 
 MOCK_AMI_ID = "ami-0mockdlami0000001"
+# the mock DLAMI's root snapshot: about 75 GB like the real GPU DLAMIs' (infra/aws/rootdisk.py); tests change it
+MOCK_AMI_SNAPSHOT_GB = 75
 MOCK_ZONES = ("us-east-1d", "us-east-1a", "us-east-1b")  # unsorted on purpose
 MOCK_EXISTING_SUBNET = {"id": "subnet-0existing", "vpcId": "vpc-0existing", "availabilityZone": "us-east-1c"}
 
@@ -88,7 +90,8 @@ class Recorder(pulumi.runtime.Mocks):
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.setdefault("latestVersion", 1)
         elif args.typ == "aws:ec2/eip:Eip":
-            state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)))
+            state.update(publicIp="203.0.113." + str(10 + rank_of(args.name)), allocationId=f"eipalloc-mock{rank_of(args.name)}",
+                         associationId=f"eipassoc-mock{rank_of(args.name)}" if args.inputs.get("networkInterface") else "")
         elif args.typ == "aws:ec2/keyPair:KeyPair":
             state.setdefault("keyName", args.name)
         elif args.typ == "tls:index/privateKey:PrivateKey":
@@ -105,11 +108,13 @@ class Recorder(pulumi.runtime.Mocks):
         self.calls.append(args)
         if args.token == "aws:ec2/getAmi:getAmi":
             return {"id": MOCK_AMI_ID, "name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20261120",
-                    "rootDeviceName": "/dev/sda1"}
+                    "rootDeviceName": "/dev/sda1", "blockDeviceMappings": [{"deviceName": "/dev/sda1", "ebs": {
+                        "snapshot_id": "snap-0mockdlami00001", "volume_size": str(MOCK_AMI_SNAPSHOT_GB),
+                        "volume_type": "gp3"}}]}
         if args.token == "aws:ec2/getInstance:getInstance":
             rank = rank_of_instance(args.args["instanceId"])
             return {"id": args.args["instanceId"], "instanceId": args.args["instanceId"],
-                    "privateIp": private_ip(rank), "publicIp": public_ip(rank)}
+                    "privateIp": private_ip(rank), "publicIp": public_ip(rank), "networkInterfaceId": f"eni-mock{rank}"}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             n = len(MOCK_ZONES)
             return {

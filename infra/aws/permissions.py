@@ -25,6 +25,7 @@ from typing import Any
 from gpucluster.errors import SpecError
 
 from . import catalog
+from .efa import needs_addresses
 
 # What pulumi-aws (terraform-provider-aws) calls for the resources of component.py, create to delete.
 EC2_NETWORK = (  # a new VPC (leave out with option subnetId)
@@ -49,7 +50,12 @@ EC2_CLUSTER = (
     "ec2:CreateLaunchTemplate", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
     "ec2:DeleteLaunchTemplate", "ec2:CreateFleet", "ec2:DescribeFleets", "ec2:DeleteFleets",
 )
-EC2_EFA: tuple[str, ...] = ()  # the EFA interface is in the same launch template
+EC2_EFA: tuple[str, ...] = ()  # the EFA interfaces are in the same launch template
+# with EFA on every network card, an Elastic IP per node (efa.py, interfaces.py): pulumi-aws's aws_eip
+# (ec2_eip.go: AllocateAddress, AssociateAddress, DescribeAddresses, DescribeAddressesAttribute, its delete
+# DisassociateAddress and ReleaseAddress)
+EC2_ADDRESSES = ("ec2:AllocateAddress", "ec2:AssociateAddress", "ec2:DescribeAddresses",
+                 "ec2:DescribeAddressesAttribute", "ec2:DisassociateAddress", "ec2:ReleaseAddress")
 # the node role (only with a reason for one: `role_reasons`)
 IAM_ROLE = (
     "iam:CreateRole", "iam:GetRole", "iam:TagRole", "iam:PutRolePolicy", "iam:GetRolePolicy", "iam:ListRolePolicies",
@@ -129,6 +135,8 @@ def needed(spec: Any) -> dict[str, tuple[str, ...]]:
     ec2 = (() if catalog.option(spec, "subnetId") else EC2_NETWORK) + EC2_CLUSTER
     if catalog.efa_requested(spec):
         ec2 += EC2_EFA
+    if needs_addresses(spec):
+        ec2 += EC2_ADDRESSES
     out = {"EC2": ec2}
     if role_reasons(spec):
         out["IAM (the node role)"] = IAM_ROLE + (IAM_SSM if catalog.flag(spec, "ssm") else ()) + IAM_PROFILE

@@ -9,6 +9,9 @@ anything is created (after the plan, before `pulumi up`), and the same checks fo
   for p* types "Running On-Demand P instances" (L-417A185B) or "All P Spot Instance Requests"
   (L-7212CCBC). EC2 counts these quotas in vCPUs
   (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html);
+- with EFA on every network card (efa.py: several interfaces, so an Elastic IP per node), "EC2-VPC
+  Elastic IPs" (L-0263D0A3, default 5 per region) minus the addresses already allocated in the region,
+  against the nodes;
 - the AMI the program would pick (the same name filter, owner `amazon`, newest) and its root
   snapshot size, against `--disk-gb` (RunInstances refuses a root volume smaller than the
   snapshot: "Volume of size N is smaller than snapshot", InvalidBlockDeviceMapping);
@@ -37,6 +40,8 @@ from typing import Any
 from gpucluster.errors import SpecError
 
 from . import catalog
+from .efa import EIP_QUOTA, address_check, needs_addresses
+from .rootdisk import root_disk_gb, snapshot_gb, why as rootdisk_why
 
 GVT_ON_DEMAND = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 GVT_SPOT = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
@@ -138,11 +143,12 @@ def newest_ami(ec2: Any, spec: Any) -> dict[str, Any] | None:
 
 
 def root_snapshot_gb(image: dict[str, Any]) -> int | None:
-    root = image.get("RootDeviceName")
-    for m in image.get("BlockDeviceMappings", []):
-        if m.get("DeviceName") == root and (m.get("Ebs") or {}).get("VolumeSize"):
-            return int(m["Ebs"]["VolumeSize"])
-    return None
+    return snapshot_gb(image.get("RootDeviceName"), image.get("BlockDeviceMappings", []))
+
+
+def disk_for(spec: Any, image: dict[str, Any]) -> int:
+    """The root volume the program gives each node: `--disk-gb`, else sized for `image` (rootdisk.py)."""
+    return root_disk_gb(spec.disk_gb, root_snapshot_gb(image))
 
 
 def subnet_route(ec2: Any, subnet_id: str) -> tuple[str | None, bool, str | None]:
@@ -171,7 +177,7 @@ def launch_request(spec: Any, image: dict[str, Any], zone: str | None) -> dict[s
         "DryRun": True, "ImageId": image["ImageId"], "InstanceType": catalog.instance_type_of(spec).name,
         "MinCount": spec.nodes, "MaxCount": spec.nodes,
         "BlockDeviceMappings": [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": {
-            "VolumeSize": int(spec.disk_gb or 100), "VolumeType": "gp3", "Encrypted": True,
+            "VolumeSize": disk_for(spec, image), "VolumeType": "gp3", "Encrypted": True,
             "DeleteOnTermination": True}}],
         "MetadataOptions": {"HttpTokens": "required"},
         "InstanceInitiatedShutdownBehavior": "terminate",
@@ -214,6 +220,22 @@ def _dry_run_verdict(code: str, msg: str, region: str, spec: Any, what: str) -> 
     return _check(name, False, f"{code} in {region} for {what}: {msg}",
                   "choose another --instance-type, --zone or --region" if code == "Unsupported" else
                   "fix the request and retry (`gpucluster doctor --cloud aws` repeats this check)")
+
+
+def _address_row(client: Any, ec2: Any, spec: Any, region: str) -> dict[str, Any]:
+    """The Elastic IP quota (L-0263D0A3) against the nodes, the addresses allocated in the region counted."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        quota: float | None = quota_value(client("service-quotas"), EIP_QUOTA)
+    except Exception:  # noqa: BLE001 - unread: a note, as the vCPU quota's (needs servicequotas:GetServiceQuota)
+        quota = None
+    try:
+        return address_check(ec2, quota, spec, region)
+    except (BotoCoreError, ClientError) as exc:
+        return _check(f"EC2 quota {EIP_QUOTA} ({region})", None, f"allocated Elastic IPs not visible ({_code(exc)[0]}: "
+                                                               f"needs ec2:DescribeAddresses); the cluster needs "
+                                                               f"{spec.nodes}")
 
 
 def _vcpus(spec: Any) -> int:
@@ -314,6 +336,8 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
         else:
             out.append(_check(qname, True, f"{QUOTA_NAMES[code]}: {free} of {int(quota)} vCPUs free "
                                            f"({used} in use{seen}), the cluster needs {shape}"))
+    if needs_addresses(spec):  # an Elastic IP per node (efa.py): the region's quota must hold them
+        out.append(_address_row(client, ec2, spec, region))
     try:
         image = shared(("aws", region, "ami", tuple(catalog.ami_name_patterns(spec)), catalog.option(spec, "ami")),
                        lambda: newest_ami(ec2, spec))
@@ -330,14 +354,15 @@ def checks(spec: Any, session: Any = None) -> list[dict[str, Any]]:
                           "choose another region, or pass option ami=ami-..."))
         return out
     snap = root_snapshot_gb(image)
-    disk = int(spec.disk_gb or 100)
-    if snap is not None and disk < snap:
+    disk = disk_for(spec, image)
+    if snap is not None and disk < snap:  # only a size the user gave can be below it (rootdisk.py)
         out.append(_check(f"AMI ({region})", False, f"disk gb {disk} is below the root snapshot of {image['ImageId']} "
                                                    f"({snap} GB); allowed: {snap} or more",
                           f"pass --disk-gb {snap} or more"))
         return out
     out.append(_check(f"AMI ({region})", True, f"{image['ImageId']} ({image.get('Name', '')}), root snapshot "
-                                               f"{snap if snap is not None else '?'} GB, disk {disk} GB"))
+                                               f"{snap if snap is not None else '?'} GB, disk {disk} GB "
+                                               f"({rootdisk_why(spec.disk_gb, snap)})"))
     zone = spec.zone
     subnet = catalog.option(spec, "subnetId")
     try:

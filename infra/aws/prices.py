@@ -191,7 +191,7 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
     """One `fleet` of N nodes (the instant EC2 Fleet that launches them all: component.py), each node
     with its root volume (deleted with it) and its public IPv4 address (assigned at launch, billed
     per address-hour): what engine.resource_detail records for the fleet."""
-    disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
+    disk = {"disk_gb": spec.disk_size, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     itype = _type_of(spec)
     return [{"kind": "fleet", "name": f"{spec.name}-fleet",
              "detail": {"instance_type": itype, "node_count": int(spec.nodes), "spot": spec.spot, "public_ipv4": 1,

@@ -19,7 +19,8 @@ Shipped data, no SDK. Sources, read 2026-11-28:
   G6, G6e, P4d, P4de, P5, P5e, P5en and P6-B200 among the supported instances (AWS DLAMI developer
   guide, release notes, https://docs.aws.amazon.com/dlami/latest/devguide/appendix-ami-release-notes.html).
 - EFA: the P shapes are made for multi-node training over EFA (p4d/p4de 4, p5/p5e 32, p5en 16,
-  p6-b200 8 interfaces, one per network card); `efa_default` turns EFA on for them.
+  p6-b200 8 interfaces, one per network card); `efa_default` turns EFA on for them, on every card
+  (efa.py: then an Elastic IP per node).
 """
 
 from __future__ import annotations

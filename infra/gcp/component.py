@@ -259,7 +259,7 @@ class GpuCluster(pulumi.ComponentResource):
                 # "Use Google Virtual NIC": node pools with --enable-gvnic, COS images support it)
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
                 spot=spec.spot,
-                disk_size_gb=spec.disk_gb,
+                disk_size_gb=spec.disk_size,
                 disk_type=spec.disk_type,
                 oauth_scopes=OAUTH_SCOPES,
                 guest_accelerators=[

@@ -143,7 +143,7 @@ def needs(spec: Any) -> dict[str, Any]:
     system = catalog.system_pool(r)["machine_type"]
     system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
     disks: dict[str, int] = {}
-    for gb, kind in ((r.nodes * int(r.disk_gb or 0), r.disk_type or catalog.DEFAULT_DISK_TYPE),
+    for gb, kind in ((r.nodes * r.disk_size, r.disk_type or catalog.DEFAULT_DISK_TYPE),
                      (catalog.SYSTEM_DISK_GB, catalog.SYSTEM_DISK_TYPE), GKE_DEFAULT_POOL_DISK):
         disks[disk_metric(kind)] = disks.get(disk_metric(kind), 0) + gb
     return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),

@@ -233,7 +233,7 @@ def _gpu_rows(rows: PricedRows, spec: ClusterSpec, catalog: Catalog, region: str
 
 def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) -> list[dict[str, Any]]:
     """The GKE cluster (its fee), the GPU pool and, when it can be priced, the system pool."""
-    disk = {"disk_gb": spec.disk_gb, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
+    disk = {"disk_gb": spec.disk_size, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     pool = {"machine_type": spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE, "node_count": int(spec.nodes),
             "gpus_per_node": int(spec.gpus_per_node or 0), "accelerator": spec.accelerator or ACCELERATOR,
             "spot": spec.spot, "external_ipv4": EXTERNAL_IPV4_PER_NODE, **disk}
