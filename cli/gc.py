@@ -15,6 +15,7 @@ import click
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode
 from gpucluster.infra.registry import provisioning
+from gpucluster.states import TeardownVerdict
 
 
 def _swept() -> tuple[str, ...]:
@@ -163,7 +164,7 @@ def _render(out: Any, result: Any, where: str) -> None:
         out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")
     for line in result.skipped:
         out.print(f"[yellow]  not checked: {line}[/yellow]")
-    if check.verdict == "leftovers":
+    if check.verdict == TeardownVerdict.LEFTOVERS:
         out.print(f"[bold red]gc: LEFTOVERS: {len(result.found)} resource(s) still exist[/bold red]")
     else:
         out.print(f"[bold red]gc: NOT VERIFIED: nothing found, but {len(result.skipped)} check(s) could not run; "

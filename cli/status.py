@@ -13,6 +13,7 @@ from gpucluster.cli import common
 from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.registry import provisioning
+from gpucluster.states import RunStatus, TeardownVerdict
 
 
 def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
@@ -86,9 +87,9 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         r["owner_pid"] = owner["pid"] if owner else None
         if owner:
             r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
-        elif latest.status == "running":
+        elif latest.status == RunStatus.RUNNING:
             r["state"] = "orphaned (its process ended without teardown)"
-        elif latest.teardown in (None, "kept"):
+        elif latest.teardown in (None, TeardownVerdict.KEPT):
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.events import NullEvents, ProvisionEvents
+from gpucluster.states import TeardownVerdict
 
 __all__ = ["NullEvents", "ProvisionEvents"]  # re-exported: providers import them from here
 
@@ -96,7 +97,7 @@ class Leftover:
 _LEFTOVER_CORE = ("kind", "id", "region", "detail", "deleting")
 
 
-VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"
+VERIFIED, LEFTOVERS, NOT_VERIFIED = TeardownVerdict.VERIFIED, TeardownVerdict.LEFTOVERS, TeardownVerdict.NOT_VERIFIED
 VERDICTS = (VERIFIED, LEFTOVERS, NOT_VERIFIED)
 # The start of an unchecked line that no later check can clear: a node whose reaper was killed (or
 # whose session was cut) had no witness, and a process the job detached there has nothing left that
@@ -121,7 +122,7 @@ class Check:
     not_ours: tuple[Leftover, ...] = ()
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> TeardownVerdict:
         if self.leftovers:
             return LEFTOVERS
         return NOT_VERIFIED if self.unchecked else VERIFIED

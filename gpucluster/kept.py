@@ -24,6 +24,7 @@ from typing import Any
 
 from gpucluster.domain import LAUNCHER_KINDS, Check, Cluster, Provider
 from gpucluster.errors import ExitCode, UsageError, did_you_mean
+from gpucluster.states import RunStatus, TeardownVerdict
 
 IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nodes; gcp: in the cluster) is set up from
 
@@ -76,11 +77,11 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = Fal
     holders = {r["run_id"] for r in (held or open_rows)}  # every other row there is a job's (e.g. its run folders)
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
     dead = None
-    if latest.status == "running" and not (in_use_ok and info):
+    if latest.status == RunStatus.RUNNING and not (in_use_ok and info):
         if not (dead_ok and latest.id not in holders and latest.id != origin.id):
             raise dead_run(ledger, name, latest.id)
         dead = latest  # a job (not the cluster's maker) whose rows are all its launcher's: `reclaim` may finish it
-    if origin.teardown not in (None, "kept") and origin.status != "running":
+    if origin.teardown not in (None, TeardownVerdict.KEPT) and origin.status != RunStatus.RUNNING:
         # the run that created it tore it down, or tried: what is left is `down`'s to finish
         raise UsageError(f"cluster {name!r}: its teardown said {origin.teardown}; finish it with "
                          f"`gpucluster down {name}`")
@@ -115,10 +116,10 @@ def reclaim(ledger: Any, launcher: Any, cluster: Cluster, kept: Kept) -> str | N
     for r in ledger.open_resources(kept.name):
         if r["run_id"] == rid:
             ledger.resource_deleted(rid, r["kind"], r["name"])
-    ledger.finish_run(rid, status="failed", exit_code=int(ExitCode.FAILURE),
+    ledger.finish_run(rid, status=RunStatus.FAILED, exit_code=int(ExitCode.FAILURE),
                       failure="the gpucluster process ended before the run finished (crash or kill); what it "
                               "started on the cluster was deleted by the next `gpucluster exec`",
-                      teardown="kept", leftovers=[])
+                      teardown=TeardownVerdict.KEPT, leftovers=[])
     return f"run {rid} had ended without cleanup (its gpucluster process died): what it left on the cluster is deleted"
 
 
@@ -194,7 +195,8 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     try:
         left = launcher.leftovers(cluster, run_id)
     except Exception as exc:  # noqa: BLE001 - a check that cannot run is "not verified", never a crash
-        ledger.set_teardown(run_id, "not verified", [], [f"process check: could not run ({type(exc).__name__}: {exc})"])
+        ledger.set_teardown(run_id, TeardownVerdict.NOT_VERIFIED, [],
+                            [f"process check: could not run ({type(exc).__name__}: {exc})"])
         return ExitCode.LEFTOVERS, f"the job's processes could not be checked: {exc}"
     if left is None:
         return None, None
@@ -235,7 +237,7 @@ def idle_left(ledger: Any, cluster: str, now: float | None = None) -> tuple[int,
     minutes = idle_minutes(origin.spec or {})
     if not minutes:
         return None
-    if any(r.status == "running" for r in runs):
+    if any(r.status == RunStatus.RUNNING for r in runs):
         return minutes, minutes * 60.0
     last = max([float(r.ended_at or r.created_at or 0) for r in runs if (r.created_at or 0) >= (origin.created_at or 0)])
     return minutes, last + minutes * 60.0 - now
@@ -266,13 +268,13 @@ def cap_teardown(ledger: Any, name: str, origin_id: str, backend: Any, outcome: 
     from gpucluster.guards import accrued_of, cap_reason, kept_cap
 
     cap = kept_cap(ledger, origin_id)
-    if cap is None or outcome.status != "stopped":
+    if cap is None or outcome.status != RunStatus.STOPPED:
         return None, None
     spent = accrued_of(ledger, origin_id, backend)()
     if spent is None or spent < cap:
         return None, None
     done = take_down()
-    verdict = done.check.verdict if done.check is not None else str(done.verdict.get("verdict") or "not verified")
+    verdict = done.check.verdict if done.check is not None else str(done.verdict.get("verdict") or TeardownVerdict.NOT_VERIFIED)
     reason = cap_reason(cap, spent)
     if done.exit_code == ExitCode.OK:
         return ExitCode.COST_CAP, f"cluster {name!r}: {reason} (up --max-cost): torn down, verified"

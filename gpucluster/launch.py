@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
 from gpucluster.metrics import MetricsState
+from gpucluster.states import OutputDest
 
 if TYPE_CHECKING:
     from gpucluster.health import HealthSpec
@@ -84,6 +85,11 @@ class JobSpec:
         if self.command:
             return shlex.join(self.command)
         return shlex.join(["workload:" + str(self.workload), *self.workload_args])
+
+    @property
+    def output(self) -> OutputDest | None:
+        """`output_dir` classified: a local folder, or a bucket (s3://, gs://) each node uploads to."""
+        return None if self.output_dir is None else OutputDest.of(self.output_dir)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from gpucluster.recording import record_line
 from gpucluster.owner import owner_lock
 from gpucluster.guards import ProvisionWatch, accrued_of, store_cost
 from gpucluster.spec import ClusterSpec
+from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -65,11 +66,11 @@ class QuietUI:
 @dataclass
 class RunOutcome:
     run_id: str
-    status: str  # succeeded, failed, interrupted
+    status: RunStatus
     exit_code: ExitCode
     failure: str | None
     result: JobResult | None
-    teardown: str | None  # verified | leftovers | not verified | kept | None (nothing to check)
+    teardown: TeardownVerdict | None  # None: nothing to check
     leftovers: list[dict[str, Any]] = field(default_factory=list)
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
@@ -77,7 +78,7 @@ class RunOutcome:
 
     @property
     def teardown_verified(self) -> bool | None:
-        return None if self.teardown in (None, "kept") else self.teardown == VERIFIED
+        return None if self.teardown in (None, TeardownVerdict.KEPT) else self.teardown is VERIFIED
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -166,11 +167,11 @@ class RunLedger(LedgerEvents):
     def start_phase(self, phase: Phase) -> None:
         """End the current phase ("ok") and start `phase`."""
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase.value, "ok")
+            self.ledger.phase_end(self.run_id, self.current_phase.value, PhaseStatus.OK)
         self.current_phase = phase
         self.ledger.phase_start(self.run_id, phase.value)
 
-    def end_phase(self, status: str, detail: str | None = None) -> None:
+    def end_phase(self, status: PhaseStatus, detail: str | None = None) -> None:
         if self.current_phase:
             self.ledger.phase_end(self.run_id, self.current_phase.value, status, detail)
             self.current_phase = None
@@ -215,7 +216,7 @@ class _Recorder:
         self.book.start_phase(Phase(phase))
         self.ui.phase(str(phase))
 
-    def end_phase(self, status: str, detail: str | None = None) -> None:
+    def end_phase(self, status: PhaseStatus, detail: str | None = None) -> None:
         self.book.end_phase(status, detail)
 
     # ProvisionEvents
@@ -299,7 +300,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
          ui: RunUI, keep: bool, log_dir: Path, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
-    status, failure, exit_code = "failed", None, ExitCode.FAILURE
+    status, failure, exit_code = RunStatus.FAILED, None, ExitCode.FAILURE
     result: JobResult | None = None
     busy = False
     capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
@@ -313,27 +314,28 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         for node in result.nodes:
             _quietly(rec, ledger.record_node, run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
         if result.ok:
-            status, exit_code = "succeeded", ExitCode.OK
-            _quietly(rec, rec.end_phase, "ok")
+            status, exit_code = RunStatus.SUCCEEDED, ExitCode.OK
+            _quietly(rec, rec.end_phase, PhaseStatus.OK)
         else:
             failure = result.failure
             if result.stopped_by == "cost":  # the cap stopped it: its own status and exit code
-                status, exit_code = "stopped", ExitCode.COST_CAP
-            _quietly(rec, rec.end_phase, "failed", failure)
+                status, exit_code = RunStatus.STOPPED, ExitCode.COST_CAP
+            _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     except KeyboardInterrupt as exc:
-        status, exit_code = ("stopped", ExitCode.COST_CAP) if capped.reason else ("interrupted", ExitCode.INTERRUPTED)
+        status, exit_code = ((RunStatus.STOPPED, ExitCode.COST_CAP) if capped.reason
+                             else (RunStatus.INTERRUPTED, ExitCode.INTERRUPTED))
         failure = capped.reason or (f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
-        _quietly(rec, rec.end_phase, "interrupted", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.INTERRUPTED, failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
         if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
             rec.record_error = rec.record_error or exc.message
         failure = exc.message
         exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
-        _quietly(rec, rec.end_phase, "failed", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     except Exception as exc:  # a bug in the tool: still tear down, still record
         failure = f"internal error: {type(exc).__name__}: {exc}"
-        _quietly(rec, rec.end_phase, "failed", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
         # From here on a ledger write that fails (a full or read-only home) is remembered, never
@@ -344,18 +346,20 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy,
                           unwitnessed=result.unwitnessed if result else ())
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
-        if status == "succeeded":
-            status, exit_code = "failed", ExitCode.FAILURE
+        if status is RunStatus.SUCCEEDED:
+            status, exit_code = RunStatus.FAILED, ExitCode.FAILURE
         failure = "; ".join(([failure] if failure else []) + problems)
     if check is None:
-        teardown, leftovers, unchecked = ("kept" if keep and not busy else None), [], []
+        teardown: TeardownVerdict | None = TeardownVerdict.KEPT if keep and not busy else None
+        leftovers: list[dict[str, Any]] = []
+        unchecked: list[str] = []
     else:
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
         if not check.verified:  # something may still exist and bill: that outranks every other outcome
             exit_code = ExitCode.LEFTOVERS
     cleanup = [f"the launcher could not delete {e}" for e in launcher.cleanup_errors]
-    if cleanup and teardown in ("kept", None):  # the cluster stays: what the launcher left on it is not verified gone
-        teardown, unchecked, exit_code = "not verified", unchecked + cleanup, ExitCode.LEFTOVERS
+    if cleanup and teardown in (TeardownVerdict.KEPT, None):  # the cluster stays: what the launcher left on it is not verified gone
+        teardown, unchecked, exit_code = TeardownVerdict.NOT_VERIFIED, unchecked + cleanup, ExitCode.LEFTOVERS
     elif cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
         failure = "; ".join(([failure] if failure else []) + cleanup)
     _quietly(rec, rec.book.metrics.flush, rec.ui.message)  # what waited in memory for a locked ledger
@@ -390,16 +394,16 @@ def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, bac
             cluster = provider.up(spec, rec)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stopped `up`, teardown and its check run
             if isinstance(exc, KeyboardInterrupt):
-                status, exit_code = "interrupted", ExitCode.INTERRUPTED
+                status, exit_code = RunStatus.INTERRUPTED, ExitCode.INTERRUPTED
                 failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
             elif isinstance(exc, GpuclusterError):
-                status, exit_code, failure = "failed", exc.exit_code, exc.message
+                status, exit_code, failure = RunStatus.FAILED, exc.exit_code, exc.message
             else:
-                status, exit_code = "failed", ExitCode.FAILURE
+                status, exit_code = RunStatus.FAILED, ExitCode.FAILURE
                 failure = f"internal error: {type(exc).__name__}: {exc}"
             if isinstance(exc, LedgerError):
                 rec.record_error = exc.message
-            _quietly(rec, rec.end_phase, status, failure)
+            _quietly(rec, rec.end_phase, PhaseStatus(status), failure)  # failed or interrupted, as the run
             signals.shield()  # from here on no signal can cut the teardown or its check short
             check = _teardown(spec, run_id, provider, _Quiet(rec), keep=False, busy=isinstance(exc, ClusterBusy))
             teardown = None if check is None else check.verdict
@@ -413,8 +417,8 @@ def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, bac
             if rec.record_error:
                 raise TeardownIncomplete(record_line(rec.record_error, spec.name)) from exc
             raise
-        _quietly(rec, rec.end_phase, "ok")  # the cluster exists: a failing record must not say "exit 2"
-        _quietly(rec, ledger.finish_run, run_id, status="succeeded", exit_code=0, teardown="kept")
+        _quietly(rec, rec.end_phase, PhaseStatus.OK)  # the cluster exists: a failing record must not say "exit 2"
+        _quietly(rec, ledger.finish_run, run_id, status=RunStatus.SUCCEEDED, exit_code=0, teardown=TeardownVerdict.KEPT)
         return Provisioned(cluster, rec.record_error)
 
 
@@ -428,18 +432,18 @@ def _collect_outputs(launcher: Launcher, job: JobSpec, rec: _Recorder | _Quiet) 
         rec.start_phase(Phase.OUTPUTS)
         got = launcher.collect_outputs(job, rec)
         if got is None:
-            rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
+            rec.end_phase(PhaseStatus.OK, "not supported by this backend's launcher: nothing copied back")
             return []
         rows = [o.to_dict() for o in got]
         _quietly(rec.rec if isinstance(rec, _Quiet) else rec, rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.outputs import summary
-        rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
+        rec.end_phase(PhaseStatus.FAILED if problems else PhaseStatus.OK, "; ".join(problems) if problems else summary(rows))
         return problems
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs
         problem = f"outputs not collected: {_describe(exc)}"
         with contextlib.suppress(Exception):  # a ledger that cannot take the phase row must not stop teardown
-            rec.end_phase("failed", problem)
+            rec.end_phase(PhaseStatus.FAILED, problem)
         return [problem]
 
 
@@ -457,10 +461,10 @@ def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder
     """
     rec.start_phase(Phase.TEARDOWN)
     if keep:  # the caller keeps only clusters gpucluster creates: processes (local, ssh) never are
-        rec.end_phase("ok", "cluster kept (--keep)")
+        rec.end_phase(PhaseStatus.OK, "cluster kept (--keep)")
         return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing
-        rec.end_phase("ok", "nothing created: the cluster belongs to another live gpucluster run")
+        rec.end_phase(PhaseStatus.OK, "nothing created: the cluster belongs to another live gpucluster run")
         return None
     not_run: list[str] = []
     try:
@@ -480,10 +484,10 @@ def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder
         for kind, name in recording.launcher_rows(rec):
             rec.resource_deleted(kind, name)
         note = "".join(f"; {n.replace('delete:', 'delete failed:', 1)}" for n in not_run)
-        rec.end_phase("ok", "verified: every check ran and found nothing" + note)
+        rec.end_phase(PhaseStatus.OK, "verified: every check ran and found nothing" + note)
     else:
         rec.ui.message("teardown " + check.summary())
-        rec.end_phase("failed", check.summary())
+        rec.end_phase(PhaseStatus.FAILED, check.summary())
     return check
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError, not_allowed
 from gpucluster.launch import JobSpec
 from gpucluster.nodeloss import LOST_KIND
+from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.domain import Provider
@@ -120,7 +121,7 @@ def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
 def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
     """(reason, cause, when detected) when the attempt was interrupted by a lost node or by no
     capacity; (None, None, None) for every other ending."""
-    if outcome.status != "failed":
+    if outcome.status != RunStatus.FAILED:
         return None, None, None
     lost = sorted(ledger.metrics(outcome.run_id, kind=LOST_KIND), key=lambda r: r.get("detected_at") or 0)
     if lost:
@@ -130,7 +131,7 @@ def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tu
     record = ledger.get_run(outcome.run_id)
     provision = record.phase("provision") if record is not None else None
     text = outcome.failure or ""
-    if provision is not None and provision.status == "failed" and any(m.lower() in text.lower() for m in policy.capacity_markers):
+    if provision is not None and provision.status == PhaseStatus.FAILED and any(m.lower() in text.lower() for m in policy.capacity_markers):
         return f"no capacity: {text[:300]}", "capacity", provision.ended_at
     return None, None, None
 
@@ -173,7 +174,7 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
     rid = outcome.run_id
     if any(r.get("run_id") == rid for r in ledger.open_resources(spec.name)):
         if store is None:
-            return "not verified"
+            return TeardownVerdict.NOT_VERIFIED
         from gpucluster.teardown import take_down
 
         from gpucluster.domain import UNWITNESSED
@@ -196,11 +197,11 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
         if downed.exit_code != ExitCode.OK:
             check = downed.check
             if created or check is None or check.leftovers or not all(of_lost_node(u) for u in check.unchecked):
-                return str(downed.verdict.get("verdict") or "not verified")
+                return str(downed.verdict.get("verdict") or TeardownVerdict.NOT_VERIFIED)
             ui.message(f"the teardown of {rid} stays not verified: {'; '.join(check.unchecked)}; check that node "
                        f"by hand, then `gpucluster down {spec.name} --ack-unwitnessed`; going on with the next attempt")
             return None
-    if outcome.teardown in ("verified", "kept", None):
+    if outcome.teardown in (TeardownVerdict.VERIFIED, TeardownVerdict.KEPT, None):
         return None
     try:
         check = Check.of(provider.leftovers(spec.name, rid))
@@ -208,8 +209,8 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
         return f"not verified ({type(exc).__name__}: {exc})"
     if not check.verified:
         return check.verdict
-    ledger.set_teardown(rid, "verified", [])
-    outcome.teardown, outcome.leftovers, outcome.unchecked = "verified", [], []
+    ledger.set_teardown(rid, TeardownVerdict.VERIFIED, [])
+    outcome.teardown, outcome.leftovers, outcome.unchecked = TeardownVerdict.VERIFIED, [], []
     if outcome.exit_code == ExitCode.LEFTOVERS and not outcome.record_error:
         outcome.exit_code = ExitCode.FAILURE
     return None

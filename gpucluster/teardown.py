@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
+from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.records import RunRow
@@ -61,7 +62,7 @@ def orphaned_runs(ledger: Any, cluster: str | None = None) -> list["RunRow"]:
 
     live: dict[str, bool] = {}
     out = []
-    for run in ledger.list_runs(limit=None, status="running"):
+    for run in ledger.list_runs(limit=None, status=RunStatus.RUNNING):
         if cluster is not None and run.cluster != cluster:
             continue
         if run.cluster not in live:
@@ -173,7 +174,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             unwitnessed = {rid: [u for u in lines if acked(u)] for rid, lines in unwitnessed.items()}
             unwitnessed = {rid: lines for rid, lines in unwitnessed.items() if lines}
     except GpuclusterError as exc:
-        verdict.update(verdict="not verified", error=exc.message)
+        verdict.update(verdict=TeardownVerdict.NOT_VERIFIED, error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
         return Downed(verdict, None, code, exc.message)
     verdict.update(check.to_dict())
@@ -203,13 +204,13 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
     for run in ledger.list_runs(limit=None):
         if run.cluster != cluster:
             continue
-        if run.status == "running":
-            ledger.finish_run(run.id, status="failed", exit_code=int(ExitCode.FAILURE),
+        if run.status == RunStatus.RUNNING:
+            ledger.finish_run(run.id, status=RunStatus.FAILED, exit_code=int(ExitCode.FAILURE),
                               failure="the gpucluster process ended before the run finished (crash or kill); "
                                       "its resources were removed by `gpucluster down`",
-                              teardown="verified", leftovers=[])
-        elif run.id in run_ids or run.teardown in (None, "kept"):
-            ledger.set_teardown(run.id, "verified", [])
+                              teardown=TeardownVerdict.VERIFIED, leftovers=[])
+        elif run.id in run_ids or run.teardown in (None, TeardownVerdict.KEPT):
+            ledger.set_teardown(run.id, TeardownVerdict.VERIFIED, [])
     return len(run_ids)
 
 
@@ -225,7 +226,7 @@ def live_clusters(ledger: Any) -> set[str]:
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run.status != "running" and run.teardown in (None, "kept"):
+        elif run.status != RunStatus.RUNNING and run.teardown in (None, TeardownVerdict.KEPT):
             live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 

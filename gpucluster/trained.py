@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucluster.states import RunStatus
+
 METRIC_MARK = "@gpucluster-metric "
 START_MARK = '"kind": "worker_start"'
 PROGRESS_KEYS = ("loss", "accuracy", "epoch", "step", "samples_per_s")
@@ -29,7 +31,7 @@ def lines_after_start(last_lines: list[str]) -> list[str] | None:
 def no_training_warning(record: Any) -> str | None:
     """The warning line for a succeeded user-script run without a sign of training, or None."""
     run = record.run
-    if run.status != "succeeded" or not run.command or not record.nodes:
+    if run.status != RunStatus.SUCCEEDED or not run.command or not record.nodes:
         return None
     m = run.metrics or {}
     if any(m.get(k) is not None for k in PROGRESS_KEYS) or m.get("metrics_source") == "text" \

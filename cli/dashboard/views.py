@@ -9,7 +9,9 @@ import time
 from decimal import Decimal
 from typing import Any
 
-RUN_STATUSES = ("running", "succeeded", "failed", "interrupted", "stopped")  # what `runs --status` takes
+from gpucluster.states import RunStatus
+
+RUN_STATUSES = tuple(s.value for s in RunStatus)  # what `runs --status` takes
 
 
 def money(value: Any) -> str:
@@ -30,7 +32,7 @@ def gpu_label(run: Any) -> str:
 
 def orphans(ledger: Any, rows: list[Any]) -> set[str]:
     """The `running` rows whose process is gone (as `gpucluster runs` shows them: orphaned)."""
-    if not any(r.status == "running" for r in rows):
+    if not any(r.status == RunStatus.RUNNING for r in rows):
         return set()
     from gpucluster.teardown import orphaned_runs
 
@@ -81,7 +83,7 @@ def is_live(record: Any) -> bool:
     """Whether the run is still going: `running` and its gpucluster process alive (as `logs --follow`)."""
     from gpucluster.api.records import owner_alive
 
-    return record.run.status == "running" and owner_alive(record)
+    return record.run.status == RunStatus.RUNNING and owner_alive(record)
 
 
 def run_cost_now(record: Any, now: float | None = None) -> dict[str, Any] | None:
