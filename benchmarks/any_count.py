@@ -1,5 +1,6 @@
 """Count the annotations that mention `Any` (issue 39 item 2): function parameter and return
-annotations and variable annotations (`x: T = ...`, class fields) whose source names `Any`.
+annotations, variable annotations (`x: T = ...`, class fields) and type aliases (`Row = dict[str,
+Any]`, so an alias does not hide one) whose source names `Any`.
 
     python benchmarks/any_count.py                 total over gpucluster/, infra/, cli/ and the 20 files with most
     python benchmarks/any_count.py --seams         the same for the seam modules only (the contract,
@@ -29,7 +30,7 @@ def _mentions_any(node: ast.expr | None) -> bool:
 
 
 def annotations(tree: ast.AST) -> list[ast.expr]:
-    """Every parameter, return and variable annotation in a module."""
+    """Every parameter, return and variable annotation in a module, and every alias-shaped value."""
     found: list[ast.expr] = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -40,6 +41,8 @@ def annotations(tree: ast.AST) -> list[ast.expr]:
                 found.append(node.returns)
         elif isinstance(node, ast.AnnAssign):
             found.append(node.annotation)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Subscript, ast.BinOp)):
+            found.append(node.value)  # a type alias (or an indexing expression: only counted when it names Any)
     return found
 
 

@@ -129,7 +129,7 @@ def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[
         provider = common.provider_for(c)
         provider.set_ownership(ownership_of(ledger, any_owner=True))
         if project:
-            provider.scan_options["project"] = project
+            provider.set_project(project)
         found = provider.leftovers(name)
         owners = owners_of(found.leftovers)
         out.print(f"[yellow]{name}: {len(found.leftovers)} resource(s) found by tag"

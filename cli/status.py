@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.registry import provisioning
 from gpucluster.states import RunStatus, TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.teardown import CensusRow
 
 
 def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
@@ -222,7 +225,7 @@ def status(as_json, with_gpus, clouds, regions, project):
 
 
 def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None
-            ) -> tuple[list[dict[str, Any]], list[str]]:
+            ) -> tuple[list[CensusRow], list[str]]:
     """--cloud: what a tag scan finds, by cluster and owner (`teardown.census`); nothing is deleted."""
     if not clouds:
         return [], []
@@ -263,7 +266,7 @@ def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return out
 
 
-def _print_found(con: Any, found: list[dict[str, Any]], unchecked: list[str], stacks: Any) -> None:
+def _print_found(con: Any, found: list[CensusRow], unchecked: list[str], stacks: Any) -> None:
     from gpucluster.ownership import age
 
     for r in found:

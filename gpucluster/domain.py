@@ -23,10 +23,14 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucluster.events import NullEvents, ProvisionEvents
 from gpucluster.states import TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.ownership import Ownership
+    from gpucluster.spec import ClusterSpec
 
 __all__ = ["NullEvents", "ProvisionEvents"]  # re-exported: providers import them from here
 
@@ -200,7 +204,7 @@ class Provider:
     cloud: str = ""
     check_is_complete: bool = False
 
-    def preflight(self, spec: Any = None) -> None:
+    def preflight(self, spec: ClusterSpec | None = None) -> None:
         return None
 
     def state_url(self) -> str | None:
@@ -208,12 +212,17 @@ class Provider:
         where there is none."""
         return None
 
-    def set_ownership(self, ownership: Any) -> None:
+    def set_project(self, project: str) -> None:
+        """`down --project`: the account its scan and delete look in (gcp); a backend without
+        projects has none to set (`check_project` refuses the flag for it first)."""
+        return None
+
+    def set_ownership(self, ownership: Ownership) -> None:
         """What is ours to delete (`gpucluster.ownership.Ownership`), for providers that sweep by tag
         where other owners' resources may be found too; those that only see their own ignore it."""
         return None
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         raise NotImplementedError
 
     def down(self, name: str, events: ProvisionEvents) -> None:

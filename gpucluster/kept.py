@@ -20,11 +20,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpucluster.domain import LAUNCHER_KINDS, Check, Cluster, Provider
+from gpucluster.events import ProvisionEvents
 from gpucluster.errors import ExitCode, UsageError, did_you_mean
 from gpucluster.states import RunStatus, TeardownVerdict
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.launch import Launcher
+    from gpucluster.ledger import Ledger
+    from gpucluster.lifecycle import RunOutcome
+    from gpucluster.records import StoredRun
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.teardown import Downed
 
 IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nodes; gcp: in the cluster) is set up from
 
@@ -33,10 +45,10 @@ IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nod
 class Kept:
     name: str
     cloud: str
-    runs: list[Any]  # RunRow, newest first
-    origin: Any  # RunRow of the run whose rows hold the cluster's resources
-    spec: dict[str, Any]  # the spec recorded by that run
-    dead: Any = None  # RunRow of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
+    runs: list[StoredRun]  # newest first
+    origin: StoredRun  # the run whose rows hold the cluster's resources
+    spec: dict[str, Any]  # Any: the spec recorded by that run, as JSON
+    dead: StoredRun | None = None  # a run of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
 
     @property
     def created_at(self) -> float:
@@ -50,7 +62,7 @@ class Kept:
         return self.created_at + float(minutes) * 60 - (time.time() if now is None else now)
 
 
-def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = False) -> Kept:
+def find(ledger: Ledger, name: str, *, in_use_ok: bool = False, dead_ok: bool = False) -> Kept:
     """The kept cluster `name`, or a UsageError / ClusterBusy saying why it cannot take a job.
     `in_use_ok` (`ssh`): a job running on it now is fine (a shell or a tunnel beside it). `dead_ok`
     (`exec`): a last job whose process died, having left only launcher rows, is returned as `dead`
@@ -88,7 +100,7 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = Fal
     return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}), dead)
 
 
-def dead_run(ledger: Any, name: str, run_id: str) -> UsageError:
+def dead_run(ledger: Ledger, name: str, run_id: str) -> UsageError:
     """The refusal of a cluster whose last run never finished, naming what it left there."""
     left = [f"{r['kind']} {r['name']}" for r in ledger.open_resources(name)
             if r["run_id"] == run_id and r["kind"] in LAUNCHER_KINDS]
@@ -97,7 +109,7 @@ def dead_run(ledger: Any, name: str, run_id: str) -> UsageError:
                       f"without teardown){on_it}; check or remove it with `gpucluster down {name}`")
 
 
-def reclaim(ledger: Any, launcher: Any, cluster: Cluster, kept: Kept) -> str | None:
+def reclaim(ledger: Ledger, launcher: Launcher, cluster: Cluster, kept: Kept) -> str | None:
     """Before a job on a kept cluster whose last job's gpucluster process died (`kept.dead`): the
     launcher deletes what that job started there, found by its run's marks (`Launcher.reclaim`; gcp:
     its Kubernetes objects by the run label), and reads it back. Nothing left: its open rows are closed
@@ -132,18 +144,18 @@ class Attached(Provider):
         self.cluster = cluster
         self.cloud = cluster.cloud
 
-    def up(self, spec: Any, events: Any) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         events.message(f"on kept cluster {self.cluster.name}: {node_count(self.cluster)} node(s), nothing created")
         return self.cluster
 
-    def down(self, name: str, events: Any) -> None:
+    def down(self, name: str, events: ProvisionEvents) -> None:
         raise UsageError(f"a job on kept cluster {name!r} does not tear it down: use `gpucluster down {name}`")
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         raise UsageError(f"a job on kept cluster {name!r} checks only its own processes")
 
 
-def attach(provider: Any, kept: Kept, spec: Any = None) -> Cluster:
+def attach(provider: Provider, kept: Kept, spec: ClusterSpec | None = None) -> Cluster:
     """The kept cluster from its backend (stack outputs), before anything is recorded. `spec`: a
     cluster of machines that exist (`gpucluster.held`), rebuilt from the spec `up` recorded."""
     if spec is not None:
@@ -184,7 +196,7 @@ def check_fits(kept: Kept, max_seconds: float | None, now: float | None = None) 
         f"the nodes power themselves off in {left / 60:.0f} min (max lifetime); the job is stopped then")
 
 
-def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -> tuple[ExitCode | None, str | None]:
+def close_processes(ledger: Ledger, launcher: Launcher, cluster: Cluster, run_id: str) -> tuple[ExitCode | None, str | None]:
     """After a job on a kept cluster: its processes on the nodes, checked (`Launcher.leftovers`).
     None found: their ledger rows are closed. Found, or not checkable: the run's teardown verdict says
     so (leftovers / not verified). Returns (the exit code it forces, or None; a line to show)."""
@@ -214,7 +226,7 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     return (None, None) if check.verified else (ExitCode.LEFTOVERS, f"the job's processes: {check.summary()}")
 
 
-def idle_minutes(spec: dict[str, Any]) -> int | None:
+def idle_minutes(spec: Mapping[str, Any]) -> int | None:  # Any: a recorded spec (JSON)
     opts = spec.get("options") or {}
     value = opts.get(IDLE_OPTION, opts.get("idle_minutes"))
     try:
@@ -223,7 +235,7 @@ def idle_minutes(spec: dict[str, Any]) -> int | None:
         return None
 
 
-def idle_left(ledger: Any, cluster: str, now: float | None = None) -> tuple[int, float] | None:
+def idle_left(ledger: Ledger, cluster: str, now: float | None = None) -> tuple[int, float] | None:
     """(idle minutes, seconds before the idle stop) of a kept cluster with an idle stop; None
     without one. A job running now: the full time is left. The watcher on the nodes counts from
     its own view of the last job (it sees every job's processes); this is the ledger's view."""
@@ -243,7 +255,7 @@ def idle_left(ledger: Any, cluster: str, now: float | None = None) -> tuple[int,
     return minutes, last + minutes * 60.0 - now
 
 
-def access_dir(name: str, create: bool = False) -> Any:
+def access_dir(name: str, create: bool = False) -> Path:
     """Where `gpucluster ssh --ssh-config` writes a cluster's host aliases, pinned keys and key."""
     from gpucluster.home import home_dir
 
@@ -258,8 +270,8 @@ def forget_access(name: str) -> None:
     shutil.rmtree(access_dir(name), ignore_errors=True)
 
 
-def cap_teardown(ledger: Any, name: str, origin_id: str, backend: Any, outcome: Any,
-                 take_down: Any) -> tuple[ExitCode | None, str | None]:
+def cap_teardown(ledger: Ledger, name: str, origin_id: str, backend: Plugin, outcome: RunOutcome,
+                 take_down: Callable[[], Downed]) -> tuple[ExitCode | None, str | None]:
     """After a job on a kept cluster stopped at a cost cap: when the *cluster's* own cap (`up --max-cost`)
     has been reached by what the cluster cost (its resources since `up`, as the report prices them), the
     cluster is torn down and checked (`take_down()`: `gpucluster down`'s own path) rather than left billing.

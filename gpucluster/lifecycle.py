@@ -13,7 +13,8 @@ import signal
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from gpucluster.domain import VERIFIED, Check, Provider
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
@@ -97,14 +98,14 @@ class RunSignals:
         self.ui = ui
         self.received: int | None = None
         self.shielded = False
-        self._old: dict[int, Any] | None = None
+        self._old: dict[int, Callable[[int, FrameType | None], object] | int | None] | None = None
 
     def __enter__(self) -> "RunSignals":
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._old:
             for s, old in self._old.items():
                 signal.signal(s, old)
@@ -112,7 +113,7 @@ class RunSignals:
     def shield(self) -> None:
         self.shielded = True
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.ui.stopping(signal.Signals(signum).name)  # the first: one line; a later one: what it waits for
         if self.shielded or self.received is not None:
             return
@@ -128,7 +129,7 @@ class LedgerEvents:
     one (`down`), a deletion closes every open row of `cluster` with that kind and name (or id)."""
 
     def __init__(self, ledger: Ledger, cluster: str | None, run_id: str | None = None, region: str | None = None,
-                 say: Any = None):
+                 say: Callable[[str], None] | None = None):
         self.ledger, self.cluster, self.run_id, self.region = ledger, cluster, run_id, region
         self.say = say or (lambda text: None)
 
@@ -193,7 +194,7 @@ class _Recorder:
 
     record_error: str | None = None  # the first ledger write that failed once the row existed
 
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Any = None,
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Plugin | None = None,
                  priced: str | None = None):
         self.book = RunLedger(ledger, run_id, region)
         self.ui = ui
@@ -448,7 +449,7 @@ def _collect_outputs(launcher: Launcher, job: JobSpec, rec: _Recorder | _Quiet) 
 
 
 def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder | _Quiet, *, keep: bool,
-              busy: bool = False, unwitnessed: Any = ()) -> Check | None:
+              busy: bool = False, unwitnessed: Sequence[str] = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 
     Returns the three-state `Check`, or None when nothing is checked (the cluster was kept on

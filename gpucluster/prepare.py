@@ -1,15 +1,13 @@
-"""The one prepare step of `run`, `up`, `sweep` and their dry runs: a request (the flags as given)
-becomes a resolved, validated, priced plan, always in this order, before anything is recorded:
+"""The one prepare step of `run`, `up`, `sweep` and their dry runs: a request (the flags as given) becomes a
+resolved, validated, priced plan, always in this order, before anything is recorded:
 
     validate -> resolve -> project -> object access -> prepare -> validate again -> job -> price snapshot
 
-then, for a real run, what must hold before the ledger row (the backend's tools, the node
-programs it would ship). Everything raises a `UsageError` naming the bad value (exit 2); nothing
-here prints, creates or records anything.
-
-The backend object is resolved once by the command and passed in (`backend`); the provider and
-launcher are made here from it (`backend.make`), unless the command passes a provider of its own
-(`up`: `cli.common.provider_for`, which tests replace).
+then, for a real run, what must hold before the ledger row (the backend's tools, the node programs it
+would ship). Everything raises a `UsageError` naming the bad value (exit 2); nothing here prints,
+creates or records anything. The backend object is resolved once by the command and passed in
+(`backend`); the provider and launcher are made here from it (`backend.make`), unless the command
+passes a provider of its own (`up`: `cli.common.provider_for`, which tests replace).
 """
 
 from __future__ import annotations
@@ -18,19 +16,23 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from gpucluster.domain import Provider
 from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.health import spec_for as health_spec
-from gpucluster.infra.contract import Capability, LaunchOptions
-from gpucluster.jobargs import WORKLOADS, check_ssh_files, workload_argv  # noqa: F401 (re-exported)
-from gpucluster.launch import JobSpec
-from gpucluster.recovery import checkpoint_args, policy
+from gpucluster.infra.contract import Capability, LaunchOptions, Plugin
+from gpucluster.jobargs import WORKLOADS, check_command, check_ssh_files, workload_argv  # noqa: F401 (re-exported)
+from gpucluster.launch import JobSpec, Launcher
+from gpucluster.ledger import Ledger
+from gpucluster.recovery import Policy, checkpoint_args, policy
 from gpucluster.spec import ClusterSpec, new_run_id, parse_int
+from gpucluster.staging import DataMount
+
+if TYPE_CHECKING:
+    from gpucluster.costing.estimate import Estimate
 
 # the largest values run accepts; every command that takes the same flag checks it the same way
-from gpucluster.jobargs import check_command  # noqa: E402,F401 - `run`'s command check lives there
-
 MAX_GPUS_PER_NODE = 16
 DISK_GB = (10, 16384)
 LIFETIME_MINUTES = (5, 7 * 24 * 60)
@@ -108,11 +110,11 @@ class Prepared:
 
     spec: ClusterSpec
     job: JobSpec | None
-    provider: Any
-    launcher: Any
+    provider: Provider
+    launcher: Launcher | None  # None: a provider was given (`up`), no launcher made
     notes: list[str] = field(default_factory=list)
     plan_line: str = ""
-    estimate: Any = None  # cost.Estimate for `limit_minutes`, when the backend is priced
+    estimate: Estimate | None = None  # for `limit_minutes`, when the backend is priced
     limit_minutes: float = 60.0  # what the estimate covers: the job's --max-minutes, else the lifetime cap
     limit_what: str = ""  # which of the two it is, for the plan line
     prices: dict[str, Any] | None = None  # the price snapshot stored with the run
@@ -120,10 +122,10 @@ class Prepared:
     resumed_from: str | None = None
     workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
     bounds: list[str] = field(default_factory=list)  # ready and lifetime bounds, said under the plan
-    policy: Any = None  # gpucluster.recovery.Policy (run)
+    policy: Policy | None = None  # run: --recover
 
     @property
-    def hourly(self) -> Any:
+    def hourly(self) -> Decimal | None:
         return None if self.estimate is None else self.estimate.hourly
 
     def shape(self) -> dict[str, Any]:
@@ -137,6 +139,12 @@ class Prepared:
             gpu = f"{known.name if known else self.spec.accelerator}:{self.spec.gpus_per_node}"
         return {"instance_type": self.spec.instance_type, "gpu": gpu}
 
+    def needs_launcher(self) -> Launcher:
+        """The launcher of a plan made without a provider of the command's own (run, exec, sweep)."""
+        if self.launcher is None:
+            raise ValueError("this plan has no launcher (it was prepared with a provider given: `up`)")
+        return self.launcher
+
     def needs_job(self) -> JobSpec:
         """The job of a plan that has one (`Request.job`: run, exec, sweep; `up` plans none)."""
         if self.job is None:
@@ -144,7 +152,7 @@ class Prepared:
         return self.job
 
 
-def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: bool = True) -> Prepared:
+def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, strict_prices: bool = True) -> Prepared:
     """The request as a plan, or a UsageError. `provider`: a provider to use instead of the
     backend's (then no launcher is made). `strict_prices`: a spec the catalog cannot price is
     refused (run, sweep); otherwise it is planned without a price (`up`)."""
@@ -184,7 +192,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     if bounds.lifetime is not None and bounds.lifetime != spec.max_lifetime_minutes:
         spec = spec.replace(max_lifetime_minutes=bounds.lifetime)  # raised to fit the job (said in the plan)
     provider, launcher = _make(req, backend, spec, provider, bounds.ready_timeout)
-    if output_dir is not None and not launcher.collects_outputs:
+    if output_dir is not None and (launcher is None or not launcher.collects_outputs):
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
                          "(supported: local, ssh, aws, gcp)")
     spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
@@ -217,7 +225,7 @@ def check_before_recording(plan: Prepared) -> None:
     plan.spec = plan.spec.replace(state=plan.provider.state_url())  # the ledger row records which state
 
 
-def open_ledger() -> Any:
+def open_ledger() -> Ledger:
     """The ledger a run will be recorded in, checked (writable, not damaged) before anything starts."""
     from gpucluster.home import home_dir
     from gpucluster.ledger import Ledger
@@ -231,11 +239,11 @@ def open_ledger() -> Any:
 # -- the steps ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Staged:
-    mounts: tuple[Any, ...]
+    mounts: tuple[DataMount, ...]
     setup: tuple[str, ...]
     resumed_from: str | None
-    resume: Any
-    resume_files: Any = None  # the resumed run's working-folder files, laid back into every node's
+    resume: DataMount | None
+    resume_files: tuple[str, str] | None = None  # the resumed run's working-folder files, laid back into every node's
 
     @property
     def reads(self) -> list[str]:
@@ -244,7 +252,7 @@ class _Staged:
         return [m.src for m in both if m.remote]
 
 
-def _staged(req: Request, backend: Any) -> _Staged:
+def _staged(req: Request, backend: Plugin) -> _Staged:
     """--data, --setup and --resume, checked (a resumed run is looked up read-only)."""
     from gpucluster.staging import parse_data, parse_setup
 
@@ -291,13 +299,13 @@ def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
     return command, workload
 
 
-def _output_dest(value: str, backend: Any, readers: Mapping[str, tuple[str, ...]]) -> Any:
+def _output_dest(value: str, backend: Plugin, readers: Mapping[str, tuple[str, ...]]) -> os.PathLike[str] | str:
     from gpucluster.outputs import check_output_dest
 
     return check_output_dest(value, backend, readers)  # creates nothing
 
 
-def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
+def _shown_output(output_dir: os.PathLike[str] | str | None, launcher: Launcher | None, dry_run: bool) -> str | None:
     if output_dir is not None:
         return str(output_dir)
     if dry_run and launcher is not None and launcher.collects_outputs:
@@ -305,7 +313,8 @@ def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
     return None
 
 
-def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: int | None) -> tuple[Any, Any]:
+def _make(req: Request, backend: Plugin, spec: ClusterSpec, provider: Provider | None,
+          ready: int | None) -> tuple[Provider, Launcher | None]:
     if provider is not None:
         return provider, None
     check_ssh_files(req.identity, req.known_hosts)
@@ -314,7 +323,7 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: i
         spec_options=spec.option_dict, ready_timeout=ready, start_deadline_s=req.start_deadline * 60))
 
 
-def _price(plan: Prepared, backend: Any, strict: bool) -> None:
+def _price(plan: Prepared, backend: Plugin, strict: bool) -> None:
     """The estimate for the run's limit (the job's --max-minutes, else the nodes' lifetime cap), the
     plan's one line and the price snapshot (priced backends)."""
     from gpucluster import cost
@@ -360,7 +369,8 @@ def _check_collect(pattern: str) -> str:
     return text
 
 
-def _resume(value: str, mounts: tuple, store: Any, readers: Mapping[str, tuple[str, ...]]) -> tuple[str, Any, Any]:
+def _resume(value: str, mounts: tuple[DataMount, ...], store: Plugin,
+            readers: Mapping[str, tuple[str, ...]]) -> tuple[str, DataMount, tuple[str, str] | None]:
     """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created);
     with the working-folder files to lay back into every node's working folder (resume_files)."""
     from gpucluster.home import home_dir
@@ -440,7 +450,7 @@ def with_owner(spec: ClusterSpec, *, named: bool, dry_run: bool = False) -> Clus
     return spec.replace(marks=marks, name=spec.name if named else default_name(spec.cloud, owner))
 
 
-def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
+def prepare_spec(backend: Plugin, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
     """The backend's pre-plan resolution (`prepare_spec`) (aws: SSH CIDR from this machine's public
     IPv4, GPUs per node from the type), re-validated. In a dry run a failed detection is a note,
     not an error: nothing is created."""
@@ -462,7 +472,7 @@ def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:
     return replace(job, nproc_per_node=gpus) if gpus else job
 
 
-def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), project: str | None = None,
+def check_place(backends: dict[str, Plugin], *, regions: tuple[str, ...] = (), project: str | None = None,
                 instance_type: str | None = None) -> tuple[str, ...]:
     """`--region` and `--project` of commands that create nothing (`gc`, `doctor`), refused as `run`
     refuses them, through the same code: a region is checked as a spec of each backend given

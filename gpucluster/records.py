@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from gpucluster.states import OutputVerdict, PhaseStatus, RunStatus, TeardownVerdict, parse
 
@@ -63,7 +63,7 @@ class RunRow:
         object.__setattr__(self, "teardown", parse(TeardownVerdict, self.teardown))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunRow":
+    def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
         known = _known(cls)
         return cls(**{k: v for k, v in d.items() if k in known},
                    _columns=tuple(d), _extra={k: v for k, v in d.items() if k not in known})
@@ -86,6 +86,19 @@ class RunRow:
     def project(self) -> str | None:
         """The recorded spec's account (gcp project): a field, among the options in older records."""
         return (self.spec or {}).get("project") or self.options.get("project")
+
+
+R = TypeVar("R", bound=RunRow)
+
+
+@dataclass(frozen=True)
+class StoredRun(RunRow):
+    """A row as the ledger holds it (`Ledger.list_runs`): its NOT NULL columns are never None."""
+
+    id: str
+    cloud: str = ""
+    cluster: str = ""
+    status: RunStatus = RunStatus.RUNNING
 
 
 @dataclass(frozen=True)

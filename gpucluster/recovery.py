@@ -283,8 +283,8 @@ def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger
             source, mount, files = point
             job = replace(job, run_id=rid, resume=mount, resume_files=files)
         else:
-            mount, files, source = first_resume
-            job = replace(job, run_id=rid, resume=mount, resume_files=files)
+            first_mount, files, source = first_resume
+            job = replace(job, run_id=rid, resume=first_mount, resume_files=files)
         if job.max_cost:  # --max-cost is the chain's: what its attempts cost counts (guards.py)
             from gpucluster.guards import cap_reason, chain_cost
 
@@ -325,9 +325,9 @@ def run_plan(plan: Prepared, *, ledger: Ledger, ui: RunUI | None, backend: Plugi
     job = plan.needs_job()
     if plan.policy is not None and plan.policy.retries:
         return run_chain(plan.spec, job, policy=plan.policy, ledger=ledger, provider=plan.provider,
-                         launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
+                         launcher=plan.needs_launcher(), ui=ui, prices=plan.prices, workload=plan.workload,
                          resumed_from=plan.resumed_from, backend=backend, reprice=reprice)
-    outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, backend=backend,
+    outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.needs_launcher(), backend=backend,
                       ui=ui, keep=keep and backend.can(Capability.PROVISIONS), prices=plan.prices,
                       workload=plan.workload, resumed_from=plan.resumed_from)
     return ChainOutcome(attempts=[Attempt(run_id=outcome.run_id, outcome=outcome, spot=plan.spec.spot)])

@@ -124,7 +124,7 @@ def test_json_outputs_are_byte_for_byte_as_before(home):
 
 
 def test_records_are_typed_and_round_trip(home):
-    from gpucluster.records import NodeRow, PhaseRow, RunRecord, RunRow
+    from gpucluster.records import NodeRow, PhaseRow, RunRecord, RunRow, StoredRun
 
     ledger = Ledger(home / "ledger.sqlite3")
     _fill(ledger)
@@ -141,4 +141,4 @@ def test_records_are_typed_and_round_trip(home):
     assert rec.cost["total"] == "0.12" and rec.chain == ["r-old", "r-new"]
     assert RunRecord.from_dict(rec.to_dict()) == rec and RunRecord.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
     rows = ledger.list_runs()
-    assert [type(r) for r in rows] == [RunRow] * 3 and rows[2].teardown_verified is True
+    assert [type(r) for r in rows] == [StoredRun] * 3 and rows[2].teardown_verified is True

@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
-
 from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
@@ -100,8 +99,7 @@ class PulumiProvider(Provider):
         # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
         self.await_seconds = float(self.scan_options.pop("await_seconds", 1800))
         self.poll_seconds = float(self.scan_options.pop("poll_seconds", 15))
-        self._clock = self.scan_options.pop("clock", None)
-        self._sleep = self.scan_options.pop("sleep", None)
+        self._clock, self._sleep = self.scan_options.pop("clock", None), self.scan_options.pop("sleep", None)
 
     def preflight(self, spec: Any = None) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
@@ -140,6 +138,9 @@ class PulumiProvider(Provider):
 
     def set_ownership(self, ownership: Any) -> None:
         self._ownership = ownership
+
+    def set_project(self, project: str) -> None:
+        self.scan_options["project"] = project
 
     def check_name_free(self, spec: Any) -> None:
         """A name another owner's cluster (or a standalone stack) already holds in this account's
