@@ -23,12 +23,13 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucluster.events import NullEvents, ProvisionEvents
 from gpucluster.states import TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.ownership import Ownership
     from gpucluster.spec import ClusterSpec
 
@@ -58,7 +59,7 @@ class Cluster:
     gpus_per_node: int = 0
     ssh_private_key: str | None = None  # secret: never logged, never written to the ledger
     kubeconfig: str | None = None  # secret
-    outputs: dict[str, Any] = field(default_factory=dict)  # non-secret provider outputs
+    outputs: JsonObject = field(default_factory=dict)  # non-secret provider outputs
 
     @property
     def head(self) -> Node:
@@ -93,7 +94,7 @@ class Leftover:
     stack: str | None = None  # a stack made with `pulumi up -s STACK` directly (gpucluster-stack)
     hourly: str | None = None  # USD per hour while it exists, where the backend can price it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """As JSON keeps it: the ownership fields only where they are known."""
         return {k: v for k, v in self.__dict__.items() if v is not None or k in _LEFTOVER_CORE}
 
@@ -157,8 +158,8 @@ class Check:
     def with_unchecked(self, *lines: str) -> "Check":
         return Check(self.leftovers, self.unchecked + tuple(lines), self.not_ours)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
                              "unchecked": list(self.unchecked)}
         if self.not_ours:
             d["not_ours"] = [lo.to_dict() for lo in self.not_ours]
@@ -184,7 +185,7 @@ class ClusterStatus:
     cloud: str
     state: str  # "up", "creating", "deleting", "gone", "unknown"
     nodes: int
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JsonObject = field(default_factory=dict)
 
 
 class Provider:

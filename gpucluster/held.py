@@ -20,13 +20,14 @@ its cluster lists no nodes (a job's pods are placed by the scheduler), so `hold`
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.domain import Check, Cluster, Provider
 from gpucluster.errors import LaunchError
 from gpucluster.events import ProvisionEvents
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.kept import Kept
     from gpucluster.ledger import Ledger
     from gpucluster.spec import ClusterSpec
@@ -88,7 +89,7 @@ def not_ready(problems: dict[int, list[str]], labels: dict[int, str]) -> LaunchE
     return LaunchError(f"not every machine is ready, so no cluster is kept: {said}")
 
 
-def host_rows(ledger: Ledger, kept: Kept) -> list[dict[str, Any]]:  # Any: ledger rows (JSON detail)
+def host_rows(ledger: Ledger, kept: Kept) -> list[JsonObject]:
     """The open `host` rows of a kept cluster of machines that exist, by rank (none: a cloud cluster)."""
     rows = [r for r in ledger.open_resources(kept.name) if r["kind"] == HOST_KIND]
     return sorted(rows, key=lambda r: int((r.get("detail") or {}).get("rank", 0)))

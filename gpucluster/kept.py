@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.domain import LAUNCHER_KINDS, Check, Cluster, Provider
 from gpucluster.events import ProvisionEvents
@@ -28,6 +28,7 @@ from gpucluster.errors import ExitCode, UsageError, did_you_mean
 from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from pathlib import Path
 
     from gpucluster.infra.contract import Plugin
@@ -47,7 +48,7 @@ class Kept:
     cloud: str
     runs: list[StoredRun]  # newest first
     origin: StoredRun  # the run whose rows hold the cluster's resources
-    spec: dict[str, Any]  # Any: the spec recorded by that run, as JSON
+    spec: JsonObject  # the spec recorded by that run
     dead: StoredRun | None = None  # a run of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
 
     @property
@@ -226,7 +227,7 @@ def close_processes(ledger: Ledger, launcher: Launcher, cluster: Cluster, run_id
     return (None, None) if check.verified else (ExitCode.LEFTOVERS, f"the job's processes: {check.summary()}")
 
 
-def idle_minutes(spec: Mapping[str, Any]) -> int | None:  # Any: a recorded spec (JSON)
+def idle_minutes(spec: JsonObject) -> int | None:
     opts = spec.get("options") or {}
     value = opts.get(IDLE_OPTION, opts.get("idle_minutes"))
     try:

@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
@@ -27,6 +27,7 @@ from gpucluster.metrics import MetricsState
 from gpucluster.states import OutputDest
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.domain import Cluster, Leftover
     from gpucluster.health import HealthSpec
     from gpucluster.outputs import NodeOutputs
@@ -386,7 +387,7 @@ def announced_program(python: str, program: Sequence[str]) -> list[str]:
     return ["--no-python", python, "-c", _ANNOUNCE, name, json.dumps(list(program))]
 
 
-def resume_record(job: JobSpec, files: int, nbytes: int) -> dict[str, Any]:  # Any: a metric record (JSON)
+def resume_record(job: JobSpec, files: int, nbytes: int) -> JsonObject:
     """The `resume_files` metric record of one node: what --resume laid back into its working folder."""
     rel, why = job.resume_files or ("", "")
     return {"kind": "resume_files", "from": f"{job.resume.src.rstrip('/')}/{rel}" if job.resume else rel,

@@ -30,6 +30,7 @@ from gpucluster.spec import ClusterSpec
 from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.infra.contract import Plugin
 
 
@@ -47,7 +48,7 @@ class RunUI(Protocol):
 
     def phase(self, name: str) -> None: ...
     def line(self, node_rank: int, text: str) -> None: ...
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def metric(self, node_rank: int | None, record: JsonObject) -> None: ...
     def message(self, text: str) -> None: ...
     def progress(self, text: str) -> None: ...
     def stopping(self, signal_name: str) -> None: ...  # a stop signal: the first one, or a later one
@@ -58,7 +59,7 @@ class QuietUI:
 
     def phase(self, name: str) -> None: ...
     def line(self, node_rank: int, text: str) -> None: ...
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def metric(self, node_rank: int | None, record: JsonObject) -> None: ...
     def message(self, text: str) -> None: ...
     def progress(self, text: str) -> None: ...
     def stopping(self, signal_name: str) -> None: ...
@@ -72,7 +73,7 @@ class RunOutcome:
     failure: str | None
     result: JobResult | None
     teardown: TeardownVerdict | None  # None: nothing to check
-    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    leftovers: list[JsonObject] = field(default_factory=list)
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
     record_error: str | None = None  # the run's record could not be written (then exit 3)
@@ -133,12 +134,12 @@ class LedgerEvents:
         self.ledger, self.cluster, self.run_id, self.region = ledger, cluster, run_id, region
         self.say = say or (lambda text: None)
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:  # Any: JSON detail
         if self.run_id:
             self.ledger.resource_requested(self.run_id, kind, name, region=detail.pop("region", self.region),
                                            detail=detail or None)
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:  # Any: JSON detail
         if self.run_id:
             self.ledger.resource_created(self.run_id, kind, name, cloud_id)
 
@@ -177,7 +178,7 @@ class RunLedger(LedgerEvents):
             self.ledger.phase_end(self.run_id, self.current_phase.value, status, detail)
             self.current_phase = None
 
-    def add_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def add_metric(self, node_rank: int, record: JsonObject) -> None:
         self.metrics.add(node_rank, record)
 
     def spawn(self, node_rank: int, kind: str, ident: str) -> None:
@@ -221,10 +222,10 @@ class _Recorder:
         self.book.end_phase(status, detail)
 
     # ProvisionEvents
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:  # Any: JSON detail
         self.book.resource_requested(kind, name, **detail)
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:  # Any: JSON detail
         self.book.resource_created(kind, name, cloud_id, **detail)
 
     def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
@@ -241,7 +242,7 @@ class _Recorder:
     def on_line(self, node_rank: int, line: str) -> None:
         self.ui.line(node_rank, line)
 
-    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: JsonObject) -> None:
         self.book.metrics.add(node_rank, record, self.ui.message)  # waits on no lock; a full home: the job goes on
         self.ui.metric(node_rank, record)
 
@@ -263,7 +264,7 @@ def execute(
     backend: Plugin,  # the plugin of spec.cloud, given by the caller: its pricing costs the run at the end
     ui: RunUI | None = None,
     keep: bool = False,
-    prices: dict[str, Any] | None = None,
+    prices: JsonObject | None = None,
     sweep_id: str | None = None,
     log_dir: Path | str | None = None,
     workload: str | None = None,
@@ -352,7 +353,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         failure = "; ".join(([failure] if failure else []) + problems)
     if check is None:
         teardown: TeardownVerdict | None = TeardownVerdict.KEPT if keep and not busy else None
-        leftovers: list[dict[str, Any]] = []
+        leftovers: list[JsonObject] = []
         unchecked: list[str] = []
     else:
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
@@ -375,7 +376,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
 
 
 def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, backend: Plugin,
-                   ui: RunUI | None = None, prices: dict[str, Any] | None = None) -> Provisioned:
+                   ui: RunUI | None = None, prices: JsonObject | None = None) -> Provisioned:
     """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another live process
     owns is refused before anything is recorded): the ledger row, the provision phase and, on success, the row
     finished as "kept". On a failure or an interrupt, the same teardown and independent check as `execute`, its

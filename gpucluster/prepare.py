@@ -16,7 +16,7 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.domain import Provider
 from gpucluster.errors import SpecError, UsageError, not_allowed
@@ -30,6 +30,7 @@ from gpucluster.spec import ClusterSpec, new_run_id, parse_int
 from gpucluster.staging import DataMount
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.costing.estimate import Estimate
 
 # the largest values run accepts; every command that takes the same flag checks it the same way
@@ -41,8 +42,7 @@ DEFAULT_LIFETIME_MINUTES = 240  # gpucluster.bounds raises it to fit --max-minut
 
 @dataclass(frozen=True)
 class Request:
-    """What the user asked for, as given on the command line (numbers already ints where Click
-    converted them). `job=False`: a cluster only (`up`)."""
+    """The flags as given (numbers already ints where Click converted them); `job=False`: `up`."""
 
     cloud: str
     nodes: int | None = None
@@ -117,7 +117,7 @@ class Prepared:
     estimate: Estimate | None = None  # for `limit_minutes`, when the backend is priced
     limit_minutes: float = 60.0  # what the estimate covers: the job's --max-minutes, else the lifetime cap
     limit_what: str = ""  # which of the two it is, for the plan line
-    prices: dict[str, Any] | None = None  # the price snapshot stored with the run
+    prices: JsonObject | None = None  # the price snapshot stored with the run
     described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
     resumed_from: str | None = None
     workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
@@ -128,7 +128,7 @@ class Prepared:
     def hourly(self) -> Decimal | None:
         return None if self.estimate is None else self.estimate.hourly
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> dict[str, str | None]:
         """The machine and GPUs planned, as `--dry-run --json` and the plan show them: the instance type
         (the one `--gpu` picked included) and `gpu` as TYPE:COUNT per node (None where none)."""
         gpu = getattr(self.estimate, "gpu", None)

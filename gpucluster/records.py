@@ -22,6 +22,11 @@ from typing import Any, Mapping, TypeVar
 from gpucluster.states import OutputVerdict, PhaseStatus, RunStatus, TeardownVerdict, parse
 
 
+# Any: a JSON object as its writer made it (a ledger JSON column, a metric record, a price snapshot,
+# a stack's outputs): readers look keys up; its shape is the writer's, not a type of this package
+JsonObject = dict[str, Any]
+
+
 def _known(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError, not_allowed
 from gpucluster.launch import JobSpec
@@ -30,6 +30,7 @@ from gpucluster.nodeloss import LOST_KIND
 from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.domain import Provider
     from gpucluster.staging import DataMount
     from gpucluster.infra.contract import Plugin
@@ -218,9 +219,9 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
 
 def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger, provider: Provider,
               launcher: Launcher,
-              ui: "RunUI | None" = None, keep: bool = False, prices: dict[str, Any] | None = None,
+              ui: "RunUI | None" = None, keep: bool = False, prices: JsonObject | None = None,
               workload: str | None = None, resumed_from: str | None = None, backend: Plugin,
-              reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None,
+              reprice: Callable[[ClusterSpec], JsonObject | None] | None = None,
               new_run_id: Callable[[], str] | None = None) -> ChainOutcome:
     """Run `job` on `spec`, and again (resumed) after each interruption, up to `policy.retries`
     more times. `backend`: the plugin of `spec.cloud` (each attempt's cost, the teardown of what an
@@ -314,7 +315,7 @@ def fresh_port(port: int) -> int:
     return port + 2 if port + 2 <= 65000 else 29400
 
 def run_plan(plan: Prepared, *, ledger: Ledger, ui: RunUI | None, backend: Plugin, keep: bool = False,
-             reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None) -> ChainOutcome:
+             reprice: Callable[[ClusterSpec], JsonObject | None] | None = None) -> ChainOutcome:
     """`gpucluster run`'s job on its prepared plan (`gpucluster.prepare.Prepared`): a chain of attempts
     when the plan's policy replaces lost nodes (docs/recovery.md), else one `execute` (an outcome of
     one attempt, so the caller reads `final`, `exit_code` and `stopped` the same way either way).

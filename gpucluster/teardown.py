@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypedDict
+from typing import TYPE_CHECKING, Callable, Protocol, TypedDict
 
 from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
 from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.records import JsonObject
     from gpucluster.domain import Leftover, Provider
     from gpucluster.infra.contract import Plugin, ScanScope
     from gpucluster.ledger import Ledger
@@ -45,7 +46,6 @@ class FoundRecord(Protocol):
     def cluster(self) -> str | None: ...
 
 
-DownVerdict = dict[str, Any]  # Any: `down --json`'s verdict, JSON values of several shapes
 
 
 class CensusRow(TypedDict):
@@ -146,7 +146,7 @@ def refuse_busy(targets: dict[str, str]) -> None:
 class Downed:
     """One cluster's `down`: the verdict as `--json` prints it, its check, and the exit code."""
 
-    verdict: DownVerdict
+    verdict: JsonObject
     check: Check | None
     exit_code: ExitCode
     error: str | None = None
@@ -177,7 +177,7 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
     from gpucluster.lifecycle import LedgerEvents
     from gpucluster.owner import owner_lock, stop_owner
 
-    verdict: DownVerdict = {"cluster": name, "cloud": cloud}
+    verdict: JsonObject = {"cluster": name, "cloud": cloud}
     try:
         if force:
             stopped = stop_owner(name, say=say)
