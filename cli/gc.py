@@ -8,7 +8,7 @@ question naming the owners) and `--stack STACK` (a standalone stack)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from gpucluster.cli import common
 from gpucluster.errors import ExitCode
 from gpucluster.infra.registry import provisioning
 from gpucluster.states import TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.ledger import Ledger
 
 
 def _swept() -> tuple[str, ...]:
@@ -125,7 +128,7 @@ def _as_json(result: Any, sweep: Any) -> dict[str, Any]:
             "not_ours": [lo.to_dict() for lo in result.not_ours]}
 
 
-def live_clusters(ledger: Any) -> set[str]:
+def live_clusters(ledger: Ledger) -> set[str]:
     from gpucluster.teardown import live_clusters as live
 
     return live(ledger)

@@ -117,7 +117,7 @@ def dashboard_link(run_id: str) -> str | None:
     return f"{url}/runs/{run_id}"
 
 
-def chain_events(ledger: Any, run_ids: Sequence[str], recovered: Sequence[bool]) -> list[RunEvent]:
+def chain_events(ledger: Ledger, run_ids: Sequence[str], recovered: Sequence[bool]) -> list[RunEvent]:
     """The events of a run's attempts, oldest first: each recovered attempt's, then the last one's."""
     events: list[RunEvent] = []
     for i, run_id in enumerate(run_ids):
