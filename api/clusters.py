@@ -330,7 +330,7 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
     # before the run's row: a gone stack records nothing
     attached = attach(plan.provider if held else common.provider_for(kept.cloud), kept, plan.spec if held else None)
-    reclaimed = reclaim(ledger, plan.launcher, attached, kept)  # a killed job's leftovers, before this job
+    reclaimed = reclaim(ledger, plan.needs_launcher(), attached, kept)  # a killed job's leftovers, before this job
     from gpucluster.costing.guards import exec_guard
 
     job = plan.needs_job()

@@ -77,7 +77,7 @@ def claim_team(plan: Any, *, key: str, kind: str, max_cost: float | None, over_b
     team's budget with every member's (`teambudget.claim`: UsageError, exit 2, unless `over_budget`)."""
     import time
 
-    from gpucluster.lifecycle.ownership import installation_id, user_and_host
+    from gpucluster.ownership import installation_id, user_and_host
     from gpucluster.costing.teambudget import claim, open_record
 
     store = team_store()

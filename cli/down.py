@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from gpucluster.cli.options import options
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 
 @click.command()
@@ -76,7 +79,7 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
     return int(max((r.exit_code for r in results), default=ExitCode.OK))
 
 
-def _targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
+def _targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | None,
              project: str | None) -> tuple[dict[str, str], dict[str, Any], str | None]:
     """The clusters to take down (name -> cloud), their backends (the one lookup: the lifecycle is
     given them) and the checked `--project`."""
@@ -104,7 +107,7 @@ def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) 
             pass
 
 
-def _take_down_one(out: Any, ledger: Any, name: str, chosen: Any, **how: Any) -> Any:
+def _take_down_one(out: Any, ledger: Ledger, name: str, chosen: Any, **how: Any) -> Any:
     """One cluster down, with a terminal's status line (the clock, what is deleted of what was open,
     what it waits on), then its verdict."""
     from gpucluster.api.records import take_down_one
@@ -118,9 +121,9 @@ def _take_down_one(out: Any, ledger: Any, name: str, chosen: Any, **how: Any) ->
     return result
 
 
-def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:
+def _name_owners(out: Any, ledger: Ledger, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:
     """`--any-owner`: before the question, each owner whose resources would go (from a tag scan)."""
-    from gpucluster.lifecycle.ownership import owners_of
+    from gpucluster.ownership import owners_of
     from gpucluster.lifecycle.teardown import ownership_of
 
     for name, c in sorted(targets.items()):
@@ -129,19 +132,19 @@ def _name_owners(out: Any, ledger: Any, targets: dict[str, str], backends: dict[
         provider = common.provider_for(c)
         provider.set_ownership(ownership_of(ledger, any_owner=True))
         if project:
-            provider.scan_options["project"] = project
+            provider.set_project(project)
         found = provider.leftovers(name)
         owners = owners_of(found.leftovers)
         out.print(f"[yellow]{name}: {len(found.leftovers)} resource(s) found by tag"
                   + (f", made by owner(s) {', '.join(owners)}" if owners else "") + "[/yellow]")
         for lo in found.not_ours:  # standalone stacks stay out even now
-            from gpucluster.lifecycle.ownership import not_ours_line
+            from gpucluster.ownership import not_ours_line
 
             out.print(f"  left alone: {not_ours_line(lo)}", highlight=False)
 
 
 def _render(out: Any, result: Any, chosen: Any) -> None:
-    from gpucluster.lifecycle.ownership import not_ours_line
+    from gpucluster.ownership import not_ours_line
 
     name, c, check = result.verdict["cluster"], result.verdict["cloud"], result.check
     untouched = [not_ours_line(lo) for lo in (check.not_ours if check is not None else ())]

@@ -8,13 +8,17 @@ question naming the owners) and `--stack STACK` (a standalone stack)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode
 from gpucluster.infra.registry import provisioning
+from gpucluster.states import TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 
 def _swept() -> tuple[str, ...]:
@@ -73,7 +77,7 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     if context or namespaces:
         raise UsageError("--context and --namespace are for gc --cloud kubernetes")
     from gpucluster.infra.registry import plugin
-    from gpucluster.lifecycle.ownership import parse_duration
+    from gpucluster.ownership import parse_duration
     from gpucluster.lifecycle.prepare import check_place
     from gpucluster.lifecycle.teardown import Collected, Collection
 
@@ -105,7 +109,7 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
 
 def _delete(out: Any, sweep: Any, result: Any, by_cloud: Any, *, yes: bool, named_owners: bool) -> Any:
     """List what was found, ask (naming the owners when others' were asked for), delete."""
-    from gpucluster.lifecycle.ownership import owners_of
+    from gpucluster.ownership import owners_of
 
     _list(out, result.found)
     owners = owners_of(result.found)
@@ -124,7 +128,7 @@ def _as_json(result: Any, sweep: Any) -> dict[str, Any]:
             "not_ours": [lo.to_dict() for lo in result.not_ours]}
 
 
-def live_clusters(ledger: Any) -> set[str]:
+def live_clusters(ledger: Ledger) -> set[str]:
     from gpucluster.lifecycle.teardown import live_clusters as live
 
     return live(ledger)
@@ -132,7 +136,7 @@ def live_clusters(ledger: Any) -> set[str]:
 
 def _left_alone(out: Any, sweep: Any) -> None:
     """What is not ours, with owner, age and $/hour: listed, never deleted."""
-    from gpucluster.lifecycle.ownership import age
+    from gpucluster.ownership import age
 
     foreign = sweep.not_ours()
     if not foreign:
@@ -163,7 +167,7 @@ def _render(out: Any, result: Any, where: str) -> None:
         out.print(f"[red]  still exists: {lo.kind} {lo.id} {lo.region or ''}[/red]")
     for line in result.skipped:
         out.print(f"[yellow]  not checked: {line}[/yellow]")
-    if check.verdict == "leftovers":
+    if check.verdict == TeardownVerdict.LEFTOVERS:
         out.print(f"[bold red]gc: LEFTOVERS: {len(result.found)} resource(s) still exist[/bold red]")
     else:
         out.print(f"[bold red]gc: NOT VERIFIED: nothing found, but {len(result.skipped)} check(s) could not run; "

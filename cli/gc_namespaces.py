@@ -11,11 +11,12 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.errors import ExitCode
+from gpucluster.states import TeardownVerdict
 
 
 def sweep_namespaces(cloud: str, context: str | None, namespaces: tuple[str, ...], *, yes: bool, as_json: bool) -> int:
     from gpucluster.infra.registry import plugin
-    from gpucluster.lifecycle.ownership import installation_id, not_ours_line
+    from gpucluster.ownership import installation_id, not_ours_line
 
     chosen = plugin(cloud)
     sweep = chosen.ops.sweep
@@ -54,7 +55,7 @@ def sweep_namespaces(cloud: str, context: str | None, namespaces: tuple[str, ...
         out.print(f"[green]gc: verified ({where}): {gone}nothing labelled managed-by=gpucluster that is ours is "
                   f"left{alone}[/green]")
     if as_json:
-        click.echo(json.dumps({"verdict": "leftovers" if left else "verified",
+        click.echo(json.dumps({"verdict": TeardownVerdict.LEFTOVERS if left else TeardownVerdict.VERIFIED,
                                "found": [lo.to_dict() for lo in mine], "left": [lo.to_dict() for lo in left],
                                "errors": errors, "not_ours": [lo.to_dict() for lo in not_ours]}, indent=2))
     return int(ExitCode.LEFTOVERS if left else ExitCode.OK)

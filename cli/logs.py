@@ -8,6 +8,7 @@ import click
 
 from gpucluster.cli import common
 from gpucluster.cli.complete import complete_run_id
+from gpucluster.states import RunStatus
 
 
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
@@ -46,7 +47,7 @@ def logs(run_id, node, follow, tail, metrics, raw):
     read = reader(run_id, node, ledger=common.ledger())  # the one path: gpucluster.logs's (api/records.py)
     run, log_dir = read.record, read.log_dir
     files = read.files()
-    live = follow and run.run.status == "running"
+    live = follow and run.run.status == RunStatus.RUNNING
     if not files and not live:
         click.echo(f"run {run.id} has no node logs in {log_dir}", err=True)
         return 0

@@ -5,10 +5,13 @@ the plan shows, and the plan of the one chosen."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucluster.errors import UsageError
 from gpucluster.plan.placement import wanted  # noqa: F401 (the commands ask it through here)
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 
 def placeable() -> tuple[str, ...]:
@@ -106,7 +109,7 @@ def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c: {k: defaults[k] for k in given if k not in b.traits.flags} for c, b in backends.items()}
 
 
-def run_failover(placement: Any, *, ledger: Any, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:
+def run_failover(placement: Any, *, ledger: Ledger, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:
     """`run` on a placement: the chosen candidate, then the next on capacity or quota errors
     (gpucluster.lifecycle.failover); each candidate's plan with the run's policy, linked to the last attempt."""
     from gpucluster.lifecycle.failover import run_placed

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucluster.domain import UNWITNESSED
+from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.ledger.records import NodeRow, RunRecord
@@ -230,8 +231,9 @@ def phase_rows(record: RunRecord) -> list[tuple[str, float | None, str]]:
 def run_report(console: Console, record: RunRecord) -> None:
     """The report printed at the end of `run`, and by `show`."""
     run = record.run
-    styles = {"succeeded": "bold green", "failed": "bold red", "interrupted": "bold yellow", "stopped": "bold yellow"}
-    style = styles.get(run.status or "", "bold")
+    styles = {RunStatus.SUCCEEDED: "bold green", RunStatus.FAILED: "bold red", RunStatus.INTERRUPTED: "bold yellow",
+              RunStatus.STOPPED: "bold yellow"}
+    style = styles.get(run.status, "bold") if run.status else "bold"
     head = Text()
     head.append(f"run {run.id} ", style="bold")
     head.append(str(run.status).upper(), style=style)
@@ -397,14 +399,14 @@ def teardown_lines(console, record: RunRecord) -> None:
     run = record.run
     verdict = run.teardown
     cluster = run.cluster
-    if verdict == "verified":
+    if verdict == TeardownVerdict.VERIFIED:
         what = _verified_detail(run.cloud)
         console.print(Text(f"teardown: verified ({what})", style="green"), highlight=False)
         return
-    if verdict in ("leftovers", "not verified"):
+    if verdict in (TeardownVerdict.LEFTOVERS, TeardownVerdict.NOT_VERIFIED):
         style = "bold red"
-        head = "LEFTOVERS: still existing" if verdict == "leftovers" else "NOT VERIFIED: nothing found, but"
-        console.print(Text(f"teardown: {head}" + ("" if verdict == "leftovers" else
+        head = "LEFTOVERS: still existing" if verdict == TeardownVerdict.LEFTOVERS else "NOT VERIFIED: nothing found, but"
+        console.print(Text(f"teardown: {head}" + ("" if verdict == TeardownVerdict.LEFTOVERS else
                                                    f" {len(run.unchecked or [])} check(s) could not run"),
                            style=style), highlight=False)
         for lo in run.leftovers or []:
@@ -418,7 +420,7 @@ def teardown_lines(console, record: RunRecord) -> None:
                                f"yourself, then: gpucluster down {cluster} --ack-unwitnessed", style="red"),
                           highlight=False)
         return
-    if verdict == "kept":
+    if verdict == TeardownVerdict.KEPT:
         console.print(f"teardown: cluster kept (--keep); remove it with 'gpucluster down {cluster}'", highlight=False)
         return
     phase = record.phase("teardown")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.infra.contract import Capability
 from gpucluster.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 
 @click.command(cls=TaskCommand, context_settings=dict(ignore_unknown_options=False, allow_interspersed_args=False))
@@ -108,7 +111,7 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
         click.echo(f"gpucluster: error: {record_line(result.final.record_error, cluster)}", err=True)
 
 
-def with_attempts(ledger: Any, record: Any) -> Any:
+def with_attempts(ledger: Ledger, record: Any) -> Any:
     """The record with its chain's attempts (`show`, `run`): only for a chain that has attempts
     (a recovered run), so every other record prints as it always has."""
     if record is None or len(record.chain) < 2:

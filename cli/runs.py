@@ -9,12 +9,13 @@ import click
 from gpucluster.cli.common import console as _console
 from gpucluster.cli.complete import complete_run_id
 from gpucluster.infra.registry import NAMES as CLOUDS
+from gpucluster.states import RunStatus
 
 
 @click.command()
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--cloud", default=None, type=click.Choice(CLOUDS))
-@click.option("--status", default=None, type=click.Choice(["running", "succeeded", "failed", "interrupted", "stopped"]))
+@click.option("--status", default=None, type=click.Choice([s.value for s in RunStatus]))
 @click.option("--json", "as_json", is_flag=True, help="JSON list for scripts.")
 def runs(limit, cloud, status, as_json):
     """List recorded runs, newest first.
@@ -34,7 +35,7 @@ def runs(limit, cloud, status, as_json):
     from gpucluster.cli.render import fmt_secs, fmt_time
 
     orphans: set[str] = set()
-    if any(r.status == "running" for r in rows):  # its process is gone: "orphaned", not running for ever
+    if any(r.status == RunStatus.RUNNING for r in rows):  # its process is gone: "orphaned", not running for ever
         from gpucluster.lifecycle.teardown import orphaned_runs
 
         orphans = {str(r.id) for r in orphaned_runs(ledger)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,10 @@ from gpucluster.cli import common
 from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.registry import provisioning
+from gpucluster.states import RunStatus, TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.lifecycle.teardown import CensusRow
 
 
 def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
@@ -86,9 +90,9 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
         r["owner_pid"] = owner["pid"] if owner else None
         if owner:
             r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
-        elif latest.status == "running":
+        elif latest.status == RunStatus.RUNNING:
             r["state"] = "orphaned (its process ended without teardown)"
-        elif latest.teardown in (None, "kept"):
+        elif latest.teardown in (None, TeardownVerdict.KEPT):
             r["state"] = "kept"
         else:
             r["state"] = f"teardown {latest.teardown}"
@@ -236,7 +240,7 @@ def status(as_json, with_gpus, clouds, regions, project):
 
 
 def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None
-            ) -> tuple[list[dict[str, Any]], list[str]]:
+            ) -> tuple[list[CensusRow], list[str]]:
     """--cloud: what a tag scan finds, by cluster and owner (`teardown.census`); nothing is deleted."""
     if not clouds:
         return [], []
@@ -277,8 +281,8 @@ def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return out
 
 
-def _print_found(con: Any, found: list[dict[str, Any]], unchecked: list[str], stacks: Any) -> None:
-    from gpucluster.lifecycle.ownership import age
+def _print_found(con: Any, found: list[CensusRow], unchecked: list[str], stacks: Any) -> None:
+    from gpucluster.ownership import age
 
     for r in found:
         who = ("ours" if r["whose"] == "ours" else f"standalone stack {r['stack']}" if r["stack"]

@@ -12,6 +12,7 @@ from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.cli.budgets import OVER_BUDGET
 from gpucluster.errors import ExitCode, UsageError, not_allowed
 from gpucluster.spec import parse_int
+from gpucluster.states import RunStatus
 
 
 # what `run` takes about the cluster's shape and place that the lines above do not name
@@ -183,7 +184,7 @@ def _progress(ui: Any) -> Any:
         if done is None:
             ui.message(f"[{i + 1}/{total}] {n} node(s), {gl}, repeat {r} ...")
         else:
-            tail = "" if done.status == "succeeded" else f": {done.failure}"
+            tail = "" if done.status == RunStatus.SUCCEEDED else f": {done.failure}"
             ui.message(f"[{i + 1}/{total}] run {done.run_id} {done.status}{tail}")
 
     return on_run
@@ -205,7 +206,7 @@ def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_jso
 
         util_runs = []
         for r in summary:
-            ok = [f for f in r.facts if f.status == "succeeded" and f.util]
+            ok = [f for f in r.facts if f.status == RunStatus.SUCCEEDED and f.util]
             if ok:
                 util_runs.append((ok[0].run_id, r.label, ok[0].util))
         report_path = write_report(report_dir, summary, findings, sweep_id=sweep_id, util_runs=util_runs,

@@ -252,7 +252,7 @@ def _check_hosts(value: Any, cloud: str | None) -> None:
 
 
 def _check_limit(value: Any, cloud: str | None) -> None:
-    from gpucluster.lifecycle.prepare import parse_size
+    from gpucluster.plan.jobargs import parse_size
 
     parse_size("--collect-limit", value)
 

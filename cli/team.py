@@ -66,7 +66,7 @@ def set_cmd(daily: str | None, weekly: str | None, monthly: str | None) -> None:
       gpucluster budget set --state s3://team-bucket/gpucluster --monthly 500 --daily 60
     """
     from gpucluster.errors import UsageError
-    from gpucluster.lifecycle.ownership import user_and_host
+    from gpucluster.ownership import user_and_host
     from gpucluster.costing.teambudget import read_budget, write_budget
 
     amounts = {p: _amount(f"--{p}", v) for p, v in (("daily", daily), ("weekly", weekly), ("monthly", monthly))}

@@ -23,9 +23,15 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.events import NullEvents, ProvisionEvents
+from gpucluster.states import TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject
+    from gpucluster.ownership import Ownership
+    from gpucluster.spec import ClusterSpec
 
 __all__ = ["NullEvents", "ProvisionEvents"]  # re-exported: providers import them from here
 
@@ -53,7 +59,7 @@ class Cluster:
     gpus_per_node: int = 0
     ssh_private_key: str | None = None  # secret: never logged, never written to the ledger
     kubeconfig: str | None = None  # secret
-    outputs: dict[str, Any] = field(default_factory=dict)  # non-secret provider outputs
+    outputs: JsonObject = field(default_factory=dict)  # non-secret provider outputs
 
     @property
     def head(self) -> Node:
@@ -80,7 +86,7 @@ class Leftover:
     region: str | None = None
     detail: str = ""
     deleting: bool = False  # the cloud is deleting it already (GKE STOPPING): wait, do not delete again
-    # who made it, from its marks (gpucluster.lifecycle.ownership); None where the scan does not read them
+    # who made it, from its marks (gpucluster.ownership); None where the scan does not read them
     owner: str | None = None  # the installation id of the home whose run made it (gpucluster-owner)
     made_by: str | None = None  # "user@host" (gpucluster-user, gpucluster-host)
     run_id: str | None = None  # gpucluster-run
@@ -88,7 +94,7 @@ class Leftover:
     stack: str | None = None  # a stack made with `pulumi up -s STACK` directly (gpucluster-stack)
     hourly: str | None = None  # USD per hour while it exists, where the backend can price it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """As JSON keeps it: the ownership fields only where they are known."""
         return {k: v for k, v in self.__dict__.items() if v is not None or k in _LEFTOVER_CORE}
 
@@ -96,7 +102,7 @@ class Leftover:
 _LEFTOVER_CORE = ("kind", "id", "region", "detail", "deleting")
 
 
-VERIFIED, LEFTOVERS, NOT_VERIFIED = "verified", "leftovers", "not verified"
+VERIFIED, LEFTOVERS, NOT_VERIFIED = TeardownVerdict.VERIFIED, TeardownVerdict.LEFTOVERS, TeardownVerdict.NOT_VERIFIED
 VERDICTS = (VERIFIED, LEFTOVERS, NOT_VERIFIED)
 # The start of an unchecked line that no later check can clear: a node whose reaper was killed (or
 # whose session was cut) had no witness, and a process the job detached there has nothing left that
@@ -121,7 +127,7 @@ class Check:
     not_ours: tuple[Leftover, ...] = ()
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> TeardownVerdict:
         if self.leftovers:
             return LEFTOVERS
         return NOT_VERIFIED if self.unchecked else VERIFIED
@@ -152,8 +158,8 @@ class Check:
     def with_unchecked(self, *lines: str) -> "Check":
         return Check(self.leftovers, self.unchecked + tuple(lines), self.not_ours)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
                              "unchecked": list(self.unchecked)}
         if self.not_ours:
             d["not_ours"] = [lo.to_dict() for lo in self.not_ours]
@@ -179,7 +185,7 @@ class ClusterStatus:
     cloud: str
     state: str  # "up", "creating", "deleting", "gone", "unknown"
     nodes: int
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JsonObject = field(default_factory=dict)
 
 
 class Provider:
@@ -199,7 +205,7 @@ class Provider:
     cloud: str = ""
     check_is_complete: bool = False
 
-    def preflight(self, spec: Any = None) -> None:
+    def preflight(self, spec: ClusterSpec | None = None) -> None:
         return None
 
     def state_url(self) -> str | None:
@@ -207,12 +213,17 @@ class Provider:
         where there is none."""
         return None
 
-    def set_ownership(self, ownership: Any) -> None:
-        """What is ours to delete (`gpucluster.lifecycle.ownership.Ownership`), for providers that sweep by tag
+    def set_project(self, project: str) -> None:
+        """`down --project`: the account its scan and delete look in (gcp); a backend without
+        projects has none to set (`check_project` refuses the flag for it first)."""
+        return None
+
+    def set_ownership(self, ownership: Ownership) -> None:
+        """What is ours to delete (`gpucluster.ownership.Ownership`), for providers that sweep by tag
         where other owners' resources may be found too; those that only see their own ignore it."""
         return None
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         raise NotImplementedError
 
     def down(self, name: str, events: ProvisionEvents) -> None:

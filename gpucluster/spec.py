@@ -36,7 +36,7 @@ _TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
 # Tags/labels gpucluster sets itself: the teardown check and `gc` find resources by them, so a user
 # tag must never replace them. "managed-by", and every key starting with "gpucluster" (cluster, run,
-# the owner marks gpucluster-owner/-user/-host/-stack of gpucluster.lifecycle.ownership, and the per-resource
+# the owner marks gpucluster-owner/-user/-host/-stack of gpucluster.ownership, and the per-resource
 # ones: gpucluster-rank, gpucluster-pool, gpucluster-job).
 RESERVED_TAG_KEYS = ("managed-by",)
 RESERVED_TAG_PREFIX = "gpucluster"
@@ -94,7 +94,7 @@ class ClusterSpec:
     run_id: str | None = None
     hosts: tuple[str, ...] = ()  # ssh backend: user@host[:port], head first
     options: tuple[tuple[str, str], ...] = ()  # cloud-specific extras (vpc_id, ami, efa, ...)
-    # who made it (gpucluster.lifecycle.ownership.owner_marks / stack_marks): reserved tags on every resource
+    # who made it (gpucluster.ownership.owner_marks / stack_marks): reserved tags on every resource
     marks: tuple[tuple[str, str], ...] = ()
     state: str | None = None  # aws/gcp: the Pulumi backend URL its stack lives in (recorded with the run)
     # object storage the nodes may read / write: URLs of the backend's scheme (`run --data/--output

@@ -61,11 +61,11 @@ def wanted(tags: dict[str, str], name: str | None, run_id: str | None) -> bool:
 
 def with_marks(lo: Leftover, tags: Mapping[str, str], created: float | None = None,
                hourly: str | None = None) -> Leftover:
-    """`lo` with who made it, from its tags/labels (gpucluster.lifecycle.ownership): owner id, user@host, run,
+    """`lo` with who made it, from its tags/labels (gpucluster.ownership): owner id, user@host, run,
     standalone stack, and since when (the cloud's creation time, else the run's start)."""
     import dataclasses
 
-    from gpucluster.lifecycle.ownership import HOST_TAG, OWNER_TAG, STACK_TAG, USER_TAG, run_started
+    from gpucluster.ownership import HOST_TAG, OWNER_TAG, STACK_TAG, USER_TAG, run_started
 
     user, host = tags.get(USER_TAG), tags.get(HOST_TAG)
     run = tags.get(RUN_TAG)

@@ -62,7 +62,7 @@ def main() -> None:
     spec = spec_from_config(config, pulumi.get_stack())
     # made without the CLI: every resource carries the owner of this machine's gpucluster home and
     # the stack (project/stack), so `gc` never sweeps it unless it is named (`gc --stack`)
-    from gpucluster.lifecycle.ownership import stack_marks
+    from gpucluster.ownership import stack_marks
 
     spec = spec.replace(marks=stack_marks(pulumi.get_project(), pulumi.get_stack()))
     # what `gpucluster run/up` fill in before the plan, the same here: on aws, an unset sshCidr

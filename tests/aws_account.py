@@ -136,7 +136,7 @@ def accounts(monkeypatch: Any, scale: float, **timed: Any) -> Any:
 
 
 def _spec(name: str = "t40", **kw: Any) -> Any:
-    from gpucluster.lifecycle.ownership import installation_id, owner_marks
+    from gpucluster.ownership import installation_id, owner_marks
     from gpucluster.spec import ClusterSpec, new_run_id
 
     from specs import validate

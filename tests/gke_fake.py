@@ -160,7 +160,7 @@ class GkeLike:
     def find(self, cloud: str, name: str | None = None, run_id: str | None = None, **kw: Any) -> list:
         """The tag scan: the cluster while it exists (ours: this home's owner mark)."""
         from gpucluster.domain import Leftover
-        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.ownership import installation_id
 
         if self.current is None:
             return []

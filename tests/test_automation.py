@@ -34,7 +34,7 @@ from gpucluster.domain import Leftover  # noqa: E402
 from gpucluster.watch.launch import JobResult, JobSpec, Launcher, NodeResult  # noqa: E402
 from gpucluster.ledger.store import Ledger  # noqa: E402
 from gpucluster.watch.metrics import MetricsState  # noqa: E402
-from gpucluster.lifecycle.ownership import installation_id  # noqa: E402
+from gpucluster.ownership import installation_id  # noqa: E402
 from gpucluster.spec import ClusterSpec  # noqa: E402
 
 CAPACITY = ("creating EC2 Instance: InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge "

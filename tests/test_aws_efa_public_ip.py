@@ -56,7 +56,7 @@ def test_a_template_with_several_interfaces_and_a_public_ipv4_launches_nothing(a
 def _p5_spec(name="efa42"):
     from specs import validate
 
-    from gpucluster.lifecycle.ownership import installation_id, owner_marks
+    from gpucluster.ownership import installation_id, owner_marks
     from gpucluster.spec import ClusterSpec, new_run_id
 
     spec = ClusterSpec(cloud="aws", nodes=2, name=name, region=REGION, instance_type="p5.48xlarge",

@@ -959,7 +959,7 @@ def test_home_paths_of_the_wrong_kind(home, what, needle):
     elif what == "runs-file":
         (home / "runs").write_text("x")
     else:  # the lock of the default cluster, whose name carries this home's owner id
-        from gpucluster.lifecycle.ownership import default_name, installation_id
+        from gpucluster.ownership import default_name, installation_id
 
         (home / "locks" / f"{default_name('local', installation_id(home))}.lock").mkdir(parents=True)
     r = _local_run()

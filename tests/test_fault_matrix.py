@@ -347,7 +347,7 @@ def _run_with_storage_fault(home, spec, provider, launcher, phase, fault_name):
     fault = StorageFault(fault_name, home)
     ledger = FaultyLedger(home / "ledger.sqlite3", phase, fault)
     script = ("plain_job.py",) if phase in PLAIN_PHASES else ("stubborn.py", *JOB_ARGS)
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     owner = installation_id(home)  # made at the first command in a home, as `run`'s prepare step makes it
     job = JobSpec(run_id=spec.run_id, command=(sys.executable, "-X", f"marker={marker}", *script),

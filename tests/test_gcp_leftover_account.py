@@ -56,7 +56,7 @@ class Gke:
         self.gke = gke
 
     def list_clusters(self, parent):
-        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.ownership import installation_id
 
         if self.gke.current is None:
             return NS(clusters=[])
@@ -68,7 +68,7 @@ class Gke:
 def left_project():
     """A ready project where a destroy of cluster demo left its pods' account, with its grant on out-bkt."""
     from gpucluster.infra.gcp.component_access import account_description
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     project = FakeProject(project=PROJECT).ready()
     project.buckets["out-bkt"] = Bucket()

@@ -135,7 +135,7 @@ def project(home):
 
 
 def bob(project) -> PulumiProvider:
-    from gpucluster.lifecycle.ownership import Ownership
+    from gpucluster.ownership import Ownership
 
     return PulumiProvider(plugin("gcp"), driver=Driver(), ownership=Ownership.here(), scan_options={
         "project": PROJECT, "gke_client": project.gke, "google": project.google, "poll_seconds": 0,
@@ -177,7 +177,7 @@ def test_bobs_down_of_the_same_name_leaves_her_cluster_and_account(project):
 def test_bobs_gc_deletes_his_orphan_only(project, home):
     from gpucluster.infra.leftovers import scope_of
     from gpucluster.ledger.store import Ledger
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
     from gpucluster.lifecycle.teardown import Collection
 
     mine = project.gke.add("orphan", "us-central1-b", marks(installation_id(), "bob", "r20261126-080000-b0b000",

@@ -31,7 +31,7 @@ from gpucluster.infra.pulumi.provider import PulumiProvider
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
 
 PROJECT = "proj-one"
-OWNER = "0123456789abcdef"  # this home's installation id, as the cluster's labels carry it (gpucluster.lifecycle.ownership)
+OWNER = "0123456789abcdef"  # this home's installation id, as the cluster's labels carry it (gpucluster.ownership)
 PATH = f"projects/{PROJECT}/locations/us-central1-a/clusters/demo"
 
 
@@ -119,7 +119,7 @@ class Events:
 
 
 def provider(gke, clock, await_seconds):
-    from gpucluster.lifecycle.ownership import Ownership
+    from gpucluster.ownership import Ownership
 
     return PulumiProvider(_plugin("gcp"), driver=Driver(), ownership=Ownership(OWNER), scan_options={
         "gke_client": gke, "google": FakeProject(), "await_seconds": await_seconds, "poll_seconds": 15, "clock": clock,

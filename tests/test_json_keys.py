@@ -1,6 +1,8 @@
 """`show --json`, `run --json` (the same record) and `runs --json` print the ledger's run records
 byte for byte as they always have: scripts read these keys. Written against the dict records, kept
-when `Ledger.get_run` became a typed record (issue 23 item 5)."""
+when `Ledger.get_run` became a typed record (issue 23 item 5), and when run statuses and verdicts
+became enums (issue 39 item 3): `status --json`'s rows and the text run report (`show`) are pinned too.
+The output verdicts written here are ones the code writes (complete, failed)."""
 
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ def _fill(ledger: Ledger) -> None:
     ledger.record_node("r-new", 0, "10.0.0.1", 0, ["epoch 1", "done"])
     ledger.record_node("r-new", 1, "10.0.0.2", 1, None)
     ledger.record_outputs("r-new", [{"node_rank": 0, "path": "/o/node-0", "files": 2, "bytes": 10, "seconds": 0.5,
-                                     "verdict": "copied", "detail": None},
-                                    {"node_rank": 1, "verdict": "missing", "detail": "no folder"}])
+                                     "verdict": "complete", "detail": None},
+                                    {"node_rank": 1, "verdict": "failed", "detail": "no folder"}])
     ledger.add_metrics("r-new", [(0, {"kind": "stage", "time": T + 104, "mount": "/data", "bytes": 5}),
                                  (1, {"kind": "setup_end", "time": T + 105, "exit_code": 0}),
                                  (0, {"kind": "epoch", "time": T + 106, "loss": 0.5, "accuracy": 0.9})])
@@ -59,6 +61,12 @@ def _fill(ledger: Ledger) -> None:
                       metrics={"accuracy": 0.9, "epochs": 1}, teardown="leftovers",
                       leftovers=[{"kind": "instance", "name": "c1-node-0"}], unchecked=["s3 scan"], now=T + 120)
     ledger.set_cost("r-new", {"total": "0.12", "currency": "USD", "lines": [{"kind": "instance", "usd": "0.12"}]})
+    # a kept cluster (`up`): its run succeeded, its teardown verdict "kept", one instance still up
+    ledger.create_run("r-kept", cloud="aws", cluster="c2", nodes=1, gpus_per_node=1, command=["python", "k.py"],
+                      spec={**spec, "name": "c2", "nodes": 1}, workload="k.py", prices={"instance": "1.5"}, now=T + 130)
+    ledger.resource_requested("r-kept", "instance", "c2-node-0", region="us-east-1", now=T + 131)
+    ledger.resource_created("r-kept", "instance", "c2-node-0", "i-0def", now=T + 132)
+    ledger.finish_run("r-kept", status="succeeded", exit_code=0, teardown="kept", now=T + 140)
 
 
 def _outputs(home: Path) -> dict[str, str]:
@@ -69,10 +77,18 @@ def _outputs(home: Path) -> dict[str, str]:
     out = {}
     for name, args in (("show --json", ["show", "r-new", "--json"]), ("show old --json", ["show", "r-old", "--json"]),
                        ("runs --json", ["runs", "--json"]),
+                       ("show (the run report)", ["show", "r-old"]), ("show kept", ["show", "r-kept"]),
                        ("cost report --json", ["cost", "report", "--json"])):
         res = runner.invoke(cli, args, catch_exceptions=False)
         assert res.exit_code == 0, res.output
         out[name] = res.output
+    from gpucluster.cli.status import cluster_rows  # `status --json`'s rows, at a fixed time
+
+    ledger = Ledger(home / "ledger.sqlite3")
+    rows = [{k: ("(priced)" if k in ("hourly_usd", "accrued_usd") else v) for k, v in r.items()}  # not the catalog's prices
+            for r in cluster_rows(ledger, now=T + 200, observe=False)]
+    out["status --json"] = json.dumps(rows, indent=2, default=str) + "\n"
+    ledger.close()
     return out
 
 
@@ -95,9 +111,11 @@ def test_show_json_keys_are_pinned(home):
 
 def test_runs_json_keys_are_pinned(home):
     rows = json.loads(_outputs(home)["runs --json"])
-    assert [r["id"] for r in rows] == ["r-new", "r-old"]
+    assert [r["id"] for r in rows] == ["r-kept", "r-new", "r-old"]
     assert all(list(r) == RUN_KEYS for r in rows)
-    assert rows[0]["cost"]["total"] == "0.12" and rows[1]["cost"] is None and rows[1]["teardown_verified"] is True
+    assert rows[1]["cost"]["total"] == "0.12" and rows[2]["cost"] is None and rows[2]["teardown_verified"] is True
+    assert [(r["status"], r["teardown"]) for r in rows] == [("succeeded", "kept"), ("failed", "leftovers"),
+                                                            ("interrupted", "verified")]
 
 
 def test_json_outputs_are_byte_for_byte_as_before(home):
@@ -107,7 +125,7 @@ def test_json_outputs_are_byte_for_byte_as_before(home):
 
 
 def test_records_are_typed_and_round_trip(home):
-    from gpucluster.ledger.records import NodeRow, PhaseRow, RunRecord, RunRow
+    from gpucluster.ledger.records import NodeRow, PhaseRow, RunRecord, RunRow, StoredRun
 
     ledger = Ledger(home / "ledger.sqlite3")
     _fill(ledger)
@@ -117,11 +135,11 @@ def test_records_are_typed_and_round_trip(home):
     assert rec.phases[0] == PhaseRow("prepare", T + 101, T + 101.5, "ok", None) and rec.phases[0].seconds == 0.5
     assert rec.phase("teardown").detail == "1 leftover" and rec.phase("outputs") is None
     assert rec.nodes == [NodeRow(0, "10.0.0.1", 0, ["epoch 1", "done"]), NodeRow(1, "10.0.0.2", 1, None)]
-    assert [(o.node_rank, o.verdict, o.files) for o in rec.outputs] == [(0, "copied", 2), (1, "missing", None)]
+    assert [(o.node_rank, o.verdict, o.files) for o in rec.outputs] == [(0, "complete", 2), (1, "failed", None)]
     assert [(r.kind, r.cloud_id, r.confirmed_gone) for r in rec.resources] == [("instance", "i-0abc", False),
                                                                                 ("volume", None, True)]
     assert (rec.staging[0].bytes, rec.staging[0].sent_bytes, rec.setup[0].node_rank) == (5, 0, 1)
     assert rec.cost["total"] == "0.12" and rec.chain == ["r-old", "r-new"]
     assert RunRecord.from_dict(rec.to_dict()) == rec and RunRecord.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
     rows = ledger.list_runs()
-    assert [type(r) for r in rows] == [RunRow, RunRow] and rows[1].teardown_verified is True
+    assert [type(r) for r in rows] == [StoredRun] * 3 and rows[2].teardown_verified is True

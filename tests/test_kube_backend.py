@@ -314,7 +314,7 @@ def test_down_finishes_a_run_whose_teardown_failed_and_gc_sweeps_only_ours(clust
     assert ("configmap", "gpucluster-theirs") in c.fake.objects and ("service", "gpucluster-theirs") in c.fake.objects
     from kubernetes.client import V1ConfigMap, V1ObjectMeta
 
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     c.fake._tls.authorization = "Bearer fake-token"  # this thread acts as the cluster's admin, putting it there
     c.fake.create_namespaced_config_map(TEAM_NS, V1ConfigMap(metadata=V1ObjectMeta(  # a killed run of this home's

@@ -101,7 +101,7 @@ def test_up_exec_status_ssh_and_down_of_a_kept_namespace(cluster, capsys):
     assert all(j["spec"]["template"]["metadata"]["labels"]["gpucluster-cluster"] == "lab" for j in jobs)
     from kubernetes.client import V1ConfigMap, V1ObjectMeta
 
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     c.fake._tls.authorization = "Bearer fake-token"  # the cluster's admin puts them there
     for name, owner in (("gpucluster-lost", installation_id()), ("gpucluster-their-lab", "ffffeeeeddddcccc")):

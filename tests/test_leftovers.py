@@ -45,7 +45,7 @@ def tags(cluster: str | None, run: str | None = None, name: str = "x", owner: st
         t += [{"Key": "managed-by", "Value": "gpucluster"}, {"Key": "gpucluster-cluster", "Value": cluster}]
     if run:
         t.append({"Key": "gpucluster-run", "Value": run})
-    if owner:  # the marks every resource of a run carries (gpucluster.lifecycle.ownership)
+    if owner:  # the marks every resource of a run carries (gpucluster.ownership)
         t += [{"Key": "gpucluster-owner", "Value": owner}, {"Key": "gpucluster-user", "Value": "alice"},
               {"Key": "gpucluster-host", "Value": "laptop"}]
     return t

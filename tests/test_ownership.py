@@ -1,4 +1,4 @@
-"""Who made a resource (gpucluster/lifecycle/ownership.py): the installation id, the marks, what is ours."""
+"""Who made a resource (gpucluster/ownership.py): the installation id, the marks, what is ours."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import UsageError
-from gpucluster.lifecycle.ownership import (Ownership, default_name, installation_id, label_value, owner_marks,
+from gpucluster.ownership import (Ownership, default_name, installation_id, label_value, owner_marks,
                                   owners_of, parse_duration, run_started, stack_marks)
 
 pytestmark = pytest.mark.unit  # the test tier (tests/conftest.py, docs/testing.md)
@@ -21,7 +21,7 @@ ME, THEM = "0123456789abcdef", "fedcba9876543210"
 def test_concurrent_first_use_agrees_on_one_id(tmp_path):
     """20 processes started together in a new home: one id, made once, read by all."""
     home = tmp_path / "home"
-    code = ("import sys, time; from gpucluster.lifecycle.ownership import installation_id; "
+    code = ("import sys, time; from gpucluster.ownership import installation_id; "
             "t = float(sys.argv[1]); time.sleep(max(0.0, t - time.time())); print(installation_id())")
     import time
 

@@ -139,7 +139,7 @@ def _json_out(capsys) -> object:
 
 
 def test_alices_cluster_survives_bobs_gc_down_and_name(account, capsys):
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     account.be("alice")
     assert invoke(up.up, *UP, "--json") == 0
@@ -203,11 +203,11 @@ def test_bobs_run_teardown_leaves_alices_cluster_of_the_same_name(account, capsy
     while his `up` fails; his teardown destroys his stack and sweeps by tag, and the sweep leaves
     hers alone because it is not his (by owner id, not by name)."""
     from gpucluster.infra.aws import mock_runtime
-    from gpucluster.lifecycle.ownership import owner_marks
+    from gpucluster.ownership import owner_marks
     from gpucluster.spec import ClusterSpec
 
     account.be("alice")
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     alice_id = installation_id()
     hers = ClusterSpec(cloud="aws", nodes=2, name="lab", region=REGION, instance_type="g5.xlarge",
@@ -268,7 +268,7 @@ def test_standalone_stacks_survive_gc_and_any_owner_unless_named(account, capsys
 
 
 def test_any_owner_needs_an_age_and_names_the_owners(account, capsys, monkeypatch):
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     account.be("alice")
     assert invoke(up.up, *UP, "--name", "old-one", "--json") == 0
@@ -297,7 +297,7 @@ def test_any_owner_needs_an_age_and_names_the_owners(account, capsys, monkeypatc
 
 
 def test_up_from_one_home_and_down_from_another_through_a_shared_file_state(account, capsys, monkeypatch, tmp_path):
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     state = f"file://{tmp_path / 'team-state'}"
     (tmp_path / "team-state").mkdir()
@@ -361,7 +361,7 @@ def test_every_taggable_resource_both_programs_declare_carries_the_owner(home):
 
     from gpucluster.infra.aws import mock_runtime
     from gpucluster.infra.gcp.dryrun import _declare
-    from gpucluster.lifecycle.ownership import installation_id, owner_marks
+    from gpucluster.ownership import installation_id, owner_marks
     from gpucluster.spec import ClusterSpec
 
     marks = owner_marks()

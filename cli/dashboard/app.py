@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from gpucluster.cli.dashboard import svg, views
 from gpucluster.errors import GpuclusterError, UsageError
+from gpucluster.states import RunStatus
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -170,7 +171,7 @@ class Dashboard:
         ]
         phases = [(p.name, p.started_at, p.ended_at, p.status) for p in record.phases]
         live = views.is_live(record)
-        orphaned = run.status == "running" and not live
+        orphaned = run.status == RunStatus.RUNNING and not live
         outputs = {o.node_rank: o for o in record.outputs}
         nodes = [{"rank": n.node_rank, "host": n.host or "-", "exit_code": "-" if n.exit_code is None else n.exit_code,
                   "output": outputs.get(n.node_rank)} for n in record.nodes]

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-RUN_STATUSES = ("running", "succeeded", "failed", "interrupted", "stopped")  # what `runs --status` takes
+from gpucluster.states import RunStatus
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
+
+RUN_STATUSES = tuple(s.value for s in RunStatus)  # what `runs --status` takes
 
 
 def money(value: Any) -> str:
@@ -28,16 +33,16 @@ def gpu_label(run: Any) -> str:
     return f"{gpus} x {what}".strip() if what else f"{gpus} GPU"
 
 
-def orphans(ledger: Any, rows: list[Any]) -> set[str]:
+def orphans(ledger: Ledger, rows: list[Any]) -> set[str]:
     """The `running` rows whose process is gone (as `gpucluster runs` shows them: orphaned)."""
-    if not any(r.status == "running" for r in rows):
+    if not any(r.status == RunStatus.RUNNING for r in rows):
         return set()
     from gpucluster.lifecycle.teardown import orphaned_runs
 
     return {str(r.id) for r in orphaned_runs(ledger)}
 
 
-def runs_view(ledger: Any, *, limit: int = 200, cloud: str | None = None, status: str | None = None,
+def runs_view(ledger: Ledger, *, limit: int = 200, cloud: str | None = None, status: str | None = None,
               q: str | None = None) -> list[dict[str, Any]]:
     """The runs list (`gpucluster.runs`, newest first), each row as `runs --json` gives it plus
     `orphaned`, filtered by `q` (a part of the id, cluster, job or command)."""
@@ -70,7 +75,7 @@ def run_cells(row: dict[str, Any]) -> dict[str, Any]:
             "accuracy": f"{m['accuracy']:.2%}" if isinstance(m.get("accuracy"), (int, float)) else "-"}
 
 
-def run_view(ledger: Any, run_id: str) -> Any:
+def run_view(ledger: Ledger, run_id: str) -> Any:
     """One run's record as `gpucluster show` reads it (`gpucluster.show`, metric records included)."""
     from gpucluster.api.records import show
 
@@ -81,7 +86,7 @@ def is_live(record: Any) -> bool:
     """Whether the run is still going: `running` and its gpucluster process alive (as `logs --follow`)."""
     from gpucluster.api.records import owner_alive
 
-    return record.run.status == "running" and owner_alive(record)
+    return record.run.status == RunStatus.RUNNING and owner_alive(record)
 
 
 def run_cost_now(record: Any, now: float | None = None) -> dict[str, Any] | None:
@@ -134,7 +139,7 @@ def util_series(records: list[dict[str, Any]], t0: float) -> tuple[list, list]:
             [(f"node {n}", sorted(p)) for n, p in sorted(cpu.items())])
 
 
-def clusters_view(ledger: Any, now: float | None = None) -> list[dict[str, Any]]:
+def clusters_view(ledger: Ledger, now: float | None = None) -> list[dict[str, Any]]:
     """What `gpucluster status` lists (`cluster_rows`), from the ledger alone: the clouds are not
     asked which resources ended on their own (status does that; the page refreshes every few seconds)."""
     from gpucluster.cli.status import cluster_rows
@@ -142,7 +147,7 @@ def clusters_view(ledger: Any, now: float | None = None) -> list[dict[str, Any]]
     return cluster_rows(ledger, now=now, observe=False)
 
 
-def costs_view(ledger: Any) -> dict[str, Any]:
+def costs_view(ledger: Ledger) -> dict[str, Any]:
     """`cost report` by day, with each day's spend split by cloud, and the totals by cloud and cluster."""
     from gpucluster.cli.cost import report_of
 

@@ -31,9 +31,12 @@ import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpucluster.errors import UsageError, not_allowed
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 WARN_AT = 0.8  # the share of the cap at which one warning line is said
 COST_EVERY_S = 10.0  # how often the accrued cost is read from the ledger while the job runs
@@ -133,7 +136,7 @@ def plan_guards(*, max_cost: float | None, stall_minutes: float | None, hourly: 
     return out
 
 
-def chain_cost(ledger: Any, run_ids: list[str]) -> float:
+def chain_cost(ledger: Ledger, run_ids: list[str]) -> float:
     """What earlier attempts of a chain cost (their stored cost; 0 for one without)."""
     total = 0.0
     for rid in run_ids:
@@ -239,7 +242,7 @@ def wall() -> float:
     return time.time()
 
 
-def accrued_of(ledger: Any, run_id: str, backend: Any) -> Callable[[], float | None]:
+def accrued_of(ledger: Ledger, run_id: str, backend: Any) -> Callable[[], float | None]:
     """The run's accrued cost so far, read from its ledger record and priced as the report prices
     it (`cost.run_cost`); None when it cannot be read or priced."""
     def accrued() -> float | None:
@@ -255,7 +258,7 @@ def accrued_of(ledger: Any, run_id: str, backend: Any) -> Callable[[], float | N
     return accrued
 
 
-def store_cost(ledger: Any, run_id: str, backend: Any) -> None:
+def store_cost(ledger: Ledger, run_id: str, backend: Any) -> None:
     """The run's cost computed and stored with it (`runs.cost`); a price that cannot be found is
     left out quietly (the report says so when asked)."""
     from gpucluster.costing.runcost import run_cost
@@ -337,7 +340,7 @@ def apply_guards(plan: Any, req: Any, backend: Any) -> bool:
 CAP_KIND = "cost_cap"  # a kept cluster's --max-cost, recorded with the run that created it
 
 
-def kept_cap(ledger: Any, origin_id: str) -> float | None:
+def kept_cap(ledger: Ledger, origin_id: str) -> float | None:
     """The --max-cost a kept cluster was created with (`up --max-cost`), or None."""
     for rec in ledger.metrics(origin_id, kind=CAP_KIND):
         if isinstance(rec.get("max_cost"), (int, float)):
@@ -345,7 +348,7 @@ def kept_cap(ledger: Any, origin_id: str) -> float | None:
     return None
 
 
-def exec_guard(ledger: Any, kept_name: str, origin_id: str, backend: Any, job: Any) -> Any:
+def exec_guard(ledger: Ledger, kept_name: str, origin_id: str, backend: Any, job: Any) -> Any:
     """`exec` on a kept cluster with a cap: refused when the cluster has reached it (a GpuclusterError,
     exit 4; nothing started), else the job watched against it (the cluster's own cost)."""
     from dataclasses import replace

@@ -13,6 +13,7 @@ from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.ledger.records import RunRow
 from gpucluster.spec import ClusterSpec, parse_int
+from gpucluster.states import RunStatus
 
 from .estimate import estimate
 from .plan import is_free, pricing_of
@@ -90,7 +91,7 @@ def _usable(ledger_runs: Iterable[RunRow], workload: str, catalog: Catalog, back
         seen_workload = True
         summary = run.metrics or {}
         train_s, run_epochs = summary.get("train_time_s"), summary.get("epochs")
-        if run.status != "succeeded" or not train_s or not run_epochs:
+        if run.status != RunStatus.SUCCEEDED or not train_s or not run_epochs:
             continue
         shape = _run_shape(run, catalog, backends)
         if cloud and shape[0] != cloud or instance_type and shape[1] != instance_type \

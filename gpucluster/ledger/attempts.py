@@ -9,7 +9,10 @@ past its last record (a node that vanished without a word)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 PROGRESS_KINDS = ("epoch", "checkpoint", "step", "start")
 
@@ -37,7 +40,7 @@ def _progress(records: list[dict[str, Any]]) -> tuple[int | None, int | None, fl
     return resumed, max(steps, default=None), per_epoch
 
 
-def chain_attempts(ledger: Any, run_ids: list[str], links: Any = None) -> list[dict[str, Any]]:
+def chain_attempts(ledger: Ledger, run_ids: list[str], links: Any = None) -> list[dict[str, Any]]:
     """One dict per run of the chain, oldest first. `links`: `Ledger.resume_links()`, when the
     caller has read them (a report over many chains reads them once, not once per run)."""
     rows: list[dict[str, Any]] = []

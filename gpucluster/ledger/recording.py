@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucluster import domain
-from gpucluster.ledger.store import LedgerError
+from gpucluster.ledger.store import Ledger, LedgerError
 
 
 def record_line(error: str, cluster: str) -> str:
@@ -118,7 +118,7 @@ class MetricBuffer:
     RETRY_S = 5.0
     KEEP = 200_000
 
-    def __init__(self, ledger: Any, run_id: str):
+    def __init__(self, ledger: Ledger, run_id: str):
         import threading
 
         self.ledger, self.run_id = ledger, run_id

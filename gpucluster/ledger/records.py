@@ -4,6 +4,11 @@ setup records, resume chain and cost) hand back. Readers use attributes; `to_dic
 JSON form that `show --json`, `run --json` and `runs --json` print, key for key and in the same
 order as before these types existed (tests/test_json_keys.py pins it).
 
+The state columns (a run's status and teardown verdict, a phase's status, an output's verdict) are
+the enums of `gpucluster.states` here: the rows convert them when made (`__post_init__`), so code
+past this module compares members (`run.status is RunStatus.SUCCEEDED`); being `str`s, they print
+and serialise as the stored strings.
+
 Values the nodes and the cost engine write as JSON (a run's metric summary, its metric records,
 its price snapshot and stored cost, its recorded spec) stay the mappings they are.
 """
@@ -12,7 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
+
+from gpucluster.states import JsonObject, OutputVerdict, PhaseStatus, RunStatus, TeardownVerdict, parse
+
+
 
 
 # the command the ledger records for a run that only brings a cluster up (`up`: lifecycle.provision_only), no job
@@ -31,7 +40,7 @@ class RunRow:
     id: str | None
     created_at: float | None = None
     ended_at: float | None = None
-    status: str | None = None
+    status: RunStatus | None = None
     cloud: str | None = None
     cluster: str | None = None
     nodes: int | None = None
@@ -48,15 +57,19 @@ class RunRow:
     cost: dict[str, Any] | None = None
     sweep_id: str | None = None
     log_dir: str | None = None
-    teardown: str | None = None
+    teardown: TeardownVerdict | None = None
     unchecked: list[str] = field(default_factory=list)
     resumed_from: str | None = None
     # the column order of the row read (the --json order), and columns a newer schema added
     _columns: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:  # the stored strings as members
+        object.__setattr__(self, "status", parse(RunStatus, self.status))
+        object.__setattr__(self, "teardown", parse(TeardownVerdict, self.teardown))
+
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunRow":
+    def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
         known = _known(cls)
         return cls(**{k: v for k, v in d.items() if k in known},
                    _columns=tuple(d), _extra={k: v for k, v in d.items() if k not in known})
@@ -81,13 +94,29 @@ class RunRow:
         return (self.spec or {}).get("project") or self.options.get("project")
 
 
+R = TypeVar("R", bound=RunRow)
+
+
+@dataclass(frozen=True)
+class StoredRun(RunRow):
+    """A row as the ledger holds it (`Ledger.list_runs`): its NOT NULL columns are never None."""
+
+    id: str
+    cloud: str = ""
+    cluster: str = ""
+    status: RunStatus = RunStatus.RUNNING
+
+
 @dataclass(frozen=True)
 class PhaseRow:
     name: str
     started_at: float
     ended_at: float | None = None
-    status: str | None = None
+    status: PhaseStatus | None = None
     detail: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", parse(PhaseStatus, self.status))
 
     @property
     def seconds(self) -> float | None:
@@ -109,11 +138,14 @@ class OutputRow:
     files: int | None = None
     bytes: int | None = None
     seconds: float | None = None
-    verdict: str | None = None
+    verdict: OutputVerdict | None = None
     detail: str | None = None
     # what came back from the node's working folder (files the job wrote beside its script)
     workdir_files: int | None = None
     workdir_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", parse(OutputVerdict, self.verdict))
 
 
 @dataclass(frozen=True)
@@ -202,12 +234,12 @@ class RunRecord:
 
     # the run's own columns a caller of the Python API reads most (docs/python.md)
     @property
-    def status(self) -> str | None:
-        """running, succeeded, failed or interrupted."""
+    def status(self) -> RunStatus | None:
+        """running, succeeded, failed, interrupted or stopped."""
         return self.run.status
 
     @property
-    def teardown(self) -> str | None:
+    def teardown(self) -> TeardownVerdict | None:
         """The teardown verdict: verified, leftovers, not verified, kept, or None (nothing to check)."""
         return self.run.teardown
 

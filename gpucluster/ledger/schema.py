@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 import sqlite3
 
-PHASES = ("prepare", "provision", "ready", "check", "stage", "setup", "rendezvous", "train", "outputs", "teardown")
-RUN_STATES = ("running", "succeeded", "failed", "interrupted", "stopped")  # stopped: at its --max-cost
+from gpucluster.states import Phase, RunStatus, TeardownVerdict
+
+PHASES = tuple(Phase)  # prepare, provision, ready, check, stage, setup, rendezvous, train, outputs, teardown
+RUN_STATES = tuple(RunStatus)  # running, succeeded, failed, interrupted, stopped (at its --max-cost)
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -118,7 +120,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         """,
     ),
 ]
-TEARDOWN_STATES = ("verified", "leftovers", "not verified", "kept")
+TEARDOWN_STATES = tuple(TeardownVerdict)  # verified, leftovers, not verified, kept
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -29,7 +29,7 @@ from gpucluster.errors import ConfigError, UsageError
 from gpucluster.ledger.schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHEMA_VERSION,
                                       TEARDOWN_STATES, expected_tables, leave_wal)
 from gpucluster.ledger.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
-                                StageRecord)
+                                StageRecord, StoredRun)
 
 OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
 
@@ -442,7 +442,7 @@ class Ledger:
         return out
 
     def list_runs(self, *, limit: int | None = 50, cloud: str | None = None, since: float | None = None,
-                  status: str | None = None, sweep_id: str | None = None, billed_since: float | None = None) -> list[RunRow]:
+                  status: str | None = None, sweep_id: str | None = None, billed_since: float | None = None) -> list[StoredRun]:
         sql = "SELECT * FROM runs WHERE 1=1"
         args: list[Any] = []
         if billed_since is not None:  # started since, or one of its resources billed after it (costing/periods.py)
@@ -464,7 +464,7 @@ class Ledger:
         sql += " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [RunRow.from_dict(self._run_dict(r)) for r in self._db.execute(sql, args)]
+        return [StoredRun.from_dict(self._run_dict(r)) for r in self._db.execute(sql, args)]
 
     def resume_links(self) -> ResumeLinks:
         """run id -> (resumed_from, created_at) of every run in a chain (indexed once: `ResumeLinks`)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucluster.states import RunStatus
+
 METRIC_MARK = "@gpucluster-metric "
 START_MARK = '"kind": "worker_start"'
 PROGRESS_KEYS = ("loss", "accuracy", "epoch", "step", "samples_per_s")
@@ -39,7 +41,7 @@ def no_group_warning(record: Any) -> str | None:
     the process-group hook and none joined a process group, or None (also when that is not known)."""
     run = record.run
     m = run.metrics or {}
-    if run.status != "succeeded" or not run.command or m.get("pg_ranks") != 0 or (m.get("pg_hooked") or 0) < 2 \
+    if run.status != RunStatus.SUCCEEDED or not run.command or m.get("pg_ranks") != 0 or (m.get("pg_hooked") or 0) < 2 \
             or (m.get("world_size") or 0) > 1:  # a framework printed a group of more than one
         return None
     facts = _untrained(record)
@@ -70,7 +72,7 @@ def training_warnings(record: Any) -> list[str]:
 def _untrained(record: Any) -> str | None:
     """What a succeeded user-script run without a sign of training lacks (one clause), or None."""
     run = record.run
-    if run.status != "succeeded" or not run.command or not record.nodes:
+    if run.status != RunStatus.SUCCEEDED or not run.command or not record.nodes:
         return None
     m = run.metrics or {}
     if any(m.get(k) is not None for k in PROGRESS_KEYS) or m.get("metrics_source") == "text" \

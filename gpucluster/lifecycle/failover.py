@@ -15,21 +15,22 @@ from typing import Any, Callable, Mapping
 
 from gpucluster.errors import GpuclusterError
 from gpucluster.lifecycle.recovery import ATTEMPT_KIND, ChainOutcome
+from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 PLACEMENT_KIND = "placement"
-VERIFIED = "verified"
+VERIFIED = TeardownVerdict.VERIFIED
 
 
 def failover_cause(ledger: Any, outcome: Any, backend: Any) -> str | None:
     """"capacity" or "quota" when `outcome` is a run whose provisioning failed for that reason, else None."""
-    if outcome.status != "failed" or backend.provisioner is None:
+    if outcome.status != RunStatus.FAILED or backend.provisioner is None:
         return None
     try:
         record = ledger.get_run(outcome.run_id)
     except GpuclusterError:
         return None
     provision = record.phase("provision") if record is not None else None
-    if provision is None or provision.status != "failed":
+    if provision is None or provision.status != PhaseStatus.FAILED:
         return None
     return cause_of(outcome.failure or "", backend)
 
@@ -77,7 +78,7 @@ def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, An
                        f"{nxt.instance_type or ''} (${nxt.hourly:.2f}/h)")
             continue
         _place_record(ledger, rid, {"kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first,
-                                    **cand.to_dict(), "cause": None, "failure": None, "teardown": "kept"})
+                                    **cand.to_dict(), "cause": None, "failure": None, "teardown": TeardownVerdict.KEPT})
         return cand, made
     raise GpuclusterError("no candidate to create the cluster at")  # never: a placement has one at least
 

@@ -20,16 +20,24 @@ its cluster lists no nodes (a job's pods are placed by the scheduler), so `hold`
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.domain import Check, Cluster, Provider
 from gpucluster.errors import LaunchError
+from gpucluster.events import ProvisionEvents
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
+    from gpucluster.lifecycle.kept import Kept
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.infra.contract import Plugin
 
 HOST_KIND = "host"  # the ledger's row of a machine that exists (or a namespace of a cluster), held as a kept cluster's
 REACH = ("identity", "known_hosts", "remote_python", "python")  # Request fields recorded with the rows
 
 
-def kept_said(backend: Any, spec: Any) -> tuple[str, str]:
+def kept_said(backend: Plugin, spec: ClusterSpec) -> tuple[str, str]:
     """(what the kept cluster is, with its price; what `down` never touches), as `up` and `exec` say them:
     the backend's words (`Traits.kept_as`, `kept_spares`), $0 unless the user gave an internal price
     (`Operations.internal_cost`, for an hour of the spec's GPUs)."""
@@ -41,7 +49,7 @@ def kept_said(backend: Any, spec: Any) -> tuple[str, str]:
     return f"{backend.traits.kept_as}, {price}", backend.traits.kept_spares
 
 
-def reach_given(flags: dict[str, Any]) -> dict[str, str]:
+def reach_given(flags: Mapping[str, object]) -> dict[str, str]:
     """The connection settings `up` was given, paths made absolute (a later `exec` runs elsewhere)."""
     out = {}
     for key in REACH:
@@ -60,12 +68,12 @@ class Holding(Provider):
 
     check_is_complete = True  # nothing is started on the machines: the check answers for all
 
-    def __init__(self, provider: Any, found: dict[int, dict[str, object]], reach: dict[str, str]):
+    def __init__(self, provider: Provider, found: dict[int, dict[str, object]], reach: dict[str, str]):
         self.inner, self.found, self.reach = provider, found, dict(reach)
         self.cloud = getattr(provider, "cloud", "")
         self._written: list[str] = []
 
-    def up(self, spec: Any, events: Any) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         cluster: Cluster = self.inner.up(spec, events)
         rows = [(f"node-{node.rank}", {"rank": node.rank, "host": node.host, "user": node.user, "port": node.port,
                                        **self.reach, **(self.found.get(node.rank) or {})}) for node in cluster.nodes]
@@ -80,7 +88,7 @@ class Holding(Provider):
                        f"{', '.join(str(d.get('label')) for _, d in rows)}, checked as a run checks it; nothing created")
         return cluster
 
-    def down(self, name: str, events: Any) -> None:
+    def down(self, name: str, events: ProvisionEvents) -> None:
         for row in self._written:
             events.resource_deleted(HOST_KIND, row)
 
@@ -94,33 +102,33 @@ def not_ready(problems: dict[int, list[str]], labels: dict[int, str]) -> LaunchE
     return LaunchError(f"not every machine is ready, so no cluster is kept: {said}")
 
 
-def host_rows(ledger: Any, kept: Any) -> list[dict[str, Any]]:
+def host_rows(ledger: Ledger, kept: Kept) -> list[JsonObject]:
     """The open `host` rows of a kept cluster of machines that exist, by rank (none: a cloud cluster)."""
     rows = [r for r in ledger.open_resources(kept.name) if r["kind"] == HOST_KIND]
     return sorted(rows, key=lambda r: int((r.get("detail") or {}).get("rank", 0)))
 
 
-def reach_of(ledger: Any, kept: Any) -> dict[str, str]:
+def reach_of(ledger: Ledger, kept: Kept) -> dict[str, str]:
     """The connection settings recorded by `up` (the head's row holds the same as every other)."""
     rows = host_rows(ledger, kept)
     detail = (rows[0].get("detail") or {}) if rows else {}
     return {k: str(detail[k]) for k in REACH if detail.get(k)}
 
 
-def holding(kept: Any, ledger: Any) -> bool:
+def holding(kept: Kept, ledger: Ledger) -> bool:
     return bool(host_rows(ledger, kept))
 
 
 class _Silent:
     """Events nobody reads: the cluster rebuilt from its spec for `exec` and `ssh` records nothing."""
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None: ...
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None: ...
+    def resource_requested(self, kind: str, name: str, **detail: object) -> None: ...
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: object) -> None: ...
     def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None: ...
     def message(self, text: str) -> None: ...
 
 
-def attach_held(provider: Any, spec: Any) -> Cluster:
+def attach_held(provider: Provider, spec: ClusterSpec) -> Cluster:
     """The kept cluster of machines that exist, from the spec `up` recorded (its hosts, its node
     count): the backend's provider builds it as for a run, creating nothing."""
     cluster: Cluster = provider.up(spec, _Silent())

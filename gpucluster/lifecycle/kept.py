@@ -20,10 +20,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.domain import LAUNCHER_KINDS, Check, Cluster, Provider
+from gpucluster.events import ProvisionEvents
 from gpucluster.errors import ExitCode, UsageError, did_you_mean
+from gpucluster.states import RunStatus, TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
+    from pathlib import Path
+
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.watch.launch import Launcher
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import RunOutcome
+    from gpucluster.ledger.records import StoredRun
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.lifecycle.teardown import Downed
 
 IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nodes; gcp: in the cluster) is set up from
 
@@ -32,10 +46,10 @@ IDLE_OPTION = "idleMinutes"  # the spec option the idle watcher (aws: on the nod
 class Kept:
     name: str
     cloud: str
-    runs: list[Any]  # RunRow, newest first
-    origin: Any  # RunRow of the run whose rows hold the cluster's resources
-    spec: dict[str, Any]  # the spec recorded by that run
-    dead: Any = None  # RunRow of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
+    runs: list[StoredRun]  # newest first
+    origin: StoredRun  # the run whose rows hold the cluster's resources
+    spec: JsonObject  # the spec recorded by that run
+    dead: StoredRun | None = None  # a run of a job whose gpucluster process died, all it left being launcher rows (`reclaim`)
 
     @property
     def created_at(self) -> float:
@@ -49,7 +63,7 @@ class Kept:
         return self.created_at + float(minutes) * 60 - (time.time() if now is None else now)
 
 
-def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = False) -> Kept:
+def find(ledger: Ledger, name: str, *, in_use_ok: bool = False, dead_ok: bool = False) -> Kept:
     """The kept cluster `name`, or a UsageError / ClusterBusy saying why it cannot take a job.
     `in_use_ok` (`ssh`): a job running on it now is fine (a shell or a tunnel beside it). `dead_ok`
     (`exec`): a last job whose process died, having left only launcher rows, is returned as `dead`
@@ -76,18 +90,18 @@ def find(ledger: Any, name: str, *, in_use_ok: bool = False, dead_ok: bool = Fal
     holders = {r["run_id"] for r in (held or open_rows)}  # every other row there is a job's (e.g. its run folders)
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
     dead = None
-    if latest.status == "running" and not (in_use_ok and info):
+    if latest.status == RunStatus.RUNNING and not (in_use_ok and info):
         if not (dead_ok and latest.id not in holders and latest.id != origin.id):
             raise dead_run(ledger, name, latest.id)
         dead = latest  # a job (not the cluster's maker) whose rows are all its launcher's: `reclaim` may finish it
-    if origin.teardown not in (None, "kept") and origin.status != "running":
+    if origin.teardown not in (None, TeardownVerdict.KEPT) and origin.status != RunStatus.RUNNING:
         # the run that created it tore it down, or tried: what is left is `down`'s to finish
         raise UsageError(f"cluster {name!r}: its teardown said {origin.teardown}; finish it with "
                          f"`gpucluster down {name}`")
     return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}), dead)
 
 
-def dead_run(ledger: Any, name: str, run_id: str) -> UsageError:
+def dead_run(ledger: Ledger, name: str, run_id: str) -> UsageError:
     """The refusal of a cluster whose last run never finished, naming what it left there."""
     left = [f"{r['kind']} {r['name']}" for r in ledger.open_resources(name)
             if r["run_id"] == run_id and r["kind"] in LAUNCHER_KINDS]
@@ -96,7 +110,7 @@ def dead_run(ledger: Any, name: str, run_id: str) -> UsageError:
                       f"without teardown){on_it}; check or remove it with `gpucluster down {name}`")
 
 
-def reclaim(ledger: Any, launcher: Any, cluster: Cluster, kept: Kept) -> str | None:
+def reclaim(ledger: Ledger, launcher: Launcher, cluster: Cluster, kept: Kept) -> str | None:
     """Before a job on a kept cluster whose last job's gpucluster process died (`kept.dead`): the
     launcher deletes what that job started there, found by its run's marks (`Launcher.reclaim`; gcp:
     its Kubernetes objects by the run label), and reads it back. Nothing left: its open rows are closed
@@ -115,10 +129,10 @@ def reclaim(ledger: Any, launcher: Any, cluster: Cluster, kept: Kept) -> str | N
     for r in ledger.open_resources(kept.name):
         if r["run_id"] == rid:
             ledger.resource_deleted(rid, r["kind"], r["name"])
-    ledger.finish_run(rid, status="failed", exit_code=int(ExitCode.FAILURE),
+    ledger.finish_run(rid, status=RunStatus.FAILED, exit_code=int(ExitCode.FAILURE),
                       failure="the gpucluster process ended before the run finished (crash or kill); what it "
                               "started on the cluster was deleted by the next `gpucluster exec`",
-                      teardown="kept", leftovers=[])
+                      teardown=TeardownVerdict.KEPT, leftovers=[])
     return f"run {rid} had ended without cleanup (its gpucluster process died): what it left on the cluster is deleted"
 
 
@@ -131,18 +145,18 @@ class Attached(Provider):
         self.cluster = cluster
         self.cloud = cluster.cloud
 
-    def up(self, spec: Any, events: Any) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         events.message(f"on kept cluster {self.cluster.name}: {node_count(self.cluster)} node(s), nothing created")
         return self.cluster
 
-    def down(self, name: str, events: Any) -> None:
+    def down(self, name: str, events: ProvisionEvents) -> None:
         raise UsageError(f"a job on kept cluster {name!r} does not tear it down: use `gpucluster down {name}`")
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         raise UsageError(f"a job on kept cluster {name!r} checks only its own processes")
 
 
-def attach(provider: Any, kept: Kept, spec: Any = None) -> Cluster:
+def attach(provider: Provider, kept: Kept, spec: ClusterSpec | None = None) -> Cluster:
     """The kept cluster from its backend (stack outputs), before anything is recorded. `spec`: a
     cluster of machines that exist (`gpucluster.lifecycle.held`), rebuilt from the spec `up` recorded."""
     if spec is not None:
@@ -183,7 +197,7 @@ def check_fits(kept: Kept, max_seconds: float | None, now: float | None = None) 
         f"the nodes power themselves off in {left / 60:.0f} min (max lifetime); the job is stopped then")
 
 
-def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -> tuple[ExitCode | None, str | None]:
+def close_processes(ledger: Ledger, launcher: Launcher, cluster: Cluster, run_id: str) -> tuple[ExitCode | None, str | None]:
     """After a job on a kept cluster: its processes on the nodes, checked (`Launcher.leftovers`).
     None found: their ledger rows are closed. Found, or not checkable: the run's teardown verdict says
     so (leftovers / not verified). Returns (the exit code it forces, or None; a line to show)."""
@@ -194,7 +208,8 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     try:
         left = launcher.leftovers(cluster, run_id)
     except Exception as exc:  # noqa: BLE001 - a check that cannot run is "not verified", never a crash
-        ledger.set_teardown(run_id, "not verified", [], [f"process check: could not run ({type(exc).__name__}: {exc})"])
+        ledger.set_teardown(run_id, TeardownVerdict.NOT_VERIFIED, [],
+                            [f"process check: could not run ({type(exc).__name__}: {exc})"])
         return ExitCode.LEFTOVERS, f"the job's processes could not be checked: {exc}"
     if left is None:
         return None, None
@@ -212,7 +227,7 @@ def close_processes(ledger: Any, launcher: Any, cluster: Cluster, run_id: str) -
     return (None, None) if check.verified else (ExitCode.LEFTOVERS, f"the job's processes: {check.summary()}")
 
 
-def idle_minutes(spec: dict[str, Any]) -> int | None:
+def idle_minutes(spec: JsonObject) -> int | None:
     opts = spec.get("options") or {}
     value = opts.get(IDLE_OPTION, opts.get("idle_minutes"))
     try:
@@ -221,7 +236,7 @@ def idle_minutes(spec: dict[str, Any]) -> int | None:
         return None
 
 
-def idle_left(ledger: Any, cluster: str, now: float | None = None) -> tuple[int, float] | None:
+def idle_left(ledger: Ledger, cluster: str, now: float | None = None) -> tuple[int, float] | None:
     """(idle minutes, seconds before the idle stop) of a kept cluster with an idle stop; None
     without one. A job running now: the full time is left. The watcher on the nodes counts from
     its own view of the last job (it sees every job's processes); this is the ledger's view."""
@@ -235,13 +250,13 @@ def idle_left(ledger: Any, cluster: str, now: float | None = None) -> tuple[int,
     minutes = idle_minutes(origin.spec or {})
     if not minutes:
         return None
-    if any(r.status == "running" for r in runs):
+    if any(r.status == RunStatus.RUNNING for r in runs):
         return minutes, minutes * 60.0
     last = max([float(r.ended_at or r.created_at or 0) for r in runs if (r.created_at or 0) >= (origin.created_at or 0)])
     return minutes, last + minutes * 60.0 - now
 
 
-def access_dir(name: str, create: bool = False) -> Any:
+def access_dir(name: str, create: bool = False) -> Path:
     """Where `gpucluster ssh --ssh-config` writes a cluster's host aliases, pinned keys and key."""
     from gpucluster.home import home_dir
 
@@ -256,8 +271,8 @@ def forget_access(name: str) -> None:
     shutil.rmtree(access_dir(name), ignore_errors=True)
 
 
-def cap_teardown(ledger: Any, name: str, origin_id: str, backend: Any, outcome: Any,
-                 take_down: Any) -> tuple[ExitCode | None, str | None]:
+def cap_teardown(ledger: Ledger, name: str, origin_id: str, backend: Plugin, outcome: RunOutcome,
+                 take_down: Callable[[], Downed]) -> tuple[ExitCode | None, str | None]:
     """After a job on a kept cluster stopped at a cost cap: when the *cluster's* own cap (`up --max-cost`)
     has been reached by what the cluster cost (its resources since `up`, as the report prices them), the
     cluster is torn down and checked (`take_down()`: `gpucluster down`'s own path) rather than left billing.
@@ -266,13 +281,13 @@ def cap_teardown(ledger: Any, name: str, origin_id: str, backend: Any, outcome: 
     from gpucluster.costing.guards import accrued_of, cap_reason, kept_cap
 
     cap = kept_cap(ledger, origin_id)
-    if cap is None or outcome.status != "stopped":
+    if cap is None or outcome.status != RunStatus.STOPPED:
         return None, None
     spent = accrued_of(ledger, origin_id, backend)()
     if spent is None or spent < cap:
         return None, None
     done = take_down()
-    verdict = done.check.verdict if done.check is not None else str(done.verdict.get("verdict") or "not verified")
+    verdict = done.check.verdict if done.check is not None else str(done.verdict.get("verdict") or TeardownVerdict.NOT_VERIFIED)
     reason = cap_reason(cap, spent)
     if done.exit_code == ExitCode.OK:
         return ExitCode.COST_CAP, f"cluster {name!r}: {reason} (up --max-cost): torn down, verified"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from gpucluster.domain import VERIFIED
 from gpucluster.errors import UsageError
+from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.ledger.store import Ledger
@@ -92,7 +93,7 @@ def events_of(record: Any, *, kind: str | None = None) -> list[RunEvent]:
                 show=f"gpucluster show {run.id}", link=dashboard_link(str(run.id)))
     end = kind or (run.status if run.status in ENDS else "failed")
     events = [RunEvent(kind=end, **base)]
-    if kind is None and run.teardown not in (None, VERIFIED, "kept"):
+    if kind is None and run.teardown not in (None, VERIFIED, TeardownVerdict.KEPT):
         events.append(RunEvent(kind="not_verified", **base))
     return events
 
@@ -116,7 +117,7 @@ def dashboard_link(run_id: str) -> str | None:
     return f"{url}/runs/{run_id}"
 
 
-def chain_events(ledger: Any, run_ids: Sequence[str], recovered: Sequence[bool]) -> list[RunEvent]:
+def chain_events(ledger: Ledger, run_ids: Sequence[str], recovered: Sequence[bool]) -> list[RunEvent]:
     """The events of a run's attempts, oldest first: each recovered attempt's, then the last one's."""
     events: list[RunEvent] = []
     for i, run_id in enumerate(run_ids):
@@ -180,7 +181,7 @@ class LiveEvents:
                 event = events_of(found, kind=kind)[0] if found is not None else RunEvent(
                     kind=kind, run_id=run_id, status=None, verdict=None, cost=None, cluster=None, cloud=None)
                 if accrued is not None:
-                    event = replace(event, cost=str(accrued), status="running")
+                    event = replace(event, cost=str(accrued), status=RunStatus.RUNNING)
             except Exception as exc:  # noqa: BLE001 - a ledger that cannot be read now: the run goes on
                 self.undelivered.append(f"no {kind} event sent for run {run_id}: {exc}")
                 return

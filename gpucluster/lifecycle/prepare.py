@@ -1,15 +1,13 @@
-"""The one prepare step of `run`, `up`, `sweep` and their dry runs: a request (the flags as given)
-becomes a resolved, validated, priced plan, always in this order, before anything is recorded:
+"""The one prepare step of `run`, `up`, `sweep` and their dry runs: a request (the flags as given) becomes a
+resolved, validated, priced plan, always in this order, before anything is recorded:
 
     validate -> resolve -> project -> object access -> prepare -> validate again -> job -> price snapshot
 
-then, for a real run, what must hold before the ledger row (the backend's tools, the node
-programs it would ship). Everything raises a `UsageError` naming the bad value (exit 2); nothing
-here prints, creates or records anything.
-
-The backend object is resolved once by the command and passed in (`backend`); the provider and
-launcher are made here from it (`backend.make`), unless the command passes a provider of its own
-(`up`: `cli.common.provider_for`, which tests replace).
+then, for a real run, what must hold before the ledger row (the backend's tools, the node programs it
+would ship). Everything raises a `UsageError` naming the bad value (exit 2); nothing here prints,
+creates or records anything. The backend object is resolved once by the command and passed in
+(`backend`); the provider and launcher are made here from it (`backend.make`), unless the command
+passes a provider of its own (`up`: `cli.common.provider_for`, which tests replace).
 """
 
 from __future__ import annotations
@@ -18,19 +16,25 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
+from gpucluster.domain import Provider
 from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.watch.health import spec_for as health_spec
-from gpucluster.infra.contract import Capability, LaunchOptions
-from gpucluster.plan.jobargs import WORKLOADS, check_ssh_files, workload_argv  # noqa: F401 (re-exported)
-from gpucluster.watch.launch import JobSpec
-from gpucluster.lifecycle.recovery import checkpoint_args, policy
+from gpucluster.infra.contract import Capability, LaunchOptions, Plugin
+from gpucluster.plan.jobargs import (WORKLOADS, check_command, check_ssh_files, parse_size,  # noqa: F401 (re-exported)
+                                     workload_argv)
+from gpucluster.watch.launch import JobSpec, Launcher
+from gpucluster.ledger.store import Ledger
+from gpucluster.lifecycle.recovery import Policy, checkpoint_args, policy
 from gpucluster.spec import ClusterSpec, new_run_id, parse_int
+from gpucluster.watch.staging import DataMount
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
+    from gpucluster.costing.estimate import Estimate
 
 # the largest values run accepts; every command that takes the same flag checks it the same way
-from gpucluster.plan.jobargs import check_command  # noqa: E402,F401 - `run`'s command check lives there
-
 MAX_GPUS_PER_NODE = 16
 DISK_GB = (10, 16384)
 LIFETIME_MINUTES = (5, 7 * 24 * 60)
@@ -39,8 +43,7 @@ DEFAULT_LIFETIME_MINUTES = 240  # gpucluster.plan.bounds raises it to fit --max-
 
 @dataclass(frozen=True)
 class Request:
-    """What the user asked for, as given on the command line (numbers already ints where Click
-    converted them). `job=False`: a cluster only (`up`)."""
+    """The flags as given (numbers already ints where Click converted them); `job=False`: `up`."""
 
     cloud: str
     nodes: int | None = None
@@ -108,25 +111,25 @@ class Prepared:
 
     spec: ClusterSpec
     job: JobSpec | None
-    provider: Any
-    launcher: Any
+    provider: Provider
+    launcher: Launcher | None  # None: a provider was given (`up`), no launcher made
     notes: list[str] = field(default_factory=list)
     plan_line: str = ""
-    estimate: Any = None  # cost.Estimate for `limit_minutes`, when the backend is priced
+    estimate: Estimate | None = None  # for `limit_minutes`, when the backend is priced
     limit_minutes: float = 60.0  # what the estimate covers: the job's --max-minutes, else the lifetime cap
     limit_what: str = ""  # which of the two it is, for the plan line
-    prices: dict[str, Any] | None = None  # the price snapshot stored with the run
+    prices: JsonObject | None = None  # the price snapshot stored with the run
     described: list[str] = field(default_factory=list)  # what the launcher will do (data, outputs)
     resumed_from: str | None = None
     workload: str | None = None  # the name the ledger keeps (workload, or the command's program)
     bounds: list[str] = field(default_factory=list)  # ready and lifetime bounds, said under the plan
-    policy: Any = None  # gpucluster.lifecycle.recovery.Policy (run)
+    policy: Policy | None = None  # run: --recover
 
     @property
-    def hourly(self) -> Any:
+    def hourly(self) -> Decimal | None:
         return None if self.estimate is None else self.estimate.hourly
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> dict[str, str | None]:
         """The machine and GPUs planned, as `--dry-run --json` and the plan show them: the instance type
         (the one `--gpu` picked included) and `gpu` as TYPE:COUNT per node (None where none)."""
         gpu = getattr(self.estimate, "gpu", None)
@@ -137,6 +140,12 @@ class Prepared:
             gpu = f"{known.name if known else self.spec.accelerator}:{self.spec.gpus_per_node}"
         return {"instance_type": self.spec.instance_type, "gpu": gpu}
 
+    def needs_launcher(self) -> Launcher:
+        """The launcher of a plan made without a provider of the command's own (run, exec, sweep)."""
+        if self.launcher is None:
+            raise ValueError("this plan has no launcher (it was prepared with a provider given: `up`)")
+        return self.launcher
+
     def needs_job(self) -> JobSpec:
         """The job of a plan that has one (`Request.job`: run, exec, sweep; `up` plans none)."""
         if self.job is None:
@@ -144,7 +153,7 @@ class Prepared:
         return self.job
 
 
-def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: bool = True) -> Prepared:
+def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, strict_prices: bool = True) -> Prepared:
     """The request as a plan, or a UsageError. `provider`: a provider to use instead of the
     backend's (then no launcher is made). `strict_prices`: a spec the catalog cannot price is
     refused (run, sweep); otherwise it is planned without a price (`up`)."""
@@ -185,7 +194,7 @@ def prepare(req: Request, backend: Any, *, provider: Any = None, strict_prices: 
     if bounds.lifetime is not None and bounds.lifetime != spec.max_lifetime_minutes:
         spec = spec.replace(max_lifetime_minutes=bounds.lifetime)  # raised to fit the job (said in the plan)
     provider, launcher = _make(req, backend, spec, provider, bounds.ready_timeout)
-    if output_dir is not None and not launcher.collects_outputs:
+    if output_dir is not None and (launcher is None or not launcher.collects_outputs):
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
                          "(supported: local, ssh, aws, gcp)")
     spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
@@ -218,7 +227,7 @@ def check_before_recording(plan: Prepared) -> None:
     plan.spec = plan.spec.replace(state=plan.provider.state_url())  # the ledger row records which state
 
 
-def open_ledger() -> Any:
+def open_ledger() -> Ledger:
     """The ledger a run will be recorded in, checked (writable, not damaged) before anything starts."""
     from gpucluster.home import home_dir
     from gpucluster.ledger.store import Ledger
@@ -232,11 +241,11 @@ def open_ledger() -> Any:
 # -- the steps ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Staged:
-    mounts: tuple[Any, ...]
+    mounts: tuple[DataMount, ...]
     setup: tuple[str, ...]
     resumed_from: str | None
-    resume: Any
-    resume_files: Any = None  # the resumed run's working-folder files, laid back into every node's
+    resume: DataMount | None
+    resume_files: tuple[str, str] | None = None  # the resumed run's working-folder files, laid back into every node's
 
     @property
     def reads(self) -> list[str]:
@@ -245,7 +254,7 @@ class _Staged:
         return [m.src for m in both if m.remote]
 
 
-def _staged(req: Request, backend: Any) -> _Staged:
+def _staged(req: Request, backend: Plugin) -> _Staged:
     """--data, --setup and --resume, checked (a resumed run is looked up read-only)."""
     from gpucluster.watch.staging import parse_data, parse_setup
 
@@ -292,13 +301,13 @@ def _command_or_workload(req: Request) -> tuple[tuple[str, ...], str | None]:
     return command, workload
 
 
-def _output_dest(value: str, backend: Any, readers: Mapping[str, tuple[str, ...]]) -> Any:
+def _output_dest(value: str, backend: Plugin, readers: Mapping[str, tuple[str, ...]]) -> os.PathLike[str] | str:
     from gpucluster.watch.outputs import check_output_dest
 
     return check_output_dest(value, backend, readers)  # creates nothing
 
 
-def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
+def _shown_output(output_dir: os.PathLike[str] | str | None, launcher: Launcher | None, dry_run: bool) -> str | None:
     if output_dir is not None:
         return str(output_dir)
     if dry_run and launcher is not None and launcher.collects_outputs:
@@ -306,7 +315,8 @@ def _shown_output(output_dir: Any, launcher: Any, dry_run: bool) -> str | None:
     return None
 
 
-def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: int | None) -> tuple[Any, Any]:
+def _make(req: Request, backend: Plugin, spec: ClusterSpec, provider: Provider | None,
+          ready: int | None) -> tuple[Provider, Launcher | None]:
     if provider is not None:
         return provider, None
     check_ssh_files(req.identity, req.known_hosts)
@@ -315,7 +325,7 @@ def _make(req: Request, backend: Any, spec: ClusterSpec, provider: Any, ready: i
         spec_options=spec.option_dict, ready_timeout=ready, start_deadline_s=req.start_deadline * 60))
 
 
-def _price(plan: Prepared, backend: Any, strict: bool) -> None:
+def _price(plan: Prepared, backend: Plugin, strict: bool) -> None:
     """The estimate for the run's limit (the job's --max-minutes, else the nodes' lifetime cap), the
     plan's one line and the price snapshot (priced backends)."""
     from gpucluster.costing import cost
@@ -342,17 +352,6 @@ def _price(plan: Prepared, backend: Any, strict: bool) -> None:
     plan.plan_line = line
 
 
-def parse_size(flag: str, value: str) -> int:
-    """'500MB', '10GB', '2.5 GB', '1000' (bytes) -> bytes; UsageError (exit 2) naming the value."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?B?)\s*", value or "", re.I)
-    if not m:
-        raise UsageError(f"{flag} {value!r} is not allowed: a size such as 500MB or 10GB")
-    unit = m.group(2).upper().rstrip("B")
-    return int(float(m.group(1)) * 1000 ** " KMGT".index(unit or " "))
-
-
 def _check_collect(pattern: str) -> str:
     text = (pattern or "").strip()
     if not text or text.startswith("/") or ".." in text.split("/"):
@@ -361,7 +360,8 @@ def _check_collect(pattern: str) -> str:
     return text
 
 
-def _resume(value: str, mounts: tuple, store: Any, readers: Mapping[str, tuple[str, ...]]) -> tuple[str, Any, Any]:
+def _resume(value: str, mounts: tuple[DataMount, ...], store: Plugin,
+            readers: Mapping[str, tuple[str, ...]]) -> tuple[str, DataMount, tuple[str, str] | None]:
     """--resume RUN_ID checked against the ledger (read only: a missing ledger is not created);
     with the working-folder files to lay back into every node's working folder (resume_files)."""
     from gpucluster.home import home_dir
@@ -432,9 +432,9 @@ def build_spec(req: Request, nodes: int, hosts: tuple[str, ...], run_id: str | N
 
 
 def with_owner(spec: ClusterSpec, *, named: bool, dry_run: bool = False) -> ClusterSpec:
-    """The spec marked with this home's owner (`gpucluster.lifecycle.ownership`): every resource carries the
+    """The spec marked with this home's owner (`gpucluster.ownership`): every resource carries the
     owner id, user and host; a cluster not named gets the per-owner default name."""
-    from gpucluster.lifecycle.ownership import default_name, existing_id, owner_marks
+    from gpucluster.ownership import default_name, existing_id, owner_marks
 
     # a dry run creates nothing, not even the home's id: a home without one shows a placeholder
     marks = owner_marks((existing_id() or "0" * 16) if dry_run else None)
@@ -442,7 +442,7 @@ def with_owner(spec: ClusterSpec, *, named: bool, dry_run: bool = False) -> Clus
     return spec.replace(marks=marks, name=spec.name if named else default_name(spec.cloud, owner))
 
 
-def prepare_spec(backend: Any, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
+def prepare_spec(backend: Plugin, spec: ClusterSpec, *, dry_run: bool = False) -> tuple[ClusterSpec, list[str]]:
     """The backend's pre-plan resolution (`prepare_spec`) (aws: SSH CIDR from this machine's public
     IPv4, GPUs per node from the type), re-validated. In a dry run a failed detection is a note,
     not an error: nothing is created."""
@@ -464,7 +464,7 @@ def size_job(job: JobSpec, run_id: str, gpus: int | None) -> JobSpec:
     return replace(job, nproc_per_node=gpus) if gpus else job
 
 
-def check_place(backends: dict[str, Any], *, regions: tuple[str, ...] = (), project: str | None = None,
+def check_place(backends: dict[str, Plugin], *, regions: tuple[str, ...] = (), project: str | None = None,
                 instance_type: str | None = None) -> tuple[str, ...]:
     """`--region` and `--project` of commands that create nothing (`gc`, `doctor`), refused as `run`
     refuses them, through the same code: a region is checked as a spec of each backend given

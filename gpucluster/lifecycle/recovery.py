@@ -22,13 +22,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError, not_allowed
 from gpucluster.watch.launch import JobSpec
 from gpucluster.watch.nodeloss import LOST_KIND
+from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
     from gpucluster.domain import Provider
     from gpucluster.watch.staging import DataMount
     from gpucluster.infra.contract import Plugin
@@ -120,7 +122,7 @@ def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
 def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
     """(reason, cause, when detected) when the attempt was interrupted by a lost node or by no
     capacity; (None, None, None) for every other ending."""
-    if outcome.status != "failed":
+    if outcome.status != RunStatus.FAILED:
         return None, None, None
     lost = sorted(ledger.metrics(outcome.run_id, kind=LOST_KIND), key=lambda r: r.get("detected_at") or 0)
     if lost:
@@ -130,7 +132,7 @@ def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tu
     record = ledger.get_run(outcome.run_id)
     provision = record.phase("provision") if record is not None else None
     text = outcome.failure or ""
-    if provision is not None and provision.status == "failed" and any(m.lower() in text.lower() for m in policy.capacity_markers):
+    if provision is not None and provision.status == PhaseStatus.FAILED and any(m.lower() in text.lower() for m in policy.capacity_markers):
         return f"no capacity: {text[:300]}", "capacity", provision.ended_at
     return None, None, None
 
@@ -173,7 +175,7 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
     rid = outcome.run_id
     if any(r.get("run_id") == rid for r in ledger.open_resources(spec.name)):
         if store is None:
-            return "not verified"
+            return TeardownVerdict.NOT_VERIFIED
         from gpucluster.lifecycle.teardown import take_down
 
         from gpucluster.domain import UNWITNESSED
@@ -196,11 +198,11 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
         if downed.exit_code != ExitCode.OK:
             check = downed.check
             if created or check is None or check.leftovers or not all(of_lost_node(u) for u in check.unchecked):
-                return str(downed.verdict.get("verdict") or "not verified")
+                return str(downed.verdict.get("verdict") or TeardownVerdict.NOT_VERIFIED)
             ui.message(f"the teardown of {rid} stays not verified: {'; '.join(check.unchecked)}; check that node "
                        f"by hand, then `gpucluster down {spec.name} --ack-unwitnessed`; going on with the next attempt")
             return None
-    if outcome.teardown in ("verified", "kept", None):
+    if outcome.teardown in (TeardownVerdict.VERIFIED, TeardownVerdict.KEPT, None):
         return None
     try:
         check = Check.of(provider.leftovers(spec.name, rid))
@@ -208,8 +210,8 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
         return f"not verified ({type(exc).__name__}: {exc})"
     if not check.verified:
         return check.verdict
-    ledger.set_teardown(rid, "verified", [])
-    outcome.teardown, outcome.leftovers, outcome.unchecked = "verified", [], []
+    ledger.set_teardown(rid, TeardownVerdict.VERIFIED, [])
+    outcome.teardown, outcome.leftovers, outcome.unchecked = TeardownVerdict.VERIFIED, [], []
     if outcome.exit_code == ExitCode.LEFTOVERS and not outcome.record_error:
         outcome.exit_code = ExitCode.FAILURE
     return None
@@ -217,9 +219,9 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
 
 def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger, provider: Provider,
               launcher: Launcher,
-              ui: "RunUI | None" = None, keep: bool = False, prices: dict[str, Any] | None = None,
+              ui: "RunUI | None" = None, keep: bool = False, prices: JsonObject | None = None,
               workload: str | None = None, resumed_from: str | None = None, backend: Plugin,
-              reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None,
+              reprice: Callable[[ClusterSpec], JsonObject | None] | None = None,
               new_run_id: Callable[[], str] | None = None) -> ChainOutcome:
     """Run `job` on `spec`, and again (resumed) after each interruption, up to `policy.retries`
     more times. `backend`: the plugin of `spec.cloud` (each attempt's cost, the teardown of what an
@@ -282,8 +284,8 @@ def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger
             source, mount, files = point
             job = replace(job, run_id=rid, resume=mount, resume_files=files)
         else:
-            mount, files, source = first_resume
-            job = replace(job, run_id=rid, resume=mount, resume_files=files)
+            first_mount, files, source = first_resume
+            job = replace(job, run_id=rid, resume=first_mount, resume_files=files)
         if job.max_cost:  # --max-cost is the chain's: what its attempts cost counts (guards.py)
             from gpucluster.costing.guards import cap_reason, chain_cost
 
@@ -313,7 +315,7 @@ def fresh_port(port: int) -> int:
     return port + 2 if port + 2 <= 65000 else 29400
 
 def run_plan(plan: Prepared, *, ledger: Ledger, ui: RunUI | None, backend: Plugin, keep: bool = False,
-             reprice: Callable[[ClusterSpec], dict[str, Any] | None] | None = None) -> ChainOutcome:
+             reprice: Callable[[ClusterSpec], JsonObject | None] | None = None) -> ChainOutcome:
     """`gpucluster run`'s job on its prepared plan (`gpucluster.lifecycle.prepare.Prepared`): a chain of attempts
     when the plan's policy replaces lost nodes (docs/recovery.md), else one `execute` (an outcome of
     one attempt, so the caller reads `final`, `exit_code` and `stopped` the same way either way).
@@ -324,9 +326,9 @@ def run_plan(plan: Prepared, *, ledger: Ledger, ui: RunUI | None, backend: Plugi
     job = plan.needs_job()
     if plan.policy is not None and plan.policy.retries:
         return run_chain(plan.spec, job, policy=plan.policy, ledger=ledger, provider=plan.provider,
-                         launcher=plan.launcher, ui=ui, prices=plan.prices, workload=plan.workload,
+                         launcher=plan.needs_launcher(), ui=ui, prices=plan.prices, workload=plan.workload,
                          resumed_from=plan.resumed_from, backend=backend, reprice=reprice)
-    outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.launcher, backend=backend,
+    outcome = execute(plan.spec, job, ledger=ledger, provider=plan.provider, launcher=plan.needs_launcher(), backend=backend,
                       ui=ui, keep=keep and backend.can(Capability.PROVISIONS), prices=plan.prices,
                       workload=plan.workload, resumed_from=plan.resumed_from)
     return ChainOutcome(attempts=[Attempt(run_id=outcome.run_id, outcome=outcome, spot=plan.spec.spot)])

@@ -13,7 +13,8 @@ import signal
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from gpucluster.domain import VERIFIED, Check, Provider
 from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
@@ -27,8 +28,10 @@ from gpucluster.ledger.recording import record_line
 from gpucluster.lifecycle.owner import owner_lock
 from gpucluster.costing.guards import ProvisionWatch, accrued_of, store_cost
 from gpucluster.spec import ClusterSpec
+from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
     from gpucluster.infra.contract import Plugin
 
 
@@ -46,7 +49,7 @@ class RunUI(Protocol):
 
     def phase(self, name: str) -> None: ...
     def line(self, node_rank: int, text: str) -> None: ...
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def metric(self, node_rank: int | None, record: JsonObject) -> None: ...
     def message(self, text: str) -> None: ...
     def progress(self, text: str) -> None: ...
     def stopping(self, signal_name: str) -> None: ...  # a stop signal: the first one, or a later one
@@ -57,7 +60,7 @@ class QuietUI:
 
     def phase(self, name: str) -> None: ...
     def line(self, node_rank: int, text: str) -> None: ...
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def metric(self, node_rank: int | None, record: JsonObject) -> None: ...
     def message(self, text: str) -> None: ...
     def progress(self, text: str) -> None: ...
     def stopping(self, signal_name: str) -> None: ...
@@ -66,19 +69,19 @@ class QuietUI:
 @dataclass
 class RunOutcome:
     run_id: str
-    status: str  # succeeded, failed, interrupted
+    status: RunStatus
     exit_code: ExitCode
     failure: str | None
     result: JobResult | None
-    teardown: str | None  # verified | leftovers | not verified | kept | None (nothing to check)
-    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    teardown: TeardownVerdict | None  # None: nothing to check
+    leftovers: list[JsonObject] = field(default_factory=list)
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
     record_error: str | None = None  # the run's record could not be written (then exit 3)
 
     @property
     def teardown_verified(self) -> bool | None:
-        return None if self.teardown in (None, "kept") else self.teardown == VERIFIED
+        return None if self.teardown in (None, TeardownVerdict.KEPT) else self.teardown is VERIFIED
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -97,14 +100,14 @@ class RunSignals:
         self.ui = ui
         self.received: int | None = None
         self.shielded = False
-        self._old: dict[int, Any] | None = None
+        self._old: dict[int, Callable[[int, FrameType | None], object] | int | None] | None = None
 
     def __enter__(self) -> "RunSignals":
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._old:
             for s, old in self._old.items():
                 signal.signal(s, old)
@@ -112,7 +115,7 @@ class RunSignals:
     def shield(self) -> None:
         self.shielded = True
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.ui.stopping(signal.Signals(signum).name)  # the first: one line; a later one: what it waits for
         if self.shielded or self.received is not None:
             return
@@ -128,16 +131,16 @@ class LedgerEvents:
     one (`down`), a deletion closes every open row of `cluster` with that kind and name (or id)."""
 
     def __init__(self, ledger: Ledger, cluster: str | None, run_id: str | None = None, region: str | None = None,
-                 say: Any = None):
+                 say: Callable[[str], None] | None = None):
         self.ledger, self.cluster, self.run_id, self.region = ledger, cluster, run_id, region
         self.say = say or (lambda text: None)
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:  # Any: JSON detail
         if self.run_id:
             self.ledger.resource_requested(self.run_id, kind, name, region=detail.pop("region", self.region),
                                            detail=detail or None)
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:  # Any: JSON detail
         if self.run_id:
             self.ledger.resource_created(self.run_id, kind, name, cloud_id)
 
@@ -167,16 +170,16 @@ class RunLedger(LedgerEvents):
     def start_phase(self, phase: Phase) -> None:
         """End the current phase ("ok") and start `phase`."""
         if self.current_phase:
-            self.ledger.phase_end(self.run_id, self.current_phase.value, "ok")
+            self.ledger.phase_end(self.run_id, self.current_phase.value, PhaseStatus.OK)
         self.current_phase = phase
         self.ledger.phase_start(self.run_id, phase.value)
 
-    def end_phase(self, status: str, detail: str | None = None) -> None:
+    def end_phase(self, status: PhaseStatus, detail: str | None = None) -> None:
         if self.current_phase:
             self.ledger.phase_end(self.run_id, self.current_phase.value, status, detail)
             self.current_phase = None
 
-    def add_metric(self, node_rank: int, record: dict[str, Any]) -> None:
+    def add_metric(self, node_rank: int, record: JsonObject) -> None:
         self.metrics.add(node_rank, record)
 
     def spawn(self, node_rank: int, kind: str, ident: str) -> None:
@@ -193,7 +196,7 @@ class _Recorder:
 
     record_error: str | None = None  # the first ledger write that failed once the row existed
 
-    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Any = None,
+    def __init__(self, ledger: Ledger, run_id: str, ui: RunUI, region: str | None, backend: Plugin | None = None,
                  priced: str | None = None):
         self.book = RunLedger(ledger, run_id, region)
         self.ui = ui
@@ -216,14 +219,14 @@ class _Recorder:
         self.book.start_phase(Phase(phase))
         self.ui.phase(str(phase))
 
-    def end_phase(self, status: str, detail: str | None = None) -> None:
+    def end_phase(self, status: PhaseStatus, detail: str | None = None) -> None:
         self.book.end_phase(status, detail)
 
     # ProvisionEvents
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:  # Any: JSON detail
         self.book.resource_requested(kind, name, **detail)
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:  # Any: JSON detail
         self.book.resource_created(kind, name, cloud_id, **detail)
 
     def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
@@ -240,7 +243,7 @@ class _Recorder:
     def on_line(self, node_rank: int, line: str) -> None:
         self.ui.line(node_rank, line)
 
-    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: JsonObject) -> None:
         self.book.metrics.add(node_rank, record, self.ui.message)  # waits on no lock; a full home: the job goes on
         self.ui.metric(node_rank, record)
 
@@ -262,7 +265,7 @@ def execute(
     backend: Plugin,  # the plugin of spec.cloud, given by the caller: its pricing costs the run at the end
     ui: RunUI | None = None,
     keep: bool = False,
-    prices: dict[str, Any] | None = None,
+    prices: JsonObject | None = None,
     sweep_id: str | None = None,
     log_dir: Path | str | None = None,
     workload: str | None = None,
@@ -300,7 +303,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
          ui: RunUI, keep: bool, log_dir: Path, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
-    status, failure, exit_code = "failed", None, ExitCode.FAILURE
+    status, failure, exit_code = RunStatus.FAILED, None, ExitCode.FAILURE
     result: JobResult | None = None
     busy = False
     capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
@@ -314,27 +317,28 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         for node in result.nodes:
             _quietly(rec, ledger.record_node, run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
         if result.ok:
-            status, exit_code = "succeeded", ExitCode.OK
-            _quietly(rec, rec.end_phase, "ok")
+            status, exit_code = RunStatus.SUCCEEDED, ExitCode.OK
+            _quietly(rec, rec.end_phase, PhaseStatus.OK)
         else:
             failure = result.failure
             if result.stopped_by == "cost":  # the cap stopped it: its own status and exit code
-                status, exit_code = "stopped", ExitCode.COST_CAP
-            _quietly(rec, rec.end_phase, "failed", failure)
+                status, exit_code = RunStatus.STOPPED, ExitCode.COST_CAP
+            _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     except KeyboardInterrupt as exc:
-        status, exit_code = ("stopped", ExitCode.COST_CAP) if capped.reason else ("interrupted", ExitCode.INTERRUPTED)
+        status, exit_code = ((RunStatus.STOPPED, ExitCode.COST_CAP) if capped.reason
+                             else (RunStatus.INTERRUPTED, ExitCode.INTERRUPTED))
         failure = capped.reason or (f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
-        _quietly(rec, rec.end_phase, "interrupted", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.INTERRUPTED, failure)
     except GpuclusterError as exc:
         busy = isinstance(exc, ClusterBusy)
         if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
             rec.record_error = rec.record_error or exc.message
         failure = exc.message
         exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
-        _quietly(rec, rec.end_phase, "failed", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     except Exception as exc:  # a bug in the tool: still tear down, still record
         failure = f"internal error: {type(exc).__name__}: {exc}"
-        _quietly(rec, rec.end_phase, "failed", failure)
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
         # From here on a ledger write that fails (a full or read-only home) is remembered, never
@@ -345,18 +349,20 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy,
                           unwitnessed=result.unwitnessed if result else ())
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
-        if status == "succeeded":
-            status, exit_code = "failed", ExitCode.FAILURE
+        if status is RunStatus.SUCCEEDED:
+            status, exit_code = RunStatus.FAILED, ExitCode.FAILURE
         failure = "; ".join(([failure] if failure else []) + problems)
     if check is None:
-        teardown, leftovers, unchecked = ("kept" if keep and not busy else None), [], []
+        teardown: TeardownVerdict | None = TeardownVerdict.KEPT if keep and not busy else None
+        leftovers: list[JsonObject] = []
+        unchecked: list[str] = []
     else:
         teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
         if not check.verified:  # something may still exist and bill: that outranks every other outcome
             exit_code = ExitCode.LEFTOVERS
     cleanup = [f"the launcher could not delete {e}" for e in launcher.cleanup_errors]
-    if cleanup and teardown in ("kept", None):  # the cluster stays: what the launcher left on it is not verified gone
-        teardown, unchecked, exit_code = "not verified", unchecked + cleanup, ExitCode.LEFTOVERS
+    if cleanup and teardown in (TeardownVerdict.KEPT, None):  # the cluster stays: what the launcher left on it is not verified gone
+        teardown, unchecked, exit_code = TeardownVerdict.NOT_VERIFIED, unchecked + cleanup, ExitCode.LEFTOVERS
     elif cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
         failure = "; ".join(([failure] if failure else []) + cleanup)
     _quietly(rec, rec.book.metrics.flush, rec.ui.message)  # what waited in memory for a locked ledger
@@ -371,7 +377,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
 
 
 def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, backend: Plugin,
-                   ui: RunUI | None = None, prices: dict[str, Any] | None = None) -> Provisioned:
+                   ui: RunUI | None = None, prices: JsonObject | None = None) -> Provisioned:
     """`gpucluster up`: the run's bookkeeping without a job. Under the owner lock (a cluster another live process
     owns is refused before anything is recorded): the ledger row, the provision phase and, on success, the row
     finished as "kept". On a failure or an interrupt, the same teardown and independent check as `execute`, its
@@ -391,16 +397,16 @@ def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, bac
             cluster = provider.up(spec, rec)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stopped `up`, teardown and its check run
             if isinstance(exc, KeyboardInterrupt):
-                status, exit_code = "interrupted", ExitCode.INTERRUPTED
+                status, exit_code = RunStatus.INTERRUPTED, ExitCode.INTERRUPTED
                 failure = f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C"
             elif isinstance(exc, GpuclusterError):
-                status, exit_code, failure = "failed", exc.exit_code, exc.message
+                status, exit_code, failure = RunStatus.FAILED, exc.exit_code, exc.message
             else:
-                status, exit_code = "failed", ExitCode.FAILURE
+                status, exit_code = RunStatus.FAILED, ExitCode.FAILURE
                 failure = f"internal error: {type(exc).__name__}: {exc}"
             if isinstance(exc, LedgerError):
                 rec.record_error = exc.message
-            _quietly(rec, rec.end_phase, status, failure)
+            _quietly(rec, rec.end_phase, PhaseStatus(status), failure)  # failed or interrupted, as the run
             signals.shield()  # from here on no signal can cut the teardown or its check short
             check = _teardown(spec, run_id, provider, _Quiet(rec), keep=False, busy=isinstance(exc, ClusterBusy))
             teardown = None if check is None else check.verdict
@@ -414,8 +420,8 @@ def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, bac
             if rec.record_error:
                 raise TeardownIncomplete(record_line(rec.record_error, spec.name)) from exc
             raise
-        _quietly(rec, rec.end_phase, "ok")  # the cluster exists: a failing record must not say "exit 2"
-        _quietly(rec, ledger.finish_run, run_id, status="succeeded", exit_code=0, teardown="kept")
+        _quietly(rec, rec.end_phase, PhaseStatus.OK)  # the cluster exists: a failing record must not say "exit 2"
+        _quietly(rec, ledger.finish_run, run_id, status=RunStatus.SUCCEEDED, exit_code=0, teardown=TeardownVerdict.KEPT)
         return Provisioned(cluster, rec.record_error)
 
 
@@ -429,23 +435,23 @@ def _collect_outputs(launcher: Launcher, job: JobSpec, rec: _Recorder | _Quiet) 
         rec.start_phase(Phase.OUTPUTS)
         got = launcher.collect_outputs(job, rec)
         if got is None:
-            rec.end_phase("ok", "not supported by this backend's launcher: nothing copied back")
+            rec.end_phase(PhaseStatus.OK, "not supported by this backend's launcher: nothing copied back")
             return []
         rows = [o.to_dict() for o in got]
         _quietly(rec.rec if isinstance(rec, _Quiet) else rec, rec.ledger.record_outputs, rec.run_id, rows)
         problems = [p for p in (o.problem() for o in got) if p]
         from gpucluster.watch.outputs import summary
-        rec.end_phase("failed" if problems else "ok", "; ".join(problems) if problems else summary(rows))
+        rec.end_phase(PhaseStatus.FAILED if problems else PhaseStatus.OK, "; ".join(problems) if problems else summary(rows))
         return problems
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever broke, teardown still runs
         problem = f"outputs not collected: {_describe(exc)}"
         with contextlib.suppress(Exception):  # a ledger that cannot take the phase row must not stop teardown
-            rec.end_phase("failed", problem)
+            rec.end_phase(PhaseStatus.FAILED, problem)
         return [problem]
 
 
 def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder | _Quiet, *, keep: bool,
-              busy: bool = False, unwitnessed: Any = ()) -> Check | None:
+              busy: bool = False, unwitnessed: Sequence[str] = ()) -> Check | None:
     """Delete what the run created and check, independently of local state, what is left.
 
     Returns the three-state `Check`, or None when nothing is checked (the cluster was kept on
@@ -458,10 +464,10 @@ def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder
     """
     rec.start_phase(Phase.TEARDOWN)
     if keep:  # the caller keeps only clusters gpucluster creates: processes (local, ssh) never are
-        rec.end_phase("ok", "cluster kept (--keep)")
+        rec.end_phase(PhaseStatus.OK, "cluster kept (--keep)")
         return None
     if busy:  # another live run owns the cluster: this run created nothing and may delete nothing
-        rec.end_phase("ok", "nothing created: the cluster belongs to another live gpucluster run")
+        rec.end_phase(PhaseStatus.OK, "nothing created: the cluster belongs to another live gpucluster run")
         return None
     not_run: list[str] = []
     try:
@@ -481,10 +487,10 @@ def _teardown(spec: ClusterSpec, run_id: str, provider: Provider, rec: _Recorder
         for kind, name in recording.launcher_rows(rec):
             rec.resource_deleted(kind, name)
         note = "".join(f"; {n.replace('delete:', 'delete failed:', 1)}" for n in not_run)
-        rec.end_phase("ok", "verified: every check ran and found nothing" + note)
+        rec.end_phase(PhaseStatus.OK, "verified: every check ran and found nothing" + note)
     else:
         rec.ui.message("teardown " + check.summary())
-        rec.end_phase("failed", check.summary())
+        rec.end_phase(PhaseStatus.FAILED, check.summary())
     return check
 
 

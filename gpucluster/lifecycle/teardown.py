@@ -6,7 +6,7 @@ independent check (`check_down`), and the ledger's rows closed only when it is v
 (`take_down`). `gc`: what is tagged managed-by=gpucluster and no live cluster owns (`Collection`),
 deleted on request, and the verdict from a fresh look, never from the delete calls.
 
-Both touch only what is ours (`gpucluster.lifecycle.ownership.Ownership`): resources carrying this home's
+Both touch only what is ours (`gpucluster.ownership.Ownership`): resources carrying this home's
 owner id, or made by a run of this ledger before owner marks existed. Another owner's resources
 are listed with owner, user@host and age ("not ours") and left alone, and so are standalone stacks
 (made with `pulumi up` directly) unless named (`gc --stack`); `--any-owner` lifts the owner limit
@@ -20,20 +20,54 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, TypedDict
 
 from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
+from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
-    from gpucluster.ledger.records import RunRow
+    from gpucluster.ledger.records import JsonObject
+    from gpucluster.domain import Leftover, Provider
+    from gpucluster.infra.contract import Plugin, ScanScope
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.ownership import Ownership
+    from gpucluster.ledger.records import StoredRun
+
+
+class FoundRecord(Protocol):
+    """What a backend's tag scan reports for one resource (`infra/leftovers.Found`, which the core
+    may not import): the leftover and the cluster its tags name."""
+
+    @property
+    def leftover(self) -> Leftover: ...
+
+    @property
+    def cluster(self) -> str | None: ...
+
+
+
+
+class CensusRow(TypedDict):
+    """One row of `census`: a cluster and owner found by tag (`status --cloud`, its JSON)."""
+
+    cluster: str
+    cloud: str
+    whose: str  # ours, not ours, standalone stack
+    owner: str | None
+    made_by: str | None
+    stack: str | None
+    since: float | None
+    resources: int
+    hourly_usd: str | None
+    regions: list[str]
 
 
 # -- down ---------------------------------------------------------------------------------------
 ACKNOWLEDGED = "teardown_acknowledged"  # the metric record `down --ack-unwitnessed` leaves with a run
 
 
-def clusters_known(ledger: Any) -> dict[str, str]:
+def clusters_known(ledger: Ledger) -> dict[str, str]:
     """cluster -> cloud, for every cluster in the ledger (newest run wins)."""
     known: dict[str, str] = {}
     for run in ledger.list_runs(limit=None):
@@ -41,7 +75,7 @@ def clusters_known(ledger: Any) -> dict[str, str]:
     return known
 
 
-def open_clusters(ledger: Any) -> dict[str, str]:
+def open_clusters(ledger: Ledger) -> dict[str, str]:
     """cluster -> cloud of what may still exist: open resource rows, and runs whose process is gone
     (`orphaned_runs`: a run killed before its first resource row, e.g. in its `check` phase, left
     its node programs and no row)."""
@@ -51,7 +85,7 @@ def open_clusters(ledger: Any) -> dict[str, str]:
     return out
 
 
-def orphaned_runs(ledger: Any, cluster: str | None = None) -> list["RunRow"]:
+def orphaned_runs(ledger: Ledger, cluster: str | None = None) -> list[StoredRun]:
     """Runs still `running` in the ledger whose cluster no live gpucluster process owns: the owner
     lock (gpucluster/lifecycle/owner.py, taken before the run's row and released by the kernel when its
     process dies) is free, so the process that wrote the row ended without finishing it (a crash, a
@@ -61,7 +95,7 @@ def orphaned_runs(ledger: Any, cluster: str | None = None) -> list["RunRow"]:
 
     live: dict[str, bool] = {}
     out = []
-    for run in ledger.list_runs(limit=None, status="running"):
+    for run in ledger.list_runs(limit=None, status=RunStatus.RUNNING):
         if cluster is not None and run.cluster != cluster:
             continue
         if run.cluster not in live:
@@ -72,7 +106,7 @@ def orphaned_runs(ledger: Any, cluster: str | None = None) -> list["RunRow"]:
     return out
 
 
-def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None,
+def down_targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | None,
                  clouds: tuple[str, ...]) -> dict[str, str]:
     """cluster -> cloud of what `down` is asked to remove (a UsageError when it names nothing known)."""
     open_ = open_clusters(ledger)
@@ -89,7 +123,7 @@ def down_targets(ledger: Any, cluster: str | None, all_: bool, cloud: str | None
     return {cluster: c}
 
 
-def check_project(project: str, targets: dict[str, str], backends: dict[str, Any]) -> str:
+def check_project(project: str, targets: dict[str, str], backends: dict[str, Plugin]) -> str:
     """`down --project`: only for clusters whose backend has projects."""
     others = sorted(n for n, c in targets.items() if "project" not in backends[c].traits.flags)
     if others:
@@ -112,21 +146,21 @@ def refuse_busy(targets: dict[str, str]) -> None:
 class Downed:
     """One cluster's `down`: the verdict as `--json` prints it, its check, and the exit code."""
 
-    verdict: dict[str, Any]
+    verdict: JsonObject
     check: Check | None
     exit_code: ExitCode
     error: str | None = None
 
 
-def ownership_of(ledger: Any, *, any_owner: bool = False, stacks: tuple[str, ...] = ()) -> Any:
+def ownership_of(ledger: Ledger, *, any_owner: bool = False, stacks: tuple[str, ...] = ()) -> Ownership:
     """What this home may delete: its owner id, and the runs its ledger made (resources older than
     owner marks carry only those)."""
-    from gpucluster.lifecycle.ownership import Ownership
+    from gpucluster.ownership import Ownership
 
     return Ownership.here((r.id for r in ledger.list_runs(limit=None)), any_owner=any_owner, stacks=stacks)
 
 
-def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str], Any], backend: Any,
+def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[str], Provider], backend: Plugin,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
               ack_unwitnessed: bool | Callable[[str], bool] = False, any_owner: bool = False) -> Downed:
     """Delete `name`, then check independently what is left; the ledger's rows are closed only
@@ -143,7 +177,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
     from gpucluster.lifecycle.steps import LedgerEvents
     from gpucluster.lifecycle.owner import owner_lock, stop_owner
 
-    verdict: dict[str, Any] = {"cluster": name, "cloud": cloud}
+    verdict: JsonObject = {"cluster": name, "cloud": cloud}
     try:
         if force:
             stopped = stop_owner(name, say=say)
@@ -155,7 +189,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             provider = provider_for(cloud)
             provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
             if project:
-                provider.scan_options["project"] = project
+                provider.set_project(project)
             not_run = []
             try:
                 provider.down(name, LedgerEvents(ledger, name, say=say))
@@ -173,7 +207,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
             unwitnessed = {rid: [u for u in lines if acked(u)] for rid, lines in unwitnessed.items()}
             unwitnessed = {rid: lines for rid, lines in unwitnessed.items() if lines}
     except GpuclusterError as exc:
-        verdict.update(verdict="not verified", error=exc.message)
+        verdict.update(verdict=TeardownVerdict.NOT_VERIFIED, error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
         return Downed(verdict, None, code, exc.message)
     verdict.update(check.to_dict())
@@ -194,7 +228,7 @@ def take_down(name: str, cloud: str, *, ledger: Any, provider_for: Callable[[str
     return Downed(verdict, check, ExitCode.LEFTOVERS)
 
 
-def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
+def _finish_cluster_rows(ledger: Ledger, cluster: str, run_ids: set[str]) -> int:
     """After a verified teardown: every open row of `cluster` is gone; orphaned runs are closed.
     `run_ids`: the runs that had open rows before the teardown."""
     for row in ledger.open_resources(cluster):
@@ -203,29 +237,29 @@ def _finish_cluster_rows(ledger: Any, cluster: str, run_ids: set[str]) -> int:
     for run in ledger.list_runs(limit=None):
         if run.cluster != cluster:
             continue
-        if run.status == "running":
-            ledger.finish_run(run.id, status="failed", exit_code=int(ExitCode.FAILURE),
+        if run.status == RunStatus.RUNNING:
+            ledger.finish_run(run.id, status=RunStatus.FAILED, exit_code=int(ExitCode.FAILURE),
                               failure="the gpucluster process ended before the run finished (crash or kill); "
                                       "its resources were removed by `gpucluster down`",
-                              teardown="verified", leftovers=[])
-        elif run.id in run_ids or run.teardown in (None, "kept"):
-            ledger.set_teardown(run.id, "verified", [])
+                              teardown=TeardownVerdict.VERIFIED, leftovers=[])
+        elif run.id in run_ids or run.teardown in (None, TeardownVerdict.KEPT):
+            ledger.set_teardown(run.id, TeardownVerdict.VERIFIED, [])
     return len(run_ids)
 
 
 # -- gc -----------------------------------------------------------------------------------------
-def live_clusters(ledger: Any) -> set[str]:
+def live_clusters(ledger: Ledger) -> set[str]:
     """Clusters someone wants: kept ones (`up`, `run --keep`) and those a live process owns."""
     from gpucluster.lifecycle.owner import owner as lock_owner
 
     live = set()
-    latest: dict[str, RunRow] = {}
+    latest: dict[str, StoredRun] = {}
     for run in ledger.list_runs(limit=None):
         latest.setdefault(run.cluster, run)
     for name, run in latest.items():
         if lock_owner(name):
             live.add(name)
-        elif run.status != "running" and run.teardown in (None, "kept"):
+        elif run.status != RunStatus.RUNNING and run.teardown in (None, TeardownVerdict.KEPT):
             live.add(name)  # kept on purpose: `up`, or `run --keep` (whatever the run's outcome)
     return live
 
@@ -237,19 +271,19 @@ class Collection:
     it left. What is not ours (another owner's, a standalone stack's) or younger than `older_than`
     seconds is kept in `left_alone`, with why, and never deleted."""
 
-    ledger: Any
-    backends: dict[str, Any]
+    ledger: Ledger
+    backends: dict[str, Plugin]
     regions: tuple[str, ...] = ()
     project: str | None = None
     include_kept: bool = False
     live: set[str] = field(default_factory=set)
-    scopes: dict[str, Any] = field(default_factory=dict)  # cloud -> its ScanScope
+    scopes: dict[str, ScanScope] = field(default_factory=dict)
     any_owner: bool = False  # every owner's resources (with older_than: an admin who means it)
     older_than: float | None = None  # seconds: only what was made at least this long ago
     stacks: tuple[str, ...] = ()  # standalone stacks (`pulumi up -s`) named to be swept too
     now: float | None = None
-    ownership: Any = None
-    left_alone: list[tuple[Any, str, str]] = field(default_factory=list)  # (leftover, why, cloud), last look
+    ownership: Ownership = field(init=False)
+    left_alone: list[tuple[Leftover, str, str]] = field(default_factory=list)  # (leftover, why, cloud), last look
     asked: bool = True  # the clouds were named (gc --cloud); False: every cloud, those not installed left out
     not_installed: list[str] = field(default_factory=list)  # clouds left out: no SDK here, no run of ours there
 
@@ -282,9 +316,9 @@ class Collection:
     def where(self) -> str:
         return ", ".join(b.needs_provisioner().gc_label(self.scopes[c]) for c, b in self.backends.items())
 
-    def _why_kept(self, f: Any, now: float) -> str | None:
+    def _why_kept(self, f: FoundRecord, now: float) -> str | None:
         """Why a found resource is left alone, or None when it is ours to delete."""
-        from gpucluster.lifecycle.ownership import NOT_OURS, STACK, not_ours_line, when
+        from gpucluster.ownership import NOT_OURS, STACK, not_ours_line, when
 
         lo = f.leftover
         whose = self.ownership.whose(lo)
@@ -297,13 +331,13 @@ class Collection:
             return f"{lo.kind} {lo.id}: {age}, not older than --older-than"
         return None
 
-    def look(self) -> tuple[dict[str, list[Any]], list[str]]:
+    def look(self) -> tuple[dict[str, list[Leftover]], list[str]]:
         """(cloud -> leftovers of ours no live cluster owns, the checks that could not run); what is
         left alone goes to `left_alone`."""
         import time
 
         now = time.time() if self.now is None else self.now
-        found: dict[str, list[Any]] = {}
+        found: dict[str, list[Leftover]] = {}
         skipped: list[str] = []
         self.left_alone = []
         for c, b in self.backends.items():
@@ -325,12 +359,12 @@ class Collection:
             skipped += report.skipped
         return found, skipped
 
-    def not_ours(self) -> list[Any]:
-        from gpucluster.lifecycle.ownership import NOT_OURS, STACK
+    def not_ours(self) -> list[Leftover]:
+        from gpucluster.ownership import NOT_OURS, STACK
 
         return [lo for lo, _, _ in self.left_alone if self.ownership.whose(lo) in (NOT_OURS, STACK)]
 
-    def delete(self, asked: dict[str, list[Any]]) -> "Collected":
+    def delete(self, asked: dict[str, list[Leftover]]) -> "Collected":
         """Delete what `look` found, then look again: the verdict rests on the fresh look."""
         errors: list[str] = []
         for c, b in self.backends.items():
@@ -342,17 +376,17 @@ class Collection:
                    if (lo.kind, lo.id) not in {(x.kind, x.id) for x in by_cloud[c]}]
         return Collected(self.flat(by_cloud), skipped, deleted, errors, self.not_ours())
 
-    def flat(self, by_cloud: dict[str, list[Any]]) -> list[Any]:
+    def flat(self, by_cloud: dict[str, list[Leftover]]) -> list[Leftover]:
         return [lo for c in self.backends for lo in by_cloud.get(c, [])]
 
 
 @dataclass
 class Collected:
-    found: list[Any]
+    found: list[Leftover]
     skipped: list[str]
-    deleted: list[Any] = field(default_factory=list)
+    deleted: list[Leftover] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    not_ours: list[Any] = field(default_factory=list)  # another owner's, standalone stacks': untouched
+    not_ours: list[Leftover] = field(default_factory=list)  # another owner's, standalone stacks': untouched
 
     @property
     def check(self) -> Check:
@@ -360,18 +394,18 @@ class Collected:
 
 
 # -- status: what the clouds hold, by owner ----------------------------------------------------------
-def census(ledger: Any, backends: dict[str, Any], regions: tuple[str, ...] = (),
-           project: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def census(ledger: Ledger, backends: dict[str, Plugin], regions: tuple[str, ...] = (),
+           project: str | None = None) -> tuple[list[CensusRow], list[str]]:
     """What a tag scan finds, one row per cluster and owner: ours, another owner's, or a standalone
     stack (`pulumi up -s`), with owner, user@host, since, resources and $/hour (instances priced);
     and the checks that could not run. Nothing is deleted."""
     from decimal import Decimal
 
-    from gpucluster.lifecycle.ownership import OURS, STACK
+    from gpucluster.ownership import OURS, STACK
 
     sweep = Collection(ledger, backends, regions, project, include_kept=True, any_owner=False)
     by_cloud, skipped = sweep.look()
-    rows: dict[tuple, dict[str, Any]] = {}
+    rows: dict[tuple[str, str, str, str | None, str | None], CensusRow] = {}
     every = [(c, lo) for c, los in by_cloud.items() for lo in los] + [(c, lo) for lo, _, c in sweep.left_alone]
     for c, lo in every:
         whose = sweep.ownership.whose(lo)

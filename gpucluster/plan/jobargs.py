@@ -113,3 +113,14 @@ def _check_module(module: str) -> None:
         sys.path.pop(0)
     if not found:
         raise UsageError(not_allowed("python module", module, "a module importable from the current directory"))
+
+
+def parse_size(flag: str, value: str) -> int:
+    """'500MB', '10GB', '2.5 GB', '1000' (bytes) -> bytes; UsageError (exit 2) naming the value."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?B?)\s*", value or "", re.I)
+    if not m:
+        raise UsageError(f"{flag} {value!r} is not allowed: a size such as 500MB or 10GB")
+    unit = m.group(2).upper().rstrip("B")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index(unit or " "))

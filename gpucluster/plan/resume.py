@@ -15,6 +15,7 @@ from typing import Any
 
 from gpucluster.errors import UsageError
 from gpucluster.watch.staging import RESUME_DEST, DataMount
+from gpucluster.states import RunStatus
 
 
 def resume_source(ledger: Any, value: str, store: Any = None, readers: Any = None) -> tuple[str, DataMount]:
@@ -31,7 +32,7 @@ def resume_source(ledger: Any, value: str, store: Any = None, readers: Any = Non
         raise UsageError(f"--resume {value!r}: no such run in the ledger; give the id of an earlier run whose "
                          "outputs came back (see `gpucluster runs`)")
     rid = run.id
-    if run.run.status == "running":
+    if run.run.status == RunStatus.RUNNING:
         raise UsageError(f"--resume {rid!r}: that run is still running (or died without finishing its row); "
                          "resume a run that has ended")
     rows = run.outputs

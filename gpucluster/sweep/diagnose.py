@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from gpucluster.sweep.runner import RunFacts, SizeResult
+from gpucluster.states import RunStatus
 
 DEFAULT_THRESHOLD = 0.7
 COMM_SHARE = 0.3  # all-reduce share of step time above which a size is communication-bound
@@ -142,7 +143,7 @@ def diagnose(results: Sequence[SizeResult], threshold: float = DEFAULT_THRESHOLD
 
 
 def _ok(r: SizeResult) -> list[RunFacts]:
-    return [f for f in r.facts if f.status == "succeeded"]
+    return [f for f in r.facts if f.status == RunStatus.SUCCEEDED]
 
 
 def _baseline(results: Sequence[SizeResult], r: SizeResult) -> SizeResult | None:

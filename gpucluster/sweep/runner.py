@@ -34,6 +34,7 @@ from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger.store import Ledger, LedgerError
 from gpucluster.ledger.schema import PHASES
 from gpucluster.ledger.records import RunRecord
+from gpucluster.states import RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -65,7 +66,7 @@ class SweepRun:
             from gpucluster.ledger.recording import record_line
 
             return f"run {self.run_id}: {record_line(self.record_error, self.cluster)}"
-        if self.teardown in ("leftovers", "not verified"):
+        if self.teardown in (TeardownVerdict.LEFTOVERS, TeardownVerdict.NOT_VERIFIED):
             return (f"run {self.run_id}: teardown {self.teardown.upper()}; finish it with: "
                     f"gpucluster down {self.cluster}")
         return None
@@ -81,7 +82,7 @@ class Sweep:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and not self.capped and all(r.status == "succeeded" for r in self.runs)
+        return not self.interrupted and not self.capped and all(r.status == RunStatus.SUCCEEDED for r in self.runs)
 
     @property
     def doubts(self) -> list[str]:
@@ -176,10 +177,10 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
         if outcome.record_error:
             sweep.record_error = outcome.record_error
             break
-        if outcome.status == "stopped":  # at the sweep's cost cap: no further run starts
+        if outcome.status == RunStatus.STOPPED:  # at the sweep's cost cap: no further run starts
             sweep.capped = outcome.failure
             break
-        if outcome.status == "interrupted":
+        if outcome.status == RunStatus.INTERRUPTED:
             sweep.interrupted = True
             break
     return sweep
@@ -380,13 +381,13 @@ def summarize(runs: Sequence[RunRecord], backends: Mapping[str, Plugin]) -> list
         groups.setdefault((f.gpus_per_node, f.nodes), []).append(f)
     results = []
     for (gpn, nodes), facts in sorted(groups.items()):
-        ok = [f for f in facts if f.status == "succeeded"]
+        ok = [f for f in facts if f.status == RunStatus.SUCCEEDED]
         phase_names = [p for p in PHASES if any(p in f.phases for f in ok)]
         epochs = Stat.of(f.epochs for f in ok)
         per_epoch = [f.cost_usd / f.epochs for f in ok if f.cost_usd is not None and f.epochs]
         results.append(SizeResult(
             nodes=nodes, gpus_per_node=gpn, world_size=next((f.world_size for f in ok if f.world_size), None),
-            runs=[f.run_id for f in facts], failed=[f.run_id for f in facts if f.status != "succeeded"],
+            runs=[f.run_id for f in facts], failed=[f.run_id for f in facts if f.status != RunStatus.SUCCEEDED],
             wall_s=Stat.of(f.wall_s for f in ok),
             phases={p: st for p in phase_names if (st := Stat.of(f.phases.get(p) for f in ok))},
             train_s=Stat.of(f.train_s for f in ok), samples_per_s=Stat.of(f.samples_per_s for f in ok),

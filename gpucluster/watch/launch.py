@@ -19,14 +19,20 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
 from gpucluster.watch.metrics import MetricsState
+from gpucluster.states import OutputDest
 
 if TYPE_CHECKING:
+    from gpucluster.ledger.records import JsonObject
+    from gpucluster.domain import Cluster, Leftover
     from gpucluster.watch.health import HealthSpec
+    from gpucluster.watch.outputs import NodeOutputs
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.staging import DataMount
 
 
 def _program(name: str) -> str:
@@ -82,9 +88,9 @@ class JobSpec:
     secrets: tuple[str, ...] = ()  # --secret: NAMES only; values are read at launch (gpucluster.plan.jobenv)
     threads_per_proc: int | None = None  # OMP/MKL threads per worker; None = torchrun's default
     setup: tuple[str, ...] = ()  # --setup: shell commands run on every node before torchrun
-    data: tuple[Any, ...] = ()  # --data: gpucluster.watch.staging.DataMount, staged to every node
+    data: tuple[DataMount, ...] = ()  # --data: gpucluster.watch.staging.DataMount, staged to every node
     output_dir: str | None = None  # where node N's outputs come back (DIR/node-N); None: not collected
-    resume: Any = None  # --resume: a DataMount of the resumed run's outputs, staged as GPUCLUSTER_RESUME_DIR
+    resume: DataMount | None = None  # --resume: a DataMount of the resumed run's outputs, staged as GPUCLUSTER_RESUME_DIR
     # --resume: (folder inside the resume mount, why that node) whose files are laid back into
     # every node's working folder before the job starts (gpucluster.plan.resume.resume_files)
     resume_files: tuple[str, str] | None = None
@@ -103,6 +109,11 @@ class JobSpec:
         if self.command:
             return shlex.join(self.command)
         return shlex.join(["workload:" + str(self.workload), *self.workload_args])
+
+    @property
+    def output(self) -> OutputDest | None:
+        """`output_dir` classified: a local folder, or a bucket (s3://, gs://) each node uploads to."""
+        return None if self.output_dir is None else OutputDest.of(self.output_dir)
 
 
 @dataclass
@@ -158,33 +169,33 @@ class Launcher:
     checks_nodes = False
     cleanup_errors: Sequence[str] = ()
 
-    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         raise NotImplementedError
 
-    def describe(self, spec: Any, job: JobSpec) -> list[str]:
+    def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         return []
 
     def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         return []
 
-    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[Any] | None:
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs] | None:
         return None
 
-    def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
+    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
         return None
 
-    def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
+    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
         """Delete what run `run_id` (whose gpucluster process died) started on a kept cluster, found by
         its marks, and return what is still there (`leftovers`); None: this launcher cannot."""
         return None
 
-    def check_connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> None:
+    def check_connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> None:
         """What `connect` would refuse, refused before anything is said or opened (UsageError)."""
 
-    def connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> int:
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> int:
         raise UsageError(f"{cluster.cloud} nodes cannot be reached with `gpucluster ssh`")
 
-    def ssh_config(self, cluster: Any, folder: Path) -> list[str]:
+    def ssh_config(self, cluster: Cluster, folder: Path) -> list[str]:
         raise UsageError(f"{cluster.cloud} nodes are not reached over ssh: there is no ssh config to write")
 
 
@@ -395,7 +406,7 @@ def announced_program(python: str, program: Sequence[str]) -> list[str]:
     return ["--no-python", python, "-c", _ANNOUNCE, name, json.dumps(list(program))]
 
 
-def resume_record(job: JobSpec, files: int, nbytes: int) -> dict[str, Any]:
+def resume_record(job: JobSpec, files: int, nbytes: int) -> JsonObject:
     """The `resume_files` metric record of one node: what --resume laid back into its working folder."""
     rel, why = job.resume_files or ("", "")
     return {"kind": "resume_files", "from": f"{job.resume.src.rstrip('/')}/{rel}" if job.resume else rel,

@@ -27,8 +27,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from gpucluster.errors import UsageError
+from gpucluster.states import DestKind, OutputVerdict
 
-COMPLETE, PARTIAL, FAILED = "complete", "partial", "failed"
+COMPLETE, PARTIAL, FAILED = OutputVerdict.COMPLETE, OutputVerdict.PARTIAL, OutputVerdict.FAILED
 VERDICTS = (COMPLETE, PARTIAL, FAILED)
 OUTPUT_ENV = "GPUCLUSTER_OUTPUT_DIR"
 
@@ -37,7 +38,7 @@ OUTPUT_ENV = "GPUCLUSTER_OUTPUT_DIR"
 class NodeOutputs:
     node_rank: int
     path: str  # where this node's outputs are on this machine
-    verdict: str
+    verdict: OutputVerdict
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -226,7 +227,8 @@ def check_output_dest(value: str, store: Any = None, readers: Any = None) -> Pat
     text = (value or "").strip()
     if not text:
         raise UsageError("output '' is not allowed: give a folder on this machine (DIR)")
-    if text.lower().startswith(("s3://", "gs://")):
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme in (DestKind.S3, DestKind.GS):  # a bucket (OutputDest.of, for JobSpec.output)
         refusal = object_refusal("--output", text, store, readers)
         if refusal:
             raise UsageError(f"{refusal}; give a folder on this machine (outputs are copied back to it before "
@@ -432,7 +434,7 @@ def summary(outputs: list[dict[str, Any]]) -> str:
     nbytes = sum(o.get("bytes") or 0 for o in outputs)
     bad = [o for o in outputs if o.get("verdict") != COMPLETE]
     where = os.path.dirname(outputs[0]["path"]) if outputs[0].get("path") else "?"
-    state = "complete" if not bad else ", ".join(f"node {o['node_rank']} {o['verdict']}" for o in bad)
+    state = COMPLETE if not bad else ", ".join(f"node {o['node_rank']} {o['verdict']}" for o in bad)
     wfiles = sum(o.get("workdir_files") or 0 for o in outputs)
     wbytes = sum(o.get("workdir_bytes") or 0 for o in outputs)
     work = ""

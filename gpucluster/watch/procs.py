@@ -9,7 +9,7 @@ torchrun runs under `gpucluster/node/reaper.py`, a child subreaper that adopts s
 stay descendants of a process that carries the run id and are found as such.
 
 Every process of a run also carries GPUCLUSTER_OWNER (the installation id of the home that
-started it, `gpucluster.lifecycle.ownership`): given an owner, a process is the run's only when its run id
+started it, `gpucluster.ownership`): given an owner, a process is the run's only when its run id
 matches AND its owner does (or it carries none: started before owner marks), so two homes on one
 machine never stop each other's processes, even with a run id in common.
 """

@@ -92,7 +92,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.region = catalog.region_of(spec)
         self.efa = catalog.efa_requested(spec)
         self.cards = efa_cards(spec)  # network cards given an EFA interface (efa.py)
-        base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.lifecycle.ownership)
+        base_tags = spec.managed_tags()  # with the owner marks: owner id, user, host (gpucluster.ownership)
         self._base_tags = base_tags
         self._iam_path = iam_path(base_tags.get("gpucluster-owner"), self.region, spec.name)
 

@@ -86,7 +86,7 @@ def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = N
              session: Any = None, include_iam: bool = True, owner: str | None = None) -> ScanReport:
     """`owner`: whose IAM roles and instance profiles are listed (None: every owner's, in these
     regions). EC2 resources are listed in each region whoever made them: the caller sorts them by
-    their marks (`gpucluster.lifecycle.ownership.Ownership`)."""
+    their marks (`gpucluster.ownership.Ownership`)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     session = _session(session)

@@ -132,8 +132,8 @@ def object_account(cluster: Any, job: Any) -> tuple[str, str] | None:
     LaunchError when it does and the cluster was made without object access."""
     from gpucluster.watch.staging import staged_mounts
 
-    urls = [m.src for m in staged_mounts(job) if m.remote] + ([str(job.output_dir)] if job.output_dir and
-                                                               "://" in str(job.output_dir) else [])
+    urls = [m.src for m in staged_mounts(job) if m.remote] + ([str(job.output)] if job.output and job.output.remote
+                                                               else [])
     if not urls:
         return None
     outputs = dict(getattr(cluster, "outputs", None) or {})

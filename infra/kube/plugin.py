@@ -141,7 +141,7 @@ def held_down(name: str, runs: Mapping[str, Record]) -> Check:
     from gpucluster.lifecycle.held import HOST_KIND
     from gpucluster.infra.kubernetes.api import KubeApi, Retry
     from gpucluster.infra.kubernetes.gone import NAMESPACED
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     from . import access
     from .cleanup import kinds_of

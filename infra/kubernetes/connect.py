@@ -71,7 +71,7 @@ def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
     """Node `rank`'s pod of the job running on the cluster now, and the container to use."""
     selector = MANAGED
     if platform.shared:  # others' pods share the namespace: only this cluster's, made by this home
-        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.ownership import installation_id
 
         from .plan import CLUSTER_LABEL, dns_name
 

@@ -386,7 +386,7 @@ def plan_job(
     identity = f" ({platform.identity})" if platform.identity else ""
     labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
               JOB_LABEL: name}
-    if job.owner:  # the home that started it (gpucluster.lifecycle.ownership), as on every cloud resource
+    if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
         labels["gpucluster-owner"] = job.owner
     if platform.shared:  # others use the namespace too: `ssh` finds this cluster's pods by it (connect.py)
         labels[CLUSTER_LABEL] = dns_name(str(cluster.name), 63)

@@ -22,7 +22,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     """A crashed run's stray processes are killed first (this home's: by run id AND owner, so another
     home's processes on this machine are never touched) and its node folders removed; then each
     run's processes and folders are looked for."""
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     import shutil
 

@@ -31,7 +31,7 @@ class LocalProvider(Provider):
             return Check(unchecked=(f"processes of cluster {name!r}: no run id to look for",))
         import psutil
 
-        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.ownership import installation_id
         from gpucluster.watch.procs import run_processes
 
         out = []

@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
-
 from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
@@ -73,7 +72,7 @@ class PulumiProvider(Provider):
                  cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None,
                  terminate: Callable[[list[Leftover]], list[str]] | None = None):
         self.plugin = plugin
-        self._ownership = ownership  # gpucluster.lifecycle.ownership.Ownership: what is ours to delete (default: this home's)
+        self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
         self.provisioner = plugin.needs_provisioner()
         self.cloud = plugin.name
         # the backend's checks of a spec against the cloud (aws: quota, AMI, a launch dry run); a
@@ -100,8 +99,7 @@ class PulumiProvider(Provider):
         # how long `down` waits for resources the cloud is already deleting (GKE STOPPING: minutes)
         self.await_seconds = float(self.scan_options.pop("await_seconds", 1800))
         self.poll_seconds = float(self.scan_options.pop("poll_seconds", 15))
-        self._clock = self.scan_options.pop("clock", None)
-        self._sleep = self.scan_options.pop("sleep", None)
+        self._clock, self._sleep = self.scan_options.pop("clock", None), self.scan_options.pop("sleep", None)
 
     def preflight(self, spec: Any = None) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
@@ -133,7 +131,7 @@ class PulumiProvider(Provider):
     @property
     def ownership(self) -> Any:
         if self._ownership is None:
-            from gpucluster.lifecycle.ownership import Ownership
+            from gpucluster.ownership import Ownership
 
             self._ownership = Ownership.here()
         return self._ownership
@@ -141,13 +139,16 @@ class PulumiProvider(Provider):
     def set_ownership(self, ownership: Any) -> None:
         self._ownership = ownership
 
+    def set_project(self, project: str) -> None:
+        self.scan_options["project"] = project
+
     def check_name_free(self, spec: Any) -> None:
         """A name another owner's cluster (or a standalone stack) already holds in this account's
         region, or this project's zone, is refused before anything is recorded: exit 2, naming that
         owner as its tags record it. A scan that cannot run refuses nothing (the run's own checks say
         why soon enough); resources of ours under the name are `up`'s to update, or to remove first
         when no stack holds them (`_remove_orphans`)."""
-        from gpucluster.lifecycle.ownership import describe_owner
+        from gpucluster.ownership import describe_owner
 
         self._remember(spec.name, spec.to_dict())
         try:
@@ -425,7 +426,7 @@ class PulumiProvider(Provider):
             return
         owner = marks.get("gpucluster-owner")
         if owner and owner != self.ownership.owner:
-            from gpucluster.lifecycle.ownership import STACK_TAG
+            from gpucluster.ownership import STACK_TAG
 
             who = f"{marks.get('gpucluster-user', '?')}@{marks.get('gpucluster-host', '?')}"
             what = f"standalone stack {marks[STACK_TAG]}" if marks.get(STACK_TAG) else f"stack {name}"
@@ -494,6 +495,6 @@ class PulumiProvider(Provider):
 
 
 def _not_ours_lines(check: Check) -> list[str]:
-    from gpucluster.lifecycle.ownership import not_ours_line
+    from gpucluster.ownership import not_ours_line
 
     return [not_ours_line(lo) for lo in check.not_ours]

@@ -90,7 +90,7 @@ class HeldSshLauncher(SshLauncher):
     def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
         """Kill what run `run_id` left on the hosts and remove its run folder; what is still there
         after (`leftovers`: an unreachable host is an "unverified" leftover, so exec refuses)."""
-        from gpucluster.lifecycle.ownership import installation_id
+        from gpucluster.ownership import installation_id
 
         check_run_id(run_id)
         owner = installation_id()

@@ -224,7 +224,7 @@ class SshLauncher(NodeAccess, Launcher):
             dest = Path(job.output_dir or ".")
             started = self._started.get(job.run_id, set())
             todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
-            if objects.is_url(job.output_dir):  # each node uploads its own folder (objects.py)
+            if job.output and job.output.remote:  # each node uploads its own folder (objects.py)
                 results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
                 if held.cwds:  # and what the job wrote in its working folder, to URL/RUN_ID/workdir/node-N
                     from .workdir_copy import push_workdirs
@@ -382,7 +382,7 @@ class SshLauncher(NodeAccess, Launcher):
                  "synced by each node with its own read-only credentials" if objects.is_url(m.src)
                  else "sending only what the node's cache lacks") for m in staged_mounts(job)]
         lines += [f"code: {ship.root} -> every node: {ship.summary()}", *left_out_notes(ship, job)] if ship else []
-        if objects.is_url(job.output_dir):
+        if job.output and job.output.remote:
             lines.append(f"outputs: every node uploads its output folder to {job.output_dir}/{job.run_id}/node-N "
                          "with its own write-only credentials (nothing is copied back here)")
         return lines

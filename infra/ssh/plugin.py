@@ -60,7 +60,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     # a run with no resource row at all (ended before its launcher wrote the connection details, which
     # it does before its first connection: a full home, a kill in prepare) reached no host
     recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
-    from gpucluster.lifecycle.ownership import installation_id
+    from gpucluster.ownership import installation_id
 
     check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's
     return check.with_unchecked(*(
