@@ -209,7 +209,8 @@ def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
             else "CPU only")
     where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
     price = options.price_per_gpu_hour(spec)
-    cost = f", internal price ${hourly(spec):.2f}/hour" if price is not None else ", $0 (not rented by gpucluster)"
+    cost = (f", internal price ${hourly(spec):.2f}/hour: ${price}/GPU-hour from {options.price_source(spec)}"
+            if price is not None else ", $0 (not rented by gpucluster)")
     return f"{spec.nodes} pod(s) on kubernetes ({where}; {gpus}, {nproc} process(es)/pod{cost})"
 
 
