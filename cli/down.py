@@ -36,8 +36,11 @@ if TYPE_CHECKING:
               "whose session was cut) and nothing of the run is left there: no check gpucluster can run finds a "
               "process the job detached there, so without this those runs stay 'not verified'. Recorded with "
               "each such run.")
+@click.option("--context", default=None, metavar="NAME", help="kubernetes: the kubeconfig context the cluster's "
+              "runs used (checked against the ledger); once that one is gone from the kubeconfig (renamed), the "
+              "context to look for their objects in instead.")
 @options("state")
-def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwitnessed):
+def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwitnessed, context):
     """Delete a cluster, then check independently (by tag, by run id) what is left (idempotent).
 
     Only what is ours is deleted: resources another owner made under the same name are listed as
@@ -53,11 +56,14 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
       gpucluster down --all --yes
       gpucluster down gpucluster-local --ack-unwitnessed   # a killed reaper's node, checked by hand
       gpucluster down lab-cluster --cloud aws --state s3://team-state --any-owner
+      gpucluster down lab --context lab-renamed   # kubernetes: its recorded context was renamed
     """
     from gpucluster.lifecycle.teardown import refuse_busy
 
     ledger = common.ledger()
     targets, backends, project = _targets(ledger, cluster, all_, cloud, project)
+    if context is not None:  # refused before anything is asked or touched
+        _check_context(ledger, targets, backends, context, all_)
     out = common.console(stderr=as_json)
     if not targets:
         out.print("nothing to do: the ledger records no cluster that may still exist")
@@ -72,7 +78,7 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
                    f"{' whoever made it' if any_owner else ''}?", yes)
     _offer_pulumi(targets, backends, yes)
     results = [_take_down_one(out, ledger, name, backends[c], force=force, project=project,
-                              ack_unwitnessed=ack_unwitnessed, any_owner=any_owner)
+                              ack_unwitnessed=ack_unwitnessed, any_owner=any_owner, context=context)
                for name, c in sorted(targets.items())]  # each verdict is shown as soon as it is known
     if as_json:
         click.echo(json.dumps([r.verdict for r in results], indent=2, default=str))
@@ -91,6 +97,22 @@ def _targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | None,
     targets = down_targets(ledger, cluster, all_, cloud, provisioning())
     backends = {c: plugin(c) for c in set(targets.values())}
     return targets, backends, None if not project else check_project(project_id(project), targets, backends)
+
+
+def _check_context(ledger: Any, targets: dict[str, str], backends: dict[str, Any], context: str, all_: bool) -> None:
+    """`--context`: one cluster, of a backend whose runs name a kubeconfig context, its runs made in that context
+    (or in one the kubeconfig no longer holds); else one line, exit 2."""
+    from gpucluster.lifecycle.teardown import run_records
+
+    if all_:
+        raise UsageError("--context goes with one cluster's name (gpucluster down NAME --context C); --all takes "
+                         "each cluster down in the context its runs recorded")
+    for name, c in sorted(targets.items()):
+        in_context = backends[c].ops.in_context
+        if in_context is None:
+            raise UsageError(f"--context {context} does not apply: cluster {name}'s cloud is {c} (--context names a "
+                             "kubeconfig context, for a kubernetes cluster); leave it out")
+        in_context(context, run_records(ledger, name))
 
 
 def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) -> None:

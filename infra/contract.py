@@ -245,6 +245,11 @@ class Operations:
     # the machine's `host` row}, each machine asked once whether it is ready (a LaunchError naming those that are
     # not); None: `up` is not offered on this backend (`gpucluster.lifecycle.held`)
     hold: Callable[[Launcher, Cluster], dict[int, dict[str, object]]] | None = None
+    # `down NAME --context C` of a backend whose runs name a kubeconfig context (kubernetes): (C, run id -> the
+    # cluster's run records) -> (the records to check, each pointed at C where the context it names is gone from
+    # the kubeconfig; what was done, said); a UsageError (exit 2) when C is not a context, or a run names another
+    # that still exists. None: `--context` is refused for this backend's clusters
+    in_context: Callable[[str, Mapping[str, Record]], tuple[dict[str, Record], list[str]]] | None = None
 
 
 def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:

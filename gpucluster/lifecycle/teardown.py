@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol, TypedDict
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, TypedDict
 
 from gpucluster.domain import UNWITNESSED, Check
 from gpucluster.errors import ExitCode, GpuclusterError, TeardownIncomplete, UsageError, did_you_mean
@@ -123,6 +123,19 @@ def down_targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | N
     return {cluster: c}
 
 
+def open_run_ids(ledger: Ledger, name: str) -> set[str]:
+    """The runs of cluster `name` that `down` checks: those with open rows, and those killed before their first
+    row (issue 45 item 7)."""
+    ids: set[str] = {r["run_id"] for r in ledger.open_resources(name)}
+    return ids | {r.id for r in orphaned_runs(ledger, name) if r.id is not None}
+
+
+def run_records(ledger: Ledger, name: str) -> dict[str, JsonObject]:
+    """run id -> the JSON form of its ledger record ({} when it has none), of the runs `down` checks."""
+    records = {rid: ledger.get_run(rid) for rid in sorted(open_run_ids(ledger, name))}
+    return {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
+
+
 def check_project(project: str, targets: dict[str, str], backends: dict[str, Plugin]) -> str:
     """`down --project`: only for clusters whose backend has projects."""
     others = sorted(n for n, c in targets.items() if "project" not in backends[c].traits.flags)
@@ -162,7 +175,8 @@ def ownership_of(ledger: Ledger, *, any_owner: bool = False, stacks: tuple[str, 
 
 def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[str], Provider], backend: Plugin,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
-              ack_unwitnessed: bool | Callable[[str], bool] = False, any_owner: bool = False) -> Downed:
+              ack_unwitnessed: bool | Callable[[str], bool] = False, any_owner: bool = False,
+              context: str | None = None) -> Downed:
     """Delete `name`, then check independently what is left; the ledger's rows are closed only
     when the check is verified (else each open run gets the verdict). Only what is ours is deleted
     and counted (`any_owner`: every owner's); the rest found under the name is in the verdict's
@@ -173,7 +187,9 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
     nothing of the run, so the verdict stays "not verified" until `ack_unwitnessed` (the person
     says they checked those nodes themselves), which is then recorded with each such run. A callable
     `ack_unwitnessed` acknowledges only the lines it accepts (the recovery loop: the nodes it saw lost,
-    whose reaper could not report because the node itself went away)."""
+    whose reaper could not report because the node itself went away). `context` (`down --context`, a backend
+    with `Operations.in_context`): the context the runs' objects are looked for in (theirs, or one standing in
+    for theirs once it is gone)."""
     from gpucluster.lifecycle.steps import LedgerEvents
     from gpucluster.lifecycle.owner import owner_lock, stop_owner
 
@@ -184,8 +200,7 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
             if stopped:
                 verdict["stopped_owner"] = stopped
         with owner_lock(name, "down"):
-            had_open = {r["run_id"] for r in ledger.open_resources(name)}
-            had_open |= {r.id for r in orphaned_runs(ledger, name)}  # killed before its first row (issue 45 item 7)
+            had_open = open_run_ids(ledger, name)
             provider = provider_for(cloud)
             provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
             if project:
@@ -197,7 +212,15 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
                 not_run.append(f"delete: {exc.message}")
             records = {rid: ledger.get_run(rid) for rid in sorted(had_open)}
             # the backends' check_down reads the JSON form of each record
-            runs = {rid: rec.to_dict() if rec is not None else {} for rid, rec in records.items()}
+            runs: Mapping[str, Mapping[str, object]] = {rid: rec.to_dict() if rec is not None else {}
+                                                        for rid, rec in records.items()}
+            if context is not None:
+                if backend.ops.in_context is None:
+                    raise UsageError(f"--context {context} does not apply to cluster {name} (cloud {cloud})")
+                runs, moved = backend.ops.in_context(context, runs)
+                for line in moved:
+                    say(line)
+                verdict.update(context=context, **({"context_moved": moved} if moved else {}))
             check = backend.ops.check_down(provider, name, runs).with_unchecked(*not_run)
             unwitnessed = {rid: [u for u in rec.run.unchecked if u.startswith(UNWITNESSED)]
                            for rid, rec in records.items() if rec is not None}

@@ -16,6 +16,9 @@ Where: `$GPUCLUSTER_CONFIG` when set, else `config.yaml` in the platform's user 
     gcp:
       region: us-central1
       project: my-project
+    kubernetes:
+      contexts:                      # settings per kubeconfig context (a cloud that takes --context)
+        lab: {price_per_gpu_hour: 2.50}  # the internal price of that context's runs (else --option's, else $0)
 
 Precedence, for every setting: a flag > the task file > the environment (GPUCLUSTER_CLOUD,
 GPUCLUSTER_REGION, GPUCLUSTER_ZONE, GPUCLUSTER_SSH_CIDR, GPUCLUSTER_PROJECT, GPUCLUSTER_STATE) >
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +42,9 @@ TOP_KEYS = ("cloud", "state", "budget", "notify")  # budget: a mapping of period
 # the keys of a cloud's section (each must be a flag that cloud takes)
 CLOUD_KEYS = ("region", "zone", "instance_type", "ssh_cidr", "project", "identity", "known_hosts", "remote_python",
               "python", "max_cost", "stall_minutes")
+# the keys of a `contexts:` entry in the section of a cloud that takes --context (kubernetes): per kubeconfig context
+CONTEXT_KEYS = ("price_per_gpu_hour",)
+MAX_PRICE_PER_GPU_HOUR = Decimal(1000)
 # the environment's layer: variable -> the setting (a Click parameter name, or "state")
 ENV_VARS = {"GPUCLUSTER_CLOUD": "cloud", "GPUCLUSTER_REGION": "region", "GPUCLUSTER_ZONE": "zone",
             "GPUCLUSTER_SSH_CIDR": "ssh_cidr", "GPUCLUSTER_PROJECT": "project", "GPUCLUSTER_STATE": "state"}
@@ -51,6 +58,12 @@ class UserConfig:
     clouds: dict[str, dict[str, str]] = field(default_factory=dict)  # cloud -> setting -> value
     lines: dict[str, int] = field(default_factory=dict)  # "cloud", "aws.region" -> line
     budget: dict[str, float] = field(default_factory=dict)  # period -> USD (gpucluster/costing/budget.py)
+    contexts: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)  # cloud -> context -> key -> value
+
+    def context_setting(self, cloud: str, context: str, key: str) -> tuple[str, str] | None:
+        """(the value, where it is: file and line) of a `contexts:` setting, or None."""
+        value = self.contexts.get(cloud, {}).get(context, {}).get(key)
+        return None if value is None else (value, self.where(f"{cloud}.contexts.{context}.{key}"))
 
     def where(self, key: str) -> str:
         return f"config file {str(self.path)!r}, line {self.lines.get(key, 0)}: {key}"
@@ -136,6 +149,11 @@ def _cloud_section(cfg: UserConfig, key: str, vnode: Any,
         name = str(sk.value)
         full = f"{key}.{name}"
         cfg.lines[full] = sk.start_mark.line + 1
+        if name == "contexts" and (clouds is None or "context" in clouds[key]):
+            if key in cfg.contexts:
+                raise ConfigError(f"{cfg.where(full)} is given twice; keep one")
+            cfg.contexts[key] = _contexts(cfg, full, sv)
+            continue
         if name not in CLOUD_KEYS:
             raise ConfigError(f"config file {str(cfg.path)!r}, line {cfg.lines[full]}: unknown key {full!r}"
                               f"{did_you_mean(name, CLOUD_KEYS)}; allowed in a cloud's section: "
@@ -146,6 +164,50 @@ def _cloud_section(cfg: UserConfig, key: str, vnode: Any,
             raise ConfigError(f"{cfg.where(full)}: {key} does not take --{name.replace('_', '-')}; remove it")
         section[name] = _text(cfg, full, sv)
     return section
+
+
+def _contexts(cfg: UserConfig, key: str, node: Any) -> dict[str, dict[str, str]]:
+    """`contexts:`: kubeconfig context -> its settings (CONTEXT_KEYS), each checked here."""
+    yaml = _yaml()
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{cfg.where(key)}: a mapping of kubeconfig context names to their settings "
+                          f"({', '.join(CONTEXT_KEYS)}), e.g. contexts: {{lab: {{price_per_gpu_hour: 2.50}}}}")
+    out: dict[str, dict[str, str]] = {}
+    for cnode, snode in node.value:
+        context = str(cnode.value)
+        where = f"{key}.{context}"
+        cfg.lines[where] = cnode.start_mark.line + 1
+        if context in out:
+            raise ConfigError(f"{cfg.where(where)} is given twice; keep one")
+        if not isinstance(snode, yaml.MappingNode):
+            raise ConfigError(f"{cfg.where(where)}: a mapping of settings ({', '.join(CONTEXT_KEYS)})")
+        settings: dict[str, str] = {}
+        for sk, sv in snode.value:
+            name, full = str(sk.value), f"{where}.{sk.value}"
+            cfg.lines[full] = sk.start_mark.line + 1
+            if name not in CONTEXT_KEYS:
+                raise ConfigError(f"{cfg.where(full)}: unknown key{did_you_mean(name, CONTEXT_KEYS)}; allowed in "
+                                  f"a context's settings: {', '.join(CONTEXT_KEYS)}")
+            if name in settings:
+                raise ConfigError(f"{cfg.where(full)} is given twice; keep one")
+            settings[name] = _price(cfg, full, sv)
+        out[context] = settings
+    return out
+
+
+def _price(cfg: UserConfig, key: str, node: Any) -> str:
+    """Dollars per GPU-hour, 0 to MAX_PRICE_PER_GPU_HOUR."""
+    yaml = _yaml()
+    value = yaml.SafeLoader("").construct_object(node) if isinstance(node, yaml.ScalarNode) else None
+    try:
+        price = Decimal(str(value)) if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+            else Decimal(-1)
+    except InvalidOperation:
+        price = Decimal(-1)
+    if not price.is_finite() or price < 0 or price > MAX_PRICE_PER_GPU_HOUR:
+        raise ConfigError(f"{cfg.where(key)}: {value!r} is not allowed: dollars per GPU-hour, 0 to "
+                          f"{MAX_PRICE_PER_GPU_HOUR}, e.g. 2.50")
+    return str(price)
 
 
 def state_backend() -> str | None:

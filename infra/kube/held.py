@@ -10,7 +10,8 @@ and `ssh` reaches a pod of the job running on it now.
   rows before each create) and deletes them after it, read back.
 - `cluster_leftovers(...)`: `down`'s sweep of the namespace: every object labelled with this cluster's name
   (`gpucluster-cluster`) and this home's owner id, whatever run made it (a run whose rows were lost), deleted
-  and read back; other owners' objects, and other clusters' of this home, are not listed at all.
+  and read back; other owners' objects labelled with the same cluster name (another home's cluster named
+  alike, in the same namespace) are listed as not ours and left alone; other clusters' are not listed at all.
 """
 
 from __future__ import annotations
@@ -38,27 +39,32 @@ def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
 
 
 def cluster_leftovers(api: Any, namespace: str, cluster: str, owner: str, kinds: Sequence[str],
-                      retry: Any) -> tuple[list[Leftover], list[str]]:
-    """(this cluster's objects of this owner still there after their deletion, the delete errors)."""
+                      retry: Any) -> tuple[list[Leftover], list[Leftover], list[str]]:
+    """(this cluster's objects of this owner still there after their deletion, other owners' objects labelled
+    with the same cluster name (not ours: left alone), the delete errors)."""
     from gpucluster.infra.kubernetes.gone import ROW_PREFIX, _meta, object_lists
     from gpucluster.infra.kubernetes.plan import CLUSTER_LABEL, dns_name
 
     from .cleanup import MANAGED, OWNER, RUN, delete
 
-    selector = f"{MANAGED},{CLUSTER_LABEL}={dns_name(cluster, 63)},{OWNER}={owner}"
+    named = f"{MANAGED},{CLUSTER_LABEL}={dns_name(cluster, 63)}"
 
-    def found() -> list[tuple[str, str, bool, str | None]]:
+    def found(selector: str) -> list[tuple[str, str, bool, dict[str, str]]]:
         lists = object_lists(api, namespace, selector, retry)
         out = []
         for kind in kinds:
             for item in lists[kind]():
                 name, deleting = _meta(item)
                 labels = (item.get("metadata") or {}).get("labels") if isinstance(item, dict) else item.metadata.labels
-                out.append((kind, name, bool(deleting), (labels or {}).get(RUN)))
+                out.append((kind, name, bool(deleting), dict(labels or {})))
         return out
 
-    errors = delete(api, namespace, [(k, n) for k, n, deleting, _ in found() if not deleting], retry)
-    left = [Leftover(ROW_PREFIX + k, f"{namespace}/{n}", run_id=rid,
+    mine = f"{named},{OWNER}={owner}"
+    errors = delete(api, namespace, [(k, n) for k, n, deleting, _ in found(mine) if not deleting], retry)
+    left = [Leftover(ROW_PREFIX + k, f"{namespace}/{n}", run_id=labels.get(RUN),
                      detail=f"labelled with cluster {cluster}, no deletion under way")
-            for k, n, deleting, rid in found() if not deleting]
-    return left, errors
+            for k, n, deleting, labels in found(mine) if not deleting]
+    theirs = [Leftover(ROW_PREFIX + k, f"{namespace}/{n}", run_id=labels.get(RUN), owner=labels.get(OWNER),
+                       detail=f"labelled with cluster {cluster} by another owner")
+              for k, n, _, labels in found(named) if labels.get(OWNER) != owner]
+    return left, theirs, errors

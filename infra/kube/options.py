@@ -29,7 +29,8 @@ OPTIONS = (
     "launcher",  # job (Indexed Job + headless Service) | pytorchjob (Kubeflow)
     "gpuResource",  # the extended resource the pods request [default: nvidia.com/gpu]
     "gpuProduct",  # only nodes labelled nvidia.com/gpu.product=VALUE (GPU feature discovery)
-    "pricePerGpuHour",  # an internal price per GPU-hour for the report [default: 0]
+    "pricePerGpuHour",  # an internal price per GPU-hour for the report [default: config.yaml's for the context, else 0]
+    "priceSource",  # set by `provider.prepare` (config: the price is config.yaml's for the context), not by the user
     "queue",  # a Kueue LocalQueue: the Job waits for its admission within the start deadline
     "priorityClass",
     "nodeSelector",  # k=v[,k=v]
@@ -95,6 +96,16 @@ def price_per_gpu_hour(spec: Any) -> Decimal | None:
     if not price.is_finite() or price < 0 or price > 1000:
         raise SpecError(not_allowed("option pricePerGpuHour", value, "dollars per GPU-hour, 0 to 1000, e.g. 2.50"))
     return price
+
+
+PRICE_FROM_CONFIG = "config"  # priceSource: the price came from config.yaml's `kubernetes.contexts.<context>`
+
+
+def price_source(spec: Any) -> str:
+    """Where the internal price came from, for the plan and the report."""
+    if _text(spec, "priceSource") == PRICE_FROM_CONFIG:
+        return f"config.yaml, context {spec.option('context') or '(current)'}"
+    return "--option price-per-gpu-hour"
 
 
 def labels(text: str, key: str) -> dict[str, str]:
@@ -164,6 +175,9 @@ def validate_spec(spec: Any) -> list[str]:
     create_namespace(spec)
     gpu_resource(spec)
     price_per_gpu_hour(spec)
+    source = _text(spec, "priceSource")
+    if source is not None and (source != PRICE_FROM_CONFIG or price_per_gpu_hour(spec) is None):
+        raise SpecError(not_allowed("option priceSource", source, "set by gpucluster only (a price from config.yaml)"))
     passthrough(spec)
     launcher = (_text(spec, "launcher") or "job").lower()
     if launcher not in LAUNCHERS:

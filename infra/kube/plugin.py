@@ -12,6 +12,7 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 
 from . import TRAITS, options
+from .context import gone_hint, in_context
 from .gpus import GpuNodes
 from .held import hold
 from .platform import kube_platform
@@ -129,7 +130,7 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
             found: list[Leftover] = run_leftovers(api, namespace, rid, kinds, retry)
         except Exception as exc:  # noqa: BLE001 - unreachable, refused: not checked, said
             check = check.with_unchecked(f"run {rid} in context {context}, namespace {namespace}: "
-                                         f"{getattr(exc, 'message', None) or exc}")
+                                         f"{getattr(exc, 'message', None) or exc}{gone_hint(context, name)}")
             continue
         check = (check + Check.of(found)).with_unchecked(*(f"delete {e}" for e in errors if found))
     return check + held_down(name, runs)
@@ -137,7 +138,8 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
 
 def held_down(name: str, runs: Mapping[str, Record]) -> Check:
     """A kept cluster (`up --cloud kubernetes --name`, a `host` row): every object of its namespace labelled
-    with the cluster's name and this home's owner, whatever run made it, deleted and read back."""
+    with the cluster's name and this home's owner, whatever run made it, deleted and read back; another owner's
+    labelled with the same name listed as not ours."""
     from gpucluster.lifecycle.held import HOST_KIND
     from gpucluster.infra.kubernetes.api import KubeApi, Retry
     from gpucluster.infra.kubernetes.gone import NAMESPACED
@@ -164,12 +166,13 @@ def held_down(name: str, runs: Mapping[str, Record]) -> Check:
     for context, namespace in sorted(places):
         try:
             api = KubeApi.from_api_client(access.api_client(context))
-            left, errors = cluster_leftovers(api, namespace, name, installation_id(), kinds, Retry(30))
+            left, theirs, errors = cluster_leftovers(api, namespace, name, installation_id(), kinds, Retry(30))
         except Exception as exc:  # noqa: BLE001 - unreachable, refused: not checked, said
             check = check.with_unchecked(f"cluster {name} in context {context}, namespace {namespace}: "
-                                         f"{getattr(exc, 'message', None) or exc}")
+                                         f"{getattr(exc, 'message', None) or exc}{gone_hint(context, name)}")
             continue
-        check = (check + Check.of(left)).with_unchecked(*(f"delete {e}" for e in errors if left))
+        check = (check + Check.of(left) + Check(not_ours=tuple(theirs))).with_unchecked(
+            *(f"delete {e}" for e in errors if left))
     return check
 
 
@@ -209,7 +212,8 @@ def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
             else "CPU only")
     where = f"context {spec.option('context') or '(current)'}, namespace {spec.option('namespace') or '(the context’s)'}"
     price = options.price_per_gpu_hour(spec)
-    cost = f", internal price ${hourly(spec):.2f}/hour" if price is not None else ", $0 (not rented by gpucluster)"
+    cost = (f", internal price ${hourly(spec):.2f}/hour: ${price}/GPU-hour from {options.price_source(spec)}"
+            if price is not None else ", $0 (not rented by gpucluster)")
     return f"{spec.nodes} pod(s) on kubernetes ({where}; {gpus}, {nproc} process(es)/pod{cost})"
 
 
@@ -218,5 +222,6 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview, hold=hold),
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview, hold=hold,
+                   in_context=in_context),
 )

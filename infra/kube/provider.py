@@ -22,16 +22,24 @@ def prepare(spec: Any, *, detect: Any = True) -> tuple[Any, list[str]]:
     the cluster is not asked here), and what the run costs, said. `detect=None` (a dry run after a
     failure): the spec as given."""
     notes: list[str] = []
+    given = dict(spec.options)
+    given.pop("priceSource", None)  # gpucluster's own mark, set below
     if detect is None:
-        return spec, notes
+        return spec.replace(options=tuple(sorted(given.items()))), notes
     try:
         where = access.target(spec.option("context"), options.namespace(spec))
     except UsageError as exc:
         raise SpecError(exc.message) from None
-    given = dict(spec.options)
     given.update(context=where.context, namespace=where.namespace)
     notes.append(f"detected from the kubeconfig: context {where.context}, namespace {where.namespace} "
                  f"({where.namespace_from})")
+    if price_per_gpu_hour(spec) is None:  # --option price-per-gpu-hour wins over config.yaml's for the context
+        from gpucluster.plan.userconfig import load_config
+
+        found = load_config().context_setting("kubernetes", where.context, "price_per_gpu_hour")
+        if found is not None:
+            given.update(pricePerGpuHour=found[0], priceSource=options.PRICE_FROM_CONFIG)
+            notes.append(f"internal price ${found[0]}/GPU-hour from config.yaml, context {where.context} ({found[1]})")
     return spec.replace(options=tuple(sorted(given.items()))), notes
 
 
@@ -157,7 +165,8 @@ def run_where(record: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def internal_cost(spec: Mapping[str, Any], seconds: float) -> tuple[Decimal, str] | None:
-    """The run's internal price (--option price-per-gpu-hour: its GPUs for the time the run held them), or None."""
+    """The run's internal price (--option price-per-gpu-hour, else config.yaml's for its context: its GPUs for the
+    time the run held them), or None."""
     from gpucluster.spec import ClusterSpec
 
     try:
@@ -169,5 +178,5 @@ def internal_cost(spec: Mapping[str, Any], seconds: float) -> tuple[Decimal, str
         return None
     gpus = (parsed.gpus_per_node or 0) * parsed.nodes
     amount = (price * gpus * Decimal(str(seconds)) / 3600).quantize(Decimal("0.0001"))
-    return amount, (f"an internal price of ${price}/GPU-hour (--option price-per-gpu-hour) × {gpus} GPU(s) × "
+    return amount, (f"an internal price of ${price}/GPU-hour ({options.price_source(parsed)}) × {gpus} GPU(s) × "
                     f"{seconds / 3600:.4f} h = ${amount}; not a bill from any cloud")
