@@ -70,7 +70,7 @@ class Holding(Provider):
 
     def __init__(self, provider: Provider, found: dict[int, dict[str, object]], reach: dict[str, str]):
         self.inner, self.found, self.reach = provider, found, dict(reach)
-        self.cloud = getattr(provider, "cloud", "")
+        self.cloud = provider.cloud
         self._written: list[str] = []
 
     def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:

@@ -132,7 +132,7 @@ class Prepared:
     def shape(self) -> dict[str, str | None]:
         """The machine and GPUs planned, as `--dry-run --json` and the plan show them: the instance type
         (the one `--gpu` picked included) and `gpu` as TYPE:COUNT per node (None where none)."""
-        gpu = getattr(self.estimate, "gpu", None)
+        gpu = None if self.estimate is None else self.estimate.gpu
         if gpu is None and self.spec.accelerator and self.spec.gpus_per_node:
             from gpucluster.catalog.gpus import lookup
 
