@@ -41,8 +41,12 @@ def annotations(tree: ast.AST) -> list[ast.expr]:
                 found.append(node.returns)
         elif isinstance(node, ast.AnnAssign):
             found.append(node.annotation)
-        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Subscript, ast.BinOp)):
-            found.append(node.value)  # a type alias (or an indexing expression: only counted when it names Any)
+            if node.value is not None and ast.unparse(node.annotation).endswith("TypeAlias"):
+                found.append(node.value)  # `Client: TypeAlias = Any` counts like `Client = Any`
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Subscript, ast.BinOp, ast.Name, ast.Attribute)):
+            # a type alias (`Row = dict[str, Any]`, `Client = Any`; an indexing expression or a plain
+            # assignment is only counted when it names Any), so an alias is counted once where it is made
+            found.append(node.value)
     return found
 
 

@@ -15,16 +15,19 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from gpucluster.events import Phase
 
-__all__ = ["DestKind", "JsonObject", "OutputDest", "OutputVerdict", "Phase", "PhaseStatus", "RunStatus", "StrEnum", "TeardownVerdict",
+__all__ = ["DestKind", "JsonMapping", "JsonObject", "OutputDest", "OutputVerdict", "Phase", "PhaseStatus", "RunStatus", "StrEnum", "TeardownVerdict",
            "parse"]
 
 # Any: a JSON object as its writer made it (a ledger JSON column, a metric record, a price snapshot,
 # a stack's outputs): readers look keys up; its shape is the writer's, not a type of this package
 JsonObject = dict[str, Any]
+# the same, read only (a reader that must not change what it was given)
+JsonMapping = Mapping[str, Any]
 
 
 class StrEnum(str, enum.Enum):

@@ -5,7 +5,8 @@
   package: the core and the CLI reach backends through `infra/registry.py` and the contract;
 - every part shared code reaches on a backend (`plugin(name).X`, `traits(name).X`) is declared by
   the contract (`Plugin`, `Traits`), so nothing needs probing with `getattr`;
-- no source file is over about 500 lines;
+- (issue 39 item 1) the 500-line cap that stood here is gone: tests/test_package_order.py is the layout
+  rule now, and a module may be long when it is one thing;
 - the registry and every backend package import no cloud SDK or torch;
 - (issue 23, item 2) no core module (`gpucluster/*`) imports an infra module but the contract: the
   registry is consulted only at the composition roots (`cli/`, `infra/program.py`).
@@ -177,11 +178,6 @@ def test_every_part_reached_through_the_registry_is_declared_by_the_contract():
                 "traits": set(Traits.__dataclass_fields__) | set(dir(Traits))}
     missing = sorted(c for c in called if c[1] not in declared[c[0]])
     assert missing == []
-
-
-@pytest.mark.parametrize("path", ALL_SOURCE, ids=_rel)
-def test_no_source_file_is_over_about_500_lines(path):
-    assert len(path.read_text().splitlines()) <= 500
 
 
 def test_registry_and_backend_packages_import_no_sdk():
