@@ -144,6 +144,19 @@ def machine_shape(machine_type: str) -> tuple[int, Decimal] | None:
 
 DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
 
+# The training image by the GPU's generation, when the option `image` names none (public PyTorch images,
+# docker.io/pytorch/pytorch, torch only; tags chosen 2026-11-28). PyTorch 2.11's cu128/cu130 wheels dropped
+# sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
+# CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
+# Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
+# compatibility). Both tags exist on Docker Hub as written (checked 2026-11-28 from here without Docker Hub's
+# API: public Dockerfiles pin them by digest, e.g. `pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c74...`
+# and the linux/amd64 digest `sha256:2b59b1b9...` of the cuda12.6 tag; the tags follow the pytorch/pytorch
+# release Dockerfile's `<version>-cuda<major.minor>-cudnn<major>-runtime` naming; linux/amd64 only).
+LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+
+
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
@@ -431,8 +444,6 @@ def _warnings(spec: ClusterSpec, r: ClusterSpec, gpu: str) -> list[str]:
         )
     image = str(spec.option("image") or "").strip()
     if image and gpu == "V100":  # the user's own image on Volta (sm_70): said before anything is created
-        from .gke import LEGACY_GPU_IMAGE
-
         warnings.append(
             f"image {image} on V100: PyTorch's cu128 and cu130 builds (2.11 and later) have no kernels for the V100 "
             "(sm_70; pytorch/pytorch#172352) and CUDA 13 dropped Volta, so such an image fails the health check "

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpucluster.domain import Cluster
     from gpucluster.watch.launch import JobSpec
 
+from .catalog import CURRENT_GPU_IMAGE, LEGACY_GPU_IMAGE, machine_shape
 from .gcs import OBJECTS_KSA
 from .maintenance import maintenance_notice
 
@@ -118,8 +119,6 @@ def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
 def pod_requests(machine_type: str | None) -> dict[str, str]:
     """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
     type is not a GPU machine type this code knows (N1, G2, A2, A3: `catalog.machine_shape`)."""
-    from .catalog import machine_shape
-
     shape = machine_shape(machine_type) if machine_type else None
     if shape is None:
         return {}
@@ -155,19 +154,6 @@ def object_account(cluster: Cluster, job: JobSpec) -> tuple[str, str] | None:
 def account_annotations(gsa: str) -> dict[str, str]:
     """The Kubernetes service account acts as the Google service account `gsa` (GKE Workload Identity)."""
     return {"iam.gke.io/gcp-service-account": gsa}
-
-
-# The training image by the GPU's generation, when the option `image` names none (public PyTorch images,
-# docker.io/pytorch/pytorch, torch only; tags chosen 2026-11-28). PyTorch 2.11's cu128/cu130 wheels dropped
-# sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
-# CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
-# Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
-# compatibility). Both tags exist on Docker Hub as written (checked 2026-11-28 from here without Docker Hub's
-# API: public Dockerfiles pin them by digest, e.g. `pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c74...`
-# and the linux/amd64 digest `sha256:2b59b1b9...` of the cuda12.6 tag; the tags follow the pytorch/pytorch
-# release Dockerfile's `<version>-cuda<major.minor>-cudnn<major>-runtime` naming; linux/amd64 only).
-LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
-CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 
 
 def default_image(outputs: JsonMapping) -> str | None:

@@ -14,7 +14,7 @@ dispatch) is `gpucluster.infra.leftovers`."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import GpuclusterError, require
@@ -22,9 +22,7 @@ from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted, with_marks
 
 from .marks import marks_from_description
-
-if TYPE_CHECKING:
-    from .preflight import GoogleApi
+from .preflight import IAM, Google, GoogleApi
 
 # Any: google-cloud-container's ClusterManagerClient and the proto-plus messages it answers with
 # (Cluster, Operation) are read by attribute here, and tests hand in stand-ins with those attributes
@@ -171,7 +169,6 @@ def delete(leftovers: list[Leftover], *, client: GkeClient | None = None, wait_s
 
 
 # -- the pods' service accounts (no labels: id prefix and description markers) -------------------
-IAM = "https://iam.googleapis.com/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
 ACCOUNT_PREFIX = "gpuc-"  # gcs.account_id
 _MARK = re.compile(r"(managed-by|gpucluster-cluster|gpucluster-run|buckets)=([a-z0-9._,-]+)")
@@ -185,8 +182,6 @@ def markers(description: str) -> dict[str, str]:
 def _google(client: GoogleApi | None) -> GoogleApi:
     if client is not None:
         return client
-    from .preflight import Google
-
     return Google()
 
 

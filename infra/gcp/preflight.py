@@ -60,12 +60,12 @@ from gpucluster.spec import ClusterSpec
 from gpucluster.states import JsonMapping, JsonObject
 
 from . import catalog, shapes
-from .leftovers import IAM
 
 SERVICES = (("container.googleapis.com", "Kubernetes Engine API"), ("compute.googleapis.com", "Compute Engine API"))
 SERVICE_USAGE = "https://serviceusage.googleapis.com/v1"
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
+IAM = "https://iam.googleapis.com/v1"
 QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 BILLING_PAGE = "https://console.cloud.google.com/billing/linkedaccount?project={project}"
 V100, V100_SPOT = "NVIDIA_V100_GPUS", "PREEMPTIBLE_NVIDIA_V100_GPUS"
