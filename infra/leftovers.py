@@ -17,10 +17,11 @@ and run of each find; `delete_leftovers(list)` deletes in dependency order and r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from gpucluster.domain import Check, Leftover
 from gpucluster.infra.contract import Provisioner, ScanScope
+from gpucluster.states import JsonMapping
 
 MANAGED_BY = ("managed-by", "gpucluster")
 CLUSTER_TAG = "gpucluster-cluster"
@@ -85,7 +86,7 @@ def wanted_found(f: Found, name: str | None, run_id: str | None) -> bool:
 
 
 # -- the entry points -------------------------------------------------------------------------------
-def scope_of(options: Mapping[str, Any]) -> ScanScope:
+def scope_of(options: JsonMapping) -> ScanScope:
     """A `ScanScope` from loose options: regions (aws), project (gcp), owner (whose global resources
     are listed), session / gke_client / google (clients)."""
     return ScanScope(regions=tuple(options.get("regions") or ()), project=options.get("project"),

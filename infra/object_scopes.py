@@ -6,13 +6,13 @@ passing its own URL check. Imports nothing heavy."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from gpucluster.errors import UsageError
-from gpucluster.spec import scope_urls as checked
+from gpucluster.spec import ClusterSpec, scope_urls as checked
 
 
-def scopes(spec: Any, parse: Callable[[str, str], str]) -> tuple[list[str], list[str]]:
+def scopes(spec: ClusterSpec, parse: Callable[[str, str], str]) -> tuple[list[str], list[str]]:
     """(reads, writes): the spec's object-storage scopes, each URL checked by the backend's `parse`."""
     return checked(spec.reads, "read scope", parse), checked(spec.writes, "write scope", parse)
 

@@ -8,17 +8,23 @@ validated before any resource is declared: a bad spec declares nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucluster.errors import SpecError
 from gpucluster.infra.registry import NAMES, plugin, traits
 from gpucluster.spec import ClusterSpec, normalize, validate
 from gpucluster.plan.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 __all__ = ["GENERIC_KEYS", "NAMESPACE", "main", "namespace_config", "run", "sanitize_name", "spec_from_config"]
 
 
-def run(spec: ClusterSpec, chosen: Any = None) -> dict[str, Any]:
+def run(spec: ClusterSpec, chosen: Plugin | None = None) -> dict[str, Any]:
+    # Any: the values are pulumi Outputs of what each component exported (`Provisioner.declare` gives them
+    # as objects); the callers await them (`Output.future`)
     """Validate (raising before anything is declared), declare the cloud's component, export."""
     import pulumi
 
@@ -36,11 +42,11 @@ def run(spec: ClusterSpec, chosen: Any = None) -> dict[str, Any]:
     return outputs
 
 
-def namespace_config() -> dict[str, Any]:
+def namespace_config() -> JsonObject:
     """The `gpucluster:` keys of the running stack's config (prefix removed)."""
     from pulumi.runtime import config as runtime_config
 
-    merged: dict[str, Any] = {}
+    merged: JsonObject = {}
     merged.update(runtime_config.get_config_env())
     merged.update(runtime_config.CONFIG.get())
     prefix = f"{NAMESPACE}:"

@@ -1,5 +1,5 @@
 """The project's shape, said before anything is created (issue 41 items 5 and 7): the cluster's network
-and subnetwork exist, and the caller may act as the nodes' service account. `infra/gcp/preflight_project.py`
+and subnetwork exist, and the caller may act as the nodes' service account. `infra/gcp/preflight.py`
 against tests/google_fake.py's project (Compute networks, IAM serviceAccounts.get/testIamPermissions; the
 sources are there). Each case passed the preflight before this check existed and failed in `pulumi up`."""
 

@@ -28,10 +28,20 @@ from __future__ import annotations
 import configparser
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, overload
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, overload
 
 from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+    from kubernetes.client import Configuration
+
+    from gpucluster.spec import ClusterSpec
+
+    from .preflight import BillingClient, GoogleApi
 
 # cloud-platform for the APIs; userinfo.email so that GKE knows the caller by email, as RBAC bindings name
 # users (the GKE auth plugin and client-go's gcp provider ask for both; without it GKE sees a numeric id)
@@ -140,7 +150,7 @@ def _checked(project: str, source: str) -> str:
 
 
 # -- credentials ---------------------------------------------------------------------------------------
-def google_credentials(credentials: Any = None) -> Any:
+def google_credentials(credentials: Credentials | None = None) -> Credentials:
     """Application-default credentials with the scopes cloud-platform and userinfo.email, refreshed once
     (so a bad login fails here, as one line, not later inside the kubernetes client)."""
     try:
@@ -179,7 +189,7 @@ def credentials_found() -> str | None:
     return None
 
 
-def _refresh(credentials: Any) -> None:
+def _refresh(credentials: Credentials) -> None:
     import google.auth.exceptions
     import google.auth.transport.requests
 
@@ -192,11 +202,11 @@ def _refresh(credentials: Any) -> None:
         raise GcpAuthError("Google credentials gave no access token", hint=ADC_FIX)
 
 
-def bearer_token_hook(credentials: Any) -> Callable[[Any], None]:
+def bearer_token_hook(credentials: Credentials) -> Callable[[Configuration], None]:
     """A kubernetes `Configuration.refresh_api_key_hook`: before each request, refresh the token when
     it is missing or about to expire (google-auth's `valid` is false within its refresh margin)."""
 
-    def hook(configuration: Any) -> None:
+    def hook(configuration: Configuration) -> None:
         if not getattr(credentials, "valid", False):
             _refresh(credentials)
         configuration.api_key["authorization"] = credentials.token
@@ -223,7 +233,7 @@ _GKE_QUOTA_RE = re.compile(r"Insufficient (?:(?P<scope>regional|global|zonal) )?
                            r"short '(?P<short>[\d.]+)'\.? project has a quota of '(?P<limit>[\d.]+)')?")
 
 
-def v100_regions(spec: Any = None) -> list[str]:
+def v100_regions(spec: ClusterSpec | None = None) -> list[str]:
     """The regions offering the spec's GPU pool shape (V100 without a spec; the name is the old one)."""
     from gpucluster.infra.gcp import catalog
 
@@ -236,39 +246,79 @@ def is_global_quota(quota: str) -> bool:
     return quota.endswith("_ALL_REGIONS")
 
 
-def classify_quota(text: str, spec: Any = None) -> QuotaError | None:
+@dataclass(frozen=True)
+class _QuotaMatch:
+    """What a quota failure's text says: GKE's words, GCE's, or only a QUOTA_EXCEEDED marker."""
+
+    gke: re.Match[str] | None
+    gce: re.Match[str] | None
+
+    @property
+    def quota(self) -> str:
+        found = self.gke or self.gce
+        return found.group("quota") if found else "a quota"
+
+    @property
+    def limit(self) -> str | None:
+        found = self.gke or self.gce
+        return found.group("limit") if found else None
+
+    @property
+    def is_global(self) -> bool:
+        return is_global_quota(self.quota) or bool(self.gke and self.gke.group("scope") == "global") or bool(
+            self.gce and self.gce.group("glob"))
+
+    @property
+    def need(self) -> str:
+        return f", needs {self.gke.group('need')} more than is free" if self.gke and self.gke.group("short") else ""
+
+    @property
+    def asked(self) -> float:
+        return float(self.gke.group("need")) if self.gke and self.gke.group("need") else 0.0
+
+
+def _quota_match(text: str) -> _QuotaMatch | None:
+    gke = _GKE_QUOTA_RE.search(text)
+    gce = _QUOTA_RE.search(text)
+    if gke is None and gce is None and "QUOTA_EXCEEDED" not in text and "quotaExceeded" not in text:
+        return None
+    return _QuotaMatch(gke, gce)
+
+
+def _quota_region(found: _QuotaMatch, spec: ClusterSpec | None) -> str | None:
+    """The region the quota is short in: the one GCE names, else the spec's (or its zone's); None for a
+    global quota."""
+    if found.is_global:
+        return None
+    region = (found.gce.group("region") if found.gce else None) or (spec.region if spec is not None else None)
+    if region is None and spec is not None and spec.zone:
+        from gpucluster.infra.gcp import catalog
+
+        region = catalog.region_of(spec.zone)
+    return region
+
+
+def classify_quota(text: str, spec: ClusterSpec | None = None) -> QuotaError | None:
     """A `QuotaError` for GCP quota failures (GCE "Quota 'X' exceeded", GKE "Insufficient regional quota
     to satisfy request: resource "X" ...", `QUOTA_EXCEEDED`), else None. The hint fits the quota: a
     regional V100 quota can also be met in another V100 region; a global one (..._ALL_REGIONS) cannot."""
     from gpucluster.infra.gcp.preflight import quota_fix
 
-    text = text or ""
-    gke = _GKE_QUOTA_RE.search(text)
-    gce = _QUOTA_RE.search(text)
-    if gke is None and gce is None and "QUOTA_EXCEEDED" not in text and "quotaExceeded" not in text:
+    found = _quota_match(text or "")
+    if found is None:
         return None
-    found = gke or gce
-    quota = found.group("quota") if found else "a quota"
-    limit = found.group("limit") if found else None
-    glob = is_global_quota(quota) or bool(gke and gke.group("scope") == "global") or bool(
-        gce and gce.group("glob"))
-    region = None if glob else ((gce.group("region") if gce else None) or getattr(spec, "region", None))
-    if region is None and not glob and getattr(spec, "zone", None):
-        from gpucluster.infra.gcp import catalog
-
-        region = catalog.region_of(spec.zone)
+    quota, limit, glob = found.quota, found.limit, found.is_global
+    region = _quota_region(found, spec)
     others = [] if glob or not quota.endswith("_GPUS") else [r for r in v100_regions(spec) if r != region]
     where = " (all regions)" if glob else f" in {region}" if region else ""
-    need = f", needs {gke.group('need')} more than is free" if gke and gke.group("short") else ""
-    msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit}{need})" if limit else "")
-    project = getattr(spec, "project", None) or "PROJECT"
-    asked = float(gke.group("need")) if gke and gke.group("need") else 0.0
-    hint = quota_fix(str(project), quota, region, asked, others) if quota != "a quota" else (
+    msg = f"GCP quota {quota} exceeded{where}" + (f" (limit {limit}{found.need})" if limit else "")
+    project = (spec.project if spec is not None else None) or "PROJECT"
+    hint = quota_fix(str(project), quota, region, found.asked, others) if quota != "a quota" else (
         f"see the project's quotas: https://console.cloud.google.com/iam-admin/quotas?project={project}")
     return QuotaError(msg, quota=quota, region=region, regions=others, hint=hint)
 
 
-def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> Any:
+def spec_with_project(spec: ClusterSpec, flag: str | None, *, required: bool = True) -> ClusterSpec:
     """The spec with the resolved GCP project (`project`, `project_source`), so the program, the tag scan
     and the ledger (the spec is stored with the run) all use the same one."""
     project, source = resolve_project(flag or spec.project, None, required=required)
@@ -280,8 +330,8 @@ def spec_with_project(spec: Any, flag: str | None, *, required: bool = True) -> 
 
 
 def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int | None = None,
-                  instance_type: str | None = None, spot: bool = False, credentials: Any = None,
-                  google: Any = None, billing: Any = None) -> list[dict[str, Any]]:
+                  instance_type: str | None = None, spot: bool = False, credentials: Credentials | None = None,
+                  google: GoogleApi | None = None, billing: BillingClient | None = None) -> list[JsonObject]:
     """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
     from), the prerequisites of a run of the given shape (default: the default run's, 2 x n1-standard-4
     + 1 V100 in us-central1): the APIs, billing and quotas a run's preflight checks
@@ -290,7 +340,7 @@ def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: 
     from gpucluster.infra.gcp import catalog, preflight
     from gpucluster.spec import ClusterSpec
 
-    def check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+    def check(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
         return {"check": name, "ok": ok, "detail": detail, "fix": fix}
 
     checks = []

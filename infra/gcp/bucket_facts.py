@@ -13,12 +13,15 @@ Cloud Storage JSON API (the same REST client as the preflight, `preflight.Google
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import GpuclusterError
 
+if TYPE_CHECKING:
+    from .preflight import GoogleApi
 
-def bucket_facts(url: str, google: Any = None, max_pages: int = 100) -> tuple[str | None, int | None]:
+
+def bucket_facts(url: str, google: GoogleApi | None = None, max_pages: int = 100) -> tuple[str | None, int | None]:
     from .access import GcpAuthError
     from .gcs import split
     from .preflight import STORAGE, ApiError, Google

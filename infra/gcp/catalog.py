@@ -32,12 +32,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import SpecError, not_allowed
-from gpucluster.spec import parse_bool, parse_minutes
+from gpucluster.spec import ClusterSpec, parse_bool, parse_minutes
+from gpucluster.states import JsonObject
 
 from . import shapes
+
+if TYPE_CHECKING:
+    from gpucluster.catalog.select import Shape as Pickable
 
 ACCELERATOR = "nvidia-tesla-v100"
 ACCELERATORS = (ACCELERATOR,)
@@ -112,7 +116,7 @@ def n1_machine_types() -> list[str]:
 N1_GBPS_PER_VCPU, N1_MAX_GBPS = 2.0, 32.0
 
 
-def link_gbps(spec: Any) -> float | None:
+def link_gbps(spec: ClusterSpec) -> float | None:
     """What the health check expects of every node pair: the sending VM's egress limit."""
     mt = N1_MACHINE_TYPES.get(spec.instance_type or "")
     return min(N1_GBPS_PER_VCPU * mt.vcpus, N1_MAX_GBPS) if mt else None
@@ -140,6 +144,19 @@ def machine_shape(machine_type: str) -> tuple[int, Decimal] | None:
 
 DEFAULT_MACHINE_TYPE = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16", 8: "n1-standard-32"}
 
+# The training image by the GPU's generation, when the option `image` names none (public PyTorch images,
+# docker.io/pytorch/pytorch, torch only; tags chosen 2026-11-28). PyTorch 2.11's cu128/cu130 wheels dropped
+# sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
+# CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
+# Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
+# compatibility). Both tags exist on Docker Hub as written (checked 2026-11-28 from here without Docker Hub's
+# API: public Dockerfiles pin them by digest, e.g. `pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c74...`
+# and the linux/amd64 digest `sha256:2b59b1b9...` of the cuda12.6 tag; the tags follow the pytorch/pytorch
+# release Dockerfile's `<version>-cuda<major.minor>-cudnn<major>-runtime` naming; linux/amd64 only).
+LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
+CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+
+
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
@@ -149,7 +166,7 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def v100_zones(spec: Any) -> tuple[str, ...]:
+def v100_zones(spec: ClusterSpec) -> tuple[str, ...]:
     """The shipped V100 zones, or the stack's own comma list in the option `v100Zones`."""
     raw = spec.option("v100Zones")
     if raw is None or not str(raw).strip():
@@ -182,11 +199,11 @@ OPTIONS = (
 )
 
 
-def option_bool(spec: Any, key: str, default: bool = False) -> bool:
+def option_bool(spec: ClusterSpec, key: str, default: bool = False) -> bool:
     return parse_bool(f"option {key}", spec.option(key), default)
 
 
-def option_choice(spec: Any, key: str, choices: tuple[str, ...], default: str) -> str:
+def option_choice(spec: ClusterSpec, key: str, choices: tuple[str, ...], default: str) -> str:
     raw = spec.option(key)
     if raw is None or str(raw).strip() == "":
         return default
@@ -198,7 +215,7 @@ def option_choice(spec: Any, key: str, choices: tuple[str, ...], default: str) -
     raise SpecError(not_allowed(f"option {key}", raw, choices))
 
 
-def gpu_of(spec: Any) -> str:
+def gpu_of(spec: ClusterSpec) -> str:
     """The spec's GPU by gpucluster's name (V100 when none is named; a machine type that carries GPUs
     names its own). UsageError for a name not known, with the known ones."""
     from gpucluster.catalog.gpus import normalize
@@ -209,7 +226,7 @@ def gpu_of(spec: Any) -> str:
     return carried.gpu_model if carried else "V100"
 
 
-def gpu_zones(spec: Any, shape: Any) -> tuple[str, ...]:
+def gpu_zones(spec: ClusterSpec, shape: shapes.Shape) -> tuple[str, ...]:
     """The zones the GPU pool may use: option gpuZones (v100Zones for V100), else the shape's."""
     raw = spec.option("gpuZones")
     if (raw is None or not str(raw).strip()) and shape.gpu_model == "V100":
@@ -223,7 +240,7 @@ def gpu_zones(spec: Any, shape: Any) -> tuple[str, ...]:
     return zones
 
 
-def select_shape(spec: Any, gpu: str, count: int, region: str) -> Any:
+def select_shape(spec: ClusterSpec, gpu: str, count: int, region: str) -> Pickable:
     """`--gpu TYPE:COUNT`: the cheapest shape in `region` carrying exactly COUNT (host + COUNT GPU rows of
     the price catalog, the spec's market); N1 (V100, T4): the default N1 type for the count."""
     from gpucluster.catalog.prices import load_catalog
@@ -233,7 +250,7 @@ def select_shape(spec: Any, gpu: str, count: int, region: str) -> Any:
     market = "spot" if spec.spot else "on-demand"
     candidates = [s for s in shapes.SHAPES if spec.spot or s.on_demand or s.gpu_model != gpu or s.gpus != count]
 
-    def price_of(shape: Any, where: str, market: str) -> Any:
+    def price_of(shape: shapes.Shape, where: str, market: str) -> Decimal | None:
         host = prices.find("gcp", where, "instance", shape.name, market)
         card = prices.find("gcp", where, "gpu", shape.gpu_model, market)
         return None if host is None or card is None else host.price + card.price * shape.gpus
@@ -245,7 +262,27 @@ def select_shape(spec: Any, gpu: str, count: int, region: str) -> Any:
     return pick("gcp", gpu, count, region, candidates, price_of, market=market, catalog=prices)
 
 
-def resolve(spec: Any) -> Any:
+def _default_machine(spec: ClusterSpec, gpu: str, gpus: int, region: str | None) -> str | None:
+    """The machine type when none is given: N1 + attached GPUs (4 vCPUs per GPU), else the cheapest shape."""
+    if gpu in N1_LIMITS:
+        return DEFAULT_MACHINE_TYPE.get(gpus) if gpu == "V100" else next(
+            (s.name for s in shapes.shapes_for(gpu, gpus)), None)
+    return select_shape(spec, gpu, int(gpus), region or region_of(DEFAULT_ZONE)).name
+
+
+def _default_zone(spec: ClusterSpec, gpu: str, shape: shapes.Shape | None, region: str | None) -> str:
+    """The zone when none is given: the default one (or the first with the GPU), else the first of the region."""
+    zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
+    if region is None:
+        return DEFAULT_ZONE if DEFAULT_ZONE in zones or shape is None else zones[0]
+    in_region = [z for z in zones if region_of(z) == region]
+    if not in_region:
+        regions = sorted({region_of(z) for z in zones})
+        raise SpecError(not_allowed(f"region (no {gpu} zone known there)", region, regions))
+    return in_region[0]
+
+
+def resolve(spec: ClusterSpec) -> ClusterSpec:
     """The spec with the GCP defaults filled in (accelerator, GPUs, machine type, zone, disk).
 
     Raises SpecError where a default cannot be chosen (a region without zones for the GPU, a zone
@@ -258,24 +295,10 @@ def resolve(spec: Any) -> Any:
     zone, region = spec.zone, spec.region
     if region is None and zone is not None:
         region = region_of(zone)
-    machine = spec.instance_type
-    if machine is None:
-        if gpu in N1_LIMITS:  # N1 + attached GPUs: 4 vCPUs per GPU
-            machine = DEFAULT_MACHINE_TYPE.get(gpus) if gpu == "V100" else next(
-                (s.name for s in shapes.shapes_for(gpu, gpus)), None)
-        else:
-            machine = select_shape(spec, gpu, int(gpus), region or region_of(DEFAULT_ZONE)).name
+    machine = spec.instance_type if spec.instance_type is not None else _default_machine(spec, gpu, gpus, region)
     shape = shapes.shape_of(machine or "", gpu, gpus)
     if zone is None:
-        zones = gpu_zones(spec, shape) if shape is not None else v100_zones(spec)
-        if region is None:
-            zone = DEFAULT_ZONE if DEFAULT_ZONE in zones or shape is None else zones[0]
-        else:
-            in_region = [z for z in zones if region_of(z) == region]
-            if not in_region:
-                regions = sorted({region_of(z) for z in zones})
-                raise SpecError(not_allowed(f"region (no {gpu} zone known there)", region, regions))
-            zone = in_region[0]
+        zone = _default_zone(spec, gpu, shape, region)
     elif region is not None and region_of(zone) != region:
         raise SpecError(
             not_allowed("zone", zone, f"a zone of region {region} (or leave the region out)")
@@ -290,7 +313,7 @@ def resolve(spec: Any) -> Any:
     )
 
 
-def idle_minutes(spec: Any) -> int | None:
+def idle_minutes(spec: ClusterSpec) -> int | None:
     """Option idleMinutes: a whole number of minutes from 1 to the max lifetime, or None. Refused with a
     fixed-size pool (autoscale=false): nothing would remove its nodes once the hold is released."""
     value = spec.option("idleMinutes")
@@ -304,7 +327,7 @@ def idle_minutes(spec: Any) -> int | None:
     return minutes
 
 
-def validate_spec(spec: Any) -> list[str]:
+def validate_spec(spec: ClusterSpec) -> list[str]:
     """GCP checks for a GKE GPU pool; raise SpecError on the first problem, return warnings."""
     idle_minutes(spec)  # checked before anything is declared
     system_machine_type(spec)
@@ -329,7 +352,7 @@ def validate_spec(spec: Any) -> list[str]:
     return _warnings(spec, r, gpu)
 
 
-def _check_gpu(spec: Any, gpu: str) -> None:
+def _check_gpu(spec: ClusterSpec, gpu: str) -> None:
     """A GPU GKE has, in a count an N1 VM takes it in, and a zone name that is one."""
     if gpu not in shapes.ACCELERATORS:  # refused with where the GPU is (another cloud) and at what price
         from gpucluster.catalog.prices import load_catalog
@@ -347,7 +370,7 @@ def _check_gpu(spec: Any, gpu: str) -> None:
         raise SpecError(not_allowed("zone", spec.zone, "a zone name such as us-central1-a"))
 
 
-def _check_carried(spec: Any, r: Any, carried: Any, gpu: str) -> None:
+def _check_carried(spec: ClusterSpec, r: ClusterSpec, carried: shapes.Shape, gpu: str) -> None:
     """A machine type that carries its GPUs (G2 / A2 / A3): the GPU and count it has, on demand
     only where it is offered so, in a zone that has it."""
     if (carried.gpu_model, carried.gpus) != (gpu, r.gpus_per_node):
@@ -365,7 +388,12 @@ def _check_carried(spec: Any, r: Any, carried: Any, gpu: str) -> None:
         raise SpecError(not_allowed(f"zone (no {carried.name} there)", r.zone, zones))
 
 
-def _check_attached(spec: Any, r: Any, gpu: str) -> None:
+def _gpus(r: ClusterSpec) -> int:
+    """GPUs per node of a resolved spec (`resolve` always sets them)."""
+    return int(r.gpus_per_node or 0)
+
+
+def _check_attached(spec: ClusterSpec, r: ClusterSpec, gpu: str) -> None:
     """An N1 VM with attached GPUs (T4, V100): a zone that has the GPU, an N1 predefined type within
     the GPU count's vCPU and memory limits."""
     shape = shapes.shape_of(r.instance_type or "", gpu, r.gpus_per_node)
@@ -380,16 +408,16 @@ def _check_attached(spec: Any, r: Any, gpu: str) -> None:
             not_allowed(f"machine type for accelerator {spec.accelerator or gpu!r} ({gpu} needs {needs})",
                         r.instance_type, allowed)
         )
-    max_vcpus, max_gb = N1_LIMITS[gpu][r.gpus_per_node]
+    max_vcpus, max_gb = N1_LIMITS[gpu][_gpus(r)]
     if mt.vcpus > max_vcpus or mt.memory_gb > max_gb:
         raise SpecError(
             f"machine type {mt.name!r} ({mt.vcpus} vCPU, {mt.memory_gb:g} GB) is not allowed with "
             f"{r.gpus_per_node} {gpu}: at most {max_vcpus} vCPU and {max_gb:g} GB per VM; "
-            f"use more GPUs per node or a smaller type such as n1-standard-{4 * r.gpus_per_node}"
+            f"use more GPUs per node or a smaller type such as n1-standard-{4 * _gpus(r)}"
         )
 
 
-def _check_disk_and_labels(spec: Any, r: Any) -> None:
+def _check_disk_and_labels(spec: ClusterSpec, r: ClusterSpec) -> None:
     if r.disk_type not in DISK_TYPES:
         raise SpecError(not_allowed("disk type", r.disk_type, DISK_TYPES))
     series_disks = shapes.boot_disk_types(r.instance_type or "")
@@ -403,21 +431,19 @@ def _check_disk_and_labels(spec: Any, r: Any) -> None:
             )
 
 
-def _warnings(spec: Any, r: Any, gpu: str) -> list[str]:
+def _warnings(spec: ClusterSpec, r: ClusterSpec, gpu: str) -> list[str]:
     """What holds but may hurt: too few vCPUs per GPU, a user's image on V100."""
     warnings: list[str] = []
     mt = N1_MACHINE_TYPES.get(r.instance_type or "")
-    if mt is not None and mt.vcpus < MIN_VCPUS_PER_GPU * r.gpus_per_node:
+    if mt is not None and mt.vcpus < MIN_VCPUS_PER_GPU * _gpus(r):
         warnings.append(
             f"{mt.name} has {mt.vcpus} vCPU for {r.gpus_per_node} {gpu} "
-            f"({mt.vcpus / r.gpus_per_node:g} per GPU, fewer than {MIN_VCPUS_PER_GPU}): the GPUs may "
+            f"({mt.vcpus / _gpus(r):g} per GPU, fewer than {MIN_VCPUS_PER_GPU}): the GPUs may "
             "starve; in seed 003 n1-standard-4 with 4 V100 took 2m34s per epoch against 39s on "
-            f"n1-standard-16; consider n1-standard-{4 * r.gpus_per_node}"
+            f"n1-standard-16; consider n1-standard-{4 * _gpus(r)}"
         )
     image = str(spec.option("image") or "").strip()
     if image and gpu == "V100":  # the user's own image on Volta (sm_70): said before anything is created
-        from .gke import LEGACY_GPU_IMAGE
-
         warnings.append(
             f"image {image} on V100: PyTorch's cu128 and cu130 builds (2.11 and later) have no kernels for the V100 "
             "(sm_70; pytorch/pytorch#172352) and CUDA 13 dropped Volta, so such an image fails the health check "
@@ -426,7 +452,7 @@ def _warnings(spec: Any, r: Any, gpu: str) -> list[str]:
     return warnings
 
 
-def _min_nodes(spec: Any, nodes: int) -> int:
+def _min_nodes(spec: ClusterSpec, nodes: int) -> int:
     raw = spec.option("minNodes", "0")
     try:
         n = int(str(raw).strip())
@@ -437,7 +463,7 @@ def _min_nodes(spec: Any, nodes: int) -> int:
     return n
 
 
-def min_nodes(spec: Any) -> int:
+def min_nodes(spec: ClusterSpec) -> int:
     """The autoscaling floor (option `minNodes`, default 0) for a spec with `autoscale` on."""
     return _min_nodes(spec, spec.nodes)
 
@@ -450,7 +476,7 @@ _MACHINE_RE = re.compile(r"^(?:[a-z][a-z0-9]*-[a-z]+-[1-9][0-9]*(?:-lssd)?"
                          r"|e2-micro|e2-small|e2-medium|f1-micro|g1-small)$")
 
 
-def system_machine_type(spec: Any) -> str:
+def system_machine_type(spec: ClusterSpec) -> str:
     """The option `systemMachineType` (the CPU system pool's machine), checked before anything is
     created: a Compute Engine machine type name, an N1 one among N1's predefined types, never a GPU
     machine (the pool runs no training)."""
@@ -468,7 +494,7 @@ def system_machine_type(spec: Any) -> str:
     return value
 
 
-def system_pool(spec: Any) -> dict[str, Any]:
+def system_pool(spec: ClusterSpec) -> JsonObject:
     """The always-on CPU system pool the GKE component declares (a `node-pool` cost detail): it and
     the cluster fee keep billing after the dead-man switch has removed the GPU nodes."""
     return {"machine_type": system_machine_type(spec), "node_count": 1,
@@ -476,7 +502,7 @@ def system_pool(spec: Any) -> dict[str, Any]:
             "external_ipv4": EXTERNAL_IPV4_PER_NODE}
 
 
-def plan_line(spec: Any, nproc_per_node: int, hourly: Any = None) -> str:
+def plan_line(spec: ClusterSpec, nproc_per_node: int, hourly: Decimal | None = None) -> str:
     """e.g. `2 × a3-highgpu-8g (8 × H100 each), 16 training processes, $86.38/h` (spec resolved)."""
     gpu = gpu_of(spec)
     line = (f"{spec.nodes} × {spec.instance_type} ({spec.gpus_per_node} × {gpu} each), "
@@ -488,7 +514,7 @@ def plan_line(spec: Any, nproc_per_node: int, hourly: Any = None) -> str:
     return line
 
 
-def pool_zones(spec: Any) -> tuple[str, ...]:
+def pool_zones(spec: ClusterSpec) -> tuple[str, ...]:
     """The zones the spec's GPU pool may use (its shape's, or the stack's gpuZones/v100Zones): the
     capacity failover's and the quota hints' candidates."""
     r = spec if spec.instance_type else resolve(spec)

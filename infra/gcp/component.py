@@ -36,7 +36,7 @@ Validation runs before anything is declared: an invalid spec raises `SpecError` 
 from __future__ import annotations
 
 import json
-from typing import Any
+from datetime import datetime
 
 import pulumi
 import pulumi_gcp as gcp
@@ -46,6 +46,7 @@ from gpucluster.infra.gcp.component_access import declare_object_access
 from gpucluster.domain import Cluster
 from gpucluster.infra.contract import Plugin
 from gpucluster.spec import ClusterSpec, validate
+from gpucluster.states import JsonObject
 
 TYPE_TOKEN = "gpucluster:gcp:GpuCluster"
 GPU_POOL_NAME = "gpu"
@@ -117,13 +118,14 @@ EXCLUSION_MAX_DAYS = 30
 MAINTENANCE_WINDOW_START = "03:00"  # UTC; only used after the exclusion has ended
 
 
-def maintenance_policy(max_lifetime_minutes: int, now: Any = None) -> Any:
+def maintenance_policy(max_lifetime_minutes: int, now: datetime | None = None
+                       ) -> gcp.container.ClusterMaintenancePolicyArgs:
     """A NO_UPGRADES exclusion that covers the cluster from now until its max lifetime has passed (capped at
     30 days). Its start is today's midnight (UTC), not now: the program runs again at every `pulumi up` of
     the stack, and an exclusion computed from the very second would change the cluster each time (an
     update of the cluster at every `up`); from the day, it changes at most once a day. So it ends a day
     later than it must: midnight + 1 day + the lifetime + 1 hour still covers now + the lifetime + 1 hour."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import timedelta, timezone
 
     start = (now or datetime.now(timezone.utc)).replace(hour=0, minute=0, second=0, microsecond=0)
     end = start + min(timedelta(days=1, minutes=int(max_lifetime_minutes)) + timedelta(hours=1),
@@ -236,7 +238,7 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
         if autoscale:
-            count_args: dict[str, Any] = {
+            count_args: JsonObject = {
                 "initial_node_count": spec.nodes,
                 "autoscaling": gcp.container.NodePoolAutoscalingArgs(
                     min_node_count=min_nodes, max_node_count=spec.nodes
@@ -307,7 +309,7 @@ class GpuCluster(pulumi.ComponentResource):
             ).apply(lambda a: kubeconfig_for(a[0], a[1], a[2] or ""))
         )
         self.node_pool_name = self.gpu_pool.name
-        self.outputs: dict[str, Any] = {
+        self.outputs: JsonObject = {
             "cloud": "gcp",
             "cluster_name": self.cluster_name,
             "location": self.location,
@@ -332,13 +334,13 @@ class GpuCluster(pulumi.ComponentResource):
         self.register_outputs(self.outputs)
 
 
-def declare(spec: ClusterSpec, backend: Plugin) -> dict[str, Any]:
+def declare(spec: ClusterSpec, backend: Plugin) -> JsonObject:
     """Declare the GCP cluster for `spec` (inside a Pulumi program); the outputs to export."""
     component = GpuCluster(spec.name, spec=spec, backend=backend)
     return {k: v if isinstance(v, pulumi.Output) else pulumi.Output.from_input(v) for k, v in component.outputs.items()}
 
 
-def cluster_from_outputs(outputs: dict[str, Any]) -> Cluster:
+def cluster_from_outputs(outputs: JsonObject) -> Cluster:
     """A `Cluster` for the Kubernetes launcher from this stack's outputs (plain values).
 
     GKE nodes are not addressed one by one (the launcher schedules one pod per node), so `nodes` is

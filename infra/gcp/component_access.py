@@ -23,13 +23,14 @@ Outputs: `objects_service_account` (the GSA email), `objects_ksa`, `objects_name
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import pulumi
 import pulumi_gcp as gcp
 
 from gpucluster.infra.gcp import gcs
 from gpucluster.infra.gcp.marks import description_marks, marks_from_description  # noqa: F401 - part of this module's API
+from gpucluster.states import JsonObject
 
 
 def account_description(cluster_name: str, run_id: str | None, buckets: Sequence[str],
@@ -55,7 +56,7 @@ def account_description(cluster_name: str, run_id: str | None, buckets: Sequence
 def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluster_name: str, project: str,
                           namespace: str | None, reads: Sequence[str], writes: Sequence[str],
                           cluster: pulumi.Resource, labels: dict[str, str] | None = None,
-                          run_id: str | None = None) -> dict[str, Any]:
+                          run_id: str | None = None) -> JsonObject:
     """The GSA, its bucket bindings and its Workload Identity binding; the outputs to add ({} when
     there is nothing to read or write)."""
     if not reads and not writes:
@@ -96,7 +97,7 @@ def declare_object_access(parent: pulumi.Resource, resource_name: str, *, cluste
             "objects_namespace": namespace, "objects_grants": grants}
 
 
-def grant_line(b: dict[str, Any]) -> str:
+def grant_line(b: JsonObject) -> str:
     """One binding in words: "roles/storage.objectViewer on gs://data-bkt if <condition>"."""
     return f"{b['role']} on gs://{b['bucket']}" + (f" if {b['condition_expression']}" if b["condition_expression"]
                                                    else " (the whole bucket)")

@@ -9,12 +9,19 @@ notes and the estimate. Nothing is sent anywhere: the mocks answer the engine in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
 from gpucluster.errors import GpuclusterError
 from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.costing.estimate import Estimate
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+    from gpucluster.watch.launch import JobSpec
 
 PLACEHOLDER_PROJECT = "your-gcp-project"
 
@@ -40,12 +47,12 @@ class _Mocks(pulumi.runtime.Mocks):
         return {}
 
 
-def _declare(spec: ClusterSpec) -> tuple[_Mocks, dict[str, Any]]:
+def _declare(spec: ClusterSpec) -> tuple[_Mocks, JsonObject]:
     from gpucluster.infra import program
 
     mocks = _Mocks()
     pulumi.runtime.set_mocks(mocks, project="gpucluster", stack=spec.name, preview=True)
-    outputs: dict[str, Any] = {}
+    outputs: JsonObject = {}
     error: list[GpuclusterError] = []
 
     @pulumi.runtime.test
@@ -79,9 +86,9 @@ def _ints(value: Any) -> Any:
     return value
 
 
-def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
+def _summary(args: pulumi.runtime.MockResourceArgs) -> JsonObject:
     i = _ints(dict(args.inputs))
-    out: dict[str, Any] = {"type": args.typ, "name": args.name}
+    out: JsonObject = {"type": args.typ, "name": args.name}
     if args.typ == "gcp:container/cluster:Cluster":
         out.update(cluster=i.get("name"), project=i.get("project"), location=i.get("location"),
                    remove_default_node_pool=i.get("removeDefaultNodePool"),
@@ -109,7 +116,8 @@ def _summary(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
     return out
 
 
-def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[dict[str, Any]], list[str]]:
+def _manifests(outputs: JsonObject, job: JobSpec, launcher: KubernetesLauncher | None
+               ) -> tuple[list[JsonObject], list[str]]:
     from kubernetes.client import ApiClient
 
     from gpucluster.infra.kubernetes import launcher as k8s, manifests as k8s_manifests, plan as k8s_plan
@@ -141,7 +149,8 @@ def _manifests(outputs: dict[str, Any], job: Any, launcher: Any) -> tuple[list[d
     return objects, list(plan.notes)
 
 
-def dry_run(spec: ClusterSpec, *, backend: Any, job: Any = None, launcher: Any = None) -> dict[str, Any]:
+def dry_run(spec: ClusterSpec, *, backend: Plugin, job: JobSpec | None = None,
+            launcher: KubernetesLauncher | None = None) -> JsonObject:
     """Resources under Pulumi mocks, the Kubernetes manifests, the plan notes and the estimate (+ text);
     `backend`: gcp's plugin (given by `plugin.dry_run`: this module does not import the plugin back)."""
     from gpucluster.costing import cost
@@ -172,48 +181,59 @@ def dry_run(spec: ClusterSpec, *, backend: Any, job: Any = None, launcher: Any =
     return result
 
 
-def render(result: dict[str, Any], est: Any) -> str:
-    lines = ["dry run: nothing created, no credentials used (the Pulumi program ran under Pulumi's mock runtime)"]
-    lines += [f"note: {n}" for n in result["notes"]]
-    src = f" (from {result['project_source']})" if result.get("project_source") else ""
-    lines.append(f"project: {result['project']}{src}")
-    lines.append(f"Pulumi resources ({len(result['resources'])}):")
-    for r in result["resources"]:
+def _manifest_line(m: JsonMapping) -> str:
+    """One Kubernetes object the launcher applies: kind, namespace/name and what it is."""
+    meta, spec = m["metadata"], m.get("spec") or {}
+    desc = ""
+    if m["kind"] == "ConfigMap":
+        desc = f"{len(m.get('data') or {}) + len(m.get('binaryData') or {})} files mounted at /gpucluster"
+    elif m["kind"] == "Service":
+        desc = f"headless (clusterIP {spec.get('clusterIP')}), port {spec['ports'][0]['port']}"
+    elif m["kind"] == "Job":
+        pod = spec["template"]["spec"]
+        desc = (f"Indexed, completions {spec['completions']}, backoffLimitPerIndex {spec.get('backoffLimitPerIndex')}, "
+                f"activeDeadlineSeconds {spec.get('activeDeadlineSeconds')}, image "
+                f"{pod['containers'][0]['image']}, GPUs/pod "
+                f"{(pod['containers'][0].get('resources') or {}).get('limits', {}).get('nvidia.com/gpu', 0)}, "
+                f"init container {pod.get('initContainers', [{}])[0].get('name')}")
+    return f"  {m['kind']:<10} {meta['namespace']}/{meta['name']}  {desc}"
+
+
+def _resource_lines(resources: list[JsonObject]) -> list[str]:
+    lines = [f"Pulumi resources ({len(resources)}):"]
+    for r in resources:
         extra = {k: v for k, v in r.items() if k not in ("type", "name", "labels") and v not in (None, [], {})}
         lines.append(f"  {r['type']:<34} {r['name']}")
         if extra:
             lines.append("      " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+    return lines
+
+
+def _estimate_lines(result: JsonMapping, est: Estimate) -> list[str]:
+    lines = ["estimate: " + result["estimate_line"]]
+    lines += [f"  {ln['category']:<12} {ln['description']:<46} ${Decimal_str(ln['hourly'])}/h" for ln in est.lines]
+    lines += [f"  note: {n}" for n in est.notes]
+    return lines
+
+
+def render(result: JsonMapping, est: Estimate) -> str:
+    lines = ["dry run: nothing created, no credentials used (the Pulumi program ran under Pulumi's mock runtime)"]
+    lines += [f"note: {n}" for n in result["notes"]]
+    src = f" (from {result['project_source']})" if result.get("project_source") else ""
+    lines.append(f"project: {result['project']}{src}")
+    lines += _resource_lines(result["resources"])
     if result["manifests"]:
         lines.append("Kubernetes objects the launcher applies (and deletes at the end):")
-        for m in result["manifests"]:
-            meta, spec = m["metadata"], m.get("spec") or {}
-            desc = ""
-            if m["kind"] == "ConfigMap":
-                desc = f"{len(m.get('data') or {}) + len(m.get('binaryData') or {})} files mounted at /gpucluster"
-            elif m["kind"] == "Service":
-                desc = f"headless (clusterIP {spec.get('clusterIP')}), port {spec['ports'][0]['port']}"
-            elif m["kind"] == "Job":
-                pod = spec["template"]["spec"]
-                desc = (f"Indexed, completions {spec['completions']}, backoffLimitPerIndex {spec.get('backoffLimitPerIndex')}, "
-                        f"activeDeadlineSeconds {spec.get('activeDeadlineSeconds')}, image "
-                        f"{pod['containers'][0]['image']}, GPUs/pod "
-                        f"{(pod['containers'][0].get('resources') or {}).get('limits', {}).get('nvidia.com/gpu', 0)}, "
-                        f"init container {pod.get('initContainers', [{}])[0].get('name')}")
-            lines.append(f"  {m['kind']:<10} {meta['namespace']}/{meta['name']}  {desc}")
-    for n in result["plan"]:
-        lines.append(f"  {n}")
+        lines += [_manifest_line(m) for m in result["manifests"]]
+    lines += [f"  {n}" for n in result["plan"]]
     if result.get("idle_stop"):
         lines.append("Kubernetes objects installed after the stack is up (the idle stop; they go with the cluster):")
         lines += [f"  {o['kind']:<14} {o['namespace']}/{o['name']}" for o in result["idle_stop"]]
-    lines.append("estimate: " + result["estimate_line"])
-    for ln in est.lines:
-        lines.append(f"  {ln['category']:<12} {ln['description']:<46} ${Decimal_str(ln['hourly'])}/h")
-    for n in est.notes:
-        lines.append(f"  note: {n}")
+    lines += _estimate_lines(result, est)
     return "\n".join(lines)
 
 
-def Decimal_str(value: Any) -> str:  # noqa: N802 - a tiny formatter
+def Decimal_str(value: object) -> str:  # noqa: N802 - a tiny formatter
     from decimal import ROUND_HALF_UP, Decimal
 
     return str(Decimal(str(value)).quantize(Decimal("0.0001"), ROUND_HALF_UP))

@@ -5,7 +5,12 @@ failures (stockouts: which zone, which V100 zones to try next). Imports nothing 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Callable
+
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
 
 PULUMI_KINDS = {
     "gcp:container/cluster:Cluster": "gke-cluster",
@@ -23,7 +28,7 @@ CAPACITY_MARKERS = (
 ZONE = r"[a-z]+-[a-z]+\d+-[a-z]"
 
 
-def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
+def resource_detail(kind: str, inputs: JsonMapping, spec: ClusterSpec | None) -> JsonObject:
     """What the cost code needs about a requested node pool or GKE cluster: from its inputs, else
     from the spec."""
     inputs = inputs or {}
@@ -31,8 +36,8 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
         cfg = inputs.get("nodeConfig") or {}
         accel = (cfg.get("guestAccelerators") or [{}])[0]
         return {
-            "machine_type": cfg.get("machineType") or getattr(spec, "instance_type", None),
-            "node_count": inputs.get("nodeCount") or inputs.get("initialNodeCount") or getattr(spec, "nodes", 1),
+            "machine_type": cfg.get("machineType") or (spec.instance_type if spec is not None else None),
+            "node_count": inputs.get("nodeCount") or inputs.get("initialNodeCount") or (spec.nodes if spec is not None else 1),
             "gpus_per_node": accel.get("count", 0),
             "accelerator": accel.get("type"),
             "spot": bool(cfg.get("spot") or cfg.get("preemptible")),
@@ -43,25 +48,26 @@ def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str
             "external_ipv4": 0 if (inputs.get("networkConfig") or {}).get("enablePrivateNodes") else 1,
         }
     if kind == "gke-cluster":
-        loc = inputs.get("location") or getattr(spec, "zone", None) or getattr(spec, "region", None)
+        loc = inputs.get("location") or (spec.zone or spec.region if spec is not None else None)
         return {"location": loc, "zonal": bool(loc and re.fullmatch(ZONE, str(loc)))}
     return {}
 
 
-def capacity_zones(spec: Any, text: str, zone_lister: Any = None) -> tuple[str | None, list[str], str]:
+def capacity_zones(spec: ClusterSpec, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None
+                   ) -> tuple[str | None, list[str], str]:
     """(the zone that ran out, the zones offering the pool's shape to try next: same region first, what
     could not be placed) from a GKE/GCE stockout."""
     from . import catalog
 
     any_zone = re.search(r"\b(" + ZONE + r")\b", text)
-    zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
+    zone = any_zone.group(1) if any_zone else spec.zone
     try:
         zones = list(catalog.pool_zones(spec))
     except Exception:  # noqa: BLE001 - the zones to try next are a suggestion: best effort
         zones = []
     region = catalog.region_of(zone) if zone else None
     same = [z for z in zones if region and z.startswith(region + "-")]
-    return zone, same + [z for z in zones if z not in same], f"{getattr(spec, 'accelerator', None) or 'GPU'} nodes"
+    return zone, same + [z for z in zones if z not in same], f"{spec.accelerator or 'GPU'} nodes"
 
 
 # IAM is eventually consistent (https://cloud.google.com/iam/docs/access-change-propagation: "typically
@@ -75,7 +81,7 @@ NOT_VISIBLE_YET = (r"Service account \S+ does not exist", r"Identity Pool does n
 RELAUNCH_DELAYS = (5.0, 10.0, 20.0, 40.0, 45.0)
 
 
-def relaunch(spec: Any, text: str) -> tuple[str | None, str] | None:
+def relaunch(spec: ClusterSpec, text: str) -> tuple[str | None, str] | None:
     """(None: run the same `up` again, why) when a failed `up` is IAM not showing what was just made."""
     if re.search(NOT_VISIBLE_YET[0], text):
         return None, "IAM does not show the pods' new service account yet (IAM changes take up to minutes to apply)"

@@ -29,9 +29,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gpucluster.errors import SpecError
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
 
 SCHEME = "gs://"
 READ_OPTION, WRITE_OPTION = "gcsRead", "gcsWrite"
@@ -103,7 +107,7 @@ def parse_url(text: str, what: str) -> str:
     return check(text, what, SCHEME, ALLOWED, bucket_problem, prefix_problem)
 
 
-def scopes(spec: Any) -> tuple[list[str], list[str]]:
+def scopes(spec: ClusterSpec) -> tuple[list[str], list[str]]:
     """(read URLs, write URLs) the component grants the nodes: the spec's `reads`/`writes`, checked."""
     from gpucluster.infra.object_scopes import scopes as checked
 
@@ -126,7 +130,7 @@ def account_id(cluster_name: str) -> str:
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def namespace_of(spec: Any) -> str:
+def namespace_of(spec: ClusterSpec) -> str:
     """The Kubernetes namespace the pods run in (option `namespace`, the launcher's), checked as a
     DNS-1123 label since it goes into the Workload Identity member."""
     ns = dict(spec.options).get("namespace") or DEFAULT_NAMESPACE
@@ -178,12 +182,12 @@ def write_condition(bucket: str, prefix: str) -> str:
     return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/")'
 
 
-def iam_bindings(reads: Sequence[str], writes: Sequence[str]) -> list[dict[str, Any]]:
+def iam_bindings(reads: Sequence[str], writes: Sequence[str]) -> list[JsonObject]:
     """One bucket IAM binding per URL (covered URLs dropped): {url, bucket, role, condition_title,
     condition_expression, condition_description}; the condition keys are None for a whole bucket
     (what was asked for). The prefixes were checked by `parse_url` (no quote or backslash can end
     the string literals)."""
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for verb, role, urls, expr in (("read", READ_ROLE, reads, read_condition),
                                    ("write", WRITE_ROLE, writes, write_condition)):
         for url in _covered(urls):

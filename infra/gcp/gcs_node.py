@@ -184,14 +184,8 @@ class Gcs:
         url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
         refreshed, attempt = False, 0
         while True:
-            headers, token, body = {}, None, None
-            if self.tokens is not None:
-                token = self.tokens.get()
-                headers["Authorization"] = "Bearer " + token
-            if upload is not None:
-                headers["Content-Type"] = "application/octet-stream"
-                headers["Content-Length"] = str(os.path.getsize(upload))
-                body = open(upload, "rb")
+            headers, token = self._headers(upload)
+            body = open(upload, "rb") if upload is not None else None
             try:
                 req = urllib.request.Request(url, data=body, headers=headers, method=method)
                 with urllib.request.urlopen(req, timeout=300) as r:
@@ -199,20 +193,16 @@ class Gcs:
                         return json.loads(r.read().decode() or "{}")
                     return save(r, out)
             except urllib.error.HTTPError as exc:
-                status, why = exc.code, error_text(exc)
-                if status == 401 and token is not None and not refreshed:
-                    self.tokens.invalidate(token)
+                step = self._after_http_error(exc, token, refreshed, attempt, upload, (path, bucket, target))
+                if step == "refresh":
                     refreshed = True
                     continue
-                if status == 412 and upload is not None and attempt > 0:
+                if step == "stored":
                     return None  # an earlier attempt stored it (ifGenerationMatch=0)
-                if status == 403 and self.grants.pending():  # a new grant on its way: wait for it
+                if step == "grant":  # a new grant on its way: wait for it
                     time.sleep(min(32.0, backoff(min(attempt, 5))))
                     attempt += 1
                     continue
-                if status not in RETRY_STATUS or attempt + 1 >= ATTEMPTS:
-                    who = self.principal() if status in (401, 403) else None
-                    raise Failure(explain(status, why, path, bucket, target, who, self.grants.wait_s), status) from None
             except (OSError, ValueError, http.client.HTTPException) as exc:  # resets, timeouts, a cut-off body
                 if attempt + 1 >= ATTEMPTS:
                     raise Failure("cannot reach %s: %s: %s" % (self.base, type(exc).__name__, exc)) from None
@@ -221,6 +211,35 @@ class Gcs:
                     body.close()
             time.sleep(backoff(attempt))
             attempt += 1
+
+    def _headers(self, upload):
+        """The headers of one attempt, and the token they carry (None without tokens)."""
+        headers, token = {}, None
+        if self.tokens is not None:
+            token = self.tokens.get()
+            headers["Authorization"] = "Bearer " + token
+        if upload is not None:
+            headers["Content-Type"] = "application/octet-stream"
+            headers["Content-Length"] = str(os.path.getsize(upload))
+        return headers, token
+
+    def _after_http_error(self, exc, token, refreshed, attempt, upload, where):
+        """What an HTTP error means for `call`: "refresh" (a stale token, dropped: once), "stored" (a
+        retried upload finds the object), "grant" (403 while a new grant is on its way), "retry" (a
+        status worth another attempt); Failure when it failed for good."""
+        status, why = exc.code, error_text(exc)
+        if status == 401 and token is not None and not refreshed:
+            self.tokens.invalidate(token)
+            return "refresh"
+        if status == 412 and upload is not None and attempt > 0:
+            return "stored"
+        if status == 403 and self.grants.pending():
+            return "grant"
+        if status not in RETRY_STATUS or attempt + 1 >= ATTEMPTS:
+            path, bucket, target = where
+            who = self.principal() if status in (401, 403) else None
+            raise Failure(explain(status, why, path, bucket, target, who, self.grants.wait_s), status) from None
+        return "retry"
 
     def list(self, bucket, prefix):
         """[(name, size, md5Hash or None, gzip)] of every object whose name starts with `prefix`."""

@@ -10,18 +10,26 @@ account through Workload Identity; the component makes the binding: `component_a
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import LaunchError, require
 from gpucluster.infra.kubernetes.api import KubeApi, ca_file
 from gpucluster.infra.kubernetes.platform import Platform
+from gpucluster.states import JsonMapping
 
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+    from gpucluster.domain import Cluster
+    from gpucluster.watch.launch import JobSpec
+
+from .catalog import CURRENT_GPU_IMAGE, LEGACY_GPU_IMAGE, machine_shape
 from .gcs import OBJECTS_KSA
 from .maintenance import maintenance_notice
 
 
 # -- the API ---------------------------------------------------------------------------------------
-def api_from_gke(kubeconfig: str, *, credentials: Any = None) -> KubeApi:
+def api_from_gke(kubeconfig: str, *, credentials: Credentials | None = None) -> KubeApi:
     """From the GKE stack's kubeconfig (server and CA only) with a bearer token from Google
     application-default credentials (google-auth), refreshed before it expires. No gcloud and no
     `gke-gcloud-auth-plugin` are needed; the kubeconfig's exec entry is for kubectl users."""
@@ -47,10 +55,10 @@ def api_from_gke(kubeconfig: str, *, credentials: Any = None) -> KubeApi:
     return KubeApi.from_api_client(k8s.client.ApiClient(configuration))
 
 
-def cluster_api(cluster: Any, credentials: Any = None) -> KubeApi:
+def cluster_api(cluster: Cluster, credentials: Credentials | None = None) -> KubeApi:
     """The API of a gcp cluster: its stack's kubeconfig with Google credentials; without one (a
     cluster given by hand), the cluster's kubeconfig or ~/.kube/config."""
-    kubeconfig = getattr(cluster, "kubeconfig", None)
+    kubeconfig = cluster.kubeconfig
     if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials
         from .access import GcpAuthError
 
@@ -62,7 +70,7 @@ def cluster_api(cluster: Any, credentials: Any = None) -> KubeApi:
 
 
 # -- where the pods run, and what they request ------------------------------------------------------
-def node_selector(outputs: Mapping[str, Any]) -> dict[str, str]:
+def node_selector(outputs: JsonMapping) -> dict[str, str]:
     """The GPU pool's node labels (GKE sets them on every node of a pool) from the stack's outputs."""
     selector = {}
     if outputs.get("accelerator_type"):
@@ -111,8 +119,6 @@ def allocatable(vcpus: float, mem_gib: float) -> tuple[float, float]:
 def pod_requests(machine_type: str | None) -> dict[str, str]:
     """{"cpu": "2920m", "memory": "10148Mi"} for a pod that has the node to itself; {} when the machine
     type is not a GPU machine type this code knows (N1, G2, A2, A3: `catalog.machine_shape`)."""
-    from .catalog import machine_shape
-
     shape = machine_shape(machine_type) if machine_type else None
     if shape is None:
         return {}
@@ -125,7 +131,7 @@ def pod_requests(machine_type: str | None) -> dict[str, str]:
 
 
 # -- the pods' object-storage identity (Workload Identity) -----------------------------------------
-def object_account(cluster: Any, job: Any) -> tuple[str, str] | None:
+def object_account(cluster: Cluster, job: JobSpec) -> tuple[str, str] | None:
     """(Kubernetes service account, Google service account) the pods run as when the job reads or
     writes object storage (`--data gs://...`, `--output gs://...`): the cluster's outputs name them
     (the component binds the one to the other for Workload Identity). None when the job uses none;
@@ -136,7 +142,7 @@ def object_account(cluster: Any, job: Any) -> tuple[str, str] | None:
                                                                else [])
     if not urls:
         return None
-    outputs = dict(getattr(cluster, "outputs", None) or {})
+    outputs = dict(cluster.outputs or {})
     ksa, gsa = outputs.get("objects_ksa"), outputs.get("objects_service_account")
     if not ksa or not gsa:
         raise LaunchError(f"cluster {cluster.name!r} grants its pods no object storage access, which "
@@ -150,20 +156,7 @@ def account_annotations(gsa: str) -> dict[str, str]:
     return {"iam.gke.io/gcp-service-account": gsa}
 
 
-# The training image by the GPU's generation, when the option `image` names none (public PyTorch images,
-# docker.io/pytorch/pytorch, torch only; tags chosen 2026-11-28). PyTorch 2.11's cu128/cu130 wheels dropped
-# sm_70 (pytorch/pytorch#172352) and CUDA 13 dropped Volta (FACTS.md, "Volta is leaving"): V100 and T4 get a
-# CUDA 12.6 build, which still targets sm_70 and sm_75; Ampere and later a CUDA 12.8 build (sm_80 to sm_100).
-# Both run on the driver GKE installs (gpuDriverVersion LATEST/DEFAULT: R535 or later, CUDA 12 minor-version
-# compatibility). Both tags exist on Docker Hub as written (checked 2026-11-28 from here without Docker Hub's
-# API: public Dockerfiles pin them by digest, e.g. `pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime@sha256:c16f4c74...`
-# and the linux/amd64 digest `sha256:2b59b1b9...` of the cuda12.6 tag; the tags follow the pytorch/pytorch
-# release Dockerfile's `<version>-cuda<major.minor>-cudnn<major>-runtime` naming; linux/amd64 only).
-LEGACY_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime"
-CURRENT_GPU_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
-
-
-def default_image(outputs: Mapping[str, Any]) -> str | None:
+def default_image(outputs: JsonMapping) -> str | None:
     """The image for the GPU pool's accelerator (outputs accelerator_type: GKE's name), None when unknown."""
     from gpucluster.catalog.gpus import LEGACY_GENERATIONS, lookup
 

@@ -27,13 +27,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpucluster.errors import LaunchError
 
 from gpucluster.infra.kubernetes.api import KubeApi, Retry, _is_api_error, _status
 from gpucluster.infra.kubernetes.manifests import kube_models
 from gpucluster.infra.kubernetes.plan import DEFAULT_NAMESPACE, GPU_TAINT_KEY
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster
+    from gpucluster.spec import ClusterSpec
 
 NAME = "gpucluster-idle"  # ServiceAccount, Role, RoleBinding, ConfigMap and Deployment
 HOLD = "gpucluster-hold"  # the Job whose pods pin the GPU nodes
@@ -52,12 +58,12 @@ def labels(cluster: str, part: str) -> dict[str, str]:
     return {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-cluster": cluster, "gpucluster-part": part}
 
 
-def namespace_of(options: Any) -> str:
+def namespace_of(options: Mapping[str, object] | Iterable[tuple[str, object]] | None) -> str:
     return str(dict(options or {}).get("namespace") or DEFAULT_NAMESPACE)
 
 
 def manifests(*, cluster: str, namespace: str, minutes: int, nodes: int, deadline: float,
-              gpu_pool: str = "gpu", system_pool: str = "system", now: float | None = None) -> dict[str, Any]:
+              gpu_pool: str = "gpu", system_pool: str = "system", now: float | None = None) -> JsonObject:
     """The six objects, by kind, built with the client's typed models."""
     k = kube_models()
     now = time.time() if now is None else now
@@ -124,7 +130,7 @@ def manifests(*, cluster: str, namespace: str, minutes: int, nodes: int, deadlin
     }
 
 
-def install(api: KubeApi, objects: dict[str, Any], namespace: str, *, retry: Retry | None = None) -> list[str]:
+def install(api: KubeApi, objects: JsonObject, namespace: str, *, retry: Retry | None = None) -> list[str]:
     """Create the objects (the namespace first when it is not there). One that exists (a later `up` of the
     same stack) is replaced; the hold Job is raised to its parallelism again and its count restarts.
     Returns what was created or replaced ("kind name")."""
@@ -163,7 +169,7 @@ def install(api: KubeApi, objects: dict[str, Any], namespace: str, *, retry: Ret
     return done
 
 
-def _namespace(api: KubeApi, namespace: str, retry: Retry, k: Any) -> None:
+def _namespace(api: KubeApi, namespace: str, retry: Retry, k: ModuleType) -> None:
     """The job namespace exists (made here, before any run, so that no run's cleanup deletes it)."""
     if namespace == DEFAULT_NAMESPACE:
         return
@@ -188,7 +194,8 @@ def _refused(kind: str, namespace: str, name: str, exc: BaseException) -> Launch
                        f"{getattr(exc, 'reason', exc)}", hint=hint)
 
 
-def after_up(spec: Any, cluster: Any, events: Any, api: KubeApi | None = None) -> None:
+def after_up(spec: ClusterSpec, cluster: Cluster, events: Any, api: KubeApi | None = None) -> None:
+    # events: Any, as `Provisioner.after_up` hands them on typed `object`; they are ProvisionEvents
     """After `up` of a gcp stack: the idle stop installed when the spec asks for one (option idleMinutes)."""
     from .catalog import idle_minutes
 

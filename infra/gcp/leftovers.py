@@ -14,7 +14,7 @@ dispatch) is `gpucluster.infra.leftovers`."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import GpuclusterError, require
@@ -22,9 +22,15 @@ from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import CLUSTER_TAG, RUN_TAG, Found, ScanReport, wanted, with_marks
 
 from .marks import marks_from_description
+from .preflight import IAM, Google, GoogleApi
+
+# Any: google-cloud-container's ClusterManagerClient and the proto-plus messages it answers with
+# (Cluster, Operation) are read by attribute here, and tests hand in stand-ins with those attributes
+GkeClient = Any
+GkeCluster = Any
 
 
-def _created(text: Any) -> float | None:
+def _created(text: object) -> float | None:
     """A GKE cluster's createTime (RFC 3339, e.g. 2026-11-25T10:02:03+00:00 or ...Z) as epoch seconds."""
     import datetime as _dt
 
@@ -33,7 +39,7 @@ def _created(text: Any) -> float | None:
     except ValueError:
         return None
 
-def _hourly(cl: Any) -> str | None:
+def _hourly(cl: GkeCluster) -> str | None:
     """At most what a GKE cluster bills per hour, from the price catalog: the cluster fee, and each
     node pool at its starting size (`initialNodeCount`: a pool the autoscaler shrank costs less) of
     its machine type and GPUs, spot where the pool is. None when a part has no price."""
@@ -68,7 +74,7 @@ def gcp_project(flag: str | None = None) -> str | None:
     return resolve_project(flag, None, required=False)[0]
 
 
-def _gke_client(client: Any = None) -> Any:
+def _gke_client(client: GkeClient | None = None) -> GkeClient:
     if client is not None:
         return client
     require("google.cloud.container_v1", "gcp")
@@ -78,7 +84,7 @@ def _gke_client(client: Any = None) -> Any:
 
 
 def scan(name: str | None = None, run_id: str | None = None, *, project: str | None = None,
-             client: Any = None) -> ScanReport:
+             client: GkeClient | None = None) -> ScanReport:
     report = ScanReport()
     try:
         project = gcp_project(project)
@@ -112,8 +118,9 @@ def scan(name: str | None = None, run_id: str | None = None, *, project: str | N
     return report
 
 
-def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float = 1800,
-               poll_seconds: float = 10.0, clock: Any = None, sleep: Any = None) -> list[str]:
+def delete(leftovers: list[Leftover], *, client: GkeClient | None = None, wait_seconds: float = 1800,
+               poll_seconds: float = 10.0, clock: Callable[[], float] | None = None,
+               sleep: Callable[[float], None] | None = None) -> list[str]:
     """Delete GKE clusters (node pools go with them) and poll each long-running delete operation
     (`get_operation` until status DONE, as the GKE API reference describes `projects.locations.operations`)
     within `wait_seconds`; an operation still running past it is an error naming it. A cluster the API
@@ -162,7 +169,6 @@ def delete(leftovers: list[Leftover], *, client: Any = None, wait_seconds: float
 
 
 # -- the pods' service accounts (no labels: id prefix and description markers) -------------------
-IAM = "https://iam.googleapis.com/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
 ACCOUNT_PREFIX = "gpuc-"  # gcs.account_id
 _MARK = re.compile(r"(managed-by|gpucluster-cluster|gpucluster-run|buckets)=([a-z0-9._,-]+)")
@@ -173,15 +179,13 @@ def markers(description: str) -> dict[str, str]:
     return {k: v.rstrip(",.") for k, v in _MARK.findall(description or "")}
 
 
-def _google(client: Any) -> Any:
+def _google(client: GoogleApi | None) -> GoogleApi:
     if client is not None:
         return client
-    from .preflight import Google
-
     return Google()
 
 
-def scan_accounts(name: str | None, run_id: str | None, project: str, google: Any = None) -> list[Found]:
+def scan_accounts(name: str | None, run_id: str | None, project: str, google: GoogleApi | None = None) -> list[Found]:
     """Our service accounts in the project (IAM `projects.serviceAccounts.list`, paged)."""
     google = _google(google)
     found, page = [], None
@@ -205,7 +209,7 @@ def scan_accounts(name: str | None, run_id: str | None, project: str, google: An
             return found
 
 
-def _drop_grants(google: Any, bucket: str, email: str) -> None:
+def _drop_grants(google: GoogleApi, bucket: str, email: str) -> None:
     """The bucket's IAM bindings without the account (live or already deleted), read-modify-write with
     the policy's etag (Cloud Storage JSON API: buckets.getIamPolicy / setIamPolicy, version 3 for
     conditional bindings)."""
@@ -228,7 +232,7 @@ def _drop_grants(google: Any, bucket: str, email: str) -> None:
                 raise
 
 
-def delete_accounts(leftovers: Sequence[Leftover], google: Any = None) -> list[str]:
+def delete_accounts(leftovers: Sequence[Leftover], google: GoogleApi | None = None) -> list[str]:
     errors: list[str] = []
     accounts = [lo for lo in leftovers if lo.kind == "service-account"]
     if not accounts:
@@ -253,7 +257,7 @@ def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanRe
     project = gcp_project(scope.project) if not report.skipped else None
     if project:
         try:
-            report.found += scan_accounts(name, run_id, project, scope.clients.get("google"))
+            report.found += scan_accounts(name, run_id, project, _scope_google(scope))
         except Exception as exc:  # noqa: BLE001 - credentials, permission, network: said, never taken as clean
             report.skipped.append(f"service accounts in {project}: not checked ({str(exc).splitlines()[0][:200]})")
     return report
@@ -262,4 +266,10 @@ def scan_scope(name: str | None, run_id: str | None, scope: ScanScope) -> ScanRe
 def delete_in(leftovers: Sequence[Leftover], scope: ScanScope, wait_seconds: float | None) -> list[str]:
     errors = delete(list(leftovers), client=scope.clients.get("gke_client"),
                     wait_seconds=1800 if wait_seconds is None else wait_seconds)
-    return errors + delete_accounts(leftovers, scope.clients.get("google"))
+    return errors + delete_accounts(leftovers, _scope_google(scope))
+
+
+def _scope_google(scope: ScanScope) -> GoogleApi | None:
+    """The REST client a scope carries (a test's stand-in), else None (`Google()` is made when needed)."""
+    # cast: ScanScope keeps each backend's clients untyped (`object`); the one under "google" is a GoogleApi
+    return cast("GoogleApi | None", scope.clients.get("google"))

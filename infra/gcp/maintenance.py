@@ -28,6 +28,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from gpucluster.states import JsonObject
+
+# Any: a Kubernetes node as the kubernetes client gives it (its models carry no types) or as JSON, and
+# whatever is read from it by attribute or key
+KubeObject = Any
+
 SCHEDULED_LABEL = "cloud.google.com/scheduled-maintenance-time"
 ACTIVE_LABEL = "cloud.google.com/active-node-maintenance"
 TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
@@ -41,7 +47,7 @@ def _iso(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _field(obj: Any, *names: str) -> Any:
+def _field(obj: KubeObject, *names: str) -> KubeObject:
     for name in names:
         obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
         if obj is None:
@@ -49,7 +55,7 @@ def _field(obj: Any, *names: str) -> Any:
     return obj
 
 
-def maintenance_notice(node: Any, now: float) -> dict[str, Any] | None:
+def maintenance_notice(node: KubeObject, now: float) -> JsonObject | None:
     """A `node_notice` record (source, action, when) when GKE says `node`'s host maintenance is under way,
     or starts within MAINTENANCE_LEAD_S of `now` (Unix seconds); None otherwise."""
     labels = _field(node, "metadata", "labels") or {}

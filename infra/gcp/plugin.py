@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
@@ -15,6 +15,9 @@ from gpucluster.spec import ClusterSpec
 from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices, shapes
 from .gke import GKE
 from .bucket_facts import bucket_facts
+
+if TYPE_CHECKING:
+    from gpucluster.watch.launch import JobSpec
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -31,11 +34,12 @@ def cluster_from_outputs(outputs: Mapping[str, object]) -> Cluster:
     return read(dict(outputs))
 
 
-def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
+def dry_run(spec: ClusterSpec, *, job: JobSpec | None = None,
+            launcher: KubernetesLauncher | None = None) -> dict[str, object]:
     """Imported here: the dry run imports pulumi's mock runtime."""
     from .dryrun import dry_run as dry_run_
 
-    return dry_run_(spec, backend=PLUGIN, **kw)
+    return dry_run_(spec, backend=PLUGIN, job=job, launcher=launcher)
 
 
 def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:

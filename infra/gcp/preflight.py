@@ -25,8 +25,24 @@ a disabled API) or at node-pool creation minutes later, with GPUs possibly alrea
   `iamConfiguration.uniformBucketLevelAccess.enabled`): IAM Conditions, which confine the grant to
   the prefix, work only there (Cloud Storage docs, "IAM Conditions" / "Uniform bucket-level
   access"); otherwise `pulumi up` fails minutes in, creating the binding.
-- the network (option `network`, default `default`; `subnetwork`) exists, and the caller may act as the
-  nodes' service account (`iam.serviceAccounts.actAs`): `infra.gcp.preflight_project`.
+- the project's shape (issue 41 items 5 and 7): what a hardened organisation's project may lack, which
+  would otherwise fail inside `pulumi up`, after the cluster's 5-10 minutes (`check_node_account`,
+  `check_network`, below):
+  - the nodes' service account: the node pools run as the Compute Engine default service account (named
+    by Compute `projects.get`, `defaultServiceAccount`). Creating a node pool that runs as a service
+    account needs `iam.serviceAccounts.actAs` on it (GKE docs, "Use least privilege service accounts for
+    your nodes"; IAM docs, "Service account impersonation": attaching a service account to a resource
+    needs actAs, granted by roles/iam.serviceAccountUser); organisations that disable the automatic
+    grants (`iam.automaticIamGrantsForDefaultServiceAccounts`) or delete or disable the account break
+    it. Asked with IAM `projects.serviceAccounts.get` (404: deleted; `disabled: true`) and
+    `projects.serviceAccounts.testIamPermissions` (its answer lists only the permissions the caller
+    holds; none: `{}`).
+  - the network: the cluster goes on the option `network` (default `default`) and `subnetwork`; a project
+    made under `compute.skipDefaultNetworkCreation` has no `default` network (Resource Manager docs,
+    "Organization policy constraints"). Compute `networks.get` (404: missing); a custom-mode network
+    (`autoCreateSubnetworks: false`) needs a subnetwork named (GKE docs, "Creating a cluster in an
+    existing network": in a custom-mode network a subnet must be given), checked with
+    `subnetworks.get` in the region.
 
 Each check is a dict shaped like `doctor`'s ({check, ok, detail, fix}); ok None is a check that
 could not run (said, never taken as passed). `preflight(spec)` raises a one-line `PreflightError`
@@ -37,9 +53,11 @@ AuthorizedSession); tests pass a stand-in with the same `get(url, params)`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from gpucluster.errors import SpecError
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonMapping, JsonObject
 
 from . import catalog, shapes
 
@@ -47,6 +65,7 @@ SERVICES = (("container.googleapis.com", "Kubernetes Engine API"), ("compute.goo
 SERVICE_USAGE = "https://serviceusage.googleapis.com/v1"
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
+IAM = "https://iam.googleapis.com/v1"
 QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 BILLING_PAGE = "https://console.cloud.google.com/billing/linkedaccount?project={project}"
 V100, V100_SPOT = "NVIDIA_V100_GPUS", "PREEMPTIBLE_NVIDIA_V100_GPUS"
@@ -64,6 +83,32 @@ def disk_metric(disk_type: str) -> str:
 SET_POLICY = "storage.buckets.setIamPolicy"
 
 
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+# a REST call's query: a mapping, or (name, value) pairs where a name repeats (`names=...&names=...`)
+Params = Mapping[str, str] | Sequence[tuple[str, str]] | None
+
+
+class GoogleApi(Protocol):
+    """What the checks, the leftover scan and the bucket facts ask of Google's REST APIs: `Google`
+    here, `SharedGets` around it, a test's stand-in."""
+
+    def get(self, url: str, params: Params = None) -> JsonObject: ...
+
+    def put(self, url: str, body: JsonObject) -> JsonObject: ...
+
+    def delete(self, url: str) -> JsonObject: ...
+
+    def post(self, url: str, body: JsonObject) -> JsonObject: ...
+
+
+class BillingClient(Protocol):
+    """google-cloud-billing's `CloudBillingClient`, as far as the billing check uses it."""
+
+    def get_project_billing_info(self, *, name: str) -> object: ...
+
+
 class PreflightError(SpecError):
     """The project cannot run the cluster as it is: said before anything is created (exit 2)."""
 
@@ -76,7 +121,7 @@ class ApiError(Exception):
         self.status, self.message, self.reason, self.service = status, message, reason, service
 
 
-def api_error(status: int, body: Any) -> ApiError:
+def api_error(status: int, body: object) -> ApiError:
     """From Google's JSON error body ({"error": {code, message, status, errors[], details[]}}: Google
     Cloud APIs, "Errors"; the ErrorInfo detail carries reason SERVICE_DISABLED and the service)."""
     err = body.get("error") if isinstance(body, dict) else None
@@ -95,14 +140,14 @@ class Google:
     """Google REST APIs (GET, PUT, DELETE, POST) with application-default credentials (AuthorizedSession);
     an error answer raises `ApiError`."""
 
-    def __init__(self, credentials: Any = None):
+    def __init__(self, credentials: Credentials | None = None):
         from google.auth.transport.requests import AuthorizedSession
 
         from .access import google_credentials
 
         self.session = AuthorizedSession(google_credentials(credentials))
 
-    def _call(self, method: str, url: str, **kw: Any) -> dict[str, Any]:
+    def _call(self, method: str, url: str, **kw: object) -> JsonObject:
         resp = self.session.request(method, url, timeout=30, **kw)
         try:
             body = resp.json() if resp.content else {}
@@ -112,20 +157,20 @@ class Google:
             raise api_error(resp.status_code, body)
         return body
 
-    def get(self, url: str, params: Any = None) -> dict[str, Any]:
+    def get(self, url: str, params: Params = None) -> JsonObject:
         return self._call("GET", url, params=params)
 
-    def put(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    def put(self, url: str, body: JsonObject) -> JsonObject:
         return self._call("PUT", url, json=body)
 
-    def delete(self, url: str) -> dict[str, Any]:
+    def delete(self, url: str) -> JsonObject:
         return self._call("DELETE", url)
 
-    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, url: str, body: JsonObject) -> JsonObject:
         return self._call("POST", url, json=body)
 
 
-def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
     return {"check": name, "ok": ok, "detail": detail, "fix": fix}
 
 
@@ -134,12 +179,12 @@ def _why(exc: Exception) -> str:
 
 
 # -- what the cluster needs --------------------------------------------------------------------
-def needs(spec: Any) -> dict[str, Any]:
+def needs(spec: ClusterSpec) -> JsonObject:
     """What the cluster of `spec` (resolved) takes from the quotas at its largest."""
     r = catalog.resolve(spec)
     gpu = catalog.gpu_of(r)
     carried = shapes.BY_NAME.get(r.instance_type or "")
-    vcpus = carried.vcpus if carried else (catalog.n1_shape(r.instance_type) or (0, 0))[0]
+    vcpus = carried.vcpus if carried else (catalog.n1_shape(r.instance_type or "") or (0, 0))[0]
     system = catalog.system_pool(r)["machine_type"]
     system_vcpus = (catalog.n1_shape(system) or (2, 0))[0]
     disks: dict[str, int] = {}
@@ -147,7 +192,7 @@ def needs(spec: Any) -> dict[str, Any]:
                      (catalog.SYSTEM_DISK_GB, catalog.SYSTEM_DISK_TYPE), GKE_DEFAULT_POOL_DISK):
         disks[disk_metric(kind)] = disks.get(disk_metric(kind), 0) + gb
     return {"project": r.project, "region": r.region, "nodes": r.nodes, "spot": bool(r.spot),
-            "gpus": r.nodes * int(r.gpus_per_node), "gpu_vcpus": r.nodes * vcpus,
+            "gpus": r.nodes * int(r.gpus_per_node or 0), "gpu_vcpus": r.nodes * vcpus,
             "other_vcpus": system_vcpus + GKE_DEFAULT_POOL_VCPUS, "addresses": r.nodes + 2,
             "cpu_metric": shapes.cpu_quota_metric(r.instance_type or "n1"),  # A2_CPUS, G2_CPUS, A3_CPUS or CPUS
             "system_cpu_metric": shapes.cpu_quota_metric(system),
@@ -156,7 +201,7 @@ def needs(spec: Any) -> dict[str, Any]:
             + (f" ({r.gpus_per_node} {gpu} each)" if carried else "")}
 
 
-def _quotas(body: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+def _quotas(body: JsonMapping) -> dict[str, tuple[float, float]]:
     return {str(q.get("metric")): (float(q.get("limit") or 0), float(q.get("usage") or 0))
             for q in body.get("quotas") or [] if q.get("metric")}
 
@@ -195,7 +240,7 @@ def quota_fix(project: str, metric: str, region: str | None, need: float = 0.0,
 
 
 # -- the checks --------------------------------------------------------------------------------
-def check_services(google: Any, project: str) -> list[dict[str, Any]]:
+def check_services(google: GoogleApi, project: str) -> list[JsonObject]:
     names = [f"projects/{project}/services/{s}" for s, _ in SERVICES]
     try:
         body = google.get(f"{SERVICE_USAGE}/projects/{project}/services:batchGet", [("names", n) for n in names])
@@ -217,7 +262,7 @@ def check_services(google: Any, project: str) -> list[dict[str, Any]]:
     return out
 
 
-def check_billing(project: str, billing: Any = None) -> dict[str, Any]:
+def check_billing(project: str, billing: BillingClient | None = None) -> JsonObject:
     name = "gcp billing"
     try:
         if billing is None:
@@ -239,7 +284,7 @@ def check_billing(project: str, billing: Any = None) -> dict[str, Any]:
 
 
 def _quota_check(project: str, quotas: Mapping[str, tuple[float, float]], metric: str, need: float,
-                 region: str | None, what: str) -> dict[str, Any]:
+                 region: str | None, what: str) -> JsonObject:
     scope = region or "all regions"
     name = f"gcp quota {metric} ({scope})"
     if metric not in quotas:
@@ -252,7 +297,7 @@ def _quota_check(project: str, quotas: Mapping[str, tuple[float, float]], metric
                   quota_fix(project, metric, region, need + usage))
 
 
-def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dict[str, Any]]:
+def check_quotas(google: GoogleApi, project: str, need: JsonMapping) -> list[JsonObject]:
     region, spot = need["region"], need["spot"]
     out = []
     try:
@@ -285,7 +330,7 @@ def check_quotas(google: Any, project: str, need: Mapping[str, Any]) -> list[dic
     return out
 
 
-def _cpu_checks(project: str, reg: Mapping[str, tuple[float, float]], need: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _cpu_checks(project: str, reg: Mapping[str, tuple[float, float]], need: JsonMapping) -> list[JsonObject]:
     """The regional vCPU quotas: the GPU nodes' family metric (CPUS for N1, A2_CPUS / G2_CPUS / A3_CPUS for the
     accelerator-optimized series: shapes.cpu_quota_metric), or PREEMPTIBLE_CPUS for spot nodes where the project
     has it; the system node's family metric and GKE's default e2-medium node (CPUS), each summed per metric."""
@@ -302,7 +347,7 @@ def _cpu_checks(project: str, reg: Mapping[str, tuple[float, float]], need: Mapp
             for metric, parts in wants.items()]
 
 
-def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
+def check_buckets(google: GoogleApi, spec: ClusterSpec) -> list[JsonObject]:
     """Each bucket the cluster grants access to: the caller may set its IAM policy; one given with
     a prefix (a conditional grant) has uniform bucket-level access."""
     from . import gcs
@@ -350,30 +395,111 @@ def check_buckets(google: Any, spec: Any) -> list[dict[str, Any]]:
     return out
 
 
+# -- the project's shape: the nodes' service account, the network ------------------------------
+ACT_AS = "iam.serviceAccounts.actAs"
+DEFAULT_NETWORK = "default"
+
+
+def check_node_account(google: GoogleApi, project: str) -> JsonObject:
+    """The nodes' service account exists, is enabled, and the caller may act as it."""
+    name = "gcp node service account"
+    try:
+        email = google.get(f"{COMPUTE}/projects/{project}").get("defaultServiceAccount")
+    except Exception as exc:  # noqa: BLE001 - a disabled Compute API, a permission: noted
+        return _check(name, None, f"not checked: Compute Engine answered {_why(exc)}")
+    if not email:
+        return _check(name, None, "not checked: Compute Engine names no default service account")
+    try:
+        account = google.get(f"{IAM}/projects/{project}/serviceAccounts/{email}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return _check(name, False, f"the node pools run as the Compute Engine default service account {email}, "
+                                       "which does not exist (deleted)",
+                          f"restore it within 30 days: gcloud beta iam service-accounts undelete ITS_UNIQUE_ID "
+                          f"--project {project} (the unique id is in the audit log of its deletion)")
+        return _check(name, None, f"not checked: IAM answered {_why(exc)}")
+    except Exception as exc:  # noqa: BLE001 - transport errors: noted
+        return _check(name, None, f"not checked: {_why(exc)}")
+    if account.get("disabled"):
+        return _check(name, False, f"the node pools run as {email}, which is disabled",
+                      f"gcloud iam service-accounts enable {email} --project {project}")
+    try:
+        held = google.post(f"{IAM}/projects/{project}/serviceAccounts/{email}:testIamPermissions",
+                           {"permissions": [ACT_AS]}).get("permissions") or []
+    except Exception as exc:  # noqa: BLE001 - noted
+        return _check(name, None, f"not checked whether you may act as {email}: {_why(exc)}")
+    if ACT_AS not in held:
+        return _check(name, False, f"the node pools run as {email}, and you may not act as it ({ACT_AS}), which "
+                                   "creating them needs",
+                      f"gcloud iam service-accounts add-iam-policy-binding {email} --member=user:YOU "
+                      f"--role=roles/iam.serviceAccountUser --project {project}")
+    return _check(name, True, f"{email}: enabled, and you may act as it")
+
+
+def check_network(google: GoogleApi, project: str, region: str, network: str | None,
+                  subnetwork: str | None) -> list[JsonObject]:
+    """The cluster's network exists (and its subnetwork in the region, when named or needed)."""
+    net = network or DEFAULT_NETWORK
+    name = f"gcp network {net}"
+    try:
+        body = google.get(f"{COMPUTE}/projects/{project}/global/networks/{net}")
+    except ApiError as exc:
+        if exc.status == 404:
+            fix = (f"create it (gcloud compute networks create default --subnet-mode=auto --project {project}) or "
+                   "name an existing one: --option network=NAME [--option subnetwork=NAME]") if not network else \
+                  f"name an existing network: gcloud compute networks list --project {project}"
+            return [_check(name, False, f"network {net!r} does not exist in {project}"
+                                        + (" (projects made under compute.skipDefaultNetworkCreation have none)"
+                                           if not network else ""), fix)]
+        return [_check(name, None, f"not checked: Compute Engine answered {_why(exc)}")]
+    except Exception as exc:  # noqa: BLE001 - transport errors: noted
+        return [_check(name, None, f"not checked: {_why(exc)}")]
+    custom = body.get("autoCreateSubnetworks") is False and not body.get("IPv4Range")
+    if not subnetwork:
+        if custom:
+            return [_check(name, False, f"network {net!r} is a custom-mode network: the cluster needs a subnetwork "
+                                        f"of it in {region} named",
+                           f"--option subnetwork=NAME (gcloud compute networks subnets list --network {net} "
+                           f"--regions {region} --project {project})")]
+        return [_check(name, True, f"network {net!r} exists (auto mode: GKE uses its subnet in {region})")]
+    sub = f"gcp subnetwork {subnetwork}"
+    try:
+        google.get(f"{COMPUTE}/projects/{project}/regions/{region}/subnetworks/{subnetwork}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return [_check(sub, False, f"subnetwork {subnetwork!r} does not exist in {region} of {project}",
+                           f"name one of network {net!r} in {region}: gcloud compute networks subnets list "
+                           f"--network {net} --regions {region} --project {project}")]
+        return [_check(sub, None, f"not checked: Compute Engine answered {_why(exc)}")]
+    except Exception as exc:  # noqa: BLE001 - noted
+        return [_check(sub, None, f"not checked: {_why(exc)}")]
+    return [_check(name, True, f"network {net!r} exists"), _check(sub, True, f"subnetwork {subnetwork!r} in {region}")]
+
+
 class SharedGets:
     """A client whose GETs (reads: quotas, networks, service accounts, buckets) are asked once per
     placement (gpucluster.plan.shared_answers): every zone of a region asks the same."""
 
-    def __init__(self, google: Any):
+    def __init__(self, google: GoogleApi):
         self.google = google
 
-    def get(self, url: str, params: Any = None) -> dict[str, Any]:
+    def get(self, url: str, params: Params = None) -> JsonObject:
         from gpucluster.plan.shared_answers import shared
 
         return shared(("gcp", "GET", url, repr(params)), lambda: self.google.get(url, params))
 
-    def put(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    def put(self, url: str, body: JsonObject) -> JsonObject:
         return self.google.put(url, body)
 
-    def delete(self, url: str) -> dict[str, Any]:
+    def delete(self, url: str) -> JsonObject:
         return self.google.delete(url)
 
-    def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, url: str, body: JsonObject) -> JsonObject:
         return self.google.post(url, body)
 
 
-def checks(spec: Any, *, google: Any = None, billing: Any = None,
-           credentials: Any = None) -> list[dict[str, Any]]:
+def checks(spec: ClusterSpec, *, google: GoogleApi | None = None, billing: BillingClient | None = None,
+           credentials: Credentials | None = None) -> list[JsonObject]:
     """Every check for `spec` (resolved, with its project); `google`/`billing` are stand-ins in tests."""
     need = needs(spec)
     project = need["project"]
@@ -388,8 +514,6 @@ def checks(spec: Any, *, google: Any = None, billing: Any = None,
     if compute_off:
         out.append(_check("gcp quotas", None, "not checked: the Compute Engine API is not enabled"))
     else:
-        from .preflight_project import check_network, check_node_account
-
         out += check_quotas(google, project, need)
         out += check_network(google, project, need["region"], spec.option("network"), spec.option("subnetwork"))
         out.append(check_node_account(google, project))
@@ -397,20 +521,21 @@ def checks(spec: Any, *, google: Any = None, billing: Any = None,
     return out
 
 
-def first_failure(found: list[dict[str, Any]]) -> str | None:
+def first_failure(found: list[JsonObject]) -> str | None:
     bad = next((c for c in found if c["ok"] is False), None)
     if bad is None:
         return None
     return f"{bad['check']}: {bad['detail']}; nothing was created; fix: {bad['fix']}"
 
 
-def preflight(spec: Any, **clients: Any) -> None:
+def preflight(spec: ClusterSpec, *, google: GoogleApi | None = None, billing: BillingClient | None = None,
+              credentials: Credentials | None = None) -> None:
     """`Provisioner.preflight`: raise PreflightError (exit 2) for the first check that failed. The
     checks start with the credentials (they run as the user): none is one line, exit 2, with the fix."""
     from .access import GcpAuthError
 
     try:
-        found = checks(spec, **clients)
+        found = checks(spec, google=google, billing=billing, credentials=credentials)
     except GcpAuthError as exc:
         from gpucluster.errors import UsageError
 
@@ -420,6 +545,6 @@ def preflight(spec: Any, **clients: Any) -> None:
         raise PreflightError(problem)
 
 
-def need_line(need: Mapping[str, Any]) -> str:
+def need_line(need: JsonMapping) -> str:
     return (f"{need['shape']} in {need['region']}: {need['gpus']} GPU(s), "
             f"{need['gpu_vcpus'] + need['other_vcpus']} vCPU(s), {need['addresses']} address(es)")

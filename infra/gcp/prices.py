@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from gpucluster.catalog.prices import UNITS, Catalog, PriceRow, normalize_gpu
 from gpucluster.costing.rules import money
@@ -22,11 +22,25 @@ from gpucluster.errors import UsageError, not_allowed, require
 from gpucluster.infra.contract import PricedRows
 from gpucluster.spec import ClusterSpec
 from gpucluster.spec import parse_bool
+from gpucluster.states import JsonObject
 
 from .catalog import (ACCELERATOR, DEFAULT_DISK_TYPE, EXTERNAL_IPV4_PER_NODE, N1_LIMITS, V100_LIMITS, min_nodes, n1_machine_types,
                       idle_minutes, n1_shape, option_bool, system_pool)
+from .shapes import Shape
+
+if TYPE_CHECKING:
+    from google.cloud.billing_v1.types import Sku
+
+    from gpucluster.costing.plan import Plan
 
 GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
+
+
+class SkuLister(Protocol):
+    """google-cloud-billing's `CloudCatalogClient`, as far as the fetcher uses it (a test passes its own)."""
+
+    def list_skus(self, *, parent: str) -> Iterable[Sku]: ...
+
 # the machine type priced when a spec names none and resolve could not choose one
 DEFAULT_PRICED_MACHINE_TYPE = "n1-standard-16"
 _REGION_RE = re.compile(r"[a-z]+-[a-z]+\d+")
@@ -60,7 +74,7 @@ _GCP_SKU_PATTERNS = [
 _GCP_UNITS = {"gpu": "h", "vcpu": "h", "memory": "GiBy.h", "disk": "GiBy.mo"}
 
 
-def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> list[PriceRow]:
+def parse_gcp_skus(skus: Iterable[Sku], regions: Iterable[str], date: str) -> list[PriceRow]:
     """Rows from Cloud Billing Catalog SKUs (`google.cloud.billing_v1.types.Sku` messages, as
     `CloudCatalogClient.list_skus` yields them) for the given regions. Price = units + nanos/1e9
     of the highest tier (the rate after any free allowance). Named N1 types are then derived from
@@ -68,27 +82,37 @@ def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> li
     wanted = set(regions)
     rows: dict[tuple, PriceRow] = {}
     for sku in skus:
-        desc = sku.description
-        match = next(((kind, item, market) for rx, kind, item, market in _GCP_SKU_PATTERNS if rx.search(desc)), None)
-        if match is None or not sku.pricing_info:
-            continue
-        kind, item, market = match
-        expr = sku.pricing_info[0].pricing_expression
-        if expr.usage_unit != _GCP_UNITS[kind] or not expr.tiered_rates:
-            continue
-        rate = expr.tiered_rates[-1].unit_price
-        if rate.currency_code and rate.currency_code != "USD":
-            continue
-        price = Decimal(rate.units) + Decimal(rate.nanos) / Decimal(10**9)
-        sku_id = sku.sku_id or sku.name
-        for region in sku.service_regions:
-            if region not in wanted:
-                continue
-            row = PriceRow(
-                cloud="gcp", region=region, kind=kind, item=item, market=market, unit=UNITS[kind],
-                price=price, date=date, gpus=1 if kind == "gpu" else 0, gpu=item if kind == "gpu" else None,
-                source=f"Cloud Billing Catalog API, {GCP_COMPUTE_SERVICE} sku {sku_id}: {desc}", origin="user")
+        for row in _sku_rows(sku, wanted, date):
             rows[row.key] = row
+    _derive_n1(rows, date)
+    _derive_hosts(rows, date)
+    return list(rows.values())
+
+
+def _sku_rows(sku: Sku, wanted: set[str], date: str) -> list[PriceRow]:
+    """One SKU's rows, one per wanted region it is sold in; none for a SKU we do not price."""
+    desc = sku.description
+    match = next(((kind, item, market) for rx, kind, item, market in _GCP_SKU_PATTERNS if rx.search(desc)), None)
+    if match is None or not sku.pricing_info:
+        return []
+    kind, item, market = match
+    expr = sku.pricing_info[0].pricing_expression
+    if expr.usage_unit != _GCP_UNITS[kind] or not expr.tiered_rates:
+        return []
+    rate = expr.tiered_rates[-1].unit_price
+    if rate.currency_code and rate.currency_code != "USD":
+        return []
+    price = Decimal(rate.units) + Decimal(rate.nanos) / Decimal(10**9)
+    sku_id = sku.sku_id or sku.name
+    return [PriceRow(
+        cloud="gcp", region=region, kind=kind, item=item, market=market, unit=UNITS[kind],
+        price=price, date=date, gpus=1 if kind == "gpu" else 0, gpu=item if kind == "gpu" else None,
+        source=f"Cloud Billing Catalog API, {GCP_COMPUTE_SERVICE} sku {sku_id}: {desc}", origin="user")
+        for region in sku.service_regions if region in wanted]
+
+
+def _derive_n1(rows: dict[tuple, PriceRow], date: str) -> None:
+    """The named N1 types' rows from the N1 vCPU and memory unit prices."""
     for (cloud, region, kind, item, market), vcpu in list(rows.items()):
         if kind != "vcpu":
             continue
@@ -108,8 +132,6 @@ def parse_gcp_skus(skus: Iterable[Any], regions: Iterable[str], date: str) -> li
                     source=f"derived: {cpus} x vCPU + {gib} GiB x RAM from the Cloud Billing Catalog N1 SKUs",
                     origin="user")
                 rows[row.key] = row
-    _derive_hosts(rows, date)
-    return list(rows.values())
 
 
 def _derive_hosts(rows: dict[tuple, PriceRow], date: str) -> None:
@@ -135,19 +157,19 @@ def _derive_hosts(rows: dict[tuple, PriceRow], date: str) -> None:
             rows[row.key] = row
 
 
-def fetch_gcp(regions: list[str], *, date: str, client: Any = None) -> list[PriceRow]:
+def fetch_gcp(regions: list[str], *, date: str, client: SkuLister | None = None) -> list[PriceRow]:
     if client is None:
         billing = require("google.cloud.billing_v1", "gcp")
         client = billing.CloudCatalogClient()
     return parse_gcp_skus(client.list_skus(parent=GCP_COMPUTE_SERVICE), regions, date)
 
 
-def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
+def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, client: SkuLister | None = None) -> list[PriceRow]:
     """`Pricing.fetch_prices`: current rows for the regions from the Cloud Billing Catalog."""
     bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
     if bad:
         raise UsageError(not_allowed("gcp region", bad[0], catalog.regions("gcp")))
-    return fetch_gcp(regions, date=date, **clients)
+    return fetch_gcp(regions, date=date, client=client)
 
 
 # -- pricing rules (the cost engine's hooks) ---------------------------------------------------
@@ -205,7 +227,7 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
 
 
 def _gpu_rows(rows: PricedRows, spec: ClusterSpec, catalog: Catalog, region: str, market: str, itype: str,
-              carried: Any, gpus: int) -> None:
+              carried: Shape | None, gpus: int) -> None:
     """The GPU row: `gpus` of the machine's own GPU (G2/A2/A3: exactly its count) or of the one asked
     for on an N1 VM (a count GCE allows, on a VM within that count's vCPU and memory limits)."""
     if carried is not None and gpus != carried.gpus:
@@ -231,7 +253,7 @@ def _gpu_rows(rows: PricedRows, spec: ClusterSpec, catalog: Catalog, region: str
     rows.gpus_per_node = gpus
 
 
-def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) -> list[dict[str, Any]]:
+def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = None) -> list[JsonObject]:
     """The GKE cluster (its fee), the GPU pool and, when it can be priced, the system pool."""
     disk = {"disk_gb": spec.disk_size, "disk_type": spec.disk_type or DEFAULT_DISK_TYPE}
     pool = {"machine_type": spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE, "node_count": int(spec.nodes),
@@ -254,7 +276,7 @@ def planned_resources(spec: Any, region: str, catalog: Catalog | None = None) ->
     return rows
 
 
-def estimate_notes(plan: Any, always_on: Decimal) -> list[str]:
+def estimate_notes(plan: Plan, always_on: Decimal) -> list[str]:
     notes = []
     if always_on:
         kept = ("the cluster fee and the system pool" if not plan.idle_nodes else

@@ -24,10 +24,13 @@ import stat
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import ConfigError, MissingDependency, require
 from gpucluster.infra.pulumi.state import _folder, pulumi_dir  # noqa: F401 - pulumi_dir: part of this module's API
+
+if TYPE_CHECKING:
+    from pulumi.automation import PulumiCommand
 
 
 PROJECT = "gpucluster"
@@ -103,7 +106,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.groups()) if m else ()
 
 
-def check_cli_version(version: Any) -> str:
+def check_cli_version(version: object) -> str:
     """The version as text, or MissingDependency when it is unknown or older than the minimum."""
     text = str(version) if version is not None else ""
     found = _version_tuple(text)
@@ -140,7 +143,7 @@ def install_choice() -> bool | None:
     raise ConfigError(f"{INSTALL_SETTING}={value!r} is not allowed; use yes or no")
 
 
-def _open(root: str | None) -> tuple[Any, str]:
+def _open(root: str | None) -> tuple[PulumiCommand | None, str]:
     """A `PulumiCommand` for the CLI under `root` (None: PATH) and its version, or (None, why)."""
     try:
         cmd = detached_command_class()(root=root, skip_version_check=True)
@@ -153,7 +156,7 @@ def _open(root: str | None) -> tuple[Any, str]:
     return cmd, ""
 
 
-def load_cli(pulumi_command: Any = None) -> Any:
+def load_cli(pulumi_command: PulumiCommand | None = None) -> PulumiCommand:
     """A checked `PulumiCommand` (or the one given, e.g. a test fake): the `pulumi` on PATH when
     new enough (a user's own CLI wins), else gpucluster's copy in `managed_root()`, else
     PulumiCliMissing. Nothing is installed here."""
@@ -182,7 +185,7 @@ def load_cli(pulumi_command: Any = None) -> Any:
     return pulumi_command
 
 
-def cli_source(pulumi_command: Any) -> str:
+def cli_source(pulumi_command: PulumiCommand) -> str:
     """Where a loaded CLI came from, for `doctor`: PATH (with its path) or gpucluster's copy."""
     command = str(getattr(pulumi_command, "command", ""))
     if os.path.isabs(command):
@@ -191,7 +194,7 @@ def cli_source(pulumi_command: Any) -> str:
     return f"on PATH ({shutil.which(command) or command})"
 
 
-def install_cli(version: str = MIN_PULUMI_VERSION) -> Any:
+def install_cli(version: str = MIN_PULUMI_VERSION) -> PulumiCommand:
     """Install the Pulumi CLI `version` into `managed_root(version)` with the Automation API's own
     `PulumiCommand.install` (it downloads https://get.pulumi.com/install.sh and runs it with
     `--install-root ROOT --version VERSION --no-edit-path`); a failure is a MissingDependency."""

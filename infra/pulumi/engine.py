@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, overload
+from typing import TYPE_CHECKING, Callable, Iterator, Literal, TypeVar, overload
 
 from gpucluster.domain import NullEvents, ProvisionEvents
 from gpucluster.errors import ClusterBusy, GpuclusterError, ProvisionError, require  # noqa: F401 (ClusterBusy re-exported)
@@ -44,6 +44,14 @@ from gpucluster.infra.pulumi.events import EventBridge, capacity_error, command_
 from gpucluster.infra.contract import Provisioner
 from gpucluster.lifecycle.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
 from gpucluster.lifecycle.owner import owner_lock
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from pulumi.automation import LocalWorkspaceOptions, PulumiCommand, Stack
+    from pulumi.automation import UpResult as StackUpResult
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -63,17 +71,17 @@ def _teardown_shield() -> Iterator[None]:
 # -- the driver ------------------------------------------------------------------------------------
 @dataclass
 class UpResult:
-    outputs: dict[str, Any]  # plain values, secrets included
+    outputs: JsonObject  # plain values, secrets included
     secret_keys: set[str] = field(default_factory=set)
 
 
-def default_program_runner(spec: Any) -> None:
+def default_program_runner(spec: ClusterSpec) -> None:
     from gpucluster.infra import program
 
     program.run(spec)
 
 
-def _supported(method: Callable, option: str) -> bool:
+def _supported(method: Callable[..., object], option: str) -> bool:
     try:
         return option in inspect.signature(method).parameters
     except (TypeError, ValueError):
@@ -87,7 +95,8 @@ class PulumiDriver:
     to be at least MIN_PULUMI_VERSION); tests pass a recording fake. `program_runner(spec)`
     declares the resources (default `gpucluster.infra.program.run`)."""
 
-    def __init__(self, *, pulumi_command: Any = None, program_runner: Callable[[Any], Any] | None = None,
+    def __init__(self, *, pulumi_command: PulumiCommand | None = None,
+                 program_runner: Callable[[ClusterSpec], object] | None = None,
                  zone_lister: Callable[[str, str | None], list[str]] | None = None,
                  provisioner: Provisioner | None = None):
         self._command = pulumi_command
@@ -103,12 +112,12 @@ class PulumiDriver:
         return self.provisioner
 
     @property
-    def cli(self) -> Any:
+    def cli(self) -> PulumiCommand:
         self._command = load_cli(self._command)
         return self._command
 
     # -- stacks ------------------------------------------------------------------------------------
-    def _options(self, name: str) -> Any:
+    def _options(self, name: str) -> LocalWorkspaceOptions:
         from pulumi.automation import LocalWorkspaceOptions, ProjectSettings
 
         return LocalWorkspaceOptions(
@@ -120,11 +129,11 @@ class PulumiDriver:
         )
 
     @overload
-    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: Literal["new"]) -> Any: ...
+    def stack(self, name: str, program: Callable[[], None] | None = None, *, create: Literal["new"]) -> Stack: ...
     @overload
-    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool) -> Any | None: ...
+    def stack(self, name: str, program: Callable[[], None] | None = None, *, create: bool) -> Stack | None: ...
 
-    def stack(self, name: str, program: Callable[[], Any] | None = None, *, create: bool | str) -> Any | None:
+    def stack(self, name: str, program: Callable[[], None] | None = None, *, create: bool | str) -> Stack | None:
         """The cluster's stack, or None when it does not exist. create: False (select only), True
         (select or create), "new" (create; it is known not to exist)."""
         require("pulumi.automation", "aws")
@@ -145,7 +154,7 @@ class PulumiDriver:
         except auto.CommandError as exc:
             raise ProvisionError(f"Pulumi could not open stack {name!r}: {last_error_line(command_text(exc))}") from None
 
-    def _with_lock_recovery(self, stack: Any, events: ProvisionEvents, op: Callable[[], Any]) -> Any:
+    def _with_lock_recovery(self, stack: Stack, events: ProvisionEvents, op: Callable[[], T]) -> T:
         """Run `op`; on a lock left by a dead process, `pulumi cancel` it and run `op` once more."""
         from pulumi import automation as auto
 
@@ -163,7 +172,7 @@ class PulumiDriver:
             return op()
 
     # -- operations --------------------------------------------------------------------------------
-    def up(self, spec: Any, events: ProvisionEvents | None = None) -> UpResult:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents | None = None) -> UpResult:
         """Create or update the cluster for `spec`; on failure or Ctrl-C destroy what was made, raise."""
         from pulumi import automation as auto
 
@@ -171,7 +180,9 @@ class PulumiDriver:
         runner = self.program_runner
         with owner_lock(spec.name, "up", run_id=spec.run_id):
             self._save_meta(spec)
-            program = lambda: runner(spec)  # noqa: E731
+            def program() -> None:
+                runner(spec)
+
             stack = self.stack(spec.name, program, create=False)
             existing = stack is not None and bool(stack.outputs())
             if stack is None:
@@ -205,7 +216,8 @@ class PulumiDriver:
         outputs = {k: v.value for k, v in res.outputs.items()}
         return UpResult(outputs, {k for k, v in res.outputs.items() if v.secret})
 
-    def _up_relaunching(self, stack: Any, spec: Any, events: ProvisionEvents, bridge: EventBridge) -> Any:
+    def _up_relaunching(self, stack: Stack, spec: ClusterSpec, events: ProvisionEvents,
+                        bridge: EventBridge) -> StackUpResult:
         """`pulumi up`; a launch the backend calls transient (`Provisioner.relaunch`) is replaced alone
         (`--replace` of the resources of that type this update created) after each of its
         `relaunch_delays`, the rest of the stack kept; a type of None: the same `up` again (what
@@ -217,7 +229,7 @@ class PulumiDriver:
         delays = list(prov.relaunch_delays)
         replace: list[str] = []
         while True:
-            extra: dict[str, Any] = {"replace": replace} if replace else {}
+            extra: JsonObject = {"replace": replace} if replace else {}
             try:
                 return self._with_lock_recovery(stack, events, lambda: stack.up(
                     on_event=bridge, color="never", on_output=lambda line: None, **extra))
@@ -235,7 +247,7 @@ class PulumiDriver:
                 replace = urns
                 bridge.diagnostics.clear()
 
-    def _refresh_before_up(self, stack: Any, events: ProvisionEvents) -> None:
+    def _refresh_before_up(self, stack: Stack, events: ProvisionEvents) -> None:
         from pulumi import automation as auto
 
         try:
@@ -244,14 +256,14 @@ class PulumiDriver:
         except auto.CommandError as exc:  # the update says what is wrong, if anything is
             events.message(f"refresh of {stack.name} before the update failed: {last_error_line(command_text(exc))}")
 
-    def _cleanup_after_failed_up(self, stack: Any, events: ProvisionEvents) -> list[str]:
+    def _cleanup_after_failed_up(self, stack: Stack, events: ProvisionEvents) -> list[str]:
         try:
             return self._destroy_stack(stack, events)
         except GpuclusterError as exc:
             events.message(f"cleanup failed: {exc.message}")
             return [exc.message]
 
-    def _up_error(self, spec: Any, text: str, cleanup_errors: list[str]) -> GpuclusterError:
+    def _up_error(self, spec: ClusterSpec, text: str, cleanup_errors: list[str]) -> GpuclusterError:
         cleanup = "what was created has been destroyed"
         if cleanup_errors:
             cleanup = (f"the cleanup did not finish ({cleanup_errors[0]}): run `gpucluster down {spec.name}` "
@@ -281,11 +293,11 @@ class PulumiDriver:
                                      hint=f"retry with `gpucluster down {name}`; `gpucluster gc` deletes by tag")
             return True
 
-    def _destroy_stack(self, stack: Any, events: ProvisionEvents) -> list[str]:
+    def _destroy_stack(self, stack: Stack, events: ProvisionEvents) -> list[str]:
         from pulumi import automation as auto
 
         errors: list[str] = []
-        refresh_opts: dict[str, Any] = {"color": "never"}
+        refresh_opts: JsonObject = {"color": "never"}
         if _supported(stack.refresh, "clear_pending_creates"):
             refresh_opts["clear_pending_creates"] = True
         try:
@@ -294,7 +306,7 @@ class PulumiDriver:
         except auto.CommandError as exc:  # destroy may still work: go on
             events.message(f"refresh of {stack.name} failed, destroying anyway: "
                            f"{last_error_line(command_text(exc))}")
-        destroy_opts: dict[str, Any] = {"color": "never"}
+        destroy_opts: JsonObject = {"color": "never"}
         if _supported(stack.destroy, "continue_on_error"):
             destroy_opts["continue_on_error"] = True
         bridge = EventBridge(events, self._provisioner())
@@ -307,7 +319,7 @@ class PulumiDriver:
             stack.workspace.remove_stack(stack.name)
         return errors
 
-    def outputs(self, name: str) -> dict[str, Any] | None:
+    def outputs(self, name: str) -> JsonObject | None:
         stack = self.stack(name, create=False)
         if stack is None:
             return None
@@ -322,13 +334,13 @@ class PulumiDriver:
 
     # -- what `up` was asked for, for `down`/`status`/leftovers in a later process ----------------
     @staticmethod
-    def _save_meta(spec: Any) -> None:
+    def _save_meta(spec: ClusterSpec) -> None:
         path = work_dir(spec.name) / "cluster.json"
         data = {"spec": spec.to_dict(), "saved_at": time.time(), "backend": backend_url()}
         path.write_text(json.dumps(data, indent=2, default=str))
 
     @staticmethod
-    def read_meta(name: str) -> dict[str, Any] | None:
+    def read_meta(name: str) -> JsonObject | None:
         from gpucluster.home import home_dir
 
         path = home_dir() / "pulumi" / "work" / name / "cluster.json"

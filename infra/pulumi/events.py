@@ -8,7 +8,12 @@ zone and the next ones to try (the backend's `capacity_markers`, `capacity_zones
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from pulumi.automation import DiagnosticEvent, EngineEvent, ResOutputsEvent, ResourcePreEvent
+
+    from gpucluster.spec import ClusterSpec
 
 from gpucluster.domain import ProvisionEvents
 from gpucluster.errors import ProvisionError
@@ -37,7 +42,8 @@ class EventBridge:
 
     Runs on pulumi.automation's event thread: it never raises (errors are kept in `.errors`)."""
 
-    def __init__(self, events: ProvisionEvents, provisioner: Provisioner, spec: Any = None, *, record: bool = True):
+    def __init__(self, events: ProvisionEvents, provisioner: Provisioner, spec: ClusterSpec | None = None, *,
+                 record: bool = True):
         """`provisioner`: the backend whose program runs (its `pulumi_kinds` and `resource_detail`)."""
         self.events, self.spec, self.record = events, spec, record
         self.kinds, self.detail = provisioner.pulumi_kinds, provisioner.resource_detail
@@ -47,40 +53,55 @@ class EventBridge:
         self.requested: list[tuple[str, str]] = []
         self.created: list[tuple[str, str]] = []  # (type token, URN) of each resource this operation created
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: EngineEvent) -> None:
         try:
             self._handle(event)
         except Exception as exc:  # noqa: BLE001 - must not kill the event thread
             self.errors.append(exc)
 
-    def _handle(self, ev: Any) -> None:
+    def _handle(self, ev: EngineEvent) -> None:
         if ev.resource_pre_event is not None and self.record:
-            md = ev.resource_pre_event.metadata
-            kind = self.kinds.get(md.type)
-            if kind and not ev.resource_pre_event.planning and md.op in CREATE_OPS:
-                name = _urn_name(md.urn)
-                inputs = (md.new.inputs if md.new else None) or {}
-                self.events.resource_requested(kind, name, type=md.type, **self.detail(kind, inputs or {}, self.spec))
-                self.requested.append((kind, name))
-        if ev.res_outputs_event is not None and ev.res_outputs_event.metadata.op in CREATE_OPS:
-            self.created.append((ev.res_outputs_event.metadata.type, ev.res_outputs_event.metadata.urn))
-        if ev.res_outputs_event is not None and self.record:
-            md = ev.res_outputs_event.metadata
-            kind = self.kinds.get(md.type)
-            if kind and md.op in CREATE_OPS:
-                self.events.resource_created(kind, _urn_name(md.urn), (md.new.id if md.new else None) or None)
-            elif kind and md.op in DELETE_OPS:
-                self.events.resource_deleted(kind, _urn_name(md.urn), (md.old.id if md.old else None) or None)
+            self._on_pre(ev.resource_pre_event)
+        if ev.res_outputs_event is not None:
+            self._on_outputs(ev.res_outputs_event)
         if ev.res_op_failed_event is not None:
             md = ev.res_op_failed_event.metadata
             self.failed.append(f"{md.op} {_urn_name(md.urn)} ({md.type})")
         if ev.diagnostic_event is not None and ev.diagnostic_event.severity in ("error", "warning"):
-            text = (ev.diagnostic_event.message or "").strip()
-            if text and ev.diagnostic_event.severity == "error":
-                self.diagnostics.append(text)
-                self.events.message(text)
-            elif text:
-                self.events.message(f"warning: {text}")
+            self._on_diagnostic(ev.diagnostic_event)
+
+    def _on_pre(self, pre: ResourcePreEvent) -> None:
+        """A resource about to be created: requested, with its ledger kind and cost detail."""
+        md = pre.metadata
+        kind = self.kinds.get(md.type)
+        if kind and not pre.planning and md.op in CREATE_OPS:
+            name = _urn_name(md.urn)
+            inputs = (md.new.inputs if md.new else None) or {}
+            # a bridge without a spec (destroy's, refresh's) creates nothing: no detail to read from it
+            detail = self.detail(kind, inputs or {}, self.spec) if self.spec is not None else {}
+            self.events.resource_requested(kind, name, type=md.type, **detail)
+            self.requested.append((kind, name))
+
+    def _on_outputs(self, out: ResOutputsEvent) -> None:
+        """A resource created or deleted: kept in `created`, and recorded as created / deleted."""
+        md = out.metadata
+        if md.op in CREATE_OPS:
+            self.created.append((md.type, md.urn))
+        if not self.record:
+            return
+        kind = self.kinds.get(md.type)
+        if kind and md.op in CREATE_OPS:
+            self.events.resource_created(kind, _urn_name(md.urn), (md.new.id if md.new else None) or None)
+        elif kind and md.op in DELETE_OPS:
+            self.events.resource_deleted(kind, _urn_name(md.urn), (md.old.id if md.old else None) or None)
+
+    def _on_diagnostic(self, diag: DiagnosticEvent) -> None:
+        text = (diag.message or "").strip()
+        if text and diag.severity == "error":
+            self.diagnostics.append(text)
+            self.events.message(text)
+        elif text:
+            self.events.message(f"warning: {text}")
 
 
 # -- error text -> what to tell the user ----------------------------------------------------------
@@ -104,7 +125,7 @@ def last_error_line(text: str) -> str:
     return (causes or errs or lines or ["(no output)"])[-1][:400]
 
 
-def capacity_error(provisioner: Provisioner, spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
+def capacity_error(provisioner: Provisioner, spec: ClusterSpec, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
                    cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
     """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure
     (one of the spec's backend's `capacity_markers`; the zones from its `capacity_zones`)."""
@@ -113,7 +134,7 @@ def capacity_error(provisioner: Provisioner, spec: Any, text: str, zone_lister: 
         return None
     suggested: list[str]
     if provisioner.capacity_zones is None:
-        zone, suggested, what = getattr(spec, "zone", None), [], "the request"
+        zone, suggested, what = spec.zone, [], "the request"
     else:
         zone, suggested, what = provisioner.capacity_zones(spec, text, zone_lister)
     suggested = [z for z in dict.fromkeys(suggested) if z != zone]

@@ -34,15 +34,33 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucluster.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+# Any: boto3 builds its clients at run time; they carry no types
+S3Client = Any
 
 FOLDER = ".gpucluster"
 FORMS = "s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] or file:///PATH"
 
 
-def open_store(url: str) -> Any:
+class ObjectStore(Protocol):
+    """The four calls every store has (the module's docstring says what each does)."""
+
+    def put(self, name: str, data: bytes) -> None: ...
+
+    def get(self, name: str) -> bytes | None: ...
+
+    def delete(self, name: str) -> None: ...
+
+    def list(self, prefix: str) -> list[tuple[str, float]]: ...
+
+
+def open_store(url: str) -> ObjectStore:
     """The store of objects under the state `url`'s `.gpucluster/` folder."""
     if url.startswith("file://"):
         return FileStore(Path(urllib.parse.urlsplit(url).path) / FOLDER)
@@ -107,9 +125,9 @@ class FileStore:
 class S3Store:
     def __init__(self, bucket: str, prefix: str, region: str | None):
         self.bucket, self.prefix, self.region = bucket, prefix, region
-        self._client: Any = None
+        self._client: S3Client | None = None
 
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         if self._client is None:
             try:
                 import boto3
@@ -178,7 +196,7 @@ class GcsStore:
         host = os.environ.get("STORAGE_EMULATOR_HOST")
         self.base = (host if "://" in host else f"http://{host}") if host else "https://storage.googleapis.com"
         self.anonymous = bool(host)
-        self._creds: Any = None
+        self._creds: Credentials | None = None
 
     def _token(self) -> str | None:
         if self.anonymous:

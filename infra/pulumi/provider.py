@@ -19,7 +19,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionError, TeardownIncomplete, UsageError,
                                not_allowed)
@@ -27,8 +28,21 @@ from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.ownership import Ownership
+    from gpucluster.spec import ClusterSpec
 
 GLOBAL = "global"  # a leftover's region when its name is unique account- or project-wide (not per region)
+
+
+class _Poll(Enum):
+    """Where the wait for the terminated nodes stands after one poll."""
+
+    AGAIN = "again"  # look again at once (the nodes were just told to terminate)
+    WAIT = "wait"  # look again after poll_seconds
+    DONE = "done"  # stop waiting: the destroy follows
 
 
 class _Tracking:
@@ -37,15 +51,15 @@ class _Tracking:
     creates that `refresh --clear-pending-creates` dropped)."""
 
     def __init__(self, events: ProvisionEvents, open_: dict[tuple[str, str], str | None],
-                 extra: dict[str, Any] | None = None):
+                 extra: JsonObject | None = None):
         self.events, self.open = events, open_
         self.extra = dict(extra or {})  # e.g. {"attempt": 2, "zone": "us-east-1b"}: kept with each request
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: object) -> None:
         self.open[(kind, name)] = None
         self.events.resource_requested(kind, name, **{**self.extra, **detail})
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: object) -> None:
         self.open[(kind, name)] = cloud_id
         self.events.resource_created(kind, name, cloud_id, **detail)
 
@@ -67,9 +81,9 @@ class PulumiProvider(Provider):
     def __init__(self, plugin: Plugin, *, driver: PulumiDriver | None = None,
                  find: Callable[..., Check | list[Leftover]] | None = None,
                  delete: Callable[[list[Leftover]], list[str]] | None = None,
-                 scan_options: dict[str, Any] | None = None, capacity_attempts: int | None = None,
-                 credentials: Callable[[str | None], list[dict[str, Any]]] | None = None,
-                 cloud_checks: Callable[[Any], None] | None = None, ownership: Any = None,
+                 scan_options: JsonObject | None = None, capacity_attempts: int | None = None,
+                 credentials: Callable[[str | None], list[JsonObject]] | None = None,
+                 cloud_checks: Callable[[ClusterSpec], None] | None = None, ownership: Ownership | None = None,
                  terminate: Callable[[list[Leftover]], list[str]] | None = None):
         self.plugin = plugin
         self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
@@ -87,7 +101,7 @@ class PulumiProvider(Provider):
         # doctor checks; a test's stand-in account passes its own
         self._credentials = credentials or self._backend_credentials
         self.scan_options = dict(scan_options or {})
-        self._scopes: dict[str, dict[str, Any]] = {}  # where each cluster's leftovers are scanned
+        self._scopes: dict[str, JsonObject] = {}  # where each cluster's leftovers are scanned
         self._looked: set[str] = set()  # clusters whose stack outputs were read for where they are
         self._open: dict[str, dict[tuple[str, str], str | None]] = {}
         self._prechecked: dict[str, Check] = {}  # the preflight's scan of a name, for `up` to act on
@@ -101,7 +115,7 @@ class PulumiProvider(Provider):
         self.poll_seconds = float(self.scan_options.pop("poll_seconds", 15))
         self._clock, self._sleep = self.scan_options.pop("clock", None), self.scan_options.pop("sleep", None)
 
-    def preflight(self, spec: Any = None) -> None:
+    def preflight(self, spec: ClusterSpec | None = None) -> None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
         state directory with its passphrase, then (given the spec) the backend's own checks against
         the cloud (aws: `infra/aws/preflight.py`)."""
@@ -118,7 +132,7 @@ class PulumiProvider(Provider):
             # asked once, and not again for a default region
             self._cloud_checks(spec)
         else:
-            self.check_credentials(getattr(spec, "region", None))
+            self.check_credentials(spec.region if spec is not None else None)
         if spec is not None:
             self.check_name_free(spec)
 
@@ -129,20 +143,20 @@ class PulumiProvider(Provider):
 
     # -- whose resources -------------------------------------------------------------------------
     @property
-    def ownership(self) -> Any:
+    def ownership(self) -> Ownership:
         if self._ownership is None:
             from gpucluster.ownership import Ownership
 
             self._ownership = Ownership.here()
         return self._ownership
 
-    def set_ownership(self, ownership: Any) -> None:
+    def set_ownership(self, ownership: Ownership) -> None:
         self._ownership = ownership
 
     def set_project(self, project: str) -> None:
         self.scan_options["project"] = project
 
-    def check_name_free(self, spec: Any) -> None:
+    def check_name_free(self, spec: ClusterSpec) -> None:
         """A name another owner's cluster (or a standalone stack) already holds in this account's
         region, or this project's zone, is refused before anything is recorded: exit 2, naming that
         owner as its tags record it. A scan that cannot run refuses nothing (the run's own checks say
@@ -170,7 +184,7 @@ class PulumiProvider(Provider):
                              f"{len(held)} resource(s), e.g. {lo.kind} {lo.id}): choose another --name, or leave "
                              "--name out for your own default name")
 
-    def _backend_credentials(self, region: str | None = None) -> list[dict[str, Any]]:
+    def _backend_credentials(self, region: str | None = None) -> list[JsonObject]:
         ops = self.plugin.ops
         return ops.credentials(region) if ops.credentials is not None else ops.doctor(None, None, False)
 
@@ -185,7 +199,7 @@ class PulumiProvider(Provider):
                 raise UsageError(f"{c['check']}: {c['detail']}; nothing was started: {fix}")
 
     # -- before the plan -------------------------------------------------------------------------
-    def dry_run(self, spec: Any, **kw: Any) -> dict[str, Any]:
+    def dry_run(self, spec: ClusterSpec, **kw: object) -> JsonObject:
         """What `up`/`run` would declare (the cloud's real Pulumi program under Pulumi's mock
         runtime) and apply, from the backend's `dry_run`; `kw`: job and launcher, for what each
         node would run. No credentials, nothing created."""
@@ -195,7 +209,7 @@ class PulumiProvider(Provider):
             raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
 
     # -- Provider ------------------------------------------------------------------------------
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:
             raise UsageError(f"the {self.cloud} provider cannot create a {spec.cloud!r} cluster")
         self._remember(spec.name, spec.to_dict())
@@ -278,8 +292,20 @@ class PulumiProvider(Provider):
         events = _Tracking(events or NullEvents(), self._open.setdefault(name, {}))
         self._remember_region(name)
         self._refuse_foreign_stack(name)
-        destroy_error: GpuclusterError | None = None
         self._terminate_nodes_first(name, events)
+        destroy_error = self._destroy(name, events)
+        check = self._delete_by_tag(name, events)
+        if (destroy_error is not None and not isinstance(destroy_error, MissingDependency) and not check.leftovers
+                and not check.unchecked):
+            destroy_error = self._destroy_again(name, events, destroy_error)
+        self._refuse_incomplete(name, check, destroy_error)
+        # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
+        # else is left (or could not be checked) is the caller's independent check.
+        events.confirm_rest_gone()
+
+    def _destroy(self, name: str, events: ProvisionEvents) -> GpuclusterError | None:
+        """`pulumi destroy` of the stack: None when it worked (or there was none), else why it failed
+        (no Pulumi CLI here: the tag scan still works). A busy cluster is the caller's error."""
         try:
             if self.driver.destroy(name, events):
                 from gpucluster.infra.pulumi.cli import backend_url
@@ -288,11 +314,15 @@ class PulumiProvider(Provider):
         except ClusterBusy:
             raise  # someone is using it: no scan from under them
         except MissingDependency as exc:  # no Pulumi CLI here: the tag scan still works
-            destroy_error = exc
             events.message(f"cannot run Pulumi ({exc.message.split(';')[0]}); deleting by tag instead")
+            return exc
         except ProvisionError as exc:
-            destroy_error = exc
             events.message(f"{exc.message}; deleting what is left by tag")
+            return exc
+        return None
+
+    def _delete_by_tag(self, name: str, events: ProvisionEvents) -> Check:
+        """The tag scan after the destroy; what it still finds of ours is deleted by tag and checked again."""
         check = self._await_deleting(name, self.leftovers(name), events)
         for line in _not_ours_lines(check):
             events.message(f"left alone: {line}")
@@ -303,9 +333,10 @@ class PulumiProvider(Provider):
             for err in errors:
                 events.message(f"could not delete {err}")
             check = self._await_deleting(name, self.leftovers(name), events)
-        if (destroy_error is not None and not isinstance(destroy_error, MissingDependency) and not check.leftovers
-                and not check.unchecked):
-            destroy_error = self._destroy_again(name, events, destroy_error)
+        return check
+
+    def _refuse_incomplete(self, name: str, check: Check, destroy_error: GpuclusterError | None) -> None:
+        """`TeardownIncomplete` when something survived (still being deleted, or not) or the destroy failed."""
         hint = f"run `gpucluster down {name}` again, or `gpucluster gc --cloud {self.cloud}`"
         left = check.leftovers
         if left and all(lo.deleting for lo in left):
@@ -324,11 +355,8 @@ class PulumiProvider(Provider):
             raise TeardownIncomplete(
                 f"destroying cluster {name!r} failed ({destroy_error.message.split(';')[0]}); {found}, so what "
                 "Pulumi was deleting stays 'not confirmed gone'", hint=hint)
-        # Pulumi deleted every resource of the stack: those are confirmed gone. Whether anything
-        # else is left (or could not be checked) is the caller's independent check.
-        events.confirm_rest_gone()
 
-    def _terminate_nodes_first(self, name: str, events: Any) -> None:
+    def _terminate_nodes_first(self, name: str, events: ProvisionEvents) -> None:
         """Before `pulumi destroy`: terminate the cluster's machines of ours (the backend's
         `terminate_kinds`) and wait, bounded by `await_seconds` with a line each poll, until the tag
         scan no longer finds them. An AWS instant fleet's delete does not wait for its nodes
@@ -351,30 +379,40 @@ class PulumiProvider(Provider):
                     left = [lo for lo in self.leftovers(name).leftovers if lo.kind in kinds]
                 except GpuclusterError:
                     return
-                live = [lo for lo in left if not lo.deleting]
-                if first and live:
-                    events.message(f"terminating {len(live)} node(s) of {name} and waiting for them before the stack "
-                                   "is destroyed: the placement group and security group cannot be deleted while "
-                                   "they shut down")
-                    errors = terminate(live)
-                    for err in errors:
-                        events.message(f"could not terminate {err}")
-                    if errors:  # nothing to wait for: the destroy and the checks after it say what is left
-                        return
-                elif not left or clock() - start >= self.await_seconds:
-                    if left or not first:
-                        events.message(f"{len(left)} node(s) of {name} still not terminated after "
-                                       f"{self.await_seconds:.0f} s; destroying anyway" if left else
-                                       f"the node(s) of {name} terminated after {clock() - start:.0f} s")
+                step = self._terminate_poll(name, events, left, first, terminate, clock, start)
+                if step is _Poll.DONE:
                     return
-                else:
-                    states = ", ".join(f"{lo.id} {lo.detail.split(' cluster=')[0]}" for lo in left[:3])
-                    events.message(f"waiting for {len(left)} node(s) to terminate ({states}), "
-                                   f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+                if step is _Poll.WAIT:
                     sleep(self.poll_seconds)
                 first = False
 
-    def _destroy_again(self, name: str, events: Any, first: GpuclusterError) -> GpuclusterError | None:
+    def _terminate_poll(self, name: str, events: ProvisionEvents, left: list[Leftover], first: bool,
+                        terminate: Callable[[list[Leftover]], list[str]], clock: Callable[[], float],
+                        start: float) -> _Poll:
+        """One poll of `_terminate_nodes_first`: on the first, terminate what is live (AGAIN: look at once;
+        DONE when a terminate failed); then DONE once nothing is left or the wait ran out, else WAIT."""
+        live = [lo for lo in left if not lo.deleting]
+        if first and live:
+            events.message(f"terminating {len(live)} node(s) of {name} and waiting for them before the stack "
+                           "is destroyed: the placement group and security group cannot be deleted while "
+                           "they shut down")
+            errors = terminate(live)
+            for err in errors:
+                events.message(f"could not terminate {err}")
+            # nothing to wait for after a failure: the destroy and the checks after it say what is left
+            return _Poll.DONE if errors else _Poll.AGAIN
+        if not left or clock() - start >= self.await_seconds:
+            if left or not first:
+                events.message(f"{len(left)} node(s) of {name} still not terminated after "
+                               f"{self.await_seconds:.0f} s; destroying anyway" if left else
+                               f"the node(s) of {name} terminated after {clock() - start:.0f} s")
+            return _Poll.DONE
+        states = ", ".join(f"{lo.id} {lo.detail.split(' cluster=')[0]}" for lo in left[:3])
+        events.message(f"waiting for {len(left)} node(s) to terminate ({states}), "
+                       f"{clock() - start:.0f} s of at most {self.await_seconds:.0f} s")
+        return _Poll.WAIT
+
+    def _destroy_again(self, name: str, events: ProvisionEvents, first: GpuclusterError) -> GpuclusterError | None:
         """The destroy failed, the delete by tag then left nothing the check (run everywhere) finds:
         destroy once more, so the stack's own record confirms it. None when that worked."""
         events.message("the tag check finds nothing left: destroying the stack again to confirm it")
@@ -387,7 +425,7 @@ class PulumiProvider(Provider):
             return first
         return None
 
-    def _await_deleting(self, name: str, check: Check, events: Any) -> Check:
+    def _await_deleting(self, name: str, check: Check, events: ProvisionEvents) -> Check:
         """While every leftover is one the cloud is already deleting, poll (bounded by `await_seconds`,
         with a progress message each poll) until they are gone; the last check is returned."""
         import time as _time
@@ -449,7 +487,7 @@ class PulumiProvider(Provider):
         return None if outputs is None else self.provisioner.cluster_from_outputs(outputs)
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _remember(self, name: str, spec: dict[str, Any] | None) -> None:
+    def _remember(self, name: str, spec: JsonObject | None) -> None:
         scope = self.plugin.spec.scan_scope(spec)
         if scope.regions or scope.project:
             self._scopes[name] = {"regions": list(scope.regions)} if scope.regions else {"project": scope.project}
@@ -471,7 +509,7 @@ class PulumiProvider(Provider):
         if self._find is None:
             from gpucluster.infra.leftovers import find_leftovers, scope_of
 
-            def find(cloud: str, name: str | None = None, run_id: str | None = None, **opts: Any) -> Check:
+            def find(cloud: str, name: str | None = None, run_id: str | None = None, **opts: object) -> Check:
                 return find_leftovers(self.provisioner, name, run_id, scope=scope_of(opts))
 
             self._find = find

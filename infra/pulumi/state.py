@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.infra.pulumi.objects import S3Client
 
 STATE_ENV = "GPUCLUSTER_STATE"
 SECRETS_ENV = "GPUCLUSTER_SECRETS_PROVIDER"
@@ -138,7 +141,7 @@ def bucket_region(bucket: str, client: object = None) -> tuple[str | None, str]:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
         return None, "boto3 is not installed"
-    s3: Any = client or boto3.client("s3", region_name="us-east-1")
+    s3: S3Client = client or boto3.client("s3", region_name="us-east-1")
     try:
         resp = s3.head_bucket(Bucket=bucket)
     except ClientError as exc:
