@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.errors import UsageError, require
 
+from gpucluster.states import JsonObject
+
 from .options import DEFAULT_NAMESPACE
 
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeClient
 
-def kubeconfig_path(env: Any = None) -> str:
+
+def kubeconfig_path(env: Mapping[str, str] | None = None) -> str:
     """`$KUBECONFIG` (a ':'-separated list) or ~/.kube/config, as kubectl reads it."""
     env = os.environ if env is None else env
     return env.get("KUBECONFIG") or os.path.join(os.path.expanduser("~"), ".kube", "config")
@@ -46,7 +51,7 @@ class Target:
     server: str = ""
 
 
-def contexts(path: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+def contexts(path: str | None = None) -> tuple[list[JsonObject], str | None]:
     """(the contexts the kubeconfig holds, its current context), or a UsageError naming the file."""
     k8s = require("kubernetes", "kubernetes")
     path = path or kubeconfig_path()
@@ -82,7 +87,7 @@ def target(context: str | None, namespace: str | None, path: str | None = None) 
     return Target(name, own or DEFAULT_NAMESPACE, "the context's namespace" if own else "the default")
 
 
-def api_client(context: str, path: str | None = None) -> Any:
+def api_client(context: str, path: str | None = None) -> KubeClient:
     """An ApiClient for `context` from the kubernetes client's loader (exec plugins run there)."""
     k8s = require("kubernetes", "kubernetes")
     path = path or kubeconfig_path()

@@ -8,11 +8,14 @@ listed as not ours and left alone.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gpucluster.domain import Leftover
 from gpucluster.infra.kubernetes import gone
 from gpucluster.infra.kubernetes.gone import DELETE_ORDER, NAMESPACED, ROW_PREFIX, deleters, listed, object_lists
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
 
 MANAGED = "app.kubernetes.io/managed-by=gpucluster"
 OWNER, RUN = "gpucluster-owner", "gpucluster-run"
@@ -27,12 +30,12 @@ def kinds_of(rows: Iterable[str], mode: str = "job", secrets: bool = False) -> l
     return (["secret"] if secrets else []) + made
 
 
-def run_leftovers(api: Any, namespace: str, run_id: str, kinds: Sequence[str], retry: Any) -> list[Leftover]:
+def run_leftovers(api: KubeApi, namespace: str, run_id: str, kinds: Sequence[str], retry: Retry) -> list[Leftover]:
     """The run's objects of `kinds` still there, deletion not under way (`infra.kubernetes.gone`)."""
     return gone.run_leftovers(api, namespace, run_id, retry=retry, kinds=kinds)
 
 
-def delete(api: Any, namespace: str, objects: Iterable[tuple[str, str]], retry: Any) -> list[str]:
+def delete(api: KubeApi, namespace: str, objects: Iterable[tuple[str, str]], retry: Retry) -> list[str]:
     """Delete (kind, name) objects, the workload first; the errors (not found is fine)."""
     from gpucluster.infra.kubernetes.api import _status
 
@@ -46,12 +49,13 @@ def delete(api: Any, namespace: str, objects: Iterable[tuple[str, str]], retry: 
     return errors
 
 
-def delete_run(api: Any, namespace: str, run_id: str, kinds: Sequence[str], retry: Any) -> list[str]:
+def delete_run(api: KubeApi, namespace: str, run_id: str, kinds: Sequence[str], retry: Retry) -> list[str]:
     found = listed(api, namespace, run_id, kinds, retry=retry)
     return delete(api, namespace, [k for k, deleting in found.items() if not deleting], retry)
 
 
-def managed(api: Any, namespace: str, kinds: Sequence[str], retry: Any) -> list[tuple[str, str, dict[str, str], bool]]:
+def managed(api: KubeApi, namespace: str, kinds: Sequence[str], retry: Retry
+            ) -> list[tuple[str, str, dict[str, str], bool]]:
     """[(kind, name, labels, terminating)] of every object labelled managed-by=gpucluster in `namespace`."""
     lists = object_lists(api, namespace, MANAGED, retry)
     out = []
@@ -62,7 +66,8 @@ def managed(api: Any, namespace: str, kinds: Sequence[str], retry: Any) -> list[
     return out
 
 
-def sweep(api: Any, namespace: str, owner: str, retry: Any, *, kinds: Sequence[str] = ("job", "service", "configmap"),
+def sweep(api: KubeApi, namespace: str, owner: str, retry: Retry, *,
+          kinds: Sequence[str] = ("job", "service", "configmap"),
           remove: bool = False) -> tuple[list[Leftover], list[Leftover], list[str]]:
     """(ours, not ours, errors) among the gpucluster objects of `namespace`; with `remove`, ours are deleted
     and what is still there after (read back) is returned as ours."""

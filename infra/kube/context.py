@@ -9,7 +9,9 @@ context of the kubeconfig other than the recorded one is refused: the run's obje
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from typing import Mapping
+
+from gpucluster.states import JsonMapping, JsonObject
 
 from gpucluster.errors import UsageError
 
@@ -23,7 +25,7 @@ def known_contexts() -> tuple[str, list[str]]:
     return path, [str(c.get("name")) for c in known if isinstance(c, dict) and c.get("name")]
 
 
-def recorded(record: Mapping[str, Any]) -> set[str]:
+def recorded(record: JsonMapping) -> set[str]:
     """The contexts a run's record names: its spec's `context` option, and a kept namespace's `host` row."""
     from gpucluster.lifecycle.held import HOST_KIND
 
@@ -41,7 +43,7 @@ def recorded(record: Mapping[str, Any]) -> set[str]:
     return out
 
 
-def pointed(record: Mapping[str, Any], context: str) -> dict[str, Any]:
+def pointed(record: JsonMapping, context: str) -> JsonObject:
     """A copy of the record naming `context` wherever it named one."""
     from gpucluster.lifecycle.held import HOST_KIND
 
@@ -60,14 +62,14 @@ def pointed(record: Mapping[str, Any], context: str) -> dict[str, Any]:
     return out
 
 
-def in_context(context: str, runs: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+def in_context(context: str, runs: Mapping[str, JsonMapping]) -> tuple[JsonObject, list[str]]:
     """(the runs' records to check, pointed at `context` where theirs is gone; what was done), or a UsageError
     (exit 2): `context` not in the kubeconfig, or a run recorded with another context the kubeconfig holds."""
     path, names = known_contexts()
     if context not in names:
         raise UsageError(f"context {context!r} is not in kubeconfig {path}: known contexts: "
                          f"{', '.join(names) or '(none)'}")
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     said = []
     for rid, record in sorted(runs.items()):
         others = sorted(recorded(record) - {context})

@@ -23,12 +23,16 @@ with one, Kueue holds the Job until it is admitted, and the wait is said instead
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import UsageError
+from gpucluster.states import JsonMapping, JsonObject
 
 from .gpus import PRODUCT_LABEL, GpuNodes
 from .options import GPU_RESOURCE, Passthrough
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeClient, KubeObject, Retry
 
 OUR_TOLERATION = (GPU_RESOURCE, None, "NoSchedule")  # infra/kubernetes/manifests.py: every pod tolerates it
 
@@ -40,7 +44,7 @@ class Fit:
     gpu: GpuNodes | None = None  # --gpu TYPE: the nodes carrying it (gpus.py), for the pods' node selection
 
 
-def _quantity(value: Any) -> float:
+def _quantity(value: object) -> float:
     from kubernetes.utils import parse_quantity
 
     try:
@@ -49,14 +53,14 @@ def _quantity(value: Any) -> float:
         return 0.0
 
 
-def _tolerated(taint: Any, tolerations: list[tuple[str, str | None, str]]) -> bool:
+def _tolerated(taint: KubeObject, tolerations: list[tuple[str, str | None, str]]) -> bool:
     if taint.effect not in ("NoSchedule", "NoExecute"):
         return True
     return any(k == taint.key and (v is None or v == (taint.value or "")) and e == taint.effect
                for k, v, e in tolerations)
 
 
-def node_room(nodes: list[Any], resource: str, passthrough: Passthrough,
+def node_room(nodes: list[KubeObject], resource: str, passthrough: Passthrough,
               gpu: GpuNodes | None = None) -> tuple[list[tuple[str, float]], list[str]]:
     """([(node, allocatable)] of the nodes (those offering `resource`) the pods may go to, [why each other
     node may not]); with `gpu`, the nodes without that GPU are left out of both (its check said them)."""
@@ -82,7 +86,7 @@ def node_room(nodes: list[Any], resource: str, passthrough: Passthrough,
     return eligible, others
 
 
-def offered(nodes: list[Any]) -> list[str]:
+def offered(nodes: list[KubeObject]) -> list[str]:
     """The extended resources any node offers (their names), for the refusal of one none offers."""
     names = set()
     for n in nodes:
@@ -90,7 +94,7 @@ def offered(nodes: list[Any]) -> list[str]:
     return sorted(names)
 
 
-def bound_requests(core: Any, resource: str, retry: Any) -> dict[str, float] | None:
+def bound_requests(core: KubeClient, resource: str, retry: Retry) -> dict[str, float] | None:
     """{node: `resource` requested by the pods bound there and not ended}; None when the user may not list
     every namespace's pods (then the "now" check is skipped, and said)."""
     from gpucluster.infra.kubernetes.api import _status
@@ -112,18 +116,41 @@ def bound_requests(core: Any, resource: str, retry: Any) -> dict[str, float] | N
     return used
 
 
-def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Passthrough, queued: bool,
-                retry: Any, fit: Fit, gpu: str | None = None, pinned: str | None = None) -> None:
+def check_nodes(core: KubeClient, nodes: int, gpus: int, resource: str, passthrough: Passthrough, queued: bool,
+                retry: Retry, fit: Fit, gpu: str | None = None, pinned: str | None = None) -> None:
     """Whether `nodes` pods of `gpus` fit; with `gpu` (--gpu TYPE), only on the nodes carrying it (gpus.py),
     which `fit.gpu` then names for the pods' node selection. `pinned`: the product value the user gave."""
     if gpus <= 0:
         return
+    from .gpus import choose
+
+    listed = _listed_nodes(core, resource, retry, fit, gpu, pinned)
+    if listed is None:
+        return
+    offering = _offering(listed, resource)
+    if gpu:
+        fit.gpu = choose(offering, gpu, resource, pinned)
+        fit.notes.append(fit.gpu.said())
+    eligible, others = node_room(offering, resource, passthrough, fit.gpu)
+    kind = f" {gpu}" if gpu else ""
+    asked = f"{nodes} node{'s' if nodes > 1 else ''} × {gpus}{kind} GPU{'s' if gpus > 1 else ''} requested"
+    _check_ever(asked, [have for _, have in eligible], others, nodes, gpus, resource, gpu)
+    used = bound_requests(core, resource, retry)
+    if used is None:
+        fit.skipped.append("free GPUs now (this user may not list every namespace's pods)")
+        return
+    _check_now(asked, eligible, used, nodes, gpus, resource, queued, fit)
+
+
+def _listed_nodes(core: KubeClient, resource: str, retry: Retry, fit: Fit, gpu: str | None,
+                  pinned: str | None) -> list[KubeObject] | None:
+    """The cluster's nodes; None when this user may not list them (said in `fit`, with the GPU assumed)."""
     from gpucluster.infra.kubernetes.api import _status
 
-    from .gpus import assumed, choose
+    from .gpus import assumed
 
     try:
-        listed = list(retry.call(core.list_node).items)
+        return list(retry.call(core.list_node).items)
     except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
         if _status(exc) != 403:
             raise
@@ -133,20 +160,24 @@ def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Pa
             fit.skipped.append(f"which nodes carry GPU {gpu} (their {PRODUCT_LABEL} labels): the pods select "
                                f"{', '.join(fit.gpu.products)}, the values GPU feature discovery writes for it; "
                                "--option gpu-product=VALUE pins the one your nodes carry")
-        return
+        return None
+
+
+def _offering(listed: list[KubeObject], resource: str) -> list[KubeObject]:
+    """The nodes offering `resource`; refused when none does."""
     offering = [n for n in listed if _quantity((n.status.allocatable or {}).get(resource, 0)) > 0]
     if not offering:
         have = offered(listed)
         raise UsageError(f"no node of the cluster offers {resource} (offered: {', '.join(have) or 'no extended resource'})"
                          "; name the GPU resource with --option gpu-resource=NAME, or install the device plugin")
-    if gpu:
-        fit.gpu = choose(offering, gpu, resource, pinned)
-        fit.notes.append(fit.gpu.said())
-    eligible, others = node_room(offering, resource, passthrough, fit.gpu)
-    kind = f" {gpu}" if gpu else ""
-    asked = f"{nodes} node{'s' if nodes > 1 else ''} × {gpus}{kind} GPU{'s' if gpus > 1 else ''} requested"
+    return offering
+
+
+def _check_ever(asked: str, haves: list[float], others: list[str], nodes: int, gpus: int, resource: str,
+                gpu: str | None) -> None:
+    """Refused when fewer than `nodes` eligible nodes could ever hold `gpus`."""
     why = f"; not eligible: {'; '.join(others)}" if others else ""
-    big = sorted((have for _, have in eligible), reverse=True)
+    big = sorted(haves, reverse=True)
     if len([h for h in big if h >= gpus]) < nodes:
         node_ = f"node with GPU {gpu}" if gpu else "node"
         largest = (f"the largest {node_} has {int(big[0])} allocatable {resource}" if big
@@ -154,10 +185,11 @@ def check_nodes(core: Any, nodes: int, gpus: int, resource: str, passthrough: Pa
         enough = len([h for h in big if h >= gpus])
         raise UsageError(f"{asked}; {largest}" + (f" and {enough} node(s) have {gpus}" if big and enough else "")
                          + f"{why}: it can never fit (ask for fewer GPUs per node with --gpus-per-node, or fewer nodes)")
-    used = bound_requests(core, resource, retry)
-    if used is None:
-        fit.skipped.append("free GPUs now (this user may not list every namespace's pods)")
-        return
+
+
+def _check_now(asked: str, eligible: list[tuple[str, float]], used: dict[str, float], nodes: int, gpus: int,
+               resource: str, queued: bool, fit: Fit) -> None:
+    """Whether `nodes` eligible nodes have `gpus` free now; refused when not, unless a Kueue queue waits for it."""
     free = sorted((have - used.get(name, 0.0) for name, have in eligible), reverse=True)
     room = len([f for f in free if f >= gpus])
     if room < nodes:
@@ -184,7 +216,7 @@ def needs(nodes: int, gpus: int, resource: str, mode: str, secrets: bool) -> dic
 KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
 
 
-def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit, resource: str = GPU_RESOURCE,
+def check_queue(custom: KubeClient, namespace: str, queue: str, retry: Retry, fit: Fit, resource: str = GPU_RESOURCE,
                 total: float = 0) -> None:
     """The Kueue LocalQueue the Job names exists in the namespace (Kueue docs, "Local Queue": a Job whose
     queue-name label names no LocalQueue stays suspended, "LocalQueue ... doesn't exist", and would wait out
@@ -210,7 +242,8 @@ def check_queue(custom: Any, namespace: str, queue: str, retry: Any, fit: Fit, r
         cluster_queue_room(custom, cq, queue, resource, total, retry, fit)
 
 
-def cluster_queue_room(custom: Any, name: str, queue: str, resource: str, total: float, retry: Any, fit: Fit) -> None:
+def cluster_queue_room(custom: KubeClient, name: str, queue: str, resource: str, total: float, retry: Retry,
+                       fit: Fit) -> None:
     """Whether Kueue can ever admit `total` of `resource` from ClusterQueue `name` (kueue.x-k8s.io/v1beta1): one
     podset's request goes to one flavor that covers the resource, and a flavor whose potential capacity is below
     it is "insufficient quota ... request > maximum capacity" for ever (kubernetes-sigs/kueue
@@ -230,18 +263,7 @@ def cluster_queue_room(custom: Any, name: str, queue: str, resource: str, total:
         return
     spec = cq.get("spec") or {}
     cohort = spec.get("cohort") or spec.get("cohortName")
-    flavors, unbounded = [], False
-    for group in spec.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for res in flavor.get("resources") or []:
-                if res.get("name") != resource:
-                    continue
-                most = _quantity(res.get("nominalQuota", 0))
-                if cohort:
-                    if res.get("borrowingLimit") is None:
-                        unbounded = True
-                    most += _quantity(res.get("borrowingLimit") or 0)
-                flavors.append((str(flavor.get("name")), most))
+    flavors, unbounded = _flavor_capacity(spec, resource, bool(cohort))
     if unbounded:
         fit.skipped.append(f"the room in Kueue ClusterQueue {name}: it may borrow {resource} from cohort {cohort} "
                            "without a limit")
@@ -258,8 +280,26 @@ def cluster_queue_room(custom: Any, name: str, queue: str, resource: str, total:
                      f"{next(f for f, most in flavors if total <= most)}")
 
 
-def check_limits(core: Any, namespace: str, pod: dict[str, Any] | None, resource: str, gpus: int, retry: Any,
-                 fit: Fit) -> list[Any]:
+def _flavor_capacity(spec: JsonMapping, resource: str, cohort: bool) -> tuple[list[tuple[str, float]], bool]:
+    """([(flavor, the most of `resource` it can admit)], whether one may borrow without a limit) of a
+    ClusterQueue's spec."""
+    flavors, unbounded = [], False
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") != resource:
+                    continue
+                most = _quantity(res.get("nominalQuota", 0))
+                if cohort:
+                    if res.get("borrowingLimit") is None:
+                        unbounded = True
+                    most += _quantity(res.get("borrowingLimit") or 0)
+                flavors.append((str(flavor.get("name")), most))
+    return flavors, unbounded
+
+
+def check_limits(core: KubeClient, namespace: str, pod: JsonObject | None, resource: str, gpus: int, retry: Retry,
+                 fit: Fit) -> list[KubeObject]:
     """Each LimitRange of the namespace against the pod the run's Job will make, as the LimitRanger admission
     plugin judges it at the pod's create (limits.py: min, max and maxLimitRequestRatio, per container and per pod,
     after its defaults); without the pod (none planned), the GPUs one container asks for against each `max`.
@@ -297,7 +337,7 @@ COMPUTE = {"requests.cpu": "requests.cpu", "cpu": "requests.cpu", "requests.memo
            "memory": "requests.memory", "limits.cpu": "limits.cpu", "limits.memory": "limits.memory"}
 
 
-def compute_needs(pod: dict[str, Any], ranges: list[Any], nodes: int, quota: str, namespace: str,
+def compute_needs(pod: JsonObject, ranges: list[KubeObject], nodes: int, quota: str, namespace: str,
                   hard: dict[str, float]) -> dict[str, float]:
     """What N of the run's pods count against a quota's CPU and memory keys (ResourceQuota docs: `cpu` is
     `requests.cpu`); a key it tracks that a container does not state (after the LimitRanges' defaults) is the
@@ -319,8 +359,8 @@ def compute_needs(pod: dict[str, Any], ranges: list[Any], nodes: int, quota: str
     return out
 
 
-def check_quota(core: Any, namespace: str, need: dict[str, float], retry: Any, fit: Fit,
-                pod: dict[str, Any] | None = None, ranges: list[Any] | None = None, nodes: int = 1) -> None:
+def check_quota(core: KubeClient, namespace: str, need: dict[str, float], retry: Retry, fit: Fit,
+                pod: JsonObject | None = None, ranges: list[KubeObject] | None = None, nodes: int = 1) -> None:
     """Each ResourceQuota of the namespace against what the run's objects will ask for (CPU and memory: the
     pods as the LimitRanges' defaults leave them, `compute_needs`)."""
     from gpucluster.infra.kubernetes.api import _status
@@ -333,26 +373,32 @@ def check_quota(core: Any, namespace: str, need: dict[str, float], retry: Any, f
         fit.skipped.append(f"the namespace's ResourceQuotas (this user may not list resourcequotas in {namespace})")
         return
     for q in quotas:
-        hard = {k: _quantity(v) for k, v in ((q.status.hard if q.status and q.status.hard else None)
-                                             or (q.spec.hard or {})).items()}
-        used = {k: _quantity(v) for k, v in ((q.status.used if q.status else None) or {}).items()}
-        wanted = dict(need)
-        if pod is not None:
-            wanted.update(compute_needs(pod, ranges or [], nodes, q.metadata.name, namespace, hard))
-        else:
-            for key in COMPUTE:
-                if key in hard:
-                    raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} limits {key}, so every "
-                                     "pod must state it, and gpucluster's training container states no CPU or memory: "
-                                     "use a namespace without that quota")
-        for key, amount in wanted.items():
-            if key not in hard or amount <= 0:
-                continue
-            if amount > hard[key]:
-                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} "
-                                 f"{hard[key]:g}; the run needs {amount:g}: it can never fit there")
-            if used.get(key, 0.0) + amount > hard[key]:
-                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} {hard[key]:g} "
-                                 f"with {used.get(key, 0.0):g} in use; the run needs {amount:g}: it does not fit now")
+        _check_one_quota(q, need, namespace, pod, ranges, nodes)
     if quotas:
         fit.notes.append(f"fits the namespace's ResourceQuota ({', '.join(q.metadata.name for q in quotas)})")
+
+
+def _check_one_quota(q: KubeObject, need: dict[str, float], namespace: str, pod: JsonObject | None,
+                     ranges: list[KubeObject] | None, nodes: int) -> None:
+    """One ResourceQuota (`q`) against what the run's objects will ask for."""
+    hard = {k: _quantity(v) for k, v in ((q.status.hard if q.status and q.status.hard else None)
+                                         or (q.spec.hard or {})).items()}
+    used = {k: _quantity(v) for k, v in ((q.status.used if q.status else None) or {}).items()}
+    wanted = dict(need)
+    if pod is not None:
+        wanted.update(compute_needs(pod, ranges or [], nodes, q.metadata.name, namespace, hard))
+    else:
+        for key in COMPUTE:
+            if key in hard:
+                raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} limits {key}, so every "
+                                 "pod must state it, and gpucluster's training container states no CPU or memory: "
+                                 "use a namespace without that quota")
+    for key, amount in wanted.items():
+        if key not in hard or amount <= 0:
+            continue
+        if amount > hard[key]:
+            raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} "
+                             f"{hard[key]:g}; the run needs {amount:g}: it can never fit there")
+        if used.get(key, 0.0) + amount > hard[key]:
+            raise UsageError(f"ResourceQuota {q.metadata.name} in namespace {namespace} allows {key} {hard[key]:g} "
+                             f"with {used.get(key, 0.0):g} in use; the run needs {amount:g}: it does not fit now")

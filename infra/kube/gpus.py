@@ -28,7 +28,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.catalog.gpus import Gpu
+    from gpucluster.infra.kubernetes.api import KubeObject
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -50,19 +56,19 @@ KNOWN: dict[str, tuple[str, ...]] = {
 }
 
 
-def _catalog() -> Any:
+def _catalog_gpus() -> dict[str, Gpu]:
     from gpucluster.catalog import gpus
 
-    return gpus
+    return gpus.GPUS
 
 
 def model(name: str) -> str:
     return name.split("-")[0].upper()
 
 
-def _sized_models(name: str) -> list[Any]:
+def _sized_models(name: str) -> list[Gpu]:
     """The catalog's GPUs of `name`'s model (more than one: the memory size tells them apart)."""
-    return [g for g in _catalog().GPUS.values() if model(g.name) == model(name)]
+    return [g for g in _catalog_gpus().values() if model(g.name) == model(name)]
 
 
 def carries(name: str, labels: Mapping[str, str]) -> bool:
@@ -112,7 +118,7 @@ class GpuNodes:
         """The nodeSelector part: one product value and no memory condition."""
         return {PRODUCT_LABEL: self.products[0]} if len(self.products) == 1 and not self.memory else {}
 
-    def affinity(self) -> list[dict[str, Any]]:
+    def affinity(self) -> list[JsonObject]:
         """The matchExpressions of a required node affinity, where a nodeSelector cannot say it."""
         if self.selector():
             return []
@@ -125,11 +131,11 @@ class GpuNodes:
         values = ", ".join(self.products) + (f" with {MEMORY_LABEL} {', '.join(self.memory)}" if self.memory else "")
         return f"GPU {self.gpu}: nodes labelled {PRODUCT_LABEL} {values}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"gpu": self.gpu, "products": list(self.products), "memory": list(self.memory), "checked": self.checked}
 
     @staticmethod
-    def from_dict(data: Any) -> "GpuNodes | None":
+    def from_dict(data: object) -> "GpuNodes | None":
         if not isinstance(data, Mapping) or not data.get("gpu") or not data.get("products"):
             return None
         return GpuNodes(str(data["gpu"]), tuple(str(p) for p in data["products"]),
@@ -148,12 +154,10 @@ def _count(items: Iterable[str]) -> str:
     return ", ".join(f"{v} ({n} node{'s' if n > 1 else ''})" for v, n in sorted(tally.items()))
 
 
-def choose(nodes: list[Any], name: str, resource: str, pinned: str | None) -> GpuNodes:
+def choose(nodes: list[KubeObject], name: str, resource: str, pinned: str | None) -> GpuNodes:
     """The nodes of `nodes` (typed V1Node, those offering `resource`) that carry GPU `name`, or a UsageError
     saying which GPUs the nodes do carry, or that their label is missing. `pinned`: a product value the user
     gave (`--option gpu-product`/`node-selector`): only nodes labelled with it."""
-    from gpucluster.errors import UsageError
-
     labelled = [(n.metadata.name, n.metadata.labels or {}) for n in nodes]
     found = [labels for _, labels in labelled if (labels.get(PRODUCT_LABEL) == pinned if pinned else carries(name, labels))]
     if found:
@@ -162,14 +166,22 @@ def choose(nodes: list[Any], name: str, resource: str, pinned: str | None) -> Gp
         mixed = [labels for _, labels in labelled if labels.get(PRODUCT_LABEL) in products and labels not in found]
         memory = tuple(sorted({str(labels.get(MEMORY_LABEL)) for labels in found})) if mixed and not pinned else ()
         return GpuNodes(name, products, memory)
+    raise _none_carries(labelled, name, resource, pinned)
+
+
+def _none_carries(labelled: list[tuple[str, Mapping[str, str]]], name: str, resource: str,
+                  pinned: str | None) -> Exception:
+    """The refusal when no node carries GPU `name`: which GPUs they carry, or that their label is missing."""
+    from gpucluster.errors import UsageError
+
     bare = [n for n, labels in labelled if not labels.get(PRODUCT_LABEL)]
     carried = _count(str(labels[PRODUCT_LABEL]) for _, labels in labelled if labels.get(PRODUCT_LABEL))
     wanted = f"GPU {name}" + (f" ({PRODUCT_LABEL}={pinned})" if pinned else "")
     if bare and not carried:
-        raise UsageError(f"--gpu {name}: no node offering {resource} has the label {PRODUCT_LABEL} ({len(bare)} "
-                         "node(s) without it: NVIDIA GPU feature discovery is not installed): choose the nodes with "
-                         "--option node-selector=KEY=VALUE and give --gpus-per-node instead of --gpu")
+        return UsageError(f"--gpu {name}: no node offering {resource} has the label {PRODUCT_LABEL} ({len(bare)} "
+                          "node(s) without it: NVIDIA GPU feature discovery is not installed): choose the nodes with "
+                          "--option node-selector=KEY=VALUE and give --gpus-per-node instead of --gpu")
     said = f"the cluster's nodes carry {PRODUCT_LABEL} {carried}" if carried else "no node carries a GPU label"
     missing = (f"; {len(bare)} node(s) lack the label (GPU feature discovery not installed there: reach them "
                "with --option node-selector=KEY=VALUE and --gpus-per-node instead of --gpu)" if bare else "")
-    raise UsageError(f"no node has {wanted}: {said}{missing}; ask for a GPU they have with --gpu")
+    return UsageError(f"no node has {wanted}: {said}{missing}; ask for a GPU they have with --gpu")

@@ -16,21 +16,28 @@ and `ssh` reaches a pod of the job running on it now.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from gpucluster.domain import Leftover
+from gpucluster.domain import Cluster, Leftover
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeApi, Retry
+    from gpucluster.watch.launch import Launcher
 
 
-def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+def hold(launcher: Launcher, cluster: Cluster) -> dict[int, dict[str, object]]:
     from gpucluster.watch.launch import JobSpec
 
     from .limits import job_pod
+    from .plugin import KubeLauncher
 
+    assert isinstance(launcher, KubeLauncher)  # the one this plugin's `make` gives
     provider = launcher.provider  # the KubeLauncher's own provider, handed the spec by `up` (attach_held)
+    spec = provider.spec
+    assert spec is not None, "a kept cluster is held after `up` handed its provider the spec"
     # a job's pod as `exec` will make it (a command; the LimitRanges and quotas judge its containers)
-    provider.pod = job_pod(launcher, provider.spec, JobSpec(run_id=str(provider.spec.run_id or "up"),
-                                                            command=("python", "-c", "pass")))
-    provider.preflight(provider.spec)  # UsageError (exit 2): nothing recorded, nothing created
+    provider.pod = job_pod(launcher, spec, JobSpec(run_id=str(spec.run_id or "up"), command=("python", "-c", "pass")))
+    provider.preflight(spec)  # UsageError (exit 2): nothing recorded, nothing created
     outputs = dict(cluster.outputs or {})
     context, namespace = str(outputs.get("context")), str(outputs.get("namespace"))
     return {0: {"row": "namespace", "context": context, "namespace": namespace,
@@ -38,8 +45,8 @@ def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
                 "checked": list(provider.checked), "not_checked": list(provider.skipped)}}
 
 
-def cluster_leftovers(api: Any, namespace: str, cluster: str, owner: str, kinds: Sequence[str],
-                      retry: Any) -> tuple[list[Leftover], list[Leftover], list[str]]:
+def cluster_leftovers(api: KubeApi, namespace: str, cluster: str, owner: str, kinds: Sequence[str],
+                      retry: Retry) -> tuple[list[Leftover], list[Leftover], list[str]]:
     """(this cluster's objects of this owner still there after their deletion, other owners' objects labelled
     with the same cluster name (not ours: left alone), the delete errors)."""
     from gpucluster.infra.kubernetes.gone import ROW_PREFIX, _meta, object_lists

@@ -22,13 +22,21 @@ Messages are the plugin's own wording, so what the user reads is what `kubectl d
 from __future__ import annotations
 
 from decimal import Decimal
-from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
+
+from gpucluster.domain import Cluster
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeObject
+    from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import JobSpec
 
 Resources = dict[str, Decimal]
 
 
-def _q(value: Any) -> Decimal:
+def _q(value: object) -> Decimal:
     from kubernetes.utils import parse_quantity
 
     return Decimal(parse_quantity(str(value)))
@@ -42,11 +50,11 @@ def _said(value: Decimal) -> str:
     return f"{int(milli)}m" if milli == milli.to_integral_value() else format(value.normalize(), "f")
 
 
-def _field(obj: Any, snake: str, camel: str) -> Any:
+def _field(obj: KubeObject, snake: str, camel: str) -> KubeObject:
     return obj.get(camel) if isinstance(obj, Mapping) else getattr(obj, snake, None)
 
 
-def _resources(container: dict[str, Any]) -> tuple[Resources, Resources]:
+def _resources(container: JsonMapping) -> tuple[Resources, Resources]:
     res = container.get("resources") or {}
     requests = {k: _q(v) for k, v in (res.get("requests") or {}).items()}
     limits = {k: _q(v) for k, v in (res.get("limits") or {}).items()}
@@ -89,7 +97,7 @@ def _ratio(kind: str, name: str, given: str, req: Resources, lim: Resources) -> 
     return None
 
 
-def _checks(kind: str, item: Any, req: Resources, lim: Resources) -> list[str]:
+def _checks(kind: str, item: KubeObject, req: Resources, lim: Resources) -> list[str]:
     out = []
     for rule, field in ((_min, ("min", "min")), (_max, ("max", "max")),
                         (_ratio, ("max_limit_request_ratio", "maxLimitRequestRatio"))):
@@ -114,7 +122,7 @@ def _pod_total(containers: list[tuple[Resources, Resources]], inits: list[tuple[
     return total(0), total(1)
 
 
-def _defaults(item: Any, containers: list[tuple[Any, Resources, Resources]]) -> None:
+def _defaults(item: KubeObject, containers: list[tuple[object, Resources, Resources]]) -> None:
     """A `Container` limit item's defaultRequest and default, set on each container that does not
     state them (the LimitRanger's defaulting, before any bound is checked)."""
     if _field(item, "type", "type") != "Container":
@@ -126,7 +134,7 @@ def _defaults(item: Any, containers: list[tuple[Any, Resources, Resources]]) -> 
             lim.setdefault(k, _q(v))
 
 
-def refusals(pod: dict[str, Any], ranges: list[Any]) -> list[tuple[str, str]]:
+def refusals(pod: JsonMapping, ranges: list[KubeObject]) -> list[tuple[str, str]]:
     """[(LimitRange name, the plugin's message)] for each constraint the pod (its spec, as JSON) breaks."""
     containers = [(c.get("name"), *_resources(c)) for c in pod.get("containers") or []]
     inits = [(c.get("name"), *_resources(c)) for c in pod.get("initContainers") or []]
@@ -147,7 +155,7 @@ def refusals(pod: dict[str, Any], ranges: list[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def job_pod(launcher: Any, spec: Any, job: Any) -> dict[str, Any]:
+def job_pod(launcher: KubernetesLauncher, spec: ClusterSpec, job: JobSpec) -> JsonObject:
     """The pod spec (as JSON) the run's Job (or PyTorchJob master) will carry: the launcher's own plan and
     manifests, the user's options added (`Platform.shape`)."""
     from kubernetes.client import ApiClient
@@ -155,8 +163,8 @@ def job_pod(launcher: Any, spec: Any, job: Any) -> dict[str, Any]:
     from gpucluster.infra.kubernetes.manifests import job_manifest, pytorchjob_manifest
     from gpucluster.infra.kubernetes.plan import plan_job
 
-    cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
-                              outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+    cluster = Cluster(name=spec.name, cloud=spec.cloud, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
+                      outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
     plan = plan_job(cluster, job, namespace=str(spec.option("namespace") or launcher.namespace), image=launcher.image,
                     mode=launcher.mode, start_deadline_s=launcher.start_deadline_s,
                     collect_wait_s=launcher.collect_wait_s, platform=launcher.platform)
@@ -168,7 +176,7 @@ def job_pod(launcher: Any, spec: Any, job: Any) -> dict[str, Any]:
     return dict(body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
 
 
-def pod_usage(pod: dict[str, Any], ranges: list[Any]) -> tuple[Resources, Resources, dict[str, list[str]]]:
+def pod_usage(pod: JsonMapping, ranges: list[KubeObject]) -> tuple[Resources, Resources, dict[str, list[str]]]:
     """(the pod's requests, its limits, {"requests.cpu": [containers not stating it], ...}) once the LimitRanges'
     defaults are set, as the ResourceQuota admission counts a pod after the LimitRanger (the pod's usage: the
     containers' sum, or an init container's when larger; a compute resource the quota tracks must be stated by

@@ -15,11 +15,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from gpucluster.errors import SpecError, not_allowed
 
 from .gpus import PRODUCT_LABEL  # set on GPU nodes by NVIDIA GPU feature discovery (gpus.py)
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
+
+
+class OptionSource(Protocol):
+    """What the option readers ask of a spec: an option by key (`ClusterSpec`, `platform.OptionView`)."""
+
+    def option(self, key: str) -> object:
+        ...
 
 OPTIONS = (
     "context",  # --context: the kubeconfig context [default: its current context]
@@ -52,39 +62,39 @@ _VALUE = re.compile(rf"^({_NAME})?$")
 _RESOURCE = re.compile(rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/{_NAME}$")
 
 
-def _text(spec: Any, key: str) -> str | None:
+def _text(spec: OptionSource, key: str) -> str | None:
     raw = spec.option(key)
     return None if raw is None or str(raw).strip() == "" else str(raw).strip()
 
 
-def _named(spec: Any, key: str, pattern: re.Pattern[str], allowed: str) -> str | None:
+def _named(spec: OptionSource, key: str, pattern: re.Pattern[str], allowed: str) -> str | None:
     value = _text(spec, key)
     if value is not None and not pattern.match(value):
         raise SpecError(not_allowed(f"option {key}", value, allowed))
     return value
 
 
-def namespace(spec: Any) -> str | None:
+def namespace(spec: OptionSource) -> str | None:
     """The namespace given (--namespace), or None: the context's, else `default` (access.py)."""
     return _named(spec, "namespace", _LABEL, "a DNS-1123 label: lowercase letters, digits and '-', at most 63")
 
 
-def create_namespace(spec: Any) -> bool:
+def create_namespace(spec: OptionSource) -> bool:
     from gpucluster.spec import parse_bool
 
     return parse_bool("option createNamespace", spec.option("createNamespace"), False)
 
 
-def gpu_resource(spec: Any) -> str:
+def gpu_resource(spec: OptionSource) -> str:
     return _named(spec, "gpuResource", _RESOURCE, "an extended resource such as nvidia.com/gpu or amd.com/gpu") \
         or GPU_RESOURCE
 
 
-def gpu_product(spec: Any) -> str | None:
+def gpu_product(spec: OptionSource) -> str | None:
     return _named(spec, "gpuProduct", _VALUE, "a label value such as NVIDIA-A100-SXM4-80GB")
 
 
-def price_per_gpu_hour(spec: Any) -> Decimal | None:
+def price_per_gpu_hour(spec: OptionSource) -> Decimal | None:
     """The internal price given, or None ($0: the cluster is not rented by gpucluster)."""
     value = _text(spec, "pricePerGpuHour")
     if value is None:
@@ -101,7 +111,7 @@ def price_per_gpu_hour(spec: Any) -> Decimal | None:
 PRICE_FROM_CONFIG = "config"  # priceSource: the price came from config.yaml's `kubernetes.contexts.<context>`
 
 
-def price_source(spec: Any) -> str:
+def price_source(spec: OptionSource) -> str:
     """Where the internal price came from, for the plan and the report."""
     if _text(spec, "priceSource") == PRICE_FROM_CONFIG:
         return f"config.yaml, context {spec.option('context') or '(current)'}"
@@ -151,7 +161,7 @@ class Passthrough:
     image_pull_secret: str | None = None
 
 
-def passthrough(spec: Any) -> Passthrough:
+def passthrough(spec: OptionSource) -> Passthrough:
     sub = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'"
     selector = _text(spec, "nodeSelector")
     tol = _text(spec, "tolerations")
@@ -169,7 +179,7 @@ def passthrough(spec: Any) -> Passthrough:
     )
 
 
-def validate_spec(spec: Any) -> list[str]:
+def validate_spec(spec: ClusterSpec) -> list[str]:
     """Every option checked for form; the cluster itself is asked only by the provider's preflight."""
     namespace(spec)
     create_namespace(spec)
@@ -188,7 +198,7 @@ def validate_spec(spec: Any) -> list[str]:
     return []
 
 
-def gpu(spec: Any) -> str | None:
+def gpu(spec: ClusterSpec) -> str | None:
     """The catalog's name of the GPU `--gpu` (or a task file's `gpu:`, a stack's `accelerator`) asks for."""
     from gpucluster.catalog.gpus import lookup
 
@@ -196,13 +206,13 @@ def gpu(spec: Any) -> str | None:
     return known.name if known else None
 
 
-def pinned_product(spec: Any) -> str | None:
+def pinned_product(spec: OptionSource) -> str | None:
     """The exact product label value the user gave: --option gpu-product, else node-selector's."""
     selector = _text(spec, "nodeSelector")
     return gpu_product(spec) or (labels(selector, "nodeSelector").get(PRODUCT_LABEL) if selector else None)
 
 
-def check_gpu(spec: Any) -> None:
+def check_gpu(spec: ClusterSpec) -> None:
     """--gpu TYPE against the options that also choose the nodes' GPU: each contradiction named, both sides."""
     from gpucluster.catalog.gpus import GPUS
 
@@ -230,6 +240,6 @@ def check_gpu(spec: Any) -> None:
                             f"selects the nodes whose {PRODUCT_LABEL} names {name})")
 
 
-def resolve(spec: Any) -> Any:
+def resolve(spec: ClusterSpec) -> ClusterSpec:
     """GPUs per node: 1 unless given (a shared cluster is asked for what the job needs, not a whole node)."""
     return spec.replace(gpus_per_node=1 if spec.gpus_per_node is None else spec.gpus_per_node)

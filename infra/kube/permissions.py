@@ -11,9 +11,12 @@ forwards ports for `gpucluster ssh -L`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeClient
 
 # (API group, resource, verbs); "pods/exec" is a subresource: exec and port-forward are `create` on them
 # (a websocket upgrade of GET was also allowed by `get` until Kubernetes 1.30: KEP-4006; `create` is the one
@@ -44,7 +47,7 @@ def needed(mode: str, secrets: bool, create_namespace: bool) -> list[tuple[str, 
     return out
 
 
-def review(api_client: Any, namespace: str, group: str, resource: str, verb: str, namespaced: bool) -> bool:
+def review(api_client: KubeClient, namespace: str, group: str, resource: str, verb: str, namespaced: bool) -> bool:
     from kubernetes import client
 
     res, _, sub = resource.partition("/")
@@ -55,7 +58,7 @@ def review(api_client: Any, namespace: str, group: str, resource: str, verb: str
     return bool(answer.status and answer.status.allowed)
 
 
-def missing(api_client: Any, namespace: str, rules: Iterable[tuple[str, str, str, bool]]) -> list[str]:
+def missing(api_client: KubeClient, namespace: str, rules: Iterable[tuple[str, str, str, bool]]) -> list[str]:
     """"verb resource in namespace N" for each one the user may not do."""
     out = []
     for group, resource, verb, namespaced in rules:
@@ -65,7 +68,7 @@ def missing(api_client: Any, namespace: str, rules: Iterable[tuple[str, str, str
     return out
 
 
-def check(api_client: Any, namespace: str, context: str, rules: list[tuple[str, str, str, bool]]) -> None:
+def check(api_client: KubeClient, namespace: str, context: str, rules: list[tuple[str, str, str, bool]]) -> None:
     """A UsageError naming the first missing permission (and how many more), before anything exists."""
     lacking = missing(api_client, namespace, rules)
     if lacking:

@@ -16,36 +16,42 @@ kubeconfig context the run names (access.py), and what the user's options add to
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
+
+from gpucluster.domain import Cluster
+from gpucluster.states import JsonObject
 
 from gpucluster.infra.kubernetes.api import KubeApi
-from gpucluster.infra.kubernetes.platform import Platform
+from gpucluster.infra.kubernetes.platform import Platform, Shape
 
 from .gpus import GpuNodes
 from .options import QUEUE_LABEL, Passthrough, passthrough
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeObject
 
 
 class OptionView:
     """`spec.option(key)` over an option mapping (what `Transport.make` is given)."""
 
-    def __init__(self, options: Mapping[str, Any]):
+    def __init__(self, options: Mapping[str, object]):
         self.options = dict(options)
         self.spot, self.accelerator = False, None
 
-    def option(self, key: str, default: Any = None) -> Any:
+    def option(self, key: str, default: object = None) -> object:
         return self.options.get(key, default)
 
 
-def context_api(cluster: Any, credentials: Any = None) -> KubeApi:
+def context_api(cluster: Cluster, credentials: object = None) -> KubeApi:
     """The API of the context the run's cluster names (its outputs), through the kubeconfig loader."""
     from . import access
 
-    outputs = dict(getattr(cluster, "outputs", None) or {})
+    outputs = dict(cluster.outputs or {})
     context = str(outputs.get("context") or "")
     return KubeApi.from_api_client(access.api_client(context, outputs.get("kubeconfig_path") or None))
 
 
-def _gpu_nodes(spec: dict[str, Any], gpu: GpuNodes) -> None:
+def _gpu_nodes(spec: JsonObject, gpu: GpuNodes) -> None:
     """--gpu TYPE: the nodes carrying it (gpus.py), by nodeSelector for one product value, else by a required
     node affinity term (ANDed with the nodeSelector and the pods' own anti-affinity: "Assigning Pods to Nodes")."""
     if gpu.selector():
@@ -63,7 +69,7 @@ def _gpu_nodes(spec: dict[str, Any], gpu: GpuNodes) -> None:
     spec["affinity"] = affinity
 
 
-def _pod_spec(spec: dict[str, Any], extra: Passthrough, gpu: GpuNodes | None = None) -> None:
+def _pod_spec(spec: JsonObject, extra: Passthrough, gpu: GpuNodes | None = None) -> None:
     """The options' additions to a pod spec in the API's JSON form."""
     if gpu is not None:
         _gpu_nodes(spec, gpu)
@@ -81,11 +87,11 @@ def _pod_spec(spec: dict[str, Any], extra: Passthrough, gpu: GpuNodes | None = N
         spec["imagePullSecrets"] = [{"name": extra.image_pull_secret}]
 
 
-def shaper(extra: Passthrough, gpu: GpuNodes | None = None) -> Any:
+def shaper(extra: Passthrough, gpu: GpuNodes | None = None) -> Shape:
     """(kind, manifest) -> the manifest with the options' additions and the GPU's nodes (a typed model comes
     back typed)."""
 
-    def shape(kind: str, manifest: Any) -> Any:
+    def shape(kind: str, manifest: KubeObject) -> KubeObject:
         if kind not in ("job", "pytorchjob") or (extra == Passthrough() and gpu is None):
             return manifest
         from kubernetes.client import ApiClient
@@ -110,7 +116,7 @@ def shaper(extra: Passthrough, gpu: GpuNodes | None = None) -> Any:
     return shape
 
 
-def kube_platform(options: Mapping[str, Any], gpu: GpuNodes | None = None) -> Platform:
+def kube_platform(options: Mapping[str, object], gpu: GpuNodes | None = None) -> Platform:
     """`gpu`: the nodes of the GPU --gpu names, as the provider's preflight found them (or the rule's values)."""
     return Platform(name="kubernetes", api=context_api, shape=shaper(passthrough(OptionView(options)), gpu),
                     between_jobs="between jobs no pod of ours runs in the namespace", shared=True)

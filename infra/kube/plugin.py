@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from gpucluster.domain import Check, Leftover, Provider
+from gpucluster.domain import Check, Cluster, Leftover, Provider
+from gpucluster.events import RunEvents
 from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 
@@ -18,19 +19,23 @@ from .held import hold
 from .platform import kube_platform
 from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
 
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import JobResult, JobSpec
+
 
 class KubeLauncher(KubernetesLauncher):
     """The shared launcher in the namespace the run's context and options pinned (`provider.prepare`),
     saying what the provider's preflight found before the objects are made."""
 
-    def __init__(self, provider: KubeProvider, queue: str | None = None, options: Mapping[str, Any] | None = None,
-                 **kw: Any):
+    def __init__(self, provider: KubeProvider, queue: str | None = None, options: Mapping[str, object] | None = None,
+                 **kw: Any):  # Any: the shared launcher's keyword arguments, passed on as they are
         super().__init__(**kw)
         self.provider = provider
         self.queue = queue  # --option queue: Kueue admits the Job (or does not) within the start deadline
         self.options = dict(options or {})  # the run's options, for the platform once --gpu's nodes are known
 
-    def describe(self, spec: Any, job: Any) -> list[str]:
+    def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         """The plan's lines, said of an existing cluster's namespace; the job's --secret tells the provider's
         preflight to ask for the Secret permissions too (describe comes first: `gpucluster.lifecycle.prepare`)."""
         self.namespace = str(spec.option("namespace") or self.namespace)
@@ -44,7 +49,7 @@ class KubeLauncher(KubernetesLauncher):
                                                     "removed after it" if made else "used as it is (it must exist)"))
                 if line.startswith(f"namespace {self.namespace}:") else line for line in lines]
 
-    def launch(self, cluster: Any, job: Any, events: Any, log_dir: Path) -> Any:
+    def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         from .cleanup import kinds_of
 
         self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
@@ -64,7 +69,7 @@ class KubeLauncher(KubernetesLauncher):
         return result
 
 
-    def leftovers(self, cluster: Any, run_id: str | None) -> list | None:
+    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
         """The run's objects of the kinds it made (a team's Role covers those, not every kind), read back."""
         if not run_id:
             return None
@@ -75,7 +80,7 @@ class KubeLauncher(KubernetesLauncher):
         return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id, self.provider.kinds,
                              Retry(self.api_retry_s))
 
-    def reclaim(self, cluster: Any, run_id: str) -> list | None:
+    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
         """A killed job's objects on a kept cluster (by its run label, of the kinds a job makes), deleted and
         read back before the next job."""
         from gpucluster.infra.kubernetes.api import Retry
@@ -91,7 +96,7 @@ class KubeLauncher(KubernetesLauncher):
 
 def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
     provider = KubeProvider()
-    kw: dict[str, Any] = {}
+    kw: dict[str, float] = {}
     if opts.start_deadline_s:
         kw["start_deadline_s"] = opts.start_deadline_s
     given = dict(opts.spec_options)
@@ -149,17 +154,7 @@ def held_down(name: str, runs: Mapping[str, Record]) -> Check:
     from .cleanup import kinds_of
     from .held import cluster_leftovers
 
-    places, named, modes = set(), [], {"job"}
-    for record in runs.values():
-        rows = (record or {}).get("resources")
-        for r in rows if isinstance(rows, list) else []:
-            detail = r.get("detail") if isinstance(r, Mapping) else None
-            named.append(str(r.get("kind")) if isinstance(r, Mapping) else "")
-            if r.get("kind") == HOST_KIND and isinstance(detail, Mapping) and detail.get("namespace"):
-                places.add((str(detail.get("context")), str(detail.get("namespace"))))
-        spec = (record or {}).get("spec")
-        opts = dict(spec.get("options") or ()) if isinstance(spec, Mapping) else {}
-        modes.add(str(opts.get("launcher") or "job").lower())
+    places, named, modes = _held_places(runs, HOST_KIND)
     # the kinds the runs' rows name, and those a job makes (no Secret unless a run made one: a Role may lack it)
     kinds = sorted(set(kinds_of(named)) | {k for m in modes for k in kinds_of((), m)}, key=NAMESPACED.index)
     check = Check()
@@ -174,6 +169,23 @@ def held_down(name: str, runs: Mapping[str, Record]) -> Check:
         check = (check + Check.of(left) + Check(not_ours=tuple(theirs))).with_unchecked(
             *(f"delete {e}" for e in errors if left))
     return check
+
+
+def _held_places(runs: Mapping[str, Record], host_kind: str) -> tuple[set[tuple[str, str]], list[str], set[str]]:
+    """From the runs' records: the (context, namespace) of each kept cluster's `host` row, the kinds their rows
+    name, and the launcher modes their specs use ("job" always)."""
+    places, named, modes = set(), [], {"job"}
+    for record in runs.values():
+        rows = (record or {}).get("resources")
+        for r in rows if isinstance(rows, list) else []:
+            detail = r.get("detail") if isinstance(r, Mapping) else None
+            named.append(str(r.get("kind")) if isinstance(r, Mapping) else "")
+            if r.get("kind") == host_kind and isinstance(detail, Mapping) and detail.get("namespace"):
+                places.add((str(detail.get("context")), str(detail.get("namespace"))))
+        spec = (record or {}).get("spec")
+        opts = dict(spec.get("options") or ()) if isinstance(spec, Mapping) else {}
+        modes.add(str(opts.get("launcher") or "job").lower())
+    return places, named, modes
 
 
 def sweep(context: str | None, namespace: str, owner: str, remove: bool) -> tuple[list[Leftover], list[Leftover],
@@ -199,14 +211,18 @@ def sweep(context: str | None, namespace: str, owner: str, remove: bool) -> tupl
                          f"{where.namespace}: {_status(exc)} {getattr(exc, 'reason', exc)}") from None
 
 
-def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
+def preview(spec: ClusterSpec, job: object, launcher: object) -> dict[str, object]:
     """Imported here: the preview imports the kubernetes client and yaml."""
+    from gpucluster.watch.launch import JobSpec
+
     from .preview import preview as preview_
+
+    assert isinstance(job, JobSpec) and isinstance(launcher, KubernetesLauncher)  # what Operations.preview hands it
 
     return preview_(spec, job, launcher)
 
 
-def plan_line(spec: Any, nproc: int, hourly_: Decimal | None) -> str:
+def plan_line(spec: ClusterSpec, nproc: int, hourly_: Decimal | None) -> str:
     gpu = options.gpu(spec)
     gpus = (f"{spec.gpus_per_node}{' ' + gpu if gpu else ''} {options.gpu_resource(spec)}/pod" if spec.gpus_per_node
             else "CPU only")

@@ -6,8 +6,14 @@ files: the workloads, the entry script, the script folder)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
+
+from gpucluster.domain import Cluster
+
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import JobSpec
 
 SKIPPED = ("the API server answering and accepting the context's credentials",
            "the namespace existing (made only with --create-namespace)",
@@ -16,7 +22,7 @@ SKIPPED = ("the API server answering and accepting the context's credentials",
            "the namespace's ResourceQuota and LimitRanges", "the Kueue LocalQueue (with --option queue)")
 
 
-def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
+def preview(spec: ClusterSpec, job: JobSpec, launcher: KubernetesLauncher) -> dict[str, object]:
     import yaml
     from kubernetes.client import ApiClient
 
@@ -31,8 +37,8 @@ def preview(spec: Any, job: Any, launcher: Any) -> dict[str, object]:
     gpu = options.gpu(spec)
     if gpu:  # the nodes are not read: the selector the rule gives (gpus.py `KNOWN`, or the value the user pinned)
         launcher.platform = kube_platform(spec.option_dict, assumed(gpu, options.pinned_product(spec)))
-    cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
-                              outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
+    cluster = Cluster(name=spec.name, cloud=spec.cloud, nodes=(), gpus_per_node=spec.gpus_per_node or 0,
+                      outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes})
     namespace = str(spec.option("namespace") or launcher.namespace)
     plan = plan_job(cluster, job, namespace=namespace, image=launcher.image, mode=launcher.mode,
                     start_deadline_s=launcher.start_deadline_s, collect_wait_s=launcher.collect_wait_s,

@@ -8,16 +8,24 @@ cluster, before the run's ledger row and before anything is created: the namespa
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.domain import Check, Cluster, ClusterStatus, Provider, ProvisionEvents
 from gpucluster.errors import SpecError, UsageError
+from gpucluster.states import JsonMapping, JsonObject
 
 from . import access, options
 from .options import price_per_gpu_hour
 
+if TYPE_CHECKING:
+    from gpucluster.infra.kubernetes.api import KubeClient
+    from gpucluster.spec import ClusterSpec
 
-def prepare(spec: Any, *, detect: Any = True) -> tuple[Any, list[str]]:
+    from . import fit
+    from .gpus import GpuNodes
+
+
+def prepare(spec: ClusterSpec, *, detect: object = True) -> tuple[ClusterSpec, list[str]]:
     """The context and namespace the run uses, pinned in its options from the kubeconfig (a local file:
     the cluster is not asked here), and what the run costs, said. `detect=None` (a dry run after a
     failure): the spec as given."""
@@ -43,7 +51,7 @@ def prepare(spec: Any, *, detect: Any = True) -> tuple[Any, list[str]]:
     return spec.replace(options=tuple(sorted(given.items()))), notes
 
 
-def hourly(spec: Any) -> Decimal:
+def hourly(spec: ClusterSpec) -> Decimal:
     price = price_per_gpu_hour(spec) or Decimal(0)
     return price * (spec.gpus_per_node or 0) * spec.nodes
 
@@ -59,53 +67,24 @@ class KubeProvider(Provider):
         self.where: tuple[str, str] | None = None  # (context, namespace) of the run `up` handed over
         self.kinds: list[str] = ["configmap", "service", "job"]  # what the run makes (the launcher says)
         self.secrets = False  # the job passes --secret values: the run makes a Secret (the launcher says)
-        self.spec: Any = None  # the spec `up` was handed
-        self.pod: dict[str, Any] | None = None  # the pod spec the run's Job will carry (the launcher says)
-        self.gpu_nodes: Any = None  # --gpu TYPE: the nodes carrying it, found by preflight (gpus.GpuNodes)
+        self.spec: ClusterSpec | None = None  # the spec `up` was handed
+        self.pod: JsonObject | None = None  # the pod spec the run's Job will carry (the launcher says)
+        self.gpu_nodes: GpuNodes | None = None  # --gpu TYPE: the nodes carrying it, found by preflight
 
-    def preflight(self, spec: Any = None) -> None:
+    def preflight(self, spec: ClusterSpec | None = None) -> None:
         """Bad input (exit 2) before anything is recorded or created: the cluster cannot be reached, refuses
         the credentials, lacks the namespace, a permission, or room for the job."""
         if spec is None:
             return
-        from gpucluster.infra.kubernetes.api import Retry, _is_api_error, _status
-
-        from . import fit, permissions
+        from gpucluster.infra.kubernetes.api import _is_api_error, _status
 
         context, namespace = str(spec.option("context")), str(spec.option("namespace"))
         client = access.api_client(context)
         plugin = list(getattr(client, "gpucluster_plugin_errors", []) or [])
         from kubernetes import client as k8s
 
-        core, retry = k8s.CoreV1Api(client), Retry(self.retry_s)
         try:
-            exists, unread = True, False
-            try:
-                Retry(0).call(core.read_namespace, namespace)  # the first contact: unreachable is said at once
-            except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
-                if not (_is_api_error(exc) and _status(exc) in (404, 403)):
-                    raise
-                exists, unread = _status(exc) != 404, _status(exc) == 403  # 403: may not read namespaces
-            create = options.create_namespace(spec)
-            if not exists and not create:
-                raise UsageError(f"namespace {namespace!r} does not exist in context {context!r}: give an existing "
-                                 "one with --namespace, or add --create-namespace to make it for the run")
-            mode = str(spec.option("launcher") or "job").lower()
-            secrets = self.secrets  # the job's --secret (KubeLauncher.describe says it): a Secret is created
-            permissions.check(client, namespace, context, permissions.needed(mode, secrets, create and not exists))
-            result = fit.Fit()
-            resource = options.gpu_resource(spec)
-            extra = options.passthrough(spec)
-            fit.check_nodes(core, spec.nodes, int(spec.gpus_per_node or 0), resource, extra, bool(extra.queue),
-                            retry, result, options.gpu(spec), options.pinned_product(spec))
-            if extra.queue and exists:
-                fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result, resource,
-                                float(spec.nodes * int(spec.gpus_per_node or 0)))
-            if exists:
-                ranges = fit.check_limits(core, namespace, self.pod, resource, int(spec.gpus_per_node or 0), retry,
-                                          result)
-                fit.check_quota(core, namespace, fit.needs(spec.nodes, int(spec.gpus_per_node or 0), resource,
-                                                           mode, secrets), retry, result, self.pod, ranges, spec.nodes)
+            result, unread = self._ask(spec, k8s, client, context, namespace)
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - an API answer: unreachable and 401 are bad input
@@ -121,7 +100,39 @@ class KubeProvider(Provider):
         self.skipped = result.skipped + ([f"namespace {namespace} exists (this user may not read namespaces)"]
                                          if unread else [])
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def _ask(self, spec: ClusterSpec, k8s: KubeClient, client: KubeClient, context: str,
+             namespace: str) -> tuple[fit.Fit, bool]:
+        """The cluster asked: the namespace, the permissions, the nodes, the queue, the LimitRanges and the
+        ResourceQuotas; (what was found, whether the namespace could not be read)."""
+        from gpucluster.infra.kubernetes.api import Retry
+
+        from . import fit, permissions
+
+        core, retry = k8s.CoreV1Api(client), Retry(self.retry_s)
+        exists, unread = _namespace_state(core, namespace)
+        create = options.create_namespace(spec)
+        if not exists and not create:
+            raise UsageError(f"namespace {namespace!r} does not exist in context {context!r}: give an existing "
+                             "one with --namespace, or add --create-namespace to make it for the run")
+        mode = str(spec.option("launcher") or "job").lower()
+        secrets = self.secrets  # the job's --secret (KubeLauncher.describe says it): a Secret is created
+        permissions.check(client, namespace, context, permissions.needed(mode, secrets, create and not exists))
+        result = fit.Fit()
+        resource = options.gpu_resource(spec)
+        extra = options.passthrough(spec)
+        gpus = int(spec.gpus_per_node or 0)
+        fit.check_nodes(core, spec.nodes, gpus, resource, extra, bool(extra.queue),
+                        retry, result, options.gpu(spec), options.pinned_product(spec))
+        if extra.queue and exists:
+            fit.check_queue(k8s.CustomObjectsApi(client), namespace, extra.queue, retry, result, resource,
+                            float(spec.nodes * gpus))
+        if exists:
+            ranges = fit.check_limits(core, namespace, self.pod, resource, gpus, retry, result)
+            fit.check_quota(core, namespace, fit.needs(spec.nodes, gpus, resource, mode, secrets), retry, result,
+                            self.pod, ranges, spec.nodes)
+        return result, unread
+
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         self.where = (str(spec.option("context")), str(spec.option("namespace")))
         if self.gpu_nodes is None and options.gpu(spec):  # --gpu without a preflight's reading: the rule's values
             from .gpus import assumed
@@ -154,7 +165,20 @@ class KubeProvider(Provider):
         return None
 
 
-def run_where(record: Mapping[str, Any]) -> tuple[str, str] | None:
+def _namespace_state(core: KubeClient, namespace: str) -> tuple[bool, bool]:
+    """(whether the namespace exists, whether this user may not read it: then it is taken to exist)."""
+    from gpucluster.infra.kubernetes.api import Retry, _is_api_error, _status
+
+    try:
+        Retry(0).call(core.read_namespace, namespace)  # the first contact: unreachable is said at once
+    except Exception as exc:  # noqa: BLE001 - ApiException lives in the lazily imported SDK
+        if not (_is_api_error(exc) and _status(exc) in (404, 403)):
+            raise
+        return _status(exc) != 404, _status(exc) == 403  # 403: may not read namespaces
+    return True, False
+
+
+def run_where(record: JsonMapping) -> tuple[str, str] | None:
     """(context, namespace) a recorded run used, from its spec's options."""
     spec = record.get("spec") or {}
     opts = spec.get("options") if isinstance(spec, Mapping) else None
@@ -164,7 +188,7 @@ def run_where(record: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def internal_cost(spec: Mapping[str, Any], seconds: float) -> tuple[Decimal, str] | None:
+def internal_cost(spec: JsonMapping, seconds: float) -> tuple[Decimal, str] | None:
     """The run's internal price (--option price-per-gpu-hour, else config.yaml's for its context: its GPUs for the
     time the run held them), or None."""
     from gpucluster.spec import ClusterSpec

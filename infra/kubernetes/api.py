@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from gpucluster.errors import LaunchError, require
+
+# Any: the kubernetes client generates its API groups (CoreV1Api, BatchV1Api, ...), its ApiClient and its
+# stream functions from an OpenAPI spec without type hints, and the tests pass fakes of their own.
+KubeClient = Any
+# Any: the model objects those calls return (V1Pod, V1Job, V1Status, ..., a streamed response) are
+# untyped too, and read by attribute.
+KubeObject = Any
+T = TypeVar("T")
 
 
 # -- API access --------------------------------------------------------------------------------
@@ -17,13 +25,13 @@ class KubeApi:
     """The three API groups the launcher calls (CoreV1Api, BatchV1Api, CustomObjectsApi or fakes),
     and `stream` (kubernetes.stream.stream, or the fake's) for exec into a pod."""
 
-    core: Any
-    batch: Any
-    custom: Any
-    stream: Any = None
-    rbac: Any = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.idle)
-    apps: Any = None
-    portforward: Any = None  # kubernetes.stream.portforward (or a fake's), looked up when first used
+    core: KubeClient
+    batch: KubeClient
+    custom: KubeClient
+    stream: KubeClient = None
+    rbac: KubeClient = None  # RbacAuthorizationV1Api and AppsV1Api: the idle stop's objects (infra.gcp.idle)
+    apps: KubeClient = None
+    portforward: KubeClient = None  # kubernetes.stream.portforward (or a fake's), looked up when first used
 
     def __post_init__(self) -> None:
         if self.stream is None:
@@ -31,7 +39,7 @@ class KubeApi:
 
             self.stream = stream
 
-    def open_portforward(self, method: Any, *args: Any, **kw: Any) -> Any:
+    def open_portforward(self, method: KubeClient, *args: object, **kw: object) -> KubeObject:
         """A portforward websocket (`kubernetes.stream.portforward(method, POD, NS, ports=...)`):
         a `PortForward` whose `socket(port)` is the pod's port."""
         if self.portforward is None:
@@ -40,7 +48,7 @@ class KubeApi:
             self.portforward = portforward
         return self.portforward(method, *args, **kw)
 
-    def exec_core(self) -> Any:
+    def exec_core(self) -> KubeClient:
         """The CoreV1Api to open ONE exec stream with: on an `ApiClient` of its own (the same
         `Configuration`: host, CA, token and its refresh hook). `kubernetes.stream.stream` replaces the
         client's `request` method with a websocket call for the duration of the call and puts it back
@@ -71,7 +79,7 @@ class KubeApi:
         return cls.from_api_client(api_client)
 
     @classmethod
-    def from_api_client(cls, api_client: Any) -> "KubeApi":
+    def from_api_client(cls, api_client: KubeClient) -> "KubeApi":
         """The API groups on one `kubernetes.client.ApiClient` (host, CA, credentials already set)."""
         k8s = require("kubernetes", "gcp")
         return cls(k8s.client.CoreV1Api(api_client), k8s.client.BatchV1Api(api_client),
@@ -148,16 +156,16 @@ class Retry:
     """Calls retried while they fail transiently, for at most `bound_s` from the first failure;
     `clock` and `sleep` are injectable (tests run the fake API server's outage scaled down)."""
 
-    def __init__(self, bound_s: float = API_RETRY_S, clock: Any = None, sleep: Any = None,
-                 stopped: Any = None):
+    def __init__(self, bound_s: float = API_RETRY_S, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None, stopped: Callable[[], bool] | None = None):
         import time
 
         self.bound_s = bound_s
-        self.clock = clock or time.monotonic
-        self.sleep = sleep or time.sleep
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.sleep: Callable[[float], None] = sleep or time.sleep
         self.stopped = stopped  # () -> bool: give up early (the run is being stopped)
 
-    def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object, **kw: object) -> T:
         first, attempt = None, 0
         while True:
             try:

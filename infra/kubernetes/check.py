@@ -30,12 +30,21 @@ import functools
 import os
 import threading
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from gpucluster.events import NullEvents, Phase
+from gpucluster.events import NullEvents, Phase, RunEvents
 
 from .outputs import TOUCH, _exec, _run
 from .plan import CHECK_FILE, MOUNT, RUN_DIR, STAGED_FILE, Plan
+
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject
+    from gpucluster.watch.health import HealthSpec
+
+    from .api import KubeApi, KubeObject, Retry
+    from .pods import _Pods
+    from .stage import PodStager
 
 ADDRESS_WAIT_S = 15.0  # how long every pod may run without its address before its DNS name is used
 
@@ -44,22 +53,22 @@ class _ExecProc:
     `poll`, `returncode`), over one exec stream: its stdout and stderr on one pipe, as a node's
     merged output; the exit status once the stream has ended (-1 when Kubernetes gave none)."""
 
-    def __init__(self, open_stream: Callable[[], Any]):
+    def __init__(self, open_stream: Callable[[], KubeObject]):
         r, w = os.pipe()
         self.stdout = os.fdopen(r, "rb", buffering=0)
         self._w = w
         self.returncode: int | None = None
-        self.client: Any = None
+        self.client: KubeObject = None
         self._closed = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._pump, args=(open_stream,), daemon=True)
         self._thread.start()
 
-    def _write(self, data: Any) -> None:
+    def _write(self, data: object) -> None:
         if data:
             os.write(self._w, data if isinstance(data, bytes) else str(data).encode())
 
-    def _pump(self, open_stream: Callable[[], Any]) -> None:
+    def _pump(self, open_stream: Callable[[], KubeObject]) -> None:
         rc: int | None = None
         try:
             self.client = client = open_stream()
@@ -101,10 +110,10 @@ class _Buffered(NullEvents):
     """The run's events, kept while the check's thread reports and given on the supervisor's thread."""
 
     def __init__(self) -> None:
-        self.calls: list[Callable[[Any], None]] = []
+        self.calls: list[Callable[[RunEvents], None]] = []
         self.lock = threading.Lock()
 
-    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: JsonObject) -> None:
         with self.lock:
             self.calls.append(lambda events: events.on_metric(node_rank, record))
 
@@ -112,7 +121,7 @@ class _Buffered(NullEvents):
         with self.lock:
             self.calls.append(lambda events: events.message(text))
 
-    def flush(self, events: Any) -> None:
+    def flush(self, events: RunEvents) -> None:
         with self.lock:
             calls, self.calls = self.calls, []
         for call in calls:
@@ -123,11 +132,11 @@ class PodChecker:
     """The health check in every pod of `plan`, before `then` (the stager) or the job (see the
     module docstring)."""
 
-    def __init__(self, api: Any, plan: Plan, pods: Any, spec: Any, then: Any = None, python: str = "python",
-                 log_dir: Any = None, retry: Any = None):
+    def __init__(self, api: KubeApi, plan: Plan, pods: _Pods, spec: HealthSpec, then: PodStager | None = None,
+                 python: str = "python", log_dir: Path | None = None, retry: Retry | None = None):
         self.api, self.plan, self.pods, self.spec, self.then = api, plan, pods, spec, then
         self.python, self.log_dir, self.retry = python, log_dir, retry
-        self.events: Any = None
+        self.events: RunEvents | None = None
         self.phase = Phase.CHECK
         self.passed = False
         self.failure: str | None = None
@@ -163,7 +172,7 @@ class PodChecker:
         if not self.passed:
             return None
         if self.then is not None:
-            self.phase = self.then.phase if hasattr(self.then, "phase") else Phase.STAGE
+            self.phase = Phase.STAGE
             if self.then.events is None:
                 self.then.events = self.events
             return self.then.poll()
@@ -203,7 +212,7 @@ class PodChecker:
             return
         self.passed = True
 
-    def _open(self, pod: str, argv: list[str]) -> Any:
+    def _open(self, pod: str, argv: list[str]) -> KubeObject:
         # stdin: the stream then carries what the program prints as it prints it (its first line's
         # arrival is the clock check's reference); the program never reads it
         return _exec(self.api, self.plan, pod, argv, stdin=True, container=self.plan.app_container)

@@ -37,13 +37,19 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Sequence
 
 from gpucluster.errors import LaunchError, UsageError
 
 from .manifests import rank_in
 from .platform import GENERIC, Platform
 from .plan import CONTAINER, KEEPER, TRAINER_NODE
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster
+    from gpucluster.watch.launch import Forward
+
+    from .api import KubeApi, KubeObject
 
 # the pod's shell: bash where the image has it, else sh (one line; the exec API runs an argv)
 SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
@@ -59,14 +65,14 @@ class Target:
     run: str  # the run label of its job
 
 
-def _running(pod: Any, name: str) -> bool:
+def _running(pod: KubeObject, name: str) -> bool:
     for cs in getattr(pod.status, "container_statuses", None) or []:
         if cs.name == name and cs.state is not None and cs.state.running is not None:
             return True
     return False
 
 
-def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
+def find_target(api: KubeApi, namespace: str, mode: str, rank: int, cluster: str, *,
                 platform: Platform = GENERIC) -> Target:
     """Node `rank`'s pod of the job running on the cluster now, and the container to use."""
     selector = MANAGED
@@ -98,8 +104,8 @@ def find_target(api: Any, namespace: str, mode: str, rank: int, cluster: str, *,
     raise UsageError(f"cluster {cluster!r}: pod {pod.metadata.name} has no running container to reach")
 
 
-def check(api: Any, namespace: str, mode: str, cluster: Any, rank: int, command: Sequence[str],
-          forwards: Sequence[Any], *, platform: Platform = GENERIC) -> Target:
+def check(api: KubeApi, namespace: str, mode: str, cluster: Cluster, rank: int, command: Sequence[str],
+          forwards: Sequence[Forward], *, platform: Platform = GENERIC) -> Target:
     """What `connect` refuses (UsageError), before anything is opened; the pod it would reach."""
     for f in forwards:
         if f.host not in POD_HOSTS:
@@ -110,8 +116,8 @@ def check(api: Any, namespace: str, mode: str, cluster: Any, rank: int, command:
     return find_target(api, namespace, mode, rank, cluster.name, platform=platform)
 
 
-def connect(api: Any, namespace: str, mode: str, cluster: Any, rank: int, command: Sequence[str],
-            forwards: Sequence[Any], *, platform: Platform = GENERIC) -> int:
+def connect(api: KubeApi, namespace: str, mode: str, cluster: Cluster, rank: int, command: Sequence[str],
+            forwards: Sequence[Forward], *, platform: Platform = GENERIC) -> int:
     """`Launcher.connect` for the Kubernetes launcher: its exit code (the command's or the shell's)."""
     target = check(api, namespace, mode, cluster, rank, command, forwards, platform=platform)
     shell = not command and not forwards
@@ -135,7 +141,7 @@ def connect(api: Any, namespace: str, mode: str, cluster: Any, rank: int, comman
             t.close()
 
 
-def _open(api: Any, namespace: str, target: Target, argv: list[str], tty: bool) -> Any:
+def _open(api: KubeApi, namespace: str, target: Target, argv: list[str], tty: bool) -> KubeObject:
     core = api.exec_core()  # an ApiClient of its own for this stream
     try:
         return api.stream(core.connect_get_namespaced_pod_exec, target.pod, namespace, command=argv,
@@ -145,14 +151,14 @@ def _open(api: Any, namespace: str, target: Target, argv: list[str], tty: bool) 
         raise LaunchError(f"the exec API refused a connection to pod {target.pod}: {exc}") from None
 
 
-def _returncode(ws: Any, target: Target) -> int:
+def _returncode(ws: KubeObject, target: Target) -> int:
     try:
         return int(ws.returncode)
     except (TypeError, KeyError, ValueError, AttributeError):  # no status: the stream was cut
         raise LaunchError(f"the connection to pod {target.pod} ended without the command's exit status") from None
 
 
-def _drain(ws: Any, out: Any, err: Any) -> None:
+def _drain(ws: KubeObject, out: BinaryIO, err: BinaryIO) -> None:
     for channel, stream in ((STDOUT, out), (STDERR, err)):
         data = ws.read_channel(channel, timeout=0)
         if data:
@@ -164,7 +170,7 @@ def _lost(target: Target, exc: BaseException) -> LaunchError:
     return LaunchError(f"the connection to pod {target.pod} was lost: {type(exc).__name__}: {exc}")
 
 
-def run_command(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
+def run_command(api: KubeApi, namespace: str, target: Target, argv: list[str]) -> int:
     """`argv` in the pod, its stdout/stderr here as they come; its exit code."""
     from websocket import WebSocketException
 
@@ -184,7 +190,7 @@ def run_command(api: Any, namespace: str, target: Target, argv: list[str]) -> in
         ws.close()
 
 
-def terminal(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
+def terminal(api: KubeApi, namespace: str, target: Target, argv: list[str]) -> int:
     """`argv` in a terminal of the pod, driven by this machine's terminal (raw mode, its size)."""
     import termios
     import tty
@@ -196,7 +202,7 @@ def terminal(api: Any, namespace: str, target: Target, argv: list[str]) -> int:
     resized = threading.Event()
     resized.set()  # the first size goes at once
 
-    def on_winch(*_: Any) -> None:
+    def on_winch(*_: object) -> None:
         resized.set()
 
     saved = termios.tcgetattr(fd_in)
@@ -236,7 +242,7 @@ class Tunnel:
     """`-L LOCAL:localhost:REMOTE`: 127.0.0.1:LOCAL here to the pod's REMOTE port, one portforward
     websocket per accepted connection."""
 
-    def __init__(self, api: Any, namespace: str, pod: str, forward: Any):
+    def __init__(self, api: KubeApi, namespace: str, pod: str, forward: Forward):
         self.api, self.namespace, self.pod, self.forward = api, namespace, pod, forward
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -248,7 +254,7 @@ class Tunnel:
                              f"({exc.strerror}); choose another LOCAL port") from None
         self.listener.listen(16)
         self.closed = threading.Event()
-        self.open: set[Any] = set()  # sockets of the live relays, closed by `close`
+        self.open: set[socket.socket] = set()  # sockets of the live relays, closed by `close`
         self.lock = threading.Lock()
 
     def start(self) -> None:
@@ -262,7 +268,7 @@ class Tunnel:
                 return
             threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
 
-    def _track(self, *socks: Any) -> None:
+    def _track(self, *socks: socket.socket) -> None:
         with self.lock:
             self.open.update(socks)
 
@@ -296,7 +302,7 @@ class Tunnel:
         if error:
             print(f"gpucluster: -L {self.forward}: {error.strip()}", file=sys.stderr, flush=True)
 
-    def _close(self, sock: Any) -> None:
+    def _close(self, sock: socket.socket) -> None:
         with self.lock:
             self.open.discard(sock)
         try:
@@ -321,7 +327,7 @@ class Tunnel:
                 pass
 
 
-def _pump(a: Any, b: Any, closed: threading.Event) -> None:
+def _pump(a: socket.socket, b: socket.socket, closed: threading.Event) -> None:
     """Bytes both ways between two sockets until one side ends (or the tunnel is closed)."""
     while not closed.is_set():
         try:

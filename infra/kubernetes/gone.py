@@ -19,9 +19,12 @@ An object is in one of three states:
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from .api import Retry, _is_api_error, _status
+from .api import KubeApi, KubeObject, Retry, _is_api_error, _status
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Leftover
 from .plan import (KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL,
                    dns_name)
 
@@ -37,7 +40,7 @@ def row_name(kind: str, namespace: str, name: str) -> str:
     return namespace if kind == "namespace" else f"{namespace}/{name}"
 
 
-def _meta(item: Any) -> tuple[str, Any]:
+def _meta(item: KubeObject) -> tuple[str, object]:
     """(name, deletionTimestamp) of a listed item: a client model or a custom object's dict."""
     if isinstance(item, dict):
         meta = item.get("metadata") or {}
@@ -45,7 +48,8 @@ def _meta(item: Any) -> tuple[str, Any]:
     return str(item.metadata.name), getattr(item.metadata, "deletion_timestamp", None)
 
 
-def object_lists(api: Any, namespace: str, selector: str, retry: Retry | None = None) -> dict[str, Any]:
+def object_lists(api: KubeApi, namespace: str, selector: str, retry: Retry | None = None
+                 ) -> dict[str, Callable[[], list[KubeObject]]]:
     """{kind: () -> the items of that kind in `namespace` matching the label `selector`}."""
     call = (retry or Retry(0)).call
     return {
@@ -53,13 +57,35 @@ def object_lists(api: Any, namespace: str, selector: str, retry: Retry | None = 
         "service": lambda: call(api.core.list_namespaced_service, namespace, label_selector=selector).items,
         "configmap": lambda: call(api.core.list_namespaced_config_map, namespace, label_selector=selector).items,
         "secret": lambda: call(api.core.list_namespaced_secret, namespace, label_selector=selector).items,
-        **{kind: lambda gvp=gvp: (call(api.custom.list_namespaced_custom_object, gvp[0], gvp[1], namespace, gvp[2],
-                                            label_selector=selector) or {}).get("items") or []
-           for kind, gvp in CUSTOM.items()},
+        **{kind: _custom_lister(api, namespace, selector, gvp, retry) for kind, gvp in CUSTOM.items()},
     }
 
 
-def deleters(api: Any, namespace: str, retry: Retry | None = None) -> dict[str, Any]:
+def _custom_lister(api: KubeApi, namespace: str, selector: str, gvp: tuple[str, str, str],
+                   retry: Retry | None) -> Callable[[], list[KubeObject]]:
+    """() -> the custom objects (group, version, plural `gvp`) in `namespace` matching the label `selector`."""
+    call = (retry or Retry(0)).call
+
+    def items() -> list[KubeObject]:
+        got = call(api.custom.list_namespaced_custom_object, gvp[0], gvp[1], namespace, gvp[2],
+                   label_selector=selector)
+        return (got or {}).get("items") or []
+
+    return items
+
+
+def _custom_deleter(api: KubeApi, namespace: str, gvp: tuple[str, str, str], body: KubeObject,
+                    retry: Retry | None) -> Callable[[str], object]:
+    """name -> delete that custom object (group, version, plural `gvp`) of `namespace`."""
+    call = (retry or Retry(0)).call
+
+    def delete(name: str) -> object:
+        return call(api.custom.delete_namespaced_custom_object, gvp[0], gvp[1], namespace, gvp[2], name, body=body)
+
+    return delete
+
+
+def deleters(api: KubeApi, namespace: str, retry: Retry | None = None) -> dict[str, Callable[[str], object]]:
     """{kind: name -> delete it} (a Job or PyTorchJob with Foreground propagation, so its pods go first)."""
     from .manifests import kube_models
 
@@ -67,8 +93,7 @@ def deleters(api: Any, namespace: str, retry: Retry | None = None) -> dict[str, 
     body = kube_models().V1DeleteOptions(propagation_policy="Foreground")
     return {
         "job": lambda n: call(api.batch.delete_namespaced_job, n, namespace, body=body),
-        **{kind: lambda n, gvp=gvp: call(api.custom.delete_namespaced_custom_object, gvp[0], gvp[1], namespace,
-                                         gvp[2], n, body=body) for kind, gvp in CUSTOM.items()},
+        **{kind: _custom_deleter(api, namespace, gvp, body, retry) for kind, gvp in CUSTOM.items()},
         "service": lambda n: call(api.core.delete_namespaced_service, n, namespace),
         "configmap": lambda n: call(api.core.delete_namespaced_config_map, n, namespace),
         "secret": lambda n: call(api.core.delete_namespaced_secret, n, namespace),
@@ -78,7 +103,7 @@ def deleters(api: Any, namespace: str, retry: Retry | None = None) -> dict[str, 
 DELETE_ORDER = {k: i for i, k in enumerate(("job", "pytorchjob", "trainjob", "service", "configmap", "secret"))}  # workload first
 
 
-def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPACED,
+def listed(api: KubeApi, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPACED,
            retry: Retry | None = None) -> dict[tuple[str, str], bool]:
     """{(kind, name): terminating} of the run's namespaced objects the API server lists now. A
     namespace that does not exist holds nothing (404: {}). Other API errors raise."""
@@ -99,7 +124,7 @@ def listed(api: Any, namespace: str, run_id: str, kinds: Iterable[str] = NAMESPA
     return found
 
 
-def namespace_state(api: Any, namespace: str, retry: Retry | None = None) -> str:
+def namespace_state(api: KubeApi, namespace: str, retry: Retry | None = None) -> str:
     """"gone", "going" (Terminating, or a deletionTimestamp) or "there"."""
     try:
         ns = (retry or Retry(0)).call(api.core.read_namespace, namespace)
@@ -111,8 +136,8 @@ def namespace_state(api: Any, namespace: str, retry: Retry | None = None) -> str
     return "going" if terminating or getattr(ns.metadata, "deletion_timestamp", None) else "there"
 
 
-def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = None,
-                  kinds: Iterable[str] = NAMESPACED) -> list[Any]:
+def run_leftovers(api: KubeApi, namespace: str, run_id: str, retry: Retry | None = None,
+                  kinds: Iterable[str] = NAMESPACED) -> list[Leftover]:
     """The run's objects still there (`Leftover`s, kind `k8s-<kind>`, id `<namespace>/<name>`); those
     being deleted (a deletionTimestamp) are not leftovers (see the module docstring)."""
     from gpucluster.domain import Leftover
@@ -123,7 +148,7 @@ def run_leftovers(api: Any, namespace: str, run_id: str, retry: Retry | None = N
             for (kind, name), deleting in sorted(found.items()) if not deleting]
 
 
-def delete_run_objects(api: Any, namespace: str, run_id: str, retry: Retry | None = None) -> None:
+def delete_run_objects(api: KubeApi, namespace: str, run_id: str, retry: Retry | None = None) -> None:
     """Delete the run's namespaced objects found by its label (a Job with Foreground propagation, so
     its pods go first). Not found is fine; other API errors raise (the read-back says what is left)."""
     delete, order = deleters(api, namespace, retry), DELETE_ORDER

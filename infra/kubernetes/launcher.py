@@ -61,22 +61,31 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
+from gpucluster.domain import Cluster, Leftover
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.events import RunEvents
-from gpucluster.watch.launch import JobResult, JobSpec, Launcher
+from gpucluster.states import JsonMapping
+from gpucluster.watch.launch import Forward, JobResult, JobSpec, Launcher
 from gpucluster.watch.staging import staged_mounts
 from gpucluster.watch.supervisor import NodeSupervisor
 
 from .platform import GENERIC, Platform
-from .stage import PodStager, ensure_service_account, object_transfer, uses_objects
+from .stage import ObjectTransfer, PodStager, ensure_service_account, object_transfer, uses_objects
 
 from .api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
 from .objects import Created
 from .notices import DEFAULT_INTERVAL_S as NOTICE_INTERVAL_S
 from .plan import DEFAULT_COLLECT_WAIT_S, DEFAULT_NAMESPACE, DEFAULT_START_DEADLINE_S, MODES, Plan, plan_job
 from .pods import _lines, _PodHandle, _Pods  # noqa: F401 - _lines: tests use it
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.outputs import NodeOutputs
+
+    from .check import PodChecker
+
 
 def require_operator(api: KubeApi, plan: Plan, retry: Retry) -> None:
     """The PyTorchJob resource type exists on the cluster (the training operator's CRD is installed), else a
@@ -95,6 +104,57 @@ def require_operator(api: KubeApi, plan: Plan, retry: Retry) -> None:
                           "v1 (kubectl apply --server-side -k \"github.com/kubeflow/training-operator.git/manifests/"
                           "overlays/standalone?ref=v1.9.2\"), or use the default launcher (an Indexed Job, no "
                           "operator); nothing was created") from None
+
+
+def _stager(api: KubeApi, plan: Plan, pods: _Pods, job: JobSpec, transfer: ObjectTransfer | None,
+            events: RunEvents, retry: Retry, log_dir: Path) -> PodStager | PodChecker | None:
+    """What runs in the pods before the job: the health check (check), then the --data/--resume staging."""
+    mounts = staged_mounts(job)
+    stager: PodStager | None = None
+    if mounts:  # hashed here, before anything is created: an unreadable file fails now
+        lay_back = None
+        if job.resume_files and job.resume is not None and plan.code:  # --resume: the script's own files
+            from gpucluster.watch.launch import resume_record
+
+            from .plan import RUN_DIR, staged_rel
+
+            lay_back = (f"{RUN_DIR}/{staged_rel(job.resume.dest, plan.code)}/{job.resume_files[0]}",
+                        lambda files, nbytes: resume_record(job, files, nbytes))
+        stager = PodStager(api, plan, pods, mounts, objects=transfer, lay_back=lay_back)
+        stager.events = events
+    if job.check is not None:  # the health check in every pod goes first (check)
+        from .check import PodChecker
+
+        checker = PodChecker(api, plan, pods, job.check, then=stager, log_dir=log_dir, retry=retry)
+        checker.events = events
+        return checker
+    return stager
+
+
+def _stop_for_copy(api: KubeApi, plan: Plan, pods: _Pods, grace: float | None) -> None:
+    """torchrun stopped in the pods, which stay for the outputs copy; with a grace (a notice, a money guard),
+    the ranks' time to save is waited for."""
+    from .outputs import stop_pods
+
+    running = {r: n for r, n in pods.pod_names.items() if r in pods.attached and r not in pods.ended}
+    stop_pods(api, plan, running, grace=grace)
+    if grace:  # a notice (or a money guard): the ranks' time to save, then the copy
+        end = time.monotonic() + grace + 5
+        while time.monotonic() < end and any(r not in pods.ended and r not in pods.lost for r in running):
+            pods.refresh()
+            time.sleep(0.2)
+
+
+def _explain(result: JobResult, pods: _Pods, lifetime_limit: bool) -> None:
+    """The failure said with the pods' own reason, the lifetime's time limit, and a pod's scheduling."""
+    if result.failed_node is not None and result.failed_node in pods.reasons and \
+            pods.reasons[result.failed_node] not in (result.failure or ""):
+        result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
+    if result.timed_out and lifetime_limit:
+        result.failure = (f"{result.failure} (no --max-minutes: the cluster's lifetime less the time to stop and "
+                          "copy the outputs before the Job's own deadline; set --max-minutes or --max-lifetime)")
+    if result.timed_out and pods.pending:
+        result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
 
 
 class KubernetesLauncher(Launcher):
@@ -116,9 +176,9 @@ class KubernetesLauncher(Launcher):
         mode: str = "job",
         poll_interval: float = 2.0,
         start_deadline_s: int = DEFAULT_START_DEADLINE_S,
-        credentials: Any = None,
+        credentials: object = None,
         collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
-        objects: Any = None,
+        objects: ObjectTransfer | None = None,
         api_retry_s: float = API_RETRY_S,
         platform: Platform = GENERIC,
     ):
@@ -139,26 +199,25 @@ class KubernetesLauncher(Launcher):
         self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
         self.api_retry_s = api_retry_s  # how long API calls are retried while the control plane is away
         self.platform = platform  # the provider's parts: API access, node selector, requests, identity
-        self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, Any]] = {}  # run id -> for collect_outputs
+        # run id -> for collect_outputs
+        self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, ObjectTransfer | None]] = {}
         self.notice_interval_s = NOTICE_INTERVAL_S  # how often the job's nodes are read for a provider's notice
         self.wall_clock = time.time  # the time a notice's label is compared with (tests: a fake's scaled clock)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any], **kw: Any) -> "KubernetesLauncher":
+    def from_options(cls, options: JsonMapping, **kw: Any) -> "KubernetesLauncher":  # Any: passed on to __init__
         """From a spec's options: `launcher` (job|pytorchjob|trainjob), `image`, `namespace`."""
         mode = str(options.get("launcher") or "job").strip().lower()
         return cls(mode=mode, image=options.get("image") or None,
                    namespace=options.get("namespace") or DEFAULT_NAMESPACE, **kw)
 
-    def describe(self, spec: Any, job: JobSpec) -> list[str]:
+    def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         """The plan's Kubernetes lines (image, data, what is shipped, deadlines), computed from the
         spec before anything exists; raises the same errors `launch` would (a missing data file, a
         script folder over the ConfigMap limit) so they come before anything is created."""
-        from types import SimpleNamespace
-
-        cluster = SimpleNamespace(name=spec.name, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
-                                  outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes,
-                                           "machine_type": spec.instance_type})
+        cluster = Cluster(name=spec.name, cloud=spec.cloud, nodes=(), gpus_per_node=spec.gpus_per_node or 1,
+                          outputs={"nodes": spec.nodes, "max_lifetime_minutes": spec.max_lifetime_minutes,
+                                   "machine_type": spec.instance_type})
         files, _ = object_transfer(self.objects, job)
         plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
@@ -166,7 +225,7 @@ class KubernetesLauncher(Launcher):
                         extra_files=files, platform=self.platform)
         return list(plan.notes)
 
-    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         from gpucluster.plan.jobenv import secret_values
 
         secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
@@ -176,7 +235,6 @@ class KubernetesLauncher(Launcher):
                         start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
                         service_account=account[0] if account else None, extra_files=files,
                         platform=self.platform)
-        mounts = staged_mounts(job)
         api = self.api or self._api_for(cluster)
         lifetime_limit = False
         if not job.max_seconds and plan.run_limit_s is not None:  # the lifetime's: stopped and copied before the Job's deadline
@@ -196,24 +254,7 @@ class KubernetesLauncher(Launcher):
             pods.notices = NodeNotices(api, self.platform.node_notice, self.notice_interval_s, self.wall_clock,
                                        say=events.message)
         created = Created(api, plan, retry, events=events, shape=self.platform.shape)
-        stager: Any = None
-        if mounts:  # hashed here, before anything is created: an unreadable file fails now
-            lay_back = None
-            if job.resume_files and job.resume is not None and plan.code:  # --resume: the script's own files
-                from gpucluster.watch.launch import resume_record
-
-                from .plan import RUN_DIR, staged_rel
-
-                lay_back = (f"{RUN_DIR}/{staged_rel(job.resume.dest, plan.code)}/{job.resume_files[0]}",
-                            lambda files, nbytes: resume_record(job, files, nbytes))
-            stager = PodStager(api, plan, pods, mounts, objects=transfer, lay_back=lay_back)
-            stager.events = events
-        if job.check is not None:  # the health check in every pod goes first (check)
-            from .check import PodChecker
-
-            stager = PodChecker(api, plan, pods, job.check, then=stager, log_dir=Path(log_dir),
-                                retry=retry)
-            stager.events = events
+        stager = _stager(api, plan, pods, job, transfer, events, retry, Path(log_dir))
 
         def stop() -> None:
             pods.close()  # the run is over: a log stream that ends now is not reattached
@@ -222,15 +263,7 @@ class KubernetesLauncher(Launcher):
             if not plan.collects:
                 created.delete_all()
                 return
-            from .outputs import stop_pods  # torchrun stops; the pods stay for the copy
-
-            running = {r: n for r, n in pods.pod_names.items() if r in pods.attached and r not in pods.ended}
-            stop_pods(api, plan, running, grace=supervisor.stop_grace)
-            if supervisor.stop_grace:  # a notice (or a money guard): the ranks' time to save, then the copy
-                end = time.monotonic() + supervisor.stop_grace + 5
-                while time.monotonic() < end and any(r not in pods.ended and r not in pods.lost for r in running):
-                    pods.refresh()
-                    time.sleep(0.2)
+            _stop_for_copy(api, plan, pods, supervisor.stop_grace)
 
         def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
             from .outputs import release_pods
@@ -240,16 +273,7 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError("; ".join(errors))
 
         try:
-            if plan.mode == "pytorchjob":  # before anything is created: the operator's resource type is served
-                require_operator(api, plan, retry)
-            elif plan.mode == "trainjob":  # Trainer's and JobSet's resource types, and the torch runtime
-                from .trainjob import require_trainer
-
-                require_trainer(api, retry)
-            created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
-            if account:
-                ensure_service_account(api, plan, account[0], self.platform.account_annotations(account[1]))
-            created.objects(secrets)
+            self._create(api, plan, created, retry, account, secrets)
             pods.started_at = time.monotonic()
             handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
             result = supervisor.run(handles, stop=stop, release=release, stage=stager,
@@ -259,17 +283,24 @@ class KubernetesLauncher(Launcher):
                 self._held[job.run_id] = (api, plan, pods, created, transfer)  # deleted by collect_outputs
             else:
                 self._deleted(created, events)
-        if result.failed_node is not None and result.failed_node in pods.reasons and \
-                pods.reasons[result.failed_node] not in (result.failure or ""):
-            result.failure = f"{result.failure}: {pods.reasons[result.failed_node]}"
-        if result.timed_out and lifetime_limit:
-            result.failure = (f"{result.failure} (no --max-minutes: the cluster's lifetime less the time to stop and "
-                              "copy the outputs before the Job's own deadline; set --max-minutes or --max-lifetime)")
-        if result.timed_out and pods.pending:
-            result.failure = f"{result.failure}; {pods.pending[min(pods.pending)]}"
+        _explain(result, pods, lifetime_limit)
         return result
 
-    def collect_outputs(self, job: JobSpec, events: Any) -> list:
+    def _create(self, api: KubeApi, plan: Plan, created: Created, retry: Retry, account: tuple[str, str] | None,
+                secrets: dict[str, str]) -> None:
+        """The run's objects created, after the resource types its mode needs are known to be served."""
+        if plan.mode == "pytorchjob":  # before anything is created: the operator's resource type is served
+            require_operator(api, plan, retry)
+        elif plan.mode == "trainjob":  # Trainer's and JobSet's resource types, and the torch runtime
+            from .trainjob import require_trainer
+
+            require_trainer(api, retry)
+        created.namespace()  # made for the run when missing (the API refuses objects in a missing one)
+        if account:
+            ensure_service_account(api, plan, account[0], self.platform.account_annotations(account[1]))
+        created.objects(secrets)
+
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs]:
         """Every output folder of a pod whose container ran, into `job.output_dir/node-N`, with
         its verdict (`infra.kubernetes.outputs.collect`); then the Job, Service and ConfigMap are
         deleted, whatever the copies did. [] when the job was started nowhere."""
@@ -285,7 +316,7 @@ class KubernetesLauncher(Launcher):
         finally:
             self._deleted(created, events)
 
-    def _deleted(self, created: Created, events: Any) -> None:
+    def _deleted(self, created: Created, events: RunEvents) -> None:
         """Delete the run's objects, read them back (their ledger rows closed when confirmed gone);
         what is not is in `cleanup_errors`, which makes the run's verdict "not verified"."""
         created.delete_all()
@@ -294,7 +325,7 @@ class KubernetesLauncher(Launcher):
             events.message("deleted, still terminating in the cluster (their deletion is accepted and "
                            "finishes there): " + ", ".join(created.going))
 
-    def leftovers(self, cluster: Any, run_id: str | None) -> list | None:
+    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
         """The objects labelled with run `run_id` still in the namespace, deletion not under way
         (`infra.kubernetes.gone`); None without a run id (objects are found by their run's label)."""
         if not run_id:
@@ -304,7 +335,7 @@ class KubernetesLauncher(Launcher):
         return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id,
                              retry=Retry(self.api_retry_s))
 
-    def reclaim(self, cluster: Any, run_id: str) -> list | None:
+    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
         """A killed run's objects (by its label) deleted, then read back: what is still there."""
         from .gone import delete_run_objects, run_leftovers
 
@@ -312,7 +343,7 @@ class KubernetesLauncher(Launcher):
         delete_run_objects(api, self.namespace, run_id, retry=retry)
         return run_leftovers(api, self.namespace, run_id, retry=retry)
 
-    def connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> int:
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> int:
         """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster
         (the exec API), local ports forwarded to it (the portforward API): `infra.kubernetes.connect`."""
         from .connect import connect
@@ -320,13 +351,13 @@ class KubernetesLauncher(Launcher):
         return connect(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command,
                        forwards, platform=self.platform)
 
-    def check_connect(self, cluster: Any, rank: int, command: Any, forwards: Any) -> None:
+    def check_connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> None:
         """The -L hosts, a terminal for a shell, and node `rank`'s pod of a running job."""
         from .connect import check
 
         check(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command, forwards,
               platform=self.platform)
 
-    def _api_for(self, cluster: Any) -> KubeApi:
+    def _api_for(self, cluster: Cluster) -> KubeApi:
         """The cluster's API, as its platform reaches it (gcp: the stack's kubeconfig, Google credentials)."""
         return self.platform.api(cluster, self.credentials)

@@ -8,7 +8,12 @@ The `kubernetes` package is imported lazily."""
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING
+
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from .api import KubeObject
 
 from gpucluster.errors import require
 
@@ -158,17 +163,17 @@ def job_manifest(plan: Plan):
     )
 
 
-def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
+def pytorchjob_manifest(plan: Plan) -> JsonObject:
     """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1): Master + (nodes-1) Workers."""
     k = kube_models()
     template = k.ApiClient().sanitize_for_serialization(pod_template(plan))
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    replicas: JsonObject = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
     if plan.nodes > 1:
         replicas["Worker"] = {"replicas": plan.nodes - 1, "restartPolicy": "Never", "template": template}
     # cleanPodPolicy None: the operator deletes no pod when the job ends (All deletes every pod once the
     # Master completes, workers still being copied from included: kubeflow/training-operator
     # pkg/controller.v1/common/job.go, CleanupJob); the launcher deletes the PyTorchJob after the copy.
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": 0,
+    run_policy: JsonObject = {"cleanPodPolicy": "None", "backoffLimit": 0,
                                   "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S}
     if plan.active_deadline_s:
         run_policy["activeDeadlineSeconds"] = plan.active_deadline_s
@@ -180,7 +185,7 @@ def pytorchjob_manifest(plan: Plan) -> dict[str, Any]:
     }
 
 
-def trainjob_manifest(plan: Plan) -> dict[str, Any]:
+def trainjob_manifest(plan: Plan) -> JsonObject:
     """A Kubeflow Trainer v2 TrainJob on the torch ClusterTrainingRuntime (`infra.kubernetes.trainjob`)."""
     from .trainjob import trainjob_manifest as build
 
@@ -188,12 +193,12 @@ def trainjob_manifest(plan: Plan) -> dict[str, Any]:
     return build(plan, k.ApiClient().sanitize_for_serialization(pod_template(plan)))
 
 
-def rank_of(pod: Any, plan: Plan) -> int | None:
+def rank_of(pod: KubeObject, plan: Plan) -> int | None:
     """The node rank of one of the job's pods, or None for a pod that is not one of ours."""
     return rank_in(pod, plan.mode)
 
 
-def rank_in(pod: Any, mode: str) -> int | None:
+def rank_in(pod: KubeObject, mode: str) -> int | None:
     """The node rank of a pod of a job of launcher `mode` (job: its completion index; pytorchjob: the
     operator's replica labels), or None."""
     meta = pod.metadata

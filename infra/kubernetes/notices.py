@@ -15,9 +15,11 @@ reports as a lost node. Other API errors skip that reading (the control plane ma
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from .api import _is_api_error, _status
+from gpucluster.states import JsonObject
+
+from .api import KubeApi, KubeObject, _is_api_error, _status
 
 DEFAULT_INTERVAL_S = 15.0  # seconds between two readings of the job's nodes
 
@@ -25,14 +27,14 @@ DEFAULT_INTERVAL_S = 15.0  # seconds between two readings of the job's nodes
 class NodeNotices:
     """Watch the job's nodes for a provider's notice (see the module docstring)."""
 
-    def __init__(self, api: Any, notice: Callable[[Any, float], "dict[str, Any] | None"],
+    def __init__(self, api: KubeApi, notice: Callable[[KubeObject, float], JsonObject | None],
                  interval_s: float = DEFAULT_INTERVAL_S, clock: Callable[[], float] = time.time,
                  say: Callable[[str], None] | None = None):
         self.api, self.notice, self.interval_s, self.clock, self.say = api, notice, interval_s, clock, say
         self._next = float("-inf")
         self.off: str | None = None  # why the nodes are not read (a 403)
 
-    def poll(self, nodes: dict[int, str]) -> tuple[int, dict[str, Any]] | None:
+    def poll(self, nodes: dict[int, str]) -> tuple[int, JsonObject] | None:
         """(rank, notice record) for the first of `nodes` (rank -> node name) its provider takes back, or None."""
         now = time.monotonic()
         if self.off is not None or not nodes or now < self._next:

@@ -28,16 +28,21 @@ the first time. What could not be deleted is kept in `errors` (shown by the life
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.errors import LaunchError
 
-from .api import KubeApi, Retry, _is_api_error, _status, transient
+from .api import KubeApi, KubeObject, Retry, _is_api_error, _status, transient
 from .gone import ROW_PREFIX, listed, namespace_state, row_name
 from .manifests import (config_map_manifest, job_manifest, kube_models, pytorchjob_manifest, secret_manifest,
                             service_manifest, trainjob_manifest)
 from .plan import (DEFAULT_NAMESPACE, JOB_LABEL, KUBEFLOW_GROUP, KUBEFLOW_PLURAL, KUBEFLOW_VERSION, TRAINER_GROUP,
                    TRAINER_VERSION, TRAINJOB_PLURAL, Plan)
+
+if TYPE_CHECKING:
+    from gpucluster.events import RunEvents
+
+    from .platform import Shape
 
 MANAGED = ("app.kubernetes.io/managed-by", "gpucluster")
 
@@ -52,10 +57,10 @@ class Created:
     kinds: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     done: bool = False
-    events: Any = None  # RunEvents: a ledger row for each object, written before its request
+    events: RunEvents | None = None  # a ledger row for each object, written before its request
     going: list[str] = field(default_factory=list)  # deleted, still terminating when read back
     ns_in_use: list[str] = field(default_factory=list)  # the Jobs of other runs that kept our namespace
-    shape: Any = None  # (kind, manifest) -> manifest: the platform's additions (`Platform.shape`)
+    shape: Shape | None = None  # (kind, manifest) -> manifest: the platform's additions (`Platform.shape`)
 
     # -- create ---------------------------------------------------------------------------------
     def namespace(self) -> None:
@@ -113,12 +118,12 @@ class Created:
         else:
             self.events.resource_deleted(row, name)
 
-    def _create(self, kind: str, create: Any, exists_is_ours: bool = True) -> None:
+    def _create(self, kind: str, create: Callable[[], object], exists_is_ours: bool = True) -> None:
         self._note("requested", kind)  # the ledger first: the row exists before the request
         self.kinds.append(kind)  # before the request: an interrupted call may still succeed
         tried = [False]
 
-        def once() -> Any:
+        def once() -> object:
             try:
                 return create()
             except Exception as exc:  # noqa: BLE001 - remembered: a 409 after a transient failure is ours

@@ -24,12 +24,22 @@ import json
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, extract_stream
 
 from .plan import CODE_DIR, COLLECTED_FILE, MOUNT, OUTPUT_DIR, RUN_DIR, SETUP_GO_FILE, SHIPPED_MARK, STOP_FILE, Plan
+
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject
+    from gpucluster.watch.launch import JobSpec
+
+    from .api import KubeApi, KubeObject, Retry
+    from .stage import ObjectTransfer
+
+T = TypeVar("T")
 
 
 def _program(name: str) -> str:
@@ -46,7 +56,8 @@ PACK = _program("pod_pack.py")
 TOUCH = _program("pod_touch.py")
 
 
-def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = False, container: str | None = None) -> Any:
+def _exec(api: KubeApi, plan: Plan, pod: str, command: list[str], stdin: bool = False, container: str | None = None
+          ) -> KubeObject:
     """A WSClient (or the fake's) for `command` in the pod's container: stdout and stderr as bytes;
     with `stdin`, `write_stdin` sends to the command (its stdin is never closed: see stage). Each exec
     gets its own ApiClient (`KubeApi.exec_core`): exec runs in threads while the main thread lists pods."""
@@ -66,7 +77,7 @@ def _exec(api: Any, plan: Plan, pod: str, command: list[str], stdin: bool = Fals
 class _ExecReader:
     """File-like (`read`, `readinto`) view of an exec's stdout; stderr is kept apart."""
 
-    def __init__(self, client: Any, idle_s: float = IDLE_S):
+    def __init__(self, client: KubeObject, idle_s: float = IDLE_S):
         self.client, self.idle_s = client, idle_s
         self.buf = bytearray()
         self.stderr = bytearray()
@@ -115,7 +126,7 @@ class _ExecReader:
         del self.buf[:n]
         return data
 
-    def readinto(self, view: Any) -> int:
+    def readinto(self, view: memoryview) -> int:
         """What has arrived, up to len(view) (may be short, as a raw read)."""
         if not self.buf and not self._fill():
             return 0
@@ -131,7 +142,7 @@ class _ExecReader:
             return None
 
 
-def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None,
+def _run(api: KubeApi, plan: Plan, pod: str, command: list[str], retry: Retry | None = None,
          container: str | None = None) -> tuple[int | None, str]:
     """(exit code, stderr) of a short command in the pod; the exit code is None when unknown. An exec the
     API server refuses transiently (a control plane away) is opened again (`api.Retry`)."""
@@ -152,7 +163,7 @@ def _run(api: Any, plan: Plan, pod: str, command: list[str], retry: Any = None,
 EXEC_WORKERS = 8
 
 
-def _each(pods: dict[int, str], fn: Any) -> list[Any]:
+def _each(pods: dict[int, str], fn: Callable[[int, str], T]) -> list[T]:
     """fn(rank, name) for every pod, EXEC_WORKERS at a time; the results in rank order."""
     if not pods:
         return []
@@ -160,7 +171,7 @@ def _each(pods: dict[int, str], fn: Any) -> list[Any]:
         return list(pool.map(lambda item: fn(*item), sorted(pods.items())))
 
 
-def stop_pods(api: Any, plan: Plan, pods: dict[int, str], grace: float | None = None) -> None:
+def stop_pods(api: KubeApi, plan: Plan, pods: dict[int, str], grace: float | None = None) -> None:
     """Ask each pod (rank -> name) to stop its torchrun; the container stays for the copy. `grace`: the
     seconds its ranks get to save before SIGKILL (a notice's), written into the stop file (else the
     entry script's own)."""
@@ -173,7 +184,7 @@ def stop_pods(api: Any, plan: Plan, pods: dict[int, str], grace: float | None = 
     _each(pods, one)
 
 
-def release_pods(api: Any, plan: Plan, pods: dict[int, str]) -> list[str]:
+def release_pods(api: KubeApi, plan: Plan, pods: dict[int, str]) -> list[str]:
     """--setup: every pod's setup succeeded; make the go file in each (rank -> name), so each
     setup wrapper execs torchrun. Returns what went wrong, one line per pod (empty: all released)."""
     def one(rank: int, name: str) -> str | None:
@@ -189,40 +200,53 @@ def release_pods(api: Any, plan: Plan, pods: dict[int, str]) -> list[str]:
     return [e for e in _each(pods, one) if e is not None]
 
 
-def _receive(api: Any, plan: Plan, pod: str, command: list[str], dest: Path) -> dict[str, Any]:
-    """A tar stream from `command` in the pod, unpacked safely into `dest`: {files, bytes, refused,
-    rc (None: unknown), stderr, broken (why the copy stopped, or None), refused_exec (the exec's refusal)}."""
-    got: dict[str, Any] = {"files": 0, "bytes": 0, "refused": [], "rc": None, "stderr": "", "broken": None,
-                           "refused_exec": None}
+@dataclass
+class _Received:
+    """What a tar stream from a pod brought."""
+
+    files: int = 0
+    bytes: int = 0
+    refused: list[str] = field(default_factory=list)  # members refused, with why
+    rc: int | None = None  # the command's exit code (None: unknown)
+    stderr: str = ""
+    broken: str | None = None  # why the copy stopped, or None
+    refused_exec: Exception | None = None  # the exec's refusal
+
+
+def _receive(api: KubeApi, plan: Plan, pod: str, command: list[str], dest: Path) -> _Received:
+    """A tar stream from `command` in the pod, unpacked safely into `dest`."""
+    got = _Received()
     try:
         client = _exec(api, plan, pod, command)
     except Exception as exc:  # noqa: BLE001 - ApiException (the handshake refused), connection errors
-        got["refused_exec"] = exc
+        got.refused_exec = exc
         return got
     reader = _ExecReader(client)
+    tally: JsonObject = {"files": 0, "bytes": 0, "refused": []}  # kept up to date as members arrive
     try:
         try:
-            extract_stream(reader, dest, got)
+            extract_stream(reader, dest, tally)
         except (OSError, tarfile.TarError) as exc:
-            got["broken"] = f"the copy stopped after {got['files']} file(s): {exc}"
-        got["rc"] = reader.returncode()
+            got.broken = f"the copy stopped after {tally['files']} file(s): {exc}"
+        got.rc = reader.returncode()
     finally:
         client.close()
-    got["stderr"] = reader.stderr.decode("utf-8", "replace")
+    got.files, got.bytes, got.refused = int(tally["files"]), int(tally["bytes"]), list(tally["refused"])
+    got.stderr = reader.stderr.decode("utf-8", "replace")
     return got
 
 
-def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutputs:
+def copy_pod(api: KubeApi, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutputs:
     """The pod's output folder into `dest`, with the verdict (as the ssh launcher's copies)."""
     who = f"node {rank} (pod {pod})"
     start = time.monotonic()
     out = NodeOutputs(rank, str(dest), COMPLETE)
     got = _receive(api, plan, pod, ["python", "-c", PACK, OUTPUT_DIR], dest)
-    if got["refused_exec"] is not None:
-        out.verdict, out.detail = FAILED, f"{who}: the exec API refused the copy: {got['refused_exec']}"
+    if got.refused_exec is not None:
+        out.verdict, out.detail = FAILED, f"{who}: the exec API refused the copy: {got.refused_exec}"
         return out
-    rc, broken = got["rc"], got["broken"]
-    out.files, out.bytes, out.seconds = got["files"], got["bytes"], time.monotonic() - start
+    rc, broken = got.rc, got.broken
+    out.files, out.bytes, out.seconds = got.files, got.bytes, time.monotonic() - start
     if rc == NO_OUTPUT_RC:
         out.verdict, out.detail = FAILED, f"{who}: no output folder {OUTPUT_DIR} in the pod"
         return out
@@ -230,12 +254,12 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
     if rc is None and not broken:
         missing.append("the exec stream ended without the command's exit status")
     elif rc not in (0, None):
-        lines = [ln.strip() for ln in got["stderr"].splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in got.stderr.splitlines() if ln.strip()]
         missing.append(f"packing the folder in the pod exited with code {rc}"
                        + (": " + "; ".join(lines[-5:]) if lines else ""))
     if broken:
         missing.append(broken)
-    refused = got["refused"]
+    refused = got.refused
     if refused:
         missing.append(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} refused: "
                        + "; ".join(refused[:5]) + (" ..." if len(refused) > 5 else ""))
@@ -245,7 +269,7 @@ def copy_pod(api: Any, plan: Plan, rank: int, pod: str, dest: Path) -> NodeOutpu
     return out
 
 
-def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[int, int, list[str]]:
+def copy_workdir(api: KubeApi, plan: Plan, pod: str, job: JobSpec, dest: Path) -> tuple[int, int, list[str]]:
     """What the job wrote in its working folder (CODE_DIR) in the pod, into `dest`, chosen there by
     gpucluster/node/workdir.py (shipped in the ConfigMap): files newer than SHIPPED_MARK, outside the --data
     and --resume folders, within --collect patterns and the size limit. (files, bytes, problems), as the
@@ -254,27 +278,28 @@ def copy_workdir(api: Any, plan: Plan, pod: str, job: Any, dest: Path) -> tuple[
 
     args = workdir_args(job, CODE_DIR, SHIPPED_MARK)
     got = _receive(api, plan, pod, ["python", f"{MOUNT}/workdir.py", *args], dest)
-    if got["refused_exec"] is not None:
-        return 0, 0, [f"the exec API refused the copy: {got['refused_exec']}"]
-    problems: list[str] = [got["broken"]] if got["broken"] else []
-    lines = [ln.strip() for ln in got["stderr"].splitlines() if ln.strip()]
-    answer: dict[str, Any] = {}
+    if got.refused_exec is not None:
+        return 0, 0, [f"the exec API refused the copy: {got.refused_exec}"]
+    problems: list[str] = [got.broken] if got.broken else []
+    lines = [ln.strip() for ln in got.stderr.splitlines() if ln.strip()]
+    answer: JsonObject = {}
     try:
         answer = json.loads(lines[-1]) if lines else {}
     except ValueError:
         pass
-    if got["rc"] != 0 or not isinstance(answer, dict) or "files" not in answer:
-        problems.append(f"the copy program exited with code {got['rc']}" + (": " + "; ".join(lines[-3:]) if lines
+    if got.rc != 0 or not isinstance(answer, dict) or "files" not in answer:
+        problems.append(f"the copy program exited with code {got.rc}" + (": " + "; ".join(lines[-3:]) if lines
                                                                              else ""))
         answer = {}
     problems += workdir_problems(answer, job.collect_limit)
-    if got["refused"]:
-        problems.append(named("refused (links, devices, paths outside)", got["refused"]))
+    if got.refused:
+        problems.append(named("refused (links, devices, paths outside)", got.refused))
     remove_if_empty(dest)
-    return got["files"], got["bytes"], problems
+    return got.files, got.bytes, problems
 
 
-def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: Any) -> tuple[int, int, list[str]]:
+def push_workdir(api: KubeApi, plan: Plan, pod: str, job: JobSpec, where: str, objects: ObjectTransfer | None
+                 ) -> tuple[int, int, list[str]]:
     """`--output gs://...`: what the job wrote in its working folder (chosen by gpucluster/node/workdir.py as for
     a copy home) uploaded by the pod itself to `where` (URL/RUN_ID/workdir/node-N), through a folder of
     hard links beside the working folder. (files, bytes, problems), as `copy_workdir`."""
@@ -296,7 +321,7 @@ def push_workdir(api: Any, plan: Plan, pod: str, job: Any, where: str, objects: 
                           time.monotonic() - start, job.collect_limit)
 
 
-def _read_all(client: Any) -> tuple[bytes, int | None, bytes]:
+def _read_all(client: KubeObject) -> tuple[bytes, int | None, bytes]:
     """An exec's stdout, its exit code (None: lost with the stream) and its stderr; the client closed."""
     reader = _ExecReader(client)
     try:
@@ -310,7 +335,7 @@ def _read_all(client: Any) -> tuple[bytes, int | None, bytes]:
     return out, rc, bytes(reader.stderr)
 
 
-def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any) -> NodeOutputs:
+def push_pod(api: KubeApi, plan: Plan, rank: int, pod: str, where: str, objects: ObjectTransfer | None) -> NodeOutputs:
     """`--output gs://...`: the pod uploads its output folder to `where` itself, with its own
     credentials (the backend's node transfer program, `objects.script(..., "push", ...)`)."""
     from gpucluster.watch.outputs import pushed
@@ -335,14 +360,14 @@ def push_pod(api: Any, plan: Plan, rank: int, pod: str, where: str, objects: Any
     return pushed(rank, where, who, rc, answer if isinstance(answer, dict) else {}, why, time.monotonic() - start)
 
 
-def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects: Any = None,
-            job: Any = None) -> list[NodeOutputs]:
+def collect(api: KubeApi, plan: Plan, ran: dict[int, str], dest: Path | str, objects: ObjectTransfer | None = None,
+            job: JobSpec | None = None) -> list[NodeOutputs]:
     """Every node whose container ran (`ran`: rank -> pod name): its copy and verdict, nodes in
     parallel; once every copy is done, each pod is told it was collected (its keeper exits).
     `dest` an object-storage URL (`--output gs://...`): each pod uploads to URL/RUN_ID/node-N."""
     if not ran:
         return []
-    listed: dict[str, Any] = {}
+    listed: dict[str, KubeObject] = {}
     error = None
     try:
         for pod in api.core.list_namespaced_pod(plan.namespace, label_selector=plan.selector).items:
@@ -354,7 +379,9 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
 
     def one(rank: int) -> NodeOutputs:
         name = ran[rank]
-        target: Any = f"{url}/{plan.run_id}/node-{rank}" if url else Path(dest) / f"node-{rank}"
+        where = f"{url}/{plan.run_id}/node-{rank}" if url else None  # the pod uploads there
+        folder = Path(dest) / f"node-{rank}"  # else copied into here
+        target = where if where is not None else str(folder)
         pod = listed.get(name)
         if error is None and pod is None:
             return NodeOutputs(rank, str(target), FAILED, detail=(
@@ -368,7 +395,8 @@ def collect(api: Any, plan: Plan, ran: dict[int, str], dest: Path | str, objects
             return NodeOutputs(rank, str(target), FAILED, detail=(
                 f"node {rank}: pod {name} is {phase}: Kubernetes cannot exec into a container that is not "
                 "running, so its output folder cannot be read"))
-        got = push_pod(api, plan, rank, name, target, objects) if url else copy_pod(api, plan, rank, name, target)
+        got = push_pod(api, plan, rank, name, where, objects) if where is not None else \
+            copy_pod(api, plan, rank, name, folder)
         if plan.code and job is not None:  # what the job wrote beside its script
             from gpucluster.watch.outputs import add_workdir, workdir_dest, workdir_url
 

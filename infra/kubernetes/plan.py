@@ -19,13 +19,15 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
+from gpucluster.domain import Cluster
 from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.spec import dns_label
+from gpucluster.states import JsonMapping
 from gpucluster.watch.launch import PG_HOOK_DIR, JobSpec, node_env, pg_hook_file, program_args, torchrun_argv
 from gpucluster.node import workdir as workdir_module
-from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
+from gpucluster.watch.staging import GO_FILE, DataMount, setup_wrapped, staged_env, staged_mounts
 
 from .platform import GENERIC, Platform
 from .pod_entry import STOP_GRACE_S  # noqa: F401 - SIGTERM to torchrun's group, then SIGKILL
@@ -90,6 +92,8 @@ CACHE_HOST_PATH = "/var/lib/gpucluster/data-cache"  # on the node's boot disk (C
 JOB_END_KIND = "job_end"  # the entry script's metric record: torchrun ended, with its exit code
 DEFAULT_COLLECT_WAIT_S = 1800  # how long a pod whose torchrun ended waits to be copied from
 DATA_DIR = f"{MOUNT}/data"
+# One file of the ConfigMap: (its key, its path under MOUNT, its text or bytes)
+ShippedFile = tuple[str, str, str | bytes]
 
 # The programs the pods run are files of this package, shipped by content in the ConfigMap: the app
 # container's entry script (`pod_entry.py`, as /gpucluster/entry.py: picks this node's argv by rank and
@@ -126,7 +130,7 @@ class Plan:
     hosts: tuple[str, ...]  # stable DNS names, node rank order; hosts[0] is the rendezvous host
     argv_by_rank: tuple[tuple[str, ...], ...]
     env: tuple[tuple[str, str], ...]
-    files: tuple[tuple[str, str, str | bytes], ...]  # (ConfigMap key, path under MOUNT, text or bytes)
+    files: tuple[ShippedFile, ...]  # (ConfigMap key, path under MOUNT, text or bytes)
     labels: tuple[tuple[str, str], ...]
     node_selector: tuple[tuple[str, str], ...] = ()
     rdzv_port: int = 29400
@@ -179,7 +183,7 @@ def _workload_files() -> list[tuple[str, str, str]]:
     return [(f"w.{p.name}", f"workloads/{p.name}", p.read_text()) for p in sorted(folder.glob("*.py"))]
 
 
-def _size(files: Iterable[tuple[str, str, str | bytes]]) -> int:
+def _size(files: Iterable[ShippedFile]) -> int:
     return sum(len(c if isinstance(c, bytes) else c.encode()) for _, _, c in files)
 
 
@@ -202,7 +206,7 @@ def _too_big(folder: Path, size: int) -> LaunchError:
 
 
 def _ship_user_script(program: list[str], workdir: Path
-                      ) -> tuple[list[str], list[tuple[str, str, str | bytes]], int]:
+                      ) -> tuple[list[str], list[ShippedFile], int]:
     """Ship the command's script folder when the script is a local .py file below `workdir`: every
     file of the script's folder (hidden files, caches and virtualenvs left out) goes into the
     ConfigMap under /gpucluster/user/; the entry script copies it to CODE_DIR (writable) and the
@@ -219,7 +223,7 @@ def _ship_user_script(program: list[str], workdir: Path
     if not local.is_file():
         return program, [], 0
     folder = local.parent
-    files: list[tuple[str, str, str | bytes]] = []
+    files: list[ShippedFile] = []
     paths, ignored, listed = _folder_files(folder)
     if listed > CONFIGMAP_LIMIT:
         raise _too_big(folder, listed)
@@ -246,7 +250,7 @@ def _ship_user_script(program: list[str], workdir: Path
     return [f"{CODE_DIR}/{script.as_posix()}", *program[1:]], files, ignored
 
 
-def _builtin_data(job: JobSpec) -> tuple[list[str], list[tuple[str, str, str | bytes]], list[str]]:
+def _builtin_data(job: JobSpec) -> tuple[list[str], list[ShippedFile], list[str]]:
     """(extra workload arguments, files, notes) so a built-in workload runs on an image that has only
     torch: digits gets the digits.csv.gz shipped in gpucluster.workloads (57 KB) in the ConfigMap;
     mnist downloads its IDX files on each node."""
@@ -283,8 +287,215 @@ def _rdzv_timeouts(argv: list[str], start_deadline_s: int) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Options:
+    """What `plan_job` was asked for, beside the cluster and the job."""
+
+    namespace: str
+    mode: str
+    python: str
+    start_deadline_s: int
+    collect_wait_s: int
+    service_account: str | None
+    platform: Platform
+
+
+@dataclass
+class _Parts:
+    """What the steps of `plan_job` build, in the order they build it."""
+
+    name: str
+    hosts: tuple[str, ...]
+    mounts: tuple[DataMount, ...]
+    checks: bool  # the health check runs in every pod before the job (check)
+    collects: bool
+    user_files: list[ShippedFile]
+    ignored: int
+    notes: list[str]
+    argv: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def code(self) -> bool:
+        return bool(self.user_files)
+
+
+def _cluster_size(cluster: Cluster, outputs: JsonMapping) -> tuple[int, int]:
+    """(nodes, GPUs per node) of the cluster: its nodes, else its provider's outputs."""
+    nodes = len(cluster.nodes) if cluster.nodes else int(outputs.get("nodes") or 0)
+    if nodes < 1:
+        raise LaunchError(f"cluster {cluster.name!r} has no nodes to run on")
+    return nodes, int(cluster.gpus_per_node or outputs.get("gpus_per_node") or 0)
+
+
+def _hosts(name: str, nodes: int, mode: str) -> tuple[str, ...]:
+    """The pods' stable DNS names, node rank order."""
+    if mode == "job":
+        return tuple(f"{name}-{i}.{name}" for i in range(nodes))
+    if mode == "trainjob":  # JobSet: child Job <jobset>-<replicatedJob>-<index>, subdomain <jobset> (its Service)
+        return tuple(f"{name}-{TRAINER_NODE}-0-{i}.{name}" for i in range(nodes))
+    return (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
+
+
+def _argv(job: JobSpec, opts: _Options, parts: _Parts, program: list[str]) -> tuple[tuple[str, ...], ...]:
+    """Every node rank's argv: torchrun (c10d timeouts above the start deadline), behind the waits for
+    the head's rendezvous port and the DNS records, and the setup/staging wrapper."""
+    hosts, python, deadline = parts.hosts, opts.python, opts.start_deadline_s
+    argv = tuple(
+        tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=len(hosts), node_rank=r, rdzv_host=hosts[0],
+                                           local_addr=hosts[r], program=program), deadline))
+        for r in range(len(hosts))
+    )
+    if opts.mode in ("job", "trainjob"):  # off the head: torchrun starts once the head's rendezvous port answers
+        argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
+                                       str(int(deadline)), "--", *a) for r, a in enumerate(argv))
+    if opts.mode == "trainjob":  # no init container can be added to the runtime's pod: every DNS record first, here
+        argv = tuple((python, f"{MOUNT}/wait.py", "dns", ",".join(hosts), str(job.rdzv_port),
+                      str(int(deadline)), "--", *a) for a in argv)
+    staged = parts.mounts or parts.checks
+    if job.setup or staged:
+        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if staged else None))
+                     for a in argv)
+    return argv
+
+
+def _env(job: JobSpec, opts: _Options, parts: _Parts, gpus: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(the training container's environment, the keeper container's)."""
+    env = node_env(job, node_rank=0, node_ips=parts.hosts, gpus_per_node=gpus,
+                   output_dir=OUTPUT_DIR if parts.collects else None, pg_hook=f"{MOUNT}/{PG_HOOK_DIR}")
+    env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
+    env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, parts.code)}" for m in parts.mounts]))
+    keeper_env: dict[str, str] = {}
+    if (parts.collects or job.setup or parts.mounts or parts.code or parts.checks
+            or opts.mode == "trainjob"):  # the run folder, and the keeper
+        env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR)
+        keeper_env = {"GPUCLUSTER_CONTROL_DIR": CONTROL_DIR,
+                      "GPUCLUSTER_COLLECT_WAIT_S": str(int(opts.collect_wait_s)),
+                      "GPUCLUSTER_COLLECTING": "1" if parts.collects else "0"}
+    if opts.mode == "trainjob":  # the JobSet webhook makes the pods restartPolicy OnFailure (jobset_webhook.go
+        # Default): a container that exits non-zero is rerun in place, torchrun with it; so the entry script
+        # keeps the container itself, as the keeper would, and exits 0 (the node's code is its job_end record)
+        env.update({k: v for k, v in keeper_env.items() if k != "GPUCLUSTER_CONTROL_DIR"}, GPUCLUSTER_SELF_KEEP="1")
+    if parts.code:
+        env.update(GPUCLUSTER_CODE_DIR=CODE_DIR, GPUCLUSTER_SHIPPED_MARK=SHIPPED_MARK)
+    return env, keeper_env
+
+
+def _files(job: JobSpec, opts: _Options, parts: _Parts, keeper: bool, data_files: list[ShippedFile],
+           extra_files: Iterable[ShippedFile]) -> list[ShippedFile]:
+    """The ConfigMap's files, refused over its 1 MiB."""
+    files: list[ShippedFile] = [
+        ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
+        ("argv.json", "argv.json", json.dumps([list(a) for a in parts.argv]))]
+    if keeper and opts.mode != "trainjob":  # a TrainJob's pod has no keeper: its entry script keeps it
+        files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
+    # chooses what the job wrote (copy back); --resume's lay-back
+    if parts.code and (parts.collects or job.resume_files):
+        files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
+    if parts.checks:
+        from gpucluster.watch.health import PROGRAM as CHECK_PROGRAM
+
+        files.append((CHECK_FILE, CHECK_FILE, CHECK_PROGRAM.read_text()))
+    if job.command:  # whether a rank joined a process group (gpucluster/node/node_pghook.py, found first by the workers)
+        files.append(("pghook.sitecustomize.py", f"{PG_HOOK_DIR}/sitecustomize.py", pg_hook_file().read_text()))
+    files += _workload_files() + data_files + parts.user_files + list(extra_files)
+    size = _size(files)
+    if size > CONFIGMAP_LIMIT:
+        raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
+                          "ConfigMap holds (1 MiB); build an image with them and set the option image")
+    return files
+
+
+def _shipped_note(job: JobSpec, parts: _Parts) -> str:
+    """What the plan says of a shipped script folder."""
+    left = f", {parts.ignored} left out by .gitignore/.gpuclusterignore" if parts.ignored else ""
+    back = ""
+    if parts.collects:
+        back = (" and what it writes there is uploaded to OUTPUT/RUN_ID/workdir/node-N"
+                if "://" in str(job.output_dir) else " and what it writes there comes back to OUTPUT/workdir/node-N")
+    return (f"shipped: the script folder ({len(parts.user_files)} file(s), {_size(parts.user_files)} bytes{left}) "
+            f"as {MOUNT}/user; the job runs from a writable copy at {CODE_DIR}" + back)
+
+
+def _labels(job: JobSpec, cluster: Cluster, opts: _Options, name: str) -> dict[str, str]:
+    """The labels of every object of the run."""
+    labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
+              JOB_LABEL: name}
+    if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
+        labels["gpucluster-owner"] = job.owner
+    if opts.platform.shared:  # others use the namespace too: `ssh` finds this cluster's pods by it (connect.py)
+        labels[CLUSTER_LABEL] = dns_name(str(cluster.name), 63)
+    return labels
+
+
+def _image_note(image: str) -> str:
+    return f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
+                                if image == DEFAULT_IMAGE or "pytorch/pytorch:" in image else "")
+
+
+def _output_notes(job: JobSpec, opts: _Options, parts: _Parts) -> list[str]:
+    """Where the outputs go, and the launcher mode's own note."""
+    notes = []
+    identity = f" ({opts.platform.identity})" if opts.platform.identity else ""
+    if parts.collects and "://" in str(job.output_dir):
+        notes.append(f"outputs: each pod uploads its {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) to "
+                     f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access"
+                     f"{identity} before the Job is deleted; nothing is copied back here")
+    elif parts.collects:
+        notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
+                     f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
+                     f"{int(opts.collect_wait_s)} s for that copy")
+    if opts.mode == "trainjob":
+        notes.append(f"launcher trainjob: a Kubeflow Trainer v2 TrainJob ({TRAINER_GROUP}/{TRAINER_VERSION}) on the "
+                     f"ClusterTrainingRuntime {TORCH_RUNTIME}; the Trainer makes a JobSet ({JOBSET_GROUP}) of it")
+    if opts.mode == "pytorchjob":
+        notes.append("launcher pytorchjob is deprecated: it needs Kubeflow's training operator v1 (kubeflow.org/v1), "
+                     "which Kubeflow Trainer v2 replaced (v1 is kept only on its release-1.9 branch); the default "
+                     "launcher (an Indexed Job) needs no operator")
+    return notes
+
+
+def _pod_notes(job: JobSpec, opts: _Options, parts: _Parts) -> list[str]:
+    """The namespace, the service account, the data, the setup, the check and the secrets."""
+    notes = []
+    platform, namespace = opts.platform, opts.namespace
+    identity = f" ({platform.identity})" if platform.identity else ""
+    if namespace != DEFAULT_NAMESPACE:
+        notes.append(f"namespace {namespace}: made for the run if it is missing, and then removed after it")
+    if opts.service_account:
+        bound = f", bound to {platform.account_bound_to}" if platform.account_bound_to else ""
+        notes.append(f"pods run as the Kubernetes service account {namespace}/{opts.service_account}{bound} "
+                     "(created once if missing, kept with the cluster)")
+    for m in parts.mounts:
+        how = (f"pulled by each pod with its own read-only access{identity}" if m.remote else
+               f"sent through the exec API into each pod, through a cache on its node ({CACHE_HOST_PATH}) that "
+               "keeps what an earlier run sent")
+        notes.append(f"data: {m.src} -> {RUN_DIR}/{m.dest}, {how}")
+    if job.setup:
+        notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
+                     f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
+    if parts.checks:
+        notes.append(f"check: {MOUNT}/{CHECK_FILE} in every pod (exec, its training container) once all run, before "
+                     "anything of the job; a pod that fails it fails the run, named")
+    if job.secrets:
+        notes.append(f"secrets: {', '.join(job.secrets)} from the run's own Kubernetes Secret {namespace}/"
+                     f"{parts.name}, created before the pods and deleted with them")
+    return notes
+
+
+def _limit_notes(job: JobSpec, opts: _Options, lifetime: int, limit: int, deadline: int) -> list[str]:
+    """The time limit and the deadlines."""
+    notes = []
+    if not job.max_seconds:
+        notes.append(f"time limit: without --max-minutes the run is stopped after {limit // 60} minutes (the "
+                     f"cluster's {lifetime // 60}-minute lifetime less the time to stop and copy), outputs copied")
+    notes.append(f"pods must run within {opts.start_deadline_s} s (--start-deadline); the Job stops itself after "
+                 f"{deadline} s (activeDeadlineSeconds: the time limit and the time to stop "
+                 "and copy), even without this machine")
+    return notes
+
+
 def plan_job(
-    cluster: Any,
+    cluster: Cluster,
     job: JobSpec,
     *,
     namespace: str = DEFAULT_NAMESPACE,
@@ -296,7 +507,7 @@ def plan_job(
     max_lifetime_s: int | None = None,
     collect_wait_s: int = DEFAULT_COLLECT_WAIT_S,
     service_account: str | None = None,
-    extra_files: Iterable[tuple[str, str, str | bytes]] = (),
+    extra_files: Iterable[ShippedFile] = (),
     platform: Platform = GENERIC,
 ) -> Plan:
     """Names, argv per node rank, environment and files for running `job` on `cluster`.
@@ -309,143 +520,39 @@ def plan_job(
     """
     if mode not in MODES:
         raise UsageError(not_allowed("kubernetes launcher", mode, MODES))
-    outputs = dict(getattr(cluster, "outputs", None) or {})
-    nodes = len(cluster.nodes) if cluster.nodes else int(outputs.get("nodes") or 0)
-    if nodes < 1:
-        raise LaunchError(f"cluster {cluster.name!r} has no nodes to run on")
-    gpus = int(cluster.gpus_per_node or outputs.get("gpus_per_node") or 0)
+    opts = _Options(namespace, mode, python, start_deadline_s, collect_wait_s, service_account, platform)
+    outputs = dict(cluster.outputs or {})
+    nodes, gpus = _cluster_size(cluster, outputs)
     name = dns_name(f"gpucluster-{job.run_id}")
-    if mode == "job":
-        hosts = tuple(f"{name}-{i}.{name}" for i in range(nodes))
-    elif mode == "trainjob":  # JobSet: child Job <jobset>-<replicatedJob>-<index>, subdomain <jobset> (its Service)
-        hosts = tuple(f"{name}-{TRAINER_NODE}-0-{i}.{name}" for i in range(nodes))
-    else:
-        hosts = (f"{name}-master-0",) + tuple(f"{name}-worker-{i}" for i in range(nodes - 1))
     data_args, data_files, notes = _builtin_data(job)
     program, user_files, ignored = _ship_user_script(program_args(job, workload_dir=WORKLOAD_DIR), Path(workdir or "."))
-    program = program + data_args
-    argv = tuple(
-        tuple(_rdzv_timeouts(torchrun_argv(job, python=python, nnodes=nodes, node_rank=r, rdzv_host=hosts[0],
-                                           local_addr=hosts[r], program=program), start_deadline_s))
-        for r in range(nodes)
-    )
-    if mode in ("job", "trainjob"):  # off the head: torchrun starts once the head's rendezvous port answers
-        argv = tuple(a if r == 0 else (python, f"{MOUNT}/wait.py", "rendezvous", hosts[0], str(job.rdzv_port),
-                                       str(int(start_deadline_s)), "--", *a) for r, a in enumerate(argv))
-    if mode == "trainjob":  # no init container can be added to the runtime's pod: every DNS record first, here
-        argv = tuple((python, f"{MOUNT}/wait.py", "dns", ",".join(hosts), str(job.rdzv_port),
-                      str(int(start_deadline_s)), "--", *a) for a in argv)
-    mounts = staged_mounts(job)
-    checks = job.check is not None  # the health check runs in every pod before the job (check)
-    if job.setup or mounts or checks:
-        argv = tuple(tuple(setup_wrapped(a, job.setup, SETUP_GO_FILE, STAGED_FILE if mounts or checks else None))
-                     for a in argv)
-    collects = bool(job.output_dir)
-    env = node_env(job, node_rank=0, node_ips=hosts, gpus_per_node=gpus, output_dir=OUTPUT_DIR if collects else None,
-                   pg_hook=f"{MOUNT}/{PG_HOOK_DIR}")
-    env.pop("GPUCLUSTER_NODE_RANK")  # per pod: from the completion index (and set by entry.py)
-    code = bool(user_files)
-    env.update(staged_env(job, [f"{RUN_DIR}/{staged_rel(m.dest, code)}" for m in mounts]))
-    keeper_env: dict[str, str] = {}
-    if collects or job.setup or mounts or code or checks or mode == "trainjob":  # the run folder, and the keeper
-        env.update(GPUCLUSTER_CONTROL_DIR=CONTROL_DIR)
-        keeper_env = {"GPUCLUSTER_CONTROL_DIR": CONTROL_DIR, "GPUCLUSTER_COLLECT_WAIT_S": str(int(collect_wait_s)),
-                      "GPUCLUSTER_COLLECTING": "1" if collects else "0"}
-    if mode == "trainjob":  # the JobSet webhook makes the pods restartPolicy OnFailure (jobset_webhook.go
-        # Default): a container that exits non-zero is rerun in place, torchrun with it; so the entry script
-        # keeps the container itself, as the keeper would, and exits 0 (the node's code is its job_end record)
-        env.update({k: v for k, v in keeper_env.items() if k != "GPUCLUSTER_CONTROL_DIR"}, GPUCLUSTER_SELF_KEEP="1")
-    if code:
-        env.update(GPUCLUSTER_CODE_DIR=CODE_DIR, GPUCLUSTER_SHIPPED_MARK=SHIPPED_MARK)
-    files: list[tuple[str, str, str | bytes]] = [
-        ("entry.py", "entry.py", ENTRYPOINT), ("wait.py", "wait.py", WAITER),
-        ("argv.json", "argv.json", json.dumps([list(a) for a in argv]))]
-    if keeper_env and mode != "trainjob":  # a TrainJob's pod has no keeper: its entry script keeps it
-        files.append(("keeper.py", "keeper.py", KEEPER_PROGRAM))
-    if code and (collects or job.resume_files):  # chooses what the job wrote (copy back); --resume's lay-back
-        files.append(("workdir.py", "workdir.py", Path(workdir_module.__file__).read_text()))
-    if checks:
-        from gpucluster.watch.health import PROGRAM as CHECK_PROGRAM
-
-        files.append((CHECK_FILE, CHECK_FILE, CHECK_PROGRAM.read_text()))
-    if job.command:  # whether a rank joined a process group (gpucluster/node/node_pghook.py, found first by the workers)
-        files.append(("pghook.sitecustomize.py", f"{PG_HOOK_DIR}/sitecustomize.py", pg_hook_file().read_text()))
-    files += _workload_files() + data_files + user_files + list(extra_files)
-    size = _size(files)
-    if size > CONFIGMAP_LIMIT:
-        raise LaunchError(f"the files to ship take {size} bytes, over the {CONFIGMAP_LIMIT} bytes one Kubernetes "
-                          "ConfigMap holds (1 MiB); build an image with them and set the option image")
+    parts = _Parts(name=name, hosts=_hosts(name, nodes, mode), mounts=staged_mounts(job), checks=job.check is not None,
+                   collects=bool(job.output_dir), user_files=user_files, ignored=ignored, notes=notes)
+    parts.argv = _argv(job, opts, parts, program + data_args)
+    env, keeper_env = _env(job, opts, parts, gpus)
+    files = _files(job, opts, parts, bool(keeper_env), data_files, extra_files)
     if user_files:
-        left = f", {ignored} left out by .gitignore/.gpuclusterignore" if ignored else ""
-        notes.append(f"shipped: the script folder ({len(user_files)} file(s), {_size(user_files)} bytes{left}) "
-                     f"as {MOUNT}/user; the job runs from a writable copy at {CODE_DIR}"
-                     + ((" and what it writes there is uploaded to OUTPUT/RUN_ID/workdir/node-N"
-                         if "://" in str(job.output_dir) else " and what it writes there comes back to "
-                         "OUTPUT/workdir/node-N") if collects else ""))
+        notes.append(_shipped_note(job, parts))
     selector = platform.node_selector(outputs)  # gcp: the GPU pool's GKE node labels
-    identity = f" ({platform.identity})" if platform.identity else ""
-    labels = {"app.kubernetes.io/managed-by": "gpucluster", "gpucluster-run": dns_name(job.run_id, 63),
-              JOB_LABEL: name}
-    if job.owner:  # the home that started it (gpucluster.ownership), as on every cloud resource
-        labels["gpucluster-owner"] = job.owner
-    if platform.shared:  # others use the namespace too: `ssh` finds this cluster's pods by it (connect.py)
-        labels[CLUSTER_LABEL] = dns_name(str(cluster.name), 63)
+    labels = _labels(job, cluster, opts, name)
     lifetime = int(max_lifetime_s or int(outputs.get("max_lifetime_minutes") or 0) * 60 or DEFAULT_MAX_LIFETIME_S)
     limit, deadline = run_limits(job.max_seconds, lifetime, int(collect_wait_s))
     image = image or platform.default_image(outputs) or DEFAULT_IMAGE
-    notes.insert(0, f"image: {image}" + (" (torch only; the built-in workloads need nothing else)"
-                                         if image == DEFAULT_IMAGE or "pytorch/pytorch:" in image else ""))
-    if collects and "://" in str(job.output_dir):
-        notes.append(f"outputs: each pod uploads its {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) to "
-                     f"{str(job.output_dir).rstrip('/')}/{job.run_id}/node-N with its own write-only access"
-                     f"{identity} before the Job is deleted; nothing is copied back here")
-    elif collects:
-        notes.append(f"outputs: each pod's {OUTPUT_DIR} (GPUCLUSTER_OUTPUT_DIR) is copied back through the "
-                     f"Kubernetes exec API before the Job is deleted; a pod whose torchrun ended waits up to "
-                     f"{int(collect_wait_s)} s for that copy")
-    if mode == "trainjob":
-        notes.append(f"launcher trainjob: a Kubeflow Trainer v2 TrainJob ({TRAINER_GROUP}/{TRAINER_VERSION}) on the "
-                     f"ClusterTrainingRuntime {TORCH_RUNTIME}; the Trainer makes a JobSet ({JOBSET_GROUP}) of it")
-    if mode == "pytorchjob":
-        notes.append("launcher pytorchjob is deprecated: it needs Kubeflow's training operator v1 (kubeflow.org/v1), "
-                     "which Kubeflow Trainer v2 replaced (v1 is kept only on its release-1.9 branch); the default "
-                     "launcher (an Indexed Job) needs no operator")
-    if namespace != DEFAULT_NAMESPACE:
-        notes.append(f"namespace {namespace}: made for the run if it is missing, and then removed after it")
-    if service_account:
-        bound = f", bound to {platform.account_bound_to}" if platform.account_bound_to else ""
-        notes.append(f"pods run as the Kubernetes service account {namespace}/{service_account}{bound} "
-                     "(created once if missing, kept with the cluster)")
-    for m in mounts:
-        how = (f"pulled by each pod with its own read-only access{identity}" if m.remote else
-               f"sent through the exec API into each pod, through a cache on its node ({CACHE_HOST_PATH}) that "
-               "keeps what an earlier run sent")
-        notes.append(f"data: {m.src} -> {RUN_DIR}/{m.dest}, {how}")
-    if job.setup:
-        notes.append(f"setup: {len(job.setup)} command(s) run in each pod before torchrun; torchrun starts once "
-                     f"every pod's setup succeeded (the launcher creates {SETUP_GO_FILE} in each pod)")
-    if checks:
-        notes.append(f"check: {MOUNT}/{CHECK_FILE} in every pod (exec, its training container) once all run, before "
-                     "anything of the job; a pod that fails it fails the run, named")
-    if job.secrets:
-        notes.append(f"secrets: {', '.join(job.secrets)} from the run's own Kubernetes Secret {namespace}/{name}, "
-                     "created before the pods and deleted with them")
-    if not job.max_seconds:
-        notes.append(f"time limit: without --max-minutes the run is stopped after {limit // 60} minutes (the "
-                     f"cluster's {lifetime // 60}-minute lifetime less the time to stop and copy), outputs copied")
-    notes.append(f"pods must run within {start_deadline_s} s (--start-deadline); the Job stops itself after "
-                 f"{deadline} s (activeDeadlineSeconds: the time limit and the time to stop "
-                 "and copy), even without this machine")
+    notes.insert(0, _image_note(image))
+    notes += _output_notes(job, opts, parts) + _pod_notes(job, opts, parts)
+    notes += _limit_notes(job, opts, lifetime, limit, deadline)
     return Plan(
         name=name, namespace=namespace, mode=mode, nodes=nodes, gpus_per_node=gpus,
-        image=image, run_id=job.run_id, hosts=hosts, argv_by_rank=argv,
+        image=image, run_id=job.run_id, hosts=parts.hosts, argv_by_rank=parts.argv,
         env=tuple(env.items()), files=tuple(files), labels=tuple(labels.items()),
         node_selector=tuple(selector.items()), rdzv_port=job.rdzv_port, active_deadline_s=deadline, run_limit_s=limit,
-        start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=collects, setup=bool(job.setup),
-        stages=bool(mounts), cache=any(not m.remote for m in mounts), service_account=service_account,
+        start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=parts.collects, setup=bool(job.setup),
+        stages=bool(parts.mounts), cache=any(not m.remote for m in parts.mounts), service_account=service_account,
         secrets=tuple(job.secrets),
-        requests=tuple(platform.pod_requests(outputs.get("machine_type") or getattr(cluster, "instance_type", None)).items()),
-        code=code, keeper_env=tuple(keeper_env.items()), checks=checks,
+        # getattr: a stand-in cluster (tests/test_shipping.py's SimpleNamespace) has no instance_type
+        requests=tuple(platform.pod_requests(outputs.get("machine_type")
+                                             or getattr(cluster, "instance_type", None)).items()),
+        code=parts.code, keeper_env=tuple(keeper_env.items()), checks=parts.checks,
     )
 
 

@@ -13,29 +13,37 @@ object-storage identity. gcp's is `infra.gcp.gke.GKE`. Nothing here imports a cl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
+
+from gpucluster.domain import Cluster
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
-    from .api import KubeApi
+    from gpucluster.watch.launch import JobSpec
+
+    from .api import KubeApi, KubeObject
+
+# (kind, manifest) -> the manifest as created: a typed model of the kubernetes client or a JSON dict in, the same out
+Shape = Callable[[str, "KubeObject"], "KubeObject"]
 
 
-def _none(*_: Any) -> Any:
+def _none(*_: object) -> None:
     return None
 
 
-def _empty(*_: Any) -> dict[str, str]:
+def _empty(*_: object) -> dict[str, str]:
     return {}
 
 
-def _as_built(kind: str, manifest: Any) -> Any:
+def _as_built(kind: str, manifest: KubeObject) -> KubeObject:
     return manifest
 
 
-def kubeconfig_api(cluster: Any, credentials: Any = None) -> "KubeApi":
+def kubeconfig_api(cluster: Cluster, credentials: object = None) -> KubeApi:
     """The API of a cluster from its `kubeconfig` (a kubeconfig text), else ~/.kube/config."""
     from .api import KubeApi
 
-    return KubeApi.from_kubeconfig(getattr(cluster, "kubeconfig", None))
+    return KubeApi.from_kubeconfig(cluster.kubeconfig)
 
 
 @dataclass(frozen=True)
@@ -44,17 +52,17 @@ class Platform:
 
     name: str = "kubernetes"  # the --cloud the messages name ("-L ... is not allowed on gcp")
     # (cluster, credentials) -> KubeApi: how the launcher reaches the cluster's API
-    api: Callable[[Any, Any], "KubeApi"] = kubeconfig_api
+    api: Callable[[Cluster, object], KubeApi] = kubeconfig_api
     # the cluster's outputs -> the pods' node selector (GKE: its accelerator and node-pool labels)
-    node_selector: Callable[[Mapping[str, Any]], dict[str, str]] = _empty
+    node_selector: Callable[[JsonMapping], dict[str, str]] = _empty
     # the cluster's outputs -> the training image when the option `image` names none (GKE: by the GPU's
     # generation); None: the launcher's DEFAULT_IMAGE
-    default_image: Callable[[Mapping[str, Any]], "str | None"] = _none
+    default_image: Callable[[JsonMapping], str | None] = _none
     # a machine type -> the training container's CPU and memory requests ({}: none)
-    pod_requests: Callable[[Any], dict[str, str]] = _empty
+    pod_requests: Callable[[str | None], dict[str, str]] = _empty
     # (cluster, job) -> (Kubernetes service account, the identity it is bound to) the pods run as
     # when the job reads or writes object storage; None: the namespace's default account
-    object_account: Callable[[Any, Any], "tuple[str, str] | None"] = _none
+    object_account: Callable[[Cluster, JobSpec], tuple[str, str] | None] = _none
     # the bound identity -> the service account's annotations (GKE: iam.gke.io/gcp-service-account)
     account_annotations: Callable[[str], dict[str, str]] = _empty
     # the service account a plan names before the cluster exists (the dry run's, `describe`)
@@ -68,10 +76,10 @@ class Platform:
     # (kind, manifest) -> the manifest as created: what the provider adds to each object the run makes
     # (kubernetes: the user's queue label, priority class, node selector, tolerations, service account,
     # image pull secret); kind is "secret", "configmap", "service", "job" or "pytorchjob"
-    shape: Callable[[str, Any], Any] = _as_built
+    shape: Shape = _as_built
     # (a node, the time now) -> a `node_notice` record when the provider is taking that node back (GKE: host
     # maintenance, read from its node labels; `infra.kubernetes.notices`); None: the nodes are not read
-    node_notice: "Callable[[Any, float], dict[str, Any] | None] | None" = None
+    node_notice: Callable[[KubeObject, float], JsonObject | None] | None = None
     # a namespace other people use too (kubernetes): every object of a run carries its cluster's name
     # (`gpucluster-cluster`), and `ssh` reaches only pods of that cluster made by this home's owner; a cluster
     # gpucluster made for itself (GKE) holds nothing else of note, and is not asked

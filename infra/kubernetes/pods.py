@@ -18,16 +18,21 @@ the keeper container keeps the pod running for the outputs copy), so a lost log 
 
 from __future__ import annotations
 
+import enum
 import math
 import time
-from typing import Any, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator
 
 from gpucluster.errors import LaunchError
 from gpucluster.watch.supervisor import NodeSupervisor
 
-from .api import KubeApi, Retry, _is_api_error, _status, backoff, transient
+from .api import KubeApi, KubeObject, Retry, _is_api_error, _status, backoff, transient
 from .manifests import rank_of
 from .plan import JOB_END_KIND, Plan
+
+if TYPE_CHECKING:
+    from .notices import NodeNotices
 
 SINCE_MARGIN_S = 10  # added to sinceSeconds on a reattach: the API server's clock and ours differ
 # Container waiting reasons that will not fix themselves: fail now rather than at the deadline.
@@ -62,7 +67,7 @@ def _job_end(line: bytes) -> int | None:
         return None
 
 
-def _lines(response: Any, broken: list[BaseException] | None = None) -> Iterator[bytes]:
+def _lines(response: KubeObject, broken: list[BaseException] | None = None) -> Iterator[bytes]:
     """Whole lines (with their newline) from a streamed log response that yields byte chunks. A stream
     that breaks (the pod deleted, the API server gone) simply ends; why goes into `broken`, and then an
     unfinished last line is not given (the stream is read again from its last whole line)."""
@@ -90,7 +95,7 @@ def _lines(response: Any, broken: list[BaseException] | None = None) -> Iterator
                 pass
 
 
-def _node_gone(pod: Any) -> str | None:
+def _node_gone(pod: KubeObject) -> str | None:
     """Why a pod is gone or going for its node's sake (deleted, preempted, evicted), or None."""
     status, name = pod.status, pod.metadata.name
     disruption = next((c for c in getattr(status, "conditions", None) or []
@@ -107,13 +112,56 @@ def _node_gone(pod: Any) -> str | None:
     return None
 
 
-def _initialising(pod: Any) -> tuple[str, str] | None:
+def _initialising(pod: KubeObject) -> tuple[str, str] | None:
     """(init container, `Init:N/M`) for a placed pod whose init container runs, or None."""
     statuses = getattr(pod.status, "init_container_statuses", None) or []
     for i, cs in enumerate(statuses):
         if getattr(cs.state, "running", None) is not None:
             return cs.name, f"Init:{i}/{len(statuses)}"
     return None
+
+
+class PodState(enum.Enum):
+    """Where a node's pod stands, as one listing shows it (`_Pods._pod_state`: the first that holds)."""
+
+    DECIDED = "decided"  # its exit code is known already
+    NODE_LOST = "node lost"  # deleted or disrupted: its node is gone or going
+    ENDED = "ended"  # torchrun ended (the entry script's job_end record)
+    INIT_FAILED = "init failed"  # an init container will not complete
+    AWAITING_RECORD = "awaiting record"  # a TrainJob's container exited 0: its job_end record says the code
+    EXITED = "exited"  # the training container ended
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # ended with no container status (evicted, the node lost)
+    CANNOT_START = "cannot start"  # the training container waits for what will not come (FATAL_WAITING)
+    STARTING = "starting"  # nothing to decide yet
+
+
+class StartState(enum.Enum):
+    """Where the job's pod set stands against the start deadline (`_Pods._start_state`)."""
+
+    IN_TIME = "in time"  # the deadline has not passed (or the Job is not created yet)
+    UNPLACED = "unplaced"  # past it, some pods are not placed: they fail first, with the scheduler's reason
+    INITIALISING = "initialising"  # past it, every pod not running is placed, in an init container: they fail
+    STARTED = "started"  # past it, every container runs or has ended
+
+
+@dataclass
+class _Look:
+    """One listing's view of a node's pod, and what `_Pods._pod_state` found on the way."""
+
+    rank: int
+    pod: KubeObject
+    container: KubeObject | None  # the training container's state (V1ContainerState)
+    gone: str | None = None  # why its node is gone or going
+    init: tuple[int, str] | None = None  # an init container's failure: (exit code, why)
+
+    @property
+    def terminated(self) -> KubeObject | None:
+        return self.container.terminated if self.container is not None else None
+
+    @property
+    def waiting(self) -> KubeObject | None:
+        return self.container.waiting if self.container is not None else None
 
 
 class _Pods:
@@ -136,7 +184,7 @@ class _Pods:
         self.lost: dict[int, str] = {}  # rank -> why its pod went for its node's sake (gpucluster/watch/nodeloss.py)
         self.ips: dict[int, str] = {}  # rank -> its pod's address (status.podIP: empty until one is allocated)
         self.nodes: dict[int, str] = {}  # rank -> the node its pod was bound to (spec.nodeName)
-        self.notices: Any = None  # a notices.NodeNotices: the provider's notice that it takes a node back
+        self.notices: NodeNotices | None = None  # the provider's notice that it takes a node back
         self._last = float("-inf")
         self._next = float("-inf")  # no listing before this (backing off while the API fails)
         self.started_at: float | None = None  # when the Job was created (the start deadline counts from it)
@@ -150,8 +198,26 @@ class _Pods:
         if now - self._last < self.poll_interval or now < self._next:
             return
         self._last = now
+        pods = self._list_pods(now)
+        if pods is None:
+            return
+        self.failing_since, self.failures = None, 0
+        current = self._by_rank(pods)
+        for rank, pod in current.items():
+            if rank in self.lost and self.pod_names.get(rank) not in (None, pod.metadata.name):
+                continue  # a Job controller's replacement for a lost pod (a TrainJob's child Job retries): not ours
+            self.pod_names[rank] = pod.metadata.name
+            self._observe(rank, pod)
+        self._check_start_deadline(current, now)
+        self._poll_notices()
+        self._mark_disappeared(current)
+
+    def _list_pods(self, now: float) -> list[KubeObject] | None:
+        """The job's pods; None while the API fails for a while (backing off)."""
         try:
-            pods = self.api.core.list_namespaced_pod(self.plan.namespace, label_selector=self.plan.selector).items
+            items: list[KubeObject] = self.api.core.list_namespaced_pod(
+                self.plan.namespace, label_selector=self.plan.selector).items
+            return items
         except Exception as exc:
             if not _is_api_error(exc):
                 raise
@@ -163,31 +229,42 @@ class _Pods:
                 lasted = f" for {now - self.failing_since:.0f} s" if transient(exc) else ""
                 raise LaunchError(f"lost the Kubernetes API while watching the job's pods{lasted}: {exc}") from None
             self._next = now + backoff(self.failures)
-            return
-        self.failing_since, self.failures = None, 0
-        current: dict[int, Any] = {}
+            return None
+
+    def _by_rank(self, pods: list[KubeObject]) -> dict[int, KubeObject]:
+        current: dict[int, KubeObject] = {}
         for pod in pods:
             rank = rank_of(pod, self.plan)
             if rank is not None and 0 <= rank < self.plan.nodes:
                 current[rank] = pod
-        for rank, pod in current.items():
-            if rank in self.lost and self.pod_names.get(rank) not in (None, pod.metadata.name):
-                continue  # a Job controller's replacement for a lost pod (a TrainJob's child Job retries): not ours
-            self.pod_names[rank] = pod.metadata.name
-            self._observe(rank, pod)
-        self._check_start_deadline(current, now)
-        if self.notices is not None:  # a node the provider takes back (GKE: host maintenance): as a spot notice
-            notice = self.notices.poll({r: n for r, n in self.nodes.items()
-                                        if r in self.attached and r not in self.exit_codes})
-            if notice is not None:
-                self.supervisor.notify(*notice)
+        return current
+
+    def _poll_notices(self) -> None:
+        """A node the provider takes back (GKE: host maintenance): as a spot notice."""
+        if self.notices is None:
+            return
+        notice = self.notices.poll({r: n for r, n in self.nodes.items()
+                                    if r in self.attached and r not in self.exit_codes})
+        if notice is not None:
+            self.supervisor.notify(*notice)
+
+    def _mark_disappeared(self, current: dict[int, KubeObject]) -> None:
         for rank in set(self.pod_names) - set(current):
             if rank not in self.exit_codes:
                 self.exit_codes[rank] = -1
                 self.reasons[rank] = self.lost[rank] = (f"pod {self.pod_names[rank]} disappeared (deleted, evicted, "
                                                         "or its node was preempted)")
 
-    def _observe(self, rank: int, pod: Any) -> None:
+    def _observe(self, rank: int, pod: KubeObject) -> None:
+        """One listing's view of `rank`'s pod: where it runs, its log attached once it runs, why it is
+        not scheduled; then its state (`PodState`) and that state's step."""
+        container = self._note_pod(rank, pod)
+        look = _Look(rank, pod, container)
+        _ON_STATE[self._pod_state(look)](self, look)
+
+    def _note_pod(self, rank: int, pod: KubeObject) -> KubeObject | None:
+        """The node, the address, the log stream and the scheduling of `rank`'s pod noted; the state of
+        its training container (None before it has one)."""
         status = pod.status
         phase = getattr(status, "phase", None)
         node = getattr(getattr(pod, "spec", None), "node_name", None)
@@ -209,45 +286,85 @@ class _Pods:
         for cond in getattr(status, "conditions", None) or []:
             if cond.type == "PodScheduled" and cond.status == "False":
                 self.pending[rank] = f"pod {pod.metadata.name} not scheduled: {cond.reason}: {cond.message}"
+        return state
+
+    def _pod_state(self, look: _Look) -> PodState:
+        """Where the pod stands, the rules in order (the first that holds)."""
+        rank, pod = look.rank, look.pod
         if rank in self.exit_codes:
-            return
-        gone = _node_gone(pod)
-        if gone is not None:  # deleted or disrupted: its node is gone or going (a preempted node)
-            self.exit_codes[rank], self.reasons[rank] = -1, gone
-            self.lost[rank] = gone
-            return
-        if rank in self.ended:  # torchrun ended (job_end); the pod may still run for its outputs copy
-            self.exit_codes[rank] = self.ended[rank]
-            return
-        init = self._init_failure(pod)
-        if init is not None:
-            self.exit_codes[rank], self.reasons[rank] = init
-            return
-        terminated = state.terminated if state is not None else None
-        waiting = state.waiting if state is not None else None
+            return PodState.DECIDED
+        look.gone = _node_gone(pod)
+        if look.gone is not None:
+            return PodState.NODE_LOST
+        if rank in self.ended:
+            return PodState.ENDED
+        look.init = self._init_failure(pod)
+        if look.init is not None:
+            return PodState.INIT_FAILED
+        terminated, waiting = look.terminated, look.waiting
         if terminated is not None and terminated.exit_code == 0 and self.plan.mode == "trainjob" and \
                 rank not in self.log_ended:
-            return  # the container exits 0 whatever torchrun did (pod_entry.py): its job_end record, read first, says
-        if terminated is not None:  # the training container ended (the keeper may keep the pod Running)
-            code = terminated.exit_code if terminated.exit_code is not None else 1
-            self.exit_codes[rank] = code
-            if code != 0:
-                self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} ended with exit code {code}"
-                                      + (f" ({terminated.reason})" if terminated.reason else "")
-                                      + (f": {terminated.message}" if getattr(terminated, "message", None) else ""))
-        elif phase == "Succeeded":
-            self.exit_codes[rank] = 0
-        elif phase == "Failed":  # ended with no container status (evicted, the node lost)
-            self.exit_codes[rank] = 1
-            reason, message = getattr(status, "reason", None), getattr(status, "message", None)
-            self.reasons[rank] = (f"pod {pod.metadata.name} failed" + (f" ({reason})" if reason else "")
-                                  + (f": {message}" if message else ""))
-        elif waiting is not None and waiting.reason in FATAL_WAITING:
-            self.exit_codes[rank] = -1
-            self.reasons[rank] = (f"pod {pod.metadata.name} container {self.plan.app_container} cannot start: {waiting.reason}: "
-                                  f"{waiting.message or ''}").rstrip(": ")
+            return PodState.AWAITING_RECORD
+        if terminated is not None:
+            return PodState.EXITED
+        phase = getattr(pod.status, "phase", None)
+        if phase == "Succeeded":
+            return PodState.SUCCEEDED
+        if phase == "Failed":
+            return PodState.FAILED
+        if waiting is not None and waiting.reason in FATAL_WAITING:
+            return PodState.CANNOT_START
+        return PodState.STARTING
 
-    def _init_failure(self, pod: Any) -> tuple[int, str] | None:
+    def _unchanged(self, look: _Look) -> None:
+        """DECIDED, AWAITING_RECORD (a TrainJob's container exits 0 whatever torchrun did, pod_entry.py: its
+        job_end record, read first, says), STARTING: nothing to note."""
+
+    def _on_node_lost(self, look: _Look) -> None:
+        """Deleted or disrupted: its node is gone or going (a preempted node)."""
+        assert look.gone is not None
+        self.exit_codes[look.rank], self.reasons[look.rank] = -1, look.gone
+        self.lost[look.rank] = look.gone
+
+    def _on_ended(self, look: _Look) -> None:
+        """torchrun ended (job_end); the pod may still run for its outputs copy."""
+        self.exit_codes[look.rank] = self.ended[look.rank]
+
+    def _on_init_failed(self, look: _Look) -> None:
+        assert look.init is not None
+        self.exit_codes[look.rank], self.reasons[look.rank] = look.init
+
+    def _on_exited(self, look: _Look) -> None:
+        """The training container ended (the keeper may keep the pod Running)."""
+        terminated = look.terminated
+        assert terminated is not None
+        code = terminated.exit_code if terminated.exit_code is not None else 1
+        self.exit_codes[look.rank] = code
+        if code != 0:
+            self.reasons[look.rank] = (
+                f"pod {look.pod.metadata.name} container {self.plan.app_container} ended with exit code {code}"
+                + (f" ({terminated.reason})" if terminated.reason else "")
+                + (f": {terminated.message}" if getattr(terminated, "message", None) else ""))
+
+    def _on_succeeded(self, look: _Look) -> None:
+        self.exit_codes[look.rank] = 0
+
+    def _on_failed(self, look: _Look) -> None:
+        """Ended with no container status (evicted, the node lost)."""
+        status = look.pod.status
+        self.exit_codes[look.rank] = 1
+        reason, message = getattr(status, "reason", None), getattr(status, "message", None)
+        self.reasons[look.rank] = (f"pod {look.pod.metadata.name} failed" + (f" ({reason})" if reason else "")
+                                   + (f": {message}" if message else ""))
+
+    def _on_cannot_start(self, look: _Look) -> None:
+        waiting = look.waiting
+        assert waiting is not None
+        self.exit_codes[look.rank] = -1
+        self.reasons[look.rank] = (f"pod {look.pod.metadata.name} container {self.plan.app_container} cannot start: "
+                                   f"{waiting.reason}: {waiting.message or ''}").rstrip(": ")
+
+    def _init_failure(self, pod: KubeObject) -> tuple[int, str] | None:
         """(exit code, why) when an init container will not complete: its image cannot be pulled, it
         crash-loops, or it failed (restartPolicy Never fails the pod); with its last log lines."""
         for cs in getattr(pod.status, "init_container_statuses", None) or []:
@@ -278,31 +395,45 @@ class _Pods:
         text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text or "")
         return "\n".join(text.strip().splitlines()[-INIT_LOG_LINES:])
 
-    def _check_start_deadline(self, current: dict[int, Any], now: float) -> None:
+    def _check_start_deadline(self, current: dict[int, KubeObject], now: float) -> None:
         """Past the start deadline, the ranks whose container is not running fail: first those whose pod
         is not placed (with the scheduler's reason, read from its pod's events: FailedScheduling,
         NotTriggerScaleUp, ...), since the others' init containers wait for their DNS records; when every
         pod is placed, those still in an init container (with its last log lines)."""
-        if self.started_at is None or now - self.started_at < self.plan.start_deadline_s:
+        state, ranks = self._start_state(current, now)
+        if state in (StartState.IN_TIME, StartState.STARTED):
             return
-        stuck = [r for r in range(self.plan.nodes) if r not in self.attached and r not in self.exit_codes]
-        unplaced = [r for r in stuck if r in self.pending or current.get(r) is None
-                    or not _initialising(current[r])]
-        for rank in unplaced or stuck:
+        for rank in ranks:  # UNPLACED or INITIALISING: these fail
             pod = current.get(rank)
             name = pod.metadata.name if pod is not None else None
-            init = _initialising(pod) if pod is not None else None
-            why: str | None
-            if pod is not None and init is not None:
-                tail = self._init_log(pod.metadata.name, init[0])
-                why = f"init container {init[0]} has not completed ({init[1]})" + (
-                    f"; its last log lines:\n{tail}" if tail else "")
-            else:
-                why = self._events_reason(name) if name else "the Job made no pod for it"
-            why = why or self.pending.get(rank) or "no reason reported"
+            why = self._stuck_reason(pod) or self.pending.get(rank) or "no reason reported"
             self.exit_codes[rank] = -1
             self.reasons[rank] = (f"pod {name or f'rank {rank}'} not running after the {self.plan.start_deadline_s} s "
                                   f"start deadline: {why}")
+
+    def _start_state(self, current: dict[int, KubeObject], now: float) -> tuple[StartState, list[int]]:
+        """Where the pod set stands against the start deadline, and the ranks that fail in that state."""
+        if self.started_at is None or now - self.started_at < self.plan.start_deadline_s:
+            return StartState.IN_TIME, []
+        stuck = [r for r in range(self.plan.nodes) if r not in self.attached and r not in self.exit_codes]
+        unplaced = [r for r in stuck if r in self.pending or current.get(r) is None
+                    or not _initialising(current[r])]
+        if unplaced:
+            return StartState.UNPLACED, unplaced
+        return (StartState.INITIALISING, stuck) if stuck else (StartState.STARTED, [])
+
+    def _stuck_reason(self, pod: KubeObject | None) -> str | None:
+        """Why a pod is not running: its init container's wait (with its last log lines), else the
+        scheduler's reason from its events."""
+        if pod is None:
+            return "the Job made no pod for it"
+        init = _initialising(pod)
+        if init is not None:
+            tail = self._init_log(pod.metadata.name, init[0])
+            return f"init container {init[0]} has not completed ({init[1]})" + (
+                f"; its last log lines:\n{tail}" if tail else "")
+        name = pod.metadata.name
+        return self._events_reason(name) if name else "the Job made no pod for it"
 
     def _events_reason(self, pod_name: str) -> str | None:
         try:
@@ -328,63 +459,61 @@ class _Pods:
 
     def _follow(self, pod_name: str, rank: int) -> Generator[bytes, None, None]:
         """The app container's log, every line once, reattached when the stream breaks while the
-        container runs (see the module docstring); gives up after `retry.bound_s` without progress."""
-        last: tuple[str, str] | None = None  # the time of the last line given
-        at_last = 0  # how many lines were given with that time
-        got_at: float | None = None  # when (here) the last line came
-        stalled: float | None = None  # since when no line came while the container runs
-        attempt = 0
-        why = ""
-        final = False  # the container ended while its stream was broken: one last read for what it printed
+        container runs (see the module docstring); gives up after `retry.bound_s` without progress.
+        Each read ends in a `LogNext`: the stream is over, read once more, lost, or read again after a wait."""
+        cursor = _LogCursor()
         while True:
-            kw: dict[str, Any] = {}
-            if got_at is not None:
-                kw["since_seconds"] = max(1, math.ceil(time.monotonic() - got_at) + SINCE_MARGIN_S)
-            response = None
-            try:
-                response = self.api.core.read_namespaced_pod_log(
-                    pod_name, self.plan.namespace, container=self.plan.app_container, follow=True, timestamps=True,
-                    _preload_content=False, **kw)
-            except Exception as exc:  # noqa: BLE001 - ApiException, connection errors: retried or said
-                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                if not (transient(exc) or _status(exc) == 400):  # 400: the container is not running (yet/now)
-                    yield f"[gpucluster] no log for pod {pod_name}: {why}\n".encode()
-                    return
+            response, refused = self._open_log(pod_name, cursor)
+            if refused is not None:
+                yield refused
+                return
             broken: list[BaseException] = []
             if response is not None:
-                skip = at_last if last is not None else 0
-                for raw in _lines(response, broken):
-                    stamp, sep, text = raw.partition(b" ")
-                    key = _stamp(stamp) if sep else None
-                    if key is None:  # not a time: given as it is
-                        yield raw
-                        continue
-                    if last is not None and key < last:
-                        continue
-                    if key == last and skip:
-                        skip -= 1
-                        continue
-                    at_last = at_last + 1 if key == last else 1
-                    last, got_at, stalled, attempt = key, time.monotonic(), None, 0
-                    yield text
-                why = f"the stream broke: {broken[0]}" if broken else "the stream ended"
-            if self.closed or rank in self.ended:
+                yield from _new_lines(response, cursor, broken)
+            step = self._next_read(rank, response is not None and not broken, cursor)
+            if step is LogNext.END:
                 return
-            if rank in self.exit_codes:  # the container ended: a stream that ended by itself had it all
-                if (response is not None and not broken) or final:
-                    return
-                final = True
-                continue
-            now = time.monotonic()
-            stalled = stalled if stalled is not None else now
-            if now - stalled > self.retry.bound_s:
-                yield (f"[gpucluster] lost the log of pod {pod_name} for {now - stalled:.0f} s ({why}); its exit "
-                       "code comes from its container status\n").encode()
+            if step is LogNext.LOST:
+                yield (f"[gpucluster] lost the log of pod {pod_name} for {cursor.lost_s:.0f} s "
+                       f"({cursor.why}); its exit code comes from its container status\n").encode()
                 return
-            attempt += 1
-            end = time.monotonic() + backoff(attempt)
-            while time.monotonic() < end and not self._done(rank):
-                time.sleep(0.05)
+            if step is LogNext.WAIT:
+                cursor.attempt += 1
+                end = time.monotonic() + backoff(cursor.attempt)
+                while time.monotonic() < end and not self._done(rank):
+                    time.sleep(0.05)
+
+    def _open_log(self, pod_name: str, cursor: _LogCursor) -> tuple[KubeObject | None, bytes | None]:
+        """(the log stream from where the cursor is, or None while it cannot be read; the line that ends
+        the log when it never will be)."""
+        kw: dict[str, int] = {}
+        if cursor.got_at is not None:
+            kw["since_seconds"] = max(1, math.ceil(time.monotonic() - cursor.got_at) + SINCE_MARGIN_S)
+        try:
+            return self.api.core.read_namespaced_pod_log(
+                pod_name, self.plan.namespace, container=self.plan.app_container, follow=True, timestamps=True,
+                _preload_content=False, **kw), None
+        except Exception as exc:  # noqa: BLE001 - ApiException, connection errors: retried or said
+            cursor.why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if not (transient(exc) or _status(exc) == 400):  # 400: the container is not running (yet/now)
+                return None, f"[gpucluster] no log for pod {pod_name}: {cursor.why}\n".encode()
+            return None, None
+
+    def _next_read(self, rank: int, whole: bool, cursor: _LogCursor) -> LogNext:
+        """What follows a read (`whole`: a stream that ended by itself, unbroken)."""
+        if self.closed or rank in self.ended:
+            return LogNext.END
+        if rank in self.exit_codes:  # the container ended: a stream that ended by itself had it all
+            if whole or cursor.final:
+                return LogNext.END
+            cursor.final = True
+            return LogNext.FINAL
+        now = time.monotonic()
+        cursor.stalled = cursor.stalled if cursor.stalled is not None else now
+        if now - cursor.stalled > self.retry.bound_s:
+            cursor.lost_s = now - cursor.stalled
+            return LogNext.LOST
+        return LogNext.WAIT
 
     def _until_job_end(self, lines: Generator[bytes, None, None], rank: int) -> Iterator[bytes]:
         """The log up to the entry script's job_end record, which gives the node's exit code; the
@@ -401,6 +530,21 @@ class _Pods:
             lines.close()
 
 
+# Each pod state's step (`_Pods._observe` dispatches to it).
+_ON_STATE: dict[PodState, Callable[[_Pods, _Look], None]] = {
+    PodState.DECIDED: _Pods._unchanged,
+    PodState.NODE_LOST: _Pods._on_node_lost,
+    PodState.ENDED: _Pods._on_ended,
+    PodState.INIT_FAILED: _Pods._on_init_failed,
+    PodState.AWAITING_RECORD: _Pods._unchanged,
+    PodState.EXITED: _Pods._on_exited,
+    PodState.SUCCEEDED: _Pods._on_succeeded,
+    PodState.FAILED: _Pods._on_failed,
+    PodState.CANNOT_START: _Pods._on_cannot_start,
+    PodState.STARTING: _Pods._unchanged,
+}
+
+
 def _stamp(text: bytes) -> tuple[str, str] | None:
     """An RFC3339(Nano) UTC time as a sortable key: (date and time, the fraction to 9 digits). The
     kubelet's times drop trailing zeros of the fraction, so they do not sort as text."""
@@ -409,6 +553,50 @@ def _stamp(text: bytes) -> tuple[str, str] | None:
         return None
     main, _, frac = t[:-1].partition(".")
     return (main, frac.ljust(9, "0")) if frac.isdigit() or not frac else None
+
+
+class LogNext(enum.Enum):
+    """What follows one read of a pod's log stream (`_Pods._follow`)."""
+
+    END = "end"  # the run is over, torchrun ended, or the container ended and its log was read to the end
+    FINAL = "final"  # the container ended while the stream was broken: one last read for what it printed
+    LOST = "lost"  # no line for `retry.bound_s`: given up (the exit code comes from the container status)
+    WAIT = "wait"  # read again after a backoff
+
+
+@dataclass
+class _LogCursor:
+    """How far a pod's log was given, for a reattach to drop what was given already."""
+
+    last: tuple[str, str] | None = None  # the time of the last line given
+    at_last: int = 0  # how many lines were given with that time
+    got_at: float | None = None  # when (here) the last line came
+    stalled: float | None = None  # since when no line came while the container runs
+    attempt: int = 0
+    why: str = ""
+    final: bool = False  # the container ended while its stream was broken: one last read for what it printed
+    lost_s: float = 0.0  # how long no line came, when given up
+
+
+def _new_lines(response: KubeObject, cursor: _LogCursor, broken: list[BaseException]) -> Iterator[bytes]:
+    """The lines of one log stream not given yet (a line without a time is given as it is); the cursor
+    moved past each, and why the stream ended in `cursor.why`."""
+    skip = cursor.at_last if cursor.last is not None else 0
+    for raw in _lines(response, broken):
+        stamp, sep, text = raw.partition(b" ")
+        key = _stamp(stamp) if sep else None
+        if key is None:  # not a time: given as it is
+            yield raw
+            continue
+        if cursor.last is not None and key < cursor.last:
+            continue
+        if key == cursor.last and skip:
+            skip -= 1
+            continue
+        cursor.at_last = cursor.at_last + 1 if key == cursor.last else 1
+        cursor.last, cursor.got_at, cursor.stalled, cursor.attempt = key, time.monotonic(), None, 0
+        yield text
+    cursor.why = f"the stream broke: {broken[0]}" if broken else "the stream ended"
 
 
 class _PodHandle:

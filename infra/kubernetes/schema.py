@@ -14,7 +14,9 @@ checked: `model_of` says None.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Callable
+
+from gpucluster.states import JsonMapping
 
 KINDS = {("v1", "ConfigMap"): "V1ConfigMap", ("v1", "Service"): "V1Service", ("v1", "Secret"): "V1Secret",
          ("v1", "Namespace"): "V1Namespace", ("v1", "ServiceAccount"): "V1ServiceAccount",
@@ -23,50 +25,74 @@ _LIST = re.compile(r"^list\[(.+)\]$")
 _DICT = re.compile(r"^dict[\[(]([^,]+), (.+)[\])]$")  # dict(str, T) or dict[str, T], as client versions write it
 
 
-def model_of(doc: dict[str, Any]) -> str | None:
+def model_of(doc: JsonMapping) -> str | None:
     return KINDS.get((str(doc.get("apiVersion")), str(doc.get("kind"))))
 
 
-def _check(value: Any, kind: str, path: str, out: list[str]) -> None:
-    import kubernetes.client.models as models
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
 
-    if value is None:
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+# The schema's scalar types: the test a JSON value passes, and what the refusal calls the type.
+_SCALARS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "str": (_is_str, "a string"), "datetime": (_is_str, "a string"), "date": (_is_str, "a string"),
+    "int": (_is_int, "an integer"), "float": (_is_number, "a number"), "bool": (_is_bool, "a boolean"),
+}
+
+
+def _check(value: object, kind: str, path: str, out: list[str]) -> None:
+    """`value` against the schema's type `kind` at `path`; each problem appended to `out`."""
+    if value is None or kind == "object":
         return
-    if kind == "object":
-        return
-    if kind == "str" or kind == "datetime" or kind == "date":
-        if not isinstance(value, str):
-            out.append(f"{path}: {type(value).__name__} {value!r} where the schema has a string")
-        return
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            out.append(f"{path}: {type(value).__name__} {value!r} where the schema has an integer")
-        return
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            out.append(f"{path}: {type(value).__name__} {value!r} where the schema has a number")
-        return
-    if kind == "bool":
-        if not isinstance(value, bool):
-            out.append(f"{path}: {type(value).__name__} {value!r} where the schema has a boolean")
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        if not scalar[0](value):
+            out.append(f"{path}: {type(value).__name__} {value!r} where the schema has {scalar[1]}")
         return
     listed = _LIST.match(kind)
     if listed:
-        if not isinstance(value, list):
-            out.append(f"{path}: {type(value).__name__} where the schema has a list")
-            return
-        for i, item in enumerate(value):
-            _check(item, listed.group(1), f"{path}[{i}]", out)
+        _check_list(value, listed.group(1), path, out)
         return
     mapped = _DICT.match(kind)
     if mapped:
-        if not isinstance(value, dict):
-            out.append(f"{path}: {type(value).__name__} where the schema has a map")
-            return
-        for k, item in value.items():
-            _check(k, mapped.group(1), f"{path} key", out)
-            _check(item, mapped.group(2), f"{path}[{k!r}]", out)
+        _check_map(value, mapped.group(1), mapped.group(2), path, out)
         return
+    _check_model(value, kind, path, out)
+
+
+def _check_list(value: object, item_kind: str, path: str, out: list[str]) -> None:
+    if not isinstance(value, list):
+        out.append(f"{path}: {type(value).__name__} where the schema has a list")
+        return
+    for i, item in enumerate(value):
+        _check(item, item_kind, f"{path}[{i}]", out)
+
+
+def _check_map(value: object, key_kind: str, item_kind: str, path: str, out: list[str]) -> None:
+    if not isinstance(value, dict):
+        out.append(f"{path}: {type(value).__name__} where the schema has a map")
+        return
+    for k, item in value.items():
+        _check(k, key_kind, f"{path} key", out)
+        _check(item, item_kind, f"{path}[{k!r}]", out)
+
+
+def _check_model(value: object, kind: str, path: str, out: list[str]) -> None:
+    """A model of the client (`attribute_map`, `openapi_types`): every field known, each of its type."""
+    import kubernetes.client.models as models
+
     model = getattr(models, kind, None)
     if model is None:
         out.append(f"{path}: the schema's type {kind} is unknown to this kubernetes client")
@@ -82,7 +108,7 @@ def _check(value: Any, kind: str, path: str, out: list[str]) -> None:
         _check(item, model.openapi_types[by_json[key]], f"{path + '.' if path else ''}{key}", out)
 
 
-def errors(doc: dict[str, Any]) -> list[str]:
+def errors(doc: JsonMapping) -> list[str]:
     """What the API server's strict validation would refuse in `doc` (its own kind's schema)."""
     model = model_of(doc)
     if model is None:

@@ -17,24 +17,24 @@ who may not list nodes), the formula stays.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
-from .api import KubeApi, Retry, _is_api_error
+from .api import KubeApi, KubeObject, Retry, _is_api_error
 from .plan import KEEPER, Plan
 
 MARGIN_CPU_M, MARGIN_MI = 100, 256  # left free on the node beside our pod (a DaemonSet that grows a little)
 KEEPER_CPU_M, KEEPER_MI = 10, 32  # the keeper container's requests (manifests.pod_template)
 
 
-def _quantity(value: Any) -> float:
+def _quantity(value: object) -> float:
     from kubernetes.utils import parse_quantity
 
     return float(parse_quantity(str(value)))
 
 
-def _pod_request(pod: Any) -> tuple[float, float]:
+def _pod_request(pod: KubeObject) -> tuple[float, float]:
     """(CPU cores, memory bytes) a bound pod holds on its node."""
-    def total(containers: Any, combine: Callable[[float, float], float]) -> tuple[float, float]:
+    def total(containers: list[KubeObject] | None, combine: Callable[[float, float], float]) -> tuple[float, float]:
         cpu = mem = 0.0
         for c in containers or []:
             res = getattr(c, "resources", None)

@@ -34,7 +34,7 @@ import json
 import tarfile
 import threading
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.watch.launch import JobSpec
@@ -45,6 +45,13 @@ from .manifests import kube_models
 from .outputs import TOUCH, _exec, _ExecReader
 from .plan import CACHE_MOUNT, CODE_DIR, MOUNT, RUN_DIR, SHIPPED_MARK, STAGED_FILE, Plan, staged_rel
 
+if TYPE_CHECKING:
+    from gpucluster.events import RunEvents
+    from gpucluster.states import JsonObject
+
+    from .api import KubeObject
+    from .pods import _Pods
+
 LAY_BACK_WAIT_S = 600  # --resume: how long the lay-back waits for the entry script to lay the working folder down
 
 CHUNK = 1 << 20  # bytes per stdin frame
@@ -53,7 +60,7 @@ CHUNK = 1 << 20  # bytes per stdin frame
 class _Stdin:
     """A write-only file object over an exec's stdin: 1 MiB frames, counting the bytes sent."""
 
-    def __init__(self, client: Any):
+    def __init__(self, client: KubeObject):
         self.client, self.count, self.buf = client, 0, bytearray()
 
     def write(self, data: bytes) -> int:
@@ -75,12 +82,12 @@ class _Stdin:
         self.count += len(data)
 
 
-def _last(err: bytes, rc: Any) -> str:
+def _last(err: bytes, rc: int | None) -> str:
     lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
     return lines[-1][-400:] if lines else f"exit code {rc}"
 
 
-def _answer(out: bytes) -> dict[str, Any] | list[Any]:
+def _answer(out: bytes) -> JsonObject | list[object]:
     lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         got = json.loads(lines[-1]) if lines else None
@@ -92,12 +99,13 @@ def _answer(out: bytes) -> dict[str, Any] | list[Any]:
 class PodStager:
     """Stages `mounts` into every pod of `plan` as it starts running (see the module docstring)."""
 
-    def __init__(self, api: Any, plan: Plan, pods: Any, mounts: Sequence[DataMount], objects: Any = None,
-                 python: str = "python", lay_back: tuple[str, Any] | None = None):
+    def __init__(self, api: KubeApi, plan: Plan, pods: _Pods, mounts: Sequence[DataMount],
+                 objects: ObjectTransfer | None = None, python: str = "python",
+                 lay_back: tuple[str, Callable[[int, int], JsonObject]] | None = None):
         self.api, self.plan, self.pods, self.objects, self.python = api, plan, pods, objects, python
         # --resume: (the folder in the pod whose files go back into CODE_DIR, record(files, bytes) -> metric)
         self.lay_back = lay_back
-        self.laid: dict[int, dict[str, Any]] = {}
+        self.laid: dict[int, JsonObject] = {}
         self.mounts = list(mounts)
         self.local = [m for m in self.mounts if not m.remote]
         self.files = [manifest(m.src) for m in self.local]  # hashed once, here, before any pod exists
@@ -108,11 +116,11 @@ class PodStager:
         if any(m.remote for m in self.mounts) and objects is None:
             raise LaunchError("this backend's pods cannot read object storage (no --data URL is allowed here)")
         self.started: dict[int, threading.Thread] = {}
-        self.records: dict[int, dict[str, Any]] = {}
+        self.records: dict[int, JsonObject] = {}
         self.errors: dict[int, str] = {}
         self.emitted: set[int] = set()
-        self.events: Any = None
-        self._clients: set[Any] = set()
+        self.events: RunEvents | None = None
+        self._clients: set[KubeObject] = set()
         self._lock = threading.Lock()
         self._cancelled = False
 
@@ -176,7 +184,8 @@ class PodStager:
                 self.laid[rank] = laid
             self.records[rank] = rec
 
-    def _run(self, pod: str, command: list[str], payload: Any = None) -> tuple[int | None, bytes, bytes, int]:
+    def _run(self, pod: str, command: list[str], payload: Callable[[_Stdin], object] | None = None
+             ) -> tuple[int | None, bytes, bytes, int]:
         """(exit code, stdout, stderr, bytes sent) of `command` in the pod; `payload(stdin)` writes its input."""
         if self._cancelled:
             raise LaunchError("the run is being stopped")
@@ -200,11 +209,11 @@ class PodStager:
                 self._clients.discard(client)
             client.close()
 
-    def _stage(self, pod: str) -> dict[str, Any]:
+    def _stage(self, pod: str) -> JsonObject:
         from gpucluster.watch.staging import STAGE_PY
 
         start = time.monotonic()
-        rec: dict[str, Any] = {"kind": STAGE_KIND, "files": sum(len(fs) for fs in self.files),
+        rec: JsonObject = {"kind": STAGE_KIND, "files": sum(len(fs) for fs in self.files),
                                "bytes": sum(f["size"] for fs in self.files for f in fs), "sent_bytes": 0,
                                "sent_files": 0}
         if self.local:
@@ -225,7 +234,7 @@ class PodStager:
                 if missing:
                     # typeshed wants a readable, seekable file for every mode; the stream mode w| only writes
                     with tarfile.open(fileobj=sink, mode="w|") as tar:  # type: ignore[call-overload]
-                        for h in missing:
+                        for h in map(str, missing):  # the hashes the node lacks (JSON strings)
                             path, size = self.by_hash[h]
                             info = tarfile.TarInfo(h)
                             info.size = size
@@ -240,6 +249,7 @@ class PodStager:
                        **{k: got.get(k) for k in ("received", "linked", "copied") if isinstance(got, dict)})
         fetched_files = fetched = 0
         for m in (m for m in self.mounts if m.remote):
+            assert self.objects is not None  # __init__ refused remote data without a transfer program
             script = self.objects.script(self.python, "pull", m.src, f"{RUN_DIR}/{staged_rel(m.dest, self.plan.code)}")
             rc, out, err, _ = self._run(pod, ["sh", "-c", script])
             if rc != 0:
@@ -254,7 +264,7 @@ class PodStager:
         rec["seconds"] = round(time.monotonic() - start, 3)
         return rec
 
-    def _lay_back(self, pod: str) -> dict[str, Any]:
+    def _lay_back(self, pod: str) -> JsonObject:
         """--resume: the resumed run's working-folder files (staged under resume/) copied into the pod's
         working folder, as on ssh (gpucluster/node/workdir.py --lay-back). Only once the entry script has laid
         the shipped folder down and made its mark (it runs beside the staging), so the files are the
@@ -275,12 +285,29 @@ class PodStager:
         return record(int(got["files"]), int(got["bytes"]))
 
 
+class ObjectTransfer(Protocol):
+    """The backend's node transfer program for object storage (gcp: `infra.gcp.gcs.GcsTransfer`)."""
+
+    def program(self) -> tuple[str, str]:
+        """(its file name, its text), shipped in the ConfigMap."""
+        ...
+
+    def at(self, path: str) -> "ObjectTransfer":
+        """The same program, run from `path` on the node."""
+        ...
+
+    def script(self, python: str, mode: str, a: str, b: str) -> str:
+        """The node's shell command that pulls `a` to `b` or pushes `a` to `b` (`mode`)."""
+        ...
+
+
 def uses_objects(job: JobSpec) -> bool:
     """Whether the job's pods read or write object storage (`--data`/`--resume` URL, `--output` URL)."""
     return any(m.remote for m in staged_mounts(job)) or "://" in str(job.output_dir or "")
 
 
-def object_transfer(objects: Any, job: JobSpec) -> tuple[tuple[tuple[str, str, str], ...], Any]:
+def object_transfer(objects: ObjectTransfer | None, job: JobSpec
+                    ) -> tuple[tuple[tuple[str, str, str], ...], ObjectTransfer | None]:
     """(ConfigMap files, node transfer) for a job that uses object storage: the transfer's program
     is shipped in the ConfigMap and run from there (`MOUNT/<name>`), so each exec request carries a
     short command, not the program (it would be tens of KB in the request's URL). Else ((), objects)."""

@@ -29,9 +29,9 @@ Checked against kubeflow/trainer v2.3.0 and kubernetes-sigs/jobset v0.12.0 (thei
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from gpucluster.errors import ConfigError
+from gpucluster.states import JsonObject
 
 from .api import KubeApi, Retry, _is_api_error, _status
 from .plan import (JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, RUNTIME_PLURAL, TORCH_RUNTIME, TRAINER_GROUP,
@@ -49,11 +49,11 @@ def install_hint() -> str:
             f"\"{base}/runtimes?ref={TRAINER_RELEASE}\"")
 
 
-def trainjob_manifest(plan: Plan, template: dict[str, Any]) -> dict[str, Any]:
+def trainjob_manifest(plan: Plan, template: JsonObject) -> JsonObject:
     """The TrainJob of `plan`, from its pod template as plain JSON (`manifests.pod_template`)."""
     spec = copy.deepcopy(template["spec"])
     app = next(c for c in spec["containers"] if c["name"] == TRAINER_NODE)
-    pod_patch: dict[str, Any] = {
+    pod_patch: JsonObject = {
         "volumes": spec.get("volumes") or [],
         "containers": [{"name": TRAINER_NODE, "volumeMounts": app.get("volumeMounts") or []}],
         "tolerations": spec.get("tolerations") or [],
@@ -65,11 +65,11 @@ def trainjob_manifest(plan: Plan, template: dict[str, Any]) -> dict[str, Any]:
     if spec.get("serviceAccountName"):
         pod_patch["serviceAccountName"] = spec["serviceAccountName"]
     labels = plan.label_dict
-    trainer: dict[str, Any] = {"image": app["image"], "command": app["command"], "env": app.get("env") or [],
+    trainer: JsonObject = {"image": app["image"], "command": app["command"], "env": app.get("env") or [],
                                "numNodes": plan.nodes}
     if app.get("resources"):
         trainer["resourcesPerNode"] = app["resources"]
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
         "kind": "TrainJob",
         "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": labels},
