@@ -29,7 +29,8 @@ from gpucluster.watch.procs import terminate_groups
 from gpucluster.watch.supervisor import NodeSupervisor
 from gpucluster.watch.procs import kill_run_processes, piped, run_processes
 from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
-from gpucluster.infra.ssh.ship import user_program
+from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
+from gpucluster.infra.ssh.ship import left_out_notes, script_shipment, user_program
 from gpucluster.states import JsonObject
 
 if TYPE_CHECKING:
@@ -201,8 +202,6 @@ class LocalLauncher(Launcher):
 
     def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
-        from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
-
         python = self.python_for(job)
         ship = script_shipment(job, python)  # within the size limit, the script not ignored
         check_python(python, self.python_given, job)  # torch there, the script's syntax: before anything exists
@@ -216,8 +215,6 @@ class LocalLauncher(Launcher):
     def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         """The job on a free rendezvous port; once more on another when node 0's store could not
         bind it (EADDRINUSE: another process took it after it was found free; issue 46 item 6)."""
-        from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
-
         taken = free_port()
         result = self._launch(cluster, replace(job, rdzv_port=taken), events, log_dir)
         if not port_taken(result):

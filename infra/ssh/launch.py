@@ -58,8 +58,8 @@ from .session import (HeldRun as _Held, NodeObjects, NodeReadiness, Session, fol
 from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
 from . import objects, rdzv
 from .stage import CACHE_DIR, stage
-from .ship import bundle as make_bundle, check_run_id, user_program
-from .workdir_copy import PROGRAM, copy_workdir, lay_back
+from .ship import bundle as make_bundle, check_run_id, check_shippable, left_out_notes, user_program
+from .workdir_copy import PROGRAM, copy_workdir, lay_back, push_workdirs
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
@@ -230,8 +230,6 @@ class SshLauncher(NodeAccess, Launcher):
             if job.output and job.output.remote:  # each node uploads its own folder (objects.py)
                 results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
                 if held.cwds:  # and what the job wrote in its working folder, to URL/RUN_ID/workdir/node-N
-                    from .workdir_copy import push_workdirs
-
                     push_workdirs(held, job, results, tool_files=TOOL_FILES, shipped=SHIPPED)
                 return results
             copies = held.session.each(lambda n: (self._copy_node(held, job, n, dest) if n.rank in todo else None, None))
@@ -371,8 +369,6 @@ class SshLauncher(NodeAccess, Launcher):
         return out
 
     def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
-        from .ship import check_shippable, left_out_notes
-
         ship = check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
         if up and user_program(job, self.python)[0] is None:
