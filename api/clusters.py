@@ -6,9 +6,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpucluster.errors import UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from decimal import Decimal
+
+    from typing_extensions import Unpack
+
+    from gpucluster.api.jobs import Planned, ProgressFn
+    from gpucluster.api.records import DownOptions
+    from gpucluster.costing.estimate import Estimate
+    from gpucluster.domain import Cluster as Nodes, Node
+    from gpucluster.errors import ExitCode
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.recording import Provisioned
+    from gpucluster.ledger.records import RunRecord
+    from gpucluster.lifecycle.prepare import Prepared
+    from gpucluster.lifecycle.steps import RunOutcome, RunUI
+    from gpucluster.lifecycle.teardown import Downed
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.kept import Kept
+    from gpucluster.lifecycle.prepare import Request
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import JobSpec
 
 
 # -- estimate -------------------------------------------------------------------------------------
@@ -32,7 +55,7 @@ def stack_path(stack: str) -> Path:
 
 def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | None, gpus: int | None,
                nodes: int | None, spot: bool | None, disk_gb: int | None, disk_type: str | None,
-               region: str | None, zone: str | None, gpu: str | None = None) -> Any:
+               region: str | None, zone: str | None, gpu: str | None = None) -> ClusterSpec:
     """The ClusterSpec an estimate prices: the stack file's, overridden by the settings given."""
     from gpucluster.infra.registry import NAMES as CLOUDS, priced
     from gpucluster.spec import ClusterSpec
@@ -56,7 +79,7 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
                              "machine: give one of them")
     given = dict(cloud=cloud, instance_type=instance_type, gpus_per_node=gpus, nodes=nodes, spot=spot,
                  disk_gb=disk_gb, disk_type=disk_type, region=region, zone=zone, accelerator=accelerator)
-    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    changes: dict[str, object] = {k: v for k, v in given.items() if v is not None}
     if "zone" in changes and "region" not in changes:
         changes["region"] = None
     return spec.replace(**changes)
@@ -65,7 +88,7 @@ def build_spec(*, stack: str | None, cloud: str | None, instance_type: str | Non
 def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | None = None,
              instance_type: str | None = None, gpus_per_node: int | None = None, hours: float | str | None = None,
              spot: bool | None = None, disk_gb: int | None = None, region: str | None = None, zone: str | None = None,
-             disk_type: str | None = None, stack: str | None = None, free_tier: bool = False) -> Any:
+             disk_type: str | None = None, stack: str | None = None, free_tier: bool = False) -> Estimate:
     """The itemised cost of a cluster for some hours (default 1; `gpucluster cost estimate`): a
     `costing.estimate.Estimate` with `.hourly`, `.total` and `.lines` (Decimal dollars)."""
     from gpucluster.cli.options import OPTIONS, Float
@@ -98,8 +121,8 @@ def estimate(*, cloud: str | None = None, nodes: int | None = None, gpu: str | N
 # -- up -------------------------------------------------------------------------------------------
 HELD_FLAGS = ("hosts", "identity", "known_hosts", "remote_python", "python",  # `up` of machines that exist
               "context", "namespace", "create_namespace")  # ... and of a namespace of a Kubernetes cluster
-def plan_up(flags: dict[str, Any], *, idle_minutes: int | None = None,
-            given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Any:
+def plan_up(flags: JsonObject, *, idle_minutes: int | None = None,
+            given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Planned:
     """`up`'s plan (a cluster, no job) and its backend, or a UsageError; nothing is recorded."""
     from gpucluster.api.jobs import Planned
     from gpucluster.cli import common
@@ -141,7 +164,7 @@ def held_clouds() -> tuple[str, ...]:
     return tuple(n for n in NAMES if n not in provisioning() and plugin(n).ops.hold is not None)
 
 
-def check_held_flags(cloud: str, flags: dict[str, Any], idle_minutes: int | None) -> None:
+def check_held_flags(cloud: str, flags: JsonMapping, idle_minutes: int | None) -> None:
     """What only a cluster gpucluster creates has: a cost cap, an idle stop, a lifetime (its nodes power
     themselves off). Machines that exist bill nobody here and are never stopped: refused by name."""
     given = [f for f, v in (("--max-cost", flags.get("max_cost")), ("--idle-minutes", idle_minutes),
@@ -151,7 +174,8 @@ def check_held_flags(cloud: str, flags: dict[str, Any], idle_minutes: int | None
                          "and are never stopped by gpucluster; remove it")
 
 
-def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = None, over_budget: bool = False) -> Any:
+def provision(planned: Planned, *, ledger: Ledger, ui: RunUI, over: list[str] | None = None,
+              over_budget: bool = False) -> Provisioned:
     """Create the planned cluster (the run lifecycle's bookkeeping, no job): `lifecycle.Provisioned`;
     `over`: the budget's warning lines when `--over-budget` passed it (recorded with the cluster's run).
     A team budget in the shared state is checked first (exit 2, nothing created); the cluster's spend
@@ -180,7 +204,7 @@ def provision(planned: Any, *, ledger: Any, ui: Any, over: list[str] | None = No
     return made
 
 
-def _provision(planned: Any, *, ledger: Any, ui: Any, over: list[str]) -> Any:
+def _provision(planned: Planned, *, ledger: Ledger, ui: RunUI, over: list[str]) -> Provisioned:
     from gpucluster.cli.budgets import record_override
     from gpucluster.lifecycle.steps import provision_only
 
@@ -212,15 +236,16 @@ class Cluster:
 
     name: str
     cloud: str
-    nodes: list[Any]
+    nodes: list[Node]
     run_id: str | None = None
-    hourly: Any = None
+    hourly: Decimal | None = None
 
-    def exec(self, command: Sequence[str] | str | None = None, **options: Any) -> Any:
+    def exec(self, command: Sequence[str] | str | None = None, *, quiet: bool = True,
+             progress: ProgressFn | None = None, **options: object) -> RunRecord | None:
         """Run a job on the cluster (`gpucluster exec`): its own run, no teardown; its record."""
-        return exec_on(self.name, command, **options)
+        return exec_on(self.name, command, quiet=quiet, progress=progress, **options)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         """What the ledger says of the cluster now: `up`, the resources that may still exist, its runs."""
         from gpucluster.ledger.store import Ledger
 
@@ -230,7 +255,7 @@ class Cluster:
         return {"name": self.name, "cloud": self.cloud, "up": bool(open_rows), "open_resources": len(open_rows),
                 "runs": runs}
 
-    def down(self, **how: Any) -> Any:
+    def down(self, **how: Unpack[DownOptions]) -> Downed:
         """Delete the cluster and check what is left (`gpucluster down NAME`): the verdict."""
         from gpucluster.api.records import down
 
@@ -238,7 +263,7 @@ class Cluster:
 
 
 def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, over_budget: bool = False,
-       quiet: bool = True, progress: Any = None, **options: Any) -> Cluster:
+       quiet: bool = True, progress: ProgressFn | None = None, **options: object) -> Cluster:
     """Create a cluster and leave it up (`gpucluster up`); `Cluster.down()` removes it."""
     from gpucluster.api.flags import flags_of
     from gpucluster.api.jobs import PLACEMENT_FLAGS, ui_for
@@ -249,8 +274,9 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
 
     allowed = [c for c in CLUSTER if c not in ("dry_run", "yes", "as_json", "state")] + ["max_cost", *PLACEMENT_FLAGS,
                                                                                          *HELD_FLAGS]
-    if isinstance(options.get("hosts"), (list, tuple)):  # hosts=["user@h1", "h2:2222"], as --hosts takes them
-        options["hosts"] = ",".join(str(h) for h in options["hosts"])
+    hosts = options.get("hosts")
+    if isinstance(hosts, (list, tuple)):  # hosts=["user@h1", "h2:2222"], as --hosts takes them
+        options["hosts"] = ",".join(str(h) for h in hosts)
     flags, given = flags_of(dict(cloud=cloud, nodes=nodes, **options), allowed, defaults={})
     if idle_minutes is not None:
         from gpucluster.cli.idle import IDLE_MINUTES
@@ -276,20 +302,20 @@ def up(*, cloud: str, nodes: int | None = 2, idle_minutes: int | None = None, ov
 class ExecPlan:
     """A job planned on a kept cluster (`exec`): what the CLI shows before it runs."""
 
-    kept: Any
-    backend: Any
-    plan: Any
-    attached: Any  # the cluster as its provider describes it now
+    kept: Kept
+    backend: Plugin
+    plan: Prepared
+    attached: Nodes  # the cluster as its provider describes it now
     reclaimed: str | None
     fits: str | None
 
 
-def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
+def plan_exec(cluster: str, flags: JsonObject, ledger: Ledger) -> ExecPlan:
     """The job's plan on the kept cluster `cluster`, or a UsageError (nothing recorded)."""
     from gpucluster.cli import common
-    from gpucluster.infra.registry import plugin, provisioning, readers
+    from gpucluster.infra.registry import plugin, provisioning
     from gpucluster.lifecycle.kept import attach, check_fits, find, reclaim
-    from gpucluster.lifecycle.prepare import Request, prepare
+    from gpucluster.lifecycle.prepare import prepare
     from gpucluster.spec import ClusterSpec, normalize
 
     if flags.get("check") is None:  # the nodes are up and were checked (or not) when they came up: --check asks again
@@ -299,13 +325,38 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
     spec = normalize(ClusterSpec.from_dict(kept.spec), chosen)  # recorded by any version: one representation
     held = kept.cloud not in provisioning()  # machines that exist (gpucluster.lifecycle.held): no lifetime, no stack
     if held:
-        from gpucluster.lifecycle.held import reach_of
-
-        for key, value in reach_of(ledger, kept).items():  # how `up` reached them (a flag given here wins)
-            flags[key] = flags.get(key) or value
-    if held and spec.accelerator and spec.gpus_per_node and not flags.get("gpu"):  # `up --gpu` (kubernetes): kept
-        flags["gpu"] = f"{spec.accelerator}:{spec.gpus_per_node}"
+        _held_flags(flags, ledger, kept, spec)
     fits = None if held else check_fits(kept, None if flags.get("max_minutes") is None else flags["max_minutes"] * 60)
+    req = _exec_request(spec, flags)
+    plan = prepare(req, chosen)
+    _check_granted(kept.name, spec, plan.spec)
+    if held:  # asked before each job as `run` asks it (kubernetes: permissions, the pods' fit); ssh, local: nothing
+        plan.provider.preflight(plan.spec)
+    # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
+    plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
+    # before the run's row: a gone stack records nothing
+    attached = attach(plan.provider if held else common.provider_for(kept.cloud), kept, plan.spec if held else None)
+    reclaimed = reclaim(ledger, plan.needs_launcher(), attached, kept)  # a killed job's leftovers, before this job
+    plan.job = _capped_job(ledger, kept, chosen, plan.needs_job(), flags)
+    return ExecPlan(kept, chosen, plan, attached, reclaimed, fits)
+
+
+def _held_flags(flags: JsonObject, ledger: Ledger, kept: Kept, spec: ClusterSpec) -> None:
+    """Machines that exist: reached as `up` reached them (a flag given here wins), and `up --gpu`
+    (kubernetes) kept."""
+    from gpucluster.lifecycle.held import reach_of
+
+    for key, value in reach_of(ledger, kept).items():  # how `up` reached them (a flag given here wins)
+        flags[key] = flags.get(key) or value
+    if spec.accelerator and spec.gpus_per_node and not flags.get("gpu"):  # `up --gpu` (kubernetes): kept
+        flags["gpu"] = f"{spec.accelerator}:{spec.gpus_per_node}"
+
+
+def _exec_request(spec: ClusterSpec, flags: JsonObject) -> Request:
+    """The job's request on the kept cluster: its recorded shape, the job's flags."""
+    from gpucluster.infra.registry import provisioning, readers
+    from gpucluster.lifecycle.prepare import Request
+
     req = Request(cloud=spec.cloud, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, name=spec.name,
                   hosts=",".join(spec.hosts) if spec.hosts else None,
                   region=spec.region, zone=spec.zone, instance_type=spec.instance_type, spot=spec.spot,
@@ -314,32 +365,32 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
                   **flags)
     if spec.project and not req.project:
         req = replace(req, project=spec.project)  # the kept cluster's project, not whatever is configured now
-    plan = prepare(req, chosen)
+    return req
+
+
+def _check_granted(name: str, spec: ClusterSpec, planned: ClusterSpec) -> None:
+    """UsageError when the job asks for options or object access the cluster was not created with."""
     granted = dict(spec.options)
-    asked = [f"{k}={v}" for k, v in plan.spec.options if granted.get(k) != v]
+    asked = [f"{k}={v}" for k, v in planned.options if granted.get(k) != v]
     # object access for a URL the cluster's nodes were not granted when it was created
-    asked += [f"read access to {u}" for u in plan.spec.reads if u not in spec.reads]
-    asked += [f"write access to {u}" for u in plan.spec.writes if u not in spec.writes]
+    asked += [f"read access to {u}" for u in planned.reads if u not in spec.reads]
+    asked += [f"write access to {u}" for u in planned.writes if u not in spec.writes]
     if asked:
-        raise UsageError(f"cluster {kept.name!r} was not created with {', '.join(asked)}: "
+        raise UsageError(f"cluster {name!r} was not created with {', '.join(asked)}: "
                          "what its nodes may reach is fixed when it is created; give only what it was created "
                          "with, or create a cluster for it (`gpucluster up`, `gpucluster run`)")
-    if held:  # asked before each job as `run` asks it (kubernetes: permissions, the pods' fit); ssh, local: nothing
-        plan.provider.preflight(plan.spec)
-    # the nodes' lifetime is the cluster's (fixed at first boot): recorded as it is, never "raised"
-    plan.spec = plan.spec.replace(max_lifetime_minutes=spec.max_lifetime_minutes)
-    # before the run's row: a gone stack records nothing
-    attached = attach(plan.provider if held else common.provider_for(kept.cloud), kept, plan.spec if held else None)
-    reclaimed = reclaim(ledger, plan.needs_launcher(), attached, kept)  # a killed job's leftovers, before this job
-    from gpucluster.costing.guards import exec_guard
 
-    job = plan.needs_job()
-    if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
-        job = replace(job, cost_of=kept.origin.id)
+
+def _capped_job(ledger: Ledger, kept: Kept, chosen: Plugin, job: JobSpec, flags: JsonObject) -> JobSpec:
+    """The job under the cluster's own cap (`up --max-cost`); past it with no job running, the
+    cluster is torn down (checked) and CostCapReached says how that went."""
+    from gpucluster.costing.guards import exec_guard
     from gpucluster.errors import CostCapReached
 
+    if flags.get("max_cost") is not None:  # the cap is on what the cluster costs (exec's own rows bill nothing)
+        job = replace(job, cost_of=kept.origin.id)
     try:
-        plan.job = exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
+        return exec_guard(ledger, kept.name, kept.origin.id, chosen, job)  # `up --max-cost`: the cluster's cap
     except CostCapReached as exc:  # past it with no job running (the nodes' lifetime not yet over): down, checked
         from gpucluster.api.records import take_down_one
 
@@ -347,19 +398,19 @@ def plan_exec(cluster: str, flags: dict[str, Any], ledger: Any) -> ExecPlan:
         verdict = done.check.verdict if done.check is not None else "not verified"
         raise CostCapReached(f"{exc.message}; the cluster was torn down: {verdict}",
                              hint=None if verdict == "verified" else f"finish with: gpucluster down {kept.name}") from None
-    return ExecPlan(kept, chosen, plan, attached, reclaimed, fits)
 
 
-def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str | None]:
+def run_exec(planned: ExecPlan, *, ledger: Ledger, ui: RunUI) -> tuple[RunOutcome, ExitCode | None, str | None]:
     """Run the planned job on the kept cluster: (its outcome, a forced exit code or None, what to say)."""
     from gpucluster.lifecycle.kept import Attached, close_processes
     from gpucluster.lifecycle.steps import execute
 
     plan = planned.plan
+    launcher = plan.needs_launcher()  # (plan_exec asked for it already)
     outcome = execute(plan.spec, plan.needs_job(), ledger=ledger, provider=Attached(planned.attached),
-                      launcher=plan.launcher, backend=planned.backend, ui=ui, keep=True, prices=plan.prices,
+                      launcher=launcher, backend=planned.backend, ui=ui, keep=True, prices=plan.prices,
                       workload=plan.workload, resumed_from=plan.resumed_from)
-    forced, said = close_processes(ledger, plan.launcher, planned.attached, outcome.run_id)
+    forced, said = close_processes(ledger, launcher, planned.attached, outcome.run_id)
     from gpucluster.api.records import take_down_one
     from gpucluster.lifecycle.kept import cap_teardown
 
@@ -372,8 +423,8 @@ def run_exec(planned: ExecPlan, *, ledger: Any, ui: Any) -> tuple[Any, Any, str 
     return outcome, forced, said
 
 
-def exec_on(cluster: str, command: Sequence[str] | str | None = None, *, quiet: bool = True, progress: Any = None,
-            **options: Any) -> Any:
+def exec_on(cluster: str, command: Sequence[str] | str | None = None, *, quiet: bool = True,
+            progress: ProgressFn | None = None, **options: object) -> RunRecord | None:
     """Run a job on the kept cluster named `cluster` (`gpucluster exec`); its record."""
     import shlex
 

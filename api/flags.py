@@ -5,11 +5,12 @@ raises the UsageError `gpucluster run --nodes 0` prints."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, NoReturn
 
 import click
 
 from gpucluster.errors import UsageError, did_you_mean
+from gpucluster.states import JsonObject
 
 # the API's spelling -> the flag's parameter name, where they differ
 SPELLED = {"secrets": "secret", "env_files": "env_file"}
@@ -17,14 +18,14 @@ SPELLED = {"secrets": "secret", "env_files": "env_file"}
 INTERNAL = ("provisioning", "readers", "job", "default_workload", "dry_run")
 
 
-def _typed(kind: click.ParamType, value: Any) -> Any:
+def _typed(kind: click.ParamType, value: object) -> object:
     """`value` through the flag's converter, as the CLI hands it over (numbers as their text, so the
     error quotes them the same way)."""
     given = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
     return kind.convert(given, None, None)
 
 
-def _listed(name: str, value: Any) -> tuple[str, ...]:
+def _listed(name: str, value: object) -> tuple[str, ...]:
     """A repeatable flag's value: a string (one), a mapping (KEY=VALUE each) or a sequence."""
     if value is None:
         return ()
@@ -37,35 +38,48 @@ def _listed(name: str, value: Any) -> tuple[str, ...]:
     raise UsageError(f"{name}={value!r} is not allowed: a string, a list of strings or a mapping")
 
 
-def flags_of(given: Mapping[str, Any], allowed: Iterable[str], *, defaults: Mapping[str, Any]) -> tuple[dict, dict]:
+def flags_of(given: Mapping[str, object], allowed: Iterable[str], *,
+             defaults: Mapping[str, object]) -> tuple[JsonObject, dict[str, tuple[tuple[str, ...], object]]]:
     """(the flags of a command, each checked as its flag is; name -> (flags, value) of those given),
     from the keywords `given`; an unknown keyword is a UsageError naming the close one."""
     from gpucluster.cli.options import OPTIONS
 
     allowed = tuple(allowed)
-    out = dict(defaults)
+    out: JsonObject = dict(defaults)
     shown: dict[str, tuple[tuple[str, ...], object]] = {}
     for key, value in given.items():
         name = SPELLED.get(key, key)
         if name not in allowed or name in INTERNAL:
-            public = sorted({k for k, v in SPELLED.items() if v in allowed}
-                            | {a for a in allowed if a not in SPELLED.values() and a not in INTERNAL})
-            raise UsageError(f"unknown keyword {key!r}{did_you_mean(key, public)}; allowed: {', '.join(public)}")
+            _unknown(key, allowed)
         if value is None:
             continue
         opts, kw = OPTIONS.get(name, ((f"--{name.replace('_', '-')}",), {}))
-        kind = kw.get("type")
-        if kw.get("multiple") or name in ("command", "data", "setup", "env", "env_file", "secret"):
-            value = _listed(key, value)
-            if isinstance(kind, click.ParamType):
-                value = tuple(_typed(kind, v) for v in value)
-        elif kw.get("is_flag") or name in ("keep", "yes", "check"):
-            if not isinstance(value, bool):
-                raise UsageError(f"{key}={value!r} is not allowed: True or False")
-        elif isinstance(kind, click.ParamType):
-            value = _typed(kind, value)
-        elif not isinstance(value, str):
-            raise UsageError(f"{key}={value!r} is not allowed: a string")
+        value = _checked(key, name, value, kw)
         out[name] = value
         shown[name] = (tuple(o for o in opts if o.startswith("-")), value)
     return out, shown
+
+
+def _unknown(key: str, allowed: tuple[str, ...]) -> NoReturn:
+    """UsageError: `key` is no keyword of this command; the close one and every allowed one named."""
+    public = sorted({k for k, v in SPELLED.items() if v in allowed}
+                    | {a for a in allowed if a not in SPELLED.values() and a not in INTERNAL})
+    raise UsageError(f"unknown keyword {key!r}{did_you_mean(key, public)}; allowed: {', '.join(public)}")
+
+
+def _checked(key: str, name: str, value: object, kw: Mapping[str, object]) -> object:
+    """`value` of keyword `key` (flag `name`, click settings `kw`) checked as its flag is: a list,
+    a bool, a click type's conversion or a string."""
+    kind = kw.get("type")
+    if kw.get("multiple") or name in ("command", "data", "setup", "env", "env_file", "secret"):
+        listed = _listed(key, value)
+        return tuple(_typed(kind, v) for v in listed) if isinstance(kind, click.ParamType) else listed
+    if kw.get("is_flag") or name in ("keep", "yes", "check"):
+        if not isinstance(value, bool):
+            raise UsageError(f"{key}={value!r} is not allowed: True or False")
+        return value
+    if isinstance(kind, click.ParamType):
+        return _typed(kind, value)
+    if not isinstance(value, str):
+        raise UsageError(f"{key}={value!r} is not allowed: a string")
+    return value

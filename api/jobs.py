@@ -6,23 +6,38 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from gpucluster.errors import UsageError
 
-ProgressFn = Callable[[str], Any]
-EventFn = Callable[[Any], Any]  # given a gpucluster.lifecycle.notify.RunEvent
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.records import RunRecord
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.notify import RunEvent
+    from gpucluster.lifecycle.prepare import Prepared
+    from gpucluster.lifecycle.recovery import Policy
+    from gpucluster.lifecycle.steps import RunUI
+    from gpucluster.plan.placement import Placement
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.lifecycle.notify import LiveEvents
+    from gpucluster.lifecycle.recovery import ChainOutcome
+
+ProgressFn = Callable[[str], object]
+EventFn = Callable[["RunEvent"], object]  # given a gpucluster.lifecycle.notify.RunEvent
 
 
 @dataclass
 class Planned:
     """A run's plan (`gpucluster.lifecycle.prepare.Prepared`) and the backend it was made for."""
 
-    backend: Any
-    plan: Any
+    backend: Plugin
+    plan: Prepared
     keep: bool = False
-    max_cost: Any = None  # `up --max-cost`: the kept cluster's cap, recorded once it is up
-    placement: Any = None  # `--cloud auto` or a list: the ranking (gpucluster.plan.placement), else None
+    max_cost: float | None = None  # `up --max-cost`: the kept cluster's cap, recorded once it is up
+    placement: Placement | None = None  # `--cloud auto` or a list: the ranking (gpucluster.plan.placement), else None
     recover: int | None = None  # --recover as given (each placed attempt's policy, `_kept_policy`)
 
 
@@ -31,12 +46,12 @@ class Finished:
     """What `execute_plan` gives back: the chain's outcome, the final run's record, and what the
     notifications could not deliver."""
 
-    result: Any  # gpucluster.lifecycle.recovery.ChainOutcome
-    record: Any  # gpucluster.ledger.records.RunRecord of the final attempt (None: the ledger lost it)
+    result: ChainOutcome
+    record: RunRecord | None  # of the final attempt (None: the ledger lost it)
     undelivered: list[str] = field(default_factory=list)
 
 
-def plan_run(flags: dict[str, Any], *, keep: bool = False, idle_minutes: int | None = None,
+def plan_run(flags: JsonObject, *, keep: bool = False, idle_minutes: int | None = None,
              given: Mapping[str, tuple[tuple[str, ...], object]] | None = None) -> Planned:
     """The run's plan from its flags (the CLI's parameter names), or a UsageError; nothing is
     recorded or created. `given`: the settings given (name -> (flags, value)) when the caller is not
@@ -55,14 +70,14 @@ def plan_run(flags: dict[str, Any], *, keep: bool = False, idle_minutes: int | N
     return Planned(chosen, plan, keep, placement=placement, recover=flags.get("recover"))
 
 
-def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str] = (),
+def execute_plan(planned: Planned, *, ledger: Ledger, ui: RunUI, notify: Sequence[str] = (),
                  on_event: EventFn | None = None, over: list[str] | None = None, over_budget: bool = False) -> Finished:
     """Run the plan (recovery included), then tell `on_event` and every webhook how it went.
     `over`: the budget's warning lines when `--over-budget` passed it (recorded with the run).
     A team budget in the shared state is checked first (`claim_team`: exit 2, nothing created) and
     the run's spend record there ended with its cost (a kept cluster's at `down`)."""
-    from gpucluster.cli.budgets import claim_team, record_override, settle_team
-    from gpucluster.lifecycle.notify import LiveEvents, chain_events, deliver
+    from gpucluster.cli.budgets import claim_team, record_override
+    from gpucluster.lifecycle.notify import LiveEvents
     from gpucluster.lifecycle.recovery import run_plan
 
     key = str(planned.plan.spec.run_id)
@@ -84,27 +99,46 @@ def execute_plan(planned: Planned, *, ledger: Any, ui: Any, notify: Sequence[str
             result = run_failover(planned.placement, ledger=ledger, ui=ui, keep=planned.keep, reprice=_reprice,
                                   policy_of=lambda p: _kept_policy(p, planned.keep, planned.recover))
     finally:
-        ids = [key] if result is None else [a.run_id for a in result.attempts]
-        if result is None or result.final.teardown != "kept":  # a kept cluster's record is ended by `down`
-            settle_team(ledger, key, ids)
-        else:
-            from gpucluster.cli.budgets import remember_team
-
-            remember_team(ledger, result.final.run_id, key)
+        _settle_team(ledger, key, result)
     record_override(ledger, result.attempts[0].run_id, over)
     record = ledger.get_run(result.final.run_id)
     undelivered: list[str] = []
     if notify or on_event is not None:
-        ids = [a.run_id for a in result.attempts]
-        recovered = [bool(a.interruption) for a in result.attempts]
-        try:
-            events = chain_events(ledger, ids, recovered)
-        except Exception as exc:  # a ledger that cannot be read now: the run stays as it ended
-            events, undelivered = [], [f"no event sent: the ledger could not be read ({exc})"]
-        undelivered += live.close() if live is not None else []
-        events = [e for e in events if live is None or (e.kind, e.run_id) not in live.sent]  # told already
-        undelivered += deliver(events, list(notify), on_event)
+        undelivered = _tell(ledger, result, live, notify, on_event)
     return Finished(result, record, undelivered)
+
+
+def _settle_team(ledger: Ledger, key: str, result: ChainOutcome | None) -> None:
+    """The run's spend record in the team's budget: ended with its cost, or (a kept cluster) left
+    for `down` to end."""
+    from gpucluster.cli.budgets import settle_team
+
+    ids = [key] if result is None else [a.run_id for a in result.attempts]
+    if result is None or result.final.teardown != "kept":  # a kept cluster's record is ended by `down`
+        settle_team(ledger, key, ids)
+    else:
+        from gpucluster.cli.budgets import remember_team
+
+        remember_team(ledger, result.final.run_id, key)
+
+
+def _tell(ledger: Ledger, result: ChainOutcome, live: LiveEvents | None, notify: Sequence[str],
+          on_event: EventFn | None) -> list[str]:
+    """How the run went, to `on_event` and every webhook (what `live` told already left out); what
+    could not be delivered."""
+    from gpucluster.lifecycle.notify import chain_events, deliver
+
+    undelivered: list[str] = []
+    ids = [a.run_id for a in result.attempts]
+    recovered = [bool(a.interruption) for a in result.attempts]
+    try:
+        events = chain_events(ledger, ids, recovered)
+    except Exception as exc:  # a ledger that cannot be read now: the run stays as it ended
+        events, undelivered = [], [f"no event sent: the ledger could not be read ({exc})"]
+    undelivered += live.close() if live is not None else []
+    events = [e for e in events if live is None or (e.kind, e.run_id) not in live.sent]  # told already
+    undelivered += deliver(events, list(notify), on_event)
+    return undelivered
 
 
 def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nodes: int | None = None,
@@ -112,7 +146,7 @@ def run(command: Sequence[str] | str | None = None, *, cloud: str = "local", nod
         data: Sequence[str] | str = (), output: str | None = None, env: Mapping[str, str] | Sequence[str] = (),
         secrets: Sequence[str] = (), keep: bool = False, idle_minutes: int | None = None, over_budget: bool = False,
         quiet: bool = True, progress: ProgressFn | None = None, on_event: EventFn | None = None,
-        notify: Sequence[str] | str = (), **options: Any) -> Any:
+        notify: Sequence[str] | str = (), **options: object) -> RunRecord | None:
     """Run a job on a new cluster and tear it down (`gpucluster run`); the run's record.
 
     Every other option of `gpucluster run` is a keyword of the same name (`max_minutes=`,
@@ -162,7 +196,8 @@ OPTION_FLAGS = ("context", "namespace", "create_namespace")
 PLACEMENT_FLAGS = ("max_hourly", "max_attempts", "allow_egress")  # `--cloud auto` (cli/place.py takes them out of the flags)
 
 
-def _checked(kwargs: dict[str, Any], allowed: Sequence[str]) -> tuple[dict[str, Any], dict]:
+def _checked(kwargs: Mapping[str, object],
+             allowed: Sequence[str]) -> tuple[JsonObject, dict[str, tuple[tuple[str, ...], object]]]:
     """The keywords as the flags of `gpucluster run` (Request's own defaults for the rest)."""
     from gpucluster.api.flags import flags_of
 
@@ -194,7 +229,7 @@ class ProgressUI:
         if not self.quiet:
             self.say(f"[node {node_rank}] {text}")
 
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: JsonMapping) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -207,7 +242,7 @@ class ProgressUI:
         self.say(f"{signal_name}: stopping the run and tearing down")
 
 
-def ui_for(quiet: bool, progress: ProgressFn | None) -> Any:
+def ui_for(quiet: bool, progress: ProgressFn | None) -> RunUI:
     """Nothing shown (quiet, no callback), the callback, or stderr."""
     if progress is not None:
         return ProgressUI(progress, quiet)
@@ -218,7 +253,7 @@ def ui_for(quiet: bool, progress: ProgressFn | None) -> Any:
     return ProgressUI(lambda text: print(text, file=sys.stderr, flush=True), False)
 
 
-def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) -> Any:
+def _idle_stop(chosen: Plugin, options: tuple[str, ...], keep: bool, idle_minutes: int | None) -> tuple[str, ...]:
     """`--idle-minutes` is for a cluster that stays (--keep, on a cloud gpucluster creates): the options
     with the node-side idle stop, or a UsageError."""
     from gpucluster.cli.idle import with_idle_stop
@@ -237,7 +272,7 @@ def _idle_stop(chosen: Any, options: Any, keep: bool, idle_minutes: int | None) 
     return with_idle_stop(options, idle_minutes)
 
 
-def _kept_policy(policy: Any, keep: bool, recover: int | None) -> Any:
+def _kept_policy(policy: Policy | None, keep: bool, recover: int | None) -> Policy | None:
     """A kept cluster and a replaced one cannot both be the result: --keep runs without recovery."""
     if not keep or policy is None or not policy.retries:
         return policy
@@ -246,7 +281,7 @@ def _kept_policy(policy: Any, keep: bool, recover: int | None) -> Any:
     return replace(policy, retries=0)
 
 
-def _reprice(chosen: Any) -> Any:
+def _reprice(chosen: Plugin) -> Callable[[ClusterSpec], JsonObject | None] | None:
     """The price snapshot of a changed spec (the on-demand fallback), for a priced backend."""
     from gpucluster.infra.contract import Capability
 

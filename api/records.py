@@ -6,13 +6,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 from gpucluster.errors import UsageError, not_allowed
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
+    from gpucluster.api.clusters import Cluster
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.records import RunRecord, StoredRun
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.teardown import Downed
 
-def _ledger(ledger: Any = None) -> Any:
+def _ledger(ledger: Ledger | None = None) -> Ledger:
     if ledger is not None:
         return ledger
     from gpucluster.ledger.store import Ledger
@@ -20,7 +27,8 @@ def _ledger(ledger: Any = None) -> Any:
     return Ledger.open_default()
 
 
-def runs(limit: int | None = 20, *, cloud: str | None = None, status: str | None = None, ledger: Any = None) -> list:
+def runs(limit: int | None = 20, *, cloud: str | None = None, status: str | None = None,
+         ledger: Ledger | None = None) -> list[StoredRun]:
     """The recorded runs (`records.RunRow`), newest first."""
     from gpucluster.infra.registry import NAMES
     from gpucluster.ledger.schema import RUN_STATES as STATUSES
@@ -34,7 +42,7 @@ def runs(limit: int | None = 20, *, cloud: str | None = None, status: str | None
     return list(_ledger(ledger).list_runs(limit=limit, cloud=cloud, status=status))
 
 
-def show(run_id: str, *, metrics: bool = False, ledger: Any = None) -> Any:
+def show(run_id: str, *, metrics: bool = False, ledger: Ledger | None = None) -> RunRecord:
     """One run's whole record (`records.RunRecord`: phases, nodes, outputs, resources, cost; a
     recovered chain's attempts), or a UsageError when the ledger does not have it."""
     from gpucluster.cli.run import with_attempts
@@ -69,8 +77,8 @@ class LogLine:
 class LogReader:
     """A run's node logs read as they grow (`logs`; `gpucluster logs` renders what it reads)."""
 
-    record: Any
-    ledger: Any
+    record: RunRecord
+    ledger: Ledger
     node: int | None = None
     offsets: dict[Path, int] = field(default_factory=dict)
 
@@ -99,7 +107,7 @@ class LogReader:
             out += [LogLine(rank, line) for line in data.decode("utf-8", errors="replace").splitlines()]
         return out
 
-    def follow(self, *, on_orphan: Callable[[], Any] | None = None, poll_s: float = 0.5) -> Iterator[list[LogLine]]:
+    def follow(self, *, on_orphan: Callable[[], object] | None = None, poll_s: float = 0.5) -> Iterator[list[LogLine]]:
         """Batches of new lines until the run is no longer running (or its process is gone)."""
         while True:
             batch = self.read(whole_lines=True)
@@ -117,13 +125,13 @@ class LogReader:
     def ended(self) -> tuple[bool, bool]:
         """(whether the run is over: no longer running, or its process gone; whether it was left
         `running` by a process that is gone: orphaned). `follow` and the dashboard's live logs stop on it."""
-        now = self.ledger.get_run(self.record.id)
+        now = self.ledger.get_run(self.record.id or "")  # (a record read from the ledger has its id)
         if now is None or now.run.status != "running":
             return True, False
         return (True, True) if not owner_alive(self.record) else (False, False)
 
 
-def reader(run_id: str, node: int | None = None, *, ledger: Any = None) -> LogReader:
+def reader(run_id: str, node: int | None = None, *, ledger: Ledger | None = None) -> LogReader:
     """A reader of the run's node logs (a UsageError for an unknown run or node)."""
     ledger = _ledger(ledger)
     record = ledger.get_run(run_id)
@@ -140,7 +148,7 @@ def reader(run_id: str, node: int | None = None, *, ledger: Any = None) -> LogRe
 
 
 def logs(run_id: str, node: int | None = None, follow: bool = False, *, raw: bool = False,
-         ledger: Any = None) -> Iterator[str]:
+         ledger: Ledger | None = None) -> Iterator[str]:
     """The run's log lines (every node's, or `node`'s), node by node; `follow`: then the lines
     written until the run ends, as they come. Metric lines (`@gpucluster-metric {...}`, in the
     ledger: `show(run_id, metrics=True)`) are left out unless `raw`."""
@@ -155,27 +163,51 @@ def logs(run_id: str, node: int | None = None, follow: bool = False, *, raw: boo
             if raw or METRIC_MARK not in line.text)
 
 
-def owner_alive(record: Any) -> bool:
+def owner_alive(record: RunRecord) -> bool:
     """Whether a live gpucluster process still owns the run (its owner lock, released by the kernel
     when that process dies, names this run)."""
     from gpucluster.lifecycle.owner import owner
 
-    info = owner(record.run.cluster)
+    info = owner(record.run.cluster) if record.run.cluster is not None else None  # no cluster: no lock
     if info is None:
         return False
     return info.get("run_id") in (None, record.id)  # an unreadable lock: assume it is this run's
 
 
-def down(cluster: Any, *, cloud: str | None = None, force: bool = False, any_owner: bool = False,
-         project: str | None = None, ack_unwitnessed: bool = False, ledger: Any = None,
-         say: Callable[[str], Any] | None = None) -> Any:
+class HowDown(TypedDict, total=False):
+    """How a cluster is taken down (`gpucluster down`'s flags): `take_down`'s keywords."""
+
+    force: bool
+    project: str | None
+    ack_unwitnessed: bool | Callable[[str], bool]
+    any_owner: bool
+    context: str | None
+
+
+class DownOptions(TypedDict, total=False):
+    """`down`'s keywords beside the cluster (`Cluster.down(**how)`)."""
+
+    cloud: str | None
+    force: bool
+    any_owner: bool
+    project: str | None
+    ack_unwitnessed: bool
+    ledger: Ledger | None
+    say: Callable[[str], None] | None
+
+
+def down(cluster: str | Cluster, *, cloud: str | None = None, force: bool = False, any_owner: bool = False,
+         project: str | None = None, ack_unwitnessed: bool = False, ledger: Ledger | None = None,
+         say: Callable[[str], None] | None = None) -> Downed:
     """Delete a cluster (a name, or a `Cluster`) and check what is left: its `Teardown` (`.verdict`
     verified / leftovers / not verified, `.exit_code`). A cluster a live gpucluster process owns is
     refused (ClusterBusy) unless `force`."""
     from gpucluster.infra.registry import plugin, project_id, provisioning
     from gpucluster.lifecycle.teardown import check_project, down_targets, refuse_busy
 
-    name = getattr(cluster, "name", cluster)
+    from gpucluster.api.clusters import Cluster
+
+    name = cluster.name if isinstance(cluster, Cluster) else cluster
     if not isinstance(name, str) or not name:
         raise UsageError(not_allowed("cluster", cluster, "a cluster name (see `gpucluster status`)"))
     ledger = _ledger(ledger)
@@ -191,7 +223,8 @@ def down(cluster: Any, *, cloud: str | None = None, force: bool = False, any_own
                          ack_unwitnessed=ack_unwitnessed, any_owner=any_owner)
 
 
-def take_down_one(name: str, chosen: Any, *, ledger: Any, say: Callable[[str], Any], **how: Any) -> Any:
+def take_down_one(name: str, chosen: Plugin, *, ledger: Ledger, say: Callable[[str], None],
+                  **how: Unpack[HowDown]) -> Downed:
     """One cluster of `chosen`'s cloud down and checked (`down`; `gpucluster down` for each cluster)."""
     from gpucluster.cli.common import provider_for
     from gpucluster.lifecycle.teardown import take_down

@@ -89,7 +89,7 @@ def show(run_id, as_json, plot_path):
     if plot_path:
         from gpucluster.costing.plots import plot_run
 
-        written = plot_run(ledger, run.id, plot_path)
+        written = plot_run(ledger, run.id or run_id, plot_path)
         click.echo(f"utilisation plot: {written}", err=as_json)
     if as_json:
         click.echo(json.dumps(run.to_dict(), indent=2, default=str))

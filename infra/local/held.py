@@ -9,21 +9,26 @@ held under a name, so that `exec` runs job after job on them as on a kept cloud 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gpucluster.watch.launch import JobSpec
+from gpucluster.watch.launch import JobSpec, Launcher
 
 from .launch import LocalLauncher, check_python
 from .provider import LocalProvider
 
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Leftover
 
-def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+
+def hold(launcher: Launcher, cluster: Cluster) -> dict[int, dict[str, object]]:
+    if not isinstance(launcher, LocalLauncher):
+        raise TypeError(f"the local backend holds its nodes through its own launcher, not {type(launcher).__name__}")
     check_python(launcher.python, launcher.python_given, JobSpec(run_id="up"))  # UsageError: nothing recorded
     return {n.rank: {"python": launcher.python} for n in cluster.nodes}
 
 
 class KeptLocalLauncher(LocalLauncher):
-    def leftovers(self, cluster: Any, run_id: str | None) -> list[Any] | None:
+    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
         if not run_id:
             return None
         return list(LocalProvider().leftovers(cluster.name, run_id).leftovers)

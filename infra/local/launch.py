@@ -17,6 +17,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpucluster.watch.control import give_keys, new_keys
 from gpucluster.errors import LaunchError
@@ -28,7 +29,14 @@ from gpucluster.watch.procs import terminate_groups
 from gpucluster.watch.supervisor import NodeSupervisor
 from gpucluster.watch.procs import kill_run_processes, piped, run_processes
 from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
-from gpucluster.infra.ssh.ship import user_program
+from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
+from gpucluster.infra.ssh.ship import left_out_notes, script_shipment, user_program
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Node
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.outputs import NodeOutputs
 
 
 def free_port() -> int:
@@ -71,7 +79,7 @@ class StoreHold:
             os.close(self._write_fd)
             self._write_fd = -1
 
-    def release_when_alone(self, procs: dict[int, subprocess.Popen]) -> None:
+    def release_when_alone(self, procs: dict[int, subprocess.Popen[bytes]]) -> None:
         """Release once every agent other than node 0's has exited (asked on every loop)."""
         if self._write_fd >= 0 and all(p.poll() is not None for rank, p in procs.items() if rank != 0):
             self.release()
@@ -160,7 +168,7 @@ class LocalLauncher(Launcher):
         self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
         self._work: dict[str, dict[int, Path]] = {}  # run id -> node rank -> run folder (nodes/node-N)
 
-    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list:
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs]:
         from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
 
         if not job.output_dir:  # the lifecycle collects only a job that has an output folder
@@ -192,10 +200,8 @@ class LocalLauncher(Launcher):
         --python names one; a user's command runs on the nodes' Python (`self.python`)."""
         return self.python if job.command or self.python_given else self.own_python
 
-    def describe(self, spec, job: JobSpec) -> list[str]:
+    def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         lines = [f"data: {m.src} (used in place: read it, do not write to it)" for m in job.data]
-        from gpucluster.infra.ssh.ship import left_out_notes, script_shipment
-
         python = self.python_for(job)
         ship = script_shipment(job, python)  # within the size limit, the script not ignored
         check_python(python, self.python_given, job)  # torch there, the script's syntax: before anything exists
@@ -206,11 +212,9 @@ class LocalLauncher(Launcher):
             lines += left_out_notes(ship, job)
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
-    def launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         """The job on a free rendezvous port; once more on another when node 0's store could not
         bind it (EADDRINUSE: another process took it after it was found free; issue 46 item 6)."""
-        from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
-
         taken = free_port()
         result = self._launch(cluster, replace(job, rdzv_port=taken), events, log_dir)
         if not port_taken(result):
@@ -223,149 +227,47 @@ class LocalLauncher(Launcher):
         again = self._launch(cluster, replace(job, rdzv_port=alt, check=None), events, log_dir)
         return taken_twice(again, taken, alt, "local:0") if port_taken(again) else again
 
-    def _launch(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        nnodes = len(cluster.nodes)
+    def _launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+        """One launch, in its steps: the health check, the node folders, the processes, then the
+        node supervisor's watch until the job ends (`_LocalRun`)."""
         from gpucluster.plan.jobenv import secret_values
 
         secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
         if job.check is not None:  # the health check (gpucluster/watch/health.py), before anything else starts
             self._check(cluster, job, events, Path(log_dir))
         if job.threads_per_proc is None:
+            nnodes = len(cluster.nodes)
             job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
+        program, work = self._lay_work(cluster, job, events, log_dir)
+        run = _LocalRun(self, cluster, job, events, log_dir, program, work, secrets)
+        run.make_outputs()
+        run.start_all()
+        return run.supervise()
+
+    def _lay_work(self, cluster: Cluster, job: JobSpec, events: RunEvents,
+                  log_dir: Path) -> tuple[list[str], dict[int, Path]]:
+        """(the program each node runs, node rank -> run folder): a user's script's folder, copied
+        per node (its resumed files laid back), the shipped script then run there; else the job's
+        program as it is and no folders."""
         program = program_args(job)
         code_dir, shipped = user_program(job, self.python_for(job))
-        work: dict[int, Path] = {}
-        if code_dir is not None and shipped is not None:  # (both or neither) the script's folder, copied per node
-            work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
-            self._work[job.run_id] = work
-            try:
-                for rank, d in work.items():
-                    _lay_down(job, code_dir, d)
-                    if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
-                        from gpucluster.node.workdir import lay_back
-
-                        try:
-                            files, nbytes = lay_back(os.path.join(job.resume.src, job.resume_files[0]), str(d / "code"))
-                        except OSError as exc:
-                            raise LaunchError(f"could not lay the resumed files back into {d / 'code'}: {exc}") from None
-                        events.on_metric(rank, resume_record(job, files, nbytes))
-            except BaseException:
-                self._work.pop(job.run_id, None)
-                _remove_work(work)
-                raise
-            program = shipped
-        # the run's folder: --setup's go file (made once every setup succeeded), a user command's process-group hook
-        go_dir = tempfile.mkdtemp(prefix="gcrun-") if job.setup or job.command else None
-        go_file, pg_hook = os.path.join(go_dir, GO_FILE) if go_dir and job.setup else "", go_dir and lay_pg_hook(go_dir)
-        # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.watch.control)
-        keys = new_keys(n.rank for n in cluster.nodes)
-        supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes], reaper=True,
-                                    keys=keys)
-        procs: dict[int, subprocess.Popen] = {}
-        samplers: list[subprocess.Popen] = []
-        hold = StoreHold()
-
-        def stop() -> None:
-            started = list(procs.values()) + samplers
-            # The run's whole process tree, listed before anything is stopped: processes that a
-            # reaper adopted are no longer findable under it once it is gone.
-            tree = run_processes(job.run_id, job.owner)
-            hold.release()  # node 0's agent no longer waits for the others: it stops with them
-            # a money guard's stop (guards.py) gives the ranks the notice's time to save a checkpoint
-            grace = max(self.grace, supervisor.stop_grace or 0.0)
-            terminate_groups([p.pid for p in started], grace=grace, reap=lambda: [p.poll() for p in started])
-            # Workers live in sessions of their own: find them by the run id they inherited.
-            kill_run_processes(job.run_id, grace=self.grace, also=tree, owner=job.owner)
-            for p in list(procs.values()) + samplers:
-                try:
-                    p.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-
-        if job.output_dir:
-            outs = {n.rank: Path(job.output_dir) / f"node-{n.rank}" for n in cluster.nodes}
-            self._outputs[job.run_id] = outs
-            for path in outs.values():
-                try:
-                    path.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    hold.release()
-                    raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
+        if code_dir is None or shipped is None:  # (both or neither)
+            return program, {}
+        work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
+        self._work[job.run_id] = work
         try:
-            for node in cluster.nodes:
-                # node 0's agent hosts the store and keeps it until `hold` lets go; no agent hosts
-                # it through torchrun (is_host=false), so each only connects
-                boot = agent_boot(("127.0.0.1", job.rdzv_port, hold.read_fd) if node.rank == 0 else None)
-                argv = torchrun_argv(job, python=self.python_for(job), nnodes=nnodes, node_rank=node.rank,
-                                     rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=program,
-                                     store_on_head=False, boot=boot)
-                cwd = str(work[node.rank] / "code") if node.rank in work else self.cwd
-                # torchrun runs under the node supervisor: a child subreaper that stops whatever
-                # the job leaves behind, re-parented daemons included (see gpucluster/node/reaper.py).
-                argv = reaper_argv(self.own_python, self.grace, keyed=True) + setup_wrapped(
-                    argv, job.setup, go_file, keyed=True)
-                env = dict(os.environ)
-                env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
-                out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
-                env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
-                                    gpus_per_node=cluster.gpus_per_node, output_dir=out, pg_hook=pg_hook))
-                env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
-                env.update(secrets)
-                env.update(python_env(self.python_for(job), env.get("PATH", "")))
-                env["CUDA_VISIBLE_DEVICES"] = _visible(cluster, node.rank)
-                # torchrun's own log folder (else a /tmp/torchelastic_* per node, never removed: torch.distributed.
-                # elastic.multiprocessing.api) beside the node logs, kept with them; not in RUN/nodes, which goes at
-                # teardown and which the leftover check looks for. A PET_LOG_DIR of the user's own is kept.
-                env.setdefault("PET_LOG_DIR", str(Path(log_dir) / "torchelastic" / f"node-{node.rank}"))
-                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-                                        pass_fds=(hold.read_fd,) if node.rank == 0 else ())
-                procs[node.rank] = proc
-                if node.rank == 0:
-                    hold.started()
-                give_keys(proc, keys[node.rank].reaper_line(bool(job.setup)))
-                events.on_spawn(node.rank, "process", str(proc.pid))
-                supervisor.attach(node.rank, piped(proc.stdout))
-                if job.command:
-                    # A user's script reports no utilisation: a sampler runs beside it on each node
-                    # (built-in workloads sample themselves). It carries the run id in its
-                    # environment, so stop() finds it; its exit code is not the node's.
-                    from gpucluster.workloads.sampler import sampler_argv
-
-                    sampler = subprocess.Popen(sampler_argv(self.own_python, node.rank, run_id=job.run_id,
-                                                            root_pid=proc.pid),  # CPU: this node's tree only
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                               stderr=subprocess.DEVNULL, env=env, cwd=self.cwd,
-                                               start_new_session=True)
-                    samplers.append(sampler)
-                    supervisor.attach(node.rank, piped(sampler.stdout))
-        except OSError as exc:
-            stop()
-            supervisor.close()
-            _remove(go_dir)
-            if not job.output_dir:
-                _remove_work(self._work.pop(job.run_id, {}))
-            raise LaunchError(f"could not start torchrun for local node {len(procs)}: {exc}") from None
-        except BaseException:  # Ctrl-C included: what was started is stopped and removed before it propagates
-            stop()
-            supervisor.close()
-            _remove(go_dir)
-            if not job.output_dir:
-                _remove_work(self._work.pop(job.run_id, {}))
+            for rank, d in work.items():
+                _lay_down(job, code_dir, d)
+                if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
+                    events.on_metric(rank, _lay_back(job, os.path.join(job.resume.src, job.resume_files[0]), d))
+        except BaseException:
+            self._work.pop(job.run_id, None)
+            _remove_work(work)
             raise
-        try:
-            return supervisor.run(procs, stop, watch=lambda: hold.release_when_alone(procs),
-                                  release=lambda: open(go_file, "x").close() if go_file else None,
-                                  lost=lambda rank, code: killed_why(code))
-        finally:
-            hold.release()
-            _remove(go_dir)
-            if not job.output_dir:  # nothing is collected: the node folders go now
-                _remove_work(self._work.pop(job.run_id, {}))
+        return shipped, work
 
 
-    def _check(self, cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> None:
+    def _check(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> None:
         """Every node's health check at once: node_check.py with the nodes' Python, node i's GPUs
         only, gloo (or NCCL) over 127.0.0.1; HealthCheckFailed names each bad node."""
         from gpucluster.watch import health
@@ -410,7 +312,175 @@ class LocalLauncher(Launcher):
                    log_dir=log_dir, lost_why=lambda rank, code: killed_why(code))
 
 
-def _visible(cluster, rank: int) -> str:
+
+class _LocalRun:
+    """One launch's processes on this machine: torchrun under its node supervisor per node (and a
+    sampler beside a user's script), started in node order, watched by the `NodeSupervisor`, and
+    stopped and cleaned up on every path."""
+
+    def __init__(self, launcher: LocalLauncher, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path,
+                 program: list[str], work: dict[int, Path], secrets: dict[str, str]) -> None:
+        self.launcher, self.cluster, self.job, self.events, self.log_dir = launcher, cluster, job, events, log_dir
+        self.program, self.work, self.secrets = program, work, secrets
+        self.python = launcher.python_for(job)
+        # the run's folder: --setup's go file (made once every setup succeeded), a user command's process-group hook
+        self.go_dir = tempfile.mkdtemp(prefix="gcrun-") if job.setup or job.command else None
+        self.go_file = os.path.join(self.go_dir, GO_FILE) if self.go_dir and job.setup else ""
+        self.pg_hook = self.go_dir and lay_pg_hook(self.go_dir)
+        # the keys of the nodes' control records, given to each reaper on its stdin (gpucluster.watch.control)
+        self.keys = new_keys(n.rank for n in cluster.nodes)
+        self.supervisor = NodeSupervisor(job, events, log_dir, [f"local:{n.rank}" for n in cluster.nodes],
+                                         reaper=True, keys=self.keys)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.samplers: list[subprocess.Popen[bytes]] = []
+        self.hold = StoreHold()
+
+    def stop(self) -> None:
+        job, grace_s = self.job, self.launcher.grace
+        started = list(self.procs.values()) + self.samplers
+        # The run's whole process tree, listed before anything is stopped: processes that a
+        # reaper adopted are no longer findable under it once it is gone.
+        tree = run_processes(job.run_id, job.owner)
+        self.hold.release()  # node 0's agent no longer waits for the others: it stops with them
+        # a money guard's stop (guards.py) gives the ranks the notice's time to save a checkpoint
+        grace = max(grace_s, self.supervisor.stop_grace or 0.0)
+        terminate_groups([p.pid for p in started], grace=grace, reap=lambda: [p.poll() for p in started])
+        # Workers live in sessions of their own: find them by the run id they inherited.
+        kill_run_processes(job.run_id, grace=grace_s, also=tree, owner=job.owner)
+        for p in list(self.procs.values()) + self.samplers:
+            try:
+                p.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def make_outputs(self) -> None:
+        """Each node's output folder (`job.output_dir/node-N`), before any agent starts."""
+        if not self.job.output_dir:
+            return
+        outs = {n.rank: Path(self.job.output_dir) / f"node-{n.rank}" for n in self.cluster.nodes}
+        self.launcher._outputs[self.job.run_id] = outs
+        for path in outs.values():
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.hold.release()
+                raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
+
+    def start_all(self) -> None:
+        """Every node's processes; on a failure (Ctrl-C included) what was started is stopped and
+        removed before it propagates."""
+        try:
+            for node in self.cluster.nodes:
+                self.start_node(node)
+        except OSError as exc:
+            self.abandon()
+            raise LaunchError(f"could not start torchrun for local node {len(self.procs)}: {exc}") from None
+        except BaseException:
+            self.abandon()
+            raise
+
+    def abandon(self) -> None:
+        self.stop()
+        self.supervisor.close()
+        _remove(self.go_dir)
+        if not self.job.output_dir:
+            _remove_work(self.launcher._work.pop(self.job.run_id, {}))
+
+    def node_argv(self, node: Node) -> list[str]:
+        """torchrun under the node supervisor: a child subreaper that stops whatever the job leaves
+        behind, re-parented daemons included (see gpucluster/node/reaper.py)."""
+        job = self.job
+        # node 0's agent hosts the store and keeps it until `hold` lets go; no agent hosts
+        # it through torchrun (is_host=false), so each only connects
+        boot = agent_boot(("127.0.0.1", job.rdzv_port, self.hold.read_fd) if node.rank == 0 else None)
+        argv = torchrun_argv(job, python=self.python, nnodes=len(self.cluster.nodes), node_rank=node.rank,
+                             rdzv_host="127.0.0.1", local_addr="127.0.0.1", program=self.program,
+                             store_on_head=False, boot=boot)
+        return reaper_argv(self.launcher.own_python, self.launcher.grace, keyed=True) + setup_wrapped(
+            argv, job.setup, self.go_file, keyed=True)
+
+    def node_environ(self, node: Node) -> dict[str, str]:
+        job, cluster = self.job, self.cluster
+        env = dict(os.environ)
+        env.pop("GPUCLUSTER_OWNER", None)  # an outer run's mark is not this run's
+        out = str(Path(job.output_dir) / f"node-{node.rank}") if job.output_dir else None
+        env.update(node_env(job, node_rank=node.rank, node_ips=cluster.node_ips,
+                            gpus_per_node=cluster.gpus_per_node, output_dir=out, pg_hook=self.pg_hook))
+        env.update(staged_env(job, [m.src for m in staged_mounts(job)]))  # local: the folders in place
+        env.update(self.secrets)
+        env.update(python_env(self.python, env.get("PATH", "")))
+        env["CUDA_VISIBLE_DEVICES"] = _visible(cluster, node.rank)
+        # torchrun's own log folder (else a /tmp/torchelastic_* per node, never removed: torch.distributed.
+        # elastic.multiprocessing.api) beside the node logs, kept with them; not in RUN/nodes, which goes at
+        # teardown and which the leftover check looks for. A PET_LOG_DIR of the user's own is kept.
+        env.setdefault("PET_LOG_DIR", str(Path(self.log_dir) / "torchelastic" / f"node-{node.rank}"))
+        return env
+
+    def start_node(self, node: Node) -> None:
+        job = self.job
+        argv = self.node_argv(node)
+        cwd = str(self.work[node.rank] / "code") if node.rank in self.work else self.launcher.cwd
+        env = self.node_environ(node)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                pass_fds=(self.hold.read_fd,) if node.rank == 0 else ())
+        self.procs[node.rank] = proc
+        if node.rank == 0:
+            self.hold.started()
+        give_keys(proc, self.keys[node.rank].reaper_line(bool(job.setup)))
+        self.events.on_spawn(node.rank, "process", str(proc.pid))
+        self.supervisor.attach(node.rank, piped(proc.stdout))
+        if job.command:
+            self.start_sampler(node, proc, env)
+
+    def start_sampler(self, node: Node, proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
+        """A user's script reports no utilisation: a sampler runs beside it on each node (built-in
+        workloads sample themselves). It carries the run id in its environment, so stop() finds
+        it; its exit code is not the node's."""
+        from gpucluster.workloads.sampler import sampler_argv
+
+        sampler = subprocess.Popen(sampler_argv(self.launcher.own_python, node.rank, run_id=self.job.run_id,
+                                                root_pid=proc.pid),  # CPU: this node's tree only
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=env, cwd=self.launcher.cwd,
+                                   start_new_session=True)
+        self.samplers.append(sampler)
+        self.supervisor.attach(node.rank, piped(sampler.stdout))
+
+    def watch(self) -> None:
+        self.hold.release_when_alone(self.procs)
+
+    def release(self) -> None:
+        if self.go_file:
+            open(self.go_file, "x").close()
+
+    def supervise(self) -> JobResult:
+        """The node supervisor watches the processes until the job ends; then the store, the run's
+        folder and (nothing to collect) the node folders go."""
+        try:
+            return self.supervisor.run(self.procs, self.stop, watch=self.watch, release=self.release,
+                                       lost=lambda rank, code: killed_why(code))
+        finally:
+            self.hold.release()
+            _remove(self.go_dir)
+            if not self.job.output_dir:  # nothing is collected: the node folders go now
+                _remove_work(self.launcher._work.pop(self.job.run_id, {}))
+
+
+def _lay_back(job: JobSpec, saved: str, node_dir: Path) -> JsonObject:
+    """--resume: the files as the script left them (`saved`), laid back into the node's `code/`;
+    their record."""
+    from gpucluster.node.workdir import lay_back
+
+    try:
+        files, nbytes = lay_back(saved, str(node_dir / "code"))
+    except OSError as exc:
+        raise LaunchError(f"could not lay the resumed files back into {node_dir / 'code'}: {exc}") from None
+    return resume_record(job, files, nbytes)
+
+
+def _visible(cluster: Cluster, rank: int) -> str:
     """CUDA_VISIBLE_DEVICES of local node `rank`: its own slice of this machine's GPUs ('' on CPU)."""
     first = rank * cluster.gpus_per_node
     return ",".join(str(first + i) for i in range(cluster.gpus_per_node))

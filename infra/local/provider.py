@@ -3,9 +3,12 @@ processes themselves are started (and their absence verified) by `gpucluster.inf
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, Provider, ProvisionEvents
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
 
 LOCALHOST = "127.0.0.1"
 
@@ -15,7 +18,7 @@ class LocalProvider(Provider):
     # the leftover check scans every process on this machine for the run id: it sees all a run made
     check_is_complete = True
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         from gpucluster.infra.local.catalog import gpus_present
 
         present = gpus_present()

@@ -9,25 +9,30 @@ import os
 import shlex
 import shutil
 import subprocess
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
+from gpucluster.states import JsonMapping, JsonObject
 
 from .launch import SshLauncher
-from .runfolder import folder_left, folder_leftover, remove_run_folder
-from .session import NOT_OURS_RC, OWNER_FILE, Session, node_label, owner_guard
+from .session import (NOT_OURS_RC, OWNER_FILE, Session, folder_left, folder_leftover, node_label, owner_guard,
+                      remove_run_folder)
 from .ship import check_run_id
 
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Leftover, Node
 
-def remote_leftovers(cluster: Any, run_id: str | None, *, identity: str | None = None,
-                     known_hosts: str | None = None, ssh_options: Sequence[str] = ()) -> list:
+
+def remote_leftovers(cluster: Cluster, run_id: str | None, *, identity: str | None = None,
+                     known_hosts: str | None = None, ssh_options: Sequence[str] = ()) -> list[Leftover]:
     """Processes on the cluster's nodes whose environment carries GPUCLUSTER_RUN_ID=<run_id>
     (any run when None), as `Leftover(kind="process")`; unreachable nodes as kind "unverified".
     An empty list is the teardown guarantee for ssh nodes."""
     return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
 
 
-def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, owner: str | None = None) -> list:
+def clean_recorded_hosts(rows: Sequence[JsonMapping], *, grace: float = 3.0,
+                         owner: str | None = None) -> list[Leftover]:
     """`gpucluster down` of an ssh cluster whose run did not tear down (its process was killed).
 
     `rows`: the ledger's open `ssh-run` resources (one per node and run, written by `launch`
@@ -42,32 +47,18 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, 
     Returns `Leftover`s: processes still found (kind "process"), and each host that could not be
     checked (kind "unverified", id `user@host[:port]`, detail = why). Empty: verified clean.
     """
-    from gpucluster.domain import Cluster, Leftover, Node
+    from gpucluster.domain import Leftover
 
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        d = row.get("detail") or {}
-        key = (row["run_id"], d.get("identity"), d.get("known_hosts"), tuple(d.get("ssh_options") or ()),
-               d.get("python") or "python3")
-        groups.setdefault(key, []).append(row)
-    found: list = []
-    for (run_id, identity, known_hosts, options, python), group in sorted(groups.items(), key=lambda kv: kv[0][0]):
+    found: list[Leftover] = []
+    for (run_id, identity, known_hosts, options, python), group in sorted(_by_run(rows).items(),
+                                                                          key=lambda kv: kv[0][0]):
         group.sort(key=lambda r: int((r.get("detail") or {}).get("rank", 0)))
-        nodes, dirs, control_dirs = [], {}, set()
-        for row in group:
-            d = row["detail"]
-            nodes.append(Node(rank=int(d["rank"]), host=d["host"], private_ip=d["host"], user=d.get("user"),
-                              port=int(d.get("port") or 22), host_keys=tuple(d.get("host_keys") or ())))
-            if row.get("cloud_id"):
-                dirs[int(d["rank"])] = row["cloud_id"]
-            if d.get("control_dir"):
-                control_dirs.add(d["control_dir"])
-        cluster = Cluster(name=str(group[0].get("cluster") or "ssh"), cloud="ssh", nodes=tuple(nodes))
+        cluster, dirs, control_dirs = _recorded_cluster(group)
         try:
             check_run_id(run_id)
             launcher = SshLauncher(identity, known_hosts, options, python=python, grace=grace)
             with Session(launcher, cluster) as session:
-                def one(node: Any) -> tuple[dict[str, Any], None]:
+                def one(node: Node) -> tuple[JsonObject, None]:
                     d = dirs.get(node.rank, "")
                     session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid" if d else "", grace, owner)
                     if d:
@@ -82,14 +73,7 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, 
                     return {**left, "folder": folder_left(session, node, os.path.dirname(d)) if d else None}, None
 
                 for node, (left, err) in zip(cluster.nodes, session.each(one)):
-                    if err is not None:
-                        found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {err}"))
-                        continue
-                    folder = left.pop("folder")
-                    if folder and folder not in {f.detail for f in found}:
-                        found.append(folder_leftover(node, folder))
-                    for pid, cmd in sorted(left.items(), key=lambda kv: int(kv[0])):
-                        found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
+                    _found_on(node, left, err, run_id, found)
         except (ConfigError, MissingDependency, LaunchError) as exc:
             for node in cluster.nodes:
                 found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {exc}"))
@@ -98,8 +82,52 @@ def clean_recorded_hosts(rows: Sequence[dict[str, Any]], *, grace: float = 3.0, 
     return found
 
 
-def close_local_ssh(cluster: Any, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh",
-                    owner: str | None = None) -> list:
+RunKey = tuple[str, Optional[str], Optional[str], tuple[str, ...], str]  # run id, identity, known_hosts, options, python
+
+
+def _by_run(rows: Sequence[JsonMapping]) -> dict[RunKey, list[JsonMapping]]:
+    """The rows grouped by run and by how its hosts were reached."""
+    groups: dict[RunKey, list[JsonMapping]] = {}
+    for row in rows:
+        d = row.get("detail") or {}
+        key = (row["run_id"], d.get("identity"), d.get("known_hosts"), tuple(d.get("ssh_options") or ()),
+               d.get("python") or "python3")
+        groups.setdefault(key, []).append(row)
+    return groups
+
+
+def _recorded_cluster(group: Sequence[JsonMapping]) -> tuple[Cluster, dict[int, str], set[str]]:
+    """(the run's nodes as a cluster, rank -> run folder, the local control folders) from its rows."""
+    from gpucluster.domain import Cluster, Node
+
+    nodes, dirs, control_dirs = [], {}, set()
+    for row in group:
+        d = row["detail"]
+        nodes.append(Node(rank=int(d["rank"]), host=d["host"], private_ip=d["host"], user=d.get("user"),
+                          port=int(d.get("port") or 22), host_keys=tuple(d.get("host_keys") or ())))
+        if row.get("cloud_id"):
+            dirs[int(d["rank"])] = row["cloud_id"]
+        if d.get("control_dir"):
+            control_dirs.add(d["control_dir"])
+    return Cluster(name=str(group[0].get("cluster") or "ssh"), cloud="ssh", nodes=tuple(nodes)), dirs, control_dirs
+
+
+def _found_on(node: Node, left: JsonObject | None, err: str | None, run_id: str, found: list[Leftover]) -> None:
+    """What one node's cleanup left, added to `found`: the node unverified, its run folder, its processes."""
+    from gpucluster.domain import Leftover
+
+    if err is not None or left is None:
+        found.append(Leftover("unverified", node_label(node), detail=f"run {run_id}: {err}"))
+        return
+    folder = left.pop("folder")
+    if folder and folder not in {f.detail for f in found}:
+        found.append(folder_leftover(node, folder))
+    for pid, cmd in sorted(left.items(), key=lambda kv: int(kv[0])):
+        found.append(Leftover("process", f"{node_label(node)}/pid {pid}", detail=cmd[:200]))
+
+
+def close_local_ssh(cluster: Cluster, control_dir: str, run_id: str, *, launcher_ssh: str = "ssh",
+                    owner: str | None = None) -> list[Leftover]:
     """Close the ControlMaster connections under `control_dir` (`ssh -O exit`), stop this machine's
     ssh clients that use it or carry the run id, delete the folder; what survived, as Leftovers.
     With `owner`: a control folder another owner marked is not ours (left alone, with its clients),

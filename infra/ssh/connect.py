@@ -10,17 +10,33 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from gpucluster.errors import UsageError
 
-from .session import Session, known_hosts_name
+from .session import NodeObjects, Session, known_hosts_name
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Node
+    from gpucluster.watch.launch import Forward
 
 
 class NodeAccess:
     """`Launcher.connect` and `Launcher.ssh_config` for the ssh launcher (mixed into `SshLauncher`)."""
 
-    def connect(self, cluster: Any, rank: int, command: Sequence[str], forwards: Sequence[Any]) -> int:
+    # the connection settings the launcher this is mixed into sets (`session.SshSettings`)
+    ssh: str
+    connect_timeout: int
+    known_hosts: str | None
+    identity: str | None
+    ssh_options: tuple[str, ...]
+    python: str
+    grace: float
+    data_cache: str
+    objects: NodeObjects | None
+    diagnose: Callable[[Cluster, Node], str | None] | None
+
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> int:
         node = cluster.nodes[rank]
         extra: list[str] = []
         for f in forwards:  # bound to this machine's loopback only; ssh fails at once if a port is taken
@@ -31,15 +47,14 @@ class NodeAccess:
                 extra.append("-N")  # a tunnel: no shell
         if command and sys.stdin.isatty():
             extra.append("-t")  # an interactive command (top, python) gets a terminal
-        # self: the SshLauncher this is mixed into (a mixin cannot say so in its own annotations)
-        with Session(self, cluster) as session:  # type: ignore[arg-type]
+        with Session(self, cluster) as session:
             argv = session.argv(node, shlex.join(command) if command else None, *extra)
             try:
                 return subprocess.call(argv)
             except KeyboardInterrupt:  # Ctrl-C ends a tunnel (ssh got it too); the session is closed below
                 return 0
 
-    def ssh_config(self, cluster: Any, folder: Path) -> list[str]:
+    def ssh_config(self, cluster: Cluster, folder: Path) -> list[str]:
         """`folder/config` with one `Host CLUSTER-N` per node (and `CLUSTER` for the head), the pinned
         host keys in `folder/known_hosts`, the cluster's key in `folder/id_cluster` (mode 0600);
         the lines to put in ~/.ssh/config. `gpucluster down` removes the folder."""
@@ -51,7 +66,7 @@ class NodeAccess:
                              "write a config that would trust keys on first use")
         known = folder / "known_hosts"
         known.write_text("\n".join(pinned) + "\n")
-        identity = getattr(self, "identity", None)
+        identity = self.identity
         if identity:
             key_path = os.path.abspath(os.path.expanduser(identity))
         elif cluster.ssh_private_key:

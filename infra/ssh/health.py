@@ -28,11 +28,13 @@ from gpucluster.events import Phase, RunEvents
 from gpucluster.watch.launch import JobSpec
 from gpucluster.watch.nodeloss import killed_why, lost_record
 
-from .session import node_label, sh
+from gpucluster.states import JsonObject
+
+from .remote import PORT_PY
+from .session import Session, SshSettings, node_label, sh
 
 if TYPE_CHECKING:
-    from .launch import SshLauncher
-    from .session import Session
+    from gpucluster.domain import Cluster, Node
 
 CHECK_PROGRAM = "node_check.py"  # its name in the job bundle (ship.py)
 PROBE_TIMEOUT_S = 10
@@ -87,12 +89,10 @@ def watched(python: str, node_dir: str, watcher: Sequence[str], cmd: str, key_va
     return f"{{ {prog} & w=$!; {cmd}; rc=$?; kill $w 2>/dev/null; wait $w 2>/dev/null; (exit $rc); }}"
 
 
-def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int,
-              what: str = "port") -> tuple[int, dict[str, Any]]:
+def free_port(launcher: SshSettings, session: Session, node: Node, port: int,
+              what: str = "port") -> tuple[int, JsonObject]:
     """(a port that is free on `node`: `port` or the nearest free one above it, what node_port.py said);
     none free, or no answer: LaunchError naming the port (`what`) and its holder."""
-    from .launch import PORT_PY
-
     cp = session.run(node, f"{shlex.quote(launcher.python)} -c {shlex.quote(PORT_PY)} {int(port)}", timeout=30)
     try:
         got = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
@@ -108,7 +108,7 @@ def free_port(launcher: "SshLauncher", session: "Session", node: Any, port: int,
     return int(got["alternative"]), got
 
 
-def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: JobSpec, events: RunEvents,
+def check_nodes(launcher: SshSettings, session: Session, cluster: Cluster, job: JobSpec, events: RunEvents,
                 dirs: dict[int, str], log_dir: Path) -> None:
     from gpucluster.watch import health
 
@@ -119,7 +119,7 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
     head = cluster.head
     port, _ = free_port(launcher, session, head, job.rdzv_port + 1)
     store = f"{head.private_ip}:{port}"
-    procs: dict[int, subprocess.Popen] = {}
+    procs: dict[int, subprocess.Popen[bytes]] = {}
 
     def stop() -> None:
         stop_local(procs)
@@ -146,7 +146,7 @@ def check_nodes(launcher: "SshLauncher", session: "Session", cluster: Any, job: 
                lost_why=ssh_lost)
 
 
-def report_unreachable(session: "Session", events: RunEvents, ranks: Iterable[int] | None = None,
+def report_unreachable(session: Session, events: RunEvents, ranks: Iterable[int] | None = None,
                        phase: Phase | None = None) -> list[int]:
     """Probe the nodes (all, or `ranks`) with a fresh ssh connection; each that does not answer
     gets a `node_lost` record (cause "unreachable"). The ranks reported."""
@@ -155,7 +155,7 @@ def report_unreachable(session: "Session", events: RunEvents, ranks: Iterable[in
     if not nodes:
         return []
 
-    def probe(node: Any) -> tuple[Any, str | None]:
+    def probe(node: Node) -> tuple[None, str | None]:
         argv = session.argv(node, "true", "-o", "ControlMaster=no", "-o", "ControlPath=none",
                             "-o", f"ConnectTimeout={PROBE_TIMEOUT_S}", "-T")
         try:

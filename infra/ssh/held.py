@@ -22,17 +22,23 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from gpucluster.lifecycle.held import HOST_KIND, not_ready
+from gpucluster.states import JsonMapping, JsonObject
+from gpucluster.watch.launch import Launcher
 
 from .launch import SshLauncher
-from .runfolder import remove_run_folder
-from .session import NodeReadiness, Session, node_label, owner_guard
+from .session import NodeReadiness, Session, node_label, owner_guard, remove_run_folder
 from .ship import check_run_id
 
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Leftover, Node
 
-def hold(launcher: Any, cluster: Any) -> dict[int, dict[str, object]]:
+
+def hold(launcher: Launcher, cluster: Cluster) -> dict[int, dict[str, object]]:
+    if not isinstance(launcher, SshLauncher):
+        raise TypeError(f"the ssh backend holds hosts through its own launcher, not {type(launcher).__name__}")
     ready = launcher.probe(cluster)
     problems = {r.rank: r.problems for r in ready if not r.ok}
     if problems:
@@ -51,12 +57,12 @@ def ready_file(name: str) -> Path:
     return home_dir() / "held" / f"{name}.ready.json"
 
 
-def _key(cluster: Any, python: str) -> dict[str, Any]:
+def _key(cluster: Cluster, python: str) -> JsonObject:
     return {"hosts": [node_label(n) for n in cluster.nodes], "python": python,
             "gpus_expected": int(cluster.gpus_per_node or 0)}
 
 
-def remember_ready(cluster: Any, python: str, ready: list[NodeReadiness], *, only_if_kept: bool = False) -> None:
+def remember_ready(cluster: Cluster, python: str, ready: list[NodeReadiness], *, only_if_kept: bool = False) -> None:
     """Keep the hosts' answers for the next job (`up`; each job's check on a kept cluster)."""
     path = ready_file(cluster.name)
     if only_if_kept and not path.exists():
@@ -69,7 +75,7 @@ def remember_ready(cluster: Any, python: str, ready: list[NodeReadiness], *, onl
     os.replace(tmp, path)
 
 
-def recent_ready(cluster: Any, python: str, now: float | None = None) -> list[NodeReadiness] | None:
+def recent_ready(cluster: Cluster, python: str, now: float | None = None) -> list[NodeReadiness] | None:
     """The hosts' answers when the same hosts, Python and GPU count answered less than
     READY_FRESH_S ago; None otherwise (ask them)."""
     from gpucluster.errors import GpuclusterError
@@ -87,7 +93,7 @@ def recent_ready(cluster: Any, python: str, now: float | None = None) -> list[No
 
 
 class HeldSshLauncher(SshLauncher):
-    def reclaim(self, cluster: Any, run_id: str) -> list[Any] | None:
+    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
         """Kill what run `run_id` left on the hosts and remove its run folder; what is still there
         after (`leftovers`: an unreachable host is an "unverified" leftover, so exec refuses)."""
         from gpucluster.ownership import installation_id
@@ -97,7 +103,7 @@ class HeldSshLauncher(SshLauncher):
         base = self.remote_dir.rstrip("/")
         base = base[2:] if base.startswith("~/") else base  # ssh runs the command in the remote home
         with Session(self, cluster) as session:
-            def one(node: Any) -> tuple[int, None]:
+            def one(node: Node) -> tuple[int, None]:
                 d = f"{base}/{run_id}/node-{node.rank}"
                 session.procs(node, "kill", run_id, str(node.rank), f"{d}/pgid", self.grace, owner)
                 return session.run(node, f"{owner_guard(d, owner)}{remove_run_folder(d, owner)}",
@@ -106,7 +112,7 @@ class HeldSshLauncher(SshLauncher):
             session.each(one)  # a host that cannot be reached shows in the read-back below
         return self.leftovers(cluster, run_id, owner=owner)
 
-    def ready_of(self, session: Session, cluster: Any) -> list[NodeReadiness]:
+    def ready_of(self, session: Session, cluster: Cluster) -> list[NodeReadiness]:
         """The kept hosts' recent answers when fresh (each host still reached: its ssh master opened),
         else the questions asked, and the answers kept when this is a kept cluster."""
         recent = recent_ready(cluster, self.python)
@@ -114,7 +120,7 @@ class HeldSshLauncher(SshLauncher):
             ready = super().ready_of(session, cluster)
             remember_ready(cluster, self.python, ready, only_if_kept=True)
             return ready
-        def reach(node: Any) -> tuple[bool, None]:
+        def reach(node: Node) -> tuple[bool, None]:
             session.open_master(node)  # a LaunchError naming the node when it cannot be reached
             return True, None
 
@@ -126,7 +132,7 @@ class HeldSshLauncher(SshLauncher):
         return recent
 
 
-def host_run_rows(rows: Iterable[dict[str, Any]], run_ids: Iterable[str], remote_dir: str) -> list[dict[str, Any]]:
+def host_run_rows(rows: Iterable[JsonMapping], run_ids: Iterable[str], remote_dir: str) -> list[JsonObject]:
     """For each run id, one row per held host, as the launcher's `ssh-run` rows read: the connection
     details and (the home being known) the node's run folder as its cloud id."""
     hosts = [r for r in rows if r.get("kind") == HOST_KIND]

@@ -35,7 +35,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from gpucluster.watch.control import give_keys, new_keys
 from gpucluster.errors import ConfigError, LaunchError
@@ -44,6 +44,7 @@ from gpucluster.events import Phase, RunEvents
 from gpucluster.plan.jobenv import env_line, secret_values
 from gpucluster.watch.launch import PG_HOOK_DIR, JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
 from gpucluster.watch.supervisor import NODE_EXIT_SH, NodeSupervisor
+from gpucluster.states import JsonObject
 from gpucluster.watch.procs import piped
 
 from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
@@ -51,13 +52,14 @@ from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_
 from gpucluster.watch.health import HealthCheckFailed
 
 from .health import PhaseNoted, check_nodes, free_port, report_unreachable, ssh_lost, stop_local, watched
-from .remote import RESOLVE_PYTHON
-from .session import NodeReadiness, Session, node_label, sh
+from .remote import PORT_PY, RESOLVE_PYTHON  # noqa: F401 - PORT_PY: part of this module's API (tests)
+from .session import (HeldRun as _Held, NodeObjects, NodeReadiness, Session, folder_left, folder_leftover, node_label,
+                      sh)
 from .connect import NodeAccess  # gpucluster ssh: a shell, a command, port forwards, --ssh-config
 from . import objects, rdzv
 from .stage import CACHE_DIR, stage
-from .ship import bundle as make_bundle, check_run_id, user_program
-from .workdir_copy import PROGRAM, copy_workdir, lay_back
+from .ship import bundle as make_bundle, check_run_id, check_shippable, left_out_notes, user_program
+from .workdir_copy import PROGRAM, copy_workdir, lay_back, push_workdirs
 
 DEFAULT_REMOTE_DIR = "~/.gpucluster/runs"
 _OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*=.+$")
@@ -68,20 +70,12 @@ SHIPPED = "shipped"  # the shipped list (ship.bundle), touched once the job's fi
 TOOL_FILES = ("workloads", "reaper.py", PROGRAM, "pgid", "cancelled", GO_FILE, SHIPPED, PG_HOOK_DIR)
 RUN_RESOURCE = "ssh-run"  # ledger resource per node: connection details, run folder, control dir
 
-
-@dataclasses.dataclass
-class _Held:
-    """A run's connections and node folders, kept from the end of `launch` to `collect_outputs`."""
-    session: "Session"
-    dirs: dict[int, str]
-    out_dirs: dict[int, str]
-    cluster: Any
-    events: Any
-    cwds: dict[int, str] = dataclasses.field(default_factory=dict)  # the job's working folder per node
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster, Leftover, Node
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.outputs import NodeOutputs
 
 
-# the head-side check of the rendezvous port (a node program, shipped by content)
-PORT_PY = (Path(__file__).with_name("node_port.py")).read_text(encoding="utf-8")
 
 
 class SshLauncher(NodeAccess, Launcher):
@@ -114,9 +108,9 @@ class SshLauncher(NodeAccess, Launcher):
         ssh: str = "ssh",
         python: str = "python3",
         ready_timeout: float = 600.0,
-        diagnose: Callable[[Any, Any], str | None] | None = None,
+        diagnose: Callable[[Cluster, Node], str | None] | None = None,
         data_cache: str = CACHE_DIR,
-        objects: Any = None,
+        objects: NodeObjects | None = None,
         watcher: Sequence[str] = (),  # a node program beside each node's job, and its arguments (health.watched)
     ):
         self.identity = identity
@@ -150,7 +144,7 @@ class SshLauncher(NodeAccess, Launcher):
         self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
 
     # -- public API --------------------------------------------------------------------------
-    def launch(self, cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
+    def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
         """With `job.output_dir` set, the run folders and the connections outlive this call: they
         are held for `collect_outputs`, which copies every node's output folder back and then
         removes the run folders and closes the connections. Without it, both go before returning."""
@@ -168,28 +162,14 @@ class SshLauncher(NodeAccess, Launcher):
             # how the hosts are reached goes to the ledger before the first connection (`down` after a crash)
             self._record(session, events)
             events.on_phase(Phase.READY)
-            ready_file = (getattr(cluster, "outputs", None) or {}).get("ready_file")
-            if ready_file:
-                session.wait_ready(str(ready_file), self.ready_timeout, events)
+            self._wait_ready_file(session, cluster, events)
             ready = self.ready_of(session, cluster)
             dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
             self._touched.setdefault(job.run_id, set()).update(dirs)
             for rank, d in dirs.items():
                 events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
             try:
-                session.ship(bundle, dirs, make=self._out_dirs(job, dirs, code_dir is not None), owner=job.owner)
-                if job.check is not None:  # every node's health, before anything is staged or started
-                    check_nodes(self, session, cluster, job, events, dirs, Path(log_dir))
-                if job.command:  # what the job writes in its working folder later than this comes back
-                    marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
-                    if marks:
-                        raise LaunchError("; ".join(marks))
-                if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
-                    events.on_phase(Phase.STAGE)
-                    self._stage(session, job, {r: self._data_dirs(job, d, code_dir is not None)
-                                               for r, d in dirs.items()}, events)
-                if job.resume_files and job.resume is not None and code_dir is not None:
-                    lay_back(session, job, job.resume_files[0], dirs, events)
+                self._before_job(session, cluster, job, events, Path(log_dir), dirs, bundle, code_dir is not None)
                 job = self._free_rdzv_port(session, cluster, job, events)
                 return rdzv.once_more(self, session, cluster, job, events, dirs, lambda j: self._run(  # EADDRINUSE
                     session, cluster, j, events, Path(log_dir), dirs, code_dir is not None, program), ("cancelled", "pgid", GO_FILE))
@@ -210,7 +190,30 @@ class SshLauncher(NodeAccess, Launcher):
             if not held:
                 self._release(session, cluster, dirs, cleaned, events)
 
-    def collect_outputs(self, job: JobSpec, events: Any) -> list:
+    def _wait_ready_file(self, session: Session, cluster: Cluster, events: RunEvents) -> None:
+        """Cloud nodes export a ready marker (`cluster.outputs["ready_file"]`): waited for."""
+        ready_file = (cluster.outputs or {}).get("ready_file")
+        if ready_file:
+            session.wait_ready(str(ready_file), self.ready_timeout, events)
+
+    def _before_job(self, session: Session, cluster: Cluster, job: JobSpec, events: PhaseNoted, log_dir: Path,
+                    dirs: dict[int, str], bundle: bytes, shipped: bool) -> None:
+        """What each node's run folder gets before the job: the bundle, the health check, the
+        shipped mark, the staged data, the resumed files."""
+        session.ship(bundle, dirs, make=self._out_dirs(job, dirs, shipped), owner=job.owner)
+        if job.check is not None:  # every node's health, before anything is staged or started
+            check_nodes(self, session, cluster, job, events, dirs, log_dir)
+        if job.command:  # what the job writes in its working folder later than this comes back
+            marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
+            if marks:
+                raise LaunchError("; ".join(marks))
+        if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
+            events.on_phase(Phase.STAGE)
+            self._stage(session, job, {r: self._data_dirs(job, d, shipped) for r, d in dirs.items()}, events)
+        if job.resume_files and job.resume is not None and shipped:
+            lay_back(session, job, job.resume_files[0], dirs, events)
+
+    def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs]:
         """Every node's output folder, streamed back over the run's own connections (`tar -cf -`
         on the node, unpacked here member by member: only regular files and folders, nothing
         outside `job.output_dir/node-N`), nodes in parallel; then the run folders are removed and
@@ -218,7 +221,7 @@ class SshLauncher(NodeAccess, Launcher):
         held = self._held.pop(job.run_id, None)
         if held is None:
             return []
-        results: list = []
+        results: list[NodeOutputs] = []
         cleaned: set[int] = set()
         try:
             dest = Path(job.output_dir or ".")
@@ -227,8 +230,6 @@ class SshLauncher(NodeAccess, Launcher):
             if job.output and job.output.remote:  # each node uploads its own folder (objects.py)
                 results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
                 if held.cwds:  # and what the job wrote in its working folder, to URL/RUN_ID/workdir/node-N
-                    from .workdir_copy import push_workdirs
-
                     push_workdirs(held, job, results, tool_files=TOOL_FILES, shipped=SHIPPED)
                 return results
             copies = held.session.each(lambda n: (self._copy_node(held, job, n, dest) if n.rank in todo else None, None))
@@ -249,7 +250,7 @@ class SshLauncher(NodeAccess, Launcher):
                 self._release(held.session, held.cluster, held.dirs, cleaned, held.events)
         return results
 
-    def _copy_node(self, held: _Held, job: JobSpec, node: Any, dest: Path) -> Any:
+    def _copy_node(self, held: _Held, job: JobSpec, node: Node, dest: Path) -> NodeOutputs:
         """A node's output folder, then (a user's command) what the job wrote in its working folder."""
         from gpucluster.watch.outputs import add_workdir, workdir_args, workdir_dest
 
@@ -268,7 +269,7 @@ class SshLauncher(NodeAccess, Launcher):
         return {rank: f"{d}/code/outputs" if has_code else f"{d}/outputs" for rank, d in dirs.items()}
 
     @staticmethod
-    def _release(session: "Session", cluster: Any, dirs: dict[int, str], cleaned: set[int],
+    def _release(session: Session, cluster: Cluster, dirs: dict[int, str], cleaned: set[int],
                  events: RunEvents) -> None:
         session.close()
         # the session is closed (master connections, temporary folder): what was cleaned is gone
@@ -276,7 +277,7 @@ class SshLauncher(NodeAccess, Launcher):
             if node.rank in cleaned or node.rank not in dirs:
                 events.resource_deleted(RUN_RESOURCE, f"node-{node.rank}")
 
-    def _record(self, session: "Session", events: RunEvents) -> None:
+    def _record(self, session: Session, events: RunEvents) -> None:
         """One ledger resource per node: how to reach it and where the run's local ssh state lives."""
         for node in session.nodes:
             events.resource_requested(
@@ -287,11 +288,11 @@ class SshLauncher(NodeAccess, Launcher):
                 ssh_options=list(self.ssh_options), python=self.python, control_dir=session.tmp,
             )
 
-    def ready_of(self, session: "Session", cluster: Any) -> list[NodeReadiness]:
+    def ready_of(self, session: Session, cluster: Cluster) -> list[NodeReadiness]:
         """Each node asked (python, torch, home, GPUs); a LaunchError naming each one not ready."""
         return session.readiness(cluster.gpus_per_node, raise_on_problem=True)
 
-    def probe(self, cluster: Any) -> list[NodeReadiness]:
+    def probe(self, cluster: Cluster) -> list[NodeReadiness]:
         """Readiness of every node (reachable, python, torch, GPUs) without raising: for `status`."""
         with Session(self, cluster) as session:
             return session.readiness(cluster.gpus_per_node, raise_on_problem=False)
@@ -307,8 +308,8 @@ class SshLauncher(NodeAccess, Launcher):
         and when it does not answer the verdict is "not verified", naming it (issue 45 item 1)."""
         return set(self._touched.get(run_id, ())) | self.started_ranks(run_id)
 
-    def leftovers(self, cluster: Any, run_id: str | None, *, ranks: set[int] | None = None,
-                  owner: str | None = None) -> list:
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, ranks: set[int] | None = None,
+                  owner: str | None = None) -> list[Leftover]:
         """The run's processes still alive on the nodes (only the nodes in `ranks`, and with `owner`
         only its own: by run id AND owner); an unreachable node is an "unverified" leftover."""
         from gpucluster.domain import Leftover
@@ -319,16 +320,15 @@ class SshLauncher(NodeAccess, Launcher):
             cluster = dataclasses.replace(cluster, nodes=tuple(n for n in cluster.nodes if n.rank in ranks))
             if not cluster.nodes:
                 return []
-        found: list = []
+        found: list[Leftover] = []
         seen: set[tuple[str, int]] = set()
-        from .runfolder import folder_leftover, folder_left
 
         folder = f"{self.remote_dir.rstrip('/')}/{run_id}" if run_id else None  # the run folder, removed as a whole
         with Session(self, cluster) as session:
             results = session.each(lambda n: ((session.procs(n, "list", run_id or "", "", "", 0, owner)[0],
                                                folder_left(session, n, folder) if folder else None), None))
             for node, (got, err) in zip(cluster.nodes, results):
-                if err is not None:
+                if err is not None or got is None:
                     found.append(Leftover("unverified", node_label(node), detail=f"could not check: {err}"))
                     continue
                 out, left = got
@@ -368,9 +368,7 @@ class SshLauncher(NodeAccess, Launcher):
             out.append(" ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv))
         return out
 
-    def describe(self, spec: Any, job: JobSpec) -> list[str]:
-        from .ship import check_shippable, left_out_notes
-
+    def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         ship = check_shippable(job, self.python, self.ssh)  # ssh on PATH, the script's folder not over the size limit
         up = [m.dest for m in staged_mounts(job) if m.dest.startswith("../")]
         if up and user_program(job, self.python)[0] is None:
@@ -387,14 +385,14 @@ class SshLauncher(NodeAccess, Launcher):
                          "with its own write-only credentials (nothing is copied back here)")
         return lines
 
-    def _stage(self, session: "Session", job: JobSpec, dests: dict[int, list[str]], events: Any) -> None:
+    def _stage(self, session: Session, job: JobSpec, dests: dict[int, list[str]], events: RunEvents) -> None:
         """Local folders (--data, --resume) through the cache (stage.py), URLs pulled by the nodes
         (objects.py); one `stage` record per node with both (`fetched_bytes`: what the node read
         from object storage)."""
         mounts = staged_mounts(job)
         remote = [i for i, m in enumerate(mounts) if objects.is_url(m.src)]
         local = [i for i in range(len(mounts)) if i not in remote]
-        recs: dict[int, dict[str, Any]] = {r: {"kind": "stage", "files": 0, "bytes": 0, "sent_bytes": 0,
+        recs: dict[int, JsonObject] = {r: {"kind": "stage", "files": 0, "bytes": 0, "sent_bytes": 0,
                                                "sent_files": 0, "seconds": 0.0} for r in dests}
         if local:
             for rank, rec in stage(session, job, {r: [d[i] for i in local] for r, d in dests.items()},
@@ -424,7 +422,7 @@ class SshLauncher(NodeAccess, Launcher):
             raise ConfigError(f"remote run directory {self.remote_dir!r} is not allowed: an absolute path or ~/...")
         return base
 
-    def _free_rdzv_port(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents) -> JobSpec:
+    def _free_rdzv_port(self, session: Session, cluster: Cluster, job: JobSpec, events: RunEvents) -> JobSpec:
         """The rendezvous port on the head, checked before torchrun starts: when another process
         holds it (a second run on the same hosts), a free port nearby is used and said; when
         none is free, LaunchError naming the port and its holder."""
@@ -438,7 +436,7 @@ class SshLauncher(NodeAccess, Launcher):
         events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
         return dataclasses.replace(job, rdzv_port=alt)
 
-    def _run(self, session: "Session", cluster: Any, job: JobSpec, events: RunEvents, log_dir: Path,
+    def _run(self, session: Session, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path,
              dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
         nodes = cluster.nodes
         user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv

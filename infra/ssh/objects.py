@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gpucluster.errors import LaunchError
+from gpucluster.states import JsonObject
+from gpucluster.watch.launch import JobSpec
 
-from .session import node_label
+from .session import Session, node_label
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Node
+    from gpucluster.watch.outputs import NodeOutputs
 
 TRANSFER_TIMEOUT_S = 6 * 3600  # one node's pull or push of every object
 
@@ -23,7 +29,7 @@ def is_url(text: str | None) -> bool:
     return bool(text) and "://" in str(text)
 
 
-def _answer(out: bytes) -> dict[str, Any]:
+def _answer(out: bytes) -> JsonObject:
     lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         return json.loads(lines[-1]) if lines else {}
@@ -36,14 +42,14 @@ def _why(err: bytes, rc: int) -> str:
     return lines[-1][-400:] if lines else f"exit code {rc}"
 
 
-def pull(session: Any, job: Any, pairs: dict[int, Sequence[tuple[str, str]]]) -> dict[int, dict[str, Any]]:
+def pull(session: Session, job: JobSpec, pairs: dict[int, Sequence[tuple[str, str]]]) -> dict[int, JsonObject]:
     """Every node pulls its (URL, absolute DEST) pairs, nodes in parallel. {rank: {files, bytes,
     seconds, tool}}; LaunchError naming each node that failed."""
     objects = session.launcher.objects
     if objects is None:
         raise LaunchError("this backend's nodes cannot read object storage (no --data URL is allowed here)")
 
-    def one(node: Any) -> tuple[dict[str, Any], None]:
+    def one(node: Node) -> tuple[JsonObject, None]:
         start, files, nbytes, tools = time.monotonic(), 0, 0, set()
         for url, dest in pairs[node.rank]:
             cp = session.run(node, objects.script(session.launcher.python, "pull", url, dest),
@@ -57,18 +63,19 @@ def pull(session: Any, job: Any, pairs: dict[int, Sequence[tuple[str, str]]]) ->
         return {"files": files, "bytes": nbytes, "seconds": round(time.monotonic() - start, 3),
                 "tool": ",".join(sorted(tools))}, None
 
-    results, errors = {}, []
+    results: dict[int, JsonObject] = {}
+    errors: list[str] = []
     for node, (res, err) in zip(session.nodes, session.each(one)):
         if err is not None:
             errors.append(err)
-        else:
+        elif res is not None:
             results[node.rank] = res
     if errors:
         raise LaunchError("; ".join(errors))
     return results
 
 
-def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_id: str) -> list:
+def push(session: Session, todo: set[int], out_dirs: dict[int, str], url: str, run_id: str) -> list[NodeOutputs]:
     """Every node in `todo` uploads its output folder to URL/RUN_ID/node-N/. One
     `gpucluster.watch.outputs.NodeOutputs` per node: complete, partial (which files failed) or failed."""
     from gpucluster.watch.outputs import FAILED, NodeOutputs, pushed
@@ -76,7 +83,7 @@ def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_i
     objects = session.launcher.objects
     base = url.rstrip("/")
 
-    def one(node: Any) -> tuple[Any, None]:
+    def one(node: Node) -> tuple[NodeOutputs | None, None]:
         where = f"{base}/{run_id}/node-{node.rank}"
         who = f"node {node.rank} ({node_label(node)})"
         if objects is None:
@@ -88,7 +95,7 @@ def push(session: Any, todo: set[int], out_dirs: dict[int, str], url: str, run_i
         return pushed(node.rank, where, who, cp.returncode, _answer(cp.stdout), _why(cp.stderr, cp.returncode),
                       took), None
 
-    results = []
+    results: list[NodeOutputs] = []
     for node, (res, err) in zip(session.nodes, session.each(lambda n: one(n) if n.rank in todo else (None, None))):
         if node.rank not in todo:
             continue

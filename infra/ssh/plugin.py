@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from gpucluster.domain import Check, Provider
 from gpucluster.errors import UsageError
@@ -17,8 +17,16 @@ from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE
 from .provider import SshProvider, parse_hosts, validate_spec
 
 
+class _Given(TypedDict, total=False):
+    """The launcher settings given (`SshLauncher`'s keywords of the same names)."""
+
+    identity: str
+    known_hosts: str
+    python: str
+
+
 def make(options: LaunchOptions) -> tuple[SshProvider, HeldSshLauncher]:
-    kw: dict[str, Any] = {}  # only what is given: the launcher's own defaults otherwise
+    kw: _Given = {}  # only what is given: the launcher's own defaults otherwise
     if options.identity:
         kw["identity"] = options.identity
     if options.known_hosts:

@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import SpecError, not_allowed
 
 from gpucluster.domain import Check, Cluster, ClusterStatus, Node, Provider, ProvisionEvents
+
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
+
+    from .launch import SshLauncher
 
 HOST_FORMAT = "[user@]host[:port], e.g. ubuntu@10.0.0.5 or ubuntu@gpu1.example.com:2222"
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
@@ -109,7 +114,7 @@ def _is_hostname(text: str) -> bool:
     return all(_LABEL_RE.match(label) for label in text.rstrip(".").split("."))
 
 
-def nodes_from_spec(spec: Any) -> tuple[Node, ...]:
+def nodes_from_spec(spec: ClusterSpec) -> tuple[Node, ...]:
     """Validate the spec's hosts (and `private_ips` option) and build the nodes, head first."""
     hosts = tuple(spec.hosts or ())
     if not hosts:
@@ -140,12 +145,14 @@ def nodes_from_spec(spec: Any) -> tuple[Node, ...]:
     )
 
 
-def validate_spec(spec: Any) -> list[str]:
+def validate_spec(spec: ClusterSpec) -> list[str]:
     """The ssh backend's spec checks (called by `gpucluster.spec.validate`); returns warnings."""
     nodes_from_spec(spec)
     warnings = []
-    for key in ("region", "zone", "instance_type", "accelerator"):
-        if getattr(spec, key, None):
+    ignored = (("region", spec.region), ("zone", spec.zone), ("instance_type", spec.instance_type),
+               ("accelerator", spec.accelerator))
+    for key, value in ignored:
+        if value:
             warnings.append(f"{key} is ignored by the ssh backend (the machines already exist)")
     if spec.spot:
         warnings.append("spot is ignored by the ssh backend (the machines already exist)")
@@ -171,7 +178,7 @@ class SshProvider(Provider):
     cloud = "ssh"
 
     def __init__(self, identity: str | None = None, known_hosts: str | None = None, ssh_options: tuple[str, ...] = (),
-                 *, launcher: Any = None):
+                 *, launcher: SshLauncher | None = None):
         self.identity = identity
         self.known_hosts = known_hosts
         self.ssh_options = tuple(ssh_options)
@@ -179,7 +186,7 @@ class SshProvider(Provider):
         self._clusters: dict[str, Cluster] = {}
         self._owners: dict[str, str | None] = {}  # cluster -> the owner id its spec carries (marks)
 
-    def up(self, spec: Any, events: ProvisionEvents) -> Cluster:
+    def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         nodes = nodes_from_spec(spec)
         cluster = Cluster(
             name=spec.name,
@@ -189,7 +196,7 @@ class SshProvider(Provider):
             outputs={"hosts": [format_host(n.user, n.host, n.port) for n in nodes]},
         )
         self._clusters[spec.name] = cluster
-        self._owners[spec.name] = dict(getattr(spec, "marks", ()) or ()).get("gpucluster-owner")
+        self._owners[spec.name] = dict(spec.marks).get("gpucluster-owner")
         events.message(f"ssh cluster {spec.name}: {len(nodes)} existing host(s), head {cluster.outputs['hosts'][0]}")
         return cluster
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.events import RunEvents
 from gpucluster.watch.launch import JobResult, JobSpec
 
-from .session import node_label
+from .health import free_port
+from .session import Session, SshSettings, node_label
 
 if TYPE_CHECKING:
-    from .launch import SshLauncher
-    from .session import Session
+    from gpucluster.domain import Cluster
 
 _TAKEN = re.compile(r"EADDRINUSE|[Aa]ddress already in use|errno:? 98\b")
 RETRY_STEP = 3  # the new port's search starts above the check's store port (rdzv + 1) and recovery's (rdzv + 2)
@@ -42,12 +42,10 @@ def port_taken(result: JobResult) -> bool:
     return head is not None and any(_TAKEN.search(line) for line in head.last_lines)
 
 
-def once_more(launcher: "SshLauncher", session: "Session", cluster: Any, job: JobSpec, events: RunEvents,
+def once_more(launcher: SshSettings, session: Session, cluster: Cluster, job: JobSpec, events: RunEvents,
               dirs: dict[int, str], run: Callable[[JobSpec], JobResult], tool_files: tuple[str, ...]) -> JobResult:
     """`run(job)`; when the head's torchrun could not bind the rendezvous port, once more on a port
     found free again (the nodes' `cancelled`, `pgid` and setup marks of the first try removed)."""
-    from .health import free_port
-
     result = run(job)
     if not port_taken(result):
         return result

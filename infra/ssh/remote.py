@@ -4,8 +4,11 @@ tools), `PROCS_PY` lists or kills the processes of a run on the node. Only the s
 used on the node. `RESOLVE_PYTHON`: the shell words that make --remote-python absolute there.
 `gpu_row`: one GPU line of what READY_PY reports, read here."""
 
+from __future__ import annotations
+
 from pathlib import Path
-from typing import Any
+
+from gpucluster.states import JsonObject
 
 
 def _program(name: str) -> str:
@@ -23,6 +26,10 @@ READY_PY = _program("node_ready.py")
 # argv: mode (list|kill) run_id node_rank|"" pgid_file|"" grace_seconds
 PROCS_PY = _program("node_procs.py")
 
+# Run on the head by `python3 -c`: is the rendezvous port free, else the nearest free one above it and
+# who holds it (health.free_port).
+PORT_PY = _program("node_port.py")
+
 # --remote-python as every rank and --setup command see it: GPUCLUSTER_PYTHON an absolute path on
 # the node (a bare name is looked up on the node's own PATH, as the node's shell would run it; a
 # symlink is not followed, so a virtualenv's python stays that virtualenv's), its folder first on
@@ -34,10 +41,10 @@ RESOLVE_PYTHON = ('{ case "$GPUCLUSTER_PYTHON" in /*) p=$GPUCLUSTER_PYTHON;; */*
                   'export GPUCLUSTER_PYTHON="$p" PATH="${p%/*}:$PATH" && ')
 
 
-def gpu_row(line: str) -> dict[str, Any]:
+def gpu_row(line: str) -> JsonObject:
     """One `nvidia-smi --query-gpu=name,utilization.gpu,memory.used,memory.total` csv row."""
     name, *rest = [f.strip() for f in line.rsplit(",", 3)] if line.count(",") >= 3 else [line.strip()]
-    row: dict[str, Any] = {"name": name}
+    row: JsonObject = {"name": name}
     for key, value in zip(("util", "mem_used_mib", "mem_total_mib"), rest):
         try:
             row[key] = float(value)

@@ -6,6 +6,7 @@ processes, remove run folders). Every remote command is a POSIX `sh -c` script b
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -18,20 +19,58 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
 from gpucluster.errors import ConfigError, LaunchError, MissingDependency
 from gpucluster.events import RunEvents
+from gpucluster.states import JsonMapping, JsonObject
 from gpucluster.watch.procs import piped
 
 if TYPE_CHECKING:
-    from .launch import SshLauncher
+    from gpucluster.domain import Cluster, Leftover, Node
+    from gpucluster.watch.outputs import NodeOutputs
 
 from .remote import NO_PYTHON_RC, PROCS_PY, READY_MARK, READY_PY, gpu_row  # gpu_row: part of this module's API
 
 NO_OUTPUT_RC = 3  # collect: the node has no output folder
 OWNER_FILE = ".gpucluster-owner"  # in each node's run folder: the installation id of the home that made it
 NOT_OURS_RC = 4  # a run folder another owner marked: left alone
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class NodeObjects(Protocol):
+    """What the nodes run to pull `--data` URLs and push outputs (`infra.aws.s3.NodeTransfer`,
+    `infra.gcp.gcs`): `script(python, "pull", URL, DEST)` / `script(python, "push", SRC, URL)`."""
+
+    def script(self, python: str, mode: str, a: str, b: str) -> str: ...
+
+
+class SshSettings(Protocol):
+    """What the connection layer reads of its launcher (`launch.SshLauncher`): how the nodes are
+    reached and what runs there. A Protocol, so that this module (and those beside it) import
+    nothing of the launcher above them."""
+
+    @property
+    def ssh(self) -> str: ...
+    @property
+    def connect_timeout(self) -> int: ...
+    @property
+    def known_hosts(self) -> str | None: ...
+    @property
+    def identity(self) -> str | None: ...
+    @property
+    def ssh_options(self) -> tuple[str, ...]: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def grace(self) -> float: ...
+    @property
+    def data_cache(self) -> str: ...
+    @property
+    def objects(self) -> NodeObjects | None: ...
+    @property
+    def diagnose(self) -> Callable[[Cluster, Node], str | None] | None: ...
 
 
 def owner_guard(folder: str, owner: str | None) -> str:
@@ -45,13 +84,13 @@ def owner_guard(folder: str, owner: str | None) -> str:
             f"echo {shlex.quote(folder)}\" belongs to owner $(cat {mark}): left alone\" >&2; exit {NOT_OURS_RC}; fi; ")
 
 
-def node_label(node: Any) -> str:
+def node_label(node: Node) -> str:
     """`user@host[:port]` of a node, as people type it."""
     host = f"[{node.host}]" if ":" in node.host and node.port != 22 else node.host
     return f"{node.user + '@' if node.user else ''}{host}{'' if node.port == 22 else f':{node.port}'}"
 
 
-def known_hosts_name(node: Any) -> str:
+def known_hosts_name(node: Node) -> str:
     return node.host if node.port == 22 else f"[{node.host}]:{node.port}"
 
 
@@ -69,7 +108,7 @@ class NodeReadiness:
     home: str | None = None
     python: str | None = None
     torch: str | None = None
-    gpu_state: list[dict[str, Any]] = field(default_factory=list)  # name, util %, mem_used/total MiB
+    gpu_state: list[JsonObject] = field(default_factory=list)  # name, util %, mem_used/total MiB
 
     @property
     def gpus(self) -> int:
@@ -84,7 +123,7 @@ class NodeReadiness:
 class Session:
     """Per-launch ssh state: a private temp dir (control sockets, known_hosts, key), masters."""
 
-    def __init__(self, launcher: SshLauncher, cluster: Any):
+    def __init__(self, launcher: SshSettings, cluster: Cluster):
         self.launcher = launcher
         self.cluster = cluster
         self.nodes = tuple(cluster.nodes)
@@ -104,7 +143,7 @@ class Session:
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _options(self) -> list[str]:
@@ -137,7 +176,7 @@ class Session:
             identity = os.path.abspath(os.path.expanduser(identity))
             if not os.path.isfile(identity):
                 raise ConfigError(f"ssh identity file {L.identity!r} does not exist")
-        elif getattr(self.cluster, "ssh_private_key", None):
+        elif self.cluster.ssh_private_key:
             fd, identity = tempfile.mkstemp(dir=self.tmp, prefix="id-")
             with os.fdopen(fd, "w") as f:
                 f.write(self.cluster.ssh_private_key.rstrip("\n") + "\n")
@@ -148,22 +187,27 @@ class Session:
             out += ["-o", o]
         return out
 
-    def argv(self, node: Any, remote: str | None, *extra: str) -> list[str]:
+    def argv(self, node: Node, remote: str | None, *extra: str) -> list[str]:
         dest = f"{node.user}@{node.host}" if node.user else node.host
         argv = [self.launcher.ssh, *self.base_opts, "-p", str(node.port), *extra, "--", dest]
         return argv + ([remote] if remote is not None else [])
 
-    def each(self, fn: Callable[[Any], Any]) -> list[Any]:
+    def each(self, fn: Callable[[Node], tuple[T, str | None]]) -> list[tuple[T | None, str | None]]:
         """fn(node) on every node in parallel; results in node order. Exceptions become (None, msg)."""
-        def safe(node: Any) -> Any:
+        def safe(node: Node) -> tuple[T | None, str | None]:
             try:
                 return fn(node)
             except LaunchError as exc:
                 return None, str(exc)
-        with ThreadPoolExecutor(max_workers=min(16, len(self.nodes)) or 1) as pool:
-            return list(pool.map(safe, self.nodes))
+        return self.map(safe)
 
-    def run(self, node: Any, script: str, *, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    def map(self, fn: Callable[[Node], R]) -> list[R]:
+        """fn(node) on every node in parallel; results in node order."""
+        with ThreadPoolExecutor(max_workers=min(16, len(self.nodes)) or 1) as pool:
+            return list(pool.map(fn, self.nodes))
+
+    def run(self, node: Node, script: str, *, stdin: bytes | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         """Run `sh -c script` on a node; LaunchError naming the node when ssh itself fails."""
         argv = self.argv(node, sh(script), "-o", "ControlMaster=no", "-T")
         try:
@@ -176,7 +220,7 @@ class Session:
             raise LaunchError(self.explain(node, cp.stderr.decode("utf-8", "replace")))
         return cp
 
-    def explain(self, node: Any, stderr: str) -> str:
+    def explain(self, node: Node, stderr: str) -> str:
         """A one-line reason for an ssh connection failure, naming the node."""
         who = f"node {node.rank} ({node_label(node)})"
         low = stderr.lower()
@@ -199,78 +243,12 @@ class Session:
         the driver/GPU/torch check) exists: retry each node with exponential backoff, progress on
         the status line. LaunchError naming each node that was not ready by `timeout` seconds,
         with what was last seen (and the launcher's `diagnose` text), or at once when a marker
-        says ok=false."""
-        start = time.monotonic()
-        deadline = start + timeout
-        last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
-        done: dict[int, dict[str, Any]] = {}
-        delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
-        due: dict[int, float] = {n.rank: start for n in self.nodes}
+        says ok=false. The wait is a state machine (`ReadyWait`)."""
         if not re.match(r"^/[A-Za-z0-9._/-]+$", ready_file):
             raise LaunchError(f"ready file {ready_file!r} from the stack outputs is not a plain absolute path")
+        ReadyWait(self, ready_file, timeout, events, first_delay, max_delay).run()
 
-        def poll(node: Any) -> tuple[Any, None]:
-            try:
-                # GPUCLUSTER_STATE_DIR: the same override the user-data scripts honour (tests)
-                cp = self.run(node, 'f=${GPUCLUSTER_STATE_DIR:+$GPUCLUSTER_STATE_DIR/ready}; '
-                                    f'cat "${{f:-{ready_file}}}" 2>/dev/null || exit 3', timeout=30)
-            except LaunchError as exc:
-                text = str(exc)
-                last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
-                return None, None
-            if cp.returncode == 3:
-                last[node.rank] = f"sshd answers; {ready_file} not written yet (user data still running)"
-                return None, None
-            try:
-                marker = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                last[node.rank] = f"{ready_file} is unreadable"
-                return None, None
-            done[node.rank] = marker
-            return None, None
-
-        while True:
-            now = time.monotonic()
-            todo = [n for n in self.nodes if n.rank not in done and due[n.rank] <= now]
-            if todo:
-                with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                    list(pool.map(poll, todo))
-                now = time.monotonic()
-                for n in todo:
-                    if n.rank not in done:
-                        due[n.rank] = now + delay[n.rank]
-                        delay[n.rank] = min(max_delay, delay[n.rank] * 2)
-            failed = {r: m for r, m in done.items() if not m.get("ok")}
-            if failed:
-                raise LaunchError("; ".join(
-                    f"node {r} ({node_label(self.nodes[r])}) is not ready: its check says "
-                    f"{m.get('gpus')} of {m.get('expected_gpus')} GPU(s), torch {m.get('torch') or 'missing'}"
-                    + (f", error: {m['error']}" if m.get("error") else "")
-                    for r, m in sorted(failed.items())))
-            if len(done) == len(self.nodes):
-                events.progress(f"all {len(done)} node(s) ready after {time.monotonic() - start:.0f} s")
-                return
-            waiting = [n for n in self.nodes if n.rank not in done]
-            events.progress(f"waiting for nodes: {len(done)}/{len(self.nodes)} ready, {time.monotonic() - start:.0f} s; "
-                            f"node {waiting[0].rank}: {last[waiting[0].rank]}")
-            if time.monotonic() >= deadline:
-                parts = []
-                for n in waiting:
-                    part = (f"node {n.rank} ({node_label(n)}, {getattr(n, 'instance_id', None) or 'no id'}) "
-                            f"not ready after {timeout:g} s; last seen: {last[n.rank]}")
-                    if self.launcher.diagnose is not None:
-                        try:
-                            extra = self.launcher.diagnose(self.cluster, n)
-                        except Exception as exc:  # noqa: BLE001 - help text only
-                            extra = f"(console output unavailable: {exc})"
-                        if extra:
-                            part += f"; {extra}"
-                    parts.append(part)
-                raise LaunchError("; ".join(parts))
-            next_due = min(due[n.rank] for n in waiting)
-            time.sleep(max(0.05, min(next_due, deadline) - time.monotonic()))
-
-    def open_master(self, node: Any) -> None:
+    def open_master(self, node: Node) -> None:
         argv = self.argv(node, None, "-o", "ControlMaster=yes", "-o", "ControlPersist=300", "-N", "-f")
         with tempfile.TemporaryFile() as err:
             try:
@@ -286,7 +264,7 @@ class Session:
         py = shlex.quote(self.launcher.python)
         check = f"command -v {py} >/dev/null 2>&1 || exit {NO_PYTHON_RC}; exec {py} - {int(gpus_expected or 0)}"
 
-        def one(node: Any) -> NodeReadiness:
+        def one(node: Node) -> NodeReadiness:
             r = NodeReadiness(node.rank, node_label(node), ok=False)
             try:
                 self.open_master(node)
@@ -323,7 +301,7 @@ class Session:
             r.ok = not r.problems
             return r
 
-        results = self.each(one)
+        results = self.map(one)  # `one` answers for every node (a LaunchError is its problem)
         bad = [r for r in results if not r.ok]
         if bad and raise_on_problem:
             detail = "; ".join(f"node {r.rank} ({r.label}): {', '.join(r.problems)}" for r in bad)
@@ -341,7 +319,7 @@ class Session:
         """Unpack the bundle into each node's run folder, marked with `owner` (OWNER_FILE); `make`: a
         folder per node to create too (the output folder, so that it exists from here on, before
         anything runs). A folder already there that another owner marked is left alone (refused)."""
-        def one(node: Any) -> tuple[Any, str | None]:
+        def one(node: Node) -> tuple[None, str | None]:
             d = shlex.quote(dirs[node.rank])
             extra = f" && mkdir -p {shlex.quote(make[node.rank])}" if make and node.rank in make else ""
             mark = f" && printf '%s\\n' {shlex.quote(owner)} > {d}/{OWNER_FILE}" if owner else ""
@@ -356,7 +334,7 @@ class Session:
         if errors:
             raise LaunchError("; ".join(errors))
 
-    def touch(self, node: Any, path: str) -> tuple[None, str | None]:
+    def touch(self, node: Node, path: str) -> tuple[None, str | None]:
         """(None, problem or None): create an empty file on a node."""
         try:
             cp = self.run(node, f"touch {shlex.quote(path)}", timeout=30)
@@ -367,7 +345,7 @@ class Session:
                 "utf-8", "replace").strip()[-200:]
         return None, None
 
-    def receive_tar(self, node: Any, script: str, dest: Path) -> tuple[dict[str, Any], str | None, int, str]:
+    def receive_tar(self, node: Node, script: str, dest: Path) -> tuple[JsonObject, str | None, int, str]:
         """Run `script` on the node over this session's master connection and unpack the tar it
         writes to stdout into `dest` (`gpucluster.watch.outputs.extract_stream`: regular files and
         folders only). (tally {files, bytes, refused}, why the stream broke or None, the remote
@@ -375,7 +353,7 @@ class Session:
         from gpucluster.ledger.node_output import grow_pipe
         from gpucluster.watch.outputs import extract_stream
 
-        tally: dict[str, Any] = {"files": 0, "bytes": 0, "refused": []}
+        tally: JsonObject = {"files": 0, "bytes": 0, "refused": []}
         broken = None
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(self.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
@@ -401,7 +379,7 @@ class Session:
             stderr = err.read().decode("utf-8", "replace")
         return tally, broken, rc, stderr
 
-    def copy_outputs(self, node: Any, remote: str, dest: Path) -> Any:
+    def copy_outputs(self, node: Node, remote: str, dest: Path) -> NodeOutputs:
         """Stream `remote` (a folder on the node) into `dest` here: `tar -cf - .` over this
         session's master connection, unpacked by `gpucluster.watch.outputs.extract_stream`. Returns a
         `NodeOutputs` with the verdict: complete (tar and the unpacking both finished, nothing
@@ -435,7 +413,7 @@ class Session:
             out.detail = f"{who}: " + "; ".join(m.split(": ", 1)[1] if m.startswith(who) else m for m in missing)
         return out
 
-    def procs(self, node: Any, mode: str, run_id: str, rank: str, pgid_file: str,
+    def procs(self, node: Node, mode: str, run_id: str, rank: str, pgid_file: str,
               grace: float, owner: str | None = None, inner: float = 0.0) -> tuple[dict[str, str], None]:
         """({pid: command line}, None): the run's processes on the node ("list"), or those that
         survived SIGKILL ("kill"); with `owner`, only those it started (by run id AND owner, see
@@ -473,11 +451,9 @@ class Session:
     def remove_dirs(self, dirs: dict[int, str], owner: str | None = None) -> set[int]:
         """Remove the run folders (never one another owner marked); the ranks where that was done
         (or there was none)."""
-        def one(node: Any) -> tuple[bool, None]:
+        def one(node: Node) -> tuple[bool, None]:
             d = dirs.get(node.rank)
             if d:
-                from .runfolder import remove_run_folder
-
                 cp = self.run(node, f"{owner_guard(d, owner)}rm -rf {shlex.quote(d)} && {remove_run_folder(d, owner)}",
                               timeout=60)
                 return cp.returncode == 0, None
@@ -497,3 +473,173 @@ class Session:
                 pass
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp = ""
+
+
+@dataclass
+class HeldRun:
+    """A run's connections and node folders, kept from the end of `SshLauncher.launch` to its
+    `collect_outputs` (and `workdir_copy.push_workdirs`)."""
+
+    session: Session
+    dirs: dict[int, str]
+    out_dirs: dict[int, str]
+    cluster: Cluster
+    events: RunEvents
+    cwds: dict[int, str] = field(default_factory=dict)  # the job's working folder per node
+
+
+# -- waiting for the nodes' ready markers ------------------------------------------------------
+class WaitState(enum.Enum):
+    """The states of `ReadyWait`: poll the nodes that are due, judge what is known, then sleep
+    until the next is due (or fail: a marker says ok=false, or the deadline passed)."""
+
+    POLL = "poll"
+    JUDGE = "judge"
+    TIMED_OUT = "timed out"
+    SLEEP = "sleep"
+    READY = "ready"
+
+
+class ReadyWait:
+    """`Session.wait_ready`'s wait, as a state machine: one step method per state, each returning
+    the next state; `run` only dispatches until READY (or a step raises LaunchError)."""
+
+    def __init__(self, session: Session, ready_file: str, timeout: float, events: RunEvents,
+                 first_delay: float, max_delay: float) -> None:
+        self.session, self.ready_file, self.timeout, self.events = session, ready_file, timeout, events
+        self.max_delay = max_delay
+        self.nodes = session.nodes
+        self.start = time.monotonic()
+        self.deadline = self.start + timeout
+        self.last: dict[int, str] = {n.rank: "not tried yet" for n in self.nodes}
+        self.done: dict[int, JsonObject] = {}
+        self.delay: dict[int, float] = {n.rank: first_delay for n in self.nodes}
+        self.due: dict[int, float] = {n.rank: self.start for n in self.nodes}
+
+    def run(self) -> None:
+        steps: dict[WaitState, Callable[[], WaitState]] = {
+            WaitState.POLL: self.poll, WaitState.JUDGE: self.judge,
+            WaitState.TIMED_OUT: self.timed_out, WaitState.SLEEP: self.sleep}
+        state = WaitState.POLL
+        while state is not WaitState.READY:
+            state = steps[state]()
+
+    def waiting(self) -> list[Node]:
+        return [n for n in self.nodes if n.rank not in self.done]
+
+    def poll_one(self, node: Node) -> None:
+        """One node's ready marker: read into `done`, or what was seen into `last`."""
+        ready_file = self.ready_file
+        try:
+            # GPUCLUSTER_STATE_DIR: the same override the user-data scripts honour (tests)
+            cp = self.session.run(node, 'f=${GPUCLUSTER_STATE_DIR:+$GPUCLUSTER_STATE_DIR/ready}; '
+                                        f'cat "${{f:-{ready_file}}}" 2>/dev/null || exit 3', timeout=30)
+        except LaunchError as exc:
+            text = str(exc)
+            self.last[node.rank] = text.split(": ", 1)[1] if text.startswith("node ") else text
+            return
+        if cp.returncode == 3:
+            self.last[node.rank] = f"sshd answers; {ready_file} not written yet (user data still running)"
+            return
+        try:
+            marker = json.loads(cp.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.last[node.rank] = f"{ready_file} is unreadable"
+            return
+        self.done[node.rank] = marker
+
+    def poll(self) -> WaitState:
+        """POLL: every node not ready whose turn has come, in parallel; each still not ready backs off."""
+        now = time.monotonic()
+        todo = [n for n in self.waiting() if self.due[n.rank] <= now]
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                list(pool.map(self.poll_one, todo))
+            now = time.monotonic()
+            for n in todo:
+                if n.rank not in self.done:
+                    self.due[n.rank] = now + self.delay[n.rank]
+                    self.delay[n.rank] = min(self.max_delay, self.delay[n.rank] * 2)
+        return WaitState.JUDGE
+
+    def judge(self) -> WaitState:
+        """JUDGE: a marker with ok=false fails the wait at once; every node ready ends it; else the
+        progress line, then TIMED_OUT past the deadline or SLEEP."""
+        failed = {r: m for r, m in self.done.items() if not m.get("ok")}
+        if failed:
+            raise LaunchError("; ".join(_not_ready(self.nodes[r], m) for r, m in sorted(failed.items())))
+        done, total = len(self.done), len(self.nodes)
+        if done == total:
+            self.events.progress(f"all {done} node(s) ready after {time.monotonic() - self.start:.0f} s")
+            return WaitState.READY
+        first = self.waiting()[0]
+        self.events.progress(f"waiting for nodes: {done}/{total} ready, {time.monotonic() - self.start:.0f} s; "
+                             f"node {first.rank}: {self.last[first.rank]}")
+        return WaitState.TIMED_OUT if time.monotonic() >= self.deadline else WaitState.SLEEP
+
+    def timed_out(self) -> WaitState:
+        """TIMED_OUT: LaunchError naming every node not ready, with what was last seen."""
+        raise LaunchError("; ".join(self.late(n) for n in self.waiting()))
+
+    def late(self, n: Node) -> str:
+        part = (f"node {n.rank} ({node_label(n)}, {n.instance_id or 'no id'}) "
+                f"not ready after {self.timeout:g} s; last seen: {self.last[n.rank]}")
+        diagnose = self.session.launcher.diagnose
+        if diagnose is not None:
+            try:
+                extra = diagnose(self.session.cluster, n)
+            except Exception as exc:  # noqa: BLE001 - help text only
+                extra = f"(console output unavailable: {exc})"
+            if extra:
+                part += f"; {extra}"
+        return part
+
+    def sleep(self) -> WaitState:
+        """SLEEP: until the next node is due (or the deadline), then POLL."""
+        next_due = min(self.due[n.rank] for n in self.waiting())
+        time.sleep(max(0.05, min(next_due, self.deadline) - time.monotonic()))
+        return WaitState.POLL
+
+
+def _not_ready(node: Node, m: JsonMapping) -> str:
+    """A node whose ready marker says ok=false, with what its check found."""
+    return (f"node {node.rank} ({node_label(node)}) is not ready: its check says "
+            f"{m.get('gpus')} of {m.get('expected_gpus')} GPU(s), torch {m.get('torch') or 'missing'}"
+            + (f", error: {m['error']}" if m.get("error") else ""))
+
+
+# -- a run's folder on each host ----------------------------------------------------------------
+# (`~/.gpucluster/runs/RUN`, holding the node folders): removed as a whole at teardown (what a
+# --setup or the job wrote beside the node folders, e.g. Lightning's `<script dir>/../../Datasets`,
+# is the run's too), and looked for by the teardown check (issue 46 item 7).
+def remove_run_folder(node_dir: str, owner: str | None) -> str:
+    """Shell text that removes the run folder holding `node_dir` (RUN/node-N) as a whole: what a
+    --setup or the job wrote beside the node folders (`../../Datasets`) is the run's too. Left when
+    another owner's node folder is in it."""
+    if not os.path.basename(node_dir.rstrip("/")).startswith("node-"):
+        return "true"
+    parent = os.path.dirname(node_dir.rstrip("/"))
+    q = shlex.quote(parent)
+    other = (f"for m in {q}/node-*/{OWNER_FILE}; do [ -f \"$m\" ] && [ \"$(cat \"$m\")\" != {shlex.quote(owner)} ] "
+             "&& exit 0; done; ") if owner else ""
+    return f"{{ {other}rm -rf {q}; true; }}"
+
+
+def folder_left(session: Session, node: Node, folder: str) -> str | None:
+    """`folder` on the node when it still exists ('~/' is the remote home): its path and first
+    names, for the teardown check; None when it is gone."""
+    path = '"$HOME"/' + shlex.quote(folder[2:]) if folder.startswith("~/") else shlex.quote(folder)
+    cp = session.run(node, f"d={path}; if [ -e \"$d\" ] || [ -L \"$d\" ]; then echo \"$d\"; "
+                        "ls -A \"$d\" 2>/dev/null | head -4; fi", timeout=30)
+    if cp.returncode != 0:
+        raise LaunchError(f"node {node.rank} ({node_label(node)}): could not look for {folder}: "
+                          + cp.stderr.decode("utf-8", "replace").strip()[-200:])
+    lines = cp.stdout.decode("utf-8", "replace").splitlines()
+    return f"{lines[0]} (holds {', '.join(lines[1:]) or 'nothing'})" if lines else None
+
+
+def folder_leftover(node: Node, left: str) -> Leftover:
+    """A run folder still on a host (`folder_left`'s answer), as a teardown leftover."""
+    from gpucluster.domain import Leftover
+
+    return Leftover("folder", f"{node_label(node)}:{left.split(' (holds ')[0]}", detail=left)

@@ -26,13 +26,19 @@ import subprocess
 import tarfile
 import threading
 import time
-from typing import Any, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Sequence
 
 from gpucluster.errors import LaunchError
+from gpucluster.events import RunEvents
+from gpucluster.states import JsonObject
+from gpucluster.watch.launch import JobSpec
 from gpucluster.watch.procs import piped
 from gpucluster.watch.staging import STAGE_KIND, STAGE_PY, DataMount, manifest, staged_mounts
 
-from .session import node_label, sh
+from .session import Session, node_label, sh
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Node
 
 
 CACHE_DIR = "~/.cache/gpucluster/data"
@@ -42,7 +48,7 @@ CACHE_DIR = "~/.cache/gpucluster/data"
 class _Counter:
     """A write-only file object that counts what passes through it."""
 
-    def __init__(self, raw: Any):
+    def __init__(self, raw: IO[bytes]):
         self.raw, self.count = raw, 0
 
     def write(self, data: bytes) -> int:
@@ -54,29 +60,26 @@ class _Counter:
         self.raw.flush()
 
 
-def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit: bool = True,
-          mounts: Sequence[DataMount] | None = None) -> dict[int, dict[str, Any]]:
+def stage(session: Session, job: JobSpec, dests: dict[int, list[str]], events: RunEvents, emit: bool = True,
+          mounts: Sequence[DataMount] | None = None) -> dict[int, JsonObject]:
     """Stage local folders to every node: `mounts` (default: `job.data`, then `job.resume`), and
     `dests[rank]` the absolute DEST of each mount there. Returns {rank: stage record} (also sent to
     `events.on_metric` when `emit`); LaunchError naming each node that failed."""
     mounts = staged_mounts(job) if mounts is None else mounts
     files = [manifest(m.src) for m in mounts]
-    by_hash: dict[str, tuple[str, int]] = {}
-    for m, fs in zip(mounts, files):
-        for f in fs:
-            by_hash.setdefault(f["sha256"], (f"{m.src}/{f['path']}", f["size"]))
+    by_hash = _by_hash(mounts, files)
     total = sum(f["size"] for fs in files for f in fs)
     nfiles = sum(len(fs) for fs in files)
     py = shlex.quote(session.launcher.python)
     cache = shlex.quote(session.launcher.data_cache)
     env = f"GPUCLUSTER_RUN_ID={shlex.quote(job.run_id)}" + (
         f" GPUCLUSTER_OWNER={shlex.quote(job.owner)}" if job.owner else "")  # matched by run id AND owner
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     lock = threading.Lock()
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, JsonObject] = {}
     errors: dict[int, str] = {}
 
-    def one(node: Any) -> None:
+    def one(node: Node) -> None:
         label = f"node {node.rank} ({node_label(node)})"
         start = time.monotonic()
         want = json.dumps(sorted([h, s] for h, (_, s) in by_hash.items())).encode()
@@ -113,7 +116,7 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
                               "sent_files": len(missing), "seconds": round(time.monotonic() - start, 3),
                               **json.loads(out.decode().strip().splitlines()[-1])}
 
-    def safe(node: Any) -> None:
+    def safe(node: Node) -> None:
         try:
             one(node)
         except LaunchError as exc:
@@ -121,7 +124,28 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
         except Exception as exc:  # noqa: BLE001 - reported by node
             errors[node.rank] = f"node {node.rank}: staging the data failed: {type(exc).__name__}: {exc}"
 
-    threads = [threading.Thread(target=safe, args=(n,), daemon=True) for n in session.nodes]
+    _each_node(session.nodes, safe, procs, lock)
+    if errors:
+        raise LaunchError("; ".join(errors[r] for r in sorted(errors)))
+    for rank in sorted(results) if emit else ():
+        events.on_metric(rank, results[rank])
+    return results
+
+
+def _by_hash(mounts: Sequence[DataMount], files: list[list[JsonObject]]) -> dict[str, tuple[str, int]]:
+    """sha256 -> (a local file with that content, its size): each distinct content once."""
+    by_hash: dict[str, tuple[str, int]] = {}
+    for m, fs in zip(mounts, files):
+        for f in fs:
+            by_hash.setdefault(f["sha256"], (f"{m.src}/{f['path']}", f["size"]))
+    return by_hash
+
+
+def _each_node(nodes: Sequence[Node], safe: Callable[[Node], None], procs: list[subprocess.Popen[bytes]],
+               lock: threading.Lock) -> None:
+    """`safe(node)` on every node, one thread each, joined; interrupted (Ctrl-C included), every
+    copy process is killed before it propagates; every one is waited for on the way out."""
+    threads = [threading.Thread(target=safe, args=(n,), daemon=True) for n in nodes]
     try:
         for t in threads:
             t.start()
@@ -140,14 +164,10 @@ def stage(session: Any, job: Any, dests: dict[int, list[str]], events: Any, emit
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-    if errors:
-        raise LaunchError("; ".join(errors[r] for r in sorted(errors)))
-    for rank in sorted(results) if emit else ():
-        events.on_metric(rank, results[rank])
-    return results
 
 
-def _remote(session: Any, node: Any, script: str, procs: list, lock: threading.Lock) -> subprocess.Popen:
+def _remote(session: Session, node: Node, script: str, procs: list[subprocess.Popen[bytes]],
+            lock: threading.Lock) -> subprocess.Popen[bytes]:
     argv = session.argv(node, sh(script), "-o", "ControlMaster=no", "-T")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

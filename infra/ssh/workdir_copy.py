@@ -8,12 +8,24 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from gpucluster.errors import LaunchError
+from gpucluster.events import RunEvents
+from gpucluster.states import JsonObject
+from gpucluster.watch.launch import JobSpec
+
+from . import objects
+from .session import HeldRun, Session, node_label
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Node
+    from gpucluster.watch.outputs import NodeOutputs
 
 PROGRAM = "workdir.py"  # in each node's run folder, beside reaper.py (ship.bundle)
 
 
-def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: Path) -> tuple[int, int, list[str]]:
+def copy_workdir(session: Session, node: Node, program: str, args: list[str], dest: Path) -> tuple[int, int, list[str]]:
     """What the job wrote in its working folder on the node, streamed into `dest` here: the
     node's Python runs `program` (gpucluster/node/workdir.py, shipped with the job) with `args`;
     its tar stream is unpacked by `gpucluster.watch.outputs.extract_stream` (same rules as the
@@ -24,7 +36,7 @@ def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: P
     tally, broken, rc, stderr = session.receive_tar(node, script, dest)
     problems: list[str] = [broken] if broken else []
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    answer: dict[str, Any] = {}
+    answer: JsonObject = {}
     try:
         answer = json.loads(lines[-1]) if lines else {}
     except ValueError:
@@ -42,22 +54,18 @@ def copy_workdir(session: Any, node: Any, program: str, args: list[str], dest: P
 
 
 
-def push_workdirs(held: Any, job: Any, results: list, *, tool_files: Sequence[str], shipped: str) -> None:
+def push_workdirs(held: HeldRun, job: JobSpec, results: list[NodeOutputs], *, tool_files: Sequence[str], shipped: str) -> None:
     """`--output s3://...`: each node uploads what its job wrote in its working folder (chosen by
     workdir.py, as for a copy home) with its own transfer program; folded into its verdict. `held`:
     the launcher's connections and node folders; `tool_files`: what gpucluster put in a run folder
     (never the job's); `shipped`: the mark the job's own files are newer than."""
-    from gpucluster.errors import LaunchError
     from gpucluster.watch.outputs import WORKDIR_STAGE, add_workdir, workdir_args, workdir_push_script, workdir_pushed
     from gpucluster.watch.outputs import workdir_url
-
-    from . import objects
-    from .session import node_label
 
     transfer = held.session.launcher.objects
     by_rank = {r.node_rank: r for r in results}
 
-    def one(node: Any) -> tuple[Any, None]:
+    def one(node: Node) -> tuple[None, None]:
         res, cwd = by_rank.get(node.rank), held.cwds.get(node.rank)
         if res is None or not cwd or transfer is None:
             return None, None
@@ -81,19 +89,16 @@ def push_workdirs(held: Any, job: Any, results: list, *, tool_files: Sequence[st
     held.session.each(one)
 
 
-def lay_back(session: Any, job: Any, rel: str, dirs: dict[int, str], events: Any) -> None:
+def lay_back(session: Session, job: JobSpec, rel: str, dirs: dict[int, str], events: RunEvents) -> None:
     """--resume: the chosen node's working-folder files, staged under resume/, copied into every
     node's working folder (writable copies, not the cache's read-only links); LaunchError naming
     each node where it failed."""
-    from gpucluster.errors import LaunchError
     from gpucluster.watch.launch import resume_record
     from gpucluster.watch.staging import RESUME_DEST
 
-    from .session import node_label
-
     python = session.launcher.python
 
-    def one(node: Any) -> tuple[Any, str | None]:
+    def one(node: Node) -> tuple[JsonObject | None, str | None]:
         d = dirs[node.rank]
         cp = session.run(node, f"exec {shlex.quote(python)} {shlex.quote(f'{d}/{PROGRAM}')} "
                                f"{shlex.quote(f'{d}/code')} --lay-back "
@@ -108,6 +113,8 @@ def lay_back(session: Any, job: Any, rel: str, dirs: dict[int, str], events: Any
     if errors:
         raise LaunchError("; ".join(errors))
     for node, (got, _) in zip(session.nodes, done):
+        if got is None:  # (each node answered: an error was raised above)
+            continue
         events.on_metric(node.rank, resume_record(job, got["files"], got["bytes"]))
 
 
