@@ -315,8 +315,9 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
     end = _Ending()
+    capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
     try:
-        _launch_and_watch(spec, job, ledger, provider, launcher, rec, log_dir, end)
+        _launch_and_watch(spec, job, ledger, provider, launcher, rec, log_dir, capped, end)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
         # From here on a ledger write that fails (a full or read-only home) is remembered, never
@@ -345,10 +346,9 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
 
 
 def _launch_and_watch(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher,
-                      rec: _Recorder, log_dir: Path, end: _Ending) -> None:
-    """The cluster is made and the job run on it; how it ended goes into `end` (an interrupt, a
-    gpucluster error and a bug in the tool included: the teardown still follows)."""
-    capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
+                      rec: _Recorder, log_dir: Path, capped: ProvisionWatch, end: _Ending) -> None:
+    """The cluster is made (under `capped`) and the job run on it; how it ended goes into `end` (an
+    interrupt, a gpucluster error and a bug in the tool included: the teardown still follows)."""
     try:
         rec.start_phase(Phase.PREPARE)
         rec.start_phase(Phase.PROVISION)
