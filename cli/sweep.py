@@ -154,7 +154,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     result = None
     try:
         with ui:
-            result = run_sweep(plan.spec, plan.job, node_counts, gpn_list, repeat, ledger, (plan.provider, plan.launcher),
+            result = run_sweep(plan.spec, plan.needs_job(), node_counts, gpn_list, repeat, ledger, (plan.provider, plan.needs_launcher()),
                                ui, sweep_id=sweep_id, new_run_id=new_run_id, on_run=_progress(ui), prices=plan.prices,
                                plugin=chosen, workload=plan.workload)
     finally:

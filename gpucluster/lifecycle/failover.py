@@ -11,17 +11,30 @@ Cloud-agnostic: the backends come from the command (`backends`: name -> plugin).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, TypeVar
 
 from gpucluster.errors import GpuclusterError
 from gpucluster.lifecycle.recovery import ATTEMPT_KIND, ChainOutcome
-from gpucluster.states import PhaseStatus, RunStatus, TeardownVerdict
+from gpucluster.states import JsonObject, PhaseStatus, RunStatus, TeardownVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.steps import RunOutcome
+    from gpucluster.plan.placement import Candidate, Placement
 
 PLACEMENT_KIND = "placement"
 VERIFIED = TeardownVerdict.VERIFIED
+_Made = TypeVar("_Made")  # what `up_placed`'s provision_one gives for the candidate that is up
 
 
-def failover_cause(ledger: Any, outcome: Any, backend: Any) -> str | None:
+class Says(Protocol):
+    """Where failover says that it moves to the next candidate (the command's UI)."""
+
+    def message(self, text: str) -> None: ...
+
+
+def failover_cause(ledger: Ledger, outcome: RunOutcome, backend: Plugin) -> str | None:
     """"capacity" or "quota" when `outcome` is a run whose provisioning failed for that reason, else None."""
     if outcome.status != RunStatus.FAILED or backend.provisioner is None:
         return None
@@ -35,7 +48,7 @@ def failover_cause(ledger: Any, outcome: Any, backend: Any) -> str | None:
     return cause_of(outcome.failure or "", backend)
 
 
-def cause_of(failure: str, backend: Any) -> str | None:
+def cause_of(failure: str, backend: Plugin) -> str | None:
     """"capacity" or "quota" when a failed create's text carries the backend's markers, else None."""
     if backend.provisioner is None:
         return None
@@ -47,8 +60,8 @@ def cause_of(failure: str, backend: Any) -> str | None:
     return None
 
 
-def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, Any],
-              provision_one: Callable[[Any], Any]) -> tuple[Any, Any]:
+def up_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mapping[str, Plugin],
+              provision_one: Callable[[Candidate], _Made]) -> tuple[Candidate, _Made]:
     """`up` down the ranking: `provision_one(candidate)` (the cluster made and kept, or the error it
     raised once what it made was torn down and checked) for each of `placement.tried` until one is up;
     a capacity or quota error whose attempt's teardown the ledger holds as verified moves to the next,
@@ -83,7 +96,7 @@ def up_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, An
     raise GpuclusterError("no candidate to create the cluster at")  # never: a placement has one at least
 
 
-def _teardown_of(ledger: Any, run_id: str) -> str | None:
+def _teardown_of(ledger: Ledger, run_id: str) -> str | None:
     try:
         record = ledger.get_run(run_id)
     except GpuclusterError:
@@ -91,15 +104,15 @@ def _teardown_of(ledger: Any, run_id: str) -> str | None:
     return None if record is None else record.run.teardown
 
 
-def _place_record(ledger: Any, run_id: str, record: dict[str, Any]) -> None:
+def _place_record(ledger: Ledger, run_id: str, record: JsonObject) -> None:
     try:
         ledger.add_metrics(run_id, [(None, record)])
     except GpuclusterError:  # the attempt's own row says how it ended; the placement record is extra
         pass
 
 
-def run_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, Any],
-               run_one: Callable[[Any, str | None], ChainOutcome]) -> ChainOutcome:
+def run_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mapping[str, Plugin],
+               run_one: Callable[[Candidate, str | None], ChainOutcome]) -> ChainOutcome:
     """Each of `placement.tried` in turn, `run_one(candidate, the last attempt's run id or None)` (the
     run and its own recovery), until one ends for another reason than capacity or quota."""
     chain = ChainOutcome()
@@ -114,7 +127,7 @@ def run_placed(placement: Any, *, ledger: Any, ui: Any, backends: Mapping[str, A
         first, last = first or result.attempts[0].run_id, outcome.run_id
         cause = failover_cause(ledger, outcome, backends[cand.cloud])
         why = None if cause is None else f"no {cause} at {cand.where}: {(outcome.failure or '')[:300]}"
-        records: list[tuple[None, dict[str, Any]]] = [(None, {
+        records: list[tuple[int | None, JsonObject]] = [(None, {
             "kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first, **cand.to_dict(),
             "cause": cause, "failure": why, "teardown": outcome.teardown})]
         if len(result.attempts) == 1 and (n > 1 or cause is not None):

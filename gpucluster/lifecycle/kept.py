@@ -70,35 +70,60 @@ def find(ledger: Ledger, name: str, *, in_use_ok: bool = False, dead_ok: bool = 
     for `reclaim` instead of refused."""
     from gpucluster.lifecycle.owner import busy_error, owner
 
-    runs = [r for r in ledger.list_runs(limit=None) if r.cluster == name]
-    if not runs:
-        known = {r.cluster: r.cloud for r in ledger.list_runs(limit=None)}
-        raise UsageError(f"cluster {name!r} is not in the ledger{did_you_mean(name, known)}; create one with "
-                         f"`gpucluster up --name {name}` (or `gpucluster run --keep`)")
+    runs = _runs_of(ledger, name)
     latest = runs[0]
-    open_rows = [r for r in ledger.open_resources(name) if r["kind"] not in LAUNCHER_KINDS]
-    if not open_rows:
-        raise UsageError(f"cluster {name!r} is not up: the ledger holds nothing of it that may still exist (its "
-                         f"last run {latest.id} ended with teardown {latest.teardown or 'none'}); create it with "
-                         f"`gpucluster up --name {name}`")
+    open_rows = _cluster_rows(ledger, name, latest)
     info = owner(name)
     if info and not info.get("self") and not (in_use_ok and info.get("op") == "run"):
         raise busy_error(name, info)
-    from gpucluster.lifecycle.held import HOST_KIND
-
-    held = [r for r in open_rows if r["kind"] == HOST_KIND]  # machines that exist: the cluster is its host rows,
-    holders = {r["run_id"] for r in (held or open_rows)}  # every other row there is a job's (e.g. its run folders)
+    holders = _holders(open_rows)
     origin = min((r for r in runs if r.id in holders), key=lambda r: r.created_at or 0)
     dead = None
     if latest.status == RunStatus.RUNNING and not (in_use_ok and info):
-        if not (dead_ok and latest.id not in holders and latest.id != origin.id):
-            raise dead_run(ledger, name, latest.id)
-        dead = latest  # a job (not the cluster's maker) whose rows are all its launcher's: `reclaim` may finish it
+        dead = _dead_or_refused(ledger, name, latest, holders, origin, dead_ok=dead_ok)
     if origin.teardown not in (None, TeardownVerdict.KEPT) and origin.status != RunStatus.RUNNING:
         # the run that created it tore it down, or tried: what is left is `down`'s to finish
         raise UsageError(f"cluster {name!r}: its teardown said {origin.teardown}; finish it with "
                          f"`gpucluster down {name}`")
     return Kept(name, str(latest.cloud), runs, origin, dict(origin.spec or {}), dead)
+
+
+def _runs_of(ledger: Ledger, name: str) -> list[StoredRun]:
+    """The runs of cluster `name`, newest first; a UsageError when the ledger has none."""
+    runs = [r for r in ledger.list_runs(limit=None) if r.cluster == name]
+    if not runs:
+        known = {r.cluster: r.cloud for r in ledger.list_runs(limit=None)}
+        raise UsageError(f"cluster {name!r} is not in the ledger{did_you_mean(name, known)}; create one with "
+                         f"`gpucluster up --name {name}` (or `gpucluster run --keep`)")
+    return runs
+
+
+def _cluster_rows(ledger: Ledger, name: str, latest: StoredRun) -> list[JsonObject]:
+    """The open rows of the cluster itself (not its jobs' launcher rows); a UsageError when none is."""
+    open_rows = [r for r in ledger.open_resources(name) if r["kind"] not in LAUNCHER_KINDS]
+    if not open_rows:
+        raise UsageError(f"cluster {name!r} is not up: the ledger holds nothing of it that may still exist (its "
+                         f"last run {latest.id} ended with teardown {latest.teardown or 'none'}); create it with "
+                         f"`gpucluster up --name {name}`")
+    return open_rows
+
+
+def _holders(open_rows: list[JsonObject]) -> set[str]:
+    """The runs whose rows hold the cluster: of machines that exist, its host rows' (every other
+    row there is a job's, e.g. its run folders); else every open row's."""
+    from gpucluster.lifecycle.held import HOST_KIND
+
+    held = [r for r in open_rows if r["kind"] == HOST_KIND]  # machines that exist: the cluster is its host rows,
+    return {r["run_id"] for r in (held or open_rows)}  # every other row there is a job's (e.g. its run folders)
+
+
+def _dead_or_refused(ledger: Ledger, name: str, latest: StoredRun, holders: set[str], origin: StoredRun, *,
+                     dead_ok: bool) -> StoredRun:
+    """A last run still RUNNING with no live process: refused, unless (`dead_ok`) it is a job (not
+    the cluster's maker) whose rows are all its launcher's, which `reclaim` may finish."""
+    if not (dead_ok and latest.id not in holders and latest.id != origin.id):
+        raise dead_run(ledger, name, latest.id)
+    return latest  # a job (not the cluster's maker) whose rows are all its launcher's: `reclaim` may finish it
 
 
 def dead_run(ledger: Ledger, name: str, run_id: str) -> UsageError:

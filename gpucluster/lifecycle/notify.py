@@ -15,13 +15,14 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypedDict
 
 from gpucluster.domain import VERIFIED
 from gpucluster.errors import UsageError
-from gpucluster.states import RunStatus, TeardownVerdict
+from gpucluster.states import JsonObject, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.ledger.records import RunRecord
     from gpucluster.ledger.store import Ledger
     from gpucluster.lifecycle.steps import RunUI
 
@@ -66,7 +67,7 @@ class RunEvent:
             parts.append(f"cost ${self.cost}")
         return "; ".join(parts) + (f" ({self.link})" if self.link else f" (`{self.show}`)")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**asdict(self), "text": self.text}
 
 
@@ -83,18 +84,19 @@ def check_urls(urls: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def events_of(record: Any, *, kind: str | None = None) -> list[RunEvent]:
+def events_of(record: RunRecord, *, kind: str | None = None) -> list[RunEvent]:
     """The events of a run from its ledger record (`records.RunRecord`): its end, and a teardown
     that is not verified. `kind`: only the end, as this kind (e.g. "recovered" for an earlier attempt)."""
     run = record.run
     cost = (run.cost or {}).get("total")
-    base = dict(run_id=str(run.id), status=run.status, verdict=run.teardown, cost=None if cost is None else str(cost),
-                cluster=run.cluster, cloud=run.cloud, exit_code=run.exit_code, failure=run.failure,
-                show=f"gpucluster show {run.id}", link=dashboard_link(str(run.id)))
     end = kind or (run.status if run.status in ENDS else "failed")
-    events = [RunEvent(kind=end, **base)]
+    event = RunEvent(kind=end, run_id=str(run.id), status=run.status, verdict=run.teardown,
+                     cost=None if cost is None else str(cost), cluster=run.cluster, cloud=run.cloud,
+                     exit_code=run.exit_code, failure=run.failure, show=f"gpucluster show {run.id}",
+                     link=dashboard_link(str(run.id)))
+    events = [event]
     if kind is None and run.teardown not in (None, VERIFIED, TeardownVerdict.KEPT):
-        events.append(RunEvent(kind="not_verified", **base))
+        events.append(replace(event, kind="not_verified"))
     return events
 
 
@@ -129,6 +131,14 @@ def chain_events(ledger: Ledger, run_ids: Sequence[str], recovered: Sequence[boo
     return events
 
 
+class How(TypedDict):
+    """How webhooks are posted (`post`'s retries, timeout and backoff)."""
+
+    retries: int
+    timeout: float
+    backoff: float
+
+
 class LiveEvents:
     """A run's UI (`lifecycle.RunUI`) that tells, as they happen, what should not wait for the run's
     end: the cost cap's warning (guards.py's `cost_warning` record) and an attempt that is being
@@ -136,11 +146,12 @@ class LiveEvents:
     webhook from a thread of its own, so a slow webhook never holds the job; everything else goes
     to the wrapped UI. `close()` waits for what is being sent; `sent` holds (kind, run id)."""
 
-    def __init__(self, ui: RunUI, ledger: Ledger, urls: Sequence[str], on_event: Callable[[RunEvent], Any] | None,
-                 **how: Any):
+    def __init__(self, ui: RunUI, ledger: Ledger, urls: Sequence[str], on_event: Callable[[RunEvent], object] | None,
+                 *, retries: int = RETRIES, timeout: float = TIMEOUT_S, backoff: float = BACKOFF_S):
         import threading
 
-        self.ui, self.ledger, self.urls, self.on_event, self.how = ui, ledger, list(urls), on_event, how
+        self.ui, self.ledger, self.urls, self.on_event = ui, ledger, list(urls), on_event
+        self.how = How(retries=retries, timeout=timeout, backoff=backoff)
         self.sent: set[tuple[str, str]] = set()
         self.undelivered: list[str] = []
         self._threads: list[threading.Thread] = []
@@ -161,7 +172,7 @@ class LiveEvents:
     def stopping(self, signal_name: str) -> None:
         self.ui.stopping(signal_name)
 
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: JsonObject) -> None:
         self.ui.metric(node_rank, record)
         kind, run_id = record.get("kind"), record.get("run_id")
         if not run_id or not (kind == "cost_warning" or (kind == "attempt" and record.get("recovering"))):
@@ -172,7 +183,7 @@ class LiveEvents:
         self.sent.add((told, str(run_id)))
         self._send(told, str(run_id), record.get("accrued"))
 
-    def _send(self, kind: str, run_id: str, accrued: Any) -> None:
+    def _send(self, kind: str, run_id: str, accrued: object) -> None:
         import threading
 
         def tell() -> None:
@@ -222,8 +233,8 @@ def post(url: str, event: RunEvent, *, retries: int = RETRIES, timeout: float = 
     return said
 
 
-def deliver(events: Iterable[RunEvent], urls: Sequence[str], on_event: Callable[[RunEvent], Any] | None = None,
-            **how: Any) -> list[str]:
+def deliver(events: Iterable[RunEvent], urls: Sequence[str], on_event: Callable[[RunEvent], object] | None = None,
+            *, retries: int = RETRIES, timeout: float = TIMEOUT_S, backoff: float = BACKOFF_S) -> list[str]:
     """Each event to the callback and every webhook; what could not be delivered (never raised)."""
     failed: list[str] = []
     for event in events:
@@ -234,7 +245,7 @@ def deliver(events: Iterable[RunEvent], urls: Sequence[str], on_event: Callable[
                 LOG.warning("on_event callback raised on %s of run %s: %r", event.kind, event.run_id, exc)
                 failed.append(f"on_event callback raised {exc!r} on {event.kind} of run {event.run_id}")
         for url in urls:
-            why = post(url, event, **how)
+            why = post(url, event, retries=retries, timeout=timeout, backoff=backoff)
             if why:
                 failed.append(why)
     return failed

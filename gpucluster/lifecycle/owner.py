@@ -23,9 +23,10 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Callable, Iterator
 
 from gpucluster.errors import ClusterBusy, ConfigError
+from gpucluster.states import JsonMapping, JsonObject
 
 _held: dict[str, tuple[int, int]] = {}  # cluster -> (fd, depth)
 _guard = threading.Lock()
@@ -53,7 +54,7 @@ def _path(name: str) -> Path:
     return locks_dir() / f"{name}.lock"
 
 
-def _read(fd: int) -> dict[str, Any]:
+def _read(fd: int) -> JsonObject:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         data = os.read(fd, 4096)
@@ -62,7 +63,7 @@ def _read(fd: int) -> dict[str, Any]:
         return {}
 
 
-def owner(name: str) -> dict[str, Any] | None:
+def owner(name: str) -> JsonObject | None:
     """The live owner of cluster `name` ({pid, op, run_id, since, host}), or None when no process
     holds the lock. This process's own lock counts as an owner too."""
     with _guard:
@@ -86,13 +87,13 @@ def owner(name: str) -> dict[str, Any] | None:
         os.close(fd)
 
 
-def describe(info: dict[str, Any]) -> str:
+def describe(info: JsonMapping) -> str:
     since = time.strftime("%H:%M:%S", time.localtime(info.get("since") or 0))
     run = f", run {info['run_id']}" if info.get("run_id") else ""
     return f"gpucluster process {info.get('pid', '?')} ({info.get('op', '?')}{run}, since {since})"
 
 
-def busy_error(name: str, info: dict[str, Any]) -> ClusterBusy:
+def busy_error(name: str, info: JsonMapping) -> ClusterBusy:
     return ClusterBusy(f"cluster {name!r} is in use by {describe(info)}",
                        hint=f"wait for it to finish, or stop it and its teardown with `gpucluster down {name} --force`")
 
@@ -147,7 +148,8 @@ def owner_lock(name: str, op: str, *, run_id: str | None = None) -> Iterator[Non
         os.close(fd)  # closing the last descriptor releases the flock
 
 
-def stop_owner(name: str, *, timeout: float = 900.0, poll: float = 0.2, say=None) -> dict[str, Any] | None:
+def stop_owner(name: str, *, timeout: float = 900.0, poll: float = 0.2,
+               say: Callable[[str], None] | None = None) -> JsonObject | None:
     """`down --force`: send the owner SIGTERM (it tears down as on Ctrl-C) and wait until it has
     released the lock, i.e. until its teardown finished or it died. Returns the owner info, or
     None when nothing owned the cluster. Raises ClusterBusy when it still holds it after `timeout`."""

@@ -159,6 +159,44 @@ def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, 
     refused (run, sweep); otherwise it is planned without a price (`up`)."""
     output_dir = None if req.output is None else _output_dest(req.output, backend, req.readers)
     command, workload = _command_or_workload(req)
+    spec = _checked_spec(req, backend)
+    wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
+    wl_args += checkpoint_args(req.checkpoint_every, command)
+    if command:
+        check_command(command)
+    staged = _staged(req, backend)
+    outputs = [output_dir] if isinstance(output_dir, str) else []
+    # `up` has no --data/--output: the cluster's grants are the ones its options name (gcsRead/gcsWrite,
+    # s3Read/s3Write, lifted by `normalize`); a run's are exactly what it reads and writes
+    spec = (backend.with_object_access(spec, staged.reads, outputs) if req.job
+            else backend.with_object_access(spec, spec.reads, spec.writes))
+    from gpucluster.plan.bounds import decide
+
+    bounds = decide(backend, spec, ready_timeout=req.ready_timeout, max_lifetime=req.max_lifetime,
+                    max_minutes=req.max_minutes if req.job else None, job=req.job, longest=LIFETIME_MINUTES[1])
+    if bounds.lifetime is not None and bounds.lifetime != spec.max_lifetime_minutes:
+        spec = spec.replace(max_lifetime_minutes=bounds.lifetime)  # raised to fit the job (said in the plan)
+    provider, launcher = _make(req, backend, spec, provider, bounds.ready_timeout)
+    if output_dir is not None and (launcher is None or not launcher.collects_outputs):
+        raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
+                         "(supported: local, ssh, aws, gcp)")
+    spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
+    spec = _on_known_gpus(backend, spec, notes)
+    job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
+    if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
+        job = replace(job, check=health_spec(spec, backend, req.check, launcher))
+    plan = Prepared(spec, job, provider, launcher, [*notes, *bounds.warnings], resumed_from=staged.resumed_from,
+                    workload=workload or command_name(command), bounds=bounds.lines,
+                    policy=policy(req, backend, spec) if req.job else None)
+    _price_guarded(plan, req, backend, strict_prices)
+    if not req.dry_run and launcher is not None and job is not None:  # `up` of machines that exist: no job
+        plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
+    return plan
+
+
+def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
+    """`prepare`'s cluster: built from the request, normalized, validated, owned, resolved (the
+    location actually used) and given its project; --gpu and --dry-run checked against the backend."""
     host_list = backend.ops.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
     nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
     from gpucluster.spec import normalize, resolve, validate
@@ -176,48 +214,31 @@ def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, 
     if req.dry_run and not backend.can(Capability.PROVISIONS) and backend.ops.preview is None:
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
                                      f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
-    wl_args = workload_argv(workload, req.workload_args, req.epochs, command) if req.job else []
-    wl_args += checkpoint_args(req.checkpoint_every, command)
-    if command:
-        check_command(command)
-    staged = _staged(req, backend)
-    outputs = [output_dir] if isinstance(output_dir, str) else []
-    # `up` has no --data/--output: the cluster's grants are the ones its options name (gcsRead/gcsWrite,
-    # s3Read/s3Write, lifted by `normalize`); a run's are exactly what it reads and writes
-    spec = (backend.with_object_access(spec, staged.reads, outputs) if req.job
-            else backend.with_object_access(spec, spec.reads, spec.writes))
-    from gpucluster.plan.bounds import decide
+    return spec
+
+
+def _on_known_gpus(backend: Plugin, spec: ClusterSpec, notes: list[str]) -> ClusterSpec:
+    """A backend that knows its GPUs (local: this machine's, shared by its "nodes") shares them out
+    when --gpus-per-node is not given; a note when no node gets a whole one."""
+    present = backend.ops.known_gpus()
+    if present is None or spec.gpus_per_node is not None:
+        return spec
+    spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
+    if present and not spec.gpus_per_node:  # NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
+        notes.append(f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, so "
+                     "every node trains on the CPU (gloo); "
+                     + ("--nodes 1 trains on the GPU" if present == 1 else
+                        f"--nodes {present} or fewer gives each node GPUs of its own"))
+    return spec
+
+
+def _price_guarded(plan: Prepared, req: Request, backend: Plugin, strict_prices: bool) -> None:
+    """The plan's price; again when --max-cost shortened the nodes' lifetime."""
     from gpucluster.costing.guards import apply_guards
 
-    bounds = decide(backend, spec, ready_timeout=req.ready_timeout, max_lifetime=req.max_lifetime,
-                    max_minutes=req.max_minutes if req.job else None, job=req.job, longest=LIFETIME_MINUTES[1])
-    if bounds.lifetime is not None and bounds.lifetime != spec.max_lifetime_minutes:
-        spec = spec.replace(max_lifetime_minutes=bounds.lifetime)  # raised to fit the job (said in the plan)
-    provider, launcher = _make(req, backend, spec, provider, bounds.ready_timeout)
-    if output_dir is not None and (launcher is None or not launcher.collects_outputs):
-        raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
-                         "(supported: local, ssh, aws, gcp)")
-    spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
-    present = backend.ops.known_gpus()  # local: this machine's GPUs, shared by its "nodes"
-    if present is not None and spec.gpus_per_node is None:
-        spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
-        if present and not spec.gpus_per_node:  # NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
-            notes.append(f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, so "
-                         "every node trains on the CPU (gloo); "
-                         + ("--nodes 1 trains on the GPU" if present == 1 else
-                            f"--nodes {present} or fewer gives each node GPUs of its own"))
-    job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
-    if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
-        job = replace(job, check=health_spec(spec, backend, req.check, launcher))
-    plan = Prepared(spec, job, provider, launcher, [*notes, *bounds.warnings], resumed_from=staged.resumed_from,
-                    workload=workload or command_name(command), bounds=bounds.lines,
-                    policy=policy(req, backend, spec) if req.job else None)
     _price(plan, backend, strict_prices)
     if apply_guards(plan, req, backend):  # --max-cost shortened the nodes' lifetime
         _price(plan, backend, strict_prices)
-    if not req.dry_run and launcher is not None and job is not None:  # `up` of machines that exist: no job
-        plan.described = list(launcher.describe(spec, job))  # its errors come before anything exists
-    return plan
 
 
 def check_before_recording(plan: Prepared) -> None:

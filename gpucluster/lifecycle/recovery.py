@@ -244,56 +244,28 @@ def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger
         outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, backend=backend, ui=ui,
                           keep=keep, prices=prices, workload=workload, resumed_from=resumed_from)
         ids.append(outcome.run_id)
-        try:
-            reason, cause, detected = interruption_of(ledger, outcome, policy)
-        except GpuclusterError:  # the ledger cannot be read: nothing says the attempt was interrupted
-            reason, cause, detected = None, None, None
-        attempt = Attempt(outcome.run_id, outcome, bool(spec.spot), reason, cause, detected, time.time())
-        chain.attempts.append(attempt)
-        try:
-            ledger.add_metrics(outcome.run_id, [(None, {
-                "kind": ATTEMPT_KIND, "attempt": n, "chain": ids[0], "after": after, "resume_from": source,
-                "spot": bool(spec.spot), "interruption": reason, "cause": cause, "detected_at": detected,
-                "ended_at": round(attempt.ended_at, 3)})])
-        except GpuclusterError as exc:  # the chain cannot be recorded: no attempt is made that the ledger cannot tell
-            chain.stopped = f"not recovering: the attempt could not be recorded ({exc.message})" if reason else None
+        attempt = _recorded_attempt(ledger, outcome, policy, spec, chain, ids, after, source)
+        if attempt is None or attempt.interruption is None:
             break
-        if reason is None:
-            break
+        reason, cause = attempt.interruption, attempt.cause
         if n > policy.retries:
             chain.stopped = (f"{reason}; no recovery left (--recover {policy.retries})" if policy.retries
                              else None)
             break
-        left = finish_teardown(spec, ledger, provider, store, outcome, ui)
-        if left:
-            chain.stopped = (f"{reason}; not recovering: the attempt's teardown is {left} (finish it with "
-                             f"`gpucluster down {spec.name}`, then resume with --resume {outcome.run_id})")
-            break
-        if cause == "health" and not policy.replace_bad_nodes:
-            chain.stopped = f"{reason}; not recovering: these machines would come back the same"
+        chain.stopped = _not_recovering(spec, ledger, provider, store, outcome, ui, policy, reason, cause)
+        if chain.stopped:
             break
         if spec.spot and cause in ("interruption", "capacity", "unreachable"):
             spot_lost += 1
             if policy.fallback_after is not None and spot_lost >= policy.fallback_after:
-                spec = spec.replace(spot=False)
-                prices = reprice(spec) if reprice is not None else prices
-                ui.message(f"{spot_lost} spot attempt(s) lost: the next attempts run on on-demand capacity")
-        point = resume_point(ledger, ids, store, job.workload)
+                spec, prices = _on_demand(spec, prices, reprice, ui, spot_lost)
         rid = new_run_id()
-        if point is not None:
-            source, mount, files = point
-            job = replace(job, run_id=rid, resume=mount, resume_files=files)
-        else:
-            first_mount, files, source = first_resume
-            job = replace(job, run_id=rid, resume=first_mount, resume_files=files)
-        if job.max_cost:  # --max-cost is the chain's: what its attempts cost counts (guards.py)
-            from gpucluster.costing.guards import cap_reason, chain_cost
-
-            spent = chain_cost(ledger, ids)
-            if spent >= job.max_cost:
-                chain.stopped = f"{reason}; not recovering: {cap_reason(job.max_cost, spent)}"
-                break
-            job = replace(job, cost_before=spent)
+        job, source = _resumed_job(job, rid, ledger, ids, store, first_resume)
+        capped = _chain_capped(job, ledger, ids, reason)
+        if isinstance(capped, str):
+            chain.stopped = capped
+            break
+        job = capped
         if job.output_dir and "://" not in job.output_dir:
             job = replace(job, output_dir=None)  # --output DIR holds the first attempt's; later ones: their run folders
         # a port of its own for each attempt: on the same ssh hosts the last attempt's store may still
@@ -307,6 +279,75 @@ def run_chain(spec: ClusterSpec, job: JobSpec, *, policy: Policy, ledger: Ledger
         ui.message(f"{reason}: recovering, attempt {n + 1} of {policy.retries + 1}"
                    + (f", resuming from the checkpoint of {source}" if source else ", from the start (no checkpoint)"))
     return chain
+
+
+def _recorded_attempt(ledger: Ledger, outcome: RunOutcome, policy: Policy, spec: ClusterSpec, chain: ChainOutcome,
+                      ids: list[str], after: str | None, source: str | None) -> Attempt | None:
+    """The attempt that ended (its interruption, when the ledger says it was one), added to the
+    chain and recorded with its run; None when it could not be recorded (the chain stops, saying
+    why when the attempt was interrupted)."""
+    try:
+        reason, cause, detected = interruption_of(ledger, outcome, policy)
+    except GpuclusterError:  # the ledger cannot be read: nothing says the attempt was interrupted
+        reason, cause, detected = None, None, None
+    attempt = Attempt(outcome.run_id, outcome, bool(spec.spot), reason, cause, detected, time.time())
+    chain.attempts.append(attempt)
+    try:
+        ledger.add_metrics(outcome.run_id, [(None, {
+            "kind": ATTEMPT_KIND, "attempt": len(chain.attempts), "chain": ids[0], "after": after,
+            "resume_from": source, "spot": bool(spec.spot), "interruption": reason, "cause": cause,
+            "detected_at": detected, "ended_at": round(attempt.ended_at, 3)})])
+    except GpuclusterError as exc:  # the chain cannot be recorded: no attempt is made that the ledger cannot tell
+        chain.stopped = f"not recovering: the attempt could not be recorded ({exc.message})" if reason else None
+        return None
+    return attempt
+
+
+def _not_recovering(spec: ClusterSpec, ledger: Ledger, provider: Provider, store: Plugin, outcome: RunOutcome,
+                    ui: RunUI, policy: Policy, reason: str, cause: str | None) -> str | None:
+    """Why an interrupted attempt is not followed by another (its teardown not verified, bad
+    machines that would come back the same), or None."""
+    left = finish_teardown(spec, ledger, provider, store, outcome, ui)
+    if left:
+        return (f"{reason}; not recovering: the attempt's teardown is {left} (finish it with "
+                f"`gpucluster down {spec.name}`, then resume with --resume {outcome.run_id})")
+    if cause == "health" and not policy.replace_bad_nodes:
+        return f"{reason}; not recovering: these machines would come back the same"
+    return None
+
+
+def _on_demand(spec: ClusterSpec, prices: JsonObject | None, reprice: Callable[[ClusterSpec], JsonObject | None] | None,
+               ui: RunUI, spot_lost: int) -> tuple[ClusterSpec, JsonObject | None]:
+    """After `--recover-fallback` spot attempts lost: the next attempts on on-demand capacity (repriced)."""
+    spec = spec.replace(spot=False)
+    prices = reprice(spec) if reprice is not None else prices
+    ui.message(f"{spot_lost} spot attempt(s) lost: the next attempts run on on-demand capacity")
+    return spec, prices
+
+
+def _resumed_job(job: JobSpec, rid: str, ledger: Ledger, ids: list[str], store: Plugin,
+                 first_resume: tuple[DataMount | None, tuple[str, str] | None, str | None]) -> tuple[JobSpec, str | None]:
+    """The next attempt's job, resumed from the chain's newest checkpoint (else from what the first
+    attempt resumed from), and the run it resumes from."""
+    point = resume_point(ledger, ids, store, job.workload)
+    if point is not None:
+        source, mount, files = point
+        return replace(job, run_id=rid, resume=mount, resume_files=files), source
+    first_mount, first_files, first_source = first_resume
+    return replace(job, run_id=rid, resume=first_mount, resume_files=first_files), first_source
+
+
+def _chain_capped(job: JobSpec, ledger: Ledger, ids: list[str], reason: str) -> JobSpec | str:
+    """--max-cost is the chain's: what its attempts cost counts (guards.py). The next attempt's job
+    with what they cost, or why the chain stops at its cap."""
+    if not job.max_cost:
+        return job
+    from gpucluster.costing.guards import cap_reason, chain_cost
+
+    spent = chain_cost(ledger, ids)
+    if spent >= job.max_cost:
+        return f"{reason}; not recovering: {cap_reason(job.max_cost, spent)}"
+    return replace(job, cost_before=spent)
 
 
 def fresh_port(port: int) -> int:

@@ -299,46 +299,25 @@ def execute(
                 Path(log_dir).rmdir()  # only when empty
 
 
+@dataclass
+class _Ending:
+    """How a run's job ended, as `_run` records it (failed until it is known otherwise)."""
+
+    status: RunStatus = RunStatus.FAILED
+    failure: str | None = None
+    exit_code: ExitCode = ExitCode.FAILURE
+    result: JobResult | None = None
+    busy: bool = False  # the cluster was busy (another process's): nothing of it is torn down
+
+
 def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher, backend: Plugin,
          ui: RunUI, keep: bool, log_dir: Path, signals: RunSignals) -> RunOutcome:
     run_id = job.run_id
     rec = _Recorder(ledger, run_id, ui, spec.region, backend, job.cost_of)
-    status, failure, exit_code = RunStatus.FAILED, None, ExitCode.FAILURE
-    result: JobResult | None = None
-    busy = False
+    end = _Ending()
     capped = ProvisionWatch(job, rec)  # --max-cost while the cluster is created (guards.py)
     try:
-        rec.start_phase(Phase.PREPARE)
-        rec.start_phase(Phase.PROVISION)
-        with capped:
-            cluster = provider.up(spec, rec)
-        rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
-        result = launcher.launch(cluster, job, rec, log_dir)
-        for node in result.nodes:
-            _quietly(rec, ledger.record_node, run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
-        if result.ok:
-            status, exit_code = RunStatus.SUCCEEDED, ExitCode.OK
-            _quietly(rec, rec.end_phase, PhaseStatus.OK)
-        else:
-            failure = result.failure
-            if result.stopped_by == "cost":  # the cap stopped it: its own status and exit code
-                status, exit_code = RunStatus.STOPPED, ExitCode.COST_CAP
-            _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
-    except KeyboardInterrupt as exc:
-        status, exit_code = ((RunStatus.STOPPED, ExitCode.COST_CAP) if capped.reason
-                             else (RunStatus.INTERRUPTED, ExitCode.INTERRUPTED))
-        failure = capped.reason or (f"stopped by {exc.args[0]}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
-        _quietly(rec, rec.end_phase, PhaseStatus.INTERRUPTED, failure)
-    except GpuclusterError as exc:
-        busy = isinstance(exc, ClusterBusy)
-        if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
-            rec.record_error = rec.record_error or exc.message
-        failure = exc.message
-        exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
-        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
-    except Exception as exc:  # a bug in the tool: still tear down, still record
-        failure = f"internal error: {type(exc).__name__}: {exc}"
-        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, failure)
+        _launch_and_watch(spec, job, ledger, provider, launcher, rec, log_dir, capped, end)
     finally:
         signals.shield()  # from here on no signal can cut the copy, the teardown or its check short
         # From here on a ledger write that fails (a full or read-only home) is remembered, never
@@ -346,34 +325,87 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
         # all still run.
         quiet = _Quiet(rec)
         problems = _collect_outputs(launcher, job, quiet)  # before teardown: it removes the node folders
-        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=busy,
-                          unwitnessed=result.unwitnessed if result else ())
+        check = _teardown(spec, run_id, provider, quiet, keep=keep, busy=end.busy,
+                          unwitnessed=end.result.unwitnessed if end.result else ())
     if problems:  # outputs that did not all come back: the run did not succeed, whatever else happened
-        if status is RunStatus.SUCCEEDED:
-            status, exit_code = RunStatus.FAILED, ExitCode.FAILURE
-        failure = "; ".join(([failure] if failure else []) + problems)
-    if check is None:
-        teardown: TeardownVerdict | None = TeardownVerdict.KEPT if keep and not busy else None
-        leftovers: list[JsonObject] = []
-        unchecked: list[str] = []
-    else:
-        teardown, leftovers, unchecked = check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
-        if not check.verified:  # something may still exist and bill: that outranks every other outcome
-            exit_code = ExitCode.LEFTOVERS
-    cleanup = [f"the launcher could not delete {e}" for e in launcher.cleanup_errors]
-    if cleanup and teardown in (TeardownVerdict.KEPT, None):  # the cluster stays: what the launcher left on it is not verified gone
-        teardown, unchecked, exit_code = TeardownVerdict.NOT_VERIFIED, unchecked + cleanup, ExitCode.LEFTOVERS
-    elif cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
-        failure = "; ".join(([failure] if failure else []) + cleanup)
+        if end.status is RunStatus.SUCCEEDED:
+            end.status, end.exit_code = RunStatus.FAILED, ExitCode.FAILURE
+        end.failure = "; ".join(([end.failure] if end.failure else []) + problems)
+    teardown, leftovers, unchecked = _teardown_verdict(end, check, keep)
+    teardown, unchecked = _launcher_cleanup(end, launcher, teardown, unchecked)
     _quietly(rec, rec.book.metrics.flush, rec.ui.message)  # what waited in memory for a locked ledger
-    _quietly(rec, ledger.finish_run, run_id, status=status, exit_code=int(exit_code), failure=failure,
+    result = end.result
+    _quietly(rec, ledger.finish_run, run_id, status=end.status, exit_code=int(end.exit_code), failure=end.failure,
              metrics=result.metrics.summary() if result else None,
              teardown=teardown, leftovers=leftovers, unchecked=unchecked)
     _quietly(rec, store_cost, ledger, run_id, backend)
     if rec.record_error:  # the ledger does not say what happened: never a clean exit
-        exit_code = ExitCode.LEFTOVERS
-    return RunOutcome(run_id, status, exit_code, failure, result, teardown, leftovers, str(log_dir), unchecked,
-                      record_error=rec.record_error)
+        end.exit_code = ExitCode.LEFTOVERS
+    return RunOutcome(run_id, end.status, end.exit_code, end.failure, result, teardown, leftovers, str(log_dir),
+                      unchecked, record_error=rec.record_error)
+
+
+def _launch_and_watch(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher,
+                      rec: _Recorder, log_dir: Path, capped: ProvisionWatch, end: _Ending) -> None:
+    """The cluster is made (under `capped`) and the job run on it; how it ended goes into `end` (an
+    interrupt, a gpucluster error and a bug in the tool included: the teardown still follows)."""
+    try:
+        rec.start_phase(Phase.PREPARE)
+        rec.start_phase(Phase.PROVISION)
+        with capped:
+            cluster = provider.up(spec, rec)
+        rec.start_phase(Phase.READY)  # the launcher waits for the nodes (ssh, pods) inside launch
+        end.result = result = launcher.launch(cluster, job, rec, log_dir)
+        for node in result.nodes:
+            _quietly(rec, ledger.record_node, job.run_id, node.node_rank, node.host, node.exit_code, node.last_lines)
+        if result.ok:
+            end.status, end.exit_code = RunStatus.SUCCEEDED, ExitCode.OK
+            _quietly(rec, rec.end_phase, PhaseStatus.OK)
+        else:
+            end.failure = result.failure
+            if result.stopped_by == "cost":  # the cap stopped it: its own status and exit code
+                end.status, end.exit_code = RunStatus.STOPPED, ExitCode.COST_CAP
+            _quietly(rec, rec.end_phase, PhaseStatus.FAILED, end.failure)
+    except KeyboardInterrupt as exc:
+        end.status, end.exit_code = ((RunStatus.STOPPED, ExitCode.COST_CAP) if capped.reason
+                                     else (RunStatus.INTERRUPTED, ExitCode.INTERRUPTED))
+        end.failure = capped.reason or (f"stopped by {exc.args[0]}" if isinstance(exc, Terminated)
+                                        else "stopped by Ctrl-C")
+        _quietly(rec, rec.end_phase, PhaseStatus.INTERRUPTED, end.failure)
+    except GpuclusterError as exc:
+        end.busy = isinstance(exc, ClusterBusy)
+        if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
+            rec.record_error = rec.record_error or exc.message
+        end.failure = exc.message
+        end.exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, end.failure)
+    except Exception as exc:  # a bug in the tool: still tear down, still record
+        end.failure = f"internal error: {type(exc).__name__}: {exc}"
+        _quietly(rec, rec.end_phase, PhaseStatus.FAILED, end.failure)
+
+
+def _teardown_verdict(end: _Ending, check: Check | None,
+                      keep: bool) -> tuple[TeardownVerdict | None, list[JsonObject], list[str]]:
+    """The run's teardown verdict, leftovers and unchecked lines; a check not verified makes the
+    exit code 3 (something may still exist and bill: that outranks every other outcome)."""
+    if check is None:
+        return (TeardownVerdict.KEPT if keep and not end.busy else None), [], []
+    if not check.verified:
+        end.exit_code = ExitCode.LEFTOVERS
+    return check.verdict, check.to_dict()["leftovers"], list(check.unchecked)
+
+
+def _launcher_cleanup(end: _Ending, launcher: Launcher, teardown: TeardownVerdict | None,
+                      unchecked: list[str]) -> tuple[TeardownVerdict | None, list[str]]:
+    """What the launcher could not delete: on a cluster that stays, the teardown is not verified
+    (exit 3); on one deleted (with what the launcher made on it), still said in the failure."""
+    cleanup = [f"the launcher could not delete {e}" for e in launcher.cleanup_errors]
+    if cleanup and teardown in (TeardownVerdict.KEPT, None):  # the cluster stays: what the launcher left on it is not verified gone
+        end.exit_code = ExitCode.LEFTOVERS
+        return TeardownVerdict.NOT_VERIFIED, unchecked + cleanup
+    if cleanup:  # the cluster was deleted, and what the launcher made on it with it; still said
+        end.failure = "; ".join(([end.failure] if end.failure else []) + cleanup)
+    return teardown, unchecked
 
 
 def provision_only(spec: ClusterSpec, *, ledger: Ledger, provider: Provider, backend: Plugin,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin, ScanScope
     from gpucluster.ledger.store import Ledger
     from gpucluster.ownership import Ownership
-    from gpucluster.ledger.records import StoredRun
+    from gpucluster.ledger.records import RunRecord, StoredRun
 
 
 class FoundRecord(Protocol):
@@ -190,7 +190,6 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
     whose reaper could not report because the node itself went away). `context` (`down --context`, a backend
     with `Operations.in_context`): the context the runs' objects are looked for in (theirs, or one standing in
     for theirs once it is gone)."""
-    from gpucluster.lifecycle.steps import LedgerEvents
     from gpucluster.lifecycle.owner import owner_lock, stop_owner
 
     verdict: JsonObject = {"cluster": name, "cloud": cloud}
@@ -201,46 +200,17 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
                 verdict["stopped_owner"] = stopped
         with owner_lock(name, "down"):
             had_open = open_run_ids(ledger, name)
-            provider = provider_for(cloud)
-            provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
-            if project:
-                provider.set_project(project)
-            not_run = []
-            try:
-                provider.down(name, LedgerEvents(ledger, name, say=say))
-            except TeardownIncomplete as exc:
-                not_run.append(f"delete: {exc.message}")
-            records = {rid: ledger.get_run(rid) for rid in sorted(had_open)}
-            # the backends' check_down reads the JSON form of each record
-            runs: Mapping[str, Mapping[str, object]] = {rid: rec.to_dict() if rec is not None else {}
-                                                        for rid, rec in records.items()}
-            if context is not None:
-                if backend.ops.in_context is None:
-                    raise UsageError(f"--context {context} does not apply to cluster {name} (cloud {cloud})")
-                runs, moved = backend.ops.in_context(context, runs)
-                for line in moved:
-                    say(line)
-                verdict.update(context=context, **({"context_moved": moved} if moved else {}))
-            check = backend.ops.check_down(provider, name, runs).with_unchecked(*not_run)
-            unwitnessed = {rid: [u for u in rec.run.unchecked if u.startswith(UNWITNESSED)]
-                           for rid, rec in records.items() if rec is not None}
-            acked: Callable[[str], bool] = (ack_unwitnessed if callable(ack_unwitnessed)
-                                            else lambda line: bool(ack_unwitnessed))
-            check = check.with_unchecked(*(u for lines in unwitnessed.values() for u in lines if not acked(u)))
-            unwitnessed = {rid: [u for u in lines if acked(u)] for rid, lines in unwitnessed.items()}
-            unwitnessed = {rid: lines for rid, lines in unwitnessed.items() if lines}
+            check, records = _delete_and_check(name, cloud, had_open, verdict, ledger=ledger, provider_for=provider_for,
+                                               backend=backend, project=project, say=say, any_owner=any_owner,
+                                               context=context)
+            check, unwitnessed = _unwitnessed_lines(check, records, ack_unwitnessed)
     except GpuclusterError as exc:
         verdict.update(verdict=TeardownVerdict.NOT_VERIFIED, error=exc.message)
         code = exc.exit_code if exc.exit_code == ExitCode.USAGE else ExitCode.LEFTOVERS
         return Downed(verdict, None, code, exc.message)
     verdict.update(check.to_dict())
     if check.verified:
-        if unwitnessed:  # ack_unwitnessed: the person's word, kept beside the verdict
-            verdict["acknowledged"] = sorted({u for lines in unwitnessed.values() for u in lines})
-            for rid, lines in sorted(unwitnessed.items()):
-                by = "recovery: the node was lost" if callable(ack_unwitnessed) else "gpucluster down --ack-unwitnessed"
-                ledger.add_metrics(rid, [(None, {"kind": ACKNOWLEDGED, "time": time.time(), "unwitnessed": lines,
-                                                 "by": by})])
+        _acknowledge(ledger, verdict, unwitnessed, by_recovery=callable(ack_unwitnessed))
         verdict["runs_closed"] = _finish_cluster_rows(ledger, name, had_open)
         from gpucluster.lifecycle.kept import forget_access
 
@@ -249,6 +219,70 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
     for rid in {r["run_id"] for r in ledger.open_resources(name)} | had_open:
         ledger.set_teardown(rid, check.verdict, verdict["leftovers"], verdict["unchecked"])
     return Downed(verdict, check, ExitCode.LEFTOVERS)
+
+
+def _delete_and_check(name: str, cloud: str, had_open: set[str], verdict: JsonObject, *, ledger: Ledger,
+                      provider_for: Callable[[str], Provider], backend: Plugin, project: str | None,
+                      say: Callable[[str], None], any_owner: bool,
+                      context: str | None) -> tuple[Check, dict[str, RunRecord | None]]:
+    """`take_down`'s delete, then the backend's own check of what is left (in `context`, when
+    given); a delete that could not run is an unchecked line. Also the ledger's records of the
+    runs that had open rows."""
+    from gpucluster.lifecycle.steps import LedgerEvents
+
+    provider = provider_for(cloud)
+    provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
+    if project:
+        provider.set_project(project)
+    not_run = []
+    try:
+        provider.down(name, LedgerEvents(ledger, name, say=say))
+    except TeardownIncomplete as exc:
+        not_run.append(f"delete: {exc.message}")
+    records = {rid: ledger.get_run(rid) for rid in sorted(had_open)}
+    # the backends' check_down reads the JSON form of each record
+    runs: Mapping[str, Mapping[str, object]] = {rid: rec.to_dict() if rec is not None else {}
+                                                for rid, rec in records.items()}
+    if context is not None:
+        runs = _in_context(backend, context, name, cloud, runs, say, verdict)
+    return backend.ops.check_down(provider, name, runs).with_unchecked(*not_run), records
+
+
+def _in_context(backend: Plugin, context: str, name: str, cloud: str, runs: Mapping[str, Mapping[str, object]],
+                say: Callable[[str], None], verdict: JsonObject) -> Mapping[str, Mapping[str, object]]:
+    """`down --context`: the runs as the backend finds them in `context` (said, and in the verdict)."""
+    if backend.ops.in_context is None:
+        raise UsageError(f"--context {context} does not apply to cluster {name} (cloud {cloud})")
+    runs, moved = backend.ops.in_context(context, runs)
+    for line in moved:
+        say(line)
+    verdict.update(context=context, **({"context_moved": moved} if moved else {}))
+    return runs
+
+
+def _unwitnessed_lines(check: Check, records: Mapping[str, RunRecord | None],
+                       ack_unwitnessed: bool | Callable[[str], bool]) -> tuple[Check, dict[str, list[str]]]:
+    """The runs' unwitnessed lines: those not acknowledged stay unchecked in the check; those
+    acknowledged come back by run (only runs with some)."""
+    unwitnessed = {rid: [u for u in rec.run.unchecked if u.startswith(UNWITNESSED)]
+                   for rid, rec in records.items() if rec is not None}
+    acked: Callable[[str], bool] = (ack_unwitnessed if callable(ack_unwitnessed)
+                                    else lambda line: bool(ack_unwitnessed))
+    check = check.with_unchecked(*(u for lines in unwitnessed.values() for u in lines if not acked(u)))
+    unwitnessed = {rid: [u for u in lines if acked(u)] for rid, lines in unwitnessed.items()}
+    return check, {rid: lines for rid, lines in unwitnessed.items() if lines}
+
+
+def _acknowledge(ledger: Ledger, verdict: JsonObject, unwitnessed: Mapping[str, list[str]], *,
+                 by_recovery: bool) -> None:
+    """ack_unwitnessed: the person's word (or the recovery loop's), kept beside the verdict."""
+    if not unwitnessed:
+        return
+    verdict["acknowledged"] = sorted({u for lines in unwitnessed.values() for u in lines})
+    for rid, lines in sorted(unwitnessed.items()):
+        by = "recovery: the node was lost" if by_recovery else "gpucluster down --ack-unwitnessed"
+        ledger.add_metrics(rid, [(None, {"kind": ACKNOWLEDGED, "time": time.time(), "unwitnessed": lines,
+                                         "by": by})])
 
 
 def _finish_cluster_rows(ledger: Ledger, cluster: str, run_ids: set[str]) -> int:

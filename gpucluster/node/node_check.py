@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # the node imports torch only where it checks with it (and says so when it cannot)
     from torch import Tensor
@@ -67,7 +67,15 @@ def no_kernel_hint(error: str, torch, index: int) -> str:
             "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime, or pip's cu126 wheels)")
 
 
-def nvidia_smi_gpus() -> tuple[list[dict] | None, str | None]:
+class NvidiaGpu(TypedDict):
+    """One GPU as nvidia-smi lists it."""
+
+    index: int
+    uuid: str
+    name: str
+
+
+def nvidia_smi_gpus() -> tuple[list[NvidiaGpu] | None, str | None]:
     """This node's GPUs as nvidia-smi lists them: [{index, uuid, name}], or (None, why not)."""
     # GKE's driver installer puts the tools in /usr/local/nvidia/bin, mounted into GPU containers but not
     # on an image's PATH (GKE docs, "Run GPUs in GKE Standard node pools": CUDA libraries and tools)
@@ -82,7 +90,7 @@ def nvidia_smi_gpus() -> tuple[list[dict] | None, str | None]:
     if cp.returncode != 0:
         last = (cp.stderr or cp.stdout).strip().splitlines()[-1:] or [f"exit code {cp.returncode}"]
         return None, f"nvidia-smi failed: {last[0][:200]}"
-    rows: list[dict[str, Any]] = []
+    rows: list[NvidiaGpu] = []
     for line in cp.stdout.splitlines():
         parts = [p.strip() for p in line.split(",", 2)]
         if len(parts) == 3 and parts[0].isdigit():

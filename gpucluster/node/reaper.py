@@ -51,6 +51,7 @@ import os
 import signal
 import sys
 import time
+from typing import NoReturn
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PREFIX = "gpucluster-reaper: "
@@ -282,25 +283,50 @@ def env_from_stdin() -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    grace = 2.0
+class _Options:
+    """The reaper's command line, read."""
+
+    def __init__(self) -> None:
+        self.grace = 2.0
+        self.grace_file: str | None = None
+        self.handed: list[str] = []  # the keys that are not the reaper's: COMMAND's stdin line
+        self.command: list[str] = []
+
+
+def _options(argv: list[str]) -> _Options | int:
+    """The options, in their order (with --keyed and --env-stdin, their lines of stdin read, and
+    stdin then closed to COMMAND); an exit status (2) when they are bad, said on stderr."""
+    opts = _Options()
     args = list(argv)
     if args[:1] == ["--grace"] and len(args) >= 2:
         try:
-            grace = max(0.0, float(args[1]))
+            opts.grace = max(0.0, float(args[1]))
         except ValueError:
             print(PREFIX + f"--grace {args[1]!r} is not a number of seconds", file=sys.stderr)
             return 2
         args = args[2:]
-    grace_file = None
     if args[:1] == ["--grace-file"] and len(args) >= 2:
-        grace_file, args = args[1], args[2:]
-    handed: list[str] = []
+        opts.grace_file, args = args[1], args[2:]
+    rest = _stdin_options(args, opts)
+    if isinstance(rest, int):
+        return rest
+    args = rest[1:] if rest[:1] == ["--"] else rest
+    if not args:
+        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--grace-file PATH] [--keyed] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    opts.command = args
+    return opts
+
+
+def _stdin_options(args: list[str], opts: _Options) -> list[str] | int:
+    """--keyed (the keys line) and --env-stdin (the environment line), read from stdin in that
+    order; then nothing started here can read what stdin may still hold. The arguments left, or
+    an exit status (2)."""
     read_stdin = args[:1] in (["--keyed"], ["--env-stdin"])
     if args[:1] == ["--keyed"]:  # the keys line comes first on stdin, then (--env-stdin) the environment
         words = read_keys()
         KEYS.update(zip((START_KIND, DONE_KIND, AGENT_KIND), words))
-        handed = words[3:]
+        opts.handed = words[3:]
         args = args[1:]
     if args[:1] == ["--env-stdin"]:
         args = args[1:]
@@ -312,56 +338,52 @@ def main(argv: list[str]) -> int:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-    if args[:1] == ["--"]:
-        args = args[1:]
-    if not args:
-        print(PREFIX + "usage: reaper.py [--grace SECONDS] [--grace-file PATH] [--keyed] [--env-stdin] -- COMMAND [ARGS...]", file=sys.stderr)
-        return 2
-    why = become_subreaper()
-    if why:
-        print(PREFIX + f"cannot adopt orphaned processes ({why}); a process the job detaches "
-              "from its parents is not found at teardown", file=sys.stderr, flush=True)
-    else:
-        witness(START_KIND)
+    return args
 
-    state: dict = {"stopping": False}
 
-    def on_alarm(signum, frame):  # the command ignored SIGTERM for `grace` seconds
+class _Stopper:
+    """What the reaper does when told to stop: SIGTERM to COMMAND, then (once) the grace, after
+    which every descendant gets SIGKILL."""
+
+    def __init__(self, grace: float, grace_file: str | None) -> None:
+        self.grace, self.grace_file = grace, grace_file
+        self.child = 0
+        self.stopping = False
+        self.until = 0.0  # when stopped: the end of the grace COMMAND's workers keep after it ends
+
+    def on_alarm(self, signum: int, frame: object) -> None:  # the command ignored SIGTERM for `grace` seconds
         _signal_all(descendants(os.getpid()), signal.SIGKILL)
 
-    def on_stop(signum, frame):
-        if child > 0:
+    def on_stop(self, signum: int, frame: object) -> None:
+        if self.child > 0:
             try:
-                os.kill(child, signal.SIGTERM)
+                os.kill(self.child, signal.SIGTERM)
             except OSError:
                 pass
-        if not state["stopping"]:
-            state["stopping"] = True
-            given = stop_grace(grace, grace_file)
-            state["until"] = time.monotonic() + given  # a COMMAND that ends early leaves its workers this long
-            signal.signal(signal.SIGALRM, on_alarm)
+        if not self.stopping:
+            self.stopping = True
+            given = stop_grace(self.grace, self.grace_file)
+            self.until = time.monotonic() + given  # a COMMAND that ends early leaves its workers this long
+            signal.signal(signal.SIGALRM, self.on_alarm)
             signal.setitimer(signal.ITIMER_REAL, max(given, 0.01))
 
-    child = 0
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_stop)
-    try:
-        child = os.fork()
-    except OSError as exc:
-        print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr)
-        return 127
-    if child == 0:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        KEYS.clear()
-        try:
-            if handed:
-                _stdin_line(handed)
-            os.execvp(args[0], args)
-        except OSError as exc:
-            print(PREFIX + f"cannot start {args[0]!r}: {exc}", file=sys.stderr, flush=True)
-        os._exit(127)
 
+def _run_command(opts: _Options) -> NoReturn:
+    """In the forked child: COMMAND, with the signals as they were and its keys' line on stdin."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    KEYS.clear()
+    try:
+        if opts.handed:
+            _stdin_line(opts.handed)
+        os.execvp(opts.command[0], opts.command)
+    except OSError as exc:
+        print(PREFIX + f"cannot start {opts.command[0]!r}: {exc}", file=sys.stderr, flush=True)
+    os._exit(127)
+
+
+def _wait_for(child: int) -> int:
+    """Reap until COMMAND ends (adopted orphans too); its exit status (128 + N for signal N)."""
     watch = _watch(child) if AGENT_KIND in KEYS else 0
     code = 1
     while True:
@@ -380,12 +402,12 @@ def main(argv: list[str]) -> int:
             os.waitpid(watch, 0)
         except ChildProcessError:
             pass
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # finish the pass, whatever arrives now
-    # told to stop with a longer grace (a notice): what COMMAND left (torchrun's workers, still
-    # saving when a second SIGTERM cut torchrun's own wait short) keeps the rest of it
-    seen, survivors = stop_descendants(max(grace, state.get("until", 0.0) - time.monotonic()))
+    return code
+
+
+def _final_pass(grace: float) -> None:
+    """What COMMAND left is stopped (said on stderr), and the reaper's `reaper_done` record."""
+    seen, survivors = stop_descendants(grace)
     if seen:
         print(PREFIX + f"stopped {len(seen)} process(es) the job left running: " + "; ".join(seen[:8])
               + (" ..." if len(seen) > 8 else ""), file=sys.stderr, flush=True)
@@ -393,6 +415,36 @@ def main(argv: list[str]) -> int:
         print(PREFIX + f"{len(survivors)} process(es) survived SIGKILL: "
               + ", ".join(str(p) for p in survivors), file=sys.stderr, flush=True)
     witness(DONE_KIND, stopped=len(seen), survived=len(survivors))
+
+
+def main(argv: list[str]) -> int:
+    opts = _options(argv)
+    if isinstance(opts, int):
+        return opts
+    why = become_subreaper()
+    if why:
+        print(PREFIX + f"cannot adopt orphaned processes ({why}); a process the job detaches "
+              "from its parents is not found at teardown", file=sys.stderr, flush=True)
+    else:
+        witness(START_KIND)
+    stopper = _Stopper(opts.grace, opts.grace_file)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stopper.on_stop)
+    try:
+        child = os.fork()
+    except OSError as exc:
+        print(PREFIX + f"cannot start {opts.command[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    if child == 0:
+        _run_command(opts)
+    stopper.child = child
+    code = _wait_for(child)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # finish the pass, whatever arrives now
+    # told to stop with a longer grace (a notice): what COMMAND left (torchrun's workers, still
+    # saving when a second SIGTERM cut torchrun's own wait short) keeps the rest of it
+    _final_pass(max(opts.grace, stopper.until - time.monotonic()))
     return code
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from gpucluster.sweep.runner import RunFacts, SizeResult
-from gpucluster.states import RunStatus
+from gpucluster.states import JsonObject, RunStatus
 
 DEFAULT_THRESHOLD = 0.7
 COMM_SHARE = 0.3  # all-reduce share of step time above which a size is communication-bound
@@ -48,10 +48,10 @@ class Finding:
     nodes: int | None
     gpus_per_node: int | None
     message: str
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: JsonObject = field(default_factory=dict)
     severity: str = "warning"  # warning, error (a bug, e.g. unsharded data), info
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -86,21 +86,37 @@ def _slower_than_smaller(results: Sequence[SizeResult], r: SizeResult) -> Findin
     smaller = [s for s in results if s.gpus_per_node == r.gpus_per_node and s.nodes < r.nodes]
     rated = [(s.samples_per_s.median, s) for s in smaller if s.samples_per_s]  # (samples/s, size)
     if r.samples_per_s and smaller and len(rated) == len(smaller):
-        best_rate, best = max(rated, key=lambda p: p[0])
-        if r.samples_per_s.median >= best_rate:
-            return None
-        ratio = best_rate / r.samples_per_s.median
+        worse = _slower_rate(r.samples_per_s.median, rated)
         what = "samples/s"
     else:
         timed = [(s.train_s.median, s) for s in smaller if s.train_s]  # (training seconds, size)
         smaller = [s for _, s in timed]
-        if not (r.train_s and smaller):
-            return None
-        best_time, best = min(timed, key=lambda p: p[0])
-        if r.train_s.median <= best_time:
-            return None
-        ratio = r.train_s.median / best_time
+        worse = _longer_time(r.train_s.median, timed) if r.train_s and smaller else None
         what = "training time"
+    if worse is None:
+        return None
+    ratio, best = worse
+    return _negative_scaling(r, best, smaller, ratio, what)
+
+
+def _slower_rate(rate: float, rated: list[tuple[float, SizeResult]]) -> tuple[float, SizeResult] | None:
+    """(how many times slower, the fastest smaller size), when `rate` is under the best of `rated`."""
+    best_rate, best = max(rated, key=lambda p: p[0])
+    if rate >= best_rate:
+        return None
+    return best_rate / rate, best
+
+
+def _longer_time(train_s: float, timed: list[tuple[float, SizeResult]]) -> tuple[float, SizeResult] | None:
+    """(how many times longer, the quickest smaller size), when `train_s` is over the best of `timed`."""
+    best_time, best = min(timed, key=lambda p: p[0])
+    if train_s <= best_time:
+        return None
+    return train_s / best_time, best
+
+
+def _negative_scaling(r: SizeResult, best: SizeResult, smaller: list[SizeResult], ratio: float,
+                      what: str) -> Finding:
     rows = sorted([*smaller, r], key=lambda s: s.nodes)
     times = ", ".join(f"{s.nodes} node(s) {_s(s.train_s.median)}" for s in rows if s.train_s)
     rates = ", ".join(f"{s.samples_per_s.median:,.0f}" for s in rows if s.samples_per_s)

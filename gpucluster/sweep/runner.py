@@ -28,16 +28,20 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.ledger.store import Ledger, LedgerError
 from gpucluster.ledger.schema import PHASES
 from gpucluster.ledger.records import RunRecord
-from gpucluster.states import RunStatus, TeardownVerdict
+from gpucluster.states import JsonObject, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.domain import Provider
     from gpucluster.infra.contract import Plugin
+    from gpucluster.lifecycle.steps import RunUI
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import JobSpec, Launcher
 
 
 
@@ -120,9 +124,10 @@ def gpu_sizes(asked: list[int] | None, compare_cpu: bool, present: int | None,
     return gpn_list
 
 
-def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
-              gpus_per_node_list: Sequence[int | None], repeat: int, ledger: Ledger, backend: Any, ui: Any = None,
-              *, sweep_id: str | None = None, prices: dict[str, Any] | None = None, workload: str | None = None,
+def run_sweep(base_spec: ClusterSpec, job_template: JobSpec, node_counts: Sequence[int],
+              gpus_per_node_list: Sequence[int | None], repeat: int, ledger: Ledger,
+              backend: tuple[Provider, Launcher], ui: RunUI | None = None,
+              *, sweep_id: str | None = None, prices: JsonObject | None = None, workload: str | None = None,
               new_run_id: Callable[[], str] | None = None, plugin: Plugin,
               on_run: Callable[[int, int, SweepRun | None, tuple[int, int | None, int]], None] | None = None) -> Sweep:
     """Run `job_template` at every size; returns the sweep (its runs are in the ledger).
@@ -135,7 +140,6 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
     does a ledger that cannot be written (a full home): no further run could be recorded.
     `on_run(index, total, finished_run_or_None, size)` is called before (None) and after each run.
     """
-    from gpucluster.costing.guards import chain_cost
     from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import new_run_id as default_run_id, validate
 
@@ -156,11 +160,7 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
             on_run(i, len(plan), None, size)
         run_id = make_id()
         spec = _size_spec(base_spec, n, g, run_id)
-        job = replace(job_template, run_id=run_id)
-        if g:
-            job = replace(job, nproc_per_node=g)
-        if job.max_cost:  # --max-cost is the whole sweep's: what its runs so far cost counts (guards.py)
-            job = replace(job, cost_before=chain_cost(ledger, [d.run_id for d in sweep.runs]))
+        job = _size_job(job_template, run_id, g, ledger, sweep)
         try:
             outcome = execute(spec, job, ledger=ledger, provider=provider, launcher=launcher, backend=plugin, ui=ui,
                               prices=prices, sweep_id=sweep_id, workload=workload or job.workload)
@@ -174,23 +174,43 @@ def run_sweep(base_spec: Any, job_template: Any, node_counts: Sequence[int],
         sweep.runs.append(done)
         if on_run:
             on_run(i, len(plan), done, size)
-        if outcome.record_error:
-            sweep.record_error = outcome.record_error
-            break
-        if outcome.status == RunStatus.STOPPED:  # at the sweep's cost cap: no further run starts
-            sweep.capped = outcome.failure
-            break
-        if outcome.status == RunStatus.INTERRUPTED:
-            sweep.interrupted = True
+        if _stops(sweep, outcome.record_error, outcome.status, outcome.failure):
             break
     return sweep
 
 
-def _size_spec(base_spec: Any, nodes: int, gpus_per_node: int | None, run_id: str | None) -> Any:
-    changes: dict[str, Any] = {"nodes": nodes, "run_id": run_id}
-    if gpus_per_node is not None:
-        changes["gpus_per_node"] = gpus_per_node
-    return base_spec.replace(**changes)
+def _size_job(job_template: JobSpec, run_id: str, gpus_per_node: int | None, ledger: Ledger, sweep: Sweep) -> JobSpec:
+    """The sweep's job for one size's run: its run id, a process per GPU (when GPUs per node are
+    given), and under --max-cost what the sweep's runs so far cost."""
+    from gpucluster.costing.guards import chain_cost
+
+    job = replace(job_template, run_id=run_id)
+    if gpus_per_node:
+        job = replace(job, nproc_per_node=gpus_per_node)
+    if job.max_cost:  # --max-cost is the whole sweep's: what its runs so far cost counts (guards.py)
+        job = replace(job, cost_before=chain_cost(ledger, [d.run_id for d in sweep.runs]))
+    return job
+
+
+def _stops(sweep: Sweep, record_error: str | None, status: str, failure: str | None) -> bool:
+    """Whether a run's end stops the sweep (its record not written, the cost cap, an interrupt);
+    the sweep says why."""
+    if record_error:
+        sweep.record_error = record_error
+        return True
+    if status == RunStatus.STOPPED:  # at the sweep's cost cap: no further run starts
+        sweep.capped = failure
+        return True
+    if status == RunStatus.INTERRUPTED:
+        sweep.interrupted = True
+        return True
+    return False
+
+
+def _size_spec(base_spec: ClusterSpec, nodes: int, gpus_per_node: int | None, run_id: str | None) -> ClusterSpec:
+    if gpus_per_node is None:
+        return base_spec.replace(nodes=nodes, run_id=run_id)
+    return base_spec.replace(nodes=nodes, run_id=run_id, gpus_per_node=gpus_per_node)
 
 
 def load_sweep(ledger: Ledger, sweep_id: str) -> list[RunRecord]:
@@ -201,23 +221,27 @@ def load_sweep(ledger: Ledger, sweep_id: str) -> list[RunRecord]:
 
 
 # -- summarising -----------------------------------------------------------------------------
+# a figure a sweep summarises: seconds, rates, accuracies and counts (float), or dollars (Decimal)
+_Num = TypeVar("_Num", float, Decimal)
+
+
 @dataclass
-class Stat:
+class Stat(Generic[_Num]):
     """Median and spread of one figure over a size's repeats."""
 
-    median: Any
-    min: Any
-    max: Any
+    median: _Num
+    min: _Num
+    max: _Num
     n: int
 
     @classmethod
-    def of(cls, values: Iterable[Any]) -> "Stat | None":
+    def of(cls, values: Iterable[_Num | None]) -> "Stat[_Num] | None":
         vals = [v for v in values if v is not None]
         if not vals:
             return None
         return cls(statistics.median(vals), min(vals), max(vals), len(vals))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         conv = (lambda v: str(v)) if isinstance(self.median, Decimal) else (lambda v: v)
         return {"median": conv(self.median), "min": conv(self.min), "max": conv(self.max), "n": self.n}
 
@@ -247,7 +271,7 @@ class RunFacts:
     data_s: float | None
     steps: int | None
     step_p90_s: list[float] | None  # per rank: median over epochs of each epoch's p90
-    util: list[dict[str, Any]]
+    util: list[JsonObject]
 
 
 def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
@@ -258,17 +282,16 @@ def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
     records = record.metric_records or []  # the nodes' JSON metric records
     metrics = run.metrics or {}
     start = next((m for m in records if m.get("kind") == "start"), {})
-    epochs = [m for m in records if m.get("kind") == "epoch"]
-    finals = {m["rank"]: m for m in records if m.get("kind") == "final" and isinstance(m.get("rank"), int)}
-    phases = {p.name: p.seconds for p in record.phases if p.seconds is not None}
+    epochs = _of_kind(records, "epoch")
+    finals = _finals(records)
+    phases = _phase_seconds(record)
     train_s = _first_known(metrics.get("train_time_s"), (finals.get(0) or {}).get("train_time_s"),
                            phases.get("train"))
     world = metrics.get("world_size") or start.get("world_size") or (len(finals) or None)
     n_epochs = metrics.get("epochs") or (epochs[-1].get("epoch") if epochs else None)
-    seen = {r: int(f["samples_seen"]) for r, f in finals.items() if f.get("samples_seen") is not None}
+    seen = _samples_seen(finals)
     train_samples = start.get("train_samples")
-    sums = {k: (sum(e.get(k) or 0.0 for e in epochs) if any(k in e for e in epochs) else None)
-            for k in ("compute_s", "comm_s", "data_s")}
+    sums = _epoch_sums(epochs)
     return RunFacts(
         run_id=run.id, status=run.status, nodes=run.nodes, gpus_per_node=int(run.gpus_per_node or 0), world_size=world,
         wall_s=run.wall_s, phases=phases, train_s=train_s,
@@ -279,16 +302,44 @@ def run_facts(record: RunRecord, backends: Mapping[str, Plugin]) -> RunFacts:
         samples_seen=seen,
         compute_s=sums["compute_s"], comm_s=sums["comm_s"], data_s=sums["data_s"],
         steps=epochs[-1].get("step") if epochs else None, step_p90_s=_p90_per_rank(epochs),
-        util=[m for m in records if m.get("kind") == "util"],
+        util=_of_kind(records, "util"),
     )
 
 
-def _first_known(*values: Any) -> Any:
+def _of_kind(records: list[JsonObject], kind: str) -> list[JsonObject]:
+    return [m for m in records if m.get("kind") == kind]
+
+
+def _phase_seconds(record: RunRecord) -> dict[str, float]:
+    """The run's phases that ended, with their seconds."""
+    return {p.name: p.seconds for p in record.phases if p.seconds is not None}
+
+
+def _finals(records: list[JsonObject]) -> dict[int, JsonObject]:
+    """The final record of each rank that wrote one, by rank."""
+    return {m["rank"]: m for m in records if m.get("kind") == "final" and isinstance(m.get("rank"), int)}
+
+
+def _samples_seen(finals: Mapping[int, JsonObject]) -> dict[int, int]:
+    """Rank -> the samples that rank trained on, as its final record says."""
+    return {r: int(f["samples_seen"]) for r, f in finals.items() if f.get("samples_seen") is not None}
+
+
+def _epoch_sums(epochs: list[JsonObject]) -> dict[str, float | None]:
+    """Compute, communication and data seconds summed over the epochs (None: no epoch said)."""
+    return {k: (sum(e.get(k) or 0.0 for e in epochs) if any(k in e for e in epochs) else None)
+            for k in ("compute_s", "comm_s", "data_s")}
+
+
+_T = TypeVar("_T")
+
+
+def _first_known(*values: _T | None) -> _T | None:
     return next((v for v in values if v is not None), None)
 
 
-def _useful_rate(reported: Any, train_samples: Any, n_epochs: Any, seen: dict[int, int], train_s: Any,
-                 world: Any) -> Any:
+def _useful_rate(reported: float | None, train_samples: float | None, n_epochs: int | None, seen: dict[int, int],
+                 train_s: float | None, world: int | None) -> float | None:
     """Samples of the data set trained per second: what the ranks saw, at most the data set once per
     epoch (a rank that repeats samples does not count twice); the reported rate when unknown."""
     if not (train_samples and n_epochs and seen and train_s):
@@ -297,7 +348,7 @@ def _useful_rate(reported: Any, train_samples: Any, n_epochs: Any, seen: dict[in
     return min(total, int(train_samples) * int(n_epochs)) / train_s
 
 
-def _p90_per_rank(epochs: list[dict[str, Any]]) -> list[float] | None:
+def _p90_per_rank(epochs: list[JsonObject]) -> list[float] | None:
     """Per rank: the median over epochs of each epoch's p90 step time."""
     per_epoch = [e["step_p90_s"] for e in epochs if isinstance(e.get("step_p90_s"), list) and e["step_p90_s"]]
     if not per_epoch:
@@ -338,15 +389,15 @@ class SizeResult:
     world_size: int | None
     runs: list[str]
     failed: list[str]
-    wall_s: Stat | None
-    phases: dict[str, Stat]
-    train_s: Stat | None
-    samples_per_s: Stat | None
-    accuracy: Stat | None
-    loss: Stat | None
+    wall_s: Stat[float] | None
+    phases: dict[str, Stat[float]]
+    train_s: Stat[float] | None
+    samples_per_s: Stat[float] | None
+    accuracy: Stat[float] | None
+    loss: Stat[float] | None
     epochs: int | None
-    cost_usd: Stat | None
-    cost_per_epoch_usd: Stat | None
+    cost_usd: Stat[Decimal] | None
+    cost_per_epoch_usd: Stat[Decimal] | None
     baseline_nodes: int | None = None
     efficiency: float | None = None
     efficiency_range: tuple[float, float] | None = None
@@ -358,8 +409,8 @@ class SizeResult:
     def label(self) -> str:
         return f"{self.nodes} node(s) x {self.gpus_per_node} GPU" if self.gpus_per_node else f"{self.nodes} node(s), CPU"
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {}
         for f in dataclasses.fields(self):
             if f.name == "facts":
                 continue
@@ -379,24 +430,32 @@ def summarize(runs: Sequence[RunRecord], backends: Mapping[str, Plugin]) -> list
     for run in runs:
         f = run_facts(run, backends)
         groups.setdefault((f.gpus_per_node, f.nodes), []).append(f)
-    results = []
-    for (gpn, nodes), facts in sorted(groups.items()):
-        ok = [f for f in facts if f.status == RunStatus.SUCCEEDED]
-        phase_names = [p for p in PHASES if any(p in f.phases for f in ok)]
-        epochs = Stat.of(f.epochs for f in ok)
-        per_epoch = [f.cost_usd / f.epochs for f in ok if f.cost_usd is not None and f.epochs]
-        results.append(SizeResult(
-            nodes=nodes, gpus_per_node=gpn, world_size=next((f.world_size for f in ok if f.world_size), None),
-            runs=[f.run_id for f in facts], failed=[f.run_id for f in facts if f.status != RunStatus.SUCCEEDED],
-            wall_s=Stat.of(f.wall_s for f in ok),
-            phases={p: st for p in phase_names if (st := Stat.of(f.phases.get(p) for f in ok))},
-            train_s=Stat.of(f.train_s for f in ok), samples_per_s=Stat.of(f.samples_per_s for f in ok),
-            accuracy=Stat.of(f.accuracy for f in ok), loss=Stat.of(f.loss for f in ok),
-            epochs=int(epochs.median) if epochs else None, cost_usd=Stat.of(f.cost_usd for f in ok),
-            cost_per_epoch_usd=Stat.of(per_epoch), facts=facts,
-        ))
+    results = [_size_result(gpn, nodes, facts) for (gpn, nodes), facts in sorted(groups.items())]
     _add_efficiency(results)
     return results
+
+
+def _size_result(gpn: int, nodes: int, facts: list[RunFacts]) -> SizeResult:
+    """One size's figures over its succeeded runs (its failed ones are named)."""
+    ok = [f for f in facts if f.status == RunStatus.SUCCEEDED]
+    epochs = Stat.of(f.epochs for f in ok)
+    return SizeResult(
+        nodes=nodes, gpus_per_node=gpn, world_size=next((f.world_size for f in ok if f.world_size), None),
+        runs=[f.run_id for f in facts], failed=[f.run_id for f in facts if f.status != RunStatus.SUCCEEDED],
+        wall_s=Stat.of(f.wall_s for f in ok),
+        phases=_phase_stats(ok),
+        train_s=Stat.of(f.train_s for f in ok), samples_per_s=Stat.of(f.samples_per_s for f in ok),
+        accuracy=Stat.of(f.accuracy for f in ok), loss=Stat.of(f.loss for f in ok),
+        epochs=int(epochs.median) if epochs else None, cost_usd=Stat.of(f.cost_usd for f in ok),
+        cost_per_epoch_usd=Stat.of(f.cost_usd / f.epochs for f in ok if f.cost_usd is not None and f.epochs),
+        facts=facts,
+    )
+
+
+def _phase_stats(ok: list[RunFacts]) -> dict[str, Stat[float]]:
+    """Each phase's seconds over the runs that went through it, in the phases' order."""
+    phase_names = [p for p in PHASES if any(p in f.phases for f in ok)]
+    return {p: st for p in phase_names if (st := Stat.of(f.phases.get(p) for f in ok))}
 
 
 def _add_efficiency(results: list[SizeResult]) -> None:
@@ -449,7 +508,7 @@ class Comparison:
                 "a GPU busy (kernel launches and copies cost more than the arithmetic); a larger batch or model "
                 "would use it")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = dataclasses.asdict(self)
         for k in ("cpu_cost_usd", "gpu_cost_usd"):
             d[k] = None if d[k] is None else str(d[k])

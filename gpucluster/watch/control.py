@@ -42,7 +42,9 @@ import hmac
 import secrets
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Iterable, Mapping
+
+from gpucluster.states import JsonObject
 
 KEY = "key"  # the field of a control record that carries its key
 REAPER_START, REAPER_DONE = "reaper_start", "reaper_done"  # gpucluster.node.reaper.START_KIND, DONE_KIND
@@ -77,7 +79,7 @@ class NodeKeys:
         return f"{self.keys[NODE_EXIT]} {self.keys[NODE_NOTICE]} ".encode() + self.reaper_line(setup)
 
 
-def new_keys(ranks: Any) -> dict[int, NodeKeys]:
+def new_keys(ranks: Iterable[int]) -> dict[int, NodeKeys]:
     return {int(r): NodeKeys.new() for r in ranks}
 
 
@@ -101,7 +103,7 @@ class Gate:
     keys: Mapping[int, NodeKeys] | None = None
     used: set[tuple[int, str]] = field(default_factory=set)
 
-    def admit(self, node_rank: int, record: dict[str, Any]) -> str | None:
+    def admit(self, node_rank: int, record: JsonObject) -> str | None:
         """None when `record` may be acted on (its key is removed from it); else why not (one line)."""
         kind = record.get("kind")
         if kind in LAUNCHER_ONLY:

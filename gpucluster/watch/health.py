@@ -30,11 +30,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import RunEvents
+from gpucluster.states import JsonMapping, JsonObject
 from gpucluster.watch.procs import piped
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.watch.launch import Launcher
 
 PREFIX = "@gpucluster-check "
 PROGRAM = Path(__file__).parents[1] / "node" / "node_check.py"  # gpucluster/node/: shipped as it is
@@ -65,7 +71,7 @@ FP32_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 GPU_MEMORY_TOLERANCE = 0.06
 
 
-def wrong_gpus(own: Mapping[str, Any], spec: "HealthSpec") -> list[str]:
+def wrong_gpus(own: JsonMapping, spec: "HealthSpec") -> list[str]:
     """A node's GPUs that are not the model the shape promises (`spec.gpu`, gpucluster.catalog.gpus):
     nvidia-smi's name must carry the model's name and its memory.total (when reported) be the model's,
     so an A100 40 GB is not taken for the 80 GB one. Nothing is judged without an expected model; a MIG
@@ -100,7 +106,7 @@ def fp32_peak(name: str) -> float | None:
     return next((peak for pattern, peak in FP32_PEAK_TFLOPS if re.search(pattern, name)), None)
 
 
-def slow_gpus(own: Mapping[str, Any]) -> list[str]:
+def slow_gpus(own: JsonMapping) -> list[str]:
     """A node's GPUs whose test matmul ran under MATMUL_FLOOR of their model's fp32 peak. The name
     is the CUDA device's own (the one the matmul ran on; nvidia-smi's list, by index, from an older
     node program). A MIG slice ("... MIG 1g.10gb") has a share of the GPU's units: not judged."""
@@ -123,7 +129,7 @@ class NodeProgram(Protocol):
     Kubernetes launcher's view of an exec stream (infra/kubernetes/check.py)."""
 
     @property
-    def stdout(self) -> Any: ...
+    def stdout(self) -> IO[bytes] | None: ...
 
     def poll(self) -> int | None: ...
 
@@ -150,7 +156,7 @@ class HealthSpec:
     allreduce_mib: int = 0
 
 
-def spec_for(spec: Any, backend: Any, check: bool | None, launcher: Any = None) -> HealthSpec | None:
+def spec_for(spec: ClusterSpec, backend: Plugin, check: bool | None, launcher: Launcher | None = None) -> HealthSpec | None:
     """The run's health check (None: skipped): on when asked (--check), off when refused
     (--no-check), else on for backends that make their machines (aws, gcp) where the launcher can
     run it (`Launcher.checks_nodes`; --check is refused where it cannot: UsageError, exit 2); it
@@ -169,7 +175,7 @@ def spec_for(spec: Any, backend: Any, check: bool | None, launcher: Any = None) 
                       gpu=expected_gpu(spec, backend))
 
 
-def expected_gpu(spec: Any, backend: Any) -> str | None:
+def expected_gpu(spec: ClusterSpec, backend: Plugin) -> str | None:
     """The GPU model the spec's nodes carry: its accelerator (any spelling), else the one the backend's
     shape of that machine type carries (`SpecRules.gpu_shapes`); None where neither says."""
     from gpucluster.catalog.gpus import lookup
@@ -201,7 +207,7 @@ class NodeRun:
 
     rank: int
     label: str
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, JsonObject] = field(default_factory=dict)
     hello_arrived: float | None = None
     rc: int | None = None
     lines: list[str] = field(default_factory=list)
@@ -276,42 +282,22 @@ def collect(procs: Mapping[int, NodeProgram], labels: Mapping[int, str], spec: H
     return nodes
 
 
+# what `judge` finds: problems by node rank, lost nodes' causes by rank, link records
+Verdict = tuple[dict[int, list[str]], dict[int, str], list[JsonObject]]
+
+
 def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
-          lost_why: Callable[[int, int | None], str | None] | None = None) -> tuple[dict[int, list[str]], dict[int, str], list[dict[str, Any]]]:
+          lost_why: Callable[[int, int | None], str | None] | None = None) -> Verdict:
     """(problems by node rank, lost nodes' causes by rank, link records). A pure function of what
     the nodes said; `lost_why(rank, exit status)`: the launcher's reason a node is gone, or None."""
-    from gpucluster.watch.nodeloss import cause_of
-
     problems: dict[int, list[str]] = {}
     causes: dict[int, str] = {}
     for r, n in sorted(nodes.items()):
-        own = n.records.get("node")
         if "done" not in n.records and n.stopped:
             continue  # what it would have said waited on a node that is gone
-        if "done" not in n.records:
-            why = lost_why(r, n.rc) if lost_why is not None and not n.timed_out else None
-            if why:
-                problems.setdefault(r, []).append(f"lost during the check: {why}")
-                causes[r] = cause_of(why)  # killed, unreachable, or (a deleted pod) interruption
-            elif n.timed_out:
-                stage = "its own checks" if own is None else "the link test"
-                problems.setdefault(r, []).append(f"the check did not finish ({stage}) within {2 * spec.timeout_s + 60:g} s")
-            else:
-                last = " | ".join(ln.strip()[:200] for ln in n.lines[-3:])
-                problems.setdefault(r, []).append(f"the check program ended with exit code {n.rc} before reporting"
-                                                  + (f": {last}" if last else ""))
-        if own:
-            problems.setdefault(r, []).extend(str(p) for p in own.get("problems") or [])
-            problems[r].extend(wrong_gpus(own, spec))
-            problems[r].extend(slow_gpus(own))
-        hello = n.records.get("hello")
-        if hello and n.hello_arrived is not None and isinstance(hello.get("time"), (int, float)):
-            skew = float(hello["time"]) - n.hello_arrived
-            n.records.setdefault("clock", {"skew_s": round(skew, 3)})
-            if abs(skew) > CLOCK_SKEW_S:
-                problems.setdefault(r, []).append(f"its clock is {skew:+.0f} s off this machine's "
-                                                  f"(more than {CLOCK_SKEW_S:g} s: is NTP running?)")
-    problems = {r: p for r, p in problems.items() if p}
+        found = _node_problems(r, n, spec, lost_why, causes)
+        if found:
+            problems[r] = found
     if problems:  # the links of a check that already failed are consequences, not findings
         return problems, causes, []
     unreached = [r for r, n in nodes.items() if (n.records.get("links") or {}).get("unreached")]
@@ -325,20 +311,54 @@ def judge(nodes: Mapping[int, NodeRun], spec: HealthSpec,
     return _links(nodes, spec)
 
 
-def _links(nodes: Mapping[int, NodeRun], spec: HealthSpec) -> tuple[dict[int, list[str]], dict[int, str], list[dict[str, Any]]]:
-    pairs: dict[tuple[int, int], float] = {}
-    for r, n in nodes.items():
-        for p in (n.records.get("links") or {}).get("pairs") or []:
-            key = (min(r, int(p["peer"])), max(r, int(p["peer"])))
-            pairs[key] = max(pairs.get(key, 0.0), float(p["gbps"]))  # what the link gave at least once
-    fastest = max(pairs.values(), default=0.0)
-    floor = []
-    if spec.link_gbps:
-        floor.append((LINK_FLOOR * spec.link_gbps, f"under {LINK_FLOOR:.0%} of the {spec.link_gbps:g} Gbit/s this shape "
-                                                   "should give one flow"))
-    if len(nodes) >= 3 and fastest > 0:
-        floor.append((RELATIVE_FLOOR * fastest, f"under 1/{1 / RELATIVE_FLOOR:g} of the fastest pair ({fastest:.2f} Gbit/s)"))
-    records = []
+def _node_problems(r: int, n: NodeRun, spec: HealthSpec, lost_why: Callable[[int, int | None], str | None] | None,
+                   causes: dict[int, str]) -> list[str]:
+    """One node's problems, in order: its program's end (when it did not finish), its own
+    checks, its GPUs, its clock. A lost node's cause goes into `causes`."""
+    problems = [] if "done" in n.records else [_unfinished(r, n, spec, lost_why, causes)]
+    own = n.records.get("node")
+    if own:
+        problems.extend(str(p) for p in own.get("problems") or [])
+        problems.extend(wrong_gpus(own, spec))
+        problems.extend(slow_gpus(own))
+    skew = _clock_skew(n)
+    if skew is not None and abs(skew) > CLOCK_SKEW_S:
+        problems.append(f"its clock is {skew:+.0f} s off this machine's "
+                        f"(more than {CLOCK_SKEW_S:g} s: is NTP running?)")
+    return problems
+
+
+def _unfinished(r: int, n: NodeRun, spec: HealthSpec, lost_why: Callable[[int, int | None], str | None] | None,
+                causes: dict[int, str]) -> str:
+    """Why a node's program ended without its final record: lost, timed out, or broken."""
+    from gpucluster.watch.nodeloss import cause_of
+
+    why = lost_why(r, n.rc) if lost_why is not None and not n.timed_out else None
+    if why:
+        causes[r] = cause_of(why)  # killed, unreachable, or (a deleted pod) interruption
+        return f"lost during the check: {why}"
+    if n.timed_out:
+        stage = "its own checks" if n.records.get("node") is None else "the link test"
+        return f"the check did not finish ({stage}) within {2 * spec.timeout_s + 60:g} s"
+    last = " | ".join(ln.strip()[:200] for ln in n.lines[-3:])
+    return f"the check program ended with exit code {n.rc} before reporting" + (f": {last}" if last else "")
+
+
+def _clock_skew(n: NodeRun) -> float | None:
+    """How far the node's clock is off this machine's when its first line arrived (kept as its
+    `clock` record); None when it did not say."""
+    hello = n.records.get("hello")
+    if not (hello and n.hello_arrived is not None and isinstance(hello.get("time"), (int, float))):
+        return None
+    skew = float(hello["time"]) - n.hello_arrived
+    n.records.setdefault("clock", {"skew_s": round(skew, 3)})
+    return skew
+
+
+def _links(nodes: Mapping[int, NodeRun], spec: HealthSpec) -> Verdict:
+    pairs = _pairs(nodes)
+    floor = _floors(spec, len(nodes), max(pairs.values(), default=0.0))
+    records: list[JsonObject] = []
     slow: dict[tuple[int, int], str] = {}
     for (a, b), gbps in sorted(pairs.items()):
         why = next((w for limit, w in floor if gbps < limit), None)
@@ -348,8 +368,34 @@ def _links(nodes: Mapping[int, NodeRun], spec: HealthSpec) -> tuple[dict[int, li
                         "slow": why is not None})
     if not slow:
         return {}, {}, records
+    return _slow_links(sorted(nodes), pairs, slow), {}, records
+
+
+def _pairs(nodes: Mapping[int, NodeRun]) -> dict[tuple[int, int], float]:
+    """Each pair's bandwidth in Gbit/s: the most the link gave at least once, either way."""
+    pairs: dict[tuple[int, int], float] = {}
+    for r, n in nodes.items():
+        for p in (n.records.get("links") or {}).get("pairs") or []:
+            key = (min(r, int(p["peer"])), max(r, int(p["peer"])))
+            pairs[key] = max(pairs.get(key, 0.0), float(p["gbps"]))  # what the link gave at least once
+    return pairs
+
+
+def _floors(spec: HealthSpec, nodes: int, fastest: float) -> list[tuple[float, str]]:
+    """The bandwidths under which a pair is slow, each with why."""
+    floor = []
+    if spec.link_gbps:
+        floor.append((LINK_FLOOR * spec.link_gbps, f"under {LINK_FLOOR:.0%} of the {spec.link_gbps:g} Gbit/s this shape "
+                                                   "should give one flow"))
+    if nodes >= 3 and fastest > 0:
+        floor.append((RELATIVE_FLOOR * fastest, f"under 1/{1 / RELATIVE_FLOOR:g} of the fastest pair ({fastest:.2f} Gbit/s)"))
+    return floor
+
+
+def _slow_links(everyone: list[int], pairs: Mapping[tuple[int, int], float],
+                slow: Mapping[tuple[int, int], str]) -> dict[int, list[str]]:
+    """A node in every slow pair is the slow node (unless all are); else the slow pairs are named."""
     problems: dict[int, list[str]] = {}
-    everyone = sorted(nodes)
     culprits = [r for r in everyone if all(((min(r, o), max(r, o)) in slow) for o in everyone if o != r)]
     if culprits and len(culprits) < len(everyone):
         for r in culprits:
@@ -359,12 +405,12 @@ def _links(nodes: Mapping[int, NodeRun], spec: HealthSpec) -> tuple[dict[int, li
     else:
         for (a, b), why in sorted(slow.items()):
             problems.setdefault(a, []).append(f"slow link to node {b}: {pairs[(a, b)]:.3g} Gbit/s, {why}")
-    return problems, {}, records
+    return problems
 
 
 def run(procs: Mapping[int, NodeProgram], labels: Mapping[int, str], spec: HealthSpec, events: RunEvents,
         stop: Callable[[], None], *, log_dir: Path | None = None,
-        lost_why: Callable[[int, int | None], str | None] | None = None, phase: str = "check") -> dict[str, Any]:
+        lost_why: Callable[[int, int | None], str | None] | None = None, phase: str = "check") -> JsonObject:
     """Read, judge, record; the `check` record, or HealthCheckFailed naming each bad node."""
     from gpucluster.watch.nodeloss import lost_record
 
@@ -374,7 +420,7 @@ def run(procs: Mapping[int, NodeProgram], labels: Mapping[int, str], spec: Healt
     seconds = round(time.monotonic() - start, 3)
     for r, n in sorted(nodes.items()):
         own = n.records.get("node") or {}
-        rec: dict[str, Any] = {"kind": "node_check", "ok": r not in problems, "problems": problems.get(r, [])}
+        rec: JsonObject = {"kind": "node_check", "ok": r not in problems, "problems": problems.get(r, [])}
         for key in ("gpus_promised", "gpus_visible", "cuda_devices", "gpu_names", "dcgm", "disk_free_gb"):
             if key in own:
                 rec[key] = own[key]

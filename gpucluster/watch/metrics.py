@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
+from gpucluster.states import JsonObject
 from gpucluster.workloads.protocol import PREFIX
 
 
@@ -25,7 +26,7 @@ _FIGURES = ("time", "loss", "accuracy", "samples_per_s", "train_time_s", "epoch_
             "data_s", "seconds", "cpu_percent", "lr")
 
 
-def check_record(record: Any) -> str | None:
+def check_record(record: object) -> str | None:
     """Why a metric record cannot be used (a one-line reason), or None when it can."""
     if not isinstance(record, dict):
         return f"not a JSON object ({type(record).__name__})"
@@ -54,17 +55,17 @@ def check_record(record: Any) -> str | None:
 KEEP = 2000  # the most epoch / util records kept in memory (the ledger has them all)
 
 
-def _bound(records: list) -> None:
+def _bound(records: list[JsonObject]) -> None:
     if len(records) > 2 * KEEP:
         del records[:-KEEP]
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def read_line(line: str) -> dict[str, Any] | str | None:
+def read_line(line: str) -> JsonObject | str | None:
     """The metric record in a log line (a dict); why the line's record was refused (a str); or None
     when the line carries no metric. Tolerates prefixes added by launchers/torchrun."""
     i = line.find(PREFIX)
@@ -78,7 +79,7 @@ def read_line(line: str) -> dict[str, Any] | str | None:
     return problem if problem else record
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
+def parse_line(line: str) -> JsonObject | None:
     """The metric record in a log line, or None (no metric, or one `check_record` refuses)."""
     got = read_line(line)
     return got if isinstance(got, dict) else None
@@ -94,73 +95,93 @@ class MetricsState:
     accuracy: float | None = None
     samples_per_s: float | None = None
     world_size: int | None = None
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    finals: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> final record
-    start: dict[str, Any] | None = None
-    util: list[dict[str, Any]] = field(default_factory=list)
+    epochs: list[JsonObject] = field(default_factory=list)
+    finals: dict[int, JsonObject] = field(default_factory=dict)  # rank -> final record
+    start: JsonObject | None = None
+    util: list[JsonObject] = field(default_factory=list)
     launched_world: int | None = None  # the ranks gpucluster started: what the script says never overrides it
-    text: dict[int, dict[str, Any]] = field(default_factory=dict)  # node -> its newest loss/accuracy line (text_metrics)
+    text: dict[int, JsonObject] = field(default_factory=dict)  # node -> its newest loss/accuracy line (text_metrics)
     refused: int = 0  # metric lines refused (bad JSON, wrong types, values out of range)
     first_refusal: str | None = None
     # the process-group hook (gpucluster/node/node_pghook.py): the ranks whose Python loaded it, those that joined a group
     pg_hooked: set[int] = field(default_factory=set)
-    pg_joined: dict[int, dict[str, Any]] = field(default_factory=dict)
+    pg_joined: dict[int, JsonObject] = field(default_factory=dict)
 
     def refuse(self, why: str) -> None:
         self.refused += 1
         if self.first_refusal is None:
             self.first_refusal = why
 
-    def update(self, record: dict[str, Any], node_rank: int | None = None) -> None:
-        problem = check_record(record)
-        if problem is None and self.launched_world is not None and isinstance(record.get("rank"), int) \
-                and record["rank"] >= self.launched_world:
-            problem = f"'rank' is {record['rank']}, but the job has {self.launched_world} ranks"
-        if problem is None and self.launched_world is not None and record.get("kind") == "world" \
-                and isinstance(record.get("world_size"), int) and record["world_size"] > self.launched_world:
-            problem = f"'world_size' is {record['world_size']}, but the job has {self.launched_world} ranks"
+    def update(self, record: JsonObject, node_rank: int | None = None) -> None:
+        problem = check_record(record) or self._beyond_launched(record)
         if problem is not None:
             self.refuse(problem)
             return
-        kind = record.get("kind")
-        if kind == "start":
-            if self.start is None:
-                self.start = record
-            if self.launched_world is not None:
-                self.world_size = self.launched_world
-            else:
-                self.world_size = record.get("world_size", self.world_size)
-        elif kind == "epoch":
-            self.epochs.append(record)
-            _bound(self.epochs)
-            self._take(record)
-        elif kind == "step":
-            self._take(record)
-        elif kind == "final":
-            rank = record.get("rank")
-            if isinstance(rank, int):
-                self.finals[rank] = record
-        elif kind == "world":  # a worker's process group size, as its framework printed it
-            self.world_size = max(self.world_size or 0, int(record.get("world_size") or 0)) or None
-        elif kind == "pg_join" and isinstance(record.get("rank"), int):  # the hook: the rank joined a process group
-            self.pg_joined.setdefault(record["rank"], record)
-        elif kind == "pg_hook" and isinstance(record.get("rank"), int):
-            self.pg_hooked.add(record["rank"])
-        elif kind == "text_metric" and node_rank is not None:  # read from a printed line (text_metrics)
-            self.text[node_rank] = record
-        elif kind == "util":
-            rec = dict(record)
-            if node_rank is not None:
-                rec.setdefault("node_rank", node_rank)
-            self.util.append(rec)
-            _bound(self.util)
+        take = _KINDS.get(record["kind"])  # check_record: the kind is a string
+        if take is not None:
+            take(self, record, node_rank)
 
-    def _take(self, record: dict[str, Any]) -> None:
+    def _beyond_launched(self, record: JsonObject) -> str | None:
+        """Why a record names more ranks than gpucluster launched (a rank, a world size), or None."""
+        if self.launched_world is None:
+            return None
+        if isinstance(record.get("rank"), int) and record["rank"] >= self.launched_world:
+            return f"'rank' is {record['rank']}, but the job has {self.launched_world} ranks"
+        if record.get("kind") == "world" and isinstance(record.get("world_size"), int) \
+                and record["world_size"] > self.launched_world:
+            return f"'world_size' is {record['world_size']}, but the job has {self.launched_world} ranks"
+        return None
+
+    def _on_start(self, record: JsonObject, node_rank: int | None) -> None:
+        if self.start is None:
+            self.start = record
+        if self.launched_world is not None:
+            self.world_size = self.launched_world
+        else:
+            self.world_size = record.get("world_size", self.world_size)
+
+    def _on_epoch(self, record: JsonObject, node_rank: int | None) -> None:
+        self.epochs.append(record)
+        _bound(self.epochs)
+        self._take(record)
+
+    def _on_step(self, record: JsonObject, node_rank: int | None) -> None:
+        self._take(record)
+
+    def _on_final(self, record: JsonObject, node_rank: int | None) -> None:
+        rank = record.get("rank")
+        if isinstance(rank, int):
+            self.finals[rank] = record
+
+    def _on_world(self, record: JsonObject, node_rank: int | None) -> None:
+        """A worker's process group size, as its framework printed it."""
+        self.world_size = max(self.world_size or 0, int(record.get("world_size") or 0)) or None
+
+    def _on_pg_join(self, record: JsonObject, node_rank: int | None) -> None:
+        if isinstance(record.get("rank"), int):  # the hook: the rank joined a process group
+            self.pg_joined.setdefault(record["rank"], record)
+
+    def _on_pg_hook(self, record: JsonObject, node_rank: int | None) -> None:
+        if isinstance(record.get("rank"), int):
+            self.pg_hooked.add(record["rank"])
+
+    def _on_text_metric(self, record: JsonObject, node_rank: int | None) -> None:
+        if node_rank is not None:  # read from a printed line (text_metrics)
+            self.text[node_rank] = record
+
+    def _on_util(self, record: JsonObject, node_rank: int | None) -> None:
+        rec = dict(record)
+        if node_rank is not None:
+            rec.setdefault("node_rank", node_rank)
+        self.util.append(rec)
+        _bound(self.util)
+
+    def _take(self, record: JsonObject) -> None:
         for key in ("epoch", "step", "loss", "accuracy", "samples_per_s"):
             if record.get(key) is not None:
                 setattr(self, key, record[key])
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """Final figures: from rank 0's final record when present, else the last epoch."""
         final = self.finals.get(0) or {}
         last = self.epochs[-1] if self.epochs else {}
@@ -187,3 +208,11 @@ class MetricsState:
             out.update({k: said.get(k) for k in ("loss", "accuracy", "loss_name", "accuracy_name")})
             out.update(metrics_source="text", text_node=node)
         return {k: v for k, v in out.items() if v is not None}
+
+
+# what each kind of record does to the state (`MetricsState.update`); other kinds are kept by the ledger only
+_KINDS: dict[str, Callable[[MetricsState, JsonObject, int | None], None]] = {
+    "start": MetricsState._on_start, "epoch": MetricsState._on_epoch, "step": MetricsState._on_step,
+    "final": MetricsState._on_final, "world": MetricsState._on_world, "pg_join": MetricsState._on_pg_join,
+    "pg_hook": MetricsState._on_pg_hook, "text_metric": MetricsState._on_text_metric, "util": MetricsState._on_util,
+}

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, Mapping
+
+from gpucluster.states import JsonMapping, JsonObject
 
 LOST_KIND = "node_lost"
 NOTICE_KIND = "node_notice"
@@ -31,7 +32,7 @@ NOTICE_S = 120.0  # aws: the spot interruption notice comes two minutes before (
 OUTPUTS_MARGIN_S = 30.0  # kept back from the notice for copying the outputs home and the teardown
 
 
-def lost_record(node_rank: int, host: str, cause: str, reason: str, phase: str | None) -> dict[str, Any]:
+def lost_record(node_rank: int, host: str, cause: str, reason: str, phase: str | None) -> JsonObject:
     return {"kind": LOST_KIND, "node_rank": node_rank, "host": host, "cause": cause, "reason": reason,
             "phase": phase, "detected_at": round(time.time(), 3)}
 
@@ -62,7 +63,7 @@ def killed_why(code: int | None) -> str | None:
 REAPER_KILLED = "its reaper (the node's supervisor) was killed by SIGKILL"
 
 
-def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
+def notice_failure(node_rank: int, host: str, record: JsonMapping) -> str:
     """The run's failure line for a node's interruption notice."""
     what = record.get("action") or "terminate"
     when = f" at {record['when']}" if record.get("when") else ""
@@ -70,7 +71,7 @@ def notice_failure(node_rank: int, host: str, record: Mapping[str, Any]) -> str:
     return f"node {node_rank} ({host}) lost: {src} gave notice: {what}{when}"
 
 
-def save_grace(record: Mapping[str, Any], usual: float, now: float | None = None) -> float:
+def save_grace(record: JsonMapping, usual: float, now: float | None = None) -> float:
     """Seconds the ranks get between SIGTERM and SIGKILL after a node's interruption notice: the
     time left before the node goes (the notice's `when`, else NOTICE_S from now; never more than
     NOTICE_S, whatever a skewed clock says) less OUTPUTS_MARGIN_S, and never less than `usual` (the

@@ -24,10 +24,15 @@ import tarfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gpucluster.errors import UsageError
-from gpucluster.states import DestKind, OutputVerdict
+from gpucluster.states import DestKind, JsonMapping, JsonObject, OutputVerdict
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.watch.launch import JobSpec
+    from gpucluster.watch.staging import Readers
 
 COMPLETE, PARTIAL, FAILED = OutputVerdict.COMPLETE, OutputVerdict.PARTIAL, OutputVerdict.FAILED
 VERDICTS = (COMPLETE, PARTIAL, FAILED)
@@ -46,7 +51,7 @@ class NodeOutputs:
     workdir_files: int = 0  # files the job wrote in its working folder, beside the output folder
     workdir_bytes: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     def problem(self) -> str | None:
@@ -75,7 +80,7 @@ def add_workdir(out: NodeOutputs, files: int, nbytes: int, problems: list[str]) 
     return out
 
 
-def workdir_args(job: Any, root: str, marker: str, tool_files: tuple[str, ...] = (),
+def workdir_args(job: JobSpec, root: str, marker: str, tool_files: tuple[str, ...] = (),
                  output_dir: str | None = None) -> list[str]:
     """The arguments of `gpucluster/node/workdir.py` for a node whose job ran in `root`: what was laid
     down before `marker` is not taken, nor the node's output folder `output_dir` when it lies in
@@ -103,7 +108,7 @@ def workdir_args(job: Any, root: str, marker: str, tool_files: tuple[str, ...] =
     return args
 
 
-def workdir_problems(answer: dict[str, Any], limit: int | None) -> list[str]:
+def workdir_problems(answer: JsonMapping, limit: int | None) -> list[str]:
     """The problems a node's working-folder copy reported (`gpucluster/node/workdir.py`'s JSON line)."""
     from gpucluster.node.workdir import DEFAULT_LIMIT
 
@@ -142,7 +147,7 @@ def workdir_pushed(where: str, who: str, rc: int | None, stdout: str, stderr: st
     what was uploaded; the problems name what is over the limit or unreadable, and a failed upload."""
     import json
 
-    picked: dict[str, Any] | None = None
+    picked: JsonObject | None = None
     other: list[str] = []
     for line in (ln.strip() for ln in stderr.splitlines()):
         if not line:
@@ -158,7 +163,7 @@ def workdir_pushed(where: str, who: str, rc: int | None, stdout: str, stderr: st
     if picked is None or rc == PICK_FAILED_RC:
         return 0, 0, [f"{who}: choosing what to upload failed (exit code {rc})"
                       + (": " + "; ".join(other[-3:]) if other else "")]
-    answer: dict[str, Any] = {}
+    answer: JsonObject = {}
     for line in reversed([ln for ln in stdout.splitlines() if ln.strip()]):
         try:
             answer = json.loads(line)
@@ -202,7 +207,7 @@ def named(what: str, items: list[str], show: int = 5) -> str:
             + (f" (and {len(items) - show} more)" if len(items) > show else ""))
 
 
-def pushed(rank: int, where: str, who: str, rc: int | None, answer: dict[str, Any], why: str,
+def pushed(rank: int, where: str, who: str, rc: int | None, answer: JsonMapping, why: str,
            seconds: float) -> NodeOutputs:
     """The verdict of a node's upload of its output folder to object storage (`where`), from the
     node transfer program's exit code (0 done, 3 some files failed) and last JSON line (`answer`:
@@ -217,7 +222,7 @@ def pushed(rank: int, where: str, who: str, rc: int | None, answer: dict[str, An
     return NodeOutputs(rank, where, FAILED, files, nbytes, seconds, f"{who}: upload to {where} failed: {what}")
 
 
-def check_output_dest(value: str, store: Any = None, readers: Any = None) -> Path | str:
+def check_output_dest(value: str, store: Plugin | None = None, readers: Readers | None = None) -> Path | str:
     """`--output DIR`, checked without creating anything: an absolute Path, or UsageError (exit 2).
     With `store` (the run's backend) a URL of its `object_store` scheme is checked for form and
     returned normalized (a str); `readers` (`staging.Readers`) names the backends that read a
@@ -233,6 +238,8 @@ def check_output_dest(value: str, store: Any = None, readers: Any = None) -> Pat
         if refusal:
             raise UsageError(f"{refusal}; give a folder on this machine (outputs are copied back to it before "
                              "teardown)")
+        if store is None:  # never: without a backend object_refusal refuses every URL
+            raise ValueError(f"check_output_dest: {text!r} is checked without a backend")
         return store.object_url(text, f"--output {value!r}")
     if "://" in text:
         raise UsageError(f"output {value!r} is not allowed: a folder on this machine (DIR)")
@@ -352,7 +359,7 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
-def extract_stream(fileobj: ByteReader, dest: Path, tally: dict[str, Any] | None = None) -> tuple[int, int, list[str]]:
+def extract_stream(fileobj: ByteReader, dest: Path, tally: JsonObject | None = None) -> tuple[int, int, list[str]]:
     """Unpack a tar stream (GNU, ustar or pax, as `tar -cf -` writes it) into `dest` (created):
     (files, bytes, refused members with why). Headers are parsed by `tarfile.TarInfo.frombuf`
     (checksums checked); file data goes straight from the stream to the file, in the pieces the
@@ -401,21 +408,7 @@ def extract_stream(fileobj: ByteReader, dest: Path, tally: dict[str, Any] | None
         elif not regular or not rel:
             t["refused"].append(f"{rel or name} (not a regular file: links and devices are not copied)")
         else:
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                with open(target, "wb", buffering=0) as out:
-                    left = size
-                    while left:
-                        n = readinto(view[:min(left, len(view))])
-                        if not n:
-                            raise tarfile.ReadError(f"unexpected end of data in {rel}")
-                        out.write(view[:n])
-                        left -= n
-            except BaseException:  # Ctrl-C included: a file cut short is never left looking whole
-                target.unlink(missing_ok=True)  # a file cut short is not left looking whole
-                raise
-            os.chmod(target, (info.mode & 0o777) | 0o600)
+            _write_member(readinto, view, dest, rel, size, info.mode)
             _skip(fileobj, padded - size)
             t["files"] += 1
             t["bytes"] += size
@@ -426,7 +419,28 @@ def extract_stream(fileobj: ByteReader, dest: Path, tally: dict[str, Any] | None
     return t["files"], t["bytes"], t["refused"]
 
 
-def summary(outputs: list[dict[str, Any]]) -> str:
+def _write_member(readinto: Callable[[memoryview], int | None], view: memoryview, dest: Path, rel: str, size: int,
+                  mode: int) -> None:
+    """One regular file of a tar stream, `size` bytes read through `view` straight into `dest/rel`
+    (its mode kept, owner-writable); a file cut short is removed, never left looking whole."""
+    target = dest / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(target, "wb", buffering=0) as out:
+            left = size
+            while left:
+                n = readinto(view[:min(left, len(view))])
+                if not n:
+                    raise tarfile.ReadError(f"unexpected end of data in {rel}")
+                out.write(view[:n])
+                left -= n
+    except BaseException:  # Ctrl-C included: a file cut short is never left looking whole
+        target.unlink(missing_ok=True)  # a file cut short is not left looking whole
+        raise
+    os.chmod(target, (mode & 0o777) | 0o600)
+
+
+def summary(outputs: list[JsonObject]) -> str:
     """One line for a run's outputs: where they are and the verdicts."""
     if not outputs:
         return "no outputs collected"

@@ -26,9 +26,13 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.watch.launch import JobSpec
 
 SETUP_START, SETUP_END = "setup_start", "setup_end"  # metric record kinds printed by the wrapper
 STAGE_KIND = "stage"  # metric record per node: files, bytes, bytes sent, seconds
@@ -62,7 +66,7 @@ class DataMount:
 Readers = Mapping[str, Sequence[str]]  # URL scheme -> the backends whose nodes read it (infra.registry.readers())
 
 
-def object_refusal(flag: str, value: str, store, readers: Readers | None = None) -> str | None:
+def object_refusal(flag: str, value: str, store: Plugin | None, readers: Readers | None = None) -> str | None:
     """Why an object-storage URL `value` cannot be used with backend `store` (None: it can, or it is
     not a URL). Says which clouds take that scheme, from `readers` (given by the caller, which asked
     the registry), never naming one here."""
@@ -192,12 +196,12 @@ RESUME_ENV = "GPUCLUSTER_RESUME_DIR"
 RESUME_DEST = "resume"  # under the job's working directory on each node (ssh, aws)
 
 
-def staged_mounts(job: Any) -> tuple[DataMount, ...]:
+def staged_mounts(job: JobSpec) -> tuple[DataMount, ...]:
     """What a launcher stages: the --data folders, then the --resume folder (`job.resume`)."""
     return tuple(job.data) + ((job.resume,) if job.resume is not None else ())
 
 
-def staged_env(job: Any, paths: Sequence[str]) -> dict[str, str]:
+def staged_env(job: JobSpec, paths: Sequence[str]) -> dict[str, str]:
     """The environment for the folders of `staged_mounts(job)` at `paths` on a node."""
     env = data_env(paths[:len(job.data)])
     if job.resume is not None:

@@ -9,13 +9,16 @@ import queue
 import re
 import threading
 import time
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import IO, Callable, Iterable, Mapping, Protocol, Sequence
 
 from gpucluster.watch.control import AGENT_EXIT, NODE_EXIT, WORKER_START, Gate, NodeKeys
 from gpucluster.errors import LaunchError
 from gpucluster.domain import UNWITNESSED
 from gpucluster.events import Phase, RunEvents
+from gpucluster.states import JsonMapping, JsonObject
 from gpucluster.costing.guards import Guard
 from gpucluster.watch.launch import JobResult, JobSpec, NodeResult
 from gpucluster.watch.metrics import MetricsState, read_line
@@ -46,6 +49,17 @@ class NodeProcess(Protocol):
     def returncode(self) -> int | None: ...
 
     def poll(self) -> int | None: ...
+
+
+class Stage(Protocol):
+    """What `NodeSupervisor.run` asks of its `stage` (the Kubernetes launcher's health check and
+    stager): a failure or None every loop, and whether it is done. It may also name the phase it
+    is in (a `phase` attribute), read where it has one."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def poll(self) -> str | None: ...
 
 
 class NodeSupervisor:
@@ -84,12 +98,12 @@ class NodeSupervisor:
         self.reapers: dict[int, str] = {}  # node rank -> "started" | "done" (as the reaper said)
         self.node_exits: dict[int, tuple[int, float]] = {}  # node rank -> (reaper's exit status, when said)
         self.undrained: set[int] = set()  # nodes whose session stayed open after their job ended
-        self.agent_exits: dict[int, tuple[Any, float]] = {}  # node rank -> (its agent's exit status, when said)
+        self.agent_exits: dict[int, tuple[object, float]] = {}  # node rank -> (its agent's exit status, when said)
         self.stuck: set[int] = set()  # nodes whose reaper said nothing within its grace after its agent ended
         # control records (reaper, node exit, setup) are taken only with the node's key for them
         self.gate = Gate(keys)
         self.phase: Phase | None = None  # the phase this supervisor last reported
-        self.notice: tuple[int, dict[str, Any]] | None = None  # a node's interruption notice (nodeloss.py)
+        self.notice: tuple[int, JsonObject] | None = None  # a node's interruption notice (nodeloss.py)
         # after a notice: how long the launcher's stop gives the ranks to save (nodeloss.save_grace)
         self.stop_grace: float | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +113,7 @@ class NodeSupervisor:
                            accrued=events.accrued_cost, say=lambda text: _say(events, text),
                            record=lambda rec: events.on_metric(None, {**rec, "run_id": job.run_id}))
 
-    def notify(self, node_rank: int, record: dict[str, Any]) -> None:
+    def notify(self, node_rank: int, record: JsonMapping) -> None:
         """A node's interruption notice read by the launcher from its platform (GKE: host maintenance), not
         from the node's output: acted on as a keyed `node_notice` record is (only the first counts)."""
         if self.notice is None:
@@ -122,14 +136,14 @@ class NodeSupervisor:
             scan = TextScan()  # loss/accuracy lines of a script that prints them (text_metrics)
             chunks = iter(lambda: read1(READ_SIZE), b"") if read1 is not None else iter(stream)
             pending = bytearray()
-            log: Any = None
+            log: IO[bytes] | None = None
             broken: list[str] = []  # why the node log cannot be written (then only the tail is kept)
 
             def write(data: bytes) -> None:
                 # A log that cannot be written (disk full, I/O error, a folder where the log belongs)
                 # never stops the draining of the job's output: the workers would block writing
                 # their stdout and the run would hang. Reading goes on; the tail and metrics are kept.
-                if broken:
+                if broken or log is None:  # no log: broken says why
                     return
                 try:
                     with lock:
@@ -229,42 +243,68 @@ class NodeSupervisor:
             return
         if record is None:
             record = world_record(line) or text_record(line)
-        if record is not None:
-            kind = record.get("kind")
-            why = self.gate.admit(node_rank, record)
-            if why is None and kind == WORKER_START and self.job.setup and node_rank not in self.setup_done:
-                why = f"a {kind!r} record before node {node_rank}'s setup ended (the job's own line)"
-            refused = self.metrics.refused
-            if why is None:
-                self.metrics.update(record, node_rank)
-            if why is not None or self.metrics.refused > refused:  # forged or bad: data, never acted on
-                self._refuse(node_rank, why or self.metrics.first_refusal or "refused", counted=why is None)
-                return
-            record.setdefault("node_rank", node_rank)
-            # A built-in workload says "start" once its process group is up; a user's command
-            # is started through the announcer, whose record says the worker process exists.
-            if kind == REAPER_START:
-                self.reapers.setdefault(node_rank, "started")
-            elif kind == REAPER_DONE:
-                survived = record.get("survived")
-                self.reapers[node_rank] = "done" if survived == 0 else f"survived:{survived}"
-            if kind == AGENT_EXIT:
-                self.agent_exits.setdefault(node_rank, (record.get("rc"), time.monotonic()))
-            if kind == NODE_EXIT_KIND and isinstance(record.get("rc"), int):
-                self.node_exits.setdefault(node_rank, (record["rc"], time.monotonic()))
-            if kind == SETUP_END and record.get("rc") == 0:
-                self.setup_done.add(node_rank)
-            if kind == NOTICE_KIND and self.notice is None:  # a node's interruption notice (keyed: gpucluster/watch/control.py)
-                self.notice = (node_rank, record)
-            if kind == "util":
-                self.guard.utilisation(node_rank, record)
-            elif kind in _LIVE_KINDS:
-                self.guard.alive(node_rank)
-            if kind in ("start", WORKER_START) and self.train_started_at is None:
-                self.train_started_at = time.time()
-                self.guard.start()  # the stall clock runs from the job's first worker
-                self._phase(Phase.TRAIN)
-            self.events.on_metric(node_rank, record)
+        if record is None:
+            return
+        kind = record.get("kind")
+        if not self._admit(node_rank, record, kind):
+            return
+        record.setdefault("node_rank", node_rank)
+        # A built-in workload says "start" once its process group is up; a user's command
+        # is started through the announcer, whose record says the worker process exists.
+        control = _CONTROL.get(kind) if isinstance(kind, str) else None
+        if control is not None:
+            control(self, node_rank, record)
+        self._note_life(node_rank, record, kind)
+        self.events.on_metric(node_rank, record)
+
+    def _admit(self, node_rank: int, record: JsonObject, kind: object) -> bool:
+        """Whether a metric record is acted on: its key (control records), its order (no worker
+        before the node's setup ended), its shape (`MetricsState.update`). A refused one is data."""
+        why = self.gate.admit(node_rank, record)
+        if why is None and kind == WORKER_START and self.job.setup and node_rank not in self.setup_done:
+            why = f"a {kind!r} record before node {node_rank}'s setup ended (the job's own line)"
+        refused = self.metrics.refused
+        if why is None:
+            self.metrics.update(record, node_rank)
+        if why is not None or self.metrics.refused > refused:  # forged or bad: data, never acted on
+            self._refuse(node_rank, why or self.metrics.first_refusal or "refused", counted=why is None)
+            return False
+        return True
+
+    def _on_reaper_start(self, node_rank: int, record: JsonObject) -> None:
+        self.reapers.setdefault(node_rank, "started")
+
+    def _on_reaper_done(self, node_rank: int, record: JsonObject) -> None:
+        survived = record.get("survived")
+        self.reapers[node_rank] = "done" if survived == 0 else f"survived:{survived}"
+
+    def _on_agent_exit(self, node_rank: int, record: JsonObject) -> None:
+        self.agent_exits.setdefault(node_rank, (record.get("rc"), time.monotonic()))
+
+    def _on_node_exit(self, node_rank: int, record: JsonObject) -> None:
+        rc = record.get("rc")
+        if isinstance(rc, int):
+            self.node_exits.setdefault(node_rank, (rc, time.monotonic()))
+
+    def _on_setup_end(self, node_rank: int, record: JsonObject) -> None:
+        if record.get("rc") == 0:
+            self.setup_done.add(node_rank)
+
+    def _on_notice(self, node_rank: int, record: JsonObject) -> None:
+        if self.notice is None:  # a node's interruption notice (keyed: gpucluster/watch/control.py)
+            self.notice = (node_rank, record)
+
+    def _note_life(self, node_rank: int, record: JsonObject, kind: object) -> None:
+        """What a record says of the job's life to the guards (utilisation, a sign of life) and to
+        the phases (its first worker: the job trains)."""
+        if kind == "util":
+            self.guard.utilisation(node_rank, record)
+        elif kind in _LIVE_KINDS:
+            self.guard.alive(node_rank)
+        if kind in ("start", WORKER_START) and self.train_started_at is None:
+            self.train_started_at = time.time()
+            self.guard.start()  # the stall clock runs from the job's first worker
+            self._phase(Phase.TRAIN)
 
     def _refuse(self, node_rank: int, why: str, counted: bool = False) -> None:
         """A metric line that is not acted on: counted (unless `metrics` counted it), said once."""
@@ -339,7 +379,7 @@ class NodeSupervisor:
 
     def run(self, procs: Mapping[int, NodeProcess], stop: Callable[[], None],
             watch: Callable[[], str | None] | None = None,
-            release: Callable[[], None] | None = None, stage: Any = None,
+            release: Callable[[], None] | None = None, stage: Stage | None = None,
             lost: Callable[[int, int | None], str | None] | None = None) -> JobResult:
         """Watch until every node exits 0, one fails, or the deadline passes; always calls stop().
 
@@ -356,122 +396,202 @@ class NodeSupervisor:
         the run moves on to "setup" (or "rendezvous"); the setup's release waits for it.
         `lost(rank, exit status)`, when given, says why a node that ended is a lost node (killed,
         unreachable) rather than a failed job; a node's interruption notice ends the run the same
-        way. Either is reported as a `node_lost` record (gpucluster/watch/nodeloss.py)."""
+        way. Either is reported as a `node_lost` record (gpucluster/watch/nodeloss.py).
+
+        The loop is a state machine (`_Watch`): each turn runs the step of the state it is in,
+        which returns the next state, until `ENDED`."""
         setup = bool(self.job.setup)
         self._release = release if setup else None
-        staged = stage is None
-        self.rendezvous_started_at = time.time() if staged and not setup else None
-        stopped_by: str | None = None
         limit = self.job.max_seconds
-        deadline = time.monotonic() + limit if limit else None
-        exit_codes: dict[int, int | None] = {}
-        failure: str | None = None
-        failed_node: int | None = None
-        timed_out = False
+        run = _Run(procs=procs, watch=watch, stage=stage, lost=lost, setup=setup, limit=limit,
+                   deadline=time.monotonic() + limit if limit else None, staged=stage is None)
+        self.rendezvous_started_at = time.time() if run.staged and not setup else None
+        steps: dict[_Watch, Callable[[_Run], _Watch]] = {
+            _Watch.STAGING: self._staging, _Watch.SETUP: self._setting_up, _Watch.WATCHING: self._watching}
         try:
-            self._phase(getattr(stage, "phase", Phase.STAGE) if not staged else Phase.SETUP if setup
-                        else Phase.RENDEZVOUS)
-            while True:
-                self._drain(0.2)
-                if not staged and failure is None:
-                    failure = stage.poll()
-                    now = getattr(stage, "phase", Phase.STAGE)
-                    if failure is None and not stage.done and now != self.phase:
-                        self._phase(now)  # the Kubernetes launcher's check, then its staging
-                    if failure is None and stage.done:
-                        staged = True
-                        self._phase(Phase.SETUP) if setup else self._rendezvous()
-                try:
-                    if staged:
-                        self._maybe_release()
-                except LaunchError as exc:  # the release of the nodes after setup failed
-                    failure = failure or str(exc)
-                for rank, (code, _) in list(self.node_exits.items()):  # a node's shell said its agent was killed
-                    why = lost(rank, code) if lost is not None and rank not in exit_codes and failure is None else None
-                    if why and code == 128 + 9 and self.reapers.get(rank) == "started":  # no reaper_done: the reaper
-                        why = REAPER_KILLED
-                    if why:
-                        exit_codes[rank], failed_node, failure = code, rank, self._lost(rank, why)
-                for rank in self._stuck(procs, exit_codes):
-                    rc = self.agent_exits[rank][0]
-                    exit_codes[rank] = rc if isinstance(rc, int) else None
-                    if rc != 0 and failure is None:
-                        failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
-                for rank in self._undrained(procs, exit_codes):
-                    # the node's job is over but its session is not: something the job left holds
-                    # its output open. Its exit status is the one its shell reported; stop() ends it.
-                    exit_codes[rank] = self.node_exits[rank][0]
-                    if exit_codes[rank] != 0 and failure is None:
-                        failed_node, failure = rank, self._node_failure(rank, exit_codes[rank])
-                if self.notice is not None and failure is None:  # the cloud takes a node back
-                    failed_node = self.notice[0]
-                    failure = notice_failure(failed_node, self.hosts[failed_node], self.notice[1])
-                    self._lost(failed_node, failure.split(" lost: ", 1)[1], "interruption")
-                    self.stop_grace = save_grace(self.notice[1], self.usual_grace)
-                    _say(self.events, f"node {failed_node} gave notice: the ranks get up to {self.stop_grace:g} s to "
-                                      "save (SIGTERM) before they are stopped")
-                for rank, proc in procs.items():
-                    if rank not in exit_codes and proc.poll() is not None:
-                        exit_codes[rank] = proc.returncode
-                        if proc.returncode != 0 and failure is None:
-                            failed_node = rank
-                            why = lost(rank, proc.returncode) if lost is not None else None
-                            if why:
-                                failure = self._lost(rank, why)
-                                continue
-                            if not staged:
-                                self._drain(0)
-                                failure = stage.poll() or self._node_failure(rank, proc.returncode)
-                                continue
-                            if setup and rank not in self.setup_done:
-                                self._drain(0)  # the node's last lines
-                                failure = self._setup_failure(rank, proc.returncode)
-                                continue
-                            failure = self._node_failure(rank, proc.returncode)
-                if failure is None and watch is not None:
-                    failure = watch()
-                if failure is None and self.guard.active:
-                    stop_now = self.guard.poll()
-                    if stop_now is not None:  # a money guard: stopped as on a notice, with time to save
-                        failure, stopped_by = stop_now.reason, stop_now.kind
-                        self.stop_grace = save_grace({}, self.usual_grace)
-                        _say(self.events, f"{failure}: stopping the job (the ranks get up to {self.stop_grace:g} s "
-                                          "to save, SIGTERM), copying its outputs home, tearing down")
-                if failure is not None:
-                    break
-                if len(exit_codes) == len(procs):
-                    break
-                if limit and deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    failure = f"the run exceeded its time limit of {limit / 60:g} minutes"
-                    break
+            self._phase(_stage_phase(stage) if stage is not None else Phase.SETUP if setup else Phase.RENDEZVOUS)
+            state = _Watch.STAGING if stage is not None else _Watch.SETUP if setup else _Watch.WATCHING
+            while state is not _Watch.ENDED:
+                state = steps[state](run)
         finally:
-            stop()
-            # Collect what the processes printed before they went, so the report shows it.
-            end = time.monotonic() + 5
-            while self._open_streams > 0 and time.monotonic() < end:
-                self._drain(0.1)
+            self._collect(stop)
+        return self._verdict(run)
+
+    # -- the states of run()'s loop ----------------------------------------------------------------
+    def _staging(self, run: _Run) -> _Watch:
+        """`stage` stages data into the nodes (or checks them first): asked every turn."""
+        self._drain(0.2)
+        if run.failure is None and run.stage is not None:
+            self._poll_stage(run, run.stage)
+        if run.staged:
+            self._release_nodes(run)
+        return self._watch_nodes(run, _Watch.STAGING)
+
+    def _setting_up(self, run: _Run) -> _Watch:
+        """The nodes run their --setup; released together once every one said it ended well."""
+        self._drain(0.2)
+        self._release_nodes(run)
+        return self._watch_nodes(run, _Watch.SETUP)
+
+    def _watching(self, run: _Run) -> _Watch:
+        """The job runs (rendezvous, then training)."""
+        self._drain(0.2)
+        return self._watch_nodes(run, _Watch.WATCHING)
+
+    def _poll_stage(self, run: _Run, stage: Stage) -> None:
+        run.failure = stage.poll()
+        now = _stage_phase(stage)
+        if run.failure is None and not stage.done and now != self.phase:
+            self._phase(now)  # the Kubernetes launcher's check, then its staging
+        if run.failure is None and stage.done:
+            run.staged = True
+            self._phase(Phase.SETUP) if run.setup else self._rendezvous()
+
+    def _release_nodes(self, run: _Run) -> None:
+        try:
+            self._maybe_release()
+        except LaunchError as exc:  # the release of the nodes after setup failed
+            run.failure = run.failure or str(exc)
+
+    def _watch_nodes(self, run: _Run, state: _Watch) -> _Watch:
+        """Every state's checks of the nodes, in order; then the state the loop goes on in."""
+        self._check_node_exits(run)
+        self._check_stuck(run)
+        self._check_undrained(run)
+        self._check_notice(run)
+        self._check_procs(run)
+        if run.failure is None and run.watch is not None:
+            run.failure = run.watch()
+        self._check_guard(run)
+        return self._next_state(run, state)
+
+    def _next_state(self, run: _Run, state: _Watch) -> _Watch:
+        if run.failure is not None or len(run.exit_codes) == len(run.procs):
+            return _Watch.ENDED
+        if run.limit and run.deadline is not None and time.monotonic() > run.deadline:
+            run.timed_out = True
+            run.failure = f"the run exceeded its time limit of {run.limit / 60:g} minutes"
+            return _Watch.ENDED
+        if state is _Watch.STAGING and run.staged:
+            return _Watch.SETUP if self._release is not None else _Watch.WATCHING
+        if state is _Watch.SETUP and self._release is None:
+            return _Watch.WATCHING
+        return state
+
+    # -- the checks of every turn ------------------------------------------------------------------
+    def _check_node_exits(self, run: _Run) -> None:
+        """A node's shell said its agent was killed: a lost node, when `lost` says so."""
+        for rank, (code, _) in list(self.node_exits.items()):
+            lost = run.lost
+            why = lost(rank, code) if lost is not None and rank not in run.exit_codes and run.failure is None else None
+            if why and code == 128 + 9 and self.reapers.get(rank) == "started":  # no reaper_done: the reaper
+                why = REAPER_KILLED
+            if why:
+                run.exit_codes[rank], run.failed_node, run.failure = code, rank, self._lost(rank, why)
+
+    def _check_stuck(self, run: _Run) -> None:
+        for rank in self._stuck(run.procs, run.exit_codes):
+            rc = self.agent_exits[rank][0]
+            run.exit_codes[rank] = rc if isinstance(rc, int) else None
+            if rc != 0 and run.failure is None:
+                run.failed_node, run.failure = rank, self._node_failure(rank, run.exit_codes[rank])
+
+    def _check_undrained(self, run: _Run) -> None:
+        for rank in self._undrained(run.procs, run.exit_codes):
+            # the node's job is over but its session is not: something the job left holds
+            # its output open. Its exit status is the one its shell reported; stop() ends it.
+            run.exit_codes[rank] = self.node_exits[rank][0]
+            if run.exit_codes[rank] != 0 and run.failure is None:
+                run.failed_node, run.failure = rank, self._node_failure(rank, run.exit_codes[rank])
+
+    def _check_notice(self, run: _Run) -> None:
+        if self.notice is None or run.failure is not None:
+            return
+        # the cloud takes a node back
+        failed_node, notice = self.notice
+        run.failed_node = failed_node
+        run.failure = notice_failure(failed_node, self.hosts[failed_node], notice)
+        self._lost(failed_node, run.failure.split(" lost: ", 1)[1], "interruption")
+        self.stop_grace = save_grace(notice, self.usual_grace)
+        _say(self.events, f"node {failed_node} gave notice: the ranks get up to {self.stop_grace:g} s to "
+                          "save (SIGTERM) before they are stopped")
+
+    def _check_procs(self, run: _Run) -> None:
+        for rank, proc in run.procs.items():
+            if rank not in run.exit_codes and proc.poll() is not None:
+                run.exit_codes[rank] = proc.returncode
+                if proc.returncode != 0 and run.failure is None:
+                    run.failed_node = rank
+                    run.failure = self._ended_failure(run, rank, proc.returncode)
+
+    def _ended_failure(self, run: _Run, rank: int, code: int | None) -> str:
+        """Why the run fails when a node's process ended with `code` (not 0)."""
+        why = run.lost(rank, code) if run.lost is not None else None
+        if why:
+            return self._lost(rank, why)
+        if not run.staged and run.stage is not None:
             self._drain(0)
-            self.close()
+            return run.stage.poll() or self._node_failure(rank, code)
+        if run.setup and rank not in self.setup_done:
+            self._drain(0)  # the node's last lines
+            return self._setup_failure(rank, code)
+        return self._node_failure(rank, code)
+
+    def _check_guard(self, run: _Run) -> None:
+        if run.failure is not None or not self.guard.active:
+            return
+        stop_now = self.guard.poll()
+        if stop_now is not None:  # a money guard: stopped as on a notice, with time to save
+            run.failure, run.stopped_by = stop_now.reason, stop_now.kind
+            self.stop_grace = save_grace({}, self.usual_grace)
+            _say(self.events, f"{run.failure}: stopping the job (the ranks get up to {self.stop_grace:g} s "
+                              "to save, SIGTERM), copying its outputs home, tearing down")
+
+    # -- after the loop ----------------------------------------------------------------------------
+    def _collect(self, stop: Callable[[], None]) -> None:
+        stop()
+        # Collect what the processes printed before they went, so the report shows it.
+        end = time.monotonic() + 5
+        while self._open_streams > 0 and time.monotonic() < end:
+            self._drain(0.1)
+        self._drain(0)
+        self.close()
+
+    def _verdict(self, run: _Run) -> JobResult:
+        procs, failure = run.procs, run.failure
         for rank, proc in procs.items():
-            if rank not in exit_codes and proc.poll() is not None and failure is None:
-                exit_codes[rank] = proc.returncode
-        nodes = [NodeResult(r, self.hosts[r], exit_codes.get(r), self.tail(r)) for r in sorted(procs)]
+            if rank not in run.exit_codes and proc.poll() is not None and failure is None:
+                run.exit_codes[rank] = proc.returncode
+        nodes = [NodeResult(r, self.hosts[r], run.exit_codes.get(r), self.tail(r)) for r in sorted(procs)]
         ok = failure is None and all(n.exit_code == 0 for n in nodes)
-        # Built-in workloads, and any script that speaks the metrics protocol, must show a final
-        # record from every rank: a rank can exit 0 without finishing its work. A script that
-        # reports nothing is judged by its exit codes alone (it runs unmodified).
+        missing = self._missing_finals(len(procs)) if ok else None
+        if missing:
+            ok = False
+            failure = (f"every node exited 0 but rank(s) {', '.join(map(str, missing[:8]))} wrote no final "
+                       "record (a worker died after its work, or the script does not report)")
+        return JobResult(
+            ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=run.failed_node,
+            timed_out=run.timed_out, train_started_at=self.train_started_at,
+            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir),
+            unwitnessed=self._unwitnessed(procs), stopped_by=run.stopped_by,
+        )
+
+    def _missing_finals(self, nodes: int) -> list[int]:
+        """The ranks with no final record, for a job that speaks the metrics protocol.
+
+        Built-in workloads, and any script that speaks the metrics protocol, must show a final
+        record from every rank: a rank can exit 0 without finishing its work. A script that
+        reports nothing is judged by its exit codes alone (it runs unmodified)."""
         speaks_protocol = self.job.workload is not None or bool(
             self.metrics.start or self.metrics.epochs or self.metrics.finals)
-        if ok and speaks_protocol:
-            world = self.job.nproc_per_node * len(procs)  # what was launched, not what the script says
-            missing = sorted(set(range(world)) - set(self.metrics.finals))
-            if missing:
-                ok = False
-                failure = (f"every node exited 0 but rank(s) {', '.join(map(str, missing[:8]))} wrote no final "
-                           "record (a worker died after its work, or the script does not report)")
-        # No verdict without its witness: a node whose reaper started but never said its final
-        # pass was over (it was killed) cannot vouch that nothing of the job survived there.
+        if not speaks_protocol:
+            return []
+        world = self.job.nproc_per_node * nodes  # what was launched, not what the script says
+        return sorted(set(range(world)) - set(self.metrics.finals))
+
+    def _unwitnessed(self, procs: Mapping[int, NodeProcess]) -> list[str]:
+        """No verdict without its witness: a node whose reaper started but never said its final
+        pass was over (it was killed) cannot vouch that nothing of the job survived there."""
         unwitnessed = [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its reaper ended without finishing its final "
                        "pass (killed?): a process the job detached there may survive unseen"
                        for r in sorted(procs) if self.reaper and self.reapers.get(r) == "started" and r not in self.stuck]
@@ -484,12 +604,50 @@ class NodeSupervisor:
         unwitnessed += [f"{UNWITNESSED}node {r} ({self.hosts[r]}): its session stayed open {DRAIN_S:g} s after its job "
                         "ended (a process the job left holds its output) and was cut"
                         for r in sorted(self.undrained)]
-        return JobResult(
-            ok=ok, nodes=nodes, metrics=self.metrics, failure=failure, failed_node=failed_node,
-            timed_out=timed_out, train_started_at=self.train_started_at,
-            rendezvous_started_at=self.rendezvous_started_at, log_dir=str(self.log_dir), unwitnessed=unwitnessed,
-            stopped_by=stopped_by,
-        )
+        return unwitnessed
+
+
+class _Watch(Enum):
+    """The states of `NodeSupervisor.run`'s loop."""
+
+    STAGING = "staging"  # `stage` stages data into the nodes (or checks them first)
+    SETUP = "setup"  # the nodes run their --setup; released together once all ended it well
+    WATCHING = "watching"  # the job runs (rendezvous, training)
+    ENDED = "ended"  # a failure, every node ended, or the deadline passed
+
+
+@dataclass
+class _Run:
+    """What one `NodeSupervisor.run` watches and what it found so far."""
+
+    procs: Mapping[int, NodeProcess]
+    watch: Callable[[], str | None] | None
+    stage: Stage | None
+    lost: Callable[[int, int | None], str | None] | None
+    setup: bool
+    limit: float | None
+    deadline: float | None
+    staged: bool
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    failure: str | None = None
+    failed_node: int | None = None
+    timed_out: bool = False
+    stopped_by: str | None = None
+
+
+# what a control record does to the supervisor's state (`NodeSupervisor._handle`), by its kind
+_CONTROL: dict[str, Callable[[NodeSupervisor, int, JsonObject], None]] = {
+    REAPER_START: NodeSupervisor._on_reaper_start, REAPER_DONE: NodeSupervisor._on_reaper_done,
+    AGENT_EXIT: NodeSupervisor._on_agent_exit, NODE_EXIT_KIND: NodeSupervisor._on_node_exit,
+    SETUP_END: NodeSupervisor._on_setup_end, NOTICE_KIND: NodeSupervisor._on_notice,
+}
+
+
+def _stage_phase(stage: Stage) -> Phase:
+    """The phase `stage` is in: its own `phase` when it has one (the Kubernetes launcher's health
+    check, then its staging), else "stage"."""
+    phase: Phase = getattr(stage, "phase", Phase.STAGE)
+    return phase
 
 
 def _say(events: RunEvents, text: str) -> None:

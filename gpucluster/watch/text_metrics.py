@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any, Callable
+from typing import Callable
 
+from gpucluster.states import JsonObject
 from gpucluster.watch.metrics import check_record
 
 TEXT_KIND = "text_metric"
@@ -43,7 +44,7 @@ def _hinted(data: bytes) -> bool:
     return b"loss" in low or b"acc" in low
 
 
-def text_record(line: str) -> dict[str, Any] | None:
+def text_record(line: str) -> JsonObject | None:
     """A `text_metric` record from one printed line, or None when the line holds no loss or
     accuracy value. Training loss is preferred to a validation loss; for accuracy the
     validation/test figure is preferred. Accuracy is a fraction: "91.2%" and "acc 91.2" give 0.912."""
@@ -54,27 +55,15 @@ def text_record(line: str) -> dict[str, Any] | None:
     for n, m in enumerate(_PAIR.finditer(text)):
         if n >= 16:
             break
-        prefix, name, number, percent = (m.group(1) or "").lower(), m.group(2).lower(), m.group(3), m.group(4)
-        value = float(number)
-        if name == "loss":
-            rank = 0 if prefix not in _EVAL else 1
-            if percent:
-                continue
-            field = "loss"
-        else:
-            if not math.isfinite(value) or value < 0:
-                continue
-            if percent or value > 1:
-                if value > 100:
-                    continue
-                value /= 100
-            rank = 0 if prefix in _EVAL else 1
-            field = "accuracy"
+        figure = _figure((m.group(1) or "").lower(), m.group(2).lower(), float(m.group(3)), bool(m.group(4)))
+        if figure is None:
+            continue
+        field, rank, value = figure
         if field not in found or rank <= found[field][0]:  # the preferred name; among equals the last
             found[field] = (rank, value, text[m.start():m.end(2)])
     if not found:
         return None
-    record: dict[str, Any] = {"kind": TEXT_KIND, "source": "text", "time": time.time()}
+    record: JsonObject = {"kind": TEXT_KIND, "source": "text", "time": time.time()}
     for field, (_, value, printed) in found.items():
         record[field] = value
         record[f"{field}_name"] = printed[:40]
@@ -82,6 +71,22 @@ def text_record(line: str) -> dict[str, Any] | None:
     if epoch:
         record["epoch"] = int(epoch.group(1))
     return record if check_record(record) is None else None
+
+
+def _figure(prefix: str, name: str, value: float, percent: bool) -> tuple[str, int, float] | None:
+    """(field, preference: lower is preferred, value) of one name and number found in a line; None
+    when the figure is not believable (a loss in percent, an accuracy negative, not finite or over 100 %)."""
+    if name == "loss":
+        if percent:
+            return None
+        return "loss", 0 if prefix not in _EVAL else 1, value
+    if not math.isfinite(value) or value < 0:
+        return None
+    if percent or value > 1:
+        if value > 100:
+            return None
+        value /= 100
+    return "accuracy", 0 if prefix in _EVAL else 1, value
 
 
 class TextScan:
@@ -128,7 +133,7 @@ class TextScan:
 _LIGHTNING_WORLD = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)")
 
 
-def world_record(line: str) -> dict[str, Any] | None:
+def world_record(line: str) -> JsonObject | None:
     """A `world` record (a worker's process-group size) from a framework's own start line, so a
     multi-node run whose ranks never formed one group (every world size 1) can be warned about."""
     m = _LIGHTNING_WORLD.search(line)
