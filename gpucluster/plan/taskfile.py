@@ -228,62 +228,87 @@ def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return None
     if kind in (STR, INT, FLOAT, BOOL, PATH):
-        if not isinstance(node, yaml.ScalarNode):
-            raise _err(task, node, key, f"{kind}, not {_shape(node)}")
-        value = _scalar(node)
-        if kind == BOOL:
-            if not isinstance(value, bool):
-                raise _err(task, node, key, f"true or false, not {value!r}")
-            return value
-        if isinstance(value, bool):
-            raise _err(task, node, key, f"{kind}, not {str(value).lower()} (quote it if it is text)")
-        if kind == INT and isinstance(value, float):
-            raise _err(task, node, key, f"an integer, not {value!r}")
-        if kind in (INT, FLOAT) and isinstance(value, str):
-            raise _err(task, node, key, f"{kind}, not {value!r}")
-        if kind in (STR, PATH) and not isinstance(value, (str, int, float)):
-            raise _err(task, node, key, f"{kind}, not {value!r}")
-        if kind in (STR, PATH):
-            value = str(value)
-            if not value.strip():
-                raise _err(task, node, key, f"{kind} that is not empty")
-        return value
+        return _convert_scalar(task, key, kind, node)
     if kind == MAP:
-        if not isinstance(node, yaml.MappingNode):
-            raise _err(task, node, key, f"{kind}, not {_shape(node)}")
-        out, seen = [], set()
-        for knode, vnode in node.value:
-            name = _scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
-            if not isinstance(name, str) or not name:
-                raise _err(task, knode, key, "keys that are names (strings)")
-            if name in seen:
-                raise _err(task, knode, key, f"{name} is given twice; keep one")
-            seen.add(name)
-            if not isinstance(vnode, yaml.ScalarNode):
-                raise _err(task, vnode, f"{key}.{name}", f"one value (a string, number or true/false), not "
-                           f"{_shape(vnode)}")
-            v = _scalar(vnode)
-            text = "" if v is None else ("true" if v is True else "false" if v is False else str(v))
-            out.append(f"{name}={text}")
-        return out
+        return _convert_map(task, key, kind, node)
     items = _items(task, key, kind, node)
     if kind == ARGV:
-        if len(items) == 1 and isinstance(node, yaml.ScalarNode):
-            op = shell_operator(items[0])
-            if op:
-                raise _err(task, node, key, f"one command, not a shell line: {op!r} is a shell operator and no shell "
-                                            "runs it (the script would get it as an argument); put the pipeline in "
-                                            "a script, or write run: [bash, -c, '...']")
-            try:
-                items = shlex.split(items[0])
-            except ValueError as exc:
-                raise _err(task, node, key, f"a command that splits into arguments ({exc}); check the quotes") from None
-        if not items:
-            raise _err(task, node, key, "a command, e.g. python train.py --epochs 3")
-        return tuple(items)
+        return _convert_argv(task, key, node, items)
     if kind == HOSTS:
         return ",".join(items)
     return items
+
+
+def _convert_scalar(task: TaskFile, key: str, kind: str, node: Any) -> Any:
+    """A str, int, float, bool or path key's one value."""
+    if not isinstance(node, _yaml().ScalarNode):
+        raise _err(task, node, key, f"{kind}, not {_shape(node)}")
+    value = _scalar(node)
+    if kind == BOOL:
+        if not isinstance(value, bool):
+            raise _err(task, node, key, f"true or false, not {value!r}")
+        return value
+    if isinstance(value, bool):
+        raise _err(task, node, key, f"{kind}, not {str(value).lower()} (quote it if it is text)")
+    if kind == INT and isinstance(value, float):
+        raise _err(task, node, key, f"an integer, not {value!r}")
+    if kind in (INT, FLOAT) and isinstance(value, str):
+        raise _err(task, node, key, f"{kind}, not {value!r}")
+    if kind in (STR, PATH):
+        return _text_value(task, key, kind, node, value)
+    return value
+
+
+def _text_value(task: TaskFile, key: str, kind: str, node: Any, value: object) -> str:
+    """A str or path key's value as text: a string or number that is not blank."""
+    if not isinstance(value, (str, int, float)):
+        raise _err(task, node, key, f"{kind}, not {value!r}")
+    text = str(value)
+    if not text.strip():
+        raise _err(task, node, key, f"{kind} that is not empty")
+    return text
+
+
+def _convert_map(task: TaskFile, key: str, kind: str, node: Any) -> list[str]:
+    """A mapping key's `name=value` items, in the file's order."""
+    yaml = _yaml()
+    if not isinstance(node, yaml.MappingNode):
+        raise _err(task, node, key, f"{kind}, not {_shape(node)}")
+    out: list[str] = []
+    seen: set[str] = set()
+    for knode, vnode in node.value:
+        name = _scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
+        if not isinstance(name, str) or not name:
+            raise _err(task, knode, key, "keys that are names (strings)")
+        if name in seen:
+            raise _err(task, knode, key, f"{name} is given twice; keep one")
+        seen.add(name)
+        if not isinstance(vnode, yaml.ScalarNode):
+            raise _err(task, vnode, f"{key}.{name}", f"one value (a string, number or true/false), not "
+                       f"{_shape(vnode)}")
+        out.append(f"{name}={_map_text(_scalar(vnode))}")
+    return out
+
+
+def _map_text(v: object) -> str:
+    return "" if v is None else ("true" if v is True else "false" if v is False else str(v))
+
+
+def _convert_argv(task: TaskFile, key: str, node: Any, items: list[str]) -> tuple[str, ...]:
+    """A command: a list of arguments, or one line split as a shell would (no operators)."""
+    if len(items) == 1 and isinstance(node, _yaml().ScalarNode):
+        op = shell_operator(items[0])
+        if op:
+            raise _err(task, node, key, f"one command, not a shell line: {op!r} is a shell operator and no shell "
+                                        "runs it (the script would get it as an argument); put the pipeline in "
+                                        "a script, or write run: [bash, -c, '...']")
+        try:
+            items = shlex.split(items[0])
+        except ValueError as exc:
+            raise _err(task, node, key, f"a command that splits into arguments ({exc}); check the quotes") from None
+    if not items:
+        raise _err(task, node, key, "a command, e.g. python train.py --epochs 3")
+    return tuple(items)
 
 
 def shell_operator(text: str) -> str | None:
