@@ -15,11 +15,12 @@ from typing import Any, Mapping
 from gpucluster.catalog.gpus import GPUS, normalize
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import Capability
+from gpucluster.states import JsonMapping, JsonObject
 
 MARKETS = ("on-demand", "spot")
 
 
-def _per_gpu(backend: Any, cloud: str, shape: Mapping[str, Any], region: str, market: str,
+def _per_gpu(backend: Any, cloud: str, shape: JsonMapping, region: str, market: str,
              catalog: Any) -> tuple[Decimal, list[Any]] | None:
     """$/GPU-hour of one shape in one region and market, with the rows it came from; None: not priced."""
     from gpucluster.spec import ClusterSpec
@@ -34,14 +35,14 @@ def _per_gpu(backend: Any, cloud: str, shape: Mapping[str, Any], region: str, ma
     return total / int(shape["gpus"]), [r for r in (rows.machine, rows.gpu) if r is not None]
 
 
-def gpu_listing(backends: Mapping[str, Any], catalog: Any, gpu: str | None = None) -> list[dict[str, Any]]:
+def gpu_listing(backends: JsonMapping, catalog: Any, gpu: str | None = None) -> list[JsonObject]:
     """One entry per GPU (or the one named): memory, per cloud its machines and GPUs per node, and the
     cheapest on-demand and spot $/GPU-hour over the priced regions with where, date and source."""
     wanted = [normalize(gpu)] if gpu is not None else list(GPUS)
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for name in wanted:
         g = GPUS[name]
-        entry: dict[str, Any] = {"gpu": name, "memory_gib": round(g.memory_mib / 1024, 1), "nominal_gb": g.nominal_gb,
+        entry: JsonObject = {"gpu": name, "memory_gib": round(g.memory_mib / 1024, 1), "nominal_gb": g.nominal_gb,
                                  "generation": g.generation, "clouds": {}, "cheapest": {}}
         for cloud, backend in backends.items():
             shapes = [s for s in backend.spec.gpu_shapes() if s["gpu"] == name]

@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from gpucluster.errors import UsageError
+from gpucluster.states import JsonObject
 
 PERIODS = ("daily", "weekly", "monthly")
 BUDGET_KIND = "budget"
@@ -54,7 +55,7 @@ class Standing:
     def left(self) -> Decimal:
         return self.limit - self.spent
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"period": self.period, "budget": str(self.limit), "spent": str(self.spent),
                 "remaining": str(self.left), "since": dt.datetime.fromtimestamp(self.since, dt.timezone.utc)
                 .isoformat(timespec="seconds")}

@@ -34,6 +34,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpucluster.errors import UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from gpucluster.ledger.store import Ledger
@@ -163,7 +164,7 @@ class Guard:
     def __init__(self, *, max_cost: float | None, stall_s: float | None, cost_before: float = 0.0,
                  accrued: Callable[[], float | None] | None = None, say: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S,
-                 record: Callable[[dict[str, Any]], None] | None = None):
+                 record: Callable[[JsonObject], None] | None = None):
         self.max_cost, self.stall_s, self.cost_before = max_cost, stall_s, cost_before
         self.record = record  # the warning as a metric record (the ledger; a live webhook, notify.LiveEvents)
         self.accrued, self.say, self.clock, self.every = accrued, say or (lambda _t: None), clock, every
@@ -191,7 +192,7 @@ class Guard:
         with self._lock:
             self._seen[node] = now
 
-    def utilisation(self, node: int, record: Mapping[str, Any]) -> None:
+    def utilisation(self, node: int, record: JsonMapping) -> None:
         """A sampler's record: a sign of life when the node's GPUs (else CPUs) are busy."""
         gpus = [float(g["util"]) for g in record.get("gpu") or [] if isinstance(g, Mapping)
                 and isinstance(g.get("util"), (int, float))]

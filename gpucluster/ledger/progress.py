@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from gpucluster.domain import LAUNCHER_KINDS  # rows the launcher writes (processes, a job's k8s objects)
+from gpucluster.states import JsonMapping
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class ResourceWatch:
         return text
 
 
-def planned_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def planned_counts(rows: Sequence[JsonMapping]) -> dict[str, int]:
     """{kind: how many} of a plan's resource rows (`Pricing.planned_resources`)."""
     out: dict[str, int] = {}
     for r in rows:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpucluster import domain
 from gpucluster.ledger.store import Ledger, LedgerError
+from gpucluster.states import JsonObject
 
 
 def record_line(error: str, cluster: str) -> str:
@@ -122,7 +123,7 @@ class MetricBuffer:
         import threading
 
         self.ledger, self.run_id = ledger, run_id
-        self.pending: list[tuple[int | None, dict[str, Any]]] = []
+        self.pending: list[tuple[int | None, JsonObject]] = []
         self.dropped = 0
         self.why: str | None = None  # the first write that failed, said once
         self._retry_at = 0.0
@@ -132,7 +133,7 @@ class MetricBuffer:
     def held(self) -> bool:
         return bool(self.pending or self.dropped)
 
-    def add(self, node_rank: int | None, record: dict[str, Any], say: Any = None) -> None:
+    def add(self, node_rank: int | None, record: JsonObject, say: Any = None) -> None:
         """Write the record (and any kept in memory). When it could not (they stay kept): `say` the
         cause once (`held_line`), or, without `say`, LedgerError."""
         try:
@@ -144,7 +145,7 @@ class MetricBuffer:
                 self.why = exc.message
                 say(held_line(exc.message))
 
-    def _add(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def _add(self, node_rank: int | None, record: JsonObject) -> None:
         import time
 
         with self._lock:

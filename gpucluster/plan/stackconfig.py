@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Union
 
 from gpucluster.errors import ConfigError, SpecError, UsageError, not_allowed
 from gpucluster.spec import ClusterSpec, config_scalar, config_tags, dns_label, parse_bool, parse_int
+from gpucluster.states import JsonMapping, JsonObject
 
 NAMESPACE = "gpucluster"
 
@@ -52,7 +53,7 @@ def _normal(key: str) -> str:
 _GENERIC_BY_NORMAL = {_normal(k): k for k in GENERIC_KEYS}
 _INT_FIELDS = {"nodes": 1, "gpus_per_node": 0, "disk_gb": 1, "max_lifetime_minutes": 1}
 
-ConfigSource = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]]
+ConfigSource = Union[JsonMapping, Callable[[], JsonMapping]]
 
 
 def sanitize_name(stack_name: str) -> str:
@@ -85,7 +86,7 @@ def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpe
     that mapping. Keys that are not generic spec keys become `spec.options`.
     """
     config = dict(config_getter() if callable(config_getter) else config_getter)
-    fields: dict[str, Any] = {}
+    fields: JsonObject = {}
     options: dict[str, str] = {}
     for key, value in config.items():
         if value is None:
@@ -216,7 +217,7 @@ def _read_bounded(path: Path, max_bytes: int = MAX_STACK_BYTES, what: str = "sta
     return read_bounded(path, what, max_bytes, hint=hint, error=ConfigError)
 
 
-def read_stack_file(path: str | Path) -> dict[str, Any]:
+def read_stack_file(path: str | Path) -> JsonObject:
     """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
     decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
     from gpucluster.errors import require

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import ConfigError, did_you_mean
+from gpucluster.states import JsonObject
 
 MAX_TASK_BYTES = 256 * 1024  # a task file is a few hundred bytes
 
@@ -116,7 +117,7 @@ class Where:
 class TaskFile:
     path: Path
     workdir: Path  # where the command runs from: `workdir`, relative to the file's folder (default: that folder)
-    values: dict[str, Any] = field(default_factory=dict)  # Click parameter name -> value as the flag gives it
+    values: JsonObject = field(default_factory=dict)  # Click parameter name -> value as the flag gives it
     where: dict[str, Where] = field(default_factory=dict)  # Click parameter name -> the key and its line
 
     def error(self, param: str, message: str) -> ConfigError:
