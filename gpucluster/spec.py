@@ -17,7 +17,7 @@ import secrets
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
 from gpucluster.states import JsonMapping, JsonObject
@@ -230,7 +230,10 @@ def _pairs(m: JsonMapping | tuple) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in m.items()))
 
 
-def parse_int(what: str, value: Any, *, low: int, high: int | None = None) -> int:
+T = TypeVar("T")
+
+
+def parse_int(what: str, value: object, *, low: int, high: int | None = None) -> int:
     """An integer within [low, high], or a SpecError naming the value and the range."""
     allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
     if isinstance(value, bool):
@@ -248,7 +251,7 @@ _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off", ""}
 
 
-def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
+def parse_bool(what: str, raw: object, default: bool = False) -> bool:
     """A config/option boolean (true/false, yes/no, 1/0, on/off), or a SpecError naming it."""
     if raw is None:
         return default
@@ -262,7 +265,7 @@ def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
     raise SpecError(not_allowed(what, raw, "true or false"))
 
 
-def parse_minutes(what: str, raw: Any, most: int) -> int | None:
+def parse_minutes(what: str, raw: object, most: int) -> int | None:
     """An option's whole number of minutes from 1 to `most` (None when unset), or a SpecError naming it."""
     if raw in (None, ""):
         return None
@@ -276,7 +279,7 @@ def parse_minutes(what: str, raw: Any, most: int) -> int | None:
     return minutes
 
 
-def config_scalar(what: str, value: Any) -> Any:
+def config_scalar(what: str, value: T) -> T:
     """A stack-config value that must be one string/number/boolean (not a mapping or list)."""
     if isinstance(value, (Mapping, list, tuple, set)):
         shape = "a mapping" if isinstance(value, Mapping) else "a list"
@@ -284,7 +287,7 @@ def config_scalar(what: str, value: Any) -> Any:
     return value
 
 
-def config_tags(what: str, value: Any) -> dict[str, str]:
+def config_tags(what: str, value: object) -> dict[str, str]:
     """A stack config's tags: a mapping of key: value, no reserved key, no nested values."""
     if not isinstance(value, Mapping):
         raise SpecError(not_allowed(what, _short(value), "a mapping of key: value"))
@@ -297,7 +300,7 @@ def config_tags(what: str, value: Any) -> dict[str, str]:
     return out
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     text = repr(value) if not isinstance(value, str) else value
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -176,7 +176,7 @@ def row_from_dict(d: JsonMapping, origin: str = "shipped", clouds: Sequence[str]
     )
 
 
-def parse_document(doc: Any, origin: str, clouds: Sequence[str] | None = None) -> list[PriceRow]:
+def parse_document(doc: object, origin: str, clouds: Sequence[str] | None = None) -> list[PriceRow]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("rows"), list):
         raise ValueError('expected an object with a "rows" list')
     if doc.get("currency", "USD") != "USD":

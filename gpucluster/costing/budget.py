@@ -84,7 +84,7 @@ def check(standing: Iterable[Standing], estimate: Decimal | None, *, over_budget
     return [f"over budget (--over-budget): {line}" for line in lines]
 
 
-def parse_budget(value: Any, where: str) -> dict[str, float]:
+def parse_budget(value: object, where: str) -> dict[str, float]:
     """config.yaml's `budget:` mapping, checked: period -> USD > 0."""
     from gpucluster.errors import ConfigError, did_you_mean
 

@@ -102,7 +102,7 @@ def records(store: Store, since: float) -> list[JsonObject]:
     return list(found.values())
 
 
-def _dec(value: Any) -> Decimal:
+def _dec(value: object) -> Decimal:
     try:
         return Decimal(str(value)) if value not in (None, "") else Decimal(0)
     except InvalidOperation:

@@ -35,7 +35,7 @@ from gpucluster.states import JsonObject
 OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
 
 
-def _dumps(value: Any) -> str | None:
+def _dumps(value: object) -> str | None:
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
 
 
@@ -485,7 +485,9 @@ class Ledger:
         return [{**dict(r), "detail": _loads(r["detail"])} for r in self._db.execute(sql + " ORDER BY id DESC", args)]
 
 
-def _valid_json(text: Any) -> bool:
+def _valid_json(text: object) -> bool:
+    if not isinstance(text, (str, bytes, bytearray)):  # an SQLite INTEGER or REAL: json.loads refuses it
+        return False
     try:
         json.loads(text)
     except (json.JSONDecodeError, TypeError):

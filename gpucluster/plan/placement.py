@@ -174,7 +174,7 @@ def machines(backend: Plugin, gpu: str | None, region: str | None) -> list[str]:
             and int(str(s.get("gpus") or 0)) == count and region in (s.get("regions") or ())]
 
 
-def candidates(req: Any, backends: JsonMapping, *, prepare: Callable[[Any, Any], Any],
+def candidates(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[Any, Any], Any],
                preflight: Callable[[Any], None] | None, allow_egress: bool = False,
                facts: Callable[[str], eg.Facts | None] | None = None) -> list[Candidate]:
     """Every (cloud, region, zone, machine) of the request, each prepared as a run there
@@ -218,7 +218,7 @@ def candidates(req: Any, backends: JsonMapping, *, prepare: Callable[[Any, Any],
     return out
 
 
-def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: JsonMapping, catalog: Any,
+def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: Mapping[str, Sequence[str]], catalog: Any,
             allow_egress: bool, facts: Callable[[str], eg.Facts | None] | None,
             preflight: Callable[[Any], None] | None) -> Candidate:
     spec, est = plan.spec, plan.estimate
@@ -268,7 +268,7 @@ def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None =
     return Placement(ranked, dropped, hours, max_attempts)
 
 
-def place(req: Any, backends: JsonMapping, *, prepare: Callable[[Any, Any], Any],
+def place(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[Any, Any], Any],
           preflight: Callable[[Any], None] | None, max_hourly: Decimal | None = None,
           max_attempts: int | None = None, allow_egress: bool = False,
           facts: Callable[[str], eg.Facts | None] | None = None) -> Placement:

@@ -18,10 +18,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import ConfigError, did_you_mean
 from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
 
 MAX_TASK_BYTES = 256 * 1024  # a task file is a few hundred bytes
 
@@ -159,17 +164,17 @@ def load(path: str | Path) -> TaskFile:
 
 
 # -- reading the nodes -------------------------------------------------------------------------
-def _yaml() -> Any:
+def _yaml() -> ModuleType:  # PyYAML, imported when a file is read
     from gpucluster.errors import require
 
     return require("yaml", "local")
 
 
-def _line(node: Any) -> int:
+def _line(node: Node) -> int:
     return node.start_mark.line + 1
 
 
-def _shape(node: Any) -> str:
+def _shape(node: Node) -> str:
     yaml = _yaml()
     if isinstance(node, yaml.MappingNode):
         return "a mapping"
@@ -178,7 +183,7 @@ def _shape(node: Any) -> str:
     return repr(_scalar(node))
 
 
-def _err(task: TaskFile, node: Any, key: str, allowed: str) -> ConfigError:
+def _err(task: TaskFile, node: Node, key: str, allowed: str) -> ConfigError:
     return ConfigError(f"task file {str(task.path)!r}, line {_line(node)}: {key}: {allowed}")
 
 
@@ -186,7 +191,7 @@ def _group_keys(group: str) -> list[str]:
     return [k.split(".", 1)[1] for k in KEYS if k.startswith(group + ".")]
 
 
-def _pairs(task: TaskFile, node: Any, prefix: str) -> list[tuple[str, Any]]:
+def _pairs(task: TaskFile, node: Node, prefix: str) -> list[tuple[str, Node]]:
     """The mapping's (key, value node) pairs; a key that is unknown, not a string, or given twice is refused."""
     yaml = _yaml()
     known = _group_keys(prefix[:-1]) if prefix else TOP
@@ -209,12 +214,12 @@ def _pairs(task: TaskFile, node: Any, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
-def _scalar(node: Any) -> Any:
+def _scalar(node: Node) -> object:
     """A scalar node's value as YAML resolves it (int, float, bool, None, str)."""
     return _yaml().SafeLoader("").construct_object(node)
 
 
-def _take(task: TaskFile, key: str, node: Any) -> None:
+def _take(task: TaskFile, key: str, node: Node) -> None:
     spec = KEYS[key]
     value = _convert(task, key, spec, node)
     if value is None:
@@ -223,7 +228,7 @@ def _take(task: TaskFile, key: str, node: Any) -> None:
     task.where[spec.param] = Where(key, _line(node))
 
 
-def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
+def _convert(task: TaskFile, key: str, spec: Key, node: Node) -> object:
     yaml = _yaml()
     kind = spec.kind
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
@@ -240,7 +245,7 @@ def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
     return items
 
 
-def _convert_scalar(task: TaskFile, key: str, kind: str, node: Any) -> Any:
+def _convert_scalar(task: TaskFile, key: str, kind: str, node: Node) -> object:
     """A str, int, float, bool or path key's one value."""
     if not isinstance(node, _yaml().ScalarNode):
         raise _err(task, node, key, f"{kind}, not {_shape(node)}")
@@ -260,7 +265,7 @@ def _convert_scalar(task: TaskFile, key: str, kind: str, node: Any) -> Any:
     return value
 
 
-def _text_value(task: TaskFile, key: str, kind: str, node: Any, value: object) -> str:
+def _text_value(task: TaskFile, key: str, kind: str, node: Node, value: object) -> str:
     """A str or path key's value as text: a string or number that is not blank."""
     if not isinstance(value, (str, int, float)):
         raise _err(task, node, key, f"{kind}, not {value!r}")
@@ -270,7 +275,7 @@ def _text_value(task: TaskFile, key: str, kind: str, node: Any, value: object) -
     return text
 
 
-def _convert_map(task: TaskFile, key: str, kind: str, node: Any) -> list[str]:
+def _convert_map(task: TaskFile, key: str, kind: str, node: Node) -> list[str]:
     """A mapping key's `name=value` items, in the file's order."""
     yaml = _yaml()
     if not isinstance(node, yaml.MappingNode):
@@ -295,7 +300,7 @@ def _map_text(v: object) -> str:
     return "" if v is None else ("true" if v is True else "false" if v is False else str(v))
 
 
-def _convert_argv(task: TaskFile, key: str, node: Any, items: list[str]) -> tuple[str, ...]:
+def _convert_argv(task: TaskFile, key: str, node: Node, items: list[str]) -> tuple[str, ...]:
     """A command: a list of arguments, or one line split as a shell would (no operators)."""
     if len(items) == 1 and isinstance(node, _yaml().ScalarNode):
         op = shell_operator(items[0])
@@ -339,7 +344,7 @@ def shell_operator(text: str) -> str | None:
     return None
 
 
-def _items(task: TaskFile, key: str, kind: str, node: Any) -> list[str]:
+def _items(task: TaskFile, key: str, kind: str, node: Node) -> list[str]:
     """One string or a list of strings (numbers taken as text)."""
     yaml = _yaml()
     nodes = node.value if isinstance(node, yaml.SequenceNode) else [node]
