@@ -60,8 +60,11 @@ def _object_mount(rid: str, url: str, store: Plugin | None, readers: Readers | N
     base = url.rsplit("/", 1)[0]
     refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base,
                              store, readers)
-    if refusal or store is None:  # no backend (`store`): refused above
+    if refusal:
         raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
+    if store is None:  # a URL object_refusal does not know, and no backend to read it (was an AttributeError)
+        raise UsageError(f"--resume {rid!r}: its outputs went to {base}, which no backend reads here; give a run "
+                         "whose outputs came back to this machine")
     return DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)
 
 
