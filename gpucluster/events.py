@@ -13,7 +13,10 @@ Phases are the `Phase` enum, str-valued, so the ledger, `show` and `--json` keep
 from __future__ import annotations
 
 import enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject  # states imports this module at run time
 
 
 class Phase(str, enum.Enum):
@@ -43,9 +46,9 @@ class ProvisionEvents(Protocol):
     """What a provider reports: each resource requested (before the request), created (after it)
     and deleted, and messages for the user."""
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None: ...
+    def resource_requested(self, kind: str, name: str, **detail: object) -> None: ...
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None: ...
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: object) -> None: ...
 
     def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None: ...
 
@@ -60,7 +63,7 @@ class RunEvents(ProvisionEvents, Protocol):
 
     def on_line(self, node_rank: int, line: str) -> None: ...
 
-    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None: ...
+    def on_metric(self, node_rank: int | None, record: JsonObject) -> None: ...
 
     def on_phase(self, phase: Phase) -> None: ...
 
@@ -75,10 +78,10 @@ class NullEvents:
     """Drops every event (providers used standalone; a test's recorder subclasses it and keeps
     what it looks at)."""
 
-    def resource_requested(self, kind: str, name: str, **detail: Any) -> None:
+    def resource_requested(self, kind: str, name: str, **detail: object) -> None:
         pass
 
-    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: Any) -> None:
+    def resource_created(self, kind: str, name: str, cloud_id: str | None = None, **detail: object) -> None:
         pass
 
     def resource_deleted(self, kind: str, name: str, cloud_id: str | None = None) -> None:
@@ -93,7 +96,7 @@ class NullEvents:
     def on_line(self, node_rank: int, line: str) -> None:
         pass
 
-    def on_metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def on_metric(self, node_rank: int | None, record: JsonObject) -> None:
         pass
 
     def on_phase(self, phase: Phase) -> None:

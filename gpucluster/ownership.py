@@ -25,10 +25,13 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from gpucluster.errors import ConfigError
 from gpucluster.spec import MARK_KEYS
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Leftover
 
 OWNER_TAG, USER_TAG, HOST_TAG, STACK_TAG = MARK_KEYS  # reserved (spec.RESERVED_TAG_PREFIX)
 ID_FILE = "installation-id"
@@ -163,14 +166,14 @@ def when(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch)) if epoch else "an unknown time"
 
 
-def describe_owner(lo: Any) -> str:
+def describe_owner(lo: Leftover) -> str:
     """"owner 3f9c21aa07b1e5d2, alice@laptop, since 2026-11-25 10:02 UTC" from a Leftover's marks."""
     who = f"owner {lo.owner}" if lo.owner else "owner unknown (no gpucluster-owner tag)"
     made_by = f", {lo.made_by}" if lo.made_by else ""
     return f"{who}{made_by}, since {when(lo.since)}"
 
 
-def not_ours_line(lo: Any) -> str:
+def not_ours_line(lo: Leftover) -> str:
     if lo.stack:
         return (f"{lo.kind} {lo.id}: standalone stack {lo.stack} (made with `pulumi up`; remove it with "
                 f"`pulumi destroy`, or name it: --stack), {describe_owner(lo)}")
@@ -201,7 +204,7 @@ class Ownership:
         """The owner whose global resources (IAM roles, ...) a scan lists; None: every owner's."""
         return None if self.any_owner or self.stacks else self.owner
 
-    def whose(self, lo: Any) -> str:
+    def whose(self, lo: Leftover) -> str:
         if lo.stack:
             named = lo.stack in self.stacks or any(lo.stack.endswith("_" + s) for s in self.stacks)
             return OURS if named else STACK
@@ -211,16 +214,16 @@ class Ownership:
             return OURS if lo.owner == self.owner else NOT_OURS
         return OURS if lo.run_id and lo.run_id in self.runs else NOT_OURS
 
-    def split(self, found: Iterable[Any]) -> tuple[list[Any], list[Any]]:
+    def split(self, found: Iterable[Leftover]) -> tuple[list[Leftover], list[Leftover]]:
         """(ours to delete, the rest: not ours or standalone stacks, left alone)."""
-        ours: list[Any] = []
-        rest: list[Any] = []
+        ours: list[Leftover] = []
+        rest: list[Leftover] = []
         for lo in found:
             (ours if self.whose(lo) == OURS else rest).append(lo)
         return ours, rest
 
 
-def owners_of(found: Iterable[Any]) -> list[str]:
+def owners_of(found: Iterable[Leftover]) -> list[str]:
     """Each owner among `found`, once, as a person reads it: "3f9c21aa07b1e5d2 (alice@laptop)"."""
     seen: dict[str, str] = {}
     for lo in found:

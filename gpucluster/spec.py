@@ -17,9 +17,10 @@ import secrets
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from gpucluster.errors import SpecError, UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -125,7 +126,7 @@ class ClusterSpec:
     def replace(self, **changes: Any) -> "ClusterSpec":
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = dataclasses.asdict(self)
         d["tags"] = dict(self.tags)
         d["options"] = dict(self.options)
@@ -135,7 +136,7 @@ class ClusterSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ClusterSpec":
+    def from_dict(cls, d: JsonMapping) -> "ClusterSpec":
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -187,7 +188,7 @@ def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     options: dict[str, str] = {}
     for key, value in spec.options:
         options[canonical.get(key, key)] = value
-    changes: dict[str, Any] = {}
+    changes: JsonObject = {}
     if store is not None:
         for option, field in ((store.read_option, "reads"), (store.write_option, "writes")):
             if option in options:
@@ -223,13 +224,16 @@ def scope_urls(values: Sequence[str], what: str, parse: Callable[[str, str], str
         raise SpecError(exc.message) from None
 
 
-def _pairs(m: Mapping[str, Any] | tuple) -> tuple[tuple[str, str], ...]:
+def _pairs(m: JsonMapping | tuple) -> tuple[tuple[str, str], ...]:
     if isinstance(m, tuple):
         return m
     return tuple(sorted((str(k), str(v)) for k, v in m.items()))
 
 
-def parse_int(what: str, value: Any, *, low: int, high: int | None = None) -> int:
+T = TypeVar("T")
+
+
+def parse_int(what: str, value: object, *, low: int, high: int | None = None) -> int:
     """An integer within [low, high], or a SpecError naming the value and the range."""
     allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
     if isinstance(value, bool):
@@ -247,7 +251,7 @@ _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off", ""}
 
 
-def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
+def parse_bool(what: str, raw: object, default: bool = False) -> bool:
     """A config/option boolean (true/false, yes/no, 1/0, on/off), or a SpecError naming it."""
     if raw is None:
         return default
@@ -261,7 +265,7 @@ def parse_bool(what: str, raw: Any, default: bool = False) -> bool:
     raise SpecError(not_allowed(what, raw, "true or false"))
 
 
-def parse_minutes(what: str, raw: Any, most: int) -> int | None:
+def parse_minutes(what: str, raw: object, most: int) -> int | None:
     """An option's whole number of minutes from 1 to `most` (None when unset), or a SpecError naming it."""
     if raw in (None, ""):
         return None
@@ -275,7 +279,7 @@ def parse_minutes(what: str, raw: Any, most: int) -> int | None:
     return minutes
 
 
-def config_scalar(what: str, value: Any) -> Any:
+def config_scalar(what: str, value: T) -> T:
     """A stack-config value that must be one string/number/boolean (not a mapping or list)."""
     if isinstance(value, (Mapping, list, tuple, set)):
         shape = "a mapping" if isinstance(value, Mapping) else "a list"
@@ -283,7 +287,7 @@ def config_scalar(what: str, value: Any) -> Any:
     return value
 
 
-def config_tags(what: str, value: Any) -> dict[str, str]:
+def config_tags(what: str, value: object) -> dict[str, str]:
     """A stack config's tags: a mapping of key: value, no reserved key, no nested values."""
     if not isinstance(value, Mapping):
         raise SpecError(not_allowed(what, _short(value), "a mapping of key: value"))
@@ -296,10 +300,47 @@ def config_tags(what: str, value: Any) -> dict[str, str]:
     return out
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     text = repr(value) if not isinstance(value, str) else value
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_ssh_cidr(spec: ClusterSpec) -> None:
+    if spec.ssh_cidr is not None:
+        try:
+            ipaddress.ip_network(spec.ssh_cidr, strict=False)
+        except ValueError:
+            raise SpecError(
+                not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4/IPv6 network such as 203.0.113.7/32")
+            ) from None
+
+
+def _check_tags(spec: ClusterSpec) -> None:
+    if len(spec.tags) > MAX_TAGS:
+        raise SpecError(not_allowed("number of tags", len(spec.tags),
+                                    f"at most {MAX_TAGS} (EC2 takes 50 per resource, and gpucluster keeps {OWN_TAGS} for its own)"))
+    for key, value in spec.tags:
+        if is_reserved_tag(key):
+            raise SpecError(reserved_tag_error(key))
+        if not _TAG_KEY_RE.match(key):
+            raise SpecError(
+                not_allowed("tag key", key, "lowercase letters, digits, '_' and '-' (GCP label rules)")
+            )
+        if len(value) > 63:
+            raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
+        if any(unicodedata.category(ch).startswith("C") for ch in value):
+            raise SpecError(not_allowed(f"tag {key} value", value, "printable characters: no newline, tab or "
+                                        "other control character (EC2 tags and GCP labels refuse them)"))
+
+
+def _check_marks(spec: ClusterSpec) -> None:
+    for key, value in spec.marks:
+        if key not in MARK_KEYS:
+            raise SpecError(not_allowed("owner mark", key, MARK_KEYS))
+        if not _MARK_VALUE_RE.match(value):
+            raise SpecError(not_allowed(f"owner mark {key} value", value,
+                                        "1-63 lowercase letters, digits, '_' and '-' (a GCP label value)"))
 
 
 def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
@@ -321,34 +362,9 @@ def validate(spec: ClusterSpec, backend: Plugin) -> list[str]:
     if spec.disk_gb is not None:
         parse_int("disk size (GB)", spec.disk_gb, low=10, high=16384)
     parse_int("max lifetime (minutes)", spec.max_lifetime_minutes, low=5, high=MAX_LIFETIME_MINUTES)
-    if spec.ssh_cidr is not None:
-        try:
-            ipaddress.ip_network(spec.ssh_cidr, strict=False)
-        except ValueError:
-            raise SpecError(
-                not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4/IPv6 network such as 203.0.113.7/32")
-            ) from None
-    if len(spec.tags) > MAX_TAGS:
-        raise SpecError(not_allowed("number of tags", len(spec.tags),
-                                    f"at most {MAX_TAGS} (EC2 takes 50 per resource, and gpucluster keeps {OWN_TAGS} for its own)"))
-    for key, value in spec.tags:
-        if is_reserved_tag(key):
-            raise SpecError(reserved_tag_error(key))
-        if not _TAG_KEY_RE.match(key):
-            raise SpecError(
-                not_allowed("tag key", key, "lowercase letters, digits, '_' and '-' (GCP label rules)")
-            )
-        if len(value) > 63:
-            raise SpecError(not_allowed(f"tag {key} value", value, "at most 63 characters"))
-        if any(unicodedata.category(ch).startswith("C") for ch in value):
-            raise SpecError(not_allowed(f"tag {key} value", value, "printable characters: no newline, tab or "
-                                        "other control character (EC2 tags and GCP labels refuse them)"))
-    for key, value in spec.marks:
-        if key not in MARK_KEYS:
-            raise SpecError(not_allowed("owner mark", key, MARK_KEYS))
-        if not _MARK_VALUE_RE.match(value):
-            raise SpecError(not_allowed(f"owner mark {key} value", value,
-                                        "1-63 lowercase letters, digits, '_' and '-' (a GCP label value)"))
+    _check_ssh_cidr(spec)
+    _check_tags(spec)
+    _check_marks(spec)
     known = backend.spec.options
     for key, _ in spec.options:
         if key not in known:

@@ -10,41 +10,46 @@ type's instance row; a GCE host row plus COUNT GPU rows), the same rules an esti
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.catalog.gpus import GPUS, normalize
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import Capability
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.catalog.prices import Catalog, PriceRow
+    from gpucluster.infra.contract import Plugin
 
 MARKETS = ("on-demand", "spot")
 
 
-def _per_gpu(backend: Any, cloud: str, shape: Mapping[str, Any], region: str, market: str,
-             catalog: Any) -> tuple[Decimal, list[Any]] | None:
+def _per_gpu(backend: Plugin, cloud: str, shape: JsonMapping, region: str, market: str,
+             catalog: Catalog) -> tuple[Decimal, list[PriceRow]] | None:
     """$/GPU-hour of one shape in one region and market, with the rows it came from; None: not priced."""
     from gpucluster.spec import ClusterSpec
 
     spec = ClusterSpec(cloud=cloud, nodes=1, region=region, instance_type=str(shape["machine"]),
                        accelerator=str(shape["gpu"]), gpus_per_node=int(shape["gpus"]), spot=market == "spot")
     try:
-        rows = backend.needs_pricing().price_rows(spec, catalog, region, market)
+        rows = backend.needs_pricing().price_rows(spec, catalog, region, market, None)  # free_tier: the default
     except (GpuclusterError, KeyError, ValueError):
         return None
     total = rows.machine.price + (rows.gpu.price * int(shape["gpus"]) if rows.gpu is not None else 0)
     return total / int(shape["gpus"]), [r for r in (rows.machine, rows.gpu) if r is not None]
 
 
-def gpu_listing(backends: Mapping[str, Any], catalog: Any, gpu: str | None = None) -> list[dict[str, Any]]:
+def gpu_listing(backends: Mapping[str, Plugin], catalog: Catalog, gpu: str | None = None) -> list[JsonObject]:
     """One entry per GPU (or the one named): memory, per cloud its machines and GPUs per node, and the
     cheapest on-demand and spot $/GPU-hour over the priced regions with where, date and source."""
     wanted = [normalize(gpu)] if gpu is not None else list(GPUS)
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for name in wanted:
         g = GPUS[name]
-        entry: dict[str, Any] = {"gpu": name, "memory_gib": round(g.memory_mib / 1024, 1), "nominal_gb": g.nominal_gb,
+        entry: JsonObject = {"gpu": name, "memory_gib": round(g.memory_mib / 1024, 1), "nominal_gb": g.nominal_gb,
                                  "generation": g.generation, "clouds": {}, "cheapest": {}}
         for cloud, backend in backends.items():
-            shapes = [s for s in backend.spec.gpu_shapes() if s["gpu"] == name]
+            shapes: list[JsonMapping] = [s for s in backend.spec.gpu_shapes() if s["gpu"] == name]
             if not shapes:
                 continue
             entry["clouds"][cloud] = [{"machine": s["machine"], "gpus": s["gpus"],

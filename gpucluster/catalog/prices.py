@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Pricing
@@ -92,7 +93,7 @@ class PriceRow:
     gpu: str | None = None
     vcpus: int | None = None
     memory_gib: Decimal | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: JsonMapping = field(default_factory=dict)
     origin: str = "shipped"  # shipped | user
 
     @property
@@ -106,8 +107,8 @@ class PriceRow:
             return self.price / self.gpus
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {k: getattr(self, k) for k in _KEY_FIELDS}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {k: getattr(self, k) for k in _KEY_FIELDS}
         d.update(unit=self.unit, price=str(self.price), gpus=self.gpus, source=self.source, date=self.date)
         if self.gpu:
             d["gpu"] = self.gpu
@@ -124,11 +125,8 @@ class PriceRow:
                 "origin": self.origin}
 
 
-def row_from_dict(d: Mapping[str, Any], origin: str = "shipped", clouds: Sequence[str] | None = None) -> PriceRow:
-    """Validate one JSON row; ValueError names the bad field. `clouds`: the clouds a row may name
-    (a user row: those the shipped catalog prices); None: any (the shipped rows define them)."""
-    if not isinstance(d, Mapping):
-        raise ValueError(f"a row is {type(d).__name__}, not an object")
+def _check_names(d: JsonMapping, clouds: Sequence[str] | None) -> None:
+    """Every key field, unit, price, source and date there; cloud, kind, market and unit among those allowed."""
     for name in _KEY_FIELDS + ("unit", "price", "source", "date"):
         if name not in d or d[name] in (None, ""):
             raise ValueError(f"a row lacks {name!r}: {dict(d)!r}"[:200])
@@ -140,17 +138,35 @@ def row_from_dict(d: Mapping[str, Any], origin: str = "shipped", clouds: Sequenc
         raise ValueError(f"row market {d['market']!r} is not one of {', '.join(MARKETS)}")
     if d["unit"] != UNITS[d["kind"]]:
         raise ValueError(f"row {d['item']}: unit {d['unit']!r} should be {UNITS[d['kind']]!r}")
+
+
+def _row_price(d: JsonMapping) -> Decimal:
     try:
         price = Decimal(str(d["price"]))
     except InvalidOperation:
         raise ValueError(f"row {d['item']}: price {d['price']!r} is not a number") from None
     if not price.is_finite() or price < 0:
         raise ValueError(f"row {d['item']}: price {d['price']!r} is not a non-negative number")
-    if not isinstance(d["date"], str) or not _DATE_RE.match(d["date"]):
-        raise ValueError(f"row {d['item']}: date {d['date']!r} is not YYYY-MM-DD")
+    return price
+
+
+def _row_gpus(d: JsonMapping) -> int:
     gpus = d.get("gpus", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
         raise ValueError(f"row {d['item']}: gpus {gpus!r} is not a count")
+    return gpus
+
+
+def row_from_dict(d: JsonMapping, origin: str = "shipped", clouds: Sequence[str] | None = None) -> PriceRow:
+    """Validate one JSON row; ValueError names the bad field. `clouds`: the clouds a row may name
+    (a user row: those the shipped catalog prices); None: any (the shipped rows define them)."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"a row is {type(d).__name__}, not an object")
+    _check_names(d, clouds)
+    price = _row_price(d)
+    if not isinstance(d["date"], str) or not _DATE_RE.match(d["date"]):
+        raise ValueError(f"row {d['item']}: date {d['date']!r} is not YYYY-MM-DD")
+    gpus = _row_gpus(d)
     mem = d.get("memory_gib")
     return PriceRow(
         cloud=d["cloud"], region=d["region"], kind=d["kind"], item=d["item"], market=d["market"],
@@ -160,7 +176,7 @@ def row_from_dict(d: Mapping[str, Any], origin: str = "shipped", clouds: Sequenc
     )
 
 
-def parse_document(doc: Any, origin: str, clouds: Sequence[str] | None = None) -> list[PriceRow]:
+def parse_document(doc: object, origin: str, clouds: Sequence[str] | None = None) -> list[PriceRow]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("rows"), list):
         raise ValueError('expected an object with a "rows" list')
     if doc.get("currency", "USD") != "USD":
@@ -168,7 +184,7 @@ def parse_document(doc: Any, origin: str, clouds: Sequence[str] | None = None) -
     return [row_from_dict(r, origin, clouds) for r in doc["rows"]]
 
 
-def shipped_document() -> dict[str, Any]:
+def shipped_document() -> JsonObject:
     text = resources.files("gpucluster.catalog").joinpath("data/prices.json").read_text(encoding="utf-8")
     return json.loads(text)
 
@@ -329,7 +345,7 @@ def _today(now: _dt.datetime | None = None) -> str:
 
 
 def refresh(cloud: str, pricing: Pricing | None, *, regions: list[str] | None = None, path: Path | None = None,
-            now: _dt.datetime | None = None, **clients: Any) -> dict[str, Any]:
+            now: _dt.datetime | None = None, **clients: Any) -> JsonObject:
     """Fetch live prices for `cloud` into the user catalog. Returns a summary dict.
 
     Raises UsageError for a bad cloud/region, ConfigError when the existing user catalog is

@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from gpucluster.errors import UsageError
+from gpucluster.states import JsonObject
 
 PERIODS = ("daily", "weekly", "monthly")
 BUDGET_KIND = "budget"
@@ -54,7 +55,7 @@ class Standing:
     def left(self) -> Decimal:
         return self.limit - self.spent
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"period": self.period, "budget": str(self.limit), "spent": str(self.spent),
                 "remaining": str(self.left), "since": dt.datetime.fromtimestamp(self.since, dt.timezone.utc)
                 .isoformat(timespec="seconds")}
@@ -83,7 +84,7 @@ def check(standing: Iterable[Standing], estimate: Decimal | None, *, over_budget
     return [f"over budget (--over-budget): {line}" for line in lines]
 
 
-def parse_budget(value: Any, where: str) -> dict[str, float]:
+def parse_budget(value: object, where: str) -> dict[str, float]:
     """config.yaml's `budget:` mapping, checked: period -> USD > 0."""
     from gpucluster.errors import ConfigError, did_you_mean
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucluster.catalog.prices import Catalog, load_catalog
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_int
+from gpucluster.states import JsonMapping, JsonObject
 
-from .plan import is_free, plan, price_snapshot, region_for, resolved, same_cloud
+from .plan import Plan, is_free, plan, price_snapshot, region_for, resolved, same_cloud
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
 from .runcost import run_cost
 
@@ -29,14 +30,14 @@ class Estimate:
     nodes: int
     hours: Decimal
     market: str
-    lines: list[dict[str, Any]]
+    lines: list[JsonObject]
     hourly: Decimal
     total: Decimal
     price_date: str | None
     gpus: int = 0
     per_gpu_hour: Decimal | None = None
     notes: list[str] = field(default_factory=list)
-    snapshot: dict[str, Any] = field(default_factory=dict)
+    snapshot: JsonObject = field(default_factory=dict)
     # what the catalog lacked for this spec and what was used or left out instead (a price borrowed
     # from another region, an unpriced pool): a run's plan prints these under its estimate line
     gaps: list[str] = field(default_factory=list)
@@ -70,7 +71,7 @@ class Estimate:
     def __str__(self) -> str:
         return self.render_line()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"cloud": self.cloud, "region": self.region, "nodes": self.nodes, "hours": str(self.hours),
                 "market": self.market, "lines": self.lines, "hourly": str(self.hourly), "total": str(self.total),
                 "price_date": self.price_date, "gpus": self.gpus,
@@ -79,7 +80,7 @@ class Estimate:
 
 
 def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
-                      catalog: Catalog | None = None, *, backend: Plugin) -> list[dict[str, Any]]:
+                      catalog: Catalog | None = None, *, backend: Plugin) -> list[JsonObject]:
     """The resource rows a run of `spec` records when it lives `seconds` (what estimates cost):
     the backend's `planned_resources` (EC2: one `instance` per node with its root gp3 volume;
     GKE: the cluster, the GPU pool and the system pool, with the real defaults of `resolve`),
@@ -94,7 +95,7 @@ def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
     return [{**common, **row} for row in pricing.planned_resources(spec, region, catalog)]
 
 
-def parse_hours(value: Any) -> Decimal:
+def parse_hours(value: object) -> Decimal:
     try:
         hours = Decimal(str(value).strip())
     except Exception:  # noqa: BLE001 - decimal raises several types
@@ -104,30 +105,11 @@ def parse_hours(value: Any) -> Decimal:
     return hours
 
 
-def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog | None = None,
-             free_tier: bool | None = None, now: float | None = None) -> Estimate:
-    """Itemized estimate (instances, GPUs, disks, cluster fee) of running `spec` for `hours`;
-    `backend`: the plugin of `spec.cloud`, given by the caller.
-
-    Computed by costing the resources such a run records (`planned_resources`) with the same
-    rules and snapshot as `run_cost`, so the two agree when the durations do."""
-    hours = parse_hours(hours)
-    same_cloud(spec.cloud, backend)
-    if is_free(backend):
-        parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
-        return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
-                        hourly=Decimal(0), total=Decimal(0), price_date=None,
-                        notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
-    catalog = catalog or load_catalog()
-    chosen = backend.needs_pricing()
-    planned = plan(spec, catalog, free_tier, backend=backend)
-    snapshot = price_snapshot(spec, catalog, backend=backend, free_tier=free_tier, now=now)
-    run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),
-                    resources=[ResourceRow.from_dict(r) for r in planned_resources(spec, hours * 3600, catalog=catalog,
-                                                                                     backend=backend)])
-    cost = run_cost(run, backend=backend, now=now, catalog=catalog)
-    merged: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in cost["lines"]:
+def _merged_lines(cost_lines: list[JsonObject]) -> list[JsonObject]:
+    """The run cost's lines, one per (category, description) with the quantities and totals added;
+    a system pool's lines said so."""
+    merged: dict[tuple[str, str], JsonObject] = {}
+    for line in cost_lines:
         key = (line["category"], line["description"])
         if line.get("resource", "").endswith("-system"):
             key = (line["category"], "system pool: " + line["description"])
@@ -142,36 +124,88 @@ def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog
                            "quantity": line["quantity"], "unit": line["unit"], "unit_price": line["unit_price"],
                            "total": line["cost"], "source": line["source"], "date": line["date"],
                            "note": line["note"], "count": 1}
-    lines = list(merged.values())
-    for line in lines:
-        count = line.pop("count")
-        if count > 1:
-            line["description"] = f"{count} x {line['description']}"
+    return list(merged.values())
 
-        qty, price = Decimal(line["quantity"]), Decimal(line["unit_price"])
-        rate = qty * price / MONTH_HOURS if line["unit"] == "gb-month" else qty * price
-        if line["category"] == "cluster fee" and Decimal(line["total"]) == 0:
-            rate = Decimal(0)
-        line["hourly"] = str(rate.quantize(NANO, ROUND_HALF_UP))
+
+def _set_hourly(line: JsonObject) -> None:
+    """A merged line's count into its description, and its hourly rate."""
+    count = line.pop("count")
+    if count > 1:
+        line["description"] = f"{count} x {line['description']}"
+
+    qty, price = Decimal(line["quantity"]), Decimal(line["unit_price"])
+    rate = qty * price / MONTH_HOURS if line["unit"] == "gb-month" else qty * price
+    if line["category"] == "cluster fee" and Decimal(line["total"]) == 0:
+        rate = Decimal(0)
+    line["hourly"] = str(rate.quantize(NANO, ROUND_HALF_UP))
+
+
+def _included_gpus(planned: Plan) -> JsonObject:
+    """The line that says the GPUs are in the instance price."""
+    return {"category": "gpus",
+            "description": f"{planned.nodes * planned.gpus_per_node} x {planned.gpu_name}",
+            "quantity": str(planned.nodes * planned.gpus_per_node), "unit": "-", "unit_price": "0",
+            "hourly": "0", "total": "0", "source": planned.machine.source if planned.machine else None,
+            "date": planned.machine.date if planned.machine else None,
+            "note": "included in the instance price"}
+
+
+def _system_pool(line: JsonMapping) -> bool:
+    return str(line["description"]).startswith("system pool: ")
+
+
+def _always_on(lines: list[JsonObject], hourly: Decimal, planned: Plan) -> Decimal:
+    """What bills with no GPU node left (GKE: after the dead-man switch): the fee and the system pool."""
+    always_on = sum((Decimal(ln["hourly"]) for ln in lines
+                     if ln["category"] == "cluster fee" or _system_pool(ln)), Decimal(0))
+    if planned.idle_nodes:  # GPU nodes the pool keeps after the job (no autoscaling, or its minimum)
+        always_on += (hourly - always_on) / planned.nodes * planned.idle_nodes
+    return always_on
+
+
+def _gpu_hourly(lines: list[JsonObject]) -> Decimal:
+    return sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")
+                and not _system_pool(ln)), Decimal(0))
+
+
+def _free_estimate(spec: ClusterSpec, hours: Decimal, backend: Plugin) -> Estimate:
+    parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
+    return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
+                    hourly=Decimal(0), total=Decimal(0), price_date=None,
+                    notes=[f"{spec.cloud} runs use machines gpucluster does not rent: $0"])
+
+
+def estimate(spec: ClusterSpec, hours: object, *, backend: Plugin, catalog: Catalog | None = None,
+             free_tier: bool | None = None, now: float | None = None) -> Estimate:
+    """Itemized estimate (instances, GPUs, disks, cluster fee) of running `spec` for `hours`;
+    `backend`: the plugin of `spec.cloud`, given by the caller.
+
+    Computed by costing the resources such a run records (`planned_resources`) with the same
+    rules and snapshot as `run_cost`, so the two agree when the durations do."""
+    hours = parse_hours(hours)
+    same_cloud(spec.cloud, backend)
+    if is_free(backend):
+        return _free_estimate(spec, hours, backend)
+    catalog = catalog or load_catalog()
+    chosen = backend.needs_pricing()
+    planned = plan(spec, catalog, free_tier, backend=backend)
+    snapshot = price_snapshot(spec, catalog, backend=backend, free_tier=free_tier, now=now)
+    run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),
+                    resources=[ResourceRow.from_dict(r) for r in planned_resources(spec, hours * 3600, catalog=catalog,
+                                                                                     backend=backend)])
+    cost = run_cost(run, backend=backend, now=now, catalog=catalog)
+    lines = _merged_lines(cost["lines"])
+    for line in lines:
+        _set_hourly(line)
     if not chosen.gpus_billed_apart:  # the GPUs are in the instance price: say so on a line of their own
-        lines.insert(1, {"category": "gpus",
-                         "description": f"{planned.nodes * planned.gpus_per_node} x {planned.gpu_name}",
-                         "quantity": str(planned.nodes * planned.gpus_per_node), "unit": "-", "unit_price": "0",
-                         "hourly": "0", "total": "0", "source": planned.machine.source if planned.machine else None,
-                         "date": planned.machine.date if planned.machine else None,
-                         "note": "included in the instance price"})
+        lines.insert(1, _included_gpus(planned))
     order = {c: i for i, c in enumerate(CATEGORIES)}
     lines.sort(key=lambda ln: order.get(ln["category"], 99))
     hourly = sum((Decimal(ln["hourly"]) for ln in lines), Decimal(0))
-    # What bills with no GPU node left (GKE: after the dead-man switch): the fee and the system pool.
-    always_on = sum((Decimal(ln["hourly"]) for ln in lines
-                     if ln["category"] == "cluster fee" or ln["description"].startswith("system pool: ")), Decimal(0))
-    if planned.idle_nodes:  # GPU nodes the pool keeps after the job (no autoscaling, or its minimum)
-        always_on += (hourly - always_on) / planned.nodes * planned.idle_nodes
+    always_on = _always_on(lines, hourly, planned)
     total = Decimal(cost["total"])
     gpus = planned.nodes * planned.gpus_per_node
-    gpu_hourly = sum((Decimal(ln["hourly"]) for ln in lines if ln["category"] in ("instances", "gpus")
-                      and not ln["description"].startswith("system pool: ")), Decimal(0))
+    gpu_hourly = _gpu_hourly(lines)
     notes = list(planned.notes)
     # what keeps billing after the max lifetime (GKE: the fee and the system pool), the free tier
     notes += chosen.estimate_notes(planned, always_on)
@@ -179,9 +213,10 @@ def estimate(spec: ClusterSpec, hours: Any, *, backend: Plugin, catalog: Catalog
         notes.append("instances are billed at least 60 seconds each")
     if spec.spot:
         notes.append("spot prices are a point-in-time reference and the nodes can be reclaimed")
+    machine = planned.machine
     return Estimate(cloud=spec.cloud, region=planned.region, nodes=planned.nodes, hours=hours, market=planned.market,
                     lines=lines, hourly=hourly, total=total, price_date=cost["price_date"], gpus=gpus,
                     per_gpu_hour=(gpu_hourly / gpus) if gpus else None, notes=notes, snapshot=snapshot,
-                    gaps=list(planned.notes), instance_type=planned.machine.item if planned.machine else None,
+                    gaps=list(planned.notes), instance_type=machine.item if machine else None,
                     gpu=f"{planned.gpu_name}:{planned.gpus_per_node}" if planned.gpu_name and planned.gpus_per_node
                     else None)

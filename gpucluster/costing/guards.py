@@ -34,8 +34,10 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpucluster.errors import UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
     from gpucluster.ledger.store import Ledger
 
 WARN_AT = 0.8  # the share of the cap at which one warning line is said
@@ -49,7 +51,7 @@ COST_KIND, STALL_KIND = "cost", "stall"
 WARNING_KIND = "cost_warning"  # the metric record of the warning at WARN_AT
 
 
-def parse_cost(value: Any, flag: str = "--max-cost") -> float:
+def parse_cost(value: object, flag: str = "--max-cost") -> float:
     """A cap in US dollars: a number > 0 (a leading '$' is taken); UsageError naming the value."""
     text = str(value).strip().lstrip("$").strip() if value is not None else ""
     try:
@@ -62,7 +64,7 @@ def parse_cost(value: Any, flag: str = "--max-cost") -> float:
     return number
 
 
-def parse_stall(value: Any, flag: str = "--stall-minutes") -> float:
+def parse_stall(value: object, flag: str = "--stall-minutes") -> float:
     """Minutes without a sign of life before the job is stopped: 0 (off) or a number > 0."""
     try:
         number = float(str(value).strip())
@@ -163,7 +165,7 @@ class Guard:
     def __init__(self, *, max_cost: float | None, stall_s: float | None, cost_before: float = 0.0,
                  accrued: Callable[[], float | None] | None = None, say: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, every: float = COST_EVERY_S,
-                 record: Callable[[dict[str, Any]], None] | None = None):
+                 record: Callable[[JsonObject], None] | None = None):
         self.max_cost, self.stall_s, self.cost_before = max_cost, stall_s, cost_before
         self.record = record  # the warning as a metric record (the ledger; a live webhook, notify.LiveEvents)
         self.accrued, self.say, self.clock, self.every = accrued, say or (lambda _t: None), clock, every
@@ -191,7 +193,7 @@ class Guard:
         with self._lock:
             self._seen[node] = now
 
-    def utilisation(self, node: int, record: Mapping[str, Any]) -> None:
+    def utilisation(self, node: int, record: JsonMapping) -> None:
         """A sampler's record: a sign of life when the node's GPUs (else CPUs) are busy."""
         gpus = [float(g["util"]) for g in record.get("gpu") or [] if isinstance(g, Mapping)
                 and isinstance(g.get("util"), (int, float))]
@@ -242,7 +244,7 @@ def wall() -> float:
     return time.time()
 
 
-def accrued_of(ledger: Ledger, run_id: str, backend: Any) -> Callable[[], float | None]:
+def accrued_of(ledger: Ledger, run_id: str, backend: Plugin | None) -> Callable[[], float | None]:
     """The run's accrued cost so far, read from its ledger record and priced as the report prices
     it (`cost.run_cost`); None when it cannot be read or priced."""
     def accrued() -> float | None:
@@ -258,7 +260,7 @@ def accrued_of(ledger: Ledger, run_id: str, backend: Any) -> Callable[[], float 
     return accrued
 
 
-def store_cost(ledger: Ledger, run_id: str, backend: Any) -> None:
+def store_cost(ledger: Ledger, run_id: str, backend: Plugin | None) -> None:
     """The run's cost computed and stored with it (`runs.cost`); a price that cannot be found is
     left out quietly (the report says so when asked)."""
     from gpucluster.costing.runcost import run_cost
@@ -303,7 +305,7 @@ class ProvisionWatch:
                 _thread.interrupt_main()
                 return
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._done.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from .rules import NANO
+from gpucluster.states import JsonMapping
 
 
-def spans(cost: Mapping[str, Any], started: float) -> Iterator[tuple[Decimal, float, float]]:
+def spans(cost: JsonMapping, started: float) -> Iterator[tuple[Decimal, float, float]]:
     """(cost, from, to) of each priced line of a run's cost; a line without its life: (cost, started, started)."""
     for line in cost.get("lines") or []:
         try:
@@ -44,7 +45,7 @@ def spans(cost: Mapping[str, Any], started: float) -> Iterator[tuple[Decimal, fl
             yield total, started, started
 
 
-def accrued_between(cost: Mapping[str, Any], start: float, end: float | None, *, started: float) -> Decimal:
+def accrued_between(cost: JsonMapping, start: float, end: float | None, *, started: float) -> Decimal:
     """What of a run's cost accrued in [start, end) (end None: up to any time)."""
     out = Decimal(0)
     for amount, a, b in spans(cost, started):
@@ -65,7 +66,7 @@ def share(amount: Decimal, a: float, b: float, start: float, end: float | None) 
     return (amount * Decimal(str(overlap)) / Decimal(str(b - a))).quantize(NANO, ROUND_HALF_UP)
 
 
-def since(cost: Mapping[str, Any], start: float | None, *, started: float) -> list[tuple[Decimal, float, float]]:
+def since(cost: JsonMapping, start: float | None, *, started: float) -> list[tuple[Decimal, float, float]]:
     """The run's spans cut at `start` (None: whole): what accrued from then on, with the life it accrued in."""
     out = []
     for amount, a, b in spans(cost, started):

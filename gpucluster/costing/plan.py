@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.catalog.prices import Catalog, PriceRow, load_catalog
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.spec import ClusterSpec, parse_int
 
 from .rules import MINIMUM_SECONDS, MONTH_HOURS, iso, region_of
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin, Pricing
@@ -92,7 +93,7 @@ def resolved(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
         return spec
 
 
-def system_pool(spec: ClusterSpec, pricing: Pricing | None) -> dict[str, Any] | None:
+def system_pool(spec: ClusterSpec, pricing: Pricing | None) -> JsonObject | None:
     """The backend's always-on extras (GKE: the CPU system pool), from `Pricing.system_pool`."""
     return pricing.system_pool(spec) if pricing else None
 
@@ -135,7 +136,7 @@ def snap_key(kind: str, item: str, market: str) -> str:
 
 
 def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend: Plugin,
-                   free_tier: bool | None = None, now: float | None = None) -> dict[str, Any]:
+                   free_tier: bool | None = None, now: float | None = None) -> JsonObject:
     """The prices a run will be billed at, taken at launch; JSON-able; stored in the ledger with
     the run (`Ledger.create_run(..., prices=price_snapshot(spec, backend=plugin))`). `backend`: the
     plugin of `spec.cloud`. Local/ssh: an empty snapshot that says such runs cost $0. Raises
@@ -148,7 +149,7 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend
     catalog = catalog or load_catalog()
     chosen = backend.needs_pricing()
     planned = plan(spec, catalog, free_tier, backend=backend)
-    prices: dict[str, Any] = {}
+    prices: JsonObject = {}
     system = system_pool(resolved(spec, backend), chosen)
     rows = [planned.machine, planned.gpu, planned.disk, planned.fee]
     if system and not planned.system_unpriced:
@@ -178,7 +179,7 @@ class Pricer:
     `Pricing` part of the run's backend (None: a cloud not registered; its prices are the catalog's
     rows alone)."""
 
-    def __init__(self, snapshot: Mapping[str, Any] | None, cloud: str, catalog: Catalog | None,
+    def __init__(self, snapshot: JsonMapping | None, cloud: str, catalog: Catalog | None,
                  pricing: Pricing | None):
         self.snapshot = snapshot or {}
         self.cloud = cloud
@@ -194,7 +195,7 @@ class Pricer:
             self._catalog = load_catalog()
         return self._catalog
 
-    def price(self, kind: str, item: str, market: str, region: str | None) -> tuple[Decimal, dict[str, Any], str]:
+    def price(self, kind: str, item: str, market: str, region: str | None) -> tuple[Decimal, JsonObject, str]:
         region = region or self.region or ""  # none known: no row matches, and get() says so
         cited = self.snapshot.get("prices", {}).get(snap_key(kind, item, market))
         if cited and cited.get("region") in (region, "*", None):
@@ -209,8 +210,8 @@ class Pricer:
             row = self.catalog.get(self.cloud, region, kind, item, market)
         return row.price, row.cite(), f"{item} {market} price not in the run's snapshot: today's catalog used"
 
-    def in_zone(self, price: Decimal, cited: dict[str, Any], item: str, market: str, region: str | None,
-                zone: str | None) -> tuple[Decimal, dict[str, Any], str]:
+    def in_zone(self, price: Decimal, cited: JsonObject, item: str, market: str, region: str | None,
+                zone: str | None) -> tuple[Decimal, JsonObject, str]:
         """A zonal price (spot: each zone has its own) for the zone a resource ran in, from the run's
         snapshot or the catalog (rows read from the cloud's price history keep one price per zone),
         else the region's row as given (the highest of its zones), saying which was used."""

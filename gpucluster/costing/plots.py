@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from gpucluster.errors import UsageError, require
+from gpucluster.states import JsonMapping
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from gpucluster.ledger.store import Ledger
 
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
 
 
-def _plt():
+def _plt():  # -> matplotlib.pyplot (the module; imported only when drawing)
     require("matplotlib", "plot")
     import matplotlib
 
@@ -47,11 +54,13 @@ def check_plot_file(path: Path | str, what: str = "plot file") -> Path:
     return path
 
 
-def save_png(fig, path: Path | str, what: str = "plot file", **kwargs: Any) -> Path:
-    """fig.savefig, with a write failure (read-only file system, disk full) as one line."""
+def save_png(fig: Figure, path: Path | str, what: str = "plot file", *, dpi: float | None = None,
+             format: str | None = None) -> Path:
+    """fig.savefig (None: savefig's own default), with a write failure (read-only file system, disk
+    full) as one line."""
     path = Path(path)
     try:
-        fig.savefig(path, **kwargs)
+        fig.savefig(path, dpi=dpi, format=format)
     except OSError as exc:
         raise UsageError(f"{what} {str(path)!r} cannot be written: {exc.strerror or exc}") from None
     finally:
@@ -59,7 +68,7 @@ def save_png(fig, path: Path | str, what: str = "plot file", **kwargs: Any) -> P
     return path
 
 
-def _save(fig, path: Path | str) -> Path:
+def _save(fig: Figure, path: Path | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -67,8 +76,11 @@ def _save(fig, path: Path | str) -> Path:
 
 
 # -- utilisation -----------------------------------------------------------------------------
-def _series(records: Sequence[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    nodes: dict[int, list[dict[str, Any]]] = {}
+Phase = tuple[str, float, "float | None"]  # a phase shaded behind: name, start, end (None: still open)
+
+
+def _series(records: Sequence[JsonMapping]) -> dict[int, list[JsonMapping]]:
+    nodes: dict[int, list[JsonMapping]] = {}
     for r in records:
         if r.get("kind", "util") == "util" and r.get("time") is not None:
             nodes.setdefault(int(r.get("node_rank") or 0), []).append(r)
@@ -77,14 +89,14 @@ def _series(records: Sequence[dict[str, Any]]) -> dict[int, list[dict[str, Any]]
     return nodes
 
 
-def _gpu(rec: dict[str, Any], key: str, how: str = "mean") -> float | None:
+def _gpu(rec: JsonMapping, key: str, how: str = "mean") -> float | None:
     vals = [g.get(key) for g in rec.get("gpu") or [] if g.get(key) is not None]
     if not vals:
         return None
     return sum(vals) / len(vals) if how == "mean" else sum(vals)
 
 
-def _cpu_panel(nodes: dict[int, list[dict[str, Any]]]) -> tuple[str, str, float | None]:
+def _cpu_panel(nodes: dict[int, list[JsonMapping]]) -> tuple[str, str, float | None]:
     """CPU as the node's own processes (cores busy) where the sampler read the node's process tree;
     else the machine's busy %."""
     if any(r.get("cpu_scope") == "node" and r.get("cpu_cores") is not None for recs in nodes.values() for r in recs):
@@ -92,8 +104,8 @@ def _cpu_panel(nodes: dict[int, list[dict[str, Any]]]) -> tuple[str, str, float 
     return "cpu_percent", "CPU busy (% of the machine)", 105.0
 
 
-def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title: str | None = None, *,
-                     t0: float | None = None, phases: Sequence[tuple[str, float, float | None]] = ()) -> Path:
+def utilisation_plot(records: Sequence[JsonMapping], path: Path | str, title: str | None = None, *,
+                     t0: float | None = None, phases: Sequence[Phase] = ()) -> Path:
     """One line per node over time: CPU, and where GPUs were read, GPU %, memory and power.
 
     `t0`: the run's start, so the x axis is seconds since the run started (a short run's samples sit
@@ -102,8 +114,61 @@ def utilisation_plot(records: Sequence[dict[str, Any]], path: Path | str, title:
     return _save(utilisation_figure(records, title, t0=t0, phases=phases), path)
 
 
-def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = None, *, t0: float | None = None,
-                       phases: Sequence[tuple[str, float, float | None]] = ()) -> Any:
+def _util_panels(has_gpu: bool, cpu_key: str, cpu_label: str) -> list[tuple[str, str, str | None]]:
+    """(record key, y label, how the node's GPUs combine: None for a node-wide key) per panel."""
+    panels: list[tuple[str, str, str | None]] = [(cpu_key, cpu_label, None)]
+    if has_gpu:
+        panels += [("util", "GPU utilisation (%, mean of node's GPUs)", "mean"),
+                   ("mem_used_mib", "GPU memory used (MiB, node total)", "sum"),
+                   ("power_w", "GPU power (W, node total)", "sum")]
+    return panels
+
+
+def _shade_phases(ax: Axes, phases: Sequence[Phase], right: float) -> None:
+    for i, (name, start, end) in enumerate(phases):
+        stop = right if end is None else end
+        ax.axvspan(start, stop, color="0.92" if i % 2 else "0.85", zorder=0, lw=0)
+
+
+def _node_lines(ax: Axes, nodes: dict[int, list[JsonMapping]], key: str, how: str | None, base: float) -> None:
+    for node, recs in sorted(nodes.items()):
+        xs, ys = [], []
+        for r in recs:
+            y = r.get(key) if how is None else _gpu(r, key, how)
+            if y is not None:
+                xs.append(r["time"] - base)
+                ys.append(y)
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=5, linewidth=1.2, color=COLORS[node % len(COLORS)],
+                    label=f"node {node}", zorder=3)
+
+
+def _panel_ylim(ax: Axes, key: str, cpu_top: float | None) -> None:
+    if key in ("cpu_percent", "util"):
+        ax.set_ylim(0, 105 if key == "util" else (cpu_top or 105))
+    elif key == "cpu_cores":  # at least one core's height: a quiet node reads as quiet
+        ax.set_ylim(0, max(1.05, ax.get_ylim()[1]))
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def _phase_names(top: Axes, phases: Sequence[Phase], right: float, pad: float) -> None:
+    for name, start, end in phases:  # the phase names across the top panel
+        stop = right if end is None else end
+        if stop - start >= 0.04 * (right + 2 * pad):
+            top.text((start + stop) / 2, 1.01, name, transform=top.get_xaxis_transform(), ha="center",
+                     va="bottom", fontsize=7, color="0.3")
+
+
+def _right_edge(nodes: dict[int, list[JsonMapping]], base: float, phases: Sequence[Phase]) -> float:
+    """The x axis's end: the last sample, or a phase's end past it."""
+    last: float = max(recs[-1]["time"] for recs in nodes.values()) - base
+    ends = [e for _, _, e in phases if e is not None]
+    return max([last, *ends]) if phases else last
+
+
+def utilisation_figure(records: Sequence[JsonMapping], title: str | None = None, *, t0: float | None = None,
+                       phases: Sequence[Phase] = ()) -> Figure:
     """The figure `utilisation_plot` saves (a matplotlib Figure)."""
     nodes = _series(records)
     if not nodes:
@@ -112,47 +177,20 @@ def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = No
     base = first if t0 is None else float(t0)
     has_gpu = any(_gpu(r, "util") is not None for recs in nodes.values() for r in recs)
     cpu_key, cpu_label, cpu_top = _cpu_panel(nodes)
-    panels: list[tuple[str, str, str | None]] = [(cpu_key, cpu_label, None)]
-    if has_gpu:
-        panels += [("util", "GPU utilisation (%, mean of node's GPUs)", "mean"),
-                   ("mem_used_mib", "GPU memory used (MiB, node total)", "sum"),
-                   ("power_w", "GPU power (W, node total)", "sum")]
+    panels = _util_panels(has_gpu, cpu_key, cpu_label)
     plt = _plt()
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels) + 0.8), sharex=True, squeeze=False)
-    last = max(recs[-1]["time"] for recs in nodes.values()) - base
-    ends = [e for _, _, e in phases if e is not None]
-    right = max([last, *ends]) if phases else last
+    right = _right_edge(nodes, base, phases)
     for ax, (key, label, how) in zip(axes[:, 0], panels):
-        for i, (name, start, end) in enumerate(phases):
-            stop = right if end is None else end
-            ax.axvspan(start, stop, color="0.92" if i % 2 else "0.85", zorder=0, lw=0)
-        for node, recs in sorted(nodes.items()):
-            xs, ys = [], []
-            for r in recs:
-                y = r.get(key) if how is None else _gpu(r, key, how)
-                if y is not None:
-                    xs.append(r["time"] - base)
-                    ys.append(y)
-            if xs:
-                ax.plot(xs, ys, marker="o", markersize=5, linewidth=1.2, color=COLORS[node % len(COLORS)],
-                        label=f"node {node}", zorder=3)
+        _shade_phases(ax, phases, right)
+        _node_lines(ax, nodes, key, how, base)
         ax.set_ylabel(label, fontsize=8)
-        if key in ("cpu_percent", "util"):
-            ax.set_ylim(0, 105 if key == "util" else (cpu_top or 105))
-        elif key == "cpu_cores":  # at least one core's height: a quiet node reads as quiet
-            ax.set_ylim(0, max(1.05, ax.get_ylim()[1]))
-        else:
-            ax.set_ylim(bottom=0)
+        _panel_ylim(ax, key, cpu_top)
         ax.grid(alpha=0.3, zorder=1)
         ax.legend(fontsize=7, loc="upper right")
     pad = max(0.5, 0.03 * right)
     axes[0, 0].set_xlim(min(0.0, first - base) - pad if phases else -pad, right + pad)
-    top = axes[0, 0]
-    for name, start, end in phases:  # the phase names across the top panel
-        stop = right if end is None else end
-        if stop - start >= 0.04 * (right + 2 * pad):
-            top.text((start + stop) / 2, 1.01, name, transform=top.get_xaxis_transform(), ha="center",
-                     va="bottom", fontsize=7, color="0.3")
+    _phase_names(axes[0, 0], phases, right, pad)
     axes[-1, 0].set_xlabel("seconds since the run started" if t0 is not None else "seconds since the first sample")
     head = title or "utilisation"
     if not has_gpu:
@@ -161,11 +199,11 @@ def utilisation_figure(records: Sequence[dict[str, Any]], title: str | None = No
     return fig
 
 
-def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
+def plot_run(ledger: Ledger, run_id: str, path: Path | str) -> Path:
     """`gpucluster show RUN --plot FILE.png`: the run's utilisation over time, its phases behind."""
     path = check_plot_file(path, "--plot file")
     run = ledger.get_run(run_id)
-    if run is None:
+    if run is None or run.id is None:  # a stored run always has its id
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
     records = ledger.metrics(run.id, "util")
     if not records:
@@ -179,8 +217,91 @@ def plot_run(ledger: Any, run_id: str, path: Path | str) -> Path:
 
 
 # -- scaling ---------------------------------------------------------------------------------
-def _groups(summary: Sequence[Any]) -> dict[int, list[Any]]:
-    groups: dict[int, list[Any]] = {}
+class StatLike(Protocol):
+    """A figure's median and spread over a size's repeats (gpucluster.sweep.runner.Stat)."""
+
+    @property
+    def median(self) -> float | Decimal: ...
+    @property
+    def min(self) -> float | Decimal: ...
+    @property
+    def max(self) -> float | Decimal: ...
+    @property
+    def n(self) -> int: ...
+
+
+class SizeLike(Protocol):
+    """One sweep size's summary as the plots and tables read it (gpucluster.sweep.runner.SizeResult;
+    the sweep sits above costing in the package order)."""
+
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def runs(self) -> Sequence[str]: ...
+    @property
+    def failed(self) -> Sequence[str]: ...
+    @property
+    def wall_s(self) -> StatLike | None: ...
+    @property
+    def phases(self) -> Mapping[str, StatLike]: ...
+    @property
+    def train_s(self) -> StatLike | None: ...
+    @property
+    def samples_per_s(self) -> StatLike | None: ...
+    @property
+    def accuracy(self) -> StatLike | None: ...
+    @property
+    def loss(self) -> StatLike | None: ...
+    @property
+    def cost_usd(self) -> StatLike | None: ...
+    @property
+    def cost_per_epoch_usd(self) -> StatLike | None: ...
+    @property
+    def efficiency(self) -> float | None: ...
+    @property
+    def efficiency_range(self) -> tuple[float, float] | None: ...
+    @property
+    def speedup(self) -> float | None: ...
+
+
+class FindingLike(Protocol):
+    """A diagnosis line (gpucluster.sweep.diagnose.Finding)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+class ComparisonLike(Protocol):
+    """A CPU-vs-GPU row (gpucluster.sweep.runner.Comparison)."""
+
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def cpu_train_s(self) -> float: ...
+    @property
+    def gpu_train_s(self) -> float: ...
+    @property
+    def speedup(self) -> float: ...
+    @property
+    def cpu_cost_usd(self) -> Decimal | None: ...
+    @property
+    def gpu_cost_usd(self) -> Decimal | None: ...
+
+
+Getter = Callable[[SizeLike], "StatLike | None"]
+Ideal = Callable[[SizeLike, float], "float | None"]
+
+
+def _groups(summary: Sequence[SizeLike]) -> dict[int, list[SizeLike]]:
+    groups: dict[int, list[SizeLike]] = {}
     for r in summary:
         groups.setdefault(r.gpus_per_node, []).append(r)
     for g in groups.values():
@@ -192,9 +313,10 @@ def _group_label(gpn: int) -> str:
     return "CPU only" if gpn == 0 else f"{gpn} GPU/node"
 
 
-def _stat_plot(ax, rows, getter, color, label, ideal=None, style: str = "-") -> bool:
+def _stat_plot(ax: Axes, rows: Sequence[SizeLike], getter: Getter, color: str, label: str, ideal: Ideal | None = None,
+               style: str = "-") -> bool:
     """Median with min-max bars; `ideal(row, median)` draws the ideal-scaling line where defined."""
-    pts = [(r, getter(r)) for r in rows if getter(r) is not None]
+    pts = [(r, st) for r in rows if (st := getter(r)) is not None]
     if not pts:
         return False
     xs = [r.nodes for r, _ in pts]
@@ -204,36 +326,33 @@ def _stat_plot(ax, rows, getter, color, label, ideal=None, style: str = "-") -> 
     ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=3, color=color, linestyle=style,
                 label=f"{label} (median, min-max)")
     if ideal:
-        ideal_pts = [(r.nodes, ideal(r, m)) for (r, _), m in zip(pts, med)]
-        ideal_pts = [(x, y) for x, y in ideal_pts if y is not None]
+        ideal_pts = [(r.nodes, y) for (r, _), m in zip(pts, med) if (y := ideal(r, m)) is not None]
         if ideal_pts:
             ax.plot([x for x, _ in ideal_pts], [y for _, y in ideal_pts], linestyle="--", color=color, alpha=0.6,
                     label=f"{label}: ideal scaling")
     return True
 
 
-def _at_ideal(r, value: float) -> float | None:
+def _at_ideal(r: SizeLike, value: float) -> float | None:
     """Time (or cost) the same work would have taken at perfect scaling: value x efficiency.
     For a fixed job (strong scaling) that is T_base x N_base / N; for fixed work per rank (weak
     scaling) it is T_base."""
     return None if r.efficiency is None else value * r.efficiency
 
 
-def _nodes_axis(ax, summary) -> None:
+def _throughput_ideal(r: SizeLike, v: float) -> float | None:
+    return v / r.efficiency if r.efficiency else None
+
+
+def _nodes_axis(ax: Axes, summary: Sequence[SizeLike]) -> None:
     ns = sorted({r.nodes for r in summary})
     ax.set_xticks(ns)
     ax.set_xlabel("nodes")
     ax.grid(alpha=0.3)
 
 
-def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float = 0.7) -> dict[str, Path]:
-    """time_vs_nodes.png, cost_vs_nodes.png, efficiency_vs_nodes.png, throughput_vs_nodes.png."""
-    outdir = Path(outdir)
-    plt = _plt()
-    groups = _groups(summary)
-    out: dict[str, Path] = {}
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+def _time_plot(summary: Sequence[SizeLike], groups: dict[int, list[SizeLike]], outdir: Path) -> Path:
+    fig, ax = _plt().subplots(figsize=(6.5, 4.2))
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
         _stat_plot(ax, rows, lambda r: r.train_s, COLORS[i % len(COLORS)], _group_label(gpn), ideal=_at_ideal)
         _stat_plot(ax, rows, lambda r: r.wall_s, COLORS[i % len(COLORS)], f"{_group_label(gpn)} wall", style=":")
@@ -241,9 +360,11 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     ax.set_title("training time vs nodes (dashed: the same work at ideal scaling; dotted: wall)", fontsize=9)
     _nodes_axis(ax, summary)
     ax.legend(fontsize=7)
-    out["time"] = _save(fig, outdir / "time_vs_nodes.png")
+    return _save(fig, outdir / "time_vs_nodes.png")
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+
+def _cost_plot(summary: Sequence[SizeLike], groups: dict[int, list[SizeLike]], outdir: Path) -> Path:
+    fig, ax = _plt().subplots(figsize=(6.5, 4.2))
     drawn = False
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
         drawn |= _stat_plot(ax, rows, lambda r: r.cost_usd, COLORS[i % len(COLORS)], _group_label(gpn),
@@ -258,18 +379,24 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     _nodes_axis(ax, summary)
     if drawn:
         ax.legend(fontsize=7)
-    out["cost"] = _save(fig, outdir / "cost_vs_nodes.png")
+    return _save(fig, outdir / "cost_vs_nodes.png")
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+
+def _efficiency_bars(ax: Axes, rows: Sequence[SizeLike], color: str, label: str) -> None:
+    pts = [(r, r.efficiency) for r in rows if r.efficiency is not None]
+    if pts:
+        xs = [r.nodes for r, _ in pts]
+        ys = [e for _, e in pts]
+        lo = [e - (r.efficiency_range or (e,) * 2)[0] for r, e in pts]
+        hi = [(r.efficiency_range or (e,) * 2)[1] - e for r, e in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=color, label=label)
+
+
+def _efficiency_plot(summary: Sequence[SizeLike], groups: dict[int, list[SizeLike]], outdir: Path,
+                     threshold: float) -> Path:
+    fig, ax = _plt().subplots(figsize=(6.5, 4.2))
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
-        pts = [r for r in rows if r.efficiency is not None]
-        if pts:
-            xs = [r.nodes for r in pts]
-            ys = [r.efficiency for r in pts]
-            lo = [r.efficiency - (r.efficiency_range or (r.efficiency,) * 2)[0] for r in pts]
-            hi = [(r.efficiency_range or (r.efficiency,) * 2)[1] - r.efficiency for r in pts]
-            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=COLORS[i % len(COLORS)],
-                        label=_group_label(gpn))
+        _efficiency_bars(ax, rows, COLORS[i % len(COLORS)], _group_label(gpn))
     ax.axhline(1.0, linestyle="--", color="gray", label="ideal")
     ax.axhline(threshold, linestyle=":", color="red", label=f"threshold {threshold:g}")
     ax.set_ylim(bottom=0)
@@ -277,13 +404,15 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     ax.set_title("efficiency vs nodes: samples/s at N / (N x samples/s at the baseline)", fontsize=9)
     _nodes_axis(ax, summary)
     ax.legend(fontsize=7)
-    out["efficiency"] = _save(fig, outdir / "efficiency_vs_nodes.png")
+    return _save(fig, outdir / "efficiency_vs_nodes.png")
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+
+def _throughput_plot(summary: Sequence[SizeLike], groups: dict[int, list[SizeLike]], outdir: Path) -> Path:
+    fig, ax = _plt().subplots(figsize=(6.5, 4.2))
     drawn = False
     for i, (gpn, rows) in enumerate(sorted(groups.items())):
         drawn |= _stat_plot(ax, rows, lambda r: r.samples_per_s, COLORS[i % len(COLORS)], _group_label(gpn),
-                            ideal=lambda r, v: v / r.efficiency if r.efficiency else None)
+                            ideal=_throughput_ideal)
     if not drawn:
         ax.text(0.5, 0.5, "the workload reported no samples/s", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("global samples/s")
@@ -291,12 +420,23 @@ def scaling_plots(summary: Sequence[Any], outdir: Path | str, threshold: float =
     _nodes_axis(ax, summary)
     if drawn:
         ax.legend(fontsize=7)
-    out["throughput"] = _save(fig, outdir / "throughput_vs_nodes.png")
+    return _save(fig, outdir / "throughput_vs_nodes.png")
+
+
+def scaling_plots(summary: Sequence[SizeLike], outdir: Path | str, threshold: float = 0.7) -> dict[str, Path]:
+    """time_vs_nodes.png, cost_vs_nodes.png, efficiency_vs_nodes.png, throughput_vs_nodes.png."""
+    outdir = Path(outdir)
+    groups = _groups(summary)
+    out: dict[str, Path] = {}
+    out["time"] = _time_plot(summary, groups, outdir)
+    out["cost"] = _cost_plot(summary, groups, outdir)
+    out["efficiency"] = _efficiency_plot(summary, groups, outdir, threshold)
+    out["throughput"] = _throughput_plot(summary, groups, outdir)
     return out
 
 
 # -- the Markdown report ---------------------------------------------------------------------
-def _fmt(stat: Any, unit: str = "", digits: int = 1) -> str:
+def _fmt(stat: StatLike | None, unit: str = "", digits: int = 1) -> str:
     if stat is None:
         return "-"
     if isinstance(stat.median, Decimal):
@@ -306,7 +446,7 @@ def _fmt(stat: Any, unit: str = "", digits: int = 1) -> str:
     return m if stat.n < 2 or stat.min == stat.max else f"{m} ({stat.min:,.{digits}f}-{stat.max:,.{digits}f})"
 
 
-def summary_rows(summary: Sequence[Any]) -> list[list[str]]:
+def summary_rows(summary: Sequence[SizeLike]) -> list[list[str]]:
     """Rows of the size table, shared by the terminal table and the Markdown report."""
     rows = []
     for r in summary:
@@ -333,8 +473,9 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def write_report(outdir: Path | str, summary: Sequence[Any], findings: Sequence[Any], *, sweep_id: str,
-                 util_runs: Sequence[tuple[str, str, Sequence[dict[str, Any]]]] = (), comparisons: Sequence[Any] = (),
+def write_report(outdir: Path | str, summary: Sequence[SizeLike], findings: Sequence[FindingLike], *, sweep_id: str,
+                 util_runs: Sequence[tuple[str, str, Sequence[JsonMapping]]] = (),
+                 comparisons: Sequence[ComparisonLike] = (),
                  threshold: float = 0.7, title: str = "Scaling sweep") -> Path:
     """Write the plots and summary.md into outdir; returns summary.md's path.
 

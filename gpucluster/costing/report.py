@@ -15,6 +15,7 @@ from gpucluster.ledger.records import RunRecord
 
 from .rules import money
 from .runcost import run_cost
+from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -38,7 +39,7 @@ def parse_since(value: str | None) -> float | None:
 
 def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], group_by: str | None = None,
            now: float | None = None, catalog: Catalog | None = None,
-           links: Mapping[str, tuple] | None = None, since: float | None = None) -> dict[str, Any]:
+           links: Mapping[str, tuple] | None = None, since: float | None = None) -> JsonObject:
     """Per-run costs (the stored cost if the run has one and nothing was left billing, else
     computed now) with totals, optionally grouped by day (UTC), cloud, cluster or chain: a run and
     every run resumed from it, transitively, as one job (its first run's id, and `run_ids`).
@@ -58,7 +59,7 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
     if group_by == "chain":
         known = {r.id: (r.run.resumed_from, r.run.created_at) for r in records if r.id is not None}
         known.update(links or {})
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     days_of: dict[str, dict[str, Decimal]] = {}  # --group-by day: run id -> its cost per day
     for record in records:
         row, cut = _report_row(record, backends, now, catalog, since)
@@ -77,7 +78,7 @@ def report(records: Iterable[RunRecord], *, backends: Mapping[str, Plugin], grou
 
 
 def _report_row(record: RunRecord, backends: Mapping[str, Plugin], now: float, catalog: Catalog | None,
-                since: float | None) -> tuple[dict[str, Any], Any]:
+                since: float | None) -> tuple[JsonObject, Any]:
     """One run's row of the report, and its cost cut at `since` (periods.py)."""
     from .periods import since as cut_at
 
@@ -107,10 +108,10 @@ def _report_row(record: RunRecord, backends: Mapping[str, Plugin], now: float, c
     return row, cut
 
 
-def _groups(rows: list[dict[str, Any]], group_by: str, days_of: Mapping[str, dict[str, Decimal]]) -> list[dict]:
+def _groups(rows: list[JsonObject], group_by: str, days_of: Mapping[str, dict[str, Decimal]]) -> list[dict]:
     """Runs, cost and wall time per group; by day: a run's cost in each day it billed in (its wall
     time in the day it started); by chain: the chain's run ids in creation order."""
-    acc: dict[str, dict[str, Any]] = {}
+    acc: dict[str, JsonObject] = {}
     for r in rows:
         parts = days_of[r["run_id"]] if group_by == "day" else {str(r[group_by]): Decimal(r["cost"])}
         for key, part in (parts or {r["day"]: Decimal(0)}).items():
@@ -130,7 +131,7 @@ REPORT_CSV_FIELDS = ("run_id", "created", "cloud", "cluster", "status", "nodes",
                      "price_date", "note")
 
 
-def report_csv(rep: Mapping[str, Any]) -> str:
+def report_csv(rep: JsonMapping) -> str:
     import csv
     import io
 
@@ -142,7 +143,7 @@ def report_csv(rep: Mapping[str, Any]) -> str:
     return buf.getvalue()
 
 
-def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
+def plot_report(rep: JsonMapping, path: str | Path) -> Path:
     """A PNG of what each run cost (top) and how long it ran (bottom), one bar per run in the order they
     started, coloured by cloud: separate runs are separate bars, never points joined by a line.
     Needs matplotlib (the `plot` extra)."""
@@ -151,7 +152,7 @@ def plot_report(rep: Mapping[str, Any], path: str | Path) -> Path:
     return save_png(report_figure(rep), path, "--plot file", format="png")
 
 
-def report_figure(rep: Mapping[str, Any]) -> Any:
+def report_figure(rep: JsonMapping) -> Any:
     """The figure `plot_report` saves (a matplotlib Figure)."""
     from gpucluster.errors import require
 

@@ -43,7 +43,7 @@ def disk_cost(gb_month: Decimal, gb: Decimal | int, seconds: float | Decimal) ->
     return billed, (gb_month * Decimal(gb) * billed / (MONTH_HOURS * 3600)).quantize(NANO, ROUND_HALF_UP)
 
 
-def money(value: Any) -> str:
+def money(value: object) -> str:
     """'$1,234.57' (rounded half up to cents) for display; 'n/a' for None. Accepts a Decimal, or
     a number or string that is turned into one exactly."""
     if value is None:

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Callable
 
 from gpucluster.catalog.prices import Catalog, normalize_gpu
 from gpucluster.errors import UsageError
-from gpucluster.ledger.records import UP_COMMAND, ResourceRow, RunRecord
+from gpucluster.ledger.records import UP_COMMAND, ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_bool
+from gpucluster.states import JsonMapping, JsonObject
 
 from .plan import Pricer, is_free, pricing_of, region_for, same_cloud
 from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.store import Ledger
+
+
+# _Lines.add: category, description, unit price, quantity, unit, billed seconds, cost, cited source, note
+AddLine = Callable[[str, str, Decimal, "Decimal | int", str, int, Decimal, JsonObject, str], None]
 
 
 class _Lines:
@@ -24,7 +30,7 @@ class _Lines:
     `detail`)."""
 
     def __init__(self, res: ResourceRow, pricer: Pricer, now: float) -> None:
-        self.detail: Mapping[str, Any] = res.detail or {}
+        self.detail: JsonMapping = res.detail or {}
         gone = bool(res.confirmed_gone) and res.deleted_at is not None
         end = res.deleted_at if gone else now
         self.seconds = max(Decimal(str(end)) - Decimal(str(res.requested_at)), Decimal(0))
@@ -37,10 +43,10 @@ class _Lines:
         self.notes = []
         if res.created_at is None and res.kind in ("instance", "fleet", "node-pool", "gke-cluster", "volume", "disk"):
             self.notes.append("creation never confirmed: billed from the request (upper bound)")
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[JsonObject] = []
 
     def add(self, category: str, description: str, unit_price: Decimal, quantity: Decimal | int, unit: str,
-            billed: int, cost: Decimal, cited: dict[str, Any], note: str) -> None:
+            billed: int, cost: Decimal, cited: JsonObject, note: str) -> None:
         self.lines.append({**self.base, "category": category, "description": description,
                            "unit_price": str(unit_price), "unit": unit, "quantity": str(quantity),
                            "billed_seconds": billed, "cost": str(cost), "source": cited.get("source"),
@@ -105,7 +111,7 @@ class _Lines:
                      "cluster-hour", billed, cost, cited, why)
 
 
-def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[dict[str, Any]]:
+def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: float) -> list[JsonObject]:
     """Cost lines of one ledger resource row (see the module docstring for `detail`)."""
     out = _Lines(res, pricer, now)
     kind = res.kind
@@ -125,8 +131,8 @@ def _resource_lines(res: ResourceRow, pricer: Pricer, free_tier: bool, now: floa
     return out.lines
 
 
-def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer: Pricer, region: str | None,
-                add) -> None:
+def _disk_lines(detail: JsonMapping, count: int, seconds: Decimal, pricer: Pricer, region: str | None,
+                add: AddLine) -> None:
     gb = detail.get("disk_gb")
     if not gb:
         return
@@ -137,7 +143,7 @@ def _disk_lines(detail: Mapping[str, Any], count: int, seconds: Decimal, pricer:
     add("disks", f"{total_gb} GB {dtype}", price, total_gb, "gb-month", billed, cost, cited, note)
 
 
-def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str | None, add) -> None:
+def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str | None, add: AddLine) -> None:
     """Public IPv4 addresses, billed per address-hour (aws: auto-assigned ones too)."""
     if not count:
         return
@@ -147,7 +153,7 @@ def _ipv4_lines(count: int, seconds: Decimal, pricer: Pricer, region: str | None
         billed, cost, cited, note)
 
 
-def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:
+def _summarize(lines: list[JsonObject]) -> dict[str, str]:
     by = {c: Decimal(0) for c in CATEGORIES}
     for line in lines:
         if line["category"] in by:
@@ -156,7 +162,7 @@ def _summarize(lines: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = None,
-             catalog: Catalog | None = None) -> dict[str, Any]:
+             catalog: Catalog | None = None) -> JsonObject:
     """The cost of a run (finished, failed, interrupted or still going) from its ledger record
     (`Ledger.get_run`): its resources' lifetimes, the price snapshot stored at launch, and the
     billing rules. `backend`: the plugin of the run's cloud, given by the caller; None when no
@@ -170,31 +176,50 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
     if cloud is None:  # every ledger row has one; an estimate's imagined run too
         raise ValueError("run_cost needs the run's cloud")
     same_cloud(cloud, backend)
-    result: dict[str, Any] = {"run_id": run.id, "cloud": cloud, "currency": "USD",
-                              "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
+    result: JsonObject = {"run_id": run.id, "cloud": cloud, "currency": "USD",
+                          "computed_at": iso(now), "lines": [], "notes": [], "still_billing": []}
     if is_free(backend):
-        result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
-        internal = backend.ops.internal_cost if backend is not None else None
-        # a run without a job (`up` of machines that exist) holds no GPU: its own price is none
-        job = tuple(run.command or ()) != UP_COMMAND
-        priced = (internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now)))
-                  if internal and job else None)
-        if priced is not None:  # the user's own price for machines gpucluster does not rent
-            result.update(total=str(priced[0]), internal=True)
-            result["notes"].append(f"{cloud} run: no rented cloud resources; {priced[1]}")
-            return result
-        result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
-        return result
+        return _free_run_cost(result, run, cloud, backend, now)
     snapshot = run.prices
     if not snapshot:
         result["notes"].append("no price snapshot stored with the run: priced with today's catalog")
     free_tier = bool((snapshot or {}).get("rules", {}).get("gke_free_tier", False))
+    pricer = _pricer(run, snapshot, cloud, catalog, backend)
+    _price_resources(result, record, pricer, free_tier, now)
+    _close_rented(result, record, snapshot)
+    return result
+
+
+def _free_run_cost(result: JsonObject, run: RunRow, cloud: str, backend: Plugin | None, now: float) -> JsonObject:
+    """A run on machines gpucluster does not rent: $0, or the user's own internal price."""
+    result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
+    internal = backend.ops.internal_cost if backend is not None else None
+    # a run without a job (`up` of machines that exist) holds no GPU: its own price is none
+    job = tuple(run.command or ()) != UP_COMMAND
+    priced = (internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now)))
+              if internal and job else None)
+    if priced is not None:  # the user's own price for machines gpucluster does not rent
+        result.update(total=str(priced[0]), internal=True)
+        result["notes"].append(f"{cloud} run: no rented cloud resources; {priced[1]}")
+        return result
+    result["notes"].append(f"{cloud} run: no rented cloud resources, $0")
+    return result
+
+
+def _pricer(run: RunRow, snapshot: JsonObject | None, cloud: str, catalog: Catalog | None,
+            backend: Plugin | None) -> Pricer:
+    """The run's prices: its snapshot, else today's catalog in the region its spec names."""
     pricer = Pricer(snapshot, cloud, catalog, pricing_of(backend))
     if not snapshot and run.spec:
         try:
             pricer.region = region_for(ClusterSpec.from_dict(run.spec), pricing_of(backend))
         except Exception:  # noqa: BLE001 - an odd stored spec only loses the default region
             pass
+    return pricer
+
+
+def _price_resources(result: JsonObject, record: RunRecord, pricer: Pricer, free_tier: bool, now: float) -> None:
+    """Each ledger resource's cost lines; one that cannot be priced gets an unpriced line and a note."""
     for res in record.resources:
         try:
             result["lines"].extend(_resource_lines(res, pricer, free_tier, now))
@@ -204,6 +229,10 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
                                     "still_billing": not res.confirmed_gone, "note": f"not priced: {exc}"})
             result["notes"].append(f"{res.kind} {res.name} could not be priced ({exc}): "
                                    "the total leaves it out")
+
+
+def _close_rented(result: JsonObject, record: RunRecord, snapshot: JsonObject | None) -> None:
+    """The total, what still bills, the notes on it, the categories and the price date."""
     total = sum((Decimal(line["cost"]) for line in result["lines"]), Decimal(0))
     result["still_billing"] = sorted({line["resource"] for line in result["lines"]
                                       if line.get("still_billing") and line["category"] != "no charge"})
@@ -215,14 +244,13 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
     dates = [line["date"] for line in result["lines"] if line.get("date")]
     result.update(total=str(total), by_category=_summarize(result["lines"]), local=False,
                   price_date=min(dates) if dates else (snapshot or {}).get("taken_at"))
-    return result
 
 
-def record_run_cost(ledger: Any, run_id: str, *, backend: Plugin | None, now: float | None = None) -> dict[str, Any]:
+def record_run_cost(ledger: Ledger, run_id: str, *, backend: Plugin | None, now: float | None = None) -> JsonObject:
     """Compute a run's cost from the ledger and store it there (`runs.cost`); returns it.
     `backend`: the plugin of the run's cloud (as for `run_cost`)."""
     run = ledger.get_run(run_id)
-    if run is None:
+    if run is None or run.id is None:  # a stored run always has its id
         raise UsageError(f"no run {run_id!r} in the ledger")
     cost = run_cost(run, backend=backend, now=now)
     ledger.set_cost(run.id, cost)

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Protocol
 from gpucluster.costing.budget import PERIODS, Standing, period_start
 from gpucluster.costing.periods import accrued_between, share
 from gpucluster.errors import UsageError
+from gpucluster.states import JsonMapping, JsonObject
 
 BUDGET, OPEN, ENDED = "budget.json", "spend/open", "spend/ended"
 VERSION = 1
@@ -58,7 +59,7 @@ class Store(Protocol):
     def list(self, prefix: str) -> list[tuple[str, float]]: ...
 
 
-def _json(data: bytes | None) -> dict[str, Any] | None:
+def _json(data: bytes | None) -> JsonObject | None:
     try:
         got = json.loads(data) if data else None
     except ValueError:
@@ -84,10 +85,10 @@ def write_budget(store: Store, budget: Mapping[str, float], who: str, now: float
                                   "set_at": time.time() if now is None else now}).encode())
 
 
-def records(store: Store, since: float) -> list[dict[str, Any]]:
+def records(store: Store, since: float) -> list[JsonObject]:
     """Every open record, and the ended ones last written at or after `since` (an ended record written
     before a period began accrued nothing in it); one per run, the ended one where both exist."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, JsonObject] = {}
     for name, _ in store.list(OPEN):
         rec = _json(store.get(name))
         if rec and rec.get("run_id"):
@@ -101,14 +102,14 @@ def records(store: Store, since: float) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def _dec(value: Any) -> Decimal:
+def _dec(value: object) -> Decimal:
     try:
         return Decimal(str(value)) if value not in (None, "") else Decimal(0)
     except InvalidOperation:
         return Decimal(0)
 
 
-def counted(rec: Mapping[str, Any], start: float, now: float) -> Decimal:
+def counted(rec: JsonMapping, start: float, now: float) -> Decimal:
     """What one record counts from `start` (a period's start) up to `now` (see the module docstring)."""
     started = float(rec.get("started") or 0)
     if rec.get("ended") is not None:
@@ -146,13 +147,13 @@ class Claim:
 
 
 def open_record(*, run_id: str, kind: str, owner: str, who: str, cloud: str, cluster: str, reserve: Decimal,
-                hourly: Decimal | None, until: float | None, over_budget: bool, now: float) -> dict[str, Any]:
+                hourly: Decimal | None, until: float | None, over_budget: bool, now: float) -> JsonObject:
     return {"version": VERSION, "run_id": run_id, "kind": kind, "owner": owner, "who": who, "cloud": cloud,
             "cluster": cluster, "started": now, "reserve": str(reserve), "hourly": str(hourly or 0),
             "until": until, "over_budget": over_budget, "ended": None}
 
 
-def claim(store: Store, record: dict[str, Any], *, over_budget: bool, now: float | None = None) -> list[str]:
+def claim(store: Store, record: JsonObject, *, over_budget: bool, now: float | None = None) -> list[str]:
     """Write the run's open record, then check the team's budget with everyone else's: a UsageError
     (exit 2; the record deleted) when its reserve takes a period past the budget, unless
     `over_budget` (then one warning line each, returned)."""
@@ -176,7 +177,7 @@ def claim(store: Store, record: dict[str, Any], *, over_budget: bool, now: float
     return lines
 
 
-def settle(store: Store, run_id: str, lines: list[dict[str, Any]], total: Decimal, now: float | None = None) -> bool:
+def settle(store: Store, run_id: str, lines: list[JsonObject], total: Decimal, now: float | None = None) -> bool:
     """The run has ended: its record written again under `ended/` with its cost lines (their billed
     lives), then the open one deleted. False when there was no open record (no team budget then)."""
     rec = _json(store.get(f"{OPEN}/{run_id}.json"))

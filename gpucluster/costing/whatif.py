@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 import statistics
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog, load_catalog, normalize_gpu
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.ledger.records import RunRow
 from gpucluster.spec import ClusterSpec, parse_int
-from gpucluster.states import RunStatus
+from gpucluster.states import JsonObject, RunStatus
 
 from .estimate import estimate
 from .plan import is_free, pricing_of
@@ -44,13 +44,13 @@ def _fmt_shape(shape: tuple) -> str:
     return f"{cloud}" + (f" {itype}" if itype else "") + (f" {gpn} x {gpu}" if gpu else (f" {gpn} GPU" if gpn else ""))
 
 
-Usable = tuple[tuple, RunRow, dict[str, Any], float, "float | None"]  # shape, run, metrics, epoch s, wall s
+Usable = tuple[tuple, RunRow, JsonObject, float, "float | None"]  # shape, run, metrics, epoch s, wall s
 
 
 def what_if(ledger_runs: Iterable[RunRow], nodes_list: Iterable[int], workload: str, epochs: int, *,
             backends: Mapping[str, Plugin], max_nodes: int, cloud: str | None = None,
             instance_type: str | None = None, gpus_per_node: int | None = None,
-            catalog: Catalog | None = None) -> dict[str, Any]:
+            catalog: Catalog | None = None) -> JsonObject:
     """Project wall time and cost of `epochs` epochs of `workload` on each node count, from the
     runs in the ledger (succeeded, same workload, same cloud / instance type / GPU type / GPUs per
     node). Epoch time per node count is the median measured; counts not measured are projected
@@ -116,14 +116,14 @@ def _one_shape(usable: list[Usable], workload: str) -> tuple:
     return shapes[0]
 
 
-def _measured(usable: list[Usable]) -> list[dict[str, Any]]:
+def _measured(usable: list[Usable]) -> list[JsonObject]:
     """Per measured node count: the runs, median epoch time, overhead and samples/s, and the
     efficiency against the smallest count."""
-    by_nodes: dict[int, list[tuple[RunRow, dict[str, Any], float, float | None]]] = {}
+    by_nodes: dict[int, list[tuple[RunRow, JsonObject, float, float | None]]] = {}
     for _, run, summary, epoch_s, wall in usable:
         # nodes is NOT NULL in the ledger
         by_nodes.setdefault(int(run.nodes), []).append((run, summary, epoch_s, wall))  # type: ignore[arg-type]
-    measured: list[dict[str, Any]] = []
+    measured: list[JsonObject] = []
     for n in sorted(by_nodes):
         rows = by_nodes[n]
         epoch_s = statistics.median(e for _, _, e, _ in rows)
@@ -138,7 +138,7 @@ def _measured(usable: list[Usable]) -> list[dict[str, Any]]:
     return measured
 
 
-def _fit(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _fit(measured: list[JsonObject]) -> JsonObject | None:
     """The least-squares power law epoch time ~ nodes^b over the measured counts (None: one count)."""
     if len(measured) < 2:
         return None
@@ -154,15 +154,15 @@ class _Projector:
     """One projection row per node count: measured, fitted between measured counts, extrapolated
     beyond them, or not projected at all (one measured count); priced with the latest run's spec."""
 
-    def __init__(self, measured: list[dict[str, Any]], fit: dict[str, Any] | None, epochs: int, shape: tuple,
+    def __init__(self, measured: list[JsonObject], fit: JsonObject | None, epochs: int, shape: tuple,
                  backend: Plugin | None, spec_base: ClusterSpec | None, catalog: Catalog) -> None:
         self.measured, self.fit, self.epochs, self.shape = measured, fit, epochs, shape
         self.backend, self.spec_base, self.catalog = backend, spec_base, catalog
         self.known = {m["nodes"]: m for m in measured}
         self.lo, self.hi = measured[0]["nodes"], measured[-1]["nodes"]
 
-    def row(self, n: int) -> dict[str, Any]:
-        row: dict[str, Any] = {"nodes": n}
+    def row(self, n: int) -> JsonObject:
+        row: JsonObject = {"nodes": n}
         nearest = min(self.measured, key=lambda m: (abs(math.log(m["nodes"]) - math.log(n)), m["nodes"]))
         if n in self.known:
             epoch_s, basis = self.known[n]["epoch_s"], "measured"
@@ -182,7 +182,7 @@ class _Projector:
         row.update(self._priced(n, wall_s))
         return row
 
-    def _priced(self, n: int, wall_s: float) -> dict[str, Any]:
+    def _priced(self, n: int, wall_s: float) -> JsonObject:
         if is_free(self.backend) or self.spec_base is None:
             return {"cost": "0", "hourly": "0", "note": f"{self.shape[0]} runs cost $0"}
         if self.backend is None:  # a ledger row may name a cloud no registered backend is called

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from gpucluster.domain import LAUNCHER_KINDS  # rows the launcher writes (processes, a job's k8s objects)
+from gpucluster.states import JsonMapping
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class ResourceWatch:
 
     # -- constructors ---------------------------------------------------------------------------
     @classmethod
-    def for_run(cls, ledger_path: Any, run_id: str, planned: Mapping[str, int] | None = None) -> "ResourceWatch":
+    def for_run(cls, ledger_path: Path | str, run_id: str, planned: Mapping[str, int] | None = None) -> "ResourceWatch":
         """The rows of one run (`run`, `up`, `exec`), read on a connection of its own."""
         reader = _Reader(ledger_path)
 
@@ -69,7 +74,7 @@ class ResourceWatch:
         return cls(rows, planned=planned)
 
     @classmethod
-    def for_cluster(cls, ledger_path: Any, cluster: str) -> "ResourceWatch":
+    def for_cluster(cls, ledger_path: Path | str, cluster: str) -> "ResourceWatch":
         """`down`: the cluster's open rows of every run; a row that closes is a deletion done."""
         reader = _Reader(ledger_path)
         seen: dict[tuple[str, str], _Row] = {}
@@ -133,7 +138,7 @@ class ResourceWatch:
         return text
 
 
-def planned_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def planned_counts(rows: Sequence[JsonMapping]) -> dict[str, int]:
     """{kind: how many} of a plan's resource rows (`Pricing.planned_resources`)."""
     out: dict[str, int] = {}
     for r in rows:
@@ -145,11 +150,11 @@ class _Reader:
     """The ledger's resource rows through a `Ledger` of this watch's own (it is read from the
     console's refresh thread while the run writes through its own). Opened at the first read."""
 
-    def __init__(self, path: Any):
+    def __init__(self, path: Path | str):
         self.path = path
-        self._ledger: Any = None
+        self._ledger: Ledger | None = None
 
-    def _open(self) -> Any:
+    def _open(self) -> Ledger:
         if self._ledger is None:
             from gpucluster.ledger.store import Ledger
 

@@ -8,10 +8,43 @@ its metric and phase records: a ledger that cannot take them does not stop a hea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 
 from gpucluster import domain
 from gpucluster.ledger.store import Ledger, LedgerError
+from gpucluster.states import JsonObject
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Remembers(Protocol):
+    """A run's recorder as `quietly` uses it: where the first failed ledger write is kept."""
+
+    record_error: str | None
+
+
+class Says(Protocol):
+    def message(self, text: str, /) -> None: ...
+
+
+class RemembersAndSays(Remembers, Protocol):
+    """A recorder that also tells the person (`going_on`)."""
+
+    @property
+    def ui(self) -> Says: ...
+
+
+class Spawns(Protocol):
+    """A run's recorder as `launcher_rows` reads it: the ledger, the run, the processes the launcher started."""
+
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def spawned(self) -> list[tuple[str, str]]: ...
 
 
 def record_line(error: str, cluster: str) -> str:
@@ -31,11 +64,11 @@ class Provisioned:
     """What `lifecycle.provision_only` made: the cluster, and why its record could not be written
     (then `up` ends with exit 3 and `kept_line`; the cluster is kept, as asked)."""
 
-    cluster: Any
+    cluster: domain.Cluster
     record_error: str | None = None
 
 
-def quietly(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def quietly(rec: Remembers, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
     """`fn(...)`, where a ledger write that fails is remembered on `rec` instead of raised (None)."""
     try:
         return fn(*args, **kwargs)
@@ -58,7 +91,7 @@ def held_line(error: str) -> str:
             f"ledger; {cause}. A run whose records are never written ends with exit 3")
 
 
-def going_on(rec: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def going_on(rec: RemembersAndSays, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
     """`quietly`, for the records written while the job runs (its metrics, its phases): a ledger
     that cannot take them does not stop a healthy job, which goes on; the person is told once, and
     the run ends with exit 3 and `record_line` (its record is incomplete)."""
@@ -75,7 +108,7 @@ class Quiet:
     """The recorder for the paths that must finish (outputs, teardown, its check): every call made
     through it goes through `quietly`, so a failing ledger write cannot cut them short."""
 
-    def __init__(self, rec: Any):
+    def __init__(self, rec: Remembers):
         self._rec = rec
 
     def __getattr__(self, name: str) -> Any:
@@ -85,11 +118,11 @@ class Quiet:
         return lambda *a, **kw: quietly(self._rec, attr, *a, **kw)
 
     @property
-    def rec(self) -> Any:
+    def rec(self) -> Remembers:
         return self._rec
 
 
-def launcher_rows(rec: Any) -> list[tuple[str, str]]:
+def launcher_rows(rec: Spawns) -> list[tuple[str, str]]:
     """What a verified teardown closes besides the cloud's own rows: the processes the launcher
     started, and any other row a launcher wrote that is still open (a GKE job's Kubernetes objects
     whose delete failed went with the cluster the check has just found gone)."""
@@ -122,7 +155,7 @@ class MetricBuffer:
         import threading
 
         self.ledger, self.run_id = ledger, run_id
-        self.pending: list[tuple[int | None, dict[str, Any]]] = []
+        self.pending: list[tuple[int | None, JsonObject]] = []
         self.dropped = 0
         self.why: str | None = None  # the first write that failed, said once
         self._retry_at = 0.0
@@ -132,7 +165,7 @@ class MetricBuffer:
     def held(self) -> bool:
         return bool(self.pending or self.dropped)
 
-    def add(self, node_rank: int | None, record: dict[str, Any], say: Any = None) -> None:
+    def add(self, node_rank: int | None, record: JsonObject, say: Callable[[str], None] | None = None) -> None:
         """Write the record (and any kept in memory). When it could not (they stay kept): `say` the
         cause once (`held_line`), or, without `say`, LedgerError."""
         try:
@@ -144,7 +177,7 @@ class MetricBuffer:
                 self.why = exc.message
                 say(held_line(exc.message))
 
-    def _add(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def _add(self, node_rank: int | None, record: JsonObject) -> None:
         import time
 
         with self._lock:
@@ -163,7 +196,7 @@ class MetricBuffer:
                 raise
             self._retry_at = 0.0
 
-    def flush(self, say: Any = None) -> None:
+    def flush(self, say: Callable[[str], None] | None = None) -> None:
         """The records kept in memory, written with the usual patience (LedgerError when they cannot be)."""
         with self._lock:
             if not self.held:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, TypeVar
+from typing import TypeVar
 
-from gpucluster.states import JsonObject, OutputVerdict, PhaseStatus, RunStatus, TeardownVerdict, parse
+from gpucluster.states import JsonMapping, JsonObject, OutputVerdict, PhaseStatus, RunStatus, TeardownVerdict, parse
 
 
 
@@ -47,14 +47,14 @@ class RunRow:
     gpus_per_node: int | None = None
     workload: str | None = None
     command: list[str] | None = None
-    spec: dict[str, Any] | None = None
-    prices: dict[str, Any] | None = None
+    spec: JsonObject | None = None
+    prices: JsonObject | None = None
     failure: str | None = None
     exit_code: int | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: JsonObject | None = None
     teardown_verified: bool | None = None
-    leftovers: list[dict[str, Any]] | None = None
-    cost: dict[str, Any] | None = None
+    leftovers: list[JsonObject] | None = None
+    cost: JsonObject | None = None
     sweep_id: str | None = None
     log_dir: str | None = None
     teardown: TeardownVerdict | None = None
@@ -62,19 +62,19 @@ class RunRow:
     resumed_from: str | None = None
     # the column order of the row read (the --json order), and columns a newer schema added
     _columns: tuple[str, ...] = field(default=(), repr=False, compare=False)
-    _extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _extra: JsonMapping = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # the stored strings as members
         object.__setattr__(self, "status", parse(RunStatus, self.status))
         object.__setattr__(self, "teardown", parse(TeardownVerdict, self.teardown))
 
     @classmethod
-    def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
+    def from_dict(cls: type[R], d: JsonMapping) -> R:
         known = _known(cls)
         return cls(**{k: v for k, v in d.items() if k in known},
                    _columns=tuple(d), _extra={k: v for k, v in d.items() if k not in known})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         columns = self._columns or tuple(f.name for f in dataclasses.fields(self) if not f.name.startswith("_"))
         return {c: (self._extra[c] if c in self._extra else getattr(self, c)) for c in columns}
 
@@ -84,7 +84,7 @@ class RunRow:
         return self.ended_at - self.created_at if self.ended_at and self.created_at is not None else None
 
     @property
-    def options(self) -> Mapping[str, Any]:
+    def options(self) -> JsonMapping:
         """The recorded spec's backend options."""
         return (self.spec or {}).get("options") or {}
 
@@ -156,7 +156,7 @@ class ResourceRow:
     run_id: str | None = None
     cloud_id: str | None = None
     region: str | None = None
-    detail: dict[str, Any] | None = None
+    detail: JsonObject | None = None
     requested_at: float | None = None
     created_at: float | None = None
     deleted_at: float | None = None
@@ -164,11 +164,11 @@ class ResourceRow:
     _columns: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ResourceRow":
+    def from_dict(cls, d: JsonMapping) -> "ResourceRow":
         known = _known(cls)
         return cls(**{k: v for k, v in d.items() if k in known}, _columns=tuple(d))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {c: getattr(self, c) for c in self._columns}
 
 
@@ -183,10 +183,10 @@ class StageRecord:
     fetched_bytes: int = 0
     seconds: float = 0
     sent_files: int | None = None  # files sent (the rest were in the node's cache); None: not counted
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: JsonMapping = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StageRecord":
+    def from_dict(cls, d: JsonMapping) -> "StageRecord":
         return cls(d.get("node_rank"), d.get("files", 0), d.get("bytes", 0), d.get("sent_bytes", 0),
                    d.get("fetched_bytes", 0), d.get("seconds", 0), d.get("sent_files"), raw=d)
 
@@ -198,10 +198,10 @@ class SetupRecord:
     node_rank: int | None
     rc: int | None = None
     seconds: float = 0
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: JsonMapping = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SetupRecord":
+    def from_dict(cls, d: JsonMapping) -> "SetupRecord":
         return cls(d.get("node_rank"), d.get("rc"), d.get("seconds", 0), raw=d)
 
 
@@ -219,16 +219,16 @@ class RunRecord:
     resumed_chain: list[str] = field(default_factory=list)  # the runs it continues, nearest first
     chain: list[str] = field(default_factory=list)  # its whole --resume chain, oldest first
     # --resume: the working-folder files laid back into each node, and from which node (metric records)
-    resume_files: list[dict[str, Any]] = field(default_factory=list)
-    metric_records: list[dict[str, Any]] | None = None  # every metric record (get_run(with_metrics=True))
-    attempts: list[dict[str, Any]] | None = None  # a recovered chain's attempts (gpucluster/ledger/attempts.py)
+    resume_files: list[JsonObject] = field(default_factory=list)
+    metric_records: list[JsonObject] | None = None  # every metric record (get_run(with_metrics=True))
+    attempts: list[JsonObject] | None = None  # a recovered chain's attempts (gpucluster/ledger/attempts.py)
 
     @property
     def id(self) -> str | None:
         return self.run.id
 
     @property
-    def cost(self) -> dict[str, Any] | None:
+    def cost(self) -> JsonObject | None:
         """The stored cost (`gpucluster.costing.cost.run_cost`), None before it was computed."""
         return self.run.cost
 
@@ -254,7 +254,7 @@ class RunRecord:
     def phase(self, name: str) -> PhaseRow | None:
         return next((p for p in self.phases if p.name == name), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (`show --json`): the row's columns, then the lists, as always."""
         d = self.run.to_dict()
         d["phases"] = [dataclasses.asdict(p) for p in self.phases]
@@ -276,22 +276,30 @@ class RunRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
+    def from_dict(cls, d: JsonMapping) -> "RunRecord":
         """The inverse of `to_dict` (also for a record written by hand, as tests and old callers do:
         every list may be left out)."""
-        lists = {"phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging", "setup",
-                 "resume_files", "metric_records", "attempts", "warnings"}
         return cls(
-            run=RunRow.from_dict({k: v for k, v in d.items() if k not in lists}),
-            phases=[PhaseRow(**p) for p in d.get("phases") or []],
-            nodes=[NodeRow(**n) for n in d.get("node_results") or []],
-            outputs=[OutputRow(**o) for o in d.get("outputs") or []],
-            resources=[ResourceRow.from_dict(r) for r in d.get("resources") or []],
-            staging=[StageRecord.from_dict(s) for s in d.get("staging") or []],
-            setup=[SetupRecord.from_dict(s) for s in d.get("setup") or []],
-            resume_files=[dict(r) for r in d.get("resume_files") or []],
+            run=RunRow.from_dict({k: v for k, v in d.items() if k not in _LISTS}),
+            phases=[PhaseRow(**p) for p in _listed(d, "phases")],
+            nodes=[NodeRow(**n) for n in _listed(d, "node_results")],
+            outputs=[OutputRow(**o) for o in _listed(d, "outputs")],
+            resources=[ResourceRow.from_dict(r) for r in _listed(d, "resources")],
+            staging=[StageRecord.from_dict(s) for s in _listed(d, "staging")],
+            setup=[SetupRecord.from_dict(s) for s in _listed(d, "setup")],
+            resume_files=[dict(r) for r in _listed(d, "resume_files")],
             resumed_chain=list(d.get("resumed_chain") or []),
             chain=list(d.get("chain") or []),
             metric_records=None if d.get("metric_records") is None else list(d["metric_records"]),
             attempts=None if d.get("attempts") is None else [dict(a) for a in d["attempts"]],
         )
+
+
+# the lists of a record's JSON form (RunRecord.to_dict), beside the row's columns
+_LISTS = frozenset({"phases", "node_results", "outputs", "resources", "resumed_chain", "chain", "staging", "setup",
+                    "resume_files", "metric_records", "attempts", "warnings"})
+
+
+def _listed(d: JsonMapping, key: str) -> list[JsonObject]:
+    """A list of objects in a record's JSON form; left out or null: empty."""
+    return d.get(key) or []

@@ -30,11 +30,12 @@ from gpucluster.ledger.schema import (JSON_COLUMNS, MIGRATIONS, RUN_STATES, SCHE
                                       TEARDOWN_STATES, expected_tables, leave_wal)
 from gpucluster.ledger.records import (NodeRow, OutputRow, PhaseRow, ResourceRow, RunRecord, RunRow, SetupRecord,
                                 StageRecord, StoredRun)
+from gpucluster.states import JsonObject
 
 OPEN_BUSY_S = 30.0  # how long opening the ledger keeps trying through busy answers
 
 
-def _dumps(value: Any) -> str | None:
+def _dumps(value: object) -> str | None:
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
 
 
@@ -241,8 +242,8 @@ class Ledger:
 
     # -- writes ----------------------------------------------------------------------------
     def create_run(self, run_id: str, *, cloud: str, cluster: str, nodes: int, gpus_per_node: int | None,
-                   command: list[str], spec: dict[str, Any], workload: str | None = None,
-                   prices: dict[str, Any] | None = None, sweep_id: str | None = None, log_dir: str | None = None,
+                   command: list[str], spec: JsonObject, workload: str | None = None,
+                   prices: JsonObject | None = None, sweep_id: str | None = None, log_dir: str | None = None,
                    resumed_from: str | None = None, now: float | None = None) -> None:
         with self._tx() as db:
             db.execute(
@@ -280,7 +281,7 @@ class Ledger:
                 (run_id, node_rank, host, exit_code, _dumps(last_lines)),
             )
 
-    def record_outputs(self, run_id: str, outputs: list[dict[str, Any]]) -> None:
+    def record_outputs(self, run_id: str, outputs: list[JsonObject]) -> None:
         """Each node's copied-back outputs: path, files, bytes, seconds, verdict, detail."""
         with self._tx() as db:
             db.executemany(
@@ -291,7 +292,7 @@ class Ledger:
                  for o in outputs],
             )
 
-    def add_metrics(self, run_id: str, records: list[tuple[int | None, dict[str, Any]]],
+    def add_metrics(self, run_id: str, records: list[tuple[int | None, JsonObject]],
                     busy_s: float | None = None) -> None:
         """`busy_s`: wait at most this long for a lock another process holds (default: 30 s, as every write)."""
         if not records:
@@ -308,7 +309,7 @@ class Ledger:
                     self._db.execute("PRAGMA busy_timeout = 30000")
 
     def resource_requested(self, run_id: str, kind: str, name: str, *, region: str | None = None,
-                           detail: dict[str, Any] | None = None, now: float | None = None) -> int:
+                           detail: JsonObject | None = None, now: float | None = None) -> int:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO resources (run_id, kind, name, region, detail, requested_at) VALUES (?,?,?,?,?,?)",
@@ -336,8 +337,8 @@ class Ledger:
             )
 
     def finish_run(self, run_id: str, *, status: str, exit_code: int, failure: str | None = None,
-                   metrics: dict[str, Any] | None = None, teardown: str | None = None,
-                   leftovers: list[dict[str, Any]] | None = None, unchecked: list[str] | None = None,
+                   metrics: JsonObject | None = None, teardown: str | None = None,
+                   leftovers: list[JsonObject] | None = None, unchecked: list[str] | None = None,
                    now: float | None = None) -> None:
         """Close a run. `teardown`: the three-state verdict ("verified", "leftovers", "not verified"),
         "kept" for a cluster left up on purpose, or None when nothing was checked."""
@@ -354,7 +355,7 @@ class Ledger:
                 ),
             )
 
-    def set_teardown(self, run_id: str, teardown: str, leftovers: list[dict[str, Any]],
+    def set_teardown(self, run_id: str, teardown: str, leftovers: list[JsonObject],
                      unchecked: list[str] | None = None) -> None:
         self._check_teardown(teardown)
         with self._tx() as db:
@@ -366,13 +367,13 @@ class Ledger:
         if teardown is not None and teardown not in TEARDOWN_STATES:
             raise ValueError(f"bad teardown verdict {teardown!r}")
 
-    def set_cost(self, run_id: str, cost: dict[str, Any]) -> None:
+    def set_cost(self, run_id: str, cost: JsonObject) -> None:
         with self._tx() as db:
             db.execute("UPDATE runs SET cost = ? WHERE id = ?", (_dumps(cost), run_id))
 
     # -- reads -----------------------------------------------------------------------------
     @staticmethod
-    def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
+    def _run_dict(row: sqlite3.Row) -> JsonObject:
         d = dict(row)
         for key in ("command", "spec", "prices", "metrics", "leftovers", "cost", "unchecked"):
             d[key] = _loads(d[key])
@@ -428,7 +429,7 @@ class Ledger:
             metric_records=self.metrics(rid) if with_metrics else None,
         )
 
-    def metrics(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+    def metrics(self, run_id: str, kind: str | None = None) -> list[JsonObject]:
         sql = "SELECT node_rank, data FROM metrics WHERE run_id = ?"
         args: tuple = (run_id,)
         if kind:
@@ -473,7 +474,7 @@ class Ledger:
             " OR id IN (SELECT resumed_from FROM runs WHERE resumed_from IS NOT NULL)")
         return ResumeLinks({r["id"]: (r["resumed_from"], r["created_at"]) for r in rows})
 
-    def open_resources(self, cluster: str | None = None) -> list[dict[str, Any]]:
+    def open_resources(self, cluster: str | None = None) -> list[JsonObject]:
         """Resources not confirmed gone (what `down`/`gc` must finish), newest run first."""
         sql = ("SELECT resources.*, runs.cluster AS cluster, runs.cloud AS cloud FROM resources"
                " JOIN runs ON runs.id = resources.run_id WHERE confirmed_gone = 0")
@@ -484,7 +485,9 @@ class Ledger:
         return [{**dict(r), "detail": _loads(r["detail"])} for r in self._db.execute(sql + " ORDER BY id DESC", args)]
 
 
-def _valid_json(text: Any) -> bool:
+def _valid_json(text: object) -> bool:
+    if not isinstance(text, (str, bytes, bytearray)):  # an SQLite INTEGER or REAL: json.loads refuses it
+        return False
     try:
         json.loads(text)
     except (json.JSONDecodeError, TypeError):

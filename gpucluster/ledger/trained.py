@@ -14,9 +14,12 @@ PYTHONPATH, does not): otherwise nothing is said.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gpucluster.states import RunStatus
+from gpucluster.states import JsonMapping, RunStatus
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.records import RunRecord
 
 METRIC_MARK = "@gpucluster-metric "
 START_MARK = '"kind": "worker_start"'
@@ -36,7 +39,7 @@ def lines_after_start(last_lines: list[str]) -> list[str] | None:
 PG_NOTE = "(A script that needs more GPUs per node than it found may exit 0 without joining a process group.)"
 
 
-def no_group_warning(record: Any) -> str | None:
+def no_group_warning(record: RunRecord) -> str | None:
     """The warning line for a succeeded user-script run of more than one rank where every rank loaded
     the process-group hook and none joined a process group, or None (also when that is not known)."""
     run = record.run
@@ -49,13 +52,13 @@ def no_group_warning(record: Any) -> str | None:
             "called torch.distributed.init_process_group" + (f"; {facts}" if facts else "") + f". {PG_NOTE}")
 
 
-def no_training_warning(record: Any) -> str | None:
+def no_training_warning(record: RunRecord) -> str | None:
     """The warning line for a succeeded user-script run without a sign of training, or None."""
     facts = _untrained(record)
     return f"warning: no sign of training: {facts}. Did the script train? {PG_NOTE}" if facts else None
 
 
-def training_warnings(record: Any) -> list[str]:
+def training_warnings(record: RunRecord) -> list[str]:
     """The report's (and `show --json`'s "warnings") lines on whether a run trained: every worker's world
     size 1 on a multi-node run; no rank joined a process group (with the signs of training it lacks too),
     or else no sign of training."""
@@ -69,23 +72,35 @@ def training_warnings(record: Any) -> list[str]:
     return out + [w for w in (no_group_warning(record) or no_training_warning(record),) if w]
 
 
-def _untrained(record: Any) -> str | None:
-    """What a succeeded user-script run without a sign of training lacks (one clause), or None."""
-    run = record.run
-    if run.status != RunStatus.SUCCEEDED or not run.command or not record.nodes:
-        return None
-    m = run.metrics or {}
-    if any(m.get(k) is not None for k in PROGRESS_KEYS) or m.get("metrics_source") == "text" \
-            or (m.get("world_size") or 0) > 1 or (m.get("pg_world_size") or 0) > 1:  # a group of more than one
-        return None
-    if any((o.files or 0) or (o.workdir_files or 0) for o in record.outputs):
-        return None
+def _reported_progress(m: JsonMapping) -> bool:
+    """A metric, a printed loss or accuracy, or a process group of more than one."""
+    return any(m.get(k) is not None for k in PROGRESS_KEYS) or m.get("metrics_source") == "text" \
+        or (m.get("world_size") or 0) > 1 or (m.get("pg_world_size") or 0) > 1  # a group of more than one
+
+
+def _printed_after_start(record: RunRecord) -> dict[int, list[str]] | None:
+    """Each node's lines after start-up; None when a node printed more than a few (or its start scrolled out)."""
     printed: dict[int, list[str]] = {}
     for node in record.nodes:
         after = lines_after_start(node.last_lines or [])
         if after is None or len(after) > FEW_LINES:
             return None
         printed[node.node_rank] = after
+    return printed
+
+
+def _untrained(record: RunRecord) -> str | None:
+    """What a succeeded user-script run without a sign of training lacks (one clause), or None."""
+    run = record.run
+    if run.status != RunStatus.SUCCEEDED or not run.command or not record.nodes:
+        return None
+    if _reported_progress(run.metrics or {}):
+        return None
+    if any((o.files or 0) or (o.workdir_files or 0) for o in record.outputs):
+        return None
+    printed = _printed_after_start(record)
+    if printed is None:
+        return None
     last = next(((r, ls[-1]) for r, ls in sorted(printed.items()) if ls), None)
     said = f"; node {last[0]} last printed {last[1][:160]!r}" if last else "; no rank printed anything"
     return (f"no rank reported a metric or a loss, no node wrote a file, and at most {FEW_LINES} line(s) were "

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.spec import ClusterSpec
 
 DEFAULT_LIFETIME_MINUTES = 240
 # what a node's lifetime holds besides the ready bound and the job, in minutes
@@ -39,7 +43,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
 
 
-def decide(backend: Any, spec: Any, *, ready_timeout: int | None, max_lifetime: int | None,
+def decide(backend: Plugin, spec: ClusterSpec, *, ready_timeout: int | None, max_lifetime: int | None,
            max_minutes: float | None, job: bool, longest: int = 7 * 24 * 60) -> Bounds:
     """The bounds of a run (`job`) or a cluster alone of `spec` on `backend`; UsageError (exit 2)
     for a `max_lifetime` that cannot hold the job."""

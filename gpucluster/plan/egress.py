@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from gpucluster.errors import GpuclusterError
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.catalog.prices import Catalog
 
 GB = Decimal(10) ** 9  # the clouds bill transfer per GB (AWS) or GiB (GCP): GB here, the smaller unit
 NOT_CHECKED = "not checked"  # a dry run looks nothing up
@@ -46,7 +50,7 @@ class Egress:
     lines: list[str] = field(default_factory=list)  # one per bucket crossed: what, where, $/GB
     why: str = ""  # why `cost` is not known: "not checked" (a dry run), "size unknown"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"gb": None if self.gb is None else str(self.gb), "cost": None if self.cost is None else str(self.cost),
                 "why": self.why or None, "crossed": list(self.lines)}
 
@@ -100,12 +104,12 @@ def crossing(b: Bucket, cloud: str, region: str | None) -> tuple[str, str] | Non
     return None
 
 
-def per_gb(catalog: Any, cloud: str, item: str) -> Decimal | None:
+def per_gb(catalog: Catalog, cloud: str, item: str) -> Decimal | None:
     row = catalog.find(cloud, "*", "egress", item)
     return None if row is None else row.price
 
 
-def refusal(b: Bucket, cloud: str, region: str | None, catalog: Any, readable: bool) -> str:
+def refusal(b: Bucket, cloud: str, region: str | None, catalog: Catalog, readable: bool) -> str:
     """The one line that says what crossing costs, for a dropped candidate."""
     item, payer = crossing(b, cloud, region) or ("internet", b.cloud)
     price = per_gb(catalog, payer, item)
@@ -120,33 +124,43 @@ def refusal(b: Bucket, cloud: str, region: str | None, catalog: Any, readable: b
     return f"{what}: --allow-egress"
 
 
-def priced(found: Sequence[Bucket], cloud: str, region: str | None, catalog: Any) -> Egress | None:
+def _note_uncrossed(out: Egress, b: Bucket, cloud: str) -> None:
+    """A bucket of the candidate's cloud whose region was not learned: said so."""
+    if b.region is None and b.cloud == cloud:
+        out.lines.append(f"{b.url}: region not checked" if b.note == NOT_CHECKED
+                         else f"{b.url}: region not known ({b.note or 'not looked up'})")
+
+
+def _add_crossing(out: Egress, b: Bucket, item: str, payer: str, catalog: Catalog) -> None:
+    """A crossed bucket's GB and cost added to `out`; an unknown size or price makes them unknown."""
+    price = per_gb(catalog, payer, item)
+    size = None if b.use == "write" else b.size
+    if size is None or price is None:
+        out.gb = out.cost = None
+        why = ("written during the run: size unknown" if b.use == "write" else b.note or "size unknown")
+        out.why = out.why or ("not checked" if why == NOT_CHECKED else "size unknown")
+        out.lines.append(f"{b.url}: {item} ${price}/GB, {why}")
+        return
+    gb = (Decimal(size) / GB).quantize(Decimal("0.001"))
+    if out.gb is not None:
+        out.gb += gb
+    if out.cost is not None:
+        out.cost += gb * price
+    out.lines.append(f"{b.url}: {gb} GB × ${price}/GB {item}")
+
+
+def priced(found: Sequence[Bucket], cloud: str, region: str | None, catalog: Catalog) -> Egress | None:
     """What `found` costs a candidate at (cloud, region) in transfer; None when nothing is crossed."""
     out = Egress(gb=Decimal(0))
     crossed = False
     for b in found:
         how = crossing(b, cloud, region)
         if how is None:
-            if b.region is None and b.cloud == cloud:
-                out.lines.append(f"{b.url}: region not checked" if b.note == NOT_CHECKED
-                                 else f"{b.url}: region not known ({b.note or 'not looked up'})")
+            _note_uncrossed(out, b, cloud)
             continue
         crossed = True
         item, payer = how
-        price = per_gb(catalog, payer, item)
-        size = None if b.use == "write" else b.size
-        if size is None or price is None:
-            out.gb = out.cost = None
-            why = ("written during the run: size unknown" if b.use == "write" else b.note or "size unknown")
-            out.why = out.why or ("not checked" if why == NOT_CHECKED else "size unknown")
-            out.lines.append(f"{b.url}: {item} ${price}/GB, {why}")
-            continue
-        gb = (Decimal(size) / GB).quantize(Decimal("0.001"))
-        if out.gb is not None:
-            out.gb += gb
-        if out.cost is not None:
-            out.cost += gb * price
-        out.lines.append(f"{b.url}: {gb} GB × ${price}/GB {item}")
+        _add_crossing(out, b, item, payer, catalog)
     if not crossed and not out.lines:
         return None
     if not crossed:  # the bucket's region was not looked up: whether it is crossed is not known

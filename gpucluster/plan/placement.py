@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpucluster.plan import egress as eg
 from gpucluster.plan.egress import Egress
 from gpucluster.errors import GpuclusterError, UsageError, not_allowed
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
 
 AUTO = "auto"
 NOT_CHECKED = ("credentials", "quota", "permissions", "enabled APIs")  # what a dry run's preflight skips
@@ -79,7 +83,7 @@ class Candidate:
     def where(self) -> str:
         return f"{self.cloud} {self.region or '-'}" + (f" ({', '.join(self.zones)})" if self.zones else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         money = (lambda v: None if v is None else str(v))
         return {"cloud": self.cloud, "region": self.region, "zones": list(self.zones),
                 "instance_type": self.instance_type, "hourly": money(self.hourly), "total": money(self.total),
@@ -103,39 +107,51 @@ class Placement:
         """The candidates failover goes through, in order (--max-attempts of them)."""
         return self.ranked[: self.max_attempts] if self.max_attempts else list(self.ranked)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"candidates": [c.to_dict() for c in self.ranked], "dropped": [c.to_dict() for c in self.dropped],
                 "chosen": self.chosen.to_dict(), "hours": str(self.hours), "max_attempts": self.max_attempts}
 
 
-def places_for(cloud: str, backend: Any, gpu: str | None, asked: str | None,
+def _gpu_shapes(backend: Plugin, gpu: str | None) -> list[JsonMapping]:
+    """The cloud's shapes carrying exactly the `--gpu` count (none without --gpu)."""
+    if gpu is None:
+        return []
+    from gpucluster.catalog.gpus import parse
+
+    name, count = parse(gpu)
+    return [s for s in backend.spec.gpu_shapes() if s.get("gpu") == name and int(str(s.get("gpus") or 0)) == count]
+
+
+def _regions(cloud: str, backend: Plugin, gpu: str | None, asked: str | None, shapes: list[JsonMapping]) -> list[str]:
+    """The regions `asked` names that the cloud knows; `auto` or None: those priced (and selling the GPU)."""
+    from gpucluster.catalog.prices import load_catalog
+
+    if asked is not None and asked.strip() != AUTO:
+        return [r for r in split_list("--region", asked) if knows_region(backend, cloud, r)]
+    priced = {row.region for row in load_catalog().rows.values() if row.cloud == cloud and row.region}
+    return sorted(priced) if gpu is None else sorted(
+        {str(r) for s in shapes for r in s.get("regions") or () if r in priced})
+
+
+def _zones(region: str, shapes: list[JsonMapping]) -> list[str]:
+    return sorted({str(z) for s in shapes for z in s.get("zones") or () if str(z).startswith(f"{region}-")})
+
+
+def places_for(cloud: str, backend: Plugin, gpu: str | None, asked: str | None,
                zone: str | None = None) -> list[tuple[str | None, str | None]]:
     """The (region, zone) pairs of `cloud` to try. Regions: those of `asked` (a list: only the ones this
     cloud knows; `auto` or None: every region where its catalog has the GPU, or that its price rows
     cover). Zones: where the cloud's shapes name zones (gcp: a zonal cluster), each zone of the region
     that sells the GPU, in order; else None (aws: the fleet and the provider choose among the region's)."""
-    from gpucluster.catalog.prices import load_catalog
-
-    shapes: list[dict[str, Any]] = []
-    if gpu is not None:
-        from gpucluster.catalog.gpus import parse
-
-        name, count = parse(gpu)
-        shapes = [s for s in backend.spec.gpu_shapes() if s.get("gpu") == name and int(str(s.get("gpus") or 0)) == count]
-    if asked is not None and asked.strip() != AUTO:
-        regions = [r for r in split_list("--region", asked) if knows_region(backend, cloud, r)]
-    else:
-        priced = {row.region for row in load_catalog().rows.values() if row.cloud == cloud and row.region}
-        regions = sorted(priced) if gpu is None else sorted(
-            {str(r) for s in shapes for r in s.get("regions") or () if r in priced})
+    shapes = _gpu_shapes(backend, gpu)
     out: list[tuple[str | None, str | None]] = []
-    for region in regions:
-        zones = sorted({str(z) for s in shapes for z in s.get("zones") or () if str(z).startswith(f"{region}-")})
+    for region in _regions(cloud, backend, gpu, asked, shapes):
+        zones = _zones(region, shapes)
         out.extend((region, z) for z in (zones if zones and zone is None else [zone]))
     return out or [(None, zone)]
 
 
-def knows_region(backend: Any, cloud: str, region: str) -> bool:
+def knows_region(backend: Plugin, cloud: str, region: str) -> bool:
     from gpucluster.spec import ClusterSpec, resolve, validate
 
     try:
@@ -145,7 +161,7 @@ def knows_region(backend: Any, cloud: str, region: str) -> bool:
     return True
 
 
-def machines(backend: Any, gpu: str | None, region: str | None) -> list[str]:
+def machines(backend: Plugin, gpu: str | None, region: str | None) -> list[str]:
     """Every machine of the cloud's catalog that carries exactly the `--gpu` count asked in `region`,
     in the catalog's order (each becomes a candidate where it prepares: offered and priced there)."""
     if gpu is None or region is None:
@@ -153,11 +169,12 @@ def machines(backend: Any, gpu: str | None, region: str | None) -> list[str]:
     from gpucluster.catalog.gpus import parse
 
     name, count = parse(gpu)
-    return [str(s["machine"]) for s in backend.spec.gpu_shapes() if s.get("gpu") == name and s.get("machine")
+    shapes: list[JsonMapping] = list(backend.spec.gpu_shapes())  # the contract's JSON-shaped rows
+    return [str(s["machine"]) for s in shapes if s.get("gpu") == name and s.get("machine")
             and int(str(s.get("gpus") or 0)) == count and region in (s.get("regions") or ())]
 
 
-def candidates(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
+def candidates(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[Any, Any], Any],
                preflight: Callable[[Any], None] | None, allow_egress: bool = False,
                facts: Callable[[str], eg.Facts | None] | None = None) -> list[Candidate]:
     """Every (cloud, region, zone, machine) of the request, each prepared as a run there
@@ -201,7 +218,7 @@ def candidates(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any,
     return out
 
 
-def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: Mapping[str, Any], catalog: Any,
+def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: Mapping[str, Sequence[str]], catalog: Any,
             allow_egress: bool, facts: Callable[[str], eg.Facts | None] | None,
             preflight: Callable[[Any], None] | None) -> Candidate:
     spec, est = plan.spec, plan.estimate
@@ -251,7 +268,7 @@ def rank(found: list[Candidate], hours: Decimal, *, max_hourly: Decimal | None =
     return Placement(ranked, dropped, hours, max_attempts)
 
 
-def place(req: Any, backends: Mapping[str, Any], *, prepare: Callable[[Any, Any], Any],
+def place(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[Any, Any], Any],
           preflight: Callable[[Any], None] | None, max_hourly: Decimal | None = None,
           max_attempts: int | None = None, allow_egress: bool = False,
           facts: Callable[[str], eg.Facts | None] | None = None) -> Placement:

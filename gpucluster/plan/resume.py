@@ -11,56 +11,83 @@ a user's script reads what it saved there itself.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import UsageError
 from gpucluster.watch.staging import RESUME_DEST, DataMount
 from gpucluster.states import RunStatus
 
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.ledger.records import OutputRow, RunRecord
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.watch.staging import Readers
 
-def resume_source(ledger: Any, value: str, store: Any = None, readers: Any = None) -> tuple[str, DataMount]:
-    """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run.
-    Outputs the nodes uploaded to object storage (`--output s3://...`, `gs://...`) are a mount of
-    that URL (`PREFIX/RUN_ID`, holding every `node-N/`), which the new run's nodes pull themselves;
-    only where the new run's backend (`store`) reads that scheme (`readers`, `staging.Readers`: the
-    backends that do, named when it does not)."""
+
+def _resumable(ledger: Ledger | None, value: str) -> tuple[str, RunRecord]:
+    """The run `value` names (its full id and record): in the ledger, and ended."""
     text = (value or "").strip()
     if not text:
         raise UsageError("--resume '' is not allowed: give the id of an earlier run (see `gpucluster runs`)")
     run = ledger.get_run(text) if ledger is not None else None
-    if run is None:
+    if run is None or run.id is None:  # a stored run always has its id
         raise UsageError(f"--resume {value!r}: no such run in the ledger; give the id of an earlier run whose "
                          "outputs came back (see `gpucluster runs`)")
     rid = run.id
     if run.run.status == RunStatus.RUNNING:
         raise UsageError(f"--resume {rid!r}: that run is still running (or died without finishing its row); "
                          "resume a run that has ended")
-    rows = run.outputs
-    kept = [o for o in rows if o.path and (o.files or 0) + (o.workdir_files or 0) > 0 and o.verdict != "failed"]
+    return rid, run
+
+
+def _kept(rid: str, rows: list[OutputRow]) -> list[tuple[OutputRow, str]]:
+    """The outputs that came back holding files (each with its path), or UsageError saying why none did."""
+    kept = [(o, o.path) for o in rows if o.path and (o.files or 0) + (o.workdir_files or 0) > 0
+            and o.verdict != "failed"]
     if not kept:
         why = ("no outputs were collected for it" if not rows else
                "its outputs came back empty or failed: " + "; ".join(
                    f"node {o.node_rank} {o.verdict}, {o.files or 0} file(s)" for o in rows))
         raise UsageError(f"--resume {rid!r}: nothing to resume from: {why}; give a run whose outputs "
                          "(GPUCLUSTER_OUTPUT_DIR) came back")
-    urls = [o.path for o in kept if "://" in str(o.path)]
-    if urls:  # `--output s3://...`: the nodes uploaded, nothing came back to this machine
-        from gpucluster.watch.staging import object_refusal
+    return kept
 
-        base = urls[0].rsplit("/", 1)[0]
-        refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base,
-                                 store, readers)
-        if refusal:
-            raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
-        return rid, DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)
-    folder = os.path.dirname(os.path.abspath(kept[0].path))
-    if not os.path.isdir(folder) or not any(os.path.isdir(o.path) for o in kept):
+
+def _object_mount(rid: str, url: str, store: Plugin | None, readers: Readers | None) -> DataMount:
+    """`--output s3://...`: the nodes uploaded, nothing came back to this machine; the new run's nodes pull it."""
+    from gpucluster.watch.staging import object_refusal
+
+    base = url.rsplit("/", 1)[0]
+    refusal = object_refusal(f"--resume {rid!r}: its outputs went to object storage ({base}), and reading", base,
+                             store, readers)
+    if refusal:
+        raise UsageError(f"{refusal}; or give a run whose outputs came back to this machine")
+    if store is None:  # a URL object_refusal does not know, and no backend to read it (was an AttributeError)
+        raise UsageError(f"--resume {rid!r}: its outputs went to {base}, which no backend reads here; give a run "
+                         "whose outputs came back to this machine")
+    return DataMount(store.object_url(base, f"--resume {rid!r}: its outputs' location {base!r}"), RESUME_DEST)
+
+
+def resume_source(ledger: Ledger | None, value: str, store: Plugin | None = None,
+                  readers: Readers | None = None) -> tuple[str, DataMount]:
+    """(the full run id, the mount of its collected outputs), or UsageError (exit 2) naming the run.
+    Outputs the nodes uploaded to object storage (`--output s3://...`, `gs://...`) are a mount of
+    that URL (`PREFIX/RUN_ID`, holding every `node-N/`), which the new run's nodes pull themselves;
+    only where the new run's backend (`store`) reads that scheme (`readers`, `staging.Readers`: the
+    backends that do, named when it does not)."""
+    rid, run = _resumable(ledger, value)
+    kept = _kept(rid, run.outputs)
+    urls = [path for _, path in kept if "://" in path]
+    if urls:
+        return rid, _object_mount(rid, urls[0], store, readers)
+    folder = os.path.dirname(os.path.abspath(kept[0][1]))
+    if not os.path.isdir(folder) or not any(os.path.isdir(path) for _, path in kept):
         raise UsageError(f"--resume {rid!r}: its outputs folder {folder} is gone from this machine; "
                          "give a run whose outputs are still there")
     return rid, DataMount(folder, RESUME_DEST)
 
 
-def resume_files(ledger: Any, run_id: str, mount: DataMount) -> tuple[str, str] | None:
+def resume_files(ledger: Ledger | None, run_id: str, mount: DataMount) -> tuple[str, str] | None:
     """Which node's working-folder files the new run lays back into every node's working folder
     (`OUTPUTS/workdir/node-K`, as the resumed run's outputs phase copied them): the node that held
     global rank 0 (its `worker_start` record), else the copy holding the newest file. (folder

@@ -22,9 +22,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 MAX_SHIP_BYTES = 200 * 1024 * 1024
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache",
@@ -120,7 +123,7 @@ def shipment(root: Path, *, exclude: Iterable[Path] = (), skip_hidden: bool = Fa
 
     never = {Path(p).resolve() for p in (*exclude, home_dir(create=False))}  # gpucluster's own state: never shipped
     rules = _outer_rules(root.resolve())
-    _walk(root, "", rules, never, skip_hidden, out, _Tracked(tracked_files(root)))
+    _Walk(never, skip_hidden, out, _Tracked(tracked_files(root))).folder(root, "", rules)
     return out
 
 
@@ -147,49 +150,81 @@ class _Tracked:
         self.dirs = {"/".join(f.split("/")[:i]) + "/" for f in files for i in range(1, f.count("/") + 1)}
 
 
-Rules = list[tuple[str, Any, str]]  # (folder relative to root, "" for root or above; GitIgnoreSpec; file name)
+class _Verdict(Protocol):
+    """What a rule file says of a path (pathspec's CheckResult): include True, False, or None (no word)."""
+
+    @property
+    def include(self) -> bool | None: ...
 
 
-def _walk(folder: Path, rel: str, rules: Rules, never: set[Path], skip_hidden: bool, out: Shipment,
-          tracked: _Tracked, inside_ignored: bool = False) -> None:
-    """`inside_ignored`: `folder` is ignored as a whole and entered only for its tracked files."""
-    rules = rules + _rules_in(folder, rel)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return  # an unreadable folder: what it holds cannot be shipped (tar/copy would fail the same way)
-    for name in names:
-        path = folder / name
-        sub = f"{rel}{name}"
-        if skip_hidden and name.startswith("."):
-            continue
+class _RuleFile(Protocol):
+    """A rule file's spec: pathspec's GitIgnoreSpec, or `_Outer` for one above the shipped folder."""
+
+    def check_file(self, file: str, /) -> _Verdict: ...
+
+
+Rules = list[tuple[str, _RuleFile, str]]  # (folder relative to root, "" for root or above; the spec; file name)
+
+
+@dataclass
+class _Walk:
+    """One walk of a shipment's folders: what it never enters, what it leaves out, what it keeps."""
+
+    never: set[Path]
+    skip_hidden: bool
+    out: Shipment
+    tracked: _Tracked
+
+    def folder(self, folder: Path, rel: str, rules: Rules, inside_ignored: bool = False) -> None:
+        """`inside_ignored`: `folder` is ignored as a whole and entered only for its tracked files."""
+        rules = rules + _rules_in(folder, rel)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return  # an unreadable folder: what it holds cannot be shipped (tar/copy would fail the same way)
+        for name in names:
+            self.name(folder / name, name, f"{rel}{name}", rules, inside_ignored)
+
+    def _never(self, path: Path, name: str, is_dir: bool) -> bool:
+        """A folder never shipped (SKIP_DIRS, gpucluster's own state) or a .pyc file."""
+        if is_dir and (name in SKIP_DIRS or any(path.resolve() == n or path.resolve() in n.parents for n in self.never)):
+            return True
+        return not is_dir and name.endswith(".pyc")
+
+    def name(self, path: Path, name: str, sub: str, rules: Rules, inside_ignored: bool) -> None:
+        if self.skip_hidden and name.startswith("."):
+            return
         try:
             st = path.lstat()
         except OSError:
-            continue
+            return
         link = path.is_symlink()
         is_dir = not link and path.is_dir()
-        if is_dir and (name in SKIP_DIRS or any(path.resolve() == n or path.resolve() in n.parents for n in never)):
-            continue
-        if not is_dir and name.endswith(".pyc"):
-            continue
+        if self._never(path, name, is_dir):
+            return
         key = sub + ("/" if is_dir else "")
-        if key in tracked.files or key in tracked.dirs:  # git ignores no tracked file: only .gpuclusterignore may
-            if _ignored([r for r in rules if r[2] == ".gpuclusterignore"], key):
-                _left_out(out, key)
-                continue
-            if is_dir:
-                _walk(path, key, rules, never, skip_hidden, out, tracked,
-                      inside_ignored or _ignored(rules, key))
-                continue
-        elif inside_ignored or _ignored(rules, key):
-            _left_out(out, key)
-            continue
-        elif is_dir:
-            _walk(path, key, rules, never, skip_hidden, out, tracked)
-            continue
+        if self._placed(path, key, rules, is_dir, inside_ignored):
+            return
         if link or path.is_file():
-            out.entries.append(Entry(sub, 0 if link else st.st_size, link))
+            self.out.entries.append(Entry(sub, 0 if link else st.st_size, link))
+
+    def _placed(self, path: Path, key: str, rules: Rules, is_dir: bool, inside_ignored: bool) -> bool:
+        """Left out, or a folder walked: True; a file to ship: False."""
+        if key in self.tracked.files or key in self.tracked.dirs:  # git ignores no tracked file: only .gpuclusterignore may
+            if _ignored([r for r in rules if r[2] == ".gpuclusterignore"], key):
+                _left_out(self.out, key)
+                return True
+            if is_dir:
+                self.folder(path, key, rules, inside_ignored or _ignored(rules, key))
+                return True
+            return False
+        if inside_ignored or _ignored(rules, key):
+            _left_out(self.out, key)
+            return True
+        if is_dir:
+            self.folder(path, key, rules)
+            return True
+        return False
 
 
 def _left_out(out: Shipment, rel: str) -> None:
@@ -209,7 +244,7 @@ def _ignored(rules: Rules, rel: str) -> bool:
     return decision
 
 
-def _spec(lines: list[str]) -> Any:
+def _spec(lines: list[str]) -> GitIgnoreSpec:
     import pathspec
 
     return pathspec.GitIgnoreSpec.from_lines(lines)
@@ -231,7 +266,7 @@ def _read(path: Path) -> list[str] | None:
 
 
 def _rules_in(folder: Path, rel: str) -> Rules:
-    found = []
+    found: Rules = []
     for name in IGNORE_FILES:
         lines = _read(folder / name)
         if lines:
@@ -262,13 +297,13 @@ class _Outer:
     """A rule file above the shipped folder: paths are matched as seen from its own folder, less
     the rules that ignore the shipped folder or a folder above it."""
 
-    def __init__(self, spec: Any, prefix: str):
+    def __init__(self, spec: GitIgnoreSpec, prefix: str):
         self.spec, self.prefix = spec, prefix
         parts = prefix.rstrip("/").split("/")
         found = (spec.check_file("/".join(parts[:i]) + "/") for i in range(1, len(parts) + 1))
         self.above = {r.index for r in found if r.include}
 
-    def check_file(self, rel: str) -> Any:
+    def check_file(self, rel: str, /) -> _Verdict:
         result = self.spec.check_file(self.prefix + rel)
         if result.include and result.index in self.above:
             return _NO_WORD

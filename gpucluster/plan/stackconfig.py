@@ -17,10 +17,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from gpucluster.errors import ConfigError, SpecError, UsageError, not_allowed
 from gpucluster.spec import ClusterSpec, config_scalar, config_tags, dns_label, parse_bool, parse_int
+from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
 
 NAMESPACE = "gpucluster"
 
@@ -52,7 +57,7 @@ def _normal(key: str) -> str:
 _GENERIC_BY_NORMAL = {_normal(k): k for k in GENERIC_KEYS}
 _INT_FIELDS = {"nodes": 1, "gpus_per_node": 0, "disk_gb": 1, "max_lifetime_minutes": 1}
 
-ConfigSource = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]]
+ConfigSource = Union[JsonMapping, Callable[[], JsonMapping]]
 
 
 def sanitize_name(stack_name: str) -> str:
@@ -60,7 +65,7 @@ def sanitize_name(stack_name: str) -> str:
     return dns_label(stack_name, 40, prefix="gc-") or "gpucluster"
 
 
-def _option_text(value: Any) -> str:
+def _option_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
@@ -68,7 +73,7 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def _tags(value: Any) -> dict[str, str]:
+def _tags(value: object) -> dict[str, str]:
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
@@ -85,7 +90,7 @@ def spec_from_config(config_getter: ConfigSource, stack_name: str) -> ClusterSpe
     that mapping. Keys that are not generic spec keys become `spec.options`.
     """
     config = dict(config_getter() if callable(config_getter) else config_getter)
-    fields: dict[str, Any] = {}
+    fields: JsonObject = {}
     options: dict[str, str] = {}
     for key, value in config.items():
         if value is None:
@@ -140,7 +145,7 @@ PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float",
                                                            "merge", "timestamp"))
 
 
-def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") -> Any:
+def compose_bounded(yaml: ModuleType, text: str, where: str, what: str = "stack file") -> Node | None:
     """The document's node graph (`yaml.compose`, safe), measured before anything is built: with
     YAML aliases a 2 KB file can expand to billions of values (the "billion laughs" file), and deep
     nesting exhausts the stack. Over MAX_YAML_VALUES (aliases expanded) or MAX_YAML_DEPTH, or a
@@ -153,6 +158,7 @@ def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") 
         if root is None:
             return None
         values, todo = 0, [(root, 1)]
+        node: Node
         while todo:
             node, depth = todo.pop()
             values += 1
@@ -174,13 +180,13 @@ def compose_bounded(yaml: Any, text: str, where: str, what: str = "stack file") 
         loader.dispose()
 
 
-def _load_bounded(yaml: Any, text: str, where: str) -> Any:
+def _load_bounded(yaml: ModuleType, text: str, where: str) -> object:
     """`yaml.safe_load`, bounded as `compose_bounded` says."""
     root = compose_bounded(yaml, text, where)
     return None if root is None else yaml.SafeLoader("").construct_document(root)
 
 
-def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTES, extra: str = "aws") -> Any:
+def read_yaml_nodes(path: str | Path, what: str, max_bytes: int = MAX_STACK_BYTES, extra: str = "aws") -> Node | None:
     """A YAML file's node graph, read as stack files are read (size, UTF-8, bounded expansion and
     depth); every problem is one ConfigError (UsageError when the file is missing) naming `what`,
     the file and, for a syntax error, its line. Needs PyYAML (the `extra` to install otherwise)."""
@@ -216,7 +222,7 @@ def _read_bounded(path: Path, max_bytes: int = MAX_STACK_BYTES, what: str = "sta
     return read_bounded(path, what, max_bytes, hint=hint, error=ConfigError)
 
 
-def read_stack_file(path: str | Path) -> dict[str, Any]:
+def read_stack_file(path: str | Path) -> JsonObject:
     """The `gpucluster:` namespace of a Pulumi stack file (keys without the prefix), as YAML
     decodes it. Needs PyYAML (installed with pulumi, the aws/gcp extras)."""
     from gpucluster.errors import require

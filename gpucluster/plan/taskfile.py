@@ -18,9 +18,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import ConfigError, did_you_mean
+from gpucluster.states import JsonObject
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
 
 MAX_TASK_BYTES = 256 * 1024  # a task file is a few hundred bytes
 
@@ -116,7 +122,7 @@ class Where:
 class TaskFile:
     path: Path
     workdir: Path  # where the command runs from: `workdir`, relative to the file's folder (default: that folder)
-    values: dict[str, Any] = field(default_factory=dict)  # Click parameter name -> value as the flag gives it
+    values: JsonObject = field(default_factory=dict)  # Click parameter name -> value as the flag gives it
     where: dict[str, Where] = field(default_factory=dict)  # Click parameter name -> the key and its line
 
     def error(self, param: str, message: str) -> ConfigError:
@@ -158,17 +164,17 @@ def load(path: str | Path) -> TaskFile:
 
 
 # -- reading the nodes -------------------------------------------------------------------------
-def _yaml() -> Any:
+def _yaml() -> ModuleType:  # PyYAML, imported when a file is read
     from gpucluster.errors import require
 
     return require("yaml", "local")
 
 
-def _line(node: Any) -> int:
+def _line(node: Node) -> int:
     return node.start_mark.line + 1
 
 
-def _shape(node: Any) -> str:
+def _shape(node: Node) -> str:
     yaml = _yaml()
     if isinstance(node, yaml.MappingNode):
         return "a mapping"
@@ -177,7 +183,7 @@ def _shape(node: Any) -> str:
     return repr(_scalar(node))
 
 
-def _err(task: TaskFile, node: Any, key: str, allowed: str) -> ConfigError:
+def _err(task: TaskFile, node: Node, key: str, allowed: str) -> ConfigError:
     return ConfigError(f"task file {str(task.path)!r}, line {_line(node)}: {key}: {allowed}")
 
 
@@ -185,7 +191,7 @@ def _group_keys(group: str) -> list[str]:
     return [k.split(".", 1)[1] for k in KEYS if k.startswith(group + ".")]
 
 
-def _pairs(task: TaskFile, node: Any, prefix: str) -> list[tuple[str, Any]]:
+def _pairs(task: TaskFile, node: Node, prefix: str) -> list[tuple[str, Node]]:
     """The mapping's (key, value node) pairs; a key that is unknown, not a string, or given twice is refused."""
     yaml = _yaml()
     known = _group_keys(prefix[:-1]) if prefix else TOP
@@ -208,12 +214,12 @@ def _pairs(task: TaskFile, node: Any, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
-def _scalar(node: Any) -> Any:
+def _scalar(node: Node) -> object:
     """A scalar node's value as YAML resolves it (int, float, bool, None, str)."""
     return _yaml().SafeLoader("").construct_object(node)
 
 
-def _take(task: TaskFile, key: str, node: Any) -> None:
+def _take(task: TaskFile, key: str, node: Node) -> None:
     spec = KEYS[key]
     value = _convert(task, key, spec, node)
     if value is None:
@@ -222,68 +228,93 @@ def _take(task: TaskFile, key: str, node: Any) -> None:
     task.where[spec.param] = Where(key, _line(node))
 
 
-def _convert(task: TaskFile, key: str, spec: Key, node: Any) -> Any:
+def _convert(task: TaskFile, key: str, spec: Key, node: Node) -> object:
     yaml = _yaml()
     kind = spec.kind
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return None
     if kind in (STR, INT, FLOAT, BOOL, PATH):
-        if not isinstance(node, yaml.ScalarNode):
-            raise _err(task, node, key, f"{kind}, not {_shape(node)}")
-        value = _scalar(node)
-        if kind == BOOL:
-            if not isinstance(value, bool):
-                raise _err(task, node, key, f"true or false, not {value!r}")
-            return value
-        if isinstance(value, bool):
-            raise _err(task, node, key, f"{kind}, not {str(value).lower()} (quote it if it is text)")
-        if kind == INT and isinstance(value, float):
-            raise _err(task, node, key, f"an integer, not {value!r}")
-        if kind in (INT, FLOAT) and isinstance(value, str):
-            raise _err(task, node, key, f"{kind}, not {value!r}")
-        if kind in (STR, PATH) and not isinstance(value, (str, int, float)):
-            raise _err(task, node, key, f"{kind}, not {value!r}")
-        if kind in (STR, PATH):
-            value = str(value)
-            if not value.strip():
-                raise _err(task, node, key, f"{kind} that is not empty")
-        return value
+        return _convert_scalar(task, key, kind, node)
     if kind == MAP:
-        if not isinstance(node, yaml.MappingNode):
-            raise _err(task, node, key, f"{kind}, not {_shape(node)}")
-        out, seen = [], set()
-        for knode, vnode in node.value:
-            name = _scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
-            if not isinstance(name, str) or not name:
-                raise _err(task, knode, key, "keys that are names (strings)")
-            if name in seen:
-                raise _err(task, knode, key, f"{name} is given twice; keep one")
-            seen.add(name)
-            if not isinstance(vnode, yaml.ScalarNode):
-                raise _err(task, vnode, f"{key}.{name}", f"one value (a string, number or true/false), not "
-                           f"{_shape(vnode)}")
-            v = _scalar(vnode)
-            text = "" if v is None else ("true" if v is True else "false" if v is False else str(v))
-            out.append(f"{name}={text}")
-        return out
+        return _convert_map(task, key, kind, node)
     items = _items(task, key, kind, node)
     if kind == ARGV:
-        if len(items) == 1 and isinstance(node, yaml.ScalarNode):
-            op = shell_operator(items[0])
-            if op:
-                raise _err(task, node, key, f"one command, not a shell line: {op!r} is a shell operator and no shell "
-                                            "runs it (the script would get it as an argument); put the pipeline in "
-                                            "a script, or write run: [bash, -c, '...']")
-            try:
-                items = shlex.split(items[0])
-            except ValueError as exc:
-                raise _err(task, node, key, f"a command that splits into arguments ({exc}); check the quotes") from None
-        if not items:
-            raise _err(task, node, key, "a command, e.g. python train.py --epochs 3")
-        return tuple(items)
+        return _convert_argv(task, key, node, items)
     if kind == HOSTS:
         return ",".join(items)
     return items
+
+
+def _convert_scalar(task: TaskFile, key: str, kind: str, node: Node) -> object:
+    """A str, int, float, bool or path key's one value."""
+    if not isinstance(node, _yaml().ScalarNode):
+        raise _err(task, node, key, f"{kind}, not {_shape(node)}")
+    value = _scalar(node)
+    if kind == BOOL:
+        if not isinstance(value, bool):
+            raise _err(task, node, key, f"true or false, not {value!r}")
+        return value
+    if isinstance(value, bool):
+        raise _err(task, node, key, f"{kind}, not {str(value).lower()} (quote it if it is text)")
+    if kind == INT and isinstance(value, float):
+        raise _err(task, node, key, f"an integer, not {value!r}")
+    if kind in (INT, FLOAT) and isinstance(value, str):
+        raise _err(task, node, key, f"{kind}, not {value!r}")
+    if kind in (STR, PATH):
+        return _text_value(task, key, kind, node, value)
+    return value
+
+
+def _text_value(task: TaskFile, key: str, kind: str, node: Node, value: object) -> str:
+    """A str or path key's value as text: a string or number that is not blank."""
+    if not isinstance(value, (str, int, float)):
+        raise _err(task, node, key, f"{kind}, not {value!r}")
+    text = str(value)
+    if not text.strip():
+        raise _err(task, node, key, f"{kind} that is not empty")
+    return text
+
+
+def _convert_map(task: TaskFile, key: str, kind: str, node: Node) -> list[str]:
+    """A mapping key's `name=value` items, in the file's order."""
+    yaml = _yaml()
+    if not isinstance(node, yaml.MappingNode):
+        raise _err(task, node, key, f"{kind}, not {_shape(node)}")
+    out: list[str] = []
+    seen: set[str] = set()
+    for knode, vnode in node.value:
+        name = _scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
+        if not isinstance(name, str) or not name:
+            raise _err(task, knode, key, "keys that are names (strings)")
+        if name in seen:
+            raise _err(task, knode, key, f"{name} is given twice; keep one")
+        seen.add(name)
+        if not isinstance(vnode, yaml.ScalarNode):
+            raise _err(task, vnode, f"{key}.{name}", f"one value (a string, number or true/false), not "
+                       f"{_shape(vnode)}")
+        out.append(f"{name}={_map_text(_scalar(vnode))}")
+    return out
+
+
+def _map_text(v: object) -> str:
+    return "" if v is None else ("true" if v is True else "false" if v is False else str(v))
+
+
+def _convert_argv(task: TaskFile, key: str, node: Node, items: list[str]) -> tuple[str, ...]:
+    """A command: a list of arguments, or one line split as a shell would (no operators)."""
+    if len(items) == 1 and isinstance(node, _yaml().ScalarNode):
+        op = shell_operator(items[0])
+        if op:
+            raise _err(task, node, key, f"one command, not a shell line: {op!r} is a shell operator and no shell "
+                                        "runs it (the script would get it as an argument); put the pipeline in "
+                                        "a script, or write run: [bash, -c, '...']")
+        try:
+            items = shlex.split(items[0])
+        except ValueError as exc:
+            raise _err(task, node, key, f"a command that splits into arguments ({exc}); check the quotes") from None
+    if not items:
+        raise _err(task, node, key, "a command, e.g. python train.py --epochs 3")
+    return tuple(items)
 
 
 def shell_operator(text: str) -> str | None:
@@ -313,7 +344,7 @@ def shell_operator(text: str) -> str | None:
     return None
 
 
-def _items(task: TaskFile, key: str, kind: str, node: Any) -> list[str]:
+def _items(task: TaskFile, key: str, kind: str, node: Node) -> list[str]:
     """One string or a list of strings (numbers taken as text)."""
     yaml = _yaml()
     nodes = node.value if isinstance(node, yaml.SequenceNode) else [node]

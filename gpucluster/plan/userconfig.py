@@ -32,9 +32,14 @@ import os
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping
 
 from gpucluster.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
 
 CONFIG_ENV = "GPUCLUSTER_CONFIG"
 MAX_CONFIG_BYTES = 64 * 1024
@@ -121,7 +126,7 @@ def load_config(path: Path | None = None, *, clouds: Mapping[str, tuple[str, ...
     return cfg
 
 
-def _top_key(cfg: UserConfig, key: str, vnode: Any, clouds: Mapping[str, tuple[str, ...]] | None,
+def _top_key(cfg: UserConfig, key: str, vnode: Node, clouds: Mapping[str, tuple[str, ...]] | None,
              names: tuple[str, ...]) -> None:
     """`budget:`, `notify:` or one of TOP_KEYS (`cloud:` names a cloud, or a placement)."""
     yaml = _yaml()
@@ -141,7 +146,7 @@ def _top_key(cfg: UserConfig, key: str, vnode: Any, clouds: Mapping[str, tuple[s
                               f"allowed: {', '.join(names)}")
 
 
-def _cloud_section(cfg: UserConfig, key: str, vnode: Any,
+def _cloud_section(cfg: UserConfig, key: str, vnode: Node,
                    clouds: Mapping[str, tuple[str, ...]] | None) -> dict[str, str]:
     """One cloud's section: settings of CLOUD_KEYS, each once, and only those the cloud takes."""
     section: dict[str, str] = {}
@@ -166,7 +171,7 @@ def _cloud_section(cfg: UserConfig, key: str, vnode: Any,
     return section
 
 
-def _contexts(cfg: UserConfig, key: str, node: Any) -> dict[str, dict[str, str]]:
+def _contexts(cfg: UserConfig, key: str, node: Node) -> dict[str, dict[str, str]]:
     """`contexts:`: kubeconfig context -> its settings (CONTEXT_KEYS), each checked here."""
     yaml = _yaml()
     if not isinstance(node, yaml.MappingNode):
@@ -195,7 +200,7 @@ def _contexts(cfg: UserConfig, key: str, node: Any) -> dict[str, dict[str, str]]
     return out
 
 
-def _price(cfg: UserConfig, key: str, node: Any) -> str:
+def _price(cfg: UserConfig, key: str, node: Node) -> str:
     """Dollars per GPU-hour, 0 to MAX_PRICE_PER_GPU_HOUR."""
     yaml = _yaml()
     value = yaml.SafeLoader("").construct_object(node) if isinstance(node, yaml.ScalarNode) else None
@@ -241,13 +246,13 @@ def _cloud_only(clouds: Mapping[str, tuple[str, ...]]) -> set[str]:
     return {flag for flags in clouds.values() for flag in flags}
 
 
-def _yaml() -> Any:
+def _yaml() -> ModuleType:  # PyYAML, imported when a file is read
     from gpucluster.errors import require
 
     return require("yaml", "local")
 
 
-def _text(cfg: UserConfig, key: str, node: Any) -> str:
+def _text(cfg: UserConfig, key: str, node: Node) -> str:
     yaml = _yaml()
     value = yaml.SafeLoader("").construct_object(node) if isinstance(node, yaml.ScalarNode) else None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
