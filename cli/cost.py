@@ -367,6 +367,12 @@ def report_of(ledger: Ledger, *, cloud: str | None = None, since_ts: float | Non
             rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
             if any(r.get("interruption") for r in rows):
                 g["attempts"] = rows
+    _add_budgets(rep, ledger, team)
+    return rep
+
+
+def _add_budgets(rep: JsonObject, ledger: Ledger, team: bool) -> None:
+    """config.yaml's budgets, and (`team`) the shared state's team budget: keys only where one is set."""
     from gpucluster.cli.budgets import standing
 
     budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
@@ -381,7 +387,6 @@ def report_of(ledger: Ledger, *, cloud: str | None = None, since_ts: float | Non
         shared = standing_of(store)
         if shared["budget"]:
             rep["team_budget"] = shared
-    return rep
 
 
 @cost.command("report")
