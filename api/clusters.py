@@ -152,6 +152,7 @@ def plan_up(flags: JsonObject, *, idle_minutes: int | None = None,
     if cloud in held and not flags.get("dry_run"):  # each machine asked once, before anything is recorded
         from gpucluster.lifecycle.held import Holding, attach_held, reach_given
 
+        assert chosen.ops.hold is not None and plan.launcher is not None  # machines that exist: held, launched
         found = chosen.ops.hold(plan.launcher, attach_held(plan.provider, plan.spec))
         plan.provider = Holding(plan.provider, found, reach_given(flags))
     return Planned(chosen, plan, keep=True, max_cost=flags.get("max_cost"), placement=placement)

@@ -4,14 +4,21 @@ create anything, the override recorded with the run, and `cost report`'s standin
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpucluster.costing.teambudget import Store
+    from gpucluster.costing.budget import Standing
+    from gpucluster.lifecycle.prepare import Prepared
+    from gpucluster.states import JsonObject
+    from gpucluster.ledger.store import Ledger
 
 OVER_BUDGET: dict[str, Any] = dict(is_flag=True, help="Start even when the estimate takes a budgeted period (config.yaml `budget:`, "
                                       "or the team's in the shared state: `gpucluster budget`) past its budget; "
                                       "recorded with the run.")
 
 
-def standing(ledger: Any, now: float | None = None) -> list[Any]:
+def standing(ledger: Ledger, now: float | None = None) -> list[Standing]:
     """Each budgeted period of the user config with what this ledger's runs spent in it ([] without a budget)."""
     from gpucluster.costing.budget import standings
     from gpucluster.plan.userconfig import load_config
@@ -25,13 +32,14 @@ def standing(ledger: Any, now: float | None = None) -> list[Any]:
         from gpucluster.costing.cost import report
 
         links = ledger.resume_links()  # what accrued since the period's start, a run across it in part
-        runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, billed_since=since)]
+        got = (ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, billed_since=since))
+        runs = [rec for rec in got if rec is not None]  # a run deleted since the list (`runs --prune`) costs nothing
         return Decimal(report(runs, backends=_plugins_of(r.run.cloud for r in runs), since=since, now=now)["total"])
 
     return standings(budget, spent_since, now)
 
 
-def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, over_budget: bool,
+def check_budget(ledger: Ledger, estimate: Decimal | None, max_cost: float | None, over_budget: bool,
                  runs: int = 1) -> list[str]:
     """Before anything is created: a UsageError (exit 2) when this run's estimate (its --max-cost
     when that is lower; `runs` times it for a sweep) takes a budgeted period past its budget, unless
@@ -47,7 +55,7 @@ def check_budget(ledger: Any, estimate: Decimal | None, max_cost: float | None, 
     return check(found, est, over_budget=over_budget)
 
 
-def record_override(ledger: Any, run_id: str, lines: list[str]) -> None:
+def record_override(ledger: Ledger, run_id: str, lines: list[str]) -> None:
     """`--over-budget` used past a budget: a `budget` record with the run (what `show` and the ledger keep)."""
     from gpucluster.costing.budget import BUDGET_KIND
     from gpucluster.errors import GpuclusterError
@@ -60,7 +68,7 @@ def record_override(ledger: Any, run_id: str, lines: list[str]) -> None:
 
 
 # -- the team's budget in the shared state (gpucluster/costing/teambudget.py) ---------------------------------
-def team_store(url: str | None = None) -> Any:
+def team_store(url: str | None = None) -> Store | None:
     """The objects beside the shared state (`url`, else the state chosen: --state, GPUCLUSTER_STATE,
     ...), or None where there is no shared state of a kind that can keep them (the home's own, Pulumi Cloud)."""
     from gpucluster.infra.pulumi.objects import open_store
@@ -72,7 +80,7 @@ def team_store(url: str | None = None) -> Any:
     return open_store(url)
 
 
-def claim_team(plan: Any, *, key: str, kind: str, max_cost: float | None, over_budget: bool, runs: int = 1) -> list[str]:
+def claim_team(plan: Prepared, *, key: str, kind: str, max_cost: float | None, over_budget: bool, runs: int = 1) -> list[str]:
     """Before the run creates anything: its open spend record in the shared state, checked against the
     team's budget with every member's (`teambudget.claim`: UsageError, exit 2, unless `over_budget`)."""
     import time
@@ -96,7 +104,7 @@ def claim_team(plan: Any, *, key: str, kind: str, max_cost: float | None, over_b
     return claim(store, record, over_budget=over_budget, now=now)
 
 
-def settle_team(ledger: Any, key: str, run_ids: list[str], url: str | None = None) -> None:
+def settle_team(ledger: Ledger, key: str, run_ids: list[str], url: str | None = None) -> None:
     """The run (a sweep's runs, a kept cluster's maker at `down`) has ended: its spend record gets the
     cost lines of its report (`teambudget.settle`); nothing where it has no open record."""
     from gpucluster.cli.cost import _plugins_of
@@ -108,7 +116,7 @@ def settle_team(ledger: Any, key: str, run_ids: list[str], url: str | None = Non
         store = team_store(url)
         if store is None:
             return
-        lines: list[dict[str, Any]] = []
+        lines: list[JsonObject] = []
         for rid in run_ids:
             record = ledger.get_run(rid)
             if record is not None and record.run.cloud:
@@ -124,7 +132,7 @@ def settle_team(ledger: Any, key: str, run_ids: list[str], url: str | None = Non
 TEAM_KIND = "team_spend"  # a kept cluster's run: the key of its open spend record in the shared state, for `down`
 
 
-def remember_team(ledger: Any, run_id: str, key: str) -> None:
+def remember_team(ledger: Ledger, run_id: str, key: str) -> None:
     """A cluster left up (`up`, `run --keep`): where its open spend record is, so `down` can end it."""
     from gpucluster.errors import GpuclusterError
     from gpucluster.infra.pulumi.state import chosen
@@ -137,7 +145,7 @@ def remember_team(ledger: Any, run_id: str, key: str) -> None:
             pass
 
 
-def settle_kept(ledger: Any, cluster: str) -> None:
+def settle_kept(ledger: Ledger, cluster: str) -> None:
     """`down` of a cluster whose resources are all confirmed gone: the open spend record of the run that
     left it up ends with that run's cost (in the state it was written to)."""
     for run in ledger.list_runs(limit=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from decimal import Decimal
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -12,8 +12,14 @@ from gpucluster.errors import GpuclusterError, UsageError
 
 from gpucluster.cli.console import make_console as console  # noqa: F401 - re-exported for the commands
 
+if TYPE_CHECKING:
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.domain import Provider
+    from gpucluster.ledger.store import Ledger
+    from rich.console import Console
 
-def provider_for(cloud: str) -> Any:
+
+def provider_for(cloud: str) -> Provider:
     """The provider that can create, tear down or describe a cluster of `cloud` (tests replace this)."""
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
@@ -36,7 +42,7 @@ def confirm(question: str, yes: bool) -> None:
         raise click.exceptions.Abort()
 
 
-def hourly(spec: Any) -> Decimal | None:
+def hourly(spec: ClusterSpec) -> Decimal | None:
     """Estimated $/hour of a spec; None when no price is known for it (a one-line error from the
     catalog: an unknown type or region). A bug in the cost code is not hidden as "no price known"."""
     from gpucluster.costing import cost
@@ -54,7 +60,7 @@ def money(value: Decimal | None) -> str:
     return "-" if value is None else dollars(value)
 
 
-def print_notes(out: Any, notes: list[str]) -> None:
+def print_notes(out: Console, notes: list[str]) -> None:
     """The spec's warnings and the values found at run time ("detected ...")."""
     for w in notes:
         out.print(f"[yellow]note:[/yellow] {w}" if "detected" in w else f"[yellow]warning:[/yellow] {w}")
@@ -89,7 +95,7 @@ def preflight(check: Callable[[], None], yes: bool) -> None:
     check()
 
 
-def ledger_kept_true(ledger: Any, code: int, what: str = "run", then: str = "") -> int:
+def ledger_kept_true(ledger: Ledger, code: int, what: str = "run", then: str = "") -> int:
     """The exit code once the ledger is checked to still be the file this command wrote to (issue
     45 item 11): a ledger deleted or replaced meanwhile took the record with it, said last on
     stderr and exit 3 (an interrupt's 130 says more and stays). `what`: whose record it was;

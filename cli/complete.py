@@ -9,12 +9,17 @@ Completion reads the ledger read-only and never creates it: with no ledger there
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from click.shell_completion import CompletionItem
 
+if TYPE_CHECKING:
+    import click
 
-def _ledger() -> Any:
+    from gpucluster.ledger.store import Ledger
+
+
+def _ledger() -> Ledger | None:
     from gpucluster.home import home_dir
     from gpucluster.ledger.store import Ledger
 
@@ -22,7 +27,7 @@ def _ledger() -> Any:
     return Ledger(path) if path.is_file() else None
 
 
-def complete_run_id(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Run ids starting with what was typed, newest first, with the run's cluster and status."""
     try:
         ledger = _ledger()
@@ -34,7 +39,7 @@ def complete_run_id(ctx: Any, param: Any, incomplete: str) -> list[CompletionIte
     return [CompletionItem(r.id, help=f"{r.cluster} {r.status}") for r in runs if r.id.startswith(incomplete)]
 
 
-def complete_cluster(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+def complete_cluster(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Cluster names that may still exist (open ledger rows) first, then the others the ledger knows."""
     try:
         ledger = _ledger()

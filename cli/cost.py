@@ -12,9 +12,15 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, ParamSpec, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from gpucluster.ledger.store import Ledger
+    from rich.console import Console
+
+    from gpucluster.states import JsonMapping, JsonObject
 
 
 class CommandError(click.ClickException):
@@ -26,9 +32,13 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code  # type: ignore[misc]
 
 
-def _boundary(fn: Callable) -> Callable:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _boundary(fn: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from gpucluster.errors import GpuclusterError
 
         try:
@@ -50,7 +60,7 @@ class _Hours(Float):
     """--hours: FLOAT RANGE in --help; a bad value is the one-line error with exit 2, also when this
     group runs on its own (a CommandError, as `_boundary` makes)."""
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         from gpucluster.errors import GpuclusterError
 
         try:
@@ -64,7 +74,7 @@ def _warn(messages: list[str]) -> None:
         click.echo(f"gpucluster: warning: {msg}", err=True)
 
 
-def _dec(value: Any, places: int = 4) -> str:
+def _dec(value: object, places: int = 4) -> str:
     from decimal import Decimal
 
     if value is None:
@@ -329,15 +339,16 @@ def _what_if(node_list, workload, epochs, cloud, instance_type, gpus, as_json) -
                       "(-1 = perfect scaling, 0 = none, > 0 = more nodes are slower)", highlight=False)
 
 
-def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
-              project: str | None = None, team: bool = False) -> dict[str, Any]:
+def report_of(ledger: Ledger, *, cloud: str | None = None, since_ts: float | None = None, group_by: str | None = None,
+              project: str | None = None, team: bool = False) -> JsonObject:
     """What `cost report` shows (`gpucluster.costing.cost.report` over the ledger's runs, a recovered chain's
     attempts, config.yaml's budgets), for the command and the dashboard's costs page alike."""
     from gpucluster.costing.cost import report
     from gpucluster.errors import UsageError
 
     links = ledger.resume_links()  # once: read per run it made the report quadratic in the runs
-    runs = [ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, billed_since=since_ts)]
+    got = (ledger.get_run(r.id, links=links) for r in ledger.list_runs(limit=None, cloud=cloud, billed_since=since_ts))
+    runs = [rec for rec in got if rec is not None]  # a run deleted since the list (`runs --prune`) is in no report
     if project is not None:
         from gpucluster.infra.registry import project_id, traits
 
@@ -356,6 +367,12 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
             rows = chain_attempts(ledger, g["run_ids"], links) if len(g["run_ids"]) > 1 else []
             if any(r.get("interruption") for r in rows):
                 g["attempts"] = rows
+    _add_budgets(rep, ledger, team)
+    return rep
+
+
+def _add_budgets(rep: JsonObject, ledger: Ledger, team: bool) -> None:
+    """config.yaml's budgets, and (`team`) the shared state's team budget: keys only where one is set."""
     from gpucluster.cli.budgets import standing
 
     budgets = [b.to_dict() for b in standing(ledger)]  # config.yaml's budget: spent against it
@@ -370,7 +387,6 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
         shared = standing_of(store)
         if shared["budget"]:
             rep["team_budget"] = shared
-    return rep
 
 
 @cost.command("report")
@@ -388,22 +404,9 @@ def report_of(ledger: Any, *, cloud: str | None = None, since_ts: float | None =
 @_boundary
 def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     """What each run cost (from its resources' recorded lifetimes and launch-time prices), with totals."""
-    from decimal import Decimal
+    from gpucluster.costing.cost import parse_since, plot_report
 
-    from gpucluster.costing.cost import GROUPS, money, parse_since, plot_report
-    from gpucluster.errors import UsageError, not_allowed
-    from gpucluster.infra.registry import NAMES as CLOUDS
-
-    if as_json and as_csv:
-        raise UsageError("--json and --csv: choose one")
-    if cloud is not None and cloud not in CLOUDS:
-        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
-    if group_by is not None and group_by not in GROUPS:
-        raise UsageError(not_allowed("group-by", group_by, GROUPS))
-    if plot is not None:
-        from gpucluster.costing.plots import check_plot_file
-
-        check_plot_file(plot, "--plot file")  # .png, in an existing writable folder
+    _check_report_options(cloud, group_by, as_json, as_csv, plot)
     since_ts = parse_since(since)
     ledger = _open_ledger()
     try:
@@ -420,10 +423,40 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
 
         click.echo(report_csv(rep), nl=False)
         return
-    from rich.table import Table
-
     console = _console()
+    _runs_table(console, rep)
+    if rep["groups"]:
+        _groups_section(console, rep["groups"], group_by)
+    _totals_lines(console, rep)
+    if plot:
+        console.print(f"Plot written to {plot}", highlight=False)
+
+
+def _check_report_options(cloud: str | None, group_by: str | None, as_json: bool, as_csv: bool,
+                          plot: str | None) -> None:
+    """`cost report`'s options, checked in this order: one output format, a known cloud and group, a plot file."""
+    from gpucluster.costing.cost import GROUPS
+    from gpucluster.errors import UsageError, not_allowed
+    from gpucluster.infra.registry import NAMES as CLOUDS
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv: choose one")
+    if cloud is not None and cloud not in CLOUDS:
+        raise UsageError(not_allowed("cloud", cloud, CLOUDS))
+    if group_by is not None and group_by not in GROUPS:
+        raise UsageError(not_allowed("group-by", group_by, GROUPS))
+    if plot is not None:
+        from gpucluster.costing.plots import check_plot_file
+
+        check_plot_file(plot, "--plot file")  # .png, in an existing writable folder
+
+
+def _runs_table(console: Console, rep: JsonMapping) -> None:
+    """One row per run: started, cloud, cluster, status, nodes, wall, cost, note."""
+    from decimal import Decimal
+
     from gpucluster.cli.tables import Col, fitted
+    from gpucluster.costing.cost import money
 
     cells = [[r["run_id"], r["created"][:19], r["cloud"], r["cluster"], r["status"], str(r["nodes"]),
               "" if r["wall_s"] is None else f"{r['wall_s']:.0f}", money(Decimal(r["cost"])),
@@ -433,21 +466,46 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
         Col("run", keep=True), Col("started (UTC)", drop=5), Col("cloud", drop=3), Col("cluster", keep=True),
         Col("status", drop=2), Col("nodes", drop=4, justify="right"), Col("wall s", drop=6, justify="right"),
         Col("cost", keep=True, justify="right"), Col("note", drop=1)], cells, edge=True, title="Run costs (USD)"))
-    if rep["groups"]:
-        gt = Table(title=f"By {group_by}")
-        for col in (group_by, "runs", "wall s", "cost") + (("run ids",) if group_by == "chain" else ()):
-            gt.add_column(col, justify="left" if col in (group_by, "run ids") else "right")
-        for g in rep["groups"]:
-            gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])),
-                       *([", ".join(g["run_ids"])] if group_by == "chain" else []))
-        console.print(gt)
-        for g in rep["groups"]:
-            for a in g.get("attempts") or []:
-                redo = "" if a.get("recomputed_epochs") is None else f", {a['recomputed_epochs']:g} epoch(s) redone"
-                console.print(f"  {g[group_by]} attempt {a['attempt']}: {a['run_id']} {a['status']}, "
-                              f"{money(Decimal(a['cost'] or 0))}{redo}"
-                              + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
-                              highlight=False)
+
+
+def _groups_section(console: Console, groups: list[JsonObject], group_by: str) -> None:
+    """--group-by: the subtotals, then a recovered chain's attempts."""
+    from decimal import Decimal
+
+    from rich.table import Table
+
+    from gpucluster.costing.cost import money
+
+    gt = Table(title=f"By {group_by}")
+    for col in (group_by, "runs", "wall s", "cost") + (("run ids",) if group_by == "chain" else ()):
+        gt.add_column(col, justify="left" if col in (group_by, "run ids") else "right")
+    for g in groups:
+        gt.add_row(str(g[group_by]), str(g["runs"]), f"{g['wall_s']:.0f}", money(Decimal(g["cost"])),
+                   *([", ".join(g["run_ids"])] if group_by == "chain" else []))
+    console.print(gt)
+    for g in groups:
+        for a in g.get("attempts") or []:
+            _attempt_line(console, g[group_by], a)
+
+
+def _attempt_line(console: Console, group: object, a: JsonMapping) -> None:
+    from decimal import Decimal
+
+    from gpucluster.costing.cost import money
+
+    redo = "" if a.get("recomputed_epochs") is None else f", {a['recomputed_epochs']:g} epoch(s) redone"
+    console.print(f"  {group} attempt {a['attempt']}: {a['run_id']} {a['status']}, "
+                  f"{money(Decimal(a['cost'] or 0))}{redo}"
+                  + (f"; interrupted: {a['interruption']}" if a.get("interruption") else ""),
+                  highlight=False)
+
+
+def _totals_lines(console: Console, rep: JsonMapping) -> None:
+    """The total, the budgets (config.yaml's, the team's) and what still bills."""
+    from decimal import Decimal
+
+    from gpucluster.costing.cost import money
+
     console.print(f"Total: {money(Decimal(rep['total']))} over {len(rep['runs'])} run(s)", highlight=False)
     for b in rep.get("budget", []):
         console.print(f"Budget ({b['period']}, since {b['since'][:16]} UTC): {money(Decimal(b['spent']))} spent of "
@@ -460,6 +518,4 @@ def report_cmd(since, cloud, group_by, as_json, as_csv, plot, project) -> None:
     if rep["still_billing"]:
         console.print("Still billing (resources never confirmed deleted): " + ", ".join(rep["still_billing"])
                       + " -- run `gpucluster down` / `gpucluster gc`", highlight=False)
-    if plot:
-        console.print(f"Plot written to {plot}", highlight=False)
 

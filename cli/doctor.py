@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpucluster.errors import ExitCode, GpuclusterError, UsageError
 from gpucluster.infra.registry import provisioning
 
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject
 
-def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
     """ok: True passed, False failed (with a fix), None skipped/informational."""
     return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
 
 
-def check_ssh() -> dict[str, Any]:
+def check_ssh() -> JsonObject:
     import shutil
     import subprocess
 
@@ -41,7 +44,7 @@ def pulumi_plugins() -> list[str]:
     return sorted({p for n in NAMES for p in traits(n).pulumi_plugins})
 
 
-def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
+def check_pulumi(pulumi_command: Any = None) -> list[JsonObject]:
     from gpucluster.infra.pulumi import engine as automation
 
     try:
@@ -68,7 +71,7 @@ def check_pulumi(pulumi_command: Any = None) -> list[dict[str, Any]]:
     return checks
 
 
-def check_home() -> dict[str, Any]:
+def check_home() -> JsonObject:
     from gpucluster.infra.pulumi import engine as automation
 
     try:

@@ -16,6 +16,9 @@ from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import project_id, provisioning
 
 if TYPE_CHECKING:
+    from gpucluster.lifecycle.teardown import Downed
+    from gpucluster.infra.contract import Plugin
+    from rich.console import Console
     from gpucluster.ledger.store import Ledger
 
 
@@ -86,7 +89,7 @@ def down(cluster, all_, cloud, force, any_owner, yes, as_json, project, ack_unwi
 
 
 def _targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | None,
-             project: str | None) -> tuple[dict[str, str], dict[str, Any], str | None]:
+             project: str | None) -> tuple[dict[str, str], dict[str, Plugin], str | None]:
     """The clusters to take down (name -> cloud), their backends (the one lookup: the lifecycle is
     given them) and the checked `--project`."""
     from gpucluster.infra.registry import plugin
@@ -99,7 +102,7 @@ def _targets(ledger: Ledger, cluster: str | None, all_: bool, cloud: str | None,
     return targets, backends, None if not project else check_project(project_id(project), targets, backends)
 
 
-def _check_context(ledger: Any, targets: dict[str, str], backends: dict[str, Any], context: str, all_: bool) -> None:
+def _check_context(ledger: Ledger, targets: dict[str, str], backends: dict[str, Plugin], context: str, all_: bool) -> None:
     """`--context`: one cluster, of a backend whose runs name a kubeconfig context, its runs made in that context
     (or in one the kubeconfig no longer holds); else one line, exit 2."""
     from gpucluster.lifecycle.teardown import run_records
@@ -115,7 +118,7 @@ def _check_context(ledger: Any, targets: dict[str, str], backends: dict[str, Any
         in_context(context, run_records(ledger, name))
 
 
-def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) -> None:
+def _offer_pulumi(targets: dict[str, str], backends: dict[str, Plugin], yes: bool) -> None:
     """The Pulumi CLI missing or too old: offer to install it; without it, down deletes by tag. A shared
     state without the team's passphrase stops here: nothing could be destroyed through it."""
     from gpucluster.infra.pulumi.state import StateSecretsMissing
@@ -129,7 +132,8 @@ def _offer_pulumi(targets: dict[str, str], backends: dict[str, Any], yes: bool) 
             pass
 
 
-def _take_down_one(out: Any, ledger: Ledger, name: str, chosen: Any, **how: Any) -> Any:
+def _take_down_one(out: Console, ledger: Ledger, name: str, chosen: Plugin, **how: Any) -> Downed:
+    # Any: `take_down`'s keyword arguments (force, project, ack_unwitnessed, any_owner, context)
     """One cluster down, with a terminal's status line (the clock, what is deleted of what was open,
     what it waits on), then its verdict."""
     from gpucluster.api.records import take_down_one
@@ -143,7 +147,7 @@ def _take_down_one(out: Any, ledger: Ledger, name: str, chosen: Any, **how: Any)
     return result
 
 
-def _name_owners(out: Any, ledger: Ledger, targets: dict[str, str], backends: dict[str, Any], project: str | None) -> None:
+def _name_owners(out: Console, ledger: Ledger, targets: dict[str, str], backends: dict[str, Plugin], project: str | None) -> None:
     """`--any-owner`: before the question, each owner whose resources would go (from a tag scan)."""
     from gpucluster.ownership import owners_of
     from gpucluster.lifecycle.teardown import ownership_of
@@ -165,7 +169,7 @@ def _name_owners(out: Any, ledger: Ledger, targets: dict[str, str], backends: di
             out.print(f"  left alone: {not_ours_line(lo)}", highlight=False)
 
 
-def _render(out: Any, result: Any, chosen: Any) -> None:
+def _render(out: Console, result: Downed, chosen: Plugin) -> None:
     from gpucluster.ownership import not_ours_line
 
     name, c, check = result.verdict["cluster"], result.verdict["cloud"], result.check

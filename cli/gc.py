@@ -8,7 +8,7 @@ question naming the owners) and `--stack STACK` (a standalone stack)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +18,13 @@ from gpucluster.infra.registry import provisioning
 from gpucluster.states import TeardownVerdict
 
 if TYPE_CHECKING:
+    from gpucluster.lifecycle.teardown import Collected, Collection
+    from gpucluster.domain import Leftover
+    from gpucluster.states import JsonObject
+    from collections.abc import Sequence
+
+    from rich.console import Console
+
     from gpucluster.ledger.store import Ledger
 
 
@@ -66,11 +73,8 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     namespaced = [c for c in clouds if c not in provisioning()]  # objects in namespaces the user names
     if namespaced:
         cloud = namespaced[0]
-        if len(clouds) > 1 or regions or project or any_owner or stacks or include_kept:
-            raise UsageError(f"gc --cloud {cloud} takes only --context, --namespace, --yes and --json "
-                             "(sweep the other clouds in another gc)")
-        if not namespaces:
-            raise UsageError(f"gc --cloud {cloud} needs --namespace NS (repeatable): it looks only where it is told")
+        others = len(clouds) > 1 or regions or project or any_owner or stacks or include_kept
+        _check_namespaced(cloud, bool(others), namespaces)
         from gpucluster.cli.gc_namespaces import sweep_namespaces
 
         return sweep_namespaces(cloud, context, namespaces, yes=yes, as_json=as_json)
@@ -89,15 +93,9 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
                        stacks=tuple(stacks), asked=bool(clouds))
     out = common.console(stderr=as_json)
     if sweep.not_installed:
-        out.print(f"gc finds cloud resources ({', '.join(provisioning())}) that gpucluster made and no run owns; not "
-                  f"looked for on {', '.join(sweep.not_installed)}: its package is not installed here (pip install "
-                  f"'gpucluster[{','.join(sweep.not_installed)}]') and no run of this home used it. local and ssh runs "
-                  "make no cloud resources (their processes: `gpucluster status`, `gpucluster down`)", highlight=False,
-                  markup=False)
+        _not_installed(out, sweep.not_installed)
     by_cloud, skipped = sweep.look()
     result = Collected(sweep.flat(by_cloud), skipped, not_ours=sweep.not_ours())
-    if sweep.live:
-        out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
     _left_alone(out, sweep)
     if result.found:
         result = _delete(out, sweep, result, by_cloud, yes=yes, named_owners=any_owner or bool(stacks))
@@ -107,7 +105,28 @@ def gc(clouds, context, namespaces, regions, project, include_kept, any_owner, o
     return int(ExitCode.OK if result.check.verified else ExitCode.LEFTOVERS)
 
 
-def _delete(out: Any, sweep: Any, result: Any, by_cloud: Any, *, yes: bool, named_owners: bool) -> Any:
+def _check_namespaced(cloud: str, others: bool, namespaces: tuple[str, ...]) -> None:
+    """gc --cloud kubernetes: no other cloud's options, and at least one --namespace."""
+    from gpucluster.errors import UsageError
+
+    if others:
+        raise UsageError(f"gc --cloud {cloud} takes only --context, --namespace, --yes and --json "
+                         "(sweep the other clouds in another gc)")
+    if not namespaces:
+        raise UsageError(f"gc --cloud {cloud} needs --namespace NS (repeatable): it looks only where it is told")
+
+
+def _not_installed(out: Console, not_installed: Sequence[str]) -> None:
+    """The clouds not looked on: their package is not installed here."""
+    out.print(f"gc finds cloud resources ({', '.join(provisioning())}) that gpucluster made and no run owns; not "
+              f"looked for on {', '.join(not_installed)}: its package is not installed here (pip install "
+              f"'gpucluster[{','.join(not_installed)}]') and no run of this home used it. local and ssh runs "
+              "make no cloud resources (their processes: `gpucluster status`, `gpucluster down`)", highlight=False,
+              markup=False)
+
+
+def _delete(out: Console, sweep: Collection, result: Collected, by_cloud: dict[str, list[Leftover]], *, yes: bool,
+            named_owners: bool) -> Collected:
     """List what was found, ask (naming the owners when others' were asked for), delete."""
     from gpucluster.ownership import owners_of
 
@@ -121,7 +140,7 @@ def _delete(out: Any, sweep: Any, result: Any, by_cloud: Any, *, yes: bool, name
     return result
 
 
-def _as_json(result: Any, sweep: Any) -> dict[str, Any]:
+def _as_json(result: Collected, sweep: Collection) -> JsonObject:
     return {"verdict": result.check.verdict, "found": [lo.to_dict() for lo in result.found],
             "deleted": [lo.to_dict() for lo in result.deleted], "errors": result.errors,
             "unchecked": result.skipped, "live_clusters": sorted(sweep.live),
@@ -134,10 +153,12 @@ def live_clusters(ledger: Ledger) -> set[str]:
     return live(ledger)
 
 
-def _left_alone(out: Any, sweep: Any) -> None:
-    """What is not ours, with owner, age and $/hour: listed, never deleted."""
+def _left_alone(out: Console, sweep: Collection) -> None:
+    """The kept clusters, and what is not ours, with owner, age and $/hour: listed, never deleted."""
     from gpucluster.ownership import age
 
+    if sweep.live:
+        out.print(f"kept clusters left alone: {', '.join(sorted(sweep.live))} (remove one with `gpucluster down NAME`)")
     foreign = sweep.not_ours()
     if not foreign:
         return
@@ -150,12 +171,12 @@ def _left_alone(out: Any, sweep: Any) -> None:
                   f"age {age(lo.since)}, {price}", highlight=False)
 
 
-def _list(out: Any, found: list[Any]) -> None:
+def _list(out: Console, found: list[Leftover]) -> None:
     for lo in found:
         out.print(f"  {lo.kind:<18} {lo.id:<40} {lo.region or '-':<14} {lo.detail}")
 
 
-def _render(out: Any, result: Any, where: str) -> None:
+def _render(out: Console, result: Collected, where: str) -> None:
     check = result.check
     if check.verified:
         gone = f"deleted {len(result.deleted)} resource(s); " if result.deleted else ""

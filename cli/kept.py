@@ -3,7 +3,7 @@ tunnel to one of its nodes; `--ssh-config` host aliases)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +12,10 @@ from gpucluster.cli.complete import complete_cluster
 from gpucluster.cli.options import options
 from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import UsageError, not_allowed
+
+if TYPE_CHECKING:
+    from gpucluster.domain import Cluster
+    from gpucluster.watch.launch import Forward
 
 JOB_OPTIONS = ("task_file", "workload", "epochs", "workload_args", "procs_per_node", "threads_per_proc", "max_restarts",
                "max_minutes", "max_cost", "stall_minutes", "data", "setup", "output", "collect", "collect_limit", "remote_python", "env",
@@ -23,7 +27,7 @@ class ExecCommand(TaskCommand):
     its cluster keys (resources, name, limits of the nodes) are the kept cluster's and are not used."""
 
     @staticmethod
-    def known_cloud(ctx: click.Context, opts: dict[str, Any]) -> str | None:
+    def known_cloud(ctx: click.Context, opts: dict[str, object]) -> str | None:
         """The kept cluster's cloud, from the ledger (the task file's cloud-only keys are checked
         against it); None when the ledger does not know the name (the command itself says so)."""
         name = opts.get("cluster")
@@ -123,24 +127,11 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
     from gpucluster.lifecycle.kept import access_dir, attach, find, node_count
-    from gpucluster.watch.launch import Forward
     from gpucluster.lifecycle.prepare import check_ssh_files
     from gpucluster.spec import ClusterSpec, normalize
 
-    if not target:
-        raise UsageError("name a cluster: gpucluster ssh CLUSTER [NODE] [-- COMMAND]")
-    name, rest = target[0], list(target[1:])
-    rank = 0
-    if rest and rest[0].isascii() and rest[0].isdigit():
-        rank = int(rest.pop(0))
-    if rest and rest[0] == "--":
-        rest.pop(0)
-    tunnels = [Forward.parse(f) for f in forwards]  # checked before anything is read
-    twice = sorted({f.local for f in tunnels if [t.local for t in tunnels].count(f.local) > 1})
-    if twice:
-        raise UsageError(f"-L: local port {twice[0]} is given twice; each -L needs a LOCAL port of its own")
-    if ssh_config and (tunnels or rest):
-        raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
+    name, rank, rest = _target(target)
+    tunnels = _tunnels(forwards, ssh_config, rest)
     check_ssh_files(identity, None)
     ledger = common.ledger()
     kept = find(ledger, name, in_use_ok=True)
@@ -155,12 +146,7 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     if not 0 <= rank < nodes:
         raise UsageError(not_allowed("node", rank, f"0 to {nodes - 1} (cluster {name} has {nodes} node(s))"))
     if ssh_config:
-        lines = launcher.ssh_config(cluster, access_dir(name, create=True))
-        click.echo(f"host aliases for cluster {name}: "
-                   + ", ".join(f"{name}-{n.rank}" for n in cluster.nodes) + f" ({name} is node 0)")
-        click.echo("add this line at the top of ~/.ssh/config (once):")
-        for line in lines:
-            click.echo(f"  {line}")
+        _print_ssh_config(launcher.ssh_config(cluster, access_dir(name, create=True)), name, cluster)
         return 0
     launcher.check_connect(cluster, rank, rest, tunnels)
     for f in tunnels:  # a taken port is refused here, before anything is opened (and by the backend again)
@@ -171,7 +157,42 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     return launcher.connect(cluster, rank, rest, tunnels)
 
 
-def check_free(forward: Any) -> None:
+def _target(target: tuple[str, ...]) -> tuple[str, int, list[str]]:
+    """CLUSTER [NODE] [-- COMMAND...] -> (cluster, node rank, command)."""
+    if not target:
+        raise UsageError("name a cluster: gpucluster ssh CLUSTER [NODE] [-- COMMAND]")
+    name, rest = target[0], list(target[1:])
+    rank = 0
+    if rest and rest[0].isascii() and rest[0].isdigit():
+        rank = int(rest.pop(0))
+    if rest and rest[0] == "--":
+        rest.pop(0)
+    return name, rank, rest
+
+
+def _tunnels(forwards: tuple[str, ...], ssh_config: bool, rest: list[str]) -> list[Forward]:
+    """-L LOCAL:HOST:REMOTE, each LOCAL port once; none (nor a command) with --ssh-config."""
+    from gpucluster.watch.launch import Forward
+
+    tunnels = [Forward.parse(f) for f in forwards]  # checked before anything is read
+    twice = sorted({f.local for f in tunnels if [t.local for t in tunnels].count(f.local) > 1})
+    if twice:
+        raise UsageError(f"-L: local port {twice[0]} is given twice; each -L needs a LOCAL port of its own")
+    if ssh_config and (tunnels or rest):
+        raise UsageError("--ssh-config writes host aliases; give -L or a command without it")
+    return tunnels
+
+
+def _print_ssh_config(lines: list[str], name: str, cluster: Cluster) -> None:
+    """--ssh-config: the aliases written, and the Include line for ~/.ssh/config."""
+    click.echo(f"host aliases for cluster {name}: "
+               + ", ".join(f"{name}-{n.rank}" for n in cluster.nodes) + f" ({name} is node 0)")
+    click.echo("add this line at the top of ~/.ssh/config (once):")
+    for line in lines:
+        click.echo(f"  {line}")
+
+
+def check_free(forward: Forward) -> None:
     """-L LOCAL: 127.0.0.1:LOCAL can be listened on here (UsageError naming it otherwise)."""
     import socket
 

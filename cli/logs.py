@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from gpucluster.cli import common
 from gpucluster.cli.complete import complete_run_id
 from gpucluster.states import RunStatus
+
+if TYPE_CHECKING:
+    from gpucluster.api.records import LogLine
+    from gpucluster.states import JsonObject
 
 
 # metric records gpucluster itself adds to a node's log (sampler, announcer), not the job's
@@ -56,7 +60,7 @@ def logs(run_id, node, follow, tail, metrics, raw):
                    err=True)
     view = LineView(raw=raw, metrics=metrics, prefix=(run.run.nodes or 1) > 1 and node is None and not raw)
 
-    def echo(batch: list[Any], first: bool = False) -> None:
+    def echo(batch: list[LogLine], first: bool = False) -> None:
         by_node: dict[int, list[str]] = {}
         for line in batch:
             text = view.show(f"node-{line.node}", line.text)
@@ -103,7 +107,7 @@ class LineView:
         return f"[{stem.replace('-', ' ')}] {line}" if self.prefix else line
 
 
-def summarize(record: dict[str, Any]) -> str:
+def summarize(record: JsonObject) -> str:
     """One short line for a metric record: the formats of the live console (`render.metric_parts`)."""
     from gpucluster.cli.render import fmt_bytes, fmt_secs, metric_parts
 

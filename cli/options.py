@@ -8,7 +8,7 @@ here and its name in the commands that take it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import click
 
@@ -28,7 +28,8 @@ class Int(click.IntRange):
         self.what, self.later = what, later
         self.low, self.high = low, high  # click's min and max, typed as given
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        # Any: an int, or with `later` the value as given (the core checks it against the other flag)
         try:
             return parse_int(self.what, value, low=self.low, high=self.high)
         except UsageError:
@@ -45,9 +46,9 @@ class Float(click.FloatRange):
         self.what, self.allowed = what, allowed
         self.low, self.high = low, high  # click's min and max, typed as given
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
-            number = float(value)
+            number = float(value) if isinstance(value, (str, int, float)) else float("nan")
         except (TypeError, ValueError):
             number = float("nan")
         if not (number > self.low and (self.high is None or number <= self.high)):
@@ -60,7 +61,7 @@ class Money(click.ParamType):
 
     name = "usd"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         from gpucluster.costing.guards import parse_cost
 
         return value if isinstance(value, float) else parse_cost(value)
@@ -71,7 +72,7 @@ class Stall(click.ParamType):
 
     name = "minutes"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         from gpucluster.costing.guards import parse_stall
 
         return value if isinstance(value, float) else parse_stall(value)
@@ -83,7 +84,7 @@ _DATA_HELP = ("A local folder staged to every node (repeatable); the first is $G
               "with read-only access to just that prefix (DEST after the last ':').")
 _PROJECT_HELP = "gcp: the project [default: stack config, GOOGLE_PROJECT... env, gcloud config, then the ADC project]."
 
-def _use_state(ctx: Any, param: Any, value: Any) -> Any:
+def _use_state(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--state URL: checked for form, then the command's Pulumi state (GPUCLUSTER_STATE)."""
     if value:
         import os
@@ -95,7 +96,7 @@ def _use_state(ctx: Any, param: Any, value: Any) -> Any:
 
 
 # name -> (flags, Click keyword arguments)
-OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {  # Any: Click's keyword arguments
     "cloud": (("--cloud",), dict(default="local", metavar="|".join(CLOUDS) + "|auto|A,B",
                                  help="Where the cluster runs [default: the task file's, GPUCLUSTER_CLOUD, the "
                                       "config file's cloud, else local]; auto or a list (aws,gcp): the cheapest "
@@ -291,10 +292,13 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def options(*names: str, **changes: dict[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def options(*names: str, **changes: dict[str, Any]) -> Callable[[F], F]:  # Any: Click's keyword arguments
     """Click decorators for the named options, in the order given (as `--help` lists them)."""
 
-    def apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(fn: F) -> F:
         for name in reversed(names):
             flags, kw = OPTIONS[name]
             fn = click.option(*flags, **{**kw, **changes.get(name, {})})(fn)

@@ -11,7 +11,20 @@ from gpucluster.errors import UsageError
 from gpucluster.plan.placement import wanted  # noqa: F401 (the commands ask it through here)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from decimal import Decimal
+
+    from rich.console import Console
+
+    from gpucluster.domain import Provider
+    from gpucluster.infra.contract import Plugin
     from gpucluster.ledger.store import Ledger
+    from gpucluster.lifecycle.prepare import Prepared, Request
+    from gpucluster.lifecycle.recovery import ChainOutcome, Policy
+    from gpucluster.lifecycle.steps import RunUI
+    from gpucluster.plan.placement import Candidate, Placement
+    from gpucluster.spec import ClusterSpec
+    from gpucluster.states import JsonObject
 
 
 def placeable() -> tuple[str, ...]:
@@ -21,8 +34,9 @@ def placeable() -> tuple[str, ...]:
     return tuple(c for c in provisioning() if c in priced())
 
 
-def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: bool = True, given: Any = None,
-             **request: Any) -> tuple[Any, Any, Any]:
+def prepared(flags: dict[str, Any], *, provider_for: Callable[[str], Provider] | None = None, strict_prices: bool = True,
+             given: Mapping[str, tuple[tuple[str, ...], object]] | None = None, **request: Any) -> tuple[Plugin, Prepared, Placement | None]:
+    # Any: the command's flags and `request` are `prepare.Request`'s fields, each of its own type
     """(the chosen cloud's plugin, its plan, the Placement or None) for a command's flags (`prepare.Request`'s
     fields plus `max_hourly` and `max_attempts`, taken out here; `request`: more of its fields). One cloud
     and one region, with neither limit: the plan as before (no placement). `provider_for(cloud)`: a
@@ -62,7 +76,7 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
 
         check_place({c: b for c, b in backends.items() if "project" in b.traits.flags}, project=req.project)
 
-    def one(r: Any, backend: Any) -> Any:  # each cloud gets the cloud-only flags it takes (--project: gcp)
+    def one(r: Request, backend: Plugin) -> Prepared:  # each cloud gets the cloud-only flags it takes (--project: gcp)
         r = replace(r, **own[backend.name])
         return prepare(r, backend, provider=provider_for(r.cloud) if provider_for else None, strict_prices=True)
 
@@ -73,14 +87,14 @@ def prepared(flags: dict[str, Any], *, provider_for: Any = None, strict_prices: 
     return backends[placement.chosen.cloud], placement.chosen.plan, placement
 
 
-def bucket_facts(cloud: str) -> Any:
+def bucket_facts(cloud: str) -> Callable[[str], tuple[str | None, int | None]] | None:
     """`cloud`'s bucket lookup (URL -> its region, the bytes under it), or None where it has none."""
     from gpucluster.infra.registry import plugin
 
     return plugin(cloud).ops.bucket_facts
 
 
-def _without_credentials(backends: dict[str, Any]) -> dict[str, str]:
+def _without_credentials(backends: dict[str, Plugin]) -> dict[str, str]:
     """`--cloud auto` places on the clouds whose credentials this machine has: cloud -> what was looked
     for, for the others; none has them: exit 2 naming what was looked for."""
     absent = {c: why for c, b in backends.items() if b.ops.credentials_found is not None
@@ -91,7 +105,8 @@ def _without_credentials(backends: dict[str, Any]) -> dict[str, str]:
     return absent
 
 
-def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _own_flags(req: Request, backends: dict[str, Plugin]) -> dict[str, dict[str, Any]]:
+    # Any: `Request`'s defaults, each field of its own type
     """Per cloud, the cloud-only flags given that it does not take, set back to their defaults (it would
     refuse them); a flag none of the clouds takes is refused, as `run --cloud X` refuses it."""
     from dataclasses import MISSING, fields
@@ -109,7 +124,9 @@ def _own_flags(req: Any, backends: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c: {k: defaults[k] for k in given if k not in b.traits.flags} for c, b in backends.items()}
 
 
-def run_failover(placement: Any, *, ledger: Ledger, ui: Any, keep: bool, reprice: Any, policy_of: Any) -> Any:
+def run_failover(placement: Placement, *, ledger: Ledger, ui: RunUI | None, keep: bool,
+                 reprice: Callable[[Plugin], Callable[[ClusterSpec], JsonObject | None] | None],
+                 policy_of: Callable[[Policy | None], Policy | None]) -> ChainOutcome:
     """`run` on a placement: the chosen candidate, then the next on capacity or quota errors
     (gpucluster.lifecycle.failover); each candidate's plan with the run's policy, linked to the last attempt."""
     from gpucluster.lifecycle.failover import run_placed
@@ -118,7 +135,7 @@ def run_failover(placement: Any, *, ledger: Ledger, ui: Any, keep: bool, reprice
 
     backends = {c.cloud: plugin(c.cloud) for c in placement.tried}
 
-    def one(cand: Any, after: str | None) -> Any:
+    def one(cand: Candidate, after: str | None) -> ChainOutcome:
         plan, backend = cand.plan, backends[cand.cloud]
         plan.policy = policy_of(plan.policy)
         if after is not None and plan.resumed_from is None:  # the chain `show` and `cost report` follow
@@ -128,7 +145,7 @@ def run_failover(placement: Any, *, ledger: Ledger, ui: Any, keep: bool, reprice
     return run_placed(placement, ledger=ledger, ui=ui, backends=backends, run_one=one)
 
 
-def check_regions(asked: str | None, backends: dict[str, Any]) -> None:
+def check_regions(asked: str | None, backends: Mapping[str, Plugin]) -> None:
     """Each region of a --region list is one at least one of the clouds knows; else exit 2 naming it."""
     from gpucluster.plan.placement import AUTO, split_list, knows_region
 
@@ -140,7 +157,7 @@ def check_regions(asked: str | None, backends: dict[str, Any]) -> None:
                              "(`gpucluster prices` lists the regions priced)")
 
 
-def print_placement(out: Any, placement: Any, top: int = 10) -> None:
+def print_placement(out: Console, placement: Placement, top: int = 10) -> None:
     """The ranking as the plan shows it (and `cost estimate --cloud auto`)."""
     from gpucluster.cli.tables import Col, fitted
     from gpucluster.plan.placement import table_rows
@@ -155,8 +172,9 @@ def print_placement(out: Any, placement: Any, top: int = 10) -> None:
     out.print(fitted(out.width, cols, table_rows(placement, top)))
 
 
-def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_hourly: str | None, as_json: bool,
-                    hours: Any, shape: dict[str, Any]) -> None:
+def estimate_placed(build_spec: Callable[..., ClusterSpec], cloud: str | None, region: str | None,
+                    max_hourly: str | None, as_json: bool, hours: float | str | Decimal | None,
+                    shape: dict[str, Any]) -> None:  # Any: the shape's flags, each of its own type
     """`cost estimate --cloud auto|A,B` / `--region auto|A,B`: every candidate priced as a one-cloud estimate
     is, ranked (gpucluster.plan.placement); the table, or its JSON."""
     from dataclasses import replace
@@ -173,7 +191,7 @@ def estimate_placed(build_spec: Any, cloud: str | None, region: str | None, max_
     check_regions(region, backends)
     span = Decimal(str(hours if hours is not None else "1"))
 
-    def one(req: Any, backend: Any) -> Any:
+    def one(req: Request, backend: Plugin) -> SimpleNamespace:
         given = {**shape, "zone": req.zone, "instance_type": req.instance_type}  # each machine of a place
         spec = resolve(normalize(build_spec(**given, cloud=req.cloud, region=req.region), backend), backend)
         validate(spec, backend)

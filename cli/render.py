@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpucluster.domain import UNWITNESSED
-from gpucluster.states import RunStatus, TeardownVerdict
+from gpucluster.states import JsonMapping, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
-    from gpucluster.ledger.records import NodeRow, RunRecord
+    from collections.abc import Callable
+    from gpucluster.states import JsonObject
+    from gpucluster.ledger.records import NodeRow, RunRecord, RunRow, SetupRecord, StageRecord
 
 NODE_STYLES = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -42,7 +44,7 @@ _METRIC_FORMATS = (("epoch", "epoch {}"), ("step", "step {}"), ("loss", "loss {:
                    ("world_size", "world size {}"), ("rank", "rank {}"))
 
 
-def metric_parts(values: dict[str, Any], keys: tuple[str, ...] | None = None) -> list[str]:
+def metric_parts(values: JsonMapping, keys: tuple[str, ...] | None = None) -> list[str]:
     """'loss 0.1234', 'acc 98.05%', ... for the metrics present: one format for every display."""
     parts = []
     for key, fmt in _METRIC_FORMATS:
@@ -56,7 +58,7 @@ def metric_parts(values: dict[str, Any], keys: tuple[str, ...] | None = None) ->
     return parts
 
 
-def fmt_metric(record: dict[str, Any]) -> str:
+def fmt_metric(record: JsonObject) -> str:
     kind = record.get("kind")
     keys: tuple[str, ...] = ("epoch", "step", "loss", "accuracy", "samples_per_s", "train_time_s")
     if kind != "epoch":
@@ -75,7 +77,7 @@ class RichRunUI:
     tracebacks) stays in the node logs."""
 
     def __init__(self, console: Console, *, quiet: bool = False, epochs: int | None = None,
-                 watch: Any = None):
+                 watch: Callable[[str], str | None] | None = None):
         self.console = console
         self.quiet = quiet
         self.epochs = epochs
@@ -83,7 +85,7 @@ class RichRunUI:
         self.phase_name = "prepare"
         self.t0 = time.monotonic()
         self.phase_t0 = self.t0
-        self.state: dict[str, Any] = {}
+        self.state: JsonObject = {}
         self.live = None
         self.stopped = False
         if console.is_terminal:
@@ -150,7 +152,7 @@ class RichRunUI:
             return
         self._print(node_rank, Text(text))
 
-    def metric(self, node_rank: int | None, record: dict[str, Any]) -> None:
+    def metric(self, node_rank: int | None, record: JsonObject) -> None:
         if record.get("kind") == "text_metric" and node_rank == 0:  # a script's printed loss: the status line too
             self.state.update({k: record[k] for k in ("epoch", "loss", "accuracy") if record.get(k) is not None})
             self._refresh()
@@ -228,12 +230,41 @@ def phase_rows(record: RunRecord) -> list[tuple[str, float | None, str]]:
     return [(p.name, p.seconds, p.status or "running") for p in record.phases]
 
 
+_STATUS_STYLES = {RunStatus.SUCCEEDED: "bold green", RunStatus.FAILED: "bold red", RunStatus.INTERRUPTED: "bold yellow",
+                  RunStatus.STOPPED: "bold yellow"}
+
+
 def run_report(console: Console, record: RunRecord) -> None:
-    """The report printed at the end of `run`, and by `show`."""
-    run = record.run
-    styles = {RunStatus.SUCCEEDED: "bold green", RunStatus.FAILED: "bold red", RunStatus.INTERRUPTED: "bold yellow",
-              RunStatus.STOPPED: "bold yellow"}
-    style = styles.get(run.status, "bold") if run.status else "bold"
+    """The report printed at the end of `run`, and by `show`: one step per section."""
+    _head_lines(console, record.run)
+    resume_lines(console, record)
+    _phases_table(console, record)
+    if record.staging:
+        _staging_line(console, record.staging)
+    if record.setup:
+        _setup_line(console, record.run, record.setup)
+    _result_line(console, record.run.metrics or {})
+
+    from gpucluster.ledger.trained import training_warnings
+
+    for warning in training_warnings(record):  # every world size 1, no process group, no sign of training
+        console.print(Text(warning, style="yellow"), highlight=False)
+    if record.nodes:
+        _nodes_section(console, record.run, record.nodes)
+    outputs_lines(console, record)
+    teardown_lines(console, record)
+    cost = record.cost
+    if cost and cost.get("total") is not None:
+        from gpucluster.cli.cost import render_run_cost
+
+        render_run_cost(cost, console)
+    if record.run.log_dir:
+        console.print(f"logs: {record.run.log_dir}", highlight=False)
+
+
+def _head_lines(console: Console, run: RunRow) -> None:
+    """`run <id> STATUS  cloud  cluster  nodes  wall`, and the failure reason."""
+    style = _STATUS_STYLES.get(run.status, "bold") if run.status else "bold"
     head = Text()
     head.append(f"run {run.id} ", style="bold")
     head.append(str(run.status).upper(), style=style)
@@ -241,8 +272,9 @@ def run_report(console: Console, record: RunRecord) -> None:
     console.print(head, highlight=False)
     if run.failure:
         console.print(Text(f"reason: {run.failure}", style="red"), highlight=False)
-    resume_lines(console, record)
 
+
+def _phases_table(console: Console, record: RunRecord) -> None:
     t = Table(title="phases", show_edge=False, title_justify="left")
     t.add_column("phase")
     t.add_column("time", justify="right")
@@ -251,74 +283,70 @@ def run_report(console: Console, record: RunRecord) -> None:
         t.add_row(name, fmt_secs(dur), st)
     console.print(t)
 
-    staged = record.staging
-    if staged:
-        sent, fetched = sum(r.sent_bytes for r in staged), sum(r.fetched_bytes for r in staged)
-        total = sum(r.bytes for r in staged) - fetched  # what went through the cache
-        # cache hits only when there were some (a cold cache sends everything, plus tar's headers)
-        counted = [r for r in staged if r.sent_files is not None and not r.fetched_bytes]
-        files = sum(r.files for r in counted)
-        hits = files - sum(r.sent_files or 0 for r in counted)
-        console.print(f"data: {staged[0].files} file(s), {fmt_bytes(staged[0].bytes)} on each of "
-                      f"{len(staged)} node(s); "
-                      + (f"sent {fmt_bytes(sent)}" + (f" ({hits} of {files} file(s) were in the nodes' cache)"
-                                                      if hits else "") + ", " if total else "")
-                      + (f"{fmt_bytes(fetched)} fetched by the nodes from object storage, " if fetched else "")
-                      + f"slowest node {fmt_secs(max(r.seconds for r in staged))}", highlight=False)
-    setups = record.setup
-    if setups:
-        ok = [r for r in setups if r.rc == 0]
-        console.print(f"setup: {len(ok)} of {run.nodes} node(s) succeeded"
-                      + (f", slowest {fmt_secs(max(r.seconds for r in ok))}" if ok else "")
-                      + "".join(f"; node {r.node_rank} failed with exit code {r.rc}"
-                                for r in setups if r.rc != 0), highlight=False)
 
-    m = run.metrics or {}
-    if m:
-        bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
-        if m.get("train_time_s") is not None:
-            bits.append(f"training {fmt_secs(m['train_time_s'])}")
-        if bits and m.get("metrics_source") == "text":  # read from the job's printed lines (text_metrics)
-            names = [repr(m[k]) for k in ("loss_name", "accuracy_name") if m.get(k)]
-            bits.append(f"as node {m.get('text_node', 0)} last printed {' and '.join(names)}")
-        if bits:  # a script that reports no metrics gets no empty `result:` line
-            console.print("result: " + ", ".join(bits), highlight=False)
+def _staging_line(console: Console, staged: list[StageRecord]) -> None:
+    """--data: what each node holds, what was sent (and the cache hits), fetched, the slowest node."""
+    sent, fetched = sum(r.sent_bytes for r in staged), sum(r.fetched_bytes for r in staged)
+    total = sum(r.bytes for r in staged) - fetched  # what went through the cache
+    # cache hits only when there were some (a cold cache sends everything, plus tar's headers)
+    counted = [r for r in staged if r.sent_files is not None and not r.fetched_bytes]
+    files = sum(r.files for r in counted)
+    hits = files - sum(r.sent_files or 0 for r in counted)
+    console.print(f"data: {staged[0].files} file(s), {fmt_bytes(staged[0].bytes)} on each of "
+                  f"{len(staged)} node(s); "
+                  + (f"sent {fmt_bytes(sent)}" + (f" ({hits} of {files} file(s) were in the nodes' cache)"
+                                                  if hits else "") + ", " if total else "")
+                  + (f"{fmt_bytes(fetched)} fetched by the nodes from object storage, " if fetched else "")
+                  + f"slowest node {fmt_secs(max(r.seconds for r in staged))}", highlight=False)
 
-    from gpucluster.ledger.trained import training_warnings
 
-    for warning in training_warnings(record):  # every world size 1, no process group, no sign of training
-        console.print(Text(warning, style="yellow"), highlight=False)
+def _setup_line(console: Console, run: RunRow, setups: list[SetupRecord]) -> None:
+    """--setup: how many nodes succeeded, the slowest, each failure's exit code."""
+    ok = [r for r in setups if r.rc == 0]
+    console.print(f"setup: {len(ok)} of {run.nodes} node(s) succeeded"
+                  + (f", slowest {fmt_secs(max(r.seconds for r in ok))}" if ok else "")
+                  + "".join(f"; node {r.node_rank} failed with exit code {r.rc}"
+                            for r in setups if r.rc != 0), highlight=False)
 
-    nodes = record.nodes
-    if nodes:
-        n = Table(title="nodes", show_edge=False, title_justify="left")
-        n.add_column("node")
-        n.add_column("host")
-        n.add_column("exit")
-        for r in nodes:
-            code = r.exit_code
-            n.add_row(str(r.node_rank), r.host or "-",
-                      Text("killed" if code is None else str(code), style="green" if code == 0 else "red"))
-        console.print(n)
-        failed = [r for r in nodes if r.exit_code not in (0,)]
-        for r in named_node(run.failure, nodes) or failed[:1]:
-            from gpucluster.ledger.node_output import worker_lines
 
-            lines = [ln for ln in worker_lines(r.last_lines or []) if "@gpucluster-metric" not in ln][-10:]
-            if lines:
-                console.print(Text(f"last lines of node {r.node_rank}:", style="bold"), highlight=False)
-                for ln in lines:
-                    console.print(Text("  " + ln), highlight=False)
+def _result_line(console: Console, m: JsonMapping) -> None:
+    """`result: ...` from the run's metric summary (none for a script that reports no metrics)."""
+    if not m:
+        return
+    bits = metric_parts(m, ("accuracy", "loss", "samples_per_s", "world_size"))
+    if m.get("train_time_s") is not None:
+        bits.append(f"training {fmt_secs(m['train_time_s'])}")
+    if bits and m.get("metrics_source") == "text":  # read from the job's printed lines (text_metrics)
+        names = [repr(m[k]) for k in ("loss_name", "accuracy_name") if m.get(k)]
+        bits.append(f"as node {m.get('text_node', 0)} last printed {' and '.join(names)}")
+    if bits:  # a script that reports no metrics gets no empty `result:` line
+        console.print("result: " + ", ".join(bits), highlight=False)
 
-    outputs_lines(console, record)
-    teardown_lines(console, record)
-    cost = record.cost
-    if cost and cost.get("total") is not None:
-        from gpucluster.cli.cost import render_run_cost
 
-        render_run_cost(cost, console)
-    if run.log_dir:
-        console.print(f"logs: {run.log_dir}", highlight=False)
+def _nodes_section(console: Console, run: RunRow, nodes: list[NodeRow]) -> None:
+    """The nodes' exit codes, then the last lines of the node the failure names (or the first failed)."""
+    n = Table(title="nodes", show_edge=False, title_justify="left")
+    n.add_column("node")
+    n.add_column("host")
+    n.add_column("exit")
+    for r in nodes:
+        code = r.exit_code
+        n.add_row(str(r.node_rank), r.host or "-",
+                  Text("killed" if code is None else str(code), style="green" if code == 0 else "red"))
+    console.print(n)
+    failed = [r for r in nodes if r.exit_code not in (0,)]
+    for r in named_node(run.failure, nodes) or failed[:1]:
+        _last_lines(console, r)
+
+
+def _last_lines(console: Console, r: NodeRow) -> None:
+    from gpucluster.ledger.node_output import worker_lines
+
+    lines = [ln for ln in worker_lines(r.last_lines or []) if "@gpucluster-metric" not in ln][-10:]
+    if lines:
+        console.print(Text(f"last lines of node {r.node_rank}:", style="bold"), highlight=False)
+        for ln in lines:
+            console.print(Text("  " + ln), highlight=False)
 
 
 def named_node(failure: str | None, nodes: list[NodeRow]) -> list[NodeRow]:
@@ -381,7 +409,7 @@ def outputs_lines(console: Console, record: RunRecord) -> None:
     console.print(f"outputs: {summary([dataclasses.asdict(o) for o in outputs])}", highlight=False)
 
 
-def _verified_detail(cloud: Any) -> str:
+def _verified_detail(cloud: str | None) -> str:
     """What a verified teardown rests on, in the backend's words (a cloud the registry does not
     know: the contract's default)."""
     from gpucluster.errors import UsageError
@@ -389,6 +417,8 @@ def _verified_detail(cloud: Any) -> str:
     from gpucluster.infra.registry import traits
 
     try:
+        if cloud is None:  # a row without a cloud: a cloud the registry does not know
+            raise UsageError("no cloud recorded")
         return traits(cloud).verified_detail
     except UsageError:
         return Traits("", 0, ()).verified_detail

@@ -18,6 +18,12 @@ from gpucluster.infra.contract import Capability
 from gpucluster.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
+    from gpucluster.lifecycle.steps import RunOutcome
+    from gpucluster.lifecycle.recovery import ChainOutcome
+    from gpucluster.lifecycle.prepare import Prepared
+    from gpucluster.ledger.records import RunRecord
+    from gpucluster.infra.contract import Plugin
+    from rich.console import Console
     from gpucluster.ledger.store import Ledger
 
 
@@ -94,7 +100,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
     return ledger_kept_true(ledger, int(result.exit_code))  # a record written into a file that is gone: said last, exit 3
 
 
-def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
+def _said_after(out: Console, result: ChainOutcome, cluster: str, as_json: bool) -> None:
     """After the report: why recovery stopped, and a ledger that could not be kept true (exit 3)."""
     if result.stopped and not as_json:
         out.print(f"recovery stopped: {result.stopped}", highlight=False)
@@ -111,7 +117,7 @@ def _said_after(out: Any, result: Any, cluster: str, as_json: bool) -> None:
         click.echo(f"gpucluster: error: {record_line(result.final.record_error, cluster)}", err=True)
 
 
-def with_attempts(ledger: Ledger, record: Any) -> Any:
+def with_attempts(ledger: Ledger, record: RunRecord | None) -> RunRecord | None:
     """The record with its chain's attempts (`show`, `run`): only for a chain that has attempts
     (a recovered run), so every other record prints as it always has."""
     if record is None or len(record.chain) < 2:
@@ -122,7 +128,7 @@ def with_attempts(ledger: Ledger, record: Any) -> Any:
     return replace(record, attempts=rows) if any(r.get("interruption") for r in rows) else record
 
 
-def as_ended(record: Any, outcome: Any) -> Any:
+def as_ended(record: RunRecord | None, outcome: RunOutcome) -> RunRecord | None:
     """The record to report: the ledger's, except where the ledger could not be written (a full or
     read-only home, a lock held past the wait): its row may still say `running` with no teardown,
     while the run has ended and torn down. Then what the run knows in memory is shown (issue 45
@@ -135,8 +141,11 @@ def as_ended(record: Any, outcome: Any) -> Any:
     return replace(record, run=run)
 
 
-def report(out: Any, record: Any, as_json: bool) -> None:
-    """The run's record: as JSON on stdout, or the rendered report."""
+def report(out: Console, record: RunRecord | None, as_json: bool) -> None:
+    """The run's record: as JSON on stdout, or the rendered report (a record the ledger does not hold: said)."""
+    if record is None:  # its row gone from the ledger since the run ended (a ledger deleted or replaced meanwhile)
+        click.echo("gpucluster: error: the run's record is not in the ledger; there is no report to show", err=True)
+        return
     if as_json:
         click.echo(json.dumps(record.to_dict(), indent=2, default=str))
         return
@@ -146,7 +155,7 @@ def report(out: Any, record: Any, as_json: bool) -> None:
     run_report(out, record)
 
 
-def confirm_billable(chosen: Any, yes: bool, what: str, question: str) -> None:
+def confirm_billable(chosen: Plugin, yes: bool, what: str, question: str) -> None:
     """Ask before creating billable resources (aws, gcp); without a terminal, --yes is needed."""
     if not chosen.can(Capability.PROVISIONS) or yes:
         return
@@ -156,9 +165,9 @@ def confirm_billable(chosen: Any, yes: bool, what: str, question: str) -> None:
         raise click.exceptions.Abort()
 
 
-def print_plan(out: Any, plan: Any) -> None:
+def print_plan(out: Console, plan: Prepared) -> None:
     """What will happen and what it is estimated to cost."""
-    job = plan.job
+    job = plan.needs_job()
     out.print(f"[bold]plan[/bold]: {plan.plan_line} as cluster {plan.spec.name}, run {job.run_id}: {job.display}",
               highlight=False)
     for line in plan.bounds:  # how long the nodes may take to be ready, and how long they live

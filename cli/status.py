@@ -13,13 +13,18 @@ from gpucluster.cli import common
 from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.registry import provisioning
-from gpucluster.states import RunStatus, TeardownVerdict
+from gpucluster.states import JsonObject, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from gpucluster.ledger.records import RunRecord, RunRow
+    from rich.console import Console
+    from gpucluster.ledger.store import Ledger
     from gpucluster.lifecycle.teardown import CensusRow
 
 
-def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None) -> dict[int, tuple[float, str]]:
+def ended_resources(cloud: str, rows: list[JsonObject], lifetime: int | None) -> dict[int, tuple[float, str]]:
     """Ask the cluster's cloud which of its open rows no longer bill, and since when
     (`Operations.gone_at`; aws: instances the dead-man switch or a spot reclaim terminated)."""
     from gpucluster.infra.registry import NAMES, plugin
@@ -28,43 +33,83 @@ def ended_resources(cloud: str, rows: list[dict[str, Any]], lifetime: int | None
     return ask(rows, lifetime) if ask is not None else {}
 
 
-def close_ended(ledger: Any, now: float) -> dict[str, tuple[list[str], int]]:
+def close_ended(ledger: Ledger, now: float) -> dict[str, tuple[list[str], int]]:
     """For every cluster not in use (kept, or its process gone), close the rows of resources the
     cloud says are gone, at the end it reports, so their cost stops there; {cluster: (notes, rows closed)}."""
     from gpucluster.lifecycle.owner import owner as lock_owner
 
-    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    by_cluster: dict[str, list[JsonObject]] = {}
     for res in ledger.open_resources():
         by_cluster.setdefault(res["cluster"], []).append(res)
     notes: dict[str, tuple[list[str], int]] = {}
     for cluster, rows in by_cluster.items():
         if lock_owner(cluster):
             continue  # a run or command is using it: it records its own resources
-        latest = max((ledger.get_run(rid) for rid in {r["run_id"] for r in rows}), key=lambda x: x.run.created_at).run
-        lifetime = (latest.spec or {}).get("max_lifetime_minutes")
-        try:
-            ended = ended_resources(rows[0]["cloud"], rows, lifetime)
-        except Exception as exc:  # noqa: BLE001 - any failure to ask the cloud (credentials, network) is a note
-            notes[cluster] = ([f"not checked with {rows[0]['cloud']} ({type(exc).__name__}: {str(exc)[:160]}): "
-                               "cost accrues up to now"], 0)
-            continue
-        for res in rows:
-            if res["id"] in ended:
-                end, how = ended[res["id"]]
-                ledger.resource_deleted(res["run_id"], res["kind"], res["name"], now=min(end, now))
-                said, closed = notes.get(cluster, ([], 0))
-                notes[cluster] = ([*said, f"{res['kind']} {res.get('cloud_id') or res['name']}: {how}"], closed + 1)
+        _close_cluster(ledger, cluster, rows, now, notes)
     return notes
 
 
-def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) -> list[dict[str, Any]]:
+def _latest_run(runs: list[RunRecord]) -> RunRow:
+    return max(runs, key=lambda x: x.run.created_at or 0).run
+
+
+def _read_runs(ledger: Ledger, run_ids: Iterable[str], links: Mapping[str, tuple] | None = None) -> list[RunRecord]:
+    """The runs of these ids that the ledger still holds (one may vanish between the list and the read:
+    `runs --prune` in another process)."""
+    got = (ledger.get_run(rid, links=links) for rid in run_ids)
+    return [rec for rec in got if rec is not None]
+
+
+def _close_cluster(ledger: Ledger, cluster: str, rows: list[JsonObject], now: float,
+                   notes: dict[str, tuple[list[str], int]]) -> None:
+    """One cluster's open rows: ask its cloud which ended, close those, note each (or why none was asked)."""
+    runs = _read_runs(ledger, {r["run_id"] for r in rows})
+    lifetime = (_latest_run(runs).spec or {}).get("max_lifetime_minutes") if runs else None
+    try:
+        ended = ended_resources(rows[0]["cloud"], rows, lifetime)
+    except Exception as exc:  # noqa: BLE001 - any failure to ask the cloud (credentials, network) is a note
+        notes[cluster] = ([f"not checked with {rows[0]['cloud']} ({type(exc).__name__}: {str(exc)[:160]}): "
+                           "cost accrues up to now"], 0)
+        return
+    for res in rows:
+        if res["id"] in ended:
+            end, how = ended[res["id"]]
+            ledger.resource_deleted(res["run_id"], res["kind"], res["name"], now=min(end, now))
+            said, closed = notes.get(cluster, ([], 0))
+            notes[cluster] = ([*said, f"{res['kind']} {res.get('cloud_id') or res['name']}: {how}"], closed + 1)
+
+
+def cluster_rows(ledger: Ledger, now: float | None = None, observe: bool = True) -> list[JsonObject]:
     """Clusters that may still exist (open ledger rows), with age, hourly and accrued cost; with
     `observe`, first closes the rows of resources the cloud says are gone (`close_ended`)."""
-    from gpucluster.lifecycle.owner import owner as lock_owner
-
     now = time.time() if now is None else now
     observed = close_ended(ledger, now) if observe else {}
-    rows: dict[str, dict[str, Any]] = {}
+    rows = _open_clusters(ledger, now)
+    out = []
+    links = ledger.resume_links() if rows else {}  # read once, not once per run
+    for r in rows.values():
+        runs = _read_runs(ledger, sorted(r["runs"]), links)
+        if not runs:  # every run of its rows vanished from the ledger since they were listed
+            continue
+        latest = _latest_run(runs)
+        r["runs"] = sorted(r["runs"])
+        r["nodes"] = latest.nodes
+        r["age_s"] = round(now - r["since"], 1)
+        _state(ledger, r, latest, now)
+        r["observed"], closed = observed.get(r["cluster"], ([], 0))
+        r["hourly_usd"] = r["accrued_usd"] = None
+        try:
+            _costs(ledger, r, latest, runs, closed, links, now)
+        except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
+            pass
+        _cap(ledger, r)
+        out.append(r)
+    return sorted(out, key=lambda x: x["since"])
+
+
+def _open_clusters(ledger: Ledger, now: float) -> dict[str, JsonObject]:
+    """{cluster: its row so far} from the open resource rows, and from the runs orphaned before their first."""
+    rows: dict[str, JsonObject] = {}
     for res in ledger.open_resources():
         r = rows.setdefault(res["cluster"], {"cluster": res["cluster"], "cloud": res["cloud"], "since": res["requested_at"],
                                              "runs": set(), "resources": 0})
@@ -78,80 +123,87 @@ def cluster_rows(ledger: Any, now: float | None = None, observe: bool = True) ->
                                                "runs": set(), "resources": 0})
         r["since"] = min(r["since"], run.created_at or now)
         r["runs"].add(run.id)
-    out = []
-    links = ledger.resume_links() if rows else {}  # read once, not once per run
-    for r in rows.values():
-        runs = [ledger.get_run(rid, links=links) for rid in sorted(r["runs"])]
-        latest = max(runs, key=lambda x: x.run.created_at).run
-        r["runs"] = sorted(r["runs"])
-        r["nodes"] = latest.nodes
-        r["age_s"] = round(now - r["since"], 1)
-        owner = lock_owner(r["cluster"])
-        r["owner_pid"] = owner["pid"] if owner else None
-        if owner:
-            r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
-        elif latest.status == RunStatus.RUNNING:
-            r["state"] = "orphaned (its process ended without teardown)"
-        elif latest.teardown in (None, TeardownVerdict.KEPT):
-            r["state"] = "kept"
-        else:
-            r["state"] = f"teardown {latest.teardown}"
-        from gpucluster.lifecycle.kept import idle_left
-
-        idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
-        if idle is not None:  # `up --idle-minutes N`: the nodes stop themselves after N minutes without a job
-            r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
-            r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
-            from gpucluster.infra.registry import NAMES, traits
-
-            facts = traits(r["cloud"]) if r["cloud"] in NAMES else None
-            keeps = facts.idle_stop_keeps if facts is not None else ""
-            if facts is not None and keeps:  # gcp: the GPU nodes go; the fee and the system pool bill until `down`
-                r["idle_stop_keeps"] = keeps
-                r["state"] += f" (of {facts.idle_stop_stops}; {keeps} bill until down)"
-        r["observed"], closed = observed.get(r["cluster"], ([], 0))
-        r["hourly_usd"] = r["accrued_usd"] = None
-        from gpucluster.costing import cost
-        from gpucluster.spec import ClusterSpec
-
-        try:
-            hourly = common.hourly(ClusterSpec.from_dict(latest.spec))
-            if hourly is not None and closed and latest.nodes:  # some nodes are gone: they bill no more
-                live = sum(1 if res["kind"] == "instance" else int((res.get("detail") or {}).get("node_count") or 1)
-                           for res in ledger.open_resources(r["cluster"]) if res["kind"] in ("instance", "fleet"))
-                hourly = hourly * live / latest.nodes
-                r["state"] += f", {latest.nodes - live} of {latest.nodes} node(s) gone"
-            r["hourly_usd"] = None if hourly is None else str(hourly)
-            from gpucluster.infra.registry import NAMES, plugin
-
-            backends = {c: plugin(c) for c in {run.run.cloud for run in runs} if c in NAMES}  # the runs' backends
-            from gpucluster.infra.contract import Capability
-
-            chosen = backends.get(str(r["cloud"]))
-            if chosen is not None and not chosen.can(Capability.PROVISIONS):
-                runs = runs + _jobs_since(ledger, r["cluster"], runs, links)  # what holds machines that exist: its jobs
-            r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, backend=backends.get(run.run.cloud),
-                                                              now=now)["total"]) for run in runs), Decimal(0)))
-        except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
-            pass
-        from gpucluster.costing.guards import kept_cap, money
-
-        caps = [c for c in (kept_cap(ledger, rid) for rid in r["runs"]) if c is not None]
-        r["max_cost_usd"] = str(caps[0]) if caps else None  # `up --max-cost`: accrued against it
-        if caps and r["accrued_usd"] is not None:
-            r["state"] += f", {float(r['accrued_usd']) / caps[0]:.0%} of its cap {money(caps[0])}"
-        out.append(r)
-    return sorted(out, key=lambda x: x["since"])
+    return rows
 
 
-def _jobs_since(ledger: Any, cluster: str, runs: list[Any], links: Any) -> list[Any]:
+def _state(ledger: Ledger, r: JsonObject, latest: RunRow, now: float) -> None:
+    """owner_pid and state: in use, orphaned, kept (with its idle stop) or its teardown verdict."""
+    from gpucluster.lifecycle.owner import owner as lock_owner
+
+    owner = lock_owner(r["cluster"])
+    r["owner_pid"] = owner["pid"] if owner else None
+    if owner:
+        r["state"] = f"in use (pid {owner.get('pid')}, {owner.get('op')})"
+    elif latest.status == RunStatus.RUNNING:
+        r["state"] = "orphaned (its process ended without teardown)"
+    elif latest.teardown in (None, TeardownVerdict.KEPT):
+        r["state"] = "kept"
+    else:
+        r["state"] = f"teardown {latest.teardown}"
+    from gpucluster.lifecycle.kept import idle_left
+
+    idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
+    if idle is not None:  # `up --idle-minutes N`: the nodes stop themselves after N minutes without a job
+        _idle_state(r, idle)
+
+
+def _idle_state(r: JsonObject, idle: tuple[int, float]) -> None:
+    r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
+    r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
+    from gpucluster.infra.registry import NAMES, traits
+
+    facts = traits(r["cloud"]) if r["cloud"] in NAMES else None
+    keeps = facts.idle_stop_keeps if facts is not None else ""
+    if facts is not None and keeps:  # gcp: the GPU nodes go; the fee and the system pool bill until `down`
+        r["idle_stop_keeps"] = keeps
+        r["state"] += f" (of {facts.idle_stop_stops}; {keeps} bill until down)"
+
+
+def _costs(ledger: Ledger, r: JsonObject, latest: RunRow, runs: list[RunRecord], closed: int,
+           links: Mapping[str, tuple], now: float) -> None:
+    """hourly_usd (the nodes still there) and accrued_usd (every run holding the cluster)."""
+    from gpucluster.costing import cost
+    from gpucluster.spec import ClusterSpec
+
+    if latest.spec is None:  # no recorded spec: no price (as the TypeError of reading None was)
+        return
+    hourly = common.hourly(ClusterSpec.from_dict(latest.spec))
+    if hourly is not None and closed and latest.nodes:  # some nodes are gone: they bill no more
+        live = sum(1 if res["kind"] == "instance" else int((res.get("detail") or {}).get("node_count") or 1)
+                   for res in ledger.open_resources(r["cluster"]) if res["kind"] in ("instance", "fleet"))
+        hourly = hourly * live / latest.nodes
+        r["state"] += f", {latest.nodes - live} of {latest.nodes} node(s) gone"
+    r["hourly_usd"] = None if hourly is None else str(hourly)
+    from gpucluster.infra.registry import NAMES, plugin
+
+    backends = {c: plugin(c) for c in {run.run.cloud for run in runs} if c in NAMES}  # the runs' backends
+    from gpucluster.infra.contract import Capability
+
+    chosen = backends.get(str(r["cloud"]))
+    if chosen is not None and not chosen.can(Capability.PROVISIONS):
+        runs = runs + _jobs_since(ledger, r["cluster"], runs, links)  # what holds machines that exist: its jobs
+    r["accrued_usd"] = str(sum((Decimal(cost.run_cost(run, backend=backends.get(run.run.cloud or ""),
+                                                      now=now)["total"]) for run in runs), Decimal(0)))
+
+
+def _cap(ledger: Ledger, r: JsonObject) -> None:
+    """max_cost_usd (`up --max-cost`) and the share of it accrued."""
+    from gpucluster.costing.guards import kept_cap, money
+
+    caps = [c for c in (kept_cap(ledger, rid) for rid in r["runs"]) if c is not None]
+    r["max_cost_usd"] = str(caps[0]) if caps else None  # `up --max-cost`: accrued against it
+    if caps and r["accrued_usd"] is not None:
+        r["state"] += f", {float(r['accrued_usd']) / caps[0]:.0%} of its cap {money(caps[0])}"
+
+
+def _jobs_since(ledger: Ledger, cluster: str, runs: list[RunRecord], links: Mapping[str, tuple]) -> list[RunRecord]:
     """The ended jobs of a kept cluster of machines that exist (`exec`: a run each, its rows closed), since the
     cluster's first open run: the machines are not rented by gpucluster, so what the cluster has cost (an
     internal price, `Operations.internal_cost`) is what its jobs held; the `up` itself holds nothing."""
     since = min((float(x.run.created_at or 0) for x in runs), default=0.0)
     held = {x.run.id for x in runs}
-    return [ledger.get_run(x.id, links=links) for x in ledger.list_runs(limit=None, since=since)
-            if x.cluster == cluster and x.id not in held]
+    return _read_runs(ledger, [x.id for x in ledger.list_runs(limit=None, since=since)
+                               if x.cluster == cluster and x.id not in held], links)
 
 
 def fmt_minutes(seconds: float) -> str:
@@ -159,7 +211,7 @@ def fmt_minutes(seconds: float) -> str:
     return f"{m} min" if m < 120 else f"{m // 60} h {m % 60:02d} min"
 
 
-def node_gpu_state(cloud: str, name: str) -> list[dict[str, Any]]:
+def node_gpu_state(cloud: str, name: str) -> list[JsonObject]:
     """Per-node GPU state of a live cluster, by its backend (aws: asked over ssh): one dict per node
     with reachable, problems and gpus (name, utilisation %, memory used/total MiB), or a note."""
     from gpucluster.infra.registry import plugin
@@ -225,21 +277,26 @@ def status(as_json, with_gpus, clouds, regions, project):
     con.print(fitted(con.width, [Col("cluster", keep=True), Col("cloud", drop=3), Col("state"), Col("nodes", drop=2),
                                  Col("age"), Col("$/hour", drop=4), Col("accrued"), Col("resources", drop=5)], cells))
     for r in rows:
-        for note in r.get("observed") or []:
-            con.print(f"{r['cluster']}: {note}", highlight=False)
-        for n in r.get("node_gpus") or []:
-            if "note" in n:
-                con.print(f"{r['cluster']}: {n['note']}")
-                continue
-            gpus = ", ".join(f"{g.get('name')} {g.get('util')}% {g.get('mem_used_mib')}/{g.get('mem_total_mib')} MiB"
-                             for g in n["gpus"]) or "no GPU visible"
-            problems = f"  ({'; '.join(n['problems'])})" if n["problems"] else ""
-            con.print(f"{r['cluster']} node {n['node']} {n['host']}: {gpus}{problems}")
+        _row_notes(con, r)
     con.print("remove one with: gpucluster down CLUSTER   (all: gpucluster down --all)")
     return 0
 
 
-def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None
+def _row_notes(con: Console, r: JsonObject) -> None:
+    """A cluster's notes under the table: what the cloud said had ended, then each node's GPUs (--gpus)."""
+    for note in r.get("observed") or []:
+        con.print(f"{r['cluster']}: {note}", highlight=False)
+    for n in r.get("node_gpus") or []:
+        if "note" in n:
+            con.print(f"{r['cluster']}: {n['note']}")
+            continue
+        gpus = ", ".join(f"{g.get('name')} {g.get('util')}% {g.get('mem_used_mib')}/{g.get('mem_total_mib')} MiB"
+                         for g in n["gpus"]) or "no GPU visible"
+        problems = f"  ({'; '.join(n['problems'])})" if n["problems"] else ""
+        con.print(f"{r['cluster']} node {n['node']} {n['host']}: {gpus}{problems}")
+
+
+def _census(ledger: Ledger, clouds: tuple[str, ...], regions: tuple[str, ...], project: str | None
             ) -> tuple[list[CensusRow], list[str]]:
     """--cloud: what a tag scan finds, by cluster and owner (`teardown.census`); nothing is deleted."""
     if not clouds:
@@ -253,20 +310,22 @@ def _census(ledger: Any, clouds: tuple[str, ...], regions: tuple[str, ...], proj
     return census(ledger, backends, tuple(regions), project)
 
 
-def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def _shared_stacks(rows: list[JsonObject]) -> list[JsonObject] | None:
     """With a shared state: its stacks (listed through Pulumi) that this ledger does not hold, each
     with the owner its outputs name (`infra.program.run` exports the marks); None without one."""
     from gpucluster.infra.pulumi.state import shared
 
     if not shared():
         return None
-    driver = common.provider_for(provisioning()[0]).driver  # one state holds every cloud's stacks
+    # Any: the driver is the Pulumi-backed providers' own (infra/pulumi), not part of the core's Provider contract
+    provider: Any = common.provider_for(provisioning()[0])
+    driver = provider.driver  # one state holds every cloud's stacks
     try:
         names = driver.list_stacks()
     except GpuclusterError as exc:
         return [{"note": f"the shared state could not be read: {exc.message}"}]
     known = {r["cluster"] for r in rows}
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for name in sorted(set(names) - known):
         try:
             outputs = driver.outputs(name) or {}
@@ -281,7 +340,7 @@ def _shared_stacks(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return out
 
 
-def _print_found(con: Any, found: list[CensusRow], unchecked: list[str], stacks: Any) -> None:
+def _print_found(con: Console, found: list[CensusRow], unchecked: list[str], stacks: list[JsonObject] | None) -> None:
     from gpucluster.ownership import age
 
     for r in found:
@@ -292,11 +351,11 @@ def _print_found(con: Any, found: list[CensusRow], unchecked: list[str], stacks:
                   f"resource(s) in {', '.join(r['regions']) or '-'}, age {age(r['since'])}, {price}", highlight=False)
     for line in unchecked:
         con.print(f"[yellow]not checked: {line}[/yellow]")
-    for r in stacks or []:
-        if "note" in r:
-            con.print(f"[yellow]{r['note']}[/yellow]")
+    for st in stacks or []:
+        if "note" in st:
+            con.print(f"[yellow]{st['note']}[/yellow]")
             continue
-        who = f"owner {r['owner']} ({r['made_by']})" if r["owner"] else "owner unknown"
-        con.print(f"in the shared state: stack {r['cluster']} ({r['cloud'] or '?'}, {who}), {r['resources']} "
-                  f"resource(s); destroy it with: gpucluster down {r['cluster']} --cloud {r['cloud'] or 'CLOUD'}",
+        who = f"owner {st['owner']} ({st['made_by']})" if st["owner"] else "owner unknown"
+        con.print(f"in the shared state: stack {st['cluster']} ({st['cloud'] or '?'}, {who}), {st['resources']} "
+                  f"resource(s); destroy it with: gpucluster down {st['cluster']} --cloud {st['cloud'] or 'CLOUD'}",
                   highlight=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,16 @@ from gpucluster.cli.budgets import OVER_BUDGET
 from gpucluster.errors import ExitCode, UsageError, not_allowed
 from gpucluster.spec import parse_int
 from gpucluster.states import RunStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpucluster.cli.render import RichRunUI
+    from gpucluster.sweep.runner import SweepRun
+    from gpucluster.infra.contract import Plugin
+    from rich.console import Console
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.sweep.runner import Sweep
 
 
 # what `run` takes about the cluster's shape and place that the lines above do not name
@@ -106,26 +116,12 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     if placing:  # one placement for every size, chosen for the largest (docs/placement.md)
         chosen, _, placement = prepared({**flags, **limits}, nodes=node_counts[-1], default_workload="synthetic",
                                         procs_per_node=1)
+        assert placement is not None  # asked to place: a ranking was made
         where = placement.chosen
         flags.update(cloud=chosen.name, region=where.region, zone=where.zones[0] if where.zones else flags.get("zone"))
     assert chosen is not None  # one cloud, or the ranking's first
-    asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
-                                                                         high=16))
-    if flags.get("gpu") is not None:  # --gpu TYPE:COUNT fixes the GPUs per node of every size
-        from gpucluster.catalog.gpus import parse
-
-        count = parse(flags["gpu"])[1]
-        if asked_gpn is not None and asked_gpn != [count]:
-            raise UsageError(f"--gpu {flags['gpu']} asks for {count} GPU(s) per node but --gpus-per-node is "
-                             f"{gpus_per_node}: give one of them")
-        asked_gpn = [count]
-    if report_dir is not None and not report_dir.strip():
-        raise UsageError("--report '' is not allowed: give the folder the report and its plots go to, "
-                         "e.g. --report sweep-report")
-    if report_dir:
-        from gpucluster.home import check_writable_dir
-
-        check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
+    asked_gpn = _asked_gpus_per_node(gpus_per_node, flags.get("gpu"))
+    _check_report_dir(report_dir)
     gpn_list = gpu_sizes(asked_gpn, compare_cpu, chosen.ops.known_gpus(), node_counts)
     plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
                            readers=readers()), chosen)
@@ -165,6 +161,40 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         record_override(ledger, result.runs[0].run_id, [*over, *team])
     code = report(out, ledger, sweep_id, threshold, chosen, as_json=as_json, report_dir=report_dir,
                   interrupted=result.interrupted, all_ok=result.ok)
+    code = _exit_code(result, code)
+    from gpucluster.cli.common import ledger_kept_true
+
+    return ledger_kept_true(ledger, code, "sweep", "the report above is all that is left of its runs")
+
+
+def _asked_gpus_per_node(gpus_per_node: str | None, gpu: str | None) -> list[int] | None:
+    """--gpus-per-node N,N,...; --gpu TYPE:COUNT fixes the GPUs per node of every size (the two must agree)."""
+    asked_gpn = None if gpus_per_node is None else sorted(parse_int_list("gpus per node", gpus_per_node, low=0,
+                                                                         high=16))
+    if gpu is not None:  # --gpu TYPE:COUNT fixes the GPUs per node of every size
+        from gpucluster.catalog.gpus import parse
+
+        count = parse(gpu)[1]
+        if asked_gpn is not None and asked_gpn != [count]:
+            raise UsageError(f"--gpu {gpu} asks for {count} GPU(s) per node but --gpus-per-node is "
+                             f"{gpus_per_node}: give one of them")
+        asked_gpn = [count]
+    return asked_gpn
+
+
+def _check_report_dir(report_dir: str | None) -> None:
+    """--report: a folder name, writable, checked before the first run (not after the last)."""
+    if report_dir is not None and not report_dir.strip():
+        raise UsageError("--report '' is not allowed: give the folder the report and its plots go to, "
+                         "e.g. --report sweep-report")
+    if report_dir:
+        from gpucluster.home import check_writable_dir
+
+        check_writable_dir(report_dir, "--report folder")  # before the first run, not after the last
+
+
+def _exit_code(result: Sweep, code: int) -> int:
+    """The report's exit code, unless a doubt (exit 3, each said) or the cost cap (exit 4) overrides it."""
     for line in result.doubts:  # a teardown not verified, a record not written: exit 3, whatever else
         click.echo(f"gpucluster: error: {line}", err=True)
     if result.capped and not result.doubts:
@@ -172,12 +202,10 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
         code = int(ExitCode.COST_CAP)
     elif result.doubts:
         code = int(ExitCode.LEFTOVERS)
-    from gpucluster.cli.common import ledger_kept_true
-
-    return ledger_kept_true(ledger, code, "sweep", "the report above is all that is left of its runs")
+    return code
 
 
-def _progress(ui: Any) -> Any:
+def _progress(ui: RichRunUI) -> Callable[[int, int, SweepRun | None, tuple[int, int | None, int]], None]:
     def on_run(i, total, done, size):
         n, g, r = size
         gl = "CPU" if g == 0 else (f"{g} GPU/node" if g else "GPUs present")
@@ -190,7 +218,7 @@ def _progress(ui: Any) -> Any:
     return on_run
 
 
-def report(out, ledger, sweep_id: str, threshold: float, backend: Any, *, as_json: bool, report_dir: str | None,
+def report(out: Console, ledger: Ledger, sweep_id: str, threshold: float, backend: Plugin, *, as_json: bool, report_dir: str | None,
            interrupted: bool = False, all_ok: bool = True) -> int:
     """Summarise a sweep from the ledger and render it (terminal / JSON / report dir)."""
     from gpucluster.sweep.diagnose import diagnose

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from rich.console import JustifyMethod
+from rich.console import JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -27,13 +27,13 @@ class Col:
     justify: JustifyMethod = "left"
 
 
-def _cell_width(value: Any) -> int:
+def _cell_width(value: object) -> int:
     text = value.plain if isinstance(value, Text) else str(value)
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-def fitted(width: int, columns: Sequence[Col], rows: Sequence[Sequence[Any]], *, edge: bool = False,
-           **table_kw: Any) -> Table:
+def fitted(width: int, columns: Sequence[Col], rows: Sequence[Sequence[RenderableType]], *, edge: bool = False,
+           **table_kw: Any) -> Table:  # Any: rich's Table keyword arguments
     """The table for a console `width` columns wide (see the module's docstring)."""
     natural = [max([len(c.header), *(_cell_width(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     # what a column may be squeezed to before one goes: its whole width if kept, else ~10 (it wraps)

@@ -16,12 +16,17 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
 from gpucluster.errors import ConfigError, GpuclusterError, UsageError, not_allowed
 from gpucluster.plan.placement import wanted
+
+if TYPE_CHECKING:
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.plan.taskfile import TaskFile
+    from gpucluster.plan.userconfig import UserConfig
 
 META = "gpucluster.taskopts"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -34,7 +39,7 @@ PATH_PARAMS = ("identity", "known_hosts", "env_file", "report_dir", "output", "p
 class Found:
     """What `TaskCommand.parse_args` found, for `invoke`."""
 
-    task: Any = None  # gpucluster.plan.taskfile.TaskFile
+    task: TaskFile | None = None
     merged: dict[str, list[str]] = field(default_factory=dict)  # MERGED param -> the file's values
 
 
@@ -67,7 +72,7 @@ class TaskCommand(click.Command):
                 with formatter.section(heading):
                     formatter.write_dl(rows[heading])
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         found: Found | None = ctx.meta.get(META)
         if found is None:
             return super().invoke(ctx)
@@ -148,7 +153,8 @@ def _defaults(cmd: click.Command, ctx: click.Context, args: list[str], path: str
     return out
 
 
-def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: Any, env: dict, config: Any,
+def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: TaskFile | None,
+           env: dict[str, tuple[str, str]], config: UserConfig,
            names: tuple[str, ...]) -> str | None:
     """The cloud the command will use: the flag, else the file's, the environment's, the config's,
     the built-in default; each checked here, naming where it came from."""
@@ -176,7 +182,7 @@ def _cloud(cmd: click.Command, ctx: click.Context, args: list[str], task: Any, e
     return default if isinstance(default, str) else None
 
 
-def _task_values(cmd: click.Command, ctx: click.Context, params: dict, task: Any, cloud: str | None,
+def _task_values(cmd: click.Command, ctx: click.Context, params: dict, task: TaskFile, cloud: str | None,
                  flags: dict, cloud_only: set, found: Found) -> dict[str, Any]:
     from gpucluster.plan.taskfile import BY_PARAM
 
@@ -198,11 +204,12 @@ def _task_values(cmd: click.Command, ctx: click.Context, params: dict, task: Any
         out[name] = value
     if "hours" in params and ("max_minutes" in task.values or "max_lifetime" in task.values):
         minutes = task.values.get("max_minutes") or task.values.get("max_lifetime")
-        out["hours"] = f"{float(minutes) / 60:g}"  # cost estimate: the run's limit, as `run` estimates it
+        if minutes is not None:  # `max_minutes: 0` (or null) without a lifetime: no limit to estimate for
+            out["hours"] = f"{float(minutes) / 60:g}"  # cost estimate: the run's limit, as `run` estimates it
     return out
 
 
-def _check(ctx: click.Context, task: Any, param: click.Parameter, value: Any, cloud: str | None) -> None:
+def _check(ctx: click.Context, task: TaskFile, param: click.Parameter, value: object, cloud: str | None) -> None:
     """The value as the flag would take it (Click's type: ranges), then the core's own check."""
     items = value if isinstance(value, list) and getattr(param, "multiple", False) else [value]
     try:
@@ -225,7 +232,7 @@ def _check_nodes(value: Any, cloud: str | None) -> None:
         parse_int("nodes", value, low=1, high=traits(cloud).max_nodes)
 
 
-def _plugin(cloud: str | None) -> Any:
+def _plugin(cloud: str | None) -> Plugin | None:
     from gpucluster.infra.registry import NAMES, plugin
 
     return plugin(cloud) if cloud in NAMES else None
@@ -373,7 +380,7 @@ def _absolute(name: str, value: str) -> str:
     return (full if os.path.isabs(full) else os.path.abspath(full)) + sep + dest
 
 
-def _located(call: Callable[[click.Context], Any], ctx: click.Context, task: Any) -> Any:
+def _located(call: Callable[[click.Context], object], ctx: click.Context, task: TaskFile | None) -> object:
     """`call(ctx)`; a bad-input error about a value that came from the task file names its key and line."""
     try:
         return call(ctx)

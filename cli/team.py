@@ -4,12 +4,16 @@ what its members spent against it."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from gpucluster.cli.cost import _boundary
 from gpucluster.cli.options import options
+
+if TYPE_CHECKING:
+    from gpucluster.costing.teambudget import Store
+    from gpucluster.states import JsonObject
 
 _USD = "US dollars > 0, e.g. 500"
 
@@ -28,7 +32,7 @@ def _amount(flag: str, value: str | None) -> float | None:
     return number
 
 
-def _store() -> Any:
+def _store() -> Store:
     """The shared state's store, or the one-line refusal (exit 2) naming how to give one."""
     from gpucluster.cli.budgets import team_store
     from gpucluster.errors import UsageError
@@ -115,7 +119,7 @@ def forget_cmd(run_id: str) -> None:
     click.echo(f"spend record of {run_id} removed")
 
 
-def standing_of(store: Any, now: float | None = None) -> dict[str, Any]:
+def standing_of(store: Store, now: float | None = None) -> JsonObject:
     """{budget: [...per period], open: [...open records]} of the team (`budget show`, `cost report`)."""
     import time
 
@@ -129,7 +133,7 @@ def standing_of(store: Any, now: float | None = None) -> dict[str, Any]:
                       "counted": str(counted(r, 0.0, now))} for r in opened]}
 
 
-def lines_of(rep: dict[str, Any]) -> list[str]:
+def lines_of(rep: JsonObject) -> list[str]:
     from decimal import Decimal
 
     from gpucluster.costing.cost import money

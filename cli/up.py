@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,15 @@ from gpucluster.cli.taskopts import TaskCommand
 from gpucluster.errors import TeardownIncomplete, UsageError
 from gpucluster.infra.contract import Capability
 from gpucluster.infra.registry import provisioning
+
+if TYPE_CHECKING:
+    from gpucluster.states import JsonObject
+    from decimal import Decimal
+    from gpucluster.domain import Cluster
+    from gpucluster.lifecycle.prepare import Prepared
+    from rich.console import Console
+    from gpucluster.infra.contract import Plugin
+    from gpucluster.spec import ClusterSpec
 
 
 @click.command(cls=TaskCommand)
@@ -56,17 +65,13 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
                          "(machines that exist, kept under --name)")
     planned = plan_up(flags, idle_minutes=idle_minutes)  # the one path: gpucluster.up's (api/clusters.py)
     chosen, plan, placement = planned.backend, planned.plan, planned.placement
-    cloud, spec, dry_run = chosen.name, plan.spec, flags["dry_run"]
+    spec, dry_run = plan.spec, flags["dry_run"]
     out = common.console(stderr=as_json)
     if placement is not None:
         print_placement(out, placement)
     common.print_notes(out, plan.notes)
     held = not chosen.can(Capability.PROVISIONS)  # machines that exist (gpucluster.lifecycle.held): nothing is created
-    shape = chosen.spec.plan_line(spec, spec.gpus_per_node or 1, None) if held else None  # kubernetes: pods, namespace
-    plan_line = (f"[bold]plan[/bold]: keep {shape or f'{spec.nodes} machine(s) that exist on {cloud}'} as cluster "
-                 f"{spec.name} ({'checked once as a run is' if shape else 'each checked ready once'}; nothing created), "
-                 "billed by nobody here" if held else
-                 f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, ")
+    plan_line = _plan_line(chosen, plan.spec, held)
     cap = (f" (up to {common.money(plan.estimate.total)} for {plan.limit_minutes:g} min, {plan.limit_what})"
            if plan.estimate is not None else "")
     gaps = [f"  estimate: {gap}" for gap in (plan.estimate.gaps if plan.estimate is not None else [])]
@@ -100,24 +105,37 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         from gpucluster.ledger.recording import kept_line
 
         raise TeardownIncomplete(kept_line(made.record_error, plan.spec.name))
+    return common.ledger_kept_true(ledger, code, "up", _unrecorded(plan.spec, held))
+
+
+def _plan_line(chosen: Plugin, spec: ClusterSpec, held: bool) -> str:
+    """`plan: keep ...` (machines that exist, nothing created) or `plan: create N node(s) ...`."""
+    cloud = chosen.name
+    shape = chosen.spec.plan_line(spec, spec.gpus_per_node or 1, None) if held else None  # kubernetes: pods, namespace
+    return (f"[bold]plan[/bold]: keep {shape or f'{spec.nodes} machine(s) that exist on {cloud}'} as cluster "
+            f"{spec.name} ({'checked once as a run is' if shape else 'each checked ready once'}; nothing created), "
+            "billed by nobody here" if held else
+            f"[bold]plan[/bold]: create {spec.nodes} node(s) on {cloud} as cluster {spec.name}, ")
+
+
+def _unrecorded(spec: ClusterSpec, held: bool) -> str:
+    """What a ledger that kept nothing means for the cluster (`ledger_kept_true`)."""
     if held:  # machines that exist: nothing was created, nothing bills; the record is all `exec` needs
-        then = (f"cluster {plan.spec.name} is no longer recorded (gpucluster created nothing that bills for it: it "
+        return (f"cluster {spec.name} is no longer recorded (gpucluster created nothing that bills for it: it "
                 "runs on what exists); run `gpucluster up` again to record it")
-    else:
-        then = (f"cluster {plan.spec.name} is up and billing but no longer recorded: `gpucluster gc --cloud "
-                f"{plan.spec.cloud}` finds it by its owner tags")
-    return common.ledger_kept_true(ledger, code, "up", then)
+    return (f"cluster {spec.name} is up and billing but no longer recorded: `gpucluster gc --cloud "
+            f"{spec.cloud}` finds it by its owner tags")
 
 
-def _rate(hourly: Any, dry_run: bool) -> str:
+def _rate(hourly: Decimal | None, dry_run: bool) -> str:
     if hourly is not None:
         return f"about {common.money(hourly)}/hour"
     return "no price known here" if dry_run else "billed by the hour (no price known here)"
 
 
-def _render(out: Any, cluster: Any, plan: Any, as_json: bool, backend: Any) -> int:
+def _render(out: Console, cluster: Cluster, plan: Prepared, as_json: bool, backend: Plugin) -> int:
     cloud = plan.spec.cloud
-    nodes_out = [{"rank": n.rank, "host": n.host, "private_ip": n.private_ip, "user": n.user,
+    nodes_out: list[JsonObject] = [{"rank": n.rank, "host": n.host, "private_ip": n.private_ip, "user": n.user,
                   "instance_id": n.instance_id, "gpus": n.gpus} for n in cluster.nodes]
     if as_json:
         click.echo(json.dumps({"run_id": plan.spec.run_id, "cluster": cluster.name, "cloud": cloud,

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import GpuclusterError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from gpucluster.spec import ClusterSpec
     from gpucluster.ledger.store import Ledger
 
 
-def run_watch(ledger: Ledger, spec: Any) -> Any:
+def run_watch(ledger: Ledger, spec: ClusterSpec) -> Callable[[str], str | None] | None:
     """A `ResourceWatch` over the rows of the run `spec.run_id`, with the plan's counts per kind
     (`Pricing.planned_resources`: e.g. one instance per node); None without a run id."""
     from gpucluster.ledger.progress import ResourceWatch, planned_counts
@@ -29,7 +31,7 @@ def run_watch(ledger: Ledger, spec: Any) -> Any:
     return ResourceWatch.for_run(ledger.path, spec.run_id, planned).line
 
 
-def cluster_watch(ledger: Ledger, cluster: str) -> Any:
+def cluster_watch(ledger: Ledger, cluster: str) -> Callable[[str], str | None]:
     """`down`: the cluster's open rows, each closed row a deletion done."""
     from gpucluster.ledger.progress import ResourceWatch
 

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Concatenate, ParamSpec, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +26,13 @@ from gpucluster.cli.dashboard import svg, views
 from gpucluster.errors import GpuclusterError, UsageError
 from gpucluster.states import RunStatus
 
+if TYPE_CHECKING:
+    from jinja2 import Environment
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from gpucluster.ledger.store import Ledger
+    from gpucluster.states import JsonObject
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -33,10 +40,10 @@ class TokenGate:
     """ASGI middleware: a request is served only with the token, as the `token` query parameter
     (then kept in a cookie for this port) or that cookie. None given: 401; a wrong one: 403."""
 
-    def __init__(self, app: Any, token: str, cookie: str):
+    def __init__(self, app: ASGIApp, token: str, cookie: str):
         self.app, self.token, self.cookie = app, token, cookie
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -56,7 +63,7 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
 
-        async def with_cookie(message: dict) -> None:
+        async def with_cookie(message: Message) -> None:
             if message["type"] == "http.response.start":
                 cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
                 message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
@@ -65,7 +72,7 @@ class TokenGate:
         await self.app(scope, receive, with_cookie)
 
 
-def _templates() -> Any:
+def _templates() -> Environment:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     env = Environment(loader=FileSystemLoader(str(DATA)), autoescape=select_autoescape(["html"]))
@@ -73,15 +80,19 @@ def _templates() -> Any:
     return env
 
 
-def _ledger() -> Any:
+def _ledger() -> Ledger:
     from gpucluster.ledger.store import Ledger
 
     return Ledger.open_default()
 
 
-def _reading(fn: Callable[..., Any]) -> Callable[..., Any]:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _reading(fn: Callable[Concatenate[Ledger, P], R]) -> Callable[P, R]:
     """Run `fn(ledger, ...)` with a ledger opened for this request, closed after."""
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         ledger = _ledger()
         try:
             return fn(ledger, *args, **kwargs)
@@ -106,10 +117,10 @@ class Dashboard:
     def __init__(self, token: str, *, allow_actions: bool = False):
         self.token, self.allow_actions = token, allow_actions
         self.env = _templates()
-        self.downs: dict[str, dict[str, Any]] = {}  # cluster -> {state, lines, verdict, error}
+        self.downs: dict[str, JsonObject] = {}  # cluster -> {state, lines, verdict, error}
         self.lock = threading.Lock()
 
-    def page(self, name: str, **context: Any) -> HTMLResponse:
+    def page(self, name: str, **context: object) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(allow_actions=self.allow_actions, **context))
 
     # -- the runs ---------------------------------------------------------------------------------
@@ -138,7 +149,7 @@ class Dashboard:
         return JSONResponse(json.loads(json.dumps(rows, default=str)))
 
     def api_run(self, request: Request) -> Response:
-        def read(ledger: Any) -> dict[str, Any]:
+        def read(ledger: Ledger) -> JsonObject:
             record = views.run_view(ledger, request.path_params["run_id"])
             return {**record.to_dict(), "live": views.is_live(record), "cost_now": views.run_cost_now(record)}
 
@@ -152,7 +163,7 @@ class Dashboard:
         return self.page("run.html", title=f"run {context['run'].id}", nav="runs", **context)
 
     @staticmethod
-    def _run_context(ledger: Any, run_id: str) -> dict[str, Any]:
+    def _run_context(ledger: Ledger, run_id: str) -> JsonObject:
         from gpucluster.cli.render import fmt_secs, fmt_time
 
         now = time.time()
@@ -200,7 +211,7 @@ class Dashboard:
             return "".join(f"event: line\ndata: {json.dumps({'node': node, 'text': text})}\n\n"
                            for node, text in shown if text is not None)
 
-        async def events() -> Any:
+        async def events() -> AsyncIterator[str]:
             try:
                 yield "retry: 2000\n\n"
                 beat = time.monotonic()
@@ -266,7 +277,7 @@ class Dashboard:
                 said.append(str(text))
                 self.downs[name]["lines"] = list(said[-20:])
 
-        result: dict[str, Any] = {}
+        result: JsonObject = {}
         try:
             downed = _reading(lambda ledger: down(name, ledger=ledger, say=say))()
             verdict = getattr(downed, "verdict", None)
@@ -291,7 +302,7 @@ class Dashboard:
                          by_cluster=data["by_cluster"])
 
 
-def build(token: str, *, allow_actions: bool = False) -> Any:
+def build(token: str, *, allow_actions: bool = False) -> TokenGate:
     """The ASGI app: the routes behind the token gate."""
     d = Dashboard(token, allow_actions=allow_actions)
 
@@ -304,7 +315,7 @@ def build(token: str, *, allow_actions: bool = False) -> Any:
         except GpuclusterError as exc:
             return PlainTextResponse(f"500: {exc.message}\n", status_code=500)
 
-    def sync(fn: Callable[[Request], Response]) -> Callable[[Request], Any]:
+    def sync(fn: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             return await threaded(fn, request)
         return endpoint

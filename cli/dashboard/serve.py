@@ -10,9 +10,12 @@ import os
 import secrets
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HOST = "127.0.0.1"  # loopback only, whatever is asked
 
@@ -36,7 +39,7 @@ def bind(port: int | None) -> socket.socket:
     return sock
 
 
-def note_path() -> Any:
+def note_path() -> Path:
     from gpucluster.home import home_dir
 
     return home_dir() / "dashboard.json"

@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucluster.states import RunStatus
 
 if TYPE_CHECKING:
+    from gpucluster.ledger.records import RunRow
+    from gpucluster.ledger.records import StoredRun
+    from gpucluster.ledger.records import RunRecord
+    from gpucluster.states import JsonObject
     from gpucluster.ledger.store import Ledger
 
 RUN_STATUSES = tuple(s.value for s in RunStatus)  # what `runs --status` takes
 
 
-def money(value: Any) -> str:
+def money(value: object) -> str:
     from gpucluster.costing.cost import money as dollars
 
     return "-" if value is None else dollars(Decimal(str(value)))
 
 
-def gpu_label(run: Any) -> str:
+def gpu_label(run: RunRow) -> str:
     """The GPU column: per-node GPUs and the machine (or its accelerator), as recorded in the spec."""
     spec = run.spec or {}
     what = spec.get("accelerator") or spec.get("instance_type") or ""
@@ -33,7 +37,7 @@ def gpu_label(run: Any) -> str:
     return f"{gpus} x {what}".strip() if what else f"{gpus} GPU"
 
 
-def orphans(ledger: Ledger, rows: list[Any]) -> set[str]:
+def orphans(ledger: Ledger, rows: list[StoredRun]) -> set[str]:
     """The `running` rows whose process is gone (as `gpucluster runs` shows them: orphaned)."""
     if not any(r.status == RunStatus.RUNNING for r in rows):
         return set()
@@ -43,7 +47,7 @@ def orphans(ledger: Ledger, rows: list[Any]) -> set[str]:
 
 
 def runs_view(ledger: Ledger, *, limit: int = 200, cloud: str | None = None, status: str | None = None,
-              q: str | None = None) -> list[dict[str, Any]]:
+              q: str | None = None) -> list[JsonObject]:
     """The runs list (`gpucluster.runs`, newest first), each row as `runs --json` gives it plus
     `orphaned`, filtered by `q` (a part of the id, cluster, job or command)."""
     from gpucluster.api.records import runs
@@ -57,7 +61,7 @@ def runs_view(ledger: Ledger, *, limit: int = 200, cloud: str | None = None, sta
     return [{**r.to_dict(), "orphaned": r.id in gone} for r in rows]
 
 
-def run_cells(row: dict[str, Any]) -> dict[str, Any]:
+def run_cells(row: JsonObject) -> JsonObject:
     """A runs-list row as the page shows it."""
     from gpucluster.cli.render import fmt_secs, fmt_time
 
@@ -75,21 +79,21 @@ def run_cells(row: dict[str, Any]) -> dict[str, Any]:
             "accuracy": f"{m['accuracy']:.2%}" if isinstance(m.get("accuracy"), (int, float)) else "-"}
 
 
-def run_view(ledger: Ledger, run_id: str) -> Any:
+def run_view(ledger: Ledger, run_id: str) -> RunRecord:
     """One run's record as `gpucluster show` reads it (`gpucluster.show`, metric records included)."""
     from gpucluster.api.records import show
 
     return show(run_id, metrics=True, ledger=ledger)
 
 
-def is_live(record: Any) -> bool:
+def is_live(record: RunRecord) -> bool:
     """Whether the run is still going: `running` and its gpucluster process alive (as `logs --follow`)."""
     from gpucluster.api.records import owner_alive
 
     return record.run.status == RunStatus.RUNNING and owner_alive(record)
 
 
-def run_cost_now(record: Any, now: float | None = None) -> dict[str, Any] | None:
+def run_cost_now(record: RunRecord, now: float | None = None) -> JsonObject | None:
     """The run's itemised cost: the stored one when final, else computed now (as `cost report` does)."""
     stored = record.cost
     if stored and not stored.get("still_billing") and "total" in stored:
@@ -104,7 +108,7 @@ def run_cost_now(record: Any, now: float | None = None) -> dict[str, Any] | None
         return stored
 
 
-def series(records: list[dict[str, Any]], key: str, t0: float) -> list[tuple[str, list[tuple[float, float]]]]:
+def series(records: list[JsonObject], key: str, t0: float) -> list[tuple[str, list[tuple[float, float]]]]:
     """`key` (loss, accuracy, samples_per_s) over seconds since the run began, one series per kind
     of record that carries it: per epoch, per step, and read from printed text."""
     import math
@@ -121,7 +125,7 @@ def series(records: list[dict[str, Any]], key: str, t0: float) -> list[tuple[str
     return [(name, sorted(points)) for name, points in out.items()]
 
 
-def util_series(records: list[dict[str, Any]], t0: float) -> tuple[list, list]:
+def util_series(records: list[JsonObject], t0: float) -> tuple[list, list]:
     """GPU utilisation (mean of the node's GPUs) and CPU per node over time, from `util` records."""
     gpu: dict[int, list[tuple[float, float]]] = {}
     cpu: dict[int, list[tuple[float, float]]] = {}
@@ -139,7 +143,7 @@ def util_series(records: list[dict[str, Any]], t0: float) -> tuple[list, list]:
             [(f"node {n}", sorted(p)) for n, p in sorted(cpu.items())])
 
 
-def clusters_view(ledger: Ledger, now: float | None = None) -> list[dict[str, Any]]:
+def clusters_view(ledger: Ledger, now: float | None = None) -> list[JsonObject]:
     """What `gpucluster status` lists (`cluster_rows`), from the ledger alone: the clouds are not
     asked which resources ended on their own (status does that; the page refreshes every few seconds)."""
     from gpucluster.cli.status import cluster_rows
@@ -147,7 +151,7 @@ def clusters_view(ledger: Ledger, now: float | None = None) -> list[dict[str, An
     return cluster_rows(ledger, now=now, observe=False)
 
 
-def costs_view(ledger: Ledger) -> dict[str, Any]:
+def costs_view(ledger: Ledger) -> JsonObject:
     """`cost report` by day, with each day's spend split by cloud, and the totals by cloud and cluster."""
     from gpucluster.cli.cost import report_of
 
