@@ -51,7 +51,9 @@ def show(run_id: str, *, metrics: bool = False, ledger: Ledger | None = None) ->
     record = ledger.get_run(run_id, with_metrics=metrics)
     if record is None:
         raise UsageError(f"run {run_id!r} is not in the ledger; list runs with 'gpucluster runs'")
-    return with_attempts(ledger, record)
+    with_chain = with_attempts(ledger, record)
+    assert with_chain is not None  # with_attempts returns None only when given None
+    return with_chain
 
 
 def node_logs(log_dir: Path) -> list[Path]:

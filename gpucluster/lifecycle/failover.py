@@ -111,7 +111,7 @@ def _place_record(ledger: Ledger, run_id: str, record: JsonObject) -> None:
         pass
 
 
-def run_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mapping[str, Plugin],
+def run_placed(placement: Placement, *, ledger: Ledger, ui: Says | None, backends: Mapping[str, Plugin],
                run_one: Callable[[Candidate, str | None], ChainOutcome]) -> ChainOutcome:
     """Each of `placement.tried` in turn, `run_one(candidate, the last attempt's run id or None)` (the
     run and its own recovery), until one ends for another reason than capacity or quota."""
@@ -152,6 +152,7 @@ def run_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mapp
                              + (f"; {left} more left out by --max-attempts {placement.max_attempts})" if left else ")"))
             break
         nxt = tried[n]
-        ui.message(f"no {cause} at {cand.where}: failing over to candidate {n + 1} of {len(tried)}, {nxt.where} "
-                   f"{nxt.instance_type or ''} (${nxt.hourly:.2f}/h)")
+        if ui is not None:  # a run without a console (the Python API's quiet run) fails over silently
+            ui.message(f"no {cause} at {cand.where}: failing over to candidate {n + 1} of {len(tried)}, {nxt.where} "
+                       f"{nxt.instance_type or ''} (${nxt.hourly:.2f}/h)")
     return chain

@@ -55,13 +55,19 @@ def api_from_gke(kubeconfig: str, *, credentials: Credentials | None = None) -> 
     return KubeApi.from_api_client(k8s.client.ApiClient(configuration))
 
 
-def cluster_api(cluster: Cluster, credentials: Credentials | None = None) -> KubeApi:
+def cluster_api(cluster: Cluster, credentials: object = None) -> KubeApi:
     """The API of a gcp cluster: its stack's kubeconfig with Google credentials; without one (a
-    cluster given by hand), the cluster's kubeconfig or ~/.kube/config."""
+    cluster given by hand), the cluster's kubeconfig or ~/.kube/config. `credentials` is what the
+    launcher was given (the Kubernetes layer holds it without knowing its kind): google-auth
+    credentials or None."""
     kubeconfig = cluster.kubeconfig
     if kubeconfig:  # a GKE stack's kubeconfig: a bearer token from Google credentials
+        from google.auth.credentials import Credentials as GoogleCredentials
+
         from .access import GcpAuthError
 
+        if credentials is not None and not isinstance(credentials, GoogleCredentials):
+            raise TypeError(f"GKE credentials must be google-auth credentials, not {type(credentials).__name__}")
         try:
             return api_from_gke(kubeconfig, credentials=credentials)
         except GcpAuthError as exc:
