@@ -4,7 +4,8 @@ reached with the `ssh` launcher using the cluster's own key and pinned host keys
 Contract: `gpucluster.infra.contract`. `TRAITS` here (plain values); `plugin.PLUGIN` holds its
 parts. Modules: catalog (instance types, regions, spec checks), component (the Pulumi component),
 outputs (stack outputs -> Cluster, console tail), engine (Pulumi events, capacity), leftovers (the
-tag scan), prices, s3 (object storage), dryrun and mock_runtime (--dry-run)."""
+tag scan), prices, s3 (object storage), dryrun and mock_runtime (--dry-run), sdk (the names of
+boto3's untyped objects)."""
 
 from __future__ import annotations
 

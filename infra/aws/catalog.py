@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Callable, overload
 
 from gpucluster.errors import SpecError, did_you_mean, not_allowed
 from gpucluster.spec import parse_bool, parse_minutes
@@ -28,6 +29,9 @@ from gpucluster.spec import parse_bool, parse_minutes
 if TYPE_CHECKING:  # pragma: no cover
     from gpucluster.spec import ClusterSpec
 
+from .kms import KEYS_OPTION, bucket_keys, keys_of
+from .s3 import scopes, split
+from .sdk import AwsSession
 from .shapes import SOURCE, SOURCE_DATE  # noqa: E402,F401
 
 DEFAULT_REGION = "us-east-1"
@@ -83,9 +87,13 @@ def link_gbps(spec: "ClusterSpec") -> float | None:
     return min(float(m.group(1)), FLOW_GBPS_IN_PLACEMENT_GROUP) if m else None
 
 
-def option(spec: "ClusterSpec", key: str, default: Any = None) -> Any:
-    """An option by its name in `OPTIONS`."""
-    return spec.option(key, default)
+@overload
+def option(spec: "ClusterSpec", key: str) -> str | None: ...
+@overload
+def option(spec: "ClusterSpec", key: str, default: str) -> str: ...
+def option(spec: "ClusterSpec", key: str, default: str | None = None) -> str | None:
+    """An option by its name in `OPTIONS` (options are strings: `ClusterSpec.options`)."""
+    return spec.option_dict.get(key, default)
 
 
 def flag(spec: "ClusterSpec", key: str, default: bool = False) -> bool:
@@ -128,7 +136,7 @@ def select_type(spec: "ClusterSpec") -> InstanceType:
     gpu = gpus.normalize(str(spec.accelerator))
     prices = load_catalog()
 
-    def price_of(t: InstanceType, region: str, market: str) -> Any:
+    def price_of(t: InstanceType, region: str, market: str) -> Decimal | None:
         row = prices.find("aws", region, "instance", t.name, market)
         return None if row is None else row.price
 
@@ -168,54 +176,124 @@ OPTIONS = (
 )
 
 
-def validate_spec(spec: "ClusterSpec") -> list[str]:
-    """AWS checks on top of `gpucluster.spec.validate`; raise SpecError or return warnings."""
-    warnings: list[str] = []
-    itype = instance_type_of(spec)
-    idle_minutes(spec)  # checked here, before anything is declared
-    if spec.instance_type is None:
-        warnings.append(f"no instance type given: using {DEFAULT_INSTANCE_TYPE}")
+# Regions that are disabled until the account opts in (those of the shipped g5 catalog), from
+# https://docs.aws.amazon.com/accounts/latest/reference/manage-acct-regions.html
+OPT_IN_REGIONS = ("ap-east-1", "ap-southeast-3", "eu-south-2", "il-central-1", "me-central-1")
 
-    region = region_of(spec)
-    if spec.region is None:
-        warnings.append(f"no region given: using {region}")
-    if region not in itype.regions:
-        if flag(spec, "allowUnlistedRegion"):
-            warnings.append(
-                f"region {region!r} is not in the shipped catalog for {itype.name} ({SOURCE_DATE});"
+
+def region_note(region: str) -> str | None:
+    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired)."""
+    if region in OPT_IN_REGIONS:
+        return (f"{region} is an opt-in region: enable it first with `aws account enable-region --region-name "
+                f"{region}`")
+    return None
+
+
+IAM_TAG_EXTRA = "_.:/=+-@"  # besides letters, separators (spaces) and numbers
+
+
+def _iam_tag_bad(text: str) -> str | None:
+    """The first character of `text` IAM refuses in a tag: its keys and values match
+    `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` (IAM API reference, Tag: Key and Value patterns; CreateRole
+    answers ValidationError otherwise), unlike EC2's tags, which allow any character."""
+    import unicodedata
+
+    for ch in text:
+        if ch not in IAM_TAG_EXTRA and unicodedata.category(ch)[0] not in "LZN":
+            return ch
+    return None
+
+
+def role_reasons(spec: "ClusterSpec") -> list[str]:
+    """Why the nodes need an instance role ([] for none: then no IAM is created)."""
+    reads, writes = scopes(spec)
+    why = []
+    if reads:
+        why.append("--data/--resume s3:// (read)")
+    if writes:
+        why.append("--output s3:// (write)")
+    if flag(spec, "ssm"):
+        why.append("option ssm=true")
+    return why
+
+
+def check_iam_tags(spec: "ClusterSpec") -> None:
+    """A run that creates the nodes' IAM role and instance profile (`role_reasons`) puts
+    every tag on them too: a key or value with a character IAM refuses fails `CreateRole` after the
+    network is made. Refused here, before anything is created (SpecError: exit 2), naming the tag and
+    what IAM allows. Key length 1-128 and value length up to 256 are IAM's as well."""
+    why = role_reasons(spec)
+    if not why:
+        return
+    for key, value in spec.managed_tags().items():
+        for what, text, limit in (("key", key, 128), ("value", value, 256)):
+            bad = _iam_tag_bad(text)
+            if bad is not None or len(text) > limit:
+                problem = f"character {bad!r}" if bad is not None else f"more than {limit} characters"
+                raise SpecError(
+                    f"tag {key}={value!r}: its {what} has {problem}, which IAM refuses on the node role this run "
+                    f"creates ({', '.join(why)}); IAM tag keys and values allow letters, digits, spaces and "
+                    f"{' '.join(IAM_TAG_EXTRA)} only (keys up to 128, values up to 256 characters)")
+
+
+@dataclass(frozen=True)
+class _Checking:
+    """What every rule of `validate_spec` reads: the spec, its type and region, and the warnings so far."""
+
+    spec: "ClusterSpec"
+    itype: InstanceType
+    region: str
+    warnings: list[str]
+
+
+def _check_region(c: _Checking) -> None:
+    if c.region not in c.itype.regions:
+        if flag(c.spec, "allowUnlistedRegion"):
+            c.warnings.append(
+                f"region {c.region!r} is not in the shipped catalog for {c.itype.name} ({SOURCE_DATE});"
                 " trying it because allowUnlistedRegion=true"
             )
         else:
             raise SpecError(
-                f"aws instance type {itype.name} is not offered in region {region!r}"
-                f"{did_you_mean(region, itype.regions)}; regions: {', '.join(itype.regions)}"
+                f"aws instance type {c.itype.name} is not offered in region {c.region!r}"
+                f"{did_you_mean(c.region, c.itype.regions)}; regions: {', '.join(c.itype.regions)}"
                 " (set option allowUnlistedRegion=true to try anyway)"
             )
-    from .prices import region_note
-
-    opt_in = region_note(region)
+    opt_in = region_note(c.region)
     if opt_in:
-        warnings.append(opt_in)
-    if spec.zone is not None:
-        suffix = spec.zone[len(region):]
+        c.warnings.append(opt_in)
+
+
+def _check_zone(c: _Checking) -> None:
+    zone, region = c.spec.zone, c.region
+    if zone is not None:
+        suffix = zone[len(region):]
         # zone letters run a-f: no region has more than six zones (us-east-1's are us-east-1a to -1f)
-        if not (spec.zone.startswith(region) and len(suffix) == 1 and suffix in "abcdef"):
+        if not (zone.startswith(region) and len(suffix) == 1 and suffix in "abcdef"):
             raise SpecError(
-                not_allowed("aws availability zone", spec.zone, f"a zone of {region}: {region}a to {region}f at most")
+                not_allowed("aws availability zone", zone, f"a zone of {region}: {region}a to {region}f at most")
             )
 
-    if spec.accelerator is not None:
-        from gpucluster.catalog import gpus
 
-        gpu = gpus.normalize(spec.accelerator)
-        if gpu != itype.gpu_model:
-            with_gpu = [t.name for t in INSTANCE_TYPES.values() if t.gpu_model == gpu]
-            asked = f"{gpu}:{spec.gpus_per_node}" if spec.gpus_per_node else gpu
-            raise SpecError(
-                f"gpu {asked} (--gpu, or accelerator {spec.accelerator!r}) contradicts instance type {itype.name} "
-                f"(--instance-type, {itype.gpus} × {itype.gpu_model}): give one of them"
-                + (f"; types with {gpu}: {', '.join(with_gpu)}" if with_gpu else f"; aws has no {gpu}")
-            )
+def _check_accelerator(c: _Checking) -> None:
+    spec, itype = c.spec, c.itype
+    if spec.accelerator is None:
+        return
+    from gpucluster.catalog import gpus
+
+    gpu = gpus.normalize(spec.accelerator)
+    if gpu != itype.gpu_model:
+        with_gpu = [t.name for t in INSTANCE_TYPES.values() if t.gpu_model == gpu]
+        asked = f"{gpu}:{spec.gpus_per_node}" if spec.gpus_per_node else gpu
+        raise SpecError(
+            f"gpu {asked} (--gpu, or accelerator {spec.accelerator!r}) contradicts instance type {itype.name} "
+            f"(--instance-type, {itype.gpus} × {itype.gpu_model}): give one of them"
+            + (f"; types with {gpu}: {', '.join(with_gpu)}" if with_gpu else f"; aws has no {gpu}")
+        )
+
+
+def _check_gpu_count(c: _Checking) -> None:
+    spec, itype = c.spec, c.itype
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != itype.gpus:
         sizes = [t.name for t in INSTANCE_TYPES.values()
                  if t.gpus == int(spec.gpus_per_node) and t.gpu_model == itype.gpu_model]
@@ -224,74 +302,89 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
             allowed += f"; types with {spec.gpus_per_node} GPUs: {', '.join(sizes)}"
         raise SpecError(not_allowed(f"gpus per node for {itype.name}", spec.gpus_per_node, allowed))
 
-    if spec.disk_type is not None and spec.disk_type not in DISK_TYPES:
-        raise SpecError(not_allowed("aws root disk type", spec.disk_type, DISK_TYPES))
 
-    if option(spec, "efa") is not None and efa_requested(spec):
-        if not itype.efa:
+def _check_disk(c: _Checking) -> None:
+    if c.spec.disk_type is not None and c.spec.disk_type not in DISK_TYPES:
+        raise SpecError(not_allowed("aws root disk type", c.spec.disk_type, DISK_TYPES))
+
+
+def _check_efa(c: _Checking) -> None:
+    if option(c.spec, "efa") is not None and efa_requested(c.spec):
+        if not c.itype.efa:
             efa_types = [t.name for t in INSTANCE_TYPES.values() if t.efa]
             raise SpecError(
-                f"EFA was asked for (option efa=true) but {itype.name} does not support it;"
+                f"EFA was asked for (option efa=true) but {c.itype.name} does not support it;"
                 f" types with EFA: {', '.join(efa_types)}"
             )
-        if spec.nodes == 1:
-            warnings.append("EFA on a single node brings nothing: it only speeds up traffic between nodes")
+        if c.spec.nodes == 1:
+            c.warnings.append("EFA on a single node brings nothing: it only speeds up traffic between nodes")
 
-    from .s3 import scopes
 
-    scopes(spec)  # SpecError for a malformed s3Read/s3Write URL
-    _kms_keys(spec)  # SpecError for a value that is not a list of KMS key ARNs
-    flag(spec, "ssm")  # SpecError for a value that is not true/false
-    from .permissions import check_iam_tags
+def _check_storage_and_role(c: _Checking) -> None:
+    scopes(c.spec)  # SpecError for a malformed s3Read/s3Write URL
+    _kms_keys(c.spec)  # SpecError for a value that is not a list of KMS key ARNs
+    flag(c.spec, "ssm")  # SpecError for a value that is not true/false
+    check_iam_tags(c.spec)
 
-    check_iam_tags(spec)
-    image = option(spec, "image")
+
+def _check_image(c: _Checking) -> None:
+    image = option(c.spec, "image")
     if image is not None and image not in IMAGES:
         raise SpecError(not_allowed("option image", image, list(IMAGES)))
-    if image is not None and option(spec, "ami") is not None:
+    if image is not None and option(c.spec, "ami") is not None:
         raise SpecError("option image selects the AMI lookup; it cannot be combined with option ami")
 
-    behavior = option(spec, "spotInterruptionBehavior")
-    if behavior is not None:
-        if not spec.spot:
-            raise SpecError(
-                f"option spotInterruptionBehavior={behavior!r} needs spot=true (this spec is on-demand)"
-            )
-        if behavior not in SPOT_INTERRUPTION_BEHAVIORS:
-            raise SpecError(
-                not_allowed(
-                    "spot interruption behavior",
-                    behavior,
-                    "terminate (spot instances in a cluster placement group must terminate on interruption)",
-                )
-            )
 
-    vpc_id, subnet_id = option(spec, "vpcId"), option(spec, "subnetId")
+def _check_spot_behavior(c: _Checking) -> None:
+    behavior = option(c.spec, "spotInterruptionBehavior")
+    if behavior is None:
+        return
+    if not c.spec.spot:
+        raise SpecError(
+            f"option spotInterruptionBehavior={behavior!r} needs spot=true (this spec is on-demand)"
+        )
+    if behavior not in SPOT_INTERRUPTION_BEHAVIORS:
+        raise SpecError(
+            not_allowed(
+                "spot interruption behavior",
+                behavior,
+                "terminate (spot instances in a cluster placement group must terminate on interruption)",
+            )
+        )
+
+
+def _check_network(c: _Checking) -> None:
+    vpc_id, subnet_id = option(c.spec, "vpcId"), option(c.spec, "subnetId")
     if vpc_id is not None and subnet_id is None:
         raise SpecError(f"option vpcId={vpc_id!r} needs subnetId too: the nodes go into one subnet")
-    if subnet_id is not None and option(spec, "vpcCidr") is not None:
+    if subnet_id is not None and option(c.spec, "vpcCidr") is not None:
         raise SpecError("option vpcCidr only applies to a new VPC; it cannot be combined with subnetId")
 
-    cidr = option(spec, "vpcCidr")
+    cidr = option(c.spec, "vpcCidr")
     if cidr is not None:
-        _check_vpc_cidr(str(cidr), spec.nodes)
+        _check_vpc_cidr(str(cidr), c.spec.nodes)
 
+
+def _check_ssh_cidr(c: _Checking) -> None:
+    spec = c.spec
     open_ssh = flag(spec, "allowOpenSsh")
     if spec.ssh_cidr is not None and ":" in str(spec.ssh_cidr):
         # the cluster's VPC, subnet and nodes have IPv4 addresses only: an IPv6 rule admits nobody
         raise SpecError(not_allowed("ssh CIDR", spec.ssh_cidr, "an IPv4 CIDR such as 203.0.113.7/32 (the cluster's "
                                                                   "VPC and nodes are IPv4 only)"))
     if spec.ssh_cidr is None:
-        warnings.append("no ssh CIDR given: SSH is closed to everyone; set sshCidr to your address/32")
+        c.warnings.append("no ssh CIDR given: SSH is closed to everyone; set sshCidr to your address/32")
     elif _is_open(spec.ssh_cidr):
         if not open_ssh:
             raise SpecError(
                 f"ssh CIDR {spec.ssh_cidr!r} opens SSH to the whole internet and is not allowed;"
                 " give your own address (for example 203.0.113.7/32) or set option allowOpenSsh=true"
             )
-        warnings.append(f"SSH is open to {spec.ssh_cidr} because allowOpenSsh=true")
+        c.warnings.append(f"SSH is open to {spec.ssh_cidr} because allowOpenSsh=true")
 
-    key = option(spec, "sshPublicKey")
+
+def _check_ssh_key(c: _Checking) -> None:
+    key = option(c.spec, "sshPublicKey")
     if key is not None and not str(key).startswith(("ssh-ed25519 ", "ssh-rsa ")):
         # EC2 imports ED25519 and RSA keys only (ImportKeyPair; "Create a key pair",
         # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-key-pairs.html): ECDSA is refused
@@ -299,6 +392,28 @@ def validate_spec(spec: "ClusterSpec") -> list[str]:
             not_allowed("option sshPublicKey", str(key)[:20] + "...",
                         "an OpenSSH ssh-ed25519 or ssh-rsa public key line (EC2 imports no ECDSA keys)")
         )
+
+
+# The rules of `validate_spec`, in the order they run (the first refusal is the one reported).
+_SPEC_RULES: tuple[Callable[[_Checking], None], ...] = (
+    _check_region, _check_zone, _check_accelerator, _check_gpu_count, _check_disk, _check_efa,
+    _check_storage_and_role, _check_image, _check_spot_behavior, _check_network, _check_ssh_cidr, _check_ssh_key,
+)
+
+
+def validate_spec(spec: "ClusterSpec") -> list[str]:
+    """AWS checks on top of `gpucluster.spec.validate`; raise SpecError or return warnings."""
+    warnings: list[str] = []
+    itype = instance_type_of(spec)
+    idle_minutes(spec)  # checked here, before anything is declared
+    if spec.instance_type is None:
+        warnings.append(f"no instance type given: using {DEFAULT_INSTANCE_TYPE}")
+    region = region_of(spec)
+    if spec.region is None:
+        warnings.append(f"no region given: using {region}")
+    checking = _Checking(spec, itype, region, warnings)
+    for rule in _SPEC_RULES:
+        rule(checking)
     return warnings
 
 
@@ -375,7 +490,7 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
     (a cluster the launcher cannot reach is never created). Returns (spec, notes)."""
     notes: list[str] = []
     itype = instance_type_of(spec)
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     if spec.gpus_per_node is None:
         changes["gpus_per_node"] = itype.gpus
     if spec.instance_type is None:
@@ -396,29 +511,24 @@ def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["Cluster
     return spec, notes
 
 
-def with_bucket_keys(spec: "ClusterSpec", session: Any = None) -> tuple["ClusterSpec", list[str]]:
+def with_bucket_keys(spec: "ClusterSpec", session: AwsSession = None) -> tuple["ClusterSpec", list[str]]:
     """The spec with option s3KmsKeys naming the customer managed keys of the SSE-KMS buckets it reads
     or writes (none given, some found), and notes (infra/aws/kms.py)."""
-    from . import kms
-    from .s3 import split
-
     urls = [*spec.reads, *spec.writes]
-    if not urls or option(spec, kms.KEYS_OPTION) is not None:
+    if not urls or option(spec, KEYS_OPTION) is not None:
         return spec, []
     import boto3
 
-    arns, notes = kms.bucket_keys([split(u)[0] for u in urls if u.startswith("s3://")],
-                                  session or boto3.session.Session(region_name=region_of(spec)))
+    arns, notes = bucket_keys([split(u)[0] for u in urls if u.startswith("s3://")],
+                              session or boto3.session.Session(region_name=region_of(spec)))
     if arns:
         notes.append(f"the nodes' role may use the buckets' KMS key(s) {', '.join(arns)} (SSE-KMS: kms:Decrypt, "
                      "kms:GenerateDataKey)")
-        spec = spec.replace(options=(*spec.options, (kms.KEYS_OPTION, ",".join(arns))))
+        spec = spec.replace(options=(*spec.options, (KEYS_OPTION, ",".join(arns))))
     return spec, notes
 
 
 def _kms_keys(spec: "ClusterSpec") -> list[str]:
-    from .kms import KEYS_OPTION, keys_of
-
     keys = keys_of(option(spec, KEYS_OPTION))
     for key in keys:
         if not re.fullmatch(r"arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+", key):
@@ -432,14 +542,15 @@ BOOT_S = 300  # cloud-init reaching runcmd (the DLAMI ships the driver; FACTS.md
 FIRST_IMPORT_S = 300  # the first `import torch` reads its libraries from a root volume restored lazily from the
 # AMI's snapshot: the first read of each block is slow (EBS User Guide, "Initialize Amazon EBS volumes")
 TORCH_INSTALL_S = 900  # image=base: apt-get update + python3-venv + pip install torch (~3 GB with its CUDA wheels)
+# the node's ready check's own bound on the wait for the driver to list the GPUs: TRIES checks, PAUSE
+# seconds apart (user_data.py renders them into node_ready.sh)
+READY_TRIES, READY_PAUSE_S = 60, 10
 
 
 def ready_within(spec: "ClusterSpec") -> tuple[int, str]:
     """(seconds, why) a node of `spec` may need to write its ready marker: boot, the ready check's own
     wait for the GPUs (the same for 1 or 8 of them), the first torch import, and with image=base the
     torch install before them. Only the image changes it: every g5 size runs the same steps."""
-    from .user_data import READY_PAUSE_S, READY_TRIES
-
     gpu_wait = READY_TRIES * READY_PAUSE_S
     parts = [("boot", BOOT_S), ("the node's wait for its GPUs", gpu_wait), ("first torch import from the lazily "
                                                                              "restored disk", FIRST_IMPORT_S)]
@@ -448,7 +559,7 @@ def ready_within(spec: "ClusterSpec") -> tuple[int, str]:
     return sum(s for _, s in parts), " + ".join(f"{what} {s // 60} min" for what, s in parts)
 
 
-def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Any = None) -> str:
+def plan_line(spec: "ClusterSpec", nproc_per_node: int, hourly: Decimal | None = None) -> str:
     """e.g. `2 × g5.12xlarge (4 × A10G each), 8 training processes, $11.34/h`."""
     itype = instance_type_of(spec)
     line = (f"{spec.nodes} × {itype.name} ({itype.gpus} × {itype.gpu_model} each), "

@@ -13,7 +13,7 @@ allows tags):
 - a cluster placement group;
 - the login key: generated with pulumi-tls (the private key only ever as a secret output) or
   the user's public key from option `sshPublicKey`;
-- only when the nodes need one (`permissions.role_reasons`): an IAM role + instance profile (under
+- only when the nodes need one (`catalog.role_reasons`): an IAM role + instance profile (under
   the IAM path /gpucluster/<owner>/<region>/<cluster>/, so the leftover scan finds them by owner and
   cluster), with one inline role policy granting exactly the spec's s3 prefixes (options s3Read /
   s3Write, set by `run --data s3://...` / `--output s3://...`; `infra.aws.s3.policy_document`: the
@@ -41,7 +41,7 @@ from __future__ import annotations
 import base64
 import json
 import operator
-from typing import Any, Optional
+from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -56,7 +56,7 @@ from .engine import PROVIDER_MAX_RETRIES, fleet_instance_ids
 from .interfaces import node_addresses, template_interfaces
 from .kms import KEYS_OPTION, keys_of
 from .leftovers import iam_path
-from .permissions import role_reasons
+from .catalog import role_reasons
 from .rootdisk import ROOT_GB_TAG, root_disk_gb, snapshot_gb
 from .user_data import READY_FILE, render_user_data
 
@@ -108,7 +108,119 @@ class GpuCluster(pulumi.ComponentResource):
         )
         invoke_opts = pulumi.InvokeOutputOptions(parent=self, provider=self._provider)
 
-        # -- network -------------------------------------------------------------------------
+        vpc_id, subnet_id = self._network(name, spec, invoke_opts)
+        self.subnet_id = pulumi.Output.from_input(subnet_id)
+        sg = self._security_group(name, spec, vpc_id)
+        self.security_group = sg
+
+        # -- placement group, keys, IAM ----------------------------------------------------
+        pg = aws.ec2.PlacementGroup(
+            f"{name}-pg", strategy="cluster", tags=self._tags(f"{spec.name}-pg"), opts=self._opts()
+        )
+        key_pair = aws.ec2.KeyPair(
+            f"{name}-key", public_key=self._login_key(name, spec), tags=self._tags(f"{spec.name}-key"),
+            opts=self._opts()
+        )
+        s3_scopes = s3.scopes(spec)
+        self.s3_policy: Optional[aws.iam.RolePolicy] = None
+        profile = self._node_role(name, spec, s3_scopes) if role_reasons(spec) else None
+        self._role_deps = [d for d in (self._ssm, self.s3_policy) if d is not None] if profile else []
+
+        # -- instances ---------------------------------------------------------------------
+        ami_opt = catalog.option(spec, "ami")
+        self.ami = (
+            None
+            if ami_opt
+            else aws.ec2.get_ami_output(
+                most_recent=True,
+                owners=list(AMI_OWNERS),
+                filters=[
+                    aws.ec2.GetAmiFilterArgs(name="name", values=catalog.ami_name_patterns(spec)),
+                    aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
+                    aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
+                ],
+                opts=invoke_opts,
+            )
+        )
+        self.ami_id: pulumi.Output[str] = (pulumi.Output.from_input(str(ami_opt)) if self.ami is None
+                                           else self.ami.id)
+        # -- the nodes: one launch template, one EC2 Fleet of type instant ----------------------
+        # All nodes in one request, all or none: an instant fleet is one synchronous CreateFleet
+        # call, and with min_target_capacity equal to the target (which needs single_instance_type
+        # and single_availability_zone) EC2 launches every node or none (EC2 API reference,
+        # OnDemandOptionsRequest/SpotOptionsRequest: "MinTargetCapacity: the minimum target
+        # capacity ... in the fleet. If the minimum target capacity is not reached, the fleet
+        # launches no instances"). One template means one user data for all nodes, so no node
+        # carries a host key of ours: each generates its own, cloud-init prints it to the serial
+        # console, and the launcher pins it from GetConsoleOutput (`infra.aws.hostkeys`).
+        self.instance_tags = self._tags(f"{spec.name}-node")
+        user_data = render_user_data(
+            cluster=spec.name,
+            expected_gpus=self.itype.gpus,
+            max_lifetime_minutes=spec.max_lifetime_minutes,
+            setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
+            idle_minutes=catalog.idle_minutes(spec),
+        )
+        self.user_data = user_data
+        self.launch_template = self._node_template(name, spec, subnet_id, sg, pg, key_pair, profile, user_data)
+        capacity_type = "spot" if spec.spot else "on-demand"
+        self.fleet = aws.ec2.Fleet(
+            f"{name}-fleet",
+            type="instant",
+            launch_template_configs=[aws.ec2.FleetLaunchTemplateConfigArgs(
+                launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
+                    launch_template_id=self.launch_template.id,
+                    version=self.launch_template.latest_version.apply(str),
+                ),
+                overrides=[aws.ec2.FleetLaunchTemplateConfigOverrideArgs(
+                    instance_type=self.itype.name, availability_zone=self.availability_zone)],
+            )],
+            target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
+                default_target_capacity_type=capacity_type,
+                total_target_capacity=spec.nodes,
+                spot_target_capacity=spec.nodes if spec.spot else None,
+                on_demand_target_capacity=None if spec.spot else spec.nodes,
+            ),
+            # all or none: at least every node, of one type, in one zone
+            on_demand_options=None if spec.spot else aws.ec2.FleetOnDemandOptionsArgs(
+                min_target_capacity=spec.nodes, single_instance_type=True, single_availability_zone=True),
+            spot_options=aws.ec2.FleetSpotOptionsArgs(
+                instance_interruption_behavior="terminate", min_target_capacity=spec.nodes, single_instance_type=True,
+                single_availability_zone=True) if spec.spot else None,
+            # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
+            terminate_instances=True,
+            # the nodes' root size, as the cost records read it (engine.resource_detail): sized for the image
+            tags={**self._tags(f"{spec.name}-fleet"), ROOT_GB_TAG: self.root_gb.apply(str)},
+            # An update that changes the nodes (a new DLAMI, new tags: a new template) replaces the
+            # fleet, the old one deleted first (its nodes terminate, the new ones launch): EC2 modifies
+            # only `maintain` fleets (ModifyFleet: FleetNotInModifiableState for an instant one), and the
+            # provider would modify it in place (issue 40 item 2)
+            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps],
+                            replace_on_changes=list(FLEET_REPLACED_ON), delete_before_replace=True),
+        )
+        region = self.region
+        def ranked(both: list[object]) -> list[str]:  # [the fleet's id, its fleet_instance_sets]
+            fleet_id, sets = both
+            return fleet_instance_ids(sets if isinstance(sets, list) else None, spec.nodes,
+                                      fleet_id=fleet_id if isinstance(fleet_id, str) else None, region=region)
+
+        ids = pulumi.Output.all(self.fleet.id, self.fleet.fleet_instance_sets).apply(ranked)
+        self.instance_ids = ids
+        hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(operator.itemgetter(rank)), opts=invoke_opts)
+                 for rank in range(spec.nodes)]
+        self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
+        # several interfaces (EFA on every card): no public IPv4 at launch, an Elastic IP each (interfaces.py)
+        self.public_ips = pulumi.Output.all(*(
+            node_addresses(name, spec.name, hosts, self._tags,
+                           lambda: self._opts(depends_on=[self.fleet, *self._network_deps]))
+            if self.cards > 1 else [h.public_ip for h in hosts]))
+        self.register_outputs(self.outputs())
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _network(self, name: str, spec: ClusterSpec,
+                 invoke_opts: pulumi.InvokeOutputOptions) -> tuple[pulumi.Input[str], pulumi.Input[str]]:
+        """(VPC id, subnet id): option subnetId's, else a new VPC with one public subnet in the zone.
+        Sets `availability_zone` and `_network_deps` (what the nodes wait for)."""
         subnet_id_opt = catalog.option(spec, "subnetId")
         self._network_deps: list[pulumi.Resource] = []
         if subnet_id_opt:
@@ -155,9 +267,10 @@ class GpuCluster(pulumi.ComponentResource):
             )
             vpc_id, subnet_id = vpc.id, subnet.id
             self._network_deps = [igw, assoc]
-        self.subnet_id = pulumi.Output.from_input(subnet_id)
+        return vpc_id, subnet_id
 
-        # -- security group ----------------------------------------------------------------
+    def _security_group(self, name: str, spec: ClusterSpec, vpc_id: pulumi.Input[str]) -> "aws.ec2.SecurityGroup":
+        """The cluster's security group and its rules (kept in `_rule_deps`)."""
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=vpc_id,
@@ -165,7 +278,6 @@ class GpuCluster(pulumi.ComponentResource):
             tags=self._tags(f"{spec.name}-sg"),
             opts=self._opts(),
         )
-        self.security_group = sg
         # the rules are resources of their own: the nodes' template and fleet depend on them, so no node
         # boots before its egress and the members' (EFA) rules exist (issue 40 item 12)
         self._rule_deps: list[pulumi.Resource] = []
@@ -208,120 +320,24 @@ class GpuCluster(pulumi.ComponentResource):
                 tags=self._tags(f"{spec.name}-in-ssh"),
                 opts=self._opts(),
             ))
+        return sg
 
-        # -- placement group, keys, IAM ----------------------------------------------------
-        pg = aws.ec2.PlacementGroup(
-            f"{name}-pg", strategy="cluster", tags=self._tags(f"{spec.name}-pg"), opts=self._opts()
-        )
+    def _login_key(self, name: str, spec: ClusterSpec) -> pulumi.Input[str]:
+        """The public key the nodes admit: option sshPublicKey's, else a new ED25519 key's (its private
+        half a secret output)."""
         user_key = catalog.option(spec, "sshPublicKey")
         if user_key:
-            public_key: pulumi.Input[str] = str(user_key)
             self.ssh_private_key: pulumi.Output[Optional[str]] = pulumi.Output.secret(None)
-        else:
-            login = tls.PrivateKey(
-                f"{name}-login-key", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
-            )
-            public_key = login.public_key_openssh
-            self.ssh_private_key = pulumi.Output.secret(login.private_key_openssh)
-        key_pair = aws.ec2.KeyPair(
-            f"{name}-key", public_key=public_key, tags=self._tags(f"{spec.name}-key"), opts=self._opts()
+            return str(user_key)
+        login = tls.PrivateKey(
+            f"{name}-login-key", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
         )
-        s3_scopes = s3.scopes(spec)
-        self.s3_policy: Optional[aws.iam.RolePolicy] = None
-        profile = self._node_role(name, spec, s3_scopes) if role_reasons(spec) else None
-        self._role_deps = [d for d in (self._ssm, self.s3_policy) if d is not None] if profile else []
+        self.ssh_private_key = pulumi.Output.secret(login.private_key_openssh)
+        return login.public_key_openssh
 
-        # -- instances ---------------------------------------------------------------------
-        ami_opt = catalog.option(spec, "ami")
-        self.ami = (
-            None
-            if ami_opt
-            else aws.ec2.get_ami_output(
-                most_recent=True,
-                owners=list(AMI_OWNERS),
-                filters=[
-                    aws.ec2.GetAmiFilterArgs(name="name", values=catalog.ami_name_patterns(spec)),
-                    aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
-                    aws.ec2.GetAmiFilterArgs(name="state", values=["available"]),
-                ],
-                opts=invoke_opts,
-            )
-        )
-        self.ami_id: pulumi.Output[str] = (pulumi.Output.from_input(str(ami_opt)) if self.ami is None
-                                           else self.ami.id)
-        # -- the nodes: one launch template, one EC2 Fleet of type instant ----------------------
-        # All nodes in one request, all or none: an instant fleet is one synchronous CreateFleet
-        # call, and with min_target_capacity equal to the target (which needs single_instance_type
-        # and single_availability_zone) EC2 launches every node or none (EC2 API reference,
-        # OnDemandOptionsRequest/SpotOptionsRequest: "MinTargetCapacity: the minimum target
-        # capacity ... in the fleet. If the minimum target capacity is not reached, the fleet
-        # launches no instances"). One template means one user data for all nodes, so no node
-        # carries a host key of ours: each generates its own, cloud-init prints it to the serial
-        # console, and the launcher pins it from GetConsoleOutput (`infra.aws.hostkeys`).
-        self.instance_tags = self._tags(f"{spec.name}-node")
-        user_data = render_user_data(
-            cluster=spec.name,
-            expected_gpus=self.itype.gpus,
-            max_lifetime_minutes=spec.max_lifetime_minutes,
-            setup_torch=catalog.image_of(spec) == "base" and not ami_opt,
-            idle_minutes=catalog.idle_minutes(spec),
-        )
-        self.user_data = user_data
-        self.launch_template = self._node_template(name, spec, subnet_id, sg, pg, key_pair, profile, user_data)
-        capacity_type = "spot" if spec.spot else "on-demand"
-        all_or_none: dict[str, Any] = dict(min_target_capacity=spec.nodes, single_instance_type=True,
-                                           single_availability_zone=True)
-        self.fleet = aws.ec2.Fleet(
-            f"{name}-fleet",
-            type="instant",
-            launch_template_configs=[aws.ec2.FleetLaunchTemplateConfigArgs(
-                launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
-                    launch_template_id=self.launch_template.id,
-                    version=self.launch_template.latest_version.apply(str),
-                ),
-                overrides=[aws.ec2.FleetLaunchTemplateConfigOverrideArgs(
-                    instance_type=self.itype.name, availability_zone=self.availability_zone)],
-            )],
-            target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
-                default_target_capacity_type=capacity_type,
-                total_target_capacity=spec.nodes,
-                spot_target_capacity=spec.nodes if spec.spot else None,
-                on_demand_target_capacity=None if spec.spot else spec.nodes,
-            ),
-            on_demand_options=None if spec.spot else aws.ec2.FleetOnDemandOptionsArgs(**all_or_none),
-            spot_options=aws.ec2.FleetSpotOptionsArgs(instance_interruption_behavior="terminate", **all_or_none)
-            if spec.spot else None,
-            # an instant fleet's instances are terminated with it (DeleteFleets, TerminateInstances)
-            terminate_instances=True,
-            # the nodes' root size, as the cost records read it (engine.resource_detail): sized for the image
-            tags={**self._tags(f"{spec.name}-fleet"), ROOT_GB_TAG: self.root_gb.apply(str)},
-            # An update that changes the nodes (a new DLAMI, new tags: a new template) replaces the
-            # fleet, the old one deleted first (its nodes terminate, the new ones launch): EC2 modifies
-            # only `maintain` fleets (ModifyFleet: FleetNotInModifiableState for an instant one), and the
-            # provider would modify it in place (issue 40 item 2)
-            opts=self._opts(depends_on=[*self._role_deps, *self._network_deps, *self._rule_deps],
-                            replace_on_changes=list(FLEET_REPLACED_ON), delete_before_replace=True),
-        )
-        region = self.region
-        def ranked(both: list[Any]) -> list[str]:
-            return fleet_instance_ids(both[1], spec.nodes, fleet_id=both[0], region=region)
-
-        ids = pulumi.Output.all(self.fleet.id, self.fleet.fleet_instance_sets).apply(ranked)
-        self.instance_ids = ids
-        hosts = [aws.ec2.get_instance_output(instance_id=ids.apply(operator.itemgetter(rank)), opts=invoke_opts)
-                 for rank in range(spec.nodes)]
-        self.private_ips = pulumi.Output.all(*[h.private_ip for h in hosts])
-        # several interfaces (EFA on every card): no public IPv4 at launch, an Elastic IP each (interfaces.py)
-        self.public_ips = pulumi.Output.all(*(
-            node_addresses(name, spec.name, hosts, self._tags,
-                           lambda: self._opts(depends_on=[self.fleet, *self._network_deps]))
-            if self.cards > 1 else [h.public_ip for h in hosts]))
-        self.register_outputs(self.outputs())
-
-    # -- helpers -------------------------------------------------------------------------------
     def _node_role(self, name: str, spec: ClusterSpec,
                    s3_scopes: tuple[list[str], list[str]]) -> "aws.iam.InstanceProfile":
-        """The nodes' instance role and profile, made only for a reason (`permissions.role_reasons`):
+        """The nodes' instance role and profile, made only for a reason (`catalog.role_reasons`):
         the s3 grants of the spec (one inline policy), and with option `ssm=true` the SSM core policy."""
         ssm_wanted = catalog.flag(spec, "ssm")
         role = aws.iam.Role(
@@ -355,11 +371,14 @@ class GpuCluster(pulumi.ComponentResource):
     def _tags(self, name: str, **extra: str) -> dict[str, str]:
         return {**self._base_tags, "Name": name, **extra}
 
-    def _opts(self, **kw: Any) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self, provider=self._provider, **kw)
+    def _opts(self, *, depends_on: Optional[list[pulumi.Resource]] = None, replace_on_changes: Optional[list[str]] = None,
+              delete_before_replace: Optional[bool] = None) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=depends_on,
+                                      replace_on_changes=replace_on_changes, delete_before_replace=delete_before_replace)
 
-    def _node_template(self, name: str, spec: Any, subnet_id: Any, sg: Any, pg: Any, key_pair: Any,
-                       profile: Any, user_data: str) -> Any:
+    def _node_template(self, name: str, spec: ClusterSpec, subnet_id: pulumi.Input[str], sg: aws.ec2.SecurityGroup,
+                       pg: aws.ec2.PlacementGroup, key_pair: aws.ec2.KeyPair,
+                       profile: Optional[aws.iam.InstanceProfile], user_data: str) -> aws.ec2.LaunchTemplate:
         """The one launch template every node of the fleet is launched from: the AMI, the login key,
         IMDSv2 required, an encrypted gp3 root deleted on termination, shutdown = terminate, the
         placement group, the instance profile when there is one, the tags of the instances and their
@@ -430,7 +449,7 @@ class GpuCluster(pulumi.ComponentResource):
 
         return offerings.locations.apply(pick)
 
-    def outputs(self) -> dict[str, pulumi.Output[Any]]:
+    def outputs(self) -> dict[str, pulumi.Output[object]]:
         """What the program exports (and the launcher reads): lists are head first."""
         return {
             "cluster_name": pulumi.Output.from_input(self.spec.name),
@@ -449,7 +468,7 @@ class GpuCluster(pulumi.ComponentResource):
         }
 
 
-def _sized_for(ami: Any) -> int:
+def _sized_for(ami: aws.ec2.GetAmiResult) -> int:
     """The default root size for a looked-up AMI (`aws.ec2.get_ami`'s result; its `ebs` map has
     snake_case keys, as terraform-provider-aws's data source sets them)."""
     return root_disk_gb(None, snapshot_gb(ami.root_device_name, [
@@ -457,6 +476,6 @@ def _sized_for(ami: Any) -> int:
         for m in ami.block_device_mappings or []]))
 
 
-def declare(spec: ClusterSpec) -> dict[str, pulumi.Output[Any]]:
+def declare(spec: ClusterSpec) -> dict[str, pulumi.Output[object]]:
     """Declare the cluster for a validated spec; return the outputs to export."""
     return GpuCluster(spec.name, spec=spec).outputs()

@@ -16,7 +16,10 @@ the run (exit 2) with what to do.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
+
+from .sdk import BotoCredentials
 
 # minutes the teardown may take after the nodes' lifetime: terminating GPU nodes (1-2 min and more),
 # `pulumi destroy`, the tag scan and its deletes by tag, with their waits
@@ -33,16 +36,16 @@ REFRESHED = {
 CHECK = "aws credentials lifetime"
 
 
-def _row(ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+def _row(ok: bool | None, detail: str, fix: str = "") -> JsonObject:
     return {"check": CHECK, "ok": ok, "detail": detail, "fix": fix}
 
 
-def lifetime_check(creds: Any, spec: Any, now: dt.datetime | None = None) -> dict[str, Any] | None:
+def lifetime_check(creds: BotoCredentials, spec: ClusterSpec, now: dt.datetime | None = None) -> JsonObject | None:
     """The credentials' lifetime against the run's: a failed row when they cannot be refreshed and end
     first, a note when temporary ones have no known end, else an ok row; None for long-lived keys."""
     if creds is None:
         return None
-    lifetime = int(getattr(spec, "max_lifetime_minutes", 0) or 0)
+    lifetime = int(spec.max_lifetime_minutes or 0)
     need = lifetime + TEARDOWN_MARGIN_MINUTES
     method = str(getattr(creds, "method", "") or "")
     expiry = getattr(creds, "_expiry_time", None)

@@ -5,19 +5,23 @@ shape, and the regions a sweep of every cluster looks in."""
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Sequence
+
+from gpucluster.states import JsonMapping, JsonObject
+
+from .sdk import AwsSession
 
 EC2_GVT_QUOTA = "L-DB2E81BA"  # "Running On-Demand G and VT instances" (vCPUs)
 DEFAULT_RUN_NODES = 2  # `run --cloud aws` without --nodes
 
 
-def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+def _check(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
     """ok: True passed, False failed (with a fix), None skipped/informational."""
     return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
 
 
-def doctor(region: str | None = None, session: Any = None, *, nodes: int | None = None,
-           instance_type: str | None = None, spot: bool = False) -> list[dict[str, Any]]:
+def doctor(region: str | None = None, session: AwsSession = None, *, nodes: int | None = None,
+           instance_type: str | None = None, spot: bool = False) -> list[JsonObject]:
     """`doctor --cloud aws`: the preflight of `run` (infra/aws/preflight.py) for the region and
     shape given. Defaults: those of a default `run` (2 x g5.xlarge on-demand in the catalog's
     default region, us-east-1: `run` does not read $AWS_REGION, so neither does this)."""
@@ -26,8 +30,8 @@ def doctor(region: str | None = None, session: Any = None, *, nodes: int | None 
     return check_aws(region or DEFAULT_REGION, session=session, nodes=nodes, instance_type=instance_type, spot=spot)
 
 
-def check_aws(region: str, session: Any = None, *, nodes: int | None = None, instance_type: str | None = None,
-              spot: bool = False) -> list[dict[str, Any]]:
+def check_aws(region: str, session: AwsSession = None, *, nodes: int | None = None, instance_type: str | None = None,
+              spot: bool = False) -> list[JsonObject]:
     from gpucluster.errors import SpecError
     from gpucluster.spec import ClusterSpec
 
@@ -49,7 +53,7 @@ def check_aws(region: str, session: Any = None, *, nodes: int | None = None, ins
             _check("aws permissions a run needs", None, summary(spec))]
 
 
-def gc_regions(open_rows: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]],
+def gc_regions(open_rows: Sequence[JsonMapping], runs: Sequence[JsonMapping],
                extra: tuple[str, ...]) -> list[str]:
     """Where `gc` looks: the regions given, those of open ledger rows and of recorded runs, and,
     without --region, the catalog's default (a cluster made without --region went there) and the

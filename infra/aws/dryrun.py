@@ -14,11 +14,11 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from typing import Any
-
 import yaml
 
-from gpucluster.infra.aws.mock_runtime import build, unwrap
+from gpucluster.infra.aws.mock_runtime import Recorder, build, unwrap
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonMapping, JsonObject
 
 SG_RULE_TYPES = {
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "ingress",
@@ -26,7 +26,71 @@ SG_RULE_TYPES = {
 }
 
 
-def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, Any]:
+def _sg_rule(direction: str, i: JsonMapping) -> JsonObject:
+    """One security group rule as the reviewer reads it."""
+    lo, hi = (int(i[k]) if i.get(k) is not None else None for k in ("fromPort", "toPort"))
+    ports = "all" if i.get("ipProtocol") == "-1" else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+    peer = i.get("cidrIpv4") or i.get("cidrIpv6") or ("members of the group" if i.get("referencedSecurityGroupId")
+                                                        else "?")
+    return {"direction": direction, "protocol": "all" if i.get("ipProtocol") == "-1" else i.get("ipProtocol"),
+            "ports": ports, "peer": peer, "description": i.get("description", "")}
+
+
+def _sg_rules(rec: Recorder) -> list[JsonObject]:
+    rules = []
+    for r in rec.resources:
+        direction = SG_RULE_TYPES.get(r.typ)
+        if direction:
+            rules.append(_sg_rule(direction, r.inputs))
+    return rules
+
+
+def _ami_filter(rec: Recorder) -> JsonObject:
+    ami = [c.args for c in rec.calls_to("aws:ec2/getAmi:getAmi")]
+    if not ami:
+        return {"ami": "pinned by option ami"}
+    return {"owners": ami[0].get("owners"), "most_recent": ami[0].get("mostRecent"),
+            **{f["name"]: f["values"] for f in ami[0].get("filters", [])}}
+
+
+def _user_data(first: JsonMapping) -> JsonObject:
+    """What the nodes' cloud-init does (never the secret host keys)."""
+    if first.get("userData") is None:
+        return {}
+    doc = yaml.safe_load(base64.b64decode(unwrap(first["userData"])).decode())
+    return {
+        "runcmd": [" ".join(map(str, c)) for c in doc.get("runcmd", [])],
+        "files": [f["path"] for f in doc.get("write_files", [])],
+        "host_key": ("a new ed25519 key per node, printed to the serial console and pinned from there"
+                     if "ed25519" in (doc.get("ssh_genkeytypes") or []) else None),
+    }
+
+
+def _object_access(rec: Recorder) -> list[JsonObject]:
+    policies = [json.loads(unwrap(r.inputs["policy"])) for r in rec.of_type("aws:iam/rolePolicy:RolePolicy")]
+    return [{"actions": st["Action"], "resources": st["Resource"], **({"condition": st["Condition"]}
+                                                                   if "Condition" in st else {})}
+            for doc in policies for st in doc.get("Statement", [])]
+
+
+def _instances(fi: JsonMapping, first: JsonMapping, has_fleet: bool) -> JsonObject:
+    """The fleet's instances: how many, which type, how they launch, their root disk and metadata."""
+    target = fi.get("targetCapacitySpecification") or {}
+    options = fi.get("onDemandOptions") or fi.get("spotOptions") or {}
+    root = ((first.get("blockDeviceMappings") or [{}])[0].get("ebs") or {})
+    return {
+        "count": int(target.get("totalTargetCapacity") or 0),
+        "type": ((fi.get("launchTemplateConfigs") or [{}])[0].get("overrides") or [{}])[0].get("instanceType"),
+        "launch": (f"one EC2 Fleet request (type {fi.get('type')}), all or none: min target capacity "
+                   f"{int(options.get('minTargetCapacity') or 0)}, one type, one zone") if has_fleet else None,
+        "root": {k: root.get(k) for k in ("volumeType", "volumeSize", "encrypted")},
+        "imds": first.get("metadataOptions", {}).get("httpTokens"),
+        "shutdown": first.get("instanceInitiatedShutdownBehavior"),
+        "spot": target.get("defaultTargetCapacityType") == "spot",
+    }
+
+
+def dry_run(spec: ClusterSpec, *, job: object = None, launcher: object = None) -> JsonObject:
     """(job and launcher: the CLI prints per-node commands itself from `launcher.preview_commands`.)"""
     import contextlib
     import io
@@ -38,59 +102,22 @@ def dry_run(spec: Any, *, job: Any = None, launcher: Any = None) -> dict[str, An
         raise built.error
     rec = built.recorder
     counts = Counter(r.typ for r in rec.resources)
-    rules = []
-    for r in rec.resources:
-        direction = SG_RULE_TYPES.get(r.typ)
-        if not direction:
-            continue
-        i = r.inputs
-        lo, hi = (int(i[k]) if i.get(k) is not None else None for k in ("fromPort", "toPort"))
-        ports = "all" if i.get("ipProtocol") == "-1" else (f"{lo}" if lo == hi else f"{lo}-{hi}")
-        peer = i.get("cidrIpv4") or i.get("cidrIpv6") or ("members of the group" if i.get("referencedSecurityGroupId")
-                                                            else "?")
-        rules.append({"direction": direction, "protocol": "all" if i.get("ipProtocol") == "-1" else i.get("ipProtocol"),
-                      "ports": ports, "peer": peer, "description": i.get("description", "")})
-    ami = [c.args for c in rec.calls_to("aws:ec2/getAmi:getAmi")]
-    ami_filter = ({"owners": ami[0].get("owners"), "most_recent": ami[0].get("mostRecent"),
-                   **{f["name"]: f["values"] for f in ami[0].get("filters", [])}} if ami
-                  else {"ami": "pinned by option ami"})
+    rules = _sg_rules(rec)
+    ami_filter = _ami_filter(rec)
     fleet = rec.fleet()
     template = rec.node_template()
     fi = fleet.inputs if fleet is not None else {}
     first = template.inputs if template is not None else {}
-    target = fi.get("targetCapacitySpecification") or {}
-    options = fi.get("onDemandOptions") or fi.get("spotOptions") or {}
-    user_data = {}
-    if first.get("userData") is not None:
-        doc = yaml.safe_load(base64.b64decode(unwrap(first["userData"])).decode())
-        user_data = {
-            "runcmd": [" ".join(map(str, c)) for c in doc.get("runcmd", [])],
-            "files": [f["path"] for f in doc.get("write_files", [])],
-            "host_key": ("a new ed25519 key per node, printed to the serial console and pinned from there"
-                         if "ed25519" in (doc.get("ssh_genkeytypes") or []) else None),
-        }
-    root = ((first.get("blockDeviceMappings") or [{}])[0].get("ebs") or {})
+    user_data = _user_data(first)
     instance_tags = next((t.get("tags") or {} for t in first.get("tagSpecifications") or []
                           if t.get("resourceType") == "instance"), {})
-    policies = [json.loads(unwrap(r.inputs["policy"])) for r in rec.of_type("aws:iam/rolePolicy:RolePolicy")]
-    object_access = [{"actions": st["Action"], "resources": st["Resource"], **({"condition": st["Condition"]}
-                                                                            if "Condition" in st else {})}
-                     for doc in policies for st in doc.get("Statement", [])]
+    object_access = _object_access(rec)
     return {
         "cloud": "aws",
         "object_access": object_access,
         "resources": dict(sorted(counts.items())),
         "resource_count": len(rec.resources),
-        "instances": {
-            "count": int(target.get("totalTargetCapacity") or 0),
-            "type": ((fi.get("launchTemplateConfigs") or [{}])[0].get("overrides") or [{}])[0].get("instanceType"),
-            "launch": (f"one EC2 Fleet request (type {fi.get('type')}), all or none: min target capacity "
-                       f"{int(options.get('minTargetCapacity') or 0)}, one type, one zone") if fleet else None,
-            "root": {k: root.get(k) for k in ("volumeType", "volumeSize", "encrypted")},
-            "imds": first.get("metadataOptions", {}).get("httpTokens"),
-            "shutdown": first.get("instanceInitiatedShutdownBehavior"),
-            "spot": target.get("defaultTargetCapacityType") == "spot",
-        },
+        "instances": _instances(fi, first, fleet is not None),
         "security_group_rules": rules,
         "ami_filter": ami_filter,
         "user_data": user_data,

@@ -23,26 +23,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
 
 from . import catalog
+from .sdk import Ec2Client
 
 EIP_QUOTA = "L-0263D0A3"  # EC2-VPC Elastic IPs (count), per region
 EIP_QUOTA_NAME = "EC2-VPC Elastic IPs"
 EIP_DEFAULT = 5  # the AWS default when no value was ever applied
 
 
-def cards(spec: Any) -> int:
+def cards(spec: ClusterSpec) -> int:
     """Network cards given an EFA interface: every one of the type when EFA is on, else 1 (one interface)."""
     return max(1, catalog.instance_type_of(spec).efa_interfaces) if catalog.efa_requested(spec) else 1
 
 
-def needs_addresses(spec: Any) -> bool:
+def needs_addresses(spec: ClusterSpec) -> bool:
     """Whether the nodes need an Elastic IP each (several interfaces: no public IPv4 at launch)."""
     return cards(spec) > 1
 
 
-def address_check(ec2: Any, quota: float | None, spec: Any, region: str) -> dict[str, Any]:
+def address_check(ec2: Ec2Client, quota: float | None, spec: ClusterSpec, region: str) -> JsonObject:
     """The preflight's row: the Elastic IP quota minus the addresses allocated in `region` must cover
     the nodes. `quota`: the applied value (None: unread, a note)."""
     name = f"EC2 quota {EIP_QUOTA} ({region})"

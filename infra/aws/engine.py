@@ -5,10 +5,14 @@ kind of each EC2/IAM type token, the cost detail of a requested instance, and ca
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from typing import Callable, Iterable, Mapping
+
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonMapping, JsonObject
 
 from .efa import needs_addresses
 from .rootdisk import ROOT_GB_TAG
+from .sdk import Ec2Client
 
 # Pulumi type token -> ledger resource kind. Only resources that exist in the cloud (and may bill
 # or block a later delete) are recorded; components, providers, rules and local keys are not.
@@ -54,37 +58,45 @@ def region_of_zone(zone: str | None) -> str | None:
     return zone[:-1] if zone else None
 
 
-def resource_detail(kind: str, inputs: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    """What the cost code needs about a requested instance or fleet: from its inputs, else from the spec."""
-    inputs = inputs or {}
-    if kind == "fleet":
-        target = inputs.get("targetCapacitySpecification") or {}
-        config = (inputs.get("launchTemplateConfigs") or [{}])[0]
-        override = (config.get("overrides") or [{}])[0]
-        return {
-            "instance_type": override.get("instanceType") or getattr(spec, "instance_type", None),
-            "node_count": int(target.get("totalTargetCapacity") or getattr(spec, "nodes", 1) or 1),
-            "spot": target.get("defaultTargetCapacityType") == "spot" if target else bool(getattr(spec, "spot", False)),
-            # the launch template's root volume, one per node: as the program sized it (fleet tag), else the spec's
-            "disk_gb": int((inputs.get("tags") or {}).get(ROOT_GB_TAG) or spec.disk_size),
-            "disk_type": getattr(spec, "disk_type", None) or "gp3",
-            "availability_zone": override.get("availabilityZone") or getattr(spec, "zone", None),
-            # per node: interface 0 gets a public IPv4 at launch; with EFA on every card none, an Elastic IP
-            # each instead, recorded (and billed) as its own `elastic-ip` resource (efa.py)
-            "public_ipv4": 0 if needs_addresses(spec) else 1,
-        }
-    if kind != "instance":
-        return {}
+def _fleet_detail(inputs: JsonMapping, spec: ClusterSpec) -> JsonObject:
+    target = inputs.get("targetCapacitySpecification") or {}
+    config = (inputs.get("launchTemplateConfigs") or [{}])[0]
+    override = (config.get("overrides") or [{}])[0]
+    return {
+        "instance_type": override.get("instanceType") or spec.instance_type,
+        "node_count": int(target.get("totalTargetCapacity") or spec.nodes or 1),
+        "spot": target.get("defaultTargetCapacityType") == "spot" if target else bool(spec.spot),
+        # the launch template's root volume, one per node: as the program sized it (fleet tag), else the spec's
+        "disk_gb": int((inputs.get("tags") or {}).get(ROOT_GB_TAG) or spec.disk_size),
+        "disk_type": spec.disk_type or "gp3",
+        "availability_zone": override.get("availabilityZone") or spec.zone,
+        # per node: interface 0 gets a public IPv4 at launch; with EFA on every card none, an Elastic IP
+        # each instead, recorded (and billed) as its own `elastic-ip` resource (efa.py)
+        "public_ipv4": 0 if needs_addresses(spec) else 1,
+    }
+
+
+def _instance_detail(inputs: JsonMapping, spec: ClusterSpec) -> JsonObject:
     root = inputs.get("rootBlockDevice") or {}
     return {
-        "instance_type": inputs.get("instanceType") or getattr(spec, "instance_type", None),
-        "spot": bool(inputs.get("instanceMarketOptions")) or bool(getattr(spec, "spot", False)),
+        "instance_type": inputs.get("instanceType") or spec.instance_type,
+        "spot": bool(inputs.get("instanceMarketOptions")) or bool(spec.spot),
         "disk_gb": root.get("volumeSize") or spec.disk_size,
-        "disk_type": root.get("volumeType") or getattr(spec, "disk_type", None) or "gp3",
-        "availability_zone": inputs.get("availabilityZone") or getattr(spec, "zone", None),
+        "disk_type": root.get("volumeType") or spec.disk_type or "gp3",
+        "availability_zone": inputs.get("availabilityZone") or spec.zone,
         # every node gets one public IPv4 at launch (subnet or EFA interface), billed per address-hour
         "public_ipv4": 1,
     }
+
+
+def resource_detail(kind: str, inputs: JsonMapping, spec: ClusterSpec) -> JsonObject:
+    """What the cost code needs about a requested instance or fleet: from its inputs, else from the spec."""
+    inputs = inputs or {}
+    if kind == "fleet":
+        return _fleet_detail(inputs, spec)
+    if kind != "instance":
+        return {}
+    return _instance_detail(inputs, spec)
 
 
 def zones_offering(region: str, instance_type: str | None) -> list[str]:
@@ -105,23 +117,23 @@ def zones_offering(region: str, instance_type: str | None) -> list[str]:
         return []
 
 
-def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None
+def capacity_zones(spec: ClusterSpec, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None
                    ) -> tuple[str | None, list[str], str]:
     """(the zone that ran out, the zones to try next, the instance type) from an EC2 capacity error:
     the zones AWS's message suggests, else the region's zones offering the type (EC2's answer, else the
     shipped catalog's zones for the type: the failover stays inside the zones that have it)."""
-    itype = getattr(spec, "instance_type", None)
+    itype = spec.instance_type
     m = re.search(r"Availability Zone you requested \((" + AZ + r")\)", text)
     zone = m.group(1) if m else None
     if zone is None:
         any_zone = re.search(r"\b(" + AZ + r")\b", text)
-        zone = any_zone.group(1) if any_zone else getattr(spec, "zone", None)
+        zone = any_zone.group(1) if any_zone else spec.zone
     suggested: list[str] = []
     m = re.search(r"choosing ((?:" + AZ + r"(?:, |,| or | and )?)+)", text)
     if m:
         suggested = re.findall(AZ, m.group(1))
     if not suggested or zone is None:
-        region = getattr(spec, "region", None) or region_of_zone(zone)
+        region = spec.region or region_of_zone(zone)
         offering = (zone_lister or zones_offering)(region, itype) if region else []
         if not offering and region and itype:  # EC2 not asked or not answering: the shipped offerings' zones
             from .shapes import INSTANCE_TYPES
@@ -136,7 +148,7 @@ def capacity_zones(spec: Any, text: str, zone_lister: Callable[[str, str | None]
     return zone, [z for z in suggested if z != zone], itype or "the instance type"
 
 
-def _ids_of(instance_set: Any) -> list[str]:
+def _ids_of(instance_set: object) -> list[str]:
     """The instance ids of one `fleet_instance_sets` entry (an output object, or a plain dict)."""
     ids = instance_set.get("instance_ids") if isinstance(instance_set, Mapping) else getattr(
         instance_set, "instance_ids", None)
@@ -145,7 +157,7 @@ def _ids_of(instance_set: Any) -> list[str]:
     return [str(i) for i in ids or []]
 
 
-def fleet_instance_ids(instance_sets: Any, wanted: int, *, fleet_id: str | None = None,
+def fleet_instance_ids(instance_sets: Iterable[object] | None, wanted: int, *, fleet_id: str | None = None,
                        region: str | None = None, errors_of: Callable[..., str] | None = None) -> list[str]:
     """The instances an instant EC2 Fleet launched, in rank order (sorted by id: stable across
     refreshes, whatever order EC2 lists them in). Fewer than `wanted` is a failure: CreateFleet
@@ -170,7 +182,7 @@ def fleet_instance_ids(instance_sets: Any, wanted: int, *, fleet_id: str | None 
         + (f": {cause}" if cause else ""))
 
 
-def fleet_errors(region: str | None, fleet_id: str, *, client: Any = None) -> str:
+def fleet_errors(region: str | None, fleet_id: str, *, client: Ec2Client = None) -> str:
     """An instant fleet's launch errors, "CODE: MESSAGE; ..." (DescribeFleets: `Errors`, "valid
     only when Type is set to instant"), '' when it lists none."""
     if client is None:
@@ -204,7 +216,7 @@ RELAUNCH_DELAYS = (5.0, 10.0, 20.0, 40.0, 45.0)
 FLEET_TYPE = "aws:ec2/fleet:Fleet"
 
 
-def relaunch(spec: Any, text: str) -> tuple[str, str] | None:
+def relaunch(spec: ClusterSpec, text: str) -> tuple[str, str] | None:
     """(the fleet's type token, why) when a failed `up` is the instance profile's propagation, else None."""
     if any(marker in text for marker in PROFILE_NOT_READY):
         return FLEET_TYPE, ("EC2 does not see the nodes' new IAM instance profile yet (IAM propagates within "

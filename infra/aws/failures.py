@@ -13,9 +13,8 @@ error code and message that terraform-provider-aws (bridged by pulumi-aws) wraps
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from gpucluster.errors import ProvisionError
+from gpucluster.spec import ClusterSpec
 
 SDK_V2 = re.compile(r"api error (?P<code>[A-Za-z][A-Za-z0-9.]*): (?P<msg>[^\n]*)")
 SDK_V1 = re.compile(r"(?P<code>[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+(?:\.[A-Za-z0-9]+)*): (?P<msg>[^\n]*?)"
@@ -34,8 +33,8 @@ def aws_error(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _hint(spec: Any, code: str) -> str | None:
-    region = getattr(spec, "region", None) or "us-east-1"
+def _hint(spec: ClusterSpec, code: str) -> str | None:
+    region = spec.region or "us-east-1"
     if code in ("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"):
         from .preflight import quota_code
 
@@ -51,7 +50,7 @@ def _hint(spec: Any, code: str) -> str | None:
     return None
 
 
-def classify(spec: Any, text: str) -> ProvisionError | None:
+def classify(spec: ClusterSpec, text: str) -> ProvisionError | None:
     """A ProvisionError naming the AWS error code and message (the caller adds the cluster and the
     cleanup), or None when the text holds no AWS error."""
     found = aws_error("\n".join(ln for ln in text.splitlines() if not SUMMARY.match(ln.strip())))

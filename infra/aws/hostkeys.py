@@ -23,10 +23,12 @@ import binascii
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
-from gpucluster.domain import Cluster
+from gpucluster.domain import Cluster, Node
 from gpucluster.errors import ProvisionError
+
+from .sdk import Ec2Client
 
 BEGIN = "-----BEGIN SSH HOST KEY KEYS-----"
 END = "-----END SSH HOST KEY KEYS-----"
@@ -67,7 +69,7 @@ def key_from_console(text: str) -> str | None:
         start = e + len(END)
 
 
-def client_for(region: str | None) -> Any:
+def client_for(region: str | None) -> Ec2Client:
     import boto3
     from botocore.config import Config
 
@@ -83,7 +85,63 @@ def _cache_dir(cluster: str) -> Path:
     return access_dir(cluster) / "hostkeys"
 
 
-def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOUT_S, poll: float = 5.0,
+def _drop_stale(folder: Path, cluster: Cluster) -> None:
+    """Keys of instances this cluster no longer has: gone."""
+    current = {n.instance_id for n in cluster.nodes}
+    for stale in folder.iterdir():
+        if stale.name not in current:
+            stale.unlink(missing_ok=True)
+
+
+def _known_keys(cluster: Cluster, folder: Path | None) -> dict[int, str]:
+    """{rank: key} for the nodes whose key is in the outputs or the cache already."""
+    keys: dict[int, str] = {}
+    for node in cluster.nodes:
+        if node.host_keys:
+            keys[node.rank] = node.host_keys[0]
+        elif folder is not None and node.instance_id and (folder / node.instance_id).is_file():
+            keys[node.rank] = (folder / node.instance_id).read_text().strip()
+    return keys
+
+
+def _console_key(client: Ec2Client, node: Node) -> tuple[str | None, str]:
+    """(the node's host key from its console or None, why there is none yet)."""
+    if not node.instance_id:
+        return None, "no instance id"
+    try:
+        resp = client.get_console_output(InstanceId=node.instance_id, Latest=True)
+    except Exception as exc:  # noqa: BLE001 - said at the deadline if it persists
+        return None, f"GetConsoleOutput failed: {getattr(exc, 'response', {}).get('Error', {}).get('Code') or type(exc).__name__}"
+    text = decode(resp.get("Output"))
+    key = key_from_console(text)
+    if key:
+        return key, ""
+    return None, "console output empty" if not text.strip() else "no host key block on the console yet"
+
+
+def _read_round(client: Ec2Client, pending: list[Node], keys: dict[int, str], last: dict[int, str],
+                folder: Path | None) -> None:
+    """One read of every pending node's console: a key found is kept (and cached), the node leaves `pending`."""
+    for node in list(pending):
+        key, why = _console_key(client, node)
+        if key is None:
+            last[node.rank] = why
+            continue
+        keys[node.rank] = key
+        pending.remove(node)
+        if folder is not None and node.instance_id:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (folder / node.instance_id).write_text(key + "\n")
+
+
+def _not_pinned(cluster: Cluster, pending: list[Node], last: dict[int, str], timeout: float) -> ProvisionError:
+    missing = "; ".join(f"node {n.rank} ({n.instance_id}): {last.get(n.rank, 'not read')}" for n in pending)
+    return ProvisionError(
+        f"{len(pending)} of {len(cluster.nodes)} node(s) showed no ssh host key on the serial console "
+        f"within {timeout:.0f} s, so they are not reached (no trust on first use): {missing}")
+
+
+def pin(cluster: Cluster, *, client: Ec2Client = None, timeout: float = DEFAULT_TIMEOUT_S, poll: float = 5.0,
         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
         cache: Path | None | Literal[False] = None, progress: Callable[[str], None] | None = None) -> Cluster:
     """`cluster` with every node's host key pinned from its console (or the cache). Raises a
@@ -91,49 +149,20 @@ def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOU
     if all(n.host_keys for n in cluster.nodes):
         return cluster
     folder = _cache_dir(cluster.name) if cache is None else (None if cache is False else cache)
-    if folder is not None and folder.is_dir():  # keys of instances this cluster no longer has: gone
-        current = {n.instance_id for n in cluster.nodes}
-        for stale in folder.iterdir():
-            if stale.name not in current:
-                stale.unlink(missing_ok=True)
-    keys: dict[int, str] = {}
-    for node in cluster.nodes:
-        if node.host_keys:
-            keys[node.rank] = node.host_keys[0]
-        elif folder is not None and node.instance_id and (folder / node.instance_id).is_file():
-            keys[node.rank] = (folder / node.instance_id).read_text().strip()
+    if folder is not None and folder.is_dir():
+        _drop_stale(folder, cluster)
+    keys = _known_keys(cluster, folder)
     pending = [n for n in cluster.nodes if n.rank not in keys]
     if pending and client is None:
         client = client_for(cluster.region)
     deadline = clock() + timeout
     last: dict[int, str] = {}
     while pending:
-        for node in list(pending):
-            if not node.instance_id:
-                last[node.rank] = "no instance id"
-                continue
-            try:
-                resp = client.get_console_output(InstanceId=node.instance_id, Latest=True)
-            except Exception as exc:  # noqa: BLE001 - said at the deadline if it persists
-                last[node.rank] = f"GetConsoleOutput failed: {getattr(exc, 'response', {}).get('Error', {}).get('Code') or type(exc).__name__}"
-                continue
-            text = decode(resp.get("Output"))
-            key = key_from_console(text)
-            if key:
-                keys[node.rank] = key
-                pending.remove(node)
-                if folder is not None:
-                    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-                    (folder / node.instance_id).write_text(key + "\n")
-            else:
-                last[node.rank] = "console output empty" if not text.strip() else "no host key block on the console yet"
+        _read_round(client, pending, keys, last, folder)
         if not pending:
             break
         if clock() >= deadline:
-            missing = "; ".join(f"node {n.rank} ({n.instance_id}): {last.get(n.rank, 'not read')}" for n in pending)
-            raise ProvisionError(
-                f"{len(pending)} of {len(cluster.nodes)} node(s) showed no ssh host key on the serial console "
-                f"within {timeout:.0f} s, so they are not reached (no trust on first use): {missing}")
+            raise _not_pinned(cluster, pending, last, timeout)
         if progress:
             progress(f"waiting for the host keys of {len(pending)} node(s) on the serial console")
         sleep(min(poll, max(0.0, deadline - clock())))
@@ -141,13 +170,13 @@ def pin(cluster: Cluster, *, client: Any = None, timeout: float = DEFAULT_TIMEOU
     return _with_nodes(cluster, nodes)
 
 
-def _with_key(node: Any, key: str) -> Any:
+def _with_key(node: Node, key: str) -> Node:
     import dataclasses
 
     return dataclasses.replace(node, host_keys=(key,))
 
 
-def _with_nodes(cluster: Cluster, nodes: tuple) -> Cluster:
+def _with_nodes(cluster: Cluster, nodes: tuple[Node, ...]) -> Cluster:
     import dataclasses
 
     return dataclasses.replace(cluster, nodes=nodes)

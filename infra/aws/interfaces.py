@@ -19,7 +19,7 @@ after the fleet. So every address is in the stack's state from the moment Alloca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Callable
 
 import pulumi
 import pulumi_aws as aws
@@ -27,7 +27,8 @@ import pulumi_aws as aws
 EFA_ONLY = "efa-only"
 
 
-def template_interfaces(cards: int, efa: bool, subnet_id: Any, sg_id: Any) -> list[Any]:
+def template_interfaces(cards: int, efa: bool, subnet_id: pulumi.Input[str],
+                        sg_id: pulumi.Input[str]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """Card 0 / device 0: the primary (an `efa` interface with EFA on) with a public IPv4 at launch
     when it is the only one; cards 1..cards-1: one `efa-only` interface each, at device 0."""
     primary = aws.ec2.LaunchTemplateNetworkInterfaceArgs(
@@ -38,7 +39,8 @@ def template_interfaces(cards: int, efa: bool, subnet_id: Any, sg_id: Any) -> li
         security_groups=[sg_id], interface_type=EFA_ONLY) for card in range(1, cards)]
 
 
-def node_addresses(name: str, cluster: str, hosts: list[Any], tags: Any, opts: Any) -> list[pulumi.Output[str]]:
+def node_addresses(name: str, cluster: str, hosts: list[pulumi.Output[aws.ec2.GetInstanceResult]],
+                   tags: Callable[..., dict[str, str]], opts: Callable[[], pulumi.ResourceOptions]) -> list[pulumi.Output[str]]:
     """One Elastic IP per node, associated with its primary interface; the public IPs, head first.
     `tags(name, **extra)`: the cluster's tags; `opts(**kw)`: the component's resource options."""
     ips = []

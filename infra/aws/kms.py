@@ -16,13 +16,17 @@ statement the nodes' role gets for them. Imports boto3 only when called.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
+
+from gpucluster.states import JsonObject
+
+from .sdk import AwsSession
 
 KEYS_OPTION = "s3KmsKeys"  # the key ARNs, comma-separated (filled in by `prepare`; a stack may give them)
 AWS_MANAGED_ALIAS = "alias/aws/s3"
 
 
-def bucket_keys(buckets: Iterable[str], session: Any) -> tuple[list[str], list[str]]:
+def bucket_keys(buckets: Iterable[str], session: AwsSession) -> tuple[list[str], list[str]]:
     """(customer managed key ARNs the buckets' default encryption uses, notes)."""
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
@@ -56,7 +60,7 @@ def bucket_keys(buckets: Iterable[str], session: Any) -> tuple[list[str], list[s
     return arns, notes
 
 
-def _key_arn(key: str, bucket: str, session: Any, notes: list[str]) -> str | None:
+def _key_arn(key: str, bucket: str, session: AwsSession, notes: list[str]) -> str | None:
     """The key ARN IAM needs (a policy on an alias ARN does not cover the key it names)."""
     if key.startswith("arn:") and ":key/" in key:
         return key
@@ -71,12 +75,12 @@ def _key_arn(key: str, bucket: str, session: Any, notes: list[str]) -> str | Non
         return None
 
 
-def keys_of(value: Any) -> list[str]:
+def keys_of(value: str | None) -> list[str]:
     """The option's key ARNs (comma-separated)."""
     return [k.strip() for k in str(value or "").split(",") if k.strip()]
 
 
-def statement(arns: Iterable[str]) -> dict[str, Any] | None:
+def statement(arns: Iterable[str]) -> JsonObject | None:
     """The nodes' role statement for the buckets' keys, or None without any."""
     keys = sorted(set(arns))
     if not keys:

@@ -35,10 +35,13 @@ What each API call of the launch needs, and how it is checked here:
 
 from __future__ import annotations
 
-from typing import Any
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
 
 from . import catalog
+from .permissions import principal
 from .rootdisk import root_disk_gb, snapshot_gb
+from .sdk import Ec2Client, IamClient
 
 SPOT_SERVICE = "spot.amazonaws.com"
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
@@ -46,7 +49,7 @@ SPOT_ROLE_PATH = f"/aws-service-role/{SPOT_SERVICE}/"
 CREATE_SPOT_ROLE = f"aws iam create-service-linked-role --aws-service-name {SPOT_SERVICE}"
 
 
-def _row(name: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
+def _row(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
     return {"check": name, "ok": ok, "detail": detail, "fix": fix if ok is False else ""}
 
 
@@ -55,12 +58,12 @@ def _code(exc: Exception) -> tuple[str, str]:
     return str(err.get("Code") or type(exc).__name__), str(err.get("Message") or exc).split("\n")[0][:300]
 
 
-def template_request(spec: Any, image: dict[str, Any]) -> dict[str, Any]:
+def template_request(spec: ClusterSpec, image: JsonObject) -> JsonObject:
     """The CreateLaunchTemplate dry run: the program's template (component.GpuCluster._node_template)
     without the resources the run has not made yet."""
     tags = spec.managed_tags()
 
-    def tagged(kind: str, name: str) -> dict[str, Any]:
+    def tagged(kind: str, name: str) -> JsonObject:
         return {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in {**tags, "Name": name}.items()]}
 
     return {
@@ -81,7 +84,7 @@ def template_request(spec: Any, image: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def template_dry_run(ec2: Any, spec: Any, image: dict[str, Any], region: str) -> dict[str, Any]:
+def template_dry_run(ec2: Ec2Client, spec: ClusterSpec, image: JsonObject, region: str) -> JsonObject:
     """CreateLaunchTemplate with DryRun: may these credentials make the nodes' launch template (and tag it)?"""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -103,10 +106,8 @@ def template_dry_run(ec2: Any, spec: Any, image: dict[str, Any], region: str) ->
     return _row(name, False, "EC2 did not answer DryRunOperation to a DryRun request", "report this as a bug")
 
 
-def _simulate_spot_role(iam: Any, caller_arn: str, account: str) -> str:
+def _simulate_spot_role(iam: IamClient, caller_arn: str, account: str) -> str:
     """The simulator's decision on iam:CreateServiceLinkedRole for EC2 Spot; raises when it cannot run."""
-    from .permissions import principal
-
     source = principal(caller_arn)
     if source is None:
         raise ValueError(f"{caller_arn} cannot be simulated (the root user or a federated user)")
@@ -119,7 +120,7 @@ def _simulate_spot_role(iam: Any, caller_arn: str, account: str) -> str:
     return str(next((r["EvalDecision"] for r in resp.get("EvaluationResults", [])), "implicitDeny"))
 
 
-def service_linked_roles(iam: Any, spec: Any, caller_arn: str, account: str, region: str) -> dict[str, Any]:
+def service_linked_roles(iam: IamClient, spec: ClusterSpec, caller_arn: str, account: str, region: str) -> JsonObject:
     """The service-linked role the launch needs: none on demand (an instant fleet), EC2 Spot's for spot."""
     name = "EC2 service-linked roles"
     if not spec.spot:

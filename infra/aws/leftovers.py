@@ -13,13 +13,18 @@ terminate. boto3 is imported inside functions. The shared part (tags, report, di
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Sequence
+import datetime
+import functools
+from typing import Callable, Iterable, Iterator, Sequence
 
 from gpucluster.domain import Leftover
 from gpucluster.errors import require
 from gpucluster.infra.contract import ScanScope
 from gpucluster.infra.leftovers import (CLUSTER_TAG, MANAGED_BY, RUN_TAG, Found, ScanReport, wanted, wanted_found,
                                         with_marks)
+from gpucluster.states import JsonObject
+
+from .sdk import AwsSession, Ec2Client, IamClient
 
 IAM_ROOT = "/gpucluster/"
 
@@ -59,7 +64,7 @@ def _tag_dict(tags: Iterable[dict[str, str]] | None) -> dict[str, str]:
     return {t["Key"]: t.get("Value", "") for t in (tags or []) if "Key" in t}  # EC2 tags have both
 
 
-def _aws_filters(name: str | None, run_id: str | None) -> list[dict[str, Any]]:
+def _aws_filters(name: str | None, run_id: str | None) -> list[JsonObject]:
     filters = [{"Name": f"tag:{MANAGED_BY[0]}", "Values": [MANAGED_BY[1]]}]
     if name:
         filters.append({"Name": f"tag:{CLUSTER_TAG}", "Values": [name]})
@@ -68,7 +73,7 @@ def _aws_filters(name: str | None, run_id: str | None) -> list[dict[str, Any]]:
     return filters
 
 
-def _session(session: Any = None) -> Any:
+def _session(session: AwsSession = None) -> AwsSession:
     if session is not None:
         return session
     require("boto3", "aws")
@@ -77,83 +82,117 @@ def _session(session: Any = None) -> Any:
     return boto3.session.Session()
 
 
-def default_regions(session: Any = None) -> list[str]:
+def default_regions(session: AwsSession = None) -> list[str]:
     region = _session(session).region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     return [region or "us-east-1"]
 
 
+class _Collector:
+    """The scan's report, and how a found resource goes into it (marks, cluster, run)."""
+
+    def __init__(self, report: ScanReport, filters: list[JsonObject]) -> None:
+        self.report = report
+        self.filters = filters
+
+    def add(self, kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "",
+            created: object = None, hourly: str | None = None, deleting: bool = False) -> None:
+        label = tags.get("Name") or ""
+        text = " ".join(x for x in (label, detail, f"cluster={tags.get(CLUSTER_TAG, '?')}") if x)
+        since = created.timestamp() if isinstance(created, datetime.datetime) else None
+        lo = with_marks(Leftover(kind, rid, region, text, deleting=deleting), tags, since, hourly)
+        self.report.found.append(Found(lo, tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
+
+
+class _Lister:
+    """One region's tag-filtered listings, into the scan's collector."""
+
+    def __init__(self, ec2: Ec2Client, region: str, collect: _Collector) -> None:
+        self.ec2, self.region, self.collect = ec2, region, collect
+
+    def each(self, method: str, key: str, kind: str, **kw: object) -> Iterator[JsonObject]:
+        """The records of one tag-filtered Describe call, every page; a call that fails is a skipped line."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        ec2, filters = self.ec2, self.collect.filters
+        try:
+            if ec2.can_paginate(method):
+                pages = ec2.get_paginator(method).paginate(Filters=filters, **kw)
+                for page in pages:
+                    yield from page.get(key, [])
+            else:
+                yield from getattr(ec2, method)(Filters=filters, **kw).get(key, [])
+        except (ClientError, BotoCoreError, NotImplementedError) as exc:
+            self.collect.report.skipped.append(f"{kind}s in {self.region}: not checked ({_why(exc)})")
+
+
+def _scan_instances(r: _Lister) -> None:
+    region, c = r.region, r.collect
+    for page in r.each("describe_instances", "Reservations", "instance"):
+        for inst in page.get("Instances", []):
+            state = inst.get("State", {}).get("Name")
+            if state in LIVE_INSTANCE_STATES:
+                c.add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
+                      f"{inst.get('InstanceType', '')} {state}", inst.get("LaunchTime"),
+                      _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"),
+                      deleting=state == "shutting-down")
+
+
+def _scan_compute(r: _Lister) -> None:
+    """Launch templates, volumes, security groups, key pairs and placement groups."""
+    region, c = r.region, r.collect
+    for lt in r.each("describe_launch_templates", "LaunchTemplates", "launch template"):
+        c.add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
+              lt.get("LaunchTemplateName", ""))
+    for vol in r.each("describe_volumes", "Volumes", "volume"):
+        if vol.get("State") not in ("deleting", "deleted"):
+            c.add("volume", vol["VolumeId"], region, _tag_dict(vol.get("Tags")), f"{vol.get('Size')} GB {vol.get('State')}")
+    for sg in r.each("describe_security_groups", "SecurityGroups", "security group"):
+        c.add("security-group", sg["GroupId"], region, _tag_dict(sg.get("Tags")), sg.get("GroupName", ""))
+    for kp in r.each("describe_key_pairs", "KeyPairs", "key pair"):
+        c.add("key-pair", kp["KeyName"], region, _tag_dict(kp.get("Tags")), kp.get("KeyPairId", ""))
+    for pg in r.each("describe_placement_groups", "PlacementGroups", "placement group"):
+        if pg.get("State") not in ("deleting", "deleted"):
+            c.add("placement-group", pg["GroupName"], region, _tag_dict(pg.get("Tags")), pg.get("Strategy", ""))
+
+
+def _scan_network(r: _Lister) -> None:
+    """Network interfaces, Elastic IPs, subnets, route tables, internet gateways and VPCs."""
+    region, c = r.region, r.collect
+    for eni in r.each("describe_network_interfaces", "NetworkInterfaces", "network interface"):
+        c.add("network-interface", eni["NetworkInterfaceId"], region, _tag_dict(eni.get("TagSet")), eni.get("Status", ""))
+    for addr in r.each("describe_addresses", "Addresses", "elastic IP"):
+        # DescribeAddresses always gives PublicIp (EC2 API reference, Address); AllocationId is the id to release
+        c.add("elastic-ip", addr.get("AllocationId") or addr["PublicIp"], region, _tag_dict(addr.get("Tags")),
+              addr.get("PublicIp", ""))
+    for sn in r.each("describe_subnets", "Subnets", "subnet"):
+        c.add("subnet", sn["SubnetId"], region, _tag_dict(sn.get("Tags")), sn.get("CidrBlock", ""))
+    for rt in r.each("describe_route_tables", "RouteTables", "route table"):
+        if not any(a.get("Main") for a in rt.get("Associations", [])):
+            c.add("route-table", rt["RouteTableId"], region, _tag_dict(rt.get("Tags")))
+    for igw in r.each("describe_internet_gateways", "InternetGateways", "internet gateway"):
+        c.add("internet-gateway", igw["InternetGatewayId"], region, _tag_dict(igw.get("Tags")))
+    for vpc in r.each("describe_vpcs", "Vpcs", "VPC"):
+        c.add("vpc", vpc["VpcId"], region, _tag_dict(vpc.get("Tags")), vpc.get("CidrBlock", ""))
+
+
 def scan(regions: Iterable[str], name: str | None = None, run_id: str | None = None, *,
-             session: Any = None, include_iam: bool = True, owner: str | None = None) -> ScanReport:
+             session: AwsSession = None, include_iam: bool = True, owner: str | None = None) -> ScanReport:
     """`owner`: whose IAM roles and instance profiles are listed (None: every owner's, in these
     regions). EC2 resources are listed in each region whoever made them: the caller sorts them by
     their marks (`gpucluster.ownership.Ownership`)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
     session = _session(session)
     report = ScanReport()
-    filters = _aws_filters(name, run_id)
+    collect = _Collector(report, _aws_filters(name, run_id))
     regions = list(dict.fromkeys(regions))
-
-    def add(kind: str, rid: str, region: str | None, tags: dict[str, str], detail: str = "",
-            created: Any = None, hourly: str | None = None, deleting: bool = False) -> None:
-        label = tags.get("Name") or ""
-        text = " ".join(x for x in (label, detail, f"cluster={tags.get(CLUSTER_TAG, '?')}") if x)
-        since = created.timestamp() if hasattr(created, "timestamp") else None
-        lo = with_marks(Leftover(kind, rid, region, text, deleting=deleting), tags, since, hourly)
-        report.found.append(Found(lo, tags.get(CLUSTER_TAG), tags.get(RUN_TAG)))
-
     for region in dict.fromkeys(regions):
         ec2 = session.client("ec2", region_name=region)
-
-        def each(method: str, key: str, kind: str, **kw: Any):
-            try:
-                if ec2.can_paginate(method):
-                    pages = ec2.get_paginator(method).paginate(Filters=filters, **kw)
-                    for page in pages:
-                        yield from page.get(key, [])
-                else:
-                    yield from getattr(ec2, method)(Filters=filters, **kw).get(key, [])
-            except (ClientError, BotoCoreError, NotImplementedError) as exc:
-                report.skipped.append(f"{kind}s in {region}: not checked ({_why(exc)})")
-
-        for page in each("describe_instances", "Reservations", "instance"):
-            for inst in page.get("Instances", []):
-                state = inst.get("State", {}).get("Name")
-                if state in LIVE_INSTANCE_STATES:
-                    add("instance", inst["InstanceId"], region, _tag_dict(inst.get("Tags")),
-                        f"{inst.get('InstanceType', '')} {state}", inst.get("LaunchTime"),
-                        _hourly(region, inst.get("InstanceType"), inst.get("InstanceLifecycle") == "spot"),
-                        deleting=state == "shutting-down")
-        _scan_fleets(ec2, region, name, run_id, add, report)
-        for lt in each("describe_launch_templates", "LaunchTemplates", "launch template"):
-            add("launch-template", lt["LaunchTemplateId"], region, _tag_dict(lt.get("Tags")),
-                lt.get("LaunchTemplateName", ""))
-        for vol in each("describe_volumes", "Volumes", "volume"):
-            if vol.get("State") not in ("deleting", "deleted"):
-                add("volume", vol["VolumeId"], region, _tag_dict(vol.get("Tags")), f"{vol.get('Size')} GB {vol.get('State')}")
-        for sg in each("describe_security_groups", "SecurityGroups", "security group"):
-            add("security-group", sg["GroupId"], region, _tag_dict(sg.get("Tags")), sg.get("GroupName", ""))
-        for kp in each("describe_key_pairs", "KeyPairs", "key pair"):
-            add("key-pair", kp["KeyName"], region, _tag_dict(kp.get("Tags")), kp.get("KeyPairId", ""))
-        for pg in each("describe_placement_groups", "PlacementGroups", "placement group"):
-            if pg.get("State") not in ("deleting", "deleted"):
-                add("placement-group", pg["GroupName"], region, _tag_dict(pg.get("Tags")), pg.get("Strategy", ""))
-        for eni in each("describe_network_interfaces", "NetworkInterfaces", "network interface"):
-            add("network-interface", eni["NetworkInterfaceId"], region, _tag_dict(eni.get("TagSet")), eni.get("Status", ""))
-        for addr in each("describe_addresses", "Addresses", "elastic IP"):
-            add("elastic-ip", addr.get("AllocationId") or addr.get("PublicIp"), region, _tag_dict(addr.get("Tags")),
-                addr.get("PublicIp", ""))
-        for sn in each("describe_subnets", "Subnets", "subnet"):
-            add("subnet", sn["SubnetId"], region, _tag_dict(sn.get("Tags")), sn.get("CidrBlock", ""))
-        for rt in each("describe_route_tables", "RouteTables", "route table"):
-            if not any(a.get("Main") for a in rt.get("Associations", [])):
-                add("route-table", rt["RouteTableId"], region, _tag_dict(rt.get("Tags")))
-        for igw in each("describe_internet_gateways", "InternetGateways", "internet gateway"):
-            add("internet-gateway", igw["InternetGatewayId"], region, _tag_dict(igw.get("Tags")))
-        for vpc in each("describe_vpcs", "Vpcs", "VPC"):
-            add("vpc", vpc["VpcId"], region, _tag_dict(vpc.get("Tags")), vpc.get("CidrBlock", ""))
+        lister = _Lister(ec2, region, collect)
+        _scan_instances(lister)
+        _scan_fleets(ec2, region, name, run_id, collect)
+        _scan_compute(lister)
+        _scan_network(lister)
     if include_iam:
-        _scan_iam(session, name, run_id, report, add, regions, owner)
+        _scan_iam(session, name, run_id, collect, regions, owner)
     report.found = [f for f in report.found if wanted_found(f, name, run_id)]
     return report
 
@@ -168,15 +207,28 @@ def _hourly(region: str, itype: str | None, spot: bool) -> str | None:
     return None if row is None else str(row.price)
 
 
-def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanReport, add,
+def _role_tags(iam: IamClient, name: str) -> list[dict[str, str]] | None:
+    tags: list[dict[str, str]] | None = iam.list_role_tags(RoleName=name).get("Tags")
+    return tags
+
+
+def _profile_tags(iam: IamClient, prof: JsonObject) -> list[dict[str, str]] | None:
+    """ListInstanceProfiles may leave tags out; GetInstanceProfile carries them."""
+    tags: list[dict[str, str]] | None = (prof.get("Tags") or iam.get_instance_profile(
+        InstanceProfileName=prof["InstanceProfileName"])["InstanceProfile"].get("Tags"))
+    return tags
+
+
+def _scan_iam(session: AwsSession, name: str | None, run_id: str | None, collect: _Collector,
               regions: list[str], owner: str | None) -> None:
     """IAM roles and instance profiles under the gpucluster path of `owner` (every owner's when
     None) in `regions`, never a listing of the whole account."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     iam = session.client("iam")
+    report, add = collect.report, collect.add
 
-    def tags_of(kind: str, rid: str, read) -> dict[str, str] | None:
+    def tags_of(kind: str, rid: str, read: Callable[[], list[dict[str, str]] | None]) -> dict[str, str] | None:
         """One resource's tags; None when it vanished after the list (IAM is eventually consistent:
         NoSuchEntity) or could not be read (then only it is unchecked, not the whole scan)."""
         try:
@@ -194,7 +246,7 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
                     rn = role["RoleName"]
                     if not _iam_in_scope(role.get("Path", ""), regions, name, owner):
                         continue
-                    tags = tags_of("IAM role", rn, lambda rn=rn: iam.list_role_tags(RoleName=rn).get("Tags"))
+                    tags = tags_of("IAM role", rn, functools.partial(_role_tags, iam, rn))
                     if tags is not None and wanted(tags, name, run_id):
                         add("iam-role", rn, None, tags, created=role.get("CreateDate"))
         for prefix in prefixes:
@@ -204,8 +256,7 @@ def _scan_iam(session: Any, name: str | None, run_id: str | None, report: ScanRe
                     if not _iam_in_scope(prof.get("Path", ""), regions, name, owner):
                         continue
                     # ListInstanceProfiles may leave tags out; GetInstanceProfile carries them
-                    tags = tags_of("instance profile", pn, lambda prof=prof, pn=pn: prof.get("Tags") or
-                                   iam.get_instance_profile(InstanceProfileName=pn)["InstanceProfile"].get("Tags"))
+                    tags = tags_of("instance profile", pn, functools.partial(_profile_tags, iam, prof))
                     if tags is not None and wanted(tags, name, run_id):
                         add("instance-profile", pn, None, tags, created=prof.get("CreateDate"))
     except (ClientError, BotoCoreError, NotImplementedError) as exc:
@@ -245,28 +296,27 @@ def gone(exc: BaseException) -> bool:
     return "NotFound" in code or code in GONE_CODES
 
 
-def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int = 600, retry_seconds: float = 180,
-           sleep: Any = None, clock: Any = None) -> list[str]:
-    """Delete in dependency order. A resource already gone counts as deleted; one that something
-    still holds (DependencyViolation, ...) is retried with exponential backoff (2 s doubling to
-    30 s) for up to `retry_seconds`; each failure is one line in the returned list."""
-    import time
+def _where(lo: Leftover) -> str:
+    return f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}"
 
-    from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
-    sleep, clock = sleep or time.sleep, clock or time.monotonic
-    session = _session(session)
-    errors: list[str] = []
-    order = {k: i for i, k in enumerate(DELETE_ORDER)}
-    ordered = sorted((lo for lo in leftovers if lo.kind in order), key=lambda lo: order[lo.kind])
-    # fleets first: deleting one terminates its instances (and an instant fleet cannot be deleted
-    # without), so none is left running while its fleet is deleted after them
+def _delete_fleets(session: AwsSession, ordered: list[Leftover], errors: list[str]) -> None:
+    """Fleets first: deleting one terminates its instances (and an instant fleet cannot be deleted
+    without), so none is left running while its fleet is deleted after them."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     for lo in [lo for lo in ordered if lo.kind == "fleet"]:
         try:
             _delete_one(session, lo)
         except (ClientError, BotoCoreError, NotImplementedError) as exc:
             if not gone(exc):
-                errors.append(f"fleet {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}")
+                errors.append(f"{_where(lo)}: {_why(exc)}")
+
+
+def _terminate_and_wait(session: AwsSession, ordered: list[Leftover], wait_seconds: int, errors: list[str]) -> None:
+    """TerminateInstances per region, then EC2's waiter until they are terminated."""
+    from botocore.exceptions import BotoCoreError, ClientError, WaiterError
+
     terminated: dict[str | None, list[str]] = {}
     for lo in ordered:
         if lo.kind == "instance":
@@ -279,28 +329,54 @@ def delete(leftovers: list[Leftover], *, session: Any = None, wait_seconds: int 
                 InstanceIds=ids, WaiterConfig={"Delay": 5, "MaxAttempts": max(1, wait_seconds // 5)})
         except (ClientError, BotoCoreError, WaiterError) as exc:
             errors.append(f"instances {', '.join(ids)} in {region}: {_why(exc)}")
+
+
+def _delete_retrying(session: AwsSession, lo: Leftover, retry_seconds: float, sleep: Callable[[float], None],
+                     clock: Callable[[], float]) -> str | None:
+    """Delete one resource, retried with backoff while something still holds it; the error line, or None."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    start, delay = clock(), 2.0
+    while True:
+        try:
+            _delete_one(session, lo)
+            return None
+        except (ClientError, BotoCoreError, NotImplementedError) as exc:
+            if gone(exc):
+                return None  # already gone: that is the goal
+            if _error_code(exc) in RETRY_CODES and clock() - start + delay <= retry_seconds:
+                sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            waited = f" (retried for {clock() - start:.0f} s)" if _error_code(exc) in RETRY_CODES else ""
+            return f"{_where(lo)}: {_why(exc)}{waited}"
+
+
+def delete(leftovers: list[Leftover], *, session: AwsSession = None, wait_seconds: int = 600,
+           retry_seconds: float = 180, sleep: Callable[[float], None] | None = None,
+           clock: Callable[[], float] | None = None) -> list[str]:
+    """Delete in dependency order. A resource already gone counts as deleted; one that something
+    still holds (DependencyViolation, ...) is retried with exponential backoff (2 s doubling to
+    30 s) for up to `retry_seconds`; each failure is one line in the returned list."""
+    import time
+
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
+    session = _session(session)
+    errors: list[str] = []
+    order = {k: i for i, k in enumerate(DELETE_ORDER)}
+    ordered = sorted((lo for lo in leftovers if lo.kind in order), key=lambda lo: order[lo.kind])
+    _delete_fleets(session, ordered, errors)
+    _terminate_and_wait(session, ordered, wait_seconds, errors)
     for lo in ordered:
         if lo.kind in ("instance", "fleet"):
             continue
-        start, delay = clock(), 2.0
-        while True:
-            try:
-                _delete_one(session, lo)
-                break
-            except (ClientError, BotoCoreError, NotImplementedError) as exc:
-                if gone(exc):
-                    break  # already gone: that is the goal
-                if _error_code(exc) in RETRY_CODES and clock() - start + delay <= retry_seconds:
-                    sleep(delay)
-                    delay = min(delay * 2, 30.0)
-                    continue
-                waited = f" (retried for {clock() - start:.0f} s)" if _error_code(exc) in RETRY_CODES else ""
-                errors.append(f"{lo.kind} {lo.id}{' in ' + lo.region if lo.region else ''}: {_why(exc)}{waited}")
-                break
+        error = _delete_retrying(session, lo, retry_seconds, sleep, clock)
+        if error is not None:
+            errors.append(error)
     return errors
 
 
-def _scan_fleets(ec2: Any, region: str, name: str | None, run_id: str | None, add: Any, report: Any) -> None:
+def _scan_fleets(ec2: Ec2Client, region: str, name: str | None, run_id: str | None, collect: _Collector) -> None:
     """EC2 Fleets carrying our tags. DescribeFleets filters on no tag (its filters are activity-status,
     excess-capacity-termination-policy, fleet-state, replace-unhealthy-instances and type: EC2 API
     reference), so the tags are matched here. A deleted fleet stays listed for a while in a `deleted*`
@@ -320,13 +396,13 @@ def _scan_fleets(ec2: Any, region: str, name: str | None, run_id: str | None, ad
                     continue
                 if (name and tags.get(CLUSTER_TAG) != name) or (not name and run_id and tags.get(RUN_TAG) != run_id):
                     continue
-                add("fleet", fleet["FleetId"], region, tags, f"{fleet.get('Type', '')} {fleet.get('FleetState', '')}",
+                collect.add("fleet", fleet["FleetId"], region, tags, f"{fleet.get('Type', '')} {fleet.get('FleetState', '')}",
                     fleet.get("CreateTime"))
     except (ClientError, BotoCoreError, NotImplementedError) as exc:
-        report.skipped.append(f"fleets in {region}: not checked ({_why(exc)})")
+        collect.report.skipped.append(f"fleets in {region}: not checked ({_why(exc)})")
 
 
-def _delete_fleet(ec2: Any, fleet_id: str) -> None:
+def _delete_fleet(ec2: Ec2Client, fleet_id: str) -> None:
     """DeleteFleets with TerminateInstances (an instant fleet cannot be deleted without: EC2 API
     reference, DeleteFleets). A failed deletion comes back in the answer, not as an error: raised here."""
     from botocore.exceptions import ClientError
@@ -342,64 +418,80 @@ def _delete_fleet(ec2: Any, fleet_id: str) -> None:
                           "DeleteFleets")
 
 
-def _delete_one(session: Any, lo: Leftover) -> None:
-    if lo.kind in ("iam-role", "instance-profile"):
-        iam = session.client("iam")
-        if lo.kind == "instance-profile":
-            prof = iam.get_instance_profile(InstanceProfileName=lo.id)["InstanceProfile"]
-            for role in prof.get("Roles", []):
-                iam.remove_role_from_instance_profile(InstanceProfileName=lo.id, RoleName=role["RoleName"])
-            iam.delete_instance_profile(InstanceProfileName=lo.id)
-        else:
-            for prof in iam.list_instance_profiles_for_role(RoleName=lo.id).get("InstanceProfiles", []):
-                iam.remove_role_from_instance_profile(InstanceProfileName=prof["InstanceProfileName"], RoleName=lo.id)
-            for pol in iam.list_attached_role_policies(RoleName=lo.id).get("AttachedPolicies", []):
-                iam.detach_role_policy(RoleName=lo.id, PolicyArn=pol["PolicyArn"])
-            for pol in iam.list_role_policies(RoleName=lo.id).get("PolicyNames", []):
-                iam.delete_role_policy(RoleName=lo.id, PolicyName=pol)
-            iam.delete_role(RoleName=lo.id)
+def _delete_instance_profile(iam: IamClient, name: str) -> None:
+    prof = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    for role in prof.get("Roles", []):
+        iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
+    iam.delete_instance_profile(InstanceProfileName=name)
+
+
+def _delete_role(iam: IamClient, name: str) -> None:
+    for prof in iam.list_instance_profiles_for_role(RoleName=name).get("InstanceProfiles", []):
+        iam.remove_role_from_instance_profile(InstanceProfileName=prof["InstanceProfileName"], RoleName=name)
+    for pol in iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies", []):
+        iam.detach_role_policy(RoleName=name, PolicyArn=pol["PolicyArn"])
+    for pol in iam.list_role_policies(RoleName=name).get("PolicyNames", []):
+        iam.delete_role_policy(RoleName=name, PolicyName=pol)
+    iam.delete_role(RoleName=name)
+
+
+def _release_address(ec2: Ec2Client, allocation_id: str) -> None:
+    """An associated address in a non-default VPC cannot be released (InvalidIPAddress.InUse):
+    disassociate first (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ReleaseAddress.html)."""
+    for addr in ec2.describe_addresses(AllocationIds=[allocation_id]).get("Addresses", []):
+        if addr.get("AssociationId"):
+            try:
+                ec2.disassociate_address(AssociationId=addr["AssociationId"])
+            except Exception as exc:  # noqa: BLE001 - an association already gone is fine
+                if not gone(exc):
+                    raise
+    ec2.release_address(AllocationId=allocation_id)
+
+
+def _delete_route_table(ec2: Ec2Client, table_id: str) -> None:
+    rt = ec2.describe_route_tables(RouteTableIds=[table_id])["RouteTables"][0]
+    for assoc in rt.get("Associations", []):
+        if not assoc.get("Main") and assoc.get("RouteTableAssociationId"):
+            ec2.disassociate_route_table(AssociationId=assoc["RouteTableAssociationId"])
+    ec2.delete_route_table(RouteTableId=table_id)
+
+
+def _delete_internet_gateway(ec2: Ec2Client, gateway_id: str) -> None:
+    igw = ec2.describe_internet_gateways(InternetGatewayIds=[gateway_id])["InternetGateways"][0]
+    for att in igw.get("Attachments", []):
+        ec2.detach_internet_gateway(InternetGatewayId=gateway_id, VpcId=att["VpcId"])
+    ec2.delete_internet_gateway(InternetGatewayId=gateway_id)
+
+
+# kind -> how one resource of it is deleted, given the client and its id
+_IAM_DELETES: dict[str, Callable[[IamClient, str], None]] = {
+    "instance-profile": _delete_instance_profile,
+    "iam-role": _delete_role,
+}
+_EC2_DELETES: dict[str, Callable[[Ec2Client, str], None]] = {
+    "volume": lambda ec2, rid: ec2.delete_volume(VolumeId=rid),
+    "fleet": _delete_fleet,
+    "launch-template": lambda ec2, rid: ec2.delete_launch_template(LaunchTemplateId=rid),
+    "security-group": lambda ec2, rid: ec2.delete_security_group(GroupId=rid),
+    "key-pair": lambda ec2, rid: ec2.delete_key_pair(KeyName=rid),  # names are unique per region
+    "placement-group": lambda ec2, rid: ec2.delete_placement_group(GroupName=rid),
+    "network-interface": lambda ec2, rid: ec2.delete_network_interface(NetworkInterfaceId=rid),
+    "elastic-ip": _release_address,
+    "subnet": lambda ec2, rid: ec2.delete_subnet(SubnetId=rid),
+    "route-table": _delete_route_table,
+    "internet-gateway": _delete_internet_gateway,
+    "vpc": lambda ec2, rid: ec2.delete_vpc(VpcId=rid),
+}
+
+
+def _delete_one(session: AwsSession, lo: Leftover) -> None:
+    if lo.kind in _IAM_DELETES:
+        _IAM_DELETES[lo.kind](session.client("iam"), lo.id)
         return
     ec2 = session.client("ec2", region_name=lo.region)
-    if lo.kind == "volume":
-        ec2.delete_volume(VolumeId=lo.id)
-    elif lo.kind == "fleet":
-        _delete_fleet(ec2, lo.id)
-    elif lo.kind == "launch-template":
-        ec2.delete_launch_template(LaunchTemplateId=lo.id)
-    elif lo.kind == "security-group":
-        ec2.delete_security_group(GroupId=lo.id)
-    elif lo.kind == "key-pair":
-        ec2.delete_key_pair(KeyName=lo.id)  # names are unique per region
-    elif lo.kind == "placement-group":
-        ec2.delete_placement_group(GroupName=lo.id)
-    elif lo.kind == "network-interface":
-        ec2.delete_network_interface(NetworkInterfaceId=lo.id)
-    elif lo.kind == "elastic-ip":
-        # an associated address in a non-default VPC cannot be released (InvalidIPAddress.InUse):
-        # disassociate first (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ReleaseAddress.html)
-        for addr in ec2.describe_addresses(AllocationIds=[lo.id]).get("Addresses", []):
-            if addr.get("AssociationId"):
-                try:
-                    ec2.disassociate_address(AssociationId=addr["AssociationId"])
-                except Exception as exc:  # noqa: BLE001 - an association already gone is fine
-                    if not gone(exc):
-                        raise
-        ec2.release_address(AllocationId=lo.id)
-    elif lo.kind == "subnet":
-        ec2.delete_subnet(SubnetId=lo.id)
-    elif lo.kind == "route-table":
-        rt = ec2.describe_route_tables(RouteTableIds=[lo.id])["RouteTables"][0]
-        for assoc in rt.get("Associations", []):
-            if not assoc.get("Main") and assoc.get("RouteTableAssociationId"):
-                ec2.disassociate_route_table(AssociationId=assoc["RouteTableAssociationId"])
-        ec2.delete_route_table(RouteTableId=lo.id)
-    elif lo.kind == "internet-gateway":
-        igw = ec2.describe_internet_gateways(InternetGatewayIds=[lo.id])["InternetGateways"][0]
-        for att in igw.get("Attachments", []):
-            ec2.detach_internet_gateway(InternetGatewayId=lo.id, VpcId=att["VpcId"])
-        ec2.delete_internet_gateway(InternetGatewayId=lo.id)
-    elif lo.kind == "vpc":
-        ec2.delete_vpc(VpcId=lo.id)
+    how = _EC2_DELETES.get(lo.kind)
+    if how is not None:
+        how(ec2, lo.id)
 
 
 # -- the provisioner's scan and delete (infra.contract.Provisioner), from a typed scope -----------

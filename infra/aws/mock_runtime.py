@@ -12,12 +12,16 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pulumi
 
 from gpucluster.errors import GpuclusterError
 from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
+
+Monitor = Any  # Any: pulumi's resource monitor is a gRPC stub, generated code without types
+GrpcMessage = Any  # Any: the monitor's protobuf requests and answers (generated code without types)
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # the engine's marker for a secret value
 
@@ -59,13 +63,13 @@ class Recorder(pulumi.runtime.Mocks):
         self.fleet_launches = fleet_launches  # None: a fleet launches its whole target
         # resource name -> the options the engine would act on in an update: {"replaceOnChanges": [...],
         # "deleteBeforeReplace": bool} (what a `pulumi up` of a changed program replaces, and how)
-        self.options: dict[str, dict[str, Any]] = {}
+        self.options: dict[str, JsonObject] = {}
 
-    def watch(self, monitor: Any) -> None:
+    def watch(self, monitor: Monitor) -> None:
         """Keep each registration's replacement options (the mock runtime passes only inputs on)."""
         register = monitor.RegisterResource
 
-        def recording(request: Any) -> Any:
+        def recording(request: GrpcMessage) -> GrpcMessage:
             self.options[request.name] = {"replaceOnChanges": list(request.replaceOnChanges),
                                           "deleteBeforeReplace": bool(request.deleteBeforeReplace)}
             return register(request)
@@ -150,7 +154,7 @@ class Recorder(pulumi.runtime.Mocks):
 @dataclass
 class Built:
     recorder: Recorder
-    outputs: dict[str, Any] = field(default_factory=dict)
+    outputs: JsonObject = field(default_factory=dict)  # each output's resolved value
     secret: dict[str, bool] = field(default_factory=dict)
     error: GpuclusterError | None = None
     seconds: float = 0.0
@@ -159,7 +163,7 @@ class Built:
 def build(
     spec: ClusterSpec | None = None,
     *,
-    program: Callable[[], dict[str, pulumi.Output[Any]]] | None = None,
+    program: Callable[[], Mapping[str, pulumi.Output[object]] | None] | None = None,
     stack: str = "test",
     fleet_launches: int | None = None,
     fleet_error: str = "",
@@ -171,7 +175,7 @@ def build(
     """
     from gpucluster.infra import program as program_module
 
-    declare: Callable[[], dict[str, Any]]
+    declare: Callable[[], Mapping[str, pulumi.Output[object]] | None]
     if program is not None:
         declare = program
     elif spec is not None:
@@ -223,5 +227,5 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-def is_secret_input(value: Any) -> bool:
+def is_secret_input(value: object) -> bool:
     return isinstance(value, dict) and SECRET_SIG in value

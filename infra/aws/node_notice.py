@@ -40,7 +40,8 @@ def token(base):
     return request(base + "/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": TTL})[1].strip()
 
 
-def main(argv):
+def parse_args(argv):
+    """(poll interval, the metadata service's base URL, the run's key or None) from the arguments."""
     interval, base = 5.0, os.environ.get("GPUCLUSTER_IMDS_URL") or "http://169.254.169.254"
     args, key = list(argv), None
     while args:
@@ -51,7 +52,34 @@ def main(argv):
             interval = float(args.pop(0))
         elif flag == "--url" and args and not os.environ.get("GPUCLUSTER_IMDS_URL"):
             base = args.pop(0)
-    base = base.rstrip("/")
+    return interval, base.rstrip("/"), key
+
+
+def token_after(exc, tok):
+    """The token to use after an HTTP error: none after 401 (it expired, or was never good)."""
+    if exc.code == 401:
+        return None
+    if exc.code != 404:
+        print(f"node_notice: the instance metadata answered {exc.code}", file=sys.stderr, flush=True)
+    return tok
+
+
+def notice_record(status, body, key):
+    """The metric record of an interruption notice, or None when there is none."""
+    try:
+        notice = json.loads(body)
+    except ValueError:
+        notice = {}
+    if not (status == 200 and isinstance(notice, dict) and notice.get("action")):
+        return None
+    record = {"kind": "node_notice", "source": "aws spot", "action": notice.get("action"), "when": notice.get("time")}
+    if key:
+        record["key"] = key
+    return record
+
+
+def main(argv):
+    interval, base, key = parse_args(argv)
     tok, misses = None, 0
     while True:
         try:
@@ -62,10 +90,7 @@ def main(argv):
             misses = 0
         except urllib.error.HTTPError as exc:
             misses = 0
-            if exc.code == 401:  # the token expired (or was never good): a new one next time
-                tok = None
-            elif exc.code != 404:
-                print(f"node_notice: the instance metadata answered {exc.code}", file=sys.stderr, flush=True)
+            tok = token_after(exc, tok)
             time.sleep(interval)
             continue
         except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -76,15 +101,8 @@ def main(argv):
                 return 0
             time.sleep(interval)
             continue
-        try:
-            notice = json.loads(body)
-        except ValueError:
-            notice = {}
-        if status == 200 and isinstance(notice, dict) and notice.get("action"):
-            record = {"kind": "node_notice", "source": "aws spot", "action": notice.get("action"),
-                      "when": notice.get("time")}
-            if key:
-                record["key"] = key
+        record = notice_record(status, body, key)
+        if record is not None:
             print(METRIC + json.dumps(record), flush=True)
             return 0
         time.sleep(interval)

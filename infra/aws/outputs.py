@@ -6,11 +6,15 @@ so can anyone reading `pulumi stack output --json --show-secrets`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from enum import Enum
+from typing import Callable, Mapping
 
 from gpucluster.errors import ProvisionError
 
 from gpucluster.domain import Cluster, Node
+from gpucluster.states import JsonMapping, JsonObject
+
+from .sdk import Ec2Client
 
 LIST_KEYS = ("instance_ids", "private_ips", "public_ips")
 # stacks made before the fleet exported the host keys they generated; a fleet's nodes make their own,
@@ -19,7 +23,7 @@ OLD_KEYS = "host_public_keys"
 SECRET_KEYS = ("ssh_private_key",)
 
 
-def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
+def cluster_from_outputs(outputs: JsonMapping) -> Cluster:
     """A `Cluster` from the exported outputs; ProvisionError when they are incomplete."""
     missing = [k for k in (*LIST_KEYS, "cluster_name", "ssh_user") if outputs.get(k) is None]
     if missing:
@@ -61,7 +65,7 @@ def cluster_from_outputs(outputs: Mapping[str, Any]) -> Cluster:
     )
 
 
-def cluster_with_host_keys(outputs: Mapping[str, Any]) -> Cluster:
+def cluster_with_host_keys(outputs: JsonMapping) -> Cluster:
     """`cluster_from_outputs`, each node's host key pinned from its serial console (or the keys
     cached when first read): what `up`, `attach` and `probe` connect with. A node whose console shows
     no key in time fails it, naming the node (`hostkeys.pin`). A node without a public IP in the
@@ -75,8 +79,50 @@ RUNNING_WAIT_S = 600.0  # how long a node may stay `pending` (EC2 takes seconds 
 RUNNING_POLL_S = 5.0
 
 
-def wait_running(outputs: Mapping[str, Any], *, client: Any = None, clock: Any = None, sleep: Any = None,
-                 timeout: float | None = None) -> Mapping[str, Any]:
+class _Round(Enum):
+    """What one DescribeInstances of `wait_running` found."""
+
+    GONE = "gone"  # a node is shutting down, stopped or terminated: fail
+    RUNNING = "running"  # every node running with a public IPv4: done
+    PENDING = "pending"  # some node not yet: wait, or fail at the deadline
+
+
+_GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+
+
+def _describe(client: Ec2Client, ids: list[str]) -> tuple[dict[str, JsonObject], dict[str, str]]:
+    """({instance id: DescribeInstances' record}, {instance id: its state name, "unknown" when not listed})."""
+    found = {i["InstanceId"]: i for r in client.describe_instances(InstanceIds=ids).get("Reservations", [])
+             for i in r.get("Instances", [])}
+    return found, {i: (found.get(i) or {}).get("State", {}).get("Name", "unknown") for i in ids}
+
+
+def _round(found: Mapping[str, JsonObject], states: Mapping[str, str]) -> _Round:
+    if any(s in _GONE_STATES for s in states.values()):
+        return _Round.GONE
+    if all(s == "running" and found[i].get("PublicIpAddress") for i, s in states.items()):
+        return _Round.RUNNING
+    return _Round.PENDING
+
+
+def _gone_error(states: Mapping[str, str]) -> ProvisionError:
+    bad = [f"{i} is {s}" for i, s in states.items() if s in _GONE_STATES]
+    return ProvisionError(f"AWS node {bad[0]} before it was reached" + (f" ({len(bad) - 1} more)" if len(bad) > 1 else ""))
+
+
+def _with_addresses(outputs: JsonMapping, ids: list[str], found: Mapping[str, JsonObject]) -> JsonMapping:
+    return {**outputs, "public_ips": [found[i]["PublicIpAddress"] for i in ids],
+            "private_ips": [found[i].get("PrivateIpAddress") or p
+                            for i, p in zip(ids, outputs.get("private_ips") or [""] * len(ids))]}
+
+
+def _pending_error(found: Mapping[str, JsonObject], states: Mapping[str, str], limit: float) -> ProvisionError:
+    waiting = [f"{i} ({s})" for i, s in states.items() if s != "running" or not found[i].get("PublicIpAddress")]
+    return ProvisionError(f"AWS node(s) {', '.join(waiting)} not running with a public IP after {limit:.0f} s")
+
+
+def wait_running(outputs: JsonMapping, *, client: Ec2Client = None, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None, timeout: float | None = None) -> JsonMapping:
     """The outputs with every node's addresses, once every node is `running`. The program reads each
     node (`aws.ec2.get_instance`) right after the instant fleet returns, while EC2 may still report
     it `pending`, and a pending instance has no public IPv4 yet (EC2 User Guide, "Instance
@@ -98,24 +144,18 @@ def wait_running(outputs: Mapping[str, Any], *, client: Any = None, clock: Any =
     limit = RUNNING_WAIT_S if timeout is None else timeout
     start = clock()
     while True:
-        found = {i["InstanceId"]: i for r in client.describe_instances(InstanceIds=ids).get("Reservations", [])
-                 for i in r.get("Instances", [])}
-        states = {i: (found.get(i) or {}).get("State", {}).get("Name", "unknown") for i in ids}
-        bad = [f"{i} is {s}" for i, s in states.items() if s in ("shutting-down", "terminated", "stopping", "stopped")]
-        if bad:
-            raise ProvisionError(f"AWS node {bad[0]} before it was reached"
-                                 + (f" ({len(bad) - 1} more)" if len(bad) > 1 else ""))
-        if all(s == "running" and found[i].get("PublicIpAddress") for i, s in states.items()):
-            return {**outputs, "public_ips": [found[i]["PublicIpAddress"] for i in ids],
-                    "private_ips": [found[i].get("PrivateIpAddress") or p
-                                    for i, p in zip(ids, outputs.get("private_ips") or [""] * len(ids))]}
+        found, states = _describe(client, ids)
+        verdict = _round(found, states)
+        if verdict is _Round.GONE:
+            raise _gone_error(states)
+        if verdict is _Round.RUNNING:
+            return _with_addresses(outputs, ids, found)
         if clock() - start >= limit:
-            waiting = [f"{i} ({s})" for i, s in states.items() if s != "running" or not found[i].get("PublicIpAddress")]
-            raise ProvisionError(f"AWS node(s) {', '.join(waiting)} not running with a public IP after {limit:.0f} s")
+            raise _pending_error(found, states, limit)
         sleep(RUNNING_POLL_S)
 
 
-def console_tail(cluster: Cluster, node: Node, *, lines: int = 12, client: Any = None) -> str | None:
+def console_tail(cluster: Cluster, node: Node, *, lines: int = 12, client: Ec2Client = None) -> str | None:
     """The last lines of an instance's console (EC2 GetConsoleOutput, `Latest=True`): what the
     user most wants when a node never gets ready (cloud-init errors, driver messages). The API
     returns the text base64-encoded (EC2 API reference, GetConsoleOutput). None without an id."""

@@ -20,12 +20,13 @@ what the run needs; the RunInstances dry run still checks the launch itself.
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from gpucluster.errors import SpecError
+from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonObject
 
 from . import catalog
+from .catalog import role_reasons
 from .efa import needs_addresses
+from .sdk import IamClient
 
 # What pulumi-aws (terraform-provider-aws) calls for the resources of component.py, create to delete.
 EC2_NETWORK = (  # a new VPC (leave out with option subnetId)
@@ -81,56 +82,7 @@ VERIFY_EC2 = (
 VERIFY = VERIFY_IAM + VERIFY_EC2
 
 
-IAM_TAG_EXTRA = "_.:/=+-@"  # besides letters, separators (spaces) and numbers
-
-
-def _iam_tag_bad(text: str) -> str | None:
-    """The first character of `text` IAM refuses in a tag: its keys and values match
-    `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` (IAM API reference, Tag: Key and Value patterns; CreateRole
-    answers ValidationError otherwise), unlike EC2's tags, which allow any character."""
-    import unicodedata
-
-    for ch in text:
-        if ch not in IAM_TAG_EXTRA and unicodedata.category(ch)[0] not in "LZN":
-            return ch
-    return None
-
-
-def check_iam_tags(spec: Any) -> None:
-    """A run that creates the nodes' IAM role and instance profile (`permissions.role_reasons`) puts
-    every tag on them too: a key or value with a character IAM refuses fails `CreateRole` after the
-    network is made. Refused here, before anything is created (SpecError: exit 2), naming the tag and
-    what IAM allows. Key length 1-128 and value length up to 256 are IAM's as well."""
-    why = role_reasons(spec)
-    if not why:
-        return
-    for key, value in spec.managed_tags().items():
-        for what, text, limit in (("key", key, 128), ("value", value, 256)):
-            bad = _iam_tag_bad(text)
-            if bad is not None or len(text) > limit:
-                problem = f"character {bad!r}" if bad is not None else f"more than {limit} characters"
-                raise SpecError(
-                    f"tag {key}={value!r}: its {what} has {problem}, which IAM refuses on the node role this run "
-                    f"creates ({', '.join(why)}); IAM tag keys and values allow letters, digits, spaces and "
-                    f"{' '.join(IAM_TAG_EXTRA)} only (keys up to 128, values up to 256 characters)")
-
-
-def role_reasons(spec: Any) -> list[str]:
-    """Why the nodes need an instance role ([] for none: then no IAM is created)."""
-    from .s3 import scopes
-
-    reads, writes = scopes(spec)
-    why = []
-    if reads:
-        why.append("--data/--resume s3:// (read)")
-    if writes:
-        why.append("--output s3:// (write)")
-    if catalog.flag(spec, "ssm"):
-        why.append("option ssm=true")
-    return why
-
-
-def needed(spec: Any) -> dict[str, tuple[str, ...]]:
+def needed(spec: ClusterSpec) -> dict[str, tuple[str, ...]]:
     """The actions a run of `spec` needs, by what they are for."""
     ec2 = (() if catalog.option(spec, "subnetId") else EC2_NETWORK) + EC2_CLUSTER
     if catalog.efa_requested(spec):
@@ -144,7 +96,7 @@ def needed(spec: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def summary(spec: Any) -> str:
+def summary(spec: ClusterSpec) -> str:
     """One line for `doctor`: what a run of this spec needs."""
     groups = needed(spec)
     why = role_reasons(spec)
@@ -170,9 +122,9 @@ def principal(caller_arn: str) -> str | None:
     return None
 
 
-def _decisions(iam: Any, source: str, actions: tuple[str, ...], resources: list[str] | None = None,
-               context: list[dict[str, Any]] | None = None) -> dict[str, str]:
-    kw: dict[str, Any] = {"PolicySourceArn": source, "ActionNames": list(actions)}
+def _decisions(iam: IamClient, source: str, actions: tuple[str, ...], resources: list[str] | None = None,
+               context: list[JsonObject] | None = None) -> dict[str, str]:
+    kw: JsonObject = {"PolicySourceArn": source, "ActionNames": list(actions)}
     if resources:
         kw["ResourceArns"] = resources
     if context:
@@ -191,7 +143,7 @@ def _decisions(iam: Any, source: str, actions: tuple[str, ...], resources: list[
         kw["Marker"] = resp["Marker"]
 
 
-def request_context(spec: Any) -> list[dict[str, Any]]:
+def request_context(spec: ClusterSpec) -> list[JsonObject]:
     """The condition keys the program's EC2 calls carry, for the simulator: without them a policy's
     condition on them (an Organizations SCP that denies other regions, Control Tower's region deny; one
     that requires IMDSv2) evaluates as if the key were absent, and a negated condition then matches
@@ -199,7 +151,7 @@ def request_context(spec: Any) -> list[dict[str, Any]]:
     the IAM policy simulator": context keys)."""
     region = catalog.region_of(spec)
 
-    def key(name: str, value: str) -> dict[str, Any]:
+    def key(name: str, value: str) -> JsonObject:
         return {"ContextKeyName": name, "ContextKeyValues": [value], "ContextKeyType": "string"}
 
     return [key("aws:RequestedRegion", region), key("ec2:Region", region),
@@ -208,7 +160,7 @@ def request_context(spec: Any) -> list[dict[str, Any]]:
             key("ec2:InstanceMarketType", "spot" if spec.spot else "on-demand")]
 
 
-def denied(iam: Any, spec: Any, caller_arn: str, account: str) -> list[str]:
+def denied(iam: IamClient, spec: ClusterSpec, caller_arn: str, account: str) -> list[str]:
     """The actions the run needs that the caller may not do (SimulatePrincipalPolicy); raises the
     client's error when the simulation cannot run. Those not allowed only for want of context keys
     are `unverified(...)`'s, not these."""
@@ -220,7 +172,7 @@ def unverified(found: dict[str, str]) -> list[str]:
     return [f"{a} ({d.split(':', 1)[1]})" for a, d in found.items() if d.startswith("unverified")]
 
 
-def decisions(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, str]:
+def decisions(iam: IamClient, spec: ClusterSpec, caller_arn: str, account: str) -> dict[str, str]:
     """Each action the run needs -> the simulator's decision (allowed, implicitDeny, explicitDeny, or
     "unverified:KEYS"), the EC2 ones simulated with the request's context (`request_context`)."""
     source = principal(caller_arn)
@@ -244,7 +196,7 @@ def decisions(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, s
     return {a: found.get(a, "implicitDeny") for a in dict.fromkeys(wanted)}
 
 
-def check(iam: Any, spec: Any, caller_arn: str, account: str) -> dict[str, Any]:
+def check(iam: IamClient, spec: ClusterSpec, caller_arn: str, account: str) -> JsonObject:
     """The preflight row: failed when the launch or teardown needs an action that is denied; a note
     when only the teardown check's IAM reads are (the run works, its teardown ends "not verified"),
     or when the simulation cannot run."""

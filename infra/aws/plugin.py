@@ -109,6 +109,6 @@ PLUGIN = CreatedMachines(
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
         price_rows=prices.price_rows, instance_price=prices.instance_price,
         planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of,
-        region_note=prices.region_note),  # opt-in regions
+        region_note=catalog.region_note),  # opt-in regions
     objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
 )

@@ -9,24 +9,54 @@ The fetchers import boto3 lazily and are split from pure parsers (`parse_aws_pri
 
 from __future__ import annotations
 
+import datetime
 import datetime as _dt
 import json
 import re
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from gpucluster.catalog.prices import Catalog, PriceRow
 from gpucluster.errors import UsageError, not_allowed, require
 from gpucluster.infra.contract import PricedRows
 from gpucluster.spec import ClusterSpec
+from gpucluster.states import JsonMapping, JsonObject
 
-from .catalog import DEFAULT_DISK_TYPE, DEFAULT_INSTANCE_TYPE
+from .catalog import DEFAULT_DISK_TYPE, DEFAULT_INSTANCE_TYPE, instance_type_of
+from .sdk import Ec2Client, PricingClient
+from .shapes import INSTANCE_TYPES
 
 _REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 
 
 # -- live prices: pure parsers ------------------------------------------------------------------
-def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: str,
+def _on_demand_prices(doc: JsonMapping) -> list[tuple[Decimal, str]]:
+    """(USD price, unit) of every on-demand price dimension of one Price List item."""
+    prices = []
+    for term in doc.get("terms", {}).get("OnDemand", {}).values():
+        for dim in term.get("priceDimensions", {}).values():
+            usd = dim.get("pricePerUnit", {}).get("USD")
+            if usd is not None:
+                prices.append((Decimal(usd), dim.get("unit", "")))
+    return prices
+
+
+def _instance_row(attrs: JsonMapping, region: str, price: Decimal, src: str, date: str,
+                  known: Mapping[str, PriceRow] | None) -> PriceRow:
+    itype: str = attrs["instanceType"]
+    shipped = (known or {}).get(itype)
+    gpus = attrs.get("gpu")
+    gpus = int(gpus) if gpus and str(gpus).isdigit() else (shipped.gpus if shipped else 0)
+    vcpus = attrs.get("vcpu")
+    mem = attrs.get("memory", "").replace(" GiB", "").replace(",", "")
+    return PriceRow(
+        cloud="aws", region=region, kind="instance", item=itype, market="on-demand", unit="hour",
+        price=price, source=src, date=date, gpus=gpus, gpu=shipped.gpu if shipped else None,
+        vcpus=int(vcpus) if vcpus and str(vcpus).isdigit() else None,
+        memory_gib=Decimal(mem) if re.fullmatch(r"\d+(\.\d+)?", mem) else None, origin="user")
+
+
+def parse_aws_price_list(price_list: Iterable[str | JsonMapping], date: str,
                          known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
     """Rows from `pricing.get_products(...)["PriceList"]` items (JSON strings).
 
@@ -39,29 +69,14 @@ def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: st
         product = doc.get("product", {})
         attrs = product.get("attributes", {})
         region = attrs.get("regionCode")
-        prices = []
-        for term in doc.get("terms", {}).get("OnDemand", {}).values():
-            for dim in term.get("priceDimensions", {}).values():
-                usd = dim.get("pricePerUnit", {}).get("USD")
-                if usd is not None:
-                    prices.append((Decimal(usd), dim.get("unit", "")))
+        prices = _on_demand_prices(doc)
         if not region or not prices:
             continue
         price, unit = max(prices)
         family = product.get("productFamily", "")
         src = f"AWS Price List API (pricing.get_products, AmazonEC2, sku {product.get('sku', '?')})"
-        if family == "Compute Instance" and unit == "Hrs":
-            itype = attrs.get("instanceType")
-            shipped = (known or {}).get(itype)
-            gpus = attrs.get("gpu")
-            gpus = int(gpus) if gpus and str(gpus).isdigit() else (shipped.gpus if shipped else 0)
-            vcpus = attrs.get("vcpu")
-            mem = attrs.get("memory", "").replace(" GiB", "").replace(",", "")
-            rows.append(PriceRow(
-                cloud="aws", region=region, kind="instance", item=itype, market="on-demand", unit="hour",
-                price=price, source=src, date=date, gpus=gpus, gpu=shipped.gpu if shipped else None,
-                vcpus=int(vcpus) if vcpus and str(vcpus).isdigit() else None,
-                memory_gib=Decimal(mem) if re.fullmatch(r"\d+(\.\d+)?", mem) else None, origin="user"))
+        if family == "Compute Instance" and unit == "Hrs" and attrs.get("instanceType"):
+            rows.append(_instance_row(attrs, region, price, src, date, known))
         elif family == "Storage" and unit == "GB-Mo" and attrs.get("volumeApiName"):
             rows.append(PriceRow(
                 cloud="aws", region=region, kind="disk", item=attrs["volumeApiName"], market="on-demand",
@@ -69,13 +84,13 @@ def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]], date: st
     return rows
 
 
-def parse_aws_spot_history(history: Iterable[Mapping[str, Any]], region: str, date: str,
+def parse_aws_spot_history(history: Iterable[JsonMapping], region: str, date: str,
                            known: Mapping[str, PriceRow] | None = None) -> list[PriceRow]:
     """Rows from `ec2.describe_spot_price_history(...)["SpotPriceHistory"]`: the newest price per
     availability zone, and per instance type the highest of those (spot is a per-AZ point-in-time
     price; the highest is the safe one to estimate with), with the range and each zone's price kept
     (`zones`: a run's cost uses the price of the zone it ran in)."""
-    latest: dict[tuple[str, str], tuple[Any, Decimal]] = {}
+    latest: dict[tuple[str, str], tuple[datetime.datetime | None, Decimal]] = {}
     for rec in history:
         if "Linux/UNIX" not in rec.get("ProductDescription", "Linux/UNIX"):
             continue
@@ -107,8 +122,8 @@ def _aws_filters(**terms: str) -> list[dict[str, str]]:
 
 
 def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
-              known: Mapping[str, PriceRow] | None = None, pricing_client: Any = None,
-              ec2_client_for: Callable[[str], Any] | None = None) -> list[PriceRow]:
+              known: Mapping[str, PriceRow] | None = None, pricing_client: PricingClient = None,
+              ec2_client_for: Callable[[str], Ec2Client] | None = None) -> list[PriceRow]:
     """On-demand (Price List API) and spot (DescribeSpotPriceHistory) rows for the regions."""
     if pricing_client is None or ec2_client_for is None:
         boto3 = require("boto3", "aws")
@@ -126,7 +141,7 @@ def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
                                 preInstalledSw="NA", capacitystatus="Used") for t in instance_types]
         queries.append(_aws_filters(productFamily="Storage", volumeApiName="gp3", regionCode=region))
         for filters in queries:
-            kwargs: dict[str, Any] = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1"}
+            kwargs: JsonObject = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1"}
             while True:
                 resp = pricing_client.get_products(**kwargs)
                 items.extend(resp.get("PriceList", []))
@@ -135,7 +150,7 @@ def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
                 kwargs["NextToken"] = resp["NextToken"]
         rows.extend(parse_aws_price_list(items, date, known))
         ec2 = ec2_client_for(region)
-        history: list[dict[str, Any]] = []
+        history: list[JsonObject] = []
         kwargs = {"InstanceTypes": list(instance_types), "ProductDescriptions": ["Linux/UNIX"],
                   "StartTime": _dt.datetime.now(_dt.timezone.utc)}
         while True:
@@ -148,14 +163,16 @@ def fetch_aws(regions: list[str], instance_types: list[str], *, date: str,
     return rows
 
 
-def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, **clients: Any) -> list[PriceRow]:
+def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, pricing_client: PricingClient = None,
+                 ec2_client_for: Callable[[str], Ec2Client] | None = None) -> list[PriceRow]:
     """`Pricing.fetch_prices`: current rows for the regions, for every instance type the shipped
     `catalog` prices (whose rows fill in GPU facts the Price List lacks)."""
     bad = [r for r in regions if not _REGION_RE.fullmatch(r)]
     if bad:
         raise UsageError(not_allowed("aws region", bad[0], catalog.regions("aws")))
     known = {r.item: r for r in catalog.rows.values() if r.cloud == "aws" and r.kind == "instance"}
-    return fetch_aws(regions, sorted(known), date=date, known=known, **clients)
+    return fetch_aws(regions, sorted(known), date=date, known=known, pricing_client=pricing_client,
+                     ec2_client_for=ec2_client_for)
 
 
 # -- pricing rules (the cost engine's hooks) ---------------------------------------------------
@@ -177,8 +194,6 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
 def _type_of(spec: ClusterSpec) -> str:
     """The type named, else the one `--gpu` picks (catalog.select_type), else the default."""
     if spec.instance_type is None and spec.accelerator is not None:
-        from .catalog import instance_type_of
-
         return instance_type_of(spec).name
     return spec.instance_type or DEFAULT_INSTANCE_TYPE
 
@@ -198,20 +213,8 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
                         "availability_zone": spec.zone, **disk}}]
 
 
-def region_note(region: str) -> str | None:
-    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired)."""
-    from .preflight import OPT_IN_REGIONS
-
-    if region in OPT_IN_REGIONS:
-        return (f"{region} is an opt-in region: enable it first with `aws account enable-region --region-name "
-                f"{region}`")
-    return None
-
-
 def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
     """The GPU the type carries: its price rows', else the shipped shapes' (a type with no price row)."""
-    from .shapes import INSTANCE_TYPES
-
     row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
     if row is not None and row.gpu:
         return row.gpu

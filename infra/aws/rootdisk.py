@@ -20,9 +20,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from gpucluster.spec import DEFAULT_DISK_GB
+from gpucluster.states import JsonMapping
 
 # the fleet's tag holding the nodes' root size, for the cost records (engine.resource_detail)
 ROOT_GB_TAG = "gpucluster-root-gb"
@@ -36,7 +37,7 @@ def root_disk_gb(given: int | None, snapshot_gb: int | None) -> int:
     return max(DEFAULT_DISK_GB, (snapshot_gb or 0) + HEADROOM_GB) if snapshot_gb else DEFAULT_DISK_GB
 
 
-def snapshot_gb(root_device: str | None, mappings: Sequence[Mapping[str, Any]]) -> int | None:
+def snapshot_gb(root_device: str | None, mappings: Sequence[JsonMapping]) -> int | None:
     """The root snapshot's size from DescribeImages' BlockDeviceMappings (boto3 keys), None if unknown."""
     for m in mappings:
         ebs = m.get("Ebs") or {}

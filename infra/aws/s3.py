@@ -22,7 +22,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from gpucluster.states import JsonObject
+
+from .sdk import AwsSession
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpucluster.spec import ClusterSpec
 
 SCHEME = "s3://"
 READ_OPTION, WRITE_OPTION = "s3Read", "s3Write"
@@ -82,7 +89,7 @@ def parse_url(text: str, what: str) -> str:
     return check(text, what, SCHEME, ALLOWED, bucket_problem, prefix_problem)
 
 
-def scopes(spec: Any) -> tuple[list[str], list[str]]:
+def scopes(spec: ClusterSpec) -> tuple[list[str], list[str]]:
     """(read URLs, write URLs) the component grants the nodes: the spec's `reads`/`writes`, checked."""
     from gpucluster.infra.object_scopes import scopes as checked
 
@@ -99,17 +106,17 @@ def partition_of(region: str) -> str:
 
 
 def policy_document(reads: Sequence[str], writes: Sequence[str], partition: str = "aws",
-                    kms_keys: Sequence[str] = ()) -> dict[str, Any]:
+                    kms_keys: Sequence[str] = ()) -> JsonObject:
     """The role policy: exactly these buckets and prefixes, read or write, nothing more; with the
     SSE-KMS buckets' customer managed keys, their use (infra/aws/kms.py)."""
     arn = f"arn:{partition}:s3:::"
-    statements: list[dict[str, Any]] = []
+    statements: list[JsonObject] = []
     for i, url in enumerate(sorted(set(reads))):
         bucket, prefix = split(url)
         objects = f"{arn}{bucket}/{prefix}/*" if prefix else f"{arn}{bucket}/*"
         statements.append({"Sid": f"ReadData{i}", "Effect": "Allow", "Action": ["s3:GetObject"],
                            "Resource": [objects]})
-        listing: dict[str, Any] = {"Sid": f"ListData{i}", "Effect": "Allow", "Action": ["s3:ListBucket"],
+        listing: JsonObject = {"Sid": f"ListData{i}", "Effect": "Allow", "Action": ["s3:ListBucket"],
                                    "Resource": [f"{arn}{bucket}"]}
         if prefix:
             listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
@@ -162,7 +169,7 @@ class NodeTransfer:
                 "exit 4")
 
 
-def bucket_facts(url: str, session: Any = None, max_pages: int = 100) -> tuple[str | None, int | None]:
+def bucket_facts(url: str, session: AwsSession = None, max_pages: int = 100) -> tuple[str | None, int | None]:
     """`Operations.bucket_facts`: (the bucket's region, bytes under the URL's prefix) for placement's egress
     price (gpucluster.plan.egress). GetBucketLocation answers a null LocationConstraint for us-east-1
     (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetBucketLocation.html); ListObjectsV2 lists

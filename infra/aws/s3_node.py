@@ -100,9 +100,8 @@ def push_boto3(src, url, todo):
     return failed
 
 
-def main(argv):
-    mode, a, b = argv[1], argv[2], argv[3]
-    # GPUCLUSTER_S3_TOOL (set by the launcher): "auto" (the CLI where there is one) or "boto3"
+def choose_tool():
+    """GPUCLUSTER_S3_TOOL (set by the launcher): "auto" (the CLI where there is one) or "boto3"."""
     auto = os.environ.get("GPUCLUSTER_S3_TOOL", "auto") == "auto"
     tool = "aws-cli" if auto and shutil.which("aws") else "boto3"
     if tool == "boto3":
@@ -111,37 +110,56 @@ def main(argv):
         except ImportError:
             fail("neither the AWS CLI (aws on PATH) nor boto3 (in %s) is on this node: install one in "
                  "the image (staging runs before --setup)" % sys.executable)
-    if mode == "pull":
-        os.makedirs(b, exist_ok=True)
-        if tool == "aws-cli":
-            cp = subprocess.run(cli_argv(mode, a, b), capture_output=True, text=True)
-            if cp.returncode != 0:
-                fail("aws s3 sync %s failed (exit code %d): %s" % (a, cp.returncode, cp.stderr or cp.stdout))
-            got = local_files(b)
-            files, nbytes = len(got), sum(s for _, s in got)
-        else:
-            try:
-                files, nbytes = pull_boto3(a, b)
-            except Exception as exc:  # noqa: BLE001 - the reason goes back to the launcher
-                fail("reading %s failed: %s: %s" % (a, type(exc).__name__, exc))
-        if files == 0:
-            fail("%s holds no objects: check the bucket and prefix" % a)
-        print(json.dumps({"tool": tool, "files": files, "bytes": nbytes}))
-        return 0
-    todo = local_files(a) if os.path.isdir(a) else []
+    return tool
+
+
+def pull(tool, url, dest):
+    os.makedirs(dest, exist_ok=True)
+    if tool == "aws-cli":
+        cp = subprocess.run(cli_argv("pull", url, dest), capture_output=True, text=True)
+        if cp.returncode != 0:
+            fail("aws s3 sync %s failed (exit code %d): %s" % (url, cp.returncode, cp.stderr or cp.stdout))
+        got = local_files(dest)
+        files, nbytes = len(got), sum(s for _, s in got)
+    else:
+        try:
+            files, nbytes = pull_boto3(url, dest)
+        except Exception as exc:  # noqa: BLE001 - the reason goes back to the launcher
+            fail("reading %s failed: %s: %s" % (url, type(exc).__name__, exc))
+    if files == 0:
+        fail("%s holds no objects: check the bucket and prefix" % url)
+    print(json.dumps({"tool": tool, "files": files, "bytes": nbytes}))
+    return 0
+
+
+def push_cli(src, url):
+    cp = subprocess.run(cli_argv("push", src, url), capture_output=True, text=True)
+    if cp.returncode == 0:
+        return []
+    lines = [ln for ln in (cp.stderr or cp.stdout).splitlines() if ln.strip()]
+    return ["aws s3 cp exited with code %d: %s" % (cp.returncode, "; ".join(lines[-3:]))]
+
+
+def push(tool, src, url):
+    todo = local_files(src) if os.path.isdir(src) else []
     failed = []
     if todo and tool == "aws-cli":
-        cp = subprocess.run(cli_argv(mode, a, b), capture_output=True, text=True)
-        if cp.returncode != 0:
-            lines = [ln for ln in (cp.stderr or cp.stdout).splitlines() if ln.strip()]
-            failed = ["aws s3 cp exited with code %d: %s" % (cp.returncode, "; ".join(lines[-3:]))]
+        failed = push_cli(src, url)
     elif todo:
-        failed = push_boto3(a, b, todo)
+        failed = push_boto3(src, url, todo)
     bad = {f.split(": ", 1)[0] for f in failed}
     ok = [(rel, s) for rel, s in todo if rel not in bad] if tool == "boto3" else ([] if failed else todo)
     print(json.dumps({"tool": tool, "files": len(ok), "bytes": sum(s for _, s in ok), "total_files": len(todo),
                       "failed": failed}))
     return 0 if not failed else (PARTIAL_RC if ok else FAILED_RC)
+
+
+def main(argv):
+    mode, a, b = argv[1], argv[2], argv[3]
+    tool = choose_tool()
+    if mode == "pull":
+        return pull(tool, a, b)
+    return push(tool, a, b)
 
 
 if __name__ == "__main__":

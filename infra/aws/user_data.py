@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import functools
-from typing import Any
+from gpucluster.states import JsonObject
 
 import yaml
 
@@ -85,8 +85,9 @@ WantedBy=multi-user.target
 # Readiness check, run once by cloud-init's runcmd: waits for the driver, compares the GPU count
 # with the instance type's, writes the result atomically. The launcher waits for READY_FILE.
 READY_SCRIPT = _program("node_ready.sh")
-# its own bound on the wait for the driver to list the GPUs: TRIES checks, PAUSE seconds apart
-READY_TRIES, READY_PAUSE_S = 60, 10
+# its own bound on the wait for the driver to list the GPUs: TRIES checks, PAUSE seconds apart (in
+# catalog.py, whose `ready_within` counts that wait)
+READY_TRIES, READY_PAUSE_S = catalog.READY_TRIES, catalog.READY_PAUSE_S
 
 
 # the same block cloud-init's keys_to_console writes, to the serial console (console=ttyS0 on EC2)
@@ -94,7 +95,7 @@ PRINT_HOST_KEY = ("{ echo '-----BEGIN SSH HOST KEY KEYS-----'; cat /etc/ssh/ssh_
                   "echo '-----END SSH HOST KEY KEYS-----'; } > /dev/console")
 
 
-def _fill(template: str, **values: Any) -> str:
+def _fill(template: str, **values: object) -> str:
     for key, value in values.items():
         template = template.replace(f"@{key.upper()}@", str(value))
     return template
@@ -179,7 +180,7 @@ def _node_independent_config(cluster: str, expected_gpus: int, max_lifetime_minu
     )
 
 
-def _dump(doc: dict[str, Any]) -> str:
+def _dump(doc: JsonObject) -> str:
     return yaml.dump(doc, Dumper=_CloudConfigDumper, sort_keys=False, width=1 << 16)
 
 
