@@ -137,12 +137,11 @@ def test_the_plans_say_what_is_shipped(project, monkeypatch, tmp_path):
 
 def test_gcp_configmap_ships_the_same_choice_without_hidden_files_or_links(project, monkeypatch):
     pytest.importorskip("kubernetes")
-    from types import SimpleNamespace
-
+    from gpucluster.domain import Cluster
     from gpucluster.infra.kubernetes.plan import plan_job
 
     monkeypatch.chdir(project)
-    cluster = SimpleNamespace(name="c", nodes=(), gpus_per_node=1, outputs={"nodes": 1})
+    cluster = Cluster(name="c", cloud="gcp", nodes=(), gpus_per_node=1, outputs={"nodes": 1})
     plan = plan_job(cluster, JobSpec("r1", command=("python", "train.py")), workdir=project)
     user = sorted(path for _, path, _ in plan.files if path.startswith("user/"))
     assert user == ["user/big.ckpt", "user/keep.pt", "user/sub/data/notes.txt", "user/sub/keep2.pt", "user/train.py"]

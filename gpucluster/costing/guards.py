@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from gpucluster.errors import UsageError, not_allowed
 from gpucluster.states import JsonMapping, JsonObject
@@ -274,15 +274,31 @@ def store_cost(ledger: Ledger, run_id: str, backend: Plugin | None) -> None:
             pass
 
 
+class CappedJob(Protocol):
+    """What the provisioning watch reads of the job (`watch.launch.JobSpec`, above this package)."""
+
+    @property
+    def max_cost(self) -> float | None: ...
+
+    @property
+    def cost_before(self) -> float: ...
+
+
+class AccruesCost(Protocol):
+    """Where the watch reads the cost accrued so far (the run's recorder)."""
+
+    def accrued_cost(self) -> float | None: ...
+
+
 class ProvisionWatch:
     """`--max-cost` while the cluster is being created (no node supervisor yet): a thread reads the
     accrued cost (earlier attempts included) and, at the cap, interrupts the main thread as Ctrl-C
     does, so the same teardown runs; `reason` then says why. Only where the run is driven from the
     main thread (the CLI); elsewhere the cap is checked once the job starts."""
 
-    def __init__(self, job: Any, events: Any, every: float | None = None):
-        self.cap = getattr(job, "max_cost", None)
-        self.before = float(getattr(job, "cost_before", 0.0) or 0.0)
+    def __init__(self, job: CappedJob | None, events: AccruesCost, every: float | None = None):
+        self.cap = job.max_cost if job is not None else None
+        self.before = float(job.cost_before or 0.0) if job is not None else 0.0
         self.events, self.every = events, every
         self.reason: str | None = None
         self._done = threading.Event()

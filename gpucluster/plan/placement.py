@@ -23,6 +23,7 @@ from gpucluster.errors import GpuclusterError, UsageError, not_allowed
 from gpucluster.states import JsonMapping, JsonObject
 
 if TYPE_CHECKING:
+    from gpucluster.costing.estimate import Estimate
     from gpucluster.infra.contract import Plugin
 
 AUTO = "auto"
@@ -210,7 +211,7 @@ def candidates(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[A
                         break
                     continue
                 spec = plan.spec
-                key = (spec.region, spec.zone, spec.instance_type or getattr(plan.estimate, "instance_type", None))
+                key = (spec.region, spec.zone, spec.instance_type or _priced_machine(plan.estimate))
                 if key in seen:  # the --gpu pick, met again by name
                     continue
                 seen.add(key)
@@ -218,12 +219,17 @@ def candidates(req: Any, backends: Mapping[str, Plugin], *, prepare: Callable[[A
     return out
 
 
+def _priced_machine(est: Estimate | None) -> str | None:
+    """The machine an estimate priced (`--gpu`'s pick), or None without an estimate."""
+    return est.instance_type if est is not None else None
+
+
 def _priced(cand: Candidate, plan: Any, known: dict[str, eg.Bucket], readers: Mapping[str, Sequence[str]], catalog: Any,
             allow_egress: bool, facts: Callable[[str], eg.Facts | None] | None,
             preflight: Callable[[Any], None] | None) -> Candidate:
     spec, est = plan.spec, plan.estimate
     cand.plan, cand.region = plan, spec.region
-    cand.instance_type = spec.instance_type or getattr(est, "instance_type", None)
+    cand.instance_type = spec.instance_type or _priced_machine(est)
     cand.zones = (spec.zone,) if spec.zone else ()
     cand.hourly, cand.total = (est.hourly, est.total) if est is not None else (None, None)
     more = [b for b in eg.buckets((), None, spec.reads, spec.writes, readers) if b.url not in known]

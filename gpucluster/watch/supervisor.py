@@ -53,8 +53,10 @@ class NodeProcess(Protocol):
 
 class Stage(Protocol):
     """What `NodeSupervisor.run` asks of its `stage` (the Kubernetes launcher's health check and
-    stager): a failure or None every loop, and whether it is done. It may also name the phase it
-    is in (a `phase` attribute), read where it has one."""
+    stager): a failure or None every loop, whether it is done, and the phase it is in."""
+
+    @property
+    def phase(self) -> Phase: ...
 
     @property
     def done(self) -> bool: ...
@@ -644,10 +646,8 @@ _CONTROL: dict[str, Callable[[NodeSupervisor, int, JsonObject], None]] = {
 
 
 def _stage_phase(stage: Stage) -> Phase:
-    """The phase `stage` is in: its own `phase` when it has one (the Kubernetes launcher's health
-    check, then its staging), else "stage"."""
-    phase: Phase = getattr(stage, "phase", Phase.STAGE)
-    return phase
+    """The phase `stage` is in (the Kubernetes launcher's health check, then its staging)."""
+    return stage.phase
 
 
 def _say(events: RunEvents, text: str) -> None:

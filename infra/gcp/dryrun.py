@@ -176,7 +176,7 @@ def dry_run(spec: ClusterSpec, *, backend: Plugin, job: JobSpec | None = None,
     est = cost.estimate(spec, 1, backend=backend)
     result = {"dry_run": True, "project": spec.project, "project_source": spec.project_source,
               "resources": resources, "manifests": manifests, "plan": plan_notes, "notes": notes, "idle_stop": idle,
-              "estimate": est.to_dict() if hasattr(est, "to_dict") else str(est), "estimate_line": est.render_line()}
+              "estimate": est.to_dict(), "estimate_line": est.render_line()}
     result["text"] = render(result, est)
     return result
 

@@ -137,7 +137,7 @@ class PodChecker:
         self.api, self.plan, self.pods, self.spec, self.then = api, plan, pods, spec, then
         self.python, self.log_dir, self.retry = python, log_dir, retry
         self.events: RunEvents | None = None
-        self.phase = Phase.CHECK
+        self.phase: Phase = Phase.CHECK
         self.passed = False
         self.failure: str | None = None
         self.procs: dict[int, _ExecProc] = {}

@@ -549,9 +549,7 @@ def plan_job(
         start_deadline_s=int(start_deadline_s), notes=tuple(notes), collects=parts.collects, setup=bool(job.setup),
         stages=bool(parts.mounts), cache=any(not m.remote for m in parts.mounts), service_account=service_account,
         secrets=tuple(job.secrets),
-        # getattr: a stand-in cluster (tests/test_shipping.py's SimpleNamespace) has no instance_type
-        requests=tuple(platform.pod_requests(outputs.get("machine_type")
-                                             or getattr(cluster, "instance_type", None)).items()),
+        requests=tuple(platform.pod_requests(outputs.get("machine_type") or cluster.instance_type).items()),
         code=parts.code, keeper_env=tuple(keeper_env.items()), checks=parts.checks,
     )
 

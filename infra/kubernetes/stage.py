@@ -37,6 +37,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from gpucluster.errors import LaunchError
+from gpucluster.events import Phase
 from gpucluster.watch.launch import JobSpec
 from gpucluster.watch.staging import STAGE_KIND, DataMount, manifest, staged_mounts
 
@@ -98,6 +99,8 @@ def _answer(out: bytes) -> JsonObject | list[object]:
 
 class PodStager:
     """Stages `mounts` into every pod of `plan` as it starts running (see the module docstring)."""
+
+    phase = Phase.STAGE  # the phase the supervisor reports while it runs
 
     def __init__(self, api: KubeApi, plan: Plan, pods: _Pods, mounts: Sequence[DataMount],
                  objects: ObjectTransfer | None = None, python: str = "python",
