@@ -306,11 +306,11 @@ def test_doctor_reports_each_failure_with_a_fix(home, monkeypatch, capsys):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda name: None)  # no ssh, no pulumi
-    from gpucluster.infra.gcp import access as gcp_access_
+    from gpucluster.infra.gcp import doctor as gcp_doctor_
 
     monkeypatch.setattr(aws_doctor, "doctor", lambda region=None, session=None, **shape: [
         doctor._check("aws credentials", False, "no credentials", "aws configure")])
-    monkeypatch.setattr(gcp_access_, "doctor_checks", lambda project=None, region=None, **kw: [
+    monkeypatch.setattr(gcp_doctor_, "doctor_checks", lambda project=None, region=None, **kw: [
         doctor._check("gcp credentials", True, "project p")])
     rc = invoke(doctor.doctor)
     out = capsys.readouterr().out

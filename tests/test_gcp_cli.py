@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from gpucluster.infra.gcp import access as gcp_access
+from gpucluster.infra.gcp import doctor as gcp_doctor
 
 pytestmark = pytest.mark.integration  # the test tier (tests/conftest.py, docs/testing.md)
 
@@ -91,7 +92,7 @@ def test_doctor_gcp_checks_adc_project_quota_and_kubernetes_auth(monkeypatch, tm
     for var in gcp_access.PROJECT_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     project = FakeProject().ready()
-    checks = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project,
+    checks = gcp_doctor.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project,
                                       billing=project)
     assert all(c["ok"] is True for c in checks), checks
     by = {c["check"]: c for c in checks}
@@ -99,7 +100,7 @@ def test_doctor_gcp_checks_adc_project_quota_and_kubernetes_auth(monkeypatch, tm
     assert "0 used of 8" in by["gcp quota NVIDIA_V100_GPUS (us-central1)"]["detail"]
     assert "no gcloud" in checks[-1]["detail"]
     project.regions["us-central1"]["NVIDIA_V100_GPUS"] = (1.0, 0.0)
-    checks = gcp_access.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project, billing=project)
+    checks = gcp_doctor.doctor_checks("my-proj-42", "us-central1", credentials=Creds(), google=project, billing=project)
     (quota,) = [c for c in checks if c["ok"] is False]
     assert "needs 2" in quota["detail"] and "--region" in quota["fix"]
     assert "europe-west4" in quota["fix"]
@@ -116,7 +117,7 @@ def test_doctor_gcp_without_adc_fails_each_check_with_a_fix(monkeypatch, tmp_pat
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     for var in gcp_access.PROJECT_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
-    checks = gcp_access.doctor_checks(None, None)
+    checks = gcp_doctor.doctor_checks(None, None)
     assert [c["ok"] for c in checks] == [False, False, None, False]  # the prerequisites: not checked
     assert all(c["fix"] for c in checks if c["ok"] is False)
     assert "application-default login" in checks[0]["fix"]

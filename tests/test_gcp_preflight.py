@@ -9,7 +9,7 @@ import pytest
 from google_fake import Bucket, FakeProject
 
 from gpucluster.errors import ExitCode
-from gpucluster.infra.gcp import access, preflight
+from gpucluster.infra.gcp import access, doctor, preflight
 from gpucluster.infra.gcp.preflight import PreflightError, checks
 from gpucluster.spec import ClusterSpec
 
@@ -171,17 +171,17 @@ def test_doctor_checks_the_shape_given(monkeypatch, tmp_path):
         token, valid, service_account_email = "tok", True, "runner@my-proj-42.iam.gserviceaccount.com"
 
     project = FakeProject().ready()
-    found = access.doctor_checks("my-proj-42", "us-central1", nodes=4, instance_type="n1-standard-8", spot=False,
+    found = doctor.doctor_checks("my-proj-42", "us-central1", nodes=4, instance_type="n1-standard-8", spot=False,
                                  credentials=Creds(), google=project, billing=project)
     shape = next(c for c in found if c["check"] == "gcp run shape")
     assert "4 x n1-standard-8 + 1 V100 in us-central1" in shape["detail"]
     assert all(c["ok"] is not False for c in found), found
     project.regions["us-central1"]["NVIDIA_V100_GPUS"] = (2.0, 0.0)
-    found = access.doctor_checks("my-proj-42", "us-central1", nodes=4, credentials=Creds(), google=project,
+    found = doctor.doctor_checks("my-proj-42", "us-central1", nodes=4, credentials=Creds(), google=project,
                                  billing=project)
     (bad,) = failed(found)
     assert "needs 4" in bad["detail"] and "--region" in bad["fix"]
-    (odd,) = failed(access.doctor_checks("my-proj-42", None, instance_type="g5.xlarge", credentials=Creds(),
+    (odd,) = failed(doctor.doctor_checks("my-proj-42", None, instance_type="g5.xlarge", credentials=Creds(),
                                          google=project, billing=project))
     assert "g5.xlarge" in odd["detail"]
 

@@ -259,3 +259,52 @@ def test_the_kubernetes_package_imports_no_cloud(path):
     assert found == [], (f"{_rel(path)} imports " + ", ".join(f"{m} (line {line})" for line, m in found)
                          + ": infra/kubernetes/ is plain Kubernetes; what a provider adds is given to it "
                            "(infra.kubernetes.platform.Platform), not imported")
+
+
+# -- (issue 39 item 1) no import circle inside an infra package -------------------------------------------
+INFRA_PACKAGES = sorted(p for p in (ROOT / "infra").iterdir() if (p / "__init__.py").is_file())
+
+
+def sibling_imports(sources: dict[str, str], package: str) -> dict[str, set[str]]:
+    """{module: the modules of the same package it imports} for `sources` ({module name: text}), by every
+    spelling: `from . import a`, `from .a import x`, `from gpucluster.infra.<package>[.a] import ...`,
+    at module level, inside functions and under TYPE_CHECKING (a circle dodged by a late import is still one)."""
+    full = f"gpucluster.infra.{package}"
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, text in sources.items():
+        for n in ast.walk(ast.parse(text)):
+            if not isinstance(n, ast.ImportFrom):
+                continue
+            if n.level == 1:
+                base = n.module or ""
+            elif n.level == 0 and n.module and (n.module == full or n.module.startswith(full + ".")):
+                base = n.module[len(full):].lstrip(".")
+            else:
+                continue
+            named = [base.split(".")[0]] if base else [a.name for a in n.names]
+            graph[module] |= {m for m in named if m in sources and m != module}
+    return graph
+
+
+def test_the_circle_check_sees_late_and_type_only_imports():
+    import graphlib
+
+    sources = {"a": "def f():\n    from .b import x\n", "b": "if TYPE_CHECKING:\n    from gpucluster.infra.p import a\n",
+               "c": "from . import a\n"}
+    graph = sibling_imports(sources, "p")
+    assert graph == {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(graph).prepare()
+
+
+@pytest.mark.parametrize("folder", INFRA_PACKAGES, ids=lambda p: p.name)
+def test_no_import_circle_inside_an_infra_package(folder):
+    import graphlib
+
+    sources = {p.stem: p.read_text() for p in folder.glob("*.py") if p.name != "__init__.py"}
+    graph = sibling_imports(sources, folder.name)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"infra/{folder.name}: modules import each other in a circle: {' -> '.join(exc.args[1])}; "
+                    "move the shared piece into a module below both")

@@ -18,7 +18,6 @@
   `Insufficient regional quota to satisfy request: resource "NVIDIA_V100_GPUS" ...`) as a `QuotaError`
   with the next steps: request quota, and for a regional V100 quota another region that offers V100
   (never for a global quota such as GPUS_ALL_REGIONS).
-- `doctor_checks(...)`: credentials, project, the prerequisites of a run (`infra/gcp/preflight.py`).
 
 google-auth is imported inside functions (`gpucluster --help` must not import it).
 """
@@ -35,13 +34,13 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, overload
 from gpucluster.errors import GpuclusterError, ProvisionError, SpecError
 from gpucluster.states import JsonObject
 
+from . import catalog, shapes
+
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
     from kubernetes.client import Configuration
 
     from gpucluster.spec import ClusterSpec
-
-    from .preflight import BillingClient, GoogleApi
 
 # cloud-platform for the APIs; userinfo.email so that GKE knows the caller by email, as RBAC bindings name
 # users (the GKE auth plugin and client-go's gcp provider ask for both; without it GKE sees a numeric id)
@@ -166,7 +165,7 @@ def google_credentials(credentials: Credentials | None = None) -> Credentials:
         try:
             credentials, _ = google.auth.default(scopes=list(SCOPES))
         except google.auth.exceptions.DefaultCredentialsError as exc:
-            raise GcpAuthError(f"no Google application-default credentials ({_first_line(exc)})",
+            raise GcpAuthError(f"no Google application-default credentials ({first_line(exc)})",
                                hint=ADC_FIX) from None
     if not getattr(credentials, "valid", False):
         _refresh(credentials)
@@ -196,7 +195,7 @@ def _refresh(credentials: Credentials) -> None:
     try:
         credentials.refresh(google.auth.transport.requests.Request())
     except google.auth.exceptions.GoogleAuthError as exc:
-        raise GcpAuthError(f"Google credentials could not be refreshed ({_first_line(exc)})",
+        raise GcpAuthError(f"Google credentials could not be refreshed ({first_line(exc)})",
                            hint=ADC_FIX) from None
     if not getattr(credentials, "token", None):
         raise GcpAuthError("Google credentials gave no access token", hint=ADC_FIX)
@@ -215,7 +214,7 @@ def bearer_token_hook(credentials: Credentials) -> Callable[[Configuration], Non
     return hook
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -235,8 +234,6 @@ _GKE_QUOTA_RE = re.compile(r"Insufficient (?:(?P<scope>regional|global|zonal) )?
 
 def v100_regions(spec: ClusterSpec | None = None) -> list[str]:
     """The regions offering the spec's GPU pool shape (V100 without a spec; the name is the old one)."""
-    from gpucluster.infra.gcp import catalog
-
     zones = catalog.pool_zones(spec) if spec is not None else catalog.DEFAULT_V100_ZONES
     return sorted({catalog.region_of(z) for z in zones})
 
@@ -292,8 +289,6 @@ def _quota_region(found: _QuotaMatch, spec: ClusterSpec | None) -> str | None:
         return None
     region = (found.gce.group("region") if found.gce else None) or (spec.region if spec is not None else None)
     if region is None and spec is not None and spec.zone:
-        from gpucluster.infra.gcp import catalog
-
         region = catalog.region_of(spec.zone)
     return region
 
@@ -302,8 +297,6 @@ def classify_quota(text: str, spec: ClusterSpec | None = None) -> QuotaError | N
     """A `QuotaError` for GCP quota failures (GCE "Quota 'X' exceeded", GKE "Insufficient regional quota
     to satisfy request: resource "X" ...", `QUOTA_EXCEEDED`), else None. The hint fits the quota: a
     regional V100 quota can also be met in another V100 region; a global one (..._ALL_REGIONS) cannot."""
-    from gpucluster.infra.gcp.preflight import quota_fix
-
     found = _quota_match(text or "")
     if found is None:
         return None
@@ -329,63 +322,26 @@ def spec_with_project(spec: ClusterSpec, flag: str | None, *, required: bool = T
     return spec.replace(project=project, project_source=source)
 
 
-def doctor_checks(flag: str | None = None, region: str | None = None, *, nodes: int | None = None,
-                  instance_type: str | None = None, spot: bool = False, credentials: Credentials | None = None,
-                  google: GoogleApi | None = None, billing: BillingClient | None = None) -> list[JsonObject]:
-    """`gpucluster doctor --cloud gcp`: application-default credentials, the project (and where it came
-    from), the prerequisites of a run of the given shape (default: the default run's, 2 x n1-standard-4
-    + 1 V100 in us-central1): the APIs, billing and quotas a run's preflight checks
-    (`infra/gcp/preflight.py`), and the Kubernetes auth path (a bearer token minted from those
-    credentials, as the launcher does). Each: {check, ok (True/False/None), detail, fix}."""
-    from gpucluster.infra.gcp import catalog, preflight
-    from gpucluster.spec import ClusterSpec
+# the console page that raises a quota (IAM & Admin > Quotas)
+QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 
-    def check(name: str, ok: bool | None, detail: str, fix: str = "") -> JsonObject:
-        return {"check": name, "ok": ok, "detail": detail, "fix": fix}
 
-    checks = []
-    try:
-        creds = google_credentials(credentials)
-        who = getattr(creds, "service_account_email", None) or getattr(creds, "account", None) or type(creds).__name__
-        checks.append(check("gcp application-default credentials", True, f"usable ({who})"))
-    except GcpAuthError as exc:
-        creds = None
-        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ADC_FIX))
-    except GpuclusterError as exc:  # google-auth not installed
-        creds = None
-        checks.append(check("gcp application-default credentials", False, exc.message, exc.hint or ""))
-    try:
-        project, source = resolve_project(flag, None, adc=(lambda: None) if creds is None else None)
-        checks.append(check("gcp project", True, f"{project} (from {source})"))
-    except SpecError as exc:
-        project = None
-        checks.append(check("gcp project", False, exc.message.split(": ", 1)[0],
-                            "pass --project MY-PROJECT or `gcloud config set project MY-PROJECT`"))
-    region = region or catalog.region_of(catalog.DEFAULT_ZONE)
-    spec = ClusterSpec(cloud="gcp", nodes=nodes or 2, region=region, instance_type=instance_type, spot=bool(spot),
-                       project=project)
-    name = "gcp run shape"
-    try:
-        catalog.validate_spec(spec)
-        shape = preflight.need_line(preflight.needs(spec))
-    except SpecError as exc:
-        checks.append(check(name, False, exc.message, "give an N1 machine type and a region that offers V100"))
-        shape = None
-    if shape is not None and (creds is None or project is None):
-        checks.append(check(name, None, f"not checked ({shape}): needs credentials and a project"))
-    elif shape is not None:
-        checks.append(check(name, True, f"the checks below are for {shape}"))
-        try:
-            checks += preflight.checks(spec, google=google, billing=billing, credentials=creds)
-        except Exception as exc:  # noqa: BLE001 - the REST session could not be made: said, not passed
-            checks.append(check(name, None, f"not checked: {_first_line(exc)}"))
-    if creds is None:
-        checks.append(check("kubernetes auth (bearer token from ADC)", False, "no credentials to make a token",
-                            ADC_FIX))
-    else:
-        token = getattr(creds, "token", None)
-        ok = bool(token)
-        checks.append(check("kubernetes auth (bearer token from ADC)", ok,
-                            "a token was minted; gpucluster needs no gcloud or gke-gcloud-auth-plugin" if ok
-                            else "no token", "" if ok else ADC_FIX))
-    return checks
+def quota_fix(project: str, metric: str, region: str | None, need: float = 0.0,
+              others: list[str] | None = None) -> str:
+    """The console page and filter that raise one quota (IAM & Admin > Quotas); for a regional V100
+    quota also the other regions that offer V100 (`others`, default: the shipped list's)."""
+    where = f", region {region}" if region else ""
+    fix = (f"request {f'at least {need:g} ' if need > 0 else 'more '}at {QUOTAS_PAGE.format(project=project)} "
+           f"(filter: metric compute.googleapis.com/{metric.lower()}{where})")
+    if not region:
+        fix += "; the quota is global: another region does not help"
+    gpu = next((g for g, m in shapes.QUOTA_METRICS.items() if metric in (m, "PREEMPTIBLE_" + m)), None)
+    if gpu is not None or metric == "GPUS_ALL_REGIONS":
+        fix += "; free-trial billing accounts cannot raise GPU quotas: upgrade the account first"
+    if region and gpu is not None:
+        if others is None:
+            zones = catalog.DEFAULT_V100_ZONES if gpu == "V100" else [z for s in shapes.shapes_for(gpu) for z in s.zones]
+            others = sorted({catalog.region_of(z) for z in zones} - {region})
+        if others:
+            fix += f", or use another region that offers {gpu} (--region {' / '.join(others[:6])})"
+    return fix

@@ -89,7 +89,9 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
                   instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
     """The prerequisites of a run of the shape given (default: the default run's). The region and the
     machine type are used only when gcp is the one cloud checked (else they name aws ones)."""
-    return access.doctor_checks(project, region if sole else None, nodes=nodes,
+    from . import doctor
+
+    return doctor.doctor_checks(project, region if sole else None, nodes=nodes,
                                 instance_type=instance_type if sole else None, spot=spot)
 
 

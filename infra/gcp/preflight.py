@@ -59,14 +59,14 @@ from gpucluster.errors import SpecError
 from gpucluster.spec import ClusterSpec
 from gpucluster.states import JsonMapping, JsonObject
 
-from . import catalog, shapes
+from . import access, catalog, shapes
+from .access import QUOTAS_PAGE, quota_fix  # noqa: F401 - quota_fix: named here by callers and tests
 
 SERVICES = (("container.googleapis.com", "Kubernetes Engine API"), ("compute.googleapis.com", "Compute Engine API"))
 SERVICE_USAGE = "https://serviceusage.googleapis.com/v1"
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
 IAM = "https://iam.googleapis.com/v1"
-QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 BILLING_PAGE = "https://console.cloud.google.com/billing/linkedaccount?project={project}"
 V100, V100_SPOT = "NVIDIA_V100_GPUS", "PREEMPTIBLE_NVIDIA_V100_GPUS"
 GKE_DEFAULT_POOL_VCPUS = 2  # the default pool's e2-medium node, made and removed while the cluster is created
@@ -143,9 +143,7 @@ class Google:
     def __init__(self, credentials: Credentials | None = None):
         from google.auth.transport.requests import AuthorizedSession
 
-        from .access import google_credentials
-
-        self.session = AuthorizedSession(google_credentials(credentials))
+        self.session = AuthorizedSession(access.google_credentials(credentials))
 
     def _call(self, method: str, url: str, **kw: object) -> JsonObject:
         resp = self.session.request(method, url, timeout=30, **kw)
@@ -216,27 +214,6 @@ def _free(quotas: Mapping[str, tuple[float, float]], metric: str) -> float | Non
 def _spot_metric(quotas: Mapping[str, tuple[float, float]], standard: str, preemptible: str, spot: bool) -> str:
     """The quota a VM draws from: spot VMs the preemptible one where the project has it (limit > 0)."""
     return preemptible if spot and quotas.get(preemptible, (0.0, 0.0))[0] > 0 else standard
-
-
-def quota_fix(project: str, metric: str, region: str | None, need: float = 0.0,
-              others: list[str] | None = None) -> str:
-    """The console page and filter that raise one quota (IAM & Admin > Quotas); for a regional V100
-    quota also the other regions that offer V100 (`others`, default: the shipped list's)."""
-    where = f", region {region}" if region else ""
-    fix = (f"request {f'at least {need:g} ' if need > 0 else 'more '}at {QUOTAS_PAGE.format(project=project)} "
-           f"(filter: metric compute.googleapis.com/{metric.lower()}{where})")
-    if not region:
-        fix += "; the quota is global: another region does not help"
-    gpu = next((g for g, m in shapes.QUOTA_METRICS.items() if metric in (m, "PREEMPTIBLE_" + m)), None)
-    if gpu is not None or metric == "GPUS_ALL_REGIONS":
-        fix += "; free-trial billing accounts cannot raise GPU quotas: upgrade the account first"
-    if region and gpu is not None:
-        if others is None:
-            zones = catalog.DEFAULT_V100_ZONES if gpu == "V100" else [z for s in shapes.shapes_for(gpu) for z in s.zones]
-            others = sorted({catalog.region_of(z) for z in zones} - {region})
-        if others:
-            fix += f", or use another region that offers {gpu} (--region {' / '.join(others[:6])})"
-    return fix
 
 
 # -- the checks --------------------------------------------------------------------------------
@@ -532,11 +509,9 @@ def preflight(spec: ClusterSpec, *, google: GoogleApi | None = None, billing: Bi
               credentials: Credentials | None = None) -> None:
     """`Provisioner.preflight`: raise PreflightError (exit 2) for the first check that failed. The
     checks start with the credentials (they run as the user): none is one line, exit 2, with the fix."""
-    from .access import GcpAuthError
-
     try:
         found = checks(spec, google=google, billing=billing, credentials=credentials)
-    except GcpAuthError as exc:
+    except access.GcpAuthError as exc:
         from gpucluster.errors import UsageError
 
         raise UsageError(f"gcp credentials: {exc.message}; nothing was started: {exc.hint}") from None

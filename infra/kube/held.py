@@ -29,7 +29,7 @@ def hold(launcher: Launcher, cluster: Cluster) -> dict[int, dict[str, object]]:
     from gpucluster.watch.launch import JobSpec
 
     from .limits import job_pod
-    from .plugin import KubeLauncher
+    from .launcher import KubeLauncher
 
     assert isinstance(launcher, KubeLauncher)  # the one this plugin's `make` gives
     provider = launcher.provider  # the KubeLauncher's own provider, handed the spec by `up` (attach_held)

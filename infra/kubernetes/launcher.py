@@ -71,8 +71,8 @@ from gpucluster.watch.launch import Forward, JobResult, JobSpec, Launcher
 from gpucluster.watch.staging import staged_mounts
 from gpucluster.watch.supervisor import NodeSupervisor
 
-from .platform import GENERIC, Platform
-from .stage import ObjectTransfer, PodStager, ensure_service_account, object_transfer, uses_objects
+from .platform import GENERIC, ObjectTransfer, Platform
+from .stage import PodStager, ensure_service_account, object_transfer, uses_objects
 
 from .api import API_RETRY_S, KubeApi, Retry  # noqa: F401 - KubeApi: part of this module's API
 from .objects import Created

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from gpucluster.watch.launch import JobSpec
 
     from .api import KubeApi, KubeObject, Retry
-    from .stage import ObjectTransfer
+    from .platform import ObjectTransfer
 
 T = TypeVar("T")
 

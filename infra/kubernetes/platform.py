@@ -13,7 +13,7 @@ object-storage identity. gcp's is `infra.gcp.gke.GKE`. Nothing here imports a cl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gpucluster.domain import Cluster
 from gpucluster.states import JsonMapping, JsonObject
@@ -87,3 +87,19 @@ class Platform:
 
 
 GENERIC = Platform()
+
+
+class ObjectTransfer(Protocol):
+    """The backend's node transfer program for object storage (gcp: `infra.gcp.gcs.GcsTransfer`)."""
+
+    def program(self) -> tuple[str, str]:
+        """(its file name, its text), shipped in the ConfigMap."""
+        ...
+
+    def at(self, path: str) -> "ObjectTransfer":
+        """The same program, run from `path` on the node."""
+        ...
+
+    def script(self, python: str, mode: str, a: str, b: str) -> str:
+        """The node's shell command that pulls `a` to `b` or pushes `a` to `b` (`mode`)."""
+        ...

@@ -34,7 +34,7 @@ import json
 import tarfile
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from gpucluster.errors import LaunchError
 from gpucluster.events import Phase
@@ -44,6 +44,7 @@ from gpucluster.watch.staging import STAGE_KIND, DataMount, manifest, staged_mou
 from .api import KubeApi, _is_api_error, _status
 from .manifests import kube_models
 from .outputs import TOUCH, _exec, _ExecReader
+from .platform import ObjectTransfer
 from .plan import CACHE_MOUNT, CODE_DIR, MOUNT, RUN_DIR, SHIPPED_MARK, STAGED_FILE, Plan, staged_rel
 
 if TYPE_CHECKING:
@@ -286,22 +287,6 @@ class PodStager:
         if not isinstance(got, dict) or "files" not in got:
             raise LaunchError(f"laying back the resumed files failed: {_last(err, rc)}")
         return record(int(got["files"]), int(got["bytes"]))
-
-
-class ObjectTransfer(Protocol):
-    """The backend's node transfer program for object storage (gcp: `infra.gcp.gcs.GcsTransfer`)."""
-
-    def program(self) -> tuple[str, str]:
-        """(its file name, its text), shipped in the ConfigMap."""
-        ...
-
-    def at(self, path: str) -> "ObjectTransfer":
-        """The same program, run from `path` on the node."""
-        ...
-
-    def script(self, python: str, mode: str, a: str, b: str) -> str:
-        """The node's shell command that pulls `a` to `b` or pushes `a` to `b` (`mode`)."""
-        ...
 
 
 def uses_objects(job: JobSpec) -> bool:
