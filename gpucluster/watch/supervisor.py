@@ -392,8 +392,8 @@ class NodeSupervisor:
         limit) and `release()` is called once every node has reported its setup done; an
         exception from it ends the run as a failure.
         `stage`, when given, stages data into the nodes while they run (the Kubernetes launcher:
-        pods exist only once the job does; its health check goes first, and `stage.phase`, when it
-        has one, names the phase it is in): the run opens in the "stage" phase, `stage.poll()` is
+        pods exist only once the job does; its health check goes first, and `stage.phase` names the
+        phase it is in): the run opens in the "stage" phase, `stage.poll()` is
         asked every loop (a string ends the run as that failure), and once `stage.done` is true
         the run moves on to "setup" (or "rendezvous"); the setup's release waits for it.
         `lost(rank, exit status)`, when given, says why a node that ended is a lost node (killed,
