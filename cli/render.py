@@ -421,7 +421,7 @@ def _verified_detail(cloud: str | None) -> str:
             raise UsageError("no cloud recorded")
         return traits(cloud).verified_detail
     except UsageError:
-        return Traits("", 0, ()).verified_detail
+        return Traits("", 0).verified_detail
 
 
 def teardown_lines(console, record: RunRecord) -> None:

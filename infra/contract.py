@@ -11,7 +11,7 @@ function that needs it.
 
 Two bases follow from the data:
   ExistingMachines   machines that already exist (local, ssh): their leftovers are the run's
-                     processes. A new one needs `Traits` (name, max_nodes, resource_kinds, flags,
+                     processes. A new one needs `Traits` (name, max_nodes, flags,
                      flags_refused_why), `Transport.make` and, usually, `SpecRules.validate`.
   CreatedMachines    machines gpucluster creates with Pulumi (aws, gcp): also a `Provisioner`
                      (program, stack outputs, tag scan, delete, engine events, capacity) and a
@@ -83,7 +83,6 @@ class Traits:
 
     name: str  # the `--cloud` value
     max_nodes: int  # the largest `--nodes` accepted
-    resource_kinds: tuple[str, ...]  # the ledger's resource kinds it records
     flags: tuple[str, ...] = ()  # the cloud-only CLI options (Click names) it uses; others are refused
     flags_refused_why: str = ""  # why the other backends' flags do not apply here
     capabilities: frozenset[Capability] = frozenset()
@@ -96,7 +95,6 @@ class Traits:
     verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
     pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)
     provider_region_config: str | None = None  # Pulumi config namespace whose `region` is a stack's
-    object_store: str | None = None  # the URL scheme its nodes read and write, or None
     idle_stop_stops: str = "the nodes"  # what `--idle-minutes` stops (`status`)
     idle_stop_keeps: str = ""  # what bills on after the idle stop until `down` (`status`), "" for nothing of note
 

@@ -67,8 +67,8 @@ def readers() -> dict[str, tuple[str, ...]]:
     """URL scheme -> names of the backends whose nodes read it ("s3" -> ("aws",)), in the registry's
     order: what the core names when it refuses a `--data`/`--output`/`--resume` URL (`staging.Readers`)."""
     out: dict[str, tuple[str, ...]] = {}
-    for n in PACKAGES:
-        scheme = traits(n).object_store
+    for n in having(Capability.OBJECT_STORE):  # only these load their plugin (`Plugin.object_store`)
+        scheme = plugin(n).object_store
         if scheme:
             out[scheme] = out.get(scheme, ()) + (n,)
     return out

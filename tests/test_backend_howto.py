@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 INIT = '''
 from gpucluster.infra.contract import Traits
 
-TRAITS = Traits(name="toy", max_nodes=3, resource_kinds=("toy-node",))
+TRAITS = Traits(name="toy", max_nodes=3)
 '''
 
 PLUGIN = '''

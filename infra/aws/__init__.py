@@ -14,8 +14,6 @@ from gpucluster.infra.contract import Capability, Traits
 TRAITS = Traits(
     name="aws",
     max_nodes=64,
-    resource_kinds=("fleet", "instance", "security-group", "key-pair", "placement-group", "vpc", "subnet",
-                    "internet-gateway", "route-table", "iam-role", "instance-profile", "launch-template"),
     flags=("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
            "state",  # where the Pulumi state lives
            "max_lifetime",  # the nodes' self-shutdown timer
@@ -27,5 +25,4 @@ TRAITS = Traits(
     capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE}),
     pulumi_plugins=("aws", "tls"),
     provider_region_config="aws",  # a stack's `aws:region` is its default region
-    object_store="s3",  # read and written by the nodes through the instance role (s3.py)
 )

@@ -14,7 +14,6 @@ from gpucluster.infra.contract import Capability, Traits
 TRAITS = Traits(
     name="gcp",
     max_nodes=64,
-    resource_kinds=("gke-cluster", "node-pool", "network", "subnetwork", "firewall", "service-account"),
     flags=("region", "zone", "instance_type", "spot", "disk_gb", "tags", "keep",
            "state",  # where the Pulumi state lives
            "project",  # a GCP project
@@ -24,7 +23,6 @@ TRAITS = Traits(
     flags_refused_why="gcp runs on GKE pods reached through the Kubernetes API",
     capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE, Capability.ACCOUNTS}),
     pulumi_plugins=("gcp",),
-    object_store="gs",  # read and written by the pods through Workload Identity (gcs.py)
     idle_stop_stops="the GPU nodes",  # released to the cluster autoscaler (idle.py)
     idle_stop_keeps="the cluster fee and the system pool",
 )

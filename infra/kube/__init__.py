@@ -17,7 +17,6 @@ from gpucluster.infra.contract import Traits
 TRAITS = Traits(
     name="kubernetes",
     max_nodes=64,
-    resource_kinds=("k8s-secret", "k8s-configmap", "k8s-service", "k8s-job", "k8s-pytorchjob", "k8s-namespace"),
     flags=("context", "namespace", "create_namespace",  # which cluster, and where in it
            "start_deadline",  # pods' scheduling (and Kueue admission) deadline
            "setup", "data", "resume"),  # as on gcp: through the exec API (infra.kubernetes.stage)

@@ -11,7 +11,6 @@ from gpucluster.infra.contract import Traits
 TRAITS = Traits(
     name="local",
     max_nodes=16,  # local "nodes" are processes on this machine: beyond 16 they only measure contention
-    resource_kinds=("process",),
     flags=("data", "setup", "resume", "python"),
     flags_refused_why="local runs use this machine as it is",
     verified_how="by run id",

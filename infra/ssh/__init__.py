@@ -13,7 +13,6 @@ from gpucluster.infra.contract import Traits
 TRAITS = Traits(
     name="ssh",
     max_nodes=64,
-    resource_kinds=("process",),
     flags=("hosts", "identity", "known_hosts",  # aws: the cluster's own key and pinned host keys
            "remote_python", "data", "setup", "resume"),
     flags_refused_why="the ssh backend uses machines that already exist",
