@@ -9,6 +9,10 @@ A name is a field of one of the plugin's parts (`Traits`, `Transport`, `SpecRule
 part's field when its `PLUGIN` gives it a value other than the part's default; it uses a method when
 a class of its own (or a shared base it inherits, e.g. infra/pulumi's provider) defines it. A name
 is "used by all" when every registered backend uses it, "single" when exactly one does.
+
+Two contracts are counted apart: the core's (the parts above, `Provider`, `Launcher`) and the shared
+Pulumi engine's (`PulumiCloud`, infra/pulumi/cloud.py: the fields it adds to the core's `Provisioner`,
+which only infra/pulumi, infra/program.py and infra/leftovers.py read). Every name is in one of them.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from pathlib import Path
 
 from gpucluster.domain import Provider
 from gpucluster.infra import contract
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.infra.registry import PACKAGES, plugin
 from gpucluster.watch.launch import Launcher
 
 PARTS = ("traits", "transport", "spec", "ops", "provisioner", "pricing", "objects", "accounts")
 BASES = {"Provider": Provider, "Launcher": Launcher}
+ENGINE = (PulumiCloud,)  # the Pulumi engine's parts: each extends a core part with fields only the engine reads
 
 
 def _public_methods(cls: type) -> set[str]:
@@ -51,6 +57,18 @@ def _defaults(cls: type) -> dict[str, object]:
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory()
     return out
+
+
+def _label(cls: type, field: str) -> str:
+    """"Part.field", named by the class that declares the field (a core part, or the engine's part that extends it)."""
+    for klass in inspect.getmro(cls):
+        if dataclasses.is_dataclass(klass) and field in vars(klass).get("__annotations__", {}):
+            return f"{klass.__name__}.{field}"
+    return f"{cls.__name__}.{field}"
+
+
+def engine_names(table: dict[str, set[str]]) -> set[str]:
+    return {k for k in table if k.split(".")[0] in {c.__name__ for c in ENGINE}}
 
 
 def _modules(package: str) -> Iterable[str]:
@@ -95,6 +113,9 @@ def uses() -> dict[str, set[str]]:
     for label, base in BASES.items():
         for m in _public_methods(base):
             table.setdefault(f"{label}.{m}", set())
+    for cls in ENGINE:
+        for f in dataclasses.fields(cls):
+            table.setdefault(_label(cls, f.name), set())
     for name, package in PACKAGES.items():
         p = plugin(name)
         for part in PARTS:
@@ -105,7 +126,7 @@ def uses() -> dict[str, set[str]]:
             defaults = _defaults(cls)
             for f in dataclasses.fields(cls):
                 if f.name not in defaults or vars(value)[f.name] != defaults[f.name]:
-                    table[f"{cls.__name__}.{f.name}"].add(name)
+                    table[_label(cls, f.name)].add(name)
         for mod in list(_modules(package)):
             try:
                 importlib.import_module(mod)
@@ -125,16 +146,28 @@ def uses() -> dict[str, set[str]]:
     return table
 
 
+def _totals(table: dict[str, set[str]], n: int) -> str:
+    every = sum(1 for v in table.values() if len(v) == n)
+    single = sum(1 for v in table.values() if len(v) == 1)
+    unused = sum(1 for v in table.values() if not v)
+    return f"{len(table)} names; {every} used by all {n} backends; {single} by one; {unused} by none"
+
+
 def main(argv: list[str]) -> int:
     table = uses()
     n = len(PACKAGES)
-    every = sorted(k for k, v in table.items() if len(v) == n)
-    single = sorted(k for k, v in table.items() if len(v) == 1)
-    unused = sorted(k for k, v in table.items() if not v)
+    engine = engine_names(table)
+    core = {k: v for k, v in table.items() if k not in engine}
     if argv[:1] != ["--summary"]:
         for key in sorted(table):
             print(f"{len(table[key])}  {key:45s} {', '.join(sorted(table[key]))}")
-    print(f"{len(table)} names; {len(every)} used by all {n} backends; {len(single)} by one; {len(unused)} by none")
+    parts: dict[str, int] = {}
+    for key in core:
+        parts[key.split(".")[0]] = parts.get(key.split(".")[0], 0) + 1
+    print("core: " + _totals(core, n) + " (" + ", ".join(f"{p} {c}" for p, c in
+                                                          sorted(parts.items(), key=lambda pc: (-pc[1], pc[0]))) + ")")
+    print("Pulumi engine (" + ", ".join(c.__name__ for c in ENGINE) + "): " + _totals(
+        {k: v for k, v in table.items() if k in engine}, n))
     return 0
 
 

@@ -39,9 +39,10 @@ def check_ssh() -> JsonObject:
 
 def pulumi_plugins() -> list[str]:
     """The Pulumi plugins the backends' programs need."""
-    from gpucluster.infra.registry import NAMES, traits
+    from gpucluster.infra.pulumi.cloud import plugins_needed
+    from gpucluster.infra.registry import plugins
 
-    return sorted({p for n in NAMES for p in traits(n).pulumi_plugins})
+    return plugins_needed(plugins().values())
 
 
 def check_pulumi(pulumi_command: Any = None) -> list[JsonObject]:

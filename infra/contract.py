@@ -14,15 +14,17 @@ Two bases follow from the data:
                      processes. A new one needs `Traits` (name, max_nodes, flags,
                      flags_refused_why), `Transport.make` and, usually, `SpecRules.validate`.
   CreatedMachines    machines gpucluster creates with Pulumi (aws, gcp): also a `Provisioner`
-                     (program, stack outputs, tag scan, delete, engine events, capacity) and a
-                     `Pricing` (price rows, planned resources, price API).
+                     (tag scan and delete for `gc`, capacity and quota markers) and a `Pricing`
+                     (price rows, planned resources, price API). Its provisioner is the shared
+                     Pulumi engine's `PulumiCloud` (infra/pulumi/cloud.py), which extends the
+                     `Provisioner` with what only that engine reads (program, stack outputs,
+                     engine events, capacity zones, preflight, credentials, scan scope).
 
 Parts and who calls them
   Traits       (cli/, lifecycle)  identity, limits, capabilities and what the CLI says.
   SpecRules    (spec, cli)        options -> the option names it takes; validate -> warnings (SpecError names the bad value); resolve ->
                the location and defaults really used; prepare -> values found at run time (aws: the
-               SSH CIDR) and notes; plan_line -> one line of the run's plan; scan_scope(recorded
-               spec) -> where a leftover scan of the cluster looks; ready_within -> how long its
+               SSH CIDR) and notes; plan_line -> one line of the run's plan; ready_within -> how long its
                nodes may take to be ready, and why; link_gbps -> the bandwidth one flow between two
                nodes of the shape should reach (the health check's expectation).
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
@@ -30,13 +32,13 @@ Parts and who calls them
   Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
                independent check), hold (`up` of machines that exist: the ready check, once),
                node_gpu_state (status --gpus), gone_at (status: kept nodes that
-               powered off), doctor checks, credentials, internal_cost (an unpriced backend's own price
+               powered off), doctor checks, internal_cost (an unpriced backend's own price
                of a run), sweep (`gc` of objects in namespaces the user names), preview (`--dry-run` of a
                backend that provisions nothing).
-  Provisioner  (infra: program, PulumiProvider, automation, events, leftovers, gc)  declare,
-               cluster_from_outputs, dry_run, pulumi_kinds + resource_detail (engine events -> ledger
-               rows), capacity (markers, zones, attempts), classify_failure, leftover_kinds, scan,
-               delete, gc_scope, gc_label.
+  Provisioner  (gc, failover)      scan, delete, gc_scope, gc_label; capacity_markers and
+               quota_markers (the failures placement fails over on). The engine's own hooks are in
+               `PulumiCloud` (infra/pulumi/cloud.py; read by infra/pulumi, infra/program.py and
+               infra/leftovers.py only).
   Pricing      (gpucluster.costing, catalog.prices)  default_region, default_disk_type,
                gpus_billed_apart, price_rows(spec, catalog, region, market, free_tier) -> PricedRows
                (returned, never written into the core's Plan), instance_price, planned_resources,
@@ -57,7 +59,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from gpucluster.errors import GpuclusterError, UsageError
+from gpucluster.errors import UsageError
 
 if TYPE_CHECKING:
     from gpucluster.catalog.prices import Catalog, PriceRow
@@ -93,8 +95,6 @@ class Traits:
     kept_spares: str = "the machines"  # what `down` of such a cluster never touches
     verified_how: str = "by tag"  # how `down` checks a teardown ("by tag" / "by run id")
     verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
-    pulumi_plugins: tuple[str, ...] = ()  # Pulumi plugins its program needs (doctor)
-    provider_region_config: str | None = None  # Pulumi config namespace whose `region` is a stack's
     idle_stop_stops: str = "the nodes"  # what `--idle-minutes` stops (`status`)
     idle_stop_keeps: str = ""  # what bills on after the idle stop until `down` (`status`), "" for nothing of note
 
@@ -144,10 +144,6 @@ def _no_line(spec: ClusterSpec, nproc_per_node: int, hourly: Decimal | None) -> 
     return None
 
 
-def _no_scope(recorded: Record | None) -> ScanScope:
-    return ScanScope()
-
-
 def _no_ready_bound(spec: ClusterSpec) -> tuple[int, str] | None:
     return None
 
@@ -169,7 +165,6 @@ class SpecRules:
     resolve: Callable[[ClusterSpec], ClusterSpec] = _unchanged
     prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
     plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
-    scan_scope: Callable[[Record | None], ScanScope] = _no_scope
     # (spec) -> (seconds its nodes may need to be ready, why), from the node's own bounds; None: none
     ready_within: Callable[[ClusterSpec], tuple[int, str] | None] = _no_ready_bound
     # the bandwidth (Gbit/s) one flow between two of the shape's nodes should reach; the health
@@ -221,9 +216,6 @@ class Operations:
     # billing, how that is known)} for those the cloud says are gone (aws: instances the dead-man switch
     # powered off); `status` closes those rows there. None: not asked
     gone_at: Callable[[Sequence[Record], int | None], dict[int, tuple[float, str]]] | None = None
-    # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
-    # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
-    credentials: Callable[[str | None], list[dict[str, object]]] | None = None
     # () -> None when credentials are found on this machine, else what was looked for; asks no API (it
     # may read files, the environment and a metadata server): which clouds `--cloud auto` places on
     credentials_found: Callable[[], str | None] | None = None
@@ -250,52 +242,22 @@ class Operations:
     in_context: Callable[[str, Mapping[str, Record]], tuple[dict[str, Record], list[str]]] | None = None
 
 
-def _no_failure_class(spec: ClusterSpec, text: str) -> GpuclusterError | None:
-    return None
-
-
 @dataclass(frozen=True)
 class Provisioner:
-    declare: Callable[[ClusterSpec], Mapping[str, object]]  # inside the ONE Pulumi program
-    cluster_from_outputs: Callable[[Mapping[str, object]], Cluster]
-    dry_run: Callable[..., dict[str, object]]  # (spec, *, job=None, launcher=None)
+    """What the core asks of a backend that creates machines: `gc`'s scan and delete of what is tagged as
+    ours (gpucluster.lifecycle.teardown), and which failures mean "no capacity" or "quota too low" there
+    (placement fails over on those: gpucluster.lifecycle.failover, recovery). Everything the shared Pulumi
+    engine alone reads (the program, stack outputs, engine events, capacity zones, terminate, relaunch)
+    is its own contract: `gpucluster.infra.pulumi.cloud.PulumiCloud`, which extends this part."""
+
     scan: Callable[[str | None, str | None, ScanScope], ScanReport]
     delete: Callable[[Sequence[Leftover], ScanScope, float | None], list[str]]  # wait seconds
     gc_scope: Callable[[Sequence[Record], Sequence[Record], tuple[str, ...], str | None], ScanScope]
     gc_label: Callable[[ScanScope], str]
-    pulumi_kinds: Mapping[str, str]  # Pulumi type token -> ledger resource kind
-    resource_detail: Callable[[str, Mapping[str, object], ClusterSpec], dict[str, object]]
-    leftover_kinds: tuple[str, ...]  # what its tag scan reports, in deletion order
     capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
-    capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
-    capacity_attempts: int = 1  # placements `up` tries when capacity runs out
     # substrings of a create-time error meaning "a quota is too low there" (placement fails over on these
     # as on capacity: docs/placement.md)
     quota_markers: tuple[str, ...] = ()
-    # why the spec's zone cannot change (aws: option subnetId, whose subnet is in one zone), or None:
-    # then a capacity error tries no other zone and its hint says so, instead of "retrying" the same zone
-    zone_pinned: Callable[[ClusterSpec], str | None] | None = None
-    classify_failure: Callable[[ClusterSpec, str], GpuclusterError | None] = _no_failure_class
-    # the spec checked against the cloud before anything is recorded or created (aws: credentials, the
-    # vCPU quota, IAM permissions, the AMI and a RunInstances dry run, all in the spec's region); raises
-    # a UsageError (exit 2) with the fix. It checks the credentials itself, first: given a spec, the
-    # provider asks nothing else (no second credential check in a default region)
-    preflight: Callable[[ClusterSpec], None] | None = None
-    # what the cluster needs inside it once the stack is up, through the cluster's own API (gcp: the idle
-    # stop's watcher, infra/gcp/idle.py); an error fails `up`, whose teardown then removes the stack
-    after_up: Callable[[ClusterSpec, Cluster, object], None] | None = None
-    # the machines `down` stops first and waits for, before the stack is destroyed: leftover kinds, and
-    # how to ask the cloud to stop them (no wait; the errors). aws: the fleet's instances, which an
-    # instant fleet's delete does not wait for while EC2 refuses to delete their placement group, security
-    # group and subnet until they are terminated (infra/aws/leftovers.py `terminate_in`)
-    terminate_kinds: tuple[str, ...] = ()
-    terminate: Callable[[Sequence[Leftover], ScanScope], list[str]] | None = None
-    # a launch the cloud refuses only for a while (aws: a new instance profile IAM has not yet propagated to
-    # EC2): (spec, failure text) -> (the Pulumi type token of what to launch again, why), or None. `up` then
-    # replaces that resource alone (`pulumi up --replace`) after each of `relaunch_delays` seconds, keeping
-    # the rest (a new profile would meet the same wait), before it fails as any other failed `up`
-    relaunch: Callable[[ClusterSpec, str], tuple[str | None, str] | None] | None = None
-    relaunch_delays: tuple[float, ...] = ()
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

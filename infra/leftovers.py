@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from gpucluster.domain import Check, Leftover
-from gpucluster.infra.contract import Provisioner, ScanScope
+from gpucluster.infra.contract import ScanScope
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.states import JsonMapping
 
 MANAGED_BY = ("managed-by", "gpucluster")
@@ -94,7 +95,7 @@ def scope_of(options: JsonMapping) -> ScanScope:
                      clients={k: options[k] for k in ("session", "gke_client", "google") if options.get(k) is not None})
 
 
-def scan(provisioner: Provisioner, name: str | None = None, run_id: str | None = None,
+def scan(provisioner: PulumiCloud, name: str | None = None, run_id: str | None = None,
          live_clusters: Iterable[str] = (), scope: ScanScope | None = None) -> ScanReport:
     """What is still tagged as ours by `provisioner`'s backend (minus resources of `live_clusters`),
     and what was not checked. `scope`: where to look and with what (aws: regions, session; gcp:
@@ -105,13 +106,13 @@ def scan(provisioner: Provisioner, name: str | None = None, run_id: str | None =
     return report
 
 
-def find_leftovers(provisioner: Provisioner, name: str | None = None, run_id: str | None = None,
+def find_leftovers(provisioner: PulumiCloud, name: str | None = None, run_id: str | None = None,
                    live_clusters: Iterable[str] = (), scope: ScanScope | None = None) -> Check:
     """The teardown check: what is left *and* what could not be checked (never dropped)."""
     return scan(provisioner, name, run_id, live_clusters, scope).check
 
 
-def delete_leftovers(provisioner: Provisioner, leftovers: Check | list[Leftover], scope: ScanScope | None = None,
+def delete_leftovers(provisioner: PulumiCloud, leftovers: Check | list[Leftover], scope: ScanScope | None = None,
                      wait_seconds: float | None = 600) -> list[str]:
     """Delete what `find_leftovers` found (a Check or a list) through the backend that scanned it,
     in its dependency order; the errors (empty when all went)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpucluster.errors import SpecError
-from gpucluster.infra.registry import NAMES, plugin, traits
+from gpucluster.infra.registry import NAMES, plugin
 from gpucluster.spec import ClusterSpec, normalize, validate
 from gpucluster.plan.stackconfig import GENERIC_KEYS, NAMESPACE, sanitize_name, spec_from_config
 from gpucluster.states import JsonObject
@@ -23,7 +23,7 @@ __all__ = ["GENERIC_KEYS", "NAMESPACE", "main", "namespace_config", "run", "sani
 
 
 def run(spec: ClusterSpec, chosen: Plugin | None = None) -> dict[str, Any]:
-    # Any: the values are pulumi Outputs of what each component exported (`Provisioner.declare` gives them
+    # Any: the values are pulumi Outputs of what each component exported (`PulumiCloud.declare` gives them
     # as objects); the callers await them (`Output.future`)
     """Validate (raising before anything is declared), declare the cloud's component, export."""
     import pulumi
@@ -31,7 +31,9 @@ def run(spec: ClusterSpec, chosen: Plugin | None = None) -> dict[str, Any]:
     chosen = chosen or plugin(spec.cloud)  # the composition root of the Pulumi program
     for warning in validate(spec, chosen):
         pulumi.log.warn(warning)
-    if chosen.provisioner is None:
+    from gpucluster.infra.pulumi.cloud import PulumiCloud
+
+    if not isinstance(chosen.provisioner, PulumiCloud):
         raise SpecError(f"cloud {spec.cloud!r} has no Pulumi program (use the {spec.cloud} provider directly)")
     outputs = dict(chosen.provisioner.declare(spec))
     if spec.marks:  # who made the stack: `down` from a shared state refuses another owner's without --any-owner
@@ -61,7 +63,10 @@ def main() -> None:
     cloud = config.get("cloud")
     if "region" not in config and cloud in NAMES:
         # the cloud provider's own `<namespace>:region` key (aws:region), where the backend has one
-        namespace = traits(cloud).provider_region_config
+        from gpucluster.infra.pulumi.cloud import PulumiCloud
+
+        provisioner = plugin(cloud).provisioner
+        namespace = provisioner.region_config if isinstance(provisioner, PulumiCloud) else None
         region = pulumi.Config(namespace).get("region") if namespace else None
         if region:
             config["region"] = region

@@ -23,6 +23,4 @@ TRAITS = Traits(
            "data", "setup", "resume"),  # staged and run over ssh
     flags_refused_why="aws nodes are created and reached by gpucluster itself",
     capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE}),
-    pulumi_plugins=("aws", "tls"),
-    provider_region_config="aws",  # a stack's `aws:region` is its default region
 )

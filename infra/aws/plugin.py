@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpucluster.domain import Provider
-from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Provisioner,
-                                       Record, ScanScope, SpecRules, Transport)
+from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Record,
+                                       ScanScope, SpecRules, Transport)
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
@@ -80,13 +81,15 @@ def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes:
 PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
-                   plan_line=catalog.plan_line, scan_scope=scan_scope, ready_within=catalog.ready_within,
+                   plan_line=catalog.plan_line, ready_within=catalog.ready_within,
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, credentials=credentials_check,
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks,
                    credentials_found=credentials_found, bucket_facts=s3.bucket_facts,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
-    provisioner=Provisioner(
+    provisioner=PulumiCloud(
+        plugins=("aws", "tls"), region_config="aws",  # a stack's `aws:region` is its default region
+        scan_scope=scan_scope, credentials=credentials_check,
         # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)
         declare=declare, cluster_from_outputs=outputs.cluster_with_host_keys, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,

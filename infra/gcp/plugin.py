@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
-                                       Provisioner, Record, ScanScope, SpecRules, Transport)
+                                       Record, ScanScope, SpecRules, Transport)
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
@@ -101,11 +102,12 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 
 PLUGIN = CreatedMachines(
     traits=TRAITS,
-    spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, scan_scope=scan_scope,
+    spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
     ops=Operations(doctor=doctor_checks, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
-    provisioner=Provisioner(
+    provisioner=PulumiCloud(
+        plugins=("gcp",), scan_scope=scan_scope,
         declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,

@@ -41,7 +41,7 @@ from gpucluster.infra.pulumi.cli import (PROJECT, backend_url, load_cli, stale_p
 from gpucluster.infra.pulumi.state import secrets_provider
 from gpucluster.infra.pulumi.cli import INSTALL_URL, MIN_PULUMI_VERSION, passphrase_file  # noqa: F401 - re-exported: doctor
 from gpucluster.infra.pulumi.events import EventBridge, capacity_error, command_text, last_error_line
-from gpucluster.infra.contract import Provisioner
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.lifecycle.owner import owner as lock_owner  # noqa: F401 - re-exported: who owns a cluster
 from gpucluster.lifecycle.owner import owner_lock
 from gpucluster.spec import ClusterSpec
@@ -98,7 +98,7 @@ class PulumiDriver:
     def __init__(self, *, pulumi_command: PulumiCommand | None = None,
                  program_runner: Callable[[ClusterSpec], object] | None = None,
                  zone_lister: Callable[[str, str | None], list[str]] | None = None,
-                 provisioner: Provisioner | None = None):
+                 provisioner: PulumiCloud | None = None):
         self._command = pulumi_command
         # the backend whose stacks this drives (engine events, capacity, failures); PulumiProvider sets it
         self.provisioner = provisioner
@@ -106,7 +106,7 @@ class PulumiDriver:
         self.zone_lister = zone_lister
         self.sleep: Callable[[float], None] = time.sleep  # between relaunches; tests pass a scaled clock's
 
-    def _provisioner(self) -> Provisioner:
+    def _provisioner(self) -> PulumiCloud:
         if self.provisioner is None:
             raise RuntimeError("PulumiDriver has no provisioner: pass provisioner= (PulumiProvider does)")
         return self.provisioner
@@ -218,7 +218,7 @@ class PulumiDriver:
 
     def _up_relaunching(self, stack: Stack, spec: ClusterSpec, events: ProvisionEvents,
                         bridge: EventBridge) -> StackUpResult:
-        """`pulumi up`; a launch the backend calls transient (`Provisioner.relaunch`) is replaced alone
+        """`pulumi up`; a launch the backend calls transient (`PulumiCloud.relaunch`) is replaced alone
         (`--replace` of the resources of that type this update created) after each of its
         `relaunch_delays`, the rest of the stack kept; a type of None: the same `up` again (what
         failed was never created: gcp's bucket binding of an account IAM does not show yet). The

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from gpucluster.domain import ProvisionEvents
 from gpucluster.errors import ProvisionError
-from gpucluster.infra.contract import Provisioner
+from gpucluster.infra.pulumi.cloud import PulumiCloud
 
 CREATE_OPS = ("create", "create-replacement", "replace")
 DELETE_OPS = ("delete", "delete-replaced", "discard")
@@ -42,7 +42,7 @@ class EventBridge:
 
     Runs on pulumi.automation's event thread: it never raises (errors are kept in `.errors`)."""
 
-    def __init__(self, events: ProvisionEvents, provisioner: Provisioner, spec: ClusterSpec | None = None, *,
+    def __init__(self, events: ProvisionEvents, provisioner: PulumiCloud, spec: ClusterSpec | None = None, *,
                  record: bool = True):
         """`provisioner`: the backend whose program runs (its `pulumi_kinds` and `resource_detail`)."""
         self.events, self.spec, self.record = events, spec, record
@@ -125,7 +125,7 @@ def last_error_line(text: str) -> str:
     return (causes or errs or lines or ["(no output)"])[-1][:400]
 
 
-def capacity_error(provisioner: Provisioner, spec: ClusterSpec, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
+def capacity_error(provisioner: PulumiCloud, spec: ClusterSpec, text: str, zone_lister: Callable[[str, str | None], list[str]] | None = None,
                    cleanup: str = "everything this attempt created was destroyed") -> CapacityError | None:
     """A CapacityError naming the zone and the next zones to try, if `text` is a capacity failure
     (one of the spec's backend's `capacity_markers`; the zones from its `capacity_zones`)."""

@@ -27,6 +27,7 @@ from gpucluster.errors import (GpuclusterError, MissingDependency, ProvisionErro
 from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
+from gpucluster.infra.pulumi.cloud import pulumi_cloud
 from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
 from gpucluster.states import JsonObject
 
@@ -87,7 +88,7 @@ class PulumiProvider(Provider):
                  terminate: Callable[[list[Leftover]], list[str]] | None = None):
         self.plugin = plugin
         self._ownership = ownership  # gpucluster.ownership.Ownership: what is ours to delete (default: this home's)
-        self.provisioner = plugin.needs_provisioner()
+        self.provisioner = pulumi_cloud(plugin)  # the engine's part of the backend (infra/pulumi/cloud.py)
         self.cloud = plugin.name
         # the backend's checks of a spec against the cloud (aws: quota, AMI, a launch dry run); a
         # test's stand-in account passes its own
@@ -97,7 +98,7 @@ class PulumiProvider(Provider):
         self._find = find
         self._delete = delete
         self._terminate = terminate  # `_terminate_nodes_first`: none by default where `delete` is a test's
-        # the credential checks, (region) -> checks: the backend's own (`Operations.credentials`), else its
+        # the credential checks, (region) -> checks: the backend's own (`PulumiCloud.credentials`), else its
         # doctor checks; a test's stand-in account passes its own
         self._credentials = credentials or self._backend_credentials
         self.scan_options = dict(scan_options or {})
@@ -178,15 +179,15 @@ class PulumiProvider(Provider):
         if held:
             lo = held[0]
             whose = f"standalone stack {lo.stack}" if lo.stack else describe_owner(lo)
-            project = self.plugin.spec.scan_scope(spec.to_dict()).project
+            project = self.provisioner.scan_scope(spec.to_dict()).project
             place = lo.region if lo.region != GLOBAL else f"project {project}" if project else "the account"
             raise UsageError(f"cluster name {spec.name!r} is already held in {place} by another owner ({whose}; "
                              f"{len(held)} resource(s), e.g. {lo.kind} {lo.id}): choose another --name, or leave "
                              "--name out for your own default name")
 
     def _backend_credentials(self, region: str | None = None) -> list[JsonObject]:
-        ops = self.plugin.ops
-        return ops.credentials(region) if ops.credentials is not None else ops.doctor(None, None, False)
+        own = self.provisioner.credentials
+        return own(region) if own is not None else self.plugin.ops.doctor(None, None, False)
 
     def check_credentials(self, region: str | None = None) -> None:
         """The cloud's credentials (aws: STS GetCallerIdentity in `region`; gcp: application-default
@@ -488,7 +489,7 @@ class PulumiProvider(Provider):
 
     # -- helpers -----------------------------------------------------------------------------------
     def _remember(self, name: str, spec: JsonObject | None) -> None:
-        scope = self.plugin.spec.scan_scope(spec)
+        scope = self.provisioner.scan_scope(spec)
         if scope.regions or scope.project:
             self._scopes[name] = {"regions": list(scope.regions)} if scope.regions else {"project": scope.project}
 
