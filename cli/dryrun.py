@@ -23,15 +23,13 @@ def print_dry_run(out: Console, provider, launcher: Launcher | None, spec: Clust
     """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run
     (`infra/<cloud>/dryrun.py`) returns a dict; with a "text" entry it renders itself."""
-    from gpucluster.infra.contract import Capability
     from gpucluster.infra.registry import plugin, provisioning
 
     chosen = plugin(spec.cloud)
-    if not chosen.can(Capability.PROVISIONS) and chosen.ops.preview is None:
+    if chosen.ops.dry_run is None:
         raise UsageError(not_allowed("--dry-run cloud", spec.cloud, " or ".join(provisioning())))
-    # a backend that provisions nothing previews what its launcher would create (kubernetes: the manifests)
-    d: JsonObject = provider.dry_run(spec, job=job, launcher=launcher) if chosen.ops.preview is None else \
-        dict(chosen.ops.preview(spec, job, launcher))
+    # each backend's own: a Pulumi program under mocks (aws, gcp), the manifests its launcher would create (kubernetes)
+    d: JsonObject = dict(chosen.ops.dry_run(spec, job, launcher))
     if shape:  # the machine and GPUs planned (`--gpu`'s pick included): instance_type, gpu
         d = {**shape, **d}
     if as_json:

@@ -33,8 +33,8 @@ Parts and who calls them
                independent check), hold (`up` of machines that exist: the ready check, once),
                node_gpu_state (status --gpus), gone_at (status: kept nodes that
                powered off), doctor checks, internal_cost (an unpriced backend's own price
-               of a run), sweep (`gc` of objects in namespaces the user names), preview (`--dry-run` of a
-               backend that provisions nothing).
+               of a run), sweep (`gc` of objects in namespaces the user names), dry_run (what `--dry-run`
+               shows, each backend its own way).
   Provisioner  (gc, failover)      scan, delete, gc_scope, gc_label; capacity_markers and
                quota_markers (the failures placement fails over on). The engine's own hooks are in
                `PulumiCloud` (infra/pulumi/cloud.py; read by infra/pulumi, infra/program.py and
@@ -42,7 +42,7 @@ Parts and who calls them
   Pricing      (gpucluster.costing, catalog.prices)  default_region, default_disk_type,
                gpus_billed_apart, price_rows(spec, catalog, region, market, free_tier) -> PricedRows
                (returned, never written into the core's Plan), instance_price, planned_resources,
-               estimate_notes, gpu_of, system_pool, fetch_prices.
+               estimate_notes, system_pool, fetch_prices.
   ObjectStore  (staging, cli)     scheme ("s3", "gs"), url(text, what) checked for form, and the
                names of the stack options that carry the scopes (lifted into `spec.reads/writes`).
   Accounts     (cli)              with_project(spec, project, required), parse_project(text).
@@ -228,9 +228,11 @@ class Operations:
     # `gc` of a backend whose objects live in namespaces the user names (kubernetes): (context, namespace, owner,
     # remove) -> (ours still there, other owners' objects, errors); ours are deleted first with `remove`
     sweep: Callable[[str | None, str, str, bool], tuple[list[Leftover], list[Leftover], list[str]]] | None = None
-    # `--dry-run` of a backend that provisions nothing: (spec, job, launcher) -> {"text": what would be created},
-    # reaching nothing (kubernetes: the manifests, and the checks a real run makes that were skipped)
-    preview: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
+    # `--dry-run`: (spec, job or None, launcher or None) -> what `up`/`run` would create, reaching nothing and
+    # needing no credentials (aws, gcp: the real Pulumi program under Pulumi's mock runtime; kubernetes: the
+    # manifests, and the checks a real run makes that were skipped); with a "text" entry it renders itself.
+    # None: `--dry-run` is refused for this backend
+    dry_run: Callable[[ClusterSpec, object, object], dict[str, object]] | None = None
     # a kept cluster of machines that exist (`up --cloud ssh`): (launcher, cluster) -> {rank: what to record with
     # the machine's `host` row}, each machine asked once whether it is ready (a LaunchError naming those that are
     # not); None: `up` is not offered on this backend (`gpucluster.lifecycle.held`)
@@ -262,10 +264,6 @@ class Provisioner:
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:
     return []
-
-
-def _no_gpu(instance_type: str, catalog: Catalog) -> str | None:
-    return None
 
 
 def _no_system_pool(spec: ClusterSpec) -> dict[str, object] | None:
@@ -304,7 +302,6 @@ class Pricing:
     planned_resources: Callable[[ClusterSpec, str, Catalog | None], list[dict[str, object]]]
     fetch_prices: Callable[..., list[PriceRow]]  # (catalog, *, regions, date, **clients)
     estimate_notes: Callable[[Plan, Decimal], list[str]] = _no_notes
-    gpu_of: Callable[[str, Catalog], str | None] = _no_gpu
     system_pool: Callable[[ClusterSpec], dict[str, object] | None] = _no_system_pool
     # (region) -> what else a region needs before a run there (aws: opt-in regions), said with its prices
     region_note: Callable[[str], str | None] = _no_region_note

@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from gpucluster.costing import cost as C
+from gpucluster.costing.whatif import gpu_of
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
 from gpucluster.infra.contract import Capability, Pricing
@@ -24,7 +25,7 @@ def test_cost_hooks_have_not_applicable_defaults():
         free.needs_pricing()
     bare = Pricing(default_region="r", default_disk_type="d", gpus_billed_apart=False, price_rows=None,
                    instance_price=None, planned_resources=None, fetch_prices=None)
-    assert bare.estimate_notes(None, Decimal(0)) == [] and bare.gpu_of("x", None) is None
+    assert bare.estimate_notes(None, Decimal(0)) == [] and gpu_of(plugin("gcp"), "x", load_catalog(False)) is None
     assert bare.system_pool(ClusterSpec(cloud="local", nodes=1)) is None
     assert priced() == ("aws", "gcp")
     assert [n for n in NAMES if plugin(n).pricing is None] == ["local", "ssh", "kubernetes"]
@@ -38,7 +39,7 @@ def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
                      backend=plugin("gcp"), catalog=catalog)
     (aws_gpus,) = [ln for ln in aws.lines if ln["category"] == "gpus"]
     assert aws_gpus["note"] == "included in the instance price" and aws_gpus["hourly"] == "0"
-    assert plugin("aws").pricing.gpu_of("g5.12xlarge", catalog) == "A10G"
+    assert gpu_of(plugin("aws"), "g5.12xlarge", catalog) == "A10G"
     (gcp_gpus,) = [ln for ln in gcp.lines if ln["category"] == "gpus"]
     assert Decimal(gcp_gpus["hourly"]) > 0 and "4 x V100" in gcp_gpus["description"]
     assert any("keep billing" in n for n in gcp.notes) and not any("keep billing" in n for n in aws.notes)

@@ -377,14 +377,14 @@ def test_the_dry_run_lists_what_up_installs_in_the_cluster():
     spec = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", project="my-proj",
                        options=(("idleMinutes", "30"), ("namespace", "team")))
     p = plugin("gcp")
-    result = p.provisioner.dry_run(p.spec.resolve(spec))
+    result = p.ops.dry_run(p.spec.resolve(spec), None, None)
     assert [(o["kind"], o["namespace"], o["name"]) for o in result["idle_stop"]] == [
         ("ServiceAccount", "team", "gpucluster-idle"), ("Role", "team", "gpucluster-idle"),
         ("RoleBinding", "team", "gpucluster-idle"), ("ConfigMap", "team", "gpucluster-idle"),
         ("Job", "team", "gpucluster-hold"), ("Deployment", "team", "gpucluster-idle")]
     assert "installed after the stack is up (the idle stop; they go with the cluster)" in result["text"]
     assert "idle stop: 30 min after the last gpucluster job the GPU nodes are released" in result["text"]
-    assert plugin("gcp").provisioner.dry_run(p.spec.resolve(spec.replace(options=())))["idle_stop"] == []
+    assert plugin("gcp").ops.dry_run(p.spec.resolve(spec.replace(options=())), None, None)["idle_stop"] == []
 
 
 def test_exec_can_attach_to_a_kept_gke_cluster_whose_nodes_the_autoscaler_owns():

@@ -273,7 +273,7 @@ def test_a_bad_url_in_a_stack_option_is_refused_before_any_resource(mocks):
 def test_dry_run_shows_the_grants():
     pytest.importorskip("pulumi_gcp")
     spec = _spec(reads=["gs://data-bkt/train"], writes=["gs://out-bkt/runs"])
-    text = plugin("gcp").provisioner.dry_run(spec)["text"]
+    text = plugin("gcp").ops.dry_run(spec, None, None)["text"]
     assert "account_id=gpuc-v100, project=my-proj" in text
     assert f"grants=roles/storage.objectViewer on gs://data-bkt if {gcs.read_condition('data-bkt', 'train')}" in text
     assert f"grants=roles/storage.objectCreator on gs://out-bkt if {gcs.write_condition('out-bkt', 'runs')}" in text

@@ -22,15 +22,28 @@ if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
 
 
+def gpu_of(backend: Plugin | None, instance_type: str, catalog: Catalog) -> str | None:
+    """The GPU a machine type carries where its price includes its GPUs (aws: an EC2 type): its price rows',
+    else the backend's shapes' (`SpecRules.gpu_shapes`: a type with no price row). None where the GPUs are
+    billed apart from the machine (gcp: the run's accelerator says which) or the backend is not priced."""
+    pricing = pricing_of(backend)
+    if backend is None or pricing is None or pricing.gpus_billed_apart:
+        return None
+    row = next((r for r in catalog.rows.values() if r.cloud == backend.name and r.item == instance_type), None)
+    if row is not None and row.gpu:
+        return row.gpu
+    shape = next((s for s in backend.spec.gpu_shapes() if s["machine"] == instance_type), None)
+    return str(shape["gpu"]) if shape is not None and shape.get("gpu") else None
+
+
 def _run_shape(run: RunRow, catalog: Catalog | None,
                backends: Mapping[str, Plugin]) -> tuple[str | None, str | None, str | None, int | None]:
     spec = run.spec or {}  # the spec as recorded (JSON)
     cloud = run.cloud or spec.get("cloud")
     itype = spec.get("instance_type")
     gpu = spec.get("accelerator")
-    chosen = pricing_of(backends.get(cloud or ""))
-    if chosen is not None and itype and catalog is not None:
-        gpu = chosen.gpu_of(itype, catalog) or gpu  # aws: the GPU the instance type carries
+    if itype and catalog is not None:
+        gpu = gpu_of(backends.get(cloud or ""), itype, catalog) or gpu  # aws: the GPU the instance type carries
     if gpu:
         try:
             gpu = normalize_gpu(gpu)  # any GPU gpucluster knows, by its catalog name

@@ -211,7 +211,7 @@ def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
     spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later
     spec = backend.with_project(spec, req.project, required=not req.dry_run)
-    if req.dry_run and not backend.can(Capability.PROVISIONS) and backend.ops.preview is None:
+    if req.dry_run and backend.ops.dry_run is None:
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
                                      f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
     return spec

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from gpucluster.domain import Provider
 from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing, Record,
                                        ScanScope, SpecRules, Transport)
-from gpucluster.infra.pulumi.cloud import PulumiCloud
+from gpucluster.infra.pulumi.cloud import PulumiCloud, sdk_needed
 from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.infra.ssh.launch import SshLauncher
 from gpucluster.spec import ClusterSpec
@@ -24,11 +24,12 @@ def declare(spec: ClusterSpec) -> Mapping[str, object]:
     return declare_(spec)
 
 
-def dry_run(spec: ClusterSpec, **kw: object) -> dict[str, object]:
-    """Imported here: the dry run imports pulumi's mock runtime."""
-    from .dryrun import dry_run as dry_run_
+def dry_run(spec: ClusterSpec, job: object, launcher: object) -> dict[str, object]:
+    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime (imported here: it imports pulumi)."""
+    with sdk_needed("--dry-run", TRAITS.name):
+        from .dryrun import dry_run as dry_run_
 
-    return dry_run_(spec, **kw)
+        return dry_run_(spec, job=job, launcher=launcher)
 
 
 def provider(options: LaunchOptions) -> PulumiProvider:
@@ -84,14 +85,14 @@ PLUGIN = CreatedMachines(
                    plan_line=catalog.plan_line, ready_within=catalog.ready_within,
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks,
+    ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, dry_run=dry_run,
                    credentials_found=credentials_found, bucket_facts=s3.bucket_facts,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
     provisioner=PulumiCloud(
         plugins=("aws", "tls"), region_config="aws",  # a stack's `aws:region` is its default region
         scan_scope=scan_scope, credentials=credentials_check,
         # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)
-        declare=declare, cluster_from_outputs=outputs.cluster_with_host_keys, dry_run=dry_run,
+        declare=declare, cluster_from_outputs=outputs.cluster_with_host_keys,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         leftover_kinds=leftovers.DELETE_ORDER,
@@ -111,7 +112,7 @@ PLUGIN = CreatedMachines(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
         gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
         price_rows=prices.price_rows, instance_price=prices.instance_price,
-        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices, gpu_of=prices.gpu_of,
+        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices,
         region_note=catalog.region_note),  # opt-in regions
     objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
 )

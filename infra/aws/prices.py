@@ -1,6 +1,6 @@
 """What AWS charges: the price fetcher behind `Pricing.fetch_prices` (Price List API for on-demand
 instances and EBS gp3, DescribeSpotPriceHistory for spot) and the EC2 pricing rules the cost
-engine calls (`price_rows`, `planned_resources`, `gpu_of`).
+engine calls (`price_rows`, `planned_resources`).
 
 EC2 prices an instance with its GPUs included; each node's root gp3 volume is billed per GB-month.
 The fetchers import boto3 lazily and are split from pure parsers (`parse_aws_price_list`,
@@ -24,7 +24,6 @@ from gpucluster.states import JsonMapping, JsonObject
 
 from .catalog import DEFAULT_DISK_TYPE, DEFAULT_INSTANCE_TYPE, instance_type_of
 from .sdk import Ec2Client, PricingClient
-from .shapes import INSTANCE_TYPES
 
 _REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 
@@ -211,12 +210,3 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
     return [{"kind": "fleet", "name": f"{spec.name}-fleet",
              "detail": {"instance_type": itype, "node_count": int(spec.nodes), "spot": spec.spot, "public_ipv4": 1,
                         "availability_zone": spec.zone, **disk}}]
-
-
-def gpu_of(instance_type: str, catalog: Catalog) -> str | None:
-    """The GPU the type carries: its price rows', else the shipped shapes' (a type with no price row)."""
-    row = next((r for r in catalog.rows.values() if r.cloud == "aws" and r.item == instance_type), None)
-    if row is not None and row.gpu:
-        return row.gpu
-    shape = INSTANCE_TYPES.get(instance_type)
-    return shape.gpu_model if shape else None

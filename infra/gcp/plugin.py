@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
                                        Record, ScanScope, SpecRules, Transport)
-from gpucluster.infra.pulumi.cloud import PulumiCloud
+from gpucluster.infra.pulumi.cloud import PulumiCloud, sdk_needed
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
 from gpucluster.infra.pulumi.provider import PulumiProvider
 from gpucluster.spec import ClusterSpec
@@ -16,9 +16,6 @@ from gpucluster.spec import ClusterSpec
 from . import TRAITS, access, catalog, engine, gcs, leftovers, preflight, prices, shapes
 from .gke import GKE
 from .bucket_facts import bucket_facts
-
-if TYPE_CHECKING:
-    from gpucluster.watch.launch import JobSpec
 
 
 def declare(spec: ClusterSpec) -> Mapping[str, object]:
@@ -35,12 +32,17 @@ def cluster_from_outputs(outputs: Mapping[str, object]) -> Cluster:
     return read(dict(outputs))
 
 
-def dry_run(spec: ClusterSpec, *, job: JobSpec | None = None,
-            launcher: KubernetesLauncher | None = None) -> dict[str, object]:
-    """Imported here: the dry run imports pulumi's mock runtime."""
-    from .dryrun import dry_run as dry_run_
+def dry_run(spec: ClusterSpec, job: object, launcher: object) -> dict[str, object]:
+    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime, and the manifests (imported here:
+    it imports pulumi)."""
+    from gpucluster.watch.launch import JobSpec
 
-    return dry_run_(spec, backend=PLUGIN, job=job, launcher=launcher)
+    assert job is None or isinstance(job, JobSpec)  # what Operations.dry_run hands it
+    assert launcher is None or isinstance(launcher, KubernetesLauncher)
+    with sdk_needed("--dry-run", TRAITS.name):
+        from .dryrun import dry_run as dry_run_
+
+        return dry_run_(spec, backend=PLUGIN, job=job, launcher=launcher)
 
 
 def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
@@ -105,10 +107,10 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(doctor=doctor_checks, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
+    ops=Operations(doctor=doctor_checks, dry_run=dry_run, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
     provisioner=PulumiCloud(
         plugins=("gcp",), scan_scope=scan_scope,
-        declare=declare, cluster_from_outputs=cluster_from_outputs, dry_run=dry_run,
+        declare=declare, cluster_from_outputs=cluster_from_outputs,
         scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)

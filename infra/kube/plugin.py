@@ -144,7 +144,7 @@ def preview(spec: ClusterSpec, job: object, launcher: object) -> dict[str, objec
 
     from .preview import preview as preview_
 
-    assert isinstance(job, JobSpec) and isinstance(launcher, KubernetesLauncher)  # what Operations.preview hands it
+    assert isinstance(job, JobSpec) and isinstance(launcher, KubernetesLauncher)  # what Operations.dry_run hands it
 
     return preview_(spec, job, launcher)
 
@@ -165,6 +165,6 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, preview=preview, hold=hold,
+    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, dry_run=preview, hold=hold,
                    in_context=in_context),
 )

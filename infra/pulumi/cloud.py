@@ -14,10 +14,11 @@ functions that need it)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
-from gpucluster.errors import GpuclusterError, UsageError
+from gpucluster.errors import GpuclusterError, MissingDependency, UsageError
 from gpucluster.infra.contract import Provisioner, Record, ScanScope
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ def _no_scope(recorded: Record | None) -> ScanScope:
 class PulumiCloud(Provisioner):
     declare: Callable[[ClusterSpec], Mapping[str, object]]  # inside the ONE Pulumi program
     cluster_from_outputs: Callable[[Mapping[str, object]], Cluster]
-    dry_run: Callable[..., dict[str, object]]  # (spec, *, job=None, launcher=None)
     pulumi_kinds: Mapping[str, str]  # Pulumi type token -> ledger resource kind
     resource_detail: Callable[[str, Mapping[str, object], ClusterSpec], dict[str, object]]
     leftover_kinds: tuple[str, ...]  # what its tag scan reports, in deletion order
@@ -76,6 +76,15 @@ class PulumiCloud(Provisioner):
     # the rest (a new profile would meet the same wait), before it fails as any other failed `up`
     relaunch: Callable[[ClusterSpec, str], tuple[str | None, str] | None] | None = None
     relaunch_delays: tuple[float, ...] = ()
+
+
+@contextmanager
+def sdk_needed(what: str, cloud: str) -> Iterator[None]:
+    """A module of the cloud's extra (pulumi, its providers) missing inside: a MissingDependency naming it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise MissingDependency(f"{what} needs {exc.name} (pip install -e '.[{cloud}]')") from None
 
 
 def pulumi_cloud(plugin: Plugin) -> PulumiCloud:

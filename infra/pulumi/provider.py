@@ -199,16 +199,6 @@ class PulumiProvider(Provider):
                 fix = c.get("fix") or f"see `gpucluster doctor --cloud {self.cloud}`"
                 raise UsageError(f"{c['check']}: {c['detail']}; nothing was started: {fix}")
 
-    # -- before the plan -------------------------------------------------------------------------
-    def dry_run(self, spec: ClusterSpec, **kw: object) -> JsonObject:
-        """What `up`/`run` would declare (the cloud's real Pulumi program under Pulumi's mock
-        runtime) and apply, from the backend's `dry_run`; `kw`: job and launcher, for what each
-        node would run. No credentials, nothing created."""
-        try:
-            return self.provisioner.dry_run(spec, **kw)
-        except ModuleNotFoundError as exc:
-            raise MissingDependency(f"--dry-run needs {exc.name} (pip install -e '.[{self.cloud}]')") from None
-
     # -- Provider ------------------------------------------------------------------------------
     def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:
         if spec.cloud != self.cloud:
