@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gpucluster.watch.launch import JobSpec, Launcher
 
 
-def print_dry_run(out: Console, provider, launcher: Launcher | None, spec: ClusterSpec, job: JobSpec | None,
+def print_dry_run(out: Console, launcher: Launcher | None, spec: ClusterSpec, job: JobSpec | None,
                   as_json: bool = False, shape: dict | None = None) -> int:
     """`--dry-run`: what the cloud's real Pulumi program declares under Pulumi's mock runtime,
     and what each node would run. Creates nothing, needs no credentials. The cloud's dry run

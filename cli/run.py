@@ -76,7 +76,7 @@ def run(keep: bool, yes: bool, quiet: bool, as_json: bool, idle_minutes: int | N
         from gpucluster.cli.dryrun import print_dry_run
 
         shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
-        return print_dry_run(out, plan.provider, plan.launcher, plan.spec, plan.job, as_json, shape)
+        return print_dry_run(out, plan.launcher, plan.spec, plan.job, as_json, shape)
     ledger = open_ledger()
     over = check_budget(ledger, plan.estimate.total if plan.estimate else None, flags["max_cost"], over_budget)
     print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget

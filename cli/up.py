@@ -82,7 +82,7 @@ def up(yes: bool, as_json: bool, idle_minutes: int | None, over_budget: bool = F
         for line in [*gaps, *(f"  {b}" for b in plan.bounds)]:
             out.print(line, highlight=False)
         dry_shape = plan.shape() if placement is None else {**plan.shape(), **placement.to_dict()}
-        return print_dry_run(out, plan.provider, None, spec, None, as_json, dry_shape)
+        return print_dry_run(out, None, spec, None, as_json, dry_shape)
     ledger = open_ledger()  # read-only or damaged: said before anything is asked or created
     over = check_budget(ledger, plan.estimate.total if plan.estimate else None, None, over_budget)
     common.print_notes(out, over)  # config.yaml's budget: refused above (exit 2) unless --over-budget
