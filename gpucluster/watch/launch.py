@@ -141,7 +141,10 @@ class JobResult:
 
 class Launcher:
     """Runs a job's torchrun agents on a cluster's nodes. Subclass it; the optional parts have
-    defaults here, so callers never probe for attributes:
+    defaults here, so callers never probe for attributes. `launch` builds the run's transport
+    (`gpucluster.watch.sequence.Transport`: the operations on its nodes) and hands it to
+    `launch_sequence`, which runs the steps in their one order and stops, releases or holds what
+    was started on every path; what `collect_outputs` needs is one record per run (`Runs`).
 
     - `describe(spec, job)`: lines for the run's plan (image, data, what is shipped); its errors
       come before anything exists.

@@ -60,6 +60,7 @@ manifests built from it are `infra.kubernetes.manifests`; this module runs and w
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -68,6 +69,7 @@ from gpucluster.errors import LaunchError, UsageError, not_allowed
 from gpucluster.events import RunEvents
 from gpucluster.states import JsonMapping
 from gpucluster.watch.launch import Forward, JobResult, JobSpec, Launcher
+from gpucluster.watch.sequence import Runs, Transport, launch_sequence
 from gpucluster.watch.staging import staged_mounts
 from gpucluster.watch.supervisor import NodeSupervisor
 
@@ -199,8 +201,7 @@ class KubernetesLauncher(Launcher):
         self.objects = objects  # --data/--output URLs: the pods' node transfer program (gcp: gcs.GcsTransfer)
         self.api_retry_s = api_retry_s  # how long API calls are retried while the control plane is away
         self.platform = platform  # the provider's parts: API access, node selector, requests, identity
-        # run id -> for collect_outputs
-        self._held: dict[str, tuple[KubeApi, Plan, _Pods, Created, ObjectTransfer | None]] = {}
+        self._runs: Runs[_KubeHeld] = Runs()  # run id -> what collect_outputs copies from, then deletes
         self.notice_interval_s = NOTICE_INTERVAL_S  # how often the job's nodes are read for a provider's notice
         self.wall_clock = time.time  # the time a notice's label is compared with (tests: a fake's scaled clock)
 
@@ -226,65 +227,11 @@ class KubernetesLauncher(Launcher):
         return list(plan.notes)
 
     def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        from gpucluster.plan.jobenv import secret_values
-
-        secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
-        account = self.platform.object_account(cluster, job)
-        files, transfer = object_transfer(self.objects, job)  # the pods' object-storage program, shipped
-        plan = plan_job(cluster, job, namespace=self.namespace, image=self.image, mode=self.mode,
-                        start_deadline_s=self.start_deadline_s, collect_wait_s=self.collect_wait_s,
-                        service_account=account[0] if account else None, extra_files=files,
-                        platform=self.platform)
-        api = self.api or self._api_for(cluster)
-        lifetime_limit = False
-        if not job.max_seconds and plan.run_limit_s is not None:  # the lifetime's: stopped and copied before the Job's deadline
-            import dataclasses
-
-            job, lifetime_limit = dataclasses.replace(job, max_seconds=float(plan.run_limit_s)), True
-        supervisor = NodeSupervisor(job, events, Path(log_dir), plan.hosts)
-        retry = Retry(self.api_retry_s)
-        if plan.requests:  # the pool's nodes exist: their real allocatable less their DaemonSets (sizing.py)
-            from .sizing import fitted
-
-            plan = fitted(api, plan, retry, say=events.message)
-        pods = _Pods(api, plan, supervisor, self.poll_interval, retry)
-        if self.platform.node_notice is not None:  # GKE: a GPU node's host maintenance, acted on as a spot notice
-            from .notices import NodeNotices
-
-            pods.notices = NodeNotices(api, self.platform.node_notice, self.notice_interval_s, self.wall_clock,
-                                       say=events.message)
-        created = Created(api, plan, retry, events=events, shape=self.platform.shape)
-        stager = _stager(api, plan, pods, job, transfer, events, retry, Path(log_dir))
-
-        def stop() -> None:
-            pods.close()  # the run is over: a log stream that ends now is not reattached
-            if stager is not None:
-                stager.cancel()  # exec streams still sending data are closed
-            if not plan.collects:
-                created.delete_all()
-                return
-            _stop_for_copy(api, plan, pods, supervisor.stop_grace)
-
-        def release() -> None:  # --setup: every pod's setup_end said rc 0; torchrun starts in each
-            from .outputs import release_pods
-
-            errors = release_pods(api, plan, dict(pods.pod_names))
-            if errors:
-                raise LaunchError("; ".join(errors))
-
-        try:
-            self._create(api, plan, created, retry, account, secrets)
-            pods.started_at = time.monotonic()
-            handles = {rank: _PodHandle(pods, rank) for rank in range(plan.nodes)}
-            result = supervisor.run(handles, stop=stop, release=release, stage=stager,
-                                    lost=lambda rank, code: pods.lost.get(rank))
-        finally:
-            if plan.collects and pods.started_at is not None:
-                self._held[job.run_id] = (api, plan, pods, created, transfer)  # deleted by collect_outputs
-            else:
-                self._deleted(created, events)
-        _explain(result, pods, lifetime_limit)
-        return result
+        """The launch sequence (gpucluster.watch.sequence) through the Kubernetes API (`_KubeTransport`):
+        the run's objects created, their pods watched (the health check and the staging run in them,
+        as the supervisor's stage), then deleted, or held for `collect_outputs`."""
+        transport = _KubeTransport(self, cluster, job, events, Path(log_dir))
+        return launch_sequence(transport, transport.job, events)
 
     def _create(self, api: KubeApi, plan: Plan, created: Created, retry: Retry, account: tuple[str, str] | None,
                 secrets: dict[str, str]) -> None:
@@ -304,10 +251,10 @@ class KubernetesLauncher(Launcher):
         """Every output folder of a pod whose container ran, into `job.output_dir/node-N`, with
         its verdict (`infra.kubernetes.outputs.collect`); then the Job, Service and ConfigMap are
         deleted, whatever the copies did. [] when the job was started nowhere."""
-        held = self._held.pop(job.run_id, None)
+        held = self._runs.take(job.run_id)
         if held is None:
             return []
-        api, plan, pods, created, transfer = held
+        api, plan, pods, created, transfer = held.api, held.plan, held.pods, held.created, held.transfer
         try:
             from .outputs import collect
 
@@ -361,3 +308,98 @@ class KubernetesLauncher(Launcher):
     def _api_for(self, cluster: Cluster) -> KubeApi:
         """The cluster's API, as its platform reaches it (gcp: the stack's kubeconfig, Google credentials)."""
         return self.platform.api(cluster, self.credentials)
+
+
+@dataclass
+class _KubeHeld:
+    """A run held for `collect_outputs`: its API, plan, pods, created objects and the pods' object transfer."""
+
+    api: KubeApi
+    plan: Plan
+    pods: _Pods
+    created: Created
+    transfer: ObjectTransfer | None
+
+
+class _KubeTransport(Transport):
+    """The launch sequence's steps through the Kubernetes API: the run's objects created (`start`),
+    the Job controller's pods watched (`watch`: the health check and the staging are the node
+    supervisor's stage, in the pods), the objects deleted (`clean`) or held (`hold`). No rendezvous
+    port of its own to retry (pod 0's name is the endpoint), no connection to release."""
+
+    def __init__(self, launcher: KubernetesLauncher, cluster: Cluster, job: JobSpec, events: RunEvents,
+                 log_dir: Path) -> None:
+        """The plan, the API and the watch of the pods, before anything is created."""
+        from gpucluster.plan.jobenv import secret_values
+
+        self.launcher, self.events = launcher, events
+        self.secrets = secret_values(job)  # read now, sent only in the run's Secret: never kept here
+        self.account = launcher.platform.object_account(cluster, job)
+        files, self.transfer = object_transfer(launcher.objects, job)  # the pods' object-storage program, shipped
+        plan = plan_job(cluster, job, namespace=launcher.namespace, image=launcher.image, mode=launcher.mode,
+                        start_deadline_s=launcher.start_deadline_s, collect_wait_s=launcher.collect_wait_s,
+                        service_account=self.account[0] if self.account else None, extra_files=files,
+                        platform=launcher.platform)
+        self.api = api = launcher.api or launcher._api_for(cluster)
+        self.lifetime_limit = False
+        if not job.max_seconds and plan.run_limit_s is not None:  # the lifetime's: stopped and copied before the Job's deadline
+            import dataclasses
+
+            job, self.lifetime_limit = dataclasses.replace(job, max_seconds=float(plan.run_limit_s)), True
+        self.job = job
+        self.supervisor = NodeSupervisor(job, events, log_dir, plan.hosts)
+        self.retry = retry = Retry(launcher.api_retry_s)
+        if plan.requests:  # the pool's nodes exist: their real allocatable less their DaemonSets (sizing.py)
+            from .sizing import fitted
+
+            plan = fitted(api, plan, retry, say=events.message)
+        self.plan = plan
+        self.pods = pods = _Pods(api, plan, self.supervisor, launcher.poll_interval, retry)
+        if launcher.platform.node_notice is not None:  # GKE: a GPU node's host maintenance, acted on as a spot notice
+            from .notices import NodeNotices
+
+            pods.notices = NodeNotices(api, launcher.platform.node_notice, launcher.notice_interval_s,
+                                       launcher.wall_clock, say=events.message)
+        self.created = Created(api, plan, retry, events=events, shape=launcher.platform.shape)
+        self.stager = _stager(api, plan, pods, job, self.transfer, events, retry, log_dir)
+
+    def start(self, job: JobSpec) -> None:
+        self.launcher._create(self.api, self.plan, self.created, self.retry, self.account, self.secrets)
+        self.pods.started_at = time.monotonic()
+
+    def _stop_pods(self) -> None:
+        """The supervisor's stop: the pods' torchrun stopped (kept for the copy), or everything deleted."""
+        self.pods.close()  # the run is over: a log stream that ends now is not reattached
+        if self.stager is not None:
+            self.stager.cancel()  # exec streams still sending data are closed
+        if not self.plan.collects:
+            self.created.delete_all()
+            return
+        _stop_for_copy(self.api, self.plan, self.pods, self.supervisor.stop_grace)
+
+    def _release_pods(self) -> None:
+        """--setup: every pod's setup_end said rc 0; torchrun starts in each."""
+        from .outputs import release_pods
+
+        errors = release_pods(self.api, self.plan, dict(self.pods.pod_names))
+        if errors:
+            raise LaunchError("; ".join(errors))
+
+    def watch(self, job: JobSpec) -> JobResult:
+        pods = self.pods
+        handles = {rank: _PodHandle(pods, rank) for rank in range(self.plan.nodes)}
+        return self.supervisor.run(handles, stop=self._stop_pods, release=self._release_pods, stage=self.stager,
+                                   lost=lambda rank, code: pods.lost.get(rank))
+
+    def started(self, job: JobSpec) -> bool:
+        return self.plan.collects and self.pods.started_at is not None
+
+    def hold(self, job: JobSpec) -> None:
+        self.launcher._runs.put(job.run_id, _KubeHeld(self.api, self.plan, self.pods, self.created,
+                                                      self.transfer))  # deleted by collect_outputs
+
+    def clean(self, job: JobSpec) -> None:
+        self.launcher._deleted(self.created, self.events)
+
+    def explain(self, result: JobResult) -> None:
+        _explain(result, self.pods, self.lifetime_limit)

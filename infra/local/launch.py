@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +28,8 @@ from gpucluster.watch.nodeloss import killed_why
 from gpucluster.watch.procs import terminate_groups
 from gpucluster.watch.supervisor import NodeSupervisor
 from gpucluster.watch.procs import kill_run_processes, piped, run_processes
+from gpucluster.watch.sequence import PortRetry, Runs, Transport, launch_sequence
 from gpucluster.watch.staging import GO_FILE, setup_wrapped, staged_env, staged_mounts
-from gpucluster.infra.ssh.rdzv import port_taken, taken_twice
 from gpucluster.infra.ssh.ship import left_out_notes, script_shipment, user_program
 from gpucluster.states import JsonObject
 
@@ -165,8 +165,7 @@ class LocalLauncher(Launcher):
         self.python_given = python is not None
         self.cwd = cwd
         self.grace = grace
-        self._outputs: dict[str, dict[int, Path]] = {}  # run id -> node rank -> output folder
-        self._work: dict[str, dict[int, Path]] = {}  # run id -> node rank -> run folder (nodes/node-N)
+        self._runs: Runs[_LocalHeld] = Runs()  # run id -> its output and node folders, for collect_outputs
 
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs]:
         from gpucluster.watch.outputs import COMPLETE, FAILED, PARTIAL, NodeOutputs, add_workdir, measure, workdir_dest
@@ -174,7 +173,8 @@ class LocalLauncher(Launcher):
         if not job.output_dir:  # the lifecycle collects only a job that has an output folder
             return []
         results = []
-        for rank, path in sorted(self._outputs.pop(job.run_id, {}).items()):
+        held = self._runs.take(job.run_id) or _LocalHeld()
+        for rank, path in sorted(held.outputs.items()):
             start = time.monotonic()
             if not path.is_dir():
                 results.append(NodeOutputs(rank, str(path), FAILED, detail=f"the output folder {path} is gone"))
@@ -184,7 +184,7 @@ class LocalLauncher(Launcher):
             detail = None if not problems else "could not read " + "; ".join(problems[:5]) + (
                 f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
             results.append(NodeOutputs(rank, str(path), verdict, files, nbytes, time.monotonic() - start, detail))
-        work = self._work.pop(job.run_id, {})
+        work = held.work
         try:
             for res in results:
                 if res.node_rank in work:
@@ -213,36 +213,11 @@ class LocalLauncher(Launcher):
         return lines + ([f"resume: {job.resume.src} (used in place)"] if job.resume is not None else [])
 
     def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        """The job on a free rendezvous port; once more on another when node 0's store could not
+        """The launch sequence (gpucluster.watch.sequence) through this machine's processes
+        (`_LocalTransport`): the health check, the node folders, the processes under the node
+        supervisor; on a free rendezvous port, once more on another when node 0's store could not
         bind it (EADDRINUSE: another process took it after it was found free; issue 46 item 6)."""
-        taken = free_port()
-        result = self._launch(cluster, replace(job, rdzv_port=taken), events, log_dir)
-        if not port_taken(result):
-            return result
-        alt = free_port()
-        events.message(f"rendezvous port {taken} on node 0 (local:0) was taken by another process after it was found "
-                       f"free (EADDRINUSE): starting once more on port {alt}")
-        events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": taken,
-                             "holder": "another process, after the check (EADDRINUSE)"})
-        again = self._launch(cluster, replace(job, rdzv_port=alt, check=None), events, log_dir)
-        return taken_twice(again, taken, alt, "local:0") if port_taken(again) else again
-
-    def _launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        """One launch, in its steps: the health check, the node folders, the processes, then the
-        node supervisor's watch until the job ends (`_LocalRun`)."""
-        from gpucluster.plan.jobenv import secret_values
-
-        secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
-        if job.check is not None:  # the health check (gpucluster/watch/health.py), before anything else starts
-            self._check(cluster, job, events, Path(log_dir))
-        if job.threads_per_proc is None:
-            nnodes = len(cluster.nodes)
-            job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
-        program, work = self._lay_work(cluster, job, events, log_dir)
-        run = _LocalRun(self, cluster, job, events, log_dir, program, work, secrets)
-        run.make_outputs()
-        run.start_all()
-        return run.supervise()
+        return launch_sequence(_LocalTransport(self, cluster, job, events, Path(log_dir)), job, events)
 
     def _lay_work(self, cluster: Cluster, job: JobSpec, events: RunEvents,
                   log_dir: Path) -> tuple[list[str], dict[int, Path]]:
@@ -254,29 +229,32 @@ class LocalLauncher(Launcher):
         if code_dir is None or shipped is None:  # (both or neither)
             return program, {}
         work = {n.rank: Path(log_dir) / "nodes" / f"node-{n.rank}" for n in cluster.nodes}
-        self._work[job.run_id] = work
+        held = self._held(job.run_id)
+        held.work = work
         try:
             for rank, d in work.items():
                 _lay_down(job, code_dir, d)
                 if job.resume_files and job.resume is not None:  # --resume: the files as the script left them
                     events.on_metric(rank, _lay_back(job, os.path.join(job.resume.src, job.resume_files[0]), d))
         except BaseException:
-            self._work.pop(job.run_id, None)
+            held.work = {}
             _remove_work(work)
             raise
         return shipped, work
+
+    def _held(self, run_id: str) -> _LocalHeld:
+        """The run's record (made on first use)."""
+        return self._runs.get(run_id) or self._runs.put(run_id, _LocalHeld())
 
 
     def _check(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> None:
         """Every node's health check at once: node_check.py with the nodes' Python, node i's GPUs
         only, gloo (or NCCL) over 127.0.0.1; HealthCheckFailed names each bad node."""
         from gpucluster.watch import health
-        from gpucluster.events import Phase
 
         check = job.check
         if check is None:
             raise ValueError("_check: the job asks for no health check")
-        events.on_phase(Phase.CHECK)
         store = f"127.0.0.1:{free_port()}"
         procs: dict[int, subprocess.Popen] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -359,7 +337,7 @@ class _LocalRun:
         if not self.job.output_dir:
             return
         outs = {n.rank: Path(self.job.output_dir) / f"node-{n.rank}" for n in self.cluster.nodes}
-        self.launcher._outputs[self.job.run_id] = outs
+        self.launcher._held(self.job.run_id).outputs = outs
         for path in outs.values():
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -368,24 +346,18 @@ class _LocalRun:
                 raise LaunchError(f"could not create the output folder {path}: {exc.strerror}") from None
 
     def start_all(self) -> None:
-        """Every node's processes; on a failure (Ctrl-C included) what was started is stopped and
-        removed before it propagates."""
+        """Every node's processes; on a failure (Ctrl-C included) the sequence stops what was
+        started (`_LocalTransport.stop`) before it propagates."""
         try:
             for node in self.cluster.nodes:
                 self.start_node(node)
         except OSError as exc:
-            self.abandon()
             raise LaunchError(f"could not start torchrun for local node {len(self.procs)}: {exc}") from None
-        except BaseException:
-            self.abandon()
-            raise
 
     def abandon(self) -> None:
+        """What was started stopped, the supervisor's threads closed (the start failed)."""
         self.stop()
         self.supervisor.close()
-        _remove(self.go_dir)
-        if not self.job.output_dir:
-            _remove_work(self.launcher._work.pop(self.job.run_id, {}))
 
     def node_argv(self, node: Node) -> list[str]:
         """torchrun under the node supervisor: a child subreaper that stops whatever the job leaves
@@ -456,16 +428,82 @@ class _LocalRun:
             open(self.go_file, "x").close()
 
     def supervise(self) -> JobResult:
-        """The node supervisor watches the processes until the job ends; then the store, the run's
-        folder and (nothing to collect) the node folders go."""
-        try:
-            return self.supervisor.run(self.procs, self.stop, watch=self.watch, release=self.release,
-                                       lost=lambda rank, code: killed_why(code))
-        finally:
-            self.hold.release()
-            _remove(self.go_dir)
-            if not self.job.output_dir:  # nothing is collected: the node folders go now
-                _remove_work(self.launcher._work.pop(self.job.run_id, {}))
+        """The node supervisor watches the processes until the job ends (it stops them)."""
+        return self.supervisor.run(self.procs, self.stop, watch=self.watch, release=self.release,
+                                   lost=lambda rank, code: killed_why(code))
+
+
+@dataclass
+class _LocalHeld:
+    """What `collect_outputs` needs of a run: node rank -> output folder, node rank -> run folder
+    (nodes/node-N)."""
+
+    outputs: dict[int, Path] = field(default_factory=dict)
+    work: dict[int, Path] = field(default_factory=dict)
+
+
+class _LocalTransport(Transport):
+    """The launch sequence's steps on this machine: every node a process tree of its own."""
+
+    checks_first = True
+    port_retry = PortRetry("local:0", "after it was found free", "after the check")
+
+    def __init__(self, launcher: LocalLauncher, cluster: Cluster, job: JobSpec, events: RunEvents,
+                 log_dir: Path) -> None:
+        from gpucluster.plan.jobenv import secret_values
+
+        self.launcher, self.cluster, self.events, self.log_dir = launcher, cluster, events, log_dir
+        self.secrets = secret_values(job)  # --secret: into the processes' environment only (never argv or a file)
+        self.program: list[str] = []
+        self.work: dict[int, Path] = {}
+        self.run: _LocalRun | None = None
+
+    def check(self, job: JobSpec) -> None:
+        self.launcher._check(self.cluster, job, self.events, self.log_dir)
+
+    def lay_work(self, job: JobSpec) -> JobSpec:
+        if job.threads_per_proc is None:
+            nnodes = len(self.cluster.nodes)
+            job = replace(job, threads_per_proc=max(1, (os.cpu_count() or 1) // (nnodes * job.nproc_per_node)))
+        self.program, self.work = self.launcher._lay_work(self.cluster, job, self.events, self.log_dir)
+        return job
+
+    def rendezvous(self, job: JobSpec) -> JobSpec:
+        return replace(job, rdzv_port=free_port())
+
+    def another_port(self, taken: int) -> int:
+        return free_port()
+
+    def again(self, job: JobSpec) -> JobSpec:
+        """The node folders laid down afresh (the first attempt's went, or were written to)."""
+        return self.lay_work(replace(job, check=None))
+
+    def start(self, job: JobSpec) -> None:
+        self.run = _LocalRun(self.launcher, self.cluster, job, self.events, self.log_dir, self.program, self.work,
+                             self.secrets)
+        self.run.make_outputs()
+        self.run.start_all()
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.abandon()
+
+    def watch(self, job: JobSpec) -> JobResult:
+        if self.run is None:
+            raise ValueError("watch: nothing was started")
+        return self.run.supervise()
+
+    def end_attempt(self, job: JobSpec) -> None:
+        """The store, the run's folder and (nothing to collect) the node folders go."""
+        run, self.run = self.run, None
+        if run is not None:
+            run.hold.release()
+            _remove(run.go_dir)
+        if not job.output_dir:  # nothing is collected: the node folders go now
+            held = self.launcher._runs.get(job.run_id)
+            if held is not None:
+                work, held.work = held.work, {}
+                _remove_work(work)
 
 
 def _lay_back(job: JobSpec, saved: str, node_dir: Path) -> JsonObject:

@@ -115,7 +115,6 @@ def check_nodes(launcher: SshSettings, session: Session, cluster: Cluster, job: 
     check = job.check
     if check is None:
         raise ValueError("check_nodes: the job asks for no health check")
-    events.on_phase(Phase.CHECK)
     head = cluster.head
     port, _ = free_port(launcher, session, head, job.rdzv_port + 1)
     store = f"{head.private_ip}:{port}"

@@ -43,6 +43,7 @@ from gpucluster.node.reaper import nested_grace
 from gpucluster.events import Phase, RunEvents
 from gpucluster.plan.jobenv import env_line, secret_values
 from gpucluster.watch.launch import PG_HOOK_DIR, JobResult, JobSpec, Launcher, node_env, program_args, torchrun_argv
+from gpucluster.watch.sequence import PortRetry, Runs, Transport, launch_sequence
 from gpucluster.watch.supervisor import NODE_EXIT_SH, NodeSupervisor
 from gpucluster.states import JsonObject
 from gpucluster.watch.procs import piped
@@ -137,58 +138,21 @@ class SshLauncher(NodeAccess, Launcher):
         # when a node never gets ready (on EC2, the tail of GetConsoleOutput).
         self.ready_timeout = float(ready_timeout)
         self.diagnose = diagnose
-        self._started: dict[str, set[int]] = {}  # run id -> node ranks where torchrun was started
-        # run id -> node ranks given a run folder: from then on the launcher runs the run's programs
-        # there (the health check, staging, the job) and the teardown check must ask each of them
-        self._touched: dict[str, set[int]] = {}
-        self._held: dict[str, _Held] = {}  # run id -> what collect_outputs copies from, then removes
+        self._runs: Runs[_SshRun] = Runs()  # run id -> its nodes started and touched, what is held
 
     # -- public API --------------------------------------------------------------------------
     def launch(self, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path) -> JobResult:
-        """With `job.output_dir` set, the run folders and the connections outlive this call: they
-        are held for `collect_outputs`, which copies every node's output folder back and then
-        removes the run folders and closes the connections. Without it, both go before returning."""
+        """The launch sequence (gpucluster.watch.sequence) over OpenSSH (`_SshTransport`). With
+        `job.output_dir` set, the run folders and the connections outlive this call: they are held
+        for `collect_outputs`, which copies every node's output folder back and then removes the
+        run folders and closes the connections. Without it, both go before returning."""
         check_run_id(job.run_id)
-        events = PhaseNoted(events)  # the phase of a node lost on the way (health.py)
-        code_dir, program = user_program(job, self.python)
-        bundle = make_bundle(code_dir, self.watcher[:1])
-        cleaned: set[int] = set()
-        dirs: dict[int, str] = {}
-        session = Session(self, cluster)
-        held = False
-        try:
-            session.__enter__()
-            session.mark_owner(job.owner)  # another home's `down` never closes these connections
-            # how the hosts are reached goes to the ledger before the first connection (`down` after a crash)
-            self._record(session, events)
-            events.on_phase(Phase.READY)
-            self._wait_ready_file(session, cluster, events)
-            ready = self.ready_of(session, cluster)
-            dirs = {r.rank: f"{self._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
-            self._touched.setdefault(job.run_id, set()).update(dirs)
-            for rank, d in dirs.items():
-                events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
-            try:
-                self._before_job(session, cluster, job, events, Path(log_dir), dirs, bundle, code_dir is not None)
-                job = self._free_rdzv_port(session, cluster, job, events)
-                return rdzv.once_more(self, session, cluster, job, events, dirs, lambda j: self._run(  # EADDRINUSE
-                    session, cluster, j, events, Path(log_dir), dirs, code_dir is not None, program), ("cancelled", "pgid", GO_FILE))
-            finally:
-                if job.output_dir and self._started.get(job.run_id):
-                    # the outputs are copied back before the folders go (collect_outputs)
-                    self._held[job.run_id] = _Held(session, dirs, self._out_dirs(job, dirs, code_dir is not None),
-                                                   cluster, events, {r: f"{d}/code" if code_dir is not None else d
-                                                                     for r, d in dirs.items()} if job.command else {})
-                    held = True
-                else:
-                    cleaned = session.remove_dirs(dirs, job.owner)
-        except LaunchError as exc:  # a node that stopped answering on the way is a lost node, not a failed job
-            if session.tmp and not isinstance(exc, HealthCheckFailed):
-                report_unreachable(session, events, phase=events.phase)
-            raise
-        finally:
-            if not held:
-                self._release(session, cluster, dirs, cleaned, events)
+        transport = _SshTransport(self, cluster, job, PhaseNoted(events), Path(log_dir))  # PhaseNoted: health.py
+        return launch_sequence(transport, job, transport.events)
+
+    def _run_of(self, run_id: str) -> _SshRun:
+        """The run's record (made on first use)."""
+        return self._runs.get(run_id) or self._runs.put(run_id, _SshRun())
 
     def _wait_ready_file(self, session: Session, cluster: Cluster, events: RunEvents) -> None:
         """Cloud nodes export a ready marker (`cluster.outputs["ready_file"]`): waited for."""
@@ -196,36 +160,20 @@ class SshLauncher(NodeAccess, Launcher):
         if ready_file:
             session.wait_ready(str(ready_file), self.ready_timeout, events)
 
-    def _before_job(self, session: Session, cluster: Cluster, job: JobSpec, events: PhaseNoted, log_dir: Path,
-                    dirs: dict[int, str], bundle: bytes, shipped: bool) -> None:
-        """What each node's run folder gets before the job: the bundle, the health check, the
-        shipped mark, the staged data, the resumed files."""
-        session.ship(bundle, dirs, make=self._out_dirs(job, dirs, shipped), owner=job.owner)
-        if job.check is not None:  # every node's health, before anything is staged or started
-            check_nodes(self, session, cluster, job, events, dirs, log_dir)
-        if job.command:  # what the job writes in its working folder later than this comes back
-            marks = [e for _, e in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{SHIPPED}")) if e]
-            if marks:
-                raise LaunchError("; ".join(marks))
-        if staged_mounts(job):  # its own phase: time in the phases, bytes in a `stage` record per node
-            events.on_phase(Phase.STAGE)
-            self._stage(session, job, {r: self._data_dirs(job, d, shipped) for r, d in dirs.items()}, events)
-        if job.resume_files and job.resume is not None and shipped:
-            lay_back(session, job, job.resume_files[0], dirs, events)
-
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs]:
         """Every node's output folder, streamed back over the run's own connections (`tar -cf -`
         on the node, unpacked here member by member: only regular files and folders, nothing
         outside `job.output_dir/node-N`), nodes in parallel; then the run folders are removed and
         the connections closed, whatever the copies did. [] when the job was started nowhere."""
-        held = self._held.pop(job.run_id, None)
+        run = self._runs.get(job.run_id) or _SshRun()
+        held = run.take()
         if held is None:
             return []
         results: list[NodeOutputs] = []
         cleaned: set[int] = set()
         try:
             dest = Path(job.output_dir or ".")
-            started = self._started.get(job.run_id, set())
+            started = run.started
             todo = {rank for rank in started if rank in held.out_dirs}  # where the job was started
             if job.output and job.output.remote:  # each node uploads its own folder (objects.py)
                 results = objects.push(held.session, todo, held.out_dirs, str(job.output_dir), job.run_id)
@@ -299,14 +247,16 @@ class SshLauncher(NodeAccess, Launcher):
 
     def started_ranks(self, run_id: str) -> set[int]:
         """The node ranks where this launcher started the run's torchrun (in this process)."""
-        return set(self._started.get(run_id, ()))
+        run = self._runs.get(run_id)
+        return set(run.started) if run is not None else set()
 
     def touched_ranks(self, run_id: str) -> set[int]:
         """The node ranks where this launcher may have left something of the run (in this process):
         each node given a run folder, where the health check, the staging and the job run. A node
         frozen during the check holds its check program and its folder: it is asked at teardown,
         and when it does not answer the verdict is "not verified", naming it (issue 45 item 1)."""
-        return set(self._touched.get(run_id, ())) | self.started_ranks(run_id)
+        run = self._runs.get(run_id)
+        return (set(run.touched) if run is not None else set()) | self.started_ranks(run_id)
 
     def leftovers(self, cluster: Cluster, run_id: str | None, *, ranks: set[int] | None = None,
                   owner: str | None = None) -> list[Leftover]:
@@ -436,63 +386,191 @@ class SshLauncher(NodeAccess, Launcher):
         events.on_metric(0, {"kind": "rdzv_port", "port": alt, "busy_port": job.rdzv_port, "holder": who})
         return dataclasses.replace(job, rdzv_port=alt)
 
-    def _run(self, session: Session, cluster: Cluster, job: JobSpec, events: RunEvents, log_dir: Path,
-             dirs: dict[int, str], has_code: bool, program: list[str] | None) -> JobResult:
+    def node_script(self, job: JobSpec, program: list[str] | None, cluster: Cluster, node: Node, node_dir: str,
+                    has_code: bool, user_env: dict[str, str]) -> str:
+        """The shell script node `node` runs (under `sh -c` over ssh): torchrun under the node
+        supervisor, in the job's working folder, its environment but --env/--secret (on stdin)."""
         nodes = cluster.nodes
+        argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
+                              rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
+        cwd = f"{node_dir}/code" if has_code else node_dir
+        out = f"{cwd}/outputs"  # GPUCLUSTER_OUTPUT_DIR, copied back by collect_outputs
+        env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node,
+                       output_dir=out, pg_hook=f"{node_dir}/{PG_HOOK_DIR}")
+        env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
+        env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
+        env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON
+        argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}", keyed=True)
+        # torchrun runs under the node supervisor (a child subreaper: it stops what the job leaves
+        # behind, carries the run's env, and after a notice takes the grace the stop wrote).
+        argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
+                "--grace-file", f"{node_dir}/stop-grace", "--keyed", *(["--env-stdin"] if user_env else []),
+                "--", *argv]
+        # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives a
+        # killed reaper keeps the output open: the supervisor cuts it, bounded). It reads the node's
+        # keys on stdin, keeps its own, gives the watcher its key, and pipes the rest (and the
+        # environment line that follows, with --env/--secret) to the reaper.
+        rest = "; cat" if user_env else ""
+        pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
+        inner = (f"IFS=' ' read -r gk_exit gk_notice gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
+                 f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
+                 f"{watched(self.python, node_dir, self.watcher, pipe, key_var='gk_notice')}; {NODE_EXIT_SH}")
+        return ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+                + " setsid -w sh -c " + shlex.quote(inner))
+
+
+@dataclasses.dataclass
+class _SshRun:
+    """What the launcher knows of a run after `launch`: the node ranks where torchrun was started,
+    the node ranks given a run folder (from then on the launcher runs the run's programs there: the
+    health check, staging, the job; the teardown check must ask each of them), and what
+    `collect_outputs` copies from, then removes (None: nothing held)."""
+
+    started: set[int] = dataclasses.field(default_factory=set)
+    touched: set[int] = dataclasses.field(default_factory=set)
+    held: _Held | None = None
+
+    def take(self) -> _Held | None:
+        """What is held, no longer held here (collect_outputs removes it)."""
+        held, self.held = self.held, None
+        return held
+
+
+class _SshTransport(Transport):
+    """The launch sequence's steps over OpenSSH: one multiplexed connection per node (`Session`),
+    a run folder per node, torchrun under `setsid` and the node supervisor, watched through the
+    local ssh clients."""
+
+    ready_phase = checks_first = True
+
+    def __init__(self, launcher: SshLauncher, cluster: Cluster, job: JobSpec, events: PhaseNoted,
+                 log_dir: Path) -> None:
+        self.launcher, self.cluster, self.events, self.log_dir = launcher, cluster, events, log_dir
+        self.code_dir, self.program = user_program(job, launcher.python)
+        self.has_code = self.code_dir is not None
+        self.bundle = make_bundle(self.code_dir, launcher.watcher[:1])
+        self.owner = job.owner
+        self.run = launcher._run_of(job.run_id)
+        self.session = Session(launcher, cluster)
+        self.dirs: dict[int, str] = {}
+        self.cleaned: set[int] = set()
+        self.port_retry = PortRetry(node_label(cluster.head), "between its check and torchrun's bind",
+                                    "between the check and torchrun's bind")
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.supervisor: NodeSupervisor | None = None
+        self.job = job  # the job of the attempt under way
+
+    def open(self) -> None:
+        self.session.__enter__()
+        self.session.mark_owner(self.owner)  # another home's `down` never closes these connections
+        # how the hosts are reached goes to the ledger before the first connection (`down` after a crash)
+        self.launcher._record(self.session, self.events)
+
+    def wait_ready(self) -> None:
+        launcher, session, job = self.launcher, self.session, self.job
+        launcher._wait_ready_file(session, self.cluster, self.events)
+        ready = launcher.ready_of(session, self.cluster)
+        self.dirs = {r.rank: f"{launcher._base(r.home)}/{job.run_id}/node-{r.rank}" for r in ready}
+        self.run.touched.update(self.dirs)
+        for rank, d in self.dirs.items():
+            self.events.resource_created(RUN_RESOURCE, f"node-{rank}", d)
+
+    def ship(self, job: JobSpec) -> None:
+        self.session.ship(self.bundle, self.dirs, make=self.launcher._out_dirs(job, self.dirs, self.has_code),
+                          owner=job.owner)
+
+    def check(self, job: JobSpec) -> None:
+        check_nodes(self.launcher, self.session, self.cluster, job, self.events, self.dirs, self.log_dir)
+
+    def lay_work(self, job: JobSpec) -> JobSpec:
+        if job.command:  # what the job writes in its working folder later than this comes back
+            session = self.session
+            marks = [e for _, e in session.each(lambda n: session.touch(n, f"{self.dirs[n.rank]}/{SHIPPED}")) if e]
+            if marks:
+                raise LaunchError("; ".join(marks))
+        return job
+
+    def stages(self, job: JobSpec) -> bool:
+        return bool(staged_mounts(job))
+
+    def stage(self, job: JobSpec) -> None:
+        """The --data/--resume folders, then the resumed files laid back."""
+        dirs = self.dirs
+        self.launcher._stage(self.session, job, {r: self.launcher._data_dirs(job, d, self.has_code)
+                                                  for r, d in dirs.items()}, self.events)
+        if job.resume_files and job.resume is not None and self.has_code:
+            lay_back(self.session, job, job.resume_files[0], dirs, self.events)
+
+    def rendezvous(self, job: JobSpec) -> JobSpec:
+        return self.launcher._free_rdzv_port(self.session, self.cluster, job, self.events)
+
+    def another_port(self, taken: int) -> int:
+        return free_port(self.launcher, self.session, self.cluster.head, taken + rdzv.RETRY_STEP,
+                         what="rendezvous port")[0]
+
+    def again(self, job: JobSpec) -> JobSpec:
+        """The nodes' `cancelled`, `pgid` and setup marks of the first try removed."""
+        rdzv.clear_marks(self.session, self.dirs, ("cancelled", "pgid", GO_FILE))
+        return job
+
+    def start(self, job: JobSpec) -> None:
+        launcher, session, cluster, dirs = self.launcher, self.session, self.cluster, self.dirs
+        self.job, self.supervisor = job, None
         user_env = {**dict(job.env), **secret_values(job)}  # --env, --secret: on each node's stdin, never in argv
-        keys = new_keys(n.rank for n in nodes)  # for the nodes' control records (gpucluster.watch.control)
-        supervisor = NodeSupervisor(job, events, log_dir, [node_label(n) for n in nodes], reaper=True, keys=keys,
-                                    grace=self.grace)
-        procs: dict[int, subprocess.Popen] = {}
+        keys = new_keys(n.rank for n in cluster.nodes)  # for the nodes' control records (gpucluster.watch.control)
+        self.supervisor = NodeSupervisor(job, self.events, self.log_dir, [node_label(n) for n in cluster.nodes],
+                                         reaper=True, keys=keys, grace=launcher.grace)
+        self.procs = {}
+        for node in cluster.nodes:
+            node_dir = dirs[node.rank]
+            script = launcher.node_script(job, self.program, cluster, node, node_dir, self.has_code, user_env)
+            proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            self.procs[node.rank] = proc
+            # the keys line, then (--env, --secret) one JSON line, then end of input
+            give_keys(proc, keys[node.rank].shell_line(bool(job.setup)) + env_line(user_env))
+            self.run.started.add(node.rank)
+            # the ledger notes where the run's processes live
+            self.events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
+            self.supervisor.attach(node.rank, piped(proc.stdout))
 
-        def stop() -> None:  # after a node's interruption notice the ranks get the notice's time to save
-            session.kill_run(job.run_id, dirs, job.owner, grace=supervisor.stop_grace)
-            stop_local(procs)
+    def stop(self) -> None:
+        """After a node's interruption notice the ranks get the notice's time to save."""
+        job = self.job
+        if self.supervisor is None:  # nothing was started
+            return
+        self.session.kill_run(job.run_id, self.dirs, job.owner, grace=self.supervisor.stop_grace)
+        stop_local(self.procs)
 
-        def release() -> None:  # every node's --setup succeeded: torchrun starts everywhere
-            errors = [err for _, err in session.each(lambda n: session.touch(n, f"{dirs[n.rank]}/{GO_FILE}")) if err]
-            if errors:
-                raise LaunchError("; ".join(errors))
+    def _release_nodes(self) -> None:
+        """Every node's --setup succeeded: torchrun starts everywhere."""
+        session = self.session
+        errors = [err for _, err in session.each(lambda n: session.touch(n, f"{self.dirs[n.rank]}/{GO_FILE}")) if err]
+        if errors:
+            raise LaunchError("; ".join(errors))
 
-        try:
-            for node in nodes:
-                node_dir = dirs[node.rank]
-                argv = self.node_argv(job, program, node_dir, nnodes=len(nodes), node_rank=node.rank,
-                                      rdzv_host=cluster.head.private_ip, local_addr=node.private_ip)
-                cwd = f"{node_dir}/code" if has_code else node_dir
-                out = f"{cwd}/outputs"  # GPUCLUSTER_OUTPUT_DIR, copied back by collect_outputs
-                env = node_env(job, node_rank=node.rank, node_ips=cluster.node_ips, gpus_per_node=cluster.gpus_per_node,
-                               output_dir=out, pg_hook=f"{node_dir}/{PG_HOOK_DIR}")
-                env.update(staged_env(job, self._data_dirs(job, node_dir, has_code)))
-                env = {k: v for k, v in env.items() if k not in user_env}  # they come on stdin (below)
-                env["GPUCLUSTER_PYTHON"] = self.python  # made absolute on the node by RESOLVE_PYTHON
-                argv = setup_wrapped(argv, job.setup, f"{node_dir}/{GO_FILE}", keyed=True)
-                # torchrun runs under the node supervisor (a child subreaper: it stops what the job leaves
-                # behind, carries the run's env, and after a notice takes the grace the stop wrote).
-                argv = [self.python, f"{node_dir}/reaper.py", "--grace", f"{nested_grace(self.grace):g}",
-                        "--grace-file", f"{node_dir}/stop-grace", "--keyed", *(["--env-stdin"] if user_env else []),
-                        "--", *argv]
-                # The shell stays (no exec) to say when the reaper ended and how (a daemon that outlives a
-                # killed reaper keeps the output open: the supervisor cuts it, bounded). It reads the node's
-                # keys on stdin, keeps its own, gives the watcher its key, and pipes the rest (and the
-                # environment line that follows, with --env/--secret) to the reaper.
-                rest = "; cat" if user_env else ""
-                pipe = f"{{ printf '%s\\n' \"$gk_rest\"{rest}; }} | {shlex.join(argv)}"
-                inner = (f"IFS=' ' read -r gk_exit gk_notice gk_rest; echo $$ > {shlex.quote(node_dir + '/pgid')} && {RESOLVE_PYTHON}"
-                         f"[ ! -e {shlex.quote(node_dir + '/cancelled')} ] && mkdir -p {shlex.quote(out)} && cd {shlex.quote(cwd)} && "
-                         f"{watched(self.python, node_dir, self.watcher, pipe, key_var='gk_notice')}; {NODE_EXIT_SH}")
-                script = ("exec env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
-                          + " setsid -w sh -c " + shlex.quote(inner))
-                proc = subprocess.Popen(session.argv(node, sh(script), "-o", "ControlMaster=no", "-T"), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-                procs[node.rank] = proc
-                # the keys line, then (--env, --secret) one JSON line, then end of input
-                give_keys(proc, keys[node.rank].shell_line(bool(job.setup)) + env_line(user_env))
-                self._started.setdefault(job.run_id, set()).add(node.rank)
-                # the ledger notes where the run's processes live
-                events.on_spawn(node.rank, "process", f"{node_label(node)}:{node_dir}/pgid")
-                supervisor.attach(node.rank, piped(proc.stdout))
-        except BaseException:  # Ctrl-C included: processes already started are stopped before it propagates
-            stop()
-            raise
-        return supervisor.run(procs, stop, release=release, lost=ssh_lost)
+    def watch(self, job: JobSpec) -> JobResult:
+        if self.supervisor is None:
+            raise ValueError("watch: nothing was started")
+        return self.supervisor.run(self.procs, self.stop, release=self._release_nodes, lost=ssh_lost)
+
+    def started(self, job: JobSpec) -> bool:
+        return bool(self.run.started)
+
+    def hold(self, job: JobSpec) -> None:
+        dirs, has_code = self.dirs, self.has_code
+        self.run.held = _Held(self.session, dirs, self.launcher._out_dirs(job, dirs, has_code), self.cluster,
+                              self.events, {r: f"{d}/code" if has_code else d for r, d in dirs.items()}
+                              if job.command else {})
+
+    def clean(self, job: JobSpec) -> None:
+        self.cleaned = self.session.remove_dirs(self.dirs, job.owner)
+
+    def failed(self, exc: BaseException) -> None:
+        """A node that stopped answering on the way is a lost node, not a failed job."""
+        if isinstance(exc, LaunchError) and self.session.tmp and not isinstance(exc, HealthCheckFailed):
+            report_unreachable(self.session, self.events, phase=self.events.phase)
+
+    def release(self) -> None:
+        self.launcher._release(self.session, self.cluster, self.dirs, self.cleaned, self.events)
