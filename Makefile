@@ -14,9 +14,10 @@ TORCH ?= $(shell grep -v '^\#' torch-cpu.txt)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NODES ?= 4
 # pytest-xdist workers; each test file runs whole in one worker (module fixtures: sshd hosts, fake servers).
-# 4 on 2 cores: a quarter of the suite's time is waiting (timeouts, sshd, fake clouds' clocks), which a
-# fourth worker fills (clean clones, 2026-11-28: the parallel step 23 min 33 s with 3 at cbfdcbf, 20 min 38 s with 4 at 299fd76, which has 24 more tests)
-TEST_WORKERS ?= 4
+# 5 on 2 cores: a part of the suite's time is waiting (timeouts, sshd, fake clouds' clocks), which more
+# workers fill (clean clones: the parallel step 23 min 33 s with 3 at cbfdcbf, 20 min 38 s with 4 at 299fd76,
+# 2026-11-28; 23 min 46 s with 4 at 18b7812, 21 min 8 s with 5 at 15b1a50, which has 34 more tests, 2026-11-29)
+TEST_WORKERS ?= 5
 # The unit tier (tests/conftest.py: every test file names its tier; `make test-fast` runs the tests
 # marked none of these four; tests/test_tiers.py checks this line against conftest's FAST_TIER)
 FAST_TIER := not integration and not slow and not sshd and not alone

@@ -231,9 +231,11 @@ def run_processes(run_id: str, node_rank: int | None = None) -> dict[int, str]:
     return found
 
 
-def leaked_ssh_masters() -> list[str]:
-    """ssh processes whose ControlPath lies in a directory that no longer exists."""
-    leaked = []
+def _orphaned_ssh() -> dict[str, str]:
+    """{pid: argv} of ssh processes whose ControlPath lies in a directory that no longer exists.
+    `ControlPath=none` is no path: it turns connection sharing off (ssh_config(5)), as the
+    launchers' one-off probes do."""
+    found = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -243,9 +245,23 @@ def leaked_ssh_masters() -> list[str]:
             continue
         if argv and os.path.basename(argv[0]) == "ssh":
             for a in argv:
-                if a.startswith("ControlPath=") and not os.path.isdir(os.path.dirname(a.split("=", 1)[1])):
-                    leaked.append(" ".join(argv))
-    return leaked
+                path = a.split("=", 1)[1] if a.startswith("ControlPath=") else None
+                if path and path != "none" and not os.path.isdir(os.path.dirname(path)):
+                    found[d] = " ".join(argv)
+    return found
+
+
+def leaked_ssh_masters(settle: float = 5.0) -> list[str]:
+    """ssh processes whose ControlPath lies in a directory that no longer exists, and that are
+    still there `settle` seconds later: tests in other xdist workers remove their folders a moment
+    before their own masters exit, which is not a leak of this test's."""
+    found = _orphaned_ssh()
+    deadline = time.monotonic() + settle
+    while found and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = _orphaned_ssh()
+        found = {pid: argv for pid, argv in found.items() if now.get(pid) == argv}
+    return list(found.values())
 
 
 class Recorder(NullEvents):

@@ -29,7 +29,8 @@ def hosts(tmp_path_factory):
     h.stop()
 
 
-def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_path, hosts):
+def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_path, hosts, monkeypatch):
+    from gpucluster.watch import health
     from gpucluster.watch.health import HealthSpec
     from gpucluster.infra.ssh.provider import SshProvider
     from gpucluster.watch.launch import JobSpec
@@ -38,6 +39,12 @@ def test_three_ssh_nodes_pass_the_check_bound_to_their_own_addresses(home, tmp_p
     from gpucluster.lifecycle.steps import execute
     from gpucluster.spec import ClusterSpec, new_run_id
 
+    # The pairs share this machine's 2 cores with the other test workers: one pair's fastest of three
+    # exchanges measured 4.2 Gbit/s against 41 for another under `make test`'s load, which the relative
+    # floor (an eighth of the fastest pair) calls a slow link. That floor is judged where it means
+    # something, in a network namespace with one link throttled (test_a_node_behind_a_slow_link_is_named);
+    # here, where loopback bandwidth is the scheduler's, it is set out of the way.
+    monkeypatch.setattr(health, "RELATIVE_FLOOR", 1e-6)
     remote = tmp_path / "remote"
     launcher = sshd.make_launcher(hosts, remote)
     spec = ClusterSpec(cloud="ssh", nodes=3, name="hc", gpus_per_node=0, run_id=new_run_id(), hosts=tuple(hosts.hosts))
