@@ -499,11 +499,10 @@ class _LocalTransport(Transport):
         if run is not None:
             run.hold.release()
             _remove(run.go_dir)
-        if not job.output_dir:  # nothing is collected: the node folders go now
-            held = self.launcher._runs.get(job.run_id)
+        if not job.output_dir:  # nothing is collected: the node folders go now, and the run's record
+            held = self.launcher._runs.take(job.run_id)
             if held is not None:
-                work, held.work = held.work, {}
-                _remove_work(work)
+                _remove_work(held.work)
 
 
 def _lay_back(job: JobSpec, saved: str, node_dir: Path) -> JsonObject:
