@@ -199,7 +199,7 @@ def _cap(ledger: Ledger, r: JsonObject) -> None:
 def _jobs_since(ledger: Ledger, cluster: str, runs: list[RunRecord], links: Mapping[str, tuple]) -> list[RunRecord]:
     """The ended jobs of a kept cluster of machines that exist (`exec`: a run each, its rows closed), since the
     cluster's first open run: the machines are not rented by gpucluster, so what the cluster has cost (an
-    internal price, `Operations.internal_cost`) is what its jobs held; the `up` itself holds nothing."""
+    internal price, `gpucluster.costing.internal`) is what its jobs held; the `up` itself holds nothing."""
     since = min((float(x.run.created_at or 0) for x in runs), default=0.0)
     held = {x.run.id for x in runs}
     return _read_runs(ledger, [x.id for x in ledger.list_runs(limit=None, since=since)

@@ -222,9 +222,6 @@ class Operations:
     # (a bucket URL of its object store) -> (the bucket's region, bytes under the URL, None when not counted); a
     # GpuclusterError says why it could not be read: what placement prices egress with (gpucluster.plan.egress)
     bucket_facts: Callable[[str], tuple[str | None, int | None]] | None = None
-    # an unpriced backend's internal price of a run (its spec, seconds it held the machines) -> (USD, what it
-    # is), said in the run's cost in place of $0 (kubernetes: --option price-per-gpu-hour); None: $0
-    internal_cost: Callable[[Mapping[str, object], float], tuple[Decimal, str] | None] | None = None
     # `gc` of a backend whose objects live in namespaces the user names (kubernetes): (context, namespace, owner,
     # remove) -> (ours still there, other owners' objects, errors); ours are deleted first with `remove`
     sweep: Callable[[str | None, str, str, bool], tuple[list[Leftover], list[Leftover], list[str]]] | None = None

@@ -58,14 +58,31 @@ def test_the_contexts_price_is_used_and_said(kube, capsys):
 
 
 def test_the_run_cost_names_the_config_entry():
-    from gpucluster.infra.kube.provider import internal_cost
+    from gpucluster.costing.internal import internal_cost
+    from gpucluster.infra.registry import plugin
 
+    kubernetes = plugin("kubernetes")
     spec = {"cloud": "kubernetes", "nodes": 2, "gpus_per_node": 2, "name": "x",
             "options": {"context": "lab", "namespace": "ml", "pricePerGpuHour": "2.5", "priceSource": "config"}}
-    amount, said = internal_cost(spec, 3600)
+    amount, said = internal_cost(kubernetes, spec, 3600)
     assert amount == Decimal("10.0000") and "$2.5/GPU-hour (config.yaml, context lab) × 4 GPU(s)" in said, said
     spec["options"] = {"context": "lab", "namespace": "ml", "pricePerGpuHour": "2.5"}
-    assert "(--option price-per-gpu-hour)" in internal_cost(spec, 3600)[1]
+    assert "(--option price-per-gpu-hour)" in internal_cost(kubernetes, spec, 3600)[1]
+    assert internal_cost(kubernetes, {**spec, "options": {"context": "lab"}}, 3600) is None  # none given: $0
+
+
+def test_the_internal_price_is_the_cores_rule_for_backends_that_take_the_option():
+    """Not a hook: a backend whose `SpecRules.options` take pricePerGpuHour gets the internal price from the
+    core; one that does not (ssh, local, the clouds) gets none, even from a spec that names it."""
+    from gpucluster.costing.internal import internal_cost, takes_internal_price
+    from gpucluster.infra.registry import NAMES, plugin
+
+    assert [n for n in NAMES if takes_internal_price(plugin(n))] == ["kubernetes"]
+    assert not takes_internal_price(None)  # a cloud no registered backend is called
+    spec = {"cloud": "ssh", "nodes": 1, "gpus_per_node": 8, "name": "x", "options": {"pricePerGpuHour": "2"}}
+    assert internal_cost(plugin("ssh"), spec, 3600) is None and internal_cost(None, spec, 3600) is None
+    odd = {"cloud": "kubernetes", "nodes": "many", "options": {"pricePerGpuHour": "2"}}
+    assert internal_cost(plugin("kubernetes"), odd, 3600) is None  # an odd stored spec: no price
 
 
 @pytest.mark.parametrize("text, expected", [

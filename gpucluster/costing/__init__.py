@@ -4,6 +4,7 @@ billing rules and the resource records it prices).
 rules     billing arithmetic: billed seconds, time and disk costs, money formatting
 plan      a spec -> the priced plan and the launch-time price snapshot; the snapshot pricer
 runcost   a run's true cost from its ledger resources
+internal  the internal price of a run on machines gpucluster does not rent (option pricePerGpuHour)
 estimate  the cost of a spec for some hours (costing the resources such a run records)
 whatif    projections of time and cost from measured runs
 report    per-run cost reports (table, JSON, CSV, PNG)

@@ -13,6 +13,7 @@ from gpucluster.ledger.records import UP_COMMAND, ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_bool
 from gpucluster.states import JsonMapping, JsonObject
 
+from .internal import internal_cost
 from .plan import Pricer, is_free, pricing_of, region_for, same_cloud
 from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
 
@@ -193,11 +194,10 @@ def run_cost(record: RunRecord, *, backend: Plugin | None, now: float | None = N
 def _free_run_cost(result: JsonObject, run: RunRow, cloud: str, backend: Plugin | None, now: float) -> JsonObject:
     """A run on machines gpucluster does not rent: $0, or the user's own internal price."""
     result.update(total="0", by_category=_summarize([]), local=True, price_date=None)
-    internal = backend.ops.internal_cost if backend is not None else None
     # a run without a job (`up` of machines that exist) holds no GPU: its own price is none
     job = tuple(run.command or ()) != UP_COMMAND
-    priced = (internal(run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now)))
-              if internal and job else None)
+    priced = (internal_cost(backend, run.spec or {}, max(0.0, (run.ended_at or now) - (run.created_at or now)))
+              if job else None)
     if priced is not None:  # the user's own price for machines gpucluster does not rent
         result.update(total=str(priced[0]), internal=True)
         result["notes"].append(f"{cloud} run: no rented cloud resources; {priced[1]}")

@@ -40,11 +40,11 @@ REACH = ("identity", "known_hosts", "remote_python", "python")  # Request fields
 def kept_said(backend: Plugin, spec: ClusterSpec) -> tuple[str, str]:
     """(what the kept cluster is, with its price; what `down` never touches), as `up` and `exec` say them:
     the backend's words (`Traits.kept_as`, `kept_spares`), $0 unless the user gave an internal price
-    (`Operations.internal_cost`, for an hour of the spec's GPUs)."""
+    (`gpucluster.costing.internal`, for an hour of the spec's GPUs)."""
     from gpucluster.costing.cost import money
+    from gpucluster.costing.internal import internal_cost
 
-    internal = backend.ops.internal_cost
-    priced = internal(spec.to_dict(), 3600.0) if internal is not None else None
+    priced = internal_cost(backend, spec.to_dict(), 3600.0)
     price = f"internal price {money(priced[0])}/hour while it runs a job, rented by nobody" if priced else "$0 here"
     return f"{backend.traits.kept_as}, {price}", backend.traits.kept_spares
 

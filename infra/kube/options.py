@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Protocol
 
+# the internal price is the core's rule for any backend whose options take pricePerGpuHour: read here to check
+# the options, by the plan line and by `prepare` (which writes config.yaml's price for the context into them)
+from gpucluster.costing.internal import PRICE_FROM_CONFIG, price_per_gpu_hour, price_source  # noqa: F401
 from gpucluster.errors import SpecError, not_allowed
 
 from .gpus import PRODUCT_LABEL  # set on GPU nodes by NVIDIA GPU feature discovery (gpus.py)
@@ -39,7 +41,7 @@ OPTIONS = (
     "launcher",  # job (Indexed Job + headless Service) | pytorchjob (Kubeflow)
     "gpuResource",  # the extended resource the pods request [default: nvidia.com/gpu]
     "gpuProduct",  # only nodes labelled nvidia.com/gpu.product=VALUE (GPU feature discovery)
-    "pricePerGpuHour",  # an internal price per GPU-hour for the report [default: config.yaml's for the context, else 0]
+    "pricePerGpuHour",  # an internal price per GPU-hour (gpucluster.costing.internal) [default: config.yaml's for the context, else 0]
     "priceSource",  # set by `provider.prepare` (config: the price is config.yaml's for the context), not by the user
     "queue",  # a Kueue LocalQueue: the Job waits for its admission within the start deadline
     "priorityClass",
@@ -92,30 +94,6 @@ def gpu_resource(spec: OptionSource) -> str:
 
 def gpu_product(spec: OptionSource) -> str | None:
     return _named(spec, "gpuProduct", _VALUE, "a label value such as NVIDIA-A100-SXM4-80GB")
-
-
-def price_per_gpu_hour(spec: OptionSource) -> Decimal | None:
-    """The internal price given, or None ($0: the cluster is not rented by gpucluster)."""
-    value = _text(spec, "pricePerGpuHour")
-    if value is None:
-        return None
-    try:
-        price = Decimal(value)
-    except InvalidOperation:
-        price = Decimal(-1)
-    if not price.is_finite() or price < 0 or price > 1000:
-        raise SpecError(not_allowed("option pricePerGpuHour", value, "dollars per GPU-hour, 0 to 1000, e.g. 2.50"))
-    return price
-
-
-PRICE_FROM_CONFIG = "config"  # priceSource: the price came from config.yaml's `kubernetes.contexts.<context>`
-
-
-def price_source(spec: OptionSource) -> str:
-    """Where the internal price came from, for the plan and the report."""
-    if _text(spec, "priceSource") == PRICE_FROM_CONFIG:
-        return f"config.yaml, context {spec.option('context') or '(current)'}"
-    return "--option price-per-gpu-hour"
 
 
 def labels(text: str, key: str) -> dict[str, str]:

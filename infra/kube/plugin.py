@@ -15,7 +15,7 @@ from .context import gone_hint, in_context
 from .held import hold
 from .launcher import KubeLauncher
 from .platform import kube_platform
-from .provider import KubeProvider, hourly, internal_cost, prepare, run_where
+from .provider import KubeProvider, hourly, prepare, run_where
 
 if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
@@ -165,6 +165,6 @@ PLUGIN = ExistingMachines(
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
     transport=Transport(make=make, provider=provider),
-    ops=Operations(check_down=check_down, internal_cost=internal_cost, sweep=sweep, dry_run=preview, hold=hold,
+    ops=Operations(check_down=check_down, sweep=sweep, dry_run=preview, hold=hold,
                    in_context=in_context),
 )

@@ -186,21 +186,3 @@ def run_where(record: JsonMapping) -> tuple[str, str] | None:
     if given.get("context") and given.get("namespace"):
         return str(given["context"]), str(given["namespace"])
     return None
-
-
-def internal_cost(spec: JsonMapping, seconds: float) -> tuple[Decimal, str] | None:
-    """The run's internal price (--option price-per-gpu-hour, else config.yaml's for its context: its GPUs for the
-    time the run held them), or None."""
-    from gpucluster.spec import ClusterSpec
-
-    try:
-        parsed = ClusterSpec.from_dict(dict(spec))
-        price = price_per_gpu_hour(parsed)
-    except Exception:  # noqa: BLE001 - an odd stored spec: no internal price
-        return None
-    if price is None:
-        return None
-    gpus = (parsed.gpus_per_node or 0) * parsed.nodes
-    amount = (price * gpus * Decimal(str(seconds)) / 3600).quantize(Decimal("0.0001"))
-    return amount, (f"an internal price of ${price}/GPU-hour ({options.price_source(parsed)}) × {gpus} GPU(s) × "
-                    f"{seconds / 3600:.4f} h = ${amount}; not a bill from any cloud")
