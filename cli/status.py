@@ -13,7 +13,7 @@ from gpucluster.cli import common
 from gpucluster.cli.options import options
 from gpucluster.errors import GpuclusterError
 from gpucluster.infra.registry import provisioning
-from gpucluster.states import JsonObject, RunStatus, TeardownVerdict
+from gpucluster.states import JsonMapping, JsonObject, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -144,19 +144,33 @@ def _state(ledger: Ledger, r: JsonObject, latest: RunRow, now: float) -> None:
 
     idle = idle_left(ledger, r["cluster"], now) if r["state"] == "kept" else None
     if idle is not None:  # `up --idle-minutes N`: the nodes stop themselves after N minutes without a job
-        _idle_state(r, idle)
+        _idle_state(r, idle, latest.spec)
 
 
-def _idle_state(r: JsonObject, idle: tuple[int, float]) -> None:
+def _idle_state(r: JsonObject, idle: tuple[int, float], spec: JsonMapping | None) -> None:
     r["idle_minutes"], r["idle_stop_in_s"] = idle[0], round(max(0.0, idle[1]), 1)
     r["state"] += f", idle stop in {fmt_minutes(idle[1])}" if idle[1] > 0 else ", idle stop due now"
-    from gpucluster.infra.registry import NAMES, traits
-
-    facts = traits(r["cloud"]) if r["cloud"] in NAMES else None
-    keeps = facts.idle_stop_keeps if facts is not None else ""
-    if facts is not None and keeps:  # gcp: the GPU nodes go; the fee and the system pool bill until `down`
+    keeps = _kept_billing(str(r["cloud"]), spec)
+    if keeps:  # gcp: the GPU nodes go; the fee and the system pool bill until `down`
         r["idle_stop_keeps"] = keeps
-        r["state"] += f" (of {facts.idle_stop_stops}; {keeps} bill until down)"
+        r["state"] += f" (of the GPU nodes; {keeps} bill until down)"
+
+
+def _kept_billing(cloud: str, spec: JsonMapping | None) -> str:
+    """What the cluster's priced plan bills with its GPU nodes gone (`costing.plan.kept_billing`: the fee,
+    the system pool); "" for nothing, an unpriced backend, or a recorded spec that cannot be priced."""
+    from gpucluster.costing.plan import kept_billing, plan
+    from gpucluster.catalog.prices import load_catalog
+    from gpucluster.infra.registry import NAMES, plugin
+    from gpucluster.spec import ClusterSpec
+
+    backend = plugin(cloud) if cloud in NAMES else None
+    if backend is None or backend.pricing is None or spec is None:
+        return ""
+    try:
+        return kept_billing(plan(ClusterSpec.from_dict(dict(spec)), load_catalog(), backend=backend))
+    except (GpuclusterError, KeyError, ValueError, TypeError):  # an old or hand-edited spec row
+        return ""
 
 
 def _costs(ledger: Ledger, r: JsonObject, latest: RunRow, runs: list[RunRecord], closed: int,

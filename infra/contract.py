@@ -63,7 +63,6 @@ from gpucluster.errors import UsageError
 
 if TYPE_CHECKING:
     from gpucluster.catalog.prices import Catalog, PriceRow
-    from gpucluster.costing.plan import Plan
     from gpucluster.domain import Check, Cluster, Leftover, Provider
     from gpucluster.watch.launch import Launcher
     from gpucluster.spec import ClusterSpec
@@ -95,8 +94,6 @@ class Traits:
     kept_spares: str = "the machines"  # what `down` of such a cluster never touches
     verified_how: str = "by tag"  # how `down` checks a teardown ("by tag" / "by run id")
     verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
-    idle_stop_stops: str = "the nodes"  # what `--idle-minutes` stops (`status`)
-    idle_stop_keeps: str = ""  # what bills on after the idle stop until `down` (`status`), "" for nothing of note
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -259,18 +256,6 @@ class Provisioner:
     quota_markers: tuple[str, ...] = ()
 
 
-def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:
-    return []
-
-
-def _no_system_pool(spec: ClusterSpec) -> dict[str, object] | None:
-    return None
-
-
-def _no_region_note(region: str) -> str | None:
-    return None
-
-
 @dataclass
 class PricedRows:
     """What `Pricing.price_rows` returns for a resolved spec; the core puts it into its `Plan`."""
@@ -285,23 +270,27 @@ class PricedRows:
     system_unpriced: bool = False
     idle_nodes: int = 0  # GPU nodes that keep billing after the job ends (a fixed-size pool, its minimum)
     notes: list[str] = field(default_factory=list)
+    # an always-on pool of CPU nodes beside the GPU nodes (GKE: the system pool), as its `node-pool` ledger detail
+    # (machine_type, disk_type, ...): priced into the run's snapshot; with the fee it bills on when the GPU
+    # nodes are gone (`status` of a kept cluster with an idle stop says so)
+    system_pool: dict[str, object] | None = None
+    # what the max lifetime leaves billing, said with an estimate, to which the core adds the hourly figure of what
+    # still bills (the fee, the system pool, idle GPU nodes) and "until `gpucluster down`"; "" for nothing (gcp:
+    # "after the max lifetime the Job stops and the GPU pool scales to zero; the cluster fee and the system pool
+    # keep billing")
+    after_lifetime: str = ""
 
 
 @dataclass(frozen=True)
 class Pricing:
     default_region: str  # priced when the spec names none; where a missing disk price is borrowed
     default_disk_type: str
-    gpus_billed_apart: bool  # GCE: per GPU-hour apart from the VM; EC2: in the instance price
     # (spec, catalog, region, market, free_tier) -> machine, GPU and fee rows and notes
     price_rows: Callable[[ClusterSpec, Catalog, str, str, bool | None], PricedRows]
     instance_price: Callable[[Catalog, str, str, str], PriceRow]  # (catalog, region, item, market)
     # the ledger resource rows ({kind, name, detail}) a run of the resolved spec records
     planned_resources: Callable[[ClusterSpec, str, Catalog | None], list[dict[str, object]]]
     fetch_prices: Callable[..., list[PriceRow]]  # (catalog, *, regions, date, **clients)
-    estimate_notes: Callable[[Plan, Decimal], list[str]] = _no_notes
-    system_pool: Callable[[ClusterSpec], dict[str, object] | None] = _no_system_pool
-    # (region) -> what else a region needs before a run there (aws: opt-in regions), said with its prices
-    region_note: Callable[[str], str | None] = _no_region_note
 
 
 @dataclass(frozen=True)

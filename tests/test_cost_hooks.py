@@ -12,7 +12,7 @@ from gpucluster.costing import cost as C
 from gpucluster.costing.whatif import gpu_of
 from gpucluster.catalog.prices import load_catalog
 from gpucluster.errors import UsageError
-from gpucluster.infra.contract import Capability, Pricing
+from gpucluster.infra.contract import Capability, PricedRows
 from gpucluster.infra.registry import NAMES, plugin, priced
 from gpucluster.spec import ClusterSpec
 
@@ -23,10 +23,9 @@ def test_cost_hooks_have_not_applicable_defaults():
     assert free.pricing is None and not free.can(Capability.PRICED)
     with pytest.raises(UsageError, match="not priced"):
         free.needs_pricing()
-    bare = Pricing(default_region="r", default_disk_type="d", gpus_billed_apart=False, price_rows=None,
-                   instance_price=None, planned_resources=None, fetch_prices=None)
-    assert bare.estimate_notes(None, Decimal(0)) == [] and gpu_of(plugin("gcp"), "x", load_catalog(False)) is None
-    assert bare.system_pool(ClusterSpec(cloud="local", nodes=1)) is None
+    bare = PricedRows(machine=load_catalog(False).get("aws", "us-east-1", "instance", "g5.xlarge"))
+    assert bare.system_pool is None and bare.after_lifetime == "" and bare.gpu is None and bare.fee is None
+    assert gpu_of(plugin("gcp"), "x", load_catalog(False)) is None
     assert priced() == ("aws", "gcp")
     assert [n for n in NAMES if plugin(n).pricing is None] == ["local", "ssh", "kubernetes"]
 
@@ -43,3 +42,66 @@ def test_gpus_in_the_instance_price_or_billed_apart_is_the_backends_rule():
     (gcp_gpus,) = [ln for ln in gcp.lines if ln["category"] == "gpus"]
     assert Decimal(gcp_gpus["hourly"]) > 0 and "4 x V100" in gcp_gpus["description"]
     assert any("keep billing" in n for n in gcp.notes) and not any("keep billing" in n for n in aws.notes)
+
+
+def test_gpus_are_billed_apart_where_the_catalog_prices_them_by_themselves():
+    """Not a backend flag: a fact of the catalog (rows of kind gpu). A GCE shape without GPUs has no GPU row
+    and is still billed apart (no "included" line); an EC2 type's GPUs stay in its price; a gcp machine that
+    carries its GPUs names none in `what-if` (the run's accelerator says which)."""
+    from gpucluster.catalog.prices import Catalog
+    from gpucluster.costing.plan import gpus_billed_apart
+
+    catalog = load_catalog(False)
+    assert gpus_billed_apart(catalog, "gcp") and not gpus_billed_apart(catalog, "aws")
+    assert not gpus_billed_apart(Catalog([r for r in catalog.rows.values() if r.kind != "gpu"]), "gcp")
+    cpu = C.estimate(ClusterSpec(cloud="gcp", nodes=1, instance_type="n1-standard-8", gpus_per_node=0,
+                                 zone="us-central1-a"), 1, backend=plugin("gcp"), catalog=catalog)
+    assert not [ln for ln in cpu.lines if ln["category"] == "gpus"] and cpu.gpus == 0
+    assert gpu_of(plugin("gcp"), "a3-highgpu-8g", catalog) is None and gpu_of(plugin("aws"), "p4d.24xlarge",
+                                                                               catalog) == "A100"
+
+
+def test_an_instance_rows_gpus_are_priced_apart_only_where_the_catalog_bills_them_so():
+    """runcost: an `instance` row's `gpus` (GCE VMs) get a GPU line of their own; on aws they are in the
+    instance price, so a stray `gpus` in an EC2 row's detail adds nothing."""
+    from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
+
+    def lines(cloud, region, itype):
+        res = ResourceRow.from_dict({"kind": "instance", "name": "n0", "region": region, "requested_at": 0.0,
+                                     "created_at": 0.0, "deleted_at": 3600.0, "confirmed_gone": True,
+                                     "detail": {"instance_type": itype, "gpus": 2, "accelerator": "nvidia-tesla-v100"}})
+        run = RunRecord(RunRow(id=None, cloud=cloud, prices={}), resources=[res])
+        return [ln for ln in C.run_cost(run, backend=plugin(cloud), now=3600.0, catalog=load_catalog(False))["lines"]
+                if ln["category"] == "gpus"]
+
+    (gce,) = lines("gcp", "us-central1", "n1-standard-16")
+    assert gce["description"] == "2 x V100 (on-demand)" and Decimal(gce["cost"]) > 0
+    assert lines("aws", "us-east-1", "g5.12xlarge") == []
+
+
+def test_what_a_region_needs_is_the_backends_own_warning_for_it():
+    """An unpriced region's refusal adds what the backend's rules warn of there and not in its default region
+    (aws: an opt-in region), nothing else: not the spec's own warnings (no instance type, no ssh CIDR)."""
+    from gpucluster.costing.plan import region_needs
+
+    assert region_needs("aws", "il-central-1", plugin("aws")) == [
+        "il-central-1 is an opt-in region: enable it first with `aws account enable-region --region-name il-central-1`"]
+    assert region_needs("aws", "us-east-2", plugin("aws")) == []
+    assert region_needs("gcp", "asia-east1", plugin("gcp")) == []
+    with pytest.raises(Exception, match="not offered in region 'xx-nowhere-1'"):
+        region_needs("aws", "xx-nowhere-1", plugin("aws"))
+
+
+def test_what_bills_with_the_gpu_nodes_gone_is_read_from_the_plan():
+    """The fee and an always-on system pool (gcp's rows), nothing for aws; the system pool is said even when
+    its machine has no price (it still runs)."""
+    from gpucluster.costing.plan import kept_billing, plan
+
+    catalog = load_catalog(False)
+    gke = ClusterSpec(cloud="gcp", nodes=2, gpus_per_node=1, zone="us-central1-a")
+    assert kept_billing(plan(gke, catalog, backend=plugin("gcp"))) == "the cluster fee and the system pool"
+    odd = plan(gke.replace(options=(("systemMachineType", "c3-standard-4"),)), catalog, backend=plugin("gcp"))
+    assert odd.system_unpriced and kept_billing(odd) == "the cluster fee and the system pool"
+    ec2 = ClusterSpec(cloud="aws", nodes=2, instance_type="g5.xlarge", region="us-east-1")
+    assert kept_billing(plan(ec2, catalog, backend=plugin("aws"))) == ""
+    assert plan(ec2, catalog, backend=plugin("aws")).after_lifetime == ""

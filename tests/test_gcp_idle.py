@@ -370,6 +370,21 @@ def test_status_says_when_the_gpu_nodes_go_and_what_bills_on(home, monkeypatch):
                             "bill until down)")
 
 
+def test_what_bills_on_after_the_idle_stop_comes_from_the_clusters_priced_plan():
+    """`status` reads it from the plan of the recorded spec (its fee, its system pool): nothing for a cloud
+    whose plan has neither, for an unpriced backend, a cloud no backend is called, or a spec that cannot be
+    priced (then nothing is claimed)."""
+    from gpucluster.cli import status
+
+    gke = ClusterSpec(cloud="gcp", nodes=2, name="demo", zone="us-central1-a", options=(("idleMinutes", "30"),))
+    assert status._kept_billing("gcp", gke.to_dict()) == "the cluster fee and the system pool"
+    ec2 = ClusterSpec(cloud="aws", nodes=1, name="idle", instance_type="g5.xlarge", region="us-east-1")
+    assert status._kept_billing("aws", ec2.to_dict()) == ""
+    assert status._kept_billing("ssh", {**gke.to_dict(), "cloud": "ssh"}) == ""
+    assert status._kept_billing("nowhere", gke.to_dict()) == "" and status._kept_billing("gcp", None) == ""
+    assert status._kept_billing("gcp", {**gke.to_dict(), "instance_type": "n9-nothing-1"}) == ""
+
+
 def test_the_dry_run_lists_what_up_installs_in_the_cluster():
     pytest.importorskip("pulumi")
     from gpucluster.infra.registry import plugin

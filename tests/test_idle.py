@@ -172,7 +172,7 @@ def test_status_says_when_the_idle_stop_is_due(home, capsys, monkeypatch):
     led.finish_run("r20261126-000000-aaaaaa", status="succeeded", exit_code=0, teardown="kept", now=now - 540)
     rows = status.cluster_rows(led, now=now)
     assert rows[0]["idle_minutes"] == 30 and abs(rows[0]["idle_stop_in_s"] - 21 * 60) < 1
-    assert rows[0]["state"] == "kept, idle stop in 21 min"
+    assert rows[0]["state"] == "kept, idle stop in 21 min" and "idle_stop_keeps" not in rows[0]  # nothing bills on
     # a job on it (exec) that ended 2 minutes ago starts the count again
     led.create_run("r20261126-000100-bbbbbb", cloud="aws", cluster="idle", nodes=1, gpus_per_node=1,
                    command=["python", "x.py"], spec=spec.to_dict(), now=now - 300)

@@ -40,9 +40,9 @@ The region is the resource row's `region` column (a zone is reduced to its regio
 price snapshot's. Prices come from the run's snapshot (`price_snapshot`, stored with the run at
 launch); a price missing there is looked up in the current catalog and the line says so.
 
-Which of these a run of a cloud records is its backend's `planned_resources`; whether an
-instance's GPUs are billed apart from it (GCE) or inside its price (EC2) is the backend's
-`gpus_billed_apart`.
+Which of these a run of a cloud records is its backend's `planned_resources`; an instance's GPUs
+are billed apart from it (GCE) where the cloud's catalog prices GPUs by themselves (rows of kind
+`gpu`), else they are inside its price (EC2): `plan.gpus_billed_apart`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 from gpucluster.states import JsonMapping, JsonObject
 
-from .plan import Plan, is_free, plan, price_snapshot, region_for, resolved, same_cloud
+from .plan import Plan, gpus_billed_apart, is_free, plan, price_snapshot, region_for, resolved, same_cloud
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
 from .runcost import run_cost
 
@@ -168,6 +168,19 @@ def _gpu_hourly(lines: list[JsonObject]) -> Decimal:
                 and not _system_pool(ln)), Decimal(0))
 
 
+def _after_notes(planned: Plan, always_on: Decimal) -> list[str]:
+    """What keeps billing after the max lifetime (GKE: the fee and the system pool), in the backend's words
+    (`PricedRows.after_lifetime`) with its hourly figure; the GKE free tier, where it was asked for."""
+    notes = []
+    if always_on and planned.after_lifetime:
+        notes.append(f"{planned.after_lifetime} {money(always_on)}/h ({always_on.quantize(Decimal('0.0001'))}) "
+                     "until `gpucluster down`")
+    if planned.free_tier:
+        notes.append("GKE fee: free tier applied" + ("" if planned.zonal else " only to zonal clusters; this one is "
+                                                     "regional (no zone given)"))
+    return notes
+
+
 def _free_estimate(spec: ClusterSpec, hours: Decimal, backend: Plugin) -> Estimate:
     parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
     return Estimate(cloud=spec.cloud, region=None, nodes=int(spec.nodes), hours=hours, market="-", lines=[],
@@ -187,7 +200,6 @@ def estimate(spec: ClusterSpec, hours: object, *, backend: Plugin, catalog: Cata
     if is_free(backend):
         return _free_estimate(spec, hours, backend)
     catalog = catalog or load_catalog()
-    chosen = backend.needs_pricing()
     planned = plan(spec, catalog, free_tier, backend=backend)
     snapshot = price_snapshot(spec, catalog, backend=backend, free_tier=free_tier, now=now)
     run = RunRecord(RunRow(id=None, cloud=spec.cloud, prices=snapshot),
@@ -197,7 +209,7 @@ def estimate(spec: ClusterSpec, hours: object, *, backend: Plugin, catalog: Cata
     lines = _merged_lines(cost["lines"])
     for line in lines:
         _set_hourly(line)
-    if not chosen.gpus_billed_apart:  # the GPUs are in the instance price: say so on a line of their own
+    if not gpus_billed_apart(catalog, spec.cloud):  # the GPUs are in the instance price: a line of their own says so
         lines.insert(1, _included_gpus(planned))
     order = {c: i for i, c in enumerate(CATEGORIES)}
     lines.sort(key=lambda ln: order.get(ln["category"], 99))
@@ -206,9 +218,7 @@ def estimate(spec: ClusterSpec, hours: object, *, backend: Plugin, catalog: Cata
     total = Decimal(cost["total"])
     gpus = planned.nodes * planned.gpus_per_node
     gpu_hourly = _gpu_hourly(lines)
-    notes = list(planned.notes)
-    # what keeps billing after the max lifetime (GKE: the fee and the system pool), the free tier
-    notes += chosen.estimate_notes(planned, always_on)
+    notes = list(planned.notes) + _after_notes(planned, always_on)
     if hours * 3600 < MINIMUM_SECONDS:
         notes.append("instances are billed at least 60 seconds each")
     if spec.spot:

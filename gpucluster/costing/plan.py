@@ -2,8 +2,10 @@
 price snapshot; `Pricer` finds a price in a run's snapshot, else in today's catalog.
 
 The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
-machine, GPU and fee rows, `instance_price` prices an instance type, `default_region` and
-`default_disk_type` fill what the spec leaves out. The plugin (`backend`) is given by the caller,
+machine, GPU and fee rows (and an always-on system pool, what the max lifetime leaves billing),
+`instance_price` prices an instance type, `default_region` and `default_disk_type` fill what the
+spec leaves out. Whether GPUs are billed apart from the machines is a fact of the catalog
+(`gpus_billed_apart`). The plugin (`backend`) is given by the caller,
 which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
 asks the registry."""
 
@@ -45,6 +47,8 @@ class Plan:
     system_unpriced: bool = False
     idle_nodes: int = 0  # GPU nodes that keep billing after the job ends (GKE: a fixed pool, or its minimum)
     notes: list[str] = field(default_factory=list)
+    system_pool: JsonObject | None = None  # an always-on CPU pool's node-pool detail (GKE: the system pool)
+    after_lifetime: str = ""  # what the max lifetime leaves billing (`PricedRows.after_lifetime`)
 
 
 def pricing_of(backend: Plugin | None) -> Pricing | None:
@@ -93,9 +97,33 @@ def resolved(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
         return spec
 
 
-def system_pool(spec: ClusterSpec, pricing: Pricing | None) -> JsonObject | None:
-    """The backend's always-on extras (GKE: the CPU system pool), from `Pricing.system_pool`."""
-    return pricing.system_pool(spec) if pricing else None
+def gpus_billed_apart(catalog: Catalog, cloud: str) -> bool:
+    """Whether `cloud` bills GPUs apart from the machines they are attached to (GCE: per GPU-hour) rather
+    than in an instance's price (EC2): its catalog prices GPUs by themselves (rows of kind `gpu`)."""
+    return any(row.cloud == cloud and row.kind == "gpu" for row in catalog.rows.values())
+
+
+def kept_billing(planned: Plan) -> str:
+    """What bills on once the GPU nodes are gone (the idle stop released them, or the max lifetime passed)
+    until `down`, from the plan's rows: "the cluster fee and the system pool" (GKE); "" for nothing."""
+    kept = [what for what, there in (("the cluster fee", planned.fee is not None),
+                                     ("the system pool", planned.system_pool is not None)) if there]
+    return " and ".join(kept)
+
+
+def region_needs(cloud: str, region: str, backend: Plugin) -> list[str]:
+    """What else `region` needs before a run there (aws: an opt-in region is enabled first), as the backend's
+    own rules say it (`SpecRules.validate`): the warnings a one-node spec gets there and not in the backend's
+    default region. A region the backend does not know is refused here by those rules (with their
+    did-you-mean)."""
+    from gpucluster.spec import resolve as resolve_spec, validate
+
+    def warnings(where: str) -> list[str]:
+        return validate(resolve_spec(ClusterSpec(cloud=cloud, nodes=1, region=where), backend), backend)
+
+    here = warnings(region)
+    usual = set(warnings(backend.needs_pricing().default_region)) if here else set()
+    return [w for w in here if w not in usual]
 
 
 def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, backend: Plugin) -> Plan:
@@ -107,15 +135,11 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     region = region_for(spec, chosen) or chosen.default_region
     regions = catalog.regions(spec.cloud)
     if region not in regions:
-        from gpucluster.spec import resolve as resolve_spec, validate
-
-        # a region the backend does not know is refused by its own rules (with their did-you-mean)
-        validate(resolve_spec(ClusterSpec(cloud=spec.cloud, nodes=1, region=region), backend), backend)
-        note = chosen.region_note(region)
+        needs = region_needs(spec.cloud, region, backend)
         raise UsageError(f"{spec.cloud} region {region!r} has no prices in the catalog; "
                          f"allowed: {', '.join(regions)}, "
                          f"or {region} once priced: `gpucluster prices refresh --cloud {spec.cloud} --region {region}` "
-                         f"(needs {spec.cloud} credentials)" + (f"; {note}" if note else ""))
+                         f"(needs {spec.cloud} credentials)" + "".join(f"; {n}" for n in needs))
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_size, low=1, high=65536)
@@ -127,6 +151,7 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
     result.idle_nodes = min(rows.idle_nodes, nodes)
     result.notes += rows.notes
+    result.system_pool, result.after_lifetime = rows.system_pool, rows.after_lifetime
     return result
 
 
@@ -150,11 +175,11 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend
     chosen = backend.needs_pricing()
     planned = plan(spec, catalog, free_tier, backend=backend)
     prices: JsonObject = {}
-    system = system_pool(resolved(spec, backend), chosen)
+    system = planned.system_pool
     rows = [planned.machine, planned.gpu, planned.disk, planned.fee]
     if system and not planned.system_unpriced:
-        rows.append(chosen.instance_price(catalog, planned.region, system["machine_type"], "on-demand"))
-        rows.append(disk_row(catalog, spec.cloud, planned.region, system["disk_type"], [], chosen.default_region))
+        rows.append(chosen.instance_price(catalog, planned.region, str(system["machine_type"]), "on-demand"))
+        rows.append(disk_row(catalog, spec.cloud, planned.region, str(system["disk_type"]), [], chosen.default_region))
     rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "public"))  # aws: every public address
     for market in dict.fromkeys((planned.market, "on-demand")):  # gcp: the nodes' external addresses, by market
         rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "external-ipv4", market))
@@ -186,7 +211,6 @@ class Pricer:
         self._catalog = catalog
         self._backend = pricing
         self.region = self.snapshot.get("region") or (self._backend.default_region if self._backend else None)
-        self.gpus_billed_apart = bool(self._backend and self._backend.gpus_billed_apart)
         self.default_disk_type = self._backend.default_disk_type if self._backend else None
 
     @property
@@ -194,6 +218,12 @@ class Pricer:
         if self._catalog is None:
             self._catalog = load_catalog()
         return self._catalog
+
+    @property
+    def gpus_billed_apart(self) -> bool:
+        """The run's GPUs are billed apart from its instances (`gpus_billed_apart` of the catalog); a cloud
+        not registered: no (its instances are priced by the catalog's rows alone)."""
+        return self._backend is not None and gpus_billed_apart(self.catalog, self.cloud)
 
     def price(self, kind: str, item: str, market: str, region: str | None) -> tuple[Decimal, JsonObject, str]:
         region = region or self.region or ""  # none known: no row matches, and get() says so

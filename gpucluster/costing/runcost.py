@@ -80,8 +80,9 @@ class _Lines:
         self.add("instances", f"{count} x {itype} ({market})" if fleet else f"{itype} ({market})", price, count,
                  "hour", billed, cost, cited, note)
         _ipv4_lines(int(detail.get("public_ipv4") or 0) * count, self.seconds, self.pricer, self.region, self.add)
-        if self.pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
-            self.gpus(int(detail.get("gpus") or 0))
+        gpus = int(detail.get("gpus") or 0)
+        if gpus and self.pricer.gpus_billed_apart:  # GCE VMs: GPUs billed apart; EC2: in the instance price
+            self.gpus(gpus)
         _disk_lines(detail, count, self.seconds, self.pricer, self.region, self.add)
 
     def node_pool(self) -> None:

@@ -16,7 +16,7 @@ from gpucluster.spec import ClusterSpec, parse_int
 from gpucluster.states import JsonObject, RunStatus
 
 from .estimate import estimate
-from .plan import is_free, pricing_of
+from .plan import gpus_billed_apart, is_free, pricing_of
 
 if TYPE_CHECKING:
     from gpucluster.infra.contract import Plugin
@@ -27,7 +27,7 @@ def gpu_of(backend: Plugin | None, instance_type: str, catalog: Catalog) -> str 
     else the backend's shapes' (`SpecRules.gpu_shapes`: a type with no price row). None where the GPUs are
     billed apart from the machine (gcp: the run's accelerator says which) or the backend is not priced."""
     pricing = pricing_of(backend)
-    if backend is None or pricing is None or pricing.gpus_billed_apart:
+    if backend is None or pricing is None or gpus_billed_apart(catalog, backend.name):
         return None
     row = next((r for r in catalog.rows.values() if r.cloud == backend.name and r.item == instance_type), None)
     if row is not None and row.gpu:

@@ -182,7 +182,8 @@ OPT_IN_REGIONS = ("ap-east-1", "ap-southeast-3", "eu-south-2", "il-central-1", "
 
 
 def region_note(region: str) -> str | None:
-    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired)."""
+    """Opt-in regions are disabled until the account enables them (RunInstances: OptInRequired): a warning of
+    `validate_spec`, which the cost engine also says with an unpriced region (`costing.plan.region_needs`)."""
     if region in OPT_IN_REGIONS:
         return (f"{region} is an opt-in region: enable it first with `aws account enable-region --region-name "
                 f"{region}`")

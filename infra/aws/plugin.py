@@ -110,9 +110,7 @@ PLUGIN = CreatedMachines(
         relaunch=engine.relaunch, relaunch_delays=engine.RELAUNCH_DELAYS),
     pricing=Pricing(
         default_region=catalog.DEFAULT_REGION, default_disk_type=catalog.DEFAULT_DISK_TYPE,
-        gpus_billed_apart=False,  # an EC2 instance's price includes its GPUs
         price_rows=prices.price_rows, instance_price=prices.instance_price,
-        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices,
-        region_note=catalog.region_note),  # opt-in regions
+        planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices),
     objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
 )

@@ -125,9 +125,8 @@ PLUGIN = CreatedMachines(
     pricing=Pricing(
         default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
         default_disk_type=catalog.DEFAULT_DISK_TYPE,
-        gpus_billed_apart=True,  # GCE bills attached GPUs per GPU-hour, apart from the VM
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
-        fetch_prices=prices.fetch_prices, estimate_notes=prices.estimate_notes, system_pool=catalog.system_pool),
+        fetch_prices=prices.fetch_prices),
     objects=ObjectStore(scheme="gs", url=gcs.parse_url, read_option=gcs.READ_OPTION, write_option=gcs.WRITE_OPTION),
     accounts=Accounts(with_project=access.spec_with_project, parse_project=parse_project),
 )

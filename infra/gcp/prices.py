@@ -1,6 +1,6 @@
 """What GCP charges: the price fetcher behind `Pricing.fetch_prices` (Cloud Billing Catalog SKUs
 of Compute Engine) and the GCE/GKE pricing rules the cost engine calls (`n1_row`, `price_rows`,
-`planned_resources`, `estimate_notes`).
+`planned_resources`).
 
 GCE bills an N1 VM's vCPUs and memory (named types: the catalog's rows; other N1 shapes: derived
 from the unit prices) and its GPUs apart; GKE adds the cluster fee and an always-on CPU system
@@ -17,7 +17,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Iterable, Protocol
 
 from gpucluster.catalog.prices import UNITS, Catalog, PriceRow, normalize_gpu
-from gpucluster.costing.rules import money
 from gpucluster.errors import UsageError, not_allowed, require
 from gpucluster.infra.contract import PricedRows
 from gpucluster.spec import ClusterSpec
@@ -30,8 +29,6 @@ from .shapes import Shape
 
 if TYPE_CHECKING:
     from google.cloud.billing_v1.types import Sku
-
-    from gpucluster.costing.plan import Plan
 
 GCP_COMPUTE_SERVICE = "services/6F81-5844-456A"
 
@@ -195,7 +192,7 @@ def n1_row(catalog: Catalog, region: str, machine_type: str, market: str) -> Pri
 def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
                free_tier: bool | None = None) -> PricedRows:
     """The host row (N1, or the G2/A2/A3 machine without its GPUs), the GPU row (a count and shape GCE
-    allows), the GKE fee, the system pool."""
+    allows), the GKE fee, the system pool, and what the max lifetime leaves billing."""
     from . import shapes
 
     itype = spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE
@@ -207,7 +204,8 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
         _gpu_rows(rows, spec, catalog, region, market, itype, carried, gpus)
     else:
         rows.notes.append("no GPUs requested (pass --gpu TYPE:COUNT, e.g. --gpu L4:1, to add GPUs)")
-    system = system_pool(spec)["machine_type"]
+    rows.system_pool = system_pool(spec)
+    system = str(rows.system_pool["machine_type"])
     if catalog.find("gcp", region, "instance", system, "on-demand") is None and n1_shape(system) is None:
         rows.notes.append(f"the GKE system node pool ({system}) has no price in the catalog: not included")
         rows.system_unpriced = True
@@ -223,7 +221,19 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
         rows.notes.append(f"idle stop: {idle} min after the last gpucluster job the GPU nodes are released and the "
                           f"pool scales to {floor} about 10 min later (the cluster autoscaler's delay); the cluster "
                           "fee and the system pool keep billing until `gpucluster down`")
+    rows.after_lifetime = _after_lifetime(min(rows.idle_nodes, int(spec.nodes)), int(spec.nodes))
     return rows
+
+
+def _after_lifetime(idle: int, nodes: int) -> str:
+    """After the max lifetime the Job stops; what keeps billing then (the core adds the figure and "until down")."""
+    kept = ("the cluster fee and the system pool" if not idle else
+            f"all {nodes} GPU node(s) (the option autoscale is false), the cluster fee and the system pool"
+            if idle >= nodes else
+            f"the pool's minimum of {idle} GPU node(s) (option minNodes), the cluster fee and the system pool")
+    how = ("the GPU pool scales to zero" if not idle else "the GPU pool keeps its nodes"
+           if idle >= nodes else f"the GPU pool scales down to {idle} node(s)")
+    return f"after the max lifetime the Job stops and {how}; {kept} keep billing"
 
 
 def _gpu_rows(rows: PricedRows, spec: ClusterSpec, catalog: Catalog, region: str, market: str, itype: str,
@@ -274,21 +284,3 @@ def planned_resources(spec: ClusterSpec, region: str, catalog: Catalog | None = 
     if priced:
         rows.append({"kind": "node-pool", "name": f"{spec.name}-system", "detail": system})
     return rows
-
-
-def estimate_notes(plan: Plan, always_on: Decimal) -> list[str]:
-    notes = []
-    if always_on:
-        kept = ("the cluster fee and the system pool" if not plan.idle_nodes else
-                f"all {plan.nodes} GPU node(s) (the option autoscale is false), the cluster fee and the system pool"
-                if plan.idle_nodes >= plan.nodes else
-                f"the pool's minimum of {plan.idle_nodes} GPU node(s) (option minNodes), the cluster fee and the "
-                "system pool")
-        how = ("the GPU pool scales to zero" if not plan.idle_nodes else "the GPU pool keeps its nodes"
-               if plan.idle_nodes >= plan.nodes else f"the GPU pool scales down to {plan.idle_nodes} node(s)")
-        notes.append(f"after the max lifetime the Job stops and {how}; {kept} keep billing {money(always_on)}/h "
-                     f"({always_on.quantize(Decimal('0.0001'))}) until `gpucluster down`")
-    if plan.free_tier:
-        notes.append("GKE fee: free tier applied" + ("" if plan.zonal else " only to zonal clusters; this one is "
-                                                     "regional (no zone given)"))
-    return notes
