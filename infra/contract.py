@@ -261,6 +261,7 @@ class PricedRows:
     """What `Pricing.price_rows` returns for a resolved spec; the core puts it into its `Plan`."""
 
     machine: PriceRow  # instance row (derived for shapes priced from unit prices)
+    disk_type: str = ""  # the nodes' disks, priced by the core: the spec's type, else the backend's default
     gpus_per_node: int = 0
     gpu_name: str | None = None
     gpu: PriceRow | None = None  # per-GPU row, where GPUs are billed apart from the instance
@@ -284,7 +285,6 @@ class PricedRows:
 @dataclass(frozen=True)
 class Pricing:
     default_region: str  # priced when the spec names none; where a missing disk price is borrowed
-    default_disk_type: str
     # (spec, catalog, region, market, free_tier) -> machine, GPU and fee rows and notes
     price_rows: Callable[[ClusterSpec, Catalog, str, str, bool | None], PricedRows]
     instance_price: Callable[[Catalog, str, str, str], PriceRow]  # (catalog, region, item, market)

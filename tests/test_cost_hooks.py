@@ -105,3 +105,28 @@ def test_what_bills_with_the_gpu_nodes_gone_is_read_from_the_plan():
     ec2 = ClusterSpec(cloud="aws", nodes=2, instance_type="g5.xlarge", region="us-east-1")
     assert kept_billing(plan(ec2, catalog, backend=plugin("aws"))) == ""
     assert plan(ec2, catalog, backend=plugin("aws")).after_lifetime == ""
+
+
+def test_the_nodes_disk_type_comes_with_the_price_rows_and_the_default_is_the_backends_answer():
+    """No `default_disk_type` hook: `price_rows` says which disk type it prices (the spec's, else its default);
+    a ledger disk that names no type is priced at what the backend gives a spec that names none; a disk type
+    named and not allowed is refused before the machine is looked at (as before)."""
+    from gpucluster.costing.plan import Pricer, plan
+    from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
+
+    catalog = load_catalog(False)
+    assert plan(ClusterSpec(cloud="aws", nodes=1, region="us-east-1"), catalog, backend=plugin("aws")).disk.item == "gp3"
+    gke = ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=1, zone="us-central1-a")
+    assert plan(gke, catalog, backend=plugin("gcp")).disk.item == "pd-balanced"
+    assert plan(gke.replace(disk_type="pd-ssd"), catalog, backend=plugin("gcp")).disk.item == "pd-ssd"
+    assert Pricer(None, "gcp", catalog, plugin("gcp").pricing).default_disk_type == "pd-balanced"
+    assert Pricer(None, "aws", catalog, plugin("aws").pricing).default_disk_type == "gp3"
+    assert Pricer(None, "nowhere", catalog, None).default_disk_type is None
+    with pytest.raises(UsageError, match="gcp disk type 'foo' is not allowed"):
+        plan(gke.replace(disk_type="foo", instance_type="nope-1"), catalog, backend=plugin("gcp"))
+    res = ResourceRow.from_dict({"kind": "node-pool", "name": "p", "region": "us-central1", "requested_at": 0.0,
+                                 "created_at": 0.0, "deleted_at": 3600.0, "confirmed_gone": True,
+                                 "detail": {"machine_type": "n1-standard-16", "node_count": 1, "disk_gb": 100}})
+    cost = C.run_cost(RunRecord(RunRow(id=None, cloud="gcp", prices=None), resources=[res]), backend=plugin("gcp"),
+                      now=3600.0, catalog=catalog)
+    assert [ln["description"] for ln in cost["lines"] if ln["category"] == "disks"] == ["100 GB pd-balanced"]

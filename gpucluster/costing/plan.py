@@ -2,11 +2,10 @@
 price snapshot; `Pricer` finds a price in a run's snapshot, else in today's catalog.
 
 The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
-machine, GPU and fee rows (and an always-on system pool, what the max lifetime leaves billing),
-`instance_price` prices an instance type, `default_region` and `default_disk_type` fill what the
-spec leaves out. Whether GPUs are billed apart from the machines is a fact of the catalog
-(`gpus_billed_apart`). The plugin (`backend`) is given by the caller,
-which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
+machine, GPU and fee rows, the nodes' disk type, an always-on system pool and what the max lifetime
+leaves billing; `instance_price` prices an instance type; `default_region` fills what the spec
+leaves out. Whether GPUs are billed apart from the machines is a fact of the catalog
+(`gpus_billed_apart`). The plugin (`backend`) is given by the caller, which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
 asks the registry."""
 
 from __future__ import annotations
@@ -122,7 +121,10 @@ def region_needs(cloud: str, region: str, backend: Plugin) -> list[str]:
         return validate(resolve_spec(ClusterSpec(cloud=cloud, nodes=1, region=where), backend), backend)
 
     here = warnings(region)
-    usual = set(warnings(backend.needs_pricing().default_region)) if here else set()
+    try:
+        usual = set(warnings(backend.needs_pricing().default_region)) if here else set()
+    except UsageError:  # the default region refused too: every warning of this one is said
+        usual = set()
     return [w for w in here if w not in usual]
 
 
@@ -143,9 +145,11 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     market = "spot" if spec.spot else "on-demand"
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_size, low=1, high=65536)
-    result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type or chosen.default_disk_type, result.notes,
-                           chosen.default_region)
+    if spec.disk_type:  # a type named is checked first, as its error comes before the machine's
+        result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type, result.notes, chosen.default_region)
     rows = chosen.price_rows(spec, catalog, region, market, free_tier)
+    if not spec.disk_type:  # none named: the backend's default (`PricedRows.disk_type`)
+        result.disk = disk_row(catalog, spec.cloud, region, rows.disk_type, result.notes, chosen.default_region)
     result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
     result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
     result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
@@ -210,14 +214,26 @@ class Pricer:
         self.cloud = cloud
         self._catalog = catalog
         self._backend = pricing
+        self._default_disk: str | None = None
         self.region = self.snapshot.get("region") or (self._backend.default_region if self._backend else None)
-        self.default_disk_type = self._backend.default_disk_type if self._backend else None
 
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
             self._catalog = load_catalog()
         return self._catalog
+
+    @property
+    def default_disk_type(self) -> str | None:
+        """For a disk row that names no type: the backend's default, the type its `price_rows` gives a spec that
+        names none (in its default region); None for a cloud not registered."""
+        if self._backend is None:
+            return None
+        if self._default_disk is None:
+            bare = ClusterSpec(cloud=self.cloud, nodes=1)
+            self._default_disk = self._backend.price_rows(bare, self.catalog, self._backend.default_region,
+                                                          "on-demand", None).disk_type
+        return self._default_disk or None
 
     @property
     def gpus_billed_apart(self) -> bool:

@@ -177,7 +177,8 @@ def fetch_prices(catalog: Catalog, *, regions: list[str], date: str, pricing_cli
 # -- pricing rules (the cost engine's hooks) ---------------------------------------------------
 def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
                free_tier: bool | None = None) -> PricedRows:
-    """The instance row (GPUs included in its price); a GPU count the type does not carry is refused."""
+    """The instance row (GPUs included in its price), the root disk's type; a GPU count the type does not carry
+    is refused."""
     itype = _type_of(spec)
     machine = catalog.get("aws", region, "instance", itype, market)
     if spec.gpus_per_node is not None and int(spec.gpus_per_node) != machine.gpus:
@@ -187,7 +188,8 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
         raise UsageError(f"gpus {spec.gpus_per_node} is not allowed for {itype}: it carries exactly "
                          f"{machine.gpus} GPU(s)"
                          + (f"; types with {spec.gpus_per_node}: {', '.join(same)}" if same else ""))
-    return PricedRows(machine=machine, gpus_per_node=machine.gpus, gpu_name=machine.gpu)
+    return PricedRows(machine=machine, disk_type=spec.disk_type or DEFAULT_DISK_TYPE, gpus_per_node=machine.gpus,
+                      gpu_name=machine.gpu)
 
 
 def _type_of(spec: ClusterSpec) -> str:

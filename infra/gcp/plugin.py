@@ -124,7 +124,6 @@ PLUGIN = CreatedMachines(
         after_up=after_up),  # the idle stop's watcher in the cluster (option idleMinutes)
     pricing=Pricing(
         default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
-        default_disk_type=catalog.DEFAULT_DISK_TYPE,
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
         fetch_prices=prices.fetch_prices),
     objects=ObjectStore(scheme="gs", url=gcs.parse_url, read_option=gcs.READ_OPTION, write_option=gcs.WRITE_OPTION),

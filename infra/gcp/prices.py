@@ -198,7 +198,7 @@ def price_rows(spec: ClusterSpec, catalog: Catalog, region: str, market: str,
     itype = spec.instance_type or DEFAULT_PRICED_MACHINE_TYPE
     carried = shapes.BY_NAME.get(itype)
     rows = PricedRows(machine=catalog.get("gcp", region, "instance", itype, market) if carried
-                      else n1_row(catalog, region, itype, market))
+                      else n1_row(catalog, region, itype, market), disk_type=spec.disk_type or DEFAULT_DISK_TYPE)
     gpus = 0 if spec.gpus_per_node is None else int(spec.gpus_per_node)
     if gpus:
         _gpu_rows(rows, spec, catalog, region, market, itype, carried, gpus)
