@@ -14,7 +14,6 @@ A provider turns a validated `ClusterSpec` into a `Cluster` and back into nothin
   state, **and** every check that could not run (no credentials, an unreachable host, ...).
   Only a `Check` whose verdict is "verified" (every check ran, nothing found) is the teardown
   guarantee; a skipped check is never counted as clean.
-- `status(name) -> ClusterStatus | None`.
 
 Like SkyPilot's per-cloud `provision/<cloud>/instance.py` or Ray's `NodeProvider`: one small
 contract, one module per cloud, the cloud SDKs imported lazily.
@@ -179,15 +178,6 @@ class Check:
         return f"{self.verdict}: " + "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
-    name: str
-    cloud: str
-    state: str  # "up", "creating", "deleting", "gone", "unknown"
-    nodes: int
-    detail: JsonObject = field(default_factory=dict)
-
-
 class Provider:
     """What a backend's `make()` hands back to provision and check a cluster (the contract is in
     this module's docstring). Subclass it; every optional part has a default here, so callers
@@ -231,9 +221,6 @@ class Provider:
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         raise NotImplementedError
-
-    def status(self, name: str) -> ClusterStatus | None:
-        return None
 
     def attach(self, name: str) -> Cluster | None:
         """A cluster that is up and kept (`up`, `run --keep`), with what reaching it needs (keys,

@@ -247,19 +247,15 @@ class Operations:
 @dataclass(frozen=True)
 class Provisioner:
     """What the core asks of a backend that creates machines: `gc`'s scan and delete of what is tagged as
-    ours (gpucluster.lifecycle.teardown), and which failures mean "no capacity" or "quota too low" there
-    (placement fails over on those: gpucluster.lifecycle.failover, recovery). Everything the shared Pulumi
-    engine alone reads (the program, stack outputs, engine events, capacity zones, terminate, relaunch)
-    is its own contract: `gpucluster.infra.pulumi.cloud.PulumiCloud`, which extends this part."""
+    ours (gpucluster.lifecycle.teardown). A create that failed for want of capacity or quota says so with
+    the error it raises (`ProvisionError.cause`; placement and recovery read it). Everything the shared
+    Pulumi engine alone reads (the program, stack outputs, engine events, capacity markers and zones,
+    terminate, relaunch) is its own contract: `gpucluster.infra.pulumi.cloud.PulumiCloud`, which extends
+    this part."""
 
     scan: Callable[[str | None, str | None, ScanScope], ScanReport]
     delete: Callable[[Sequence[Leftover], ScanScope, float | None], list[str]]  # wait seconds
     gc_scope: Callable[[Sequence[Record], Sequence[Record], tuple[str, ...], str | None], ScanScope]
-    gc_label: Callable[[ScanScope], str]
-    capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
-    # substrings of a create-time error meaning "a quota is too low there" (placement fails over on these
-    # as on capacity: docs/placement.md)
-    quota_markers: tuple[str, ...] = ()
 
 
 def _no_notes(plan: Plan, always_on_hourly: Decimal) -> list[str]:

@@ -97,13 +97,10 @@ def test_provider_up_builds_nodes_head_first_and_creates_nothing():
     assert cluster.head == Node(0, "10.0.0.5", "10.0.0.5", "ubuntu", 22, gpus=4)
     assert cluster.nodes[1].port == 2222 and cluster.nodes[1].private_ip == "gpu2"
     assert cluster.gpus_per_node == 4 and cluster.cloud == "ssh"
-    assert p.status("lab").state == "up" and p.status("lab").nodes == 2
-    assert p.status("other") is None
     # never brought up here: its hosts are unknown, so nothing could be checked, and it says so
     assert p.leftovers("other", "r1").verdict == "not verified"
     p.down("lab", NullEvents())
-    p.down("lab", NullEvents())  # idempotent; the hosts stay known for the leftover check after it
-    assert p.status("lab").state == "up"
+    p.down("lab", NullEvents())  # idempotent
 
 
 def test_private_ips_option():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING, Mapping
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Provider, ProvisionEvents
 from gpucluster.errors import SpecError, UsageError
 from gpucluster.states import JsonMapping, JsonObject
 
@@ -160,9 +160,6 @@ class KubeProvider(Provider):
         context, namespace = self.where  # read back by the run's label, deletion under way counting as gone
         api = KubeApi.from_api_client(access.api_client(context))
         return Check.of(run_leftovers(api, namespace, run_id, self.kinds, retry=Retry(30)))
-
-    def status(self, name: str) -> ClusterStatus | None:
-        return None
 
 
 def _namespace_state(core: KubeClient, namespace: str) -> tuple[bool, bool]:

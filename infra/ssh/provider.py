@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpucluster.errors import SpecError, not_allowed
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Node, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Node, Provider, ProvisionEvents
 
 if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
@@ -226,10 +226,3 @@ class SshProvider(Provider):
         return Check.of(remote_leftovers(
             cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options
         ))
-
-    def status(self, name: str) -> ClusterStatus | None:
-        cluster = self._clusters.get(name)
-        if cluster is None:
-            return None
-        return ClusterStatus(name=name, cloud="ssh", state="up", nodes=len(cluster.nodes),
-                             detail={"hosts": list(cluster.outputs["hosts"])})
