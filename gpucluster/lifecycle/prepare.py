@@ -202,7 +202,7 @@ def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
     from gpucluster.spec import normalize, resolve, validate
 
     # it picks a machine: only where one is made, or where the backend picks nodes by their GPU (kubernetes)
-    if req.gpu is not None and not backend.can(Capability.PROVISIONS) and not backend.traits.gpu_selects_nodes:
+    if req.gpu is not None and not backend.can(Capability.PROVISIONS) and not backend.can(Capability.GPU_SELECTS_NODES):
         raise UsageError(f"--gpu {req.gpu} is not allowed with --cloud {req.cloud}: it picks the machine to create "
                          f"({' or '.join(req.provisioning) or 'aws or gcp'}) or, on kubernetes, the nodes by their "
                          "GPU; here the machines exist: use --gpus-per-node")

@@ -70,7 +70,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
     from gpucluster.ownership import installation_id
 
-    check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's
+    check = Check.of(clean_recorded_hosts(rows, owner=installation_id()), how="by run id")  # this home's only
     return check.with_unchecked(*(
         f"run {rid}: the ledger holds no ssh connection details for it; check its hosts by hand"
         for rid in sorted(set(runs) - recorded)))
