@@ -182,10 +182,6 @@ class Transport:
         return self.provider(options) if self.provider else self.make(options)[0]
 
 
-def _no_hosts(text: str | None) -> tuple[str, ...]:
-    return ()
-
-
 def _unknown_gpus() -> int | None:
     return None
 
@@ -202,7 +198,6 @@ def _no_doctor(region: str | None, project: str | None, sole: bool, **shape: obj
 
 @dataclass(frozen=True)
 class Operations:
-    host_list: Callable[[str | None], tuple[str, ...]] = _no_hosts
     known_gpus: Callable[[], int | None] = _unknown_gpus
     # down's independent check after deleting cluster `name`; runs: run id -> its ledger record. The Check says
     # how it looked (`Check.how`, said as "verified by run id"): by tag unless the backend's check names another way
