@@ -140,6 +140,8 @@ class KubeProvider(Provider):
             self.gpu_nodes = assumed(str(options.gpu(spec)), options.pinned_product(spec))
         self.spec = spec  # a kept cluster's check (`held.hold`) asks the preflight of this spec
         return Cluster(name=spec.name, cloud="kubernetes", nodes=(), gpus_per_node=int(spec.gpus_per_node or 0),
+                       kept_as="a namespace of an existing Kubernetes cluster",
+                       spares="the namespace, the cluster or its nodes",
                        outputs={"nodes": spec.nodes, "context": spec.option("context"),
                                 "namespace": spec.option("namespace"), "max_lifetime_minutes": spec.max_lifetime_minutes,
                                 "gpu_resource": options.gpu_resource(spec),
