@@ -215,7 +215,7 @@ def _provision(planned: Planned, *, ledger: Ledger, ui: RunUI, over: list[str]) 
         from gpucluster.infra.registry import plugin
 
         backends = {c.cloud: plugin(c.cloud) for c in planned.placement.tried}
-        cand, made = up_placed(planned.placement, ledger=ledger, ui=ui, backends=backends, provision_one=lambda c: (
+        cand, made = up_placed(planned.placement, ledger=ledger, ui=ui, provision_one=lambda c: (
             provision_only(c.plan.spec, ledger=ledger, provider=c.plan.provider, ui=ui, backend=backends[c.cloud],
                            prices=c.plan.prices)))
         plan = planned.plan = cand.plan  # the candidate that is up: what is recorded and shown

@@ -178,7 +178,7 @@ def _render(out: Console, result: Downed, chosen: Plugin) -> None:
         out.print(f"[red]{name}: {result.error}[/red]")
     elif check.verified:
         alone = f"; {len(untouched)} resource(s) not ours left alone" if untouched else ""
-        out.print(f"[green]{name}: down; verified {chosen.traits.verified_how}: every check ran and found nothing "
+        out.print(f"[green]{name}: down; verified {check.how}: every check ran and found nothing "
                   f"of ours{alone}[/green]")
         for line in result.verdict.get("acknowledged", ()):
             out.print(f"  checked by you (--ack-unwitnessed): {line}")

@@ -88,7 +88,7 @@ def exec_(cluster: str, command: tuple[str, ...], quiet: bool, as_json: bool, **
 
     out.print(f"the nodes bill to cluster {kept.name} (run {kept.origin.id}) until `gpucluster down {kept.name}`"
               if kept.cloud in provisioning() else f"cluster {kept.name} stays kept "
-              f"({kept_said(planned.backend, planned.plan.spec)[0]}) until `gpucluster down {kept.name}`",
+              f"({kept_said(planned.backend, planned.plan.spec, cluster_)[0]}) until `gpucluster down {kept.name}`",
               highlight=False)
     if outcome.record_error:
         from gpucluster.ledger.recording import record_line

@@ -142,7 +142,7 @@ def run_failover(placement: Placement, *, ledger: Ledger, ui: RunUI | None, keep
             plan.resumed_from = after
         return run_plan(plan, ledger=ledger, ui=ui, backend=backend, keep=keep, reprice=reprice(backend))
 
-    return run_placed(placement, ledger=ledger, ui=ui, backends=backends, run_one=one)
+    return run_placed(placement, ledger=ledger, ui=ui, run_one=one)
 
 
 def check_regions(asked: str | None, backends: Mapping[str, Plugin]) -> None:

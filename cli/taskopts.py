@@ -253,9 +253,12 @@ def _check_output(value: Any, cloud: str | None) -> None:
 
 
 def _check_hosts(value: Any, cloud: str | None) -> None:
+    """A task file's `hosts:` checked as `--hosts` is (`prepare.given_hosts`: the backend's own `validate`)."""
+    from gpucluster.lifecycle.prepare import given_hosts
+
     backend = _plugin(cloud)
     if backend is not None:
-        backend.ops.host_list(value)
+        given_hosts(None if value is None else str(value), backend)
 
 
 def _check_limit(value: Any, cloud: str | None) -> None:

@@ -158,7 +158,7 @@ def _render(out: Console, cluster: Cluster, plan: Prepared, as_json: bool, backe
     else:
         from gpucluster.lifecycle.held import kept_said
 
-        what, spares = kept_said(backend, plan.spec)
+        what, spares = kept_said(backend, plan.spec, cluster)
         out.print(f"{what}; jobs: gpucluster exec {cluster.name} -- ...; gpucluster down {cluster.name} removes what "
                   f"gpucluster put there, never {spares}")
     return 0

@@ -14,7 +14,6 @@ A provider turns a validated `ClusterSpec` into a `Cluster` and back into nothin
   state, **and** every check that could not run (no credentials, an unreachable host, ...).
   Only a `Check` whose verdict is "verified" (every check ran, nothing found) is the teardown
   guarantee; a skipped check is never counted as clean.
-- `status(name) -> ClusterStatus | None`.
 
 Like SkyPilot's per-cloud `provision/<cloud>/instance.py` or Ray's `NodeProvider`: one small
 contract, one module per cloud, the cloud SDKs imported lazily.
@@ -22,7 +21,7 @@ contract, one module per cloud, the cloud SDKs imported lazily.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gpucluster.events import NullEvents, ProvisionEvents
@@ -60,6 +59,10 @@ class Cluster:
     ssh_private_key: str | None = None  # secret: never logged, never written to the ledger
     kubeconfig: str | None = None  # secret
     outputs: JsonObject = field(default_factory=dict)  # non-secret provider outputs
+    # a kept cluster of machines that exist (`up`, `exec`: `gpucluster.lifecycle.held.kept_said`), in its
+    # provider's words: what it is, and what `down` never touches; None: "machines that exist", "the machines"
+    kept_as: str | None = None
+    spares: str | None = None
 
     @property
     def head(self) -> Node:
@@ -125,6 +128,9 @@ class Check:
     # found under the same name but not ours to delete (another owner's, a standalone stack's): left
     # alone, said, and no part of the verdict
     not_ours: tuple[Leftover, ...] = ()
+    # how the check looked ("by tag", "by run id", "by run label"), as `down` says it: "verified by run id";
+    # set by the backend that made it (`Check.of(found, how=...)`), kept by `+` and `with_unchecked`
+    how: str = field(default="by tag", compare=False)
 
     @property
     def verdict(self) -> TeardownVerdict:
@@ -137,26 +143,27 @@ class Check:
         return self.verdict == VERIFIED
 
     @classmethod
-    def of(cls, found: "Check | list[Leftover] | tuple[Leftover, ...]") -> "Check":
+    def of(cls, found: "Check | list[Leftover] | tuple[Leftover, ...]", *, how: str | None = None) -> "Check":
         """A Check from a provider's answer; a plain list's Leftover(kind="unverified") entries
-        (a host that could not be asked) become unchecked lines, never clean ones."""
+        (a host that could not be asked) become unchecked lines, never clean ones. `how`: how it
+        looked, when not by tag (a Check given keeps its own otherwise)."""
         if isinstance(found, Check):
-            return found
+            return found if how is None else replace(found, how=how)
         left, unchecked = [], []
         for lo in found:
             if lo.kind == "unverified":
                 unchecked.append(f"{lo.id}: {lo.detail or 'could not be checked'}")
             else:
                 left.append(lo)
-        return cls(tuple(left), tuple(unchecked))
+        return cls(tuple(left), tuple(unchecked), how=how or "by tag")
 
     def __add__(self, other: "Check") -> "Check":
         other = Check.of(other)
         return Check(self.leftovers + other.leftovers, self.unchecked + other.unchecked,
-                     self.not_ours + other.not_ours)
+                     self.not_ours + other.not_ours, how=self.how)
 
     def with_unchecked(self, *lines: str) -> "Check":
-        return Check(self.leftovers, self.unchecked + tuple(lines), self.not_ours)
+        return Check(self.leftovers, self.unchecked + tuple(lines), self.not_ours, how=self.how)
 
     def to_dict(self) -> JsonObject:
         d: JsonObject = {"verdict": self.verdict, "leftovers": [lo.to_dict() for lo in self.leftovers],
@@ -177,15 +184,6 @@ class Check:
             parts.append(f"{len(self.unchecked)} check(s) could not run: " + "; ".join(self.unchecked[:3])
                          + (" ..." if len(self.unchecked) > 3 else ""))
         return f"{self.verdict}: " + "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    name: str
-    cloud: str
-    state: str  # "up", "creating", "deleting", "gone", "unknown"
-    nodes: int
-    detail: JsonObject = field(default_factory=dict)
 
 
 class Provider:
@@ -231,9 +229,6 @@ class Provider:
 
     def leftovers(self, name: str, run_id: str | None = None) -> Check:
         raise NotImplementedError
-
-    def status(self, name: str) -> ClusterStatus | None:
-        return None
 
     def attach(self, name: str) -> Cluster | None:
         """A cluster that is up and kept (`up`, `run --keep`), with what reaching it needs (keys,

@@ -56,7 +56,17 @@ class ConfigError(UsageError):
 
 
 class ProvisionError(GpuclusterError):
-    """The cloud refused or failed to create the cluster."""
+    """The cloud refused or failed to create the cluster. `cause` is "capacity" (no capacity for the
+    request there) or "quota" (a quota too low there) when the backend recognised its cloud's error as
+    one of those, else None: placement fails over on both and recovery on capacity
+    (gpucluster.lifecycle.failover, recovery), so it travels with the error, not as text to match."""
+
+    cause: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None, cause: str | None = None):
+        super().__init__(message, hint=hint)
+        if cause is not None:
+            self.cause = cause
 
 
 class ClusterBusy(ProvisionError):

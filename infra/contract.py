@@ -76,6 +76,9 @@ class Capability(enum.Enum):
     PRICED = "priced"  # runs cost money the price catalog knows
     OBJECT_STORE = "object-store"  # its nodes read and write an object store themselves
     ACCOUNTS = "accounts"  # its resources live in a named account (a GCP project)
+    # `--gpu TYPE[:COUNT]` where no machine is created: COUNT GPUs per node, on the nodes that carry TYPE
+    # (kubernetes: by their GPU feature discovery labels); without it (or PROVISIONS) `--gpu` is refused
+    GPU_SELECTS_NODES = "gpu-selects-nodes"
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,6 @@ class Traits:
     flags: tuple[str, ...] = ()  # the cloud-only CLI options (Click names) it uses; others are refused
     flags_refused_why: str = ""  # why the other backends' flags do not apply here
     capabilities: frozenset[Capability] = frozenset()
-    # `--gpu TYPE[:COUNT]` where no machine is created: COUNT GPUs per node, on the nodes that carry TYPE
-    # (kubernetes: by their GPU feature discovery labels); False: refused (only a cloud that creates machines)
-    gpu_selects_nodes: bool = False
-    kept_as: str = "machines that exist"  # what a kept cluster of a backend that provisions nothing is (`up`, `exec`)
-    kept_spares: str = "the machines"  # what `down` of such a cluster never touches
-    verified_how: str = "by tag"  # how `down` checks a teardown ("by tag" / "by run id")
     verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
 
     def can(self, capability: Capability) -> bool:
@@ -182,10 +179,6 @@ class Transport:
         return self.provider(options) if self.provider else self.make(options)[0]
 
 
-def _no_hosts(text: str | None) -> tuple[str, ...]:
-    return ()
-
-
 def _unknown_gpus() -> int | None:
     return None
 
@@ -202,9 +195,9 @@ def _no_doctor(region: str | None, project: str | None, sole: bool, **shape: obj
 
 @dataclass(frozen=True)
 class Operations:
-    host_list: Callable[[str | None], tuple[str, ...]] = _no_hosts
     known_gpus: Callable[[], int | None] = _unknown_gpus
-    # down's independent check after deleting cluster `name`; runs: run id -> its ledger record
+    # down's independent check after deleting cluster `name`; runs: run id -> its ledger record. The Check says
+    # how it looked (`Check.how`, said as "verified by run id"): by tag unless the backend's check names another way
     check_down: Callable[[Provider, str, Mapping[str, Record]], Check] = _check_by_tag
     node_gpu_state: Callable[[Provider, str], list[dict[str, object]]] | None = None
     # (region, project, sole, *, nodes=None, instance_type=None, spot=False): checks with a fix each
@@ -241,19 +234,15 @@ class Operations:
 @dataclass(frozen=True)
 class Provisioner:
     """What the core asks of a backend that creates machines: `gc`'s scan and delete of what is tagged as
-    ours (gpucluster.lifecycle.teardown), and which failures mean "no capacity" or "quota too low" there
-    (placement fails over on those: gpucluster.lifecycle.failover, recovery). Everything the shared Pulumi
-    engine alone reads (the program, stack outputs, engine events, capacity zones, terminate, relaunch)
-    is its own contract: `gpucluster.infra.pulumi.cloud.PulumiCloud`, which extends this part."""
+    ours (gpucluster.lifecycle.teardown). A create that failed for want of capacity or quota says so with
+    the error it raises (`ProvisionError.cause`; placement and recovery read it). Everything the shared
+    Pulumi engine alone reads (the program, stack outputs, engine events, capacity markers and zones,
+    terminate, relaunch) is its own contract: `gpucluster.infra.pulumi.cloud.PulumiCloud`, which extends
+    this part."""
 
     scan: Callable[[str | None, str | None, ScanScope], ScanReport]
     delete: Callable[[Sequence[Leftover], ScanScope, float | None], list[str]]  # wait seconds
     gc_scope: Callable[[Sequence[Record], Sequence[Record], tuple[str, ...], str | None], ScanScope]
-    gc_label: Callable[[ScanScope], str]
-    capacity_markers: tuple[str, ...] = ()  # substrings of an error meaning "no capacity there"
-    # substrings of a create-time error meaning "a quota is too low there" (placement fails over on these
-    # as on capacity: docs/placement.md)
-    quota_markers: tuple[str, ...] = ()
 
 
 @dataclass

@@ -57,7 +57,7 @@ import json
 import os
 from pathlib import Path
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, Provider
+from gpucluster.domain import Check, Cluster, Leftover, Node, Provider
 
 STATE = Path(os.environ["TOY_CLOUD_STATE"])
 
@@ -100,10 +100,6 @@ class ToyProvider(Provider):
         if run_id:
             found += [Leftover(kind="process", id=str(p.pid)) for p in run_processes(run_id)]
         return Check(tuple(found))
-
-    def status(self, name):
-        mine = [n for n in _load() if n["cluster"] == name]
-        return ClusterStatus(name, "toy", "up", len(mine)) if mine else None
 '''
 
 DRIVER = '''

@@ -95,8 +95,7 @@ def _run(placement, fakes, home):
         requested.append((cand.where, time.monotonic()))
         return run_plan(plan, ledger=ledger, ui=ui, backend=plugin(cand.cloud))
 
-    backends = {c.cloud: plugin(c.cloud) for c in placement.tried}
-    return run_placed(placement, ledger=ledger, ui=ui, backends=backends, run_one=one), ledger, messages, requested
+    return run_placed(placement, ledger=ledger, ui=ui, run_one=one), ledger, messages, requested
 
 
 def test_capacity_fails_over_zone_then_region_then_cloud_each_attempt_torn_down_and_recorded(home):

@@ -169,9 +169,6 @@ class FaultyProvider(Provider):
     def leftovers(self, name, run_id=None):
         return self.inner.leftovers(name, run_id)
 
-    def status(self, name):
-        return None
-
 
 def _local_backend():
     from gpucluster.infra.local.provider import LocalProvider

@@ -79,6 +79,7 @@ def test_local_up_records_each_node_then_down_verifies_and_closes_them(home):
         gpucluster.up(cloud="local", nodes=2, name="lab", python=sys.executable)
     result = cluster.down()
     assert result.verdict["verdict"] == "verified" and result.exit_code == 0, result.verdict
+    assert result.check is not None and result.check.how == "by run id"  # `down` says "verified by run id"
     assert ledger.open_resources("lab") == []
     assert cluster.status()["up"] is False
 
@@ -110,3 +111,48 @@ def test_run_keep_on_machines_that_exist_points_to_up(home):
         refuse_flags("ssh", {"keep": (("--keep",), True)})
     assert "--keep does not apply to --cloud ssh" in caught.value.message
     assert caught.value.message.endswith("gpucluster up --cloud ssh ... --name NAME")
+
+
+def test_a_kept_cluster_is_said_in_its_providers_words():
+    """`up`/`exec` say what a kept cluster is and what `down` never touches from the Cluster its provider
+    built: machines that exist by default (local, ssh), a namespace where the provider says so (kubernetes)."""
+    from gpucluster.domain import Cluster
+    from gpucluster.infra.registry import plugin
+    from gpucluster.lifecycle.held import kept_said
+    from gpucluster.spec import ClusterSpec
+
+    spec = ClusterSpec(cloud="local", nodes=2, name="lab")
+    assert kept_said(plugin("local"), spec, Cluster("lab", "local", ())) == ("machines that exist, $0 here",
+                                                                            "the machines")
+    kube = ClusterSpec(cloud="kubernetes", nodes=2, name="lab")
+    from gpucluster.infra.kube.provider import KubeProvider
+
+    cluster = KubeProvider().up(kube, _NoEvents())
+    assert kept_said(plugin("kubernetes"), kube, cluster) == (
+        "a namespace of an existing Kubernetes cluster, $0 here", "the namespace, the cluster or its nodes")
+
+
+class _NoEvents:
+    def resource_requested(self, kind, name, **detail): ...
+    def resource_created(self, kind, name, cloud_id=None, **detail): ...
+    def resource_deleted(self, kind, name, cloud_id=None): ...
+    def message(self, text): ...
+
+
+def test_the_check_says_how_it_looked(home):
+    """`down` says "verified by tag" / "by run id" / "by run label" from the Check the backend returned:
+    the way it looked travels with the check through `+` and `with_unchecked`."""
+    from gpucluster.domain import Check, Leftover
+    from gpucluster.infra.kube.plugin import check_down as kube_down
+    from gpucluster.infra.local.plugin import check_down as local_down
+    from gpucluster.infra.ssh.plugin import check_down as ssh_down
+    from gpucluster.infra.local.provider import LocalProvider
+
+    assert Check.of([]).how == "by tag" and Check().how == "by tag"
+    by_id = Check.of([Leftover("process", "1")], how="by run id")
+    assert (by_id + Check()).how == "by run id" and by_id.with_unchecked("x").how == "by run id"
+    assert Check.of(by_id).how == "by run id" and Check.of(by_id, how="by run label").how == "by run label"
+    assert by_id == Check((Leftover("process", "1"),))  # how it looked is no part of what was found
+    assert local_down(LocalProvider(), "lab", {}).how == "by run id"
+    assert ssh_down(LocalProvider(), "lab", {}).how == "by run id"
+    assert kube_down(LocalProvider(), "lab", {}).how == "by run label"

@@ -36,12 +36,11 @@ PARAM_TOLERANCE = 1e-4
 
 
 # -- units ---------------------------------------------------------------------------------------
-def _backend(provisions: bool, markers=()):
+def _backend(provisions: bool):
     from gpucluster.infra.contract import Capability
 
     caps = {Capability.PROVISIONS} if provisions else set()
-    return SimpleNamespace(provisioner=SimpleNamespace(capacity_markers=markers) if provisions else None,
-                           can=lambda c: c in caps)
+    return SimpleNamespace(can=lambda c: c in caps)
 
 
 def _req(**kw):
@@ -54,8 +53,8 @@ def test_the_policy_from_the_flags():
     spot, on_demand = SimpleNamespace(spot=True), SimpleNamespace(spot=False)
     assert policy(_req(), _backend(True), spot).retries == 3  # on by default with --spot
     assert policy(_req(), _backend(True), on_demand).retries == 0
-    p = policy(_req(recover=2, fallback="on-demand"), _backend(True, ("InsufficientInstanceCapacity",)), spot)
-    assert p == Policy(2, 2, True, ("InsufficientInstanceCapacity",))
+    p = policy(_req(recover=2, fallback="on-demand"), _backend(True), spot)
+    assert p == Policy(2, 2, True)
     assert policy(_req(recover=1), _backend(False), on_demand).replace_bad_nodes is False
     for req, spec, text in [(_req(fallback="spot"), spot, "--fallback 'spot' is not allowed"),
                             (_req(fallback="on-demand"), on_demand, "--fallback on-demand is for --spot runs"),
@@ -78,20 +77,27 @@ def test_an_interruption_is_a_lost_node_or_no_capacity_and_nothing_else(tmp_path
 
     ledger = _ledger(tmp_path)
     failed = RunOutcome("a1", "failed", ExitCode.FAILURE, "node 1 (h) lost: x", None, "verified")
-    assert interruption_of(ledger, failed, Policy()) == (None, None, None)  # no record: the job's own failure
+    assert interruption_of(ledger, failed) == (None, None, None)  # no record: the job's own failure
     ledger.add_metrics("a1", [(1, {"kind": "node_lost", "node_rank": 1, "host": "h", "cause": "interruption",
                                    "reason": "aws gave notice: terminate", "detected_at": 5.0})])
-    assert interruption_of(ledger, failed, Policy()) == ("node 1 (h) lost: aws gave notice: terminate",
+    assert interruption_of(ledger, failed) == ("node 1 (h) lost: aws gave notice: terminate",
                                                         "interruption", 5.0)
     stopped = RunOutcome("a1", "interrupted", ExitCode.INTERRUPTED, "stopped by Ctrl-C", None, "verified")
-    assert interruption_of(ledger, stopped, Policy())[0] is None  # the user's own Ctrl-C is never recovered
+    assert interruption_of(ledger, stopped)[0] is None  # the user's own Ctrl-C is never recovered
     ledger.create_run("a2", cloud="aws", cluster="c", nodes=2, gpus_per_node=1, command=[], spec={})
     ledger.phase_start("a2", "provision")
     ledger.phase_end("a2", "provision", "failed", "no capacity")
     text = "creating instance: InsufficientInstanceCapacity: We currently do not have sufficient g5.xlarge capacity"
-    out = RunOutcome("a2", "failed", ExitCode.FAILURE, text, None, "verified")
-    assert interruption_of(ledger, out, Policy(capacity_markers=("InsufficientInstanceCapacity",)))[1] == "capacity"
-    assert interruption_of(ledger, out, Policy())[0] is None
+    out = RunOutcome("a2", "failed", ExitCode.FAILURE, text, None, "verified", cause="capacity")
+    assert interruption_of(ledger, out)[1] == "capacity"  # the provider's error said so (ProvisionError.cause)
+    # the same text without the cause (a failure the backend did not recognise as one of capacity) is not one
+    assert interruption_of(ledger, RunOutcome("a2", "failed", ExitCode.FAILURE, text, None, "verified"))[0] is None
+    # nor is a capacity cause on a run whose provisioning did not fail
+    ledger.create_run("a3", cloud="aws", cluster="c", nodes=2, gpus_per_node=1, command=[], spec={})
+    ledger.phase_start("a3", "provision")
+    ledger.phase_end("a3", "provision", "ok", None)
+    assert interruption_of(ledger, RunOutcome("a3", "failed", ExitCode.FAILURE, text, None, "verified",
+                                              cause="capacity"))[0] is None
 
 
 def test_a_chains_attempts_say_what_was_redone(tmp_path):

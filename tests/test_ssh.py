@@ -97,13 +97,10 @@ def test_provider_up_builds_nodes_head_first_and_creates_nothing():
     assert cluster.head == Node(0, "10.0.0.5", "10.0.0.5", "ubuntu", 22, gpus=4)
     assert cluster.nodes[1].port == 2222 and cluster.nodes[1].private_ip == "gpu2"
     assert cluster.gpus_per_node == 4 and cluster.cloud == "ssh"
-    assert p.status("lab").state == "up" and p.status("lab").nodes == 2
-    assert p.status("other") is None
     # never brought up here: its hosts are unknown, so nothing could be checked, and it says so
     assert p.leftovers("other", "r1").verdict == "not verified"
     p.down("lab", NullEvents())
-    p.down("lab", NullEvents())  # idempotent; the hosts stay known for the leftover check after it
-    assert p.status("lab").state == "up"
+    p.down("lab", NullEvents())  # idempotent
 
 
 def test_private_ips_option():
@@ -123,7 +120,7 @@ def test_validate_dispatches_to_the_ssh_checks():
     assert any("instance_type is ignored" in w for w in validate(spec(instance_type="g5.xlarge", gpus_per_node=1)))
     with pytest.raises(SpecError, match="does not match the 2 ssh host"):
         validate(spec(nodes=3))
-    with pytest.raises(SpecError, match="needs hosts"):
+    with pytest.raises(SpecError, match="needs --hosts"):
         validate(spec(hosts=()))
     with pytest.raises(SpecError, match='did you mean "private_ips"'):
         validate(spec(options=(("private_ip", "1.2.3.4"),)))
@@ -211,3 +208,27 @@ def test_gpu_rows_from_nvidia_smi():
         "name": "Tesla V100-SXM2-16GB", "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 16384.0}
     assert gpu_row("NVIDIA A10G, [N/A], 5, 23028")["util"] is None
     assert gpu_row("Some GPU") == {"name": "Some GPU"}
+
+
+def test_hosts_given_are_one_node_each_and_a_bad_list_is_refused_first(home):
+    """`--hosts` (`prepare.given_hosts`): the node count defaults to the hosts given, the spec records them in
+    their one form (ssh's `resolve`), and a missing or bad list is refused by ssh's `validate` with the text as
+    given, before any other flag is checked (a bad name, `--gpu`)."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.registry import plugin
+    from gpucluster.lifecycle.prepare import Request, prepare
+
+    ssh = plugin("ssh")
+    plan = prepare(Request(cloud="ssh", hosts=" u@h1, u@h2:22 ", job=False), ssh)
+    assert (plan.spec.nodes, plan.spec.hosts) == (2, ("u@h1", "u@h2"))
+    for hosts, other, said in [
+        (None, {}, "the ssh backend needs --hosts user@host1,user@host2[:port] (head first)"),
+        ("", {"gpu": "L4:1"}, "the ssh backend needs --hosts user@host1,user@host2[:port] (head first)"),
+        ("a,,b", {"name": "BAD"}, "--hosts 'a,,b' is not allowed: no empty entries between commas"),
+        ("a,a", {"nodes": 99}, "ssh host 'a' is listed twice (as 'a' too); each node must be a different host or port"),
+    ]:
+        with pytest.raises(UsageError) as caught:
+            prepare(Request(cloud="ssh", hosts=hosts, job=False, **other), ssh)
+        assert caught.value.message == said and caught.value.exit_code == 2
+    with pytest.raises(UsageError, match="does not match the 2 ssh host"):
+        prepare(Request(cloud="ssh", hosts="a,b", nodes=3, job=False), ssh)

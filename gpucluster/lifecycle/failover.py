@@ -1,24 +1,23 @@
 """Failover down a placement's ranking (docs/placement.md): the chosen candidate runs; when its
-cluster could not be created for want of capacity or quota (the backend's `capacity_markers` and
-`quota_markers` in a failed provision), and its teardown was verified, the next candidate runs,
+cluster could not be created for want of capacity or quota (the `cause` of the backend's
+`ProvisionError`, kept with the run's outcome), and its teardown was verified, the next candidate runs,
 linked to the last as a chain (`show`, `cost report --group-by chain`). Each attempt's ledger row
 carries a `placement` record: where it ran, at what price, and why it ended. Anything else ends the
 loop: success, a failure placement cannot fix, Ctrl-C (an interrupted run is torn down by the run
 itself and no next attempt starts), a teardown not verified, or the last candidate.
 
-Cloud-agnostic: the backends come from the command (`backends`: name -> plugin).
+Cloud-agnostic: the cause comes with the failed attempt (`ProvisionError.cause`, `RunOutcome.cause`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
-from gpucluster.errors import GpuclusterError
+from gpucluster.errors import GpuclusterError, ProvisionError
 from gpucluster.lifecycle.recovery import ATTEMPT_KIND, ChainOutcome
 from gpucluster.states import JsonObject, PhaseStatus, RunStatus, TeardownVerdict
 
 if TYPE_CHECKING:
-    from gpucluster.infra.contract import Plugin
     from gpucluster.ledger.store import Ledger
     from gpucluster.lifecycle.steps import RunOutcome
     from gpucluster.plan.placement import Candidate, Placement
@@ -34,9 +33,9 @@ class Says(Protocol):
     def message(self, text: str) -> None: ...
 
 
-def failover_cause(ledger: Ledger, outcome: RunOutcome, backend: Plugin) -> str | None:
+def failover_cause(ledger: Ledger, outcome: RunOutcome) -> str | None:
     """"capacity" or "quota" when `outcome` is a run whose provisioning failed for that reason, else None."""
-    if outcome.status != RunStatus.FAILED or backend.provisioner is None:
+    if outcome.status != RunStatus.FAILED or outcome.cause is None:
         return None
     try:
         record = ledger.get_run(outcome.run_id)
@@ -45,22 +44,10 @@ def failover_cause(ledger: Ledger, outcome: RunOutcome, backend: Plugin) -> str 
     provision = record.phase("provision") if record is not None else None
     if provision is None or provision.status != PhaseStatus.FAILED:
         return None
-    return cause_of(outcome.failure or "", backend)
+    return outcome.cause
 
 
-def cause_of(failure: str, backend: Plugin) -> str | None:
-    """"capacity" or "quota" when a failed create's text carries the backend's markers, else None."""
-    if backend.provisioner is None:
-        return None
-    text = failure.lower()
-    for cause, markers in (("capacity", backend.provisioner.capacity_markers),
-                           ("quota", backend.provisioner.quota_markers)):
-        if any(m.lower() in text for m in markers):
-            return cause
-    return None
-
-
-def up_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mapping[str, Plugin],
+def up_placed(placement: Placement, *, ledger: Ledger, ui: Says,
               provision_one: Callable[[Candidate], _Made]) -> tuple[Candidate, _Made]:
     """`up` down the ranking: `provision_one(candidate)` (the cluster made and kept, or the error it
     raised once what it made was torn down and checked) for each of `placement.tried` until one is up;
@@ -79,7 +66,7 @@ def up_placed(placement: Placement, *, ledger: Ledger, ui: Says, backends: Mappi
         except TeardownIncomplete:  # not verified: nothing more is created while that may still exist
             raise
         except GpuclusterError as exc:
-            cause = cause_of(exc.message, backends[cand.cloud])
+            cause = exc.cause if isinstance(exc, ProvisionError) else None
             why = None if cause is None else f"no {cause} at {cand.where}: {exc.message[:300]}"
             teardown = _teardown_of(ledger, rid)  # as the attempt's own check recorded it, never assumed
             _place_record(ledger, rid, {"kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first,
@@ -111,7 +98,7 @@ def _place_record(ledger: Ledger, run_id: str, record: JsonObject) -> None:
         pass
 
 
-def run_placed(placement: Placement, *, ledger: Ledger, ui: Says | None, backends: Mapping[str, Plugin],
+def run_placed(placement: Placement, *, ledger: Ledger, ui: Says | None,
                run_one: Callable[[Candidate, str | None], ChainOutcome]) -> ChainOutcome:
     """Each of `placement.tried` in turn, `run_one(candidate, the last attempt's run id or None)` (the
     run and its own recovery), until one ends for another reason than capacity or quota."""
@@ -125,7 +112,7 @@ def run_placed(placement: Placement, *, ledger: Ledger, ui: Says | None, backend
         chain.stopped = result.stopped
         outcome = result.final
         first, last = first or result.attempts[0].run_id, outcome.run_id
-        cause = failover_cause(ledger, outcome, backends[cand.cloud])
+        cause = failover_cause(ledger, outcome)
         why = None if cause is None else f"no {cause} at {cand.where}: {(outcome.failure or '')[:300]}"
         records: list[tuple[int | None, JsonObject]] = [(None, {
             "kind": PLACEMENT_KIND, "attempt": n, "of": len(tried), "chain": first, **cand.to_dict(),

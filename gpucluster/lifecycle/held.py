@@ -37,16 +37,16 @@ HOST_KIND = "host"  # the ledger's row of a machine that exists (or a namespace 
 REACH = ("identity", "known_hosts", "remote_python", "python")  # Request fields recorded with the rows
 
 
-def kept_said(backend: Plugin, spec: ClusterSpec) -> tuple[str, str]:
+def kept_said(backend: Plugin, spec: ClusterSpec, cluster: Cluster) -> tuple[str, str]:
     """(what the kept cluster is, with its price; what `down` never touches), as `up` and `exec` say them:
-    the backend's words (`Traits.kept_as`, `kept_spares`), $0 unless the user gave an internal price
-    (`gpucluster.costing.internal`, for an hour of the spec's GPUs)."""
+    its provider's words (`Cluster.kept_as`, `spares`; machines that exist by default), $0 unless the user gave
+    an internal price (`gpucluster.costing.internal`, for an hour of the spec's GPUs)."""
     from gpucluster.costing.cost import money
     from gpucluster.costing.internal import internal_cost
 
     priced = internal_cost(backend, spec.to_dict(), 3600.0)
     price = f"internal price {money(priced[0])}/hour while it runs a job, rented by nobody" if priced else "$0 here"
-    return f"{backend.traits.kept_as}, {price}", backend.traits.kept_spares
+    return f"{cluster.kept_as or 'machines that exist'}, {price}", cluster.spares or "the machines"
 
 
 def reach_given(flags: Mapping[str, object]) -> dict[str, str]:

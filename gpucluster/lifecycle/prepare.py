@@ -197,16 +197,16 @@ def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, 
 def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
     """`prepare`'s cluster: built from the request, normalized, validated, owned, resolved (the
     location actually used) and given its project; --gpu and --dry-run checked against the backend."""
-    host_list = backend.ops.host_list(req.hosts)  # refused elsewhere (flags of other clouds) when not used
-    nodes = req.nodes if req.nodes is not None else (len(host_list) if host_list else 2)
+    hosts = given_hosts(req.hosts, backend)  # checked first, by the backend's `validate` (ssh)
+    nodes = req.nodes if req.nodes is not None else (len(hosts) if hosts else 2)
     from gpucluster.spec import normalize, resolve, validate
 
     # it picks a machine: only where one is made, or where the backend picks nodes by their GPU (kubernetes)
-    if req.gpu is not None and not backend.can(Capability.PROVISIONS) and not backend.traits.gpu_selects_nodes:
+    if req.gpu is not None and not backend.can(Capability.PROVISIONS) and not backend.can(Capability.GPU_SELECTS_NODES):
         raise UsageError(f"--gpu {req.gpu} is not allowed with --cloud {req.cloud}: it picks the machine to create "
                          f"({' or '.join(req.provisioning) or 'aws or gcp'}) or, on kubernetes, the nodes by their "
                          "GPU; here the machines exist: use --gpus-per-node")
-    spec = normalize(build_spec(req, nodes, host_list, new_run_id(), backend.traits.max_nodes), backend)
+    spec = normalize(build_spec(req, nodes, hosts, new_run_id(), backend.traits.max_nodes), backend)
     validate(spec, backend)  # bad input is refused before anything is looked up
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
     spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later
@@ -215,6 +215,19 @@ def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
                                      f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
     return spec
+
+
+def given_hosts(text: str | None, backend: Plugin) -> tuple[str, ...]:
+    """`--hosts h1,h2` as the spec's hosts, one node each, split at the commas and otherwise as given. A backend
+    that takes `--hosts` (`Traits.flags`: ssh) checks them first with its `validate`, on a spec of those hosts
+    alone: a missing or bad `--hosts` is refused before any other flag is checked or anything is looked up,
+    naming the text as the user wrote it (its `resolve` writes them its one way later). None for a backend
+    that does not take `--hosts` (refused there before this)."""
+    if "hosts" not in backend.traits.flags:
+        return ()
+    hosts = tuple(text.split(",")) if text else ()
+    backend.spec.validate(ClusterSpec(cloud=backend.name, nodes=max(1, len(hosts)), hosts=hosts))
+    return hosts
 
 
 def _on_known_gpus(backend: Plugin, spec: ClusterSpec, notes: list[str]) -> ClusterSpec:

@@ -6,7 +6,7 @@ whole run (its own ledger row, provision, check, train, outputs, teardown and ve
 the one before by `resumed_from`, so a chain is the existing resume chain. Nothing here knows a
 cloud: an attempt was interrupted when its ledger holds a `node_lost` record (what every launcher
 reports, gpucluster/watch/nodeloss.py) or when it failed while provisioning with an error the backend
-calls a capacity error (`Policy.capacity_markers`, from the backend's provisioner).
+calls a capacity error (`ProvisionError.cause`, kept as the outcome's `cause`).
 
 The next attempt resumes from the newest attempt of the chain whose outputs came back with
 something to resume from (the `--resume` machinery: gpucluster/plan/resume.py), or, when none has,
@@ -51,13 +51,11 @@ class Policy:
     """`retries`: attempts after the first (--recover N); `fallback_after`: with --fallback
     on-demand, after this many spot attempts ended by an interruption or no capacity, the rest run
     on on-demand capacity (None: never); `replace_bad_nodes`: provisioning again makes new machines
-    (a failed health check is worth another attempt); `capacity_markers`: what the backend's
-    provisioning errors say when there is no capacity."""
+    (a failed health check is worth another attempt)."""
 
     retries: int = 0
     fallback_after: int | None = None
     replace_bad_nodes: bool = False
-    capacity_markers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -103,10 +101,9 @@ def policy(req: Request, backend: Plugin, spec: ClusterSpec) -> Policy:
     retries = req.recover if req.recover is not None else (DEFAULT_SPOT_RECOVERIES if spec.spot else 0)
     if req.fallback is not None and not retries:
         raise UsageError("--fallback on-demand needs --recover N (N > 0): a fallback is a later attempt")
-    markers = tuple(backend.provisioner.capacity_markers) if backend.provisioner is not None else ()
     return Policy(retries=int(retries),
                   fallback_after=(req.fallback_after or DEFAULT_FALLBACK_AFTER) if req.fallback else None,
-                  replace_bad_nodes=backend.can(Capability.PROVISIONS), capacity_markers=markers)
+                  replace_bad_nodes=backend.can(Capability.PROVISIONS))
 
 
 def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
@@ -119,7 +116,7 @@ def checkpoint_args(every: int | None, command: tuple[str, ...]) -> list[str]:
     return ["--checkpoint-every", str(int(every))]
 
 
-def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tuple[str | None, str | None, float | None]:
+def interruption_of(ledger: Ledger, outcome: "RunOutcome") -> tuple[str | None, str | None, float | None]:
     """(reason, cause, when detected) when the attempt was interrupted by a lost node or by no
     capacity; (None, None, None) for every other ending."""
     if outcome.status != RunStatus.FAILED:
@@ -132,7 +129,7 @@ def interruption_of(ledger: Ledger, outcome: "RunOutcome", policy: Policy) -> tu
     record = ledger.get_run(outcome.run_id)
     provision = record.phase("provision") if record is not None else None
     text = outcome.failure or ""
-    if provision is not None and provision.status == PhaseStatus.FAILED and any(m.lower() in text.lower() for m in policy.capacity_markers):
+    if provision is not None and provision.status == PhaseStatus.FAILED and outcome.cause == "capacity":
         return f"no capacity: {text[:300]}", "capacity", provision.ended_at
     return None, None, None
 
@@ -287,7 +284,7 @@ def _recorded_attempt(ledger: Ledger, outcome: RunOutcome, policy: Policy, spec:
     chain and recorded with its run; None when it could not be recorded (the chain stops, saying
     why when the attempt was interrupted)."""
     try:
-        reason, cause, detected = interruption_of(ledger, outcome, policy)
+        reason, cause, detected = interruption_of(ledger, outcome)
     except GpuclusterError:  # the ledger cannot be read: nothing says the attempt was interrupted
         reason, cause, detected = None, None, None
     attempt = Attempt(outcome.run_id, outcome, bool(spec.spot), reason, cause, detected, time.time())

@@ -17,7 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from gpucluster.domain import VERIFIED, Check, Provider
-from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, TeardownIncomplete
+from gpucluster.errors import ClusterBusy, ExitCode, GpuclusterError, ProvisionError, TeardownIncomplete
 from gpucluster.ledger import recording
 from gpucluster.events import Phase
 from gpucluster.watch.launch import JobResult, JobSpec, Launcher
@@ -78,6 +78,8 @@ class RunOutcome:
     log_dir: str | None = None
     unchecked: list[str] = field(default_factory=list)
     record_error: str | None = None  # the run's record could not be written (then exit 3)
+    # "capacity" or "quota": the create failed for want of it (`ProvisionError.cause`; failover and recovery)
+    cause: str | None = None
 
     @property
     def teardown_verified(self) -> bool | None:
@@ -308,6 +310,7 @@ class _Ending:
     exit_code: ExitCode = ExitCode.FAILURE
     result: JobResult | None = None
     busy: bool = False  # the cluster was busy (another process's): nothing of it is torn down
+    cause: str | None = None  # a failed create's `ProvisionError.cause` ("capacity", "quota")
 
 
 def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher, backend: Plugin,
@@ -342,7 +345,7 @@ def _run(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, la
     if rec.record_error:  # the ledger does not say what happened: never a clean exit
         end.exit_code = ExitCode.LEFTOVERS
     return RunOutcome(run_id, end.status, end.exit_code, end.failure, result, teardown, leftovers, str(log_dir),
-                      unchecked, record_error=rec.record_error)
+                      unchecked, record_error=rec.record_error, cause=end.cause)
 
 
 def _launch_and_watch(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider: Provider, launcher: Launcher,
@@ -377,6 +380,7 @@ def _launch_and_watch(spec: ClusterSpec, job: JobSpec, ledger: Ledger, provider:
         if isinstance(exc, LedgerError):  # the record cannot be written: stop, tear down, exit 3
             rec.record_error = rec.record_error or exc.message
         end.failure = exc.message
+        end.cause = exc.cause if isinstance(exc, ProvisionError) else None
         end.exit_code = exc.exit_code if exc.exit_code != ExitCode.USAGE else ExitCode.FAILURE
         _quietly(rec, rec.end_phase, PhaseStatus.FAILED, end.failure)
     except Exception as exc:  # a bug in the tool: still tear down, still record

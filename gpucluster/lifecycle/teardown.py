@@ -371,7 +371,8 @@ class Collection:
 
     @property
     def where(self) -> str:
-        return ", ".join(b.needs_provisioner().gc_label(self.scopes[c]) for c, b in self.backends.items())
+        """Where the scan looks, per cloud: its name and the regions its scope names (aws), e.g. "aws us-east-1/us-west-2, gcp"."""
+        return ", ".join(" ".join([c, "/".join(self.scopes[c].regions)]).strip() for c in self.backends)
 
     def _why_kept(self, f: FoundRecord, now: float) -> str | None:
         """Why a found resource is left alone, or None when it is ours to delete."""

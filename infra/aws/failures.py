@@ -20,6 +20,9 @@ SDK_V2 = re.compile(r"api error (?P<code>[A-Za-z][A-Za-z0-9.]*): (?P<msg>[^\n]*)
 SDK_V1 = re.compile(r"(?P<code>[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+(?:\.[A-Za-z0-9]+)*): (?P<msg>[^\n]*?)"
                     r"\s*(?:\n\s*)?status code: \d+")
 BARE = re.compile(r"(?<![\w.])(?P<code>[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?:\.[A-Za-z0-9]+)*): (?P<msg>[^\n]*)")
+# a quota too low in the region (EC2's vCPU limits, On-Demand and Spot): the error's `cause` is "quota", which
+# placement fails over on (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/troubleshooting-launch.html)
+QUOTA_CODES = ("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded")
 SUMMARY = re.compile(r"^(error: )?(update|preview|destroy|refresh) failed\s*$", re.I)
 
 
@@ -35,7 +38,7 @@ def aws_error(text: str) -> tuple[str, str] | None:
 
 def _hint(spec: ClusterSpec, code: str) -> str | None:
     region = spec.region or "us-east-1"
-    if code in ("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"):
+    if code in QUOTA_CODES:
         from .preflight import quota_code
 
         return (f"request more vCPUs: aws service-quotas request-service-quota-increase --service-code ec2 "
@@ -57,4 +60,4 @@ def classify(spec: ClusterSpec, text: str) -> ProvisionError | None:
     if found is None:
         return None
     code, msg = found
-    return ProvisionError(f"{code}: {msg}", hint=_hint(spec, code))
+    return ProvisionError(f"{code}: {msg}", hint=_hint(spec, code), cause="quota" if code in QUOTA_CODES else None)

@@ -69,10 +69,6 @@ def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple
     return ScanScope(regions=tuple(doctor.gc_regions(open_rows, runs, regions)))
 
 
-def gc_label(scope: ScanScope) -> str:
-    return f"aws {'/'.join(scope.regions)}"
-
-
 def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes: int | None = None,
                   instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
     """The preflight of `run` for the region and shape given (default: the default run's)."""
@@ -93,11 +89,10 @@ PLUGIN = CreatedMachines(
         scan_scope=scan_scope, credentials=credentials_check,
         # host keys pinned from each node's serial console before any ssh (infra/aws/hostkeys.py)
         declare=declare, cluster_from_outputs=outputs.cluster_with_host_keys,
-        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
+        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         leftover_kinds=leftovers.DELETE_ORDER,
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
-        quota_markers=("VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"),  # failures.classify's quota codes
         # On a capacity error (InsufficientInstanceCapacity), `up` tries again in the next zone that
         # offers the type, this many attempts in all; each attempt's resources keep {"attempt", "zone"}.
         capacity_attempts=3,

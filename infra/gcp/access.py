@@ -59,6 +59,8 @@ class GcpAuthError(GpuclusterError):
 class QuotaError(ProvisionError):
     """A GCP quota (e.g. NVIDIA_V100_GPUS in a region) is too small for the request."""
 
+    cause = "quota"
+
     def __init__(self, message: str, *, quota: str, region: str | None, regions: list[str], hint: str):
         super().__init__(message, hint=hint)
         self.quota, self.region, self.regions = quota, region, regions

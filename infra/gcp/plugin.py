@@ -84,10 +84,6 @@ def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple
     return ScanScope(project=project)
 
 
-def gc_label(scope: ScanScope) -> str:
-    return "gcp"
-
-
 def doctor_checks(region: str | None, project: str | None, sole: bool, *, nodes: int | None = None,
                   instance_type: str | None = None, spot: bool = False) -> list[dict[str, object]]:
     """The prerequisites of a run of the shape given (default: the default run's). The region and the
@@ -111,12 +107,11 @@ PLUGIN = CreatedMachines(
     provisioner=PulumiCloud(
         plugins=("gcp",), scan_scope=scan_scope,
         declare=declare, cluster_from_outputs=cluster_from_outputs,
-        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope, gc_label=gc_label,
+        scan=leftovers.scan_scope, delete=leftovers.delete_in, gc_scope=gc_scope,
         pulumi_kinds=engine.PULUMI_KINDS, resource_detail=engine.resource_detail,
         # what the scan reports, in deletion order (node pools go with their cluster; the pods' account after)
         leftover_kinds=("gke-cluster", "service-account"),
         capacity_markers=engine.CAPACITY_MARKERS, capacity_zones=engine.capacity_zones,
-        quota_markers=("QUOTA_EXCEEDED", "quotaExceeded", "quota to satisfy", "Quota '"),  # access.classify_quota
         classify_failure=classify_failure,
         # a binding refused for an account or pool IAM does not show yet: `up` again (issue 41 item 9)
         relaunch=engine.relaunch, relaunch_delays=engine.RELAUNCH_DELAYS,

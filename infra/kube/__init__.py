@@ -12,7 +12,7 @@ platform (the launcher's `Platform`: API, queue, priority, selectors, toleration
 
 from __future__ import annotations
 
-from gpucluster.infra.contract import Traits
+from gpucluster.infra.contract import Capability, Traits
 
 TRAITS = Traits(
     name="kubernetes",
@@ -21,9 +21,7 @@ TRAITS = Traits(
            "start_deadline",  # pods' scheduling (and Kueue admission) deadline
            "setup", "data", "resume"),  # as on gcp: through the exec API (infra.kubernetes.stage)
     flags_refused_why="kubernetes runs pods on an existing cluster through its API",
-    kept_as="a namespace of an existing Kubernetes cluster",
-    kept_spares="the namespace, the cluster or its nodes",
-    gpu_selects_nodes=True,  # --gpu TYPE:COUNT: COUNT GPUs per pod on the nodes labelled with TYPE (gpus.py)
-    verified_how="by run label",
+    # --gpu TYPE:COUNT: COUNT GPUs per pod on the nodes labelled with TYPE (gpus.py)
+    capabilities=frozenset({Capability.GPU_SELECTS_NODES}),
     verified_detail="every object labelled with the run gone",
 )

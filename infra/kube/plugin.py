@@ -65,7 +65,7 @@ def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Ch
                                          f"{getattr(exc, 'message', None) or exc}{gone_hint(context, name)}")
             continue
         check = (check + Check.of(found)).with_unchecked(*(f"delete {e}" for e in errors if found))
-    return check + held_down(name, runs)
+    return Check.of(check + held_down(name, runs), how="by run label")
 
 
 def held_down(name: str, runs: Mapping[str, Record]) -> Check:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING, Mapping
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Provider, ProvisionEvents
 from gpucluster.errors import SpecError, UsageError
 from gpucluster.states import JsonMapping, JsonObject
 
@@ -140,6 +140,8 @@ class KubeProvider(Provider):
             self.gpu_nodes = assumed(str(options.gpu(spec)), options.pinned_product(spec))
         self.spec = spec  # a kept cluster's check (`held.hold`) asks the preflight of this spec
         return Cluster(name=spec.name, cloud="kubernetes", nodes=(), gpus_per_node=int(spec.gpus_per_node or 0),
+                       kept_as="a namespace of an existing Kubernetes cluster",
+                       spares="the namespace, the cluster or its nodes",
                        outputs={"nodes": spec.nodes, "context": spec.option("context"),
                                 "namespace": spec.option("namespace"), "max_lifetime_minutes": spec.max_lifetime_minutes,
                                 "gpu_resource": options.gpu_resource(spec),
@@ -160,9 +162,6 @@ class KubeProvider(Provider):
         context, namespace = self.where  # read back by the run's label, deletion under way counting as gone
         api = KubeApi.from_api_client(access.api_client(context))
         return Check.of(run_leftovers(api, namespace, run_id, self.kinds, retry=Retry(30)))
-
-    def status(self, name: str) -> ClusterStatus | None:
-        return None
 
 
 def _namespace_state(core: KubeClient, namespace: str) -> tuple[bool, bool]:

@@ -36,7 +36,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     check = Check()
     for rid in sorted(runs):
         check = check + Check.of(provider.leftovers(name, rid))
-    return check
+    return Check.of(check, how="by run id")
 
 
 PLUGIN = ExistingMachines(

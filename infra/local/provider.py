@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, Node, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Leftover, Node, Provider, ProvisionEvents
 
 if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
@@ -51,6 +51,3 @@ class LocalProvider(Provider):
             held = sorted(p.name for p in nodes.iterdir())[:4] if nodes.is_dir() else []
             out.append(Leftover(kind="folder", id=str(nodes), detail=f"holds {', '.join(held) or 'nothing'}"))
         return Check(tuple(out))
-
-    def status(self, name: str) -> ClusterStatus | None:
-        return None

@@ -50,6 +50,10 @@ class PulumiCloud(Provisioner):
     # (region) -> the credential checks alone, in that region (aws: STS there), asked before anything
     # is recorded by commands that have no spec to preflight (`down`); None: the doctor's checks
     credentials: Callable[[str | None], list[dict[str, object]]] | None = None
+    # substrings of a failed update's text meaning "no capacity there": the engine raises a `CapacityError`
+    # (cause "capacity") naming the zone and the next ones (`capacity_zones`); a quota too low is the
+    # `classify_failure` error whose `cause` is "quota" (aws: failures.QUOTA_CODES; gcp: access.QuotaError)
+    capacity_markers: tuple[str, ...] = ()
     capacity_zones: Callable[..., tuple[str | None, list[str], str]] | None = None  # (spec, text, lister)
     capacity_attempts: int = 1  # placements `up` tries when capacity runs out
     # why the spec's zone cannot change (aws: option subnetId, whose subnet is in one zone), or None:

@@ -26,6 +26,8 @@ DELETE_OPS = ("delete", "delete-replaced", "discard")
 class CapacityError(ProvisionError):
     """The cloud had no capacity for the request in a zone; what was created has been destroyed."""
 
+    cause = "capacity"
+
     def __init__(self, message: str, *, zone: str | None, suggested_zones: list[str], hint: str | None = None):
         super().__init__(message, hint=hint)
         self.zone = zone

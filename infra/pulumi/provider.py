@@ -14,7 +14,6 @@
 - `preflight(spec)`: also refuses a name another owner's cluster holds there (exit 2); what a destroy
   left of our own under the name with a project-wide id (gcp: the pods' service account) and no
   stack to update it is removed by `up` before Pulumi runs (`_remove_orphans`).
-- `status(name)`: from the stack's outputs, without touching the cloud.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from gpucluster.infra.pulumi.engine import ClusterBusy, PulumiDriver
 from gpucluster.infra.pulumi.events import CapacityError
 from gpucluster.infra.contract import Plugin
 from gpucluster.infra.pulumi.cloud import pulumi_cloud
-from gpucluster.domain import Check, Cluster, ClusterStatus, Leftover, NullEvents, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Leftover, NullEvents, Provider, ProvisionEvents
 from gpucluster.states import JsonObject
 
 if TYPE_CHECKING:
@@ -461,16 +460,6 @@ class PulumiProvider(Provider):
             what = f"standalone stack {marks[STACK_TAG]}" if marks.get(STACK_TAG) else f"stack {name}"
             raise UsageError(f"{what} was made by another owner ({owner}, {who}); nothing was deleted (to destroy "
                              f"it anyway: gpucluster down {name} --any-owner)")
-
-    def status(self, name: str) -> ClusterStatus | None:
-        outputs = self.driver.outputs(name)
-        if outputs is None:
-            return None
-        if not outputs:
-            return ClusterStatus(name, self.cloud, "unknown", 0, {"note": "the stack exists but has no outputs"})
-        nodes = len(outputs.get("instance_ids") or []) or int(outputs.get("nodes") or 0)
-        public = {k: v for k, v in outputs.items() if k not in ("ssh_private_key", "kubeconfig")}
-        return ClusterStatus(name, self.cloud, "up", nodes, public)
 
     def attach(self, name: str) -> Cluster | None:
         """From the stack's outputs, secrets included (the SSH key, the kubeconfig): `exec`, `ssh`."""

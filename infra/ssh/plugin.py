@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Mapping, TypedDict
 
 from gpucluster.domain import Check, Provider
-from gpucluster.errors import UsageError
 from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operations, Record, SpecRules, Transport
 
 from . import TRAITS
@@ -14,7 +13,7 @@ from gpucluster.lifecycle.held import HOST_KIND
 
 from .held import HeldSshLauncher, hold, host_run_rows, ready_file
 from .launch import DEFAULT_REMOTE_DIR, RUN_RESOURCE
-from .provider import SshProvider, parse_hosts, validate_spec
+from .provider import SshProvider, resolve_hosts, validate_spec
 
 
 class _Given(TypedDict, total=False):
@@ -36,12 +35,6 @@ def make(options: LaunchOptions) -> tuple[SshProvider, HeldSshLauncher]:
     launcher = HeldSshLauncher(**kw)  # an SshLauncher that can also reclaim a dead job on a kept cluster
     # The provider asks only the nodes where this launcher started the run for leftovers.
     return SshProvider(launcher=launcher), launcher
-
-
-def host_list(text: str | None) -> tuple[str, ...]:
-    if not text:
-        raise UsageError("the ssh backend needs --hosts user@host1,user@host2[:port] (head first)")
-    return parse_hosts(text)
 
 
 def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
@@ -70,7 +63,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
     recorded |= {rid for rid in runs if not (runs[rid] or {}).get("resources")}
     from gpucluster.ownership import installation_id
 
-    check = Check.of(clean_recorded_hosts(rows, owner=installation_id()))  # this home's, never another's
+    check = Check.of(clean_recorded_hosts(rows, owner=installation_id()), how="by run id")  # this home's only
     return check.with_unchecked(*(
         f"run {rid}: the ledger holds no ssh connection details for it; check its hosts by hand"
         for rid in sorted(set(runs) - recorded)))
@@ -78,7 +71,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
 
 PLUGIN = ExistingMachines(
     traits=TRAITS,
-    spec=SpecRules(options=("private_ips",), validate=validate_spec),
+    spec=SpecRules(options=("private_ips",), validate=validate_spec, resolve=resolve_hosts),
     transport=Transport(make=make),
-    ops=Operations(host_list=host_list, check_down=check_down, hold=hold),
+    ops=Operations(check_down=check_down, hold=hold),
 )

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from gpucluster.errors import SpecError, not_allowed
 
-from gpucluster.domain import Check, Cluster, ClusterStatus, Node, Provider, ProvisionEvents
+from gpucluster.domain import Check, Cluster, Node, Provider, ProvisionEvents
 
 if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
@@ -69,6 +69,22 @@ def format_host(user: str | None, host: str, port: int) -> str:
     """The canonical `user@host[:port]` text (brackets around IPv6 when a port follows)."""
     shown = f"[{host}]" if ":" in host and port != 22 else host
     return f"{user + '@' if user else ''}{shown}{'' if port == 22 else f':{port}'}"
+
+
+NEEDS_HOSTS = "the ssh backend needs --hosts user@host1,user@host2[:port] (head first)"
+
+
+def host_list(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The spec's hosts (`--hosts` split at its commas, or as recorded) in their one form, head first; a
+    SpecError naming the `--hosts` text when none is given, or one is malformed, empty or listed twice."""
+    if not hosts:
+        raise SpecError(NEEDS_HOSTS)
+    return parse_hosts(",".join(hosts))
+
+
+def resolve_hosts(spec: ClusterSpec) -> ClusterSpec:
+    """`SpecRules.resolve`: the hosts as the ledger records them (`format_host`), after `validate_spec`."""
+    return spec.replace(hosts=host_list(spec.hosts)) if spec.hosts else spec
 
 
 def parse_hosts(text: str) -> tuple[str, ...]:
@@ -118,7 +134,7 @@ def nodes_from_spec(spec: ClusterSpec) -> tuple[Node, ...]:
     """Validate the spec's hosts (and `private_ips` option) and build the nodes, head first."""
     hosts = tuple(spec.hosts or ())
     if not hosts:
-        raise SpecError("the ssh backend needs hosts: --hosts user@host1,user@host2[:port] (head first)")
+        raise SpecError(NEEDS_HOSTS)
     parsed = [parse_host(h) for h in hosts]
     _check_unique(tuple(format_host(*p) for p in parsed))
     if spec.nodes != len(hosts):
@@ -147,6 +163,7 @@ def nodes_from_spec(spec: ClusterSpec) -> tuple[Node, ...]:
 
 def validate_spec(spec: ClusterSpec) -> list[str]:
     """The ssh backend's spec checks (called by `gpucluster.spec.validate`); returns warnings."""
+    host_list(spec.hosts)  # the `--hosts` text as given, named in the error (before the node count is compared)
     nodes_from_spec(spec)
     warnings = []
     ignored = (("region", spec.region), ("zone", spec.zone), ("instance_type", spec.instance_type),
@@ -226,10 +243,3 @@ class SshProvider(Provider):
         return Check.of(remote_leftovers(
             cluster, run_id, identity=self.identity, known_hosts=self.known_hosts, ssh_options=self.ssh_options
         ))
-
-    def status(self, name: str) -> ClusterStatus | None:
-        cluster = self._clusters.get(name)
-        if cluster is None:
-            return None
-        return ClusterStatus(name=name, cloud="ssh", state="up", nodes=len(cluster.nodes),
-                             detail={"hosts": list(cluster.outputs["hosts"])})
