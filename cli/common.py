@@ -24,7 +24,7 @@ def provider_for(cloud: str) -> Provider:
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
 
-    return plugin(cloud).transport.provider_only(LaunchOptions())
+    return plugin(cloud).transport.make(LaunchOptions())[0]  # building its launcher too costs nothing
 
 
 def ledger():

@@ -178,11 +178,9 @@ class SpecRules:
 
 @dataclass(frozen=True)
 class Transport:
+    # (options) -> (Provider, Launcher); cheap (no SDK imported, nothing asked), so `up`, `down` and `status`
+    # take its provider alone
     make: Callable[[LaunchOptions], tuple[Provider, Launcher]]
-    provider: Callable[[LaunchOptions], Provider] | None = None  # default: make()'s provider
-
-    def provider_only(self, options: LaunchOptions) -> Provider:
-        return self.provider(options) if self.provider else self.make(options)[0]
 
 
 def _no_hosts(text: str | None) -> tuple[str, ...]:

@@ -32,10 +32,6 @@ def dry_run(spec: ClusterSpec, job: object, launcher: object) -> dict[str, objec
         return dry_run_(spec, job=job, launcher=launcher)
 
 
-def provider(options: LaunchOptions) -> PulumiProvider:
-    return PulumiProvider(PLUGIN)
-
-
 def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
     kw: dict[str, Any] = {"python": options.remote_python or catalog.NODE_PYTHON, "diagnose": outputs.console_tail,
                           "objects": s3.NodeTransfer(),
@@ -84,7 +80,7 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, ready_within=catalog.ready_within,
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
-    transport=Transport(make=make, provider=provider),
+    transport=Transport(make=make),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, dry_run=dry_run,
                    credentials_found=credentials_found, bucket_facts=s3.bucket_facts,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off

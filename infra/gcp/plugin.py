@@ -55,10 +55,6 @@ def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
         install(spec, cluster, events)
 
 
-def provider(options: LaunchOptions) -> PulumiProvider:
-    return PulumiProvider(PLUGIN)
-
-
 def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
     kw: dict[str, object] = {"objects": gcs.GcsTransfer()}  # gs:// read and written by the pods themselves
     if options.start_deadline_s:
@@ -106,7 +102,7 @@ PLUGIN = CreatedMachines(
     traits=TRAITS,
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
-    transport=Transport(make=make, provider=provider),
+    transport=Transport(make=make),
     ops=Operations(doctor=doctor_checks, dry_run=dry_run, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
     provisioner=PulumiCloud(
         plugins=("gcp",), scan_scope=scan_scope,
