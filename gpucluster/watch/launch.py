@@ -148,7 +148,6 @@ class Launcher:
 
     - `describe(spec, job)`: lines for the run's plan (image, data, what is shipped); its errors
       come before anything exists.
-    - `preview_commands(job, private_ips, gpus_per_node)`: each node's command, for `--dry-run`.
     - `collect_outputs(job, events)`: called by the lifecycle once the job has ended, however it
       ended, before teardown: every node's output folder (GPUCLUSTER_OUTPUT_DIR) brought to
       `job.output_dir/node-N`, one `gpucluster.watch.outputs.NodeOutputs` per node where the job was
@@ -176,9 +175,6 @@ class Launcher:
         raise NotImplementedError
 
     def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
-        return []
-
-    def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
         return []
 
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs] | None:

@@ -25,7 +25,12 @@ def declare(spec: ClusterSpec) -> Mapping[str, object]:
 
 
 def dry_run(spec: ClusterSpec, job: object, launcher: object) -> dict[str, object]:
-    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime (imported here: it imports pulumi)."""
+    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime (imported here: it imports pulumi), and
+    the command each node would run."""
+    from gpucluster.watch.launch import JobSpec
+
+    assert job is None or isinstance(job, JobSpec)  # what Operations.dry_run hands it
+    assert launcher is None or isinstance(launcher, SshLauncher)  # the one `make` gives
     with sdk_needed("--dry-run", TRAITS.name):
         from .dryrun import dry_run as dry_run_
 
