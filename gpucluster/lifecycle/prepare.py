@@ -266,8 +266,8 @@ def _price_guarded(plan: Prepared, req: Request, backend: Plugin, strict_prices:
 def check_before_recording(plan: Prepared) -> None:
     """What a real run needs before its ledger row: the provider's tools (e.g. the Pulumi CLI,
     missing or too old). The ledger itself is checked by `open_ledger`."""
-    plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
-    plan.spec = plan.spec.replace(state=plan.provider.state_url())  # the ledger row records which state
+    state = plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
+    plan.spec = plan.spec.replace(state=state)  # the ledger row records which state
 
 
 def open_ledger() -> Ledger:
