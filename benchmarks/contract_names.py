@@ -139,7 +139,7 @@ def uses() -> dict[str, set[str]]:
                 if not cls.__module__.startswith(package + ".") and cls.__name__ not in imported:
                     continue
                 for klass in inspect.getmro(cls):
-                    if klass is base or not issubclass(klass, base):
+                    if klass in base.__mro__:  # the base itself and above; a mixin (ssh_config, connect) counts
                         continue
                     for m in _public_methods(klass) & _public_methods(base):
                         table[f"{label}.{m}"].add(name)

@@ -300,8 +300,14 @@ class Pricing:
 class ObjectStore:
     scheme: str
     url: Callable[[str, str], str]  # (text, what) -> normalized URL; UsageError starting with `what`
-    read_option: str  # the stack option (JSON list of URLs) that sets `spec.reads`, e.g. s3Read
-    write_option: str  # ... and `spec.writes`
+    # the stack options (JSON lists of URLs) that set `spec.reads` and `spec.writes` are this prefix's `Read` and
+    # `Write` ("s3": s3Read, s3Write; "gcs": gcsRead, gcsWrite)
+    option_prefix: str
+
+    @property
+    def scope_options(self) -> tuple[str, str]:
+        """(the option that sets `spec.reads`, the one that sets `spec.writes`)."""
+        return f"{self.option_prefix}Read", f"{self.option_prefix}Write"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -110,5 +110,5 @@ PLUGIN = CreatedMachines(
         price_rows=prices.price_rows, instance_price=prices.instance_price,
         planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices,
         region_note=catalog.region_note),  # opt-in regions
-    objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
+    objects=ObjectStore(scheme="s3", url=s3.parse_url, option_prefix=s3.OPTION_PREFIX),
 )

@@ -149,5 +149,5 @@ PLUGIN = CreatedMachines(
         gpus_billed_apart=True,  # GCE bills attached GPUs per GPU-hour, apart from the VM
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
         fetch_prices=prices.fetch_prices, estimate_notes=prices.estimate_notes, system_pool=catalog.system_pool),
-    objects=ObjectStore(scheme="gs", url=gcs.parse_url, read_option=gcs.READ_OPTION, write_option=gcs.WRITE_OPTION),
+    objects=ObjectStore(scheme="gs", url=gcs.parse_url, option_prefix=gcs.OPTION_PREFIX),
 )
