@@ -4,7 +4,7 @@
     python benchmarks/contract_names.py --summary  the totals only
 
 A name is a field of one of the plugin's parts (`Traits`, `Transport`, `SpecRules`, `Operations`,
-`Provisioner`, `Pricing`, `ObjectStore`, `Accounts`; infra/contract.py) or a public method of the
+`Provisioner`, `Pricing`, `ObjectStore`; infra/contract.py) or a public method of the
 `Provider` (gpucluster/domain.py) or `Launcher` (gpucluster/watch/launch.py) bases. A backend uses a
 part's field when its `PLUGIN` gives it a value other than the part's default; it uses a method when
 a class of its own (or a shared base it inherits, e.g. infra/pulumi's provider) defines it. A name
@@ -33,7 +33,7 @@ from gpucluster.infra.pulumi.cloud import PulumiCloud
 from gpucluster.infra.registry import PACKAGES, plugin
 from gpucluster.watch.launch import Launcher
 
-PARTS = ("traits", "transport", "spec", "ops", "provisioner", "pricing", "objects", "accounts")
+PARTS = ("traits", "transport", "spec", "ops", "provisioner", "pricing", "objects")
 BASES = {"Provider": Provider, "Launcher": Launcher}
 ENGINE = (PulumiCloud,)  # the Pulumi engine's parts: each extends a core part with fields only the engine reads
 
@@ -139,7 +139,7 @@ def uses() -> dict[str, set[str]]:
                 if not cls.__module__.startswith(package + ".") and cls.__name__ not in imported:
                     continue
                 for klass in inspect.getmro(cls):
-                    if klass is base or not issubclass(klass, base):
+                    if klass in base.__mro__:  # the base itself and above; a mixin (ssh_config, connect) counts
                         continue
                     for m in _public_methods(klass) & _public_methods(base):
                         table[f"{label}.{m}"].add(name)

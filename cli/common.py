@@ -24,7 +24,7 @@ def provider_for(cloud: str) -> Provider:
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
 
-    return plugin(cloud).transport.provider_only(LaunchOptions())
+    return plugin(cloud).transport.make(LaunchOptions())[0]  # building its launcher too costs nothing
 
 
 def ledger():
@@ -67,7 +67,7 @@ def print_notes(out: Console, notes: list[str]) -> None:
 
 
 
-def preflight(check: Callable[[], None], yes: bool) -> None:
+def preflight(check: Callable[[], object], yes: bool) -> None:
     """`check()` (a provider's preflight); when it finds no usable Pulumi CLI, offer once to install the pinned
     minimum version into the gpucluster home, then check again. Called only on the way to a real
     `run`/`up`/`down` (never on --help or --dry-run). GPUCLUSTER_INSTALL_PULUMI=yes or --yes installs

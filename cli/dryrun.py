@@ -32,6 +32,8 @@ def print_dry_run(out: Console, launcher: Launcher | None, spec: ClusterSpec, jo
     d: JsonObject = dict(chosen.ops.dry_run(spec, job, launcher))
     if shape:  # the machine and GPUs planned (`--gpu`'s pick included): instance_type, gpu
         d = {**shape, **d}
+    # what each node would run, where the backend says (aws: at the mocks' private IPs): the text's alone
+    commands = d.pop("node_commands", None)
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return 0
@@ -39,7 +41,7 @@ def print_dry_run(out: Console, launcher: Launcher | None, spec: ClusterSpec, jo
         click.echo(d["text"])
         return 0
     _print_declared(out, d)
-    _print_commands(out, launcher, job, d.get("outputs") or {})
+    _print_commands(out, commands if isinstance(commands, list) else [])
     out.print("nothing was created (dry run)")
     return 0
 
@@ -73,11 +75,8 @@ def _print_access(out: Console, d: JsonMapping) -> None:
                   + (f" if {json.dumps(a['condition'])}" if a.get("condition") else ""), highlight=False)
 
 
-def _print_commands(out: Console, launcher: Launcher | None, job: JobSpec | None, outputs: JsonMapping) -> None:
+def _print_commands(out: Console, commands: list[object]) -> None:
     """What each node would run (at the mocks' private IPs)."""
-    ips = outputs.get("private_ips") or []
-    commands = launcher.preview_commands(job, ips, int(outputs.get("gpus_per_node") or 0)) \
-        if ips and launcher and job is not None else []
     if commands:
         out.print("per-node commands (private IPs are the mocks'):")
         for rank, cmd in enumerate(commands):

@@ -148,13 +148,15 @@ def ssh(target: tuple[str, ...], forwards: tuple[str, ...], identity: str | None
     if ssh_config:
         _print_ssh_config(launcher.ssh_config(cluster, access_dir(name, create=True)), name, cluster)
         return 0
-    launcher.check_connect(cluster, rank, rest, tunnels)
-    for f in tunnels:  # a taken port is refused here, before anything is opened (and by the backend again)
-        check_free(f)
-    for f in tunnels:
-        click.echo(f"forwarding 127.0.0.1:{f.local} -> {f.host}:{f.remote} on node {rank} of {name}"
-                   + ("" if rest else "; Ctrl-C closes it"), err=True)
-    return launcher.connect(cluster, rank, rest, tunnels)
+
+    def opening() -> None:  # after the launcher's own refusals, before it opens anything
+        for f in tunnels:  # a taken port is refused here, before anything is opened (and by the backend again)
+            check_free(f)
+        for f in tunnels:
+            click.echo(f"forwarding 127.0.0.1:{f.local} -> {f.host}:{f.remote} on node {rank} of {name}"
+                       + ("" if rest else "; Ctrl-C closes it"), err=True)
+
+    return launcher.connect(cluster, rank, rest, tunnels, opening)
 
 
 def _target(target: tuple[str, ...]) -> tuple[str, int, list[str]]:

@@ -195,20 +195,15 @@ class Provider:
       made (local: every process of this machine; ssh: every host the run started on), so a
       failed `down` whose check then finds nothing is still verified.
     - `preflight(spec)`: fail fast before anything is recorded or created (the Pulumi CLI missing,
-      the cloud's quota or a dry run of the launch refusing `spec`, ...).
+      the cloud's quota or a dry run of the launch refusing `spec`, ...); it returns the state it
+      keeps, as checked (aws/gcp: the Pulumi backend URL), which the ledger row records; None: none.
     - `set_ownership(ownership)`: whose resources `down` and `leftovers` may count and delete.
-    - `state_url()`: the state it keeps (aws/gcp: the Pulumi backend URL), for the ledger row.
     """
 
     cloud: str = ""
     check_is_complete: bool = False
 
-    def preflight(self, spec: ClusterSpec | None = None) -> None:
-        return None
-
-    def state_url(self) -> str | None:
-        """Where the provider keeps its state (the Pulumi backend URL), recorded with each run; None
-        where there is none."""
+    def preflight(self, spec: ClusterSpec | None = None) -> str | None:
         return None
 
     def set_project(self, project: str) -> None:

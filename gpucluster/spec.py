@@ -181,8 +181,8 @@ def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
     store = backend.objects
     # the backend's options, and the option forms of the typed fields (lifted below, so that a spec
     # that skipped this step still carries them and `validate` refuses them, never drops them)
-    lifted = [*((store.read_option, store.write_option) if store is not None else ()),
-              *(("project",) if backend.accounts is not None else ())]
+    lifted = [*(store.scope_options if store is not None else ()),
+              *(("project",) if "project" in backend.traits.flags else ())]
     canonical = {form: name for name in (*backend.spec.options, *lifted)
                  for form in (name, *key_forms(name), key_forms(name)[1].replace("_", "-"))}  # and kebab-case
     options: dict[str, str] = {}
@@ -190,11 +190,11 @@ def normalize(spec: ClusterSpec, backend: Plugin) -> ClusterSpec:
         options[canonical.get(key, key)] = value
     changes: JsonObject = {}
     if store is not None:
-        for option, field in ((store.read_option, "reads"), (store.write_option, "writes")):
+        for option, field in zip(store.scope_options, ("reads", "writes")):
             if option in options:
                 given = option_urls(options.pop(option), option, store.url, store.scheme)
                 changes[field] = tuple(sorted(set(getattr(spec, field)) | set(given)))
-    if options.get("project") and backend.accounts is not None:
+    if options.get("project") and "project" in backend.traits.flags:
         changes["project"] = options.pop("project")
         changes["project_source"] = options.pop("projectSource", None) or spec.project_source or "option project"
     options.pop("projectSource", None)

@@ -75,7 +75,6 @@ class Capability(enum.Enum):
     PROVISIONS = "provisions"  # creates billable resources with Pulumi: stacks, up/down/gc, tag scans
     PRICED = "priced"  # runs cost money the price catalog knows
     OBJECT_STORE = "object-store"  # its nodes read and write an object store themselves
-    ACCOUNTS = "accounts"  # its resources live in a named account (a GCP project)
     # `--gpu TYPE[:COUNT]` where no machine is created: COUNT GPUs per node, on the nodes that carry TYPE
     # (kubernetes: by their GPU feature discovery labels); without it (or PROVISIONS) `--gpu` is refused
     GPU_SELECTS_NODES = "gpu-selects-nodes"
@@ -157,7 +156,10 @@ class SpecRules:
     options: tuple[str, ...] = ()
     validate: Callable[[ClusterSpec], list[str]] = _no_warnings
     resolve: Callable[[ClusterSpec], ClusterSpec] = _unchanged
-    prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found  # (spec, *, detect=...)
+    # (spec, *, dry_run=False, detect=...): values found at run time (aws: the SSH CIDR; gcp: the project, from
+    # --project, the environment, gcloud's config or the credentials; required but in a dry run) and notes;
+    # detect=None: find nothing, the spec as given (a dry run after a failed detection, `doctor`)
+    prepare: Callable[..., tuple[ClusterSpec, list[str]]] = _nothing_found
     plan_line: Callable[[ClusterSpec, int, Decimal | None], str | None] = _no_line
     # (spec) -> (seconds its nodes may need to be ready, why), from the node's own bounds; None: none
     ready_within: Callable[[ClusterSpec], tuple[int, str] | None] = _no_ready_bound
@@ -172,11 +174,9 @@ class SpecRules:
 
 @dataclass(frozen=True)
 class Transport:
+    # (options) -> (Provider, Launcher); cheap (no SDK imported, nothing asked), so `up`, `down` and `status`
+    # take its provider alone
     make: Callable[[LaunchOptions], tuple[Provider, Launcher]]
-    provider: Callable[[LaunchOptions], Provider] | None = None  # default: make()'s provider
-
-    def provider_only(self, options: LaunchOptions) -> Provider:
-        return self.provider(options) if self.provider else self.make(options)[0]
 
 
 def _unknown_gpus() -> int | None:
@@ -286,14 +286,14 @@ class Pricing:
 class ObjectStore:
     scheme: str
     url: Callable[[str, str], str]  # (text, what) -> normalized URL; UsageError starting with `what`
-    read_option: str  # the stack option (JSON list of URLs) that sets `spec.reads`, e.g. s3Read
-    write_option: str  # ... and `spec.writes`
+    # the stack options (JSON lists of URLs) that set `spec.reads` and `spec.writes` are this prefix's `Read` and
+    # `Write` ("s3": s3Read, s3Write; "gcs": gcsRead, gcsWrite)
+    option_prefix: str
 
-
-@dataclass(frozen=True)
-class Accounts:
-    with_project: Callable[..., ClusterSpec]  # (spec, project, *, required=True)
-    parse_project: Callable[[str], str]
+    @property
+    def scope_options(self) -> tuple[str, str]:
+        """(the option that sets `spec.reads`, the one that sets `spec.writes`)."""
+        return f"{self.option_prefix}Read", f"{self.option_prefix}Write"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +307,6 @@ class Plugin:
     provisioner: Provisioner | None = None
     pricing: Pricing | None = None
     objects: ObjectStore | None = None
-    accounts: Accounts | None = None
 
     @property
     def name(self) -> str:
@@ -322,13 +321,6 @@ class Plugin:
         return self.objects.scheme if self.objects is not None else None
 
     # -- the "not applicable" answers, in one place ------------------------------------------------
-    def with_project(self, spec: ClusterSpec, project: str | None = None, *, required: bool = True) -> ClusterSpec:
-        if self.accounts is not None:
-            return self.accounts.with_project(spec, project, required=required)
-        if project:
-            raise UsageError(f"--project {project} is not allowed with --cloud {self.name}")
-        return spec
-
     def object_url(self, text: str, what: str) -> str:
         if self.objects is None:
             raise UsageError(f"{what} is not supported with --cloud {self.name}")

@@ -81,8 +81,9 @@ def accepting(flag: str) -> tuple[str, ...]:
 
 def project_id(text: str) -> str:
     """A `--project` value checked for form by the backend that has projects (`down`, `cost report`)."""
-    for name in having(Capability.ACCOUNTS):
-        accounts = plugin(name).accounts
-        if accounts is not None:
-            return accounts.parse_project(text)
+    from gpucluster.lifecycle.prepare import checked_project
+
+    names = accepting("project")
+    if names:
+        return checked_project(plugin(names[0]), text)
     raise UsageError(f"--project {text} is not allowed: no backend has projects")

@@ -109,8 +109,7 @@ def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="no kubeconfig at .*no-such-kubeconfig"):
         invoke(up.up, "--cloud", "kubernetes", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None,
-                                                                                   state_url=lambda: None))  # no --yes
+    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None))  # no --yes
     with pytest.raises(UsageError, match="--yes"):
         invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
     assert Ledger.open_default().list_runs() == []

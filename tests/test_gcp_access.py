@@ -124,3 +124,59 @@ def test_credentials_ask_for_the_email_scope_too(monkeypatch):
     gcp_access.google_credentials()
     assert asked == [["https://www.googleapis.com/auth/cloud-platform",
                       "https://www.googleapis.com/auth/userinfo.email"]]
+
+
+# -- the project as gcp's spec rules (no `Accounts` part): --project checked by `validate`, the default
+# found by `prepare`, required but in a dry run -------------------------------------------------------------
+@pytest.fixture
+def no_ambient_project(tmp_path, monkeypatch):
+    """No project anywhere: not in the environment, no gcloud config, no application-default credentials."""
+    for var in ALL_ENV:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
+    monkeypatch.setattr(gcp_access, "adc_project", lambda: None)
+
+
+def test_gcp_prepare_finds_the_project_and_refuses_none_but_in_a_dry_run(no_ambient_project, monkeypatch):
+    from gpucluster.infra.registry import plugin
+
+    rules = plugin("gcp").spec
+    bare = ClusterSpec(cloud="gcp", nodes=1)
+    with pytest.raises(SpecError, match="no GCP project: pass --project MY-PROJECT"):
+        rules.prepare(bare)
+    assert rules.prepare(bare, dry_run=True)[0].project is None  # the dry run shows a placeholder
+    assert rules.prepare(bare, detect=None)[0] == bare  # `doctor`: nothing looked up
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-proj-42")
+    found = rules.prepare(bare)[0]
+    assert (found.project, found.project_source) == ("env-proj-42", "environment variable GOOGLE_CLOUD_PROJECT")
+    given = bare.replace(project="flag-proj-42", project_source="--project")
+    assert rules.prepare(given)[0] == given  # --project wins over the environment, said as given
+
+
+def test_gcp_validate_checks_the_project_form_as_the_flag_was_checked():
+    from gpucluster.infra.registry import plugin
+    from gpucluster.spec import resolve, validate
+
+    gcp = plugin("gcp")
+    good = resolve(ClusterSpec(cloud="gcp", nodes=1, project="my-proj-42", project_source="--project"), gcp)
+    validate(good, gcp)
+    with pytest.raises(SpecError, match=r"GCP project 'Bad' \(from --project\) is not allowed: a project ID is 6-30"):
+        validate(good.replace(project="Bad"), gcp)
+
+
+def test_project_flag_of_commands_that_create_nothing(no_ambient_project, monkeypatch):
+    """`down`/`cost report` (`project_id`) and `gc`/`doctor`/`status` (`check_place`): the form checked by gcp's
+    `validate`; '' is the default project, refused when there is none; other backends refuse the flag."""
+    from gpucluster.errors import UsageError
+    from gpucluster.infra.registry import plugin, project_id
+    from gpucluster.lifecycle.prepare import _with_project_flag, check_place
+
+    assert project_id("my-proj-42") == "my-proj-42"
+    with pytest.raises(SpecError, match=r"GCP project 'Bad' \(from --project\)"):
+        check_place({"gcp": plugin("gcp")}, project="Bad")
+    with pytest.raises(SpecError, match="no GCP project"):
+        project_id("")
+    monkeypatch.setenv("GOOGLE_PROJECT", "env-proj-42")
+    assert project_id("") == "env-proj-42"
+    with pytest.raises(UsageError, match="^--project my-proj-42 is not allowed with --cloud local$"):
+        _with_project_flag(ClusterSpec(cloud="local", nodes=1), "my-proj-42", plugin("local"))

@@ -63,7 +63,7 @@ def test_a_python_without_torch_is_refused_before_anything_is_recorded(home, tmp
 
 
 @pytest.mark.integration  # the nodes' Python is started (the ready check): about a second
-def test_local_up_records_each_node_then_down_verifies_and_closes_them(home):
+def test_local_up_records_each_node_then_down_verifies_and_closes_them(home, capsys):
     cluster = gpucluster.up(cloud="local", nodes=2, name="lab", python=sys.executable)
     assert cluster.cloud == "local" and len(cluster.nodes) == 2 and cluster.hourly is None
     ledger = Ledger.open_default()
@@ -77,6 +77,12 @@ def test_local_up_records_each_node_then_down_verifies_and_closes_them(home):
     assert cluster.status()["up"] is True
     with pytest.raises(UsageError, match="kept already"):  # a second `up` of the same name is not a second cluster
         gpucluster.up(cloud="local", nodes=2, name="lab", python=sys.executable)
+    # `ssh`: the local launcher cannot connect; it says so once the CLI's own lines are said, as before
+    from gpucluster.cli import kept as kept_cli
+
+    with pytest.raises(UsageError, match="^local nodes cannot be reached with `gpucluster ssh`$"):
+        invoke(kept_cli.ssh, "lab", "1", "-L", "16006:localhost:6006")
+    assert "forwarding 127.0.0.1:16006 -> localhost:6006 on node 1 of lab; Ctrl-C closes it" in capsys.readouterr().err
     result = cluster.down()
     assert result.verdict["verdict"] == "verified" and result.exit_code == 0, result.verdict
     assert result.check is not None and result.check.how == "by run id"  # `down` says "verified by run id"

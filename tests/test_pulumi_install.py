@@ -153,6 +153,8 @@ def test_with_consent_the_pinned_cli_is_installed_into_the_home_once(get_pulumi_
     assert pulumi_cli.cli_source(cmd).startswith("installed by gpucluster in")
     assert f"Pulumi CLI {PINNED} ready" in capsys.readouterr().err
     preflight(_cli_check(provider_for), yes=False)  # found now: nothing asked, nothing fetched again
+    # what it checked is the state the ledger row records (`check_before_recording`): the home's file backend
+    assert _cli_check(provider_for)() == pulumi_cli.backend_url() and pulumi_cli.backend_url().startswith("file://")
     pulumi_cli.install_cli()  # the SDK's install finds the copy and downloads nothing
     assert len(get_pulumi_com) == 2
 
@@ -215,3 +217,23 @@ def test_a_failed_download_is_a_missing_dependency_with_the_way_out(get_pulumi_c
         pulumi_cli.install_cli("3.999.0")  # not published: the tarball is a 404, the script fails
     assert "3.999.0" in err.value.message and "get.pulumi.com | sh" in err.value.message
     assert get_pulumi_com == ["/install.sh", "/releases/sdk/pulumi-v3.999.0-linux-x64.tar.gz"]
+
+
+def test_the_ledger_row_records_the_state_the_preflight_checked():
+    """`check_before_recording`: the provider's preflight says which state it checked (an s3:// one with the
+    bucket's region it found); the run's spec, stored with its ledger row, carries it."""
+    from gpucluster.domain import Provider
+    from gpucluster.lifecycle.prepare import Prepared, check_before_recording
+    from gpucluster.spec import ClusterSpec
+
+    class Checked(Provider):
+        def preflight(self, spec=None):
+            assert spec is not None and spec.name == "st"
+            return "s3://team/state?region=eu-west-1"
+
+    plan = Prepared(ClusterSpec(cloud="aws", nodes=1, name="st"), None, Checked(), None)
+    check_before_recording(plan)
+    assert plan.spec.state == "s3://team/state?region=eu-west-1"
+    plan = Prepared(ClusterSpec(cloud="local", nodes=1, name="st", state="stale"), None, Provider(), None)
+    check_before_recording(plan)
+    assert plan.spec.state is None  # a provider without state: none recorded

@@ -207,10 +207,10 @@ def _checked_spec(req: Request, backend: Plugin) -> ClusterSpec:
                          f"({' or '.join(req.provisioning) or 'aws or gcp'}) or, on kubernetes, the nodes by their "
                          "GPU; here the machines exist: use --gpus-per-node")
     spec = normalize(build_spec(req, nodes, hosts, new_run_id(), backend.traits.max_nodes), backend)
+    spec = _with_project_flag(spec, req.project, backend)  # its form is the backend's to check
     validate(spec, backend)  # bad input is refused before anything is looked up
     spec = with_owner(spec, named=bool(req.name), dry_run=req.dry_run)  # default name and owner marks
     spec = resolve(spec, backend)  # the location actually used, defaults included: stored and checked later
-    spec = backend.with_project(spec, req.project, required=not req.dry_run)
     if req.dry_run and backend.ops.dry_run is None:
         raise UsageError(not_allowed("--dry-run with cloud", req.cloud,
                                      f"{' or '.join(req.provisioning) or 'a cloud'} (clouds gpucluster provisions)"))
@@ -228,6 +228,28 @@ def given_hosts(text: str | None, backend: Plugin) -> tuple[str, ...]:
     hosts = tuple(text.split(",")) if text else ()
     backend.spec.validate(ClusterSpec(cloud=backend.name, nodes=max(1, len(hosts)), hosts=hosts))
     return hosts
+
+
+def _with_project_flag(spec: ClusterSpec, project: str | None, backend: Plugin) -> ClusterSpec:
+    """`--project`: the account the resources live in, for a backend that takes the flag (gcp), over the one a
+    stack file or a recorded run names; without it the backend's `SpecRules.prepare` finds the default."""
+    if not project:
+        return spec
+    if "project" not in backend.traits.flags:
+        raise UsageError(f"--project {project} is not allowed with --cloud {backend.name}")
+    return spec.replace(project=project, project_source="--project")
+
+
+def checked_project(backend: Plugin, project: str) -> str:
+    """`--project` of a command that creates nothing (`down`, `cost report`, `gc`, `doctor`, `status`), for a
+    backend that takes it: checked as `run` checks it (`validate`); '' is the default project (`SpecRules.prepare`)."""
+    from gpucluster.spec import resolve, validate
+
+    spec = ClusterSpec(cloud=backend.name, nodes=1)
+    if not project:
+        return str(backend.spec.prepare(spec)[0].project)
+    validate(resolve(spec.replace(project=project, project_source="--project"), backend), backend)
+    return project
 
 
 def _on_known_gpus(backend: Plugin, spec: ClusterSpec, notes: list[str]) -> ClusterSpec:
@@ -257,8 +279,8 @@ def _price_guarded(plan: Prepared, req: Request, backend: Plugin, strict_prices:
 def check_before_recording(plan: Prepared) -> None:
     """What a real run needs before its ledger row: the provider's tools (e.g. the Pulumi CLI,
     missing or too old). The ledger itself is checked by `open_ledger`."""
-    plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
-    plan.spec = plan.spec.replace(state=plan.provider.state_url())  # the ledger row records which state
+    state = plan.provider.preflight(plan.spec)  # aws: also the quota and a dry run of the launch
+    plan.spec = plan.spec.replace(state=state)  # the ledger row records which state
 
 
 def open_ledger() -> Ledger:
@@ -483,11 +505,11 @@ def prepare_spec(backend: Plugin, spec: ClusterSpec, *, dry_run: bool = False) -
     from gpucluster.spec import validate
 
     try:
-        spec, notes = backend.spec.prepare(spec)
+        spec, notes = backend.spec.prepare(spec, dry_run=dry_run)
     except SpecError as exc:
         if not dry_run:
             raise
-        spec, notes = backend.spec.prepare(spec, detect=None)
+        spec, notes = backend.spec.prepare(spec, dry_run=dry_run, detect=None)
         notes.append(f"{exc.message} (a real run stops here with exit code 2; this preview has no SSH rule)")
     return spec, [*validate(spec, backend), *notes]
 
@@ -503,7 +525,7 @@ def check_place(backends: dict[str, Plugin], *, regions: tuple[str, ...] = (), p
     """`--region` and `--project` of commands that create nothing (`gc`, `doctor`), refused as `run`
     refuses them, through the same code: a region is checked as a spec of each backend given
     (`validate` after `resolve`) and refused when none of them takes it; a project by the backend
-    that has projects (`parse_project`); an instance type (in the first region) as a region is.
+    that takes `--project` (`checked_project`); an instance type (in the first region) as a region is.
     Returns the regions to use: an empty one means the default, as for `run`, so it is left out."""
     from gpucluster.spec import resolve, validate
 
@@ -521,6 +543,6 @@ def check_place(backends: dict[str, Plugin], *, regions: tuple[str, ...] = (), p
         if refusals and len(refusals) == len(backends):
             raise refusals[0]
     for chosen in backends.values():
-        if project is not None and "project" in chosen.traits.flags and chosen.accounts is not None:
-            chosen.accounts.parse_project(project)
+        if project is not None and "project" in chosen.traits.flags:
+            checked_project(chosen, project)
     return tuple(r for r in regions if r)

@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from gpucluster.errors import UsageError
 from gpucluster.events import RunEvents
@@ -148,7 +148,6 @@ class Launcher:
 
     - `describe(spec, job)`: lines for the run's plan (image, data, what is shipped); its errors
       come before anything exists.
-    - `preview_commands(job, private_ips, gpus_per_node)`: each node's command, for `--dry-run`.
     - `collect_outputs(job, events)`: called by the lifecycle once the job has ended, however it
       ended, before teardown: every node's output folder (GPUCLUSTER_OUTPUT_DIR) brought to
       `job.output_dir/node-N`, one `gpucluster.watch.outputs.NodeOutputs` per node where the job was
@@ -161,9 +160,10 @@ class Launcher:
     - `leftovers(cluster, run_id)`: the run's processes still alive on the nodes (`Leftover`s), for
       a job on a kept cluster (`exec`), whose teardown keeps the nodes; None: nothing to ask beyond
       `cleanup_errors`.
-    - `connect(cluster, rank, command, forwards)`: `gpucluster ssh`: a shell (or `command`) on node
-      `rank` of a kept cluster, with local ports forwarded to the node (`Forward`); its exit code.
-      `check_connect(...)` refuses first what `connect` would refuse (a host it cannot forward to).
+    - `connect(cluster, rank, command, forwards, opening)`: `gpucluster ssh`: a shell (or `command`)
+      on node `rank` of a kept cluster, with local ports forwarded to the node (`Forward`); its exit
+      code. What it would refuse (a host it cannot forward to) it refuses first, then calls
+      `opening()` (the CLI's own checks and lines: nothing is said before a refusal), then opens.
     - `ssh_config(cluster, folder)`: `gpucluster ssh --ssh-config`: OpenSSH host aliases for the
       nodes (the files it needs written under `folder`); the lines to add to ~/.ssh/config.
     """
@@ -178,9 +178,6 @@ class Launcher:
     def describe(self, spec: ClusterSpec, job: JobSpec) -> list[str]:
         return []
 
-    def preview_commands(self, job: JobSpec, private_ips: Sequence[str], gpus_per_node: int) -> list[str]:
-        return []
-
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs] | None:
         return None
 
@@ -192,10 +189,9 @@ class Launcher:
         its marks, and return what is still there (`leftovers`); None: this launcher cannot."""
         return None
 
-    def check_connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> None:
-        """What `connect` would refuse, refused before anything is said or opened (UsageError)."""
-
-    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"]) -> int:
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"],
+                opening: Callable[[], None] = lambda: None) -> int:
+        opening()
         raise UsageError(f"{cluster.cloud} nodes cannot be reached with `gpucluster ssh`")
 
     def ssh_config(self, cluster: Cluster, folder: Path) -> list[str]:

@@ -484,8 +484,9 @@ def detection_proxy() -> str | None:
     return f"{where.scheme}://{where.hostname}" + (f":{where.port}" if where.port else "")
 
 
-def prepare(spec: "ClusterSpec", *, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
-    # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection)
+def prepare(spec: "ClusterSpec", *, dry_run: bool = False, detect=detect_public_ipv4) -> tuple["ClusterSpec", list[str]]:
+    # detect=None: leave a missing SSH CIDR missing (a dry run after a failed detection); dry_run: the same
+    # detection (its failure in a dry run is the core's note: gpucluster.lifecycle.prepare.prepare_spec)
     """What `run`/`up` fill in before the plan, so the cluster can be reached and fully used:
     GPUs per node from the catalog, and without an SSH CIDR this machine's public IPv4 as /32
     (a cluster the launcher cannot reach is never created). Returns (spec, notes)."""

@@ -14,11 +14,16 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
+from typing import TYPE_CHECKING
 import yaml
 
 from gpucluster.infra.aws.mock_runtime import Recorder, build, unwrap
 from gpucluster.spec import ClusterSpec
 from gpucluster.states import JsonMapping, JsonObject
+
+if TYPE_CHECKING:
+    from gpucluster.infra.ssh.launch import SshLauncher
+    from gpucluster.watch.launch import JobSpec
 
 SG_RULE_TYPES = {
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "ingress",
@@ -90,8 +95,9 @@ def _instances(fi: JsonMapping, first: JsonMapping, has_fleet: bool) -> JsonObje
     }
 
 
-def dry_run(spec: ClusterSpec, *, job: object = None, launcher: object = None) -> JsonObject:
-    """(job and launcher: the CLI prints per-node commands itself from `launcher.preview_commands`.)"""
+def dry_run(spec: ClusterSpec, *, job: JobSpec | None = None, launcher: SshLauncher | None = None) -> JsonObject:
+    """What the program declares under the mocks; with a job and its launcher also `node_commands`, the command
+    line each node would run at the mocks' private IPs (printed by the CLI; not part of `--json`)."""
     import contextlib
     import io
 
@@ -112,6 +118,10 @@ def dry_run(spec: ClusterSpec, *, job: object = None, launcher: object = None) -
     instance_tags = next((t.get("tags") or {} for t in first.get("tagSpecifications") or []
                           if t.get("resourceType") == "instance"), {})
     object_access = _object_access(rec)
+    found, gpus = built.outputs.get("private_ips"), built.outputs.get("gpus_per_node")
+    ips = [str(ip) for ip in found] if isinstance(found, (list, tuple)) else []
+    commands = (launcher.preview_commands(job, ips, int(gpus) if isinstance(gpus, (int, float, str)) and gpus else 0)
+                if ips and launcher is not None and job is not None else [])
     return {
         "cloud": "aws",
         "object_access": object_access,
@@ -124,4 +134,5 @@ def dry_run(spec: ClusterSpec, *, job: object = None, launcher: object = None) -
         "tags": {k: v for k, v in instance_tags.items() if k != "Name"},
         "outputs": {k: v for k, v in built.outputs.items() if k != "ssh_private_key"},
         "note": "declared under Pulumi's mock runtime: AMI id, zone and IPs are placeholders from the mocks",
+        "node_commands": commands,
     }

@@ -25,15 +25,16 @@ def declare(spec: ClusterSpec) -> Mapping[str, object]:
 
 
 def dry_run(spec: ClusterSpec, job: object, launcher: object) -> dict[str, object]:
-    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime (imported here: it imports pulumi)."""
+    """`--dry-run`: the real Pulumi program under Pulumi's mock runtime (imported here: it imports pulumi), and
+    the command each node would run."""
+    from gpucluster.watch.launch import JobSpec
+
+    assert job is None or isinstance(job, JobSpec)  # what Operations.dry_run hands it
+    assert launcher is None or isinstance(launcher, SshLauncher)  # the one `make` gives
     with sdk_needed("--dry-run", TRAITS.name):
         from .dryrun import dry_run as dry_run_
 
         return dry_run_(spec, job=job, launcher=launcher)
-
-
-def provider(options: LaunchOptions) -> PulumiProvider:
-    return PulumiProvider(PLUGIN)
 
 
 def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
@@ -80,7 +81,7 @@ PLUGIN = CreatedMachines(
     spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve, prepare=catalog.prepare,
                    plan_line=catalog.plan_line, ready_within=catalog.ready_within,
                    link_gbps=catalog.link_gbps, gpu_shapes=shapes.gpu_shapes),
-    transport=Transport(make=make, provider=provider),
+    transport=Transport(make=make),
     ops=Operations(node_gpu_state=node_gpu_state, doctor=doctor_checks, dry_run=dry_run,
                    credentials_found=credentials_found, bucket_facts=s3.bucket_facts,
                    gone_at=liveness.gone_at),  # status: kept nodes the dead-man switch powered off
@@ -107,5 +108,5 @@ PLUGIN = CreatedMachines(
         default_region=catalog.DEFAULT_REGION,
         price_rows=prices.price_rows, instance_price=prices.instance_price,
         planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices),
-    objects=ObjectStore(scheme="s3", url=s3.parse_url, read_option=s3.READ_OPTION, write_option=s3.WRITE_OPTION),
+    objects=ObjectStore(scheme="s3", url=s3.parse_url, option_prefix=s3.OPTION_PREFIX),
 )

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpucluster.spec import ClusterSpec
 
 SCHEME = "s3://"
-READ_OPTION, WRITE_OPTION = "s3Read", "s3Write"
+OPTION_PREFIX = "s3"  # the stack options s3Read and s3Write (ObjectStore.option_prefix)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")

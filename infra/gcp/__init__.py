@@ -21,5 +21,5 @@ TRAITS = Traits(
            "setup",  # run in each pod before torchrun (the entry script's setup wrapper)
            "data", "resume"),  # staged into each pod through the exec API (infra.kubernetes.stage)
     flags_refused_why="gcp runs on GKE pods reached through the Kubernetes API",
-    capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE, Capability.ACCOUNTS}),
+    capabilities=frozenset({Capability.PROVISIONS, Capability.PRICED, Capability.OBJECT_STORE}),
 )

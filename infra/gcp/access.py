@@ -313,10 +313,11 @@ def classify_quota(text: str, spec: ClusterSpec | None = None) -> QuotaError | N
     return QuotaError(msg, quota=quota, region=region, regions=others, hint=hint)
 
 
-def spec_with_project(spec: ClusterSpec, flag: str | None, *, required: bool = True) -> ClusterSpec:
+def spec_with_project(spec: ClusterSpec, flag: str | None, *, required: bool = True,
+                      stack_config: str | None = None) -> ClusterSpec:
     """The spec with the resolved GCP project (`project`, `project_source`), so the program, the tag scan
     and the ledger (the spec is stored with the run) all use the same one."""
-    project, source = resolve_project(flag or spec.project, None, required=required)
+    project, source = resolve_project(flag or spec.project, stack_config, required=required)
     if project is None:
         return spec
     if not flag and spec.project and spec.project_source:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
 
 SCHEME = "gs://"
-READ_OPTION, WRITE_OPTION = "gcsRead", "gcsWrite"
+OPTION_PREFIX = "gcs"  # the stack options gcsRead and gcsWrite (ObjectStore.option_prefix)
 READ_ROLE = "roles/storage.objectViewer"  # storage.objects.get + storage.objects.list (and folders)
 WRITE_ROLE = "roles/storage.objectCreator"  # storage.objects.create: no read, no delete, no overwrite
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Mapping, Sequence
 
 from gpucluster.domain import Cluster
 from gpucluster.errors import GpuclusterError
-from gpucluster.infra.contract import (Accounts, CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
+from gpucluster.infra.contract import (CreatedMachines, LaunchOptions, ObjectStore, Operations, Pricing,
                                        Record, ScanScope, SpecRules, Transport)
 from gpucluster.infra.pulumi.cloud import PulumiCloud, sdk_needed
 from gpucluster.infra.kubernetes.launcher import KubernetesLauncher
@@ -55,10 +56,6 @@ def after_up(spec: ClusterSpec, cluster: Cluster, events: object) -> None:
         install(spec, cluster, events)
 
 
-def provider(options: LaunchOptions) -> PulumiProvider:
-    return PulumiProvider(PLUGIN)
-
-
 def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
     kw: dict[str, object] = {"objects": gcs.GcsTransfer()}  # gs:// read and written by the pods themselves
     if options.start_deadline_s:
@@ -75,8 +72,37 @@ def scan_scope(recorded: Record | None) -> ScanScope:
     return ScanScope(project=str(project)) if project else ScanScope()
 
 
-def parse_project(text: str) -> str:
-    return access.resolve_project(text, None, env={})[0]  # checks the ID's form
+def validate_spec(spec: ClusterSpec) -> list[str]:
+    """The GKE GPU pool's checks (`catalog.validate_spec`), then the project's form (--project, a stack file's, a
+    recorded run's)."""
+    warnings = catalog.validate_spec(spec)
+    if spec.project:
+        access.resolve_project(spec.project, None, env={})  # checks the ID's form: SpecError naming it
+    return warnings
+
+
+def prepare(spec: ClusterSpec, *, dry_run: bool = False, detect: object = True) -> tuple[ClusterSpec, list[str]]:
+    """The project the run uses (`project`, `project_source`): --project, else the default found where
+    `access.resolve_project` looks; none found is refused (SpecError) but in a dry run, which shows a
+    placeholder. `detect=None`: the spec as given."""
+    if detect is None:
+        return spec, []
+    return access.spec_with_project(spec, None, required=not dry_run, stack_config=_stack_project()), []
+
+
+def _stack_project() -> str | None:
+    """The stack's `gcp:project` inside a Pulumi program (infra/program.py prepares its spec too): it comes
+    before the environment, as `component.project_of` has it. None elsewhere: the CLI has not imported
+    pulumi when it prepares a spec, and this does not import it."""
+    if "pulumi" not in sys.modules:
+        return None
+    import pulumi
+
+    try:
+        found = pulumi.Config("gcp").get("project")
+    except Exception:  # noqa: BLE001 - outside a Pulumi program there is no stack config
+        return None
+    return str(found) if found else None
 
 
 def gc_scope(open_rows: Sequence[Record], runs: Sequence[Record], regions: tuple[str, ...],
@@ -100,9 +126,9 @@ def classify_failure(spec: ClusterSpec, text: str) -> GpuclusterError | None:
 
 PLUGIN = CreatedMachines(
     traits=TRAITS,
-    spec=SpecRules(options=catalog.OPTIONS, validate=catalog.validate_spec, resolve=catalog.resolve,
+    spec=SpecRules(options=catalog.OPTIONS, validate=validate_spec, resolve=catalog.resolve, prepare=prepare,
                    link_gbps=catalog.link_gbps, plan_line=catalog.plan_line, gpu_shapes=shapes.gpu_shapes),
-    transport=Transport(make=make, provider=provider),
+    transport=Transport(make=make),
     ops=Operations(doctor=doctor_checks, dry_run=dry_run, credentials_found=access.credentials_found, bucket_facts=bucket_facts),
     provisioner=PulumiCloud(
         plugins=("gcp",), scan_scope=scan_scope,
@@ -121,6 +147,5 @@ PLUGIN = CreatedMachines(
         default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
         fetch_prices=prices.fetch_prices),
-    objects=ObjectStore(scheme="gs", url=gcs.parse_url, read_option=gcs.READ_OPTION, write_option=gcs.WRITE_OPTION),
-    accounts=Accounts(with_project=access.spec_with_project, parse_project=parse_project),
+    objects=ObjectStore(scheme="gs", url=gcs.parse_url, option_prefix=gcs.OPTION_PREFIX),
 )

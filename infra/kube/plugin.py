@@ -33,10 +33,6 @@ def make(opts: LaunchOptions) -> tuple[KubeProvider, KubeLauncher]:
                                   platform=kube_platform(given), **kw)
 
 
-def provider(opts: LaunchOptions) -> KubeProvider:
-    return KubeProvider()
-
-
 def check_down(provider_: Provider, name: str, runs: Mapping[str, Record]) -> Check:
     """Each run's objects, found by its label (and of the kinds its ledger rows name) in the context and
     namespace it recorded, deleted and read back."""
@@ -164,7 +160,7 @@ PLUGIN = ExistingMachines(
     traits=TRAITS,
     spec=SpecRules(options=options.OPTIONS, validate=options.validate_spec, resolve=options.resolve, prepare=prepare,
                    plan_line=plan_line),
-    transport=Transport(make=make, provider=provider),
+    transport=Transport(make=make),
     ops=Operations(check_down=check_down, sweep=sweep, dry_run=preview, hold=hold,
                    in_context=in_context),
 )

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from .gpus import GpuNodes
 
 
-def prepare(spec: ClusterSpec, *, detect: object = True) -> tuple[ClusterSpec, list[str]]:
+def prepare(spec: ClusterSpec, *, dry_run: bool = False, detect: object = True) -> tuple[ClusterSpec, list[str]]:
     """The context and namespace the run uses, pinned in its options from the kubeconfig (a local file:
     the cluster is not asked here), and what the run costs, said. `detect=None` (a dry run after a
-    failure): the spec as given."""
+    failure): the spec as given. A dry run looks the same up (a failure there is the core's note)."""
     notes: list[str] = []
     given = dict(spec.options)
     given.pop("priceSource", None)  # gpucluster's own mark, set below

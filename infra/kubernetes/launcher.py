@@ -62,7 +62,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpucluster.domain import Cluster, Leftover
 from gpucluster.errors import LaunchError, UsageError, not_allowed
@@ -290,20 +290,17 @@ class KubernetesLauncher(Launcher):
         delete_run_objects(api, self.namespace, run_id, retry=retry)
         return run_leftovers(api, self.namespace, run_id, retry=retry)
 
-    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> int:
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward],
+                opening: Callable[[], None] = lambda: None) -> int:
         """`gpucluster ssh`: a shell or a command in node `rank`'s pod of the job running on the cluster
-        (the exec API), local ports forwarded to it (the portforward API): `infra.kubernetes.connect`."""
-        from .connect import connect
+        (the exec API), local ports forwarded to it (the portforward API): `infra.kubernetes.connect`.
+        Refused first: the -L hosts, a terminal for a shell, and node `rank`'s pod of a running job."""
+        from .connect import check, connect
 
-        return connect(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command,
-                       forwards, platform=self.platform)
-
-    def check_connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> None:
-        """The -L hosts, a terminal for a shell, and node `rank`'s pod of a running job."""
-        from .connect import check
-
-        check(self.api or self._api_for(cluster), self.namespace, self.mode, cluster, rank, command, forwards,
-              platform=self.platform)
+        api = self.api or self._api_for(cluster)
+        check(api, self.namespace, self.mode, cluster, rank, command, forwards, platform=self.platform)
+        opening()
+        return connect(api, self.namespace, self.mode, cluster, rank, command, forwards, platform=self.platform)
 
     def _api_for(self, cluster: Cluster) -> KubeApi:
         """The cluster's API, as its platform reaches it (gcp: the stack's kubeconfig, Google credentials)."""

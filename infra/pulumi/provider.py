@@ -115,10 +115,11 @@ class PulumiProvider(Provider):
         self.poll_seconds = float(self.scan_options.pop("poll_seconds", 15))
         self._clock, self._sleep = self.scan_options.pop("clock", None), self.scan_options.pop("sleep", None)
 
-    def preflight(self, spec: ClusterSpec | None = None) -> None:
+    def preflight(self, spec: ClusterSpec | None = None) -> str | None:
         """Fail fast, before a ledger row or a question: the Pulumi CLI (present, new enough), the
         state directory with its passphrase, then (given the spec) the backend's own checks against
-        the cloud (aws: `infra/aws/preflight.py`)."""
+        the cloud (aws: `infra/aws/preflight.py`). Returns the state's URL as checked (an s3:// one
+        with the bucket's region `check_state_region` found), for the ledger row."""
         from gpucluster.infra.pulumi.cli import backend_url, passphrase_file
         from gpucluster.infra.pulumi.state import check_secrets, check_state_region
 
@@ -135,10 +136,6 @@ class PulumiProvider(Provider):
             self.check_credentials(spec.region if spec is not None else None)
         if spec is not None:
             self.check_name_free(spec)
-
-    def state_url(self) -> str | None:
-        from gpucluster.infra.pulumi.cli import backend_url
-
         return backend_url()
 
     # -- whose resources -------------------------------------------------------------------------

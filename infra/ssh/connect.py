@@ -36,7 +36,9 @@ class NodeAccess:
     objects: NodeObjects | None
     diagnose: Callable[[Cluster, Node], str | None] | None
 
-    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward]) -> int:
+    def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward],
+                opening: Callable[[], None] = lambda: None) -> int:
+        opening()  # nothing of its own to refuse first: ssh says what it cannot do
         node = cluster.nodes[rank]
         extra: list[str] = []
         for f in forwards:  # bound to this machine's loopback only; ssh fails at once if a port is taken
