@@ -151,12 +151,13 @@ def test_a_cluster_whose_nodes_are_not_addressed_counts_them_from_its_outputs():
 
 
 class _Reclaimer:
-    """A launcher's `reclaim` as the lifecycle sees it: None (cannot), or what is still there."""
+    """A launcher's `leftovers(..., remove=True)` as the lifecycle sees it: None (cannot), or what is still there."""
 
     def __init__(self, answer):
         self.answer, self.asked = answer, []
 
-    def reclaim(self, cluster, run_id):
+    def leftovers(self, cluster, run_id, *, remove=False):
+        assert remove, "a dead run is reclaimed, not only listed"
         self.asked.append(run_id)
         return self.answer
 

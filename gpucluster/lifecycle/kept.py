@@ -137,14 +137,15 @@ def dead_run(ledger: Ledger, name: str, run_id: str) -> UsageError:
 
 def reclaim(ledger: Ledger, launcher: Launcher, cluster: Cluster, kept: Kept) -> str | None:
     """Before a job on a kept cluster whose last job's gpucluster process died (`kept.dead`): the
-    launcher deletes what that job started there, found by its run's marks (`Launcher.reclaim`; gcp:
+    launcher deletes what that job started there, found by its run's marks (`Launcher.leftovers` with
+    `remove`; gcp:
     its Kubernetes objects by the run label), and reads it back. Nothing left: its open rows are closed
     and the run is finished as failed (a line to show). The launcher cannot, or something is left: the
     refusal (UsageError, exit 2) naming it, nothing recorded."""
     if kept.dead is None:
         return None
     rid = kept.dead.id
-    left = launcher.reclaim(cluster, rid)
+    left = launcher.leftovers(cluster, rid, remove=True)
     if left is None:
         raise dead_run(ledger, kept.name, rid)
     if left:

@@ -157,9 +157,11 @@ class Launcher:
       line each), read by the lifecycle once the job and its outputs are done.
     - `checks_nodes`: it runs the health check (`job.check`, gpucluster/watch/health.py) before the job;
       a launcher that cannot is never given one (`health.spec_for` refuses `--check` for it).
-    - `leftovers(cluster, run_id)`: the run's processes still alive on the nodes (`Leftover`s), for
-      a job on a kept cluster (`exec`), whose teardown keeps the nodes; None: nothing to ask beyond
-      `cleanup_errors`.
+    - `leftovers(cluster, run_id, remove=False)`: the run's processes (or objects) still on the nodes
+      (`Leftover`s), for a job on a kept cluster (`exec`), whose teardown keeps the nodes; None: nothing
+      to ask beyond `cleanup_errors`. With `remove`, for a run whose gpucluster process died (the next
+      `exec` reclaims it): what it started there, found by its marks, deleted first, then read back;
+      None: this launcher cannot delete them.
     - `connect(cluster, rank, command, forwards, opening)`: `gpucluster ssh`: a shell (or `command`)
       on node `rank` of a kept cluster, with local ports forwarded to the node (`Forward`); its exit
       code. What it would refuse (a host it cannot forward to) it refuses first, then calls
@@ -181,12 +183,7 @@ class Launcher:
     def collect_outputs(self, job: JobSpec, events: RunEvents) -> list[NodeOutputs] | None:
         return None
 
-    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
-        return None
-
-    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
-        """Delete what run `run_id` (whose gpucluster process died) started on a kept cluster, found by
-        its marks, and return what is still there (`leftovers`); None: this launcher cannot."""
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
         return None
 
     def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence["Forward"],

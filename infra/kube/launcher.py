@@ -64,25 +64,19 @@ class KubeLauncher(KubernetesLauncher):
                                "waits longer)")
         return result
 
-    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
-        """The run's objects of the kinds it made (a team's Role covers those, not every kind), read back."""
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
+        """The run's objects of the kinds it made (a team's Role covers those, not every kind), read back. With
+        `remove` (a killed job's objects on a kept cluster, before the next job): by its run label, of the kinds a
+        job makes, in the kept cluster's namespace, deleted first."""
         if not run_id:
             return None
-        from gpucluster.infra.kubernetes.api import Retry
-
-        from .cleanup import run_leftovers
-
-        return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id, self.provider.kinds,
-                             Retry(self.api_retry_s))
-
-    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
-        """A killed job's objects on a kept cluster (by its run label, of the kinds a job makes), deleted and
-        read back before the next job."""
         from gpucluster.infra.kubernetes.api import Retry
 
         from .cleanup import delete_run, kinds_of, run_leftovers
 
         api, retry = self.api or self._api_for(cluster), Retry(self.api_retry_s)
+        if not remove:
+            return run_leftovers(api, self.namespace, run_id, self.provider.kinds, retry)
         self.namespace = str((cluster.outputs or {}).get("namespace") or self.namespace)
         kinds = kinds_of((), self.mode, self.provider.secrets)
         delete_run(api, self.namespace, run_id, kinds, retry)

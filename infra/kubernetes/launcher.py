@@ -272,22 +272,17 @@ class KubernetesLauncher(Launcher):
             events.message("deleted, still terminating in the cluster (their deletion is accepted and "
                            "finishes there): " + ", ".join(created.going))
 
-    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
         """The objects labelled with run `run_id` still in the namespace, deletion not under way
-        (`infra.kubernetes.gone`); None without a run id (objects are found by their run's label)."""
+        (`infra.kubernetes.gone`); None without a run id (objects are found by their run's label). With
+        `remove` (a killed run's objects), deleted first by the same label, then read back."""
         if not run_id:
             return None
-        from .gone import run_leftovers
-
-        return run_leftovers(self.api or self._api_for(cluster), self.namespace, run_id,
-                             retry=Retry(self.api_retry_s))
-
-    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
-        """A killed run's objects (by its label) deleted, then read back: what is still there."""
         from .gone import delete_run_objects, run_leftovers
 
         api, retry = self.api or self._api_for(cluster), Retry(self.api_retry_s)
-        delete_run_objects(api, self.namespace, run_id, retry=retry)
+        if remove:
+            delete_run_objects(api, self.namespace, run_id, retry=retry)
         return run_leftovers(api, self.namespace, run_id, retry=retry)
 
     def connect(self, cluster: Cluster, rank: int, command: Sequence[str], forwards: Sequence[Forward],

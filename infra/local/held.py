@@ -28,7 +28,9 @@ def hold(launcher: Launcher, cluster: Cluster) -> dict[int, dict[str, object]]:
 
 
 class KeptLocalLauncher(LocalLauncher):
-    def leftovers(self, cluster: Cluster, run_id: str | None) -> list[Leftover] | None:
-        if not run_id:
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
+        """The run's processes and node folders on this machine; None with `remove`: a run whose gpucluster
+        process died is not reclaimed here (`exec` refuses, naming `gpucluster down`)."""
+        if not run_id or remove:
             return None
         return list(LocalProvider().leftovers(cluster.name, run_id).leftovers)

@@ -28,7 +28,7 @@ def remote_leftovers(cluster: Cluster, run_id: str | None, *, identity: str | No
     """Processes on the cluster's nodes whose environment carries GPUCLUSTER_RUN_ID=<run_id>
     (any run when None), as `Leftover(kind="process")`; unreachable nodes as kind "unverified".
     An empty list is the teardown guarantee for ssh nodes."""
-    return SshLauncher(identity, known_hosts, ssh_options).leftovers(cluster, run_id)
+    return SshLauncher(identity, known_hosts, ssh_options).processes_left(cluster, run_id)
 
 
 def clean_recorded_hosts(rows: Sequence[JsonMapping], *, grace: float = 3.0,

@@ -5,7 +5,7 @@ once, and the rows `down` cleans the hosts with.
   the key and known hosts given, python, torch, setsid, tar, the GPUs expected); a LaunchError
   naming each host that is not ready. Returns what each host's `host` row records: its home (where
   the run folders go), its Python and torch.
-- `HeldSshLauncher`: the ssh launcher with `reclaim`: before a job on a kept cluster whose last job's
+- `HeldSshLauncher`: the ssh launcher whose `leftovers(..., remove=True)` reclaims: before a job on a kept cluster whose last job's
   gpucluster process died, that job's processes (by run id AND this owner) are killed on every host
   and its run folder removed, then read back as a teardown would (`leftovers`). On a kept cluster
   whose hosts answered the readiness questions (python, torch, home, GPUs) less than READY_FRESH_S
@@ -93,11 +93,14 @@ def recent_ready(cluster: Cluster, python: str, now: float | None = None) -> lis
 
 
 class HeldSshLauncher(SshLauncher):
-    def reclaim(self, cluster: Cluster, run_id: str) -> list[Leftover] | None:
-        """Kill what run `run_id` left on the hosts and remove its run folder; what is still there
-        after (`leftovers`: an unreachable host is an "unverified" leftover, so exec refuses)."""
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
+        """With `remove` (a run whose gpucluster process died): kill what run `run_id` left on the hosts
+        and remove its run folder; what is still there after (an unreachable host is an "unverified"
+        leftover, so exec refuses). Without: the ssh launcher's read."""
         from gpucluster.ownership import installation_id
 
+        if not remove or run_id is None:
+            return self.processes_left(cluster, run_id)
         check_run_id(run_id)
         owner = installation_id()
         base = self.remote_dir.rstrip("/")
@@ -110,7 +113,7 @@ class HeldSshLauncher(SshLauncher):
                                    timeout=60).returncode, None
 
             session.each(one)  # a host that cannot be reached shows in the read-back below
-        return self.leftovers(cluster, run_id, owner=owner)
+        return self.processes_left(cluster, run_id, owner=owner)
 
     def ready_of(self, session: Session, cluster: Cluster) -> list[NodeReadiness]:
         """The kept hosts' recent answers when fresh (each host still reached: its ssh master opened),

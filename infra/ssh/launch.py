@@ -258,8 +258,13 @@ class SshLauncher(NodeAccess, Launcher):
         run = self._runs.get(run_id)
         return (set(run.touched) if run is not None else set()) | self.started_ranks(run_id)
 
-    def leftovers(self, cluster: Cluster, run_id: str | None, *, ranks: set[int] | None = None,
-                  owner: str | None = None) -> list[Leftover]:
+    def leftovers(self, cluster: Cluster, run_id: str | None, *, remove: bool = False) -> list[Leftover] | None:
+        """`processes_left`; with `remove`, None: a killed run is reclaimed only on machines that exist
+        (`HeldSshLauncher`), not on a cloud's kept nodes (`gpucluster down` removes those)."""
+        return None if remove else self.processes_left(cluster, run_id)
+
+    def processes_left(self, cluster: Cluster, run_id: str | None, *, ranks: set[int] | None = None,
+                       owner: str | None = None) -> list[Leftover]:
         """The run's processes still alive on the nodes (only the nodes in `ranks`, and with `owner`
         only its own: by run id AND owner); an unreachable node is an "unverified" leftover."""
         from gpucluster.domain import Leftover

@@ -237,7 +237,7 @@ class SshProvider(Provider):
             return Check(unchecked=(f"processes of cluster {name!r}: its hosts are unknown to this process",))
         if self.launcher is not None:
             ranks = self.launcher.touched_ranks(run_id) if run_id else None
-            return Check.of(self.launcher.leftovers(cluster, run_id, ranks=ranks, owner=self._owners.get(name)))
+            return Check.of(self.launcher.processes_left(cluster, run_id, ranks=ranks, owner=self._owners.get(name)))
         from gpucluster.infra.ssh.cleanup import remote_leftovers
 
         return Check.of(remote_leftovers(
