@@ -20,12 +20,14 @@ def run_watch(ledger: Ledger, spec: ClusterSpec) -> Callable[[str], str | None] 
     if not spec.run_id:
         return None
     planned: dict[str, int] = {}
+    from gpucluster.costing.plan import default_region
     from gpucluster.infra.registry import plugin
 
-    pricing = plugin(spec.cloud).pricing
+    backend = plugin(spec.cloud)
+    pricing = backend.pricing
     if pricing is not None:
         try:
-            planned = planned_counts(pricing.planned_resources(spec, spec.region or pricing.default_region, None))
+            planned = planned_counts(pricing.planned_resources(spec, spec.region or default_region(backend), None))
         except (GpuclusterError, KeyError, ValueError, TypeError):  # a shape the catalog cannot plan: no totals
             planned = {}
     return ResourceWatch.for_run(ledger.path, spec.run_id, planned).line

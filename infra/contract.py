@@ -273,7 +273,6 @@ class PricedRows:
 
 @dataclass(frozen=True)
 class Pricing:
-    default_region: str  # priced when the spec names none; where a missing disk price is borrowed
     # (spec, catalog, region, market, free_tier) -> machine, GPU and fee rows and notes
     price_rows: Callable[[ClusterSpec, Catalog, str, str, bool | None], PricedRows]
     instance_price: Callable[[Catalog, str, str, str], PriceRow]  # (catalog, region, item, market)

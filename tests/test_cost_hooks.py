@@ -119,8 +119,8 @@ def test_the_nodes_disk_type_comes_with_the_price_rows_and_the_default_is_the_ba
     gke = ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=1, zone="us-central1-a")
     assert plan(gke, catalog, backend=plugin("gcp")).disk.item == "pd-balanced"
     assert plan(gke.replace(disk_type="pd-ssd"), catalog, backend=plugin("gcp")).disk.item == "pd-ssd"
-    assert Pricer(None, "gcp", catalog, plugin("gcp").pricing).default_disk_type == "pd-balanced"
-    assert Pricer(None, "aws", catalog, plugin("aws").pricing).default_disk_type == "gp3"
+    assert Pricer(None, "gcp", catalog, plugin("gcp")).default_disk_type == "pd-balanced"
+    assert Pricer(None, "aws", catalog, plugin("aws")).default_disk_type == "gp3"
     assert Pricer(None, "nowhere", catalog, None).default_disk_type is None
     with pytest.raises(UsageError, match="gcp disk type 'foo' is not allowed"):
         plan(gke.replace(disk_type="foo", instance_type="nope-1"), catalog, backend=plugin("gcp"))
@@ -130,3 +130,20 @@ def test_the_nodes_disk_type_comes_with_the_price_rows_and_the_default_is_the_ba
     cost = C.run_cost(RunRecord(RunRow(id=None, cloud="gcp", prices=None), resources=[res]), backend=plugin("gcp"),
                       now=3600.0, catalog=catalog)
     assert [ln["description"] for ln in cost["lines"] if ln["category"] == "disks"] == ["100 GB pd-balanced"]
+
+
+def test_a_spec_without_a_region_is_priced_where_its_run_would_go():
+    """No `default_region` hook: the region a priced backend's `resolve` gives a spec that names none (aws: its
+    default region; gcp: the region of its default zone), which is where the run would be created."""
+    from gpucluster.costing.plan import Pricer, default_region, plan, region_for
+
+    catalog = load_catalog(False)
+    assert default_region(plugin("aws")) == "us-east-1" and default_region(plugin("gcp")) == "us-central1"
+    assert plan(ClusterSpec(cloud="aws", nodes=1), catalog, backend=plugin("aws")).region == "us-east-1"
+    assert plan(ClusterSpec(cloud="gcp", nodes=1, gpus_per_node=1), catalog, backend=plugin("gcp")).region == "us-central1"
+    # a zone names its region; an unpriced backend (ssh) or an unknown cloud has no default
+    assert region_for(ClusterSpec(cloud="aws", nodes=1, zone="us-west-2b"), plugin("aws")) == "us-west-2"
+    assert region_for(ClusterSpec(cloud="ssh", nodes=1), plugin("ssh")) is None
+    assert region_for(ClusterSpec(cloud="x", nodes=1), None) is None
+    assert Pricer(None, "gcp", catalog, plugin("gcp")).region == "us-central1"
+    assert Pricer(None, "nowhere", catalog, None).region is None

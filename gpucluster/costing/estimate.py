@@ -15,7 +15,7 @@ from gpucluster.ledger.records import ResourceRow, RunRecord, RunRow
 from gpucluster.spec import ClusterSpec, parse_int
 from gpucluster.states import JsonMapping, JsonObject
 
-from .plan import Plan, gpus_billed_apart, is_free, plan, price_snapshot, region_for, resolved, same_cloud
+from .plan import Plan, default_region, gpus_billed_apart, is_free, plan, price_snapshot, region_for, resolved, same_cloud
 from .rules import CATEGORIES, MINIMUM_SECONDS, MONTH_HOURS, NANO, money
 from .runcost import run_cost
 
@@ -89,7 +89,7 @@ def planned_resources(spec: ClusterSpec, seconds: Decimal, start: float = 0.0,
     spec = resolved(spec, backend)
     end = float(Decimal(str(start)) + seconds)
     pricing = backend.needs_pricing()
-    region = region_for(spec, pricing) or pricing.default_region
+    region = region_for(spec, backend) or default_region(backend)
     common = {"requested_at": start, "created_at": start, "deleted_at": end, "confirmed_gone": True,
               "region": region}
     return [{**common, **row} for row in pricing.planned_resources(spec, region, catalog)]

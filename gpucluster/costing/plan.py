@@ -3,8 +3,8 @@ price snapshot; `Pricer` finds a price in a run's snapshot, else in today's cata
 
 The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
 machine, GPU and fee rows, the nodes' disk type, an always-on system pool and what the max lifetime
-leaves billing; `instance_price` prices an instance type; `default_region` fills what the spec
-leaves out. Whether GPUs are billed apart from the machines is a fact of the catalog
+leaves billing; `instance_price` prices an instance type. A spec that names no region is priced
+where the backend's `resolve` would put its run (`default_region`). Whether GPUs are billed apart from the machines is a fact of the catalog
 (`gpus_billed_apart`). The plugin (`backend`) is given by the caller, which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
 asks the registry."""
 
@@ -68,8 +68,20 @@ def same_cloud(cloud: object, backend: Plugin | None) -> None:
         raise ValueError(f"the {backend.name} backend was given to price a {cloud} spec or run")
 
 
-def region_for(spec: ClusterSpec, pricing: Pricing | None) -> str | None:
-    return spec.region or region_of(spec.zone) or (pricing.default_region if pricing else None)
+def default_region(backend: Plugin) -> str:
+    """Where a spec that names no region is priced, and where a price missing in a region is borrowed from:
+    the region the backend's `resolve` gives such a spec, the one its run would use (aws us-east-1; gcp
+    us-central1, the region of its default zone)."""
+    from gpucluster.spec import resolve
+
+    bare = resolve(ClusterSpec(cloud=backend.name, nodes=1), backend)
+    return str(bare.region or region_of(bare.zone))
+
+
+def region_for(spec: ClusterSpec, backend: Plugin | None) -> str | None:
+    """The region `spec` is priced in: its own (or its zone's), else its priced backend's default."""
+    priced = backend is not None and backend.pricing is not None
+    return spec.region or region_of(spec.zone) or (default_region(backend) if priced and backend else None)
 
 
 def disk_row(catalog: Catalog, cloud: str, region: str, disk_type: str, notes: list[str],
@@ -122,7 +134,7 @@ def region_needs(cloud: str, region: str, backend: Plugin) -> list[str]:
 
     here = warnings(region)
     try:
-        usual = set(warnings(backend.needs_pricing().default_region)) if here else set()
+        usual = set(warnings(default_region(backend))) if here else set()
     except UsageError:  # the default region refused too: every warning of this one is said
         usual = set()
     return [w for w in here if w not in usual]
@@ -134,7 +146,8 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     chosen = backend.needs_pricing()
     spec = resolved(spec, backend)
     nodes = parse_int("nodes", spec.nodes, low=1, high=backend.traits.max_nodes)
-    region = region_for(spec, chosen) or chosen.default_region
+    home = default_region(backend)
+    region = region_for(spec, backend) or home
     regions = catalog.regions(spec.cloud)
     if region not in regions:
         needs = region_needs(spec.cloud, region, backend)
@@ -146,10 +159,10 @@ def plan(spec: ClusterSpec, catalog: Catalog, free_tier: bool | None = None, *, 
     result = Plan(cloud=spec.cloud, region=region, market=market, nodes=nodes)
     result.disk_gb = parse_int("disk size (GB)", spec.disk_size, low=1, high=65536)
     if spec.disk_type:  # a type named is checked first, as its error comes before the machine's
-        result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type, result.notes, chosen.default_region)
+        result.disk = disk_row(catalog, spec.cloud, region, spec.disk_type, result.notes, home)
     rows = chosen.price_rows(spec, catalog, region, market, free_tier)
     if not spec.disk_type:  # none named: the backend's default (`PricedRows.disk_type`)
-        result.disk = disk_row(catalog, spec.cloud, region, rows.disk_type, result.notes, chosen.default_region)
+        result.disk = disk_row(catalog, spec.cloud, region, rows.disk_type, result.notes, home)
     result.machine, result.gpu, result.fee = rows.machine, rows.gpu, rows.fee
     result.gpus_per_node, result.gpu_name = rows.gpus_per_node, rows.gpu_name
     result.zonal, result.free_tier, result.system_unpriced = rows.zonal, rows.free_tier, rows.system_unpriced
@@ -183,7 +196,7 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend
     rows = [planned.machine, planned.gpu, planned.disk, planned.fee]
     if system and not planned.system_unpriced:
         rows.append(chosen.instance_price(catalog, planned.region, str(system["machine_type"]), "on-demand"))
-        rows.append(disk_row(catalog, spec.cloud, planned.region, str(system["disk_type"]), [], chosen.default_region))
+        rows.append(disk_row(catalog, spec.cloud, planned.region, str(system["disk_type"]), [], default_region(backend)))
     rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "public"))  # aws: every public address
     for market in dict.fromkeys((planned.market, "on-demand")):  # gcp: the nodes' external addresses, by market
         rows.append(catalog.find(spec.cloud, planned.region, "ipv4", "external-ipv4", market))
@@ -204,18 +217,19 @@ def price_snapshot(spec: ClusterSpec, catalog: Catalog | None = None, *, backend
 
 
 class Pricer:
-    """Finds a price in a run's snapshot, else in the current catalog (and says so). `pricing`: the
-    `Pricing` part of the run's backend (None: a cloud not registered; its prices are the catalog's
-    rows alone)."""
+    """Finds a price in a run's snapshot, else in the current catalog (and says so). `backend`: the
+    run's backend, priced (None: a cloud not registered, or one whose runs are not priced; its prices
+    are the catalog's rows alone)."""
 
     def __init__(self, snapshot: JsonMapping | None, cloud: str, catalog: Catalog | None,
-                 pricing: Pricing | None):
+                 backend: Plugin | None):
         self.snapshot = snapshot or {}
         self.cloud = cloud
         self._catalog = catalog
-        self._backend = pricing
+        self._backend = pricing_of(backend)
+        self._home = default_region(backend) if backend is not None and self._backend is not None else None
         self._default_disk: str | None = None
-        self.region = self.snapshot.get("region") or (self._backend.default_region if self._backend else None)
+        self.region = self.snapshot.get("region") or self._home
 
     @property
     def catalog(self) -> Catalog:
@@ -231,7 +245,7 @@ class Pricer:
             return None
         if self._default_disk is None:
             bare = ClusterSpec(cloud=self.cloud, nodes=1)
-            self._default_disk = self._backend.price_rows(bare, self.catalog, self._backend.default_region,
+            self._default_disk = self._backend.price_rows(bare, self.catalog, str(self._home),
                                                           "on-demand", None).disk_type
         return self._default_disk or None
 
@@ -251,7 +265,7 @@ class Pricer:
         elif kind == "disk":
             notes: list[str] = []
             row = disk_row(self.catalog, self.cloud, region, item, notes,
-                           self._backend.default_region if self._backend else None)
+                           self._home)
         else:
             row = self.catalog.get(self.cloud, region, kind, item, market)
         return row.price, row.cite(), f"{item} {market} price not in the run's snapshot: today's catalog used"

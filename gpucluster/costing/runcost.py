@@ -14,7 +14,7 @@ from gpucluster.spec import ClusterSpec, parse_bool
 from gpucluster.states import JsonMapping, JsonObject
 
 from .internal import internal_cost
-from .plan import Pricer, is_free, pricing_of, region_for, same_cloud
+from .plan import Pricer, is_free, region_for, same_cloud
 from .rules import CATEGORIES, ZONE_RE, billed_seconds, disk_cost, iso, region_of, time_cost
 
 if TYPE_CHECKING:
@@ -210,10 +210,10 @@ def _free_run_cost(result: JsonObject, run: RunRow, cloud: str, backend: Plugin 
 def _pricer(run: RunRow, snapshot: JsonObject | None, cloud: str, catalog: Catalog | None,
             backend: Plugin | None) -> Pricer:
     """The run's prices: its snapshot, else today's catalog in the region its spec names."""
-    pricer = Pricer(snapshot, cloud, catalog, pricing_of(backend))
+    pricer = Pricer(snapshot, cloud, catalog, backend)
     if not snapshot and run.spec:
         try:
-            pricer.region = region_for(ClusterSpec.from_dict(run.spec), pricing_of(backend))
+            pricer.region = region_for(ClusterSpec.from_dict(run.spec), backend)
         except Exception:  # noqa: BLE001 - an odd stored spec only loses the default region
             pass
     return pricer

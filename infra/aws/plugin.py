@@ -105,7 +105,6 @@ PLUGIN = CreatedMachines(
         # a fleet refused for an instance profile IAM has not propagated is launched again (issue 40 item 3)
         relaunch=engine.relaunch, relaunch_delays=engine.RELAUNCH_DELAYS),
     pricing=Pricing(
-        default_region=catalog.DEFAULT_REGION,
         price_rows=prices.price_rows, instance_price=prices.instance_price,
         planned_resources=prices.planned_resources, fetch_prices=prices.fetch_prices),
     objects=ObjectStore(scheme="s3", url=s3.parse_url, option_prefix=s3.OPTION_PREFIX),

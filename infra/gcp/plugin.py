@@ -144,7 +144,6 @@ PLUGIN = CreatedMachines(
         preflight=preflight.preflight,  # APIs, billing, quotas and buckets, before anything is created
         after_up=after_up),  # the idle stop's watcher in the cluster (option idleMinutes)
     pricing=Pricing(
-        default_region="us-central1",  # the region of catalog.DEFAULT_ZONE
         price_rows=prices.price_rows, instance_price=prices.n1_row, planned_resources=prices.planned_resources,
         fetch_prices=prices.fetch_prices),
     objects=ObjectStore(scheme="gs", url=gcs.parse_url, option_prefix=gcs.OPTION_PREFIX),
