@@ -1,6 +1,6 @@
 """The backend contract: small typed parts, split by who calls them.
 
-A backend is one package under `infra/` (`infra/local`, `infra/ssh`, `infra/aws`, `infra/gcp`).
+A backend is one package under `infra/` (`infra/local`, `infra/ssh`, `infra/kube`, `infra/aws`, `infra/gcp`).
 Its `__init__.py` defines `TRAITS` (a `Traits`: plain values, imports nothing, so `--help` and the
 CLI's choice lists cost nothing) and its `plugin.py` defines `PLUGIN`, a `Plugin` whose fields are
 its own modules' functions and objects (no wrapper methods). `infra/registry.py` maps names to
@@ -10,44 +10,56 @@ as an argument. Every SDK (boto3, pulumi, kubernetes, google-cloud-*) is importe
 function that needs it.
 
 Two bases follow from the data:
-  ExistingMachines   machines that already exist (local, ssh): their leftovers are the run's
-                     processes. A new one needs `Traits` (name, max_nodes, flags,
+  ExistingMachines   machines that already exist (local, ssh, kubernetes): their leftovers are the
+                     run's processes (or objects). A new one needs `Traits` (name, max_nodes, flags,
                      flags_refused_why), `Transport.make` and, usually, `SpecRules.validate`.
   CreatedMachines    machines gpucluster creates with Pulumi (aws, gcp): also a `Provisioner`
-                     (tag scan and delete for `gc`, capacity and quota markers) and a `Pricing`
-                     (price rows, planned resources, price API). Its provisioner is the shared
-                     Pulumi engine's `PulumiCloud` (infra/pulumi/cloud.py), which extends the
-                     `Provisioner` with what only that engine reads (program, stack outputs,
-                     engine events, capacity zones, preflight, credentials, scan scope).
+                     (tag scan and delete for `gc`) and a `Pricing` (price rows, planned resources,
+                     price API). Its provisioner is the shared Pulumi engine's `PulumiCloud`
+                     (infra/pulumi/cloud.py), which extends the `Provisioner` with what only that
+                     engine reads (program, stack outputs, engine events, capacity markers and
+                     zones, failure classes, preflight, credentials, scan scope).
 
 Parts and who calls them
-  Traits       (cli/, lifecycle)  identity, limits, capabilities and what the CLI says.
-  SpecRules    (spec, cli)        options -> the option names it takes; validate -> warnings (SpecError names the bad value); resolve ->
-               the location and defaults really used; prepare -> values found at run time (aws: the
-               SSH CIDR) and notes; plan_line -> one line of the run's plan; ready_within -> how long its
-               nodes may take to be ready, and why; link_gbps -> the bandwidth one flow between two
-               nodes of the shape should reach (the health check's expectation).
-  Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); provider(...) -> the
-               Provider alone (`up`, `down`, `status`).
-  Operations   (cli down/status/run/doctor)  host_list(--hosts), known_gpus(), check_down (down's
-               independent check), hold (`up` of machines that exist: the ready check, once),
-               node_gpu_state (status --gpus), gone_at (status: kept nodes that
-               powered off), doctor checks, internal_cost (an unpriced backend's own price
-               of a run), sweep (`gc` of objects in namespaces the user names), dry_run (what `--dry-run`
-               shows, each backend its own way).
-  Provisioner  (gc, failover)      scan, delete, gc_scope, gc_label; capacity_markers and
-               quota_markers (the failures placement fails over on). The engine's own hooks are in
-               `PulumiCloud` (infra/pulumi/cloud.py; read by infra/pulumi, infra/program.py and
-               infra/leftovers.py only).
-  Pricing      (gpucluster.costing, catalog.prices)  default_region, default_disk_type,
-               gpus_billed_apart, price_rows(spec, catalog, region, market, free_tier) -> PricedRows
-               (returned, never written into the core's Plan), instance_price, planned_resources,
-               estimate_notes, system_pool, fetch_prices.
+  Traits       (cli/, lifecycle)  identity, limits, capabilities (`Capability`: what applies) and
+               what the CLI says (why other backends' flags are refused; what a verified teardown
+               rests on, as `show` says it).
+  SpecRules    (spec, cli)        options -> the option names it takes; validate -> warnings (SpecError
+               names the bad value; ssh: `--hosts`; gcp: the project's form); resolve -> the location
+               and defaults really used (a spec without a region is priced where this puts it);
+               prepare(spec, *, dry_run) -> values found at run time (aws: the SSH CIDR; gcp: the
+               default project) and notes; plan_line -> one line of the run's plan; ready_within -> how
+               long its nodes may take to be ready, and why; link_gbps -> the bandwidth one flow
+               between two nodes of the shape should reach (the health check's expectation);
+               gpu_shapes -> the GPU machines it can create.
+  Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); cheap (no SDK, nothing
+               asked), so `up`, `down` and `status` take its provider alone.
+  Operations   (cli down/status/run/doctor/place)  known_gpus() (local: this machine's), check_down
+               (down's independent check; the `Check` says how it looked), hold (`up` of machines
+               that exist: the ready check, once), node_gpu_state (status --gpus), gone_at (status:
+               kept nodes that powered off), doctor checks, credentials_found and bucket_facts
+               (placement), sweep (`gc` of objects in namespaces the user names), dry_run (what
+               `--dry-run` shows, each backend its own way), in_context (`down --context`).
+  Provisioner  (gc)               scan, delete, gc_scope. A create that failed for want of capacity
+               or quota says so with its error (`ProvisionError.cause`), which placement and recovery
+               read. The engine's own hooks are in `PulumiCloud` (infra/pulumi/cloud.py; read by
+               infra/pulumi, infra/program.py and infra/leftovers.py only).
+  Pricing      (gpucluster.costing, catalog.prices)  price_rows(spec, catalog, region, market,
+               free_tier) -> PricedRows (machine, GPU and fee rows, the nodes' disk type, an always-on
+               system pool, what the max lifetime leaves billing, notes: returned, never written into
+               the core's Plan), instance_price, planned_resources, fetch_prices. The core derives
+               the rest: the default region (`resolve`), whether GPUs bill apart (the catalog), an
+               unpriced backend's internal price (`pricePerGpuHour` among its options).
   ObjectStore  (staging, cli)     scheme ("s3", "gs"), url(text, what) checked for form, and the
-               names of the stack options that carry the scopes (lifted into `spec.reads/writes`).
-  Accounts     (cli)              with_project(spec, project, required), parse_project(text).
+               prefix of the two stack options that carry the scopes (`s3Read`/`s3Write`, lifted into
+               `spec.reads/writes`).
 
-A part that does not apply is absent (None); `Plugin.capabilities` says which apply.
+What a backend hands back: a `Provider` (gpucluster/domain.py: up, down, leftovers, preflight,
+attach, set_ownership, set_project) and a `Launcher` (gpucluster/watch/launch.py: launch, describe,
+collect_outputs, leftovers, connect, ssh_config). A kept cluster of machines that exist says what
+it is in its `Cluster` (`kept_as`, `spares`).
+
+A part that does not apply is absent (None); `Traits.capabilities` says which apply (`Plugin.can`).
 
 Adding a backend: docs/backends.md.
 """
