@@ -409,19 +409,24 @@ def outputs_lines(console: Console, record: RunRecord) -> None:
     console.print(f"outputs: {summary([dataclasses.asdict(o) for o in outputs])}", highlight=False)
 
 
+TAG_SCAN = "every check by tag found nothing"
+RUN_MARKS = "everything the run started gone, found by its run id"
+
+
 def _verified_detail(cloud: str | None) -> str:
-    """What a verified teardown rests on, in the backend's words (a cloud the registry does not
-    know: the contract's default)."""
+    """What a verified teardown rests on: for a backend that creates its machines (or a cloud the registry
+    does not know), the tag scan; for machines that exist (local, ssh, kubernetes), the run's own marks:
+    its processes, node folders or labelled objects, found by its run id."""
     from gpucluster.errors import UsageError
-    from gpucluster.infra.contract import Traits
+    from gpucluster.infra.contract import Capability
     from gpucluster.infra.registry import traits
 
     try:
         if cloud is None:  # a row without a cloud: a cloud the registry does not know
             raise UsageError("no cloud recorded")
-        return traits(cloud).verified_detail
+        return TAG_SCAN if traits(cloud).can(Capability.PROVISIONS) else RUN_MARKS
     except UsageError:
-        return Traits("", 0).verified_detail
+        return TAG_SCAN
 
 
 def teardown_lines(console, record: RunRecord) -> None:

@@ -22,8 +22,7 @@ Two bases follow from the data:
 
 Parts and who calls them
   Traits       (cli/, lifecycle)  identity, limits, capabilities (`Capability`: what applies) and
-               what the CLI says (why other backends' flags are refused; what a verified teardown
-               rests on, as `show` says it).
+               why other backends' flags are refused here.
   SpecRules    (spec, cli)        options -> the option names it takes; validate -> warnings (SpecError
                names the bad value; ssh: `--hosts`; gcp: the project's form); resolve -> the location
                and defaults really used (a spec without a region is priced where this puts it);
@@ -101,7 +100,6 @@ class Traits:
     flags: tuple[str, ...] = ()  # the cloud-only CLI options (Click names) it uses; others are refused
     flags_refused_why: str = ""  # why the other backends' flags do not apply here
     capabilities: frozenset[Capability] = frozenset()
-    verified_detail: str = "every check by tag found nothing"  # what a verified teardown rests on
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities

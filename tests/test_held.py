@@ -162,3 +162,14 @@ def test_the_check_says_how_it_looked(home):
     assert local_down(LocalProvider(), "lab", {}).how == "by run id"
     assert ssh_down(LocalProvider(), "lab", {}).how == "by run id"
     assert kube_down(LocalProvider(), "lab", {}).how == "by run label"
+
+
+def test_what_a_verified_teardown_rests_on_follows_from_how_the_backend_finds_its_resources():
+    """`show`'s "teardown: verified (...)": a tag scan for the clouds gpucluster creates machines on, and for a
+    cloud the registry does not know (as before); the run's own marks for machines that exist (no per-backend
+    words in the contract: `Traits.verified_detail` is gone)."""
+    from gpucluster.cli.render import RUN_MARKS, TAG_SCAN, _verified_detail
+
+    assert _verified_detail("aws") == _verified_detail("gcp") == TAG_SCAN == "every check by tag found nothing"
+    assert _verified_detail("local") == _verified_detail("ssh") == _verified_detail("kubernetes") == RUN_MARKS
+    assert _verified_detail(None) == _verified_detail("nowhere") == TAG_SCAN

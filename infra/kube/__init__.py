@@ -23,5 +23,4 @@ TRAITS = Traits(
     flags_refused_why="kubernetes runs pods on an existing cluster through its API",
     # --gpu TYPE:COUNT: COUNT GPUs per pod on the nodes labelled with TYPE (gpus.py)
     capabilities=frozenset({Capability.GPU_SELECTS_NODES}),
-    verified_detail="every object labelled with the run gone",
 )
