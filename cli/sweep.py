@@ -99,7 +99,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     from gpucluster.infra.registry import plugin, readers
     from gpucluster.lifecycle.prepare import Request, check_before_recording, open_ledger, prepare
     from gpucluster.spec import new_run_id
-    from gpucluster.sweep.runner import gpu_sizes, new_sweep_id, plan_sizes, run_sweep
+    from gpucluster.sweep.runner import gpu_sizes, known_gpus, new_sweep_id, plan_sizes, run_sweep
 
     from gpucluster.cli.args import check_cloud_flags
 
@@ -122,7 +122,7 @@ def sweep(nodes: str, gpus_per_node: str | None, repeat: int, compare_cpu: bool,
     assert chosen is not None  # one cloud, or the ranking's first
     asked_gpn = _asked_gpus_per_node(gpus_per_node, flags.get("gpu"))
     _check_report_dir(report_dir)
-    gpn_list = gpu_sizes(asked_gpn, compare_cpu, chosen.ops.known_gpus(), node_counts)
+    gpn_list = gpu_sizes(asked_gpn, compare_cpu, known_gpus(chosen), node_counts)
     plan = prepare(Request(**flags, nodes=node_counts[0], default_workload="synthetic", procs_per_node=1,
                            readers=readers()), chosen)
     ledger = open_ledger()  # read-only or damaged: refused before the first run

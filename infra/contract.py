@@ -27,14 +27,14 @@ Parts and who calls them
                names the bad value; ssh: `--hosts`; gcp: the project's form); resolve -> the location
                and defaults really used (a spec without a region is priced where this puts it);
                prepare(spec, *, dry_run) -> values found at run time (aws: the SSH CIDR; gcp: the
-               default project) and notes; plan_line -> one line of the run's plan; ready_within -> how
+               default project; local: this machine's GPUs shared out) and notes; plan_line -> one line of the run's plan; ready_within -> how
                long its nodes may take to be ready, and why; link_gbps -> the bandwidth one flow
                between two nodes of the shape should reach (the health check's expectation);
                gpu_shapes -> the GPU machines it can create.
   Transport    (cli)              make(LaunchOptions) -> (Provider, Launcher); cheap (no SDK, nothing
                asked), so `up`, `down` and `status` take its provider alone.
-  Operations   (cli down/status/run/doctor/place)  known_gpus() (local: this machine's), check_down
-               (down's independent check; the `Check` says how it looked), hold (`up` of machines
+  Operations   (cli down/status/run/doctor/place)  check_down (down's independent check; the `Check`
+               says how it looked), hold (`up` of machines
                that exist: the ready check, once), node_gpu_state (status --gpus), gone_at (status:
                kept nodes that powered off), doctor checks, credentials_found and bucket_facts
                (placement), sweep (`gc` of objects in namespaces the user names), dry_run (what
@@ -89,6 +89,9 @@ class Capability(enum.Enum):
     # `--gpu TYPE[:COUNT]` where no machine is created: COUNT GPUs per node, on the nodes that carry TYPE
     # (kubernetes: by their GPU feature discovery labels); without it (or PROVISIONS) `--gpu` is refused
     GPU_SELECTS_NODES = "gpu-selects-nodes"
+    # its nodes share GPUs it knows before anything exists (local: this machine's): its `SpecRules.prepare`
+    # shares them out when --gpus-per-node is not given, so a spec of one node gets them all (`sweep` asks so)
+    SHARES_GPUS = "shares-gpus"
 
 
 @dataclass(frozen=True)
@@ -189,10 +192,6 @@ class Transport:
     make: Callable[[LaunchOptions], tuple[Provider, Launcher]]
 
 
-def _unknown_gpus() -> int | None:
-    return None
-
-
 def _check_by_tag(provider: Provider, name: str, runs: Mapping[str, Record]) -> Check:
     from gpucluster.domain import Check
 
@@ -205,7 +204,6 @@ def _no_doctor(region: str | None, project: str | None, sole: bool, **shape: obj
 
 @dataclass(frozen=True)
 class Operations:
-    known_gpus: Callable[[], int | None] = _unknown_gpus
     # down's independent check after deleting cluster `name`; runs: run id -> its ledger record. The Check says
     # how it looked (`Check.how`, said as "verified by run id"): by tag unless the backend's check names another way
     check_down: Callable[[Provider, str, Mapping[str, Record]], Check] = _check_by_tag

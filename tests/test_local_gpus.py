@@ -64,3 +64,18 @@ def test_gpus_are_split_between_nodes_without_a_word(gpus):
     gpus(1)  # CPU nodes asked for: nothing to say
     plan, _ = _plan(2, gpn=0)
     assert not [n for n in plan.notes if "GPU" in n]
+
+
+def test_a_sweep_sizes_by_the_gpus_the_local_backend_shares_and_asks_no_other_backend(gpus):
+    """`sweep` asks what a backend with `Capability.SHARES_GPUS` (local) gives a spec of one node: every GPU of
+    this machine (no `known_gpus` hook: the backend's own `prepare` shares them); other backends: None."""
+    from gpucluster.sweep.runner import gpu_sizes, known_gpus
+
+    gpus(5)
+    assert known_gpus(plugin("local")) == 5
+    assert gpu_sizes(None, True, known_gpus(plugin("local")), [1, 2]) == [0, 2]  # --compare-cpu: CPU, then 5 // 2
+    gpus(0)
+    assert known_gpus(plugin("local")) == 0
+    with pytest.raises(Exception, match="there is no GPU to compare against"):
+        gpu_sizes(None, True, known_gpus(plugin("local")), [1])
+    assert known_gpus(plugin("ssh")) is None and known_gpus(plugin("aws")) is None

@@ -181,7 +181,6 @@ def prepare(req: Request, backend: Plugin, *, provider: Provider | None = None, 
         raise UsageError(f"--output {req.output!r}: copying outputs back is not supported yet with cloud {req.cloud} "
                          "(supported: local, ssh, aws, gcp)")
     spec, notes = prepare_spec(backend, spec, dry_run=req.dry_run)  # and validated again
-    spec = _on_known_gpus(backend, spec, notes)
     job = _job(req, spec, command, workload, wl_args, staged, _shown_output(output_dir, launcher, req.dry_run))
     if job is not None:  # the health check, and what to do when a node is lost (docs/recovery.md)
         job = replace(job, check=health_spec(spec, backend, req.check, launcher))
@@ -250,21 +249,6 @@ def checked_project(backend: Plugin, project: str) -> str:
         return str(backend.spec.prepare(spec)[0].project)
     validate(resolve(spec.replace(project=project, project_source="--project"), backend), backend)
     return project
-
-
-def _on_known_gpus(backend: Plugin, spec: ClusterSpec, notes: list[str]) -> ClusterSpec:
-    """A backend that knows its GPUs (local: this machine's, shared by its "nodes") shares them out
-    when --gpus-per-node is not given; a note when no node gets a whole one."""
-    present = backend.ops.known_gpus()
-    if present is None or spec.gpus_per_node is not None:
-        return spec
-    spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
-    if present and not spec.gpus_per_node:  # NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
-        notes.append(f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, so "
-                     "every node trains on the CPU (gloo); "
-                     + ("--nodes 1 trains on the GPU" if present == 1 else
-                        f"--nodes {present} or fewer gives each node GPUs of its own"))
-    return spec
 
 
 def _price_guarded(plan: Prepared, req: Request, backend: Plugin, strict_prices: bool) -> None:

@@ -102,6 +102,18 @@ def plan_sizes(node_counts: Sequence[int], gpus_per_node_list: Sequence[int | No
     return [(n, g, r) for r in range(1, repeat + 1) for g in gpus_per_node_list for n in node_counts]
 
 
+def known_gpus(backend: Plugin) -> int | None:
+    """The GPUs a backend knows before anything exists (`Capability.SHARES_GPUS`; local: this machine's): what
+    its `SpecRules.prepare` gives a spec of one node; None for the others (nothing is asked of them)."""
+    from gpucluster.infra.contract import Capability
+    from gpucluster.spec import ClusterSpec
+
+    if not backend.can(Capability.SHARES_GPUS):
+        return None
+    spec, _ = backend.spec.prepare(ClusterSpec(cloud=backend.name, nodes=1))
+    return int(spec.gpus_per_node or 0)
+
+
 def gpu_sizes(asked: list[int] | None, compare_cpu: bool, present: int | None,
               node_counts: Sequence[int]) -> list[int | None]:
     """The GPUs-per-node values a sweep runs (None: what the nodes have). `present`: the GPUs the

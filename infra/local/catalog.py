@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 from gpucluster.errors import SpecError
+from gpucluster.spec import ClusterSpec
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,3 +38,18 @@ def validate_spec(spec) -> list[str]:
                 f"at most {max(1, present // spec.nodes)} per node for {spec.nodes} nodes"
             )
     return []
+
+
+def share_gpus(spec: ClusterSpec, **_: object) -> tuple[ClusterSpec, list[str]]:
+    """`SpecRules.prepare`: this machine's GPUs shared out among the local "nodes" when --gpus-per-node is not
+    given (a spec of one node gets them all: what `sweep` sizes by); a note when no node gets a whole one."""
+    if spec.gpus_per_node is not None:
+        return spec, []
+    present = gpus_present()
+    spec = spec.replace(gpus_per_node=present // spec.nodes if present else 0)
+    if not present or spec.gpus_per_node:
+        return spec, []
+    # NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
+    return spec, [f"this machine has {present} GPU(s) for {spec.nodes} nodes: no node gets a whole GPU, so every "
+                  "node trains on the CPU (gloo); " + ("--nodes 1 trains on the GPU" if present == 1 else
+                                                      f"--nodes {present} or fewer gives each node GPUs of its own")]

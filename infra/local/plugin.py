@@ -9,7 +9,7 @@ from gpucluster.infra.contract import ExistingMachines, LaunchOptions, Operation
 from gpucluster.watch.procs import kill_run_processes
 
 from . import TRAITS
-from .catalog import gpus_present, validate_spec
+from .catalog import share_gpus, validate_spec
 from .held import KeptLocalLauncher, hold
 from .provider import LocalProvider
 
@@ -41,7 +41,7 @@ def check_down(provider: Provider, name: str, runs: Mapping[str, Record]) -> Che
 
 PLUGIN = ExistingMachines(
     traits=TRAITS,
-    spec=SpecRules(validate=validate_spec),
+    spec=SpecRules(validate=validate_spec, prepare=share_gpus),
     transport=Transport(make=make),
-    ops=Operations(known_gpus=gpus_present, check_down=check_down, hold=hold),
+    ops=Operations(check_down=check_down, hold=hold),
 )
