@@ -16,15 +16,18 @@ if TYPE_CHECKING:
     from gpucluster.spec import ClusterSpec
     from gpucluster.domain import Provider
     from gpucluster.ledger.store import Ledger
+    from gpucluster.ownership import Ownership
     from rich.console import Console
 
 
-def provider_for(cloud: str) -> Provider:
-    """The provider that can create, tear down or describe a cluster of `cloud` (tests replace this)."""
+def provider_for(cloud: str, *, ownership: Ownership | None = None, project: str | None = None) -> Provider:
+    """The provider that can create, tear down or describe a cluster of `cloud`; with `down`'s scope (whose
+    resources it may count and delete, the account they are in) where given (tests replace this)."""
     from gpucluster.infra.contract import LaunchOptions
     from gpucluster.infra.registry import plugin
 
-    return plugin(cloud).transport.make(LaunchOptions())[0]  # building its launcher too costs nothing
+    # building its launcher too costs nothing
+    return plugin(cloud).transport.make(LaunchOptions(ownership=ownership, project=project or None))[0]
 
 
 def ledger():

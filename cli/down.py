@@ -155,10 +155,7 @@ def _name_owners(out: Console, ledger: Ledger, targets: dict[str, str], backends
     for name, c in sorted(targets.items()):
         if not backends[c].can(Capability.PROVISIONS):
             continue
-        provider = common.provider_for(c)
-        provider.set_ownership(ownership_of(ledger, any_owner=True))
-        if project:
-            provider.set_project(project)
+        provider = common.provider_for(c, ownership=ownership_of(ledger, any_owner=True), project=project)
         found = provider.leftovers(name)
         owners = owners_of(found.leftovers)
         out.print(f"[yellow]{name}: {len(found.leftovers)} resource(s) found by tag"

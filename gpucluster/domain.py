@@ -29,7 +29,6 @@ from gpucluster.states import TeardownVerdict
 
 if TYPE_CHECKING:
     from gpucluster.states import JsonObject
-    from gpucluster.ownership import Ownership
     from gpucluster.spec import ClusterSpec
 
 __all__ = ["NullEvents", "ProvisionEvents"]  # re-exported: providers import them from here
@@ -197,23 +196,15 @@ class Provider:
     - `preflight(spec)`: fail fast before anything is recorded or created (the Pulumi CLI missing,
       the cloud's quota or a dry run of the launch refusing `spec`, ...); it returns the state it
       keeps, as checked (aws/gcp: the Pulumi backend URL), which the ledger row records; None: none.
-    - `set_ownership(ownership)`: whose resources `down` and `leftovers` may count and delete.
+
+    Whose resources `down` and `leftovers` may count and delete, and in which account, are given when
+    the provider is made (`LaunchOptions.ownership`, `project`: `down`'s scope), not set on it after.
     """
 
     cloud: str = ""
     check_is_complete: bool = False
 
     def preflight(self, spec: ClusterSpec | None = None) -> str | None:
-        return None
-
-    def set_project(self, project: str) -> None:
-        """`down --project`: the account its scan and delete look in (gcp); a backend without
-        projects has none to set (`check_project` refuses the flag for it first)."""
-        return None
-
-    def set_ownership(self, ownership: Ownership) -> None:
-        """What is ours to delete (`gpucluster.ownership.Ownership`), for providers that sweep by tag
-        where other owners' resources may be found too; those that only see their own ignore it."""
         return None
 
     def up(self, spec: ClusterSpec, events: ProvisionEvents) -> Cluster:

@@ -54,8 +54,9 @@ Parts and who calls them
                `spec.reads/writes`).
 
 What a backend hands back: a `Provider` (gpucluster/domain.py: up, down, leftovers, preflight,
-attach, set_ownership, set_project) and a `Launcher` (gpucluster/watch/launch.py: launch, describe,
-collect_outputs, leftovers, connect, ssh_config). A kept cluster of machines that exist says what
+attach; `down`'s scope, whose resources it may delete and in which account, comes in `LaunchOptions`)
+and a `Launcher` (gpucluster/watch/launch.py: launch, describe, collect_outputs, leftovers, connect,
+ssh_config). A kept cluster of machines that exist says what
 it is in its `Cluster` (`kept_as`, `spares`).
 
 A part that does not apply is absent (None); `Traits.capabilities` says which apply (`Plugin.can`).
@@ -75,6 +76,7 @@ from gpucluster.errors import UsageError
 if TYPE_CHECKING:
     from gpucluster.catalog.prices import Catalog, PriceRow
     from gpucluster.domain import Check, Cluster, Leftover, Provider
+    from gpucluster.ownership import Ownership
     from gpucluster.watch.launch import Launcher
     from gpucluster.spec import ClusterSpec
     from gpucluster.infra.leftovers import ScanReport
@@ -119,6 +121,10 @@ class LaunchOptions:
     ready_timeout: float | None = None  # aws
     start_deadline_s: float | None = None  # gcp
     spec_options: Mapping[str, str] = field(default_factory=dict)  # gcp: launcher, image, namespace
+    # `down`'s scope (aws, gcp: the Pulumi engine's provider): whose resources its delete and leftover scan
+    # may count and delete (None: this home's owner), and the account they live in (`down --project`)
+    ownership: Ownership | None = None
+    project: str | None = None
 
 
 @dataclass(frozen=True)

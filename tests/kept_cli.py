@@ -50,7 +50,7 @@ def install() -> PersistentFake:
     outputs = json.loads(Path(os.environ["FAKE_PULUMI_OUTPUTS"]).read_text())
     fake = PersistentFake(Path(os.environ["FAKE_PULUMI_STATE"]), outputs=outputs, resources=AWS_FLEET_RESOURCES,
                           step_delay_s=float(os.environ.get("FAKE_PULUMI_STEP_S") or 0))
-    common.provider_for = lambda cloud: provider(fake)
+    common.provider_for = lambda cloud, **scope: provider(fake).scoped(**scope)
     # the fake cloud has no EC2 to ask whether its instances still run (tests/test_aws_status.py does)
     status.ended_resources = lambda cloud, rows, lifetime: {}
     return fake

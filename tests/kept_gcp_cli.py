@@ -42,7 +42,7 @@ def install() -> None:
     token = os.environ.get("FAKE_GCP_TOKEN", "fake-token")
     access.google_credentials = lambda credentials=None: Credentials(token=token)
     stacks = Stacks(Path(os.environ["FAKE_GCP_OUTPUTS"]))
-    common.provider_for = lambda cloud: stacks
+    common.provider_for = lambda cloud, **_: stacks
 
 
 if __name__ == "__main__":

@@ -306,7 +306,7 @@ def test_crash_row_is_finished_by_down(home, monkeypatch, capsys):
     assert {r["kind"] for r in ledger.open_resources("demo")} == {"vpc", "security-group", "key-pair", "instance"}
     assert ledger.get_run(s.run_id).to_dict()["status"] == "running"
 
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider(fake).scoped(**scope))
     rc = down.main(["demo", "--yes"], standalone_mode=False)
     out = capsys.readouterr().out
     assert rc == 0 and "verified" in out

@@ -80,7 +80,7 @@ def test_the_ledger_keeps_the_aws_cause(home, monkeypatch):
     from gpucluster.ledger.store import Ledger
 
     fake = FakePulumiCommand(fail_up_after=1, fail_text=V1)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider(fake).scoped(**scope))
     with pytest.raises(ProvisionError, match="AccessDenied: User: arn:aws:iam::123456789012:user/dev is not "
                                              "authorized to perform: iam:CreateRole"):
         up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],

@@ -207,7 +207,7 @@ def test_up_stops_at_preflight_with_exit_2_before_pulumi_or_the_ledger(aws, home
     fake = FakePulumiCommand()
     p = fake_provider(fake)
     p._cloud_checks = lambda s: preflight(s, session=aws)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: p)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: p.scoped(**scope))
     with pytest.raises(UsageError, match="L-DB2E81BA") as err:
         up.up.main(["--cloud", "aws", "--name", "demo", "--ssh-cidr", "203.0.113.7/32", "--yes"],
                    standalone_mode=False)

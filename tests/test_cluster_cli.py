@@ -44,7 +44,7 @@ def fake_cloud(home, monkeypatch):
     from test_automation import provider
 
     fake = FakePulumiCommand()
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider(fake).scoped(**scope))
     # the fake cloud has no EC2 to ask whether its instances still run (tests/test_aws_status.py does)
     monkeypatch.setattr(status, "ended_resources", lambda cloud, rows, lifetime: {})
     return fake
@@ -91,7 +91,7 @@ def test_up_failure_is_recorded(home, monkeypatch):
     from test_automation import CAPACITY, provider
 
     fake = FakePulumiCommand(fail_up_after=4, fail_text=CAPACITY)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider(fake))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider(fake).scoped(**scope))
     from gpucluster.errors import ProvisionError
 
     with pytest.raises(ProvisionError, match="us-east-1a"):
@@ -109,7 +109,7 @@ def test_bad_input(home, monkeypatch):
     with pytest.raises(UsageError, match="no kubeconfig at .*no-such-kubeconfig"):
         invoke(up.up, "--cloud", "kubernetes", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(preflight=lambda spec=None: None))  # no --yes
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **_: SimpleNamespace(preflight=lambda spec=None: None))  # no --yes
     with pytest.raises(UsageError, match="--yes"):
         invoke(up.up, "--cloud", "aws", "--ssh-cidr", "203.0.113.7/32")
     assert Ledger.open_default().list_runs() == []
@@ -370,7 +370,7 @@ def test_status_gpus_asks_every_node_over_ssh(home, monkeypatch, capsys):
     monkeypatch.setattr(status, "cluster_rows", lambda ledger: [{"cluster": "c1", "cloud": "aws", "state": "up",
                                                                "nodes": 2, "age_s": 60, "hourly_usd": "2.012",
                                                                "accrued_usd": "0.03", "resources": 9}])
-    monkeypatch.setattr(common, "provider_for", lambda cloud: SimpleNamespace(driver=SimpleNamespace(outputs=lambda n: outputs)))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **_: SimpleNamespace(driver=SimpleNamespace(outputs=lambda n: outputs)))
     seen = {}
 
     def probe(self, cluster):

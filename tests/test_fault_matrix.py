@@ -602,7 +602,7 @@ def test_up_whose_home_fills_as_the_cluster_comes_up(small_home, monkeypatch, ca
             fault()
             return cluster
 
-    monkeypatch.setattr(common, "provider_for", lambda cloud: FillsAfterUp(provider(fake)))
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: FillsAfterUp(provider(fake).scoped(**scope)))
     try:
         with pytest.raises(TeardownIncomplete) as done:
             up.up.main(["--cloud", "aws", "--name", "demo", "--nodes", "2", "--ssh-cidr", "203.0.113.7/32", "--yes"],

@@ -94,7 +94,7 @@ def provider(project, monkeypatch):
         scan_options={"project": PROJECT, "gke_client": Gke(gke), "google": project},
         credentials=lambda *a: [{"check": "gcp application-default credentials", "ok": True, "detail": "x"}],
         cloud_checks=lambda s: preflight.preflight(s, google=project, billing=project)))
-    monkeypatch.setattr(common, "provider_for", lambda cloud: p)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: p.scoped(**scope))
     return gke, fake
 
 

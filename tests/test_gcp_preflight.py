@@ -228,7 +228,7 @@ def test_up_stops_at_the_gcp_preflight_with_exit_2_before_pulumi_or_the_ledger(h
     p = PulumiProvider(plugin("gcp"), driver=PulumiDriver(pulumi_command=fake, program_runner=lambda s: None),
                        credentials=lambda: [{"check": "gcp application-default credentials", "ok": True, "detail": "x"}],
                        cloud_checks=lambda s: preflight.preflight(s, google=project, billing=project))
-    monkeypatch.setattr(common, "provider_for", lambda cloud: p)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: p.scoped(**scope))
     with pytest.raises(UsageError, match="container.googleapis.com is DISABLED") as err:
         up.up.main(["--cloud", "gcp", "--name", "demo", "--project", "my-proj-42", "--yes"], standalone_mode=False)
     assert err.value.exit_code == ExitCode.USAGE

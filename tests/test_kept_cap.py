@@ -124,7 +124,7 @@ def _exec(ledger, cluster, provider, spec, script, run_id):
     out = execute(spec.replace(run_id=run_id), job, ledger=ledger, provider=Attached(cluster),
                   launcher=LocalLauncher(grace=2.0), backend=plugin("aws"), keep=True)
     code, line = cap_teardown(ledger, "lab", "r-up", plugin("aws"), out, lambda: take_down(
-        "lab", "aws", ledger=ledger, provider_for=lambda c: provider, backend=plugin("aws")))
+        "lab", "aws", ledger=ledger, provider_for=lambda c, **_: provider, backend=plugin("aws")))
     return job, out, code, line
 
 
@@ -167,7 +167,7 @@ def test_an_exec_on_a_cluster_past_its_cap_starts_nothing_and_tears_it_down(home
 
     cluster, provider, ledger, spec = _kept(home, cap=5.0)
     provider.attach = lambda name: cluster
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **_: provider)  # a fake fleet: one owner
     real = time.time
     monkeypatch.setattr(guards, "wall", lambda: real() + 4 * 3600)
     with pytest.raises(CostCapReached) as err:

@@ -78,7 +78,7 @@ def test_up_exec_twice_and_down_on_a_kept_gke_cluster(home, tmp_path, monkeypatc
     gke = GkeLike(nodes=2)
     ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]
     provider, fake = gke.provider(NAME, provider_kw={"credentials": lambda *a: ok, "cloud_checks": lambda s: None})
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider.scoped(**scope))
     monkeypatch.setattr(access, "google_credentials", lambda credentials=None: FakeGoogleCredentials())
     real_make = prepare._make
     launchers: list = []
@@ -214,7 +214,7 @@ def test_an_exec_killed_mid_job_leaves_rows_that_the_next_exec_or_down_cleans(ho
     gke = GkeLike(nodes=2)
     ok = [{"check": "gcp application-default credentials", "ok": True, "detail": "fake"}]
     provider, fake = gke.provider(NAME, provider_kw={"credentials": lambda *a: ok, "cloud_checks": lambda s: None})
-    monkeypatch.setattr(common, "provider_for", lambda cloud: provider)
+    monkeypatch.setattr(common, "provider_for", lambda cloud, **scope: provider.scoped(**scope))
     monkeypatch.setattr(access, "google_credentials", lambda credentials=None: FakeGoogleCredentials())
     job = tmp_path / "job"
     job.mkdir()

@@ -89,7 +89,7 @@ class Account:
             self.fakes[self.who] = fake
         return self.fakes[self.who]
 
-    def provider(self, cloud: str):
+    def provider(self, cloud: str, **scope):
         from gpucluster.infra.pulumi.engine import PulumiDriver
         from gpucluster.infra.pulumi.provider import PulumiProvider
         from gpucluster.infra.registry import plugin
@@ -104,7 +104,7 @@ class Account:
         # the real scans and deletes (boto3 against the account); STS and quota are not moto's
         return PulumiProvider(plugin(cloud), driver=Driver(pulumi_command=fake, program_runner=lambda s: None),
                               credentials=lambda region=None: [{"check": "aws credentials", "ok": True, "detail": "account"}],
-                              cloud_checks=lambda spec: None)
+                              cloud_checks=lambda spec: None).scoped(**scope)
 
 
 @pytest.fixture

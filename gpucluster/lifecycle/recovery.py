@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpucluster.lifecycle.steps import RunOutcome, RunUI
     from gpucluster.lifecycle.prepare import Prepared, Request
     from gpucluster.spec import ClusterSpec
+    from gpucluster.ownership import Ownership
 
 ATTEMPT_KIND = "attempt"
 DEFAULT_SPOT_RECOVERIES = 3
@@ -190,7 +191,10 @@ def finish_teardown(spec: ClusterSpec, ledger: Ledger, provider: Provider, store
         # exists (ssh, local) may only have been cut off and still hold a process the job detached:
         # nothing can check that, so the attempt's verdict stays "not verified", naming the node.
         created = store.can(Capability.PROVISIONS)
-        downed = take_down(spec.name, spec.cloud, ledger=ledger, provider_for=lambda cloud: provider, backend=store,
+        def run_provider(cloud: str, *, ownership: Ownership | None = None, project: str | None = None) -> Provider:
+            return provider  # the attempt's own, which made the cluster (and holds where it is)
+
+        downed = take_down(spec.name, spec.cloud, ledger=ledger, provider_for=run_provider, backend=store,
                            say=ui.message, ack_unwitnessed=of_lost_node if created else False)
         if downed.exit_code != ExitCode.OK:
             check = downed.check

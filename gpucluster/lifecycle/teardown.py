@@ -165,6 +165,15 @@ class Downed:
     error: str | None = None
 
 
+
+class ProviderFor(Protocol):
+    """The provider of `cloud`, made with `down`'s scope: whose resources it may count and delete (`ownership`;
+    None: this home's owner) and the account they live in (`project`, `down --project`); `cli.common.provider_for`.
+    A run's own provider (recovery) is given as it is."""
+
+    def __call__(self, cloud: str, *, ownership: Ownership | None = None, project: str | None = None) -> Provider: ...
+
+
 def ownership_of(ledger: Ledger, *, any_owner: bool = False, stacks: tuple[str, ...] = ()) -> Ownership:
     """What this home may delete: its owner id, and the runs its ledger made (resources older than
     owner marks carry only those)."""
@@ -173,7 +182,7 @@ def ownership_of(ledger: Ledger, *, any_owner: bool = False, stacks: tuple[str, 
     return Ownership.here((r.id for r in ledger.list_runs(limit=None)), any_owner=any_owner, stacks=stacks)
 
 
-def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[str], Provider], backend: Plugin,
+def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: ProviderFor, backend: Plugin,
               force: bool = False, project: str | None = None, say: Callable[[str], None] = lambda text: None,
               ack_unwitnessed: bool | Callable[[str], bool] = False, any_owner: bool = False,
               context: str | None = None) -> Downed:
@@ -222,7 +231,7 @@ def take_down(name: str, cloud: str, *, ledger: Ledger, provider_for: Callable[[
 
 
 def _delete_and_check(name: str, cloud: str, had_open: set[str], verdict: JsonObject, *, ledger: Ledger,
-                      provider_for: Callable[[str], Provider], backend: Plugin, project: str | None,
+                      provider_for: ProviderFor, backend: Plugin, project: str | None,
                       say: Callable[[str], None], any_owner: bool,
                       context: str | None) -> tuple[Check, dict[str, RunRecord | None]]:
     """`take_down`'s delete, then the backend's own check of what is left (in `context`, when
@@ -230,10 +239,7 @@ def _delete_and_check(name: str, cloud: str, had_open: set[str], verdict: JsonOb
     runs that had open rows."""
     from gpucluster.lifecycle.steps import LedgerEvents
 
-    provider = provider_for(cloud)
-    provider.set_ownership(ownership_of(ledger, any_owner=any_owner))
-    if project:
-        provider.set_project(project)
+    provider = provider_for(cloud, ownership=ownership_of(ledger, any_owner=any_owner), project=project)
     not_run = []
     try:
         provider.down(name, LedgerEvents(ledger, name, say=say))

@@ -44,7 +44,7 @@ def make(options: LaunchOptions) -> tuple[PulumiProvider, SshLauncher]:
                           "watcher": (str(Path(__file__).with_name("node_notice.py")), "--interval", "5", "--keyed")}
     if options.ready_timeout is not None:
         kw["ready_timeout"] = options.ready_timeout
-    return PulumiProvider(PLUGIN), SshLauncher(**kw)
+    return PulumiProvider(PLUGIN).scoped(ownership=options.ownership, project=options.project), SshLauncher(**kw)
 
 
 def scan_scope(recorded: Record | None) -> ScanScope:

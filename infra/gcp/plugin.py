@@ -60,7 +60,7 @@ def make(options: LaunchOptions) -> tuple[PulumiProvider, KubernetesLauncher]:
     kw: dict[str, object] = {"objects": gcs.GcsTransfer()}  # gs:// read and written by the pods themselves
     if options.start_deadline_s:
         kw["start_deadline_s"] = options.start_deadline_s
-    return PulumiProvider(PLUGIN), KubernetesLauncher.from_options(dict(options.spec_options), platform=GKE, **kw)
+    return PulumiProvider(PLUGIN).scoped(ownership=options.ownership, project=options.project), KubernetesLauncher.from_options(dict(options.spec_options), platform=GKE, **kw)
 
 
 def scan_scope(recorded: Record | None) -> ScanScope:

@@ -153,6 +153,15 @@ class PulumiProvider(Provider):
     def set_project(self, project: str) -> None:
         self.scan_options["project"] = project
 
+    def scoped(self, *, ownership: Ownership | None = None, project: str | None = None) -> "PulumiProvider":
+        """This provider with `down`'s scope (`LaunchOptions.ownership`, `project`), as its backend's `make` gives
+        it: whose resources its delete and scan may count (None: this home's owner) and the account they are in."""
+        if ownership is not None:
+            self.set_ownership(ownership)
+        if project:
+            self.set_project(project)
+        return self
+
     def check_name_free(self, spec: ClusterSpec) -> None:
         """A name another owner's cluster (or a standalone stack) already holds in this account's
         region, or this project's zone, is refused before anything is recorded: exit 2, naming that
