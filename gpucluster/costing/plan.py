@@ -4,9 +4,10 @@ price snapshot; `Pricer` finds a price in a run's snapshot, else in today's cata
 The cloud's own rules are its plugin's `Pricing` (`infra.contract`): `price_rows` returns the
 machine, GPU and fee rows, the nodes' disk type, an always-on system pool and what the max lifetime
 leaves billing; `instance_price` prices an instance type. A spec that names no region is priced
-where the backend's `resolve` would put its run (`default_region`). Whether GPUs are billed apart from the machines is a fact of the catalog
-(`gpus_billed_apart`). The plugin (`backend`) is given by the caller, which looked it up once (a command in cli/) or is the backend itself (its dry run); nothing here
-asks the registry."""
+where the backend's `resolve` would put its run (`default_region`). Whether GPUs are billed apart
+from the machines is a fact of the catalog (`gpus_billed_apart`). The plugin (`backend`) is given by
+the caller, which looked it up once (a command in cli/) or is the backend itself (its dry run);
+nothing here asks the registry."""
 
 from __future__ import annotations
 

@@ -220,7 +220,7 @@ def given_hosts(text: str | None, backend: Plugin) -> tuple[str, ...]:
     """`--hosts h1,h2` as the spec's hosts, one node each, split at the commas and otherwise as given. A backend
     that takes `--hosts` (`Traits.flags`: ssh) checks them first with its `validate`, on a spec of those hosts
     alone: a missing or bad `--hosts` is refused before any other flag is checked or anything is looked up,
-    naming the text as the user wrote it (its `resolve` writes them its one way later). None for a backend
+    naming the text as the user wrote it (its `resolve` writes them its one way later). () for a backend
     that does not take `--hosts` (refused there before this)."""
     if "hosts" not in backend.traits.flags:
         return ()
