@@ -163,3 +163,10 @@ def test_the_fakes_retry_model_is_the_sdks():
     assert delay(4) == 17.0
     assert delay(25) == sum(2 ** n + 1 for n in range(1, 9)) + 16 * 300 == 5318.0
     assert delay(25) > 3600
+
+
+def test_a_vcpu_limit_is_a_quota_cause_and_other_codes_are_none():
+    """EC2's vCPU limits are a quota too low in the region (`ProvisionError.cause` "quota": placement fails over);
+    a permission refused is not one (no failover: another place would refuse it too)."""
+    assert classify(spec(), VCPU).cause == "quota"
+    assert classify(spec(), V1).cause is None

@@ -180,3 +180,12 @@ def test_project_flag_of_commands_that_create_nothing(no_ambient_project, monkey
     assert project_id("") == "env-proj-42"
     with pytest.raises(UsageError, match="^--project my-proj-42 is not allowed with --cloud local$"):
         _with_project_flag(ClusterSpec(cloud="local", nodes=1), "my-proj-42", plugin("local"))
+
+
+def test_a_quota_error_says_its_cause_which_placement_fails_over_on():
+    """The cause travels with the error (`ProvisionError.cause`), not as words the core matches in its message:
+    the message GKE's quota text becomes ("GCP quota NVIDIA_V100_GPUS exceeded in us-central1 ...") carries none
+    of the raw markers ("QUOTA_EXCEEDED", "Quota '") the core used to look for."""
+    err = classify_quota(GKE_QUOTA_TEXT, ClusterSpec(cloud="gcp", nodes=2, zone="us-central1-a"))
+    assert err is not None and err.cause == "quota"
+    assert "QUOTA_EXCEEDED" not in err.message and "Quota '" not in err.message
