@@ -2,6 +2,11 @@
 # Both create ./.venv on first use; nothing is installed outside it except, for the tests, the
 # OpenSSH server package (Debian) that the ssh backend's tests start on loopback.
 
+# Python may be told not to write bytecode (PYTHONDONTWRITEBYTECODE, set on some machines and images):
+# then every process (each CLI call, node supervisor and torchrun worker of the tests) compiles the
+# package's sources again; on a clean clone that was a third of the CPU time of the CLI tests
+# (tests/test_bad_input.py: 116 user CPU-seconds with it, 74 without). Recipes run with it unset.
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
