@@ -114,6 +114,10 @@ def _project(tmp_path: Path) -> Path:
         "node = os.environ['GPUCLUSTER_NODE_RANK']\n"
         "(out / f'seen-{node}.txt').write_text(f'{n} files on {os.environ[\"NODE_NAME\"]}\\n')\n"
         "print('node', node, 'saw', n, 'files', flush=True)\n"
+        # every rank waits for the others before it leaves: a rank that exits as soon as its own side
+        # of gloo's mesh is up closes the pairs a slower rank is still connecting, and that rank fails
+        # with "connectFullMesh failed ... Connection closed by peer" (seen here under load)
+        "dist.barrier()\n"
         "dist.destroy_process_group()\n")
     data = tmp_path / "dataset"
     data.mkdir()
