@@ -10,6 +10,7 @@ tests/test_health_ssh.py."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,10 +37,10 @@ def test_every_pair_meets_exactly_once_and_nobody_twice_in_a_round(world):
     assert sorted(seen) == [(a, b) for a in range(world) for b in range(a + 1, world)]
 
 
-def _node(rank, *, problems=(), pairs=None, rc=0, hello_skew=0.0, done=True, links_extra=None):
+def _node(rank, *, problems=(), pairs=None, rc=0, hello_skew=0.0, done=True, links_extra=None, stack=None):
     now = time.time()
     n = NodeRun(rank, f"h{rank}", rc=rc)
-    n.records["hello"] = {"kind": "hello", "time": now + hello_skew}
+    n.records["hello"] = {"kind": "hello", "time": now + hello_skew, "stack": stack}
     n.hello_arrived = now
     n.records["node"] = {"kind": "node", "problems": list(problems)}
     if pairs is not None or links_extra:
@@ -50,10 +51,57 @@ def _node(rank, *, problems=(), pairs=None, rc=0, hello_skew=0.0, done=True, lin
     return n
 
 
-def _mesh(gbps):
-    """gbps[(a, b)] -> nodes whose pair records say so (both ends, as the program reports)."""
+def _mesh(gbps, stacks=None):
+    """gbps[(a, b)] -> nodes whose pair records say so (both ends, as the program reports); stacks[rank]:
+    the network stack its hello names (None: not said)."""
     ranks = sorted({r for k in gbps for r in k})
-    return {r: _node(r, pairs={(b if a == r else a): g for (a, b), g in gbps.items() if r in (a, b)}) for r in ranks}
+    return {r: _node(r, pairs={(b if a == r else a): g for (a, b), g in gbps.items() if r in (a, b)},
+                     stack=(stacks or {}).get(r)) for r in ranks}
+
+
+def test_pairs_on_one_network_stack_are_loopback_and_never_judged():
+    """Nodes on one machine (local; ssh hosts that are this machine): what their "links" give is the shared
+    CPUs' load (1.5 against 44 Gbit/s between four local nodes under `make test`), so neither floor judges
+    them; they are recorded as loopback."""
+    gbps = {(0, 1): 44.0, (0, 2): 1.5, (0, 3): 30.0, (1, 2): 40.0, (1, 3): 0.2, (2, 3): 38.0}
+    problems, _, links = judge(_mesh(gbps, stacks=dict.fromkeys(range(4), "boot-1 net:[1]")), HealthSpec(link_gbps=5.0))
+    assert problems == {} and all(r["loopback"] is True and r["slow"] is False for r in links)
+    # the same numbers between four machines: node 1 to 3 and node 0 to 2 are slow links
+    problems, _, links = judge(_mesh(gbps), HealthSpec(link_gbps=5.0))
+    assert sorted((r["a"], r["b"]) for r in links if r["slow"]) == [(0, 2), (1, 3)]
+    assert not any("loopback" in r for r in links)
+
+
+def test_the_network_stack_is_one_per_kernel_and_network_namespace():
+    """node_check.py's `network_stack`, read for real: another process of this machine names the same
+    stack; a process in a network namespace of its own (unshare -n, as tests/slowlink.py's hosts) another."""
+    from gpucluster.node.node_check import network_stack
+
+    mine = network_stack()
+    if mine is None:
+        pytest.skip("/proc does not say the boot id or the network namespace here")
+    code = "from gpucluster.node.node_check import network_stack; print(network_stack())"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == mine
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a network namespace of its own")
+    apart = subprocess.run(["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    boot, _, net = mine.partition(" ")
+    assert apart.stdout.strip().startswith(boot + " net:[") and apart.stdout.strip() != mine
+
+
+def test_a_loopback_pair_is_not_the_fastest_pair_the_others_are_held_to():
+    """Two nodes of one machine (one stack) and two machines: the loopback pair's 40 Gbit/s does not make
+    the 4 Gbit/s network pairs "under an eighth of the fastest"; one namespace per container or host (other
+    stacks on the same kernel) is a link and is judged."""
+    gbps = {(0, 1): 40.0, (0, 2): 4.0, (0, 3): 4.0, (1, 2): 4.0, (1, 3): 4.0, (2, 3): 4.2}
+    stacks = {0: "boot-1 net:[1]", 1: "boot-1 net:[1]", 2: "boot-1 net:[2]", 3: "boot-2 net:[1]"}
+    problems, _, links = judge(_mesh(gbps, stacks), HealthSpec())
+    assert problems == {}
+    assert [(r["a"], r["b"]) for r in links if r.get("loopback")] == [(0, 1)]
+    # without the stacks, the 40 Gbit/s pair sets the floor at 5 and every other pair is slow
+    problems, _, _ = judge(_mesh(gbps), HealthSpec())
+    assert problems
 
 
 def test_a_node_in_every_slow_pair_is_named_as_the_slow_node():
@@ -171,7 +219,9 @@ def test_four_local_nodes_pass_the_check_and_it_is_recorded_and_timed(home):
     assert all(abs(r["clock_skew_s"]) < 30 and r["disk_free_gb"] > 0 for r in nodes)
     links = ledger.metrics(spec.run_id, kind="link")
     assert sorted((r["a"], r["b"]) for r in links) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
-    assert all(r["gbps"] > 0 and r["slow"] is False for r in links)
+    # four processes of this machine: every pair is loopback (one kernel, one network namespace), measured
+    # and never judged (its speed is the load of the machine's CPUs, which other tests share)
+    assert all(r["gbps"] > 0 and r["slow"] is False and r["loopback"] is True for r in links)
     (ar,) = ledger.metrics(spec.run_id, kind="allreduce")
     assert ar["backend"] == "gloo" and ar["world"] == 4 and ar["busbw_gbps"] > 0
     assert run_processes(spec.run_id) == [] and record.run.teardown == "verified"

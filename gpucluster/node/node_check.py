@@ -355,6 +355,21 @@ def stop_others() -> int:
     return 0
 
 
+def network_stack() -> str | None:
+    """This node's kernel and network namespace, as "BOOT_ID net:[INODE]" (None where /proc does not
+    say): two nodes that report the same one share one network stack, so the "link" between them is
+    loopback, whose speed is that of the CPUs the two share, not of a network. Processes on one machine
+    (local, or ssh hosts that are one machine) share one; containers and network namespaces each have
+    their own (their traffic crosses a veth pair, which traffic control can slow like a cable)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        net = os.readlink("/proc/self/ns/net")
+    except OSError:
+        return None
+    return f"{boot} {net}" if boot and net else None
+
+
 def main(argv: list[str] | None = None) -> int:
     if (argv if argv is not None else sys.argv[1:]) == ["--stop"]:
         return stop_others()
@@ -370,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allreduce-mib", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0)
     args = p.parse_args(argv)
-    say("hello", rank=args.rank, time=time.time(), host=socket.gethostname(), pid=os.getpid())
+    say("hello", rank=args.rank, time=time.time(), host=socket.gethostname(), pid=os.getpid(), stack=network_stack())
     rec, torch = own_checks(args)
     say("node", **rec)
     ok = not rec["problems"]
