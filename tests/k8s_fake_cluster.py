@@ -89,7 +89,10 @@ def _cluster_allowed(fake, token: str, group: str, resource: str, verb: str) -> 
 
 def authorize(fake, token: str, method: str, path: str) -> None:
     """The namespaced RBAC of tests/k8s_fake_rbac.py, and: SSAR allowed to everyone authenticated; the
-    cluster-scoped reads allowed by a ClusterRoleBinding (`fake.cluster_grants`)."""
+    cluster-scoped reads allowed by a ClusterRoleBinding (`fake.cluster_grants`). A fake not given these
+    parts (`install`) keeps the namespaced RBAC alone."""
+    if not getattr(fake, "cluster_parts", False):
+        return namespaced_authorize(fake, token, method, path)
     if path == SSAR:
         return
     if path in CLUSTER_PATHS or path.startswith(CLUSTER_QUEUES):
@@ -243,8 +246,25 @@ ROUTES = [
 ]
 
 
+def _only_where_installed(handler):
+    """`handler` for a fake given these parts; any other fake served in this process (the routes and the
+    handlers are the module's, added once) answers as it did before: no such route (404). Without this, a
+    GKE fake served in a pytest worker after a test of this file met these routes and failed with
+    "'FakeKubeApi' object has no attribute 'kube_nodes'" (seen when the files' order changed)."""
+
+    def serve(self, **args):
+        if getattr(self.fake, "cluster_parts", False):
+            return handler(self, **args)
+        path = self.path.split("?", 1)[0]
+        return self._send(404, {"kind": "Status", "status": "Failure", "code": 404,
+                                "message": f"no route {self.command} {path}"})
+
+    return serve
+
+
 def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None) -> None:
     """Someone else's cluster's parts on `fake` (served with tests/k8s_fake_http.py)."""
+    fake.cluster_parts = True
     fake.kube_nodes = list(nodes)
     fake.quotas = dict(quotas or {})
     fake.foreign_pods = dict(foreign_pods or {})
@@ -255,7 +275,7 @@ def install(fake, nodes=(), quotas=None, foreign_pods=None, cluster_grants=None)
     k8s_fake_http._cluster_installed = True
     k8s_fake_http.ROUTES[:0] = ROUTES
     for name in ("h_nodes", "h_all_pods", "h_quotas", "h_limits", "h_ssar", "h_local_queue", "h_cluster_queue"):
-        setattr(k8s_fake_http.Handler, name, globals()[name])
+        setattr(k8s_fake_http.Handler, name, _only_where_installed(globals()[name]))
     k8s_fake_http.authorize = authorize  # SSAR and the cluster-scoped reads, then the namespaced RBAC
     original = type(fake)._create
 

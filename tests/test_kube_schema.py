@@ -91,3 +91,32 @@ def test_every_object_a_run_sends_and_the_dry_run_prints_is_valid(cluster, capsy
     for doc in docs:
         assert errors(doc) == [], (doc["kind"], errors(doc))
     assert docs[2]["metadata"]["namespace"] == TEAM_NS
+
+
+def test_the_cluster_parts_apply_only_to_the_fake_given_them():
+    """tests/k8s_fake_cluster.py adds its routes to the HTTP fake's module once per process: a fake given the
+    parts lists its nodes; a fake served after it in the same pytest worker without them (the GKE tests')
+    has no such route, as before. The old install made the second answer GET /api/v1/nodes with a
+    handler error (no kube_nodes), which failed tests/test_kept_gcp.py when the files' order changed."""
+    import urllib.error
+    import urllib.request
+
+    from k8s_fake import FakeKubeApi
+    from k8s_fake_cluster import install
+
+    given, bare = FakeKubeApi({}), FakeKubeApi({})
+    install(given, nodes=[node("n1", 8)])
+    for fake, expect in ((given, 200), (bare, 404)):
+        url, stop = k8s_fake_http.serve_http(fake)
+        try:
+            req = urllib.request.Request(url + "/api/v1/nodes", headers={"Authorization": "Bearer fake-token"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    got, body = r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                got, body = e.code, json.loads(e.read())
+        finally:
+            stop()
+        assert got == expect, (got, body)
+        if expect == 200:
+            assert [n["metadata"]["name"] for n in body["items"]] == ["n1"]
